@@ -1,0 +1,272 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Loading and validating fine-tuning data: tables (CSV/TSV/JSON lines), CoNLL files, SQuAD JSON, and
+``datasets`` datasets.
+
+Every loader checks the schema up front and raises a :class:`DataError` that names the file or split,
+the offending value and what would be accepted, so a typo in a column flag never surfaces as a shape
+mismatch deep inside training. Rows that cannot be used but need not stop a run (an answer that does
+not occur in its context, a row with an empty text) are skipped, counted and reported.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+import datasets
+
+
+logger = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+    """A dataset does not fit the task: missing columns, no rows, labels of mixed types, ..."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Generic sources
+# --------------------------------------------------------------------------------------------------
+
+TABLE_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
+
+
+def load_table(path: str) -> datasets.Dataset:
+    """A CSV, TSV, JSON lines (``.json``/``.jsonl``, one object a line) or JSON-array file as a Dataset.
+
+    TSV files are read without quote handling (as GLUE distributes them: a ``"`` is part of the text).
+    """
+    if not os.path.isfile(path):
+        raise DataError(f"data file {path!r} does not exist.")
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in TABLE_EXTENSIONS:
+        raise DataError(f"data file {path!r}: unsupported extension {extension!r}; use one of {TABLE_EXTENSIONS}.")
+    with open(path, encoding="utf-8", newline="") as handle:
+        if extension in (".csv", ".tsv"):
+            if extension == ".tsv":
+                reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+            else:
+                reader = csv.DictReader(handle)
+            rows = [dict(row) for row in reader]
+            if reader.fieldnames is None:
+                raise DataError(f"data file {path!r} is empty (no header row).")
+            columns = list(reader.fieldnames)
+            for number, row in enumerate(rows, start=2):
+                if None in row or any(value is None for value in row.values()):
+                    raise DataError(
+                        f"{path}: line {number} has {len([v for v in row.values() if v is not None])} "
+                        f"fields, the header has {len(columns)} ({columns})."
+                    )
+        else:
+            text = handle.read()
+            stripped = text.lstrip()
+            if stripped.startswith("["):
+                rows = json.loads(text)
+            else:
+                rows = []
+                for number, line in enumerate(text.splitlines(), start=1):
+                    if line.strip():
+                        try:
+                            rows.append(json.loads(line))
+                        except json.JSONDecodeError as error:
+                            raise DataError(f"{path}: line {number} is not valid JSON ({error}).") from None
+            columns = list(rows[0]) if rows else []
+    if not rows:
+        raise DataError(f"data file {path!r} has no rows.")
+    return datasets.Dataset.from_dict({column: [row.get(column) for row in rows] for column in columns})
+
+
+def load_named_dataset(name: str, config_name: str | None = None) -> datasets.DatasetDict:
+    """A folder written by ``save_to_disk`` or a dataset name for ``datasets.load_dataset``."""
+    if os.path.isdir(name) and (
+        os.path.exists(os.path.join(name, "dataset_dict.json")) or os.path.exists(os.path.join(name, "state.json"))
+    ):
+        loaded = datasets.load_from_disk(name)
+        if isinstance(loaded, datasets.Dataset):
+            loaded = datasets.DatasetDict({"train": loaded})
+        return loaded
+    return datasets.load_dataset(name, config_name)
+
+
+def pick_split(splits: datasets.DatasetDict, split: str, source: str) -> datasets.Dataset:
+    if split not in splits:
+        raise DataError(f"{source} has no split {split!r}; it has {sorted(splits)}.")
+    return splits[split]
+
+
+def require_columns(dataset: datasets.Dataset, columns: dict[str, str | None], source: str) -> None:
+    """Raise when a column named by a flag is missing. ``columns`` maps flag names to column names."""
+    missing = {flag: name for flag, name in columns.items() if name is not None and name not in dataset.column_names}
+    if missing:
+        described = ", ".join(f"{flag}={name!r}" for flag, name in missing.items())
+        raise DataError(
+            f"{source}: column(s) not found: {described}. Available columns: {dataset.column_names}. "
+            "Pass the right names with the flags shown."
+        )
+
+
+def require_rows(dataset, source: str) -> None:
+    if dataset is None or len(dataset) == 0:
+        raise DataError(f"{source} is empty: there is nothing to train or evaluate on.")
+
+
+@dataclass
+class SkipReport:
+    """Counts of rows skipped or repaired while loading, with a few examples of each reason."""
+
+    source: str
+    total: int = 0
+    counts: dict = field(default_factory=dict)
+    examples: dict = field(default_factory=dict)
+
+    def add(self, reason: str, example: str = "") -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if example and len(self.examples.setdefault(reason, [])) < 3:
+            self.examples[reason].append(example)
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "total": self.total, **{f"num_{k}": v for k, v in self.counts.items()}}
+
+    def log(self) -> None:
+        for reason, count in self.counts.items():
+            shown = "; ".join(self.examples.get(reason, []))
+            logger.warning("%s: %d of %d %s%s", self.source, count, self.total, reason.replace("_", " "),
+                           f" (e.g. {shown})" if shown else "")
+
+
+# --------------------------------------------------------------------------------------------------
+# CoNLL token / tag files
+# --------------------------------------------------------------------------------------------------
+
+
+def load_conll(path: str) -> datasets.Dataset:
+    """A CoNLL-style file as a Dataset with ``tokens`` and ``tags`` (lists of strings).
+
+    One token per line, the token in the first column and its tag in the last (so both the two-column
+    form and CoNLL-2003's four columns work), a blank line between sentences, ``-DOCSTART-`` lines ignored.
+    """
+    if not os.path.isfile(path):
+        raise DataError(f"CoNLL file {path!r} does not exist.")
+    sentences_tokens, sentences_tags = [], []
+    tokens, tags = [], []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            fields = line.split()
+            if not fields or fields[0] == "-DOCSTART-":
+                if tokens:
+                    sentences_tokens.append(tokens)
+                    sentences_tags.append(tags)
+                    tokens, tags = [], []
+                continue
+            if len(fields) < 2:
+                raise DataError(
+                    f"{path}: line {number} ({line.strip()!r}) has one field; expected 'token tag' "
+                    "(token first, tag last, separated by whitespace)."
+                )
+            tokens.append(fields[0])
+            tags.append(fields[-1])
+    if tokens:
+        sentences_tokens.append(tokens)
+        sentences_tags.append(tags)
+    if not sentences_tokens:
+        raise DataError(f"CoNLL file {path!r} has no sentences.")
+    return datasets.Dataset.from_dict({"tokens": sentences_tokens, "tags": sentences_tags})
+
+
+def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str]]:
+    """The tag column as strings, whether it holds strings or ``ClassLabel`` ids."""
+    feature = dataset.features[tag_column]
+    inner = getattr(feature, "feature", None)
+    names = getattr(inner, "names", None)
+    sequences = dataset[tag_column]
+    if names is not None:
+        return [[names[t] for t in sequence] for sequence in sequences]
+    for index, sequence in enumerate(sequences):
+        if not isinstance(sequence, (list, tuple)):
+            raise DataError(f"tag column {tag_column!r} row {index} is {sequence!r}; expected a list of tags.")
+        for tag in sequence:
+            if not isinstance(tag, str):
+                raise DataError(
+                    f"tag column {tag_column!r} row {index} holds {tag!r} ({type(tag).__name__}); expected "
+                    "tag strings such as 'B-PER' (or a ClassLabel feature that names the ids)."
+                )
+    return [list(sequence) for sequence in sequences]
+
+
+# --------------------------------------------------------------------------------------------------
+# SQuAD JSON
+# --------------------------------------------------------------------------------------------------
+
+
+def load_squad(path: str, max_articles: tuple[int, int] | None = None) -> tuple[datasets.Dataset, SkipReport]:
+    """A SQuAD v1.1 / v2.0 JSON file as a flat Dataset of questions plus a report of repaired answers.
+
+    Columns: ``id`` (string), ``title``, ``context``, ``question``, ``answers``
+    (``{"text": [...], "answer_start": [...]}``) and ``is_impossible``. ``max_articles=(start, stop)``
+    keeps only articles ``start..stop-1``. Answers whose ``answer_start`` does not point at their text
+    are moved to the occurrence of the text nearest to it (``num_answers_realigned``); answers whose text
+    does not occur in the context at all are dropped (``num_answers_not_in_context``), and a question
+    (not marked ``is_impossible``) left without any answer is skipped
+    (``num_questions_skipped_no_answer_in_context``).
+    """
+    if not os.path.isfile(path):
+        raise DataError(f"SQuAD file {path!r} does not exist.")
+    with open(path, encoding="utf-8") as handle:
+        try:
+            payload = json.load(handle)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path} is not valid JSON ({error}).") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        raise DataError(f"{path}: expected SQuAD JSON, an object with a 'data' list of articles.")
+    articles = payload["data"]
+    if max_articles is not None:
+        articles = articles[max_articles[0] : max_articles[1]]
+    report = SkipReport(source=path)
+    columns = {name: [] for name in ("id", "title", "context", "question", "answers", "is_impossible")}
+    for article_index, article in enumerate(articles):
+        for paragraph in article.get("paragraphs", []):
+            context = paragraph.get("context")
+            if not isinstance(context, str):
+                raise DataError(f"{path}: article {article_index} has a paragraph without a 'context' string.")
+            for qa in paragraph.get("qas", []):
+                if "question" not in qa or "id" not in qa:
+                    raise DataError(f"{path}: article {article_index}: every question needs 'id' and 'question'.")
+                report.total += 1
+                texts, starts = [], []
+                for answer in qa.get("answers", []):
+                    text, start = answer.get("text", ""), answer.get("answer_start", -1)
+                    if context[start : start + len(text)] != text or start < 0:
+                        found = _nearest_occurrence(context, text, start)
+                        if found < 0:
+                            report.add("answers_not_in_context", f"id {qa['id']}: {text[:40]!r}")
+                            continue
+                        report.add("answers_realigned", f"id {qa['id']}: {start} -> {found}")
+                        start = found
+                    texts.append(text)
+                    starts.append(start)
+                impossible = bool(qa.get("is_impossible", False))
+                if not texts and not impossible:
+                    report.add("questions_skipped_no_answer_in_context", f"id {qa['id']}")
+                    continue
+                columns["id"].append(str(qa["id"]))
+                columns["title"].append(article.get("title", ""))
+                columns["context"].append(context)
+                columns["question"].append(qa["question"])
+                columns["answers"].append({"text": texts, "answer_start": starts})
+                columns["is_impossible"].append(impossible)
+    if not columns["id"]:
+        raise DataError(f"{path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + ".")
+    return datasets.Dataset.from_dict(columns), report
+
+
+def _nearest_occurrence(context: str, text: str, start: int) -> int:
+    if not text:
+        return -1
+    best, position = -1, context.find(text)
+    while position >= 0:
+        if best < 0 or abs(position - start) < abs(best - start):
+            best = position
+        position = context.find(text, position + 1)
+    return best
