@@ -1,0 +1,91 @@
+"""Shared helpers for the tests that talk to the local Hub server over real HTTP.
+
+The Hub clients read ``HF_ENDPOINT`` at import time, so client code runs in subprocesses whose environment
+points at the server, with a fresh ``HF_HOME`` each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from local_hub import BackgroundHub
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_localtesttoken_9c1f2e7a5b3d"
+USER = "testuser"
+
+
+def client_env(url: str, home: Path, *, xet: bool = True, token: str | None = TOKEN, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_")) and k not in ("PYTHONPATH",)}
+    env.update({"HF_ENDPOINT": url, "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+                "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+                "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    if not xet:
+        env["HF_HUB_DISABLE_XET"] = "1"
+    if token:
+        env["HF_TOKEN"] = token
+    else:
+        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_client(code: str, env: dict, cwd: Path, timeout: float = 120, check: bool = True):
+    """Run ``code`` in a fresh interpreter; the last stdout line that parses as JSON is returned as ``.result``."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"client failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    proc.result = None
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            proc.result = json.loads(line)
+            break
+        except ValueError:
+            continue
+    return proc
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A server in regular upload mode (works with Xet-enabled clients)."""
+    with BackgroundHub(tmp_path / "hub-data", TOKEN, user=USER) as h:
+        yield h
+
+
+@pytest.fixture
+def lfs_hub(tmp_path):
+    """A server in LFS upload mode (clients run with HF_HUB_DISABLE_XET=1)."""
+    with BackgroundHub(tmp_path / "hub-data-lfs", TOKEN, user=USER, upload_mode="lfs") as h:
+        yield h
+
+
+def make_tiny_bert(folder: Path) -> Path:
+    """A transformers BertModel folder with a WordPiece tokenizer, independent of this project's model."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + [
+        "the", "cat", "sat", "on", "mat", "##s"]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=64)
+    model = BertModel(cfg)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
