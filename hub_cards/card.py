@@ -1,0 +1,247 @@
+"""Render a model card (README.md) for a saved BriskBert folder.
+
+Inputs are the folder's ``config.json`` and its training facts (``training_facts.json``, written by the
+shared training loop; schema in ``training/facts.py``). Every key is optional; the ones the card uses:
+
+    task, pipeline_tag, datasets, eval_dataset, base_model, language, license, config_preset, metrics,
+    best_metric, train_steps, epochs, tokens_seen, examples_seen, global_batch_size, learning_rate,
+    lr_scheduler_type, num_warmup_steps, weight_decay, mixed_precision, seed, hardware, num_processes,
+    wall_time_s, framework_versions
+
+plus three card-only keys a script may add: ``model_name``, ``description``, ``limitations`` (list of
+strings) and ``tags`` (extra Hub tags).
+
+The card is rendered deterministically (no dates, sorted tables), so publishing the same folder twice
+produces the same README and no new commit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub.repocard_data import model_index_to_eval_results
+
+from .rules import check_card_text
+
+FACTS_FILE = "training_facts.json"
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
+
+#: config options shown in the architecture table, in this order
+ARCHITECTURE_OPTIONS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "position_embedding_type", "rope_theta", "norm_type", "norm_position", "hidden_act", "mlp_type",
+    "sliding_window", "global_attn_every_n_layers", "vocab_size", "max_position_embeddings", "type_vocab_size",
+    "attention_bias", "mlp_bias", "classifier_pooling", "tie_word_embeddings",
+)
+
+#: architecture suffix -> (pipeline tag, Auto class, example pipeline input as Python source)
+TASKS = {
+    "ForSequenceClassification": ("text-classification", "AutoModelForSequenceClassification",
+                                  '"A short film that is both funny and moving."'),
+    "ForTokenClassification": ("token-classification", "AutoModelForTokenClassification",
+                               '"George Washington lived in Virginia."'),
+    "ForQuestionAnswering": ("question-answering", "AutoModelForQuestionAnswering",
+                             'question="Where do cats sit?", context="The cat sat on the mat."'),
+    "ForMaskedLM": ("fill-mask", "AutoModelForMaskedLM", 'f"The cat sat on the {tokenizer.mask_token}."'),
+    "ForPreTraining": ("fill-mask", "AutoModelForPreTraining", 'f"The cat sat on the {tokenizer.mask_token}."'),
+    "Model": ("feature-extraction", "AutoModel", '"The cat sat on the mat."'),
+}
+_DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
+_NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
+
+
+class CardError(ValueError):
+    """The folder or the facts cannot make a valid card."""
+
+
+def task_for_architecture(architecture: str) -> tuple[str, str, str]:
+    """(pipeline tag, Auto class name, example input) for a class name such as BriskBertForMaskedLM."""
+    for suffix, info in TASKS.items():
+        if suffix != "Model" and architecture.endswith(suffix):
+            return info
+    if architecture.endswith("Model"):
+        return TASKS["Model"]
+    raise CardError(f"Unknown architecture {architecture!r}: expected a name ending in one of "
+                    f"{', '.join(TASKS)}")
+
+
+def read_config(model_dir: str | Path) -> dict:
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise CardError(f"{path} is missing: save the model with save_pretrained first")
+    return json.loads(path.read_text())
+
+
+def read_facts(model_dir: str | Path) -> dict:
+    path = Path(model_dir) / FACTS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value).replace("|", "\\|")
+
+
+def _duration(seconds) -> str:
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _metric_name(key: str) -> str:
+    return key[5:] if key.startswith("eval_") else key
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def render_card(model_dir: str | Path, repo_id: str | None = None, revision: str = "main",
+                facts: dict | None = None, revision_is_pinned: bool = False) -> ModelCard:
+    """Build the card for ``model_dir`` as it will be published to ``repo_id`` at ``revision``.
+
+    ``revision`` goes into the usage snippet: pass a tag (or commit id) and ``revision_is_pinned=True``
+    when the publisher tags the commit; with a branch the snippet says to pin a commit id.
+    """
+    model_dir = Path(model_dir)
+    config = read_config(model_dir)
+    facts = read_facts(model_dir) if facts is None else dict(facts)
+    archs = config.get("architectures") or []
+    if not archs:
+        raise CardError(f"{model_dir / 'config.json'} has no 'architectures' entry: save the model with "
+                        "save_pretrained so the card knows its task")
+    pipeline_tag, auto_class, example = task_for_architecture(archs[0])
+    pipeline_tag = facts.get("pipeline_tag") or pipeline_tag
+    repo_id = repo_id or f"your-namespace/{model_dir.name}"
+    model_name = facts.get("model_name") or repo_id.split("/")[-1]
+
+    datasets = [d for d in _as_list(facts.get("datasets"))
+                if isinstance(d, str) and _DATASET_ID_RE.match(d) and not d.lower().endswith(_FILE_SUFFIXES)]
+    metrics = {_metric_name(k): v for k, v in sorted((facts.get("metrics") or {}).items())
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               and _metric_name(k) not in _NOT_METRICS}
+    eval_dataset = facts.get("eval_dataset") or (datasets[0] if datasets else None)
+    eval_results = None
+    if metrics and eval_dataset:
+        eval_results = [EvalResult(task_type=pipeline_tag, dataset_type=str(eval_dataset),
+                                   dataset_name=str(eval_dataset), metric_type=name, metric_name=name,
+                                   metric_value=round(float(value), 6)) for name, value in metrics.items()]
+    tags = ["briskbert", "bert", "encoder", config.get("model_type", "briskbert")]
+    tags += [t for t in _as_list(facts.get("tags")) if isinstance(t, str)]
+    tags = list(dict.fromkeys(tags))
+    card_data = ModelCardData(
+        language=facts.get("language") or "en",
+        license=facts.get("license") or "apache-2.0",
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        tags=tags,
+        datasets=datasets or None,
+        base_model=facts.get("base_model") or None,
+        model_name=model_name if eval_results else None,
+        eval_results=eval_results,
+    )
+
+    architecture_rows = [("architectures", ", ".join(archs))]
+    architecture_rows += [(k, _fmt(config[k]) if k in config else "—") for k in ARCHITECTURE_OPTIONS]
+    if config.get("id2label") and pipeline_tag in ("text-classification", "token-classification"):
+        labels = [config["id2label"][k] for k in sorted(config["id2label"], key=int)]
+        architecture_rows.append(("labels", _fmt(labels)))
+
+    training_rows = []
+    for key, label, fmt in (
+        ("task", "task", _fmt), ("config_preset", "config preset", _fmt), ("base_model", "base model", _fmt),
+        ("datasets", "training data", _fmt), ("train_steps", "optimizer steps", _fmt),
+        ("epochs", "epochs", _fmt), ("tokens_seen", "tokens seen", _fmt),
+        ("examples_seen", "examples seen", _fmt), ("global_batch_size", "global batch size", _fmt),
+        ("learning_rate", "peak learning rate", _fmt), ("lr_scheduler_type", "schedule", _fmt),
+        ("num_warmup_steps", "warm-up steps", _fmt), ("weight_decay", "weight decay", _fmt),
+        ("mixed_precision", "precision", _fmt), ("seed", "seed", str), ("hardware", "hardware", _fmt),
+        ("num_processes", "processes", _fmt), ("wall_time_s", "training time", _duration),
+        ("framework_versions", "software", _fmt),
+    ):
+        if facts.get(key) not in (None, "", [], {}):
+            training_rows.append((label, fmt(facts[key])))
+    best = facts.get("best_metric")
+    if isinstance(best, dict) and "name" in best:
+        training_rows.append(("best checkpoint", f"{best['name']} {_fmt(best.get('value'))} at step "
+                                                 f"{_fmt(best.get('step'))}"))
+
+    limitations = [
+        "Trained on the data listed above only; expect weaker results on other domains, languages and styles.",
+        f"Inputs longer than {config.get('max_position_embeddings', 'the maximum')} tokens must be truncated.",
+        "The model can reproduce biases present in its training data; evaluate it on your own data before use.",
+        "Loading runs the model code shipped in this repository (`trust_remote_code=True`): pin the revision.",
+    ]
+    if pipeline_tag == "fill-mask":
+        limitations.append("A masked-language model: fine-tune it before using it for a downstream task.")
+    limitations += [str(x) for x in _as_list(facts.get("limitations"))]
+
+    description = facts.get("description") or (
+        f"A {pipeline_tag} model" + (f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else "")
+        + (f"{',' if facts.get('base_model') else ''} trained on {', '.join(map(str, _as_list(facts.get('datasets'))))}" if facts.get("datasets") else "")
+        + "."
+    )
+    revision_note = ("pinned: this tag names the published commit" if revision_is_pinned
+                     else "a branch moves; pin the commit id from the repo's history for reproducible results")
+    card = ModelCard.from_template(
+        card_data, template_path=str(TEMPLATE_PATH), model_name=model_name, description=description,
+        architecture=", ".join(archs), repo_id=repo_id, revision=revision, revision_note=revision_note,
+        auto_class=auto_class, pipeline_tag=pipeline_tag, example_input=example,
+        architecture_rows=architecture_rows, training_rows=training_rows,
+        metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()], eval_dataset=eval_dataset or "held-out data",
+        limitations=limitations,
+    )
+    problems = check_card(card)
+    if problems:
+        raise CardError("The rendered card is invalid:\n  " + "\n  ".join(problems))
+    return card
+
+
+def check_card(card: ModelCard | str) -> list[str]:
+    """Local stand-in for ``ModelCard.validate()`` (which needs the Hub): metadata rules, a model-index that
+    parses back into evaluation results, and the sections every briskbert card has."""
+    text = str(card)
+    problems = check_card_text(text)
+    if problems:
+        return problems
+    try:
+        parsed = ModelCard(text)
+    except Exception as e:  # noqa: BLE001 - any parse failure is a card problem
+        return [f"The card does not parse: {e}"]
+    data = parsed.data.to_dict()
+    if data.get("library_name") != "transformers":
+        problems.append('"library_name" must be "transformers"')
+    if "briskbert" not in (data.get("tags") or []):
+        problems.append('"tags" must include "briskbert"')
+    if data.get("model-index"):
+        try:
+            model_index_to_eval_results(data["model-index"])
+        except Exception as e:  # noqa: BLE001
+            problems.append(f'"model-index" does not parse into evaluation results: {e}')
+    for section in ("## Usage", "## Architecture", "## Training details", "## Limitations"):
+        if section not in parsed.text:
+            problems.append(f"missing section {section!r}")
+    if "trust_remote_code=True" not in parsed.text:
+        problems.append("the usage snippet must pass trust_remote_code=True")
+    return problems
