@@ -1,0 +1,179 @@
+"""BriskBert configuration: one config that spans classic BERT and modern encoder options.
+
+The defaults reproduce BERT-base exactly (learned positions, post-LayerNorm, GELU MLP, multi-head
+attention). Every option is validated at construction, so a typo fails here with the field name and the
+accepted values instead of deep inside a matmul.
+"""
+
+from transformers.configuration_utils import PreTrainedConfig
+
+POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal", "rope", "alibi")
+NORM_TYPES = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("post", "pre")
+MLP_TYPES = ("mlp", "glu")
+CLASSIFIER_POOLINGS = ("cls", "mean")
+
+
+class BriskBertConfig(PreTrainedConfig):
+    r"""
+    Configuration of a BriskBert encoder.
+
+    Sizes: `vocab_size`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`
+    (None: one key/value head per query head; 1: multi-query attention), `intermediate_size`,
+    `max_position_embeddings`, `type_vocab_size`, `pad_token_id`.
+
+    Options:
+        position_embedding_type: `"absolute"` (learned, BERT), `"sinusoidal"` (fixed, added to the embeddings),
+            `"rope"` (rotary, base `rope_theta`) or `"alibi"` (linear distance biases in attention).
+        norm_type: `"layernorm"` or `"rmsnorm"`; norm_position: `"post"` (BERT) or `"pre"`; eps `layer_norm_eps`.
+        hidden_act, mlp_type: `"mlp"` (two linear layers) or `"glu"` (gated: GeGLU with gelu, SwiGLU with silu).
+        sliding_window: None, or the local-attention reach: a token in a local layer attends to the tokens at most
+            `sliding_window` positions away on either side (ModernBERT's 128-token window is `sliding_window=64`).
+        global_attn_every_n_layers: with a sliding window, layers 0, n, 2n, ... attend globally and the others
+            locally; None makes every layer local.
+        attention_bias, mlp_bias: biases on the attention and MLP projections.
+        classifier_pooling: `"cls"` or `"mean"`, the token summary the pooler and sentence heads use.
+        sparse_prediction: when labels are given, the MLM decoder runs only at masked positions and `logits`
+            holds one row per masked token (it costs as much as a small encoder per token otherwise).
+    """
+
+    model_type = "briskbert"
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    num_key_value_heads: int | None = None
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    mlp_type: str = "mlp"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    position_embedding_type: str = "absolute"
+    rope_theta: float = 10000.0
+    norm_type: str = "layernorm"
+    norm_position: str = "post"
+    sliding_window: int | None = None
+    global_attn_every_n_layers: int | None = None
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    tie_word_embeddings: bool = True
+    classifier_pooling: str = "cls"
+    classifier_dropout: float | None = None
+    sparse_prediction: bool = True
+
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        super().__post_init__(**kwargs)
+        self._check_options()
+
+    # -- validation ---------------------------------------------------------------------------------------
+    def _check_options(self):
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size"):
+            _require_positive_int(name, getattr(self, name))
+        _require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        _require_choice("norm_type", self.norm_type, NORM_TYPES)
+        _require_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        _require_choice("mlp_type", self.mlp_type, MLP_TYPES)
+        _require_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
+        _require_activation(self.hidden_act)
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                             f"({self.num_attention_heads}).")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                             f"num_key_value_heads ({self.num_key_value_heads}); use 1 for multi-query attention "
+                             f"or {self.num_attention_heads} for multi-head attention.")
+        if self.position_embedding_type == "rope" and self.head_dim % 2:
+            raise ValueError(f"position_embedding_type='rope' needs an even head dimension, but hidden_size / "
+                             f"num_attention_heads = {self.head_dim}.")
+        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
+            raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}.")
+        if self.sliding_window is not None:
+            _require_positive_int("sliding_window", self.sliding_window)
+        if self.global_attn_every_n_layers is not None:
+            _require_positive_int("global_attn_every_n_layers", self.global_attn_every_n_layers)
+            if self.sliding_window is None:
+                raise ValueError("global_attn_every_n_layers only applies to local/global attention: set "
+                                 "sliding_window too, or leave global_attn_every_n_layers=None.")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < 1):
+                raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}.")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ValueError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}.")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id ({self.pad_token_id}) must be None or an id below vocab_size "
+                             f"({self.vocab_size}).")
+
+    # -- derived values -----------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def layer_types(self) -> list[str]:
+        """Per layer: "full_attention" or "sliding_attention", following transformers' naming."""
+        if self.sliding_window is None:
+            return ["full_attention"] * self.num_hidden_layers
+        every = self.global_attn_every_n_layers
+        return ["full_attention" if every and i % every == 0 else "sliding_attention"
+                for i in range(self.num_hidden_layers)]
+
+    # -- presets ------------------------------------------------------------------------------------------
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "BriskBertConfig":
+        """A named starting point (see `PRESETS`), with single fields overridden by keyword."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; available presets: {', '.join(sorted(PRESETS))}.")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+def _require_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def _require_choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
+
+
+def _require_activation(name):
+    from transformers.activations import ACT2FN
+
+    if name not in ACT2FN:
+        raise ValueError(f"hidden_act={name!r} is not a known activation; choose one of "
+                         f"{', '.join(sorted(ACT2FN))}.")
+
+
+_MODERN = dict(
+    position_embedding_type="rope", rope_theta=10000.0, norm_type="rmsnorm", norm_position="pre",
+    layer_norm_eps=1e-6, hidden_act="gelu", mlp_type="glu", attention_bias=False, mlp_bias=False,
+    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sliding_window=64, global_attn_every_n_layers=3,
+)
+
+PRESETS: dict[str, dict] = {
+    # Classic BERT: learned positions, post-LayerNorm, GELU MLP, multi-head attention.
+    "bert-base": dict(),
+    "bert-small": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
+    "bert-tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
+    # Modern: RoPE + RMSNorm + pre-norm + GeGLU + grouped-query attention + local/global attention.
+    # GeGLU's intermediate size is 2/3 of the MLP's so both cost the same.
+    "modern-base": dict(_MODERN, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        num_key_value_heads=4, intermediate_size=2048, max_position_embeddings=8192),
+    "modern-small": dict(_MODERN, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                         num_key_value_heads=4, intermediate_size=1024, max_position_embeddings=8192),
+    "modern-tiny": dict(_MODERN, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=344, max_position_embeddings=2048,
+                        sliding_window=16),
+}
+
+__all__ = ["BriskBertConfig", "PRESETS"]

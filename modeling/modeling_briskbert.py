@@ -1,0 +1,773 @@
+"""BriskBert: BERT-family encoders, from classic BERT to RoPE / ALiBi / RMSNorm / pre-norm / GeGLU / GQA and
+local-global attention, in one file that reads in the order data flows:
+
+embeddings -> position schemes -> attention -> MLP -> layer -> pretrained base -> bare model -> task heads.
+
+Every option is a small component that `__init__` picks once from the config; `forward` calls whatever was
+picked. Attention goes through transformers' dispatch (eager, sdpa, flash-attention, flex).
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_briskbert import BriskBertConfig
+
+NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
+
+
+def build_norm(config: BriskBertConfig) -> nn.Module:
+    return NORMS[config.norm_type](config.hidden_size, eps=config.layer_norm_eps)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Embeddings
+# ---------------------------------------------------------------------------------------------------------------
+class LearnedPositionEmbedding(nn.Embedding):
+    """BERT's absolute positions: one learned vector per position, up to `max_position_embeddings`."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config.max_position_embeddings, config.hidden_size)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        if position_ids.shape[-1] > self.num_embeddings:
+            raise ValueError(
+                f"Sequence length {position_ids.shape[-1]} exceeds max_position_embeddings={self.num_embeddings} of "
+                "this model's learned positions. Truncate the inputs (tokenizer(..., truncation=True, "
+                f"max_length={self.num_embeddings})), or use position_embedding_type 'rope', 'alibi' or 'sinusoidal', "
+                "which have no length limit."
+            )
+        return super().forward(position_ids)
+
+
+class SinusoidalPositionEmbedding(nn.Module):
+    """Fixed sin/cos position vectors (Vaswani et al. 2017), computed for any position, so no length limit."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        half = (self.hidden_size + 1) // 2
+        inv_freq = 10000.0 ** (-torch.arange(half, device=position_ids.device, dtype=torch.float32) / half)
+        angles = position_ids[..., None].float() * inv_freq
+        return torch.cat((angles.sin(), angles.cos()), dim=-1)[..., : self.hidden_size]
+
+
+class NoPositionEmbedding(nn.Module):
+    """RoPE and ALiBi encode positions inside attention: nothing is added to the token embeddings."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+
+    def forward(self, position_ids: torch.Tensor) -> int:
+        return 0
+
+
+POSITION_EMBEDDINGS = {
+    "absolute": LearnedPositionEmbedding,
+    "sinusoidal": SinusoidalPositionEmbedding,
+    "rope": NoPositionEmbedding,
+    "alibi": NoPositionEmbedding,
+}
+
+
+class BriskBertEmbeddings(nn.Module):
+    """Word + segment (+ additive position) embeddings, then norm and dropout, as in BERT."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config)
+        self.norm = build_norm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device)
+        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        embeddings = embeddings + self.position_embeddings(position_ids)
+        return self.dropout(self.norm(embeddings))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Position schemes applied inside attention (computed once per forward, shared by every layer)
+# ---------------------------------------------------------------------------------------------------------------
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al. 2021): the cos/sin tables that rotate queries and keys."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.head_dim = config.head_dim
+        self.theta = config.rope_theta
+
+    @torch.no_grad()
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        # Computed on the fly (a few hundred flops) rather than kept in a buffer, so nothing needs re-initialising
+        # after transformers builds the model on the meta device.
+        exponents = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
+        angles = position_ids[..., None].float() * self.theta**-exponents
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(query, key, position_embeddings):
+    """Rotates (batch, heads, seq, head_dim) queries and keys by the position tables."""
+    cos, sin = (table.unsqueeze(1) for table in position_embeddings)
+    return query * cos + rotate_half(query) * sin, key * cos + rotate_half(key) * sin
+
+
+def keep_unrotated(query, key, position_embeddings):
+    return query, key
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """The geometric head slopes of ALiBi (Press et al. 2022), including its rule for non-power-of-two counts."""
+    closest_power = 2 ** math.floor(math.log2(num_heads))
+    slopes = [2 ** (-8 * (i + 1) / closest_power) for i in range(closest_power)]
+    extra = [2 ** (-4 * (2 * i + 1) / closest_power) for i in range(num_heads - closest_power)]
+    return torch.tensor(slopes + extra, dtype=torch.float32)
+
+
+class AlibiBias(nn.Module):
+    """ALiBi: a per-head penalty proportional to token distance; symmetric, since an encoder looks both ways."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+
+    @torch.no_grad()
+    def forward(self, position_ids: torch.Tensor, batch_size: int, dtype: torch.dtype) -> torch.Tensor:
+        slopes = alibi_slopes(self.num_heads).to(position_ids.device)
+        distance = (position_ids[:, None, :, None] - position_ids[:, None, None, :]).abs().float()
+        bias = -slopes[None, :, None, None] * distance
+        # Kernels index the bias per batch row (flex), so give it the full batch dimension as a view.
+        return bias.to(dtype).expand(batch_size, -1, -1, -1)
+
+
+class NoRotary(nn.Module):
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> None:
+        return None
+
+
+class NoAttentionBias(nn.Module):
+    def forward(self, position_ids: torch.Tensor, batch_size: int, dtype: torch.dtype) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------------------------
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim) for grouped-query attention."""
+    batch, kv_heads, seq_len, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    expanded = hidden_states[:, :, None].expand(batch, kv_heads, n_rep, seq_len, head_dim)
+    return expanded.reshape(batch, kv_heads * n_rep, seq_len, head_dim)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+):
+    key = repeat_kv(key, module.num_key_value_groups)
+    value = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if position_bias is not None:
+        attn_weights = attn_weights + position_bias
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class BriskBertAttention(nn.Module):
+    """Bidirectional self-attention with grouped key/value heads: q, k, v from one projection, the position
+    scheme applied to q and k, then transformers' attention dispatch."""
+
+    def __init__(self, config: BriskBertConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads  # read by the attention kernels
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = False
+        self.attention_dropout = config.attention_probs_dropout_prob
+        # Local layers: the masks enforce |i - j| <= sliding_window; flash-attention counts its window with one
+        # more token, as in transformers' ModernBERT.
+        is_local = config.layer_types[layer_idx] == "sliding_attention"
+        self.sliding_window = config.sliding_window + 1 if is_local else None
+
+        self.qkv_sizes = [self.num_heads * self.head_dim] + [self.num_key_value_heads * self.head_dim] * 2
+        self.qkv = nn.Linear(config.hidden_size, sum(self.qkv_sizes), bias=config.attention_bias)
+        self.out = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.attention_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.apply_rotary = apply_rotary if config.position_embedding_type == "rope" else keep_unrotated
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_bias: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        query, key, value = (
+            states.view(*input_shape, -1, self.head_dim).transpose(1, 2)
+            for states in self.qkv(hidden_states).split(self.qkv_sizes, dim=-1)
+        )
+        query, key = self.apply_rotary(query, key, position_embeddings)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            sliding_window=self.sliding_window,
+            position_bias=position_bias,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.dropout(self.out(attn_output)), attn_weights
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MLP
+# ---------------------------------------------------------------------------------------------------------------
+class BriskBertMLP(nn.Module):
+    """BERT's feed-forward block: up-projection, activation, down-projection."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.act = ACT2FN[config.hidden_act]
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(self.act(self.up(hidden_states))))
+
+
+class BriskBertGatedMLP(nn.Module):
+    """Gated feed-forward block (Shazeer 2020): GeGLU with gelu, SwiGLU with silu."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = ACT2FN[config.hidden_act]
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        projected, gate = self.up(hidden_states).chunk(2, dim=-1)
+        return self.dropout(self.down(self.act(projected) * gate))
+
+
+MLPS = {"mlp": BriskBertMLP, "glu": BriskBertGatedMLP}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layers: post-norm (BERT) and pre-norm bodies over the same sub-modules
+# ---------------------------------------------------------------------------------------------------------------
+class BriskBertLayer(GradientCheckpointingLayer):
+    def __init__(self, config: BriskBertConfig, layer_idx: int):
+        super().__init__()
+        self.attention_type = config.layer_types[layer_idx]
+        self.attention = BriskBertAttention(config, layer_idx)
+        self.attention_norm = build_norm(config)
+        self.mlp = MLPS[config.mlp_type](config)
+        self.mlp_norm = build_norm(config)
+
+
+class BriskBertPostNormLayer(BriskBertLayer):
+    """BERT: each sub-block's output is added to its input, then the sum is normalised."""
+
+    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, **kwargs):
+        attn_output, _ = self.attention(hidden_states, attention_mask, position_embeddings, position_bias, **kwargs)
+        hidden_states = self.attention_norm(hidden_states + attn_output)
+        return self.mlp_norm(hidden_states + self.mlp(hidden_states))
+
+
+class BriskBertPreNormLayer(BriskBertLayer):
+    """Pre-norm: each sub-block sees a normalised input and adds to an untouched residual stream."""
+
+    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, **kwargs):
+        attn_output, _ = self.attention(
+            self.attention_norm(hidden_states), attention_mask, position_embeddings, position_bias, **kwargs
+        )
+        hidden_states = hidden_states + attn_output
+        return hidden_states + self.mlp(self.mlp_norm(hidden_states))
+
+
+LAYERS = {"post": BriskBertPostNormLayer, "pre": BriskBertPreNormLayer}
+ATTENTION_MASKS = {
+    "full_attention": create_bidirectional_mask,
+    "sliding_attention": create_bidirectional_sliding_window_mask,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pooling
+# ---------------------------------------------------------------------------------------------------------------
+def first_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    return hidden_states[:, 0]
+
+
+def mean_of_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    if attention_mask is None:
+        return hidden_states.mean(dim=1)
+    weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)
+    return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+POOLINGS = {"cls": first_token, "mean": mean_of_tokens}
+
+
+class BriskBertPooler(nn.Module):
+    """BERT's pooler (dense + tanh) over a sequence summary: the [CLS] token, or the mean of the real tokens."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.summarize = POOLINGS[config.classifier_pooling]
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.activation(self.dense(self.summarize(hidden_states, attention_mask)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pretrained base
+# ---------------------------------------------------------------------------------------------------------------
+AUTO_MAP = {
+    "AutoConfig": "configuration_briskbert.BriskBertConfig",
+    "AutoModel": "modeling_briskbert.BriskBertModel",
+    "AutoModelForPreTraining": "modeling_briskbert.BriskBertForPreTraining",
+    "AutoModelForMaskedLM": "modeling_briskbert.BriskBertForMaskedLM",
+    "AutoModelForNextSentencePrediction": "modeling_briskbert.BriskBertForNextSentencePrediction",
+    "AutoModelForSequenceClassification": "modeling_briskbert.BriskBertForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_briskbert.BriskBertForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_briskbert.BriskBertForQuestionAnswering",
+    "AutoModelForMultipleChoice": "modeling_briskbert.BriskBertForMultipleChoice",
+}
+
+
+class BriskBertPreTrainedModel(PreTrainedModel):
+    config: BriskBertConfig
+    config_class = BriskBertConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["BriskBertEmbeddings", "BriskBertPostNormLayer", "BriskBertPreNormLayer"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": BriskBertLayer, "attentions": BriskBertAttention}
+
+    # transformers' default `_init_weights` already gives BERT's scheme through `transformers.initialization`
+    # (normal(0, initializer_range) for linear and embedding weights, zero biases and padding row, unit norms),
+    # which skips weights that were loaded from a checkpoint.
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
+        implementation = super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
+        if self.config.position_embedding_type == "alibi" and "flash" in str(implementation):
+            raise ValueError(
+                f"attn_implementation={implementation!r} cannot add ALiBi's position bias. Use 'sdpa', 'eager' or "
+                "'flex_attention' with position_embedding_type='alibi', or choose 'rope' to use flash-attention."
+            )
+        return implementation
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # List every Auto class, so one saved folder serves AutoModel, pipelines and every head.
+        self.config.auto_map = dict(AUTO_MAP)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The bare encoder
+# ---------------------------------------------------------------------------------------------------------------
+class BriskBertModel(BriskBertPreTrainedModel):
+    def __init__(self, config: BriskBertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = BriskBertEmbeddings(config)
+        self.rotary_emb = RotaryEmbedding(config) if config.position_embedding_type == "rope" else NoRotary()
+        self.alibi = AlibiBias(config) if config.position_embedding_type == "alibi" else NoAttentionBias()
+        self.layers = nn.ModuleList(LAYERS[config.norm_position](config, i) for i in range(config.num_hidden_layers))
+        # Pre-norm leaves the residual stream un-normalised after the last layer; post-norm already normalised it.
+        self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.pooler = BriskBertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        device = input_ids.device if input_ids is not None else inputs_embeds.device
+        if position_ids is None:
+            position_ids = torch.arange(seq_len, device=device).unsqueeze(0)
+
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        masks = {
+            layer_type: ATTENTION_MASKS[layer_type](
+                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+            )
+            for layer_type in set(self.config.layer_types)
+        }
+        position_embeddings = self.rotary_emb(position_ids, hidden_states.dtype)
+        position_bias = self.alibi(position_ids, batch_size, hidden_states.dtype)
+
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states, masks[layer.attention_type], position_embeddings, position_bias, **kwargs
+            )
+        hidden_states = self.final_norm(hidden_states)
+        pooled_output = self.pooler(hidden_states, attention_mask) if self.pooler is not None else None
+        return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled_output)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Heads
+# ---------------------------------------------------------------------------------------------------------------
+class BriskBertLMPredictionHead(nn.Module):
+    """BERT's MLM head: transform (dense, activation, norm), then a decoder tied to the word embeddings."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.norm = build_norm(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))
+
+
+def all_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
+    return hidden_states, labels
+
+
+def masked_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
+    """Keeps only the positions that carry an MLM label, so the vocabulary decoder runs on ~15% of tokens."""
+    if labels is None:
+        return hidden_states, labels
+    predicted = labels != -100
+    return hidden_states[predicted], labels[predicted]
+
+
+def masked_lm_loss(logits, labels, num_items_in_batch=None):
+    """Cross-entropy over labelled positions; summed and divided by `num_items_in_batch` when the caller
+    normalises over a whole gradient-accumulation window."""
+    logits, labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device)
+    if num_items_in_batch is None:
+        return F.cross_entropy(logits, labels, ignore_index=-100)
+    return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum") / num_items_in_batch
+
+
+class BriskBertForMaskedLM(BriskBertPreTrainedModel):
+    _tied_weights_keys = {"head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.model = BriskBertModel(config, add_pooling_layer=False)
+        self.head = BriskBertLMPredictionHead(config)
+        self.select_predicted = masked_positions if config.sparse_prediction else all_positions
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        r"""With `labels` and `config.sparse_prediction`, `logits` holds one row per labelled position."""
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        hidden_states, labels = self.select_predicted(outputs.last_hidden_state, labels)
+        logits = self.head(hidden_states)
+        loss = masked_lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class BriskBertForPreTraining(BriskBertPreTrainedModel):
+    """BERT's pretraining objective: masked language modelling plus next sentence prediction."""
+
+    _tied_weights_keys = {"head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.model = BriskBertModel(config)
+        self.head = BriskBertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.select_predicted = masked_positions if config.sparse_prediction else all_positions
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        next_sentence_label=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> BertForPreTrainingOutput:
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        hidden_states, labels = self.select_predicted(outputs.last_hidden_state, labels)
+        prediction_logits = self.head(hidden_states)
+        seq_relationship_logits = self.seq_relationship(outputs.pooler_output)
+        losses = []
+        if labels is not None:
+            losses.append(masked_lm_loss(prediction_logits, labels, num_items_in_batch))
+        if next_sentence_label is not None:
+            losses.append(F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.view(-1)))
+        return BertForPreTrainingOutput(
+            loss=sum(losses) if losses else None,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.model = BriskBertModel(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels=None, **kwargs,
+    ) -> NextSentencePredictorOutput:
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.seq_relationship(outputs.pooler_output)
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        return NextSentencePredictorOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+def classifier_dropout(config: BriskBertConfig) -> nn.Dropout:
+    return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
+
+
+class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
+    """Pooled output -> classifier. Single-label, regression (`num_labels == 1`) or multi-label (`problem_type`)."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = BriskBertModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels=None, **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(outputs.pooler_output))
+        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class BriskBertForTokenClassification(BriskBertPreTrainedModel):
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = BriskBertModel(config, add_pooling_layer=False)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels=None, **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = self.loss_function(logits, labels, self.config) if labels is not None else None
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
+    """Extractive QA: a start and an end logit per token."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.model = BriskBertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        start_positions=None, end_positions=None, **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
+    """Scores each (batch, choice) sequence from its pooled output; softmax across the choices."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config)
+        self.model = BriskBertModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels=None, **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        reference = input_ids if input_ids is not None else inputs_embeds
+        num_choices = reference.shape[1]
+
+        def flatten_choices(tensor):
+            return tensor.flatten(0, 1) if tensor is not None else None
+
+        outputs = self.model(
+            *(flatten_choices(t) for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)),
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+BriskBertConfig.register_for_auto_class()
+BriskBertModel.register_for_auto_class("AutoModel")
+BriskBertForPreTraining.register_for_auto_class("AutoModelForPreTraining")
+BriskBertForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+BriskBertForNextSentencePrediction.register_for_auto_class("AutoModelForNextSentencePrediction")
+BriskBertForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+BriskBertForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+BriskBertForQuestionAnswering.register_for_auto_class("AutoModelForQuestionAnswering")
+BriskBertForMultipleChoice.register_for_auto_class("AutoModelForMultipleChoice")
+
+__all__ = [
+    "BriskBertPreTrainedModel",
+    "BriskBertModel",
+    "BriskBertForPreTraining",
+    "BriskBertForMaskedLM",
+    "BriskBertForNextSentencePrediction",
+    "BriskBertForSequenceClassification",
+    "BriskBertForTokenClassification",
+    "BriskBertForQuestionAnswering",
+    "BriskBertForMultipleChoice",
+]
