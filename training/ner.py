@@ -1,0 +1,125 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Token classification (NER): label sets, word/sub-word label alignment, word-level evaluation.
+
+Words are tokenised with ``is_split_into_words=True``; a word's tag goes on its first sub-word and the
+other sub-words get -100 (ignored by the loss), or, with ``label_all_tokens``, the word's tag too (a
+``B-X`` tag becoming ``I-X`` on continuation pieces, so an entity is not split in two). Evaluation always
+reads the prediction of each word's first sub-word and scores whole gold sentences: words cut off by
+``max_seq_length`` count as predicted ``O`` (and are reported), so truncation never inflates the score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .metrics import entity_metrics, get_entities
+from .task_data import DataError
+
+
+IGNORE_INDEX = -100
+
+
+def build_label_list(train_tags: list[list[str]], eval_tags: list[list[str]] | None = None) -> list[str]:
+    """Sorted tag set of the training data (``O`` first). Raises when evaluation uses tags never seen
+    in training: the model could never predict them and every such entity would count as missed."""
+    labels = sorted({tag for sentence in train_tags for tag in sentence})
+    if not labels:
+        raise DataError("the training data has no tags.")
+    for tag in labels:
+        get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
+    if eval_tags is not None:
+        unseen = {}
+        for sentence in eval_tags:
+            for tag in sentence:
+                if tag not in labels:
+                    unseen[tag] = unseen.get(tag, 0) + 1
+        if unseen:
+            described = ", ".join(f"{tag!r} ({count}x)" for tag, count in sorted(unseen.items()))
+            raise DataError(
+                f"the evaluation data has tags never seen in training: {described}. Training tags: {labels}. "
+                "Fix the tag names or add training sentences with these entities."
+            )
+    if "O" in labels:
+        labels.remove("O")
+        labels.insert(0, "O")
+    return labels
+
+
+def continuation_label(labels: list[str]) -> list[int]:
+    """For each label id, the id to use on a word's continuation sub-words (``B-X`` -> ``I-X``)."""
+    ids = []
+    for index, label in enumerate(labels):
+        inside = "I-" + label[2:] if label.startswith("B-") else None
+        ids.append(labels.index(inside) if inside in labels else index)
+    return ids
+
+
+def tokenize_and_align_labels(examples, tokenizer, label2id: dict, token_column: str = "tokens",
+                              tag_column: str = "tags", max_seq_length: int = 256,
+                              label_all_tokens: bool = False):
+    """Batched ``datasets.map`` function: tokenised words with one label per sub-word."""
+    tokenized = tokenizer(
+        examples[token_column], is_split_into_words=True, truncation=True, max_length=max_seq_length
+    )
+    label_list = sorted(label2id, key=label2id.get)
+    continuation = continuation_label(label_list)
+    all_labels, word_counts = [], []
+    for i, tags in enumerate(examples[tag_column]):
+        word_ids = tokenized.word_ids(batch_index=i)
+        labels, previous = [], None
+        for word in word_ids:
+            if word is None:
+                labels.append(IGNORE_INDEX)
+            elif word != previous:
+                labels.append(label2id[tags[word]])
+            else:
+                labels.append(continuation[label2id[tags[word]]] if label_all_tokens else IGNORE_INDEX)
+            previous = word
+        all_labels.append(labels)
+        word_counts.append(len({w for w in word_ids if w is not None}))
+    tokenized["labels"] = all_labels
+    tokenized["num_words_kept"] = word_counts
+    return tokenized
+
+
+def word_predictions(logits: np.ndarray, word_ids: list[list[int | None]], id2label: dict,
+                     num_words: list[int]) -> tuple[list[list[str]], int]:
+    """Tags of every word from the logits at each word's first sub-word; words beyond the model's
+    window get ``O``. Returns ``(tags per sentence, number of words that were truncated)``."""
+    predictions, truncated = [], 0
+    for row, (ids, total) in enumerate(zip(word_ids, num_words)):
+        tags = ["O"] * total
+        seen = set()
+        best = np.asarray(logits[row]).argmax(axis=-1)
+        for position, word in enumerate(ids):
+            if word is None or word in seen:
+                continue
+            seen.add(word)
+            tags[word] = id2label[int(best[position])]
+        truncated += total - len(seen)
+        predictions.append(tags)
+    return predictions, truncated
+
+
+@dataclass
+class NerEvaluator:
+    """Scores gathered logits of an evaluation set against its whole gold sentences."""
+
+    gold_tags: list[list[str]]
+    word_ids: list[list[int | None]]
+    id2label: dict
+
+    def __call__(self, logits) -> dict:
+        if len(logits) != len(self.gold_tags):
+            raise ValueError(f"got logits for {len(logits)} sentences, expected {len(self.gold_tags)}.")
+        predictions, truncated = word_predictions(
+            logits, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
+        )
+        result = entity_metrics(predictions, self.gold_tags)
+        result["num_words_truncated"] = truncated
+        per_type = result.pop("per_type")
+        for entity_type, scores in per_type.items():
+            result[f"{entity_type}_f1"] = scores["f1"]
+        return result
