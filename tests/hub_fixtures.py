@@ -89,3 +89,38 @@ def make_tiny_bert(folder: Path) -> Path:
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
+
+
+def make_briskbert(folder: Path, head: str = "ForSequenceClassification", *, hidden_size: int = 32,
+                   extra_files: bool = True, seed: int = 0) -> Path:
+    """A tiny saved BriskBert folder (model + tokenizer + facts), plus the clutter a training run leaves."""
+    import torch
+
+    import modeling
+    from tokenization import train_wordpiece_tokenizer
+
+    torch.manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = train_wordpiece_tokenizer(files=[str(ROOT / "data" / "wikitext2_excerpt.txt")], vocab_size=300,
+                                    min_frequency=1, show_progress=False, model_max_length=64)
+    kwargs = {"num_labels": 2, "id2label": {0: "negative", 1: "positive"},
+              "label2id": {"negative": 0, "positive": 1}} if head == "ForSequenceClassification" else {}
+    config = modeling.BriskBertConfig.from_preset(
+        "bert-tiny", hidden_size=hidden_size, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        vocab_size=len(tok), max_position_embeddings=64, **kwargs)
+    model = getattr(modeling, f"BriskBert{head}")(config)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    facts = {"task": "text-classification", "datasets": ["sst2_train_excerpt.tsv"], "eval_dataset": "sst2",
+             "metrics": {"eval_accuracy": 0.75, "eval_loss": 0.5}, "train_steps": 10, "tokens_seen": 12345,
+             "hardware": "CPU (2 cores)", "wall_time_s": 12.5, "epochs": 1.0, "license": "apache-2.0",
+             "language": "en"}
+    (folder / "training_facts.json").write_text(json.dumps(facts))
+    if extra_files:
+        (folder / "optimizer.pt").write_bytes(b"\0" * 64)
+        (folder / "checkpoint-10").mkdir(exist_ok=True)
+        (folder / "checkpoint-10" / "model.safetensors").write_bytes(b"\0" * 16)
+        (folder / "logs").mkdir(exist_ok=True)
+        (folder / "logs" / "train.log").write_text(f"step 1 loss 0.7 token={TOKEN}\n")
+        (folder / ".env").write_text(f"HF_TOKEN={TOKEN}\n")
+    return folder
