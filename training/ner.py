@@ -59,13 +59,14 @@ def continuation_label(labels: list[str]) -> list[int]:
 def tokenize_and_align_labels(examples, tokenizer, label2id: dict, token_column: str = "tokens",
                               tag_column: str = "tags", max_seq_length: int = 256,
                               label_all_tokens: bool = False):
-    """Batched ``datasets.map`` function: tokenised words with one label per sub-word."""
+    """Batched ``datasets.map`` function: tokenised words with one label per sub-word, and each
+    sub-word's word index in ``word_ids`` (-1 for special tokens; drop the column before training)."""
     tokenized = tokenizer(
         examples[token_column], is_split_into_words=True, truncation=True, max_length=max_seq_length
     )
     label_list = sorted(label2id, key=label2id.get)
     continuation = continuation_label(label_list)
-    all_labels, word_counts = [], []
+    all_labels, all_word_ids = [], []
     for i, tags in enumerate(examples[tag_column]):
         word_ids = tokenized.word_ids(batch_index=i)
         labels, previous = [], None
@@ -78,23 +79,25 @@ def tokenize_and_align_labels(examples, tokenizer, label2id: dict, token_column:
                 labels.append(continuation[label2id[tags[word]]] if label_all_tokens else IGNORE_INDEX)
             previous = word
         all_labels.append(labels)
-        word_counts.append(len({w for w in word_ids if w is not None}))
+        all_word_ids.append([-1 if w is None else w for w in word_ids])
     tokenized["labels"] = all_labels
-    tokenized["num_words_kept"] = word_counts
+    tokenized["word_ids"] = all_word_ids  # for evaluation (-1: special token); not a model input
     return tokenized
 
 
-def word_predictions(logits: np.ndarray, word_ids: list[list[int | None]], id2label: dict,
+def word_predictions(predicted_ids, word_ids: list[list[int | None]], id2label: dict,
                      num_words: list[int]) -> tuple[list[list[str]], int]:
-    """Tags of every word from the logits at each word's first sub-word; words beyond the model's
-    window get ``O``. Returns ``(tags per sentence, number of words that were truncated)``."""
+    """Tags of every word from the predicted label ids (one row per sentence, one id per sub-word
+    position; longer padded rows are fine) at each word's first sub-word; words beyond the model's window
+    get ``O`` (as do words the tokenizer turned into no token). Returns ``(tags per sentence, number of
+    words without a prediction)``."""
     predictions, truncated = [], 0
     for row, (ids, total) in enumerate(zip(word_ids, num_words)):
         tags = ["O"] * total
         seen = set()
-        best = np.asarray(logits[row]).argmax(axis=-1)
+        best = np.asarray(predicted_ids[row])
         for position, word in enumerate(ids):
-            if word is None or word in seen:
+            if word is None or word < 0 or word in seen:
                 continue
             seen.add(word)
             tags[word] = id2label[int(best[position])]
@@ -105,20 +108,20 @@ def word_predictions(logits: np.ndarray, word_ids: list[list[int | None]], id2la
 
 @dataclass
 class NerEvaluator:
-    """Scores gathered logits of an evaluation set against its whole gold sentences."""
+    """Scores gathered predicted label ids of an evaluation set against its whole gold sentences."""
 
     gold_tags: list[list[str]]
     word_ids: list[list[int | None]]
     id2label: dict
 
-    def __call__(self, logits) -> dict:
-        if len(logits) != len(self.gold_tags):
-            raise ValueError(f"got logits for {len(logits)} sentences, expected {len(self.gold_tags)}.")
+    def __call__(self, predicted_ids) -> dict:
+        if len(predicted_ids) != len(self.gold_tags):
+            raise ValueError(f"got predictions for {len(predicted_ids)} sentences, expected {len(self.gold_tags)}.")
         predictions, truncated = word_predictions(
-            logits, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
+            predicted_ids, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
         )
         result = entity_metrics(predictions, self.gold_tags)
-        result["num_words_truncated"] = truncated
+        result["num_words_not_predicted"] = truncated
         per_type = result.pop("per_type")
         for entity_type, scores in per_type.items():
             result[f"{entity_type}_f1"] = scores["f1"]
