@@ -135,7 +135,7 @@ class BriskBertTokenizer(BertTokenizer):
         )
 
     # ------------------------------------------------------------------ input validation
-    def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, **kwargs):
+    def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *args, **kwargs):
         if text is None and text_target is None:
             _check_text_argument("text", None, allow_none=False)
         _check_text_argument("text", text, allow_none=True)
@@ -143,7 +143,7 @@ class BriskBertTokenizer(BertTokenizer):
         _check_text_argument("text_target", text_target, allow_none=True)
         _check_text_argument("text_pair_target", text_pair_target, allow_none=True)
         return super().__call__(
-            text=text, text_pair=text_pair, text_target=text_target, text_pair_target=text_pair_target, **kwargs
+            text, text_pair, text_target, text_pair_target, *args, **kwargs
         )
 
     def encode(self, text, text_pair=None, *args, **kwargs):
