@@ -1,0 +1,291 @@
+"""The local Hub server: protocol details over raw HTTP, and the real clients end to end."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_tiny_bert, run_client  # noqa: F401
+from local_hub import BackgroundHub, HubError, Storage
+from local_hub.storage import FileEntry, git_blob_oid
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def call(url: str, method: str = "GET", body=None, headers: dict | None = None, raw: bytes | None = None):
+    """(status, headers, parsed body or bytes)."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            status, h, payload = r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        status, h, payload = e.code, e.headers, e.read()
+    try:
+        return status, h, json.loads(payload)
+    except ValueError:
+        return status, h, payload
+
+
+def commit_lines(*lines) -> bytes:
+    return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+
+
+def add_file(path: str, data: bytes) -> dict:
+    return {"key": "file", "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"}}
+
+
+def head_of(hub, repo="testuser/r", rev="main") -> str:
+    return call(f"{hub.url}/api/models/{repo}/revision/{rev}", headers=AUTH)[2]["sha"]
+
+
+def test_repo_lifecycle_and_error_codes(hub):
+    u = hub.url
+    assert call(f"{u}/api/models/testuser/r")[1]["X-Error-Code"] == "RepoNotFound"
+    status, _, body = call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"})
+    assert status == 401  # writes need the token
+    status, _, body = call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    assert status == 200 and body["url"] == f"{u}/testuser/r"
+    status, _, body = call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    assert status == 409 and body["url"] == f"{u}/testuser/r"  # exist_ok=True reads url from the 409
+    info = call(f"{u}/api/models/testuser/r")[2]
+    assert len(info["sha"]) == 40 and [s["rfilename"] for s in info["siblings"]] == [".gitattributes"]
+    assert call(f"{u}/api/models/testuser/r/revision/nope")[1]["X-Error-Code"] == "RevisionNotFound"
+
+    head = info["sha"]
+    status, _, body = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
+        {"key": "header", "value": {"summary": "add", "parentCommit": head}}, add_file("a/b.txt", b"hello")))
+    assert status == 200 and len(body["commitOid"]) == 40 and body["commitUrl"].endswith(body["commitOid"])
+    # resolve: HEAD carries commit and etag; a missing file says so and still names the commit
+    status, h, _ = call(f"{u}/testuser/r/resolve/main/a/b.txt", "HEAD")
+    assert status == 200 and h["X-Repo-Commit"] == body["commitOid"] and h["ETag"] == f'"{git_blob_oid(b"hello")}"'
+    assert h["Content-Length"] == "5"
+    status, h, _ = call(f"{u}/testuser/r/resolve/main/missing.txt", "HEAD")
+    assert status == 404 and h["X-Error-Code"] == "EntryNotFound" and h["X-Repo-Commit"] == body["commitOid"]
+    # a stale parent is refused and changes nothing
+    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
+        {"key": "header", "value": {"summary": "x", "parentCommit": head}}, add_file("c.txt", b"x")))
+    assert status == 412 and head_of(hub) == body["commitOid"]
+    # deleting a missing file is an EntryNotFound
+    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
+        {"key": "header", "value": {"summary": "x"}}, {"key": "deletedFile", "value": {"path": "nope.txt"}}))
+    assert status == 404 and h["X-Error-Code"] == "EntryNotFound"
+    tree = call(f"{u}/api/models/testuser/r/tree/main?recursive=false")[2]
+    assert [(e["type"], e["path"]) for e in tree] == [("file", ".gitattributes"), ("directory", "a")]
+    assert call(f"{u}/api/repos/delete", "DELETE", {"name": "r", "organization": "testuser"}, AUTH)[0] == 200
+    assert call(f"{u}/api/models/testuser/r")[0] == 404
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/../../b", "/abs", "a//b", ".git/config", "a\\b"])
+def test_file_paths_are_validated(hub, tmp_path, bad):
+    u = hub.url
+    call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
+        {"key": "header", "value": {"summary": "x"}}, add_file(bad, b"x")))
+    assert status == 400 and h["X-Error-Code"] == "InvalidPath"
+    assert not any(p.name == "escape" for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("repo", ["../../etc/passwd", "a/..", "a/b c", "a/b.git", "a/.hidden"])
+def test_repo_ids_are_validated(hub, repo):
+    status, _, body = call(f"{hub.url}/api/repos/create", "POST",
+                           {"name": repo.split("/")[-1], "organization": repo.split("/")[0]}, AUTH)
+    assert status in (400, 404)
+
+
+def test_validate_yaml_answers_json(hub):
+    ok = call(f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: mit\n---\nhi", "repoType": "model"})
+    assert ok[0] == 200 and ok[2] == {"errors": [], "warnings": []}
+    bad = call(f"{hub.url}/api/validate-yaml", "POST",
+               {"content": "---\nlicense: not-a-license\npipeline_tag: dancing\n---\n", "repoType": "model"})
+    assert bad[0] == 400 and len(bad[2]["errors"]) == 2 and "license" in bad[2]["errors"][0]["message"]
+
+
+def test_lfs_upload_is_presigned_and_checked(lfs_hub):
+    u = lfs_hub.url
+    call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    data = b"\0binary" * 100
+    oid = hashlib.sha256(data).hexdigest()
+    batch = call(f"{u}/testuser/r.git/info/lfs/objects/batch", "POST",
+                 {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]},
+                 {**AUTH, "Content-Type": "application/vnd.git-lfs+json"})[2]
+    href = batch["objects"][0]["actions"]["upload"]["href"]
+    assert call(href.replace("sig=", "sig=0"), "PUT", raw=data)[0] == 403  # tampered signature
+    assert call(href, "PUT", raw=data[:-1] + b"!")[0] == 400  # content does not match the oid
+    assert call(href, "PUT", raw=data)[0] == 200  # no auth header, like a pre-signed URL
+    assert call(batch["objects"][0]["actions"]["verify"]["href"], "POST", {"oid": oid, "size": len(data)}, AUTH)[0] == 200
+    again = call(f"{u}/testuser/r.git/info/lfs/objects/batch", "POST",
+                 {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}, AUTH)[2]
+    assert "actions" not in again["objects"][0]  # already stored: nothing to upload
+
+
+def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch):
+    st = Storage(tmp_path)
+    st.create_repo("model", "testuser/r", False, "testuser")
+    head = st.resolve("model", "testuser/r", "main")
+    real = st._write_atomic
+
+    def crash_on_refs(target, data):
+        if target.name == "refs.json":
+            raise OSError("disk died before the ref moved")
+        real(target, data)
+
+    monkeypatch.setattr(st, "_write_atomic", crash_on_refs)
+    data = b"new"
+    entry = FileEntry("f.txt", st.put_bytes(data), 3, git_blob_oid(data), False)
+    with pytest.raises(OSError):
+        st.commit("model", "testuser/r", "main", [{"op": "add", "path": "f.txt", "entry": entry}], "t", "", "u")
+    assert st.resolve("model", "testuser/r", "main") == head
+    assert "f.txt" not in st.files("model", "testuser/r", head)
+    with pytest.raises(HubError):
+        st.commit("model", "testuser/r", "main", [{"op": "add", "path": "g.txt", "entry": FileEntry(
+            "g.txt", "0" * 64, 1, "0" * 40, False)}], "t", "", "u")  # content never uploaded
+
+
+@pytest.mark.parametrize("kind", ["500", "drop", "stall"])
+def test_fault_modes_leave_the_repo_unchanged(hub, kind):
+    u = hub.url
+    call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    head = head_of(hub)
+    hub.set_fault({"step": "commit", "kind": kind, "times": 1, "stall_s": 0.5})
+    body = commit_lines({"key": "header", "value": {"summary": "x"}}, add_file("f.txt", b"x"))
+    conn = http.client.HTTPConnection("127.0.0.1", int(u.rsplit(":", 1)[1]), timeout=5)
+    t0 = time.time()
+    conn.request("POST", "/api/models/testuser/r/commit/main", body=body, headers=AUTH)
+    if kind == "500":
+        assert conn.getresponse().status == 500
+    else:
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            conn.getresponse()
+        assert (time.time() - t0 >= 0.5) == (kind == "stall")
+    conn.close()
+    assert head_of(hub) == head  # nothing happened
+    status, _, ok = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=body)
+    assert status == 200 and head_of(hub) == ok["commitOid"]  # fault used up: the retry goes through
+
+
+def test_private_repo_needs_the_token(hub):
+    u = hub.url
+    call(f"{u}/api/repos/create", "POST", {"name": "p", "organization": "testuser", "visibility": "private"}, AUTH)
+    status, h, _ = call(f"{u}/api/models/testuser/p")
+    assert status == 401 and h["X-Error-Code"] == "RepoNotFound"
+    assert call(f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD")[0] == 401
+    assert call(f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD", headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert call(f"{u}/api/models/testuser/p", headers=AUTH)[2]["private"] is True
+
+
+def test_cli_starts_the_server(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "local_hub.py"), "--host", "127.0.0.1", "--port",
+                             str(port), "--data_dir", str(tmp_path / "d"), "--token", TOKEN],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(100):
+            try:
+                status, _, body = call(f"http://127.0.0.1:{port}/api/whoami-v2", headers=AUTH)
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200 and body["name"] == "testuser"
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[0]
+    assert TOKEN not in out
+
+
+CLIENT_ROUNDTRIP = '''
+import json
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+from transformers import AutoModel, AutoTokenizer, pipeline
+api = HfApi()
+repo = "testuser/tiny-bert"
+api.create_repo(repo, exist_ok=True)
+api.create_repo(repo, exist_ok=True)
+first = api.upload_folder(folder_path="{folder}", repo_id=repo, commit_message="v1")
+again = api.upload_folder(folder_path="{folder}", repo_id=repo)
+api.create_tag(repo, tag="v1", revision=first.oid)
+api.upload_file(path_or_fileobj=b"notes", path_in_repo="docs/notes.md", repo_id=repo)
+api.delete_file("docs/notes.md", repo_id=repo)
+refs = api.list_repo_refs(repo)
+local = snapshot_download(repo, revision="v1")
+model = AutoModel.from_pretrained(repo, revision="v1")
+tok = AutoTokenizer.from_pretrained(repo)
+feats = pipeline("feature-extraction", model=repo)("the cat sat")
+info = api.model_info(repo, files_metadata=True)
+lfs = {{s.rfilename: bool(s.lfs) for s in info.siblings}}
+assert not api.repo_exists("testuser/nope")
+try:
+    api.list_repo_files(repo, revision="nope")
+    raise SystemExit("expected RevisionNotFoundError")
+except RevisionNotFoundError:
+    pass
+print(json.dumps({{"first": first.oid, "again": again.oid, "files": api.list_repo_files(repo),
+    "tags": [t.name for t in refs.tags], "commits": [c.title for c in api.list_repo_commits(repo)],
+    "paths": [p.path for p in api.get_paths_info(repo, ["config.json", "missing"])], "lfs": lfs,
+    "dim": len(feats[0][0]), "model": type(model).__name__}}))
+'''
+
+
+@pytest.mark.slow  # ~10 s each: the real huggingface_hub and transformers clients over HTTP, both upload paths
+@pytest.mark.parametrize("xet", [True, False], ids=["xet-enabled-regular-uploads", "xet-disabled-lfs-uploads"])
+def test_real_clients_roundtrip(tmp_path, xet):
+    folder = make_tiny_bert(tmp_path / "tiny")
+    with BackgroundHub(tmp_path / "data", TOKEN, upload_mode="regular" if xet else "lfs") as h:
+        out = run_client(CLIENT_ROUNDTRIP.format(folder=folder), client_env(h.url, tmp_path / "home", xet=xet),
+                         tmp_path).result
+        log = list(h.server.request_log)
+    assert out["first"] == out["again"]  # nothing changed: no second commit
+    assert out["files"] == [".gitattributes", "config.json", "model.safetensors", "tokenizer.json",
+                            "tokenizer_config.json"]
+    assert out["tags"] == ["v1"] and out["paths"] == ["config.json"]
+    assert out["commits"][-1] == "initial commit" and out["commits"].count("v1") == 1
+    assert out["lfs"]["model.safetensors"] and not out["lfs"]["config.json"]
+    assert out["dim"] == 16 and out["model"] == "BertModel"
+    lfs_calls = [p for m, p, s in log if p.startswith("/lfs-upload/")]
+    assert bool(lfs_calls) == (not xet)
+    assert not [p for m, p, s in log if "xet" in p]
+    assert all(s < 500 for m, p, s in log)
+
+
+def test_parallel_downloads(hub, tmp_path):
+    files = {f"shard-{i}.bin": bytes([i]) * (300_000 + i) for i in range(12)}
+    lines = [{"key": "header", "value": {"summary": "many"}}] + [add_file(p, d) for p, d in files.items()]
+    call(f"{hub.url}/api/repos/create", "POST", {"name": "many", "organization": "testuser"}, AUTH)
+    assert call(f"{hub.url}/api/models/testuser/many/commit/main", "POST", headers=AUTH, raw=commit_lines(*lines))[0] == 200
+    out = run_client('''
+import json, os
+from huggingface_hub import snapshot_download
+p = snapshot_download("testuser/many", max_workers=8)
+print(json.dumps({f: os.path.getsize(os.path.join(p, f)) for f in os.listdir(p)}))
+''', client_env(hub.url, tmp_path / "home"), tmp_path).result
+    assert {k: v for k, v in out.items() if k.endswith(".bin")} == {p: len(d) for p, d in files.items()}
+
+
+def test_private_repo_with_real_clients(hub, tmp_path):
+    call(f"{hub.url}/api/repos/create", "POST", {"name": "p", "organization": "testuser", "visibility": "private"}, AUTH)
+    code = '''
+import json
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import RepositoryNotFoundError
+try:
+    hf_hub_download("testuser/p", ".gitattributes")
+    print(json.dumps("downloaded"))
+except RepositoryNotFoundError:
+    print(json.dumps("RepositoryNotFoundError"))
+'''
+    anon = run_client(code, client_env(hub.url, tmp_path / "h1", token=None), tmp_path).result
+    authed = run_client(code, client_env(hub.url, tmp_path / "h2"), tmp_path).result
+    assert (anon, authed) == ("RepositoryNotFoundError", "downloaded")
