@@ -1,0 +1,94 @@
+"""Model cards: metadata from config and training facts, the tables, and validation (local and server)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard_data import model_index_to_eval_results
+
+from hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
+from hub_fixtures import TOKEN, hub  # noqa: F401
+
+FACTS = {"task": "text-classification", "datasets": ["stanfordnlp/sst2", "sst2_train_excerpt.tsv"],
+         "eval_dataset": "sst2", "metrics": {"eval_accuracy": 0.8512, "eval_loss": 0.41, "epoch": 3.0},
+         "train_steps": 120, "tokens_seen": 54321, "hardware": "CPU (2 cores)", "wall_time_s": 75.0,
+         "base_model": "testuser/briskbert-mlm", "license": "apache-2.0", "language": "en"}
+
+
+def saved_config(folder, arch: str, **overrides):
+    from modeling import BriskBertConfig
+
+    config = BriskBertConfig.from_preset("bert-tiny", **overrides)
+    config.architectures = [arch]
+    config.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("arch,tag", [
+    ("BriskBertForSequenceClassification", "text-classification"),
+    ("BriskBertForTokenClassification", "token-classification"),
+    ("BriskBertForQuestionAnswering", "question-answering"),
+    ("BriskBertForMaskedLM", "fill-mask"),
+    ("BriskBertForPreTraining", "fill-mask"),
+    ("BriskBertModel", "feature-extraction"),
+])
+def test_pipeline_tag_follows_the_architecture(tmp_path, arch, tag):
+    card = render_card(saved_config(tmp_path, arch), "testuser/m")
+    assert card.data.pipeline_tag == tag
+    assert f'pipeline("{tag}", model=repo_id, revision=revision, trust_remote_code=True)' in card.text
+    assert check_card(card) == []
+
+
+def test_metadata_and_sections_from_config_and_facts(tmp_path):
+    folder = saved_config(tmp_path, "BriskBertForSequenceClassification", sliding_window=8,
+                          global_attn_every_n_layers=2, position_embedding_type="rope", norm_type="rmsnorm")
+    (folder / "training_facts.json").write_text(json.dumps(FACTS))
+    card = render_card(folder, "testuser/sst2", revision="v1", revision_is_pinned=True)
+    data = card.data.to_dict()
+    assert data["library_name"] == "transformers" and data["license"] == "apache-2.0" and data["language"] == "en"
+    assert "briskbert" in data["tags"] and data["base_model"] == "testuser/briskbert-mlm"
+    assert data["datasets"] == ["stanfordnlp/sst2"]  # a local file name is no Hub dataset id
+    results = model_index_to_eval_results(data["model-index"])[1]
+    assert {(r.metric_type, r.metric_value) for r in results} == {("accuracy", 0.8512), ("loss", 0.41)}
+    for option in ARCHITECTURE_OPTIONS:
+        assert f"| `{option}` |" in card.text
+    assert "| `sliding_window` | 8 |" in card.text and "| `position_embedding_type` | rope |" in card.text
+    for fact in ("| optimizer steps | 120 |", "| tokens seen | 54,321 |", "| hardware | CPU (2 cores) |",
+                 "| training time | 75 s |", "| accuracy | 0.8512 |"):
+        assert fact in card.text
+    assert 'revision = "v1"' in card.text and "AutoModelForSequenceClassification.from_pretrained" in card.text
+    assert "## Limitations" in card.text
+    # deterministic: re-rendering gives the same bytes (so re-publishing makes no commit)
+    assert str(render_card(folder, "testuser/sst2", revision="v1", revision_is_pinned=True)) == str(card)
+    # and it parses back as a ModelCard with the same metadata
+    assert ModelCard(str(card)).data.to_dict() == data
+
+
+def test_server_validate_yaml_accepts_rendered_cards(hub, tmp_path):
+    folder = saved_config(tmp_path, "BriskBertForMaskedLM")
+    (folder / "training_facts.json").write_text(json.dumps(FACTS))
+    body = json.dumps({"content": str(render_card(folder, "testuser/m")), "repoType": "model"}).encode()
+    req = urllib.request.Request(f"{hub.url}/api/validate-yaml", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.loads(r.read()) == {"errors": [], "warnings": []}
+
+
+def test_bad_facts_and_folders_fail_clearly(tmp_path):
+    folder = saved_config(tmp_path, "BriskBertForMaskedLM")
+    (folder / "training_facts.json").write_text(json.dumps({"license": "my-own-license"}))
+    with pytest.raises(CardError, match="license"):
+        render_card(folder, "testuser/m")
+    (folder / "config.json").write_text(json.dumps({"model_type": "briskbert"}))
+    with pytest.raises(CardError, match="architectures"):
+        render_card(folder, "testuser/m")
+    with pytest.raises(CardError, match="config.json"):
+        render_card(tmp_path / "nowhere", "testuser/m")
+
+
+def test_check_card_catches_broken_cards():
+    assert check_card("no front matter") != []
+    assert any("briskbert" in p for p in check_card("---\nlibrary_name: transformers\n---\n## Usage\n"))
+    assert TOKEN not in str(check_card("---\nlicense: mit\n---\n"))
