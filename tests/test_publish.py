@@ -1,0 +1,212 @@
+"""The publisher: folder checks, file selection, one-commit pushes, tags, verification, faults, secrecy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
+from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_briskbert, run_client  # noqa: F401
+from local_hub import BackgroundHub
+
+MODEL_FILES = ["README.md", "config.json", "configuration_briskbert.py", "model.safetensors", "modeling_briskbert.py",
+               "tokenization_briskbert.py", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_briskbert(tmp_path_factory.mktemp("models") / "sst2")
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def assert_no_token_anywhere(*texts, data_dir=None):
+    for text in texts:
+        assert TOKEN not in text
+    if data_dir is not None:
+        for p in data_dir.rglob("*"):
+            if p.is_file():
+                assert TOKEN.encode() not in p.read_bytes(), p
+
+
+def test_incomplete_folder_is_refused_with_what_is_missing(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["BriskBertForMaskedLM"],
+        "auto_map": {"AutoConfig": "configuration_briskbert.BriskBertConfig",
+                     "AutoModelForMaskedLM": "modeling_briskbert.BriskBertForMaskedLM"}}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"x")
+    with pytest.raises(IncompleteModelFolder) as e:
+        collect_files(tmp_path)
+    missing = "\n".join(e.value.missing)
+    for what in ("configuration_briskbert.py", "modeling_briskbert.py", "model.safetensors", "safe_serialization",
+                 "tokenizer"):
+        assert what in missing
+
+
+def test_dry_run_lists_exactly_the_model_files_and_the_card(folder):
+    lines = []
+    # the endpoint is a closed port: a dry run must not touch it
+    result = publish(folder, "testuser/sst2", tag="v1", dry_run=True, endpoint="http://127.0.0.1:9", token=TOKEN,
+                     log=lines.append)
+    out = "\n".join(lines)
+    assert sorted(result.files) == MODEL_FILES
+    assert set(result.skipped) == {".env", "checkpoint-10/model.safetensors", "logs/train.log", "optimizer.pt",
+                                   "training_facts.json"}
+    assert "---- README.md ----" in out and 'revision = "v1"' in out and "model.safetensors" in out
+    assert result.commit_id is None
+    assert_no_token_anywhere(out, result.card)
+    # explicitly asked for: extra files come along
+    extra = publish(folder, "testuser/sst2", dry_run=True, include=["training_facts.json"], log=lambda *_: None)
+    assert "training_facts.json" in extra.files
+
+
+def test_large_weights_are_sharded(folder):
+    result = publish(folder, "testuser/sst2", dry_run=True, max_shard_size=20_000, log=lambda *_: None)
+    shards = [f for f in result.files if f.startswith("model-")]
+    assert len(shards) > 1 and "model.safetensors.index.json" in result.files
+    assert "model.safetensors" not in result.files
+
+
+def test_token_inside_a_model_file_blocks_the_upload(folder, tmp_path):
+    copy = shutil.copytree(folder, tmp_path / "leaky")
+    cfg = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps({**cfg, "note": TOKEN}))
+    with pytest.raises(PublishError) as e:
+        publish(copy, "testuser/leaky", token=TOKEN, dry_run=True, log=lambda *_: None)
+    assert "tokenizer_config.json" in str(e.value) and TOKEN not in str(e.value)
+
+
+def cli(args, env, cwd):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "publish.py"), *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    return proc, proc.stdout + proc.stderr
+
+
+def repo_state(url, home, tmp_path, repo="testuser/sst2"):
+    return run_client(f'''
+import json
+from huggingface_hub import HfApi
+api = HfApi()
+refs = api.list_repo_refs("{repo}")
+print(json.dumps({{"files": api.list_repo_files("{repo}"), "commits": len(api.list_repo_commits("{repo}")),
+    "head": api.repo_info("{repo}").sha, "tags": {{t.name: t.target_commit for t in refs.tags}}}}))
+''', client_env(url, home), tmp_path).result
+
+
+@pytest.mark.slow  # ~30 s: the whole user journey through the CLI and the real clients (publish, verify in a
+# clean process, no-op re-publish, new tagged revision, old tag still loadable, private repo)
+def test_publish_end_to_end_with_xet_client(folder, tmp_path):
+    with BackgroundHub(tmp_path / "data", TOKEN, log_file=str(tmp_path / "server.log")) as h:
+        env = client_env(h.url, tmp_path / "home")
+        proc, out1 = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path)
+        assert proc.returncode == 0, out1
+        assert "Verified: transformers_modules.testuser.sst2." in out1 and "BriskBertForSequenceClassification" in out1
+        state1 = repo_state(h.url, tmp_path / "h1", tmp_path)
+        assert sorted(state1["files"]) == sorted(MODEL_FILES + [".gitattributes"])
+        assert state1["commits"] == 2 and state1["tags"] == {"v1": state1["head"]}
+        assert f"{h.url}/testuser/sst2/commit/{state1['head']}" in out1
+
+        proc, out2 = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1", "--no_verify"],
+                         env, tmp_path)
+        assert proc.returncode == 0 and "No changes" in out2, out2
+        assert repo_state(h.url, tmp_path / "h2", tmp_path)["commits"] == 2
+
+        v2 = make_briskbert(tmp_path / "v2", extra_files=False, seed=1)
+        proc, out3 = cli(["--model_dir", str(v2), "--repo_id", "testuser/sst2", "--tag", "v2", "--no_verify"],
+                         env, tmp_path)
+        assert proc.returncode == 0, out3
+        state3 = repo_state(h.url, tmp_path / "h3", tmp_path)
+        assert state3["commits"] == 3 and state3["tags"]["v1"] == state1["head"] != state3["tags"]["v2"]
+        old = run_client('''
+import hashlib, json
+from huggingface_hub import hf_hub_download
+from transformers import AutoModelForSequenceClassification
+p = hf_hub_download("testuser/sst2", "model.safetensors", revision="v1")
+m = AutoModelForSequenceClassification.from_pretrained("testuser/sst2", revision="v1", trust_remote_code=True)
+print(json.dumps({"sha": hashlib.sha256(open(p, "rb").read()).hexdigest(), "cls": type(m).__module__}))
+''', client_env(h.url, tmp_path / "h4"), tmp_path).result
+        assert old["sha"] == sha256(folder / "model.safetensors") != sha256(v2 / "model.safetensors")
+        assert old["cls"].startswith("transformers_modules.")
+
+        proc, out4 = cli(["--model_dir", str(v2), "--repo_id", "testuser/private", "--private", "--no_verify"],
+                         env, tmp_path)
+        assert proc.returncode == 0, out4
+        anon = run_client('''
+import json
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import RepositoryNotFoundError
+try:
+    snapshot_download("testuser/private")
+    print(json.dumps("downloaded"))
+except RepositoryNotFoundError:
+    print(json.dumps("refused"))
+''', client_env(h.url, tmp_path / "h5", token=None), tmp_path).result
+        assert anon == "refused"
+    assert_no_token_anywhere(out1, out2, out3, out4, (tmp_path / "server.log").read_text(),
+                             data_dir=tmp_path / "data")
+
+
+@pytest.mark.slow  # ~12 s: the Hub-like LFS path (batch, pre-signed PUT, verify) with Xet disabled, verified load
+def test_publish_end_to_end_with_lfs_client(folder, lfs_hub, tmp_path):
+    env = client_env(lfs_hub.url, tmp_path / "home", xet=False)
+    proc, out = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path)
+    assert proc.returncode == 0 and "Verified:" in out, out
+    assert any(p.startswith("/lfs-upload/") for _, p, _ in lfs_hub.server.request_log)
+    proc, out2 = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--no_verify", "--tag", "v1"],
+                     env, tmp_path)
+    assert proc.returncode == 0 and "No changes" in out2, out2
+    assert_no_token_anywhere(out, out2)
+
+
+def head(hub_, repo="testuser/sst2"):
+    return hub_.server.storage.resolve("model", repo, "main")
+
+
+@pytest.mark.parametrize("kind", ["500", "drop", "stall"])
+def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
+    lines = []
+    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, attempts=2, backoff_s=0.05, timeout_s=1.0,
+                log=lines.append)
+    first = publish(folder, "testuser/sst2", **opts)
+    # a changed card makes the next publish a real commit
+    hub.set_fault({"step": "commit", "kind": kind, "times": 99, "stall_s": 1.5})
+    with pytest.raises(PublishError) as e:
+        publish(folder, "testuser/sst2", tag="v2", **opts)
+    msg = str(e.value)
+    assert "commit failed after 2 attempts" in msg and f"unchanged at commit {first.commit_id}" in msg
+    assert "Re-run" in msg and TOKEN not in msg
+    assert head(hub) == first.commit_id and hub.server.fault_hits == 2
+    hub.set_fault(None)
+    again = publish(folder, "testuser/sst2", tag="v2", **opts)
+    assert again.new_commit and head(hub) == again.commit_id
+    assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {"v2": again.commit_id}
+    assert_no_token_anywhere("\n".join(lines))
+
+
+@pytest.mark.parametrize("step,mode", [("preupload", "regular"), ("lfs_upload", "lfs"), ("lfs_verify", "lfs")])
+def test_transient_faults_are_retried(folder, tmp_path, monkeypatch, step, mode):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", mode == "lfs")
+    with BackgroundHub(tmp_path / "data", TOKEN, upload_mode=mode, fault={"step": step, "kind": "drop"}) as h:
+        result = publish(folder, "testuser/sst2", token=TOKEN, endpoint=h.url, verify=False, backoff_s=0.05,
+                         log=lambda *_: None)
+        assert h.server.fault_hits == 1 and result.new_commit
+        assert h.server.storage.resolve("model", "testuser/sst2", "main") == result.commit_id
+
+
+def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, hub):
+    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
+    main = publish(folder, "testuser/sst2", tag="v1", **opts)
+    dev = publish(folder, "testuser/sst2", revision="dev", tag="dev-1", **opts)
+    refs = hub.server.storage.refs("model", "testuser/sst2")
+    assert refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id} and main.commit_id != dev.commit_id
+    with pytest.raises(PublishError, match="already names commit"):
+        publish(folder, "testuser/sst2", revision="dev", tag="v1", commit_message="x", **opts)
