@@ -2,7 +2,8 @@
 """Train a WordPiece vocabulary for BriskBertTokenizer.
 
 Examples:
-    python scripts/train_tokenizer.py --files data/wikitext2_excerpt.txt --vocab_size 8000 --output_dir runs/tok
+    python scripts/train_tokenizer.py --files data/wikitext2_excerpt.txt --vocab_size 8000 \
+        --output_dir runs/tok
     python scripts/train_tokenizer.py --dataset_path my_saved_dataset --text_column text --vocab_size 30522 \
         --output_dir runs/tok --no-lowercase
 
@@ -26,21 +27,38 @@ except ImportError:  # running from a clone without `pip install -e .`
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--files", nargs="+", help="plain-text training files, one document or line per line")
-    source.add_argument("--dataset_path", help="a `datasets` dataset saved with save_to_disk, or a Hub/local "
-                        "dataset name loadable with datasets.load_dataset")
+    source.add_argument(
+        "--dataset_path",
+        help="a `datasets` dataset saved with save_to_disk, or a Hub/local "
+        "dataset name loadable with datasets.load_dataset",
+    )
     parser.add_argument("--dataset_config", default=None, help="dataset configuration name (load_dataset)")
     parser.add_argument("--dataset_split", default="train", help="split to train on (default: train)")
     parser.add_argument("--text_column", default="text", help="text column of the dataset (default: text)")
-    parser.add_argument("--vocab_size", type=int, required=True, help="vocabulary size, special tokens included")
+    parser.add_argument(
+        "--vocab_size", type=int, required=True, help="vocabulary size, special tokens included"
+    )
     parser.add_argument("--output_dir", required=True, help="where to save the tokenizer")
-    parser.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
-                        help="lower-case and strip accents as uncased BERT (default: --lowercase)")
-    parser.add_argument("--min_frequency", type=int, default=2, help="minimum pair count to merge (default: 2)")
-    parser.add_argument("--round_to_multiple_of", type=int, default=64,
-                        help="round the vocabulary size up to a multiple of this; 0 disables (default: 64)")
+    parser.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="lower-case and strip accents as uncased BERT (default: --lowercase)",
+    )
+    parser.add_argument(
+        "--min_frequency", type=int, default=2, help="minimum pair count to merge (default: 2)"
+    )
+    parser.add_argument(
+        "--round_to_multiple_of",
+        type=int,
+        default=64,
+        help="round the vocabulary size up to a multiple of this; 0 disables (default: 64)",
+    )
     parser.add_argument("--model_max_length", type=int, default=512)
     parser.add_argument("--no_progress", action="store_true", help="hide the progress bar")
     return parser
@@ -76,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.files:
         tokenizer = train_wordpiece_tokenizer(files=args.files, **kwargs)
     else:
-        tokenizer = train_wordpiece_tokenizer(dataset=_load_dataset(args), text_column=args.text_column, **kwargs)
+        tokenizer = train_wordpiece_tokenizer(
+            dataset=_load_dataset(args), text_column=args.text_column, **kwargs
+        )
     print(f"vocabulary size {len(tokenizer)}; saved to {args.output_dir}")
     return 0
 

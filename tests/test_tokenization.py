@@ -73,8 +73,10 @@ def assert_parity(ours_tok, ref_tok, texts: list[str], label: str, max_length: i
     # only_second / only_first need the other sequence to leave room: compare on every pair where it does,
     # and check both tokenizers refuse the others identically.
     lengths = [len(ids) for ids in ref_tok(texts, add_special_tokens=False)["input_ids"]]
-    for strategy, keep in (("only_second", lambda i: lengths[i] < max_length - 3),
-                           ("only_first", lambda i: lengths[i + 1] < max_length - 3)):
+    for strategy, keep in (
+        ("only_second", lambda i: lengths[i] < max_length - 3),
+        ("only_first", lambda i: lengths[i + 1] < max_length - 3),
+    ):
         idx = [i for i in range(len(pairs_a)) if keep(i)]
         a, b = [pairs_a[i] for i in idx], [pairs_b[i] for i in idx]
         ours = ours_tok(a, b, truncation=strategy, max_length=max_length, **ENC_KW)
@@ -106,8 +108,11 @@ def brisk_minilm(minilm_path):
 def trained_excerpt(tmp_path_factory):
     out = tmp_path_factory.mktemp("tok_excerpt")
     tok = train_wordpiece_tokenizer(
-        files=[EXCERPTS / "wikitext2_excerpt.txt"], vocab_size=1000, round_to_multiple_of=64,
-        output_dir=out, show_progress=False,
+        files=[EXCERPTS / "wikitext2_excerpt.txt"],
+        vocab_size=1000,
+        round_to_multiple_of=64,
+        output_dir=out,
+        show_progress=False,
     )
     return tok, out
 
@@ -118,15 +123,24 @@ def test_loads_a_bert_folder_and_builds_bert_pipeline(brisk_minilm, bert_ref):
     assert len(brisk_minilm) == len(bert_ref) == 30522
     assert brisk_minilm.do_lower_case is True
     assert brisk_minilm.model_max_length == bert_ref.model_max_length == 512
-    # the whole tokenizers pipeline (normaliser, pre-tokeniser, WordPiece vocab, template, decoder) is identical
-    assert json.loads(brisk_minilm.backend_tokenizer.to_str()) == json.loads(bert_ref.backend_tokenizer.to_str())
-    assert [brisk_minilm.pad_token_id, brisk_minilm.unk_token_id, brisk_minilm.cls_token_id,
-            brisk_minilm.sep_token_id, brisk_minilm.mask_token_id] == [0, 100, 101, 102, 103]
+    # the whole tokenizers pipeline (normaliser, pre-tokeniser, vocab, template, decoder) is identical
+    assert json.loads(brisk_minilm.backend_tokenizer.to_str()) == json.loads(
+        bert_ref.backend_tokenizer.to_str()
+    )
+    assert [
+        brisk_minilm.pad_token_id,
+        brisk_minilm.unk_token_id,
+        brisk_minilm.cls_token_id,
+        brisk_minilm.sep_token_id,
+        brisk_minilm.mask_token_id,
+    ] == [0, 100, 101, 102, 103]
 
 
 def test_parity_on_bundled_excerpts(brisk_minilm, bert_ref):
     texts = read_lines(EXCERPTS / "wikitext2_excerpt.txt")
-    texts += read_sst(EXCERPTS / "sst2_train_excerpt.tsv") + read_sst(EXCERPTS / "sst2_validation_excerpt.tsv")
+    texts += read_sst(EXCERPTS / "sst2_train_excerpt.tsv") + read_sst(
+        EXCERPTS / "sst2_validation_excerpt.tsv"
+    )
     compared = assert_parity(brisk_minilm, bert_ref, texts, "excerpts")
     assert compared["single"] == len(texts) > 3000
 
@@ -163,8 +177,21 @@ def test_templates_types_masks_offsets_word_ids(brisk_minilm):
     tok = brisk_minilm
     enc = tok("Hello, unaffable world!", "Second one.", return_offsets_mapping=True)
     tokens = tok.convert_ids_to_tokens(enc["input_ids"])
-    assert tokens == ["[CLS]", "hello", ",", "una", "##ffa", "##ble", "world", "!", "[SEP]",
-                      "second", "one", ".", "[SEP]"]
+    assert tokens == [
+        "[CLS]",
+        "hello",
+        ",",
+        "una",
+        "##ffa",
+        "##ble",
+        "world",
+        "!",
+        "[SEP]",
+        "second",
+        "one",
+        ".",
+        "[SEP]",
+    ]
     assert enc["token_type_ids"] == [0] * 9 + [1] * 4
     assert enc["attention_mask"] == [1] * 13
     assert enc["offset_mapping"][0] == (0, 0) and enc["offset_mapping"][3:6] == [(7, 10), (10, 13), (13, 16)]
@@ -174,7 +201,7 @@ def test_templates_types_masks_offsets_word_ids(brisk_minilm):
 
 
 def test_normalisation_options():
-    vocab = {t: i for i, t in enumerate(list(SPECIAL_TOKENS) + ["hello", "Hello", "cafe", "café", "中", "文", "x"])}
+    vocab = {t: i for i, t in enumerate([*SPECIAL_TOKENS, "hello", "Hello", "cafe", "café", "中", "文", "x"])}
     uncased = BriskBertTokenizer(vocab=vocab)
     assert uncased.tokenize("HeLLo Café") == ["hello", "cafe"]  # lower-cased, accents stripped
     assert uncased.tokenize("中文x") == ["中", "文", "x"]  # CJK characters split
@@ -189,7 +216,9 @@ def test_normalisation_options():
 
 def test_padding_and_truncation_strategies(brisk_minilm):
     tok = brisk_minilm
-    batch = tok(["a short one", "a somewhat longer sentence with more words"], padding=True, pad_to_multiple_of=8)
+    batch = tok(
+        ["a short one", "a somewhat longer sentence with more words"], padding=True, pad_to_multiple_of=8
+    )
     assert {len(x) for x in batch["input_ids"]} == {16}
     assert batch["attention_mask"][0] == [1] * 5 + [0] * 11 and batch["input_ids"][0][5:] == [0] * 11
     fixed = tok("one two", padding="max_length", max_length=10, return_tensors="pt")
@@ -211,8 +240,16 @@ def test_qa_overflowing_windows(brisk_minilm):
     tok = brisk_minilm
     question = "Where do European lobsters live?"
     context = " ".join(read_lines(EXCERPTS / "wikitext2_excerpt.txt")[3:6])
-    enc = tok([question], [context], truncation="only_second", max_length=64, stride=16,
-              return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
+    enc = tok(
+        [question],
+        [context],
+        truncation="only_second",
+        max_length=64,
+        stride=16,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="max_length",
+    )
     n = len(enc["input_ids"])
     assert n > 3 and enc["overflow_to_sample_mapping"] == [0] * n
     assert all(len(ids) == 64 for ids in enc["input_ids"])
@@ -277,9 +314,19 @@ def test_trained_tokenizer_on_excerpt(trained_excerpt):
     tok, out = trained_excerpt
     assert len(tok) == tok.vocab_size == 1024  # 1000 rounded up to a multiple of 64
     assert tok.convert_ids_to_tokens(list(range(5))) == list(SPECIAL_TOKENS)
-    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [0, 1, 2, 3, 4]
+    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
     assert sorted(p.name for p in out.iterdir()) == [
-        "tokenization_briskbert.py", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+        "tokenization_briskbert.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     vocab_lines = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert vocab_lines == tok.convert_ids_to_tokens(list(range(1024)))
     config = json.loads((out / "tokenizer_config.json").read_text())
@@ -319,8 +366,9 @@ def assert_round_trip(tok, texts):
 
 def test_training_sizes_and_options(tmp_path):
     excerpt = EXCERPTS / "wikitext2_excerpt.txt"
-    exact = train_wordpiece_tokenizer(files=str(excerpt), vocab_size=1000, round_to_multiple_of=None,
-                                      show_progress=False)
+    exact = train_wordpiece_tokenizer(
+        files=str(excerpt), vocab_size=1000, round_to_multiple_of=None, show_progress=False
+    )
     assert len(exact) == 1000
     cased = train_wordpiece_tokenizer(files=[excerpt], vocab_size=640, lowercase=False, show_progress=False)
     assert len(cased) == 640 and cased.do_lower_case is False
@@ -328,8 +376,9 @@ def test_training_sizes_and_options(tmp_path):
     # too small a corpus for the request: filled with [unusedN] up to the exact size, with a warning
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("a tiny corpus\n" * 5, encoding="utf-8")
-    small = train_wordpiece_tokenizer(files=[tiny], vocab_size=100, round_to_multiple_of=64, min_frequency=1,
-                                      show_progress=False)
+    small = train_wordpiece_tokenizer(
+        files=[tiny], vocab_size=100, round_to_multiple_of=64, min_frequency=1, show_progress=False
+    )
     assert len(small) == 128 and "[unused0]" in small.get_vocab()
     assert small.tokenize("[unused0]") != ["[unused0]"]
     with pytest.raises(ValueError, match="exactly one"):
@@ -392,7 +441,11 @@ def run_fresh(tmp_path: Path, text: str, folders: list[Path]) -> dict:
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(ROOT), text, *map(str, folders)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -407,8 +460,13 @@ def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, m
     BriskBertTokenizer.from_pretrained(minilm_path).save_pretrained(converted)
     # (2) a model folder: a saved config next to the tokenizer files
     model_dir = tmp_path / "model"
-    BertConfig(vocab_size=len(trained), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-               intermediate_size=64).save_pretrained(model_dir)
+    BertConfig(
+        vocab_size=len(trained),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+    ).save_pretrained(model_dir)
     trained.save_pretrained(model_dir)
     # (3) a model folder whose config has a model_type transformers does not know
     unknown = tmp_path / "unknown_type"
@@ -417,8 +475,12 @@ def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, m
 
     text = "The European lobster, Homarus gammarus, lives in the Atlantic Ocean."
     results = run_fresh(tmp_path, text, [converted, trained_dir, model_dir, unknown])
-    for folder, expected in ((converted, BriskBertTokenizer.from_pretrained(minilm_path)),
-                             (trained_dir, trained), (model_dir, trained), (unknown, trained)):
+    for folder, expected in (
+        (converted, BriskBertTokenizer.from_pretrained(minilm_path)),
+        (trained_dir, trained),
+        (model_dir, trained),
+        (unknown, trained),
+    ):
         got = results[str(folder)]
         assert got["cls"] == "BriskBertTokenizer" and got["module"].startswith("transformers_modules"), got
         enc = expected(text, "a pair", return_offsets_mapping=True)
@@ -431,9 +493,24 @@ def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, m
 def test_cli_trains_and_saves(tmp_path):
     out = tmp_path / "cli_tok"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "train_tokenizer.py"), "--files", str(EXCERPTS / "wikitext2_excerpt.txt"),
-         "--vocab_size", "700", "--output_dir", str(out), "--no-lowercase", "--min_frequency", "3", "--no_progress"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train_tokenizer.py"),
+            "--files",
+            str(EXCERPTS / "wikitext2_excerpt.txt"),
+            "--vocab_size",
+            "700",
+            "--output_dir",
+            str(out),
+            "--no-lowercase",
+            "--min_frequency",
+            "3",
+            "--no_progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "vocabulary size 704" in proc.stdout

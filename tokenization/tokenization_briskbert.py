@@ -142,9 +142,7 @@ class BriskBertTokenizer(BertTokenizer):
         _check_text_argument("text_pair", text_pair, allow_none=True)
         _check_text_argument("text_target", text_target, allow_none=True)
         _check_text_argument("text_pair_target", text_pair_target, allow_none=True)
-        return super().__call__(
-            text, text_pair, text_target, text_pair_target, *args, **kwargs
-        )
+        return super().__call__(text, text_pair, text_target, text_pair_target, *args, **kwargs)
 
     def encode(self, text, text_pair=None, *args, **kwargs):
         _check_text_argument("text", text, allow_none=False)
@@ -168,7 +166,8 @@ class BriskBertTokenizer(BertTokenizer):
         if not os.path.isdir(save_directory):
             raise ValueError(f"Vocabulary path ({save_directory}) should be a directory")
         out_vocab_file = os.path.join(
-            save_directory, (filename_prefix + "-" if filename_prefix else "") + VOCAB_FILES_NAMES["vocab_file"]
+            save_directory,
+            (filename_prefix + "-" if filename_prefix else "") + VOCAB_FILES_NAMES["vocab_file"],
         )
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
         ordered = sorted(vocab.items(), key=lambda kv: kv[1])

@@ -39,13 +39,17 @@ def _dataset_batches(dataset, text_column: str, batch_size: int) -> Iterator[lis
     column_names = getattr(dataset, "column_names", None)
     if isinstance(column_names, dict):  # a DatasetDict: refuse clearly rather than train on split names
         raise TypeError(
-            f"`dataset` is a DatasetDict with splits {sorted(column_names)}; pass one split, e.g. dataset['train']."
+            f"`dataset` is a DatasetDict with splits {sorted(column_names)}; "
+            "pass one split, e.g. dataset['train']."
         )
     if column_names is not None and text_column not in column_names:
-        raise ValueError(f"`text_column={text_column!r}` is not a column of the dataset; columns: {column_names}.")
+        raise ValueError(
+            f"`text_column={text_column!r}` is not a column of the dataset; columns: {column_names}."
+        )
     if hasattr(dataset, "iter"):  # datasets.Dataset / IterableDataset: fast columnar batches
         batches = (batch[text_column] for batch in dataset.iter(batch_size=batch_size))
     else:  # any iterable of dicts (or of strings)
+
         def _generic():
             batch = []
             for row in dataset:
@@ -103,11 +107,17 @@ def train_wordpiece_tokenizer(
     if (files is None) == (dataset is None):
         raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
     if int(vocab_size) <= len(SPECIAL_TOKENS):
-        raise ValueError(f"`vocab_size` must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}.")
+        raise ValueError(
+            f"`vocab_size` must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}."
+        )
     target_size = round_up_to_multiple(vocab_size, round_to_multiple_of)
     if target_size != vocab_size:
-        logger.info("Rounding the vocabulary size %d up to %d (a multiple of %d).", vocab_size, target_size,
-                    round_to_multiple_of)
+        logger.info(
+            "Rounding the vocabulary size %d up to %d (a multiple of %d).",
+            vocab_size,
+            target_size,
+            round_to_multiple_of,
+        )
 
     # The same normaliser / pre-tokeniser the tokenizer will use (transformers' BERT pipeline).
     template = BriskBertTokenizer(do_lower_case=lowercase, strip_accents=strip_accents)
@@ -141,8 +151,9 @@ def train_wordpiece_tokenizer(
             length = -(-len(dataset) // batch_size)
         except TypeError:
             pass
-        backend.train_from_iterator(_dataset_batches(dataset, text_column, batch_size), trainer=trainer,
-                                    length=length)
+        backend.train_from_iterator(
+            _dataset_batches(dataset, text_column, batch_size), trainer=trainer, length=length
+        )
     elapsed = time.perf_counter() - start
 
     vocab = backend.get_vocab(with_added_tokens=False)
@@ -153,7 +164,11 @@ def train_wordpiece_tokenizer(
         missing = target_size - len(vocab)
         logger.warning(
             "The corpus yielded %d WordPiece tokens, fewer than the %d requested; filling with %d [unusedN] "
-            "tokens. Use more text or a smaller vocab_size.", len(vocab), target_size, missing)
+            "tokens. Use more text or a smaller vocab_size.",
+            len(vocab),
+            target_size,
+            missing,
+        )
         next_id, i = len(vocab), 0
         while len(vocab) < target_size:
             token = f"[unused{i}]"
@@ -162,8 +177,12 @@ def train_wordpiece_tokenizer(
                 next_id += 1
             i += 1
     elif len(vocab) > target_size:
-        logger.warning("The trainer produced %d tokens (> %d requested): its initial alphabet alone is larger; "
-                       "lower `limit_alphabet`.", len(vocab), target_size)
+        logger.warning(
+            "The trainer produced %d tokens (> %d requested): its initial alphabet alone is larger; "
+            "lower `limit_alphabet`.",
+            len(vocab),
+            target_size,
+        )
 
     tokenizer = BriskBertTokenizer(
         vocab=vocab,
