@@ -438,6 +438,8 @@ def run(
             dataloader = train_dataloader
             if state["batches_in_epoch"]:
                 dataloader = accelerator.skip_first_batches(train_dataloader, state["batches_in_epoch"])
+            if hasattr(dataloader, "set_epoch"):  # Accelerate's loaders re-set the sampler's epoch on iter()
+                dataloader.set_epoch(epoch)
             batches = iter(dataloader)
             exhausted = False
             while state["global_step"] < max_train_steps:

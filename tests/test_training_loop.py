@@ -1,0 +1,171 @@
+"""The shared training loop: optimizer groups, schedules, window-normalised accumulation, exact resume
+after an interruption, outputs. Small models and a few steps keep each test to a few seconds."""
+
+import argparse
+import json
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from modeling import BriskBertConfig, BriskBertForMaskedLM
+from training import add_training_arguments, parameter_groups, run, validate_training_arguments
+from training.loop import _train_window, create_accelerator
+from training.masking import MaskingCollator, count_masked_tokens
+from training.optim import create_scheduler
+
+VOCAB = 120
+
+
+class FakeTokenizer:
+    """Just what MaskingCollator needs: ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]."""
+
+    pad_token_id, cls_token_id, sep_token_id, mask_token_id = 0, 2, 3, 4
+    all_special_ids = [0, 1, 2, 3, 4]
+
+    def __len__(self):
+        return VOCAB
+
+
+def sequences(n, length=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        body = torch.randint(5, VOCAB, (length - 2 - i % 5,), generator=g).tolist()  # uneven lengths
+        out.append({"input_ids": [2, *body, 3], "idx": i})
+    return out
+
+
+def tiny_model(seed=0, dropout=0.1):
+    torch.manual_seed(seed)
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return BriskBertForMaskedLM(config)
+
+
+def parse(*argv):
+    return add_training_arguments(argparse.ArgumentParser()).parse_args(list(argv))
+
+
+def test_weight_decay_skips_biases_norms_and_embeddings_by_module_type():
+    for preset in ("bert-tiny", "modern-tiny"):  # LayerNorm and RMSNorm
+        model = BriskBertForMaskedLM(BriskBertConfig.from_preset(preset, vocab_size=VOCAB))
+        decay, no_decay = parameter_groups(model, 0.01)
+        assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+        expected = set()  # a tied decoder weight *is* the embedding matrix: not decayed either
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                if isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm") \
+                        or name == "bias":
+                    expected.add(id(p))
+        assert {id(p) for p in no_decay["params"]} == expected
+        assert any(type(m).__name__ == "RMSNorm" for m in model.modules()) == (preset == "modern-tiny")
+        linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - expected
+        assert linear_weights and linear_weights <= {id(p) for p in decay["params"]}
+        n_params = len({id(p) for p in model.parameters()})
+        assert len(decay["params"]) + len(no_decay["params"]) == n_params  # tied weights listed once
+
+
+def test_warmup_stable_decay_schedule():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = create_scheduler(opt, "warmup_stable_decay", num_warmup_steps=2, num_training_steps=10, decay_ratio=0.2)
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs == [0.0, 0.5] + [1.0] * 7 + [0.5]  # warm-up, stable, linear decay over the last 20 %
+
+
+def test_window_loss_equals_big_batch_loss():
+    """Accumulating uneven micro-batches gives the gradient and loss of one batch over all masked tokens."""
+    collator = MaskingCollator(FakeTokenizer(), mlm_probability=0.3)
+    examples = sequences(12)
+    window = [collator(examples[:3]), collator(examples[3:5]), collator(examples[5:12])]  # 3 micro-batches
+    big = collator(examples)
+    assert len({int(count_masked_tokens(b)) for b in window}) > 1  # the counts really differ
+
+    accelerator = create_accelerator(parse("--output_dir", "unused"))
+    model = tiny_model(dropout=0.0)
+    loss_sum, counts = _train_window(accelerator, model, window, count_masked_tokens)
+    window_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    loss = model(**big).loss
+    loss.backward()
+    assert loss_sum / counts[0] == pytest.approx(loss.item(), rel=1e-5)
+    for g_window, p in zip(window_grads, model.parameters()):
+        torch.testing.assert_close(g_window, p.grad, rtol=1e-4, atol=1e-7)
+
+
+def run_tiny(output_dir, *extra, callbacks=()):
+    args = parse("--output_dir", str(output_dir), "--max_train_steps", "6", "--per_device_train_batch_size", "4",
+                 "--gradient_accumulation_steps", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
+                 "--eval_steps", "4", "--num_warmup_steps", "2", *extra)
+    return run(args, model=tiny_model(), train_dataset=sequences(20), eval_dataset=sequences(6, seed=1),
+               data_collator=MaskingCollator(FakeTokenizer(), seed=args.seed),
+               eval_collator=MaskingCollator(FakeTokenizer(), seed=99), count_items=count_masked_tokens,
+               callbacks=callbacks)
+
+
+def train_losses(history):
+    return {e["step"]: e["loss"] for e in history if "loss" in e}
+
+
+def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path):
+    """SIGTERM at step 4 (mid-epoch, after an epoch boundary and an evaluation, dropout on) saves a
+    checkpoint; resuming gives the same losses at steps 5-6 as a run that was never interrupted."""
+    reference = run_tiny(tmp_path / "reference")
+
+    def kill_at_4(entry):
+        if entry["step"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    interrupted = run_tiny(tmp_path / "run", callbacks=[kill_at_4])
+    assert interrupted.interrupted and interrupted.global_step == 4 and interrupted.final_dir is None
+    state = json.loads((tmp_path / "run" / "step_4" / "trainer_state.json").read_text())
+    # 5 batches per epoch, windows of 2: steps 1-3 are epoch 0, step 4 took batches 0-1 of epoch 1.
+    assert state["global_step"] == 4 and state["epoch"] == 1 and state["batches_in_epoch"] == 2
+    resumed = run_tiny(tmp_path / "run", "--resume_from_checkpoint", "latest")
+    assert resumed.global_step == 6 and not resumed.interrupted
+    want, got = train_losses(reference.history), train_losses(resumed.history)
+    assert [got[s] for s in (5, 6)] == [want[s] for s in (5, 6)]  # bit-exact on CPU
+    assert [got[s] for s in (1, 2, 3, 4)] == [want[s] for s in (1, 2, 3, 4)]  # log history kept
+    assert resumed.metrics["eval_loss"] == reference.metrics["eval_loss"]
+
+
+def test_outputs_checkpoint_rotation_and_best_model(tmp_path):
+    result = run_tiny(tmp_path, "--checkpointing_steps", "2", "--checkpoints_total_limit", "2",
+                      "--metric_for_best_model", "loss")
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_4", "step_6"]
+    for name in ("all_results.json", "log_history.jsonl", "training_curves.png", "best/config.json",
+                 "final/model.safetensors", "final/training_facts.json"):
+        assert (tmp_path / name).is_file(), name
+    results = json.loads((tmp_path / "all_results.json").read_text())
+    assert results["train_steps"] == 6 and results["tokens_seen"] > 0 and "eval_loss" in results
+    facts = json.loads((tmp_path / "final" / "training_facts.json").read_text())
+    for key in ("train_steps", "tokens_seen", "hardware", "wall_time_s", "metrics", "global_batch_size"):
+        assert key in facts, key
+    assert result.best_metric["name"] == "eval_loss"
+    lines = [json.loads(line) for line in (tmp_path / "log_history.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in lines if "loss" in e] == [1, 2, 3, 4, 5, 6]
+    assert all(e["tokens_per_s"] > 0 and e["learning_rate"] >= 0 for e in lines if "loss" in e)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps must be >= 1"),
+    (["--num_warmup_steps", "10", "--warmup_ratio", "0.1"], "either --num_warmup_steps or --warmup_ratio"),
+    (["--checkpointing_steps", "often"], "positive integer or 'epoch'"),
+    (["--report_to", "wandb"], "not supported"),
+    (["--greater_is_better", "true"], "needs --metric_for_best_model"),
+])
+def test_contradictory_training_flags_fail_before_training(argv, message):
+    with pytest.raises(ValueError, match=message):
+        validate_training_arguments(parse("--output_dir", "x", *argv))
+
+
+def test_too_small_dataset_is_a_clear_error(tmp_path):
+    args = parse("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        run(args, model=tiny_model(), train_dataset=sequences(5), data_collator=MaskingCollator(FakeTokenizer()))
