@@ -190,6 +190,7 @@ def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
     assert_no_token_anywhere("\n".join(lines))
 
 
+@pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
 @pytest.mark.parametrize("step,mode", [("preupload", "regular"), ("lfs_upload", "lfs"), ("lfs_verify", "lfs")])
 def test_transient_faults_are_retried(folder, tmp_path, monkeypatch, step, mode):
     from huggingface_hub import constants
