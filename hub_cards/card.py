@@ -32,22 +32,51 @@ TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
 #: config options shown in the architecture table, in this order
 ARCHITECTURE_OPTIONS = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-    "position_embedding_type", "rope_theta", "norm_type", "norm_position", "hidden_act", "mlp_type",
-    "sliding_window", "global_attn_every_n_layers", "vocab_size", "max_position_embeddings", "type_vocab_size",
-    "attention_bias", "mlp_bias", "classifier_pooling", "tie_word_embeddings",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "position_embedding_type",
+    "rope_theta",
+    "norm_type",
+    "norm_position",
+    "hidden_act",
+    "mlp_type",
+    "sliding_window",
+    "global_attn_every_n_layers",
+    "vocab_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "attention_bias",
+    "mlp_bias",
+    "classifier_pooling",
+    "tie_word_embeddings",
 )
 
 #: architecture suffix -> (pipeline tag, Auto class, example pipeline input as Python source)
 TASKS = {
-    "ForSequenceClassification": ("text-classification", "AutoModelForSequenceClassification",
-                                  '"A short film that is both funny and moving."'),
-    "ForTokenClassification": ("token-classification", "AutoModelForTokenClassification",
-                               '"George Washington lived in Virginia."'),
-    "ForQuestionAnswering": ("question-answering", "AutoModelForQuestionAnswering",
-                             'question="Where do cats sit?", context="The cat sat on the mat."'),
+    "ForSequenceClassification": (
+        "text-classification",
+        "AutoModelForSequenceClassification",
+        '"A short film that is both funny and moving."',
+    ),
+    "ForTokenClassification": (
+        "token-classification",
+        "AutoModelForTokenClassification",
+        '"George Washington lived in Virginia."',
+    ),
+    "ForQuestionAnswering": (
+        "question-answering",
+        "AutoModelForQuestionAnswering",
+        'question="Where do cats sit?", context="The cat sat on the mat."',
+    ),
     "ForMaskedLM": ("fill-mask", "AutoModelForMaskedLM", 'f"The cat sat on the {tokenizer.mask_token}."'),
-    "ForPreTraining": ("fill-mask", "AutoModelForPreTraining", 'f"The cat sat on the {tokenizer.mask_token}."'),
+    "ForPreTraining": (
+        "fill-mask",
+        "AutoModelForPreTraining",
+        'f"The cat sat on the {tokenizer.mask_token}."',
+    ),
     "Model": ("feature-extraction", "AutoModel", '"The cat sat on the mat."'),
 }
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -66,8 +95,9 @@ def task_for_architecture(architecture: str) -> tuple[str, str, str]:
             return info
     if architecture.endswith("Model"):
         return TASKS["Model"]
-    raise CardError(f"Unknown architecture {architecture!r}: expected a name ending in one of "
-                    f"{', '.join(TASKS)}")
+    raise CardError(
+        f"Unknown architecture {architecture!r}: expected a name ending in one of {', '.join(TASKS)}"
+    )
 
 
 def read_config(model_dir: str | Path) -> dict:
@@ -117,8 +147,13 @@ def _as_list(value) -> list:
     return [value] if isinstance(value, str) else list(value)
 
 
-def render_card(model_dir: str | Path, repo_id: str | None = None, revision: str = "main",
-                facts: dict | None = None, revision_is_pinned: bool = False) -> ModelCard:
+def render_card(
+    model_dir: str | Path,
+    repo_id: str | None = None,
+    revision: str = "main",
+    facts: dict | None = None,
+    revision_is_pinned: bool = False,
+) -> ModelCard:
     """Build the card for ``model_dir`` as it will be published to ``repo_id`` at ``revision``.
 
     ``revision`` goes into the usage snippet: pass a tag (or commit id) and ``revision_is_pinned=True``
@@ -129,24 +164,42 @@ def render_card(model_dir: str | Path, repo_id: str | None = None, revision: str
     facts = read_facts(model_dir) if facts is None else dict(facts)
     archs = config.get("architectures") or []
     if not archs:
-        raise CardError(f"{model_dir / 'config.json'} has no 'architectures' entry: save the model with "
-                        "save_pretrained so the card knows its task")
+        raise CardError(
+            f"{model_dir / 'config.json'} has no 'architectures' entry: save the model with "
+            "save_pretrained so the card knows its task"
+        )
     pipeline_tag, auto_class, example = task_for_architecture(archs[0])
     pipeline_tag = facts.get("pipeline_tag") or pipeline_tag
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
     model_name = facts.get("model_name") or repo_id.split("/")[-1]
 
-    datasets = [d for d in _as_list(facts.get("datasets"))
-                if isinstance(d, str) and _DATASET_ID_RE.match(d) and not d.lower().endswith(_FILE_SUFFIXES)]
-    metrics = {_metric_name(k): v for k, v in sorted((facts.get("metrics") or {}).items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               and _metric_name(k) not in _NOT_METRICS}
+    datasets = [
+        d
+        for d in _as_list(facts.get("datasets"))
+        if isinstance(d, str) and _DATASET_ID_RE.match(d) and not d.lower().endswith(_FILE_SUFFIXES)
+    ]
+    metrics = {
+        _metric_name(k): v
+        for k, v in sorted((facts.get("metrics") or {}).items())
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and _metric_name(k) not in _NOT_METRICS
+    }
     eval_dataset = facts.get("eval_dataset") or (datasets[0] if datasets else None)
     eval_results = None
     if metrics and eval_dataset:
-        eval_results = [EvalResult(task_type=pipeline_tag, dataset_type=str(eval_dataset),
-                                   dataset_name=str(eval_dataset), metric_type=name, metric_name=name,
-                                   metric_value=round(float(value), 6)) for name, value in metrics.items()]
+        eval_results = [
+            EvalResult(
+                task_type=pipeline_tag,
+                dataset_type=str(eval_dataset),
+                dataset_name=str(eval_dataset),
+                metric_type=name,
+                metric_name=name,
+                metric_value=round(float(value), 6),
+            )
+            for name, value in metrics.items()
+        ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type", "briskbert")]
     tags += [t for t in _as_list(facts.get("tags")) if isinstance(t, str)]
     tags = list(dict.fromkeys(tags))
@@ -170,22 +223,33 @@ def render_card(model_dir: str | Path, repo_id: str | None = None, revision: str
 
     training_rows = []
     for key, label, fmt in (
-        ("task", "task", _fmt), ("config_preset", "config preset", _fmt), ("base_model", "base model", _fmt),
-        ("datasets", "training data", _fmt), ("train_steps", "optimizer steps", _fmt),
-        ("epochs", "epochs", _fmt), ("tokens_seen", "tokens seen", _fmt),
-        ("examples_seen", "examples seen", _fmt), ("global_batch_size", "global batch size", _fmt),
-        ("learning_rate", "peak learning rate", _fmt), ("lr_scheduler_type", "schedule", _fmt),
-        ("num_warmup_steps", "warm-up steps", _fmt), ("weight_decay", "weight decay", _fmt),
-        ("mixed_precision", "precision", _fmt), ("seed", "seed", str), ("hardware", "hardware", _fmt),
-        ("num_processes", "processes", _fmt), ("wall_time_s", "training time", _duration),
+        ("task", "task", _fmt),
+        ("config_preset", "config preset", _fmt),
+        ("base_model", "base model", _fmt),
+        ("datasets", "training data", _fmt),
+        ("train_steps", "optimizer steps", _fmt),
+        ("epochs", "epochs", _fmt),
+        ("tokens_seen", "tokens seen", _fmt),
+        ("examples_seen", "examples seen", _fmt),
+        ("global_batch_size", "global batch size", _fmt),
+        ("learning_rate", "peak learning rate", _fmt),
+        ("lr_scheduler_type", "schedule", _fmt),
+        ("num_warmup_steps", "warm-up steps", _fmt),
+        ("weight_decay", "weight decay", _fmt),
+        ("mixed_precision", "precision", _fmt),
+        ("seed", "seed", str),
+        ("hardware", "hardware", _fmt),
+        ("num_processes", "processes", _fmt),
+        ("wall_time_s", "training time", _duration),
         ("framework_versions", "software", _fmt),
     ):
         if facts.get(key) not in (None, "", [], {}):
             training_rows.append((label, fmt(facts[key])))
     best = facts.get("best_metric")
     if isinstance(best, dict) and "name" in best:
-        training_rows.append(("best checkpoint", f"{best['name']} {_fmt(best.get('value'))} at step "
-                                                 f"{_fmt(best.get('step'))}"))
+        training_rows.append(
+            ("best checkpoint", f"{best['name']} {_fmt(best.get('value'))} at step {_fmt(best.get('step'))}")
+        )
 
     limitations = [
         "Trained on the data listed above only; expect weaker results on other domains, languages and styles.",
@@ -198,18 +262,36 @@ def render_card(model_dir: str | Path, repo_id: str | None = None, revision: str
     limitations += [str(x) for x in _as_list(facts.get("limitations"))]
 
     description = facts.get("description") or (
-        f"A {pipeline_tag} model" + (f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else "")
-        + (f"{',' if facts.get('base_model') else ''} trained on {', '.join(map(str, _as_list(facts.get('datasets'))))}" if facts.get("datasets") else "")
+        f"A {pipeline_tag} model"
+        + (f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else "")
+        + (
+            f"{',' if facts.get('base_model') else ''} trained on {', '.join(map(str, _as_list(facts.get('datasets'))))}"
+            if facts.get("datasets")
+            else ""
+        )
         + "."
     )
-    revision_note = ("pinned: this tag names the published commit" if revision_is_pinned
-                     else "a branch moves; pin the commit id from the repo's history for reproducible results")
+    revision_note = (
+        "pinned: this tag names the published commit"
+        if revision_is_pinned
+        else "a branch moves; pin the commit id from the repo's history for reproducible results"
+    )
     card = ModelCard.from_template(
-        card_data, template_path=str(TEMPLATE_PATH), model_name=model_name, description=description,
-        architecture=", ".join(archs), repo_id=repo_id, revision=revision, revision_note=revision_note,
-        auto_class=auto_class, pipeline_tag=pipeline_tag, example_input=example,
-        architecture_rows=architecture_rows, training_rows=training_rows,
-        metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()], eval_dataset=eval_dataset or "held-out data",
+        card_data,
+        template_path=str(TEMPLATE_PATH),
+        model_name=model_name,
+        description=description,
+        architecture=", ".join(archs),
+        repo_id=repo_id,
+        revision=revision,
+        revision_note=revision_note,
+        auto_class=auto_class,
+        pipeline_tag=pipeline_tag,
+        example_input=example,
+        architecture_rows=architecture_rows,
+        training_rows=training_rows,
+        metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
+        eval_dataset=eval_dataset or "held-out data",
         limitations=limitations,
     )
     problems = check_card(card)

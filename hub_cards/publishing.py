@@ -36,23 +36,55 @@ from pathlib import Path
 
 from .card import TASKS, CardError, read_config, render_card, task_for_architecture
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-                   "added_tokens.json", "tokenizer.model", "chat_template.jinja")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "added_tokens.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
 CONFIG_FILES = ("config.json", "generation_config.json")
 # Never uploaded unless named in ``include`` (also reported in the dry run).
-NEVER_BY_DEFAULT = ("optimizer*", "scheduler*", "rng_state*", "trainer_state.json", "training_args*",
-                    "checkpoint-*", "*.log", "logs", "runs", "events.out.tfevents*", "*.bin", "*.pt", "*.pth",
-                    "*.ckpt", "training_facts.json", "README.md", "*token*.txt", "*.env", "*.pem", "*.key")
+NEVER_BY_DEFAULT = (
+    "optimizer*",
+    "scheduler*",
+    "rng_state*",
+    "trainer_state.json",
+    "training_args*",
+    "checkpoint-*",
+    "*.log",
+    "logs",
+    "runs",
+    "events.out.tfevents*",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "training_facts.json",
+    "README.md",
+    "*token*.txt",
+    "*.env",
+    "*.pem",
+    "*.key",
+)
 PROJECT_PACKAGES = ("briskbert", "modeling", "tokenization", "training", "hub_cards", "local_hub")
-_REL_IMPORT_RES = (re.compile(r"^\s*import\s+\.(\S+)\s*$", re.M), re.compile(r"^\s*from\s+\.(\S+)\s+import", re.M))
+_REL_IMPORT_RES = (
+    re.compile(r"^\s*import\s+\.(\S+)\s*$", re.M),
+    re.compile(r"^\s*from\s+\.(\S+)\s+import", re.M),
+)
 
 
 class IncompleteModelFolder(ValueError):
     def __init__(self, model_dir: Path, missing: list[str]):
         self.missing = missing
-        super().__init__(f"{model_dir} cannot be published, it lacks:\n  - " + "\n  - ".join(missing)
-                         + "\nSave the model and tokenizer with save_pretrained (after importing modeling and "
-                           "tokenization so the code files and auto_map are written).")
+        super().__init__(
+            f"{model_dir} cannot be published, it lacks:\n  - "
+            + "\n  - ".join(missing)
+            + "\nSave the model and tokenizer with save_pretrained (after importing modeling and "
+            "tokenization so the code files and auto_map are written)."
+        )
 
 
 class PublishError(RuntimeError):
@@ -105,7 +137,9 @@ def _with_relative_imports(folder: Path, files: list[str], missing: list[str]) -
     return seen
 
 
-def collect_files(model_dir: str | Path, include: tuple[str, ...] | list[str] = ()) -> tuple[list[str], list[str]]:
+def collect_files(
+    model_dir: str | Path, include: tuple[str, ...] | list[str] = ()
+) -> tuple[list[str], list[str]]:
     """(files to upload, local files left out). Raises ``IncompleteModelFolder`` listing what is missing."""
     folder = Path(model_dir)
     if not folder.is_dir():
@@ -143,13 +177,20 @@ def collect_files(model_dir: str | Path, include: tuple[str, ...] | list[str] = 
     elif (folder / "model.safetensors").is_file():
         chosen.append("model.safetensors")
     else:
-        hint = " (only PyTorch .bin weights found: re-save with safe_serialization)" if list(
-            folder.glob("pytorch_model*.bin")) else ""
+        hint = (
+            " (only PyTorch .bin weights found: re-save with safe_serialization)"
+            if list(folder.glob("pytorch_model*.bin"))
+            else ""
+        )
         missing.append("model.safetensors (weights)" + hint)
     # tokenizer
     tok_files = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
-    if "tokenizer_config.json" not in tok_files or not ({"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tok_files)):
-        missing.append("tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)")
+    if "tokenizer_config.json" not in tok_files or not (
+        {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tok_files)
+    ):
+        missing.append(
+            "tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)"
+        )
     else:
         tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
         chosen += tok_files
@@ -172,8 +213,10 @@ def _check_no_secret(folder: Path, files: list[str], token: str | None) -> None:
     for rel in files:
         data = (folder / rel).read_bytes()
         if needle in data:
-            raise PublishError(f"{rel} contains the access token; refusing to upload it. Remove the token "
-                               "from the file and publish again.")
+            raise PublishError(
+                f"{rel} contains the access token; refusing to upload it. Remove the token "
+                "from the file and publish again."
+            )
 
 
 def _maybe_shard(folder: Path, files: list[str], max_shard_size: int | str, workdir: Path) -> dict[str, Path]:
@@ -197,8 +240,10 @@ def _maybe_shard(folder: Path, files: list[str], max_shard_size: int | str, work
     for shard_name, names in split.filename_to_tensors.items():
         save_file({n: state[n].contiguous() for n in names}, str(workdir / shard_name), metadata=metadata)
         mapping[shard_name] = workdir / shard_name
-    index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
-             "weight_map": split.tensor_to_filename}
+    index = {
+        "metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
+        "weight_map": split.tensor_to_filename,
+    }
     (workdir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     mapping["model.safetensors.index.json"] = workdir / "model.safetensors.index.json"
     return mapping
@@ -226,7 +271,9 @@ def _retry(step: str, fn, *, attempts: int, backoff_s: float, token: str | None,
             return fn()
         except Exception as e:  # noqa: BLE001 - filtered by _retryable
             if not _retryable(e):
-                raise PublishError(f"{step} failed: {_redact(str(e) or type(e).__name__, token)}\n{state}") from None
+                raise PublishError(
+                    f"{step} failed: {_redact(str(e) or type(e).__name__, token)}\n{state}"
+                ) from None
             if attempt == attempts:
                 raise PublishError(
                     f"{step} failed after {attempts} attempts; last error: {type(e).__name__}: "
@@ -238,7 +285,7 @@ def _retry(step: str, fn, *, attempts: int, backoff_s: float, token: str | None,
 
 
 # ---- verification ----------------------------------------------------------------------------------
-_VERIFY_SCRIPT = r'''
+_VERIFY_SCRIPT = r"""
 import importlib.abc, json, sys
 BLOCKED = set(sys.argv[2].split(","))
 class _NoProject(importlib.abc.MetaPathFinder):
@@ -280,31 +327,70 @@ else:
 print(json.dumps({"ok": True, "model_class": f"{module}.{type(model).__name__}",
                   "tokenizer_class": type(tokenizer).__name__, "task": task, "pipeline_output": summary,
                   "files": files}))
-'''
+"""
 
 
-def verify_commit(repo_id: str, commit_id: str, *, pipeline_tag: str, auto_class: str, endpoint: str,
-                  token: str | None = None, timeout_s: float = 600) -> dict:
+def verify_commit(
+    repo_id: str,
+    commit_id: str,
+    *,
+    pipeline_tag: str,
+    auto_class: str,
+    endpoint: str,
+    token: str | None = None,
+    timeout_s: float = 600,
+) -> dict:
     """Download ``commit_id`` into a fresh cache and load it in a clean interpreter. Returns
     ``{"ok": True, "model_class", "tokenizer_class", "task", "pipeline_output", "files"}`` or
     ``{"ok": False, "error"}``."""
     with tempfile.TemporaryDirectory(prefix="briskbert-verify-") as tmp:
         script = Path(tmp) / "verify_published_model.py"
         script.write_text(_VERIFY_SCRIPT)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTHON", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_MODULES_CACHE",
-                                    "TRANSFORMERS_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"))
-               and k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "HF_HOME")}
-        env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(Path(tmp) / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
-                    "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
-                    "TOKENIZERS_PARALLELISM": "false"})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(
+                (
+                    "PYTHON",
+                    "HF_HUB_CACHE",
+                    "HUGGINGFACE_HUB_CACHE",
+                    "HF_MODULES_CACHE",
+                    "TRANSFORMERS_CACHE",
+                    "HF_TOKEN",
+                    "HUGGING_FACE_HUB_TOKEN",
+                )
+            )
+            and k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "HF_HOME")
+        }
+        env.update(
+            {
+                "HF_ENDPOINT": endpoint,
+                "HF_HOME": str(Path(tmp) / "hf-home"),
+                "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                "TRANSFORMERS_VERBOSITY": "error",
+                "TOKENIZERS_PARALLELISM": "false",
+            }
+        )
         if token:
             env["HF_TOKEN"] = token  # environment only: never on the command line
-        args = json.dumps({"repo_id": repo_id, "commit_id": commit_id, "pipeline_tag": pipeline_tag,
-                           "auto_class": auto_class})
+        args = json.dumps(
+            {
+                "repo_id": repo_id,
+                "commit_id": commit_id,
+                "pipeline_tag": pipeline_tag,
+                "auto_class": auto_class,
+            }
+        )
         try:
-            proc = subprocess.run([sys.executable, "-I", str(script), args, ",".join(PROJECT_PACKAGES)], cwd=tmp,
-                                  env=env, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(
+                [sys.executable, "-I", str(script), args, ",".join(PROJECT_PACKAGES)],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"verification did not finish within {timeout_s:.0f} s"}
         if proc.returncode == 0:
@@ -334,12 +420,26 @@ def _set_timeout(timeout_s: float | None):
     return lambda: _http.set_client_factory(_http.default_client_factory)
 
 
-def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", tag: str | None = None,
-            private: bool = False, commit_message: str | None = None, token: str | None = None,
-            endpoint: str | None = None, dry_run: bool = False, verify: bool = True,
-            include: tuple[str, ...] | list[str] = (), max_shard_size: int | str = "2GB", attempts: int = 4,
-            backoff_s: float = 1.0, timeout_s: float | None = None, verify_timeout_s: float = 600,
-            log=print) -> PublishResult:
+def publish(
+    model_dir: str | Path,
+    repo_id: str,
+    *,
+    revision: str = "main",
+    tag: str | None = None,
+    private: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    dry_run: bool = False,
+    verify: bool = True,
+    include: tuple[str, ...] | list[str] = (),
+    max_shard_size: int | str = "2GB",
+    attempts: int = 4,
+    backoff_s: float = 1.0,
+    timeout_s: float | None = None,
+    verify_timeout_s: float = 600,
+    log=print,
+) -> PublishResult:
     """Publish ``model_dir`` to ``repo_id`` (see the module docstring). Returns a ``PublishResult``;
     raises ``IncompleteModelFolder``, ``CardError`` or ``PublishError``."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants, get_token
@@ -360,10 +460,19 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", tag:
         mapping = _maybe_shard(folder, files, max_shard_size, Path(work))
         sizes = {p: mapping[p].stat().st_size for p in sorted(mapping)}
         sizes["README.md"] = len(card.encode())
-        result = PublishResult(repo_id=repo_id, revision=revision, files=dict(sorted(sizes.items())), card=card,
-                               tag=tag, skipped=skipped)
+        result = PublishResult(
+            repo_id=repo_id,
+            revision=revision,
+            files=dict(sorted(sizes.items())),
+            card=card,
+            tag=tag,
+            skipped=skipped,
+        )
         if dry_run:
-            log(f"Dry run: would publish {len(sizes)} files to {repo_id}@{revision}" + (f" tagged {tag}" if tag else ""))
+            log(
+                f"Dry run: would publish {len(sizes)} files to {repo_id}@{revision}"
+                + (f" tagged {tag}" if tag else "")
+            )
             for p, n in result.files.items():
                 log(f"  {p}  ({n:,} bytes)")
             if skipped:
@@ -376,45 +485,82 @@ def publish(model_dir: str | Path, repo_id: str, *, revision: str = "main", tag:
         restore = _set_timeout(timeout_s)
         retry = dict(attempts=attempts, backoff_s=backoff_s, token=token, log=log)
         try:
-            _retry("create repo", lambda: api.create_repo(repo_id, private=private, exist_ok=True),
-                   state="Nothing was published.", **retry)
+            _retry(
+                "create repo",
+                lambda: api.create_repo(repo_id, private=private, exist_ok=True),
+                state="Nothing was published.",
+                **retry,
+            )
             if revision != "main":
-                _retry("create branch", lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
-                       state="Nothing was published.", **retry)
-            head = _retry("read branch head", lambda: api.repo_info(repo_id, revision=revision).sha,
-                          state="Nothing was published.", **retry)
+                _retry(
+                    "create branch",
+                    lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
+                    state="Nothing was published.",
+                    **retry,
+                )
+            head = _retry(
+                "read branch head",
+                lambda: api.repo_info(repo_id, revision=revision).sha,
+                state="Nothing was published.",
+                **retry,
+            )
             state = f"{repo_id}@{revision} is unchanged at commit {head}."
 
             def push():
                 current = api.repo_info(repo_id, revision=revision).sha
                 remote = set(api.list_repo_files(repo_id, revision=current))
-                ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(mapping[p])) for p in sorted(mapping)]
+                ops = [
+                    CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(mapping[p]))
+                    for p in sorted(mapping)
+                ]
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
-                ops += [CommitOperationDelete(path_in_repo=p) for p in sorted(remote - set(sizes) - {".gitattributes"})]
-                info = api.create_commit(repo_id, ops, revision=revision, parent_commit=current,
-                                         commit_message=commit_message or f"Publish {folder.name} with briskbert")
+                ops += [
+                    CommitOperationDelete(path_in_repo=p)
+                    for p in sorted(remote - set(sizes) - {".gitattributes"})
+                ]
+                info = api.create_commit(
+                    repo_id,
+                    ops,
+                    revision=revision,
+                    parent_commit=current,
+                    commit_message=commit_message or f"Publish {folder.name} with briskbert",
+                )
                 return current, info
 
             parent, info = _retry("commit", push, state=state, **retry)
             result.commit_id, result.commit_url = info.oid, info.commit_url
             result.new_commit = info.oid != parent
-            log(("Committed " if result.new_commit else "No changes; already published at ") + info.commit_url)
+            log(
+                ("Committed " if result.new_commit else "No changes; already published at ") + info.commit_url
+            )
             if tag:
-                _retry("tag", lambda: _ensure_tag(api, repo_id, tag, info.oid), **retry,
-                       state=f"The commit {info.oid} is published but not tagged.")
+                _retry(
+                    "tag",
+                    lambda: _ensure_tag(api, repo_id, tag, info.oid),
+                    **retry,
+                    state=f"The commit {info.oid} is published but not tagged.",
+                )
                 log(f"Tagged {info.oid} as {tag}")
         finally:
             restore()
 
     if verify:
         log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
-        result.verification = verify_commit(repo_id, result.commit_id, pipeline_tag=pipeline_tag,
-                                            auto_class=auto_class, endpoint=endpoint, token=token,
-                                            timeout_s=verify_timeout_s)
+        result.verification = verify_commit(
+            repo_id,
+            result.commit_id,
+            pipeline_tag=pipeline_tag,
+            auto_class=auto_class,
+            endpoint=endpoint,
+            token=token,
+            timeout_s=verify_timeout_s,
+        )
         if result.verified:
             v = result.verification
-            log(f"Verified: {v['model_class']} + {v['tokenizer_class']}, pipeline('{pipeline_tag}') -> "
-                f"{v['pipeline_output']}")
+            log(
+                f"Verified: {v['model_class']} + {v['tokenizer_class']}, pipeline('{pipeline_tag}') -> "
+                f"{v['pipeline_output']}"
+            )
         else:
             log("Verification FAILED:\n" + result.verification.get("error", ""))
     log(f"Commit: {result.commit_url}")
@@ -426,11 +572,20 @@ def _ensure_tag(api, repo_id: str, tag: str, commit_id: str) -> None:
     existing = {t.name: t.target_commit for t in refs.tags}
     if tag in existing:
         if existing[tag] != commit_id:
-            raise PublishError(f"Tag {tag!r} already names commit {existing[tag]}; tags are not moved. "
-                               "Publish with a new --tag.")
+            raise PublishError(
+                f"Tag {tag!r} already names commit {existing[tag]}; tags are not moved. "
+                "Publish with a new --tag."
+            )
         return
     api.create_tag(repo_id, tag=tag, revision=commit_id)
 
 
-__all__ = ["IncompleteModelFolder", "PublishError", "PublishResult", "collect_files", "publish", "verify_commit",
-           "TASKS"]
+__all__ = [
+    "IncompleteModelFolder",
+    "PublishError",
+    "PublishResult",
+    "collect_files",
+    "publish",
+    "verify_commit",
+    "TASKS",
+]

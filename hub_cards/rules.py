@@ -11,14 +11,43 @@ import re
 import yaml
 
 KNOWN_LICENSES = {
-    "apache-2.0", "mit", "bsd", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0", "cc-by-sa-4.0", "cc-by-nc-4.0",
-    "cc-by-nc-sa-4.0", "cc0-1.0", "gpl-3.0", "lgpl-3.0", "agpl-3.0", "mpl-2.0", "openrail", "bigscience-openrail-m",
-    "creativeml-openrail-m", "llama2", "llama3", "gemma", "unlicense", "other", "unknown",
+    "apache-2.0",
+    "mit",
+    "bsd",
+    "bsd-2-clause",
+    "bsd-3-clause",
+    "cc-by-4.0",
+    "cc-by-sa-4.0",
+    "cc-by-nc-4.0",
+    "cc-by-nc-sa-4.0",
+    "cc0-1.0",
+    "gpl-3.0",
+    "lgpl-3.0",
+    "agpl-3.0",
+    "mpl-2.0",
+    "openrail",
+    "bigscience-openrail-m",
+    "creativeml-openrail-m",
+    "llama2",
+    "llama3",
+    "gemma",
+    "unlicense",
+    "other",
+    "unknown",
 }
 PIPELINE_TAGS = {
-    "text-classification", "token-classification", "question-answering", "fill-mask", "feature-extraction",
-    "sentence-similarity", "zero-shot-classification", "text-generation", "summarization", "translation",
-    "text2text-generation", "table-question-answering",
+    "text-classification",
+    "token-classification",
+    "question-answering",
+    "fill-mask",
+    "feature-extraction",
+    "sentence-similarity",
+    "zero-shot-classification",
+    "text-generation",
+    "summarization",
+    "translation",
+    "text2text-generation",
+    "table-question-answering",
 }
 _FRONT_MATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
 _LANG_RE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)*$")
@@ -37,7 +66,7 @@ def split_front_matter(text: str) -> tuple[dict | None, str]:
         meta = {}
     if not isinstance(meta, dict):
         raise ValueError("The README front matter must be a YAML mapping")
-    return meta, text[m.end():]
+    return meta, text[m.end() :]
 
 
 def _str_list(value, key: str, errors: list[str]) -> None:
@@ -93,7 +122,11 @@ def _check_model_index(index) -> list[str]:
             if not isinstance(res.get("task"), dict) or not isinstance(res["task"].get("type"), str):
                 errors.append(f'"{where}.task.type" is required')
             ds = res.get("dataset")
-            if not isinstance(ds, dict) or not isinstance(ds.get("name"), str) or not isinstance(ds.get("type"), str):
+            if (
+                not isinstance(ds, dict)
+                or not isinstance(ds.get("name"), str)
+                or not isinstance(ds.get("type"), str)
+            ):
                 errors.append(f'"{where}.dataset" needs "name" and "type" strings')
             metrics = res.get("metrics")
             if not isinstance(metrics, list) or not metrics:

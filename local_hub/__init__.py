@@ -3,4 +3,13 @@
 from .server import STEPS, BackgroundHub, HubServer, make_server, running_server, serve
 from .storage import HubError, Storage
 
-__all__ = ["STEPS", "BackgroundHub", "HubError", "HubServer", "Storage", "make_server", "running_server", "serve"]
+__all__ = [
+    "STEPS",
+    "BackgroundHub",
+    "HubError",
+    "HubServer",
+    "Storage",
+    "make_server",
+    "running_server",
+    "serve",
+]

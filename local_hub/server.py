@@ -52,9 +52,25 @@ from .storage import (
 logger = logging.getLogger("local_hub")
 
 STEPS = (
-    "whoami", "create_repo", "delete_repo", "repo_info", "validate_yaml", "preupload", "lfs_batch",
-    "lfs_upload", "lfs_verify", "commit", "resolve", "tree", "paths_info", "refs", "commits", "branch", "tag",
-    "settings", "xet",
+    "whoami",
+    "create_repo",
+    "delete_repo",
+    "repo_info",
+    "validate_yaml",
+    "preupload",
+    "lfs_batch",
+    "lfs_upload",
+    "lfs_verify",
+    "commit",
+    "resolve",
+    "tree",
+    "paths_info",
+    "refs",
+    "commits",
+    "branch",
+    "tag",
+    "settings",
+    "xet",
 )
 _CHUNK = 1 << 20
 
@@ -68,8 +84,17 @@ class HubServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 64
 
-    def __init__(self, address, data_dir, token: str | None, *, user: str = "testuser",
-                 upload_mode: str = "regular", fault: dict | None = None, log_file: str | None = None):
+    def __init__(
+        self,
+        address,
+        data_dir,
+        token: str | None,
+        *,
+        user: str = "testuser",
+        upload_mode: str = "regular",
+        fault: dict | None = None,
+        log_file: str | None = None,
+    ):
         if upload_mode not in ("regular", "lfs"):
             raise ValueError(f"upload_mode must be 'regular' or 'lfs', got {upload_mode!r}")
         super().__init__(address, _Handler)
@@ -240,8 +265,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as e:
             raise HubError(400, f"Invalid JSON body: {e}", "BadRequest") from e
 
-    def _send(self, status: int, body: bytes = b"", content_type: str = "application/json",
-              headers: dict | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        headers: dict | None = None,
+    ) -> None:
         if not self._body_read:
             self._read_body()  # keep-alive: the request body must be consumed
         self._status = status
@@ -257,8 +287,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), headers=headers)
 
-    def _error(self, status: int, message: str, code: str | None, extra: dict | None = None,
-               headers: dict | None = None) -> None:
+    def _error(
+        self,
+        status: int,
+        message: str,
+        code: str | None,
+        extra: dict | None = None,
+        headers: dict | None = None,
+    ) -> None:
         h = {"X-Error-Message": message.encode("ascii", "replace").decode()}
         if code:
             h["X-Error-Code"] = code
@@ -275,8 +311,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _require_write(self) -> None:
         if not self._token_ok():
-            raise HubError(401, "Invalid credentials in Authorization header: a valid write token is required",
-                           "Unauthorized")
+            raise HubError(
+                401,
+                "Invalid credentials in Authorization header: a valid write token is required",
+                "Unauthorized",
+            )
 
     def _require_read(self, repo_type: str, repo_id: str) -> None:
         st = self.server.storage
@@ -284,8 +323,12 @@ class _Handler(BaseHTTPRequestHandler):
             raise HubError(404, f"Repository Not Found for url: {repo_type}s/{repo_id}.", "RepoNotFound")
         if st.meta(repo_type, repo_id)["private"] and not self._token_ok():
             # The Hub answers like this for private repos: indistinguishable from a missing one.
-            raise HubError(401, f"Repository Not Found for url: {repo_type}s/{repo_id}. "
-                                "If the repo is private, make sure you are authenticated.", "RepoNotFound")
+            raise HubError(
+                401,
+                f"Repository Not Found for url: {repo_type}s/{repo_id}. "
+                "If the repo is private, make sure you are authenticated.",
+                "RepoNotFound",
+            )
 
     def _base_url(self) -> str:
         return f"http://{self.headers.get('Host') or self.server.url[7:]}"
@@ -301,7 +344,12 @@ class _Handler(BaseHTTPRequestHandler):
         if len(s) >= 4 and s[2] == "resolve" and method in ("GET", "HEAD"):
             self._fault("resolve")
             return self._resolve(repo_type, f"{s[0]}/{s[1]}", s[3], "/".join(s[4:]))
-        if len(s) == 6 and s[1].endswith(".git") and s[2:] == ["info", "lfs", "objects", "batch"] and method == "POST":
+        if (
+            len(s) == 6
+            and s[1].endswith(".git")
+            and s[2:] == ["info", "lfs", "objects", "batch"]
+            and method == "POST"
+        ):
             self._fault("lfs_batch")
             return self._lfs_batch(repo_type, f"{s[0]}/{s[1][:-4]}")
         if s[:1] == ["lfs-upload"] and len(s) == 5 and method == "PUT":
@@ -317,9 +365,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._fault("whoami")
             if not self._token_ok():
                 raise HubError(401, "Invalid user token.", "Unauthorized")
-            return self._json({"type": "user", "name": self.server.user, "fullname": self.server.user,
-                               "orgs": [], "auth": {"type": "access_token",
-                                                    "accessToken": {"displayName": "local", "role": "write"}}})
+            return self._json(
+                {
+                    "type": "user",
+                    "name": self.server.user,
+                    "fullname": self.server.user,
+                    "orgs": [],
+                    "auth": {
+                        "type": "access_token",
+                        "accessToken": {"displayName": "local", "role": "write"},
+                    },
+                }
+            )
         if s == ["agent-harnesses"]:
             return self._json({"standardEnvVars": [], "harnesses": {}})
         if s == ["validate-yaml"] and method == "POST":
@@ -378,8 +435,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json({})
         if op == "xet-write-token":
             self._fault("xet")
-            raise HubError(400, "This server does not implement Xet storage. Set HF_HUB_DISABLE_XET=1 on the "
-                                "client, or run the server with upload_mode='regular'.", "XetNotSupported")
+            raise HubError(
+                400,
+                "This server does not implement Xet storage. Set HF_HUB_DISABLE_XET=1 on the "
+                "client, or run the server with upload_mode='regular'.",
+                "XetNotSupported",
+            )
         raise HubError(404, f"Not found: {method} {repo_type}s/{repo_id}/{'/'.join(rest)}", "NotFound")
 
     # ---- repo management ------------------------------------------------------------------------
@@ -436,10 +497,20 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
             tags.insert(0, card["library_name"])
         info = {
-            "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id, "author": repo_id.split("/")[0],
-            "sha": sha, "lastModified": obj["date"], "createdAt": meta.get("created_at"),
-            "private": meta["private"], "disabled": False, "gated": False, "downloads": 0, "likes": 0,
-            "tags": tags, "siblings": siblings, "cardData": card or None,
+            "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
+            "id": repo_id,
+            "author": repo_id.split("/")[0],
+            "sha": sha,
+            "lastModified": obj["date"],
+            "createdAt": meta.get("created_at"),
+            "private": meta["private"],
+            "disabled": False,
+            "gated": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": tags,
+            "siblings": siblings,
+            "cardData": card or None,
         }
         if repo_type == "model":
             info["modelId"] = repo_id
@@ -452,16 +523,24 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._json_body()
         content = body.get("content")
         if not isinstance(content, str):
-            return self._error(400, "'content' must be a string", "BadRequest", extra={"errors": [
-                {"message": "'content' must be a string"}], "warnings": []})
+            return self._error(
+                400,
+                "'content' must be a string",
+                "BadRequest",
+                extra={"errors": [{"message": "'content' must be a string"}], "warnings": []},
+            )
         try:
             meta, _ = split_front_matter(content)
             errors = check_metadata(meta or {})
         except ValueError as e:
             errors = [str(e)]
         if errors:
-            return self._error(400, "; ".join(errors), "InvalidMetadata",
-                               extra={"errors": [{"message": m} for m in errors], "warnings": []})
+            return self._error(
+                400,
+                "; ".join(errors),
+                "InvalidMetadata",
+                extra={"errors": [{"message": m} for m in errors], "warnings": []},
+            )
         self._json({"errors": [], "warnings": []})
 
     # ---- uploads --------------------------------------------------------------------------------
@@ -469,7 +548,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._query.get("create_pr"):
             raise HubError(400, "Pull requests are not supported by this server", "NotSupported")
         self.server.storage.require(repo_type, repo_id)
-        branch = revision[len("refs/heads/"):] if revision.startswith("refs/heads/") else revision
+        branch = revision[len("refs/heads/") :] if revision.startswith("refs/heads/") else revision
         if branch not in self.server.storage.refs(repo_type, repo_id)["branches"]:
             raise HubError(404, f"Invalid rev id: {revision} (not a branch)", "RevisionNotFound")
         return branch
@@ -486,7 +565,9 @@ class _Handler(BaseHTTPRequestHandler):
             lfs = self.server.upload_mode == "lfs" and looks_like_lfs(path, int(f.get("size", 0)), sample)
             cur = existing.get(path)
             oid = None if cur is None else (cur.sha256 if lfs else cur.git_oid)
-            out.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+            out.append(
+                {"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+            )
         self._json({"files": out, "commitOid": st.resolve(repo_type, repo_id, branch)})
 
     def _lfs_batch(self, repo_type: str, repo_id: str) -> None:
@@ -551,14 +632,21 @@ class _Handler(BaseHTTPRequestHandler):
                     raise HubError(400, "Only base64 file content is supported", "BadRequest")
                 data = base64.b64decode(value["content"])
                 path = validate_path(value["path"])
-                entry = FileEntry(path, st.put_bytes(data), len(data), git_blob_oid(data),
-                                  looks_like_lfs(path, len(data), data[:8000]))
+                entry = FileEntry(
+                    path,
+                    st.put_bytes(data),
+                    len(data),
+                    git_blob_oid(data),
+                    looks_like_lfs(path, len(data), data[:8000]),
+                )
                 ops.append({"op": "add", "path": path, "entry": entry})
             elif key == "lfsFile":
                 path = validate_path(value["path"])
                 oid = value["oid"]
                 if not st.has_blob(oid):
-                    raise HubError(422, f"LFS object for {path} (oid {oid}) was never uploaded", "MissingContent")
+                    raise HubError(
+                        422, f"LFS object for {path} (oid {oid}) was never uploaded", "MissingContent"
+                    )
                 blob = st.blob_path(oid)
                 size = blob.stat().st_size
                 if value.get("size") is not None and int(value["size"]) != size:
@@ -567,7 +655,9 @@ class _Handler(BaseHTTPRequestHandler):
                 with open(blob, "rb") as fh:
                     for chunk in iter(lambda: fh.read(_CHUNK), b""):
                         sha1.update(chunk)
-                ops.append({"op": "add", "path": path, "entry": FileEntry(path, oid, size, sha1.hexdigest(), True)})
+                ops.append(
+                    {"op": "add", "path": path, "entry": FileEntry(path, oid, size, sha1.hexdigest(), True)}
+                )
             elif key == "deletedFile":
                 ops.append({"op": "delete_file", "path": value["path"]})
             elif key == "deletedFolder":
@@ -576,8 +666,16 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HubError(400, f"Unsupported commit operation {key!r}", "BadRequest")
         if header is None:
             raise HubError(400, "The commit has no header line", "BadRequest")
-        cid = st.commit(repo_type, repo_id, branch, ops, str(header.get("summary") or "update"),
-                        str(header.get("description") or ""), self.server.user, header.get("parentCommit"))
+        cid = st.commit(
+            repo_type,
+            repo_id,
+            branch,
+            ops,
+            str(header.get("summary") or "update"),
+            str(header.get("description") or ""),
+            self.server.user,
+            header.get("parentCommit"),
+        )
         url = f"{self._base_url()}/{_repo_prefix(repo_type)}{repo_id}/commit/{cid}"
         self._json({"success": True, "commitOid": cid, "commitUrl": url, "pullRequestUrl": None})
 
@@ -591,9 +689,15 @@ class _Handler(BaseHTTPRequestHandler):
         entry = st.files(repo_type, repo_id, sha).get(path)
         if entry is None:
             # X-Repo-Commit lets the client cache the absence (transformers probes many optional files).
-            return self._error(404, f"Entry not found: {path}", "EntryNotFound", headers={"X-Repo-Commit": sha})
-        headers = {"X-Repo-Commit": sha, "ETag": f'"{entry.tree_oid() if entry.lfs else entry.git_oid}"',
-                   "Accept-Ranges": "bytes", "Content-Disposition": f'inline; filename="{PurePosixPath(path).name}"'}
+            return self._error(
+                404, f"Entry not found: {path}", "EntryNotFound", headers={"X-Repo-Commit": sha}
+            )
+        headers = {
+            "X-Repo-Commit": sha,
+            "ETag": f'"{entry.tree_oid() if entry.lfs else entry.git_oid}"',
+            "Accept-Ranges": "bytes",
+            "Content-Disposition": f'inline; filename="{PurePosixPath(path).name}"',
+        }
         if entry.lfs:
             headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": str(entry.size)})
         start = 0
@@ -618,20 +722,27 @@ class _Handler(BaseHTTPRequestHandler):
             for chunk in iter(lambda: fh.read(_CHUNK), b""):
                 self.wfile.write(chunk)
 
-    def _tree_entries(self, files: dict[str, FileEntry], prefix: str, recursive: bool,
-                      expand: bool, commit: dict) -> list[dict]:
+    def _tree_entries(
+        self, files: dict[str, FileEntry], prefix: str, recursive: bool, expand: bool, commit: dict
+    ) -> list[dict]:
         out, dirs = [], set()
         for p, e in sorted(files.items()):
             if prefix and not p.startswith(prefix + "/"):
                 continue
-            rel = p[len(prefix) + 1:] if prefix else p
+            rel = p[len(prefix) + 1 :] if prefix else p
             parts = rel.split("/")
             for i in range(1, len(parts)):
                 d = "/".join(([prefix] if prefix else []) + parts[:i])
                 if (recursive or i == 1) and d not in dirs:
                     dirs.add(d)
-                    out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0,
-                                "path": d})
+                    out.append(
+                        {
+                            "type": "directory",
+                            "oid": hashlib.sha1(d.encode()).hexdigest(),
+                            "size": 0,
+                            "path": d,
+                        }
+                    )
             if recursive or len(parts) == 1:
                 out.append(self._file_entry(e, expand, commit))
         return out
@@ -658,8 +769,10 @@ class _Handler(BaseHTTPRequestHandler):
         q = self._query
         recursive = q.get("recursive", ["false"])[0].lower() in ("1", "true")
         expand = q.get("expand", ["false"])[0].lower() in ("1", "true")
-        self._json(self._tree_entries(files, path, recursive, expand, st.commit_object(repo_type, repo_id, sha)),
-                   headers={"X-Repo-Commit": sha})
+        self._json(
+            self._tree_entries(files, path, recursive, expand, st.commit_object(repo_type, repo_id, sha)),
+            headers={"X-Repo-Commit": sha},
+        )
 
     def _paths_info(self, repo_type: str, repo_id: str, revision: str) -> None:
         self._require_read(repo_type, repo_id)
@@ -680,16 +793,24 @@ class _Handler(BaseHTTPRequestHandler):
             if p in files:
                 out.append(self._file_entry(files[p], expand, commit))
             elif any(f.startswith(p + "/") for f in files):
-                out.append({"type": "directory", "oid": hashlib.sha1(p.encode()).hexdigest(), "size": 0, "path": p})
+                out.append(
+                    {"type": "directory", "oid": hashlib.sha1(p.encode()).hexdigest(), "size": 0, "path": p}
+                )
         self._json(out)
 
     def _refs(self, repo_type: str, repo_id: str) -> None:
         self._require_read(repo_type, repo_id)
         refs = self.server.storage.refs(repo_type, repo_id)
         out = {
-            "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": c} for n, c in sorted(refs["branches"].items())],
+            "branches": [
+                {"name": n, "ref": f"refs/heads/{n}", "targetCommit": c}
+                for n, c in sorted(refs["branches"].items())
+            ],
             "converts": [],
-            "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": c} for n, c in sorted(refs["tags"].items())],
+            "tags": [
+                {"name": n, "ref": f"refs/tags/{n}", "targetCommit": c}
+                for n, c in sorted(refs["tags"].items())
+            ],
         }
         if self._query.get("include_prs"):
             out["pullRequests"] = []
@@ -701,8 +822,13 @@ class _Handler(BaseHTTPRequestHandler):
         history = st.history(repo_type, repo_id, st.resolve(repo_type, repo_id, revision))
         out = []
         for c in history:
-            item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"],
-                    "authors": [{"user": c["author"]}]}
+            item = {
+                "id": c["id"],
+                "title": c["title"],
+                "message": c["message"],
+                "date": c["date"],
+                "authors": [{"user": c["author"]}],
+            }
             if self._query.get("expand[]") == ["formatted"] or "formatted" in self._query.get("expand", []):
                 item["formatted"] = {"title": c["title"], "message": c["message"]}
             out.append(item)
@@ -759,8 +885,9 @@ class BackgroundHub:
 
     def __init__(self, data_dir, token: str | None, host: str = "127.0.0.1", port: int = 0, **options):
         self.server = make_server(host, port, data_dir, token, **options)
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="local-hub", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="local-hub", daemon=True
+        )
         self._thread.start()
 
     @property

@@ -35,15 +35,44 @@ _REF_NAME_RE = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 
 # Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
 LFS_SUFFIXES = (
-    ".7z", ".arrow", ".bin", ".bz2", ".ckpt", ".ftz", ".gz", ".h5", ".joblib", ".mlmodel", ".model",
-    ".msgpack", ".npy", ".npz", ".onnx", ".ot", ".parquet", ".pb", ".pickle", ".pkl", ".pt", ".pth",
-    ".rar", ".safetensors", ".tar", ".tflite", ".tgz", ".wasm", ".xz", ".zip", ".zst",
+    ".7z",
+    ".arrow",
+    ".bin",
+    ".bz2",
+    ".ckpt",
+    ".ftz",
+    ".gz",
+    ".h5",
+    ".joblib",
+    ".mlmodel",
+    ".model",
+    ".msgpack",
+    ".npy",
+    ".npz",
+    ".onnx",
+    ".ot",
+    ".parquet",
+    ".pb",
+    ".pickle",
+    ".pkl",
+    ".pt",
+    ".pth",
+    ".rar",
+    ".safetensors",
+    ".tar",
+    ".tflite",
+    ".tgz",
+    ".wasm",
+    ".xz",
+    ".zip",
+    ".zst",
 )
 LFS_MIN_SIZE = 10 * 1024 * 1024
 
-GITATTRIBUTES = "".join(
-    f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n" for suffix in LFS_SUFFIXES
-) + "*tfevents* filter=lfs diff=lfs merge=lfs -text\n"
+GITATTRIBUTES = (
+    "".join(f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n" for suffix in LFS_SUFFIXES)
+    + "*tfevents* filter=lfs diff=lfs merge=lfs -text\n"
+)
 
 
 class HubError(Exception):
@@ -71,11 +100,17 @@ def looks_like_lfs(path: str, size: int, sample: bytes) -> bool:
 
 def validate_repo_id(repo_id: str) -> tuple[str, str]:
     parts = repo_id.split("/")
-    if len(parts) != 2 or not all(_NAME_RE.match(p) for p in parts) or any(
-        ".." in p or p.endswith(".git") for p in parts
+    if (
+        len(parts) != 2
+        or not all(_NAME_RE.match(p) for p in parts)
+        or any(".." in p or p.endswith(".git") for p in parts)
     ):
-        raise HubError(400, f"Invalid repo id {repo_id!r}: expected 'namespace/name' made of letters, digits, "
-                            "'-', '_' and '.' (no '..', no '.git' suffix)", "InvalidRepoId")
+        raise HubError(
+            400,
+            f"Invalid repo id {repo_id!r}: expected 'namespace/name' made of letters, digits, "
+            "'-', '_' and '.' (no '..', no '.git' suffix)",
+            "InvalidRepoId",
+        )
     return parts[0], parts[1]
 
 
@@ -90,8 +125,12 @@ def validate_path(path: str) -> str:
         or any(seg in ("", ".", "..") for seg in path.split("/"))
         or path.split("/")[0] == ".git"
     ):
-        raise HubError(400, f"Invalid file path {path!r}: paths are relative, use '/', and contain no "
-                            "empty, '.' or '..' segments", "InvalidPath")
+        raise HubError(
+            400,
+            f"Invalid file path {path!r}: paths are relative, use '/', and contain no "
+            "empty, '.' or '..' segments",
+            "InvalidPath",
+        )
     return path
 
 
@@ -183,8 +222,12 @@ class Storage:
                 f.flush()
                 os.fsync(f.fileno())
             if h.hexdigest() != expected_sha256 or (expected_size is not None and size != expected_size):
-                raise HubError(400, f"Uploaded content does not match oid {expected_sha256} / size "
-                                    f"{expected_size} (got sha256 {h.hexdigest()}, size {size})", "BadOid")
+                raise HubError(
+                    400,
+                    f"Uploaded content does not match oid {expected_sha256} / size "
+                    f"{expected_size} (got sha256 {h.hexdigest()}, size {size})",
+                    "BadOid",
+                )
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
         finally:
@@ -224,7 +267,9 @@ class Storage:
             if (d / "refs.json").is_file():
                 return False
             (d / "commits").mkdir(parents=True, exist_ok=True)
-            self._write_atomic(d / "meta.json", json.dumps({"private": bool(private), "created_at": _now()}).encode())
+            self._write_atomic(
+                d / "meta.json", json.dumps({"private": bool(private), "created_at": _now()}).encode()
+            )
             data = GITATTRIBUTES.encode()
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
             cid = self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
@@ -247,8 +292,8 @@ class Storage:
         refs = json.loads((d / "refs.json").read_text())
         rev = revision
         for prefix, kind in (("refs/heads/", "branches"), ("refs/tags/", "tags")):
-            if rev.startswith(prefix) and rev[len(prefix):] in refs[kind]:
-                return refs[kind][rev[len(prefix):]]
+            if rev.startswith(prefix) and rev[len(prefix) :] in refs[kind]:
+                return refs[kind][rev[len(prefix) :]]
         if rev in refs["branches"]:
             return refs["branches"][rev]
         if rev in refs["tags"]:
@@ -276,17 +321,33 @@ class Storage:
             cid = obj["parent"]
         return out
 
-    def _write_commit(self, d: Path, parent: str | None, files: dict[str, FileEntry], title: str,
-                      message: str, author: str) -> str:
-        body = {"parent": parent, "title": title, "message": message, "date": _now(), "author": author,
-                "files": {p: e.to_json() for p, e in sorted(files.items())}}
+    def _write_commit(
+        self, d: Path, parent: str | None, files: dict[str, FileEntry], title: str, message: str, author: str
+    ) -> str:
+        body = {
+            "parent": parent,
+            "title": title,
+            "message": message,
+            "date": _now(),
+            "author": author,
+            "files": {p: e.to_json() for p, e in sorted(files.items())},
+        }
         # Content, parent, time and a random salt: never reused for different content.
         cid = hashlib.sha1(json.dumps(body, sort_keys=True).encode() + secrets.token_bytes(16)).hexdigest()
         self._write_atomic(d / "commits" / f"{cid}.json", json.dumps({"id": cid, **body}).encode())
         return cid
 
-    def commit(self, repo_type: str, repo_id: str, branch: str, operations: list[dict], title: str,
-               message: str, author: str, parent_commit: str | None = None) -> str:
+    def commit(
+        self,
+        repo_type: str,
+        repo_id: str,
+        branch: str,
+        operations: list[dict],
+        title: str,
+        message: str,
+        author: str,
+        parent_commit: str | None = None,
+    ) -> str:
         """Apply operations to ``branch`` as one new commit and move the branch to it.
 
         ``operations`` are dicts: {"op": "add", "path", "entry": FileEntry} | {"op": "delete_file", "path"}
@@ -296,21 +357,30 @@ class Storage:
         with self._lock(str(d)):
             refs = json.loads((d / "refs.json").read_text())
             if branch not in refs["branches"]:
-                raise HubError(404, f"Invalid rev id: {branch} (commits go to an existing branch)",
-                               "RevisionNotFound")
+                raise HubError(
+                    404, f"Invalid rev id: {branch} (commits go to an existing branch)", "RevisionNotFound"
+                )
             head = refs["branches"][branch]
             if parent_commit and parent_commit != head:
-                raise HubError(412, f"A commit has happened since. Please refresh and try again. "
-                                    f"(parentCommit {parent_commit} is not the head {head} of {branch})",
-                               "PreconditionFailed")
-            files = {p: FileEntry(p, **e) for p, e in self.commit_object(repo_type, repo_id, head)["files"].items()}
+                raise HubError(
+                    412,
+                    f"A commit has happened since. Please refresh and try again. "
+                    f"(parentCommit {parent_commit} is not the head {head} of {branch})",
+                    "PreconditionFailed",
+                )
+            files = {
+                p: FileEntry(p, **e) for p, e in self.commit_object(repo_type, repo_id, head)["files"].items()
+            }
             for op in operations:
                 path = validate_path(op["path"].strip("/") if op["op"] == "delete_folder" else op["path"])
                 if op["op"] == "add":
                     entry: FileEntry = op["entry"]
                     if not self.has_blob(entry.sha256, entry.size):
-                        raise HubError(422, f"Content of {path} (sha256 {entry.sha256}) was never uploaded",
-                                       "MissingContent")
+                        raise HubError(
+                            422,
+                            f"Content of {path} (sha256 {entry.sha256}) was never uploaded",
+                            "MissingContent",
+                        )
                     files[path] = entry
                 elif op["op"] == "delete_file":
                     if path not in files:
@@ -327,8 +397,9 @@ class Storage:
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
             return cid
 
-    def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None,
-                must_be_new: bool = True) -> None:
+    def set_ref(
+        self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None, must_be_new: bool = True
+    ) -> None:
         """Create (target set) or delete (target None) a branch or tag."""
         d = self.require(repo_type, repo_id)
         validate_ref_name(name)

@@ -21,9 +21,12 @@ def main(argv=None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--data_dir", required=True, help="storage folder (created if missing)")
-    p.add_argument("--token", default=os.environ.get("LOCAL_HUB_TOKEN"),
-                   help="bearer token required for writes and private reads (or $LOCAL_HUB_TOKEN); "
-                        "without one the server accepts anonymous writes")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("LOCAL_HUB_TOKEN"),
+        help="bearer token required for writes and private reads (or $LOCAL_HUB_TOKEN); "
+        "without one the server accepts anonymous writes",
+    )
     p.add_argument("--user", default="testuser", help="user name reported by whoami")
     p.add_argument("--upload_mode", choices=["regular", "lfs"], default="regular")
     p.add_argument("--log_file", default=None, help="append one line per request (method, path, status)")
@@ -34,12 +37,24 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     fault = None
     if args.fault_step:
-        fault = {"step": args.fault_step, "kind": args.fault_kind, "times": args.fault_times,
-                 "stall_s": args.fault_stall_s}
+        fault = {
+            "step": args.fault_step,
+            "kind": args.fault_kind,
+            "times": args.fault_times,
+            "stall_s": args.fault_stall_s,
+        }
     print(f"local hub serving {os.path.abspath(args.data_dir)} on http://{args.host}:{args.port}", flush=True)
     try:
-        serve(args.host, args.port, args.data_dir, args.token, fault=fault, user=args.user,
-              upload_mode=args.upload_mode, log_file=args.log_file)
+        serve(
+            args.host,
+            args.port,
+            args.data_dir,
+            args.token,
+            fault=fault,
+            user=args.user,
+            upload_mode=args.upload_mode,
+            log_file=args.log_file,
+        )
     except KeyboardInterrupt:
         pass
 

@@ -26,8 +26,12 @@ def main(argv=None) -> int:
     p.add_argument("--commit_message", default=None)
     p.add_argument("--token", default=None, help="access token (default: $HF_TOKEN or the saved login)")
     p.add_argument("--dry_run", action="store_true", help="print the file list and the card; contact nothing")
-    p.add_argument("--include", action="append", default=[],
-                   help="glob of extra files to upload (repeatable), e.g. training_facts.json")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        help="glob of extra files to upload (repeatable), e.g. training_facts.json",
+    )
     p.add_argument("--max_shard_size", default="2GB", help="re-shard model.safetensors above this size")
     p.add_argument("--no_verify", action="store_true", help="skip the download-and-load check")
     p.add_argument("--attempts", type=int, default=4, help="tries per network step")
@@ -35,10 +39,22 @@ def main(argv=None) -> int:
     p.add_argument("--timeout_s", type=float, default=None, help="timeout for each HTTP request")
     args = p.parse_args(argv)
     try:
-        result = publish(args.model_dir, args.repo_id, revision=args.revision, tag=args.tag, private=args.private,
-                         commit_message=args.commit_message, token=args.token, dry_run=args.dry_run,
-                         verify=not args.no_verify, include=tuple(args.include), max_shard_size=args.max_shard_size,
-                         attempts=args.attempts, backoff_s=args.backoff_s, timeout_s=args.timeout_s)
+        result = publish(
+            args.model_dir,
+            args.repo_id,
+            revision=args.revision,
+            tag=args.tag,
+            private=args.private,
+            commit_message=args.commit_message,
+            token=args.token,
+            dry_run=args.dry_run,
+            verify=not args.no_verify,
+            include=tuple(args.include),
+            max_shard_size=args.max_shard_size,
+            attempts=args.attempts,
+            backoff_s=args.backoff_s,
+            timeout_s=args.timeout_s,
+        )
     except (IncompleteModelFolder, CardError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

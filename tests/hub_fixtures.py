@@ -23,12 +23,24 @@ USER = "testuser"
 
 
 def client_env(url: str, home: Path, *, xet: bool = True, token: str | None = TOKEN, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_")) and k not in ("PYTHONPATH",)}
-    env.update({"HF_ENDPOINT": url, "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-                "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-                "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_")) and k not in ("PYTHONPATH",)
+    }
+    env.update(
+        {
+            "HF_ENDPOINT": url,
+            "HF_HOME": str(home),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONWARNINGS": "ignore::DeprecationWarning",
+        }
+    )
     if not xet:
         env["HF_HUB_DISABLE_XET"] = "1"
     if token:
@@ -41,10 +53,18 @@ def client_env(url: str, home: Path, *, xet: bool = True, token: str | None = TO
 
 def run_client(code: str, env: dict, cwd: Path, timeout: float = 120, check: bool = True):
     """Run ``code`` in a fresh interpreter; the last stdout line that parses as JSON is returned as ``.result``."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"client failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"client failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
     proc.result = None
     for line in reversed(proc.stdout.splitlines()):
         try:
@@ -74,25 +94,47 @@ def make_tiny_bert(folder: Path) -> Path:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + [
-        "the", "cat", "sat", "on", "mat", "##s"]
+    vocab = (
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        + list("abcdefghijklmnopqrstuvwxyz")
+        + ["the", "cat", "sat", "on", "mat", "##s"]
+    )
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=32, max_position_embeddings=64)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     model = BertModel(cfg)
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
 
 
-def make_briskbert(folder: Path, head: str = "ForSequenceClassification", *, hidden_size: int = 32,
-                   extra_files: bool = True, seed: int = 0) -> Path:
+def make_briskbert(
+    folder: Path,
+    head: str = "ForSequenceClassification",
+    *,
+    hidden_size: int = 32,
+    extra_files: bool = True,
+    seed: int = 0,
+) -> Path:
     """A tiny saved BriskBert folder (model + tokenizer + facts), plus the clutter a training run leaves."""
     import torch
 
@@ -101,20 +143,48 @@ def make_briskbert(folder: Path, head: str = "ForSequenceClassification", *, hid
 
     torch.manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    tok = train_wordpiece_tokenizer(files=[str(ROOT / "data" / "wikitext2_excerpt.txt")], vocab_size=300,
-                                    min_frequency=1, show_progress=False, model_max_length=64)
-    kwargs = {"num_labels": 2, "id2label": {0: "negative", 1: "positive"},
-              "label2id": {"negative": 0, "positive": 1}} if head == "ForSequenceClassification" else {}
+    tok = train_wordpiece_tokenizer(
+        files=[str(ROOT / "data" / "wikitext2_excerpt.txt")],
+        vocab_size=300,
+        min_frequency=1,
+        show_progress=False,
+        model_max_length=64,
+    )
+    kwargs = (
+        {
+            "num_labels": 2,
+            "id2label": {0: "negative", 1: "positive"},
+            "label2id": {"negative": 0, "positive": 1},
+        }
+        if head == "ForSequenceClassification"
+        else {}
+    )
     config = modeling.BriskBertConfig.from_preset(
-        "bert-tiny", hidden_size=hidden_size, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        vocab_size=len(tok), max_position_embeddings=64, **kwargs)
+        "bert-tiny",
+        hidden_size=hidden_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=len(tok),
+        max_position_embeddings=64,
+        **kwargs,
+    )
     model = getattr(modeling, f"BriskBert{head}")(config)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    facts = {"task": "text-classification", "datasets": ["sst2_train_excerpt.tsv"], "eval_dataset": "sst2",
-             "metrics": {"eval_accuracy": 0.75, "eval_loss": 0.5}, "train_steps": 10, "tokens_seen": 12345,
-             "hardware": "CPU (2 cores)", "wall_time_s": 12.5, "epochs": 1.0, "license": "apache-2.0",
-             "language": "en"}
+    facts = {
+        "task": "text-classification",
+        "datasets": ["sst2_train_excerpt.tsv"],
+        "eval_dataset": "sst2",
+        "metrics": {"eval_accuracy": 0.75, "eval_loss": 0.5},
+        "train_steps": 10,
+        "tokens_seen": 12345,
+        "hardware": "CPU (2 cores)",
+        "wall_time_s": 12.5,
+        "epochs": 1.0,
+        "license": "apache-2.0",
+        "language": "en",
+    }
     (folder / "training_facts.json").write_text(json.dumps(facts))
     if extra_files:
         (folder / "optimizer.pt").write_bytes(b"\0" * 64)

@@ -12,10 +12,19 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 from hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
 from hub_fixtures import TOKEN, hub  # noqa: F401
 
-FACTS = {"task": "text-classification", "datasets": ["stanfordnlp/sst2", "sst2_train_excerpt.tsv"],
-         "eval_dataset": "sst2", "metrics": {"eval_accuracy": 0.8512, "eval_loss": 0.41, "epoch": 3.0},
-         "train_steps": 120, "tokens_seen": 54321, "hardware": "CPU (2 cores)", "wall_time_s": 75.0,
-         "base_model": "testuser/briskbert-mlm", "license": "apache-2.0", "language": "en"}
+FACTS = {
+    "task": "text-classification",
+    "datasets": ["stanfordnlp/sst2", "sst2_train_excerpt.tsv"],
+    "eval_dataset": "sst2",
+    "metrics": {"eval_accuracy": 0.8512, "eval_loss": 0.41, "epoch": 3.0},
+    "train_steps": 120,
+    "tokens_seen": 54321,
+    "hardware": "CPU (2 cores)",
+    "wall_time_s": 75.0,
+    "base_model": "testuser/briskbert-mlm",
+    "license": "apache-2.0",
+    "language": "en",
+}
 
 
 def saved_config(folder, arch: str, **overrides):
@@ -27,14 +36,17 @@ def saved_config(folder, arch: str, **overrides):
     return folder
 
 
-@pytest.mark.parametrize("arch,tag", [
-    ("BriskBertForSequenceClassification", "text-classification"),
-    ("BriskBertForTokenClassification", "token-classification"),
-    ("BriskBertForQuestionAnswering", "question-answering"),
-    ("BriskBertForMaskedLM", "fill-mask"),
-    ("BriskBertForPreTraining", "fill-mask"),
-    ("BriskBertModel", "feature-extraction"),
-])
+@pytest.mark.parametrize(
+    "arch,tag",
+    [
+        ("BriskBertForSequenceClassification", "text-classification"),
+        ("BriskBertForTokenClassification", "token-classification"),
+        ("BriskBertForQuestionAnswering", "question-answering"),
+        ("BriskBertForMaskedLM", "fill-mask"),
+        ("BriskBertForPreTraining", "fill-mask"),
+        ("BriskBertModel", "feature-extraction"),
+    ],
+)
 def test_pipeline_tag_follows_the_architecture(tmp_path, arch, tag):
     card = render_card(saved_config(tmp_path, arch), "testuser/m")
     assert card.data.pipeline_tag == tag
@@ -43,12 +55,22 @@ def test_pipeline_tag_follows_the_architecture(tmp_path, arch, tag):
 
 
 def test_metadata_and_sections_from_config_and_facts(tmp_path):
-    folder = saved_config(tmp_path, "BriskBertForSequenceClassification", sliding_window=8,
-                          global_attn_every_n_layers=2, position_embedding_type="rope", norm_type="rmsnorm")
+    folder = saved_config(
+        tmp_path,
+        "BriskBertForSequenceClassification",
+        sliding_window=8,
+        global_attn_every_n_layers=2,
+        position_embedding_type="rope",
+        norm_type="rmsnorm",
+    )
     (folder / "training_facts.json").write_text(json.dumps(FACTS))
     card = render_card(folder, "testuser/sst2", revision="v1", revision_is_pinned=True)
     data = card.data.to_dict()
-    assert data["library_name"] == "transformers" and data["license"] == "apache-2.0" and data["language"] == "en"
+    assert (
+        data["library_name"] == "transformers"
+        and data["license"] == "apache-2.0"
+        and data["language"] == "en"
+    )
     assert "briskbert" in data["tags"] and data["base_model"] == "testuser/briskbert-mlm"
     assert data["datasets"] == ["stanfordnlp/sst2"]  # a local file name is no Hub dataset id
     results = model_index_to_eval_results(data["model-index"])[1]
@@ -56,10 +78,17 @@ def test_metadata_and_sections_from_config_and_facts(tmp_path):
     for option in ARCHITECTURE_OPTIONS:
         assert f"| `{option}` |" in card.text
     assert "| `sliding_window` | 8 |" in card.text and "| `position_embedding_type` | rope |" in card.text
-    for fact in ("| optimizer steps | 120 |", "| tokens seen | 54,321 |", "| hardware | CPU (2 cores) |",
-                 "| training time | 75 s |", "| accuracy | 0.8512 |"):
+    for fact in (
+        "| optimizer steps | 120 |",
+        "| tokens seen | 54,321 |",
+        "| hardware | CPU (2 cores) |",
+        "| training time | 75 s |",
+        "| accuracy | 0.8512 |",
+    ):
         assert fact in card.text
-    assert 'revision = "v1"' in card.text and "AutoModelForSequenceClassification.from_pretrained" in card.text
+    assert (
+        'revision = "v1"' in card.text and "AutoModelForSequenceClassification.from_pretrained" in card.text
+    )
     assert "## Limitations" in card.text
     # deterministic: re-rendering gives the same bytes (so re-publishing makes no commit)
     assert str(render_card(folder, "testuser/sst2", revision="v1", revision_is_pinned=True)) == str(card)

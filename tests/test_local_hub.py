@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -42,7 +41,10 @@ def commit_lines(*lines) -> bytes:
 
 
 def add_file(path: str, data: bytes) -> dict:
-    return {"key": "file", "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"}}
+    return {
+        "key": "file",
+        "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"},
+    }
 
 
 def head_of(hub, repo="testuser/r", rev="main") -> str:
@@ -63,22 +65,46 @@ def test_repo_lifecycle_and_error_codes(hub):
     assert call(f"{u}/api/models/testuser/r/revision/nope")[1]["X-Error-Code"] == "RevisionNotFound"
 
     head = info["sha"]
-    status, _, body = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
-        {"key": "header", "value": {"summary": "add", "parentCommit": head}}, add_file("a/b.txt", b"hello")))
+    status, _, body = call(
+        f"{u}/api/models/testuser/r/commit/main",
+        "POST",
+        headers=AUTH,
+        raw=commit_lines(
+            {"key": "header", "value": {"summary": "add", "parentCommit": head}},
+            add_file("a/b.txt", b"hello"),
+        ),
+    )
     assert status == 200 and len(body["commitOid"]) == 40 and body["commitUrl"].endswith(body["commitOid"])
     # resolve: HEAD carries commit and etag; a missing file says so and still names the commit
     status, h, _ = call(f"{u}/testuser/r/resolve/main/a/b.txt", "HEAD")
-    assert status == 200 and h["X-Repo-Commit"] == body["commitOid"] and h["ETag"] == f'"{git_blob_oid(b"hello")}"'
+    assert (
+        status == 200
+        and h["X-Repo-Commit"] == body["commitOid"]
+        and h["ETag"] == f'"{git_blob_oid(b"hello")}"'
+    )
     assert h["Content-Length"] == "5"
     status, h, _ = call(f"{u}/testuser/r/resolve/main/missing.txt", "HEAD")
     assert status == 404 and h["X-Error-Code"] == "EntryNotFound" and h["X-Repo-Commit"] == body["commitOid"]
     # a stale parent is refused and changes nothing
-    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
-        {"key": "header", "value": {"summary": "x", "parentCommit": head}}, add_file("c.txt", b"x")))
+    status, h, _ = call(
+        f"{u}/api/models/testuser/r/commit/main",
+        "POST",
+        headers=AUTH,
+        raw=commit_lines(
+            {"key": "header", "value": {"summary": "x", "parentCommit": head}}, add_file("c.txt", b"x")
+        ),
+    )
     assert status == 412 and head_of(hub) == body["commitOid"]
     # deleting a missing file is an EntryNotFound
-    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
-        {"key": "header", "value": {"summary": "x"}}, {"key": "deletedFile", "value": {"path": "nope.txt"}}))
+    status, h, _ = call(
+        f"{u}/api/models/testuser/r/commit/main",
+        "POST",
+        headers=AUTH,
+        raw=commit_lines(
+            {"key": "header", "value": {"summary": "x"}},
+            {"key": "deletedFile", "value": {"path": "nope.txt"}},
+        ),
+    )
     assert status == 404 and h["X-Error-Code"] == "EntryNotFound"
     tree = call(f"{u}/api/models/testuser/r/tree/main?recursive=false")[2]
     assert [(e["type"], e["path"]) for e in tree] == [("file", ".gitattributes"), ("directory", "a")]
@@ -90,24 +116,37 @@ def test_repo_lifecycle_and_error_codes(hub):
 def test_file_paths_are_validated(hub, tmp_path, bad):
     u = hub.url
     call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
-    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit_lines(
-        {"key": "header", "value": {"summary": "x"}}, add_file(bad, b"x")))
+    status, h, _ = call(
+        f"{u}/api/models/testuser/r/commit/main",
+        "POST",
+        headers=AUTH,
+        raw=commit_lines({"key": "header", "value": {"summary": "x"}}, add_file(bad, b"x")),
+    )
     assert status == 400 and h["X-Error-Code"] == "InvalidPath"
     assert not any(p.name == "escape" for p in tmp_path.rglob("*"))
 
 
 @pytest.mark.parametrize("repo", ["../../etc/passwd", "a/..", "a/b c", "a/b.git", "a/.hidden"])
 def test_repo_ids_are_validated(hub, repo):
-    status, _, body = call(f"{hub.url}/api/repos/create", "POST",
-                           {"name": repo.split("/")[-1], "organization": repo.split("/")[0]}, AUTH)
+    status, _, body = call(
+        f"{hub.url}/api/repos/create",
+        "POST",
+        {"name": repo.split("/")[-1], "organization": repo.split("/")[0]},
+        AUTH,
+    )
     assert status in (400, 404)
 
 
 def test_validate_yaml_answers_json(hub):
-    ok = call(f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: mit\n---\nhi", "repoType": "model"})
+    ok = call(
+        f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: mit\n---\nhi", "repoType": "model"}
+    )
     assert ok[0] == 200 and ok[2] == {"errors": [], "warnings": []}
-    bad = call(f"{hub.url}/api/validate-yaml", "POST",
-               {"content": "---\nlicense: not-a-license\npipeline_tag: dancing\n---\n", "repoType": "model"})
+    bad = call(
+        f"{hub.url}/api/validate-yaml",
+        "POST",
+        {"content": "---\nlicense: not-a-license\npipeline_tag: dancing\n---\n", "repoType": "model"},
+    )
     assert bad[0] == 400 and len(bad[2]["errors"]) == 2 and "license" in bad[2]["errors"][0]["message"]
 
 
@@ -116,16 +155,28 @@ def test_lfs_upload_is_presigned_and_checked(lfs_hub):
     call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
     data = b"\0binary" * 100
     oid = hashlib.sha256(data).hexdigest()
-    batch = call(f"{u}/testuser/r.git/info/lfs/objects/batch", "POST",
-                 {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]},
-                 {**AUTH, "Content-Type": "application/vnd.git-lfs+json"})[2]
+    batch = call(
+        f"{u}/testuser/r.git/info/lfs/objects/batch",
+        "POST",
+        {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]},
+        {**AUTH, "Content-Type": "application/vnd.git-lfs+json"},
+    )[2]
     href = batch["objects"][0]["actions"]["upload"]["href"]
     assert call(href.replace("sig=", "sig=0"), "PUT", raw=data)[0] == 403  # tampered signature
     assert call(href, "PUT", raw=data[:-1] + b"!")[0] == 400  # content does not match the oid
     assert call(href, "PUT", raw=data)[0] == 200  # no auth header, like a pre-signed URL
-    assert call(batch["objects"][0]["actions"]["verify"]["href"], "POST", {"oid": oid, "size": len(data)}, AUTH)[0] == 200
-    again = call(f"{u}/testuser/r.git/info/lfs/objects/batch", "POST",
-                 {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}, AUTH)[2]
+    assert (
+        call(batch["objects"][0]["actions"]["verify"]["href"], "POST", {"oid": oid, "size": len(data)}, AUTH)[
+            0
+        ]
+        == 200
+    )
+    again = call(
+        f"{u}/testuser/r.git/info/lfs/objects/batch",
+        "POST",
+        {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]},
+        AUTH,
+    )[2]
     assert "actions" not in again["objects"][0]  # already stored: nothing to upload
 
 
@@ -144,12 +195,21 @@ def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch)
     data = b"new"
     entry = FileEntry("f.txt", st.put_bytes(data), 3, git_blob_oid(data), False)
     with pytest.raises(OSError):
-        st.commit("model", "testuser/r", "main", [{"op": "add", "path": "f.txt", "entry": entry}], "t", "", "u")
+        st.commit(
+            "model", "testuser/r", "main", [{"op": "add", "path": "f.txt", "entry": entry}], "t", "", "u"
+        )
     assert st.resolve("model", "testuser/r", "main") == head
     assert "f.txt" not in st.files("model", "testuser/r", head)
     with pytest.raises(HubError):
-        st.commit("model", "testuser/r", "main", [{"op": "add", "path": "g.txt", "entry": FileEntry(
-            "g.txt", "0" * 64, 1, "0" * 40, False)}], "t", "", "u")  # content never uploaded
+        st.commit(
+            "model",
+            "testuser/r",
+            "main",
+            [{"op": "add", "path": "g.txt", "entry": FileEntry("g.txt", "0" * 64, 1, "0" * 40, False)}],
+            "t",
+            "",
+            "u",
+        )  # content never uploaded
 
 
 @pytest.mark.parametrize("kind", ["500", "drop", "stall"])
@@ -176,11 +236,21 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
 
 def test_private_repo_needs_the_token(hub):
     u = hub.url
-    call(f"{u}/api/repos/create", "POST", {"name": "p", "organization": "testuser", "visibility": "private"}, AUTH)
+    call(
+        f"{u}/api/repos/create",
+        "POST",
+        {"name": "p", "organization": "testuser", "visibility": "private"},
+        AUTH,
+    )
     status, h, _ = call(f"{u}/api/models/testuser/p")
     assert status == 401 and h["X-Error-Code"] == "RepoNotFound"
     assert call(f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD")[0] == 401
-    assert call(f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD", headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert (
+        call(
+            f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD", headers={"Authorization": "Bearer wrong"}
+        )[0]
+        == 401
+    )
     assert call(f"{u}/api/models/testuser/p", headers=AUTH)[2]["private"] is True
 
 
@@ -188,9 +258,23 @@ def test_cli_starts_the_server(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "local_hub.py"), "--host", "127.0.0.1", "--port",
-                             str(port), "--data_dir", str(tmp_path / "d"), "--token", TOKEN],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "local_hub.py"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data_dir",
+            str(tmp_path / "d"),
+            "--token",
+            TOKEN,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         for _ in range(100):
             try:
@@ -205,7 +289,7 @@ def test_cli_starts_the_server(tmp_path):
     assert TOKEN not in out
 
 
-CLIENT_ROUNDTRIP = '''
+CLIENT_ROUNDTRIP = """
 import json
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
@@ -236,20 +320,28 @@ print(json.dumps({{"first": first.oid, "again": again.oid, "files": api.list_rep
     "tags": [t.name for t in refs.tags], "commits": [c.title for c in api.list_repo_commits(repo)],
     "paths": [p.path for p in api.get_paths_info(repo, ["config.json", "missing"])], "lfs": lfs,
     "dim": len(feats[0][0]), "model": type(model).__name__}}))
-'''
+"""
 
 
 @pytest.mark.slow  # ~10 s each: the real huggingface_hub and transformers clients over HTTP, both upload paths
-@pytest.mark.parametrize("xet", [True, False], ids=["xet-enabled-regular-uploads", "xet-disabled-lfs-uploads"])
+@pytest.mark.parametrize(
+    "xet", [True, False], ids=["xet-enabled-regular-uploads", "xet-disabled-lfs-uploads"]
+)
 def test_real_clients_roundtrip(tmp_path, xet):
     folder = make_tiny_bert(tmp_path / "tiny")
     with BackgroundHub(tmp_path / "data", TOKEN, upload_mode="regular" if xet else "lfs") as h:
-        out = run_client(CLIENT_ROUNDTRIP.format(folder=folder), client_env(h.url, tmp_path / "home", xet=xet),
-                         tmp_path).result
+        out = run_client(
+            CLIENT_ROUNDTRIP.format(folder=folder), client_env(h.url, tmp_path / "home", xet=xet), tmp_path
+        ).result
         log = list(h.server.request_log)
     assert out["first"] == out["again"]  # nothing changed: no second commit
-    assert out["files"] == [".gitattributes", "config.json", "model.safetensors", "tokenizer.json",
-                            "tokenizer_config.json"]
+    assert out["files"] == [
+        ".gitattributes",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert out["tags"] == ["v1"] and out["paths"] == ["config.json"]
     assert out["commits"][-1] == "initial commit" and out["commits"].count("v1") == 1
     assert out["lfs"]["model.safetensors"] and not out["lfs"]["config.json"]
@@ -264,19 +356,33 @@ def test_parallel_downloads(hub, tmp_path):
     files = {f"shard-{i}.bin": bytes([i]) * (300_000 + i) for i in range(12)}
     lines = [{"key": "header", "value": {"summary": "many"}}] + [add_file(p, d) for p, d in files.items()]
     call(f"{hub.url}/api/repos/create", "POST", {"name": "many", "organization": "testuser"}, AUTH)
-    assert call(f"{hub.url}/api/models/testuser/many/commit/main", "POST", headers=AUTH, raw=commit_lines(*lines))[0] == 200
-    out = run_client('''
+    assert (
+        call(
+            f"{hub.url}/api/models/testuser/many/commit/main", "POST", headers=AUTH, raw=commit_lines(*lines)
+        )[0]
+        == 200
+    )
+    out = run_client(
+        """
 import json, os
 from huggingface_hub import snapshot_download
 p = snapshot_download("testuser/many", max_workers=8)
 print(json.dumps({f: os.path.getsize(os.path.join(p, f)) for f in os.listdir(p)}))
-''', client_env(hub.url, tmp_path / "home"), tmp_path).result
+""",
+        client_env(hub.url, tmp_path / "home"),
+        tmp_path,
+    ).result
     assert {k: v for k, v in out.items() if k.endswith(".bin")} == {p: len(d) for p, d in files.items()}
 
 
 def test_private_repo_with_real_clients(hub, tmp_path):
-    call(f"{hub.url}/api/repos/create", "POST", {"name": "p", "organization": "testuser", "visibility": "private"}, AUTH)
-    code = '''
+    call(
+        f"{hub.url}/api/repos/create",
+        "POST",
+        {"name": "p", "organization": "testuser", "visibility": "private"},
+        AUTH,
+    )
+    code = """
 import json
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError
@@ -285,7 +391,7 @@ try:
     print(json.dumps("downloaded"))
 except RepositoryNotFoundError:
     print(json.dumps("RepositoryNotFoundError"))
-'''
+"""
     anon = run_client(code, client_env(hub.url, tmp_path / "h1", token=None), tmp_path).result
     authed = run_client(code, client_env(hub.url, tmp_path / "h2"), tmp_path).result
     assert (anon, authed) == ("RepositoryNotFoundError", "downloaded")

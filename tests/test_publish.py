@@ -14,8 +14,17 @@ from hub_cards.publishing import IncompleteModelFolder, PublishError, collect_fi
 from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_briskbert, run_client  # noqa: F401
 from local_hub import BackgroundHub
 
-MODEL_FILES = ["README.md", "config.json", "configuration_briskbert.py", "model.safetensors", "modeling_briskbert.py",
-               "tokenization_briskbert.py", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+MODEL_FILES = [
+    "README.md",
+    "config.json",
+    "configuration_briskbert.py",
+    "model.safetensors",
+    "modeling_briskbert.py",
+    "tokenization_briskbert.py",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,33 +46,59 @@ def assert_no_token_anywhere(*texts, data_dir=None):
 
 
 def test_incomplete_folder_is_refused_with_what_is_missing(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["BriskBertForMaskedLM"],
-        "auto_map": {"AutoConfig": "configuration_briskbert.BriskBertConfig",
-                     "AutoModelForMaskedLM": "modeling_briskbert.BriskBertForMaskedLM"}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["BriskBertForMaskedLM"],
+                "auto_map": {
+                    "AutoConfig": "configuration_briskbert.BriskBertConfig",
+                    "AutoModelForMaskedLM": "modeling_briskbert.BriskBertForMaskedLM",
+                },
+            }
+        )
+    )
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
     with pytest.raises(IncompleteModelFolder) as e:
         collect_files(tmp_path)
     missing = "\n".join(e.value.missing)
-    for what in ("configuration_briskbert.py", "modeling_briskbert.py", "model.safetensors", "safe_serialization",
-                 "tokenizer"):
+    for what in (
+        "configuration_briskbert.py",
+        "modeling_briskbert.py",
+        "model.safetensors",
+        "safe_serialization",
+        "tokenizer",
+    ):
         assert what in missing
 
 
 def test_dry_run_lists_exactly_the_model_files_and_the_card(folder):
     lines = []
     # the endpoint is a closed port: a dry run must not touch it
-    result = publish(folder, "testuser/sst2", tag="v1", dry_run=True, endpoint="http://127.0.0.1:9", token=TOKEN,
-                     log=lines.append)
+    result = publish(
+        folder,
+        "testuser/sst2",
+        tag="v1",
+        dry_run=True,
+        endpoint="http://127.0.0.1:9",
+        token=TOKEN,
+        log=lines.append,
+    )
     out = "\n".join(lines)
     assert sorted(result.files) == MODEL_FILES
-    assert set(result.skipped) == {".env", "checkpoint-10/model.safetensors", "logs/train.log", "optimizer.pt",
-                                   "training_facts.json"}
+    assert set(result.skipped) == {
+        ".env",
+        "checkpoint-10/model.safetensors",
+        "logs/train.log",
+        "optimizer.pt",
+        "training_facts.json",
+    }
     assert "---- README.md ----" in out and 'revision = "v1"' in out and "model.safetensors" in out
     assert result.commit_id is None
     assert_no_token_anywhere(out, result.card)
     # explicitly asked for: extra files come along
-    extra = publish(folder, "testuser/sst2", dry_run=True, include=["training_facts.json"], log=lambda *_: None)
+    extra = publish(
+        folder, "testuser/sst2", dry_run=True, include=["training_facts.json"], log=lambda *_: None
+    )
     assert "training_facts.json" in extra.files
 
 
@@ -84,20 +119,30 @@ def test_token_inside_a_model_file_blocks_the_upload(folder, tmp_path):
 
 
 def cli(args, env, cwd):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "publish.py"), *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "publish.py"), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc, proc.stdout + proc.stderr
 
 
 def repo_state(url, home, tmp_path, repo="testuser/sst2"):
-    return run_client(f'''
+    return run_client(
+        f'''
 import json
 from huggingface_hub import HfApi
 api = HfApi()
 refs = api.list_repo_refs("{repo}")
 print(json.dumps({{"files": api.list_repo_files("{repo}"), "commits": len(api.list_repo_commits("{repo}")),
     "head": api.repo_info("{repo}").sha, "tags": {{t.name: t.target_commit for t in refs.tags}}}}))
-''', client_env(url, home), tmp_path).result
+''',
+        client_env(url, home),
+        tmp_path,
+    ).result
 
 
 @pytest.mark.slow  # ~30 s: the whole user journey through the CLI and the real clients (publish, verify in a
@@ -105,40 +150,59 @@ print(json.dumps({{"files": api.list_repo_files("{repo}"), "commits": len(api.li
 def test_publish_end_to_end_with_xet_client(folder, tmp_path):
     with BackgroundHub(tmp_path / "data", TOKEN, log_file=str(tmp_path / "server.log")) as h:
         env = client_env(h.url, tmp_path / "home")
-        proc, out1 = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path)
+        proc, out1 = cli(
+            ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path
+        )
         assert proc.returncode == 0, out1
-        assert "Verified: transformers_modules.testuser.sst2." in out1 and "BriskBertForSequenceClassification" in out1
+        assert (
+            "Verified: transformers_modules.testuser.sst2." in out1
+            and "BriskBertForSequenceClassification" in out1
+        )
         state1 = repo_state(h.url, tmp_path / "h1", tmp_path)
         assert sorted(state1["files"]) == sorted(MODEL_FILES + [".gitattributes"])
         assert state1["commits"] == 2 and state1["tags"] == {"v1": state1["head"]}
         assert f"{h.url}/testuser/sst2/commit/{state1['head']}" in out1
 
-        proc, out2 = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1", "--no_verify"],
-                         env, tmp_path)
+        proc, out2 = cli(
+            ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1", "--no_verify"],
+            env,
+            tmp_path,
+        )
         assert proc.returncode == 0 and "No changes" in out2, out2
         assert repo_state(h.url, tmp_path / "h2", tmp_path)["commits"] == 2
 
         v2 = make_briskbert(tmp_path / "v2", extra_files=False, seed=1)
-        proc, out3 = cli(["--model_dir", str(v2), "--repo_id", "testuser/sst2", "--tag", "v2", "--no_verify"],
-                         env, tmp_path)
+        proc, out3 = cli(
+            ["--model_dir", str(v2), "--repo_id", "testuser/sst2", "--tag", "v2", "--no_verify"],
+            env,
+            tmp_path,
+        )
         assert proc.returncode == 0, out3
         state3 = repo_state(h.url, tmp_path / "h3", tmp_path)
         assert state3["commits"] == 3 and state3["tags"]["v1"] == state1["head"] != state3["tags"]["v2"]
-        old = run_client('''
+        old = run_client(
+            """
 import hashlib, json
 from huggingface_hub import hf_hub_download
 from transformers import AutoModelForSequenceClassification
 p = hf_hub_download("testuser/sst2", "model.safetensors", revision="v1")
 m = AutoModelForSequenceClassification.from_pretrained("testuser/sst2", revision="v1", trust_remote_code=True)
 print(json.dumps({"sha": hashlib.sha256(open(p, "rb").read()).hexdigest(), "cls": type(m).__module__}))
-''', client_env(h.url, tmp_path / "h4"), tmp_path).result
+""",
+            client_env(h.url, tmp_path / "h4"),
+            tmp_path,
+        ).result
         assert old["sha"] == sha256(folder / "model.safetensors") != sha256(v2 / "model.safetensors")
         assert old["cls"].startswith("transformers_modules.")
 
-        proc, out4 = cli(["--model_dir", str(v2), "--repo_id", "testuser/private", "--private", "--no_verify"],
-                         env, tmp_path)
+        proc, out4 = cli(
+            ["--model_dir", str(v2), "--repo_id", "testuser/private", "--private", "--no_verify"],
+            env,
+            tmp_path,
+        )
         assert proc.returncode == 0, out4
-        anon = run_client('''
+        anon = run_client(
+            """
 import json
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError
@@ -147,10 +211,14 @@ try:
     print(json.dumps("downloaded"))
 except RepositoryNotFoundError:
     print(json.dumps("refused"))
-''', client_env(h.url, tmp_path / "h5", token=None), tmp_path).result
+""",
+            client_env(h.url, tmp_path / "h5", token=None),
+            tmp_path,
+        ).result
         assert anon == "refused"
-    assert_no_token_anywhere(out1, out2, out3, out4, (tmp_path / "server.log").read_text(),
-                             data_dir=tmp_path / "data")
+    assert_no_token_anywhere(
+        out1, out2, out3, out4, (tmp_path / "server.log").read_text(), data_dir=tmp_path / "data"
+    )
 
 
 @pytest.mark.slow  # ~12 s: the Hub-like LFS path (batch, pre-signed PUT, verify) with Xet disabled, verified load
@@ -159,8 +227,11 @@ def test_publish_end_to_end_with_lfs_client(folder, lfs_hub, tmp_path):
     proc, out = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path)
     assert proc.returncode == 0 and "Verified:" in out, out
     assert any(p.startswith("/lfs-upload/") for _, p, _ in lfs_hub.server.request_log)
-    proc, out2 = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--no_verify", "--tag", "v1"],
-                     env, tmp_path)
+    proc, out2 = cli(
+        ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--no_verify", "--tag", "v1"],
+        env,
+        tmp_path,
+    )
     assert proc.returncode == 0 and "No changes" in out2, out2
     assert_no_token_anywhere(out, out2)
 
@@ -172,8 +243,15 @@ def head(hub_, repo="testuser/sst2"):
 @pytest.mark.parametrize("kind", ["500", "drop", "stall"])
 def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
     lines = []
-    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, attempts=2, backoff_s=0.05, timeout_s=1.0,
-                log=lines.append)
+    opts = dict(
+        token=TOKEN,
+        endpoint=hub.url,
+        verify=False,
+        attempts=2,
+        backoff_s=0.05,
+        timeout_s=1.0,
+        log=lines.append,
+    )
     first = publish(folder, "testuser/sst2", **opts)
     # a changed card makes the next publish a real commit
     hub.set_fault({"step": "commit", "kind": kind, "times": 99, "stall_s": 1.5})
@@ -191,14 +269,23 @@ def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
 
 
 @pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
-@pytest.mark.parametrize("step,mode", [("preupload", "regular"), ("lfs_upload", "lfs"), ("lfs_verify", "lfs")])
+@pytest.mark.parametrize(
+    "step,mode", [("preupload", "regular"), ("lfs_upload", "lfs"), ("lfs_verify", "lfs")]
+)
 def test_transient_faults_are_retried(folder, tmp_path, monkeypatch, step, mode):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", mode == "lfs")
     with BackgroundHub(tmp_path / "data", TOKEN, upload_mode=mode, fault={"step": step, "kind": "drop"}) as h:
-        result = publish(folder, "testuser/sst2", token=TOKEN, endpoint=h.url, verify=False, backoff_s=0.05,
-                         log=lambda *_: None)
+        result = publish(
+            folder,
+            "testuser/sst2",
+            token=TOKEN,
+            endpoint=h.url,
+            verify=False,
+            backoff_s=0.05,
+            log=lambda *_: None,
+        )
         assert h.server.fault_hits == 1 and result.new_commit
         assert h.server.storage.resolve("model", "testuser/sst2", "main") == result.commit_id
 
@@ -208,6 +295,8 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, hub):
     main = publish(folder, "testuser/sst2", tag="v1", **opts)
     dev = publish(folder, "testuser/sst2", revision="dev", tag="dev-1", **opts)
     refs = hub.server.storage.refs("model", "testuser/sst2")
-    assert refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id} and main.commit_id != dev.commit_id
+    assert (
+        refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id} and main.commit_id != dev.commit_id
+    )
     with pytest.raises(PublishError, match="already names commit"):
         publish(folder, "testuser/sst2", revision="dev", tag="v1", commit_message="x", **opts)
