@@ -42,6 +42,7 @@ from training.loop import add_training_arguments, create_accelerator, evaluation
 from training.qa import (  # noqa: E402
     MODEL_INPUTS,
     check_qa_dataset,
+    keep_some_answerless_windows,
     check_window_arguments,
     evaluate_predictions,
     postprocess_qa_predictions,
@@ -68,6 +69,9 @@ def parse_args(argv=None):
                    help="A second SQuAD JSON file added to the training data.")
     g.add_argument("--extra_train_articles", type=str, default=None, help="Articles START:STOP of --extra_train_file.")
     g.add_argument("--doc_stride", type=int, default=128, help="Overlap in tokens between a context's windows.")
+    g.add_argument("--keep_answerless_windows", type=float, default=1.0,
+                   help="Fraction (0-1) of training windows without the answer to keep (seeded draw); below 1 "
+                        "speeds up training on very long contexts.")
     g.add_argument("--max_query_length", type=int, default=64, help="Questions are cut to this many tokens.")
     g.add_argument("--n_best_size", type=int, default=20)
     g.add_argument("--max_answer_length", type=int, default=30, help="Longest answer, in tokens.")
@@ -79,6 +83,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     check_source_arguments(args)
     check_window_arguments(args.max_seq_length, args.doc_stride, args.max_query_length)
+    if not 0.0 <= args.keep_answerless_windows <= 1.0:
+        raise ValueError(f"--keep_answerless_windows must be in [0, 1], got {args.keep_answerless_windows}.")
     for name in ("n_best_size", "max_answer_length"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
@@ -146,6 +152,8 @@ def main(argv=None):
         eval_features = None if evaluation is None else evaluation.map(
             prepare_eval_features, batched=True, remove_columns=evaluation.column_names, fn_kwargs=windows,
             desc="eval windows")
+    if args.keep_answerless_windows < 1.0:
+        train_features = keep_some_answerless_windows(train_features, args.keep_answerless_windows, args.seed)
     accelerator.print(f"Training: {len(train)} questions -> {len(train_features)} windows"
                       + (f"; evaluation: {len(evaluation)} questions -> {len(eval_features)} windows"
                          if evaluation is not None else ""))
@@ -182,6 +190,7 @@ def main(argv=None):
         "validation_articles": args.validation_articles,
         "num_train_questions": len(train),
         "num_train_windows": len(train_features),
+        "keep_answerless_windows": args.keep_answerless_windows,
         "num_eval_questions": len(evaluation) if evaluation is not None else 0,
         "max_seq_length": args.max_seq_length,
         "doc_stride": args.doc_stride,

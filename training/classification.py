@@ -135,8 +135,12 @@ def _label_kinds(values, source: str) -> str:
 
 
 def infer_label_spec(train_labels, eval_labels=None, problem_type: str | None = None,
-                     label_separator: str = ",", source: str = "training data") -> LabelSpec:
-    """Decide the problem type and the label set from the (non-missing) training labels."""
+                     label_separator: str = ",", source: str = "training data",
+                     label_list: list[str] | None = None) -> LabelSpec:
+    """Decide the problem type and the label set from the (non-missing) training labels.
+
+    ``label_list`` fixes the names and their ids (e.g. a teacher's ``id2label`` when distilling); then
+    training and evaluation labels outside it are an error."""
     if problem_type is not None and problem_type not in PROBLEM_TYPES:
         raise ValueError(f"--problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
     if not train_labels:
@@ -185,17 +189,21 @@ def infer_label_spec(train_labels, eval_labels=None, problem_type: str | None = 
     if kind == "int":
         numbers = sorted({int(n) for n in names})
         names = [str(n) for n in numbers]  # numeric order ("10" after "9"); 0..K-1 keep their values
+    if label_list is not None:
+        _check_unseen(set(names), list(label_list), "training")
+        names = list(label_list)
     _check_unseen({_label_name(v) for v in (eval_labels or [])}, names)
     return LabelSpec(problem_type, label_list=names)
 
 
-def _check_unseen(eval_names: set, train_names: list) -> None:
+def _check_unseen(eval_names: set, train_names: list, what: str = "evaluation") -> None:
     unseen = sorted(eval_names - set(train_names))
     if unseen:
+        known = "the model's labels" if what == "training" else "training labels"
         raise DataError(
-            f"the evaluation data has labels never seen in training: {unseen[:10]}"
-            f"{' ...' if len(unseen) > 10 else ''}. Training labels: {train_names[:20]}. The model cannot predict "
-            "them; fix the label names or remove those rows."
+            f"the {what} data has labels never seen in {'the model' if what == 'training' else 'training'}: "
+            f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}. Known ({known}): {train_names[:20]}. The model "
+            "cannot predict them; fix the label names or remove those rows."
         )
 
 
@@ -238,3 +246,117 @@ class ClassificationEvaluator:
 
     def __call__(self, logits, labels) -> dict:
         return classification_metrics(np.asarray(logits), np.asarray(labels), self.problem_type)
+
+
+# --------------------------------------------------------------------------------------------------
+# Script pieces shared by finetune_classification.py and distill.py
+# --------------------------------------------------------------------------------------------------
+
+METRIC_DEFINITIONS = {
+    "single_label_classification": "accuracy; macro F1 (unweighted mean of per-class F1); Matthews correlation "
+                                   "(multi-class form)",
+    "regression": "Pearson and Spearman (tie-averaged ranks) correlation; mean squared error",
+    "multi_label_classification": "subset accuracy; micro F1 and macro F1 over labels (sigmoid > 0.5)",
+}
+
+
+def add_classification_arguments(parser):
+    g = parser.add_argument_group("task")
+    g.add_argument("--text_column", type=str, default=None,
+                   help="Column with the text (default: 'sentence' or 'text', whichever exists).")
+    g.add_argument("--text_pair_column", type=str, default=None, help="Second text of a pair task.")
+    g.add_argument("--label_column", type=str, default="label")
+    g.add_argument("--problem_type", type=str, default=None, choices=PROBLEM_TYPES,
+                   help="Default: inferred from the labels.")
+    g.add_argument("--label_separator", type=str, default=",",
+                   help="Multi-label labels given as one string are split on this.")
+    return parser
+
+
+@dataclass
+class ClassificationData:
+    train: object
+    evaluation: object | None
+    spec: LabelSpec
+    reports: list
+
+
+def load_classification_data(args, label_list: list[str] | None = None) -> ClassificationData:
+    """Training/evaluation tables from the script's flags, validated, with the label spec decided."""
+    from .finetuning import first_n, load_splits
+    from .task_data import require_columns, require_rows
+
+    train, evaluation = load_splits(args)
+    require_rows(train, "the training data")
+    if args.text_column is None:
+        args.text_column = next((c for c in ("sentence", "text") if c in train.column_names), None)
+        if args.text_column is None:
+            raise DataError(
+                f"the training data has no 'sentence' or 'text' column; pass --text_column "
+                f"(columns: {train.column_names})."
+            )
+    columns = {"--text_column": args.text_column, "--text_pair_column": args.text_pair_column,
+               "--label_column": args.label_column}
+    needed = [c for c in columns.values() if c is not None]
+    require_columns(train, columns, "the training data")
+    train, train_report = drop_incomplete_rows(first_n(train, args.max_train_samples), needed, "training data")
+    require_rows(train, "the training data (after skipping rows with empty values)")
+    eval_report = None
+    if evaluation is not None:
+        require_rows(evaluation, "the evaluation data")
+        require_columns(evaluation, columns, "the evaluation data")
+        evaluation, eval_report = drop_incomplete_rows(first_n(evaluation, args.max_eval_samples), needed,
+                                                       "evaluation data")
+        require_rows(evaluation, "the evaluation data (after skipping rows with empty values)")
+    spec = infer_label_spec(train[args.label_column], evaluation[args.label_column] if evaluation else None,
+                            args.problem_type, args.label_separator, label_list=label_list)
+    return ClassificationData(train, evaluation, spec, [train_report, eval_report])
+
+
+def tokenize_classification(data: ClassificationData, tokenizer, args, accelerator):
+    """``(train_features, eval_features or None)`` ready for the loop's collator."""
+    preprocess = make_preprocess_function(tokenizer, data.spec, args.text_column, args.text_pair_column,
+                                          args.label_column, args.max_seq_length)
+    with accelerator.main_process_first():
+        train = data.train.map(preprocess, batched=True, remove_columns=data.train.column_names,
+                               desc="tokenizing train")
+        evaluation = None if data.evaluation is None else data.evaluation.map(
+            preprocess, batched=True, remove_columns=data.evaluation.column_names, desc="tokenizing eval")
+    return train, evaluation
+
+
+def make_evaluate_fn(spec: LabelSpec):
+    """``evaluate_fn`` for :func:`training.loop.run`: gathered logits and labels -> metrics."""
+    from .loop import evaluation_loop
+
+    evaluator = ClassificationEvaluator(spec.problem_type)
+
+    def evaluate(model, dataloader, accelerator):
+        gathered = evaluation_loop(model, dataloader, accelerator,
+                                   lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]})
+        labels = gathered["labels"].numpy()
+        if spec.problem_type == "single_label_classification":
+            labels = labels.astype(int)
+        return evaluator(gathered["logits"].numpy(), labels)
+
+    return evaluate
+
+
+def classification_card_facts(args, data: ClassificationData, train_features, eval_features, skipped) -> dict:
+    import os
+
+    spec = data.spec
+    return {
+        "task": "text-classification",
+        "pipeline_tag": "text-classification",
+        "problem_type": spec.problem_type,
+        "labels": spec.label_list if spec.problem_type != "regression" else None,
+        "datasets": [args.dataset_name or os.path.basename(args.train_file)],
+        "eval_dataset": (args.dataset_name + ":" + args.validation_split) if args.dataset_name
+        else (os.path.basename(args.validation_file) if args.validation_file else None),
+        "text_columns": [c for c in (args.text_column, args.text_pair_column) if c],
+        "num_train_examples": len(train_features),
+        "num_eval_examples": len(eval_features) if eval_features is not None else 0,
+        "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],
+        "data_skipped": skipped,
+    }

@@ -107,6 +107,17 @@ def prepare_train_features(examples, tokenizer, max_seq_length=384, doc_stride=1
     return tokenized
 
 
+def keep_some_answerless_windows(features, fraction: float, seed: int):
+    """Keep every training window that contains its answer and a seeded random ``fraction`` of the
+    windows whose target is ``[CLS]`` (position 0: no answer in the window, or an unanswerable question)."""
+    rng = np.random.default_rng(seed)
+    keep = [
+        index for index, start in enumerate(features["start_positions"])
+        if start != 0 or rng.random() < fraction
+    ]
+    return features.select(keep)
+
+
 def prepare_eval_features(examples, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=64):
     """Batched ``datasets.map`` function: windows with ``example_id`` and context-only ``offset_mapping``
     (``None`` for question and special tokens), for :func:`postprocess_qa_predictions`."""
