@@ -2,6 +2,8 @@
 
 import json
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -129,6 +131,8 @@ def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, s
     Raises `CheckpointMismatchError` listing every missing or unexpected weight. Returns the converted model.
     """
     src, out = Path(src_dir), Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} already exists and is not empty; choose a new output folder.")
     config_path = src / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(f"{src} has no config.json; pass a transformers BERT checkpoint folder.")
@@ -159,10 +163,16 @@ def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, s
     model.tie_weights()
     model.eval()
 
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    if save_tokenizer:
-        from tokenization import BriskBertTokenizer
+    # Write next to the destination and move into place at the end, so a failure leaves no half-written folder.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        if save_tokenizer:
+            from tokenization import BriskBertTokenizer
 
-        BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(out)
+            BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
+        staging.replace(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return model

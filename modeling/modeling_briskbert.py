@@ -422,13 +422,12 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     # which skips weights that were loaded from a checkpoint.
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
-        implementation = super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
-        if self.config.position_embedding_type == "alibi" and "flash" in str(implementation):
+        if self.config.position_embedding_type == "alibi" and "flash" in str(attn_implementation):
             raise ValueError(
-                f"attn_implementation={implementation!r} cannot add ALiBi's position bias. Use 'sdpa', 'eager' or "
-                "'flex_attention' with position_embedding_type='alibi', or choose 'rope' to use flash-attention."
+                f"attn_implementation={attn_implementation!r} cannot add ALiBi's position bias. Use 'sdpa', 'eager' "
+                "or 'flex_attention' with position_embedding_type='alibi', or choose 'rope' to use flash-attention."
             )
-        return implementation
+        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # List every Auto class, so one saved folder serves AutoModel, pipelines and every head.

@@ -19,7 +19,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         model = convert_bert_checkpoint(args.src, args.out, args.architecture, save_tokenizer=not args.no_tokenizer)
-    except (CheckpointMismatchError, FileNotFoundError, ValueError) as error:
+    except (CheckpointMismatchError, FileNotFoundError, FileExistsError, ValueError) as error:
         sys.exit(f"error: {error}")
     print(f"Converted {args.src} -> {args.out} as {type(model).__name__} "
           f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters).")

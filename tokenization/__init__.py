@@ -3,6 +3,12 @@
 from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError
 from .training import round_up_to_multiple, train_wordpiece_tokenizer
 
+# In-process, Auto classes find the tokenizer of a BriskBert folder without trust_remote_code.
+from transformers import AutoTokenizer  # noqa: E402
+from modeling.configuration_briskbert import BriskBertConfig  # noqa: E402
+
+AutoTokenizer.register(BriskBertConfig, tokenizer_class=BriskBertTokenizer, exist_ok=True)
+
 
 __all__ = [
     "SPECIAL_TOKENS",

@@ -1,0 +1,419 @@
+"""BriskBert model core: every architecture option, the heads, and the transformers contract."""
+
+import itertools
+
+import pytest
+import torch
+
+from modeling import (
+    BriskBertConfig,
+    BriskBertForMaskedLM,
+    BriskBertForMultipleChoice,
+    BriskBertForNextSentencePrediction,
+    BriskBertForPreTraining,
+    BriskBertForQuestionAnswering,
+    BriskBertForSequenceClassification,
+    BriskBertForTokenClassification,
+    BriskBertModel,
+)
+from modeling.modeling_briskbert import alibi_slopes
+
+POSITIONS = ["absolute", "sinusoidal", "rope", "alibi"]
+NORM_TYPES = ["layernorm", "rmsnorm"]
+NORM_POSITIONS = ["post", "pre"]
+KV_HEADS = {"mha": 4, "gqa": 2, "mqa": 1}
+MLP_TYPES = ["mlp", "glu"]
+WINDOWS = [None, 3]
+COMBOS = list(itertools.product(POSITIONS, NORM_TYPES, NORM_POSITIONS, KV_HEADS, MLP_TYPES, WINDOWS))
+LENGTHS = [20, 13, 7]
+ATOL = 1e-5
+
+
+def combo_id(combo):
+    return "-".join(str(part) if part is not None else "global" for part in combo)
+
+
+def tiny_config(position="absolute", norm="layernorm", norm_position="post", heads="mha", mlp="mlp", window=None,
+                **overrides):
+    fields = dict(
+        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=KV_HEADS[heads],
+        intermediate_size=48, max_position_embeddings=64, position_embedding_type=position, norm_type=norm,
+        norm_position=norm_position, mlp_type=mlp, hidden_act="gelu" if mlp == "mlp" else "silu",
+        sliding_window=window, global_attn_every_n_layers=2 if window else None,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    return BriskBertConfig(**{**fields, **overrides})
+
+
+def build(model_class, config, attn_implementation="eager", seed=0):
+    torch.manual_seed(seed)
+    config._attn_implementation = attn_implementation
+    model = model_class(config).eval()
+    # Non-trivial norm parameters, so a swapped or skipped norm cannot hide behind ones and zeros.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def padded_batch(lengths=LENGTHS, vocab_size=97, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (len(lengths), max(lengths)), generator=generator)
+    attention_mask = (torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]).long()
+    return input_ids * attention_mask, attention_mask
+
+
+# ------------------------------------------------------------------------------------------ option matrix
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+def test_eager_and_sdpa_agree(combo):
+    model = build(BriskBertModel, tiny_config(*combo))
+    input_ids, attention_mask = padded_batch()
+    with torch.no_grad():
+        eager = model(input_ids, attention_mask=attention_mask)
+        model.set_attn_implementation("sdpa")
+        sdpa = model(input_ids, attention_mask=attention_mask)
+    real = attention_mask.bool()
+    torch.testing.assert_close(sdpa.last_hidden_state[real], eager.last_hidden_state[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(sdpa.pooler_output, eager.pooler_output, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+def test_padded_batch_matches_each_sequence_alone(combo):
+    model = build(BriskBertModel, tiny_config(*combo), "sdpa")
+    input_ids, attention_mask = padded_batch()
+    with torch.no_grad():
+        batched = model(input_ids, attention_mask=attention_mask).last_hidden_state
+        for row, length in enumerate(LENGTHS):
+            alone = model(input_ids[row : row + 1, :length]).last_hidden_state[0]
+            torch.testing.assert_close(batched[row, :length], alone, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+def test_save_and_load_round_trip(combo, tmp_path):
+    model = build(BriskBertForMaskedLM, tiny_config(*combo), "sdpa")
+    input_ids, attention_mask = padded_batch()
+    model.save_pretrained(tmp_path)
+    reloaded = BriskBertForMaskedLM.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids, attention_mask=attention_mask).logits,
+                                   model(input_ids, attention_mask=attention_mask).logits, atol=0, rtol=0)
+    def options(config):
+        return {key: value for key, value in config.to_dict().items() if key not in ("_name_or_path", "auto_map")}
+
+    assert options(reloaded.config) == options(model.config)
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+def test_every_parameter_gets_a_gradient(combo):
+    model = build(BriskBertModel, tiny_config(*combo), "sdpa").train()
+    input_ids, attention_mask = padded_batch()
+    token_type_ids = (torch.arange(input_ids.shape[1]) >= 4).long().expand_as(input_ids)
+    outputs = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    (outputs.last_hidden_state.pow(2).mean() + outputs.pooler_output.pow(2).mean()).backward()
+    missing = [name for name, param in model.named_parameters() if param.grad is None or not param.grad.any()]
+    assert not missing, f"no gradient for {missing}"
+
+
+# ------------------------------------------------------------------------------------------ position schemes
+@pytest.mark.parametrize("position", ["sinusoidal", "rope", "alibi"])
+def test_unbounded_positions_run_past_max_position_embeddings(position):
+    model = build(BriskBertModel, tiny_config(position, max_position_embeddings=16), "sdpa")
+    with torch.no_grad():
+        output = model(torch.randint(5, 97, (2, 40))).last_hidden_state
+    assert output.shape == (2, 40, 32) and torch.isfinite(output).all()
+
+
+def test_learned_positions_refuse_sequences_past_the_limit():
+    model = build(BriskBertModel, tiny_config("absolute", max_position_embeddings=16))
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings=16.*truncation=True"):
+        model(torch.randint(5, 97, (1, 17)))
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_relative_schemes_ignore_a_shift_of_all_positions(position):
+    model = build(BriskBertModel, tiny_config(position, norm_position="pre"), "sdpa")
+    input_ids, attention_mask = padded_batch()
+    positions = torch.arange(input_ids.shape[1])[None]
+    with torch.no_grad():
+        base = model(input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
+        shifted = model(input_ids, attention_mask=attention_mask, position_ids=positions + 7).last_hidden_state
+    real = attention_mask.bool()
+    torch.testing.assert_close(shifted[real], base[real], atol=1e-4, rtol=0)
+
+
+def test_alibi_slopes_follow_the_paper():
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)]))
+    # Non-power-of-two head counts take the 8 slopes of the closest power, then every other slope of the next.
+    assert torch.allclose(alibi_slopes(12)[8:], torch.tensor([2.0 ** -(0.5 + i) for i in range(4)]))
+
+
+@pytest.mark.parametrize("position", ["absolute", "alibi"])
+def test_sliding_window_limits_what_a_token_sees(position):
+    window = 3
+    config = tiny_config(position, window=window, num_hidden_layers=1, global_attn_every_n_layers=None)
+    model = build(BriskBertModel, config, "sdpa")
+    input_ids = torch.randint(5, 97, (1, 16), generator=torch.Generator().manual_seed(3))
+    query_position = 8
+    with torch.no_grad():
+        base = model(input_ids).last_hidden_state[0, query_position]
+        for position_changed in range(16):
+            changed = input_ids.clone()
+            changed[0, position_changed] = (changed[0, position_changed] + 1 - 5) % 92 + 5
+            moved = not torch.allclose(model(changed).last_hidden_state[0, query_position], base, atol=1e-6)
+            assert moved == (abs(position_changed - query_position) <= window), position_changed
+
+
+def test_global_layers_follow_global_attn_every_n_layers():
+    config = tiny_config(window=3, num_hidden_layers=6, global_attn_every_n_layers=3)
+    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention"] * 2
+    model = BriskBertModel(config)
+    assert [layer.attention.sliding_window for layer in model.layers] == [None, 4, 4, None, 4, 4]
+
+
+# ------------------------------------------------------------------------------------------ attention variants
+def test_grouped_query_attention_equals_mha_with_shared_key_value_heads():
+    gqa = build(BriskBertModel, tiny_config("rope", heads="gqa"))
+    mha = build(BriskBertModel, tiny_config("rope", heads="mha"))
+    mha.load_state_dict({name: value for name, value in gqa.state_dict().items() if ".qkv." not in name}, strict=False)
+    head_dim, groups = 8, 2
+    with torch.no_grad():
+        for gqa_layer, mha_layer in zip(gqa.layers, mha.layers):
+            q, k, v = gqa_layer.attention.qkv.weight.split(gqa_layer.attention.qkv_sizes)
+            qb, kb, vb = gqa_layer.attention.qkv.bias.split(gqa_layer.attention.qkv_sizes)
+
+            def share(weight):  # key/value head h serves query heads h*groups .. h*groups+groups-1
+                return weight.unflatten(0, (-1, head_dim)).repeat_interleave(groups, dim=0).flatten(0, 1)
+
+            mha_layer.attention.qkv.weight.copy_(torch.cat([q, share(k), share(v)]))
+            mha_layer.attention.qkv.bias.copy_(torch.cat([qb, share(kb), share(vb)]))
+    input_ids, attention_mask = padded_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(mha(input_ids, attention_mask=attention_mask).last_hidden_state,
+                                   gqa(input_ids, attention_mask=attention_mask).last_hidden_state, atol=ATOL, rtol=0)
+
+
+def test_attentions_and_hidden_states_are_returned():
+    model = build(BriskBertModel, tiny_config("alibi", heads="gqa", window=3))
+    input_ids, attention_mask = padded_batch()
+    outputs = model(input_ids, attention_mask=attention_mask, output_attentions=True, output_hidden_states=True)
+    assert len(outputs.hidden_states) == 3 and len(outputs.attentions) == 2
+    assert outputs.attentions[0].shape == (3, 4, 20, 20)
+    torch.testing.assert_close(outputs.hidden_states[-1], outputs.last_hidden_state)
+    assert outputs.attentions[1][0, :, 0, 5:].abs().max() == 0  # local layer: position 0 sees 0..3 only
+    tuple_output = model(input_ids, attention_mask=attention_mask, return_dict=False)
+    torch.testing.assert_close(tuple_output[0], outputs.last_hidden_state)
+
+
+def test_alibi_with_flash_attention_is_refused_at_load(tmp_path):
+    model = BriskBertModel(tiny_config("alibi"))
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="cannot add ALiBi's position bias"):
+        BriskBertModel.from_pretrained(tmp_path, attn_implementation="flash_attention_2")
+    with pytest.raises(ValueError, match="cannot add ALiBi's position bias"):
+        model.set_attn_implementation("flash_attention_2")
+
+
+@pytest.mark.slow
+def test_flex_attention_matches_eager():
+    """flex_attention compiles its kernel (~10 s on CPU): one run covers ALiBi bias + sliding window masks."""
+    model = build(BriskBertModel, tiny_config("alibi", heads="gqa", window=3, norm_position="pre"))
+    input_ids, attention_mask = padded_batch()
+    with torch.no_grad():
+        eager = model(input_ids, attention_mask=attention_mask).last_hidden_state
+        model.set_attn_implementation("flex_attention")
+        flex = model(input_ids, attention_mask=attention_mask).last_hidden_state
+    real = attention_mask.bool()
+    torch.testing.assert_close(flex[real], eager[real], atol=ATOL, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ training features
+def test_gradient_checkpointing_gives_the_same_gradients():
+    config = tiny_config("rope", "rmsnorm", "pre", "gqa", "glu", 3)
+    input_ids, attention_mask = padded_batch()
+    grads = []
+    for checkpointing in (False, True):
+        model = build(BriskBertForMaskedLM, config, "sdpa").train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100)).loss.backward()
+        grads.append({name: param.grad.clone() for name, param in model.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager_mode():
+    """Compiling takes ~30 s on CPU; worth it because users compile for speed and remote code must not break."""
+    model = build(BriskBertForMaskedLM, tiny_config("rope", "rmsnorm", "pre", "gqa", "glu", 3), "sdpa")
+    input_ids, attention_mask = padded_batch()
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(input_ids, attention_mask=attention_mask).logits,
+                                   model(input_ids, attention_mask=attention_mask).logits, atol=ATOL, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------ heads
+def labelled_mlm_batch():
+    input_ids, attention_mask = padded_batch()
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1:6:2] = input_ids[:, 1:6:2]
+    return input_ids, attention_mask, labels
+
+
+def test_sparse_mlm_prediction_matches_the_dense_decoder():
+    input_ids, attention_mask, labels = labelled_mlm_batch()
+    sparse = build(BriskBertForMaskedLM, tiny_config(sparse_prediction=True))
+    dense = build(BriskBertForMaskedLM, tiny_config(sparse_prediction=False))
+    sparse_out = sparse(input_ids, attention_mask=attention_mask, labels=labels)
+    dense_out = dense(input_ids, attention_mask=attention_mask, labels=labels)
+    assert sparse_out.logits.shape == (9, 97) and dense_out.logits.shape == (3, 20, 97)
+    torch.testing.assert_close(sparse_out.logits, dense_out.logits[labels != -100], atol=ATOL, rtol=0)
+    torch.testing.assert_close(sparse_out.loss, dense_out.loss)
+    # Without labels the logits cover every position, as fill-mask pipelines expect.
+    assert sparse(input_ids, attention_mask=attention_mask).logits.shape == (3, 20, 97)
+
+
+def test_mlm_loss_can_be_normalised_over_an_accumulation_window():
+    input_ids, attention_mask, labels = labelled_mlm_batch()
+    model = build(BriskBertForMaskedLM, tiny_config())
+    mean_loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
+    summed = model(input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=18).loss
+    torch.testing.assert_close(summed, mean_loss / 2)
+
+
+def test_decoder_is_tied_to_the_word_embeddings(tmp_path):
+    model = build(BriskBertForMaskedLM, tiny_config())
+    assert model.head.decoder.weight is model.model.embeddings.word_embeddings.weight
+    model.save_pretrained(tmp_path)
+    reloaded = BriskBertForMaskedLM.from_pretrained(tmp_path)
+    assert reloaded.head.decoder.weight is reloaded.model.embeddings.word_embeddings.weight
+
+
+def test_pretraining_head_adds_mlm_and_nsp_losses():
+    input_ids, attention_mask, labels = labelled_mlm_batch()
+    nsp_labels = torch.tensor([0, 1, 0])
+    model = build(BriskBertForPreTraining, tiny_config("rope", "rmsnorm", "pre"))
+    both = model(input_ids, attention_mask=attention_mask, labels=labels, next_sentence_label=nsp_labels)
+    mlm = model(input_ids, attention_mask=attention_mask, labels=labels).loss
+    nsp = BriskBertForNextSentencePrediction(model.config).eval()
+    nsp.load_state_dict(model.state_dict(), strict=False)
+    nsp_out = nsp(input_ids, attention_mask=attention_mask, labels=nsp_labels)
+    torch.testing.assert_close(both.seq_relationship_logits, nsp_out.logits)
+    torch.testing.assert_close(both.loss, mlm + nsp_out.loss)
+
+
+@pytest.mark.parametrize("problem", ["single_label_classification", "regression", "multi_label_classification"])
+def test_sequence_classification_losses(problem):
+    num_labels = 1 if problem == "regression" else 3
+    model = build(BriskBertForSequenceClassification, tiny_config(num_labels=num_labels, problem_type=problem,
+                                                                  classifier_pooling="mean"))
+    input_ids, attention_mask = padded_batch()
+    labels = {
+        "single_label_classification": torch.tensor([0, 2, 1]),
+        "regression": torch.tensor([0.5, -1.0, 2.0]),
+        "multi_label_classification": torch.tensor([[1.0, 0, 1], [0, 0, 0], [0, 1, 1]]),
+    }[problem]
+    out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    expected = {
+        "single_label_classification": lambda: torch.nn.functional.cross_entropy(out.logits, labels),
+        "regression": lambda: torch.nn.functional.mse_loss(out.logits.squeeze(-1), labels),
+        "multi_label_classification": lambda: torch.nn.functional.binary_cross_entropy_with_logits(out.logits, labels),
+    }[problem]()
+    assert out.logits.shape == (3, num_labels)
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_token_classification_ignores_minus_100():
+    model = build(BriskBertForTokenClassification, tiny_config(num_labels=5))
+    input_ids, attention_mask = padded_batch()
+    labels = torch.randint(0, 5, input_ids.shape).masked_fill(attention_mask == 0, -100)
+    out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    kept = labels != -100
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[kept], labels[kept]))
+
+
+def test_question_answering_head():
+    model = build(BriskBertForQuestionAnswering, tiny_config("alibi"))
+    input_ids, attention_mask = padded_batch()
+    out = model(input_ids, attention_mask=attention_mask, start_positions=torch.tensor([1, 2, 3]),
+                end_positions=torch.tensor([4, 5, 6]))
+    assert out.start_logits.shape == out.end_logits.shape == (3, 20)
+    expected = (torch.nn.functional.cross_entropy(out.start_logits, torch.tensor([1, 2, 3]))
+                + torch.nn.functional.cross_entropy(out.end_logits, torch.tensor([4, 5, 6]))) / 2
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_multiple_choice_scores_each_choice_like_a_single_sequence():
+    model = build(BriskBertForMultipleChoice, tiny_config("rope"))
+    input_ids, attention_mask = padded_batch()
+    out = model(input_ids[None], attention_mask=attention_mask[None], labels=torch.tensor([1]))
+    assert out.logits.shape == (1, 3)
+    single = model.classifier(model.model(input_ids[1:2, :13]).pooler_output)
+    torch.testing.assert_close(out.logits[0, 1], single[0, 0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("head", [BriskBertForPreTraining, BriskBertForSequenceClassification,
+                                  BriskBertForTokenClassification, BriskBertForQuestionAnswering,
+                                  BriskBertForMultipleChoice])
+def test_heads_train_every_parameter(head):
+    model = build(head, tiny_config("rope", "rmsnorm", "pre", "gqa", "glu", 3)).train()
+    input_ids, attention_mask = padded_batch()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask)
+    if head is BriskBertForMultipleChoice:
+        inputs = {key: value[None] for key, value in inputs.items()}
+    outputs = model(**inputs)
+    sum(value.float().pow(2).mean() for value in outputs.values() if isinstance(value, torch.Tensor)).backward()
+    missing = [name for name, param in model.named_parameters() if param.grad is None or not param.grad.any()]
+    assert not missing, f"no gradient for {missing}"
+
+
+# ------------------------------------------------------------------------------------------ configuration
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(hidden_size=100, num_attention_heads=12), "hidden_size \\(100\\) must be divisible by num_attention_heads"),
+        (dict(num_key_value_heads=5), "divisible by num_key_value_heads \\(5\\)"),
+        (dict(position_embedding_type="learned"), "position_embedding_type='learned'.*'absolute', 'sinusoidal'"),
+        (dict(norm_type="batchnorm"), "norm_type='batchnorm'.*'layernorm', 'rmsnorm'"),
+        (dict(norm_position="middle"), "norm_position='middle'.*'post', 'pre'"),
+        (dict(mlp_type="moe"), "mlp_type='moe'.*'mlp', 'glu'"),
+        (dict(classifier_pooling="max"), "classifier_pooling='max'.*'cls', 'mean'"),
+        (dict(hidden_act="swishy"), "hidden_act='swishy' is not a known activation"),
+        (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
+        (dict(intermediate_size=-4), "intermediate_size must be a positive integer"),
+        (dict(sliding_window=0), "sliding_window must be a positive integer"),
+        (dict(global_attn_every_n_layers=3), "set sliding_window too"),
+        (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob must be a probability"),
+        (dict(position_embedding_type="rope", hidden_size=36, num_attention_heads=4), "even head dimension"),
+        (dict(pad_token_id=40000), "pad_token_id \\(40000\\) must be None or an id below vocab_size"),
+    ],
+)
+def test_invalid_configs_name_the_problem(fields, message):
+    with pytest.raises(ValueError, match=message):
+        BriskBertConfig(**fields)
+
+
+def test_defaults_are_bert_base():
+    from transformers import BertConfig
+
+    ours, bert = BriskBertConfig(), BertConfig()
+    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                  "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id"):
+        assert getattr(ours, field) == getattr(bert, field), field
+    assert (ours.position_embedding_type, ours.norm_type, ours.norm_position, ours.mlp_type) == (
+        "absolute", "layernorm", "post", "mlp")
+    assert ours.num_key_value_heads == ours.num_attention_heads and ours.sliding_window is None
+
+
+def test_presets():
+    modern = BriskBertConfig.from_preset("modern-base")
+    assert (modern.position_embedding_type, modern.norm_type, modern.norm_position, modern.mlp_type) == (
+        "rope", "rmsnorm", "pre", "glu")
+    assert modern.num_key_value_heads < modern.num_attention_heads and modern.sliding_window
+    assert "sliding_attention" in modern.layer_types and "full_attention" in modern.layer_types
+    small = BriskBertConfig.from_preset("bert-small", vocab_size=1000)
+    assert (small.hidden_size, small.num_hidden_layers, small.vocab_size) == (384, 6, 1000)
+    with pytest.raises(ValueError, match="Unknown preset 'huge'.*bert-base"):
+        BriskBertConfig.from_preset("huge")
