@@ -1,0 +1,261 @@
+"""Pretraining: masking statistics, packing, NSP pairs, bad input, the final folder, and a 2-process run.
+
+Data: the bundled WikiText-2 excerpt (``data/wikitext2_excerpt.txt``) and a WordPiece vocabulary trained
+on it once per module (about a second)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
+from training.masking import MaskingCollator
+from training.pretraining import main
+from training.pretraining_data import mlm_sequences, nsp_examples, read_documents, tokenize_documents
+
+ROOT = Path(__file__).resolve().parents[1]
+EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
+SCRIPT = ROOT / "scripts" / "pretrain.py"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tokenizer")
+    train_wordpiece_tokenizer(files=[str(EXCERPT)], vocab_size=600, round_to_multiple_of=None,
+                              output_dir=folder, show_progress=False)
+    return BriskBertTokenizer.from_pretrained(folder)  # name_or_path = the folder
+
+
+@pytest.fixture(scope="module")
+def documents():
+    return read_documents(str(EXCERPT))
+
+
+@pytest.fixture(scope="module")
+def sequences(tokenizer, documents):
+    return mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, 64, packing=True)
+
+
+def collate(tokenizer, sequences, epoch=0, **kwargs):
+    collator = MaskingCollator(tokenizer, **kwargs)
+    collator.set_epoch(epoch)
+    return collator([{"input_ids": s, "idx": i} for i, s in enumerate(sequences)])
+
+
+# ------------------------------------------------------------------------------------------------ masking
+@pytest.mark.parametrize("p", [0.15, 0.3])
+def test_masking_rate_and_80_10_10_split(tokenizer, sequences, p):
+    batch = collate(tokenizer, sequences, mlm_probability=p)
+    ids = torch.tensor([s + [0] * (64 - len(s)) for s in sequences])
+    selected = batch["labels"] != -100
+    candidates = ~torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    assert selected.sum() / candidates.sum() == pytest.approx(p, abs=0.01)
+    assert torch.equal(batch["labels"][selected], ids[selected])
+    outcome = batch["input_ids"][selected]
+    n = selected.sum().item()
+    assert (outcome == tokenizer.mask_token_id).sum() / n == pytest.approx(0.8, abs=0.015)
+    unchanged = (outcome == ids[selected]).sum() / n
+    assert unchanged == pytest.approx(0.1 + 0.1 / len(tokenizer), abs=0.01)  # random may redraw the same id
+    random = ((outcome != tokenizer.mask_token_id) & (outcome != ids[selected]))
+    assert random.sum() / n == pytest.approx(0.1, abs=0.01)
+    assert not torch.isin(outcome[random], torch.tensor(tokenizer.all_special_ids)).any()
+
+
+def test_configurable_split_and_specials_never_masked(tokenizer, sequences):
+    batch = collate(tokenizer, sequences, mlm_probability=0.5, mask_replace_prob=0.0, random_replace_prob=1.0)
+    ids = torch.tensor([s + [0] * (64 - len(s)) for s in sequences])
+    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    assert (batch["labels"][special] == -100).all() and torch.equal(batch["input_ids"][special], ids[special])
+    assert not (batch["input_ids"] == tokenizer.mask_token_id).any()
+    assert batch["attention_mask"].sum() == sum(len(s) for s in sequences)
+
+
+def test_masking_redrawn_each_epoch_and_reproducible(tokenizer, sequences):
+    first, again = collate(tokenizer, sequences, epoch=0), collate(tokenizer, sequences, epoch=0)
+    second = collate(tokenizer, sequences, epoch=1)
+    assert torch.equal(first["labels"], again["labels"]) and torch.equal(first["input_ids"], again["input_ids"])
+    assert not torch.equal(first["labels"] != -100, second["labels"] != -100)
+    # The draw belongs to the example, not to its position in a batch (multi-process, resume).
+    collator = MaskingCollator(tokenizer)
+    alone = collator([{"input_ids": sequences[3], "idx": 3}])
+    assert torch.equal(alone["labels"][0], first["labels"][3, : len(sequences[3])])
+
+
+def test_whole_word_masking_masks_whole_words(tokenizer, sequences):
+    batch = collate(tokenizer, sequences, whole_word_mask=True, mlm_probability=0.2)
+    continuation = np.array([t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    checked = 0
+    for row, seq in enumerate(sequences):
+        selected = (batch["labels"][row, : len(seq)] != -100).numpy()
+        for i in range(1, len(seq)):
+            if continuation[seq[i]] and seq[i - 1] not in tokenizer.all_special_ids:
+                assert selected[i] == selected[i - 1]  # a ## piece shares its word's fate
+                checked += selected[i]
+    assert checked > 50  # multi-piece words were actually masked
+
+
+# ------------------------------------------------------------------------------------------ sequences
+def test_packing_and_splitting_keep_every_token(tokenizer, documents):
+    tokenized = tokenize_documents(documents, tokenizer)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    packed = mlm_sequences(tokenized, tokenizer, 64, packing=True)
+    assert all(len(s) == 64 for s in packed[:-1]) and 1 < len(packed[-1]) <= 64  # remainder kept
+    assert all(s[0] == cls for s in packed)
+    expected = [t for doc in tokenized for t in [*(i for seg in doc for i in seg), sep]]
+    assert [t for s in packed for t in s[1:]] == expected
+    unpacked = mlm_sequences(tokenized, tokenizer, 64, packing=False)
+    assert all(len(s) <= 64 and s[0] == cls and s[-1] == sep for s in unpacked)
+    assert [t for s in unpacked for t in s[1:-1]] == [i for doc in tokenized for seg in doc for i in seg]
+    # Every document starts a new sequence: nothing is lost or merged.
+    assert len(unpacked) >= len(tokenized)
+
+
+def test_nsp_pairs(tokenizer, documents):
+    tokenized = tokenize_documents(documents, tokenizer, sentences=True)
+    examples = nsp_examples(tokenized, tokenizer, 64, seed=0)
+    labels = [e["next_sentence_label"] for e in examples]
+    assert 0.35 < sum(labels) / len(labels) < 0.75  # single-sentence documents always get a random B
+    for e in examples:
+        ids, types = e["input_ids"], e["token_type_ids"]
+        assert len(ids) == len(types) <= 64 and ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+        first_sep = ids.index(tokenizer.sep_token_id)
+        assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
+    # A true pair is A then B from one document (each possibly truncated at either end).
+    docs = [" " + " ".join(map(str, (t for seg in doc for t in seg))) + " " for doc in tokenized]
+    for e in [e for e in examples if e["next_sentence_label"] == 0][:20]:
+        sep_at = e["input_ids"].index(tokenizer.sep_token_id)
+        a = " " + " ".join(map(str, e["input_ids"][1:sep_at])) + " "
+        b = " " + " ".join(map(str, e["input_ids"][sep_at + 1:-1])) + " "
+        assert any(a in d and b in d and d.index(a) < d.index(b) for d in docs)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def base_args(tmp_path, tokenizer_dir, *extra):
+    return ["--train_file", str(EXCERPT), "--config_name", "bert-tiny", "--tokenizer_name", str(tokenizer_dir),
+            "--output_dir", str(tmp_path / "out"), "--max_train_steps", "2", *extra]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "no such file"),
+    ("empty", "the file is empty"),
+    ("column", "no text column 'body'"),
+    ("too_small", "fewer than one batch"),
+    ("nsp_one_document", "--nsp needs a corpus with several documents"),
+    ("nsp_packing", "cannot be combined with --packing"),
+    ("both_model_sources", "drop --config_name"),
+    ("vocab_and_tokenizer", "--vocab_size trains a new tokenizer"),
+    ("mlm_probability", "--mlm_probability must be in"),
+    ("split", "must be within"),
+])
+def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message):
+    tok = Path(tokenizer.name_or_path)
+    one_doc = tmp_path / "one.txt"
+    one_doc.write_text("A first sentence. A second sentence follows here.\nAnd a third line.\n")
+    argv = {
+        "missing": ["--train_file", str(tmp_path / "nope.txt")],
+        "empty": ["--train_file", str(tmp_path / "empty.txt")],
+        "column": ["--train_file", str(tmp_path / "c.jsonl"), "--text_column", "body"],
+        "too_small": ["--train_file", str(tmp_path / "small.txt"), "--per_device_train_batch_size", "64"],
+        "nsp_one_document": ["--train_file", str(one_doc), "--nsp", "--validation_file", str(one_doc)],
+        "nsp_packing": ["--nsp", "--packing"],
+        "both_model_sources": ["--model_name_or_path", str(tmp_path)],
+        "vocab_and_tokenizer": ["--vocab_size", "500"],
+        "mlm_probability": ["--mlm_probability", "1.5"],
+        "split": ["--mask_replace_prob", "0.9", "--random_replace_prob", "0.2"],
+    }[case]
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+    (tmp_path / "small.txt").write_text("one short document.\n\nanother short one.\n")
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        main(base_args(tmp_path, tok, *argv))
+    assert not (tmp_path / "out" / "log_history.jsonl").exists()  # no training started
+
+
+# -------------------------------------------------------------------------------- end to end + loading
+def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, tokenizer):
+    """A short MLM+NSP run from JSON lines (one document per row) with whole-word masking and
+    accumulation; the final folder loads in a fresh interpreter (outside the project) with
+    AutoModelForMaskedLM and trust_remote_code, and gives the same logits."""
+    rows = [{"text": "\n".join(doc)} for doc in read_documents(str(EXCERPT))]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = main(["--train_file", str(corpus), "--config_name", "bert-tiny",
+                   "--config_overrides", "hidden_size=64,intermediate_size=128",
+                   "--tokenizer_name", tokenizer.name_or_path, "--nsp", "--whole_word_mask", "--max_seq_length", "64",
+                   "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2",
+                   "--max_train_steps", "4", "--eval_steps", "2", "--logging_steps", "1",
+                   "--output_dir", str(tmp_path / "run")])
+    assert {"eval_loss", "eval_accuracy", "eval_perplexity", "eval_nsp_accuracy"} <= set(result.metrics)
+    assert result.metrics["eval_perplexity"] == pytest.approx(np.exp(result.metrics["eval_loss"]))
+    final = tmp_path / "run" / "final"
+    facts = json.loads((final / "training_facts.json").read_text())
+    assert facts["pipeline_tag"] == "fill-mask" and facts["datasets"] == ["corpus.jsonl"]
+    assert facts["train_steps"] == 4 and facts["tokens_seen"] > 0 and facts["config_preset"] == "bert-tiny"
+    assert (tmp_path / "run" / "training_curves.png").stat().st_size > 1000
+
+    code = f"""
+import json, sys, torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+model = AutoModelForMaskedLM.from_pretrained({str(final)!r}, trust_remote_code=True).eval()
+tok = AutoTokenizer.from_pretrained({str(final)!r}, trust_remote_code=True)
+enc = tok("the lobster is a [MASK] .", return_tensors="pt")
+with torch.no_grad():
+    print(json.dumps({{"cls": type(model).__name__, "logits": model(**enc).logits[0, 5, :5].tolist()}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded["cls"] == "BriskBertForMaskedLM"
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(final, trust_remote_code=True).eval()
+    enc = tokenizer("the lobster is a [MASK] .", return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**enc).logits[0, 5, :5]
+    torch.testing.assert_close(torch.tensor(loaded["logits"]), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_process_gloo_run_matches_one_process(tmp_path, tokenizer):
+    """`accelerate launch --num_processes 2` (CPU, gloo) with 4 sequences per process equals one process
+    with 8: same global batches (one shuffle, sharded), same masks (drawn per example), loss normalised
+    over the masked tokens of both processes. Slow (~1 min: two interpreters start, gloo set-up) but the
+    only check that the multi-process path (sharding, all-reduce of item counts, DDP) is right."""
+    common = ["--train_file", str(EXCERPT), "--config_name", "bert-tiny",
+              "--config_overrides", "hidden_size=64,intermediate_size=128,hidden_dropout_prob=0.0,"
+                                    "attention_probs_dropout_prob=0.0",
+              "--tokenizer_name", tokenizer.name_or_path, "--max_seq_length", "64", "--packing",
+              "--max_train_steps", "4", "--logging_steps", "1", "--learning_rate", "1e-3", "--seed", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    one = subprocess.run([sys.executable, str(SCRIPT), *common, "--per_device_train_batch_size", "8",
+                          "--output_dir", str(tmp_path / "one")], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+                          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                          str(SCRIPT), *common, "--per_device_train_batch_size", "4",
+                          "--output_dir", str(tmp_path / "two")], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    def history(name):
+        lines = (tmp_path / name / "log_history.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    h1, h2 = history("one"), history("two")
+    loss1 = [e["loss"] for e in h1 if "loss" in e]
+    loss2 = [e["loss"] for e in h2 if "loss" in e]
+    assert len(loss1) == len(loss2) == 4
+    np.testing.assert_allclose(loss2, loss1, rtol=2e-4)
+    assert [e["tokens_seen"] for e in h1 if "loss" in e] == [e["tokens_seen"] for e in h2 if "loss" in e]
+    r1 = json.loads((tmp_path / "one" / "all_results.json").read_text())
+    r2 = json.loads((tmp_path / "two" / "all_results.json").read_text())
+    assert r2["eval_loss"] == pytest.approx(r1["eval_loss"], rel=2e-4)
+    assert json.loads((tmp_path / "two" / "final" / "training_facts.json").read_text())["num_processes"] == 2
