@@ -149,9 +149,10 @@ def postprocess_qa_predictions(
     feature's length are ignored). Returns ``(predictions, nbest)``: ``{id: text}`` and
     ``{id: [{"text", "score", "start_logit", "end_logit"}, ...]}`` (best first, at most ``n_best_size``).
     """
-    if len(features) != len(start_logits) or len(features) != len(end_logits):
+    num_features = len(features["example_id"])
+    if num_features != len(start_logits) or num_features != len(end_logits):
         raise ValueError(
-            f"got logits for {len(start_logits)}/{len(end_logits)} windows but {len(features)} features; "
+            f"got logits for {len(start_logits)}/{len(end_logits)} windows but {num_features} features; "
             "evaluation must return exactly one row per window (gather_for_metrics drops the padding)."
         )
     features_per_example = collections.defaultdict(list)
