@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Text (.txt: one paragraph per line, blank line between documents), .jsonl, .csv, .parquet.")
     g.add_argument("--validation_file", type=str, default=None)
     g.add_argument("--validation_split_percentage", type=float, default=5,
-                   help="Without --validation_file: % of training documents held out for validation.")
+                   help="Without --validation_file: %% of training documents held out for validation.")
     g.add_argument("--text_column", type=str, default=None, help="Column with the text (default: 'text').")
     g.add_argument("--dataset_name", type=str, default=None, help="A Hub dataset (needs network access).")
     g.add_argument("--dataset_config_name", type=str, default=None)
