@@ -238,7 +238,8 @@ def test_two_process_gloo_run_matches_one_process(tmp_path, tokenizer):
                           "--output_dir", str(tmp_path / "one")], env=env, capture_output=True, text=True,
                          timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+    # --multi_gpu selects the torchrun launcher; without a GPU the loop runs it as multi-CPU (gloo).
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                           str(SCRIPT), *common, "--per_device_train_batch_size", "4",
                           "--output_dir", str(tmp_path / "two")], env=env, capture_output=True, text=True,

@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -166,6 +167,10 @@ def create_accelerator(args):
     if args.torch_compile:
         kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=True)
     trackers = parse_report_to(args.report_to)
+    # Several processes without a GPU (`accelerate launch --multi_gpu --num_processes 2` on a CPU machine,
+    # i.e. torchrun): Accelerate only picks its multi-CPU (gloo) mode when told it runs on CPU.
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        kwargs["cpu"] = True
     return Accelerator(
         mixed_precision=args.mixed_precision,
         log_with=trackers or None,
