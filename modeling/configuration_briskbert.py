@@ -12,6 +12,7 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("post", "pre")
 MLP_TYPES = ("mlp", "glu")
 CLASSIFIER_POOLINGS = ("cls", "mean")
+UNPAD_INPUTS = ("auto", "always", "never")
 
 
 class BriskBertConfig(PreTrainedConfig):
@@ -35,6 +36,10 @@ class BriskBertConfig(PreTrainedConfig):
         classifier_pooling: `"cls"` or `"mean"`, the token summary the pooler and sentence heads use.
         sparse_prediction: when labels are given, the MLM decoder runs only at masked positions and `logits`
             holds one row per masked token (it costs as much as a small encoder per token otherwise).
+        unpad_inputs: `"auto"` runs the token-wise work (embeddings, projections, MLP, norms) on the real tokens only
+            whenever a padded batch skips enough work to pay for gathering them; `"always"` whenever there is an
+            attention mask; `"never"` keeps the padded (batch, seq) grid throughout. Outputs agree at real tokens;
+            padding positions of `last_hidden_state` are zeros when unpadded.
     """
 
     model_type = "briskbert"
@@ -66,6 +71,7 @@ class BriskBertConfig(PreTrainedConfig):
     classifier_pooling: str = "cls"
     classifier_dropout: float | None = None
     sparse_prediction: bool = True
+    unpad_inputs: str = "auto"
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -83,6 +89,7 @@ class BriskBertConfig(PreTrainedConfig):
         _require_choice("norm_position", self.norm_position, NORM_POSITIONS)
         _require_choice("mlp_type", self.mlp_type, MLP_TYPES)
         _require_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
+        _require_choice("unpad_inputs", self.unpad_inputs, UNPAD_INPUTS)
         _require_activation(self.hidden_act)
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "

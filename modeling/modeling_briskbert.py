@@ -1,7 +1,7 @@
 """BriskBert: BERT-family encoders, from classic BERT to RoPE / ALiBi / RMSNorm / pre-norm / GeGLU / GQA and
 local-global attention, in one file that reads in the order data flows:
 
-embeddings -> position schemes -> attention -> MLP -> layer -> pretrained base -> bare model -> task heads.
+batch layout -> embeddings -> position schemes -> attention -> MLP -> layer -> pretrained base -> bare model -> heads.
 
 Every option is a small component that `__init__` picks once from the config; `forward` calls whatever was
 picked. Attention goes through transformers' dispatch (eager, sdpa, flash-attention, flex).
@@ -37,6 +37,128 @@ NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
 
 def build_norm(config: BriskBertConfig) -> nn.Module:
     return NORMS[config.norm_type](config.hidden_size, eps=config.layer_norm_eps)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batch layout: which positions of a padded (batch, seq) batch the token-wise work runs on
+# ---------------------------------------------------------------------------------------------------------------
+class PaddedLayout:
+    """Every position of the (batch, seq) grid, padding included: the classic BERT layout. Every method is the
+    identity; the unpadded layouts below override them."""
+
+    attention_kwargs: dict = {}
+
+    def pack(self, tensor):
+        return tensor
+
+    def unpack(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def to_attention(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def from_attention(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def attention_positions(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return position_ids
+
+    def attention_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        return attention_mask
+
+
+PADDED = PaddedLayout()
+
+
+class UnpaddedLayout(PaddedLayout):
+    """Only the real tokens, packed into one (tokens, ...) tensor, so the token-wise work (embeddings, projections,
+    MLP, norms: nearly all the FLOPs) skips padding. Attention still runs on the padded grid with the padding
+    mask, so every kernel and every mask (sliding window, ALiBi) applies unchanged: q/k/v are scattered into the
+    grid, and the attention output gathered back out of it."""
+
+    def __init__(self, attention_mask: torch.Tensor):
+        self.batch_size, self.seq_len = attention_mask.shape
+        self.indices = attention_mask.flatten().nonzero().squeeze(-1)
+
+    def pack(self, tensor):
+        """(batch, seq, ...) or a broadcastable (1, seq, ...) -> (tokens, ...); None and numbers pass through."""
+        if not isinstance(tensor, torch.Tensor):
+            return tensor
+        grid = tensor.expand(self.batch_size, self.seq_len, *tensor.shape[2:])
+        return grid.reshape(self.batch_size * self.seq_len, *tensor.shape[2:]).index_select(0, self.indices)
+
+    def unpack(self, tensor: torch.Tensor) -> torch.Tensor:
+        """(tokens, ...) -> (batch, seq, ...), zeros at padding."""
+        grid = tensor.new_zeros(self.batch_size * self.seq_len, *tensor.shape[1:])
+        return grid.index_copy(0, self.indices, tensor).view(self.batch_size, self.seq_len, *tensor.shape[1:])
+
+    to_attention = unpack
+
+    def from_attention(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.pack(tensor)
+
+
+class VarlenLayout(UnpaddedLayout):
+    """Real tokens packed through attention too: flash-attention's varlen kernel reads the packed tokens of the
+    whole batch as one (1, tokens) sequence with the sequence boundaries (`cu_seq_lens`), and never sees padding."""
+
+    def __init__(self, attention_mask: torch.Tensor):
+        super().__init__(attention_mask)
+        lengths = attention_mask.sum(dim=-1, dtype=torch.int32)
+        boundaries = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        longest = int(lengths.max())
+        self.attention_kwargs = dict(
+            cu_seq_lens_q=boundaries, cu_seq_lens_k=boundaries, max_length_q=longest, max_length_k=longest
+        )
+
+    def to_attention(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.unsqueeze(0)
+
+    def from_attention(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.squeeze(0)
+
+    def attention_positions(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return self.pack(position_ids).unsqueeze(0)
+
+    def attention_mask(self, attention_mask: torch.Tensor | None) -> None:
+        return None
+
+
+class Unpadder:
+    """Picks the layout of each batch. It unpads a batch with a 2-D padding mask when the token-wise work it skips,
+    `padding tokens x per-token multiply-adds of one layer`, exceeds `min_skipped_work` (0 unpads any padded batch),
+    so that a small batch with a little padding does not pay for gathering and scattering its tokens. The
+    threshold is measured in docs/performance.md: below ~2**22 multiply-adds per layer the gathers cost more than
+    they save on CPU. Flash-attention implementations get the varlen layout; the other kernels re-pad around
+    attention. When per-layer hidden states are requested, they are returned on the grid, so nothing is unpadded."""
+
+    def __init__(self, config: BriskBertConfig, min_skipped_work: int):
+        width = 2 if config.mlp_type == "glu" else 1
+        attention = config.hidden_size * config.head_dim * (2 * config.num_attention_heads + 2 * config.num_key_value_heads)
+        mlp = (width + 1) * config.hidden_size * config.intermediate_size
+        self.work_per_padding_token = attention + mlp
+        self.min_skipped_work = min_skipped_work
+
+    def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
+        if attention_mask is None or attention_mask.dim() != 2 or keep_grid:
+            return PADDED
+        padding_tokens = attention_mask.numel() - int(attention_mask.count_nonzero())
+        if padding_tokens == 0 or padding_tokens * self.work_per_padding_token <= self.min_skipped_work:
+            return PADDED
+        return VarlenLayout(attention_mask) if "flash" in str(attn_implementation) else UnpaddedLayout(attention_mask)
+
+
+class KeepPadding:
+    def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
+        return PADDED
+
+
+UNPADDERS = {
+    "auto": lambda config: Unpadder(config, min_skipped_work=UNPAD_MIN_SKIPPED_WORK),
+    "always": lambda config: Unpadder(config, min_skipped_work=0),
+    "never": lambda config: KeepPadding(),
+}
+UNPAD_MIN_SKIPPED_WORK = 2**22
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -108,13 +230,19 @@ class BriskBertEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None,
         position_ids: torch.Tensor,
         inputs_embeds: torch.Tensor | None = None,
+        layout: PaddedLayout = PADDED,
     ) -> torch.Tensor:
+        """Inputs on the (batch, seq) grid; the output in the batch's layout (packed real tokens when unpadded)."""
         if inputs_embeds is None:
-            inputs_embeds = self.word_embeddings(input_ids)
+            inputs_embeds = self.word_embeddings(layout.pack(input_ids))
+        else:
+            inputs_embeds = layout.pack(inputs_embeds)
+        token_type_ids = layout.pack(token_type_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device)
         embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
-        embeddings = embeddings + self.position_embeddings(position_ids)
+        # Positions are looked up on the grid (usually a single (1, seq) row) and then gathered like the tokens.
+        embeddings = embeddings + layout.pack(self.position_embeddings(position_ids))
         return self.dropout(self.norm(embeddings))
 
 
@@ -256,12 +384,15 @@ class BriskBertAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         position_bias: torch.Tensor | None = None,
+        layout: PaddedLayout = PADDED,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        input_shape = hidden_states.shape[:-1]
+        # The projections run in the batch's layout; the layout hands attention the (batch, seq) shape it works on.
+        qkv = layout.to_attention(self.qkv(hidden_states))
+        attention_shape = qkv.shape[:-1]
         query, key, value = (
-            states.view(*input_shape, -1, self.head_dim).transpose(1, 2)
-            for states in self.qkv(hidden_states).split(self.qkv_sizes, dim=-1)
+            states.view(*attention_shape, -1, self.head_dim).transpose(1, 2)
+            for states in qkv.split(self.qkv_sizes, dim=-1)
         )
         query, key = self.apply_rotary(query, key, position_embeddings)
 
@@ -278,9 +409,10 @@ class BriskBertAttention(nn.Module):
             scaling=self.scaling,
             sliding_window=self.sliding_window,
             position_bias=position_bias,
+            **layout.attention_kwargs,
             **kwargs,
         )
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = layout.from_attention(attn_output.reshape(*attention_shape, -1))
         return self.dropout(self.out(attn_output)), attn_weights
 
 
@@ -335,8 +467,12 @@ class BriskBertLayer(GradientCheckpointingLayer):
 class BriskBertPostNormLayer(BriskBertLayer):
     """BERT: each sub-block's output is added to its input, then the sum is normalised."""
 
-    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, **kwargs):
-        attn_output, _ = self.attention(hidden_states, attention_mask, position_embeddings, position_bias, **kwargs)
+    def forward(
+        self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, layout=PADDED, **kwargs
+    ):
+        attn_output, _ = self.attention(
+            hidden_states, attention_mask, position_embeddings, position_bias, layout, **kwargs
+        )
         hidden_states = self.attention_norm(hidden_states + attn_output)
         return self.mlp_norm(hidden_states + self.mlp(hidden_states))
 
@@ -344,9 +480,11 @@ class BriskBertPostNormLayer(BriskBertLayer):
 class BriskBertPreNormLayer(BriskBertLayer):
     """Pre-norm: each sub-block sees a normalised input and adds to an untouched residual stream."""
 
-    def forward(self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, **kwargs):
+    def forward(
+        self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, layout=PADDED, **kwargs
+    ):
         attn_output, _ = self.attention(
-            self.attention_norm(hidden_states), attention_mask, position_embeddings, position_bias, **kwargs
+            self.attention_norm(hidden_states), attention_mask, position_embeddings, position_bias, layout, **kwargs
         )
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.mlp_norm(hidden_states))
@@ -448,6 +586,7 @@ class BriskBertModel(BriskBertPreTrainedModel):
         # Pre-norm leaves the residual stream un-normalised after the last layer; post-norm already normalised it.
         self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.pooler = BriskBertPooler(config) if add_pooling_layer else None
+        self.choose_layout = UNPADDERS[config.unpad_inputs](config)
         self.post_init()
 
     def get_input_embeddings(self):
@@ -474,21 +613,27 @@ class BriskBertModel(BriskBertPreTrainedModel):
         if position_ids is None:
             position_ids = torch.arange(seq_len, device=device).unsqueeze(0)
 
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        per_layer_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
+        layout = self.choose_layout(attention_mask, self.config._attn_implementation, keep_grid=bool(per_layer_states))
+
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, layout)
+        # The mask builders read batch size, length, dtype and device from a (batch, seq) tensor: a free view.
+        grid = hidden_states.new_zeros(1, 1, 1).expand(batch_size, seq_len, -1)
         masks = {
             layer_type: ATTENTION_MASKS[layer_type](
-                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+                config=self.config, inputs_embeds=grid, attention_mask=layout.attention_mask(attention_mask)
             )
             for layer_type in set(self.config.layer_types)
         }
-        position_embeddings = self.rotary_emb(position_ids, hidden_states.dtype)
-        position_bias = self.alibi(position_ids, batch_size, hidden_states.dtype)
+        attention_positions = layout.attention_positions(position_ids)
+        position_embeddings = self.rotary_emb(attention_positions, hidden_states.dtype)
+        position_bias = self.alibi(attention_positions, batch_size, hidden_states.dtype)
 
         for layer in self.layers:
             hidden_states = layer(
-                hidden_states, masks[layer.attention_type], position_embeddings, position_bias, **kwargs
+                hidden_states, masks[layer.attention_type], position_embeddings, position_bias, layout, **kwargs
             )
-        hidden_states = self.final_norm(hidden_states)
+        hidden_states = layout.unpack(self.final_norm(hidden_states))
         pooled_output = self.pooler(hidden_states, attention_mask) if self.pooler is not None else None
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled_output)
 

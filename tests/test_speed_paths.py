@@ -1,0 +1,168 @@
+"""The speed paths give the same answers as the plain padded model: unpadded token-wise work (re-padded around
+attention, or packed through a varlen attention kernel), the sparse MLM decoder on top of it, and bf16.
+Speed itself is measured by scripts/benchmark.py against transformers' models, never by timed tests."""
+
+import itertools
+
+import pytest
+import torch
+from torch.nn import functional as F
+from transformers import AttentionInterface
+
+from modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertModel
+from modeling.modeling_briskbert import PADDED, UnpaddedLayout, VarlenLayout, repeat_kv
+from test_modeling import build, padded_batch, tiny_config
+
+ATOL = 1e-5
+POSITIONS = ["absolute", "sinusoidal", "rope", "alibi"]
+MATRIX = list(itertools.product(POSITIONS, ["post", "pre"], [None, 3]))
+
+
+def matrix_id(combo):
+    position, norm_position, window = combo
+    return f"{position}-{norm_position}-{'window' if window else 'global'}"
+
+
+def twin_models(model_class, attn_implementation="sdpa", **fields):
+    """The same weights twice: one never unpads, one unpads every padded batch."""
+    never = build(model_class, tiny_config(**fields, unpad_inputs="never"), attn_implementation)
+    always = build(model_class, tiny_config(**fields, unpad_inputs="always"), attn_implementation)
+    always.load_state_dict(never.state_dict())
+    return never, always
+
+
+@pytest.mark.parametrize("combo", MATRIX, ids=matrix_id)
+def test_unpadded_path_equals_padded_path_with_gradients(combo):
+    position, norm_position, window = combo
+    never, always = twin_models(BriskBertModel, position=position, norm_position=norm_position, window=window,
+                                heads="gqa", norm="rmsnorm" if norm_position == "pre" else "layernorm")
+    input_ids, attention_mask = padded_batch()
+    token_type_ids = (torch.arange(input_ids.shape[1]) >= 4).long().expand_as(input_ids)
+    real = attention_mask.bool()
+    grads = []
+    for model in (never, always):
+        model.train()  # dropout is 0 in the tiny configs; train mode exercises the autograd path
+        out = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        (out.last_hidden_state[real].pow(2).mean() + out.pooler_output.pow(2).mean()).backward()
+        grads.append({name: param.grad for name, param in model.named_parameters()})
+        if model is never:
+            reference = out
+    torch.testing.assert_close(out.last_hidden_state[real], reference.last_hidden_state[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.pooler_output, reference.pooler_output, atol=ATOL, rtol=0)
+    assert not out.last_hidden_state[~real].any(), "padding positions of the unpadded path are zeros"
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=ATOL, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_unpadded_path_with_inputs_embeds_and_left_padding(attn_implementation):
+    never, always = twin_models(BriskBertModel, attn_implementation, position="rope", window=3)
+    input_ids, attention_mask = padded_batch()
+    input_ids, attention_mask = input_ids.flip(1), attention_mask.flip(1)  # padding on the left
+    embeds = never.embeddings.word_embeddings(input_ids)
+    real = attention_mask.bool()
+    with torch.no_grad():
+        expected = never(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
+        got = always(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
+    torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
+
+
+def reference_varlen_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, sliding_window=None,
+                               cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
+                               **kwargs):
+    """What flash-attention's varlen kernel computes, written plainly: each packed sequence attends to itself, with
+    flash's symmetric window of `sliding_window - 1` tokens on either side."""
+    assert attention_mask is None and query.shape[0] == 1, "the varlen layout packs the batch into one row"
+    assert torch.equal(cu_seq_lens_q, cu_seq_lens_k) and max_length_q == int(cu_seq_lens_q.diff().max())
+    key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
+    outputs = []
+    for start, end in zip(cu_seq_lens_q[:-1].tolist(), cu_seq_lens_q[1:].tolist()):
+        positions = torch.arange(end - start)
+        allowed = None
+        if sliding_window is not None:
+            allowed = (positions[:, None] - positions[None, :]).abs() <= sliding_window - 1
+        outputs.append(F.scaled_dot_product_attention(
+            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], attn_mask=allowed, scale=scaling))
+    return torch.cat(outputs, dim=2).transpose(1, 2), None
+
+
+AttentionInterface.register("flash_varlen_reference", reference_varlen_attention)
+
+
+@pytest.mark.parametrize("position", ["absolute", "rope"])
+@pytest.mark.parametrize("window", [None, 3])
+def test_varlen_layout_hands_flash_attention_the_packed_batch(position, window):
+    """On CUDA with flash-attention the batch stays packed through attention; a plain kernel with flash's varlen
+    signature checks the plumbing (packed q/k/v, cu_seq_lens, per-sequence rotary positions, windows) on CPU."""
+    never, always = twin_models(BriskBertModel, position=position, window=window, heads="gqa")
+    always.config._attn_implementation = "flash_varlen_reference"
+    input_ids, attention_mask = padded_batch()
+    real = attention_mask.bool()
+    assert isinstance(always.choose_layout(attention_mask, "flash_varlen_reference"), VarlenLayout)
+    with torch.no_grad():
+        expected, got = never(input_ids, attention_mask=attention_mask), always(input_ids, attention_mask=attention_mask)
+    torch.testing.assert_close(got.last_hidden_state[real], expected.last_hidden_state[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=ATOL, rtol=0)
+
+
+def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
+    never = build(BriskBertForMaskedLM, tiny_config("rope", norm_position="pre", unpad_inputs="never",
+                                                    sparse_prediction=False), "sdpa")
+    always = build(BriskBertForMaskedLM, tiny_config("rope", norm_position="pre", unpad_inputs="always"), "sdpa")
+    always.load_state_dict(never.state_dict())
+    input_ids, attention_mask = padded_batch()
+    labels = torch.full_like(input_ids, -100)
+    labels[0, 3], labels[1, 5], labels[2, 6], labels[0, 19] = 7, 11, 13, 17
+    losses, grads = [], []
+    for model in (never.train(), always.train()):
+        out = model(input_ids, attention_mask=attention_mask, labels=labels)
+        out.loss.backward()
+        losses.append(out.loss.detach())
+        grads.append({name: param.grad for name, param in model.named_parameters()})
+    assert out.logits.shape == (4, 97), "one row of logits per labelled position"
+    torch.testing.assert_close(losses[1], losses[0], atol=ATOL, rtol=0)
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=ATOL, rtol=1e-4, msg=name)
+
+
+# ------------------------------------------------------------------------------------------ when to unpad
+def test_auto_unpads_only_when_the_skipped_work_pays_for_the_gathers():
+    small = BriskBertModel(tiny_config())  # 32 wide: a few padding tokens are not worth gathering around
+    _, attention_mask = padded_batch()
+    assert small.choose_layout(attention_mask, "sdpa") is PADDED
+    base = BriskBertModel(BriskBertConfig.from_preset("bert-tiny"))
+    lengths = torch.tensor([30, 60, 128, 90])
+    attention_mask = (torch.arange(128)[None] < lengths[:, None]).long()
+    assert isinstance(base.choose_layout(attention_mask, "sdpa"), UnpaddedLayout)
+    assert isinstance(base.choose_layout(attention_mask, "flash_attention_2"), VarlenLayout)
+    assert base.choose_layout(torch.ones(4, 128, dtype=torch.long), "sdpa") is PADDED, "nothing to skip"
+    assert base.choose_layout(None, "sdpa") is PADDED
+    assert base.choose_layout(attention_mask[:, None, None, :], "sdpa") is PADDED, "custom 4-D masks stay padded"
+    assert base.choose_layout(attention_mask, "sdpa", keep_grid=True) is PADDED
+    never = BriskBertModel(BriskBertConfig.from_preset("bert-tiny", unpad_inputs="never"))
+    assert never.choose_layout(attention_mask, "sdpa") is PADDED
+
+
+def test_hidden_states_of_every_layer_keep_the_padded_shape():
+    _, always = twin_models(BriskBertModel)
+    input_ids, attention_mask = padded_batch()
+    out = always(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    assert all(state.shape == (3, 20, 32) for state in out.hidden_states)
+
+
+def test_unpad_inputs_is_validated():
+    with pytest.raises(ValueError, match="unpad_inputs='yes'.*'auto', 'always', 'never'"):
+        BriskBertConfig(unpad_inputs="yes")
+
+
+# ------------------------------------------------------------------------------------------ bf16
+def test_bf16_inference_stays_close_to_fp32():
+    fp32 = build(BriskBertModel, tiny_config("rope", norm_position="pre", unpad_inputs="always"), "sdpa")
+    input_ids, attention_mask = padded_batch()
+    real = attention_mask.bool()
+    with torch.no_grad():
+        expected = fp32(input_ids, attention_mask=attention_mask).last_hidden_state[real]
+        got = fp32.to(torch.bfloat16)(input_ids, attention_mask=attention_mask).last_hidden_state[real]
+    assert got.dtype == torch.bfloat16
+    # bf16 keeps 8 bits of mantissa: relative error of a few 1e-3 per op, a few 1e-2 after two layers.
+    assert (got.float() - expected).abs().max() < 0.1 * expected.abs().max()
