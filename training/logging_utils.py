@@ -25,7 +25,7 @@ def parse_report_to(report_to: str) -> list[str]:
         if name not in TRACKER_MODULES:
             raise ValueError(f"--report_to {name!r} is not supported; use none, all, {', '.join(TRACKER_MODULES)}.")
         if importlib.util.find_spec(TRACKER_MODULES[name]) is None:
-            raise ValueError(f"--report_to {name} needs the {name} package: pip install 'briskbert[{name}]'.")
+            raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}.")
     return names
 
 
