@@ -50,6 +50,7 @@ from training.qa import (  # noqa: E402
     prepare_train_features,
     write_predictions,
 )
+from training.pipeline_question_answering import add_to_model_folder  # noqa: E402
 from training.task_data import load_squad, require_columns, require_rows  # noqa: E402
 
 
@@ -198,9 +199,14 @@ def main(argv=None):
         "metric_definitions": "exact match and F1 (percent) with the official SQuAD answer normalisation",
         "data_skipped": skipped,
     }
-    return run(args, accelerator=accelerator, model=model, tokenizer=tokenizer, train_dataset=train_features,
-               data_collator=DataCollatorWithPadding(tokenizer), eval_dataset=eval_inputs,
-               evaluate_fn=evaluate, card_facts=card)
+    result = run(args, accelerator=accelerator, model=model, tokenizer=tokenizer, train_dataset=train_features,
+                 data_collator=DataCollatorWithPadding(tokenizer), eval_dataset=eval_inputs,
+                 evaluate_fn=evaluate, card_facts=card)
+    if accelerator.is_main_process:  # transformers 5 has no built-in question-answering pipeline: ship ours
+        for folder in (result.final_dir, result.output_dir / "best"):
+            if folder is not None and (folder / "config.json").is_file():
+                add_to_model_folder(str(folder))
+    return result
 
 
 def _model_class():

@@ -280,6 +280,12 @@ def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     assert {"eval_exact_match", "eval_f1"} <= set(result.metrics) and result.metrics["eval_total"] == 12
     predictions = json.loads((out / "eval_predictions.json").read_text())
     assert len(predictions) == 12
+    from transformers import pipeline
+
+    answerer = pipeline("question-answering", model=str(result.final_dir), trust_remote_code=True)
+    context = "The Panthers defense gave up just 308 points."
+    answer = answerer(question="How many points?", context=context)
+    assert context[answer["start"]:answer["end"]] == answer["answer"]
     with pytest.raises(ValueError, match="--doc_stride"):
         _script("finetune_qa").parse_args(["--model_name_or_path", "x", "--train_file", "y", "--output_dir", "z",
                                            "--max_seq_length", "128", "--doc_stride", "100"])

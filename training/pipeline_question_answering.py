@@ -1,0 +1,106 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Extractive question-answering pipeline, shipped inside model folders as remote code.
+
+transformers 5 removed its ``question-answering`` pipeline task. Fine-tuned briskbert QA folders carry this
+file and a ``custom_pipelines`` entry in ``config.json`` (see :func:`add_to_model_folder`), so
+
+    pipeline("question-answering", model=folder, trust_remote_code=True)(question=..., context=...)
+
+still works and returns ``{"answer", "score", "start", "end"}``. The context is cut into overlapping
+windows (``max_seq_len``, ``doc_stride``) so long contexts are covered, and the best span (at most
+``max_answer_len`` tokens, inside the context) is chosen over all windows; ``score`` is the product of
+the start and end probabilities within its window. This file is copied flat next to the checkpoint, so it
+imports only ``numpy``, ``torch`` and ``transformers``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import torch
+from transformers import Pipeline
+
+
+class BriskBertQuestionAnsweringPipeline(Pipeline):
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __call__(self, question=None, context=None, **kwargs):
+        if isinstance(question, dict):
+            question, context = question.get("question"), question.get("context")
+        if not isinstance(question, str) or not isinstance(context, str) or not question.strip() or not context.strip():
+            raise ValueError("question-answering needs a non-empty `question` string and a non-empty `context` string.")
+        return super().__call__({"question": question, "context": context}, **kwargs)
+
+    def _sanitize_parameters(self, max_seq_len=None, doc_stride=None, max_answer_len=None, top_k=None, **kwargs):
+        preprocess = {}
+        if max_seq_len is not None:
+            preprocess["max_seq_len"] = max_seq_len
+        if doc_stride is not None:
+            preprocess["doc_stride"] = doc_stride
+        postprocess = {}
+        if max_answer_len is not None:
+            postprocess["max_answer_len"] = max_answer_len
+        if top_k is not None:
+            postprocess["top_k"] = top_k
+        return preprocess, {}, postprocess
+
+    def preprocess(self, inputs, max_seq_len=384, doc_stride=128):
+        encoded = self.tokenizer(
+            inputs["question"].lstrip(), inputs["context"], truncation="only_second", max_length=max_seq_len,
+            stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=True,
+            return_tensors="pt",
+        )
+        offsets = encoded.pop("offset_mapping").tolist()
+        encoded.pop("overflow_to_sample_mapping", None)
+        context_offsets = []
+        for window, window_offsets in enumerate(offsets):
+            sequence_ids = encoded.sequence_ids(window)
+            context_offsets.append([o if sequence_ids[k] == 1 else None for k, o in enumerate(window_offsets)])
+        return {"model_inputs": dict(encoded), "offsets": context_offsets, "context": inputs["context"]}
+
+    def _forward(self, inputs):
+        outputs = self.model(**inputs["model_inputs"])
+        return {"start": outputs.start_logits, "end": outputs.end_logits, "offsets": inputs["offsets"],
+                "context": inputs["context"]}
+
+    def postprocess(self, outputs, max_answer_len=15, top_k=1):
+        candidates = []
+        for window, offsets in enumerate(outputs["offsets"]):
+            start = torch.softmax(outputs["start"][window].float(), -1).numpy()
+            end = torch.softmax(outputs["end"][window].float(), -1).numpy()
+            valid = np.array([o is not None for o in offsets])
+            start, end = np.where(valid, start, 0.0), np.where(valid, end, 0.0)
+            scores = np.triu(np.outer(start, end)) - np.triu(np.outer(start, end), max_answer_len)
+            for flat in np.argsort(scores, axis=None)[::-1][:top_k]:
+                s, e = np.unravel_index(flat, scores.shape)
+                if scores[s, e] <= 0:
+                    break
+                candidates.append({"score": float(scores[s, e]), "start": int(offsets[s][0]), "end": int(offsets[e][1])})
+        candidates.sort(key=lambda c: c["score"], reverse=True)
+        answers = [dict(c, answer=outputs["context"][c["start"]:c["end"]]) for c in candidates[:top_k]]
+        if not answers:
+            answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
+        return answers[0] if top_k == 1 else answers
+
+
+def add_to_model_folder(folder) -> None:
+    """Copy this file into ``folder`` and register it in ``config.json`` under ``custom_pipelines``."""
+    module = os.path.splitext(os.path.basename(__file__))[0]
+    shutil.copyfile(__file__, os.path.join(folder, module + ".py"))
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    config.setdefault("custom_pipelines", {})["question-answering"] = {
+        "impl": f"{module}.BriskBertQuestionAnsweringPipeline",
+        "pt": ["AutoModelForQuestionAnswering"],
+        "tf": [],
+        "type": "text",
+    }
+    with open(config_path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2, sort_keys=True)
