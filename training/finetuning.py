@@ -90,6 +90,8 @@ def _local_config(path: str) -> dict | None:
 def resolve_base_model(args) -> str:
     """A folder or repo id that holds a briskbert model; a BERT checkpoint is converted once into
     ``output_dir/converted_base`` (with its tokenizer) and that folder is returned."""
+    import modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
+
     source = args.model_name_or_path
     config = _local_config(source)
     if config is None and not os.path.isdir(source):
