@@ -70,7 +70,8 @@ def plot_curves(history: list[dict], path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     train = [(e["step"], e["loss"]) for e in history if "loss" in e and math.isfinite(e["loss"])]
-    eval_keys = sorted({k for e in history for k in e if k.startswith("eval_") and k != "eval_runtime_s"})
+    counters = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")  # sizes, not quality
+    eval_keys = sorted({k for e in history for k in e if k.startswith("eval_") and not k.endswith(counters)})
     loss_keys = [k for k in eval_keys if k.endswith("loss")]
     other_keys = [k for k in eval_keys if k not in loss_keys and not k.endswith("perplexity")]
     fig, axes = plt.subplots(1, 2 if other_keys else 1, figsize=(11 if other_keys else 6, 4), squeeze=False)
