@@ -11,6 +11,9 @@ LOG_FILE = "log_history.jsonl"
 RESULTS_FILE = "all_results.json"
 CURVES_FILE = "training_curves.png"
 
+# Evaluation entries that are sizes, not quality: kept in the logs, left out of plots and card metrics.
+COUNTER_SUFFIXES = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")
+
 TRACKER_MODULES = {"tensorboard": "tensorboard", "trackio": "trackio"}
 
 
@@ -70,8 +73,7 @@ def plot_curves(history: list[dict], path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     train = [(e["step"], e["loss"]) for e in history if "loss" in e and math.isfinite(e["loss"])]
-    counters = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")  # sizes, not quality
-    eval_keys = sorted({k for e in history for k in e if k.startswith("eval_") and not k.endswith(counters)})
+    eval_keys = sorted({k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)})
     loss_keys = [k for k in eval_keys if k.endswith("loss")]
     other_keys = [k for k in eval_keys if k not in loss_keys and not k.endswith("perplexity")]
     fig, axes = plt.subplots(1, 2 if other_keys else 1, figsize=(11 if other_keys else 6, 4), squeeze=False)

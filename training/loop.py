@@ -75,7 +75,7 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from .checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
 from .facts import framework_versions, hardware_description, write_training_facts
-from .logging_utils import CURVES_FILE, MetricsLog, parse_report_to, plot_curves, write_results
+from .logging_utils import COUNTER_SUFFIXES, CURVES_FILE, MetricsLog, parse_report_to, plot_curves, write_results
 from .optim import SCHEDULER_NAMES, create_optimizer, create_scheduler
 
 
@@ -563,7 +563,7 @@ def run(
     }
     final_dir = output_dir / "final"
     facts = {
-        "metrics": {k: v for k, v in last_metrics.items() if k != "eval_runtime_s"},
+        "metrics": {k: v for k, v in last_metrics.items() if not k.endswith(COUNTER_SUFFIXES)},
         "best_metric": best,
         "train_steps": state["global_step"],
         "epochs": results["epochs"],
