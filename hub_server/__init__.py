@@ -1,4 +1,4 @@
-"""A Hub-compatible HTTP server for offline use and tests (see ``local_hub.server``)."""
+"""A Hub-compatible HTTP server for offline use and tests (see ``hub_server.server``)."""
 
 from .server import STEPS, BackgroundHub, HubServer, make_server, running_server, serve
 from .storage import HubError, Storage

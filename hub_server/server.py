@@ -49,7 +49,7 @@ from .storage import (
     validate_repo_id,
 )
 
-logger = logging.getLogger("local_hub")
+logger = logging.getLogger("hub_server")
 
 STEPS = (
     "whoami",

@@ -12,8 +12,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from local_hub import serve  # noqa: E402
-from local_hub.server import STEPS  # noqa: E402
+from hub_server import serve  # noqa: E402
+from hub_server.server import STEPS  # noqa: E402
 
 
 def main(argv=None) -> None:

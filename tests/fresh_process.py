@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_PACKAGES = ("briskbert", "modeling", "tokenization", "training", "hub_cards", "local_hub")
+PROJECT_PACKAGES = ("briskbert", "modeling", "tokenization", "training", "hub_cards", "hub_server")
 
 PRELUDE = textwrap.dedent(
     f"""

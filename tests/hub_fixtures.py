@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from local_hub import BackgroundHub
+from hub_server import BackgroundHub
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_localtesttoken_9c1f2e7a5b3d"

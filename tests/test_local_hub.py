@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 
 from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_tiny_bert, run_client  # noqa: F401
-from local_hub import BackgroundHub, HubError, Storage
-from local_hub.storage import FileEntry, git_blob_oid
+from hub_server import BackgroundHub, HubError, Storage
+from hub_server.storage import FileEntry, git_blob_oid
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -12,7 +12,7 @@ import pytest
 
 from hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
 from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_briskbert, run_client  # noqa: F401
-from local_hub import BackgroundHub
+from hub_server import BackgroundHub
 
 MODEL_FILES = [
     "README.md",
