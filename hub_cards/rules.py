@@ -50,6 +50,7 @@ PIPELINE_TAGS = {
     "table-question-answering",
 }
 _FRONT_MATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
+_REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _LANG_RE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)*$")
 
 
@@ -93,6 +94,11 @@ def check_metadata(meta: dict) -> list[str]:
     for key in ("tags", "datasets", "metrics", "base_model"):
         if key in meta and meta[key] is not None:
             _str_list(meta[key], key, errors)
+    if isinstance(meta.get("base_model"), (str, list)):
+        models = [meta["base_model"]] if isinstance(meta["base_model"], str) else meta["base_model"]
+        bad = [x for x in models if isinstance(x, str) and not _REPO_ID_RE.match(x)]
+        if bad:
+            errors.append(f'"base_model" entries must be Hub repo ids such as "google-bert/bert-base-uncased", got {bad}')
     if "library_name" in meta and not isinstance(meta["library_name"], str):
         errors.append('"library_name" must be a string')
     if "pipeline_tag" in meta and meta["pipeline_tag"] not in PIPELINE_TAGS:

@@ -124,11 +124,14 @@ def load_bert_state_dict(src: Path) -> dict[str, torch.Tensor]:
                             "pytorch_model.bin.")
 
 
-def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, save_tokenizer: bool = True):
+def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, save_tokenizer: bool = True,
+                            source_repo_id: str | None = None):
     """Converts the BERT folder `src_dir` into a BriskBert folder `out_dir` (config, safetensors, code, tokenizer).
 
     The head is taken from the checkpoint's `architectures` (or `architecture`, e.g. "BertForMaskedLM").
-    Raises `CheckpointMismatchError` listing every missing or unexpected weight. Returns the converted model.
+    `source_repo_id` (the checkpoint's Hub id) is recorded in `training_facts.json` as the base model that
+    model cards of anything trained from this folder name. Raises `CheckpointMismatchError` listing every
+    missing or unexpected weight. Returns the converted model.
     """
     src, out = Path(src_dir), Path(out_dir)
     if out.exists() and any(out.iterdir()):
@@ -172,6 +175,8 @@ def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, s
             from tokenization import BriskBertTokenizer
 
             BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
+        if source_repo_id:
+            (staging / "training_facts.json").write_text(json.dumps({"base_model": source_repo_id}, indent=2))
         staging.replace(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -16,9 +16,12 @@ def main(argv=None):
     parser.add_argument("--architecture", choices=sorted(BRISKBERT_CLASS_FOR_BERT),
                         help="Head to convert; defaults to the checkpoint's own `architectures` entry.")
     parser.add_argument("--no_tokenizer", action="store_true", help="Do not convert the tokenizer.")
+    parser.add_argument("--source_repo_id", help="The checkpoint's Hub id (e.g. google-bert/bert-base-uncased), "
+                        "named as base model on the cards of models trained from the converted folder.")
     args = parser.parse_args(argv)
     try:
-        model = convert_bert_checkpoint(args.src, args.out, args.architecture, save_tokenizer=not args.no_tokenizer)
+        model = convert_bert_checkpoint(args.src, args.out, args.architecture, save_tokenizer=not args.no_tokenizer,
+                                        source_repo_id=args.source_repo_id)
     except (CheckpointMismatchError, FileNotFoundError, FileExistsError, ValueError) as error:
         sys.exit(f"error: {error}")
     print(f"Converted {args.src} -> {args.out} as {type(model).__name__} "

@@ -123,7 +123,8 @@ def main(argv=None):
               "--seed", args.seed, "--output_dir", out / "pretrain")
 
     flow.step("Convert the real all-MiniLM-L6-v2 BERT checkpoint", "convert_bert_checkpoint.py",
-              "--src", minilm_checkpoint(), "--out", out / "minilm-briskbert")
+              "--src", minilm_checkpoint(), "--out", out / "minilm-briskbert",
+              "--source_repo_id", "sentence-transformers/all-MiniLM-L6-v2")
 
     sources = {"pretrained here": out / "pretrain" / "final", "all-MiniLM-L6-v2": out / "minilm-briskbert"}
     runs = {}

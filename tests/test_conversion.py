@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from fresh_process import ROOT, run_without_project
 from modeling import BriskBertModel
 from tokenization import BriskBertTokenizer
+from training.facts import base_model_id
 from modeling.conversion import BRISKBERT_CLASS_FOR_BERT, CheckpointMismatchError, convert_bert_checkpoint
 
 SST2_EXCERPT = ROOT / "data" / "sst2_validation_excerpt.tsv"
@@ -29,7 +30,7 @@ def minilm_path():
 @pytest.fixture(scope="module")
 def converted_minilm(minilm_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("minilm_briskbert")
-    convert_bert_checkpoint(minilm_path, out)
+    convert_bert_checkpoint(minilm_path, out, source_repo_id="sentence-transformers/all-MiniLM-L6-v2")
     return out
 
 
@@ -60,6 +61,8 @@ def test_converted_folder_is_complete(converted_minilm):
     config = json.loads((converted_minilm / "config.json").read_text())
     assert config["model_type"] == "briskbert" and config["architectures"] == ["BriskBertModel"]
     assert config["auto_map"]["AutoModelForSequenceClassification"].endswith("BriskBertForSequenceClassification")
+    # Models trained from the folder name the real checkpoint, not a local path, as their base model.
+    assert base_model_id(str(converted_minilm)) == "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def tiny_bert_config(**overrides):

@@ -121,3 +121,10 @@ def test_check_card_catches_broken_cards():
     assert check_card("no front matter") != []
     assert any("briskbert" in p for p in check_card("---\nlibrary_name: transformers\n---\n## Usage\n"))
     assert TOKEN not in str(check_card("---\nlicense: mit\n---\n"))
+
+
+def test_base_model_must_be_a_hub_id_not_a_local_path():
+    from hub_cards.rules import check_metadata
+
+    assert check_metadata({"base_model": "sentence-transformers/all-MiniLM-L6-v2"}) == []
+    assert any("Hub repo ids" in problem for problem in check_metadata({"base_model": "/home/me/runs/minilm"}))

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from .task_data import DataError, load_named_dataset, load_table, pick_split
+from .facts import base_model_id
 
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ def load_model(model_class, args, base: str | None, tokenizer=None, **config_ove
 
 def card_source_facts(args, base: str | None) -> dict:
     return {
-        "base_model": args.model_name_or_path,
+        "base_model": base_model_id(args.model_name_or_path),
         "config_preset": args.config_preset,
         "language": "en",
         "license": "apache-2.0",

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .facts import base_model_id
 from .loop import add_training_arguments, create_accelerator, evaluation_loop, run, seed_everything, \
     validate_training_arguments
 from .masking import MaskingCollator, count_masked_tokens
@@ -272,7 +273,7 @@ def main(argv=None):
         "datasets": [source],
         "eval_dataset": (Path(args.validation_file).name if args.validation_file else
                          f"{source} ({args.validation_split_percentage:g}% of documents held out)"),
-        "base_model": args.model_name_or_path,
+        "base_model": base_model_id(args.model_name_or_path),
         "config_preset": args.config_name if args.config_name and not args.config_name.endswith(".json") else None,
         "language": args.language,
         "license": args.license,
