@@ -78,7 +78,11 @@ class UnpaddedLayout(PaddedLayout):
 
     def __init__(self, attention_mask: torch.Tensor):
         self.batch_size, self.seq_len = attention_mask.shape
-        self.indices = attention_mask.flatten().nonzero().squeeze(-1)
+        real = attention_mask.flatten().bool()
+        self.indices = real.nonzero().squeeze(-1)
+        # For each grid position, its row among the packed tokens; padding points one past the last token, at the
+        # zero row `unpack` appends, so re-padding is a single gather (faster than zero-filling and scattering).
+        self.grid_rows = torch.where(real, real.cumsum(0) - 1, self.indices.numel())
 
     def pack(self, tensor):
         """(batch, seq, ...) or a broadcastable (1, seq, ...) -> (tokens, ...); None and numbers pass through."""
@@ -88,9 +92,9 @@ class UnpaddedLayout(PaddedLayout):
         return grid.reshape(self.batch_size * self.seq_len, *tensor.shape[2:]).index_select(0, self.indices)
 
     def unpack(self, tensor: torch.Tensor) -> torch.Tensor:
-        """(tokens, ...) -> (batch, seq, ...), zeros at padding."""
-        grid = tensor.new_zeros(self.batch_size * self.seq_len, *tensor.shape[1:])
-        return grid.index_copy(0, self.indices, tensor).view(self.batch_size, self.seq_len, *tensor.shape[1:])
+        """(tokens, features) -> (batch, seq, features), zeros at padding."""
+        with_zero_row = F.pad(tensor, (0, 0, 0, 1))
+        return with_zero_row.index_select(0, self.grid_rows).view(self.batch_size, self.seq_len, -1)
 
     to_attention = unpack
 
@@ -125,25 +129,27 @@ class VarlenLayout(UnpaddedLayout):
 
 
 class Unpadder:
-    """Picks the layout of each batch. It unpads a batch with a 2-D padding mask when the token-wise work it skips,
-    `padding tokens x per-token multiply-adds of one layer`, exceeds `min_skipped_work` (0 unpads any padded batch),
-    so that a small batch with a little padding does not pay for gathering and scattering its tokens. The
-    threshold is measured in docs/performance.md: below ~2**22 multiply-adds per layer the gathers cost more than
-    they save on CPU. Flash-attention implementations get the varlen layout; the other kernels re-pad around
-    attention. When per-layer hidden states are requested, they are returned on the grid, so nothing is unpadded."""
+    """Picks the layout of each batch. A batch with a 2-D padding mask is unpadded when the work it skips,
+    `padding tokens x multiply-adds per token and layer`, exceeds what moving the tokens costs: re-padding q/k/v
+    and gathering the attention output moves about 5 x hidden numbers per grid position and layer, each worth some
+    `gather_cost` multiply-adds, plus a fixed per-layer cost for the extra kernels. On CPU (docs/performance.md)
+    that makes unpadding pay from about 1% padding at 384 wide; small test-sized batches stay padded.
+    Flash-attention implementations get the varlen layout; other kernels re-pad around attention. When per-layer
+    hidden states are requested, they are returned on the grid, so nothing is unpadded."""
 
-    def __init__(self, config: BriskBertConfig, min_skipped_work: int):
-        width = 2 if config.mlp_type == "glu" else 1
-        attention = config.hidden_size * config.head_dim * (2 * config.num_attention_heads + 2 * config.num_key_value_heads)
-        mlp = (width + 1) * config.hidden_size * config.intermediate_size
-        self.work_per_padding_token = attention + mlp
-        self.min_skipped_work = min_skipped_work
+    def __init__(self, config: BriskBertConfig, gather_cost: int, fixed_cost: int):
+        glu = 2 if config.mlp_type == "glu" else 1
+        heads = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
+        self.work_per_token = config.hidden_size * (config.head_dim * heads + (glu + 1) * config.intermediate_size)
+        self.moving_cost_per_position = gather_cost * config.hidden_size
+        self.fixed_cost = fixed_cost
 
     def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
         if attention_mask is None or attention_mask.dim() != 2 or keep_grid:
             return PADDED
         padding_tokens = attention_mask.numel() - int(attention_mask.count_nonzero())
-        if padding_tokens == 0 or padding_tokens * self.work_per_padding_token <= self.min_skipped_work:
+        moving_cost = self.moving_cost_per_position * attention_mask.numel() + self.fixed_cost
+        if padding_tokens == 0 or padding_tokens * self.work_per_token <= moving_cost:
             return PADDED
         return VarlenLayout(attention_mask) if "flash" in str(attn_implementation) else UnpaddedLayout(attention_mask)
 
@@ -154,11 +160,10 @@ class KeepPadding:
 
 
 UNPADDERS = {
-    "auto": lambda config: Unpadder(config, min_skipped_work=UNPAD_MIN_SKIPPED_WORK),
-    "always": lambda config: Unpadder(config, min_skipped_work=0),
+    "auto": lambda config: Unpadder(config, gather_cost=32, fixed_cost=2**20),
+    "always": lambda config: Unpadder(config, gather_cost=0, fixed_cost=0),
     "never": lambda config: KeepPadding(),
 }
-UNPAD_MIN_SKIPPED_WORK = 2**22
 
 
 # ---------------------------------------------------------------------------------------------------------------
