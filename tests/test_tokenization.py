@@ -12,12 +12,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from fresh_process import run_without_project
 from tokenization import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError, train_wordpiece_tokenizer
 
 
@@ -434,45 +434,23 @@ def test_training_on_full_wikitext2(tmp_path):
 
 
 # ------------------------------------------------------------------------- AutoTokenizer, fresh process
-FRESH_PROCESS = textwrap.dedent(
-    """
-    import json, sys
-    root = sys.argv[1]
-    sys.path[:] = [p for p in sys.path if p and not p.startswith(root)]
-    for name in ("tokenization", "modeling", "training", "briskbert"):
-        sys.modules[name] = None  # an editable install must not make the project importable either
-    try:
-        import tokenization
-    except ImportError:
-        pass
-    else:
-        raise AssertionError("the project is importable")
+FRESH_TOKENIZERS = """
+    import json
     from transformers import AutoTokenizer
-    results = {}
-    for folder in sys.argv[3:]:
+    results = {{}}
+    for folder in {folders!r}:
         tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-        enc = tok(sys.argv[2], "a pair", return_offsets_mapping=True)
+        enc = tok({text!r}, "a pair", return_offsets_mapping=True)
         results[folder] = dict(cls=type(tok).__name__, module=type(tok).__module__, size=len(tok),
                                ids=enc["input_ids"], types=enc["token_type_ids"],
                                offsets=[list(o) for o in enc["offset_mapping"]])
     print(json.dumps(results))
-    """
-)
+"""
 
 
 def run_fresh(tmp_path: Path, text: str, folders: list[Path]) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(ROOT), text, *map(str, folders)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    code = FRESH_TOKENIZERS.format(text=text, folders=[str(folder) for folder in folders])
+    return json.loads(run_without_project(code, cwd=tmp_path).strip().splitlines()[-1])
 
 
 def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, minilm_path):
