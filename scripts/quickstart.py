@@ -40,6 +40,7 @@ SIZES = {
     "large": dict(preset="modern-small", vocab_size=8192, pretrain_steps=2000, pretrain_batch=32, seq_len=128,
                   train_samples=2000, eval_samples=500, epochs=3),
 }
+SST2_LABELS = {"0": "negative", "1": "positive"}  # SST-2's integer labels, as saved in the model's id2label
 EXAMPLE_SENTENCES = [
     "A warm, funny and beautifully acted film.",
     "The plot is a mess and the jokes fall flat.",
@@ -184,7 +185,8 @@ def print_summary(out, runs, best_name, repo_id, tag, result, timings, total_sec
               f"macro-F1 {results.get('eval_macro_f1', float('nan')):.3f}")
     print(f"Published    {repo_id}@{tag} (the {best_name} classifier), loaded back as {result['model_class']}")
     for prediction in result["predictions"]:
-        print(f"  {prediction['label']:>10} {prediction['score']:.2f}  {prediction['text']}")
+        label = prediction["label"]
+        print(f"  {label} ({SST2_LABELS.get(label, '?')}) {prediction['score']:.2f}  {prediction['text']}")
     print("Artefacts")
     for label, path in [("tokenizer", out / "tokenizer"), ("pretrained model", out / "pretrain" / "final"),
                         ("pretraining curves", out / "pretrain" / "training_curves.png"),
