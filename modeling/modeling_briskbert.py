@@ -73,8 +73,9 @@ PADDED = PaddedLayout()
 class UnpaddedLayout(PaddedLayout):
     """Only the real tokens, packed into one (tokens, ...) tensor, so the token-wise work (embeddings, projections,
     MLP, norms: nearly all the FLOPs) skips padding. Attention still runs on the padded grid with the padding
-    mask, so every kernel and every mask (sliding window, ALiBi) applies unchanged: q/k/v are scattered into the
-    grid, and the attention output gathered back out of it."""
+    mask, so every kernel and every mask (sliding window, ALiBi) applies unchanged: q/k/v are re-padded into the
+    grid, and the attention output packed back out of it (one gather each way). Choosing the layout reads the
+    number of real tokens, one host-device sync per forward on CUDA."""
 
     def __init__(self, attention_mask: torch.Tensor):
         self.batch_size, self.seq_len = attention_mask.shape
