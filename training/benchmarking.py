@@ -414,7 +414,7 @@ def chart(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["task"], r["dtype"]) for r in rows}, key=lambda g: (g[0] != "infer", g[1]))
+    groups = sorted({(r["task"], r["dtype"]) for r in rows}, key=lambda g: (g[0] != "infer", g[1] != "fp32"))
     fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 4), squeeze=False)
     for ax, (task, dtype) in zip(axes[0], groups):
         chosen = [r for r in rows if (r["task"], r["dtype"]) == (task, dtype)]
