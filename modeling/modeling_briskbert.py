@@ -647,20 +647,6 @@ class BriskBertModel(BriskBertPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 # Heads
 # ---------------------------------------------------------------------------------------------------------------
-class BriskBertLMPredictionHead(nn.Module):
-    """BERT's MLM head: transform (dense, activation, norm), then a decoder tied to the word embeddings."""
-
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACT2FN[config.hidden_act]
-        self.norm = build_norm(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(self.act(self.dense(hidden_states))))
-
-
 def all_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
     return hidden_states, labels
 
@@ -671,6 +657,23 @@ def masked_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
         return hidden_states, labels
     predicted = labels != -100
     return hidden_states[predicted], labels[predicted]
+
+
+class BriskBertLMPredictionHead(nn.Module):
+    """BERT's MLM head: transform (dense, activation, norm), then a decoder tied to the word embeddings. With
+    `sparse_prediction`, labelled calls decode only the labelled positions and return their labels alongside."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.select_predicted = masked_positions if config.sparse_prediction else all_positions
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.norm = build_norm(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor, labels: torch.Tensor | None = None):
+        hidden_states, labels = self.select_predicted(hidden_states, labels)
+        return self.decoder(self.norm(self.act(self.dense(hidden_states)))), labels
 
 
 def masked_lm_loss(logits, labels, num_items_in_batch=None):
@@ -689,7 +692,6 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
         super().__init__(config)
         self.model = BriskBertModel(config, add_pooling_layer=False)
         self.head = BriskBertLMPredictionHead(config)
-        self.select_predicted = masked_positions if config.sparse_prediction else all_positions
         self.post_init()
 
     def get_output_embeddings(self):
@@ -712,8 +714,7 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
     ) -> MaskedLMOutput:
         r"""With `labels` and `config.sparse_prediction`, `logits` holds one row per labelled position."""
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        hidden_states, labels = self.select_predicted(outputs.last_hidden_state, labels)
-        logits = self.head(hidden_states)
+        logits, labels = self.head(outputs.last_hidden_state, labels)
         loss = masked_lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -730,7 +731,6 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
         self.model = BriskBertModel(config)
         self.head = BriskBertLMPredictionHead(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
-        self.select_predicted = masked_positions if config.sparse_prediction else all_positions
         self.post_init()
 
     def get_output_embeddings(self):
@@ -753,8 +753,7 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
         **kwargs,
     ) -> BertForPreTrainingOutput:
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        hidden_states, labels = self.select_predicted(outputs.last_hidden_state, labels)
-        prediction_logits = self.head(hidden_states)
+        prediction_logits, labels = self.head(outputs.last_hidden_state, labels)
         seq_relationship_logits = self.seq_relationship(outputs.pooler_output)
         losses = []
         if labels is not None:
