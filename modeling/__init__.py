@@ -1,20 +1,12 @@
 """BriskBert models. Importing this package registers them with transformers' Auto classes in-process; saved
 folders carry `auto_map` and the code files, so elsewhere they load with `trust_remote_code=True`."""
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
 
+from . import modeling_briskbert
 from .configuration_briskbert import PRESETS, BriskBertConfig
 from .modeling_briskbert import (
+    AUTO_MAP,
     BriskBertForMaskedLM,
     BriskBertForMultipleChoice,
     BriskBertForNextSentencePrediction,
@@ -26,18 +18,12 @@ from .modeling_briskbert import (
     BriskBertPreTrainedModel,
 )
 
-AutoConfig.register("briskbert", BriskBertConfig, exist_ok=True)
-for _auto, _model in (
-    (AutoModel, BriskBertModel),
-    (AutoModelForPreTraining, BriskBertForPreTraining),
-    (AutoModelForMaskedLM, BriskBertForMaskedLM),
-    (AutoModelForNextSentencePrediction, BriskBertForNextSentencePrediction),
-    (AutoModelForSequenceClassification, BriskBertForSequenceClassification),
-    (AutoModelForTokenClassification, BriskBertForTokenClassification),
-    (AutoModelForQuestionAnswering, BriskBertForQuestionAnswering),
-    (AutoModelForMultipleChoice, BriskBertForMultipleChoice),
-):
-    _auto.register(BriskBertConfig, _model, exist_ok=True)
+# The same Auto class -> model class table that saved folders write into `auto_map`.
+transformers.AutoConfig.register("briskbert", BriskBertConfig, exist_ok=True)
+for _auto_name, _reference in AUTO_MAP.items():
+    if _auto_name != "AutoConfig":
+        _model_class = getattr(modeling_briskbert, _reference.split(".")[1])
+        getattr(transformers, _auto_name).register(BriskBertConfig, _model_class, exist_ok=True)
 
 __all__ = [
     "PRESETS",
