@@ -1,7 +1,42 @@
-"""briskbert: build, train, fine-tune and publish BERT-family encoders that load with plain transformers."""
+"""briskbert: build, train, fine-tune and publish BERT-family encoders that load with plain transformers.
 
-from modeling import *  # noqa: F401,F403  (registers the models with the Auto classes)
-from modeling import __all__ as _modeling_all
-from tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
+The model and tokenizer classes are loaded on first use, so ``import briskbert`` and the ``briskbert``
+command stay fast; ``import briskbert.modeling`` registers the models with transformers' Auto classes.
+"""
 
-__all__ = [*_modeling_all, "BriskBertTokenizer", "train_wordpiece_tokenizer"]
+import importlib
+
+__version__ = "0.2.0"
+
+_LAZY = {
+    "BriskBertTokenizer": "briskbert.tokenization",
+    "train_wordpiece_tokenizer": "briskbert.tokenization",
+}
+_MODELING = (
+    "PRESETS",
+    "BriskBertConfig",
+    "BriskBertPreTrainedModel",
+    "BriskBertModel",
+    "BriskBertForPreTraining",
+    "BriskBertForMaskedLM",
+    "BriskBertForNextSentencePrediction",
+    "BriskBertForSequenceClassification",
+    "BriskBertForTokenClassification",
+    "BriskBertForQuestionAnswering",
+    "BriskBertForMultipleChoice",
+)
+_LAZY.update(dict.fromkeys(_MODELING, "briskbert.modeling"))
+
+__all__ = [*_MODELING, "BriskBertTokenizer", "train_wordpiece_tokenizer", "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'briskbert' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

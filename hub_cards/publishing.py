@@ -69,7 +69,7 @@ NEVER_BY_DEFAULT = (
     "*.pem",
     "*.key",
 )
-PROJECT_PACKAGES = ("briskbert", "modeling", "tokenization", "training", "hub_cards", "hub_server")
+PROJECT_PACKAGES = ("briskbert",)
 _REL_IMPORT_RES = (
     re.compile(r"^\s*import\s+\.(\S+)\s*$", re.M),
     re.compile(r"^\s*from\s+\.(\S+)\s+import", re.M),

@@ -98,7 +98,9 @@ def check_metadata(meta: dict) -> list[str]:
         models = [meta["base_model"]] if isinstance(meta["base_model"], str) else meta["base_model"]
         bad = [x for x in models if isinstance(x, str) and not _REPO_ID_RE.match(x)]
         if bad:
-            errors.append(f'"base_model" entries must be Hub repo ids such as "google-bert/bert-base-uncased", got {bad}')
+            errors.append(
+                f'"base_model" entries must be Hub repo ids such as "google-bert/bert-base-uncased", got {bad}'
+            )
     if "library_name" in meta and not isinstance(meta["library_name"], str):
         errors.append('"library_name" must be a string')
     if "pipeline_tag" in meta and meta["pipeline_tag"] not in PIPELINE_TAGS:

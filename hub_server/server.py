@@ -35,7 +35,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import PurePosixPath
 
-from hub_cards.rules import check_metadata, split_front_matter
+from briskbert.hub_cards.rules import check_metadata, split_front_matter
 
 from .storage import (
     REPO_TYPES,
@@ -197,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
         except HubError as e:
             self._error(e.status, e.message, e.code)
-        except (ConnectionError, BrokenPipeError, socket.timeout):
+        except (TimeoutError, ConnectionError, BrokenPipeError):
             self.close_connection = True
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
             logger.exception("internal error")

@@ -5,7 +5,16 @@ attention). Every option is validated at construction, so a typo fails here with
 accepted values instead of deep inside a matmul.
 """
 
-from transformers.configuration_utils import PreTrainedConfig
+import transformers
+
+MINIMUM_TRANSFORMERS = "5.23"
+if int(transformers.__version__.split(".")[0]) < 5:
+    raise ImportError(
+        f"briskbert models need transformers>={MINIMUM_TRANSFORMERS} (found {transformers.__version__}): "
+        f"pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'"
+    )
+
+from transformers.configuration_utils import PreTrainedConfig  # noqa: E402
 
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal", "rope", "alibi")
 NORM_TYPES = ("layernorm", "rmsnorm")
@@ -81,8 +90,16 @@ class BriskBertConfig(PreTrainedConfig):
 
     # -- validation ---------------------------------------------------------------------------------------
     def _check_options(self):
-        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                     "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             _require_positive_int(name, getattr(self, name))
         _require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         _require_choice("norm_type", self.norm_type, NORM_TYPES)
@@ -92,15 +109,21 @@ class BriskBertConfig(PreTrainedConfig):
         _require_choice("unpad_inputs", self.unpad_inputs, UNPAD_INPUTS)
         _require_activation(self.hidden_act)
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                             f"({self.num_attention_heads}).")
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})."
+            )
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
-                             f"num_key_value_heads ({self.num_key_value_heads}); use 1 for multi-query attention "
-                             f"or {self.num_attention_heads} for multi-head attention.")
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_key_value_heads ({self.num_key_value_heads}); use 1 for multi-query attention "
+                f"or {self.num_attention_heads} for multi-head attention."
+            )
         if self.position_embedding_type == "rope" and self.head_dim % 2:
-            raise ValueError(f"position_embedding_type='rope' needs an even head dimension, but hidden_size / "
-                             f"num_attention_heads = {self.head_dim}.")
+            raise ValueError(
+                f"position_embedding_type='rope' needs an even head dimension, but hidden_size / "
+                f"num_attention_heads = {self.head_dim}."
+            )
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
             raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}.")
         if self.sliding_window is not None:
@@ -108,8 +131,10 @@ class BriskBertConfig(PreTrainedConfig):
         if self.global_attn_every_n_layers is not None:
             _require_positive_int("global_attn_every_n_layers", self.global_attn_every_n_layers)
             if self.sliding_window is None:
-                raise ValueError("global_attn_every_n_layers only applies to local/global attention: set "
-                                 "sliding_window too, or leave global_attn_every_n_layers=None.")
+                raise ValueError(
+                    "global_attn_every_n_layers only applies to local/global attention: set "
+                    "sliding_window too, or leave global_attn_every_n_layers=None."
+                )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 <= value < 1):
@@ -117,8 +142,10 @@ class BriskBertConfig(PreTrainedConfig):
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}.")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id ({self.pad_token_id}) must be None or an id below vocab_size "
-                             f"({self.vocab_size}).")
+            raise ValueError(
+                f"pad_token_id ({self.pad_token_id}) must be None or an id below vocab_size "
+                f"({self.vocab_size})."
+            )
 
     # -- derived values -----------------------------------------------------------------------------------
     @property
@@ -131,8 +158,10 @@ class BriskBertConfig(PreTrainedConfig):
         if self.sliding_window is None:
             return ["full_attention"] * self.num_hidden_layers
         every = self.global_attn_every_n_layers
-        return ["full_attention" if every and i % every == 0 else "sliding_attention"
-                for i in range(self.num_hidden_layers)]
+        return [
+            "full_attention" if every and i % every == 0 else "sliding_attention"
+            for i in range(self.num_hidden_layers)
+        ]
 
     # -- presets ------------------------------------------------------------------------------------------
     @classmethod
@@ -157,14 +186,25 @@ def _require_activation(name):
     from transformers.activations import ACT2FN
 
     if name not in ACT2FN:
-        raise ValueError(f"hidden_act={name!r} is not a known activation; choose one of "
-                         f"{', '.join(sorted(ACT2FN))}.")
+        raise ValueError(
+            f"hidden_act={name!r} is not a known activation; choose one of {', '.join(sorted(ACT2FN))}."
+        )
 
 
 _MODERN = dict(
-    position_embedding_type="rope", rope_theta=10000.0, norm_type="rmsnorm", norm_position="pre",
-    layer_norm_eps=1e-6, hidden_act="gelu", mlp_type="glu", attention_bias=False, mlp_bias=False,
-    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sliding_window=64, global_attn_every_n_layers=3,
+    position_embedding_type="rope",
+    rope_theta=10000.0,
+    norm_type="rmsnorm",
+    norm_position="pre",
+    layer_norm_eps=1e-6,
+    hidden_act="gelu",
+    mlp_type="glu",
+    attention_bias=False,
+    mlp_bias=False,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    sliding_window=64,
+    global_attn_every_n_layers=3,
 )
 
 PRESETS: dict[str, dict] = {
@@ -174,13 +214,34 @@ PRESETS: dict[str, dict] = {
     "bert-tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
     # Modern: RoPE + RMSNorm + pre-norm + GeGLU + grouped-query attention + local/global attention.
     # GeGLU's intermediate size is 2/3 of the MLP's so both cost the same.
-    "modern-base": dict(_MODERN, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        num_key_value_heads=4, intermediate_size=2048, max_position_embeddings=8192),
-    "modern-small": dict(_MODERN, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                         num_key_value_heads=4, intermediate_size=1024, max_position_embeddings=8192),
-    "modern-tiny": dict(_MODERN, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=344, max_position_embeddings=2048,
-                        sliding_window=16),
+    "modern-base": dict(
+        _MODERN,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        intermediate_size=2048,
+        max_position_embeddings=8192,
+    ),
+    "modern-small": dict(
+        _MODERN,
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=8192,
+    ),
+    "modern-tiny": dict(
+        _MODERN,
+        hidden_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=344,
+        max_position_embeddings=2048,
+        sliding_window=16,
+    ),
 }
 
 __all__ = ["BriskBertConfig", "PRESETS"]

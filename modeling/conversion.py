@@ -67,15 +67,37 @@ class CheckpointMismatchError(ValueError):
 def briskbert_config_from_bert(bert_config: dict) -> BriskBertConfig:
     """BriskBert options that reproduce a BERT config exactly."""
     if bert_config.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError("Only BERT checkpoints with absolute position embeddings can be converted, got "
-                         f"position_embedding_type={bert_config['position_embedding_type']!r}.")
-    keep = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-            "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout",
-            "id2label", "label2id", "problem_type")
+        raise ValueError(
+            "Only BERT checkpoints with absolute position embeddings can be converted, got "
+            f"position_embedding_type={bert_config['position_embedding_type']!r}."
+        )
+    keep = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "initializer_range",
+        "layer_norm_eps",
+        "pad_token_id",
+        "classifier_dropout",
+        "id2label",
+        "label2id",
+        "problem_type",
+    )
     fields = {key: bert_config[key] for key in keep if key in bert_config}
-    return BriskBertConfig(position_embedding_type="absolute", norm_type="layernorm", norm_position="post",
-                           mlp_type="mlp", **fields)
+    return BriskBertConfig(
+        position_embedding_type="absolute",
+        norm_type="layernorm",
+        norm_position="post",
+        mlp_type="mlp",
+        **fields,
+    )
 
 
 def convert_bert_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, tuple[str, torch.Tensor]]:
@@ -102,9 +124,14 @@ def convert_bert_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, tu
     for (layer, kind), parts in qkv_parts.items():
         missing = {"query", "key", "value"} - parts.keys()
         if missing:
-            raise CheckpointMismatchError(f"Layer {layer} lacks attention {kind} weights for: {sorted(missing)}.")
+            raise CheckpointMismatchError(
+                f"Layer {layer} lacks attention {kind} weights for: {sorted(missing)}."
+            )
         fused = torch.cat([parts["query"], parts["key"], parts["value"]], dim=0)
-        converted[f"model.layers.{layer}.attention.qkv.{kind}"] = (f"encoder.layer.{layer}.attention.self.*", fused)
+        converted[f"model.layers.{layer}.attention.qkv.{kind}"] = (
+            f"encoder.layer.{layer}.attention.self.*",
+            fused,
+        )
     return converted
 
 
@@ -120,12 +147,18 @@ def load_bert_state_dict(src: Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         return {name: tensor for shard in sharded for name, tensor in load_file(str(shard)).items()}
-    raise FileNotFoundError(f"No weights in {src}: expected model.safetensors, model-*.safetensors shards or "
-                            "pytorch_model.bin.")
+    raise FileNotFoundError(
+        f"No weights in {src}: expected model.safetensors, model-*.safetensors shards or pytorch_model.bin."
+    )
 
 
-def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, save_tokenizer: bool = True,
-                            source_repo_id: str | None = None):
+def convert_bert_checkpoint(
+    src_dir,
+    out_dir,
+    architecture: str | None = None,
+    save_tokenizer: bool = True,
+    source_repo_id: str | None = None,
+):
     """Converts the BERT folder `src_dir` into a BriskBert folder `out_dir` (config, safetensors, code, tokenizer).
 
     The head is taken from the checkpoint's `architectures` (or `architecture`, e.g. "BertForMaskedLM").
@@ -141,11 +174,14 @@ def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, s
         raise FileNotFoundError(f"{src} has no config.json; pass a transformers BERT checkpoint folder.")
     bert_config = json.loads(config_path.read_text())
     if bert_config.get("model_type") != "bert":
-        raise ValueError(f"{src} holds a {bert_config.get('model_type')!r} checkpoint; only 'bert' is supported.")
+        raise ValueError(
+            f"{src} holds a {bert_config.get('model_type')!r} checkpoint; only 'bert' is supported."
+        )
     architecture = architecture or (bert_config.get("architectures") or ["BertModel"])[0]
     if architecture not in BRISKBERT_CLASS_FOR_BERT:
-        raise ValueError(f"Unsupported architecture {architecture!r}; choose one of "
-                         f"{', '.join(BRISKBERT_CLASS_FOR_BERT)}.")
+        raise ValueError(
+            f"Unsupported architecture {architecture!r}; choose one of {', '.join(BRISKBERT_CLASS_FOR_BERT)}."
+        )
 
     config = briskbert_config_from_bert(bert_config)
     model_class = BRISKBERT_CLASS_FOR_BERT[architecture]
@@ -172,7 +208,7 @@ def convert_bert_checkpoint(src_dir, out_dir, architecture: str | None = None, s
     try:
         model.save_pretrained(staging)
         if save_tokenizer:
-            from tokenization import BriskBertTokenizer
+            from briskbert.tokenization import BriskBertTokenizer
 
             BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
         if source_repo_id:

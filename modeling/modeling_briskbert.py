@@ -32,6 +32,10 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_briskbert import BriskBertConfig
 
+# Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the QA pipeline's file beside this
+# one: transformers ships a remote-code file together with the files it imports relatively.
+from .pipeline_question_answering import BriskBertQuestionAnsweringPipeline  # noqa: F401
+
 NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
 
 
@@ -141,18 +145,30 @@ class Unpadder:
     def __init__(self, config: BriskBertConfig, gather_cost: int, fixed_cost: int):
         glu = 2 if config.mlp_type == "glu" else 1
         heads = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
-        self.work_per_token = config.hidden_size * (config.head_dim * heads + (glu + 1) * config.intermediate_size)
+        self.work_per_token = config.hidden_size * (
+            config.head_dim * heads + (glu + 1) * config.intermediate_size
+        )
         self.moving_cost_per_position = gather_cost * config.hidden_size
         self.fixed_cost = fixed_cost
 
     def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
-        if attention_mask is None or attention_mask.dim() != 2 or keep_grid:
+        if attention_mask is None or attention_mask.dim() != 2 or keep_grid or _tracing():
             return PADDED
         padding_tokens = attention_mask.numel() - int(attention_mask.count_nonzero())
         moving_cost = self.moving_cost_per_position * attention_mask.numel() + self.fixed_cost
         if padding_tokens == 0 or padding_tokens * self.work_per_token <= moving_cost:
             return PADDED
-        return VarlenLayout(attention_mask) if "flash" in str(attn_implementation) else UnpaddedLayout(attention_mask)
+        return (
+            VarlenLayout(attention_mask)
+            if "flash" in str(attn_implementation)
+            else UnpaddedLayout(attention_mask)
+        )
+
+
+def _tracing() -> bool:
+    """Exporters and compilers trace one graph for every batch, so the data-dependent layout choice is not theirs
+    to make: they keep the padded layout, which gives the same outputs."""
+    return torch.compiler.is_exporting() or torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
 class KeepPadding:
@@ -224,7 +240,9 @@ class BriskBertEmbeddings(nn.Module):
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.word_embeddings = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config)
         self.norm = build_norm(config)
@@ -245,7 +263,9 @@ class BriskBertEmbeddings(nn.Module):
             inputs_embeds = layout.pack(inputs_embeds)
         token_type_ids = layout.pack(token_type_ids)
         if token_type_ids is None:
-            token_type_ids = torch.zeros(inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device)
+            token_type_ids = torch.zeros(
+                inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device
+            )
         embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
         # Positions are looked up on the grid (usually a single (1, seq) row) and then gathered like the tokens.
         embeddings = embeddings + layout.pack(self.position_embeddings(position_ids))
@@ -267,7 +287,9 @@ class RotaryEmbedding(nn.Module):
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         # Computed on the fly (a few hundred flops) rather than kept in a buffer, so nothing needs re-initialising
         # after transformers builds the model on the meta device.
-        exponents = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
+        exponents = (
+            torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
+        )
         angles = position_ids[..., None].float() * self.theta**-exponents
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -369,7 +391,9 @@ class BriskBertAttention(nn.Module):
         self.head_dim = config.head_dim
         self.num_heads = config.num_attention_heads
         self.num_key_value_heads = config.num_key_value_heads
-        self.num_key_value_groups = self.num_heads // self.num_key_value_heads  # read by the attention kernels
+        self.num_key_value_groups = (
+            self.num_heads // self.num_key_value_heads
+        )  # read by the attention kernels
         self.scaling = self.head_dim**-0.5
         self.is_causal = False
         self.attention_dropout = config.attention_probs_dropout_prob
@@ -474,7 +498,13 @@ class BriskBertPostNormLayer(BriskBertLayer):
     """BERT: each sub-block's output is added to its input, then the sum is normalised."""
 
     def forward(
-        self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, layout=PADDED, **kwargs
+        self,
+        hidden_states,
+        attention_mask=None,
+        position_embeddings=None,
+        position_bias=None,
+        layout=PADDED,
+        **kwargs,
     ):
         attn_output, _ = self.attention(
             hidden_states, attention_mask, position_embeddings, position_bias, layout, **kwargs
@@ -487,10 +517,21 @@ class BriskBertPreNormLayer(BriskBertLayer):
     """Pre-norm: each sub-block sees a normalised input and adds to an untouched residual stream."""
 
     def forward(
-        self, hidden_states, attention_mask=None, position_embeddings=None, position_bias=None, layout=PADDED, **kwargs
+        self,
+        hidden_states,
+        attention_mask=None,
+        position_embeddings=None,
+        position_bias=None,
+        layout=PADDED,
+        **kwargs,
     ):
         attn_output, _ = self.attention(
-            self.attention_norm(hidden_states), attention_mask, position_embeddings, position_bias, layout, **kwargs
+            self.attention_norm(hidden_states),
+            attention_mask,
+            position_embeddings,
+            position_bias,
+            layout,
+            **kwargs,
         )
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.mlp_norm(hidden_states))
@@ -554,7 +595,9 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     config_class = BriskBertConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["BriskBertEmbeddings", "BriskBertPostNormLayer", "BriskBertPreNormLayer"]
+    # Set per model in __init__: a model has one of the two layer classes, and FSDP's wrap policy refuses names
+    # it cannot find.
+    _no_split_modules = ["BriskBertEmbeddings"]
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -564,6 +607,10 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     # transformers' default `_init_weights` already gives BERT's scheme through `transformers.initialization`
     # (normal(0, initializer_range) for linear and embedding weights, zero biases and padding row, unit norms),
     # which skips weights that were loaded from a checkpoint.
+
+    def __init__(self, config: BriskBertConfig, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        self._no_split_modules = ["BriskBertEmbeddings", LAYERS[config.norm_position].__name__]
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
         if self.config.position_embedding_type == "alibi" and "flash" in str(attn_implementation):
@@ -588,7 +635,9 @@ class BriskBertModel(BriskBertPreTrainedModel):
         self.embeddings = BriskBertEmbeddings(config)
         self.rotary_emb = RotaryEmbedding(config) if config.position_embedding_type == "rope" else NoRotary()
         self.alibi = AlibiBias(config) if config.position_embedding_type == "alibi" else NoAttentionBias()
-        self.layers = nn.ModuleList(LAYERS[config.norm_position](config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            LAYERS[config.norm_position](config, i) for i in range(config.num_hidden_layers)
+        )
         # Pre-norm leaves the residual stream un-normalised after the last layer; post-norm already normalised it.
         self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.pooler = BriskBertPooler(config) if add_pooling_layer else None
@@ -620,7 +669,9 @@ class BriskBertModel(BriskBertPreTrainedModel):
             position_ids = torch.arange(seq_len, device=device).unsqueeze(0)
 
         per_layer_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
-        layout = self.choose_layout(attention_mask, self.config._attn_implementation, keep_grid=bool(per_layer_states))
+        layout = self.choose_layout(
+            attention_mask, self.config._attn_implementation, keep_grid=bool(per_layer_states)
+        )
 
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, layout)
         # The mask builders read batch size, length, dtype and device from a (batch, seq) tensor: a free view.
@@ -637,7 +688,12 @@ class BriskBertModel(BriskBertPreTrainedModel):
 
         for layer in self.layers:
             hidden_states = layer(
-                hidden_states, masks[layer.attention_type], position_embeddings, position_bias, layout, **kwargs
+                hidden_states,
+                masks[layer.attention_type],
+                position_embeddings,
+                position_bias,
+                layout,
+                **kwargs,
             )
         hidden_states = layout.unpack(self.final_norm(hidden_states))
         pooled_output = self.pooler(hidden_states, attention_mask) if self.pooler is not None else None
@@ -778,8 +834,14 @@ class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels=None, **kwargs,
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
     ) -> NextSentencePredictorOutput:
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.seq_relationship(outputs.pooler_output)
@@ -790,7 +852,9 @@ class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
 
 
 def classifier_dropout(config: BriskBertConfig) -> nn.Dropout:
-    return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
+    return nn.Dropout(
+        config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    )
 
 
 class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
@@ -806,8 +870,14 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels=None, **kwargs,
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
     ) -> SequenceClassifierOutput:
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output))
@@ -828,8 +898,14 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels=None, **kwargs,
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
     ) -> TokenClassifierOutput:
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
@@ -850,8 +926,15 @@ class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        start_positions=None, end_positions=None, **kwargs,
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs,
     ) -> QuestionAnsweringModelOutput:
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
@@ -879,8 +962,14 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels=None, **kwargs,
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
     ) -> MultipleChoiceModelOutput:
         reference = input_ids if input_ids is not None else inputs_embeds
         num_choices = reference.shape[1]
@@ -889,7 +978,10 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
             return tensor.flatten(0, 1) if tensor is not None else None
 
         outputs = self.model(
-            *(flatten_choices(t) for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)),
+            *(
+                flatten_choices(t)
+                for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+            ),
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)

@@ -1,57 +1,9 @@
-"""Speed of briskbert against transformers' BertModel (sdpa, eager) and ModernBertModel, side by side in one run.
+#!/usr/bin/env python
+"""``briskbert benchmark``, for those who run scripts from a clone: ``python scripts/benchmark.py --help``."""
 
-Same weights, same real variable-length batches, same threads; models measured interleaved, medians reported:
+import sys
 
-    python scripts/benchmark.py --out runs/benchmark                       # all-MiniLM-L6-v2 (6 x 384), SST-2
-    python scripts/benchmark.py --weights random --hidden_size 768 --num_hidden_layers 12 \\
-        --num_attention_heads 12 --intermediate_size 3072 --source wikitext --max_len 512   # BERT-base size
-
-Writes benchmark.json, benchmark.csv and benchmark.png to --out and prints a markdown table.
-"""
-
-import argparse
-import json
-from pathlib import Path
-
-from training.benchmarking import SOURCES, Settings, Size, markdown_table, run, write_outputs
-
-
-def main(argv=None):
-    defaults, size = Settings(), Size()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("runs/benchmark"))
-    parser.add_argument("--weights", choices=["minilm", "random"], default=defaults.weights,
-                        help="the converted real all-MiniLM-L6-v2, or random weights at the sizes below")
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-        parser.add_argument(f"--{name}", type=int, default=getattr(size, name))
-    parser.add_argument("--source", choices=sorted(SOURCES), default=defaults.source,
-                        help="sst2: SST-2 sentences; wikitext: WikiText-2 paragraphs")
-    for name in ("batch_size", "num_batches", "min_len", "max_len", "rounds", "seed"):
-        parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
-    parser.add_argument("--tasks", nargs="+", choices=["infer", "train"], default=list(defaults.tasks))
-    parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=list(defaults.dtypes))
-    parser.add_argument("--models", nargs="+", default=list(defaults.models),
-                        choices=["bert-sdpa", "bert-eager", "modernbert", "briskbert", "briskbert-padded"])
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile(briskbert) for inference")
-    parser.add_argument("--device", default=defaults.device)
-    parser.add_argument("--threads", type=int, help="torch threads for every model (default: torch's own choice)")
-    args = parser.parse_args(argv)
-    if "bert-sdpa" not in args.models:
-        parser.error("--models must include bert-sdpa, the reference every ratio is taken against")
-    settings = Settings(
-        weights=args.weights, size=Size(args.hidden_size, args.num_hidden_layers, args.num_attention_heads,
-                                        args.intermediate_size),
-        source=args.source, batch_size=args.batch_size, num_batches=args.num_batches, min_len=args.min_len,
-        max_len=args.max_len, rounds=args.rounds, tasks=tuple(args.tasks), dtypes=tuple(args.dtypes),
-        models=tuple(args.models), compile=args.compile, device=args.device, seed=args.seed, threads=args.threads,
-    )
-    if "fp32" not in settings.dtypes:
-        parser.error("--dtypes must include fp32: ratios are taken against BertModel-sdpa in fp32")
-    report = run(settings)
-    write_outputs(report, args.out)
-    print(markdown_table(report))
-    print(json.dumps(dict(machine=report["machine"], bf16_error=report["bf16_error"]), indent=1, default=str))
-
+from briskbert.cli import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(["benchmark", *sys.argv[1:]]))

@@ -13,11 +13,14 @@ PROJECT_PACKAGES = ("briskbert", "modeling", "tokenization", "training", "hub_ca
 PRELUDE = textwrap.dedent(
     f"""
     import sys
-    sys.path[:] = [p for p in sys.path if p and not p.startswith({str(ROOT)!r})]
+    import os
+    # The checkout itself leaves sys.path; its .venv (which holds transformers) stays.
+    _blocked = {{os.path.realpath(p) for p in ({str(ROOT)!r}, {str(ROOT / "tests")!r})}}
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) not in _blocked]
     for _name in {PROJECT_PACKAGES!r}:
-        sys.modules[_name] = None  # an editable install must not make the project importable either
+        sys.modules[_name] = None  # an installed (or editable) briskbert must not be importable either
     try:
-        import modeling
+        import briskbert
     except ImportError:
         pass
     else:
@@ -29,9 +32,17 @@ PRELUDE = textwrap.dedent(
 def run_without_project(code: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> str:
     """Runs `code` after PRELUDE; returns stdout, failing with stderr's tail on a non-zero exit."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    full_env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(Path(cwd) / "hf_modules"), TOKENIZERS_PARALLELISM="false")
+    full_env.update(
+        HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(Path(cwd) / "hf_modules"), TOKENIZERS_PARALLELISM="false"
+    )
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout

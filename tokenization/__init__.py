@@ -1,11 +1,12 @@
 """BriskBert tokenization: the WordPiece ``BriskBertTokenizer`` and WordPiece training from a corpus."""
 
-from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError
-from .training import round_up_to_multiple, train_wordpiece_tokenizer
-
 # In-process, Auto classes find the tokenizer of a BriskBert folder without trust_remote_code.
 from transformers import AutoTokenizer  # noqa: E402
-from modeling.configuration_briskbert import BriskBertConfig  # noqa: E402
+
+from briskbert.modeling.configuration_briskbert import BriskBertConfig  # noqa: E402
+
+from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError
+from .training import round_up_to_multiple, train_wordpiece_tokenizer
 
 AutoTokenizer.register(BriskBertConfig, tokenizer_class=BriskBertTokenizer, exist_ok=True)
 

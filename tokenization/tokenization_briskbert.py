@@ -35,7 +35,6 @@ import os
 from transformers.models.bert.tokenization_bert import BertTokenizer
 from transformers.utils import logging
 
-
 logger = logging.get_logger(__name__)
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}

@@ -22,7 +22,6 @@ from tokenizers.trainers import WordPieceTrainer
 
 from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer
 
-
 logger = logging.getLogger(__name__)
 
 __all__ = ["round_up_to_multiple", "train_wordpiece_tokenizer"]

@@ -1,27 +1,34 @@
-"""briskbert's shared training library: the one Accelerate loop (:mod:`training.loop`) and its helpers.
+"""briskbert's shared training library: the one Accelerate loop (:mod:`briskbert.training.loop`) and its helpers.
 
-Task code builds on :func:`run`; pretraining data and masking live in :mod:`training.pretraining_data`
-and :mod:`training.masking`.
+Task code builds on :func:`briskbert.training.loop.run`; pretraining data and masking live in
+:mod:`briskbert.training.pretraining_data` and :mod:`briskbert.training.masking`. Submodules are imported on
+first use so the command line can parse its flags without loading torch.
 """
 
-from .facts import FACTS_FILE, read_training_facts, write_training_facts
-from .loop import (
-    EpochShuffleSampler,
-    TrainResult,
-    add_training_arguments,
-    count_examples,
-    create_accelerator,
-    evaluate_loss,
-    evaluation_loop,
-    run,
-    seed_everything,
-    validate_training_arguments,
-)
-from .optim import create_optimizer, create_scheduler, parameter_groups
+import importlib
 
-__all__ = [
-    "FACTS_FILE", "EpochShuffleSampler", "TrainResult", "add_training_arguments", "count_examples",
-    "create_accelerator", "create_optimizer", "create_scheduler", "evaluate_loss", "evaluation_loop",
-    "parameter_groups", "read_training_facts", "run", "seed_everything", "validate_training_arguments",
-    "write_training_facts",
-]
+_EXPORTS = {
+    "FACTS_FILE": "facts",
+    "read_training_facts": "facts",
+    "write_training_facts": "facts",
+    "EpochShuffleSampler": "loop",
+    "TrainResult": "loop",
+    "add_training_arguments": "loop",
+    "count_examples": "loop",
+    "create_accelerator": "loop",
+    "evaluate_loss": "loop",
+    "evaluation_loop": "loop",
+    "run": "loop",
+    "seed_everything": "loop",
+    "validate_training_arguments": "loop",
+    "create_optimizer": "optim",
+    "create_scheduler": "optim",
+    "parameter_groups": "optim",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import transformers
 
-from modeling import BriskBertForMaskedLM, BriskBertModel
-from modeling.conversion import convert_bert_checkpoint
+from briskbert.modeling import BriskBertForMaskedLM, BriskBertModel
+from briskbert.modeling.conversion import convert_bert_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BRISKBERT_DATA", ROOT.parent / "shared" / "data"))
@@ -58,8 +58,13 @@ def make_batches(tokenizer, source, batch_size, num_batches, min_len, max_len, s
         chosen = rng.sample(pool, batch_size)
         longest = max(map(len, chosen))
         input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in chosen])
-        batches.append(dict(input_ids=input_ids, attention_mask=(input_ids != 0).long(),
-                            token_type_ids=torch.zeros_like(input_ids)))
+        batches.append(
+            dict(
+                input_ids=input_ids,
+                attention_mask=(input_ids != 0).long(),
+                token_type_ids=torch.zeros_like(input_ids),
+            )
+        )
     return batches
 
 
@@ -76,9 +81,15 @@ def batch_facts(batches):
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     grid = sum(b["attention_mask"].numel() for b in batches)
     lengths = [int(n) for b in batches for n in b["attention_mask"].sum(-1)]
-    return dict(real_tokens=real, padded_tokens=grid, real_fraction=real / grid, mean_length=real / len(lengths),
-                min_length=min(lengths), max_length=max(lengths),
-                mean_attended=sum(n * n for n in lengths) / real)
+    return dict(
+        real_tokens=real,
+        padded_tokens=grid,
+        real_fraction=real / grid,
+        mean_length=real / len(lengths),
+        min_length=min(lengths),
+        max_length=max(lengths),
+        mean_attended=sum(n * n for n in lengths) / real,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,8 +126,13 @@ def prepare_bert_folder(weights: str, size: Size, workdir: Path) -> tuple[Path, 
     if weights == "minilm":
         model = transformers.BertForMaskedLM.from_pretrained(minilm_folder())
         config = model.config
-        size = Size(config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
-                    config.intermediate_size, config.vocab_size)
+        size = Size(
+            config.hidden_size,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            config.intermediate_size,
+            config.vocab_size,
+        )
     else:
         model = transformers.BertForMaskedLM(transformers.BertConfig(**asdict(size)))
     folder = workdir / "bert"
@@ -128,9 +144,16 @@ def modernbert_config(size: Size) -> transformers.ModernBertConfig:
     """ModernBERT at the same width, depth, heads and vocabulary; its gated MLP gets 2/3 of the intermediate
     size so that it costs the same FLOPs as BERT's."""
     return transformers.ModernBertConfig(
-        vocab_size=size.vocab_size, hidden_size=size.hidden_size, num_hidden_layers=size.num_hidden_layers,
-        num_attention_heads=size.num_attention_heads, intermediate_size=2 * size.intermediate_size // 3,
-        pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_id=101, sep_token_id=102,
+        vocab_size=size.vocab_size,
+        hidden_size=size.hidden_size,
+        num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads,
+        intermediate_size=2 * size.intermediate_size // 3,
+        pad_token_id=0,
+        bos_token_id=101,
+        eos_token_id=102,
+        cls_token_id=101,
+        sep_token_id=102,
     )
 
 
@@ -141,7 +164,9 @@ class Variant:
     attn: str
 
 
-def variants(bert_folder: Path, brisk_folder: Path, size: Size, device: str, names: list[str]) -> list[Variant]:
+def variants(
+    bert_folder: Path, brisk_folder: Path, size: Size, device: str, names: list[str]
+) -> list[Variant]:
     flash = device == "cuda" and transformers.utils.is_flash_attn_2_available()
     brisk_attn = "flash_attention_2" if flash else "sdpa"
 
@@ -149,6 +174,7 @@ def variants(bert_folder: Path, brisk_folder: Path, size: Size, device: str, nam
         def build(task):
             cls = transformers.BertForMaskedLM if task == "train" else transformers.BertModel
             return cls.from_pretrained(bert_folder, attn_implementation=attn)
+
         return build
 
     def modernbert(task):
@@ -161,7 +187,10 @@ def variants(bert_folder: Path, brisk_folder: Path, size: Size, device: str, nam
     def briskbert(unpad_inputs):
         def build(task):
             cls = BriskBertForMaskedLM if task == "train" else BriskBertModel
-            return cls.from_pretrained(brisk_folder, attn_implementation=brisk_attn, unpad_inputs=unpad_inputs)
+            return cls.from_pretrained(
+                brisk_folder, attn_implementation=brisk_attn, unpad_inputs=unpad_inputs
+            )
+
         return build
 
     table = {
@@ -231,8 +260,11 @@ class Runner:
 
     def _infer(self, batch):
         with torch.inference_mode():
-            self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"])
+            self.model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                token_type_ids=batch["token_type_ids"],
+            )
 
     def _train(self, batch):
         with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.dtype == "bf16"):
@@ -312,18 +344,31 @@ class Settings:
 
 
 def machine_facts(device):
-    facts = dict(platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
-                 transformers=transformers.__version__, threads=torch.get_num_threads(), device=device,
-                 load_average_start=os.getloadavg())
+    facts = dict(
+        platform=platform.platform(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        threads=torch.get_num_threads(),
+        device=device,
+        load_average_start=os.getloadavg(),
+    )
     if device == "cuda":
         facts["gpu"] = torch.cuda.get_device_name()
         facts["flash_attn_2"] = transformers.utils.is_flash_attn_2_available()
     else:
         cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-        model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line), "")
-        flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-        facts.update(cpu=model, cpus=os.cpu_count(),
-                     bf16_instructions=[f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in flags])
+        model = next(
+            (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line), ""
+        )
+        flags = next(
+            (line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []
+        )
+        facts.update(
+            cpu=model,
+            cpus=os.cpu_count(),
+            bf16_instructions=[f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in flags],
+        )
     return facts
 
 
@@ -336,10 +381,19 @@ def run(settings: Settings, log=print) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
         bert_folder, size = prepare_bert_folder(settings.weights, settings.size, Path(workdir))
         brisk_folder = Path(workdir) / "briskbert"
-        convert_bert_checkpoint(bert_folder, brisk_folder, architecture="BertForMaskedLM", save_tokenizer=False)
+        convert_bert_checkpoint(
+            bert_folder, brisk_folder, architecture="BertForMaskedLM", save_tokenizer=False
+        )
         tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder())  # BERT's uncased WordPiece
-        batches = make_batches(tokenizer, settings.source, settings.batch_size, settings.num_batches,
-                               settings.min_len, settings.max_len, settings.seed)
+        batches = make_batches(
+            tokenizer,
+            settings.source,
+            settings.batch_size,
+            settings.num_batches,
+            settings.min_len,
+            settings.max_len,
+            settings.seed,
+        )
         facts["batches"] = batch_facts(batches)
         log(f"batches: {facts['batches']}")
         train_batches = [mlm_labels(b, settings.seed + i) for i, b in enumerate(batches)]
@@ -351,7 +405,9 @@ def run(settings: Settings, log=print) -> dict:
                 for variant in chosen:
                     if variant.attn == "eager" and dtype == "bf16":
                         continue  # eager is shown in fp32 only, as the reference of what sdpa buys
-                    runners.append(Runner(variant, task, dtype, device, batches if task == "infer" else train_batches))
+                    runners.append(
+                        Runner(variant, task, dtype, device, batches if task == "infer" else train_batches)
+                    )
                     if settings.compile and task == "infer" and variant.name == "briskbert":
                         runners.append(Runner(variant, task, dtype, device, batches, compile_model=True))
         for runner in runners:  # warm-up: one pass each (and compilation)
@@ -362,7 +418,9 @@ def run(settings: Settings, log=print) -> dict:
         matmul = {dtype: [] for dtype in settings.dtypes}
         for round_index in range(settings.rounds):
             for dtype in settings.dtypes:
-                matmul[dtype].append(matmul_throughput(device, dtype, size.hidden_size, size.intermediate_size))
+                matmul[dtype].append(
+                    matmul_throughput(device, dtype, size.hidden_size, size.intermediate_size)
+                )
             order = runners if round_index % 2 == 0 else runners[::-1]
             for runner in order:
                 timings[id(runner)].append(runner.time_pass())
@@ -379,17 +437,30 @@ def run(settings: Settings, log=print) -> dict:
         for runner in runners:
             seconds = statistics.median(timings[id(runner)])
             rate = real_tokens / seconds
-            rows.append(dict(task=runner.task, dtype=runner.dtype, model=runner.name, tokens_per_s=rate,
-                             seconds_per_batch=seconds / len(runner.batches),
-                             spread=(max(timings[id(runner)]) - min(timings[id(runner)])) / seconds,
-                             peak_memory_mib=None if memory[id(runner)] is None else memory[id(runner)] / 2**20,
-                             matmul_fraction=rate * useful[runner.task] / matmul_rate[runner.dtype]))
+            rows.append(
+                dict(
+                    task=runner.task,
+                    dtype=runner.dtype,
+                    model=runner.name,
+                    tokens_per_s=rate,
+                    seconds_per_batch=seconds / len(runner.batches),
+                    spread=(max(timings[id(runner)]) - min(timings[id(runner)])) / seconds,
+                    peak_memory_mib=None if memory[id(runner)] is None else memory[id(runner)] / 2**20,
+                    matmul_fraction=rate * useful[runner.task] / matmul_rate[runner.dtype],
+                )
+            )
         for row in rows:
-            reference = next(r for r in rows if r["task"] == row["task"] and r["dtype"] == "fp32"
-                             and r["model"] == "bert-sdpa")
+            reference = next(
+                r
+                for r in rows
+                if r["task"] == row["task"] and r["dtype"] == "fp32" and r["model"] == "bert-sdpa"
+            )
             row["vs_bert_sdpa_fp32"] = row["tokens_per_s"] / reference["tokens_per_s"]
-        errors = [bf16_error(v, batches, device) for v in chosen
-                  if v.name in ("briskbert", "bert-sdpa")] if "bf16" in settings.dtypes else []
+        errors = (
+            [bf16_error(v, batches, device) for v in chosen if v.name in ("briskbert", "bert-sdpa")]
+            if "bf16" in settings.dtypes
+            else []
+        )
     return dict(settings=_plain(asdict(settings)), machine=facts, results=rows, bf16_error=errors)
 
 
@@ -419,11 +490,19 @@ def chart(rows, path):
     for ax, (task, dtype) in zip(axes[0], groups):
         chosen = [r for r in rows if (r["task"], r["dtype"]) == (task, dtype)]
         names = [r["model"] for r in chosen]
-        bars = ax.bar(names, [r["tokens_per_s"] for r in chosen],
-                      color=["tab:orange" if n.startswith("briskbert") else "tab:gray" for n in names])
+        bars = ax.bar(
+            names,
+            [r["tokens_per_s"] for r in chosen],
+            color=["tab:orange" if n.startswith("briskbert") else "tab:gray" for n in names],
+        )
         for bar, r in zip(bars, chosen):
-            ax.annotate(f"{r['vs_bert_sdpa_fp32']:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
+            ax.annotate(
+                f"{r['vs_bert_sdpa_fp32']:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         ax.set_title(f"{'inference' if task == 'infer' else 'MLM training step'}, {dtype}")
         ax.set_ylabel("real tokens / s")
         ax.tick_params(axis="x", rotation=45, labelsize=8)
@@ -433,10 +512,14 @@ def chart(rows, path):
 
 
 def markdown_table(report: dict) -> str:
-    lines = ["| task | dtype | model | real tokens/s | x BertModel-sdpa fp32 | peak MiB | matmul fraction | spread |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| task | dtype | model | real tokens/s | x BertModel-sdpa fp32 | peak MiB | matmul fraction | spread |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in report["results"]:
         memory = "" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"
-        lines.append(f"| {r['task']} | {r['dtype']} | {r['model']} | {r['tokens_per_s']:,.0f} | "
-                     f"{r['vs_bert_sdpa_fp32']:.2f} | {memory} | {r['matmul_fraction']:.2f} | {r['spread']:.0%} |")
+        lines.append(
+            f"| {r['task']} | {r['dtype']} | {r['model']} | {r['tokens_per_s']:,.0f} | "
+            f"{r['vs_bert_sdpa_fp32']:.2f} | {memory} | {r['matmul_fraction']:.2f} | {r['spread']:.0%} |"
+        )
     return "\n".join(lines)

@@ -22,7 +22,6 @@ import numpy as np
 from .metrics import classification_metrics
 from .task_data import DataError, SkipReport
 
-
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 
 
@@ -45,8 +44,10 @@ def _parse_number(value):
 
 
 def _is_missing(value) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip()) or (
-        isinstance(value, float) and np.isnan(value)
+    return (
+        value is None
+        or (isinstance(value, str) and not value.strip())
+        or (isinstance(value, float) and np.isnan(value))
     )
 
 
@@ -121,8 +122,10 @@ def _label_kinds(values, source: str) -> str:
         kinds[kind] = kinds.get(kind, 0) + 1
         examples.setdefault(kind, (row, value))
     if "list" in kinds and len(kinds) > 1 or "str" in kinds and len(kinds) > 1:
-        described = "; ".join(f"{kind}: {count} rows, e.g. row {examples[kind][0]} = {examples[kind][1]!r}"
-                              for kind, count in kinds.items())
+        described = "; ".join(
+            f"{kind}: {count} rows, e.g. row {examples[kind][0]} = {examples[kind][1]!r}"
+            for kind, count in kinds.items()
+        )
         raise DataError(
             f"{source}: the label column mixes types ({described}). Use one kind of label throughout: "
             "class names or integer ids (classification), numbers (regression), or lists (multi-label)."
@@ -134,9 +137,14 @@ def _label_kinds(values, source: str) -> str:
     return next(iter(kinds))
 
 
-def infer_label_spec(train_labels, eval_labels=None, problem_type: str | None = None,
-                     label_separator: str = ",", source: str = "training data",
-                     label_list: list[str] | None = None) -> LabelSpec:
+def infer_label_spec(
+    train_labels,
+    eval_labels=None,
+    problem_type: str | None = None,
+    label_separator: str = ",",
+    source: str = "training data",
+    label_list: list[str] | None = None,
+) -> LabelSpec:
     """Decide the problem type and the label set from the (non-missing) training labels.
 
     ``label_list`` fixes the names and their ids (e.g. a teacher's ``id2label`` when distilling); then
@@ -158,18 +166,24 @@ def infer_label_spec(train_labels, eval_labels=None, problem_type: str | None = 
         )
     if problem_type == "regression":
         if kind not in ("int", "float"):
-            raise DataError(f"{source}: regression needs numeric labels, got {kind} values such as {train_labels[0]!r}.")
+            raise DataError(
+                f"{source}: regression needs numeric labels, got {kind} values such as {train_labels[0]!r}."
+            )
         return LabelSpec("regression")
     if problem_type == "multi_label_classification":
         spec = LabelSpec(problem_type, label_separator=label_separator)
         first = train_labels[0]
-        if kind == "list" and all(_parse_number(v) in (0, 1) for v in first) and all(
-            isinstance(v, (int, float, bool)) for v in first
+        if (
+            kind == "list"
+            and all(_parse_number(v) in (0, 1) for v in first)
+            and all(isinstance(v, (int, float, bool)) for v in first)
         ):
             width = len(first)
             for row, value in enumerate(list(train_labels) + list(eval_labels or [])):
                 if len(value) != width:
-                    raise DataError(f"multi-hot label of row {row} has {len(value)} entries, expected {width}.")
+                    raise DataError(
+                        f"multi-hot label of row {row} has {len(value)} entries, expected {width}."
+                    )
             spec.multi_hot = True
             spec.label_list = [f"LABEL_{i}" for i in range(width)]
             return spec
@@ -184,7 +198,9 @@ def infer_label_spec(train_labels, eval_labels=None, problem_type: str | None = 
             "pass --problem_type regression for a numeric target."
         )
     if kind == "list":
-        raise DataError(f"{source}: single-label classification got list labels; pass --problem_type multi_label_classification.")
+        raise DataError(
+            f"{source}: single-label classification got list labels; pass --problem_type multi_label_classification."
+        )
     names = sorted({_label_name(v) for v in train_labels})
     if kind == "int":
         numbers = sorted({int(n) for n in names})
@@ -223,8 +239,14 @@ def drop_incomplete_rows(dataset, columns: list[str], source: str):
     return dataset, report
 
 
-def make_preprocess_function(tokenizer, spec: LabelSpec, text_column: str, text_pair_column: str | None,
-                             label_column: str | None, max_seq_length: int):
+def make_preprocess_function(
+    tokenizer,
+    spec: LabelSpec,
+    text_column: str,
+    text_pair_column: str | None,
+    label_column: str | None,
+    max_seq_length: int,
+):
     """Batched ``datasets.map`` function: tokenised (pairs of) texts plus ``labels``."""
 
     def preprocess(batch):
@@ -254,7 +276,7 @@ class ClassificationEvaluator:
 
 METRIC_DEFINITIONS = {
     "single_label_classification": "accuracy; macro F1 (unweighted mean of per-class F1); Matthews correlation "
-                                   "(multi-class form)",
+    "(multi-class form)",
     "regression": "Pearson and Spearman (tie-averaged ranks) correlation; mean squared error",
     "multi_label_classification": "subset accuracy; micro F1 and macro F1 over labels (sigmoid > 0.5)",
 }
@@ -262,14 +284,27 @@ METRIC_DEFINITIONS = {
 
 def add_classification_arguments(parser):
     g = parser.add_argument_group("task")
-    g.add_argument("--text_column", type=str, default=None,
-                   help="Column with the text (default: 'sentence' or 'text', whichever exists).")
+    g.add_argument(
+        "--text_column",
+        type=str,
+        default=None,
+        help="Column with the text (default: 'sentence' or 'text', whichever exists).",
+    )
     g.add_argument("--text_pair_column", type=str, default=None, help="Second text of a pair task.")
     g.add_argument("--label_column", type=str, default="label")
-    g.add_argument("--problem_type", type=str, default=None, choices=PROBLEM_TYPES,
-                   help="Default: inferred from the labels.")
-    g.add_argument("--label_separator", type=str, default=",",
-                   help="Multi-label labels given as one string are split on this.")
+    g.add_argument(
+        "--problem_type",
+        type=str,
+        default=None,
+        choices=PROBLEM_TYPES,
+        help="Default: inferred from the labels.",
+    )
+    g.add_argument(
+        "--label_separator",
+        type=str,
+        default=",",
+        help="Multi-label labels given as one string are split on this.",
+    )
     return parser
 
 
@@ -295,33 +330,51 @@ def load_classification_data(args, label_list: list[str] | None = None) -> Class
                 f"the training data has no 'sentence' or 'text' column; pass --text_column "
                 f"(columns: {train.column_names})."
             )
-    columns = {"--text_column": args.text_column, "--text_pair_column": args.text_pair_column,
-               "--label_column": args.label_column}
+    columns = {
+        "--text_column": args.text_column,
+        "--text_pair_column": args.text_pair_column,
+        "--label_column": args.label_column,
+    }
     needed = [c for c in columns.values() if c is not None]
     require_columns(train, columns, "the training data")
-    train, train_report = drop_incomplete_rows(first_n(train, args.max_train_samples), needed, "training data")
+    train, train_report = drop_incomplete_rows(
+        first_n(train, args.max_train_samples), needed, "training data"
+    )
     require_rows(train, "the training data (after skipping rows with empty values)")
     eval_report = None
     if evaluation is not None:
         require_rows(evaluation, "the evaluation data")
         require_columns(evaluation, columns, "the evaluation data")
-        evaluation, eval_report = drop_incomplete_rows(first_n(evaluation, args.max_eval_samples), needed,
-                                                       "evaluation data")
+        evaluation, eval_report = drop_incomplete_rows(
+            first_n(evaluation, args.max_eval_samples), needed, "evaluation data"
+        )
         require_rows(evaluation, "the evaluation data (after skipping rows with empty values)")
-    spec = infer_label_spec(train[args.label_column], evaluation[args.label_column] if evaluation else None,
-                            args.problem_type, args.label_separator, label_list=label_list)
+    spec = infer_label_spec(
+        train[args.label_column],
+        evaluation[args.label_column] if evaluation else None,
+        args.problem_type,
+        args.label_separator,
+        label_list=label_list,
+    )
     return ClassificationData(train, evaluation, spec, [train_report, eval_report])
 
 
 def tokenize_classification(data: ClassificationData, tokenizer, args, accelerator):
     """``(train_features, eval_features or None)`` ready for the loop's collator."""
-    preprocess = make_preprocess_function(tokenizer, data.spec, args.text_column, args.text_pair_column,
-                                          args.label_column, args.max_seq_length)
+    preprocess = make_preprocess_function(
+        tokenizer, data.spec, args.text_column, args.text_pair_column, args.label_column, args.max_seq_length
+    )
     with accelerator.main_process_first():
-        train = data.train.map(preprocess, batched=True, remove_columns=data.train.column_names,
-                               desc="tokenizing train")
-        evaluation = None if data.evaluation is None else data.evaluation.map(
-            preprocess, batched=True, remove_columns=data.evaluation.column_names, desc="tokenizing eval")
+        train = data.train.map(
+            preprocess, batched=True, remove_columns=data.train.column_names, desc="tokenizing train"
+        )
+        evaluation = (
+            None
+            if data.evaluation is None
+            else data.evaluation.map(
+                preprocess, batched=True, remove_columns=data.evaluation.column_names, desc="tokenizing eval"
+            )
+        )
     return train, evaluation
 
 
@@ -332,8 +385,12 @@ def make_evaluate_fn(spec: LabelSpec):
     evaluator = ClassificationEvaluator(spec.problem_type)
 
     def evaluate(model, dataloader, accelerator):
-        gathered = evaluation_loop(model, dataloader, accelerator,
-                                   lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]})
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
+        )
         labels = gathered["labels"].numpy()
         if spec.problem_type == "single_label_classification":
             labels = labels.astype(int)
@@ -352,7 +409,8 @@ def classification_card_facts(args, data: ClassificationData, train_features, ev
         "problem_type": spec.problem_type,
         "labels": spec.label_list if spec.problem_type != "regression" else None,
         "datasets": [args.dataset_name or os.path.basename(args.train_file)],
-        "eval_dataset": (args.dataset_name + ":" + args.validation_split) if args.dataset_name
+        "eval_dataset": (args.dataset_name + ":" + args.validation_split)
+        if args.dataset_name
         else (os.path.basename(args.validation_file) if args.validation_file else None),
         "text_columns": [c for c in (args.text_column, args.text_pair_column) if c],
         "num_train_examples": len(train_features),

@@ -51,7 +51,7 @@ def student_from_teacher(teacher, layers: list[int] | None = None):
     state = {}
     for name, tensor in teacher_state.items():
         if name.startswith(prefix):
-            index, rest = name[len(prefix):].split(".", 1)
+            index, rest = name[len(prefix) :].split(".", 1)
             if int(index) in layers:
                 state[f"{prefix}{layers.index(int(index))}.{rest}"] = tensor.clone()
         else:
@@ -64,8 +64,9 @@ def student_from_teacher(teacher, layers: list[int] | None = None):
     return student
 
 
-def soft_target_loss(student_logits, teacher_logits, temperature: float, problem_type: str,
-                     mask: torch.Tensor | None = None) -> torch.Tensor:
+def soft_target_loss(
+    student_logits, teacher_logits, temperature: float, problem_type: str, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """T²-scaled KL divergence of temperature-softened distributions (MSE for regression). ``mask``
     (same leading shape as the logits without the class dimension) selects positions to average over."""
     if problem_type == "regression":
@@ -81,8 +82,15 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, problem
 class DistillationModel(nn.Module):
     """Student + frozen teacher behind one ``forward`` that returns the distillation loss."""
 
-    def __init__(self, student, teacher, temperature: float = 2.0, alpha_kd: float = 0.5,
-                 hidden_loss_weight: float = 0.0, layer_map: list[int] | None = None):
+    def __init__(
+        self,
+        student,
+        teacher,
+        temperature: float = 2.0,
+        alpha_kd: float = 0.5,
+        hidden_loss_weight: float = 0.0,
+        layer_map: list[int] | None = None,
+    ):
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"--temperature must be > 0, got {temperature}.")
@@ -129,15 +137,17 @@ class DistillationModel(nn.Module):
         mask = None
         if outputs.logits.dim() == 3:  # token classification: only real, labelled positions
             mask = batch["labels"] != -100 if "labels" in batch else batch.get("attention_mask")
-        loss = self.alpha_kd * soft_target_loss(outputs.logits, teacher_outputs.logits, self.temperature,
-                                                problem_type, mask)
+        loss = self.alpha_kd * soft_target_loss(
+            outputs.logits, teacher_outputs.logits, self.temperature, problem_type, mask
+        )
         if self.alpha_kd < 1.0:
             if outputs.loss is None:
                 raise ValueError("alpha_kd < 1 needs labels in the batch for the hard-label loss.")
             loss = loss + (1.0 - self.alpha_kd) * outputs.loss
         if hidden:
             loss = loss + self.hidden_loss_weight * self._hidden_loss(
-                outputs.hidden_states, teacher_outputs.hidden_states, batch.get("attention_mask"))
+                outputs.hidden_states, teacher_outputs.hidden_states, batch.get("attention_mask")
+            )
         outputs.loss = loss
         return outputs
 
@@ -161,5 +171,5 @@ class DistillationModel(nn.Module):
     def save_pretrained(self, save_directory, state_dict=None, **kwargs):
         """Save the student alone (the projection and the teacher are training-only)."""
         if state_dict is not None:
-            state_dict = {k[len("student."):]: v for k, v in state_dict.items() if k.startswith("student.")}
+            state_dict = {k[len("student.") :]: v for k, v in state_dict.items() if k.startswith("student.")}
         return self.student.save_pretrained(save_directory, state_dict=state_dict, **kwargs)

@@ -17,24 +17,35 @@ from pathlib import Path
 
 import torch
 
-from .task_data import DataError, load_named_dataset, load_table, pick_split
 from .facts import base_model_id
-
+from .task_data import DataError, load_named_dataset, load_table, pick_split
 
 logger = logging.getLogger(__name__)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g = parser.add_argument_group("model")
-    g.add_argument("--model_name_or_path", type=str, default=None,
-                   help="A briskbert model folder, a Hub repo id, or a BERT checkpoint (model_type 'bert'), "
-                        "which is converted to briskbert first.")
-    g.add_argument("--config_preset", type=str, default=None,
-                   help="Train from scratch with a BriskBertConfig preset (e.g. bert-tiny); needs --tokenizer_name.")
-    g.add_argument("--tokenizer_name", type=str, default=None,
-                   help="Tokenizer folder or repo id (default: the model's).")
-    g.add_argument("--trust_remote_code", action="store_true",
-                   help="Allow code from a Hub repo id to run (briskbert folders load with the installed code).")
+    g.add_argument(
+        "--model_name_or_path",
+        type=str,
+        default=None,
+        help="A briskbert model folder, a Hub repo id, or a BERT checkpoint (model_type 'bert'), "
+        "which is converted to briskbert first.",
+    )
+    g.add_argument(
+        "--config_preset",
+        type=str,
+        default=None,
+        help="Train from scratch with a BriskBertConfig preset (e.g. bert-tiny); needs --tokenizer_name.",
+    )
+    g.add_argument(
+        "--tokenizer_name", type=str, default=None, help="Tokenizer folder or repo id (default: the model's)."
+    )
+    g.add_argument(
+        "--trust_remote_code",
+        action="store_true",
+        help="Allow code from a Hub repo id to run (briskbert folders load with the installed code).",
+    )
     g.add_argument("--max_seq_length", type=int, default=128, help="Tokens per sequence after truncation.")
     return parser
 
@@ -43,19 +54,29 @@ def add_data_arguments(parser: argparse.ArgumentParser, file_help: str) -> argpa
     g = parser.add_argument_group("data")
     g.add_argument("--train_file", type=str, default=None, help=file_help)
     g.add_argument("--validation_file", type=str, default=None, help=file_help)
-    g.add_argument("--dataset_name", type=str, default=None,
-                   help="A `datasets` dataset name or a folder written by save_to_disk (instead of files).")
+    g.add_argument(
+        "--dataset_name",
+        type=str,
+        default=None,
+        help="A `datasets` dataset name or a folder written by save_to_disk (instead of files).",
+    )
     g.add_argument("--dataset_config_name", type=str, default=None)
     g.add_argument("--train_split", type=str, default="train")
     g.add_argument("--validation_split", type=str, default="validation")
-    g.add_argument("--max_train_samples", type=int, default=None, help="Keep only the first N training examples.")
-    g.add_argument("--max_eval_samples", type=int, default=None, help="Keep only the first N evaluation examples.")
+    g.add_argument(
+        "--max_train_samples", type=int, default=None, help="Keep only the first N training examples."
+    )
+    g.add_argument(
+        "--max_eval_samples", type=int, default=None, help="Keep only the first N evaluation examples."
+    )
     return parser
 
 
 def check_source_arguments(args) -> None:
     if (args.model_name_or_path is None) == (args.config_preset is None):
-        raise ValueError("Give exactly one of --model_name_or_path (fine-tune) or --config_preset (from scratch).")
+        raise ValueError(
+            "Give exactly one of --model_name_or_path (fine-tune) or --config_preset (from scratch)."
+        )
     if args.config_preset is not None and args.tokenizer_name is None:
         raise ValueError("--config_preset builds a new model; give --tokenizer_name for its vocabulary.")
     if args.dataset_name is None and args.train_file is None:
@@ -91,7 +112,7 @@ def _local_config(path: str) -> dict | None:
 def resolve_base_model(args) -> str:
     """A folder or repo id that holds a briskbert model; a BERT checkpoint is converted once into
     ``output_dir/converted_base`` (with its tokenizer) and that folder is returned."""
-    import modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
+    import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
 
     source = args.model_name_or_path
     config = _local_config(source)
@@ -113,7 +134,7 @@ def resolve_base_model(args) -> str:
             f"--model_name_or_path {args.model_name_or_path!r} has model_type {model_type!r}; expected a briskbert "
             "model or a BERT checkpoint (model_type 'bert') to convert."
         )
-    from modeling.conversion import convert_bert_checkpoint
+    from briskbert.modeling.conversion import convert_bert_checkpoint
 
     converted = Path(args.output_dir) / "converted_base"
     if not (converted / "config.json").is_file():
@@ -125,22 +146,26 @@ def resolve_base_model(args) -> str:
 def load_tokenizer(args, base: str | None):
     from transformers import AutoTokenizer
 
-    import tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
+    import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
 
     name = args.tokenizer_name or base
     tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=True)
     if not getattr(tokenizer, "is_fast", True):
-        raise ValueError(f"tokenizer {name!r} is not a fast (tokenizers-backed) tokenizer; offsets are needed.")
+        raise ValueError(
+            f"tokenizer {name!r} is not a fast (tokenizers-backed) tokenizer; offsets are needed."
+        )
     return tokenizer
 
 
 def load_model(model_class, args, base: str | None, tokenizer=None, **config_overrides):
     """``model_class`` (a BriskBert head) from ``base`` with config fields overridden, or a fresh model
     from ``--config_preset`` sized to the tokenizer's vocabulary."""
-    from modeling import BriskBertConfig
+    from briskbert.modeling import BriskBertConfig
 
     if base is None:
-        config = BriskBertConfig.from_preset(args.config_preset, vocab_size=len(tokenizer), **config_overrides)
+        config = BriskBertConfig.from_preset(
+            args.config_preset, vocab_size=len(tokenizer), **config_overrides
+        )
         if tokenizer.pad_token_id is not None:
             config.pad_token_id = tokenizer.pad_token_id
         return model_class(config)

@@ -26,7 +26,9 @@ def parse_report_to(report_to: str) -> list[str]:
         return [n for n, mod in TRACKER_MODULES.items() if importlib.util.find_spec(mod) is not None]
     for name in names:
         if name not in TRACKER_MODULES:
-            raise ValueError(f"--report_to {name!r} is not supported; use none, all, {', '.join(TRACKER_MODULES)}.")
+            raise ValueError(
+                f"--report_to {name!r} is not supported; use none, all, {', '.join(TRACKER_MODULES)}."
+            )
         if importlib.util.find_spec(TRACKER_MODULES[name]) is None:
             raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}.")
     return names
@@ -73,7 +75,9 @@ def plot_curves(history: list[dict], path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     train = [(e["step"], e["loss"]) for e in history if "loss" in e and math.isfinite(e["loss"])]
-    eval_keys = sorted({k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)})
+    eval_keys = sorted(
+        {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
+    )
     loss_keys = [k for k in eval_keys if k.endswith("loss")]
     other_keys = [k for k in eval_keys if k not in loss_keys and not k.endswith("perplexity")]
     fig, axes = plt.subplots(1, 2 if other_keys else 1, figsize=(11 if other_keys else 6, 4), squeeze=False)

@@ -4,7 +4,7 @@ A script parses its flags (``add_training_arguments`` adds the shared ones, name
 ``*_no_trainer.py`` examples), builds its task pieces and calls :func:`run`::
 
     import argparse
-    from training import add_training_arguments, create_accelerator, run, seed_everything
+    from briskbert.training import add_training_arguments, create_accelerator, run, seed_everything
 
     parser = add_training_arguments(argparse.ArgumentParser())
     parser.add_argument("--my_task_flag", ...)
@@ -66,16 +66,23 @@ import math
 import os
 import signal
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from .checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
 from .facts import framework_versions, hardware_description, write_training_facts
-from .logging_utils import COUNTER_SUFFIXES, CURVES_FILE, MetricsLog, parse_report_to, plot_curves, write_results
+from .logging_utils import (
+    COUNTER_SUFFIXES,
+    CURVES_FILE,
+    MetricsLog,
+    parse_report_to,
+    plot_curves,
+    write_results,
+)
 from .optim import SCHEDULER_NAMES, create_optimizer, create_scheduler
 
 
@@ -83,8 +90,12 @@ from .optim import SCHEDULER_NAMES, create_optimizer, create_scheduler
 def add_training_arguments(parser: argparse.ArgumentParser, **defaults) -> argparse.ArgumentParser:
     """Add the shared optimisation / checkpoint / logging flags; ``defaults`` overrides any default."""
     g = parser.add_argument_group("training (shared loop)")
-    g.add_argument("--output_dir", type=str, required="output_dir" not in defaults,
-                   help="Where checkpoints, logs, curves and the final model folder go.")
+    g.add_argument(
+        "--output_dir",
+        type=str,
+        required="output_dir" not in defaults,
+        help="Where checkpoints, logs, curves and the final model folder go.",
+    )
     g.add_argument("--per_device_train_batch_size", type=int, default=8)
     g.add_argument("--per_device_eval_batch_size", type=int, default=8)
     g.add_argument("--learning_rate", type=float, default=5e-5)
@@ -93,31 +104,66 @@ def add_training_arguments(parser: argparse.ArgumentParser, **defaults) -> argpa
     g.add_argument("--adam_beta2", type=float, default=0.999)
     g.add_argument("--adam_epsilon", type=float, default=1e-8)
     g.add_argument("--num_train_epochs", type=float, default=3.0)
-    g.add_argument("--max_train_steps", type=int, default=None,
-                   help="Total optimizer steps; overrides --num_train_epochs.")
+    g.add_argument(
+        "--max_train_steps",
+        type=int,
+        default=None,
+        help="Total optimizer steps; overrides --num_train_epochs.",
+    )
     g.add_argument("--gradient_accumulation_steps", type=int, default=1)
     g.add_argument("--lr_scheduler_type", type=str, default="linear", choices=SCHEDULER_NAMES)
     g.add_argument("--num_warmup_steps", type=int, default=None)
-    g.add_argument("--warmup_ratio", type=float, default=None,
-                   help="Warm-up as a fraction of total steps (instead of --num_warmup_steps).")
-    g.add_argument("--decay_ratio", type=float, default=0.2,
-                   help="warmup_stable_decay only: fraction of steps spent in the final decay.")
+    g.add_argument(
+        "--warmup_ratio",
+        type=float,
+        default=None,
+        help="Warm-up as a fraction of total steps (instead of --num_warmup_steps).",
+    )
+    g.add_argument(
+        "--decay_ratio",
+        type=float,
+        default=0.2,
+        help="warmup_stable_decay only: fraction of steps spent in the final decay.",
+    )
     g.add_argument("--max_grad_norm", type=float, default=1.0, help="0 disables clipping.")
     g.add_argument("--seed", type=int, default=42)
-    g.add_argument("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16", "fp8"],
-                   help="Default: what `accelerate config`/launch says, else no.")
-    g.add_argument("--checkpointing_steps", type=str, default=None,
-                   help="Save a checkpoint every N optimizer steps, or 'epoch'.")
-    g.add_argument("--checkpoints_total_limit", type=int, default=None, help="Keep only the last K checkpoints.")
-    g.add_argument("--resume_from_checkpoint", type=str, default=None, help="A checkpoint folder or 'latest'.")
-    g.add_argument("--report_to", type=str, default="none", help="none, all, tensorboard, trackio (comma list).")
+    g.add_argument(
+        "--mixed_precision",
+        type=str,
+        default=None,
+        choices=["no", "fp16", "bf16", "fp8"],
+        help="Default: what `accelerate config`/launch says, else no.",
+    )
+    g.add_argument(
+        "--checkpointing_steps",
+        type=str,
+        default=None,
+        help="Save a checkpoint every N optimizer steps, or 'epoch'.",
+    )
+    g.add_argument(
+        "--checkpoints_total_limit", type=int, default=None, help="Keep only the last K checkpoints."
+    )
+    g.add_argument(
+        "--resume_from_checkpoint", type=str, default=None, help="A checkpoint folder or 'latest'."
+    )
+    g.add_argument(
+        "--report_to", type=str, default="none", help="none, all, tensorboard, trackio (comma list)."
+    )
     g.add_argument("--gradient_checkpointing", action="store_true")
     g.add_argument("--torch_compile", action="store_true")
     g.add_argument("--eval_steps", type=int, default=None, help="Evaluate every N steps (and at the end).")
-    g.add_argument("--metric_for_best_model", type=str, default=None,
-                   help="e.g. eval_loss or eval_accuracy: keep the best model in output_dir/best.")
-    g.add_argument("--greater_is_better", type=lambda s: s.lower() in ("1", "true", "yes"), default=None,
-                   help="Default: false for *loss / *perplexity metrics, true otherwise.")
+    g.add_argument(
+        "--metric_for_best_model",
+        type=str,
+        default=None,
+        help="e.g. eval_loss or eval_accuracy: keep the best model in output_dir/best.",
+    )
+    g.add_argument(
+        "--greater_is_better",
+        type=lambda s: s.lower() in ("1", "true", "yes"),
+        default=None,
+        help="Default: false for *loss / *perplexity metrics, true otherwise.",
+    )
     g.add_argument("--logging_steps", type=int, default=10)
     g.add_argument("--dataloader_num_workers", type=int, default=0)
     parser.set_defaults(**defaults)
@@ -126,11 +172,16 @@ def add_training_arguments(parser: argparse.ArgumentParser, **defaults) -> argpa
 
 def validate_training_arguments(args) -> None:
     """Contradictory or impossible values -> ``ValueError`` naming the flag, before anything is built."""
+
     def bad(msg):
         raise ValueError(msg)
 
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                 "logging_steps"):
+    for name in (
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "gradient_accumulation_steps",
+        "logging_steps",
+    ):
         if getattr(args, name) < 1:
             bad(f"--{name} must be >= 1, got {getattr(args, name)}.")
     if args.learning_rate <= 0:
@@ -147,7 +198,9 @@ def validate_training_arguments(args) -> None:
         bad(f"--num_warmup_steps must be >= 0, got {args.num_warmup_steps}.")
     if args.checkpointing_steps is not None and args.checkpointing_steps != "epoch":
         if not str(args.checkpointing_steps).isdigit() or int(args.checkpointing_steps) < 1:
-            bad(f"--checkpointing_steps must be a positive integer or 'epoch', got {args.checkpointing_steps!r}.")
+            bad(
+                f"--checkpointing_steps must be a positive integer or 'epoch', got {args.checkpointing_steps!r}."
+            )
     if args.eval_steps is not None and args.eval_steps < 1:
         bad(f"--eval_steps must be >= 1, got {args.eval_steps}.")
     if args.greater_is_better is not None and args.metric_for_best_model is None:
@@ -209,8 +262,14 @@ class EpochShuffleSampler(Sampler[int]):
 def _dataloader(dataset, collator, batch_size, sampler, num_workers) -> DataLoader:
     # An own generator: creating an iterator then never draws from the global torch RNG, which would
     # otherwise shift dropout masks between an uninterrupted and a resumed run.
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator,
-                      num_workers=num_workers, generator=torch.Generator().manual_seed(0))
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=collator,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(0),
+    )
 
 
 def _count_tokens(batch: dict) -> int:
@@ -250,8 +309,9 @@ def evaluate_loss(model, dataloader, accelerator, count_items) -> dict:
         for batch in dataloader:
             n = float(count_items(batch))
             if n:
-                totals += torch.tensor([model(**batch).loss.item() * n, n], dtype=torch.float64,
-                                       device=accelerator.device)
+                totals += torch.tensor(
+                    [model(**batch).loss.item() * n, n], dtype=torch.float64, device=accelerator.device
+                )
     totals = accelerator.reduce(totals, "sum")
     return {"loss": (totals[0] / totals[1]).item() if totals[1] else float("nan")}
 
@@ -260,9 +320,9 @@ def evaluate_loss(model, dataloader, accelerator, count_items) -> dict:
 @dataclass
 class TrainResult:
     global_step: int
-    metrics: dict                          # final evaluation (eval_*), empty without an eval dataset
+    metrics: dict  # final evaluation (eval_*), empty without an eval dataset
     output_dir: Path
-    final_dir: Path | None                 # None when interrupted
+    final_dir: Path | None  # None when interrupted
     interrupted: bool = False
     history: list = field(default_factory=list)
     best_metric: dict | None = None
@@ -320,9 +380,11 @@ def run(
     _validate_datasets(train_dataset, eval_dataset, args)
     accelerator = accelerator or create_accelerator(args)
     if accelerator.distributed_type.value == "DEEPSPEED" and args.gradient_accumulation_steps > 1:
-        raise ValueError("DeepSpeed runs its own gradient accumulation, which this loop's window-normalised "
-                         "accumulation does not drive: use --gradient_accumulation_steps 1 with a larger "
-                         "--per_device_train_batch_size or more processes (or DDP/FSDP).")
+        raise ValueError(
+            "DeepSpeed runs its own gradient accumulation, which this loop's window-normalised "
+            "accumulation does not drive: use --gradient_accumulation_steps 1 with a larger "
+            "--per_device_train_batch_size or more processes (or DDP/FSDP)."
+        )
     seed_everything(args.seed)
     output_dir = Path(args.output_dir)
     if accelerator.is_main_process:
@@ -331,18 +393,29 @@ def run(
     # Data.
     iterable = isinstance(train_dataset, IterableDataset)
     sampler = None if iterable else EpochShuffleSampler(len(train_dataset), args.seed)
-    train_dataloader = _dataloader(train_dataset, data_collator, args.per_device_train_batch_size, sampler,
-                                   args.dataloader_num_workers)
+    train_dataloader = _dataloader(
+        train_dataset, data_collator, args.per_device_train_batch_size, sampler, args.dataloader_num_workers
+    )
     eval_dataloader = None
     if eval_dataset is not None:
-        eval_dataloader = _dataloader(eval_dataset, eval_collator or data_collator,
-                                      args.per_device_eval_batch_size, None, args.dataloader_num_workers)
+        eval_dataloader = _dataloader(
+            eval_dataset,
+            eval_collator or data_collator,
+            args.per_device_eval_batch_size,
+            None,
+            args.dataloader_num_workers,
+        )
 
     # Model and optimizer.
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    optimizer = create_optimizer(model, args.learning_rate, args.weight_decay,
-                                 betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+    optimizer = create_optimizer(
+        model,
+        args.learning_rate,
+        args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     if eval_dataloader is not None:
         eval_dataloader = accelerator.prepare(eval_dataloader)
@@ -373,10 +446,21 @@ def run(
         raise ValueError(f"--metric_for_best_model {args.metric_for_best_model} needs an evaluation dataset.")
 
     # Resume.
-    state = {"global_step": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0, "items_seen": 0,
-             "examples_seen": 0, "wall_time_s": 0.0, "best_metric": None, "best_step": None}
+    state = {
+        "global_step": 0,
+        "epoch": 0,
+        "batches_in_epoch": 0,
+        "tokens_seen": 0,
+        "items_seen": 0,
+        "examples_seen": 0,
+        "wall_time_s": 0.0,
+        "best_metric": None,
+        "best_step": None,
+    }
     log = MetricsLog(output_dir, accelerator.is_main_process)
-    checkpoint = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
+    checkpoint = (
+        resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
+    )
     if checkpoint is not None:
         accelerator.print(f"Resuming from {checkpoint}")
         state.update(load_checkpoint(accelerator, checkpoint))
@@ -404,34 +488,50 @@ def run(
     def save_best(metrics: dict) -> None:
         value = metrics.get(metric_name)
         if value is None:
-            raise KeyError(f"--metric_for_best_model {metric_name} is not among the evaluation metrics "
-                           f"{sorted(metrics)}.")
+            raise KeyError(
+                f"--metric_for_best_model {metric_name} is not among the evaluation metrics "
+                f"{sorted(metrics)}."
+            )
         best = state["best_metric"]
         if best is None or (value > best if greater_is_better else value < best):
             state["best_metric"], state["best_step"] = value, state["global_step"]
             _save_model_folder(accelerator, model, tokenizer, output_dir / "best")
 
     def checkpoint_now() -> None:
-        save_checkpoint(accelerator, output_dir, dict(state, wall_time_s=state["wall_time_s"] + elapsed()),
-                        args.checkpoints_total_limit)
+        save_checkpoint(
+            accelerator,
+            output_dir,
+            dict(state, wall_time_s=state["wall_time_s"] + elapsed()),
+            args.checkpoints_total_limit,
+        )
 
     # Train.
-    total_batch = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    total_batch = (
+        args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    )
     accelerator.print(
         f"Training: {len(train_dataset) if not iterable else 'streamed'} examples, {max_train_steps} steps, "
         f"global batch {total_batch} ({args.per_device_train_batch_size} x {accelerator.num_processes} processes "
-        f"x {args.gradient_accumulation_steps} accumulation)")
+        f"x {args.gradient_accumulation_steps} accumulation)"
+    )
     from tqdm.auto import tqdm
 
-    progress = tqdm(total=max_train_steps, initial=state["global_step"], disable=not accelerator.is_local_main_process,
-                    desc="training", dynamic_ncols=True)
+    progress = tqdm(
+        total=max_train_steps,
+        initial=state["global_step"],
+        disable=not accelerator.is_local_main_process,
+        desc="training",
+        dynamic_ncols=True,
+    )
     t0 = time.time()
 
     def elapsed() -> float:
         return time.time() - t0
 
     every = int(args.checkpointing_steps) if str(args.checkpointing_steps or "").isdigit() else None
-    window_totals = torch.zeros(4, dtype=torch.float64)   # loss*items, items, tokens, examples (this log interval)
+    window_totals = torch.zeros(
+        4, dtype=torch.float64
+    )  # loss*items, items, tokens, examples (this log interval)
     interval_start, last_metrics, interrupted = time.time(), {}, False
     model.train()
     with _StopRequest() as stop:
@@ -469,8 +569,9 @@ def run(
                 state["global_step"] += 1
                 progress.update(1)
 
-                totals = accelerator.reduce(torch.tensor([loss_sum, *counts], dtype=torch.float64,
-                                                         device=accelerator.device), "sum").cpu()
+                totals = accelerator.reduce(
+                    torch.tensor([loss_sum, *counts], dtype=torch.float64, device=accelerator.device), "sum"
+                ).cpu()
                 window_totals += totals
                 state["items_seen"] += int(totals[1])
                 state["tokens_seen"] += int(totals[2])
@@ -481,9 +582,14 @@ def run(
                     now = time.time()
                     entry = {
                         "step": step,
-                        "epoch": round(epoch + (state["batches_in_epoch"] / len(train_dataloader)
-                                                if not iterable else 0.0), 4),
-                        "loss": float(window_totals[0] / window_totals[1]) if window_totals[1] else float("nan"),
+                        "epoch": round(
+                            epoch
+                            + (state["batches_in_epoch"] / len(train_dataloader) if not iterable else 0.0),
+                            4,
+                        ),
+                        "loss": float(window_totals[0] / window_totals[1])
+                        if window_totals[1]
+                        else float("nan"),
                         "learning_rate": scheduler.get_last_lr()[0],
                         "grad_norm": float(grad_norm) if grad_norm is not None else None,
                         "tokens_per_s": round(float(window_totals[2]) / max(now - interval_start, 1e-9), 1),
@@ -495,14 +601,20 @@ def run(
                     log.append(entry)
                     progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
                     if trackers:
-                        accelerator.log({f"train/{k}": v for k, v in entry.items() if k != "step" and v is not None},
-                                        step=step)
+                        accelerator.log(
+                            {f"train/{k}": v for k, v in entry.items() if k != "step" and v is not None},
+                            step=step,
+                        )
                 if entry is not None and accelerator.is_main_process:
                     for callback in callbacks:
                         callback(entry)
 
-                if eval_dataloader is not None and args.eval_steps and step % args.eval_steps == 0 \
-                        and step != max_train_steps:
+                if (
+                    eval_dataloader is not None
+                    and args.eval_steps
+                    and step % args.eval_steps == 0
+                    and step != max_train_steps
+                ):
                     last_metrics = evaluate()
                     log.append({"step": step, **last_metrics})
                     if trackers:
@@ -544,8 +656,11 @@ def run(
             accelerator.log(last_metrics, step=state["global_step"])
         if metric_name:
             save_best(last_metrics)
-    best = ({"name": metric_name, "value": state["best_metric"], "step": state["best_step"]}
-            if metric_name else None)
+    best = (
+        {"name": metric_name, "value": state["best_metric"], "step": state["best_step"]}
+        if metric_name
+        else None
+    )
 
     train_losses = [e["loss"] for e in log.history if "loss" in e]
     epochs = None if iterable else state["epoch"] + state["batches_in_epoch"] / len(train_dataloader)
@@ -595,11 +710,15 @@ def run(
 def _train_window(accelerator, model, window: list[dict], count_items) -> tuple[float, list[float]]:
     """Forward/backward over one accumulation window; returns (sum of loss*items, [items, tokens, examples])."""
     counts = [float(count_items(b)) for b in window]
-    total = accelerator.reduce(torch.tensor(sum(counts), dtype=torch.float64, device=accelerator.device), "sum")
+    total = accelerator.reduce(
+        torch.tensor(sum(counts), dtype=torch.float64, device=accelerator.device), "sum"
+    )
     total = float(total)
     if total == 0:
-        raise ValueError("An accumulation window has no items to compute a loss on (count_items returned 0 for "
-                         "every batch, e.g. no masked tokens).")
+        raise ValueError(
+            "An accumulation window has no items to compute a loss on (count_items returned 0 for "
+            "every batch, e.g. no masked tokens)."
+        )
     loss_sum = 0.0
     for i, (batch, n) in enumerate(zip(window, counts)):
         last = i == len(window) - 1
@@ -664,6 +783,7 @@ def _validate_datasets(train_dataset, eval_dataset, args) -> None:
         if n < args.per_device_train_batch_size:
             raise ValueError(
                 f"The training dataset has {n} examples, fewer than one batch "
-                f"(--per_device_train_batch_size {args.per_device_train_batch_size}); add data or lower the batch size.")
+                f"(--per_device_train_batch_size {args.per_device_train_batch_size}); add data or lower the batch size."
+            )
     if eval_dataset is not None and not isinstance(eval_dataset, IterableDataset) and len(eval_dataset) == 0:
         raise ValueError("The evaluation dataset is empty.")

@@ -35,17 +35,27 @@ class MaskingCollator:
         pad_to_multiple_of: pad the sequence length up to a multiple of this.
     """
 
-    def __init__(self, tokenizer, mlm_probability: float = 0.15, mask_replace_prob: float = 0.8,
-                 random_replace_prob: float = 0.1, whole_word_mask: bool = False, seed: int = 0,
-                 pad_to_multiple_of: int | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        mlm_probability: float = 0.15,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        whole_word_mask: bool = False,
+        seed: int = 0,
+        pad_to_multiple_of: int | None = None,
+    ):
         if not 0 < mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}.")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
             raise ValueError(
                 f"mask_replace_prob ({mask_replace_prob}) and random_replace_prob ({random_replace_prob}) must be "
-                ">= 0 and sum to at most 1 (the remainder stays unchanged).")
+                ">= 0 and sum to at most 1 (the remainder stays unchanged)."
+            )
         if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
-            raise ValueError("The tokenizer needs a mask token and a pad token for masked-language modelling.")
+            raise ValueError(
+                "The tokenizer needs a mask token and a pad token for masked-language modelling."
+            )
         self.mlm_probability = mlm_probability
         self.mask_replace_prob = mask_replace_prob
         self.random_replace_prob = random_replace_prob
@@ -95,8 +105,11 @@ class MaskingCollator:
         labels = np.where(selected, ids, -100)
         action = rng.random(len(ids))
         to_mask = selected & (action < self.mask_replace_prob)
-        to_random = selected & (action >= self.mask_replace_prob) & (
-            action < self.mask_replace_prob + self.random_replace_prob)
+        to_random = (
+            selected
+            & (action >= self.mask_replace_prob)
+            & (action < self.mask_replace_prob + self.random_replace_prob)
+        )
         ids[to_mask] = self.mask_token_id
         ids[to_random] = rng.choice(self.random_pool, size=int(to_random.sum()))
         return ids, labels

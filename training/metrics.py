@@ -25,10 +25,9 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-
 
 # --------------------------------------------------------------------------------------------------
 # Classification and regression
@@ -354,7 +353,9 @@ def squad_metrics(predictions: dict, references: dict, version_2: bool = False) 
         gold_answers = [a for a in gold_answers if normalize_answer(a)] if version_2 else list(gold_answers)
         if not gold_answers:
             if not version_2:
-                raise ValueError(f"question {qid!r} has no gold answer; use version_2=True for SQuAD v2.0 data.")
+                raise ValueError(
+                    f"question {qid!r} has no gold answer; use version_2=True for SQuAD v2.0 data."
+                )
             gold_answers = [""]
         if qid not in predictions:
             missing += 1

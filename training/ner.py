@@ -17,7 +17,6 @@ import numpy as np
 from .metrics import entity_metrics, get_entities
 from .task_data import DataError
 
-
 IGNORE_INDEX = -100
 
 
@@ -56,9 +55,15 @@ def continuation_label(labels: list[str]) -> list[int]:
     return ids
 
 
-def tokenize_and_align_labels(examples, tokenizer, label2id: dict, token_column: str = "tokens",
-                              tag_column: str = "tags", max_seq_length: int = 256,
-                              label_all_tokens: bool = False):
+def tokenize_and_align_labels(
+    examples,
+    tokenizer,
+    label2id: dict,
+    token_column: str = "tokens",
+    tag_column: str = "tags",
+    max_seq_length: int = 256,
+    label_all_tokens: bool = False,
+):
     """Batched ``datasets.map`` function: tokenised words with one label per sub-word, and each
     sub-word's word index in ``word_ids`` (-1 for special tokens; drop the column before training)."""
     tokenized = tokenizer(
@@ -85,8 +90,9 @@ def tokenize_and_align_labels(examples, tokenizer, label2id: dict, token_column:
     return tokenized
 
 
-def word_predictions(predicted_ids, word_ids: list[list[int | None]], id2label: dict,
-                     num_words: list[int]) -> tuple[list[list[str]], int]:
+def word_predictions(
+    predicted_ids, word_ids: list[list[int | None]], id2label: dict, num_words: list[int]
+) -> tuple[list[list[str]], int]:
     """Tags of every word from the predicted label ids (one row per sentence, one id per sub-word
     position; longer padded rows are fine) at each word's first sub-word; words beyond the model's window
     get ``O`` (as do words the tokenizer turned into no token). Returns ``(tags per sentence, number of
@@ -116,7 +122,9 @@ class NerEvaluator:
 
     def __call__(self, predicted_ids) -> dict:
         if len(predicted_ids) != len(self.gold_tags):
-            raise ValueError(f"got predictions for {len(predicted_ids)} sentences, expected {len(self.gold_tags)}.")
+            raise ValueError(
+                f"got predictions for {len(predicted_ids)} sentences, expected {len(self.gold_tags)}."
+            )
         predictions, truncated = word_predictions(
             predicted_ids, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
         )

@@ -6,7 +6,6 @@ import torch
 from torch import nn
 from transformers import SchedulerType, get_scheduler
 
-
 SCHEDULER_NAMES = tuple(s.value for s in SchedulerType if s.value not in ("reduce_lr_on_plateau", "greedy"))
 
 
@@ -42,21 +41,30 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def create_optimizer(model: nn.Module, learning_rate: float, weight_decay: float,
-                     betas=(0.9, 0.999), eps: float = 1e-8) -> torch.optim.Optimizer:
+def create_optimizer(
+    model: nn.Module, learning_rate: float, weight_decay: float, betas=(0.9, 0.999), eps: float = 1e-8
+) -> torch.optim.Optimizer:
     """AdamW over :func:`parameter_groups` (``fused`` is left to torch's default)."""
     return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=learning_rate, betas=betas, eps=eps)
 
 
-def create_scheduler(optimizer, name: str, num_warmup_steps: int, num_training_steps: int,
-                     decay_ratio: float = 0.2):
+def create_scheduler(
+    optimizer, name: str, num_warmup_steps: int, num_training_steps: int, decay_ratio: float = 0.2
+):
     """A transformers scheduler by name; ``warmup_stable_decay`` decays over the last ``decay_ratio`` of steps."""
     if name not in SCHEDULER_NAMES:
-        raise ValueError(f"--lr_scheduler_type {name!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}.")
+        raise ValueError(
+            f"--lr_scheduler_type {name!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}."
+        )
     kwargs = {}
     if name == "warmup_stable_decay":
         num_decay = max(1, round(decay_ratio * num_training_steps))
         num_decay = min(num_decay, max(1, num_training_steps - num_warmup_steps))
         kwargs = {"num_decay_steps": num_decay, "decay_type": "linear"}
-    return get_scheduler(name, optimizer, num_warmup_steps=num_warmup_steps,
-                         num_training_steps=num_training_steps, scheduler_specific_kwargs=kwargs)
+    return get_scheduler(
+        name,
+        optimizer,
+        num_warmup_steps=num_warmup_steps,
+        num_training_steps=num_training_steps,
+        scheduler_specific_kwargs=kwargs,
+    )

@@ -22,8 +22,16 @@ from pathlib import Path
 import datasets
 import torch
 
-BUILDERS = {".txt": "text", ".text": "text", ".raw": "text", ".json": "json", ".jsonl": "json",
-            ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+BUILDERS = {
+    ".txt": "text",
+    ".text": "text",
+    ".raw": "text",
+    ".json": "json",
+    ".jsonl": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+}
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 
 
@@ -31,7 +39,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 def _builder(path: str) -> tuple[str, dict]:
     suffix = Path(path).suffix.lower()
     if suffix not in BUILDERS:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(sorted(BUILDERS))}.")
+        raise ValueError(
+            f"{path}: unsupported file type {suffix!r}; use one of {', '.join(sorted(BUILDERS))}."
+        )
     return BUILDERS[suffix], ({"delimiter": "\t"} if suffix == ".tsv" else {})
 
 
@@ -53,8 +63,10 @@ def load_corpus(path: str, text_column: str | None = None, streaming: bool = Fal
     columns = list(ds.features) if ds.features else []
     column = text_column or ("text" if "text" in columns or builder == "text" else None)
     if column is None or (columns and column not in columns):
-        raise ValueError(f"{path}: no text column {column or '(none given)'!r}; the file has columns {columns}. "
-                         "Pass --text_column with one of them.")
+        raise ValueError(
+            f"{path}: no text column {column or '(none given)'!r}; the file has columns {columns}. "
+            "Pass --text_column with one of them."
+        )
     return ds, column
 
 
@@ -93,13 +105,18 @@ def split_validation(documents: list, percentage: float, seed: int) -> tuple[lis
     if not 0 < percentage < 100:
         raise ValueError(f"--validation_split_percentage must be in (0, 100), got {percentage}.")
     if len(documents) < 2:
-        raise ValueError("The training corpus has a single document, too little to carve a validation split "
-                         "from: give --validation_file or more documents (blank lines separate documents).")
+        raise ValueError(
+            "The training corpus has a single document, too little to carve a validation split "
+            "from: give --validation_file or more documents (blank lines separate documents)."
+        )
     order = list(range(len(documents)))
     random.Random(seed).shuffle(order)
     n_val = max(1, round(len(documents) * percentage / 100))
     held = set(order[:n_val])
-    return ([d for i, d in enumerate(documents) if i not in held], [d for i, d in enumerate(documents) if i in held])
+    return (
+        [d for i, d in enumerate(documents) if i not in held],
+        [d for i, d in enumerate(documents) if i in held],
+    )
 
 
 def split_sentences(paragraph: str) -> list[str]:
@@ -107,7 +124,9 @@ def split_sentences(paragraph: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- tokenizing
-def tokenize_documents(documents: list[list[str]], tokenizer, sentences: bool = False) -> list[list[list[int]]]:
+def tokenize_documents(
+    documents: list[list[str]], tokenizer, sentences: bool = False
+) -> list[list[list[int]]]:
     """Documents of text segments -> documents of token-id segments (no special tokens; empty ones dropped,
     which loses no tokens). ``sentences=True`` splits paragraphs into sentences first (for NSP)."""
     if sentences:
@@ -116,7 +135,7 @@ def tokenize_documents(documents: list[list[str]], tokenizer, sentences: bool = 
     ids = tokenizer(flat, add_special_tokens=False, verbose=False)["input_ids"] if flat else []
     out, k = [], 0
     for doc in documents:
-        segs = [s for s in ids[k: k + len(doc)] if s]
+        segs = [s for s in ids[k : k + len(doc)] if s]
         k += len(doc)
         if segs:
             out.append(segs)
@@ -138,17 +157,18 @@ def mlm_sequences(tokenized_documents, tokenizer, max_seq_length: int, packing: 
     if packing:
         stream = [t for doc in tokenized_documents for t in [*(i for s in doc for i in s), sep]]
         body = max_seq_length - 1
-        sequences = [[cls] + stream[i: i + body] for i in range(0, len(stream), body)]
+        sequences = [[cls] + stream[i : i + body] for i in range(0, len(stream), body)]
     else:
         body = max_seq_length - 2
         for doc in tokenized_documents:
             ids = [i for s in doc for i in s]
-            sequences += [[cls] + ids[i: i + body] + [sep] for i in range(0, len(ids), body)]
+            sequences += [[cls] + ids[i : i + body] + [sep] for i in range(0, len(ids), body)]
     return sequences
 
 
-def nsp_examples(tokenized_documents, tokenizer, max_seq_length: int, seed: int,
-                 short_seq_prob: float = 0.1) -> list[dict]:
+def nsp_examples(
+    tokenized_documents, tokenizer, max_seq_length: int, seed: int, short_seq_prob: float = 0.1
+) -> list[dict]:
     """Segment pairs for next sentence prediction, as in google-research/bert ``create_pretraining_data``.
 
     Consecutive segments of a document are gathered up to a target length and cut at a random point into
@@ -157,8 +177,10 @@ def nsp_examples(tokenized_documents, tokenizer, max_seq_length: int, seed: int,
     fit ``[CLS] A [SEP] B [SEP]``; ``token_type_ids`` are 0 for A and 1 for B.
     """
     if len(tokenized_documents) < 2:
-        raise ValueError("--nsp needs a corpus with several documents (separated by blank lines in text files, "
-                         "one per row otherwise): random next segments must come from another document.")
+        raise ValueError(
+            "--nsp needs a corpus with several documents (separated by blank lines in text files, "
+            "one per row otherwise): random next segments must come from another document."
+        )
     rng = random.Random(seed)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     max_tokens = max_seq_length - 3
@@ -188,11 +210,13 @@ def nsp_examples(tokenized_documents, tokenizer, max_seq_length: int, seed: int,
                     label = 0
                     b = [t for s in chunk[a_end:] for t in s]
                 _truncate_pair(a, b, max_tokens, rng)
-                examples.append({
-                    "input_ids": [cls, *a, sep, *b, sep],
-                    "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
-                    "next_sentence_label": label,
-                })
+                examples.append(
+                    {
+                        "input_ids": [cls, *a, sep, *b, sep],
+                        "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+                        "next_sentence_label": label,
+                    }
+                )
                 chunk, length = [], 0
             i += 1
     return examples
@@ -222,11 +246,22 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
     Deterministic order (the file order), so a resumed run skips exactly the batches already seen.
     """
 
-    def __init__(self, path: str, tokenizer, max_seq_length: int, text_column: str | None = None,
-                 packing: bool = True, documents_per_chunk: int = 256):
+    def __init__(
+        self,
+        path: str,
+        tokenizer,
+        max_seq_length: int,
+        text_column: str | None = None,
+        packing: bool = True,
+        documents_per_chunk: int = 256,
+    ):
         check_file(path, "--train_file")
         self.path, self.text_column, self.tokenizer = path, text_column, tokenizer
-        self.max_seq_length, self.packing, self.documents_per_chunk = max_seq_length, packing, documents_per_chunk
+        self.max_seq_length, self.packing, self.documents_per_chunk = (
+            max_seq_length,
+            packing,
+            documents_per_chunk,
+        )
         load_corpus(path, text_column, streaming=True)  # column check up front
 
     def _documents(self):

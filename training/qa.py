@@ -23,7 +23,6 @@ import numpy as np
 from .metrics import squad_metrics
 from .task_data import DataError
 
-
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
@@ -112,7 +111,8 @@ def keep_some_answerless_windows(features, fraction: float, seed: int):
     windows whose target is ``[CLS]`` (position 0: no answer in the window, or an unanswerable question)."""
     rng = np.random.default_rng(seed)
     keep = [
-        index for index, start in enumerate(features["start_positions"])
+        index
+        for index, start in enumerate(features["start_positions"])
         if start != 0 or rng.random() < fraction
     ]
     return features.select(keep)
@@ -128,7 +128,8 @@ def prepare_eval_features(examples, tokenizer, max_seq_length=384, doc_stride=12
         sequence_ids = tokenized.sequence_ids(i)
         tokenized["example_id"].append(examples["id"][sample_mapping[i]])
         tokenized["offset_mapping"][i] = [
-            offset if sequence_ids[k] == 1 else None for k, offset in enumerate(tokenized["offset_mapping"][i])
+            offset if sequence_ids[k] == 1 else None
+            for k, offset in enumerate(tokenized["offset_mapping"][i])
         ]
     return tokenized
 
@@ -226,14 +227,18 @@ def evaluate_predictions(examples, predictions, version_2: bool = False) -> dict
     return squad_metrics(predictions, squad_references(examples), version_2=version_2)
 
 
-def write_predictions(output_dir: str, predictions: dict, nbest: dict | None = None, prefix: str = "eval") -> str:
+def write_predictions(
+    output_dir: str, predictions: dict, nbest: dict | None = None, prefix: str = "eval"
+) -> str:
     """Write ``{prefix}_predictions.json`` (and ``{prefix}_nbest_predictions.json``); return the path."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, f"{prefix}_predictions.json")
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(predictions, handle, indent=2, ensure_ascii=False)
     if nbest is not None:
-        with open(os.path.join(output_dir, f"{prefix}_nbest_predictions.json"), "w", encoding="utf-8") as handle:
+        with open(
+            os.path.join(output_dir, f"{prefix}_nbest_predictions.json"), "w", encoding="utf-8"
+        ) as handle:
             json.dump(nbest, handle, indent=2, ensure_ascii=False)
     return path
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import datasets
 
-
 logger = logging.getLogger(__name__)
 
 
@@ -42,7 +41,9 @@ def load_table(path: str) -> datasets.Dataset:
         raise DataError(f"data file {path!r} does not exist.")
     extension = os.path.splitext(path)[1].lower()
     if extension not in TABLE_EXTENSIONS:
-        raise DataError(f"data file {path!r}: unsupported extension {extension!r}; use one of {TABLE_EXTENSIONS}.")
+        raise DataError(
+            f"data file {path!r}: unsupported extension {extension!r}; use one of {TABLE_EXTENSIONS}."
+        )
     with open(path, encoding="utf-8", newline="") as handle:
         if extension in (".csv", ".tsv"):
             if extension == ".tsv":
@@ -81,7 +82,8 @@ def load_table(path: str) -> datasets.Dataset:
 def load_named_dataset(name: str, config_name: str | None = None) -> datasets.DatasetDict:
     """A folder written by ``save_to_disk`` or a dataset name for ``datasets.load_dataset``."""
     if os.path.isdir(name) and (
-        os.path.exists(os.path.join(name, "dataset_dict.json")) or os.path.exists(os.path.join(name, "state.json"))
+        os.path.exists(os.path.join(name, "dataset_dict.json"))
+        or os.path.exists(os.path.join(name, "state.json"))
     ):
         loaded = datasets.load_from_disk(name)
         if isinstance(loaded, datasets.Dataset):
@@ -98,7 +100,9 @@ def pick_split(splits: datasets.DatasetDict, split: str, source: str) -> dataset
 
 def require_columns(dataset: datasets.Dataset, columns: dict[str, str | None], source: str) -> None:
     """Raise when a column named by a flag is missing. ``columns`` maps flag names to column names."""
-    missing = {flag: name for flag, name in columns.items() if name is not None and name not in dataset.column_names}
+    missing = {
+        flag: name for flag, name in columns.items() if name is not None and name not in dataset.column_names
+    }
     if missing:
         described = ", ".join(f"{flag}={name!r}" for flag, name in missing.items())
         raise DataError(
@@ -132,8 +136,14 @@ class SkipReport:
     def log(self) -> None:
         for reason, count in self.counts.items():
             shown = "; ".join(self.examples.get(reason, []))
-            logger.warning("%s: %d of %d %s%s", self.source, count, self.total, reason.replace("_", " "),
-                           f" (e.g. {shown})" if shown else "")
+            logger.warning(
+                "%s: %d of %d %s%s",
+                self.source,
+                count,
+                self.total,
+                reason.replace("_", " "),
+                f" (e.g. {shown})" if shown else "",
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -185,7 +195,9 @@ def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str
         return [[names[t] for t in sequence] for sequence in sequences]
     for index, sequence in enumerate(sequences):
         if not isinstance(sequence, (list, tuple)):
-            raise DataError(f"tag column {tag_column!r} row {index} is {sequence!r}; expected a list of tags.")
+            raise DataError(
+                f"tag column {tag_column!r} row {index} is {sequence!r}; expected a list of tags."
+            )
         for tag in sequence:
             if not isinstance(tag, str):
                 raise DataError(
@@ -229,10 +241,14 @@ def load_squad(path: str, max_articles: tuple[int, int] | None = None) -> tuple[
         for paragraph in article.get("paragraphs", []):
             context = paragraph.get("context")
             if not isinstance(context, str):
-                raise DataError(f"{path}: article {article_index} has a paragraph without a 'context' string.")
+                raise DataError(
+                    f"{path}: article {article_index} has a paragraph without a 'context' string."
+                )
             for qa in paragraph.get("qas", []):
                 if "question" not in qa or "id" not in qa:
-                    raise DataError(f"{path}: article {article_index}: every question needs 'id' and 'question'.")
+                    raise DataError(
+                        f"{path}: article {article_index}: every question needs 'id' and 'question'."
+                    )
                 report.total += 1
                 texts, starts = [], []
                 for answer in qa.get("answers", []):
@@ -257,7 +273,9 @@ def load_squad(path: str, max_articles: tuple[int, int] | None = None) -> tuple[
                 columns["answers"].append({"text": texts, "answer_start": starts})
                 columns["is_impossible"].append(impossible)
     if not columns["id"]:
-        raise DataError(f"{path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + ".")
+        raise DataError(
+            f"{path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + "."
+        )
     return datasets.Dataset.from_dict(columns), report
 
 

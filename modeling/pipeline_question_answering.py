@@ -33,11 +33,20 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
     def __call__(self, question=None, context=None, **kwargs):
         if isinstance(question, dict):
             question, context = question.get("question"), question.get("context")
-        if not isinstance(question, str) or not isinstance(context, str) or not question.strip() or not context.strip():
-            raise ValueError("question-answering needs a non-empty `question` string and a non-empty `context` string.")
+        if (
+            not isinstance(question, str)
+            or not isinstance(context, str)
+            or not question.strip()
+            or not context.strip()
+        ):
+            raise ValueError(
+                "question-answering needs a non-empty `question` string and a non-empty `context` string."
+            )
         return super().__call__({"question": question, "context": context}, **kwargs)
 
-    def _sanitize_parameters(self, max_seq_len=None, doc_stride=None, max_answer_len=None, top_k=None, **kwargs):
+    def _sanitize_parameters(
+        self, max_seq_len=None, doc_stride=None, max_answer_len=None, top_k=None, **kwargs
+    ):
         preprocess = {}
         if max_seq_len is not None:
             preprocess["max_seq_len"] = max_seq_len
@@ -52,8 +61,14 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
 
     def preprocess(self, inputs, max_seq_len=384, doc_stride=128):
         encoded = self.tokenizer(
-            inputs["question"].lstrip(), inputs["context"], truncation="only_second", max_length=max_seq_len,
-            stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=True,
+            inputs["question"].lstrip(),
+            inputs["context"],
+            truncation="only_second",
+            max_length=max_seq_len,
+            stride=doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            padding=True,
             return_tensors="pt",
         )
         offsets = encoded.pop("offset_mapping").tolist()
@@ -61,13 +76,19 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
         context_offsets = []
         for window, window_offsets in enumerate(offsets):
             sequence_ids = encoded.sequence_ids(window)
-            context_offsets.append([o if sequence_ids[k] == 1 else None for k, o in enumerate(window_offsets)])
+            context_offsets.append(
+                [o if sequence_ids[k] == 1 else None for k, o in enumerate(window_offsets)]
+            )
         return {"model_inputs": dict(encoded), "offsets": context_offsets, "context": inputs["context"]}
 
     def _forward(self, inputs):
         outputs = self.model(**inputs["model_inputs"])
-        return {"start": outputs.start_logits, "end": outputs.end_logits, "offsets": inputs["offsets"],
-                "context": inputs["context"]}
+        return {
+            "start": outputs.start_logits,
+            "end": outputs.end_logits,
+            "offsets": inputs["offsets"],
+            "context": inputs["context"],
+        }
 
     def postprocess(self, outputs, max_answer_len=15, top_k=1):
         candidates = []
@@ -81,9 +102,11 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
                 s, e = np.unravel_index(flat, scores.shape)
                 if scores[s, e] <= 0:
                     break
-                candidates.append({"score": float(scores[s, e]), "start": int(offsets[s][0]), "end": int(offsets[e][1])})
+                candidates.append(
+                    {"score": float(scores[s, e]), "start": int(offsets[s][0]), "end": int(offsets[e][1])}
+                )
         candidates.sort(key=lambda c: c["score"], reverse=True)
-        answers = [dict(c, answer=outputs["context"][c["start"]:c["end"]]) for c in candidates[:top_k]]
+        answers = [dict(c, answer=outputs["context"][c["start"] : c["end"]]) for c in candidates[:top_k]]
         if not answers:
             answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
         return answers[0] if top_k == 1 else answers

@@ -1,0 +1,114 @@
+"""The ``briskbert`` command: one subcommand per job.
+
+    briskbert --help                 # the jobs, one line each
+    briskbert pretrain --help        # one job's flags and defaults
+    python -m briskbert pretrain ... # the same; ``accelerate launch -m briskbert pretrain ...`` runs it on
+                                     # several processes
+
+A job's module is imported only when that job runs, and parses its flags before it imports torch, so
+``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: the module whose ``main(argv)`` runs it, and the line ``briskbert --help`` shows."""
+
+    module: str
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "quickstart": Command(
+        "quickstart",
+        "The whole flow on the bundled data: tokenizer, pretrain, convert, "
+        "fine-tune, publish to a local Hub, load back.",
+    ),
+    "train-tokenizer": Command(
+        "train_tokenizer", "Train a WordPiece (or BPE / Unigram) tokenizer on text files."
+    ),
+    "pretrain": Command(
+        "pretrain", "Pretrain an encoder with masked language modelling (+ next sentence prediction)."
+    ),
+    "ablate": Command(
+        "ablate", "Pretrain several architecture variants at equal budget; a table and a plot."
+    ),
+    "convert": Command(
+        "convert", "Import a BERT-family checkpoint (BERT, RoBERTa, DistilBERT, ELECTRA, ModernBERT) exactly."
+    ),
+    "finetune-classification": Command(
+        "finetune_classification",
+        "Fine-tune for sequence classification, regression or multi-label classification.",
+    ),
+    "finetune-ner": Command("finetune_ner", "Fine-tune for token classification (NER) on CoNLL-format data."),
+    "finetune-qa": Command(
+        "finetune_qa", "Fine-tune for extractive question answering on SQuAD-format data."
+    ),
+    "finetune-embeddings": Command(
+        "finetune_embeddings", "Fine-tune a sentence-embedding model (dual encoder) with in-batch negatives."
+    ),
+    "finetune-reranker": Command(
+        "finetune_reranker", "Fine-tune a cross-encoder re-ranker on (query, passage) pairs."
+    ),
+    "evaluate-retrieval": Command(
+        "evaluate_retrieval",
+        "Recall@k, MRR@10 and nDCG@10 of a dual encoder (+ re-ranker) on a passage collection.",
+    ),
+    "open-domain-qa": Command(
+        "open_domain_qa", "Retrieve, re-rank and read: answer questions over a passage collection."
+    ),
+    "distill": Command("distill", "Distil a fine-tuned classifier into a smaller student."),
+    "export-onnx": Command(
+        "export_onnx", "Export a model to ONNX and check it against PyTorch with ONNX Runtime."
+    ),
+    "benchmark": Command(
+        "benchmark", "Time briskbert against transformers' BertModel and ModernBertModel on the same weights."
+    ),
+    "benchmark-data": Command(
+        "benchmark_data",
+        "Time and measure the memory of pretraining data preparation against transformers' run_mlm recipe.",
+    ),
+    "local-hub": Command("local_hub", "Serve a Hub-compatible HTTP server for offline use and tests."),
+    "publish": Command(
+        "publish", "Push a model folder with its card to the Hub, tag it and verify it loads."
+    ),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    return (
+        "usage: briskbert <command> [flags]   (briskbert <command> --help for its flags)\n\n"
+        "Build, train, fine-tune and publish BERT-family encoders that load with plain transformers.\n\n"
+        "commands:\n" + "\n".join(lines)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"briskbert {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(
+            f"briskbert: error: unknown command '{name}'; choose one of: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
+        return 2
+    module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
+    sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
+    result = module.main(rest)
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,64 @@
+"""Publish a saved briskbert model folder to the Hub as one commit, then verify it loads.
+
+    briskbert publish --model_dir outputs/sst2 --repo_id me/briskbert-sst2 --tag v1
+
+The token comes from --token, $HF_TOKEN or the saved login; the endpoint from $HF_ENDPOINT (the real Hub
+by default; a local server such as scripts/local_hub.py works the same).
+"""
+
+import argparse
+import sys
+
+from briskbert.hub_cards.card import CardError
+from briskbert.hub_cards.publishing import IncompleteModelFolder, PublishError, publish
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", required=True)
+    p.add_argument("--repo_id", required=True, help="NAMESPACE/NAME")
+    p.add_argument("--revision", default="main", help="branch to commit to (created from main if missing)")
+    p.add_argument("--tag", default=None, help="tag the published commit (the card's usage snippet pins it)")
+    p.add_argument("--private", action="store_true", help="create the repo as private")
+    p.add_argument("--commit_message", default=None)
+    p.add_argument("--token", default=None, help="access token (default: $HF_TOKEN or the saved login)")
+    p.add_argument("--dry_run", action="store_true", help="print the file list and the card; contact nothing")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        help="glob of extra files to upload (repeatable), e.g. training_facts.json",
+    )
+    p.add_argument("--max_shard_size", default="2GB", help="re-shard model.safetensors above this size")
+    p.add_argument("--no_verify", action="store_true", help="skip the download-and-load check")
+    p.add_argument("--attempts", type=int, default=4, help="tries per network step")
+    p.add_argument("--backoff_s", type=float, default=1.0, help="first retry delay (doubles each time)")
+    p.add_argument("--timeout_s", type=float, default=None, help="timeout for each HTTP request")
+    args = p.parse_args(argv)
+    try:
+        result = publish(
+            args.model_dir,
+            args.repo_id,
+            revision=args.revision,
+            tag=args.tag,
+            private=args.private,
+            commit_message=args.commit_message,
+            token=args.token,
+            dry_run=args.dry_run,
+            verify=not args.no_verify,
+            include=tuple(args.include),
+            max_shard_size=args.max_shard_size,
+            attempts=args.attempts,
+            backoff_s=args.backoff_s,
+            timeout_s=args.timeout_s,
+        )
+    except (IncompleteModelFolder, CardError, PublishError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return 0
+    return 0 if (args.no_verify or result.verified) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

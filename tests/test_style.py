@@ -1,0 +1,60 @@
+"""The code keeps one format and functions a reader can hold: ruff, and no function over 100 lines."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ("briskbert", "modeling", "tokenization", "training", "hub_cards", "hub_server", "data", "scripts")
+MAX_FUNCTION_LINES = 100
+
+
+def _library_files():
+    return sorted(path for folder in LIBRARY for path in (ROOT / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])
+def test_ruff(command):
+    if (
+        shutil.which("ruff") is None
+        and subprocess.run([sys.executable, "-m", "ruff", "--version"]).returncode
+    ):
+        pytest.fail("ruff is missing: pip install -e '.[dev]'")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_no_function_is_longer_than_a_reader_can_hold():
+    too_long = []
+    for path in _library_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_code_imports_the_namespace_never_the_folders():
+    """Installed, the folders live under `briskbert`; an import of a bare folder name only works in a clone."""
+    folders = {"modeling", "tokenization", "training", "hub_cards", "hub_server"}
+    offenders = []
+    for path in [*_library_files(), *sorted((ROOT / "tests").glob("*.py"))]:
+        source = path.read_text(encoding="utf-8")
+        assert "sys.path.insert" not in source or path.parent.name == "tests", f"{path}: no sys.path changes"
+        for node in ast.walk(ast.parse(source)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] in folders
+            ]
+    assert not offenders, offenders
