@@ -15,6 +15,8 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from .errors import USER_ERROR_EXIT_CODE, UserError
+
 
 @dataclass(frozen=True)
 class Command:
@@ -110,5 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
-    result = module.main(rest)
+    try:
+        result = module.main(rest)
+    except UserError as error:  # an expected input mistake: one line, no traceback
+        print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
     return result if isinstance(result, int) else 0

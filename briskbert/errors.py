@@ -1,0 +1,15 @@
+"""The one exception type for mistakes a user can fix: a wrong flag, a missing or malformed file.
+
+Library code raises :class:`UserError` (or a subclass, such as ``DataError``) with one sentence that names
+the file or flag, what is wrong and what to do. ``briskbert`` prints it as one ``error: ...`` line and
+exits with status 2, without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+#: exit status of a command stopped by a user error (argparse uses the same for bad flags)
+USER_ERROR_EXIT_CODE = 2
+
+
+class UserError(Exception):
+    """An expected mistake in the command's input; the message says what is wrong and how to fix it."""
