@@ -1,13 +1,17 @@
 """A Hub-compatible HTTP server for offline use and tests (see ``hub_server.server``)."""
 
-from .server import STEPS, BackgroundHub, HubServer, make_server, running_server, serve
-from .storage import HubError, Storage
+from .errors import HubError
+from .server import STEPS, BackgroundHub, DataDirInUse, HubServer, make_server, running_server, serve
+from .storage import Storage
+from .transport import ServerLimits
 
 __all__ = [
     "STEPS",
     "BackgroundHub",
+    "DataDirInUse",
     "HubError",
     "HubServer",
+    "ServerLimits",
     "Storage",
     "make_server",
     "running_server",

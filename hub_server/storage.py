@@ -3,7 +3,8 @@
 Layout under ``data_dir``::
 
     blobs/<sha256[:2]>/<sha256>          file contents, named by their sha256 (written once, never changed)
-    tmp/                                  partial writes; renamed into place only when complete
+    tmp/                                  partial writes; renamed into place only when complete (what an
+                                          interrupted write leaves here is removed when a server starts)
     repos/<type>s/<namespace>/<name>/
         meta.json                         {"private": bool, "created_at": ...}
         commits/<40-hex>.json             {"id", "parent", "title", "message", "date", "author", "files"}
@@ -26,12 +27,26 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+
+from .errors import (
+    BadRequest,
+    Conflict,
+    EntryNotFound,
+    Forbidden,
+    HubError,
+    PreconditionFailed,
+    RepoNotFound,
+    RevisionNotFound,
+    Unprocessable,
+)
 
 REPO_TYPES = ("model", "dataset", "space", "kernel")
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-_REF_NAME_RE = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+_HEX40_RE = re.compile(r"^[0-9a-fA-F]{40}$")
+# What ``git check-ref-format`` refuses, plus names that would be read as something else here.
+_REF_FORBIDDEN_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 # Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
 LFS_SUFFIXES = (
@@ -75,16 +90,6 @@ GITATTRIBUTES = (
 )
 
 
-class HubError(Exception):
-    """An error the server turns into an HTTP response with ``X-Error-Code``."""
-
-    def __init__(self, status: int, message: str, code: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-
-
 def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -105,11 +110,10 @@ def validate_repo_id(repo_id: str) -> tuple[str, str]:
         or not all(_NAME_RE.match(p) for p in parts)
         or any(".." in p or p.endswith(".git") for p in parts)
     ):
-        raise HubError(
-            400,
+        raise BadRequest(
             f"Invalid repo id {repo_id!r}: expected 'namespace/name' made of letters, digits, "
             "'-', '_' and '.' (no '..', no '.git' suffix)",
-            "InvalidRepoId",
+            code="InvalidRepoId",
         )
     return parts[0], parts[1]
 
@@ -117,7 +121,8 @@ def validate_repo_id(repo_id: str) -> tuple[str, str]:
 def validate_path(path: str) -> str:
     """A file path inside a repo: relative, POSIX, no '.'/'..' segments, no control characters."""
     if (
-        not path
+        not isinstance(path, str)
+        or not path
         or len(path) > 1000
         or path.startswith("/")
         or "\\" in path
@@ -125,18 +130,37 @@ def validate_path(path: str) -> str:
         or any(seg in ("", ".", "..") for seg in path.split("/"))
         or path.split("/")[0] == ".git"
     ):
-        raise HubError(
-            400,
+        raise BadRequest(
             f"Invalid file path {path!r}: paths are relative, use '/', and contain no "
             "empty, '.' or '..' segments",
-            "InvalidPath",
+            code="InvalidPath",
         )
     return path
 
 
+def ref_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a branch or tag (git's ref-name rules; no 40-hex names, which would shadow
+    commit ids in ``resolve``; no ``refs/`` prefix, which ``resolve`` strips), or None when it can."""
+    if not isinstance(name, str) or not 1 <= len(name) <= 200:
+        return "it must be 1 to 200 characters"
+    if _HEX40_RE.match(name):
+        return "40 hexadecimal characters would shadow a commit id"
+    if name.startswith("refs/"):
+        return "the refs/ prefix is implied"
+    if _REF_FORBIDDEN_CHARS.search(name):
+        return "it contains a space, a control character or one of ~ ^ : ? * [ \\"
+    if name == "@" or "@{" in name or ".." in name or name.endswith("."):
+        return "'@', '@{', '..' and a trailing '.' are not allowed"
+    parts = name.split("/")
+    if any(not p or p.startswith(".") or p.endswith(".lock") for p in parts):
+        return "no empty component, no component starting with '.' or ending with '.lock'"
+    return None
+
+
 def validate_ref_name(name: str) -> str:
-    if not _REF_NAME_RE.match(name) or ".." in name or name.startswith("/") or name.endswith("/"):
-        raise HubError(400, f"Invalid branch or tag name {name!r}", "InvalidRef")
+    problem = ref_name_problem(name)
+    if problem:
+        raise BadRequest(f"Invalid branch or tag name {name!r}: {problem}", code="InvalidRef")
     return name
 
 
@@ -156,6 +180,64 @@ class FileEntry:
         return {"sha256": self.sha256, "size": self.size, "git_oid": self.git_oid, "lfs": self.lfs}
 
 
+# ---- commit operations: each checks its path once, when it is made ---------------------------------------
+@dataclass(frozen=True)
+class AddFile:
+    """Add or replace ``entry.path``; the blob must already be stored."""
+
+    entry: FileEntry
+
+    def __post_init__(self):
+        validate_path(self.entry.path)
+
+
+@dataclass(frozen=True)
+class DeleteFile:
+    path: str
+
+    def __post_init__(self):
+        validate_path(self.path)
+
+
+@dataclass(frozen=True)
+class DeleteFolder:
+    path: str
+
+    def __post_init__(self):
+        object.__setattr__(
+            self, "path", validate_path(self.path.strip("/") if isinstance(self.path, str) else "")
+        )
+
+
+CommitOperation = AddFile | DeleteFile | DeleteFolder
+
+
+def _apply(files: dict[str, FileEntry], op: CommitOperation, has_blob) -> None:
+    if isinstance(op, AddFile):
+        entry = op.entry
+        if not has_blob(entry.sha256, entry.size):
+            raise Unprocessable(f"Content of {entry.path} (sha256 {entry.sha256}) was never uploaded")
+        files[entry.path] = entry
+    elif isinstance(op, DeleteFile):
+        if op.path not in files:
+            raise EntryNotFound(f"A file with this name doesn't exist: {op.path}")
+        del files[op.path]
+    else:
+        doomed = [p for p in files if p.startswith(op.path + "/")]
+        if not doomed:
+            raise EntryNotFound(f"A folder with this name doesn't exist: {op.path}")
+        for p in doomed:
+            del files[p]
+
+
+def repo_not_found(repo_type: str, repo_id: str) -> RepoNotFound:
+    # The same words whether the repo is missing or private: its existence is not revealed.
+    return RepoNotFound(
+        f"Repository Not Found for url: {repo_type}s/{repo_id}. If you are trying to access a private "
+        "repo, make sure you are authenticated."
+    )
+
+
 class Storage:
     """Thread-safe storage for one server process. All writes go through ``tmp/`` and ``os.replace``."""
 
@@ -165,6 +247,16 @@ class Storage:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+
+    def clean_tmp(self) -> int:
+        """Remove what interrupted writes left in ``tmp/``; call only while no write is running."""
+        leftovers = list((self.root / "tmp").iterdir())
+        for path in leftovers:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        return len(leftovers)
 
     # ---- low-level helpers -------------------------------------------------------------------
     def _lock(self, key: str) -> threading.Lock:
@@ -188,13 +280,21 @@ class Storage:
     def _inside(self, path: Path) -> Path:
         resolved = path.resolve()
         if resolved != self.root and self.root not in resolved.parents:
-            raise HubError(400, "Path escapes the data folder", "InvalidPath")
+            raise BadRequest("Path escapes the data folder", code="InvalidPath")
         return resolved
+
+    @staticmethod
+    def _read_json(path: Path, missing: HubError) -> dict:
+        """A stored JSON file; ``missing`` when it is gone (a repo deleted while a request was running)."""
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise missing from None
 
     # ---- blobs --------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
-        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-            raise HubError(400, f"Invalid sha256 {sha256!r}", "InvalidOid")
+        if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
         return self.root / "blobs" / sha256[:2] / sha256
 
     def has_blob(self, sha256: str, size: int | None = None) -> bool:
@@ -222,11 +322,10 @@ class Storage:
                 f.flush()
                 os.fsync(f.fileno())
             if h.hexdigest() != expected_sha256 or (expected_size is not None and size != expected_size):
-                raise HubError(
-                    400,
+                raise BadRequest(
                     f"Uploaded content does not match oid {expected_sha256} / size "
                     f"{expected_size} (got sha256 {h.hexdigest()}, size {size})",
-                    "BadOid",
+                    code="BadOid",
                 )
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
@@ -237,7 +336,7 @@ class Storage:
     # ---- repos --------------------------------------------------------------------------------
     def repo_dir(self, repo_type: str, repo_id: str) -> Path:
         if repo_type not in REPO_TYPES:
-            raise HubError(400, f"Invalid repo type {repo_type!r}", "InvalidRepoType")
+            raise BadRequest(f"Invalid repo type {repo_type!r}", code="InvalidRepoType")
         ns, name = validate_repo_id(repo_id)
         return self._inside(self.root / "repos" / f"{repo_type}s" / ns / name)
 
@@ -247,16 +346,17 @@ class Storage:
     def require(self, repo_type: str, repo_id: str) -> Path:
         d = self.repo_dir(repo_type, repo_id)
         if not (d / "refs.json").is_file():
-            raise HubError(404, f"Repository Not Found for url: {repo_type}s/{repo_id}.", "RepoNotFound")
+            raise repo_not_found(repo_type, repo_id)
         return d
 
     def meta(self, repo_type: str, repo_id: str) -> dict:
-        return json.loads((self.require(repo_type, repo_id) / "meta.json").read_text())
+        d = self.require(repo_type, repo_id)
+        return self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
 
     def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
         d = self.require(repo_type, repo_id)
         with self._lock(str(d)):
-            meta = json.loads((d / "meta.json").read_text())
+            meta = self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
             meta["private"] = bool(private)
             self._write_atomic(d / "meta.json", json.dumps(meta).encode())
 
@@ -279,34 +379,41 @@ class Storage:
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
         d = self.require(repo_type, repo_id)
         with self._lock(str(d)):
+            if not (d / "refs.json").is_file():
+                raise repo_not_found(repo_type, repo_id)  # deleted by a racing request
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # atomic disappearance; blobs stay (they may be shared)
             shutil.rmtree(trash, ignore_errors=True)
 
     # ---- refs and commits ---------------------------------------------------------------------
     def refs(self, repo_type: str, repo_id: str) -> dict:
-        return json.loads((self.require(repo_type, repo_id) / "refs.json").read_text())
+        d = self.require(repo_type, repo_id)
+        return self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
 
     def resolve(self, repo_type: str, repo_id: str, revision: str) -> str:
         d = self.require(repo_type, repo_id)
-        refs = json.loads((d / "refs.json").read_text())
-        rev = revision
-        for prefix, kind in (("refs/heads/", "branches"), ("refs/tags/", "tags")):
-            if rev.startswith(prefix) and rev[len(prefix) :] in refs[kind]:
-                return refs[kind][rev[len(prefix) :]]
-        if rev in refs["branches"]:
-            return refs["branches"][rev]
-        if rev in refs["tags"]:
-            return refs["tags"][rev]
-        if _COMMIT_RE.match(rev) and (d / "commits" / f"{rev}.json").is_file():
-            return rev
-        raise HubError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+        refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
+        # A commit id first: ref names can never look like one, so a branch cannot shadow a commit.
+        if _COMMIT_RE.match(revision) and (d / "commits" / f"{revision}.json").is_file():
+            return revision
+        for prefix, kind in (
+            ("refs/heads/", "branches"),
+            ("refs/tags/", "tags"),
+            ("", "branches"),
+            ("", "tags"),
+        ):
+            name = revision[len(prefix) :] if revision.startswith(prefix) else None
+            if name in refs[kind]:
+                return refs[kind][name]
+        raise RevisionNotFound(f"Invalid rev id: {revision}")
 
     def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
         d = self.require(repo_type, repo_id)
         if not _COMMIT_RE.match(commit_id):
-            raise HubError(404, f"Invalid rev id: {commit_id}", "RevisionNotFound")
-        return json.loads((d / "commits" / f"{commit_id}.json").read_text())
+            raise RevisionNotFound(f"Invalid rev id: {commit_id}")
+        return self._read_json(
+            d / "commits" / f"{commit_id}.json", RevisionNotFound(f"Invalid rev id: {commit_id}")
+        )
 
     def files(self, repo_type: str, repo_id: str, commit_id: str) -> dict[str, FileEntry]:
         obj = self.commit_object(repo_type, repo_id, commit_id)
@@ -342,86 +449,53 @@ class Storage:
         repo_type: str,
         repo_id: str,
         branch: str,
-        operations: list[dict],
+        operations: list[CommitOperation],
         title: str,
         message: str,
         author: str,
         parent_commit: str | None = None,
     ) -> str:
-        """Apply operations to ``branch`` as one new commit and move the branch to it.
-
-        ``operations`` are dicts: {"op": "add", "path", "entry": FileEntry} | {"op": "delete_file", "path"}
-        | {"op": "delete_folder", "path"}. Blobs must already be stored.
-        """
+        """Apply ``operations`` to ``branch`` as one new commit and move the branch to it."""
         d = self.require(repo_type, repo_id)
         with self._lock(str(d)):
-            refs = json.loads((d / "refs.json").read_text())
+            # Read under the lock: a repo deleted since ``require`` is a 404, never a half-made commit.
+            refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
             if branch not in refs["branches"]:
-                raise HubError(
-                    404, f"Invalid rev id: {branch} (commits go to an existing branch)", "RevisionNotFound"
-                )
+                raise RevisionNotFound(f"Invalid rev id: {branch} (commits go to an existing branch)")
             head = refs["branches"][branch]
             if parent_commit and parent_commit != head:
-                raise HubError(
-                    412,
+                raise PreconditionFailed(
                     f"A commit has happened since. Please refresh and try again. "
-                    f"(parentCommit {parent_commit} is not the head {head} of {branch})",
-                    "PreconditionFailed",
+                    f"(parentCommit {parent_commit} is not the head {head} of {branch})"
                 )
-            files = {
-                p: FileEntry(p, **e) for p, e in self.commit_object(repo_type, repo_id, head)["files"].items()
-            }
+            files = self.files(repo_type, repo_id, head)
             for op in operations:
-                path = validate_path(op["path"].strip("/") if op["op"] == "delete_folder" else op["path"])
-                if op["op"] == "add":
-                    entry: FileEntry = op["entry"]
-                    if not self.has_blob(entry.sha256, entry.size):
-                        raise HubError(
-                            422,
-                            f"Content of {path} (sha256 {entry.sha256}) was never uploaded",
-                            "MissingContent",
-                        )
-                    files[path] = entry
-                elif op["op"] == "delete_file":
-                    if path not in files:
-                        raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
-                    del files[path]
-                elif op["op"] == "delete_folder":
-                    doomed = [p for p in files if p.startswith(path + "/")]
-                    if not doomed:
-                        raise HubError(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
-                    for p in doomed:
-                        del files[p]
+                _apply(files, op, self.has_blob)
             cid = self._write_commit(d, head, files, title, message, author)
             refs["branches"][branch] = cid
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
             return cid
 
-    def set_ref(
-        self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None, must_be_new: bool = True
-    ) -> None:
+    def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None) -> None:
         """Create (target set) or delete (target None) a branch or tag."""
         d = self.require(repo_type, repo_id)
-        validate_ref_name(name)
+        if target is not None:
+            validate_ref_name(name)
         with self._lock(str(d)):
-            refs = json.loads((d / "refs.json").read_text())
+            refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
             table = refs[kind]
             what = "Branch" if kind == "branches" else "Tag"
             if target is None:
                 if name not in table:
-                    raise HubError(404, f"{what} {name} not found", "RevisionNotFound")
+                    raise RevisionNotFound(f"{what} {name} not found")
                 if kind == "branches" and name == "main":
-                    raise HubError(403, "The main branch cannot be deleted", "Forbidden")
+                    raise Forbidden("The main branch cannot be deleted")
                 del table[name]
             else:
-                if name in table and must_be_new:
-                    raise HubError(409, f"{what} {name} already exists", "Conflict")
+                if name in table:
+                    raise Conflict(f"{what} {name} already exists")
                 table[name] = target
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
-
-
-def split_path(path: str) -> list[str]:
-    return list(PurePosixPath(path).parents)[:-1]
 
 
 def _now() -> str:

@@ -107,7 +107,7 @@ def test_server_validate_yaml_accepts_rendered_cards(hub, tmp_path):
 
 def test_bad_facts_and_folders_fail_clearly(tmp_path):
     folder = saved_config(tmp_path, "BriskBertForMaskedLM")
-    (folder / "training_facts.json").write_text(json.dumps({"license": "my-own-license"}))
+    (folder / "training_facts.json").write_text(json.dumps({"license": ["mit", 3]}))
     with pytest.raises(CardError, match="license"):
         render_card(folder, "testuser/m")
     (folder / "config.json").write_text(json.dumps({"model_type": "briskbert"}))

@@ -16,7 +16,7 @@ import pytest
 from hub_fixtures import ROOT, TOKEN, client_env, make_tiny_bert, run_client
 
 from briskbert.hub_server import BackgroundHub, HubError, Storage
-from briskbert.hub_server.storage import FileEntry, git_blob_oid
+from briskbert.hub_server.storage import AddFile, FileEntry, git_blob_oid
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -142,12 +142,21 @@ def test_validate_yaml_answers_json(hub):
         f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: mit\n---\nhi", "repoType": "model"}
     )
     assert ok[0] == 200 and ok[2] == {"errors": [], "warnings": []}
-    bad = call(
+    # values the Hub lists accept, including the ones older lists lacked
+    for meta in ("license: cc-by-nc-nd-4.0", "license: llama3.1", "pipeline_tag: text-ranking"):
+        assert call(f"{hub.url}/api/validate-yaml", "POST", {"content": f"---\n{meta}\n---\n"})[2] == {
+            "errors": [],
+            "warnings": [],
+        }
+    # unknown values warn, they do not reject
+    unknown = call(
         f"{hub.url}/api/validate-yaml",
         "POST",
         {"content": "---\nlicense: not-a-license\npipeline_tag: dancing\n---\n", "repoType": "model"},
     )
-    assert bad[0] == 400 and len(bad[2]["errors"]) == 2 and "license" in bad[2]["errors"][0]["message"]
+    assert unknown[0] == 200 and unknown[2]["errors"] == [] and len(unknown[2]["warnings"]) == 2
+    bad = call(f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: [1, 2]\n---\n"})
+    assert bad[0] == 400 and "license" in bad[2]["errors"][0]["message"]
 
 
 def test_lfs_upload_is_presigned_and_checked(lfs_hub):
@@ -195,9 +204,7 @@ def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch)
     data = b"new"
     entry = FileEntry("f.txt", st.put_bytes(data), 3, git_blob_oid(data), False)
     with pytest.raises(OSError):
-        st.commit(
-            "model", "testuser/r", "main", [{"op": "add", "path": "f.txt", "entry": entry}], "t", "", "u"
-        )
+        st.commit("model", "testuser/r", "main", [AddFile(entry)], "t", "", "u")
     assert st.resolve("model", "testuser/r", "main") == head
     assert "f.txt" not in st.files("model", "testuser/r", head)
     with pytest.raises(HubError):
@@ -205,7 +212,7 @@ def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch)
             "model",
             "testuser/r",
             "main",
-            [{"op": "add", "path": "g.txt", "entry": FileEntry("g.txt", "0" * 64, 1, "0" * 40, False)}],
+            [AddFile(FileEntry("g.txt", "0" * 64, 1, "0" * 40, False))],
             "t",
             "",
             "u",
@@ -234,7 +241,7 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
     assert status == 200 and head_of(hub) == ok["commitOid"]  # fault used up: the retry goes through
 
 
-def test_private_repo_needs_the_token(hub):
+def test_private_repo_answers_like_a_missing_one(hub):
     u = hub.url
     call(
         f"{u}/api/repos/create",
@@ -242,15 +249,16 @@ def test_private_repo_needs_the_token(hub):
         {"name": "p", "organization": "testuser", "visibility": "private"},
         AUTH,
     )
-    status, h, _ = call(f"{u}/api/models/testuser/p")
-    assert status == 401 and h["X-Error-Code"] == "RepoNotFound"
-    assert call(f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD")[0] == 401
-    assert (
-        call(
-            f"{u}/testuser/p/resolve/main/.gitattributes", "HEAD", headers={"Authorization": "Bearer wrong"}
-        )[0]
-        == 401
-    )
+    for url, method in (
+        (f"{u}/api/models/testuser/{{}}", "GET"),
+        (f"{u}/testuser/{{}}/resolve/main/x", "HEAD"),
+    ):
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            private = call(url.format("p"), method, headers=headers)
+            missing = call(url.format("nope"), method, headers=headers)
+            assert private[0] == missing[0] == 404
+            assert private[1]["X-Error-Code"] == missing[1]["X-Error-Code"] == "RepoNotFound"
+            assert private[1]["X-Error-Message"].replace("/p.", "/nope.") == missing[1]["X-Error-Message"]
     assert call(f"{u}/api/models/testuser/p", headers=AUTH)[2]["private"] is True
 
 

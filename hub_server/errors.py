@@ -1,0 +1,82 @@
+"""The errors the local Hub answers with: each is a status code plus the ``X-Error-Code`` the clients map to
+their own exception types (``RepositoryNotFoundError``, ``RevisionNotFoundError``, ...)."""
+
+from __future__ import annotations
+
+
+class HubError(Exception):
+    """An error the server turns into an HTTP response with ``X-Error-Code``."""
+
+    status = 400
+    code: str | None = "BadRequest"
+
+    def __init__(
+        self, message: str, status: int | None = None, code: str | None = None, headers: dict | None = None
+    ):
+        super().__init__(message)
+        self.message = message
+        self.headers = dict(headers or {})  # extra response headers, e.g. X-Repo-Commit on a missing file
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(HubError):
+    """The request is malformed: framing, JSON, a missing or mistyped field."""
+
+
+class Unauthorized(HubError):
+    status, code = 401, "Unauthorized"
+
+
+class Forbidden(HubError):
+    status, code = 403, "Forbidden"
+
+
+class NotFound(HubError):
+    status, code = 404, "NotFound"
+
+
+class RepoNotFound(NotFound):
+    code = "RepoNotFound"
+
+
+class RevisionNotFound(NotFound):
+    code = "RevisionNotFound"
+
+
+class EntryNotFound(NotFound):
+    code = "EntryNotFound"
+
+
+class MethodNotAllowed(HubError):
+    status, code = 405, "MethodNotAllowed"
+
+
+class Conflict(HubError):
+    status, code = 409, "Conflict"
+
+
+class PreconditionFailed(HubError):
+    status, code = 412, "PreconditionFailed"
+
+
+class PayloadTooLarge(HubError):
+    status, code = 413, "PayloadTooLarge"
+
+
+class Unprocessable(HubError):
+    """Well-formed, but refers to content that is not there or does not match."""
+
+    status, code = 422, "MissingContent"
+
+
+class RequestTimeout(HubError):
+    status, code = 408, "RequestTimeout"
+
+
+class InjectedFault(HubError):
+    """The fault injector's 500 (a test tool; never raised for a real problem)."""
+
+    status, code = 500, None

@@ -1,0 +1,228 @@
+"""The request payloads of the Hub protocol, parsed into small dataclasses that check themselves.
+
+Handlers never index raw JSON: a missing or mistyped field, a JSON array where an object belongs, invalid
+base64 or absurd nesting become a ``BadRequest`` that names the field, never a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass
+
+from .errors import BadRequest
+from .storage import REPO_TYPES, DeleteFile, DeleteFolder, validate_path, validate_repo_id
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def parse_json(raw: bytes, what: str):
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except RecursionError:
+        raise BadRequest(f"{what} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise BadRequest(f"{what} is not valid JSON: {e}") from None
+
+
+class Fields:
+    """Typed access to one JSON object, with errors that say where: ``Fields(obj, "commit header")``."""
+
+    def __init__(self, obj, where: str):
+        if not isinstance(obj, dict):
+            raise BadRequest(f"{where} must be a JSON object, got {type(obj).__name__}")
+        self.obj, self.where = obj, where
+
+    def _get(self, key: str, types: tuple[type, ...], type_name: str, required: bool, default):
+        if key not in self.obj or self.obj[key] is None:
+            if required:
+                raise BadRequest(f"{self.where}: '{key}' is required")
+            return default
+        value = self.obj[key]
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            raise BadRequest(f"{self.where}: '{key}' must be {type_name}, got {type(value).__name__}")
+        return value
+
+    def text(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
+        return self._get(key, (str,), "a string", required, default)
+
+    def integer(self, key: str, *, required: bool = True, default: int | None = None) -> int | None:
+        value = self._get(key, (int,), "an integer", required, default)
+        if value is not None and value < 0:
+            raise BadRequest(f"{self.where}: '{key}' must not be negative")
+        return value
+
+    def flag(self, key: str, *, default: bool = False) -> bool:
+        return self._get(key, (bool,), "true or false", False, default)
+
+    def items(self, key: str, *, required: bool = False) -> list:
+        return self._get(key, (list,), "a list", required, [])
+
+    def child(self, key: str) -> Fields:
+        return Fields(self._get(key, (dict,), "an object", True, None), f"{self.where}.{key}")
+
+
+def _base64(value: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{where} is not valid base64") from None
+
+
+# ---- repo management -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RepoSpec:
+    """The repo a create/delete body names."""
+
+    repo_type: str
+    repo_id: str
+    private: bool = False
+
+    @classmethod
+    def from_body(cls, body, default_namespace: str) -> RepoSpec:
+        f = Fields(body, "request body")
+        name = f.text("name")
+        namespace = f.text("organization", required=False) or default_namespace
+        repo_type = f.text("type", required=False) or "model"
+        if repo_type not in REPO_TYPES:
+            raise BadRequest(f"Invalid repo type {repo_type!r}: one of {REPO_TYPES}", code="InvalidRepoType")
+        visibility = f.text("visibility", required=False)
+        if visibility not in (None, "private", "public"):
+            raise BadRequest(f"'visibility' must be 'private' or 'public', got {visibility!r}")
+        private = visibility == "private" or f.flag("private")
+        repo_id = f"{namespace}/{name}"
+        validate_repo_id(repo_id)
+        return cls(repo_type, repo_id, private)
+
+
+# ---- preupload and LFS ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreuploadFile:
+    path: str
+    sample: bytes
+    size: int
+
+    @classmethod
+    def from_json(cls, obj, index: int) -> PreuploadFile:
+        f = Fields(obj, f"files[{index}]")
+        path = validate_path(f.text("path"))
+        sample = _base64(f.text("sample", required=False, default=""), f"files[{index}].sample")
+        return cls(path, sample, f.integer("size", required=False, default=len(sample)))
+
+
+def preupload_files(body) -> list[PreuploadFile]:
+    return [
+        PreuploadFile.from_json(item, i) for i, item in enumerate(Fields(body, "request body").items("files"))
+    ]
+
+
+@dataclass(frozen=True)
+class LfsObject:
+    oid: str
+    size: int
+
+    def __post_init__(self):
+        if not _SHA256_RE.match(self.oid):
+            raise BadRequest(f"LFS oid {self.oid!r} is not a lowercase sha256", code="InvalidOid")
+
+    @classmethod
+    def from_json(cls, obj, index: int) -> LfsObject:
+        f = Fields(obj, f"objects[{index}]")
+        return cls(f.text("oid"), f.integer("size"))
+
+
+def lfs_batch_objects(body) -> list[LfsObject]:
+    f = Fields(body, "LFS batch request")
+    if f.text("operation") != "upload":
+        raise BadRequest("Only the LFS 'upload' operation is supported")
+    return [LfsObject.from_json(item, i) for i, item in enumerate(f.items("objects", required=True))]
+
+
+# ---- the ndjson commit ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommitHeader:
+    summary: str
+    description: str
+    parent_commit: str | None
+
+    def __post_init__(self):
+        if self.parent_commit is not None and not _COMMIT_RE.match(self.parent_commit):
+            raise BadRequest(f"parentCommit {self.parent_commit!r} is not a 40-hex commit id")
+
+
+@dataclass(frozen=True)
+class InlineFile:
+    """A ``file`` line: content inside the commit, base64."""
+
+    path: str
+    content: bytes
+
+    def __post_init__(self):
+        validate_path(self.path)
+
+
+@dataclass(frozen=True)
+class LfsFileRef:
+    """An ``lfsFile`` line: content uploaded before, named by sha256 (``size`` is absent for copies)."""
+
+    path: str
+    oid: str
+    size: int | None
+
+    def __post_init__(self):
+        validate_path(self.path)
+        LfsObject(self.oid, self.size or 0)
+
+
+CommitLine = CommitHeader | InlineFile | LfsFileRef | DeleteFile | DeleteFolder
+
+
+def _header(v: Fields) -> CommitHeader:
+    return CommitHeader(
+        v.text("summary", required=False, default="") or "update",
+        v.text("description", required=False, default=""),
+        v.text("parentCommit", required=False),
+    )
+
+
+def _inline_file(v: Fields) -> InlineFile:
+    if v.text("encoding", required=False, default="base64") != "base64":
+        raise BadRequest(f"{v.where}: only base64 file content is supported")
+    return InlineFile(v.text("path"), _base64(v.text("content"), f"{v.where}.content"))
+
+
+_LINE_PARSERS = {
+    "header": _header,
+    "file": _inline_file,
+    "lfsFile": lambda v: LfsFileRef(v.text("path"), v.text("oid"), v.integer("size", required=False)),
+    "deletedFile": lambda v: DeleteFile(v.text("path")),
+    "deletedFolder": lambda v: DeleteFolder(v.text("path")),
+}
+
+
+def parse_commit_line(raw: bytes, number: int) -> CommitLine:
+    where = f"commit line {number}"
+    line = Fields(parse_json(raw, where), where)
+    key = line.text("key")
+    if key not in _LINE_PARSERS:
+        raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
+    return _LINE_PARSERS[key](line.child("value"))
+
+
+# ---- refs ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewTag:
+    name: str
+    message: str
+
+    @classmethod
+    def from_body(cls, body) -> NewTag:
+        f = Fields(body, "request body")
+        return cls(f.text("tag"), f.text("message", required=False, default=""))
+
+
+def starting_point(body) -> str:
+    return Fields(body, "request body").text("startingPoint", required=False) or "main"
