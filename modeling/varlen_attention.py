@@ -1,0 +1,69 @@
+"""Variable-length attention through PyTorch's own flash-attention kernel, for GPUs without the `flash_attn`
+package.
+
+PyTorch 2.10+ ships FlashAttention's varlen kernel as ``torch.nn.attention.varlen.varlen_attn``. Registered with
+transformers' attention dispatch as ``"flash_varlen_torch"``, it takes the packed ``(1, tokens)`` batch that the
+varlen layout builds, exactly as flash-attention's ``flash_attn_varlen_func`` does, so padding is never computed:
+
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True, attn_implementation="flash_varlen_torch",
+                                      dtype=torch.bfloat16, device_map="cuda")
+
+This file is copied next to the model as remote code: it imports only torch and transformers.
+"""
+
+import torch
+from transformers import AttentionInterface
+
+ATTN_IMPLEMENTATION = "flash_varlen_torch"
+
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # PyTorch < 2.10
+    varlen_attn = None
+
+
+def flash_varlen_torch_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sliding_window: int | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    cu_seq_lens_k: torch.Tensor | None = None,
+    max_length_q: int | None = None,
+    max_length_k: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature over ``varlen_attn``: q/k/v arrive as ``(1, heads, tokens, head_dim)``
+    and leave as ``(1, tokens, heads, head_dim)``, like flash-attention's output."""
+    if varlen_attn is None:
+        raise ImportError(f"attn_implementation={ATTN_IMPLEMENTATION!r} needs PyTorch 2.10 or newer.")
+    if cu_seq_lens_q is None or dropout:
+        raise ValueError(
+            f"attn_implementation={ATTN_IMPLEMENTATION!r} runs packed batches (the varlen layout) without attention "
+            "dropout: keep unpad_inputs='auto' or 'always' and set attention_probs_dropout_prob=0."
+        )
+    query, key, value = (states[0].transpose(0, 1) for states in (query, key, value))
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # the kernel wants as many key/value heads as query heads
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    # transformers' flash convention: a window of `sliding_window` counts the token itself.
+    window = (sliding_window - 1, sliding_window - 1) if sliding_window is not None else (-1, -1)
+    output = varlen_attn(
+        query,
+        key,
+        value,
+        cu_seq_lens_q,
+        cu_seq_lens_k,
+        max_length_q,
+        max_length_k,
+        scale=scaling,
+        window_size=window,
+    )
+    return output.unsqueeze(0), None
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, flash_varlen_torch_attention)

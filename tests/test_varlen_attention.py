@@ -1,0 +1,80 @@
+"""The ``flash_varlen_torch`` attention backend: PyTorch's varlen flash kernel (CUDA only) behind transformers'
+dispatch. On CPU a plain kernel with ``varlen_attn``'s signature stands in, so the adapter's layout, GQA and window
+handling are checked against the padded model; the GPU run is in docs/performance.md."""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from briskbert.modeling import BriskBertConfig, BriskBertModel, varlen_attention
+from briskbert.modeling.modeling_briskbert import VarlenLayout
+
+
+def reference_varlen_attn(
+    query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1)
+):
+    """What ``torch.nn.attention.varlen.varlen_attn`` computes, per packed sequence: (T, H, D) in and out."""
+    assert torch.equal(cu_seq_q, cu_seq_k) and max_q == int(cu_seq_q.diff().max()) == max_k
+    outputs = []
+    for start, end in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist()):
+        q, k, v = (t[start:end].transpose(0, 1) for t in (query, key, value))
+        positions = torch.arange(end - start)
+        allowed = None
+        if window_size != (-1, -1):
+            left, right = window_size
+            offset = positions[None, :] - positions[:, None]
+            allowed = (offset >= -left) & (offset <= right)
+        outputs.append(
+            F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale).transpose(0, 1)
+        )
+    return torch.cat(outputs)
+
+
+@pytest.mark.parametrize("heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("window", [None, 2])
+def test_packed_batch_through_varlen_kernel_equals_padded_model(monkeypatch, heads, window):
+    monkeypatch.setattr(varlen_attention, "varlen_attn", reference_varlen_attn)
+    config = BriskBertConfig.from_preset(
+        "modern-tiny",
+        vocab_size=100,
+        num_attention_heads=4,
+        num_key_value_heads=heads,
+        sliding_window=window,
+        global_attn_every_n_layers=2 if window else None,
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(0)
+    padded = BriskBertModel(config).eval()
+    packed = BriskBertModel(config).eval()
+    packed.load_state_dict(padded.state_dict())
+    padded.config._attn_implementation = "sdpa"
+    packed.config.unpad_inputs = "always"
+    packed.config._attn_implementation = varlen_attention.ATTN_IMPLEMENTATION
+    packed.choose_layout = type(packed.choose_layout)(config, gather_cost=0, fixed_cost=0)
+    lengths = torch.tensor([7, 3, 12, 1])
+    attention_mask = (torch.arange(12)[None] < lengths[:, None]).long()
+    input_ids = torch.randint(5, 100, (4, 12)) * attention_mask
+    with torch.no_grad():
+        expected = padded(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        got = packed(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    assert isinstance(packed.choose_layout(attention_mask, packed.config._attn_implementation), VarlenLayout)
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+
+
+def test_attention_dropout_is_refused_rather_than_skipped(monkeypatch):
+    monkeypatch.setattr(varlen_attention, "varlen_attn", reference_varlen_attn)
+    q = torch.zeros(1, 2, 5, 4)
+    with pytest.raises(ValueError, match="attention_probs_dropout_prob=0"):
+        varlen_attention.flash_varlen_torch_attention(
+            None,
+            q,
+            q,
+            q,
+            None,
+            dropout=0.1,
+            cu_seq_lens_q=torch.tensor([0, 5]),
+            cu_seq_lens_k=torch.tensor([0, 5]),
+            max_length_q=5,
+            max_length_k=5,
+        )
