@@ -11,8 +11,15 @@ import torch
 from torch import nn
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
-from briskbert.training import add_training_arguments, parameter_groups, run, validate_training_arguments
-from briskbert.training.loop import _train_window, create_accelerator
+from briskbert.training import (
+    TrainingConfig,
+    TrainingInterrupted,
+    add_training_arguments,
+    parameter_groups,
+    run,
+    validate_training_arguments,
+)
+from briskbert.training.loop import _accumulate_gradients, create_accelerator
 from briskbert.training.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.optim import create_scheduler
 
@@ -53,6 +60,10 @@ def tiny_model(seed=0, dropout=0.1):
 
 def parse(*argv):
     return add_training_arguments(argparse.ArgumentParser()).parse_args(list(argv))
+
+
+def config(*argv) -> TrainingConfig:
+    return TrainingConfig.from_namespace(parse(*argv))
 
 
 def test_weight_decay_skips_biases_norms_and_embeddings_by_module_type():
@@ -98,20 +109,20 @@ def test_window_loss_equals_big_batch_loss():
     big = collator(examples)
     assert len({int(count_masked_tokens(b)) for b in window}) > 1  # the counts really differ
 
-    accelerator = create_accelerator(parse("--output_dir", "unused"))
+    accelerator = create_accelerator(config("--output_dir", "unused"))
     model = tiny_model(dropout=0.0)
-    loss_sum, counts = _train_window(accelerator, model, window, count_masked_tokens)
+    loss_sum, items, _, _ = _accumulate_gradients(accelerator, model, window, count_masked_tokens).tolist()
     window_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     loss = model(**big).loss
     loss.backward()
-    assert loss_sum / counts[0] == pytest.approx(loss.item(), rel=1e-5)
+    assert loss_sum / items == pytest.approx(loss.item(), rel=1e-5)
     for g_window, p in zip(window_grads, model.parameters()):
         torch.testing.assert_close(g_window, p.grad, rtol=1e-4, atol=1e-7)
 
 
 def run_tiny(output_dir, *extra, callbacks=()):
-    args = parse(
+    args = config(
         "--output_dir",
         str(output_dir),
         "--max_train_steps",
@@ -155,13 +166,16 @@ def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path):
         if entry["step"] == 4:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    interrupted = run_tiny(tmp_path / "run", callbacks=[kill_at_4])
-    assert interrupted.interrupted and interrupted.global_step == 4 and interrupted.final_dir is None
+    with pytest.raises(TrainingInterrupted) as stopped:
+        run_tiny(tmp_path / "run", callbacks=[kill_at_4])
+    assert stopped.value.code == 143 and stopped.value.checkpoint == tmp_path / "run" / "step_4"
+    assert "--resume_from_checkpoint" in stopped.value.command
+    assert not (tmp_path / "run" / "final").exists()
     state = json.loads((tmp_path / "run" / "step_4" / "trainer_state.json").read_text())
     # 5 batches per epoch, windows of 2: steps 1-3 are epoch 0, step 4 took batches 0-1 of epoch 1.
     assert state["global_step"] == 4 and state["epoch"] == 1 and state["batches_in_epoch"] == 2
     resumed = run_tiny(tmp_path / "run", "--resume_from_checkpoint", "latest")
-    assert resumed.global_step == 6 and not resumed.interrupted
+    assert resumed.global_step == 6
     want, got = train_losses(reference.history), train_losses(resumed.history)
     assert [got[s] for s in (5, 6)] == [want[s] for s in (5, 6)]  # bit-exact on CPU
     assert [got[s] for s in (1, 2, 3, 4)] == [want[s] for s in (1, 2, 3, 4)]  # log history kept
@@ -208,7 +222,10 @@ def test_outputs_checkpoint_rotation_and_best_model(tmp_path):
             "either --num_warmup_steps or --warmup_ratio",
         ),
         (["--checkpointing_steps", "often"], "positive integer or 'epoch'"),
-        (["--report_to", "wandb"], "not supported"),
+        # Every tracker accelerate supports is accepted; a missing package is named (none is installed here).
+        (["--report_to", "wandb"], "needs the wandb package: pip install wandb"),
+        (["--report_to", "mlflow"], "pip install mlflow"),
+        (["--report_to", "tensorbord"], "use none, all, or a comma list of .*comet_ml.*mlflow"),
         (["--greater_is_better", "true"], "needs --metric_for_best_model"),
     ],
 )
@@ -218,7 +235,7 @@ def test_contradictory_training_flags_fail_before_training(argv, message):
 
 
 def test_too_small_dataset_is_a_clear_error(tmp_path):
-    args = parse("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
+    args = config("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
     with pytest.raises(ValueError, match="fewer than one batch"):
         run(
             args,

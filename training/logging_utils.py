@@ -1,11 +1,14 @@
-"""Training logs: a JSON-lines history, ``all_results.json``, a PNG of the curves, optional trackers."""
+"""Training logs: one :class:`MetricsLog` that every entry goes through, on its way to the JSON-lines
+history, the console (evaluations) and the experiment trackers; ``all_results.json``; a PNG of the curves."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import logging
 import math
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 LOG_FILE = "log_history.jsonl"
 RESULTS_FILE = "all_results.json"
@@ -13,94 +16,135 @@ CURVES_FILE = "training_curves.png"
 
 # Evaluation entries that are sizes, not quality: kept in the logs, left out of plots and card metrics.
 COUNTER_SUFFIXES = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")
-
-TRACKER_MODULES = {"tensorboard": "tensorboard", "trackio": "trackio"}
-
-
-def parse_report_to(report_to: str) -> list[str]:
-    """``--report_to`` ("none", "all", or a comma-separated list) -> tracker names; clear error if missing."""
-    names = [name.strip() for name in (report_to or "none").split(",") if name.strip()]
-    if names in ([], ["none"]):
-        return []
-    if names == ["all"]:
-        return [n for n, mod in TRACKER_MODULES.items() if importlib.util.find_spec(mod) is not None]
-    for name in names:
-        if name not in TRACKER_MODULES:
-            raise ValueError(
-                f"--report_to {name!r} is not supported; use none, all, {', '.join(TRACKER_MODULES)}."
-            )
-        if importlib.util.find_spec(TRACKER_MODULES[name]) is None:
-            raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}.")
-    return names
+MAX_METRIC_PANELS = 6
 
 
 class MetricsLog:
-    """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl``."""
+    """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl``.
 
-    def __init__(self, output_dir: str | Path, enabled: bool):
+    ``tracker`` (an object with accelerate's ``log(values, step=)``, usually the Accelerator) receives
+    every entry; ``echo`` (e.g. ``tqdm.write``) prints each evaluation as it is computed. Only the main
+    process writes the file and prints.
+    """
+
+    def __init__(self, output_dir: str | Path, is_main_process: bool, tracker=None, echo=print):
         self.path = Path(output_dir) / LOG_FILE
-        self.enabled = enabled
+        self.is_main_process = is_main_process
+        self.tracker = tracker
+        self.echo = echo
         self.history: list[dict] = []
 
     def restore(self, up_to_step: int) -> None:
-        """On resume: keep the entries up to the checkpoint's step (a killed run may have logged more)."""
-        if self.path.is_file():
-            entries = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-            self.history = [e for e in entries if e.get("step", 0) <= up_to_step]
-        if self.enabled:
+        """On resume: keep the entries up to the checkpoint's step (a killed run may have logged more).
+
+        A line that is not JSON (a kill while a line was written leaves a partial last line) is dropped
+        with a warning.
+        """
+        entries = []
+        lines = self.path.read_text().splitlines() if self.path.is_file() else []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                logger.warning(f"{self.path}: line {number} is not complete JSON (a killed write?); dropped.")
+        self.history = [e for e in entries if e.get("step", 0) <= up_to_step]
+        if self.is_main_process:
             self.path.write_text("".join(json.dumps(e) + "\n" for e in self.history))
 
     def start_fresh(self) -> None:
         self.history = []
-        if self.enabled:
+        if self.is_main_process:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text("")
 
     def append(self, entry: dict) -> None:
         self.history.append(entry)
-        if self.enabled:
-            with self.path.open("a") as f:
-                f.write(json.dumps(entry) + "\n")
+        values = {key: value for key, value in entry.items() if key != "step" and value is not None}
+        if self.tracker is not None:
+            self.tracker.log(values, step=entry["step"])
+        if not self.is_main_process:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if any(key.startswith("eval_") for key in entry):
+            self.echo(format_evaluation(entry))
+
+    def last_evaluation(self) -> dict:
+        """The metrics of the latest evaluation (without ``step``), empty when there was none."""
+        for entry in reversed(self.history):
+            if any(key.startswith("eval_") for key in entry):
+                return {key: value for key, value in entry.items() if key != "step"}
+        return {}
+
+
+def format_evaluation(entry: dict) -> str:
+    """``step 40 | eval_loss 2.3451 | eval_accuracy 0.8125``: one console line per evaluation."""
+    parts = [f"step {entry['step']}"]
+    for key, value in entry.items():
+        if key.startswith("eval_") and not key.endswith(COUNTER_SUFFIXES) and isinstance(value, (int, float)):
+            parts.append(f"{key} {value:.4g}")
+    return " | ".join(parts)
 
 
 def write_results(output_dir: str | Path, results: dict) -> None:
     Path(output_dir, RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
 
 
-def plot_curves(history: list[dict], path: str | Path) -> None:
-    """Training loss and every ``eval_*`` metric against the optimizer step (matplotlib, Agg backend)."""
+def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
+    return [
+        (e["step"], e[key]) for e in history if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])
+    ]
+
+
+def curve_figure(history: list[dict]):
+    """The curves as a matplotlib figure: one panel with the training and validation losses, and one
+    panel per validation metric (up to six, headline metrics first), all against the optimizer step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train = [(e["step"], e["loss"]) for e in history if "loss" in e and math.isfinite(e["loss"])]
-    eval_keys = sorted(
-        {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
-    )
-    loss_keys = [k for k in eval_keys if k.endswith("loss")]
-    other_keys = [k for k in eval_keys if k not in loss_keys and not k.endswith("perplexity")]
-    fig, axes = plt.subplots(1, 2 if other_keys else 1, figsize=(11 if other_keys else 6, 4), squeeze=False)
-    ax = axes[0][0]
+    eval_keys = {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
+    loss_keys = sorted(k for k in eval_keys if k.endswith("loss"))
+    metric_keys = sorted(
+        (k for k in eval_keys if k not in loss_keys and not k.endswith("perplexity")),
+        key=lambda k: (k.count("_"), k),  # eval_f1 before eval_f1_PER
+    )[:MAX_METRIC_PANELS]
+    panels = 1 + len(metric_keys)
+    columns = min(panels, 3)
+    rows = math.ceil(panels / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), squeeze=False)
+    loss_axis = axes[0][0]
+    train = _series(history, "loss")
     if train:
-        ax.plot(*zip(*train), label="train loss", linewidth=1)
+        loss_axis.plot(*zip(*train), label="training loss", linewidth=1)
     for key in loss_keys:
-        points = [(e["step"], e[key]) for e in history if key in e]
-        ax.plot(*zip(*points), marker="o", label=key.replace("eval_", "validation "))
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss")
-    ax.set_title("Training and validation loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    if other_keys:
-        ax = axes[0][1]
-        for key in other_keys:
-            points = [(e["step"], e[key]) for e in history if key in e]
-            ax.plot(*zip(*points), marker="o", label=key.replace("eval_", "validation "))
-        ax.set_xlabel("optimizer step")
-        ax.set_title("Validation metrics")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        loss_axis.plot(*zip(*_series(history, key)), marker="o", label=key.replace("eval_", "validation "))
+    loss_axis.set_title("Training and validation loss")
+    loss_axis.set_ylabel("loss")
+    for axis, key in zip(axes.flat[1:], metric_keys):
+        axis.plot(*zip(*_series(history, key)), marker="o", color="tab:green")
+        name = key.removeprefix("eval_")
+        axis.set_title(f"Validation {name}")
+        axis.set_ylabel(name)
+    for axis in axes.flat[panels:]:
+        axis.set_visible(False)
+    for axis in axes.flat[:panels]:
+        axis.set_xlabel("optimizer step")
+        axis.set_xlim(left=0)
+        axis.grid(alpha=0.3)
+    if loss_axis.get_legend_handles_labels()[0]:
+        loss_axis.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(history: list[dict], path: str | Path) -> None:
+    """Write :func:`curve_figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = curve_figure(history)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import SchedulerType, get_scheduler
+from transformers import get_scheduler
 
-SCHEDULER_NAMES = tuple(s.value for s in SchedulerType if s.value not in ("reduce_lr_on_plateau", "greedy"))
+from .arguments import SCHEDULER_NAMES
 
 
 def is_no_decay_module(module: nn.Module) -> bool:

@@ -1,0 +1,283 @@
+"""A training run is never silently wrong: an output folder holds one run, a resume continues only that
+run, a signal saves and says how to resume, a kill never leaves a half-written checkpoint, and what the
+user watches (console, curves, trackers) shows the validation metrics. Tiny model, a few steps each."""
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from accelerate import Accelerator
+from accelerate.tracking import GeneralTracker
+from test_training_loop import FakeTokenizer, config, sequences, tiny_model
+from transformers import SchedulerType
+
+from briskbert.training import run
+from briskbert.training.arguments import SCHEDULER_NAMES
+from briskbert.training.checkpointing import resume_command
+from briskbert.training.logging_utils import LOG_FILE, curve_figure
+from briskbert.training.masking import MaskingCollator, count_masked_tokens
+
+TESTS = Path(__file__).resolve().parent
+FAST = ("--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logging_steps", "1")
+
+
+def train(output_dir, *extra, train_data=None, accelerator=None, evaluate_fn=None):
+    return run(
+        config("--output_dir", str(output_dir), *FAST, *extra),
+        model=tiny_model(),
+        train_dataset=train_data or sequences(12),
+        eval_dataset=sequences(4, seed=1),
+        data_collator=MaskingCollator(FakeTokenizer(), seed=0),
+        eval_collator=MaskingCollator(FakeTokenizer(), seed=99),
+        count_items=count_masked_tokens,
+        accelerator=accelerator,
+        evaluate_fn=evaluate_fn,
+    )
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A 4-step run with checkpoints at steps 2 and 4 and its final folder; tests work on copies."""
+    folder = tmp_path_factory.mktemp("finished") / "run"
+    train(folder, "--max_train_steps", "4", "--checkpointing_steps", "2")
+    return folder
+
+
+@pytest.fixture
+def used_run(finished_run, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy)
+    return copy
+
+
+def test_a_new_run_into_a_used_output_dir_is_refused_unless_overwritten(used_run):
+    from briskbert.training.loop import create_accelerator
+
+    with pytest.raises(
+        ValueError, match=r"already holds a run \(step_2, step_4, final/\).*--overwrite_output_dir"
+    ):
+        create_accelerator(config("--output_dir", str(used_run), "--max_train_steps", "2"))  # before any data
+    with pytest.raises(ValueError, match="already holds a run"):
+        train(used_run, "--max_train_steps", "2")
+    result = train(used_run, "--max_train_steps", "2", "--overwrite_output_dir")
+    assert result.global_step == 2
+    assert not list(used_run.glob("step_*"))  # the earlier run's checkpoints are gone, not mixed in
+    logged = [json.loads(line)["step"] for line in (used_run / LOG_FILE).read_text().splitlines()]
+    assert max(logged) == 2
+
+
+def test_resume_refuses_a_checkpoint_of_another_run_and_says_what_differs(used_run):
+    resume = ("--max_train_steps", "4", "--resume_from_checkpoint", "latest")
+    with pytest.raises(ValueError, match=r"--learning_rate 0.001 in the checkpoint, 0.002 now"):
+        run(
+            config("--output_dir", str(used_run), *FAST, *resume, "--learning_rate", "2e-3"),
+            model=tiny_model(),
+            train_dataset=sequences(12),
+            data_collator=MaskingCollator(FakeTokenizer(), seed=0),
+        )
+    with pytest.raises(ValueError, match="the training data differs"):
+        train(used_run, *resume, train_data=sequences(12, seed=7))
+    with pytest.raises(ValueError, match="--max_train_steps 4 in the checkpoint, 8 now"):
+        train(used_run, "--max_train_steps", "8", "--resume_from_checkpoint", "latest")
+
+
+def test_a_kill_during_a_checkpoint_save_leaves_no_half_written_step(tmp_path):
+    class Killed(Exception):
+        pass
+
+    accelerator = Accelerator()
+    save_state = accelerator.save_state
+
+    def save_then_die(path, **kwargs):  # the process dies after the weights, before the state file
+        save_state(path, **kwargs)
+        if "step_4" in str(path):
+            raise Killed
+
+    accelerator.save_state = save_then_die
+    with pytest.raises(Killed):
+        train(tmp_path, "--max_train_steps", "4", "--checkpointing_steps", "2", accelerator=accelerator)
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2"]  # no step_4 with stray files
+    result = train(
+        tmp_path, "--max_train_steps", "4", "--checkpointing_steps", "2", "--resume_from_checkpoint", "latest"
+    )
+    assert result.global_step == 4
+    assert not list(tmp_path.glob(".*partial"))  # the killed save's leftovers are cleaned
+    assert sorted(p.name for p in (tmp_path / "step_4").iterdir()) == sorted(
+        p.name for p in (tmp_path / "step_2").iterdir()
+    )
+
+
+def test_missing_rng_state_warns_that_the_resume_is_not_exact(used_run, caplog):
+    (used_run / "step_4" / "random_states_0.pkl").unlink()
+    with caplog.at_level(logging.WARNING):
+        train(
+            used_run,
+            "--max_train_steps",
+            "4",
+            "--checkpointing_steps",
+            "2",
+            "--resume_from_checkpoint",
+            "latest",
+        )
+    assert any(
+        "random_states_0.pkl is missing" in r.message and "not exact" in r.message for r in caplog.records
+    )
+
+
+def test_a_partial_last_log_line_is_tolerated_on_resume(used_run, caplog):
+    log = used_run / LOG_FILE
+    log.write_text(log.read_text() + '{"step": 5, "lo')  # killed while writing a line
+    with caplog.at_level(logging.WARNING):
+        result = train(
+            used_run,
+            "--max_train_steps",
+            "4",
+            "--checkpointing_steps",
+            "2",
+            "--resume_from_checkpoint",
+            "latest",
+        )
+    assert [e["step"] for e in result.history if "loss" in e] == [1, 2, 3, 4]
+    assert all(json.loads(line) for line in log.read_text().splitlines())  # rewritten whole
+    assert any("line" in r.message and "dropped" in r.message for r in caplog.records)
+
+
+SCRIPT = """
+import argparse, os, signal
+from briskbert.training import TrainingConfig, add_training_arguments, run
+from briskbert.training.masking import MaskingCollator, count_masked_tokens
+from test_training_loop import FakeTokenizer, sequences, tiny_model
+
+args = add_training_arguments(argparse.ArgumentParser()).parse_args()
+
+
+def press_ctrl_c_at_step_2(entry):
+    if entry["step"] == 2 and not args.resume_from_checkpoint:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+run(
+    TrainingConfig.from_namespace(args),
+    model=tiny_model(),
+    train_dataset=sequences(12),
+    data_collator=MaskingCollator(FakeTokenizer(), seed=0),
+    count_items=count_masked_tokens,
+    callbacks=[press_ctrl_c_at_step_2],
+)
+"""
+
+
+@pytest.mark.slow  # two fresh processes importing torch (~10 s idle): the exit status a shell really sees
+def test_ctrl_c_saves_prints_the_resume_command_and_exits_130(tmp_path):
+    """A real process: the exit status a shell sees, and the printed command resumes the run."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    argv = [sys.executable, "train.py", "--output_dir", "out", "--max_train_steps", "3", *FAST]
+    first = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 130, first.stderr[-3000:]
+    assert "Traceback" not in first.stderr
+    command = first.stderr.split("Resume with:\n")[1].splitlines()[0].strip()
+    assert command.startswith("python train.py --output_dir out") and command.endswith(
+        "--resume_from_checkpoint out/step_2"
+    )
+    second = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert (tmp_path / "out" / "final" / "model.safetensors").is_file()
+
+
+def test_resume_command_names_the_console_script_and_replaces_the_old_checkpoint():
+    argv = [
+        "/venv/bin/python",
+        "/venv/bin/briskbert",
+        "pretrain",
+        "--resume_from_checkpoint",
+        "x",
+        "--seed",
+        "1",
+    ]
+    assert resume_command(argv, Path("out/step_8")) == (
+        "briskbert pretrain --seed 1 --resume_from_checkpoint out/step_8"
+    )
+    argv = ["python3", "-m", "briskbert", "finetune-ner", "--output_dir", "my runs/a"]
+    assert resume_command(argv, Path("my runs/a/step_2")) == (
+        "python -m briskbert finetune-ner --output_dir 'my runs/a' --resume_from_checkpoint 'my runs/a/step_2'"
+    )
+
+
+class ListTracker(GeneralTracker):
+    """An accelerate tracker that keeps what it is sent."""
+
+    name, requires_logging_directory, main_process_only = "list", False, True
+
+    def __init__(self):
+        super().__init__()
+        self.logged = []
+
+    @property
+    def tracker(self):
+        return self.logged
+
+    def store_init_configuration(self, values):
+        self.configuration = values
+
+    def log(self, values, step=None, **kwargs):
+        self.logged.append((step, values))
+
+
+def accuracy_only(model, dataloader, accelerator):
+    """A task evaluation that reports a metric but no loss (as classification's does)."""
+    for batch in dataloader:
+        model(**batch)
+    return {"accuracy": 0.5}
+
+
+def test_validation_curves_console_and_trackers_without_eval_steps(tmp_path, capsys):
+    tracker = ListTracker()
+    result = train(
+        tmp_path,
+        "--max_train_steps",
+        "20",
+        accelerator=Accelerator(log_with=[tracker]),
+        evaluate_fn=accuracy_only,
+        train_data=sequences(8),
+    )
+    evaluations = [e for e in result.history if "eval_accuracy" in e]
+    assert [e["step"] for e in evaluations] == list(range(2, 21, 2))  # ten evaluations by default
+    assert all("eval_loss" in e for e in evaluations)  # the model's own loss, though the task gave none
+    printed = capsys.readouterr().out
+    assert "step 2 | eval_accuracy 0.5 | eval_loss" in printed and "step 20 |" in printed
+    assert tracker.configuration["learning_rate"] == 1e-3
+    tracked_steps = {step for step, values in tracker.logged if "eval_loss" in values}
+    assert tracked_steps == set(range(2, 21, 2)) and any("loss" in values for _, values in tracker.logged)
+
+    figure = curve_figure(result.history)
+    axes = [axis for axis in figure.axes if axis.get_visible()]
+    assert len(axes) == 2
+    for axis in axes:
+        assert axis.get_xlabel() == "optimizer step" and axis.get_ylabel(), axis.get_title()
+    lines = {line.get_label(): line for line in axes[0].get_lines()}
+    assert len(lines["validation loss"].get_xdata()) == 10 and len(lines["training loss"].get_xdata()) == 20
+    assert axes[1].get_ylabel() == "accuracy" and len(axes[1].get_lines()[0].get_xdata()) == 10
+    assert (tmp_path / "training_curves.png").stat().st_size > 1000
+
+
+def test_short_runs_evaluate_once_at_the_end(tmp_path):
+    result = train(tmp_path, "--max_train_steps", "3")
+    assert [e["step"] for e in result.history if "eval_loss" in e] == [3]
+
+
+def test_scheduler_names_are_transformers_own():
+    assert set(SCHEDULER_NAMES) == {s.value for s in SchedulerType} - {"reduce_lr_on_plateau", "greedy"}
