@@ -5,18 +5,8 @@ import transformers
 
 from . import modeling_briskbert
 from .configuration_briskbert import PRESETS, BriskBertConfig
-from .modeling_briskbert import (
-    AUTO_MAP,
-    BriskBertForMaskedLM,
-    BriskBertForMultipleChoice,
-    BriskBertForNextSentencePrediction,
-    BriskBertForPreTraining,
-    BriskBertForQuestionAnswering,
-    BriskBertForSequenceClassification,
-    BriskBertForTokenClassification,
-    BriskBertModel,
-    BriskBertPreTrainedModel,
-)
+from .modeling_briskbert import *  # noqa: F403  (the classes AUTO_MAP names, and the pretrained base)
+from .modeling_briskbert import AUTO_MAP
 
 # The same Auto class -> model class table that saved folders write into `auto_map`.
 transformers.AutoConfig.register("briskbert", BriskBertConfig, exist_ok=True)
@@ -25,16 +15,4 @@ for _auto_name, _reference in AUTO_MAP.items():
         _model_class = getattr(modeling_briskbert, _reference.split(".")[1])
         getattr(transformers, _auto_name).register(BriskBertConfig, _model_class, exist_ok=True)
 
-__all__ = [
-    "PRESETS",
-    "BriskBertConfig",
-    "BriskBertPreTrainedModel",
-    "BriskBertModel",
-    "BriskBertForPreTraining",
-    "BriskBertForMaskedLM",
-    "BriskBertForNextSentencePrediction",
-    "BriskBertForSequenceClassification",
-    "BriskBertForTokenClassification",
-    "BriskBertForQuestionAnswering",
-    "BriskBertForMultipleChoice",
-]
+__all__ = ["PRESETS", "BriskBertConfig", *modeling_briskbert.__all__]

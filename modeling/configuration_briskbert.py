@@ -22,6 +22,7 @@ NORM_POSITIONS = ("post", "pre")
 MLP_TYPES = ("mlp", "glu")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 UNPAD_INPUTS = ("auto", "always", "never")
+POSITION_IDS_TYPES = ("index", "count_non_padding")
 
 
 class BriskBertConfig(PreTrainedConfig):
@@ -49,6 +50,24 @@ class BriskBertConfig(PreTrainedConfig):
             whenever a padded batch skips enough work to pay for gathering them; `"always"` whenever there is an
             attention mask; `"never"` keeps the padded (batch, seq) grid throughout. Outputs agree at real tokens;
             padding positions of `last_hidden_state` are zeros when unpadded.
+
+    Options that imported checkpoints need (the defaults are BERT's):
+        embedding_size: width of the token, segment and position embeddings when it differs from hidden_size; a
+            linear projection then maps them to hidden_size (ELECTRA). None: hidden_size.
+        type_vocab_size: 0 drops the segment embeddings (DistilBERT, ModernBERT); `token_type_ids` are then ignored.
+        position_ids_type: `"index"` (BERT: position i is i) or `"count_non_padding"` (RoBERTa, XLM-R: a token's
+            position is `pad_token_id` plus the number of non-padding tokens up to it; padding sits at pad_token_id).
+        local_rope_theta: RoPE base of the sliding-window layers when it differs from `rope_theta` (ModernBERT).
+        norm_bias: whether LayerNorms have a bias (ModernBERT's have none).
+        first_layer_attention_norm: False skips the pre-norm before the first layer's attention, where the
+            embedding norm has just normalised the input (ModernBERT).
+        add_pooling_layer: whether the bare model (AutoModel) has BERT's pooler; heads that need one always do.
+        pooler_activation: the pooler's activation (BERT: tanh; DistilBERT: relu; ELECTRA, ModernBERT: gelu).
+        classifier_norm: the pooler and the token transform end with a norm (ModernBERT's prediction head).
+        token_head_activation: None: token classification and QA read the encoder output directly; otherwise they
+            first apply a dense layer with this activation (ModernBERT; ELECTRA's replaced-token discriminator).
+        head_activation: activation of the MLM head's transform (None: hidden_act); head_bias: bias of the dense
+            layers of the MLM head, the pooler and the token transform; decoder_bias: bias of the MLM decoder.
     """
 
     model_type = "briskbert"
@@ -81,6 +100,18 @@ class BriskBertConfig(PreTrainedConfig):
     classifier_dropout: float | None = None
     sparse_prediction: bool = True
     unpad_inputs: str = "auto"
+    embedding_size: int | None = None
+    position_ids_type: str = "index"
+    local_rope_theta: float | None = None
+    norm_bias: bool = True
+    first_layer_attention_norm: bool = True
+    add_pooling_layer: bool = True
+    pooler_activation: str = "tanh"
+    classifier_norm: bool = False
+    token_head_activation: str | None = None
+    head_activation: str | None = None
+    head_bias: bool = True
+    decoder_bias: bool = True
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -98,16 +129,28 @@ class BriskBertConfig(PreTrainedConfig):
             "intermediate_size",
             "vocab_size",
             "max_position_embeddings",
-            "type_vocab_size",
         ):
             _require_positive_int(name, getattr(self, name))
+        if self.embedding_size is not None:
+            _require_positive_int("embedding_size", self.embedding_size)
+        if isinstance(self.type_vocab_size, bool) or not isinstance(self.type_vocab_size, int):
+            raise ValueError(f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}.")
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}.")
+        _require_choice("position_ids_type", self.position_ids_type, POSITION_IDS_TYPES)
+        if self.position_ids_type == "count_non_padding" and self.pad_token_id is None:
+            raise ValueError(
+                "position_ids_type='count_non_padding' counts from pad_token_id; set pad_token_id."
+            )
         _require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         _require_choice("norm_type", self.norm_type, NORM_TYPES)
         _require_choice("norm_position", self.norm_position, NORM_POSITIONS)
         _require_choice("mlp_type", self.mlp_type, MLP_TYPES)
         _require_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
         _require_choice("unpad_inputs", self.unpad_inputs, UNPAD_INPUTS)
-        _require_activation(self.hidden_act)
+        for name in ("hidden_act", "pooler_activation", "token_head_activation", "head_activation"):
+            if getattr(self, name) is not None:
+                _require_activation(name, getattr(self, name))
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -124,8 +167,10 @@ class BriskBertConfig(PreTrainedConfig):
                 f"position_embedding_type='rope' needs an even head dimension, but hidden_size / "
                 f"num_attention_heads = {self.head_dim}."
             )
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}.")
+        for name in ("rope_theta", "local_rope_theta"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}.")
         if self.sliding_window is not None:
             _require_positive_int("sliding_window", self.sliding_window)
         if self.global_attn_every_n_layers is not None:
@@ -151,6 +196,11 @@ class BriskBertConfig(PreTrainedConfig):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the embeddings: `embedding_size`, or hidden_size when there is no projection."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def layer_types(self) -> list[str]:
@@ -182,12 +232,12 @@ def _require_choice(name, value, allowed):
         raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
 
 
-def _require_activation(name):
+def _require_activation(field, name):
     from transformers.activations import ACT2FN
 
     if name not in ACT2FN:
         raise ValueError(
-            f"hidden_act={name!r} is not a known activation; choose one of {', '.join(sorted(ACT2FN))}."
+            f"{field}={name!r} is not a known activation; choose one of {', '.join(sorted(ACT2FN))}."
         )
 
 

@@ -35,12 +35,17 @@ from .configuration_briskbert import BriskBertConfig
 # Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the QA pipeline's file beside this
 # one: transformers ships a remote-code file together with the files it imports relatively.
 from .pipeline_question_answering import BriskBertQuestionAnsweringPipeline  # noqa: F401
+from .varlen_attention import ATTN_IMPLEMENTATION as _TORCH_VARLEN  # noqa: F401  (registers it for dispatch)
 
-NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
+NORMS = {
+    "layernorm": lambda size, eps, bias: nn.LayerNorm(size, eps=eps, bias=bias),
+    "rmsnorm": lambda size, eps, bias: nn.RMSNorm(size, eps=eps),
+}
 
 
-def build_norm(config: BriskBertConfig) -> nn.Module:
-    return NORMS[config.norm_type](config.hidden_size, eps=config.layer_norm_eps)
+def build_norm(config: BriskBertConfig, size: int | None = None) -> nn.Module:
+    """The config's norm over `size` features (default hidden_size)."""
+    return NORMS[config.norm_type](size or config.hidden_size, config.layer_norm_eps, config.norm_bias)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -190,7 +195,7 @@ class LearnedPositionEmbedding(nn.Embedding):
     """BERT's absolute positions: one learned vector per position, up to `max_position_embeddings`."""
 
     def __init__(self, config: BriskBertConfig):
-        super().__init__(config.max_position_embeddings, config.hidden_size)
+        super().__init__(config.max_position_embeddings, config.embedding_width)
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
         if position_ids.shape[-1] > self.num_embeddings:
@@ -208,7 +213,7 @@ class SinusoidalPositionEmbedding(nn.Module):
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
-        self.hidden_size = config.hidden_size
+        self.hidden_size = config.embedding_width
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
         half = (self.hidden_size + 1) // 2
@@ -235,18 +240,75 @@ POSITION_EMBEDDINGS = {
 }
 
 
+class IndexPositionIds(nn.Module):
+    """BERT: position i is i, whatever the padding."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+
+    def forward(self, input_ids: torch.Tensor | None, seq_len: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(seq_len, device=device).unsqueeze(0)
+
+
+class NonPaddingPositionIds(nn.Module):
+    """RoBERTa and XLM-R: positions count the non-padding tokens, starting after `pad_token_id`, so each row's
+    first real token sits at pad_token_id + 1 and padding at pad_token_id; embeddings inputs count every token."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.pad_token_id = config.pad_token_id
+
+    def forward(self, input_ids: torch.Tensor | None, seq_len: int, device: torch.device) -> torch.Tensor:
+        if input_ids is None:
+            return torch.arange(
+                self.pad_token_id + 1, seq_len + self.pad_token_id + 1, device=device
+            ).unsqueeze(0)
+        real = input_ids.ne(self.pad_token_id).long()
+        return real.cumsum(dim=1) * real + self.pad_token_id
+
+
+POSITION_IDS = {"index": IndexPositionIds, "count_non_padding": NonPaddingPositionIds}
+
+
+class NoTokenTypeEmbedding(nn.Module):
+    """Models without segments (DistilBERT, ModernBERT: `type_vocab_size=0`) add nothing for token types."""
+
+    def forward(self, token_type_ids: torch.Tensor | None) -> int:
+        return 0
+
+
+class TokenTypeEmbedding(nn.Embedding):
+    """BERT's segment embeddings; no `token_type_ids` means segment 0 everywhere."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config.type_vocab_size, config.embedding_width)
+
+    def forward(self, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        if token_type_ids is None:
+            return self.weight[0]
+        return super().forward(token_type_ids)
+
+
 class BriskBertEmbeddings(nn.Module):
     """Word + segment (+ additive position) embeddings, then norm and dropout, as in BERT."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(
-            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+            config.vocab_size, config.embedding_width, padding_idx=config.pad_token_id
         )
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.token_type_embeddings = (
+            TokenTypeEmbedding(config) if config.type_vocab_size else NoTokenTypeEmbedding()
+        )
         self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config)
-        self.norm = build_norm(config)
+        self.norm = build_norm(config, config.embedding_width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # ELECTRA: narrower embeddings, projected to the encoder's width.
+        self.project = (
+            nn.Linear(config.embedding_width, config.hidden_size)
+            if config.embedding_width != config.hidden_size
+            else nn.Identity()
+        )
 
     def forward(
         self,
@@ -261,38 +323,41 @@ class BriskBertEmbeddings(nn.Module):
             inputs_embeds = self.word_embeddings(layout.pack(input_ids))
         else:
             inputs_embeds = layout.pack(inputs_embeds)
-        token_type_ids = layout.pack(token_type_ids)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros(
-                inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device
-            )
-        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        embeddings = inputs_embeds + self.token_type_embeddings(layout.pack(token_type_ids))
         # Positions are looked up on the grid (usually a single (1, seq) row) and then gathered like the tokens.
         embeddings = embeddings + layout.pack(self.position_embeddings(position_ids))
-        return self.dropout(self.norm(embeddings))
+        return self.project(self.dropout(self.norm(embeddings)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Position schemes applied inside attention (computed once per forward, shared by every layer)
 # ---------------------------------------------------------------------------------------------------------------
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021): the cos/sin tables that rotate queries and keys."""
+    """Rotary position embedding (Su et al. 2021): the cos/sin tables that rotate queries and keys, one pair per
+    attention type, since local layers may use another base (`local_rope_theta`, as ModernBERT does)."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
         self.head_dim = config.head_dim
-        self.theta = config.rope_theta
+        local_theta = config.local_rope_theta or config.rope_theta
+        bases = {"full_attention": config.rope_theta, "sliding_attention": local_theta}
+        self.theta_by_layer_type = {layer_type: bases[layer_type] for layer_type in set(config.layer_types)}
 
     @torch.no_grad()
-    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, position_ids: torch.Tensor, dtype: torch.dtype
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         # Computed on the fly (a few hundred flops) rather than kept in a buffer, so nothing needs re-initialising
         # after transformers builds the model on the meta device.
         exponents = (
             torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
         )
-        angles = position_ids[..., None].float() * self.theta**-exponents
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        tables = {}
+        for layer_type, theta in self.theta_by_layer_type.items():
+            angles = position_ids[..., None].float() * (1.0 / theta**exponents)
+            angles = torch.cat((angles, angles), dim=-1)
+            tables[layer_type] = angles.cos().to(dtype), angles.sin().to(dtype)
+        return tables
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -335,8 +400,12 @@ class AlibiBias(nn.Module):
 
 
 class NoRotary(nn.Module):
-    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> None:
-        return None
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.layer_types = set(config.layer_types)
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> dict[str, None]:
+        return dict.fromkeys(self.layer_types)
 
 
 class NoAttentionBias(nn.Module):
@@ -489,7 +558,9 @@ class BriskBertLayer(GradientCheckpointingLayer):
         super().__init__()
         self.attention_type = config.layer_types[layer_idx]
         self.attention = BriskBertAttention(config, layer_idx)
-        self.attention_norm = build_norm(config)
+        # ModernBERT's first layer reads the just-normalised embeddings without another norm.
+        skip_norm = layer_idx == 0 and not config.first_layer_attention_norm
+        self.attention_norm = nn.Identity() if skip_norm else build_norm(config)
         self.mlp = MLPS[config.mlp_type](config)
         self.mlp_norm = build_norm(config)
 
@@ -562,16 +633,36 @@ POOLINGS = {"cls": first_token, "mean": mean_of_tokens}
 
 
 class BriskBertPooler(nn.Module):
-    """BERT's pooler (dense + tanh) over a sequence summary: the [CLS] token, or the mean of the real tokens."""
+    """BERT's pooler (dense + tanh) over a sequence summary: the [CLS] token, or the mean of the real tokens. The
+    activation is the source's (`pooler_activation`), and ModernBERT's prediction head adds a norm."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
         self.summarize = POOLINGS[config.classifier_pooling]
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = nn.Tanh()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.head_bias)
+        self.activation = ACT2FN[config.pooler_activation]
+        self.norm = build_norm(config) if config.classifier_norm else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        return self.activation(self.dense(self.summarize(hidden_states, attention_mask)))
+        return self.norm(self.activation(self.dense(self.summarize(hidden_states, attention_mask))))
+
+
+class TokenTransform(nn.Module):
+    """Dense + activation (+ norm) applied to every token before a token-level classifier: ModernBERT's prediction
+    head, ELECTRA's discriminator. `token_head_activation=None` (BERT) reads the encoder output directly."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.head_bias)
+        self.activation = ACT2FN[config.token_head_activation]
+        self.norm = build_norm(config) if config.classifier_norm else nn.Identity()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.activation(self.dense(hidden_states)))
+
+
+def build_token_transform(config: BriskBertConfig) -> nn.Module:
+    return nn.Identity() if config.token_head_activation is None else TokenTransform(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -630,10 +721,16 @@ class BriskBertPreTrainedModel(PreTrainedModel):
 # The bare encoder
 # ---------------------------------------------------------------------------------------------------------------
 class BriskBertModel(BriskBertPreTrainedModel):
-    def __init__(self, config: BriskBertConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: BriskBertConfig, add_pooling_layer: bool | None = None):
+        """`add_pooling_layer`: None follows `config.add_pooling_layer` (the bare model); heads say what they need."""
         super().__init__(config)
+        if add_pooling_layer is None:
+            add_pooling_layer = config.add_pooling_layer
         self.embeddings = BriskBertEmbeddings(config)
-        self.rotary_emb = RotaryEmbedding(config) if config.position_embedding_type == "rope" else NoRotary()
+        self.position_ids = POSITION_IDS[config.position_ids_type](config)
+        self.rotary_emb = (
+            RotaryEmbedding(config) if config.position_embedding_type == "rope" else NoRotary(config)
+        )
         self.alibi = AlibiBias(config) if config.position_embedding_type == "alibi" else NoAttentionBias()
         self.layers = nn.ModuleList(
             LAYERS[config.norm_position](config, i) for i in range(config.num_hidden_layers)
@@ -666,7 +763,7 @@ class BriskBertModel(BriskBertPreTrainedModel):
         batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         device = input_ids.device if input_ids is not None else inputs_embeds.device
         if position_ids is None:
-            position_ids = torch.arange(seq_len, device=device).unsqueeze(0)
+            position_ids = self.position_ids(input_ids, seq_len, device)
 
         per_layer_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
         layout = self.choose_layout(
@@ -690,7 +787,7 @@ class BriskBertModel(BriskBertPreTrainedModel):
             hidden_states = layer(
                 hidden_states,
                 masks[layer.attention_type],
-                position_embeddings,
+                position_embeddings[layer.attention_type],
                 position_bias,
                 layout,
                 **kwargs,
@@ -722,10 +819,11 @@ class BriskBertLMPredictionHead(nn.Module):
     def __init__(self, config: BriskBertConfig):
         super().__init__()
         self.select_predicted = masked_positions if config.sparse_prediction else all_positions
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACT2FN[config.hidden_act]
-        self.norm = build_norm(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        # The transform ends at the embeddings' width, where the tied decoder reads (ELECTRA's is narrower).
+        self.dense = nn.Linear(config.hidden_size, config.embedding_width, bias=config.head_bias)
+        self.act = ACT2FN[config.head_activation or config.hidden_act]
+        self.norm = build_norm(config, config.embedding_width)
+        self.decoder = nn.Linear(config.embedding_width, config.vocab_size, bias=config.decoder_bias)
 
     def forward(self, hidden_states: torch.Tensor, labels: torch.Tensor | None = None):
         hidden_states, labels = self.select_predicted(hidden_states, labels)
@@ -769,7 +867,14 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
         **kwargs,
     ) -> MaskedLMOutput:
         r"""With `labels` and `config.sparse_prediction`, `logits` holds one row per labelled position."""
-        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         logits, labels = self.head(outputs.last_hidden_state, labels)
         loss = masked_lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return MaskedLMOutput(
@@ -784,7 +889,7 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
-        self.model = BriskBertModel(config)
+        self.model = BriskBertModel(config, add_pooling_layer=True)
         self.head = BriskBertLMPredictionHead(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
         self.post_init()
@@ -808,7 +913,14 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
         num_items_in_batch=None,
         **kwargs,
     ) -> BertForPreTrainingOutput:
-        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         prediction_logits, labels = self.head(outputs.last_hidden_state, labels)
         seq_relationship_logits = self.seq_relationship(outputs.pooler_output)
         losses = []
@@ -828,7 +940,7 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
 class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
-        self.model = BriskBertModel(config)
+        self.model = BriskBertModel(config, add_pooling_layer=True)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -843,7 +955,14 @@ class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
         labels=None,
         **kwargs,
     ) -> NextSentencePredictorOutput:
-        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         logits = self.seq_relationship(outputs.pooler_output)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return NextSentencePredictorOutput(
@@ -863,7 +982,7 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = BriskBertModel(config)
+        self.model = BriskBertModel(config, add_pooling_layer=True)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
@@ -879,7 +998,14 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
         labels=None,
         **kwargs,
     ) -> SequenceClassifierOutput:
-        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
@@ -892,6 +1018,7 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = BriskBertModel(config, add_pooling_layer=False)
+        self.transform = build_token_transform(config)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
@@ -907,8 +1034,15 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         labels=None,
         **kwargs,
     ) -> TokenClassifierOutput:
-        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(self.transform(outputs.last_hidden_state)))
         loss = self.loss_function(logits, labels, self.config) if labels is not None else None
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -921,6 +1055,7 @@ class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
         self.model = BriskBertModel(config, add_pooling_layer=False)
+        self.transform = build_token_transform(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -936,8 +1071,15 @@ class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
         end_positions=None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
-        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(self.transform(outputs.last_hidden_state)).unbind(dim=-1)
         loss = None
         if start_positions is not None and end_positions is not None:
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
@@ -955,7 +1097,7 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
-        self.model = BriskBertModel(config)
+        self.model = BriskBertModel(config, add_pooling_layer=True)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
@@ -978,10 +1120,11 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
             return tensor.flatten(0, 1) if tensor is not None else None
 
         outputs = self.model(
-            *(
-                flatten_choices(t)
-                for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-            ),
+            input_ids=flatten_choices(input_ids),
+            attention_mask=flatten_choices(attention_mask),
+            token_type_ids=flatten_choices(token_type_ids),
+            position_ids=flatten_choices(position_ids),
+            inputs_embeds=flatten_choices(inputs_embeds),
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
@@ -991,24 +1134,14 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
         )
 
 
+# AUTO_MAP is the one list of heads: it drives registration here and in-process (modeling/__init__.py), the
+# `auto_map` of saved folders, `__all__`, conversion and model cards.
 BriskBertConfig.register_for_auto_class()
-BriskBertModel.register_for_auto_class("AutoModel")
-BriskBertForPreTraining.register_for_auto_class("AutoModelForPreTraining")
-BriskBertForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
-BriskBertForNextSentencePrediction.register_for_auto_class("AutoModelForNextSentencePrediction")
-BriskBertForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-BriskBertForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
-BriskBertForQuestionAnswering.register_for_auto_class("AutoModelForQuestionAnswering")
-BriskBertForMultipleChoice.register_for_auto_class("AutoModelForMultipleChoice")
+for _auto_class, _reference in AUTO_MAP.items():
+    if _auto_class != "AutoConfig":
+        globals()[_reference.split(".")[1]].register_for_auto_class(_auto_class)
 
 __all__ = [
     "BriskBertPreTrainedModel",
-    "BriskBertModel",
-    "BriskBertForPreTraining",
-    "BriskBertForMaskedLM",
-    "BriskBertForNextSentencePrediction",
-    "BriskBertForSequenceClassification",
-    "BriskBertForTokenClassification",
-    "BriskBertForQuestionAnswering",
-    "BriskBertForMultipleChoice",
+    *(reference.split(".")[1] for auto_class, reference in AUTO_MAP.items() if auto_class != "AutoConfig"),
 ]
