@@ -54,6 +54,9 @@ ARCHITECTURE_OPTIONS = (
     "tie_word_embeddings",
 )
 
+#: options shown only where they take effect (a rotary base means nothing without rotary positions)
+OPTION_APPLIES = {"rope_theta": lambda config: config.get("position_embedding_type") == "rope"}
+
 #: architecture suffix -> (pipeline tag, Auto class, example pipeline input as Python source)
 TASKS = {
     "ForSequenceClassification": (
@@ -79,6 +82,14 @@ TASKS = {
     ),
     "Model": ("feature-extraction", "AutoModel", '"The cat sat on the mat."'),
 }
+
+#: pipeline tags a training job may set (``pipeline_tag`` fact) whose usage goes through
+#: sentence-transformers rather than ``transformers.pipeline``: tag -> (Auto class, usage template)
+SENTENCE_TRANSFORMERS_TASKS = {
+    "sentence-similarity": ("AutoModel", "sentence_similarity"),  # a dual encoder: SentenceTransformer
+    "text-ranking": ("AutoModelForSequenceClassification", "text_ranking"),  # a re-ranker: CrossEncoder
+}
+LIBRARY_NAMES = ("transformers", "sentence-transformers")
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
 _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
@@ -118,7 +129,7 @@ def _fmt(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{int(value):,}" if value.is_integer() and abs(value) >= 1000 else f"{value:.4g}"
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, dict):
@@ -170,14 +181,13 @@ def render_card(
         )
     pipeline_tag, auto_class, example = task_for_architecture(archs[0])
     pipeline_tag = facts.get("pipeline_tag") or pipeline_tag
+    usage = "pipeline"
+    if pipeline_tag in SENTENCE_TRANSFORMERS_TASKS:
+        auto_class, usage = SENTENCE_TRANSFORMERS_TASKS[pipeline_tag]
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
     model_name = facts.get("model_name") or repo_id.split("/")[-1]
 
-    datasets = [
-        d
-        for d in _as_list(facts.get("datasets"))
-        if isinstance(d, str) and _DATASET_ID_RE.match(d) and not d.lower().endswith(_FILE_SUFFIXES)
-    ]
+    datasets = [d for d in _as_list(facts.get("datasets")) if _is_public_dataset(d)]
     metrics = {
         _metric_name(k): v
         for k, v in sorted((facts.get("metrics") or {}).items())
@@ -188,12 +198,13 @@ def render_card(
     }
     eval_dataset = facts.get("eval_dataset") or (datasets[0] if datasets else None)
     eval_results = None
-    if metrics and eval_dataset:
+    if metrics and _is_public_dataset(eval_dataset):  # model-index results name a Hub dataset
         eval_results = [
             EvalResult(
                 task_type=pipeline_tag,
                 dataset_type=str(eval_dataset),
                 dataset_name=str(eval_dataset),
+                dataset_split=facts.get("eval_split") or None,
                 metric_type=name,
                 metric_name=name,
                 metric_value=round(float(value), 6),
@@ -206,7 +217,9 @@ def render_card(
     card_data = ModelCardData(
         language=facts.get("language") or "en",
         license=facts.get("license") or "apache-2.0",
-        library_name="transformers",
+        library_name=facts.get("library_name")
+        if facts.get("library_name") in LIBRARY_NAMES
+        else "transformers",
         pipeline_tag=pipeline_tag,
         tags=tags,
         datasets=datasets or None,
@@ -216,7 +229,12 @@ def render_card(
     )
 
     architecture_rows = [("architectures", ", ".join(archs))]
-    architecture_rows += [(k, _fmt(config[k]) if k in config else "—") for k in ARCHITECTURE_OPTIONS]
+    architecture_rows += [
+        (k, _fmt(config[k]) if k in config else "—")
+        for k in ARCHITECTURE_OPTIONS
+        if OPTION_APPLIES.get(k, lambda _: True)(config)
+    ]
+    architecture_rows.append(("dtype", _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")))
     if config.get("id2label") and pipeline_tag in ("text-classification", "token-classification"):
         labels = [config["id2label"][k] for k in sorted(config["id2label"], key=int)]
         architecture_rows.append(("labels", _fmt(labels)))
@@ -226,7 +244,7 @@ def render_card(
         ("task", "task", _fmt),
         ("config_preset", "config preset", _fmt),
         ("base_model", "base model", _fmt),
-        ("datasets", "training data", _fmt),
+        ("datasets", "training data", _data_names),
         ("train_steps", "optimizer steps", _fmt),
         ("epochs", "epochs", _fmt),
         ("tokens_seen", "tokens seen", _fmt),
@@ -236,7 +254,7 @@ def render_card(
         ("lr_scheduler_type", "schedule", _fmt),
         ("num_warmup_steps", "warm-up steps", _fmt),
         ("weight_decay", "weight decay", _fmt),
-        ("mixed_precision", "precision", _fmt),
+        ("mixed_precision", "precision", _precision),
         ("seed", "seed", str),
         ("hardware", "hardware", _fmt),
         ("num_processes", "processes", _fmt),
@@ -265,7 +283,7 @@ def render_card(
         f"A {pipeline_tag} model"
         + (f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else "")
         + (
-            f"{',' if facts.get('base_model') else ''} trained on {', '.join(map(str, _as_list(facts.get('datasets'))))}"
+            f"{',' if facts.get('base_model') else ''} trained on {_data_names(facts['datasets'])}"
             if facts.get("datasets")
             else ""
         )
@@ -291,13 +309,42 @@ def render_card(
         architecture_rows=architecture_rows,
         training_rows=training_rows,
         metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
-        eval_dataset=eval_dataset or "held-out data",
+        eval_dataset=_data_names(eval_dataset)
+        + (f" ({facts['eval_split']} split)" if facts.get("eval_split") else "")
+        if eval_dataset
+        else "held-out data",
+        usage=usage,
         limitations=limitations,
     )
     problems = check_card(card)
     if problems:
         raise CardError("The rendered card is invalid:\n  " + "\n  ".join(problems))
     return card
+
+
+def _is_public_dataset(name) -> bool:
+    """A Hub dataset id (``stanfordnlp/sst2``, ``squad``), not a local file name."""
+    return (
+        isinstance(name, str)
+        and bool(_DATASET_ID_RE.match(name))
+        and not name.lower().endswith(_FILE_SUFFIXES)
+    )
+
+
+def _data_names(value) -> str:
+    """Datasets by their public names; local files are said to be local, by file name only."""
+    names = [str(name) for name in _as_list(value)]
+    public = [name for name in names if _is_public_dataset(name)]
+    local = [name.replace("\\", "/").rsplit("/", 1)[-1] for name in names if not _is_public_dataset(name)]
+    parts = public + ([f"local data ({_fmt(local)})"] if local else [])
+    return ", ".join(parts)
+
+
+def _precision(mixed_precision) -> str:
+    """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
+    if mixed_precision in (None, "", "no"):
+        return "fp32"
+    return f"{mixed_precision} mixed precision (fp32 master weights)"
 
 
 def check_card(card: ModelCard | str) -> list[str]:
@@ -312,8 +359,8 @@ def check_card(card: ModelCard | str) -> list[str]:
     except Exception as e:  # noqa: BLE001 - any parse failure is a card problem
         return [f"The card does not parse: {e}"]
     data = parsed.data.to_dict()
-    if data.get("library_name") != "transformers":
-        problems.append('"library_name" must be "transformers"')
+    if data.get("library_name") not in LIBRARY_NAMES:
+        problems.append(f'"library_name" must be one of {", ".join(LIBRARY_NAMES)}')
     if "briskbert" not in (data.get("tags") or []):
         problems.append('"tags" must include "briskbert"')
     if data.get("model-index"):

@@ -83,6 +83,10 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
             "2",
             "--metric_for_best_model",
             "accuracy",
+            "--label_names",
+            "negative,positive",
+            "--dataset_card_name",
+            "stanfordnlp/sst2",
             "--output_dir",
             str(out),
             *FAST,
@@ -93,15 +97,25 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
         assert 0.0 <= abs(results[key]) <= 1.0
     assert results["best_metric"]["name"] == "eval_accuracy"
     facts = json.loads((result.final_dir / "training_facts.json").read_text())
-    assert facts["task"] == "text-classification" and facts["labels"] == ["0", "1"]
-    assert facts["datasets"] == ["sst2_train_excerpt.tsv"] and facts["num_eval_examples"] == 40
+    assert facts["task"] == "text-classification" and facts["labels"] == ["negative", "positive"]
+    assert facts["datasets"] == ["stanfordnlp/sst2"] and facts["num_eval_examples"] == 40
     assert "accuracy" in facts["metric_definitions"]
 
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, pipeline
 
     model = AutoModelForSequenceClassification.from_pretrained(result.final_dir, trust_remote_code=True)
-    assert model.config.id2label == {0: "0", 1: "1"}
+    assert model.config.id2label == {0: "negative", 1: "positive"}
     assert model.config.problem_type == "single_label_classification"
+    classifier = pipeline(
+        "text-classification", model=str(result.final_dir), trust_remote_code=True, top_k=None
+    )
+    assert {row["label"] for row in classifier(["a gorgeous, witty movie"])[0]} == {"negative", "positive"}
+
+    from briskbert.hub_cards import render_card
+
+    card = render_card(result.final_dir, "testuser/sst2")
+    assert card.data.datasets == ["stanfordnlp/sst2"] and "| `labels` | negative, positive |" in card.text
+    assert "sst2_train_excerpt.tsv" not in card.text
 
 
 def test_string_labels_pairs_and_regression(tiny_model_dir, tmp_path):
@@ -143,6 +157,18 @@ def test_string_labels_pairs_and_regression(tiny_model_dir, tmp_path):
     config = BriskBertConfig.from_pretrained(result.final_dir)
     assert config.problem_type == "regression" and config.num_labels == 1
     assert {"eval_pearson", "eval_spearman", "eval_mse"} <= set(result.metrics)
+
+
+def test_label_names_name_integer_ids_and_order_text_labels():
+    spec = infer_label_spec(["0", "1", "1"], ["1"], label_names=["negative", "positive"])
+    assert spec.label_list == ["negative", "positive"] and spec.encode("1") == 1 and spec.encode(0) == 0
+    assert spec.config_kwargs()["id2label"] == {0: "negative", 1: "positive"}
+    spec = infer_label_spec(["pos", "neg"], label_names=["pos", "neg"])  # text labels: the names fix the ids
+    assert spec.encode("neg") == 1 and spec.label_list == ["pos", "neg"]
+    with pytest.raises(DataError, match=r"2 names \(label ids 0..1\) but the data has integer labels \[2\]"):
+        infer_label_spec([0, 1, 2], label_names=["negative", "positive"])
+    with pytest.raises(DataError, match=r"never seen in --label_names: \['neutral'\]"):
+        infer_label_spec(["pos", "neutral"], label_names=["neg", "pos"])
 
 
 def test_label_inference_rules():
@@ -397,27 +423,22 @@ def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     assert {"eval_exact_match", "eval_f1"} <= set(result.metrics) and result.metrics["eval_total"] == 12
     predictions = json.loads((out / "eval_predictions.json").read_text())
     assert len(predictions) == 12
-    from transformers import pipeline
+    from transformers import AutoTokenizer, pipeline
 
     answerer = pipeline("question-answering", model=str(result.final_dir), trust_remote_code=True)
     context = "The Panthers defense gave up just 308 points."
     answer = answerer(question="How many points?", context=context)
     assert context[answer["start"] : answer["end"]] == answer["answer"]
-    with pytest.raises(ValueError, match="--doc_stride"):
-        _script("finetune_qa").parse_args(
-            [
-                "--model_name_or_path",
-                "x",
-                "--train_file",
-                "y",
-                "--output_dir",
-                "z",
-                "--max_seq_length",
-                "128",
-                "--doc_stride",
-                "100",
-            ]
-        )
+
+    # the pipeline travels with the model whatever saves it: a plain save_pretrained of the trained model
+    from briskbert.modeling import BriskBertForQuestionAnswering
+
+    resaved = tmp_path / "resaved"
+    BriskBertForQuestionAnswering.from_pretrained(result.final_dir).save_pretrained(resaved)
+    AutoTokenizer.from_pretrained(result.final_dir, trust_remote_code=True).save_pretrained(resaved)
+    assert (resaved / "pipeline_question_answering.py").is_file()
+    answerer = pipeline("question-answering", model=str(resaved), trust_remote_code=True)
+    assert answerer(question="How many points?", context=context) == answer
 
 
 # ---------------------------------------------------------------------------------------------- #

@@ -6,8 +6,10 @@
 * lists of label names or 0/1 vectors -> ``multi_label_classification`` (strings such as ``"a,b"`` are
   split on ``label_separator`` when that problem type is asked for);
 * non-integral numbers -> ``regression`` (``num_labels=1``);
-* integers or strings -> ``single_label_classification``; string labels are sorted into ids, integer
-  labels that already are ``0..K-1`` keep their values; ``id2label``/``label2id`` are saved in the config.
+* integers or strings -> ``single_label_classification``; text labels are kept as they are (sorted into
+  ids), integer labels that already are ``0..K-1`` keep their values; ``id2label``/``label2id`` are saved
+  in the config, so ``pipeline()`` and the model card show these names. ``--label_names
+  negative,positive`` names integer ids 0..K-1 (or fixes the id order of text labels).
 
 A column mixing numbers and text, evaluation labels never seen in training, and regression on
 non-numeric labels raise a :class:`~training.task_data.DataError` naming the values.
@@ -20,9 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .metrics import classification_metrics
+from .task_arguments import PROBLEM_TYPES, ClassificationTask, DataSource
 from .task_data import DataError, SkipReport
-
-PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 
 
 def _parse_number(value):
@@ -59,6 +60,7 @@ class LabelSpec:
     label_list: list[str] = field(default_factory=list)  # names in id order (empty for regression)
     multi_hot: bool = False  # multi-label given as 0/1 vectors rather than names
     label_separator: str = ","
+    raw_ids: dict[str, int] | None = None  # label text in the data -> id, where it is not the name itself
 
     @property
     def num_labels(self) -> int:
@@ -88,7 +90,7 @@ class LabelSpec:
             for name in self._names(value):
                 vector[self.label2id[str(name)]] = 1.0
             return vector
-        return self.label2id[_label_name(value)]
+        return (self.raw_ids or self.label2id)[_label_name(value)]
 
     def config_kwargs(self) -> dict:
         kwargs = {"num_labels": self.num_labels, "problem_type": self.problem_type}
@@ -143,14 +145,17 @@ def infer_label_spec(
     problem_type: str | None = None,
     label_separator: str = ",",
     source: str = "training data",
-    label_list: list[str] | None = None,
+    label_names: list[str] | None = None,
+    names_source: str = "--label_names",
 ) -> LabelSpec:
     """Decide the problem type and the label set from the (non-missing) training labels.
 
-    ``label_list`` fixes the names and their ids (e.g. a teacher's ``id2label`` when distilling); then
-    training and evaluation labels outside it are an error."""
+    ``label_names`` (``--label_names``, or a teacher's ``id2label`` when distilling, described by
+    ``names_source``) fixes the class names and their ids: integer labels 0..K-1 are ids into it, text
+    labels must be among the names. Without it, text labels are kept as they are (sorted) and integer
+    labels are named by their value."""
     if problem_type is not None and problem_type not in PROBLEM_TYPES:
-        raise ValueError(f"--problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
+        raise DataError(f"--problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
     if not train_labels:
         raise DataError(f"{source} has no labelled rows.")
     kind = _label_kinds(train_labels, source)
@@ -171,26 +176,7 @@ def infer_label_spec(
             )
         return LabelSpec("regression")
     if problem_type == "multi_label_classification":
-        spec = LabelSpec(problem_type, label_separator=label_separator)
-        first = train_labels[0]
-        if (
-            kind == "list"
-            and all(_parse_number(v) in (0, 1) for v in first)
-            and all(isinstance(v, (int, float, bool)) for v in first)
-        ):
-            width = len(first)
-            for row, value in enumerate(list(train_labels) + list(eval_labels or [])):
-                if len(value) != width:
-                    raise DataError(
-                        f"multi-hot label of row {row} has {len(value)} entries, expected {width}."
-                    )
-            spec.multi_hot = True
-            spec.label_list = [f"LABEL_{i}" for i in range(width)]
-            return spec
-        names = sorted({str(n) for value in train_labels for n in spec._names(value)})
-        spec.label_list = names
-        _check_unseen({str(n) for value in (eval_labels or []) for n in spec._names(value)}, names)
-        return spec
+        return _multi_label_spec(train_labels, eval_labels, kind, label_separator, label_names, names_source)
     if kind == "float":
         raise DataError(
             f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
@@ -203,23 +189,76 @@ def infer_label_spec(
         )
     names = sorted({_label_name(v) for v in train_labels})
     if kind == "int":
-        numbers = sorted({int(n) for n in names})
-        names = [str(n) for n in numbers]  # numeric order ("10" after "9"); 0..K-1 keep their values
-    if label_list is not None:
-        _check_unseen(set(names), list(label_list), "training")
-        names = list(label_list)
-    _check_unseen({_label_name(v) for v in (eval_labels or [])}, names)
-    return LabelSpec(problem_type, label_list=names)
+        names = [str(n) for n in sorted({int(n) for n in names})]  # numeric order ("10" after "9")
+    eval_names = {_label_name(v) for v in (eval_labels or [])}
+    if label_names is None:
+        _check_unseen(eval_names, names, "the evaluation data", "training")
+        return LabelSpec(problem_type, label_list=names)
+    raw_ids = _ids_for_names(kind, names, eval_names, list(label_names), names_source)
+    return LabelSpec(problem_type, label_list=list(label_names), raw_ids=raw_ids)
 
 
-def _check_unseen(eval_names: set, train_names: list, what: str = "evaluation") -> None:
-    unseen = sorted(eval_names - set(train_names))
+def _ids_for_names(
+    kind: str, seen: list[str], eval_seen: set, label_names: list[str], names_source: str
+) -> dict:
+    """Label text -> id under fixed ``label_names``: integer labels index the names (unless they are the
+    names themselves, as a teacher trained on integer labels records them); text labels must be names."""
+    if kind == "int" and not set(seen) <= set(label_names):
+        ids = {str(i): i for i in range(len(label_names))}
+        outside = sorted((set(seen) | eval_seen) - set(ids), key=int)
+        if outside:
+            raise DataError(
+                f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
+                f"data has integer labels {[int(label) for label in outside[:10]]}; give one name per label id."
+            )
+        return ids
+    _check_unseen(set(seen), label_names, "the training data", names_source)
+    _check_unseen(eval_seen, label_names, "the evaluation data", names_source)
+    return {name: i for i, name in enumerate(label_names)}
+
+
+def _multi_label_spec(
+    train_labels, eval_labels, kind, label_separator, label_names, names_source
+) -> LabelSpec:
+    spec = LabelSpec("multi_label_classification", label_separator=label_separator)
+    first = train_labels[0]
+    if (
+        kind == "list"
+        and all(_parse_number(v) in (0, 1) for v in first)
+        and all(isinstance(v, (int, float, bool)) for v in first)
+    ):
+        width = len(first)
+        for row, value in enumerate(list(train_labels) + list(eval_labels or [])):
+            if len(value) != width:
+                raise DataError(f"multi-hot label of row {row} has {len(value)} entries, expected {width}.")
+        if label_names is not None and len(label_names) != width:
+            raise DataError(
+                f"{names_source} gives {len(label_names)} names for multi-hot labels of {width} entries."
+            )
+        spec.multi_hot = True
+        spec.label_list = (
+            list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(width)]
+        )
+        return spec
+    seen = {str(n) for value in train_labels for n in spec._names(value)}
+    eval_seen = {str(n) for value in (eval_labels or []) for n in spec._names(value)}
+    if label_names is None:
+        spec.label_list = sorted(seen)
+        _check_unseen(eval_seen, spec.label_list, "the evaluation data", "training")
+    else:
+        spec.label_list = list(label_names)
+        _check_unseen(seen, spec.label_list, "the training data", names_source)
+        _check_unseen(eval_seen, spec.label_list, "the evaluation data", names_source)
+    return spec
+
+
+def _check_unseen(names: set, known: list[str], where: str, known_from: str) -> None:
+    unseen = sorted(names - set(known))
     if unseen:
-        known = "the model's labels" if what == "training" else "training labels"
         raise DataError(
-            f"the {what} data has labels never seen in {'the model' if what == 'training' else 'training'}: "
-            f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}. Known ({known}): {train_names[:20]}. The model "
-            "cannot predict them; fix the label names or remove those rows."
+            f"{where} has labels never seen in {known_from}: {unseen[:10]}{' ...' if len(unseen) > 10 else ''}. "
+            f"Known ({known_from}): {known[:20]}. The model cannot predict them; fix the label names or "
+            "remove those rows."
         )
 
 
@@ -282,87 +321,68 @@ METRIC_DEFINITIONS = {
 }
 
 
-def add_classification_arguments(parser):
-    g = parser.add_argument_group("task")
-    g.add_argument(
-        "--text_column",
-        type=str,
-        default=None,
-        help="Column with the text (default: 'sentence' or 'text', whichever exists).",
-    )
-    g.add_argument("--text_pair_column", type=str, default=None, help="Second text of a pair task.")
-    g.add_argument("--label_column", type=str, default="label")
-    g.add_argument(
-        "--problem_type",
-        type=str,
-        default=None,
-        choices=PROBLEM_TYPES,
-        help="Default: inferred from the labels.",
-    )
-    g.add_argument(
-        "--label_separator",
-        type=str,
-        default=",",
-        help="Multi-label labels given as one string are split on this.",
-    )
-    return parser
-
-
 @dataclass
 class ClassificationData:
     train: object
     evaluation: object | None
     spec: LabelSpec
+    text_column: str  # as given, or the 'sentence'/'text' column found in the data
     reports: list
 
 
-def load_classification_data(args, label_list: list[str] | None = None) -> ClassificationData:
-    """Training/evaluation tables from the script's flags, validated, with the label spec decided."""
-    from .finetuning import first_n, load_splits
+def load_classification_data(
+    data: DataSource,
+    task: ClassificationTask,
+    label_names: list[str] | None = None,
+    names_source: str = "--label_names",
+) -> ClassificationData:
+    """Training/evaluation tables, validated, with the label spec decided. ``label_names`` overrides
+    ``task.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
+    from .finetuning import load_splits
     from .task_data import require_columns, require_rows
 
-    train, evaluation = load_splits(args)
+    train, evaluation = load_splits(data)
     require_rows(train, "the training data")
-    if args.text_column is None:
-        args.text_column = next((c for c in ("sentence", "text") if c in train.column_names), None)
-        if args.text_column is None:
-            raise DataError(
-                f"the training data has no 'sentence' or 'text' column; pass --text_column "
-                f"(columns: {train.column_names})."
-            )
+    text_column = task.text_column or next((c for c in ("sentence", "text") if c in train.column_names), None)
+    if text_column is None:
+        raise DataError(
+            f"the training data has no 'sentence' or 'text' column; pass --text_column "
+            f"(columns: {train.column_names})."
+        )
     columns = {
-        "--text_column": args.text_column,
-        "--text_pair_column": args.text_pair_column,
-        "--label_column": args.label_column,
+        "--text_column": text_column,
+        "--text_pair_column": task.text_pair_column,
+        "--label_column": task.label_column,
     }
     needed = [c for c in columns.values() if c is not None]
     require_columns(train, columns, "the training data")
-    train, train_report = drop_incomplete_rows(
-        first_n(train, args.max_train_samples), needed, "training data"
-    )
+    train, train_report = drop_incomplete_rows(train, needed, "training data")
     require_rows(train, "the training data (after skipping rows with empty values)")
     eval_report = None
     if evaluation is not None:
         require_rows(evaluation, "the evaluation data")
         require_columns(evaluation, columns, "the evaluation data")
-        evaluation, eval_report = drop_incomplete_rows(
-            first_n(evaluation, args.max_eval_samples), needed, "evaluation data"
-        )
+        evaluation, eval_report = drop_incomplete_rows(evaluation, needed, "evaluation data")
         require_rows(evaluation, "the evaluation data (after skipping rows with empty values)")
+    if label_names is None and task.label_names is not None:
+        label_names = list(task.label_names)
     spec = infer_label_spec(
-        train[args.label_column],
-        evaluation[args.label_column] if evaluation else None,
-        args.problem_type,
-        args.label_separator,
-        label_list=label_list,
+        train[task.label_column],
+        evaluation[task.label_column] if evaluation else None,
+        task.problem_type,
+        task.label_separator,
+        label_names=label_names,
+        names_source=names_source,
     )
-    return ClassificationData(train, evaluation, spec, [train_report, eval_report])
+    return ClassificationData(train, evaluation, spec, text_column, [train_report, eval_report])
 
 
-def tokenize_classification(data: ClassificationData, tokenizer, args, accelerator):
+def tokenize_classification(
+    data: ClassificationData, task: ClassificationTask, tokenizer, max_seq_length: int, accelerator
+):
     """``(train_features, eval_features or None)`` ready for the loop's collator."""
     preprocess = make_preprocess_function(
-        tokenizer, data.spec, args.text_column, args.text_pair_column, args.label_column, args.max_seq_length
+        tokenizer, data.spec, data.text_column, task.text_pair_column, task.label_column, max_seq_length
     )
     with accelerator.main_process_first():
         train = data.train.map(
@@ -399,20 +419,22 @@ def make_evaluate_fn(spec: LabelSpec):
     return evaluate
 
 
-def classification_card_facts(args, data: ClassificationData, train_features, eval_features, skipped) -> dict:
-    import os
-
+def classification_card_facts(
+    source: DataSource,
+    task: ClassificationTask,
+    data: ClassificationData,
+    train_features,
+    eval_features,
+    skipped,
+) -> dict:
     spec = data.spec
     return {
         "task": "text-classification",
         "pipeline_tag": "text-classification",
         "problem_type": spec.problem_type,
         "labels": spec.label_list if spec.problem_type != "regression" else None,
-        "datasets": [args.dataset_name or os.path.basename(args.train_file)],
-        "eval_dataset": (args.dataset_name + ":" + args.validation_split)
-        if args.dataset_name
-        else (os.path.basename(args.validation_file) if args.validation_file else None),
-        "text_columns": [c for c in (args.text_column, args.text_pair_column) if c],
+        **source.card_facts(),
+        "text_columns": [c for c in (data.text_column, task.text_pair_column) if c],
         "num_train_examples": len(train_features),
         "num_eval_examples": len(eval_features) if eval_features is not None else 0,
         "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],

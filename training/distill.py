@@ -28,6 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from briskbert.errors import UserError
+
+from .task_arguments import DistillSetup
+
 
 def every_other_layer(num_teacher_layers: int) -> list[int]:
     """Teacher layers 0, 2, 4, ... (DistilBERT's choice)."""
@@ -173,3 +177,66 @@ class DistillationModel(nn.Module):
         if state_dict is not None:
             state_dict = {k[len("student.") :]: v for k, v in state_dict.items() if k.startswith("student.")}
         return self.student.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
+
+
+def load_teacher(path: str):
+    """The fine-tuned classifier to distil; anything else is a user error naming ``--teacher_model``."""
+    from briskbert.modeling import BriskBertForSequenceClassification
+
+    architectures = _read_architectures(path)
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise UserError(
+            f"--teacher_model {path} is a {', '.join(architectures) or 'model without architectures'}, not a "
+            "sequence classifier; fine-tune it with `briskbert finetune-classification` first."
+        )
+    return BriskBertForSequenceClassification.from_pretrained(path)
+
+
+def _read_architectures(path: str) -> list[str]:
+    from transformers import AutoConfig
+
+    import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
+
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type != "briskbert":
+        raise UserError(
+            f"--teacher_model {path} has model_type {config.model_type!r}; distillation needs a briskbert "
+            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it)."
+        )
+    return list(config.architectures or [])
+
+
+def build_student(setup: DistillSetup, teacher, pad_token_id: int | None):
+    """The student: a briskbert folder, a fresh preset, or the teacher with some of its layers."""
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+
+    labels = dict(
+        num_labels=teacher.config.num_labels,
+        id2label=teacher.config.id2label,
+        label2id=teacher.config.label2id,
+        problem_type=teacher.config.problem_type,
+    )
+    if setup.student_model:
+        student = BriskBertForSequenceClassification.from_pretrained(setup.student_model, **labels)
+    elif setup.student_preset:
+        try:
+            config = BriskBertConfig.from_preset(
+                setup.student_preset,
+                vocab_size=teacher.config.vocab_size,
+                pad_token_id=pad_token_id,
+                **labels,
+            )
+        except ValueError as error:  # an unknown preset name
+            raise UserError(f"--student_preset: {error}") from None
+        student = BriskBertForSequenceClassification(config)
+    else:
+        try:
+            student = student_from_teacher(teacher, setup.student_layers)
+        except ValueError as error:
+            raise UserError(f"--student_layers: {error}") from None
+    if student.config.vocab_size != teacher.config.vocab_size:
+        raise UserError(
+            f"--student_model: the student's vocabulary ({student.config.vocab_size}) differs from the "
+            f"teacher's ({teacher.config.vocab_size}); both must read the same token ids."
+        )
+    return student

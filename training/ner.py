@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .metrics import entity_metrics, get_entities
-from .task_data import DataError
+from .task_arguments import DataSource, NerTask
+from .task_data import DataError, load_conll, require_columns, require_rows, tags_as_strings
 
 IGNORE_INDEX = -100
 
@@ -27,7 +28,10 @@ def build_label_list(train_tags: list[list[str]], eval_tags: list[list[str]] | N
     if not labels:
         raise DataError("the training data has no tags.")
     for tag in labels:
-        get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
+        try:
+            get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
+        except ValueError as error:
+            raise DataError(f"the training data: {error} Fix the tag column (--tag_column).") from None
     if eval_tags is not None:
         unseen = {}
         for sentence in eval_tags:
@@ -134,3 +138,97 @@ class NerEvaluator:
         for entity_type, scores in per_type.items():
             result[f"{entity_type}_f1"] = scores["f1"]
         return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Script pieces of finetune_ner.py
+# --------------------------------------------------------------------------------------------------
+
+METRIC_DEFINITIONS = "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy"
+
+
+@dataclass
+class NerData:
+    """Validated sentences with their tags as strings, and the label list (``O`` first)."""
+
+    train: object
+    evaluation: object | None
+    train_tags: list[list[str]]
+    eval_tags: list[list[str]] | None
+    labels: list[str]
+
+    @property
+    def label2id(self) -> dict:
+        return {label: i for i, label in enumerate(self.labels)}
+
+    @property
+    def id2label(self) -> dict:
+        return dict(enumerate(self.labels))
+
+
+def load_ner_data(data: DataSource, task: NerTask) -> NerData:
+    """CoNLL files or a dataset, checked for rows and columns, tags read as strings."""
+    from .finetuning import load_splits
+
+    train, evaluation = load_splits(data, file_loader=load_conll)
+    require_rows(train, "the training data")
+    tag_column = task.tag_column
+    if tag_column is None:
+        tag_column = (
+            "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
+        )
+    columns = {"--token_column": task.token_column, "--tag_column": tag_column}
+    require_columns(train, columns, "the training data")
+    train_tags = tags_as_strings(train, tag_column)
+    eval_tags = None
+    if evaluation is not None:
+        require_rows(evaluation, "the evaluation data")
+        require_columns(evaluation, columns, "the evaluation data")
+        eval_tags = tags_as_strings(evaluation, tag_column)
+    train = train.select_columns([task.token_column])
+    evaluation = evaluation.select_columns([task.token_column]) if evaluation is not None else None
+    return NerData(train, evaluation, train_tags, eval_tags, build_label_list(train_tags, eval_tags))
+
+
+def ner_features(
+    dataset, tags, tokenizer, label2id: dict, token_column: str, max_seq_length: int, label_all_tokens: bool
+):
+    """Tokenised sentences with aligned ``labels`` and ``word_ids`` (for evaluation)."""
+    dataset = dataset.add_column("__tags", tags)  # string tags, whatever the source's tag column held
+    return dataset.map(
+        tokenize_and_align_labels,
+        batched=True,
+        remove_columns=dataset.column_names,
+        fn_kwargs=dict(
+            tokenizer=tokenizer,
+            label2id=label2id,
+            token_column=token_column,
+            tag_column="__tags",
+            max_seq_length=max_seq_length,
+            label_all_tokens=label_all_tokens,
+        ),
+    )
+
+
+def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
+    """``evaluate_fn`` for :func:`training.loop.run`: gathered predicted ids -> entity metrics."""
+    from .finetuning import pad_to_width
+    from .loop import evaluation_loop
+
+    def evaluate(model, dataloader, accelerator):
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {
+                "predictions": pad_to_width(outputs.logits.argmax(-1), max_seq_length, IGNORE_INDEX)
+            },
+        )
+        return evaluator(gathered["predictions"].long().numpy())
+
+    return evaluate
+
+
+def count_labelled_tokens(batch) -> int:
+    """The token-classification loss is a mean over labelled sub-words: weight batches by that count."""
+    return int((batch["labels"] != IGNORE_INDEX).sum())

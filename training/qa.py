@@ -17,28 +17,15 @@ from __future__ import annotations
 import collections
 import json
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .metrics import squad_metrics
-from .task_data import DataError
+from .task_arguments import DataSource, QaTask
+from .task_data import DataError, SkipReport, load_squad, require_columns, require_rows
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-
-
-def check_window_arguments(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
-    """Reject window settings that would leave no room for context or make windows not advance."""
-    room = max_seq_length - max_query_length - 3  # [CLS] question [SEP] context [SEP]
-    if room <= 0:
-        raise ValueError(
-            f"--max_seq_length {max_seq_length} leaves no room for context after a question of up to "
-            f"--max_query_length {max_query_length} tokens; raise max_seq_length or lower max_query_length."
-        )
-    if not 0 <= doc_stride < room:
-        raise ValueError(
-            f"--doc_stride {doc_stride} must be at least 0 and smaller than the context room of a window "
-            f"({room} = max_seq_length {max_seq_length} - max_query_length {max_query_length} - 3)."
-        )
 
 
 def _truncate_questions(questions, tokenizer, max_query_length: int) -> list[str]:
@@ -252,3 +239,159 @@ def check_qa_dataset(dataset, source: str, version_2: bool) -> None:
                 f"{source} has {impossible} questions marked is_impossible (SQuAD v2.0); pass "
                 "--version_2_with_negative to train and evaluate with null answers."
             )
+
+
+# --------------------------------------------------------------------------------------------------
+# Script pieces of finetune_qa.py
+# --------------------------------------------------------------------------------------------------
+
+QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
+METRIC_DEFINITIONS = "exact match and F1 (percent) with the official SQuAD answer normalisation"
+
+
+def register_qa_pipeline(config) -> None:
+    """Name the question-answering pipeline in ``config.custom_pipelines``. The pipeline file travels
+    with the modeling file (which imports it relatively), so any ``save_pretrained`` of the model, the
+    training loop's or transformers' Trainer's, writes a folder where
+    ``pipeline("question-answering", model=folder, trust_remote_code=True)`` works."""
+    from briskbert.modeling.pipeline_question_answering import BriskBertQuestionAnsweringPipeline
+
+    module = BriskBertQuestionAnsweringPipeline.__module__.rsplit(".", 1)[-1]
+    pipelines = dict(getattr(config, "custom_pipelines", None) or {})
+    pipelines["question-answering"] = {
+        "impl": f"{module}.{BriskBertQuestionAnsweringPipeline.__name__}",
+        "pt": ["AutoModelForQuestionAnswering"],
+        "tf": [],
+        "type": "text",
+    }
+    config.custom_pipelines = pipelines
+
+
+@dataclass
+class QaData:
+    train: object
+    evaluation: object | None
+    reports: list[SkipReport] = field(default_factory=list)
+
+
+def load_qa_data(data: DataSource, task: QaTask) -> QaData:
+    """SQuAD files (article ranges, an extra training file) or a dataset, checked for rows and columns."""
+    import datasets
+
+    from .finetuning import first_n, load_splits
+
+    reports = []
+
+    def squad(path: str, articles, flag: str):
+        dataset, report = load_squad(path, articles, flag)
+        reports.append(report)
+        return dataset
+
+    if data.dataset_name is not None:
+        train, evaluation = load_splits(data)
+    else:
+        train = squad(data.train_file, task.train_articles, "--train_file")
+        evaluation = None
+        if data.validation_file:
+            evaluation = squad(data.validation_file, task.validation_articles, "--validation_file")
+    if task.extra_train_file:
+        extra = squad(task.extra_train_file, task.extra_train_articles, "--extra_train_file")
+        train = datasets.concatenate_datasets([train, extra.cast(train.features)])
+    train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
+    train = _checked(train, "the training data", task.version_2_with_negative)
+    if evaluation is not None:
+        evaluation = _checked(evaluation, "the evaluation data", task.version_2_with_negative)
+    return QaData(train, evaluation, reports)
+
+
+def _checked(dataset, name: str, version_2: bool):
+    """Schema and emptiness checks; ``is_impossible`` derived from empty answers when absent."""
+    require_rows(dataset, name)
+    require_columns(dataset, {f"({key})": column for key, column in QA_COLUMNS.items()}, name)
+    if "is_impossible" not in dataset.column_names:
+        dataset = dataset.add_column("is_impossible", [not answers["text"] for answers in dataset["answers"]])
+    check_qa_dataset(dataset, name, version_2)
+    return dataset
+
+
+def qa_features(data: QaData, tokenizer, task: QaTask, seed: int, accelerator):
+    """``(train windows, eval windows or None)``; answerless training windows thinned as ``task`` says."""
+    windows = dict(tokenizer=tokenizer, **task.window_kwargs())
+    with accelerator.main_process_first():
+        train = data.train.map(
+            prepare_train_features,
+            batched=True,
+            remove_columns=data.train.column_names,
+            fn_kwargs=windows,
+            desc="train windows",
+        )
+        evaluation = None
+        if data.evaluation is not None:
+            evaluation = data.evaluation.map(
+                prepare_eval_features,
+                batched=True,
+                remove_columns=data.evaluation.column_names,
+                fn_kwargs=windows,
+                desc="eval windows",
+            )
+    if task.keep_answerless_windows < 1.0:
+        train = keep_some_answerless_windows(train, task.keep_answerless_windows, seed)
+    return train, evaluation
+
+
+def make_qa_evaluate_fn(evaluation, eval_features, task: QaTask, output_dir: str):
+    """``evaluate_fn`` for :func:`training.loop.run`: windows' logits -> answers (written to
+    ``output_dir/eval_predictions.json``) -> SQuAD exact match and F1."""
+    from .finetuning import pad_to_width
+    from .loop import evaluation_loop
+
+    def evaluate(model, dataloader, accelerator):
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {
+                "start": pad_to_width(outputs.start_logits, task.max_seq_length, -1e4),
+                "end": pad_to_width(outputs.end_logits, task.max_seq_length, -1e4),
+            },
+        )
+        predictions, nbest = postprocess_qa_predictions(
+            evaluation,
+            eval_features,
+            gathered["start"].numpy(),
+            gathered["end"].numpy(),
+            n_best_size=task.n_best_size,
+            max_answer_length=task.max_answer_length,
+            version_2=task.version_2_with_negative,
+            null_score_diff_threshold=task.null_score_diff_threshold,
+        )
+        if accelerator.is_main_process:
+            write_predictions(output_dir, predictions, nbest)
+        return evaluate_predictions(evaluation, predictions, version_2=task.version_2_with_negative)
+
+    return evaluate
+
+
+def qa_card_facts(data_source: DataSource, task: QaTask, data: QaData, train_features, skipped: dict) -> dict:
+    extra = (task.extra_train_file,) if task.extra_train_file else ()
+    return {
+        "task": "question-answering",
+        "pipeline_tag": "question-answering",
+        **data_source.card_facts(extra_train_files=extra),
+        "train_articles": _range_text(task.train_articles),
+        "extra_train_articles": _range_text(task.extra_train_articles),
+        "validation_articles": _range_text(task.validation_articles),
+        "num_train_questions": len(data.train),
+        "num_train_windows": len(train_features),
+        "keep_answerless_windows": task.keep_answerless_windows,
+        "num_eval_questions": len(data.evaluation) if data.evaluation is not None else 0,
+        "max_seq_length": task.max_seq_length,
+        "doc_stride": task.doc_stride,
+        "version_2_with_negative": task.version_2_with_negative,
+        "metric_definitions": METRIC_DEFINITIONS,
+        "data_skipped": skipped,
+    }
+
+
+def _range_text(articles: tuple[int, int] | None) -> str | None:
+    return None if articles is None else f"{articles[0]}:{articles[1]}"

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 
 import datasets
 
+from briskbert.errors import UserError
+from briskbert.inputs import check_text_file, looks_like_local_path
+
 logger = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A dataset does not fit the task: missing columns, no rows, labels of mixed types, ..."""
 
 
@@ -32,18 +35,18 @@ class DataError(ValueError):
 TABLE_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
 
 
-def load_table(path: str) -> datasets.Dataset:
+def load_table(path: str, flag: str = "--train_file") -> datasets.Dataset:
     """A CSV, TSV, JSON lines (``.json``/``.jsonl``, one object a line) or JSON-array file as a Dataset.
 
     TSV files are read without quote handling (as GLUE distributes them: a ``"`` is part of the text).
+    ``flag`` names the file in error messages.
     """
-    if not os.path.isfile(path):
-        raise DataError(f"data file {path!r} does not exist.")
     extension = os.path.splitext(path)[1].lower()
     if extension not in TABLE_EXTENSIONS:
         raise DataError(
-            f"data file {path!r}: unsupported extension {extension!r}; use one of {TABLE_EXTENSIONS}."
+            f"{flag} {path}: unsupported extension {extension!r}; use one of {', '.join(TABLE_EXTENSIONS)}."
         )
+    check_text_file(path, flag)
     with open(path, encoding="utf-8", newline="") as handle:
         if extension in (".csv", ".tsv"):
             if extension == ".tsv":
@@ -52,19 +55,24 @@ def load_table(path: str) -> datasets.Dataset:
                 reader = csv.DictReader(handle)
             rows = [dict(row) for row in reader]
             if reader.fieldnames is None:
-                raise DataError(f"data file {path!r} is empty (no header row).")
+                raise DataError(f"{flag} {path} is empty (no header row).")
             columns = list(reader.fieldnames)
             for number, row in enumerate(rows, start=2):
                 if None in row or any(value is None for value in row.values()):
                     raise DataError(
-                        f"{path}: line {number} has {len([v for v in row.values() if v is not None])} "
+                        f"{flag} {path}: line {number} has {len([v for v in row.values() if v is not None])} "
                         f"fields, the header has {len(columns)} ({columns})."
                     )
         else:
             text = handle.read()
             stripped = text.lstrip()
             if stripped.startswith("["):
-                rows = json.loads(text)
+                try:
+                    rows = json.loads(text)
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{flag} {path} is not valid JSON ({error}).") from None
+                if not all(isinstance(row, dict) for row in rows):
+                    raise DataError(f"{flag} {path}: a JSON array of data must hold objects (one per row).")
             else:
                 rows = []
                 for number, line in enumerate(text.splitlines(), start=1):
@@ -72,10 +80,14 @@ def load_table(path: str) -> datasets.Dataset:
                         try:
                             rows.append(json.loads(line))
                         except json.JSONDecodeError as error:
-                            raise DataError(f"{path}: line {number} is not valid JSON ({error}).") from None
+                            raise DataError(
+                                f"{flag} {path}: line {number} is not valid JSON ({error})."
+                            ) from None
+                        if not isinstance(rows[-1], dict):
+                            raise DataError(f"{flag} {path}: line {number} is not a JSON object (one row).")
             columns = list(rows[0]) if rows else []
     if not rows:
-        raise DataError(f"data file {path!r} has no rows.")
+        raise DataError(f"{flag} {path} has no rows: add data below the header.")
     return datasets.Dataset.from_dict({column: [row.get(column) for row in rows] for column in columns})
 
 
@@ -89,7 +101,16 @@ def load_named_dataset(name: str, config_name: str | None = None) -> datasets.Da
         if isinstance(loaded, datasets.Dataset):
             loaded = datasets.DatasetDict({"train": loaded})
         return loaded
-    return datasets.load_dataset(name, config_name)
+    if looks_like_local_path(name) and not os.path.isdir(name):
+        raise DataError(f"--dataset_name: the folder {name} does not exist; check the path.")
+    try:
+        return datasets.load_dataset(name, config_name)
+    except (OSError, ValueError, ConnectionError) as error:  # not found, no network, bad config name
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DataError(
+            f"--dataset_name {name!r} could not be loaded ({reason}); give a folder written by "
+            "save_to_disk or a dataset name that datasets.load_dataset can reach."
+        ) from None
 
 
 def pick_split(splits: datasets.DatasetDict, split: str, source: str) -> datasets.Dataset:
@@ -151,14 +172,13 @@ class SkipReport:
 # --------------------------------------------------------------------------------------------------
 
 
-def load_conll(path: str) -> datasets.Dataset:
+def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
     """A CoNLL-style file as a Dataset with ``tokens`` and ``tags`` (lists of strings).
 
     One token per line, the token in the first column and its tag in the last (so both the two-column
     form and CoNLL-2003's four columns work), a blank line between sentences, ``-DOCSTART-`` lines ignored.
     """
-    if not os.path.isfile(path):
-        raise DataError(f"CoNLL file {path!r} does not exist.")
+    check_text_file(path, flag)
     sentences_tokens, sentences_tags = [], []
     tokens, tags = [], []
     with open(path, encoding="utf-8") as handle:
@@ -172,7 +192,7 @@ def load_conll(path: str) -> datasets.Dataset:
                 continue
             if len(fields) < 2:
                 raise DataError(
-                    f"{path}: line {number} ({line.strip()!r}) has one field; expected 'token tag' "
+                    f"{flag} {path}: line {number} ({line.strip()!r}) has one field; expected 'token tag' "
                     "(token first, tag last, separated by whitespace)."
                 )
             tokens.append(fields[0])
@@ -181,7 +201,7 @@ def load_conll(path: str) -> datasets.Dataset:
         sentences_tokens.append(tokens)
         sentences_tags.append(tags)
     if not sentences_tokens:
-        raise DataError(f"CoNLL file {path!r} has no sentences.")
+        raise DataError(f"{flag} {path} has no sentences (only blank or -DOCSTART- lines).")
     return datasets.Dataset.from_dict({"tokens": sentences_tokens, "tags": sentences_tags})
 
 
@@ -212,7 +232,9 @@ def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str
 # --------------------------------------------------------------------------------------------------
 
 
-def load_squad(path: str, max_articles: tuple[int, int] | None = None) -> tuple[datasets.Dataset, SkipReport]:
+def load_squad(
+    path: str, max_articles: tuple[int, int] | None = None, flag: str = "--train_file"
+) -> tuple[datasets.Dataset, SkipReport]:
     """A SQuAD v1.1 / v2.0 JSON file as a flat Dataset of questions plus a report of repaired answers.
 
     Columns: ``id`` (string), ``title``, ``context``, ``question``, ``answers``
@@ -223,31 +245,34 @@ def load_squad(path: str, max_articles: tuple[int, int] | None = None) -> tuple[
     (not marked ``is_impossible``) left without any answer is skipped
     (``num_questions_skipped_no_answer_in_context``).
     """
-    if not os.path.isfile(path):
-        raise DataError(f"SQuAD file {path!r} does not exist.")
+    check_text_file(path, flag)
     with open(path, encoding="utf-8") as handle:
         try:
             payload = json.load(handle)
         except json.JSONDecodeError as error:
-            raise DataError(f"{path} is not valid JSON ({error}).") from None
+            raise DataError(f"{flag} {path} is not valid JSON ({error}).") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
-        raise DataError(f"{path}: expected SQuAD JSON, an object with a 'data' list of articles.")
+        raise DataError(f"{flag} {path}: expected SQuAD JSON, an object with a 'data' list of articles.")
     articles = payload["data"]
     if max_articles is not None:
         articles = articles[max_articles[0] : max_articles[1]]
     report = SkipReport(source=path)
     columns = {name: [] for name in ("id", "title", "context", "question", "answers", "is_impossible")}
     for article_index, article in enumerate(articles):
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
+            raise DataError(
+                f"{flag} {path}: article {article_index} is not an object with a 'paragraphs' list."
+            )
         for paragraph in article.get("paragraphs", []):
-            context = paragraph.get("context")
+            context = paragraph.get("context") if isinstance(paragraph, dict) else None
             if not isinstance(context, str):
                 raise DataError(
-                    f"{path}: article {article_index} has a paragraph without a 'context' string."
+                    f"{flag} {path}: article {article_index} has a paragraph without a 'context' string."
                 )
             for qa in paragraph.get("qas", []):
                 if "question" not in qa or "id" not in qa:
                     raise DataError(
-                        f"{path}: article {article_index}: every question needs 'id' and 'question'."
+                        f"{flag} {path}: article {article_index}: every question needs 'id' and 'question'."
                     )
                 report.total += 1
                 texts, starts = [], []
@@ -274,7 +299,7 @@ def load_squad(path: str, max_articles: tuple[int, int] | None = None) -> tuple[
                 columns["is_impossible"].append(impossible)
     if not columns["id"]:
         raise DataError(
-            f"{path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + "."
+            f"{flag} {path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + "."
         )
     return datasets.Dataset.from_dict(columns), report
 

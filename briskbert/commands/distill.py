@@ -15,144 +15,114 @@ of ``finetune_classification.py``; labels keep the teacher's ids.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 
-from transformers import DataCollatorWithPadding
-
-from briskbert.training.classification import (
+from briskbert.training.arguments import add_training_arguments
+from briskbert.training.task_arguments import (
     add_classification_arguments,
-    classification_card_facts,
-    load_classification_data,
-    make_evaluate_fn,
-    tokenize_classification,
+    add_data_arguments,
+    add_distill_arguments,
+    classification_task_from_args,
+    data_source_from_args,
+    distill_setup_from_args,
+    new_parser,
 )
-from briskbert.training.distill import DistillationModel, student_from_teacher
-from briskbert.training.finetuning import add_data_arguments, load_tokenizer, report_skips
-from briskbert.training.loop import add_training_arguments, create_accelerator, run, seed_everything
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    g = parser.add_argument_group("teacher and student")
-    g.add_argument(
-        "--teacher_model", type=str, required=True, help="A fine-tuned briskbert classifier folder."
-    )
-    g.add_argument(
-        "--student_model", type=str, default=None, help="Start the student from this briskbert folder."
-    )
-    g.add_argument(
-        "--student_preset", type=str, default=None, help="Or a fresh student from a config preset."
-    )
-    g.add_argument(
-        "--student_layers",
-        type=str,
-        default=None,
-        help="Teacher layers to copy into the student, e.g. 0,2,4 (default: every other layer).",
-    )
-    g.add_argument("--temperature", type=float, default=2.0)
-    g.add_argument(
-        "--alpha_kd", type=float, default=0.5, help="Weight of the soft (teacher) loss; the rest is hard."
-    )
-    g.add_argument(
-        "--hidden_loss_weight", type=float, default=0.0, help="Weight of the hidden-state MSE loss."
-    )
-    g.add_argument("--max_seq_length", type=int, default=128)
-    g.add_argument("--tokenizer_name", type=str, default=None)
+    parser = new_parser(__doc__)
+    add_distill_arguments(parser)
     add_data_arguments(parser, "CSV, TSV or JSON lines file with a header / keys.")
     add_classification_arguments(parser)
     add_training_arguments(parser)
-    args = parser.parse_args(argv)
-    if sum(x is not None for x in (args.student_model, args.student_preset, args.student_layers)) > 1:
-        parser.error("give at most one of --student_model, --student_preset, --student_layers.")
-    if args.dataset_name is None and args.train_file is None:
-        parser.error("give --train_file (and usually --validation_file) or --dataset_name.")
-    return args
+    return parser.parse_args(argv)
 
 
-def build_student(args, teacher, tokenizer):
-    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+def check_model_folders(setup) -> None:
+    """Teacher (with its tokenizer unless --tokenizer_name), student and tokenizer folders, up front."""
+    from briskbert.inputs import check_model_source, check_tokenizer_source
 
-    if args.student_model:
-        student = BriskBertForSequenceClassification.from_pretrained(
-            args.student_model,
-            num_labels=teacher.config.num_labels,
-            id2label=teacher.config.id2label,
-            label2id=teacher.config.label2id,
-            problem_type=teacher.config.problem_type,
-        )
-    elif args.student_preset:
-        config = BriskBertConfig.from_preset(
-            args.student_preset,
-            vocab_size=teacher.config.vocab_size,
-            num_labels=teacher.config.num_labels,
-            id2label=teacher.config.id2label,
-            label2id=teacher.config.label2id,
-            problem_type=teacher.config.problem_type,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        student = BriskBertForSequenceClassification(config)
-    else:
-        layers = None
-        if args.student_layers:
-            try:
-                layers = [int(i) for i in args.student_layers.split(",")]
-            except ValueError:
-                raise ValueError(
-                    f"--student_layers {args.student_layers!r}: give indices such as 0,2,4."
-                ) from None
-        student = student_from_teacher(teacher, layers)
-    if student.config.vocab_size != teacher.config.vocab_size:
-        raise ValueError(
-            f"student vocabulary ({student.config.vocab_size}) differs from the teacher's "
-            f"({teacher.config.vocab_size}); both must read the same token ids."
-        )
-    return student
+    check_model_source(setup.teacher_model, "--teacher_model", need_tokenizer=setup.tokenizer_name is None)
+    if setup.student_model is not None:
+        check_model_source(setup.student_model, "--student_model", need_tokenizer=False)
+    if setup.tokenizer_name is not None:
+        check_tokenizer_source(setup.tokenizer_name, "--tokenizer_name")
 
 
 def main(argv=None):
     args = parse_args(argv)
-    accelerator = create_accelerator(args)
-    seed_everything(args.seed)
-    from briskbert.modeling import BriskBertForSequenceClassification
+    setup, data_source = distill_setup_from_args(args), data_source_from_args(args)
+    task = classification_task_from_args(args)
 
-    teacher = BriskBertForSequenceClassification.from_pretrained(args.teacher_model)
-    problem_type = teacher.config.problem_type or "single_label_classification"
-    if args.problem_type and args.problem_type != problem_type:
-        raise ValueError(f"--problem_type {args.problem_type} differs from the teacher's {problem_type}.")
-    args.problem_type = problem_type
-    label_list = (
-        None
-        if problem_type == "regression"
-        else [teacher.config.id2label[i] for i in range(teacher.config.num_labels)]
+    from transformers import DataCollatorWithPadding
+
+    from briskbert.errors import UserError
+    from briskbert.training.classification import (
+        classification_card_facts,
+        load_classification_data,
+        make_evaluate_fn,
+        tokenize_classification,
     )
-    data = load_classification_data(args, label_list=label_list)
-    tokenizer = load_tokenizer(args, args.teacher_model)
-    student = build_student(args, teacher, tokenizer)
-    model = DistillationModel(student, teacher, args.temperature, args.alpha_kd, args.hidden_loss_weight)
+    from briskbert.training.distill import DistillationModel, build_student, load_teacher
+    from briskbert.training.facts import base_model_id
+    from briskbert.training.finetuning import load_tokenizer, report_skips, start_accelerator, training_config
+    from briskbert.training.loop import run, seed_everything
+
+    config = training_config(args)
+    check_model_folders(setup)
+    teacher = load_teacher(setup.teacher_model)
+    problem_type = teacher.config.problem_type or "single_label_classification"
+    if task.problem_type and task.problem_type != problem_type:
+        raise UserError(f"--problem_type {task.problem_type} differs from the teacher's {problem_type}.")
+    task = dataclasses.replace(task, problem_type=problem_type)
+    label_names = None
+    if problem_type != "regression":
+        label_names = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)]
+    if task.label_names is not None and label_names is not None and list(task.label_names) != label_names:
+        raise UserError(
+            f"--label_names {','.join(task.label_names)} differs from the teacher's labels {','.join(label_names)}."
+        )
+    data = load_classification_data(
+        data_source,
+        task,
+        label_names=label_names,
+        names_source=f"the teacher's labels (--teacher_model {setup.teacher_model})",
+    )
+    if data.spec.problem_type != problem_type:
+        raise UserError(
+            f"the data's labels make a {data.spec.problem_type} task; the teacher is {problem_type}."
+        )
+    accelerator = start_accelerator(config)
+    seed_everything(config.seed)
+    tokenizer = load_tokenizer(setup.tokenizer_name or setup.teacher_model)
+    student = build_student(setup, teacher, tokenizer.pad_token_id)
+    model = DistillationModel(student, teacher, setup.temperature, setup.alpha_kd, setup.hidden_loss_weight)
     accelerator.print(
         f"Distilling {teacher.config.num_hidden_layers} -> {student.config.num_hidden_layers} layers "
         f"({sum(p.numel() for p in teacher.parameters()) / 1e6:.1f}M -> "
         f"{sum(p.numel() for p in student.parameters()) / 1e6:.1f}M parameters)"
     )
-    train_features, eval_features = tokenize_classification(data, tokenizer, args, accelerator)
-
+    train_features, eval_features = tokenize_classification(
+        data, task, tokenizer, setup.max_seq_length, accelerator
+    )
+    skipped = report_skips(accelerator, *data.reports)
     card = {
-        **classification_card_facts(
-            args, data, train_features, eval_features, report_skips(accelerator, *data.reports)
-        ),
-        "base_model": args.teacher_model,
+        **classification_card_facts(data_source, task, data, train_features, eval_features, skipped),
+        "base_model": base_model_id(setup.teacher_model),
         "distillation": {
-            "teacher": args.teacher_model,
-            "temperature": args.temperature,
-            "alpha_kd": args.alpha_kd,
-            "hidden_loss_weight": args.hidden_loss_weight,
-            "student_init": args.student_model or args.student_preset or f"teacher layers {model.layer_map}",
+            "teacher": setup.teacher_model,
+            "temperature": setup.temperature,
+            "alpha_kd": setup.alpha_kd,
+            "hidden_loss_weight": setup.hidden_loss_weight,
+            "student_init": setup.student_model
+            or setup.student_preset
+            or f"teacher layers {model.layer_map}",
         },
         "language": "en",
         "license": "apache-2.0",
     }
     return run(
-        args,
+        config,
         accelerator=accelerator,
         model=model,
         tokenizer=tokenizer,

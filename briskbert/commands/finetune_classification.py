@@ -8,69 +8,83 @@
 
 Data: CSV, TSV or JSON lines files, or ``--dataset_name``; one text column or a pair
 (``--text_pair_column``). The task is inferred from the labels (see ``training.classification``) or set
-with ``--problem_type``. Metrics: accuracy, macro F1 and Matthews correlation; Pearson, Spearman and MSE
+with ``--problem_type``; ``--label_names negative,positive`` names integer labels for ``pipeline()`` and
+the model card. Metrics: accuracy, macro F1 and Matthews correlation; Pearson, Spearman and MSE
 for regression; subset accuracy and micro/macro F1 for multi-label.
 """
 
 from __future__ import annotations
 
-import argparse
-
-from transformers import DataCollatorWithPadding
-
-from briskbert.training.classification import (
+from briskbert.training.arguments import add_training_arguments
+from briskbert.training.task_arguments import (
     add_classification_arguments,
-    classification_card_facts,
-    load_classification_data,
-    make_evaluate_fn,
-    tokenize_classification,
-)
-from briskbert.training.finetuning import (
     add_data_arguments,
     add_model_arguments,
-    card_source_facts,
-    check_source_arguments,
-    load_model,
-    load_tokenizer,
-    report_skips,
-    resolve_base_model,
+    classification_task_from_args,
+    data_source_from_args,
+    model_source_from_args,
+    new_parser,
 )
-from briskbert.training.loop import add_training_arguments, create_accelerator, run, seed_everything
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = new_parser(__doc__)
     add_model_arguments(parser)
     add_data_arguments(parser, "CSV, TSV or JSON lines file with a header / keys.")
     add_classification_arguments(parser)
     add_training_arguments(parser)
-    args = parser.parse_args(argv)
-    check_source_arguments(args)
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    accelerator = create_accelerator(args)
-    seed_everything(args.seed)
+    source, data_source = model_source_from_args(args), data_source_from_args(args)
+    task = classification_task_from_args(args)
 
-    data = load_classification_data(args)
+    from transformers import DataCollatorWithPadding
+
+    from briskbert.modeling import BriskBertForSequenceClassification
+    from briskbert.training.classification import (
+        classification_card_facts,
+        load_classification_data,
+        make_evaluate_fn,
+        tokenize_classification,
+    )
+    from briskbert.training.finetuning import (
+        card_source_facts,
+        check_model_inputs,
+        load_model,
+        load_tokenizer,
+        report_skips,
+        resolve_base_model,
+        start_accelerator,
+        training_config,
+    )
+    from briskbert.training.loop import run, seed_everything
+
+    config = training_config(args)
+    location = check_model_inputs(source)
+    data = load_classification_data(data_source, task)
+    accelerator = start_accelerator(config)
+    seed_everything(config.seed)
     accelerator.print(
         f"Task: {data.spec.problem_type}, {data.spec.num_labels} label(s) {data.spec.label_list[:10]}"
     )
-    base = resolve_base_model(args) if args.model_name_or_path else None
-    tokenizer = load_tokenizer(args, base)
-    model = load_model(_model_class(), args, base, tokenizer, **data.spec.config_kwargs())
-    train_features, eval_features = tokenize_classification(data, tokenizer, args, accelerator)
-
+    base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
+    tokenizer = load_tokenizer(source.tokenizer_name or base)
+    model = load_model(
+        BriskBertForSequenceClassification, source, base, tokenizer, **data.spec.config_kwargs()
+    )
+    train_features, eval_features = tokenize_classification(
+        data, task, tokenizer, source.max_seq_length, accelerator
+    )
+    skipped = report_skips(accelerator, *data.reports)
     card = {
-        **card_source_facts(args, base),
-        **classification_card_facts(
-            args, data, train_features, eval_features, report_skips(accelerator, *data.reports)
-        ),
+        **card_source_facts(source),
+        **classification_card_facts(data_source, task, data, train_features, eval_features, skipped),
     }
     return run(
-        args,
+        config,
         accelerator=accelerator,
         model=model,
         tokenizer=tokenizer,
@@ -80,12 +94,6 @@ def main(argv=None):
         evaluate_fn=make_evaluate_fn(data.spec) if eval_features is not None else None,
         card_facts=card,
     )
-
-
-def _model_class():
-    from briskbert.modeling import BriskBertForSequenceClassification
-
-    return BriskBertForSequenceClassification
 
 
 if __name__ == "__main__":

@@ -14,164 +14,117 @@ per-type F1, scored on whole gold sentences.
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from transformers import DataCollatorForTokenClassification
-
-from briskbert.training.finetuning import (
+from briskbert.training.arguments import add_training_arguments
+from briskbert.training.task_arguments import (
     add_data_arguments,
     add_model_arguments,
-    card_source_facts,
-    check_source_arguments,
-    first_n,
-    load_model,
-    load_splits,
-    load_tokenizer,
-    pad_to_width,
-    resolve_base_model,
+    add_ner_arguments,
+    data_source_from_args,
+    model_source_from_args,
+    ner_task_from_args,
+    new_parser,
 )
-from briskbert.training.loop import (
-    add_training_arguments,
-    create_accelerator,
-    evaluation_loop,
-    run,
-    seed_everything,
-)
-from briskbert.training.ner import IGNORE_INDEX, NerEvaluator, build_label_list, tokenize_and_align_labels
-from briskbert.training.task_data import load_conll, require_columns, require_rows, tags_as_strings
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = new_parser(__doc__)
     add_model_arguments(parser)
     add_data_arguments(parser, "CoNLL-style file: 'token ... tag' per line, blank line between sentences.")
-    g = parser.add_argument_group("task")
-    g.add_argument("--token_column", type=str, default="tokens")
-    g.add_argument("--tag_column", type=str, default=None, help="Default: 'tags', else 'ner_tags'.")
-    g.add_argument(
-        "--label_all_tokens",
-        action="store_true",
-        help="Train on every sub-word of a word (B- becomes I- after the first), not only the first.",
-    )
+    add_ner_arguments(parser)
     add_training_arguments(parser)
     parser.set_defaults(max_seq_length=256)
-    args = parser.parse_args(argv)
-    check_source_arguments(args)
-    return args
-
-
-def count_labelled_tokens(batch) -> int:
-    """The token-classification loss is a mean over labelled sub-words: weight batches by that count."""
-    return int((batch["labels"] != IGNORE_INDEX).sum())
+    return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    accelerator = create_accelerator(args)
-    seed_everything(args.seed)
-
-    train, evaluation = load_splits(args, file_loader=load_conll)
-    if args.tag_column is None:
-        args.tag_column = (
-            "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
-        )
-    columns = {"--token_column": args.token_column, "--tag_column": args.tag_column}
-    train = first_n(train, args.max_train_samples)
-    require_rows(train, "the training data")
-    require_columns(train, columns, "the training data")
-    train_tags = tags_as_strings(train, args.tag_column)
-    eval_tags = None
-    if evaluation is not None:
-        evaluation = first_n(evaluation, args.max_eval_samples)
-        require_rows(evaluation, "the evaluation data")
-        require_columns(evaluation, columns, "the evaluation data")
-        eval_tags = tags_as_strings(evaluation, args.tag_column)
-    labels = build_label_list(train_tags, eval_tags)
-    label2id = {label: i for i, label in enumerate(labels)}
-    accelerator.print(f"Tags ({len(labels)}): {labels}")
-
-    base = resolve_base_model(args) if args.model_name_or_path else None
-    tokenizer = load_tokenizer(args, base)
-    model = load_model(
-        _model_class(),
-        args,
-        base,
-        tokenizer,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id=label2id,
+    source, data_source, task = (
+        model_source_from_args(args),
+        data_source_from_args(args),
+        ner_task_from_args(args),
     )
 
-    def features(dataset, tags, label_all_tokens):
-        # string tags in a fixed column, whatever the source's tag column holds
-        dataset = dataset.select_columns([args.token_column]).add_column("__tags", tags)
-        return dataset.map(
-            tokenize_and_align_labels,
-            batched=True,
-            remove_columns=dataset.column_names,
-            fn_kwargs=dict(
-                tokenizer=tokenizer,
-                label2id=label2id,
-                token_column=args.token_column,
-                tag_column="__tags",
-                max_seq_length=args.max_seq_length,
-                label_all_tokens=label_all_tokens,
-            ),
-        )
+    from transformers import DataCollatorForTokenClassification
 
+    from briskbert.modeling import BriskBertForTokenClassification
+    from briskbert.training.finetuning import (
+        card_source_facts,
+        check_model_inputs,
+        load_model,
+        load_tokenizer,
+        resolve_base_model,
+        start_accelerator,
+        training_config,
+    )
+    from briskbert.training.loop import run, seed_everything
+    from briskbert.training.ner import (
+        METRIC_DEFINITIONS,
+        NerEvaluator,
+        count_labelled_tokens,
+        load_ner_data,
+        make_ner_evaluate_fn,
+        ner_features,
+    )
+
+    config = training_config(args)
+    location = check_model_inputs(source)
+    data = load_ner_data(data_source, task)
+    accelerator = start_accelerator(config)
+    seed_everything(config.seed)
+    accelerator.print(f"Tags ({len(data.labels)}): {data.labels}")
+    base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
+    tokenizer = load_tokenizer(source.tokenizer_name or base)
+    model = load_model(
+        BriskBertForTokenClassification,
+        source,
+        base,
+        tokenizer,
+        num_labels=len(data.labels),
+        id2label=data.id2label,
+        label2id=data.label2id,
+    )
+    features = dict(
+        tokenizer=tokenizer,
+        label2id=data.label2id,
+        token_column=task.token_column,
+        max_seq_length=source.max_seq_length,
+    )
     with accelerator.main_process_first():
-        train_features = features(train, train_tags, args.label_all_tokens).remove_columns("word_ids")
-        eval_features = None if evaluation is None else features(evaluation, eval_tags, False)
-
+        train_features = ner_features(
+            data.train, data.train_tags, label_all_tokens=task.label_all_tokens, **features
+        )
+        eval_features = None
+        if data.evaluation is not None:
+            eval_features = ner_features(data.evaluation, data.eval_tags, label_all_tokens=False, **features)
     evaluate = None
     if eval_features is not None:
-        evaluator = NerEvaluator(eval_tags, eval_features["word_ids"], dict(enumerate(labels)))
+        evaluator = NerEvaluator(data.eval_tags, eval_features["word_ids"], data.id2label)
+        evaluate = make_ner_evaluate_fn(evaluator, source.max_seq_length)
         eval_features = eval_features.remove_columns("word_ids")
 
-        def evaluate(model, dataloader, accelerator):
-            gathered = evaluation_loop(
-                model,
-                dataloader,
-                accelerator,
-                lambda batch, outputs: {
-                    "predictions": pad_to_width(outputs.logits.argmax(-1), args.max_seq_length, IGNORE_INDEX)
-                },
-            )
-            return evaluator(gathered["predictions"].long().numpy())
-
     card = {
-        **card_source_facts(args, base),
+        **card_source_facts(source),
         "task": "token-classification",
         "pipeline_tag": "token-classification",
-        "labels": labels,
-        "datasets": [args.dataset_name or os.path.basename(args.train_file)],
-        "eval_dataset": (args.dataset_name + ":" + args.validation_split)
-        if args.dataset_name
-        else (os.path.basename(args.validation_file) if args.validation_file else None),
+        "labels": data.labels,
+        **data_source.card_facts(),
         "num_train_sentences": len(train_features),
         "num_eval_sentences": len(eval_features) if eval_features is not None else 0,
-        "label_all_tokens": args.label_all_tokens,
-        "metric_definitions": "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy",
+        "label_all_tokens": task.label_all_tokens,
+        "metric_definitions": METRIC_DEFINITIONS,
     }
     return run(
-        args,
+        config,
         accelerator=accelerator,
         model=model,
         tokenizer=tokenizer,
-        train_dataset=train_features,
+        train_dataset=train_features.remove_columns("word_ids"),
         data_collator=DataCollatorForTokenClassification(tokenizer),
         eval_dataset=eval_features,
         evaluate_fn=evaluate,
         count_items=count_labelled_tokens,
         card_facts=card,
     )
-
-
-def _model_class():
-    from briskbert.modeling import BriskBertForTokenClassification
-
-    return BriskBertForTokenClassification
 
 
 if __name__ == "__main__":

@@ -1,0 +1,220 @@
+"""Checks of the files and names a user hands to a command, before any heavy work starts.
+
+Each check raises :class:`~briskbert.errors.UserError` with one sentence naming the flag, the file and
+the fix, instead of letting a deep library error surface later (``UnicodeDecodeError`` from a data file,
+``SafetensorError: incomplete metadata`` from a truncated download, ``JSONDecodeError`` from a hand-edited
+``config.json``, ``Repo id must be in the form ...`` for a folder that does not exist, or a minute of
+network retries for a local path typed wrong). Nothing here imports torch, so commands can check their
+inputs right after parsing their flags.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UserError
+
+#: files from which ``AutoTokenizer`` can build a real vocabulary (any one of them is enough)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+#: weight files ``from_pretrained`` reads (any one of them is enough)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap on the JSON header
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """Where a model named on the command line lives: a checked local folder or a Hub repo id."""
+
+    name: str
+    is_local: bool
+
+
+def looks_like_local_path(name: str) -> bool:
+    """True when ``name`` can only mean a path: it exists, is written as a path (``./x``, ``/x``, ``~/x``,
+    ``a/b/c``), is no valid repo id, or starts with a folder that exists here (``runs/model``)."""
+    if (
+        Path(name).expanduser().exists()
+        or name.startswith(("/", ".", "~"))
+        or os.sep != "/"
+        and os.sep in name
+    ):
+        return True
+    if not _REPO_ID.match(name) or name.endswith("/"):
+        return True
+    return "/" in name and Path(name.split("/", 1)[0]).is_dir()
+
+
+def check_model_source(name: str, flag: str, need_tokenizer: bool = True) -> ModelLocation:
+    """A local model folder (checked by :func:`check_model_folder`) or a Hub repo that can be reached."""
+    if looks_like_local_path(name):
+        check_model_folder(Path(name).expanduser(), flag, need_tokenizer)
+        return ModelLocation(str(Path(name).expanduser()), is_local=True)
+    check_hub_repo(name, flag)
+    return ModelLocation(name, is_local=False)
+
+
+def check_tokenizer_source(name: str, flag: str) -> ModelLocation:
+    """A local folder with tokenizer files, or a Hub repo that can be reached."""
+    if looks_like_local_path(name):
+        folder = Path(name).expanduser()
+        _require_folder(folder, flag, "tokenizer")
+        check_tokenizer_files(folder, flag)
+        return ModelLocation(str(folder), is_local=True)
+    check_hub_repo(name, flag)
+    return ModelLocation(name, is_local=False)
+
+
+def check_model_folder(folder: Path, flag: str, need_tokenizer: bool = True) -> dict:
+    """Config, weights (and tokenizer files) of a saved model folder; returns the parsed ``config.json``."""
+    _require_folder(folder, flag, "model")
+    config = read_json_object(folder / "config.json", flag, "save the model with save_pretrained")
+    if "model_type" not in config:
+        raise UserError(
+            f"{flag}: {folder / 'config.json'} has no 'model_type'; it is not a transformers model config."
+        )
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        raise UserError(
+            f"{flag}: the folder {folder} has no model weights (none of {', '.join(WEIGHT_FILES)}); "
+            "save the model with save_pretrained or point at the complete folder."
+        )
+    for weight_file in _weight_files(weights[0], flag):
+        if weight_file.suffix == ".safetensors":
+            check_safetensors(weight_file, flag)
+    if need_tokenizer:
+        check_tokenizer_files(folder, flag)
+    return config
+
+
+def check_tokenizer_files(folder: Path, flag: str) -> None:
+    """A folder must hold at least one vocabulary file; a ``tokenizer.json`` must be valid JSON."""
+    present = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not present:
+        raise UserError(
+            f"{flag}: the folder {folder} has no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
+            "save the tokenizer into it with tokenizer.save_pretrained, or pass --tokenizer_name."
+        )
+    if "tokenizer.json" in present:
+        read_json_object(folder / "tokenizer.json", flag, "save the tokenizer again with save_pretrained")
+
+
+def check_safetensors(path: Path, flag: str) -> None:
+    """The header of a ``.safetensors`` file parses and the tensors it lists fit in the file (a truncated
+    copy fails here, not as ``SafetensorError: incomplete metadata`` while loading)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        header_size = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else -1
+        header_text = handle.read(header_size) if 0 < header_size <= _SAFETENSORS_HEADER_LIMIT else b""
+    try:
+        header = json.loads(header_text) if len(header_text) == header_size else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        header = None
+    if not isinstance(header, dict):
+        raise UserError(
+            f"{flag}: {path} is not a complete safetensors file (its header is unreadable, {size} bytes); "
+            "the copy is probably truncated: download or save the model again."
+        )
+    data_end = max(
+        (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0
+    )
+    if 8 + header_size + data_end > size:
+        raise UserError(
+            f"{flag}: {path} is truncated ({size} bytes, its header lists {8 + header_size + data_end}); "
+            "download or save the model again."
+        )
+
+
+def check_text_file(path: str | Path, flag: str, allow_empty: bool = False) -> Path:
+    """An existing, UTF-8 encoded (and, unless ``allow_empty``, non-blank) text file."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{flag}: the file {path} does not exist.")
+    if not path.is_file():
+        raise UserError(f"{flag}: {path} is a folder, not a file; name a file inside it.")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, has_text = 1, False
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            try:
+                text = decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                line += chunk[: error.start].count(b"\n")
+                raise UserError(
+                    f"{flag}: {path} is not UTF-8 text (byte 0x{chunk[error.start]:02x} on line {line}); "
+                    "re-save the file as UTF-8."
+                ) from None
+            line += text.count("\n")
+            has_text = has_text or bool(text.strip())
+    if not has_text and not allow_empty:
+        raise UserError(f"{flag}: the file {path} is empty; give a file with data.")
+    return path
+
+
+def read_json_object(path: Path, flag: str, fix: str) -> dict:
+    """Parse a JSON object file; a missing or malformed one is a :class:`UserError` saying ``fix``."""
+    if not path.is_file():
+        raise UserError(f"{flag}: {path} is missing; {fix}.")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{flag}: {path} is not UTF-8 text; {fix}.") from None
+    except json.JSONDecodeError as error:
+        raise UserError(
+            f"{flag}: {path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); {fix}."
+        ) from None
+    if not isinstance(value, dict):
+        raise UserError(f"{flag}: {path} holds a JSON {type(value).__name__}, not an object; {fix}.")
+    return value
+
+
+def check_hub_repo(repo_id: str, flag: str) -> None:
+    """A repo id that is in the local Hub cache or answers on the Hub: asked once, with no retries, so a
+    typo costs a second rather than a minute of backoff."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return
+    not_local = f"{flag} {repo_id!r}: there is no local folder of that name"
+    if constants.HF_HUB_OFFLINE:
+        raise UserError(
+            f"{not_local} and the Hub repo is not in the cache (offline mode); give an existing folder."
+        )
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except Exception as error:  # noqa: BLE001 - not found, gated, no network: all mean "cannot use it"
+        reason = type(error).__name__
+        raise UserError(
+            f"{not_local}, and the Hub did not provide a repo of that name ({reason}); give an existing "
+            "folder or a Hub repo id you can access."
+        ) from None
+
+
+def _require_folder(folder: Path, flag: str, what: str) -> None:
+    if not folder.exists():
+        raise UserError(f"{flag}: the {what} folder {folder} does not exist; check the path.")
+    if not folder.is_dir():
+        raise UserError(f"{flag}: {folder} is a file; give the {what} folder that holds it.")
+
+
+def _weight_files(first: Path, flag: str) -> list[Path]:
+    """The weight files behind ``first``: itself, or every shard a safetensors index names."""
+    if not first.name.endswith(".index.json"):
+        return [first]
+    index = read_json_object(first, flag, "save the model again with save_pretrained")
+    shards = sorted(set((index.get("weight_map") or {}).values()))
+    missing = [name for name in shards if not (first.parent / name).is_file()]
+    if missing:
+        raise UserError(
+            f"{flag}: {first.parent} lacks the weight shards {missing[:3]} its index names; copy the "
+            "complete folder."
+        )
+    return [first.parent / name for name in shards]
