@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from briskbert.commands.pretrain import main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
 from briskbert.training.masking import MaskingCollator
-from briskbert.training.pretraining import main
 from briskbert.training.pretraining_data import (
     mlm_sequences,
     nsp_examples,
@@ -26,6 +26,12 @@ from briskbert.training.pretraining_data import (
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
 SCRIPT = ROOT / "scripts" / "pretrain.py"
+
+
+@pytest.fixture(autouse=True)
+def data_cache(tmp_path, monkeypatch):
+    """Prepared corpora go to a per-test cache, never the user's."""
+    monkeypatch.setenv("BRISKBERT_CACHE", str(tmp_path / "briskbert_cache"))
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +184,14 @@ def base_args(tmp_path, tokenizer_dir, *extra):
         ("too_small", "fewer than one batch"),
         ("nsp_one_document", "--nsp needs a corpus with several documents"),
         ("nsp_packing", "cannot be combined with --packing"),
+        ("non_utf8", "is not UTF-8 text"),
         ("both_model_sources", "drop --config_name"),
         ("vocab_and_tokenizer", "--vocab_size trains a new tokenizer"),
         ("mlm_probability", "--mlm_probability must be in"),
         ("split", "must be within"),
     ],
 )
-def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message):
+def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message, capsys):
     tok = Path(tokenizer.name_or_path)
     one_doc = tmp_path / "one.txt"
     one_doc.write_text("A first sentence. A second sentence follows here.\nAnd a third line.\n")
@@ -195,6 +202,7 @@ def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message):
         "too_small": ["--train_file", str(tmp_path / "small.txt"), "--per_device_train_batch_size", "64"],
         "nsp_one_document": ["--train_file", str(one_doc), "--nsp", "--validation_file", str(one_doc)],
         "nsp_packing": ["--nsp", "--packing"],
+        "non_utf8": ["--train_file", str(tmp_path / "latin1.txt")],
         "both_model_sources": ["--model_name_or_path", str(tmp_path)],
         "vocab_and_tokenizer": ["--vocab_size", "500"],
         "mlm_probability": ["--mlm_probability", "1.5"],
@@ -203,8 +211,11 @@ def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "c.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
     (tmp_path / "small.txt").write_text("one short document.\n\nanother short one.\n")
-    with pytest.raises((ValueError, FileNotFoundError), match=message):
-        main(base_args(tmp_path, tok, *argv))
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait\n\nun autre document\n".encode("latin-1"))
+    cache = ["--data_cache_dir", str(tmp_path / "cache")]
+    assert main(base_args(tmp_path, tok, *argv, *cache)) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after any progress bar
+    assert error.startswith("error: ") and message in error
     assert not (tmp_path / "out" / "log_history.jsonl").exists()  # no training started
 
 

@@ -1,8 +1,16 @@
-"""Train a WordPiece vocabulary for :class:`BriskBertTokenizer` with the ``tokenizers`` library's trainer.
+"""Train tokenizers with the ``tokenizers`` library's trainers: WordPiece for :class:`BriskBertTokenizer`
+(BERT), byte-level BPE (RoBERTa, ModernBERT) and Unigram (ALBERT-style SentencePiece pieces).
 
-The normaliser and pre-tokeniser used for training are taken from a freshly built ``BriskBertTokenizer``
-(i.e. transformers' BERT pipeline), so the vocabulary is learnt on exactly the pieces the tokenizer will
-see. Special tokens are placed first, at fixed ids: ``[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4``.
+WordPiece: the normaliser and pre-tokeniser used for training are taken from a freshly built
+``BriskBertTokenizer`` (i.e. transformers' BERT pipeline), so the vocabulary is learnt on exactly the
+pieces the tokenizer will see. Special tokens are placed first, at fixed ids: ``[PAD]=0, [UNK]=1,
+[CLS]=2, [SEP]=3, [MASK]=4``. The trainer's own order depends on hash-map iteration (ties between equally
+frequent characters), so the learnt pieces are re-numbered in sorted order: the same text gives a
+byte-identical ``vocab.txt`` every time (WordPiece's longest-match tokenization does not depend on ids).
+
+Text is streamed (files line by line, datasets batch by batch): the trainer keeps word counts, not the
+text, so memory does not grow with the corpus. ``max_lines`` trains on a uniform random sample of that
+many lines (reservoir sampling, seeded), for corpora much larger than a vocabulary needs.
 
 Kept out of ``tokenization_briskbert.py`` on purpose: that file is shipped as Hub remote code and stays
 minimal.
@@ -10,10 +18,13 @@ minimal.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
+import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -24,7 +35,23 @@ from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["round_up_to_multiple", "train_wordpiece_tokenizer"]
+__all__ = [
+    "TOKENIZER_MODELS",
+    "round_up_to_multiple",
+    "sample_lines",
+    "train_bpe_tokenizer",
+    "train_tokenizer",
+    "train_unigram_tokenizer",
+    "train_wordpiece_tokenizer",
+]
+
+TOKENIZER_MODELS = ("wordpiece", "bpe", "unigram")
+#: RoBERTa's special tokens, in RoBERTa's order (ids 0-4 of a trained byte-level BPE vocabulary)
+BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+
+class EmptyCorpusError(ValueError):
+    """The training text has no non-blank line."""
 
 
 def round_up_to_multiple(n: int, multiple: int | None) -> int:
@@ -34,7 +61,33 @@ def round_up_to_multiple(n: int, multiple: int | None) -> int:
     return -(-int(n) // int(multiple)) * int(multiple)
 
 
-def _dataset_batches(dataset, text_column: str, batch_size: int) -> Iterator[list[str]]:
+def utf8_error_message(path: str | os.PathLike) -> str:
+    """Where a file stops being UTF-8: 'PATH is not UTF-8 text (byte 0xNN on line L); ...'."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = 1
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            try:
+                line += decoder.decode(chunk).count("\n")
+            except UnicodeDecodeError as error:
+                line += chunk[: error.start].count(b"\n")
+                return f"{path} is not UTF-8 text (byte 0x{chunk[error.start]:02x} on line {line}); re-save it as UTF-8."
+    return f"{path} is not UTF-8 text; re-save it as UTF-8."
+
+
+def _file_lines(paths: list[str]) -> Iterator[str]:
+    """Non-blank lines of UTF-8 text files; a decoding error names the file and the line."""
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            try:
+                for line in handle:
+                    if line.strip():
+                        yield line.rstrip("\n")
+            except UnicodeDecodeError:
+                raise ValueError(utf8_error_message(path)) from None
+
+
+def _dataset_texts(dataset, text_column: str, batch_size: int) -> Iterator[str]:
     column_names = getattr(dataset, "column_names", None)
     if isinstance(column_names, dict):  # a DatasetDict: refuse clearly rather than train on split names
         raise TypeError(
@@ -46,22 +99,89 @@ def _dataset_batches(dataset, text_column: str, batch_size: int) -> Iterator[lis
             f"`text_column={text_column!r}` is not a column of the dataset; columns: {column_names}."
         )
     if hasattr(dataset, "iter"):  # datasets.Dataset / IterableDataset: fast columnar batches
-        batches = (batch[text_column] for batch in dataset.iter(batch_size=batch_size))
+        rows = (text for batch in dataset.iter(batch_size=batch_size) for text in batch[text_column])
     else:  # any iterable of dicts (or of strings)
+        rows = (row if isinstance(row, str) else row[text_column] for row in dataset)
+    return (text for text in rows if isinstance(text, str) and text.strip())
 
-        def _generic():
-            batch = []
-            for row in dataset:
-                batch.append(row if isinstance(row, str) else row[text_column])
-                if len(batch) == batch_size:
-                    yield batch
-                    batch = []
-            if batch:
-                yield batch
 
-        batches = _generic()
-    for batch in batches:
-        yield [text for text in batch if isinstance(text, str) and text]
+def sample_lines(lines: Iterable[str], max_lines: int | None, seed: int = 0) -> Iterable[str]:
+    """All ``lines`` (streamed), or a uniform random sample of ``max_lines`` of them (reservoir sampling,
+    seeded; kept in corpus order), holding at most ``max_lines`` in memory."""
+    if max_lines is None:
+        return lines
+    if max_lines < 1:
+        raise ValueError(f"max_lines must be >= 1, got {max_lines}.")
+    rng, reservoir = random.Random(seed), []
+    for seen, line in enumerate(lines):
+        if seen < max_lines:
+            reservoir.append((seen, line))
+        else:
+            slot = rng.randrange(seen + 1)
+            if slot < max_lines:
+                reservoir[slot] = (seen, line)
+    return [line for _, line in sorted(reservoir)]
+
+
+def _batched(texts: Iterable[str], batch_size: int, counter: list[int]) -> Iterator[list[str]]:
+    iterator = iter(texts)
+    while batch := list(islice(iterator, batch_size)):
+        counter[0] += len(batch)
+        yield batch
+
+
+def _training_texts(files, dataset, text_column: str, batch_size: int) -> tuple[Iterable[str], str]:
+    """The texts to train on and how to name their source in an error."""
+    if (files is None) == (dataset is None):
+        raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
+    if dataset is not None:
+        return _dataset_texts(dataset, text_column, batch_size), "the dataset"
+    paths = [str(Path(f)) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    if not paths:
+        raise ValueError("`files` is empty.")
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise FileNotFoundError(f"Training files not found: {missing}")
+    return _file_lines(paths), ", ".join(paths)
+
+
+def _train_backend(backend, trainer, texts: Iterable[str], source: str, batch_size: int) -> float:
+    """Train ``backend`` on ``texts``; refuse an empty corpus; return the seconds taken."""
+    start, counter = time.perf_counter(), [0]
+    backend.train_from_iterator(_batched(texts, batch_size, counter), trainer=trainer)
+    if counter[0] == 0:
+        raise EmptyCorpusError(f"{source}: no text to train a tokenizer on (empty, or only blank lines).")
+    return time.perf_counter() - start
+
+
+def canonical_wordpiece_vocab(vocab: dict[str, int], target_size: int) -> dict[str, int]:
+    """Special tokens at their fixed ids, then the learnt pieces in sorted order, then ``[unusedN]``
+    fillers up to ``target_size``: independent of the trainer's hash-map order."""
+    for expected_id, token in enumerate(SPECIAL_TOKENS):
+        if vocab.get(token) != expected_id:  # the trainer puts special tokens first; make sure of it
+            raise RuntimeError(f"Special token {token} got id {vocab.get(token)}, expected {expected_id}.")
+    tokens = [*SPECIAL_TOKENS, *sorted(set(vocab) - set(SPECIAL_TOKENS))]
+    if len(tokens) < target_size:
+        logger.warning(
+            "The corpus yielded %d WordPiece tokens, fewer than the %d requested; filling with %d [unusedN] "
+            "tokens. Use more text or a smaller vocab_size.",
+            len(tokens),
+            target_size,
+            target_size - len(tokens),
+        )
+        known, i = set(tokens), 0
+        while len(tokens) < target_size:
+            if f"[unused{i}]" not in known:
+                tokens.append(f"[unused{i}]")
+            i += 1
+    elif len(tokens) > target_size:
+        logger.warning(
+            "The trainer produced %d tokens (> %d requested): its initial alphabet alone is larger; "
+            "lower `limit_alphabet`.",
+            len(tokens),
+            target_size,
+        )
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def train_wordpiece_tokenizer(
@@ -78,12 +198,15 @@ def train_wordpiece_tokenizer(
     model_max_length: int = 512,
     limit_alphabet: int | None = 1000,
     batch_size: int = 1000,
+    max_lines: int | None = None,
+    seed: int = 0,
 ) -> BriskBertTokenizer:
     """Train a WordPiece vocabulary and return a :class:`BriskBertTokenizer` using it.
 
     Args:
-        files: text file(s), one document (or line) per line. Exactly one of ``files`` and ``dataset``.
-        dataset: a ``datasets.Dataset`` / ``IterableDataset`` (or any iterable of dicts) with a text column.
+        files: UTF-8 text file(s), one document (or line) per line. Exactly one of ``files`` and ``dataset``.
+        dataset: a ``datasets.Dataset`` / ``IterableDataset``, any iterable of dicts with a text column, or
+            an iterable of strings.
         text_column: the column of ``dataset`` that holds the text.
         vocab_size: requested size, special tokens included.
         lowercase: lower-case (and, unless ``strip_accents`` says otherwise, strip accents) as uncased BERT.
@@ -97,33 +220,29 @@ def train_wordpiece_tokenizer(
         model_max_length: maximum sequence length recorded in the tokenizer config.
         limit_alphabet: at most this many distinct characters are kept as initial pieces (rare characters
             become ``[UNK]``), so a few exotic characters cannot eat the vocabulary; ``None`` keeps all.
-        batch_size: rows per batch read from ``dataset``.
+        batch_size: texts per batch handed to the trainer.
+        max_lines: train on a seeded uniform sample of this many non-blank lines (``None``: all).
+        seed: the seed of that sample.
 
     The result has exactly the (rounded) vocabulary size: if the corpus is too small for the trainer to
     learn that many pieces, the remainder is filled with never-produced ``[unusedN]`` tokens (as in the
-    original BERT vocabularies) and a warning says how many.
+    original BERT vocabularies) and a warning says how many. Text without a single non-blank line is
+    refused (:class:`EmptyCorpusError`, a ``ValueError`` naming the files).
     """
-    if (files is None) == (dataset is None):
-        raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
+    texts, source = _training_texts(files, dataset, text_column, batch_size)
     if int(vocab_size) <= len(SPECIAL_TOKENS):
         raise ValueError(
             f"`vocab_size` must be larger than the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}."
         )
     target_size = round_up_to_multiple(vocab_size, round_to_multiple_of)
     if target_size != vocab_size:
-        logger.info(
-            "Rounding the vocabulary size %d up to %d (a multiple of %d).",
-            vocab_size,
-            target_size,
-            round_to_multiple_of,
-        )
+        logger.info("Rounding the vocabulary size %d up to %d.", vocab_size, target_size)
 
     # The same normaliser / pre-tokeniser the tokenizer will use (transformers' BERT pipeline).
     template = BriskBertTokenizer(do_lower_case=lowercase, strip_accents=strip_accents)
     backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
     backend.normalizer = template.backend_tokenizer.normalizer
     backend.pre_tokenizer = template.backend_tokenizer.pre_tokenizer
-
     trainer = WordPieceTrainer(
         vocab_size=target_size,
         min_frequency=min_frequency,
@@ -132,69 +251,140 @@ def train_wordpiece_tokenizer(
         limit_alphabet=limit_alphabet,
         show_progress=show_progress,
     )
-
-    start = time.perf_counter()
-    if files is not None:
-        if isinstance(files, (str, os.PathLike)):
-            files = [files]
-        paths = [str(Path(f)) for f in files]
-        missing = [p for p in paths if not os.path.isfile(p)]
-        if missing:
-            raise FileNotFoundError(f"Training files not found: {missing}")
-        if not paths:
-            raise ValueError("`files` is empty.")
-        backend.train(paths, trainer=trainer)
-    else:
-        length = None
-        try:
-            length = -(-len(dataset) // batch_size)
-        except TypeError:
-            pass
-        backend.train_from_iterator(
-            _dataset_batches(dataset, text_column, batch_size), trainer=trainer, length=length
-        )
-    elapsed = time.perf_counter() - start
-
-    vocab = backend.get_vocab(with_added_tokens=False)
-    for expected_id, token in enumerate(SPECIAL_TOKENS):
-        if vocab.get(token) != expected_id:  # the trainer puts special tokens first; make sure of it
-            raise RuntimeError(f"Special token {token} got id {vocab.get(token)}, expected {expected_id}.")
-    if len(vocab) < target_size:
-        missing = target_size - len(vocab)
-        logger.warning(
-            "The corpus yielded %d WordPiece tokens, fewer than the %d requested; filling with %d [unusedN] "
-            "tokens. Use more text or a smaller vocab_size.",
-            len(vocab),
-            target_size,
-            missing,
-        )
-        next_id, i = len(vocab), 0
-        while len(vocab) < target_size:
-            token = f"[unused{i}]"
-            if token not in vocab:
-                vocab[token] = next_id
-                next_id += 1
-            i += 1
-    elif len(vocab) > target_size:
-        logger.warning(
-            "The trainer produced %d tokens (> %d requested): its initial alphabet alone is larger; "
-            "lower `limit_alphabet`.",
-            len(vocab),
-            target_size,
-        )
-
+    elapsed = _train_backend(backend, trainer, sample_lines(texts, max_lines, seed), source, batch_size)
+    vocab = canonical_wordpiece_vocab(backend.get_vocab(with_added_tokens=False), target_size)
     tokenizer = BriskBertTokenizer(
         vocab=vocab,
         do_lower_case=lowercase,
         strip_accents=strip_accents,
         model_max_length=model_max_length,
     )
-    logger.info("Trained a WordPiece vocabulary of %d tokens in %.1f s.", len(vocab), elapsed)
+    _report(tokenizer, "WordPiece", elapsed, output_dir, show_progress)
+    return tokenizer
+
+
+def _report(tokenizer, kind: str, elapsed: float, output_dir, show_progress: bool) -> None:
+    logger.info("Trained a %s vocabulary of %d tokens in %.1f s.", kind, len(tokenizer), elapsed)
     if show_progress:
-        print(f"Trained a WordPiece vocabulary of {len(vocab)} tokens in {elapsed:.1f} s.", flush=True)
+        print(f"Trained a {kind} vocabulary of {len(tokenizer)} tokens in {elapsed:.1f} s.", flush=True)
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         tokenizer.save_pretrained(str(output_dir))
         if show_progress:
             print(f"Saved the tokenizer to {output_dir}", flush=True)
+
+
+def train_bpe_tokenizer(
+    files=None,
+    dataset=None,
+    text_column: str = "text",
+    vocab_size: int = 50265,
+    min_frequency: int = 2,
+    output_dir=None,
+    show_progress: bool = True,
+    model_max_length: int = 512,
+    batch_size: int = 1000,
+    max_lines: int | None = None,
+    seed: int = 0,
+):
+    """Byte-level BPE as RoBERTa and ModernBERT use it: every byte is a base piece (no unknown token in
+    practice), ``<s> A </s></s> B </s>`` templates, ``<mask>`` absorbing the space before it. Saved as a
+    standard tokenizers-backed transformers tokenizer: ``AutoTokenizer.from_pretrained(folder)`` loads it
+    without remote code. Arguments as in :func:`train_wordpiece_tokenizer`."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts, source = _training_texts(files, dataset, text_column, batch_size)
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(BPE_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=show_progress,
+    )
+    elapsed = _train_backend(backend, trainer, sample_lines(texts, max_lines, seed), source, batch_size)
+    backend.post_processor = processors.RobertaProcessing(
+        ("</s>", backend.token_to_id("</s>")), ("<s>", backend.token_to_id("<s>")), add_prefix_space=False
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token=AddedToken("<mask>", lstrip=True, normalized=False),
+        model_max_length=model_max_length,
+    )
+    _report(tokenizer, "byte-level BPE", elapsed, output_dir, show_progress)
     return tokenizer
+
+
+def train_unigram_tokenizer(
+    files=None,
+    dataset=None,
+    text_column: str = "text",
+    vocab_size: int = 32000,
+    lowercase: bool = True,
+    output_dir=None,
+    show_progress: bool = True,
+    model_max_length: int = 512,
+    batch_size: int = 1000,
+    max_lines: int | None = None,
+    seed: int = 0,
+):
+    """A Unigram language-model vocabulary over ``▁``-marked words (as ALBERT's and T5's SentencePiece),
+    with BERT's special tokens and ``[CLS] A [SEP] B [SEP]`` templates. Saved as a standard
+    tokenizers-backed transformers tokenizer (no remote code). Arguments as in
+    :func:`train_wordpiece_tokenizer`."""
+    from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers.models import Unigram
+    from transformers import PreTrainedTokenizerFast
+
+    texts, source = _training_texts(files, dataset, text_column, batch_size)
+    backend = Tokenizer(Unigram())
+    steps = [normalizers.NFKC(), *([normalizers.Lowercase()] if lowercase else [])]
+    backend.normalizer = normalizers.Sequence(steps)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        unk_token="[UNK]",
+        show_progress=show_progress,
+    )
+    elapsed = _train_backend(backend, trainer, sample_lines(texts, max_lines, seed), source, batch_size)
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=model_max_length,
+    )
+    _report(tokenizer, "Unigram", elapsed, output_dir, show_progress)
+    return tokenizer
+
+
+def train_tokenizer(model: str = "wordpiece", **kwargs):
+    """Dispatch to :func:`train_wordpiece_tokenizer`, :func:`train_bpe_tokenizer` or
+    :func:`train_unigram_tokenizer` by ``model``."""
+    trainers = {
+        "wordpiece": train_wordpiece_tokenizer,
+        "bpe": train_bpe_tokenizer,
+        "unigram": train_unigram_tokenizer,
+    }
+    if model not in trainers:
+        raise ValueError(f"Unknown tokenizer model {model!r}; choose one of {', '.join(TOKENIZER_MODELS)}.")
+    return trainers[model](**kwargs)

@@ -1,119 +1,112 @@
 """Masked-language-model pretraining (+ optional next sentence prediction) on the shared loop.
 
-``scripts/pretrain.py`` is a thin wrapper around :func:`main`. Flag names follow transformers'
-``run_mlm_no_trainer.py`` where they overlap (``--train_file``, ``--validation_file``,
-``--validation_split_percentage``, ``--dataset_name``, ``--config_name``, ``--config_overrides``,
-``--model_name_or_path``, ``--tokenizer_name``, ``--max_seq_length``, ``--mlm_probability``, ...); the
-optimisation, checkpoint and logging flags are the shared ones of :func:`training.add_training_arguments`.
+The command line (``briskbert pretrain``, :mod:`briskbert.commands.pretrain`) parses and checks its flags
+and hands a :class:`PretrainingJob` to :func:`pretrain`, which
+
+1. loads the tokenizer, or trains a WordPiece one once per run into ``output_dir/tokenizer`` (streamed
+   over the training documents, validation documents left out; reused when the run is resumed);
+2. prepares the corpus into a memory-mapped store (:mod:`training.corpus`: parallel tokenization,
+   bounded memory, cached; the main process prepares, the others wait and open the cache);
+3. builds the sequences from it (:class:`~training.pretraining_data.StoredSequences`, or NSP pairs) and
+   calls the shared loop (:func:`training.loop.run`), which shards the batches across processes and
+   stores the data position in its checkpoints: the sequences depend only on the store, so a resumed run
+   continues exactly.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from briskbert.errors import UserError
+
+from .arguments import TrainingConfig, validate_training_arguments
+from .corpus import CorpusSource, CorpusStore, PreparationSettings, iter_documents, prepare_corpus
 from .facts import base_model_id
-from .loop import (
-    add_training_arguments,
-    create_accelerator,
-    evaluation_loop,
-    run,
-    seed_everything,
-    validate_training_arguments,
-)
+from .loop import create_accelerator, evaluation_loop, run, seed_everything
 from .masking import MaskingCollator, count_masked_tokens
 from .pretraining_data import (
+    StoredSequences,
     StreamingMLMDataset,
     check_file,
-    mlm_sequences,
-    nsp_examples,
-    read_documents,
-    split_validation,
-    to_dataset,
-    tokenize_documents,
+    packing_mode,
+    split_document_indices,
+    stored_nsp_examples,
 )
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Pretrain a briskbert encoder with MLM (+ NSP).")
-    g = parser.add_argument_group("data")
-    g.add_argument(
-        "--train_file",
-        type=str,
-        default=None,
-        help="Text (.txt: one paragraph per line, blank line between documents), .jsonl, .csv, .parquet.",
-    )
-    g.add_argument("--validation_file", type=str, default=None)
-    g.add_argument(
-        "--validation_split_percentage",
-        type=float,
-        default=5,
-        help="Without --validation_file: %% of training documents held out for validation.",
-    )
-    g.add_argument("--text_column", type=str, default=None, help="Column with the text (default: 'text').")
-    g.add_argument("--dataset_name", type=str, default=None, help="A Hub dataset (needs network access).")
-    g.add_argument("--dataset_config_name", type=str, default=None)
-    g.add_argument(
-        "--streaming",
-        action="store_true",
-        help="Read, tokenize and pack the training file on the fly (needs --max_train_steps, "
-        "--validation_file and --packing).",
-    )
-    g = parser.add_argument_group("model and tokenizer")
-    g.add_argument(
-        "--config_name", type=str, default=None, help="A preset name (e.g. bert-small) or a config JSON."
-    )
-    g.add_argument(
-        "--config_overrides",
-        type=str,
-        default=None,
-        help="Override config fields, e.g. 'num_hidden_layers=4,hidden_dropout_prob=0.0'.",
-    )
-    g.add_argument("--model_name_or_path", type=str, default=None, help="Continue pretraining this model.")
-    g.add_argument(
-        "--tokenizer_name", type=str, default=None, help="A tokenizer folder (default: train one)."
-    )
-    g.add_argument(
-        "--vocab_size",
-        type=int,
-        default=None,
-        help="Train a WordPiece tokenizer of this size on the training data (default 30522).",
-    )
-    g = parser.add_argument_group("objective")
-    g.add_argument("--max_seq_length", type=int, default=128)
-    g.add_argument("--packing", action="store_true", help="Concatenate documents into full sequences.")
-    g.add_argument("--mlm_probability", type=float, default=0.15)
-    g.add_argument(
-        "--mask_replace_prob", type=float, default=0.8, help="Of masked tokens: share set to [MASK]."
-    )
-    g.add_argument(
-        "--random_replace_prob", type=float, default=0.1, help="Of masked tokens: share made random."
-    )
-    g.add_argument("--whole_word_mask", action="store_true")
-    g.add_argument("--nsp", action="store_true", help="Add next sentence prediction (segment pairs).")
-    g.add_argument("--eval_mask_seed", type=int, default=1234, help="Fixed masking of the validation set.")
-    g = parser.add_argument_group("model card facts")
-    g.add_argument("--language", type=str, default="en")
-    g.add_argument("--license", type=str, default="apache-2.0")
-    add_training_arguments(
-        parser,
-        learning_rate=5e-4,
-        weight_decay=0.01,
-        lr_scheduler_type="linear",
-        warmup_ratio=None,
-        eval_steps=None,
-    )
-    return parser
+TOKENIZER_FOLDER = "tokenizer"
 
 
-def validate_arguments(args) -> None:
-    """Every contradiction or unusable input is reported here, before anything is built."""
-    validate_training_arguments(args)
+class PretrainingInputError(UserError, ValueError):
+    """The data or the tokenizer cannot be used as given (reported as one ``error:`` line)."""
+
+
+# ------------------------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class DataSettings:
+    """Where the corpus comes from and how it becomes sequences."""
+
+    train: CorpusSource
+    validation: CorpusSource | None = None  # None: hold out validation_split_percentage of the documents
+    validation_split_percentage: float = 5
+    max_seq_length: int = 128
+    packing: str = "none"  # see training.pretraining_data.PACKING_MODES
+    nsp: bool = False
+    streaming: bool = False
+    seed: int = 42
+    preparation: PreparationSettings = PreparationSettings()
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model to build or continue, and its tokenizer."""
+
+    config_name: str | None = None
+    config_overrides: str | None = None
+    model_name_or_path: str | None = None
+    tokenizer_name: str | None = None
+    vocab_size: int | None = None
+    tokenizer_train_max_lines: int | None = None
+
+
+@dataclass(frozen=True)
+class MaskingSettings:
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    whole_word_mask: bool = False
+    eval_mask_seed: int = 1234
+
+    def collator_arguments(self) -> dict:
+        return dict(
+            mlm_probability=self.mlm_probability,
+            mask_replace_prob=self.mask_replace_prob,
+            random_replace_prob=self.random_replace_prob,
+            whole_word_mask=self.whole_word_mask,
+        )
+
+
+@dataclass(frozen=True)
+class PretrainingJob:
+    data: DataSettings
+    model: ModelSettings
+    masking: MaskingSettings
+    output_dir: str
+    language: str = "en"
+    license: str = "apache-2.0"
+    resuming: bool = False
+
+
+def validate_arguments(args) -> TrainingConfig:
+    """Every contradiction or unusable input on the command line is reported here, before anything is
+    built (``args`` is the command line's Namespace); returns the shared loop's checked settings."""
+    training_config = validate_training_arguments(args)
     if bool(args.train_file) == bool(args.dataset_name):
         raise ValueError("Give exactly one of --train_file and --dataset_name.")
     check_file(args.train_file, "--train_file")
@@ -141,21 +134,32 @@ def validate_arguments(args) -> None:
             f"--mask_replace_prob {args.mask_replace_prob} + --random_replace_prob "
             f"{args.random_replace_prob} must be within [0, 1] (the rest stays unchanged)."
         )
-    if args.nsp and args.packing:
+    _validate_data_arguments(args)
+    return training_config
+
+
+def _validate_data_arguments(args) -> None:
+    packing_mode(args.packing_mode)
+    if args.nsp and args.packing_mode != "none":
         raise ValueError(
-            "--nsp builds its own [CLS] A [SEP] B [SEP] pairs; it cannot be combined with --packing."
+            "--nsp builds its own [CLS] A [SEP] B [SEP] pairs; it cannot be combined with --packing / "
+            f"--packing_mode {args.packing_mode}."
         )
     if args.streaming:
         if args.nsp:
             raise ValueError("--streaming supports MLM only; drop --nsp.")
-        if args.max_train_steps is None or args.validation_file is None or not args.packing:
-            raise ValueError("--streaming needs --max_train_steps, --validation_file and --packing.")
+        if args.max_train_steps is None or args.validation_file is None:
+            raise ValueError("--streaming needs --max_train_steps and --validation_file.")
         if args.vocab_size is not None or not (args.tokenizer_name or args.model_name_or_path):
             raise ValueError(
                 "--streaming needs an existing tokenizer (--tokenizer_name or --model_name_or_path)."
             )
     if args.max_seq_length < 8:
         raise ValueError(f"--max_seq_length must be at least 8, got {args.max_seq_length}.")
+    if args.preprocessing_num_workers is not None and args.preprocessing_num_workers < 1:
+        raise ValueError(f"--preprocessing_num_workers must be >= 1, got {args.preprocessing_num_workers}.")
+    if args.tokenizer_train_max_lines is not None and args.tokenizer_train_max_lines < 1:
+        raise ValueError(f"--tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.")
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -175,10 +179,10 @@ def parse_config_overrides(text: str | None) -> dict:
     return overrides
 
 
-def build_config(args, tokenizer):
+def build_config(settings: ModelSettings, tokenizer, max_seq_length: int):
     from briskbert.modeling import PRESETS, BriskBertConfig
 
-    overrides = parse_config_overrides(args.config_overrides)
+    overrides = parse_config_overrides(settings.config_overrides)
     known = set(BriskBertConfig().to_dict())
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -187,95 +191,124 @@ def build_config(args, tokenizer):
             f"{', '.join(sorted(k for k in known if not k.startswith('_')))}."
         )
     overrides.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    if args.config_name in PRESETS:
-        config = BriskBertConfig.from_preset(args.config_name, **overrides)
-    elif Path(args.config_name).is_file():
-        config = BriskBertConfig.from_json_file(args.config_name)
+    if settings.config_name in PRESETS:
+        config = BriskBertConfig.from_preset(settings.config_name, **overrides)
+    elif Path(settings.config_name).is_file():
+        config = BriskBertConfig.from_json_file(settings.config_name)
         for key, value in overrides.items():
             setattr(config, key, value)
         config = BriskBertConfig(**config.to_dict())  # re-validate
     else:
         raise ValueError(
-            f"--config_name {args.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
+            f"--config_name {settings.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
             "nor a config JSON file."
         )
-    if args.max_seq_length > config.max_position_embeddings:
+    if max_seq_length > config.max_position_embeddings:
         raise ValueError(
-            f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings "
+            f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings "
             f"{config.max_position_embeddings}."
         )
     return config
 
 
-def build_model(args, tokenizer):
+def build_model(settings: ModelSettings, tokenizer, max_seq_length: int, nsp: bool):
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     import briskbert.modeling  # noqa: F401  (registers the Auto classes)
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
 
-    if args.model_name_or_path:
-        auto = AutoModelForPreTraining if args.nsp else AutoModelForMaskedLM
-        return auto.from_pretrained(args.model_name_or_path, trust_remote_code=True)
-    config = build_config(args, tokenizer)
-    return (BriskBertForPreTraining if args.nsp else BriskBertForMaskedLM)(config)
+    if settings.model_name_or_path:
+        auto = AutoModelForPreTraining if nsp else AutoModelForMaskedLM
+        return auto.from_pretrained(settings.model_name_or_path, trust_remote_code=True)
+    config = build_config(settings, tokenizer, max_seq_length)
+    return (BriskBertForPreTraining if nsp else BriskBertForMaskedLM)(config)
 
 
-def load_or_train_tokenizer(args, accelerator, train_documents):
+# ------------------------------------------------------------------------------------------ tokenizer
+def load_or_train_tokenizer(job: PretrainingJob, accelerator):
+    """The named tokenizer, or a WordPiece one trained once per run: a resumed run reuses
+    ``output_dir/tokenizer`` (the weights were trained with its ids); a new run trains it, on the main
+    process, streaming the training documents (deterministic: same corpus and seed, same vocabulary)."""
     from transformers import AutoTokenizer
 
     import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer)
+    from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
 
-    source = args.tokenizer_name or args.model_name_or_path
+    source = job.model.tokenizer_name or job.model.model_name_or_path
     if source:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=True)
-    folder = Path(args.output_dir) / "tokenizer"
+    folder = Path(job.output_dir) / TOKENIZER_FOLDER
+    if job.resuming and (folder / "vocab.txt").is_file():
+        accelerator.print(f"Resuming: reusing the tokenizer trained for this run in {folder}")
+        return BriskBertTokenizer.from_pretrained(folder)
     if accelerator.is_main_process:
-        from briskbert.tokenization import train_wordpiece_tokenizer
-
-        texts = ({"text": p} for doc in train_documents for p in doc)
         train_wordpiece_tokenizer(
-            dataset=texts,
-            vocab_size=args.vocab_size or 30522,
+            dataset=_tokenizer_training_texts(job.data),
+            vocab_size=job.model.vocab_size or 30522,
             output_dir=folder,
             show_progress=False,
-            model_max_length=args.max_seq_length,
+            model_max_length=job.data.max_seq_length,
+            max_lines=job.model.tokenizer_train_max_lines,
+            seed=job.data.seed,
         )
     accelerator.wait_for_everyone()
-    from briskbert.tokenization import BriskBertTokenizer
-
     return BriskBertTokenizer.from_pretrained(folder)
 
 
-# ---------------------------------------------------------------------------------------------- data
-def load_documents(args):
-    """(train documents, validation documents) as lists of lists of paragraphs."""
-    if args.dataset_name:
-        import datasets
-
-        raw = datasets.load_dataset(args.dataset_name, args.dataset_config_name)
-        column = args.text_column or "text"
-        from .pretraining_data import documents_from_rows
-
-        train = documents_from_rows(raw["train"][column], blank_line_separates=True)
-        val = documents_from_rows(raw["validation"][column], True) if "validation" in raw else None
-    else:
-        train = read_documents(args.train_file, args.text_column)
-        val = read_documents(args.validation_file, args.text_column) if args.validation_file else None
-    if val is None:
-        train, val = split_validation(train, args.validation_split_percentage, args.seed)
-    return train, val
+def _tokenizer_training_texts(data: DataSettings):
+    """The paragraphs of the training documents, streamed; the held-out validation documents (chosen
+    as the data split chooses them) are left out."""
+    held_out = np.zeros(0, dtype=bool)
+    if data.validation is None:
+        count = sum(1 for _ in iter_documents(data.train))
+        held_out = np.zeros(count, dtype=bool)
+        held_out[split_document_indices(count, data.validation_split_percentage, data.seed)[1]] = True
+    for number, document in enumerate(iter_documents(data.train)):
+        if number >= len(held_out) or not held_out[number]:
+            yield from document
 
 
-def build_examples(documents, tokenizer, args, seed):
-    if args.nsp:
-        return to_dataset(
-            nsp_examples(
-                tokenize_documents(documents, tokenizer, sentences=True), tokenizer, args.max_seq_length, seed
-            )
-        )
-    return to_dataset(
-        mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, args.max_seq_length, args.packing)
+# ----------------------------------------------------------------------------------------------- data
+def build_datasets(data: DataSettings, tokenizer, accelerator):
+    """(training, evaluation) datasets. The main process prepares the stores (or finds them cached)
+    while the others wait, then every process opens the same memory-mapped files."""
+    preparation = replace(
+        data.preparation,
+        overwrite=data.preparation.overwrite and accelerator.is_local_main_process,
+        show_progress=data.preparation.show_progress and accelerator.is_local_main_process,
     )
+    with accelerator.local_main_process_first():
+        train_store = None
+        if not data.streaming:
+            train_store = prepare_corpus(data.train, tokenizer, preparation, log=accelerator.print)
+        if data.validation is not None:
+            eval_store, train_docs, eval_docs = (
+                prepare_corpus(data.validation, tokenizer, preparation, log=accelerator.print),
+                None,
+                None,
+            )
+        else:
+            train_docs, eval_docs = split_document_indices(
+                train_store.num_documents, data.validation_split_percentage, data.seed
+            )
+            eval_store = train_store
+        eval_dataset = _sequences(eval_store, eval_docs, tokenizer, data, data.seed + 1)
+        if data.streaming:
+            train_dataset = StreamingMLMDataset(
+                data.train.path, tokenizer, data.max_seq_length, data.train.text_column, data.packing
+            )
+        else:
+            train_dataset = _sequences(train_store, train_docs, tokenizer, data, data.seed)
+    if len(eval_dataset) == 0:
+        raise PretrainingInputError("The validation split has no tokens.")
+    return train_dataset, eval_dataset
+
+
+def _sequences(store: CorpusStore, documents, tokenizer, data: DataSettings, seed: int):
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    if data.nsp:
+        return stored_nsp_examples(store, documents, cls, sep, data.max_seq_length, seed)
+    return StoredSequences(store, documents, data.max_seq_length, data.packing, cls, sep)
 
 
 # ---------------------------------------------------------------------------------------- evaluation
@@ -322,67 +355,69 @@ def evaluate_mlm(model, dataloader, accelerator) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- main
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    validate_arguments(args)
-    accelerator = create_accelerator(args)
-    seed_everything(args.seed)
-
-    if args.streaming:
-        train_documents, val_documents = None, read_documents(args.validation_file, args.text_column)
+def card_facts(job: PretrainingJob) -> dict:
+    data, model = job.data, job.model
+    source = data.train.dataset_name or Path(data.train.path).name
+    if data.validation is not None and data.validation.path:
+        eval_dataset = Path(data.validation.path).name
+    elif data.validation is not None:
+        eval_dataset = f"{data.validation.dataset_name} (validation split)"
     else:
-        train_documents, val_documents = load_documents(args)
-    tokenizer = load_or_train_tokenizer(args, accelerator, train_documents)
-    if args.streaming:
-        train_dataset = StreamingMLMDataset(args.train_file, tokenizer, args.max_seq_length, args.text_column)
-    else:
-        train_dataset = build_examples(train_documents, tokenizer, args, args.seed)
-    eval_dataset = build_examples(val_documents, tokenizer, args, args.seed + 1)
-    if len(eval_dataset) == 0:
-        raise ValueError("The validation split has no tokens.")
-    if not args.streaming and len(train_dataset) < args.per_device_train_batch_size:
-        raise ValueError(
-            f"The training corpus gives {len(train_dataset)} sequences of up to {args.max_seq_length} tokens, fewer "
-            f"than one batch (--per_device_train_batch_size {args.per_device_train_batch_size})."
-        )
-
-    seed_everything(args.seed)  # the model's initialisation does not depend on the data preparation
-    model = build_model(args, tokenizer)
-    masking = dict(
-        mlm_probability=args.mlm_probability,
-        mask_replace_prob=args.mask_replace_prob,
-        random_replace_prob=args.random_replace_prob,
-        whole_word_mask=args.whole_word_mask,
-    )
-    source = args.dataset_name or Path(args.train_file).name
-    facts = {
-        "task": "masked-language-modeling" + (" + next-sentence-prediction" if args.nsp else ""),
+        eval_dataset = f"{source} ({data.validation_split_percentage:g}% of documents held out)"
+    return {
+        "task": "masked-language-modeling" + (" + next-sentence-prediction" if data.nsp else ""),
         "pipeline_tag": "fill-mask",
         "datasets": [source],
-        "eval_dataset": (
-            Path(args.validation_file).name
-            if args.validation_file
-            else f"{source} ({args.validation_split_percentage:g}% of documents held out)"
-        ),
-        "base_model": base_model_id(args.model_name_or_path),
-        "config_preset": args.config_name
-        if args.config_name and not args.config_name.endswith(".json")
+        "eval_dataset": eval_dataset,
+        "base_model": base_model_id(model.model_name_or_path),
+        "config_preset": model.config_name
+        if model.config_name and not model.config_name.endswith(".json")
         else None,
-        "language": args.language,
-        "license": args.license,
-        "max_seq_length": args.max_seq_length,
-        "objective": {**masking, "nsp": args.nsp, "packing": args.packing},
+        "language": job.language,
+        "license": job.license,
+        "max_seq_length": data.max_seq_length,
+        "objective": {**job.masking.collator_arguments(), "nsp": data.nsp, "packing": data.packing},
     }
+
+
+def pretrain(job: PretrainingJob, training_config: TrainingConfig):
+    """Tokenizer, data, model, then the shared loop."""
+    accelerator = create_accelerator(training_config)
+    seed_everything(job.data.seed)
+    try:
+        tokenizer = load_or_train_tokenizer(job, accelerator)
+        train_dataset, eval_dataset = build_datasets(job.data, tokenizer, accelerator)
+    except (ValueError, FileNotFoundError) as error:
+        raise PretrainingInputError(str(error)) from error
+    batch_size = training_config.per_device_train_batch_size
+    if not job.data.streaming and len(train_dataset) < batch_size:
+        raise PretrainingInputError(
+            f"The training corpus gives {len(train_dataset)} sequences of up to {job.data.max_seq_length} "
+            f"tokens, fewer than one batch (--per_device_train_batch_size {batch_size})."
+        )
+    seed_everything(job.data.seed)  # the model's initialisation does not depend on the data preparation
+    try:
+        model = build_model(job.model, tokenizer, job.data.max_seq_length, job.data.nsp)
+    except ValueError as error:
+        raise PretrainingInputError(str(error)) from error
+    masking = job.masking.collator_arguments()
     return run(
-        args,
+        training_config,
         accelerator=accelerator,
         model=model,
         tokenizer=tokenizer,
         train_dataset=train_dataset,
-        data_collator=MaskingCollator(tokenizer, seed=args.seed, **masking),
+        data_collator=MaskingCollator(tokenizer, seed=job.data.seed, **masking),
         eval_dataset=eval_dataset,
-        eval_collator=MaskingCollator(tokenizer, seed=args.eval_mask_seed, **masking),
+        eval_collator=MaskingCollator(tokenizer, seed=job.masking.eval_mask_seed, **masking),
         evaluate_fn=evaluate_mlm,
         count_items=count_masked_tokens,
-        card_facts=facts,
+        card_facts=card_facts(job),
     )
+
+
+def main(argv=None):
+    """``briskbert pretrain`` (kept here for code that imports it from this module)."""
+    from briskbert.commands.pretrain import main as command_main
+
+    return command_main(argv)
