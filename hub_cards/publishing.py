@@ -2,39 +2,50 @@
 
     publish("outputs/sst2", "me/briskbert-sst2", tag="v1")
 
-1. Checks the folder: ``config.json`` with ``architectures`` and ``auto_map``, the code files ``auto_map``
-   names (and their relative imports), safetensors weights (every shard of an index), and a tokenizer.
-   An incomplete folder is refused with the list of what is missing.
-2. Picks exactly the model files; optimizer/scheduler states, checkpoints, logs, hidden files, the training
-   facts and anything else stay local unless named in ``include``. A single safetensors file larger than
-   ``max_shard_size`` is re-sharded with an index.
-3. Renders the model card (``hub_cards.card``).
-4. Creates the repo (and branch) if needed and pushes everything in one ``create_commit`` whose parent is
-   the branch head read just before, so the commit either lands whole or not at all. Files already on the
-   Hub with the same content are skipped; with nothing changed no commit is made. Files the branch has
-   that the folder no longer has are deleted in the same commit.
-5. Tags the commit, then verifies it in a clean subprocess: fresh cache, the project not importable,
-   Auto classes with ``trust_remote_code=True``, and a ``pipeline()`` smoke test for the model's task.
+The steps, each one function below:
 
-Network failures, timeouts and 5xx answers are retried with exponential backoff; after the last attempt a
-``PublishError`` says which step failed and that the repo still points at its previous commit.
-The token is taken from ``token=`` or the usual huggingface_hub sources and never printed or uploaded.
+1. **Check the folder** (``collect_files``): ``config.json`` with ``architectures`` and ``auto_map``, the
+   code files ``auto_map`` names (and their relative imports), safetensors weights (every shard of an
+   index), and a tokenizer. An incomplete folder is refused with the list of what is missing.
+2. **Collect the files**: exactly the model files, plus what ``include`` names. Training state (optimizer
+   and scheduler states, RNG states, checkpoints) stays local unless ``include_training_state`` is set, and
+   is listed in the dry run either way. A single safetensors file larger than ``max_shard_size`` is
+   re-sharded with an index.
+3. **Scan for secrets** (``scan_for_secrets``): files named like credentials (``.env``, ``id_rsa``,
+   ``*.pem``, ``credentials*.json``, ...) and contents that look like private keys or access tokens
+   (Hugging Face, AWS, Google Cloud, OpenAI-style, GitHub, Slack, and the token in use) refuse the whole
+   publish, naming the file and what was found (never the secret itself).
+4. **Check the tag up front**: an existing ``tag`` is accepted only when it already names the branch head
+   and nothing changed (a re-run of a finished publish); otherwise the publish stops before any write.
+5. **Create the repo** (and branch) if needed.
+6. **Commit** everything in one ``create_commit`` whose parent is the branch head read just before, so the
+   commit lands whole or not at all. Files already on the Hub with the same content are skipped; with
+   nothing changed no commit is made. Files the branch has that the folder no longer has are deleted.
+7. **Verify** the commit in a clean interpreter (``verification.verify_commit``).
+8. **Tag** it, only after verification passed (or was skipped with ``verify=False``): a commit that
+   failed verification is never tagged.
+
+Network failures, timeouts, 408, 429 and 5xx answers are retried with exponential backoff; other 4xx
+answers are not (they would fail the same way). A ``PublishError`` says which step failed and what state
+the repo is in. The token is taken from ``token=`` or the usual huggingface_hub sources (``HF_TOKEN``, the
+saved login) and never printed or uploaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 from .card import TASKS, CardError, read_config, render_card, task_for_architecture
+from .verification import verify_commit
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -46,30 +57,42 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 CONFIG_FILES = ("config.json", "generation_config.json")
-# Never uploaded unless named in ``include`` (also reported in the dry run).
-NEVER_BY_DEFAULT = (
+# Training state: left out unless include_training_state is set, whatever ``include`` says.
+TRAINING_STATE = (
     "optimizer*",
     "scheduler*",
+    "scaler*",
     "rng_state*",
+    "random_states*",
     "trainer_state.json",
     "training_args*",
     "checkpoint-*",
-    "*.log",
-    "logs",
-    "runs",
-    "events.out.tfevents*",
-    "*.bin",
+    "step_*",
+    "*.ckpt",
     "*.pt",
     "*.pth",
-    "*.ckpt",
-    "training_facts.json",
-    "README.md",
-    "*token*.txt",
+)
+# Credential files: never uploaded, even when ``include`` names them.
+SECRET_FILES = (
+    ".env",
+    ".env.*",
     "*.env",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
     "*.pem",
     "*.key",
+    "*.p12",
+    "*.pfx",
+    "credentials*.json",
+    "*service_account*.json",
+    "*service-account*.json",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
 )
-PROJECT_PACKAGES = ("briskbert",)
 _REL_IMPORT_RES = (
     re.compile(r"^\s*import\s+\.(\S+)\s*$", re.M),
     re.compile(r"^\s*from\s+\.(\S+)\s+import", re.M),
@@ -92,6 +115,13 @@ class PublishError(RuntimeError):
 
 
 @dataclass
+class FileSelection:
+    upload: list[str]  # paths relative to the folder, model files first
+    training_state: list[str]  # left out unless include_training_state
+    skipped: list[str]  # everything else left out
+
+
+@dataclass
 class PublishResult:
     repo_id: str
     revision: str
@@ -100,16 +130,23 @@ class PublishResult:
     commit_id: str | None = None
     commit_url: str | None = None
     new_commit: bool = False
-    tag: str | None = None
+    tag: str | None = None  # the tag asked for
+    tagged: bool = False  # whether the commit carries it now
     verification: dict | None = None
     skipped: list[str] = field(default_factory=list)  # local files left out
+    training_state: list[str] = field(default_factory=list)  # left out unless asked for
 
     @property
     def verified(self) -> bool:
         return bool(self.verification and self.verification.get("ok"))
 
 
-# ---- the folder ---------------------------------------------------------------------------------
+def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    """A pattern matches the whole relative path or any one of its components."""
+    return any(fnmatch(rel, pat) or any(fnmatch(part, pat) for part in rel.split("/")) for pat in patterns)
+
+
+# ---- 1-2. the folder and its files -----------------------------------------------------------------------
 def _module_files(auto_map: dict) -> list[str]:
     names = []
     for ref in auto_map.values():
@@ -137,53 +174,44 @@ def _with_relative_imports(folder: Path, files: list[str], missing: list[str]) -
     return seen
 
 
-def collect_files(
-    model_dir: str | Path, include: tuple[str, ...] | list[str] = ()
-) -> tuple[list[str], list[str]]:
-    """(files to upload, local files left out). Raises ``IncompleteModelFolder`` listing what is missing."""
-    folder = Path(model_dir)
-    if not folder.is_dir():
-        raise IncompleteModelFolder(folder, [f"the folder itself ({folder} does not exist)"])
-    missing: list[str] = []
-    chosen: list[str] = []
-    config = None
+def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
     try:
         config = read_config(folder)
     except (CardError, ValueError):
         missing.append("config.json (a readable model configuration)")
-    if config is not None:
-        chosen += [f for f in CONFIG_FILES if (folder / f).is_file()]
-        archs = config.get("architectures") or []
-        if not archs:
-            missing.append("config.json 'architectures' (which head this model is)")
-        auto_map = config.get("auto_map") or {}
-        if not auto_map:
-            missing.append("config.json 'auto_map' (remote code entry points; import modeling before saving)")
-        elif archs:
-            try:
-                _, auto_class, _ = task_for_architecture(archs[0])
-                if auto_class not in auto_map:
-                    missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
-            except CardError as e:
-                missing.append(str(e))
-        chosen += _with_relative_imports(folder, _module_files(auto_map), missing)
-    # weights
+        return []
+    chosen = [f for f in CONFIG_FILES if (folder / f).is_file()]
+    archs = config.get("architectures") or []
+    if not archs:
+        missing.append("config.json 'architectures' (which head this model is)")
+    auto_map = config.get("auto_map") or {}
+    if not auto_map:
+        missing.append("config.json 'auto_map' (remote code entry points; import modeling before saving)")
+    elif archs:
+        try:
+            _, auto_class, _ = task_for_architecture(archs[0])
+            if auto_class not in auto_map:
+                missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
+        except CardError as e:
+            missing.append(str(e))
+    return chosen + _with_relative_imports(folder, _module_files(auto_map), missing)
+
+
+def _weights(folder: Path, missing: list[str]) -> list[str]:
     if (folder / "model.safetensors.index.json").is_file():
         index = json.loads((folder / "model.safetensors.index.json").read_text())
         shards = sorted(set(index.get("weight_map", {}).values()))
-        chosen.append("model.safetensors.index.json")
-        for shard in shards:
-            (chosen if (folder / shard).is_file() else missing).append(shard)
-    elif (folder / "model.safetensors").is_file():
-        chosen.append("model.safetensors")
-    else:
-        hint = (
-            " (only PyTorch .bin weights found: re-save with safe_serialization)"
-            if list(folder.glob("pytorch_model*.bin"))
-            else ""
-        )
-        missing.append("model.safetensors (weights)" + hint)
-    # tokenizer
+        missing += [s for s in shards if not (folder / s).is_file()]
+        return ["model.safetensors.index.json"] + [s for s in shards if (folder / s).is_file()]
+    if (folder / "model.safetensors").is_file():
+        return ["model.safetensors"]
+    bin_only = list(folder.glob("pytorch_model*.bin"))
+    hint = " (only PyTorch .bin weights found: re-save with safe_serialization)" if bin_only else ""
+    missing.append("model.safetensors (weights)" + hint)
+    return []
+
+
+def _tokenizer(folder: Path, missing: list[str]) -> list[str]:
     tok_files = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
     if "tokenizer_config.json" not in tok_files or not (
         {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tok_files)
@@ -191,31 +219,125 @@ def collect_files(
         missing.append(
             "tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)"
         )
-    else:
-        tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
-        chosen += tok_files
-        chosen += _with_relative_imports(folder, _module_files(tok_cfg.get("auto_map") or {}), missing)
+        return []
+    tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    return tok_files + _with_relative_imports(folder, _module_files(tok_cfg.get("auto_map") or {}), missing)
+
+
+def collect_files(
+    model_dir: str | Path, include: tuple[str, ...] | list[str] = (), include_training_state: bool = False
+) -> FileSelection:
+    """The files to upload and those left out. Raises ``IncompleteModelFolder`` listing what is missing."""
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise IncompleteModelFolder(folder, [f"the folder itself ({folder} does not exist)"])
+    missing: list[str] = []
+    chosen = _config_and_code(folder, missing) + _weights(folder, missing) + _tokenizer(folder, missing)
     if missing:
         raise IncompleteModelFolder(folder, list(dict.fromkeys(missing)))
-    all_files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    for rel in all_files:
-        if rel not in chosen and any(fnmatch(rel, pat) or fnmatch(rel.split("/")[0], pat) for pat in include):
-            chosen.append(rel)
     chosen = list(dict.fromkeys(chosen))
-    skipped = [f for f in all_files if f not in chosen]
-    return chosen, skipped
+    all_files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    training_state = [f for f in all_files if f not in chosen and _matches(f, TRAINING_STATE)]
+    for rel in all_files:
+        # README.md is always the rendered card; training state needs its own flag.
+        wanted = _matches(rel, include) and rel != "README.md"
+        if rel not in chosen and wanted and (include_training_state or rel not in training_state):
+            chosen.append(rel)
+    if include_training_state:
+        chosen += [f for f in training_state if f not in chosen]
+    left_out = [f for f in all_files if f not in chosen]
+    return FileSelection(
+        upload=chosen,
+        training_state=[f for f in left_out if f in training_state],
+        skipped=[f for f in left_out if f not in training_state],
+    )
 
 
-def _check_no_secret(folder: Path, files: list[str], token: str | None) -> None:
-    if not token:
-        return
-    needle = token.encode()
+# ---- 3. secrets ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SecretPattern:
+    """What a secret looks like: ``anchors`` are literals every match contains, found with ``bytes.find``
+    (fast on large files); ``regex`` is then checked only in a small window around each anchor."""
+
+    what: str
+    anchors: tuple[bytes, ...]
+    regex: re.Pattern
+
+    def find(self, data: bytes) -> int | None:
+        for anchor in self.anchors:
+            pos = data.find(anchor)
+            while pos != -1:
+                if self.regex.search(data, max(0, pos - 80), pos + len(anchor) + 200):
+                    return pos
+                pos = data.find(anchor, pos + 1)
+        return None
+
+
+SECRET_PATTERNS = (
+    SecretPattern(
+        "a private key", (b"PRIVATE KEY-----",), re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+    ),
+    SecretPattern("a Hugging Face token", (b"hf_",), re.compile(rb"\bhf_[A-Za-z0-9]{30,}\b")),
+    SecretPattern("an AWS access key id", (b"AKIA", b"ASIA"), re.compile(rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    SecretPattern(
+        "an AWS secret access key",
+        (b"aws_secret_access_key", b"AWS_SECRET_ACCESS_KEY"),
+        re.compile(rb"(?i:aws_secret_access_key)[\"']?\s*[=:]\s*[\"']?[A-Za-z0-9/+=]{40}"),
+    ),
+    SecretPattern(
+        "a Google Cloud service-account key",
+        (b'"private_key_id"',),
+        re.compile(rb'"private_key_id"\s*:\s*"[0-9a-f]{40}"'),
+    ),
+    SecretPattern("a Google API key", (b"AIza",), re.compile(rb"\bAIza[0-9A-Za-z_\-]{35}")),
+    SecretPattern(
+        "an OpenAI-style API key", (b"sk-",), re.compile(rb"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{32,}")
+    ),
+    SecretPattern("a GitHub token", (b"gh",), re.compile(rb"\bgh[pousr]_[A-Za-z0-9]{36,}\b")),
+    SecretPattern("a Slack token", (b"xox",), re.compile(rb"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+)
+_SCAN_BLOCK = 16 << 20
+_SCAN_OVERLAP = 4096  # a secret split across two blocks is still seen whole in one of them
+
+
+def _find_secret(path: Path, patterns: tuple[SecretPattern, ...]) -> str | None:
+    """What kind of secret ``path`` holds and where (line), or None. Reads the file in blocks."""
+    offset, tail = 0, b""
+    with open(path, "rb") as fh:
+        while block := fh.read(_SCAN_BLOCK):
+            data = tail + block
+            for pattern in patterns:
+                pos = pattern.find(data)
+                if pos is not None:
+                    start = offset - len(tail) + pos
+                    return f"{pattern.what} (at byte {start})"
+            offset += len(block)
+            tail = data[-_SCAN_OVERLAP:]
+    return None
+
+
+def scan_for_secrets(folder: Path, files: list[str], token: str | None) -> None:
+    """Refuse (``PublishError`` naming the file) when a file to upload is a credential file or holds a
+    private key or an access token. The message never contains the secret."""
     for rel in files:
-        data = (folder / rel).read_bytes()
-        if needle in data:
+        if _matches(rel, SECRET_FILES):
             raise PublishError(
-                f"{rel} contains the access token; refusing to upload it. Remove the token "
-                "from the file and publish again."
+                f"{rel} looks like a credentials file; refusing to upload it. Move it out of the model "
+                "folder (or narrow --include). Nothing was published."
+            )
+    patterns = SECRET_PATTERNS
+    if token:
+        patterns += (
+            SecretPattern(
+                "the access token in use", (token.encode(),), re.compile(re.escape(token.encode()))
+            ),
+        )
+    for rel in files:
+        found = _find_secret(folder / rel, patterns)
+        if found:
+            raise PublishError(
+                f"{rel} contains {found}; refusing to upload it. Remove the secret from the file (and "
+                "revoke it if it was ever shared). Nothing was published."
             )
 
 
@@ -249,8 +371,9 @@ def _maybe_shard(folder: Path, files: list[str], max_shard_size: int | str, work
     return mapping
 
 
-# ---- retries -------------------------------------------------------------------------------------
+# ---- the network: timeouts and retries ------------------------------------------------------------------
 def _retryable(exc: BaseException) -> bool:
+    """Transport failures, timeouts, 408, 429 and 5xx; never another 4xx (it would fail the same way)."""
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -265,151 +388,44 @@ def _redact(text: str, token: str | None) -> str:
     return text.replace(token, "***") if token else text
 
 
-def _retry(step: str, fn, *, attempts: int, backoff_s: float, token: str | None, log, state: str):
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 - filtered by _retryable
-            if not _retryable(e):
-                raise PublishError(
-                    f"{step} failed: {_redact(str(e) or type(e).__name__, token)}\n{state}"
-                ) from None
-            if attempt == attempts:
-                raise PublishError(
-                    f"{step} failed after {attempts} attempts; last error: {type(e).__name__}: "
-                    f"{_redact(str(e), token)[:500]}\n{state}\nRe-run the same command to finish publishing."
-                ) from None
-            wait = backoff_s * 2 ** (attempt - 1)
-            log(f"{step}: attempt {attempt} failed ({type(e).__name__}); retrying in {wait:.1f} s")
-            time.sleep(wait)
+@dataclass
+class _Network:
+    """Runs one publishing step against the Hub, retrying what is transient."""
+
+    api: object  # huggingface_hub.HfApi
+    attempts: int
+    backoff_s: float
+    token: str | None
+    log: Callable[[str], None]
+
+    def call(self, step: str, fn: Callable, state: str):
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn()
+            except PublishError:
+                raise
+            except Exception as e:  # noqa: BLE001 - sorted by _retryable
+                message = _redact(str(e) or type(e).__name__, self.token)
+                if not _retryable(e):
+                    raise PublishError(f"{step} failed: {message}\n{state}") from None
+                if attempt == self.attempts:
+                    raise PublishError(
+                        f"{step} failed after {self.attempts} attempts; last error: {type(e).__name__}: "
+                        f"{message[:500]}\n{state}\nRe-run the same command to finish publishing."
+                    ) from None
+                wait = self.backoff_s * 2 ** (attempt - 1)
+                self.log(f"{step}: attempt {attempt} failed ({type(e).__name__}); retrying in {wait:.1f} s")
+                time.sleep(wait)
 
 
-# ---- verification ----------------------------------------------------------------------------------
-_VERIFY_SCRIPT = r"""
-import importlib.abc, json, sys
-BLOCKED = set(sys.argv[2].split(","))
-class _NoProject(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is part of the publishing project and must not be importable here")
-sys.meta_path.insert(0, _NoProject())
-args = json.loads(sys.argv[1])
-repo, commit, task, auto_class = args["repo_id"], args["commit_id"], args["pipeline_tag"], args["auto_class"]
-import transformers
-from huggingface_hub import snapshot_download
-from transformers import AutoTokenizer, pipeline
-files = sorted(p for p in __import__("os").listdir(snapshot_download(repo, revision=commit)))
-model = getattr(transformers, auto_class).from_pretrained(repo, revision=commit, trust_remote_code=True)
-module = type(model).__module__
-assert module.startswith("transformers_modules."), f"model class came from {module}, not the repo's code"
-tokenizer = AutoTokenizer.from_pretrained(repo, revision=commit, trust_remote_code=True)
-pipe = pipeline(task, model=repo, revision=commit, trust_remote_code=True)
-text = "The cat sat on the mat."
-if task == "fill-mask":
-    out = pipe(f"The cat sat on the {tokenizer.mask_token}.", top_k=3)
-    summary = [o["token_str"] for o in out]
-    assert len(out) == 3
-elif task == "text-classification":
-    out = pipe(text)
-    summary = out[0]["label"]
-    assert summary in set(model.config.id2label.values())
-elif task == "token-classification":
-    out = pipe(text)
-    summary = len(out)
-elif task == "question-answering":
-    out = pipe(question="Where did the cat sit?", context=text)
-    summary = out["answer"]
-    assert isinstance(summary, str)
-else:
-    out = pipe(text)
-    summary = len(out[0][0])
-    assert summary == model.config.hidden_size
-print(json.dumps({"ok": True, "model_class": f"{module}.{type(model).__name__}",
-                  "tokenizer_class": type(tokenizer).__name__, "task": task, "pipeline_output": summary,
-                  "files": files}))
-"""
-
-
-def verify_commit(
-    repo_id: str,
-    commit_id: str,
-    *,
-    pipeline_tag: str,
-    auto_class: str,
-    endpoint: str,
-    token: str | None = None,
-    timeout_s: float = 600,
-) -> dict:
-    """Download ``commit_id`` into a fresh cache and load it in a clean interpreter. Returns
-    ``{"ok": True, "model_class", "tokenizer_class", "task", "pipeline_output", "files"}`` or
-    ``{"ok": False, "error"}``."""
-    with tempfile.TemporaryDirectory(prefix="briskbert-verify-") as tmp:
-        script = Path(tmp) / "verify_published_model.py"
-        script.write_text(_VERIFY_SCRIPT)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(
-                (
-                    "PYTHON",
-                    "HF_HUB_CACHE",
-                    "HUGGINGFACE_HUB_CACHE",
-                    "HF_MODULES_CACHE",
-                    "TRANSFORMERS_CACHE",
-                    "HF_TOKEN",
-                    "HUGGING_FACE_HUB_TOKEN",
-                )
-            )
-            and k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "HF_HOME")
-        }
-        env.update(
-            {
-                "HF_ENDPOINT": endpoint,
-                "HF_HOME": str(Path(tmp) / "hf-home"),
-                "HF_HUB_DISABLE_TELEMETRY": "1",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                "TRANSFORMERS_VERBOSITY": "error",
-                "TOKENIZERS_PARALLELISM": "false",
-            }
-        )
-        if token:
-            env["HF_TOKEN"] = token  # environment only: never on the command line
-        args = json.dumps(
-            {
-                "repo_id": repo_id,
-                "commit_id": commit_id,
-                "pipeline_tag": pipeline_tag,
-                "auto_class": auto_class,
-            }
-        )
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", str(script), args, ",".join(PROJECT_PACKAGES)],
-                cwd=tmp,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"verification did not finish within {timeout_s:.0f} s"}
-        if proc.returncode == 0:
-            for line in reversed(proc.stdout.strip().splitlines()):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    continue
-        tail = _redact((proc.stderr or proc.stdout).strip(), token).splitlines()[-15:]
-        return {"ok": False, "error": "\n".join(tail)}
-
-
-# ---- publish ------------------------------------------------------------------------------------------
-def _set_timeout(timeout_s: float | None):
+@contextlib.contextmanager
+def _request_timeout(timeout_s: float | None):
     """Give every huggingface_hub request a timeout (plain API calls have none by default)."""
     from huggingface_hub.utils import _http
 
     if timeout_s is None:
-        return lambda: None
+        yield
+        return
 
     def factory():
         client = _http.default_client_factory()
@@ -417,7 +433,190 @@ def _set_timeout(timeout_s: float | None):
         return client
 
     _http.set_client_factory(factory)
-    return lambda: _http.set_client_factory(_http.default_client_factory)
+    try:
+        yield
+    finally:
+        _http.set_client_factory(_http.default_client_factory)
+
+
+# ---- 4-8. the steps that talk to the Hub ---------------------------------------------------------------
+def _digests(data_or_path: bytes | Path) -> tuple[str, str]:
+    """(git blob sha1, sha256): what the Hub's tree shows for a regular and for an LFS file."""
+    if isinstance(data_or_path, bytes):
+        data = data_or_path
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(), hashlib.sha256(data).hexdigest()
+    size = data_or_path.stat().st_size
+    sha1, sha256 = hashlib.sha1(b"blob %d\0" % size), hashlib.sha256()
+    with open(data_or_path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha1.update(chunk)
+            sha256.update(chunk)
+    return sha1.hexdigest(), sha256.hexdigest()
+
+
+@dataclass
+class _Upload:
+    """What one publish pushes: files by path in the repo, and the card."""
+
+    repo_id: str
+    revision: str
+    files: dict[str, Path]
+    card: bytes
+
+    def matches_remote(self, api, commit_id: str) -> bool:
+        """True when the commit holds exactly these files with this content."""
+        from huggingface_hub.hf_api import RepoFile
+
+        remote = {
+            f.path: f
+            for f in api.list_repo_tree(self.repo_id, revision=commit_id, recursive=True)
+            if isinstance(f, RepoFile) and f.path != ".gitattributes"
+        }
+        local = {**self.files, "README.md": self.card}
+        if set(remote) != set(local):
+            return False
+        for path, content in local.items():
+            git_oid, sha256 = _digests(content)
+            lfs = remote[path].lfs
+            if (lfs.sha256 if lfs is not None else remote[path].blob_id) != (
+                sha256 if lfs is not None else git_oid
+            ):
+                return False
+        return True
+
+
+def _check_tag_up_front(net: _Network, upload: _Upload, tag: str | None) -> bool:
+    """Step 4: True when ``tag`` already names the branch head and nothing changed (nothing to do);
+    False when the tag is free. Refuses before any write when the tag names anything else."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    if not tag:
+        return False
+    api = net.api
+
+    def tag_and_head() -> tuple[str | None, str | None]:
+        try:
+            tags = {t.name: t.target_commit for t in api.list_repo_refs(upload.repo_id).tags}
+        except RepositoryNotFoundError:
+            return None, None
+        try:
+            return tags.get(tag), api.repo_info(upload.repo_id, revision=upload.revision).sha
+        except RevisionNotFoundError:
+            return tags.get(tag), None
+
+    target, head = net.call("check the tag", tag_and_head, "Nothing was published.")
+    if target is None:
+        return False
+    if target == head and net.call(
+        "compare", lambda: upload.matches_remote(api, head), "Nothing was published."
+    ):
+        return True
+    raise PublishError(
+        f"Tag {tag!r} already names commit {target}; tags are not moved. Publish with a new --tag. "
+        "Nothing was published."
+    )
+
+
+def _create_repo(net: _Network, upload: _Upload, private: bool) -> None:
+    """Step 5."""
+    api, state = net.api, "Nothing was published."
+    net.call("create repo", lambda: api.create_repo(upload.repo_id, private=private, exist_ok=True), state)
+    if upload.revision != "main":
+        net.call(
+            "create branch",
+            lambda: api.create_branch(upload.repo_id, branch=upload.revision, exist_ok=True),
+            state,
+        )
+
+
+def _commit(net: _Network, upload: _Upload, message: str) -> tuple[str, str, bool]:
+    """Step 6: (commit id, commit URL, whether a new commit was made). One commit whose parent is the head
+    read just before: it lands whole or not at all."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    api, repo_id, revision = net.api, upload.repo_id, upload.revision
+    head = net.call(
+        "read branch head", lambda: api.repo_info(repo_id, revision=revision).sha, "Nothing was published."
+    )
+
+    def push():
+        current = api.repo_info(repo_id, revision=revision).sha
+        remote = set(api.list_repo_files(repo_id, revision=current))
+        ops = [
+            CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(upload.files[p]))
+            for p in sorted(upload.files)
+        ]
+        ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=upload.card))
+        stale = remote - set(upload.files) - {"README.md", ".gitattributes"}
+        ops += [CommitOperationDelete(path_in_repo=p) for p in sorted(stale)]
+        info = api.create_commit(
+            repo_id, ops, revision=revision, parent_commit=current, commit_message=message
+        )
+        return current, info
+
+    parent, info = net.call("commit", push, f"{repo_id}@{revision} is unchanged at commit {head}.")
+    return info.oid, info.commit_url, info.oid != parent
+
+
+def _verify(
+    result: PublishResult, pipeline_tag: str, auto_class: str, endpoint: str, token, timeout_s, log
+) -> None:
+    """Step 7."""
+    log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
+    result.verification = verify_commit(
+        result.repo_id,
+        result.commit_id,
+        pipeline_tag=pipeline_tag,
+        auto_class=auto_class,
+        endpoint=endpoint,
+        token=token,
+        timeout_s=timeout_s,
+    )
+    v = result.verification
+    if result.verified:
+        log(
+            f"Verified: {v['model_class']} + {v['tokenizer_class']}, pipeline('{pipeline_tag}') -> {v['pipeline_output']}"
+        )
+    else:
+        log("Verification FAILED:\n" + v.get("error", ""))
+
+
+def _tag(net: _Network, result: PublishResult) -> None:
+    """Step 8: only a verified (or explicitly unverified) commit is tagged."""
+    state = f"The commit {result.commit_id} is published but not tagged."
+    net.call(
+        "tag", lambda: net.api.create_tag(result.repo_id, tag=result.tag, revision=result.commit_id), state
+    )
+    result.tagged = True
+    net.log(f"Tagged {result.commit_id} as {result.tag}")
+
+
+def _log_dry_run(result: PublishResult, log) -> None:
+    where = f"{result.repo_id}@{result.revision}" + (f" tagged {result.tag}" if result.tag else "")
+    log(f"Dry run: would publish {len(result.files)} files to {where}")
+    for path, size in result.files.items():
+        log(f"  {path}  ({size:,} bytes)")
+    if result.training_state:
+        log(
+            "Training state left out (upload it with --include_training_state): "
+            + ", ".join(result.training_state)
+        )
+    if result.skipped:
+        log("Left out: " + ", ".join(result.skipped))
+    log("---- README.md ----\n" + result.card)
+
+
+def _prepare(folder: Path, repo_id: str, revision: str, tag, include, include_training_state, token):
+    """Steps 1-3 and the card: (selection, card text, pipeline tag, auto class)."""
+    if repo_id.count("/") != 1:
+        raise PublishError(f"--repo_id must be NAMESPACE/NAME, got {repo_id!r}")
+    selection = collect_files(folder, include, include_training_state)
+    scan_for_secrets(folder, selection.upload, token)
+    pipeline_tag, auto_class, _ = task_for_architecture(read_config(folder)["architectures"][0])
+    card = str(render_card(folder, repo_id, revision=tag or revision, revision_is_pinned=bool(tag)))
+    if token and token in card:
+        raise PublishError("The rendered card contains the access token; refusing to publish it.")
+    return selection, card, pipeline_tag, auto_class
 
 
 def publish(
@@ -433,6 +632,7 @@ def publish(
     dry_run: bool = False,
     verify: bool = True,
     include: tuple[str, ...] | list[str] = (),
+    include_training_state: bool = False,
     max_shard_size: int | str = "2GB",
     attempts: int = 4,
     backoff_s: float = 1.0,
@@ -440,152 +640,57 @@ def publish(
     verify_timeout_s: float = 600,
     log=print,
 ) -> PublishResult:
-    """Publish ``model_dir`` to ``repo_id`` (see the module docstring). Returns a ``PublishResult``;
-    raises ``IncompleteModelFolder``, ``CardError`` or ``PublishError``."""
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants, get_token
+    """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring). Returns a
+    ``PublishResult``; raises ``IncompleteModelFolder``, ``CardError`` or ``PublishError``."""
+    from huggingface_hub import HfApi, constants, get_token
 
-    folder = Path(model_dir)
-    if repo_id.count("/") != 1:
-        raise PublishError(f"--repo_id must be NAMESPACE/NAME, got {repo_id!r}")
-    token = token or get_token()
-    files, skipped = collect_files(folder, include)
-    _check_no_secret(folder, files, token)
-    config = read_config(folder)
-    pipeline_tag, auto_class, _ = task_for_architecture(config["architectures"][0])
-    card = str(render_card(folder, repo_id, revision=tag or revision, revision_is_pinned=bool(tag)))
-    if token and token in card:
-        raise PublishError("The rendered card contains the access token; refusing to publish it.")
-
+    folder, token = Path(model_dir), token or get_token()
+    selection, card, pipeline_tag, auto_class = _prepare(
+        folder, repo_id, revision, tag, include, include_training_state, token
+    )
     with tempfile.TemporaryDirectory(prefix="briskbert-publish-") as work:
-        mapping = _maybe_shard(folder, files, max_shard_size, Path(work))
-        sizes = {p: mapping[p].stat().st_size for p in sorted(mapping)}
-        sizes["README.md"] = len(card.encode())
-        result = PublishResult(
-            repo_id=repo_id,
-            revision=revision,
-            files=dict(sorted(sizes.items())),
-            card=card,
-            tag=tag,
-            skipped=skipped,
-        )
-        if dry_run:
-            log(
-                f"Dry run: would publish {len(sizes)} files to {repo_id}@{revision}"
-                + (f" tagged {tag}" if tag else "")
-            )
-            for p, n in result.files.items():
-                log(f"  {p}  ({n:,} bytes)")
-            if skipped:
-                log("Left out: " + ", ".join(skipped))
-            log("---- README.md ----\n" + card)
-            return result
-
-        endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
-        api = HfApi(endpoint=endpoint, token=token)
-        restore = _set_timeout(timeout_s)
-        retry = dict(attempts=attempts, backoff_s=backoff_s, token=token, log=log)
-        try:
-            _retry(
-                "create repo",
-                lambda: api.create_repo(repo_id, private=private, exist_ok=True),
-                state="Nothing was published.",
-                **retry,
-            )
-            if revision != "main":
-                _retry(
-                    "create branch",
-                    lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
-                    state="Nothing was published.",
-                    **retry,
-                )
-            head = _retry(
-                "read branch head",
-                lambda: api.repo_info(repo_id, revision=revision).sha,
-                state="Nothing was published.",
-                **retry,
-            )
-            state = f"{repo_id}@{revision} is unchanged at commit {head}."
-
-            def push():
-                current = api.repo_info(repo_id, revision=revision).sha
-                remote = set(api.list_repo_files(repo_id, revision=current))
-                ops = [
-                    CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(mapping[p]))
-                    for p in sorted(mapping)
-                ]
-                ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
-                ops += [
-                    CommitOperationDelete(path_in_repo=p)
-                    for p in sorted(remote - set(sizes) - {".gitattributes"})
-                ]
-                info = api.create_commit(
-                    repo_id,
-                    ops,
-                    revision=revision,
-                    parent_commit=current,
-                    commit_message=commit_message or f"Publish {folder.name} with briskbert",
-                )
-                return current, info
-
-            parent, info = _retry("commit", push, state=state, **retry)
-            result.commit_id, result.commit_url = info.oid, info.commit_url
-            result.new_commit = info.oid != parent
-            log(
-                ("Committed " if result.new_commit else "No changes; already published at ") + info.commit_url
-            )
-            if tag:
-                _retry(
-                    "tag",
-                    lambda: _ensure_tag(api, repo_id, tag, info.oid),
-                    **retry,
-                    state=f"The commit {info.oid} is published but not tagged.",
-                )
-                log(f"Tagged {info.oid} as {tag}")
-        finally:
-            restore()
-
-    if verify:
-        log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
-        result.verification = verify_commit(
+        upload = _Upload(
             repo_id,
-            result.commit_id,
-            pipeline_tag=pipeline_tag,
-            auto_class=auto_class,
-            endpoint=endpoint,
-            token=token,
-            timeout_s=verify_timeout_s,
+            revision,
+            _maybe_shard(folder, selection.upload, max_shard_size, Path(work)),
+            card.encode(),
         )
-        if result.verified:
-            v = result.verification
+        sizes = {p: path.stat().st_size for p, path in upload.files.items()} | {"README.md": len(upload.card)}
+        result = PublishResult(repo_id, revision, dict(sorted(sizes.items())), card, tag=tag)
+        result.skipped, result.training_state = selection.skipped, selection.training_state
+        if dry_run:
+            _log_dry_run(result, log)
+            return result
+        endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        net = _Network(HfApi(endpoint=endpoint, token=token), attempts, backoff_s, token, log)
+        with _request_timeout(timeout_s):
+            result.tagged = _check_tag_up_front(net, upload, tag)
+            _create_repo(net, upload, private)
+            message = commit_message or f"Publish {folder.name} with briskbert"
+            result.commit_id, result.commit_url, result.new_commit = _commit(net, upload, message)
             log(
-                f"Verified: {v['model_class']} + {v['tokenizer_class']}, pipeline('{pipeline_tag}') -> "
-                f"{v['pipeline_output']}"
+                ("Committed " if result.new_commit else "No changes; already published at ")
+                + result.commit_url
             )
-        else:
-            log("Verification FAILED:\n" + result.verification.get("error", ""))
+            if verify:
+                _verify(result, pipeline_tag, auto_class, endpoint, token, verify_timeout_s, log)
+            if tag and not result.tagged and (result.verified or not verify):
+                _tag(net, result)
+            elif tag and not result.tagged:
+                log(f"Not tagged as {tag}: a commit that failed verification is never tagged.")
     log(f"Commit: {result.commit_url}")
     return result
 
 
-def _ensure_tag(api, repo_id: str, tag: str, commit_id: str) -> None:
-    refs = api.list_repo_refs(repo_id)
-    existing = {t.name: t.target_commit for t in refs.tags}
-    if tag in existing:
-        if existing[tag] != commit_id:
-            raise PublishError(
-                f"Tag {tag!r} already names commit {existing[tag]}; tags are not moved. "
-                "Publish with a new --tag."
-            )
-        return
-    api.create_tag(repo_id, tag=tag, revision=commit_id)
-
-
 __all__ = [
+    "FileSelection",
     "IncompleteModelFolder",
     "PublishError",
     "PublishResult",
+    "SECRET_PATTERNS",
+    "TASKS",
     "collect_files",
     "publish",
+    "scan_for_secrets",
     "verify_commit",
-    "TASKS",
 ]

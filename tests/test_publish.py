@@ -11,6 +11,7 @@ import sys
 import pytest
 from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert, run_client
 
+from briskbert.hub_cards import publishing
 from briskbert.hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
 from briskbert.hub_server import BackgroundHub
 
@@ -85,14 +86,12 @@ def test_dry_run_lists_exactly_the_model_files_and_the_card(folder):
         log=lines.append,
     )
     out = "\n".join(lines)
-    assert sorted(result.files) == MODEL_FILES
-    assert set(result.skipped) == {
-        ".env",
-        "checkpoint-10/model.safetensors",
-        "logs/train.log",
-        "optimizer.pt",
-        "training_facts.json",
-    }
+    # the model files, plus any further remote-code module the model file imports
+    assert set(MODEL_FILES) <= set(result.files)
+    assert all(f in MODEL_FILES or f.endswith(".py") for f in result.files)
+    assert set(result.skipped) == {".env", "logs/train.log", "training_facts.json"}
+    assert set(result.training_state) == {"checkpoint-10/model.safetensors", "optimizer.pt"}
+    assert "--include_training_state): checkpoint-10/model.safetensors, optimizer.pt" in out
     assert "---- README.md ----" in out and 'revision = "v1"' in out and "model.safetensors" in out
     assert result.commit_id is None
     assert_no_token_anywhere(out, result.card)
@@ -160,7 +159,8 @@ def test_publish_end_to_end_with_xet_client(folder, tmp_path):
             and "BriskBertForSequenceClassification" in out1
         )
         state1 = repo_state(h.url, tmp_path / "h1", tmp_path)
-        assert sorted(state1["files"]) == sorted(MODEL_FILES + [".gitattributes"])
+        expected = publish(folder, "testuser/sst2", dry_run=True, log=lambda *_: None).files
+        assert sorted(state1["files"]) == sorted([*expected, ".gitattributes"])
         assert state1["commits"] == 2 and state1["tags"] == {"v1": state1["head"]}
         assert f"{h.url}/testuser/sst2/commit/{state1['head']}" in out1
 
@@ -299,5 +299,94 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, hub):
     assert (
         refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id} and main.commit_id != dev.commit_id
     )
-    with pytest.raises(PublishError, match="already names commit"):
+    with pytest.raises(PublishError, match="already names commit .* Nothing was published"):
         publish(folder, "testuser/sst2", revision="dev", tag="v1", commit_message="x", **opts)
+    assert hub.server.storage.refs("model", "testuser/sst2") == refs  # refused before any write
+
+
+def test_changed_content_with_an_existing_tag_is_refused_up_front(folder, hub, tmp_path):
+    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
+    first = publish(folder, "testuser/sst2", tag="v1", **opts)
+    assert publish(folder, "testuser/sst2", tag="v1", **opts).new_commit is False  # a re-run is fine
+    changed = make_briskbert(tmp_path / "changed", extra_files=False, seed=3)
+    with pytest.raises(PublishError, match="'v1' already names commit"):
+        publish(changed, "testuser/sst2", tag="v1", **opts)
+    assert head(hub) == first.commit_id  # nothing was committed to main first
+
+
+def test_a_commit_that_fails_verification_is_never_tagged(folder, hub, monkeypatch):
+    opts = dict(token=TOKEN, endpoint=hub.url, log=lambda *_: None)
+    monkeypatch.setattr(publishing, "verify_commit", lambda *a, **k: {"ok": False, "error": "broken"})
+    failed = publish(folder, "testuser/sst2", tag="v1", **opts)
+    assert not failed.verified and not failed.tagged
+    assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {}
+    monkeypatch.setattr(
+        publishing,
+        "verify_commit",
+        lambda *a, **k: {
+            "ok": True,
+            **dict.fromkeys(("model_class", "tokenizer_class", "pipeline_output"), "x"),
+        },
+    )
+    fixed = publish(folder, "testuser/sst2", tag="v1", **opts)  # the re-run verifies, then tags
+    assert fixed.tagged and not fixed.new_commit and fixed.commit_id == failed.commit_id
+    assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {"v1": failed.commit_id}
+
+
+def test_client_errors_are_not_retried(folder, hub):
+    hub.set_fault({"step": "commit", "kind": "400", "times": 99})
+    with pytest.raises(PublishError, match="(?s)commit failed: .*Injected client error"):
+        publish(
+            folder,
+            "testuser/sst2",
+            token=TOKEN,
+            endpoint=hub.url,
+            verify=False,
+            attempts=4,
+            backoff_s=0.05,
+            log=lambda *_: None,
+        )
+    assert hub.server.fault_hits == 1
+
+
+# Secrets are built at run time so that this file itself holds none.
+SECRETS = {
+    "private key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
+    "Hugging Face token": "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z",
+    "AWS access key id": "key = AKIA" + "Z7QW2XK4M9PL3RT8",
+    "AWS secret access key": "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    "Google Cloud service-account key": '{"type": "service_account", "private_key_id": "' + "3f" * 20 + '"}',
+    "Google API key": "AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+    "OpenAI-style API key": "OPENAI_API_KEY=sk-" + "proj-" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2",
+    "GitHub token": "gh" + "p_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+    "Slack token": "xox" + "b-123456789012-abcdefghijkl",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_secrets_in_files_to_upload_are_refused_with_the_file_named(folder, tmp_path, kind):
+    copy = shutil.copytree(folder, tmp_path / "leaky")
+    (copy / "notes.md").write_text(f"Some notes.\n{SECRETS[kind]}\n")
+    with pytest.raises(PublishError) as e:
+        publish(copy, "testuser/leaky", include=["notes.md"], dry_run=True, log=lambda *_: None)
+    message = str(e.value)
+    assert "notes.md" in message and "refusing" in message
+    assert kind.split()[0].lower() in message.lower() and SECRETS[kind] not in message
+
+
+def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
+    with pytest.raises(PublishError, match=r"\.env looks like a credentials file"):
+        publish(folder, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
+    copy = shutil.copytree(folder, tmp_path / "clean")
+    (copy / ".env").unlink()
+    shutil.rmtree(copy / "logs")  # the training log holds the token
+    for name in ("id_rsa", "credentials.json"):
+        (copy / name).write_text("x")
+        with pytest.raises(PublishError, match=f"{name} looks like a credentials file"):
+            publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
+        (copy / name).unlink()
+    everything = publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
+    assert "training_facts.json" in everything.files and "optimizer.pt" not in everything.files
+    assert set(everything.training_state) == {"optimizer.pt", "checkpoint-10/model.safetensors"}
+    state = publish(copy, "testuser/x", include_training_state=True, dry_run=True, log=lambda *_: None)
+    assert {"optimizer.pt", "checkpoint-10/model.safetensors"} <= set(state.files)

@@ -1,0 +1,187 @@
+"""Check a published commit the way a user meets it: download it into a fresh cache and load it in a clean
+interpreter where this project cannot be imported, so only the repo's own code can make it work.
+
+``verify_commit`` (the library side) runs this file by path with ``python -I`` (no user site, no current
+folder on ``sys.path``) in an empty working folder and a fresh ``HF_HOME``; the program below blocks every
+import of the project's packages before it imports transformers, loads the commit with the Auto class and
+``trust_remote_code=True``, the tokenizer, and runs a ``pipeline()`` smoke test for the model's task. It
+prints one JSON line: ``{"ok": true, "model_class", "tokenizer_class", "task", "pipeline_output",
+"files"}``. Standard library only at the top: this file must run before anything else is importable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROJECT_PACKAGES = ("briskbert",)
+SAMPLE_TEXT = "The cat sat on the mat."
+# Environment variables a clean run must not inherit: caches, offline switches, tokens, Python paths.
+_DROPPED_ENV_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE_", "TRANSFORMERS_")
+
+
+def _clean_env(endpoint: str, home: Path, token: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV_PREFIXES)}
+    env.update(
+        {
+            "HF_ENDPOINT": endpoint,
+            "HF_HOME": str(home),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
+    if token:
+        env["HF_TOKEN"] = token  # environment only: never on the command line, where `ps` shows it
+    return env
+
+
+def verify_commit(
+    repo_id: str,
+    commit_id: str,
+    *,
+    pipeline_tag: str,
+    auto_class: str,
+    endpoint: str,
+    token: str | None = None,
+    timeout_s: float = 600,
+) -> dict:
+    """Download ``commit_id`` into a fresh cache and load it in a clean interpreter. Returns the program's
+    JSON (``{"ok": True, ...}``) or ``{"ok": False, "error"}`` with the end of its output, token redacted."""
+    request = {
+        "repo_id": repo_id,
+        "commit_id": commit_id,
+        "pipeline_tag": pipeline_tag,
+        "auto_class": auto_class,
+    }
+    request["blocked"] = list(PROJECT_PACKAGES)
+    with tempfile.TemporaryDirectory(prefix="briskbert-verify-") as tmp:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(request)],
+                cwd=tmp,
+                env=_clean_env(endpoint, Path(tmp) / "hf-home", token),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"verification did not finish within {timeout_s:.0f} s"}
+    if proc.returncode == 0:
+        for line in reversed(proc.stdout.strip().splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    tail = (proc.stderr or proc.stdout).strip()
+    if token:
+        tail = tail.replace(token, "***")
+    return {"ok": False, "error": "\n".join(tail.splitlines()[-15:])}
+
+
+# ---- the program that runs in the clean interpreter ---------------------------------------------------
+def _block_imports(packages: list[str]) -> None:
+    import importlib.abc
+
+    class _Blocked(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in packages:
+                raise ImportError(f"{name} is part of the publishing project and must not be importable here")
+
+    sys.meta_path.insert(0, _Blocked())
+
+
+def _fill_mask(pipe, model, tokenizer):
+    out = pipe(f"The cat sat on the {tokenizer.mask_token}.", top_k=3)
+    assert len(out) == 3, out
+    return [o["token_str"] for o in out]
+
+
+def _text_classification(pipe, model, tokenizer):
+    label = pipe(SAMPLE_TEXT)[0]["label"]
+    assert label in set(model.config.id2label.values()), label
+    return label
+
+
+def _token_classification(pipe, model, tokenizer):
+    return len(pipe(SAMPLE_TEXT))
+
+
+def _question_answering(pipe, model, tokenizer):
+    answer = pipe(question="Where did the cat sit?", context=SAMPLE_TEXT)["answer"]
+    assert isinstance(answer, str), answer
+    return answer
+
+
+def _features(pipe, model, tokenizer):
+    width = len(pipe(SAMPLE_TEXT)[0][0])
+    assert width == model.config.hidden_size, width
+    return width
+
+
+def _similarity(pipe, model, tokenizer):
+    import math
+
+    a, b = (pipe(text)[0][0] for text in (SAMPLE_TEXT, "A cat is sitting on a mat."))
+    cosine = sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    assert math.isfinite(cosine), cosine
+    return round(cosine, 4)
+
+
+def _ranking(pipe, model, tokenizer):
+    import math
+
+    score = pipe({"text": "Where did the cat sit?", "text_pair": SAMPLE_TEXT}, function_to_apply="none")[
+        "score"
+    ]
+    assert math.isfinite(score), score
+    return round(score, 4)
+
+
+# pipeline tag -> (the transformers pipeline that exercises it, the smoke test)
+SMOKE_TESTS = {
+    "fill-mask": ("fill-mask", _fill_mask),
+    "text-classification": ("text-classification", _text_classification),
+    "token-classification": ("token-classification", _token_classification),
+    "question-answering": ("question-answering", _question_answering),
+    "feature-extraction": ("feature-extraction", _features),
+    "sentence-similarity": ("feature-extraction", _similarity),
+    "text-ranking": ("text-classification", _ranking),
+}
+
+
+def main(request_json: str) -> None:
+    request = json.loads(request_json)
+    _block_imports(request["blocked"])
+    import transformers
+    from huggingface_hub import snapshot_download
+    from transformers import AutoTokenizer, pipeline
+
+    repo, commit, task = request["repo_id"], request["commit_id"], request["pipeline_tag"]
+    files = sorted(os.listdir(snapshot_download(repo, revision=commit)))
+    model = getattr(transformers, request["auto_class"]).from_pretrained(
+        repo, revision=commit, trust_remote_code=True
+    )
+    module = type(model).__module__
+    assert module.startswith("transformers_modules."), f"model class came from {module}, not the repo's code"
+    tokenizer = AutoTokenizer.from_pretrained(repo, revision=commit, trust_remote_code=True)
+    pipeline_task, smoke_test = SMOKE_TESTS.get(task, ("feature-extraction", _features))
+    pipe = pipeline(pipeline_task, model=repo, revision=commit, trust_remote_code=True)
+    result = {
+        "ok": True,
+        "model_class": f"{module}.{type(model).__name__}",
+        "tokenizer_class": type(tokenizer).__name__,
+        "task": task,
+        "pipeline_output": smoke_test(pipe, model, tokenizer),
+        "files": files,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
