@@ -83,8 +83,10 @@ def test_resume_refuses_a_checkpoint_of_another_run_and_says_what_differs(used_r
         )
     with pytest.raises(ValueError, match="the training data differs"):
         train(used_run, *resume, train_data=sequences(12, seed=7))
-    with pytest.raises(ValueError, match="--max_train_steps 4 in the checkpoint, 8 now"):
-        train(used_run, "--max_train_steps", "8", "--resume_from_checkpoint", "latest")
+    with pytest.raises(ValueError, match="--seed 42 in the checkpoint, 3 now"):
+        train(used_run, *resume, "--seed", "3")
+    extended = train(used_run, "--max_train_steps", "5", "--resume_from_checkpoint", "latest")
+    assert extended.global_step == 5  # a longer run continues the same one
 
 
 def test_a_kill_during_a_checkpoint_save_leaves_no_half_written_step(tmp_path):

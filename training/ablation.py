@@ -358,7 +358,7 @@ def run_process(
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             raise AblationInterrupted(
-                f"interrupted; the run in {log_path.parent} saved a checkpoint"
+                f"interrupted while running {shlex.join(argv[-2:])} (pretraining saves a checkpoint first)"
             ) from None
     process.returncode = os.waitstatus_to_exitcode(status)
     _follow_progress(progress, history_path)
@@ -486,7 +486,9 @@ def _run_segment(plan, record: RunRecord, run_dir: Path, extra: list[str], time_
     )
     record.segments.append(segment)
     record.save(run_dir / RUN_RECORD)
-    if segment.returncode != 0:
+    # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM); stopped before
+    # training began, it just dies. The caller looks for the checkpoint either way.
+    if segment.returncode != 0 and not segment.stopped_at_time_limit:
         raise _failure(f"Pretraining {run_dir}", segment, log_path)
     return segment
 

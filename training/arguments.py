@@ -17,6 +17,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, dataclass, fields
 
+from briskbert.errors import UserError
+
+
+class TrainingSetupError(UserError, ValueError):
+    """A training flag, output folder, checkpoint or dataset the run cannot use: an expected user mistake
+    (one ``error:`` line from the command line), and a ``ValueError`` for code that catches those."""
+
+
 # transformers' SchedulerType names, minus the two that are not stepped once per optimizer step; kept here
 # as plain strings so that parsing does not import transformers (a test checks the two lists agree).
 SCHEDULER_NAMES = (
@@ -74,9 +82,12 @@ class TrainingConfig:
     logging_steps: int = 10
     dataloader_num_workers: int = 0
 
-    # Fields that may change between the launches of one run without changing what it computes; every
-    # other field must match the checkpoint's for a resume to continue the same run.
+    # Fields that may change between the launches of one run: bookkeeping that does not change what it
+    # computes, and its length (to extend a run, or to stop it at a checkpoint). Every other field must
+    # match the checkpoint's for a resume to continue the same run.
     RESUMABLE_CHANGES = (
+        "max_train_steps",
+        "num_train_epochs",
         "output_dir",
         "resume_from_checkpoint",
         "overwrite_output_dir",
@@ -262,35 +273,37 @@ def _check_ranges(config: TrainingConfig) -> None:
         "logging_steps",
     ):
         if getattr(config, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}.")
+            raise TrainingSetupError(f"--{name} must be >= 1, got {getattr(config, name)}.")
     if config.learning_rate <= 0:
-        raise ValueError(f"--learning_rate must be > 0, got {config.learning_rate}.")
+        raise TrainingSetupError(f"--learning_rate must be > 0, got {config.learning_rate}.")
     if config.max_train_steps is not None and config.max_train_steps < 1:
-        raise ValueError(f"--max_train_steps must be >= 1, got {config.max_train_steps}.")
+        raise TrainingSetupError(f"--max_train_steps must be >= 1, got {config.max_train_steps}.")
     if config.max_train_steps is None and config.num_train_epochs <= 0:
-        raise ValueError(
+        raise TrainingSetupError(
             f"--num_train_epochs must be > 0 (or give --max_train_steps), got {config.num_train_epochs}."
         )
     if config.num_warmup_steps is not None and config.warmup_ratio is not None:
-        raise ValueError("Give either --num_warmup_steps or --warmup_ratio, not both.")
+        raise TrainingSetupError("Give either --num_warmup_steps or --warmup_ratio, not both.")
     if config.warmup_ratio is not None and not 0 <= config.warmup_ratio < 1:
-        raise ValueError(f"--warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
+        raise TrainingSetupError(f"--warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
     if config.num_warmup_steps is not None and config.num_warmup_steps < 0:
-        raise ValueError(f"--num_warmup_steps must be >= 0, got {config.num_warmup_steps}.")
+        raise TrainingSetupError(f"--num_warmup_steps must be >= 0, got {config.num_warmup_steps}.")
     if config.lr_scheduler_type not in SCHEDULER_NAMES:
-        raise ValueError(
+        raise TrainingSetupError(
             f"--lr_scheduler_type {config.lr_scheduler_type!r} is not known; "
             f"choose one of {', '.join(SCHEDULER_NAMES)}."
         )
     steps = config.checkpointing_steps
     if steps is not None and steps != "epoch" and not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"--checkpointing_steps must be a positive integer or 'epoch', got {steps!r}.")
+        raise TrainingSetupError(
+            f"--checkpointing_steps must be a positive integer or 'epoch', got {steps!r}."
+        )
     if config.eval_steps is not None and config.eval_steps < 1:
-        raise ValueError(f"--eval_steps must be >= 1, got {config.eval_steps}.")
+        raise TrainingSetupError(f"--eval_steps must be >= 1, got {config.eval_steps}.")
     if config.greater_is_better is not None and config.metric_for_best_model is None:
-        raise ValueError("--greater_is_better needs --metric_for_best_model.")
+        raise TrainingSetupError("--greater_is_better needs --metric_for_best_model.")
     if not 0 < config.decay_ratio <= 1:
-        raise ValueError(f"--decay_ratio must be in (0, 1], got {config.decay_ratio}.")
+        raise TrainingSetupError(f"--decay_ratio must be in (0, 1], got {config.decay_ratio}.")
 
 
 def parse_report_to(report_to: str | None) -> list[str]:
@@ -311,10 +324,10 @@ def parse_report_to(report_to: str | None) -> list[str]:
         return installed
     for name in names:
         if name not in supported:
-            raise ValueError(
+            raise TrainingSetupError(
                 f"--report_to {name!r} is not a tracker accelerate supports; use none, all, or a comma list "
                 f"of {', '.join(supported)}."
             )
         if name not in installed:
-            raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}.")
+            raise TrainingSetupError(f"--report_to {name} needs the {name} package: pip install {name}.")
     return list(dict.fromkeys(names))

@@ -24,6 +24,8 @@ import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from .arguments import TrainingSetupError
+
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
@@ -140,7 +142,7 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
     earlier = [p.name for p in checkpoint_dirs(output_dir)]
     earlier += [f"{name}/" for name in ("final", "best") if (output_dir / name).is_dir()]
     if earlier:
-        raise ValueError(
+        raise TrainingSetupError(
             f"--output_dir {output_dir} already holds a run ({', '.join(earlier[-3:])}); pass "
             "--resume_from_checkpoint latest to continue it, --overwrite_output_dir to replace it, or "
             "choose another --output_dir."
@@ -192,7 +194,7 @@ def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> P
         return found[-1] if found else None
     path = Path(resume_from_checkpoint)
     if not (path / STATE_FILE).is_file():
-        raise ValueError(
+        raise TrainingSetupError(
             f"--resume_from_checkpoint {resume_from_checkpoint!r} is not a checkpoint folder (no {STATE_FILE}); "
             f"pass a folder such as {Path(output_dir) / 'step_500'} or 'latest'."
         )
@@ -227,7 +229,7 @@ def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
         return
     differences = identity.differences(saved)
     if differences:
-        raise ValueError(
+        raise TrainingSetupError(
             f"--resume_from_checkpoint {checkpoint} belongs to another run: {'; '.join(differences)}. "
             "Resume with the checkpoint's arguments and data, or start a new run (another --output_dir, "
             "or --overwrite_output_dir)."

@@ -68,7 +68,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from .arguments import TrainingConfig, add_training_arguments, validate_training_arguments  # noqa: F401  TRANSITION
+from .arguments import TrainingConfig, TrainingSetupError
 from .checkpointing import (
     RunIdentity,
     TrainingState,
@@ -98,7 +98,6 @@ def create_accelerator(config: TrainingConfig):
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, TorchDynamoPlugin
 
-    config = _as_config(config)  # TRANSITION
     check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
     kwargs = {}
     if config.torch_compile:
@@ -177,7 +176,7 @@ def accumulation_windows(
             state.batches_in_epoch += len(window)
             yield window
         if state.batches_in_epoch == 0:
-            raise ValueError("The training data yielded no batches.")
+            raise TrainingSetupError("The training data yielded no batches.")
         state.epoch += 1
         state.batches_in_epoch = 0
 
@@ -261,7 +260,7 @@ class Evaluation:
             return
         value = metrics.get(self.metric_name)
         if value is None:
-            raise ValueError(
+            raise TrainingSetupError(
                 f"--metric_for_best_model {self.metric_name} is not among the evaluation metrics "
                 f"{sorted(metrics)}; pick one of them."
             )
@@ -381,7 +380,6 @@ def run(
     for classification; default: examples). ``callbacks`` are called with each training log entry (a
     dict with ``step``, ``loss``, ...) on the main process.
     """
-    config = _as_config(config)  # TRANSITION
     count_items = count_items or count_examples
     _check_datasets(train_dataset, eval_dataset, config)
     check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
@@ -467,7 +465,7 @@ def _prepare(
 ) -> _Prepared:
     """Dataloaders, optimizer, schedule; everything handed to Accelerate."""
     if accelerator.distributed_type.value == "DEEPSPEED" and config.gradient_accumulation_steps > 1:
-        raise ValueError(
+        raise TrainingSetupError(
             "DeepSpeed runs its own gradient accumulation, which this loop's window-normalised "
             "accumulation does not drive: use --gradient_accumulation_steps 1 with a larger "
             "--per_device_train_batch_size or more processes (or DDP/FSDP)."
@@ -538,7 +536,7 @@ def _prepare(
 def _evaluation(config, parts: _Prepared, evaluate_fn, count_items, tokenizer) -> Evaluation | None:
     if parts.eval_dataloader is None:
         if config.metric_for_best_model:
-            raise ValueError(
+            raise TrainingSetupError(
                 f"--metric_for_best_model {config.metric_for_best_model} needs an evaluation dataset."
             )
         return None
@@ -588,7 +586,7 @@ def _accumulate_gradients(accelerator, model, window: list[dict], count_items) -
         accelerator.reduce(torch.tensor(sum(counts), dtype=torch.float64, device=accelerator.device), "sum")
     )
     if total == 0:
-        raise ValueError(
+        raise TrainingSetupError(
             "An accumulation window has no items to compute a loss on (count_items returned 0 for "
             "every batch, e.g. no masked tokens)."
         )
@@ -750,24 +748,24 @@ def _finish_logs(accelerator, log: MetricsLog, output_dir: Path) -> None:
 
 def _check_datasets(train_dataset, eval_dataset, config: TrainingConfig) -> None:
     if train_dataset is None:
-        raise ValueError("No training dataset was given.")
+        raise TrainingSetupError("No training dataset was given.")
     if isinstance(train_dataset, IterableDataset):
         if config.max_train_steps is None:
-            raise ValueError("A streaming (iterable) training set has no length: give --max_train_steps.")
+            raise TrainingSetupError(
+                "A streaming (iterable) training set has no length: give --max_train_steps."
+            )
         if config.checkpointing_steps == "epoch":
-            raise ValueError("A streaming training set has no epochs: give --checkpointing_steps a number.")
+            raise TrainingSetupError(
+                "A streaming training set has no epochs: give --checkpointing_steps a number."
+            )
     else:
         n = len(train_dataset)
         if n == 0:
-            raise ValueError("The training dataset is empty.")
+            raise TrainingSetupError("The training dataset is empty.")
         if n < config.per_device_train_batch_size:
-            raise ValueError(
+            raise TrainingSetupError(
                 f"The training dataset has {n} examples, fewer than one batch (--per_device_train_batch_size "
                 f"{config.per_device_train_batch_size}); add data or lower the batch size."
             )
     if eval_dataset is not None and not isinstance(eval_dataset, IterableDataset) and len(eval_dataset) == 0:
-        raise ValueError("The evaluation dataset is empty.")
-
-
-def _as_config(config):  # TRANSITION: callers still passing the argparse namespace
-    return config if isinstance(config, TrainingConfig) else TrainingConfig.from_namespace(config)
+        raise TrainingSetupError("The evaluation dataset is empty.")
