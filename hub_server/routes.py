@@ -93,16 +93,26 @@ def agent_harnesses(req: Request) -> Response:
     return json_response({"standardEnvVars": [], "harnesses": {}})
 
 
+def _yaml_answer(errors: list[str], warnings: list[str]) -> Response:
+    body = {"errors": [{"message": m} for m in errors], "warnings": [{"message": m} for m in warnings]}
+    if not errors:
+        return json_response(body)
+    message = "; ".join(errors)
+    headers = {"X-Error-Code": "InvalidMetadata", "X-Error-Message": message}
+    return json_response({"error": message, **body}, status=400, headers=headers)
+
+
 def validate_yaml(req: Request) -> Response:
-    # The client calls .json() before raise_for_status: even the refusals are JSON with "errors".
-    content = protocol.Fields(req.json(), "request body").text("content")
+    # The client calls .json() before raise_for_status and reads "errors": every answer here has them.
+    try:
+        content = protocol.Fields(req.json(), "request body").text("content")
+    except BadRequest as e:
+        return _yaml_answer([e.message], [])
     try:
         meta = split_front_matter(content)[0] or {}
-        errors, warnings = check_metadata(meta), metadata_warnings(meta)
     except ValueError as e:
-        errors, warnings = [str(e)], []
-    body = {"errors": [{"message": m} for m in errors], "warnings": [{"message": m} for m in warnings]}
-    return json_response(body, status=400 if errors else 200)
+        return _yaml_answer([str(e)], [])
+    return _yaml_answer(check_metadata(meta), metadata_warnings(meta))
 
 
 def create_repo(req: Request) -> Response:
