@@ -2,7 +2,7 @@
 """Extractive question-answering pipeline, shipped inside model folders as remote code.
 
 transformers 5 removed its ``question-answering`` pipeline task. Fine-tuned briskbert QA folders carry this
-file and a ``custom_pipelines`` entry in ``config.json`` (see :func:`add_to_model_folder`), so
+file and a ``custom_pipelines`` entry in ``config.json`` (see :func:`register_question_answering_pipeline`), so
 
     pipeline("question-answering", model=folder, trust_remote_code=True)(question=..., context=...)
 
@@ -112,18 +112,34 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
         return answers[0] if top_k == 1 else answers
 
 
-def add_to_model_folder(folder) -> None:
-    """Copy this file into ``folder`` and register it in ``config.json`` under ``custom_pipelines``."""
-    module = os.path.splitext(os.path.basename(__file__))[0]
-    shutil.copyfile(__file__, os.path.join(folder, module + ".py"))
-    config_path = os.path.join(folder, "config.json")
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    config.setdefault("custom_pipelines", {})["question-answering"] = {
-        "impl": f"{module}.BriskBertQuestionAnsweringPipeline",
+PIPELINE_TASK = "question-answering"
+MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]
+
+
+def custom_pipeline_entry() -> dict:
+    """The ``custom_pipelines`` entry that makes ``pipeline("question-answering", ...)`` load this file."""
+    return {
+        "impl": f"{MODULE_NAME}.BriskBertQuestionAnsweringPipeline",
         "pt": ["AutoModelForQuestionAnswering"],
         "tf": [],
         "type": "text",
     }
+
+
+def register_question_answering_pipeline(config) -> None:
+    """Name this pipeline in ``config.custom_pipelines``, so every later save (``save_pretrained``, Trainer
+    checkpoints, ``push_to_hub``) writes the entry; the modeling file imports this file, so saves copy it too."""
+    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
+    custom_pipelines[PIPELINE_TASK] = custom_pipeline_entry()
+    config.custom_pipelines = custom_pipelines
+
+
+def add_to_model_folder(folder) -> None:
+    """Copy this file into an already saved ``folder`` and register it in ``config.json``."""
+    shutil.copyfile(__file__, os.path.join(folder, MODULE_NAME + ".py"))
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    config.setdefault("custom_pipelines", {})[PIPELINE_TASK] = custom_pipeline_entry()
     with open(config_path, "w", encoding="utf-8") as handle:
         json.dump(config, handle, indent=2, sort_keys=True)

