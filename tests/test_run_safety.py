@@ -283,3 +283,14 @@ def test_short_runs_evaluate_once_at_the_end(tmp_path):
 
 def test_scheduler_names_are_transformers_own():
     assert set(SCHEDULER_NAMES) == {s.value for s in SchedulerType} - {"reduce_lr_on_plateau", "greedy"}
+
+
+def test_the_command_line_refuses_a_used_output_dir_in_one_error_line(used_run, capsys):
+    from briskbert import cli
+    from briskbert.data import DATA_DIR
+
+    argv = ["pretrain", "--train_file", str(DATA_DIR / "wikitext2_excerpt.txt"), "--config_name", "bert-tiny"]
+    assert cli.main([*argv, "--output_dir", str(used_run)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: --output_dir {used_run} already holds a run") and "\n" not in error
+    assert not (used_run / "tokenizer").exists()  # refused before any data preparation

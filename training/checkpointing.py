@@ -139,13 +139,13 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
     output_dir = Path(output_dir)
     if overwrite or (resume_from_checkpoint and resolve_checkpoint(resume_from_checkpoint, output_dir)):
         return
-    earlier = [p.name for p in checkpoint_dirs(output_dir)]
-    earlier += [f"{name}/" for name in ("final", "best") if (output_dir / name).is_dir()]
+    checkpoints = [p.name for p in checkpoint_dirs(output_dir)]
+    earlier = checkpoints[-2:] + [f"{name}/" for name in ("final", "best") if (output_dir / name).is_dir()]
     if earlier:
+        resume = "--resume_from_checkpoint latest to continue it, " if checkpoints else ""
         raise TrainingSetupError(
-            f"--output_dir {output_dir} already holds a run ({', '.join(earlier[-3:])}); pass "
-            "--resume_from_checkpoint latest to continue it, --overwrite_output_dir to replace it, or "
-            "choose another --output_dir."
+            f"--output_dir {output_dir} already holds a run ({', '.join(earlier)}); pass {resume}"
+            "--overwrite_output_dir to replace it, or choose another --output_dir."
         )
 
 

@@ -386,33 +386,13 @@ def run(
     accelerator = accelerator or create_accelerator(config)
     seed_everything(config.seed)
     output_dir = Path(config.output_dir)
-    identity = RunIdentity(
-        arguments=config.run_defining_arguments(),
-        train_data=dataset_fingerprint(train_dataset),
-        eval_data=dataset_fingerprint(eval_dataset),
-        model=f"{type(model).__name__} with {sum(p.numel() for p in model.parameters()):,} parameters",
-    )
-    checkpoint = (
-        resolve_checkpoint(config.resume_from_checkpoint, output_dir)
-        if config.resume_from_checkpoint
-        else None
-    )
-    if checkpoint is not None:
-        check_same_run(checkpoint, identity)
+    identity = _run_identity(config, model, train_dataset, eval_dataset)
+    checkpoint = _checkpoint_to_resume(config, identity)
     parts = _prepare(config, accelerator, model, train_dataset, data_collator, eval_dataset, eval_collator)
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     evaluation = _evaluation(config, parts, evaluate_fn, count_items, tokenizer)
     log, state = _open_run(config, accelerator, output_dir, checkpoint)
-
-    from tqdm.auto import tqdm
-
-    progress = tqdm(
-        total=parts.max_train_steps,
-        initial=state.global_step,
-        disable=not accelerator.is_local_main_process,
-        desc="training",
-        dynamic_ncols=True,
-    )
+    progress = _progress_bar(accelerator, state.global_step, parts.max_train_steps)
     windows = accumulation_windows(
         parts.train_dataloader, state, config.gradient_accumulation_steps, accelerator, parts.epoch_listeners
     )
@@ -441,8 +421,9 @@ def run(
                 entry = interval.entry(state, parts, scheduler.get_last_lr()[0], grad_norm)
                 log.append(entry)
                 progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
-                for callback in callbacks if accelerator.is_main_process else ():
-                    callback(entry)
+                if accelerator.is_main_process:
+                    for callback in callbacks:
+                        callback(entry)
             if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
                 evaluation(accelerator, model, state, log)
             stop_signal = signals.received(accelerator)
@@ -460,6 +441,38 @@ def run(
 
 
 # ------------------------------------------------------------------------------------------- internals
+def _run_identity(config: TrainingConfig, model, train_dataset, eval_dataset) -> RunIdentity:
+    parameters = sum(p.numel() for p in model.parameters())
+    return RunIdentity(
+        arguments=config.run_defining_arguments(),
+        train_data=dataset_fingerprint(train_dataset),
+        eval_data=dataset_fingerprint(eval_dataset),
+        model=f"{type(model).__name__} with {parameters:,} parameters",
+    )
+
+
+def _checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:
+    """The checkpoint ``--resume_from_checkpoint`` names, checked to belong to this run; None: start anew."""
+    if not config.resume_from_checkpoint:
+        return None
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
+    if checkpoint is not None:
+        check_same_run(checkpoint, identity)
+    return checkpoint
+
+
+def _progress_bar(accelerator, initial: int, total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        initial=initial,
+        disable=not accelerator.is_local_main_process,
+        desc="training",
+        dynamic_ncols=True,
+    )
+
+
 def _prepare(
     config, accelerator, model, train_dataset, data_collator, eval_dataset, eval_collator
 ) -> _Prepared:
