@@ -130,3 +130,79 @@ def test_base_model_must_be_a_hub_id_not_a_local_path():
     assert any(
         "Hub repo ids" in problem for problem in check_metadata({"base_model": "/home/me/runs/minilm"})
     )
+
+
+@pytest.mark.parametrize("position_embedding_type", ["absolute", "alibi", "rope"])
+def test_rope_theta_is_listed_only_for_rope_models(tmp_path, position_embedding_type):
+    folder = saved_config(tmp_path, "BriskBertModel", position_embedding_type=position_embedding_type)
+    card = render_card(folder, "testuser/m")
+    assert ("| `rope_theta` | 10,000 |" in card.text) == (position_embedding_type == "rope")
+    assert f"| `position_embedding_type` | {position_embedding_type} |" in card.text
+
+
+@pytest.mark.parametrize(
+    "mixed_precision, shown",
+    [
+        ("no", "fp32"),
+        ("bf16", "bf16 mixed precision (fp32 master weights)"),
+        ("fp16", "fp16 mixed precision"),
+    ],
+)
+def test_the_card_shows_the_precision_used(tmp_path, mixed_precision, shown):
+    folder = saved_config(tmp_path, "BriskBertForMaskedLM")
+    (folder / "training_facts.json").write_text(json.dumps({**FACTS, "mixed_precision": mixed_precision}))
+    card = render_card(folder, "testuser/m")
+    assert f"| precision | {shown}" in card.text
+    assert "| `dtype` | float32 |" in card.text  # the saved weights
+
+
+def test_datasets_are_named_by_their_public_name_never_by_a_local_file(tmp_path):
+    folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
+    public = {
+        **FACTS,
+        "datasets": ["stanfordnlp/sst2"],
+        "eval_dataset": "stanfordnlp/sst2",
+        "eval_split": "validation",
+    }
+    (folder / "training_facts.json").write_text(json.dumps(public))
+    card = render_card(folder, "testuser/m")
+    (result, *_) = model_index_to_eval_results(card.data.to_dict()["model-index"])[1]
+    assert (result.dataset_type, result.dataset_split) == ("stanfordnlp/sst2", "validation")
+    assert "Measured on stanfordnlp/sst2 (validation split)." in card.text
+
+    local = {**FACTS, "datasets": ["/home/me/data/train.tsv"], "eval_dataset": "dev.tsv"}
+    (folder / "training_facts.json").write_text(json.dumps(local))
+    card = render_card(folder, "testuser/m")
+    data = card.data.to_dict()
+    assert "datasets" not in data and "model-index" not in data  # a file is no Hub dataset
+    assert "/home/me" not in card.text and "| training data | local data (train.tsv) |" in card.text
+    assert check_card(card) == []
+
+
+@pytest.mark.parametrize(
+    "arch, tag, usage",
+    [
+        (
+            "BriskBertModel",
+            "sentence-similarity",
+            "SentenceTransformer(repo_id, revision=revision, trust_remote_code=True)",
+        ),
+        (
+            "BriskBertForSequenceClassification",
+            "text-ranking",
+            "CrossEncoder(repo_id, revision=revision, trust_remote_code=True)",
+        ),
+    ],
+)
+def test_embedding_and_reranker_cards(tmp_path, arch, tag, usage):
+    folder = saved_config(tmp_path, arch)
+    facts = {
+        "pipeline_tag": tag,
+        "library_name": "sentence-transformers",
+        "datasets": ["sentence-transformers/msmarco"],
+    }
+    (folder / "training_facts.json").write_text(json.dumps(facts))
+    card = render_card(folder, "testuser/m")
+    assert card.data.pipeline_tag == tag and card.data.library_name == "sentence-transformers"
+    assert usage in card.text and "pipeline(" not in card.text
+    assert check_card(card) == []

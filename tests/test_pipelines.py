@@ -89,13 +89,15 @@ def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_pa
 
 
 def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
-    from briskbert.modeling.pipeline_question_answering import add_to_model_folder
+    from briskbert.training.qa import register_qa_pipeline
 
     model = _tiny(BriskBertForQuestionAnswering, tokenizer)
     with torch.no_grad():  # start and end logits follow one hidden unit: a deterministic but untrained model
         model.qa_outputs.weight.normal_(0, 1.0)
+    # transformers 5 has no built-in question-answering pipeline: the config names the project's, and a
+    # plain save_pretrained writes its file next to the modeling file
+    register_qa_pipeline(model.config)
     folder = _save(model, tokenizer, tmp_path / "qa")
-    add_to_model_folder(folder)  # transformers 5 has no built-in question-answering pipeline
     answerer = pipeline("question-answering", model=folder, trust_remote_code=True)
     context = " ".join(f"Item {i} was stored in room {i + 3}." for i in range(120))  # longer than one window
     answer = answerer(question="Where was item 7 stored?", context=context, max_seq_len=128, doc_stride=48)

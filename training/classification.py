@@ -144,9 +144,10 @@ def infer_label_spec(
     eval_labels=None,
     problem_type: str | None = None,
     label_separator: str = ",",
-    source: str = "training data",
+    source: str = "the training data",
     label_names: list[str] | None = None,
     names_source: str = "--label_names",
+    eval_source: str = "the evaluation data",
 ) -> LabelSpec:
     """Decide the problem type and the label set from the (non-missing) training labels.
 
@@ -160,10 +161,10 @@ def infer_label_spec(
         raise DataError(f"{source} has no labelled rows.")
     kind = _label_kinds(train_labels, source)
     if eval_labels:
-        eval_kind = _label_kinds(eval_labels, "evaluation data")
+        eval_kind = _label_kinds(eval_labels, eval_source)
         if {kind, eval_kind} not in ({"int"}, {"float"}, {"str"}, {"list"}, {"int", "float"}):
             raise DataError(
-                f"training labels are {kind} values but evaluation labels are {eval_kind} values; they must agree."
+                f"{source} has {kind} labels but {eval_source} has {eval_kind} labels; they must agree."
             )
     if problem_type is None:
         problem_type = {"list": "multi_label_classification", "float": "regression"}.get(
@@ -176,7 +177,9 @@ def infer_label_spec(
             )
         return LabelSpec("regression")
     if problem_type == "multi_label_classification":
-        return _multi_label_spec(train_labels, eval_labels, kind, label_separator, label_names, names_source)
+        return _multi_label_spec(
+            train_labels, eval_labels, kind, label_separator, label_names, names_source, (source, eval_source)
+        )
     if kind == "float":
         raise DataError(
             f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
@@ -192,14 +195,19 @@ def infer_label_spec(
         names = [str(n) for n in sorted({int(n) for n in names})]  # numeric order ("10" after "9")
     eval_names = {_label_name(v) for v in (eval_labels or [])}
     if label_names is None:
-        _check_unseen(eval_names, names, "the evaluation data", "training")
+        _check_unseen(eval_names, names, eval_source, "training")
         return LabelSpec(problem_type, label_list=names)
-    raw_ids = _ids_for_names(kind, names, eval_names, list(label_names), names_source)
+    raw_ids = _ids_for_names(kind, names, eval_names, list(label_names), names_source, (source, eval_source))
     return LabelSpec(problem_type, label_list=list(label_names), raw_ids=raw_ids)
 
 
 def _ids_for_names(
-    kind: str, seen: list[str], eval_seen: set, label_names: list[str], names_source: str
+    kind: str,
+    seen: list[str],
+    eval_seen: set,
+    label_names: list[str],
+    names_source: str,
+    sources: tuple[str, str],
 ) -> dict:
     """Label text -> id under fixed ``label_names``: integer labels index the names (unless they are the
     names themselves, as a teacher trained on integer labels records them); text labels must be names."""
@@ -212,13 +220,13 @@ def _ids_for_names(
                 f"data has integer labels {[int(label) for label in outside[:10]]}; give one name per label id."
             )
         return ids
-    _check_unseen(set(seen), label_names, "the training data", names_source)
-    _check_unseen(eval_seen, label_names, "the evaluation data", names_source)
+    _check_unseen(set(seen), label_names, sources[0], names_source)
+    _check_unseen(eval_seen, label_names, sources[1], names_source)
     return {name: i for i, name in enumerate(label_names)}
 
 
 def _multi_label_spec(
-    train_labels, eval_labels, kind, label_separator, label_names, names_source
+    train_labels, eval_labels, kind, label_separator, label_names, names_source, sources: tuple[str, str]
 ) -> LabelSpec:
     spec = LabelSpec("multi_label_classification", label_separator=label_separator)
     first = train_labels[0]
@@ -244,11 +252,11 @@ def _multi_label_spec(
     eval_seen = {str(n) for value in (eval_labels or []) for n in spec._names(value)}
     if label_names is None:
         spec.label_list = sorted(seen)
-        _check_unseen(eval_seen, spec.label_list, "the evaluation data", "training")
+        _check_unseen(eval_seen, spec.label_list, sources[1], "training")
     else:
         spec.label_list = list(label_names)
-        _check_unseen(seen, spec.label_list, "the training data", names_source)
-        _check_unseen(eval_seen, spec.label_list, "the evaluation data", names_source)
+        _check_unseen(seen, spec.label_list, sources[0], names_source)
+        _check_unseen(eval_seen, spec.label_list, sources[1], names_source)
     return spec
 
 
@@ -342,12 +350,12 @@ def load_classification_data(
     from .task_data import require_columns, require_rows
 
     train, evaluation = load_splits(data)
-    require_rows(train, "the training data")
+    train_name, eval_name = data.describe("train"), data.describe("validation")
+    require_rows(train, train_name)
     text_column = task.text_column or next((c for c in ("sentence", "text") if c in train.column_names), None)
     if text_column is None:
         raise DataError(
-            f"the training data has no 'sentence' or 'text' column; pass --text_column "
-            f"(columns: {train.column_names})."
+            f"{train_name} has no 'sentence' or 'text' column; pass --text_column (columns: {train.column_names})."
         )
     columns = {
         "--text_column": text_column,
@@ -355,15 +363,15 @@ def load_classification_data(
         "--label_column": task.label_column,
     }
     needed = [c for c in columns.values() if c is not None]
-    require_columns(train, columns, "the training data")
-    train, train_report = drop_incomplete_rows(train, needed, "training data")
-    require_rows(train, "the training data (after skipping rows with empty values)")
+    require_columns(train, columns, train_name)
+    train, train_report = drop_incomplete_rows(train, needed, train_name)
+    require_rows(train, f"{train_name} (after skipping rows with empty values)")
     eval_report = None
     if evaluation is not None:
-        require_rows(evaluation, "the evaluation data")
-        require_columns(evaluation, columns, "the evaluation data")
-        evaluation, eval_report = drop_incomplete_rows(evaluation, needed, "evaluation data")
-        require_rows(evaluation, "the evaluation data (after skipping rows with empty values)")
+        require_rows(evaluation, eval_name)
+        require_columns(evaluation, columns, eval_name)
+        evaluation, eval_report = drop_incomplete_rows(evaluation, needed, eval_name)
+        require_rows(evaluation, f"{eval_name} (after skipping rows with empty values)")
     if label_names is None and task.label_names is not None:
         label_names = list(task.label_names)
     spec = infer_label_spec(
@@ -371,8 +379,10 @@ def load_classification_data(
         evaluation[task.label_column] if evaluation else None,
         task.problem_type,
         task.label_separator,
+        source=train_name,
         label_names=label_names,
         names_source=names_source,
+        eval_source=eval_name,
     )
     return ClassificationData(train, evaluation, spec, text_column, [train_report, eval_report])
 

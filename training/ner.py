@@ -21,17 +21,23 @@ from .task_data import DataError, load_conll, require_columns, require_rows, tag
 IGNORE_INDEX = -100
 
 
-def build_label_list(train_tags: list[list[str]], eval_tags: list[list[str]] | None = None) -> list[str]:
+def build_label_list(
+    train_tags: list[list[str]],
+    eval_tags: list[list[str]] | None = None,
+    sources: tuple[str, str] = ("the training data", "the evaluation data"),
+) -> list[str]:
     """Sorted tag set of the training data (``O`` first). Raises when evaluation uses tags never seen
     in training: the model could never predict them and every such entity would count as missed."""
     labels = sorted({tag for sentence in train_tags for tag in sentence})
     if not labels:
-        raise DataError("the training data has no tags.")
+        raise DataError(f"{sources[0]} has no tags.")
     for tag in labels:
         try:
             get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
         except ValueError as error:
-            raise DataError(f"the training data: {error} Fix the tag column (--tag_column).") from None
+            raise DataError(
+                f"{sources[0]}: {error} Fix the tags (or pick the tag column with --tag_column)."
+            ) from None
     if eval_tags is not None:
         unseen = {}
         for sentence in eval_tags:
@@ -41,7 +47,7 @@ def build_label_list(train_tags: list[list[str]], eval_tags: list[list[str]] | N
         if unseen:
             described = ", ".join(f"{tag!r} ({count}x)" for tag, count in sorted(unseen.items()))
             raise DataError(
-                f"the evaluation data has tags never seen in training: {described}. Training tags: {labels}. "
+                f"{sources[1]} has tags never seen in training: {described}. Training tags: {labels}. "
                 "Fix the tag names or add training sentences with these entities."
             )
     if "O" in labels:
@@ -171,23 +177,25 @@ def load_ner_data(data: DataSource, task: NerTask) -> NerData:
     from .finetuning import load_splits
 
     train, evaluation = load_splits(data, file_loader=load_conll)
-    require_rows(train, "the training data")
+    train_name, eval_name = data.describe("train"), data.describe("validation")
+    require_rows(train, train_name)
     tag_column = task.tag_column
     if tag_column is None:
         tag_column = (
             "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
         )
     columns = {"--token_column": task.token_column, "--tag_column": tag_column}
-    require_columns(train, columns, "the training data")
+    require_columns(train, columns, train_name)
     train_tags = tags_as_strings(train, tag_column)
     eval_tags = None
     if evaluation is not None:
-        require_rows(evaluation, "the evaluation data")
-        require_columns(evaluation, columns, "the evaluation data")
+        require_rows(evaluation, eval_name)
+        require_columns(evaluation, columns, eval_name)
         eval_tags = tags_as_strings(evaluation, tag_column)
     train = train.select_columns([task.token_column])
     evaluation = evaluation.select_columns([task.token_column]) if evaluation is not None else None
-    return NerData(train, evaluation, train_tags, eval_tags, build_label_list(train_tags, eval_tags))
+    labels = build_label_list(train_tags, eval_tags, (train_name, eval_name))
+    return NerData(train, evaluation, train_tags, eval_tags, labels)
 
 
 def ner_features(

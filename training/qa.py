@@ -298,9 +298,9 @@ def load_qa_data(data: DataSource, task: QaTask) -> QaData:
         extra = squad(task.extra_train_file, task.extra_train_articles, "--extra_train_file")
         train = datasets.concatenate_datasets([train, extra.cast(train.features)])
     train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
-    train = _checked(train, "the training data", task.version_2_with_negative)
+    train = _checked(train, data.describe("train"), task.version_2_with_negative)
     if evaluation is not None:
-        evaluation = _checked(evaluation, "the evaluation data", task.version_2_with_negative)
+        evaluation = _checked(evaluation, data.describe("validation"), task.version_2_with_negative)
     return QaData(train, evaluation, reports)
 
 

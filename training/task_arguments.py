@@ -121,6 +121,17 @@ class DataSource:
             if value is not None and value < 1:
                 raise UserError(f"{flag} must be at least 1, got {value}.")
 
+    def describe(self, split: str) -> str:
+        """How error messages name the ``"train"`` or ``"validation"`` data: by the flag that gave it."""
+        if self.dataset_name is not None:
+            name = self.train_split if split == "train" else self.validation_split
+            return f"--dataset_name {self.dataset_name} (split {name!r})"
+        return (
+            f"--train_file {self.train_file}"
+            if split == "train"
+            else f"--validation_file {self.validation_file}"
+        )
+
     def card_facts(self, extra_train_files: tuple[str, ...] = ()) -> dict:
         """``datasets`` / ``eval_dataset`` / ``eval_split`` for the card: the public name when known (a
         ``--dataset_name``, or ``--dataset_card_name`` for local files), else the local file names."""
