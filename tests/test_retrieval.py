@@ -188,6 +188,9 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ commands
+# Slow (about 30 s idle, more on a loaded machine): four commands, each loading models and data, and the
+# only check that their outputs fit together (the embedder feeds the re-ranker's negatives and both tools).
+@pytest.mark.slow
 def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
     from briskbert.modeling import BriskBertForQuestionAnswering
 
