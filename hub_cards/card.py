@@ -158,6 +158,55 @@ def _as_list(value) -> list:
     return [value] if isinstance(value, str) else list(value)
 
 
+def _is_public_dataset(name) -> bool:
+    """A Hub dataset id (``stanfordnlp/sst2``, ``squad``), not a local file name."""
+    return (
+        isinstance(name, str)
+        and bool(_DATASET_ID_RE.match(name))
+        and not name.lower().endswith(_FILE_SUFFIXES)
+    )
+
+
+def _data_names(value) -> str:
+    """Datasets by their public names; local files are said to be local, by file name only."""
+    names = [str(name) for name in _as_list(value)]
+    public = [name for name in names if _is_public_dataset(name)]
+    local = [name.replace("\\", "/").rsplit("/", 1)[-1] for name in names if not _is_public_dataset(name)]
+    parts = public + ([f"local data ({_fmt(local)})"] if local else [])
+    return ", ".join(parts)
+
+
+def _precision(mixed_precision) -> str:
+    """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
+    if mixed_precision in (None, "", "no"):
+        return "fp32"
+    return f"{mixed_precision} mixed precision (fp32 master weights)"
+
+
+#: training facts shown in the "Training details" table: (fact key, row label, formatter)
+TRAINING_ROWS = (
+    ("task", "task", _fmt),
+    ("config_preset", "config preset", _fmt),
+    ("base_model", "base model", _fmt),
+    ("datasets", "training data", _data_names),
+    ("train_steps", "optimizer steps", _fmt),
+    ("epochs", "epochs", _fmt),
+    ("tokens_seen", "tokens seen", _fmt),
+    ("examples_seen", "examples seen", _fmt),
+    ("global_batch_size", "global batch size", _fmt),
+    ("learning_rate", "peak learning rate", _fmt),
+    ("lr_scheduler_type", "schedule", _fmt),
+    ("num_warmup_steps", "warm-up steps", _fmt),
+    ("weight_decay", "weight decay", _fmt),
+    ("mixed_precision", "precision", _precision),
+    ("seed", "seed", str),
+    ("hardware", "hardware", _fmt),
+    ("num_processes", "processes", _fmt),
+    ("wall_time_s", "training time", _duration),
+    ("framework_versions", "software", _fmt),
+)
+
+
 def render_card(
     model_dir: str | Path,
     repo_id: str | None = None,
@@ -186,9 +235,43 @@ def render_card(
         auto_class, usage = SENTENCE_TRANSFORMERS_TASKS[pipeline_tag]
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
     model_name = facts.get("model_name") or repo_id.split("/")[-1]
+    metrics = _metrics(facts)
+    eval_dataset = facts.get("eval_dataset") or next(
+        (d for d in _as_list(facts.get("datasets")) if _is_public_dataset(d)), None
+    )
+    revision_note = (
+        "pinned: this tag names the published commit"
+        if revision_is_pinned
+        else "a branch moves; pin the commit id from the repo's history for reproducible results"
+    )
+    card = ModelCard.from_template(
+        _card_data(config, facts, pipeline_tag, model_name, metrics, eval_dataset),
+        template_path=str(TEMPLATE_PATH),
+        model_name=model_name,
+        description=_description(facts, pipeline_tag),
+        architecture=", ".join(archs),
+        repo_id=repo_id,
+        revision=revision,
+        revision_note=revision_note,
+        auto_class=auto_class,
+        pipeline_tag=pipeline_tag,
+        example_input=example,
+        usage=usage,
+        architecture_rows=_architecture_rows(config, pipeline_tag),
+        training_rows=_training_rows(facts),
+        metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
+        eval_dataset=_eval_data_name(eval_dataset, facts.get("eval_split")),
+        limitations=_limitations(config, facts, pipeline_tag),
+    )
+    problems = check_card(card)
+    if problems:
+        raise CardError("The rendered card is invalid:\n  " + "\n  ".join(problems))
+    return card
 
-    datasets = [d for d in _as_list(facts.get("datasets")) if _is_public_dataset(d)]
-    metrics = {
+
+def _metrics(facts: dict) -> dict:
+    """Final evaluation metrics worth a row: finite numbers, without counters such as the epoch."""
+    return {
         _metric_name(k): v
         for k, v in sorted((facts.get("metrics") or {}).items())
         if isinstance(v, (int, float))
@@ -196,9 +279,12 @@ def render_card(
         and math.isfinite(v)
         and _metric_name(k) not in _NOT_METRICS
     }
-    eval_dataset = facts.get("eval_dataset") or (datasets[0] if datasets else None)
+
+
+def _card_data(config: dict, facts: dict, pipeline_tag: str, model_name: str, metrics: dict, eval_dataset):
+    """The front matter: Hub metadata, with model-index results only for a public evaluation dataset."""
     eval_results = None
-    if metrics and _is_public_dataset(eval_dataset):  # model-index results name a Hub dataset
+    if metrics and _is_public_dataset(eval_dataset):
         eval_results = [
             EvalResult(
                 task_type=pipeline_tag,
@@ -213,62 +299,49 @@ def render_card(
         ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type", "briskbert")]
     tags += [t for t in _as_list(facts.get("tags")) if isinstance(t, str)]
-    tags = list(dict.fromkeys(tags))
-    card_data = ModelCardData(
+    library_name = facts.get("library_name")
+    return ModelCardData(
         language=facts.get("language") or "en",
         license=facts.get("license") or "apache-2.0",
-        library_name=facts.get("library_name")
-        if facts.get("library_name") in LIBRARY_NAMES
-        else "transformers",
+        library_name=library_name if library_name in LIBRARY_NAMES else "transformers",
         pipeline_tag=pipeline_tag,
-        tags=tags,
-        datasets=datasets or None,
+        tags=list(dict.fromkeys(tags)),
+        datasets=[d for d in _as_list(facts.get("datasets")) if _is_public_dataset(d)] or None,
         base_model=facts.get("base_model") or None,
         model_name=model_name if eval_results else None,
         eval_results=eval_results,
     )
 
-    architecture_rows = [("architectures", ", ".join(archs))]
-    architecture_rows += [
+
+def _architecture_rows(config: dict, pipeline_tag: str) -> list[tuple[str, str]]:
+    rows = [("architectures", ", ".join(config["architectures"]))]
+    rows += [
         (k, _fmt(config[k]) if k in config else "—")
         for k in ARCHITECTURE_OPTIONS
         if OPTION_APPLIES.get(k, lambda _: True)(config)
     ]
-    architecture_rows.append(("dtype", _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")))
+    rows.append(("dtype", _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")))
     if config.get("id2label") and pipeline_tag in ("text-classification", "token-classification"):
         labels = [config["id2label"][k] for k in sorted(config["id2label"], key=int)]
-        architecture_rows.append(("labels", _fmt(labels)))
+        rows.append(("labels", _fmt(labels)))
+    return rows
 
-    training_rows = []
-    for key, label, fmt in (
-        ("task", "task", _fmt),
-        ("config_preset", "config preset", _fmt),
-        ("base_model", "base model", _fmt),
-        ("datasets", "training data", _data_names),
-        ("train_steps", "optimizer steps", _fmt),
-        ("epochs", "epochs", _fmt),
-        ("tokens_seen", "tokens seen", _fmt),
-        ("examples_seen", "examples seen", _fmt),
-        ("global_batch_size", "global batch size", _fmt),
-        ("learning_rate", "peak learning rate", _fmt),
-        ("lr_scheduler_type", "schedule", _fmt),
-        ("num_warmup_steps", "warm-up steps", _fmt),
-        ("weight_decay", "weight decay", _fmt),
-        ("mixed_precision", "precision", _precision),
-        ("seed", "seed", str),
-        ("hardware", "hardware", _fmt),
-        ("num_processes", "processes", _fmt),
-        ("wall_time_s", "training time", _duration),
-        ("framework_versions", "software", _fmt),
-    ):
-        if facts.get(key) not in (None, "", [], {}):
-            training_rows.append((label, fmt(facts[key])))
+
+def _training_rows(facts: dict) -> list[tuple[str, str]]:
+    rows = [
+        (label, fmt(facts[key]))
+        for key, label, fmt in TRAINING_ROWS
+        if facts.get(key) not in (None, "", [], {})
+    ]
     best = facts.get("best_metric")
     if isinstance(best, dict) and "name" in best:
-        training_rows.append(
+        rows.append(
             ("best checkpoint", f"{best['name']} {_fmt(best.get('value'))} at step {_fmt(best.get('step'))}")
         )
+    return rows
 
+
+def _limitations(config: dict, facts: dict, pipeline_tag: str) -> list[str]:
     limitations = [
         "Trained on the data listed above only; expect weaker results on other domains, languages and styles.",
         f"Inputs longer than {config.get('max_position_embeddings', 'the maximum')} tokens must be truncated.",
@@ -277,74 +350,23 @@ def render_card(
     ]
     if pipeline_tag == "fill-mask":
         limitations.append("A masked-language model: fine-tune it before using it for a downstream task.")
-    limitations += [str(x) for x in _as_list(facts.get("limitations"))]
+    return limitations + [str(x) for x in _as_list(facts.get("limitations"))]
 
-    description = facts.get("description") or (
-        f"A {pipeline_tag} model"
-        + (f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else "")
-        + (
-            f"{',' if facts.get('base_model') else ''} trained on {_data_names(facts['datasets'])}"
-            if facts.get("datasets")
-            else ""
-        )
-        + "."
+
+def _description(facts: dict, pipeline_tag: str) -> str:
+    if facts.get("description"):
+        return facts["description"]
+    base = f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else ""
+    data = (
+        f"{',' if base else ''} trained on {_data_names(facts['datasets'])}" if facts.get("datasets") else ""
     )
-    revision_note = (
-        "pinned: this tag names the published commit"
-        if revision_is_pinned
-        else "a branch moves; pin the commit id from the repo's history for reproducible results"
-    )
-    card = ModelCard.from_template(
-        card_data,
-        template_path=str(TEMPLATE_PATH),
-        model_name=model_name,
-        description=description,
-        architecture=", ".join(archs),
-        repo_id=repo_id,
-        revision=revision,
-        revision_note=revision_note,
-        auto_class=auto_class,
-        pipeline_tag=pipeline_tag,
-        example_input=example,
-        architecture_rows=architecture_rows,
-        training_rows=training_rows,
-        metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
-        eval_dataset=_data_names(eval_dataset)
-        + (f" ({facts['eval_split']} split)" if facts.get("eval_split") else "")
-        if eval_dataset
-        else "held-out data",
-        usage=usage,
-        limitations=limitations,
-    )
-    problems = check_card(card)
-    if problems:
-        raise CardError("The rendered card is invalid:\n  " + "\n  ".join(problems))
-    return card
+    return f"A {pipeline_tag} model{base}{data}."
 
 
-def _is_public_dataset(name) -> bool:
-    """A Hub dataset id (``stanfordnlp/sst2``, ``squad``), not a local file name."""
-    return (
-        isinstance(name, str)
-        and bool(_DATASET_ID_RE.match(name))
-        and not name.lower().endswith(_FILE_SUFFIXES)
-    )
-
-
-def _data_names(value) -> str:
-    """Datasets by their public names; local files are said to be local, by file name only."""
-    names = [str(name) for name in _as_list(value)]
-    public = [name for name in names if _is_public_dataset(name)]
-    local = [name.replace("\\", "/").rsplit("/", 1)[-1] for name in names if not _is_public_dataset(name)]
-    parts = public + ([f"local data ({_fmt(local)})"] if local else [])
-    return ", ".join(parts)
-
-
-def _precision(mixed_precision) -> str:
-    """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
-    if mixed_precision in (None, "", "no"):
-        return "fp32"
-    return f"{mixed_precision} mixed precision (fp32 master weights)"
+def _eval_data_name(eval_dataset, split: str | None) -> str:
+    if not eval_dataset:
+        return "held-out data"
+    return _data_names(eval_dataset) + (f" ({split} split)" if split else "")
 
 
 def check_card(card: ModelCard | str) -> list[str]:
