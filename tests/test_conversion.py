@@ -13,12 +13,8 @@ import transformers
 from fresh_process import ROOT, run_without_project
 from safetensors.torch import load_file, save_file
 
-from briskbert.modeling import BriskBertModel
-from briskbert.modeling.conversion import (
-    BRISKBERT_CLASS_FOR_BERT,
-    CheckpointMismatchError,
-    convert_bert_checkpoint,
-)
+from briskbert.modeling import AUTO_MAP, BriskBertModel
+from briskbert.modeling.conversion import FAMILIES, CheckpointMismatchError, convert_bert_checkpoint
 from briskbert.tokenization import BriskBertTokenizer
 from briskbert.training.facts import base_model_id
 
@@ -97,7 +93,10 @@ def tiny_bert_config(**overrides):
     )
 
 
-@pytest.mark.parametrize("architecture", sorted(BRISKBERT_CLASS_FOR_BERT))
+BERT_HEADS = {f"Bert{suffix}": auto_class for suffix, auto_class in FAMILIES[0].heads.items()}
+
+
+@pytest.mark.parametrize("architecture", sorted(BERT_HEADS))
 def test_every_bert_head_converts_exactly(architecture, tmp_path):
     torch.manual_seed(0)
     bert = getattr(transformers, architecture)(tiny_bert_config()).eval()
@@ -112,7 +111,7 @@ def test_every_bert_head_converts_exactly(architecture, tmp_path):
         expected, got = bert(**inputs), ours(**inputs)
     first = next(iter(expected.values()))
     torch.testing.assert_close(next(iter(got.values())), first, atol=1e-5, rtol=0)
-    assert type(ours).__name__ == BRISKBERT_CLASS_FOR_BERT[architecture].__name__
+    assert type(ours).__name__ == AUTO_MAP[BERT_HEADS[architecture]].split(".")[1]
 
 
 def test_missing_and_unexpected_weights_are_listed(tmp_path):
@@ -184,3 +183,27 @@ def test_loads_with_trust_remote_code_where_the_project_is_not_installed(convert
     with torch.no_grad():
         expected = BriskBertModel.from_pretrained(converted_minilm).eval()(**batch).last_hidden_state
     torch.testing.assert_close(torch.load(tmp_path / "hidden.pt"), expected, atol=1e-6, rtol=0)
+
+
+def test_sentence_transformers_loads_the_converted_folder_with_the_same_embeddings(
+    minilm_path, converted_minilm
+):
+    """modules.json, the pooling and normalisation folders and the 256-token limit travel with the folder."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    for name in (
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+        "1_Pooling",
+    ):
+        assert (converted_minilm / name).exists() == (minilm_path / name).exists(), name
+    original = sentence_transformers.SentenceTransformer(str(minilm_path), device="cpu")
+    converted = sentence_transformers.SentenceTransformer(
+        str(converted_minilm), device="cpu", trust_remote_code=True
+    )
+    assert converted.max_seq_length == original.max_seq_length
+    texts = real_sentences(16)
+    expected = original.encode(texts, convert_to_tensor=True)
+    got = converted.encode(texts, convert_to_tensor=True)
+    assert (got - expected).abs().max().item() <= 1e-5
+    torch.testing.assert_close(got.norm(dim=-1), expected.norm(dim=-1), atol=1e-5, rtol=0)

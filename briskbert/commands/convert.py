@@ -1,48 +1,62 @@
-"""Convert a transformers BERT checkpoint folder (BertModel or any BertFor* head) into a BriskBert folder.
+"""Import a transformers checkpoint folder of the BERT family into a BriskBert folder that gives the same outputs.
 
-briskbert convert --src path/to/bert --out path/to/briskbert [--architecture BertForMaskedLM]
+Sources (detected from config.json's model_type, the head from its architectures):
+  BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA (discriminator; its replaced-token head becomes a one-label token
+  classifier), ModernBERT; the bare model or any of its heads (masked LM, sequence / token classification, QA,
+  multiple choice, BERT's pretraining and next-sentence heads). The source tokenizer and, for
+  sentence-transformers checkpoints, modules.json with its pooling / normalisation folders are carried over.
+
+    briskbert convert --src path/to/checkpoint --out path/to/briskbert [--architecture RobertaForMaskedLM]
 """
 
 import argparse
 import sys
 
-from briskbert.modeling.conversion import (
-    BRISKBERT_CLASS_FOR_BERT,
-    CheckpointMismatchError,
-    convert_bert_checkpoint,
-)
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="briskbert convert", description=__doc__, formatter_class=HelpFormatter
     )
-    parser.add_argument(
-        "--src", required=True, help="BERT checkpoint folder (config.json + safetensors or .bin)."
-    )
-    parser.add_argument("--out", required=True, help="Folder to write the BriskBert model and tokenizer to.")
+    parser.add_argument("--src", required=True, help="checkpoint folder (config.json + safetensors or .bin)")
+    parser.add_argument("--out", required=True, help="new folder for the BriskBert model and tokenizer")
     parser.add_argument(
         "--architecture",
-        choices=sorted(BRISKBERT_CLASS_FOR_BERT),
-        help="Head to convert; defaults to the checkpoint's own `architectures` entry.",
+        default=None,
+        help="source head to import, e.g. RobertaForSequenceClassification (default: config.json's architectures)",
     )
-    parser.add_argument("--no_tokenizer", action="store_true", help="Do not convert the tokenizer.")
+    parser.add_argument("--no_tokenizer", action="store_true", help="do not carry the tokenizer over")
     parser.add_argument(
         "--source_repo_id",
-        help="The checkpoint's Hub id (e.g. google-bert/bert-base-uncased), "
-        "named as base model on the cards of models trained from the converted folder.",
+        default=None,
+        help="the checkpoint's Hub id (e.g. FacebookAI/roberta-base), named as base model on the cards of models "
+        "trained from the converted folder",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None):
+    args = build_parser().parse_args(argv)
+    from briskbert.modeling.conversion import (
+        CheckpointMismatchError,
+        UnsupportedCheckpointError,
+        convert_checkpoint,
+    )
+
     try:
-        model = convert_bert_checkpoint(
+        model = convert_checkpoint(
             args.src,
             args.out,
             args.architecture,
             save_tokenizer=not args.no_tokenizer,
             source_repo_id=args.source_repo_id,
         )
-    except (CheckpointMismatchError, FileNotFoundError, FileExistsError, ValueError) as error:
-        sys.exit(f"error: {error}")
+    except (CheckpointMismatchError, UnsupportedCheckpointError, FileNotFoundError, FileExistsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     print(
         f"Converted {args.src} -> {args.out} as {type(model).__name__} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters)."

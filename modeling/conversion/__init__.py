@@ -1,0 +1,19 @@
+"""Exact import of BERT-family checkpoints (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ModernBERT, with their
+heads) into BriskBert folders. Not remote code: saved folders never need it."""
+
+from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
+from .folder import convert_checkpoint, supported_sources
+from .weights import CheckpointMismatchError
+
+# The name the BERT-only converter had; callers keep working.
+convert_bert_checkpoint = convert_checkpoint
+
+__all__ = [
+    "FAMILIES",
+    "CheckpointMismatchError",
+    "SourceFamily",
+    "UnsupportedCheckpointError",
+    "convert_bert_checkpoint",
+    "convert_checkpoint",
+    "supported_sources",
+]

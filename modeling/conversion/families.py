@@ -1,0 +1,397 @@
+"""The source architectures `briskbert convert` imports: for each family, how its config.json becomes BriskBert
+options, how its weights are named, and which of its heads map to which BriskBert head (by Auto class, the keys
+of AUTO_MAP). Plain data and small functions: nothing here imports torch."""
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class UnsupportedCheckpointError(ValueError):
+    """The source is not a checkpoint `briskbert convert` can import exactly; the message names the field."""
+
+
+# Encoder parameter renames (regex on the name after the family's prefix) -> BriskBert names after "model.".
+_BERT_ENCODER = (
+    (r"embeddings\.LayerNorm\.", "embeddings.norm."),
+    (r"embeddings_project\.", "embeddings.project."),
+    (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.", r"layers.\1.attention.out."),
+    (r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", r"layers.\1.attention_norm."),
+    (r"encoder\.layer\.(\d+)\.intermediate\.dense\.", r"layers.\1.mlp.up."),
+    (r"encoder\.layer\.(\d+)\.output\.dense\.", r"layers.\1.mlp.down."),
+    (r"encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"layers.\1.mlp_norm."),
+)
+_BERT_QKV = (
+    r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)",
+    ("query", "key", "value"),
+)
+_DISTILBERT_ENCODER = (
+    (r"embeddings\.LayerNorm\.", "embeddings.norm."),
+    (r"transformer\.layer\.(\d+)\.attention\.out_lin\.", r"layers.\1.attention.out."),
+    (r"transformer\.layer\.(\d+)\.sa_layer_norm\.", r"layers.\1.attention_norm."),
+    (r"transformer\.layer\.(\d+)\.ffn\.lin1\.", r"layers.\1.mlp.up."),
+    (r"transformer\.layer\.(\d+)\.ffn\.lin2\.", r"layers.\1.mlp.down."),
+    (r"transformer\.layer\.(\d+)\.output_layer_norm\.", r"layers.\1.mlp_norm."),
+)
+_DISTILBERT_QKV = (
+    r"transformer\.layer\.(\d+)\.attention\.(q_lin|k_lin|v_lin)\.(weight|bias)",
+    ("q_lin", "k_lin", "v_lin"),
+)
+_MODERNBERT_ENCODER = (
+    (r"embeddings\.tok_embeddings\.", "embeddings.word_embeddings."),
+    (r"layers\.(\d+)\.attn_norm\.", r"layers.\1.attention_norm."),
+    (r"layers\.(\d+)\.attn\.Wqkv\.", r"layers.\1.attention.qkv."),
+    (r"layers\.(\d+)\.attn\.Wo\.", r"layers.\1.attention.out."),
+    (r"layers\.(\d+)\.mlp\.Wi\.", r"layers.\1.mlp.up."),
+    (r"layers\.(\d+)\.mlp\.Wo\.", r"layers.\1.mlp.down."),
+)
+
+# Heads: source class suffix -> the Auto class (a key of AUTO_MAP) whose BriskBert class reproduces it.
+_CLASSIC_HEADS = {
+    "Model": "AutoModel",
+    "ForMaskedLM": "AutoModelForMaskedLM",
+    "ForSequenceClassification": "AutoModelForSequenceClassification",
+    "ForTokenClassification": "AutoModelForTokenClassification",
+    "ForQuestionAnswering": "AutoModelForQuestionAnswering",
+    "ForMultipleChoice": "AutoModelForMultipleChoice",
+}
+_COMMON_HEAD_RENAMES = {"classifier.": "classifier.", "qa_outputs.": "qa_outputs."}
+
+
+@dataclass(frozen=True)
+class SourceFamily:
+    """How one transformers architecture family maps onto BriskBert.
+
+    `head_renames` maps a head suffix ("ForMaskedLM", or "*" for every head) to {source prefix: BriskBert prefix}
+    for the weights outside the encoder; `head_config` adds BriskBert options a head needs (ELECTRA's discriminator
+    becomes a one-label token classifier behind a dense + activation transform)."""
+
+    name: str
+    model_types: tuple[str, ...]
+    class_prefixes: tuple[str, ...]
+    weight_prefix: str
+    config_fields: Callable[[dict], dict]
+    heads: dict[str, str]
+    encoder_renames: tuple[tuple[str, str], ...]
+    qkv: tuple[str, tuple[str, str, str]] | None
+    head_renames: dict[str, dict[str, str]]
+    head_config: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
+
+    def head_suffix(self, architecture: str) -> str:
+        """ "RobertaForMaskedLM" -> "ForMaskedLM"; refuses classes of another family or heads without a match."""
+        prefix = next((p for p in self.class_prefixes if architecture.startswith(p)), None)
+        suffix = architecture[len(prefix) :] if prefix else None
+        if suffix not in self.heads:
+            supported = ", ".join(f"{self.class_prefixes[0]}{s}" for s in self.heads)
+            raise UnsupportedCheckpointError(
+                f"architectures={architecture!r} is not a {self.name} head briskbert can import; "
+                f"supported: {supported} (or pass --architecture)."
+            )
+        return suffix
+
+    def renames_for(self, suffix: str) -> dict[str, str]:
+        """Head weight renames, the head's own first (RoBERTa's classifier.dense before classifier.)."""
+        own = self.head_renames.get(suffix, {})
+        return {**own, **{k: v for k, v in self.head_renames.get("*", {}).items() if k not in own}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Source config.json -> BriskBert options
+# ---------------------------------------------------------------------------------------------------------------
+_SHARED_FIELDS = (
+    "vocab_size",
+    "max_position_embeddings",
+    "initializer_range",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "tie_word_embeddings",
+)
+
+
+def _copy(source: dict, names) -> dict:
+    return {name: source[name] for name in names if name in source}
+
+
+def _renamed(source: dict, renames: dict[str, str]) -> dict:
+    return {ours: source[theirs] for ours, theirs in renames.items() if theirs in source}
+
+
+def _require(source: dict, field_name: str, accepted, default=None):
+    value = source.get(field_name, default)
+    if value not in accepted:
+        raise UnsupportedCheckpointError(
+            f"config.json field {field_name}={value!r} cannot be imported exactly; supported: "
+            f"{', '.join(map(repr, accepted))}."
+        )
+
+
+def bert_fields(source: dict) -> dict:
+    _require(source, "position_embedding_type", ("absolute",), "absolute")
+    return _copy(
+        source,
+        (
+            *_SHARED_FIELDS,
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "hidden_act",
+            "hidden_dropout_prob",
+            "attention_probs_dropout_prob",
+            "type_vocab_size",
+            "layer_norm_eps",
+            "classifier_dropout",
+        ),
+    )
+
+
+def roberta_fields(source: dict) -> dict:
+    # RobertaLMHead applies gelu whatever hidden_act says.
+    return dict(bert_fields(source), position_ids_type="count_non_padding", head_activation="gelu")
+
+
+def electra_fields(source: dict) -> dict:
+    fields = bert_fields(source)
+    if source.get("embedding_size", source["hidden_size"]) != source["hidden_size"]:
+        fields["embedding_size"] = source["embedding_size"]
+    # ElectraClassificationHead and the generator head use gelu whatever hidden_act says.
+    return dict(fields, pooler_activation="gelu", head_activation="gelu")
+
+
+def electra_multiple_choice(source: dict) -> dict:
+    _require(source, "summary_type", ("first",), "last")
+    _require(source, "summary_use_proj", (True,), False)
+    _require(source, "summary_proj_to_labels", (False, None))
+    _require(source, "summary_first_dropout", (0, 0.0, None))
+    activation = source.get("summary_activation")
+    return dict(pooler_activation=activation or "linear")
+
+
+def electra_discriminator(source: dict) -> dict:
+    return dict(
+        token_head_activation=source.get("hidden_act", "gelu"),
+        id2label={0: "replaced"},
+        label2id={"replaced": 0},
+    )
+
+
+def distilbert_fields(source: dict) -> dict:
+    fields = _renamed(
+        source,
+        dict(
+            hidden_size="dim",
+            num_hidden_layers="n_layers",
+            num_attention_heads="n_heads",
+            intermediate_size="hidden_dim",
+            hidden_act="activation",
+            hidden_dropout_prob="dropout",
+            attention_probs_dropout_prob="attention_dropout",
+            classifier_dropout="seq_classif_dropout",
+        ),
+    )
+    # DistilBERT's norms use a fixed eps; its classifiers read [CLS] through dense + ReLU.
+    return dict(
+        _copy(source, _SHARED_FIELDS),
+        **fields,
+        type_vocab_size=0,
+        layer_norm_eps=1e-12,
+        pooler_activation="relu",
+    )
+
+
+def _every_n_from_layer_types(layer_types: list[str]) -> tuple[bool, int | None]:
+    """(has local layers, the period of global layers) for BriskBert's "layers 0, n, 2n... are global" rule."""
+    if "sliding_attention" not in layer_types:
+        return False, None
+    global_layers = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+    if not global_layers:
+        return True, None
+    return True, (global_layers[1] if len(global_layers) > 1 else len(layer_types))
+
+
+def modernbert_fields(source: dict) -> dict:
+    rope = source.get("rope_parameters") or {}
+    for parameters in rope.values():
+        _require(parameters, "rope_type", ("default",), "default")
+    layer_types = source.get("layer_types") or []
+    local, every = _every_n_from_layer_types(layer_types)
+    activation = source.get("classifier_activation", "gelu")
+    fields = _renamed(
+        source,
+        dict(
+            hidden_act="hidden_activation",
+            layer_norm_eps="norm_eps",
+            hidden_dropout_prob="mlp_dropout",
+            attention_probs_dropout_prob="attention_dropout",
+            head_bias="classifier_bias",
+        ),
+    )
+    fields.update(
+        _copy(
+            source,
+            (
+                *_SHARED_FIELDS,
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "norm_bias",
+                "attention_bias",
+                "mlp_bias",
+                "decoder_bias",
+                "classifier_dropout",
+                "classifier_pooling",
+            ),
+        )
+    )
+    return dict(
+        fields,
+        type_vocab_size=0,
+        position_embedding_type="rope",
+        rope_theta=rope.get("full_attention", {}).get("rope_theta", 160000.0),
+        local_rope_theta=rope.get("sliding_attention", {}).get("rope_theta", 10000.0),
+        sliding_window=source.get("local_attention", 128) // 2 if local else None,
+        global_attn_every_n_layers=every,
+        norm_type="layernorm",
+        norm_position="pre",
+        mlp_type="glu",
+        first_layer_attention_norm=False,
+        pooler_activation=activation,
+        token_head_activation=activation,
+        head_activation=activation,
+        classifier_norm=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The families
+# ---------------------------------------------------------------------------------------------------------------
+_BERT_HEAD_RENAMES = {
+    "cls.predictions.transform.dense.": "head.dense.",
+    "cls.predictions.transform.LayerNorm.": "head.norm.",
+    "cls.predictions.decoder.": "head.decoder.",
+    "cls.predictions.bias": "head.decoder.bias",
+    "cls.seq_relationship.": "seq_relationship.",
+    **_COMMON_HEAD_RENAMES,
+}
+_POOLER_FROM_CLASSIFIER = {"classifier.dense.": "model.pooler.dense.", "classifier.out_proj.": "classifier."}
+
+FAMILIES = (
+    SourceFamily(
+        name="BERT",
+        model_types=("bert",),
+        class_prefixes=("Bert",),
+        weight_prefix="bert.",
+        config_fields=bert_fields,
+        heads={
+            **_CLASSIC_HEADS,
+            "ForPreTraining": "AutoModelForPreTraining",
+            "ForNextSentencePrediction": "AutoModelForNextSentencePrediction",
+        },
+        encoder_renames=_BERT_ENCODER,
+        qkv=_BERT_QKV,
+        head_renames={"*": _BERT_HEAD_RENAMES},
+    ),
+    SourceFamily(
+        name="RoBERTa / XLM-R",
+        model_types=("roberta", "xlm-roberta"),
+        class_prefixes=("XLMRoberta", "Roberta"),
+        weight_prefix="roberta.",
+        config_fields=roberta_fields,
+        heads=_CLASSIC_HEADS,
+        encoder_renames=_BERT_ENCODER,
+        qkv=_BERT_QKV,
+        head_renames={
+            "ForMaskedLM": {
+                "lm_head.dense.": "head.dense.",
+                "lm_head.layer_norm.": "head.norm.",
+                "lm_head.decoder.": "head.decoder.",
+                "lm_head.bias": "head.decoder.bias",
+            },
+            "ForSequenceClassification": _POOLER_FROM_CLASSIFIER,
+            "*": _COMMON_HEAD_RENAMES,
+        },
+    ),
+    SourceFamily(
+        name="DistilBERT",
+        model_types=("distilbert",),
+        class_prefixes=("DistilBert",),
+        weight_prefix="distilbert.",
+        config_fields=distilbert_fields,
+        heads=_CLASSIC_HEADS,
+        encoder_renames=_DISTILBERT_ENCODER,
+        qkv=_DISTILBERT_QKV,
+        head_renames={
+            "*": {
+                "vocab_transform.": "head.dense.",
+                "vocab_layer_norm.": "head.norm.",
+                "vocab_projector.": "head.decoder.",
+                "pre_classifier.": "model.pooler.dense.",
+                **_COMMON_HEAD_RENAMES,
+            }
+        },
+    ),
+    SourceFamily(
+        name="ELECTRA",
+        model_types=("electra",),
+        class_prefixes=("Electra",),
+        weight_prefix="electra.",
+        config_fields=electra_fields,
+        heads={**_CLASSIC_HEADS, "ForPreTraining": "AutoModelForTokenClassification"},
+        encoder_renames=_BERT_ENCODER,
+        qkv=_BERT_QKV,
+        head_renames={
+            "ForPreTraining": {
+                "discriminator_predictions.dense_prediction.": "classifier.",
+                "discriminator_predictions.dense.": "transform.dense.",
+            },
+            "ForSequenceClassification": _POOLER_FROM_CLASSIFIER,
+            "ForMultipleChoice": {"sequence_summary.summary.": "model.pooler.dense."},
+            "ForMaskedLM": {
+                "generator_predictions.dense.": "head.dense.",
+                "generator_predictions.LayerNorm.": "head.norm.",
+                "generator_lm_head.": "head.decoder.",
+            },
+            "*": _COMMON_HEAD_RENAMES,
+        },
+        head_config={"ForPreTraining": electra_discriminator, "ForMultipleChoice": electra_multiple_choice},
+    ),
+    SourceFamily(
+        name="ModernBERT",
+        model_types=("modernbert",),
+        class_prefixes=("ModernBert",),
+        weight_prefix="model.",
+        config_fields=modernbert_fields,
+        heads=_CLASSIC_HEADS,
+        encoder_renames=_MODERNBERT_ENCODER,
+        qkv=None,
+        head_renames={
+            "ForMaskedLM": {"head.": "head.", "decoder.": "head.decoder."},
+            "ForSequenceClassification": {"head.": "model.pooler."},
+            "ForMultipleChoice": {"head.": "model.pooler."},
+            "ForTokenClassification": {"head.": "transform."},
+            "ForQuestionAnswering": {"head.": "transform.", "classifier.": "qa_outputs."},
+            "*": {"classifier.": "classifier."},
+        },
+    ),
+)
+
+
+def family_for(source_config: dict, config_path) -> SourceFamily:
+    model_type = source_config.get("model_type")
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    supported = ", ".join(t for family in FAMILIES for t in family.model_types)
+    raise UnsupportedCheckpointError(
+        f"{config_path}: model_type={model_type!r} is not an architecture briskbert can import; supported: "
+        f"{supported}."
+    )
+
+
+def compile_renames(renames) -> list[tuple[re.Pattern, str]]:
+    return [(re.compile(f"^{pattern}"), replacement) for pattern, replacement in renames]

@@ -1,0 +1,149 @@
+"""`convert_checkpoint`: a transformers checkpoint folder in, a BriskBert folder out (config, safetensors, code,
+the source tokenizer, the sentence-transformers files), written beside the destination and moved into place only
+when complete."""
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError, family_for
+from .weights import CheckpointMismatchError, check_weights, load_state_dict, rename_weights
+
+# Tokenizer files are carried over as they are (WordPiece, byte-level BPE, Unigram: whatever tokenizer.json holds).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
+)
+# A sentence-transformers checkpoint: its module list, pooling/normalisation folders and settings (max length).
+SENTENCE_TRANSFORMERS_FILES = (
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+)
+
+
+def supported_sources() -> dict[str, list[str]]:
+    """{family name: the source classes it imports}, for help texts and the README."""
+    return {
+        family.name: [f"{prefix}{suffix}" for prefix in family.class_prefixes for suffix in family.heads]
+        for family in FAMILIES
+    }
+
+
+def _read_source_config(src: Path) -> dict:
+    config_path = src / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{src} has no config.json; pass a transformers checkpoint folder.")
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UnsupportedCheckpointError(f"{config_path} is not valid JSON ({error}).") from None
+
+
+def build_config(family: SourceFamily, head_suffix: str, source_config: dict, has_pooler: bool):
+    """BriskBert options reproducing the source exactly; refuses what they cannot express, naming the field."""
+    from ..configuration_briskbert import BriskBertConfig
+
+    fields = family.config_fields(source_config)
+    if head_suffix in family.head_config:
+        fields.update(family.head_config[head_suffix](source_config))
+    try:
+        config = BriskBertConfig(**fields, add_pooling_layer=has_pooler)
+    except ValueError as error:
+        raise UnsupportedCheckpointError(f"config.json cannot be imported: {error}") from None
+    source_layer_types = source_config.get("layer_types")
+    if source_layer_types and source_layer_types != config.layer_types:
+        raise UnsupportedCheckpointError(
+            f"config.json field layer_types={source_layer_types} has no BriskBert equivalent: global layers "
+            "must come every n layers from layer 0."
+        )
+    return config
+
+
+def _architecture(family: SourceFamily, source_config: dict, architecture: str | None) -> str:
+    return architecture or (source_config.get("architectures") or [f"{family.class_prefixes[-1]}Model"])[0]
+
+
+def _copy_tokenizer_and_sentence_files(src: Path, staging: Path, family: SourceFamily):
+    if family.model_types == ("bert",):
+        # BERT folders get the WordPiece tokenizer as remote code, as before.
+        from briskbert.tokenization import BriskBertTokenizer
+
+        BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
+    else:
+        for name in TOKENIZER_FILES:
+            if (src / name).is_file():
+                shutil.copy2(src / name, staging / name)
+    for name in SENTENCE_TRANSFORMERS_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, staging / name)
+    if (src / "modules.json").is_file():
+        for module in json.loads((src / "modules.json").read_text(encoding="utf-8")):
+            path = module.get("path", "")
+            if path and (src / path).is_dir():  # 1_Pooling/, 2_Normalize/, ...
+                shutil.copytree(src / path, staging / path)
+
+
+def convert_checkpoint(
+    src_dir,
+    out_dir,
+    architecture: str | None = None,
+    save_tokenizer: bool = True,
+    source_repo_id: str | None = None,
+):
+    """Converts the transformers folder `src_dir` (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA or ModernBERT, bare
+    or with any of its heads) into a BriskBert folder `out_dir` that gives the same outputs.
+
+    The family comes from config.json's `model_type`, the head from its `architectures` (or `architecture`, e.g.
+    "RobertaForMaskedLM"). `source_repo_id` (the checkpoint's Hub id) is recorded in `training_facts.json` as the
+    base model that cards of models trained from the folder name. Raises `UnsupportedCheckpointError` (the field
+    named) or `CheckpointMismatchError` (every missing, unexpected or mis-shaped weight). Returns the model.
+    """
+    src, out = Path(src_dir), Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} already exists and is not empty; choose a new output folder.")
+    source_config = _read_source_config(src)
+    family = family_for(source_config, src / "config.json")
+    architecture = _architecture(family, source_config, architecture)
+    head_suffix = family.head_suffix(architecture)
+
+    from .. import modeling_briskbert
+
+    converted = rename_weights(family, head_suffix, load_state_dict(src))
+    model_class = getattr(
+        modeling_briskbert, modeling_briskbert.AUTO_MAP[family.heads[head_suffix]].split(".")[1]
+    )
+    if model_class is modeling_briskbert.BriskBertModel:
+        converted = {name.removeprefix("model."): value for name, value in converted.items()}
+    has_pooler = any(name.removeprefix("model.").startswith("pooler.") for name in converted)
+    model = model_class(build_config(family, head_suffix, source_config, has_pooler))
+    check_weights(model, converted, src, architecture)
+    model.load_state_dict({name: tensor for name, (_, tensor) in converted.items()}, strict=False)
+    model.tie_weights()
+    model.eval()
+
+    # Write next to the destination and move into place at the end, so a failure leaves no half-written folder.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        if save_tokenizer:
+            _copy_tokenizer_and_sentence_files(src, staging, family)
+        if source_repo_id:
+            (staging / "training_facts.json").write_text(json.dumps({"base_model": source_repo_id}, indent=2))
+        staging.replace(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return model
+
+
+__all__ = ["CheckpointMismatchError", "UnsupportedCheckpointError", "convert_checkpoint", "supported_sources"]

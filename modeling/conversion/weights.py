@@ -1,0 +1,103 @@
+"""Source weights -> BriskBert weights: rename, fuse separate query/key/value projections, and check every name
+and shape against the target model before anything is written."""
+
+import re
+from pathlib import Path
+
+import torch
+
+from .families import SourceFamily, compile_renames
+
+# Buffers some versions saved; they carry no learned values.
+_IGNORED = re.compile(r"(.*\.)?embeddings\.(position_ids|token_type_ids)$")
+# Config fields a weight's shape is made of, named when a shape disagrees with config.json.
+_SIZE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "embedding_size",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "num_labels",
+)
+
+
+class CheckpointMismatchError(ValueError):
+    """The source checkpoint's weights do not match the target architecture."""
+
+
+def load_state_dict(src: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    if (src / "model.safetensors").exists():
+        return load_file(str(src / "model.safetensors"))
+    if (src / "pytorch_model.bin").exists():
+        return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    shards = sorted(src.glob("model-*.safetensors"))
+    if shards:
+        return {name: tensor for shard in shards for name, tensor in load_file(str(shard)).items()}
+    raise FileNotFoundError(
+        f"No weights in {src}: expected model.safetensors, model-*.safetensors shards or pytorch_model.bin."
+    )
+
+
+def rename_weights(
+    family: SourceFamily, head_suffix: str, state: dict[str, torch.Tensor]
+) -> dict[str, tuple[str, torch.Tensor]]:
+    """{BriskBert name: (source name, tensor)}: head weights by the head's prefix table, encoder weights by the
+    family's patterns under "model.", query/key/value concatenated into one projection."""
+    head_renames = family.renames_for(head_suffix)
+    encoder_renames = compile_renames(family.encoder_renames)
+    qkv_pattern = re.compile(family.qkv[0]) if family.qkv else None
+    converted, qkv_parts = {}, {}
+    for name, tensor in state.items():
+        if _IGNORED.match(name):
+            continue
+        head_prefix = next((p for p in head_renames if name.startswith(p)), None)
+        if head_prefix is not None:
+            converted[head_renames[head_prefix] + name[len(head_prefix) :]] = (name, tensor)
+            continue
+        inner = name.removeprefix(family.weight_prefix)
+        qkv = qkv_pattern.fullmatch(inner) if qkv_pattern else None
+        if qkv:
+            layer, part, kind = qkv.groups()
+            qkv_parts.setdefault((layer, kind), {})[part] = (name, tensor)
+            continue
+        for pattern, replacement in encoder_renames:
+            inner = pattern.sub(replacement, inner)
+        converted[f"model.{inner}"] = (name, tensor)
+    for (layer, kind), parts in qkv_parts.items():
+        missing = [part for part in family.qkv[1] if part not in parts]
+        if missing:
+            raise CheckpointMismatchError(f"Layer {layer} lacks attention {kind} weights for: {missing}.")
+        fused = torch.cat([parts[part][1] for part in family.qkv[1]], dim=0)
+        source_name = parts[family.qkv[1][0]][0].replace(
+            family.qkv[1][0], "{" + ",".join(family.qkv[1]) + "}"
+        )
+        converted[f"model.layers.{layer}.attention.qkv.{kind}"] = (source_name, fused)
+    return converted
+
+
+def check_weights(model, converted: dict[str, tuple[str, torch.Tensor]], src: Path, architecture: str):
+    """Refuses missing, unexpected and wrongly shaped weights, naming them and the config field at fault."""
+    expected = model.state_dict()
+    tied = set(model._tied_weights_keys or {}) if model.config.tie_word_embeddings else set()
+    unexpected = sorted(converted[name][0] for name in converted.keys() - expected.keys())
+    missing = sorted(expected.keys() - converted.keys() - tied)
+    if missing or unexpected:
+        raise CheckpointMismatchError(
+            f"Cannot convert {src} as {architecture}: "
+            f"missing weights ({len(missing)}): {missing}; unexpected weights ({len(unexpected)}): {unexpected}"
+        )
+    for name, (source_name, tensor) in converted.items():
+        wanted = tuple(expected[name].shape)
+        if tuple(tensor.shape) != wanted:
+            fields = [
+                f"{f}={getattr(model.config, f)}"
+                for f in _SIZE_FIELDS
+                if getattr(model.config, f, None) in wanted and getattr(model.config, f) not in tensor.shape
+            ]
+            raise CheckpointMismatchError(
+                f"{src}: weight {source_name} has shape {tuple(tensor.shape)} but config.json "
+                f"({', '.join(fields) or 'its sizes'}) asks for {wanted}; the config and the weights disagree."
+            )
