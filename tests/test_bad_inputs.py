@@ -240,7 +240,27 @@ CASES = [
         DISTILL + " --teacher_model {teacher} " + SST2 + " --student_preset bert-tiny --student_layers 0",
         "at most one",
     ),
+    Case(
+        "student-without-weights",
+        DISTILL + " --teacher_model {teacher} " + SST2 + " --student_model {no_weights}",
+        "--student_model",
+    ),
+    Case(
+        "non-utf8-validation-file",
+        CLASSIFY + " --model_name_or_path {model} " + SST2 + " --validation_file {latin1_tsv}",
+        "--validation_file",
+    ),
+    Case(
+        "ner-empty-tokenizer-folder",
+        NER + " --model_name_or_path {model} --tokenizer_name {empty_folder} " + CONLL,
+        "--tokenizer_name",
+    ),
     # the other commands that read the same kinds of input
+    Case(
+        "tokenizer-blank-lines",
+        "train-tokenizer --files {blank_lines_txt} --vocab_size 100 --output_dir {out}",
+        "{blank_lines_txt}",
+    ),
     Case(
         "tokenizer-non-utf8",
         "train-tokenizer --files {latin1_txt} --vocab_size 100 --output_dir {out}",

@@ -27,14 +27,6 @@ def new_parser(description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
 
 
-def add_shared_training_arguments(parser: argparse.ArgumentParser, **defaults) -> argparse.ArgumentParser:
-    """The training-loop flags (output folder, optimisation, checkpoints, logging); see
-    :func:`training.arguments.add_training_arguments`, which task commands may also call directly."""
-    from .arguments import add_training_arguments
-
-    return add_training_arguments(parser, **defaults)
-
-
 # ------------------------------------------------------------------------------------------------ model
 @dataclass(frozen=True)
 class ModelSource:
