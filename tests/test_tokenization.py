@@ -522,3 +522,83 @@ def test_cli_trains_and_saves(tmp_path):
     assert "vocabulary size 704" in proc.stdout
     tok = BriskBertTokenizer.from_pretrained(out)
     assert len(tok) == 704 and tok.do_lower_case is False
+
+
+# --------------------------------------------------------------------------- training: determinism, inputs
+def test_wordpiece_training_is_deterministic(tmp_path):
+    """The trainer breaks ties in hash-map order; the saved vocabulary must not depend on it."""
+    for name in ("a", "b"):
+        train_wordpiece_tokenizer(
+            files=[EXCERPTS / "wikitext2_excerpt.txt"],
+            vocab_size=900,
+            output_dir=tmp_path / name,
+            show_progress=False,
+        )
+    assert (tmp_path / "a" / "vocab.txt").read_bytes() == (tmp_path / "b" / "vocab.txt").read_bytes()
+
+
+def test_training_refuses_empty_and_non_utf8_files_by_name(tmp_path):
+    from briskbert.tokenization import EmptyCorpusError
+
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n")
+    with pytest.raises(EmptyCorpusError, match="blank.txt: no text"):
+        train_wordpiece_tokenizer(files=[blank], vocab_size=100, show_progress=False)
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("first line\ncaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
+        train_wordpiece_tokenizer(files=[latin], vocab_size=100, show_progress=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "briskbert", "train-tokenizer", "--files", str(blank), "--vocab_size", "100"]
+        + ["--output_dir", str(tmp_path / "out"), "--no_progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: --files: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sampled_training_keeps_at_most_max_lines():
+    from briskbert.tokenization import sample_lines
+
+    lines = [f"line {i}" for i in range(1000)]
+    sample = sample_lines(iter(lines), 50, seed=1)
+    assert (
+        len(sample) == 50
+        and sample == sorted(sample, key=lines.index)
+        and sample == sample_lines(lines, 50, 1)
+    )
+    assert sample_lines(iter(lines), 50, seed=2) != sample
+    tok = train_wordpiece_tokenizer(
+        files=[EXCERPTS / "wikitext2_excerpt.txt"], vocab_size=256, max_lines=200, show_progress=False
+    )
+    assert len(tok) == 256
+
+
+@pytest.mark.parametrize("model", ["bpe", "unigram"])
+def test_bpe_and_unigram_load_with_autotokenizer_without_remote_code(tmp_path, model):
+    from transformers import AutoTokenizer
+
+    from briskbert.tokenization import train_tokenizer
+
+    train_tokenizer(
+        model,
+        files=[EXCERPTS / "wikitext2_excerpt.txt"],
+        vocab_size=700,
+        output_dir=tmp_path,
+        show_progress=False,
+    )
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # no trust_remote_code
+    enc = tok("The lobster lives in the sea.", "A pair")
+    first, last = tok.convert_ids_to_tokens(enc["input_ids"])[:: len(enc["input_ids"]) - 1]
+    if model == "bpe":  # RoBERTa's template; bytes cover any text, so nothing is unknown
+        assert (first, last) == ("<s>", "</s>") and tok.mask_token == "<mask>"
+        assert tok.unk_token_id not in tok("日本語 ☃")["input_ids"]
+        assert (
+            tok.decode(tok("The lobster lives.")["input_ids"], skip_special_tokens=True)
+            == "The lobster lives."
+        )
+    else:
+        assert (first, last) == ("[CLS]", "[SEP]") and tok.mask_token == "[MASK]"
+    assert len(tok) == 700

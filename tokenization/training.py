@@ -23,7 +23,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -130,19 +130,25 @@ def _batched(texts: Iterable[str], batch_size: int, counter: list[int]) -> Itera
         yield batch
 
 
-def _training_texts(files, dataset, text_column: str, batch_size: int) -> tuple[Iterable[str], str]:
-    """The texts to train on and how to name their source in an error."""
+def _training_texts(
+    files, dataset, text_column: str, batch_size: int
+) -> tuple[Callable[[], Iterable[str]], str]:
+    """A function giving the texts to train on (each call reads them again), and how to name their
+    source in an error."""
     if (files is None) == (dataset is None):
         raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
     if dataset is not None:
-        return _dataset_texts(dataset, text_column, batch_size), "the dataset"
+        _dataset_texts(dataset, text_column, batch_size)  # checks the columns now
+        if iter(dataset) is dataset:  # a one-shot iterator: read it once, here
+            dataset = list(dataset)
+        return lambda: _dataset_texts(dataset, text_column, batch_size), "the dataset"
     paths = [str(Path(f)) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     if not paths:
         raise ValueError("`files` is empty.")
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         raise FileNotFoundError(f"Training files not found: {missing}")
-    return _file_lines(paths), ", ".join(paths)
+    return lambda: _file_lines(paths), ", ".join(paths)
 
 
 def _train_backend(backend, trainer, texts: Iterable[str], source: str, batch_size: int) -> float:
@@ -240,19 +246,29 @@ def train_wordpiece_tokenizer(
 
     # The same normaliser / pre-tokeniser the tokenizer will use (transformers' BERT pipeline).
     template = BriskBertTokenizer(do_lower_case=lowercase, strip_accents=strip_accents)
-    backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    backend.normalizer = template.backend_tokenizer.normalizer
-    backend.pre_tokenizer = template.backend_tokenizer.pre_tokenizer
-    trainer = WordPieceTrainer(
+    options = dict(
         vocab_size=target_size,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
         continuing_subword_prefix="##",
         limit_alphabet=limit_alphabet,
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts, max_lines, seed), source, batch_size)
-    vocab = canonical_wordpiece_vocab(backend.get_vocab(with_added_tokens=False), target_size)
+
+    def train_pass(pinned: list[str]):
+        backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+        backend.normalizer = template.backend_tokenizer.normalizer
+        backend.pre_tokenizer = template.backend_tokenizer.pre_tokenizer
+        trainer = WordPieceTrainer(special_tokens=[*SPECIAL_TOKENS, *pinned], **options)
+        seconds = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source, batch_size)
+        return backend.get_vocab(with_added_tokens=False), seconds
+
+    # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally frequent merges
+    # by those numbers, so the learnt set itself can vary. A second pass with every "##c" of the first
+    # pinned at sorted ids (as special tokens, which the trainer numbers first) is deterministic.
+    first, seconds_first = train_pass([])
+    vocab, seconds = train_pass(sorted(t for t in first if t.startswith("##") and len(t) == 3))
+    elapsed = seconds_first + seconds
+    vocab = canonical_wordpiece_vocab(vocab, target_size)
     tokenizer = BriskBertTokenizer(
         vocab=vocab,
         do_lower_case=lowercase,
@@ -305,7 +321,7 @@ def train_bpe_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts, max_lines, seed), source, batch_size)
+    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source, batch_size)
     backend.post_processor = processors.RobertaProcessing(
         ("</s>", backend.token_to_id("</s>")), ("<s>", backend.token_to_id("<s>")), add_prefix_space=False
     )
@@ -357,7 +373,7 @@ def train_unigram_tokenizer(
         unk_token="[UNK]",
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts, max_lines, seed), source, batch_size)
+    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source, batch_size)
     cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -267,7 +268,7 @@ def encode_documents(encoder: TokenEncoder, documents: list[list[str]], sentence
             pieces.append([encoder.separator_id])
         doc_lengths.append(sum(map(len, segments)) + (1 if segments else 0))
         doc_segments.append(len(segments))
-    tokens = np.fromiter((t for ids in pieces for t in ids), dtype=encoder.dtype, count=sum(doc_lengths))
+    tokens = np.fromiter(chain.from_iterable(pieces), dtype=encoder.dtype, count=sum(doc_lengths))
     return EncodedChunk(
         tokens,
         np.asarray(doc_lengths, dtype=np.int64),

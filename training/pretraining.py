@@ -243,7 +243,7 @@ def load_or_train_tokenizer(job: PretrainingJob, accelerator):
         return BriskBertTokenizer.from_pretrained(folder)
     if accelerator.is_main_process:
         train_wordpiece_tokenizer(
-            dataset=_tokenizer_training_texts(job.data),
+            dataset=_TrainingParagraphs(job.data),
             vocab_size=job.model.vocab_size or 30522,
             output_dir=folder,
             show_progress=False,
@@ -255,17 +255,25 @@ def load_or_train_tokenizer(job: PretrainingJob, accelerator):
     return BriskBertTokenizer.from_pretrained(folder)
 
 
-def _tokenizer_training_texts(data: DataSettings):
-    """The paragraphs of the training documents, streamed; the held-out validation documents (chosen
-    as the data split chooses them) are left out."""
-    held_out = np.zeros(0, dtype=bool)
-    if data.validation is None:
-        count = sum(1 for _ in iter_documents(data.train))
-        held_out = np.zeros(count, dtype=bool)
-        held_out[split_document_indices(count, data.validation_split_percentage, data.seed)[1]] = True
-    for number, document in enumerate(iter_documents(data.train)):
-        if number >= len(held_out) or not held_out[number]:
-            yield from document
+class _TrainingParagraphs:
+    """The paragraphs of the training documents, streamed (again at every iteration: the tokenizer
+    trainer reads them twice); the validation documents, held out as the data split holds them out,
+    are left out."""
+
+    def __init__(self, data: DataSettings):
+        self.data = data
+        self.held_out = np.zeros(0, dtype=bool)
+        if data.validation is None:
+            count = sum(1 for _ in iter_documents(data.train))
+            self.held_out = np.zeros(count, dtype=bool)
+            self.held_out[split_document_indices(count, data.validation_split_percentage, data.seed)[1]] = (
+                True
+            )
+
+    def __iter__(self):
+        for number, document in enumerate(iter_documents(self.data.train)):
+            if number >= len(self.held_out) or not self.held_out[number]:
+                yield from document
 
 
 # ----------------------------------------------------------------------------------------------- data

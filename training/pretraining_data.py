@@ -490,7 +490,8 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
             if self.mode == "full-sentences":
                 stream = np.concatenate([carry, encoded.tokens])
                 usable = len(stream) // body * body
-                pieces, carry = np.split(stream[:usable], usable // body), stream[usable:]
+                pieces = [stream[i : i + body] for i in range(0, usable, body)]
+                carry = stream[usable:]
             else:
                 offsets = np.concatenate([[0], np.cumsum(encoded.document_lengths)])
                 documents = [encoded.tokens[a:b] for a, b in zip(offsets[:-1], offsets[1:]) if b > a]
