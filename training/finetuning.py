@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """What every fine-tuning script shares besides the training loop: checking and loading the data, the
-tokenizer and the model (a briskbert folder, a Hub repo id, a real BERT checkpoint that is converted
+tokenizer and the model (a briskbert folder, a Hub repo id, a BERT-family checkpoint that is converted
 first, or a config preset), and fixed-width gathering of per-token outputs.
 
 The training loop itself is :func:`training.loop.run`; scripts call it with the pieces built here and in
@@ -78,10 +78,13 @@ def check_model_inputs(source: ModelSource) -> ModelLocation | None:
 
 
 def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_code: bool = False) -> str:
-    """A folder or repo id that holds a briskbert model; a BERT checkpoint is converted once into
+    """A folder or repo id that holds a briskbert model; a checkpoint of a family ``briskbert convert``
+    imports (BERT, RoBERTa, DistilBERT, ELECTRA, ModernBERT) is converted once into
     ``output_dir/converted_base`` (with its tokenizer) and that folder is returned."""
     import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
+    from briskbert.modeling.conversion import FAMILIES, convert_checkpoint
 
+    convertible = [model_type for family in FAMILIES for model_type in family.model_types]
     source = location.name
     if location.is_local:
         config = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
@@ -89,24 +92,22 @@ def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_co
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code).to_dict()
-        if config.get("model_type") == "bert":
+        if config.get("model_type") in convertible:
             from huggingface_hub import snapshot_download
 
             source = snapshot_download(source)
     model_type = config.get("model_type")
     if model_type == "briskbert":
         return source
-    if model_type != "bert":
+    if model_type not in convertible:
         raise UserError(
             f"--model_name_or_path {location.name} has model_type {model_type!r}; give a briskbert model or a "
-            "BERT checkpoint (model_type 'bert'), which is converted first."
+            f"checkpoint that is converted first (model_type one of {', '.join(convertible)})."
         )
-    from briskbert.modeling.conversion import convert_bert_checkpoint
-
     converted = Path(output_dir) / "converted_base"
     if not (converted / "config.json").is_file():
-        logger.info("Converting the BERT checkpoint %s to briskbert in %s", source, converted)
-        convert_bert_checkpoint(source, converted)
+        logger.info("Converting the %s checkpoint %s to briskbert in %s", model_type, source, converted)
+        convert_checkpoint(source, converted)
     return str(converted)
 
 

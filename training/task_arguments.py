@@ -30,7 +30,8 @@ def new_parser(description: str) -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------------------ model
 @dataclass(frozen=True)
 class ModelSource:
-    """The model to start from: a folder, a Hub repo id or a BERT checkpoint, or a fresh preset."""
+    """The model to start from: a briskbert folder or Hub repo id, a BERT-family checkpoint (converted
+    first), or a fresh preset."""
 
     model_name_or_path: str | None = None
     config_preset: str | None = None
@@ -55,8 +56,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--model_name_or_path",
         type=str,
         default=None,
-        help="A briskbert model folder, a Hub repo id, or a BERT checkpoint (model_type 'bert'), "
-        "which is converted to briskbert first.",
+        help="A briskbert model folder, a Hub repo id, or a BERT, RoBERTa, DistilBERT, ELECTRA or "
+        "ModernBERT checkpoint, which is converted to briskbert first.",
     )
     g.add_argument(
         "--config_preset",
