@@ -6,9 +6,11 @@ accepted values instead of deep inside a matmul.
 """
 
 import transformers
+from packaging.version import Version
 
 MINIMUM_TRANSFORMERS = "5.23"
-if int(transformers.__version__.split(".")[0]) < 5:
+# Release numbers only, so a development build of the minimum (5.23.0.dev0) passes.
+if Version(transformers.__version__).release < Version(MINIMUM_TRANSFORMERS).release:
     raise ImportError(
         f"briskbert models need transformers>={MINIMUM_TRANSFORMERS} (found {transformers.__version__}): "
         f"pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'"
