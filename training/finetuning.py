@@ -1,7 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """What every fine-tuning script shares besides the training loop: checking and loading the data, the
 tokenizer and the model (a briskbert folder, a Hub repo id, a BERT-family checkpoint that is converted
-first, or a config preset), and fixed-width gathering of per-token outputs.
+first, or a config preset), and fixed-width gathering of per-token outputs. Importing it loads neither
+torch nor transformers, so a command checks its inputs before paying for them.
 
 The training loop itself is :func:`training.loop.run`; scripts call it with the pieces built here and in
 the task modules (:mod:`training.classification`, :mod:`training.ner`, :mod:`training.qa`). The flags
@@ -13,8 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from briskbert.errors import UserError
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
@@ -23,6 +23,9 @@ from .arguments import TrainingConfig
 from .facts import base_model_id
 from .task_arguments import DataSource, ModelSource
 from .task_data import load_named_dataset, load_table, pick_split
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +162,8 @@ def card_source_facts(source: ModelSource) -> dict:
 def pad_to_width(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
     """Right-pad the second dimension to ``width`` so batches of different lengths can be concatenated
     (``evaluation_loop`` gathers and concatenates per-example rows of one fixed shape)."""
+    import torch
+
     missing = width - tensor.shape[1]
     if missing < 0:
         raise ValueError(f"a batch is {tensor.shape[1]} tokens wide, more than --max_seq_length {width}.")

@@ -49,14 +49,37 @@ def check_model_folders(setup) -> None:
         check_tokenizer_source(setup.tokenizer_name, "--tokenizer_name")
 
 
+def teacher_labels(teacher_config, task):
+    """``(task with the teacher's problem type, the teacher's label names or None)``: the student
+    predicts the teacher's classes under the teacher's ids."""
+    from briskbert.errors import UserError
+
+    problem_type = teacher_config.problem_type or "single_label_classification"
+    if task.problem_type and task.problem_type != problem_type:
+        raise UserError(f"--problem_type {task.problem_type} differs from the teacher's {problem_type}.")
+    names = None
+    if problem_type != "regression":
+        names = [teacher_config.id2label[i] for i in range(teacher_config.num_labels)]
+    if task.label_names is not None and names is not None and list(task.label_names) != names:
+        raise UserError(
+            f"--label_names {','.join(task.label_names)} differs from the teacher's labels {','.join(names)}."
+        )
+    return dataclasses.replace(task, problem_type=problem_type), names
+
+
 def main(argv=None):
     args = parse_args(argv)
     setup, data_source = distill_setup_from_args(args), data_source_from_args(args)
     task = classification_task_from_args(args)
 
+    # Inputs first: a wrong path costs a second, not the import of torch and two models.
+    from briskbert.training.finetuning import training_config
+
+    config = training_config(args)
+    check_model_folders(setup)
+
     from transformers import DataCollatorWithPadding
 
-    from briskbert.errors import UserError
     from briskbert.training.classification import (
         classification_card_facts,
         load_classification_data,
@@ -65,33 +88,17 @@ def main(argv=None):
     )
     from briskbert.training.distill import DistillationModel, build_student, load_teacher
     from briskbert.training.facts import base_model_id
-    from briskbert.training.finetuning import load_tokenizer, report_skips, start_accelerator, training_config
+    from briskbert.training.finetuning import load_tokenizer, report_skips, start_accelerator
     from briskbert.training.loop import run, seed_everything
 
-    config = training_config(args)
-    check_model_folders(setup)
     teacher = load_teacher(setup.teacher_model)
-    problem_type = teacher.config.problem_type or "single_label_classification"
-    if task.problem_type and task.problem_type != problem_type:
-        raise UserError(f"--problem_type {task.problem_type} differs from the teacher's {problem_type}.")
-    task = dataclasses.replace(task, problem_type=problem_type)
-    label_names = None
-    if problem_type != "regression":
-        label_names = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)]
-    if task.label_names is not None and label_names is not None and list(task.label_names) != label_names:
-        raise UserError(
-            f"--label_names {','.join(task.label_names)} differs from the teacher's labels {','.join(label_names)}."
-        )
+    task, label_names = teacher_labels(teacher.config, task)
     data = load_classification_data(
         data_source,
         task,
         label_names=label_names,
         names_source=f"the teacher's labels (--teacher_model {setup.teacher_model})",
     )
-    if data.spec.problem_type != problem_type:
-        raise UserError(
-            f"the data's labels make a {data.spec.problem_type} task; the teacher is {problem_type}."
-        )
     accelerator = start_accelerator(config)
     seed_everything(config.seed)
     tokenizer = load_tokenizer(setup.tokenizer_name or setup.teacher_model)

@@ -41,30 +41,32 @@ def main(argv=None):
     source, data_source = model_source_from_args(args), data_source_from_args(args)
     task = classification_task_from_args(args)
 
+    # Inputs first: a wrong path or a bad file costs a second, not the import of torch and a model.
+    from briskbert.training.classification import load_classification_data
+    from briskbert.training.finetuning import check_model_inputs, training_config
+
+    config = training_config(args)
+    location = check_model_inputs(source)
+    data = load_classification_data(data_source, task)
+
     from transformers import DataCollatorWithPadding
 
     from briskbert.modeling import BriskBertForSequenceClassification
     from briskbert.training.classification import (
         classification_card_facts,
-        load_classification_data,
         make_evaluate_fn,
         tokenize_classification,
     )
     from briskbert.training.finetuning import (
         card_source_facts,
-        check_model_inputs,
         load_model,
         load_tokenizer,
         report_skips,
         resolve_base_model,
         start_accelerator,
-        training_config,
     )
     from briskbert.training.loop import run, seed_everything
 
-    config = training_config(args)
-    location = check_model_inputs(source)
-    data = load_classification_data(data_source, task)
     accelerator = start_accelerator(config)
     seed_everything(config.seed)
     accelerator.print(

@@ -44,31 +44,33 @@ def main(argv=None):
         ner_task_from_args(args),
     )
 
+    # Inputs first: a wrong path or a bad file costs a second, not the import of torch and a model.
+    from briskbert.training.finetuning import check_model_inputs, training_config
+    from briskbert.training.ner import load_ner_data
+
+    config = training_config(args)
+    location = check_model_inputs(source)
+    data = load_ner_data(data_source, task)
+
     from transformers import DataCollatorForTokenClassification
 
     from briskbert.modeling import BriskBertForTokenClassification
     from briskbert.training.finetuning import (
         card_source_facts,
-        check_model_inputs,
         load_model,
         load_tokenizer,
         resolve_base_model,
         start_accelerator,
-        training_config,
     )
     from briskbert.training.loop import run, seed_everything
     from briskbert.training.ner import (
         METRIC_DEFINITIONS,
         NerEvaluator,
         count_labelled_tokens,
-        load_ner_data,
         make_ner_evaluate_fn,
         ner_features,
     )
 
-    config = training_config(args)
-    location = check_model_inputs(source)
-    data = load_ner_data(data_source, task)
     accelerator = start_accelerator(config)
     seed_everything(config.seed)
     accelerator.print(f"Tags ({len(data.labels)}): {data.labels}")

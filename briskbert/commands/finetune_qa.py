@@ -49,32 +49,34 @@ def main(argv=None):
         qa_task_from_args(args),
     )
 
+    # Inputs first: a wrong path or a bad file costs a second, not the import of torch and a model.
+    from briskbert.training.finetuning import check_model_inputs, training_config
+    from briskbert.training.qa import load_qa_data
+
+    config = training_config(args)
+    location = check_model_inputs(source)
+    data = load_qa_data(data_source, task)
+
     from transformers import DataCollatorWithPadding
 
     from briskbert.modeling import BriskBertForQuestionAnswering
     from briskbert.training.finetuning import (
         card_source_facts,
-        check_model_inputs,
         load_model,
         load_tokenizer,
         report_skips,
         resolve_base_model,
         start_accelerator,
-        training_config,
     )
     from briskbert.training.loop import run, seed_everything
     from briskbert.training.qa import (
         MODEL_INPUTS,
-        load_qa_data,
         make_qa_evaluate_fn,
         qa_card_facts,
         qa_features,
         register_qa_pipeline,
     )
 
-    config = training_config(args)
-    location = check_model_inputs(source)
-    data = load_qa_data(data_source, task)
     accelerator = start_accelerator(config)
     seed_everything(config.seed)
     base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
