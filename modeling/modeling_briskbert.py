@@ -35,7 +35,7 @@ from .configuration_briskbert import BriskBertConfig
 # Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the QA pipeline's file beside this
 # one: transformers ships a remote-code file together with the files it imports relatively.
 from .pipeline_question_answering import BriskBertQuestionAnsweringPipeline  # noqa: F401
-from .varlen_attention import ATTN_IMPLEMENTATION as _TORCH_VARLEN  # noqa: F401  (registers it for dispatch)
+from .varlen_attention import ATTN_IMPLEMENTATION as TORCH_VARLEN  # registers it with the attention dispatch
 
 NORMS = {
     "layernorm": lambda size, eps, bias: nn.LayerNorm(size, eps=eps, bias=bias),
@@ -165,7 +165,7 @@ class Unpadder:
             return PADDED
         return (
             VarlenLayout(attention_mask)
-            if "flash" in str(attn_implementation)
+            if "flash" in str(attn_implementation) or attn_implementation == TORCH_VARLEN
             else UnpaddedLayout(attention_mask)
         )
 
@@ -687,8 +687,9 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     # Set per model in __init__: a model has one of the two layer classes, and FSDP's wrap policy refuses names
-    # it cannot find.
-    _no_split_modules = ["BriskBertEmbeddings"]
+    # it cannot find. The embeddings stay out: as their own FSDP unit they would split the word embeddings from
+    # the MLM decoder tied to them, which FSDP2 refuses.
+    _no_split_modules = []
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -701,10 +702,12 @@ class BriskBertPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: BriskBertConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)
-        self._no_split_modules = ["BriskBertEmbeddings", LAYERS[config.norm_position].__name__]
+        self._no_split_modules = [LAYERS[config.norm_position].__name__]
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
-        if self.config.position_embedding_type == "alibi" and "flash" in str(attn_implementation):
+        if self.config.position_embedding_type == "alibi" and (
+            "flash" in str(attn_implementation) or attn_implementation == TORCH_VARLEN
+        ):
             raise ValueError(
                 f"attn_implementation={attn_implementation!r} cannot add ALiBi's position bias. Use 'sdpa', 'eager' "
                 "or 'flex_attention' with position_embedding_type='alibi', or choose 'rope' to use flash-attention."

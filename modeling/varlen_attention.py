@@ -2,10 +2,10 @@
 package.
 
 PyTorch 2.10+ ships FlashAttention's varlen kernel as ``torch.nn.attention.varlen.varlen_attn``. Registered with
-transformers' attention dispatch as ``"flash_varlen_torch"``, it takes the packed ``(1, tokens)`` batch that the
+transformers' attention dispatch as ``"torch_varlen"``, it takes the packed ``(1, tokens)`` batch that the
 varlen layout builds, exactly as flash-attention's ``flash_attn_varlen_func`` does, so padding is never computed:
 
-    model = AutoModel.from_pretrained(folder, trust_remote_code=True, attn_implementation="flash_varlen_torch",
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True, attn_implementation="torch_varlen",
                                       dtype=torch.bfloat16, device_map="cuda")
 
 This file is copied next to the model as remote code: it imports only torch and transformers.
@@ -14,7 +14,7 @@ This file is copied next to the model as remote code: it imports only torch and 
 import torch
 from transformers import AttentionInterface
 
-ATTN_IMPLEMENTATION = "flash_varlen_torch"
+ATTN_IMPLEMENTATION = "torch_varlen"
 
 try:
     from torch.nn.attention.varlen import varlen_attn
@@ -22,7 +22,7 @@ except ImportError:  # PyTorch < 2.10
     varlen_attn = None
 
 
-def flash_varlen_torch_attention(
+def torch_varlen_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -66,4 +66,4 @@ def flash_varlen_torch_attention(
     return output.unsqueeze(0), None
 
 
-AttentionInterface.register(ATTN_IMPLEMENTATION, flash_varlen_torch_attention)
+AttentionInterface.register(ATTN_IMPLEMENTATION, torch_varlen_attention)

@@ -88,6 +88,13 @@ def test_wheel_installs_only_the_briskbert_namespace(tmp_path):
         "briskbert/hub_server/server.py",
     ):
         assert expected in names
+    for folder in ("briskbert", "modeling", "tokenization", "training", "hub_cards", "hub_server", "data"):
+        for source in (ROOT / folder).rglob("*.py"):
+            relative = source.relative_to(ROOT / folder).as_posix()
+            installed = f"briskbert/{relative}" if folder == "briskbert" else f"briskbert/{folder}/{relative}"
+            assert installed in names, (
+                f"{source.relative_to(ROOT)} is missing from the wheel: list its package"
+            )
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "briskbert = briskbert.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

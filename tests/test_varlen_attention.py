@@ -1,4 +1,4 @@
-"""The ``flash_varlen_torch`` attention backend: PyTorch's varlen flash kernel (CUDA only) behind transformers'
+"""The ``torch_varlen`` attention backend: PyTorch's varlen flash kernel (CUDA only) behind transformers'
 dispatch. On CPU a plain kernel with ``varlen_attn``'s signature stands in, so the adapter's layout, GQA and window
 handling are checked against the padded model; the GPU run is in docs/performance.md."""
 
@@ -66,7 +66,7 @@ def test_attention_dropout_is_refused_rather_than_skipped(monkeypatch):
     monkeypatch.setattr(varlen_attention, "varlen_attn", reference_varlen_attn)
     q = torch.zeros(1, 2, 5, 4)
     with pytest.raises(ValueError, match="attention_probs_dropout_prob=0"):
-        varlen_attention.flash_varlen_torch_attention(
+        varlen_attention.torch_varlen_attention(
             None,
             q,
             q,

@@ -64,7 +64,6 @@ SIZES = {
         epochs=3,
     ),
 }
-SST2_LABELS = {"0": "negative", "1": "positive"}  # SST-2's integer labels, as saved in the model's id2label
 EXAMPLE_SENTENCES = [
     "A warm, funny and beautifully acted film.",
     "The plot is a mess and the jokes fall flat.",
@@ -109,9 +108,11 @@ class Flow:
         self.output_dir = output_dir
         self.timings: dict[str, float] = {}
 
-    def step(self, title: str, command_name: str, *arguments, env=None):
+    def step(self, title: str, command_name: str, flags: dict, env=None):
         print(f"\n=== {len(self.timings) + 1}. {title} ===", flush=True)
-        command = [sys.executable, "-m", "briskbert", command_name, *map(str, arguments)]
+        command = [sys.executable, "-m", "briskbert", command_name]
+        for flag, value in flags.items():
+            command += [f"--{flag}"] if value is True else [f"--{flag}", str(value)]
         start = time.perf_counter()
         completed = subprocess.run(command, env={**os.environ, **(env or {})})
         self.timings[title] = time.perf_counter() - start
@@ -137,6 +138,80 @@ def read_results(run_dir: Path) -> dict:
     return json.loads((run_dir / "all_results.json").read_text())
 
 
+def pretrain(flow: Flow, out: Path, size: dict, seed: int) -> None:
+    text = DATA / "wikitext2_excerpt.txt"
+    tokenizer_flags = dict(files=text, vocab_size=size["vocab_size"], output_dir=out / "tokenizer")
+    flow.step("Train a WordPiece tokenizer on the WikiText-2 excerpt", "train-tokenizer", tokenizer_flags)
+    steps = size["pretrain_steps"]
+    flags = dict(
+        train_file=text, tokenizer_name=out / "tokenizer", config_name=size["preset"],
+        max_seq_length=size["seq_len"], packing=True, per_device_train_batch_size=size["pretrain_batch"],
+        per_device_eval_batch_size=64, learning_rate=1e-3, weight_decay=0.01,
+        lr_scheduler_type="warmup_stable_decay", warmup_ratio=0.1, max_train_steps=steps,
+        eval_steps=max(steps // 4, 1), logging_steps=max(steps // 20, 1), seed=seed,
+        output_dir=out / "pretrain", overwrite_output_dir=True,
+    )  # fmt: skip
+    flow.step(f"Pretrain a {size['preset']} encoder with masked language modelling", "pretrain", flags)
+
+
+def finetune_both(flow: Flow, out: Path, size: dict, seed: int) -> dict[str, tuple[Path, dict]]:
+    """SST-2 classifiers from the model pretrained here and from the converted real checkpoint."""
+    flags = dict(src=minilm_checkpoint(), out=out / "minilm-briskbert",
+                 source_repo_id="sentence-transformers/all-MiniLM-L6-v2", overwrite_output_dir=True)  # fmt: skip
+    flow.step("Convert the real all-MiniLM-L6-v2 BERT checkpoint", "convert", flags)
+    sources = {"pretrained here": (out / "pretrain" / "final", "scratch", 3e-4),
+               "all-MiniLM-L6-v2": (out / "minilm-briskbert", "minilm", 1e-4)}  # fmt: skip
+    runs = {}
+    for name, (source, short_name, learning_rate) in sources.items():
+        run_dir = out / f"sst2-from-{short_name}"
+        flags = dict(
+            model_name_or_path=source, train_file=DATA / "sst2_train_excerpt.tsv",
+            validation_file=DATA / "sst2_validation_excerpt.tsv", text_column="sentence", label_column="label",
+            label_names="negative,positive", dataset_card_name="glue/sst2",
+            max_train_samples=size["train_samples"], max_eval_samples=size["eval_samples"],
+            num_train_epochs=size["epochs"], per_device_train_batch_size=32, per_device_eval_batch_size=64,
+            learning_rate=learning_rate, warmup_ratio=0.1, metric_for_best_model="accuracy", seed=seed,
+            output_dir=run_dir, overwrite_output_dir=True,
+        )  # fmt: skip
+        flow.step(f"Fine-tune an SST-2 classifier from the {name} model", "finetune-classification", flags)
+        runs[name] = (run_dir, read_results(run_dir))
+    return runs
+
+
+def publish_and_load_back(
+    flow: Flow, out: Path, model_dir: Path, source_name: str, repo_id: str, tag: str
+) -> dict:
+    """Publishes to a local Hub started for the purpose, then loads the model back in a clean process."""
+    from briskbert.hub_server import BackgroundHub
+
+    token = secrets.token_hex(16)
+    hub_env = {"HF_TOKEN": token, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(out / "hf_home"),
+               "HF_HUB_OFFLINE": "0"}  # fmt: skip
+    with BackgroundHub(out / "hub", token) as hub:
+        hub_env["HF_ENDPOINT"] = hub.url
+        print(f"\nLocal Hub listening on {hub.url} (data in {out / 'hub'})")
+        flags = dict(model_dir=model_dir, repo_id=repo_id, tag=tag)
+        flow.step(f"Publish the {source_name} classifier to the local Hub", "publish", flags, env=hub_env)
+        print(
+            f"\n=== {len(flow.timings) + 1}. Load {repo_id}@{tag} back in a fresh process and run pipeline() ==="
+        )
+        with tempfile.TemporaryDirectory() as scratch:
+            command = [
+                sys.executable,
+                "-c",
+                textwrap.dedent(LOAD_BACK),
+                repo_id,
+                tag,
+                json.dumps(EXAMPLE_SENTENCES),
+            ]
+            env = {**os.environ, **hub_env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
+            loaded = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True)
+        if loaded.returncode != 0:
+            sys.exit(f"quickstart: loading {repo_id} back failed:\n{loaded.stderr[-3000:]}")
+    print("Local Hub stopped.")
+    return json.loads(loaded.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None):
     args = parse_args(argv)
     size = dict(SIZES[args.size])
@@ -147,172 +222,20 @@ def main(argv=None):
     flow = Flow(out)
     started = time.perf_counter()
 
-    flow.step(
-        "Train a WordPiece tokenizer on the WikiText-2 excerpt",
-        "train-tokenizer",
-        "--files",
-        DATA / "wikitext2_excerpt.txt",
-        "--vocab_size",
-        size["vocab_size"],
-        "--output_dir",
-        out / "tokenizer",
-    )
-
-    flow.step(
-        f"Pretrain a {size['preset']} encoder with masked language modelling",
-        "pretrain",
-        "--train_file",
-        DATA / "wikitext2_excerpt.txt",
-        "--tokenizer_name",
-        out / "tokenizer",
-        "--config_name",
-        size["preset"],
-        "--max_seq_length",
-        size["seq_len"],
-        "--packing",
-        "--per_device_train_batch_size",
-        size["pretrain_batch"],
-        "--per_device_eval_batch_size",
-        64,
-        "--learning_rate",
-        1e-3,
-        "--weight_decay",
-        0.01,
-        "--lr_scheduler_type",
-        "warmup_stable_decay",
-        "--warmup_ratio",
-        0.1,
-        "--max_train_steps",
-        size["pretrain_steps"],
-        "--eval_steps",
-        max(size["pretrain_steps"] // 4, 1),
-        "--logging_steps",
-        max(size["pretrain_steps"] // 20, 1),
-        "--seed",
-        args.seed,
-        "--output_dir",
-        out / "pretrain",
-    )
-
-    flow.step(
-        "Convert the real all-MiniLM-L6-v2 BERT checkpoint",
-        "convert",
-        "--src",
-        minilm_checkpoint(),
-        "--out",
-        out / "minilm-briskbert",
-        "--source_repo_id",
-        "sentence-transformers/all-MiniLM-L6-v2",
-    )
-
-    sources = {"pretrained here": out / "pretrain" / "final", "all-MiniLM-L6-v2": out / "minilm-briskbert"}
-    runs = {}
-    for name, source in sources.items():
-        run_dir = out / ("sst2-from-" + ("scratch" if name == "pretrained here" else "minilm"))
-        flow.step(
-            f"Fine-tune an SST-2 classifier from the {name} model",
-            "finetune-classification",
-            "--model_name_or_path",
-            source,
-            "--train_file",
-            DATA / "sst2_train_excerpt.tsv",
-            "--validation_file",
-            DATA / "sst2_validation_excerpt.tsv",
-            "--text_column",
-            "sentence",
-            "--label_column",
-            "label",
-            "--max_train_samples",
-            size["train_samples"],
-            "--max_eval_samples",
-            size["eval_samples"],
-            "--num_train_epochs",
-            size["epochs"],
-            "--per_device_train_batch_size",
-            32,
-            "--per_device_eval_batch_size",
-            64,
-            "--learning_rate",
-            1e-4 if name == "all-MiniLM-L6-v2" else 3e-4,
-            "--warmup_ratio",
-            0.1,
-            "--metric_for_best_model",
-            "accuracy",
-            "--seed",
-            args.seed,
-            "--output_dir",
-            run_dir,
-        )
-        runs[name] = (run_dir, read_results(run_dir))
-
+    pretrain(flow, out, size, args.seed)
+    runs = finetune_both(flow, out, size, args.seed)
     best_name = max(runs, key=lambda name: runs[name][1].get("eval_accuracy", 0.0))
-    best_dir = runs[best_name][0] / "final"
     repo_id, tag = "briskbert/sst2-classifier", "v1"
-    token = secrets.token_hex(16)
-    hub_env = {
-        "HF_ENDPOINT": "",
-        "HF_TOKEN": token,
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HOME": str(out / "hf_home"),
-        "HF_HUB_OFFLINE": "0",
-    }
-
-    from briskbert.hub_server import BackgroundHub
-
-    with BackgroundHub(out / "hub", token) as hub:
-        hub_env["HF_ENDPOINT"] = hub.url
-        print(f"\nLocal Hub listening on {hub.url} (data in {out / 'hub'})")
-        flow.step(
-            f"Publish the {best_name} classifier to the local Hub",
-            "publish",
-            "--model_dir",
-            best_dir,
-            "--repo_id",
-            repo_id,
-            "--tag",
-            tag,
-            env=hub_env,
-        )
-        print(
-            f"\n=== {len(flow.timings) + 1}. Load {repo_id}@{tag} back in a fresh process and run pipeline() ==="
-        )
-        with tempfile.TemporaryDirectory() as scratch:
-            loaded = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    textwrap.dedent(LOAD_BACK),
-                    repo_id,
-                    tag,
-                    json.dumps(EXAMPLE_SENTENCES),
-                ],
-                cwd=scratch,
-                env={
-                    **os.environ,
-                    **hub_env,
-                    "HF_HOME": str(Path(scratch) / "fresh_cache"),
-                    "PYTHONPATH": "",
-                },
-                capture_output=True,
-                text=True,
-            )
-        if loaded.returncode != 0:
-            sys.exit(f"quickstart: loading {repo_id} back failed:\n{loaded.stderr[-3000:]}")
-        result = json.loads(loaded.stdout.strip().splitlines()[-1])
-    print("Local Hub stopped.")
+    result = publish_and_load_back(flow, out, runs[best_name][0] / "final", best_name, repo_id, tag)
 
     print_summary(out, runs, best_name, repo_id, tag, result, flow.timings, time.perf_counter() - started)
-    (out / "quickstart_summary.json").write_text(
-        json.dumps(
-            dict(
-                accuracy={name: results.get("eval_accuracy") for name, (_, results) in runs.items()},
-                published=dict(repo_id=repo_id, tag=tag, source=best_name),
-                load_back=result,
-                step_seconds=flow.timings,
-            ),
-            indent=2,
-        )
+    summary = dict(
+        accuracy={name: results.get("eval_accuracy") for name, (_, results) in runs.items()},
+        published=dict(repo_id=repo_id, tag=tag, source=best_name),
+        load_back=result,
+        step_seconds=flow.timings,
     )
+    (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2))
 
 
 def print_summary(out, runs, best_name, repo_id, tag, result, timings, total_seconds):
@@ -331,8 +254,7 @@ def print_summary(out, runs, best_name, repo_id, tag, result, timings, total_sec
         f"Published    {repo_id}@{tag} (the {best_name} classifier), loaded back as {result['model_class']}"
     )
     for prediction in result["predictions"]:
-        label = prediction["label"]
-        print(f"  {label} ({SST2_LABELS.get(label, '?')}) {prediction['score']:.2f}  {prediction['text']}")
+        print(f"  {prediction['label']:<8} {prediction['score']:.2f}  {prediction['text']}")
     print("Artefacts")
     for label, path in [
         ("tokenizer", out / "tokenizer"),
