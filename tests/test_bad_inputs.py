@@ -241,6 +241,11 @@ CASES = [
         "at most one",
     ),
     Case(
+        "fewer-rows-than-a-batch",
+        CLASSIFY + " --model_name_or_path {model} --train_file {sst2_csv}",
+        "--per_device_train_batch_size",
+    ),
+    Case(
         "student-without-weights",
         DISTILL + " --teacher_model {teacher} " + SST2 + " --student_model {no_weights}",
         "--student_model",

@@ -31,21 +31,16 @@ logger = logging.getLogger(__name__)
 
 
 def training_config(args) -> TrainingConfig:
-    """The shared loop's flags as its config, checked before any data or model is loaded."""
-    try:
-        return TrainingConfig.from_namespace(args)
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    """The shared loop's flags as its config, checked before any data or model is loaded (a bad value is
+    a ``TrainingSetupError``, reported as a user error)."""
+    return TrainingConfig.from_namespace(args)
 
 
 def start_accelerator(config: TrainingConfig):
-    """The run's Accelerator; an ``--output_dir`` holding another run is refused as a user error."""
+    """The run's Accelerator; an ``--output_dir`` holding another run is refused there, as a user error."""
     from .loop import create_accelerator
 
-    try:
-        return create_accelerator(config)
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    return create_accelerator(config)
 
 
 def load_splits(data: DataSource, file_loader=load_table):
