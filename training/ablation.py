@@ -48,6 +48,7 @@ RUN_LOG = "pretrain.log"
 PROBE_DIR = "probe"
 RESULTS_FILE = "all_results.json"
 HISTORY_FILE = "log_history.jsonl"
+TEXT_SUFFIXES = (".txt", ".text", ".raw")  # what `briskbert train-tokenizer --files` reads
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHECKPOINT = re.compile(r"^step_(\d+)$")
@@ -190,8 +191,9 @@ def check_variants(variants: list[Variant]) -> None:
 @dataclass(frozen=True)
 class Budget:
     """The same training budget for every run. Tokens are counted as sequence slots (batch x length), which
-    is exact with ``--packing``; the time limit stops a run after the step in progress (the whole
-    pretraining process counts, data preparation included)."""
+    is exact with ``--packing``. The time limit counts the whole pretraining process (data preparation
+    included) and stops it after the step in progress; one more step then ends the run with its final
+    evaluation."""
 
     max_train_steps: int | None = None
     max_train_tokens: int | None = None
@@ -226,11 +228,7 @@ class TokenizerSource:
     def __post_init__(self):
         if self.tokenizer_name is None and self.train_file is None:
             raise UserError("Give --train_file (a tokenizer is trained on it once) or --tokenizer_name.")
-        if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in (
-            ".txt",
-            ".text",
-            ".raw",
-        ):
+        if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in TEXT_SUFFIXES:
             raise UserError(
                 f"--train_file {self.train_file}: the shared tokenizer can only be trained on a text file; "
                 "train one with `briskbert train-tokenizer` and pass it with --tokenizer_name."
@@ -335,8 +333,8 @@ def run_process(
     ``os.wait4`` reports the peak resident memory of this one child (``getrusage(RUSAGE_CHILDREN)`` would
     give the maximum over every child so far). At ``time_limit_s`` the process gets SIGTERM, on which the
     training loop finishes the current step, saves a checkpoint and exits. ``progress`` (a tqdm bar) follows
-    the last logged step in ``history_path``. Ctrl-C reaches the child too (same process group); this waits
-    for it to save its checkpoint, then raises :class:`AblationInterrupted`.
+    the last logged step in ``history_path``. On Ctrl-C (or SIGTERM, see :func:`stop_on_sigterm`) this
+    waits for the child to save its checkpoint, then raises :class:`AblationInterrupted`.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start, stopped = time.perf_counter(), False
@@ -355,6 +353,9 @@ def run_process(
                 _follow_progress(progress, history_path)
                 time.sleep(0.5)
         except KeyboardInterrupt:
+            # SIGTERM asks the loop to checkpoint and stop, also when only this process was signalled; unlike
+            # a second SIGINT, it never aborts a checkpoint in progress.
+            process.send_signal(signal.SIGTERM)
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
             raise AblationInterrupted(
@@ -370,6 +371,15 @@ def run_process(
         round(usage.ru_maxrss / 1024, 1),
         stopped,
     )
+
+
+def stop_on_sigterm() -> None:
+    """Treat SIGTERM like Ctrl-C, so that stopping the ablation also stops its current run cleanly."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _follow_progress(progress, history_path: Path | None) -> None:
@@ -464,7 +474,8 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
     with tqdm(total=plan.max_train_steps, desc=f"{variant.name} seed {seed}", dynamic_ncols=True) as bar:
         segment = _run_segment(plan, record, run_dir, ["--resume_from_checkpoint", "latest"], time_left, bar)
     if not is_finished(run_dir) and segment.stopped_at_time_limit:
-        # The time budget ran out: evaluate and save the model as it is at its last checkpoint.
+        # The time budget ran out. A short last process resumes from the checkpoint with a budget of one more
+        # step, so the loop ends the way every run ends: final evaluation, final/ folder, all_results.json.
         step = latest_checkpoint_step(run_dir)
         if step is None:
             raise RunFailed(
@@ -472,7 +483,7 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
                 f"first optimizer step; raise it.",
                 1,
             )
-        extra = ["--resume_from_checkpoint", "latest", "--max_train_steps", str(step)]
+        extra = ["--resume_from_checkpoint", "latest", "--max_train_steps", str(step + 1)]
         _run_segment(plan, record, run_dir, extra, None, None)
     if not is_finished(run_dir):
         raise AblationInterrupted(f"{variant.name} seed {seed} stopped before the end of its budget")

@@ -269,7 +269,8 @@ def plot_curves(results: dict, path: Path) -> None:
     for axis in axes:
         axis.set_ylabel("validation MLM loss")
         axis.grid(alpha=0.3)
-        axis.legend()
+        if axis.lines:
+            axis.legend()
     seeds = len(results["seeds"])
     fig.suptitle(
         f"Validation MLM loss, mean over {seeds} seed{'s' if seeds > 1 else ''}"

@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max_train_seconds",
         type=float,
         default=None,
-        help="Also stop each run after this many seconds of its pretraining process (after the current step).",
+        help="Also stop each run after this many seconds of its pretraining process (after the step in "
+        "progress; one more step then ends the run with its final evaluation).",
     )
     g = parser.add_argument_group("fine-tuning probe (optional)")
     g.add_argument(
@@ -176,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = build_plan(args, extra)
         if args.train_file and not Path(args.train_file).is_file():
             raise UserError(f"--train_file {args.train_file}: no such file.")
-        from briskbert.training.ablation import check_variants, run_ablation
+        from briskbert.training.ablation import check_variants, run_ablation, stop_on_sigterm
 
         check_variants(plan.variants)
+        stop_on_sigterm()
         results = run_ablation(plan)
     except RunFailed as error:
         print(f"error: {error}", file=sys.stderr)
