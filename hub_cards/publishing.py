@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from briskbert.errors import UserError
+
 from .card import TASKS, CardError, read_config, render_card, task_for_architecture
 from .verification import verify_commit
 
@@ -99,14 +101,14 @@ _REL_IMPORT_RES = (
 )
 
 
-class IncompleteModelFolder(ValueError):
+class IncompleteModelFolder(UserError, ValueError):
+    """A folder that is not a complete model: one line naming the folder and everything it lacks."""
+
     def __init__(self, model_dir: Path, missing: list[str]):
         self.missing = missing
         super().__init__(
-            f"{model_dir} cannot be published, it lacks:\n  - "
-            + "\n  - ".join(missing)
-            + "\nSave the model and tokenizer with save_pretrained (after importing modeling and "
-            "tokenization so the code files and auto_map are written)."
+            f"{model_dir} cannot be published, it lacks: {'; '.join(missing)}. Save the model and tokenizer with "
+            "save_pretrained (after importing briskbert.modeling, so the code files and auto_map are written)."
         )
 
 

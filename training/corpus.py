@@ -373,6 +373,8 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
         f"Prepared {source.label}: {store.num_documents:,} documents, {store.num_tokens:,} tokens in "
         f"{store.meta['seconds']:.1f} s with {settings.num_workers} worker(s); cached in {folder}"
     )
+    if store.num_tokens == 0:
+        raise UserError(f"{source.label} holds no text (only empty lines or rows): give a file with text.")
     return store
 
 

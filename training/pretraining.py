@@ -266,9 +266,10 @@ class _TrainingParagraphs:
         if data.validation is None:
             count = sum(1 for _ in iter_documents(data.train))
             self.held_out = np.zeros(count, dtype=bool)
-            self.held_out[split_document_indices(count, data.validation_split_percentage, data.seed)[1]] = (
-                True
-            )
+            held = split_document_indices(
+                count, data.validation_split_percentage, data.seed, data.train.label
+            )[1]
+            self.held_out[held] = True
 
     def __iter__(self):
         for number, document in enumerate(iter_documents(self.data.train)):
@@ -297,7 +298,7 @@ def build_datasets(data: DataSettings, tokenizer, accelerator):
             )
         else:
             train_docs, eval_docs = split_document_indices(
-                train_store.num_documents, data.validation_split_percentage, data.seed
+                train_store.num_documents, data.validation_split_percentage, data.seed, data.train.label
             )
             eval_store = train_store
         eval_dataset = _sequences(eval_store, eval_docs, tokenizer, data, data.seed + 1)

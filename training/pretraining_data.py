@@ -94,15 +94,17 @@ def read_documents(path: str, text_column: str | None = None) -> list[list[str]]
     return documents
 
 
-def split_document_indices(num_documents: int, percentage: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_document_indices(
+    num_documents: int, percentage: float, seed: int, source: str = "The training corpus"
+) -> tuple[np.ndarray, np.ndarray]:
     """(training, validation) document indices, in corpus order: ``percentage`` % of the documents (at
-    least one) held out, chosen with ``seed``."""
+    least one) held out, chosen with ``seed``. ``source`` names the corpus in errors."""
     if not 0 < percentage < 100:
         raise ValueError(f"--validation_split_percentage must be in (0, 100), got {percentage}.")
     if num_documents < 2:
         raise ValueError(
-            "The training corpus has a single document, too little to carve a validation split "
-            "from: give --validation_file or more documents (blank lines separate documents)."
+            f"{source} has {'no text' if num_documents == 0 else 'a single document'}, too little to carve a "
+            "validation split from: give --validation_file or more documents (blank lines separate documents)."
         )
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)

@@ -10,7 +10,9 @@ Sources (detected from config.json's model_type, the head from its architectures
 """
 
 import argparse
+import shutil
 import sys
+from pathlib import Path
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -30,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no_tokenizer", action="store_true", help="do not carry the tokenizer over")
     parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="replace an existing --out folder (only once the new conversion has succeeded)",
+    )
+    parser.add_argument(
         "--source_repo_id",
         default=None,
         help="the checkpoint's Hub id (e.g. FacebookAI/roberta-base), named as base model on the cards of models "
@@ -40,16 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None):
     args = build_parser().parse_args(argv)
+    from briskbert.inputs import check_model_folder
+
+    check_model_folder(Path(args.src).expanduser(), "--src", need_tokenizer=False)  # before torch: fails fast
     from briskbert.modeling.conversion import (
         CheckpointMismatchError,
         UnsupportedCheckpointError,
         convert_checkpoint,
     )
 
+    out = Path(args.out)
+    # With --overwrite_output_dir the conversion goes to a sibling folder first, so a failure keeps the old one.
+    target = out.with_name(out.name + ".converting") if args.overwrite_output_dir and out.exists() else out
+    if target != out:
+        shutil.rmtree(target, ignore_errors=True)  # a leftover of an interrupted run
     try:
         model = convert_checkpoint(
             args.src,
-            args.out,
+            target,
             args.architecture,
             save_tokenizer=not args.no_tokenizer,
             source_repo_id=args.source_repo_id,
@@ -57,6 +72,9 @@ def main(argv: list[str] | None = None):
     except (CheckpointMismatchError, UnsupportedCheckpointError, FileNotFoundError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    if target != out:
+        shutil.rmtree(out)
+        target.rename(out)
     print(
         f"Converted {args.src} -> {args.out} as {type(model).__name__} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters)."

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from briskbert.errors import UserError
-from briskbert.training.retrieval_arguments import RANKING_LOSSES
 from briskbert.training.arguments import add_training_arguments
+from briskbert.training.retrieval_arguments import RANKING_LOSSES
 from briskbert.training.task_arguments import (
     add_model_arguments,
     model_source_from_args,
