@@ -132,3 +132,38 @@ def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="mode
     for sharded_loss, reference_loss in result["losses"]:
         assert sharded_loss == pytest.approx(reference_loss, abs=1e-5)
     assert result["max_param_difference"] < 1e-5
+
+
+FSDP_SAVE_WORKER = """
+import sys
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
+from briskbert.training.loop import own_class
+
+dist.init_process_group("gloo")
+model = BriskBertForMaskedLM(BriskBertConfig.from_preset("bert-tiny", vocab_size=120))
+for layer in model.model.layers:
+    fully_shard(layer)
+fully_shard(model)
+assert type(model).__module__.startswith("torch."), type(model)
+state_dict = {name: tensor.full_tensor() for name, tensor in model.state_dict().items()}
+with own_class(model):
+    model.save_pretrained(sys.argv[1], state_dict=state_dict)
+assert type(model).__module__.startswith("torch.")  # the sharded class is back after the save
+dist.destroy_process_group()
+"""
+
+
+def test_a_model_saved_under_fsdp2_ships_its_own_code(tmp_path):
+    """FSDP2 replaces a model's class with one of torch's; saving through it used to copy torch's files instead of
+    modeling_briskbert.py, so the folder did not load with trust_remote_code."""
+    (tmp_path / "worker.py").write_text(FSDP_SAVE_WORKER)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "RANK": "0", "WORLD_SIZE": "1"}
+    proc = subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "saved")], env=env,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = sorted(path.name for path in (tmp_path / "saved").iterdir())
+    assert "modeling_briskbert.py" in saved and not any(name.startswith("_fsdp") for name in saved), saved
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert config["architectures"] == ["BriskBertForMaskedLM"]

@@ -730,6 +730,18 @@ def _finish(
     return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best)
 
 
+@contextlib.contextmanager
+def own_class(model):
+    """FSDP2 gives a sharded model a class of torch's own, a subclass of the model's; ``save_pretrained`` copies
+    the remote-code files of the class it sees, so during a save the model wears its own class again."""
+    sharded_class = type(model)
+    model.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
+    try:
+        yield model
+    finally:
+        model.__class__ = sharded_class
+
+
 def save_model_folder(accelerator, model, tokenizer, folder: Path, facts: dict | None = None) -> None:
     """``save_pretrained`` model (+ tokenizer, + ``training_facts.json``), written whole or not at all."""
     accelerator.wait_for_everyone()
@@ -740,7 +752,8 @@ def save_model_folder(accelerator, model, tokenizer, folder: Path, facts: dict |
     if accelerator.is_main_process:
         partial = partial_folder(folder)
         partial.mkdir(parents=True, exist_ok=True)
-        unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
+        with own_class(unwrapped):
+            unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(partial)
         if facts is not None:
