@@ -141,7 +141,7 @@ def test_cli_reports_a_bad_source_clearly(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert proc.returncode != 0 and "has no config.json" in proc.stderr
+    assert proc.returncode != 0 and "does not exist" in proc.stderr and "--src" in proc.stderr
 
 
 FRESH_LOAD = """
