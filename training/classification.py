@@ -429,6 +429,20 @@ def make_evaluate_fn(spec: LabelSpec):
     return evaluate
 
 
+def classification_run_inputs(spec: LabelSpec, tokenizer, train_features, eval_features) -> dict:
+    """What :func:`training.loop.run` takes for a classification task besides the model: the tokenized
+    datasets, a padding collator and, with evaluation data, the metric function (fine-tuning and
+    distillation alike)."""
+    from transformers import DataCollatorWithPadding
+
+    return dict(
+        train_dataset=train_features,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        eval_dataset=eval_features,
+        evaluate_fn=make_evaluate_fn(spec) if eval_features is not None else None,
+    )
+
+
 def classification_card_facts(
     source: DataSource,
     task: ClassificationTask,

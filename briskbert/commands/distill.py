@@ -78,12 +78,10 @@ def main(argv=None):
     config = training_config(args)
     check_model_folders(setup)
 
-    from transformers import DataCollatorWithPadding
-
     from briskbert.training.classification import (
         classification_card_facts,
+        classification_run_inputs,
         load_classification_data,
-        make_evaluate_fn,
         tokenize_classification,
     )
     from briskbert.training.distill import DistillationModel, build_student, load_teacher
@@ -133,11 +131,8 @@ def main(argv=None):
         accelerator=accelerator,
         model=model,
         tokenizer=tokenizer,
-        train_dataset=train_features,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        eval_dataset=eval_features,
-        evaluate_fn=make_evaluate_fn(data.spec) if eval_features is not None else None,
         card_facts=card,
+        **classification_run_inputs(data.spec, tokenizer, train_features, eval_features),
     )
 
 

@@ -49,12 +49,10 @@ def main(argv=None):
     location = check_model_inputs(source)
     data = load_classification_data(data_source, task)
 
-    from transformers import DataCollatorWithPadding
-
     from briskbert.modeling import BriskBertForSequenceClassification
     from briskbert.training.classification import (
         classification_card_facts,
-        make_evaluate_fn,
+        classification_run_inputs,
         tokenize_classification,
     )
     from briskbert.training.finetuning import (
@@ -90,11 +88,8 @@ def main(argv=None):
         accelerator=accelerator,
         model=model,
         tokenizer=tokenizer,
-        train_dataset=train_features,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        eval_dataset=eval_features,
-        evaluate_fn=make_evaluate_fn(data.spec) if eval_features is not None else None,
         card_facts=card,
+        **classification_run_inputs(data.spec, tokenizer, train_features, eval_features),
     )
 
 
