@@ -1,7 +1,7 @@
 """Render a model card (README.md) for a saved BriskBert folder.
 
 Inputs are the folder's ``config.json`` and its training facts (``training_facts.json``, written by the
-shared training loop; schema in ``training/facts.py``). Every key is optional; the ones the card uses:
+shared training loop; schema in ``training/engine/facts.py``). Every key is optional; the ones the card uses:
 
     task, pipeline_tag, datasets, eval_dataset, base_model, language, license, config_preset, metrics,
     best_metric, train_steps, epochs, tokens_seen, examples_seen, global_batch_size, learning_rate,

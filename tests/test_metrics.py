@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from briskbert.training import metrics
+from briskbert.training.tasks import metrics
 
 # ---------------------------------------------------------------------------------------------- #
 # classification and regression

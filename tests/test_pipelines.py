@@ -89,7 +89,7 @@ def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_pa
 
 
 def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
-    from briskbert.training.qa import register_qa_pipeline
+    from briskbert.training.tasks.qa import register_qa_pipeline
 
     model = _tiny(BriskBertForQuestionAnswering, tokenizer)
     with torch.no_grad():  # start and end logits follow one hidden unit: a deterministic but untrained model
@@ -104,7 +104,7 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
     assert context[answer["start"] : answer["end"]] == answer["answer"] != ""
     assert 0.0 < answer["score"] <= 1.0
     # the best span over all windows is the one the project's own decoding picks from the same logits
-    from briskbert.training.qa import postprocess_qa_predictions, prepare_eval_features
+    from briskbert.training.tasks.qa import postprocess_qa_predictions, prepare_eval_features
 
     example = {"id": ["q"], "question": ["Where was item 7 stored?"], "context": [context]}
     features = prepare_eval_features(example, tokenizer, max_seq_length=128, doc_stride=48)

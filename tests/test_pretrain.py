@@ -15,8 +15,8 @@ import torch
 
 from briskbert.commands.pretrain import main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
-from briskbert.training.masking import MaskingCollator
-from briskbert.training.pretraining_data import (
+from briskbert.training.data.masking import MaskingCollator
+from briskbert.training.data.pretraining_data import (
     mlm_sequences,
     nsp_examples,
     read_documents,

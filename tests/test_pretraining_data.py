@@ -14,9 +14,8 @@ from torch.utils.data import DataLoader
 
 from briskbert.commands.pretrain import main as pretrain_main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
-from briskbert.training.corpus import CorpusSource, PreparationSettings, prepare_corpus
-from briskbert.training.loop import EpochShuffleSampler
-from briskbert.training.pretraining_data import (
+from briskbert.training.data.corpus import CorpusSource, PreparationSettings, prepare_corpus
+from briskbert.training.data.pretraining_data import (
     PACKING_MODES,
     StoredSequences,
     StreamingMLMDataset,
@@ -27,6 +26,7 @@ from briskbert.training.pretraining_data import (
     stored_nsp_examples,
     tokenize_documents,
 )
+from briskbert.training.engine.loop import EpochShuffleSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"

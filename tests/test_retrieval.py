@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from briskbert.cli import main as cli
-from briskbert.training.embeddings import (
+from briskbert.training.retrieval.dense import encode_texts, exact_search, retrieval_metrics
+from briskbert.training.retrieval.embeddings import (
     ContrastiveLossSpec,
     DualEncoder,
     Pair,
     PairCollator,
     multiple_negatives_ranking_loss,
 )
-from briskbert.training.retrieval import encode_texts, exact_search, retrieval_metrics
-from briskbert.training.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
+from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
@@ -160,7 +160,7 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tmp_path):
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
     from briskbert.modeling import BriskBertForSequenceClassification, BriskBertModel
-    from briskbert.training.reranking import score_pairs
+    from briskbert.training.retrieval.reranking import score_pairs
 
     spec = EmbeddingSpec("cls", True, 64)
     encoder = _tiny(BriskBertModel, tokenizer).eval()

@@ -18,10 +18,10 @@ from test_training_loop import FakeTokenizer, config, sequences, tiny_model
 from transformers import SchedulerType
 
 from briskbert.training import run
-from briskbert.training.arguments import SCHEDULER_NAMES
-from briskbert.training.checkpointing import resume_command
-from briskbert.training.logging_utils import LOG_FILE, curve_figure
-from briskbert.training.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.engine.arguments import SCHEDULER_NAMES
+from briskbert.training.engine.checkpointing import resume_command
+from briskbert.training.engine.logging_utils import LOG_FILE, curve_figure
 
 TESTS = Path(__file__).resolve().parent
 FAST = ("--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logging_steps", "1")
@@ -57,7 +57,7 @@ def used_run(finished_run, tmp_path) -> Path:
 
 
 def test_a_new_run_into_a_used_output_dir_is_refused_unless_overwritten(used_run):
-    from briskbert.training.loop import create_accelerator
+    from briskbert.training.engine.loop import create_accelerator
 
     with pytest.raises(
         ValueError, match=r"already holds a run \(step_2, step_4, final/\).*--overwrite_output_dir"
@@ -153,7 +153,7 @@ def test_a_partial_last_log_line_is_tolerated_on_resume(used_run, caplog):
 SCRIPT = """
 import argparse, os, signal
 from briskbert.training import TrainingConfig, add_training_arguments, run
-from briskbert.training.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from test_training_loop import FakeTokenizer, sequences, tiny_model
 
 args = add_training_arguments(argparse.ArgumentParser()).parse_args()

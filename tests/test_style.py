@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("briskbert", "modeling", "tokenization", "training", "hub_cards", "hub_server", "data", "scripts")
+LIBRARY = ("src", "modeling", "tokenization", "training", "hub_cards", "hub_server", "data", "scripts")
 MAX_FUNCTION_LINES = 100
 
 

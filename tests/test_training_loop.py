@@ -19,9 +19,9 @@ from briskbert.training import (
     run,
     validate_training_arguments,
 )
-from briskbert.training.loop import _accumulate_gradients, create_accelerator
-from briskbert.training.masking import MaskingCollator, count_masked_tokens
-from briskbert.training.optim import create_scheduler
+from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.engine.loop import _accumulate_gradients, create_accelerator
+from briskbert.training.engine.optim import create_scheduler
 
 VOCAB = 120
 

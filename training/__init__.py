@@ -1,32 +1,32 @@
-"""briskbert's shared training library: the one Accelerate loop (:mod:`briskbert.training.loop`) and its helpers.
+"""briskbert's shared training library: the one Accelerate loop (:mod:`briskbert.training.engine.loop`) and its helpers.
 
-Task code builds on :func:`briskbert.training.loop.run`; pretraining data and masking live in
-:mod:`briskbert.training.pretraining_data` and :mod:`briskbert.training.masking`. Submodules are imported on
+Task code builds on :func:`briskbert.training.engine.loop.run`; pretraining data and masking live in
+:mod:`briskbert.training.data.pretraining_data` and :mod:`briskbert.training.data.masking`. Submodules are imported on
 first use so the command line can parse its flags without loading torch.
 """
 
 import importlib
 
 _EXPORTS = {
-    "FACTS_FILE": "facts",
-    "read_training_facts": "facts",
-    "write_training_facts": "facts",
-    "EpochShuffleSampler": "loop",
-    "TrainResult": "loop",
-    "TrainingConfig": "arguments",
-    "TrainingInterrupted": "loop",
-    "TrainingState": "checkpointing",
-    "add_training_arguments": "arguments",
-    "count_examples": "loop",
-    "create_accelerator": "loop",
-    "evaluate_loss": "loop",
-    "evaluation_loop": "loop",
-    "run": "loop",
-    "seed_everything": "loop",
-    "validate_training_arguments": "arguments",
-    "create_optimizer": "optim",
-    "create_scheduler": "optim",
-    "parameter_groups": "optim",
+    "FACTS_FILE": "engine.facts",
+    "read_training_facts": "engine.facts",
+    "write_training_facts": "engine.facts",
+    "EpochShuffleSampler": "engine.loop",
+    "TrainResult": "engine.loop",
+    "TrainingConfig": "engine.arguments",
+    "TrainingInterrupted": "engine.loop",
+    "TrainingState": "engine.checkpointing",
+    "add_training_arguments": "engine.arguments",
+    "count_examples": "engine.loop",
+    "create_accelerator": "engine.loop",
+    "evaluate_loss": "engine.loop",
+    "evaluation_loop": "engine.loop",
+    "run": "engine.loop",
+    "seed_everything": "engine.loop",
+    "validate_training_arguments": "engine.arguments",
+    "create_optimizer": "engine.optim",
+    "create_scheduler": "engine.optim",
+    "parameter_groups": "engine.optim",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,0 +1,70 @@
+"""Optimizer parameter groups and learning-rate schedules shared by every training script."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import get_scheduler
+
+from briskbert.training.engine.arguments import SCHEDULER_NAMES
+
+
+def is_no_decay_module(module: nn.Module) -> bool:
+    """Modules whose parameters never get weight decay: embeddings and norms.
+
+    Decided by module type, not by parameter name: ``nn.Embedding``, ``nn.LayerNorm`` and any module whose
+    class name ends in ``Norm`` (the project's ``RMSNorm``, ``nn.GroupNorm``, ...).
+    """
+    return isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm")
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Split trainable parameters into a decayed and a non-decayed group.
+
+    Not decayed: every bias, and every parameter of an embedding or norm module (see
+    :func:`is_no_decay_module`). Tied parameters are listed once.
+    """
+    no_decay: set[int] = set()
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if is_no_decay_module(module) or name == "bias" or name.endswith("_bias"):
+                no_decay.add(id(param))
+    decay_params, no_decay_params, seen = [], [], set()
+    for param in model.parameters():
+        if not param.requires_grad or id(param) in seen:
+            continue
+        seen.add(id(param))
+        (no_decay_params if id(param) in no_decay else decay_params).append(param)
+    return [
+        {"params": decay_params, "weight_decay": weight_decay},
+        {"params": no_decay_params, "weight_decay": 0.0},
+    ]
+
+
+def create_optimizer(
+    model: nn.Module, learning_rate: float, weight_decay: float, betas=(0.9, 0.999), eps: float = 1e-8
+) -> torch.optim.Optimizer:
+    """AdamW over :func:`parameter_groups` (``fused`` is left to torch's default)."""
+    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=learning_rate, betas=betas, eps=eps)
+
+
+def create_scheduler(
+    optimizer, name: str, num_warmup_steps: int, num_training_steps: int, decay_ratio: float = 0.2
+):
+    """A transformers scheduler by name; ``warmup_stable_decay`` decays over the last ``decay_ratio`` of steps."""
+    if name not in SCHEDULER_NAMES:
+        raise ValueError(
+            f"--lr_scheduler_type {name!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}."
+        )
+    kwargs = {}
+    if name == "warmup_stable_decay":
+        num_decay = max(1, round(decay_ratio * num_training_steps))
+        num_decay = min(num_decay, max(1, num_training_steps - num_warmup_steps))
+        kwargs = {"num_decay_steps": num_decay, "decay_type": "linear"}
+    return get_scheduler(
+        name,
+        optimizer,
+        num_warmup_steps=num_warmup_steps,
+        num_training_steps=num_training_steps,
+        scheduler_specific_kwargs=kwargs,
+    )

@@ -1,0 +1,551 @@
+"""Architecture ablations at equal budget: several configs, one tokenizer, the same data, masks and steps.
+
+Every run is an ordinary ``briskbert pretrain`` process, launched with the same flags except
+``--config_name`` / ``--config_overrides`` (the variant), ``--seed`` and ``--output_dir``. That is what makes
+the comparison fair: the tokenizer is trained once (or given) and passed to every run, so the data
+preparation gives identical sequences; the sequence order is a shuffle keyed on the seed and the epoch,
+and the masks are drawn per sequence from ``(seed, epoch, index)`` (:mod:`training.masking`), so two
+variants with the same seed see the same batches with the same masked positions, whatever their sizes.
+
+Layout of the output folder::
+
+    tokenizer/                  trained once on --train_file (absent with --tokenizer_name)
+    <variant>/seed<k>/          a normal pretraining output: final/, all_results.json, log_history.jsonl, ...
+        ablation_run.json       the exact pretraining flags, and wall time and peak memory of each process
+        pretrain.log            what the process printed
+        probe/                  the optional fine-tuning probe (a normal fine-tuning output)
+    results.json, results.md, curves.png   (written by :mod:`training.ablation_report`)
+
+A run counts as finished when its ``all_results.json`` and ``final/`` exist; re-running the same command
+skips finished runs and resumes an interrupted one from its latest checkpoint.
+
+This module does not import torch: the command line parses and checks the variants with it first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from briskbert.errors import UserError
+
+ACCEPTED_FORMS = (
+    "a preset name (bert-tiny), a config JSON file (my_config.json), NAME:PRESET (bert:bert-tiny) or "
+    "NAME:PRESET:field=value,field=value (rope:bert-tiny:position_embedding_type=rope)"
+)
+RUN_RECORD = "ablation_run.json"
+RUN_LOG = "pretrain.log"
+PROBE_DIR = "probe"
+RESULTS_FILE = "all_results.json"
+HISTORY_FILE = "log_history.jsonl"
+TEXT_SUFFIXES = (".txt", ".text", ".raw")  # what `briskbert train-tokenizer --files` reads
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CHECKPOINT = re.compile(r"^step_(\d+)$")
+
+
+class AblationInterrupted(RuntimeError):
+    """The user stopped a run; its checkpoint is saved and the same command resumes it."""
+
+
+class RunFailed(RuntimeError):
+    """A pretraining (or probe, or tokenizer) process exited with an error."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+# ---------------------------------------------------------------------------------------------- variants
+@dataclass(frozen=True)
+class Variant:
+    """One configuration to compare: a preset name or config JSON, plus config fields to override."""
+
+    name: str
+    config_name: str
+    overrides: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not _NAME.match(self.name):
+            raise UserError(
+                f"--configs: variant name {self.name!r} must be a folder name (letters, digits, '.', '_', "
+                f"'-'); accepted forms: {ACCEPTED_FORMS}."
+            )
+
+    def pretrain_flags(self) -> list[str]:
+        flags = ["--config_name", self.config_name]
+        if self.overrides:
+            flags += ["--config_overrides", format_overrides(self.overrides)]
+        return flags
+
+    def describe(self) -> str:
+        changes = ", ".join(f"{key}={value}" for key, value in self.overrides.items())
+        return f"{self.config_name}" + (f" ({changes})" if changes else "")
+
+
+def _malformed(text: str, why: str) -> UserError:
+    return UserError(f"--configs entry {text!r}: {why}; accepted forms: {ACCEPTED_FORMS}.")
+
+
+def parse_overrides(text: str, entry: str) -> dict:
+    """'a=1,b=rope,c=true' -> {'a': 1, 'b': 'rope', 'c': True}: values are JSON where they parse as JSON."""
+    overrides = {}
+    for item in text.split(","):
+        key, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not _FIELD.match(key) or not value:
+            raise _malformed(entry, f"{item.strip()!r} is not field=value")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
+
+
+def format_overrides(overrides: dict) -> str:
+    """The inverse of :func:`parse_overrides`, as ``briskbert pretrain --config_overrides`` reads it."""
+    items = []
+    for key, value in overrides.items():
+        text = value if isinstance(value, str) and not _parses_as_json(value) else json.dumps(value)
+        if "," in text:
+            raise UserError(
+                f"config field {key}: the value {text!r} contains a comma, which cannot be passed."
+            )
+        items.append(f"{key}={text}")
+    return ",".join(items)
+
+
+def _parses_as_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def parse_variant(text: str, shared_overrides: dict | None = None) -> Variant:
+    """One ``--configs`` entry (see :data:`ACCEPTED_FORMS`); ``shared_overrides`` apply first."""
+    shared = dict(shared_overrides or {})
+    if text.endswith(".json") or Path(text).is_file():
+        return Variant(Path(text).stem, text, shared)
+    parts = text.split(":")
+    if len(parts) > 3 or any(not part.strip() for part in parts):
+        raise _malformed(text, "expected at most three non-empty ':'-separated parts")
+    if len(parts) == 1:
+        return Variant(text, text, shared)
+    overrides = parse_overrides(parts[2], text) if len(parts) == 3 else {}
+    return Variant(parts[0], parts[1], {**shared, **overrides})
+
+
+def parse_variants(texts: list[str], shared_overrides: dict | None = None) -> list[Variant]:
+    variants = [parse_variant(text, shared_overrides) for text in texts]
+    names = [variant.name for variant in variants]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UserError(
+            f"--configs: the variant name(s) {repeated} appear more than once; give each variant its own "
+            "name with NAME:PRESET[:field=value,...]."
+        )
+    return variants
+
+
+def check_variants(variants: list[Variant]) -> None:
+    """Build every variant's config (without weights) so that an unknown preset, file, field or value fails
+    here, before any run starts. Imports transformers."""
+    from briskbert.modeling import PRESETS, BriskBertConfig
+
+    fields = {name for name in BriskBertConfig().to_dict() if not name.startswith("_")}
+    for variant in variants:
+        where = f"--configs variant {variant.name!r}"
+        if variant.config_name in PRESETS:
+            base = dict(PRESETS[variant.config_name])
+        elif Path(variant.config_name).is_file():
+            base = BriskBertConfig.from_json_file(variant.config_name).to_dict()
+        else:
+            raise UserError(
+                f"{where}: {variant.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a "
+                f"config JSON file; accepted forms: {ACCEPTED_FORMS}."
+            )
+        unknown = sorted(set(variant.overrides) - fields)
+        if unknown:
+            raise UserError(
+                f"{where}: unknown config field(s) {unknown}; BriskBertConfig has {sorted(fields)}."
+            )
+        try:
+            format_overrides(variant.overrides)
+            BriskBertConfig(**{**base, **variant.overrides})
+        except (UserError, ValueError, TypeError) as error:
+            raise UserError(f"{where}: {error}") from None
+
+
+# ------------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class Budget:
+    """The same training budget for every run. Tokens are counted as sequence slots (batch x length), which
+    is exact with ``--packing``. The time limit counts the whole pretraining process (data preparation
+    included) and stops it after the step in progress; one more step then ends the run with its final
+    evaluation."""
+
+    max_train_steps: int | None = None
+    max_train_tokens: int | None = None
+    max_train_seconds: float | None = None
+
+    def __post_init__(self):
+        if self.max_train_steps is not None and self.max_train_tokens is not None:
+            raise UserError("Give --max_train_steps or --max_train_tokens, not both.")
+        for flag, value in (
+            ("--max_train_steps", self.max_train_steps),
+            ("--max_train_tokens", self.max_train_tokens),
+            ("--max_train_seconds", self.max_train_seconds),
+        ):
+            if value is not None and value <= 0:
+                raise UserError(f"{flag} must be positive, got {value}.")
+
+    def steps(self, tokens_per_step: int) -> int | None:
+        if self.max_train_tokens is not None:
+            return math.ceil(self.max_train_tokens / tokens_per_step)
+        return self.max_train_steps
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Either an existing tokenizer folder, or a WordPiece vocabulary trained once on ``train_file``."""
+
+    tokenizer_name: str | None = None
+    train_file: str | None = None
+    vocab_size: int = 30522
+    model_max_length: int = 128
+
+    def __post_init__(self):
+        if self.tokenizer_name is None and self.train_file is None:
+            raise UserError("Give --train_file (a tokenizer is trained on it once) or --tokenizer_name.")
+        if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in TEXT_SUFFIXES:
+            raise UserError(
+                f"--train_file {self.train_file}: the shared tokenizer can only be trained on a text file; "
+                "train one with `briskbert train-tokenizer` and pass it with --tokenizer_name."
+            )
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A short classification fine-tune of every pretrained variant (``briskbert finetune-classification``)."""
+
+    train_file: str
+    validation_file: str
+    extra_args: tuple[str, ...] = ()
+    metric: str = "eval_accuracy"
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    """Everything one ablation runs. ``pretrain_args`` are passed unchanged to every run."""
+
+    output_dir: Path
+    variants: list[Variant]
+    seeds: list[int]
+    pretrain_args: list[str]
+    tokenizer: TokenizerSource
+    max_train_steps: int | None = None
+    max_train_seconds: float | None = None
+    probe: Probe | None = None
+    launcher: tuple[str, ...] = (sys.executable, "-m", "briskbert")  # how a briskbert subcommand is started
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise UserError(f"--seeds must be one or more distinct integers, got {self.seeds}.")
+
+    def run_dir(self, variant: Variant, seed: int) -> Path:
+        return self.output_dir / variant.name / f"seed{seed}"
+
+    def tokenizer_dir(self) -> Path:
+        return Path(self.tokenizer.tokenizer_name or self.output_dir / "tokenizer")
+
+    def pretrain_argv(self, variant: Variant, seed: int) -> list[str]:
+        argv = ["pretrain", *self.pretrain_args, "--tokenizer_name", str(self.tokenizer_dir())]
+        if self.max_train_steps is not None:
+            argv += ["--max_train_steps", str(self.max_train_steps)]
+        return [
+            *argv,
+            *variant.pretrain_flags(),
+            "--seed",
+            str(seed),
+            "--output_dir",
+            str(self.run_dir(variant, seed)),
+        ]
+
+
+# ---------------------------------------------------------------------------------------------- processes
+@dataclass
+class Segment:
+    """One process of a run (a run has several when it was interrupted and resumed)."""
+
+    argv: list[str]
+    returncode: int
+    wall_time_s: float
+    peak_rss_mib: float  # the process's own maximum resident set size (Linux: ru_maxrss)
+    stopped_at_time_limit: bool = False
+
+
+@dataclass
+class RunRecord:
+    """``ablation_run.json``: the flags a run was started with, and what each of its processes cost."""
+
+    argv: list[str]
+    segments: list[Segment] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> RunRecord | None:
+        if not path.is_file():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(raw["argv"], [Segment(**segment) for segment in raw["segments"]])
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @property
+    def wall_time_s(self) -> float:
+        return sum(segment.wall_time_s for segment in self.segments)
+
+    @property
+    def peak_rss_mib(self) -> float:
+        return max((segment.peak_rss_mib for segment in self.segments), default=float("nan"))
+
+
+def run_process(
+    argv: list[str],
+    log_path: Path,
+    time_limit_s: float | None = None,
+    progress=None,
+    history_path: Path | None = None,
+) -> Segment:
+    """Run ``argv`` with its output appended to ``log_path``; measure its wall time and peak memory.
+
+    ``os.wait4`` reports the peak resident memory of this one child (``getrusage(RUSAGE_CHILDREN)`` would
+    give the maximum over every child so far). At ``time_limit_s`` the process gets SIGTERM, on which the
+    training loop finishes the current step, saves a checkpoint and exits. ``progress`` (a tqdm bar) follows
+    the last logged step in ``history_path``. On Ctrl-C (or SIGTERM, see :func:`stop_on_sigterm`) this
+    waits for the child to save its checkpoint, then raises :class:`AblationInterrupted`.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start, stopped = time.perf_counter(), False
+    with log_path.open("a") as log:
+        log.write(f"$ {shlex.join(argv)}\n")
+        log.flush()
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time_limit_s is not None and not stopped and time.perf_counter() - start > time_limit_s:
+                    process.send_signal(signal.SIGTERM)
+                    stopped = True
+                _follow_progress(progress, history_path)
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            # SIGTERM asks the loop to checkpoint and stop, also when only this process was signalled; unlike
+            # a second SIGINT, it never aborts a checkpoint in progress.
+            process.send_signal(signal.SIGTERM)
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            raise AblationInterrupted(
+                f"interrupted while running {shlex.join(argv[-2:])} (pretraining saves a checkpoint first)"
+            ) from None
+    process.returncode = os.waitstatus_to_exitcode(status)
+    _follow_progress(progress, history_path)
+    # ru_maxrss is in KiB on Linux.
+    return Segment(
+        argv,
+        process.returncode,
+        round(time.perf_counter() - start, 2),
+        round(usage.ru_maxrss / 1024, 1),
+        stopped,
+    )
+
+
+def stop_on_sigterm() -> None:
+    """Treat SIGTERM like Ctrl-C, so that stopping the ablation also stops its current run cleanly."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _follow_progress(progress, history_path: Path | None) -> None:
+    if progress is None or history_path is None or not history_path.is_file():
+        return
+    steps = [
+        json.loads(line).get("step", 0) for line in history_path.read_text().splitlines() if line.strip()
+    ]
+    if steps and max(steps) > progress.n:
+        progress.update(max(steps) - progress.n)
+
+
+def _failure(what: str, segment: Segment, log_path: Path) -> RunFailed:
+    lines = log_path.read_text(errors="replace").strip().splitlines()
+    tail = "\n".join(lines[-15:])
+    return RunFailed(
+        f"{what} failed (exit code {segment.returncode}); the end of {log_path}:\n{tail}", segment.returncode
+    )
+
+
+# ------------------------------------------------------------------------------------------------- runs
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / RESULTS_FILE).is_file() and (run_dir / "final" / "config.json").is_file()
+
+
+def latest_checkpoint_step(run_dir: Path) -> int | None:
+    steps = [int(m.group(1)) for p in run_dir.glob("step_*") if (m := _CHECKPOINT.match(p.name))]
+    return max(steps, default=None)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tokenizer_file(folder: Path) -> Path:
+    """The file that defines a tokenizer's vocabulary and pipeline."""
+    for name in ("tokenizer.json", "vocab.txt"):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"{folder}: no tokenizer.json or vocab.txt; is it a tokenizer folder?")
+
+
+def prepare_tokenizer(plan: AblationPlan) -> Path:
+    """The one tokenizer every run uses: the given folder, or a WordPiece vocabulary trained once."""
+    folder = plan.tokenizer_dir()
+    if plan.tokenizer.tokenizer_name or (folder / "tokenizer.json").is_file():
+        tokenizer_file(folder)
+        return folder
+    partial = folder.with_name(folder.name + ".partial")  # renamed when complete: nothing half-written
+    argv = [
+        *plan.launcher,
+        "train-tokenizer",
+        "--files",
+        plan.tokenizer.train_file,
+        "--vocab_size",
+        str(plan.tokenizer.vocab_size),
+        "--model_max_length",
+        str(plan.tokenizer.model_max_length),
+        "--output_dir",
+        str(partial),
+        "--no_progress",
+    ]
+    print(f"Training the shared tokenizer ({plan.tokenizer.vocab_size} tokens) into {folder}", flush=True)
+    log_path = plan.output_dir / "tokenizer.log"
+    segment = run_process(argv, log_path)
+    if segment.returncode != 0:
+        raise _failure("Training the tokenizer", segment, log_path)
+    partial.rename(folder)
+    return folder
+
+
+def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecord:
+    """Pretrain one variant with one seed, unless it already finished; resume it if it was interrupted."""
+    run_dir = plan.run_dir(variant, seed)
+    argv = plan.pretrain_argv(variant, seed)
+    record = RunRecord.load(run_dir / RUN_RECORD) or RunRecord(argv)
+    if record.argv != argv:
+        raise UserError(
+            f"{run_dir} was run with other flags ({shlex.join(record.argv)}); use another --output_dir, or "
+            "delete that folder to run it again."
+        )
+    if is_finished(run_dir):
+        print(f"  {variant.name} seed {seed}: finished before, skipped", flush=True)
+        return record
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record.save(run_dir / RUN_RECORD)
+    time_left = None
+    if plan.max_train_seconds is not None:
+        time_left = max(plan.max_train_seconds - record.wall_time_s, 1.0)
+    from tqdm.auto import tqdm
+
+    with tqdm(total=plan.max_train_steps, desc=f"{variant.name} seed {seed}", dynamic_ncols=True) as bar:
+        segment = _run_segment(plan, record, run_dir, ["--resume_from_checkpoint", "latest"], time_left, bar)
+    if not is_finished(run_dir) and segment.stopped_at_time_limit:
+        # The time budget ran out. A short last process resumes from the checkpoint with a budget of one more
+        # step, so the loop ends the way every run ends: final evaluation, final/ folder, all_results.json.
+        step = latest_checkpoint_step(run_dir)
+        if step is None:
+            raise RunFailed(
+                f"{variant.name} seed {seed}: --max_train_seconds {plan.max_train_seconds:g} ran out before the "
+                f"first optimizer step; raise it.",
+                1,
+            )
+        extra = ["--resume_from_checkpoint", "latest", "--max_train_steps", str(step + 1)]
+        _run_segment(plan, record, run_dir, extra, None, None)
+    if not is_finished(run_dir):
+        raise AblationInterrupted(f"{variant.name} seed {seed} stopped before the end of its budget")
+    return record
+
+
+def _run_segment(plan, record: RunRecord, run_dir: Path, extra: list[str], time_left, bar) -> Segment:
+    log_path = run_dir / RUN_LOG
+    segment = run_process(
+        [*plan.launcher, *record.argv, *extra], log_path, time_left, bar, run_dir / HISTORY_FILE
+    )
+    record.segments.append(segment)
+    record.save(run_dir / RUN_RECORD)
+    # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM); stopped before
+    # training began, it just dies. The caller looks for the checkpoint either way.
+    if segment.returncode != 0 and not segment.stopped_at_time_limit:
+        raise _failure(f"Pretraining {run_dir}", segment, log_path)
+    return segment
+
+
+def run_probe(plan: AblationPlan, run_dir: Path, seed: int) -> Path:
+    """Fine-tune the run's final model on the probe's classification data (skipped when done before)."""
+    probe_dir = run_dir / PROBE_DIR
+    if (probe_dir / RESULTS_FILE).is_file():
+        return probe_dir
+    probe = plan.probe
+    argv = [
+        *plan.launcher,
+        "finetune-classification",
+        "--model_name_or_path",
+        str(run_dir / "final"),
+        "--train_file",
+        probe.train_file,
+        "--validation_file",
+        probe.validation_file,
+        *probe.extra_args,
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(probe_dir),
+    ]
+    log_path = run_dir / "probe.log"
+    segment = run_process(argv, log_path)
+    if segment.returncode != 0:
+        raise _failure(f"The fine-tuning probe of {run_dir}", segment, log_path)
+    return probe_dir
+
+
+def run_ablation(plan: AblationPlan) -> dict:
+    """Run every variant x seed one after another (skipping finished runs), then write the report.
+
+    Returns the content of ``results.json``.
+    """
+    from briskbert.training.experiments.ablation_report import write_report
+
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer_folder = prepare_tokenizer(plan)
+    records: dict[tuple[str, int], RunRecord] = {}
+    total = len(plan.variants) * len(plan.seeds)
+    for index, (variant, seed) in enumerate((v, s) for v in plan.variants for s in plan.seeds):
+        print(f"[{index + 1}/{total}] {variant.name} seed {seed}: {variant.describe()}", flush=True)
+        records[variant.name, seed] = run_pretraining(plan, variant, seed)
+        if plan.probe is not None:
+            run_probe(plan, plan.run_dir(variant, seed), seed)
+    return write_report(plan, records, tokenizer_folder)

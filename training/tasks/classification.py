@@ -1,0 +1,466 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Sequence classification and regression: label inference and validation, tokenisation, evaluation.
+
+:func:`infer_label_spec` looks at the training labels once and decides the task:
+
+* lists of label names or 0/1 vectors -> ``multi_label_classification`` (strings such as ``"a,b"`` are
+  split on ``label_separator`` when that problem type is asked for);
+* non-integral numbers -> ``regression`` (``num_labels=1``);
+* integers or strings -> ``single_label_classification``; text labels are kept as they are (sorted into
+  ids), integer labels that already are ``0..K-1`` keep their values; ``id2label``/``label2id`` are saved
+  in the config, so ``pipeline()`` and the model card show these names. ``--label_names
+  negative,positive`` names integer ids 0..K-1 (or fixes the id order of text labels).
+
+A column mixing numbers and text, evaluation labels never seen in training, and regression on
+non-numeric labels raise a :class:`~training.task_data.DataError` naming the values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from briskbert.training.data.task_data import DataError, SkipReport
+from briskbert.training.tasks.metrics import classification_metrics
+from briskbert.training.tasks.task_arguments import PROBLEM_TYPES, ClassificationTask, DataSource
+
+
+def _parse_number(value):
+    """``int``/``float`` for numeric values and numeric strings, else ``None``."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return value.item() if hasattr(value, "item") else value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                return float(text)
+            except ValueError:
+                return None
+    return None
+
+
+def _is_missing(value) -> bool:
+    return (
+        value is None
+        or (isinstance(value, str) and not value.strip())
+        or (isinstance(value, float) and np.isnan(value))
+    )
+
+
+@dataclass
+class LabelSpec:
+    """How labels are turned into model targets, and what goes into the config."""
+
+    problem_type: str
+    label_list: list[str] = field(default_factory=list)  # names in id order (empty for regression)
+    multi_hot: bool = False  # multi-label given as 0/1 vectors rather than names
+    label_separator: str = ","
+    raw_ids: dict[str, int] | None = None  # label text in the data -> id, where it is not the name itself
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.problem_type == "regression" else len(self.label_list)
+
+    @property
+    def label2id(self) -> dict:
+        return {name: i for i, name in enumerate(self.label_list)} if self.label_list else {"LABEL_0": 0}
+
+    @property
+    def id2label(self) -> dict:
+        return {i: name for name, i in self.label2id.items()}
+
+    def _names(self, value) -> list:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(self.label_separator) if part.strip()]
+        return list(value)
+
+    def encode(self, value):
+        """Model target of one raw label (``int`` id, ``float`` or a float multi-hot vector)."""
+        if self.problem_type == "regression":
+            return float(_parse_number(value))
+        if self.problem_type == "multi_label_classification":
+            if self.multi_hot:
+                return [float(v) for v in value]
+            vector = [0.0] * len(self.label_list)
+            for name in self._names(value):
+                vector[self.label2id[str(name)]] = 1.0
+            return vector
+        return (self.raw_ids or self.label2id)[_label_name(value)]
+
+    def config_kwargs(self) -> dict:
+        kwargs = {"num_labels": self.num_labels, "problem_type": self.problem_type}
+        if self.problem_type != "regression":
+            kwargs["id2label"] = self.id2label
+            kwargs["label2id"] = self.label2id
+        return kwargs
+
+
+def _label_name(value) -> str:
+    number = _parse_number(value)
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    return str(number) if number is not None else str(value).strip()
+
+
+def _label_kinds(values, source: str) -> str:
+    """``"list"``, ``"int"``, ``"float"`` or ``"str"``; raises on a column that mixes numbers and text."""
+    kinds, examples = {}, {}
+    for row, value in enumerate(values):
+        if isinstance(value, (list, tuple)):
+            kind = "list"
+        else:
+            number = _parse_number(value)
+            if number is None:
+                kind = "str"
+            elif isinstance(number, float) and not number.is_integer():
+                kind = "float"
+            else:
+                kind = "int"
+        kinds[kind] = kinds.get(kind, 0) + 1
+        examples.setdefault(kind, (row, value))
+    if "list" in kinds and len(kinds) > 1 or "str" in kinds and len(kinds) > 1:
+        described = "; ".join(
+            f"{kind}: {count} rows, e.g. row {examples[kind][0]} = {examples[kind][1]!r}"
+            for kind, count in kinds.items()
+        )
+        raise DataError(
+            f"{source}: the label column mixes types ({described}). Use one kind of label throughout: "
+            "class names or integer ids (classification), numbers (regression), or lists (multi-label)."
+        )
+    if "list" in kinds:
+        return "list"
+    if "float" in kinds:
+        return "float"
+    return next(iter(kinds))
+
+
+def infer_label_spec(
+    train_labels,
+    eval_labels=None,
+    problem_type: str | None = None,
+    label_separator: str = ",",
+    source: str = "the training data",
+    label_names: list[str] | None = None,
+    names_source: str = "--label_names",
+    eval_source: str = "the evaluation data",
+) -> LabelSpec:
+    """Decide the problem type and the label set from the (non-missing) training labels.
+
+    ``label_names`` (``--label_names``, or a teacher's ``id2label`` when distilling, described by
+    ``names_source``) fixes the class names and their ids: integer labels 0..K-1 are ids into it, text
+    labels must be among the names. Without it, text labels are kept as they are (sorted) and integer
+    labels are named by their value."""
+    if problem_type is not None and problem_type not in PROBLEM_TYPES:
+        raise DataError(f"--problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
+    if not train_labels:
+        raise DataError(f"{source} has no labelled rows.")
+    kind = _label_kinds(train_labels, source)
+    if eval_labels:
+        eval_kind = _label_kinds(eval_labels, eval_source)
+        if {kind, eval_kind} not in ({"int"}, {"float"}, {"str"}, {"list"}, {"int", "float"}):
+            raise DataError(
+                f"{source} has {kind} labels but {eval_source} has {eval_kind} labels; they must agree."
+            )
+    if problem_type is None:
+        problem_type = {"list": "multi_label_classification", "float": "regression"}.get(
+            kind, "single_label_classification"
+        )
+    if problem_type == "regression":
+        if kind not in ("int", "float"):
+            raise DataError(
+                f"{source}: regression needs numeric labels, got {kind} values such as {train_labels[0]!r}."
+            )
+        return LabelSpec("regression")
+    if problem_type == "multi_label_classification":
+        return _multi_label_spec(
+            train_labels, eval_labels, kind, label_separator, label_names, names_source, (source, eval_source)
+        )
+    if kind == "float":
+        raise DataError(
+            f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
+            f"such as {next(v for v in train_labels if _label_kinds([v], source) == 'float')!r}; "
+            "pass --problem_type regression for a numeric target."
+        )
+    if kind == "list":
+        raise DataError(
+            f"{source}: single-label classification got list labels; pass --problem_type multi_label_classification."
+        )
+    names = sorted({_label_name(v) for v in train_labels})
+    if kind == "int":
+        names = [str(n) for n in sorted({int(n) for n in names})]  # numeric order ("10" after "9")
+    eval_names = {_label_name(v) for v in (eval_labels or [])}
+    if label_names is None:
+        _check_unseen(eval_names, names, eval_source, "training")
+        return LabelSpec(problem_type, label_list=names)
+    raw_ids = _ids_for_names(kind, names, eval_names, list(label_names), names_source, (source, eval_source))
+    return LabelSpec(problem_type, label_list=list(label_names), raw_ids=raw_ids)
+
+
+def _ids_for_names(
+    kind: str,
+    seen: list[str],
+    eval_seen: set,
+    label_names: list[str],
+    names_source: str,
+    sources: tuple[str, str],
+) -> dict:
+    """Label text -> id under fixed ``label_names``: integer labels index the names (unless they are the
+    names themselves, as a teacher trained on integer labels records them); text labels must be names."""
+    if kind == "int" and not set(seen) <= set(label_names):
+        ids = {str(i): i for i in range(len(label_names))}
+        outside = sorted((set(seen) | eval_seen) - set(ids), key=int)
+        if outside:
+            raise DataError(
+                f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
+                f"data has integer labels {[int(label) for label in outside[:10]]}; give one name per label id."
+            )
+        return ids
+    _check_unseen(set(seen), label_names, sources[0], names_source)
+    _check_unseen(eval_seen, label_names, sources[1], names_source)
+    return {name: i for i, name in enumerate(label_names)}
+
+
+def _multi_label_spec(
+    train_labels, eval_labels, kind, label_separator, label_names, names_source, sources: tuple[str, str]
+) -> LabelSpec:
+    spec = LabelSpec("multi_label_classification", label_separator=label_separator)
+    first = train_labels[0]
+    if (
+        kind == "list"
+        and all(_parse_number(v) in (0, 1) for v in first)
+        and all(isinstance(v, (int, float, bool)) for v in first)
+    ):
+        width = len(first)
+        for row, value in enumerate(list(train_labels) + list(eval_labels or [])):
+            if len(value) != width:
+                raise DataError(f"multi-hot label of row {row} has {len(value)} entries, expected {width}.")
+        if label_names is not None and len(label_names) != width:
+            raise DataError(
+                f"{names_source} gives {len(label_names)} names for multi-hot labels of {width} entries."
+            )
+        spec.multi_hot = True
+        spec.label_list = (
+            list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(width)]
+        )
+        return spec
+    seen = {str(n) for value in train_labels for n in spec._names(value)}
+    eval_seen = {str(n) for value in (eval_labels or []) for n in spec._names(value)}
+    if label_names is None:
+        spec.label_list = sorted(seen)
+        _check_unseen(eval_seen, spec.label_list, sources[1], "training")
+    else:
+        spec.label_list = list(label_names)
+        _check_unseen(seen, spec.label_list, sources[0], names_source)
+        _check_unseen(eval_seen, spec.label_list, sources[1], names_source)
+    return spec
+
+
+def _check_unseen(names: set, known: list[str], where: str, known_from: str) -> None:
+    unseen = sorted(names - set(known))
+    if unseen:
+        raise DataError(
+            f"{where} has labels never seen in {known_from}: {unseen[:10]}{' ...' if len(unseen) > 10 else ''}. "
+            f"Known ({known_from}): {known[:20]}. The model cannot predict them; fix the label names or "
+            "remove those rows."
+        )
+
+
+def drop_incomplete_rows(dataset, columns: list[str], source: str):
+    """Remove rows where any of ``columns`` is missing or blank; return ``(dataset, SkipReport)``."""
+    report = SkipReport(source=source, total=len(dataset))
+    keep = []
+    values = {column: dataset[column] for column in columns}
+    for row in range(len(dataset)):
+        missing = [column for column in columns if _is_missing(values[column][row])]
+        if missing:
+            report.add("rows_skipped_missing_value", f"row {row}: empty {missing}")
+        else:
+            keep.append(row)
+    if len(keep) < len(dataset):
+        dataset = dataset.select(keep)
+    return dataset, report
+
+
+def make_preprocess_function(
+    tokenizer,
+    spec: LabelSpec,
+    text_column: str,
+    text_pair_column: str | None,
+    label_column: str | None,
+    max_seq_length: int,
+):
+    """Batched ``datasets.map`` function: tokenised (pairs of) texts plus ``labels``."""
+
+    def preprocess(batch):
+        texts = [str(t) for t in batch[text_column]]
+        pairs = [str(t) for t in batch[text_pair_column]] if text_pair_column else None
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length)
+        if label_column is not None:
+            encoded["labels"] = [spec.encode(value) for value in batch[label_column]]
+        return encoded
+
+    return preprocess
+
+
+@dataclass
+class ClassificationEvaluator:
+    """Metrics of gathered logits and labels for the spec's problem type."""
+
+    problem_type: str
+
+    def __call__(self, logits, labels) -> dict:
+        return classification_metrics(np.asarray(logits), np.asarray(labels), self.problem_type)
+
+
+# --------------------------------------------------------------------------------------------------
+# Script pieces shared by finetune_classification.py and distill.py
+# --------------------------------------------------------------------------------------------------
+
+METRIC_DEFINITIONS = {
+    "single_label_classification": "accuracy; macro F1 (unweighted mean of per-class F1); Matthews correlation "
+    "(multi-class form)",
+    "regression": "Pearson and Spearman (tie-averaged ranks) correlation; mean squared error",
+    "multi_label_classification": "subset accuracy; micro F1 and macro F1 over labels (sigmoid > 0.5)",
+}
+
+
+@dataclass
+class ClassificationData:
+    train: object
+    evaluation: object | None
+    spec: LabelSpec
+    text_column: str  # as given, or the 'sentence'/'text' column found in the data
+    reports: list
+
+
+def load_classification_data(
+    data: DataSource,
+    task: ClassificationTask,
+    label_names: list[str] | None = None,
+    names_source: str = "--label_names",
+) -> ClassificationData:
+    """Training/evaluation tables, validated, with the label spec decided. ``label_names`` overrides
+    ``task.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
+    from briskbert.training.data.task_data import require_columns, require_rows
+    from briskbert.training.tasks.finetuning import load_splits
+
+    train, evaluation = load_splits(data)
+    train_name, eval_name = data.describe("train"), data.describe("validation")
+    require_rows(train, train_name)
+    text_column = task.text_column or next((c for c in ("sentence", "text") if c in train.column_names), None)
+    if text_column is None:
+        raise DataError(
+            f"{train_name} has no 'sentence' or 'text' column; pass --text_column (columns: {train.column_names})."
+        )
+    columns = {
+        "--text_column": text_column,
+        "--text_pair_column": task.text_pair_column,
+        "--label_column": task.label_column,
+    }
+    needed = [c for c in columns.values() if c is not None]
+    require_columns(train, columns, train_name)
+    train, train_report = drop_incomplete_rows(train, needed, train_name)
+    require_rows(train, f"{train_name} (after skipping rows with empty values)")
+    eval_report = None
+    if evaluation is not None:
+        require_rows(evaluation, eval_name)
+        require_columns(evaluation, columns, eval_name)
+        evaluation, eval_report = drop_incomplete_rows(evaluation, needed, eval_name)
+        require_rows(evaluation, f"{eval_name} (after skipping rows with empty values)")
+    if label_names is None and task.label_names is not None:
+        label_names = list(task.label_names)
+    spec = infer_label_spec(
+        train[task.label_column],
+        evaluation[task.label_column] if evaluation else None,
+        task.problem_type,
+        task.label_separator,
+        source=train_name,
+        label_names=label_names,
+        names_source=names_source,
+        eval_source=eval_name,
+    )
+    return ClassificationData(train, evaluation, spec, text_column, [train_report, eval_report])
+
+
+def tokenize_classification(
+    data: ClassificationData, task: ClassificationTask, tokenizer, max_seq_length: int, accelerator
+):
+    """``(train_features, eval_features or None)`` ready for the loop's collator."""
+    preprocess = make_preprocess_function(
+        tokenizer, data.spec, data.text_column, task.text_pair_column, task.label_column, max_seq_length
+    )
+    with accelerator.main_process_first():
+        train = data.train.map(
+            preprocess, batched=True, remove_columns=data.train.column_names, desc="tokenizing train"
+        )
+        evaluation = (
+            None
+            if data.evaluation is None
+            else data.evaluation.map(
+                preprocess, batched=True, remove_columns=data.evaluation.column_names, desc="tokenizing eval"
+            )
+        )
+    return train, evaluation
+
+
+def make_evaluate_fn(spec: LabelSpec):
+    """``evaluate_fn`` for :func:`training.loop.run`: gathered logits and labels -> metrics."""
+    from briskbert.training.engine.loop import evaluation_loop
+
+    evaluator = ClassificationEvaluator(spec.problem_type)
+
+    def evaluate(model, dataloader, accelerator):
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
+        )
+        labels = gathered["labels"].numpy()
+        if spec.problem_type == "single_label_classification":
+            labels = labels.astype(int)
+        return evaluator(gathered["logits"].numpy(), labels)
+
+    return evaluate
+
+
+def classification_run_inputs(spec: LabelSpec, tokenizer, train_features, eval_features) -> dict:
+    """What :func:`training.loop.run` takes for a classification task besides the model: the tokenized
+    datasets, a padding collator and, with evaluation data, the metric function (fine-tuning and
+    distillation alike)."""
+    from transformers import DataCollatorWithPadding
+
+    return dict(
+        train_dataset=train_features,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        eval_dataset=eval_features,
+        evaluate_fn=make_evaluate_fn(spec) if eval_features is not None else None,
+    )
+
+
+def classification_card_facts(
+    source: DataSource,
+    task: ClassificationTask,
+    data: ClassificationData,
+    train_features,
+    eval_features,
+    skipped,
+) -> dict:
+    spec = data.spec
+    return {
+        "task": "text-classification",
+        "pipeline_tag": "text-classification",
+        "problem_type": spec.problem_type,
+        "labels": spec.label_list if spec.problem_type != "regression" else None,
+        **source.card_facts(),
+        "text_columns": [c for c in (data.text_column, task.text_pair_column) if c],
+        "num_train_examples": len(train_features),
+        "num_eval_examples": len(eval_features) if eval_features is not None else 0,
+        "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],
+        "data_skipped": skipped,
+    }

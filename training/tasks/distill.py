@@ -1,0 +1,241 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Knowledge distillation of a fine-tuned teacher into a smaller student.
+
+The loss (Hinton et al. 2015; DistilBERT, Sanh et al. 2019) is
+
+    alpha_kd * T² * KL(softmax(teacher / T) || softmax(student / T))
+    + (1 - alpha_kd) * the student's own hard-label loss
+    + hidden_loss_weight * mean MSE between matched hidden states
+
+(for regression the soft term is the MSE between student and teacher outputs). Hidden states are matched
+layer to layer through :attr:`DistillationModel.layer_map` (the embeddings with the embeddings); a student
+narrower than its teacher gets a learned projection that is used only during training.
+
+:func:`student_from_teacher` builds a student with every other teacher layer (DistilBERT's
+initialisation: layers 0, 2, 4, ... of the teacher, with its embeddings and task head).
+
+:class:`DistillationModel` wraps student and teacher so the shared training loop trains it like any model
+(``model(**batch).loss``); in eval mode it is just the student, and ``save_pretrained`` writes the student
+alone, so the loop's ``best``/``final`` folders are ordinary student model folders. The teacher is kept out
+of the module tree: it is frozen, not in the optimizer and not in checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from briskbert.errors import UserError
+from briskbert.training.tasks.task_arguments import DistillSetup
+
+
+def every_other_layer(num_teacher_layers: int) -> list[int]:
+    """Teacher layers 0, 2, 4, ... (DistilBERT's choice)."""
+    return list(range(0, num_teacher_layers, 2))
+
+
+def student_from_teacher(teacher, layers: list[int] | None = None):
+    """A copy of ``teacher`` keeping only the encoder layers ``layers`` (default: every other layer);
+    embeddings, pooler and head are copied as they are."""
+    num_layers = teacher.config.num_hidden_layers
+    layers = every_other_layer(num_layers) if layers is None else list(layers)
+    if not layers or any(not 0 <= i < num_layers for i in layers) or sorted(set(layers)) != layers:
+        raise ValueError(
+            f"student layers {layers} must be increasing, distinct teacher layer indices in 0..{num_layers - 1}."
+        )
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = len(layers)
+    student = type(teacher)(config)
+    teacher_state = teacher.state_dict()
+    prefix = teacher.base_model_prefix + ".layers."
+    state = {}
+    for name, tensor in teacher_state.items():
+        if name.startswith(prefix):
+            index, rest = name[len(prefix) :].split(".", 1)
+            if int(index) in layers:
+                state[f"{prefix}{layers.index(int(index))}.{rest}"] = tensor.clone()
+        else:
+            state[name] = tensor.clone()
+    missing, unexpected = student.load_state_dict(state, strict=False)
+    missing = [name for name in missing if name not in (student._tied_weights_keys or {})]
+    if missing or unexpected:
+        raise RuntimeError(f"student initialisation mismatch: missing {missing}, unexpected {unexpected}")
+    student.config.distilled_from_layers = layers
+    return student
+
+
+def soft_target_loss(
+    student_logits, teacher_logits, temperature: float, problem_type: str, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """T²-scaled KL divergence of temperature-softened distributions (MSE for regression). ``mask``
+    (same leading shape as the logits without the class dimension) selects positions to average over."""
+    if problem_type == "regression":
+        return F.mse_loss(student_logits.float(), teacher_logits.float())
+    student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    teacher_probs = F.softmax(teacher_logits.float() / temperature, dim=-1)
+    per_item = F.kl_div(student_log_probs, teacher_probs, reduction="none").sum(-1)
+    if mask is not None:
+        per_item = per_item[mask.bool()]
+    return per_item.mean() * temperature**2
+
+
+class DistillationModel(nn.Module):
+    """Student + frozen teacher behind one ``forward`` that returns the distillation loss."""
+
+    def __init__(
+        self,
+        student,
+        teacher,
+        temperature: float = 2.0,
+        alpha_kd: float = 0.5,
+        hidden_loss_weight: float = 0.0,
+        layer_map: list[int] | None = None,
+    ):
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"--temperature must be > 0, got {temperature}.")
+        if not 0.0 <= alpha_kd <= 1.0:
+            raise ValueError(f"--alpha_kd must be in [0, 1], got {alpha_kd}.")
+        if hidden_loss_weight < 0:
+            raise ValueError(f"--hidden_loss_weight must be >= 0, got {hidden_loss_weight}.")
+        if student.config.num_labels != teacher.config.num_labels:
+            raise ValueError(
+                f"student has {student.config.num_labels} labels, teacher {teacher.config.num_labels}; they must agree."
+            )
+        self.student = student
+        self._teacher = [teacher.eval().requires_grad_(False)]  # a list keeps it out of parameters/state_dict
+        self.temperature, self.alpha_kd, self.hidden_loss_weight = temperature, alpha_kd, hidden_loss_weight
+        n_student, n_teacher = student.config.num_hidden_layers, teacher.config.num_hidden_layers
+        if layer_map is None:
+            layer_map = getattr(student.config, "distilled_from_layers", None) or [
+                round((k + 1) * n_teacher / n_student) - 1 for k in range(n_student)
+            ]
+        if len(layer_map) != n_student:
+            raise ValueError(f"layer_map has {len(layer_map)} entries for a {n_student}-layer student.")
+        self.layer_map = list(layer_map)
+        self.projection = None
+        if hidden_loss_weight > 0 and student.config.hidden_size != teacher.config.hidden_size:
+            self.projection = nn.Linear(student.config.hidden_size, teacher.config.hidden_size)
+        self.config = student.config
+
+    @property
+    def teacher(self):
+        return self._teacher[0]
+
+    def forward(self, **batch):
+        if not self.training:
+            return self.student(**batch)
+        hidden = self.hidden_loss_weight > 0
+        outputs = self.student(**batch, output_hidden_states=hidden)
+        teacher = self.teacher
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
+        if next(teacher.parameters()).device != outputs.logits.device:
+            teacher.to(outputs.logits.device)
+        with torch.no_grad():
+            teacher_outputs = teacher(**inputs, output_hidden_states=hidden)
+        problem_type = self.config.problem_type or "single_label_classification"
+        mask = None
+        if outputs.logits.dim() == 3:  # token classification: only real, labelled positions
+            mask = batch["labels"] != -100 if "labels" in batch else batch.get("attention_mask")
+        loss = self.alpha_kd * soft_target_loss(
+            outputs.logits, teacher_outputs.logits, self.temperature, problem_type, mask
+        )
+        if self.alpha_kd < 1.0:
+            if outputs.loss is None:
+                raise ValueError("alpha_kd < 1 needs labels in the batch for the hard-label loss.")
+            loss = loss + (1.0 - self.alpha_kd) * outputs.loss
+        if hidden:
+            loss = loss + self.hidden_loss_weight * self._hidden_loss(
+                outputs.hidden_states, teacher_outputs.hidden_states, batch.get("attention_mask")
+            )
+        outputs.loss = loss
+        return outputs
+
+    def _hidden_loss(self, student_states, teacher_states, attention_mask):
+        pairs = [(0, 0)] + [(k + 1, t + 1) for k, t in enumerate(self.layer_map)]
+        losses = []
+        for s, t in pairs:
+            student_state = student_states[s]
+            if self.projection is not None:
+                student_state = self.projection(student_state)
+            error = (student_state.float() - teacher_states[t].float()).pow(2).mean(-1)
+            if attention_mask is not None:
+                error = error[attention_mask.bool()]
+            losses.append(error.mean())
+        return torch.stack(losses).mean()
+
+    # The training loop treats this wrapper as the model: delegate what it asks of a model.
+    def gradient_checkpointing_enable(self, **kwargs):
+        self.student.gradient_checkpointing_enable(**kwargs)
+
+    def save_pretrained(self, save_directory, state_dict=None, **kwargs):
+        """Save the student alone (the projection and the teacher are training-only)."""
+        if state_dict is not None:
+            state_dict = {k[len("student.") :]: v for k, v in state_dict.items() if k.startswith("student.")}
+        return self.student.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
+
+
+def load_teacher(path: str):
+    """The fine-tuned classifier to distil; anything else is a user error naming ``--teacher_model``."""
+    from briskbert.modeling import BriskBertForSequenceClassification
+
+    architectures = _read_architectures(path)
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise UserError(
+            f"--teacher_model {path} is a {', '.join(architectures) or 'model without architectures'}, not a "
+            "sequence classifier; fine-tune it with `briskbert finetune-classification` first."
+        )
+    return BriskBertForSequenceClassification.from_pretrained(path)
+
+
+def _read_architectures(path: str) -> list[str]:
+    from transformers import AutoConfig
+
+    import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
+
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type != "briskbert":
+        raise UserError(
+            f"--teacher_model {path} has model_type {config.model_type!r}; distillation needs a briskbert "
+            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it)."
+        )
+    return list(config.architectures or [])
+
+
+def build_student(setup: DistillSetup, teacher, pad_token_id: int | None):
+    """The student: a briskbert folder, a fresh preset, or the teacher with some of its layers."""
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+
+    labels = dict(
+        num_labels=teacher.config.num_labels,
+        id2label=teacher.config.id2label,
+        label2id=teacher.config.label2id,
+        problem_type=teacher.config.problem_type,
+    )
+    if setup.student_model:
+        student = BriskBertForSequenceClassification.from_pretrained(setup.student_model, **labels)
+    elif setup.student_preset:
+        try:
+            config = BriskBertConfig.from_preset(
+                setup.student_preset,
+                vocab_size=teacher.config.vocab_size,
+                pad_token_id=pad_token_id,
+                **labels,
+            )
+        except ValueError as error:  # an unknown preset name
+            raise UserError(f"--student_preset: {error}") from None
+        student = BriskBertForSequenceClassification(config)
+    else:
+        try:
+            student = student_from_teacher(teacher, setup.student_layers)
+        except ValueError as error:
+            raise UserError(f"--student_layers: {error}") from None
+    if student.config.vocab_size != teacher.config.vocab_size:
+        raise UserError(
+            f"--student_model: the student's vocabulary ({student.config.vocab_size}) differs from the "
+            f"teacher's ({teacher.config.vocab_size}); both must read the same token ids."
+        )
+    return student

@@ -1,0 +1,180 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""What every fine-tuning script shares besides the training loop: checking and loading the data, the
+tokenizer and the model (a briskbert folder, a Hub repo id, a BERT-family checkpoint that is converted
+first, or a config preset), and fixed-width gathering of per-token outputs. Importing it loads neither
+torch nor transformers, so a command checks its inputs before paying for them.
+
+The training loop itself is :func:`training.loop.run`; scripts call it with the pieces built here and in
+the task modules (:mod:`training.classification`, :mod:`training.ner`, :mod:`training.qa`). The flags
+and the dataclasses they become are in :mod:`training.task_arguments`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from briskbert.errors import UserError
+from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
+from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
+from briskbert.training.engine.arguments import TrainingConfig
+from briskbert.training.engine.facts import base_model_id
+from briskbert.training.tasks.task_arguments import DataSource, ModelSource
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+def training_config(args) -> TrainingConfig:
+    """The shared loop's flags as its config, checked before any data or model is loaded (a bad value is
+    a ``TrainingSetupError``, reported as a user error)."""
+    return TrainingConfig.from_namespace(args)
+
+
+def start_accelerator(config: TrainingConfig):
+    """The run's Accelerator; an ``--output_dir`` holding another run is refused there, as a user error."""
+    from briskbert.training.engine.loop import create_accelerator
+
+    return create_accelerator(config)
+
+
+def load_splits(data: DataSource, file_loader=load_table):
+    """``(train, validation or None)`` from files (through ``file_loader(path, flag)``) or a dataset."""
+    if data.dataset_name is not None:
+        splits = load_named_dataset(data.dataset_name, data.dataset_config_name)
+        train = pick_split(splits, data.train_split, f"--dataset_name {data.dataset_name}")
+        evaluation = splits[data.validation_split] if data.validation_split in splits else None
+    else:
+        train = file_loader(data.train_file, "--train_file")
+        evaluation = file_loader(data.validation_file, "--validation_file") if data.validation_file else None
+    return first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
+
+
+def first_n(dataset, n: int | None):
+    return dataset.select(range(min(n, len(dataset)))) if n is not None and dataset is not None else dataset
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def check_model_inputs(source: ModelSource) -> ModelLocation | None:
+    """Check the starting model folder (with its tokenizer files unless ``--tokenizer_name`` is given) and
+    the tokenizer, before any data is read: a folder without a vocabulary would otherwise train on a
+    tokenizer that maps every word to ``[UNK]``."""
+    if source.tokenizer_name is not None:
+        check_tokenizer_source(source.tokenizer_name, "--tokenizer_name")
+    if source.model_name_or_path is None:
+        return None
+    return check_model_source(
+        source.model_name_or_path, "--model_name_or_path", need_tokenizer=source.tokenizer_name is None
+    )
+
+
+def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_code: bool = False) -> str:
+    """A folder or repo id that holds a briskbert model; a checkpoint of a family ``briskbert convert``
+    imports (BERT, RoBERTa, DistilBERT, ELECTRA, ModernBERT) is converted once into
+    ``output_dir/converted_base`` (with its tokenizer) and that folder is returned."""
+    import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
+    from briskbert.modeling.conversion import FAMILIES, convert_checkpoint
+
+    convertible = [model_type for family in FAMILIES for model_type in family.model_types]
+    source = location.name
+    if location.is_local:
+        config = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code).to_dict()
+        if config.get("model_type") in convertible:
+            from huggingface_hub import snapshot_download
+
+            source = snapshot_download(source)
+    model_type = config.get("model_type")
+    if model_type == "briskbert":
+        return source
+    if model_type not in convertible:
+        raise UserError(
+            f"--model_name_or_path {location.name} has model_type {model_type!r}; give a briskbert model or a "
+            f"checkpoint that is converted first (model_type one of {', '.join(convertible)})."
+        )
+    converted = Path(output_dir) / "converted_base"
+    if not (converted / "config.json").is_file():
+        logger.info("Converting the %s checkpoint %s to briskbert in %s", model_type, source, converted)
+        convert_checkpoint(source, converted)
+    return str(converted)
+
+
+def load_tokenizer(name: str):
+    """A fast tokenizer (offsets are needed for word alignment and answer spans) from a folder or repo."""
+    from transformers import AutoTokenizer
+
+    import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
+
+    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=True)
+    if not getattr(tokenizer, "is_fast", True):
+        raise UserError(
+            f"the tokenizer {name} is not a fast (tokenizers-backed) tokenizer; offsets are needed."
+        )
+    return tokenizer
+
+
+def load_model(model_class, source: ModelSource, base: str | None, tokenizer=None, **config_overrides):
+    """``model_class`` (a BriskBert head) from ``base`` with config fields overridden, or a fresh model
+    from ``source.config_preset`` sized to the tokenizer's vocabulary."""
+    from briskbert.modeling import BriskBertConfig
+
+    if base is None:
+        try:
+            config = BriskBertConfig.from_preset(
+                source.config_preset, vocab_size=len(tokenizer), **config_overrides
+            )
+        except ValueError as error:  # an unknown preset name
+            raise UserError(f"--config_preset: {error}") from None
+        if tokenizer.pad_token_id is not None:
+            config.pad_token_id = tokenizer.pad_token_id
+        return model_class(config)
+    config = BriskBertConfig.from_pretrained(base, **config_overrides)
+    return model_class.from_pretrained(base, config=config)
+
+
+def card_source_facts(source: ModelSource) -> dict:
+    return {
+        "base_model": base_model_id(source.model_name_or_path),
+        "config_preset": source.config_preset,
+        "language": "en",
+        "license": "apache-2.0",
+    }
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+
+def pad_to_width(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
+    """Right-pad the second dimension to ``width`` so batches of different lengths can be concatenated
+    (``evaluation_loop`` gathers and concatenates per-example rows of one fixed shape)."""
+    import torch
+
+    missing = width - tensor.shape[1]
+    if missing < 0:
+        raise ValueError(f"a batch is {tensor.shape[1]} tokens wide, more than --max_seq_length {width}.")
+    if missing == 0:
+        return tensor
+    pad = tensor.new_full((tensor.shape[0], missing, *tensor.shape[2:]), value)
+    return torch.cat([tensor, pad], dim=1)
+
+
+def report_skips(accelerator, *reports) -> dict:
+    """Log skip reports on the main process and return their counts for the card facts."""
+    facts = {}
+    for report in reports:
+        if report is None:
+            continue
+        if accelerator.is_main_process:
+            report.log()
+        if report.counts:
+            facts[report.source] = report.as_dict()
+    return facts

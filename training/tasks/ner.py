@@ -1,0 +1,248 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Token classification (NER): label sets, word/sub-word label alignment, word-level evaluation.
+
+Words are tokenised with ``is_split_into_words=True``; a word's tag goes on its first sub-word and the
+other sub-words get -100 (ignored by the loss), or, with ``label_all_tokens``, the word's tag too (a
+``B-X`` tag becoming ``I-X`` on continuation pieces, so an entity is not split in two). Evaluation always
+reads the prediction of each word's first sub-word and scores whole gold sentences: words cut off by
+``max_seq_length`` count as predicted ``O`` (and are reported), so truncation never inflates the score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from briskbert.training.data.task_data import (
+    DataError,
+    load_conll,
+    require_columns,
+    require_rows,
+    tags_as_strings,
+)
+from briskbert.training.tasks.metrics import entity_metrics, get_entities
+from briskbert.training.tasks.task_arguments import DataSource, NerTask
+
+IGNORE_INDEX = -100
+
+
+def build_label_list(
+    train_tags: list[list[str]],
+    eval_tags: list[list[str]] | None = None,
+    sources: tuple[str, str] = ("the training data", "the evaluation data"),
+) -> list[str]:
+    """Sorted tag set of the training data (``O`` first). Raises when evaluation uses tags never seen
+    in training: the model could never predict them and every such entity would count as missed."""
+    labels = sorted({tag for sentence in train_tags for tag in sentence})
+    if not labels:
+        raise DataError(f"{sources[0]} has no tags.")
+    for tag in labels:
+        try:
+            get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
+        except ValueError as error:
+            raise DataError(
+                f"{sources[0]}: {error} Fix the tags (or pick the tag column with --tag_column)."
+            ) from None
+    if eval_tags is not None:
+        unseen = {}
+        for sentence in eval_tags:
+            for tag in sentence:
+                if tag not in labels:
+                    unseen[tag] = unseen.get(tag, 0) + 1
+        if unseen:
+            described = ", ".join(f"{tag!r} ({count}x)" for tag, count in sorted(unseen.items()))
+            raise DataError(
+                f"{sources[1]} has tags never seen in training: {described}. Training tags: {labels}. "
+                "Fix the tag names or add training sentences with these entities."
+            )
+    if "O" in labels:
+        labels.remove("O")
+        labels.insert(0, "O")
+    return labels
+
+
+def continuation_label(labels: list[str]) -> list[int]:
+    """For each label id, the id to use on a word's continuation sub-words (``B-X`` -> ``I-X``)."""
+    ids = []
+    for index, label in enumerate(labels):
+        inside = "I-" + label[2:] if label.startswith("B-") else None
+        ids.append(labels.index(inside) if inside in labels else index)
+    return ids
+
+
+def tokenize_and_align_labels(
+    examples,
+    tokenizer,
+    label2id: dict,
+    token_column: str = "tokens",
+    tag_column: str = "tags",
+    max_seq_length: int = 256,
+    label_all_tokens: bool = False,
+):
+    """Batched ``datasets.map`` function: tokenised words with one label per sub-word, and each
+    sub-word's word index in ``word_ids`` (-1 for special tokens; drop the column before training)."""
+    tokenized = tokenizer(
+        examples[token_column], is_split_into_words=True, truncation=True, max_length=max_seq_length
+    )
+    label_list = sorted(label2id, key=label2id.get)
+    continuation = continuation_label(label_list)
+    all_labels, all_word_ids = [], []
+    for i, tags in enumerate(examples[tag_column]):
+        word_ids = tokenized.word_ids(batch_index=i)
+        labels, previous = [], None
+        for word in word_ids:
+            if word is None:
+                labels.append(IGNORE_INDEX)
+            elif word != previous:
+                labels.append(label2id[tags[word]])
+            else:
+                labels.append(continuation[label2id[tags[word]]] if label_all_tokens else IGNORE_INDEX)
+            previous = word
+        all_labels.append(labels)
+        all_word_ids.append([-1 if w is None else w for w in word_ids])
+    tokenized["labels"] = all_labels
+    tokenized["word_ids"] = all_word_ids  # for evaluation (-1: special token); not a model input
+    return tokenized
+
+
+def word_predictions(
+    predicted_ids, word_ids: list[list[int | None]], id2label: dict, num_words: list[int]
+) -> tuple[list[list[str]], int]:
+    """Tags of every word from the predicted label ids (one row per sentence, one id per sub-word
+    position; longer padded rows are fine) at each word's first sub-word; words beyond the model's window
+    get ``O`` (as do words the tokenizer turned into no token). Returns ``(tags per sentence, number of
+    words without a prediction)``."""
+    predictions, truncated = [], 0
+    for row, (ids, total) in enumerate(zip(word_ids, num_words)):
+        tags = ["O"] * total
+        seen = set()
+        best = np.asarray(predicted_ids[row])
+        for position, word in enumerate(ids):
+            if word is None or word < 0 or word in seen:
+                continue
+            seen.add(word)
+            tags[word] = id2label[int(best[position])]
+        truncated += total - len(seen)
+        predictions.append(tags)
+    return predictions, truncated
+
+
+@dataclass
+class NerEvaluator:
+    """Scores gathered predicted label ids of an evaluation set against its whole gold sentences."""
+
+    gold_tags: list[list[str]]
+    word_ids: list[list[int | None]]
+    id2label: dict
+
+    def __call__(self, predicted_ids) -> dict:
+        if len(predicted_ids) != len(self.gold_tags):
+            raise ValueError(
+                f"got predictions for {len(predicted_ids)} sentences, expected {len(self.gold_tags)}."
+            )
+        predictions, truncated = word_predictions(
+            predicted_ids, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
+        )
+        result = entity_metrics(predictions, self.gold_tags)
+        result["num_words_not_predicted"] = truncated
+        per_type = result.pop("per_type")
+        for entity_type, scores in per_type.items():
+            result[f"{entity_type}_f1"] = scores["f1"]
+        return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Script pieces of finetune_ner.py
+# --------------------------------------------------------------------------------------------------
+
+METRIC_DEFINITIONS = "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy"
+
+
+@dataclass
+class NerData:
+    """Validated sentences with their tags as strings, and the label list (``O`` first)."""
+
+    train: object
+    evaluation: object | None
+    train_tags: list[list[str]]
+    eval_tags: list[list[str]] | None
+    labels: list[str]
+
+    @property
+    def label2id(self) -> dict:
+        return {label: i for i, label in enumerate(self.labels)}
+
+    @property
+    def id2label(self) -> dict:
+        return dict(enumerate(self.labels))
+
+
+def load_ner_data(data: DataSource, task: NerTask) -> NerData:
+    """CoNLL files or a dataset, checked for rows and columns, tags read as strings."""
+    from briskbert.training.tasks.finetuning import load_splits
+
+    train, evaluation = load_splits(data, file_loader=load_conll)
+    train_name, eval_name = data.describe("train"), data.describe("validation")
+    require_rows(train, train_name)
+    tag_column = task.tag_column
+    if tag_column is None:
+        tag_column = (
+            "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
+        )
+    columns = {"--token_column": task.token_column, "--tag_column": tag_column}
+    require_columns(train, columns, train_name)
+    train_tags = tags_as_strings(train, tag_column)
+    eval_tags = None
+    if evaluation is not None:
+        require_rows(evaluation, eval_name)
+        require_columns(evaluation, columns, eval_name)
+        eval_tags = tags_as_strings(evaluation, tag_column)
+    train = train.select_columns([task.token_column])
+    evaluation = evaluation.select_columns([task.token_column]) if evaluation is not None else None
+    labels = build_label_list(train_tags, eval_tags, (train_name, eval_name))
+    return NerData(train, evaluation, train_tags, eval_tags, labels)
+
+
+def ner_features(
+    dataset, tags, tokenizer, label2id: dict, token_column: str, max_seq_length: int, label_all_tokens: bool
+):
+    """Tokenised sentences with aligned ``labels`` and ``word_ids`` (for evaluation)."""
+    dataset = dataset.add_column("__tags", tags)  # string tags, whatever the source's tag column held
+    return dataset.map(
+        tokenize_and_align_labels,
+        batched=True,
+        remove_columns=dataset.column_names,
+        fn_kwargs=dict(
+            tokenizer=tokenizer,
+            label2id=label2id,
+            token_column=token_column,
+            tag_column="__tags",
+            max_seq_length=max_seq_length,
+            label_all_tokens=label_all_tokens,
+        ),
+    )
+
+
+def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
+    """``evaluate_fn`` for :func:`training.loop.run`: gathered predicted ids -> entity metrics."""
+    from briskbert.training.engine.loop import evaluation_loop
+    from briskbert.training.tasks.finetuning import pad_to_width
+
+    def evaluate(model, dataloader, accelerator):
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {
+                "predictions": pad_to_width(outputs.logits.argmax(-1), max_seq_length, IGNORE_INDEX)
+            },
+        )
+        return evaluator(gathered["predictions"].long().numpy())
+
+    return evaluate
+
+
+def count_labelled_tokens(batch) -> int:
+    """The token-classification loss is a mean over labelled sub-words: weight batches by that count."""
+    return int((batch["labels"] != IGNORE_INDEX).sum())

@@ -1,0 +1,397 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Extractive question answering: windowed features and n-best post-processing.
+
+A context longer than ``max_seq_length`` is cut into overlapping windows (``doc_stride`` tokens of
+overlap), so every part of a very long context is seen. For training, a window that does not contain
+the whole answer is labelled with the ``[CLS]`` position (the "no answer here" convention of BERT and
+SQuAD v2.0). For evaluation, each window keeps its example id and the character offsets of its context
+tokens; :func:`postprocess_qa_predictions` scores the ``n_best_size`` best starts and ends of every
+window, keeps valid spans (inside the context, end not before start, at most ``max_answer_length``
+tokens) and picks the best span over all windows of an example. With SQuAD v2.0 data, the best span
+is replaced by the empty answer when the null score (start and end on ``[CLS]``; the lowest over the
+windows) beats it by more than ``null_score_diff_threshold``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from briskbert.training.data.task_data import DataError, SkipReport, load_squad, require_columns, require_rows
+from briskbert.training.tasks.metrics import squad_metrics
+from briskbert.training.tasks.task_arguments import DataSource, QaTask
+
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def _truncate_questions(questions, tokenizer, max_query_length: int) -> list[str]:
+    """Strip leading blanks (they break offsets) and cut questions to ``max_query_length`` tokens."""
+    questions = [q.lstrip() for q in questions]
+    encoded = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
+    cut = []
+    for question, offsets in zip(questions, encoded["offset_mapping"]):
+        if len(offsets) > max_query_length:
+            question = question[: offsets[max_query_length - 1][1]]
+        cut.append(question)
+    return cut
+
+
+def _tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, max_query_length: int):
+    if tokenizer.padding_side != "right":
+        raise ValueError("question answering features expect a tokenizer that pads on the right.")
+    return tokenizer(
+        _truncate_questions(examples["question"], tokenizer, max_query_length),
+        examples["context"],
+        truncation="only_second",
+        max_length=max_seq_length,
+        stride=doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
+
+
+def prepare_train_features(examples, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=64):
+    """Batched ``datasets.map`` function: windows with ``start_positions``/``end_positions``.
+
+    The first answer of each question is the target; a window that does not contain all of it (and
+    every window of an unanswerable question) points at ``[CLS]``.
+    """
+    tokenized = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length)
+    sample_mapping = tokenized.pop("overflow_to_sample_mapping")
+    offset_mapping = tokenized.pop("offset_mapping")
+    starts, ends = [], []
+    for i, offsets in enumerate(offset_mapping):
+        cls_index = tokenized["input_ids"][i].index(tokenizer.cls_token_id)
+        sequence_ids = tokenized.sequence_ids(i)
+        answers = examples["answers"][sample_mapping[i]]
+        if not answers["answer_start"]:
+            starts.append(cls_index)
+            ends.append(cls_index)
+            continue
+        start_char = answers["answer_start"][0]
+        end_char = start_char + len(answers["text"][0])
+        context_start = sequence_ids.index(1)
+        context_end = len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
+        if offsets[context_start][0] > start_char or offsets[context_end][1] < end_char:
+            starts.append(cls_index)  # the answer is not (entirely) inside this window
+            ends.append(cls_index)
+            continue
+        token_start = context_start
+        while token_start <= context_end and offsets[token_start][0] <= start_char:
+            token_start += 1
+        token_end = context_end
+        while token_end >= context_start and offsets[token_end][1] >= end_char:
+            token_end -= 1
+        starts.append(token_start - 1)
+        ends.append(token_end + 1)
+    tokenized["start_positions"] = starts
+    tokenized["end_positions"] = ends
+    return tokenized
+
+
+def keep_some_answerless_windows(features, fraction: float, seed: int):
+    """Keep every training window that contains its answer and a seeded random ``fraction`` of the
+    windows whose target is ``[CLS]`` (position 0: no answer in the window, or an unanswerable question)."""
+    rng = np.random.default_rng(seed)
+    keep = [
+        index
+        for index, start in enumerate(features["start_positions"])
+        if start != 0 or rng.random() < fraction
+    ]
+    return features.select(keep)
+
+
+def prepare_eval_features(examples, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=64):
+    """Batched ``datasets.map`` function: windows with ``example_id`` and context-only ``offset_mapping``
+    (``None`` for question and special tokens), for :func:`postprocess_qa_predictions`."""
+    tokenized = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length)
+    sample_mapping = tokenized.pop("overflow_to_sample_mapping")
+    tokenized["example_id"] = []
+    for i in range(len(tokenized["input_ids"])):
+        sequence_ids = tokenized.sequence_ids(i)
+        tokenized["example_id"].append(examples["id"][sample_mapping[i]])
+        tokenized["offset_mapping"][i] = [
+            offset if sequence_ids[k] == 1 else None
+            for k, offset in enumerate(tokenized["offset_mapping"][i])
+        ]
+    return tokenized
+
+
+def postprocess_qa_predictions(
+    examples,
+    features,
+    start_logits,
+    end_logits,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    version_2: bool = False,
+    null_score_diff_threshold: float = 0.0,
+):
+    """Best answer text of each example from the logits of all its windows.
+
+    ``start_logits``/``end_logits``: one row per feature (padded rows are fine: positions beyond a
+    feature's length are ignored). Returns ``(predictions, nbest)``: ``{id: text}`` and
+    ``{id: [{"text", "score", "start_logit", "end_logit"}, ...]}`` (best first, at most ``n_best_size``).
+    """
+    num_features = len(features["example_id"])
+    if num_features != len(start_logits) or num_features != len(end_logits):
+        raise ValueError(
+            f"got logits for {len(start_logits)}/{len(end_logits)} windows but {num_features} features; "
+            "evaluation must return exactly one row per window (gather_for_metrics drops the padding)."
+        )
+    features_per_example = collections.defaultdict(list)
+    for index, example_id in enumerate(features["example_id"]):
+        features_per_example[example_id].append(index)
+    all_offsets = features["offset_mapping"]
+
+    predictions, all_nbest = collections.OrderedDict(), collections.OrderedDict()
+    for example in examples:
+        context = example["context"]
+        min_null_score = None
+        candidates = []
+        for index in features_per_example[example["id"]]:
+            offsets = all_offsets[index]
+            starts = np.asarray(start_logits[index], dtype=np.float64)[: len(offsets)]
+            ends = np.asarray(end_logits[index], dtype=np.float64)[: len(offsets)]
+            null_score = starts[0] + ends[0]  # [CLS] is the first token
+            if min_null_score is None or null_score < min_null_score:
+                min_null_score = null_score
+            best_starts = np.argsort(starts)[-1 : -n_best_size - 1 : -1]
+            best_ends = np.argsort(ends)[-1 : -n_best_size - 1 : -1]
+            for s in best_starts:
+                if offsets[s] is None:
+                    continue
+                for e in best_ends:
+                    if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                        continue
+                    candidates.append(
+                        {
+                            "text": context[offsets[s][0] : offsets[e][1]],
+                            "score": float(starts[s] + ends[e]),
+                            "start_logit": float(starts[s]),
+                            "end_logit": float(ends[e]),
+                            "answer_start": int(offsets[s][0]),
+                        }
+                    )
+        candidates.sort(key=lambda c: c["score"], reverse=True)
+        nbest = candidates[:n_best_size]
+        if version_2 and min_null_score is not None:
+            best_score = nbest[0]["score"] if nbest else -np.inf
+            null = {"text": "", "score": float(min_null_score), "start_logit": 0.0, "end_logit": 0.0}
+            nbest = sorted(nbest + [null], key=lambda c: c["score"], reverse=True)[:n_best_size]
+            answer = "" if min_null_score - best_score > null_score_diff_threshold else nbest_text(nbest)
+        else:
+            answer = nbest[0]["text"] if nbest else ""
+        scores = np.array([c["score"] for c in nbest]) if nbest else np.zeros(0)
+        if len(scores):
+            probabilities = np.exp(scores - scores.max())
+            probabilities /= probabilities.sum()
+            for candidate, probability in zip(nbest, probabilities):
+                candidate["probability"] = float(probability)
+        predictions[example["id"]] = answer
+        all_nbest[example["id"]] = nbest
+    return predictions, all_nbest
+
+
+def nbest_text(nbest) -> str:
+    """The best non-empty candidate text ("" when there is none)."""
+    for candidate in nbest:
+        if candidate["text"]:
+            return candidate["text"]
+    return ""
+
+
+def squad_references(examples) -> dict:
+    """``{id: [gold answer texts]}`` for :func:`training.metrics.squad_metrics`."""
+    return {example["id"]: list(example["answers"]["text"]) for example in examples}
+
+
+def evaluate_predictions(examples, predictions, version_2: bool = False) -> dict:
+    return squad_metrics(predictions, squad_references(examples), version_2=version_2)
+
+
+def write_predictions(
+    output_dir: str, predictions: dict, nbest: dict | None = None, prefix: str = "eval"
+) -> str:
+    """Write ``{prefix}_predictions.json`` (and ``{prefix}_nbest_predictions.json``); return the path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, f"{prefix}_predictions.json")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(predictions, handle, indent=2, ensure_ascii=False)
+    if nbest is not None:
+        with open(
+            os.path.join(output_dir, f"{prefix}_nbest_predictions.json"), "w", encoding="utf-8"
+        ) as handle:
+            json.dump(nbest, handle, indent=2, ensure_ascii=False)
+    return path
+
+
+def check_qa_dataset(dataset, source: str, version_2: bool) -> None:
+    """Unanswerable questions need ``--version_2_with_negative``; say so instead of training on noise."""
+    if not version_2:
+        impossible = sum(1 for flag in dataset["is_impossible"] if flag)
+        if impossible:
+            raise DataError(
+                f"{source} has {impossible} questions marked is_impossible (SQuAD v2.0); pass "
+                "--version_2_with_negative to train and evaluate with null answers."
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# Script pieces of finetune_qa.py
+# --------------------------------------------------------------------------------------------------
+
+QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
+METRIC_DEFINITIONS = "exact match and F1 (percent) with the official SQuAD answer normalisation"
+
+
+def register_qa_pipeline(config) -> None:
+    """Name the question-answering pipeline in ``config.custom_pipelines``. The pipeline file travels
+    with the modeling file (which imports it relatively), so any ``save_pretrained`` of the model, the
+    training loop's or transformers' Trainer's, writes a folder where
+    ``pipeline("question-answering", model=folder, trust_remote_code=True)`` works."""
+    from briskbert.modeling.pipeline_question_answering import BriskBertQuestionAnsweringPipeline
+
+    module = BriskBertQuestionAnsweringPipeline.__module__.rsplit(".", 1)[-1]
+    pipelines = dict(getattr(config, "custom_pipelines", None) or {})
+    pipelines["question-answering"] = {
+        "impl": f"{module}.{BriskBertQuestionAnsweringPipeline.__name__}",
+        "pt": ["AutoModelForQuestionAnswering"],
+        "tf": [],
+        "type": "text",
+    }
+    config.custom_pipelines = pipelines
+
+
+@dataclass
+class QaData:
+    train: object
+    evaluation: object | None
+    reports: list[SkipReport] = field(default_factory=list)
+
+
+def load_qa_data(data: DataSource, task: QaTask) -> QaData:
+    """SQuAD files (article ranges, an extra training file) or a dataset, checked for rows and columns."""
+    import datasets
+
+    from briskbert.training.tasks.finetuning import first_n, load_splits
+
+    reports = []
+
+    def squad(path: str, articles, flag: str):
+        dataset, report = load_squad(path, articles, flag)
+        reports.append(report)
+        return dataset
+
+    if data.dataset_name is not None:
+        train, evaluation = load_splits(data)
+    else:
+        train = squad(data.train_file, task.train_articles, "--train_file")
+        evaluation = None
+        if data.validation_file:
+            evaluation = squad(data.validation_file, task.validation_articles, "--validation_file")
+    if task.extra_train_file:
+        extra = squad(task.extra_train_file, task.extra_train_articles, "--extra_train_file")
+        train = datasets.concatenate_datasets([train, extra.cast(train.features)])
+    train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
+    train = _checked(train, data.describe("train"), task.version_2_with_negative)
+    if evaluation is not None:
+        evaluation = _checked(evaluation, data.describe("validation"), task.version_2_with_negative)
+    return QaData(train, evaluation, reports)
+
+
+def _checked(dataset, name: str, version_2: bool):
+    """Schema and emptiness checks; ``is_impossible`` derived from empty answers when absent."""
+    require_rows(dataset, name)
+    require_columns(dataset, {f"({key})": column for key, column in QA_COLUMNS.items()}, name)
+    if "is_impossible" not in dataset.column_names:
+        dataset = dataset.add_column("is_impossible", [not answers["text"] for answers in dataset["answers"]])
+    check_qa_dataset(dataset, name, version_2)
+    return dataset
+
+
+def qa_features(data: QaData, tokenizer, task: QaTask, seed: int, accelerator):
+    """``(train windows, eval windows or None)``; answerless training windows thinned as ``task`` says."""
+    windows = dict(tokenizer=tokenizer, **task.window_kwargs())
+    with accelerator.main_process_first():
+        train = data.train.map(
+            prepare_train_features,
+            batched=True,
+            remove_columns=data.train.column_names,
+            fn_kwargs=windows,
+            desc="train windows",
+        )
+        evaluation = None
+        if data.evaluation is not None:
+            evaluation = data.evaluation.map(
+                prepare_eval_features,
+                batched=True,
+                remove_columns=data.evaluation.column_names,
+                fn_kwargs=windows,
+                desc="eval windows",
+            )
+    if task.keep_answerless_windows < 1.0:
+        train = keep_some_answerless_windows(train, task.keep_answerless_windows, seed)
+    return train, evaluation
+
+
+def make_qa_evaluate_fn(evaluation, eval_features, task: QaTask, output_dir: str):
+    """``evaluate_fn`` for :func:`training.loop.run`: windows' logits -> answers (written to
+    ``output_dir/eval_predictions.json``) -> SQuAD exact match and F1."""
+    from briskbert.training.engine.loop import evaluation_loop
+    from briskbert.training.tasks.finetuning import pad_to_width
+
+    def evaluate(model, dataloader, accelerator):
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {
+                "start": pad_to_width(outputs.start_logits, task.max_seq_length, -1e4),
+                "end": pad_to_width(outputs.end_logits, task.max_seq_length, -1e4),
+            },
+        )
+        predictions, nbest = postprocess_qa_predictions(
+            evaluation,
+            eval_features,
+            gathered["start"].numpy(),
+            gathered["end"].numpy(),
+            n_best_size=task.n_best_size,
+            max_answer_length=task.max_answer_length,
+            version_2=task.version_2_with_negative,
+            null_score_diff_threshold=task.null_score_diff_threshold,
+        )
+        if accelerator.is_main_process:
+            write_predictions(output_dir, predictions, nbest)
+        return evaluate_predictions(evaluation, predictions, version_2=task.version_2_with_negative)
+
+    return evaluate
+
+
+def qa_card_facts(data_source: DataSource, task: QaTask, data: QaData, train_features, skipped: dict) -> dict:
+    extra = (task.extra_train_file,) if task.extra_train_file else ()
+    return {
+        "task": "question-answering",
+        "pipeline_tag": "question-answering",
+        **data_source.card_facts(extra_train_files=extra),
+        "train_articles": _range_text(task.train_articles),
+        "extra_train_articles": _range_text(task.extra_train_articles),
+        "validation_articles": _range_text(task.validation_articles),
+        "num_train_questions": len(data.train),
+        "num_train_windows": len(train_features),
+        "keep_answerless_windows": task.keep_answerless_windows,
+        "num_eval_questions": len(data.evaluation) if data.evaluation is not None else 0,
+        "max_seq_length": task.max_seq_length,
+        "doc_stride": task.doc_stride,
+        "version_2_with_negative": task.version_2_with_negative,
+        "metric_definitions": METRIC_DEFINITIONS,
+        "data_skipped": skipped,
+    }
+
+
+def _range_text(articles: tuple[int, int] | None) -> str | None:
+    return None if articles is None else f"{articles[0]}:{articles[1]}"
