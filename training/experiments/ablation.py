@@ -32,12 +32,12 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from briskbert.errors import UserError
+from briskbert.processes import briskbert_argv
 
 ACCEPTED_FORMS = (
     "a preset name (bert-tiny), a config JSON file (my_config.json), NAME:PRESET (bert:bert-tiny) or "
@@ -257,7 +257,7 @@ class AblationPlan:
     max_train_steps: int | None = None
     max_train_seconds: float | None = None
     probe: Probe | None = None
-    launcher: tuple[str, ...] = (sys.executable, "-m", "briskbert")  # how a briskbert subcommand is started
+    launcher: tuple[str, ...] = tuple(briskbert_argv())  # how a briskbert subcommand is started
 
     def __post_init__(self):
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
