@@ -309,6 +309,53 @@ CASES = [
         "pretrain --train_file {blank_lines_txt} --config_name bert-tiny --vocab_size 200 --output_dir {out}",
         "{blank_lines_txt}",
     ),
+    # round two: damaged weights, tokenizers and configs that used to end in a traceback
+    Case("safetensors-entry-without-shape", CLASSIFY + " --model_name_or_path {shapeless} " + SST2, "'w'"),
+    Case("safetensors-entry-not-an-object", CLASSIFY + " --model_name_or_path {listed_entry} " + SST2, "'w'"),
+    Case("convert-safetensors-entry-without-shape", "convert --src {shapeless_bert} --out {out}", "'w'"),
+    Case("empty-vocab-txt", CLASSIFY + " --model_name_or_path {empty_vocab} " + SST2, "vocab.txt"),
+    Case("five-token-vocab-txt", CLASSIFY + " --model_name_or_path {tiny_vocab} " + SST2, "vocab.txt"),
+    Case(
+        "empty-tokenizer-json",
+        CLASSIFY + " --model_name_or_path {empty_tokenizer_json} " + SST2,
+        "tokenizer.json",
+    ),
+    Case(
+        "weights-shaped-for-another-config",
+        CLASSIFY + " --model_name_or_path {wrong_shapes} " + SST2,
+        "intermediate_size",
+    ),
+    Case(
+        "negative-hidden-size",
+        "pretrain "
+        + f"--train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 200 "
+        "--config_overrides hidden_size=-8 --output_dir {out}",
+        "hidden_size",
+        gap="pretrain checks --config_overrides only after training its tokenizer",
+    ),
+    Case(
+        "string-hidden-size",
+        "pretrain "
+        + f"--train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 200 "
+        "--config_overrides hidden_size=big --output_dir {out}",
+        "hidden_size",
+        gap="pretrain checks --config_overrides only after training its tokenizer",
+    ),
+    Case(
+        "qa-answer-start-is-a-string",
+        QA + " --model_name_or_path {model} --train_file {string_start_json}",
+        "answer_start",
+    ),
+    Case(
+        "qa-answers-not-in-context",
+        QA + " --model_name_or_path {model} --train_file {absent_answer_json}",
+        "not in their context",
+    ),
+    Case(
+        "tokenizer-vocab-size-absurd",
+        "train-tokenizer --files {latin1_free_txt} --vocab_size 1000000000 --output_dir {out}",
+        "--vocab_size",
+    ),
 ]
 
 
@@ -352,7 +399,46 @@ def _damaged_copies(model: Path, tmp: Path) -> dict:
     )
     _rewrite(paths["gpt2_type"] / "config.json", json.dumps({**config, "model_type": "gpt2"}))
     _rewrite(paths["bad_tokenizer"] / "tokenizer.json", '{"version": "1.0", "model": ')
+    _damage_round_two(model, tmp, paths, config)
     return paths
+
+
+def _safetensors_with_header(header: dict) -> bytes:
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text
+
+
+def _damage_round_two(model: Path, tmp: Path, paths: dict, config: dict) -> None:
+    """Weights, tokenizers and configs that pass a first glance but used to fail deep inside a library."""
+    no_tokenizer_json = ("tokenizer.json", "tokenizer_config.json")
+    for name, ignore in (
+        ("shapeless", ()),
+        ("listed_entry", ()),
+        ("empty_vocab", no_tokenizer_json),
+        ("tiny_vocab", no_tokenizer_json),
+        ("empty_tokenizer_json", ()),
+        ("wrong_shapes", ()),
+    ):
+        paths[name] = _copy_without(model, tmp / name, *ignore)
+    paths["shapeless_bert"] = _copy_without(MINILM, tmp / "shapeless_bert", "1_Pooling", "*.md")
+    for name in ("shapeless", "shapeless_bert"):
+        _rewrite(paths[name] / "model.safetensors", _safetensors_with_header({"w": {"dtype": "F32"}}))
+    _rewrite(paths["listed_entry"] / "model.safetensors", _safetensors_with_header({"w": [1, 2]}))
+    _rewrite(paths["empty_vocab"] / "vocab.txt", "")
+    _rewrite(paths["tiny_vocab"] / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    _rewrite(paths["empty_tokenizer_json"] / "tokenizer.json", "{}")
+    _rewrite(
+        paths["wrong_shapes"] / "config.json",
+        json.dumps({**config, "intermediate_size": config["intermediate_size"] * 2}),
+    )
+
+
+def _squad_json(answer: dict) -> str:
+    paragraph = {
+        "context": "Paris is the capital.",
+        "qas": [{"id": "1", "question": "Which?", "answers": [answer]}],
+    }
+    return json.dumps({"data": [{"title": "t", "paragraphs": [paragraph]}]})
 
 
 def _data_files(tmp: Path) -> dict:
@@ -376,6 +462,9 @@ def _data_files(tmp: Path) -> dict:
         "unseen_tag_txt": ("Pizza B-FOOD\nrocks O\n", "utf-8"),
         "bad_json": ('{"data": [', "utf-8"),
         "not_squad_json": ('[{"question": "q", "context": "c"}]', "utf-8"),
+        "latin1_free_txt": ("A plain line of text for a tokenizer.\nAnd another one.\n", "utf-8"),
+        "string_start_json": (_squad_json({"text": "Paris", "answer_start": "0"}), "utf-8"),
+        "absent_answer_json": (_squad_json({"text": "Berlin", "answer_start": 0}), "utf-8"),
     }
     paths = {}
     for name, (text, encoding) in files.items():

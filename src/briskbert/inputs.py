@@ -103,7 +103,33 @@ def check_tokenizer_files(folder: Path, flag: str) -> None:
             "save the tokenizer into it with tokenizer.save_pretrained, or pass --tokenizer_name."
         )
     if "tokenizer.json" in present:
-        read_json_object(folder / "tokenizer.json", flag, "save the tokenizer again with save_pretrained")
+        tokenizer = read_json_object(
+            folder / "tokenizer.json", flag, "save the tokenizer again with save_pretrained"
+        )
+        model = tokenizer.get("model")
+        if not (isinstance(model, dict) and model.get("vocab")):
+            raise UserError(
+                f"{flag}: {folder / 'tokenizer.json'} has no vocabulary (no 'model' with a 'vocab'); save the "
+                "tokenizer again with save_pretrained or train one with briskbert train-tokenizer."
+            )
+    elif present[0] == "vocab.txt":
+        check_vocab_txt(folder / "vocab.txt", flag)
+
+
+#: fewer entries than this cannot spell ordinary text: the special tokens plus letters and digits alone are ~70
+MIN_VOCAB_ENTRIES = 100
+
+
+def check_vocab_txt(path: Path, flag: str) -> None:
+    """A WordPiece ``vocab.txt`` (one token a line) large enough to tokenize text with more than ``[UNK]``."""
+    with open(path, "rb") as handle:
+        entries = sum(1 for line in handle if line.strip())
+    if entries < MIN_VOCAB_ENTRIES:
+        raise UserError(
+            f"{flag}: {path} holds {entries} tokens; a usable WordPiece vocabulary has at least "
+            f"{MIN_VOCAB_ENTRIES} (special tokens, characters, word pieces): train one with briskbert "
+            "train-tokenizer or copy the model's complete vocab.txt."
+        )
 
 
 def check_safetensors(path: Path, flag: str) -> None:
@@ -123,14 +149,50 @@ def check_safetensors(path: Path, flag: str) -> None:
             f"{flag}: {path} is not a complete safetensors file (its header is unreadable, {size} bytes); "
             "the copy is probably truncated: download or save the model again."
         )
-    data_end = max(
-        (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0
-    )
+    data_end = max((_tensor_extent(path, flag, key, entry) for key, entry in header.items()), default=0)
     if 8 + header_size + data_end > size:
         raise UserError(
             f"{flag}: {path} is truncated ({size} bytes, its header lists {8 + header_size + data_end}); "
             "download or save the model again."
         )
+
+
+#: bytes per element of each safetensors dtype
+_DTYPE_BYTES = {
+    **dict.fromkeys(("BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0"), 1),
+    **dict.fromkeys(("U16", "I16", "F16", "BF16"), 2),
+    **dict.fromkeys(("U32", "I32", "F32"), 4),
+    **dict.fromkeys(("U64", "I64", "F64"), 8),
+}
+
+
+def _tensor_extent(path: Path, flag: str, key: str, entry) -> int:
+    """Where the tensor ``key`` ends in the data section, after checking that its header entry is well formed:
+    a known dtype, a shape of non-negative integers and offsets that span exactly that many bytes."""
+    if key == "__metadata__":
+        return 0
+    shape = entry.get("shape") if isinstance(entry, dict) else None
+    offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+    well_formed = (
+        isinstance(shape, list)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+        and isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+        and entry.get("dtype") in _DTYPE_BYTES
+    )
+    if well_formed:
+        elements = 1
+        for n in shape:
+            elements *= n
+        well_formed = offsets[1] - offsets[0] == elements * _DTYPE_BYTES[entry["dtype"]]
+    if not well_formed:
+        raise UserError(
+            f"{flag}: {path} is not a valid safetensors file: the header entry {key!r} ({str(entry)[:80]}) "
+            "needs a known 'dtype', a 'shape' and 'data_offsets' that match; save the model again."
+        )
+    return offsets[1]
 
 
 def check_text_file(path: str | Path, flag: str, allow_empty: bool = False) -> Path:

@@ -278,6 +278,11 @@ def load_squad(
                 texts, starts = [], []
                 for answer in qa.get("answers", []):
                     text, start = answer.get("text", ""), answer.get("answer_start", -1)
+                    if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
+                        raise DataError(
+                            f"{flag} {path}: question id {qa['id']}: an answer needs a 'text' string and an "
+                            f"integer 'answer_start' (character offset), got {answer!r:.80}."
+                        )
                     if context[start : start + len(text)] != text or start < 0:
                         found = _nearest_occurrence(context, text, start)
                         if found < 0:
@@ -298,6 +303,12 @@ def load_squad(
                 columns["answers"].append({"text": texts, "answer_start": starts})
                 columns["is_impossible"].append(impossible)
     if not columns["id"]:
+        absent = report.examples.get("answers_not_in_context") if report.total else None
+        if absent:
+            raise DataError(
+                f"{flag} {path}: none of its {report.total} questions has an answer found in its context "
+                f"(answers not in their context, e.g. {absent[0]}); check the answers' 'text' and 'answer_start'."
+            )
         raise DataError(
             f"{flag} {path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + "."
         )

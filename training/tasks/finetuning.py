@@ -138,7 +138,15 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
             config.pad_token_id = tokenizer.pad_token_id
         return model_class(config)
     config = BriskBertConfig.from_pretrained(base, **config_overrides)
-    return model_class.from_pretrained(base, config=config)
+    try:
+        return model_class.from_pretrained(base, config=config)
+    except RuntimeError as error:
+        if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
+            raise
+        raise UserError(
+            f"--model_name_or_path: the weights in {base} do not fit its config.json (tensor shapes differ, as "
+            "when hidden_size or intermediate_size was edited); restore config.json or save the model again."
+        ) from None
 
 
 def card_source_facts(source: ModelSource) -> dict:

@@ -20,6 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from briskbert.errors import UserError
+
 MODELS = ("wordpiece", "bpe", "unigram")
 
 
@@ -110,8 +112,16 @@ def _trainer_arguments(args: argparse.Namespace) -> dict:
     return common
 
 
+#: the largest vocabularies in use are about 256k entries; beyond 2**20 the trainer's tables only waste memory
+MAX_VOCAB_SIZE = 1 << 20
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not 0 < args.vocab_size <= MAX_VOCAB_SIZE:
+        raise UserError(
+            f"--vocab_size must be between 1 and {MAX_VOCAB_SIZE:,} (BERT uses 30,522), got {args.vocab_size:,}."
+        )
     if args.tokenizer_train_max_lines is not None and args.tokenizer_train_max_lines < 1:
         print(
             f"error: --tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.",
