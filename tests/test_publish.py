@@ -12,7 +12,13 @@ import pytest
 from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert, run_client
 
 from briskbert.hub_cards import publishing
-from briskbert.hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
+from briskbert.hub_cards.publishing import (
+    IncompleteModelFolder,
+    PublishError,
+    SecretsFound,
+    collect_files,
+    publish,
+)
 from briskbert.hub_server import BackgroundHub
 
 MODEL_FILES = [
@@ -375,14 +381,18 @@ def test_secrets_in_files_to_upload_are_refused_with_the_file_named(folder, tmp_
 
 
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
-    with pytest.raises(PublishError, match=r"\.env looks like a credentials file"):
+    with pytest.raises(
+        SecretsFound, match=r"refusing to publish: \.env \(an environment file, by its name\)"
+    ):
         publish(folder, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
+    with pytest.raises(SecretsFound, match=r"logs/train\.log \(the access token in use, at byte 22\)"):
+        publish(folder, "testuser/x", include=["*"], token=TOKEN, dry_run=True, log=lambda *_: None)
     copy = shutil.copytree(folder, tmp_path / "clean")
     (copy / ".env").unlink()
     shutil.rmtree(copy / "logs")  # the training log holds the token
     for name in ("id_rsa", "credentials.json"):
         (copy / name).write_text("x")
-        with pytest.raises(PublishError, match=f"{name} looks like a credentials file"):
+        with pytest.raises(SecretsFound, match=f"refusing to publish: {name} \\(.* by its name\\)"):
             publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
         (copy / name).unlink()
     everything = publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
