@@ -297,6 +297,53 @@ def test_transient_faults_are_retried(folder, tmp_path, monkeypatch, step, mode)
         assert h.server.storage.resolve("model", "testuser/sst2", "main") == result.commit_id
 
 
+@pytest.mark.parametrize("how", ["412", "500 after the other commit", "answer lost after our commit"])
+def test_a_failed_commit_says_where_the_branch_is_now(folder, hub, tmp_path, monkeypatch, how):
+    """A real race: another client commits over HTTP between this publish reading the head and committing."""
+    import httpx2
+    from huggingface_hub import HfApi
+
+    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, backoff_s=0.05, log=lambda *_: None)
+    first = publish(folder, "testuser/sst2", **opts)
+    other, create_commit, calls = HfApi(endpoint=hub.url, token=TOKEN), HfApi.create_commit, []
+
+    def create_commit_in_a_race(self, *args, **kwargs):
+        calls.append(kwargs.get("parent_commit"))
+        if len(calls) > 1:  # a retry, or the other writer's own commit
+            return create_commit(self, *args, **kwargs)
+        if how == "answer lost after our commit":
+            create_commit(self, *args, **kwargs)
+            raise httpx2.ReadError("connection reset")
+        other.upload_file(path_or_fileobj=b"notes", path_in_repo="NOTES.md", repo_id="testuser/sst2")
+        if how.startswith("500"):
+            hub.set_fault({"step": "commit", "kind": "500", "times": 99})
+        return create_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(HfApi, "create_commit", create_commit_in_a_race)
+    changed = make_briskbert(tmp_path / "changed", extra_files=False, seed=2)
+    with pytest.raises(PublishError) as e:
+        publish(changed, "testuser/sst2", attempts=1 if how.startswith("answer") else 2, **opts)
+    now, message = head(hub), str(e.value)
+    assert now != first.commit_id and "unchanged" not in message and TOKEN not in message
+    if how.startswith("answer"):
+        assert (
+            f"main moved to {now}, which holds exactly these files" in message
+            and "re-run to verify" in message
+        )
+        return
+    assert "NOTES.md" in hub.server.storage.files("model", "testuser/sst2", now)  # the other writer's commit
+    assert (
+        f"main moved to {now} meanwhile (this publish started from {first.commit_id}); nothing was published; "
+        "re-run to publish on top of it." in message
+    )
+    if how == "412":
+        assert message.startswith("commit lost a race: another commit landed on testuser/sst2@main")
+    hub.set_fault(None)
+    monkeypatch.undo()
+    again = publish(changed, "testuser/sst2", **opts)  # the re-run publishes on top of the other commit
+    assert hub.server.storage.commit_object("model", "testuser/sst2", again.commit_id)["parent"] == now
+
+
 def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, hub):
     opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
     main = publish(folder, "testuser/sst2", tag="v1", **opts)

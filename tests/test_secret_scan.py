@@ -36,6 +36,9 @@ def fake(prefix: str, length: int, alphabet: str = string.ascii_letters + string
 
 HEX = "0123456789abcdef"
 HF = fake("hf_", 34, string.ascii_letters)  # real Hugging Face tokens: hf_ and 34 letters
+# A log with the token at the end: compressible, so no compressor keeps the token verbatim (xz stores
+# incompressible input as is)
+LOG = b"step 1 loss 0.69\n" * 100 + b"HF_TOKEN=" + HF.encode() + b"\n"
 
 
 def gz(data: bytes) -> bytes:
@@ -151,8 +154,8 @@ ISSUE_CASES = {
     "kubeconfig-by-name": (".kube/config", kubeconfig(), ["kubeconfig"]),
     "kubeconfig-by-content": ("deploy/cluster.yaml", kubeconfig(), ["kubeconfig"]),
     "gzip-copy": ("backup/token.txt.gz", gz(HF.encode() + b"\n"), ["Hugging Face", "gzip"]),
-    "bz2-copy": ("backup/token.txt.bz2", bz2.compress(HF.encode()), ["Hugging Face", "bz2"]),
-    "xz-copy": ("backup/token.txt.xz", lzma.compress(HF.encode()), ["Hugging Face", "xz"]),
+    "bz2-copy": ("backup/train.log.bz2", bz2.compress(LOG), ["Hugging Face", "bz2"]),
+    "xz-copy": ("backup/train.log.xz", lzma.compress(LOG), ["Hugging Face", "xz"]),
     "zip-copy": (
         "backup/run.zip",
         zipped("logs/env.txt", f"token {HF}".encode()),
@@ -323,6 +326,15 @@ def test_decoding_is_bounded(tmp_path):
     (tmp_path / "runs.txt").write_bytes(runs)
     assert scan_files(tmp_path, ["runs.txt"])
     assert not scan_files(tmp_path, ["runs.txt"], limits=Limits(max_base64_runs=10))
+
+
+def test_archive_members_are_checked_by_name_too(tmp_path):
+    (tmp_path / "home.zip").write_bytes(zipped(".aws/credentials", b"[default]\n"))
+    (tmp_path / "home.zip.b64").write_bytes(base64.encodebytes(zipped("id_ed25519", b"x")))
+    assert [f.describe() for f in scan_files(tmp_path, ["home.zip", "home.zip.b64"])] == [
+        "home.zip (AWS credentials, as zip member .aws/credentials)",
+        "home.zip.b64 (an SSH private key, in base64 text at byte 0, as zip member id_ed25519)",
+    ]
 
 
 def test_a_token_split_by_the_read_blocks_is_found(tmp_path, monkeypatch):
