@@ -312,7 +312,7 @@ def _text_encoding(head: bytes) -> str | None:
     for bom, codec in _BOMS:
         if head.startswith(bom):
             return codec
-    sample = head[: 4096 - 4096 % 4]
+    sample = head[:4096]
     sample = sample[: len(sample) - len(sample) % 4]
     if len(sample) < 16:
         return None
@@ -371,6 +371,15 @@ def _decode_base64(run: bytes) -> bytes | None:
 
 
 # ---- the scan ------------------------------------------------------------------------------------------
+_OPENERS: dict[str, Callable[[BinaryIO], BinaryIO]] = {
+    "gzip": lambda fh: gzip.GzipFile(fileobj=fh, mode="rb"),
+    "bz2": bz2.BZ2File,
+    "xz": lzma.LZMAFile,
+}
+# What damaged (or merely look-alike) compressed data raises while it is read
+_BAD_CONTAINER = (OSError, EOFError, lzma.LZMAError, zlib.error, zipfile.BadZipFile, ValueError)
+
+
 @dataclass
 class _Scan:
     """One file's scan: the rules, and what is left of its decoding budget."""
@@ -436,7 +445,7 @@ def _scan_blocks(scan: _Scan, fh: BinaryIO, depth: int, where, raw_only: bool = 
         data = tail + block
         if raw_only:
             found = _match_rules(scan, data)
-            hit = (found[0], (*where, f"at byte {base - len(tail) + found[1]}")) if found else None
+            hit = (found[0], where or (f"at byte {base - len(tail) + found[1]}",)) if found else None
         else:
             hit = _scan_text(scan, data, base - len(tail), encoding, depth, where)
         if hit:
@@ -456,19 +465,14 @@ def _scan_zip(scan: _Scan, fh: BinaryIO, depth: int, where) -> _Hit | None:
                     return rule.what, (*where, f"as {label}")
             if info.flag_bits & 0x1:  # encrypted: nothing readable to scan
                 continue
-            with archive.open(info) as member:
-                hit = _scan_stream(scan, member, depth + 1, (*where, f"in {label}"))
+            try:
+                with archive.open(info) as member:
+                    hit = _scan_stream(scan, member, depth + 1, (*where, f"in {label}"))
+            except _BAD_CONTAINER:  # one damaged member: the others are still scanned
+                continue
             if hit:
                 return hit
     return None
-
-
-_OPENERS: dict[str, Callable[[BinaryIO], BinaryIO]] = {
-    "gzip": lambda fh: gzip.GzipFile(fileobj=fh, mode="rb"),
-    "bz2": bz2.BZ2File,
-    "xz": lzma.LZMAFile,
-}
-_BAD_CONTAINER = (OSError, EOFError, lzma.LZMAError, zlib.error, zipfile.BadZipFile, ValueError)
 
 
 def _scan_stream(scan: _Scan, fh: BinaryIO, depth: int, where: tuple[str, ...]) -> _Hit | None:

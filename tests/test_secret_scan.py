@@ -199,10 +199,7 @@ def test_include_everything_refuses_what_slipped_through(model, tmp_path, case):
     assert HF not in message and HF[3:] not in message  # never the secret itself
 
 
-@pytest.mark.parametrize(
-    "how",
-    ["plain", "gzip", "base64", "utf-16", "zip"],
-)
+@pytest.mark.parametrize("how", ["plain", "gzip", "base64", "utf-16", "zip"])
 def test_the_token_in_use_is_found_in_any_copy(model, tmp_path, how):
     """The local test token has no provider format: only the token-in-use rule can find it."""
     line = f"step 1 loss 0.7 token={TOKEN}\n".encode()
@@ -256,7 +253,13 @@ def test_public_keys_and_look_alike_names_are_not_refused(model, tmp_path):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         (copy / rel).write_text("name: x\n")
     result = publish(copy, "testuser/x", include=["*"], dry_run=True, token=TOKEN, log=lambda *_: None)
-    assert {"id_rsa.pub", "tokenizer_extra.json", "keys.txt", "environment.yaml"} <= set(result.files)
+    assert {
+        "id_rsa.pub",
+        "tokenizer_extra.json",
+        "keys.txt",
+        "environment.yaml",
+        "wandb/run-1/files/config.yaml",
+    } <= set(result.files)
 
 
 # The usual formats, under neutral names so only the content rules can find them.
@@ -335,6 +338,18 @@ def test_archive_members_are_checked_by_name_too(tmp_path):
         "home.zip (AWS credentials, as zip member .aws/credentials)",
         "home.zip.b64 (an SSH private key, in base64 text at byte 0, as zip member id_ed25519)",
     ]
+
+
+def test_a_damaged_archive_member_does_not_hide_the_others(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("a.txt", b"A" * 100)
+        archive.writestr("b.txt", f"token {HF}".encode())
+    damaged = buf.getvalue().replace(b"A" * 100, b"B" * 100)  # a.txt no longer matches its CRC
+    (tmp_path / "run.zip").write_bytes(damaged)
+    with pytest.raises(zipfile.BadZipFile):
+        zipfile.ZipFile(io.BytesIO(damaged)).read("a.txt")
+    assert scan_files(tmp_path, ["run.zip"])[0].where == ("in zip member b.txt",)
 
 
 def test_a_token_split_by_the_read_blocks_is_found(tmp_path, monkeypatch):
