@@ -11,15 +11,17 @@ The steps, each one function below:
    and scheduler states, RNG states, checkpoints) stays local unless ``include_training_state`` is set, and
    is listed in the dry run either way. A single safetensors file larger than ``max_shard_size`` is
    re-sharded with an index.
-3. **Scan for secrets** (``scan_for_secrets``): files named like credentials (``.env``, ``id_rsa``,
-   ``*.pem``, ``credentials*.json``, ...) and contents that look like private keys or access tokens
-   (Hugging Face, AWS, Google Cloud, OpenAI-style, GitHub, Slack, and the token in use) refuse the whole
-   publish, naming the file and what was found (never the secret itself).
+3. **Scan for secrets** (``scan_for_secrets``, rules in ``secrets``): well-known credential files by name
+   (``.env*``, SSH keys, ``*.pem``, gcloud and docker credentials, a kubeconfig, ...) and contents that hold
+   private keys or access tokens (Hugging Face, AWS, Google, OpenAI-style, GitHub, Slack, ..., and the token
+   in use), also in UTF-16/32 text, inside gzip/bz2/xz/zip data and in base64 runs, refuse the whole
+   publish before anything is sent, naming each file and what was found (never the secret itself).
 4. **Check the tag up front**: an existing ``tag`` is accepted only when it already names the branch head
    and nothing changed (a re-run of a finished publish); otherwise the publish stops before any write.
 5. **Create the repo** (and branch) if needed.
 6. **Commit** everything in one ``create_commit`` whose parent is the branch head read just before, so the
-   commit lands whole or not at all. Files already on the Hub with the same content are skipped; with
+   commit lands whole or not at all; when another writer moved the branch meanwhile (HTTP 412), the error
+   says where the branch is now. Files already on the Hub with the same content are skipped; with
    nothing changed no commit is made. Files the branch has that the folder no longer has are deleted.
 7. **Verify** the commit in a clean interpreter (``verification.verify_commit``).
 8. **Tag** it, only after verification passed (or was skipped with ``verify=False``): a commit that
@@ -47,6 +49,7 @@ from pathlib import Path
 from briskbert.errors import UserError
 
 from .card import TASKS, CardError, read_config, render_card, task_for_architecture
+from .secrets import CONTENT_RULES, NAME_RULES, Finding, scan_bytes, scan_files
 from .verification import verify_commit
 
 TOKENIZER_FILES = (
@@ -73,27 +76,6 @@ TRAINING_STATE = (
     "*.ckpt",
     "*.pt",
     "*.pth",
-)
-# Credential files: never uploaded, even when ``include`` names them.
-SECRET_FILES = (
-    ".env",
-    ".env.*",
-    "*.env",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "credentials*.json",
-    "*service_account*.json",
-    "*service-account*.json",
-    ".netrc",
-    ".git-credentials",
-    ".pypirc",
-    ".npmrc",
 )
 _REL_IMPORT_RES = (
     re.compile(r"^\s*import\s+\.(\S+)\s*$", re.M),
@@ -256,91 +238,25 @@ def collect_files(
 
 
 # ---- 3. secrets ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SecretPattern:
-    """What a secret looks like: ``anchors`` are literals every match contains, found with ``bytes.find``
-    (fast on large files); ``regex`` is then checked only in a small window around each anchor."""
+class SecretsFound(PublishError, UserError):
+    """Files to upload that are, or hold, credentials: one line naming each file, what it holds (never the
+    secret itself) and the fix."""
 
-    what: str
-    anchors: tuple[bytes, ...]
-    regex: re.Pattern
-
-    def find(self, data: bytes) -> int | None:
-        for anchor in self.anchors:
-            pos = data.find(anchor)
-            while pos != -1:
-                if self.regex.search(data, max(0, pos - 80), pos + len(anchor) + 200):
-                    return pos
-                pos = data.find(anchor, pos + 1)
-        return None
-
-
-SECRET_PATTERNS = (
-    SecretPattern(
-        "a private key", (b"PRIVATE KEY-----",), re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-    ),
-    SecretPattern("a Hugging Face token", (b"hf_",), re.compile(rb"\bhf_[A-Za-z0-9]{30,}\b")),
-    SecretPattern("an AWS access key id", (b"AKIA", b"ASIA"), re.compile(rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    SecretPattern(
-        "an AWS secret access key",
-        (b"aws_secret_access_key", b"AWS_SECRET_ACCESS_KEY"),
-        re.compile(rb"(?i:aws_secret_access_key)[\"']?\s*[=:]\s*[\"']?[A-Za-z0-9/+=]{40}"),
-    ),
-    SecretPattern(
-        "a Google Cloud service-account key",
-        (b'"private_key_id"',),
-        re.compile(rb'"private_key_id"\s*:\s*"[0-9a-f]{40}"'),
-    ),
-    SecretPattern("a Google API key", (b"AIza",), re.compile(rb"\bAIza[0-9A-Za-z_\-]{35}")),
-    SecretPattern(
-        "an OpenAI-style API key", (b"sk-",), re.compile(rb"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{32,}")
-    ),
-    SecretPattern("a GitHub token", (b"gh",), re.compile(rb"\bgh[pousr]_[A-Za-z0-9]{36,}\b")),
-    SecretPattern("a Slack token", (b"xox",), re.compile(rb"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
-)
-_SCAN_BLOCK = 16 << 20
-_SCAN_OVERLAP = 4096  # a secret split across two blocks is still seen whole in one of them
-
-
-def _find_secret(path: Path, patterns: tuple[SecretPattern, ...]) -> str | None:
-    """What kind of secret ``path`` holds and where (line), or None. Reads the file in blocks."""
-    offset, tail = 0, b""
-    with open(path, "rb") as fh:
-        while block := fh.read(_SCAN_BLOCK):
-            data = tail + block
-            for pattern in patterns:
-                pos = pattern.find(data)
-                if pos is not None:
-                    start = offset - len(tail) + pos
-                    return f"{pattern.what} (at byte {start})"
-            offset += len(block)
-            tail = data[-_SCAN_OVERLAP:]
-    return None
+    def __init__(self, findings: list[Finding]):
+        self.findings = findings
+        listed = "; ".join(f.describe() for f in findings)
+        super().__init__(
+            f"refusing to publish: {listed}. Delete the secret (or the file) from the model folder, or narrow "
+            "--include so the file is left out; revoke any secret that was ever shared. Nothing was published."
+        )
 
 
 def scan_for_secrets(folder: Path, files: list[str], token: str | None) -> None:
-    """Refuse (``PublishError`` naming the file) when a file to upload is a credential file or holds a
-    private key or an access token. The message never contains the secret."""
-    for rel in files:
-        if _matches(rel, SECRET_FILES):
-            raise PublishError(
-                f"{rel} looks like a credentials file; refusing to upload it. Move it out of the model "
-                "folder (or narrow --include). Nothing was published."
-            )
-    patterns = SECRET_PATTERNS
-    if token:
-        patterns += (
-            SecretPattern(
-                "the access token in use", (token.encode(),), re.compile(re.escape(token.encode()))
-            ),
-        )
-    for rel in files:
-        found = _find_secret(folder / rel, patterns)
-        if found:
-            raise PublishError(
-                f"{rel} contains {found}; refusing to upload it. Remove the secret from the file (and "
-                "revoke it if it was ever shared). Nothing was published."
-            )
+    """Raise ``SecretsFound`` when any file to upload is a credential file by its name or holds a private
+    key or an access token (plain, UTF-16/32, compressed or base64-encoded; see ``secrets``)."""
+    findings = scan_files(folder, files, token=token)
+    if findings:
+        raise SecretsFound(findings)
 
 
 def _maybe_shard(folder: Path, files: list[str], max_shard_size: int | str, workdir: Path) -> dict[str, Path]:
@@ -390,6 +306,10 @@ def _redact(text: str, token: str | None) -> str:
     return text.replace(token, "***") if token else text
 
 
+def _text(state: str | Callable[[], str]) -> str:
+    return state() if callable(state) else state
+
+
 @dataclass
 class _Network:
     """Runs one publishing step against the Hub, retrying what is transient."""
@@ -400,7 +320,9 @@ class _Network:
     token: str | None
     log: Callable[[str], None]
 
-    def call(self, step: str, fn: Callable, state: str):
+    def call(self, step: str, fn: Callable, state: str | Callable[[], str]):
+        """``fn()``, retried while what fails is transient. ``state`` says what state the repo is in when
+        it fails for good; a callable is asked only then (the repo may have changed while ``fn`` ran)."""
         for attempt in range(1, self.attempts + 1):
             try:
                 return fn()
@@ -409,11 +331,11 @@ class _Network:
             except Exception as e:  # noqa: BLE001 - sorted by _retryable
                 message = _redact(str(e) or type(e).__name__, self.token)
                 if not _retryable(e):
-                    raise PublishError(f"{step} failed: {message}\n{state}") from None
+                    raise PublishError(f"{step} failed: {message}\n{_text(state)}") from None
                 if attempt == self.attempts:
                     raise PublishError(
                         f"{step} failed after {self.attempts} attempts; last error: {type(e).__name__}: "
-                        f"{message[:500]}\n{state}\nRe-run the same command to finish publishing."
+                        f"{message[:500]}\n{_text(state)}\nRe-run the same command to finish publishing."
                     ) from None
                 wait = self.backoff_s * 2 ** (attempt - 1)
                 self.log(f"{step}: attempt {attempt} failed ({type(e).__name__}); retrying in {wait:.1f} s")
@@ -531,10 +453,34 @@ def _create_repo(net: _Network, upload: _Upload, private: bool) -> None:
         )
 
 
+def _branch_state(net: _Network, upload: _Upload, read_before: str) -> str:
+    """Where the branch is after a commit failed, read again: the head read before may be stale (another
+    writer may have committed, or this commit may have landed before its answer was lost)."""
+    where = f"{upload.repo_id}@{upload.revision}"
+    try:
+        now = net.api.repo_info(upload.repo_id, revision=upload.revision).sha
+        ours = now != read_before and upload.matches_remote(net.api, now)
+    except Exception as e:  # noqa: BLE001 - this only completes an error message
+        return f"{where} was at commit {read_before}; reading it again failed ({type(e).__name__})."
+    if now == read_before:
+        return f"{where} is unchanged at commit {now}."
+    if ours:
+        return (
+            f"{upload.revision} moved to {now}, which holds exactly these files (the commit went through "
+            "before the error); re-run to verify and tag it."
+        )
+    return (
+        f"{upload.revision} moved to {now} meanwhile (this publish started from {read_before}); nothing "
+        "was published; re-run to publish on top of it."
+    )
+
+
 def _commit(net: _Network, upload: _Upload, message: str) -> tuple[str, str, bool]:
     """Step 6: (commit id, commit URL, whether a new commit was made). One commit whose parent is the head
-    read just before: it lands whole or not at all."""
+    read just before: it lands whole or not at all. Losing a race to another writer (HTTP 412) is not
+    retried: the files were chosen against a head that is gone."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from huggingface_hub.errors import HfHubHTTPError
 
     api, repo_id, revision = net.api, upload.repo_id, upload.revision
     head = net.call(
@@ -551,12 +497,20 @@ def _commit(net: _Network, upload: _Upload, message: str) -> tuple[str, str, boo
         ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=upload.card))
         stale = remote - set(upload.files) - {"README.md", ".gitattributes"}
         ops += [CommitOperationDelete(path_in_repo=p) for p in sorted(stale)]
-        info = api.create_commit(
-            repo_id, ops, revision=revision, parent_commit=current, commit_message=message
-        )
+        try:
+            info = api.create_commit(
+                repo_id, ops, revision=revision, parent_commit=current, commit_message=message
+            )
+        except HfHubHTTPError as e:
+            if e.response is None or e.response.status_code != 412:
+                raise
+            raise PublishError(
+                f"commit lost a race: another commit landed on {repo_id}@{revision} after this publish read "
+                f"its head. {_branch_state(net, upload, current)}"
+            ) from None
         return current, info
 
-    parent, info = net.call("commit", push, f"{repo_id}@{revision} is unchanged at commit {head}.")
+    parent, info = net.call("commit", push, lambda: _branch_state(net, upload, head))
     return info.oid, info.commit_url, info.oid != parent
 
 
@@ -616,8 +570,9 @@ def _prepare(folder: Path, repo_id: str, revision: str, tag, include, include_tr
     scan_for_secrets(folder, selection.upload, token)
     pipeline_tag, auto_class, _ = task_for_architecture(read_config(folder)["architectures"][0])
     card = str(render_card(folder, repo_id, revision=tag or revision, revision_is_pinned=bool(tag)))
-    if token and token in card:
-        raise PublishError("The rendered card contains the access token; refusing to publish it.")
+    finding = scan_bytes(card.encode(), "README.md (the rendered card)", token=token)
+    if finding:
+        raise SecretsFound([finding])
     return selection, card, pipeline_tag, auto_class
 
 
@@ -689,7 +644,9 @@ __all__ = [
     "IncompleteModelFolder",
     "PublishError",
     "PublishResult",
-    "SECRET_PATTERNS",
+    "CONTENT_RULES",
+    "NAME_RULES",
+    "SecretsFound",
     "TASKS",
     "collect_files",
     "publish",

@@ -12,7 +12,13 @@ import pytest
 from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert, run_client
 
 from briskbert.hub_cards import publishing
-from briskbert.hub_cards.publishing import IncompleteModelFolder, PublishError, collect_files, publish
+from briskbert.hub_cards.publishing import (
+    IncompleteModelFolder,
+    PublishError,
+    SecretsFound,
+    collect_files,
+    publish,
+)
 from briskbert.hub_server import BackgroundHub
 
 MODEL_FILES = [
@@ -291,6 +297,53 @@ def test_transient_faults_are_retried(folder, tmp_path, monkeypatch, step, mode)
         assert h.server.storage.resolve("model", "testuser/sst2", "main") == result.commit_id
 
 
+@pytest.mark.parametrize("how", ["412", "500 after the other commit", "answer lost after our commit"])
+def test_a_failed_commit_says_where_the_branch_is_now(folder, hub, tmp_path, monkeypatch, how):
+    """A real race: another client commits over HTTP between this publish reading the head and committing."""
+    import httpx2
+    from huggingface_hub import HfApi
+
+    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, backoff_s=0.05, log=lambda *_: None)
+    first = publish(folder, "testuser/sst2", **opts)
+    other, create_commit, calls = HfApi(endpoint=hub.url, token=TOKEN), HfApi.create_commit, []
+
+    def create_commit_in_a_race(self, *args, **kwargs):
+        calls.append(kwargs.get("parent_commit"))
+        if len(calls) > 1:  # a retry, or the other writer's own commit
+            return create_commit(self, *args, **kwargs)
+        if how == "answer lost after our commit":
+            create_commit(self, *args, **kwargs)
+            raise httpx2.ReadError("connection reset")
+        other.upload_file(path_or_fileobj=b"notes", path_in_repo="NOTES.md", repo_id="testuser/sst2")
+        if how.startswith("500"):
+            hub.set_fault({"step": "commit", "kind": "500", "times": 99})
+        return create_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(HfApi, "create_commit", create_commit_in_a_race)
+    changed = make_briskbert(tmp_path / "changed", extra_files=False, seed=2)
+    with pytest.raises(PublishError) as e:
+        publish(changed, "testuser/sst2", attempts=1 if how.startswith("answer") else 2, **opts)
+    now, message = head(hub), str(e.value)
+    assert now != first.commit_id and "unchanged" not in message and TOKEN not in message
+    if how.startswith("answer"):
+        assert (
+            f"main moved to {now}, which holds exactly these files" in message
+            and "re-run to verify" in message
+        )
+        return
+    assert "NOTES.md" in hub.server.storage.files("model", "testuser/sst2", now)  # the other writer's commit
+    assert (
+        f"main moved to {now} meanwhile (this publish started from {first.commit_id}); nothing was published; "
+        "re-run to publish on top of it." in message
+    )
+    if how == "412":
+        assert message.startswith("commit lost a race: another commit landed on testuser/sst2@main")
+    hub.set_fault(None)
+    monkeypatch.undo()
+    again = publish(changed, "testuser/sst2", **opts)  # the re-run publishes on top of the other commit
+    assert hub.server.storage.commit_object("model", "testuser/sst2", again.commit_id)["parent"] == now
+
+
 def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, hub):
     opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
     main = publish(folder, "testuser/sst2", tag="v1", **opts)
@@ -375,14 +428,18 @@ def test_secrets_in_files_to_upload_are_refused_with_the_file_named(folder, tmp_
 
 
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
-    with pytest.raises(PublishError, match=r"\.env looks like a credentials file"):
+    with pytest.raises(
+        SecretsFound, match=r"refusing to publish: \.env \(an environment file, by its name\)"
+    ):
         publish(folder, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
+    with pytest.raises(SecretsFound, match=r"logs/train\.log \(the access token in use, at byte 22\)"):
+        publish(folder, "testuser/x", include=["*"], token=TOKEN, dry_run=True, log=lambda *_: None)
     copy = shutil.copytree(folder, tmp_path / "clean")
     (copy / ".env").unlink()
     shutil.rmtree(copy / "logs")  # the training log holds the token
     for name in ("id_rsa", "credentials.json"):
         (copy / name).write_text("x")
-        with pytest.raises(PublishError, match=f"{name} looks like a credentials file"):
+        with pytest.raises(SecretsFound, match=f"refusing to publish: {name} \\(.* by its name\\)"):
             publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
         (copy / name).unlink()
     everything = publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
