@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 from .errors import USER_ERROR_EXIT_CODE, UserError
 
+#: the shell's status for a process ended by SIGINT (128 + 2)
+INTERRUPTED_EXIT_CODE = 130
+
 
 @dataclass(frozen=True)
 class Command:
@@ -117,4 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:  # an expected input mistake: one line, no traceback
         print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
         return USER_ERROR_EXIT_CODE
+    except KeyboardInterrupt:
+        # Ctrl-C before a job installed its own handler (while importing or loading): nothing to save yet.
+        print(f"briskbert {name}: interrupted before training started; nothing to resume.", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
     return result if isinstance(result, int) else 0

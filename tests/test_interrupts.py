@@ -1,0 +1,40 @@
+"""Ctrl-C while a command is still starting (importing torch, reading its inputs) ends it quietly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
+
+
+@pytest.mark.slow  # a real process, interrupted one second into its start-up
+def test_ctrl_c_during_start_up_is_one_line_and_status_130(tmp_path):
+    argv = [sys.executable, "-m", "briskbert", "pretrain", "--train_file", str(EXCERPT), "--config_name"]
+    argv += [
+        "bert-tiny",
+        "--vocab_size",
+        "300",
+        "--max_train_steps",
+        "2",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    time.sleep(1.0)  # torch is still being imported
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "interrupted" in stderr.lower()
