@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from briskbert.training.tasks import qa
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
+from briskbert.training.engine.facts import read_training_facts
+from briskbert.training.tasks import qa
 from briskbert.training.tasks.classification import infer_label_spec
 from briskbert.training.tasks.distill import DistillationModel, soft_target_loss, student_from_teacher
 from briskbert.training.tasks.ner import build_label_list, tokenize_and_align_labels
@@ -96,10 +97,13 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
     for key in ("eval_accuracy", "eval_macro_f1", "eval_matthews_correlation"):
         assert 0.0 <= abs(results[key]) <= 1.0
     assert results["best_metric"]["name"] == "eval_accuracy"
-    facts = json.loads((result.final_dir / "training_facts.json").read_text())
-    assert facts["task"] == "text-classification" and facts["labels"] == ["negative", "positive"]
-    assert facts["datasets"] == ["stanfordnlp/sst2"] and facts["num_eval_examples"] == 40
-    assert "accuracy" in facts["metric_definitions"]
+    facts = read_training_facts(result.final_dir)
+    assert facts == result.facts and facts.job.task == "text-classification"
+    assert facts.job.datasets == ("stanfordnlp/sst2",) and facts.job.eval_split == "validation"
+    details = facts.job.details
+    assert details["labels"] == ["negative", "positive"] and details["num_eval_examples"] == 40
+    assert "accuracy" in details["metric_definitions"]
+    assert facts.run.best_metric.name == "eval_accuracy" and facts.run.train_steps == 3
 
     from transformers import AutoModelForSequenceClassification, pipeline
 
@@ -525,8 +529,9 @@ def test_distill_script_saves_only_the_student(tiny_model_dir, tmp_path):
     student = BriskBertForSequenceClassification.from_pretrained(result.final_dir)
     assert student.config.num_hidden_layers == 1 and student.config.id2label == {0: "0", 1: "1"}
     assert "eval_accuracy" in result.metrics
-    facts = json.loads((result.final_dir / "training_facts.json").read_text())
-    assert facts["distillation"]["temperature"] == 2.0
+    facts = read_training_facts(result.final_dir)
+    assert facts.job.details["distillation"]["temperature"] == 2.0
+    assert facts.job.details["distillation"]["student_init"] == "teacher layers [0]"
 
 
 @pytest.mark.slow  # ~10 s: converts the real 22M-parameter checkpoint, the path users take from a Hub BERT

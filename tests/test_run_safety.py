@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker
-from test_training_loop import FakeTokenizer, config, sequences, tiny_model
+from test_training_loop import config, mlm_task, sequences
 from transformers import SchedulerType
 
 from briskbert.training import run
-from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
-from briskbert.training.engine.arguments import SCHEDULER_NAMES
 from briskbert.training.engine.checkpointing import resume_command
+from briskbert.training.engine.config import SCHEDULER_NAMES
 from briskbert.training.engine.logging_utils import LOG_FILE, curve_figure
 
 TESTS = Path(__file__).resolve().parent
@@ -28,17 +27,10 @@ FAST = ("--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logg
 
 
 def train(output_dir, *extra, train_data=None, accelerator=None, evaluate_fn=None):
-    return run(
-        config("--output_dir", str(output_dir), *FAST, *extra),
-        model=tiny_model(),
-        train_dataset=train_data or sequences(12),
-        eval_dataset=sequences(4, seed=1),
-        data_collator=MaskingCollator(FakeTokenizer(), seed=0),
-        eval_collator=MaskingCollator(FakeTokenizer(), seed=99),
-        count_items=count_masked_tokens,
-        accelerator=accelerator,
-        evaluate_fn=evaluate_fn,
+    task = mlm_task(
+        train=train_data or sequences(12), evaluation=sequences(4, seed=1), evaluate_fn=evaluate_fn
     )
+    return run(task, config("--output_dir", str(output_dir), *FAST, *extra), accelerator=accelerator)
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +68,8 @@ def test_resume_refuses_a_checkpoint_of_another_run_and_says_what_differs(used_r
     resume = ("--max_train_steps", "4", "--resume_from_checkpoint", "latest")
     with pytest.raises(ValueError, match=r"--learning_rate 0.001 in the checkpoint, 0.002 now"):
         run(
+            mlm_task(train=sequences(12)),
             config("--output_dir", str(used_run), *FAST, *resume, "--learning_rate", "2e-3"),
-            model=tiny_model(),
-            train_dataset=sequences(12),
-            data_collator=MaskingCollator(FakeTokenizer(), seed=0),
         )
     with pytest.raises(ValueError, match="the training data differs"):
         train(used_run, *resume, train_data=sequences(12, seed=7))
@@ -152,9 +142,9 @@ def test_a_partial_last_log_line_is_tolerated_on_resume(used_run, caplog):
 
 SCRIPT = """
 import argparse, os, signal
-from briskbert.training import TrainingConfig, add_training_arguments, run
-from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
-from test_training_loop import FakeTokenizer, sequences, tiny_model
+from briskbert.commands.training_flags import add_training_arguments, training_config_from_args
+from briskbert.training import run
+from test_training_loop import mlm_task, sequences
 
 args = add_training_arguments(argparse.ArgumentParser()).parse_args()
 
@@ -164,14 +154,7 @@ def press_ctrl_c_at_step_2(entry):
         os.kill(os.getpid(), signal.SIGINT)
 
 
-run(
-    TrainingConfig.from_namespace(args),
-    model=tiny_model(),
-    train_dataset=sequences(12),
-    data_collator=MaskingCollator(FakeTokenizer(), seed=0),
-    count_items=count_masked_tokens,
-    callbacks=[press_ctrl_c_at_step_2],
-)
+run(mlm_task(train=sequences(12)), training_config_from_args(args), callbacks=[press_ctrl_c_at_step_2])
 """
 
 
