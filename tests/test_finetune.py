@@ -163,6 +163,62 @@ def test_string_labels_pairs_and_regression(tiny_model_dir, tmp_path):
     assert {"eval_pearson", "eval_spearman", "eval_mse"} <= set(result.metrics)
 
 
+def _one_error_line(argv, capsys) -> str:
+    from briskbert import cli
+
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: ")
+    return error
+
+
+@pytest.mark.parametrize("label, problem_type", [("nan", "regression"), ("inf", None), ("-Infinity", None)])
+def test_non_finite_regression_labels_are_refused_naming_file_and_row(
+    tiny_model_dir, tmp_path, capsys, label, problem_type
+):
+    """A NaN target makes every loss NaN: once, such a run ended with exit 0 and an all-NaN model."""
+    train = _write(tmp_path / "t.tsv", "sentence\tlabel\ngood\t0.5\nbad\t1.25\nworse\t" + label + "\n")
+    argv = ["finetune-classification", "--model_name_or_path", tiny_model_dir, "--train_file", train]
+    argv += ["--output_dir", str(tmp_path / "out")] + (
+        ["--problem_type", problem_type] if problem_type else []
+    )
+    error = _one_error_line(argv, capsys)
+    assert f"--train_file {train}: row 2 has the label" in error and "not a finite number" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_from_a_model_with_nan_weights_is_refused(tiny_model_dir, tmp_path, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["model.layers.0.mlp.up.weight"][3, 3] = float("nan")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    train = str(DATA / "sst2_train_excerpt.tsv")
+    argv = ["--model_name_or_path", str(broken), "--train_file", train, "--output_dir", str(tmp_path / "out")]
+    error = _one_error_line(["finetune-classification", *argv], capsys)
+    assert f"{broken / 'model.safetensors'}): the weight model.layers.0.mlp.up.weight holds NaN" in error
+    assert not (tmp_path / "out" / "final").exists()
+
+
+def test_a_run_whose_loss_diverges_stops_with_one_line_and_keeps_its_checkpoint(
+    tiny_model_dir, tmp_path, capsys
+):
+    """A learning rate of 1e30: the first step throws the weights to ~1e30, the next forward overflows."""
+    rows = "".join(f"a sentence number {i}\t{i / 7}\n" for i in range(24))
+    train = _write(tmp_path / "t.tsv", "sentence\tlabel\n" + rows)
+    out = tmp_path / "out"
+    argv = ["finetune-classification", "--model_name_or_path", tiny_model_dir, "--train_file", train]
+    argv += ["--learning_rate", "1e30", "--max_train_steps", "4", "--checkpointing_steps", "1"]
+    error = _one_error_line([*argv, "--output_dir", str(out), *FAST], capsys)
+    assert "became nan at step 2" in error or "became inf at step 2" in error, error
+    assert f"the last good checkpoint is {out / 'step_1'}" in error
+    assert [p.name for p in out.glob("step_*")] == ["step_1"] and not (out / "final").exists()
+
+
 def test_label_names_name_integer_ids_and_order_text_labels():
     spec = infer_label_spec(["0", "1", "1"], ["1"], label_names=["negative", "positive"])
     assert spec.label_list == ["negative", "positive"] and spec.encode("1") == 1 and spec.encode(0) == 0

@@ -15,7 +15,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from .errors import USER_ERROR_EXIT_CODE, UserError
+from .errors import CommandFailed, UserError
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
     try:
         result = module.main(rest)
-    except UserError as error:  # an expected input mistake: one line, no traceback
+    except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
         print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        return error.exit_code
     return result if isinstance(result, int) else 0

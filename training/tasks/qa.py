@@ -252,24 +252,6 @@ QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers
 METRIC_DEFINITIONS = "exact match and F1 (percent) with the official SQuAD answer normalisation"
 
 
-def register_qa_pipeline(config) -> None:
-    """Name the question-answering pipeline in ``config.custom_pipelines``. The pipeline file travels
-    with the modeling file (which imports it relatively), so any ``save_pretrained`` of the model, the
-    training loop's or transformers' Trainer's, writes a folder where
-    ``pipeline("question-answering", model=folder, trust_remote_code=True)`` works."""
-    from briskbert.modeling.pipeline_question_answering import BriskBertQuestionAnsweringPipeline
-
-    module = BriskBertQuestionAnsweringPipeline.__module__.rsplit(".", 1)[-1]
-    pipelines = dict(getattr(config, "custom_pipelines", None) or {})
-    pipelines["question-answering"] = {
-        "impl": f"{module}.{BriskBertQuestionAnsweringPipeline.__name__}",
-        "pt": ["AutoModelForQuestionAnswering"],
-        "tf": [],
-        "type": "text",
-    }
-    config.custom_pipelines = pipelines
-
-
 @dataclass
 class QaData:
     train: object
@@ -388,6 +370,7 @@ class QaTask(Task):
         from transformers import DataCollatorWithPadding
 
         from briskbert.modeling import BriskBertForQuestionAnswering
+        from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
         from briskbert.training.tasks.finetuning import (
             load_model,
             load_tokenizer,
@@ -401,7 +384,7 @@ class QaTask(Task):
             base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
         tokenizer = load_tokenizer(self.source.tokenizer_name or base)
         model = load_model(BriskBertForQuestionAnswering, self.source, base, tokenizer)
-        register_qa_pipeline(model.config)  # transformers 5 has no question-answering pipeline: name ours
+        register_question_answering_pipeline(model.config)  # transformers 5 has none: name ours
         self.train_features, self.eval_features = qa_features(
             data, tokenizer, self.settings, config.seed, accelerator
         )

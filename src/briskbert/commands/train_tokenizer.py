@@ -20,6 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from briskbert.errors import UserError
+
 MODELS = ("wordpiece", "bpe", "unigram")
 
 
@@ -113,11 +115,7 @@ def _trainer_arguments(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.tokenizer_train_max_lines is not None and args.tokenizer_train_max_lines < 1:
-        print(
-            f"error: --tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.",
-            file=sys.stderr,
-        )
-        return 2
+        raise UserError(f"--tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.")
     import logging
 
     from briskbert.tokenization import train_tokenizer
@@ -134,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = train_tokenizer(args.model, **source, **_trainer_arguments(args))
     except (ValueError, FileNotFoundError) as error:
         flag = "--files" if args.files else "--dataset_path"
-        print(f"error: {flag}: {error}", file=sys.stderr)
-        return 2
+        raise UserError(f"{flag}: {error}") from error
     print(f"vocabulary size {len(tokenizer)}; saved to {args.output_dir}")
     return 0
 
