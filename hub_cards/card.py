@@ -1,15 +1,9 @@
 """Render a model card (README.md) for a saved BriskBert folder.
 
 Inputs are the folder's ``config.json`` and its training facts (``training_facts.json``, written by the
-shared training loop; schema in ``training/engine/facts.py``). Every key is optional; the ones the card uses:
-
-    task, pipeline_tag, datasets, eval_dataset, base_model, language, license, config_preset, metrics,
-    best_metric, train_steps, epochs, tokens_seen, examples_seen, global_batch_size, learning_rate,
-    lr_scheduler_type, num_warmup_steps, weight_decay, mixed_precision, seed, hardware, num_processes,
-    wall_time_s, framework_versions
-
-plus three card-only keys a script may add: ``model_name``, ``description``, ``limitations`` (list of
-strings) and ``tags`` (extra Hub tags).
+shared training loop), read as a typed :class:`~briskbert.training.engine.facts.TrainingFacts`: the job's
+facts (``facts.job``: task, pipeline tag, data, base model, language, license, tags, limitations, ...)
+and, for a trained model, what the loop measured (``facts.run``: steps, tokens, hardware, metrics, ...).
 
 The card is rendered deterministically (no dates, sorted tables), so publishing the same folder twice
 produces the same README and no new commit.
@@ -25,9 +19,10 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
+from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
+
 from .rules import check_card_text
 
-FACTS_FILE = "training_facts.json"
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
 #: config options shown in the architecture table, in this order
@@ -118,9 +113,13 @@ def read_config(model_dir: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
-def read_facts(model_dir: str | Path) -> dict:
-    path = Path(model_dir) / FACTS_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+def read_facts(model_dir: str | Path) -> TrainingFacts:
+    """The folder's training facts (empty facts without ``training_facts.json``); a file this version
+    cannot read is a :class:`CardError`."""
+    try:
+        return read_training_facts(model_dir)
+    except FactsError as error:
+        raise CardError(str(error)) from None
 
 
 def _fmt(value) -> str:
@@ -183,7 +182,7 @@ def _precision(mixed_precision) -> str:
     return f"{mixed_precision} mixed precision (fp32 master weights)"
 
 
-#: training facts shown in the "Training details" table: (fact key, row label, formatter)
+#: training facts shown in the "Training details" table: (JobFacts or RunFacts field, row label, formatter)
 TRAINING_ROWS = (
     ("task", "task", _fmt),
     ("config_preset", "config preset", _fmt),
@@ -211,7 +210,7 @@ def render_card(
     model_dir: str | Path,
     repo_id: str | None = None,
     revision: str = "main",
-    facts: dict | None = None,
+    facts: TrainingFacts | None = None,
     revision_is_pinned: bool = False,
 ) -> ModelCard:
     """Build the card for ``model_dir`` as it will be published to ``repo_id`` at ``revision``.
@@ -221,34 +220,33 @@ def render_card(
     """
     model_dir = Path(model_dir)
     config = read_config(model_dir)
-    facts = read_facts(model_dir) if facts is None else dict(facts)
     archs = config.get("architectures") or []
     if not archs:
         raise CardError(
             f"{model_dir / 'config.json'} has no 'architectures' entry: save the model with "
             "save_pretrained so the card knows its task"
         )
+    facts = read_facts(model_dir) if facts is None else facts
+    job, run = facts.job, facts.run or RunFacts()
     pipeline_tag, auto_class, example = task_for_architecture(archs[0])
-    pipeline_tag = facts.get("pipeline_tag") or pipeline_tag
+    pipeline_tag = job.pipeline_tag or pipeline_tag
     usage = "pipeline"
     if pipeline_tag in SENTENCE_TRANSFORMERS_TASKS:
         auto_class, usage = SENTENCE_TRANSFORMERS_TASKS[pipeline_tag]
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
-    model_name = facts.get("model_name") or repo_id.split("/")[-1]
-    metrics = _metrics(facts)
-    eval_dataset = facts.get("eval_dataset") or next(
-        (d for d in _as_list(facts.get("datasets")) if _is_public_dataset(d)), None
-    )
+    model_name = job.model_name or repo_id.split("/")[-1]
+    metrics = _metrics(run)
+    eval_dataset = job.eval_dataset or next((d for d in job.datasets if _is_public_dataset(d)), None)
     revision_note = (
         "pinned: this tag names the published commit"
         if revision_is_pinned
         else "a branch moves; pin the commit id from the repo's history for reproducible results"
     )
     card = ModelCard.from_template(
-        _card_data(config, facts, pipeline_tag, model_name, metrics, eval_dataset),
+        _card_data(config, job, pipeline_tag, model_name, metrics, eval_dataset),
         template_path=str(TEMPLATE_PATH),
         model_name=model_name,
-        description=_description(facts, pipeline_tag),
+        description=_description(job, pipeline_tag),
         architecture=", ".join(archs),
         repo_id=repo_id,
         revision=revision,
@@ -258,10 +256,10 @@ def render_card(
         example_input=example,
         usage=usage,
         architecture_rows=_architecture_rows(config, pipeline_tag),
-        training_rows=_training_rows(facts),
+        training_rows=_training_rows(job, run),
         metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
-        eval_dataset=_eval_data_name(eval_dataset, facts.get("eval_split")),
-        limitations=_limitations(config, facts, pipeline_tag),
+        eval_dataset=_eval_data_name(eval_dataset, job.eval_split),
+        limitations=_limitations(config, job, pipeline_tag),
     )
     problems = check_card(card)
     if problems:
@@ -269,11 +267,11 @@ def render_card(
     return card
 
 
-def _metrics(facts: dict) -> dict:
+def _metrics(run: RunFacts) -> dict:
     """Final evaluation metrics worth a row: finite numbers, without counters such as the epoch."""
     return {
         _metric_name(k): v
-        for k, v in sorted((facts.get("metrics") or {}).items())
+        for k, v in sorted(run.metrics.items())
         if isinstance(v, (int, float))
         and not isinstance(v, bool)
         and math.isfinite(v)
@@ -281,7 +279,7 @@ def _metrics(facts: dict) -> dict:
     }
 
 
-def _card_data(config: dict, facts: dict, pipeline_tag: str, model_name: str, metrics: dict, eval_dataset):
+def _card_data(config: dict, job: JobFacts, pipeline_tag: str, model_name: str, metrics: dict, eval_dataset):
     """The front matter: Hub metadata, with model-index results only for a public evaluation dataset."""
     eval_results = None
     if metrics and _is_public_dataset(eval_dataset):
@@ -290,7 +288,7 @@ def _card_data(config: dict, facts: dict, pipeline_tag: str, model_name: str, me
                 task_type=pipeline_tag,
                 dataset_type=str(eval_dataset),
                 dataset_name=str(eval_dataset),
-                dataset_split=facts.get("eval_split") or None,
+                dataset_split=job.eval_split or None,
                 metric_type=name,
                 metric_name=name,
                 metric_value=round(float(value), 6),
@@ -298,16 +296,15 @@ def _card_data(config: dict, facts: dict, pipeline_tag: str, model_name: str, me
             for name, value in metrics.items()
         ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type", "briskbert")]
-    tags += [t for t in _as_list(facts.get("tags")) if isinstance(t, str)]
-    library_name = facts.get("library_name")
+    tags += list(job.tags)
     return ModelCardData(
-        language=facts.get("language") or "en",
-        license=facts.get("license") or "apache-2.0",
-        library_name=library_name if library_name in LIBRARY_NAMES else "transformers",
+        language=job.language,
+        license=job.license,
+        library_name=job.library_name if job.library_name in LIBRARY_NAMES else "transformers",
         pipeline_tag=pipeline_tag,
         tags=list(dict.fromkeys(tags)),
-        datasets=[d for d in _as_list(facts.get("datasets")) if _is_public_dataset(d)] or None,
-        base_model=facts.get("base_model") or None,
+        datasets=[d for d in job.datasets if _is_public_dataset(d)] or None,
+        base_model=job.base_model or None,
         model_name=model_name if eval_results else None,
         eval_results=eval_results,
     )
@@ -327,21 +324,20 @@ def _architecture_rows(config: dict, pipeline_tag: str) -> list[tuple[str, str]]
     return rows
 
 
-def _training_rows(facts: dict) -> list[tuple[str, str]]:
+def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:
+    values = {**vars(job), **vars(run)}  # TRAINING_ROWS names fields of both (a test checks)
     rows = [
-        (label, fmt(facts[key]))
+        (label, fmt(values[key]))
         for key, label, fmt in TRAINING_ROWS
-        if facts.get(key) not in (None, "", [], {})
+        if values[key] not in (None, "", (), {})
     ]
-    best = facts.get("best_metric")
-    if isinstance(best, dict) and "name" in best:
-        rows.append(
-            ("best checkpoint", f"{best['name']} {_fmt(best.get('value'))} at step {_fmt(best.get('step'))}")
-        )
+    best = run.best_metric
+    if best is not None:
+        rows.append(("best checkpoint", f"{best.name} {_fmt(best.value)} at step {_fmt(best.step)}"))
     return rows
 
 
-def _limitations(config: dict, facts: dict, pipeline_tag: str) -> list[str]:
+def _limitations(config: dict, job: JobFacts, pipeline_tag: str) -> list[str]:
     limitations = [
         "Trained on the data listed above only; expect weaker results on other domains, languages and styles.",
         f"Inputs longer than {config.get('max_position_embeddings', 'the maximum')} tokens must be truncated.",
@@ -350,16 +346,14 @@ def _limitations(config: dict, facts: dict, pipeline_tag: str) -> list[str]:
     ]
     if pipeline_tag == "fill-mask":
         limitations.append("A masked-language model: fine-tune it before using it for a downstream task.")
-    return limitations + [str(x) for x in _as_list(facts.get("limitations"))]
+    return limitations + list(job.limitations)
 
 
-def _description(facts: dict, pipeline_tag: str) -> str:
-    if facts.get("description"):
-        return facts["description"]
-    base = f" fine-tuned from `{facts['base_model']}`" if facts.get("base_model") else ""
-    data = (
-        f"{',' if base else ''} trained on {_data_names(facts['datasets'])}" if facts.get("datasets") else ""
-    )
+def _description(job: JobFacts, pipeline_tag: str) -> str:
+    if job.description:
+        return job.description
+    base = f" fine-tuned from `{job.base_model}`" if job.base_model else ""
+    data = f"{',' if base else ''} trained on {_data_names(job.datasets)}" if job.datasets else ""
     return f"A {pipeline_tag} model{base}{data}."
 
 

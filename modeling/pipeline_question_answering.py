@@ -15,9 +15,7 @@ imports only ``numpy``, ``torch`` and ``transformers``.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 
 import numpy as np
 import torch
@@ -132,14 +130,3 @@ def register_question_answering_pipeline(config) -> None:
     custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
     custom_pipelines[PIPELINE_TASK] = custom_pipeline_entry()
     config.custom_pipelines = custom_pipelines
-
-
-def add_to_model_folder(folder) -> None:
-    """Copy this file into an already saved ``folder`` and register it in ``config.json``."""
-    shutil.copyfile(__file__, os.path.join(folder, MODULE_NAME + ".py"))
-    config_path = os.path.join(folder, "config.json")
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    config.setdefault("custom_pipelines", {})[PIPELINE_TASK] = custom_pipeline_entry()
-    with open(config_path, "w", encoding="utf-8") as handle:
-        json.dump(config, handle, indent=2, sort_keys=True)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
+from briskbert.training.engine.facts import read_training_facts
 from briskbert.training.tasks import qa
 from briskbert.training.tasks.classification import infer_label_spec
 from briskbert.training.tasks.distill import DistillationModel, soft_target_loss, student_from_teacher
@@ -96,10 +97,13 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
     for key in ("eval_accuracy", "eval_macro_f1", "eval_matthews_correlation"):
         assert 0.0 <= abs(results[key]) <= 1.0
     assert results["best_metric"]["name"] == "eval_accuracy"
-    facts = json.loads((result.final_dir / "training_facts.json").read_text())
-    assert facts["task"] == "text-classification" and facts["labels"] == ["negative", "positive"]
-    assert facts["datasets"] == ["stanfordnlp/sst2"] and facts["num_eval_examples"] == 40
-    assert "accuracy" in facts["metric_definitions"]
+    facts = read_training_facts(result.final_dir)
+    assert facts == result.facts and facts.job.task == "text-classification"
+    assert facts.job.datasets == ("stanfordnlp/sst2",) and facts.job.eval_split == "validation"
+    details = facts.job.details
+    assert details["labels"] == ["negative", "positive"] and details["num_eval_examples"] == 40
+    assert "accuracy" in details["metric_definitions"]
+    assert facts.run.best_metric.name == "eval_accuracy" and facts.run.train_steps == 3
 
     from transformers import AutoModelForSequenceClassification, pipeline
 
@@ -157,6 +161,62 @@ def test_string_labels_pairs_and_regression(tiny_model_dir, tmp_path):
     config = BriskBertConfig.from_pretrained(result.final_dir)
     assert config.problem_type == "regression" and config.num_labels == 1
     assert {"eval_pearson", "eval_spearman", "eval_mse"} <= set(result.metrics)
+
+
+def _one_error_line(argv, capsys) -> str:
+    from briskbert import cli
+
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: ")
+    return error
+
+
+@pytest.mark.parametrize("label, problem_type", [("nan", "regression"), ("inf", None), ("-Infinity", None)])
+def test_non_finite_regression_labels_are_refused_naming_file_and_row(
+    tiny_model_dir, tmp_path, capsys, label, problem_type
+):
+    """A NaN target makes every loss NaN: once, such a run ended with exit 0 and an all-NaN model."""
+    train = _write(tmp_path / "t.tsv", "sentence\tlabel\ngood\t0.5\nbad\t1.25\nworse\t" + label + "\n")
+    argv = ["finetune-classification", "--model_name_or_path", tiny_model_dir, "--train_file", train]
+    argv += ["--output_dir", str(tmp_path / "out")] + (
+        ["--problem_type", problem_type] if problem_type else []
+    )
+    error = _one_error_line(argv, capsys)
+    assert f"--train_file {train}: row 2 has the label" in error and "not a finite number" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_from_a_model_with_nan_weights_is_refused(tiny_model_dir, tmp_path, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["model.layers.0.mlp.up.weight"][3, 3] = float("nan")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    train = str(DATA / "sst2_train_excerpt.tsv")
+    argv = ["--model_name_or_path", str(broken), "--train_file", train, "--output_dir", str(tmp_path / "out")]
+    error = _one_error_line(["finetune-classification", *argv], capsys)
+    assert f"{broken / 'model.safetensors'}): the weight model.layers.0.mlp.up.weight holds NaN" in error
+    assert not (tmp_path / "out" / "final").exists()
+
+
+def test_a_run_whose_loss_diverges_stops_with_one_line_and_keeps_its_checkpoint(
+    tiny_model_dir, tmp_path, capsys
+):
+    """A learning rate of 1e30: the first step throws the weights to ~1e30, the next forward overflows."""
+    rows = "".join(f"a sentence number {i}\t{i / 7}\n" for i in range(24))
+    train = _write(tmp_path / "t.tsv", "sentence\tlabel\n" + rows)
+    out = tmp_path / "out"
+    argv = ["finetune-classification", "--model_name_or_path", tiny_model_dir, "--train_file", train]
+    argv += ["--learning_rate", "1e30", "--max_train_steps", "4", "--checkpointing_steps", "1"]
+    error = _one_error_line([*argv, "--output_dir", str(out), *FAST], capsys)
+    assert "became nan at step 2" in error or "became inf at step 2" in error, error
+    assert f"the last good checkpoint is {out / 'step_1'}" in error
+    assert [p.name for p in out.glob("step_*")] == ["step_1"] and not (out / "final").exists()
 
 
 def test_label_names_name_integer_ids_and_order_text_labels():
@@ -525,8 +585,9 @@ def test_distill_script_saves_only_the_student(tiny_model_dir, tmp_path):
     student = BriskBertForSequenceClassification.from_pretrained(result.final_dir)
     assert student.config.num_hidden_layers == 1 and student.config.id2label == {0: "0", 1: "1"}
     assert "eval_accuracy" in result.metrics
-    facts = json.loads((result.final_dir / "training_facts.json").read_text())
-    assert facts["distillation"]["temperature"] == 2.0
+    facts = read_training_facts(result.final_dir)
+    assert facts.job.details["distillation"]["temperature"] == 2.0
+    assert facts.job.details["distillation"]["student_init"] == "teacher layers [0]"
 
 
 @pytest.mark.slow  # ~10 s: converts the real 22M-parameter checkpoint, the path users take from a Hub BERT

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 
@@ -11,6 +12,17 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from briskbert.hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
+from briskbert.hub_cards.card import TRAINING_ROWS
+from briskbert.training.engine.facts import (
+    SCHEMA_VERSION,
+    BestMetric,
+    FactsError,
+    JobFacts,
+    RunFacts,
+    TrainingFacts,
+    read_training_facts,
+    write_training_facts,
+)
 
 FACTS = {
     "task": "text-classification",
@@ -206,3 +218,82 @@ def test_embedding_and_reranker_cards(tmp_path, arch, tag, usage):
     assert card.data.pipeline_tag == tag and card.data.library_name == "sentence-transformers"
     assert usage in card.text and "pipeline(" not in card.text
     assert check_card(card) == []
+
+
+# ------------------------------------------------------------------------------------------ typed facts
+def _written(folder, facts: TrainingFacts):
+    write_training_facts(folder, facts)
+    return json.loads((folder / "training_facts.json").read_text())
+
+
+def test_facts_the_loop_writes_come_back_as_the_same_dataclasses(tmp_path):
+    facts = TrainingFacts(
+        job=JobFacts(
+            task="text-classification",
+            datasets=["stanfordnlp/sst2"],
+            eval_dataset="stanfordnlp/sst2",
+            eval_split="validation",
+            tags=["sentiment"],
+            limitations=["English movie reviews only."],
+            details={"labels": ["negative", "positive"]},
+        ),
+        run=RunFacts(
+            metrics={"eval_accuracy": 0.85, "eval_loss": float("nan")},
+            best_metric=BestMetric("eval_accuracy", 0.85, 20),
+            train_steps=20,
+            hardware="CPU (2 cores)",
+        ),
+    )
+    data = _written(tmp_path, facts)
+    assert data["schema_version"] == SCHEMA_VERSION and data["pipeline_tag"] is None
+    assert data["metrics"]["eval_loss"] is None  # JSON has no NaN
+    back = read_training_facts(tmp_path)
+    assert back.job == facts.job and back.run.best_metric == BestMetric("eval_accuracy", 0.85, 20)
+    assert back.run.metrics == {"eval_accuracy": 0.85, "eval_loss": None}
+
+
+def test_the_card_reads_every_job_fact_it_shows(tmp_path):
+    """eval_split, tags, library_name and limitations: the keys whose untyped reading had drifted."""
+    folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
+    job = JobFacts(
+        task="text-classification",
+        datasets=["stanfordnlp/sst2"],
+        eval_dataset="stanfordnlp/sst2",
+        eval_split="validation",
+        tags=["sentiment"],
+        limitations=["English movie reviews only."],
+        library_name="transformers",
+        model_name="sst2-tiny",
+    )
+    run = RunFacts(
+        metrics={"eval_accuracy": 0.85}, train_steps=20, best_metric=BestMetric("eval_accuracy", 0.9, 10)
+    )
+    write_training_facts(folder, TrainingFacts(job, run))
+    card = render_card(folder, "testuser/m")
+    data = card.data.to_dict()
+    assert "sentiment" in data["tags"] and data["library_name"] == "transformers"
+    assert "English movie reviews only." in card.text and "(validation split)" in card.text
+    assert data["model-index"][0]["name"] == "sst2-tiny"
+    assert "| best checkpoint | eval_accuracy 0.9 at step 10 |" in card.text
+    assert "| optimizer steps | 20 |" in card.text
+
+
+def test_training_rows_name_fields_of_the_facts():
+    names = {f.name for f in dataclasses.fields(JobFacts)} | {f.name for f in dataclasses.fields(RunFacts)}
+    assert {key for key, _, _ in TRAINING_ROWS} <= names
+
+
+def test_version_1_facts_migrate_and_unknown_versions_are_refused(tmp_path):
+    (tmp_path / "training_facts.json").write_text(json.dumps({**FACTS, "problem_type": "regression"}))
+    migrated = read_training_facts(tmp_path)
+    assert migrated.job.datasets == ("stanfordnlp/sst2", "sst2_train_excerpt.tsv")
+    assert migrated.job.details == {"problem_type": "regression"} and migrated.run.train_steps == 120
+    (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 99, "task": "x"}))
+    with pytest.raises(FactsError, match=r"training_facts.json has schema_version 99.*upgrade briskbert"):
+        read_training_facts(tmp_path)
+    (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 2, "problem_type": "x"}))
+    with pytest.raises(FactsError, match=r"unknown key\(s\) \['problem_type'\].*'details'"):
+        read_training_facts(tmp_path)
+    (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 2, "train_steps": "many"}))
+    with pytest.raises(FactsError, match="'train_steps' must be an integer"):
+        read_training_facts(tmp_path)

@@ -89,14 +89,14 @@ def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_pa
 
 
 def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
-    from briskbert.training.tasks.qa import register_qa_pipeline
+    from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
 
     model = _tiny(BriskBertForQuestionAnswering, tokenizer)
     with torch.no_grad():  # start and end logits follow one hidden unit: a deterministic but untrained model
         model.qa_outputs.weight.normal_(0, 1.0)
     # transformers 5 has no built-in question-answering pipeline: the config names the project's, and a
     # plain save_pretrained writes its file next to the modeling file
-    register_qa_pipeline(model.config)
+    register_question_answering_pipeline(model.config)
     folder = _save(model, tokenizer, tmp_path / "qa")
     answerer = pipeline("question-answering", model=folder, trust_remote_code=True)
     context = " ".join(f"Item {i} was stored in room {i + 3}." for i in range(120))  # longer than one window

@@ -12,16 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pretraining_oracle import mlm_sequences, nsp_examples, read_documents, tokenize_documents
 
+from briskbert import cli
 from briskbert.commands.pretrain import main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
 from briskbert.training.data.masking import MaskingCollator
-from briskbert.training.data.pretraining_data import (
-    mlm_sequences,
-    nsp_examples,
-    read_documents,
-    tokenize_documents,
-)
+from briskbert.training.data.pretraining_data import sequence_spans
+from briskbert.training.engine.facts import read_training_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
@@ -54,7 +52,7 @@ def documents():
 
 @pytest.fixture(scope="module")
 def sequences(tokenizer, documents):
-    return mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, 64, packing=True)
+    return mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, 64, "full-sentences")
 
 
 def collate(tokenizer, sequences, epoch=0, **kwargs):
@@ -120,19 +118,19 @@ def test_whole_word_masking_masks_whole_words(tokenizer, sequences):
 
 
 # ------------------------------------------------------------------------------------------ sequences
-def test_packing_and_splitting_keep_every_token(tokenizer, documents):
-    tokenized = tokenize_documents(documents, tokenizer)
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    packed = mlm_sequences(tokenized, tokenizer, 64, packing=True)
-    assert all(len(s) == 64 for s in packed[:-1]) and 1 < len(packed[-1]) <= 64  # remainder kept
-    assert all(s[0] == cls for s in packed)
-    expected = [t for doc in tokenized for t in [*(i for seg in doc for i in seg), sep]]
-    assert [t for s in packed for t in s[1:]] == expected
-    unpacked = mlm_sequences(tokenized, tokenizer, 64, packing=False)
-    assert all(len(s) <= 64 and s[0] == cls and s[-1] == sep for s in unpacked)
-    assert [t for s in unpacked for t in s[1:-1]] == [i for doc in tokenized for seg in doc for i in seg]
-    # Every document starts a new sequence: nothing is lost or merged.
-    assert len(unpacked) >= len(tokenized)
+@pytest.mark.parametrize(
+    "lengths, mode, starts, sizes",
+    [  # documents of 5, 0 and 3 tokens (each closed by its [SEP]), sequences of 8 tokens, worked out by hand
+        ([5, 0, 3], "full-sentences", [0, 7], [7, 1]),  # [CLS] + 7 across documents, the rest kept
+        ([5, 0, 3], "doc-sentences", [0, 5], [5, 3]),  # never across a document
+        ([5, 0, 3], "none", [0, 5], [4, 2]),  # each document's own [SEP] is left for the sequence's own
+        ([15], "doc-sentences", [0, 7, 14], [7, 7, 1]),
+        ([15], "none", [0, 6, 12], [6, 6, 2]),  # [CLS] + 6 + [SEP]
+    ],
+)
+def test_sequence_spans(lengths, mode, starts, sizes):
+    got_starts, got_sizes = sequence_spans(lengths, 8, mode)
+    assert got_starts.tolist() == starts and got_sizes.tolist() == sizes
 
 
 def test_nsp_pairs(tokenizer, documents):
@@ -213,7 +211,7 @@ def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message, cap
     (tmp_path / "small.txt").write_text("one short document.\n\nanother short one.\n")
     (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait\n\nun autre document\n".encode("latin-1"))
     cache = ["--data_cache_dir", str(tmp_path / "cache")]
-    assert main(base_args(tmp_path, tok, *argv, *cache)) == 2
+    assert cli.main(["pretrain", *base_args(tmp_path, tok, *argv, *cache)]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]  # after any progress bar
     assert error.startswith("error: ") and message in error
     assert not (tmp_path / "out" / "log_history.jsonl").exists()  # no training started
@@ -258,9 +256,13 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
     assert {"eval_loss", "eval_accuracy", "eval_perplexity", "eval_nsp_accuracy"} <= set(result.metrics)
     assert result.metrics["eval_perplexity"] == pytest.approx(np.exp(result.metrics["eval_loss"]))
     final = tmp_path / "run" / "final"
-    facts = json.loads((final / "training_facts.json").read_text())
-    assert facts["pipeline_tag"] == "fill-mask" and facts["datasets"] == ["corpus.jsonl"]
-    assert facts["train_steps"] == 4 and facts["tokens_seen"] > 0 and facts["config_preset"] == "bert-tiny"
+    facts = read_training_facts(final)
+    assert facts == result.facts and facts.job.pipeline_tag == "fill-mask"
+    assert facts.job.datasets == ("corpus.jsonl",) and facts.job.config_preset == "bert-tiny"
+    assert facts.job.details["objective"]["nsp"] is True and facts.job.task.endswith(
+        "next-sentence-prediction"
+    )
+    assert facts.run.train_steps == 4 and facts.run.tokens_seen > 0
     assert (tmp_path / "run" / "training_curves.png").stat().st_size > 1000
 
     code = f"""

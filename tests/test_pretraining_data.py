@@ -1,5 +1,6 @@
-"""The prepared corpus store: the same sequences as the in-memory reference, packing modes, the cache,
-sharding across processes and workers, and exact resume of a pretraining run that reads it.
+"""The prepared corpus store and the streamed reader: the same sequences as an independent in-memory
+implementation (``pretraining_oracle.py``), packing modes, the cache, sharding across processes and
+workers, and exact resume of a pretraining run that reads it.
 
 Data: the bundled WikiText-2 excerpt and a small WordPiece vocabulary trained on it once per module."""
 
@@ -10,21 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from accelerate.data_loader import prepare_data_loader
+from pretraining_oracle import mlm_sequences, nsp_examples, read_documents, tokenize_documents
 from torch.utils.data import DataLoader
 
 from briskbert.commands.pretrain import main as pretrain_main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
-from briskbert.training.data.corpus import CorpusSource, PreparationSettings, prepare_corpus
+from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, PreparationSettings, prepare_corpus
 from briskbert.training.data.pretraining_data import (
-    PACKING_MODES,
     StoredSequences,
     StreamingMLMDataset,
-    mlm_sequences,
-    nsp_examples,
-    read_documents,
     split_document_indices,
     stored_nsp_examples,
-    tokenize_documents,
 )
 from briskbert.training.engine.loop import EpochShuffleSampler
 
@@ -131,6 +128,16 @@ def test_two_processes_read_disjoint_shares_that_cover_the_corpus(store, tokeniz
     first, second = set(seen[0]), set(seen[1])
     assert first | second == set(range(len(sequences)))
     assert len(first & second) <= 16  # only the last global batch is evened out with repeats
+
+
+@pytest.mark.parametrize("mode", PACKING_MODES)
+def test_streamed_sequences_are_the_reference_sequences(tokenizer, documents, mode):
+    """Chunks of 16 documents, tokenized and packed on the fly, give exactly the in-memory sequences (a
+    full-sentences sequence continues across chunks)."""
+    reference = mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, 64, mode)
+    streamed = list(StreamingMLMDataset(str(EXCERPT), tokenizer, 64, packing=mode, documents_per_chunk=16))
+    assert [example["input_ids"] for example in streamed] == reference
+    assert [example["idx"] for example in streamed] == list(range(len(reference)))
 
 
 def test_streaming_shards_are_disjoint_and_complete(tokenizer):

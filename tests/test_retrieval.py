@@ -234,8 +234,11 @@ def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
          "--rerank_top_k", "5", *collection, "--output_dir", str(tmp_path / "eval")]
     )  # fmt: skip
     report = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert report["num_passages"] == 5 + 30 and set(report["reranked"]) == set(report["retrieval"])
-    assert report["retrieval"]["recall@100"] == 1.0  # every passage is within the first 100
+    retrieved, reranked = report["retrieval"], report["reranked"]
+    assert report["num_passages"] == 5 + 30
+    assert retrieved["recall@1"] <= retrieved["recall@5"] <= retrieved["recall@10"] <= retrieved["recall@100"]
+    # Re-ranking reorders the top 5 only: the passages within the top 5, 10 and 100 stay the same.
+    assert [reranked[f"recall@{k}"] for k in (5, 10, 100)] == [retrieved[f"recall@{k}"] for k in (5, 10, 100)]
 
     reader = tmp_path / "reader"
     _tiny(BriskBertForQuestionAnswering, tokenizer).save_pretrained(reader)

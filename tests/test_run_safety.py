@@ -12,15 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker
-from test_training_loop import FakeTokenizer, config, sequences, tiny_model
+from safetensors.torch import load_file, save_file
+from test_training_loop import config, mlm_task, sequences, tiny_model
 from transformers import SchedulerType
 
-from briskbert.training import run
-from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
-from briskbert.training.engine.arguments import SCHEDULER_NAMES
+from briskbert.errors import UserError
+from briskbert.training import TrainingDiverged, run
 from briskbert.training.engine.checkpointing import resume_command
+from briskbert.training.engine.config import SCHEDULER_NAMES
 from briskbert.training.engine.logging_utils import LOG_FILE, curve_figure
 
 TESTS = Path(__file__).resolve().parent
@@ -28,17 +30,10 @@ FAST = ("--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logg
 
 
 def train(output_dir, *extra, train_data=None, accelerator=None, evaluate_fn=None):
-    return run(
-        config("--output_dir", str(output_dir), *FAST, *extra),
-        model=tiny_model(),
-        train_dataset=train_data or sequences(12),
-        eval_dataset=sequences(4, seed=1),
-        data_collator=MaskingCollator(FakeTokenizer(), seed=0),
-        eval_collator=MaskingCollator(FakeTokenizer(), seed=99),
-        count_items=count_masked_tokens,
-        accelerator=accelerator,
-        evaluate_fn=evaluate_fn,
+    task = mlm_task(
+        train=train_data or sequences(12), evaluation=sequences(4, seed=1), evaluate_fn=evaluate_fn
     )
+    return run(task, config("--output_dir", str(output_dir), *FAST, *extra), accelerator=accelerator)
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +71,8 @@ def test_resume_refuses_a_checkpoint_of_another_run_and_says_what_differs(used_r
     resume = ("--max_train_steps", "4", "--resume_from_checkpoint", "latest")
     with pytest.raises(ValueError, match=r"--learning_rate 0.001 in the checkpoint, 0.002 now"):
         run(
+            mlm_task(train=sequences(12)),
             config("--output_dir", str(used_run), *FAST, *resume, "--learning_rate", "2e-3"),
-            model=tiny_model(),
-            train_dataset=sequences(12),
-            data_collator=MaskingCollator(FakeTokenizer(), seed=0),
         )
     with pytest.raises(ValueError, match="the training data differs"):
         train(used_run, *resume, train_data=sequences(12, seed=7))
@@ -152,9 +145,10 @@ def test_a_partial_last_log_line_is_tolerated_on_resume(used_run, caplog):
 
 SCRIPT = """
 import argparse, os, signal
-from briskbert.training import TrainingConfig, add_training_arguments, run
-from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
-from test_training_loop import FakeTokenizer, sequences, tiny_model
+from briskbert.commands.training_flags import add_training_arguments, training_config_from_args
+from briskbert.errors import UserError
+from briskbert.training import TrainingDiverged, run
+from test_training_loop import mlm_task, sequences
 
 args = add_training_arguments(argparse.ArgumentParser()).parse_args()
 
@@ -164,14 +158,7 @@ def press_ctrl_c_at_step_2(entry):
         os.kill(os.getpid(), signal.SIGINT)
 
 
-run(
-    TrainingConfig.from_namespace(args),
-    model=tiny_model(),
-    train_dataset=sequences(12),
-    data_collator=MaskingCollator(FakeTokenizer(), seed=0),
-    count_items=count_masked_tokens,
-    callbacks=[press_ctrl_c_at_step_2],
-)
+run(mlm_task(train=sequences(12)), training_config_from_args(args), callbacks=[press_ctrl_c_at_step_2])
 """
 
 
@@ -294,3 +281,77 @@ def test_the_command_line_refuses_a_used_output_dir_in_one_error_line(used_run, 
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"error: --output_dir {used_run} already holds a run") and "\n" not in error
     assert not (used_run / "tokenizer").exists()  # refused before any data preparation
+
+
+# ------------------------------------------------------------------------------------ finite or nothing
+class NanLossAt(torch.nn.Module):
+    """The tiny MLM model, whose ``at``-th training forward returns a NaN loss."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.model, self.at, self.calls = tiny_model(), at, 0
+        self.config = self.model.config
+
+    def forward(self, **batch):
+        outputs = self.model(**batch)
+        if self.training:
+            self.calls += 1
+            if self.calls == self.at:
+                outputs.loss = outputs.loss * float("nan")
+        return outputs
+
+    def save_pretrained(self, folder, **kwargs):
+        return self.model.save_pretrained(folder, **kwargs)
+
+
+def test_a_nan_loss_stops_the_run_before_it_is_applied_and_keeps_the_last_checkpoint(tmp_path):
+    task = mlm_task(model=NanLossAt(3), train=sequences(12))
+    with pytest.raises(TrainingDiverged) as stopped:
+        run(
+            task,
+            config(
+                "--output_dir", str(tmp_path), *FAST, "--max_train_steps", "6", "--checkpointing_steps", "2"
+            ),
+        )
+    message = str(stopped.value)
+    assert isinstance(stopped.value, UserError) and "\n" not in message
+    assert (
+        "loss became nan at step 3" in message
+        and f"the last good checkpoint is {tmp_path / 'step_2'}" in message
+    )
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2"] and not (tmp_path / "final").exists()
+    logged = [json.loads(line)["step"] for line in (tmp_path / LOG_FILE).read_text().splitlines()]
+    assert max(logged) == 2  # nothing of the diverged step was recorded as trained
+    weights = load_file(tmp_path / "step_2" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_nan_weights_are_never_saved(tmp_path):
+    model = tiny_model()
+
+    def break_a_weight_at_step_2(entry):  # after the step, before its checkpoint
+        if entry["step"] == 2:
+            with torch.no_grad():
+                model.model.layers[0].mlp.up.weight[0, 0] = float("inf")
+
+    task = mlm_task(model=model, train=sequences(12))
+    with pytest.raises(TrainingDiverged, match=r"step_2 was not saved; no checkpoint was saved before"):
+        run(
+            task,
+            config(
+                "--output_dir", str(tmp_path), *FAST, "--max_train_steps", "4", "--checkpointing_steps", "2"
+            ),
+            callbacks=[break_a_weight_at_step_2],
+        )
+    assert not list(tmp_path.glob("step_*")) and not list(tmp_path.glob(".step_*"))
+    assert not (tmp_path / "final").exists()
+
+
+def test_resuming_from_a_checkpoint_with_nan_weights_is_refused_naming_the_file(used_run):
+    weights_path = used_run / "step_4" / "model.safetensors"
+    weights = load_file(weights_path)
+    name = next(iter(weights))
+    weights[name][0] = float("nan")
+    save_file(weights, weights_path, metadata={"format": "pt"})
+    with pytest.raises(UserError, match=rf"--resume_from_checkpoint {weights_path}: the weight \S*{name}"):
+        train(used_run, "--max_train_steps", "5", "--resume_from_checkpoint", "latest")

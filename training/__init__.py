@@ -1,29 +1,34 @@
 """briskbert's shared training library: the one Accelerate loop (:mod:`briskbert.training.engine.loop`) and its helpers.
 
-Task code builds on :func:`briskbert.training.engine.loop.run`; pretraining data and masking live in
-:mod:`briskbert.training.data.pretraining_data` and :mod:`briskbert.training.data.masking`. Submodules are imported on
-first use so the command line can parse its flags without loading torch.
+A job is a :class:`~briskbert.training.engine.task.Task` handed to :func:`briskbert.training.engine.loop.run`;
+pretraining data and masking live in :mod:`briskbert.training.data`. Submodules are imported on first use so
+the command line can parse its flags without loading torch.
 """
 
 import importlib
 
 _EXPORTS = {
     "FACTS_FILE": "engine.facts",
+    "JobFacts": "engine.facts",
+    "RunFacts": "engine.facts",
+    "TrainingFacts": "engine.facts",
     "read_training_facts": "engine.facts",
     "write_training_facts": "engine.facts",
+    "Task": "engine.task",
+    "TaskInputs": "engine.task",
+    "PreparedTask": "engine.task",
+    "count_examples": "engine.task",
+    "TrainingConfig": "engine.config",
+    "TrainingDiverged": "engine.finite",
     "EpochShuffleSampler": "engine.loop",
     "TrainResult": "engine.loop",
-    "TrainingConfig": "engine.arguments",
     "TrainingInterrupted": "engine.loop",
     "TrainingState": "engine.checkpointing",
-    "add_training_arguments": "engine.arguments",
-    "count_examples": "engine.loop",
     "create_accelerator": "engine.loop",
     "evaluate_loss": "engine.loop",
     "evaluation_loop": "engine.loop",
     "run": "engine.loop",
     "seed_everything": "engine.loop",
-    "validate_training_arguments": "engine.arguments",
     "create_optimizer": "engine.optim",
     "create_scheduler": "engine.optim",
     "parameter_groups": "engine.optim",

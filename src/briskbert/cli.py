@@ -15,7 +15,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from .errors import USER_ERROR_EXIT_CODE, UserError
+from .errors import CommandFailed, UserError
 
 #: the shell's status for a process ended by SIGINT (128 + 2)
 INTERRUPTED_EXIT_CODE = 130
@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
     try:
         result = module.main(rest)
-    except UserError as error:  # an expected input mistake: one line, no traceback
+    except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
         print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        return error.exit_code
     except KeyboardInterrupt:
         # Ctrl-C before a job installed its own handler (while importing or loading): nothing to save yet.
         print(f"briskbert {name}: interrupted before training started; nothing to resume.", file=sys.stderr)

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 #: exit status of a command stopped by a user error (argparse uses the same for bad flags)
 USER_ERROR_EXIT_CODE = 2
+#: exit status of a command that ran but did not succeed (:class:`CommandFailed`)
+FAILED_EXIT_CODE = 1
 
 
 class UserError(Exception):
     """An expected mistake in the command's input; the message says what is wrong and how to fix it."""
+
+    exit_code = USER_ERROR_EXIT_CODE
+
+
+class CommandFailed(Exception):
+    """A command that ran but did not succeed, for a reason its message gives (a check it performs
+    failed, a process it started crashed: see its log): one ``error: ...`` line, exit status 1."""
+
+    exit_code = FAILED_EXIT_CODE

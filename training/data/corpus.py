@@ -1,7 +1,7 @@
 """A tokenized corpus on disk: prepared once, in parallel, with bounded memory; memory-mapped afterwards.
 
 :func:`prepare_corpus` reads a corpus file (or a ``datasets`` dataset) as a stream, groups its lines into
-documents (see :mod:`training.pretraining_data`), tokenizes chunks of documents in
+documents (:func:`iter_documents`), tokenizes chunks of documents in
 ``preprocessing_num_workers`` processes and appends the ids to a flat array on disk. Nothing
 proportional to the corpus is kept in Python lists, so the memory used does not grow with the corpus.
 
@@ -50,6 +50,8 @@ BUILDERS = {
     ".tsv": "csv",
     ".parquet": "parquet",
 }
+# How documents become sequences (see :mod:`training.data.pretraining_data`).
+PACKING_MODES = ("none", "full-sentences", "doc-sentences")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 STORE_VERSION = 1
 META_FILE = "meta.json"
@@ -79,6 +81,19 @@ def file_builder(path: str) -> tuple[str, dict]:
             f"{path}: unsupported file type {suffix!r}; use one of {', '.join(sorted(BUILDERS))}."
         )
     return BUILDERS[suffix], ({"delimiter": "\t"} if suffix == ".tsv" else {})
+
+
+def check_corpus_file(path: str, flag: str) -> None:
+    """A readable, non-empty corpus file of a supported type, or a :class:`CorpusError` naming ``flag``."""
+    file = Path(path)
+    if not file.is_file():
+        raise CorpusError(f"{flag} {path}: no such file.")
+    if file.stat().st_size == 0:
+        raise CorpusError(f"{flag} {path}: the file is empty.")
+    if file.suffix.lower() not in BUILDERS:
+        raise CorpusError(
+            f"{flag} {path}: unsupported file type {file.suffix.lower()!r}; use one of {', '.join(sorted(BUILDERS))}."
+        )
 
 
 def load_corpus(path: str, text_column: str | None = None, streaming: bool = False):
@@ -182,8 +197,8 @@ def _dataset_rows(source: CorpusSource) -> Iterator[str]:
 
 
 def iter_documents(source: CorpusSource) -> Iterator[list[str]]:
-    """Documents as lists of non-empty, stripped paragraphs, exactly as
-    :func:`training.pretraining_data.documents_from_rows` groups them, one at a time."""
+    """Documents as lists of non-empty, stripped paragraphs, one at a time: in plain text a blank line
+    ends a document, in tabular files each row is one (its newlines separate its paragraphs)."""
     blank_line_separates = source.blank_line_separates
     current: list[str] = []
     for text in source.rows():

@@ -1,12 +1,11 @@
-"""Pretraining data: read a corpus into documents, carve a validation split, tokenize, and build
-fixed-length MLM sequences (packed or not) or NSP segment pairs.
+"""Pretraining sequences: fixed-length MLM sequences (packed or not) and NSP segment pairs, built from a
+tokenized corpus, in one place.
 
-Two implementations of the same sequences:
+:func:`sequence_spans` decides how documents become MLM sequences; both ways of reading a corpus use it:
 
 * :class:`StoredSequences` / :func:`stored_nsp_examples` read a corpus prepared on disk by
-  :mod:`training.corpus` (memory-mapped, bounded memory whatever the corpus size): the default path.
-* :func:`mlm_sequences` / :func:`nsp_examples` work on documents held in Python lists: the reference the
-  stored path is tested against, and handy for small in-memory corpora.
+  :mod:`training.data.corpus` (memory-mapped, bounded memory whatever the corpus size): the default path;
+* :class:`StreamingMLMDataset` reads, tokenizes and packs a corpus file on the fly (``--streaming``).
 
 Packing modes are named after RoBERTa's study (Liu et al. 2019, section 4.2); every sequence starts with
 ``[CLS]`` and a document is followed by ``[SEP]``:
@@ -18,18 +17,10 @@ Packing modes are named after RoBERTa's study (Liu et al. 2019, section 4.2); ev
 * ``none``: one document per sequence, ``[CLS] doc [SEP]``; a longer document continues in the next
   sequences, each with its own ``[CLS] ... [SEP]``.
 
-A cut happens at a token, not at a sentence end, as in transformers' ``run_mlm`` ``group_texts``.
-
-Corpus format (read through ``datasets``): plain text (``.txt``), JSON lines (``.json``/``.jsonl``), CSV
-(``.csv``/``.tsv``) or Parquet (``.parquet``).
-
-* Plain text: one paragraph per line; a blank line separates documents.
-* Tabular formats: one document per row in ``--text_column`` (newlines inside a row separate its
-  paragraphs).
-
-A document is a list of segments (paragraphs; for NSP, sentences). Nothing is silently dropped:
-unpacked documents longer than ``max_seq_length`` are split into several sequences, and with packing the
-last, shorter sequence is kept (padded by the collator).
+A cut happens at a token, not at a sentence end, as in transformers' ``run_mlm`` ``group_texts``. Nothing
+is silently dropped: unpacked documents longer than ``max_seq_length`` are split into several sequences,
+and with packing the last, shorter sequence is kept (padded by the collator). The tests check these
+sequences against an independent, in-memory implementation of the same rules.
 """
 
 from __future__ import annotations
@@ -43,57 +34,13 @@ from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import datasets
 import numpy as np
 import torch
 
-from briskbert.training.data.corpus import BUILDERS, CorpusStore, file_builder, load_corpus, split_sentences  # noqa: F401
-
-PACKING_MODES = ("none", "full-sentences", "doc-sentences")
+from briskbert.training.data.corpus import PACKING_MODES, CorpusStore, check_corpus_file, load_corpus
 
 
-# ---------------------------------------------------------------------------------------------- reading
-def check_file(path: str | None, flag: str) -> None:
-    if path is None:
-        return
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{flag} {path}: no such file.")
-    if p.stat().st_size == 0:
-        raise ValueError(f"{flag} {path}: the file is empty.")
-    file_builder(path)
-
-
-def documents_from_rows(texts, blank_line_separates: bool) -> list[list[str]]:
-    """Texts (lines or rows) -> documents as lists of non-empty paragraphs."""
-    documents, current = [], []
-    for text in texts:
-        text = text or ""
-        if blank_line_separates:
-            if text.strip():
-                current.append(text.strip())
-            elif current:
-                documents.append(current)
-                current = []
-        else:
-            paragraphs = [p.strip() for p in text.split("\n") if p.strip()]
-            if paragraphs:
-                documents.append(paragraphs)
-    if current:
-        documents.append(current)
-    return documents
-
-
-def read_documents(path: str, text_column: str | None = None) -> list[list[str]]:
-    """Read a corpus file into documents (see the module docstring); clear errors for unusable files."""
-    check_file(path, "file")
-    ds, column = load_corpus(path, text_column)
-    documents = documents_from_rows(ds[column], blank_line_separates=file_builder(path)[0] == "text")
-    if not documents:
-        raise ValueError(f"{path}: no text found in column {column!r} (only empty lines or rows).")
-    return documents
-
-
+# ---------------------------------------------------------------------------------------------- splits
 def split_document_indices(
     num_documents: int, percentage: float, seed: int, source: str = "The training corpus"
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -113,86 +60,44 @@ def split_document_indices(
     return np.flatnonzero(~held), np.flatnonzero(held)
 
 
-def split_validation(documents: list, percentage: float, seed: int) -> tuple[list, list]:
-    """Hold out ``percentage`` % of the documents (at least one) for validation, chosen with ``seed``."""
-    train, held = split_document_indices(len(documents), percentage, seed)
-    return [documents[i] for i in train], [documents[i] for i in held]
-
-
-# ------------------------------------------------------------------------------------------- tokenizing
-def tokenize_documents(
-    documents: list[list[str]], tokenizer, sentences: bool = False
-) -> list[list[list[int]]]:
-    """Documents of text segments -> documents of token-id segments (no special tokens; empty ones dropped,
-    which loses no tokens). ``sentences=True`` splits paragraphs into sentences first (for NSP)."""
-    if sentences:
-        documents = [[s for p in doc for s in split_sentences(p)] for doc in documents]
-    flat = [segment for doc in documents for segment in doc]
-    ids = tokenizer(flat, add_special_tokens=False, verbose=False)["input_ids"] if flat else []
-    out, k = [], 0
-    for doc in documents:
-        segs = [s for s in ids[k : k + len(doc)] if s]
-        k += len(doc)
-        if segs:
-            out.append(segs)
-    return out
-
-
 # ------------------------------------------------------------------------------------------- sequences
-def packing_mode(packing: bool | str) -> str:
-    """``True``/``False`` (the old ``--packing`` switch) or a mode name -> a checked mode name."""
-    mode = {True: "full-sentences", False: "none"}.get(packing, packing)
-    if mode not in PACKING_MODES:
+def body_length(max_seq_length: int, packing: str) -> int:
+    """Tokens of a sequence besides its ``[CLS]`` (and, unpacked, its own closing ``[SEP]``)."""
+    if packing not in PACKING_MODES:
         raise ValueError(f"--packing_mode must be one of {', '.join(PACKING_MODES)}, got {packing!r}.")
-    return mode
-
-
-def mlm_sequences(
-    tokenized_documents, tokenizer, max_seq_length: int, packing: bool | str
-) -> list[list[int]]:
-    """MLM input sequences of in-memory documents (see the module docstring for the packing modes;
-    ``True`` means ``full-sentences``, ``False`` means ``none``). The last, shorter sequence is kept."""
     if max_seq_length < 8:
         raise ValueError(f"--max_seq_length must be at least 8, got {max_seq_length}.")
-    mode = packing_mode(packing)
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    streams = [[*(i for s in doc for i in s), sep] for doc in tokenized_documents]
-    if mode == "full-sentences":
-        streams = [[t for stream in streams for t in stream]]
-    if mode == "none":
-        body = max_seq_length - 2
-        return [[cls, *ids[i : i + body], sep] for *ids, _ in streams for i in range(0, len(ids), body)]
-    body = max_seq_length - 1
-    return [[cls, *stream[i : i + body]] for stream in streams for i in range(0, len(stream), body)]
+    return max_seq_length - (2 if packing == "none" else 1)
 
 
-def nsp_examples(
-    tokenized_documents, tokenizer, max_seq_length: int, seed: int, short_seq_prob: float = 0.1
-) -> list[dict]:
-    """Segment pairs for next sentence prediction, as in google-research/bert ``create_pretraining_data``.
+def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where each MLM sequence's body lies in the stream of the documents' tokens.
 
-    Consecutive segments of a document are gathered up to a target length and cut at a random point into
-    A and B. Half the time B is the true continuation (``next_sentence_label`` 0); otherwise B is taken
-    from another, random document (label 1) and the unused segments are put back. Pairs are truncated to
-    fit ``[CLS] A [SEP] B [SEP]``; ``token_type_ids`` are 0 for A and 1 for B.
+    ``document_lengths`` are the documents' token counts, each including the ``[SEP]`` that closes the
+    document (0 for a document without tokens); the stream is their tokens one after the other. Returns
+    ``(starts, lengths)`` of the sequence bodies in stream positions, in order; a sequence is ``[CLS]`` +
+    its body, + ``[SEP]`` in mode ``none`` (whose bodies leave out the document's own ``[SEP]``).
     """
-    if len(tokenized_documents) < 2:
-        raise ValueError(
-            "--nsp needs a corpus with several documents (separated by blank lines in text files, "
-            "one per row otherwise): random next segments must come from another document."
-        )
-    return list(
-        iter_nsp_examples(
-            tokenized_documents,
-            tokenizer.cls_token_id,
-            tokenizer.sep_token_id,
-            max_seq_length,
-            seed,
-            short_seq_prob,
-        )
-    )
+    body = body_length(max_seq_length, packing)
+    lengths = np.asarray(document_lengths, dtype=np.int64)
+    if packing == "full-sentences":  # one stream, cut every `body` tokens
+        total = int(lengths.sum())
+        starts = np.arange(0, total, body, dtype=np.int64)
+        return starts, np.minimum(body, total - starts)
+    offsets = np.cumsum(lengths) - lengths
+    content = np.maximum(lengths - (1 if packing == "none" else 0), 0)  # "none" adds its own [SEP]
+    counts = -(-content // body)  # sequences per document (0 for an empty one)
+    document = np.repeat(np.arange(len(lengths)), counts)
+    within = (np.arange(len(document)) - (np.cumsum(counts) - counts)[document]) * body
+    return offsets[document] + within, np.minimum(body, content[document] - within)
 
 
+def wrap_sequence(body: list[int], packing: str, cls_id: int, sep_id: int) -> list[int]:
+    """A sequence's ids: ``[CLS]`` + body (+ ``[SEP]`` in mode ``none``)."""
+    return [cls_id, *body, sep_id] if packing == "none" else [cls_id, *body]
+
+
+# ------------------------------------------------------------------------------------------------- NSP
 def iter_nsp_examples(
     tokenized_documents: Sequence, cls: int, sep: int, max_seq_length: int, seed: int, short_seq_prob: float
 ) -> Iterator[dict]:
@@ -242,83 +147,49 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> Non
             longer.pop()
 
 
-def to_dataset(sequences_or_examples: list) -> datasets.Dataset:
-    """A ``datasets.Dataset`` with an ``idx`` column (the key of each example's masking draw)."""
-    rows = [s if isinstance(s, dict) else {"input_ids": s} for s in sequences_or_examples]
-    columns = {key: [r[key] for r in rows] for key in rows[0]} if rows else {"input_ids": []}
-    columns["idx"] = list(range(len(rows)))
-    return datasets.Dataset.from_dict(columns)
-
-
 # ------------------------------------------------------------------------------------- stored corpus
-def _chunk_index(lengths: np.ndarray, body: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut pieces of ``lengths`` tokens into chunks of at most ``body``: (piece of each chunk, its offset
-    in that piece)."""
-    counts = -(-lengths // body)
-    piece = np.repeat(np.arange(len(lengths)), counts)
-    first_chunk = np.cumsum(counts) - counts
-    return piece, (np.arange(len(piece)) - first_chunk[piece]) * body
-
-
 class StoredSequences(torch.utils.data.Dataset):
-    """The MLM sequences of a prepared corpus (:class:`~training.corpus.CorpusStore`), read from the
-    memory-mapped token array when asked for: only an index of (start, length) per sequence lives in
-    memory (12 bytes a sequence), never the tokens.
+    """The MLM sequences of a prepared corpus (:class:`~training.data.corpus.CorpusStore`), read from the
+    memory-mapped token array when asked for: only the (start, length) of each sequence lives in memory
+    (12 bytes a sequence), never the tokens.
 
-    ``documents`` selects and orders the documents (e.g. the training split); ``None`` takes all. The
-    sequences equal those of :func:`mlm_sequences` on the same documents and packing mode. Items are
-    ``{"input_ids": [...], "idx": i}``; ``idx`` keys the example's masking draw.
+    ``documents`` selects and orders the documents (e.g. the training split); ``None`` takes all. Items
+    are ``{"input_ids": [...], "idx": i}``; ``idx`` keys the example's masking draw.
     """
 
     def __init__(
         self, store: CorpusStore, documents, max_seq_length: int, packing: str, cls_id: int, sep_id: int
     ):
-        if max_seq_length < 8:
-            raise ValueError(f"--max_seq_length must be at least 8, got {max_seq_length}.")
-        self.store, self.mode, self.cls_id, self.sep_id = store, packing_mode(packing), cls_id, sep_id
+        self.store, self.mode, self.cls_id, self.sep_id = store, packing, cls_id, sep_id
         offsets = np.asarray(store.document_offsets())
         chosen = (
             np.arange(store.num_documents) if documents is None else np.asarray(documents, dtype=np.int64)
         )
-        starts, lengths = offsets[chosen], offsets[chosen + 1] - offsets[chosen]
-        keep = lengths > 0  # documents without tokens add nothing, not even a separator
-        starts, lengths = starts[keep], lengths[keep]
-        self.body = max_seq_length - (2 if self.mode == "none" else 1)
-        if self.mode == "full-sentences":
-            # One stream of the chosen documents: sequence i covers stream positions [i * body, ...).
-            self.doc_starts, self.doc_ends_in_stream = starts, np.cumsum(lengths)
-            total = int(self.doc_ends_in_stream[-1]) if len(lengths) else 0
-            self.num_sequences = -(-total // self.body)
-        else:
-            content = lengths - (1 if self.mode == "none" else 0)  # "none" adds its own [SEP] per chunk
-            piece, offset = _chunk_index(content, self.body)
-            self.seq_starts = starts[piece] + offset
-            self.seq_lengths = np.minimum(self.body, content[piece] - offset).astype(np.int32)
-            self.num_sequences = len(piece)
+        lengths = offsets[chosen + 1] - offsets[chosen]
+        # Chosen documents in stream order: where each starts in the store, where it ends in the stream.
+        self.doc_starts, self.doc_ends_in_stream = offsets[chosen], np.cumsum(lengths)
+        starts, lengths = sequence_spans(lengths, max_seq_length, packing)
+        self.seq_starts, self.seq_lengths = starts, lengths.astype(np.int32)
         self._tokens = None
 
     def __getstate__(self):  # dataloader workers map the file themselves
         return {**self.__dict__, "_tokens": None}
 
     def __len__(self) -> int:
-        return self.num_sequences
+        return len(self.seq_starts)
 
     def __getitem__(self, index: int) -> dict:
-        if not 0 <= index < self.num_sequences:
+        if not 0 <= index < len(self):
             raise IndexError(index)
         if self._tokens is None:
             self._tokens = self.store.tokens()
-        if self.mode == "full-sentences":
-            ids = self._stream_slice(index * self.body, (index + 1) * self.body)
-        else:
-            start = int(self.seq_starts[index])
-            ids = self._tokens[start : start + int(self.seq_lengths[index])].tolist()
-        tail = [self.sep_id] if self.mode == "none" else []
-        return {"input_ids": [self.cls_id, *ids, *tail], "idx": index}
+        begin = int(self.seq_starts[index])
+        body = self._stream_slice(begin, begin + int(self.seq_lengths[index]))
+        return {"input_ids": wrap_sequence(body, self.mode, self.cls_id, self.sep_id), "idx": index}
 
     def _stream_slice(self, begin: int, end: int) -> list[int]:
+        """Tokens at stream positions [begin, end), read from the documents they fall in."""
         ends = self.doc_ends_in_stream
-        end = min(end, int(ends[-1]))
         first, last = np.searchsorted(ends, [begin, end - 1], side="right")
         ids = []
         for doc in range(int(first), int(last) + 1):
@@ -434,9 +305,10 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
     The documents are read in chunks of ``documents_per_chunk``. Chunk ``c`` belongs to shard
     ``c % shards``, where the shards are ``num_shards`` (e.g. processes that each read their own share)
     times the dataloader workers; a shard reads past the other shards' chunks without tokenizing them,
-    and packs its own chunks into sequences. The order is deterministic for a given number of shards, so
-    a resumed run (same processes and workers) skips exactly the batches already seen. ``idx`` is unique
-    across shards (it keys the masking draw).
+    and packs its own chunks into sequences (:func:`sequence_spans`; in ``full-sentences`` the tokens
+    left at the end of a chunk start the next one). The order is deterministic for a given number of
+    shards, so a resumed run (same processes and workers) skips exactly the batches already seen.
+    ``idx`` is unique across shards (it keys the masking draw).
     """
 
     def __init__(
@@ -445,19 +317,20 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         tokenizer,
         max_seq_length: int,
         text_column: str | None = None,
-        packing: bool | str = "full-sentences",
+        packing: str = "full-sentences",
         documents_per_chunk: int = 256,
         num_shards: int = 1,
         shard_index: int = 0,
     ):
         from briskbert.training.data.corpus import TokenEncoder
 
-        check_file(path, "--train_file")
+        check_corpus_file(path, "--train_file")
+        body_length(max_seq_length, packing)  # a bad mode or length fails here, not in a worker
         load_corpus(path, text_column, streaming=True)  # column check up front
         if not 0 <= shard_index < num_shards:
             raise ValueError(f"shard_index {shard_index} is not in [0, num_shards={num_shards}).")
         self.path, self.text_column, self.max_seq_length = path, text_column, max_seq_length
-        self.mode, self.documents_per_chunk = packing_mode(packing), documents_per_chunk
+        self.mode, self.documents_per_chunk = packing, documents_per_chunk
         self.num_shards, self.shard_index = num_shards, shard_index
         self.encoder = TokenEncoder(tokenizer)
         self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
@@ -484,23 +357,25 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         from briskbert.training.data.corpus import encode_documents
 
         shards, shard = self._shard()
-        body = self.max_seq_length - (2 if self.mode == "none" else 1)
-        tail = [self.sep_id] if self.mode == "none" else []
+        packed = self.mode == "full-sentences"
+        body = body_length(self.max_seq_length, self.mode)
         carry, local = np.zeros(0, dtype=self.encoder.dtype), 0
         for chunk in self._own_chunks(shards, shard):
             encoded = encode_documents(self.encoder, chunk, sentences=False)
-            if self.mode == "full-sentences":
-                stream = np.concatenate([carry, encoded.tokens])
-                usable = len(stream) // body * body
-                pieces = [stream[i : i + body] for i in range(0, usable, body)]
-                carry = stream[usable:]
-            else:
-                offsets = np.concatenate([[0], np.cumsum(encoded.document_lengths)])
-                documents = [encoded.tokens[a:b] for a, b in zip(offsets[:-1], offsets[1:]) if b > a]
-                documents = [doc[:-1] if self.mode == "none" else doc for doc in documents]
-                pieces = [doc[i : i + body] for doc in documents for i in range(0, len(doc), body)]
-            for piece in pieces:
-                yield {"input_ids": [self.cls_id, *piece.tolist(), *tail], "idx": local * shards + shard}
+            stream = np.concatenate([carry, encoded.tokens])
+            lengths = np.concatenate([[len(carry)], encoded.document_lengths])
+            starts, sizes = sequence_spans(lengths, self.max_seq_length, self.mode)
+            carry = np.zeros(0, dtype=stream.dtype)
+            if (
+                packed and len(starts) and sizes[-1] < sizes[0]
+            ):  # an unfinished sequence: the next chunk ends it
+                carry, starts, sizes = stream[starts[-1] :], starts[:-1], sizes[:-1]
+            for begin, size in zip(starts.tolist(), sizes.tolist()):
+                body = stream[begin : begin + size].tolist()
+                yield {"input_ids": self._wrap(body), "idx": local * shards + shard}
                 local += 1
         if len(carry):
-            yield {"input_ids": [self.cls_id, *carry.tolist()], "idx": local * shards + shard}
+            yield {"input_ids": self._wrap(carry.tolist()), "idx": local * shards + shard}
+
+    def _wrap(self, body: list[int]) -> list[int]:
+        return wrap_sequence(body, self.mode, self.cls_id, self.sep_id)

@@ -24,7 +24,7 @@ import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from briskbert.training.engine.arguments import TrainingSetupError
+from briskbert.training.engine.config import TrainingSetupError
 
 logger = logging.getLogger(__name__)
 

@@ -1,60 +1,53 @@
-"""The one Accelerate training loop every briskbert command uses.
+"""The one Accelerate training loop every briskbert job runs.
 
-A command parses its flags (:func:`training.arguments.add_training_arguments` adds the shared ones, named
-as in transformers' ``*_no_trainer.py`` examples), converts them once to a :class:`TrainingConfig`, builds
-its task pieces and calls :func:`run`::
+A job is a :class:`~briskbert.training.engine.task.Task` (it builds the model and data, counts the items
+its loss is a mean over, evaluates, and states its card facts); a command parses its flags into the
+job's settings and a :class:`TrainingConfig` and calls :func:`run`::
 
-    parser = add_training_arguments(argparse.ArgumentParser())
-    args = parser.parse_args(argv)
-    config = TrainingConfig.from_namespace(args)  # validated: ValueError naming the flag
-    accelerator = create_accelerator(config)      # refuses an output_dir holding another run; before data
-    seed_everything(config.seed)                  # before building the model, so its init is seeded
-    model = ...; tokenizer = ...; train_ds = ...; eval_ds = ...
-    result = run(
-        config, accelerator=accelerator, model=model, tokenizer=tokenizer,
-        train_dataset=train_ds, data_collator=collator,            # list[dict] -> dict of tensors
-        eval_dataset=eval_ds, eval_collator=eval_collator,          # default: data_collator
-        evaluate_fn=my_evaluate,                                    # (model, dataloader, accelerator) -> dict
-        count_items=lambda batch: (batch["labels"] != -100).sum(),  # items the model's loss is a mean over
-        card_facts={"task": "fill-mask", "pipeline_tag": "fill-mask", "datasets": [...]},
-    )
+    config = TrainingConfig(output_dir="runs/x", max_train_steps=1000)  # checked: a UserError naming the flag
+    result = run(ClassificationTask(model_source, data_source, labels), config)
+    result.final_dir, result.metrics, result.facts  # the saved model, its last evaluation, its card facts
 
 What :func:`run` does: checks the data, builds AdamW with weight decay skipping biases, norms and
-embeddings by module type (:mod:`training.optim`) and the learning-rate schedule, prepares everything
+embeddings by module type (:mod:`training.engine.optim`) and the learning-rate schedule, prepares everything
 with Accelerate (DDP, FSDP, DeepSpeed, mixed precision), optionally resumes, then trains:
 
 * **Accumulation with window-level loss normalisation.** One optimizer step consumes a window of
   ``--gradient_accumulation_steps`` micro-batches (:func:`accumulation_windows`; fewer at the end of an
-  epoch). ``count_items`` is summed over the window and over all processes (``N``) first, and each
+  epoch). The task's ``count_items`` is summed over the window and over all processes (``N``) first, and each
   micro-batch's loss is rescaled to ``mean_loss * n_batch / N``, so the gradient equals that of one big
   batch whatever the split into micro-batches and processes. Gradients are synced only on the last
   micro-batch. Models only need to return a loss that is a mean over the items ``count_items`` counts.
 * **Data order** is a shuffle seeded by ``seed + epoch`` (independent of the process count; Accelerate
   shards it). Collators and datasets with ``set_epoch(epoch)`` hear about every new epoch.
-* **One log** (:class:`training.logging_utils.MetricsLog`) takes every entry: training loss (weighted by
+* **One log** (:class:`training.engine.logging_utils.MetricsLog`) takes every entry: training loss (weighted by
   items over the logging interval), learning rate, gradient norm, tokens/s every ``--logging_steps``,
   and each evaluation. It writes ``log_history.jsonl``, feeds the ``--report_to`` trackers and prints
   evaluations to the console.
 * **Evaluation** every ``--eval_steps`` (default: about ten times in runs of 20+ steps) and at the end:
-  ``evaluate_fn(model, eval_dataloader, accelerator)`` under ``torch.no_grad()`` in eval mode (use
-  :func:`evaluation_loop` inside it). Keys get an ``eval_`` prefix; ``eval_loss`` is added from the
-  model's own loss when ``evaluate_fn`` does not report one. With ``--metric_for_best_model`` the best
+  the task's ``evaluate(model, eval_dataloader, accelerator)`` under ``torch.no_grad()`` in eval mode
+  (use :func:`evaluation_loop` inside it). Keys get an ``eval_`` prefix; ``eval_loss`` is added from the
+  model's own loss when the task does not report one. With ``--metric_for_best_model`` the best
   model is kept in ``output_dir/best``.
 * **Checkpoints** every ``--checkpointing_steps`` (a number or ``epoch``) to ``output_dir/step_{N}``,
-  written whole or not at all, the last ``--checkpoints_total_limit`` kept (:mod:`training.checkpointing`).
+  written whole or not at all, the last ``--checkpoints_total_limit`` kept (:mod:`training.engine.checkpointing`).
   ``--resume_from_checkpoint PATH|latest`` continues exactly (on CPU the resumed run's losses equal an
   uninterrupted run's) and only the same run: other arguments, data or model are refused, named.
 * **Interruption**: Ctrl-C or SIGTERM finishes the current optimizer step, saves a checkpoint, prints
   the command that resumes, and exits 130 (SIGINT) or 143 (SIGTERM) by raising
   :class:`TrainingInterrupted`; a second Ctrl-C aborts at once.
+* **Divergence**: a non-finite loss (or, outside fp16 loss scaling, gradient norm) stops the run
+  before the optimizer applies it, with one error line (:class:`TrainingDiverged`, exit status 2); the
+  checkpoints written before stay, and nothing with non-finite weights is ever saved (every save checks).
+  A model or checkpoint to train from that already holds NaN or inf weights is refused, named.
 * **Outputs** in ``--output_dir``: ``all_results.json``, ``log_history.jsonl``, ``training_curves.png``
-  and ``final/`` (``save_pretrained`` model with remote code, tokenizer, ``training_facts.json``).
+  and ``final/`` (``save_pretrained`` model with remote code, tokenizer, ``training_facts.json``: the
+  job's :class:`~briskbert.training.engine.facts.JobFacts` and what the loop measured).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import math
 import os
@@ -68,12 +61,12 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from briskbert.training.engine.arguments import TrainingConfig, TrainingSetupError
 from briskbert.training.engine.checkpointing import (
     RunIdentity,
     TrainingState,
     check_output_dir,
     check_same_run,
+    checkpoint_dirs,
     clear_previous_run,
     dataset_fingerprint,
     load_checkpoint,
@@ -84,7 +77,21 @@ from briskbert.training.engine.checkpointing import (
     resume_command,
     save_checkpoint,
 )
-from briskbert.training.engine.facts import framework_versions, hardware_description, write_training_facts
+from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
+from briskbert.training.engine.facts import (
+    BestMetric,
+    RunFacts,
+    TrainingFacts,
+    framework_versions,
+    hardware_description,
+    write_training_facts,
+)
+from briskbert.training.engine.finite import (
+    TrainingDiverged,
+    check_finite_weights,
+    non_finite_parameter,
+    weights_file,
+)
 from briskbert.training.engine.logging_utils import (
     COUNTER_SUFFIXES,
     CURVES_FILE,
@@ -93,6 +100,7 @@ from briskbert.training.engine.logging_utils import (
     write_results,
 )
 from briskbert.training.engine.optim import create_optimizer, create_scheduler
+from briskbert.training.engine.task import Task, TaskInputs, count_examples
 
 
 # ------------------------------------------------------------------------------------------ accelerator
@@ -195,12 +203,6 @@ def _count_tokens(batch: dict) -> int:
     return 0
 
 
-def count_examples(batch: dict) -> int:
-    """Default ``count_items``: examples in the batch (right for losses averaged over examples)."""
-    first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
-    return first.shape[0]
-
-
 # ------------------------------------------------------------------------------------------ evaluation
 def evaluation_loop(model, dataloader, accelerator, batch_fn: Callable[[dict, object], dict]) -> dict:
     """Forward every eval batch under ``no_grad``; ``batch_fn(batch, outputs)`` returns a dict of
@@ -252,8 +254,7 @@ class Evaluation:
     """Evaluate, log, track the best model: the one place where the loop does all four."""
 
     dataloader: object
-    evaluate_fn: Callable
-    count_items: Callable
+    task: Task
     metric_name: str | None  # --metric_for_best_model, eval_ prefixed
     higher_is_better: bool
     best_dir: Path
@@ -271,22 +272,27 @@ class Evaluation:
                 f"{sorted(metrics)}; pick one of them."
             )
         best = state.best_metric
-        if best is None or (value > best if self.higher_is_better else value < best):
+        if math.isfinite(value) and (
+            best is None or (value > best if self.higher_is_better else value < best)
+        ):
             state.best_metric, state.best_step = value, state.global_step
             save_model_folder(accelerator, model, self.tokenizer, self.best_dir)
 
     def evaluate(self, accelerator, model) -> dict:
-        """``evaluate_fn`` in eval mode without gradients -> ``eval_*`` metrics (+ ``eval_loss``)."""
+        """The task's evaluation in eval mode without gradients -> ``eval_*`` metrics (+ ``eval_loss``)."""
         start = time.time()
-        recorder = _LossRecorder(self.count_items, accelerator.device)
+        recorder = _LossRecorder(self.task.count_items, accelerator.device)
         hook = model.register_forward_hook(recorder, with_kwargs=True)
         model.eval()
         try:
             with torch.no_grad():
-                raw = dict(self.evaluate_fn(model, self.dataloader, accelerator))
+                raw = self.task.evaluate(model, self.dataloader, accelerator)
+                if raw is None:
+                    raw = evaluate_loss(model, self.dataloader, accelerator, self.task.count_items)
         finally:
             hook.remove()
             model.train()
+        raw = dict(raw)
         if "loss" not in raw and "eval_loss" not in raw:
             loss_sum, items = accelerator.reduce(recorder.totals, "sum").tolist()
             if items:
@@ -346,6 +352,7 @@ class TrainResult:
     final_dir: Path
     history: list = field(default_factory=list)
     best_metric: dict | None = None
+    facts: TrainingFacts | None = None  # what final/training_facts.json holds
 
 
 @dataclass
@@ -366,38 +373,32 @@ class _Prepared:
 
 # ------------------------------------------------------------------------------------------------- run
 def run(
+    task: Task,
     config: TrainingConfig,
     *,
-    model,
-    train_dataset,
-    data_collator,
-    tokenizer=None,
-    eval_dataset=None,
-    eval_collator=None,
-    evaluate_fn: Callable | None = None,
-    count_items: Callable[[dict], int] | None = None,
-    card_facts: dict | None = None,
     accelerator=None,
     callbacks: Iterable[Callable[[dict], None]] = (),
 ) -> TrainResult:
-    """Train ``model`` on ``train_dataset`` as described in the module docstring.
+    """Train what ``task`` builds as described in the module docstring.
 
-    ``count_items(batch)`` counts what the model's loss is a mean over (masked tokens for MLM, examples
-    for classification; default: examples). ``callbacks`` are called with each training log entry (a
-    dict with ``step``, ``loss``, ...) on the main process.
+    ``accelerator``: one made by :func:`create_accelerator` (default: made here). ``callbacks`` are
+    called with each training log entry (a dict with ``step``, ``loss``, ...) on the main process.
     """
-    count_items = count_items or count_examples
-    _check_datasets(train_dataset, eval_dataset, config)
+    task.check(config)
     check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
     accelerator = accelerator or create_accelerator(config)
-    seed_everything(config.seed)
+    seed_everything(config.seed)  # before building: the model's initialisation is seeded
+    inputs = task.build(accelerator, config)
+    _check_datasets(inputs.train_dataset, inputs.eval_dataset, config)
+    check_finite_weights(inputs.model, "the model to train")
+    seed_everything(config.seed)  # dropout and data draws do not depend on what building drew
     output_dir = Path(config.output_dir)
-    identity = _run_identity(config, model, train_dataset, eval_dataset)
+    identity = _run_identity(config, inputs.model, inputs.train_dataset, inputs.eval_dataset)
     checkpoint = _checkpoint_to_resume(config, identity)
-    parts = _prepare(config, accelerator, model, train_dataset, data_collator, eval_dataset, eval_collator)
+    parts = _prepare(config, accelerator, inputs)
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
-    evaluation = _evaluation(config, parts, evaluate_fn, count_items, tokenizer)
-    log, state = _open_run(config, accelerator, output_dir, checkpoint)
+    evaluation = _evaluation(config, parts, task, inputs.tokenizer)
+    log, state = _open_run(config, accelerator, output_dir, checkpoint, model)
     progress = _progress_bar(accelerator, state.global_step, parts.max_train_steps)
     windows = accumulation_windows(
         parts.train_dataloader, state, config.gradient_accumulation_steps, accelerator, parts.epoch_listeners
@@ -405,21 +406,24 @@ def run(
     eval_every = config.eval_interval(parts.max_train_steps)
     interval = _LogInterval()
     clock_start, wall_time_before = time.time(), state.wall_time_s
-    stop_signal, last_checkpoint = 0, None
+    stop_signal, last_checkpoint = 0, checkpoint
     model.train()
-    with _SignalCatcher() as signals:
+    with _SignalCatcher() as signals, _closing_logs_on_error(accelerator, log, output_dir, progress):
         while state.global_step < parts.max_train_steps:
             window = next(windows)
-            totals = _accumulate_gradients(accelerator, model, window, count_items)
-            grad_norm = None
-            if config.max_grad_norm > 0:
-                grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            totals = _accumulate_gradients(accelerator, model, window, task.count_items)
+            totals = accelerator.reduce(totals, "sum")  # all processes: loss x items, items, tokens, examples
+            # Clip to --max_grad_norm (0: no clipping; the norm is still measured, for the log and the check).
+            max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
+            grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+            # A NaN/inf loss or gradient is never applied: the weights stay those of the last step.
+            _refuse_divergence(accelerator, totals[0], grad_norm, state.global_step + 1, output_dir)
             optimizer.step()
             scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
             optimizer.zero_grad(set_to_none=True)
             state.global_step += 1
             state.wall_time_s = wall_time_before + time.time() - clock_start
-            _count_window(state, interval, accelerator.reduce(totals, "sum").cpu())
+            _count_window(state, interval, totals.cpu())
             progress.update(1)
 
             step, last_step = state.global_step, state.global_step == parts.max_train_steps
@@ -434,6 +438,7 @@ def run(
                 evaluation(accelerator, model, state, log)
             stop_signal = signals.received(accelerator)
             if stop_signal or _checkpoint_due(config.checkpointing_steps, state, parts.batches_per_epoch):
+                _refuse_non_finite_weights(accelerator, model, f"step_{step}", output_dir)
                 last_checkpoint = save_checkpoint(
                     accelerator, output_dir, state, identity, config.checkpoints_total_limit
                 )
@@ -443,7 +448,50 @@ def run(
     if stop_signal:
         _finish_logs(accelerator, log, output_dir)
         raise _interrupted(accelerator, stop_signal, last_checkpoint, state.global_step)
-    return _finish(config, accelerator, parts, tokenizer, state, log, card_facts)
+    return _finish(config, accelerator, parts, inputs.tokenizer, state, log, task)
+
+
+@contextlib.contextmanager
+def _closing_logs_on_error(accelerator, log: MetricsLog, output_dir: Path, progress):
+    """A run stopped by an error still closes its progress bar, draws its curves and ends its trackers."""
+    try:
+        yield
+    except Exception:
+        progress.close()
+        _finish_logs(accelerator, log, output_dir)
+        raise
+
+
+def _refuse_divergence(accelerator, loss_sum: torch.Tensor, grad_norm, step: int, output_dir: Path) -> None:
+    """Stop before the optimizer applies a NaN/inf loss or gradient norm (the same verdict on every process:
+    both are reduced). Under fp16 loss scaling an inf gradient is the scaler's cue to skip the step, so only
+    the loss counts there."""
+    what, value = "loss", float(loss_sum)
+    if math.isfinite(value) and grad_norm is not None and accelerator.scaler is None:
+        what, value = "gradient norm", float(grad_norm)
+    if not math.isfinite(value):
+        raise TrainingDiverged(
+            f"the training {what} became {value} at step {step}, so training stopped before applying it; "
+            f"{_last_good(output_dir)}. Lower --learning_rate, keep --max_grad_norm above 0, and check the "
+            "data for extreme values."
+        )
+
+
+def _refuse_non_finite_weights(accelerator, model, what: str, output_dir: Path) -> None:
+    """Never save NaN/inf weights as ``what`` (a checkpoint, best/ or final/); all processes agree."""
+    local = torch.tensor(float(non_finite_parameter(model) is not None), device=accelerator.device)
+    if accelerator.reduce(local, "max").item():
+        raise TrainingDiverged(
+            f"the weights became NaN or infinite, so {what} was not saved; {_last_good(output_dir)}. "
+            "Lower --learning_rate and keep --max_grad_norm above 0."
+        )
+
+
+def _last_good(output_dir: Path) -> str:
+    checkpoints = checkpoint_dirs(output_dir)
+    if checkpoints:
+        return f"the last good checkpoint is {checkpoints[-1]}"
+    return "no checkpoint was saved before (--checkpointing_steps saves them)"
 
 
 # ------------------------------------------------------------------------------------------- internals
@@ -479,10 +527,9 @@ def _progress_bar(accelerator, initial: int, total: int):
     )
 
 
-def _prepare(
-    config, accelerator, model, train_dataset, data_collator, eval_dataset, eval_collator
-) -> _Prepared:
+def _prepare(config, accelerator, inputs: TaskInputs) -> _Prepared:
     """Dataloaders, optimizer, schedule; everything handed to Accelerate."""
+    model, train_dataset, data_collator = inputs.model, inputs.train_dataset, inputs.data_collator
     if accelerator.distributed_type.value == "DEEPSPEED" and config.gradient_accumulation_steps > 1:
         raise TrainingSetupError(
             "DeepSpeed runs its own gradient accumulation, which this loop's window-normalised "
@@ -509,11 +556,11 @@ def _prepare(
     )
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     eval_dataloader = None
-    if eval_dataset is not None:
+    if inputs.eval_dataset is not None:
         eval_dataloader = accelerator.prepare(
             _dataloader(
-                eval_dataset,
-                eval_collator or data_collator,
+                inputs.eval_dataset,
+                inputs.eval_collator or data_collator,
                 config.per_device_eval_batch_size,
                 None,
                 config.dataloader_num_workers,
@@ -552,7 +599,7 @@ def _prepare(
     )
 
 
-def _evaluation(config, parts: _Prepared, evaluate_fn, count_items, tokenizer) -> Evaluation | None:
+def _evaluation(config, parts: _Prepared, task: Task, tokenizer) -> Evaluation | None:
     if parts.eval_dataloader is None:
         if config.metric_for_best_model:
             raise TrainingSetupError(
@@ -561,8 +608,7 @@ def _evaluation(config, parts: _Prepared, evaluate_fn, count_items, tokenizer) -
         return None
     return Evaluation(
         dataloader=parts.eval_dataloader,
-        evaluate_fn=evaluate_fn or functools.partial(evaluate_loss, count_items=count_items),
-        count_items=count_items,
+        task=task,
         metric_name=config.metric_name,
         higher_is_better=config.higher_metric_is_better,
         best_dir=Path(config.output_dir) / "best",
@@ -571,7 +617,7 @@ def _evaluation(config, parts: _Prepared, evaluate_fn, count_items, tokenizer) -
 
 
 def _open_run(
-    config, accelerator, output_dir: Path, checkpoint: Path | None
+    config, accelerator, output_dir: Path, checkpoint: Path | None, model
 ) -> tuple[MetricsLog, TrainingState]:
     """Prepare the output folder, restore the checkpoint and the log, start the trackers."""
     from tqdm.auto import tqdm
@@ -590,6 +636,7 @@ def _open_run(
     else:
         accelerator.print(f"Resuming from {checkpoint}")
         state = load_checkpoint(accelerator, checkpoint)
+        check_finite_weights(model, f"--resume_from_checkpoint {weights_file(checkpoint)}")
         log.restore(state.global_step)
     if tracker is not None:
         scalars = {k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}
@@ -686,9 +733,9 @@ def _interrupted(accelerator, signal_number: int, checkpoint: Path, step: int) -
 
 
 def _finish(
-    config, accelerator, parts: _Prepared, tokenizer, state: TrainingState, log: MetricsLog, card_facts
+    config, accelerator, parts: _Prepared, tokenizer, state: TrainingState, log: MetricsLog, task: Task
 ) -> TrainResult:
-    """Final model folder with its card facts, ``all_results.json``, curves; trackers closed."""
+    """Final model folder with its training facts, ``all_results.json``, curves; trackers closed."""
     output_dir = Path(config.output_dir)
     metrics = log.last_evaluation()
     best = None
@@ -698,42 +745,46 @@ def _finish(
     epochs = None
     if parts.batches_per_epoch:
         epochs = round(state.epoch + state.batches_in_epoch / parts.batches_per_epoch, 4)
-    counters = {
-        "train_steps": state.global_step,
-        "epochs": epochs,
-        "tokens_seen": state.tokens_seen,
-        "examples_seen": state.examples_seen,
-        "global_batch_size": parts.global_batch_size,
-        "best_metric": best,
-    }
-    results = {
-        **metrics,
-        **counters,
-        "train_loss": train_losses[-1] if train_losses else None,
-        "train_runtime_s": round(state.wall_time_s, 2),
-        "train_tokens_per_s": round(state.tokens_seen / max(state.wall_time_s, 1e-9), 1),
-    }
-    facts = {
-        "metrics": {k: v for k, v in metrics.items() if not k.endswith(COUNTER_SUFFIXES)},
-        **counters,
-        "learning_rate": config.learning_rate,
-        "lr_scheduler_type": config.lr_scheduler_type,
-        "num_warmup_steps": parts.num_warmup_steps,
-        "weight_decay": config.weight_decay,
-        "mixed_precision": accelerator.mixed_precision,
-        "seed": config.seed,
-        "hardware": hardware_description(accelerator),
-        "num_processes": accelerator.num_processes,
-        "wall_time_s": round(state.wall_time_s, 1),
-        "framework_versions": framework_versions(),
-        **(card_facts or {}),
-    }
+    run_facts = RunFacts(
+        metrics={k: v for k, v in metrics.items() if not k.endswith(COUNTER_SUFFIXES)},
+        best_metric=BestMetric(**best) if best else None,
+        train_steps=state.global_step,
+        epochs=epochs,
+        tokens_seen=state.tokens_seen,
+        examples_seen=state.examples_seen,
+        global_batch_size=parts.global_batch_size,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        num_warmup_steps=parts.num_warmup_steps,
+        weight_decay=config.weight_decay,
+        mixed_precision=accelerator.mixed_precision,
+        seed=config.seed,
+        hardware=hardware_description(accelerator),
+        num_processes=accelerator.num_processes,
+        wall_time_s=round(state.wall_time_s, 1),
+        framework_versions=framework_versions(),
+    )
+    facts = TrainingFacts(job=task.facts(), run=run_facts)
     final_dir = output_dir / "final"
     save_model_folder(accelerator, parts.model, tokenizer, final_dir, facts)
     if accelerator.is_main_process:
-        write_results(output_dir, results)
+        write_results(
+            output_dir,
+            {
+                **metrics,
+                **{key: getattr(run_facts, key) for key in RESULT_COUNTERS},
+                "best_metric": best,
+                "train_loss": train_losses[-1] if train_losses else None,
+                "train_runtime_s": round(state.wall_time_s, 2),
+                "train_tokens_per_s": round(state.tokens_seen / max(state.wall_time_s, 1e-9), 1),
+            },
+        )
     _finish_logs(accelerator, log, output_dir)
-    return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best)
+    return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best, facts)
+
+
+# The run's counters that all_results.json repeats next to the final metrics.
+RESULT_COUNTERS = ("train_steps", "epochs", "tokens_seen", "examples_seen", "global_batch_size")
 
 
 @contextlib.contextmanager
@@ -748,9 +799,13 @@ def own_class(model):
         model.__class__ = sharded_class
 
 
-def save_model_folder(accelerator, model, tokenizer, folder: Path, facts: dict | None = None) -> None:
-    """``save_pretrained`` model (+ tokenizer, + ``training_facts.json``), written whole or not at all."""
+def save_model_folder(
+    accelerator, model, tokenizer, folder: Path, facts: TrainingFacts | None = None
+) -> None:
+    """``save_pretrained`` model (+ tokenizer, + ``training_facts.json``), written whole or not at all;
+    never with NaN or infinite weights."""
     accelerator.wait_for_everyone()
+    _refuse_non_finite_weights(accelerator, model, f"{folder.name}/", folder.parent)
     unwrapped = accelerator.unwrap_model(model)
     # Sharded engines need their weights gathered; otherwise save_pretrained handles tied weights itself.
     sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")

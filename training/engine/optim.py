@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from transformers import get_scheduler
 
-from briskbert.training.engine.arguments import SCHEDULER_NAMES
+from briskbert.training.engine.config import SCHEDULER_NAMES
 
 
 def is_no_decay_module(module: nn.Module) -> bool:

@@ -532,13 +532,10 @@ def run_probe(plan: AblationPlan, run_dir: Path, seed: int) -> Path:
     return probe_dir
 
 
-def run_ablation(plan: AblationPlan) -> dict:
-    """Run every variant x seed one after another (skipping finished runs), then write the report.
-
-    Returns the content of ``results.json``.
-    """
-    from briskbert.training.experiments.ablation_report import write_report
-
+def run_ablation(plan: AblationPlan) -> tuple[dict[tuple[str, int], RunRecord], Path]:
+    """Run every variant x seed one after another (skipping finished runs); returns the record of each
+    run, keyed by (variant name, seed), and the tokenizer folder they share, for
+    :func:`training.experiments.ablation_report.write_report`."""
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_folder = prepare_tokenizer(plan)
     records: dict[tuple[str, int], RunRecord] = {}
@@ -548,4 +545,4 @@ def run_ablation(plan: AblationPlan) -> dict:
         records[variant.name, seed] = run_pretraining(plan, variant, seed)
         if plan.probe is not None:
             run_probe(plan, plan.run_dir(variant, seed), seed)
-    return write_report(plan, records, tokenizer_folder)
+    return records, tokenizer_folder

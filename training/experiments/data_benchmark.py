@@ -5,8 +5,8 @@ For each corpus size a plain-text corpus is generated (WikiText-2 repeated: ``va
 Each measurement runs in its own fresh process, so its peak memory is its own; the parent samples the
 resident memory (RSS) of that process and all its children every 0.25 s and keeps the largest sum.
 
-* ``briskbert``: :func:`training.corpus.prepare_corpus` (``--preprocessing_num_workers`` processes) and
-  the ``full-sentences`` sequence index of :class:`training.pretraining_data.StoredSequences`.
+* ``briskbert``: :func:`training.data.corpus.prepare_corpus` (``--preprocessing_num_workers`` processes) and
+  the ``full-sentences`` sequence index of :class:`training.data.pretraining_data.StoredSequences`.
 * ``briskbert, cached``: the same again, finding the store in the cache.
 * ``run_mlm``: transformers' ``examples/pytorch/language-modeling/run_mlm.py`` without ``--line_by_line``:
   ``load_dataset("text")``, ``Dataset.map(tokenize_function, batched=True, num_proc=N)`` with
@@ -141,7 +141,7 @@ def child_main(job_json: str) -> None:
     import datasets  # noqa: F401  (imports are not preparation time)
     import transformers  # noqa: F401
 
-    from . import pretraining_data  # noqa: F401
+    from briskbert.training.data import pretraining_data  # noqa: F401
 
     job = json.loads(job_json)
     start = time.perf_counter()

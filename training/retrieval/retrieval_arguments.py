@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 
 from briskbert.errors import UserError
-from briskbert.training.tasks.task_arguments import parse_article_range
+from briskbert.training.tasks.settings import parse_article_range
 
 POOLING_CHOICES = ("mean", "cls")
 RANKING_LOSSES = ("listwise", "pointwise")

@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from briskbert.training.data.task_data import DataError, SkipReport
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import JobFacts
+from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import classification_metrics
-from briskbert.training.tasks.task_arguments import PROBLEM_TYPES, ClassificationTask, DataSource
+from briskbert.training.tasks.settings import PROBLEM_TYPES, ClassificationSettings, DataSource, ModelSource
 
 
 def _parse_number(value):
@@ -307,18 +310,8 @@ def make_preprocess_function(
     return preprocess
 
 
-@dataclass
-class ClassificationEvaluator:
-    """Metrics of gathered logits and labels for the spec's problem type."""
-
-    problem_type: str
-
-    def __call__(self, logits, labels) -> dict:
-        return classification_metrics(np.asarray(logits), np.asarray(labels), self.problem_type)
-
-
 # --------------------------------------------------------------------------------------------------
-# Script pieces shared by finetune_classification.py and distill.py
+# The job: fine-tuning for classification (distillation builds on it, in training.tasks.distill)
 # --------------------------------------------------------------------------------------------------
 
 METRIC_DEFINITIONS = {
@@ -340,45 +333,52 @@ class ClassificationData:
 
 def load_classification_data(
     data: DataSource,
-    task: ClassificationTask,
+    settings: ClassificationSettings,
     label_names: list[str] | None = None,
     names_source: str = "--label_names",
 ) -> ClassificationData:
     """Training/evaluation tables, validated, with the label spec decided. ``label_names`` overrides
-    ``task.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
+    ``settings.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
     from briskbert.training.data.task_data import require_columns, require_rows
     from briskbert.training.tasks.finetuning import load_splits
 
     train, evaluation = load_splits(data)
     train_name, eval_name = data.describe("train"), data.describe("validation")
     require_rows(train, train_name)
-    text_column = task.text_column or next((c for c in ("sentence", "text") if c in train.column_names), None)
+    text_column = settings.text_column or next(
+        (c for c in ("sentence", "text") if c in train.column_names), None
+    )
     if text_column is None:
         raise DataError(
             f"{train_name} has no 'sentence' or 'text' column; pass --text_column (columns: {train.column_names})."
         )
     columns = {
         "--text_column": text_column,
-        "--text_pair_column": task.text_pair_column,
-        "--label_column": task.label_column,
+        "--text_pair_column": settings.text_pair_column,
+        "--label_column": settings.label_column,
     }
     needed = [c for c in columns.values() if c is not None]
     require_columns(train, columns, train_name)
+    numeric = settings.problem_type in (None, "regression")  # a number can be a regression target
+    if numeric:
+        refuse_non_finite_labels(train[settings.label_column], train_name)
     train, train_report = drop_incomplete_rows(train, needed, train_name)
     require_rows(train, f"{train_name} (after skipping rows with empty values)")
     eval_report = None
     if evaluation is not None:
         require_rows(evaluation, eval_name)
         require_columns(evaluation, columns, eval_name)
+        if numeric:
+            refuse_non_finite_labels(evaluation[settings.label_column], eval_name)
         evaluation, eval_report = drop_incomplete_rows(evaluation, needed, eval_name)
         require_rows(evaluation, f"{eval_name} (after skipping rows with empty values)")
-    if label_names is None and task.label_names is not None:
-        label_names = list(task.label_names)
+    if label_names is None and settings.label_names is not None:
+        label_names = list(settings.label_names)
     spec = infer_label_spec(
-        train[task.label_column],
-        evaluation[task.label_column] if evaluation else None,
-        task.problem_type,
-        task.label_separator,
+        train[settings.label_column],
+        evaluation[settings.label_column] if evaluation else None,
+        settings.problem_type,
+        settings.label_separator,
         source=train_name,
         label_names=label_names,
         names_source=names_source,
@@ -387,12 +387,29 @@ def load_classification_data(
     return ClassificationData(train, evaluation, spec, text_column, [train_report, eval_report])
 
 
+def refuse_non_finite_labels(labels, source: str) -> None:
+    """A label that reads as NaN or an infinity (``nan``, ``inf``, ``-Infinity``) would make every
+    regression loss NaN and train an all-NaN model: refuse it, naming the row (rows count from 0, as in
+    the other data errors). Missing values (empty cells, JSON null) are skipped rows, not NaN labels."""
+    for row, value in enumerate(labels):
+        number = None if isinstance(value, float) and np.isnan(value) else _parse_number(value)
+        if isinstance(number, float) and not np.isfinite(number):
+            raise DataError(
+                f"{source}: row {row} has the label {value!r}, not a finite number; fix or remove that row."
+            )
+
+
 def tokenize_classification(
-    data: ClassificationData, task: ClassificationTask, tokenizer, max_seq_length: int, accelerator
+    data: ClassificationData, settings: ClassificationSettings, tokenizer, max_seq_length: int, accelerator
 ):
     """``(train_features, eval_features or None)`` ready for the loop's collator."""
     preprocess = make_preprocess_function(
-        tokenizer, data.spec, data.text_column, task.text_pair_column, task.label_column, max_seq_length
+        tokenizer,
+        data.spec,
+        data.text_column,
+        settings.text_pair_column,
+        settings.label_column,
+        max_seq_length,
     )
     with accelerator.main_process_first():
         train = data.train.map(
@@ -408,59 +425,101 @@ def tokenize_classification(
     return train, evaluation
 
 
-def make_evaluate_fn(spec: LabelSpec):
-    """``evaluate_fn`` for :func:`training.loop.run`: gathered logits and labels -> metrics."""
+def evaluate_classification(spec: LabelSpec, model, dataloader, accelerator) -> dict:
+    """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
     from briskbert.training.engine.loop import evaluation_loop
 
-    evaluator = ClassificationEvaluator(spec.problem_type)
-
-    def evaluate(model, dataloader, accelerator):
-        gathered = evaluation_loop(
-            model,
-            dataloader,
-            accelerator,
-            lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
-        )
-        labels = gathered["labels"].numpy()
-        if spec.problem_type == "single_label_classification":
-            labels = labels.astype(int)
-        return evaluator(gathered["logits"].numpy(), labels)
-
-    return evaluate
-
-
-def classification_run_inputs(spec: LabelSpec, tokenizer, train_features, eval_features) -> dict:
-    """What :func:`training.loop.run` takes for a classification task besides the model: the tokenized
-    datasets, a padding collator and, with evaluation data, the metric function (fine-tuning and
-    distillation alike)."""
-    from transformers import DataCollatorWithPadding
-
-    return dict(
-        train_dataset=train_features,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        eval_dataset=eval_features,
-        evaluate_fn=make_evaluate_fn(spec) if eval_features is not None else None,
+    gathered = evaluation_loop(
+        model,
+        dataloader,
+        accelerator,
+        lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
     )
+    labels = gathered["labels"].numpy()
+    if spec.problem_type == "single_label_classification":
+        labels = labels.astype(int)
+    return classification_metrics(gathered["logits"].numpy(), labels, spec.problem_type)
 
 
-def classification_card_facts(
-    source: DataSource,
-    task: ClassificationTask,
-    data: ClassificationData,
-    train_features,
-    eval_features,
-    skipped,
-) -> dict:
-    spec = data.spec
-    return {
-        "task": "text-classification",
-        "pipeline_tag": "text-classification",
-        "problem_type": spec.problem_type,
-        "labels": spec.label_list if spec.problem_type != "regression" else None,
-        **source.card_facts(),
-        "text_columns": [c for c in (data.text_column, task.text_pair_column) if c],
-        "num_train_examples": len(train_features),
-        "num_eval_examples": len(eval_features) if eval_features is not None else 0,
-        "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],
-        "data_skipped": skipped,
-    }
+class ClassificationTask(Task):
+    """``briskbert finetune-classification``: sequence classification, regression or multi-label
+    classification of one text or a pair, from a briskbert (or converted BERT-family) model or a preset.
+
+    The constructor checks the model folder and reads and validates the data (the problem type and the
+    labels are decided there), before torch is imported."""
+
+    def __init__(self, model: ModelSource, data: DataSource, settings: ClassificationSettings):
+        from briskbert.training.tasks.finetuning import check_model_inputs
+
+        self.source, self.data_source, self.settings = model, data, settings
+        self.location = check_model_inputs(model)
+        self.data = load_classification_data(data, settings)
+
+    @property
+    def spec(self) -> LabelSpec:
+        return self.data.spec
+
+    def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
+        from transformers import DataCollatorWithPadding
+
+        from briskbert.training.tasks.finetuning import report_skips
+
+        accelerator.print(
+            f"Task: {self.spec.problem_type}, {self.spec.num_labels} label(s) {self.spec.label_list[:10]}"
+        )
+        model, tokenizer = self.make_model(accelerator, config)
+        self.train_features, self.eval_features = tokenize_classification(
+            self.data, self.settings, tokenizer, self.max_seq_length, accelerator
+        )
+        self.skipped = report_skips(accelerator, *self.data.reports)
+        return TaskInputs(
+            model=model,
+            train_dataset=self.train_features,
+            data_collator=DataCollatorWithPadding(tokenizer),
+            tokenizer=tokenizer,
+            eval_dataset=self.eval_features,
+        )
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.source.max_seq_length
+
+    def make_model(self, accelerator, config: TrainingConfig):
+        """``(model, tokenizer)``: the classifier with this data's labels, and its tokenizer."""
+        from briskbert.modeling import BriskBertForSequenceClassification
+        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+
+        base = None
+        if self.location is not None:
+            base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
+        tokenizer = load_tokenizer(self.source.tokenizer_name or base)
+        model = load_model(
+            BriskBertForSequenceClassification, self.source, base, tokenizer, **self.spec.config_kwargs()
+        )
+        return model, tokenizer
+
+    def evaluate(self, model, dataloader, accelerator) -> dict:
+        return evaluate_classification(self.spec, model, dataloader, accelerator)
+
+    def facts(self) -> JobFacts:
+        from briskbert.training.tasks.finetuning import card_source_facts
+
+        return JobFacts(
+            task="text-classification",
+            pipeline_tag="text-classification",
+            **card_source_facts(self.source),
+            **self.data_source.card_facts(),
+            details=self.details(),
+        )
+
+    def details(self) -> dict:
+        spec = self.spec
+        return {
+            "problem_type": spec.problem_type,
+            "labels": spec.label_list if spec.problem_type != "regression" else None,
+            "text_columns": [c for c in (self.data.text_column, self.settings.text_pair_column) if c],
+            "num_train_examples": len(self.train_features),
+            "num_eval_examples": len(self.eval_features) if self.eval_features is not None else 0,
+            "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],
+            "data_skipped": self.skipped,
+        }

@@ -23,13 +23,18 @@ of the module tree: it is frozen, not in the optimizer and not in checkpoints.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from briskbert.errors import UserError
-from briskbert.training.tasks.task_arguments import DistillSetup
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import JobFacts, base_model_id
+from briskbert.training.engine.finite import check_finite_weights, weights_file
+from briskbert.training.tasks.classification import ClassificationTask, load_classification_data
+from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings
 
 
 def every_other_layer(num_teacher_layers: int) -> list[int]:
@@ -188,7 +193,9 @@ def load_teacher(path: str):
             f"--teacher_model {path} is a {', '.join(architectures) or 'model without architectures'}, not a "
             "sequence classifier; fine-tune it with `briskbert finetune-classification` first."
         )
-    return BriskBertForSequenceClassification.from_pretrained(path)
+    teacher = BriskBertForSequenceClassification.from_pretrained(path)
+    check_finite_weights(teacher, f"--teacher_model {weights_file(path)}")
+    return teacher
 
 
 def _read_architectures(path: str) -> list[str]:
@@ -205,7 +212,7 @@ def _read_architectures(path: str) -> list[str]:
     return list(config.architectures or [])
 
 
-def build_student(setup: DistillSetup, teacher, pad_token_id: int | None):
+def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
     """The student: a briskbert folder, a fresh preset, or the teacher with some of its layers."""
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
 
@@ -217,6 +224,7 @@ def build_student(setup: DistillSetup, teacher, pad_token_id: int | None):
     )
     if setup.student_model:
         student = BriskBertForSequenceClassification.from_pretrained(setup.student_model, **labels)
+        check_finite_weights(student, f"--student_model {weights_file(setup.student_model)}")
     elif setup.student_preset:
         try:
             config = BriskBertConfig.from_preset(
@@ -239,3 +247,89 @@ def build_student(setup: DistillSetup, teacher, pad_token_id: int | None):
             f"teacher's ({teacher.config.vocab_size}); both must read the same token ids."
         )
     return student
+
+
+# --------------------------------------------------------------------------------------------------
+# The job: briskbert distill
+# --------------------------------------------------------------------------------------------------
+def check_distill_inputs(setup: DistillSettings) -> None:
+    """Teacher (with its tokenizer unless --tokenizer_name), student and tokenizer folders, up front."""
+    from briskbert.inputs import check_model_source, check_tokenizer_source
+
+    check_model_source(setup.teacher_model, "--teacher_model", need_tokenizer=setup.tokenizer_name is None)
+    if setup.student_model is not None:
+        check_model_source(setup.student_model, "--student_model", need_tokenizer=False)
+    if setup.tokenizer_name is not None:
+        check_tokenizer_source(setup.tokenizer_name, "--tokenizer_name")
+
+
+def teacher_labels(teacher_config, settings: ClassificationSettings):
+    """``(settings with the teacher's problem type, the teacher's label names or None)``: the student
+    predicts the teacher's classes under the teacher's ids."""
+    problem_type = teacher_config.problem_type or "single_label_classification"
+    if settings.problem_type and settings.problem_type != problem_type:
+        raise UserError(f"--problem_type {settings.problem_type} differs from the teacher's {problem_type}.")
+    names = None
+    if problem_type != "regression":
+        names = [teacher_config.id2label[i] for i in range(teacher_config.num_labels)]
+    if settings.label_names is not None and names is not None and list(settings.label_names) != names:
+        raise UserError(
+            f"--label_names {','.join(settings.label_names)} differs from the teacher's labels {','.join(names)}."
+        )
+    return dataclasses.replace(settings, problem_type=problem_type), names
+
+
+class DistillationTask(ClassificationTask):
+    """``briskbert distill``: a student trained on the teacher's softened outputs and the hard labels of
+    classification data (which keep the teacher's ids); evaluated and saved as a classifier."""
+
+    def __init__(self, setup: DistillSettings, data: DataSource, settings: ClassificationSettings):
+        check_distill_inputs(setup)
+        self.setup, self.data_source = setup, data
+        self.teacher = load_teacher(setup.teacher_model)
+        self.settings, label_names = teacher_labels(self.teacher.config, settings)
+        self.data = load_classification_data(
+            data,
+            self.settings,
+            label_names=label_names,
+            names_source=f"the teacher's labels (--teacher_model {setup.teacher_model})",
+        )
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.setup.max_seq_length
+
+    def make_model(self, accelerator, config: TrainingConfig):
+        from briskbert.training.tasks.finetuning import load_tokenizer
+
+        setup, teacher = self.setup, self.teacher
+        tokenizer = load_tokenizer(setup.tokenizer_name or setup.teacher_model)
+        student = build_student(setup, teacher, tokenizer.pad_token_id)
+        self.model = DistillationModel(
+            student, teacher, setup.temperature, setup.alpha_kd, setup.hidden_loss_weight
+        )
+        accelerator.print(
+            f"Distilling {teacher.config.num_hidden_layers} -> {student.config.num_hidden_layers} layers "
+            f"({sum(p.numel() for p in teacher.parameters()) / 1e6:.1f}M -> "
+            f"{sum(p.numel() for p in student.parameters()) / 1e6:.1f}M parameters)"
+        )
+        return self.model, tokenizer
+
+    def facts(self) -> JobFacts:
+        setup = self.setup
+        distillation = {
+            "teacher": setup.teacher_model,
+            "temperature": setup.temperature,
+            "alpha_kd": setup.alpha_kd,
+            "hidden_loss_weight": setup.hidden_loss_weight,
+            "student_init": setup.student_model
+            or setup.student_preset
+            or f"teacher layers {self.model.layer_map}",
+        }
+        return JobFacts(
+            task="text-classification",
+            pipeline_tag="text-classification",
+            base_model=base_model_id(setup.teacher_model),
+            **self.data_source.card_facts(),
+            details={**self.details(), "distillation": distillation},
+        )

@@ -4,9 +4,9 @@ tokenizer and the model (a briskbert folder, a Hub repo id, a BERT-family checkp
 first, or a config preset), and fixed-width gathering of per-token outputs. Importing it loads neither
 torch nor transformers, so a command checks its inputs before paying for them.
 
-The training loop itself is :func:`training.loop.run`; scripts call it with the pieces built here and in
-the task modules (:mod:`training.classification`, :mod:`training.ner`, :mod:`training.qa`). The flags
-and the dataclasses they become are in :mod:`training.task_arguments`.
+The training loop itself is :func:`training.engine.loop.run`; the jobs (:mod:`training.tasks.classification`,
+:mod:`training.tasks.ner`, :mod:`training.tasks.qa`, ...) are built from the pieces here. Their settings
+dataclasses are in :mod:`training.tasks.settings`.
 """
 
 from __future__ import annotations
@@ -19,20 +19,14 @@ from typing import TYPE_CHECKING
 from briskbert.errors import UserError
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
 from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
-from briskbert.training.engine.arguments import TrainingConfig
+from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import base_model_id
-from briskbert.training.tasks.task_arguments import DataSource, ModelSource
+from briskbert.training.tasks.settings import DataSource, ModelSource
 
 if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
-
-
-def training_config(args) -> TrainingConfig:
-    """The shared loop's flags as its config, checked before any data or model is loaded (a bad value is
-    a ``TrainingSetupError``, reported as a user error)."""
-    return TrainingConfig.from_namespace(args)
 
 
 def start_accelerator(config: TrainingConfig):
@@ -137,9 +131,11 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
         if tokenizer.pad_token_id is not None:
             config.pad_token_id = tokenizer.pad_token_id
         return model_class(config)
+    from briskbert.training.engine.finite import check_finite_weights, weights_file
+
     config = BriskBertConfig.from_pretrained(base, **config_overrides)
     try:
-        return model_class.from_pretrained(base, config=config)
+        model = model_class.from_pretrained(base, config=config)
     except RuntimeError as error:
         if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
             raise
@@ -147,6 +143,9 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
             f"--model_name_or_path: the weights in {base} do not fit its config.json (tensor shapes differ, as "
             "when hidden_size or intermediate_size was edited); restore config.json or save the model again."
         ) from None
+    named = weights_file(base) if Path(base).is_dir() else base
+    check_finite_weights(model, f"--model_name_or_path {source.model_name_or_path} ({named})")
+    return model
 
 
 def card_source_facts(source: ModelSource) -> dict:

@@ -22,7 +22,7 @@ from briskbert.training.data.task_data import (
     tags_as_strings,
 )
 from briskbert.training.tasks.metrics import entity_metrics, get_entities
-from briskbert.training.tasks.task_arguments import DataSource, NerTask
+from briskbert.training.tasks.settings import DataSource, NerTask
 
 IGNORE_INDEX = -100
 

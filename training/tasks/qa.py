@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from briskbert.training.data.task_data import DataError, SkipReport, load_squad, require_columns, require_rows
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import JobFacts
+from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import squad_metrics
-from briskbert.training.tasks.task_arguments import DataSource, QaTask
+from briskbert.training.tasks.settings import DataSource, ModelSource, QaSettings
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -242,29 +245,11 @@ def check_qa_dataset(dataset, source: str, version_2: bool) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Script pieces of finetune_qa.py
+# The job: briskbert finetune-qa
 # --------------------------------------------------------------------------------------------------
 
 QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
 METRIC_DEFINITIONS = "exact match and F1 (percent) with the official SQuAD answer normalisation"
-
-
-def register_qa_pipeline(config) -> None:
-    """Name the question-answering pipeline in ``config.custom_pipelines``. The pipeline file travels
-    with the modeling file (which imports it relatively), so any ``save_pretrained`` of the model, the
-    training loop's or transformers' Trainer's, writes a folder where
-    ``pipeline("question-answering", model=folder, trust_remote_code=True)`` works."""
-    from briskbert.modeling.pipeline_question_answering import BriskBertQuestionAnsweringPipeline
-
-    module = BriskBertQuestionAnsweringPipeline.__module__.rsplit(".", 1)[-1]
-    pipelines = dict(getattr(config, "custom_pipelines", None) or {})
-    pipelines["question-answering"] = {
-        "impl": f"{module}.{BriskBertQuestionAnsweringPipeline.__name__}",
-        "pt": ["AutoModelForQuestionAnswering"],
-        "tf": [],
-        "type": "text",
-    }
-    config.custom_pipelines = pipelines
 
 
 @dataclass
@@ -274,7 +259,7 @@ class QaData:
     reports: list[SkipReport] = field(default_factory=list)
 
 
-def load_qa_data(data: DataSource, task: QaTask) -> QaData:
+def load_qa_data(data: DataSource, task: QaSettings) -> QaData:
     """SQuAD files (article ranges, an extra training file) or a dataset, checked for rows and columns."""
     import datasets
 
@@ -314,7 +299,7 @@ def _checked(dataset, name: str, version_2: bool):
     return dataset
 
 
-def qa_features(data: QaData, tokenizer, task: QaTask, seed: int, accelerator):
+def qa_features(data: QaData, tokenizer, task: QaSettings, seed: int, accelerator):
     """``(train windows, eval windows or None)``; answerless training windows thinned as ``task`` says."""
     windows = dict(tokenizer=tokenizer, **task.window_kwargs())
     with accelerator.main_process_first():
@@ -339,58 +324,122 @@ def qa_features(data: QaData, tokenizer, task: QaTask, seed: int, accelerator):
     return train, evaluation
 
 
-def make_qa_evaluate_fn(evaluation, eval_features, task: QaTask, output_dir: str):
-    """``evaluate_fn`` for :func:`training.loop.run`: windows' logits -> answers (written to
-    ``output_dir/eval_predictions.json``) -> SQuAD exact match and F1."""
+def evaluate_qa(evaluation, eval_features, task: QaSettings, output_dir: str, model, dataloader, accelerator):
+    """Windows' logits -> answers (written to ``output_dir/eval_predictions.json``) -> SQuAD exact match
+    and F1."""
     from briskbert.training.engine.loop import evaluation_loop
     from briskbert.training.tasks.finetuning import pad_to_width
 
-    def evaluate(model, dataloader, accelerator):
-        gathered = evaluation_loop(
+    gathered = evaluation_loop(
+        model,
+        dataloader,
+        accelerator,
+        lambda batch, outputs: {
+            "start": pad_to_width(outputs.start_logits, task.max_seq_length, -1e4),
+            "end": pad_to_width(outputs.end_logits, task.max_seq_length, -1e4),
+        },
+    )
+    predictions, nbest = postprocess_qa_predictions(
+        evaluation,
+        eval_features,
+        gathered["start"].numpy(),
+        gathered["end"].numpy(),
+        n_best_size=task.n_best_size,
+        max_answer_length=task.max_answer_length,
+        version_2=task.version_2_with_negative,
+        null_score_diff_threshold=task.null_score_diff_threshold,
+    )
+    if accelerator.is_main_process:
+        write_predictions(output_dir, predictions, nbest)
+    return evaluate_predictions(evaluation, predictions, version_2=task.version_2_with_negative)
+
+
+class QaTask(Task):
+    """``briskbert finetune-qa``: extractive question answering over windows of long contexts; the saved
+    model names the project's question-answering pipeline. The constructor checks the model folder and
+    reads and validates the SQuAD data, before torch is imported."""
+
+    def __init__(self, model: ModelSource, data: DataSource, settings: QaSettings):
+        from briskbert.training.tasks.finetuning import check_model_inputs
+
+        self.source, self.data_source, self.settings = model, data, settings
+        self.location = check_model_inputs(model)
+        self.data = load_qa_data(data, settings)
+
+    def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
+        from transformers import DataCollatorWithPadding
+
+        from briskbert.modeling import BriskBertForQuestionAnswering
+        from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
+        from briskbert.training.tasks.finetuning import (
+            load_model,
+            load_tokenizer,
+            report_skips,
+            resolve_base_model,
+        )
+
+        self.output_dir, data = config.output_dir, self.data
+        base = None
+        if self.location is not None:
+            base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
+        tokenizer = load_tokenizer(self.source.tokenizer_name or base)
+        model = load_model(BriskBertForQuestionAnswering, self.source, base, tokenizer)
+        register_question_answering_pipeline(model.config)  # transformers 5 has none: name ours
+        self.train_features, self.eval_features = qa_features(
+            data, tokenizer, self.settings, config.seed, accelerator
+        )
+        eval_inputs = None
+        windows = f"Training: {len(data.train)} questions -> {len(self.train_features)} windows"
+        if self.eval_features is not None:
+            windows += f"; evaluation: {len(data.evaluation)} questions -> {len(self.eval_features)} windows"
+            columns = [c for c in MODEL_INPUTS if c in self.eval_features.column_names]
+            eval_inputs = self.eval_features.select_columns(columns)
+        accelerator.print(windows)
+        self.skipped = report_skips(accelerator, *data.reports)
+        return TaskInputs(
+            model=model,
+            train_dataset=self.train_features,
+            data_collator=DataCollatorWithPadding(tokenizer),
+            tokenizer=tokenizer,
+            eval_dataset=eval_inputs,
+        )
+
+    def evaluate(self, model, dataloader, accelerator) -> dict:
+        return evaluate_qa(
+            self.data.evaluation,
+            self.eval_features,
+            self.settings,
+            self.output_dir,
             model,
             dataloader,
             accelerator,
-            lambda batch, outputs: {
-                "start": pad_to_width(outputs.start_logits, task.max_seq_length, -1e4),
-                "end": pad_to_width(outputs.end_logits, task.max_seq_length, -1e4),
+        )
+
+    def facts(self) -> JobFacts:
+        from briskbert.training.tasks.finetuning import card_source_facts
+
+        task, data = self.settings, self.data
+        extra = (task.extra_train_file,) if task.extra_train_file else ()
+        return JobFacts(
+            task="question-answering",
+            pipeline_tag="question-answering",
+            **card_source_facts(self.source),
+            **self.data_source.card_facts(extra_train_files=extra),
+            details={
+                "train_articles": _range_text(task.train_articles),
+                "extra_train_articles": _range_text(task.extra_train_articles),
+                "validation_articles": _range_text(task.validation_articles),
+                "num_train_questions": len(data.train),
+                "num_train_windows": len(self.train_features),
+                "keep_answerless_windows": task.keep_answerless_windows,
+                "num_eval_questions": len(data.evaluation) if data.evaluation is not None else 0,
+                "max_seq_length": task.max_seq_length,
+                "doc_stride": task.doc_stride,
+                "version_2_with_negative": task.version_2_with_negative,
+                "metric_definitions": METRIC_DEFINITIONS,
+                "data_skipped": self.skipped,
             },
         )
-        predictions, nbest = postprocess_qa_predictions(
-            evaluation,
-            eval_features,
-            gathered["start"].numpy(),
-            gathered["end"].numpy(),
-            n_best_size=task.n_best_size,
-            max_answer_length=task.max_answer_length,
-            version_2=task.version_2_with_negative,
-            null_score_diff_threshold=task.null_score_diff_threshold,
-        )
-        if accelerator.is_main_process:
-            write_predictions(output_dir, predictions, nbest)
-        return evaluate_predictions(evaluation, predictions, version_2=task.version_2_with_negative)
-
-    return evaluate
-
-
-def qa_card_facts(data_source: DataSource, task: QaTask, data: QaData, train_features, skipped: dict) -> dict:
-    extra = (task.extra_train_file,) if task.extra_train_file else ()
-    return {
-        "task": "question-answering",
-        "pipeline_tag": "question-answering",
-        **data_source.card_facts(extra_train_files=extra),
-        "train_articles": _range_text(task.train_articles),
-        "extra_train_articles": _range_text(task.extra_train_articles),
-        "validation_articles": _range_text(task.validation_articles),
-        "num_train_questions": len(data.train),
-        "num_train_windows": len(train_features),
-        "keep_answerless_windows": task.keep_answerless_windows,
-        "num_eval_questions": len(data.evaluation) if data.evaluation is not None else 0,
-        "max_seq_length": task.max_seq_length,
-        "doc_stride": task.doc_stride,
-        "version_2_with_negative": task.version_2_with_negative,
-        "metric_definitions": METRIC_DEFINITIONS,
-        "data_skipped": skipped,
-    }
 
 
 def _range_text(articles: tuple[int, int] | None) -> str | None:

@@ -28,7 +28,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.errors import CommandFailed, UserError
 from briskbert.training.experiments.ablation import (
     AblationInterrupted,
     AblationPlan,
@@ -178,18 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.train_file and not Path(args.train_file).is_file():
             raise UserError(f"--train_file {args.train_file}: no such file.")
         from briskbert.training.experiments.ablation import check_variants, run_ablation, stop_on_sigterm
+        from briskbert.training.experiments.ablation_report import markdown_table, write_report
 
         check_variants(plan.variants)
         stop_on_sigterm()
-        results = run_ablation(plan)
-    except RunFailed as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.returncode if error.returncode == 2 else 1
+        results = write_report(plan, *run_ablation(plan))
+    except RunFailed as error:  # a run stopped by a user error (exit 2) is one; a crash is a failure
+        raise (UserError if error.returncode == 2 else CommandFailed)(str(error)) from error
     except AblationInterrupted as error:
         print(f"\n{error}; run the same command again to resume.", file=sys.stderr)
         return 130
-    from briskbert.training.experiments.ablation_report import markdown_table
-
     print("\n" + markdown_table(results))
     print(f"Wrote {plan.output_dir / 'results.md'}, results.json and curves.png.")
     return 0

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from briskbert.errors import UserError
+
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the help, and the description's example kept as written."""
@@ -46,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if any(size < 1 for size in args.sizes_mb) or args.preprocessing_num_workers < 1:
-        print("error: --sizes_mb and --preprocessing_num_workers must be positive.", file=sys.stderr)
-        return 2
+        raise UserError("--sizes_mb and --preprocessing_num_workers must be positive.")
     from briskbert.training.experiments.data_benchmark import BenchmarkSettings, markdown_table, run_benchmark
 
     settings = BenchmarkSettings(

@@ -11,8 +11,9 @@ Sources (detected from config.json's model_type, the head from its architectures
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
+
+from briskbert.errors import UserError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -70,8 +71,7 @@ def main(argv: list[str] | None = None):
             source_repo_id=args.source_repo_id,
         )
     except (CheckpointMismatchError, UnsupportedCheckpointError, FileNotFoundError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        raise UserError(str(error)) from error
     if target != out:
         shutil.rmtree(out)
         target.rename(out)

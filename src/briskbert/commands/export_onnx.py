@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from briskbert.errors import CommandFailed, UserError
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Shows each flag's default and keeps the description's layout."""
@@ -74,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = export_and_check(request)
     except ExportInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise UserError(str(error)) from error
     print(f"Wrote {result.onnx_path} (inputs: {', '.join(result.input_names)}).")
     for check in result.checks:
         differences = ", ".join(f"{name} {value:.2e}" for name, value in check.max_abs_difference.items())
@@ -85,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     worst = result.max_abs_difference
     if worst > args.atol:
-        print(f"error: max abs difference {worst:.2e} exceeds --atol {args.atol:g}.", file=sys.stderr)
-        return 1
+        raise CommandFailed(f"max abs difference {worst:.2e} exceeds --atol {args.atol:g}.")
     print(f"OK: max abs difference {worst:.2e} <= --atol {args.atol:g}.")
     return 0
 

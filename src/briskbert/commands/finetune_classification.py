@@ -15,16 +15,15 @@ for regression; subset accuracy and micro/macro F1 for multi-label.
 
 from __future__ import annotations
 
-from briskbert.training.engine.arguments import add_training_arguments
-from briskbert.training.tasks.task_arguments import (
+from briskbert.commands.task_flags import (
     add_classification_arguments,
     add_data_arguments,
     add_model_arguments,
-    classification_task_from_args,
+    classification_settings_from_args,
     data_source_from_args,
     model_source_from_args,
-    new_parser,
 )
+from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
 
 
 def parse_args(argv=None):
@@ -38,59 +37,19 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    source, data_source = model_source_from_args(args), data_source_from_args(args)
-    task = classification_task_from_args(args)
+    config = training_config_from_args(args)
+    model, data = model_source_from_args(args), data_source_from_args(args)
+    settings = classification_settings_from_args(args)
 
-    # Inputs first: a wrong path or a bad file costs a second, not the import of torch and a model.
-    from briskbert.training.tasks.classification import load_classification_data
-    from briskbert.training.tasks.finetuning import check_model_inputs, training_config
+    # The task checks the model folder and reads the data first: a wrong path or a bad file costs a
+    # second, not the import of torch and a model.
+    from briskbert.training.tasks.classification import ClassificationTask
 
-    config = training_config(args)
-    location = check_model_inputs(source)
-    data = load_classification_data(data_source, task)
+    task = ClassificationTask(model, data, settings)
 
-    from briskbert.modeling import BriskBertForSequenceClassification
-    from briskbert.training.engine.loop import run, seed_everything
-    from briskbert.training.tasks.classification import (
-        classification_card_facts,
-        classification_run_inputs,
-        tokenize_classification,
-    )
-    from briskbert.training.tasks.finetuning import (
-        card_source_facts,
-        load_model,
-        load_tokenizer,
-        report_skips,
-        resolve_base_model,
-        start_accelerator,
-    )
+    from briskbert.training.engine.loop import run
 
-    accelerator = start_accelerator(config)
-    seed_everything(config.seed)
-    accelerator.print(
-        f"Task: {data.spec.problem_type}, {data.spec.num_labels} label(s) {data.spec.label_list[:10]}"
-    )
-    base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
-    tokenizer = load_tokenizer(source.tokenizer_name or base)
-    model = load_model(
-        BriskBertForSequenceClassification, source, base, tokenizer, **data.spec.config_kwargs()
-    )
-    train_features, eval_features = tokenize_classification(
-        data, task, tokenizer, source.max_seq_length, accelerator
-    )
-    skipped = report_skips(accelerator, *data.reports)
-    card = {
-        **card_source_facts(source),
-        **classification_card_facts(data_source, task, data, train_features, eval_features, skipped),
-    }
-    return run(
-        config,
-        accelerator=accelerator,
-        model=model,
-        tokenizer=tokenizer,
-        card_facts=card,
-        **classification_run_inputs(data.spec, tokenizer, train_features, eval_features),
-    )
+    return run(task, config)
 
 
 if __name__ == "__main__":

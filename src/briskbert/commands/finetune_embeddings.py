@@ -19,15 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from briskbert.commands.task_flags import add_model_arguments, model_source_from_args
+from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
 from briskbert.errors import UserError
-from briskbert.training.engine.arguments import add_training_arguments
 from briskbert.training.retrieval.retrieval_arguments import add_embedding_arguments
-from briskbert.training.tasks.task_arguments import (
-    add_model_arguments,
-    model_source_from_args,
-    new_parser,
-    parse_article_range,
-)
+from briskbert.training.tasks.settings import parse_article_range
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,9 @@ def main(argv=None):
 
 def _train(args, source, data: EmbeddingData, loss):
     from briskbert.modeling import BriskBertModel
+    from briskbert.training.engine.facts import JobFacts
     from briskbert.training.engine.loop import run, seed_everything
+    from briskbert.training.engine.task import PreparedTask
     from briskbert.training.retrieval.embeddings import (
         DualEncoder,
         PairCollator,
@@ -122,10 +120,9 @@ def _train(args, source, data: EmbeddingData, loss):
         load_tokenizer,
         resolve_base_model,
         start_accelerator,
-        training_config,
     )
 
-    config = training_config(args)
+    config = training_config_from_args(args)
     location = check_model_inputs(source)
     train_pairs = load_pairs(data.train_file, data.train_articles)[: data.max_train_samples]
     eval_pairs = load_pairs(data.validation_file, data.validation_articles) if data.validation_file else None
@@ -160,17 +157,16 @@ def _train(args, source, data: EmbeddingData, loss):
         "loss": {"name": "multiple_negatives_ranking", "scale": loss.scale, "symmetric": loss.symmetric},
         "hard_negatives": "mined with the starting model" if data.mine_hard_negatives else None,
     }
-    return run(
-        config,
-        accelerator=accelerator,
+    task = PreparedTask(  # not yet a Task of its own: the pieces built above
         model=DualEncoder(encoder, spec, loss),
         tokenizer=tokenizer,
         train_dataset=train_pairs,
         data_collator=PairCollator(tokenizer, data.max_query_length, spec.max_seq_length),
         eval_dataset=eval_pairs,
         evaluate_fn=make_evaluate_fn() if eval_pairs else None,
-        card_facts=card,
+        job_facts=JobFacts.from_dict(card),
     )
+    return run(task, config, accelerator=accelerator)
 
 
 if __name__ == "__main__":

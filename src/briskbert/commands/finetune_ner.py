@@ -14,16 +14,15 @@ per-type F1, scored on whole gold sentences.
 
 from __future__ import annotations
 
-from briskbert.training.engine.arguments import add_training_arguments
-from briskbert.training.tasks.task_arguments import (
+from briskbert.commands.task_flags import (
     add_data_arguments,
     add_model_arguments,
     add_ner_arguments,
     data_source_from_args,
     model_source_from_args,
     ner_task_from_args,
-    new_parser,
 )
+from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
 
 
 def parse_args(argv=None):
@@ -45,17 +44,19 @@ def main(argv=None):
     )
 
     # Inputs first: a wrong path or a bad file costs a second, not the import of torch and a model.
-    from briskbert.training.tasks.finetuning import check_model_inputs, training_config
+    from briskbert.training.tasks.finetuning import check_model_inputs
     from briskbert.training.tasks.ner import load_ner_data
 
-    config = training_config(args)
+    config = training_config_from_args(args)
     location = check_model_inputs(source)
     data = load_ner_data(data_source, task)
 
     from transformers import DataCollatorForTokenClassification
 
     from briskbert.modeling import BriskBertForTokenClassification
+    from briskbert.training.engine.facts import JobFacts
     from briskbert.training.engine.loop import run, seed_everything
+    from briskbert.training.engine.task import PreparedTask
     from briskbert.training.tasks.finetuning import (
         card_source_facts,
         load_model,
@@ -115,18 +116,17 @@ def main(argv=None):
         "label_all_tokens": task.label_all_tokens,
         "metric_definitions": METRIC_DEFINITIONS,
     }
-    return run(
-        config,
-        accelerator=accelerator,
+    task = PreparedTask(  # not yet a Task of its own: the pieces built above
         model=model,
         tokenizer=tokenizer,
         train_dataset=train_features.remove_columns("word_ids"),
         data_collator=DataCollatorForTokenClassification(tokenizer),
         eval_dataset=eval_features,
         evaluate_fn=evaluate,
-        count_items=count_labelled_tokens,
-        card_facts=card,
+        count_items_fn=count_labelled_tokens,
+        job_facts=JobFacts.from_dict(card),
     )
+    return run(task, config, accelerator=accelerator)
 
 
 if __name__ == "__main__":

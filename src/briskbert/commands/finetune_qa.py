@@ -19,16 +19,15 @@ The saved model names the project's question-answering pipeline in its config, s
 
 from __future__ import annotations
 
-from briskbert.training.engine.arguments import add_training_arguments
-from briskbert.training.tasks.task_arguments import (
+from briskbert.commands.task_flags import (
     add_data_arguments,
     add_model_arguments,
     add_qa_arguments,
     data_source_from_args,
     model_source_from_args,
-    new_parser,
-    qa_task_from_args,
+    qa_settings_from_args,
 )
+from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
 
 
 def parse_args(argv=None):
@@ -43,76 +42,22 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    source, data_source, task = (
+    config = training_config_from_args(args)
+    model, data, settings = (
         model_source_from_args(args),
         data_source_from_args(args),
-        qa_task_from_args(args),
+        qa_settings_from_args(args),
     )
 
-    # Inputs first: a wrong path or a bad file costs a second, not the import of torch and a model.
-    from briskbert.training.tasks.finetuning import check_model_inputs, training_config
-    from briskbert.training.tasks.qa import load_qa_data
+    # The task checks the model folder and reads the data first: a wrong path or a bad file costs a
+    # second, not the import of torch and a model.
+    from briskbert.training.tasks.qa import QaTask
 
-    config = training_config(args)
-    location = check_model_inputs(source)
-    data = load_qa_data(data_source, task)
+    task = QaTask(model, data, settings)
 
-    from transformers import DataCollatorWithPadding
+    from briskbert.training.engine.loop import run
 
-    from briskbert.modeling import BriskBertForQuestionAnswering
-    from briskbert.training.engine.loop import run, seed_everything
-    from briskbert.training.tasks.finetuning import (
-        card_source_facts,
-        load_model,
-        load_tokenizer,
-        report_skips,
-        resolve_base_model,
-        start_accelerator,
-    )
-    from briskbert.training.tasks.qa import (
-        MODEL_INPUTS,
-        make_qa_evaluate_fn,
-        qa_card_facts,
-        qa_features,
-        register_qa_pipeline,
-    )
-
-    accelerator = start_accelerator(config)
-    seed_everything(config.seed)
-    base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
-    tokenizer = load_tokenizer(source.tokenizer_name or base)
-    model = load_model(BriskBertForQuestionAnswering, source, base, tokenizer)
-    register_qa_pipeline(model.config)  # transformers 5 has no question-answering pipeline: name ours
-    train_features, eval_features = qa_features(data, tokenizer, task, config.seed, accelerator)
-    accelerator.print(
-        f"Training: {len(data.train)} questions -> {len(train_features)} windows"
-        + (
-            f"; evaluation: {len(data.evaluation)} questions -> {len(eval_features)} windows"
-            if eval_features is not None
-            else ""
-        )
-    )
-    evaluate = eval_inputs = None
-    if eval_features is not None:
-        evaluate = make_qa_evaluate_fn(data.evaluation, eval_features, task, config.output_dir)
-        eval_inputs = eval_features.select_columns(
-            [c for c in MODEL_INPUTS if c in eval_features.column_names]
-        )
-    skipped = report_skips(accelerator, *data.reports)
-    return run(
-        config,
-        accelerator=accelerator,
-        model=model,
-        tokenizer=tokenizer,
-        train_dataset=train_features,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        eval_dataset=eval_inputs,
-        evaluate_fn=evaluate,
-        card_facts={
-            **card_source_facts(source),
-            **qa_card_facts(data_source, task, data, train_features, skipped),
-        },
-    )
+    return run(task, config)
 
 
 if __name__ == "__main__":

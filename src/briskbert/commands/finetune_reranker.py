@@ -19,15 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from briskbert.commands.task_flags import add_model_arguments, model_source_from_args
+from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
 from briskbert.errors import UserError
-from briskbert.training.engine.arguments import add_training_arguments
 from briskbert.training.retrieval.retrieval_arguments import RANKING_LOSSES
-from briskbert.training.tasks.task_arguments import (
-    add_model_arguments,
-    model_source_from_args,
-    new_parser,
-    parse_article_range,
-)
+from briskbert.training.tasks.settings import parse_article_range
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,9 @@ def _groups(data: RerankerData, seed: int, batch_size: int, device):
 
 def _train(args, source, data: RerankerData):
     from briskbert.modeling import BriskBertForSequenceClassification
+    from briskbert.training.engine.facts import JobFacts
     from briskbert.training.engine.loop import run, seed_everything
+    from briskbert.training.engine.task import PreparedTask
     from briskbert.training.retrieval.reranking import CrossEncoderForRanking, GroupCollator
     from briskbert.training.tasks.finetuning import (
         card_source_facts,
@@ -115,10 +113,9 @@ def _train(args, source, data: RerankerData):
         load_tokenizer,
         resolve_base_model,
         start_accelerator,
-        training_config,
     )
 
-    config = training_config(args)
+    config = training_config_from_args(args)
     location = check_model_inputs(source)
     accelerator = start_accelerator(config)
     seed_everything(config.seed)
@@ -139,15 +136,14 @@ def _train(args, source, data: RerankerData):
         "num_negatives": data.num_negatives,
         "loss": data.loss,
     }
-    return run(
-        config,
-        accelerator=accelerator,
+    task = PreparedTask(  # not yet a Task of its own: the pieces built above
         model=CrossEncoderForRanking(model, data.loss),
         tokenizer=tokenizer,
         train_dataset=groups,
         data_collator=GroupCollator(tokenizer, source.max_seq_length),
-        card_facts=card,
+        job_facts=JobFacts.from_dict(card),
     )
+    return run(task, config, accelerator=accelerator)
 
 
 if __name__ == "__main__":

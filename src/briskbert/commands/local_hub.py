@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from briskbert.errors import UserError
+
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
@@ -95,12 +97,10 @@ def main(argv=None) -> int:
             log_file=args.log_file,
             limits=limits,
         )
-    except DataDirInUse as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot serve on {where}: {e.strerror or e}; pick another --port", file=sys.stderr)
-        return 2
+    except DataDirInUse as error:
+        raise UserError(str(error)) from error
+    except OSError as error:
+        raise UserError(f"cannot serve on {where}: {error.strerror or error}; pick another --port") from error
     except KeyboardInterrupt:
         pass
     return 0

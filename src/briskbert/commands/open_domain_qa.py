@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from briskbert.commands.training_flags import new_parser
 from briskbert.training.retrieval.retrieval_arguments import (
     CollectionSource,
     add_collection_arguments,
     add_embedding_arguments,
 )
-from briskbert.training.tasks.task_arguments import new_parser
 
 
 def parse_args(argv=None):

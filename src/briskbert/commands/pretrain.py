@@ -13,13 +13,20 @@ checkpoint and logging flags are the shared ones of the training loop.
 from __future__ import annotations
 
 import argparse
-import sys
 
-PACKING_MODES = ("none", "full-sentences", "doc-sentences")
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the help, and the description's example kept as written."""
+from briskbert.commands.training_flags import (
+    add_training_arguments,
+    new_parser,
+    training_config_from_args,
+)
+from briskbert.errors import UserError
+from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, PreparationSettings
+from briskbert.training.tasks.settings import (
+    MaskingSettings,
+    PretrainingData,
+    PretrainingModel,
+    PretrainingSettings,
+)
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,8 +134,6 @@ def _add_objective_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    from briskbert.training.engine.arguments import add_training_arguments
-
     add_training_arguments(
         parser,
         learning_rate=5e-4,
@@ -140,7 +145,7 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    parser = new_parser(__doc__)
     _add_data_arguments(parser)
     _add_model_arguments(parser)
     _add_objective_arguments(parser)
@@ -148,44 +153,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def pretraining_job(args: argparse.Namespace):
-    """The command line's Namespace, converted once into the library's settings."""
-    from briskbert.training.data.corpus import CorpusSource, PreparationSettings
-    from briskbert.training.tasks.pretraining import (
-        DataSettings,
-        MaskingSettings,
-        ModelSettings,
-        PretrainingJob,
-    )
-
+def pretraining_settings_from_args(args: argparse.Namespace) -> PretrainingSettings:
+    """The command line's Namespace, converted once into the job's settings (each checks its values)."""
+    if bool(args.train_file) == bool(args.dataset_name):
+        raise UserError("Give exactly one of --train_file and --dataset_name.")
     if args.dataset_name:
-        train = CorpusSource(
-            dataset_name=args.dataset_name,
-            dataset_config_name=args.dataset_config_name,
-            text_column=args.text_column,
-        )
+        hub = dict(dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name)
+        train = CorpusSource(**hub, text_column=args.text_column)
     else:
         train = CorpusSource(path=args.train_file, text_column=args.text_column)
-    validation = (
-        CorpusSource(path=args.validation_file, text_column=args.text_column)
-        if args.validation_file
-        else None
-    )
-    if args.dataset_name and not args.validation_file:
-        validation = CorpusSource(
-            dataset_name=args.dataset_name,
-            dataset_config_name=args.dataset_config_name,
-            text_column=args.text_column,
-            split="validation",
-        )
+    validation = None
+    if args.validation_file:
+        validation = CorpusSource(path=args.validation_file, text_column=args.text_column)
+    elif args.dataset_name:
+        validation = CorpusSource(**hub, text_column=args.text_column, split="validation")
     preparation = PreparationSettings(
         sentences=args.nsp,
         num_workers=args.preprocessing_num_workers or 1,
         cache_dir=args.data_cache_dir,
         overwrite=args.overwrite_cache,
     )
-    return PretrainingJob(
-        data=DataSettings(
+    if args.preprocessing_num_workers is not None and args.preprocessing_num_workers < 1:
+        raise UserError(f"--preprocessing_num_workers must be >= 1, got {args.preprocessing_num_workers}.")
+    return PretrainingSettings(
+        data=PretrainingData(
             train=train,
             validation=validation,
             validation_split_percentage=args.validation_split_percentage,
@@ -193,10 +184,9 @@ def pretraining_job(args: argparse.Namespace):
             packing=args.packing_mode,
             nsp=args.nsp,
             streaming=args.streaming,
-            seed=args.seed,
             preparation=preparation,
         ),
-        model=ModelSettings(
+        model=PretrainingModel(
             config_name=args.config_name,
             config_overrides=args.config_overrides,
             model_name_or_path=args.model_name_or_path,
@@ -213,28 +203,21 @@ def pretraining_job(args: argparse.Namespace):
         ),
         language=args.language,
         license=args.license,
-        output_dir=args.output_dir,
-        resuming=args.resume_from_checkpoint is not None,
     )
 
 
 def main(argv: list[str] | None = None):
-    """Parse, validate, prepare the data and train; a user error is one ``error: ...`` line, exit 2."""
+    """Parse and check the flags, then prepare the data and train (a user error is a ``UserError``: one
+    ``error: ...`` line from ``briskbert``, exit status 2)."""
     args = build_parser().parse_args(argv)
-    from briskbert.training.tasks.pretraining import PretrainingInputError, pretrain, validate_arguments
+    config = training_config_from_args(args)
+    settings = pretraining_settings_from_args(args)
 
-    try:
-        training_config = validate_arguments(args)
-        job = pretraining_job(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    try:
-        return pretrain(job, training_config)
-    except PretrainingInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    from briskbert.training.engine.loop import run
+    from briskbert.training.tasks.pretraining import PretrainingTask
+
+    return run(PretrainingTask(settings), config)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from briskbert.errors import UserError
+
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
@@ -90,9 +92,8 @@ def main(argv=None) -> int:
             backoff_s=args.backoff_s,
             timeout_s=args.timeout_s,
         )
-    except (IncompleteModelFolder, CardError, PublishError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (IncompleteModelFolder, CardError, PublishError) as error:
+        raise UserError(str(error)) from error
     if args.dry_run:
         return 0
     return 0 if (args.no_verify or result.verified) else 1

@@ -123,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--vocab_size must be between 1 and {MAX_VOCAB_SIZE:,} (BERT uses 30,522), got {args.vocab_size:,}."
         )
     if args.tokenizer_train_max_lines is not None and args.tokenizer_train_max_lines < 1:
-        print(
-            f"error: --tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.",
-            file=sys.stderr,
-        )
-        return 2
+        raise UserError(f"--tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.")
     import logging
 
     from briskbert.tokenization import train_tokenizer
@@ -144,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = train_tokenizer(args.model, **source, **_trainer_arguments(args))
     except (ValueError, FileNotFoundError) as error:
         flag = "--files" if args.files else "--dataset_path"
-        print(f"error: {flag}: {error}", file=sys.stderr)
-        return 2
+        raise UserError(f"{flag}: {error}") from error
     print(f"vocabulary size {len(tokenizer)}; saved to {args.output_dir}")
     return 0
 

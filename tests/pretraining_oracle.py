@@ -1,0 +1,65 @@
+"""An independent, in-memory implementation of the pretraining data rules, written plainly for the tests
+to check the library's sequence building against (the corpus store, the streamed reader).
+
+Documents: a plain-text file has one paragraph per line and a blank line between documents. Sequences:
+see ``training/data/pretraining_data.py``'s docstring for the three packing modes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from briskbert.training.data.pretraining_data import iter_nsp_examples
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
+
+
+def read_documents(path) -> list[list[str]]:
+    """The documents of a plain-text corpus as lists of stripped, non-empty paragraphs."""
+    documents, current = [], []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                current.append(line.strip())
+            elif current:
+                documents.append(current)
+                current = []
+    if current:
+        documents.append(current)
+    return documents
+
+
+def tokenize_documents(documents, tokenizer, sentences: bool = False) -> list[list[list[int]]]:
+    """Documents of text -> documents of token-id segments (no special tokens), empty ones dropped;
+    ``sentences`` splits paragraphs into sentences first (for NSP)."""
+    if sentences:
+        documents = [[s for p in doc for s in _SENTENCE_END.split(p) if s.strip()] for doc in documents]
+    tokenized = []
+    for doc in documents:
+        segments = [ids for ids in tokenizer(doc, add_special_tokens=False)["input_ids"] if ids]
+        if segments:
+            tokenized.append(segments)
+    return tokenized
+
+
+def mlm_sequences(tokenized_documents, tokenizer, max_seq_length: int, packing: str) -> list[list[int]]:
+    """The MLM sequences of the documents in packing mode ``packing``, the last shorter one kept."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    streams = [[token for segment in doc for token in segment] + [sep] for doc in tokenized_documents]
+    if packing == "none":  # each document [CLS] ... [SEP], split into as many sequences as it needs
+        body = max_seq_length - 2
+        return [
+            [cls, *stream[:-1][i : i + body], sep]
+            for stream in streams
+            for i in range(0, len(stream) - 1, body)
+        ]
+    if packing == "full-sentences":
+        streams = [[token for stream in streams for token in stream]]
+    body = max_seq_length - 1
+    return [[cls, *stream[i : i + body]] for stream in streams for i in range(0, len(stream), body)]
+
+
+def nsp_examples(tokenized_documents, tokenizer, max_seq_length: int, seed: int) -> list[dict]:
+    """Next-sentence-prediction pairs drawn from in-memory documents (the store must give the same)."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    return list(iter_nsp_examples(tokenized_documents, cls, sep, max_seq_length, seed, 0.1))
