@@ -331,7 +331,6 @@ CASES = [
         + f"--train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 200 "
         "--config_overrides hidden_size=-8 --output_dir {out}",
         "hidden_size",
-        gap="pretrain checks --config_overrides only after training its tokenizer",
     ),
     Case(
         "string-hidden-size",
@@ -339,7 +338,6 @@ CASES = [
         + f"--train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 200 "
         "--config_overrides hidden_size=big --output_dir {out}",
         "hidden_size",
-        gap="pretrain checks --config_overrides only after training its tokenizer",
     ),
     Case(
         "qa-answer-start-is-a-string",
@@ -350,6 +348,30 @@ CASES = [
         "qa-answers-not-in-context",
         QA + " --model_name_or_path {model} --train_file {absent_answer_json}",
         "not in their context",
+    ),
+    Case(
+        "pretrain-vocab-size-zero",
+        f"pretrain --train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 0 "
+        "--output_dir {out}",
+        "--vocab_size",
+    ),
+    Case(
+        "pretrain-a-million-layers",
+        f"pretrain --train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-base --vocab_size 300 "
+        "--config_overrides num_hidden_layers=1000000 --output_dir {out}",
+        "--config_overrides: this model has",
+    ),
+    Case(
+        "pretrain-huge-hidden-size",
+        f"pretrain --train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 300 "
+        "--config_overrides hidden_size=20000,intermediate_size=80000,num_attention_heads=16 --output_dir {out}",
+        "--config_overrides: this model has",
+    ),
+    Case(
+        "pretrain-a-billion-positions",
+        f"pretrain --train_file {DATA / 'wikitext2_excerpt.txt'} --config_name bert-tiny --vocab_size 300 "
+        "--config_overrides max_position_embeddings=1000000000 --output_dir {out}",
+        "--config_overrides: this model has",
     ),
     Case(
         "tokenizer-vocab-size-absurd",

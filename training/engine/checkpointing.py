@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -147,6 +148,24 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
             f"--output_dir {output_dir} already holds a run ({', '.join(earlier)}); pass {resume}"
             "--overwrite_output_dir to replace it, or choose another --output_dir."
         )
+
+
+def check_overwrite_spares_inputs(output_dir: Path, inputs: Iterable[str]) -> None:
+    """Refuse ``--overwrite_output_dir`` when what it deletes holds one of the run's inputs (a model folder
+    such as ``runs/x/final`` continued into ``--output_dir runs/x``)."""
+    doomed = [
+        path.resolve() for path in [*checkpoint_dirs(output_dir), *(output_dir / n for n in RUN_OUTPUTS)]
+    ]
+    for name in inputs:
+        path = Path(name).expanduser()
+        if not path.exists():
+            continue  # a Hub repo id
+        for folder in doomed:
+            if path.resolve() == folder or folder in path.resolve().parents:
+                raise TrainingSetupError(
+                    f"--output_dir {output_dir}: --overwrite_output_dir would delete {folder}, which holds "
+                    f"this run's input {name}; choose another --output_dir (or copy the input elsewhere first)."
+                )
 
 
 def clear_previous_run(output_dir: Path) -> None:

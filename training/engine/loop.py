@@ -65,6 +65,7 @@ from briskbert.training.engine.checkpointing import (
     RunIdentity,
     TrainingState,
     check_output_dir,
+    check_overwrite_spares_inputs,
     check_same_run,
     checkpoint_dirs,
     clear_previous_run,
@@ -395,6 +396,8 @@ def run(
     output_dir = Path(config.output_dir)
     identity = _run_identity(config, inputs.model, inputs.train_dataset, inputs.eval_dataset)
     checkpoint = _checkpoint_to_resume(config, identity)
+    if checkpoint is None and config.overwrite_output_dir:
+        check_overwrite_spares_inputs(output_dir, _input_sources(inputs))
     parts = _prepare(config, accelerator, inputs)
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     evaluation = _evaluation(config, parts, task, inputs.tokenizer)
@@ -613,6 +616,15 @@ def _evaluation(config, parts: _Prepared, task: Task, tokenizer) -> Evaluation |
         higher_is_better=config.higher_metric_is_better,
         best_dir=Path(config.output_dir) / "best",
         tokenizer=tokenizer,
+    )
+
+
+def _input_sources(inputs: TaskInputs) -> list[str]:
+    """Where the models (a distillation's teacher included) and the tokenizer were loaded from."""
+    models = [module for module in inputs.model.modules() if getattr(module, "name_or_path", None)]
+    names = [module.name_or_path for module in models]
+    return names + (
+        [inputs.tokenizer.name_or_path] if getattr(inputs.tokenizer, "name_or_path", None) else []
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ from briskbert.training.data.pretraining_data import (
     split_document_indices,
     stored_nsp_examples,
 )
+from briskbert.training.engine.checkpointing import resolve_checkpoint
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
@@ -40,6 +41,7 @@ from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.settings import PretrainingData, PretrainingModel, PretrainingSettings
 
 TOKENIZER_FOLDER = "tokenizer"
+DEFAULT_VOCAB_SIZE = 30522  # BERT's
 
 
 class PretrainingInputError(UserError, ValueError):
@@ -95,6 +97,36 @@ def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
     return config
 
 
+def check_new_model_fits(settings: PretrainingSettings, batch_size: int) -> None:
+    """The model's config is valid and it can be trained in this machine's memory: checked before the
+    tokenizer is trained or anything is written (the vocabulary's final size does not change the verdict)."""
+    from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
+    from briskbert.training.engine.memory import (
+        available_memory_bytes,
+        check_model_fits,
+        estimate_training_memory,
+    )
+
+    @dataclass
+    class _VocabularyOfSize:
+        size: int
+        pad_token_id: int = 0
+
+        def __len__(self) -> int:
+            return self.size
+
+    data = settings.data
+    vocabulary = _VocabularyOfSize(settings.model.vocab_size or DEFAULT_VOCAB_SIZE)
+    try:
+        config = build_config(settings.model, vocabulary, data.max_seq_length)
+    except (ValueError, TypeError) as error:
+        raise PretrainingInputError(str(error)) from None
+    model_class = BriskBertForPreTraining if data.nsp else BriskBertForMaskedLM
+    estimate = estimate_training_memory(model_class, config, batch_size, data.max_seq_length)
+    flag = "--config_overrides" if settings.model.config_overrides else "--config_name"
+    check_model_fits(estimate, available_memory_bytes(), flag)
+
+
 def build_model(settings: PretrainingModel, tokenizer, max_seq_length: int, nsp: bool):
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
@@ -128,13 +160,18 @@ def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfi
     if source:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=True)
     folder = Path(config.output_dir) / TOKENIZER_FOLDER
-    if config.resume_from_checkpoint is not None and (folder / "vocab.txt").is_file():
+    # A checkpoint's weights were trained with this tokenizer's ids: reuse it. Without one (a run stopped
+    # before its first checkpoint) it is trained again, so changed flags such as --vocab_size take effect.
+    resuming = config.resume_from_checkpoint and resolve_checkpoint(
+        config.resume_from_checkpoint, config.output_dir
+    )
+    if resuming and (folder / "vocab.txt").is_file():
         accelerator.print(f"Resuming: reusing the tokenizer trained for this run in {folder}")
         return BriskBertTokenizer.from_pretrained(folder)
     if accelerator.is_main_process:
         train_wordpiece_tokenizer(
             dataset=_TrainingParagraphs(data, config.seed),
-            vocab_size=model.vocab_size or 30522,
+            vocab_size=model.vocab_size or DEFAULT_VOCAB_SIZE,
             output_dir=folder,
             show_progress=False,
             model_max_length=data.max_seq_length,
@@ -262,6 +299,8 @@ class PretrainingTask(Task):
     def check(self, config: TrainingConfig) -> None:
         if self.settings.data.streaming and config.max_train_steps is None:
             raise UserError("--streaming has no epochs to count: give --max_train_steps.")
+        if not self.settings.model.model_name_or_path:
+            check_new_model_fits(self.settings, config.per_device_train_batch_size)
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         settings = self.settings

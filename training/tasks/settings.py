@@ -269,6 +269,10 @@ class PretrainingData:
             raise UserError(f"--preprocessing_num_workers must be >= 1, got {self.preparation.num_workers}.")
 
 
+#: the largest vocabularies in use are about 256k entries; beyond 2**20 a tokenizer's tables only waste memory
+MAX_VOCAB_SIZE = 1 << 20
+
+
 @dataclass(frozen=True)
 class PretrainingModel:
     """The model to build (a preset or config JSON) or to continue, and its tokenizer."""
@@ -294,8 +298,11 @@ class PretrainingModel:
                 "--vocab_size trains a new tokenizer; it cannot be combined with --tokenizer_name or "
                 "--model_name_or_path (whose tokenizer is used)."
             )
-        if self.vocab_size is not None and self.vocab_size < 1:
-            raise UserError(f"--vocab_size must be >= 1, got {self.vocab_size}.")
+        if self.vocab_size is not None and not 5 < self.vocab_size <= MAX_VOCAB_SIZE:
+            raise UserError(
+                f"--vocab_size must be above the 5 special tokens and at most {MAX_VOCAB_SIZE:,} "
+                f"(BERT uses 30,522), got {self.vocab_size:,}."
+            )
         if self.tokenizer_train_max_lines is not None and self.tokenizer_train_max_lines < 1:
             raise UserError(
                 f"--tokenizer_train_max_lines must be >= 1, got {self.tokenizer_train_max_lines}."
