@@ -1,5 +1,6 @@
 """A Hub-compatible HTTP server for offline use and tests (see ``hub_server.server``)."""
 
+from .accounts import Account
 from .errors import HubError
 from .server import STEPS, BackgroundHub, DataDirInUse, HubServer, make_server, running_server, serve
 from .storage import Storage
@@ -7,6 +8,7 @@ from .transport import ServerLimits
 
 __all__ = [
     "STEPS",
+    "Account",
     "BackgroundHub",
     "DataDirInUse",
     "HubError",

@@ -10,13 +10,17 @@ import base64
 import binascii
 import json
 import re
+import urllib.parse
 from dataclasses import dataclass
 
+from .commit_stream import RawLine
 from .errors import BadRequest
-from .storage import REPO_TYPES, DeleteFile, DeleteFolder, validate_path, validate_repo_id
+from .names import REPO_TYPES, validate_path, validate_repo_id
+from .storage import DeleteFile, DeleteFolder, StoredBlob
+from .transport import parse_size
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 
 def parse_json(raw: bytes, what: str):
@@ -125,7 +129,7 @@ class LfsObject:
     size: int
 
     def __post_init__(self):
-        if not _SHA256_RE.match(self.oid):
+        if not isinstance(self.oid, str) or not _SHA256_RE.fullmatch(self.oid):
             raise BadRequest(f"LFS oid {self.oid!r} is not a lowercase sha256", code="InvalidOid")
 
     @classmethod
@@ -149,16 +153,17 @@ class CommitHeader:
     parent_commit: str | None
 
     def __post_init__(self):
-        if self.parent_commit is not None and not _COMMIT_RE.match(self.parent_commit):
+        if self.parent_commit is not None and not _COMMIT_RE.fullmatch(self.parent_commit):
             raise BadRequest(f"parentCommit {self.parent_commit!r} is not a 40-hex commit id")
 
 
 @dataclass(frozen=True)
 class InlineFile:
-    """A ``file`` line: content inside the commit, base64."""
+    """A ``file`` line: content inside the commit, base64. A short one arrives decoded (``bytes``), a long one
+    already streamed into the blob store (``StoredBlob``, see ``commit_stream``)."""
 
     path: str
-    content: bytes
+    content: bytes | StoredBlob
 
     def __post_init__(self):
         validate_path(self.path)
@@ -203,13 +208,39 @@ _LINE_PARSERS = {
 }
 
 
-def parse_commit_line(raw: bytes, number: int) -> CommitLine:
+def parse_commit_line(raw: RawLine, number: int) -> CommitLine:
     where = f"commit line {number}"
-    line = Fields(parse_json(raw, where), where)
+    line = Fields(parse_json(raw.text, where), where)
     key = line.text("key")
     if key not in _LINE_PARSERS:
         raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
-    return _LINE_PARSERS[key](line.child("value"))
+    if raw.blob is None:
+        return _LINE_PARSERS[key](line.child("value"))
+    # The one long string of this line was streamed: it must have been the file's content.
+    value = line.child("value")
+    if (
+        key != "file"
+        or value.obj.get("content") != raw.placeholder
+        or raw.text.count(raw.placeholder.encode()) != 1
+    ):
+        raise BadRequest(f"{where}: only a file's base64 content may be longer than 64 KiB")
+    if value.text("encoding", required=False, default="base64") != "base64":
+        raise BadRequest(f"{value.where}: only base64 file content is supported")
+    return InlineFile(value.text("path"), raw.blob)
+
+
+@dataclass(frozen=True)
+class SignedUpload:
+    """The query of a pre-signed LFS URL: ``size`` and ``sig``."""
+
+    size: int
+    signature: str
+
+    @classmethod
+    def from_query(cls, query: dict[str, list[str]]) -> SignedUpload | None:
+        size = parse_size(query.get("size", [""])[0])
+        signature = query.get("sig", [""])[0]
+        return None if size is None or not signature else cls(size, signature)
 
 
 # ---- refs ----------------------------------------------------------------------------------------------
@@ -226,3 +257,21 @@ class NewTag:
 
 def starting_point(body) -> str:
     return Fields(body, "request body").text("startingPoint", required=False) or "main"
+
+
+# ---- reads ---------------------------------------------------------------------------------------------
+def paths_request(raw: bytes, content_type: str, max_paths: int) -> tuple[list[str], bool]:
+    """The paths (at most ``max_paths``) and the expand flag of a paths-info body, form-encoded as the
+    client sends it, or JSON."""
+    if "json" in content_type:
+        f = Fields(parse_json(raw, "request body"), "request body")
+        paths, expand = f.items("paths"), f.flag("expand")
+    else:
+        try:
+            form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max_paths + 1)
+        except ValueError:
+            form = {"paths": [""] * (max_paths + 1)}
+        paths, expand = form.get("paths", []), form.get("expand", ["false"])[0].lower() == "true"
+    if len(paths) > max_paths:
+        raise BadRequest(f"At most {max_paths} paths per request", code="TooManyPaths")
+    return [p.strip("/") for p in paths if isinstance(p, str)], expand

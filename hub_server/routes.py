@@ -4,6 +4,8 @@ handlers. A handler does only its own work: it reads the typed request, returns 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import hashlib
 import json
@@ -15,11 +17,24 @@ from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from briskbert.hub_cards.rules import check_metadata, metadata_warnings, split_front_matter
+from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 
 from . import protocol
-from .errors import BadRequest, EntryNotFound, HubError, RevisionNotFound, Unprocessable
-from .storage import AddFile, FileEntry, git_blob_oid, looks_like_lfs, validate_ref_name
+from .accounts import Account
+from .commit_stream import commit_lines
+from .errors import (
+    BadRequest,
+    EntryNotFound,
+    Forbidden,
+    HubError,
+    PayloadTooLarge,
+    RevisionNotFound,
+    Unprocessable,
+)
+from .front_matter import FrontMatterError, YamlLimits, load_front_matter
+from .index import FileEntry, Folder, RevisionIndex
+from .names import repo_key, validate_ref_name
+from .storage import AddFile, StoredBlob, git_blob_oid, looks_like_lfs
 from .transport import BodyKind, RequestBody
 
 if TYPE_CHECKING:
@@ -27,14 +42,16 @@ if TYPE_CHECKING:
 
     from .server import HubServer
 
-_CHUNK = 1 << 20
 _TYPE_NAMES = {"models": "model", "datasets": "dataset", "spaces": "space", "kernels": "kernel"}
+TREE_PAGE = 1000  # entries per /tree page, as on the Hub
+COMMITS_PAGE = 100  # commits per /commits page
+_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 
 
 class Auth(Enum):
     PUBLIC = "public"  # anyone
-    READ = "read"  # the repo exists and is public, or the token is valid (private repos)
-    WRITE = "write"  # a valid token
+    READ = "read"  # the repo exists and is public, or the token's account owns its namespace
+    WRITE = "write"  # a valid token; on a repo, one whose account owns the repo's namespace
     SIGNED = "signed"  # a pre-signed LFS URL (the client sends no token there)
 
 
@@ -42,11 +59,13 @@ class Auth(Enum):
 class Request:
     hub: HubServer
     method: str
+    path: str  # as sent, without the query
     params: dict[str, str]
     query: dict[str, list[str]]
     headers: Message
     body: RequestBody
     base_url: str
+    account: Account | None = None  # who the token belongs to (the dispatcher fills it in)
 
     @property
     def repo_type(self) -> str:
@@ -62,11 +81,16 @@ class Request:
     def json(self):
         return protocol.parse_json(self.body.read(), "request body")
 
+    def next_page(self, **query: str) -> str:
+        """The URL of this request with ``query`` replacing those parameters (for a ``Link`` header)."""
+        merged = {**self.query, **{k: [v] for k, v in query.items()}}
+        return f"{self.base_url}{self.path}?{urllib.parse.urlencode(merged, doseq=True)}"
+
 
 @dataclass
 class Response:
     status: int = 200
-    body: bytes = b""
+    body: bytes | tuple[bytes, ...] = b""  # a tuple is sent piece after piece, never joined
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     file: Path | None = None  # streamed after the headers, from ``offset``, ``length`` bytes
@@ -82,11 +106,18 @@ def repo_url(base_url: str, repo_type: str, repo_id: str) -> str:
     return f"{base_url}/{'' if repo_type == 'model' else repo_type + 's/'}{repo_id}"
 
 
+def _require_namespace(account: Account, repo_type: str, namespace: str) -> None:
+    if not account.owns(namespace):
+        mine = ", ".join([account.name, *account.orgs])
+        raise Forbidden(
+            f"You don't have the rights to write a {repo_type} under the namespace {namespace!r}: this token "
+            f"writes only under {mine}"
+        )
+
+
 # ---- repo management ----------------------------------------------------------------------------------
 def whoami(req: Request) -> Response:
-    user = req.hub.user
-    auth = {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}}
-    return json_response({"type": "user", "name": user, "fullname": user, "orgs": [], "auth": auth})
+    return json_response(req.account.whoami())
 
 
 def agent_harnesses(req: Request) -> Response:
@@ -109,27 +140,32 @@ def validate_yaml(req: Request) -> Response:
     except BadRequest as e:
         return _yaml_answer([e.message], [])
     try:
-        meta = split_front_matter(content)[0] or {}
-    except ValueError as e:
+        meta = load_front_matter(content, req.hub.limits.yaml) or {}
+    except FrontMatterError as e:
         return _yaml_answer([str(e)], [])
     return _yaml_answer(check_metadata(meta), metadata_warnings(meta))
 
 
 def create_repo(req: Request) -> Response:
-    spec = protocol.RepoSpec.from_body(req.json(), req.hub.user)
-    url = repo_url(req.base_url, spec.repo_type, spec.repo_id)
-    if not req.hub.storage.create_repo(spec.repo_type, spec.repo_id, spec.private, req.hub.user):
+    st = req.hub.storage
+    spec = protocol.RepoSpec.from_body(req.json(), req.account.name)
+    _require_namespace(req.account, spec.repo_type, spec.repo_id.split("/")[0])
+    if st.create_repo(spec.repo_type, spec.repo_id, spec.private, req.account.name) is None:
+        existing = st.lookup(spec.repo_type, spec.repo_id)
+        url = repo_url(req.base_url, spec.repo_type, existing.repo_id if existing else spec.repo_id)
         # The client reads "url" even from the 409 it swallows with exist_ok=True.
         return json_response(
             {"error": "You already created this repo", "url": url},
             status=409,
             headers={"X-Error-Code": "Conflict", "X-Error-Message": "You already created this repo"},
         )
+    url = repo_url(req.base_url, spec.repo_type, spec.repo_id)
     return json_response({"url": url, "name": spec.repo_id, "id": spec.repo_id})
 
 
 def delete_repo(req: Request) -> Response:
-    spec = protocol.RepoSpec.from_body(req.json(), req.hub.user)
+    spec = protocol.RepoSpec.from_body(req.json(), req.account.name)
+    _require_namespace(req.account, spec.repo_type, spec.repo_id.split("/")[0])
     req.hub.storage.delete_repo(spec.repo_type, spec.repo_id)
     return json_response({})
 
@@ -158,56 +194,45 @@ def xet_refused(req: Request) -> Response:
     )
 
 
-def _card_of(storage, files: dict[str, FileEntry]) -> dict:
-    if "README.md" not in files:
-        return {}
-    with contextlib.suppress(ValueError, OSError, UnicodeDecodeError):
-        text = storage.blob_path(files["README.md"].sha256).read_text("utf-8")
-        return split_front_matter(text)[0] or {}
+def _read_card(storage, readme: FileEntry, limits: YamlLimits) -> dict:
+    """The README's front matter, or ``{}`` when it has none or it cannot be read within ``limits``."""
+    with contextlib.suppress(FrontMatterError, OSError):
+        with open(storage.blob_path(readme.sha256), "rb") as fh:
+            text = fh.read(limits.max_bytes + 64).decode("utf-8", "replace")
+        return load_front_matter(text, limits) or {}
     return {}
 
 
-def _siblings(files: dict[str, FileEntry], with_blobs: bool) -> list[dict]:
-    siblings = []
-    for path, entry in sorted(files.items()):
-        sibling = {"rfilename": path}
-        if with_blobs:
-            sibling.update({"size": entry.size, "blobId": entry.tree_oid()})
-            if entry.lfs:
-                sibling["lfs"] = {"size": entry.size, "sha256": entry.sha256, "pointerSize": 134}
-        siblings.append(sibling)
-    return siblings
-
-
 def repo_info(req: Request) -> Response:
-    st, repo_type, repo_id = req.hub.storage, req.repo_type, req.repo_id
-    sha = st.resolve(repo_type, repo_id, req.params.get("rev") or "main")
-    files = st.files(repo_type, repo_id, sha)
-    card = _card_of(st, files)
-    tags = list(card["tags"]) if isinstance(card.get("tags"), list) else []
+    st, repo_type = req.hub.storage, req.repo_type
+    record = st.meta(repo_type, req.repo_id)
+    sha = st.resolve(repo_type, req.repo_id, req.params.get("rev") or "main")
+    index = st.index(repo_type, req.repo_id, sha)
+    card = index.card(lambda readme: _read_card(st, readme, req.hub.limits.yaml))
+    tags = [t for t in card["tags"] if isinstance(t, str)] if isinstance(card.get("tags"), list) else []
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])
-    meta = st.meta(repo_type, repo_id)
     info = {
-        "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
-        "id": repo_id,
-        "author": repo_id.split("/")[0],
+        "_id": hashlib.sha1(repo_key(record.repo_id).encode()).hexdigest()[:24],
+        "id": record.repo_id,
+        "author": record.namespace,
         "sha": sha,
-        "lastModified": st.commit_object(repo_type, repo_id, sha)["date"],
-        "createdAt": meta.get("created_at"),
-        "private": meta["private"],
+        "lastModified": index.commit["date"],
+        "createdAt": record.created_at,
+        "private": record.private,
         "disabled": False,
         "gated": False,
         "downloads": 0,
         "likes": 0,
         "tags": tags,
-        "siblings": _siblings(files, req.flag("blobs")),
         "cardData": card or None,
     }
     if repo_type == "model":
-        info["modelId"] = repo_id
+        info["modelId"] = record.repo_id
         info.update({k: card[k] for k in ("pipeline_tag", "library_name") if isinstance(card.get(k), str)})
-    return json_response(info)
+    head = json.dumps(info, default=str).encode()
+    # The sibling list is built once per revision and sent as it is, however many files the repo has.
+    return Response(body=(head[:-1], b', "siblings": ', index.siblings_json(req.flag("blobs")), b"}"))
 
 
 # ---- uploads -------------------------------------------------------------------------------------------
@@ -225,7 +250,7 @@ def preupload(req: Request) -> Response:
     st, hub = req.hub.storage, req.hub
     branch = _writable_branch(req)
     head = st.resolve(req.repo_type, req.repo_id, branch)
-    existing = st.files(req.repo_type, req.repo_id, head)
+    existing = st.index(req.repo_type, req.repo_id, head)
     out = []
     for f in protocol.preupload_files(req.json()):
         lfs = hub.upload_mode == "lfs" and looks_like_lfs(f.path, f.size, f.sample)
@@ -240,8 +265,11 @@ def preupload(req: Request) -> Response:
 def lfs_batch(req: Request) -> Response:
     objects = []
     for obj in protocol.lfs_batch_objects(req.json()):
-        entry = {"oid": obj.oid, "size": obj.size}
-        if not req.hub.storage.has_blob(obj.oid, obj.size):
+        entry: dict = {"oid": obj.oid, "size": obj.size}
+        if obj.size > req.hub.limits.max_upload_bytes:
+            limit = req.hub.limits.max_upload_bytes
+            entry["error"] = {"code": 413, "message": f"{obj.size} bytes is over the upload limit of {limit}"}
+        elif not req.hub.storage.has_blob(obj.oid, obj.size):
             query = req.hub.signed_query(req.repo_type, req.repo_id, obj.oid, obj.size)
             where = f"{req.repo_type}/{req.repo_id}/{obj.oid}?{query}"
             entry["actions"] = {
@@ -255,14 +283,13 @@ def lfs_batch(req: Request) -> Response:
 
 def lfs_upload(req: Request) -> Response:
     # Auth.SIGNED: the dispatcher has checked the signature and the size in the query.
-    oid, size = req.params["oid"], int(req.query["size"][0])
+    oid, size = req.params["oid"], req.hub.check_signature(req)
     req.hub.storage.put_stream(req.body.chunks(), oid, size)
     return Response(headers={"ETag": f'"{oid}"'})
 
 
 def lfs_verify(req: Request) -> Response:
-    req.hub.check_signature(req)
-    oid, size = req.params["oid"], int(req.query["size"][0])
+    oid, size = req.params["oid"], req.hub.check_signature(req)
     if not req.hub.storage.has_blob(oid, size):
         raise EntryNotFound(f"LFS object {oid} was not uploaded")
     return json_response({"oid": oid, "size": size})
@@ -271,49 +298,59 @@ def lfs_verify(req: Request) -> Response:
 def _operation(storage, line: protocol.CommitLine):
     """A storage operation for one parsed commit line; inline content is stored as it arrives."""
     if isinstance(line, protocol.InlineFile):
+        if isinstance(line.content, StoredBlob):  # streamed into the blob store already
+            blob = line.content
+            lfs = looks_like_lfs(line.path, blob.size, blob.sample)
+            return AddFile(FileEntry(line.path, blob.sha256, blob.size, storage.git_oid(blob.sha256), lfs))
         data = line.content
         lfs = looks_like_lfs(line.path, len(data), data[:8000])
         return AddFile(FileEntry(line.path, storage.put_bytes(data), len(data), git_blob_oid(data), lfs))
     if isinstance(line, protocol.LfsFileRef):
         if not storage.has_blob(line.oid):
             raise Unprocessable(f"LFS object for {line.path} (oid {line.oid}) was never uploaded")
-        blob = storage.blob_path(line.oid)
-        size = blob.stat().st_size
+        size = storage.blob_path(line.oid).stat().st_size
         if line.size is not None and line.size != size:
             raise Unprocessable(f"Size mismatch for {line.path}: {line.size} != {size}", code="BadOid")
-        sha1 = hashlib.sha1(b"blob %d\0" % size)
-        with open(blob, "rb") as fh:
-            for chunk in iter(lambda: fh.read(_CHUNK), b""):
-                sha1.update(chunk)
-        return AddFile(FileEntry(line.path, line.oid, size, sha1.hexdigest(), True))
+        return AddFile(FileEntry(line.path, line.oid, size, storage.git_oid(line.oid), True))
     return line  # DeleteFile / DeleteFolder are storage operations already
 
 
-def commit(req: Request) -> Response:
-    st = req.hub.storage
-    branch = _writable_branch(req)
+def _commit_operations(req: Request) -> tuple[protocol.CommitHeader, list]:
+    st, limits = req.hub.storage, req.hub.limits
     header, operations = None, []
-    # Line by line: memory holds one file's content at a time, whatever the commit's size.
-    for number, raw in enumerate(req.body.lines(), start=1):
-        if not raw.strip():
-            continue
-        line = protocol.parse_commit_line(raw, number)
-        if isinstance(line, protocol.CommitHeader):
-            if header is not None or operations:
-                raise BadRequest(f"commit line {number}: the header must be the first line, once")
-            header = line
-        else:
+    lines = commit_lines(req.body.chunks(), limits.max_commit_line_bytes, st.blob_writer)
+    # Line by line, a file's content streamed to disk: memory holds one line's JSON, whatever the size.
+    with contextlib.closing(lines):
+        for number, raw in enumerate(lines, start=1):
+            if not raw.text.strip():
+                continue
+            line = protocol.parse_commit_line(raw, number)
+            if isinstance(line, protocol.CommitHeader):
+                if header is not None or operations:
+                    raise BadRequest(f"commit line {number}: the header must be the first line, once")
+                header = line
+                continue
             operations.append(_operation(st, line))
+            if len(operations) > limits.max_repo_files:
+                raise PayloadTooLarge(
+                    f"A commit holds at most {limits.max_repo_files} operations", code="TooManyFiles"
+                )
     if header is None:
         raise BadRequest("The commit has no header line")
-    cid = st.commit(
+    return header, operations
+
+
+def commit(req: Request) -> Response:
+    branch = _writable_branch(req)
+    header, operations = _commit_operations(req)
+    cid = req.hub.storage.commit(
         req.repo_type,
         req.repo_id,
         branch,
         operations,
         header.summary,
         header.description,
-        req.hub.user,
+        req.account.name,
         header.parent_commit,
     )
     url = f"{repo_url(req.base_url, req.repo_type, req.repo_id)}/commit/{cid}"
@@ -321,17 +358,39 @@ def commit(req: Request) -> Response:
 
 
 # ---- reads ---------------------------------------------------------------------------------------------
-def _range_start(header: str, size: int) -> int:
-    spec = header.removeprefix("bytes=")
-    if header.startswith("bytes=") and spec.endswith("-") and spec[:-1].isdigit():
-        return min(int(spec[:-1]), size)
-    return 0
+def _position(digits: str) -> int:
+    return int(digits) if len(digits) <= 19 else 1 << 64  # int() on 5,000 digits is an error, not a number
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, or
+    one this server does not serve: several ranges, or not ``bytes=``). A range that starts past the end
+    is a 416 with ``Content-Range: bytes */size``."""
+    m = _RANGE_RE.fullmatch(header.strip()) if header else None
+    if m is None or not (m[1] or m[2]):
+        return None
+    if m[1]:
+        first, last = _position(m[1]), (_position(m[2]) if m[2] else size - 1)
+        if m[2] and last < first:
+            return None  # not a valid range: ignored, as RFC 9110 says
+    else:  # a suffix: the last N bytes
+        first, last = max(0, size - _position(m[2])), size - 1
+        if _position(m[2]) == 0:
+            first = size
+    if first >= size:
+        raise HubError(
+            f"Range {header.strip()[:40]!r} is outside the file's {size} bytes",
+            status=416,
+            code="RangeNotSatisfiable",
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+    return first, min(last, size - 1)
 
 
 def resolve(req: Request) -> Response:
     st, path = req.hub.storage, req.params["path"]
     sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    entry = st.files(req.repo_type, req.repo_id, sha).get(path)
+    entry = st.index(req.repo_type, req.repo_id, sha).get(path)
     if entry is None:
         # X-Repo-Commit lets the client cache the absence (transformers probes many optional files).
         raise EntryNotFound(f"Entry not found: {path}", headers={"X-Repo-Commit": sha})
@@ -343,16 +402,17 @@ def resolve(req: Request) -> Response:
     }
     if entry.lfs:
         headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": str(entry.size)})
-    start = _range_start(req.headers.get("Range", ""), entry.size)
-    if start:
-        headers["Content-Range"] = f"bytes {start}-{entry.size - 1}/{entry.size}"
+    wanted = byte_range(req.headers.get("Range", ""), entry.size)
+    first, last = wanted or (0, entry.size - 1)
+    if wanted:
+        headers["Content-Range"] = f"bytes {first}-{last}/{entry.size}"
     return Response(
-        status=206 if start else 200,
+        status=206 if wanted else 200,
         content_type="application/octet-stream",
         headers=headers,
         file=st.blob_path(entry.sha256),
-        offset=start,
-        length=entry.size - start,
+        offset=first,
+        length=last - first + 1,
     )
 
 
@@ -373,51 +433,54 @@ def _file_entry(e: FileEntry, expand: bool, commit_obj: dict) -> dict:
     return item
 
 
-def _tree_entries(files: dict[str, FileEntry], prefix: str, recursive: bool, expand: bool, commit_obj: dict):
-    out, dirs = [], set()
-    for p, e in sorted(files.items()):
-        if prefix and not p.startswith(prefix + "/"):
-            continue
-        parts = (p[len(prefix) + 1 :] if prefix else p).split("/")
-        for i in range(1, len(parts)):
-            d = "/".join(([prefix] if prefix else []) + parts[:i])
-            if (recursive or i == 1) and d not in dirs:
-                dirs.add(d)
-                out.append(_directory(d))
-        if recursive or len(parts) == 1:
-            out.append(_file_entry(e, expand, commit_obj))
-    return out
+def _cursor(req: Request) -> str | None:
+    text = req.query.get("cursor", [None])[0]
+    if text is None:
+        return None
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8", "surrogatepass")
+    except (binascii.Error, ValueError):
+        raise BadRequest("Invalid pagination cursor") from None
+
+
+def _page_size(req: Request, largest: int) -> int:
+    limit = req.query.get("limit", [""])[0]
+    return min(int(limit), largest) if limit.isascii() and limit.isdigit() and 0 < len(limit) < 7 else largest
 
 
 def tree(req: Request) -> Response:
+    """A folder's entries, a page at a time (``Link: <...>; rel="next"``, as on the Hub)."""
     st = req.hub.storage
     sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    files = st.files(req.repo_type, req.repo_id, sha)
-    path = req.params.get("path", "").strip("/")
-    if path and not any(p.startswith(path + "/") for p in files):
-        raise EntryNotFound(f"Entry not found: {path}")
-    commit_obj = st.commit_object(req.repo_type, req.repo_id, sha)
-    entries = _tree_entries(files, path, req.flag("recursive"), req.flag("expand"), commit_obj)
-    return json_response(entries, headers={"X-Repo-Commit": sha})
+    index: RevisionIndex = st.index(req.repo_type, req.repo_id, sha)
+    folder = req.params.get("path", "").strip("/")
+    if folder and not index.has_folder(folder):
+        raise EntryNotFound(f"Entry not found: {folder}")
+    items, after = index.page(folder, req.flag("recursive"), _cursor(req), max(_page_size(req, TREE_PAGE), 1))
+    expand = req.flag("expand")
+    entries = [
+        _directory(i.path) if isinstance(i, Folder) else _file_entry(i, expand, index.commit) for i in items
+    ]
+    headers = {"X-Repo-Commit": sha}
+    if after is not None:
+        cursor = base64.urlsafe_b64encode(after.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+        headers["Link"] = f'<{req.next_page(cursor=cursor)}>; rel="next"'
+    return json_response(entries, headers=headers)
 
 
 def paths_info(req: Request) -> Response:
     st = req.hub.storage
     sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    files = st.files(req.repo_type, req.repo_id, sha)
-    raw = req.body.read()
-    if "json" in req.headers.get("Content-Type", ""):
-        f = protocol.Fields(protocol.parse_json(raw, "request body"), "request body")
-        paths, expand = f.items("paths"), f.flag("expand")
-    else:
-        form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"))
-        paths, expand = form.get("paths", []), form.get("expand", ["false"])[0].lower() == "true"
-    commit_obj = st.commit_object(req.repo_type, req.repo_id, sha)
+    index = st.index(req.repo_type, req.repo_id, sha)
+    paths, expand = protocol.paths_request(
+        req.body.read(), req.headers.get("Content-Type", ""), req.hub.limits.max_paths_per_request
+    )
     out = []
-    for p in (p.strip("/") for p in paths if isinstance(p, str)):
-        if p in files:
-            out.append(_file_entry(files[p], expand, commit_obj))
-        elif p and any(f.startswith(p + "/") for f in files):
+    for p in paths:
+        entry = index.get(p) if p else None
+        if entry is not None:
+            out.append(_file_entry(entry, expand, index.commit))
+        elif p and index.has_folder(p):
             out.append(_directory(p))
     return json_response(out)
 
@@ -439,18 +502,20 @@ def refs(req: Request) -> Response:
 
 
 def commits(req: Request) -> Response:
+    """A revision's history, newest first, a page at a time (``Link: <...>; rel="next"``)."""
     st = req.hub.storage
     formatted = req.query.get("expand[]") == ["formatted"] or "formatted" in req.query.get("expand", [])
+    start = req.query.get("cursor", [None])[0] or st.resolve(req.repo_type, req.repo_id, req.params["rev"])
+    history, next_id = st.history(req.repo_type, req.repo_id, start, max(_page_size(req, COMMITS_PAGE), 1))
     out = []
-    for c in st.history(
-        req.repo_type, req.repo_id, st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    ):
+    for c in history:
         item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"]}
         item["authors"] = [{"user": c["author"]}]
         if formatted:
             item["formatted"] = {"title": c["title"], "message": c["message"]}
         out.append(item)
-    return json_response(out, headers={"X-Total-Count": str(len(out))})
+    headers = {"Link": f'<{req.next_page(cursor=next_id)}>; rel="next"'} if next_id else {}
+    return json_response(out, headers=headers)
 
 
 # ---- refs ----------------------------------------------------------------------------------------------
@@ -498,7 +563,7 @@ def _compile(pattern: str) -> re.Pattern:
         name, rest = m.groups()
         return _PLACEHOLDERS.get(name) or (f"(?P<{name}>.+)" if rest else f"(?P<{name}>[^/]+)")
 
-    return re.compile("".join(piece(p) for p in re.split(r"(\{\w+\+?\})", pattern)) + "$")
+    return re.compile("".join(piece(p) for p in re.split(r"(\{\w+\+?\})", pattern)))
 
 
 @dataclass(frozen=True)
@@ -555,7 +620,7 @@ def match(method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
     unquoted, so a revision sent as ``refs%2Fpr%2F1`` stays one parameter."""
     allowed = []
     for route in ROUTES:
-        m = route.regex.match(raw_path)
+        m = route.regex.fullmatch(raw_path)
         if m is None:
             continue
         if method not in route.methods:

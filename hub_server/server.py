@@ -4,16 +4,22 @@ The unmodified ``huggingface_hub`` and ``transformers`` clients talk to it throu
 Standard library only (``http.server``), plus PyYAML for README front matter.
 
 Requests go through one dispatcher (``_Handler._dispatch``) over the route table in ``routes.py``: it
-checks the body's framing and the route's size limit and authorization from the headers alone, before a
-byte of the body is read; injects faults; and maps every ``HubError`` to its status, ``X-Error-Code`` and
-a sanitised ``X-Error-Message`` (request text is never reflected raw into a header). Connections that stay
-silent longer than ``ServerLimits.read_timeout_s`` are closed, and at most ``max_connections`` are served
-at once (the rest get a 503 at once).
+checks the body's framing, the caller's account, the route's authorization and size limit from the headers
+alone, before a byte of the body is read (and before a ``100 Continue``); injects faults; and maps every
+``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message`` (request text is never
+reflected raw into a header). The limits and deadlines are ``ServerLimits`` (``transport.py``); at most
+``max_connections`` connections are served at once (the rest get a 503 at once). ``docs/security.md`` lists
+what the server defends against and what it does not.
 
-Private repos answer anonymous (or wrong-token) reads exactly as a missing repo does: 404 with
-``X-Error-Code: RepoNotFound`` and the same message, so a repo's existence is never revealed. (The real
-Hub answers 401 to anonymous requests for both; the clients map either to ``RepositoryNotFoundError``
-through ``X-Error-Code``.) Pull requests (``create_pr=True``, discussions) are refused with a 400
+Accounts (``accounts.py``): each token belongs to a user and may write only under that user's name and the
+organisations it is configured with. ``HubServer(..., token, user=..., orgs=...)`` is one account;
+``accounts=[Account(...), ...]`` adds more. A server started without any token lets anyone act as ``user``.
+
+Private repos answer reads by anyone outside their namespace exactly as a missing repo does: the same code
+path, 404 with ``X-Error-Code: RepoNotFound`` and the same message, so a repo's existence is never revealed.
+(The real Hub answers 401 to anonymous requests for both; the clients map either to
+``RepositoryNotFoundError`` through ``X-Error-Code``.) Repo ids are case-insensitive and keep the case
+their creator used. Pull requests (``create_pr=True``, discussions) are refused with a 400
 ``PullRequestsNotSupported`` that says to commit to a branch instead.
 
 Uploads. The client decides between Xet and LFS by itself (Xet whenever ``hf_xet`` is importable and
@@ -21,7 +27,7 @@ Uploads. The client decides between Xet and LFS by itself (Xet whenever ``hf_xet
 ``/preupload`` answers:
 
 * ``"regular"`` (default): every file is sent base64 inside the ndjson commit. Works for every client; the
-  commit is read line by line, so memory holds one file at a time.
+  commit is read line by line and a file's content is decoded into the blob store as it streams in.
 * ``"lfs"``: large or binary files are marked ``lfs`` as on the Hub, and go through the LFS batch API,
   a pre-signed PUT streamed to disk and a verify call. Clients must run with ``HF_HUB_DISABLE_XET=1``.
 
@@ -35,10 +41,12 @@ closed without an answer, or a connection held for S seconds and then closed. St
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
 import hmac
+import io
 import json
 import logging
 import re
@@ -47,13 +55,17 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from .accounts import Account, Accounts
 from .errors import BadRequest, Forbidden, HubError, InjectedFault, Unauthorized
+from .protocol import SignedUpload
 from .routes import Auth, Request, Response, Route, match
 from .storage import Storage, repo_not_found, validate_repo_id
-from .transport import RequestBody, ServerLimits
+from .transport import ConnectionIO, HeadReader, RequestBody, ServerLimits
 
 logger = logging.getLogger("hub_server")
 
@@ -123,6 +135,8 @@ class HubServer(ThreadingHTTPServer):
         token: str | None,
         *,
         user: str = "testuser",
+        orgs: Iterable[str] = (),
+        accounts: Iterable[Account] = (),
         upload_mode: str = "regular",
         fault: dict | None = None,
         log_file: str | None = None,
@@ -130,26 +144,33 @@ class HubServer(ThreadingHTTPServer):
     ):
         if upload_mode not in ("regular", "lfs"):
             raise ValueError(f"upload_mode must be 'regular' or 'lfs', got {upload_mode!r}")
+        owner = Account(user, token, tuple(orgs))  # checks the names before anything is bound
+        self.accounts = Accounts([*accounts, *([owner] if token else [])], open_account=owner)
+        self.limits = limits or ServerLimits()
         self._data_lock = _lock_data_dir(Path(data_dir))
         try:
+            self.storage = Storage(
+                data_dir,
+                max_repo_files=self.limits.max_repo_files,
+                index_cache_bytes=self.limits.index_cache_bytes,
+            )
             super().__init__(address, _Handler)
-        except OSError:
+        except BaseException:
             self._data_lock.close()
             raise
-        self.storage = Storage(data_dir)
         removed = self.storage.clean_tmp()  # leftovers of uploads a previous run was interrupted in
         if removed:
             logger.info("removed %d leftover temporary files", removed)
-        self.token = token
-        self.user = user
         self.upload_mode = upload_mode
-        self.limits = limits or ServerLimits()
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.fault: dict | None = None
         self.fault_hits = 0
-        self.request_log: list[tuple[str, str, int]] = []  # (method, path without query, status)
+        # (method, path without query cut to 256 characters, status) of the last requests only
+        self.request_log: collections.deque[tuple[str, str, int]] = collections.deque(
+            maxlen=self.limits.request_log_entries
+        )
         self.set_fault(fault)
         self._log_file = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
 
@@ -179,29 +200,21 @@ class HubServer(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
     # ---- credentials ------------------------------------------------------------------------------
-    def token_ok(self, headers) -> bool:
-        if self.token is None:
-            return True
-        auth = headers.get("Authorization", "")
-        given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
-
     def _sign(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
-        msg = f"{repo_type}|{repo_id}|{oid}|{size}".encode()
+        msg = f"{repo_type}|{repo_id.lower()}|{oid}|{size}".encode()
         return hmac.new(self._signing_key, msg, hashlib.sha256).hexdigest()
 
     def signed_query(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
         """The query string that makes an LFS upload URL usable without a token, like a pre-signed URL."""
         return f"size={size}&sig={self._sign(repo_type, repo_id, oid, size)}"
 
-    def check_signature(self, req: Request) -> None:
-        size = req.query.get("size", [""])[0]
-        sig = req.query.get("sig", [""])[0]
-        expected = (
-            self._sign(req.repo_type, req.repo_id, req.params["oid"], int(size)) if size.isdigit() else ""
-        )
-        if not (expected and hmac.compare_digest(sig, expected)):
+    def check_signature(self, req: Request) -> int:
+        """The upload size a pre-signed LFS URL was signed for; ``Forbidden`` if the signature is wrong."""
+        upload = SignedUpload.from_query(req.query)
+        expected = self._sign(req.repo_type, req.repo_id, req.params["oid"], upload.size) if upload else ""
+        if not (upload and hmac.compare_digest(upload.signature.encode(), expected.encode())):
             raise Forbidden("Invalid or expired upload signature")
+        return upload.size
 
     # ---- connections ------------------------------------------------------------------------------
     def process_request(self, request, client_address):
@@ -224,7 +237,7 @@ class HubServer(ThreadingHTTPServer):
             self._slots.release()
 
     def log_request_line(self, method: str, path: str, status: int) -> None:
-        self.request_log.append((method, path, status))
+        self.request_log.append((method, path[:256], status))
         line = header_safe(f"{method} {path} {status}", limit=2000)
         logger.debug(line)
         if self._log_file:
@@ -241,15 +254,60 @@ class HubServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: HubServer
-    server_version = "local-hub/0.2"
+    server_version = "local-hub/0.3"
 
     # Quiet: the server keeps its own request log (no headers, so never the token).
     def log_message(self, format, *args):  # noqa: A002
         pass
 
     def setup(self):
-        self.timeout = self.server.limits.read_timeout_s  # idle and slow connections are closed
-        super().setup()
+        # Reads and writes go through ConnectionIO: every wait is bounded, and so is each whole transfer.
+        self.connection = self.request
+        # Headers and body leave in separate writes: without this, Nagle's algorithm holds the body back until
+        # the client's delayed ACK (40 ms per keep-alive request).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._io = ConnectionIO(self.connection, self.server.limits.read_timeout_s)
+        self._reader = io.BufferedReader(self._io, 64 << 10)
+        self.rfile, self.wfile = self._reader, self._io
+
+    def handle_one_request(self):
+        """``BaseHTTPRequestHandler.handle_one_request`` with a deadline and a size cap on the head: an idle
+        connection waits ``read_timeout_s`` for a request; once its first byte arrives, the request line and
+        headers must be complete within ``head_timeout_s`` (or ``read_timeout_s`` if shorter) and
+        ``max_head_bytes``."""
+        limits = self.server.limits
+        self._io.deadline = None
+        try:
+            if not self.rfile.peek(1):
+                self.close_connection = True
+                return
+            self._io.deadline = time.monotonic() + min(limits.head_timeout_s, limits.read_timeout_s)
+            self.raw_requestline = self.rfile.readline(limits.max_request_line_bytes + 1)
+            if len(self.raw_requestline) > limits.max_request_line_bytes:
+                self.requestline, self.request_version, self.command = "", "", ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            self.rfile = HeadReader(self._reader, limits.max_head_bytes - len(self.raw_requestline))
+            try:
+                parsed = self.parse_request()
+            finally:
+                self.rfile = self._reader
+            if not parsed:
+                return
+            method = getattr(self, "do_" + self.command, None)
+            if method is None:
+                self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+                return
+            method()
+        except OSError:  # a timeout, a deadline passed, or the client went away
+            self.close_connection = True
+
+    def handle_expect_100(self):
+        # Not yet: the dispatcher checks the headers first and sends "100 Continue" only when it reads the body.
+        return True
+
+    def _send_continue(self) -> None:
+        self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def do_GET(self):
         self._dispatch("GET")
@@ -272,11 +330,19 @@ class _Handler(BaseHTTPRequestHandler):
         target = urllib.parse.urlsplit(self.path)
         body = None
         try:
-            body = RequestBody(self.rfile, self.headers, self.server.limits.read_timeout_s)
+            expects_continue = self.headers.get("Expect", "").strip().lower() == "100-continue"
+            body = RequestBody(
+                self.rfile,
+                self._io,
+                self.headers,
+                self.server.limits,
+                self._send_continue if expects_continue else None,
+            )
             route, params = match(method, target.path)
             request = Request(
                 self.server,
                 method,
+                target.path,
                 params,
                 urllib.parse.parse_qs(target.query),
                 self.headers,
@@ -284,7 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._base_url(),
             )
             self._authorize(route.auth, request)
-            body.enforce_limit(self.server.limits.body_limit(route.body))
+            trusted = request.account is not None or route.auth is Auth.SIGNED
+            body.enforce_limit(self.server.limits.body_limit(route.body, trusted))
             self._inject_fault(route, body)
             response = route.handler(request)
             self._write(response, keep_alive=body.drain())
@@ -292,7 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
         except HubError as e:
             self._write_error(e, body)
-        except (TimeoutError, ConnectionError):
+        except OSError:  # a timeout, a deadline passed, or the client went away
             self.close_connection = True
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
             logger.exception("internal error")
@@ -301,18 +368,26 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.log_request_line(method, target.path, self._status)
 
     def _authorize(self, auth: Auth, req: Request) -> None:
-        """From the headers alone: nothing of the body has been read yet."""
+        """From the headers alone: nothing of the body has been read yet. A private repo outside the caller's
+        namespaces takes the same steps as a missing one and ends in the same answer."""
+        req.account = self.server.accounts.authenticate(self.headers.get("Authorization", ""))
         if "repo_id" in req.params:
             validate_repo_id(req.repo_id)
-        if auth is Auth.WRITE and not self.server.token_ok(self.headers):
+        if auth is Auth.WRITE and req.account is None:
             raise Unauthorized("Invalid credentials in Authorization header: a valid write token is required")
-        if auth is Auth.READ:
-            storage = self.server.storage
-            visible = storage.exists(req.repo_type, req.repo_id) and (
-                not storage.meta(req.repo_type, req.repo_id)["private"] or self.server.token_ok(self.headers)
+        if auth in (Auth.READ, Auth.WRITE) and "repo_id" in req.params:
+            record = self.server.storage.lookup(req.repo_type, req.repo_id)
+            account = req.account
+            visible = record is not None and (
+                not record.private or (account is not None and account.owns(record.namespace))
             )
             if not visible:
                 raise repo_not_found(req.repo_type, req.repo_id)
+            if auth is Auth.WRITE and not account.owns(record.namespace):
+                raise Forbidden(
+                    f"You don't have the rights to write to {record.repo_id}: this token writes only under "
+                    f"{', '.join([account.name, *account.orgs])}"
+                )
         if auth is Auth.SIGNED:
             self.server.check_signature(req)
 
@@ -339,24 +414,36 @@ class _Handler(BaseHTTPRequestHandler):
         if not keep_alive:
             self.close_connection = True
         self._status = response.status
+        pieces = response.body if isinstance(response.body, tuple) else (response.body,)
+        length = response.length if response.file is not None else sum(len(p) for p in pieces)
+        # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
+        self._io.deadline = self.server.limits.transfer_deadline(length)
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
-        length = response.length if response.file is not None else len(response.body)
         self.send_header("Content-Length", str(length))
         for name, value in response.headers.items():
             self.send_header(name, header_safe(value))
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        if self.command == "HEAD":
-            return
+        if self.command != "HEAD":
+            self._send_body(response, pieces)
+        self._io.deadline = None
+
+    def _send_body(self, response: Response, pieces: tuple[bytes, ...]) -> None:
         if response.file is None:
-            self.wfile.write(response.body)
+            for piece in pieces:
+                self.wfile.write(piece)
             return
         with open(response.file, "rb") as fh:
             fh.seek(response.offset)
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
+            left = response.length
+            while left > 0:
+                chunk = fh.read(min(1 << 20, left))
+                if not chunk:
+                    break
                 self.wfile.write(chunk)
+                left -= len(chunk)
 
     def _write_error(self, error: HubError, body: RequestBody | None) -> None:
         # An unread body that is small is read and dropped (keep-alive survives); a large one closes.
@@ -373,7 +460,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _linger(self) -> None:
         """Half-close, then drop what the client still sends for a moment: closing with unread data would
         reset the connection and could destroy the answer before the client reads it."""
-        self.wfile.flush()
         self.connection.shutdown(socket.SHUT_WR)
         self.connection.settimeout(0.25)
         deadline, dropped = time.monotonic() + 1.0, 0

@@ -5,24 +5,32 @@ Layout under ``data_dir``::
     blobs/<sha256[:2]>/<sha256>          file contents, named by their sha256 (written once, never changed)
     tmp/                                  partial writes; renamed into place only when complete (what an
                                           interrupted write leaves here is removed when a server starts)
-    repos/<type>s/<namespace>/<name>/
-        meta.json                         {"private": bool, "created_at": ...}
-        commits/<40-hex>.json             {"id", "parent", "title", "message", "date", "author", "files"}
+    repos/<type>s/<namespace>/<name>/     both lower-cased: repo ids are case-insensitive, as on the Hub
+        meta.json                         {"id": display id as created, "private": bool, "created_at": ...}
+        commits/<40-hex>.json             {"id", "parent", "title", "message", "date", "author"}
+        trees/<40-hex>.json               {path: {"sha256", "size", "git_oid", "lfs"}}: the commit's files
         refs.json                         {"branches": {name: commit}, "tags": {name: commit}}
 
 A commit is visible only once ``refs.json`` names it, and ``refs.json`` is replaced with ``os.replace``
-after the blobs and the commit object are on disk. A crash or a failed upload at any earlier point leaves
-at most unreferenced blobs or commit objects behind; readers never see a half-written commit.
+after the blobs, the file table and the commit object are on disk. A crash or a failed upload at any earlier
+point leaves at most unreferenced blobs or commits behind; readers never see a half-written commit.
+
+The repos are also known in memory (``RepoRecord``): whether a repo exists and who may see it is answered
+without touching the disk, the same way for a private repo as for a missing one. Each commit's files are
+indexed once and cached (``index.IndexCache``); commit ids are never reused, so an index never goes stale.
+(Older data folders, with mixed-case folders and the files inside ``commits/<id>.json``, are read as well.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -35,18 +43,47 @@ from .errors import (
     EntryNotFound,
     Forbidden,
     HubError,
+    PayloadTooLarge,
     PreconditionFailed,
     RepoNotFound,
     RevisionNotFound,
     Unprocessable,
 )
+from .index import FileEntry, IndexCache, RevisionIndex, git_blob_oid, lfs_pointer
+from .names import (
+    REPO_TYPES,
+    path_problem,
+    ref_name_problem,
+    repo_key,
+    validate_path,
+    validate_ref_name,
+    validate_repo_id,
+)
 
-REPO_TYPES = ("model", "dataset", "space", "kernel")
-_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-_HEX40_RE = re.compile(r"^[0-9a-fA-F]{40}$")
-# What ``git check-ref-format`` refuses, plus names that would be read as something else here.
-_REF_FORBIDDEN_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+__all__ = [
+    "REPO_TYPES",
+    "AddFile",
+    "DeleteFile",
+    "DeleteFolder",
+    "FileEntry",
+    "RepoRecord",
+    "Storage",
+    "StoredBlob",
+    "git_blob_oid",
+    "lfs_pointer",
+    "looks_like_lfs",
+    "path_problem",
+    "ref_name_problem",
+    "repo_not_found",
+    "validate_path",
+    "validate_ref_name",
+    "validate_repo_id",
+]
+
+logger = logging.getLogger("hub_server")
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_CHUNK = 1 << 20
 
 # Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
 LFS_SUFFIXES = (
@@ -90,94 +127,9 @@ GITATTRIBUTES = (
 )
 
 
-def git_blob_oid(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def lfs_pointer(sha256: str, size: int) -> bytes:
-    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
-
-
 def looks_like_lfs(path: str, size: int, sample: bytes) -> bool:
     """The Hub's rule of thumb: LFS suffixes, files over 10 MB, and binary content go to LFS."""
     return path.lower().endswith(LFS_SUFFIXES) or size > LFS_MIN_SIZE or b"\0" in sample[:8000]
-
-
-def validate_repo_id(repo_id: str) -> tuple[str, str]:
-    parts = repo_id.split("/")
-    if (
-        len(parts) != 2
-        or not all(_NAME_RE.match(p) for p in parts)
-        or any(".." in p or p.endswith(".git") for p in parts)
-    ):
-        raise BadRequest(
-            f"Invalid repo id {repo_id!r}: expected 'namespace/name' made of letters, digits, "
-            "'-', '_' and '.' (no '..', no '.git' suffix)",
-            code="InvalidRepoId",
-        )
-    return parts[0], parts[1]
-
-
-def validate_path(path: str) -> str:
-    """A file path inside a repo: relative, POSIX, no '.'/'..' segments, no control characters."""
-    if (
-        not isinstance(path, str)
-        or not path
-        or len(path) > 1000
-        or path.startswith("/")
-        or "\\" in path
-        or any(ord(c) < 32 for c in path)
-        or any(seg in ("", ".", "..") for seg in path.split("/"))
-        or path.split("/")[0] == ".git"
-    ):
-        raise BadRequest(
-            f"Invalid file path {path!r}: paths are relative, use '/', and contain no "
-            "empty, '.' or '..' segments",
-            code="InvalidPath",
-        )
-    return path
-
-
-def ref_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a branch or tag (git's ref-name rules; no 40-hex names, which would shadow
-    commit ids in ``resolve``; no ``refs/`` prefix, which ``resolve`` strips), or None when it can."""
-    if not isinstance(name, str) or not 1 <= len(name) <= 200:
-        return "it must be 1 to 200 characters"
-    if _HEX40_RE.match(name):
-        return "40 hexadecimal characters would shadow a commit id"
-    if name.startswith("refs/"):
-        return "the refs/ prefix is implied"
-    if _REF_FORBIDDEN_CHARS.search(name):
-        return "it contains a space, a control character or one of ~ ^ : ? * [ \\"
-    if name == "@" or "@{" in name or ".." in name or name.endswith("."):
-        return "'@', '@{', '..' and a trailing '.' are not allowed"
-    parts = name.split("/")
-    if any(not p or p.startswith(".") or p.endswith(".lock") for p in parts):
-        return "no empty component, no component starting with '.' or ending with '.lock'"
-    return None
-
-
-def validate_ref_name(name: str) -> str:
-    problem = ref_name_problem(name)
-    if problem:
-        raise BadRequest(f"Invalid branch or tag name {name!r}: {problem}", code="InvalidRef")
-    return name
-
-
-@dataclass
-class FileEntry:
-    path: str
-    sha256: str
-    size: int
-    git_oid: str  # git blob sha1 of the content
-    lfs: bool
-
-    def tree_oid(self) -> str:
-        """The git oid the tree shows: of the pointer for LFS files, of the content otherwise."""
-        return git_blob_oid(lfs_pointer(self.sha256, self.size)) if self.lfs else self.git_oid
-
-    def to_json(self) -> dict:
-        return {"sha256": self.sha256, "size": self.size, "git_oid": self.git_oid, "lfs": self.lfs}
 
 
 # ---- commit operations: each checks its path once, when it is made ---------------------------------------
@@ -238,15 +190,100 @@ def repo_not_found(repo_type: str, repo_id: str) -> RepoNotFound:
     )
 
 
+@dataclass(frozen=True)
+class RepoRecord:
+    """What is known about a repo without reading the disk."""
+
+    repo_type: str
+    repo_id: str  # as its creator spelled it
+    private: bool
+    created_at: str | None
+
+    @property
+    def namespace(self) -> str:
+        return self.repo_id.split("/")[0]
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    """Content now in the blob store: its sha256, size and first bytes (for the LFS rule of thumb)."""
+
+    sha256: str
+    size: int
+    sample: bytes
+
+
+class BlobWriter:
+    """Content streamed into the blob store: written to ``tmp/`` and hashed as it arrives, then renamed into
+    place by ``finish`` (or removed by ``abort``). Memory holds one piece at a time."""
+
+    def __init__(self, storage: Storage):
+        self._storage = storage
+        fd, self._tmp = tempfile.mkstemp(dir=storage.root / "tmp")
+        self._file = os.fdopen(fd, "wb")
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+        self._sample = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._sha256.update(data)
+        self.size += len(data)
+        if len(self._sample) < 8000:
+            self._sample += data[: 8000 - len(self._sample)]
+        self._file.write(data)
+
+    def finish(self, expected_sha256: str | None = None, expected_size: int | None = None) -> StoredBlob:
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            sha = self._sha256.hexdigest()
+            if (expected_sha256 is not None and sha != expected_sha256) or (
+                expected_size is not None and self.size != expected_size
+            ):
+                raise BadRequest(
+                    f"Uploaded content does not match oid {expected_sha256} / size {expected_size} "
+                    f"(got sha256 {sha}, size {self.size})",
+                    code="BadOid",
+                )
+            target = self._storage.blob_path(sha)
+            if not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(self._tmp, target)
+            return StoredBlob(sha, self.size, bytes(self._sample))
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        self._file.close()
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+
+
 class Storage:
     """Thread-safe storage for one server process. All writes go through ``tmp/`` and ``os.replace``."""
 
-    def __init__(self, data_dir: str | os.PathLike):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        *,
+        max_repo_files: int = 100_000,
+        index_cache_bytes: int = 64 << 20,
+    ):
         self.root = Path(data_dir).resolve()
+        self._blobs = str(self.root / "blobs")
         for sub in ("blobs", "tmp", "repos"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.max_repo_files = max_repo_files
+        self.indexes = IndexCache(index_cache_bytes)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._repos: dict[tuple[str, str], RepoRecord] = {}
+        self._load_repos()
 
     def clean_tmp(self) -> int:
         """Remove what interrupted writes left in ``tmp/``; call only while no write is running."""
@@ -257,6 +294,27 @@ class Storage:
             else:
                 path.unlink(missing_ok=True)
         return len(leftovers)
+
+    def _load_repos(self) -> None:
+        for repo_type in REPO_TYPES:
+            for refs in sorted((self.root / "repos" / f"{repo_type}s").glob("*/*/refs.json")):
+                folder = refs.parent
+                meta = json.loads((folder / "meta.json").read_text())
+                repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
+                try:
+                    target = self._folder_of(repo_type, repo_id)
+                except BadRequest:
+                    logger.warning("%s is not a valid repo id: not served", repo_id)
+                    continue
+                if folder != target:  # a folder from before repo ids were case-insensitive
+                    if target.exists():
+                        logger.warning("%s differs from %s only in case: not served", folder, target)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(folder, target)
+                    self._write_atomic(target / "meta.json", json.dumps({**meta, "id": repo_id}).encode())
+                record = RepoRecord(repo_type, repo_id, bool(meta["private"]), meta.get("created_at"))
+                self._repos[(repo_type, repo_key(repo_id))] = record
 
     # ---- low-level helpers -------------------------------------------------------------------
     def _lock(self, key: str) -> threading.Lock:
@@ -277,29 +335,29 @@ class Storage:
                 os.unlink(tmp)
             raise
 
-    def _inside(self, path: Path) -> Path:
-        resolved = path.resolve()
-        if resolved != self.root and self.root not in resolved.parents:
-            raise BadRequest("Path escapes the data folder", code="InvalidPath")
-        return resolved
-
     @staticmethod
-    def _read_json(path: Path, missing: HubError) -> dict:
+    def _read_json(path: Path, missing: HubError):
         """A stored JSON file; ``missing`` when it is gone (a repo deleted while a request was running)."""
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_bytes())
         except FileNotFoundError:
             raise missing from None
 
     # ---- blobs --------------------------------------------------------------------------------
-    def blob_path(self, sha256: str) -> Path:
-        if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
+    def _blob_file(self, sha256: str) -> str:
+        if not isinstance(sha256, str) or not _SHA256_RE.fullmatch(sha256):
             raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
-        return self.root / "blobs" / sha256[:2] / sha256
+        return f"{self._blobs}/{sha256[:2]}/{sha256}"
+
+    def blob_path(self, sha256: str) -> Path:
+        return Path(self._blob_file(sha256))
 
     def has_blob(self, sha256: str, size: int | None = None) -> bool:
-        p = self.blob_path(sha256)
-        return p.is_file() and (size is None or p.stat().st_size == size)
+        try:  # a plain string path: this runs once or twice for every file of a commit
+            found = os.stat(self._blob_file(sha256))
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(found.st_mode) and (size is None or found.st_size == size)
 
     def put_bytes(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
@@ -307,83 +365,94 @@ class Storage:
             self._write_atomic(self.blob_path(sha), data)
         return sha
 
-    def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> None:
+    def blob_writer(self) -> BlobWriter:
+        return BlobWriter(self)
+
+    def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
         """Store streamed content, keeping it only if its sha256 (and size) match."""
-        target = self.blob_path(expected_sha256)
-        h = hashlib.sha256()
-        size = 0
-        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
+        writer = self.blob_writer()
         try:
-            with os.fdopen(fd, "wb") as f:
-                for chunk in chunks:
-                    h.update(chunk)
-                    size += len(chunk)
-                    f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            if h.hexdigest() != expected_sha256 or (expected_size is not None and size != expected_size):
-                raise BadRequest(
-                    f"Uploaded content does not match oid {expected_sha256} / size "
-                    f"{expected_size} (got sha256 {h.hexdigest()}, size {size})",
-                    code="BadOid",
-                )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            for chunk in chunks:
+                writer.write(chunk)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.finish(expected_sha256, expected_size)
+
+    def git_oid(self, sha256: str) -> str:
+        """The git blob sha1 of a stored blob, read in pieces."""
+        path = self.blob_path(sha256)
+        sha1 = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(_CHUNK), b""):
+                sha1.update(chunk)
+        return sha1.hexdigest()
 
     # ---- repos --------------------------------------------------------------------------------
-    def repo_dir(self, repo_type: str, repo_id: str) -> Path:
+    def _folder_of(self, repo_type: str, repo_id: str) -> Path:
         if repo_type not in REPO_TYPES:
             raise BadRequest(f"Invalid repo type {repo_type!r}", code="InvalidRepoType")
-        ns, name = validate_repo_id(repo_id)
-        return self._inside(self.root / "repos" / f"{repo_type}s" / ns / name)
+        ns, name = validate_repo_id(repo_id)  # letters, digits and -_. only: the path stays inside root
+        return self.root / "repos" / f"{repo_type}s" / repo_key(ns) / repo_key(name)
+
+    def lookup(self, repo_type: str, repo_id: str) -> RepoRecord | None:
+        """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
+        return self._repos.get((repo_type, repo_key(repo_id)))
 
     def exists(self, repo_type: str, repo_id: str) -> bool:
-        return (self.repo_dir(repo_type, repo_id) / "refs.json").is_file()
+        return self.lookup(repo_type, repo_id) is not None
 
     def require(self, repo_type: str, repo_id: str) -> Path:
-        d = self.repo_dir(repo_type, repo_id)
-        if not (d / "refs.json").is_file():
+        if self.lookup(repo_type, repo_id) is None:
             raise repo_not_found(repo_type, repo_id)
-        return d
+        return self._folder_of(repo_type, repo_id)
 
-    def meta(self, repo_type: str, repo_id: str) -> dict:
-        d = self.require(repo_type, repo_id)
-        return self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
+    def meta(self, repo_type: str, repo_id: str) -> RepoRecord:
+        record = self.lookup(repo_type, repo_id)
+        if record is None:
+            raise repo_not_found(repo_type, repo_id)
+        return record
 
     def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
         d = self.require(repo_type, repo_id)
         with self._lock(str(d)):
+            record = self.meta(repo_type, repo_id)
             meta = self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
-            meta["private"] = bool(private)
-            self._write_atomic(d / "meta.json", json.dumps(meta).encode())
+            self._write_atomic(d / "meta.json", json.dumps({**meta, "private": bool(private)}).encode())
+            self._repos[(repo_type, repo_key(repo_id))] = RepoRecord(
+                repo_type, record.repo_id, bool(private), record.created_at
+            )
 
-    def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> bool:
-        """Create a repo with an initial commit holding ``.gitattributes``. False if it already exists."""
-        d = self.repo_dir(repo_type, repo_id)
+    def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
+        """Create a repo with an initial commit holding ``.gitattributes``; None if it already exists (in
+        any case: ``me/Pub`` exists when ``me/pub`` does)."""
+        d = self._folder_of(repo_type, repo_id)
         with self._lock(str(d)):
-            if (d / "refs.json").is_file():
-                return False
-            (d / "commits").mkdir(parents=True, exist_ok=True)
+            if self.lookup(repo_type, repo_id) is not None:
+                return None
+            shutil.rmtree(d, ignore_errors=True)  # what a create interrupted before its refs.json left
+            created = _now()
             self._write_atomic(
-                d / "meta.json", json.dumps({"private": bool(private), "created_at": _now()}).encode()
+                d / "meta.json",
+                json.dumps({"id": repo_id, "private": bool(private), "created_at": created}).encode(),
             )
             data = GITATTRIBUTES.encode()
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
             cid = self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
             self._write_atomic(d / "refs.json", json.dumps({"branches": {"main": cid}, "tags": {}}).encode())
-            return True
+            record = RepoRecord(repo_type, repo_id, bool(private), created)
+            self._repos[(repo_type, repo_key(repo_id))] = record
+            return record
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
         d = self.require(repo_type, repo_id)
         with self._lock(str(d)):
-            if not (d / "refs.json").is_file():
+            if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
                 raise repo_not_found(repo_type, repo_id)  # deleted by a racing request
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # atomic disappearance; blobs stay (they may be shared)
             shutil.rmtree(trash, ignore_errors=True)
+        self.indexes.drop((repo_type, repo_key(repo_id)))
 
     # ---- refs and commits ---------------------------------------------------------------------
     def refs(self, repo_type: str, repo_id: str) -> dict:
@@ -394,7 +463,7 @@ class Storage:
         d = self.require(repo_type, repo_id)
         refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
         # A commit id first: ref names can never look like one, so a branch cannot shadow a commit.
-        if _COMMIT_RE.match(revision) and (d / "commits" / f"{revision}.json").is_file():
+        if _COMMIT_RE.fullmatch(revision) and (d / "commits" / f"{revision}.json").is_file():
             return revision
         for prefix, kind in (
             ("refs/heads/", "branches"),
@@ -408,40 +477,56 @@ class Storage:
         raise RevisionNotFound(f"Invalid rev id: {revision}")
 
     def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
+        """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``)."""
         d = self.require(repo_type, repo_id)
-        if not _COMMIT_RE.match(commit_id):
+        if not _COMMIT_RE.fullmatch(commit_id):
             raise RevisionNotFound(f"Invalid rev id: {commit_id}")
-        return self._read_json(
+        obj = self._read_json(
             d / "commits" / f"{commit_id}.json", RevisionNotFound(f"Invalid rev id: {commit_id}")
         )
+        obj.pop("files", None)  # older data folders kept the file table inside the commit
+        return obj
+
+    def index(self, repo_type: str, repo_id: str, commit_id: str) -> RevisionIndex:
+        """The files of a commit, indexed once (``index.IndexCache``)."""
+        d = self.require(repo_type, repo_id)
+        if not _COMMIT_RE.fullmatch(commit_id):
+            raise RevisionNotFound(f"Invalid rev id: {commit_id}")
+
+        def build() -> RevisionIndex:
+            missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
+            commit = self._read_json(d / "commits" / f"{commit_id}.json", missing)
+            tree = d / "trees" / f"{commit_id}.json"
+            files = commit.get("files") if "files" in commit else self._read_json(tree, missing)
+            return RevisionIndex(commit, files)
+
+        return self.indexes.get((repo_type, repo_key(repo_id), commit_id), build)
 
     def files(self, repo_type: str, repo_id: str, commit_id: str) -> dict[str, FileEntry]:
-        obj = self.commit_object(repo_type, repo_id, commit_id)
-        return {p: FileEntry(p, **e) for p, e in obj["files"].items()}
+        return self.index(repo_type, repo_id, commit_id).as_dict()
 
-    def history(self, repo_type: str, repo_id: str, commit_id: str) -> list[dict]:
-        out = []
+    def history(
+        self, repo_type: str, repo_id: str, commit_id: str, limit: int
+    ) -> tuple[list[dict], str | None]:
+        """Up to ``limit`` commits from ``commit_id`` back, and the id to continue from (None at the end)."""
+        out: list[dict] = []
         cid: str | None = commit_id
-        while cid:
+        while cid and len(out) < limit:
             obj = self.commit_object(repo_type, repo_id, cid)
             out.append(obj)
             cid = obj["parent"]
-        return out
+        return out, cid
 
     def _write_commit(
         self, d: Path, parent: str | None, files: dict[str, FileEntry], title: str, message: str, author: str
     ) -> str:
-        body = {
-            "parent": parent,
-            "title": title,
-            "message": message,
-            "date": _now(),
-            "author": author,
-            "files": {p: e.to_json() for p, e in sorted(files.items())},
-        }
+        meta = {"parent": parent, "title": title, "message": message, "date": _now(), "author": author}
+        tree = json.dumps({p: e.to_json() for p, e in sorted(files.items())}).encode()
         # Content, parent, time and a random salt: never reused for different content.
-        cid = hashlib.sha1(json.dumps(body, sort_keys=True).encode() + secrets.token_bytes(16)).hexdigest()
-        self._write_atomic(d / "commits" / f"{cid}.json", json.dumps({"id": cid, **body}).encode())
+        salted = json.dumps(meta, sort_keys=True).encode() + tree + secrets.token_bytes(16)
+        cid = hashlib.sha1(salted).hexdigest()
+        self._write_atomic(d / "trees" / f"{cid}.json", tree)
+        self._write_atomic(d / "commits" / f"{cid}.json", json.dumps({"id": cid, **meta}).encode())
         return cid
 
     def commit(
@@ -468,16 +553,23 @@ class Storage:
                     f"A commit has happened since. Please refresh and try again. "
                     f"(parentCommit {parent_commit} is not the head {head} of {branch})"
                 )
-            files = self.files(repo_type, repo_id, head)
+            files = self.index(repo_type, repo_id, head).as_dict()
             for op in operations:
                 _apply(files, op, self.has_blob)
+            if len(files) > self.max_repo_files:
+                raise PayloadTooLarge(
+                    f"This commit would leave {len(files)} files in {repo_id}; a revision holds at most "
+                    f"{self.max_repo_files}",
+                    code="TooManyFiles",
+                )
             cid = self._write_commit(d, head, files, title, message, author)
             refs["branches"][branch] = cid
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
             return cid
 
     def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None) -> None:
-        """Create (target set) or delete (target None) a branch or tag."""
+        """Create (target set) or delete (target None) a branch or tag. Branches and tags share one namespace:
+        a branch named like a tag would shadow it for ``revision=``, so either refuses the other's name."""
         d = self.require(repo_type, repo_id)
         if target is not None:
             validate_ref_name(name)
@@ -494,9 +586,12 @@ class Storage:
             else:
                 if name in table:
                     raise Conflict(f"{what} {name} already exists")
+                other = "tags" if kind == "branches" else "branches"
+                if name in refs[other]:
+                    raise Conflict(
+                        f"A {'branch' if other == 'branches' else 'tag'} named {name} already exists; branches "
+                        "and tags share one namespace",
+                        code="RefConflict",
+                    )
                 table[name] = target
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())

@@ -1,19 +1,32 @@
-"""Reading request bodies within limits: the framing is checked from the headers before a byte of the body
-is read, sizes are capped per kind of body, and slow or stalled senders time out."""
+"""Bytes on a connection, within limits and deadlines.
+
+* The request head (request line and headers) is capped in size and must arrive within ``head_timeout_s``
+  (or ``read_timeout_s``, if shorter) of its first byte, so a client trickling a byte at a time
+  ("slowloris") loses its connection instead of holding it for as long as it likes.
+* A body's framing is checked from the headers before a byte of it is read, its size is capped per kind of
+  route and per caller (no valid token: a small cap), and it must arrive before a deadline that grows with
+  its size (``read_timeout_s`` of grace plus ``min_transfer_rate``); answers are written under the same rule.
+* No single read or write waits longer than ``read_timeout_s``.
+"""
 
 from __future__ import annotations
 
+import http.client
+import io
 import re
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
 from .errors import BadRequest, PayloadTooLarge, RequestTimeout
+from .front_matter import YamlLimits
 
 _CHUNK = 1 << 20
-_DIGITS_RE = re.compile(r"^[0-9]{1,19}$")
-_MIN_RATE = 1024  # bytes/s a body must average once it has taken longer than the read timeout
+_WRITE_PIECE = 256 << 10
+_DIGITS_RE = re.compile(r"[0-9]{1,19}")
+_CHUNK_SIZE_RE = re.compile(rb"[0-9a-fA-F]{1,15}")
 _DRAIN_LIMIT = 1 << 20  # a refused body at most this large is read and dropped, so keep-alive survives
 
 
@@ -28,35 +41,122 @@ class BodyKind(Enum):
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Resource limits. Memory is bounded by ``max_json_bytes`` per JSON request and by the longest ndjson
-    line (one file's base64) per commit; LFS uploads stream to disk."""
+    """Resource limits. Memory per request is bounded by the body caps (JSON documents are read whole), by
+    ``max_commit_line_bytes`` for ndjson commits (a file's base64 content streams to disk), and by the head
+    cap; the caches by ``index_cache_bytes`` and ``request_log_entries``."""
 
-    max_json_bytes: int = 16 << 20
-    max_commit_bytes: int = 4 << 30
-    max_upload_bytes: int = 64 << 30
-    read_timeout_s: float = 30.0  # the longest a connection may stay silent mid-request (or idle between)
+    max_json_bytes: int = 16 << 20  # a JSON body from a caller with a valid token
+    max_public_body_bytes: int = 1 << 20  # any body from a caller without one (e.g. /api/validate-yaml)
+    max_commit_bytes: int = 4 << 30  # a whole ndjson commit (regular uploads)
+    max_commit_line_bytes: int = 256 << 10  # an ndjson line, not counting a file's base64 content
+    max_upload_bytes: int = 64 << 30  # one LFS upload
+    max_head_bytes: int = 64 << 10  # request line and headers together
+    max_request_line_bytes: int = 8 << 10
+    read_timeout_s: float = 30.0  # the longest one read or write may wait (and an idle keep-alive connection)
+    head_timeout_s: float = (
+        10.0  # from a request's first byte to the end of its headers (at most read_timeout_s)
+    )
+    min_transfer_rate: int = 64 << 10  # bytes/s a body or an answer must average after read_timeout_s
     max_connections: int = 64
+    max_repo_files: int = 100_000  # files in one revision (the Hub advises staying under 100k)
+    max_paths_per_request: int = 10_000  # paths-info
+    index_cache_bytes: int = 64 << 20  # per-revision file indexes kept in memory (LRU)
+    request_log_entries: int = 4096  # the in-memory request log keeps the last N requests
+    yaml: YamlLimits = YamlLimits()
 
-    def body_limit(self, kind: BodyKind) -> int:
-        return {
+    def body_limit(self, kind: BodyKind, trusted: bool) -> int:
+        """The largest body a route of ``kind`` reads; ``trusted`` when the caller showed a valid token (or
+        a valid upload signature)."""
+        limit = {
             BodyKind.NONE: self.max_json_bytes,
             BodyKind.JSON: self.max_json_bytes,
             BodyKind.NDJSON: self.max_commit_bytes,
             BodyKind.STREAM: self.max_upload_bytes,
         }[kind]
+        return limit if trusted else min(limit, self.max_public_body_bytes)
+
+    def transfer_deadline(self, size: int) -> float:
+        """When ``size`` bytes that start moving now must have arrived (or been sent)."""
+        return time.monotonic() + self.read_timeout_s + size / self.min_transfer_rate
+
+
+class ConnectionIO(io.RawIOBase):
+    """One connection's socket. Each read or write waits at most ``idle_s``, and none goes on past
+    ``deadline`` (monotonic seconds) while one is set."""
+
+    def __init__(self, sock: socket.socket, idle_s: float):
+        super().__init__()
+        self._sock = sock
+        self.idle_s = idle_s
+        self.deadline: float | None = None
+        self.waits_for_deadline = False  # the last wait was cut short by the deadline, not by idle_s
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def _arm(self) -> None:
+        timeout = self.idle_s
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            self.waits_for_deadline = left < timeout
+            if left <= 0:
+                raise TimeoutError("the connection's deadline has passed")
+            timeout = min(timeout, left)
+        self._sock.settimeout(timeout)
+
+    def readinto(self, buffer) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer)
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        for start in range(0, len(view), _WRITE_PIECE):
+            self._arm()
+            self._sock.sendall(view[start : start + _WRITE_PIECE])
+        return len(view)
+
+
+class HeadReader:
+    """``rfile`` while the headers are parsed: ``http.client.parse_headers`` allows 100 lines of 64 KiB
+    each; this stops at ``budget`` bytes in all (``LineTooLong`` becomes a 431)."""
+
+    def __init__(self, inner: io.BufferedReader, budget: int):
+        self._inner = inner
+        self.left = budget
+
+    def readline(self, limit: int = -1) -> bytes:
+        cap = self.left + 1 if limit < 0 else min(limit, self.left + 1)
+        line = self._inner.readline(cap)
+        self.left -= len(line)
+        if self.left < 0:
+            raise http.client.LineTooLong("request head")
+        return line
 
 
 class RequestBody:
-    """One request's body, read lazily from ``rfile`` and never beyond ``limit`` bytes."""
+    """One request's body, read lazily and never beyond its limit or its deadline. With ``Expect:
+    100-continue`` the client waits for a go-ahead: ``send_continue`` is called before the first read, so a
+    request refused from its headers never receives one."""
 
-    def __init__(self, rfile, headers, read_timeout_s: float):
-        self._rfile = rfile
+    def __init__(
+        self,
+        rfile: io.BufferedReader,
+        conn: ConnectionIO,
+        headers,
+        limits: ServerLimits,
+        send_continue: Callable[[], None] | None = None,
+    ):
+        self._rfile, self._conn, self._limits = rfile, conn, limits
+        self._send_continue = send_continue
         self._limit = 0
-        self._timeout_s = read_timeout_s
         self.length, self.chunked = _framing(headers)
         self._left = self.length or 0
         self.done = not self.chunked and self._left == 0
         self.received = 0
+        self._broken = False  # a read timed out or the client went away: nothing more will be read
 
     def enforce_limit(self, limit: int) -> None:
         """Refuse a declared length over ``limit`` now; a chunked body is cut off when it passes it."""
@@ -67,41 +167,34 @@ class RequestBody:
             )
 
     def chunks(self) -> Iterator[bytes]:
-        """The body in pieces as they arrive (raw reads, so a slow sender is noticed between them)."""
+        """The body in pieces as they arrive."""
         if self.done:
             return
-        source = self._dechunk() if self.chunked else self._fixed()
+        if self._send_continue is not None:
+            self._send_continue()
+            self._send_continue = None
         started = time.monotonic()
+        source = self._dechunk(started) if self.chunked else self._fixed()
+        if not self.chunked:
+            self._conn.deadline = self._limits.transfer_deadline(self._left)
         for piece in source:
             self.received += len(piece)
-            elapsed = time.monotonic() - started
-            if elapsed > self._timeout_s and self.received < elapsed * _MIN_RATE:
-                raise RequestTimeout(f"The request body arrives slower than {_MIN_RATE} bytes/s")
             if self.received > self._limit:
                 raise PayloadTooLarge(f"Request body larger than the limit of {self._limit} bytes")
             yield piece
         self.done = True
+        self._conn.deadline = None
 
     def read(self) -> bytes:
         return b"".join(self.chunks())
 
-    def lines(self) -> Iterator[bytes]:
-        parts: list[bytes] = []
-        for piece in self.chunks():
-            start = 0
-            while (cut := piece.find(b"\n", start)) >= 0:
-                parts.append(piece[start:cut])
-                yield b"".join(parts)
-                parts, start = [], cut + 1
-            if start < len(piece):
-                parts.append(piece[start:])
-        if parts:
-            yield b"".join(parts)
-
     def drain(self) -> bool:
-        """Read and drop what is left if it is small; False when the connection must be closed instead."""
+        """Read and drop what is left if it is small; False when the connection must be closed instead
+        (also when the client still waits for a ``100 Continue`` it will never get)."""
         if self.done:
             return True
+        if self._send_continue is not None or self._broken:
+            return False
         if self.length is not None and self._left > _DRAIN_LIMIT:
             return False
         try:
@@ -113,14 +206,22 @@ class RequestBody:
         return True
 
     # ---- framing ----------------------------------------------------------------------------------
+    def _timed_out(self) -> RequestTimeout:
+        self._broken = True
+        if self._conn.waits_for_deadline:
+            return RequestTimeout(
+                f"The request body did not arrive in time: after {self._limits.read_timeout_s:g} s it must "
+                f"average {self._limits.min_transfer_rate} bytes/s"
+            )
+        return RequestTimeout(f"No data for {self._limits.read_timeout_s:g} s while reading the request body")
+
     def _read_some(self, n: int) -> bytes:
         try:
             data = self._rfile.read1(n)
         except TimeoutError:
-            raise RequestTimeout(
-                f"No data for {self._timeout_s:g} s while reading the request body"
-            ) from None
+            raise self._timed_out() from None
         if not data:
+            self._broken = True
             raise BadRequest("The connection closed before the whole request body arrived")
         return data
 
@@ -131,15 +232,21 @@ class RequestBody:
             yield data
 
     def _read_line(self) -> bytes:
-        line = self._rfile.readline(1024)
+        try:
+            line = self._rfile.readline(1024)
+        except TimeoutError:
+            raise self._timed_out() from None
         if not line.endswith(b"\n"):
             raise BadRequest("Malformed chunked encoding: a chunk header line is missing or too long")
         return line
 
-    def _dechunk(self) -> Iterator[bytes]:
+    def _dechunk(self, started: float) -> Iterator[bytes]:
+        rate, grace = self._limits.min_transfer_rate, self._limits.read_timeout_s
         while True:
+            # The deadline moves with what has arrived: on average min_transfer_rate after the grace time.
+            self._conn.deadline = started + grace + (self.received + 1024) / rate
             size_text = self._read_line().split(b";")[0].strip()
-            if not re.fullmatch(rb"[0-9a-fA-F]{1,15}", size_text):
+            if not _CHUNK_SIZE_RE.fullmatch(size_text):
                 raise BadRequest(f"Malformed chunked encoding: chunk size {size_text[:20]!r}")
             size = int(size_text, 16)
             if size == 0:
@@ -148,12 +255,18 @@ class RequestBody:
                 return
             if self.received + size > self._limit:
                 raise PayloadTooLarge(f"Request body larger than the limit of {self._limit} bytes")
+            self._conn.deadline = started + grace + (self.received + size) / rate
             while size > 0:
                 data = self._read_some(min(_CHUNK, size))
                 size -= len(data)
                 yield data
             if self._read_line().strip():
                 raise BadRequest("Malformed chunked encoding: data longer than its chunk size")
+
+
+def parse_size(text: str) -> int | None:
+    """A non-negative decimal of at most 19 ASCII digits, or None (``int()`` also takes '²' and '٣')."""
+    return int(text) if isinstance(text, str) and _DIGITS_RE.fullmatch(text) else None
 
 
 def _framing(headers) -> tuple[int | None, bool]:
@@ -170,6 +283,7 @@ def _framing(headers) -> tuple[int | None, bool]:
     if not lengths:
         return 0, False
     values = {v.strip() for v in lengths}
-    if len(values) != 1 or not _DIGITS_RE.match(next(iter(values))):
+    length = parse_size(next(iter(values))) if len(values) == 1 else None
+    if length is None:
         raise BadRequest("Invalid Content-Length: expected one non-negative decimal integer")
-    return int(next(iter(values))), False
+    return length, False

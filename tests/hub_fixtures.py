@@ -6,11 +6,15 @@ points at the server, with a fresh ``HF_HOME`` each.
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,122 @@ from briskbert.hub_server import BackgroundHub
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_localtesttoken_9c1f2e7a5b3d"
 USER = "testuser"
+AUTH = f"Authorization: Bearer {TOKEN}\r\n"
+
+
+# ---- raw HTTP: nothing between the test and the server's bytes ---------------------------------------------
+def read_response(
+    sock: socket.socket, head_request: bool = False
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(65536)
+        if not piece:
+            raise ConnectionError(f"closed before a full answer: {data[:200]!r}")
+        data += piece
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:]]
+    length = 0 if head_request else int(dict((k.lower(), v) for k, v in headers).get("content-length", 0))
+    while len(body) < length:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        body += piece
+    return int(lines[0].split()[1]), headers, body
+
+
+def raw(port: int, request: bytes, timeout: float = 5) -> tuple[int, list[tuple[str, str]], bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        return read_response(sock, head_request=request.startswith(b"HEAD "))
+
+
+def http_request(
+    method: str, path: str, body: bytes = b"", headers: str = AUTH, content_type="application/json"
+) -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Type: {content_type}\r\n"
+    return (head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+
+
+def port_of(hub) -> int:
+    return int(hub.url.rsplit(":", 1)[1])
+
+
+def api(hub_or_port, method: str, path: str, body=None, auth: bool = True, token: str = TOKEN, headers=None):
+    """(status, parsed JSON or bytes) of one request on a fresh connection."""
+    port = hub_or_port if isinstance(hub_or_port, int) else port_of(hub_or_port)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    sent = {"Authorization": f"Bearer {token}"} if auth else {}
+    payload = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    conn.request(method, path, body=payload, headers={**sent, **(headers or {})})
+    response = conn.getresponse()
+    status, data = response.status, response.read()
+    conn.close()
+    return status, (json.loads(data) if data.startswith((b"{", b"[")) else data)
+
+
+def ndjson(*lines) -> bytes:
+    return b"".join((x if isinstance(x, bytes) else json.dumps(x).encode()) + b"\n" for x in lines)
+
+
+def file_line(path, content=b"x") -> dict:
+    return {
+        "key": "file",
+        "value": {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"},
+    }
+
+
+COMMIT_HEADER = {"key": "header", "value": {"summary": "x"}}
+
+
+class socket_errors_ignored:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, OSError)
+
+
+# ---- a server in its own process, for memory measurements ----------------------------------------------------
+def status_kb(pid: int, field: str) -> int:
+    """A ``/proc/<pid>/status`` figure in kB (VmRSS, VmHWM, Threads: a count)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+@pytest.fixture
+def server_process(tmp_path):
+    """``briskbert local-hub`` in a subprocess: (pid, port). Token TOKEN, user testuser, 1 s read timeout."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
+    cmd = [
+        sys.executable,
+        "-m",
+        "briskbert",
+        "local-hub",
+        "--port",
+        str(port),
+        "--data_dir",
+        str(tmp_path / "d"),
+    ]
+    proc = subprocess.Popen(
+        [*cmd, "--read_timeout_s", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            with socket_errors_ignored():
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            time.sleep(0.1)
+        yield proc.pid, port
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def client_env(url: str, home: Path, *, xet: bool = True, token: str | None = TOKEN, **extra) -> dict:

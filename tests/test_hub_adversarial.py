@@ -7,93 +7,38 @@ tried / handled counts and the memory measurements quoted in the docs."""
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
 
 import pytest
-from hub_fixtures import TOKEN
+from hub_fixtures import (
+    AUTH,
+    COMMIT_HEADER,
+    TOKEN,
+    api,
+    file_line,
+    http_request,
+    ndjson,
+    port_of,
+    raw,
+    read_response,
+    socket_errors_ignored,
+    status_kb,
+)
 
 from briskbert.hub_server import BackgroundHub, DataDirInUse, ServerLimits
 
-AUTH = f"Authorization: Bearer {TOKEN}\r\n"
 HEAD = "/api/models/testuser/r/revision/main"
-
-
-# ---- raw HTTP: nothing between the test and the server's bytes ---------------------------------------------
-def read_response(
-    sock: socket.socket, head_request: bool = False
-) -> tuple[int, list[tuple[str, str]], bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        piece = sock.recv(65536)
-        if not piece:
-            raise ConnectionError(f"closed before a full answer: {data[:200]!r}")
-        data += piece
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    headers = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:]]
-    length = 0 if head_request else int(dict((k.lower(), v) for k, v in headers).get("content-length", 0))
-    while len(body) < length:
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return int(lines[0].split()[1]), headers, body
-
-
-def raw(port: int, request: bytes, timeout: float = 5) -> tuple[int, list[tuple[str, str]], bytes]:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(request)
-        return read_response(sock, head_request=request.startswith(b"HEAD "))
-
-
-def http_request(
-    method: str, path: str, body: bytes = b"", headers: str = AUTH, content_type="application/json"
-):
-    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Type: {content_type}\r\n"
-    return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-
-
-def port_of(hub) -> int:
-    return int(hub.url.rsplit(":", 1)[1])
-
-
-def api(hub, method: str, path: str, body=None, auth: bool = True):
-    conn = http.client.HTTPConnection("127.0.0.1", port_of(hub), timeout=10)
-    headers = {"Authorization": f"Bearer {TOKEN}"} if auth else {}
-    payload = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    conn.request(method, path, body=payload, headers=headers)
-    response = conn.getresponse()
-    status, data = response.status, response.read()
-    conn.close()
-    return status, (json.loads(data) if data.startswith((b"{", b"[")) else data)
+HEADER = COMMIT_HEADER
 
 
 def make_repo(hub, name: str = "r") -> str:
     assert api(hub, "POST", "/api/repos/create", {"name": name, "organization": "testuser"})[0] == 200
     return api(hub, "GET", f"/api/models/testuser/{name}/revision/main")[1]["sha"]
-
-
-def ndjson(*lines) -> bytes:
-    return b"".join((x if isinstance(x, bytes) else json.dumps(x).encode()) + b"\n" for x in lines)
-
-
-def file_line(path, content=b"x") -> dict:
-    return {
-        "key": "file",
-        "value": {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"},
-    }
-
-
-HEADER = {"key": "header", "value": {"summary": "x"}}
 
 
 # ---- header injection ----------------------------------------------------------------------------------
@@ -201,14 +146,6 @@ def test_short_bodies_and_idle_connections_time_out(quick_hub):
     for sock in socks:
         sock.close()
     print(f"\n40 half-sent requests: at most {peak} handler threads, 0 after the 0.5 s timeout")
-
-
-class socket_errors_ignored:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, OSError)
 
 
 # ---- malformed payloads ----------------------------------------------------------------------------------
@@ -439,12 +376,12 @@ def test_pull_requests_are_refused_clearly_and_not_retried(hub):
     # The server logs a request after answering it, so wait for the refusal's line (and a retry's, if any).
     deadline = time.monotonic() + 5
     while (
-        not any(status == 400 for _, _, status in hub.server.request_log[before:])
+        not any(status == 400 for _, _, status in list(hub.server.request_log)[before:])
         and time.monotonic() < deadline
     ):
         time.sleep(0.02)
     time.sleep(0.3)
-    calls = [status for _, path, status in hub.server.request_log[before:] if "/revision/" not in path]
+    calls = [status for _, path, status in list(hub.server.request_log)[before:] if "/revision/" not in path]
     assert calls == [400]  # one answer, no retry (make_repo's last request may be logged late: left out)
 
 
@@ -487,49 +424,11 @@ def test_auth_matrix_every_write_route_needs_the_token(hub):
 
 
 # ---- memory of a real server process ---------------------------------------------------------------------
-def _status_kb(pid: int, field: str) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-@pytest.fixture
-def server_process(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
-    cmd = [
-        sys.executable,
-        "-m",
-        "briskbert",
-        "local-hub",
-        "--port",
-        str(port),
-        "--data_dir",
-        str(tmp_path / "d"),
-        "--read_timeout_s",
-        "1",
-    ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket_errors_ignored():
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            time.sleep(0.1)
-        yield proc.pid, port
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc/<pid>/status")
 def test_server_memory_stays_bounded_under_hostile_bodies(server_process):
     pid, port = server_process
     raw(port, b"GET /api/whoami-v2 HTTP/1.1\r\n" + AUTH.encode() + b"\r\n")  # warm up
-    baseline = _status_kb(pid, "VmRSS")
+    baseline = status_kb(pid, "VmRSS")
     peak = baseline
 
     # 1. an unauthenticated 4 GB upload, sent as fast as the server takes it
@@ -540,9 +439,9 @@ def test_server_memory_stays_bounded_under_hostile_bodies(server_process):
             while sent < (64 << 20):
                 sock.sendall(zeros)
                 sent += len(zeros)
-                peak = max(peak, _status_kb(pid, "VmRSS"))
+                peak = max(peak, status_kb(pid, "VmRSS"))
         status = read_response(sock)[0] if sent < (64 << 20) else None
-    after_4gb = _status_kb(pid, "VmRSS")
+    after_4gb = status_kb(pid, "VmRSS")
 
     # 2. twenty slow connections, each with half a request
     slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
@@ -551,11 +450,11 @@ def test_server_memory_stays_bounded_under_hostile_bodies(server_process):
             b"POST /api/repos/create HTTP/1.1\r\n" + AUTH.encode() + b"Content-Length: 1000\r\n\r\n{"
         )
     time.sleep(0.3)
-    threads_open = _status_kb(pid, "Threads")
-    rss_slow = _status_kb(pid, "VmRSS")
+    threads_open = status_kb(pid, "Threads")
+    rss_slow = status_kb(pid, "VmRSS")
     ok = raw(port, b"GET /api/whoami-v2 HTTP/1.1\r\n" + AUTH.encode() + b"\r\n")[0]
     time.sleep(1.5)
-    threads_after = _status_kb(pid, "Threads")
+    threads_after = status_kb(pid, "Threads")
     for sock in slow:
         sock.close()
     print(

@@ -187,7 +187,7 @@ def publish_and_load_back(
     token = secrets.token_hex(16)
     hub_env = {"HF_TOKEN": token, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(out / "hf_home"),
                "HF_HUB_OFFLINE": "0"}  # fmt: skip
-    with BackgroundHub(out / "hub", token) as hub:
+    with BackgroundHub(out / "hub", token, user="briskbert") as hub:  # the token writes under briskbert/
         hub_env["HF_ENDPOINT"] = hub.url
         print(f"\nLocal Hub listening on {hub.url} (data in {out / 'hub'})")
         flags = dict(model_dir=model_dir, repo_id=repo_id, tag=tag)

@@ -1,0 +1,78 @@
+"""README front matter, parsed within limits.
+
+YAML is an expensive format to accept from strangers: a megabyte of ``[{},{},...]`` costs seconds of CPU and
+hundreds of megabytes, an alias can expand a few lines into gigabytes ("billion laughs"), and deep nesting
+overflows the composer's recursion. So the YAML is first walked as a stream of parser events, which stops at
+the first limit it passes (size, node count, nesting depth) or at any alias, and only a document that passed
+is built into Python objects. libyaml's parser is used when PyYAML has it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import yaml
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The same front-matter rule as the card renderer's (``hub_cards.rules``).
+_FRONT_MATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_OPEN_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+@dataclass(frozen=True)
+class YamlLimits:
+    max_bytes: int = (
+        1 << 20
+    )  # the front matter's YAML text (real cards, model-index included, stay far below)
+    max_nodes: int = 50_000  # scalars, lists and mappings together
+    max_depth: int = 64  # nested lists and mappings
+
+
+class FrontMatterError(ValueError):
+    """The front matter cannot be read: invalid YAML, not a mapping, or past a limit."""
+
+
+def _check_events(text: str, limits: YamlLimits) -> None:
+    nodes = depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise FrontMatterError("YAML aliases (*name) are not accepted in the README front matter")
+        if isinstance(event, _NODE_EVENTS):
+            nodes += 1
+            if nodes > limits.max_nodes:
+                raise FrontMatterError(f"The README front matter has more than {limits.max_nodes} YAML nodes")
+        if isinstance(event, _OPEN_EVENTS):
+            depth += 1
+            if depth > limits.max_depth:
+                raise FrontMatterError(
+                    f"The README front matter nests lists and mappings deeper than {limits.max_depth} levels"
+                )
+        elif isinstance(event, _CLOSE_EVENTS):
+            depth -= 1
+
+
+def load_front_matter(text: str, limits: YamlLimits) -> dict | None:
+    """The front matter of a README as a dict (``{}`` when empty), None when there is none; raises
+    ``FrontMatterError`` for invalid YAML, a document that is not a mapping, or one past ``limits``."""
+    match = _FRONT_MATTER_RE.match(text[: limits.max_bytes + 16])
+    if match is None:
+        if len(text) > limits.max_bytes + 16 and _FRONT_MATTER_RE.match(text):
+            raise FrontMatterError(f"The README front matter is larger than {limits.max_bytes} bytes")
+        return None
+    source = match.group(1)
+    try:
+        _check_events(source, limits)
+        meta = yaml.load(source, Loader=_Loader)  # noqa: S506 - a safe loader, on a document checked above
+    except FrontMatterError:
+        raise
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as e:
+        # ValueError and OverflowError: a timestamp or number that looks valid to the parser but is not.
+        raise FrontMatterError(f"Invalid YAML in the README front matter: {e}") from None
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise FrontMatterError("The README front matter must be a YAML mapping")
+    return meta

@@ -1,0 +1,647 @@
+"""The local Hub against the findings of an adversarial review, over real sockets on 127.0.0.1: parsers a
+stranger can reach (README YAML, Range, sizes), connections that trickle, memory that grows with what a
+stranger sends, names outside the Hub's rules, and how far a token reaches.
+
+Every loop is bounded and every test stops by itself within seconds. The figures printed with ``-s`` are the
+ones quoted in docs/security.md."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hub_fixtures import (
+    AUTH,
+    COMMIT_HEADER,
+    TOKEN,
+    api,
+    file_line,
+    http_request,
+    ndjson,
+    port_of,
+    raw,
+    read_response,
+    socket_errors_ignored,
+    status_kb,
+)
+
+from briskbert.hub_server import BackgroundHub, ServerLimits
+
+HUB_SERVER = Path(__file__).resolve().parents[1] / "hub_server"
+
+
+def make_repo(hub, name: str = "r", namespace: str = "testuser", **extra) -> str:
+    status, body = api(hub, "POST", "/api/repos/create", {"name": name, "organization": namespace, **extra})
+    assert status == 200, body
+    return api(hub, "GET", f"/api/models/{namespace}/{name}/revision/main")[1]["sha"]
+
+
+def commit(hub, repo: str, *lines, token: str = TOKEN):
+    return api(hub, "POST", f"/api/models/{repo}/commit/main", ndjson(COMMIT_HEADER, *lines), token=token)
+
+
+@pytest.fixture
+def quick_hub(tmp_path):
+    with BackgroundHub(
+        tmp_path / "quick", TOKEN, limits=ServerLimits(read_timeout_s=0.5, max_connections=8)
+    ) as h:
+        yield h
+
+
+# ---- README front matter: POST /api/validate-yaml needs no token -------------------------------------------
+YAML_BOMBS = {
+    "nodes": ("---\nx: [" + "{}," * 60_000 + "{}]\n---\n", "more than 50000 YAML nodes"),
+    "aliases": (
+        "---\na: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nlicense: [*c, *c, *c, *c, *c, *c, *c, *c]\n---\n",
+        "aliases",
+    ),
+    "flow nesting": ("---\nx: " + "[" * 5000 + "\n---\n", "deeper than 64"),
+    "block nesting": ("---\nx:\n" + "- " * 3000 + "a\n---\n", "deeper than 64"),
+}
+
+
+@pytest.mark.parametrize("kind", list(YAML_BOMBS))
+def test_validate_yaml_refuses_yaml_bombs_with_a_400(hub, kind):
+    text, words = YAML_BOMBS[kind]
+    status, body = api(hub, "POST", "/api/validate-yaml", {"content": text}, auth=False)
+    assert status == 400 and words in body["errors"][0]["message"], (status, str(body)[:300])
+
+
+def test_validate_yaml_body_is_capped_for_callers_without_a_token(hub):
+    # 16 MiB announced, not one byte sent: refused from the headers.
+    head = "POST /api/validate-yaml HTTP/1.1\r\nHost: x\r\nContent-Length: 16777216\r\n\r\n"
+    status, headers, reply = raw(port_of(hub), head.encode(), timeout=3)
+    assert status == 413 and ("Connection", "close") in headers and "1048576" in json.loads(reply)["error"]
+    # A token lifts the cap to the JSON limit: a long README still validates.
+    card = {"content": "---\nlicense: mit\n---\n" + "text " * 400_000}
+    assert api(hub, "POST", "/api/validate-yaml", card, auth=False)[0] == 413
+    assert api(hub, "POST", "/api/validate-yaml", card) == (200, {"errors": [], "warnings": []})
+
+
+# ---- slow clients ----------------------------------------------------------------------------------------
+def _readable(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    if not _readable(sock):
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def test_trickled_request_heads_are_cut_at_their_deadline(quick_hub):
+    """Slowloris: each connection sends one byte of an endless header every 0.1 s, faster than the 0.5 s
+    idle timeout, so only a deadline on the whole head closes them."""
+    port = port_of(quick_hub)
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(8)]
+    started, closed_after = time.monotonic(), None
+    line = b"GET /api/whoami-v2 HTTP/1.1\r\nX-Slow: " + b"a" * 100
+    for i in range(len(line)):
+        if time.monotonic() - started > 3:
+            break
+        open_socks = [s for s in socks if not _closed_by_peer(s)]
+        if not open_socks:
+            closed_after = time.monotonic() - started
+            break
+        for sock in open_socks:
+            with socket_errors_ignored():
+                sock.send(line[i : i + 1])
+        time.sleep(0.1)
+    status = api(quick_hub, "GET", "/api/whoami-v2")[0]
+    for sock in socks:
+        sock.close()
+    shown = "never" if closed_after is None else f"after {closed_after:.2f} s"
+    print(f"\nslowloris: 8 trickling connections closed {shown} (head deadline 0.5 s)")
+    assert closed_after is not None and closed_after < 2.5 and status == 200
+
+
+def test_trickled_bodies_are_cut_at_their_deadline(quick_hub):
+    head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n{AUTH}Content-Length: 20000\r\n\r\n".encode()
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port_of(quick_hub)), timeout=5) as sock:
+        sock.sendall(head)
+        with socket_errors_ignored():
+            for _ in range(40):  # one byte every 0.1 s: never silent for the 0.5 s idle timeout
+                sock.send(b" ")
+                time.sleep(0.1)
+                if _readable(sock):
+                    break
+        status, _, reply = read_response(sock)
+    assert status == 408 and "did not arrive in time" in json.loads(reply)["error"]
+    assert time.monotonic() - started < 3  # 0.5 s grace + 20,000 bytes at 64 KiB/s, and some slack
+
+
+def test_request_heads_are_capped_in_size(hub):
+    port = port_of(hub)
+    long_line = f"GET /api/models/testuser/{'a' * 9000} HTTP/1.1\r\n\r\n".encode()
+    assert raw(port, long_line)[0] == 414
+    many = "".join(f"X-Filler-{i}: {'b' * 2000}\r\n" for i in range(40))  # 80 KB of headers
+    assert raw(port, f"GET /api/whoami-v2 HTTP/1.1\r\n{AUTH}{many}\r\n".encode())[0] == 431
+    assert raw(port, f"GET /api/whoami-v2 HTTP/1.1\r\n{AUTH}\r\n".encode())[0] == 200
+
+
+def test_expect_100_continue_only_after_the_headers_pass(hub):
+    port = port_of(hub)
+    body = json.dumps({"name": "expect", "organization": "testuser"}).encode()
+    head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {len(body)}\r\n"
+    for auth, first in (("", 401), ("Authorization: Bearer wrong\r\n", 401), (AUTH, 100)):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall((head + auth + "\r\n").encode())  # headers only: the client waits for a go-ahead
+            status = read_response(sock)[0]
+            assert status == first
+            if status == 100:
+                sock.sendall(body)
+                assert read_response(sock)[0] == 200
+    assert hub.server.storage.exists("model", "testuser/expect")
+
+
+# ---- more unauthenticated 500s -------------------------------------------------------------------------------
+DATA = b"0123456789AB"
+RANGES = [  # (Range header, status, Content-Range, body)
+    ("bytes=\u00b2-", 200, None, DATA),  # int() takes '²', a range does not
+    ("bytes=" + "9" * 5000 + "-", 416, "bytes */12", None),  # int() refuses 5,000 digits
+    ("bytes=999-", 416, "bytes */12", None),
+    ("bytes=12-", 416, "bytes */12", None),
+    ("bytes=3-", 206, "bytes 3-11/12", DATA[3:]),
+    ("bytes=2-5", 206, "bytes 2-5/12", DATA[2:6]),
+    ("bytes=10-99", 206, "bytes 10-11/12", DATA[10:]),
+    ("bytes=-4", 206, "bytes 8-11/12", DATA[-4:]),
+    ("bytes=5-2", 200, None, DATA),
+    ("bytes=0-1,4-5", 200, None, DATA),
+    ("items=0-1", 200, None, DATA),
+]
+
+
+def test_range_requests_are_parsed_strictly(hub):
+    make_repo(hub)
+    assert commit(hub, "testuser/r", file_line("f.txt", DATA))[0] == 200
+    answers = []
+    for header, _status, _range, body in RANGES:
+        request = f"GET /testuser/r/resolve/main/f.txt HTTP/1.1\r\nHost: x\r\nRange: {header}\r\n\r\n"
+        got, headers, reply = raw(port_of(hub), request.encode("latin-1"))
+        answers.append((got, dict(headers).get("Content-Range"), reply if body is not None else None))
+    assert answers == [(s, c, b) for _, s, c, b in RANGES]
+
+
+def test_lfs_upload_sizes_must_be_plain_digits(lfs_hub):
+    make_repo(lfs_hub)
+    oid = hashlib.sha256(b"x").hexdigest()
+    for size in ("%C2%B2", "9" * 5000, "-1", "1e3", ""):
+        path = f"/lfs-upload/model/testuser/r/{oid}?size={size}&sig=abc"
+        assert raw(port_of(lfs_hub), http_request("PUT", path, b"x", headers=""))[0] == 403, size
+
+
+# ---- memory ---------------------------------------------------------------------------------------------
+def test_request_log_is_a_ring_of_short_paths(tmp_path):
+    with BackgroundHub(tmp_path / "d", TOKEN, limits=ServerLimits(request_log_entries=50)) as hub:
+        port = port_of(hub)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            for i in range(200):
+                sock.sendall(f"GET /api/models/testuser/{i}{'x' * 6000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert read_response(sock)[0] == 400
+        deadline = time.monotonic() + 5  # a request is logged just after its answer
+        while not hub.server.request_log[-1][1].startswith("/api/models/testuser/199x"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        log = list(hub.server.request_log)
+    assert len(log) == 50 and {len(path) for _, path, _ in log} == {256}
+
+
+def _big_commit(hub, repo: str, count: int) -> set[str]:
+    paths = [f"d{i % 40}/s{i % 7}/f{i}.txt" for i in range(count)]
+    lines = [json.dumps(file_line(p, b"same content")).encode() for p in paths]
+    assert commit(hub, repo, *lines)[0] == 200
+    return set(paths)
+
+
+def test_reads_of_a_large_repo_share_one_index_per_revision(hub):
+    """5,000 files: every read of the revision (6 anonymous repo_info at once, a paged listing through the
+    real client, file downloads) uses one index, built once."""
+    from huggingface_hub import HfApi
+
+    make_repo(hub, "big")
+    paths = _big_commit(hub, "testuser/big", 5000)
+    builds = hub.server.storage.indexes.builds
+    with ThreadPoolExecutor(6) as pool:
+        infos = list(
+            pool.map(lambda _: api(hub, "GET", "/api/models/testuser/big?blobs=true", auth=False), range(6))
+        )
+    assert all(s == 200 and len(i["siblings"]) == 5001 for s, i in infos)
+    listed = HfApi(endpoint=hub.url, token=False).list_repo_files("testuser/big")
+    assert set(listed) == paths | {".gitattributes"}
+    status, page = api(hub, "GET", "/api/models/testuser/big/tree/main?recursive=true", auth=False)
+    assert status == 200 and 1000 <= len(page) <= 1003
+    root = api(hub, "GET", "/api/models/testuser/big/tree/main", auth=False)[1]
+    assert [e["path"] for e in root] == [".gitattributes"] + sorted(f"d{i}" for i in range(40))
+    for path in ("d3/s3/f3.txt", "d0/s0/f4760.txt"):
+        assert api(hub, "GET", f"/testuser/big/resolve/main/{path}", auth=False) == (200, b"same content")
+    assert hub.server.storage.indexes.builds == builds + 1
+
+
+def test_a_revision_holds_at_most_max_repo_files(tmp_path):
+    with BackgroundHub(tmp_path / "d", TOKEN, limits=ServerLimits(max_repo_files=20)) as hub:
+        head = make_repo(hub)
+        status, body = commit(hub, "testuser/r", *(file_line(f"f{i}.txt") for i in range(25)))
+        assert status == 413 and "at most 20" in body["error"]
+        assert commit(hub, "testuser/r", *(file_line(f"f{i}.txt") for i in range(19)))[0] == 200
+        assert commit(hub, "testuser/r", file_line("one-more.txt"))[0] == 413  # 21 with .gitattributes
+        assert api(hub, "GET", "/api/models/testuser/r")[1]["sha"] != head
+
+
+def _attack_yaml(port: int) -> None:
+    bomb = {"content": "---\nx: [" + "{}," * 150_000 + "{}]\n---\n"}  # 450 KB: under the 1 MiB cap
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(
+            pool.map(lambda _: api(port, "POST", "/api/validate-yaml", bomb, auth=False)[0], range(8))
+        )
+    assert statuses == [400] * 8
+
+
+def _attack_inline_upload(port: int, size: int) -> None:
+    content = os.urandom(size)
+    assert api(port, "POST", "/api/repos/create", {"name": "up", "organization": "testuser"})[0] == 200
+    body = ndjson(COMMIT_HEADER, file_line("weights.bin", content))
+    assert api(port, "POST", "/api/models/testuser/up/commit/main", body)[0] == 200
+    del body
+    status, data = api(port, "GET", "/testuser/up/resolve/main/weights.bin")
+    assert status == 200 and hashlib.sha256(data).digest() == hashlib.sha256(content).digest()
+
+
+def _attack_request_log(port: int, count: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        for i in range(count):
+            sock.sendall(f"GET /api/models/testuser/{i}{'x' * 7000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            read_response(sock)
+
+
+def _attack_large_repo(port: int) -> None:
+    assert api(port, "POST", "/api/repos/create", {"name": "big", "organization": "testuser"})[0] == 200
+    lines = [json.dumps(file_line(f"d{i % 40}/f{i}.txt", b"same")).encode() for i in range(10_000)]
+    assert api(port, "POST", "/api/models/testuser/big/commit/main", ndjson(COMMIT_HEADER, *lines))[0] == 200
+    reads = ["/api/models/testuser/big?blobs=true", "/api/models/testuser/big/tree/main?recursive=true"] * 6
+    with ThreadPoolExecutor(6) as pool:
+        assert {s for s, _ in pool.map(lambda p: api(port, "GET", p, auth=False), reads)} == {200}
+
+
+def _peak_growth(pid: int, idle_kb: int, attack) -> float:
+    """MiB the server's peak RSS rose above ``idle_kb`` while ``attack`` ran."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # restart the peak (VmHWM) from the current RSS
+    attack()
+    return (status_kb(pid, "VmHWM") - idle_kb) / 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/status and clear_refs")
+def test_server_memory_stays_within_64_mib_of_idle_under_attack(server_process):
+    pid, port = server_process
+    for path in ("/api/whoami-v2", "/api/models/testuser/none"):
+        api(port, "GET", path)
+    make_repo(port, "warm")
+    api(port, "POST", "/api/validate-yaml", {"content": "---\nlicense: mit\n---\n"})
+    idle = status_kb(pid, "VmRSS")
+    growth = {
+        "8 YAML bombs at once": _peak_growth(pid, idle, lambda: _attack_yaml(port)),
+        "a 24 MiB inline upload": _peak_growth(pid, idle, lambda: _attack_inline_upload(port, 24 << 20)),
+        "500 requests with 7 KB paths": _peak_growth(pid, idle, lambda: _attack_request_log(port, 500)),
+        "10,000 files, 12 anonymous reads at once": _peak_growth(pid, idle, lambda: _attack_large_repo(port)),
+    }
+    after = (status_kb(pid, "VmRSS") - idle) / 1024
+    print(f"\nserver memory, idle {idle / 1024:.1f} MiB; peak growth per attack (MiB): ")
+    print(
+        "\n".join(f"  {name}: {mib:+.1f}" for name, mib in growth.items())
+        + f"\n  RSS at the end: {after:+.1f}"
+    )
+    assert all(mib < 64 for mib in growth.values()) and after < 64, growth
+
+
+# ---- names -----------------------------------------------------------------------------------------------
+BAD_PATHS = [
+    "\ud800.txt",  # a lone surrogate
+    "a/\udfff",
+    "a/\uff0e\uff0e/x",  # fullwidth '..'
+    "a/\u2025/x",  # two dot leader: '..' after NFKC
+    "a\uff0f..\uff0fx",  # fullwidth '/' around '..'
+    ".GIT/config",
+    "x/.Git/hooks/post-checkout",
+    ".git./config",
+    ".g\u200cit/config",
+    "\uff0egit/config",
+    "a" * 256,  # a name over 255 bytes: "File name too long" in the client's cache
+    "\u00e9" * 128 + "/x",  # 256 bytes in UTF-8
+    "d/" * 512 + "f.txt",  # a path over 1,024 bytes
+    "tab\there",
+    "del\x7f",
+]
+GOOD_PATHS = [
+    "x..y.txt",
+    "dir.git/a",
+    "a.git",
+    ".gitattributes",
+    "caf\u00e9/\u540d\u524d.txt",
+    "a" * 255,
+    "d/" * 400 + "f.txt",
+]
+
+
+def test_file_names_follow_the_hubs_rules(hub):
+    make_repo(hub)
+    accepted = []
+    for path in BAD_PATHS:
+        line = json.dumps(file_line(path)).encode()  # ensure_ascii: a surrogate travels as \ud800
+        status, body = commit(hub, "testuser/r", line)
+        if status != 400 or body.get("error", "").find("Invalid file path") < 0:
+            accepted.append((path[:40], status))
+    assert not accepted
+    assert commit(hub, "testuser/r", *(file_line(p) for p in GOOD_PATHS))[0] == 200
+    files = api(hub, "GET", "/api/models/testuser/r")[1]["siblings"]
+    assert {f["rfilename"] for f in files} == set(GOOD_PATHS)
+
+
+def test_repo_ids_end_where_they_seem_to(hub):
+    for name in ("nl\n", "a--b", "x.GIT", "\u0440ub"):
+        status, body = api(hub, "POST", "/api/repos/create", {"name": name, "organization": "testuser"})
+        assert status == 400 and body["error"].startswith("Invalid repo id"), (name, status)
+    assert api(hub, "GET", "/api/models/testuser/r%0A")[0] == 400
+
+
+def test_repo_ids_are_case_insensitive_and_keep_their_case(hub):
+    make_repo(hub, "Pub")
+    status, body = api(hub, "POST", "/api/repos/create", {"name": "pub", "organization": "TESTUSER"})
+    assert status == 409 and body["url"] == f"{hub.url}/testuser/Pub"
+    assert commit(hub, "TestUser/PUB", file_line("a.txt", b"via another case"))[0] == 200
+    status, info = api(hub, "GET", "/api/models/testuser/pub", auth=False)
+    assert (
+        status == 200
+        and info["id"] == "testuser/Pub"
+        and "a.txt" in {s["rfilename"] for s in info["siblings"]}
+    )
+    assert api(hub, "GET", "/TESTUSER/pUb/resolve/main/a.txt", auth=False) == (200, b"via another case")
+    assert api(hub, "DELETE", "/api/repos/delete", {"name": "PUB", "organization": "testuser"})[0] == 200
+    assert api(hub, "GET", "/api/models/testuser/Pub")[0] == 404
+
+
+def test_a_data_folder_from_before_case_insensitive_ids_is_served(tmp_path):
+    """Repos stored by earlier versions: a mixed-case folder, files inside the commit object."""
+    folder = tmp_path / "d" / "repos" / "models" / "TestUser" / "Old"
+    cid, content = "ab" * 20, b"kept"
+    blob = hashlib.sha256(content).hexdigest()
+    (tmp_path / "d" / "blobs" / blob[:2]).mkdir(parents=True)
+    (tmp_path / "d" / "blobs" / blob[:2] / blob).write_bytes(content)
+    (folder / "commits").mkdir(parents=True)
+    (folder / "meta.json").write_text(
+        json.dumps({"private": False, "created_at": "2024-01-01T00:00:00.000Z"})
+    )
+    (folder / "refs.json").write_text(json.dumps({"branches": {"main": cid}, "tags": {}}))
+    entry = {"sha256": blob, "size": 4, "git_oid": "0" * 40, "lfs": False}
+    commit_obj = {"id": cid, "parent": None, "title": "t", "message": "", "date": "d", "author": "a"}
+    (folder / "commits" / f"{cid}.json").write_text(json.dumps({**commit_obj, "files": {"k.txt": entry}}))
+    with BackgroundHub(tmp_path / "d", TOKEN) as hub:
+        info = api(hub, "GET", "/api/models/testuser/old")[1]
+        assert info["id"] == "TestUser/Old" and info["sha"] == cid
+        assert api(hub, "GET", "/testuser/old/resolve/main/k.txt") == (200, b"kept")
+        assert api(hub, "GET", f"/api/models/TestUser/Old/commits/{cid}")[1][0]["title"] == "t"
+
+
+def test_branches_and_tags_share_one_namespace(hub):
+    head = make_repo(hub)
+    assert api(hub, "POST", "/api/models/testuser/r/tag/main", {"tag": "v1"})[0] == 200
+    assert commit(hub, "testuser/r", file_line("later.txt"))[0] == 200
+    status, body = api(hub, "POST", "/api/models/testuser/r/branch/v1", {"startingPoint": "main"})
+    assert status == 409 and "share one namespace" in body["error"]
+    assert api(hub, "POST", "/api/models/testuser/r/branch/dev", {})[0] == 200
+    assert api(hub, "POST", "/api/models/testuser/r/tag/main", {"tag": "dev"})[0] == 409
+    assert api(hub, "GET", "/api/models/testuser/r/revision/v1")[1]["sha"] == head  # still the tag
+
+
+# ---- private repos, Expect, namespaces -----------------------------------------------------------------
+def _calls_made_by_the_server(hub, request: bytes) -> tuple[int, list[str], bytes]:
+    """Every call the server's own code makes while it answers ``request`` (Python functions and builtins),
+    in order, from the connection thread's profile hook."""
+    calls: list[str] = []
+    ours = str(HUB_SERVER)
+
+    def profile(frame, event, arg):
+        if event == "c_call" and frame.f_code.co_filename.startswith(ours):
+            calls.append(getattr(arg, "__qualname__", repr(arg)))
+        elif event == "call" and frame.f_back and frame.f_back.f_code.co_filename.startswith(ours):
+            calls.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_qualname}")
+
+    threading.setprofile(profile)
+    try:
+        status, headers, body = raw(port_of(hub), request)
+    finally:
+        threading.setprofile(None)
+    time.sleep(0.05)  # the connection thread logs the request after answering
+    return status, calls, json.dumps(sorted(headers)).encode() + body
+
+
+def test_a_private_repo_answers_through_the_same_code_path_as_a_missing_one(hub):
+    make_repo(hub, "priv", private=True)
+    for template in ("GET /api/models/testuser/{}", "HEAD /testuser/{}/resolve/main/x.txt"):
+        for auth in ("", "Authorization: Bearer wrong\r\n"):
+            answers = []
+            for name in ("priv", "none"):  # the same length: the answers may differ in nothing else
+                request = f"{template.format(name)} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
+                answers.append(_calls_made_by_the_server(hub, request.encode()))
+            (s1, calls1, answer1), (s2, calls2, answer2) = answers
+            assert s1 == s2 == 404 and calls1 == calls2 and len(calls1) > 20
+            assert answer1.replace(b"/priv", b"/none") == answer2
+
+
+def test_each_token_writes_only_in_its_own_namespaces(tmp_path):
+    from briskbert.hub_server import Account
+
+    alice, bob = "hf_alice_token_1", "hf_bob_token_2"
+    accounts = [Account("alice", alice, orgs=("team",)), Account("bob", bob)]
+    with BackgroundHub(tmp_path / "d", None, accounts=accounts) as hub:
+        create = "/api/repos/create"
+        assert api(hub, "POST", create, {"name": "a"}, token=alice)[1]["url"].endswith("/alice/a")
+        assert api(hub, "POST", create, {"name": "t", "organization": "Team"}, token=alice)[0] == 200
+        assert api(hub, "POST", create, {"name": "b", "organization": "bob"}, token=alice)[0] == 403
+        assert api(hub, "POST", create, {"name": "b", "private": True}, token=bob)[0] == 200
+        assert commit(hub, "bob/b", file_line("x.txt"), token=alice)[0] == 404  # private: not even seen
+        assert commit(hub, "team/t", file_line("x.txt"), token=bob)[0] == 403  # public: seen, not writable
+        assert (
+            api(hub, "DELETE", "/api/repos/delete", {"name": "a", "organization": "alice"}, token=bob)[0]
+            == 403
+        )
+        assert api(hub, "GET", "/api/models/bob/b", token=alice)[0] == 404
+        assert api(hub, "GET", "/api/models/bob/b", token=bob)[0] == 200
+        assert api(hub, "POST", create, {"name": "z"}, token="hf_nobody")[0] == 401
+        me = api(hub, "GET", "/api/whoami-v2", token=alice)[1]
+        assert me["name"] == "alice" and [o["name"] for o in me["orgs"]] == ["team"]
+
+
+def test_the_single_token_of_a_default_server_writes_only_under_its_user(hub):
+    status, body = api(hub, "POST", "/api/repos/create", {"name": "x", "organization": "someone-else"})
+    assert status == 403 and "testuser" in body["error"]
+    assert not hub.server.storage.exists("model", "someone-else/x")
+
+
+# ---- the streamed commit reader, against json + base64 ------------------------------------------------------
+def _file_json(content_b64: str, content_first: bool) -> bytes:
+    path = '"path": "big.bin", "encoding": "base64"'
+    inner = f'"content": "{content_b64}", {path}' if content_first else f'{path}, "content": "{content_b64}"'
+    return ('{"key": "file", "value": {' + inner + "}}").encode()
+
+
+def _pieces(data: bytes, size: int):
+    return (data[i : i + size] for i in range(0, len(data), size))
+
+
+@pytest.mark.parametrize("piece_size", [1, 3, 7, 4096, 1 << 20])
+def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
+    """A file line longer than ``max_line`` is scanned, not parsed: its content must come out exactly as
+    ``json.loads`` + ``base64.b64decode`` would give it, escapes included, wherever the pieces are cut."""
+    from briskbert.hub_server import Storage
+    from briskbert.hub_server.commit_stream import commit_lines
+    from briskbert.hub_server.protocol import InlineFile, parse_commit_line
+
+    storage = Storage(tmp_path)
+    content = os.urandom(60_000)
+    b64 = base64.b64encode(content).decode()
+    escaped = f"\\u{ord(b64[0]):04x}" + b64[1:].replace("/", "\\/")  # JSON may escape any of these
+    small = json.dumps(file_line("small.txt", b"tiny")).encode()
+    lines = [json.dumps(COMMIT_HEADER).encode(), _file_json(escaped, True), small, _file_json(b64, False)]
+    out = list(commit_lines(_pieces(b"\n".join(lines) + b"\n", piece_size), 16 << 10, storage.blob_writer))
+    assert [line.text for line in out[::2]] == lines[::2]  # short lines pass through as they are
+    for number, line in ((2, out[1]), (4, out[3])):
+        parsed = parse_commit_line(line, number)
+        assert isinstance(parsed, InlineFile) and parsed.path == "big.bin"
+        assert parsed.content.sha256 == hashlib.sha256(content).hexdigest() and parsed.content.size == 60_000
+        assert storage.blob_path(parsed.content.sha256).read_bytes() == content
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+LONG_LINE_ERRORS = [
+    (_file_json("QUFB" * 20_000, True)[:-2] + b', "other": "' + b"QUFB" * 20_000 + b'"}}', 413, "only one"),
+    (json.dumps({"key": "header", "value": {"summary": "QUFB" * 20_000}}).encode(), 400, "only a file's"),
+    (_file_json("!!!!" * 20_000, True), 400, "not valid base64"),
+    (_file_json("QUFB" * 20_000 + "QQ==QUFB", True), 400, "base64"),
+    (_file_json("QUFB" * 20_000 + "QQ==" + "\n" + "QUFB", True), 400, "after its '=' padding"),
+    (_file_json("QUFB" * 20_000 + "QQ", True), 400, "multiple of 4"),
+    (_file_json("QUFB" * 20_000, True)[:-30], 400, "ends inside a string"),
+    (b'{"key": "file", "value": {"path": "' + b"p" * 20_000 + b'"}}', 413, "without counting"),
+]
+
+
+@pytest.mark.parametrize(
+    "line,status,words", LONG_LINE_ERRORS, ids=lambda x: "" if isinstance(x, bytes) else x
+)
+def test_long_commit_lines_outside_the_rules_are_refused_and_leave_nothing(tmp_path, line, status, words):
+    from briskbert.hub_server import HubError, Storage
+    from briskbert.hub_server.commit_stream import commit_lines
+    from briskbert.hub_server.protocol import parse_commit_line
+
+    storage = Storage(tmp_path)
+    with pytest.raises(HubError) as refused:
+        # A newline here only marks where the pieces are cut (after the padding, in that case).
+        pieces = line.split(b"\n") if b"\n" in line else _pieces(line, 4096)
+        for raw_line in commit_lines(iter(pieces), 16 << 10, storage.blob_writer):
+            parse_commit_line(raw_line, 1)
+    assert refused.value.status == status and words in refused.value.message, refused.value.message
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+# ---- the per-revision index ------------------------------------------------------------------------------------
+def _listing_oracle(paths: list[str], folder: str, recursive: bool) -> list[tuple[str, str]]:
+    """The listing as the server built it before it had an index: every file, every folder once."""
+    out, seen = [], set()
+    prefix = f"{folder}/" if folder else ""
+    for p in sorted(paths):
+        if not p.startswith(prefix):
+            continue
+        parts = p[len(prefix) :].split("/")
+        for i in range(1, len(parts)):
+            d = prefix + "/".join(parts[:i])
+            if (recursive or i == 1) and d not in seen:
+                seen.add(d)
+                out.append(("directory", d))
+        if recursive or len(parts) == 1:
+            out.append(("file", p))
+    return out
+
+
+def test_index_pages_add_up_to_the_whole_listing():
+    import random
+
+    from briskbert.hub_server.index import Folder, RevisionIndex
+
+    rng = random.Random(0)
+    names = ["a", "a.txt", "a-b", "a0", "b", "c.d", "z"]
+    paths = {
+        "/".join(rng.choice(names) + str(rng.randrange(3)) for _ in range(rng.randrange(1, 5)))
+        for _ in range(400)
+    }
+    paths = {
+        p for p in paths if not any(q.startswith(p + "/") for q in paths)
+    }  # a file is never a folder too
+    entry = {"sha256": "0" * 64, "size": 1, "git_oid": "0" * 40, "lfs": False}
+    index = RevisionIndex({"id": "c"}, {p: entry for p in paths})
+    folders = ["", *sorted({p.rsplit("/", 1)[0] for p in paths if "/" in p})[:15]]
+    for folder in folders:
+        for recursive in (True, False):
+            for limit in (1, 2, 7, 1000):
+                listed, after = [], None
+                while True:
+                    items, after = index.page(folder, recursive, after, limit)
+                    listed += [
+                        ("directory", i.path) if isinstance(i, Folder) else ("file", i.path) for i in items
+                    ]
+                    if after is None:
+                        break
+                assert sorted(listed) == sorted(_listing_oracle(list(paths), folder, recursive)), (
+                    folder,
+                    limit,
+                )
+                assert len(listed) == len(set(listed))
+
+
+def test_index_cache_stays_within_its_budget():
+    from briskbert.hub_server.index import IndexCache, RevisionIndex
+
+    entry = {"sha256": "0" * 64, "size": 1, "git_oid": "0" * 40, "lfs": False}
+    one = RevisionIndex({"id": "c"}, {f"f{i}.txt": entry for i in range(1000)})
+    cache = IndexCache(budget=int(one.cost * 2.5))
+    for key in range(6):
+        cache.get(
+            ("model", "a/b", key),
+            lambda: RevisionIndex({"id": "c"}, {f"f{i}.txt": entry for i in range(1000)}),
+        )
+    assert cache.builds == 6 and len(cache._items) == 2
+    assert list(cache._items) == [("model", "a/b", 4), ("model", "a/b", 5)]  # the most recently used
+    cache.get(("model", "a/b", 4), lambda: pytest.fail("cached: no second build"))
+    cache.drop(("model", "a/b"))
+    assert not cache._items
+
+
+def test_index_builds_run_one_at_a_time():
+    """Requests for many large revisions at once must not hold many file tables in memory at once."""
+    from briskbert.hub_server.index import IndexCache, RevisionIndex
+
+    cache, running, most = IndexCache(budget=1 << 30), [], []
+
+    def build():
+        running.append(1)
+        most.append(len(running))
+        time.sleep(0.02)
+        running.pop()
+        return RevisionIndex({"id": "c"}, {})
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: cache.get(("model", "a/b", key % 4), build), range(16)))
+    assert max(most) == 1 and cache.builds == 4
