@@ -237,6 +237,8 @@ def test_each_step_moves_the_weights_with_the_scheduled_learning_rate(tmp_path):
         (["--report_to", "mlflow"], "pip install mlflow"),
         (["--report_to", "tensorbord"], "use none, all, or a comma list of .*comet_ml.*mlflow"),
         (["--greater_is_better", "true"], "needs --metric_for_best_model"),
+        (["--learning_rate", "nan"], "--learning_rate must be a finite number, got nan"),
+        (["--max_grad_norm", "inf"], "--max_grad_norm must be a finite number"),
     ],
 )
 def test_contradictory_training_flags_fail_before_training(argv, message):
