@@ -21,7 +21,7 @@ PACKAGE_DIRS = {
     "data": "briskbert.data",
 }
 COMMAND_LAYER = ("briskbert.cli", "briskbert.__main__", "briskbert.commands")
-FOUNDATION = ("briskbert.errors", "briskbert.inputs")
+FOUNDATION = ("briskbert.errors", "briskbert.inputs", "briskbert.processes")
 # Bottom to top: a module may import its own layer and the layers listed before it, never one after.
 LAYERS = (
     FOUNDATION,

