@@ -70,6 +70,12 @@ class BriskBertConfig(PreTrainedConfig):
             first apply a dense layer with this activation (ModernBERT; ELECTRA's replaced-token discriminator).
         head_activation: activation of the MLM head's transform (None: hidden_act); head_bias: bias of the dense
             layers of the MLM head, the pooler and the token transform; decoder_bias: bias of the MLM decoder.
+
+    Token classification:
+        use_crf: a linear-chain CRF on top of the per-token scores: trained with its negative log-likelihood over the
+            tagged positions (the first sub-word of each word) and decoded with Viterbi; transitions the tag scheme
+            of `id2label` forbids (BIO: `O -> I-PER`, `B-PER -> I-LOC`, a sentence starting with `I-PER`) are
+            never decoded. False: an independent softmax per token.
     """
 
     model_type = "briskbert"
@@ -114,6 +120,7 @@ class BriskBertConfig(PreTrainedConfig):
     head_activation: str | None = None
     head_bias: bool = True
     decoder_bias: bool = True
+    use_crf: bool = False
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -188,6 +195,8 @@ class BriskBertConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}.")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}.")
+        if not isinstance(self.use_crf, bool):
+            raise ValueError(f"use_crf must be True or False, got {self.use_crf!r}.")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"pad_token_id ({self.pad_token_id}) must be None or an id below vocab_size "

@@ -9,10 +9,12 @@ picked. Attention goes through transformers' dispatch (eager, sdpa, flash-attent
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -31,10 +33,12 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_briskbert import BriskBertConfig
+from .crf import IGNORE_INDEX, LinearChainCRF
 
-# Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the QA pipeline's file beside this
+# Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the pipelines' files beside this
 # one: transformers ships a remote-code file together with the files it imports relatively.
 from .pipeline_question_answering import BriskBertQuestionAnsweringPipeline  # noqa: F401
+from .pipeline_token_classification import register_token_classification_pipeline
 from .varlen_attention import ATTN_IMPLEMENTATION as TORCH_VARLEN  # registers it with the attention dispatch
 
 NORMS = {
@@ -698,7 +702,14 @@ class BriskBertPreTrainedModel(PreTrainedModel):
 
     # transformers' default `_init_weights` already gives BERT's scheme through `transformers.initialization`
     # (normal(0, initializer_range) for linear and embedding weights, zero biases and padding row, unit norms),
-    # which skips weights that were loaded from a checkpoint.
+    # which skips weights that were loaded from a checkpoint. Only the CRF's transition scores need a rule.
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, LinearChainCRF):
+            # Zero transitions: training starts from the per-token scores alone, within the tag constraints.
+            init.zeros_(module.transitions)
+            init.zeros_(module.start_transitions)
+            init.zeros_(module.end_transitions)
 
     def __init__(self, config: BriskBertConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)
@@ -1016,7 +1027,51 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
         )
 
 
+@dataclass
+class BriskBertTokenClassifierOutput(TokenClassifierOutput):
+    r"""
+    tags (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+        The predicted tag id of every tagged position (Viterbi with a CRF head, the arg-max otherwise) and -100
+        elsewhere; returned when the tagged positions are known (`tag_mask`, or `labels` != -100).
+    """
+
+    tags: torch.LongTensor | None = None
+
+
+class IndependentTagger(nn.Module):
+    """One softmax per token: cross-entropy over the labelled tokens, arg-max decoding."""
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        labels = labels.reshape(-1).to(logits.device)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX
+        )
+
+    def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1).masked_fill(~tag_mask.bool(), IGNORE_INDEX)
+
+    def probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
+        return logits.float().softmax(-1) * tag_mask.unsqueeze(-1)
+
+
+class CrfTagger(LinearChainCRF):
+    """A linear-chain CRF over the labelled tokens (see crf.py): its negative log-likelihood, per tagged token
+    so that it averages over the same items as the softmax loss; Viterbi decoding; forward-backward marginals."""
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        labels = labels.to(logits.device)
+        tagged = labels != IGNORE_INDEX
+        return self.neg_log_likelihood(logits, labels, tagged).sum() / tagged.sum().clamp(min=1)
+
+    def probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
+        return self.marginals(logits, tag_mask)
+
+
 class BriskBertForTokenClassification(BriskBertPreTrainedModel):
+    """Per-token scores (`logits`) from the encoder output; with `config.use_crf`, a linear-chain CRF over them
+    whose tag constraints come from `config.id2label`. Tags are decoded at the positions that carry one: the
+    first sub-word of each word, given as `tag_mask` or read from `labels` (-100 elsewhere)."""
+
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -1024,6 +1079,12 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         self.transform = build_token_transform(config)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        if config.use_crf:
+            self.tagger = CrfTagger.for_labels([config.id2label[i] for i in range(config.num_labels)])
+            # transformers' token-classification pipeline would take per-token arg-maxes: name the CRF's own.
+            register_token_classification_pipeline(config)
+        else:
+            self.tagger = IndependentTagger()
         self.post_init()
 
     @can_return_tuple
@@ -1035,8 +1096,11 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels=None,
+        tag_mask=None,
         **kwargs,
-    ) -> TokenClassifierOutput:
+    ) -> BriskBertTokenClassifierOutput:
+        r"""`tag_mask` (bool, `(batch, seq)`): the positions to decode into `tags`; default: where `labels` != -100.
+        Without either, only `logits` (and `loss`) are returned, as in an exported graph."""
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -1046,10 +1110,29 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(self.dropout(self.transform(outputs.last_hidden_state)))
-        loss = self.loss_function(logits, labels, self.config) if labels is not None else None
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        loss = self.tagger.loss(logits, labels) if labels is not None else None
+        if tag_mask is None and labels is not None:
+            tag_mask = labels != IGNORE_INDEX
+        tags = self.decode(logits, tag_mask) if tag_mask is not None else None
+        return BriskBertTokenClassifierOutput(
+            loss=loss,
+            logits=logits,
+            tags=tags,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
+
+    def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
+        """The best tags at the positions `tag_mask` selects (Viterbi over them with a CRF, each position's
+        arg-max otherwise), -100 elsewhere: `(batch, seq)` ids."""
+        with torch.no_grad():
+            return self.tagger.decode(logits.detach(), tag_mask.to(logits.device))
+
+    def tag_probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
+        """Each tagged position's probability of every tag: the CRF's marginals given the whole sentence, or the
+        softmax; zeros at untagged positions. `(batch, seq, num_labels)`."""
+        with torch.no_grad():
+            return self.tagger.probabilities(logits.detach(), tag_mask.to(logits.device))
 
 
 class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):

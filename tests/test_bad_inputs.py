@@ -167,6 +167,11 @@ CASES = [
         NER + " --model_name_or_path {model} " + CONLL + " --token_column words",
         "--token_column",
     ),
+    Case(
+        "ner-crf-on-every-sub-word",
+        NER + " --model_name_or_path {model} " + CONLL + " --crf --label_all_tokens",
+        "--label_all_tokens",
+    ),
     # QA
     Case(
         "squad-invalid-json", QA + " --model_name_or_path {model} --train_file {bad_json}", "not valid JSON"

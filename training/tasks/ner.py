@@ -6,6 +6,10 @@ other sub-words get -100 (ignored by the loss), or, with ``label_all_tokens``, t
 ``B-X`` tag becoming ``I-X`` on continuation pieces, so an entity is not split in two). Evaluation always
 reads the prediction of each word's first sub-word and scores whole gold sentences: words cut off by
 ``max_seq_length`` count as predicted ``O`` (and are reported), so truncation never inflates the score.
+
+With a CRF head (``--crf``) the gold tags must be sequences the CRF can produce: an ``I-X`` that starts an
+entity (after ``O`` or another type, as CoNLL-2003 has in a few hundred sentences) is trained as ``B-X``, which
+is the same entity under conlleval's chunking, so the scores against the original tags are unaffected.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from briskbert.errors import UserError
 from briskbert.training.data.task_data import (
     DataError,
     load_conll,
@@ -128,6 +133,54 @@ def word_predictions(
     return predictions, truncated
 
 
+def bio_violations(tags: list[str]) -> int:
+    """How many ``I-X`` tags of ``tags`` follow neither ``B-X`` nor ``I-X`` (the first tag follows nothing):
+    the transitions the IOB2 scheme forbids, such as ``O I-PER`` or ``B-PER I-LOC``."""
+    violations, previous = 0, "O"
+    for tag in tags:
+        if tag.startswith("I-") and previous not in ("B-" + tag[2:], tag):
+            violations += 1
+        previous = tag
+    return violations
+
+
+def invalid_bio_share(sentences: list[list[str]], labels: list[str]) -> float:
+    """The share of ``sentences`` with at least one IOB2 violation, counting only types with a ``B-`` tag in
+    ``labels`` (IO-tagged types start entities with ``I-``)."""
+    begun = {label[2:] for label in labels if label.startswith("B-")}
+    invalid = sum(
+        bio_violations([tag if tag[2:] in begun else "O" for tag in sentence]) > 0 for sentence in sentences
+    )
+    return invalid / len(sentences) if sentences else 0.0
+
+
+def crf_training_tags(
+    sentences: list[list[str]], labels: list[str], source: str
+) -> tuple[list[list[str]], int]:
+    """Gold tags a CRF can train on: each ``I-X`` that starts an entity becomes ``B-X`` (when ``B-X`` is a
+    label; the same entities under conlleval's chunking). Returns the tags and how many sentences changed;
+    raises DataError on a sentence the label set's scheme still forbids (a broken BIOES sequence)."""
+    from briskbert.modeling.crf import allowed_transitions
+
+    constraints = allowed_transitions(labels)
+    label2id = {label: i for i, label in enumerate(labels)}
+    repaired, changed = [], 0
+    for number, sentence in enumerate(sentences, start=1):
+        fixed, previous = [], "O"
+        for tag in sentence:
+            starts = tag.startswith("I-") and previous not in ("B-" + tag[2:], tag)
+            fixed.append("B-" + tag[2:] if starts and "B-" + tag[2:] in label2id else tag)
+            previous = tag
+        if not constraints.allows([label2id[tag] for tag in fixed]):
+            raise DataError(
+                f"{source}: sentence {number} ({' '.join(sentence)}) breaks the tag scheme, so the CRF cannot "
+                "produce it; fix its tags or train without --crf."
+            )
+        changed += fixed != sentence
+        repaired.append(fixed)
+    return repaired, changed
+
+
 @dataclass
 class NerEvaluator:
     """Scores gathered predicted label ids of an evaluation set against its whole gold sentences."""
@@ -146,6 +199,7 @@ class NerEvaluator:
         )
         result = entity_metrics(predictions, self.gold_tags)
         result["num_words_not_predicted"] = truncated
+        result["invalid_bio_share"] = invalid_bio_share(predictions, list(self.id2label.values()))
         per_type = result.pop("per_type")
         for entity_type, scores in per_type.items():
             result[f"{entity_type}_f1"] = scores["f1"]
@@ -156,7 +210,10 @@ class NerEvaluator:
 # Script pieces of finetune_ner.py
 # --------------------------------------------------------------------------------------------------
 
-METRIC_DEFINITIONS = "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy"
+METRIC_DEFINITIONS = (
+    "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy, and the share of "
+    "predicted sentences with a transition IOB2 forbids (I-X after neither B-X nor I-X)"
+)
 
 
 @dataclass
@@ -224,8 +281,47 @@ def ner_features(
     )
 
 
+@dataclass
+class NerFeatures:
+    """Tokenised training and evaluation sets (``word_ids`` dropped) and the evaluator of the latter."""
+
+    train: object
+    evaluation: object | None
+    evaluator: NerEvaluator | None
+    crf_repaired_sentences: int = 0
+
+
+def build_ner_features(
+    data: NerData, tokenizer, token_column: str, max_seq_length: int, label_all_tokens: bool, crf: bool
+) -> NerFeatures:
+    """Both splits tokenised with aligned labels; with ``crf``, trained on :func:`crf_training_tags` (the
+    evaluator always scores against the original gold tags)."""
+    train_tags, eval_tags, repaired = data.train_tags, data.eval_tags, 0
+    if crf and label_all_tokens:  # the model to fine-tune already has a CRF
+        raise UserError(
+            "the model has a CRF head (use_crf), which tags one position per word; drop --label_all_tokens."
+        )
+    if crf:
+        train_tags, repaired = crf_training_tags(train_tags, data.labels, "the training data")
+        if eval_tags is not None:
+            eval_tags, repaired_eval = crf_training_tags(eval_tags, data.labels, "the evaluation data")
+            repaired += repaired_eval
+    features = dict(
+        tokenizer=tokenizer, label2id=data.label2id, token_column=token_column, max_seq_length=max_seq_length
+    )
+    train = ner_features(data.train, train_tags, label_all_tokens=label_all_tokens, **features)
+    if data.evaluation is None:
+        return NerFeatures(train.remove_columns("word_ids"), None, None, repaired)
+    evaluation = ner_features(data.evaluation, eval_tags, label_all_tokens=False, **features)
+    evaluator = NerEvaluator(data.eval_tags, evaluation["word_ids"], data.id2label)
+    return NerFeatures(
+        train.remove_columns("word_ids"), evaluation.remove_columns("word_ids"), evaluator, repaired
+    )
+
+
 def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
-    """``evaluate_fn`` for :func:`training.loop.run`: gathered predicted ids -> entity metrics."""
+    """``evaluate_fn`` for :func:`training.loop.run`: gathered predicted ids -> entity metrics. The model
+    decodes the labelled positions (each word's first sub-word) itself: Viterbi with a CRF, arg-max without."""
     from briskbert.training.engine.loop import evaluation_loop
     from briskbert.training.tasks.finetuning import pad_to_width
 
@@ -234,9 +330,7 @@ def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
             model,
             dataloader,
             accelerator,
-            lambda batch, outputs: {
-                "predictions": pad_to_width(outputs.logits.argmax(-1), max_seq_length, IGNORE_INDEX)
-            },
+            lambda batch, outputs: {"predictions": pad_to_width(outputs.tags, max_seq_length, IGNORE_INDEX)},
         )
         return evaluator(gathered["predictions"].long().numpy())
 

@@ -133,6 +133,14 @@ class NerTask:
     token_column: str = "tokens"
     tag_column: str | None = None  # None: 'tags', else 'ner_tags'
     label_all_tokens: bool = False
+    crf: bool = False
+
+    def __post_init__(self):
+        if self.crf and self.label_all_tokens:
+            raise UserError(
+                "--crf tags one position per word (its first sub-word), so it cannot train on every sub-word; "
+                "drop --label_all_tokens."
+            )
 
 
 # --------------------------------------------------------------------------------------------------- QA

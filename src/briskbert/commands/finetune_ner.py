@@ -8,8 +8,10 @@
 Data: CoNLL-style files (token first and tag last on each line, a blank line between sentences,
 ``-DOCSTART-`` ignored) or ``--dataset_name`` with token and tag columns (tag strings or a ``ClassLabel``
 sequence). A word's tag goes on its first sub-word (``--label_all_tokens``: on every sub-word).
-Metrics: entity-level precision, recall and F1 as CoNLL's ``conlleval`` defines them, token accuracy and
-per-type F1, scored on whole gold sentences.
+``--crf`` adds a linear-chain CRF over the per-token scores, trained with its negative log-likelihood over the
+words and decoded with Viterbi, so predictions never break the BIO scheme (``O I-PER``).
+Metrics: entity-level precision, recall and F1 as CoNLL's ``conlleval`` defines them, token accuracy,
+per-type F1 and the share of predicted sentences that break the BIO scheme, scored on whole gold sentences.
 """
 
 from __future__ import annotations
@@ -66,10 +68,9 @@ def main(argv=None):
     )
     from briskbert.training.tasks.ner import (
         METRIC_DEFINITIONS,
-        NerEvaluator,
+        build_ner_features,
         count_labelled_tokens,
         make_ner_evaluate_fn,
-        ner_features,
     )
 
     accelerator = start_accelerator(config)
@@ -85,25 +86,25 @@ def main(argv=None):
         num_labels=len(data.labels),
         id2label=data.id2label,
         label2id=data.label2id,
-    )
-    features = dict(
-        tokenizer=tokenizer,
-        label2id=data.label2id,
-        token_column=task.token_column,
-        max_seq_length=source.max_seq_length,
+        **({"use_crf": True} if task.crf else {}),  # a CRF model fine-tuned further keeps its CRF
     )
     with accelerator.main_process_first():
-        train_features = ner_features(
-            data.train, data.train_tags, label_all_tokens=task.label_all_tokens, **features
+        features = build_ner_features(
+            data,
+            tokenizer,
+            task.token_column,
+            source.max_seq_length,
+            task.label_all_tokens,
+            crf=model.config.use_crf,
         )
-        eval_features = None
-        if data.evaluation is not None:
-            eval_features = ner_features(data.evaluation, data.eval_tags, label_all_tokens=False, **features)
+    if features.crf_repaired_sentences:
+        accelerator.print(
+            f"CRF: {features.crf_repaired_sentences} sentences start an entity with I-X; trained as B-X "
+            "(the same entities under conlleval)."
+        )
     evaluate = None
-    if eval_features is not None:
-        evaluator = NerEvaluator(data.eval_tags, eval_features["word_ids"], data.id2label)
-        evaluate = make_ner_evaluate_fn(evaluator, source.max_seq_length)
-        eval_features = eval_features.remove_columns("word_ids")
+    if features.evaluator is not None:
+        evaluate = make_ner_evaluate_fn(features.evaluator, source.max_seq_length)
 
     card = {
         **card_source_facts(source),
@@ -111,17 +112,18 @@ def main(argv=None):
         "pipeline_tag": "token-classification",
         "labels": data.labels,
         **data_source.card_facts(),
-        "num_train_sentences": len(train_features),
-        "num_eval_sentences": len(eval_features) if eval_features is not None else 0,
+        "num_train_sentences": len(features.train),
+        "num_eval_sentences": len(features.evaluation) if features.evaluation is not None else 0,
         "label_all_tokens": task.label_all_tokens,
+        "crf": model.config.use_crf,
         "metric_definitions": METRIC_DEFINITIONS,
     }
     task = PreparedTask(  # not yet a Task of its own: the pieces built above
         model=model,
         tokenizer=tokenizer,
-        train_dataset=train_features.remove_columns("word_ids"),
+        train_dataset=features.train,
         data_collator=DataCollatorForTokenClassification(tokenizer),
-        eval_dataset=eval_features,
+        eval_dataset=features.evaluation,
         evaluate_fn=evaluate,
         count_items_fn=count_labelled_tokens,
         job_facts=JobFacts.from_dict(card),

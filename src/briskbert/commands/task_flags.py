@@ -160,11 +160,18 @@ def add_ner_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
         action="store_true",
         help="Train on every sub-word of a word (B- becomes I- after the first), not only the first.",
     )
+    g.add_argument(
+        "--crf",
+        action="store_true",
+        help="A linear-chain CRF over the per-token scores (config use_crf): trained with its negative "
+        "log-likelihood over each word's first sub-word, decoded with Viterbi; transitions the BIO scheme "
+        "forbids (O -> I-PER, B-PER -> I-LOC) are never predicted.",
+    )
     return parser
 
 
 def ner_task_from_args(args: argparse.Namespace) -> NerTask:
-    return NerTask(args.token_column, args.tag_column, args.label_all_tokens)
+    return NerTask(args.token_column, args.tag_column, args.label_all_tokens, args.crf)
 
 
 def add_qa_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

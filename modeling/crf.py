@@ -1,0 +1,272 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Linear-chain conditional random field over per-token emission scores, with tag-scheme constraints.
+
+A tag sequence ``y_1 .. y_n`` of a sentence scores
+``start[y_1] + sum_t emissions[t, y_t] + sum_t transitions[y_(t-1), y_t] + end[y_n]``; the CRF's probability of
+it is ``exp(score - log Z)``, where ``log Z`` (the log-partition) sums over every allowed tag sequence. Training
+minimises the negative log-likelihood of the gold tags, and decoding returns the highest-scoring sequence
+(Viterbi). Everything runs in log space, batched over sentences and tags; only the recursion along the
+sentence is a loop.
+
+The CRF tags the positions a boolean ``mask`` selects (for a sub-word tokenizer: the first sub-word of each
+word). Those positions are gathered into a left-aligned ``(batch, words)`` tensor first, so the chain links
+consecutive *words*, whatever sub-words and special tokens lie between them.
+
+Constraints come from the tag names (``allowed_transitions``): with BIO tags, ``I-X`` may only follow ``B-X`` or
+``I-X``, so ``O -> I-PER``, ``B-PER -> I-LOC`` and a sentence starting with ``I-PER`` are impossible; with
+BIOES tags, ``E-X``/``S-X`` close entities as well. Forbidden transitions never appear in a decoded sequence and
+carry no probability mass.
+
+Shipped inside model folders as remote code: it imports only torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+IGNORE_INDEX = -100
+# Score of a forbidden transition in the forward algorithm: exp(-1e4) is exactly 0 in float32 and float64, so
+# such paths add nothing to the partition, while a finite value keeps logsumexp's gradient free of NaN even
+# where every path into a tag is forbidden. Viterbi uses -inf, so a forbidden transition can never win.
+FORBIDDEN_SCORE = -1e4
+ENTITY_PREFIXES = ("B", "I", "E", "S")
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``; a tag without a scheme prefix (``"PER"``,
+    ``"LABEL_0"``) is an inside tag of its own type (the IO scheme)."""
+    if tag == "O":
+        return "O", ""
+    prefix, separator, entity_type = tag.partition("-")
+    if separator and prefix in ENTITY_PREFIXES and entity_type:
+        return prefix, entity_type
+    return "I", tag
+
+
+@dataclass(frozen=True)
+class TransitionConstraints:
+    """Which tags may start a sentence, follow each tag (``transitions[previous][next]``) and end a sentence."""
+
+    start: list[bool]
+    transitions: list[list[bool]]
+    end: list[bool]
+
+    def allows(self, tags: list[int]) -> bool:
+        """Whether the tag-id sequence ``tags`` is allowed (an empty one is)."""
+        if not tags:
+            return True
+        steps = all(self.transitions[previous][following] for previous, following in zip(tags, tags[1:]))
+        return self.start[tags[0]] and steps and self.end[tags[-1]]
+
+
+def allowed_transitions(labels: list[str]) -> TransitionConstraints:
+    """The transitions a tag scheme allows, read from the tag names (``O``, ``B-X``, ``I-X``, ``E-X``, ``S-X``).
+
+    BIO (IOB2): ``I-X`` continues an entity, so it follows only ``B-X`` or ``I-X``. A type that has no ``B-X``
+    tag (IO tagging, or plain labels such as ``LABEL_0``) starts its entities with ``I-X``, which then may follow
+    anything. BIOES (any ``E-``/``S-`` tag present): ``B-X``/``I-X`` must be followed by ``I-X`` or ``E-X``, and
+    only ``O``, ``E-X`` and ``S-X`` may end a sentence or be followed by a new entity.
+    """
+    parts = [split_tag(label) for label in labels]
+    begun_types = {entity_type for prefix, entity_type in parts if prefix == "B"}
+    bioes = any(prefix in ("E", "S") for prefix, _ in parts)
+
+    def opens(prefix: str, entity_type: str) -> bool:  # may this tag start an entity (or be outside one)?
+        return prefix in ("O", "B", "S") or (prefix == "I" and entity_type not in begun_types)
+
+    def inside(prefix: str) -> bool:  # does an entity still go on after this tag (BIOES)?
+        return bioes and prefix in ("B", "I")
+
+    def may_follow(previous: tuple[str, str], following: tuple[str, str]) -> bool:
+        (prev_prefix, prev_type), (prefix, entity_type) = previous, following
+        continues = prev_prefix in ("B", "I") and prefix in ("I", "E") and prev_type == entity_type
+        if inside(prev_prefix):
+            return continues
+        return continues or (opens(prefix, entity_type) and prefix != "E")
+
+    start = [opens(prefix, entity_type) and prefix != "E" for prefix, entity_type in parts]
+    transitions = [[may_follow(previous, following) for following in parts] for previous in parts]
+    end = [not inside(prefix) for prefix, _ in parts]
+    return TransitionConstraints(start, transitions, end)
+
+
+class LinearChainCRF(nn.Module):
+    """Transition scores (``transitions[previous, next]``, ``start_transitions``, ``end_transitions``; saved with
+    the model) and the algorithms over them: :meth:`neg_log_likelihood`, :meth:`log_partition`,
+    :meth:`decode` (Viterbi) and :meth:`marginals` (forward-backward). ``emissions`` are ``(batch, seq, tags)``
+    and ``mask`` ``(batch, seq)`` booleans: the positions that carry a tag. Computation is in float32 or wider.
+    """
+
+    def __init__(self, num_tags: int, constraints: TransitionConstraints | None = None):
+        super().__init__()
+        self.num_tags = num_tags
+        self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))
+        self.start_transitions = nn.Parameter(torch.zeros(num_tags))
+        self.end_transitions = nn.Parameter(torch.zeros(num_tags))
+        if constraints is None:
+            constraints = TransitionConstraints(
+                [True] * num_tags, [[True] * num_tags for _ in range(num_tags)], [True] * num_tags
+            )
+        # Derived from the config's labels, so neither saved with the weights nor a buffer (transformers
+        # re-creates non-persistent buffers empty when loading); built once per device on first use.
+        self.constraints = constraints
+        self._allowed_by_device: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    @classmethod
+    def for_labels(cls, labels: list[str]) -> LinearChainCRF:
+        return cls(len(labels), allowed_transitions(labels))
+
+    def extra_repr(self) -> str:
+        forbidden = sum(not allowed for row in self.constraints.transitions for allowed in row)
+        return f"num_tags={self.num_tags}, forbidden_transitions={forbidden}"
+
+    # -- scores ---------------------------------------------------------------------------------------------
+    def _scores(
+        self, forbidden: float, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(start, transitions, end) scores in ``dtype``, the forbidden entries set to ``forbidden``."""
+        device = self.transitions.device
+        if device not in self._allowed_by_device:
+            constraints = self.constraints
+            self._allowed_by_device[device] = tuple(
+                torch.tensor(allowed, dtype=torch.bool, device=device)
+                for allowed in (constraints.start, constraints.transitions, constraints.end)
+            )
+        allowed_start, allowed_transitions, allowed_end = self._allowed_by_device[device]
+        return (
+            self.start_transitions.to(dtype).masked_fill(~allowed_start, forbidden),
+            self.transitions.to(dtype).masked_fill(~allowed_transitions, forbidden),
+            self.end_transitions.to(dtype).masked_fill(~allowed_end, forbidden),
+        )
+
+    @staticmethod
+    def _gather_tagged(emissions: torch.Tensor, mask: torch.Tensor):
+        """The tagged positions of each row, left-aligned: ``(batch, words, tags)`` emissions (float32, or float64
+        when given), the ``(batch, words)`` mask of real words (a prefix of each row), and each word's position
+        in the input."""
+        mask = mask.bool()
+        lengths = mask.sum(dim=1)
+        width = int(lengths.max()) if mask.numel() else 0
+        # A stable sort of "not tagged" puts each row's tagged positions first, in order.
+        positions = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :width]
+        dtype = torch.float64 if emissions.dtype == torch.float64 else torch.float32
+        words = emissions.to(dtype).gather(1, positions.unsqueeze(-1).expand(-1, -1, emissions.shape[-1]))
+        word_mask = torch.arange(width, device=mask.device) < lengths.unsqueeze(1)
+        return words, word_mask, positions
+
+    def _forward_variables(self, words: torch.Tensor, word_mask: torch.Tensor) -> list[torch.Tensor]:
+        """alpha[t][b, j]: log of the summed scores of every allowed prefix of row b that ends in tag j at word t
+        (a row's last alpha is carried through its padding)."""
+        start, transitions, _ = self._scores(FORBIDDEN_SCORE, words.dtype)
+        alphas = [start + words[:, 0]]
+        for t in range(1, words.shape[1]):
+            step = torch.logsumexp(alphas[-1].unsqueeze(2) + transitions, dim=1) + words[:, t]
+            alphas.append(torch.where(word_mask[:, t : t + 1], step, alphas[-1]))
+        return alphas
+
+    def _log_partition(self, words: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        end = self._scores(FORBIDDEN_SCORE, words.dtype)[2]
+        log_z = torch.logsumexp(self._forward_variables(words, word_mask)[-1] + end, dim=1)
+        return log_z.masked_fill(~word_mask[:, 0], 0.0)
+
+    def _path_score(
+        self, words: torch.Tensor, word_tags: torch.Tensor, word_mask: torch.Tensor
+    ) -> torch.Tensor:
+        start, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
+        word_tags = word_tags.masked_fill(~word_mask, 0).long()
+        if bool(((word_tags < 0) | (word_tags >= self.num_tags)).any()):
+            raise ValueError(
+                f"tag ids must lie in [0, {self.num_tags}) at every tagged position; got "
+                f"{sorted(set(word_tags[(word_tags < 0) | (word_tags >= self.num_tags)].tolist()))}."
+            )
+        emitted = words.gather(2, word_tags.unsqueeze(-1)).squeeze(-1) * word_mask
+        linked = transitions[word_tags[:, :-1], word_tags[:, 1:]] * word_mask[:, 1:]
+        last = word_tags.gather(1, (word_mask.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
+        total = start[word_tags[:, 0]] + emitted.sum(1) + linked.sum(1) + end[last]
+        return total.masked_fill(~word_mask[:, 0], 0.0)
+
+    def log_partition(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``log Z`` of each row over its allowed tag sequences, ``(batch,)``; 0 for a row without tagged
+        positions."""
+        words, word_mask, _ = self._gather_tagged(emissions, mask)
+        if words.shape[1] == 0:
+            return words.new_zeros(words.shape[0])
+        return self._log_partition(words, word_mask)
+
+    def score(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Score of the tag ids ``tags`` (``(batch, seq)``, read where ``mask`` is set) of each row, ``(batch,)``."""
+        words, word_mask, positions = self._gather_tagged(emissions, mask)
+        if words.shape[1] == 0:
+            return words.new_zeros(words.shape[0])
+        return self._path_score(words, tags.gather(1, positions), word_mask)
+
+    def neg_log_likelihood(
+        self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """``log Z - score(tags)`` of each row, ``(batch,)``: 0 for a row without tagged positions."""
+        words, word_mask, positions = self._gather_tagged(emissions, mask)
+        if words.shape[1] == 0:
+            return words.new_zeros(words.shape[0])
+        word_tags = tags.gather(1, positions)
+        return self._log_partition(words, word_mask) - self._path_score(words, word_tags, word_mask)
+
+    # -- inference ------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The best allowed tag sequence of each row (Viterbi), ``(batch, seq)`` ids at the tagged positions and
+        ``IGNORE_INDEX`` (-100) elsewhere."""
+        words, word_mask, positions = self._gather_tagged(emissions, mask)
+        decoded = torch.full(mask.shape, IGNORE_INDEX, dtype=torch.long, device=emissions.device)
+        if words.shape[1] == 0:
+            return decoded
+        start, transitions, end = self._scores(float("-inf"), words.dtype)
+        best = start + words[:, 0]
+        backpointers = []
+        for t in range(1, words.shape[1]):
+            candidates, previous = (best.unsqueeze(2) + transitions).max(dim=1)
+            best = torch.where(word_mask[:, t : t + 1], candidates + words[:, t], best)
+            backpointers.append(previous)
+        current = (best + end).argmax(dim=1)
+        path = [current]
+        for t in range(words.shape[1] - 1, 0, -1):
+            # Rows shorter than t+1 words keep their last tag until the backtrace reaches their last word.
+            real = word_mask[:, t]
+            path[-1] = torch.where(real, current, IGNORE_INDEX)
+            current = torch.where(
+                real, backpointers[t - 1].gather(1, current.unsqueeze(1)).squeeze(1), current
+            )
+            path.append(current)
+        path[-1] = torch.where(word_mask[:, 0], current, IGNORE_INDEX)
+        word_tags = torch.stack(path[::-1], dim=1)
+        return decoded.scatter(1, positions, word_tags)
+
+    @torch.no_grad()
+    def marginals(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``P(tag j at position t | sentence)`` under the CRF (forward-backward, in float64), ``(batch, seq,
+        tags)``; zeros at untagged positions."""
+        words, word_mask, positions = self._gather_tagged(emissions, mask)
+        result = torch.zeros(*mask.shape, self.num_tags, dtype=words.dtype, device=emissions.device)
+        if words.shape[1] == 0:
+            return result
+        # In float64: confidence scores, not training, and float32 rounding over long rows of large scores
+        # reaches 1e-3 in a probability.
+        words = words.double()
+        _, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
+        alphas = self._forward_variables(words, word_mask)
+        # beta[t][b, i]: log of the summed scores of every allowed continuation of row b after tag i at word t.
+        betas = [end.expand_as(alphas[-1])]
+        for t in range(words.shape[1] - 2, -1, -1):
+            step = torch.logsumexp(transitions + (words[:, t + 1] + betas[-1]).unsqueeze(1), dim=2)
+            betas.append(torch.where(word_mask[:, t + 1 : t + 2], step, end.expand_as(step)))
+        # alpha + beta sums to log Z over the tags of every word; normalising each word on its own, rather than
+        # subtracting the one log Z, keeps float32 rounding (large scores over long rows) out of the result.
+        scores = torch.stack(alphas, dim=1) + torch.stack(betas[::-1], dim=1)
+        probabilities = scores.softmax(dim=-1) * word_mask.unsqueeze(-1)
+        probabilities = probabilities.to(result.dtype)
+        return result.scatter(1, positions.unsqueeze(-1).expand_as(probabilities), probabilities)
+
+
+__all__ = ["IGNORE_INDEX", "LinearChainCRF", "TransitionConstraints", "allowed_transitions", "split_tag"]

