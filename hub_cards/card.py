@@ -1,7 +1,7 @@
 """Render a model card (README.md) for a saved BriskBert folder.
 
 Inputs are the folder's ``config.json`` and its training facts (``training_facts.json``, written by the
-shared training loop), read as a typed :class:`~briskbert.training.engine.facts.TrainingFacts`: the job's
+shared training loop), read as a typed :class:`~briskbert.hub_cards.facts.TrainingFacts`: the job's
 facts (``facts.job``: task, pipeline tag, data, base model, language, license, tags, limitations, ...)
 and, for a trained model, what the loop measured (``facts.run``: steps, tokens, hardware, metrics, ...).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
+from briskbert.hub_cards.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
 
 from .rules import check_card_text
 
@@ -258,13 +258,20 @@ def render_card(
         architecture_rows=_architecture_rows(config, pipeline_tag),
         training_rows=_training_rows(job, run),
         metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
-        eval_dataset=_eval_data_name(eval_dataset, job.eval_split),
+        eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
         limitations=_limitations(config, job, pipeline_tag),
     )
     problems = check_card(card)
     if problems:
         raise CardError("The rendered card is invalid:\n  " + "\n  ".join(problems))
     return card
+
+
+def write_card(model_dir: str | Path, repo_id: str | None = None) -> Path:
+    """Render the card of ``model_dir`` (see :func:`render_card`) into ``model_dir/README.md``."""
+    path = Path(model_dir) / "README.md"
+    path.write_text(str(render_card(model_dir, repo_id)), encoding="utf-8")
+    return path
 
 
 def _metrics(run: RunFacts) -> dict:
@@ -357,7 +364,11 @@ def _description(job: JobFacts, pipeline_tag: str) -> str:
     return f"A {pipeline_tag} model{base}{data}."
 
 
-def _eval_data_name(eval_dataset, split: str | None) -> str:
+def _eval_data_name(eval_dataset, split: str | None, description: str | None = None) -> str:
+    """What "Measured on ..." names: a public dataset's split only when the data was that split; a local
+    file by its name, after what the training job says it is (``eval_dataset_description``)."""
+    if description:
+        return f"{description} (local data: {_fmt(eval_dataset)})" if eval_dataset else description
     if not eval_dataset:
         return "held-out data"
     return _data_names(eval_dataset) + (f" ({split} split)" if split else "")

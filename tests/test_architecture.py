@@ -21,15 +21,18 @@ PACKAGE_DIRS = {
     "data": "briskbert.data",
 }
 COMMAND_LAYER = ("briskbert.cli", "briskbert.__main__", "briskbert.commands")
-FOUNDATION = ("briskbert.errors", "briskbert.inputs", "briskbert.processes")
+FOUNDATION = ("briskbert.errors", "briskbert.inputs", "briskbert.processes", "briskbert.extras")
 # Bottom to top: a module may import its own layer and the layers listed before it, never one after.
 LAYERS = (
     FOUNDATION,
     ("briskbert.data", "briskbert.modeling", "briskbert.tokenization"),
+    (
+        "briskbert.hub_cards",
+    ),  # model cards, their facts and the publisher: the loop writes a card into final/
     ("briskbert.training.engine",),
     ("briskbert.training.data",),
     ("briskbert.training.tasks", "briskbert.training.retrieval"),
-    ("briskbert.training.experiments", "briskbert.hub_cards"),
+    ("briskbert.training.experiments",),
     ("briskbert.hub_server",),
     COMMAND_LAYER,
 )

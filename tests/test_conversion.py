@@ -13,10 +13,10 @@ import transformers
 from fresh_process import ROOT, run_without_project
 from safetensors.torch import load_file, save_file
 
+from briskbert.hub_cards.facts import base_model_id
 from briskbert.modeling import AUTO_MAP, BriskBertModel
 from briskbert.modeling.conversion import FAMILIES, CheckpointMismatchError, convert_bert_checkpoint
 from briskbert.tokenization import BriskBertTokenizer
-from briskbert.training.engine.facts import base_model_id
 
 SST2_EXCERPT = ROOT / "data" / "sst2_validation_excerpt.tsv"
 

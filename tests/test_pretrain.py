@@ -16,10 +16,10 @@ from pretraining_oracle import mlm_sequences, nsp_examples, read_documents, toke
 
 from briskbert import cli
 from briskbert.commands.pretrain import main
+from briskbert.hub_cards.facts import read_training_facts
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
 from briskbert.training.data.masking import MaskingCollator
 from briskbert.training.data.pretraining_data import sequence_spans
-from briskbert.training.engine.facts import read_training_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"

@@ -8,12 +8,12 @@ the command line can parse its flags without loading torch.
 import importlib
 
 _EXPORTS = {
-    "FACTS_FILE": "engine.facts",
-    "JobFacts": "engine.facts",
-    "RunFacts": "engine.facts",
-    "TrainingFacts": "engine.facts",
-    "read_training_facts": "engine.facts",
-    "write_training_facts": "engine.facts",
+    "FACTS_FILE": "briskbert.hub_cards.facts",
+    "JobFacts": "briskbert.hub_cards.facts",
+    "RunFacts": "briskbert.hub_cards.facts",
+    "TrainingFacts": "briskbert.hub_cards.facts",
+    "read_training_facts": "briskbert.hub_cards.facts",
+    "write_training_facts": "briskbert.hub_cards.facts",
     "Task": "engine.task",
     "TaskInputs": "engine.task",
     "PreparedTask": "engine.task",
@@ -39,4 +39,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    module = _EXPORTS[name]
+    return getattr(
+        importlib.import_module(module if module.startswith("briskbert.") else f".{module}", __name__), name
+    )

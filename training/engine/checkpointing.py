@@ -48,7 +48,7 @@ class TrainingState:
     items_seen: int = 0  # what the loss is a mean over (masked tokens, labelled tokens, examples)
     tokens_seen: int = 0
     examples_seen: int = 0
-    wall_time_s: float = 0.0
+    wall_time_s: float = 0.0  # time spent in training steps (not evaluating, saving, or interrupted)
     best_metric: float | None = None
     best_step: int | None = None
 

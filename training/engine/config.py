@@ -40,6 +40,10 @@ MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 # evaluate once, at the end): enough points to draw validation curves, few enough to cost little.
 EVALUATIONS_PER_RUN = 10
 MIN_STEPS_FOR_PERIODIC_EVALUATION = 2 * EVALUATIONS_PER_RUN
+# Without --logging_steps, the training loss is logged every step in short runs and every 10 steps at most,
+# about 50 times a run in between: a curve to see in every run, a log that stays small in long ones.
+LOG_ENTRIES_PER_RUN = 50
+MAX_DEFAULT_LOGGING_STEPS = 10
 
 
 @dataclass
@@ -74,7 +78,7 @@ class TrainingConfig:
     eval_steps: int | None = None
     metric_for_best_model: str | None = None
     greater_is_better: bool | None = None
-    logging_steps: int = 10
+    logging_steps: int | None = None  # None: see log_interval
     dataloader_num_workers: int = 0
 
     # Fields that may change between the launches of one run: bookkeeping that does not change what it
@@ -133,6 +137,12 @@ class TrainingConfig:
             return max_train_steps // EVALUATIONS_PER_RUN
         return None
 
+    def log_interval(self, max_train_steps: int) -> int:
+        """Log the training loss every this many steps: ``--logging_steps``, else see LOG_ENTRIES_PER_RUN."""
+        if self.logging_steps is not None:
+            return self.logging_steps
+        return max(1, min(MAX_DEFAULT_LOGGING_STEPS, max_train_steps // LOG_ENTRIES_PER_RUN))
+
     def num_warmup_steps_for(self, max_train_steps: int) -> int:
         if self.num_warmup_steps is not None:
             return self.num_warmup_steps
@@ -150,7 +160,7 @@ def _check_ranges(config: TrainingConfig) -> None:
         "gradient_accumulation_steps",
         "logging_steps",
     ):
-        if getattr(config, name) < 1:
+        if getattr(config, name) is not None and getattr(config, name) < 1:
             raise TrainingSetupError(f"--{name} must be >= 1, got {getattr(config, name)}.")
     if config.learning_rate <= 0:
         raise TrainingSetupError(f"--learning_rate must be > 0, got {config.learning_rate}.")
@@ -193,6 +203,10 @@ def parse_report_to(report_to: str | None) -> list[str]:
     names = [name.strip() for name in (report_to or "none").split(",") if name.strip()]
     if names in ([], ["none"]):
         return []
+    from briskbert.extras import require_tracker
+
+    for name in names:
+        require_tracker(name)  # one line naming the extra to install, before accelerate (and torch) load
     from accelerate.tracking import get_available_trackers
     from accelerate.utils import LoggerType
 

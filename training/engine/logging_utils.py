@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import textwrap
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -98,45 +99,98 @@ def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
     ]
 
 
+def _is_count(key: str, series: list[tuple[int, float]]) -> bool:
+    """A size, not a quality: a count by name (SQuAD's ``total``, ``HasAns_total``, ``num_unanswered``) or
+    a whole number that is the same at every evaluation. It gets no panel of its own; its value is noted."""
+    name = key.removeprefix("eval_")
+    if name == "total" or name.endswith("_total") or name.startswith("num_"):
+        return True
+    values = {value for _, value in series}
+    return len(series) >= 2 and len(values) == 1 and float(next(iter(values))).is_integer()
+
+
+def _metric_panels(history: list[dict]) -> tuple[dict, list[str]]:
+    """The validation metrics worth a panel (two points or more, not counts), headline metrics first and
+    at most six; and notes on the rest: metrics evaluated once, and counts."""
+    eval_keys = {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
+    candidates = {
+        k: _series(history, k)
+        for k in eval_keys
+        if not k.endswith(("loss", "perplexity")) and _series(history, k)
+    }
+    counts = {k: s for k, s in candidates.items() if _is_count(k, s)}
+    once = {k: s for k, s in candidates.items() if k not in counts and len(s) < 2}
+    curves = sorted(
+        (k for k in candidates if k not in counts and k not in once),
+        key=lambda k: (k.count("_"), k),  # eval_f1 before eval_f1_PER
+    )[:MAX_METRIC_PANELS]
+    notes = []
+    if once:
+        step = next(iter(once.values()))[-1][0]
+        values = ", ".join(f"{_name(k)} {s[-1][1]:.4g}" for k, s in sorted(once.items()))
+        notes.append(f"evaluated once (step {step}): {values}")
+    if counts:
+        notes.append("counts: " + ", ".join(f"{_name(k)} {s[-1][1]:.4g}" for k, s in sorted(counts.items())))
+    return {k: candidates[k] for k in curves}, notes
+
+
+def _name(key: str) -> str:
+    return key.removeprefix("eval_")
+
+
+def _plot_losses(axis, history: list[dict]) -> list[str]:
+    """Training loss at every logged step, validation losses at every evaluation; notes when a series has
+    too few points to be a curve."""
+    notes = []
+    train = _series(history, "loss")
+    if len(train) >= 2:
+        axis.plot(*zip(*train), label="training loss", linewidth=1, marker="." if len(train) <= 40 else None)
+    elif train:
+        axis.plot(*zip(*train), "o", label="training loss")
+        notes.append(f"training loss logged once (step {train[0][0]}): too few points for a curve")
+    for key in sorted(
+        k for k in {k for e in history for k in e} if k.startswith("eval_") and k.endswith("loss")
+    ):
+        axis.plot(*zip(*_series(history, key)), marker="o", label=key.replace("eval_", "validation "))
+    axis.set_title("Training and validation loss")
+    axis.set_ylabel("loss")
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(loc="upper right")
+    return notes
+
+
 def curve_figure(history: list[dict]):
-    """The curves as a matplotlib figure: one panel with the training and validation losses, and one
-    panel per validation metric (up to six, headline metrics first), all against the optimizer step."""
+    """The curves as a matplotlib figure against the optimizer step: one panel with the training loss (every
+    logged step) and the validation losses, and one panel per validation metric evaluated at least twice
+    (up to six, headline metrics first). Series too short to be curves, and counts such as SQuAD's
+    ``total``, get no panel: a note on the loss panel gives their values."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    eval_keys = {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
-    loss_keys = sorted(k for k in eval_keys if k.endswith("loss"))
-    metric_keys = sorted(
-        (k for k in eval_keys if k not in loss_keys and not k.endswith("perplexity")),
-        key=lambda k: (k.count("_"), k),  # eval_f1 before eval_f1_PER
-    )[:MAX_METRIC_PANELS]
-    panels = 1 + len(metric_keys)
+    metrics, metric_notes = _metric_panels(history)
+    panels = 1 + len(metrics)
     columns = min(panels, 3)
     rows = math.ceil(panels / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), squeeze=False)
     loss_axis = axes[0][0]
-    train = _series(history, "loss")
-    if train:
-        loss_axis.plot(*zip(*train), label="training loss", linewidth=1)
-    for key in loss_keys:
-        loss_axis.plot(*zip(*_series(history, key)), marker="o", label=key.replace("eval_", "validation "))
-    loss_axis.set_title("Training and validation loss")
-    loss_axis.set_ylabel("loss")
-    for axis, key in zip(axes.flat[1:], metric_keys):
-        axis.plot(*zip(*_series(history, key)), marker="o", color="tab:green")
-        name = key.removeprefix("eval_")
-        axis.set_title(f"Validation {name}")
-        axis.set_ylabel(name)
+    notes = _plot_losses(loss_axis, history) + metric_notes
+    for axis, (key, series) in zip(axes.flat[1:], metrics.items()):
+        axis.plot(*zip(*series), marker="o", color="tab:green")
+        axis.set_title(f"Validation {_name(key)}")
+        axis.set_ylabel(_name(key))
     for axis in axes.flat[panels:]:
         axis.set_visible(False)
     for axis in axes.flat[:panels]:
         axis.set_xlabel("optimizer step")
         axis.set_xlim(left=0)
         axis.grid(alpha=0.3)
-    if loss_axis.get_legend_handles_labels()[0]:
-        loss_axis.legend()
+    if notes:
+        loss_axis.text(
+            0.02, 0.02, "\n".join(textwrap.fill(note, 48) for note in notes), transform=loss_axis.transAxes,
+            fontsize=7, va="bottom", bbox=dict(boxstyle="round", facecolor="white", alpha=0.8),
+        )  # fmt: skip
     fig.tight_layout()
     return fig
 

@@ -42,7 +42,7 @@ with Accelerate (DDP, FSDP, DeepSpeed, mixed precision), optionally resumes, the
   A model or checkpoint to train from that already holds NaN or inf weights is refused, named.
 * **Outputs** in ``--output_dir``: ``all_results.json``, ``log_history.jsonl``, ``training_curves.png``
   and ``final/`` (``save_pretrained`` model with remote code, tokenizer, ``training_facts.json``: the
-  job's :class:`~briskbert.training.engine.facts.JobFacts` and what the loop measured).
+  job's :class:`~briskbert.hub_cards.facts.JobFacts` and what the loop measured).
 """
 
 from __future__ import annotations
@@ -61,6 +61,15 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
+from briskbert.hub_cards.facts import (
+    FACTS_FILE,
+    BestMetric,
+    RunFacts,
+    TrainingFacts,
+    framework_versions,
+    hardware_description,
+    write_training_facts,
+)
 from briskbert.training.engine.checkpointing import (
     RunIdentity,
     TrainingState,
@@ -79,14 +88,6 @@ from briskbert.training.engine.checkpointing import (
     save_checkpoint,
 )
 from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
-from briskbert.training.engine.facts import (
-    BestMetric,
-    RunFacts,
-    TrainingFacts,
-    framework_versions,
-    hardware_description,
-    write_training_facts,
-)
 from briskbert.training.engine.finite import (
     TrainingDiverged,
     check_finite_weights,
@@ -96,6 +97,7 @@ from briskbert.training.engine.finite import (
 from briskbert.training.engine.logging_utils import (
     COUNTER_SUFFIXES,
     CURVES_FILE,
+    RESULTS_FILE,
     MetricsLog,
     plot_curves,
     write_results,
@@ -407,12 +409,13 @@ def run(
         parts.train_dataloader, state, config.gradient_accumulation_steps, accelerator, parts.epoch_listeners
     )
     eval_every = config.eval_interval(parts.max_train_steps)
+    log_every = config.log_interval(parts.max_train_steps)
     interval = _LogInterval()
-    clock_start, wall_time_before = time.time(), state.wall_time_s
     stop_signal, last_checkpoint = 0, checkpoint
     model.train()
     with _SignalCatcher() as signals, _closing_logs_on_error(accelerator, log, output_dir, progress):
         while state.global_step < parts.max_train_steps:
+            step_start = time.perf_counter()  # the run's time counts training steps only (see TrainingState)
             window = next(windows)
             totals = _accumulate_gradients(accelerator, model, window, task.count_items)
             totals = accelerator.reduce(totals, "sum")  # all processes: loss x items, items, tokens, examples
@@ -425,12 +428,12 @@ def run(
             scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
             optimizer.zero_grad(set_to_none=True)
             state.global_step += 1
-            state.wall_time_s = wall_time_before + time.time() - clock_start
+            state.wall_time_s += time.perf_counter() - step_start
             _count_window(state, interval, totals.cpu())
             progress.update(1)
 
             step, last_step = state.global_step, state.global_step == parts.max_train_steps
-            if step % config.logging_steps == 0 or last_step:
+            if step % log_every == 0 or last_step:
                 entry = interval.entry(state, parts, scheduler.get_last_lr()[0], grad_norm)
                 log.append(entry)
                 progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
@@ -792,6 +795,10 @@ def _finish(
             },
         )
     _finish_logs(accelerator, log, output_dir)
+    accelerator.print(
+        f"Saved the model to {final_dir} (model card README.md, {FACTS_FILE}); metrics in "
+        f"{output_dir / RESULTS_FILE}, curves in {output_dir / CURVES_FILE}."
+    )
     return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best, facts)
 
 
@@ -831,8 +838,19 @@ def save_model_folder(
             tokenizer.save_pretrained(partial)
         if facts is not None:
             write_training_facts(partial, facts)
+            _write_card(partial, repo_id=f"your-namespace/{folder.parent.resolve().name}")
         publish_folder(partial, folder)
     accelerator.wait_for_everyone()
+
+
+def _write_card(folder: Path, repo_id: str) -> None:
+    """The model card (README.md) of a final folder, as a publish would render it for ``repo_id``."""
+    from briskbert.hub_cards.card import write_card
+
+    try:
+        write_card(folder, repo_id)
+    except Exception as error:  # a card must never cost the run; publishing renders it again
+        print(f"Could not write the model card into {folder.name}: {error}", file=sys.stderr)
 
 
 def _finish_logs(accelerator, log: MetricsLog, output_dir: Path) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from briskbert.training.engine.facts import JobFacts
+from briskbert.hub_cards.facts import JobFacts
 
 if TYPE_CHECKING:
     from briskbert.training.engine.config import TrainingConfig

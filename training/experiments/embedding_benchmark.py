@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from briskbert.errors import USER_ERROR_EXIT_CODE, UserError
+from briskbert.extras import require_extra
+
 
 def _pairs(train_file: str, extra_train_file: str | None):
     from briskbert.training.retrieval.embeddings import load_pairs
@@ -100,6 +103,7 @@ def main(argv=None):
     parser.add_argument("--max_seq_length", type=int, default=256)
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
+    require_extra("sentence-transformers", "the embedding benchmark")  # compares against its trainer
     from transformers import AutoTokenizer
 
     output_dir = Path(args.output_dir)
@@ -126,4 +130,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as error:  # a missing extra: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT_CODE)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from briskbert.errors import UserError
+from briskbert.hub_cards.facts import JobFacts, base_model_id
 from briskbert.training.data.corpus import CorpusStore, iter_documents, prepare_corpus
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.data.pretraining_data import (
@@ -34,7 +35,6 @@ from briskbert.training.data.pretraining_data import (
 )
 from briskbert.training.engine.checkpointing import resolve_checkpoint
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
 from briskbert.training.engine.loop import evaluation_loop, seed_everything
 from briskbert.training.engine.task import Task, TaskInputs

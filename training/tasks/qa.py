@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from briskbert.hub_cards.facts import JobFacts
 from briskbert.training.data.task_data import DataError, SkipReport, load_squad, require_columns, require_rows
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.settings import DataSource, ModelSource, QaSettings

@@ -55,6 +55,7 @@ class DataSource:
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
     dataset_card_name: str | None = None  # the public name the model card gives the data
+    validation_card_name: str | None = None  # what the card says a local --validation_file is
 
     def __post_init__(self):
         if self.dataset_name is None and self.train_file is None:
@@ -80,22 +81,23 @@ class DataSource:
         )
 
     def card_facts(self, extra_train_files: tuple[str, ...] = ()) -> dict:
-        """``datasets`` / ``eval_dataset`` / ``eval_split`` for the card: the public name when known (a
-        ``--dataset_name``, or ``--dataset_card_name`` for local files), else the local file names."""
+        """``datasets`` / ``eval_dataset`` / ``eval_split`` / ``eval_dataset_description`` for the card.
+
+        Training data goes by its public name when known (a ``--dataset_name``, or ``--dataset_card_name``
+        for local files), else by file name. A split is named only for a ``--dataset_name`` dataset: a local
+        ``--validation_file`` is named as the local file it is (and described by ``--validation_card_name``),
+        never as the public dataset's validation split, which it need not be.
+        """
         public = self.dataset_card_name or self.dataset_name
-        if public is not None:
-            datasets = [public]
-            has_eval = self.dataset_name is not None or self.validation_file is not None
-            return {
-                "datasets": datasets + [os.path.basename(f) for f in extra_train_files],
-                "eval_dataset": public if has_eval else None,
-                "eval_split": self.validation_split if has_eval else None,
-            }
+        datasets = [public or os.path.basename(self.train_file)]
+        facts = {"datasets": datasets + [os.path.basename(f) for f in extra_train_files]}
+        if self.dataset_name is not None:
+            return {**facts, "eval_dataset": public, "eval_split": self.validation_split}
         return {
-            "datasets": [os.path.basename(self.train_file)]
-            + [os.path.basename(f) for f in extra_train_files],
+            **facts,
             "eval_dataset": os.path.basename(self.validation_file) if self.validation_file else None,
             "eval_split": None,
+            "eval_dataset_description": self.validation_card_name if self.validation_file else None,
         }
 
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from briskbert.errors import CommandFailed, UserError
+from briskbert.extras import require_extra
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -62,6 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    require_extra("onnx", "briskbert export-onnx")  # before torch and the exporter are imported
     from briskbert.modeling.export import ExportInputError, OnnxExportRequest, export_and_check
 
     request = OnnxExportRequest(

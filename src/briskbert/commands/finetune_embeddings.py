@@ -101,8 +101,8 @@ def main(argv=None):
 
 
 def _train(args, source, data: EmbeddingData, loss):
+    from briskbert.hub_cards.facts import JobFacts
     from briskbert.modeling import BriskBertModel
-    from briskbert.training.engine.facts import JobFacts
     from briskbert.training.engine.loop import run, seed_everything
     from briskbert.training.engine.task import PreparedTask
     from briskbert.training.retrieval.embeddings import (

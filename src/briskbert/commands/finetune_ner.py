@@ -55,8 +55,8 @@ def main(argv=None):
 
     from transformers import DataCollatorForTokenClassification
 
+    from briskbert.hub_cards.facts import JobFacts
     from briskbert.modeling import BriskBertForTokenClassification
-    from briskbert.training.engine.facts import JobFacts
     from briskbert.training.engine.loop import run, seed_everything
     from briskbert.training.engine.task import PreparedTask
     from briskbert.training.tasks.finetuning import (

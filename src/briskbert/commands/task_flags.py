@@ -82,6 +82,13 @@ def add_data_arguments(parser: argparse.ArgumentParser, file_help: str) -> argpa
         "files (default: --dataset_name, else the file names).",
     )
     g.add_argument(
+        "--validation_card_name",
+        type=str,
+        default=None,
+        help="What the model card says a local --validation_file is, e.g. 'a held-out part of the "
+        "stanfordnlp/sst2 training split' (default: the file name).",
+    )
+    g.add_argument(
         "--max_train_samples", type=int, default=None, help="Keep only the first N training examples."
     )
     g.add_argument(
@@ -101,6 +108,7 @@ def data_source_from_args(args: argparse.Namespace) -> DataSource:
         max_train_samples=args.max_train_samples,
         max_eval_samples=args.max_eval_samples,
         dataset_card_name=args.dataset_card_name,
+        validation_card_name=args.validation_card_name,
     )
 
 

@@ -15,6 +15,8 @@ from dataclasses import MISSING, fields
 
 from briskbert.training.engine.config import (
     EVALUATIONS_PER_RUN,
+    LOG_ENTRIES_PER_RUN,
+    MAX_DEFAULT_LOGGING_STEPS,
     MIN_STEPS_FOR_PERIODIC_EVALUATION,
     MIXED_PRECISION_CHOICES,
     SCHEDULER_NAMES,
@@ -103,7 +105,13 @@ def add_training_arguments(parser: argparse.ArgumentParser, **defaults) -> argpa
     g.add_argument("--gradient_checkpointing", action="store_true")
     g.add_argument("--torch_compile", action="store_true")
     _add_evaluation_arguments(g)
-    g.add_argument("--logging_steps", type=int, default=_default("logging_steps"))
+    g.add_argument(
+        "--logging_steps",
+        type=int,
+        default=_default("logging_steps"),
+        help=f"Log the training loss every N steps (default: every step in short runs, about "
+        f"{LOG_ENTRIES_PER_RUN} times a run, every {MAX_DEFAULT_LOGGING_STEPS} steps at most).",
+    )
     g.add_argument("--dataloader_num_workers", type=int, default=_default("dataloader_num_workers"))
     parser.set_defaults(**defaults)
     return parser

@@ -43,7 +43,8 @@ class JobFacts:
     pipeline_tag: str | None = None  # Hub pipeline tag; None: the card derives it from the architecture
     datasets: tuple[str, ...] = ()  # training data: Hub dataset ids or local file names
     eval_dataset: str | None = None  # what the metrics were measured on
-    eval_split: str | None = None
+    eval_split: str | None = None  # the public dataset's split, only when the metrics were measured on it
+    eval_dataset_description: str | None = None  # what a local evaluation file is (--validation_card_name)
     base_model: str | None = None  # the Hub id this model was fine-tuned or continued from
     config_preset: str | None = None  # the BriskBertConfig preset a fresh model was built from
     language: str = "en"

@@ -1,0 +1,82 @@
+"""Optional dependencies: which pip extra brings which packages, and a check a command runs before its heavy
+imports.
+
+A command that needs an extra calls :func:`require_extra` right after parsing its flags, so a missing
+package is one ``error:`` line naming the extra to install (exit 2), not a traceback from deep inside an
+import. The check looks packages up with ``importlib.util.find_spec``: nothing is imported, so it costs
+nothing when the packages are there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class Extra:
+    """One ``[project.optional-dependencies]`` entry of pyproject.toml: its name and the modules it brings."""
+
+    name: str
+    modules: tuple[str, ...]  # top-level import names, all needed
+
+
+#: every optional extra a command checks for, by name (as in ``pip install "briskbert[onnx]"``)
+EXTRAS: dict[str, Extra] = {
+    extra.name: extra
+    for extra in (
+        Extra("onnx", ("onnx", "onnxscript", "onnxruntime")),
+        Extra("sentence-transformers", ("sentence_transformers",)),
+        Extra("peft", ("peft",)),
+        Extra("faiss", ("faiss",)),
+        Extra("flash", ("flash_attn",)),
+        Extra("tensorboard", ("tensorboard",)),
+        Extra("trackio", ("trackio",)),
+    )
+}
+
+#: ``--report_to`` trackers that have an extra of their own; the others install by their package name
+TRACKER_EXTRAS = {"tensorboard": "tensorboard", "trackio": "trackio"}
+
+
+class MissingExtraError(UserError):
+    """A command needs packages of an optional extra that are not installed."""
+
+
+def is_installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (``sys.modules[module] = None`` hides it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or a module without a spec
+        return False
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra``, from an index or from a clone."""
+    return f'pip install "briskbert[{extra}]" (from a clone: pip install ".[{extra}]")'
+
+
+def require_extra(extra: str, needed_for: str) -> None:
+    """Raise :class:`MissingExtraError` unless every module of ``extra`` is installed.
+
+    ``needed_for`` names what needs it, e.g. ``"briskbert export-onnx"`` or ``"--report_to tensorboard"``.
+    """
+    missing = [module for module in EXTRAS[extra].modules if not is_installed(module)]
+    if missing:
+        raise MissingExtraError(
+            f"{needed_for} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+            f"installed: install the [{extra}] extra with {install_hint(extra)}."
+        )
+
+
+def require_tracker(name: str) -> None:
+    """``--report_to name`` for a tracker with an extra of its own: its package must be installed.
+
+    (Accelerate's other trackers are checked by accelerate's own list, which names their packages.)
+    """
+    if name == "tensorboard" and is_installed("tensorboardX"):  # accelerate writes through either
+        return
+    if name in TRACKER_EXTRAS:
+        require_extra(TRACKER_EXTRAS[name], f"--report_to {name}")

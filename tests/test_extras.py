@@ -1,0 +1,126 @@
+"""A command that needs an optional extra checks for it before anything heavy and says in one line which
+extra to install (exit 2). Packages are hidden with ``sys.modules[name] = None``, which makes both
+``import name`` and ``importlib.util.find_spec(name)`` fail as if the package were not installed."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from briskbert.data import DATA_DIR
+from briskbert.extras import EXTRAS, MissingExtraError, is_installed, require_extra, require_tracker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_hidden(hidden: list[str], argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """``briskbert <argv>`` in a fresh interpreter where the ``hidden`` packages are not importable; also
+    reports whether torch was imported by the time the command returned."""
+    code = (
+        "import json, sys\n"
+        f"for name in {hidden!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from briskbert.cli import main\n"
+        f"code = main({argv!r})\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules}))\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return proc, json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, *phrases: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    error = proc.stderr.strip()
+    assert error.startswith("error: ") and "\n" not in error and "Traceback" not in error, error
+    for phrase in phrases:
+        assert phrase in error, error
+
+
+@pytest.mark.parametrize("hidden", ["onnxscript", "onnxruntime", "onnx"])
+def test_export_onnx_without_the_onnx_extra(hidden, tmp_path):
+    argv = ["export-onnx", "--model_dir", str(tmp_path / "model"), "--output_dir", str(tmp_path / "onnx")]
+    proc, state = run_hidden([hidden], argv, tmp_path)
+    assert_one_error_line(
+        proc, "briskbert export-onnx needs", hidden, "[onnx]", 'pip install "briskbert[onnx]"'
+    )
+    assert state == {"torch": False}  # checked before torch and the exporter were imported
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_report_to_a_tracker_without_its_extra(tmp_path):
+    argv = [
+        "pretrain",
+        "--train_file",
+        str(DATA_DIR / "wikitext2_excerpt.txt"),
+        "--config_name",
+        "bert-tiny",
+        "--report_to",
+        "tensorboard",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    proc, _ = run_hidden(["tensorboard", "tensorboardX"], argv, tmp_path)
+    assert_one_error_line(proc, "--report_to tensorboard needs tensorboard", "[tensorboard]")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_embedding_benchmark_without_sentence_transformers(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.modules['sentence_transformers'] = None\n"
+        "import runpy\n"
+        "sys.argv = ['embedding_benchmark', '--model_name_or_path', 'x', '--train_file', 'y', '--output_dir', 'z']\n"
+        "runpy.run_module('briskbert.training.experiments.embedding_benchmark', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert_one_error_line(proc, "sentence_transformers", "[sentence-transformers]")
+    assert not (tmp_path / "z").exists()
+
+
+def test_require_extra_looks_packages_up_without_importing_them(monkeypatch):
+    looked_up = []
+
+    def find_spec(name, package=None):
+        looked_up.append(name)
+        return None if name == "peft" else object()
+
+    monkeypatch.setattr("importlib.util.find_spec", find_spec)
+    with pytest.raises(
+        MissingExtraError, match=r"LoRA needs peft, which is not installed: install the \[peft\]"
+    ):
+        require_extra("peft", "LoRA")
+    require_extra("onnx", "briskbert export-onnx")  # everything found: no error
+    assert looked_up == ["peft", "onnx", "onnxscript", "onnxruntime"]
+    assert "peft" not in sys.modules or sys.modules["peft"] is not None  # nothing was imported to check
+
+
+def test_is_installed_sees_hidden_and_missing_packages(monkeypatch):
+    assert is_installed("json") and not is_installed("surely_not_a_package_briskbert")
+    monkeypatch.setitem(sys.modules, "json", None)
+    assert not is_installed("json")
+    assert not is_installed("surely_not_a_package_briskbert.sub")  # a missing parent is not an exception
+
+
+def test_trackers_without_an_extra_are_left_to_accelerate(monkeypatch):
+    monkeypatch.setitem(sys.modules, "trackio", None)
+    with pytest.raises(MissingExtraError, match=r"\[trackio\]"):
+        require_tracker("trackio")
+    require_tracker("wandb")  # no extra of ours: accelerate's check names the package
+
+
+def test_every_extra_named_in_messages_exists_in_pyproject():
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml with tomllib")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(EXTRAS) <= set(declared), set(EXTRAS) - set(declared)
+    for name, extra in EXTRAS.items():
+        requirements = " ".join(declared[name]).lower().replace("_", "-")
+        for module in extra.modules:  # each module's distribution is what the extra installs
+            distribution = {"faiss": "faiss-cpu", "flash_attn": "flash-attn"}.get(
+                module, module.replace("_", "-")
+            )
+            assert distribution in requirements, (name, module)
