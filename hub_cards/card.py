@@ -5,6 +5,10 @@ shared training loop), read as a typed :class:`~briskbert.hub_cards.facts.Traini
 facts (``facts.job``: task, pipeline tag, data, base model, language, license, tags, limitations, ...)
 and, for a trained model, what the loop measured (``facts.run``: steps, tokens, hardware, metrics, ...).
 
+A folder written by ``briskbert quantize`` also holds ``quantization.json``: the card then states the precision
+in the architecture table and gets a Quantization section (method, size, agreement with the fp32 model, and the
+evaluation of both models when it was measured).
+
 The card is rendered deterministically (no dates, sorted tables), so publishing the same folder twice
 produces the same README and no new commit.
 """
@@ -23,6 +27,7 @@ from briskbert.hub_cards.facts import FactsError, JobFacts, RunFacts, TrainingFa
 
 from .rules import check_card_text
 
+QUANTIZATION_FILE = "quantization.json"
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
 #: config options shown in the architecture table, in this order
@@ -120,6 +125,12 @@ def read_facts(model_dir: str | Path) -> TrainingFacts:
         return read_training_facts(model_dir)
     except FactsError as error:
         raise CardError(str(error)) from None
+
+
+def read_quantization(model_dir: str | Path) -> dict | None:
+    """What ``briskbert quantize`` recorded about a quantized folder, or None for an fp32 / bf16 one."""
+    path = Path(model_dir) / QUANTIZATION_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _fmt(value) -> str:
@@ -220,6 +231,7 @@ def render_card(
     """
     model_dir = Path(model_dir)
     config = read_config(model_dir)
+    quantization = read_quantization(model_dir)
     archs = config.get("architectures") or []
     if not archs:
         raise CardError(
@@ -243,7 +255,7 @@ def render_card(
         else "a branch moves; pin the commit id from the repo's history for reproducible results"
     )
     card = ModelCard.from_template(
-        _card_data(config, job, pipeline_tag, model_name, metrics, eval_dataset),
+        _card_data(config, job, pipeline_tag, model_name, metrics, eval_dataset, quantization),
         template_path=str(TEMPLATE_PATH),
         model_name=model_name,
         description=_description(job, pipeline_tag),
@@ -255,11 +267,13 @@ def render_card(
         pipeline_tag=pipeline_tag,
         example_input=example,
         usage=usage,
-        architecture_rows=_architecture_rows(config, pipeline_tag),
+        architecture_rows=_architecture_rows(config, pipeline_tag, quantization),
         training_rows=_training_rows(job, run),
         metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
-        limitations=_limitations(config, job, pipeline_tag),
+        metrics_of_fp32=quantization is not None,
+        quantization_rows=_quantization_rows(quantization),
+        limitations=_limitations(config, job, pipeline_tag, quantization),
     )
     problems = check_card(card)
     if problems:
@@ -286,10 +300,19 @@ def _metrics(run: RunFacts) -> dict:
     }
 
 
-def _card_data(config: dict, job: JobFacts, pipeline_tag: str, model_name: str, metrics: dict, eval_dataset):
-    """The front matter: Hub metadata, with model-index results only for a public evaluation dataset."""
+def _card_data(
+    config: dict,
+    job: JobFacts,
+    pipeline_tag: str,
+    model_name: str,
+    metrics: dict,
+    eval_dataset,
+    quantization: dict | None = None,
+):
+    """The front matter: Hub metadata, with model-index results only for a public evaluation dataset (and not
+    for a quantized model, whose training metrics were measured before quantization)."""
     eval_results = None
-    if metrics and _is_public_dataset(eval_dataset):
+    if metrics and _is_public_dataset(eval_dataset) and quantization is None:
         eval_results = [
             EvalResult(
                 task_type=pipeline_tag,
@@ -304,6 +327,8 @@ def _card_data(config: dict, job: JobFacts, pipeline_tag: str, model_name: str, 
         ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type", "briskbert")]
     tags += list(job.tags)
+    if quantization:
+        tags += [quantization.get("precision", "int8"), "quantized", quantization.get("backend", "torchao")]
     return ModelCardData(
         language=job.language,
         license=job.license,
@@ -317,14 +342,17 @@ def _card_data(config: dict, job: JobFacts, pipeline_tag: str, model_name: str, 
     )
 
 
-def _architecture_rows(config: dict, pipeline_tag: str) -> list[tuple[str, str]]:
+def _architecture_rows(
+    config: dict, pipeline_tag: str, quantization: dict | None = None
+) -> list[tuple[str, str]]:
     rows = [("architectures", ", ".join(config["architectures"]))]
     rows += [
         (k, _fmt(config[k]) if k in config else "—")
         for k in ARCHITECTURE_OPTIONS
         if OPTION_APPLIES.get(k, lambda _: True)(config)
     ]
-    rows.append(("dtype", _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")))
+    dtype = _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")
+    rows.append(("dtype", _fmt(quantization["description"]) if quantization else dtype))
     if config.get("id2label") and pipeline_tag in ("text-classification", "token-classification"):
         labels = [config["id2label"][k] for k in sorted(config["id2label"], key=int)]
         rows.append(("labels", _fmt(labels)))
@@ -344,7 +372,47 @@ def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:
     return rows
 
 
-def _limitations(config: dict, job: JobFacts, pipeline_tag: str) -> list[str]:
+def _quantization_rows(quantization: dict | None) -> list[tuple[str, str]]:
+    """The Quantization section: how the weights were quantized, what it saved, how far it is from fp32."""
+    if not quantization:
+        return []
+    size = quantization.get("weights_bytes") or {}
+    rows = [
+        ("precision", _fmt(quantization.get("description") or quantization.get("precision"))),
+        ("method", _fmt(quantization.get("method"))),
+        ("quantized from", _fmt(quantization.get("source_model"))),
+    ]
+    if size.get("fp32") and size.get("int8"):
+        rows.append(
+            (
+                "weights",
+                f"{size['int8'] / 2**20:.1f} MiB ({size['fp32'] / 2**20:.1f} MiB in fp32, "
+                f"{size['fp32'] / size['int8']:.2f}x smaller)",
+            )
+        )
+    for evaluation in quantization.get("evaluation") or []:
+        delta = 100 * (evaluation["int8"] - evaluation["fp32"])
+        rows.append(
+            (
+                f"{evaluation['metric']} on {_data_names(evaluation['dataset'])}",
+                f"int8 {evaluation['int8']:.4f}, fp32 {evaluation['fp32']:.4f} ({delta:+.2f} points)",
+            )
+        )
+    agreement = quantization.get("agreement") or {}
+    for output in agreement.get("outputs") or []:
+        rows.append(
+            (
+                f"`{output['output']}` vs fp32",
+                f"{output['metric']} {output['mean']:.4f} over {output['count']:,} {output['unit']} of "
+                f"{agreement.get('checked_on', 'real text')}",
+            )
+        )
+    return rows
+
+
+def _limitations(
+    config: dict, job: JobFacts, pipeline_tag: str, quantization: dict | None = None
+) -> list[str]:
     limitations = [
         "Trained on the data listed above only; expect weaker results on other domains, languages and styles.",
         f"Inputs longer than {config.get('max_position_embeddings', 'the maximum')} tokens must be truncated.",
@@ -353,6 +421,11 @@ def _limitations(config: dict, job: JobFacts, pipeline_tag: str) -> list[str]:
     ]
     if pipeline_tag == "fill-mask":
         limitations.append("A masked-language model: fine-tune it before using it for a downstream task.")
+    if quantization and quantization.get("backend") == "torchao":
+        limitations.append(
+            "Quantized: its outputs differ slightly from the fp32 model's (see Quantization), and loading it "
+            "needs torchao (`pip install torchao`)."
+        )
     return limitations + list(job.limitations)
 
 

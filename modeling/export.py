@@ -1,7 +1,9 @@
 """Export a saved briskbert model folder to ONNX, then check the ONNX graph against PyTorch with ONNX Runtime.
 
 The graph comes from ``torch.onnx.export(..., dynamo=True)`` with dynamic batch and sequence axes (and a dynamic
-choices axis for multiple choice), so one file serves every batch shape. The check runs both on batches of real
+choices axis for multiple choice), so one file serves every batch shape. A sentence-transformers folder (a bare
+model with ``modules.json``) also gets a ``sentence_embedding`` output: its pooling and normalisation are part of
+the graph, so ONNX Runtime alone gives the embeddings ``SentenceTransformer.encode`` gives. The check runs both on batches of real
 text of several lengths, padded, with shapes other than the one traced, and reports the largest absolute
 difference of every output. Token-level outputs are compared at real tokens only: PyTorch may skip padding
 (``unpad_inputs``) and leave zeros there, while the exported graph always keeps the padded layout.
@@ -12,17 +14,26 @@ This module is not remote code: it is never copied into model folders.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from briskbert.modeling.sentence_transformers_files import (
+    MODULES_FILE,
+    EmbeddingSpec,
+    read_embedding_spec,
+)
+
 ONNX_FILE = "model.onnx"
+SENTENCE_EMBEDDING = "sentence_embedding"
 # Files copied next to model.onnx so the exported folder tokenizes and labels its outputs on its own.
 COMPANION_FILES = (
     "config.json",
@@ -65,6 +76,7 @@ class OnnxExportResult:
     input_names: list[str]
     output_names: list[str]
     checks: list[OnnxCheck] = field(default_factory=list)
+    embedding: EmbeddingSpec | None = None  # the pooling a sentence_embedding output applies
 
     @property
     def max_abs_difference(self) -> float:
@@ -72,6 +84,20 @@ class OnnxExportResult:
 
 
 # ------------------------------------------------------------------------------------------------- loading
+@contextmanager
+def quiet_loggers(*names: str):
+    """Only errors from these loggers while the body runs."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def load_for_export(model_dir: Path, architecture: str | None):
     """The model (eval mode, fp32) and tokenizer of a saved briskbert folder, or an ExportInputError."""
     from transformers import AutoTokenizer
@@ -162,30 +188,90 @@ def longest_input(model, tokenizer) -> int:
     return min(limits)
 
 
+# ------------------------------------------------------------------------------------------------- sentence embeddings
+# The sentence-transformers modules a graph can carry; anything else (Dense, max pooling, ...) is refused by name.
+CARRIED_MODULES = ("Transformer", "Pooling", "Normalize")
+CARRIED_POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens")
+
+
+def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | None:
+    """How a sentence-transformers folder turns token states into its embedding, or None for any other folder."""
+    if architecture != "BriskBertModel" or not (Path(model_dir) / MODULES_FILE).is_file():
+        return None
+    modules_path = Path(model_dir) / MODULES_FILE
+    try:
+        modules = json.loads(modules_path.read_text(encoding="utf-8"))
+        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ExportInputError(
+            f"{modules_path} is not a sentence-transformers module list ({error})."
+        ) from error
+    others = sorted(set(types) - set(CARRIED_MODULES))
+    if others:
+        raise ExportInputError(
+            f"{modules_path} lists {', '.join(others)}, which the graph cannot carry (only "
+            f"{', '.join(CARRIED_MODULES)}); move {MODULES_FILE} aside to export the bare encoder."
+        )
+    if "Pooling" in types:
+        pooling_path = Path(model_dir) / types["Pooling"] / "config.json"
+        pooling = json.loads(pooling_path.read_text(encoding="utf-8")) if pooling_path.is_file() else {}
+        modes = [key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True]
+        unsupported = sorted(set(modes) - set(CARRIED_POOLING_MODES))
+        if unsupported or len(modes) > 1:
+            raise ExportInputError(
+                f"{pooling_path} asks for {', '.join(modes)}; the graph carries one of "
+                f"{', '.join(CARRIED_POOLING_MODES)}."
+            )
+    return read_embedding_spec(model_dir)
+
+
+def pool_sentence_embedding(
+    last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, spec: EmbeddingSpec
+) -> torch.Tensor:
+    """sentence-transformers' Pooling (mean of the real tokens, or the first token) and Normalize modules."""
+    if spec.pooling == "cls":
+        pooled = last_hidden_state[:, 0]
+    else:
+        mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
+        pooled = (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return nn.functional.normalize(pooled, p=2, dim=1) if spec.normalize else pooled
+
+
 # ------------------------------------------------------------------------------------------------- export
+def model_outputs(
+    model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
+) -> dict[str, torch.Tensor]:
+    """The tensors the head returns without labels (logits, hidden states, ...), in the head's order, plus the
+    sentence embedding of a sentence-transformers folder."""
+    outputs = model(**batch, return_dict=True)
+    tensors = {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
+    if embedding is not None:
+        tensors[SENTENCE_EMBEDDING] = pool_sentence_embedding(
+            outputs["last_hidden_state"], batch["attention_mask"], embedding
+        )
+    return tensors
+
+
 class FlatOutputs(nn.Module):
     """ONNX graphs take tensors and return tensors: the inputs by name, the head's outputs as a tuple."""
 
-    def __init__(self, model: nn.Module, output_names: list[str]):
+    def __init__(self, model: nn.Module, output_names: list[str], embedding: EmbeddingSpec | None = None):
         super().__init__()
         self.model = model
         self.output_names = output_names
+        self.embedding = embedding
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            return_dict=True,
-        )
+        batch = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        outputs = model_outputs(self.model, batch, self.embedding)
         return tuple(outputs[name] for name in self.output_names)
 
 
-def output_names_of(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[str]:
-    """The tensors the head returns without labels (logits, hidden states, ...), in the head's order."""
+def output_names_of(
+    model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
+) -> list[str]:
     with torch.no_grad():
-        outputs = model(**batch, return_dict=True)
-    return [name for name, value in outputs.items() if isinstance(value, torch.Tensor)]
+        return list(model_outputs(model, batch, embedding))
 
 
 def dynamic_axes_of(batch: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]:
@@ -193,15 +279,22 @@ def dynamic_axes_of(batch: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]
     return {name: dict(enumerate(names)) for name in batch}
 
 
-def export_onnx(model: nn.Module, sample: dict[str, torch.Tensor], path: Path, opset_version: int | None):
+def export_onnx(
+    model: nn.Module,
+    sample: dict[str, torch.Tensor],
+    path: Path,
+    opset_version: int | None,
+    embedding: EmbeddingSpec | None = None,
+):
     """Traces `model` on `sample` with dynamic axes and writes `path` (weights beside it only past 2 GB)."""
-    output_names = output_names_of(model, sample)
-    with warnings.catch_warnings():
+    output_names = output_names_of(model, sample, embedding)
+    # "torchvision is not installed. Skipping torchvision::nms", ...: nothing a user acts on either.
+    with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
         # The exporter warns about its own internals (axis renaming, pytree deprecations), nothing a user acts on.
         warnings.simplefilter("ignore", category=UserWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         program = torch.onnx.export(
-            FlatOutputs(model, output_names).eval(),
+            FlatOutputs(model, output_names, embedding).eval(),
             args=(),
             kwargs=sample,
             dynamo=True,
@@ -229,24 +322,37 @@ def real_token_mask(output: torch.Tensor, attention_mask: torch.Tensor) -> torch
     return torch.ones((), dtype=torch.bool)
 
 
-def compare_with_onnxruntime(
-    model, onnx_path: Path, batch: dict[str, torch.Tensor], output_names
-) -> OnnxCheck:
+def onnxruntime_session(onnx_path: Path, threads: int | None = None):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # the graph's harmless shape-inference notes would drown the report
-    session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    if threads:
+        options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(session, batch: dict[str, torch.Tensor], output_names) -> dict[str, torch.Tensor]:
     # A graph may drop an input the model ignores (token_type_ids without segment embeddings): feed what it takes.
     feed = {graph_input.name: batch[graph_input.name].numpy() for graph_input in session.get_inputs()}
-    ort_outputs = session.run(output_names, feed)
+    return dict(zip(output_names, map(torch.from_numpy, session.run(output_names, feed))))
+
+
+def compare_with_onnxruntime(
+    model,
+    onnx_path: Path,
+    batch: dict[str, torch.Tensor],
+    output_names,
+    embedding: EmbeddingSpec | None = None,
+) -> OnnxCheck:
+    ort_outputs = run_onnxruntime(onnxruntime_session(onnx_path), batch, output_names).values()
     with torch.no_grad():
-        torch_outputs = model(**batch, return_dict=True)
+        torch_outputs = model_outputs(model, batch, embedding)
     differences = {}
     for name, ort_output in zip(output_names, ort_outputs):
         expected = torch_outputs[name].float()
         where = real_token_mask(expected, batch["attention_mask"]).expand_as(expected)
-        difference = (torch.from_numpy(ort_output).float() - expected).abs()
+        difference = (ort_output.float() - expected).abs()
         differences[name] = (
             float(difference[where].max()) if tuple(ort_output.shape) == expected.shape else float("inf")
         )
@@ -271,6 +377,7 @@ def export_and_check(request: OnnxExportRequest, progress=print) -> OnnxExportRe
     batch size and length differ from the traced sample."""
     prepare_output_dir(request.output_dir, request.overwrite_output_dir)
     model, tokenizer, architecture = load_for_export(request.model_dir, request.architecture)
+    embedding = embedding_spec_of(request.model_dir, architecture)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
     texts = read_texts(request.text_file, 17)
     max_length = min(request.max_length, longest_input(model, tokenizer))
@@ -282,16 +389,17 @@ def export_and_check(request: OnnxExportRequest, progress=print) -> OnnxExportRe
     Path(request.output_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=request.output_dir, prefix=".export-") as staging:
         progress(f"Exporting {architecture} from {request.model_dir} with torch.onnx.export(dynamo=True) ...")
-        output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, request.opset_version)
+        output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, request.opset_version, embedding)
         result = OnnxExportResult(
             Path(request.output_dir) / ONNX_FILE,
             architecture,
             graph_input_names(Path(staging) / ONNX_FILE),
             output_names,
+            embedding=embedding,
         )
         for batch in batches:
             result.checks.append(
-                compare_with_onnxruntime(model, Path(staging) / ONNX_FILE, batch, output_names)
+                compare_with_onnxruntime(model, Path(staging) / ONNX_FILE, batch, output_names, embedding)
             )
         for name in os.listdir(staging):
             os.replace(Path(staging) / name, Path(request.output_dir) / name)

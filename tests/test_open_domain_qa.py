@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.retrieval import open_domain_qa
 from briskbert.training.retrieval.dense import RetrievalTask, Retrieved, Retriever
 from briskbert.training.retrieval.open_domain_qa import (
@@ -21,7 +22,6 @@ from briskbert.training.retrieval.open_domain_qa import (
     select_answer,
 )
 from briskbert.training.retrieval.reranking import Reranker
-from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec
 
 LOW = -8.0  # every token not listed below
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from briskbert.cli import main as cli
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.dense import (
     RetrievalTask,
@@ -34,7 +35,6 @@ from briskbert.training.retrieval.reranking import (
     rerank_report,
     retrieved_negative_pools,
 )
-from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
@@ -269,7 +269,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory, tokenizer):
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification, BriskBertModel
-    from briskbert.training.retrieval.sentence_transformers_files import write_sentence_transformers_files
+    from briskbert.modeling.sentence_transformers_files import write_sentence_transformers_files
 
     folders = {}
     for name, model_class, extra in (

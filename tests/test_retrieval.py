@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from briskbert.cli import main as cli
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
 from briskbert.training.retrieval.dense import encode_texts, exact_search, retrieval_metrics
 from briskbert.training.retrieval.embeddings import (
     ContrastiveLossSpec,
@@ -24,7 +25,6 @@ from briskbert.training.retrieval.embeddings import (
     PairCollator,
     multiple_negatives_ranking_loss,
 )
-from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")

@@ -72,6 +72,10 @@ COMMANDS: dict[str, Command] = {
     "export-onnx": Command(
         "export_onnx", "Export a model to ONNX and check it against PyTorch with ONNX Runtime."
     ),
+    "quantize": Command(
+        "quantize",
+        "Quantize a model to int8 (ONNX Runtime or torchao) and check it against fp32 on real text.",
+    ),
     "benchmark": Command(
         "benchmark", "Time briskbert against transformers' BertModel and ModernBertModel on the same weights."
     ),

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.data.task_data import DataError, load_squad
-from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec
 
 RECALL_DEPTHS = (1, 5, 10, 100)
 RANK_DEPTH = 10  # MRR@10 and nDCG@10
@@ -251,7 +251,7 @@ def load_dual_encoder(
     declare unless given (default: mean pooling, normalised)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from briskbert.training.retrieval.sentence_transformers_files import read_embedding_spec
+    from briskbert.modeling.sentence_transformers_files import read_embedding_spec
 
     declared = read_embedding_spec(name_or_path) or EmbeddingSpec()
     spec = EmbeddingSpec(

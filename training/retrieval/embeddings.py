@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from briskbert.training.data.task_data import DataError, load_squad
-from briskbert.training.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
-from briskbert.training.retrieval.sentence_transformers_files import (
+from briskbert.modeling.sentence_transformers_files import (
     EmbeddingSpec,
     write_sentence_transformers_files,
 )
+from briskbert.training.data.task_data import DataError, load_squad
+from briskbert.training.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
 
 
 @dataclass

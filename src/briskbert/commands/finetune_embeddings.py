@@ -103,6 +103,7 @@ def main(argv=None):
 def _train(args, source, data: EmbeddingData, loss):
     from briskbert.hub_cards.facts import JobFacts
     from briskbert.modeling import BriskBertModel
+    from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
     from briskbert.training.engine.loop import run, seed_everything
     from briskbert.training.engine.task import PreparedTask
     from briskbert.training.retrieval.embeddings import (
@@ -112,7 +113,6 @@ def _train(args, source, data: EmbeddingData, loss):
         make_evaluate_fn,
     )
     from briskbert.training.retrieval.embeddings import mine_hard_negatives as mine
-    from briskbert.training.retrieval.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
     from briskbert.training.tasks.finetuning import (
         card_source_facts,
         check_model_inputs,
