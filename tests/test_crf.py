@@ -368,6 +368,41 @@ def test_local_entity_metrics_equal_seqeval_on_random_and_decoded_tags():
         assert result["f1"] == pytest.approx(f1_score(gold, predicted))
 
 
+@pytest.mark.parametrize("use_crf", [True, False], ids=["crf", "softmax"])
+def test_ner_evaluation_scores_what_the_head_decodes(tokenizer, use_crf):
+    """Every token's score favours I-PER: arg-max opens each sentence with the forbidden I-PER, Viterbi never does;
+    the evaluation of a training run must score the head's own decoding."""
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    from transformers import DataCollatorForTokenClassification
+
+    from briskbert.training.tasks.ner import NerEvaluator, make_ner_evaluate_fn, ner_features
+
+    sentences = load_conll(str(DATA / "conll2003_dev_excerpt.txt")).select(range(12))
+    label2id = {label: i for i, label in enumerate(CONLL_TAGS)}
+    features = ner_features(sentences, sentences["tags"], tokenizer, label2id, "tokens", 64, False)
+    evaluator = NerEvaluator(list(sentences["tags"]), features["word_ids"], dict(enumerate(CONLL_TAGS)))
+    rows = [dict(row) for row in features.remove_columns("word_ids")]
+    loader = DataLoader(rows, batch_size=5, collate_fn=DataCollatorForTokenClassification(tokenizer))
+    torch.manual_seed(0)
+    config = BriskBertConfig.from_preset(
+        "bert-tiny",
+        vocab_size=len(tokenizer),
+        num_labels=len(CONLL_TAGS),
+        id2label=dict(enumerate(CONLL_TAGS)),
+        label2id=label2id,
+        use_crf=use_crf,
+    )
+    model = BriskBertForTokenClassification(config).eval()
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 1.0, 3.0, 0, 0, 0, 0, 0, 0]))  # I-PER, then B-PER
+    result = make_ner_evaluate_fn(evaluator, 64)(model, loader, Accelerator(cpu=True))
+    # Viterbi: B-PER I-PER I-PER ...: each sentence one PER entity; arg-max: I-PER everywhere, invalid throughout.
+    assert result["invalid_bio_share"] == (0.0 if use_crf else 1.0)
+    assert result["num_predicted_entities"] == len(sentences)
+
+
 def test_finetune_ner_with_crf_end_to_end(tmp_path, tokenizer):
     torch.manual_seed(0)
     folder = tmp_path / "tiny"
