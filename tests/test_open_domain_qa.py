@@ -14,7 +14,7 @@ from torch import nn
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.retrieval import open_domain_qa
-from briskbert.training.retrieval.dense import RetrievalTask, Retrieved, Retriever
+from briskbert.training.retrieval.dense import RetrievalTask, Retriever
 from briskbert.training.retrieval.open_domain_qa import (
     Reader,
     evaluate_open_domain_qa,
@@ -22,6 +22,7 @@ from briskbert.training.retrieval.open_domain_qa import (
     select_answer,
 )
 from briskbert.training.retrieval.reranking import Reranker
+from briskbert.training.retrieval.search import Retrieved
 
 LOW = -8.0  # every token not listed below
 

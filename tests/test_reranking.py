@@ -16,7 +16,6 @@ from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.dense import (
     RetrievalTask,
-    Retrieved,
     Retriever,
     encode_texts,
     exact_search,
@@ -35,6 +34,7 @@ from briskbert.training.retrieval.reranking import (
     rerank_report,
     retrieved_negative_pools,
 )
+from briskbert.training.retrieval.search import Retrieved
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")

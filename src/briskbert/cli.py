@@ -61,6 +61,13 @@ COMMANDS: dict[str, Command] = {
     "finetune-reranker": Command(
         "finetune_reranker", "Fine-tune a cross-encoder re-ranker on (query, passage) pairs."
     ),
+    "evaluate-similarity": Command(
+        "evaluate_similarity",
+        "Spearman and Pearson of a sentence-embedding model's cosine similarity against scored pairs.",
+    ),
+    "build-index": Command(
+        "build_index", "Embed a passage file with a dual encoder into a faiss index (flat, HNSW, IVF-PQ)."
+    ),
     "evaluate-retrieval": Command(
         "evaluate_retrieval",
         "Recall@k, MRR@10 and nDCG@10 of a dual encoder (+ re-ranker) on a passage collection.",

@@ -11,7 +11,7 @@ encoder, exact nearest neighbours and the standard metrics.
   modules do.
 * :func:`exact_search` is a blocked matrix product and ``topk`` in torch: exact, and fast enough for
   collections that fit in memory (a million 384-wide passages is 1.5 GB in fp32). Larger collections
-  want an index from a maintained library (faiss); none is bundled.
+  use a faiss index from ``briskbert build-index`` (:mod:`training.vector_index`; ``index_dir``).
 * :func:`retrieval_metrics`: Recall@1/5/10/100 (share of a query's relevant passages in the top k), MRR@10
   (reciprocal rank of the first relevant passage, 0 beyond 10) and nDCG@10 (graded relevance, log2
   discount, normalised by the ideal ranking), averaged over queries.
@@ -220,6 +220,16 @@ def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str,
     return {name: value / max(len(rankings), 1) for name, value in totals.items()}
 
 
+def ranking_shortfall(baseline: dict[str, float], ranked: dict[str, float]) -> list[str]:
+    """The headline metrics (Recall@1, MRR@10) on which ``ranked`` scores below ``baseline``, as
+    ``"Recall@1 82.9 -> 80.5"`` strings."""
+    shortfalls = []
+    for key, name in ((f"recall@{RECALL_DEPTHS[0]}", "Recall@1"), (f"mrr@{RANK_DEPTH}", "MRR@10")):
+        if ranked[key] < baseline[key] - 1e-12:
+            shortfalls.append(f"{name} {100 * baseline[key]:.1f} -> {100 * ranked[key]:.1f}")
+    return shortfalls
+
+
 def rankings_from_indices(task: RetrievalTask, indices: torch.Tensor) -> dict[str, list[str]]:
     return {
         query_id: [task.corpus_ids[index] for index in row]
@@ -241,6 +251,9 @@ class Retriever:
     spec: EmbeddingSpec
     batch_size: int = 64
     scale: float = DEFAULT_SIMILARITY_SCALE
+    index_dir: str | None = (
+        None  # a faiss index over the corpus (briskbert build-index) instead of exact search
+    )
 
 
 def load_dual_encoder(
@@ -287,78 +300,3 @@ def similarity_scale(name_or_path: str) -> float:
 
 
 # ------------------------------------------------------------------------------------------- retrieval
-@dataclass
-class Retrieved:
-    """Each query's passages, best first, with the retriever's similarity scores (same order)."""
-
-    rankings: dict[str, list[str]]
-    scores: dict[str, list[float]]
-
-
-def retrieve(
-    corpus: dict[str, str], queries: dict[str, str], retriever: Retriever, top_k: int = 100
-) -> Retrieved:
-    """The ``top_k`` passages of ``corpus`` (``{id: text}``) for each of ``queries`` (``{id: text}``), by exact
-    search over the embeddings."""
-    passage_ids = list(corpus)
-    encode = lambda texts, what: encode_texts(  # noqa: E731
-        retriever.encoder,
-        retriever.tokenizer,
-        texts,
-        retriever.spec,
-        retriever.batch_size,
-        f"encoding {what}",
-    )
-    scores, indices = exact_search(
-        encode(list(queries.values()), "queries"), encode(list(corpus.values()), "passages"), top_k
-    )
-    return Retrieved(
-        rankings={
-            query_id: [passage_ids[index] for index in row]
-            for query_id, row in zip(queries, indices.tolist())
-        },
-        scores=dict(zip(queries, scores.tolist())),
-    )
-
-
-def retrieve_task(task: RetrievalTask, retriever: Retriever, top_k: int = 100) -> Retrieved:
-    return retrieve(
-        dict(zip(task.corpus_ids, task.corpus_texts)),
-        dict(zip(task.query_ids, task.query_texts)),
-        retriever,
-        top_k,
-    )
-
-
-# ------------------------------------------------------------------------------------------ evaluation
-def ranking_shortfall(baseline: dict[str, float], ranked: dict[str, float]) -> list[str]:
-    """The headline metrics (Recall@1, MRR@10) on which ``ranked`` scores below ``baseline``, as
-    ``"Recall@1 82.9 -> 80.5"`` strings."""
-    shortfalls = []
-    for key, name in ((f"recall@{RECALL_DEPTHS[0]}", "Recall@1"), (f"mrr@{RANK_DEPTH}", "MRR@10")):
-        if ranked[key] < baseline[key] - 1e-12:
-            shortfalls.append(f"{name} {100 * baseline[key]:.1f} -> {100 * ranked[key]:.1f}")
-    return shortfalls
-
-
-def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
-    """Metrics of retrieval alone (``"retrieval"``) and, with a :class:`~.reranking.Reranker`, of the pure
-    re-ranker order (``"reranked"``) and of the fused order (``"fused"``, when the re-ranker has a fusion
-    weight), plus the collection size, the seconds each stage took and a ``"warning"`` when the ranking
-    the re-ranker hands on (fused, else pure) is below retrieval alone."""
-    import time
-
-    start = time.perf_counter()
-    depth = max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
-    retrieved = retrieve_task(task, retriever, depth)
-    report = {
-        "num_queries": len(task.query_ids),
-        "num_passages": len(task.corpus_ids),
-        "retrieval": retrieval_metrics(retrieved.rankings, task.qrels),
-        "retrieval_s": round(time.perf_counter() - start, 2),
-    }
-    if reranker is not None:
-        from briskbert.training.retrieval.reranking import rerank_report
-
-        report.update(rerank_report(reranker, task, retrieved, retriever.scale))
-    return report

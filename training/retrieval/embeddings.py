@@ -1,26 +1,33 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Contrastive fine-tuning of a sentence-embedding model (a dual encoder) with in-batch negatives.
+"""Fine-tuning of a sentence-embedding model (a dual encoder): contrastive, with in-batch negatives, or on
+scored pairs.
 
-Training data are (query, positive[, negative]) pairs (:func:`load_pairs`): JSON lines with
-``query``/``positive``/``negative`` keys, or a SQuAD-format file where each question is paired with its
-paragraph. :class:`PairCollator` puts the queries, then the positives, then the negatives of a batch into
-ONE padded batch, so the encoder runs once per step over all texts (its unpadded path skips the padding
-of short queries next to long passages). ``labels`` (first key, so the loop counts queries as examples)
-is each query's positive among the candidate rows.
+Training data (:func:`load_training_examples`) are either (query, positive[, negative]) pairs
+(:func:`load_pairs`): JSON lines, TSV or CSV with ``query`` (or ``anchor``, as in NLI triplets) /
+``positive`` / ``negative``, or a SQuAD-format file where each question is paired with its paragraph; or
+scored pairs (``sentence1``/``sentence2``/``score``, :mod:`training.similarity`). :class:`PairCollator` puts
+the queries, then the positives, then the negatives of a batch into ONE padded batch, so the encoder runs
+once per step over all texts (its unpadded path skips the padding of short queries next to long passages).
+``labels`` (first key, so the loop counts queries as examples) is each query's positive among the candidate
+rows.
 
-:class:`DualEncoder` wraps a ``BriskBertModel`` for the shared training loop: its loss is the
+:class:`DualEncoder` wraps a ``BriskBertModel`` for the shared training loop. Its loss is the
 multiple-negatives ranking loss (cross-entropy over ``scale`` x cosine similarities of each query with
-every candidate of the batch; ``symmetric`` adds the positives-to-queries direction). Candidates with the
-same text as a query's own positive (two questions about one paragraph) are masked out rather than
-treated as negatives. ``mini_batch_size`` turns on cached gradients (GradCache, Gao et al. 2021): the
-embeddings of the whole batch are computed without a graph, the loss's gradient with respect to them is
-cached, and the backward pass re-encodes mini-batches with the same dropout and back-propagates that
-cached gradient, so memory grows with the mini-batch while the negatives come from the whole batch.
-``save_pretrained`` writes the encoder plus the sentence-transformers module files.
+every candidate of the batch; ``symmetric`` adds the positives-to-queries direction), or CoSENT / cosine
+MSE on scored pairs. Candidates with the same text as a query's own positive (two questions about one
+paragraph) are masked out rather than treated as negatives. On several processes the candidates are
+gathered from every process with their gradients (:mod:`training.distributed`), so the negatives are the
+global batch's and two processes follow the same losses as one process with the global batch.
+``mini_batch_size`` turns on cached gradients (GradCache, Gao et al. 2021): the embeddings of the whole
+batch are computed without a graph, the loss's gradient with respect to them is cached, and the backward
+pass re-encodes mini-batches with the same dropout and back-propagates that cached gradient, so memory
+grows with the mini-batch while the negatives come from the whole batch. ``save_pretrained`` writes the
+encoder plus the sentence-transformers module files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +37,18 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from briskbert.modeling.sentence_transformers_files import (
-    EmbeddingSpec,
-    write_sentence_transformers_files,
-)
-from briskbert.training.data.task_data import DataError, load_squad
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_sentence_transformers_files
+from briskbert.training.data.task_data import DataError, load_squad, load_table
+from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
 from briskbert.training.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
+from briskbert.training.retrieval.retrieval_arguments import EMBEDDING_LOSSES, SCORED_PAIR_LOSSES
+from briskbert.training.retrieval.similarity import (
+    ScoredPair,
+    cosent_loss,
+    cosine_mse_loss,
+    load_scored_pairs,
+)
+from briskbert.training.retrieval.similarity_arguments import has_scored_pair_columns
 
 
 @dataclass
@@ -53,30 +66,58 @@ def is_squad_file(path: str) -> bool:
         return handle.read(1).strip() == "{"
 
 
+def load_training_examples(
+    path: str, articles: tuple[int, int] | None = None, flag: str = "--train_file"
+) -> list[Pair] | list[ScoredPair]:
+    """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else (query, positive[,
+    negative]) pairs or (anchor, positive, negative) triplets (:func:`load_pairs`)."""
+    if not Path(path).is_file():
+        raise DataError(f"{flag} {path!r} does not exist.")
+    if not is_squad_file(path) and has_scored_pair_columns(path):
+        if articles is not None:
+            raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
+        return load_scored_pairs(path, flag)
+    return load_pairs(path, articles)
+
+
+def _pair_rows(path: str) -> list[tuple[int, dict]]:
+    """``(line number, row)`` of a TSV/CSV file (header first) or of JSON lines."""
+    if path.endswith((".tsv", ".csv")):
+        return list(enumerate(load_table(path, "--train_file"), start=2))
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path} line {number} is not JSON ({error}).") from None
+    return rows
+
+
 def load_pairs(path: str, articles: tuple[int, int] | None = None) -> list[Pair]:
-    """(query, positive[, negative]) pairs from JSON lines or, for a ``.json`` SQuAD file, each question with
-    its paragraph (``articles`` selects articles ``start..stop-1``)."""
+    """(query, positive[, negative]) pairs from JSON lines, TSV or CSV (``anchor`` may name the query, as in
+    NLI triplets) or, for a ``.json`` SQuAD file, each question with its paragraph (``articles`` selects
+    articles ``start..stop-1``)."""
     if not Path(path).is_file():
         raise DataError(f"training file {path!r} does not exist.")
     if is_squad_file(path):
         questions, _ = load_squad(path, articles)
         return [Pair(row["question"], row["context"]) for row in questions]
     if articles is not None:
-        raise DataError(f"article ranges apply to SQuAD files; {path} is JSON lines.")
+        raise DataError(f"article ranges apply to SQuAD files; {path} is a table of pairs.")
     pairs = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path} line {number} is not JSON ({error}).") from None
-        if not isinstance(row.get("query"), str) or not isinstance(row.get("positive"), str):
+    for number, row in _pair_rows(path):
+        query = row.get("query", row.get("anchor")) if isinstance(row, dict) else None
+        if not isinstance(query, str) or not isinstance(row.get("positive"), str):
             raise DataError(
-                f"{path} line {number}: expected string fields 'query' and 'positive' (and 'negative')."
+                f"{path} line {number}: expected string fields 'query' (or 'anchor') and 'positive' (and "
+                "'negative'), or 'sentence1', 'sentence2' and 'score' for scored pairs."
             )
         negative = row.get("negative")
-        pairs.append(Pair(row["query"], row["positive"], negative if isinstance(negative, str) else None))
+        pairs.append(
+            Pair(query, row["positive"], negative if isinstance(negative, str) and negative else None)
+        )
     if not pairs:
         raise DataError(f"{path} holds no pairs.")
     with_negative = sum(pair.negative is not None for pair in pairs)
@@ -88,10 +129,17 @@ def load_pairs(path: str, articles: tuple[int, int] | None = None) -> list[Pair]
     return pairs
 
 
+def text_id(text: str) -> int:
+    """A number for a text, the same in every process (Python's own ``hash`` of a string is not)."""
+    return int.from_bytes(
+        hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True
+    )
+
+
 class PairCollator:
     """``list[Pair]`` -> ``{"labels", "input_ids", "attention_mask", "candidate_ids"}``: rows are the B
     queries, the B positives, then the B negatives (when the pairs have them); ``labels[i] = i`` is query
-    i's positive among the candidate rows, and ``candidate_ids`` numbers candidates by their text."""
+    i's positive among the candidate rows, and ``candidate_ids`` identifies candidates by their text."""
 
     def __init__(self, tokenizer, max_query_length: int, max_passage_length: int):
         self.tokenizer = tokenizer
@@ -107,8 +155,8 @@ class PairCollator:
         padded = self.tokenizer.pad(
             {"input_ids": queries["input_ids"] + passages["input_ids"]}, padding=True, return_tensors="pt"
         )
-        text_numbers: dict[str, int] = {}
-        candidate_ids = [text_numbers.setdefault(text, len(text_numbers)) for text in candidates]
+        # Candidates are known by their text across the processes of a run, which share in-batch negatives.
+        candidate_ids = [text_id(text) for text in candidates]
         return {
             "labels": torch.arange(len(pairs)),
             "input_ids": padded["input_ids"],
@@ -147,52 +195,73 @@ def multiple_negatives_ranking_loss(
     symmetric: bool = False,
 ) -> torch.Tensor:
     """Mean over queries of cross-entropy(``scale`` x cos(query, candidates), its positive). Candidates equal
-    to a query's positive elsewhere in the batch are masked, not counted as negatives."""
+    to a query's positive elsewhere in the batch are masked, not counted as negatives. On several processes
+    the candidates (and, ``symmetric``, the queries) of every process are gathered: each query meets the
+    negatives of the global batch."""
     queries, candidates = F.normalize(queries.float(), dim=-1), F.normalize(candidates.float(), dim=-1)
-    scores = scale * queries @ candidates.T
+    rows = torch.arange(len(labels), device=labels.device)
     positive_ids = candidate_ids[labels]
-    duplicates = candidate_ids.unsqueeze(0) == positive_ids.unsqueeze(1)
-    duplicates[torch.arange(len(labels)), labels] = False
-    loss = F.cross_entropy(scores.masked_fill(duplicates, float("-inf")), labels)
+    all_candidate_ids, offset = gather_with_offset(candidate_ids)
+    targets = labels + offset
+    scores = scale * queries @ gather_with_grad(candidates).T
+    duplicates = all_candidate_ids.unsqueeze(0) == positive_ids.unsqueeze(1)
+    duplicates[rows, targets] = False
+    loss = F.cross_entropy(scores.masked_fill(duplicates, float("-inf")), targets)
     if not symmetric:
         return loss
     # Each positive against the batch's queries; queries sharing that positive are not its negatives.
-    reverse = scale * candidates[labels] @ queries.T
-    same_positive = positive_ids.unsqueeze(0) == positive_ids.unsqueeze(1)
-    same_positive.fill_diagonal_(False)
-    reverse_loss = F.cross_entropy(
-        reverse.masked_fill(same_positive, float("-inf")), torch.arange(len(labels), device=labels.device)
-    )
+    all_positive_ids, query_offset = gather_with_offset(positive_ids)
+    reverse = scale * candidates[labels] @ gather_with_grad(queries).T
+    same_positive = all_positive_ids.unsqueeze(0) == positive_ids.unsqueeze(1)
+    same_positive[rows, rows + query_offset] = False
+    reverse_loss = F.cross_entropy(reverse.masked_fill(same_positive, float("-inf")), rows + query_offset)
     return (loss + reverse_loss) / 2
 
 
 @dataclass
 class DualEncoderOutput(ModelOutput):
     loss: torch.Tensor | None = None
-    query_embeddings: torch.Tensor | None = None
-    candidate_embeddings: torch.Tensor | None = None
+    query_embeddings: torch.Tensor | None = None  # scored pairs: the first sentences
+    candidate_embeddings: torch.Tensor | None = None  # scored pairs: the second sentences
 
 
 @dataclass(frozen=True)
 class ContrastiveLossSpec:
-    scale: float = 20.0  # 1 / temperature; sentence-transformers' default
+    """The training loss: ``multiple_negatives_ranking`` for (query, positive[, negative]) pairs, ``cosent`` or
+    ``cosine_mse`` for scored pairs."""
+
+    scale: float = 20.0  # 1 / temperature; sentence-transformers' default for both ranking losses
     symmetric: bool = False
     mini_batch_size: int | None = None  # cached gradients over mini-batches of this many texts
+    name: str = "multiple_negatives_ranking"
+    score_range: tuple[float, float] = (0.0, 1.0)  # cosine_mse: gold scores in this range map to [0, 1]
 
     def __post_init__(self):
+        if self.name not in EMBEDDING_LOSSES:
+            raise ValueError(f"loss {self.name!r} is not one of {', '.join(EMBEDDING_LOSSES)}.")
         if self.scale <= 0:
             raise ValueError(f"the similarity scale (1/temperature) must be > 0, got {self.scale}.")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"the cached-gradient mini-batch size must be >= 1, got {self.mini_batch_size}.")
+        if self.score_range[0] >= self.score_range[1]:
+            raise ValueError(f"the score range needs low < high, got {self.score_range}.")
+
+    @property
+    def on_scored_pairs(self) -> bool:
+        return self.name in SCORED_PAIR_LOSSES
 
 
 class DualEncoder(nn.Module):
-    """A sentence encoder trained with the multiple-negatives ranking loss, in the shape the shared loop
-    expects (``forward(**batch).loss``, ``save_pretrained``)."""
+    """A sentence encoder trained with a contrastive or scored-pair loss, in the shape the shared loop expects
+    (``forward(**batch).loss``, ``save_pretrained``)."""
 
     def __init__(self, encoder, embedding: EmbeddingSpec, loss: ContrastiveLossSpec):
         super().__init__()
         self.encoder, self.embedding, self.loss_spec = encoder, embedding, loss
+        # The pooler (dense + tanh over [CLS]) is no part of a sentence embedding. Frozen, it keeps its weights
+        # in the saved folder, and DDP does not wait for gradients that never come.
+        if getattr(encoder, "pooler", None) is not None:
+            encoder.pooler.requires_grad_(False)
 
     def gradient_checkpointing_enable(self, **kwargs):
         self.encoder.gradient_checkpointing_enable(**kwargs)
@@ -203,18 +272,25 @@ class DualEncoder(nn.Module):
         self.encoder.save_pretrained(folder, state_dict=state_dict, **kwargs)
         write_sentence_transformers_files(folder, self.embedding, self.encoder.config.hidden_size)
 
-    def forward(self, input_ids, attention_mask, labels, candidate_ids, **unused) -> DualEncoderOutput:
+    def forward(self, input_ids, attention_mask, labels, candidate_ids=None, **unused) -> DualEncoderOutput:
         if self.training and self.loss_spec.mini_batch_size:
             return self._cached_gradient_forward(input_ids, attention_mask, labels, candidate_ids)
         embeddings = embed_batch(self.encoder, input_ids, attention_mask, self.embedding)
         return self._loss(embeddings, labels, candidate_ids)
 
     def _loss(self, embeddings, labels, candidate_ids) -> DualEncoderOutput:
-        queries, candidates = embeddings[: len(labels)], embeddings[len(labels) :]
-        loss = multiple_negatives_ranking_loss(
-            queries, candidates, labels, candidate_ids, self.loss_spec.scale, self.loss_spec.symmetric
-        )
-        return DualEncoderOutput(loss=loss, query_embeddings=queries, candidate_embeddings=candidates)
+        """Rows are the B queries (first sentences), then the candidates (second sentences)."""
+        spec = self.loss_spec
+        first, second = embeddings[: len(labels)], embeddings[len(labels) :]
+        if spec.name == "cosent":
+            loss = cosent_loss(first, second, labels, spec.scale)
+        elif spec.name == "cosine_mse":
+            loss = cosine_mse_loss(first, second, labels, spec.score_range)
+        else:
+            loss = multiple_negatives_ranking_loss(
+                first, second, labels, candidate_ids, spec.scale, spec.symmetric
+            )
+        return DualEncoderOutput(loss=loss, query_embeddings=first, candidate_embeddings=second)
 
     def _cached_gradient_forward(self, input_ids, attention_mask, labels, candidate_ids) -> DualEncoderOutput:
         size = self.loss_spec.mini_batch_size
@@ -233,22 +309,54 @@ class DualEncoder(nn.Module):
             output = self._loss(embeddings, labels, candidate_ids)
             (embedding_grad,) = torch.autograd.grad(output.loss, embeddings)
         loss = output.loss.detach().requires_grad_()
-
-        # 3. When the loop back-propagates the loss, re-encode each chunk with its recorded dropout and push
-        # the cached gradient (times the loop's scaling of the loss) through the encoder.
-        def replay(loss_grad):
-            offset = 0
-            for (chunk_ids, chunk_mask), state in zip(chunks, rng_states):
-                with torch.random.fork_rng(devices=_cuda_devices(chunk_ids.device)), torch.enable_grad():
-                    _set_rng_state(state, chunk_ids.device)
-                    piece = embed_batch(self.encoder, chunk_ids, chunk_mask, self.embedding)
-                    grad = embedding_grad[offset : offset + len(piece)] * loss_grad
-                    torch.autograd.backward(piece, grad_tensors=grad.to(piece.dtype))
-                offset += len(chunk_ids)
-            return loss_grad
-
+        # 3. When the loop back-propagates the loss, the chunks are encoded again and the cached gradient
+        # (times the loop's scaling of the loss) goes through the encoder.
+        replay = _Replay(self, chunks, rng_states, embedding_grad, _autocast_state(input_ids.device))
         loss.register_hook(replay)
         return DualEncoderOutput(loss=loss)
+
+
+@dataclass
+class _Replay:
+    """The backward half of cached gradients: re-encode each chunk with the dropout it had in the first pass
+    and push its share of the cached gradient through the encoder."""
+
+    model: DualEncoder
+    chunks: list
+    rng_states: list
+    embedding_grad: torch.Tensor
+    autocast: tuple  # the forward's autocast (device type, enabled, dtype): the hook runs outside it
+
+    def __call__(self, loss_grad: torch.Tensor) -> torch.Tensor:
+        parameters = [p for p in self.model.encoder.parameters() if p.requires_grad]
+        device_type, autocast_enabled, autocast_dtype = self.autocast
+        offset = 0
+        for number, ((chunk_ids, chunk_mask), state) in enumerate(zip(self.chunks, self.rng_states)):
+            with (
+                torch.random.fork_rng(devices=_cuda_devices(chunk_ids.device)),
+                torch.enable_grad(),
+                torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_enabled),
+            ):
+                _set_rng_state(state, chunk_ids.device)
+                piece = embed_batch(self.model.encoder, chunk_ids, chunk_mask, self.model.embedding)
+            grad = (self.embedding_grad[offset : offset + len(piece)] * loss_grad).to(piece.dtype)
+            offset += len(piece)
+            if number < len(self.chunks) - 1:
+                # Earlier chunks add to .grad by hand: a backward into the parameters would tell DDP every
+                # gradient is ready (and start its all-reduce) once per chunk, "marked as ready twice".
+                chunk_grads = torch.autograd.grad(piece, parameters, grad, allow_unused=True)
+                for parameter, chunk_grad in zip(parameters, chunk_grads):
+                    if chunk_grad is not None:
+                        parameter.grad = chunk_grad if parameter.grad is None else parameter.grad + chunk_grad
+            else:
+                # One backward into the parameters: DDP (when syncing) all-reduces the sum of every chunk.
+                torch.autograd.backward(piece, grad_tensors=grad)
+        return loss_grad
+
+
+def _autocast_state(device: torch.device) -> tuple:
+    device_type = device.type if device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
+    return device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
 
 
 def _cuda_devices(device: torch.device) -> list:
@@ -268,31 +376,37 @@ def _set_rng_state(state, device: torch.device) -> None:
 # ------------------------------------------------------------------------------------------ evaluation
 def make_evaluate_fn():
     """``evaluate_fn`` for the loop: retrieval metrics over the validation pairs, the corpus being their
-    distinct candidate passages (positives and negatives)."""
+    distinct candidate passages (positives and negatives), gathered from every process."""
 
     def evaluate(model, dataloader, accelerator) -> dict:
         unwrapped = accelerator.unwrap_model(model)
         queries, candidates, positives = [], {}, []
         for batch in dataloader:
-            embeddings = embed_batch(
-                unwrapped.encoder, batch["input_ids"], batch["attention_mask"], unwrapped.embedding
-            )
-            n = len(batch["labels"])
-            queries.append(embeddings[:n].float().cpu())
-            rows = zip(batch["input_ids"][n:], batch["attention_mask"][n:])
-            keys = [
-                tuple(ids[mask.bool()].tolist()) for ids, mask in rows
-            ]  # a candidate's text, as token ids
-            for key, vector in zip(keys, embeddings[n:].float().cpu()):
-                candidates.setdefault(key, vector)
-            positives.extend(keys[int(label)] for label in batch["labels"])
+            records = accelerator.gather_for_metrics(_query_records(unwrapped, batch), use_gather_object=True)
+            for query, *own_candidates in records:
+                queries.append(query)
+                for key, vector in own_candidates:
+                    candidates.setdefault(key, vector)
+                positives.append(own_candidates[0][0])
         keys = list(candidates)
         number = {key: str(index) for index, key in enumerate(keys)}
         _, indices = exact_search(
-            torch.cat(queries), torch.stack([candidates[key] for key in keys]), top_k=100
+            torch.stack(queries), torch.stack([candidates[key] for key in keys]), top_k=100
         )
         rankings = {str(q): [str(i) for i in row] for q, row in enumerate(indices.tolist())}
         qrels = {str(q): {number[key]: 1.0} for q, key in enumerate(positives)}
         return retrieval_metrics(rankings, qrels)
 
     return evaluate
+
+
+def _query_records(model: DualEncoder, batch: dict) -> list[tuple]:
+    """One record per query of a validation batch: its embedding, then ``(text key, embedding)`` of its
+    positive and of its negative (if the pairs have them); a candidate's text key is its token ids."""
+    embeddings = embed_batch(model.encoder, batch["input_ids"], batch["attention_mask"], model.embedding)
+    embeddings = embeddings.float().cpu()
+    n = len(batch["labels"])
+    rows = zip(batch["input_ids"][n:], batch["attention_mask"][n:], embeddings[n:])
+    candidates = [(tuple(ids[mask.bool()].tolist()), vector) for ids, mask, vector in rows]
+    per_query = len(candidates) // n  # the positive, and the negative when there is one
+    return [(embeddings[i], *(candidates[i + k * n] for k in range(per_query))) for i in range(n)]

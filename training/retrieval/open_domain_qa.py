@@ -34,12 +34,11 @@ import torch
 from briskbert.training.retrieval.dense import (
     RECALL_DEPTHS,
     RetrievalTask,
-    Retrieved,
     Retriever,
     ranking_shortfall,
     retrieval_metrics,
-    retrieve,
 )
+from briskbert.training.retrieval.search import Retrieved, retrieve
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.qa import postprocess_qa_predictions, prepare_eval_features
 

@@ -45,14 +45,13 @@ from briskbert.training.retrieval.dense import (
     RANK_DEPTH,
     RECALL_DEPTHS,
     RetrievalTask,
-    Retrieved,
     Retriever,
     ranking_shortfall,
     retrieval_metrics,
-    retrieve,
 )
 from briskbert.training.retrieval.embeddings import Pair
 from briskbert.training.retrieval.retrieval_arguments import RANKING_LOSSES
+from briskbert.training.retrieval.search import Retrieved, retrieve
 
 FUSION_FILE = "fusion.json"
 FUSION_GRID = tuple(step / 40 for step in range(41))  # weights 0, 0.025, ..., 1

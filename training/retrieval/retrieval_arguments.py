@@ -14,6 +14,8 @@ from briskbert.training.tasks.settings import parse_article_range
 
 POOLING_CHOICES = ("mean", "cls")
 RANKING_LOSSES = ("listwise", "pointwise")
+SCORED_PAIR_LOSSES = ("cosent", "cosine_mse")
+EMBEDDING_LOSSES = ("multiple_negatives_ranking", *SCORED_PAIR_LOSSES)
 
 
 def fusion_weight(text: str) -> float:
@@ -64,6 +66,19 @@ def add_embedding_arguments(parser: argparse.ArgumentParser, prefix: str = "") -
         help="Keep raw embeddings (dot-product scores) instead of unit length (cosine). Default: the folder's "
         "sentence-transformers files, else normalised.",
     )
+
+
+def parse_score_range(value: str | None, flag: str = "--score_range") -> tuple[float, float] | None:
+    """``"LOW:HIGH"`` -> ``(low, high)`` with low < high; None stays None."""
+    if value is None:
+        return None
+    try:
+        low, high = (float(part) for part in value.split(":"))
+    except ValueError:
+        raise UserError(f"{flag} {value!r} is not LOW:HIGH, e.g. 0:5.") from None
+    if not low < high:
+        raise UserError(f"{flag} {value!r}: LOW must be below HIGH, e.g. 0:5.")
+    return low, high
 
 
 def add_collection_arguments(parser: argparse.ArgumentParser) -> None:

