@@ -689,7 +689,7 @@ def weights_bytes(staging: Path, backend: str) -> tuple[str, int]:
 
 def refuse(failed: list[Agreement], request: QuantizeRequest, examples: int) -> QuantizationRefused:
     what = "; ".join(
-        f"{a.output} {a.metric} {a.mean:.4f} < {'--min_agreement' if 'argmax' in a.metric else '--min_cosine'} "
+        f"{a.output} {a.metric} {a.mean:.6g} < {'--min_agreement' if 'argmax' in a.metric else '--min_cosine'} "
         f"{a.threshold:g}"
         for a in failed
     )

