@@ -96,6 +96,23 @@ TARGETS: dict[str, Target] = {
             "briskbert.commands.pretrain",
         ),
     ),
+    "checkpointing": Target(
+        source="training/engine/checkpointing.py",
+        module="briskbert.training.engine.checkpointing",
+        tests=("tests/test_checkpointing_contract.py",),
+        warm=("briskbert.training.engine.arguments",),
+    ),
+    "metrics": Target(
+        source="training/tasks/metrics.py",
+        module="briskbert.training.tasks.metrics",
+        tests=("tests/test_metrics_contract.py", "tests/test_metrics.py"),
+        warm=("sklearn.metrics", "scipy.stats", "seqeval.metrics"),
+    ),
+    "verification": Target(
+        source="hub_cards/verification.py",
+        module="briskbert.hub_cards.verification",
+        tests=("tests/test_verification_contract.py",),
+    ),
 }
 
 
@@ -508,6 +525,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true", help="Show the modules and their test selections.")
     parser.add_argument(
         "--resume", action="store_true", help="Go on with the stored session's pending mutants."
+    )
+    parser.add_argument(
+        "--rerun-survivors", action="store_true", help="Run the stored session's survivors again (new tests)."
     )
     parser.add_argument(
         "--report-only", action="store_true", help="Only write the report of stored sessions."
