@@ -113,6 +113,19 @@ TARGETS: dict[str, Target] = {
         module="briskbert.hub_cards.verification",
         tests=("tests/test_verification_contract.py",),
     ),
+    "secrets": Target(
+        source="hub_cards/secrets.py",
+        module="briskbert.hub_cards.secrets",
+        tests=("tests/test_secrets_contract.py", "tests/test_secret_scan.py"),
+        select="not cli_refusal and not real_model_folders",  # the two that need a Hub or a real model
+    ),
+    "corpus": Target(
+        source="training/data/corpus.py",
+        module="briskbert.training.data.corpus",
+        tests=("tests/test_pretraining_data.py",),
+        select="not resume_mid_epoch",  # a whole training run; the store's reads are covered by the others
+        warm=("datasets", "briskbert.tokenization"),
+    ),
 }
 
 

@@ -93,6 +93,9 @@ def test_differences_name_each_changed_argument_data_and_model():
         "the evaluation data differs (fingerprint bbb in the checkpoint, None now)",
         "the model differs (bert-tiny in the checkpoint, modern-tiny now)",
     ]
+    assert identity(model="albert").differences(saved) == [
+        "the model differs (bert-tiny in the checkpoint, albert now)"
+    ]
     assert identity(arguments={"learning_rate": 0.001}).differences(saved) == [
         "--seed 1 in the checkpoint, None now"
     ]
@@ -153,6 +156,12 @@ def test_fingerprint_of_tensors_numpy_and_unsized_data():
     assert dataset_fingerprint(iter([1, 2])) is None
     assert dataset_fingerprint({1, 2}) is None  # sized but not indexable
     assert dataset_fingerprint([]) is not None
+
+    class IndexableOnly:  # a __getitem__ but no length: cannot be sampled evenly
+        def __getitem__(self, index):
+            return index
+
+    assert dataset_fingerprint(IndexableOnly()) is None
 
 
 # ------------------------------------------------------------------------------------ the output folder
@@ -227,12 +236,15 @@ def test_publish_folder_moves_into_place_and_replaces_an_old_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # no retired copy left behind
 
 
-def test_resolve_checkpoint(tmp_path):
+def test_resolve_checkpoint(tmp_path, monkeypatch):
     assert resolve_checkpoint("latest", tmp_path) is None
     make_checkpoint(tmp_path, 2)
+    make_checkpoint(tmp_path, 7)
     newest = make_checkpoint(tmp_path, 12)
     assert resolve_checkpoint("latest", tmp_path) == newest
     assert resolve_checkpoint(str(tmp_path / "step_2"), tmp_path) == tmp_path / "step_2"
+    monkeypatch.chdir(tmp_path)
+    assert resolve_checkpoint("step_2", tmp_path) == Path("step_2")  # a relative path, not "latest"
     with pytest.raises(TrainingSetupError) as error:
         resolve_checkpoint(str(tmp_path), tmp_path)
     assert str(error.value) == (
@@ -285,11 +297,29 @@ def test_total_limit_keeps_the_newest_checkpoints(tmp_path):
             accelerator, tmp_path, TrainingState(global_step=global_step), identity(), total_limit=2
         )
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_3", "step_4"]
-    for limit in (None, 0):
+    for limit in (None, 0, -1):  # no limit
         save_checkpoint(accelerator, tmp_path, TrainingState(global_step=5), identity(), total_limit=limit)
         assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_3", "step_4", "step_5"]
     save_checkpoint(accelerator, tmp_path, TrainingState(global_step=6), identity(), total_limit=1)
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_6"]
+
+
+def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):
+    import os
+
+    accelerator, *_ = tiny_training()
+    save_checkpoint(accelerator, tmp_path, TrainingState(global_step=1), identity(), total_limit=None)
+    (tmp_path / "step_1" / "busy.lock").write_text("held open elsewhere")
+    unlink = os.unlink
+
+    def refuse_busy(path, *args, **kwargs):  # what a network drive answers for a file in use
+        if str(path).endswith("busy.lock"):
+            raise PermissionError(13, "file in use", str(path))
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse_busy)
+    folder = save_checkpoint(accelerator, tmp_path, TrainingState(global_step=2), identity(), total_limit=1)
+    assert folder == tmp_path / "step_2" and TrainingState.load(folder).global_step == 2
 
 
 def test_saving_the_same_step_again_replaces_it(tmp_path):
