@@ -122,9 +122,9 @@ TARGETS: dict[str, Target] = {
     "corpus": Target(
         source="training/data/corpus.py",
         module="briskbert.training.data.corpus",
-        tests=("tests/test_pretraining_data.py",),
+        tests=("tests/test_corpus_contract.py", "tests/test_pretraining_data.py"),
         select="not resume_mid_epoch",  # a whole training run; the store's reads are covered by the others
-        warm=("datasets", "briskbert.tokenization"),
+        warm=("datasets", "briskbert.tokenization", "briskbert.tokenization.training"),
     ),
 }
 
