@@ -129,6 +129,7 @@ def test_classification_metrics_dispatch_equals_scikit_learn(seed):
             "`predictions` must be one-dimensional, got shape (1, 2)",
         ),
         (lambda: metrics.accuracy([0], [[0]]), "`references` must be one-dimensional"),
+        (lambda: metrics.accuracy(3, [3]), "`predictions` must be one-dimensional, got shape ()"),
         (lambda: metrics.macro_f1([0, 1], [0]), "differ in length (2 vs 1)"),
         (lambda: metrics.matthews_corrcoef([], []), "zero examples"),
         (lambda: metrics.pearson([1.0], [1.0, 2.0]), "differ in length"),
