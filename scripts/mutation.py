@@ -527,6 +527,27 @@ def render(name: str, target: Target, numbers: Figures) -> str:
     return "\n".join(lines) + "\n"
 
 
+SUMMARY_HEADER = (
+    "| module | mutants | skipped | run | not run | killed | survived (equivalent) | kill rate |\n"
+    "|---|---|---|---|---|---|---|---|\n"
+)
+
+
+def summary_row(target: Target, numbers: Figures) -> str:
+    run = numbers.total - numbers.skipped - numbers.pending
+    cells = [
+        f"`{target.source}`",
+        numbers.total,
+        numbers.skipped,
+        run,
+        numbers.pending,
+        numbers.killed,
+        f"{len(numbers.survivors)} ({numbers.equivalent})",
+        f"**{numbers.kill_rate:.1f} %**",
+    ]
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
 # ------------------------------------------------------------------------------------------------------ main
 
 
@@ -579,15 +600,21 @@ def main(argv: list[str]) -> int:
             print(f"{name}: {TARGETS[name].source}\n    pytest {' '.join(pytest_args(TARGETS[name]))}")
         return 0
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the finally blocks put the sources back
-    passed = True
+    passed, summary = True, []
     for name in names:
         target, paths = TARGETS[name], Paths.of(name)
         if not options.report_only:
             run_session(name, target, options)
+        if not paths.session.exists():
+            print(f"{name}: no session yet (run it first)")
+            continue
         numbers = figures(name, paths)
         paths.report.write_text(render(name, target, numbers))
         print(render(name, target, numbers))
+        summary.append(summary_row(target, numbers))
         passed &= numbers.kill_rate >= options.fail_under and not numbers.pending
+    if len(summary) > 1:
+        print(SUMMARY_HEADER + "\n".join(summary))
     return 0 if passed else 1
 
 
