@@ -238,5 +238,5 @@ def test_pad_to_multiple_of_rounds_the_length_up(longest, multiple, padded):
 
 
 def test_count_masked_tokens_counts_labelled_positions():
-    labels = torch.tensor([[-100, 5, -100], [7, 8, -100]])
-    assert count_masked_tokens({"labels": labels}).item() == 3
+    labels = torch.tensor([[-100, 5, 6], [7, 8, -100]])
+    assert count_masked_tokens({"labels": labels}).item() == 4
