@@ -159,6 +159,16 @@ def test_whole_words_are_selected_together():
     assert 0.35 < words_chosen < 0.65
 
 
+def test_whole_word_rate_adds_a_word_only_where_none_was_drawn():
+    # 10 one-piece words per sequence at 15 %: 1.5 words on average, plus one more in the 0.85**10 of the
+    # sequences where none was drawn: 1.5 + 0.197 = 1.697 words per sequence.
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.15, whole_word_mask=True)
+    examples = [{"input_ids": [CLS, *[5, 8, 9, 11, 5] * 2, SEP], "idx": i} for i in range(600)]
+    _, selected = rows(collator, examples)
+    assert selected.sum(dim=1).float().mean().item() == pytest.approx(1.5 + 0.85**10, abs=0.15)
+    assert (selected.sum(dim=1) >= 1).all()
+
+
 def test_whole_word_masking_with_a_tiny_rate_still_masks_one_whole_word():
     collator = MaskingCollator(Tokenizer(), mlm_probability=1e-9, whole_word_mask=True)
     for idx in range(6):
