@@ -49,9 +49,18 @@ def create_optimizer(
 
 
 def create_scheduler(
-    optimizer, name: str, num_warmup_steps: int, num_training_steps: int, decay_ratio: float = 0.2
+    optimizer,
+    name: str,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    decay_ratio: float = 0.2,
+    min_lr_rate: float = 0.1,
 ):
-    """A transformers scheduler by name; ``warmup_stable_decay`` decays over the last ``decay_ratio`` of steps."""
+    """A transformers scheduler by name.
+
+    ``warmup_stable_decay`` decays linearly over the last ``decay_ratio`` of the steps; the two ``*_min_lr``
+    cosines end at ``min_lr_rate`` times the peak learning rate (transformers requires a floor for them).
+    """
     if name not in SCHEDULER_NAMES:
         raise ValueError(
             f"--lr_scheduler_type {name!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}."
@@ -61,6 +70,8 @@ def create_scheduler(
         num_decay = max(1, round(decay_ratio * num_training_steps))
         num_decay = min(num_decay, max(1, num_training_steps - num_warmup_steps))
         kwargs = {"num_decay_steps": num_decay, "decay_type": "linear"}
+    elif name.endswith("_min_lr"):
+        kwargs = {"min_lr_rate": min_lr_rate}
     return get_scheduler(
         name,
         optimizer,
