@@ -100,7 +100,7 @@ TARGETS: dict[str, Target] = {
         source="training/engine/checkpointing.py",
         module="briskbert.training.engine.checkpointing",
         tests=("tests/test_checkpointing_contract.py",),
-        warm=("briskbert.training.engine.arguments",),
+        warm=("briskbert.training.engine.config",),
     ),
     "metrics": Target(
         source="training/tasks/metrics.py",

@@ -13,7 +13,6 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from briskbert.training.engine.arguments import TrainingSetupError
 from briskbert.training.engine.checkpointing import (
     FINGERPRINT_SAMPLES,
     RunIdentity,
@@ -31,6 +30,7 @@ from briskbert.training.engine.checkpointing import (
     resume_command,
     save_checkpoint,
 )
+from briskbert.training.engine.config import TrainingSetupError
 
 
 def make_checkpoint(folder: Path, step: int) -> Path:

@@ -11,7 +11,7 @@ from torch import nn
 from transformers import get_scheduler
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
-from briskbert.training.engine.arguments import SCHEDULER_NAMES
+from briskbert.training.engine.config import SCHEDULER_NAMES
 from briskbert.training.engine.optim import (
     create_optimizer,
     create_scheduler,
