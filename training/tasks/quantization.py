@@ -39,8 +39,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import UserError
-
-from .export import (
+from briskbert.modeling.export import (
     COMPANION_FILES,
     SENTENCE_EMBEDDING,
     ExportInputError,
