@@ -99,7 +99,9 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
     assert results["best_metric"]["name"] == "eval_accuracy"
     facts = read_training_facts(result.final_dir)
     assert facts == result.facts and facts.job.task == "text-classification"
-    assert facts.job.datasets == ("stanfordnlp/sst2",) and facts.job.eval_split == "validation"
+    assert (
+        facts.job.datasets == ("stanfordnlp/sst2",) and facts.job.eval_split is None
+    )  # a local file is not the public split
     details = facts.job.details
     assert details["labels"] == ["negative", "positive"] and details["num_eval_examples"] == 40
     assert "accuracy" in details["metric_definitions"]

@@ -457,7 +457,7 @@ def test_cli_refusal_is_one_error_line_exit_2_and_nothing_reaches_the_hub(model,
     assert ".envrc (an environment file, by its name)" in lines[0]
     assert "logs/run.log.gz (the access token in use, in gzip data)" in lines[0]
     assert TOKEN not in proc.stdout + proc.stderr
-    assert hub.server.request_log == []  # refused before the first request
+    assert list(hub.server.request_log) == []  # refused before the first request
 
 
 def test_secrets_found_is_a_user_error():

@@ -221,9 +221,9 @@ def test_finetuning_on_scored_pairs_validates_with_spearman(converted_minilm, tm
     history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
     last_eval = [entry for entry in history if "eval_spearman" in entry][-1]
     facts = json.loads((out / "final" / "training_facts.json").read_text())
-    assert facts["loss"]["name"] == loss and facts["pipeline_tag"] == "sentence-similarity"
+    assert facts["details"]["loss"]["name"] == loss and facts["pipeline_tag"] == "sentence-similarity"
     if loss == "cosine_mse":
-        assert facts["loss"]["score_range"] == [0.0, 5.0]  # read from the training scores
+        assert facts["details"]["loss"]["score_range"] == [0.0, 5.0]  # read from the training scores
     cli(["evaluate-similarity", "--model_name_or_path", str(out / "final"), "--file", STSB_DEV,
          "--output_dir", str(tmp_path / "eval")])  # fmt: skip
     evaluated = json.loads((tmp_path / "eval" / "similarity_metrics.json").read_text())

@@ -256,7 +256,13 @@ def test_evaluate_retrieval_and_open_domain_qa_give_the_same_results_with_a_flat
     answers = [
         json.loads((tmp_path / f"qa-{n}" / "predictions.json").read_text()) for n in ("exact", "indexed")
     ]
-    assert answers[0] == answers[1]
+    # The same answers from the same passages; the scores fold in the retrieval similarity, which faiss
+    # computes in float32 in another order than the exact search.
+    assert {q: (a["answer"], a["passage_id"]) for q, a in answers[0].items()} == {
+        q: (a["answer"], a["passage_id"]) for q, a in answers[1].items()
+    }
+    for question, answer in answers[0].items():
+        assert answers[1][question]["score"] == pytest.approx(answer["score"], abs=1e-4)
 
 
 def test_an_index_from_another_encoder_or_other_passages_is_refused(encoder_dir, tmp_path, capsys):
