@@ -38,3 +38,26 @@ def test_ctrl_c_during_start_up_is_one_line_and_status_130(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "interrupted" in stderr.lower()
+
+
+def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(monkeypatch, capsys):
+    """CPython 3.11 keeps a flag when a KeyboardInterrupt leaves an exec() of a string (dataclasses run such
+    execs while torch imports) and, under ``python -m``, ends the process by SIGINT after it returned 130.
+    The flag is only readable where the interpreter exports it."""
+    import ctypes
+    import types
+
+    from briskbert import cli
+
+    try:
+        flag = ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+    except ValueError:
+        pytest.skip("this interpreter does not export _Py_UnhandledKeyboardInterrupt")
+    job = types.ModuleType("briskbert.commands.interrupted_job")
+    job.main = lambda argv: exec("raise KeyboardInterrupt")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # cli.main renames the program in argv[0]
+    monkeypatch.setitem(sys.modules, job.__name__, job)
+    monkeypatch.setitem(cli.COMMANDS, "interrupted-job", cli.Command("interrupted_job", "raises Ctrl-C"))
+    assert cli.main(["interrupted-job"]) == cli.INTERRUPTED_EXIT_CODE
+    assert flag.value == 0
+    assert "interrupted before training started" in capsys.readouterr().err

@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         # Ctrl-C before a job installed its own handler (while importing or loading): nothing to save yet.
+        # CPython remembers an interrupt that crossed an exec() of a string (dataclasses run them while torch
+        # imports) and would end the process by SIGINT whatever status is returned; any later exec() of a
+        # string clears that, so the shell sees 130.
+        exec("pass")
         print(f"briskbert {name}: interrupted before training started; nothing to resume.", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
     return result if isinstance(result, int) else 0

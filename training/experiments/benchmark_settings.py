@@ -4,11 +4,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("BRISKBERT_DATA", ROOT.parent / "shared" / "data"))
+from briskbert.data import DATA_DIR
+
+# The shared data sits beside a checkout (../shared/data); the bundled excerpts ship with the package.
+SHARED_DATA = Path(os.environ.get("BRISKBERT_DATA", "../shared/data"))
 SOURCES = {
-    "sst2": (SHARED_DATA / "sst2" / "train.tsv", ROOT / "data" / "sst2_train_excerpt.tsv"),
-    "wikitext": (SHARED_DATA / "wikitext-2" / "valid.txt", ROOT / "data" / "wikitext2_excerpt.txt"),
+    "sst2": (SHARED_DATA / "sst2" / "train.tsv", Path(DATA_DIR) / "sst2_train_excerpt.tsv"),
+    "wikitext": (SHARED_DATA / "wikitext-2" / "valid.txt", Path(DATA_DIR) / "wikitext2_excerpt.txt"),
 }
 # The architecture whose transformers implementation briskbert is converted from and measured against; each
 # lists the models a run times by default, the transformers reference (sdpa) first: every ratio is taken to it.
