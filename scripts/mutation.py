@@ -334,11 +334,16 @@ def skip_noise(target: Target, paths: Paths) -> None:
 
 
 def forget_survivors(paths: Paths) -> None:
-    """Make the survivors pending again, to check that new tests kill them (tests only ever get added)."""
+    """Make the survivors pending again, to check that new tests kill them (tests only ever get added), and
+    the kills by timeout too: a machine that was paused or overloaded times out mutants the tests would not
+    have noticed."""
     import sqlite3
 
     with sqlite3.connect(paths.session) as db:
-        db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+        db.execute(
+            "DELETE FROM work_results WHERE test_outcome = 'SURVIVED'"
+            " OR (test_outcome = 'KILLED' AND output LIKE 'timeout%')"
+        )
 
 
 def start_server(target: Target, paths: Paths) -> subprocess.Popen:
@@ -561,7 +566,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         "--resume", action="store_true", help="Go on with the stored session's pending mutants."
     )
     parser.add_argument(
-        "--rerun-survivors", action="store_true", help="Run the stored session's survivors again (new tests)."
+        "--rerun-survivors",
+        action="store_true",
+        help="Run the stored session's survivors and timeouts again (after adding tests).",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="Only write the report of stored sessions."
