@@ -15,10 +15,12 @@ is the same entity under conlleval's chunking, so the scores against the origina
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from briskbert.errors import UserError
+from briskbert.hub_cards.facts import JobFacts
 from briskbert.training.data.task_data import (
     DataError,
     load_conll,
@@ -26,8 +28,12 @@ from briskbert.training.data.task_data import (
     require_rows,
     tags_as_strings,
 )
+from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import entity_metrics, get_entities
-from briskbert.training.tasks.settings import DataSource, NerTask
+from briskbert.training.tasks.settings import DataSource, ModelSource, NerSettings
+
+if TYPE_CHECKING:
+    from briskbert.training.engine.config import TrainingConfig
 
 IGNORE_INDEX = -100
 
@@ -207,7 +213,7 @@ class NerEvaluator:
 
 
 # --------------------------------------------------------------------------------------------------
-# Script pieces of finetune_ner.py
+# The job: data, features, evaluation and the Task ``briskbert finetune-ner`` hands the loop
 # --------------------------------------------------------------------------------------------------
 
 METRIC_DEFINITIONS = (
@@ -235,19 +241,19 @@ class NerData:
         return dict(enumerate(self.labels))
 
 
-def load_ner_data(data: DataSource, task: NerTask) -> NerData:
+def load_ner_data(data: DataSource, settings: NerSettings) -> NerData:
     """CoNLL files or a dataset, checked for rows and columns, tags read as strings."""
     from briskbert.training.tasks.finetuning import load_splits
 
     train, evaluation = load_splits(data, file_loader=load_conll)
     train_name, eval_name = data.describe("train"), data.describe("validation")
     require_rows(train, train_name)
-    tag_column = task.tag_column
+    tag_column = settings.tag_column
     if tag_column is None:
         tag_column = (
             "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
         )
-    columns = {"--token_column": task.token_column, "--tag_column": tag_column}
+    columns = {"--token_column": settings.token_column, "--tag_column": tag_column}
     require_columns(train, columns, train_name)
     train_tags = tags_as_strings(train, tag_column)
     eval_tags = None
@@ -255,8 +261,8 @@ def load_ner_data(data: DataSource, task: NerTask) -> NerData:
         require_rows(evaluation, eval_name)
         require_columns(evaluation, columns, eval_name)
         eval_tags = tags_as_strings(evaluation, tag_column)
-    train = train.select_columns([task.token_column])
-    evaluation = evaluation.select_columns([task.token_column]) if evaluation is not None else None
+    train = train.select_columns([settings.token_column])
+    evaluation = evaluation.select_columns([settings.token_column]) if evaluation is not None else None
     labels = build_label_list(train_tags, eval_tags, (train_name, eval_name))
     return NerData(train, evaluation, train_tags, eval_tags, labels)
 
@@ -340,3 +346,97 @@ def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
 def count_labelled_tokens(batch) -> int:
     """The token-classification loss is a mean over labelled sub-words: weight batches by that count."""
     return int((batch["labels"] != IGNORE_INDEX).sum())
+
+
+class NerTask(Task):
+    """``briskbert finetune-ner``: token classification of CoNLL-style sentences, with a softmax or a CRF
+    head, from a briskbert (or converted BERT-family) model or a preset.
+
+    The constructor checks the model folder and reads and validates the data (the label set is decided
+    there), before torch is imported."""
+
+    def __init__(self, model: ModelSource, data: DataSource, settings: NerSettings):
+        from briskbert.training.tasks.finetuning import check_model_inputs
+
+        self.source, self.data_source, self.settings = model, data, settings
+        self.location = check_model_inputs(model)
+        self.data = load_ner_data(data, settings)
+
+    def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
+        from transformers import DataCollatorForTokenClassification
+
+        accelerator.print(f"Tags ({len(self.data.labels)}): {self.data.labels}")
+        model, tokenizer = self.make_model(config)
+        self.crf = model.config.use_crf  # a CRF model fine-tuned further keeps its CRF
+        with accelerator.main_process_first():
+            self.features = build_ner_features(
+                self.data,
+                tokenizer,
+                self.settings.token_column,
+                self.source.max_seq_length,
+                self.settings.label_all_tokens,
+                crf=self.crf,
+            )
+        if self.features.crf_repaired_sentences:
+            accelerator.print(
+                f"CRF: {self.features.crf_repaired_sentences} sentences start an entity with I-X; trained as "
+                "B-X (the same entities under conlleval)."
+            )
+        return TaskInputs(
+            model=model,
+            train_dataset=self.features.train,
+            data_collator=DataCollatorForTokenClassification(tokenizer),
+            tokenizer=tokenizer,
+            eval_dataset=self.features.evaluation,
+        )
+
+    def make_model(self, config: TrainingConfig):
+        """``(model, tokenizer)``: the token classifier with this data's tags, and its tokenizer."""
+        from briskbert.modeling import BriskBertForTokenClassification
+        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+
+        base = None
+        if self.location is not None:
+            base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
+        tokenizer = load_tokenizer(self.source.tokenizer_name or base)
+        model = load_model(
+            BriskBertForTokenClassification,
+            self.source,
+            base,
+            tokenizer,
+            num_labels=len(self.data.labels),
+            id2label=self.data.id2label,
+            label2id=self.data.label2id,
+            **({"use_crf": True} if self.settings.crf else {}),
+        )
+        return model, tokenizer
+
+    def count_items(self, batch: dict) -> int:
+        return count_labelled_tokens(batch)
+
+    def evaluate(self, model, dataloader, accelerator) -> dict | None:
+        if self.features.evaluator is None:
+            return None
+        return make_ner_evaluate_fn(self.features.evaluator, self.source.max_seq_length)(
+            model, dataloader, accelerator
+        )
+
+    def facts(self) -> JobFacts:
+        from briskbert.training.tasks.finetuning import card_source_facts
+
+        return JobFacts(
+            task="token-classification",
+            pipeline_tag="token-classification",
+            **card_source_facts(self.source),
+            **self.data_source.card_facts(),
+            details={
+                "labels": self.data.labels,
+                "num_train_sentences": len(self.features.train),
+                "num_eval_sentences": len(self.features.evaluation)
+                if self.features.evaluation is not None
+                else 0,
+                "label_all_tokens": self.settings.label_all_tokens,
+                "crf": self.crf,
+                "metric_definitions": METRIC_DEFINITIONS,
+            },
+        )

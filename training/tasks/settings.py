@@ -129,7 +129,7 @@ class ClassificationSettings:
 
 # -------------------------------------------------------------------------------------------------- NER
 @dataclass(frozen=True)
-class NerTask:
+class NerSettings:
     """Columns and sub-word labelling of token classification."""
 
     token_column: str = "tokens"

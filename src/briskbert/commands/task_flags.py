@@ -18,7 +18,7 @@ from briskbert.training.tasks.settings import (
     DataSource,
     DistillSettings,
     ModelSource,
-    NerTask,
+    NerSettings,
     QaSettings,
     parse_article_range,
 )
@@ -178,8 +178,8 @@ def add_ner_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     return parser
 
 
-def ner_task_from_args(args: argparse.Namespace) -> NerTask:
-    return NerTask(args.token_column, args.tag_column, args.label_all_tokens, args.crf)
+def ner_settings_from_args(args: argparse.Namespace) -> NerSettings:
+    return NerSettings(args.token_column, args.tag_column, args.label_all_tokens, args.crf)
 
 
 def add_qa_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
