@@ -454,7 +454,9 @@ def run(
     if stop_signal:
         _finish_logs(accelerator, log, output_dir)
         raise _interrupted(accelerator, stop_signal, last_checkpoint, state.global_step)
-    return _finish(config, accelerator, parts, inputs.tokenizer, state, log, task)
+    result = _finish(config, accelerator, parts, inputs.tokenizer, state, log, task)
+    task.after_training(result, accelerator)
+    return result
 
 
 @contextlib.contextmanager

@@ -7,8 +7,9 @@ the loop then asks it, in this order, to
 1. :meth:`~Task.check` the training settings against the job's (contradictions between the two),
 2. :meth:`~Task.build` the model, the tokenizer, the datasets and their collators,
 3. :meth:`~Task.count_items` of every batch: what the model's loss is a mean over,
-4. :meth:`~Task.evaluate` the model on the evaluation data, and
-5. state its :meth:`~Task.facts` for the model card.
+4. :meth:`~Task.evaluate` the model on the evaluation data,
+5. state its :meth:`~Task.facts` for the model card, and
+6. do what comes :meth:`~Task.after_training` with the saved model (e.g. choose a re-ranker's fusion weight).
 
 Importing this module loads neither torch nor transformers.
 """
@@ -24,6 +25,7 @@ from briskbert.hub_cards.facts import JobFacts
 
 if TYPE_CHECKING:
     from briskbert.training.engine.config import TrainingConfig
+    from briskbert.training.engine.loop import TrainResult
 
 
 @dataclass
@@ -70,6 +72,9 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def facts(self) -> JobFacts:
         """What the model card says about this job; asked after :meth:`build` and the training."""
+
+    def after_training(self, result: TrainResult, accelerator) -> None:  # noqa: B027 - optional hook
+        """Work on the saved model (``result.final_dir``) once training ended normally, on every process."""
 
 
 @dataclass

@@ -30,67 +30,12 @@ The saved ``final/`` folder (``pipeline_tag: text-ranking``) loads with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from briskbert.commands.task_flags import add_model_arguments, model_source_from_args
 from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
 from briskbert.errors import UserError
+from briskbert.training.retrieval.job_settings import PassageFile, RerankerData, RerankerValidation
 from briskbert.training.retrieval.retrieval_arguments import RANKING_LOSSES
 from briskbert.training.tasks.settings import parse_article_range
-
-
-@dataclass(frozen=True)
-class PassageFile:
-    """Passages, one per line, keeping lines of at least ``min_words`` words."""
-
-    path: str
-    min_words: int = 0
-
-
-@dataclass(frozen=True)
-class RerankerData:
-    train_file: str
-    train_articles: tuple[int, int] | None = None
-    max_train_samples: int | None = None
-    num_negatives: int = 3
-    negative_pool_size: int | None = None  # default: 3 x num_negatives with a retriever, else num_negatives
-    negatives_from: str | None = None
-    negatives_corpus: PassageFile | None = None
-    loss: str = "listwise"
-
-    def __post_init__(self):
-        if self.num_negatives < 1:
-            raise UserError(f"--num_negatives must be >= 1, got {self.num_negatives}.")
-        if self.negative_pool_size is not None and self.negative_pool_size < self.num_negatives:
-            raise UserError(
-                f"--negative_pool_size ({self.negative_pool_size}) must be at least --num_negatives "
-                f"({self.num_negatives})."
-            )
-        if self.negatives_corpus is not None and self.negatives_from is None:
-            raise UserError("--negatives_corpus_file is searched by --negatives_from; give a dual encoder.")
-        if self.loss not in RANKING_LOSSES:
-            raise UserError(f"--loss {self.loss!r} is not one of {', '.join(RANKING_LOSSES)}.")
-
-    @property
-    def pool_size(self) -> int:
-        if self.negative_pool_size is not None:
-            return self.negative_pool_size
-        return 3 * self.num_negatives if self.negatives_from else self.num_negatives
-
-
-@dataclass(frozen=True)
-class RerankerValidation:
-    """Held-out queries: scored during training and used to choose the fusion weight."""
-
-    file: str
-    articles: tuple[int, int] | None = None
-    distractors: PassageFile | None = None
-    fusion_retriever: str | None = None
-    rerank_top_k: int = 20
-
-    def __post_init__(self):
-        if self.rerank_top_k < 1:
-            raise UserError(f"--rerank_top_k must be >= 1, got {self.rerank_top_k}.")
 
 
 def parse_args(argv=None):
@@ -190,142 +135,19 @@ def main(argv=None):
         raise UserError(
             "--validation_articles, --validation_extra_corpus_file and --fusion_retriever need --validation_file."
         )
-    return _train(args, source, data, validation)
+    config = training_config_from_args(args)
+
+    from briskbert.training.retrieval.reranker_task import RerankerTask
+
+    task = RerankerTask(source, data, validation)
+
+    from briskbert.training.engine.loop import run
+
+    return run(task, config)
 
 
 def _passage_file(path: str | None, min_words: int) -> PassageFile | None:
     return PassageFile(path, min_words) if path else None
-
-
-def _train(args, source, data: RerankerData, validation: RerankerValidation | None):
-    from briskbert.hub_cards.facts import JobFacts
-    from briskbert.modeling import BriskBertForSequenceClassification
-    from briskbert.training.engine.loop import run, seed_everything
-    from briskbert.training.engine.task import PreparedTask
-    from briskbert.training.retrieval.reranking import (
-        CrossEncoderForRanking,
-        GroupCollator,
-        choose_and_save_fusion,
-        group_ranking_metrics,
-    )
-    from briskbert.training.tasks.finetuning import (
-        card_source_facts,
-        check_model_inputs,
-        load_model,
-        load_tokenizer,
-        resolve_base_model,
-        start_accelerator,
-    )
-
-    config = training_config_from_args(args)
-    location = check_model_inputs(source)
-    accelerator = start_accelerator(config)
-    seed_everything(config.seed)
-    prepared = _training_sets(
-        data, validation, config.seed, config.per_device_eval_batch_size, accelerator.device
-    )
-    base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
-    tokenizer = load_tokenizer(source.tokenizer_name or base)
-    # One relevance logit; problem_type regression keeps the head's own (unused) loss well defined.
-    model = load_model(
-        BriskBertForSequenceClassification, source, base, tokenizer, num_labels=1, problem_type="regression"
-    )
-    accelerator.print(
-        f"Groups: {len(prepared.train)} queries x (1 positive + {data.num_negatives} negatives drawn from "
-        f"{data.pool_size})"
-        + (f"; {len(prepared.validation_groups)} validation queries" if validation else "")
-    )
-    card = {
-        **card_source_facts(source),
-        "task": "text-ranking",
-        "pipeline_tag": "text-ranking",
-        "datasets": [data.train_file],
-        "negatives": f"top {data.pool_size} ranked by {data.negatives_from}"
-        if data.negatives_from
-        else "random",
-        "num_negatives": data.num_negatives,
-        "loss": data.loss,
-    }
-    task = PreparedTask(  # not yet a Task of its own: the pieces built above
-        model=CrossEncoderForRanking(model, data.loss),
-        tokenizer=tokenizer,
-        train_dataset=prepared.train,
-        data_collator=GroupCollator(tokenizer, source.max_seq_length),
-        eval_dataset=prepared.validation_groups,
-        evaluate_fn=group_ranking_metrics if validation else None,
-        job_facts=JobFacts.from_dict(card),
-    )
-    result = run(task, config, accelerator=accelerator)
-    if prepared.fusion_retrieved is not None and accelerator.is_main_process:
-        fusion = choose_and_save_fusion(
-            result.final_dir,
-            prepared,
-            validation.rerank_top_k,
-            source.max_seq_length,
-            config.per_device_eval_batch_size,
-            accelerator.device,
-        )
-        accelerator.print(fusion.summary())
-    elif validation is not None and accelerator.is_main_process:
-        accelerator.print(
-            "No fusion weight chosen: give --negatives_from or --fusion_retriever (the dual encoder "
-            "the re-ranker sits behind)."
-        )
-    accelerator.wait_for_everyone()
-    return result
-
-
-def _training_sets(
-    data: RerankerData, validation: RerankerValidation | None, seed: int, batch_size: int, device
-):
-    """Training groups with negative pools, and the validation collection searched by the fusion retriever."""
-    from briskbert.training.retrieval.dense import load_retriever, read_passages
-    from briskbert.training.retrieval.embeddings import load_pairs
-    from briskbert.training.retrieval.reranking import (
-        RerankGroups,
-        TrainingSets,
-        random_negative_pools,
-        retrieved_negative_pools,
-        validation_sets,
-    )
-
-    pairs = load_pairs(data.train_file, data.train_articles)[: data.max_train_samples]
-    retrievers = {}
-
-    def retriever(name):
-        if name not in retrievers:
-            retrievers[name] = load_retriever(name, batch_size=batch_size)
-            retrievers[name].encoder.to(device)
-        return retrievers[name]
-
-    if data.negatives_from is None:
-        pools = random_negative_pools(pairs, data.pool_size, seed)
-    else:
-        extra = (
-            read_passages(data.negatives_corpus.path, data.negatives_corpus.min_words)
-            if data.negatives_corpus
-            else []
-        )
-        pools = retrieved_negative_pools(pairs, data.pool_size, retriever(data.negatives_from), extra)
-    own_negative = any(pair.negative for pair in pairs)
-    train = RerankGroups(pools, data.num_negatives, seed, own_negative=own_negative)
-    if validation is None:
-        return TrainingSets(train)
-    validation_pairs = load_pairs(validation.file, validation.articles)
-    distractors = (
-        read_passages(validation.distractors.path, validation.distractors.min_words)
-        if validation.distractors
-        else []
-    )
-    fusion_retriever = retriever(validation.fusion_retriever) if validation.fusion_retriever else None
-    return validation_sets(
-        train,
-        validation_pairs,
-        distractors,
-        fusion_retriever,
-        validation.fusion_retriever,
-        depth=max(validation.rerank_top_k, data.num_negatives + 1),
-    )
 
 
 if __name__ == "__main__":

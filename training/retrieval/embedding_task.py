@@ -1,0 +1,146 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-embeddings``: a dual encoder
+trained with in-batch negatives on (query, positive[, negative]) examples, or with CoSENT / cosine MSE on
+scored pairs (see ``training.retrieval.embeddings`` and ``training.retrieval.similarity``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from briskbert.errors import UserError
+from briskbert.hub_cards.facts import JobFacts
+from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.retrieval.job_settings import EmbeddingData, EmbeddingSettings
+from briskbert.training.retrieval.retrieval_arguments import SCORED_PAIR_LOSSES
+from briskbert.training.tasks.settings import ModelSource
+
+if TYPE_CHECKING:
+    from briskbert.training.engine.config import TrainingConfig
+
+
+def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
+    """``(train, validation or None, ContrastiveLossSpec)``: the files read, and the loss checked against them."""
+    from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, load_training_examples
+    from briskbert.training.retrieval.similarity import ScoredPair
+    from briskbert.training.retrieval.similarity import score_range as observed_range
+
+    train = load_training_examples(data.train_file, data.train_articles)[: data.max_train_samples]
+    validation = None
+    if data.validation_file:
+        validation = load_training_examples(
+            data.validation_file, data.validation_articles, "--validation_file"
+        )
+    scored = isinstance(train[0], ScoredPair)
+    if validation is not None and isinstance(validation[0], ScoredPair) != scored:
+        raise UserError(
+            f"--validation_file {data.validation_file} and --train_file {data.train_file} hold different kinds of "
+            "examples; give scored pairs for both (sentence1/sentence2/score) or pairs for both."
+        )
+    loss_name = settings.loss or ("cosent" if scored else "multiple_negatives_ranking")
+    if (loss_name in SCORED_PAIR_LOSSES) != scored:
+        kind = "scored pairs (sentence1, sentence2, score)" if scored else "(query, positive) pairs"
+        raise UserError(
+            f"--loss {loss_name} does not fit --train_file {data.train_file}, which holds {kind}; use "
+            f"{'cosent or cosine_mse' if scored else 'multiple_negatives_ranking'}."
+        )
+    if scored and data.mine_hard_negatives:
+        raise UserError(
+            "--mine_hard_negatives needs (query, positive) pairs; the training file holds scored pairs."
+        )
+    loss = ContrastiveLossSpec(
+        scale=settings.scale,
+        symmetric=settings.symmetric,
+        mini_batch_size=settings.mini_batch_size,
+        name=loss_name,
+        score_range=settings.score_range or (observed_range(train) if scored else (0.0, 1.0)),
+    )
+    return train, validation, loss
+
+
+class EmbeddingTask(Task):
+    """``briskbert finetune-embeddings``. The constructor checks the model folder and reads the examples
+    (which decide the loss) before the model is loaded."""
+
+    def __init__(self, model: ModelSource, data: EmbeddingData, settings: EmbeddingSettings):
+        from briskbert.training.tasks.finetuning import check_model_inputs
+
+        self.source, self.data, self.settings = model, data, settings
+        self.location = check_model_inputs(model)
+        self.train, self.validation, self.loss = load_examples(data, settings)
+
+    def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
+        from briskbert.modeling import BriskBertModel
+        from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
+        from briskbert.training.retrieval.embeddings import DualEncoder, PairCollator, mine_hard_negatives
+        from briskbert.training.retrieval.similarity import ScoredPairCollator
+        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+
+        source, location = self.source, self.location
+        base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
+        declared = (read_embedding_spec(source.model_name_or_path) if location else None) or EmbeddingSpec()
+        self.spec = EmbeddingSpec(
+            pooling=self.settings.pooling or declared.pooling,
+            normalize=declared.normalize and not self.settings.no_normalize,
+            max_seq_length=source.max_seq_length,
+        )
+        tokenizer = load_tokenizer(source.tokenizer_name or base)
+        encoder = load_model(BriskBertModel, source, base, tokenizer)
+        train = self.train
+        if self.data.mine_hard_negatives:
+            encoder.to(accelerator.device)
+            train = mine_hard_negatives(
+                encoder, tokenizer, train, self.spec, config.per_device_eval_batch_size
+            )
+        accelerator.print(
+            f"Examples: {len(train)} train, {len(self.validation or [])} validation; pooling {self.spec}"
+        )
+        if self.loss.on_scored_pairs:
+            collator = ScoredPairCollator(tokenizer, self.spec.max_seq_length)
+        else:
+            collator = PairCollator(tokenizer, self.data.max_query_length, self.spec.max_seq_length)
+        return TaskInputs(
+            model=DualEncoder(encoder, self.spec, self.loss),
+            train_dataset=train,
+            data_collator=collator,
+            tokenizer=tokenizer,
+            eval_dataset=self.validation,
+        )
+
+    def evaluate(self, model, dataloader, accelerator) -> dict | None:
+        from briskbert.training.retrieval.embeddings import make_evaluate_fn
+        from briskbert.training.retrieval.similarity import make_similarity_evaluate_fn
+
+        if not self.validation:
+            return None
+        evaluate = make_similarity_evaluate_fn() if self.loss.on_scored_pairs else make_evaluate_fn()
+        return evaluate(model, dataloader, accelerator)
+
+    def facts(self) -> JobFacts:
+        from briskbert.training.tasks.finetuning import card_source_facts
+
+        loss = self.loss
+        loss_facts = {"name": loss.name, "scale": loss.scale}
+        if loss.name == "multiple_negatives_ranking":
+            loss_facts["symmetric"] = loss.symmetric
+        if loss.name == "cosine_mse":
+            loss_facts["score_range"] = list(loss.score_range)
+        spec = self.spec
+        details = {
+            "embedding": {
+                "pooling": spec.pooling,
+                "normalize": spec.normalize,
+                "max_seq_length": spec.max_seq_length,
+            },
+            "loss": loss_facts,
+        }
+        if self.data.mine_hard_negatives:
+            details["hard_negatives"] = "mined with the starting model"
+        return JobFacts(
+            task="sentence-similarity",
+            pipeline_tag="sentence-similarity",
+            library_name="sentence-transformers",
+            **card_source_facts(self.source),
+            datasets=(self.data.train_file,),
+            eval_dataset=self.data.validation_file,
+            details=details,
+        )
