@@ -124,13 +124,25 @@ def load_for_export(model_dir: Path, architecture: str | None):
     if model_class is None or not architecture.startswith("BriskBert"):
         heads = [name for name in modeling.__all__ if name.startswith("BriskBert") and "Config" not in name]
         raise ExportInputError(f"unknown architecture {architecture!r}; choose one of: {', '.join(heads)}.")
+    # Without its own vocabulary the folder would load some default tokenizer: an export nobody can feed.
+    if not any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+        raise ExportInputError(
+            f"{model_dir} has no tokenizer (tokenizer.json or vocab.txt); save the tokenizer the model was "
+            "trained with into it (tokenizer.save_pretrained) and export again."
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
     except (OSError, ValueError, TypeError) as error:
         raise ExportInputError(
             f"{model_dir} has no usable tokenizer files (tokenizer.json / vocab.txt): {error}"
         ) from error
-    model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    try:
+        model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    except Exception as error:  # a truncated or foreign weights file: safetensors, torch and transformers differ
+        raise ExportInputError(
+            f"the weights in {model_dir} cannot be loaded as {architecture} ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''}); re-save or re-download the model."
+        ) from error
     return model, tokenizer, architecture
 
 
