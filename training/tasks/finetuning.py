@@ -20,20 +20,12 @@ from briskbert.errors import UserError
 from briskbert.hub_cards.facts import base_model_id
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
 from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
-from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.tasks.settings import DataSource, ModelSource
 
 if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
-
-
-def start_accelerator(config: TrainingConfig):
-    """The run's Accelerator; an ``--output_dir`` holding another run is refused there, as a user error."""
-    from briskbert.training.engine.loop import create_accelerator
-
-    return create_accelerator(config)
 
 
 def load_splits(data: DataSource, file_loader=load_table):
