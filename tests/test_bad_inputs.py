@@ -318,7 +318,11 @@ CASES = [
     Case("safetensors-entry-without-shape", CLASSIFY + " --model_name_or_path {shapeless} " + SST2, "'w'"),
     Case("safetensors-entry-not-an-object", CLASSIFY + " --model_name_or_path {listed_entry} " + SST2, "'w'"),
     Case("convert-safetensors-entry-without-shape", "convert --src {shapeless_bert} --out {out}", "'w'"),
-    Case("export-truncated-safetensors", "export-onnx --model_dir {truncated} --output_dir {out}", "{truncated}"),
+    Case(
+        "export-truncated-safetensors",
+        "export-onnx --model_dir {truncated} --output_dir {out}",
+        "{truncated}",
+    ),
     Case("export-no-tokenizer", "export-onnx --model_dir {no_tokenizer} --output_dir {out}", "no tokenizer"),
     Case("empty-vocab-txt", CLASSIFY + " --model_name_or_path {empty_vocab} " + SST2, "vocab.txt"),
     Case("five-token-vocab-txt", CLASSIFY + " --model_name_or_path {tiny_vocab} " + SST2, "vocab.txt"),
