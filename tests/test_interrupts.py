@@ -40,6 +40,36 @@ def test_ctrl_c_during_start_up_is_one_line_and_status_130(tmp_path):
     assert "interrupted" in stderr.lower()
 
 
+@pytest.mark.slow  # a real process, interrupted once it has announced its training
+def test_ctrl_c_between_start_up_and_the_first_step_stops_the_run_with_status_130(tmp_path):
+    """The window between the command's start-up and the loop's own signal handler: the run must stop
+    (never go on training), in one line, with status 130, and write no final model."""
+    argv = [sys.executable, "-m", "briskbert", "pretrain", "--train_file", str(EXCERPT), "--config_name"]
+    argv += [
+        "bert-tiny",
+        "--vocab_size",
+        "300",
+        "--max_train_steps",
+        "400",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    announced = next((line for line in process.stdout if line.startswith("Training:")), None)
+    assert announced is not None, "the run never announced its training"
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "step 400" not in stdout and not (tmp_path / "run" / "final").exists()
+
+
 def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(monkeypatch, capsys):
     """CPython 3.11 keeps a flag when a KeyboardInterrupt leaves an exec() of a string (dataclasses run such
     execs while torch imports) and, under ``python -m``, ends the process by SIGINT after it returned 130.

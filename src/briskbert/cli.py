@@ -124,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
     try:
+        module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
         result = module.main(rest)
     except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
         print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
