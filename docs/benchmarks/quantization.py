@@ -1,7 +1,7 @@
 """Quantized inference side by side: speed, size, memory and quality of int8 against fp32 and bf16.
 
     python docs/benchmarks/quantization.py --embedder runs/minilm --classifier runs/sst2/final \\
-        --out runs/benchmark/quantization --threads 2
+        --ner_model runs/ner/final --out runs/benchmark/quantization --threads 2
 
 One process, one thread count, the same real variable-length batches for every model (SST-2 validation sentences
 and WikiText-2 paragraphs, each batch padded to its longest text), models timed interleaved round after round (the
@@ -17,10 +17,10 @@ Size is the weight file on disk; memory the resident growth when the model is lo
 during the longest batch (after malloc_trim; approximate).
 
 Quality against fp32: SST-2 accuracy on validation.tsv of --classifier (a fine-tuned briskbert classifier) and of
-its int8 versions; Recall@1 (and MRR@10) of --embedder and its int8 versions on the XQuAD-en articles 24-35
+its int8 versions; CoNLL-2003 entity F1 of --ner_model (the first --max_ner_sentences dev sentences); Recall@1 (and MRR@10) of --embedder and its int8 versions on the XQuAD-en articles 24-35
 collection with the WikiText-2 distractors (1,555 passages, 293 questions), as in docs/results.md.
 
-Writes quantization_benchmark.json and prints markdown tables. Quantized folders are made once under
+Writes quantization_speed.json (as soon as the timing is done) and quantization_benchmark.json and prints markdown tables. Quantized folders are made once under
 --out/models and reused.
 """
 
@@ -453,9 +453,12 @@ def main(argv=None) -> None:
     )
     report = dict(settings={k: str(v) for k, v in vars(args).items()}, machine=facts)
     report["speed"] = speed_section(args, tokenizer, log)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # The speed table as soon as it is measured: the quality passes that follow take much longer.
+    (args.out / "quantization_speed.json").write_text(json.dumps(report, indent=2, default=str))
+    print(markdown({**report, "quality": {"sst2_accuracy": {}, "retrieval": {}, "conll_f1": {}}}), flush=True)
     report["quality"] = quality_section(args, tokenizer, log)
     facts["load_average_end"] = os.getloadavg()
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quantization_benchmark.json").write_text(json.dumps(report, indent=2, default=str))
     print(markdown(report))
     print(json.dumps(facts))
