@@ -108,7 +108,8 @@ def scores(folder: str, pairs) -> dict:
     from briskbert.training.retrieval.dense import load_dual_encoder
     from briskbert.training.retrieval.similarity import evaluate_similarity
 
-    ours = evaluate_similarity(*load_dual_encoder(folder), pairs)
+    encoder, tokenizer, spec = load_dual_encoder(folder)
+    ours = evaluate_similarity(encoder, tokenizer, pairs, spec)
     evaluator = EmbeddingSimilarityEvaluator(
         [p.sentence1 for p in pairs], [p.sentence2 for p in pairs], [p.score for p in pairs], write_csv=False
     )
