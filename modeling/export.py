@@ -138,9 +138,8 @@ def load_for_export(model_dir: Path, architecture: str | None):
         ) from error
     try:
         model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    except (
-        Exception
-    ) as error:  # a truncated or foreign weights file: safetensors, torch and transformers differ
+    # A truncated or foreign weights file: safetensors, torch and transformers each raise their own error.
+    except Exception as error:
         raise ExportInputError(
             f"the weights in {model_dir} cannot be loaded as {architecture} ({type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else ''}); re-save or re-download the model."
