@@ -13,25 +13,23 @@ ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
 
 
-@pytest.mark.slow  # a real process, interrupted one second into its start-up
-def test_ctrl_c_during_start_up_is_one_line_and_status_130(tmp_path):
-    argv = [sys.executable, "-m", "briskbert", "pretrain", "--train_file", str(EXCERPT), "--config_name"]
-    argv += [
-        "bert-tiny",
-        "--vocab_size",
-        "300",
-        "--max_train_steps",
-        "2",
-        "--output_dir",
-        str(tmp_path / "run"),
-    ]
-    process = subprocess.Popen(
+def start_pretraining(output_dir, max_train_steps: int) -> subprocess.Popen:
+    """A real ``briskbert pretrain`` process on the bundled excerpt, its output piped."""
+    argv = [sys.executable, "-m", "briskbert", "pretrain", "--train_file", str(EXCERPT)]
+    argv += ["--config_name", "bert-tiny", "--vocab_size", "300", "--max_train_steps", str(max_train_steps)]
+    argv += ["--output_dir", str(output_dir)]
+    return subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
+
+
+@pytest.mark.slow  # a real process, interrupted one second into its start-up
+def test_ctrl_c_during_start_up_is_one_line_and_status_130(tmp_path):
+    process = start_pretraining(tmp_path / "run", max_train_steps=2)
     time.sleep(1.0)  # torch is still being imported
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
@@ -44,23 +42,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_status_130(tmp_path):
 def test_ctrl_c_between_start_up_and_the_first_step_stops_the_run_with_status_130(tmp_path):
     """The window between the command's start-up and the loop's own signal handler: the run must stop
     (never go on training), in one line, with status 130, and write no final model."""
-    argv = [sys.executable, "-m", "briskbert", "pretrain", "--train_file", str(EXCERPT), "--config_name"]
-    argv += [
-        "bert-tiny",
-        "--vocab_size",
-        "300",
-        "--max_train_steps",
-        "400",
-        "--output_dir",
-        str(tmp_path / "run"),
-    ]
-    process = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    process = start_pretraining(tmp_path / "run", max_train_steps=400)
     announced = next((line for line in process.stdout if line.startswith("Training:")), None)
     assert announced is not None, "the run never announced its training"
     process.send_signal(signal.SIGINT)
