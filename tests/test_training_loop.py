@@ -250,3 +250,17 @@ def test_too_small_dataset_is_a_clear_error(tmp_path):
     args = config("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
     with pytest.raises(ValueError, match="fewer than one batch"):
         run(mlm_task(train=sequences(5)), args)
+
+
+def test_after_training_runs_once_on_the_saved_final_model(tmp_path):
+    class Recording(PreparedTask):
+        def after_training(self, result, accelerator):
+            calls.append((result.final_dir, (result.final_dir / "config.json").is_file()))
+
+    calls = []
+    args = config(
+        "--output_dir", str(tmp_path / "run"), "--max_train_steps", "2", "--per_device_train_batch_size", "4"
+    )
+    task = mlm_task()
+    result = run(Recording(**{name: getattr(task, name) for name in task.__dataclass_fields__}), args)
+    assert calls == [(result.final_dir, True)]  # after final/ was written, once
