@@ -73,18 +73,16 @@ class EmbeddingTask(Task):
         from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
         from briskbert.training.retrieval.embeddings import DualEncoder, PairCollator, mine_hard_negatives
         from briskbert.training.retrieval.similarity import ScoredPairCollator
-        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+        from briskbert.training.tasks.finetuning import load_starting_model
 
         source, location = self.source, self.location
-        base = resolve_base_model(location, config.output_dir, source.trust_remote_code) if location else None
         declared = (read_embedding_spec(source.model_name_or_path) if location else None) or EmbeddingSpec()
         self.spec = EmbeddingSpec(
             pooling=self.settings.pooling or declared.pooling,
             normalize=declared.normalize and not self.settings.no_normalize,
             max_seq_length=source.max_seq_length,
         )
-        tokenizer = load_tokenizer(source.tokenizer_name or base)
-        encoder = load_model(BriskBertModel, source, base, tokenizer)
+        encoder, tokenizer = load_starting_model(BriskBertModel, source, location, config.output_dir)
         train = self.train
         if self.data.mine_hard_negatives:
             encoder.to(accelerator.device)

@@ -77,22 +77,18 @@ class RerankerTask(Task):
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from briskbert.modeling import BriskBertForSequenceClassification
         from briskbert.training.retrieval.reranking import CrossEncoderForRanking, GroupCollator
-        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+        from briskbert.training.tasks.finetuning import load_starting_model
 
         source, data = self.source, self.data
         self.sets = training_sets(
             data, self.validation, config.seed, config.per_device_eval_batch_size, accelerator.device
         )
-        base = None
-        if self.location is not None:
-            base = resolve_base_model(self.location, config.output_dir, source.trust_remote_code)
-        tokenizer = load_tokenizer(source.tokenizer_name or base)
         # One relevance logit; problem_type regression keeps the head's own (unused) loss well defined.
-        model = load_model(
+        model, tokenizer = load_starting_model(
             BriskBertForSequenceClassification,
             source,
-            base,
-            tokenizer,
+            self.location,
+            config.output_dir,
             num_labels=1,
             problem_type="regression",
         )

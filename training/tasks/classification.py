@@ -487,16 +487,15 @@ class ClassificationTask(Task):
     def make_model(self, accelerator, config: TrainingConfig):
         """``(model, tokenizer)``: the classifier with this data's labels, and its tokenizer."""
         from briskbert.modeling import BriskBertForSequenceClassification
-        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+        from briskbert.training.tasks.finetuning import load_starting_model
 
-        base = None
-        if self.location is not None:
-            base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
-        tokenizer = load_tokenizer(self.source.tokenizer_name or base)
-        model = load_model(
-            BriskBertForSequenceClassification, self.source, base, tokenizer, **self.spec.config_kwargs()
+        return load_starting_model(
+            BriskBertForSequenceClassification,
+            self.source,
+            self.location,
+            config.output_dir,
+            **self.spec.config_kwargs(),
         )
-        return model, tokenizer
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
         return evaluate_classification(self.spec, model, dataloader, accelerator)

@@ -140,6 +140,18 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
     return model
 
 
+def load_starting_model(
+    model_class, source: ModelSource, location: ModelLocation | None, output_dir: str, **config_overrides
+):
+    """``(model, tokenizer)`` a job starts from: ``source``'s folder (converted first when it is a BERT-family
+    checkpoint, see :func:`resolve_base_model`) or its preset, with ``config_overrides`` for the new head."""
+    base = None
+    if location is not None:
+        base = resolve_base_model(location, output_dir, source.trust_remote_code)
+    tokenizer = load_tokenizer(source.tokenizer_name or base)
+    return load_model(model_class, source, base, tokenizer, **config_overrides), tokenizer
+
+
 def card_source_facts(source: ModelSource) -> dict:
     return {
         "base_model": base_model_id(source.model_name_or_path),

@@ -393,23 +393,18 @@ class NerTask(Task):
     def make_model(self, config: TrainingConfig):
         """``(model, tokenizer)``: the token classifier with this data's tags, and its tokenizer."""
         from briskbert.modeling import BriskBertForTokenClassification
-        from briskbert.training.tasks.finetuning import load_model, load_tokenizer, resolve_base_model
+        from briskbert.training.tasks.finetuning import load_starting_model
 
-        base = None
-        if self.location is not None:
-            base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
-        tokenizer = load_tokenizer(self.source.tokenizer_name or base)
-        model = load_model(
+        return load_starting_model(
             BriskBertForTokenClassification,
             self.source,
-            base,
-            tokenizer,
+            self.location,
+            config.output_dir,
             num_labels=len(self.data.labels),
             id2label=self.data.id2label,
             label2id=self.data.label2id,
             **({"use_crf": True} if self.settings.crf else {}),
         )
-        return model, tokenizer
 
     def count_items(self, batch: dict) -> int:
         return count_labelled_tokens(batch)

@@ -371,19 +371,12 @@ class QaTask(Task):
 
         from briskbert.modeling import BriskBertForQuestionAnswering
         from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
-        from briskbert.training.tasks.finetuning import (
-            load_model,
-            load_tokenizer,
-            report_skips,
-            resolve_base_model,
-        )
+        from briskbert.training.tasks.finetuning import load_starting_model, report_skips
 
         self.output_dir, data = config.output_dir, self.data
-        base = None
-        if self.location is not None:
-            base = resolve_base_model(self.location, config.output_dir, self.source.trust_remote_code)
-        tokenizer = load_tokenizer(self.source.tokenizer_name or base)
-        model = load_model(BriskBertForQuestionAnswering, self.source, base, tokenizer)
+        model, tokenizer = load_starting_model(
+            BriskBertForQuestionAnswering, self.source, self.location, config.output_dir
+        )
         register_question_answering_pipeline(model.config)  # transformers 5 has none: name ours
         self.train_features, self.eval_features = qa_features(
             data, tokenizer, self.settings, config.seed, accelerator
