@@ -57,6 +57,7 @@ BASE_WARM = (
 )
 # Cross-kind swaps (arithmetic <-> bitwise or power, any operator -> identity test) add ten mutants per operator
 # that die with the plain swap (``+`` -> ``-``) or are identical for small ints and singletons in CPython.
+UNSAMPLED = "skipped: not in the random sample"
 EXCLUDED_OPERATORS = (
     r"core/ReplaceBinaryOperator_(Add|Sub|Mul|Div|FloorDiv|Mod)_(Pow|RShift|LShift|BitOr|BitAnd|BitXor)$",
     r"core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift)_(Add|Sub|Mul|Div|FloorDiv|Mod|Pow)$",
@@ -74,8 +75,11 @@ class Target:
     module: str
     tests: tuple[str, ...]
     select: str = ""
+    markers: str = ""
     warm: tuple[str, ...] = field(default_factory=tuple)
     timeout_s: float = 240.0
+    # Functions (``name`` or ``Class.method``) to mutate when the module holds more than the code under test.
+    only: tuple[str, ...] = field(default_factory=tuple)
 
 
 TARGETS: dict[str, Target] = {
@@ -126,11 +130,93 @@ TARGETS: dict[str, Target] = {
         select="not resume_mid_epoch",  # a whole training run; the store's reads are covered by the others
         warm=("datasets", "briskbert.tokenization", "briskbert.tokenization.training"),
     ),
+    "sequences": Target(
+        source="training/data/pretraining_data.py",
+        module="briskbert.training.data.pretraining_data",
+        tests=("tests/test_pretraining_data.py", "tests/test_corpus_contract.py"),
+        warm=("datasets", "briskbert.tokenization", "briskbert.training.data.corpus"),
+    ),
+    "loop": Target(
+        source="training/engine/loop.py",
+        module="briskbert.training.engine.loop",
+        tests=(
+            "tests/test_loop_contract.py",
+            "tests/test_training_loop.py",
+            "tests/test_schedule_in_training.py",
+            "tests/test_run_safety.py",
+        ),
+        markers="not slow",
+        warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
+    ),
+    "storage": Target(
+        source="hub_server/storage.py",
+        module="briskbert.hub_server.storage",
+        tests=("tests/test_local_hub.py", "tests/test_hub_hardening.py", "tests/test_hub_adversarial.py"),
+        markers="not slow",
+        warm=("huggingface_hub",),
+    ),
+    "qa-postprocessing": Target(
+        source="training/tasks/qa.py",
+        module="briskbert.training.tasks.qa",
+        tests=("tests/test_finetune.py", "tests/test_open_domain_qa.py", "tests/test_pipelines.py"),
+        markers="not slow",
+        select="qa or squad or answer or question",
+        warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
+        only=(
+            "_truncate_questions",
+            "_tokenize_windows",
+            "prepare_train_features",
+            "keep_some_answerless_windows",
+            "prepare_eval_features",
+            "postprocess_qa_predictions",
+            "nbest_text",
+        ),
+    ),
+    "losses-crf": Target(
+        source="modeling/crf.py",
+        module="briskbert.modeling.crf",
+        tests=("tests/test_crf.py",),
+        markers="not slow",
+    ),
+    "losses-mlm": Target(
+        source="modeling/modeling_briskbert.py",
+        module="briskbert.modeling.modeling_briskbert",
+        tests=("tests/test_modeling.py", "tests/test_pretrain.py"),
+        markers="not slow",
+        select="loss",
+        only=("masked_lm_loss",),
+    ),
+    "losses-distillation": Target(
+        source="training/tasks/distill.py",
+        module="briskbert.training.tasks.distill",
+        tests=("tests/test_finetune.py",),
+        markers="not slow",
+        select="distil",
+        warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
+        only=("soft_target_loss", "DistillationModel.forward", "DistillationModel._hidden_loss"),
+    ),
+    "losses-embeddings": Target(
+        source="training/retrieval/embeddings.py",
+        module="briskbert.training.retrieval.embeddings",
+        tests=("tests/test_retrieval.py", "tests/test_multiprocess_retrieval.py"),
+        markers="not slow",
+        warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
+        only=("multiple_negatives_ranking_loss", "DualEncoder._loss"),
+    ),
+    "losses-similarity": Target(
+        source="training/retrieval/similarity.py",
+        module="briskbert.training.retrieval.similarity",
+        tests=("tests/test_similarity.py",),
+        markers="not slow",
+        warm=("briskbert.modeling", "briskbert.tokenization", "datasets", "scipy.stats"),
+        only=("cosent_loss", "cosine_mse_loss"),
+    ),
 }
 
 
 def pytest_args(target: Target) -> list[str]:
     args = [*PYTEST_FLAGS, *target.tests]
+    args += ["-m", target.markers] if target.markers else []
     return [*args, "-k", target.select] if target.select else args
 
 
@@ -313,14 +399,34 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
-def skip_noise(target: Target, paths: Paths) -> None:
-    """Mark annotation mutants and excluded operator swaps as skipped in the session."""
+def function_lines(source: str, names: tuple[str, ...]) -> list[range]:
+    """The line ranges of the named functions (``name`` or ``Class.method``); every name must exist."""
+    found = {}
+    for node in ast.parse(source).body:
+        members = node.body if isinstance(node, ast.ClassDef) else []
+        for prefix, child in [("", node), *((f"{node.name}.", m) for m in members)]:
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                found[prefix + child.name] = range(child.lineno, child.end_lineno + 1)
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise SystemExit(f"no function {missing[0]!r} in the module: update the target's `only`")
+    return [found[name] for name in names]
+
+
+def skip_noise(target: Target, paths: Paths, sample: int, seed: int) -> None:
+    """Mark annotation mutants, excluded operator swaps, mutants outside ``only`` and, with ``sample``, all but
+    a random sample of the rest as skipped in the session."""
+    import random
+
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
-    spans = annotation_spans((ROOT / target.source).read_text())
+    source = (ROOT / target.source).read_text()
+    spans = annotation_spans(source)
+    functions = function_lines(source, target.only) if target.only else []
     excluded = re.compile("|".join(EXCLUDED_OPERATORS))
     with use_db(str(paths.session), WorkDB.Mode.open) as db:
+        kept = []
         for item in db.pending_work_items:
             mutation = item.mutations[0]
             start = tuple(mutation.start_pos)
@@ -329,8 +435,18 @@ def skip_noise(target: Target, paths: Paths) -> None:
                 reason = "skipped: inside an annotation (never evaluated)"
             elif excluded.match(mutation.operator_name):
                 reason = "skipped: excluded operator swap"
+            elif functions and not any(start[0] in lines for lines in functions):
+                reason = "skipped: outside the functions under test"
             if reason:
                 db.set_result(item.job_id, WorkResult(output=reason, worker_outcome=WorkerOutcome.SKIPPED))
+            else:
+                kept.append(item.job_id)
+        if 0 < sample < len(kept):
+            chosen = set(random.Random(seed).sample(kept, sample))
+            for job_id in kept:
+                if job_id not in chosen:
+                    outcome = WorkResult(output=UNSAMPLED, worker_outcome=WorkerOutcome.SKIPPED)
+                    db.set_result(job_id, outcome)
 
 
 def forget_survivors(paths: Paths) -> None:
@@ -385,7 +501,7 @@ def run_session(name: str, target: Target, options: argparse.Namespace) -> None:
             forget_survivors(paths)
         elif not (options.resume and paths.session.exists()):
             _cosmic_ray("init", str(paths.config), str(paths.session))
-            skip_noise(target, paths)
+            skip_noise(target, paths, options.sample, options.seed)
         baseline = _cosmic_ray("baseline", str(paths.config), check=False)
         if baseline.returncode != 0:
             raise SystemExit(
@@ -449,6 +565,7 @@ class Figures:
 
     total: int = 0
     skipped: int = 0
+    unsampled: int = 0
     pending: int = 0
     killed: int = 0
     timeouts: int = 0
@@ -494,7 +611,9 @@ def figures(name: str, paths: Paths) -> Figures:
         result.total = db.num_work_items
         result.pending = db.num_work_items - db.num_results
         for item, outcome in db.completed_work_items:
-            if outcome.worker_outcome == WorkerOutcome.SKIPPED:
+            if outcome.worker_outcome == WorkerOutcome.SKIPPED and outcome.output == UNSAMPLED:
+                result.unsampled += 1
+            elif outcome.worker_outcome == WorkerOutcome.SKIPPED:
                 result.skipped += 1
             elif outcome.test_outcome == TestOutcome.INCOMPETENT:
                 result.incompetent += 1
@@ -514,12 +633,14 @@ def figures(name: str, paths: Paths) -> Figures:
 
 
 def render(name: str, target: Target, numbers: Figures) -> str:
-    run = numbers.total - numbers.skipped - numbers.pending
+    run = numbers.total - numbers.skipped - numbers.unsampled - numbers.pending
+    sampled = f" (a random sample; {numbers.unsampled} left out)" if numbers.unsampled else ""
+    only = f" Mutated: {', '.join(target.only)}." if target.only else ""
     lines = [
         f"### `{target.source}`",
         "",
-        f"Mutants: {numbers.total} generated, {numbers.skipped} skipped (annotations, excluded swaps), "
-        f"{run} run, {numbers.pending} not run. Killed {numbers.killed} ({numbers.timeouts} by timeout), "
+        f"Mutants: {numbers.total} generated, {numbers.skipped} skipped (annotations, excluded swaps, outside "
+        f"the functions under test), {run} run{sampled}, {numbers.pending} not run.{only} Killed {numbers.killed} ({numbers.timeouts} by timeout), "
         f"survived {len(numbers.survivors)} ({numbers.equivalent} equivalent), "
         f"incompetent {numbers.incompetent}. **Kill rate of non-equivalent mutants: {numbers.kill_rate:.1f} %.**",
         "",
@@ -539,11 +660,11 @@ SUMMARY_HEADER = (
 
 
 def summary_row(target: Target, numbers: Figures) -> str:
-    run = numbers.total - numbers.skipped - numbers.pending
+    run = numbers.total - numbers.skipped - numbers.unsampled - numbers.pending
     cells = [
         f"`{target.source}`",
         numbers.total,
-        numbers.skipped,
+        numbers.skipped + numbers.unsampled,
         run,
         numbers.pending,
         numbers.killed,
@@ -574,6 +695,13 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         "--report-only", action="store_true", help="Only write the report of stored sessions."
     )
     parser.add_argument("--budget-minutes", type=float, default=15.0, help="Per module (default 15).")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="On a new session, run only this many mutants drawn at random (default: all).",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Of the random sample (default 0).")
     parser.add_argument("--fail-under", type=float, default=90.0, help="Kill rate in %% (default 90).")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--forbid", help=argparse.SUPPRESS)

@@ -193,3 +193,53 @@ def test_ranking_smoke_test_scores_the_pair_without_an_activation():
     ]
     with pytest.raises(AssertionError):
         smoke("text-ranking", {"score": math.inf})
+
+
+def test_the_settings_after_the_commit_are_passed_by_name():
+    with pytest.raises(TypeError):
+        verify_commit("user/model", "abc123", "fill-mask", "AutoModelForMaskedLM", "http://hub.local")
+
+
+@pytest.mark.parametrize("returncode", [1, -9])  # an error exit, and a kill by signal
+def test_a_json_line_before_a_failed_exit_is_not_an_answer(monkeypatch, returncode):
+    fake = FakeRun(returncode=returncode, stdout='{"ok": true}\n', stderr="Traceback: died after printing")
+    assert verify(monkeypatch, fake) == {"ok": False, "error": "Traceback: died after printing"}
+
+
+def test_smoke_tests_refuse_more_answers_or_wider_vectors_than_asked_for():
+    with pytest.raises(AssertionError):
+        smoke("fill-mask", [{"token_str": w} for w in ("mat", "rug", "bed", "sofa")])  # top_k=3
+    with pytest.raises(AssertionError):
+        smoke("feature-extraction", [[[0.1, 0.2, 0.3, 0.4]]])  # hidden_size is 3
+
+
+def test_similarity_compares_the_first_token_vectors():
+    # The pipeline answers [text][token][hidden]: the first token's vector stands for the sentence.
+    tokens = {
+        "The cat sat on the mat.": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],
+        "A cat is sitting on a mat.": [[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+    }
+    assert smoke("sentence-similarity", lambda text: [tokens[text]])[1] == round(1 / math.sqrt(2), 4)
+
+
+@pytest.mark.slow  # ~15 s: a clean interpreter imports transformers and downloads the commit
+def test_the_checker_loads_a_real_commit_with_the_repos_own_code(tmp_path):
+    from huggingface_hub import HfApi
+    from hub_fixtures import TOKEN as HUB_TOKEN
+    from hub_fixtures import make_briskbert
+
+    from briskbert.hub_server import BackgroundHub
+
+    folder = make_briskbert(tmp_path / "model", extra_files=False)
+    with BackgroundHub(tmp_path / "hub", HUB_TOKEN, user="testuser") as hub:
+        api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+        api.create_repo("testuser/checked")
+        commit = api.upload_folder(repo_id="testuser/checked", folder_path=folder).oid
+        options = dict(pipeline_tag="text-classification", endpoint=hub.url, token=HUB_TOKEN)
+        result = verify_commit(
+            "testuser/checked", commit, auto_class="AutoModelForSequenceClassification", **options
+        )
+    assert result["ok"] is True, result
+    assert result["model_class"].startswith("transformers_modules.testuser.checked.")
+    assert result["model_class"].endswith(".BriskBertForSequenceClassification")
+    assert result["pipeline_output"] in {"negative", "positive"} and "model.safetensors" in result["files"]
