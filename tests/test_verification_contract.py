@@ -224,9 +224,9 @@ def test_similarity_compares_the_first_token_vectors():
 
 @pytest.mark.slow  # ~15 s: a clean interpreter imports transformers and downloads the commit
 def test_the_checker_loads_a_real_commit_with_the_repos_own_code(tmp_path):
-    from huggingface_hub import HfApi
     from hub_fixtures import TOKEN as HUB_TOKEN
     from hub_fixtures import make_briskbert
+    from huggingface_hub import HfApi
 
     from briskbert.hub_server import BackgroundHub
 
