@@ -8,6 +8,7 @@ hands to Accelerate, and what a first and a second Ctrl-C do.
 import json
 import math
 import signal
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,8 @@ import torch
 from test_training_loop import config, mlm_task, sequences
 
 from briskbert.training import run
-from briskbert.training.engine.loop import _SignalCatcher, create_accelerator, evaluate_loss
+from briskbert.training.engine.config import TrainingSetupError
+from briskbert.training.engine.loop import _prepare, _SignalCatcher, create_accelerator, evaluate_loss
 
 
 class ConstantLossModel:
@@ -73,3 +75,63 @@ def test_the_first_interrupt_is_remembered_and_a_second_ctrl_c_aborts():
     again._handle(signal.SIGTERM, None)
     again._handle(signal.SIGTERM, None)  # a second SIGTERM does not abort: it is not a user at the keyboard
     assert again.signal_number == signal.SIGTERM
+
+
+def test_a_task_that_reports_only_metrics_gets_the_item_weighted_loss_too(tmp_path):
+    """The loop records the model's own loss during a metrics-only evaluation: weighted by the items."""
+    evaluation = sequences(9, seed=1)  # batches of 4, 4 and 1 sequences: unequal masked-token counts
+
+    def metrics_only(model, dataloader, accelerator):
+        return {"score": float(sum(model(**batch).loss is not None and len(batch["input_ids"]) for batch in dataloader))}
+
+    task = mlm_task(evaluation=evaluation, evaluate_fn=metrics_only)
+    flags = ("--max_train_steps", "1", "--per_device_eval_batch_size", "4", "--mixed_precision", "no")
+    result = run(task, config("--output_dir", str(tmp_path), *flags))
+    assert result.metrics["eval_score"] == 9.0
+    reference = run(mlm_task(evaluation=evaluation), config("--output_dir", str(tmp_path / "loss"), *flags))
+    assert result.metrics["eval_loss"] == pytest.approx(reference.metrics["eval_loss"], rel=1e-6)
+    assert 0 <= result.metrics["eval_runtime_s"] < 60  # a duration, not a clock reading
+
+
+def test_checkpoints_by_epoch_are_written_at_each_epoch_end_only(tmp_path):
+    # 20 sequences in batches of 4: 5 steps per epoch.
+    flags = (
+        "--per_device_train_batch_size",
+        "4",
+        "--num_train_epochs",
+        "2",
+        "--checkpointing_steps",
+        "epoch",
+    )
+    run(mlm_task(train=sequences(20)), config("--output_dir", str(tmp_path), *flags))
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_10", "step_5"]
+
+
+def test_run_speed_is_tokens_over_the_training_time_to_one_decimal(tmp_path, monkeypatch):
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.25 * next(ticks))  # a clock with exact steps
+    run(mlm_task(), config("--output_dir", str(tmp_path), "--max_train_steps", "3"))
+    results = json.loads((tmp_path / "all_results.json").read_text())
+    expected = round(results["tokens_seen"] / results["train_runtime_s"], 1)
+    assert results["train_tokens_per_s"] == expected and expected != int(expected)
+
+
+def test_trackers_named_by_report_to_are_handed_to_accelerate(tmp_path, monkeypatch):
+    import accelerate
+    import accelerate.tracking
+
+    seen = {}
+    monkeypatch.setattr(accelerate, "Accelerator", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(accelerate.tracking, "get_available_trackers", lambda: ["wandb"])
+    create_accelerator(config("--output_dir", str(tmp_path / "a"), "--report_to", "wandb"))
+    assert seen["log_with"] == ["wandb"]
+    create_accelerator(config("--output_dir", str(tmp_path / "b")))
+    assert seen["log_with"] is None
+
+
+def test_deepspeed_with_gradient_accumulation_is_refused_before_anything_is_prepared(tmp_path):
+    deepspeed = SimpleNamespace(distributed_type=SimpleNamespace(value="DEEPSPEED"))
+    inputs = SimpleNamespace(model=None, train_dataset=None, data_collator=None)
+    accumulating = config("--output_dir", str(tmp_path), "--gradient_accumulation_steps", "2")
+    with pytest.raises(TrainingSetupError, match="--gradient_accumulation_steps 1"):
+        _prepare(accumulating, deepspeed, inputs)
