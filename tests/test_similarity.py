@@ -86,6 +86,19 @@ def test_cosent_loss_and_gradients_equal_sentence_transformers():
     assert float(cosent_loss(first, second, scores / 5, 20.0).detach()) == pytest.approx(ours_value, rel=1e-6)
 
 
+def test_cosent_loss_of_pairs_already_in_order_is_near_zero_as_in_sentence_transformers():
+    """Where the cosines already follow the scores, the loss is log(1 + a tiny sum): the 1 must be exactly one."""
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    angles = torch.tensor([2.0, 1.5, 0.2])  # cosines -0.42, 0.07, 0.98 for scores 0, 2.5, 5
+    first = torch.tensor([[1.0, 0.0]] * 3)
+    second = torch.stack([angles.cos(), angles.sin()], dim=1)
+    scores = torch.tensor([0.0, 2.5, 5.0])
+    ours = float(cosent_loss(first, second, scores, scale=20.0))
+    theirs = float(CoSENTLoss(model=None, scale=20.0).compute_loss_from_embeddings([first, second], scores))
+    assert 0 < ours < 1e-4 and ours == pytest.approx(theirs, rel=1e-4)
+
+
 def test_cosine_mse_equals_sentence_transformers_on_scores_mapped_to_0_1():
     from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
 
