@@ -198,7 +198,11 @@ TARGETS: dict[str, Target] = {
     "losses-embeddings": Target(
         source="training/retrieval/embeddings.py",
         module="briskbert.training.retrieval.embeddings",
-        tests=("tests/test_retrieval.py", "tests/test_multiprocess_retrieval.py"),
+        tests=(
+            "tests/test_embedding_losses_contract.py",
+            "tests/test_retrieval.py",
+            "tests/test_multiprocess_retrieval.py",
+        ),
         markers="not slow",
         warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
         only=("multiple_negatives_ranking_loss", "DualEncoder._loss"),
