@@ -181,7 +181,7 @@ TARGETS: dict[str, Target] = {
     "losses-mlm": Target(
         source="modeling/modeling_briskbert.py",
         module="briskbert.modeling.modeling_briskbert",
-        tests=("tests/test_modeling.py", "tests/test_pretrain.py"),
+        tests=("tests/test_mlm_loss_contract.py", "tests/test_modeling.py", "tests/test_pretrain.py"),
         markers="not slow",
         select="loss",
         only=("masked_lm_loss",),
