@@ -453,6 +453,25 @@ def skip_noise(target: Target, paths: Paths, sample: int, seed: int) -> None:
                     db.set_result(job_id, outcome)
 
 
+def widen_sample(paths: Paths, sample: int, seed: int) -> None:
+    """Draw more of the mutants left out of the random sample, so that ``sample`` have been drawn in all."""
+    import random
+    import sqlite3
+
+    def count(query: str) -> int:
+        return db.execute(query).fetchone()[0]
+
+    with sqlite3.connect(paths.session) as db:
+        left_out = [
+            row[0] for row in db.execute("SELECT job_id FROM work_results WHERE output = ?", (UNSAMPLED,))
+        ]
+        run = count("SELECT COUNT(*) FROM work_results WHERE worker_outcome != 'SKIPPED'")
+        pending = count("SELECT COUNT(*) FROM work_items") - count("SELECT COUNT(*) FROM work_results")
+        wanted = max(0, min(sample - run - pending, len(left_out)))
+        more = random.Random(f"{seed}/{run + pending}").sample(sorted(left_out), wanted)
+        db.executemany("DELETE FROM work_results WHERE job_id = ?", [(job_id,) for job_id in more])
+
+
 def forget_survivors(paths: Paths) -> None:
     """Make the survivors pending again, to check that new tests kill them (tests only ever get added), and
     the kills by timeout too: a machine that was paused or overloaded times out mutants the tests would not
@@ -503,6 +522,8 @@ def run_session(name: str, target: Target, options: argparse.Namespace) -> None:
         started = time.monotonic()
         if options.rerun_survivors and paths.session.exists():
             forget_survivors(paths)
+        elif options.resume and options.sample and paths.session.exists():
+            widen_sample(paths, options.sample, options.seed)
         elif not (options.resume and paths.session.exists()):
             _cosmic_ray("init", str(paths.config), str(paths.session))
             skip_noise(target, paths, options.sample, options.seed)
@@ -703,7 +724,7 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         "--sample",
         type=int,
         default=0,
-        help="On a new session, run only this many mutants drawn at random (default: all).",
+        help="Run only this many mutants drawn at random (default: all); with --resume, draw more to reach it.",
     )
     parser.add_argument("--seed", type=int, default=0, help="Of the random sample (default 0).")
     parser.add_argument("--fail-under", type=float, default=90.0, help="Kill rate in %% (default 90).")
