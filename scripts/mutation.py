@@ -189,7 +189,7 @@ TARGETS: dict[str, Target] = {
     "losses-distillation": Target(
         source="training/tasks/distill.py",
         module="briskbert.training.tasks.distill",
-        tests=("tests/test_finetune.py",),
+        tests=("tests/test_distillation_contract.py", "tests/test_finetune.py"),
         markers="not slow",
         select="distil",
         warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
