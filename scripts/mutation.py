@@ -158,7 +158,12 @@ TARGETS: dict[str, Target] = {
     "qa-postprocessing": Target(
         source="training/tasks/qa.py",
         module="briskbert.training.tasks.qa",
-        tests=("tests/test_finetune.py", "tests/test_open_domain_qa.py", "tests/test_pipelines.py"),
+        tests=(
+            "tests/test_qa_postprocessing_contract.py",
+            "tests/test_finetune.py",
+            "tests/test_open_domain_qa.py",
+            "tests/test_pipelines.py",
+        ),
         markers="not slow",
         select="qa or squad or answer or question",
         warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
