@@ -133,7 +133,11 @@ TARGETS: dict[str, Target] = {
     "sequences": Target(
         source="training/data/pretraining_data.py",
         module="briskbert.training.data.pretraining_data",
-        tests=("tests/test_pretraining_data.py", "tests/test_corpus_contract.py"),
+        tests=(
+            "tests/test_sequences_contract.py",
+            "tests/test_pretraining_data.py",
+            "tests/test_corpus_contract.py",
+        ),
         warm=("datasets", "briskbert.tokenization", "briskbert.training.data.corpus"),
     ),
     "loop": Target(

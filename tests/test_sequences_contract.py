@@ -1,0 +1,49 @@
+"""Next-sentence-prediction pairs, checked against the documents they were cut from.
+
+Written to kill the mutants of the sequence building in ``training/data/pretraining_data.py`` (see
+docs/testing.md): segment A and its [SEP] are type 0, segment B and its [SEP] type 1; an "is next" pair
+continues its own document, a "random next" pair takes B from another document, and about half the pairs
+of documents long enough to split are random.
+"""
+
+from briskbert.training.data.pretraining_data import iter_nsp_examples
+
+CLS, SEP = 1, 2
+
+
+def documents(count=60, sentences=12):
+    """Documents of one-token sentences whose ids tell where they come from: 1000 * document + position."""
+    return [[[1000 * (d + 1) + k] for k in range(sentences)] for d in range(count)]
+
+
+def examples(max_seq_length=11):
+    return list(iter_nsp_examples(documents(), CLS, SEP, max_seq_length, seed=3, short_seq_prob=0.0))
+
+
+def split(example):
+    ids = example["input_ids"]
+    first_sep = ids.index(SEP)
+    return ids[1:first_sep], ids[first_sep + 1 : -1], first_sep
+
+
+def test_segment_a_and_its_sep_are_type_0_and_segment_b_and_its_sep_type_1():
+    for example in examples():
+        a, b, first_sep = split(example)
+        assert example["input_ids"][0] == CLS and example["input_ids"][-1] == SEP
+        assert example["token_type_ids"] == [0] * (first_sep + 1) + [1] * (len(b) + 1)
+        assert len(example["input_ids"]) <= 11 and a and b
+
+
+def test_is_next_pairs_continue_their_document_and_random_ones_come_from_another():
+    labels = []
+    for example in examples():
+        a, b, _ = split(example)
+        document = a[0] // 1000
+        assert all(token // 1000 == document for token in a)
+        assert a == list(range(a[0], a[0] + len(a)))  # a run of consecutive sentences
+        if example["next_sentence_label"] == 0:
+            assert b[0] == a[-1] + 1 and all(token // 1000 == document for token in b)
+        else:
+            assert all(token // 1000 != document for token in b)
+        labels.append(example["next_sentence_label"])
+    assert 0.35 < sum(labels) / len(labels) < 0.65, sum(labels) / len(labels)  # half the pairs are random
