@@ -6,7 +6,14 @@ continues its own document, a "random next" pair takes B from another document, 
 of documents long enough to split are random.
 """
 
-from briskbert.training.data.pretraining_data import iter_nsp_examples
+import pytest
+
+from briskbert.tokenization import train_wordpiece_tokenizer
+from briskbert.training.data.pretraining_data import (
+    StreamingMLMDataset,
+    iter_nsp_examples,
+    split_document_indices,
+)
 
 CLS, SEP = 1, 2
 
@@ -47,3 +54,31 @@ def test_is_next_pairs_continue_their_document_and_random_ones_come_from_another
             assert all(token // 1000 != document for token in b)
         labels.append(example["next_sentence_label"])
     assert 0.35 < sum(labels) / len(labels) < 0.65, sum(labels) / len(labels)  # half the pairs are random
+
+
+def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not_cut():
+    def lengths(short_seq_prob):
+        pairs = iter_nsp_examples(documents(), CLS, SEP, 11, seed=5, short_seq_prob=short_seq_prob)
+        return [len(example["input_ids"]) - 3 for example in pairs]  # tokens of A and B
+
+    assert set(lengths(1.0)) == set(range(2, 9))  # targets drawn from 2 .. max_seq_length - 3
+    assert max(lengths(0.0)) == 8  # a pair that fills the sequence exactly keeps every token
+
+
+def test_a_streamed_corpus_deals_its_chunks_round_robin_to_the_shards(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document number {k} is here." for k in range(7)) + "\n")
+    tokenizer = train_wordpiece_tokenizer(files=[str(corpus)], vocab_size=100, show_progress=False)
+    for shard in range(3):
+        dataset = StreamingMLMDataset(
+            str(corpus), tokenizer, 32, documents_per_chunk=1, num_shards=3, shard_index=shard
+        )
+        chunks = list(dataset._own_chunks(3, shard))
+        expected = [[f"document number {k} is here."] for k in range(shard, 7, 3)]
+        assert [[" ".join(document).strip() for document in chunk] for chunk in chunks] == expected
+
+
+def test_a_corpus_too_small_to_split_says_what_it_holds():
+    for count, holds in [(0, "no text"), (1, "a single document")]:
+        with pytest.raises(ValueError, match=f"corpus.txt has {holds}, too little"):
+            split_document_indices(count, 10.0, seed=0, source="corpus.txt")
