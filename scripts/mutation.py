@@ -184,7 +184,7 @@ TARGETS: dict[str, Target] = {
     "losses-crf": Target(
         source="modeling/crf.py",
         module="briskbert.modeling.crf",
-        tests=("tests/test_crf.py",),
+        tests=("tests/test_crf_contract.py", "tests/test_crf.py"),
         markers="not slow",
     ),
     "losses-mlm": Target(
