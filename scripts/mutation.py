@@ -55,9 +55,9 @@ BASE_WARM = (
     "pytest",
     "briskbert.hub_server",  # the tests' conftest imports it
 )
+UNSAMPLED = "skipped: not in the random sample"  # the outcome of mutants a --sample run leaves out
 # Cross-kind swaps (arithmetic <-> bitwise or power, any operator -> identity test) add ten mutants per operator
 # that die with the plain swap (``+`` -> ``-``) or are identical for small ints and singletons in CPython.
-UNSAMPLED = "skipped: not in the random sample"
 EXCLUDED_OPERATORS = (
     r"core/ReplaceBinaryOperator_(Add|Sub|Mul|Div|FloorDiv|Mod)_(Pow|RShift|LShift|BitOr|BitAnd|BitXor)$",
     r"core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift)_(Add|Sub|Mul|Div|FloorDiv|Mod|Pow)$",
