@@ -208,6 +208,28 @@ def test_the_end_of_a_large_file_is_in_the_fingerprint(tmp_path):
     assert before["sample"] != after["sample"] and before["path"] == str(path.resolve())
 
 
+def test_an_edit_within_the_first_64_kib_is_in_the_fingerprint(tmp_path):
+    path = tmp_path / "big.txt"
+    body = "the cat sat on the mat.\n" * 4000
+    path.write_text(body)
+    before = CorpusSource(str(path)).fingerprint()
+    stat = path.stat()
+    path.write_text(body[:1000] + "dog" + body[1003:])  # the same size, three bytes changed at byte 1,000
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = CorpusSource(str(path)).fingerprint()
+    assert before["size"] == after["size"] and before["sample"] != after["sample"]
+
+
+def test_the_store_records_how_long_preparation_took(tmp_path, monkeypatch):
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    clock = iter([100.0, 112.5])
+    monkeypatch.setattr(corpus.time, "perf_counter", lambda: next(clock))
+    store = prepare_corpus(
+        CorpusSource(str(tmp_path / "corpus.txt")), WordTokenizer(), settings(tmp_path), log=print
+    )
+    assert store.meta["seconds"] == 12.5
+
+
 def test_several_workers_and_small_chunks_give_the_same_store(tmp_path, monkeypatch):
     text = "".join(f"the cat sat {'. '.join(['a bird flew'] * (i % 4 + 1))}.\n\n" for i in range(200))
     (tmp_path / "one").mkdir()
