@@ -163,6 +163,8 @@ class HubServer(ThreadingHTTPServer):
             logger.info("removed %d leftover temporary files", removed)
         self.upload_mode = upload_mode
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
+        self._connections_lock = threading.Lock()
+        self._connections = 0
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.fault: dict | None = None
@@ -224,9 +226,11 @@ class HubServer(ThreadingHTTPServer):
                 request.sendall(_BUSY)
             self.shutdown_request(request)
             return
+        self._count_connection(+1)
         try:
             super().process_request(request, client_address)
         except BaseException:
+            self._count_connection(-1)
             self._slots.release()
             raise
 
@@ -234,7 +238,17 @@ class HubServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._count_connection(-1)
             self._slots.release()
+
+    def _count_connection(self, change: int) -> None:
+        with self._connections_lock:
+            self._connections += change
+
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now (at most ``limits.max_connections``)."""
+        return self._connections
 
     def log_request_line(self, method: str, path: str, status: int) -> None:
         self.request_log.append((method, path[:256], status))
