@@ -62,6 +62,10 @@ def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not
         return [len(example["input_ids"]) - 3 for example in pairs]  # tokens of A and B
 
     assert set(lengths(1.0)) == set(range(2, 9))  # targets drawn from 2 .. max_seq_length - 3
+    by_document = {}
+    for example in iter_nsp_examples(documents(), CLS, SEP, 11, seed=5, short_seq_prob=1.0):
+        by_document.setdefault(split(example)[0][0] // 1000, set()).add(len(example["input_ids"]) - 3)
+    assert {2} in by_document.values()  # a document drew the shortest target: all its pairs hold 2 tokens
     assert max(lengths(0.0)) == 8  # a pair that fills the sequence exactly keeps every token
 
 
