@@ -1,9 +1,10 @@
-"""Next-sentence-prediction pairs, checked against the documents they were cut from.
+"""Sequence building checked against the documents it was cut from.
 
-Written to kill the mutants of the sequence building in ``training/data/pretraining_data.py`` (see
-docs/testing.md): segment A and its [SEP] are type 0, segment B and its [SEP] type 1; an "is next" pair
-continues its own document, a "random next" pair takes B from another document, and about half the pairs
-of documents long enough to split are random.
+Written to kill the mutants of ``training/data/pretraining_data.py`` (see docs/testing.md). Next-sentence
+pairs: segment A and its [SEP] are type 0, segment B and its [SEP] type 1; an "is next" pair continues its
+own document, a "random next" pair takes B from another document, about half the pairs are random, short
+targets reach down to 2 tokens and a pair that fits is never cut. Streaming: chunks are dealt round-robin to
+the shards. Splits: a corpus too small to split says what it holds.
 """
 
 import pytest
