@@ -1,10 +1,13 @@
 """The loop's arithmetic and signals, each against a value worked out by hand.
 
 Written to kill the mutants of ``training/engine/loop.py`` (see docs/testing.md): the item-weighted
-evaluation loss, the fractional epoch count in the log and the facts, the clipping threshold the loop
-hands to Accelerate, and what a first and a second Ctrl-C do.
+evaluation loss (also recorded for metrics-only evaluations), the fractional epoch count in the log and the
+facts, optimizer steps per epoch under accumulation, the logged and final speeds, each process's share of the
+gradient, the clipping threshold handed to Accelerate, trackers, checkpoints by epoch and by steps, what a
+first and a second Ctrl-C do and the resume hint.
 """
 
+import contextlib
 import json
 import math
 import signal
@@ -13,11 +16,18 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_training_loop import config, mlm_task, sequences
+from test_training_loop import FakeTokenizer, config, mlm_task, sequences, tiny_model
 
 from briskbert.training import run
+from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.engine.config import TrainingSetupError
-from briskbert.training.engine.loop import _prepare, _SignalCatcher, create_accelerator, evaluate_loss
+from briskbert.training.engine.loop import (
+    _accumulate_gradients,
+    _prepare,
+    _SignalCatcher,
+    create_accelerator,
+    evaluate_loss,
+)
 
 
 class ConstantLossModel:
@@ -37,12 +47,44 @@ def test_evaluation_loss_is_weighted_by_the_items_of_each_batch(tmp_path):
 
 
 def test_a_run_that_stops_mid_epoch_counts_the_fraction_of_the_epoch(tmp_path):
-    # 20 sequences in batches of 4: 5 batches per epoch, so 7 steps are 1.4 epochs.
-    flags = ("--per_device_train_batch_size", "4", "--max_train_steps", "7", "--logging_steps", "7")
+    # 28 sequences in batches of 4: 7 batches per epoch, so 8 steps are 1 1/7 epochs, 1.1429 to 4 places.
+    flags = ("--per_device_train_batch_size", "4", "--max_train_steps", "8", "--logging_steps", "8")
+    result = run(mlm_task(train=sequences(28)), config("--output_dir", str(tmp_path), *flags))
+    assert result.facts.run.epochs == 1.1429
+    assert [e["epoch"] for e in result.history if "loss" in e] == [1.1429]
+    assert json.loads((tmp_path / "all_results.json").read_text())["epochs"] == 1.1429
+
+
+def test_an_epoch_of_accumulated_batches_is_that_many_optimizer_steps(tmp_path):
+    # 20 sequences in batches of 4, 2 batches per step: 5 batches make 3 optimizer steps.
+    flags = (
+        "--per_device_train_batch_size",
+        "4",
+        "--gradient_accumulation_steps",
+        "2",
+        "--num_train_epochs",
+        "1",
+    )
     result = run(mlm_task(train=sequences(20)), config("--output_dir", str(tmp_path), *flags))
-    assert result.facts.run.epochs == pytest.approx(1.4)
-    assert [e["epoch"] for e in result.history if "loss" in e] == [pytest.approx(1.4)]
-    assert json.loads((tmp_path / "all_results.json").read_text())["epochs"] == pytest.approx(1.4)
+    assert result.global_step == 3
+
+
+def test_the_logged_speed_is_the_intervals_tokens_over_its_time(tmp_path, monkeypatch):
+    from briskbert.training.engine import loop
+
+    clock = [1000.0 + 0.37 * k for k in range(4)]  # the interval opens, then one reading per logged step
+    readings = iter(clock)
+    monkeypatch.setattr(
+        loop, "time", SimpleNamespace(time=lambda: next(readings), perf_counter=time.perf_counter)
+    )
+    result = run(
+        mlm_task(), config("--output_dir", str(tmp_path), "--max_train_steps", "3", "--logging_steps", "1")
+    )
+    entries = [e for e in result.history if "loss" in e]
+    seen = [0] + [e["tokens_seen"] for e in entries]
+    speeds = [(seen[k + 1] - seen[k]) / (clock[k + 1] - clock[k]) for k in range(3)]
+    assert [e["tokens_per_s"] for e in entries] == [round(speed, 1) for speed in speeds]
+    assert any(round(speed, 1) not in (speed // 1, round(speed, 2)) for speed in speeds)  # tenths matter here
 
 
 @pytest.mark.parametrize(("max_grad_norm", "expected"), [("0.5", 0.5), ("0", math.inf)])
@@ -139,3 +181,70 @@ def test_deepspeed_with_gradient_accumulation_is_refused_before_anything_is_prep
     accumulating = config("--output_dir", str(tmp_path), "--gradient_accumulation_steps", "2")
     with pytest.raises(TrainingSetupError, match="--gradient_accumulation_steps 1"):
         _prepare(accumulating, deepspeed, inputs)
+
+
+def test_a_metrics_only_evaluation_without_labels_reports_no_loss(tmp_path):
+    def unlabelled(model, dataloader, accelerator):
+        for batch in dataloader:
+            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])  # loss is None
+        return {"score": 1.0}
+
+    task = mlm_task(evaluation=sequences(6, seed=1), evaluate_fn=unlabelled)
+    result = run(task, config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
+    assert result.metrics["eval_score"] == 1.0 and "eval_loss" not in result.metrics
+
+
+def test_the_resume_hint_mentions_the_launcher_only_for_several_processes(tmp_path, capsys):
+    from briskbert.training.engine.loop import _interrupted
+
+    for processes, mentioned in [(1, False), (2, True)]:
+        accelerator = SimpleNamespace(is_main_process=True, num_processes=processes)
+        interrupted = _interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
+        message = capsys.readouterr().err
+        assert f"Interrupted by SIGINT at step 3; the checkpoint is {tmp_path / 'step_3'}" in message
+        assert ("launched the same way" in message) == mentioned and interrupted.code == 130
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(sequences(12))
+
+
+def test_a_streamed_training_set_checkpoints_by_steps_but_not_by_epoch(tmp_path):
+    flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
+    run(mlm_task(train=Stream()), config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"))
+    assert (tmp_path / "step_2").is_dir()
+    with pytest.raises(TrainingSetupError, match="no epochs"):
+        run(
+            mlm_task(train=Stream()),
+            config("--output_dir", str(tmp_path / "epochs"), *flags, "--checkpointing_steps", "epoch"),
+        )
+
+
+class SecondOfTwoProcesses:
+    """What `_accumulate_gradients` asks of Accelerate, on one of two processes holding equal shares: the item
+    count is summed over both, and DDP will average the two processes' (equal) gradients."""
+
+    num_processes, device = 2, torch.device("cpu")
+
+    def reduce(self, tensor, reduction):
+        return tensor * 2
+
+    def backward(self, loss):
+        loss.backward()
+
+    def no_sync(self, model):
+        return contextlib.nullcontext()
+
+
+def test_each_process_scales_its_gradient_so_that_ddp_averaging_gives_the_window_gradient(tmp_path):
+    collator = MaskingCollator(FakeTokenizer(), mlm_probability=0.3)
+    window = [collator(sequences(12)[:5]), collator(sequences(12)[5:])]
+    model = tiny_model(dropout=0.0)
+    _accumulate_gradients(SecondOfTwoProcesses(), model, window, count_masked_tokens)
+    two = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    accelerator = create_accelerator(config("--output_dir", str(tmp_path)))
+    _accumulate_gradients(accelerator, model, window, count_masked_tokens)
+    for g_two, p in zip(two, model.parameters()):
+        torch.testing.assert_close(g_two, p.grad, rtol=1e-5, atol=1e-8)
