@@ -155,7 +155,12 @@ TARGETS: dict[str, Target] = {
     "storage": Target(
         source="hub_server/storage.py",
         module="briskbert.hub_server.storage",
-        tests=("tests/test_local_hub.py", "tests/test_hub_hardening.py", "tests/test_hub_adversarial.py"),
+        tests=(
+            "tests/test_hub_storage_contract.py",
+            "tests/test_local_hub.py",
+            "tests/test_hub_hardening.py",
+            "tests/test_hub_adversarial.py",
+        ),
         markers="not slow",
         warm=("huggingface_hub",),
     ),

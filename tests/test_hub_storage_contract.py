@@ -1,0 +1,49 @@
+"""The Hub storage layer's refs and commit operations, called directly.
+
+Written to kill the mutants of ``hub_server/storage.py`` that the HTTP tests do not reach (see
+docs/testing.md): branch and tag names checked when they are created (not when deleted), messages that say
+"Branch" or "Tag", the main branch that cannot be deleted while others can, and commit operations that keep
+the path they checked.
+"""
+
+import dataclasses
+
+import pytest
+
+from briskbert.hub_server.errors import BadRequest, Forbidden, RevisionNotFound
+from briskbert.hub_server.storage import DeleteFile, DeleteFolder, Storage
+
+
+@pytest.fixture
+def storage(tmp_path):
+    store = Storage(tmp_path / "hub")
+    store.create_repo("model", "me/repo", private=False, author="me")
+    return store
+
+
+def test_new_branch_and_tag_names_are_checked_and_deleting_an_unknown_one_says_which(storage):
+    main = storage.resolve("model", "me/repo", "main")
+    for kind in ("branches", "tags"):
+        with pytest.raises(BadRequest, match="Invalid branch or tag name"):
+            storage.set_ref("model", "me/repo", kind, "two..dots", main)
+    with pytest.raises(RevisionNotFound, match="^Tag v9 not found"):
+        storage.set_ref("model", "me/repo", "tags", "v9", None)
+    with pytest.raises(RevisionNotFound, match="^Branch two..dots not found"):  # a lookup, not a new name
+        storage.set_ref("model", "me/repo", "branches", "two..dots", None)
+
+
+def test_main_cannot_be_deleted_and_any_other_branch_can(storage):
+    main = storage.resolve("model", "me/repo", "main")
+    for branch in ("dev", "zeta"):  # names sorting before and after "main"
+        storage.set_ref("model", "me/repo", "branches", branch, main)
+        storage.set_ref("model", "me/repo", "branches", branch, None)
+    assert set(storage.refs("model", "me/repo")["branches"]) == {"main"}
+    with pytest.raises(Forbidden, match="main branch cannot be deleted"):
+        storage.set_ref("model", "me/repo", "branches", "main", None)
+
+
+def test_commit_operations_keep_the_path_they_checked():
+    for operation in (DeleteFile("weights/model.bin"), DeleteFolder("/weights/")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            operation.path = "../outside"
+    assert DeleteFolder("/weights/").path == "weights"
