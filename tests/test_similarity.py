@@ -106,6 +106,11 @@ def test_cosine_mse_equals_sentence_transformers_on_scores_mapped_to_0_1():
     ours = cosine_mse_loss(first, second, scores, scores_from=(0.0, 5.0))
     theirs = CosineSimilarityLoss(model=None).compute_loss_from_embeddings([first, second], scores / 5)
     assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6)
+    # A scale that does not start at 0 (1 to 5 stars): the low end maps to 0, the high end to 1.
+    stars = 1 + scores * 4 / 5
+    ours = cosine_mse_loss(first, second, stars, scores_from=(1.0, 5.0))
+    theirs = CosineSimilarityLoss(model=None).compute_loss_from_embeddings([first, second], (stars - 1) / 4)
+    assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6)
 
 
 # -------------------------------------------------------------------------------------------------- data
