@@ -122,3 +122,30 @@ def test_token_distillation_learns_only_from_labelled_positions():
     assert float(loss) == pytest.approx(float(expected), rel=1e-4)  # a loss near 0.01: float32 rounding
     everywhere = reference_kl(own, theirs, 2.0)[inputs["attention_mask"].bool()].mean() * 4.0
     assert float(loss) != pytest.approx(float(everywhere), rel=1e-2)  # the mask makes a difference here
+
+
+def test_a_narrower_student_without_hidden_state_loss_needs_no_projection():
+    student = tiny(BriskBertForSequenceClassification, 2, seed=0, hidden_size=16)
+    teacher = tiny(BriskBertForSequenceClassification, 4, seed=1)
+    model = DistillationModel(student, teacher, alpha_kd=1.0, hidden_loss_weight=0.0)
+    inputs = batch(torch.tensor([0, 2]))
+    loss = model.train()(**inputs).loss.detach()
+    with torch.no_grad():
+        theirs = teacher(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+        expected = reference_kl(student(**inputs).logits, theirs, 2.0).mean() * 4.0
+    # Near-identical untrained models: a KL near 1e-4, where float32 rounding reaches 1e-3 of it.
+    assert model.projection is None and float(loss) == pytest.approx(float(expected), rel=1e-2)
+
+
+def test_multi_label_distillation_averages_over_examples():
+    student = tiny(BriskBertForSequenceClassification, 2, seed=0)
+    teacher = tiny(BriskBertForSequenceClassification, 4, seed=1)
+    for model in (student, teacher):
+        model.config.problem_type = "multi_label_classification"
+    model = DistillationModel(student, teacher, temperature=2.0, alpha_kd=1.0)
+    inputs = batch(torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))  # several labels per example
+    loss = model.train()(**inputs).loss.detach()
+    with torch.no_grad():
+        theirs = teacher(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+        expected = reference_kl(student(**inputs).logits, theirs, 2.0).mean() * 4.0
+    assert float(loss) == pytest.approx(float(expected), rel=1e-2)  # a KL near 1e-4 (see above)
