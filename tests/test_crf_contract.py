@@ -4,6 +4,7 @@ Written to kill the mutants of ``modeling/crf.py`` (see docs/testing.md): a batc
 position, and sentences of a single word, whose marginals are one softmax written out by hand.
 """
 
+import pytest
 import torch
 
 from briskbert.modeling.crf import IGNORE_INDEX, LinearChainCRF
@@ -41,3 +42,26 @@ def test_the_marginals_of_one_word_sentences_are_a_softmax_of_start_emission_and
         by_hand = (crf.start_transitions + emissions[row, position] + crf.end_transitions).softmax(-1)
         torch.testing.assert_close(marginals[row, position], by_hand.detach(), rtol=1e-5, atol=1e-6)
     assert marginals[mask == 0].abs().sum() == 0
+
+
+def test_a_path_scores_start_emissions_transitions_and_the_end_of_its_last_word():
+    crf = crf_with_scores(seed=2)
+    emissions = torch.randn(2, 5, 3)
+    mask = torch.tensor([[True, True, True, False, False], [True, False, True, True, True]])
+    tags = torch.tensor([[2, 0, 1, 0, 0], [1, 0, 0, 2, 2]])
+    scores = crf.score(emissions, tags, mask)
+    for row in range(2):
+        positions = mask[row].nonzero().flatten().tolist()
+        path = tags[row, positions].tolist()
+        by_hand = crf.start_transitions[path[0]] + crf.end_transitions[path[-1]]
+        by_hand = by_hand + sum(emissions[row, p, t] for p, t in zip(positions, path))
+        by_hand = by_hand + sum(crf.transitions[a, b] for a, b in zip(path, path[1:]))
+        torch.testing.assert_close(scores[row], by_hand.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_tag_ids_outside_the_tag_set_are_refused():
+    crf = crf_with_scores()
+    emissions, mask = torch.randn(1, 3, 3), torch.ones(1, 3, dtype=torch.bool)
+    for wrong in (3, 4, -1):  # the tag count itself, beyond it, below 0
+        with pytest.raises(ValueError, match=r"tag ids must lie in \[0, 3\)"):
+            crf.score(emissions, torch.tensor([[0, wrong, 1]]), mask)

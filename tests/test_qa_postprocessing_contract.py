@@ -133,3 +133,32 @@ def test_questions_are_cut_to_64_tokens_by_default_and_right_padding_is_required
             qa.prepare_train_features(examples, tokenizer)
     finally:
         tokenizer.padding_side = "right"
+
+
+def test_windows_overlap_by_128_tokens_by_default_and_every_window_is_labelled(tokenizer):
+    context = " ".join(f"word{k % 50} stands here." for k in range(200))  # far longer than one window
+    examples = {
+        "question": ["Which word?"],
+        "context": [context],
+        "answers": [{"text": [], "answer_start": []}],
+    }
+    features = qa.prepare_train_features(examples, tokenizer)
+    windows = len(features["input_ids"])
+    assert windows > 2 and features["start_positions"] == features["end_positions"] == [0] * windows
+    contexts = [
+        [token for token, part in zip(features["input_ids"][i], features.sequence_ids(i)) if part == 1]
+        for i in range(2)
+    ]
+    assert contexts[0][-128:] == contexts[1][:128] != contexts[0][-129:-1]  # 128 tokens shared, no more
+    evaluation = qa.prepare_eval_features({**examples, "id": ["q"]}, tokenizer)
+    first, second = ({tuple(o) for o in evaluation["offset_mapping"][i] if o is not None} for i in range(2))
+    assert len(evaluation["input_ids"]) == windows and len(first & second) == 128
+
+
+def test_answerless_training_windows_are_kept_at_the_given_rate_and_answered_ones_always():
+    from datasets import Dataset
+
+    features = Dataset.from_dict({"start_positions": [7] * 20 + [0] * 2000})
+    for fraction, low, high in [(0.0, 0, 0), (0.2, 340, 460), (1.0, 2000, 2000)]:
+        kept = qa.keep_some_answerless_windows(features, fraction, seed=0)["start_positions"]
+        assert kept.count(7) == 20 and low <= kept.count(0) <= high, (fraction, kept.count(0))
