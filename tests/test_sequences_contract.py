@@ -7,6 +7,8 @@ targets reach down to 2 tokens and a pair that fits is never cut. Streaming: chu
 the shards. Splits: a corpus too small to split says what it holds.
 """
 
+from types import SimpleNamespace
+
 import pytest
 
 from briskbert.tokenization import train_wordpiece_tokenizer
@@ -87,3 +89,48 @@ def test_a_corpus_too_small_to_split_says_what_it_holds():
     for count, holds in [(0, "no text"), (1, "a single document")]:
         with pytest.raises(ValueError, match=f"corpus.txt has {holds}, too little"):
             split_document_indices(count, 10.0, seed=0, source="corpus.txt")
+
+
+def test_random_next_segments_never_come_from_the_same_document():
+    few_long = [
+        [[1000 * (d + 1) + k] for k in range(60)] for d in range(10)
+    ]  # ~1 in 9 draws would hit its own
+    pairs = list(iter_nsp_examples(few_long, CLS, SEP, 11, seed=3, short_seq_prob=0.0))
+    random_next = [split(example)[:2] for example in pairs if example["next_sentence_label"]]
+    assert len(random_next) > 40
+    assert all(token // 1000 != a[0] // 1000 for a, b in random_next for token in b)
+
+
+def test_every_sentence_starts_out_in_a_pair_and_long_sentences_close_a_chunk_past_its_target():
+    pairs = [split(example)[0] for example in examples()]
+    assert {a[0] for a in pairs} >= {1000 * (d + 1) for d in range(60)}  # every document's first sentence
+    # Sentences of 3 tokens reach a target of 8 only by passing it: each document still gives several pairs.
+    three_token = [[[1000 * (d + 1) + 10 * k + j for j in range(3)] for k in range(12)] for d in range(20)]
+    per_document = {}
+    for example in iter_nsp_examples(three_token, CLS, SEP, 11, seed=3, short_seq_prob=0.0):
+        document = split(example)[0][0] // 1000
+        per_document[document] = per_document.get(document, 0) + 1
+    assert min(per_document.values()) >= 3
+
+
+def test_short_random_next_pairs_stop_filling_segment_b_at_their_target():
+    three_token = [[[1000 * (d + 1) + 10 * k + j for j in range(3)] for k in range(12)] for d in range(20)]
+    lengths = [
+        len(example["input_ids"]) - 3
+        for example in iter_nsp_examples(three_token, CLS, SEP, 30, seed=3, short_seq_prob=1.0)
+        if example["next_sentence_label"]
+    ]
+    # Targets are drawn from 2 .. 27: filled to the maximum only when a target lands near it (here 1 in 67).
+    assert sum(length == 27 for length in lengths) < 0.15 * len(lengths)
+
+
+def test_each_dataloader_worker_streams_its_own_shard(tmp_path, monkeypatch):
+    import torch.utils.data
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one document.\n\nanother one.\n")
+    tokenizer = train_wordpiece_tokenizer(files=[str(corpus)], vocab_size=60, show_progress=False)
+    dataset = StreamingMLMDataset(str(corpus), tokenizer, 32, num_shards=2, shard_index=1)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=3, id=2))
+    assert dataset._shard() == (6, 5)  # 2 processes x 3 workers; process 1's worker 2
+    assert isinstance(dataset._shard()[0], int)
