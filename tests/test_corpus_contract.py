@@ -313,3 +313,21 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
     (tmp_path / "latin.txt").write_bytes("the cat\ncaf\xe9\n".encode("latin-1"))
     with pytest.raises(CorpusError, match="latin.txt"):
         list(iter_documents(CorpusSource(str(tmp_path / "latin.txt"))))
+
+
+def test_a_hub_dataset_is_streamed_and_read_from_its_text_column(monkeypatch):
+    import datasets
+
+    asked = []
+
+    def load_dataset(name, config, split, streaming):
+        asked.append((name, config, split, streaming))
+        return [{"text": "from text", "content": "from content"}]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    named = CorpusSource(
+        dataset_name="user/wiki", dataset_config_name="en", split="train", text_column="content"
+    )
+    assert list(corpus._dataset_rows(named)) == ["from content"]
+    assert list(corpus._dataset_rows(CorpusSource(dataset_name="user/wiki"))) == ["from text"]
+    assert asked[0] == ("user/wiki", "en", "train", True)  # streamed: a large split is never held in memory
