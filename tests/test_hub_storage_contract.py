@@ -7,11 +7,12 @@ the path they checked.
 """
 
 import dataclasses
+import hashlib
 
 import pytest
 
 from briskbert.hub_server.errors import BadRequest, Forbidden, RevisionNotFound
-from briskbert.hub_server.storage import DeleteFile, DeleteFolder, Storage
+from briskbert.hub_server.storage import DeleteFile, DeleteFolder, Storage, looks_like_lfs
 
 
 @pytest.fixture
@@ -47,3 +48,23 @@ def test_commit_operations_keep_the_path_they_checked():
         with pytest.raises(dataclasses.FrozenInstanceError):
             operation.path = "../outside"
     assert DeleteFolder("/weights/").path == "weights"
+
+
+def test_files_go_to_lfs_by_suffix_size_above_10_mib_or_binary_content():
+    mib = 1024 * 1024
+    assert looks_like_lfs("model.safetensors", 10, b"{}")  # by suffix, however small
+    assert not looks_like_lfs("notes.txt", 10 * mib, b"text")  # exactly 10 MiB of text stays in git
+    assert looks_like_lfs("notes.txt", 10 * mib + 1, b"text")
+    assert looks_like_lfs("notes.txt", 10, b"ab\0cd")  # binary
+
+
+def test_records_are_frozen_and_writes_create_missing_folders(storage, tmp_path):
+    record = storage.meta("model", "me/repo")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.private = True
+    blob = storage.put_stream([b"abc"], expected_sha256=hashlib.sha256(b"abc").hexdigest(), expected_size=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        blob.size = 4
+    target = tmp_path / "deep" / "er" / "file.json"
+    storage._write_atomic(target, b"{}")
+    assert target.read_bytes() == b"{}"
