@@ -361,3 +361,54 @@ def test_a_base64_blob_longer_than_the_read_overlap_is_decoded_whole():
     data = b"." * ((15 << 20) - 100_000) + b" " + blob
     found = scan_bytes(data, "x")
     assert found.where == (f"in base64 text at byte {(15 << 20) - 100_000 + 1}",)
+
+
+def test_rules_findings_and_limits_are_immutable_values():
+    """The rule tables are shared module constants: nothing may change them by accident, and they hash."""
+    import dataclasses
+
+    for value in (NAME_RULES[0], CONTENT_RULES[0], Finding("a", "b"), Limits()):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.what = "changed"
+        assert hash(value) == hash(dataclasses.replace(value))
+    assert len(set(NAME_RULES)) == len(NAME_RULES) and len(set(CONTENT_RULES)) > 1
+
+
+@pytest.mark.parametrize(
+    "prefix, body",
+    [
+        ("hf_", "LOGGINGVERBOSITYDEFAULTLEVELWARNING2"),
+        ("npm_", "PACKAGELOCKJSONVERSION3LOCKFILEFORMAT"),
+        ("sk-", "A1B2" * 9),
+    ],
+)
+def test_a_body_in_one_case_after_a_generic_prefix_is_not_a_token(prefix, body):
+    """Only the body after hf_, npm_ or sk- is checked for random-looking mixed case, never the prefix."""
+    assert scan_bytes((prefix + body).encode(), "notes.md") is None
+    assert scan_bytes((prefix + body.lower()).encode(), "notes.md") is None
+
+
+@pytest.mark.parametrize("depth", [0, -1])
+def test_a_depth_limit_of_zero_or_less_decodes_nothing(depth):
+    limits = Limits(max_depth=depth)
+    assert scan_bytes(f"token {HF}".encode(), "x", limits=limits).where == ("at byte 6",)
+    assert scan_bytes(base64.b64encode(f"token {HF}".encode()), "x", limits=limits) is None
+    assert scan_bytes(gzip.compress(f"token {HF}".encode()), "x", limits=limits) is None
+
+
+def test_a_weights_file_is_searched_whole_whatever_the_unpacked_budget(tmp_path, monkeypatch):
+    from briskbert.hub_cards import secrets
+
+    (tmp_path / "model.bin").write_bytes(b"\x00" * 5000 + HF.encode())
+    assert scan_file(tmp_path, "model.bin", limits=Limits(max_unpacked_bytes=0)).where == ("at byte 5000",)
+    monkeypatch.setattr(secrets, "_BLOCK", 1 << 17)  # a token in the second read block
+    (tmp_path / "big.bin").write_bytes(b"\x00" * (200 << 10) + HF.encode())
+    assert scan_file(tmp_path, "big.bin").where == (f"at byte {200 << 10}",)
+
+
+def test_the_shortest_token_in_use_is_found_in_the_shortest_utf16_text():
+    """Eight characters: the shortest token the scan looks for, 16 bytes in UTF-16 without a byte-order mark."""
+    (rule,) = token_rule("tok-1234")
+    assert rule.find(b"a tok-1234") == 2
+    found = scan_bytes("tok-1234".encode("utf-16-le"), "x", token="tok-1234")
+    assert found == Finding("x", "the access token in use", ("in UTF-16-LE text",))
