@@ -412,3 +412,63 @@ def test_the_shortest_token_in_use_is_found_in_the_shortest_utf16_text():
     assert rule.find(b"a tok-1234") == 2
     found = scan_bytes("tok-1234".encode("utf-16-le"), "x", token="tok-1234")
     assert found == Finding("x", "the access token in use", ("in UTF-16-LE text",))
+
+
+def test_a_base64_run_split_by_the_read_blocks_is_decoded_whole(tmp_path, monkeypatch):
+    from briskbert.hub_cards import secrets
+
+    monkeypatch.setattr(secrets, "_BLOCK", 1 << 17)
+    run = base64.b64encode(
+        b"." * 150 + f"token {HF}".encode()
+    )  # 248 characters, the token in its second half
+    start = (1 << 17) - 102  # 102 characters in the first block, the rest in the second
+    (tmp_path / "notes.txt").write_bytes(b"." * (start - 1) + b" " + run)
+    assert scan_files(tmp_path, ["notes.txt"])[0].where == (f"in base64 text at byte {start}",)
+
+
+def test_sixteen_bit_numbers_with_a_tenth_of_zero_low_bytes_are_not_utf16():
+    """Big-endian numbers below 256: zero high bytes like UTF-16-BE text, but a tenth of the low bytes are zero
+    too (text has none): binary, so the base64 after them is decoded as it is."""
+    encoded = b"\n" + base64.b64encode(f"token {HF}!!".encode())
+    numbers = [0] * 100 + list(range(1, 256)) * 3 + list(range(1, 106))  # 970 values, 100 of them zero
+    data = struct.pack(">970H", *numbers) + encoded
+    assert data[:2000][1::2].count(0) == 100  # the sampled 2000 bytes: exactly a tenth of the odd bytes are 0
+    assert scan_bytes(data, "ids.dat").where == ("in base64 text at byte 1941",)
+
+
+def test_negative_limits_decode_nothing():
+    assert (
+        scan_bytes(base64.b64encode(f"token {HF}".encode()), "x", limits=Limits(max_base64_runs=-1)) is None
+    )
+
+
+def test_once_the_unpacked_budget_is_spent_no_further_base64_is_decoded():
+    archive = base64.b64encode(zipped_credentials())
+    data = base64.b64encode(b"." * 1002) + b" " + archive  # the first run unpacks to 1002 bytes
+    assert scan_bytes(data, "x", limits=Limits(max_unpacked_bytes=1002)) is None
+    found = scan_bytes(data, "x", limits=Limits(max_unpacked_bytes=1003))
+    assert found.what == "AWS credentials" and found.where[-1] == "as zip member .aws/credentials"
+
+
+def zipped_credentials() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(".aws/credentials", "[default]\n")
+    return buffer.getvalue()
+
+
+def test_the_text_encoding_is_decided_by_the_start_of_the_file(tmp_path, monkeypatch):
+    """A later read block that starts with UTF-16 text does not turn the ASCII around it into UTF-16."""
+    from briskbert.hub_cards import secrets
+
+    monkeypatch.setattr(secrets, "_BLOCK", 1 << 17)
+    utf16 = ("A note written on Windows.\n" * 200).encode("utf-16-le")
+    tail = b"\n" + base64.b64encode(f"token {HF}".encode())
+    (tmp_path / "mixed.txt").write_bytes(b"." * (1 << 17) + utf16 + tail)
+    where = f"in base64 text at byte {(1 << 17) + len(utf16) + 1}"
+    assert scan_files(tmp_path, ["mixed.txt"])[0].where == (where,)
+
+
+def test_a_safetensors_file_shorter_than_its_length_field_is_scanned_whole(tmp_path):
+    (tmp_path / "tiny.safetensors").write_bytes(b"{}")
+    assert scan_file(tmp_path, "tiny.safetensors") is None
