@@ -214,3 +214,261 @@ def test_content_rules_report_the_first_match_offset():
     assert rule.find(b"id=AKIAABCDEFGHIJKLMNOP;") == 3
     assert rule.find(b"AKIAABCDEFGHIJKLMNOPQ") is None  # too long: not a key id
     assert rule.find(b"xAKIA AKIAABCDEFGHIJKLMNOP") == 6  # the second anchor is the key
+
+
+def test_a_rule_is_checked_within_96_bytes_before_its_anchor_and_512_after():
+    """The window keeps large files fast; a match that reaches further than it is not one."""
+
+    def service_account(gap: int) -> bytes:  # the match starts at "type", gap + 8 bytes before the anchor
+        return b'{"private_key": "x", "type"' + b" " * gap + b':"service_account"}'
+
+    assert scan_bytes(service_account(88), "key.txt").what == "a Google Cloud service-account key"
+    assert scan_bytes(service_account(89), "key.txt") is None
+
+    def key_id(gap: int) -> bytes:  # the match ends gap + 59 bytes after the anchor's start
+        return b'"private_key_id"' + b" " * gap + b':"' + b"0123456789abcdef" * 2 + b'01234567"'
+
+    assert scan_bytes(key_id(469), "key.txt").what == "a Google Cloud service-account key"
+    assert scan_bytes(key_id(470), "key.txt") is None
+
+
+def numbers(fmt: str, count: int = 2048) -> bytes:
+    """Binary 32-bit integers between 256 and 65535: zero bytes where UTF-32 text of another script has them."""
+    return struct.pack(f"{fmt}{count}I", *(300 + 7 * i for i in range(count)))
+
+
+@pytest.mark.parametrize(
+    "binary",
+    [numbers("<"), numbers(">"), b"\0" * 8192],
+    ids=["little-endian numbers", "big-endian numbers", "zero padding"],
+)
+def test_binary_data_is_not_taken_for_utf16_or_utf32_text(binary):
+    """Taken for text, the base64 after it would be decoded as UTF-16/32 garbage and the token missed."""
+    data = binary + b"\n" + base64.b64encode(f"token {HF}".encode())
+    found = scan_bytes(data, "ids.dat")
+    assert found == Finding("ids.dat", "a Hugging Face token", (f"in base64 text at byte {len(binary) + 1}",))
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+@pytest.mark.parametrize("block", [1 << 17, 3 << 16])
+def test_utf16_and_utf32_text_past_the_first_read_block_is_decoded(tmp_path, monkeypatch, codec, block):
+    """Later blocks start where the overlap with the previous one begins: decoding starts at a whole
+    character there, whatever the block size."""
+    from briskbert.hub_cards import secrets
+
+    monkeypatch.setattr(secrets, "_BLOCK", block)
+    unit = 2 if codec.startswith("utf-16") else 4
+    line = "A log line written on Windows, nothing to see.\n"
+    lines = line * (block // (len(line) * unit) + 1)
+    text = lines + f"token={HF}\n" + lines * 2
+    (tmp_path / "log.txt").write_bytes(text.encode(codec))
+    assert len(lines.encode(codec)) > block  # the token is in the second block only
+    found = scan_files(tmp_path, ["log.txt"])
+    assert found == [Finding("log.txt", "a Hugging Face token", (f"in {codec.upper()} text",))]
+
+
+def test_a_base64_run_right_at_the_start_after_one_character_is_decoded():
+    quoted = b'"' + base64.b64encode(f"token {HF}".encode()) + b'"'  # a JSON string value
+    assert scan_bytes(quoted, "x").where == ("in base64 text at byte 1",)
+
+
+def test_a_run_mixing_the_standard_and_url_safe_alphabets_is_not_base64():
+    encoded = base64.b64encode(b"\xfb\xef\xbe\xfb token " + HF.encode())  # the four bytes encode as +++++y
+    assert encoded.count(b"+") == 5 and b"/" not in encoded
+    assert scan_bytes(encoded, "x") is not None
+    assert scan_bytes(encoded.replace(b"+", b"-"), "x") is not None  # all URL-safe (- without _): decoded
+    assert scan_bytes(encoded.replace(b"+", b"-", 1), "x") is None  # both alphabets: not base64
+
+
+def test_a_base64_run_with_one_character_glued_to_its_end_is_decoded():
+    payload = f"token {HF}".encode()
+    payload += b"." * (-len(payload) % 3)  # no padding: the run's length is a multiple of 4
+    run = base64.b64encode(payload) + b"x"
+    assert len(run) % 4 == 1 and scan_bytes(run, "x").where == ("in base64 text at byte 0",)
+
+
+def test_the_unpacked_budget_bounds_decoding_never_the_files_own_bytes():
+    plain = b"." * 5000 + f"token {HF}".encode()
+    assert scan_bytes(plain, "x", limits=Limits(max_unpacked_bytes=0)).where == ("at byte 5006",)
+    assert scan_bytes(gzip.compress(plain), "x", limits=Limits(max_unpacked_bytes=0)) is None
+    spent = base64.b64encode(b"." * 3000) + b"\n" + plain  # the base64 run uses the budget up
+    assert scan_bytes(spent, "x", limits=Limits(max_unpacked_bytes=1000)).what == "a Hugging Face token"
+    encoded_after_text = b"." * 5000 + b"\n" + base64.b64encode(f"token {HF}".encode())
+    found = scan_bytes(encoded_after_text, "x", limits=Limits(max_unpacked_bytes=1000))
+    assert found.where == ("in base64 text at byte 5001",)  # the file's own 5000 bytes are not unpacked
+    assert scan_bytes(gzip.compress(plain), "x", limits=Limits(max_unpacked_bytes=-1)) is None
+
+
+def test_the_unpacked_budget_is_exact_across_read_blocks():
+    """A secret that ends on the budget's last byte is found even when that byte is a read of its own."""
+    key = b"-----BEGIN PRIVATE KEY-----"  # without its last dash it is no key
+    payload = b"\0" * ((16 << 20) + 1 - len(key)) + key  # the last byte is past the first 16 MiB read
+    packed = gzip.compress(payload)
+    found = scan_bytes(packed, "x", limits=Limits(max_unpacked_bytes=len(payload)))
+    assert found == Finding("x", "a private key", ("in gzip data",))
+    assert scan_bytes(packed, "x", limits=Limits(max_unpacked_bytes=len(payload) - 1)) is None
+
+
+def test_a_header_length_past_the_end_of_the_file_is_not_safetensors(tmp_path):
+    truncated = struct.pack("<Q", 100) + b"{" + HF.encode() + b"}"  # claims 100 bytes, holds 37
+    (tmp_path / "cut.safetensors").write_bytes(truncated)
+    assert scan_file(tmp_path, "cut.safetensors").where == ("at byte 9",)
+
+
+def test_zip_members_count_against_the_unpacked_budget():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("log.txt", b"." * 5000 + f"token {HF}".encode())
+    assert scan_bytes(buffer.getvalue(), "z", limits=Limits(max_unpacked_bytes=4000)) is None
+    assert scan_bytes(buffer.getvalue(), "z", limits=Limits(max_unpacked_bytes=6000)) is not None
+
+
+def test_a_zip_member_with_a_non_ascii_name_is_scanned():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("notizen-für-später.txt", f"token {HF}")  # the name sets the UTF-8 flag bit
+    assert zipfile.ZipFile(buffer).infolist()[0].flag_bits & 0x800
+    assert scan_bytes(buffer.getvalue(), "z").where == ("in zip member notizen-für-später.txt",)
+
+
+@pytest.mark.parametrize("name", ["model.txt", "model.tmp", "model.safetensors.part"])
+def test_only_a_safetensors_file_is_read_as_one(tmp_path, name):
+    """The same bytes under another name are scanned whole, tensor bytes included."""
+    (tmp_path / name).write_bytes(safetensors({"__metadata__": {}}, body=b"token " + HF.encode()))
+    assert scan_file(tmp_path, name).what == "a Hugging Face token"
+
+
+def test_a_large_file_is_read_in_bounded_blocks(tmp_path):
+    """A multi-gigabyte checkpoint is never held whole: the scan keeps three 16 MiB buffers at a time."""
+    import tracemalloc
+
+    with open(tmp_path / "pytorch_model.bin", "wb") as fh:
+        fh.truncate(96 << 20)  # sparse: 96 MiB of zeros that take no disk space
+    tracemalloc.start()
+    try:
+        assert scan_file(tmp_path, "pytorch_model.bin") is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < (3 * 16 + 1) << 20, peak / (1 << 20)  # a 16 MiB block, it with the overlap, one copy
+
+
+def test_a_base64_blob_longer_than_the_read_overlap_is_decoded_whole():
+    """A 200 KB run (a base64-encoded archive, say) that lies within one 16 MiB read block. (A run longer
+    than the 64 KiB overlap that crosses a block boundary is decoded from a misaligned start.)"""
+    blob = base64.b64encode(bytes(range(256)) * 600 + f"token {HF}".encode())
+    assert len(blob) > 64 << 10
+    data = b"." * ((15 << 20) - 100_000) + b" " + blob
+    found = scan_bytes(data, "x")
+    assert found.where == (f"in base64 text at byte {(15 << 20) - 100_000 + 1}",)
+
+
+def test_rules_findings_and_limits_are_immutable_values():
+    """The rule tables are shared module constants: nothing may change them by accident, and they hash."""
+    import dataclasses
+
+    for value in (NAME_RULES[0], CONTENT_RULES[0], Finding("a", "b"), Limits()):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.what = "changed"
+        assert hash(value) == hash(dataclasses.replace(value))
+    assert len(set(NAME_RULES)) == len(NAME_RULES) and len(set(CONTENT_RULES)) > 1
+
+
+@pytest.mark.parametrize(
+    "prefix, body",
+    [
+        ("hf_", "LOGGINGVERBOSITYDEFAULTLEVELWARNING2"),
+        ("npm_", "PACKAGELOCKJSONVERSION3LOCKFILEFORMAT"),
+        ("sk-", "A1B2" * 9),
+    ],
+)
+def test_a_body_in_one_case_after_a_generic_prefix_is_not_a_token(prefix, body):
+    """Only the body after hf_, npm_ or sk- is checked for random-looking mixed case, never the prefix."""
+    assert scan_bytes((prefix + body).encode(), "notes.md") is None
+    assert scan_bytes((prefix + body.lower()).encode(), "notes.md") is None
+
+
+@pytest.mark.parametrize("depth", [0, -1])
+def test_a_depth_limit_of_zero_or_less_decodes_nothing(depth):
+    limits = Limits(max_depth=depth)
+    assert scan_bytes(f"token {HF}".encode(), "x", limits=limits).where == ("at byte 6",)
+    assert scan_bytes(base64.b64encode(f"token {HF}".encode()), "x", limits=limits) is None
+    assert scan_bytes(gzip.compress(f"token {HF}".encode()), "x", limits=limits) is None
+
+
+def test_a_weights_file_is_searched_whole_whatever_the_unpacked_budget(tmp_path, monkeypatch):
+    from briskbert.hub_cards import secrets
+
+    (tmp_path / "model.bin").write_bytes(b"\x00" * 5000 + HF.encode())
+    assert scan_file(tmp_path, "model.bin", limits=Limits(max_unpacked_bytes=0)).where == ("at byte 5000",)
+    monkeypatch.setattr(secrets, "_BLOCK", 1 << 17)  # a token in the second read block
+    (tmp_path / "big.bin").write_bytes(b"\x00" * (200 << 10) + HF.encode())
+    assert scan_file(tmp_path, "big.bin").where == (f"at byte {200 << 10}",)
+
+
+def test_the_shortest_token_in_use_is_found_in_the_shortest_utf16_text():
+    """Eight characters: the shortest token the scan looks for, 16 bytes in UTF-16 without a byte-order mark."""
+    (rule,) = token_rule("tok-1234")
+    assert rule.find(b"a tok-1234") == 2
+    found = scan_bytes("tok-1234".encode("utf-16-le"), "x", token="tok-1234")
+    assert found == Finding("x", "the access token in use", ("in UTF-16-LE text",))
+
+
+def test_a_base64_run_split_by_the_read_blocks_is_decoded_whole(tmp_path, monkeypatch):
+    from briskbert.hub_cards import secrets
+
+    monkeypatch.setattr(secrets, "_BLOCK", 1 << 17)
+    run = base64.b64encode(
+        b"." * 150 + f"token {HF}".encode()
+    )  # 248 characters, the token in its second half
+    start = (1 << 17) - 102  # 102 characters in the first block, the rest in the second
+    (tmp_path / "notes.txt").write_bytes(b"." * (start - 1) + b" " + run)
+    assert scan_files(tmp_path, ["notes.txt"])[0].where == (f"in base64 text at byte {start}",)
+
+
+def test_sixteen_bit_numbers_with_a_tenth_of_zero_low_bytes_are_not_utf16():
+    """Big-endian numbers below 256: zero high bytes like UTF-16-BE text, but a tenth of the low bytes are zero
+    too (text has none): binary, so the base64 after them is decoded as it is."""
+    encoded = b"\n" + base64.b64encode(f"token {HF}!!".encode())
+    numbers = [0] * 100 + list(range(1, 256)) * 3 + list(range(1, 106))  # 970 values, 100 of them zero
+    data = struct.pack(">970H", *numbers) + encoded
+    assert data[:2000][1::2].count(0) == 100  # the sampled 2000 bytes: exactly a tenth of the odd bytes are 0
+    assert scan_bytes(data, "ids.dat").where == ("in base64 text at byte 1941",)
+
+
+def test_negative_limits_decode_nothing():
+    assert (
+        scan_bytes(base64.b64encode(f"token {HF}".encode()), "x", limits=Limits(max_base64_runs=-1)) is None
+    )
+
+
+def test_once_the_unpacked_budget_is_spent_no_further_base64_is_decoded():
+    archive = base64.b64encode(zipped_credentials())
+    data = base64.b64encode(b"." * 1002) + b" " + archive  # the first run unpacks to 1002 bytes
+    assert scan_bytes(data, "x", limits=Limits(max_unpacked_bytes=1002)) is None
+    found = scan_bytes(data, "x", limits=Limits(max_unpacked_bytes=1003))
+    assert found.what == "AWS credentials" and found.where[-1] == "as zip member .aws/credentials"
+
+
+def zipped_credentials() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(".aws/credentials", "[default]\n")
+    return buffer.getvalue()
+
+
+def test_the_text_encoding_is_decided_by_the_start_of_the_file(tmp_path, monkeypatch):
+    """A later read block that starts with UTF-16 text does not turn the ASCII around it into UTF-16."""
+    from briskbert.hub_cards import secrets
+
+    monkeypatch.setattr(secrets, "_BLOCK", 1 << 17)
+    utf16 = ("A note written on Windows.\n" * 200).encode("utf-16-le")
+    tail = b"\n" + base64.b64encode(f"token {HF}".encode())
+    (tmp_path / "mixed.txt").write_bytes(b"." * (1 << 17) + utf16 + tail)
+    where = f"in base64 text at byte {(1 << 17) + len(utf16) + 1}"
+    assert scan_files(tmp_path, ["mixed.txt"])[0].where == (where,)
+
+
+def test_a_safetensors_file_shorter_than_its_length_field_is_scanned_whole(tmp_path):
+    (tmp_path / "tiny.safetensors").write_bytes(b"{}")
+    assert scan_file(tmp_path, "tiny.safetensors") is None
