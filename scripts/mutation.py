@@ -5,6 +5,7 @@
     python scripts/mutation.py optim --budget-minutes 15 --resume   # go on with an interrupted session
     python scripts/mutation.py optim --rerun-survivors  # after adding tests: do they kill the survivors?
     python scripts/mutation.py optim --report-only    # rewrite the report from the stored session
+    python scripts/mutation.py loop --sample 30       # 30 mutants drawn at random; --resume --sample 60 for more
 
 cosmic-ray mutates the source file in place (the editable install imports it from the checkout), runs the
 module's test selection, and puts the original back after each mutant. This script adds what the repository
