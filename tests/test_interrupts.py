@@ -24,6 +24,8 @@ def start_pretraining(output_dir, max_train_steps: int) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # As in a terminal's foreground: a suite started in the background (`cmd &`) passes SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
