@@ -417,7 +417,10 @@ def _encoded_chunks(source, encoder, settings, progress) -> Iterator[EncodedChun
         return
     # Workers tokenize one chunk each, single-threaded (the Rust thread pool would oversubscribe).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    # Workers start from a clean forkserver, not a fork of this process: a fork copies the locks other
+    # threads hold (progress bars, tokenizer and torch pools) and can hang a worker forever.
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     with context.Pool(settings.num_workers) as pool:
         pending: deque = deque()
         for chunk in chunks:

@@ -778,7 +778,7 @@ def _finish(
         seed=config.seed,
         hardware=hardware_description(accelerator),
         num_processes=accelerator.num_processes,
-        wall_time_s=round(state.wall_time_s, 1),
+        wall_time_s=round(state.wall_time_s, 3),
         framework_versions=framework_versions(),
     )
     facts = TrainingFacts(job=task.facts(), run=run_facts)
