@@ -230,6 +230,34 @@ TARGETS: dict[str, Target] = {
         warm=("briskbert.modeling", "briskbert.tokenization", "datasets", "scipy.stats"),
         only=("cosent_loss", "cosine_mse_loss"),
     ),
+    "lexical": Target(
+        source="training/retrieval/lexical.py",
+        module="briskbert.training.retrieval.lexical",
+        tests=("tests/test_lexical_fusion.py",),
+        warm=(
+            "bm25s",
+            "briskbert.training.retrieval.reranking",
+            "briskbert.modeling",
+            "briskbert.tokenization",
+        ),
+    ),
+    "fusion": Target(
+        source="training/retrieval/reranking.py",
+        module="briskbert.training.retrieval.reranking",
+        tests=("tests/test_lexical_fusion.py", "tests/test_reranking.py"),
+        markers="not slow",
+        warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),
+        only=(
+            "fused_scores",
+            "fused_rankings",
+            "check_fusion_weights",
+            "choose_fusion_weight",
+            "Fusion.point",
+            "Fusion.summary",
+            "Reranker.lexical_scores",
+            "load_reranker",
+        ),
+    ),
 }
 
 

@@ -79,7 +79,8 @@ def test_fused_rankings_reorder_the_head_only_and_weight_zero_is_retrieval():
 def test_fusion_weight_is_chosen_where_both_queries_are_right():
     retrieved, qrels = _two_queries()
     head = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
-    weight, curve = choose_fusion_weight(retrieved, head, qrels, retriever_scale=20)
+    weight, lexical_weight, curve = choose_fusion_weight(retrieved, head, qrels, retriever_scale=20)
+    assert lexical_weight == 0.0  # no BM25 scores given: only the re-ranker's weight is searched
     # q1 turns right once w*2 > (1-w)*1, i.e. w > 1/3; q2 turns wrong once w*2 > (1-w)*4, i.e. w > 2/3.
     # The smallest grid weight above 1/3 is 0.35 (grid step 0.025: 0.325 < 1/3 < 0.35).
     assert weight == pytest.approx(0.35)
@@ -95,7 +96,7 @@ def test_a_harmful_reranker_gets_weight_zero_and_the_fused_ranking_equals_retrie
     retrieved, qrels = _two_queries()
     # Prefers the wrong passage of both queries by a wide margin: every weight > 0 can only lose.
     harmful = {"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]}
-    weight, curve = choose_fusion_weight(retrieved, harmful, qrels, retriever_scale=20)
+    weight, _, curve = choose_fusion_weight(retrieved, harmful, qrels, retriever_scale=20)
     assert weight == 0.0
     assert fused_rankings(retrieved, harmful, weight, 20) == retrieved.rankings
     baseline = retrieval_metrics(retrieved.rankings, qrels)
@@ -106,7 +107,7 @@ def test_a_harmful_reranker_gets_weight_zero_and_the_fused_ranking_equals_retrie
 def test_a_useless_reranker_ties_and_the_tie_goes_to_retrieval():
     retrieved, qrels = _two_queries()
     constant = {"q1": [1.0, 1.0, 1.0], "q2": [1.0, 1.0, 1.0]}  # changes no order at any weight
-    weight, _ = choose_fusion_weight(retrieved, constant, qrels, retriever_scale=20)
+    weight, _, _ = choose_fusion_weight(retrieved, constant, qrels, retriever_scale=20)
     assert weight == 0.0
     with pytest.raises(ValueError, match="must contain 0"):
         choose_fusion_weight(retrieved, constant, qrels, 20, grid=(0.5, 1.0))
@@ -211,9 +212,12 @@ def test_fusion_weight_flag_is_checked_before_loading(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["--model_name_or_path", "m", "--squad_file", XQUAD, "--fusion_weight", "2"])
     assert exit_info.value.code == 2 and "--fusion_weight" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parse_args(["--model_name_or_path", "m", "--squad_file", XQUAD, "--fusion_weight", "0.5"])
-    assert "give --reranker_model_name_or_path" in capsys.readouterr().err
+    for flag in ("--fusion_weight", "--lexical_weight"):
+        with pytest.raises(SystemExit):
+            parse_args(["--model_name_or_path", "m", "--squad_file", XQUAD, flag, "0.5"])
+        assert (
+            f"{flag} weighs a re-ranking stage; give --reranker_model_name_or_path" in capsys.readouterr().err
+        )
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -302,12 +306,17 @@ def test_finetune_reranker_chooses_and_saves_a_weight_never_below_retrieval(tiny
     fusion = Fusion.load(final)
     assert fusion is not None and fusion.top_k == 5 and fusion.retriever == tiny_models["encoder"]
     assert fusion.num_queries == 8  # article 2 (Normans) has 8 questions
-    weights = [point["weight"] for point in fusion.curve]
-    assert weights[0] == 0.0 and weights[-1] == 1.0 and len(weights) == 41
-    chosen = next(point for point in fusion.curve if point["weight"] == fusion.weight)
+    # Re-ranker weights step 0.025, BM25 weights 0.05, every pair summing to at most 1: 441 pairs.
+    pairs = [(point["weight"], point["lexical_weight"]) for point in fusion.curve]
+    assert pairs[0] == (0.0, 0.0) and {(1.0, 0.0), (0.0, 1.0)} <= set(pairs) and len(set(pairs)) == 441
+    assert all(weight + lexical <= 1 + 1e-9 for weight, lexical in pairs)
+    chosen = fusion.point(fusion.weight, fusion.lexical_weight)
+    assert (chosen["weight"], chosen["lexical_weight"]) == (fusion.weight, fusion.lexical_weight)
     assert fusion.curve[0]["mrr@10"] == pytest.approx(fusion.retrieval["mrr@10"])
     assert chosen["mrr@10"] == max(point["mrr@10"] for point in fusion.curve) >= fusion.retrieval["mrr@10"]
-    assert f"Fusion weight {fusion.weight:g} chosen on 8 validation queries" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"Fusion weights re-ranker {fusion.weight:g}, BM25 {fusion.lexical_weight:g}" in out
+    assert "chosen on 8 validation queries" in out
     history = [
         json.loads(line) for line in (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()
     ]
@@ -320,7 +329,7 @@ def test_finetune_reranker_chooses_and_saves_a_weight_never_below_retrieval(tiny
         ["--model_name_or_path", tiny_models["encoder"], "--squad_file", XQUAD, "--articles", "3:4",
          "--reranker_model_name_or_path", str(final), "--rerank_top_k", "5"]
     )  # fmt: skip
-    assert report["fusion_weight"] == fusion.weight
+    assert report["fusion_weight"] == fusion.weight and report["lexical_weight"] == fusion.lexical_weight
 
 
 def test_reranker_flags_are_one_line_errors(capsys):

@@ -86,6 +86,7 @@ class RankedPassages:
     logits: dict[str, list[float]]
     retrieval: Retrieved
     fusion_weight: float | None = None
+    lexical_weight: float = 0.0
 
 
 def load_reader(
@@ -116,13 +117,24 @@ def rank_passages(
     head = max(depth, reranker.top_k)
     head_scores = reranker.score(questions, retrieved, corpus, head)
     weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
-    rankings = fused_rankings(retrieved, head_scores, weight, retriever.scale)
+    lexical, lexical_weight = (
+        reranker.lexical_scores(questions, retrieved, corpus, head),
+        reranker.lexical_weight,
+    )
+    rankings = fused_rankings(retrieved, head_scores, weight, retriever.scale, lexical, lexical_weight)
     logits = {}
     for qid, ranking in rankings.items():
-        fused = fused_scores(retrieved.scores[qid][:head], head_scores[qid], weight, retriever.scale)
+        fused = fused_scores(
+            retrieved.scores[qid][:head],
+            head_scores[qid],
+            weight,
+            retriever.scale,
+            lexical[qid] if lexical else None,
+            lexical_weight,
+        )
         by_passage = dict(zip(retrieved.rankings[qid][:head], fused))
         logits[qid] = [by_passage[pid] for pid in ranking[:head]]
-    return RankedPassages(rankings, logits, retrieved, reranker.fusion_weight)
+    return RankedPassages(rankings, logits, retrieved, reranker.fusion_weight, lexical_weight)
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -282,6 +294,7 @@ def evaluate_open_domain_qa(
         "num_passages": len(task.corpus_ids),
         "reranked": reranker is not None,
         "fusion_weight": ranked.fusion_weight,
+        "lexical_weight": ranked.lexical_weight,
         "reader_on_gold_paragraph": on_gold,
         "seconds_per_question": round(elapsed / len(task.query_ids), 4),
         **_ranking_metrics(ranked, task, reranker is not None),

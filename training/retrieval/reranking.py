@@ -16,15 +16,18 @@ The saved folder is the plain sequence-classification model (``num_labels=1``), 
 
 Fusion. A listwise-trained re-ranker's logits are log-probabilities over a query's candidates up to a
 constant, and so are the retriever's similarities times the scale it was trained with. The fused score of
-a retrieved passage is the weighted product of the two distributions::
+a retrieved passage is the weighted product of the two distributions, with optionally a third signal, the
+passage's BM25 score (``training.retrieval.lexical``) divided by the best of the query's head, on the
+similarity's scale::
 
-    fused = (1 - weight) * retriever_scale * similarity + weight * reranker_logit
+    fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
+            + weight * reranker_logit
 
-``weight`` 0 is retrieval's order (exactly: the retrieved list is returned untouched), 1 the re-ranker's.
-:func:`choose_fusion_weight` picks it on validation queries (MRR@10, then Recall@1; ties go to the smaller
-weight), so on that data the fused ranking is never below retrieval alone; ``finetune-reranker`` saves the
-choice as ``fusion.json`` in the re-ranker's folder (:class:`Fusion`), and ``evaluate-retrieval`` and
-``open-domain-qa`` apply it by default.
+Both weights 0 are retrieval's order (exactly: the retrieved list is returned untouched); ``weight`` 1 the
+re-ranker's. :func:`choose_fusion_weight` picks both on validation queries (MRR@10, then Recall@1; ties go
+to the smaller weights), so on that data the fused ranking is never below retrieval alone;
+``finetune-reranker`` saves the choice as ``fusion.json`` in the re-ranker's folder (:class:`Fusion`), and
+``evaluate-retrieval`` and ``open-domain-qa`` apply it by default.
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ from briskbert.training.retrieval.dense import (
     retrieval_metrics,
 )
 from briskbert.training.retrieval.embeddings import Pair
+from briskbert.training.retrieval.lexical import BM25
 from briskbert.training.retrieval.retrieval_arguments import RANKING_LOSSES
 from briskbert.training.retrieval.search import Retrieved, retrieve
 
 FUSION_FILE = "fusion.json"
-FUSION_GRID = tuple(step / 40 for step in range(41))  # weights 0, 0.025, ..., 1
+FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1
+LEXICAL_GRID = tuple(step / 20 for step in range(21))  # BM25 weights 0, 0.05, ..., 1
 SELECTION_METRICS = (f"mrr@{RANK_DEPTH}", f"recall@{RECALL_DEPTHS[0]}")  # compared in this order
 
 
@@ -315,6 +320,7 @@ class Reranker:
     batch_size: int = 32
     fusion_weight: float | None = None
     fusion: Fusion | None = None  # what finetune-reranker measured on validation queries, if it did
+    lexical_weight: float = 0.0  # of the BM25 score in the fusion (0: not computed)
 
     def score(
         self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
@@ -337,31 +343,58 @@ class Reranker:
             scores[query_id].append(logit)
         return scores
 
+    def lexical_scores(
+        self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
+    ) -> dict[str, list[float]] | None:
+        """BM25 of the same head, over ``corpus``'s statistics (see :meth:`BM25.head_scores`), when the fusion
+        weighs it; else ``None``."""
+        if not self.lexical_weight:
+            return None
+        return BM25(corpus.values()).head_scores(queries, retrieved.rankings, corpus, depth or self.top_k)
+
 
 # ---------------------------------------------------------------------------------------------- fusion
 def fused_scores(
-    retriever_scores: list[float], reranker_scores: list[float], weight: float, retriever_scale: float
+    retriever_scores: list[float],
+    reranker_scores: list[float],
+    weight: float,
+    retriever_scale: float,
+    lexical_scores: list[float] | None = None,
+    lexical_weight: float = 0.0,
 ) -> list[float]:
-    """``(1 - weight) * retriever_scale * similarity + weight * logit`` for one query's re-ranked head."""
+    """``retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * lexical) + weight *
+    logit`` for one query's re-ranked head (``lexical``: BM25 over the head's best, in [0, 1])."""
+    lexical_scores = lexical_scores or [0.0] * len(reranker_scores)
+    retriever_weight = 1 - weight - lexical_weight
     return [
-        (1 - weight) * retriever_scale * similarity + weight * logit
-        for similarity, logit in zip(retriever_scores, reranker_scores)
+        retriever_scale * (retriever_weight * similarity + lexical_weight * lexical) + weight * logit
+        for similarity, logit, lexical in zip(retriever_scores, reranker_scores, lexical_scores)
     ]
 
 
 def fused_rankings(
-    retrieved: Retrieved, head_scores: dict[str, list[float]], weight: float, retriever_scale: float
+    retrieved: Retrieved,
+    head_scores: dict[str, list[float]],
+    weight: float,
+    retriever_scale: float,
+    lexical_scores: dict[str, list[float]] | None = None,
+    lexical_weight: float = 0.0,
 ) -> dict[str, list[str]]:
     """Each query's re-ranked head (the passages ``head_scores`` covers) ordered by the fused score, the rest
-    behind it in retrieval order. Weight 0 returns the retrieval rankings themselves."""
-    if weight == 0:
+    behind it in retrieval order. Both weights 0 return the retrieval rankings themselves."""
+    if weight == 0 and lexical_weight == 0:
         return {query_id: list(ranking) for query_id, ranking in retrieved.rankings.items()}
     rankings = {}
     for query_id, ranking in retrieved.rankings.items():
         head_length = len(head_scores[query_id])
         scores = torch.tensor(
             fused_scores(
-                retrieved.scores[query_id][:head_length], head_scores[query_id], weight, retriever_scale
+                retrieved.scores[query_id][:head_length],
+                head_scores[query_id],
+                weight,
+                retriever_scale,
+                lexical_scores[query_id] if lexical_scores else None,
+                lexical_weight,
             )
         )
         order = torch.argsort(scores, descending=True, stable=True).tolist()
@@ -371,8 +404,9 @@ def fused_rankings(
 
 @dataclass(frozen=True)
 class Fusion:
-    """The fusion weight chosen for a re-ranker behind a retriever, with the validation it was chosen on:
-    ``curve`` holds the selection metrics at every weight tried, ``retrieval`` those of retrieval alone."""
+    """The fusion weights chosen for a re-ranker behind a retriever, with the validation they were chosen on:
+    ``curve`` holds the selection metrics at every pair of weights tried, ``retrieval`` those of retrieval
+    alone. Files written before the BM25 term read as ``lexical_weight`` 0."""
 
     weight: float
     retriever_scale: float
@@ -382,20 +416,29 @@ class Fusion:
     num_queries: int = 0
     retrieval: dict = field(default_factory=dict)
     curve: list = field(default_factory=list)
+    lexical_weight: float = 0.0
 
     def __post_init__(self):
-        if not 0.0 <= self.weight <= 1.0:
-            raise ValueError(f"a fusion weight lies in [0, 1], got {self.weight}.")
+        check_fusion_weights(self.weight, self.lexical_weight)
+
+    def point(self, weight: float, lexical_weight: float = 0.0) -> dict:
+        """The curve's point nearest to these weights."""
+        return min(
+            self.curve,
+            key=lambda p: abs(p["weight"] - weight) + abs(p.get("lexical_weight", 0.0) - lexical_weight),
+        )
 
     def summary(self) -> str:
-        chosen = next(point for point in self.curve if point["weight"] == self.weight)
-        alone = next(point for point in self.curve if point["weight"] == 1.0)
+        chosen, alone = self.point(self.weight, self.lexical_weight), self.point(1.0)
         figures = ", ".join(
             f"{name} {100 * chosen[key]:.1f} (retrieval {100 * self.retrieval[key]:.1f}, re-ranker alone "
             f"{100 * alone[key]:.1f})"
             for key, name in zip(SELECTION_METRICS, ("MRR@10", "Recall@1"))
         )
-        return f"Fusion weight {self.weight:g} chosen on {self.num_queries} validation queries: {figures}."
+        return (
+            f"Fusion weights re-ranker {self.weight:g}, BM25 {self.lexical_weight:g} (retriever "
+            f"{1 - self.weight - self.lexical_weight:g}) chosen on {self.num_queries} validation queries: {figures}."
+        )
 
     def save(self, folder) -> Path:
         path = Path(folder) / FUSION_FILE
@@ -415,30 +458,49 @@ class Fusion:
             ) from None
 
 
+def check_fusion_weights(weight: float, lexical_weight: float) -> None:
+    if not (0.0 <= weight <= 1.0 and 0.0 <= lexical_weight <= 1.0 and weight + lexical_weight <= 1.0 + 1e-9):
+        raise ValueError(
+            f"fusion weights lie in [0, 1] and sum to at most 1 (the retriever gets the rest); got re-ranker "
+            f"{weight:g} and BM25 {lexical_weight:g}."
+        )
+
+
 def choose_fusion_weight(
     retrieved: Retrieved,
     head_scores: dict[str, list[float]],
     qrels: dict[str, dict[str, float]],
     retriever_scale: float,
     grid: tuple[float, ...] = FUSION_GRID,
-) -> tuple[float, list[dict]]:
-    """The weight of ``grid`` whose fused rankings score best on ``qrels`` (MRR@10, then Recall@1; ties go to
-    the smaller weight, so a re-ranker that adds nothing gets 0), and the metrics at every weight."""
-    if 0.0 not in grid:
+    lexical_scores: dict[str, list[float]] | None = None,
+    lexical_grid: tuple[float, ...] = LEXICAL_GRID,
+) -> tuple[float, float, list[dict]]:
+    """The re-ranker weight of ``grid`` and, with ``lexical_scores``, the BM25 weight of ``lexical_grid``
+    (pairs summing to at most 1) whose fused rankings score best on ``qrels`` (MRR@10, then Recall@1; ties go
+    to the smaller total, then the smaller re-ranker weight, so signals that add nothing get 0), and the
+    metrics at every pair."""
+    lexical_grid = lexical_grid if lexical_scores is not None else (0.0,)
+    if 0.0 not in grid or 0.0 not in lexical_grid:
         raise ValueError("the fusion grid must contain 0 (retrieval alone), so the choice is never below it.")
+    pairs = sorted(
+        ((weight, lexical) for weight in grid for lexical in lexical_grid if weight + lexical <= 1.0 + 1e-9),
+        key=lambda pair: (round(pair[0] + pair[1], 9), pair[0]),
+    )
     curve = []
-    for weight in sorted(grid):
-        metrics = retrieval_metrics(fused_rankings(retrieved, head_scores, weight, retriever_scale), qrels)
-        curve.append({"weight": weight, **{name: metrics[name] for name in SELECTION_METRICS}})
+    for weight, lexical in pairs:
+        rankings = fused_rankings(retrieved, head_scores, weight, retriever_scale, lexical_scores, lexical)
+        metrics = retrieval_metrics(rankings, qrels)
+        point = {"weight": weight, "lexical_weight": lexical}
+        curve.append({**point, **{name: metrics[name] for name in SELECTION_METRICS}})
     best = max(curve, key=lambda point: tuple(point[name] for name in SELECTION_METRICS))
-    return best["weight"], curve
+    return best["weight"], best["lexical_weight"], curve
 
 
 def choose_and_save_fusion(
     folder, sets: TrainingSets, top_k: int, max_seq_length: int, batch_size: int = 32, device="cpu"
 ) -> Fusion:
-    """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder``, choose the fusion
-    weight on them and write it to ``folder/fusion.json``."""
+    """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder`` and with BM25 over
+    their collection, choose the fusion weights on them and write them to ``folder/fusion.json``."""
     reranker = load_reranker(str(folder), top_k, max_seq_length, batch_size)
     reranker.model.to(device)
     task = sets.validation_task
@@ -447,7 +509,10 @@ def choose_and_save_fusion(
         dict(zip(task.corpus_ids, task.corpus_texts)),
     )
     head_scores = reranker.score(queries, sets.fusion_retrieved, corpus)
-    weight, curve = choose_fusion_weight(sets.fusion_retrieved, head_scores, task.qrels, sets.retriever_scale)
+    lexical = BM25(corpus.values()).head_scores(queries, sets.fusion_retrieved.rankings, corpus, top_k)
+    weight, lexical_weight, curve = choose_fusion_weight(
+        sets.fusion_retrieved, head_scores, task.qrels, sets.retriever_scale, lexical_scores=lexical
+    )
     retrieval = retrieval_metrics(sets.fusion_retrieved.rankings, task.qrels)
     fusion = Fusion(
         weight=weight,
@@ -458,6 +523,7 @@ def choose_and_save_fusion(
         num_queries=len(task.query_ids),
         retrieval={name: retrieval[name] for name in SELECTION_METRICS},
         curve=curve,
+        lexical_weight=lexical_weight,
     )
     fusion.save(folder)
     return fusion
@@ -485,9 +551,12 @@ def rerank_report(
     }
     handed_on = report["reranked"]
     if reranker.fusion_weight is not None:
-        fused = fused_rankings(retrieved, head_scores, reranker.fusion_weight, retriever_scale)
+        lexical = reranker.lexical_scores(queries, retrieved, corpus)
+        fused = fused_rankings(
+            retrieved, head_scores, reranker.fusion_weight, retriever_scale, lexical, reranker.lexical_weight
+        )
         report["fused"] = handed_on = retrieval_metrics(fused, task.qrels)
-        report["fusion_weight"] = reranker.fusion_weight
+        report["fusion_weight"], report["lexical_weight"] = reranker.fusion_weight, reranker.lexical_weight
     shortfall = ranking_shortfall(retrieval_metrics(retrieved.rankings, task.qrels), handed_on)
     if shortfall:
         report["warning"] = reranking_warning(shortfall, reranker.fusion_weight)
@@ -511,9 +580,10 @@ def load_reranker(
     max_seq_length: int = 256,
     batch_size: int = 32,
     fusion_weight: float | None = None,
+    lexical_weight: float | None = None,
 ) -> Reranker:
-    """A :class:`Reranker` from a folder or repo id, applying ``fusion_weight`` if given, else the weight
-    its ``fusion.json`` records, else none (its own order)."""
+    """A :class:`Reranker` from a folder or repo id, applying ``fusion_weight`` / ``lexical_weight`` if given,
+    else the weights its ``fusion.json`` records, else none (its own order)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     model = AutoModelForSequenceClassification.from_pretrained(name_or_path, trust_remote_code=True)
@@ -523,10 +593,24 @@ def load_reranker(
             "(train one with `briskbert finetune-reranker`)."
         )
     fusion = Fusion.load(name_or_path) if Path(name_or_path).is_dir() else None
-    if fusion_weight is None and fusion is not None:
-        fusion_weight = fusion.weight
+    if fusion is not None:
+        fusion_weight = fusion.weight if fusion_weight is None else fusion_weight
+        lexical_weight = fusion.lexical_weight if lexical_weight is None else lexical_weight
+    lexical_weight = lexical_weight or 0.0
+    if lexical_weight and fusion_weight is None:
+        raise DataError(
+            f"re-ranker {name_or_path!r} has no fusion.json: give --fusion_weight with --lexical_weight (the "
+            "retriever's score gets what is left of 1)."
+        )
+    if fusion_weight is not None and fusion_weight + lexical_weight > 1.0 + 1e-9:
+        raise DataError(
+            f"the re-ranker weight {fusion_weight:g} and the BM25 weight {lexical_weight:g} sum to more than 1; "
+            "lower --fusion_weight or --lexical_weight."
+        )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
-    return Reranker(model.eval(), tokenizer, top_k, max_seq_length, batch_size, fusion_weight, fusion)
+    return Reranker(
+        model.eval(), tokenizer, top_k, max_seq_length, batch_size, fusion_weight, fusion, lexical_weight
+    )
 
 
 def validation_warning(reranker: Reranker) -> str | None:
@@ -535,11 +619,14 @@ def validation_warning(reranker: Reranker) -> str | None:
     if reranker.fusion is None or not reranker.fusion.curve or not reranker.fusion.retrieval:
         return None
     weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
-    point = min(reranker.fusion.curve, key=lambda entry: abs(entry["weight"] - weight))
+    point = reranker.fusion.point(weight, reranker.lexical_weight)
     shortfall = ranking_shortfall(reranker.fusion.retrieval, point)
     if not shortfall:
         return None
+    weights = f"weight {point['weight']:g}" + (
+        f" (BM25 {point['lexical_weight']:g})" if point.get("lexical_weight") else ""
+    )
     return (
-        f"on its {reranker.fusion.num_queries} validation queries, re-ranking at weight {point['weight']:g} "
-        f"scored below retrieval alone ({', '.join(shortfall)}); its chosen weight is {reranker.fusion.weight:g}."
+        f"on its {reranker.fusion.num_queries} validation queries, re-ranking at {weights} scored below "
+        f"retrieval alone ({', '.join(shortfall)}); its chosen weight is {reranker.fusion.weight:g}."
     )

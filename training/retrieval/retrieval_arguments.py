@@ -49,6 +49,14 @@ def add_reranker_arguments(parser: argparse.ArgumentParser) -> None:
         "order, 1 is the re-ranker's own. Default: the weight in the re-ranker folder's fusion.json "
         "(chosen on validation queries by finetune-reranker), else 1.",
     )
+    group.add_argument(
+        "--lexical_weight",
+        type=fusion_weight,
+        default=None,
+        help="Weight of the passage's BM25 score (over the collection, scaled to the query's best) in the "
+        "fusion; the retriever's similarity gets 1 minus both weights. Default: the weight in fusion.json, "
+        "else 0.",
+    )
 
 
 def add_embedding_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:

@@ -13,8 +13,9 @@ normalisation from its sentence-transformers files unless given) and searched ex
 ``--index DIR``, only the queries are embedded and the faiss index ``briskbert build-index`` built over the
 same passages (with the same encoder: another is refused) is searched. With a
 re-ranker, the first ``--rerank_top_k`` passages of each list are scored by it and ordered by the fused
-score ``(1 - w) * scale * similarity + w * logit``, ``w`` being ``--fusion_weight`` or the weight
-``finetune-reranker`` chose on validation queries (``fusion.json`` in the re-ranker's folder). Prints and
+score ``scale * ((1 - w - l) * similarity + l * bm25) + w * logit``, ``w`` and ``l`` being ``--fusion_weight``
+and ``--lexical_weight`` or the weights ``finetune-reranker`` chose on validation queries (``fusion.json`` in
+the re-ranker's folder; ``bm25`` is the passage's BM25 over the collection, divided by the query's best). Prints and
 writes ``metrics.json``: Recall@1/5/10/100, MRR@10, nDCG@10 for retrieval alone, the re-ranker's own order
 and the fused order, with a one-line warning when what re-ranking hands on scores below retrieval alone.
 """
@@ -54,8 +55,9 @@ def parse_args(argv=None):
     for flag in ("rerank_top_k", "batch_size", "reranker_max_seq_length"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
-    if args.fusion_weight is not None and not args.reranker_model_name_or_path:
-        parser.error("--fusion_weight weighs a re-ranker; give --reranker_model_name_or_path.")
+    for flag in ("fusion_weight", "lexical_weight"):
+        if getattr(args, flag) is not None and not args.reranker_model_name_or_path:
+            parser.error(f"--{flag} weighs a re-ranking stage; give --reranker_model_name_or_path.")
     return args
 
 
@@ -96,6 +98,7 @@ def main(argv=None):
             args.reranker_max_seq_length,
             args.batch_size,
             args.fusion_weight,
+            args.lexical_weight,
         )
     report = evaluate_retrieval(task, retriever, reranker)
     report["model"], report["reranker"] = args.model_name_or_path, args.reranker_model_name_or_path
@@ -119,7 +122,8 @@ def format_report(report: dict) -> str:
     labels = {
         "retrieval": "retrieval",
         "reranked": "re-ranker",
-        "fused": f"fused ({report.get('fusion_weight', 0):g})",
+        "fused": f"fused ({report.get('fusion_weight', 0):g}"
+        + (f", BM25 {report['lexical_weight']:g})" if report.get("lexical_weight") else ")"),
     }
     stages = [name for name in labels if name in report]
     names = list(report["retrieval"])

@@ -19,11 +19,11 @@ cross-entropy per pair. Any model the other jobs take can be the start, e.g. a r
 ``finetune-qa``, which already reads questions against passages.
 
 With ``--validation_file`` (held-out queries: SQuAD articles or JSON lines pairs, plus optional
-distractors), the validation groups are scored during training, and at the end the weight that fuses the
-re-ranker's logit with the retriever's (``--negatives_from``, or ``--fusion_retriever``) similarity is
-chosen on the validation queries' top ``--rerank_top_k`` and saved as ``final/fusion.json``;
-``evaluate-retrieval`` and ``open-domain-qa`` apply it by default. A weight of 0 means the re-ranker did
-not help on validation: the fused ranking is then retrieval's own.
+distractors), the validation groups are scored during training, and at the end the weights that fuse the
+re-ranker's logit and the passage's BM25 score with the retriever's (``--negatives_from``, or
+``--fusion_retriever``) similarity are chosen on the validation queries' top ``--rerank_top_k`` and saved as
+``final/fusion.json``; ``evaluate-retrieval`` and ``open-domain-qa`` apply them by default. A weight of 0
+means that signal did not help on validation; both 0, the fused ranking is retrieval's own.
 The saved ``final/`` folder (``pipeline_tag: text-ranking``) loads with
 ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` (``trust_remote_code=True``).
 """

@@ -62,8 +62,9 @@ def parse_args(argv=None):
     for flag in ("rerank_top_k", "read_top_k", "batch_size", "reranker_max_seq_length"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
-    if args.fusion_weight is not None and not args.reranker_model_name_or_path:
-        parser.error("--fusion_weight weighs a re-ranker; give --reranker_model_name_or_path.")
+    for flag in ("fusion_weight", "lexical_weight"):
+        if getattr(args, flag) is not None and not args.reranker_model_name_or_path:
+            parser.error(f"--{flag} weighs a re-ranking stage; give --reranker_model_name_or_path.")
     return args
 
 
@@ -102,6 +103,7 @@ def main(argv=None):
             args.reranker_max_seq_length,
             args.batch_size,
             args.fusion_weight,
+            args.lexical_weight,
         )
     if args.question:
         from briskbert.training.retrieval.reranking import validation_warning
@@ -153,7 +155,11 @@ def format_metrics(metrics: dict, depths) -> str:
     gold = metrics["reader_on_gold_paragraph"]
     lines = [
         f"{metrics['num_questions']} questions, {metrics['num_passages']} passages"
-        + (f"; re-ranked (fusion weight {metrics['fusion_weight']})" if metrics["reranked"] else ""),
+        + (
+            f"; re-ranked (fusion weight {metrics['fusion_weight']}, BM25 {metrics['lexical_weight']:g})"
+            if metrics["reranked"]
+            else ""
+        ),
         f"reader on the gold paragraph: EM {gold['exact_match']:.1f}  F1 {gold['f1']:.1f}",
         f"{'read top':>8} {'gold read':>10} {'EM':>6} {'F1':>6} {'target EM':>10} {'EM, reader scores only':>23}",
     ]

