@@ -234,12 +234,7 @@ TARGETS: dict[str, Target] = {
         source="training/retrieval/lexical.py",
         module="briskbert.training.retrieval.lexical",
         tests=("tests/test_lexical_fusion.py",),
-        warm=(
-            "bm25s",
-            "briskbert.training.retrieval.reranking",
-            "briskbert.modeling",
-            "briskbert.tokenization",
-        ),
+        warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),
     ),
     "fusion": Target(
         source="training/retrieval/reranking.py",
