@@ -117,10 +117,8 @@ def rank_passages(
     head = max(depth, reranker.top_k)
     head_scores = reranker.score(questions, retrieved, corpus, head)
     weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
-    lexical, lexical_weight = (
-        reranker.lexical_scores(questions, retrieved, corpus, head),
-        reranker.lexical_weight,
-    )
+    lexical_weight = reranker.lexical_weight
+    lexical = reranker.lexical_scores(questions, retrieved, corpus, head)
     rankings = fused_rankings(retrieved, head_scores, weight, retriever.scale, lexical, lexical_weight)
     logits = {}
     for qid, ranking in rankings.items():
