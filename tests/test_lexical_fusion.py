@@ -148,6 +148,26 @@ def test_when_both_signals_fix_a_query_the_smaller_total_weight_wins():
     assert by_pair[(0.35, 0.0)]["recall@1"] == 1.0  # also right, but at a larger total weight
 
 
+def test_at_equal_total_weight_the_cheaper_signal_wins():
+    # Both signals fix q1 from weight 0.05 on (the grid has no smaller BM25 weight): (0, 0.05), (0.025, 0.025)
+    # and (0.05, 0) tie on every metric and on their total, and the least cross-encoder wins, as it costs the
+    # most to run.
+    retrieved = Retrieved(rankings={"q1": ["a", "b"]}, scores={"q1": [0.50, 0.49]})
+    reranker_prefers_b, bm25_prefers_b = {"q1": [0.0, 4.0]}, {"q1": [0.0, 1.0]}
+    choice = choose_fusion_weight(
+        retrieved, reranker_prefers_b, {"q1": {"b": 1.0}}, 20, lexical_scores=bm25_prefers_b
+    )
+    assert choice[:2] == (0.0, pytest.approx(0.05))
+
+
+def test_equal_fused_scores_keep_retrievals_order():
+    # Twenty passages the fused score cannot tell apart: an unstable sort would shuffle them.
+    ids = [f"p{index}" for index in range(20)]
+    retrieved = Retrieved(rankings={"q": ids}, scores={"q": [0.5] * 20})
+    flat = {"q": [1.0] * 20}
+    assert fused_rankings(retrieved, flat, 0.5, 20, flat, 0.25) == {"q": ids}
+
+
 def test_lexical_scores_that_change_nothing_tie_and_the_tie_goes_to_retrieval():
     retrieved, qrels, _ = _retrieved()
     flat = {"q1": [1.0, 1.0, 1.0], "q2": [1.0, 1.0, 1.0]}

@@ -459,7 +459,7 @@ class Fusion:
 
 
 def check_fusion_weights(weight: float, lexical_weight: float) -> None:
-    if not (0.0 <= weight <= 1.0 and 0.0 <= lexical_weight <= 1.0 and weight + lexical_weight <= 1.0 + 1e-9):
+    if not (weight >= 0.0 and lexical_weight >= 0.0 and weight + lexical_weight <= 1.0 + 1e-9):
         raise ValueError(
             f"fusion weights lie in [0, 1] and sum to at most 1 (the retriever gets the rest); got re-ranker "
             f"{weight:g} and BM25 {lexical_weight:g}."
