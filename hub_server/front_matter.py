@@ -35,9 +35,25 @@ class FrontMatterError(ValueError):
     """The front matter cannot be read: invalid YAML, not a mapping, or past a limit."""
 
 
+def _too_deep(limits: YamlLimits) -> FrontMatterError:
+    return FrontMatterError(
+        f"The README front matter nests lists and mappings deeper than {limits.max_depth} levels"
+    )
+
+
+def _events(text: str, limits: YamlLimits):
+    try:
+        yield from yaml.parse(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        # libyaml 0.2.6+ scans a run of "[" ahead of its first event and stops at its own depth limit (1000).
+        if "maximum nesting depth" in str(e):
+            raise _too_deep(limits) from None
+        raise
+
+
 def _check_events(text: str, limits: YamlLimits) -> None:
     nodes = depth = 0
-    for event in yaml.parse(text, Loader=_Loader):
+    for event in _events(text, limits):
         if isinstance(event, yaml.AliasEvent):
             raise FrontMatterError("YAML aliases (*name) are not accepted in the README front matter")
         if isinstance(event, _NODE_EVENTS):
@@ -47,9 +63,7 @@ def _check_events(text: str, limits: YamlLimits) -> None:
         if isinstance(event, _OPEN_EVENTS):
             depth += 1
             if depth > limits.max_depth:
-                raise FrontMatterError(
-                    f"The README front matter nests lists and mappings deeper than {limits.max_depth} levels"
-                )
+                raise _too_deep(limits)
         elif isinstance(event, _CLOSE_EVENTS):
             depth -= 1
 

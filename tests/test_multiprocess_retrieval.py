@@ -170,7 +170,10 @@ def test_two_processes_follow_one_process_with_the_global_batch(name, two_proces
     assert two_losses == pytest.approx(one_losses, rel=1e-5)
     assert two_metrics.keys() == one_metrics.keys()
     for metric, value in one_metrics.items():
-        assert two_metrics[metric] == pytest.approx(value, abs=1e-5), metric
+        # Spearman ranks the similarities: float rounding that swaps two near-equal ones moves it by up to
+        # 6 * 2n / (n^3 - n), about 1.3e-4 for the 300 validation pairs; the other metrics move by rounding only.
+        tolerance = 1e-3 if "spearman" in metric else 1e-5
+        assert two_metrics[metric] == pytest.approx(value, abs=tolerance), metric
 
 
 GATHER_WORKER = """
