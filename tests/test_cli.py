@@ -135,5 +135,8 @@ def test_pretrain_runs_from_outside_the_checkout(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # With torchao installed (the [dev] extra), transformers imports it, and on a CPU-only machine it logs a
+    # "Failed to load" line per CUDA kernel library; the command keeps those out of a job's output.
+    assert "Failed to load" not in proc.stderr and "_pytree.py" not in proc.stderr, proc.stderr[:2000]
     assert (tmp_path / "out" / "final" / "config.json").is_file()
     assert json.loads((tmp_path / "out" / "final" / "config.json").read_text())["model_type"] == "briskbert"

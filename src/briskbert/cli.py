@@ -12,6 +12,7 @@ A job's module is imported only when that job runs, and parses its flags before 
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -125,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
+    # torchao, which transformers imports whenever it is installed, warns about each CUDA kernel library a
+    # CPU-only machine cannot load (and torch about torchao's enums): nothing a briskbert job uses.
+    for noisy in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
         result = module.main(rest)

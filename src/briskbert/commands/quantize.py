@@ -28,7 +28,6 @@ The folder's README and quantization.json state the precision, the size, the agr
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -120,10 +119,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # torchao, which transformers imports when it is installed, warns about every CUDA kernel library a
-    # CPU-only machine cannot load; nothing here needs them.
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     from briskbert.training.tasks.quantization import LabelledData, QuantizeRequest, quantize
 
     request = QuantizeRequest(
