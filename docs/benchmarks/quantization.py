@@ -12,6 +12,7 @@ Models timed (the bare encoder of --embedder, a converted all-MiniLM-L6-v2):
   briskbert-fp32/-bf16   BriskBertModel, fp32 weights / bf16 weights
   onnxruntime-fp32       the graph `briskbert export-onnx` writes
   onnxruntime-int8       `briskbert quantize --backend onnx`
+  onnxruntime-int8-partial   the same with `--keep_fp32` (--keep_fp32: modules left in fp32)
   torchao-int8-weight-only / torchao-int8-dynamic   `briskbert quantize --backend torch --torch_scheme ...`
 Size is the weight file on disk; memory the resident growth when the model is loaded, and the peak above it
 during the longest batch (after malloc_trim; approximate).
@@ -46,10 +47,17 @@ MODELS = (
     "briskbert-bf16",
     "onnxruntime-fp32",
     "onnxruntime-int8",
+    "onnxruntime-int8-partial",
     "torchao-int8-weight-only",
     "torchao-int8-dynamic",
 )
-QUALITY_MODELS = ("briskbert-fp32", "onnxruntime-int8", "torchao-int8-weight-only", "torchao-int8-dynamic")
+QUALITY_MODELS = (
+    "briskbert-fp32",
+    "onnxruntime-int8",
+    "torchao-int8-weight-only",
+    "torchao-int8-dynamic",
+    "onnxruntime-int8-partial",
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,6 +83,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_sst2_examples", type=int, default=None, help="default: all 6,734 rows")
     parser.add_argument("--skip_retrieval", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--keep_fp32",
+        nargs="+",
+        default=["layers.0.mlp.down"],
+        help="onnxruntime-int8-partial: the modules `quantize --keep_fp32` leaves in fp32",
+    )
     return parser.parse_args(argv)
 
 
@@ -137,22 +151,28 @@ def prepared_folders(args, source: Path, kind: str) -> dict[str, Path]:
     folders = {
         "onnxruntime-fp32": base / "onnx-fp32",
         "onnxruntime-int8": base / "onnx-int8",
+        "onnxruntime-int8-partial": base / ("onnx-int8-keep-" + "-".join(args.keep_fp32)),
         "torchao-int8-weight-only": base / "torchao-int8-weight-only",
         "torchao-int8-dynamic": base / "torchao-int8-dynamic",
     }
     if not (folders["onnxruntime-fp32"] / "model.onnx").is_file():
         export_and_check(OnnxExportRequest(source, folders["onnxruntime-fp32"], overwrite_output_dir=True))
-    for name, scheme, backend in (
-        ("onnxruntime-int8", "int8-weight-only", "onnx"),
-        ("torchao-int8-weight-only", "int8-weight-only", "torch"),
-        ("torchao-int8-dynamic", "int8-dynamic", "torch"),
+    for name, scheme, backend, keep in (
+        ("onnxruntime-int8", "int8-weight-only", "onnx", ()),
+        ("onnxruntime-int8-partial", "int8-weight-only", "onnx", tuple(args.keep_fp32)),
+        ("torchao-int8-weight-only", "int8-weight-only", "torch", ()),
+        ("torchao-int8-dynamic", "int8-dynamic", "torch", ()),
     ):
         if not (folders[name] / "quantization.json").is_file():
-            quantize(
-                QuantizeRequest(
-                    source, folders[name], backend=backend, torch_scheme=scheme, overwrite_output_dir=True
-                )
+            request = QuantizeRequest(
+                source,
+                folders[name],
+                backend=backend,
+                torch_scheme=scheme,
+                keep_fp32=keep,
+                overwrite_output_dir=True,
             )
+            quantize(request)
     return folders
 
 
