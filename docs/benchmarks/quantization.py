@@ -451,7 +451,9 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    for name in ("torchao", "torch.utils._pytree"):
+    from briskbert.extras import TORCHAO_IMPORT_LOGGERS
+
+    for name in TORCHAO_IMPORT_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     import platform
 

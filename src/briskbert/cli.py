@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from .errors import CommandFailed, UserError
+from .extras import TORCHAO_IMPORT_LOGGERS
 
 #: the shell's status for a process ended by SIGINT (128 + 2)
 INTERRUPTED_EXIT_CODE = 130
@@ -126,9 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
-    # torchao, which transformers imports whenever it is installed, warns about each CUDA kernel library a
-    # CPU-only machine cannot load (and torch about torchao's enums): nothing a briskbert job uses.
-    for noisy in ("torchao", "torch.utils._pytree"):
+    for noisy in TORCHAO_IMPORT_LOGGERS:  # warnings about CUDA kernels no briskbert job uses
         logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")

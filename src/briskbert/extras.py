@@ -37,6 +37,10 @@ EXTRAS: dict[str, Extra] = {
     )
 }
 
+#: the loggers torchao's import fills with warnings on a CPU-only machine: one per CUDA kernel library it cannot
+#: load (and torch's, about torchao's enums). transformers imports torchao whenever it is installed.
+TORCHAO_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
 #: ``--report_to`` trackers that have an extra of their own; the others install by their package name
 TRACKER_EXTRAS = {"tensorboard": "tensorboard", "trackio": "trackio"}
 

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import UserError
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.modeling.export import (
     COMPANION_FILES,
     SENTENCE_EMBEDDING,
@@ -183,7 +184,7 @@ def require_extra(backend: str) -> None:
 
 def quiet_torchao_import():
     """torchao logs a warning for each CUDA kernel library it cannot load on a CPU-only machine."""
-    return quiet_loggers("torchao", "torch.utils._pytree")
+    return quiet_loggers(*TORCHAO_IMPORT_LOGGERS)
 
 
 def check_output_dir(model_dir: Path, output_dir: Path, overwrite: bool) -> None:
