@@ -78,6 +78,20 @@ def test_validate_yaml_refuses_yaml_bombs_with_a_400(hub, kind):
     assert status == 400 and words in body["errors"][0]["message"], (status, str(body)[:300])
 
 
+def test_the_yaml_parsers_own_depth_limit_reads_as_the_servers(monkeypatch):
+    """libyaml 0.2.6+ stops a long run of "[" at its own limit (1000) while scanning ahead, before the walker sees
+    an event; older versions hand the events over. Whichever PyYAML is installed, the refusal names the limit."""
+    from briskbert.hub_server import front_matter
+
+    def parse(text, Loader):
+        raise front_matter.yaml.YAMLError("while increasing flow level\nexceeded maximum nesting depth")
+        yield
+
+    monkeypatch.setattr(front_matter.yaml, "parse", parse)
+    with pytest.raises(front_matter.FrontMatterError, match="deeper than 64 levels"):
+        front_matter.load_front_matter("---\nx: [[[]]]\n---\n", front_matter.YamlLimits())
+
+
 def test_validate_yaml_body_is_capped_for_callers_without_a_token(hub):
     # 16 MiB announced, not one byte sent: refused from the headers.
     head = "POST /api/validate-yaml HTTP/1.1\r\nHost: x\r\nContent-Length: 16777216\r\n\r\n"
