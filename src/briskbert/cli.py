@@ -16,7 +16,7 @@ import logging
 import sys
 from dataclasses import dataclass
 
-from .errors import CommandFailed, UserError
+from .errors import CommandFailed, SettingError, UserError
 from .extras import TORCHAO_IMPORT_LOGGERS
 
 #: the shell's status for a process ended by SIGINT (128 + 2)
@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
         result = module.main(rest)
     except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
-        print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
+        # the one place a setting's field name becomes the flag a user typed
+        message = f"--{error.field} {error.problem}" if isinstance(error, SettingError) else str(error)
+        print("error: " + " ".join(line.strip() for line in message.splitlines()), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         # Ctrl-C before a job installed its own handler (while importing or loading): nothing to save yet.

@@ -19,6 +19,15 @@ class UserError(Exception):
     exit_code = USER_ERROR_EXIT_CODE
 
 
+class SettingError(UserError):
+    """A setting (a dataclass field, given on the command line as ``--<field>``) with a value that cannot
+    be used; library code names the field, the command line prints it as its flag."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+
 class CommandFailed(Exception):
     """A command that ran but did not succeed, for a reason its message gives (a check it performs
     failed, a process it started crashed: see its log): one ``error: ...`` line, exit status 1."""

@@ -1,0 +1,62 @@
+"""Command lines generated from the jobs' settings dataclasses, as transformers' example scripts do.
+
+Each option is declared once, as a dataclass field whose ``metadata`` carries its help (and ``choices``
+where it has them); :func:`parse` turns the dataclasses into one parser with ``transformers.HfArgumentParser``
+(a group per dataclass, from its ``_argument_group_name``), parses, and builds the dataclasses, whose
+``__post_init__`` checks the values::
+
+    model, data, config = parse(__doc__, ModelSource, DataSource, TrainingConfig, argv=argv)
+
+A check that fails raises :class:`briskbert.errors.SettingError` naming the field; ``briskbert`` prints it as
+that field's ``--flag`` (:func:`briskbert.cli.main`). A mistyped flag gets one line with the closest flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from dataclasses import fields
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Flag defaults in ``--help`` and the description as written (its usage example keeps its lines)."""
+
+
+def parse(description: str | None, *settings_types: type, argv: list[str] | None = None, **defaults) -> tuple:
+    """Parse ``argv`` into one instance of each of ``settings_types``; ``defaults`` overrides field defaults
+    for this command only (e.g. a job whose usual learning rate differs)."""
+    parser = new_parser(description, *settings_types)
+    parser.set_defaults(**defaults)
+    namespace = parser.parse_args(argv)
+    return tuple(
+        settings_type(
+            **{item.name: getattr(namespace, item.name) for item in fields(settings_type) if item.init}
+        )
+        for settings_type in settings_types
+    )
+
+
+def new_parser(description: str | None, *settings_types: type) -> argparse.ArgumentParser:
+    """The parser of ``settings_types``' fields; a command with flags of its own adds them to it."""
+    from transformers import HfArgumentParser  # torch-free; only a command that parses pays for it
+
+    class Parser(HfArgumentParser):
+        error = _one_line_error
+
+    return Parser(settings_types, description=description, formatter_class=HelpFormatter)
+
+
+def _one_line_error(parser: argparse.ArgumentParser, message: str):
+    """argparse's error, in one line instead of the whole usage, with the closest flag for a typo."""
+    unknown = message.removeprefix("unrecognized arguments: ").split()
+    if message.startswith("unrecognized arguments") and unknown[0].startswith("--"):
+        flag = unknown[0].split("=")[0]
+        known = [option for action in parser._actions for option in action.option_strings]
+        close = difflib.get_close_matches(flag, known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"see {parser.prog} --help"
+        message = f"unknown flag {flag}; {hint}"
+    else:
+        message += f" (see {parser.prog} --help)"
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)
