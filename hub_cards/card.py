@@ -1,7 +1,7 @@
 """Render a model card (README.md) for a saved BriskBert folder.
 
 Inputs are the folder's ``config.json`` and its training facts (``training_facts.json``, written by the
-shared training loop), read as a typed :class:`~briskbert.hub_cards.facts.TrainingFacts`: the job's
+shared training loop), read as a typed :class:`~briskbert.training.engine.facts.TrainingFacts`: the job's
 facts (``facts.job``: task, pipeline tag, data, base model, language, license, tags, limitations, ...)
 and, for a trained model, what the loop measured (``facts.run``: steps, tokens, hardware, metrics, ...).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from briskbert.hub_cards.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
+from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
 
 from .rules import check_card_text
 

@@ -3,14 +3,14 @@
 Errors (``check_metadata``) are what the Hub refuses: wrong types, a malformed model-index. Values outside
 the Hub's documented license and pipeline lists are warnings (``metadata_warnings``), since the Hub accepts
 them. Shared by the card renderer (checked locally before anything is pushed) and by the local Hub server's
-``/api/validate-yaml``, so a card that passes here passes there. Pure Python plus PyYAML.
+``/api/validate-yaml``, so a card that passes here passes there. The front matter is read by :mod:`.front_matter`.
 """
 
 from __future__ import annotations
 
 import re
 
-import yaml
+from .front_matter import load_front_matter
 
 # The license ids the Hub documents (hub-docs ``repositories-licenses.md``, Llama 3.x included). An id
 # outside the list is a warning, not an error: the Hub adds ids over time, and ``other`` + ``license_name``
@@ -45,25 +45,8 @@ PIPELINE_TAGS = frozenset(
     any-to-any other
     """.split()
 )
-_FRONT_MATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
 _REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _LANG_RE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)*$")
-
-
-def split_front_matter(text: str) -> tuple[dict | None, str]:
-    """(metadata dict or None when there is no front matter, body). Raises ValueError on bad YAML."""
-    m = _FRONT_MATTER_RE.match(text)
-    if not m:
-        return None, text
-    try:
-        meta = yaml.safe_load(m.group(1))
-    except yaml.YAMLError as e:
-        raise ValueError(f"Invalid YAML in the README front matter: {e}") from e
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, dict):
-        raise ValueError("The README front matter must be a YAML mapping")
-    return meta, text[m.end() :]
 
 
 def _str_list(value, key: str, errors: list[str]) -> None:
@@ -160,7 +143,7 @@ def _check_model_index(index) -> list[str]:
 def check_card_text(text: str) -> list[str]:
     """All rule violations of a whole README text (front matter required)."""
     try:
-        meta, _ = split_front_matter(text)
+        meta = load_front_matter(text)
     except ValueError as e:
         return [str(e)]
     if meta is None:

@@ -4,17 +4,15 @@
 
 Three kinds of evidence, each a table below:
 
-* **Names** (``NAME_RULES``): well-known credential files wherever they sit: ``.env*``, ``.netrc``, SSH and
-  PuTTY keys, ``*.pem``/``*.key``/``*.p12``/``*.pfx``, ``.aws/credentials``, gcloud's
-  ``application_default_credentials.json``, Google's ``token.json``, ``.docker/config.json``,
-  ``.kaggle/kaggle.json``, ``wandb/settings``, a kubeconfig, ``.pgpass``, ... A name alone is enough: such a
-  file is never part of a model.
+* **Names** (``NAME_RULES``): well-known credential files wherever they sit (``.env*``, SSH keys, ``*.pem``,
+  cloud, registry and database credentials, a kubeconfig, ...). A name alone is enough: such a file is never
+  part of a model.
 * **Contents** (``CONTENT_RULES``): private-key blocks, the usual providers' access tokens, and the structured
-  files that hold credentials (service-account JSON, OAuth refresh tokens, kubeconfig users, docker ``auths``,
-  kaggle ``key``, ``api_key = ...``). Each rule has literal anchors found with ``bytes.find`` and a regex
-  checked only near them, so large files scan fast. Tokens are matched without ``\\b``: in ``HF_TOKEN_hf_...``
-  and ``hf_..._prod`` the underscore is a word character, and those are tokens all the same. Generic prefixes
-  (``hf_``, ``sk-``) also need a random-looking body (mixed case), which keeps identifiers out.
+  files that hold credentials (service-account JSON, kubeconfig users, docker ``auths``, ...). Each rule has
+  literal anchors found with ``bytes.find`` and a regex checked only near them, so large files scan fast.
+  Tokens are matched without ``\\b``: in ``HF_TOKEN_hf_...`` and ``hf_..._prod`` the underscore is a word
+  character, and those are tokens all the same. Generic prefixes (``hf_``, ``sk-``) also need a random-looking
+  body (mixed case), which keeps identifiers out.
 * **Encodings**: UTF-16 and UTF-32 text (a byte-order mark, or the zero bytes of mostly-ASCII text) is decoded;
   gzip, bz2, xz and zip data is unpacked (zip member names are checked too); base64 runs of 32 or more
   characters are decoded and scanned again. All of it is bounded (``Limits``): nesting depth, unpacked bytes
@@ -126,25 +124,15 @@ NAME_RULES: tuple[NameRule, ...] = (
 )
 
 
+def _credential_file(rel_path: str) -> str | None:
+    """What a file is by its name alone (``NAME_RULES``), or None."""
+    return next((rule.what for rule in NAME_RULES if rule.matches(rel_path)), None)
+
+
 # ---- contents ------------------------------------------------------------------------------------------
-def _mixed_case(body: bytes) -> bool:
-    """A random token body has upper and lower case letters; an identifier or a word rarely does."""
-    return bool(re.search(rb"[A-Z]", body) and re.search(rb"[a-z]", body))
-
-
-def _has_digit(body: bytes) -> bool:
-    return bool(re.search(rb"[0-9]", body))
-
-
-def _letter_and_digit(body: bytes) -> bool:
-    """Tells a value such as ``hf_localtoken_9c1f`` from a placeholder such as ``hf_your_token_here``."""
-    return _has_digit(body) and bool(re.search(rb"[A-Za-z]", body))
-
-
-def _mixed_case_and_digit(body: bytes) -> bool:
-    return _mixed_case(body) and _has_digit(body)
-
-
+# What a random token body holds and an identifier or a word rarely does: upper and lower case letters,
+# digits. Letters and digits tell a value such as ``hf_localtoken_9c1f`` from ``hf_your_token_here``.
+_UPPER, _LOWER, _DIGIT, _LETTER = (re.compile(p) for p in (rb"[A-Z]", rb"[a-z]", rb"[0-9]", rb"[A-Za-z]"))
 _BEFORE, _AFTER = 96, 512  # the window around an anchor that a rule's regex is checked in
 
 
@@ -152,14 +140,14 @@ _BEFORE, _AFTER = 96, 512  # the window around an anchor that a rule's regex is 
 class ContentRule:
     """What a secret looks like. ``anchors`` are literals every match contains (found with ``bytes.find``,
     fast on large files); ``regex`` is checked only near each anchor. ``context`` patterns must also occur in
-    the same text (a kubeconfig is ``kind: Config`` *and* a user with a token). ``random_body`` is checked on
-    the regex's group 1 for prefixes that ordinary words can follow."""
+    the same text (a kubeconfig is ``kind: Config`` *and* a user with a token). For prefixes that ordinary
+    words can follow, the regex's group 1 (the token body) must also hold each of the ``body_has`` patterns."""
 
     what: str
     anchors: tuple[bytes, ...]
     regex: re.Pattern[bytes]
     context: tuple[re.Pattern[bytes], ...] = ()
-    random_body: Callable[[bytes], bool] | None = None
+    body_has: tuple[re.Pattern[bytes], ...] = ()
 
     def find(self, data: bytes) -> int | None:
         """The byte offset of the first match in ``data``, or None."""
@@ -169,7 +157,7 @@ class ContentRule:
                 match = self.regex.search(data, max(0, pos - _BEFORE), pos + len(anchor) + _AFTER)
                 if (
                     match
-                    and (self.random_body is None or self.random_body(match.group(1)))
+                    and all(pattern.search(match.group(1)) for pattern in self.body_has)
                     and all(pattern.search(data) for pattern in self.context)
                 ):
                     return match.start()
@@ -177,15 +165,9 @@ class ContentRule:
         return None
 
 
-def _rule(
-    what: str,
-    anchors: list[bytes],
-    regex: bytes,
-    *context: bytes,
-    random_body: Callable[[bytes], bool] | None = None,
-) -> ContentRule:
+def _rule(what: str, anchors: list[bytes], regex: bytes, *context: bytes, body_has=()) -> ContentRule:
     return ContentRule(
-        what, tuple(anchors), re.compile(regex), tuple(re.compile(c) for c in context), random_body
+        what, tuple(anchors), re.compile(regex), tuple(re.compile(c) for c in context), body_has
     )
 
 
@@ -202,18 +184,14 @@ CONTENT_RULES: tuple[ContentRule, ...] = (
     ),
     _rule("a private key", [b"PRIVATE KEY"], rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
     _rule("a PuTTY private key", [b"PuTTY-User-Key-File-"], rb"PuTTY-User-Key-File-\d+:", rb"Private-Lines:"),
-    _rule("a Hugging Face token", [b"hf_"], rb"hf_([A-Za-z0-9]{30,})", random_body=_mixed_case),
+    _rule("a Hugging Face token", [b"hf_"], rb"hf_([A-Za-z0-9]{30,})", body_has=(_UPPER, _LOWER)),
     _rule(
         "a Hugging Face token",
         [b"HF_TOKEN", b"HUB_TOKEN", b"hf_token", b"HUGGINGFACE_TOKEN"],
         rb"(?i:hf_token|hugging_?face_hub_token|huggingface_token)[\"']?\s*[=:]\s*[\"']?hf_([\w\-]{8,})",
-        random_body=_letter_and_digit,
+        body_has=(_LETTER, _DIGIT),
     ),
-    _rule(
-        "an AWS access key id",
-        [b"AKIA", b"ASIA"],
-        rb"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
-    ),
+    _rule("an AWS access key id", [b"AKIA", b"ASIA"], rb"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"),
     _rule(
         "an AWS secret access key",
         [b"aws_secret_access_key", b"AWS_SECRET_ACCESS_KEY"],
@@ -231,15 +209,15 @@ CONTENT_RULES: tuple[ContentRule, ...] = (
         "an OpenAI-style API key",
         [b"sk-"],
         rb"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-|ant-(?:[a-z]+\d+-)?)?([A-Za-z0-9_\-]{32,})",
-        random_body=_mixed_case_and_digit,
+        body_has=(_UPPER, _LOWER, _DIGIT),
     ),
     _rule("a GitHub token", [b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"], rb"gh[pousr]_[A-Za-z0-9]{36,}"),
     _rule("a GitHub token", [b"github_pat_"], rb"github_pat_[A-Za-z0-9_]{22,}"),
     _rule("a GitLab token", [b"glpat-"], rb"glpat-[A-Za-z0-9_\-]{20,}"),
-    _rule("a Slack token", [b"xox"], rb"xox[abprse]-([A-Za-z0-9\-]{10,})", random_body=_has_digit),
+    _rule("a Slack token", [b"xox"], rb"xox[abprse]-([A-Za-z0-9\-]{10,})", body_has=(_DIGIT,)),
     _rule("a Slack webhook", [b"hooks.slack.com/services/"], rb"hooks\.slack\.com/services/T\w+/B\w+/\w+"),
     _rule("a Stripe secret key", [b"_live_"], rb"(?:sk|rk)_live_[A-Za-z0-9]{20,}"),
-    _rule("an npm token", [b"npm_"], rb"npm_([A-Za-z0-9]{36})", random_body=_mixed_case),
+    _rule("an npm token", [b"npm_"], rb"npm_([A-Za-z0-9]{36})", body_has=(_UPPER, _LOWER)),
     _rule("a PyPI token", [b"pypi-AgEIcHlwaS5vcmc"], rb"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
     _rule(
         "a kubeconfig with user credentials",
@@ -261,11 +239,7 @@ CONTENT_RULES: tuple[ContentRule, ...] = (
         [b"api_key", b"API_KEY"],
         rb"(?i:api_key)[\"']?\s*[=:]\s*[\"']?(?:local-)?[0-9a-f]{40}(?![0-9a-f])",
     ),
-    _rule(
-        "a netrc password",
-        [b"machine"],
-        rb"\bmachine\s+\S+\s+login\s+\S+\s+password\s+\S+",
-    ),
+    _rule("a netrc password", [b"machine"], rb"\bmachine\s+\S+\s+login\s+\S+\s+password\s+\S+"),
 )
 
 
@@ -329,16 +303,13 @@ def _text_encoding(head: bytes) -> str | None:
     return None
 
 
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"PK\x03\x04", "zip"))
+
+
 def _container(magic: bytes) -> str | None:
-    if magic.startswith(b"\x1f\x8b"):
-        return "gzip"
-    if magic.startswith(b"BZh") and magic[3:4].isdigit():
+    if magic.startswith(b"BZh") and magic[3:4].isdigit():  # "BZh" and the block size
         return "bz2"
-    if magic.startswith(b"\xfd7zXZ\x00"):
-        return "xz"
-    if magic.startswith(b"PK\x03\x04"):
-        return "zip"
-    return None
+    return next((kind for prefix, kind in _MAGIC if magic.startswith(prefix)), None)
 
 
 def _base64_payloads(text: bytes) -> list[tuple[int, bytes]]:
@@ -382,16 +353,14 @@ _BAD_CONTAINER = (OSError, EOFError, lzma.LZMAError, zlib.error, zipfile.BadZipF
 
 @dataclass
 class _Scan:
-    """One file's scan: the rules, and what is left of its decoding budget."""
+    """One file's scan: its rules, whether it decodes what it reads (never weights), its budget left."""
 
     rules: tuple[ContentRule, ...]
     limits: Limits
-    unpacked_left: int = 0
-    base64_left: int = 0
+    decode: bool = True
 
     def __post_init__(self):
-        self.unpacked_left = self.limits.max_unpacked_bytes
-        self.base64_left = self.limits.max_base64_runs
+        self.unpacked_left, self.base64_left = self.limits.max_unpacked_bytes, self.limits.max_base64_runs
 
 
 _Hit = tuple[str, tuple[str, ...]]  # (what, where)
@@ -417,7 +386,7 @@ def _scan_text(scan: _Scan, data: bytes, base: int, encoding: str | None, depth:
         found = _match_rules(scan, text)
         if found:
             return found[0], (*where, f"in {encoding.upper()} text")
-    if depth >= scan.limits.max_depth:
+    if not scan.decode or depth >= scan.limits.max_depth:
         return None
     for start, payload in _base64_payloads(text):
         if scan.base64_left <= 0 or scan.unpacked_left <= 0:
@@ -430,7 +399,7 @@ def _scan_text(scan: _Scan, data: bytes, base: int, encoding: str | None, depth:
     return None
 
 
-def _scan_blocks(scan: _Scan, fh: BinaryIO, depth: int, where, raw_only: bool = False) -> _Hit | None:
+def _scan_blocks(scan: _Scan, fh: BinaryIO, depth: int, where) -> _Hit | None:
     """Read ``fh`` in overlapping blocks; unpacked data (depth > 0) counts against the budget."""
     base, tail, encoding = 0, b"", None
     while True:
@@ -440,14 +409,10 @@ def _scan_blocks(scan: _Scan, fh: BinaryIO, depth: int, where, raw_only: bool = 
             return None
         if depth > 0:
             scan.unpacked_left -= len(block)
-        if base == 0 and not raw_only:
+        if base == 0 and scan.decode:
             encoding = _text_encoding(block)
         data = tail + block
-        if raw_only:
-            found = _match_rules(scan, data)
-            hit = (found[0], where or (f"at byte {base - len(tail) + found[1]}",)) if found else None
-        else:
-            hit = _scan_text(scan, data, base - len(tail), encoding, depth, where)
+        hit = _scan_text(scan, data, base - len(tail), encoding, depth, where)
         if hit:
             return hit
         base += len(block)
@@ -460,9 +425,8 @@ def _scan_zip(scan: _Scan, fh: BinaryIO, depth: int, where) -> _Hit | None:
             if info.is_dir():
                 continue
             label = f"zip member {info.filename}"
-            for rule in NAME_RULES:
-                if rule.matches(info.filename):
-                    return rule.what, (*where, f"as {label}")
+            if credential_file := _credential_file(info.filename):
+                return credential_file, (*where, f"as {label}")
             if info.flag_bits & 0x1:  # encrypted: nothing readable to scan
                 continue
             try:
@@ -506,22 +470,16 @@ def scan_file(
     folder: Path, rel_path: str, rules: tuple[ContentRule, ...] = CONTENT_RULES, limits: Limits = Limits()
 ) -> Finding | None:
     """The first reason ``folder / rel_path`` must not be published, or None."""
-    for rule in NAME_RULES:
-        if rule.matches(rel_path):
-            return Finding(rel_path, rule.what)
-    scan = _Scan(rules, limits)
+    if credential_file := _credential_file(rel_path):
+        return Finding(rel_path, credential_file)
     path = folder / rel_path
+    scan = _Scan(rules, limits, decode=path.suffix not in WEIGHT_SUFFIXES)
     with open(path, "rb") as fh:
-        if path.suffix == ".safetensors":
-            header = _safetensors_header(fh, path.stat().st_size, limits)
-            if header is not None:
-                hit = _scan_stream(scan, io.BytesIO(header), 0, ("in the safetensors header",))
-                return Finding(rel_path, *hit) if hit else None
-            fh.seek(0)
-        if path.suffix in WEIGHT_SUFFIXES:
-            hit = _scan_blocks(scan, fh, 0, (), raw_only=True)
+        if path.suffix == ".safetensors" and (header := _safetensors_header(fh, path.stat().st_size, limits)):
+            hit = _scan_stream(scan, io.BytesIO(header), 0, ("in the safetensors header",))
         else:
-            hit = _scan_stream(scan, fh, 0, ())
+            fh.seek(0)
+            hit = _scan_stream(scan, fh, 0, ()) if scan.decode else _scan_blocks(scan, fh, 0, ())
     return Finding(rel_path, *hit) if hit else None
 
 

@@ -12,13 +12,13 @@ prints one JSON line: ``{"ok": true, "model_class", "tokenizer_class", "task", "
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-PROJECT_PACKAGES = ("briskbert",)
 SAMPLE_TEXT = "The cat sat on the mat."
 # Environment variables a clean run must not inherit: caches, offline switches, tokens, Python paths.
 _DROPPED_ENV_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE_", "TRANSFORMERS_")
@@ -53,13 +53,8 @@ def verify_commit(
 ) -> dict:
     """Download ``commit_id`` into a fresh cache and load it in a clean interpreter. Returns the program's
     JSON (``{"ok": True, ...}``) or ``{"ok": False, "error"}`` with the end of its output, token redacted."""
-    request = {
-        "repo_id": repo_id,
-        "commit_id": commit_id,
-        "pipeline_tag": pipeline_tag,
-        "auto_class": auto_class,
-    }
-    request["blocked"] = list(PROJECT_PACKAGES)
+    request = dict(repo_id=repo_id, commit_id=commit_id, pipeline_tag=pipeline_tag, auto_class=auto_class)
+    request["blocked"] = ["briskbert"]  # the project's packages: only the repo's own code may load the model
     with tempfile.TemporaryDirectory(prefix="briskbert-verify-") as tmp:
         try:
             proc = subprocess.run(
@@ -125,8 +120,6 @@ def _features(pipe, model, tokenizer):
 
 
 def _similarity(pipe, model, tokenizer):
-    import math
-
     a, b = (pipe(text)[0][0] for text in (SAMPLE_TEXT, "A cat is sitting on a mat."))
     cosine = sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
     assert math.isfinite(cosine), cosine
@@ -134,11 +127,8 @@ def _similarity(pipe, model, tokenizer):
 
 
 def _ranking(pipe, model, tokenizer):
-    import math
-
-    score = pipe({"text": "Where did the cat sit?", "text_pair": SAMPLE_TEXT}, function_to_apply="none")[
-        "score"
-    ]
+    pair = {"text": "Where did the cat sit?", "text_pair": SAMPLE_TEXT}
+    score = pipe(pair, function_to_apply="none")["score"]
     assert math.isfinite(score), score
     return round(score, 4)
 

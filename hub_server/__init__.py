@@ -2,7 +2,8 @@
 
 from .accounts import Account
 from .errors import HubError
-from .server import STEPS, BackgroundHub, DataDirInUse, HubServer, make_server, running_server, serve
+from .routes import STEPS
+from .server import BackgroundHub, DataDirInUse, HubServer, serve
 from .storage import Storage
 from .transport import ServerLimits
 
@@ -15,7 +16,5 @@ __all__ = [
     "HubServer",
     "ServerLimits",
     "Storage",
-    "make_server",
-    "running_server",
     "serve",
 ]

@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .errors import Forbidden
 from .names import is_repo_name, repo_key
 
 
@@ -38,6 +39,12 @@ class Account:
         """True when this account may write in ``namespace`` (compared case-insensitively, as the Hub does)."""
         key = repo_key(namespace)
         return key == repo_key(self.name) or any(key == repo_key(org) for org in self.orgs)
+
+    def check_writes(self, namespace: str, what: str) -> None:
+        """``Forbidden`` unless this account may write in ``namespace``; ``what`` says what was refused."""
+        if not self.owns(namespace):
+            mine = ", ".join([self.name, *self.orgs])
+            raise Forbidden(f"You don't have the rights to write {what}: this token writes only under {mine}")
 
     def whoami(self) -> dict:
         auth = {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}}

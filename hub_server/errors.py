@@ -11,11 +11,17 @@ class HubError(Exception):
     code: str | None = "BadRequest"
 
     def __init__(
-        self, message: str, status: int | None = None, code: str | None = None, headers: dict | None = None
+        self,
+        message: str,
+        status: int | None = None,
+        code: str | None = None,
+        headers: dict | None = None,
+        body: dict | None = None,
     ):
         super().__init__(message)
         self.message = message
         self.headers = dict(headers or {})  # extra response headers, e.g. X-Repo-Commit on a missing file
+        self.body = dict(body or {})  # extra fields of the JSON answer, next to "error"
         if status is not None:
             self.status = status
         if code is not None:
@@ -76,7 +82,7 @@ class RequestTimeout(HubError):
     status, code = 408, "RequestTimeout"
 
 
-class InjectedFault(HubError):
-    """The fault injector's 500 (a test tool; never raised for a real problem)."""
+class ServerError(HubError):
+    """A 500, without an ``X-Error-Code``: a bug, or the fault injector's."""
 
     status, code = 500, None

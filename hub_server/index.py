@@ -9,7 +9,6 @@ budget and builds each one once even when many requests for it arrive together.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 import threading
@@ -18,12 +17,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from huggingface_hub.utils.sha import git_hash as git_blob_oid  # git's blob sha1 of some content
+
 _RECORD = struct.Struct("<32s20sQ?")  # sha256, git blob sha1, size, stored as LFS
 _PER_FILE_COST = 160  # bytes: the record, the path's str object, list slots
-
-
-def git_blob_oid(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def lfs_pointer(sha256: str, size: int) -> bytes:
@@ -73,9 +70,6 @@ class RevisionIndex:
         self._siblings: dict[bool, bytes] = {}
         self._card: dict | None = None
         self.card_cost = 0
-
-    def __len__(self) -> int:
-        return len(self.paths)
 
     @property
     def cost(self) -> int:

@@ -1,4 +1,5 @@
-"""The request payloads of the Hub protocol, parsed into small dataclasses that check themselves.
+"""The request payloads of the Hub protocol, parsed into small dataclasses that check themselves, and the
+ndjson commit read into storage operations (``read_commit``).
 
 Handlers never index raw JSON: a missing or mistyped field, a JSON array where an object belongs, invalid
 base64 or absurd nesting become a ``BadRequest`` that names the field, never a 500.
@@ -8,28 +9,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
+import contextlib
 import re
 import urllib.parse
 from dataclasses import dataclass
 
-from .commit_stream import RawLine
-from .errors import BadRequest
+from .commit_stream import RawLine, commit_lines
+from .errors import BadRequest, PayloadTooLarge, Unprocessable
 from .names import REPO_TYPES, validate_path, validate_repo_id
-from .storage import DeleteFile, DeleteFolder, StoredBlob
-from .transport import parse_size
+from .storage import AddFile, DeleteFile, DeleteFolder, FileEntry, StoredBlob, git_blob_oid, looks_like_lfs
+from .transport import parse_json
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
-
-
-def parse_json(raw: bytes, what: str):
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except RecursionError:
-        raise BadRequest(f"{what} is nested too deeply") from None
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-        raise BadRequest(f"{what} is not valid JSON: {e}") from None
 
 
 class Fields:
@@ -193,10 +185,10 @@ def _header(v: Fields) -> CommitHeader:
     )
 
 
-def _inline_file(v: Fields) -> InlineFile:
+def _inline_file(v: Fields, streamed: StoredBlob | None = None) -> InlineFile:
     if v.text("encoding", required=False, default="base64") != "base64":
         raise BadRequest(f"{v.where}: only base64 file content is supported")
-    return InlineFile(v.text("path"), _base64(v.text("content"), f"{v.where}.content"))
+    return InlineFile(v.text("path"), streamed or _base64(v.text("content"), f"{v.where}.content"))
 
 
 _LINE_PARSERS = {
@@ -214,49 +206,61 @@ def parse_commit_line(raw: RawLine, number: int) -> CommitLine:
     key = line.text("key")
     if key not in _LINE_PARSERS:
         raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
-    if raw.blob is None:
-        return _LINE_PARSERS[key](line.child("value"))
-    # The one long string of this line was streamed: it must have been the file's content.
     value = line.child("value")
+    if raw.blob is None:
+        return _LINE_PARSERS[key](value)
+    # The one long string of this line was streamed: it must have been the file's content.
     if (
         key != "file"
         or value.obj.get("content") != raw.placeholder
         or raw.text.count(raw.placeholder.encode()) != 1
     ):
         raise BadRequest(f"{where}: only a file's base64 content may be longer than 64 KiB")
-    if value.text("encoding", required=False, default="base64") != "base64":
-        raise BadRequest(f"{value.where}: only base64 file content is supported")
-    return InlineFile(value.text("path"), raw.blob)
+    return _inline_file(value, raw.blob)
 
 
-@dataclass(frozen=True)
-class SignedUpload:
-    """The query of a pre-signed LFS URL: ``size`` and ``sig``."""
-
-    size: int
-    signature: str
-
-    @classmethod
-    def from_query(cls, query: dict[str, list[str]]) -> SignedUpload | None:
-        size = parse_size(query.get("size", [""])[0])
-        signature = query.get("sig", [""])[0]
-        return None if size is None or not signature else cls(size, signature)
-
-
-# ---- refs ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NewTag:
-    name: str
-    message: str
-
-    @classmethod
-    def from_body(cls, body) -> NewTag:
-        f = Fields(body, "request body")
-        return cls(f.text("tag"), f.text("message", required=False, default=""))
+def _operation(storage, line: CommitLine):
+    """The storage operation of one parsed commit line; inline content is stored as it arrives."""
+    if isinstance(line, InlineFile):
+        if isinstance(line.content, StoredBlob):  # streamed into the blob store already
+            blob, git_oid = line.content, storage.git_oid(line.content.sha256)
+        else:
+            data = line.content
+            blob, git_oid = StoredBlob(storage.put_bytes(data), len(data), data[:8000]), git_blob_oid(data)
+        lfs = looks_like_lfs(line.path, blob.size, blob.sample)
+        return AddFile(FileEntry(line.path, blob.sha256, blob.size, git_oid, lfs))
+    if isinstance(line, LfsFileRef):
+        if not storage.has_blob(line.oid):
+            raise Unprocessable(f"LFS object for {line.path} (oid {line.oid}) was never uploaded")
+        size = storage.blob_path(line.oid).stat().st_size
+        if line.size is not None and line.size != size:
+            raise Unprocessable(f"Size mismatch for {line.path}: {line.size} != {size}", code="BadOid")
+        return AddFile(FileEntry(line.path, line.oid, size, storage.git_oid(line.oid), True))
+    return line  # DeleteFile / DeleteFolder are storage operations already
 
 
-def starting_point(body) -> str:
-    return Fields(body, "request body").text("startingPoint", required=False) or "main"
+def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[CommitHeader, list]:
+    """The header and the storage operations of an ndjson commit body, read line by line: a file's content
+    streams to disk, so memory holds one line's JSON, whatever the size."""
+    header, operations = None, []
+    with contextlib.closing(commit_lines(chunks, max_line, storage.blob_writer)) as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.text.strip():
+                continue
+            line = parse_commit_line(raw, number)
+            if isinstance(line, CommitHeader):
+                if header is not None or operations:
+                    raise BadRequest(f"commit line {number}: the header must be the first line, once")
+                header = line
+                continue
+            operations.append(_operation(storage, line))
+            if len(operations) > max_operations:
+                raise PayloadTooLarge(
+                    f"A commit holds at most {max_operations} operations", code="TooManyFiles"
+                )
+    if header is None:
+        raise BadRequest("The commit has no header line")
+    return header, operations
 
 
 # ---- reads ---------------------------------------------------------------------------------------------

@@ -4,48 +4,29 @@ handlers. A handler does only its own work: it reads the typed request, returns 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
+import functools
 import hashlib
 import json
 import re
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from pathlib import PurePosixPath
 
+from briskbert.hub_cards.front_matter import FrontMatterError, YamlLimits, load_front_matter
 from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 
 from . import protocol
-from .accounts import Account
-from .commit_stream import commit_lines
-from .errors import (
-    BadRequest,
-    EntryNotFound,
-    Forbidden,
-    HubError,
-    PayloadTooLarge,
-    RevisionNotFound,
-    Unprocessable,
-)
-from .front_matter import FrontMatterError, YamlLimits, load_front_matter
-from .index import FileEntry, Folder, RevisionIndex
+from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound, RevisionNotFound
+from .index import FileEntry, Folder
 from .names import repo_key, validate_ref_name
-from .storage import AddFile, StoredBlob, git_blob_oid, looks_like_lfs
-from .transport import BodyKind, RequestBody
+from .storage import looks_like_lfs
+from .transport import BodyKind, Request, Response, byte_range, json_response
 
-if TYPE_CHECKING:
-    from email.message import Message
-
-    from .server import HubServer
-
-_TYPE_NAMES = {"models": "model", "datasets": "dataset", "spaces": "space", "kernels": "kernel"}
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
 COMMITS_PAGE = 100  # commits per /commits page
-_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 
 
 class Auth(Enum):
@@ -55,64 +36,16 @@ class Auth(Enum):
     SIGNED = "signed"  # a pre-signed LFS URL (the client sends no token there)
 
 
-@dataclass
-class Request:
-    hub: HubServer
-    method: str
-    path: str  # as sent, without the query
-    params: dict[str, str]
-    query: dict[str, list[str]]
-    headers: Message
-    body: RequestBody
-    base_url: str
-    account: Account | None = None  # who the token belongs to (the dispatcher fills it in)
-
-    @property
-    def repo_type(self) -> str:
-        return _TYPE_NAMES.get(self.params.get("repo_type") or "models", self.params.get("repo_type", ""))
-
-    @property
-    def repo_id(self) -> str:
-        return self.params["repo_id"]
-
-    def flag(self, name: str) -> bool:
-        return self.query.get(name, [""])[0].lower() in ("1", "true")
-
-    def json(self):
-        return protocol.parse_json(self.body.read(), "request body")
-
-    def next_page(self, **query: str) -> str:
-        """The URL of this request with ``query`` replacing those parameters (for a ``Link`` header)."""
-        merged = {**self.query, **{k: [v] for k, v in query.items()}}
-        return f"{self.base_url}{self.path}?{urllib.parse.urlencode(merged, doseq=True)}"
-
-
-@dataclass
-class Response:
-    status: int = 200
-    body: bytes | tuple[bytes, ...] = b""  # a tuple is sent piece after piece, never joined
-    content_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)
-    file: Path | None = None  # streamed after the headers, from ``offset``, ``length`` bytes
-    offset: int = 0
-    length: int = 0
-
-
-def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(status, json.dumps(obj).encode(), headers=dict(headers or {}))
-
-
 def repo_url(base_url: str, repo_type: str, repo_id: str) -> str:
     return f"{base_url}/{'' if repo_type == 'model' else repo_type + 's/'}{repo_id}"
 
 
-def _require_namespace(account: Account, repo_type: str, namespace: str) -> None:
-    if not account.owns(namespace):
-        mine = ", ".join([account.name, *account.orgs])
-        raise Forbidden(
-            f"You don't have the rights to write a {repo_type} under the namespace {namespace!r}: this token "
-            f"writes only under {mine}"
-        )
+def _repo_spec(req: Request) -> protocol.RepoSpec:
+    """The repo a create or delete body names, in a namespace the caller may write in."""
+    spec = protocol.RepoSpec.from_body(req.json(), req.account.name)
+    namespace = spec.repo_id.split("/")[0]
+    req.account.check_writes(namespace, f"a {spec.repo_type} under the namespace {namespace!r}")
+    return spec
 
 
 # ---- repo management ----------------------------------------------------------------------------------
@@ -124,55 +57,40 @@ def agent_harnesses(req: Request) -> Response:
     return json_response({"standardEnvVars": [], "harnesses": {}})
 
 
-def _yaml_answer(errors: list[str], warnings: list[str]) -> Response:
-    body = {"errors": [{"message": m} for m in errors], "warnings": [{"message": m} for m in warnings]}
-    if not errors:
-        return json_response(body)
-    message = "; ".join(errors)
-    headers = {"X-Error-Code": "InvalidMetadata", "X-Error-Message": message}
-    return json_response({"error": message, **body}, status=400, headers=headers)
-
-
 def validate_yaml(req: Request) -> Response:
     # The client calls .json() before raise_for_status and reads "errors": every answer here has them.
     try:
         content = protocol.Fields(req.json(), "request body").text("content")
-    except BadRequest as e:
-        return _yaml_answer([e.message], [])
-    try:
         meta = load_front_matter(content, req.hub.limits.yaml) or {}
-    except FrontMatterError as e:
-        return _yaml_answer([str(e)], [])
-    return _yaml_answer(check_metadata(meta), metadata_warnings(meta))
+    except (BadRequest, FrontMatterError) as e:
+        errors, warnings = [str(e)], []
+    else:
+        errors, warnings = check_metadata(meta), metadata_warnings(meta)
+    body = {"errors": [{"message": m} for m in errors], "warnings": [{"message": m} for m in warnings]}
+    if errors:
+        raise BadRequest("; ".join(errors), code="InvalidMetadata", body=body)
+    return json_response(body)
 
 
 def create_repo(req: Request) -> Response:
-    st = req.hub.storage
-    spec = protocol.RepoSpec.from_body(req.json(), req.account.name)
-    _require_namespace(req.account, spec.repo_type, spec.repo_id.split("/")[0])
+    st, spec = req.hub.storage, _repo_spec(req)
     if st.create_repo(spec.repo_type, spec.repo_id, spec.private, req.account.name) is None:
         existing = st.lookup(spec.repo_type, spec.repo_id)
         url = repo_url(req.base_url, spec.repo_type, existing.repo_id if existing else spec.repo_id)
         # The client reads "url" even from the 409 it swallows with exist_ok=True.
-        return json_response(
-            {"error": "You already created this repo", "url": url},
-            status=409,
-            headers={"X-Error-Code": "Conflict", "X-Error-Message": "You already created this repo"},
-        )
+        raise Conflict("You already created this repo", body={"url": url})
     url = repo_url(req.base_url, spec.repo_type, spec.repo_id)
     return json_response({"url": url, "name": spec.repo_id, "id": spec.repo_id})
 
 
 def delete_repo(req: Request) -> Response:
-    spec = protocol.RepoSpec.from_body(req.json(), req.account.name)
-    _require_namespace(req.account, spec.repo_type, spec.repo_id.split("/")[0])
+    spec = _repo_spec(req)
     req.hub.storage.delete_repo(spec.repo_type, spec.repo_id)
     return json_response({})
 
 
 def update_settings(req: Request) -> Response:
     private = protocol.Fields(req.json(), "request body").flag("private", default=None)
-    req.hub.storage.require(req.repo_type, req.repo_id)
     if private is not None:
         req.hub.storage.set_private(req.repo_type, req.repo_id, private)
     return json_response({})
@@ -295,54 +213,12 @@ def lfs_verify(req: Request) -> Response:
     return json_response({"oid": oid, "size": size})
 
 
-def _operation(storage, line: protocol.CommitLine):
-    """A storage operation for one parsed commit line; inline content is stored as it arrives."""
-    if isinstance(line, protocol.InlineFile):
-        if isinstance(line.content, StoredBlob):  # streamed into the blob store already
-            blob = line.content
-            lfs = looks_like_lfs(line.path, blob.size, blob.sample)
-            return AddFile(FileEntry(line.path, blob.sha256, blob.size, storage.git_oid(blob.sha256), lfs))
-        data = line.content
-        lfs = looks_like_lfs(line.path, len(data), data[:8000])
-        return AddFile(FileEntry(line.path, storage.put_bytes(data), len(data), git_blob_oid(data), lfs))
-    if isinstance(line, protocol.LfsFileRef):
-        if not storage.has_blob(line.oid):
-            raise Unprocessable(f"LFS object for {line.path} (oid {line.oid}) was never uploaded")
-        size = storage.blob_path(line.oid).stat().st_size
-        if line.size is not None and line.size != size:
-            raise Unprocessable(f"Size mismatch for {line.path}: {line.size} != {size}", code="BadOid")
-        return AddFile(FileEntry(line.path, line.oid, size, storage.git_oid(line.oid), True))
-    return line  # DeleteFile / DeleteFolder are storage operations already
-
-
-def _commit_operations(req: Request) -> tuple[protocol.CommitHeader, list]:
-    st, limits = req.hub.storage, req.hub.limits
-    header, operations = None, []
-    lines = commit_lines(req.body.chunks(), limits.max_commit_line_bytes, st.blob_writer)
-    # Line by line, a file's content streamed to disk: memory holds one line's JSON, whatever the size.
-    with contextlib.closing(lines):
-        for number, raw in enumerate(lines, start=1):
-            if not raw.text.strip():
-                continue
-            line = protocol.parse_commit_line(raw, number)
-            if isinstance(line, protocol.CommitHeader):
-                if header is not None or operations:
-                    raise BadRequest(f"commit line {number}: the header must be the first line, once")
-                header = line
-                continue
-            operations.append(_operation(st, line))
-            if len(operations) > limits.max_repo_files:
-                raise PayloadTooLarge(
-                    f"A commit holds at most {limits.max_repo_files} operations", code="TooManyFiles"
-                )
-    if header is None:
-        raise BadRequest("The commit has no header line")
-    return header, operations
-
-
 def commit(req: Request) -> Response:
     branch = _writable_branch(req)
-    header, operations = _commit_operations(req)
+    limits = req.hub.limits
+    header, operations = protocol.read_commit(
+        req.body.chunks(), req.hub.storage, limits.max_commit_line_bytes, limits.max_repo_files
+    )
     cid = req.hub.storage.commit(
         req.repo_type,
         req.repo_id,
@@ -358,35 +234,6 @@ def commit(req: Request) -> Response:
 
 
 # ---- reads ---------------------------------------------------------------------------------------------
-def _position(digits: str) -> int:
-    return int(digits) if len(digits) <= 19 else 1 << 64  # int() on 5,000 digits is an error, not a number
-
-
-def byte_range(header: str, size: int) -> tuple[int, int] | None:
-    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, or
-    one this server does not serve: several ranges, or not ``bytes=``). A range that starts past the end
-    is a 416 with ``Content-Range: bytes */size``."""
-    m = _RANGE_RE.fullmatch(header.strip()) if header else None
-    if m is None or not (m[1] or m[2]):
-        return None
-    if m[1]:
-        first, last = _position(m[1]), (_position(m[2]) if m[2] else size - 1)
-        if m[2] and last < first:
-            return None  # not a valid range: ignored, as RFC 9110 says
-    else:  # a suffix: the last N bytes
-        first, last = max(0, size - _position(m[2])), size - 1
-        if _position(m[2]) == 0:
-            first = size
-    if first >= size:
-        raise HubError(
-            f"Range {header.strip()[:40]!r} is outside the file's {size} bytes",
-            status=416,
-            code="RangeNotSatisfiable",
-            headers={"Content-Range": f"bytes */{size}"},
-        )
-    return first, min(last, size - 1)
-
-
 def resolve(req: Request) -> Response:
     st, path = req.hub.storage, req.params["path"]
     sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
@@ -396,7 +243,7 @@ def resolve(req: Request) -> Response:
         raise EntryNotFound(f"Entry not found: {path}", headers={"X-Repo-Commit": sha})
     headers = {
         "X-Repo-Commit": sha,
-        "ETag": f'"{entry.tree_oid() if entry.lfs else entry.git_oid}"',
+        "ETag": f'"{entry.tree_oid()}"',
         "Accept-Ranges": "bytes",
         "Content-Disposition": f'inline; filename="{urllib.parse.quote(PurePosixPath(path).name)}"',
     }
@@ -425,46 +272,27 @@ def _file_entry(e: FileEntry, expand: bool, commit_obj: dict) -> dict:
     if e.lfs:
         item["lfs"] = {"oid": e.sha256, "size": e.size, "pointerSize": 134}
     if expand:
-        item["lastCommit"] = {
-            "id": commit_obj["id"],
-            "title": commit_obj["title"],
-            "date": commit_obj["date"],
-        }
+        item["lastCommit"] = {k: commit_obj[k] for k in ("id", "title", "date")}
     return item
-
-
-def _cursor(req: Request) -> str | None:
-    text = req.query.get("cursor", [None])[0]
-    if text is None:
-        return None
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8", "surrogatepass")
-    except (binascii.Error, ValueError):
-        raise BadRequest("Invalid pagination cursor") from None
-
-
-def _page_size(req: Request, largest: int) -> int:
-    limit = req.query.get("limit", [""])[0]
-    return min(int(limit), largest) if limit.isascii() and limit.isdigit() and 0 < len(limit) < 7 else largest
 
 
 def tree(req: Request) -> Response:
     """A folder's entries, a page at a time (``Link: <...>; rel="next"``, as on the Hub)."""
     st = req.hub.storage
     sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    index: RevisionIndex = st.index(req.repo_type, req.repo_id, sha)
+    index = st.index(req.repo_type, req.repo_id, sha)
     folder = req.params.get("path", "").strip("/")
     if folder and not index.has_folder(folder):
         raise EntryNotFound(f"Entry not found: {folder}")
-    items, after = index.page(folder, req.flag("recursive"), _cursor(req), max(_page_size(req, TREE_PAGE), 1))
+    # The cursor is the path the previous page ended at.
+    items, after = index.page(folder, req.flag("recursive"), req.arg("cursor"), req.page_size(TREE_PAGE))
     expand = req.flag("expand")
     entries = [
         _directory(i.path) if isinstance(i, Folder) else _file_entry(i, expand, index.commit) for i in items
     ]
     headers = {"X-Repo-Commit": sha}
     if after is not None:
-        cursor = base64.urlsafe_b64encode(after.encode("utf-8", "surrogatepass")).decode().rstrip("=")
-        headers["Link"] = f'<{req.next_page(cursor=cursor)}>; rel="next"'
+        headers["Link"] = f'<{req.next_page(cursor=after)}>; rel="next"'
     return json_response(entries, headers=headers)
 
 
@@ -505,8 +333,8 @@ def commits(req: Request) -> Response:
     """A revision's history, newest first, a page at a time (``Link: <...>; rel="next"``)."""
     st = req.hub.storage
     formatted = req.query.get("expand[]") == ["formatted"] or "formatted" in req.query.get("expand", [])
-    start = req.query.get("cursor", [None])[0] or st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    history, next_id = st.history(req.repo_type, req.repo_id, start, max(_page_size(req, COMMITS_PAGE), 1))
+    start = req.arg("cursor") or st.resolve(req.repo_type, req.repo_id, req.params["rev"])
+    history, next_id = st.history(req.repo_type, req.repo_id, start, req.page_size(COMMITS_PAGE))
     out = []
     for c in history:
         item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"]}
@@ -525,7 +353,8 @@ def branch(req: Request) -> Response:
         st.set_ref(req.repo_type, req.repo_id, "branches", name, None)
         return json_response({})
     validate_ref_name(name)
-    target = st.resolve(req.repo_type, req.repo_id, protocol.starting_point(req.json()))
+    start = protocol.Fields(req.json(), "request body").text("startingPoint", required=False) or "main"
+    target = st.resolve(req.repo_type, req.repo_id, start)
     st.set_ref(req.repo_type, req.repo_id, "branches", name, target)
     return json_response({})
 
@@ -536,10 +365,9 @@ def tag(req: Request) -> Response:
     if req.method == "DELETE":
         st.set_ref(req.repo_type, req.repo_id, "tags", req.params["name"], None)
         return json_response({})
-    new = protocol.NewTag.from_body(req.json())
-    validate_ref_name(new.name)
+    name = validate_ref_name(protocol.Fields(req.json(), "request body").text("tag"))
     target = st.resolve(req.repo_type, req.repo_id, req.params["name"])
-    st.set_ref(req.repo_type, req.repo_id, "tags", new.name, target)
+    st.set_ref(req.repo_type, req.repo_id, "tags", name, target)
     return json_response({})
 
 
@@ -573,14 +401,14 @@ class Route:
     handler: Callable[[Request], Response]
     auth: Auth = Auth.PUBLIC
     body: BodyKind = BodyKind.NONE
-    step: str | None = None  # the fault-injection step (``server.STEPS``)
-    regex: re.Pattern = field(init=False, repr=False)
+    step: str | None = None  # the fault-injection step (``STEPS``)
 
-    def __post_init__(self):
-        object.__setattr__(self, "regex", _compile(self.pattern))
+    @functools.cached_property
+    def regex(self) -> re.Pattern:
+        return _compile(self.pattern)
 
 
-R, W, J = Auth.READ, Auth.WRITE, BodyKind.JSON
+R, W, J, S = Auth.READ, Auth.WRITE, BodyKind.JSON, BodyKind.STREAM
 ROUTES = (
     Route(("GET",), "/api/whoami-v2", whoami, W, step="whoami"),
     Route(("GET",), "/api/agent-harnesses", agent_harnesses),
@@ -603,16 +431,11 @@ ROUTES = (
     Route(("GET", "POST"), "/api/{api_type}/{repo}/discussions", pull_requests_refused, W, J),
     Route(("GET", "HEAD"), "/{url_type}{repo}/resolve/{rev}/{path+}", resolve, R, step="resolve"),
     Route(("POST",), "/{url_type}{repo}.git/info/lfs/objects/batch", lfs_batch, W, J, "lfs_batch"),
-    Route(
-        ("PUT",),
-        "/lfs-upload/{one_type}/{repo}/{oid}",
-        lfs_upload,
-        Auth.SIGNED,
-        BodyKind.STREAM,
-        "lfs_upload",
-    ),
+    Route(("PUT",), "/lfs-upload/{one_type}/{repo}/{oid}", lfs_upload, Auth.SIGNED, S, "lfs_upload"),
     Route(("POST",), "/lfs-verify/{one_type}/{repo}/{oid}", lfs_verify, W, J, "lfs_verify"),
 )
+# The protocol steps a fault can be injected at (``HubServer.set_fault``).
+STEPS = tuple(dict.fromkeys(route.step for route in ROUTES if route.step))
 
 
 def match(method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
@@ -628,8 +451,8 @@ def match(method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
             continue
         return route, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items() if v is not None}
     if allowed:
-        raise HubError(f"Method {method} is not allowed here", status=405, code="MethodNotAllowed")
-    raise HubError("Not found", status=404, code="NotFound")
+        raise MethodNotAllowed(f"Method {method} is not allowed here")
+    raise NotFound("Not found")
 
 
-__all__ = ["ROUTES", "Auth", "Request", "Response", "Route", "match"]
+__all__ = ["ROUTES", "STEPS", "Auth", "Request", "Response", "Route", "match"]

@@ -1,7 +1,7 @@
 """A Hub-compatible HTTP server for offline work and tests.
 
 The unmodified ``huggingface_hub`` and ``transformers`` clients talk to it through ``HF_ENDPOINT``.
-Standard library only (``http.server``), plus PyYAML for README front matter.
+Standard library (``http.server``), plus PyYAML and two huggingface_hub helpers (front matter, git hash).
 
 Requests go through one dispatcher (``_Handler._dispatch``) over the route table in ``routes.py``: it
 checks the body's framing, the caller's account, the route's authorization and size limit from the headers
@@ -61,35 +61,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .accounts import Account, Accounts
-from .errors import BadRequest, Forbidden, HubError, InjectedFault, Unauthorized
-from .protocol import SignedUpload
-from .routes import Auth, Request, Response, Route, match
+from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized
+from .routes import STEPS, Auth, Request, Response, Route, match
 from .storage import Storage, repo_not_found, validate_repo_id
-from .transport import ConnectionIO, HeadReader, RequestBody, ServerLimits
+from .transport import ConnectionIO, HeadReader, RequestBody, ServerLimits, parse_size
 
 logger = logging.getLogger("hub_server")
 
-STEPS = (
-    "whoami",
-    "create_repo",
-    "delete_repo",
-    "repo_info",
-    "validate_yaml",
-    "preupload",
-    "lfs_batch",
-    "lfs_upload",
-    "lfs_verify",
-    "commit",
-    "resolve",
-    "tree",
-    "paths_info",
-    "refs",
-    "commits",
-    "branch",
-    "tag",
-    "settings",
-    "xet",
-)
 FAULT_KINDS = ("500", "400", "drop", "stall")
 _UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
 _BUSY = (
@@ -162,9 +140,8 @@ class HubServer(ThreadingHTTPServer):
         if removed:
             logger.info("removed %d leftover temporary files", removed)
         self.upload_mode = upload_mode
-        self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self._connections_lock = threading.Lock()
-        self._connections = 0
+        self.open_connections = 0  # connections being served now (at most ``limits.max_connections``)
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.fault: dict | None = None
@@ -212,43 +189,39 @@ class HubServer(ThreadingHTTPServer):
 
     def check_signature(self, req: Request) -> int:
         """The upload size a pre-signed LFS URL was signed for; ``Forbidden`` if the signature is wrong."""
-        upload = SignedUpload.from_query(req.query)
-        expected = self._sign(req.repo_type, req.repo_id, req.params["oid"], upload.size) if upload else ""
-        if not (upload and hmac.compare_digest(upload.signature.encode(), expected.encode())):
+        size, signature = parse_size(req.arg("size", "")), req.arg("sig", "")
+        expected = self._sign(req.repo_type, req.repo_id, req.params["oid"], size) if size is not None else ""
+        if not (signature and expected and hmac.compare_digest(signature.encode(), expected.encode())):
             raise Forbidden("Invalid or expired upload signature")
-        return upload.size
+        return size
 
     # ---- connections ------------------------------------------------------------------------------
     def process_request(self, request, client_address):
         # A thread per connection, but never more than max_connections: the rest are told to retry.
-        if not self._slots.acquire(blocking=False):
+        with self._connections_lock:
+            busy = self.open_connections >= self.limits.max_connections
+            if not busy:
+                self.open_connections += 1
+        if busy:
             with contextlib.suppress(OSError):
                 request.sendall(_BUSY)
             self.shutdown_request(request)
             return
-        self._count_connection(+1)
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._count_connection(-1)
-            self._slots.release()
+            self._connection_closed()
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._count_connection(-1)
-            self._slots.release()
+            self._connection_closed()
 
-    def _count_connection(self, change: int) -> None:
+    def _connection_closed(self) -> None:
         with self._connections_lock:
-            self._connections += change
-
-    @property
-    def open_connections(self) -> int:
-        """Connections being served now (at most ``limits.max_connections``)."""
-        return self._connections
+            self.open_connections -= 1
 
     def log_request_line(self, method: str, path: str, status: int) -> None:
         self.request_log.append((method, path[:256], status))
@@ -323,23 +296,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_continue(self) -> None:
         self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-    def do_GET(self):
-        self._dispatch("GET")
-
-    def do_HEAD(self):
-        self._dispatch("HEAD")
-
-    def do_POST(self):
-        self._dispatch("POST")
-
-    def do_PUT(self):
-        self._dispatch("PUT")
-
-    def do_DELETE(self):
-        self._dispatch("DELETE")
-
     # ---- the shared concerns, once for every route --------------------------------------------------
-    def _dispatch(self, method: str) -> None:
+    def _dispatch(self) -> None:
+        method = self.command
         self._status = 0
         target = urllib.parse.urlsplit(self.path)
         body = None
@@ -377,9 +336,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
             logger.exception("internal error")
-            self._write_error(HubError(f"Internal server error: {type(e).__name__}", 500, None), body)
+            self._write_error(ServerError(f"Internal server error: {type(e).__name__}"), body)
         finally:
             self.server.log_request_line(method, target.path, self._status)
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _dispatch
 
     def _authorize(self, auth: Auth, req: Request) -> None:
         """From the headers alone: nothing of the body has been read yet. A private repo outside the caller's
@@ -397,11 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
             if not visible:
                 raise repo_not_found(req.repo_type, req.repo_id)
-            if auth is Auth.WRITE and not account.owns(record.namespace):
-                raise Forbidden(
-                    f"You don't have the rights to write to {record.repo_id}: this token writes only under "
-                    f"{', '.join([account.name, *account.orgs])}"
-                )
+            if auth is Auth.WRITE:
+                account.check_writes(record.namespace, f"to {record.repo_id}")
         if auth is Auth.SIGNED:
             self.server.check_signature(req)
 
@@ -411,7 +369,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body.drain()
         if fault["kind"] == "500":
-            raise InjectedFault(f"Injected server error at step {route.step}")
+            raise ServerError(f"Injected server error at step {route.step}")
         if fault["kind"] == "400":
             raise BadRequest(f"Injected client error at step {route.step}", code="InjectedClientError")
         if fault["kind"] == "stall":
@@ -465,7 +423,9 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"X-Error-Message": error.message, **error.headers}
         if error.code:
             headers["X-Error-Code"] = error.code
-        response = Response(error.status, json.dumps({"error": error.message}).encode(), headers=headers)
+        response = Response(
+            error.status, json.dumps({"error": error.message, **error.body}).encode(), headers=headers
+        )
         with contextlib.suppress(OSError):
             self._write(response, keep_alive=keep_alive)
             if not keep_alive:
@@ -491,14 +451,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # ---- starting and stopping --------------------------------------------------------------------------
-def make_server(host: str, port: int, data_dir, token: str | None, **options) -> HubServer:
-    """Bind a server (port 0 picks a free port); call ``serve_forever()`` or use ``running_server``."""
-    return HubServer((host, port), data_dir, token, **options)
-
-
-def serve(host: str, port: int, data_dir, token: str | None, fault: dict | None = None, **options) -> None:
-    """Run in the foreground until interrupted."""
-    server = make_server(host, port, data_dir, token, fault=fault, **options)
+def serve(host: str, port: int, data_dir, token: str | None, **options) -> None:
+    """Run in the foreground until interrupted (``options``: ``HubServer``'s)."""
+    server = HubServer((host, port), data_dir, token, **options)
     try:
         server.serve_forever()
     finally:
@@ -509,7 +464,7 @@ class BackgroundHub:
     """A server running in a daemon thread: ``.url``, ``.server`` (for ``set_fault``), ``.stop()``."""
 
     def __init__(self, data_dir, token: str | None, host: str = "127.0.0.1", port: int = 0, **options):
-        self.server = make_server(host, port, data_dir, token, **options)
+        self.server = HubServer((host, port), data_dir, token, **options)
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="local-hub", daemon=True
         )
@@ -532,13 +487,3 @@ class BackgroundHub:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running_server(data_dir, token: str | None, **options):
-    """``with running_server(dir, token) as hub: hub.url ...``"""
-    hub = BackgroundHub(data_dir, token, **options)
-    try:
-        yield hub
-    finally:
-        hub.stop()

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from briskbert.files import write_atomic
+
 from .errors import (
     BadRequest,
     Conflict,
@@ -322,18 +324,7 @@ class Storage:
             return self._locks.setdefault(key, threading.Lock())
 
     def _write_atomic(self, target: Path, data: bytes) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(target, data, fsync=True, temp_dir=self.root / "tmp")
 
     @staticmethod
     def _read_json(path: Path, missing: HubError):

@@ -7,25 +7,39 @@
   route and per caller (no valid token: a small cap), and it must arrive before a deadline that grows with
   its size (``read_timeout_s`` of grace plus ``min_transfer_rate``); answers are written under the same rule.
 * No single read or write waits longer than ``read_timeout_s``.
+
+A handler reads a ``Request`` (its body a ``RequestBody``) and returns a ``Response``.
 """
 
 from __future__ import annotations
 
 import http.client
 import io
+import json
 import re
 import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .errors import BadRequest, PayloadTooLarge, RequestTimeout
-from .front_matter import YamlLimits
+from briskbert.hub_cards.front_matter import YamlLimits
+
+from .errors import BadRequest, HubError, PayloadTooLarge, RequestTimeout
+
+if TYPE_CHECKING:
+    from email.message import Message
+
+    from .accounts import Account
+    from .server import HubServer
 
 _CHUNK = 1 << 20
 _WRITE_PIECE = 256 << 10
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
+_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 _CHUNK_SIZE_RE = re.compile(rb"[0-9a-fA-F]{1,15}")
 _DRAIN_LIMIT = 1 << 20  # a refused body at most this large is read and dropped, so keep-alive survives
 
@@ -53,9 +67,7 @@ class ServerLimits:
     max_head_bytes: int = 64 << 10  # request line and headers together
     max_request_line_bytes: int = 8 << 10
     read_timeout_s: float = 30.0  # the longest one read or write may wait (and an idle keep-alive connection)
-    head_timeout_s: float = (
-        10.0  # from a request's first byte to the end of its headers (at most read_timeout_s)
-    )
+    head_timeout_s: float = 10.0  # from a request's first byte to its headers' end (at most read_timeout_s)
     min_transfer_rate: int = 64 << 10  # bytes/s a body or an answer must average after read_timeout_s
     max_connections: int = 64
     max_repo_files: int = 100_000  # files in one revision (the Hub advises staying under 100k)
@@ -264,6 +276,71 @@ class RequestBody:
                 raise BadRequest("Malformed chunked encoding: data longer than its chunk size")
 
 
+@dataclass
+class Request:
+    hub: HubServer
+    method: str
+    path: str  # as sent, without the query
+    params: dict[str, str]
+    query: dict[str, list[str]]
+    headers: Message
+    body: RequestBody
+    base_url: str
+    account: Account | None = None  # who the token belongs to (the dispatcher fills it in)
+
+    @property
+    def repo_type(self) -> str:
+        return self.params.get("repo_type", "models").removesuffix("s")  # the route matched a known type
+
+    @property
+    def repo_id(self) -> str:
+        return self.params["repo_id"]
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        """The first value of a query parameter."""
+        return self.query.get(name, [default])[0]
+
+    def flag(self, name: str) -> bool:
+        return self.arg(name, "").lower() in ("1", "true")
+
+    def page_size(self, largest: int) -> int:
+        """The ``limit`` query parameter, between 1 and ``largest`` (``largest`` when absent or invalid)."""
+        limit = parse_size(self.arg("limit", ""))
+        return largest if limit is None else max(min(limit, largest), 1)
+
+    def json(self):
+        return parse_json(self.body.read(), "request body")
+
+    def next_page(self, **query: str) -> str:
+        """The URL of this request with ``query`` replacing those parameters (for a ``Link`` header)."""
+        merged = {**self.query, **{k: [v] for k, v in query.items()}}
+        return f"{self.base_url}{self.path}?{urllib.parse.urlencode(merged, doseq=True)}"
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: bytes | tuple[bytes, ...] = b""  # a tuple is sent piece after piece, never joined
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    file: Path | None = None  # streamed after the headers, from ``offset``, ``length`` bytes
+    offset: int = 0
+    length: int = 0
+
+
+def json_response(obj, headers: dict | None = None) -> Response:
+    return Response(body=json.dumps(obj).encode(), headers=dict(headers or {}))
+
+
+def parse_json(raw: bytes, what: str):
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except RecursionError:
+        raise BadRequest(f"{what} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise BadRequest(f"{what} is not valid JSON: {e}") from None
+
+
 def parse_size(text: str) -> int | None:
     """A non-negative decimal of at most 19 ASCII digits, or None (``int()`` also takes '²' and '٣')."""
     return int(text) if isinstance(text, str) and _DIGITS_RE.fullmatch(text) else None
@@ -287,3 +364,30 @@ def _framing(headers) -> tuple[int | None, bool]:
     if length is None:
         raise BadRequest("Invalid Content-Length: expected one non-negative decimal integer")
     return length, False
+
+
+def _position(digits: str) -> int:
+    return int(digits) if len(digits) <= 19 else 1 << 64  # int() on 5,000 digits is an error, not a number
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, or
+    one this server does not serve: several ranges, or not ``bytes=``). A range that starts past the end
+    is a 416 with ``Content-Range: bytes */size``."""
+    m = _RANGE_RE.fullmatch(header.strip()) if header else None
+    if m is None or not (m[1] or m[2]):
+        return None
+    if m[1]:
+        first, last = _position(m[1]), (_position(m[2]) if m[2] else size - 1)
+        if m[2] and last < first:
+            return None  # not a valid range: ignored, as RFC 9110 says
+    else:  # a suffix: the last N bytes (none at all: a 416)
+        first, last = max(0, size - _position(m[2])), size - 1
+    if first >= size:
+        raise HubError(
+            f"Range {header.strip()[:40]!r} is outside the file's {size} bytes",
+            status=416,
+            code="RangeNotSatisfiable",
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+    return first, min(last, size - 1)

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import (
     MODULES_FILE,
     EmbeddingSpec,
@@ -47,17 +48,6 @@ COMPANION_FILES = (
 
 class ExportInputError(ValueError):
     """A model folder, text file or output folder that cannot be exported from or to; the message says why."""
-
-
-@dataclass(frozen=True)
-class OnnxExportRequest:
-    model_dir: Path
-    output_dir: Path
-    architecture: str | None = None  # None: the folder's own `architectures` entry
-    text_file: Path | None = None  # None: the bundled WikiText-2 excerpt
-    max_length: int = 128
-    opset_version: int | None = None  # None: torch's default opset
-    overwrite_output_dir: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,15 +146,15 @@ def read_texts(text_file: Path | None, count: int) -> list[str]:
     try:
         lines = Path(text_file).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError as error:
-        raise ExportInputError(f"--text_file {text_file} does not exist; pass a UTF-8 text file.") from error
+        raise SettingError("text_file", f"{text_file} does not exist; pass a UTF-8 text file.") from error
     except UnicodeDecodeError as error:
-        raise ExportInputError(f"--text_file {text_file} is not UTF-8 text ({error}).") from error
-    # Sentences rather than whole paragraphs, so pairs of them vary in length well within --max_length.
+        raise SettingError("text_file", f"{text_file} is not UTF-8 text ({error}).") from error
+    # Sentences rather than whole paragraphs, so pairs of them vary in length well within max_length.
     sentences = (sentence.strip() for line in lines for sentence in line.split(" . "))
     texts = [sentence for sentence in sentences if len(sentence.split()) >= 3][:count]
     if len(texts) < count:
-        raise ExportInputError(
-            f"--text_file {text_file} has {len(texts)} sentences; the check needs at least {count}."
+        raise SettingError(
+            "text_file", f"{text_file} has {len(texts)} sentences; the check needs at least {count}."
         )
     return texts
 
@@ -377,34 +367,46 @@ def compare_with_onnxruntime(
 def prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
     target = Path(output_dir) / ONNX_FILE
     if target.exists() and not overwrite:
-        raise ExportInputError(
-            f"{target} already exists; pass --overwrite_output_dir to replace it or choose another --output_dir."
+        raise SettingError(
+            "output_dir",
+            f"{output_dir} already holds {ONNX_FILE}; replace it (overwrite_output_dir) or choose another.",
         )
     if Path(output_dir).exists() and not Path(output_dir).is_dir():
-        raise ExportInputError(f"--output_dir {output_dir} is a file; pass a folder.")
+        raise SettingError("output_dir", f"{output_dir} is a file; pass a folder.")
 
 
-def export_and_check(request: OnnxExportRequest, progress=print) -> OnnxExportResult:
-    """Exports the folder's model to `output_dir/model.onnx` (written to a temporary folder, moved into place
-    when complete) with its config and tokenizer files, and checks it against PyTorch on two batches whose
-    batch size and length differ from the traced sample."""
-    prepare_output_dir(request.output_dir, request.overwrite_output_dir)
-    model, tokenizer, architecture = load_for_export(request.model_dir, request.architecture)
-    embedding = embedding_spec_of(request.model_dir, architecture)
+def export_and_check(
+    model_dir: Path,
+    output_dir: Path,
+    architecture: str | None = None,
+    text_file: Path | None = None,
+    max_length: int = 128,
+    opset_version: int | None = None,
+    overwrite_output_dir: bool = False,
+    progress=print,
+) -> OnnxExportResult:
+    """Exports the folder's model (the head ``architecture``, default: the folder's own) to
+    `output_dir/model.onnx` (written to a temporary folder, moved into place when complete) with its config and
+    tokenizer files, and checks it against PyTorch on two batches of ``text_file`` lines (default: the bundled
+    WikiText-2 excerpt) whose batch size and length differ from the traced sample. ``opset_version`` None:
+    torch's default."""
+    prepare_output_dir(output_dir, overwrite_output_dir)
+    model, tokenizer, architecture = load_for_export(model_dir, architecture)
+    embedding = embedding_spec_of(model_dir, architecture)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
-    texts = read_texts(request.text_file, 17)
-    max_length = min(request.max_length, longest_input(model, tokenizer))
+    texts = read_texts(text_file, 17)
+    max_length = min(max_length, longest_input(model, tokenizer))
     sample = encode_batch(tokenizer, texts[:5], min(max_length, 32), multiple_choice)
     batches = [
         encode_batch(tokenizer, texts[5:], max_length, multiple_choice),
         encode_batch(tokenizer, texts[10:17], max_length // 2, multiple_choice),
     ]
-    Path(request.output_dir).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=request.output_dir, prefix=".export-") as staging:
-        progress(f"Exporting {architecture} from {request.model_dir} with torch.onnx.export(dynamo=True) ...")
-        output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, request.opset_version, embedding)
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output_dir, prefix=".export-") as staging:
+        progress(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
+        output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, opset_version, embedding)
         result = OnnxExportResult(
-            Path(request.output_dir) / ONNX_FILE,
+            Path(output_dir) / ONNX_FILE,
             architecture,
             graph_input_names(Path(staging) / ONNX_FILE),
             output_names,
@@ -415,8 +417,8 @@ def export_and_check(request: OnnxExportRequest, progress=print) -> OnnxExportRe
                 compare_with_onnxruntime(model, Path(staging) / ONNX_FILE, batch, output_names, embedding)
             )
         for name in os.listdir(staging):
-            os.replace(Path(staging) / name, Path(request.output_dir) / name)
+            os.replace(Path(staging) / name, Path(output_dir) / name)
     for name in COMPANION_FILES:
-        if (Path(request.model_dir) / name).is_file():
-            shutil.copyfile(Path(request.model_dir) / name, Path(request.output_dir) / name)
+        if (Path(model_dir) / name).is_file():
+            shutil.copyfile(Path(model_dir) / name, Path(output_dir) / name)
     return result

@@ -87,14 +87,14 @@ TARGETS: dict[str, Target] = {
     "optim": Target(
         source="training/engine/optim.py",
         module="briskbert.training.engine.optim",
-        tests=("tests/test_optim_contract.py",),
+        tests=("tests/test_optim.py",),
         warm=("briskbert.modeling", "transformers.optimization"),
     ),
     "masking": Target(
         source="training/data/masking.py",
         module="briskbert.training.data.masking",
-        tests=("tests/test_masking_contract.py", "tests/test_pretrain.py"),
-        select="test_masking_contract or masking or configurable_split",
+        tests=("tests/test_masking.py", "tests/test_pretrain.py"),
+        select="masking or configurable_split",
         warm=(
             "briskbert.tokenization",
             "briskbert.training.data.pretraining_data",
@@ -104,52 +104,43 @@ TARGETS: dict[str, Target] = {
     "checkpointing": Target(
         source="training/engine/checkpointing.py",
         module="briskbert.training.engine.checkpointing",
-        tests=("tests/test_checkpointing_contract.py",),
+        tests=("tests/test_checkpointing.py",),
         warm=("briskbert.training.engine.config",),
     ),
     "metrics": Target(
         source="training/tasks/metrics.py",
         module="briskbert.training.tasks.metrics",
-        tests=("tests/test_metrics_contract.py", "tests/test_metrics.py"),
+        tests=("tests/test_metrics.py",),
         warm=("sklearn.metrics", "scipy.stats", "seqeval.metrics"),
     ),
     "verification": Target(
         source="hub_cards/verification.py",
         module="briskbert.hub_cards.verification",
-        tests=("tests/test_verification_contract.py",),
+        tests=("tests/test_verification.py",),
     ),
     "secrets": Target(
         source="hub_cards/secrets.py",
         module="briskbert.hub_cards.secrets",
-        tests=("tests/test_secrets_contract.py", "tests/test_secret_scan.py"),
+        tests=("tests/test_secrets.py",),
         select="not cli_refusal and not real_model_folders",  # the two that need a Hub or a real model
     ),
     "corpus": Target(
         source="training/data/corpus.py",
         module="briskbert.training.data.corpus",
-        tests=("tests/test_corpus_contract.py", "tests/test_pretraining_data.py"),
+        tests=("tests/test_corpus.py", "tests/test_pretraining_data.py"),
         select="not resume_mid_epoch",  # a whole training run; the store's reads are covered by the others
         warm=("datasets", "briskbert.tokenization", "briskbert.tokenization.training"),
     ),
     "sequences": Target(
         source="training/data/pretraining_data.py",
         module="briskbert.training.data.pretraining_data",
-        tests=(
-            "tests/test_sequences_contract.py",
-            "tests/test_pretraining_data.py",
-            "tests/test_corpus_contract.py",
-        ),
+        tests=("tests/test_pretraining_data.py", "tests/test_corpus.py"),
         warm=("datasets", "briskbert.tokenization", "briskbert.training.data.corpus"),
     ),
     "loop": Target(
         source="training/engine/loop.py",
         module="briskbert.training.engine.loop",
-        tests=(
-            "tests/test_loop_contract.py",
-            "tests/test_training_loop.py",
-            "tests/test_schedule_in_training.py",
-            "tests/test_run_safety.py",
-        ),
+        tests=("tests/test_training_loop.py", "tests/test_run_safety.py"),
         markers="not slow",
         warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
     ),
@@ -157,10 +148,9 @@ TARGETS: dict[str, Target] = {
         source="hub_server/storage.py",
         module="briskbert.hub_server.storage",
         tests=(
-            "tests/test_hub_storage_contract.py",
+            "tests/test_hub_storage.py",
             "tests/test_local_hub.py",
             "tests/test_hub_hardening.py",
-            "tests/test_hub_adversarial.py",
         ),
         markers="not slow",
         warm=("huggingface_hub",),
@@ -169,7 +159,7 @@ TARGETS: dict[str, Target] = {
         source="training/tasks/qa.py",
         module="briskbert.training.tasks.qa",
         tests=(
-            "tests/test_qa_postprocessing_contract.py",
+            "tests/test_qa.py",
             "tests/test_finetune.py",
             "tests/test_open_domain_qa.py",
             "tests/test_pipelines.py",
@@ -190,13 +180,13 @@ TARGETS: dict[str, Target] = {
     "losses-crf": Target(
         source="modeling/crf.py",
         module="briskbert.modeling.crf",
-        tests=("tests/test_crf_contract.py", "tests/test_crf.py"),
+        tests=("tests/test_crf.py",),
         markers="not slow",
     ),
     "losses-mlm": Target(
         source="modeling/modeling_briskbert.py",
         module="briskbert.modeling.modeling_briskbert",
-        tests=("tests/test_mlm_loss_contract.py", "tests/test_modeling.py", "tests/test_pretrain.py"),
+        tests=("tests/test_modeling.py", "tests/test_pretrain.py"),
         markers="not slow",
         select="loss",
         only=("masked_lm_loss",),
@@ -204,7 +194,7 @@ TARGETS: dict[str, Target] = {
     "losses-distillation": Target(
         source="training/tasks/distill.py",
         module="briskbert.training.tasks.distill",
-        tests=("tests/test_distillation_contract.py", "tests/test_finetune.py"),
+        tests=("tests/test_distill.py", "tests/test_finetune.py"),
         markers="not slow",
         select="distil",
         warm=("briskbert.modeling", "briskbert.tokenization", "datasets"),
@@ -214,7 +204,6 @@ TARGETS: dict[str, Target] = {
         source="training/retrieval/embeddings.py",
         module="briskbert.training.retrieval.embeddings",
         tests=(
-            "tests/test_embedding_losses_contract.py",
             "tests/test_retrieval.py",
             "tests/test_multiprocess_retrieval.py",
         ),
@@ -237,21 +226,27 @@ TARGETS: dict[str, Target] = {
         warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),
     ),
     "fusion": Target(
-        source="training/retrieval/reranking.py",
-        module="briskbert.training.retrieval.reranking",
+        source="training/retrieval/fusion.py",
+        module="briskbert.training.retrieval.fusion",
         tests=("tests/test_lexical_fusion.py", "tests/test_reranking.py"),
         markers="not slow",
         warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),
         only=(
             "fused_scores",
             "fused_rankings",
-            "check_fusion_weights",
+            "Fusion.__post_init__",
             "choose_fusion_weight",
             "Fusion.point",
             "Fusion.summary",
-            "Reranker.lexical_scores",
-            "load_reranker",
         ),
+    ),
+    "reranking": Target(
+        source="training/retrieval/reranking.py",
+        module="briskbert.training.retrieval.reranking",
+        tests=("tests/test_lexical_fusion.py", "tests/test_reranking.py"),
+        markers="not slow",
+        warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),
+        only=("Reranker.lexical_scores", "load_reranker"),
     ),
 }
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from briskbert.hub_server import BackgroundHub
+from briskbert.hub_server import BackgroundHub, ServerLimits
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_localtesttoken_9c1f2e7a5b3d"
@@ -207,6 +207,26 @@ def lfs_hub(tmp_path):
     """A server in LFS upload mode (clients run with HF_HUB_DISABLE_XET=1)."""
     with BackgroundHub(tmp_path / "hub-data-lfs", TOKEN, user=USER, upload_mode="lfs") as h:
         yield h
+
+
+@pytest.fixture
+def quick_hub(tmp_path):
+    """A server that closes idle connections after 0.5 s and serves at most 8 at once."""
+    limits = ServerLimits(read_timeout_s=0.5, max_connections=8)
+    with BackgroundHub(tmp_path / "quick", TOKEN, limits=limits) as h:
+        yield h
+
+
+def make_repo(hub, name: str = "r", namespace: str = "testuser", **extra) -> str:
+    """Create ``namespace/name`` over HTTP; its first commit id."""
+    status, body = api(hub, "POST", "/api/repos/create", {"name": name, "organization": namespace, **extra})
+    assert status == 200, body
+    return api(hub, "GET", f"/api/models/{namespace}/{name}/revision/main")[1]["sha"]
+
+
+def commit(hub, repo: str, *lines, token: str = TOKEN):
+    """(status, answer) of a commit of ndjson ``lines`` to ``repo``'s main branch."""
+    return api(hub, "POST", f"/api/models/{repo}/commit/main", ndjson(COMMIT_HEADER, *lines), token=token)
 
 
 def make_tiny_bert(folder: Path) -> Path:

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from briskbert.hub_cards.facts import read_training_facts
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
+from briskbert.training.engine.facts import read_training_facts
 from briskbert.training.tasks import qa
 from briskbert.training.tasks.classification import infer_label_spec
 from briskbert.training.tasks.distill import DistillationModel, soft_target_loss, student_from_teacher

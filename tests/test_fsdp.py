@@ -139,7 +139,7 @@ import sys
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
-from briskbert.training.engine.loop import own_class
+from briskbert.training.engine.distributed import own_class
 
 dist.init_process_group("gloo")
 model = BriskBertForMaskedLM(BriskBertConfig.from_preset("bert-tiny", vocab_size=120))

@@ -13,7 +13,7 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from briskbert.hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
 from briskbert.hub_cards.card import TRAINING_ROWS
-from briskbert.hub_cards.facts import (
+from briskbert.training.engine.facts import (
     SCHEMA_VERSION,
     BestMetric,
     FactsError,

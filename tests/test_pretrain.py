@@ -16,10 +16,10 @@ from pretraining_oracle import mlm_sequences, nsp_examples, read_documents, toke
 
 from briskbert import cli
 from briskbert.commands.pretrain import main
-from briskbert.hub_cards.facts import read_training_facts
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
 from briskbert.training.data.masking import MaskingCollator
 from briskbert.training.data.pretraining_data import sequence_spans
+from briskbert.training.engine.facts import read_training_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
@@ -181,9 +181,9 @@ def base_args(tmp_path, tokenizer_dir, *extra):
         ("column", "no text column 'body'"),
         ("too_small", "fewer than one batch"),
         ("nsp_one_document", "--nsp needs a corpus with several documents"),
-        ("nsp_packing", "cannot be combined with --packing"),
+        ("nsp_packing", "cannot be combined with packing."),
         ("non_utf8", "is not UTF-8 text"),
-        ("both_model_sources", "drop --config_name"),
+        ("both_model_sources", "drop config_name"),
         ("vocab_and_tokenizer", "--vocab_size trains a new tokenizer"),
         ("mlm_probability", "--mlm_probability must be in"),
         ("split", "must be within"),

@@ -1,15 +1,20 @@
-"""The prepared corpus store and the streamed reader: the same sequences as an independent in-memory
-implementation (``pretraining_oracle.py``), packing modes, the cache, sharding across processes and
-workers, and exact resume of a pretraining run that reads it.
+"""Pretraining sequences (``training/data/pretraining_data.py``): the prepared corpus store and the streamed
+reader give the same sequences as an independent in-memory implementation (``pretraining_oracle.py``) in
+every packing mode; sharding across processes and workers, and exact resume of a pretraining run
+that reads it. Next-sentence pairs are checked against documents whose token ids say where they come from:
+segment types, "is next" pairs that continue their document and random ones that come from another, short
+targets, round-robin streaming shards.
 
 Data: the bundled WikiText-2 excerpt and a small WordPiece vocabulary trained on it once per module."""
 
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch.utils.data
 from accelerate.data_loader import prepare_data_loader
 from pretraining_oracle import mlm_sequences, nsp_examples, read_documents, tokenize_documents
 from torch.utils.data import DataLoader
@@ -20,10 +25,11 @@ from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, Preparat
 from briskbert.training.data.pretraining_data import (
     StoredSequences,
     StreamingMLMDataset,
+    iter_nsp_examples,
     split_document_indices,
     stored_nsp_examples,
 )
-from briskbert.training.engine.loop import EpochShuffleSampler
+from briskbert.training.engine.batches import EpochShuffleSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
@@ -92,25 +98,6 @@ def test_doc_sentences_never_cross_a_document_boundary(store, tokenizer, documen
     assert all(len(full[i]["input_ids"]) == 64 for i in range(len(full) - 1))  # crosses documents instead
 
 
-def test_cache_is_reused_and_invalidated(tokenizer, tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(EXCERPT.read_text(encoding="utf-8"), encoding="utf-8")
-    messages = []
-    settings = PreparationSettings(cache_dir=str(tmp_path / "cache"), show_progress=False)
-    first = prepare_corpus(CorpusSource(str(corpus)), tokenizer, settings, log=messages.append)
-    again = prepare_corpus(CorpusSource(str(corpus)), tokenizer, settings, log=messages.append)
-    assert again.folder == first.folder and messages[1].startswith("Reusing the prepared corpus")
-    with open(corpus, "a", encoding="utf-8") as handle:
-        handle.write("\nA new document at the end.\n")
-    edited = prepare_corpus(CorpusSource(str(corpus)), tokenizer, settings, log=messages.append)
-    assert edited.folder != first.folder and edited.num_documents == first.num_documents + 1
-    assert messages[2].startswith("Prepared")
-    other_tokenizer = BriskBertTokenizer(vocab={**tokenizer.get_vocab(), "zzz": len(tokenizer)})
-    retokenized = prepare_corpus(CorpusSource(str(corpus)), other_tokenizer, settings, log=messages.append)
-    assert retokenized.folder not in (first.folder, edited.folder)
-    assert not list((tmp_path / "cache").glob(".*partial*"))  # nothing half-written left behind
-
-
 def test_two_processes_read_disjoint_shares_that_cover_the_corpus(store, tokenizer):
     """The loop's sampler, sharded by Accelerate as for 2 processes: each process reads only its own
     sequences from the store; together they read them all."""
@@ -152,6 +139,123 @@ def test_streaming_shards_are_disjoint_and_complete(tokenizer):
     (first, first_idx), (second, second_idx) = tokens(parts[0]), tokens(parts[1])
     assert sorted(first + second) == whole  # every token once, in one shard or the other
     assert not set(first_idx) & set(second_idx)  # masking keys stay unique
+
+
+# ---- next-sentence pairs, shards and splits against documents that say where they come from
+CLS, SEP = 1, 2
+
+
+def labelled_documents(count=60, sentences=12):
+    """Documents of one-token sentences whose ids tell where they come from: 1000 * document + position."""
+    return [[[1000 * (d + 1) + k] for k in range(sentences)] for d in range(count)]
+
+
+def nsp_pairs(max_seq_length=11):
+    return list(iter_nsp_examples(labelled_documents(), CLS, SEP, max_seq_length, seed=3, short_seq_prob=0.0))
+
+
+def split(example):
+    ids = example["input_ids"]
+    first_sep = ids.index(SEP)
+    return ids[1:first_sep], ids[first_sep + 1 : -1], first_sep
+
+
+def test_segment_a_and_its_sep_are_type_0_and_segment_b_and_its_sep_type_1():
+    for example in nsp_pairs():
+        a, b, first_sep = split(example)
+        assert example["input_ids"][0] == CLS and example["input_ids"][-1] == SEP
+        assert example["token_type_ids"] == [0] * (first_sep + 1) + [1] * (len(b) + 1)
+        assert len(example["input_ids"]) <= 11 and a and b
+
+
+def test_is_next_pairs_continue_their_document_and_random_ones_come_from_another():
+    labels = []
+    for example in nsp_pairs():
+        a, b, _ = split(example)
+        document = a[0] // 1000
+        assert all(token // 1000 == document for token in a)
+        assert a == list(range(a[0], a[0] + len(a)))  # a run of consecutive sentences
+        if example["next_sentence_label"] == 0:
+            assert b[0] == a[-1] + 1 and all(token // 1000 == document for token in b)
+        else:
+            assert all(token // 1000 != document for token in b)
+        labels.append(example["next_sentence_label"])
+    assert 0.35 < sum(labels) / len(labels) < 0.65, sum(labels) / len(labels)  # half the pairs are random
+
+
+def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not_cut():
+    def lengths(short_seq_prob):
+        pairs = iter_nsp_examples(labelled_documents(), CLS, SEP, 11, seed=5, short_seq_prob=short_seq_prob)
+        return [len(example["input_ids"]) - 3 for example in pairs]  # tokens of A and B
+
+    assert set(lengths(1.0)) == set(range(2, 9))  # targets drawn from 2 .. max_seq_length - 3
+    by_document = {}
+    for example in iter_nsp_examples(labelled_documents(), CLS, SEP, 11, seed=5, short_seq_prob=1.0):
+        by_document.setdefault(split(example)[0][0] // 1000, set()).add(len(example["input_ids"]) - 3)
+    assert {2} in by_document.values()  # a document drew the shortest target: all its pairs hold 2 tokens
+    assert max(lengths(0.0)) == 8  # a pair that fills the sequence exactly keeps every token
+
+
+def test_a_streamed_corpus_deals_its_chunks_round_robin_to_the_shards(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document number {k} is here." for k in range(7)) + "\n")
+    tokenizer = train_wordpiece_tokenizer(files=[str(corpus)], vocab_size=100, show_progress=False)
+    for shard in range(3):
+        dataset = StreamingMLMDataset(
+            str(corpus), tokenizer, 32, documents_per_chunk=1, num_shards=3, shard_index=shard
+        )
+        chunks = list(dataset._own_chunks(3, shard))
+        expected = [[f"document number {k} is here."] for k in range(shard, 7, 3)]
+        assert [[" ".join(document).strip() for document in chunk] for chunk in chunks] == expected
+
+
+def test_a_corpus_too_small_to_split_says_what_it_holds():
+    for count, holds in [(0, "no text"), (1, "a single document")]:
+        with pytest.raises(ValueError, match=f"corpus.txt has {holds}, too little"):
+            split_document_indices(count, 10.0, seed=0, source="corpus.txt")
+
+
+def test_random_next_segments_never_come_from_the_same_document():
+    few_long = [
+        [[1000 * (d + 1) + k] for k in range(60)] for d in range(10)
+    ]  # ~1 in 9 draws would hit its own
+    pairs = list(iter_nsp_examples(few_long, CLS, SEP, 11, seed=3, short_seq_prob=0.0))
+    random_next = [split(example)[:2] for example in pairs if example["next_sentence_label"]]
+    assert len(random_next) > 40
+    assert all(token // 1000 != a[0] // 1000 for a, b in random_next for token in b)
+
+
+def test_every_sentence_starts_out_in_a_pair_and_long_sentences_close_a_chunk_past_its_target():
+    pairs = [split(example)[0] for example in nsp_pairs()]
+    assert {a[0] for a in pairs} >= {1000 * (d + 1) for d in range(60)}  # every document's first sentence
+    # Sentences of 3 tokens reach a target of 8 only by passing it: each document still gives several pairs.
+    three_token = [[[1000 * (d + 1) + 10 * k + j for j in range(3)] for k in range(12)] for d in range(20)]
+    per_document = {}
+    for example in iter_nsp_examples(three_token, CLS, SEP, 11, seed=3, short_seq_prob=0.0):
+        document = split(example)[0][0] // 1000
+        per_document[document] = per_document.get(document, 0) + 1
+    assert min(per_document.values()) >= 3
+
+
+def test_short_random_next_pairs_stop_filling_segment_b_at_their_target():
+    three_token = [[[1000 * (d + 1) + 10 * k + j for j in range(3)] for k in range(12)] for d in range(20)]
+    lengths = [
+        len(example["input_ids"]) - 3
+        for example in iter_nsp_examples(three_token, CLS, SEP, 30, seed=3, short_seq_prob=1.0)
+        if example["next_sentence_label"]
+    ]
+    # Targets are drawn from 2 .. 27: filled to the maximum only when a target lands near it (here 1 in 67).
+    assert sum(length == 27 for length in lengths) < 0.15 * len(lengths)
+
+
+def test_each_dataloader_worker_streams_its_own_shard(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one document.\n\nanother one.\n")
+    tokenizer = train_wordpiece_tokenizer(files=[str(corpus)], vocab_size=60, show_progress=False)
+    dataset = StreamingMLMDataset(str(corpus), tokenizer, 32, num_shards=2, shard_index=1)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=3, id=2))
+    assert dataset._shard() == (6, 5)  # 2 processes x 3 workers; process 1's worker 2
+    assert isinstance(dataset._shard()[0], int)
 
 
 def _pretrain_args(tmp_path, *extra):

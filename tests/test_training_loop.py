@@ -1,23 +1,30 @@
-"""The shared training loop: optimizer groups, schedules, window-normalised accumulation, exact resume
-after an interruption, outputs. Small models and a few steps keep each test to a few seconds."""
+"""The shared training loop (``training/engine/loop.py`` and the modules it runs): window-normalised
+accumulation, the schedule step by step, exact resume after an interruption, evaluation, checkpoints, logs
+and outputs, each against one big batch, a value worked out by hand or an uninterrupted run. Small models
+and a few steps keep each test to a few seconds."""
 
-import argparse
 import json
+import math
 import os
 import signal
+import time
+from dataclasses import fields
+from types import SimpleNamespace
 
 import pytest
 import torch
-from torch import nn
 
-from briskbert.commands.training_flags import add_training_arguments, training_config_from_args
+from briskbert.errors import SettingError, UserError
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
-from briskbert.training import PreparedTask, TrainingConfig, TrainingInterrupted, parameter_groups, run
+from briskbert.training import JobFacts, Task, TaskInputs, TrainingConfig, TrainingInterrupted, run
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
-from briskbert.training.engine.loop import _accumulate_gradients, create_accelerator
-from briskbert.training.engine.optim import create_scheduler
+from briskbert.training.engine.evaluation import evaluate_loss
+from briskbert.training.engine.loop import create_accelerator
+from briskbert.training.engine.preparation import prepare
+from briskbert.training.engine.signals import SignalCatcher, interrupted
 
 VOCAB = 120
+FIELD_TYPES = {item.name: item.type for item in fields(TrainingConfig)}
 
 
 class FakeTokenizer:
@@ -52,113 +59,155 @@ def tiny_model(seed=0, dropout=0.1):
     return BriskBertForMaskedLM(config)
 
 
-def parse(*argv):
-    return add_training_arguments(argparse.ArgumentParser()).parse_args(list(argv))
+def config(*argv: str) -> TrainingConfig:
+    """A TrainingConfig from flags as a command line gives them (``"--max_train_steps", "6"``)."""
+    values, items = {}, iter(argv)
+    for flag in items:
+        name = flag.removeprefix("--")
+        kind = FIELD_TYPES[name]
+        if kind == "bool":
+            values[name] = True
+            continue
+        text = next(items)
+        if kind.startswith("bool"):
+            values[name] = text.lower() == "true"
+        elif kind in ("int", "int | None"):
+            values[name] = int(text)
+        elif kind.startswith("float"):
+            values[name] = float(text)
+        else:
+            values[name] = text
+    return TrainingConfig(**values)
 
 
-def config(*argv) -> TrainingConfig:
-    return training_config_from_args(parse(*argv))
+class MLMTask(Task):
+    """Masked-language modelling with a tiny model: the loop's test job."""
+
+    def __init__(self, model, train, evaluation, evaluate_fn, job_facts, collator):
+        self.model, self.train, self.evaluation, self.evaluate_fn = model, train, evaluation, evaluate_fn
+        self.job_facts, self.collator = job_facts, collator
+
+    def build(self, accelerator, config):
+        eval_collator = MaskingCollator(FakeTokenizer(), seed=99)
+        return TaskInputs(self.model, self.train, self.collator, None, self.evaluation, eval_collator)
+
+    def count_items(self, batch):
+        return count_masked_tokens(batch)
+
+    def evaluate(self, model, dataloader, accelerator):
+        return None if self.evaluate_fn is None else self.evaluate_fn(model, dataloader, accelerator)
+
+    def facts(self):
+        return self.job_facts
 
 
-def mlm_task(model=None, train=None, evaluation=None, **kwargs) -> PreparedTask:
-    """Masked-language modelling of the fake sequences with a tiny model: the loop's test job."""
-    return PreparedTask(
-        model=model or tiny_model(),
-        train_dataset=train or sequences(20),
-        eval_dataset=evaluation,
-        data_collator=MaskingCollator(FakeTokenizer(), seed=42),
-        eval_collator=MaskingCollator(FakeTokenizer(), seed=99),
-        count_items_fn=count_masked_tokens,
-        **kwargs,
+def mlm_task(model=None, train=None, evaluation=None, evaluate_fn=None, job_facts=None, collator=None):
+    """Masked-language modelling of the fake sequences (20 by default) with a tiny model."""
+    return MLMTask(
+        model or tiny_model(),
+        train or sequences(20),
+        evaluation,
+        evaluate_fn,
+        job_facts or JobFacts(),
+        collator or MaskingCollator(FakeTokenizer(), seed=42),
     )
-
-
-def test_weight_decay_skips_biases_norms_and_embeddings_by_module_type():
-    for preset in ("bert-tiny", "modern-tiny"):  # LayerNorm and RMSNorm
-        model = BriskBertForMaskedLM(BriskBertConfig.from_preset(preset, vocab_size=VOCAB))
-        decay, no_decay = parameter_groups(model, 0.01)
-        assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
-        expected = set()  # a tied decoder weight *is* the embedding matrix: not decayed either
-        for module in model.modules():
-            for name, p in module.named_parameters(recurse=False):
-                if (
-                    isinstance(module, (nn.Embedding, nn.LayerNorm))
-                    or type(module).__name__.endswith("Norm")
-                    or name == "bias"
-                ):
-                    expected.add(id(p))
-        assert {id(p) for p in no_decay["params"]} == expected
-        assert any(type(m).__name__ == "RMSNorm" for m in model.modules()) == (preset == "modern-tiny")
-        linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - expected
-        assert linear_weights and linear_weights <= {id(p) for p in decay["params"]}
-        n_params = len({id(p) for p in model.parameters()})
-        assert len(decay["params"]) + len(no_decay["params"]) == n_params  # tied weights listed once
-
-
-def test_warmup_stable_decay_schedule():
-    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = create_scheduler(
-        opt, "warmup_stable_decay", num_warmup_steps=2, num_training_steps=10, decay_ratio=0.2
-    )
-    lrs = []
-    for _ in range(10):
-        lrs.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
-    assert lrs == [0.0, 0.5] + [1.0] * 7 + [0.5]  # warm-up, stable, linear decay over the last 20 %
-
-
-def test_window_loss_equals_big_batch_loss():
-    """Accumulating uneven micro-batches gives the gradient and loss of one batch over all masked tokens."""
-    collator = MaskingCollator(FakeTokenizer(), mlm_probability=0.3)
-    examples = sequences(12)
-    window = [collator(examples[:3]), collator(examples[3:5]), collator(examples[5:12])]  # 3 micro-batches
-    big = collator(examples)
-    assert len({int(count_masked_tokens(b)) for b in window}) > 1  # the counts really differ
-
-    accelerator = create_accelerator(config("--output_dir", "unused"))
-    model = tiny_model(dropout=0.0)
-    loss_sum, items, _, _ = _accumulate_gradients(accelerator, model, window, count_masked_tokens).tolist()
-    window_grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    loss = model(**big).loss
-    loss.backward()
-    assert loss_sum / items == pytest.approx(loss.item(), rel=1e-5)
-    for g_window, p in zip(window_grads, model.parameters()):
-        torch.testing.assert_close(g_window, p.grad, rtol=1e-4, atol=1e-7)
 
 
 def run_tiny(output_dir, *extra, callbacks=()):
-    args = config(
-        "--output_dir",
-        str(output_dir),
-        "--max_train_steps",
-        "6",
-        "--per_device_train_batch_size",
-        "4",
-        "--gradient_accumulation_steps",
-        "2",
-        "--learning_rate",
-        "1e-3",
-        "--logging_steps",
-        "1",
-        "--eval_steps",
-        "4",
-        "--num_warmup_steps",
-        "2",
-        *extra,
-    )
+    flags = ("--max_train_steps", "6", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps")
+    flags += ("2", "--learning_rate", "1e-3", "--logging_steps", "1", "--eval_steps", "4")
+    args = config("--output_dir", str(output_dir), *flags, "--num_warmup_steps", "2", *extra)
     return run(mlm_task(evaluation=sequences(6, seed=1)), args, callbacks=callbacks)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """Six steps, checkpoints every 2 (the last 2 kept), evaluations at 4 and 6 keeping the best model."""
+    flags = ("--checkpointing_steps", "2", "--checkpoints_total_limit", "2")
+    return run_tiny(tmp_path_factory.mktemp("finished"), *flags, "--metric_for_best_model", "loss")
 
 
 def train_losses(history):
     return {e["step"]: e["loss"] for e in history if "loss" in e}
 
 
-def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path):
+# ----------------------------------------------------------------------------------------- accumulation
+def premasked(n):
+    """Sequences whose masked positions are fixed (1 to 4 each): a batch's items do not depend on its split."""
+    out = []
+    for example in sequences(n):
+        ids = example["input_ids"]
+        masked = set(range(1, 2 + example["idx"] % 4))
+        labels = [token if i in masked else -100 for i, token in enumerate(ids)]
+        out.append({"input_ids": [4 if i in masked else t for i, t in enumerate(ids)], "labels": labels})
+    return out
+
+
+def pad(examples):
+    width = max(len(e["input_ids"]) for e in examples)
+
+    def column(key, fill):
+        return torch.tensor([e[key] + [fill] * (width - len(e[key])) for e in examples])
+
+    ids = column("input_ids", 0)
+    return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": column("labels", -100)}
+
+
+def test_an_accumulated_window_trains_like_one_batch_of_all_its_items(tmp_path):
+    """Three micro-batches of 4 (with unequal masked-token counts) give the loss and gradient norm of one
+    batch of 12: each micro-batch's mean loss is weighted by its share of the window's items."""
+    logged = []
+    for batch, accumulation in (("12", "1"), ("4", "3")):
+        flags = ("--per_device_train_batch_size", batch, "--gradient_accumulation_steps", accumulation)
+        task = mlm_task(model=tiny_model(dropout=0.0), train=premasked(20), collator=pad)
+        flags += ("--max_grad_norm", "0")  # the norm is measured, not clipped
+        args = config("--output_dir", str(tmp_path / accumulation), "--max_train_steps", "1", *flags)
+        (entry,) = [e for e in run(task, args).history if "loss" in e]
+        logged.append(entry)
+    one_batch, window = logged
+    assert window["loss"] == pytest.approx(one_batch["loss"], rel=1e-5)
+    assert window["grad_norm"] == pytest.approx(one_batch["grad_norm"], rel=1e-4)
+
+
+def test_an_epoch_of_accumulated_batches_is_that_many_optimizer_steps(tmp_path):
+    # 20 sequences in batches of 4, 2 batches per step: 5 batches make 3 optimizer steps.
+    flags = ("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
+    result = run(mlm_task(), config("--output_dir", str(tmp_path), *flags, "--num_train_epochs", "1"))
+    assert result.global_step == 3
+
+
+@pytest.mark.parametrize(("max_grad_norm", "expected"), [("0.5", 0.5), ("0", math.inf)])
+def test_gradients_are_clipped_to_the_flag_and_zero_turns_clipping_off(tmp_path, max_grad_norm, expected):
+    accelerator = create_accelerator(config("--output_dir", str(tmp_path)))
+    asked, clip = [], accelerator.clip_grad_norm_
+
+    def recording_clip(parameters, max_norm, **kwargs):
+        asked.append(max_norm)
+        return clip(parameters, max_norm, **kwargs)
+
+    accelerator.clip_grad_norm_ = recording_clip
+    flags = ("--max_train_steps", "2", "--max_grad_norm", max_grad_norm)
+    run(mlm_task(), config("--output_dir", str(tmp_path / "run"), *flags), accelerator=accelerator)
+    assert asked == [expected, expected]
+
+
+def test_each_step_moves_the_weights_with_the_scheduled_learning_rate(finished_run):
+    """The schedule is stepped once per optimizer step: linear warm-up over 2 steps to 1e-3, then linear
+    decay to 0 at step 6 (worked out by hand); and the optimizer really changed the weights."""
+    result = finished_run
+    rates = [e["learning_rate"] for e in result.history if "loss" in e]
+    assert rates == pytest.approx([5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], abs=1e-12)
+    start = tiny_model().state_dict()
+    trained = BriskBertForMaskedLM.from_pretrained(result.final_dir).state_dict()
+    moved = [name for name, weight in trained.items() if not torch.equal(weight, start[name])]
+    assert "model.layers.0.attention.qkv.weight" in moved and len(moved) > len(trained) // 2, moved
+
+
+# --------------------------------------------------------------------------------- interruption, resume
+def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path, finished_run):
     """SIGTERM at step 4 (mid-epoch, after an epoch boundary and an evaluation, dropout on) saves a
     checkpoint; resuming gives the same losses at steps 5-6 as a run that was never interrupted."""
-    reference = run_tiny(tmp_path / "reference")
+    reference = finished_run
 
     def kill_at_4(entry):
         if entry["step"] == 4:
@@ -180,16 +229,32 @@ def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path):
     assert resumed.metrics["eval_loss"] == reference.metrics["eval_loss"]
 
 
-def test_outputs_checkpoint_rotation_and_best_model(tmp_path):
-    result = run_tiny(
-        tmp_path,
-        "--checkpointing_steps",
-        "2",
-        "--checkpoints_total_limit",
-        "2",
-        "--metric_for_best_model",
-        "loss",
-    )
+def test_a_first_signal_is_remembered_and_a_second_ctrl_c_aborts():
+    with SignalCatcher() as catcher:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM does not abort: no user at the keyboard
+        assert catcher.signal_number == signal.SIGTERM  # remembered: the loop stops after this step
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    with SignalCatcher() as catcher:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert catcher.signal_number == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_the_resume_hint_mentions_the_launcher_only_for_several_processes(tmp_path, capsys):
+    for processes, mentioned in [(1, False), (2, True)]:
+        accelerator = SimpleNamespace(is_main_process=True, num_processes=processes)
+        stopped = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
+        message = capsys.readouterr().err
+        assert f"Interrupted by SIGINT at step 3; the checkpoint is {tmp_path / 'step_3'}" in message
+        assert ("launched the same way" in message) == mentioned and stopped.code == 130
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+def test_outputs_checkpoint_rotation_and_best_model(finished_run):
+    result, tmp_path = finished_run, finished_run.output_dir
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_4", "step_6"]
     for name in (
         "all_results.json",
@@ -211,56 +276,156 @@ def test_outputs_checkpoint_rotation_and_best_model(tmp_path):
     assert all(e["tokens_per_s"] > 0 and e["grad_norm"] > 0 for e in lines if "loss" in e)
 
 
-def test_each_step_moves_the_weights_with_the_scheduled_learning_rate(tmp_path):
-    """The schedule is stepped once per optimizer step: linear warm-up over 2 steps to 1e-3, then linear
-    decay to 0 at step 6 (worked out by hand); and the optimizer really changed the weights."""
-    result = run_tiny(tmp_path)
-    rates = [e["learning_rate"] for e in result.history if "loss" in e]
-    assert rates == pytest.approx([5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], abs=1e-12)
-    start = tiny_model().state_dict()
-    trained = BriskBertForMaskedLM.from_pretrained(result.final_dir).state_dict()
-    moved = [name for name, weight in trained.items() if not torch.equal(weight, start[name])]
-    assert "model.layers.0.attention.qkv.weight" in moved and len(moved) > len(trained) // 2, moved
+def test_checkpoints_by_epoch_are_written_at_each_epoch_end_only(tmp_path):
+    # 20 sequences in batches of 4: 5 steps per epoch.
+    flags = (
+        "--per_device_train_batch_size",
+        "4",
+        "--num_train_epochs",
+        "2",
+        "--checkpointing_steps",
+        "epoch",
+    )
+    run(mlm_task(), config("--output_dir", str(tmp_path), *flags))
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_10", "step_5"]
 
 
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(sequences(12))
+
+
+def test_a_streamed_training_set_checkpoints_by_steps_but_not_by_epoch(tmp_path):
+    flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
+    run(mlm_task(train=Stream()), config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"))
+    assert (tmp_path / "step_2").is_dir()
+    with pytest.raises(SettingError, match="no epochs"):
+        by_epoch = config("--output_dir", str(tmp_path / "epochs"), *flags, "--checkpointing_steps", "epoch")
+        run(mlm_task(train=Stream()), by_epoch)
+
+
+def test_a_run_that_stops_mid_epoch_counts_the_fraction_of_the_epoch(tmp_path):
+    # 28 sequences in batches of 4: 7 batches per epoch, so 8 steps are 1 1/7 epochs, 1.1429 to 4 places.
+    flags = ("--per_device_train_batch_size", "4", "--max_train_steps", "8", "--logging_steps", "8")
+    result = run(mlm_task(train=sequences(28)), config("--output_dir", str(tmp_path), *flags))
+    assert result.facts.run.epochs == 1.1429
+    assert [e["epoch"] for e in result.history if "loss" in e] == [1.1429]
+    assert json.loads((tmp_path / "all_results.json").read_text())["epochs"] == 1.1429
+
+
+def test_the_logged_speed_is_the_intervals_tokens_over_its_time(tmp_path, monkeypatch):
+    from briskbert.training.engine import logging_utils
+
+    clock = [1000.0 + 0.37 * k for k in range(4)]  # the interval opens, then one reading per logged step
+    readings = iter(clock)
+    monkeypatch.setattr(logging_utils, "time", SimpleNamespace(time=lambda: next(readings)))
+    flags = ("--max_train_steps", "3", "--logging_steps", "1")
+    result = run(mlm_task(), config("--output_dir", str(tmp_path), *flags))
+    entries = [e for e in result.history if "loss" in e]
+    seen = [0] + [e["tokens_seen"] for e in entries]
+    speeds = [(seen[k + 1] - seen[k]) / (clock[k + 1] - clock[k]) for k in range(3)]
+    assert [e["tokens_per_s"] for e in entries] == [round(speed, 1) for speed in speeds]
+    assert any(round(speed, 1) not in (speed // 1, round(speed, 2)) for speed in speeds)  # tenths matter here
+
+
+def test_run_speed_is_tokens_over_the_training_time_to_one_decimal(tmp_path, monkeypatch):
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.25 * next(ticks))  # a clock with exact steps
+    run(mlm_task(), config("--output_dir", str(tmp_path), "--max_train_steps", "3"))
+    results = json.loads((tmp_path / "all_results.json").read_text())
+    expected = round(results["tokens_seen"] / results["train_runtime_s"], 1)
+    assert results["train_tokens_per_s"] == expected and expected != int(expected)
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+class ConstantLossModel:
+    """Answers each batch with the loss the batch carries."""
+
+    def __call__(self, loss, items):
+        return SimpleNamespace(loss=torch.tensor(loss))
+
+
+def test_evaluation_loss_is_weighted_by_the_items_of_each_batch(tmp_path):
+    accelerator = create_accelerator(config("--output_dir", str(tmp_path)))
+    batches = [{"loss": 2.0, "items": 3}, {"loss": 5.0, "items": 1}, {"loss": 9.0, "items": 0}]
+    result = evaluate_loss(ConstantLossModel(), batches, accelerator, lambda batch: batch["items"])
+    assert result == {"loss": pytest.approx((2.0 * 3 + 5.0 * 1) / 4)}  # an empty batch adds nothing
+    nothing = evaluate_loss(ConstantLossModel(), batches[2:], accelerator, lambda batch: batch["items"])
+    assert math.isnan(nothing["loss"])
+
+
+def test_a_task_that_reports_only_metrics_gets_the_item_weighted_loss_too(tmp_path):
+    """The loop records the model's own loss during a metrics-only evaluation: weighted by the items."""
+    evaluation = sequences(9, seed=1)  # batches of 4, 4 and 1 sequences: unequal masked-token counts
+
+    def metrics_only(model, dataloader, accelerator):
+        rows = 0
+        for batch in dataloader:
+            model(**batch)  # the forward pass whose loss the loop records
+            rows += len(batch["input_ids"])
+        return {"score": float(rows)}
+
+    task = mlm_task(evaluation=evaluation, evaluate_fn=metrics_only)
+    flags = ("--max_train_steps", "1", "--per_device_eval_batch_size", "4", "--mixed_precision", "no")
+    result = run(task, config("--output_dir", str(tmp_path), *flags))
+    assert result.metrics["eval_score"] == 9.0
+    reference = run(mlm_task(evaluation=evaluation), config("--output_dir", str(tmp_path / "loss"), *flags))
+    assert result.metrics["eval_loss"] == pytest.approx(reference.metrics["eval_loss"], rel=1e-6)
+    assert 0 <= result.metrics["eval_runtime_s"] < 60  # a duration, not a clock reading
+
+
+def test_a_metrics_only_evaluation_without_labels_reports_no_loss(tmp_path):
+    def unlabelled(model, dataloader, accelerator):
+        for batch in dataloader:
+            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])  # loss is None
+        return {"score": 1.0}
+
+    task = mlm_task(evaluation=sequences(6, seed=1), evaluate_fn=unlabelled)
+    result = run(task, config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
+    assert result.metrics["eval_score"] == 1.0 and "eval_loss" not in result.metrics
+
+
+# -------------------------------------------------------------------------------------- refused set-ups
 @pytest.mark.parametrize(
-    "argv, message",
+    "argv, named",
     [
-        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps must be >= 1"),
-        (
-            ["--num_warmup_steps", "10", "--warmup_ratio", "0.1"],
-            "either --num_warmup_steps or --warmup_ratio",
-        ),
-        (["--checkpointing_steps", "often"], "positive integer or 'epoch'"),
+        (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps"),
+        (["--num_warmup_steps", "10", "--warmup_ratio", "0.1"], "warmup_ratio"),
+        (["--checkpointing_steps", "often"], "checkpointing_steps"),
         # Every tracker accelerate supports is accepted; a missing package is named (none is installed here).
-        (["--report_to", "wandb"], "needs the wandb package: pip install wandb"),
-        (["--report_to", "mlflow"], "pip install mlflow"),
-        (["--report_to", "tensorbord"], "use none, all, or a comma list of .*comet_ml.*mlflow"),
-        (["--greater_is_better", "true"], "needs --metric_for_best_model"),
-        (["--learning_rate", "nan"], "--learning_rate must be a finite number, got nan"),
-        (["--max_grad_norm", "inf"], "--max_grad_norm must be a finite number"),
+        (["--report_to", "wandb"], "pip install wandb"),
+        (["--report_to", "tensorbord"], "tensorbord"),
+        (["--greater_is_better", "true"], "metric_for_best_model"),
+        (["--learning_rate", "nan"], "learning_rate must be a finite number, got nan"),
     ],
 )
-def test_contradictory_training_flags_fail_before_training(argv, message):
-    with pytest.raises(ValueError, match=message):
+def test_contradictory_training_settings_fail_before_training(argv, named):
+    with pytest.raises(UserError, match=named):
         config("--output_dir", "x", *argv)
 
 
 def test_too_small_dataset_is_a_clear_error(tmp_path):
     args = config("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
-    with pytest.raises(ValueError, match="fewer than one batch"):
+    with pytest.raises(UserError, match="fewer than one batch"):
         run(mlm_task(train=sequences(5)), args)
 
 
-def test_after_training_runs_once_on_the_saved_final_model(tmp_path):
-    class Recording(PreparedTask):
-        def after_training(self, result, accelerator):
-            calls.append((result.final_dir, (result.final_dir / "config.json").is_file()))
+def test_deepspeed_with_gradient_accumulation_is_refused_before_anything_is_prepared(tmp_path):
+    deepspeed = SimpleNamespace(distributed_type=SimpleNamespace(value="DEEPSPEED"))
+    inputs = SimpleNamespace(model=None, train_dataset=None, data_collator=None)
+    accumulating = config("--output_dir", str(tmp_path), "--gradient_accumulation_steps", "2")
+    with pytest.raises(SettingError, match="gradient_accumulation_steps must be 1 under DeepSpeed"):
+        prepare(accumulating, deepspeed, inputs)
 
-    calls = []
-    args = config(
-        "--output_dir", str(tmp_path / "run"), "--max_train_steps", "2", "--per_device_train_batch_size", "4"
-    )
-    task = mlm_task()
-    result = run(Recording(**{name: getattr(task, name) for name in task.__dataclass_fields__}), args)
-    assert calls == [(result.final_dir, True)]  # after final/ was written, once
+
+def test_trackers_named_by_report_to_are_handed_to_accelerate(tmp_path, monkeypatch):
+    import accelerate
+    import accelerate.tracking
+
+    seen = {}
+    monkeypatch.setattr(accelerate, "Accelerator", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(accelerate.tracking, "get_available_trackers", lambda: ["wandb"])
+    create_accelerator(config("--output_dir", str(tmp_path / "a"), "--report_to", "wandb"))
+    assert seen["log_with"] == ["wandb"]
+    create_accelerator(config("--output_dir", str(tmp_path / "b")))
+    assert seen["log_with"] is None

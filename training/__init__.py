@@ -8,25 +8,24 @@ the command line can parse its flags without loading torch.
 import importlib
 
 _EXPORTS = {
-    "FACTS_FILE": "briskbert.hub_cards.facts",
-    "JobFacts": "briskbert.hub_cards.facts",
-    "RunFacts": "briskbert.hub_cards.facts",
-    "TrainingFacts": "briskbert.hub_cards.facts",
-    "read_training_facts": "briskbert.hub_cards.facts",
-    "write_training_facts": "briskbert.hub_cards.facts",
+    "FACTS_FILE": "engine.facts",
+    "JobFacts": "engine.facts",
+    "RunFacts": "engine.facts",
+    "TrainingFacts": "engine.facts",
+    "read_training_facts": "engine.facts",
+    "write_training_facts": "engine.facts",
     "Task": "engine.task",
     "TaskInputs": "engine.task",
-    "PreparedTask": "engine.task",
     "count_examples": "engine.task",
     "TrainingConfig": "engine.config",
     "TrainingDiverged": "engine.finite",
-    "EpochShuffleSampler": "engine.loop",
+    "EpochShuffleSampler": "engine.batches",
     "TrainResult": "engine.loop",
-    "TrainingInterrupted": "engine.loop",
+    "TrainingInterrupted": "engine.signals",
     "TrainingState": "engine.checkpointing",
     "create_accelerator": "engine.loop",
-    "evaluate_loss": "engine.loop",
-    "evaluation_loop": "engine.loop",
+    "evaluate_loss": "engine.evaluation",
+    "evaluation_loop": "engine.evaluation",
     "run": "engine.loop",
     "seed_everything": "engine.loop",
     "create_optimizer": "engine.optim",
@@ -39,7 +38,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = _EXPORTS[name]
-    return getattr(
-        importlib.import_module(module if module.startswith("briskbert.") else f".{module}", __name__), name
-    )
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

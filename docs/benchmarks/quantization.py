@@ -144,8 +144,8 @@ def rss_mib() -> float:
 
 def prepared_folders(args, source: Path, kind: str) -> dict[str, Path]:
     """The int8 folders of `source` (made once under --out/models) and its fp32 ONNX export."""
-    from briskbert.modeling.export import OnnxExportRequest, export_and_check
-    from briskbert.training.tasks.quantization import QuantizeRequest, quantize
+    from briskbert.modeling.export import export_and_check
+    from briskbert.quantization import QuantizeRequest, quantize
 
     base = args.out / "models" / kind
     folders = {
@@ -156,7 +156,7 @@ def prepared_folders(args, source: Path, kind: str) -> dict[str, Path]:
         "torchao-int8-dynamic": base / "torchao-int8-dynamic",
     }
     if not (folders["onnxruntime-fp32"] / "model.onnx").is_file():
-        export_and_check(OnnxExportRequest(source, folders["onnxruntime-fp32"], overwrite_output_dir=True))
+        export_and_check(source, folders["onnxruntime-fp32"], overwrite_output_dir=True)
     for name, scheme, backend, keep in (
         ("onnxruntime-int8", "int8-weight-only", "onnx", ()),
         ("onnxruntime-int8-partial", "int8-weight-only", "onnx", tuple(args.keep_fp32)),
@@ -186,7 +186,7 @@ def load_candidate(name: str, folder: Path, folders: dict[str, Path], bert: Path
         onnxruntime_session,
         run_onnxruntime,
     )
-    from briskbert.training.tasks.quantization import auto_class_of
+    from briskbert.quantization.backends import auto_class_of
 
     before = rss_mib()
     architecture = json.loads((folder / "config.json").read_text())["architectures"][0]

@@ -30,6 +30,7 @@ EXTRAS: dict[str, Extra] = {
         Extra("onnx", ("onnx", "onnxscript", "onnxruntime")),
         Extra("sentence-transformers", ("sentence_transformers",)),
         Extra("peft", ("peft",)),
+        Extra("torchao", ("torchao",)),
         Extra("faiss", ("faiss",)),
         Extra("flash", ("flash_attn",)),
         Extra("tensorboard", ("tensorboard",)),

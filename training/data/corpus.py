@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 
 BUILDERS = {
     ".txt": "text",
@@ -55,12 +55,11 @@ PACKING_MODES = ("none", "full-sentences", "doc-sentences")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 STORE_VERSION = 1
 META_FILE = "meta.json"
-TEXT_BUILDERS = ("text",)
 _CHUNK_CHARACTERS = 1 << 20  # text per tokenization job: large enough to amortise the hand-over
 _FINGERPRINT_SAMPLE = 1 << 16
 
 
-class CorpusError(UserError, ValueError):
+class CorpusError(UserError):
     """The corpus cannot be used as given (the message names the file and the fix)."""
 
 
@@ -83,17 +82,17 @@ def file_builder(path: str) -> tuple[str, dict]:
     return BUILDERS[suffix], ({"delimiter": "\t"} if suffix == ".tsv" else {})
 
 
-def check_corpus_file(path: str, flag: str) -> None:
-    """A readable, non-empty corpus file of a supported type, or a :class:`CorpusError` naming ``flag``."""
+def check_corpus_file(path: str, name: str) -> None:
+    """A readable, non-empty corpus file of a supported type, or a :class:`SettingError` naming ``name``."""
     file = Path(path)
     if not file.is_file():
-        raise CorpusError(f"{flag} {path}: no such file.")
+        raise SettingError(name, f"{path}: no such file.")
     if file.stat().st_size == 0:
-        raise CorpusError(f"{flag} {path}: the file is empty.")
-    if file.suffix.lower() not in BUILDERS:
-        raise CorpusError(
-            f"{flag} {path}: unsupported file type {file.suffix.lower()!r}; use one of {', '.join(sorted(BUILDERS))}."
-        )
+        raise SettingError(name, f"{path}: the file is empty.")
+    try:
+        file_builder(path)
+    except ValueError as error:
+        raise SettingError(name, str(error)) from None
 
 
 def load_corpus(path: str, text_column: str | None = None, streaming: bool = False):
@@ -139,7 +138,7 @@ class CorpusSource:
         """Plain text: a blank line ends a document; tabular rows are one document each."""
         if self.dataset_name:
             return True
-        return file_builder(self.path)[0] in TEXT_BUILDERS
+        return file_builder(self.path)[0] == "text"
 
     def fingerprint(self) -> dict:
         if self.dataset_name:
@@ -447,13 +446,7 @@ def _write_store(source, encoder, settings, folder: Path) -> dict:
     handles = [open(folder / name, "wb") for name in names]
     try:
         for encoded in _encoded_chunks(source, encoder, settings, progress):
-            parts = (
-                encoded.tokens,
-                encoded.document_lengths,
-                encoded.segment_lengths,
-                encoded.document_segments,
-            )
-            for handle, array in zip(handles, parts):
+            for handle, array in zip(handles, vars(encoded).values()):  # in the order of `names`
                 handle.write(array.tobytes())
             counts["tokens"] += len(encoded.tokens)
             counts["documents"] += len(encoded.document_lengths)

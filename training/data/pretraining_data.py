@@ -324,7 +324,7 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
     ):
         from briskbert.training.data.corpus import TokenEncoder
 
-        check_corpus_file(path, "--train_file")
+        check_corpus_file(path, "train_file")
         body_length(max_seq_length, packing)  # a bad mode or length fails here, not in a worker
         load_corpus(path, text_column, streaming=True)  # column check up front
         if not 0 <= shard_index < num_shards:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shlex
 import shutil
@@ -25,13 +24,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from briskbert.training.engine.config import TrainingSetupError
+from briskbert.files import PARTIAL_SUFFIX, partial_path, replace_folder
+from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 IDENTITY_FILE = "run_identity.json"
-PARTIAL_SUFFIX = ".partial"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # What a finished or started run leaves in its output folder (a new run must not mix with these).
 RUN_OUTPUTS = ("final", "best", "log_history.jsonl", "all_results.json", "training_curves.png")
@@ -69,6 +68,16 @@ class RunIdentity:
     train_data: str | None  # fingerprint (see :func:`dataset_fingerprint`); None for streamed data
     eval_data: str | None
     model: str
+
+    @classmethod
+    def of_run(cls, config: TrainingConfig, model, train_dataset, eval_dataset) -> RunIdentity:
+        parameters = sum(p.numel() for p in model.parameters())
+        return cls(
+            arguments=config.run_defining_arguments(),
+            train_data=dataset_fingerprint(train_dataset),
+            eval_data=dataset_fingerprint(eval_dataset),
+            model=f"{type(model).__name__} with {parameters:,} parameters",
+        )
 
     def save(self, folder: Path) -> None:
         (folder / IDENTITY_FILE).write_text(json.dumps(asdict(self), indent=2, default=str))
@@ -188,23 +197,6 @@ def remove_partial_folders(output_dir: Path) -> list[Path]:
     return strays
 
 
-def partial_folder(folder: Path) -> Path:
-    """Where ``folder`` is written before :func:`publish_folder` moves it into place."""
-    return folder.with_name(f".{folder.name}{PARTIAL_SUFFIX}")
-
-
-def publish_folder(partial: Path, folder: Path) -> None:
-    """Move a completely written ``partial`` folder to ``folder`` by renames, replacing any old one."""
-    if folder.exists():
-        retired = folder.with_name(f".{folder.name}.old{PARTIAL_SUFFIX}")
-        shutil.rmtree(retired, ignore_errors=True)
-        os.replace(folder, retired)
-        os.replace(partial, folder)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(partial, folder)
-
-
 # ---------------------------------------------------------------------------------- save, find, load
 def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> Path | None:
     """``"latest"`` -> newest checkpoint in ``output_dir`` (``None`` when there is none yet), else the path."""
@@ -225,14 +217,14 @@ def save_checkpoint(
 ) -> Path:
     """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state)."""
     folder = output_dir / f"step_{state.global_step}"
-    partial = partial_folder(folder)
+    partial = partial_path(folder)
     accelerator.save_state(str(partial))
     if accelerator.is_main_process:
         identity.save(partial)
         state.save(partial)  # last: a folder with a state file is complete
     accelerator.wait_for_everyone()  # every process has written its part before the folder moves
     if accelerator.is_main_process:
-        publish_folder(partial, folder)
+        replace_folder(partial, folder)
         if total_limit is not None and total_limit > 0:
             for old in checkpoint_dirs(output_dir)[:-total_limit]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -253,6 +245,16 @@ def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
             "Resume with the checkpoint's arguments and data, or start a new run (another --output_dir, "
             "or --overwrite_output_dir)."
         )
+
+
+def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:
+    """The checkpoint ``--resume_from_checkpoint`` names, checked to belong to this run; None: start anew."""
+    if not config.resume_from_checkpoint:
+        return None
+    checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
+    if checkpoint is not None:
+        check_same_run(checkpoint, identity)
+    return checkpoint
 
 
 def load_checkpoint(accelerator, checkpoint: Path) -> TrainingState:

@@ -1,23 +1,24 @@
-"""The :class:`TrainingConfig` the training loop takes: one field per shared training flag, checked.
+"""The :class:`TrainingConfig` the training loop takes: one field per shared training option, checked once.
 
-The flags themselves live with the command line (:mod:`briskbert.commands.training_flags`), which parses
-them and builds this dataclass once; library code only ever sees the dataclass. Field names and defaults
-follow transformers' ``*_no_trainer.py`` examples and ``TrainingArguments`` where they overlap.
-Importing this module imports neither torch nor accelerate; checking ``--report_to`` against
-accelerate's trackers happens when the config is built.
+Each field carries its default and its help; the command line is generated from the fields
+(:mod:`briskbert.commands.arguments`), and library code only ever sees the dataclass. Field names and defaults
+follow transformers' ``*_no_trainer.py`` examples and ``TrainingArguments`` where they overlap. A value the
+run cannot use raises :class:`~briskbert.errors.SettingError` naming the field. Importing this module
+imports neither torch nor accelerate; checking ``report_to`` against accelerate's trackers happens when the
+config is built.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 
 
-class TrainingSetupError(UserError, ValueError):
-    """A training flag, output folder, checkpoint or dataset the run cannot use: an expected user mistake
-    (one ``error:`` line from the command line), and a ``ValueError`` for code that catches those."""
+class TrainingSetupError(UserError):
+    """An output folder, checkpoint or dataset the run cannot use: an expected user mistake (one ``error:``
+    line from the command line)."""
 
 
 # transformers' SchedulerType names, minus the two that are not stepped once per optimizer step; kept here
@@ -36,11 +37,11 @@ SCHEDULER_NAMES = (
 )
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 
-# Without --eval_steps, runs of at least this many optimizer steps evaluate about ten times (shorter runs
+# Without eval_steps, runs of at least this many optimizer steps evaluate about ten times (shorter runs
 # evaluate once, at the end): enough points to draw validation curves, few enough to cost little.
 EVALUATIONS_PER_RUN = 10
 MIN_STEPS_FOR_PERIODIC_EVALUATION = 2 * EVALUATIONS_PER_RUN
-# Without --logging_steps, the training loss is logged every step in short runs and every 10 steps at most,
+# Without logging_steps, the training loss is logged every step in short runs and every 10 steps at most,
 # about 50 times a run in between: a curve to see in every run, a log that stays small in long ones.
 LOG_ENTRIES_PER_RUN = 50
 MAX_DEFAULT_LOGGING_STEPS = 10
@@ -48,9 +49,13 @@ MAX_DEFAULT_LOGGING_STEPS = 10
 
 @dataclass
 class TrainingConfig:
-    """Everything the shared training loop needs to know about a run: one field per training flag."""
+    """Everything the shared training loop needs to know about a run: one field per training option."""
 
-    output_dir: str
+    _argument_group_name = "training (shared loop)"
+
+    output_dir: str = field(
+        metadata={"help": "Where checkpoints, logs, curves and the final model folder go."}
+    )
     per_device_train_batch_size: int = 8
     per_device_eval_batch_size: int = 8
     learning_rate: float = 5e-5
@@ -59,26 +64,78 @@ class TrainingConfig:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
     num_train_epochs: float = 3.0
-    max_train_steps: int | None = None
+    max_train_steps: int | None = field(
+        default=None, metadata={"help": "Total optimizer steps; overrides num_train_epochs."}
+    )
     gradient_accumulation_steps: int = 1
-    lr_scheduler_type: str = "linear"
+    lr_scheduler_type: str = field(default="linear", metadata={"choices": SCHEDULER_NAMES})
     num_warmup_steps: int | None = None
-    warmup_ratio: float | None = None
-    decay_ratio: float = 0.2
-    max_grad_norm: float = 1.0
+    warmup_ratio: float | None = field(
+        default=None, metadata={"help": "Warm-up as a fraction of total steps (instead of num_warmup_steps)."}
+    )
+    decay_ratio: float = field(
+        default=0.2,
+        metadata={"help": "warmup_stable_decay only: fraction of steps spent in the final decay."},
+    )
+    max_grad_norm: float = field(default=1.0, metadata={"help": "0 disables clipping."})
     seed: int = 42
-    mixed_precision: str | None = None
-    checkpointing_steps: int | str | None = None  # a number of optimizer steps, or "epoch"
-    checkpoints_total_limit: int | None = None
-    resume_from_checkpoint: str | None = None
-    overwrite_output_dir: bool = False
-    report_to: str = "none"
+    mixed_precision: str | None = field(
+        default=None,
+        metadata={
+            "help": "Default: what `accelerate config`/launch says, else no.",
+            "choices": MIXED_PRECISION_CHOICES,
+        },
+    )
+    # a number of optimizer steps, or "epoch" (a command line gives a string; __post_init__ makes it a number)
+    checkpointing_steps: int | str | None = field(
+        default=None, metadata={"help": "Save a checkpoint every N optimizer steps, or 'epoch'."}
+    )
+    checkpoints_total_limit: int | None = field(
+        default=None, metadata={"help": "Keep only the last K checkpoints."}
+    )
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "A checkpoint folder or 'latest'; the arguments and data must be the checkpoint's run's."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a new run in an output_dir that holds an earlier run's checkpoints or final model "
+            "(they are deleted); without it such a run is refused."
+        },
+    )
+    report_to: str = field(
+        default="none",
+        metadata={
+            "help": "Experiment trackers, a comma list of accelerate's: tensorboard, wandb, trackio, comet_ml, "
+            "mlflow, aim, clearml, dvclive, swanlab; 'all' (every installed one) or 'none'."
+        },
+    )
     gradient_checkpointing: bool = False
     torch_compile: bool = False
-    eval_steps: int | None = None
-    metric_for_best_model: str | None = None
-    greater_is_better: bool | None = None
-    logging_steps: int | None = None  # None: see log_interval
+    eval_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Evaluate every N steps and at the end (default: about {EVALUATIONS_PER_RUN} times in runs "
+            f"of {MIN_STEPS_FOR_PERIODIC_EVALUATION}+ steps, else at the end only)."
+        },
+    )
+    metric_for_best_model: str | None = field(
+        default=None,
+        metadata={"help": "e.g. eval_loss or eval_accuracy: keep the best model in output_dir/best."},
+    )
+    greater_is_better: bool | None = field(
+        default=None, metadata={"help": "Default: false for *loss / *perplexity metrics, true otherwise."}
+    )
+    logging_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Log the training loss every N steps (default: every step in short runs, about "
+            f"{LOG_ENTRIES_PER_RUN} times a run, every {MAX_DEFAULT_LOGGING_STEPS} steps at most)."
+        },
+    )  # None: see log_interval
     dataloader_num_workers: int = 0
 
     # Fields that may change between the launches of one run: bookkeeping that does not change what it
@@ -115,7 +172,7 @@ class TrainingConfig:
 
     @property
     def metric_name(self) -> str | None:
-        """``--metric_for_best_model`` as it appears among the evaluation metrics (``eval_`` prefixed)."""
+        """``metric_for_best_model`` as it appears among the evaluation metrics (``eval_`` prefixed)."""
         name = self.metric_for_best_model
         return name if name is None or name.startswith("eval_") else f"eval_{name}"
 
@@ -130,7 +187,7 @@ class TrainingConfig:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.RESUMABLE_CHANGES}
 
     def eval_interval(self, max_train_steps: int) -> int | None:
-        """Evaluate every this many steps: ``--eval_steps``, else about ten times in a long enough run."""
+        """Evaluate every this many steps: ``eval_steps``, else about ten times in a long enough run."""
         if self.eval_steps is not None:
             return self.eval_steps
         if max_train_steps >= MIN_STEPS_FOR_PERIODIC_EVALUATION:
@@ -138,7 +195,7 @@ class TrainingConfig:
         return None
 
     def log_interval(self, max_train_steps: int) -> int:
-        """Log the training loss every this many steps: ``--logging_steps``, else see LOG_ENTRIES_PER_RUN."""
+        """Log the training loss every this many steps: ``logging_steps``, else see LOG_ENTRIES_PER_RUN."""
         if self.logging_steps is not None:
             return self.logging_steps
         return max(1, min(MAX_DEFAULT_LOGGING_STEPS, max_train_steps // LOG_ENTRIES_PER_RUN))
@@ -153,49 +210,45 @@ def _check_ranges(config: TrainingConfig) -> None:
     for item in fields(config):
         value = getattr(config, item.name)
         if isinstance(value, float) and not math.isfinite(value):
-            raise TrainingSetupError(f"--{item.name} must be a finite number, got {value}.")
+            raise SettingError(item.name, f"must be a finite number, got {value}.")
     for name in (
         "per_device_train_batch_size",
         "per_device_eval_batch_size",
         "gradient_accumulation_steps",
         "logging_steps",
+        "max_train_steps",
+        "eval_steps",
     ):
         if getattr(config, name) is not None and getattr(config, name) < 1:
-            raise TrainingSetupError(f"--{name} must be >= 1, got {getattr(config, name)}.")
+            raise SettingError(name, f"must be >= 1, got {getattr(config, name)}.")
     if config.learning_rate <= 0:
-        raise TrainingSetupError(f"--learning_rate must be > 0, got {config.learning_rate}.")
-    if config.max_train_steps is not None and config.max_train_steps < 1:
-        raise TrainingSetupError(f"--max_train_steps must be >= 1, got {config.max_train_steps}.")
+        raise SettingError("learning_rate", f"must be > 0, got {config.learning_rate}.")
     if config.max_train_steps is None and config.num_train_epochs <= 0:
-        raise TrainingSetupError(
-            f"--num_train_epochs must be > 0 (or give --max_train_steps), got {config.num_train_epochs}."
+        raise SettingError(
+            "num_train_epochs", f"must be > 0 (or give max_train_steps), got {config.num_train_epochs}."
         )
     if config.num_warmup_steps is not None and config.warmup_ratio is not None:
-        raise TrainingSetupError("Give either --num_warmup_steps or --warmup_ratio, not both.")
+        raise SettingError("warmup_ratio", "cannot be combined with num_warmup_steps: give one of the two.")
     if config.warmup_ratio is not None and not 0 <= config.warmup_ratio < 1:
-        raise TrainingSetupError(f"--warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
+        raise SettingError("warmup_ratio", f"must be in [0, 1), got {config.warmup_ratio}.")
     if config.num_warmup_steps is not None and config.num_warmup_steps < 0:
-        raise TrainingSetupError(f"--num_warmup_steps must be >= 0, got {config.num_warmup_steps}.")
+        raise SettingError("num_warmup_steps", f"must be >= 0, got {config.num_warmup_steps}.")
     if config.lr_scheduler_type not in SCHEDULER_NAMES:
-        raise TrainingSetupError(
-            f"--lr_scheduler_type {config.lr_scheduler_type!r} is not known; "
-            f"choose one of {', '.join(SCHEDULER_NAMES)}."
+        raise SettingError(
+            "lr_scheduler_type",
+            f"{config.lr_scheduler_type!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}.",
         )
     steps = config.checkpointing_steps
     if steps is not None and steps != "epoch" and not (isinstance(steps, int) and steps >= 1):
-        raise TrainingSetupError(
-            f"--checkpointing_steps must be a positive integer or 'epoch', got {steps!r}."
-        )
-    if config.eval_steps is not None and config.eval_steps < 1:
-        raise TrainingSetupError(f"--eval_steps must be >= 1, got {config.eval_steps}.")
+        raise SettingError("checkpointing_steps", f"must be a positive integer or 'epoch', got {steps!r}.")
     if config.greater_is_better is not None and config.metric_for_best_model is None:
-        raise TrainingSetupError("--greater_is_better needs --metric_for_best_model.")
+        raise SettingError("greater_is_better", "needs metric_for_best_model.")
     if not 0 < config.decay_ratio <= 1:
-        raise TrainingSetupError(f"--decay_ratio must be in (0, 1], got {config.decay_ratio}.")
+        raise SettingError("decay_ratio", f"must be in (0, 1], got {config.decay_ratio}.")
 
 
 def parse_report_to(report_to: str | None) -> list[str]:
-    """``--report_to`` ("none", "all", or a comma list of accelerate's trackers) -> tracker names.
+    """``report_to`` ("none", "all", or a comma list of accelerate's trackers) -> tracker names.
 
     Checked against accelerate's own list (``accelerate.utils.LoggerType``), so every tracker accelerate
     supports is accepted; a tracker whose package is missing is an error that names the package.
@@ -216,10 +269,11 @@ def parse_report_to(report_to: str | None) -> list[str]:
         return installed
     for name in names:
         if name not in supported:
-            raise TrainingSetupError(
-                f"--report_to {name!r} is not a tracker accelerate supports; use none, all, or a comma list "
-                f"of {', '.join(supported)}."
+            raise SettingError(
+                "report_to",
+                f"{name!r} is not a tracker accelerate supports; use none, all, or a comma list of "
+                f"{', '.join(supported)}.",
             )
         if name not in installed:
-            raise TrainingSetupError(f"--report_to {name} needs the {name} package: pip install {name}.")
+            raise SettingError("report_to", f"{name} needs the {name} package: pip install {name}.")
     return list(dict.fromkeys(names))

@@ -7,12 +7,22 @@ respect to each shard and hands each process the gradient of its own. With the l
 process's loss times its share of the items times the number of processes, DDP averaging the gradients),
 training on several processes then follows the gradient of one process holding the global batch. Without
 an initialised process group (or with one process) both functions return their input.
+
+:func:`save_model_folder` saves a model however it is distributed (DDP, FSDP, DeepSpeed), whole or not at
+all.
 """
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import torch
 import torch.distributed as dist
+
+from briskbert.files import partial_path, replace_folder
+from briskbert.training.engine.facts import TrainingFacts, write_training_facts
+from briskbert.training.engine.finite import refuse_non_finite_weights
 
 
 def world_size() -> int:
@@ -74,3 +84,39 @@ def gather_with_offset(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     gathered = _padded_gather(tensor, sizes)
     rank = dist.get_rank()
     return torch.cat([piece[:size] for piece, size in zip(gathered, sizes)]), sum(sizes[:rank])
+
+
+@contextlib.contextmanager
+def own_class(model):
+    """FSDP2 gives a sharded model a class of torch's own, a subclass of the model's; ``save_pretrained`` copies
+    the remote-code files of the class it sees, so during a save the model wears its own class again."""
+    sharded_class = type(model)
+    model.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
+    try:
+        yield model
+    finally:
+        model.__class__ = sharded_class
+
+
+def save_model_folder(
+    accelerator, model, tokenizer, folder: Path, facts: TrainingFacts | None = None
+) -> None:
+    """``save_pretrained`` model (+ tokenizer, + ``training_facts.json``), written whole or not at all;
+    never with NaN or infinite weights."""
+    accelerator.wait_for_everyone()
+    refuse_non_finite_weights(accelerator, model, f"{folder.name}/", folder.parent)
+    unwrapped = accelerator.unwrap_model(model)
+    # Sharded engines need their weights gathered; otherwise save_pretrained handles tied weights itself.
+    sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
+    state_dict = accelerator.get_state_dict(model) if sharded else None
+    if accelerator.is_main_process:
+        partial = partial_path(folder)
+        partial.mkdir(parents=True, exist_ok=True)
+        with own_class(unwrapped):
+            unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(partial)
+        if facts is not None:
+            write_training_facts(partial, facts)
+        replace_folder(partial, folder)
+    accelerator.wait_for_everyone()

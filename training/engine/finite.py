@@ -3,9 +3,11 @@ and a run whose loss or weights stop being finite ends with one error line inste
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from briskbert.errors import UserError
+from briskbert.training.engine.checkpointing import checkpoint_dirs
 
 # The weight files ``save_pretrained`` and ``accelerator.save_state`` write, in the order to name them.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -44,3 +46,37 @@ def check_finite_weights(model, source: str) -> None:
             f"{source}: the weight {name} holds NaN or infinite values (the run that wrote it diverged); "
             "train from an earlier checkpoint or another model."
         )
+
+
+def refuse_divergence(accelerator, loss_sum, grad_norm, step: int, output_dir: Path) -> None:
+    """Stop before the optimizer applies a NaN/inf loss or gradient norm (the same verdict on every process:
+    both are reduced). Under fp16 loss scaling an inf gradient is the scaler's cue to skip the step, so only
+    the loss counts there."""
+    what, value = "loss", float(loss_sum)
+    if math.isfinite(value) and grad_norm is not None and accelerator.scaler is None:
+        what, value = "gradient norm", float(grad_norm)
+    if not math.isfinite(value):
+        raise TrainingDiverged(
+            f"the training {what} became {value} at step {step}, so training stopped before applying it; "
+            f"{_last_good(output_dir)}. Lower learning_rate, keep max_grad_norm above 0, and check the "
+            "data for extreme values."
+        )
+
+
+def refuse_non_finite_weights(accelerator, model, what: str, output_dir: Path) -> None:
+    """Never save NaN/inf weights as ``what`` (a checkpoint, best/ or final/); all processes agree."""
+    import torch
+
+    local = torch.tensor(float(non_finite_parameter(model) is not None), device=accelerator.device)
+    if accelerator.reduce(local, "max").item():
+        raise TrainingDiverged(
+            f"the weights became NaN or infinite, so {what} was not saved; {_last_good(output_dir)}. "
+            "Lower learning_rate and keep max_grad_norm above 0."
+        )
+
+
+def _last_good(output_dir: Path) -> str:
+    checkpoints = checkpoint_dirs(output_dir)
+    if checkpoints:
+        return f"the last good checkpoint is {checkpoints[-1]}"
+    return "no checkpoint was saved before (checkpointing_steps saves them)"

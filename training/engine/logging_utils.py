@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import textwrap
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,37 @@ class MetricsLog:
             if any(key.startswith("eval_") for key in entry):
                 return {key: value for key, value in entry.items() if key != "step"}
         return {}
+
+
+class LogInterval:
+    """Sums over the steps since the last training log entry (loss x items, items, tokens) -> the entry."""
+
+    def __init__(self):
+        self.loss_sum = self.items = self.tokens = 0.0
+        self.start = time.time()
+
+    def add(self, loss_sum: float, items: float, tokens: float) -> None:
+        self.loss_sum += loss_sum
+        self.items += items
+        self.tokens += tokens
+
+    def entry(self, state, batches_per_epoch: int | None, learning_rate: float, grad_norm) -> dict:
+        """The log entry of the interval that ends at ``state`` (a ``TrainingState``); starts the next one."""
+        now = time.time()
+        epoch = state.epoch + (state.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
+        entry = {
+            "step": state.global_step,
+            "epoch": round(epoch, 4),
+            "loss": self.loss_sum / self.items if self.items else float("nan"),
+            "learning_rate": learning_rate,
+            "grad_norm": float(grad_norm) if grad_norm is not None else None,
+            "tokens_per_s": round(self.tokens / max(now - self.start, 1e-9), 1),
+            "tokens_seen": state.tokens_seen,
+            "elapsed_s": round(state.wall_time_s, 2),
+        }
+        self.loss_sum = self.items = self.tokens = 0.0
+        self.start = now
+        return entry
 
 
 def format_evaluation(entry: dict) -> str:

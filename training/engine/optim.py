@@ -6,8 +6,6 @@ import torch
 from torch import nn
 from transformers import get_scheduler
 
-from briskbert.training.engine.config import SCHEDULER_NAMES
-
 
 def is_no_decay_module(module: nn.Module) -> bool:
     """Modules whose parameters never get weight decay: embeddings and norms.
@@ -56,15 +54,11 @@ def create_scheduler(
     decay_ratio: float = 0.2,
     min_lr_rate: float = 0.1,
 ):
-    """A transformers scheduler by name.
+    """A transformers scheduler by name (one of ``SCHEDULER_NAMES``: ``TrainingConfig`` checks it).
 
     ``warmup_stable_decay`` decays linearly over the last ``decay_ratio`` of the steps; the two ``*_min_lr``
     cosines end at ``min_lr_rate`` times the peak learning rate (transformers requires a floor for them).
     """
-    if name not in SCHEDULER_NAMES:
-        raise ValueError(
-            f"--lr_scheduler_type {name!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}."
-        )
     kwargs = {}
     if name == "warmup_stable_decay":
         num_decay = max(1, round(decay_ratio * num_training_steps))

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.processes import briskbert_argv
 
 ACCEPTED_FORMS = (
@@ -44,14 +44,12 @@ ACCEPTED_FORMS = (
     "NAME:PRESET:field=value,field=value (rope:bert-tiny:position_embedding_type=rope)"
 )
 RUN_RECORD = "ablation_run.json"
-RUN_LOG = "pretrain.log"
 PROBE_DIR = "probe"
 RESULTS_FILE = "all_results.json"
 HISTORY_FILE = "log_history.jsonl"
 TEXT_SUFFIXES = (".txt", ".text", ".raw")  # what `briskbert train-tokenizer --files` reads
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CHECKPOINT = re.compile(r"^step_(\d+)$")
 
 
 class AblationInterrupted(RuntimeError):
@@ -83,14 +81,13 @@ class Variant:
             )
 
     def pretrain_flags(self) -> list[str]:
-        flags = ["--config_name", self.config_name]
-        if self.overrides:
-            flags += ["--config_overrides", format_overrides(self.overrides)]
-        return flags
+        overrides = {"config_overrides": format_overrides(self.overrides)} if self.overrides else {}
+        return flags(config_name=self.config_name, **overrides)
 
-    def describe(self) -> str:
-        changes = ", ".join(f"{key}={value}" for key, value in self.overrides.items())
-        return f"{self.config_name}" + (f" ({changes})" if changes else "")
+
+def flags(**values) -> list[str]:
+    """``--name value`` for each keyword: how a briskbert subcommand reads its settings."""
+    return [text for name, value in values.items() for text in (f"--{name}", str(value))]
 
 
 def _malformed(text: str, why: str) -> UserError:
@@ -115,21 +112,18 @@ def format_overrides(overrides: dict) -> str:
     """The inverse of :func:`parse_overrides`, as ``briskbert pretrain --config_overrides`` reads it."""
     items = []
     for key, value in overrides.items():
-        text = value if isinstance(value, str) and not _parses_as_json(value) else json.dumps(value)
+        text = json.dumps(value)
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+            except json.JSONDecodeError:
+                text = value  # not JSON: read back as the same string
         if "," in text:
             raise UserError(
                 f"config field {key}: the value {text!r} contains a comma, which cannot be passed."
             )
         items.append(f"{key}={text}")
     return ",".join(items)
-
-
-def _parses_as_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return True
 
 
 def parse_variant(text: str, shared_overrides: dict | None = None) -> Variant:
@@ -202,13 +196,9 @@ class Budget:
     def __post_init__(self):
         if self.max_train_steps is not None and self.max_train_tokens is not None:
             raise UserError("Give --max_train_steps or --max_train_tokens, not both.")
-        for flag, value in (
-            ("--max_train_steps", self.max_train_steps),
-            ("--max_train_tokens", self.max_train_tokens),
-            ("--max_train_seconds", self.max_train_seconds),
-        ):
+        for name, value in asdict(self).items():
             if value is not None and value <= 0:
-                raise UserError(f"{flag} must be positive, got {value}.")
+                raise SettingError(name, f"must be positive, got {value}.")
 
     def steps(self, tokens_per_step: int) -> int | None:
         if self.max_train_tokens is not None:
@@ -261,7 +251,7 @@ class AblationPlan:
 
     def __post_init__(self):
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise UserError(f"--seeds must be one or more distinct integers, got {self.seeds}.")
+            raise SettingError("seeds", f"must be one or more distinct integers, got {self.seeds}.")
 
     def run_dir(self, variant: Variant, seed: int) -> Path:
         return self.output_dir / variant.name / f"seed{seed}"
@@ -270,17 +260,10 @@ class AblationPlan:
         return Path(self.tokenizer.tokenizer_name or self.output_dir / "tokenizer")
 
     def pretrain_argv(self, variant: Variant, seed: int) -> list[str]:
-        argv = ["pretrain", *self.pretrain_args, "--tokenizer_name", str(self.tokenizer_dir())]
+        argv = ["pretrain", *self.pretrain_args, *flags(tokenizer_name=self.tokenizer_dir())]
         if self.max_train_steps is not None:
-            argv += ["--max_train_steps", str(self.max_train_steps)]
-        return [
-            *argv,
-            *variant.pretrain_flags(),
-            "--seed",
-            str(seed),
-            "--output_dir",
-            str(self.run_dir(variant, seed)),
-        ]
+            argv += flags(max_train_steps=self.max_train_steps)
+        return [*argv, *variant.pretrain_flags(), *flags(seed=seed, output_dir=self.run_dir(variant, seed))]
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -339,8 +322,7 @@ def run_process(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start, stopped = time.perf_counter(), False
     with log_path.open("a") as log:
-        log.write(f"$ {shlex.join(argv)}\n")
-        log.flush()
+        print(f"$ {shlex.join(argv)}", file=log, flush=True)
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
             while True:
@@ -363,41 +345,34 @@ def run_process(
             ) from None
     process.returncode = os.waitstatus_to_exitcode(status)
     _follow_progress(progress, history_path)
-    # ru_maxrss is in KiB on Linux.
-    return Segment(
-        argv,
-        process.returncode,
-        round(time.perf_counter() - start, 2),
-        round(usage.ru_maxrss / 1024, 1),
-        stopped,
-    )
+    wall_time_s, peak_rss_mib = round(time.perf_counter() - start, 2), round(usage.ru_maxrss / 1024, 1)  # KiB
+    return Segment(argv, process.returncode, wall_time_s, peak_rss_mib, stopped)
 
 
 def stop_on_sigterm() -> None:
     """Treat SIGTERM like Ctrl-C, so that stopping the ablation also stops its current run cleanly."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
+def read_history(path: Path) -> list[dict]:
+    """The entries of a run's ``log_history.jsonl``."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _follow_progress(progress, history_path: Path | None) -> None:
     if progress is None or history_path is None or not history_path.is_file():
         return
-    steps = [
-        json.loads(line).get("step", 0) for line in history_path.read_text().splitlines() if line.strip()
-    ]
+    steps = [entry.get("step", 0) for entry in read_history(history_path)]
     if steps and max(steps) > progress.n:
         progress.update(max(steps) - progress.n)
 
 
-def _failure(what: str, segment: Segment, log_path: Path) -> RunFailed:
-    lines = log_path.read_text(errors="replace").strip().splitlines()
-    tail = "\n".join(lines[-15:])
-    return RunFailed(
-        f"{what} failed (exit code {segment.returncode}); the end of {log_path}:\n{tail}", segment.returncode
-    )
+def _check(what: str, segment: Segment, log_path: Path) -> None:
+    """A :class:`RunFailed` with the end of the log when the process failed."""
+    if segment.returncode != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").strip().splitlines()[-15:])
+        message = f"{what} failed (exit code {segment.returncode}); the end of {log_path}:\n{tail}"
+        raise RunFailed(message, segment.returncode)
 
 
 # ------------------------------------------------------------------------------------------------- runs
@@ -406,19 +381,15 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def latest_checkpoint_step(run_dir: Path) -> int | None:
-    steps = [int(m.group(1)) for p in run_dir.glob("step_*") if (m := _CHECKPOINT.match(p.name))]
+    steps = [int(m.group(1)) for p in run_dir.glob("step_*") if (m := re.fullmatch(r"step_(\d+)", p.name))]
     return max(steps, default=None)
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def tokenizer_file(folder: Path) -> Path:
-    """The file that defines a tokenizer's vocabulary and pipeline."""
+def tokenizer_sha256(folder: Path) -> str:
+    """The hash of the file that defines a tokenizer's vocabulary and pipeline."""
     for name in ("tokenizer.json", "vocab.txt"):
         if (folder / name).is_file():
-            return folder / name
+            return hashlib.sha256((folder / name).read_bytes()).hexdigest()
     raise FileNotFoundError(f"{folder}: no tokenizer.json or vocab.txt; is it a tokenizer folder?")
 
 
@@ -426,27 +397,19 @@ def prepare_tokenizer(plan: AblationPlan) -> Path:
     """The one tokenizer every run uses: the given folder, or a WordPiece vocabulary trained once."""
     folder = plan.tokenizer_dir()
     if plan.tokenizer.tokenizer_name or (folder / "tokenizer.json").is_file():
-        tokenizer_file(folder)
+        tokenizer_sha256(folder)
         return folder
     partial = folder.with_name(folder.name + ".partial")  # renamed when complete: nothing half-written
-    argv = [
-        *plan.launcher,
-        "train-tokenizer",
-        "--files",
-        plan.tokenizer.train_file,
-        "--vocab_size",
-        str(plan.tokenizer.vocab_size),
-        "--model_max_length",
-        str(plan.tokenizer.model_max_length),
-        "--output_dir",
-        str(partial),
-        "--no_progress",
-    ]
+    settings = flags(
+        files=plan.tokenizer.train_file,
+        vocab_size=plan.tokenizer.vocab_size,
+        model_max_length=plan.tokenizer.model_max_length,
+        output_dir=partial,
+    )
+    argv = [*plan.launcher, "train-tokenizer", *settings, "--no_progress"]
     print(f"Training the shared tokenizer ({plan.tokenizer.vocab_size} tokens) into {folder}", flush=True)
     log_path = plan.output_dir / "tokenizer.log"
-    segment = run_process(argv, log_path)
-    if segment.returncode != 0:
-        raise _failure("Training the tokenizer", segment, log_path)
+    _check("Training the tokenizer", run_process(argv, log_path), log_path)
     partial.rename(folder)
     return folder
 
@@ -491,7 +454,7 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
 
 
 def _run_segment(plan, record: RunRecord, run_dir: Path, extra: list[str], time_left, bar) -> Segment:
-    log_path = run_dir / RUN_LOG
+    log_path = run_dir / "pretrain.log"
     segment = run_process(
         [*plan.launcher, *record.argv, *extra], log_path, time_left, bar, run_dir / HISTORY_FILE
     )
@@ -499,8 +462,8 @@ def _run_segment(plan, record: RunRecord, run_dir: Path, extra: list[str], time_
     record.save(run_dir / RUN_RECORD)
     # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM); stopped before
     # training began, it just dies. The caller looks for the checkpoint either way.
-    if segment.returncode != 0 and not segment.stopped_at_time_limit:
-        raise _failure(f"Pretraining {run_dir}", segment, log_path)
+    if not segment.stopped_at_time_limit:
+        _check(f"Pretraining {run_dir}", segment, log_path)
     return segment
 
 
@@ -509,26 +472,11 @@ def run_probe(plan: AblationPlan, run_dir: Path, seed: int) -> Path:
     probe_dir = run_dir / PROBE_DIR
     if (probe_dir / RESULTS_FILE).is_file():
         return probe_dir
-    probe = plan.probe
-    argv = [
-        *plan.launcher,
-        "finetune-classification",
-        "--model_name_or_path",
-        str(run_dir / "final"),
-        "--train_file",
-        probe.train_file,
-        "--validation_file",
-        probe.validation_file,
-        *probe.extra_args,
-        "--seed",
-        str(seed),
-        "--output_dir",
-        str(probe_dir),
-    ]
-    log_path = run_dir / "probe.log"
-    segment = run_process(argv, log_path)
-    if segment.returncode != 0:
-        raise _failure(f"The fine-tuning probe of {run_dir}", segment, log_path)
+    probe, log_path = plan.probe, run_dir / "probe.log"
+    data = flags(train_file=probe.train_file, validation_file=probe.validation_file)
+    argv = [*plan.launcher, "finetune-classification", *flags(model_name_or_path=run_dir / "final"), *data]
+    argv += [*probe.extra_args, *flags(seed=seed, output_dir=probe_dir)]
+    _check(f"The fine-tuning probe of {run_dir}", run_process(argv, log_path), log_path)
     return probe_dir
 
 
@@ -541,7 +489,9 @@ def run_ablation(plan: AblationPlan) -> tuple[dict[tuple[str, int], RunRecord], 
     records: dict[tuple[str, int], RunRecord] = {}
     total = len(plan.variants) * len(plan.seeds)
     for index, (variant, seed) in enumerate((v, s) for v in plan.variants for s in plan.seeds):
-        print(f"[{index + 1}/{total}] {variant.name} seed {seed}: {variant.describe()}", flush=True)
+        changes = ", ".join(f"{key}={value}" for key, value in variant.overrides.items())
+        described = variant.config_name + (f" ({changes})" if changes else "")
+        print(f"[{index + 1}/{total}] {variant.name} seed {seed}: {described}", flush=True)
         records[variant.name, seed] = run_pretraining(plan, variant, seed)
         if plan.probe is not None:
             run_probe(plan, plan.run_dir(variant, seed), seed)

@@ -21,8 +21,8 @@ from briskbert.training.experiments.ablation import (
     AblationPlan,
     RunRecord,
     Variant,
-    file_sha256,
-    tokenizer_file,
+    read_history,
+    tokenizer_sha256,
 )
 
 REPORT_JSON = "results.json"
@@ -100,8 +100,7 @@ def validation_curve(history: list[dict]) -> list[dict]:
 def read_run(run_dir: Path, record: RunRecord, probe_metric: str | None) -> dict:
     """One run's numbers: what pretraining wrote plus what the harness measured."""
     results = json.loads((run_dir / RESULTS_FILE).read_text())
-    history_path = run_dir / HISTORY_FILE
-    history = [json.loads(line) for line in history_path.read_text().splitlines() if line.strip()]
+    history = read_history(run_dir / HISTORY_FILE)
     parameters, non_embedding = count_parameters(run_dir / "final")
     run = {
         "parameters": parameters,
@@ -114,7 +113,7 @@ def read_run(run_dir: Path, record: RunRecord, probe_metric: str | None) -> dict
         "peak_rss_mib": record.peak_rss_mib,
         "wall_time_s": round(record.wall_time_s, 1),
         "processes": len(record.segments),
-        "tokenizer_sha256": file_sha256(tokenizer_file(run_dir / "final")),
+        "tokenizer_sha256": tokenizer_sha256(run_dir / "final"),
         "command": shlex.join(["briskbert", *record.argv]),
         "curve": validation_curve(history),
     }
@@ -170,8 +169,8 @@ def build_results(plan: AblationPlan, records: dict, tokenizer_folder: Path) -> 
         }
         for variant in plan.variants
     }
-    tokenizer_sha256 = file_sha256(tokenizer_file(tokenizer_folder))
-    check_same_tokenizer(runs, tokenizer_sha256)
+    shared_sha256 = tokenizer_sha256(tokenizer_folder)
+    check_same_tokenizer(runs, shared_sha256)
     summaries = {
         name: {c.key: spread([run[c.key] for run in by_seed.values()]) for c in columns}
         for name, by_seed in runs.items()
@@ -192,7 +191,7 @@ def build_results(plan: AblationPlan, records: dict, tokenizer_folder: Path) -> 
         "max_train_steps": plan.max_train_steps,
         "max_train_seconds": plan.max_train_seconds,
         "pretrain_args": plan.pretrain_args,
-        "tokenizer": {"path": str(tokenizer_folder), "sha256": tokenizer_sha256},
+        "tokenizer": {"path": str(tokenizer_folder), "sha256": shared_sha256},
         "probe": None
         if plan.probe is None
         else {**vars(plan.probe), "extra_args": list(plan.probe.extra_args)},

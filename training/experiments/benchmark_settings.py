@@ -1,10 +1,12 @@
-"""What a benchmark run measures, as plain data: the command line builds these without importing torch."""
+"""What a benchmark run measures, as plain data whose fields carry their default and help: the command line is
+generated from them without importing torch."""
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.data import DATA_DIR
+from briskbert.errors import SettingError
 
 # The shared data sits beside a checkout (../shared/data); the bundled excerpts ship with the package.
 SHARED_DATA = Path(os.environ.get("BRISKBERT_DATA", "../shared/data"))
@@ -42,22 +44,79 @@ class Size:
 
 @dataclass
 class Settings:
-    weights: str = "minilm"
-    architecture: str = "bert"
-    size: Size = field(default_factory=Size)
-    source: str = "sst2"
+    weights: str = field(
+        default="minilm",
+        metadata={
+            "help": "the converted real all-MiniLM-L6-v2 (bert only), or random weights at the sizes below",
+            "choices": ["minilm", "random"],
+        },
+    )
+    architecture: str = field(
+        default="bert",
+        metadata={
+            "help": "the transformers implementation briskbert is converted from and compared with",
+            "choices": sorted(ARCHITECTURES),
+        },
+    )
+    hidden_size: int = Size.hidden_size
+    num_hidden_layers: int = Size.num_hidden_layers
+    num_attention_heads: int = Size.num_attention_heads
+    intermediate_size: int = Size.intermediate_size
+    source: str = field(
+        default="sst2",
+        metadata={
+            "help": "sst2: SST-2 sentences; wikitext: WikiText-2 paragraphs",
+            "choices": sorted(SOURCES),
+        },
+    )
     batch_size: int = 32
     num_batches: int = 6
     min_len: int = 16
     max_len: int = 128
     rounds: int = 5
-    tasks: tuple = ("infer", "train")
-    dtypes: tuple = ("fp32", "bf16")
-    models: tuple = ARCHITECTURES["bert"]
-    compile: bool = False
-    threads: int | None = None
-    device: str = "auto"  # cuda when available
     seed: int = 0
+    tasks: list[str] = field(
+        default_factory=lambda: ["infer", "train"], metadata={"choices": ["infer", "train"]}
+    )
+    dtypes: list[str] = field(
+        default_factory=lambda: ["fp32", "bf16"], metadata={"choices": ["fp32", "bf16"]}
+    )
+    models: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "models to time (default: the architecture's list: "
+            + "; ".join(f"{a}: {' '.join(m)}" for a, m in ARCHITECTURES.items())
+            + ")",
+            "choices": MODEL_NAMES,
+        },
+    )
+    compile: bool = field(
+        default=False, metadata={"help": "also time torch.compile(briskbert) for inference"}
+    )
+    device: str = "auto"  # cuda when available
+    threads: int | None = field(
+        default=None, metadata={"help": "torch threads for every model (default: torch's own choice)"}
+    )
+
+    def __post_init__(self):
+        self.models = list(self.models or ARCHITECTURES[self.architecture])
+        if self.reference not in self.models:
+            raise SettingError(
+                "models", f"must include {self.reference}, the reference every ratio is taken against"
+            )
+        if self.weights == "minilm" and self.architecture != "bert":
+            raise SettingError(
+                "weights",
+                "minilm is a BERT checkpoint; use weights random with architecture roberta/modernbert",
+            )
+        if "fp32" not in self.dtypes:
+            raise SettingError("dtypes", "must include fp32: ratios are taken against BertModel-sdpa in fp32")
+
+    @property
+    def size(self) -> Size:
+        return Size(
+            self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.intermediate_size
+        )
 
     @property
     def reference(self) -> str:

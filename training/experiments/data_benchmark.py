@@ -22,26 +22,47 @@ once per process. The corpora and caches are deleted afterwards.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from briskbert.errors import SettingError
 
 MB = 1_000_000
 
 
 @dataclass(frozen=True)
 class BenchmarkSettings:
-    sizes_mb: tuple[int, ...] = (100,)
-    num_workers: int = 2
+    sizes_mb: list[int] = field(
+        default_factory=lambda: [100], metadata={"help": "Corpus sizes in megabytes."}
+    )
+    preprocessing_num_workers: int = field(default=2, metadata={"help": "Workers of both recipes."})
     max_seq_length: int = 128
-    tokenizer_name: str | None = None
-    source_dir: str | None = None  # a folder with WikiText-2's valid.txt / test.txt
-    work_dir: str | None = None  # where corpora and caches go (default: a temporary folder)
-    include_run_mlm: bool = True
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={"help": "A tokenizer folder (default: WordPiece 30522 trained on the source)."},
+    )
+    source_dir: str | None = field(
+        default=os.environ.get("BRISKBERT_DATA", "../shared/data") + "/wikitext-2",
+        metadata={"help": "Folder with WikiText-2's valid.txt and test.txt."},
+    )
+    work_dir: str | None = field(
+        default=None, metadata={"help": "Where the temporary corpora go (default: the system's)."}
+    )
+    skip_run_mlm: bool = field(default=False, metadata={"help": "Measure briskbert only."})
+
+    def __post_init__(self):
+        for name, value in (
+            ("sizes_mb", min(self.sizes_mb)),
+            ("preprocessing_num_workers", self.preprocessing_num_workers),
+        ):
+            if value < 1:
+                raise SettingError(name, f"must be positive, got {value}.")
 
 
 @dataclass(frozen=True)
@@ -122,7 +143,7 @@ def measure(
         "corpus": str(corpus),
         "tokenizer": str(tokenizer_dir),
         "cache_dir": str(cache_dir),
-        "num_workers": settings.num_workers,
+        "num_workers": settings.preprocessing_num_workers,
         "max_seq_length": settings.max_seq_length,
     }
     code = f"from briskbert.training.experiments.data_benchmark import child_main; child_main({json.dumps(job)!r})"
@@ -199,7 +220,7 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> list[Measurement]:
         for size in settings.sizes_mb:
             corpus = generate_corpus(source_files(settings.source_dir), size, work / f"corpus-{size}mb.txt")
             methods = [("briskbert", "store"), ("briskbert, cached", "store")]
-            if settings.include_run_mlm:
+            if not settings.skip_run_mlm:
                 methods.append(("run_mlm", f"arrow-{size}"))
             for method, cache in methods:
                 log(f"{size} MB: {method} ...")
@@ -231,7 +252,7 @@ def _benchmark_tokenizer(settings: BenchmarkSettings, work: Path) -> Path:
 
 def markdown_table(results: list[Measurement], settings: BenchmarkSettings) -> str:
     lines = [
-        f"| corpus | method ({settings.num_workers} workers) | preparation time (s) | peak RSS (GB) | "
+        f"| corpus | method ({settings.preprocessing_num_workers} workers) | preparation time (s) | peak RSS (GB) | "
         f"sequences of {settings.max_seq_length} |",
         "|---:|---|---:|---:|---:|",
     ]

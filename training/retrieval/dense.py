@@ -53,11 +53,21 @@ class RetrievalTask:
                     f"query {query_id!r} has no relevant passage in the corpus (check the qrels)."
                 )
 
+    @property
+    def corpus(self) -> dict[str, str]:
+        return dict(zip(self.corpus_ids, self.corpus_texts))
+
+    @property
+    def queries(self) -> dict[str, str]:
+        return dict(zip(self.query_ids, self.query_texts))
+
 
 # ------------------------------------------------------------------------------------------------ loading
-def read_passages(path: str, min_words: int = 0) -> list[str]:
-    """One passage per line; blank lines, WikiText headings (`` = Title = ``) and lines under ``min_words``
-    words are left out."""
+def read_passages(path: str | None, min_words: int = 0) -> list[str]:
+    """One passage per line (none without a ``path``); blank lines, WikiText headings (`` = Title = ``) and
+    lines under ``min_words`` words are left out."""
+    if path is None:
+        return []
     if not Path(path).is_file():
         raise DataError(f"passage file {path!r} does not exist.")
     passages = []
@@ -90,24 +100,29 @@ def load_squad_retrieval(
     )
 
 
+def read_json_lines(path: str) -> list[tuple[int, object]]:
+    """``(line number, value)`` of each non-blank line of a JSON lines file."""
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path} line {number} is not JSON ({error}).") from None
+    return rows
+
+
 def _read_jsonl(path: str, required: tuple[str, ...]) -> list[dict]:
     if not Path(path).is_file():
         raise DataError(f"{path!r} does not exist.")
-    rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path} line {number} is not JSON ({error}).") from None
+    rows = read_json_lines(path)
+    for number, row in rows:
         missing = [key for key in required if key not in row]
         if missing:
             raise DataError(
                 f"{path} line {number} lacks {', '.join(missing)}; expected keys {', '.join(required)}."
             )
-        rows.append(row)
-    return rows
+    return [row for _, row in rows]
 
 
 def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -> RetrievalTask:
@@ -124,6 +139,15 @@ def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -
         [row["text"] for row in queries],
         qrels,
     )
+
+
+def load_collection(source) -> RetrievalTask:
+    """The collection a ``CollectionSource`` (or the SQuAD part of a ``PassageSource``) names: a SQuAD file
+    with its distractor passages, else JSON lines corpus, queries and qrels."""
+    if source.squad_file is None:
+        return load_jsonl_retrieval(source.corpus_file, source.queries_file, source.qrels_file)
+    extra = read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
+    return load_squad_retrieval(source.squad_file, source.articles, extra)
 
 
 # ------------------------------------------------------------------------------------------ embeddings
@@ -198,6 +222,8 @@ def exact_search(
 def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, float]]) -> dict[str, float]:
     """Recall@1/5/10/100, MRR@10 and nDCG@10 (in [0, 1]) of ``rankings`` (``{query id: passage ids, best
     first}``) against ``qrels``; a passage counts as relevant when its relevance is above 0."""
+    # Kept here: scikit-learn's ndcg_score wants a score for every passage, not rankings, and the libraries
+    # that read rankings (ranx, pytrec_eval) would each be a dependency for these few lines.
     totals = {f"recall@{k}": 0.0 for k in RECALL_DEPTHS}
     totals.update({f"mrr@{RANK_DEPTH}": 0.0, f"ndcg@{RANK_DEPTH}": 0.0})
     for query_id, ranking in rankings.items():
@@ -251,9 +277,8 @@ class Retriever:
     spec: EmbeddingSpec
     batch_size: int = 64
     scale: float = DEFAULT_SIMILARITY_SCALE
-    index_dir: str | None = (
-        None  # a faiss index over the corpus (briskbert build-index) instead of exact search
-    )
+    # a faiss index over the corpus (briskbert build-index) to search instead of the exact search
+    index_dir: str | None = None
 
 
 def load_dual_encoder(
@@ -286,17 +311,10 @@ def load_retriever(
 ) -> Retriever:
     """:func:`load_dual_encoder` in eval mode, with the similarity scale its ``training_facts.json`` records
     (``finetune-embeddings`` writes it), else the default 20."""
+    from briskbert.training.engine.facts import read_training_facts
+
     encoder, tokenizer, spec = load_dual_encoder(name_or_path, pooling, normalize, max_seq_length)
-    return Retriever(encoder.eval(), tokenizer, spec, batch_size, similarity_scale(name_or_path))
-
-
-def similarity_scale(name_or_path: str) -> float:
-    facts_file = Path(name_or_path) / "training_facts.json"
-    if facts_file.is_file():
-        loss = json.loads(facts_file.read_text(encoding="utf-8")).get("loss")
-        if isinstance(loss, dict) and isinstance(loss.get("scale"), (int, float)) and loss["scale"] > 0:
-            return float(loss["scale"])
-    return DEFAULT_SIMILARITY_SCALE
-
-
-# ------------------------------------------------------------------------------------------- retrieval
+    loss = read_training_facts(name_or_path).job.details.get("loss")
+    scale = loss.get("scale") if isinstance(loss, dict) else None
+    scale = float(scale) if isinstance(scale, (int, float)) and scale > 0 else DEFAULT_SIMILARITY_SCALE
+    return Retriever(encoder.eval(), tokenizer, spec, batch_size, scale)

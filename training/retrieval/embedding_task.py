@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from briskbert.errors import UserError
-from briskbert.hub_cards.facts import JobFacts
+from briskbert.errors import SettingError
+from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.retrieval.job_settings import EmbeddingData, EmbeddingSettings
-from briskbert.training.retrieval.retrieval_arguments import SCORED_PAIR_LOSSES
+from briskbert.training.retrieval.settings import SCORED_PAIR_LOSSES, EmbeddingData, EmbeddingSettings
 from briskbert.training.tasks.settings import ModelSource
 
 if TYPE_CHECKING:
@@ -27,25 +26,25 @@ def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
     train = load_training_examples(data.train_file, data.train_articles)[: data.max_train_samples]
     validation = None
     if data.validation_file:
-        validation = load_training_examples(
-            data.validation_file, data.validation_articles, "--validation_file"
-        )
+        validation = load_training_examples(data.validation_file, data.validation_articles, "validation_file")
     scored = isinstance(train[0], ScoredPair)
     if validation is not None and isinstance(validation[0], ScoredPair) != scored:
-        raise UserError(
-            f"--validation_file {data.validation_file} and --train_file {data.train_file} hold different kinds of "
-            "examples; give scored pairs for both (sentence1/sentence2/score) or pairs for both."
+        raise SettingError(
+            "validation_file",
+            f"{data.validation_file} and train_file {data.train_file} hold different kinds of examples; give "
+            "scored pairs for both (sentence1/sentence2/score) or pairs for both.",
         )
     loss_name = settings.loss or ("cosent" if scored else "multiple_negatives_ranking")
     if (loss_name in SCORED_PAIR_LOSSES) != scored:
         kind = "scored pairs (sentence1, sentence2, score)" if scored else "(query, positive) pairs"
-        raise UserError(
-            f"--loss {loss_name} does not fit --train_file {data.train_file}, which holds {kind}; use "
-            f"{'cosent or cosine_mse' if scored else 'multiple_negatives_ranking'}."
+        raise SettingError(
+            "loss",
+            f"{loss_name} does not fit train_file {data.train_file}, which holds {kind}; use "
+            f"{'cosent or cosine_mse' if scored else 'multiple_negatives_ranking'}.",
         )
     if scored and data.mine_hard_negatives:
-        raise UserError(
-            "--mine_hard_negatives needs (query, positive) pairs; the training file holds scored pairs."
+        raise SettingError(
+            "mine_hard_negatives", "needs (query, positive) pairs; the training file holds scored pairs."
         )
     loss = ContrastiveLossSpec(
         scale=settings.scale,
@@ -105,12 +104,12 @@ class EmbeddingTask(Task):
         )
 
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
-        from briskbert.training.retrieval.embeddings import make_evaluate_fn
-        from briskbert.training.retrieval.similarity import make_similarity_evaluate_fn
+        from briskbert.training.retrieval.embeddings import evaluate_pairs
+        from briskbert.training.retrieval.similarity import evaluate_scored_pairs
 
         if not self.validation:
             return None
-        evaluate = make_similarity_evaluate_fn() if self.loss.on_scored_pairs else make_evaluate_fn()
+        evaluate = evaluate_scored_pairs if self.loss.on_scored_pairs else evaluate_pairs
         return evaluate(model, dataloader, accelerator)
 
     def facts(self) -> JobFacts:

@@ -28,7 +28,6 @@ encoder plus the sentence-transformers module files.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,18 +36,27 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
+from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_sentence_transformers_files
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
-from briskbert.training.retrieval.retrieval_arguments import EMBEDDING_LOSSES, SCORED_PAIR_LOSSES
+from briskbert.training.retrieval.dense import (
+    embed_batch,
+    encode_texts,
+    exact_search,
+    read_json_lines,
+    retrieval_metrics,
+)
+from briskbert.training.retrieval.settings import (
+    SCORED_PAIR_LOSSES,
+    has_scored_pair_columns,
+)
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
     cosent_loss,
     cosine_mse_loss,
     load_scored_pairs,
 )
-from briskbert.training.retrieval.similarity_arguments import has_scored_pair_columns
 
 
 @dataclass
@@ -67,47 +75,37 @@ def is_squad_file(path: str) -> bool:
 
 
 def load_training_examples(
-    path: str, articles: tuple[int, int] | None = None, flag: str = "--train_file"
+    path: str, articles: tuple[int, int] | None = None, name: str = "train_file"
 ) -> list[Pair] | list[ScoredPair]:
     """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else (query, positive[,
-    negative]) pairs or (anchor, positive, negative) triplets (:func:`load_pairs`)."""
+    negative]) pairs or (anchor, positive, negative) triplets (:func:`load_pairs`); errors name the setting
+    ``name``."""
     if not Path(path).is_file():
-        raise DataError(f"{flag} {path!r} does not exist.")
+        raise SettingError(name, f"{path!r} does not exist.")
     if not is_squad_file(path) and has_scored_pair_columns(path):
         if articles is not None:
             raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
-        return load_scored_pairs(path, flag)
-    return load_pairs(path, articles)
+        return load_scored_pairs(path, name)
+    return load_pairs(path, articles, name)
 
 
-def _pair_rows(path: str) -> list[tuple[int, dict]]:
-    """``(line number, row)`` of a TSV/CSV file (header first) or of JSON lines."""
-    if path.endswith((".tsv", ".csv")):
-        return list(enumerate(load_table(path, "--train_file"), start=2))
-    rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append((number, json.loads(line)))
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path} line {number} is not JSON ({error}).") from None
-    return rows
-
-
-def load_pairs(path: str, articles: tuple[int, int] | None = None) -> list[Pair]:
+def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "train_file") -> list[Pair]:
     """(query, positive[, negative]) pairs from JSON lines, TSV or CSV (``anchor`` may name the query, as in
     NLI triplets) or, for a ``.json`` SQuAD file, each question with its paragraph (``articles`` selects
     articles ``start..stop-1``)."""
     if not Path(path).is_file():
-        raise DataError(f"training file {path!r} does not exist.")
+        raise SettingError(name, f"{path!r} does not exist.")
     if is_squad_file(path):
         questions, _ = load_squad(path, articles)
         return [Pair(row["question"], row["context"]) for row in questions]
     if articles is not None:
         raise DataError(f"article ranges apply to SQuAD files; {path} is a table of pairs.")
+    if path.endswith((".tsv", ".csv")):
+        rows = enumerate(load_table(path, name), start=2)  # the header is line 1
+    else:
+        rows = read_json_lines(path)
     pairs = []
-    for number, row in _pair_rows(path):
+    for number, row in rows:
         query = row.get("query", row.get("anchor")) if isinstance(row, dict) else None
         if not isinstance(query, str) or not isinstance(row.get("positive"), str):
             raise DataError(
@@ -124,7 +122,7 @@ def load_pairs(path: str, articles: tuple[int, int] | None = None) -> list[Pair]
     if 0 < with_negative < len(pairs):
         raise DataError(
             f"{path}: {with_negative} of {len(pairs)} pairs have a 'negative'; give one for every pair or none "
-            "(or mine them with --mine_hard_negatives)."
+            "(or mine them with mine_hard_negatives)."
         )
     return pairs
 
@@ -236,24 +234,32 @@ class ContrastiveLossSpec:
     name: str = "multiple_negatives_ranking"
     score_range: tuple[float, float] = (0.0, 1.0)  # cosine_mse: gold scores in this range map to [0, 1]
 
-    def __post_init__(self):
-        if self.name not in EMBEDDING_LOSSES:
-            raise ValueError(f"loss {self.name!r} is not one of {', '.join(EMBEDDING_LOSSES)}.")
-        if self.scale <= 0:
-            raise ValueError(f"the similarity scale (1/temperature) must be > 0, got {self.scale}.")
-        if self.mini_batch_size is not None and self.mini_batch_size < 1:
-            raise ValueError(f"the cached-gradient mini-batch size must be >= 1, got {self.mini_batch_size}.")
-        if self.score_range[0] >= self.score_range[1]:
-            raise ValueError(f"the score range needs low < high, got {self.score_range}.")
-
     @property
     def on_scored_pairs(self) -> bool:
         return self.name in SCORED_PAIR_LOSSES
 
 
-class DualEncoder(nn.Module):
-    """A sentence encoder trained with a contrastive or scored-pair loss, in the shape the shared loop expects
-    (``forward(**batch).loss``, ``save_pretrained``)."""
+class Wrapper(nn.Module):
+    """A loss around the transformers model held in the attribute ``wrapped``, in the shape the shared loop
+    expects (``forward(**batch).loss``, ``gradient_checkpointing_enable``, ``save_pretrained``): it saves the
+    wrapped model alone."""
+
+    wrapped = "model"
+
+    def gradient_checkpointing_enable(self, **kwargs):
+        getattr(self, self.wrapped).gradient_checkpointing_enable(**kwargs)
+
+    def save_pretrained(self, folder, state_dict=None, **kwargs):
+        if state_dict is not None:  # gathered from a sharded engine: keys carry this wrapper's prefix
+            state_dict = {key.removeprefix(f"{self.wrapped}."): value for key, value in state_dict.items()}
+        getattr(self, self.wrapped).save_pretrained(folder, state_dict=state_dict, **kwargs)
+
+
+class DualEncoder(Wrapper):
+    """A sentence encoder trained with a contrastive or scored-pair loss; its folder also holds the
+    sentence-transformers module files."""
+
+    wrapped = "encoder"
 
     def __init__(self, encoder, embedding: EmbeddingSpec, loss: ContrastiveLossSpec):
         super().__init__()
@@ -263,13 +269,8 @@ class DualEncoder(nn.Module):
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler.requires_grad_(False)
 
-    def gradient_checkpointing_enable(self, **kwargs):
-        self.encoder.gradient_checkpointing_enable(**kwargs)
-
     def save_pretrained(self, folder, state_dict=None, **kwargs):
-        if state_dict is not None:  # gathered from a sharded engine: keys carry this wrapper's prefix
-            state_dict = {key.removeprefix("encoder."): value for key, value in state_dict.items()}
-        self.encoder.save_pretrained(folder, state_dict=state_dict, **kwargs)
+        super().save_pretrained(folder, state_dict, **kwargs)
         write_sentence_transformers_files(folder, self.embedding, self.encoder.config.hidden_size)
 
     def forward(self, input_ids, attention_mask, labels, candidate_ids=None, **unused) -> DualEncoderOutput:
@@ -374,30 +375,24 @@ def _set_rng_state(state, device: torch.device) -> None:
 
 
 # ------------------------------------------------------------------------------------------ evaluation
-def make_evaluate_fn():
-    """``evaluate_fn`` for the loop: retrieval metrics over the validation pairs, the corpus being their
-    distinct candidate passages (positives and negatives), gathered from every process."""
-
-    def evaluate(model, dataloader, accelerator) -> dict:
-        unwrapped = accelerator.unwrap_model(model)
-        queries, candidates, positives = [], {}, []
-        for batch in dataloader:
-            records = accelerator.gather_for_metrics(_query_records(unwrapped, batch), use_gather_object=True)
-            for query, *own_candidates in records:
-                queries.append(query)
-                for key, vector in own_candidates:
-                    candidates.setdefault(key, vector)
-                positives.append(own_candidates[0][0])
-        keys = list(candidates)
-        number = {key: str(index) for index, key in enumerate(keys)}
-        _, indices = exact_search(
-            torch.stack(queries), torch.stack([candidates[key] for key in keys]), top_k=100
-        )
-        rankings = {str(q): [str(i) for i in row] for q, row in enumerate(indices.tolist())}
-        qrels = {str(q): {number[key]: 1.0} for q, key in enumerate(positives)}
-        return retrieval_metrics(rankings, qrels)
-
-    return evaluate
+def evaluate_pairs(model, dataloader, accelerator) -> dict:
+    """``evaluate`` of the embedding task on pairs: retrieval metrics over the validation pairs, the corpus
+    being their distinct candidate passages (positives and negatives), gathered from every process."""
+    unwrapped = accelerator.unwrap_model(model)
+    queries, candidates, positives = [], {}, []
+    for batch in dataloader:
+        records = accelerator.gather_for_metrics(_query_records(unwrapped, batch), use_gather_object=True)
+        for query, *own_candidates in records:
+            queries.append(query)
+            for key, vector in own_candidates:
+                candidates.setdefault(key, vector)
+            positives.append(own_candidates[0][0])
+    keys = list(candidates)
+    number = {key: str(index) for index, key in enumerate(keys)}
+    _, indices = exact_search(torch.stack(queries), torch.stack([candidates[key] for key in keys]), top_k=100)
+    rankings = {str(q): [str(i) for i in row] for q, row in enumerate(indices.tolist())}
+    qrels = {str(q): {number[key]: 1.0} for q, key in enumerate(positives)}
+    return retrieval_metrics(rankings, qrels)
 
 
 def _query_records(model: DualEncoder, batch: dict) -> list[tuple]:

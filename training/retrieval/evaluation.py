@@ -4,25 +4,21 @@ with the standard metrics of :mod:`.dense`."""
 
 from __future__ import annotations
 
-from briskbert.training.retrieval.dense import (
-    RECALL_DEPTHS,
-    RetrievalTask,
-    Retriever,
-    retrieval_metrics,
-)
-from briskbert.training.retrieval.search import retrieve_task
+import time
+
+from briskbert.training.retrieval.dense import RECALL_DEPTHS, RetrievalTask, Retriever, retrieval_metrics
+from briskbert.training.retrieval.search import retrieve
 
 
 def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
-    """Metrics of retrieval alone (``"retrieval"``) and, with a :class:`~.reranking.Reranker`, of the pure
-    re-ranker order (``"reranked"``) and of the fused order (``"fused"``, when the re-ranker has a fusion
-    weight), plus the collection size, the seconds each stage took and a ``"warning"`` when the ranking
-    the re-ranker hands on (fused, else pure) is below retrieval alone."""
-    import time
-
+    """``briskbert evaluate-retrieval``'s measurement: metrics of retrieval alone (``"retrieval"``) and, with
+    a :class:`~.reranking.Reranker`, of the pure re-ranker order (``"reranked"``) and of the fused order
+    (``"fused"``, when the re-ranker has a fusion weight), plus the collection size, the seconds each stage
+    took and a ``"warning"`` when the ranking the re-ranker hands on (fused, else pure) is below retrieval
+    alone."""
     start = time.perf_counter()
     depth = max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
-    retrieved = retrieve_task(task, retriever, depth)
+    retrieved = retrieve(task.corpus, task.queries, retriever, depth)
     report = {
         "num_queries": len(task.query_ids),
         "num_passages": len(task.corpus_ids),
@@ -30,7 +26,7 @@ def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None)
         "retrieval_s": round(time.perf_counter() - start, 2),
     }
     if reranker is not None:
-        from briskbert.training.retrieval.reranking import rerank_report
+        from briskbert.training.retrieval.fusion import rerank_report
 
         report.update(rerank_report(reranker, task, retrieved, retriever.scale))
     return report

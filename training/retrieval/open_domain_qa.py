@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy.special import logsumexp
 
 from briskbert.training.retrieval.dense import (
     RECALL_DEPTHS,
@@ -105,7 +106,7 @@ def rank_passages(
 ) -> RankedPassages:
     """Retrieve (``max(depth, 100)`` deep, for the ranking metrics), then re-rank the first
     ``max(depth, reranker.top_k)`` with the re-ranker's fusion weight (its own order when it has none)."""
-    from briskbert.training.retrieval.reranking import fused_rankings, fused_scores
+    from briskbert.training.retrieval.fusion import fused_rankings, fused_scores
 
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
@@ -170,8 +171,8 @@ def read_passages(
         qid, pid = example["id"].split(_SEPARATOR, 1)
         readings[qid][pid] = PassageReading(
             spans=nbest[example["id"]],
-            start_logsumexp=_logsumexp(np.concatenate(context_starts[example["id"]])),
-            end_logsumexp=_logsumexp(np.concatenate(context_ends[example["id"]])),
+            start_logsumexp=logsumexp(np.concatenate(context_starts[example["id"]])),
+            end_logsumexp=logsumexp(np.concatenate(context_ends[example["id"]])),
         )
     return readings
 
@@ -190,17 +191,9 @@ def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.
         outputs = reader.model(**batch)
         for row, index in enumerate(chunk):
             length = len(features["input_ids"][index])
-            starts[index] = outputs.start_logits[row, :length].float().cpu().numpy()
-            ends[index] = outputs.end_logits[row, :length].float().cpu().numpy()
+            starts[index] = outputs.start_logits[row, :length].double().cpu().numpy()
+            ends[index] = outputs.end_logits[row, :length].double().cpu().numpy()
     return starts, ends
-
-
-def _logsumexp(values) -> float:
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        return -math.inf
-    peak = values.max()
-    return float(peak + np.log(np.exp(values - peak).sum()))
 
 
 def select_answer(
@@ -209,8 +202,8 @@ def select_answer(
     """The best span over the passages ``read`` (ids, best first): start and end logits normalised jointly
     over all of them, plus each passage's log-probability under ``ranking_logits`` (aligned with ``read``;
     ``None`` leaves the reader alone to decide)."""
-    start_norm = _logsumexp([readings[pid].start_logsumexp for pid in read])
-    end_norm = _logsumexp([readings[pid].end_logsumexp for pid in read])
+    start_norm = logsumexp([readings[pid].start_logsumexp for pid in read])
+    end_norm = logsumexp([readings[pid].end_logsumexp for pid in read])
     if ranking_logits is None:
         log_priors = [0.0] * len(read)
     else:
@@ -271,10 +264,7 @@ def evaluate_open_domain_qa(
     if not task.answers:
         raise ValueError("open-domain QA evaluation needs gold answers: give a SQuAD-format collection.")
     start = time.perf_counter()
-    corpus, questions = (
-        dict(zip(task.corpus_ids, task.corpus_texts)),
-        dict(zip(task.query_ids, task.query_texts)),
-    )
+    corpus, questions = task.corpus, task.queries
     deepest = max(read_depths)
     ranked = rank_passages(corpus, questions, retriever, reranker, deepest)
     gold = {qid: next(iter(task.qrels[qid])) for qid in task.query_ids}
@@ -319,7 +309,7 @@ def _ranking_metrics(ranked: RankedPassages, task: RetrievalTask, reranked: bool
         metrics["ranking"] = retrieval_metrics(ranked.rankings, task.qrels)
         shortfall = ranking_shortfall(metrics["retrieval"], metrics["ranking"])
         if shortfall:
-            from briskbert.training.retrieval.reranking import reranking_warning
+            from briskbert.training.retrieval.fusion import reranking_warning
 
             metrics["warning"] = reranking_warning(shortfall, ranked.fusion_weight)
     return metrics

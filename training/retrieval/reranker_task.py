@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from briskbert.hub_cards.facts import JobFacts
+from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.retrieval.job_settings import RerankerData, RerankerValidation
+from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
 from briskbert.training.tasks.settings import ModelSource
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from briskbert.training.engine.config import TrainingConfig
-    from briskbert.training.engine.loop import TrainResult
     from briskbert.training.retrieval.reranking import TrainingSets
 
 
@@ -44,16 +45,16 @@ def training_sets(
     if data.negatives_from is None:
         pools = random_negative_pools(pairs, data.pool_size, seed)
     else:
-        corpus = data.negatives_corpus
-        extra = read_passages(corpus.path, corpus.min_words) if corpus else []
+        extra = read_passages(data.negatives_corpus_file, data.negatives_corpus_min_words)
         pools = retrieved_negative_pools(pairs, data.pool_size, retriever(data.negatives_from), extra)
     own_negative = any(pair.negative for pair in pairs)
     train = RerankGroups(pools, data.num_negatives, seed, own_negative=own_negative)
     if validation is None:
         return TrainingSets(train)
-    validation_pairs = load_pairs(validation.file, validation.articles)
-    distractors = validation.distractors
-    distractors = read_passages(distractors.path, distractors.min_words) if distractors else []
+    validation_pairs = load_pairs(validation.validation_file, validation.validation_articles)
+    distractors = read_passages(
+        validation.validation_extra_corpus_file, validation.validation_extra_corpus_min_words
+    )
     fusion_retriever = retriever(validation.fusion_retriever) if validation.fusion_retriever else None
     return validation_sets(
         train,
@@ -111,10 +112,14 @@ class RerankerTask(Task):
 
         return group_ranking_metrics(model, dataloader, accelerator) if self.validation else None
 
-    def after_training(self, result: TrainResult, accelerator) -> None:
-        """Choose the fusion weight on the validation queries and save it as ``final/fusion.json``."""
+    def choose_fusion(self, final_dir: Path) -> None:
+        """After training: choose the fusion weight on the validation queries and save it as
+        ``final/fusion.json``. Called on every process once the run has ended normally."""
+        from accelerate import PartialState
+
         from briskbert.training.retrieval.reranking import choose_and_save_fusion
 
+        accelerator = PartialState()  # the run's processes
         if self.validation is not None and accelerator.is_main_process:
             if self.sets.fusion_retrieved is None:
                 accelerator.print(
@@ -123,7 +128,7 @@ class RerankerTask(Task):
                 )
             else:
                 fusion = choose_and_save_fusion(
-                    result.final_dir,
+                    final_dir,
                     self.sets,
                     self.validation.rerank_top_k,
                     self.source.max_seq_length,

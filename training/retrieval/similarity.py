@@ -21,17 +21,19 @@ between the cosine similarity of each pair's embeddings and the gold scores, in 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.data.task_data import DataError, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
 from briskbert.training.retrieval.dense import encode_texts
-from briskbert.training.retrieval.similarity_arguments import SCORED_PAIR_COLUMNS
+from briskbert.training.retrieval.settings import check_scored_pair_file
 
 
 @dataclass(frozen=True)
@@ -42,33 +44,23 @@ class ScoredPair:
 
 
 # ------------------------------------------------------------------------------------------------ data
-def load_scored_pairs(path: str, flag: str = "--train_file") -> list[ScoredPair]:
-    """``(sentence1, sentence2, score)`` rows of a TSV, CSV or JSON lines file (other columns are ignored)."""
-    table = load_table(path, flag)
-    missing = [column for column in SCORED_PAIR_COLUMNS if column not in table.column_names]
-    if missing:
-        raise DataError(
-            f"{flag} {path} lacks the column(s) {', '.join(missing)}; scored pairs need "
-            f"{', '.join(SCORED_PAIR_COLUMNS)} (it has {', '.join(table.column_names)})."
-        )
+def load_scored_pairs(path: str, name: str = "train_file") -> list[ScoredPair]:
+    """``(sentence1, sentence2, score)`` rows of a TSV, CSV or JSON lines file (other columns are ignored);
+    errors name the setting ``name``."""
+    check_scored_pair_file(path, name)
     pairs = []
-    for number, row in enumerate(table, start=2 if path.endswith((".tsv", ".csv")) else 1):
+    for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
         try:
             score = float(row["score"])
         except (TypeError, ValueError):
-            raise DataError(
-                f"{flag} {path}: row {number} has score {row['score']!r}, not a number."
+            raise SettingError(
+                name, f"{path}: row {number} has score {row['score']!r}, not a number."
             ) from None
         if not np.isfinite(score):
-            raise DataError(f"{flag} {path}: row {number} has score {score}; give a finite number.")
+            raise SettingError(name, f"{path}: row {number} has score {score}; give a finite number.")
         first, second = row["sentence1"], row["sentence2"]
-        if (
-            not isinstance(first, str)
-            or not isinstance(second, str)
-            or not first.strip()
-            or not second.strip()
-        ):
-            raise DataError(f"{flag} {path}: row {number} has an empty or non-text sentence1/sentence2.")
+        if not all(isinstance(text, str) and text.strip() for text in (first, second)):
+            raise SettingError(name, f"{path}: row {number} has an empty or non-text sentence1/sentence2.")
         pairs.append(ScoredPair(first, second, score))
     return pairs
 
@@ -126,59 +118,39 @@ def cosine_mse_loss(
 
 
 # ------------------------------------------------------------------------------------------ evaluation
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="mergesort")
-    _, first, counts = np.unique(values[order], return_index=True, return_counts=True)
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.repeat(first + (counts - 1) / 2.0, counts)
-    return ranks
-
-
-def pearson(x, y) -> float:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x * x).sum() * (y * y).sum())
-    return float((x * y).sum() / denominator) if denominator > 0 else float("nan")
-
-
-def spearman(x, y) -> float:
-    return pearson(_average_ranks(np.asarray(x)), _average_ranks(np.asarray(y)))
-
-
 def similarity_metrics(cosines, scores) -> dict[str, float]:
-    """Spearman and Pearson correlation of predicted ``cosines`` with gold ``scores``."""
+    """Spearman and Pearson correlation of predicted ``cosines`` with gold scores."""
+    from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
+
     if len(cosines) < 2:
         raise DataError("similarity evaluation needs at least two scored pairs.")
-    return {
-        "spearman": spearman(cosines, scores),
-        "pearson": pearson(cosines, scores),
-        "num_pairs": len(cosines),
-    }
-
-
-def pair_cosines(
-    encoder, tokenizer, pairs: list[ScoredPair], spec: EmbeddingSpec, batch_size: int = 64
-) -> np.ndarray:
-    """The cosine similarity of each pair's two embeddings (each distinct sentence embedded once)."""
-    sentences = list(dict.fromkeys([p.sentence1 for p in pairs] + [p.sentence2 for p in pairs]))
-    vectors = encode_texts(encoder, tokenizer, sentences, spec, batch_size, "encoding sentences")
-    row = {sentence: index for index, sentence in enumerate(sentences)}
-    first = vectors[[row[p.sentence1] for p in pairs]]
-    second = vectors[[row[p.sentence2] for p in pairs]]
-    return F.cosine_similarity(first, second, dim=-1).numpy()
+    with warnings.catch_warnings():  # a constant series has no correlation: NaN, without a warning
+        warnings.simplefilter("ignore", ConstantInputWarning)
+        return {
+            "spearman": float(spearmanr(cosines, scores).statistic),
+            "pearson": float(pearsonr(cosines, scores).statistic),
+            "num_pairs": len(cosines),
+        }
 
 
 def evaluate_similarity(
     encoder, tokenizer, pairs: list[ScoredPair], spec: EmbeddingSpec, batch_size: int = 64
 ) -> dict[str, float]:
-    cosines = pair_cosines(encoder, tokenizer, pairs, spec, batch_size)
+    """:func:`similarity_metrics` of the cosine similarity of each pair's two embeddings (each distinct
+    sentence embedded once)."""
+    sentences = list(dict.fromkeys([p.sentence1 for p in pairs] + [p.sentence2 for p in pairs]))
+    vectors = encode_texts(encoder, tokenizer, sentences, spec, batch_size, "encoding sentences")
+    row = {sentence: index for index, sentence in enumerate(sentences)}
+    first = vectors[[row[p.sentence1] for p in pairs]]
+    second = vectors[[row[p.sentence2] for p in pairs]]
+    cosines = F.cosine_similarity(first, second, dim=-1).numpy()
     return similarity_metrics(cosines, [pair.score for pair in pairs])
 
 
-def make_similarity_evaluate_fn():
-    """``evaluate_fn`` for the loop: Spearman / Pearson over the validation pairs, gathered from every process
-    (the duplicates that even out the last batch left out)."""
-    from briskbert.training.engine.loop import evaluation_loop
+def evaluate_scored_pairs(model, dataloader, accelerator) -> dict:
+    """``evaluate`` of the embedding task on scored pairs: Spearman / Pearson over the validation pairs,
+    gathered from every process (the duplicates that even out the last batch left out)."""
+    from briskbert.training.engine.evaluation import evaluation_loop
 
     def cosines_and_scores(batch, outputs) -> dict:
         cosines = F.cosine_similarity(
@@ -186,9 +158,6 @@ def make_similarity_evaluate_fn():
         )
         return {"cosine": cosines, "score": batch["labels"].float()}
 
-    def evaluate(model, dataloader, accelerator) -> dict:
-        collected = evaluation_loop(model, dataloader, accelerator, cosines_and_scores)
-        metrics = similarity_metrics(collected["cosine"].numpy(), collected["score"].numpy())
-        return {"spearman": metrics["spearman"], "pearson": metrics["pearson"]}
-
-    return evaluate
+    collected = evaluation_loop(model, dataloader, accelerator, cosines_and_scores)
+    metrics = similarity_metrics(collected["cosine"].numpy(), collected["score"].numpy())
+    return {"spearman": metrics["spearman"], "pearson": metrics["pearson"]}

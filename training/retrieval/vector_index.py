@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -36,11 +35,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError
+from briskbert.files import PARTIAL_SUFFIX, atomic_file, write_atomic
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.dense import encode_texts, load_squad_retrieval, read_passages
-from briskbert.training.retrieval.index_arguments import CONFIG_FILE, IndexSettings, check_faiss
+from briskbert.training.retrieval.dense import encode_texts, load_collection
+from briskbert.training.retrieval.index_settings import (
+    CONFIG_FILE,
+    IndexSettings,
+    PassageSource,
+    check_faiss,
+)
+from briskbert.training.tasks.settings import check_at_least
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.txt"
@@ -55,53 +61,10 @@ PROBE_MIN_COSINE = 0.999  # the same encoder on another device or thread count s
 
 
 # ------------------------------------------------------------------------------------------------ passages
-@dataclass(frozen=True)
-class PassageSource:
-    """Where the passages come from: a passage file, or a SQuAD-format collection (+ distractor lines)."""
-
-    passages_file: str | None = None
-    squad_file: str | None = None
-    articles: tuple[int, int] | None = None
-    extra_corpus_file: str | None = None
-    extra_corpus_min_words: int = 0
-
-    def __post_init__(self):
-        if (self.passages_file is None) == (self.squad_file is None):
-            raise UserError(
-                "give either --passages_file or --squad_file (with --articles, --extra_corpus_file)."
-            )
-        for flag, path in (
-            ("--passages_file", self.passages_file),
-            ("--squad_file", self.squad_file),
-            ("--extra_corpus_file", self.extra_corpus_file),
-        ):
-            if path is not None and not Path(path).is_file():
-                raise UserError(f"{flag} {path} does not exist.")
-        if self.passages_file is not None and (self.articles or self.extra_corpus_file):
-            raise UserError("--articles and --extra_corpus_file go with --squad_file, not --passages_file.")
-
-    def fingerprint(self) -> dict:
-        """What identifies the passages for a resumed build: the arguments and each file's size and time."""
-        files = [path for path in (self.passages_file, self.squad_file, self.extra_corpus_file) if path]
-        stats = {
-            str(Path(path).resolve()): [os.path.getsize(path), int(os.path.getmtime(path))] for path in files
-        }
-        return {**asdict(self), "files": stats}
-
-
-def _is_json_lines(path: str) -> bool:
-    return path.endswith((".jsonl", ".json"))
-
-
 def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of every passage, read lazily from a passage file."""
     if source.squad_file is not None:
-        extra = (
-            read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
-            if source.extra_corpus_file
-            else []
-        )
-        task = load_squad_retrieval(source.squad_file, source.articles, extra)
+        task = load_collection(source)
         yield from zip(task.corpus_ids, task.corpus_texts)
         return
     path = source.passages_file
@@ -109,21 +72,21 @@ def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            if not _is_json_lines(path):
+            if not path.endswith((".jsonl", ".json")):
                 yield str(number), line.strip()
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
-                raise DataError(f"--passages_file {path} line {number} is not JSON ({error}).") from None
+                raise SettingError("passages_file", f"{path} line {number} is not JSON ({error}).") from None
             if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("text"), str):
-                raise DataError(
-                    f"--passages_file {path} line {number}: expected an object with 'id' and 'text'."
+                raise SettingError(
+                    "passages_file", f"{path} line {number}: expected an object with 'id' and 'text'."
                 )
             passage_id = str(row["id"])
             if "\n" in passage_id or not passage_id.strip():
-                raise DataError(
-                    f"--passages_file {path} line {number}: the id {passage_id!r} is empty or has a newline."
+                raise SettingError(
+                    "passages_file", f"{path} line {number}: the id {passage_id!r} is empty or has a newline."
                 )
             yield passage_id, row["text"]
 
@@ -183,8 +146,7 @@ class BuildOptions:
     overwrite: bool = False
 
     def __post_init__(self):
-        if self.shard_size < 1 or self.batch_size < 1:
-            raise UserError("--shard_size and --batch_size must be >= 1.")
+        check_at_least(self, 1, "shard_size", "batch_size")
 
 
 def build_index(
@@ -200,6 +162,8 @@ def build_index(
     """Embed ``source`` with the encoder (resuming an interrupted build), index the embeddings, save the
     folder; returns its ``index_config.json`` contents."""
     check_faiss()
+    import faiss
+
     start = time.perf_counter()
     folder = Path(output_dir)
     facts = EncoderFacts.of(encoder, tokenizer, spec, encoder_name)
@@ -212,7 +176,8 @@ def build_index(
     shards = sorted((folder / SHARD_FOLDER).glob("*.npy"))
     index = _faiss_index(settings, facts.dimension, shards, num_vectors)
     _write_ids(folder, shards)
-    _write_atomically(folder / INDEX_FILE, lambda path: _faiss().write_index(index, str(path)))
+    with atomic_file(folder / INDEX_FILE) as partial:
+        faiss.write_index(index, str(partial))
     config = {
         "format_version": 1,
         "index_type": settings.index_type,
@@ -224,9 +189,9 @@ def build_index(
         "embedding_s": round(embedded - start, 2),
         "indexing_s": round(time.perf_counter() - embedded, 2),
         "index_bytes": (folder / INDEX_FILE).stat().st_size,
-        "faiss_version": _faiss().__version__,
+        "faiss_version": faiss.__version__,
     }
-    _write_atomically(folder / CONFIG_FILE, lambda path: path.write_text(json.dumps(config, indent=2)))
+    write_atomic(folder / CONFIG_FILE, json.dumps(config, indent=2))
     if not options.keep_embeddings:
         shutil.rmtree(folder / SHARD_FOLDER)
     (folder / STATE_FILE).unlink()
@@ -240,8 +205,8 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, op
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
     others = sorted(path.name for path in folder.iterdir() if path.name not in own) if folder.is_dir() else []
     if others:
-        raise UserError(
-            f"--output_dir {folder} holds other files ({', '.join(others[:3])}); choose an empty folder."
+        raise SettingError(
+            "output_dir", f"{folder} holds other files ({', '.join(others[:3])}); choose an empty folder."
         )
     if options.overwrite:
         for name in own:
@@ -249,15 +214,17 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, op
                 missing_ok=True
             )
     elif (folder / CONFIG_FILE).is_file():
-        raise UserError(
-            f"--output_dir {folder} already holds an index; choose another folder or add --overwrite_output_dir."
+        raise SettingError(
+            "output_dir",
+            f"{folder} already holds an index; choose another folder or set overwrite_output_dir.",
         )
     elif state_file.is_file():
         mismatch = _state_mismatch(json.loads(state_file.read_text(encoding="utf-8")), state)
         if mismatch:
-            raise UserError(
-                f"--output_dir {folder} holds an unfinished build of {mismatch}; run it with the same "
-                "arguments to continue it, or add --overwrite_output_dir to start over."
+            raise SettingError(
+                "output_dir",
+                f"{folder} holds an unfinished build of {mismatch}; run it with the same arguments to "
+                "continue it, or set overwrite_output_dir to start over.",
             )
         return
     (folder / SHARD_FOLDER).mkdir(parents=True, exist_ok=True)
@@ -279,7 +246,8 @@ def _embed_shards(source, encoder, tokenizer, spec, shard_folder: Path, options:
     """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
     from tqdm.auto import tqdm
 
-    for leftover in shard_folder.glob("*.tmp*"):  # a shard being written when the last build stopped
+    # a shard being written when the last build stopped
+    for leftover in shard_folder.glob(f".*{PARTIAL_SUFFIX}"):
         leftover.unlink()
     done = sum(np.load(path, mmap_mode="r").shape[0] for path in sorted(shard_folder.glob("*.npy")))
     number = len(list(shard_folder.glob("*.npy")))
@@ -293,33 +261,14 @@ def _embed_shards(source, encoder, tokenizer, spec, shard_folder: Path, options:
             encoder, tokenizer, [text for _, text in shard], spec, options.batch_size, f"shard {number}"
         )
         stem = shard_folder / f"{number:05d}"
-        _write_atomically(
-            stem.with_suffix(".ids"), lambda path, ids=ids: path.write_text("\n".join(ids) + "\n")
-        )
+        write_atomic(stem.with_suffix(".ids"), "\n".join(ids) + "\n")
         # The .npy file is written last: a shard counts once its embeddings are on disk.
-        _write_atomically(stem.with_suffix(".npy"), lambda path, vectors=vectors: _save_array(path, vectors))
+        with atomic_file(stem.with_suffix(".npy")) as partial, open(partial, "wb") as handle:
+            np.save(handle, vectors.numpy().astype(np.float32))  # np.save(path) would add .npy to the name
         done, number = done + len(shard), number + 1
         progress.update(len(shard))
     progress.close()
     return done
-
-
-def _save_array(path: Path, vectors: torch.Tensor) -> None:
-    with open(path, "wb") as handle:  # a handle: np.save would add .npy to the temporary name
-        np.save(handle, vectors.numpy().astype(np.float32))
-
-
-def _write_atomically(path: Path, write) -> None:
-    """``write(temporary path)``, then a rename: the file appears whole or not at all."""
-    partial = path.with_name(path.name + ".tmp")
-    write(partial)
-    os.replace(partial, path)
-
-
-def _faiss():
-    import faiss
-
-    return faiss
 
 
 def factory_string(settings: IndexSettings) -> str:
@@ -331,9 +280,9 @@ def factory_string(settings: IndexSettings) -> str:
 
 
 def _faiss_index(settings: IndexSettings, dimension: int, shards: list[Path], num_vectors: int):
+    import faiss
     from tqdm.auto import tqdm
 
-    faiss = _faiss()
     index = faiss.index_factory(dimension, factory_string(settings), faiss.METRIC_INNER_PRODUCT)
     if settings.index_type == "hnsw":
         index.hnsw.efConstruction = settings.hnsw_ef_construction
@@ -358,17 +307,13 @@ def _training_sample(shards: list[Path], num_vectors: int, size: int) -> np.ndar
 
 def _write_ids(folder: Path, shards: list[Path]) -> None:
     seen: set[str] = set()
-
-    def write(path: Path) -> None:
-        with open(path, "w", encoding="utf-8") as out:
-            for shard in shards:
-                for passage_id in shard.with_suffix(".ids").read_text(encoding="utf-8").splitlines():
-                    if passage_id in seen:
-                        raise DataError(f"the passage id {passage_id!r} occurs twice; ids must be unique.")
-                    seen.add(passage_id)
-                    out.write(passage_id + "\n")
-
-    _write_atomically(folder / IDS_FILE, write)
+    with atomic_file(folder / IDS_FILE) as partial, open(partial, "w", encoding="utf-8") as out:
+        for shard in shards:
+            for passage_id in shard.with_suffix(".ids").read_text(encoding="utf-8").splitlines():
+                if passage_id in seen:
+                    raise DataError(f"the passage id {passage_id!r} occurs twice; ids must be unique.")
+                seen.add(passage_id)
+                out.write(passage_id + "\n")
 
 
 # ------------------------------------------------------------------------------------------------ search
@@ -379,19 +324,16 @@ class LoadedIndex:
     config: dict
 
 
-def read_index_config(index_dir: str) -> dict:
-    return json.loads((Path(index_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
-
-
 @functools.lru_cache(maxsize=4)
 def _load(index_dir: str, stamp: float) -> LoadedIndex:
-    faiss = _faiss()
-    config = read_index_config(index_dir)
+    import faiss
+
+    config = json.loads((Path(index_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
     index = faiss.read_index(str(Path(index_dir) / INDEX_FILE))
     ids = (Path(index_dir) / IDS_FILE).read_text(encoding="utf-8").splitlines()
     if len(ids) != index.ntotal:
-        raise UserError(
-            f"--index {index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
+        raise SettingError(
+            "index", f"{index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
         )
     return LoadedIndex(index, ids, config)
 
@@ -409,9 +351,11 @@ def search_index(
     """``(ids, scores)``: for each query, the ids of the ``k`` passages with the highest inner product, best first,
     and their scores (``(queries, k)``; where the index returns fewer than ``k``, the ids list is shorter and
     the missing scores are ``-inf``)."""
+    import faiss
+
     loaded = load_index(index_dir)
     settings = loaded.config["settings"]
-    parameters = _faiss().ParameterSpace()
+    parameters = faiss.ParameterSpace()
     if settings["index_type"] == "hnsw":
         parameters.set_index_parameter(loaded.index, "efSearch", max(settings["hnsw_ef_search"], k))
     if settings["index_type"] == "ivfpq":
@@ -426,21 +370,23 @@ def search_index(
 def check_index(
     index_dir: str, corpus_ids: list[str], encoder, tokenizer, spec: EmbeddingSpec, encoder_name: str
 ) -> None:
-    """A :class:`UserError` unless the index was built by an encoder that embeds like this one, over exactly the
+    """A :class:`SettingError` unless the index was built by an encoder that embeds like this one, over exactly the
     collection's passages (their ids)."""
     loaded = load_index(index_dir)
     built_with = EncoderFacts(**loaded.config["encoder"])
     difference = built_with.differences(EncoderFacts.of(encoder, tokenizer, spec, encoder_name))
     if difference:
-        raise UserError(
-            f"--index {index_dir} was built with the encoder {built_with.name_or_path} ({built_with.pooling} "
-            f"pooling); {encoder_name} gives {difference}. Query it with {built_with.name_or_path}, or build an "
-            f"index with this encoder: briskbert build-index --model_name_or_path {encoder_name} ..."
+        raise SettingError(
+            "index",
+            f"{index_dir} was built with the encoder {built_with.name_or_path} ({built_with.pooling} pooling); "
+            f"{encoder_name} gives {difference}. Query it with {built_with.name_or_path}, or build an index "
+            f"with this encoder (build-index, model_name_or_path {encoder_name}).",
         )
     indexed, collection = set(loaded.ids), set(corpus_ids)
     if indexed != collection:
         example = next(iter((indexed - collection) or (collection - indexed)))
-        raise UserError(
-            f"--index {index_dir} holds {len(indexed)} passages and the collection {len(collection)}, not the same "
-            f"ones (e.g. {example!r}); build the index from this collection's passages (same flags)."
+        raise SettingError(
+            "index",
+            f"{index_dir} holds {len(indexed)} passages and the collection {len(collection)}, not the same "
+            f"ones (e.g. {example!r}); build the index from this collection's passages (same settings).",
         )

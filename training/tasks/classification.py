@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from briskbert.hub_cards.facts import JobFacts
 from briskbert.training.data.task_data import DataError, SkipReport
 from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import classification_metrics
 from briskbert.training.tasks.settings import PROBLEM_TYPES, ClassificationSettings, DataSource, ModelSource
@@ -427,7 +427,7 @@ def tokenize_classification(
 
 def evaluate_classification(spec: LabelSpec, model, dataloader, accelerator) -> dict:
     """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
-    from briskbert.training.engine.loop import evaluation_loop
+    from briskbert.training.engine.evaluation import evaluation_loop
 
     gathered = evaluation_loop(
         model,

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from briskbert.errors import UserError
-from briskbert.hub_cards.facts import JobFacts, base_model_id
 from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
 from briskbert.training.tasks.classification import ClassificationTask, load_classification_data
 from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from briskbert.errors import UserError
-from briskbert.hub_cards.facts import base_model_id
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
 from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
+from briskbert.training.engine.facts import base_model_id
 from briskbert.training.tasks.settings import DataSource, ModelSource
 
 if TYPE_CHECKING:

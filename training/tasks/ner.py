@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from briskbert.errors import UserError
-from briskbert.hub_cards.facts import JobFacts
 from briskbert.training.data.task_data import (
     DataError,
     load_conll,
@@ -28,6 +27,7 @@ from briskbert.training.data.task_data import (
     require_rows,
     tags_as_strings,
 )
+from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import entity_metrics, get_entities
 from briskbert.training.tasks.settings import DataSource, ModelSource, NerSettings
@@ -328,7 +328,7 @@ def build_ner_features(
 def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
     """``evaluate_fn`` for :func:`training.loop.run`: gathered predicted ids -> entity metrics. The model
     decodes the labelled positions (each word's first sub-word) itself: Viterbi with a CRF, arg-max without."""
-    from briskbert.training.engine.loop import evaluation_loop
+    from briskbert.training.engine.evaluation import evaluation_loop
     from briskbert.training.tasks.finetuning import pad_to_width
 
     def evaluate(model, dataloader, accelerator):

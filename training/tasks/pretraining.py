@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from briskbert.errors import UserError
-from briskbert.hub_cards.facts import JobFacts, base_model_id
 from briskbert.training.data.corpus import CorpusStore, iter_documents, prepare_corpus
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.data.pretraining_data import (
@@ -35,10 +34,16 @@ from briskbert.training.data.pretraining_data import (
 )
 from briskbert.training.engine.checkpointing import resolve_checkpoint
 from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.evaluation import evaluation_loop
+from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
-from briskbert.training.engine.loop import evaluation_loop, seed_everything
+from briskbert.training.engine.loop import seed_everything
 from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.tasks.settings import PretrainingData, PretrainingModel, PretrainingSettings
+from briskbert.training.tasks.pretraining_settings import (
+    PretrainingData,
+    PretrainingModel,
+    PretrainingSettings,
+)
 
 TOKENIZER_FOLDER = "tokenizer"
 DEFAULT_VOCAB_SIZE = 30522  # BERT's
@@ -229,7 +234,7 @@ def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
         eval_dataset = _sequences(eval_store, eval_docs, tokenizer, data, seed + 1)
         if data.streaming:
             train_dataset = StreamingMLMDataset(
-                data.train.path, tokenizer, data.max_seq_length, data.train.text_column, data.packing
+                data.train.path, tokenizer, data.max_seq_length, data.train.text_column, data.packing_mode
             )
         else:
             train_dataset = _sequences(train_store, train_docs, tokenizer, data, seed)
@@ -242,7 +247,7 @@ def _sequences(store: CorpusStore, documents, tokenizer, data: PretrainingData, 
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     if data.nsp:
         return stored_nsp_examples(store, documents, cls, sep, data.max_seq_length, seed)
-    return StoredSequences(store, documents, data.max_seq_length, data.packing, cls, sep)
+    return StoredSequences(store, documents, data.max_seq_length, data.packing_mode, cls, sep)
 
 
 # ---------------------------------------------------------------------------------------- evaluation
@@ -296,15 +301,13 @@ class PretrainingTask(Task):
     def __init__(self, settings: PretrainingSettings):
         self.settings = settings
 
-    def check(self, config: TrainingConfig) -> None:
-        if self.settings.data.streaming and config.max_train_steps is None:
-            raise UserError("--streaming has no epochs to count: give --max_train_steps.")
-        if not self.settings.model.model_name_or_path:
-            check_new_model_fits(self.settings, config.per_device_train_batch_size)
-
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         settings = self.settings
         data = settings.data
+        if data.streaming and config.max_train_steps is None:
+            raise UserError("--streaming has no epochs to count: give --max_train_steps.")
+        if not settings.model.model_name_or_path:
+            check_new_model_fits(settings, config.per_device_train_batch_size)
         try:
             tokenizer = load_or_train_tokenizer(settings, config, accelerator)
             train_dataset, eval_dataset = build_datasets(data, tokenizer, accelerator, config.seed)
@@ -348,7 +351,7 @@ class PretrainingTask(Task):
         else:
             eval_dataset = f"{source} ({data.validation_split_percentage:g}% of documents held out)"
         preset = model.config_name if model.config_name and not model.config_name.endswith(".json") else None
-        objective = {**settings.masking.collator_arguments(), "nsp": data.nsp, "packing": data.packing}
+        objective = {**settings.masking.collator_arguments(), "nsp": data.nsp, "packing": data.packing_mode}
         return JobFacts(
             task="masked-language-modeling" + (" + next-sentence-prediction" if data.nsp else ""),
             pipeline_tag="fill-mask",
@@ -356,7 +359,7 @@ class PretrainingTask(Task):
             eval_dataset=eval_dataset,
             base_model=base_model_id(model.model_name_or_path),
             config_preset=preset,
-            language=settings.language,
-            license=settings.license,
+            language=settings.model.language,
+            license=settings.model.license,
             details={"max_seq_length": data.max_seq_length, "objective": objective},
         )

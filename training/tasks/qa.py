@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from briskbert.hub_cards.facts import JobFacts
 from briskbert.training.data.task_data import DataError, SkipReport, load_squad, require_columns, require_rows
 from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.settings import DataSource, ModelSource, QaSettings
@@ -299,9 +299,9 @@ def _checked(dataset, name: str, version_2: bool):
     return dataset
 
 
-def qa_features(data: QaData, tokenizer, task: QaSettings, seed: int, accelerator):
+def qa_features(data: QaData, tokenizer, task: QaSettings, max_seq_length: int, seed: int, accelerator):
     """``(train windows, eval windows or None)``; answerless training windows thinned as ``task`` says."""
-    windows = dict(tokenizer=tokenizer, **task.window_kwargs())
+    windows = dict(tokenizer=tokenizer, **task.window_kwargs(max_seq_length))
     with accelerator.main_process_first():
         train = data.train.map(
             prepare_train_features,
@@ -324,10 +324,19 @@ def qa_features(data: QaData, tokenizer, task: QaSettings, seed: int, accelerato
     return train, evaluation
 
 
-def evaluate_qa(evaluation, eval_features, task: QaSettings, output_dir: str, model, dataloader, accelerator):
+def evaluate_qa(
+    evaluation,
+    eval_features,
+    task: QaSettings,
+    max_seq_length: int,
+    output_dir: str,
+    model,
+    dataloader,
+    accelerator,
+):
     """Windows' logits -> answers (written to ``output_dir/eval_predictions.json``) -> SQuAD exact match
     and F1."""
-    from briskbert.training.engine.loop import evaluation_loop
+    from briskbert.training.engine.evaluation import evaluation_loop
     from briskbert.training.tasks.finetuning import pad_to_width
 
     gathered = evaluation_loop(
@@ -335,8 +344,8 @@ def evaluate_qa(evaluation, eval_features, task: QaSettings, output_dir: str, mo
         dataloader,
         accelerator,
         lambda batch, outputs: {
-            "start": pad_to_width(outputs.start_logits, task.max_seq_length, -1e4),
-            "end": pad_to_width(outputs.end_logits, task.max_seq_length, -1e4),
+            "start": pad_to_width(outputs.start_logits, max_seq_length, -1e4),
+            "end": pad_to_width(outputs.end_logits, max_seq_length, -1e4),
         },
     )
     predictions, nbest = postprocess_qa_predictions(
@@ -363,6 +372,7 @@ class QaTask(Task):
         from briskbert.training.tasks.finetuning import check_model_inputs
 
         self.source, self.data_source, self.settings = model, data, settings
+        settings.window_kwargs(model.max_seq_length)  # the windows' lengths are checked before anything loads
         self.location = check_model_inputs(model)
         self.data = load_qa_data(data, settings)
 
@@ -379,7 +389,7 @@ class QaTask(Task):
         )
         register_question_answering_pipeline(model.config)  # transformers 5 has none: name ours
         self.train_features, self.eval_features = qa_features(
-            data, tokenizer, self.settings, config.seed, accelerator
+            data, tokenizer, self.settings, self.source.max_seq_length, config.seed, accelerator
         )
         eval_inputs = None
         windows = f"Training: {len(data.train)} questions -> {len(self.train_features)} windows"
@@ -402,6 +412,7 @@ class QaTask(Task):
             self.data.evaluation,
             self.eval_features,
             self.settings,
+            self.source.max_seq_length,
             self.output_dir,
             model,
             dataloader,
@@ -426,7 +437,7 @@ class QaTask(Task):
                 "num_train_windows": len(self.train_features),
                 "keep_answerless_windows": task.keep_answerless_windows,
                 "num_eval_questions": len(data.evaluation) if data.evaluation is not None else 0,
-                "max_seq_length": task.max_seq_length,
+                "max_seq_length": self.source.max_seq_length,
                 "doc_stride": task.doc_stride,
                 "version_2_with_negative": task.version_2_with_negative,
                 "metric_definitions": METRIC_DEFINITIONS,

@@ -26,9 +26,11 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import CommandFailed, UserError
+from briskbert.commands.arguments import new_parser
+from briskbert.errors import CommandFailed, SettingError, UserError
 from briskbert.training.experiments.ablation import (
     AblationInterrupted,
     AblationPlan,
@@ -53,67 +55,102 @@ DEFAULT_PROBE_ARGS = (
 )
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+@dataclass(frozen=True)
+class VariantSettings:
+    _argument_group_name = "variants"
+
+    configs: list[str] = field(metadata={"help": "The variants (see above).", "metavar": "VARIANT"})
+    output_dir: str = field(metadata={"help": "Where the runs, the table and the plot go."})
+    seeds: list[int] = field(
+        default_factory=lambda: [42], metadata={"help": "Every variant runs once per seed."}
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "field=value,... applied to every variant before its own overrides, e.g. num_hidden_layers=4."
+        },
+    )
+    launcher: str | None = field(
+        default=None,
+        metadata={
+            "help": "How each run is started (default: this Python's `-m briskbert`), e.g. 'accelerate launch "
+            "--multi_gpu --num_processes 2 -m briskbert'; --max_train_tokens assumes one process."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class SharedRunSettings:
+    _argument_group_name = "shared data and tokenizer (passed to every run)"
+
+    train_file: str | None = field(default=None, metadata={"help": "Training text (pretraining's format)."})
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "A tokenizer folder (default: train one into output_dir/tokenizer)."}
+    )
+    vocab_size: int = field(default=30522, metadata={"help": "Size of the tokenizer trained once."})
+    max_seq_length: int = 128
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+
+    def __post_init__(self):
+        if self.train_file and not Path(self.train_file).is_file():
+            raise SettingError("train_file", f"{self.train_file}: no such file.")
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    _argument_group_name = "budget (the same for every run)"
+
+    max_train_steps: int | None = field(default=None, metadata={"help": "Optimizer steps per run."})
+    max_train_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Instead of steps: tokens per run, counted as batch x accumulation x max_seq_length per "
+            "step (exact with --packing)."
+        },
+    )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "Also stop each run after this many seconds of its pretraining process (after the step in "
+            "progress; one more step then ends the run with its final evaluation)."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    _argument_group_name = "fine-tuning probe (optional)"
+
+    finetune_probe: str | None = field(
+        default=None,
+        metadata={
+            "help": "Fine-tune each pretrained variant on this classification file (briskbert "
+            "finetune-classification) and report its validation accuracy.",
+            "metavar": "TRAIN_FILE",
+        },
+    )
+    probe_validation_file: str | None = field(
+        default=None, metadata={"help": "The probe's validation file (required with it)."}
+    )
+    probe_args: str = field(
+        default=DEFAULT_PROBE_ARGS, metadata={"help": "Further finetune-classification flags."}
+    )
+
+    def __post_init__(self):
+        if bool(self.finetune_probe) != bool(self.probe_validation_file):
+            raise SettingError("finetune_probe", "and --probe_validation_file go together.")
+        for name in ("finetune_probe", "probe_validation_file"):
+            if getattr(self, name) and not Path(getattr(self, name)).is_file():
+                raise SettingError(name, f"{getattr(self, name)}: no such file (fine-tuning probe).")
+
+
+SETTINGS = (VariantSettings, SharedRunSettings, BudgetSettings, ProbeSettings)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # allow_abbrev=False: '--seed' must not silently mean '--seeds'.
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
-    g = parser.add_argument_group("variants")
-    g.add_argument("--configs", nargs="+", required=True, metavar="VARIANT", help="The variants (see above).")
-    g.add_argument("--seeds", nargs="+", type=int, default=[42], help="Every variant runs once per seed.")
-    g.add_argument(
-        "--config_overrides",
-        default=None,
-        help="field=value,... applied to every variant before its own overrides, e.g. num_hidden_layers=4.",
-    )
-    g.add_argument("--output_dir", required=True, help="Where the runs, the table and the plot go.")
-    g.add_argument(
-        "--launcher",
-        default=None,
-        help="How each run is started (default: this Python's `-m briskbert`), e.g. 'accelerate launch "
-        "--multi_gpu --num_processes 2 -m briskbert'; --max_train_tokens assumes one process.",
-    )
-    g = parser.add_argument_group("shared data and tokenizer (passed to every run)")
-    g.add_argument("--train_file", default=None, help="Training text (pretraining's format).")
-    g.add_argument(
-        "--tokenizer_name",
-        default=None,
-        help="A tokenizer folder (default: train one into output_dir/tokenizer).",
-    )
-    g.add_argument("--vocab_size", type=int, default=30522, help="Size of the tokenizer trained once.")
-    g.add_argument("--max_seq_length", type=int, default=128)
-    g.add_argument("--per_device_train_batch_size", type=int, default=8)
-    g.add_argument("--gradient_accumulation_steps", type=int, default=1)
-    g = parser.add_argument_group("budget (the same for every run)")
-    g.add_argument("--max_train_steps", type=int, default=None, help="Optimizer steps per run.")
-    g.add_argument(
-        "--max_train_tokens",
-        type=int,
-        default=None,
-        help="Instead of steps: tokens per run, counted as batch x accumulation x max_seq_length per step "
-        "(exact with --packing).",
-    )
-    g.add_argument(
-        "--max_train_seconds",
-        type=float,
-        default=None,
-        help="Also stop each run after this many seconds of its pretraining process (after the step in "
-        "progress; one more step then ends the run with its final evaluation).",
-    )
-    g = parser.add_argument_group("fine-tuning probe (optional)")
-    g.add_argument(
-        "--finetune_probe",
-        default=None,
-        metavar="TRAIN_FILE",
-        help="Fine-tune each pretrained variant on this classification file (briskbert finetune-classification) "
-        "and report its validation accuracy.",
-    )
-    g.add_argument(
-        "--probe_validation_file", default=None, help="The probe's validation file (required with it)."
-    )
-    g.add_argument("--probe_args", default=DEFAULT_PROBE_ARGS, help="Further finetune-classification flags.")
+    parser = new_parser(__doc__, *SETTINGS)
+    parser.allow_abbrev = False  # '--seed' must not silently mean '--seeds'
     return parser
 
 
@@ -130,53 +167,49 @@ def check_passthrough(extra: list[str], parser: argparse.ArgumentParser) -> None
                 raise UserError(f"{flag} cannot be passed to the runs: {reason}.")
 
 
-def build_plan(args: argparse.Namespace, extra: list[str]) -> AblationPlan:
-    """The Namespace, converted once into the plan the library runs."""
-    shared = parse_overrides(args.config_overrides, "--config_overrides") if args.config_overrides else {}
-    variants = parse_variants(args.configs, shared)
-    budget = Budget(args.max_train_steps, args.max_train_tokens, args.max_train_seconds)
+def build_plan(
+    variants: VariantSettings, shared: SharedRunSettings, budget: BudgetSettings, probe: ProbeSettings, extra
+) -> AblationPlan:
+    """The parsed settings, converted once into the plan the library runs."""
+    common = (
+        parse_overrides(variants.config_overrides, "--config_overrides") if variants.config_overrides else {}
+    )
     tokens_per_step = (
-        args.per_device_train_batch_size * args.gradient_accumulation_steps * args.max_seq_length
+        shared.per_device_train_batch_size * shared.gradient_accumulation_steps * shared.max_seq_length
     )
     forwarded = [
-        *(["--train_file", args.train_file] if args.train_file else []),
-        "--max_seq_length",
-        str(args.max_seq_length),
-        "--per_device_train_batch_size",
-        str(args.per_device_train_batch_size),
-        "--gradient_accumulation_steps",
-        str(args.gradient_accumulation_steps),
+        *(["--train_file", shared.train_file] if shared.train_file else []),
+        *("--max_seq_length", str(shared.max_seq_length)),
+        *("--per_device_train_batch_size", str(shared.per_device_train_batch_size)),
+        *("--gradient_accumulation_steps", str(shared.gradient_accumulation_steps)),
         *extra,
     ]
-    probe = None
-    if args.finetune_probe or args.probe_validation_file:
-        if not (args.finetune_probe and args.probe_validation_file):
-            raise UserError("--finetune_probe and --probe_validation_file go together.")
-        for path in (args.finetune_probe, args.probe_validation_file):
-            if not Path(path).is_file():
-                raise UserError(f"{path}: no such file (fine-tuning probe).")
-        probe = Probe(args.finetune_probe, args.probe_validation_file, tuple(shlex.split(args.probe_args)))
+    steps = Budget(budget.max_train_steps, budget.max_train_tokens, budget.max_train_seconds)
     return AblationPlan(
-        output_dir=Path(args.output_dir),
-        variants=variants,
-        seeds=list(args.seeds),
+        output_dir=Path(variants.output_dir),
+        variants=parse_variants(variants.configs, common),
+        seeds=list(variants.seeds),
         pretrain_args=forwarded,
-        tokenizer=TokenizerSource(args.tokenizer_name, args.train_file, args.vocab_size, args.max_seq_length),
-        max_train_steps=budget.steps(tokens_per_step),
+        tokenizer=TokenizerSource(
+            shared.tokenizer_name, shared.train_file, shared.vocab_size, shared.max_seq_length
+        ),
+        max_train_steps=steps.steps(tokens_per_step),
         max_train_seconds=budget.max_train_seconds,
-        probe=probe,
-        **({"launcher": tuple(shlex.split(args.launcher))} if args.launcher else {}),
+        probe=Probe(probe.finetune_probe, probe.probe_validation_file, tuple(shlex.split(probe.probe_args)))
+        if probe.finetune_probe
+        else None,
+        **({"launcher": tuple(shlex.split(variants.launcher))} if variants.launcher else {}),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    *settings, extra = parser.parse_args_into_dataclasses(
+        argv, return_remaining_strings=True, look_for_args_file=False
+    )
     try:
         check_passthrough(extra, parser)
-        plan = build_plan(args, extra)
-        if args.train_file and not Path(args.train_file).is_file():
-            raise UserError(f"--train_file {args.train_file}: no such file.")
+        plan = build_plan(*settings, extra)
         from briskbert.training.experiments.ablation import check_variants, run_ablation, stop_on_sigterm
         from briskbert.training.experiments.ablation_report import markdown_table, write_report
 

@@ -14,6 +14,7 @@ that field's ``--flag`` (:func:`briskbert.cli.main`). A mistyped flag gets one l
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import sys
 from dataclasses import fields
@@ -21,6 +22,12 @@ from dataclasses import fields
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Flag defaults in ``--help`` and the description as written (its usage example keeps its lines)."""
+
+    def _format_action_invocation(self, action):
+        # HfArgumentParser also accepts each flag spelled with dashes (--output-dir): --help shows it once
+        first = copy.copy(action)
+        first.option_strings = action.option_strings[:1]
+        return super()._format_action_invocation(first)
 
 
 def parse(description: str | None, *settings_types: type, argv: list[str] | None = None, **defaults) -> tuple:
@@ -43,6 +50,14 @@ def new_parser(description: str | None, *settings_types: type) -> argparse.Argum
 
     class Parser(HfArgumentParser):
         error = _one_line_error
+
+        def parse_args(self, args=None, namespace=None):
+            # a typo is the likelier mistake than a missing flag: name it before argparse asks for those
+            for token in sys.argv[1:] if args is None else args:
+                flag = token.split("=")[0]
+                if flag.startswith("--") and not any(o.startswith(flag) for o in self._option_string_actions):
+                    self.error(f"unrecognized arguments: {token}")
+            return super().parse_args(args, namespace)
 
     return Parser(settings_types, description=description, formatter_class=HelpFormatter)
 

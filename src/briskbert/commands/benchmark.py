@@ -12,100 +12,25 @@ Same weights, same real variable-length batches, same threads; models measured i
 Writes benchmark.json, benchmark.csv and benchmark.png to --out and prints a markdown table.
 """
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from briskbert.training.experiments.benchmark_settings import (
-    ARCHITECTURES,
-    MODEL_NAMES,
-    SOURCES,
-    Settings,
-    Size,
-)
+from briskbert.commands.arguments import parse
+from briskbert.training.experiments.benchmark_settings import Settings
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+@dataclass(frozen=True)
+class Output:
+    out: Path = Path("runs/benchmark")
 
 
 def main(argv=None):
-    defaults, size = Settings(), Size()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("runs/benchmark"))
-    parser.add_argument(
-        "--weights",
-        choices=["minilm", "random"],
-        default=defaults.weights,
-        help="the converted real all-MiniLM-L6-v2 (bert only), or random weights at the sizes below",
-    )
-    parser.add_argument(
-        "--architecture",
-        choices=sorted(ARCHITECTURES),
-        default=defaults.architecture,
-        help="the transformers implementation briskbert is converted from and compared with",
-    )
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-        parser.add_argument(f"--{name}", type=int, default=getattr(size, name))
-    parser.add_argument(
-        "--source",
-        choices=sorted(SOURCES),
-        default=defaults.source,
-        help="sst2: SST-2 sentences; wikitext: WikiText-2 paragraphs",
-    )
-    for name in ("batch_size", "num_batches", "min_len", "max_len", "rounds", "seed"):
-        parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
-    parser.add_argument("--tasks", nargs="+", choices=["infer", "train"], default=list(defaults.tasks))
-    parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=list(defaults.dtypes))
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=None,
-        choices=MODEL_NAMES,
-        help="models to time (default: the architecture's list: "
-        + "; ".join(f"{a}: {' '.join(m)}" for a, m in ARCHITECTURES.items())
-        + ")",
-    )
-    parser.add_argument(
-        "--compile", action="store_true", help="also time torch.compile(briskbert) for inference"
-    )
-    parser.add_argument("--device", default=defaults.device)
-    parser.add_argument(
-        "--threads", type=int, help="torch threads for every model (default: torch's own choice)"
-    )
-    args = parser.parse_args(argv)
-    models = tuple(args.models or ARCHITECTURES[args.architecture])
-    reference = ARCHITECTURES[args.architecture][0]
-    if reference not in models:
-        parser.error(f"--models must include {reference}, the reference every ratio is taken against")
-    if args.weights == "minilm" and args.architecture != "bert":
-        parser.error(
-            "--weights minilm is a BERT checkpoint; use --weights random with --architecture roberta/modernbert"
-        )
-    settings = Settings(
-        weights=args.weights,
-        architecture=args.architecture,
-        size=Size(args.hidden_size, args.num_hidden_layers, args.num_attention_heads, args.intermediate_size),
-        source=args.source,
-        batch_size=args.batch_size,
-        num_batches=args.num_batches,
-        min_len=args.min_len,
-        max_len=args.max_len,
-        rounds=args.rounds,
-        tasks=tuple(args.tasks),
-        dtypes=tuple(args.dtypes),
-        models=models,
-        compile=args.compile,
-        device=args.device,
-        seed=args.seed,
-        threads=args.threads,
-    )
-    if "fp32" not in settings.dtypes:
-        parser.error("--dtypes must include fp32: ratios are taken against BertModel-sdpa in fp32")
+    settings, output = parse(__doc__, Settings, Output, argv=argv)
     from briskbert.training.experiments.benchmarking import markdown_table, run, write_outputs
 
     report = run(settings)
-    write_outputs(report, args.out)
+    write_outputs(report, output.out)
     print(markdown_table(report))
     print(json.dumps(dict(machine=report["machine"], bf16_error=report["bf16_error"]), indent=1, default=str))
 

@@ -18,91 +18,77 @@ after the last one. Index types: ``flat`` (exact), ``hnsw`` (graph; fast and clo
 
 from __future__ import annotations
 
-from briskbert.commands.training_flags import new_parser
-from briskbert.errors import UserError
-from briskbert.training.retrieval.index_arguments import (
-    add_index_arguments,
-    check_faiss,
-    index_settings_from_args,
-)
-from briskbert.training.retrieval.retrieval_arguments import add_embedding_arguments
-from briskbert.training.tasks.settings import parse_article_range
+import os
+from dataclasses import dataclass, field
+
+from briskbert.commands.arguments import parse
+from briskbert.errors import SettingError
+from briskbert.training.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
+from briskbert.training.retrieval.settings import EmbeddingArguments
+from briskbert.training.tasks.settings import check_at_least
 
 
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    parser.add_argument("--model_name_or_path", required=True, help="The dual encoder (a folder or repo id).")
-    parser.add_argument(
-        "--max_seq_length", type=int, default=None, help="Default: the encoder's own (else 256)."
+@dataclass(frozen=True)
+class EncoderArguments:
+    model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Default: the encoder's own (else 256)."}
     )
-    parser.add_argument("--batch_size", type=int, default=64, help="Passages per forward pass.")
-    add_embedding_arguments(parser)
-    passages = parser.add_argument_group("passages")
-    passages.add_argument(
-        "--passages_file", default=None, help="One passage per line (id: line number), or JSON lines id/text."
+    batch_size: int = field(default=64, metadata={"help": "Passages per forward pass."})
+
+    def __post_init__(self):
+        check_at_least(self, 1, "batch_size")
+        if self.model_name_or_path.startswith((".", "/")) and not os.path.exists(self.model_name_or_path):
+            raise SettingError("model_name_or_path", f"{self.model_name_or_path} does not exist.")
+
+
+@dataclass(frozen=True)
+class OutputArguments:
+    _argument_group_name = "output"
+
+    output_dir: str = field(metadata={"help": "The index folder."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace an index (or unfinished build) there."}
     )
-    passages.add_argument("--squad_file", default=None, help="A SQuAD-format collection: every paragraph.")
-    passages.add_argument("--articles", default=None, help="Only articles START:STOP of --squad_file.")
-    passages.add_argument(
-        "--extra_corpus_file", default=None, help="--squad_file: distractor passages, one per line."
+    shard_size: int = field(
+        default=10_000, metadata={"help": "Passages embedded and saved at a time (bounds memory)."}
     )
-    passages.add_argument(
-        "--extra_corpus_min_words",
-        type=int,
-        default=0,
-        help="Keep distractor lines of this many words or more.",
+    keep_embeddings: bool = field(
+        default=False, metadata={"help": "Keep the embedding shards (float32 .npy) after indexing."}
     )
-    add_index_arguments(parser)
-    output = parser.add_argument_group("output")
-    output.add_argument("--output_dir", required=True, help="The index folder.")
-    output.add_argument(
-        "--overwrite_output_dir", action="store_true", help="Replace an index (or unfinished build) there."
-    )
-    output.add_argument(
-        "--shard_size",
-        type=int,
-        default=10_000,
-        help="Passages embedded and saved at a time (bounds memory).",
-    )
-    output.add_argument(
-        "--keep_embeddings",
-        action="store_true",
-        help="Keep the embedding shards (float32 .npy) after indexing.",
-    )
-    args = parser.parse_args(argv)
-    for flag in ("batch_size", "shard_size"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
-    return args
+
+    def __post_init__(self):
+        check_at_least(self, 1, "shard_size")
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    check_faiss()
-    settings = index_settings_from_args(args)
-    articles = parse_article_range(args.articles, "--articles")
-    from briskbert.training.retrieval.dense import load_dual_encoder
-    from briskbert.training.retrieval.vector_index import BuildOptions, PassageSource, build_index
-
-    source = PassageSource(
-        args.passages_file, args.squad_file, articles, args.extra_corpus_file, args.extra_corpus_min_words
+    encoder, embedding, source, settings, output = parse(
+        __doc__,
+        EncoderArguments,
+        EmbeddingArguments,
+        PassageSource,
+        IndexSettings,
+        OutputArguments,
+        argv=argv,
     )
-    options = BuildOptions(args.shard_size, args.batch_size, args.keep_embeddings, args.overwrite_output_dir)
-    if args.model_name_or_path.startswith((".", "/")) and not __import__("os").path.exists(
-        args.model_name_or_path
-    ):
-        raise UserError(f"--model_name_or_path {args.model_name_or_path} does not exist.")
+    check_faiss()
+    from briskbert.training.retrieval.dense import load_dual_encoder
+    from briskbert.training.retrieval.vector_index import BuildOptions, build_index
+
+    options = BuildOptions(
+        output.shard_size, encoder.batch_size, output.keep_embeddings, output.overwrite_output_dir
+    )
     import torch
 
-    encoder, tokenizer, spec = load_dual_encoder(
-        args.model_name_or_path, args.pooling, False if args.no_normalize else None, args.max_seq_length
+    model, tokenizer, spec = load_dual_encoder(
+        encoder.model_name_or_path, embedding.pooling, embedding.normalize, encoder.max_seq_length
     )
-    encoder.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     config = build_index(
-        source, encoder, tokenizer, spec, args.model_name_or_path, settings, args.output_dir, options
+        source, model, tokenizer, spec, encoder.model_name_or_path, settings, output.output_dir, options
     )
     print(
-        f"{config['num_passages']} passages -> {config['index_type']} index in {args.output_dir} "
+        f"{config['num_passages']} passages -> {config['index_type']} index in {output.output_dir} "
         f"({config['index_bytes'] / 2**20:.1f} MiB; embedding {config['embedding_s']} s, "
         f"indexing {config['indexing_s']} s)"
     )

@@ -9,45 +9,41 @@ Sources (detected from config.json's model_type, the head from its architectures
     briskbert convert --src path/to/checkpoint --out path/to/briskbert [--architecture RobertaForMaskedLM]
 """
 
-import argparse
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from briskbert.commands.arguments import parse
 from briskbert.errors import UserError
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="briskbert convert", description=__doc__, formatter_class=HelpFormatter
-    )
-    parser.add_argument("--src", required=True, help="checkpoint folder (config.json + safetensors or .bin)")
-    parser.add_argument("--out", required=True, help="new folder for the BriskBert model and tokenizer")
-    parser.add_argument(
-        "--architecture",
+@dataclass(frozen=True)
+class ConvertArguments:
+    src: str = field(metadata={"help": "checkpoint folder (config.json + safetensors or .bin)"})
+    out: str = field(metadata={"help": "new folder for the BriskBert model and tokenizer"})
+    architecture: str | None = field(
         default=None,
-        help="source head to import, e.g. RobertaForSequenceClassification (default: config.json's architectures)",
+        metadata={
+            "help": "source head to import, e.g. RobertaForSequenceClassification (default: config.json's "
+            "architectures)"
+        },
     )
-    parser.add_argument("--no_tokenizer", action="store_true", help="do not carry the tokenizer over")
-    parser.add_argument(
-        "--overwrite_output_dir",
-        action="store_true",
-        help="replace an existing --out folder (only once the new conversion has succeeded)",
+    no_tokenizer: bool = field(default=False, metadata={"help": "do not carry the tokenizer over"})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "replace an existing --out folder (only once the new conversion has succeeded)"},
     )
-    parser.add_argument(
-        "--source_repo_id",
+    source_repo_id: str | None = field(
         default=None,
-        help="the checkpoint's Hub id (e.g. FacebookAI/roberta-base), named as base model on the cards of models "
-        "trained from the converted folder",
+        metadata={
+            "help": "the checkpoint's Hub id (e.g. FacebookAI/roberta-base), named as base model on the cards of "
+            "models trained from the converted folder"
+        },
     )
-    return parser
 
 
 def main(argv: list[str] | None = None):
-    args = build_parser().parse_args(argv)
+    (args,) = parse(__doc__, ConvertArguments, argv=argv)
     from briskbert.inputs import check_model_folder
 
     check_model_folder(Path(args.src).expanduser(), "--src", need_tokenizer=False)  # before torch: fails fast

@@ -24,97 +24,88 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from briskbert.commands.training_flags import new_parser
-from briskbert.errors import UserError
-from briskbert.training.retrieval.index_arguments import add_index_search_argument, check_index_dir
-from briskbert.training.retrieval.retrieval_arguments import (
+from briskbert.commands.arguments import parse
+from briskbert.training.retrieval.index_settings import IndexFolder
+from briskbert.training.retrieval.settings import (
     CollectionSource,
-    add_collection_arguments,
-    add_embedding_arguments,
-    add_reranker_arguments,
+    EmbeddingArguments,
+    RerankerArguments,
+    check_model_path,
 )
+from briskbert.training.tasks.settings import check_at_least
 
 
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    models = parser.add_argument_group("models")
-    models.add_argument("--model_name_or_path", required=True, help="The dual encoder (a folder or repo id).")
-    models.add_argument(
-        "--max_seq_length", type=int, default=None, help="Default: the encoder's own (else 256)."
+@dataclass(frozen=True)
+class ModelArguments:
+    _argument_group_name = "models"
+
+    model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Default: the encoder's own (else 256)."}
     )
-    models.add_argument("--batch_size", type=int, default=64, help="Texts per forward pass.")
-    add_reranker_arguments(parser)
-    add_embedding_arguments(parser)
-    add_collection_arguments(parser)
-    add_index_search_argument(parser)
-    parser.add_argument("--output_dir", default=None, help="Where metrics.json goes (default: printed only).")
-    args = parser.parse_args(argv)
-    for flag in ("rerank_top_k", "batch_size", "reranker_max_seq_length"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
-    for flag in ("fusion_weight", "lexical_weight"):
-        if getattr(args, flag) is not None and not args.reranker_model_name_or_path:
-            parser.error(f"--{flag} weighs a re-ranking stage; give --reranker_model_name_or_path.")
-    return args
+    batch_size: int = field(default=64, metadata={"help": "Texts per forward pass."})
+
+    def __post_init__(self):
+        check_at_least(self, 1, "batch_size")
+        check_model_path(self, "model_name_or_path")
+
+
+@dataclass(frozen=True)
+class OutputArguments:
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Where metrics.json goes (default: printed only)."}
+    )
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    source = CollectionSource.from_args(args)
-    check_index_dir(args.index)
-    _check_model_path(args.model_name_or_path, "--model_name_or_path")
-    if args.reranker_model_name_or_path:
-        _check_model_path(args.reranker_model_name_or_path, "--reranker_model_name_or_path")
-    from briskbert.training.retrieval.dense import load_retriever
+    models, reranking, embedding, source, index, output = parse(
+        __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
+        OutputArguments, argv=argv,
+    )  # fmt: skip
+    from briskbert.training.retrieval.dense import load_collection, load_retriever
     from briskbert.training.retrieval.evaluation import evaluate_retrieval
-    from briskbert.training.retrieval.retrieval_arguments import load_collection
 
     task = load_collection(source)
     retriever = load_retriever(
-        args.model_name_or_path,
-        args.pooling,
-        False if args.no_normalize else None,
-        args.max_seq_length,
-        args.batch_size,
+        models.model_name_or_path,
+        embedding.pooling,
+        embedding.normalize,
+        models.max_seq_length,
+        models.batch_size,
     )
-    if args.index:
+    if index.index:
         from briskbert.training.retrieval.vector_index import check_index
 
         check_index(
-            args.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
-            args.model_name_or_path,
+            index.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
+            models.model_name_or_path,
         )  # fmt: skip
-        retriever = replace(retriever, index_dir=args.index)
+        retriever = replace(retriever, index_dir=index.index)
     reranker = None
-    if args.reranker_model_name_or_path:
+    if reranking.reranker_model_name_or_path:
         from briskbert.training.retrieval.reranking import load_reranker
 
         reranker = load_reranker(
-            args.reranker_model_name_or_path,
-            args.rerank_top_k,
-            args.reranker_max_seq_length,
-            args.batch_size,
-            args.fusion_weight,
-            args.lexical_weight,
+            reranking.reranker_model_name_or_path,
+            reranking.rerank_top_k,
+            reranking.reranker_max_seq_length,
+            models.batch_size,
+            reranking.fusion_weight,
+            reranking.lexical_weight,
         )
     report = evaluate_retrieval(task, retriever, reranker)
-    report["model"], report["reranker"] = args.model_name_or_path, args.reranker_model_name_or_path
-    report["index"] = args.index
+    report["model"], report["reranker"] = models.model_name_or_path, reranking.reranker_model_name_or_path
+    report["index"] = index.index
     print(format_report(report))
     if "warning" in report:
         print(f"warning: {report['warning']}", file=sys.stderr)
-    if args.output_dir:
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.output_dir) / "metrics.json").write_text(json.dumps(report, indent=2))
+    if output.output_dir:
+        Path(output.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output.output_dir) / "metrics.json").write_text(json.dumps(report, indent=2))
     return report
-
-
-def _check_model_path(name: str, flag: str) -> None:
-    if not Path(name).exists() and name.startswith((".", "/")):
-        raise UserError(f"{flag} {name} does not exist.")
 
 
 def format_report(report: dict) -> str:

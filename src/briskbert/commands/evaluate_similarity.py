@@ -15,50 +15,53 @@ metric on scored pairs. Prints them and, with ``--output_dir``, writes ``similar
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.commands.training_flags import new_parser
-from briskbert.errors import UserError
-from briskbert.training.retrieval.retrieval_arguments import add_embedding_arguments
-from briskbert.training.retrieval.similarity_arguments import check_scored_pair_file
+from briskbert.commands.arguments import parse
+from briskbert.training.retrieval.settings import (
+    EmbeddingArguments,
+    check_model_path,
+    check_scored_pair_file,
+)
+from briskbert.training.tasks.settings import check_at_least
 
 METRICS_FILE = "similarity_metrics.json"
 
 
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    parser.add_argument(
-        "--model_name_or_path", required=True, help="A sentence-embedding model (a folder or repo id)."
+@dataclass(frozen=True)
+class SimilarityArguments:
+    model_name_or_path: str = field(metadata={"help": "A sentence-embedding model (a folder or repo id)."})
+    file: str = field(metadata={"help": "Scored pairs: sentence1, sentence2, score."})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Default: the model's own (else 256)."}
     )
-    parser.add_argument("--file", required=True, help="Scored pairs: sentence1, sentence2, score.")
-    parser.add_argument(
-        "--max_seq_length", type=int, default=None, help="Default: the model's own (else 256)."
+    batch_size: int = field(default=64, metadata={"help": "Sentences per forward pass."})
+
+    def __post_init__(self):
+        check_at_least(self, 1, "batch_size")
+        check_at_least(self, 2, "max_seq_length")
+        check_scored_pair_file(self.file, "file")
+        check_model_path(self, "model_name_or_path")
+
+
+@dataclass(frozen=True)
+class OutputArguments:
+    output_dir: str | None = field(
+        default=None, metadata={"help": f"Where {METRICS_FILE} goes (default: printed only)."}
     )
-    parser.add_argument("--batch_size", type=int, default=64, help="Sentences per forward pass.")
-    add_embedding_arguments(parser)
-    parser.add_argument(
-        "--output_dir", default=None, help=f"Where {METRICS_FILE} goes (default: printed only)."
-    )
-    args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch_size must be >= 1, got {args.batch_size}.")
-    if args.max_seq_length is not None and args.max_seq_length < 2:
-        parser.error(f"--max_seq_length must be >= 2, got {args.max_seq_length}.")
-    return args
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    check_scored_pair_file(args.file, "--file")
-    if not Path(args.model_name_or_path).exists() and args.model_name_or_path.startswith((".", "/")):
-        raise UserError(f"--model_name_or_path {args.model_name_or_path} does not exist.")
+    args, embedding, output = parse(
+        __doc__, SimilarityArguments, EmbeddingArguments, OutputArguments, argv=argv
+    )
     from briskbert.training.retrieval.dense import load_dual_encoder
     from briskbert.training.retrieval.similarity import evaluate_similarity, load_scored_pairs
 
-    pairs = load_scored_pairs(args.file, "--file")
-    normalize = False if args.no_normalize else None
+    pairs = load_scored_pairs(args.file, "file")
     encoder, tokenizer, spec = load_dual_encoder(
-        args.model_name_or_path, args.pooling, normalize, args.max_seq_length
+        args.model_name_or_path, embedding.pooling, embedding.normalize, args.max_seq_length
     )
     metrics = evaluate_similarity(encoder, tokenizer, pairs, spec, args.batch_size)
     report = {**metrics, "model": args.model_name_or_path, "file": args.file, "pooling": spec.pooling}
@@ -66,9 +69,9 @@ def main(argv=None):
         f"{metrics['num_pairs']} pairs  Spearman {100 * metrics['spearman']:.2f}  "
         f"Pearson {100 * metrics['pearson']:.2f}  (cosine similarity against the gold scores, x100)"
     )
-    if args.output_dir:
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(report, indent=2))
+    if output.output_dir:
+        Path(output.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output.output_dir) / METRICS_FILE).write_text(json.dumps(report, indent=2))
     return report
 
 

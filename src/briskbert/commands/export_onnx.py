@@ -10,73 +10,70 @@ tokens); exits 1 when it exceeds ``--atol``.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import CommandFailed, UserError
+from briskbert.commands.arguments import parse
+from briskbert.errors import CommandFailed, SettingError, UserError
 from briskbert.extras import require_extra
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows each flag's default and keeps the description's layout."""
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--model_dir", type=Path, required=True, help="Saved briskbert model folder.")
-    parser.add_argument("--output_dir", type=Path, required=True, help="Folder to write model.onnx to.")
-    parser.add_argument(
-        "--architecture",
+@dataclass(frozen=True)
+class ExportArguments:
+    model_dir: Path = field(metadata={"help": "Saved briskbert model folder."})
+    output_dir: Path = field(metadata={"help": "Folder to write model.onnx to."})
+    architecture: str | None = field(
         default=None,
-        help="Head to export (e.g. BriskBertModel, BriskBertForSequenceClassification); "
-        "default: the folder's own `architectures` entry.",
+        metadata={
+            "help": "Head to export (e.g. BriskBertModel, BriskBertForSequenceClassification); default: the "
+            "folder's own `architectures` entry."
+        },
     )
-    parser.add_argument(
-        "--atol",
-        type=float,
+    atol: float = field(
         default=1e-4,
-        help="Largest absolute difference between ONNX Runtime and PyTorch outputs that passes.",
+        metadata={
+            "help": "Largest absolute difference between ONNX Runtime and PyTorch outputs that passes."
+        },
     )
-    parser.add_argument(
-        "--max_length", type=int, default=128, help="Longest text pair (tokens) in the check batches."
+    max_length: int = field(
+        default=128, metadata={"help": "Longest text pair (tokens) in the check batches."}
     )
-    parser.add_argument(
-        "--text_file",
-        type=Path,
+    text_file: Path | None = field(
         default=None,
-        help="UTF-8 text whose lines make the check batches; default: the bundled WikiText-2 excerpt.",
+        metadata={
+            "help": "UTF-8 text whose lines make the check batches; default: the bundled WikiText-2 excerpt."
+        },
     )
-    parser.add_argument(
-        "--opset_version", type=int, default=None, help="ONNX opset; default: torch's exporter default."
+    opset_version: int | None = field(
+        default=None, metadata={"help": "ONNX opset; default: torch's exporter default."}
     )
-    parser.add_argument(
-        "--overwrite_output_dir", action="store_true", help="Replace an existing model.onnx in --output_dir."
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace an existing model.onnx in --output_dir."}
     )
-    args = parser.parse_args(argv)
-    if args.atol < 0:
-        parser.error(f"--atol must be >= 0, got {args.atol}")
-    if args.max_length < 8:
-        parser.error(f"--max_length must be at least 8 tokens, got {args.max_length}")
-    return args
+
+    def __post_init__(self):
+        if self.atol < 0:
+            raise SettingError("atol", f"must be >= 0, got {self.atol}")
+        if self.max_length < 8:
+            raise SettingError("max_length", f"must be at least 8 tokens, got {self.max_length}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    (args,) = parse(__doc__, ExportArguments, argv=argv)
     require_extra("onnx", "briskbert export-onnx")  # before torch and the exporter are imported
-    from briskbert.modeling.export import ExportInputError, OnnxExportRequest, export_and_check
+    from briskbert.modeling.export import ExportInputError, export_and_check
 
-    request = OnnxExportRequest(
-        model_dir=args.model_dir,
-        output_dir=args.output_dir,
-        architecture=args.architecture,
-        text_file=args.text_file,
-        max_length=args.max_length,
-        opset_version=args.opset_version,
-        overwrite_output_dir=args.overwrite_output_dir,
-    )
     try:
-        result = export_and_check(request)
+        result = export_and_check(
+            args.model_dir,
+            args.output_dir,
+            architecture=args.architecture,
+            text_file=args.text_file,
+            max_length=args.max_length,
+            opset_version=args.opset_version,
+            overwrite_output_dir=args.overwrite_output_dir,
+        )
     except ExportInputError as error:
         raise UserError(str(error)) from error
     print(f"Wrote {result.onnx_path} (inputs: {', '.join(result.input_names)}).")

@@ -1,9 +1,9 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Fine-tune a briskbert model for sequence classification, regression or multi-label classification.
 
-    briskbert finetune-classification \
-        --model_name_or_path path/to/briskbert-or-bert --train_file data/sst2_train_excerpt.tsv \
-        --validation_file data/sst2_validation_excerpt.tsv --text_column sentence --label_column label \
+    briskbert finetune-classification \\
+        --model_name_or_path path/to/briskbert-or-bert --train_file data/sst2_train_excerpt.tsv \\
+        --validation_file data/sst2_validation_excerpt.tsv --text_column sentence --label_column label \\
         --output_dir runs/sst2 --num_train_epochs 1 --metric_for_best_model accuracy
 
 Data: CSV, TSV or JSON lines files, or ``--dataset_name``; one text column or a pair
@@ -15,31 +15,15 @@ for regression; subset accuracy and micro/macro F1 for multi-label.
 
 from __future__ import annotations
 
-from briskbert.commands.task_flags import (
-    add_classification_arguments,
-    add_data_arguments,
-    add_model_arguments,
-    classification_settings_from_args,
-    data_source_from_args,
-    model_source_from_args,
-)
-from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
-
-
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    add_model_arguments(parser)
-    add_data_arguments(parser, "CSV, TSV or JSON lines file with a header / keys.")
-    add_classification_arguments(parser)
-    add_training_arguments(parser)
-    return parser.parse_args(argv)
+from briskbert.commands.arguments import parse
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.tasks.settings import ClassificationSettings, DataSource, ModelSource
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    config = training_config_from_args(args)
-    model, data = model_source_from_args(args), data_source_from_args(args)
-    settings = classification_settings_from_args(args)
+    model, data, settings, config = parse(
+        __doc__, ModelSource, DataSource, ClassificationSettings, TrainingConfig, argv=argv
+    )
 
     # The task checks the model folder and reads the data first: a wrong path or a bad file costs a
     # second, not the import of torch and a model.
@@ -47,9 +31,9 @@ def main(argv=None):
 
     task = ClassificationTask(model, data, settings)
 
-    from briskbert.training.engine.loop import run
+    from briskbert.commands.training_run import train
 
-    return run(task, config)
+    return train(task, config)
 
 
 if __name__ == "__main__":

@@ -31,99 +31,25 @@ fits in the memory of a small one. The saved ``final/`` folder loads with
 
 from __future__ import annotations
 
-from briskbert.commands.task_flags import add_model_arguments, model_source_from_args
-from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
-from briskbert.training.retrieval.job_settings import EmbeddingData, EmbeddingSettings
-from briskbert.training.retrieval.retrieval_arguments import (
-    EMBEDDING_LOSSES,
-    add_embedding_arguments,
-    parse_score_range,
-)
-from briskbert.training.tasks.settings import parse_article_range
-
-
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    add_model_arguments(parser)
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--train_file",
-        required=True,
-        help="TSV/CSV/JSON lines: query|anchor/positive[/negative], or sentence1/sentence2/score; or SQuAD .json.",
-    )
-    data.add_argument(
-        "--validation_file",
-        default=None,
-        help="Same format as --train_file: retrieval metrics among its passages, or Spearman/Pearson.",
-    )
-    data.add_argument("--train_articles", default=None, help="SQuAD files: use only articles START:STOP.")
-    data.add_argument(
-        "--validation_articles", default=None, help="SQuAD files: use only articles START:STOP."
-    )
-    data.add_argument("--max_train_samples", type=int, default=None, help="Keep only the first N pairs.")
-    data.add_argument("--max_query_length", type=int, default=64, help="Tokens per query after truncation.")
-    add_embedding_arguments(parser)
-    loss = parser.add_argument_group("loss")
-    loss.add_argument(
-        "--loss",
-        choices=EMBEDDING_LOSSES,
-        default=None,
-        help="Default: multiple_negatives_ranking for pairs and triplets, cosent for scored pairs.",
-    )
-    loss.add_argument("--scale", type=float, default=20.0, help="Similarity scale, 1/temperature.")
-    loss.add_argument("--symmetric", action="store_true", help="Also rank the queries for each positive.")
-    loss.add_argument(
-        "--score_range",
-        default=None,
-        help="cosine_mse: LOW:HIGH gold scores that map to cosine 0 and 1 (default: the training scores' range).",
-    )
-    loss.add_argument(
-        "--mine_hard_negatives",
-        action="store_true",
-        help="Add each query's highest-ranked other training passage (by the starting model) as its negative.",
-    )
-    loss.add_argument(
-        "--mini_batch_size",
-        type=int,
-        default=None,
-        help="Cached gradients: encode this many texts at a time; memory of a mini-batch, negatives of the batch.",
-    )
-    add_training_arguments(
-        parser, learning_rate=2e-5, num_train_epochs=1.0, per_device_train_batch_size=32, warmup_ratio=0.1
-    )
-    return parser.parse_args(argv)
+from briskbert.commands.arguments import parse
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.retrieval.settings import EmbeddingData, EmbeddingSettings
+from briskbert.training.tasks.settings import ModelSource
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    config = training_config_from_args(args)
-    model = model_source_from_args(args)
-    data = EmbeddingData(
-        train_file=args.train_file,
-        validation_file=args.validation_file,
-        train_articles=parse_article_range(args.train_articles, "--train_articles"),
-        validation_articles=parse_article_range(args.validation_articles, "--validation_articles"),
-        max_train_samples=args.max_train_samples,
-        max_query_length=args.max_query_length,
-        mine_hard_negatives=args.mine_hard_negatives,
-    )
-    settings = EmbeddingSettings(
-        loss=args.loss,
-        scale=args.scale,
-        symmetric=args.symmetric,
-        score_range=parse_score_range(args.score_range),
-        mini_batch_size=args.mini_batch_size,
-        pooling=args.pooling,
-        no_normalize=args.no_normalize,
-    )
+    model, data, settings, config = parse(
+        __doc__, ModelSource, EmbeddingData, EmbeddingSettings, TrainingConfig, argv=argv,
+        learning_rate=2e-5, num_train_epochs=1.0, per_device_train_batch_size=32, warmup_ratio=0.1,
+    )  # fmt: skip
 
     from briskbert.training.retrieval.embedding_task import EmbeddingTask
 
     task = EmbeddingTask(model, data, settings)  # reads the examples, which decide the loss
 
-    from briskbert.training.engine.loop import run
+    from briskbert.commands.training_run import train
 
-    return run(task, config)
+    return train(task, config)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Fine-tune a briskbert model for named-entity recognition (token classification).
 
-    briskbert finetune-ner \
-        --model_name_or_path path/to/briskbert-or-bert --train_file data/conll2003_train_excerpt.txt \
+    briskbert finetune-ner \\
+        --model_name_or_path path/to/briskbert-or-bert --train_file data/conll2003_train_excerpt.txt \\
         --validation_file data/conll2003_dev_excerpt.txt --output_dir runs/ner --metric_for_best_model f1
 
 Data: CoNLL-style files (token first and tag last on each line, a blank line between sentences,
@@ -16,40 +16,23 @@ per-type F1 and the share of predicted sentences that break the BIO scheme, scor
 
 from __future__ import annotations
 
-from briskbert.commands.task_flags import (
-    add_data_arguments,
-    add_model_arguments,
-    add_ner_arguments,
-    data_source_from_args,
-    model_source_from_args,
-    ner_settings_from_args,
-)
-from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
-
-
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    add_model_arguments(parser)
-    add_data_arguments(parser, "CoNLL-style file: 'token ... tag' per line, blank line between sentences.")
-    add_ner_arguments(parser)
-    add_training_arguments(parser)
-    parser.set_defaults(max_seq_length=256)
-    return parser.parse_args(argv)
+from briskbert.commands.arguments import parse
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.tasks.settings import DataSource, ModelSource, NerSettings
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    config = training_config_from_args(args)
-    model, data = model_source_from_args(args), data_source_from_args(args)
-    settings = ner_settings_from_args(args)
+    model, data, settings, config = parse(
+        __doc__, ModelSource, DataSource, NerSettings, TrainingConfig, argv=argv, max_seq_length=256
+    )
 
     from briskbert.training.tasks.ner import NerTask
 
     task = NerTask(model, data, settings)  # checks the model folder and the data before torch is imported
 
-    from briskbert.training.engine.loop import run
+    from briskbert.commands.training_run import train
 
-    return run(task, config)
+    return train(task, config)
 
 
 if __name__ == "__main__":

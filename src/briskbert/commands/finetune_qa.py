@@ -2,9 +2,9 @@
 """Fine-tune a briskbert model for extractive question answering (SQuAD v1.1, or v2.0 with
 ``--version_2_with_negative``).
 
-    briskbert finetune-qa \
-        --model_name_or_path path/to/briskbert-or-bert --train_file train.json \
-        --validation_file data/xquad_en_excerpt.json --max_seq_length 384 --doc_stride 128 \
+    briskbert finetune-qa \\
+        --model_name_or_path path/to/briskbert-or-bert --train_file train.json \\
+        --validation_file data/xquad_en_excerpt.json --max_seq_length 384 --doc_stride 128 \\
         --output_dir runs/qa --metric_for_best_model f1
 
 Contexts longer than a window are split into windows that overlap by ``--doc_stride`` tokens, so long
@@ -19,34 +19,14 @@ The saved model names the project's question-answering pipeline in its config, s
 
 from __future__ import annotations
 
-from briskbert.commands.task_flags import (
-    add_data_arguments,
-    add_model_arguments,
-    add_qa_arguments,
-    data_source_from_args,
-    model_source_from_args,
-    qa_settings_from_args,
-)
-from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
-
-
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    add_model_arguments(parser)
-    add_data_arguments(parser, "SQuAD-format JSON file.")
-    add_qa_arguments(parser)
-    add_training_arguments(parser)
-    parser.set_defaults(max_seq_length=384)
-    return parser.parse_args(argv)
+from briskbert.commands.arguments import parse
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.tasks.settings import DataSource, ModelSource, QaSettings
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    config = training_config_from_args(args)
-    model, data, settings = (
-        model_source_from_args(args),
-        data_source_from_args(args),
-        qa_settings_from_args(args),
+    model, data, settings, config = parse(
+        __doc__, ModelSource, DataSource, QaSettings, TrainingConfig, argv=argv, max_seq_length=384
     )
 
     # The task checks the model folder and reads the data first: a wrong path or a bad file costs a
@@ -55,9 +35,9 @@ def main(argv=None):
 
     task = QaTask(model, data, settings)
 
-    from briskbert.training.engine.loop import run
+    from briskbert.commands.training_run import train
 
-    return run(task, config)
+    return train(task, config)
 
 
 if __name__ == "__main__":

@@ -30,124 +30,34 @@ The saved ``final/`` folder (``pipeline_tag: text-ranking``) loads with
 
 from __future__ import annotations
 
-from briskbert.commands.task_flags import add_model_arguments, model_source_from_args
-from briskbert.commands.training_flags import add_training_arguments, new_parser, training_config_from_args
-from briskbert.errors import UserError
-from briskbert.training.retrieval.job_settings import PassageFile, RerankerData, RerankerValidation
-from briskbert.training.retrieval.retrieval_arguments import RANKING_LOSSES
-from briskbert.training.tasks.settings import parse_article_range
+from dataclasses import replace
 
-
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    add_model_arguments(parser)
-    data = parser.add_argument_group("data and negatives")
-    data.add_argument(
-        "--train_file", required=True, help="JSON lines (query/positive[/negative]) or SQuAD .json."
-    )
-    data.add_argument("--train_articles", default=None, help="SQuAD files: use only articles START:STOP.")
-    data.add_argument("--max_train_samples", type=int, default=None, help="Keep only the first N queries.")
-    data.add_argument("--num_negatives", type=int, default=3, help="Negatives read with each positive.")
-    data.add_argument(
-        "--negative_pool_size",
-        type=int,
-        default=None,
-        help="Negatives per query to draw --num_negatives from each epoch (default: 3 x --num_negatives "
-        "with --negatives_from, else --num_negatives).",
-    )
-    data.add_argument(
-        "--negatives_from",
-        default=None,
-        help="A dual encoder (e.g. from finetune-embeddings) whose top-ranked wrong passages are the negatives; "
-        "default: random passages.",
-    )
-    data.add_argument(
-        "--negatives_corpus_file",
-        default=None,
-        help="More passages (one per line) for --negatives_from to find negatives among, e.g. distractors.",
-    )
-    data.add_argument("--negatives_corpus_min_words", type=int, default=0)
-    data.add_argument(
-        "--loss", choices=RANKING_LOSSES, default="listwise", help="Ranking loss over each group."
-    )
-    _add_validation_arguments(parser)
-    add_training_arguments(
-        parser,
-        learning_rate=3e-5,
-        num_train_epochs=1.0,
-        per_device_train_batch_size=8,
-        warmup_ratio=0.1,
-        max_seq_length=256,
-    )
-    return parser.parse_args(argv)
-
-
-def _add_validation_arguments(parser) -> None:
-    group = parser.add_argument_group("validation and fusion")
-    group.add_argument(
-        "--validation_file",
-        default=None,
-        help="Held-out queries (SQuAD .json or JSON lines pairs): scored during training; the fusion weight "
-        "is chosen on them.",
-    )
-    group.add_argument("--validation_articles", default=None, help="SQuAD files: articles START:STOP.")
-    group.add_argument(
-        "--validation_extra_corpus_file",
-        default=None,
-        help="Distractor passages (one per line) added to the validation collection.",
-    )
-    group.add_argument("--validation_extra_corpus_min_words", type=int, default=0)
-    group.add_argument(
-        "--fusion_retriever",
-        default=None,
-        help="The dual encoder the re-ranker will sit behind (default: --negatives_from).",
-    )
-    group.add_argument(
-        "--rerank_top_k", type=int, default=20, help="Retrieved passages re-ranked when choosing the weight."
-    )
+from briskbert.commands.arguments import parse
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
+from briskbert.training.tasks.settings import ModelSource
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    source = model_source_from_args(args)
-    data = RerankerData(
-        train_file=args.train_file,
-        train_articles=parse_article_range(args.train_articles, "--train_articles"),
-        max_train_samples=args.max_train_samples,
-        num_negatives=args.num_negatives,
-        negative_pool_size=args.negative_pool_size,
-        negatives_from=args.negatives_from,
-        negatives_corpus=_passage_file(args.negatives_corpus_file, args.negatives_corpus_min_words),
-        loss=args.loss,
-    )
-    validation = None
-    if args.validation_file:
-        validation = RerankerValidation(
-            file=args.validation_file,
-            articles=parse_article_range(args.validation_articles, "--validation_articles"),
-            distractors=_passage_file(
-                args.validation_extra_corpus_file, args.validation_extra_corpus_min_words
-            ),
-            fusion_retriever=args.fusion_retriever or args.negatives_from,
-            rerank_top_k=args.rerank_top_k,
-        )
-    elif args.validation_articles or args.validation_extra_corpus_file or args.fusion_retriever:
-        raise UserError(
-            "--validation_articles, --validation_extra_corpus_file and --fusion_retriever need --validation_file."
-        )
-    config = training_config_from_args(args)
+    source, data, validation, config = parse(
+        __doc__, ModelSource, RerankerData, RerankerValidation, TrainingConfig, argv=argv,
+        learning_rate=3e-5, num_train_epochs=1.0, per_device_train_batch_size=8, warmup_ratio=0.1,
+        max_seq_length=256,
+    )  # fmt: skip
+    if validation.validation_file is None:
+        validation = None
+    elif validation.fusion_retriever is None:
+        validation = replace(validation, fusion_retriever=data.negatives_from)
 
     from briskbert.training.retrieval.reranker_task import RerankerTask
 
     task = RerankerTask(source, data, validation)
 
-    from briskbert.training.engine.loop import run
+    from briskbert.commands.training_run import train
 
-    return run(task, config)
-
-
-def _passage_file(path: str | None, min_words: int) -> PassageFile | None:
-    return PassageFile(path, min_words) if path else None
+    result = train(task, config)
+    task.choose_fusion(result.final_dir)
+    return result
 
 
 if __name__ == "__main__":

@@ -9,68 +9,72 @@ comes from $LOCAL_HUB_TOKEN or --token_file; --token also works but shows in `ps
 Private repos answer anonymous reads like missing ones (404 RepoNotFound); pull requests are refused.
 """
 
-import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.commands.arguments import parse
+from briskbert.errors import SettingError, UserError
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--data_dir", required=True, help="storage folder (created if missing)")
-    p.add_argument("--token_file", default=None, help="file holding the bearer token (first line)")
-    p.add_argument(
-        "--token",
-        default=None,
-        help="bearer token for writes and private reads; visible in `ps`: prefer $LOCAL_HUB_TOKEN or "
-        "--token_file. Without any token the server accepts anonymous writes",
+@dataclass(frozen=True, kw_only=True)
+class ServerArguments:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: str = field(
+        default=None, metadata={"help": "storage folder (created if missing)", "required": True}
     )
-    p.add_argument("--user", default="testuser", help="user name reported by whoami")
-    p.add_argument("--upload_mode", choices=["regular", "lfs"], default="regular")
-    p.add_argument("--log_file", default=None, help="append one line per request (method, path, status)")
-    p.add_argument("--read_timeout_s", type=float, default=30.0, help="close connections silent this long")
-    p.add_argument("--max_connections", type=int, default=64, help="connections served at once")
-    p.add_argument("--max_json_mb", type=int, default=16, help="largest JSON request body")
-    p.add_argument("--max_commit_mb", type=int, default=4096, help="largest ndjson commit (regular uploads)")
-    p.add_argument("--fault_step", default=None, help="inject faults at this protocol step (for tests)")
-    p.add_argument("--fault_kind", choices=["500", "400", "drop", "stall"], default="500")
-    p.add_argument("--fault_times", type=int, default=1)
-    p.add_argument("--fault_stall_s", type=float, default=2.0)
-    return p
+    token_file: str | None = field(
+        default=None, metadata={"help": "file holding the bearer token (first line)"}
+    )
+    token: str | None = field(
+        default=None,
+        metadata={
+            "help": "bearer token for writes and private reads; visible in `ps`: prefer $LOCAL_HUB_TOKEN or "
+            "--token_file. Without any token the server accepts anonymous writes"
+        },
+    )
+    user: str = field(default="testuser", metadata={"help": "user name reported by whoami"})
+    upload_mode: str = field(default="regular", metadata={"choices": ["regular", "lfs"]})
+    log_file: str | None = field(
+        default=None, metadata={"help": "append one line per request (method, path, status)"}
+    )
+    read_timeout_s: float = field(default=30.0, metadata={"help": "close connections silent this long"})
+    max_connections: int = field(default=64, metadata={"help": "connections served at once"})
+    max_json_mb: int = field(default=16, metadata={"help": "largest JSON request body"})
+    max_commit_mb: int = field(default=4096, metadata={"help": "largest ndjson commit (regular uploads)"})
+    fault_step: str | None = field(
+        default=None, metadata={"help": "inject faults at this protocol step (for tests)"}
+    )
+    fault_kind: str = field(default="500", metadata={"choices": ["500", "400", "drop", "stall"]})
+    fault_times: int = 1
+    fault_stall_s: float = 2.0
 
 
-def _token(args, parser: argparse.ArgumentParser) -> str | None:
+def _token(args: ServerArguments) -> str | None:
     if args.token_file:
         path = Path(args.token_file)
         if not path.is_file():
-            parser.error(
-                f"--token_file {path} does not exist: write the token into it, or use $LOCAL_HUB_TOKEN"
+            raise SettingError(
+                "token_file", f"{path} does not exist: write the token into it, or use $LOCAL_HUB_TOKEN"
             )
         lines = path.read_text(encoding="utf-8").splitlines()
         if not lines or not lines[0].strip():
-            parser.error(f"--token_file {path} is empty: its first line must be the token")
+            raise SettingError("token_file", f"{path} is empty: its first line must be the token")
         return lines[0].strip()
     return args.token or os.environ.get("LOCAL_HUB_TOKEN") or None
 
 
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    token = _token(args, parser)
+    (args,) = parse(__doc__, ServerArguments, argv=argv)
+    token = _token(args)
 
     from briskbert.hub_server import DataDirInUse, ServerLimits, serve
     from briskbert.hub_server.server import STEPS
 
     if args.fault_step and args.fault_step not in STEPS:
-        parser.error(f"--fault_step must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
+        raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
     fault = None
     if args.fault_step:
         fault = {"step": args.fault_step, "kind": args.fault_kind, "times": args.fault_times}

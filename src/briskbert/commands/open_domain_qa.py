@@ -26,99 +26,95 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from briskbert.commands.training_flags import new_parser
-from briskbert.training.retrieval.index_arguments import add_index_search_argument, check_index_dir
-from briskbert.training.retrieval.retrieval_arguments import (
+from briskbert.commands.arguments import parse
+from briskbert.training.retrieval.index_settings import IndexFolder
+from briskbert.training.retrieval.settings import (
     CollectionSource,
-    add_collection_arguments,
-    add_embedding_arguments,
-    add_reranker_arguments,
+    EmbeddingArguments,
+    RerankerArguments,
 )
+from briskbert.training.tasks.settings import check_at_least
 
 
-def parse_args(argv=None):
-    parser = new_parser(__doc__)
-    models = parser.add_argument_group("models")
-    models.add_argument("--retriever_model_name_or_path", required=True, help="The dual encoder.")
-    models.add_argument(
-        "--reader_model_name_or_path", required=True, help="An extractive QA model (finetune-qa)."
+@dataclass(frozen=True)
+class ModelArguments:
+    _argument_group_name = "models"
+
+    retriever_model_name_or_path: str = field(metadata={"help": "The dual encoder."})
+    reader_model_name_or_path: str = field(metadata={"help": "An extractive QA model (finetune-qa)."})
+    read_top_k: int = field(default=3, metadata={"help": "Passages the reader reads per question."})
+    reader_max_seq_length: int = 384
+    doc_stride: int = 128
+    batch_size: int = field(default=32, metadata={"help": "Sequences per forward pass."})
+
+    def __post_init__(self):
+        check_at_least(self, 1, "read_top_k", "batch_size")
+
+
+@dataclass(frozen=True)
+class QuestionArguments:
+    question: str | None = field(
+        default=None, metadata={"help": "Answer this one question and show the passages read."}
     )
-    models.add_argument("--read_top_k", type=int, default=3, help="Passages the reader reads per question.")
-    models.add_argument("--reader_max_seq_length", type=int, default=384)
-    models.add_argument("--doc_stride", type=int, default=128)
-    models.add_argument("--batch_size", type=int, default=32, help="Sequences per forward pass.")
-    add_reranker_arguments(parser)
-    add_embedding_arguments(parser)
-    add_collection_arguments(parser)
-    add_index_search_argument(parser)
-    parser.add_argument(
-        "--question", default=None, help="Answer this one question and show the passages read."
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Where metrics.json and predictions.json go."}
     )
-    parser.add_argument("--output_dir", default=None, help="Where metrics.json and predictions.json go.")
-    args = parser.parse_args(argv)
-    for flag in ("rerank_top_k", "read_top_k", "batch_size", "reranker_max_seq_length"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}.")
-    for flag in ("fusion_weight", "lexical_weight"):
-        if getattr(args, flag) is not None and not args.reranker_model_name_or_path:
-            parser.error(f"--{flag} weighs a re-ranking stage; give --reranker_model_name_or_path.")
-    return args
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    source = CollectionSource.from_args(args)
-    check_index_dir(args.index)
-    from briskbert.training.retrieval.dense import load_retriever
+    models, reranking, embedding, source, index, run = parse(
+        __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
+        QuestionArguments, argv=argv,
+    )  # fmt: skip
+    from briskbert.training.retrieval.dense import load_collection, load_retriever
     from briskbert.training.retrieval.open_domain_qa import load_reader
     from briskbert.training.retrieval.reranking import load_reranker
-    from briskbert.training.retrieval.retrieval_arguments import load_collection
 
     task = load_collection(source)
     retriever = load_retriever(
-        args.retriever_model_name_or_path,
-        args.pooling,
-        False if args.no_normalize else None,
-        batch_size=args.batch_size,
+        models.retriever_model_name_or_path,
+        embedding.pooling,
+        embedding.normalize,
+        batch_size=models.batch_size,
     )
     reader = load_reader(
-        args.reader_model_name_or_path, args.reader_max_seq_length, args.doc_stride, args.batch_size
+        models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, models.batch_size
     )
-    if args.index:
+    if index.index:
         from briskbert.training.retrieval.vector_index import check_index
 
         check_index(
-            args.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
-            args.retriever_model_name_or_path,
+            index.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
+            models.retriever_model_name_or_path,
         )  # fmt: skip
-        retriever = replace(retriever, index_dir=args.index)
+        retriever = replace(retriever, index_dir=index.index)
     reranker = None
-    if args.reranker_model_name_or_path:
+    if reranking.reranker_model_name_or_path:
         reranker = load_reranker(
-            args.reranker_model_name_or_path,
-            args.rerank_top_k,
-            args.reranker_max_seq_length,
-            args.batch_size,
-            args.fusion_weight,
-            args.lexical_weight,
+            reranking.reranker_model_name_or_path,
+            reranking.rerank_top_k,
+            reranking.reranker_max_seq_length,
+            models.batch_size,
+            reranking.fusion_weight,
+            reranking.lexical_weight,
         )
-    if args.question:
-        from briskbert.training.retrieval.reranking import validation_warning
+    if run.question:
+        from briskbert.training.retrieval.fusion import validation_warning
 
         warning = validation_warning(reranker) if reranker else None
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
-        return _answer_one(args.question, task, retriever, reader, reranker, args.read_top_k)
-    return _evaluate(args, task, retriever, reader, reranker)
+        return _answer_one(run.question, task, retriever, reader, reranker, models.read_top_k)
+    return _evaluate(models.read_top_k, run.output_dir, task, retriever, reader, reranker)
 
 
 def _answer_one(question, task, retriever, reader, reranker, read_top_k):
     from briskbert.training.retrieval.open_domain_qa import answer_questions
 
-    texts = dict(zip(task.corpus_ids, task.corpus_texts))
+    texts = task.corpus
     answer = answer_questions(texts, {"question": question}, retriever, reader, reranker, read_top_k)[
         "question"
     ]
@@ -130,22 +126,22 @@ def _answer_one(question, task, retriever, reader, reranker, read_top_k):
     return answer
 
 
-def _evaluate(args, task, retriever, reader, reranker):
+def _evaluate(read_top_k, output_dir, task, retriever, reader, reranker):
     from briskbert.training.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
 
-    depths = tuple(sorted({*READ_DEPTHS, args.read_top_k}))
+    depths = tuple(sorted({*READ_DEPTHS, read_top_k}))
     metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
-    metrics["read_top_k"] = args.read_top_k
+    metrics["read_top_k"] = read_top_k
     print(format_metrics(metrics, depths))
     if "warning" in metrics:
         print(f"warning: {metrics['warning']}", file=sys.stderr)
-    if args.output_dir:
-        folder = Path(args.output_dir)
+    if output_dir:
+        folder = Path(output_dir)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
         predictions = {
             qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
-            for qid, a in answers[args.read_top_k].items()
+            for qid, a in answers[read_top_k].items()
         }
         (folder / "predictions.json").write_text(json.dumps(predictions, indent=2, ensure_ascii=False))
     return metrics

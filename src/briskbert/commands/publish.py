@@ -9,70 +9,79 @@ private keys or access tokens, stop the publish; optimizer states and checkpoint
 --include_training_state is given. The commit is tagged only after it passed verification.
 """
 
-import argparse
 import sys
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.commands.arguments import new_parser
+from briskbert.errors import SettingError, UserError
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
-    p.add_argument("--model_dir", required=True)
-    p.add_argument("--repo_id", required=True, help="NAMESPACE/NAME")
-    p.add_argument("--revision", default="main", help="branch to commit to (created from main if missing)")
-    p.add_argument("--tag", default=None, help="tag the verified commit (the card's usage snippet pins it)")
-    p.add_argument("--private", action="store_true", help="create the repo as private")
-    p.add_argument("--commit_message", default=None)
-    p.add_argument("--token_file", default=None, help="file holding the access token (first line)")
-    p.add_argument(
-        "--token",
+@dataclass(frozen=True)
+class PublishArguments:
+    model_dir: str
+    repo_id: str = field(metadata={"help": "NAMESPACE/NAME"})
+    revision: str = field(
+        default="main", metadata={"help": "branch to commit to (created from main if missing)"}
+    )
+    tag: str | None = field(
+        default=None, metadata={"help": "tag the verified commit (the card's usage snippet pins it)"}
+    )
+    private: bool = field(default=False, metadata={"help": "create the repo as private"})
+    commit_message: str | None = None
+    token_file: str | None = field(
+        default=None, metadata={"help": "file holding the access token (first line)"}
+    )
+    token: str | None = field(
         default=None,
-        help="access token; visible in `ps`: prefer $HF_TOKEN, --token_file or the saved login",
+        metadata={"help": "access token; visible in `ps`: prefer $HF_TOKEN, --token_file or the saved login"},
     )
-    p.add_argument("--dry_run", action="store_true", help="print the file list and the card; contact nothing")
-    p.add_argument(
-        "--include",
-        action="append",
-        default=[],
-        help="glob of extra files to upload (repeatable), e.g. training_facts.json",
+    dry_run: bool = field(
+        default=False, metadata={"help": "print the file list and the card; contact nothing"}
     )
-    p.add_argument(
-        "--include_training_state",
-        action="store_true",
-        help="also upload optimizer/scheduler/RNG states and checkpoints (left out otherwise)",
+    include_training_state: bool = field(
+        default=False,
+        metadata={"help": "also upload optimizer/scheduler/RNG states and checkpoints (left out otherwise)"},
     )
-    p.add_argument("--max_shard_size", default="2GB", help="re-shard model.safetensors above this size")
-    p.add_argument("--no_verify", action="store_true", help="skip the download-and-load check")
-    p.add_argument("--attempts", type=int, default=4, help="tries per network step")
-    p.add_argument("--backoff_s", type=float, default=1.0, help="first retry delay (doubles each time)")
-    p.add_argument("--timeout_s", type=float, default=None, help="timeout for each HTTP request")
-    return p
+    max_shard_size: str = field(
+        default="2GB", metadata={"help": "re-shard model.safetensors above this size"}
+    )
+    no_verify: bool = field(default=False, metadata={"help": "skip the download-and-load check"})
+    attempts: int = field(default=4, metadata={"help": "tries per network step"})
+    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay (doubles each time)"})
+    timeout_s: float | None = field(default=None, metadata={"help": "timeout for each HTTP request"})
+
+    def __post_init__(self):
+        if self.attempts < 1:
+            raise SettingError("attempts", f"must be at least 1, got {self.attempts}")
 
 
-def _token(args, parser: argparse.ArgumentParser) -> str | None:
+def _token(args: PublishArguments) -> str | None:
     if not args.token_file:
         return args.token
     path = Path(args.token_file)
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     if not lines or not lines[0].strip():
-        parser.error(f"--token_file {path} is missing or empty: its first line must be the token")
+        raise SettingError("token_file", f"{path} is missing or empty: its first line must be the token")
     return lines[0].strip()
 
 
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    token = _token(args, parser)
-    if args.attempts < 1:
-        parser.error(f"--attempts must be at least 1, got {args.attempts}")
+    parser = new_parser(__doc__, PublishArguments)
+    # repeatable (a list field would take several values after one --include instead)
+    parser.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        help="glob of extra files to upload (repeatable), e.g. training_facts.json",
+    )
+    namespace = parser.parse_args(argv)
+    args = PublishArguments(**{item.name: getattr(namespace, item.name) for item in fields(PublishArguments)})
+    token = _token(args)
 
     from briskbert.hub_cards.card import CardError
-    from briskbert.hub_cards.publishing import IncompleteModelFolder, PublishError, publish
+    from briskbert.hub_cards.model_files import IncompleteModelFolder
+    from briskbert.hub_cards.publishing import PublishError, publish
 
     try:
         result = publish(
@@ -85,7 +94,7 @@ def main(argv=None) -> int:
             token=token,
             dry_run=args.dry_run,
             verify=not args.no_verify,
-            include=tuple(args.include),
+            include=tuple(namespace.include),
             include_training_state=args.include_training_state,
             max_shard_size=args.max_shard_size,
             attempts=args.attempts,

@@ -31,6 +31,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from briskbert.extras import require_extra
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Shows each flag's default and keeps the description's layout."""
@@ -119,7 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from briskbert.training.tasks.quantization import LabelledData, QuantizeRequest, quantize
+    require_extra({"onnx": "onnx", "torch": "torchao"}[args.backend], f"--backend {args.backend}")
+    from briskbert.quantization import LabelledData, QuantizeRequest, quantize
 
     request = QuantizeRequest(
         model_dir=args.model_dir,

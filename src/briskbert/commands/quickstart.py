@@ -25,15 +25,16 @@ deletes the earlier run's outputs and starts over.
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from briskbert.commands.arguments import parse
 from briskbert.data import DATA_DIR
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.extras import is_installed
 
 DATA = DATA_DIR
@@ -97,32 +98,25 @@ SMOKE_RUN_NOTE = (
 )
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+@dataclass(frozen=True)
+class QuickstartSettings:
+    size: str = field(default="default", metadata={"help": "How big a run.", "choices": sorted(SIZES)})
+    output_dir: str = field(default="runs/quickstart", metadata={"help": "Where every artefact goes."})
+    pretrain_steps: int | None = field(
+        default=None, metadata={"help": "Override the size's pretraining steps."}
     )
-    parser.add_argument(
-        "--size", choices=sorted(SIZES), default="default", help="How big a run (default: default)."
+    seed: int = 42
+    fresh: bool = field(
+        default=False,
+        metadata={
+            "help": "Delete the outputs of an earlier quickstart in --output_dir and run every step again "
+            "(without it: reuse the steps whose inputs are unchanged)."
+        },
     )
-    parser.add_argument(
-        "--output_dir",
-        default="runs/quickstart",
-        help="Where every artefact goes (default: runs/quickstart).",
-    )
-    parser.add_argument(
-        "--pretrain_steps", type=int, default=None, help="Override the size's pretraining steps."
-    )
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="Delete the outputs of an earlier quickstart in --output_dir and run every step again "
-        "(default: reuse the steps whose inputs are unchanged).",
-    )
-    args = parser.parse_args(argv)
-    if args.pretrain_steps is not None and args.pretrain_steps < 1:
-        parser.error(f"--pretrain_steps must be at least 1, got {args.pretrain_steps}")
-    return args
+
+    def __post_init__(self):
+        if self.pretrain_steps is not None and self.pretrain_steps < 1:
+            raise SettingError("pretrain_steps", f"must be at least 1, got {self.pretrain_steps}.")
 
 
 def minilm_checkpoint() -> Path:
@@ -231,7 +225,7 @@ def finetuning_steps(out: Path, size: dict, seed: int) -> list:
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    (args,) = parse(__doc__, QuickstartSettings, argv=argv)
     # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)

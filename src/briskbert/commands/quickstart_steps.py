@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from briskbert import __version__
+from briskbert.files import write_atomic
 from briskbert.processes import briskbert_argv
 from briskbert.training.engine.checkpointing import checkpoint_dirs
 
@@ -88,7 +89,7 @@ class StepRecord:
             return None
 
     def save(self, path: Path) -> None:
-        write_atomically(path, json.dumps(asdict(self), indent=2))
+        write_atomic(path, json.dumps(asdict(self), indent=2))
 
 
 class StepFailed(SystemExit):
@@ -112,14 +113,6 @@ class StepInterrupted(SystemExit):
             flush=True,
         )
         super().__init__(128 + signal_number)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """A kill while writing leaves the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
 
 
 def file_digest(path: Path) -> str:
@@ -368,7 +361,7 @@ def tag_for(out: Path, model_dir: Path, taken: set[str]) -> tuple[str, bool]:
 def remember_tag(out: Path, model_dir: Path, tag: str) -> None:
     tags = published_tags(out)
     tags[folder_content_digest(model_dir)] = tag
-    write_atomically(out / STATE_DIR / PUBLISHED_TAGS, json.dumps(tags, indent=2))
+    write_atomic(out / STATE_DIR / PUBLISHED_TAGS, json.dumps(tags, indent=2))
 
 
 def publish_and_load_back(

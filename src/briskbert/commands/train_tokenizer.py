@@ -16,62 +16,67 @@ vocabulary, byte for byte.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.commands.arguments import parse
+from briskbert.errors import SettingError, UserError
 
 MODELS = ("wordpiece", "bpe", "unigram")
+#: the largest vocabularies in use are about 256k entries; beyond 2**20 the trainer's tables only waste memory
+MAX_VOCAB_SIZE = 1 << 20
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the help, and the description's examples kept as written."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--files", nargs="+", help="UTF-8 plain-text training files, one document or line per line"
+@dataclass(frozen=True, kw_only=True)
+class TokenizerArguments:
+    files: list[str] | None = field(
+        default=None, metadata={"help": "UTF-8 plain-text training files, one document or line per line"}
     )
-    source.add_argument(
-        "--dataset_path",
-        help="a `datasets` dataset saved with save_to_disk, or a dataset name loadable with datasets.load_dataset",
-    )
-    parser.add_argument("--dataset_config", default=None, help="dataset configuration name (load_dataset)")
-    parser.add_argument("--dataset_split", default="train", help="split to train on")
-    parser.add_argument("--text_column", default="text", help="text column of the dataset")
-    parser.add_argument("--model", choices=MODELS, default="wordpiece", help="the tokenization model")
-    parser.add_argument(
-        "--vocab_size", type=int, required=True, help="vocabulary size, special tokens included"
-    )
-    parser.add_argument("--output_dir", required=True, help="where to save the tokenizer")
-    parser.add_argument(
-        "--lowercase",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="lower-case (WordPiece: and strip accents, as uncased BERT); ignored by bpe",
-    )
-    parser.add_argument(
-        "--min_frequency", type=int, default=2, help="minimum pair count to merge (wordpiece, bpe)"
-    )
-    parser.add_argument(
-        "--round_to_multiple_of",
-        type=int,
-        default=64,
-        help="wordpiece: round the vocabulary size up to a multiple of this; 0 disables",
-    )
-    parser.add_argument("--model_max_length", type=int, default=512)
-    parser.add_argument(
-        "--tokenizer_train_max_lines",
-        type=int,
+    dataset_path: str | None = field(
         default=None,
-        help="train on a seeded uniform sample of this many non-blank lines (default: all)",
+        metadata={
+            "help": "a `datasets` dataset saved with save_to_disk, or a dataset name loadable with "
+            "datasets.load_dataset (instead of --files)"
+        },
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the line sample")
-    parser.add_argument("--no_progress", action="store_true", help="hide the progress bar")
-    return parser
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "dataset configuration name (load_dataset)"}
+    )
+    dataset_split: str = field(default="train", metadata={"help": "split to train on"})
+    text_column: str = field(default="text", metadata={"help": "text column of the dataset"})
+    model: str = field(default="wordpiece", metadata={"help": "the tokenization model", "choices": MODELS})
+    vocab_size: int = field(metadata={"help": "vocabulary size, special tokens included"})
+    output_dir: str = field(metadata={"help": "where to save the tokenizer"})
+    lowercase: bool = field(
+        default=True,
+        metadata={"help": "lower-case (WordPiece: and strip accents, as uncased BERT); ignored by bpe"},
+    )
+    min_frequency: int = field(default=2, metadata={"help": "minimum pair count to merge (wordpiece, bpe)"})
+    round_to_multiple_of: int = field(
+        default=64,
+        metadata={"help": "wordpiece: round the vocabulary size up to a multiple of this; 0 disables"},
+    )
+    model_max_length: int = 512
+    tokenizer_train_max_lines: int | None = field(
+        default=None,
+        metadata={"help": "train on a seeded uniform sample of this many non-blank lines (default: all)"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the line sample"})
+    no_progress: bool = field(default=False, metadata={"help": "hide the progress bar"})
+
+    def __post_init__(self):
+        if (self.files is None) == (self.dataset_path is None):
+            raise SettingError("files", "or --dataset_path: give exactly one of the two.")
+        if not 0 < self.vocab_size <= MAX_VOCAB_SIZE:
+            raise SettingError(
+                "vocab_size",
+                f"must be between 1 and {MAX_VOCAB_SIZE:,} (BERT uses 30,522), got {self.vocab_size:,}.",
+            )
+        if self.tokenizer_train_max_lines is not None and self.tokenizer_train_max_lines < 1:
+            raise SettingError(
+                "tokenizer_train_max_lines", f"must be >= 1, got {self.tokenizer_train_max_lines}."
+            )
 
 
 def _load_dataset(path_or_name: str, config: str | None, split: str):
@@ -89,7 +94,7 @@ def _load_dataset(path_or_name: str, config: str | None, split: str):
     return ds
 
 
-def _trainer_arguments(args: argparse.Namespace) -> dict:
+def _trainer_arguments(args: TokenizerArguments) -> dict:
     """The keyword arguments of the chosen trainer (each model takes its own subset)."""
     common = dict(
         vocab_size=args.vocab_size,
@@ -112,18 +117,8 @@ def _trainer_arguments(args: argparse.Namespace) -> dict:
     return common
 
 
-#: the largest vocabularies in use are about 256k entries; beyond 2**20 the trainer's tables only waste memory
-MAX_VOCAB_SIZE = 1 << 20
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not 0 < args.vocab_size <= MAX_VOCAB_SIZE:
-        raise UserError(
-            f"--vocab_size must be between 1 and {MAX_VOCAB_SIZE:,} (BERT uses 30,522), got {args.vocab_size:,}."
-        )
-    if args.tokenizer_train_max_lines is not None and args.tokenizer_train_max_lines < 1:
-        raise UserError(f"--tokenizer_train_max_lines must be >= 1, got {args.tokenizer_train_max_lines}.")
+    (args,) = parse(__doc__, TokenizerArguments, argv=argv)
     import logging
 
     from briskbert.tokenization import train_tokenizer

@@ -1,0 +1,93 @@
+"""README front matter, parsed within limits: the one parser of the card checks (:mod:`.rules`) and of the local
+Hub server (``/api/validate-yaml``, ``cardData``).
+
+The front matter is the block huggingface_hub's own cards read (``huggingface_hub.repocard.REGEX_YAML_BLOCK``).
+Its loaders (``ModelCard``, ``metadata_load``) build that YAML with ``yaml.safe_load`` and no limits: fine for a
+card of one's own, not for one a stranger sends. A megabyte of ``[{},{},...]`` costs seconds of CPU and hundreds
+of megabytes, an alias can expand a few lines into gigabytes ("billion laughs"), and deep nesting overflows the
+composer's recursion. So the YAML is first walked as a stream of parser events, which stops at the first limit it
+passes (size, node count, nesting depth) or at any alias, and only a document that passed is built into Python
+objects. libyaml's parser is used when PyYAML has it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_OPEN_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+@dataclass(frozen=True)
+class YamlLimits:
+    max_bytes: int = (
+        1 << 20
+    )  # the front matter's YAML text (real cards, model-index included, stay far below)
+    max_nodes: int = 50_000  # scalars, lists and mappings together
+    max_depth: int = 64  # nested lists and mappings
+
+
+class FrontMatterError(ValueError):
+    """The front matter cannot be read: invalid YAML, not a mapping, or past a limit."""
+
+
+def _too_deep(limits: YamlLimits) -> FrontMatterError:
+    return FrontMatterError(
+        f"The README front matter nests lists and mappings deeper than {limits.max_depth} levels"
+    )
+
+
+def _events(text: str, limits: YamlLimits):
+    try:
+        yield from yaml.parse(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        # libyaml 0.2.6+ scans a run of "[" ahead of its first event and stops at its own depth limit (1000).
+        if "maximum nesting depth" in str(e):
+            raise _too_deep(limits) from None
+        raise
+
+
+def _check_events(text: str, limits: YamlLimits) -> None:
+    nodes = depth = 0
+    for event in _events(text, limits):
+        if isinstance(event, yaml.AliasEvent):
+            raise FrontMatterError("YAML aliases (*name) are not accepted in the README front matter")
+        if isinstance(event, _NODE_EVENTS):
+            nodes += 1
+            if nodes > limits.max_nodes:
+                raise FrontMatterError(f"The README front matter has more than {limits.max_nodes} YAML nodes")
+        if isinstance(event, _OPEN_EVENTS):
+            depth += 1
+            if depth > limits.max_depth:
+                raise _too_deep(limits)
+        elif isinstance(event, _CLOSE_EVENTS):
+            depth -= 1
+
+
+def load_front_matter(text: str, limits: YamlLimits = YamlLimits()) -> dict | None:
+    """The front matter of a README as a dict (``{}`` when empty), None when there is none; raises
+    ``FrontMatterError`` for invalid YAML, a document that is not a mapping, or one past ``limits``."""
+    match = REGEX_YAML_BLOCK.match(text[: limits.max_bytes + 16])
+    if match is None:
+        if len(text) > limits.max_bytes + 16 and REGEX_YAML_BLOCK.match(text):
+            raise FrontMatterError(f"The README front matter is larger than {limits.max_bytes} bytes")
+        return None
+    source = match.group(2)
+    try:
+        _check_events(source, limits)
+        meta = yaml.load(source, Loader=_Loader)  # noqa: S506 - a safe loader, on a document checked above
+    except FrontMatterError:
+        raise
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as e:
+        # ValueError and OverflowError: a timestamp or number that looks valid to the parser but is not.
+        raise FrontMatterError(f"Invalid YAML in the README front matter: {e}") from None
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise FrontMatterError("The README front matter must be a YAML mapping")
+    return meta

@@ -1,0 +1,208 @@
+"""Which files of a saved model folder a publish uploads, and the checks that the folder is a whole model.
+
+    selection = collect_files("outputs/sst2", include=["training_facts.json"])
+
+A folder is whole when it has ``config.json`` with ``architectures`` and ``auto_map``, the code files
+``auto_map`` names (and those they import relatively), safetensors weights (every shard of an index) and a
+tokenizer; otherwise ``IncompleteModelFolder`` lists everything it lacks. The upload is exactly the model
+files plus what ``include`` names; training state (optimizer and scheduler states, RNG states,
+checkpoints) stays local unless asked for. ``shard_weights`` re-shards a ``model.safetensors`` that is
+larger than the shard size the Hub should serve.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
+
+from briskbert.errors import SettingError, UserError
+
+from .card import CardError, read_config, task_for_architecture
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "added_tokens.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+CONFIG_FILES = ("config.json", "generation_config.json")
+# Training state: left out unless include_training_state is set, whatever ``include`` says.
+TRAINING_STATE = (
+    "optimizer*",
+    "scheduler*",
+    "scaler*",
+    "rng_state*",
+    "random_states*",
+    "trainer_state.json",
+    "training_args*",
+    "checkpoint-*",
+    "step_*",
+    "*.ckpt",
+    "*.pt",
+    "*.pth",
+)
+
+
+class IncompleteModelFolder(UserError):
+    """A folder that is not a complete model: one line naming the folder and everything it lacks."""
+
+    def __init__(self, model_dir: Path, missing: list[str]):
+        self.missing = missing
+        super().__init__(
+            f"{model_dir} cannot be published, it lacks: {'; '.join(missing)}. Save the model and tokenizer with "
+            "save_pretrained (after importing briskbert.modeling, so the code files and auto_map are written)."
+        )
+
+
+@dataclass
+class FileSelection:
+    upload: list[str]  # paths relative to the folder, model files first
+    training_state: list[str]  # left out unless include_training_state
+    skipped: list[str]  # everything else left out
+
+
+def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    """A pattern matches the whole relative path or any one of its components."""
+    return any(fnmatch(rel, pat) or any(fnmatch(part, pat) for part in rel.split("/")) for pat in patterns)
+
+
+def _code_files(folder: Path, auto_map: dict, missing: list[str]) -> list[str]:
+    """The code files ``auto_map`` names, and those they import relatively (found as transformers finds
+    them when it loads remote code)."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
+    todo = []
+    for ref in auto_map.values():
+        for item in ref if isinstance(ref, (list, tuple)) else [ref]:
+            if isinstance(item, str):  # "repo--module.Class" references another repo's code
+                todo.append(item.split("--", 1)[-1].rsplit(".", 1)[0] + ".py")
+    seen = []
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.append(name)
+        if not (folder / name).is_file():
+            missing.append(f"{name} (code file referenced by auto_map or imported by another code file)")
+            continue
+        todo += [module.split(".")[0] + ".py" for module in sorted(get_relative_imports(folder / name))]
+    return seen
+
+
+def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
+    try:
+        config = read_config(folder)
+    except (CardError, ValueError):
+        missing.append("config.json (a readable model configuration)")
+        return []
+    archs = config.get("architectures") or []
+    if not archs:
+        missing.append("config.json 'architectures' (which head this model is)")
+    auto_map = config.get("auto_map") or {}
+    if not auto_map:
+        missing.append("config.json 'auto_map' (remote code entry points; import modeling before saving)")
+    elif archs:
+        try:
+            _, auto_class, _ = task_for_architecture(archs[0])
+            if auto_class not in auto_map:
+                missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
+        except CardError as e:
+            missing.append(str(e))
+    chosen = [f for f in CONFIG_FILES if (folder / f).is_file()]
+    return chosen + _code_files(folder, auto_map, missing)
+
+
+def _weights(folder: Path, missing: list[str]) -> list[str]:
+    if (folder / "model.safetensors.index.json").is_file():
+        index = json.loads((folder / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index.get("weight_map", {}).values()))
+        missing += [s for s in shards if not (folder / s).is_file()]
+        return ["model.safetensors.index.json"] + [s for s in shards if (folder / s).is_file()]
+    if (folder / "model.safetensors").is_file():
+        return ["model.safetensors"]
+    bin_only = list(folder.glob("pytorch_model*.bin"))
+    hint = " (only PyTorch .bin weights found: re-save with safe_serialization)" if bin_only else ""
+    missing.append("model.safetensors (weights)" + hint)
+    return []
+
+
+def _tokenizer(folder: Path, missing: list[str]) -> list[str]:
+    tok_files = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
+    if "tokenizer_config.json" not in tok_files or not (
+        {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tok_files)
+    ):
+        missing.append(
+            "tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)"
+        )
+        return []
+    tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    return tok_files + _code_files(folder, tok_cfg.get("auto_map") or {}, missing)
+
+
+def collect_files(
+    model_dir: str | Path, include: tuple[str, ...] | list[str] = (), include_training_state: bool = False
+) -> FileSelection:
+    """The files to upload and those left out. Raises ``IncompleteModelFolder`` listing what is missing."""
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise IncompleteModelFolder(folder, [f"the folder itself ({folder} does not exist)"])
+    missing: list[str] = []
+    chosen = _config_and_code(folder, missing) + _weights(folder, missing) + _tokenizer(folder, missing)
+    if missing:
+        raise IncompleteModelFolder(folder, list(dict.fromkeys(missing)))
+    chosen = list(dict.fromkeys(chosen))
+    others = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    others = [f for f in others if f not in chosen]
+    state = [f for f in others if _matches(f, TRAINING_STATE)]
+    # README.md is always the rendered card; training state needs its own flag.
+    chosen += [f for f in others if f not in state and f != "README.md" and _matches(f, include)]
+    chosen += state if include_training_state else []
+    left_out = [f for f in others if f not in chosen]
+    return FileSelection(
+        upload=chosen,
+        training_state=[f for f in left_out if f in state],
+        skipped=[f for f in left_out if f not in state],
+    )
+
+
+def shard_weights(
+    folder: Path, files: list[str], max_shard_size: int | str, workdir: Path
+) -> dict[str, Path]:
+    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards plus an index."""
+    mapping = {f: folder / f for f in files}
+    if "model.safetensors" not in mapping:
+        return mapping
+    from huggingface_hub.serialization import split_state_dict_into_shards_factory
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    single = mapping["model.safetensors"]
+    with open(single, "rb") as fh:  # the header: each tensor's byte range, read without loading a tensor
+        header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+    metadata = header.pop("__metadata__", None) or {"format": "pt"}
+    try:
+        split = split_state_dict_into_shards_factory(
+            {name: tensor["data_offsets"] for name, tensor in header.items()},
+            get_storage_size=lambda offsets: offsets[1] - offsets[0],
+            filename_pattern="model{suffix}.safetensors",
+            max_shard_size=max_shard_size,
+        )
+    except ValueError as error:  # a size huggingface_hub cannot read
+        raise SettingError("max_shard_size", f"must be a size such as 2GB or 500MB: {error}") from None
+    if not split.is_sharded:
+        return mapping
+    del mapping["model.safetensors"]
+    with safe_open(str(single), "pt") as weights:  # one shard in memory at a time
+        for shard_name, names in split.filename_to_tensors.items():
+            tensors = {name: weights.get_tensor(name) for name in names}
+            save_file(tensors, str(workdir / shard_name), metadata=metadata)
+            mapping[shard_name] = workdir / shard_name
+    index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+    (workdir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    mapping["model.safetensors.index.json"] = workdir / "model.safetensors.index.json"
+    return mapping

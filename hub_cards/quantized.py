@@ -1,0 +1,115 @@
+"""The README of a folder ``briskbert quantize`` wrote, from the facts of its ``quantization.json``: the model card
+(:func:`~briskbert.hub_cards.card.render_card`, with its Quantization section) for a torchao folder, which
+transformers loads as it is; for an ONNX Runtime folder (and a head the card has no usage snippet for) a README
+that says what the folder holds, how far it is from fp32, and how to run it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .card import QUANTIZATION_FILE, CardError, read_quantization, render_card
+
+
+def render_quantized_readme(
+    folder: str | Path, folder_name: str, output_names: list[str], auto_class: str
+) -> str:
+    """The README of ``folder`` (its ``quantization.json`` written), to be published as ``folder_name``;
+    ``output_names`` are the model's outputs and ``auto_class`` the transformers class that loads it."""
+    facts = read_quantization(folder)
+    if facts["backend"] == "torchao":
+        try:
+            return str(render_card(folder, repo_id=f"your-namespace/{folder_name}"))
+        except CardError:  # a head the card has no usage snippet for (multiple choice): the plain README
+            pass
+    return plain_readme(facts, folder_name, output_names, auto_class)
+
+
+def evaluation_table(facts: dict) -> str:
+    if not facts["evaluation"]:
+        return ""
+    rows = "\n".join(
+        f"| {e['dataset']} | {e['metric']} | {e['fp32']:.4f} | {e['int8']:.4f} | "
+        f"{100 * (e['int8'] - e['fp32']):+.2f} points |"
+        for e in facts["evaluation"]
+    )
+    return f"""## Evaluation
+
+| data | metric | fp32 | int8 | change |
+|---|---|---:|---:|---:|
+{rows}
+
+"""
+
+
+def usage_snippet(facts: dict, folder_name: str, auto_class: str) -> str:
+    if facts["backend"] == "torchao":
+        return f"""```python
+from transformers import {auto_class}
+
+# needs torchao (pip install torchao); the int8 weights load as they are
+model = {auto_class}.from_pretrained("{folder_name}", trust_remote_code=True)
+```"""
+    return f"""```python
+import onnxruntime
+from transformers import AutoTokenizer
+
+folder = "{folder_name}"
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+session = onnxruntime.InferenceSession(f"{{folder}}/{facts["model_file"]}", providers=["CPUExecutionProvider"])
+batch = tokenizer(["A warm, funny film.", "Dull."], padding=True, return_tensors="np")
+feed = {{graph_input.name: batch[graph_input.name] for graph_input in session.get_inputs()}}
+names = [graph_output.name for graph_output in session.get_outputs()]
+outputs = dict(zip(names, session.run(None, feed)))
+```"""
+
+
+def plain_readme(facts: dict, folder_name: str, output_names: list[str], auto_class: str) -> str:
+    """The README of a folder without a Hub card: what it holds, how far it is from fp32, and how to run it."""
+    from briskbert.modeling.export import SENTENCE_EMBEDDING
+
+    size = facts["weights_bytes"]
+    rows = "\n".join(
+        f"| `{a['output']}` | {a['metric']} | {a['mean']:.4f} | {a['worst']:.4f} | {a['max_abs_difference']:.3g} |"
+        for a in facts["agreement"]["outputs"]
+    )
+    pooling = facts["sentence_embedding"]
+    embedding_note = (
+        f"\n`{SENTENCE_EMBEDDING}` is the sentence embedding ({pooling['pooling']} pooling"
+        f"{', unit length' if pooling['normalize'] else ''}), as sentence-transformers computes it.\n"
+        if pooling
+        else ""
+    )
+    return f"""---
+library_name: {"onnxruntime" if facts["backend"] == "onnxruntime" else "transformers"}
+tags:
+- briskbert
+- {"onnx" if facts["backend"] == "onnxruntime" else "torchao"}
+- int8
+- quantized
+---
+
+# {folder_name}
+
+`{facts["architecture"]}` from `{facts["source_model"]}`, quantized to int8 with {facts["method"]}.
+
+| | |
+|---|---|
+| file | `{facts["model_file"]}` |
+| precision | {facts["description"]} |
+| weights | {size["int8"] / 2**20:.1f} MiB (fp32: {size["fp32"] / 2**20:.1f} MiB, {size["ratio"]:.2f}x smaller) |
+| outputs | {", ".join(f"`{name}`" for name in output_names)} |
+{embedding_note}
+{evaluation_table(facts)}## Agreement with the fp32 model
+
+Measured on {facts["agreement"]["checked_on"]}; per-token outputs at real tokens.
+
+| output | metric | mean | worst | max abs difference |
+|---|---|---:|---:|---:|
+{rows}
+
+## Usage
+
+{usage_snippet(facts, folder_name, auto_class)}
+
+Written by `briskbert quantize`; `{QUANTIZATION_FILE}` holds these facts as JSON.
+"""

@@ -1,0 +1,145 @@
+"""How closely the int8 model follows the fp32 one: the check batches, the agreement of every output, and the
+accuracy of both on labelled data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from briskbert.errors import UserError
+from briskbert.modeling.export import encode_batch, read_texts
+
+from .request import Agreement, LabelledData, QuantizeRequest
+
+CHECK_BATCHES, CHECK_ROWS = 4, 16
+
+
+def check_batches(tokenizer, text_file, max_length: int, multiple_choice: bool) -> list[dict]:
+    """CHECK_BATCHES padded batches of CHECK_ROWS text pairs each, of lengths from a few tokens to max_length."""
+    texts = read_texts(text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
+    step = CHECK_ROWS + 1
+    return [
+        encode_batch(tokenizer, texts[i * step : (i + 1) * step], max_length, multiple_choice)
+        for i in range(CHECK_BATCHES)
+    ]
+
+
+def agreement_of(
+    name: str,
+    references: list[torch.Tensor],
+    candidates: list[torch.Tensor],
+    masks: list[torch.Tensor],
+    request: QuantizeRequest,
+) -> Agreement:
+    """Argmax agreement for logits (over the labels, the vocabulary, or for start/end logits over the real
+    tokens), cosine similarity for everything else; per-token outputs are compared at real tokens only."""
+    matches, cosines, worst_difference, unit = [], [], 0.0, "examples"
+    for reference, candidate, mask in zip(references, candidates, masks):
+        reference, candidate = reference.float(), candidate.float()
+        per_token = reference.shape[: mask.dim()] == mask.shape
+        real = mask.bool()
+        if name in ("start_logits", "end_logits"):  # a position over the sequence: padding cannot win
+            reference = reference.masked_fill(~real, float("-inf"))
+            candidate = candidate.masked_fill(~real, float("-inf"))
+            matches.append(reference.argmax(-1) == candidate.argmax(-1))
+            worst_difference = max(worst_difference, float((reference - candidate)[real].abs().max()))
+            continue
+        if per_token:
+            reference, candidate, unit = reference[real], candidate[real], "tokens"
+        worst_difference = max(worst_difference, float((reference - candidate).abs().max()))
+        if "logits" in name:
+            matches.append(reference.argmax(-1) == candidate.argmax(-1))
+        else:
+            cosines.append(nn.functional.cosine_similarity(reference, candidate, dim=-1))
+    if matches:
+        share = float(torch.cat(matches).float().mean())
+        count = int(sum(match.numel() for match in matches))
+        return Agreement(
+            name, "argmax agreement", share, share, count, unit, worst_difference, request.min_agreement
+        )
+    cosine = torch.cat(cosines)
+    return Agreement(
+        name,
+        "cosine similarity",
+        float(cosine.mean()),
+        float(cosine.min()),
+        cosine.numel(),
+        unit,
+        worst_difference,
+        request.min_cosine,
+    )
+
+
+def measure_agreement(
+    reference_outputs: list[dict], candidate_outputs: list[dict], batches, request
+) -> list[Agreement]:
+    masks = [batch["attention_mask"] for batch in batches]
+    return [
+        agreement_of(
+            name,
+            [outputs[name] for outputs in reference_outputs],
+            [outputs[name] for outputs in candidate_outputs],
+            masks,
+            request,
+        )
+        for name in reference_outputs[0]
+    ]
+
+
+@dataclass
+class LabelledBatches:
+    name: str
+    batches: list[dict]
+    labels: torch.Tensor
+
+
+def labelled_batches(
+    data: LabelledData, model, tokenizer, architecture: str, max_length: int
+) -> LabelledBatches:
+    """The labelled file as padded batches and label ids (the model's own label names, or ids 0..K-1)."""
+    from briskbert.training.data.task_data import load_table, require_columns
+
+    if architecture != "BriskBertForSequenceClassification" or model.config.problem_type not in (
+        None,
+        "single_label_classification",
+    ):
+        raise UserError(
+            f"--validation_file scores single-label sequence classifiers; {architecture} "
+            f"({model.config.problem_type or 'no problem_type'}) is checked by agreement only: drop the flag."
+        )
+    table = load_table(str(data.path), flag="--validation_file")
+    columns = {"--text_column": data.text_column, "--text_pair_column": data.text_pair_column}
+    require_columns(table, {**columns, "--label_column": data.label_column}, f"--validation_file {data.path}")
+    label2id = {str(name): int(index) for name, index in model.config.label2id.items()}
+    known = {**{str(i): i for i in range(model.config.num_labels)}, **label2id}
+    unknown = sorted({str(value) for value in table[data.label_column]} - set(known))
+    if unknown:
+        raise UserError(
+            f"--validation_file {data.path}: labels {', '.join(unknown[:5])} are not the model's "
+            f"({', '.join(label2id)} or 0..{model.config.num_labels - 1}); pass --label_column with its labels."
+        )
+    labels = torch.tensor([known[str(value)] for value in table[data.label_column]])
+    texts = table[data.text_column]
+    pairs = table[data.text_pair_column] if data.text_pair_column else None
+    batches = []
+    for start in range(0, len(texts), data.batch_size):
+        stop = start + data.batch_size
+        encoded = tokenizer(
+            texts[start:stop],
+            pairs[start:stop] if pairs else None,
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        )
+        batches.append({name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")})
+    return LabelledBatches(data.dataset_name or Path(data.path).name, batches, labels)
+
+
+def accuracy_of(run: Callable[[dict], dict], data: LabelledBatches) -> float:
+    predictions = torch.cat([run(batch)["logits"].argmax(-1) for batch in data.batches])
+    return float((predictions == data.labels).float().mean())

@@ -1,0 +1,182 @@
+"""The two ways to int8: ONNX Runtime's dynamic quantization of the exported graph, and torchao on the PyTorch
+model (saved as a transformers folder that loads back as it is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from briskbert.errors import UserError
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS
+from briskbert.modeling.export import export_onnx, quiet_loggers
+
+from .request import QuantizeRequest
+
+QUANTIZED_ONNX_FILE = "model_quantized.onnx"
+
+
+def quiet_torchao_import():
+    """torchao logs a warning for each CUDA kernel library it cannot load on a CPU-only machine."""
+    return quiet_loggers(*TORCHAO_IMPORT_LOGGERS)
+
+
+def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
+    """The Linear / Embedding modules whose dotted path contains one of `names` as a run of whole components
+    (``classifier``, ``mlp.down``, ``layers.0``); each name must match at least one."""
+    quantizable = [
+        path for path, module in model.named_modules() if isinstance(module, (nn.Linear, nn.Embedding))
+    ]
+    kept = set()
+    for name in names:
+        wanted = name.strip(".").split(".")
+        matched = [
+            path
+            for path in quantizable
+            if any(path.split(".")[i : i + len(wanted)] == wanted for i in range(len(path.split("."))))
+        ]
+        if not matched:
+            raise UserError(
+                f"--keep_fp32 {name} names no Linear or Embedding module; module names look like "
+                f"{', '.join(quantizable[:3])}, ..., {quantizable[-1]}."
+            )
+        kept.update(matched)
+    return kept
+
+
+# ------------------------------------------------------------------------------------------------- onnx backend
+def onnx_precision(request: QuantizeRequest) -> str:
+    weights = "per output channel" if request.per_channel else "per tensor"
+    bits = "7-bit range" if request.reduce_range else "int8"
+    return (
+        f"int8: weights {bits} ({weights}, symmetric), embedding tables int8, activations uint8 quantized per "
+        "tensor at run time"
+    )
+
+
+def graph_nodes_of_modules(onnx_path: Path, modules: set[str]) -> list[str]:
+    """The graph nodes traced from the given modules (the exporter records each node's module path); the
+    export wraps the model in a module whose attribute is `model`, hence the prefix."""
+    import onnx
+
+    wanted = {f"model.{module}" for module in modules}
+    nodes = []
+    for node in onnx.load(str(onnx_path), load_external_data=False).graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), "")
+        if any(f"'{module}'" in scopes for module in wanted):
+            nodes.append(node.name)
+    return nodes
+
+
+def quantize_onnx(model, sample, embedding, keep: set[str], request: QuantizeRequest, staging: Path):
+    """Exports the fp32 graph, quantizes it into `staging`, and returns (fp32 bytes, output names)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fp32_path = staging / "model_fp32.onnx"
+    output_names = export_onnx(model, sample, fp32_path, None, embedding)
+    external = (staging / "model_fp32.onnx.data").exists()
+    fp32_bytes = sum(path.stat().st_size for path in staging.glob("model_fp32.onnx*"))
+    # quantize_dynamic logs "Please consider to run pre-processing" on the root logger: for this graph
+    # pre-processing (shape inference, ORT's optimizer) was measured and changed neither speed nor agreement.
+    with quiet_loggers("root"):
+        quantize_dynamic(
+            fp32_path,
+            staging / QUANTIZED_ONNX_FILE,
+            per_channel=request.per_channel,
+            reduce_range=request.reduce_range,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=graph_nodes_of_modules(fp32_path, keep),
+            use_external_data_format=external,
+        )
+    for path in staging.glob("model_fp32.onnx*"):
+        path.unlink()
+    return fp32_bytes, output_names
+
+
+# ------------------------------------------------------------------------------------------------- torch backend
+def torchao_config(model: nn.Module, keep: set[str], scheme: str):
+    """transformers' TorchAoConfig over an explicit module -> torchao config table: every Linear, and the word
+    embeddings (int8 per row), except the modules kept in fp32."""
+    from transformers import TorchAoConfig
+
+    with quiet_torchao_import():
+        from torchao.quantization import (
+            FqnToConfig,
+            Int8DynamicActivationInt8WeightConfig,
+            Int8WeightOnlyConfig,
+            IntxWeightOnlyConfig,
+            PerAxis,
+        )
+    linear_config = {
+        "int8-weight-only": Int8WeightOnlyConfig(set_inductor_config=False),
+        "int8-dynamic": Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+    }[scheme]
+    table = {
+        path: linear_config
+        for path, module in model.named_modules()
+        if isinstance(module, nn.Linear) and path not in keep
+    }
+    embeddings = next(
+        path for path, module in model.named_modules() if module is model.get_input_embeddings()
+    )
+    if embeddings not in keep:
+        table[embeddings] = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+    return TorchAoConfig(FqnToConfig(table), include_input_output_embeddings=embeddings not in keep)
+
+
+def untie_output_embeddings(model: nn.Module) -> None:
+    """An MLM decoder sharing the word-embedding matrix gets its own copy: the two are quantized differently
+    (a matmul weight per output channel, a lookup table per row) and saved separately."""
+    decoder = model.get_output_embeddings()
+    if decoder is not None and decoder.weight is model.get_input_embeddings().weight:
+        decoder.weight = nn.Parameter(decoder.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+
+
+def fp32_bytes_of(model: nn.Module) -> int:
+    """The size of the model's tensors in fp32, shared tensors counted once."""
+    seen, total = set(), 0
+    for tensor in model.state_dict().values():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        total += tensor.numel() * (4 if tensor.is_floating_point() else tensor.element_size())
+    return total
+
+
+def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> int:
+    """Quantizes `model` in place with torchao and saves it (safetensors plus the torchao quantization config)
+    into `staging`; returns the fp32 size."""
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    fp32_bytes = fp32_bytes_of(model)
+    untie_output_embeddings(model)
+    config = torchao_config(model, keep, request.torch_scheme)
+    with quiet_torchao_import():
+        from torchao.quantization import quantize_
+
+        quantize_(model, config.quant_type, filter_fn=None)
+    # What from_pretrained(quantization_config=...) would attach; save_pretrained then writes torchao's
+    # safetensors layout and the config that loads it back.
+    model.config.quantization_config = config
+    model.hf_quantizer = AutoHfQuantizer.from_config(config, pre_quantized=True)
+    model.save_pretrained(staging)
+    return fp32_bytes
+
+
+def auto_class_of(architecture: str):
+    import transformers
+
+    from briskbert.modeling.modeling_briskbert import AUTO_MAP
+
+    auto_name = next(name for name, ref in AUTO_MAP.items() if ref.endswith("." + architecture))
+    return getattr(transformers, auto_name)
+
+
+def torch_precision(request: QuantizeRequest) -> str:
+    if request.torch_scheme == "int8-dynamic":
+        linear = "int8 weights (per output channel) and int8 activations (per token, at run time)"
+    else:
+        linear = "int8 weights (per output channel), fp32 activations and arithmetic"
+    return f"int8: {linear}; word embeddings int8 (per row)"

@@ -1,0 +1,351 @@
+"""Checkpoints, run identity and the output folder (``training/engine/checkpointing.py``), exercised with a real
+Accelerator and hand-written folders. The loop-level behaviour (resume after a kill, Ctrl-C) is in
+``tests/test_run_safety.py`` and ``tests/test_training_loop.py``."""
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from briskbert.files import partial_path, replace_folder
+from briskbert.training.engine.checkpointing import (
+    FINGERPRINT_SAMPLES,
+    RunIdentity,
+    TrainingState,
+    check_output_dir,
+    check_same_run,
+    checkpoint_dirs,
+    clear_previous_run,
+    dataset_fingerprint,
+    load_checkpoint,
+    remove_partial_folders,
+    resolve_checkpoint,
+    resume_command,
+    save_checkpoint,
+)
+from briskbert.training.engine.config import TrainingSetupError
+
+
+def make_checkpoint(folder: Path, step: int) -> Path:
+    path = folder / f"step_{step}"
+    path.mkdir(parents=True)
+    TrainingState(global_step=step).save(path)
+    return path
+
+
+def identity(**changes) -> RunIdentity:
+    fields = {"arguments": {"learning_rate": 0.001, "seed": 1}, "train_data": "aaa", "eval_data": "bbb"}
+    fields.update(model="bert-tiny")
+    fields.update(changes)
+    return RunIdentity(**fields)
+
+
+# -------------------------------------------------------------------------------------------- the state
+def test_training_state_round_trips_and_ignores_unknown_keys(tmp_path):
+    state = TrainingState(
+        global_step=7,
+        epoch=2,
+        batches_in_epoch=3,
+        items_seen=11,
+        tokens_seen=13,
+        examples_seen=5,
+        wall_time_s=1.5,
+        best_metric=0.25,
+        best_step=6,
+    )
+    state.save(tmp_path)
+    assert json.loads((tmp_path / "trainer_state.json").read_text())["global_step"] == 7
+    assert TrainingState.load(tmp_path) == state
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 3, "from_a_newer_version": 1}))
+    assert TrainingState.load(tmp_path) == TrainingState(global_step=3)
+    assert TrainingState() == TrainingState(0, 0, 0, 0, 0, 0, 0.0, None, None)
+
+
+def test_run_identity_round_trips_and_is_absent_from_old_checkpoints(tmp_path):
+    assert RunIdentity.load(tmp_path) is None
+    run = identity(arguments={"output_dir": Path("out"), "seed": 1})
+    run.save(tmp_path)
+    loaded = RunIdentity.load(tmp_path)
+    assert loaded.arguments == {"output_dir": "out", "seed": 1} and loaded.model == "bert-tiny"
+    assert run.differences(loaded) == []  # a Path compares as the string the checkpoint stored
+
+
+def test_differences_name_each_changed_argument_data_and_model():
+    saved = identity()
+    assert identity().differences(saved) == []
+    now = identity(
+        arguments={"learning_rate": 0.002, "seed": 1, "warmup": 3},
+        train_data="ccc",
+        eval_data=None,
+        model="modern-tiny",
+    )
+    assert now.differences(saved) == [
+        "--learning_rate 0.001 in the checkpoint, 0.002 now",
+        "--warmup None in the checkpoint, 3 now",
+        "the training data differs (fingerprint aaa in the checkpoint, ccc now)",
+        "the evaluation data differs (fingerprint bbb in the checkpoint, None now)",
+        "the model differs (bert-tiny in the checkpoint, modern-tiny now)",
+    ]
+    assert identity(model="albert").differences(saved) == [
+        "the model differs (bert-tiny in the checkpoint, albert now)"
+    ]
+    assert identity(arguments={"learning_rate": 0.001}).differences(saved) == [
+        "--seed 1 in the checkpoint, None now"
+    ]
+
+
+def test_check_same_run_refuses_another_runs_checkpoint_and_warns_without_identity(tmp_path, caplog):
+    identity().save(tmp_path)
+    check_same_run(tmp_path, identity())
+    with pytest.raises(
+        TrainingSetupError, match=r"belongs to another run: --seed 1 in the checkpoint, 2 now\. "
+    ):
+        check_same_run(tmp_path, identity(arguments={"learning_rate": 0.001, "seed": 2}))
+    (tmp_path / "run_identity.json").unlink()
+    with caplog.at_level(logging.WARNING):
+        check_same_run(tmp_path, identity(model="other"))
+    assert "does not record its run's arguments" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------ fingerprint
+def test_fingerprint_samples_evenly_and_sees_size_order_and_content():
+    data = [{"input_ids": [i, i + 1]} for i in range(1000)]
+    print_ = dataset_fingerprint(data)
+    assert len(print_) == 16 and print_ == dataset_fingerprint(list(data))
+    assert dataset_fingerprint(data[:-1]) != print_  # size
+    assert dataset_fingerprint(data[::-1]) != print_  # order
+    edited = list(data)
+    edited[1000 // FINGERPRINT_SAMPLES] = {"input_ids": [0, 0]}  # the second sampled example
+    assert dataset_fingerprint(edited) != print_
+    edited = list(data)
+    edited[998] = {"input_ids": [0, 0]}  # the last sample is 63 * 1000 // 64 = 984: 998 is never read
+    assert dataset_fingerprint(edited) == print_
+
+
+def test_fingerprint_of_tensors_numpy_and_unsized_data():
+    tensors = [torch.tensor([1, 2]), torch.tensor([3])]
+    assert dataset_fingerprint(tensors) == dataset_fingerprint([[1, 2], [3]])
+    assert dataset_fingerprint([Path("a")]) == dataset_fingerprint(["a"])  # anything else as its string
+    assert dataset_fingerprint(None) is None
+    assert dataset_fingerprint(iter([1, 2])) is None
+    assert dataset_fingerprint({1, 2}) is None  # sized but not indexable
+    assert dataset_fingerprint([]) is not None
+
+    class IndexableOnly:  # a __getitem__ but no length: cannot be sampled evenly
+        def __getitem__(self, index):
+            return index
+
+    assert dataset_fingerprint(IndexableOnly()) is None
+
+
+# ------------------------------------------------------------------------------------ the output folder
+def test_checkpoint_dirs_lists_complete_checkpoints_by_step(tmp_path):
+    assert checkpoint_dirs(tmp_path / "missing") == []
+    for step in (10, 2, 100):
+        make_checkpoint(tmp_path, step)
+    (tmp_path / "step_5").mkdir()  # no state file: incomplete
+    (tmp_path / "step_7x").mkdir()
+    TrainingState().save(tmp_path / "step_7x")
+    (tmp_path / "step_3").write_text("")  # a file
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_10", "step_100"]
+    assert [p.name for p in checkpoint_dirs(str(tmp_path))] == ["step_2", "step_10", "step_100"]
+
+
+def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
+    check_output_dir(tmp_path, None, overwrite=False)  # empty: fine
+    check_output_dir(tmp_path / "new", None, overwrite=False)
+    for step in (1, 2, 3):
+        make_checkpoint(tmp_path, step)
+    (tmp_path / "final").mkdir()
+    with pytest.raises(TrainingSetupError) as error:
+        check_output_dir(tmp_path, None, overwrite=False)
+    assert str(error.value) == (
+        f"--output_dir {tmp_path} already holds a run (step_2, step_3, final/); pass --resume_from_checkpoint "
+        "latest to continue it, --overwrite_output_dir to replace it, or choose another --output_dir."
+    )
+    check_output_dir(tmp_path, None, overwrite=True)
+    check_output_dir(tmp_path, "latest", overwrite=False)  # resuming it is what the folder is for
+
+
+def test_a_folder_with_only_a_final_model_cannot_be_resumed_only_replaced(tmp_path):
+    (tmp_path / "best").mkdir()
+    (tmp_path / "final").write_text("a file, not a model folder")
+    with pytest.raises(TrainingSetupError) as error:
+        check_output_dir(tmp_path, "latest", overwrite=False)  # latest with no checkpoint is a new run
+    assert "(best/); pass --overwrite_output_dir to replace it" in str(error.value)
+
+
+def test_clear_previous_run_deletes_run_outputs_and_keeps_other_files(tmp_path):
+    make_checkpoint(tmp_path, 1)
+    for name in ("final", "best"):
+        (tmp_path / name).mkdir()
+    for name in ("log_history.jsonl", "all_results.json", "training_curves.png", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "data").mkdir()
+    clear_previous_run(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "notes.txt"]
+
+
+def test_partial_folders_are_hidden_siblings_and_strays_are_removed(tmp_path):
+    assert partial_path(tmp_path / "step_4") == tmp_path / ".step_4.partial"
+    for name in (".step_4.partial", ".final.partial", ".step_2.old.partial", ".hidden", "step_1.partial"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "weights").write_text("x")
+    removed = remove_partial_folders(tmp_path)
+    assert [p.name for p in removed] == [".final.partial", ".step_2.old.partial", ".step_4.partial"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "step_1.partial"]
+    assert remove_partial_folders(tmp_path / "missing") == []
+
+
+def test_replace_folder_moves_into_place_and_replaces_an_old_one(tmp_path):
+    partial = tmp_path / ".best.partial"
+    partial.mkdir()
+    (partial / "model").write_text("new")
+    replace_folder(partial, tmp_path / "best")
+    assert (tmp_path / "best" / "model").read_text() == "new" and not partial.exists()
+    partial.mkdir()
+    (partial / "model").write_text("newer")
+    replace_folder(partial, tmp_path / "best")
+    assert (tmp_path / "best" / "model").read_text() == "newer"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # no retired copy left behind
+
+
+def test_resolve_checkpoint(tmp_path, monkeypatch):
+    assert resolve_checkpoint("latest", tmp_path) is None
+    make_checkpoint(tmp_path, 2)
+    make_checkpoint(tmp_path, 7)
+    newest = make_checkpoint(tmp_path, 12)
+    assert resolve_checkpoint("latest", tmp_path) == newest
+    assert resolve_checkpoint(str(tmp_path / "step_2"), tmp_path) == tmp_path / "step_2"
+    monkeypatch.chdir(tmp_path)
+    assert resolve_checkpoint("step_2", tmp_path) == Path("step_2")  # a relative path, not "latest"
+    with pytest.raises(TrainingSetupError) as error:
+        resolve_checkpoint(str(tmp_path), tmp_path)
+    assert str(error.value) == (
+        f"--resume_from_checkpoint {str(tmp_path)!r} is not a checkpoint folder (no trainer_state.json); "
+        f"pass a folder such as {tmp_path / 'step_500'} or 'latest'."
+    )
+
+
+# ------------------------------------------------------------------------------------ save and load
+def tiny_training(seed=0):
+    torch.manual_seed(seed)
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    return accelerator, model, optimizer, scheduler
+
+
+def step(model, optimizer, scheduler):
+    model(torch.ones(4, 3)).pow(2).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+
+
+def test_save_then_load_restores_weights_optimizer_schedule_and_state(tmp_path):
+    accelerator, model, optimizer, scheduler = tiny_training()
+    step(model, optimizer, scheduler)
+    state = TrainingState(global_step=1, epoch=0, batches_in_epoch=1, items_seen=4)
+    folder = save_checkpoint(accelerator, tmp_path, state, identity(), total_limit=None)
+    assert folder == tmp_path / "step_1" and (folder / "random_states_0.pkl").is_file()
+    assert RunIdentity.load(folder) == identity() and TrainingState.load(folder) == state
+    assert not list(tmp_path.glob(".*"))  # written as a partial folder, then renamed
+    step(model, optimizer, scheduler)
+    expected = [p.detach().clone() for p in model.parameters()]
+
+    accelerator, model, optimizer, scheduler = tiny_training(seed=1)  # another start, then the checkpoint
+    assert load_checkpoint(accelerator, folder) == state
+    assert scheduler.get_last_lr() == [0.05]
+    step(model, optimizer, scheduler)
+    for ours, theirs in zip(model.parameters(), expected):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+def test_total_limit_keeps_the_newest_checkpoints(tmp_path):
+    accelerator, model, optimizer, scheduler = tiny_training()
+    for global_step in (1, 2, 3, 4):
+        save_checkpoint(
+            accelerator, tmp_path, TrainingState(global_step=global_step), identity(), total_limit=2
+        )
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_3", "step_4"]
+    for limit in (None, 0, -1):  # no limit
+        save_checkpoint(accelerator, tmp_path, TrainingState(global_step=5), identity(), total_limit=limit)
+        assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_3", "step_4", "step_5"]
+    save_checkpoint(accelerator, tmp_path, TrainingState(global_step=6), identity(), total_limit=1)
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_6"]
+
+
+def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):
+    import os
+
+    accelerator, *_ = tiny_training()
+    save_checkpoint(accelerator, tmp_path, TrainingState(global_step=1), identity(), total_limit=None)
+    (tmp_path / "step_1" / "busy.lock").write_text("held open elsewhere")
+    unlink = os.unlink
+
+    def refuse_busy(path, *args, **kwargs):  # what a network drive answers for a file in use
+        if str(path).endswith("busy.lock"):
+            raise PermissionError(13, "file in use", str(path))
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse_busy)
+    folder = save_checkpoint(accelerator, tmp_path, TrainingState(global_step=2), identity(), total_limit=1)
+    assert folder == tmp_path / "step_2" and TrainingState.load(folder).global_step == 2
+
+
+def test_saving_the_same_step_again_replaces_it(tmp_path):
+    accelerator, model, optimizer, scheduler = tiny_training()
+    save_checkpoint(
+        accelerator, tmp_path, TrainingState(global_step=3, epoch=0), identity(), total_limit=None
+    )
+    save_checkpoint(
+        accelerator, tmp_path, TrainingState(global_step=3, epoch=1), identity(), total_limit=None
+    )
+    assert TrainingState.load(tmp_path / "step_3").epoch == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_3"]
+
+
+def test_loading_without_this_process_rng_state_warns(tmp_path, caplog):
+    accelerator, *_ = tiny_training()
+    folder = save_checkpoint(
+        accelerator, tmp_path, TrainingState(global_step=2), identity(), total_limit=None
+    )
+    assert "torch_manual_seed" in torch.load(folder / "random_states_0.pkl", weights_only=False)
+    with caplog.at_level(logging.WARNING):
+        load_checkpoint(accelerator, folder)
+    assert "is missing" not in caplog.text
+    (folder / "random_states_0.pkl").unlink()
+    with caplog.at_level(logging.WARNING):
+        assert load_checkpoint(accelerator, folder).global_step == 2
+    assert "random_states_0.pkl is missing" in caplog.text and "not exact" in caplog.text
+
+
+# ---------------------------------------------------------------------------------- the resume command
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["/env/bin/python", "/env/bin/briskbert", "pretrain", "--seed", "1"],
+            "briskbert pretrain --seed 1 --resume_from_checkpoint out/step_8",
+        ),
+        (
+            ["python", "scripts/pretrain.py", "--resume_from_checkpoint=out/step_2", "--seed", "1"],
+            "python scripts/pretrain.py --seed 1 --resume_from_checkpoint out/step_8",
+        ),
+        (
+            ["python3", "-m", "briskbert", "pretrain", "--resume_from_checkpoint", "latest", "--seed", "1"],
+            "python -m briskbert pretrain --seed 1 --resume_from_checkpoint out/step_8",
+        ),
+        (["/env/bin/python", "/env/bin/briskbert"], "briskbert --resume_from_checkpoint out/step_8"),
+        (["python"], "python --resume_from_checkpoint out/step_8"),
+    ],
+)
+def test_resume_command(argv, expected):
+    assert resume_command(argv, Path("out/step_8")) == expected

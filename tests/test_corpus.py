@@ -1,0 +1,332 @@
+"""The corpus store (``training/data/corpus.py``), byte for byte, on small hand-written corpora and a
+word-level tokenizer: how rows become documents and segments, what ``tokens.bin`` and the offset files hold
+(checked against the ``tokenizers`` library's own encodings, grouped by hand), the cache and its fingerprint,
+several workers, and the errors. The comparison with the in-memory sequence builder on real text is in
+``tests/test_pretraining_data.py``.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from briskbert.errors import UserError
+from briskbert.training.data import corpus
+from briskbert.training.data.corpus import (
+    CorpusError,
+    CorpusSource,
+    CorpusStore,
+    PreparationSettings,
+    TokenEncoder,
+    default_cache_dir,
+    encode_documents,
+    file_builder,
+    iter_documents,
+    prepare_corpus,
+    split_sentences,
+)
+
+WORDS = ["[UNK]", "[SEP]", "the", "cat", "sat", "dog", "ran", "a", "bird", "flew", "on", "mat", ".", "!", "?"]
+
+
+class WordTokenizer:
+    """What the store needs from a tokenizer: a tokenizers backend, a length and the separator id."""
+
+    sep_token_id = 1
+
+    def __init__(self, words=WORDS):
+        backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+        # "~" is dropped: a line of it is text that gives no token ids
+        backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace("~", "")])
+        backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        self.backend_tokenizer, self.words = backend, words
+
+    def __len__(self):
+        return len(self.words)
+
+
+def ids(text: str) -> list[int]:
+    return WordTokenizer().backend_tokenizer.encode(text, add_special_tokens=False).ids
+
+
+TEXT = "The cat sat. The dog ran!\nA bird flew.\n\n\n  \nThe mat?\n\nthe cat sat on the mat.\n"
+# documents (a blank line ends one; paragraphs are lines): [[p1, p2], [p3], [p4]]
+DOCUMENTS = [["The cat sat. The dog ran!", "A bird flew."], ["The mat?"], ["the cat sat on the mat."]]
+
+
+def settings(tmp_path, **changes):
+    return PreparationSettings(**{"cache_dir": str(tmp_path / "cache"), "show_progress": False, **changes})
+
+
+def prepare(tmp_path, text=TEXT, name="corpus.txt", sentences=False, **changes):
+    path = tmp_path / name
+    if not path.exists():
+        path.write_text(text, encoding="utf-8")
+    return prepare_corpus(
+        CorpusSource(str(path)),
+        WordTokenizer(),
+        settings(tmp_path, sentences=sentences, **changes),
+        log=[].append,
+    )
+
+
+def expected_store(documents):
+    tokens, doc_offsets, segments, doc_segments = [], [0], [], [0]
+    for doc in documents:
+        pieces = [ids(s) for s in doc if ids(s)]
+        for piece in pieces:
+            segments.append((len(tokens), len(tokens) + len(piece)))
+            tokens += piece
+        if pieces:
+            tokens.append(1)
+        doc_offsets.append(len(tokens))
+        doc_segments.append(len(segments))
+    return tokens, doc_offsets, segments, doc_segments
+
+
+def assert_store(store, documents):
+    tokens, doc_offsets, segments, doc_segments = expected_store(documents)
+    assert store.tokens().tolist() == tokens
+    assert store.document_offsets().tolist() == doc_offsets
+    assert store.segment_offsets().tolist() == [list(s) for s in segments]
+    assert store.document_segment_offsets().tolist() == doc_segments
+    assert (store.num_tokens, store.num_documents, store.meta["num_segments"]) == (
+        len(tokens),
+        len(documents),
+        len(segments),
+    )
+
+
+def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
+    store = prepare(tmp_path)
+    assert_store(store, DOCUMENTS)
+    assert store.meta["dtype"] == "uint16" and store.meta["separator_id"] == 1
+    assert store.meta["settings"] == {"sentences": False} and store.meta["version"] == 1
+    assert store.meta["source"] == str(tmp_path / "corpus.txt")
+    assert sorted(p.name for p in store.folder.iterdir()) == [
+        "doc_segments.npy",
+        "documents.npy",
+        "meta.json",
+        "segments.npy",
+        "tokens.bin",
+    ]
+    assert (
+        store.tokens().dtype == np.uint16
+        and os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
+    )
+
+
+def test_sentence_store_splits_paragraphs_into_sentences(tmp_path):
+    store = prepare(tmp_path, sentences=True)
+    sentences = [[s for p in doc for s in split_sentences(p)] for doc in DOCUMENTS]
+    assert sentences[0] == ["The cat sat.", "The dog ran!", "A bird flew."]
+    assert_store(store, sentences)
+    assert store.meta["settings"] == {"sentences": True}
+
+
+def test_split_sentences_needs_end_punctuation_space_and_a_sentence_start():
+    assert split_sentences("One. Two! Three? four. (Five) 6 is. @me") == [
+        "One.",
+        "Two!",
+        "Three? four.",
+        "(Five) 6 is.",
+        "@me",
+    ]
+    assert split_sentences("e.g. this") == ["e.g. this"]
+    assert split_sentences("  ") == []
+
+
+def test_empty_documents_and_unknown_only_segments(tmp_path):
+    # a document whose text gives no token ids keeps its place with length 0 and no separator
+    encoder = TokenEncoder(WordTokenizer(words=["[UNK]", "[SEP]", "cat"]))
+    chunk = encode_documents(encoder, [["cat cat"], [""], ["cat", ""]], sentences=False)
+    assert chunk.tokens.tolist() == [2, 2, 1, 2, 1]
+    assert chunk.document_lengths.tolist() == [3, 0, 2]
+    assert chunk.segment_lengths.tolist() == [2, 1]
+    assert chunk.document_segments.tolist() == [1, 0, 1]
+    assert encode_documents(encoder, [], sentences=True).tokens.tolist() == []
+
+
+def test_source_labels_and_sizes(tmp_path):
+    (tmp_path / "c.txt").write_text("the cat")
+    assert CorpusSource(str(tmp_path / "c.txt")).label == str(tmp_path / "c.txt")
+    assert CorpusSource(str(tmp_path / "c.txt")).size_hint() == 7
+    named = CorpusSource(dataset_name="user/wiki", dataset_config_name="en", split="validation")
+    assert named.label == "user/wiki[validation]" and named.size_hint() is None and named.blank_line_separates
+    assert named.fingerprint() == {"dataset": "user/wiki", "config": "en", "split": "validation"}
+
+
+def test_the_cache_is_reused_and_any_change_prepares_again(tmp_path):
+    messages = []
+    path = tmp_path / "corpus.txt"
+    path.write_text(TEXT)
+
+    def run(tokenizer=None, **changes):
+        return prepare_corpus(
+            CorpusSource(str(path)),
+            tokenizer or WordTokenizer(),
+            settings(tmp_path, **changes),
+            log=messages.append,
+        )
+
+    first = run()
+    n = len(expected_store(DOCUMENTS)[0])
+    assert messages[-1].startswith(f"Prepared {path}: 3 documents, {n} tokens in ")
+    assert messages[-1].endswith(f"with 1 worker(s); cached in {first.folder}")
+    assert first.folder.parent == tmp_path / "cache" and first.folder.name.startswith("corpus.txt-")
+    assert run().folder == first.folder
+    assert messages[-1] == (
+        f"Reusing the prepared corpus {first.folder} (3 documents, {n} tokens); delete that folder to prepare it again."
+    )
+    assert run(sentences=True).folder != first.folder
+    assert run(tokenizer=WordTokenizer(words=[*WORDS, "fish"])).folder != first.folder
+    stat = path.stat()
+    path.write_text(TEXT.replace("cat", "dog"))  # same size, same modification time: the content sample
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    edited = run()
+    assert edited.folder != first.folder and edited.tokens().tolist() != first.tokens().tolist()
+    edited_tokens = edited.tokens().tolist()
+    (edited.folder / "tokens.bin").write_bytes(b"")  # damaged: only --overwrite prepares it again
+    fresh = run(overwrite=True)
+    assert fresh.folder == edited.folder and fresh.tokens().tolist() == edited_tokens
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")]
+
+
+def test_the_end_of_a_large_file_is_in_the_fingerprint(tmp_path):
+    path = tmp_path / "big.txt"
+    body = ("the cat sat on the mat.\n" * 4000)[:-2] + "!\n"  # well past the sampled head
+    path.write_text(body)
+    before = CorpusSource(str(path)).fingerprint()
+    stat = path.stat()
+    path.write_text(body[:-2] + "?\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = CorpusSource(str(path)).fingerprint()
+    assert before["size"] == after["size"] and before["mtime_ns"] == after["mtime_ns"]
+    assert before["sample"] != after["sample"] and before["path"] == str(path.resolve())
+
+
+def test_an_edit_within_the_first_64_kib_is_in_the_fingerprint(tmp_path):
+    path = tmp_path / "big.txt"
+    body = "the cat sat on the mat.\n" * 4000
+    path.write_text(body)
+    before = CorpusSource(str(path)).fingerprint()
+    stat = path.stat()
+    path.write_text(body[:1000] + "dog" + body[1003:])  # the same size, three bytes changed at byte 1,000
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = CorpusSource(str(path)).fingerprint()
+    assert before["size"] == after["size"] and before["sample"] != after["sample"]
+
+
+def test_the_store_records_how_long_preparation_took(tmp_path, monkeypatch):
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    clock = iter([100.0, 212.5])
+    monkeypatch.setattr(corpus.time, "perf_counter", lambda: next(clock))
+    store = prepare_corpus(
+        CorpusSource(str(tmp_path / "corpus.txt")), WordTokenizer(), settings(tmp_path), log=print
+    )
+    assert store.meta["seconds"] == 112.5
+
+
+def test_several_workers_and_small_chunks_give_the_same_store(tmp_path, monkeypatch):
+    text = "".join(f"the cat sat {'. '.join(['a bird flew'] * (i % 4 + 1))}.\n\n" for i in range(200))
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    single = prepare(tmp_path / "one", text=text)
+    monkeypatch.setattr(corpus, "_CHUNK_CHARACTERS", 300)  # many chunks, more than the workers have in flight
+    chunked = prepare(tmp_path / "two", text=text, num_workers=2)
+    assert chunked.num_documents == single.num_documents == 200
+    for read in ("tokens", "document_offsets", "segment_offsets", "document_segment_offsets"):
+        assert getattr(chunked, read)().tolist() == getattr(single, read)().tolist()
+
+
+def test_a_large_vocabulary_is_stored_as_uint32(tmp_path):
+    words = [*WORDS, *[f"w{i}" for i in range(65536 - len(WORDS))]]
+    assert TokenEncoder(WordTokenizer(words)).dtype == np.uint16  # 65,536 ids fit
+    bigger = [*words, "w70000"]
+    (tmp_path / "c.txt").write_text("the cat w70000\n")
+    store = prepare_corpus(
+        CorpusSource(str(tmp_path / "c.txt")), WordTokenizer(bigger), settings(tmp_path), log=[].append
+    )
+    assert store.meta["dtype"] == "uint32" and store.tokens().tolist() == [2, 3, 65536, 1]
+
+
+def test_a_corpus_without_text_is_refused_and_leaves_nothing(tmp_path):
+    with pytest.raises(CorpusError, match=r"corpus.txt: no text found \(only empty lines or rows\)"):
+        prepare(tmp_path, text="\n\n   \n")
+    (tmp_path / "x").mkdir()
+    with pytest.raises(UserError, match=r"corpus.txt holds no text \(only empty lines or rows\)"):
+        prepare(tmp_path / "x", text="~~~\n\n~ ~\n")
+    for cache in (tmp_path / "cache", tmp_path / "x" / "cache"):
+        assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no half-written folder
+
+
+def test_an_empty_store_reads_as_no_tokens(tmp_path):
+    (tmp_path / "meta.json").write_text(json.dumps({"num_tokens": 0, "num_documents": 0, "dtype": "uint16"}))
+    store = CorpusStore.open(tmp_path)
+    assert store.tokens().tolist() == [] and store.tokens().dtype == np.uint16
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("BRISKBERT_CACHE", str(tmp_path / "b"))
+    assert default_cache_dir() == tmp_path / "b" / "pretraining_data"
+    monkeypatch.delenv("BRISKBERT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert default_cache_dir() == tmp_path / "x" / "briskbert" / "pretraining_data"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    assert default_cache_dir() == tmp_path / "h" / ".cache" / "briskbert" / "pretraining_data"
+
+
+# the slowest last (datasets builds a dataset; the UTF-8 message loads the tokenizer trainer)
+def test_file_builders_and_their_errors(tmp_path):
+    assert file_builder("a.TXT") == ("text", {}) and file_builder("x.jsonl") == ("json", {})
+    assert file_builder("x.tsv") == ("csv", {"delimiter": "\t"}) and file_builder("x.csv") == ("csv", {})
+    assert file_builder("x.parquet") == ("parquet", {})
+    with pytest.raises(ValueError, match=r"x.xml: unsupported file type '.xml'; use one of .csv, .json, "):
+        file_builder("x.xml")
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"body": "the cat"}) + "\n")
+    with pytest.raises(ValueError, match=r"no text column '\(none given\)'; the file has columns \['body'\]"):
+        list(iter_documents(CorpusSource(str(tmp_path / "rows.jsonl"))))
+    with pytest.raises(ValueError, match="no text column 'text2'"):
+        list(iter_documents(CorpusSource(str(tmp_path / "rows.jsonl"), text_column="text2")))
+    with pytest.raises(ValueError, match="exactly one of `path` and `dataset_name`"):
+        CorpusSource()
+    with pytest.raises(ValueError, match="exactly one of"):
+        CorpusSource(path="a.txt", dataset_name="wikitext")
+
+
+def test_rows_of_json_lines_and_csv_are_one_document_each(tmp_path):
+    rows = [{"text": "The cat sat.\n\nThe dog ran!"}, {"text": ""}, {"text": "a bird flew."}]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = prepare(tmp_path, name="corpus.jsonl")
+    assert_store(store, [["The cat sat.", "The dog ran!"], ["a bird flew."]])
+    (tmp_path / "corpus.tsv").write_text("id\tbody\n1\tthe mat\n2\ta cat\n")
+    source = CorpusSource(str(tmp_path / "corpus.tsv"), text_column="body")
+    assert list(iter_documents(source)) == [["the mat"], ["a cat"]]
+    assert not source.blank_line_separates and CorpusSource(str(tmp_path / "corpus.txt")).blank_line_separates
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "latin.txt").write_bytes("the cat\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match="latin.txt"):
+        list(iter_documents(CorpusSource(str(tmp_path / "latin.txt"))))
+
+
+def test_a_hub_dataset_is_streamed_and_read_from_its_text_column(monkeypatch):
+    import datasets
+
+    asked = []
+
+    def load_dataset(name, config, split, streaming):
+        asked.append((name, config, split, streaming))
+        return [{"text": "from text", "content": "from content"}]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    named = CorpusSource(
+        dataset_name="user/wiki", dataset_config_name="en", split="train", text_column="content"
+    )
+    assert list(corpus._dataset_rows(named)) == ["from content"]
+    assert list(corpus._dataset_rows(CorpusSource(dataset_name="user/wiki"))) == ["from text"]
+    assert asked[0] == ("user/wiki", "en", "train", True)  # streamed: a large split is never held in memory

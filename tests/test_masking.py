@@ -1,0 +1,250 @@
+"""The MLM collator (``training/data/masking.py``), case by case, with small hand-made vocabularies; the
+statistics of the 80/10/10 rule on real text are in ``tests/test_pretrain.py``.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
+
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "play", "##ing", "##ed", "run", "fast", "##er", "the"]
+
+
+class Tokenizer:
+    """What the collator reads from a tokenizer: specials, the mask and pad ids, the tokens."""
+
+    pad_token_id, mask_token_id = PAD, MASK
+
+    def __init__(self, tokens=WORDS, special_ids=(PAD, UNK, CLS, SEP, MASK)):
+        self.tokens = list(tokens)
+        self.all_special_ids = list(special_ids)
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.tokens[i] for i in ids]
+
+
+def rows(collator, examples):
+    batch = collator(examples)
+    return batch, batch["labels"] != -100
+
+
+def long_example(n=400, idx=0):
+    rng = np.random.default_rng(idx)
+    return {"input_ids": [CLS, *rng.integers(5, len(WORDS), n).tolist(), SEP], "idx": idx}
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, -0.1, 1.5])
+def test_mlm_probability_outside_the_open_interval_is_refused(p):
+    with pytest.raises(ValueError, match="mlm_probability must be in"):
+        MaskingCollator(Tokenizer(), mlm_probability=p)
+
+
+@pytest.mark.parametrize("mask, random", [(-0.1, 0.1), (0.5, -0.01), (0.8, 0.3)])
+def test_replacement_shares_must_be_non_negative_and_sum_to_at_most_one(mask, random):
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        MaskingCollator(Tokenizer(), mask_replace_prob=mask, random_replace_prob=random)
+
+
+def test_the_limits_themselves_are_accepted():
+    MaskingCollator(Tokenizer(), mlm_probability=0.01, mask_replace_prob=0.0, random_replace_prob=1.0)
+    MaskingCollator(Tokenizer(), mlm_probability=0.99, mask_replace_prob=0.3, random_replace_prob=0.7)
+    MaskingCollator(Tokenizer(), mask_replace_prob=1.0, random_replace_prob=0.0)
+
+
+@pytest.mark.parametrize("missing", ["mask_token_id", "pad_token_id"])
+def test_a_tokenizer_without_mask_or_pad_token_is_refused(missing):
+    tokenizer = Tokenizer()
+    setattr(tokenizer, missing, None)
+    with pytest.raises(ValueError, match="needs a mask token and a pad token"):
+        MaskingCollator(tokenizer)
+
+
+def test_defaults_are_berts_15_percent_and_80_10_10():
+    collator = MaskingCollator(Tokenizer())
+    assert (collator.mlm_probability, collator.mask_replace_prob, collator.random_replace_prob) == (
+        0.15,
+        0.8,
+        0.1,
+    )
+    assert collator.whole_word_mask is False and collator.seed == 0 and collator.pad_to_multiple_of is None
+    examples = [long_example(3000, idx=i) for i in range(4)]
+    batch, selected = rows(collator, examples)
+    assert selected.float().mean().item() == pytest.approx(0.15 * 3000 / 3002, abs=0.01)
+    assert (batch["input_ids"][selected] == MASK).float().mean().item() == pytest.approx(0.8, abs=0.02)
+
+
+def test_every_selected_token_becomes_mask_when_the_mask_share_is_one():
+    collator = MaskingCollator(
+        Tokenizer(), mlm_probability=0.5, mask_replace_prob=1.0, random_replace_prob=0.0
+    )
+    example = long_example()
+    batch, selected = rows(collator, [example])
+    ids = torch.tensor(example["input_ids"])
+    assert selected.any() and (batch["input_ids"][selected] == MASK).all()
+    assert torch.equal(batch["input_ids"][~selected], ids[~selected[0]])
+    assert torch.equal(batch["labels"][selected], ids[selected[0]])
+
+
+def test_random_replacements_come_from_the_non_special_vocabulary_only():
+    tokenizer = Tokenizer()
+    collator = MaskingCollator(tokenizer, mlm_probability=0.9, mask_replace_prob=0.0, random_replace_prob=1.0)
+    examples = [long_example(idx=i) for i in range(3)]
+    batch, selected = rows(collator, examples)
+    replaced = batch["input_ids"][selected]
+    assert not (replaced == MASK).any()
+    assert set(replaced.tolist()) == set(range(5, len(WORDS)))  # every ordinary id, no special one
+    changed = (replaced != batch["labels"][selected]).float().mean().item()
+    assert changed == pytest.approx(1 - 1 / (len(WORDS) - 5), abs=0.03)  # a random draw may repeat the id
+
+
+def test_a_zero_share_for_both_leaves_the_selected_tokens_unchanged_but_labelled():
+    collator = MaskingCollator(
+        Tokenizer(), mlm_probability=0.5, mask_replace_prob=0.0, random_replace_prob=0.0
+    )
+    example = long_example()
+    batch, selected = rows(collator, [example])
+    assert 150 < selected.sum() < 250
+    assert batch["input_ids"][0].tolist() == example["input_ids"]
+
+
+def test_split_between_mask_random_and_unchanged_follows_the_shares():
+    collator = MaskingCollator(
+        Tokenizer(), mlm_probability=0.5, mask_replace_prob=0.3, random_replace_prob=0.6
+    )
+    batch, selected = rows(collator, [long_example(3000, idx=i) for i in range(4)])
+    outcome, original = batch["input_ids"][selected], batch["labels"][selected]
+    n_pool = len(WORDS) - 5
+    assert (outcome == MASK).float().mean().item() == pytest.approx(0.3, abs=0.02)
+    unchanged = (outcome == original).float().mean().item()
+    assert unchanged == pytest.approx(0.1 + 0.6 / n_pool, abs=0.02)
+
+
+def test_specials_and_out_of_vocabulary_special_ids_are_handled():
+    # A tokenizer may list special ids beyond its vocabulary (added tokens) or None: they are ignored.
+    tokenizer = Tokenizer(special_ids=(PAD, UNK, CLS, SEP, MASK, None, 50))
+    collator = MaskingCollator(tokenizer, mlm_probability=0.9)
+    examples = [{"input_ids": [CLS, 5, UNK, 6, SEP, 7, SEP], "idx": idx} for idx in range(20)]
+    batch, selected = rows(collator, examples)
+    assert selected.any(dim=0).tolist() == [False, True, False, True, False, True, False]
+    assert collator.random_pool.tolist() == list(range(5, len(WORDS)))
+
+
+def test_at_least_one_token_is_selected_even_at_a_tiny_rate():
+    collator = MaskingCollator(Tokenizer(), mlm_probability=1e-9)
+    for idx in range(5):
+        batch, selected = rows(collator, [{"input_ids": [CLS, 5, 8, 9, 11, SEP], "idx": idx}])
+        assert selected.sum() == 1 and not selected[0, [0, 5]].any()
+    only_specials = collator([{"input_ids": [CLS, SEP], "idx": 0}])
+    assert (only_specials["labels"] == -100).all()
+
+
+def test_whole_words_are_selected_together():
+    tokenizer = Tokenizer()
+    collator = MaskingCollator(tokenizer, mlm_probability=0.5, whole_word_mask=True)
+    # play ##ing | run ##er | the | fast ##er ##ed, repeated: words of 1 to 3 pieces
+    body = [5, 6, 8, 10, 11, 9, 10, 7] * 40
+    batch, selected = rows(collator, [{"input_ids": [CLS, *body, SEP], "idx": 1}])
+    chosen = selected[0, 1:-1].view(40, 8)
+    for start, end in ((0, 2), (2, 4), (4, 5), (5, 8)):
+        word = chosen[:, start:end]
+        assert (word == word[:, :1]).all()  # every piece shares its word's fate
+    words_chosen = torch.cat([chosen[:, s] for s in (0, 2, 4, 5)]).float().mean().item()
+    assert 0.35 < words_chosen < 0.65
+
+
+def test_whole_word_rate_adds_a_word_only_where_none_was_drawn():
+    # 10 one-piece words per sequence at 15 %: 1.5 words on average, plus one more in the 0.85**10 of the
+    # sequences where none was drawn: 1.5 + 0.197 = 1.697 words per sequence.
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.15, whole_word_mask=True)
+    examples = [{"input_ids": [CLS, *[5, 8, 9, 11, 5] * 2, SEP], "idx": i} for i in range(600)]
+    _, selected = rows(collator, examples)
+    assert selected.sum(dim=1).float().mean().item() == pytest.approx(1.5 + 0.85**10, abs=0.15)
+    assert (selected.sum(dim=1) >= 1).all()
+
+
+def test_whole_word_masking_with_a_tiny_rate_still_masks_one_whole_word():
+    collator = MaskingCollator(Tokenizer(), mlm_probability=1e-9, whole_word_mask=True)
+    for idx in range(6):
+        batch, selected = rows(collator, [{"input_ids": [CLS, 5, 6, 7, 8, 10, SEP], "idx": idx}])
+        picked = selected[0].tolist()
+        assert picked in (
+            [False, True, True, True, False, False, False],
+            [False, False, False, False, True, True, False],
+        )
+
+
+def test_a_leading_continuation_piece_belongs_to_no_word_and_is_never_selected():
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.99, whole_word_mask=True)
+    for idx in range(5):
+        batch, selected = rows(collator, [{"input_ids": [CLS, 6, 7, 5, 6, SEP], "idx": idx}])
+        assert selected[0].tolist()[:3] == [False, False, False]
+
+
+def test_whole_word_masking_reads_continuations_only_when_asked():
+    plain = MaskingCollator(Tokenizer(), mlm_probability=0.5)
+    assert not plain.continuation.any()
+    whole = MaskingCollator(Tokenizer([*WORDS[:-1], None]), whole_word_mask=True)  # a hole in the vocabulary
+    assert whole.continuation.tolist() == [t is not None and t.startswith("##") for t in [*WORDS[:-1], None]]
+
+
+def test_the_draw_depends_on_seed_epoch_and_example_not_on_the_batch():
+    example = long_example(idx=7)
+    draws = {}
+    for seed in (0, 1):
+        for epoch in (0, 1):
+            collator = MaskingCollator(Tokenizer(), mlm_probability=0.3, seed=seed)
+            collator.set_epoch(epoch)
+            draws[seed, epoch] = collator([example])["labels"][0]
+            again = collator([long_example(idx=3), example])["labels"][1]
+            assert torch.equal(draws[seed, epoch], again)
+    assert len({tuple(d.tolist()) for d in draws.values()}) == 4
+
+
+def test_without_idx_the_draw_is_keyed_by_the_content():
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.3)
+    a = {"input_ids": long_example(idx=1)["input_ids"]}
+    b = {"input_ids": long_example(idx=2)["input_ids"]}
+    first, second = collator([a, b]), collator([b, a])
+    assert torch.equal(first["labels"][0], second["labels"][1])
+    assert not torch.equal(first["labels"][0] != -100, first["labels"][1] != -100)
+
+
+def test_padding_attention_mask_labels_and_optional_fields():
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.5)
+    examples = [
+        {"input_ids": [CLS, 5, 6, SEP], "token_type_ids": [0, 0, 1, 1], "next_sentence_label": 1, "idx": 0},
+        {
+            "input_ids": [CLS, 8, 9, 10, 11, SEP],
+            "token_type_ids": [0, 0, 0, 1, 1, 1],
+            "next_sentence_label": 0,
+        },
+    ]
+    batch = collator(examples)
+    assert batch["input_ids"].shape == (2, 6) and batch["input_ids"].dtype == torch.int64
+    assert batch["input_ids"][0, 4:].tolist() == [PAD, PAD]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1] * 6]
+    assert (batch["labels"][0, 4:] == -100).all()
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]]
+    assert batch["next_sentence_label"].tolist() == [1, 0]
+    plain = collator([{"input_ids": [CLS, 5, SEP]}])
+    assert set(plain) == {"input_ids", "attention_mask", "labels"}
+
+
+@pytest.mark.parametrize(
+    "longest, multiple, padded", [(5, 8, 8), (8, 8, 8), (9, 8, 16), (9, None, 9), (3, 1, 3)]
+)
+def test_pad_to_multiple_of_rounds_the_length_up(longest, multiple, padded):
+    collator = MaskingCollator(Tokenizer(), pad_to_multiple_of=multiple)
+    batch = collator([{"input_ids": [CLS, *[5] * (longest - 2), SEP]}, {"input_ids": [CLS, SEP]}])
+    assert batch["input_ids"].shape == (2, padded)
+    assert batch["attention_mask"].sum().item() == longest + 2
+
+
+def test_count_masked_tokens_counts_labelled_positions():
+    labels = torch.tensor([[-100, 5, 6], [7, 8, -100]])
+    assert count_masked_tokens({"labels": labels}).item() == 4

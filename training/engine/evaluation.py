@@ -1,0 +1,135 @@
+"""Evaluation during and at the end of a run.
+
+Every ``--eval_steps`` (default: about ten times in runs of 20+ steps) and at the end, the loop runs the
+task's ``evaluate(model, eval_dataloader, accelerator)`` under ``torch.no_grad()`` in eval mode (tasks use
+:func:`evaluation_loop` inside it). Keys get an ``eval_`` prefix; ``eval_loss`` is added from the model's own
+loss when the task does not report one. With ``--metric_for_best_model`` the best model is kept in
+``output_dir/best``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from briskbert.errors import SettingError
+from briskbert.training.engine.checkpointing import TrainingState
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.distributed import save_model_folder
+from briskbert.training.engine.logging_utils import MetricsLog
+from briskbert.training.engine.task import Task
+
+
+def evaluation_loop(model, dataloader, accelerator, batch_fn: Callable[[dict, object], dict]) -> dict:
+    """Forward every eval batch under ``no_grad``; ``batch_fn(batch, outputs)`` returns a dict of
+    per-example tensors (first dimension = examples of the batch, same trailing shape on every process),
+    which are gathered across processes with ``accelerator.gather_for_metrics`` (duplicates added to
+    even out the last batch are dropped) and concatenated on CPU."""
+    collected: dict[str, list] = {}
+    with torch.no_grad():
+        for batch in dataloader:
+            outputs = model(**batch)
+            stats = accelerator.gather_for_metrics(batch_fn(batch, outputs))
+            for key, value in stats.items():
+                collected.setdefault(key, []).append(value.detach().float().cpu())
+    return {key: torch.cat(values) for key, values in collected.items()}
+
+
+def evaluate_loss(model, dataloader, accelerator, count_items) -> dict:
+    """Default evaluation: the loss weighted by ``count_items`` over the whole evaluation set."""
+    totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+    with torch.no_grad():
+        for batch in dataloader:
+            n = float(count_items(batch))
+            if n:
+                totals += torch.tensor(
+                    [model(**batch).loss.item() * n, n], dtype=torch.float64, device=accelerator.device
+                )
+    totals = accelerator.reduce(totals, "sum")
+    return {"loss": (totals[0] / totals[1]).item() if totals[1] else float("nan")}
+
+
+class _LossRecorder:
+    """A forward hook summing the model's own loss over evaluation batches, weighted by ``count_items``:
+    gives ``eval_loss`` (and the validation curve) to task evaluations that only compute metrics."""
+
+    def __init__(self, count_items, device):
+        self.count_items = count_items
+        self.totals = torch.zeros(2, dtype=torch.float64, device=device)
+
+    def __call__(self, module, args, kwargs, outputs) -> None:
+        loss = getattr(outputs, "loss", None)
+        items = float(self.count_items(kwargs)) if loss is not None else 0.0
+        if items:
+            self.totals[0] += loss.detach().double() * items
+            self.totals[1] += items
+
+
+@dataclass
+class Evaluation:
+    """Evaluate, log, track the best model: the one place where the loop does all four."""
+
+    dataloader: object
+    task: Task
+    metric_name: str | None  # --metric_for_best_model, eval_ prefixed
+    higher_is_better: bool
+    best_dir: Path
+    tokenizer: object = None
+
+    @classmethod
+    def of_run(cls, config: TrainingConfig, dataloader, task: Task, tokenizer) -> Evaluation | None:
+        """The run's evaluation; None without evaluation data (refused when a best model is asked for)."""
+        if dataloader is None:
+            if config.metric_for_best_model:
+                raise SettingError(
+                    "metric_for_best_model", f"{config.metric_for_best_model} needs evaluation data."
+                )
+            return None
+        best_dir = Path(config.output_dir) / "best"
+        return cls(dataloader, task, config.metric_name, config.higher_metric_is_better, best_dir, tokenizer)
+
+    def __call__(self, accelerator, model, state: TrainingState, log: MetricsLog) -> None:
+        metrics = self.evaluate(accelerator, model)
+        log.append({"step": state.global_step, **metrics})
+        if self.metric_name is None:
+            return
+        value = metrics.get(self.metric_name)
+        if value is None:
+            raise SettingError(
+                "metric_for_best_model",
+                f"{self.metric_name} is not among the evaluation metrics {sorted(metrics)}; pick one of them.",
+            )
+        best = state.best_metric
+        if math.isfinite(value) and (
+            best is None or (value > best if self.higher_is_better else value < best)
+        ):
+            state.best_metric, state.best_step = value, state.global_step
+            save_model_folder(accelerator, model, self.tokenizer, self.best_dir)
+
+    def evaluate(self, accelerator, model) -> dict:
+        """The task's evaluation in eval mode without gradients -> ``eval_*`` metrics (+ ``eval_loss``)."""
+        start = time.time()
+        recorder = _LossRecorder(self.task.count_items, accelerator.device)
+        hook = model.register_forward_hook(recorder, with_kwargs=True)
+        model.eval()
+        try:
+            with torch.no_grad():
+                raw = self.task.evaluate(model, self.dataloader, accelerator)
+                if raw is None:
+                    raw = evaluate_loss(model, self.dataloader, accelerator, self.task.count_items)
+        finally:
+            hook.remove()
+            model.train()
+        raw = dict(raw)
+        if "loss" not in raw and "eval_loss" not in raw:
+            loss_sum, items = accelerator.reduce(recorder.totals, "sum").tolist()
+            if items:
+                raw["loss"] = loss_sum / items
+        metrics = {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()}
+        metrics["eval_runtime_s"] = round(time.time() - start, 3)
+        return metrics

@@ -1,0 +1,244 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""The fusion of a cross-encoder re-ranker (:mod:`.reranking`) with the retriever's score, and the reports of
+what re-ranking changed.
+
+A listwise-trained re-ranker's logits are log-probabilities over a query's candidates up to a
+constant, and so are the retriever's similarities times the scale it was trained with. The fused score of
+a retrieved passage is the weighted product of the two distributions, with optionally a third signal, the
+passage's BM25 score (``training.retrieval.lexical``) divided by the best of the query's head, on the
+similarity's scale::
+
+    fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
+            + weight * reranker_logit
+
+Both weights 0 are retrieval's order (exactly: the retrieved list is returned untouched); ``weight`` 1 the
+re-ranker's. :func:`choose_fusion_weight` picks both on validation queries (MRR@10, then Recall@1; ties go
+to the smaller weights), so on that data the fused ranking is never below retrieval alone;
+``finetune-reranker`` saves the choice as ``fusion.json`` in the re-ranker's folder (:class:`Fusion`), and
+``evaluate-retrieval`` and ``open-domain-qa`` apply it by default.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from briskbert.training.data.task_data import DataError
+from briskbert.training.retrieval.dense import (
+    RANK_DEPTH,
+    RECALL_DEPTHS,
+    RetrievalTask,
+    ranking_shortfall,
+    retrieval_metrics,
+)
+from briskbert.training.retrieval.search import Retrieved
+
+FUSION_FILE = "fusion.json"
+FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1
+LEXICAL_GRID = tuple(step / 20 for step in range(21))  # BM25 weights 0, 0.05, ..., 1
+SELECTION_METRICS = (f"mrr@{RANK_DEPTH}", f"recall@{RECALL_DEPTHS[0]}")  # compared in this order
+
+
+# ---------------------------------------------------------------------------------------------- fusion
+def fused_scores(
+    retriever_scores: list[float],
+    reranker_scores: list[float],
+    weight: float,
+    retriever_scale: float,
+    lexical_scores: list[float] | None = None,
+    lexical_weight: float = 0.0,
+) -> list[float]:
+    """``retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * lexical) + weight *
+    logit`` for one query's re-ranked head (``lexical``: BM25 over the head's best, in [0, 1])."""
+    lexical_scores = lexical_scores or [0.0] * len(reranker_scores)
+    retriever_weight = 1 - weight - lexical_weight
+    return [
+        retriever_scale * (retriever_weight * similarity + lexical_weight * lexical) + weight * logit
+        for similarity, logit, lexical in zip(retriever_scores, reranker_scores, lexical_scores)
+    ]
+
+
+def fused_rankings(
+    retrieved: Retrieved,
+    head_scores: dict[str, list[float]],
+    weight: float,
+    retriever_scale: float,
+    lexical_scores: dict[str, list[float]] | None = None,
+    lexical_weight: float = 0.0,
+) -> dict[str, list[str]]:
+    """Each query's re-ranked head (the passages ``head_scores`` covers) ordered by the fused score, the rest
+    behind it in retrieval order. Both weights 0 return the retrieval rankings themselves."""
+    if weight == 0 and lexical_weight == 0:
+        return {query_id: list(ranking) for query_id, ranking in retrieved.rankings.items()}
+    rankings = {}
+    for query_id, ranking in retrieved.rankings.items():
+        head_length = len(head_scores[query_id])
+        scores = torch.tensor(
+            fused_scores(
+                retrieved.scores[query_id][:head_length],
+                head_scores[query_id],
+                weight,
+                retriever_scale,
+                lexical_scores[query_id] if lexical_scores else None,
+                lexical_weight,
+            )
+        )
+        order = torch.argsort(scores, descending=True, stable=True).tolist()
+        rankings[query_id] = [ranking[index] for index in order] + ranking[head_length:]
+    return rankings
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """The fusion weights chosen for a re-ranker behind a retriever, with the validation they were chosen on:
+    ``curve`` holds the selection metrics at every pair of weights tried, ``retrieval`` those of retrieval
+    alone. Files written before the BM25 term read as ``lexical_weight`` 0."""
+
+    weight: float
+    retriever_scale: float
+    top_k: int
+    retriever: str | None = None
+    validation: str | None = None
+    num_queries: int = 0
+    retrieval: dict = field(default_factory=dict)
+    curve: list = field(default_factory=list)
+    lexical_weight: float = 0.0
+
+    def __post_init__(self):
+        if not (
+            self.weight >= 0.0
+            and self.lexical_weight >= 0.0
+            and self.weight + self.lexical_weight <= 1 + 1e-9
+        ):
+            raise ValueError(
+                f"fusion weights lie in [0, 1] and sum to at most 1 (the retriever gets the rest); got re-ranker "
+                f"{self.weight:g} and BM25 {self.lexical_weight:g}."
+            )
+
+    def point(self, weight: float, lexical_weight: float = 0.0) -> dict:
+        """The curve's point nearest to these weights."""
+        return min(
+            self.curve,
+            key=lambda p: abs(p["weight"] - weight) + abs(p.get("lexical_weight", 0.0) - lexical_weight),
+        )
+
+    def summary(self) -> str:
+        chosen, alone = self.point(self.weight, self.lexical_weight), self.point(1.0)
+        figures = ", ".join(
+            f"{name} {100 * chosen[key]:.1f} (retrieval {100 * self.retrieval[key]:.1f}, re-ranker alone "
+            f"{100 * alone[key]:.1f})"
+            for key, name in zip(SELECTION_METRICS, ("MRR@10", "Recall@1"))
+        )
+        return (
+            f"Fusion weights re-ranker {self.weight:g}, BM25 {self.lexical_weight:g} (retriever "
+            f"{1 - self.weight - self.lexical_weight:g}) chosen on {self.num_queries} validation queries: {figures}."
+        )
+
+    def save(self, folder) -> Path:
+        path = Path(folder) / FUSION_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, folder) -> Fusion | None:
+        path = Path(folder) / FUSION_FILE
+        if not path.is_file():
+            return None
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, TypeError, ValueError) as error:
+            raise DataError(
+                f"{path} is not a fusion file ({error}); delete it or train the re-ranker again."
+            ) from None
+
+
+def choose_fusion_weight(
+    retrieved: Retrieved,
+    head_scores: dict[str, list[float]],
+    qrels: dict[str, dict[str, float]],
+    retriever_scale: float,
+    grid: tuple[float, ...] = FUSION_GRID,
+    lexical_scores: dict[str, list[float]] | None = None,
+    lexical_grid: tuple[float, ...] = LEXICAL_GRID,
+) -> tuple[float, float, list[dict]]:
+    """The re-ranker weight of ``grid`` and, with ``lexical_scores``, the BM25 weight of ``lexical_grid``
+    (pairs summing to at most 1) whose fused rankings score best on ``qrels`` (MRR@10, then Recall@1; ties go
+    to the smaller total, then the smaller re-ranker weight, so signals that add nothing get 0), and the
+    metrics at every pair."""
+    lexical_grid = lexical_grid if lexical_scores is not None else (0.0,)
+    if 0.0 not in grid or 0.0 not in lexical_grid:
+        raise ValueError("the fusion grid must contain 0 (retrieval alone), so the choice is never below it.")
+    pairs = sorted(
+        ((weight, lexical) for weight in grid for lexical in lexical_grid if weight + lexical <= 1.0 + 1e-9),
+        key=lambda pair: (round(pair[0] + pair[1], 9), pair[0]),
+    )
+    curve = []
+    for weight, lexical in pairs:
+        rankings = fused_rankings(retrieved, head_scores, weight, retriever_scale, lexical_scores, lexical)
+        metrics = retrieval_metrics(rankings, qrels)
+        point = {"weight": weight, "lexical_weight": lexical}
+        curve.append({**point, **{name: metrics[name] for name in SELECTION_METRICS}})
+    best = max(curve, key=lambda point: tuple(point[name] for name in SELECTION_METRICS))
+    return best["weight"], best["lexical_weight"], curve
+
+
+# ------------------------------------------------------------------------------------------- reports
+def rerank_report(reranker, task: RetrievalTask, retrieved: Retrieved, retriever_scale: float) -> dict:
+    """For a :class:`~.reranking.Reranker`: ``"reranked"`` (the re-ranker's own order), ``"fused"`` and ``"fusion_weight"`` (when it has a weight)
+    metrics, the depth, the seconds it took, and a one-line ``"warning"`` when the order it hands on is
+    below retrieval alone on Recall@1 or MRR@10."""
+    start = time.perf_counter()
+    queries, corpus = task.queries, task.corpus
+    head_scores = reranker.score(queries, retrieved, corpus)
+    report = {
+        "reranked": retrieval_metrics(
+            fused_rankings(retrieved, head_scores, 1.0, retriever_scale), task.qrels
+        ),
+        "rerank_top_k": reranker.top_k,
+        "rerank_s": round(time.perf_counter() - start, 2),
+    }
+    handed_on = report["reranked"]
+    if reranker.fusion_weight is not None:
+        lexical = reranker.lexical_scores(queries, retrieved, corpus)
+        fused = fused_rankings(
+            retrieved, head_scores, reranker.fusion_weight, retriever_scale, lexical, reranker.lexical_weight
+        )
+        report["fused"] = handed_on = retrieval_metrics(fused, task.qrels)
+        report["fusion_weight"], report["lexical_weight"] = reranker.fusion_weight, reranker.lexical_weight
+    shortfall = ranking_shortfall(retrieval_metrics(retrieved.rankings, task.qrels), handed_on)
+    if shortfall:
+        report["warning"] = reranking_warning(shortfall, reranker.fusion_weight)
+    return report
+
+
+def reranking_warning(shortfall: list[str], fusion_weight: float | None) -> str:
+    stage = "re-ranking" if fusion_weight is None else f"re-ranking fused at weight {fusion_weight:g}"
+    remedy = (
+        "the re-ranker has no fusion weight: train it with validation_file so one is chosen, or set fusion_weight"
+        if fusion_weight is None
+        else "its fusion weight was chosen on other data; lower fusion_weight (0 = retrieval alone)"
+    )
+    return f"{stage} scores below retrieval alone ({', '.join(shortfall)}); {remedy}."
+
+
+def validation_warning(reranker) -> str | None:
+    """A one-line warning when the :class:`~.reranking.Reranker`'s own validation (its ``fusion.json``) shows the weight it
+    applies scoring below retrieval alone; ``None`` when it did not, or was never measured."""
+    if reranker.fusion is None or not reranker.fusion.curve or not reranker.fusion.retrieval:
+        return None
+    weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
+    point = reranker.fusion.point(weight, reranker.lexical_weight)
+    shortfall = ranking_shortfall(reranker.fusion.retrieval, point)
+    if not shortfall:
+        return None
+    weights = f"weight {point['weight']:g}" + (
+        f" (BM25 {point['lexical_weight']:g})" if point.get("lexical_weight") else ""
+    )
+    return (
+        f"on its {reranker.fusion.num_queries} validation queries, re-ranking at {weights} scored below "
+        f"retrieval alone ({', '.join(shortfall)}); its chosen weight is {reranker.fusion.weight:g}."
+    )

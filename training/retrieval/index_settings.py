@@ -1,0 +1,172 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Options and checks of vector indexes (``briskbert build-index``, the ``index`` of the retrieval commands).
+
+Imports nothing heavy, faiss included: ``--help`` and the checks of a command's inputs run before torch or
+faiss is loaded, and a missing faiss is one line naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from briskbert.errors import SettingError, UserError
+from briskbert.training.retrieval.settings import parse_article_ranges
+from briskbert.training.tasks.settings import check_at_least
+
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+CONFIG_FILE = "index_config.json"  # written last: its presence means the index is complete
+FAISS_MISSING = "faiss is not installed; install the extra: pip install 'briskbert[faiss]'"
+
+
+def check_faiss() -> None:
+    if importlib.util.find_spec("faiss") is None:
+        raise UserError(FAISS_MISSING + ".")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """Which faiss index to build and how it searches. ``ivf_nlist``/``pq_m`` left at 0 are chosen from the
+    collection (:meth:`resolved`)."""
+
+    _argument_group_name = "index (faiss; inner product, i.e. cosine for normalised embeddings)"
+
+    index_type: str = field(
+        default="hnsw",
+        metadata={
+            "help": "flat: exact search; hnsw: graph, fast and accurate, full vectors in memory; ivfpq: inverted "
+            "lists of product-quantised codes, smallest memory, approximate.",
+            "choices": INDEX_TYPES,
+        },
+    )
+    hnsw_m: int = field(default=32, metadata={"help": "HNSW: neighbours per node."})
+    hnsw_ef_construction: int = field(default=200, metadata={"help": "HNSW: search depth while building."})
+    hnsw_ef_search: int = field(default=128, metadata={"help": "HNSW: search depth per query (at least k)."})
+    ivf_nlist: int = field(default=0, metadata={"help": "IVF-PQ: inverted lists (0: about 4 x sqrt(n))."})
+    ivf_nprobe: int = field(default=16, metadata={"help": "IVF-PQ: lists searched per query."})
+    pq_m: int = field(default=0, metadata={"help": "IVF-PQ: sub-quantizers per vector (0: dimension / 8)."})
+    pq_bits: int = field(default=8, metadata={"help": "IVF-PQ: bits per sub-quantizer code."})
+    max_train_vectors: int = field(
+        default=100_000,
+        metadata={"help": "IVF-PQ: train the quantizers on a random sample of at most this many vectors."},
+    )
+
+    def __post_init__(self):
+        if self.index_type not in INDEX_TYPES:
+            raise SettingError("index_type", f"{self.index_type!r} is not one of {', '.join(INDEX_TYPES)}.")
+        check_at_least(
+            self, 1, "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "ivf_nprobe", "max_train_vectors"
+        )
+        for name in ("ivf_nlist", "pq_m"):
+            if getattr(self, name) < 0:
+                raise SettingError(
+                    name, f"must be >= 1 (or 0: chosen from the collection), got {getattr(self, name)}."
+                )
+        if not 1 <= self.pq_bits <= 16:
+            raise SettingError("pq_bits", f"must be between 1 and 16, got {self.pq_bits}.")
+
+    def resolved(self, num_vectors: int, dimension: int) -> IndexSettings:
+        """IVF-PQ's list count (about 4 x sqrt(n), with 39+ training vectors per list, as faiss advises) and
+        sub-quantizer count (8 dimensions each, or the nearest divisor of the dimension), checked."""
+        if self.index_type != "ivfpq":
+            return self
+        training = min(num_vectors, self.max_train_vectors)
+        nlist = self.ivf_nlist or max(1, min(int(4 * num_vectors**0.5), training // 39))
+        pq_m = self.pq_m or min(
+            (m for m in range(1, dimension + 1) if dimension % m == 0), key=lambda m: abs(m - dimension / 8)
+        )
+        if dimension % pq_m:
+            raise SettingError("pq_m", f"{pq_m} must divide the embedding dimension {dimension}.")
+        if training < max(nlist, 2**self.pq_bits):
+            raise SettingError(
+                "ivf_nlist",
+                f"{nlist} with pq_bits {self.pq_bits} (IVF-PQ) needs at least {max(nlist, 2**self.pq_bits)} "
+                f"passages to train on, and there are {training}; use index_type flat or hnsw, or lower "
+                "ivf_nlist / pq_bits.",
+            )
+        return IndexSettings(**{**self.__dict__, "ivf_nlist": nlist, "pq_m": pq_m})
+
+
+@dataclass(frozen=True)
+class IndexFolder:
+    """An index to search instead of embedding every passage, checked (faiss importable, build finished)."""
+
+    index: str | None = field(
+        default=None,
+        metadata={
+            "help": "A folder from `briskbert build-index` over this collection's passages: search it instead of "
+            "embedding every passage (needs the [faiss] extra)."
+        },
+    )
+
+    def __post_init__(self):
+        if self.index is None:
+            return
+        check_faiss()
+        folder = Path(self.index)
+        if not folder.is_dir():
+            raise SettingError(
+                "index", f"{self.index} does not exist; build one with `briskbert build-index`."
+            )
+        if not (folder / CONFIG_FILE).is_file():
+            raise SettingError(
+                "index",
+                f"{self.index} is not a finished index (no {CONFIG_FILE}); run `briskbert build-index` into it "
+                "(an interrupted build continues where it stopped).",
+            )
+        try:
+            json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise SettingError(
+                "index", f"{self.index}: {CONFIG_FILE} is not valid JSON ({error}); build the index again."
+            ) from None
+
+
+@dataclass(frozen=True)
+class PassageSource:
+    """Where the passages come from: a passage file, or a SQuAD-format collection (+ distractor lines)."""
+
+    _argument_group_name = "passages"
+
+    passages_file: str | None = field(
+        default=None, metadata={"help": "One passage per line (id: line number), or JSON lines id/text."}
+    )
+    squad_file: str | None = field(
+        default=None, metadata={"help": "A SQuAD-format collection: every paragraph."}
+    )
+    # START:STOP on the command line; a (start, stop) tuple after __post_init__
+    articles: tuple[int, int] | str | None = field(
+        default=None, metadata={"help": "Only articles START:STOP of squad_file."}
+    )
+    extra_corpus_file: str | None = field(
+        default=None, metadata={"help": "squad_file: distractor passages, one per line."}
+    )
+    extra_corpus_min_words: int = field(
+        default=0, metadata={"help": "Keep distractor lines of this many words or more."}
+    )
+
+    def __post_init__(self):
+        if (self.passages_file is None) == (self.squad_file is None):
+            raise SettingError(
+                "passages_file",
+                "or squad_file (with articles, extra_corpus_file): give exactly one of the two.",
+            )
+        for name in ("passages_file", "squad_file", "extra_corpus_file"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise SettingError(name, f"{path} does not exist.")
+        if self.passages_file is not None and (self.articles or self.extra_corpus_file):
+            name = "articles" if self.articles else "extra_corpus_file"
+            raise SettingError(name, "goes with squad_file, not passages_file.")
+        parse_article_ranges(self, "articles")
+
+    def fingerprint(self) -> dict:
+        """What identifies the passages for a resumed build: the arguments and each file's size and time."""
+        files = [path for path in (self.passages_file, self.squad_file, self.extra_corpus_file) if path]
+        stats = {
+            str(Path(path).resolve()): [os.path.getsize(path), int(os.path.getmtime(path))] for path in files
+        }
+        return {**asdict(self), "files": stats}

@@ -1,0 +1,376 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""What the embedding, re-ranking, similarity, retrieval and open-domain QA commands are asked to do, as
+checked dataclasses whose fields carry their default and help (the command line is generated from them).
+
+Imports nothing heavy: the commands parse (and answer ``--help``), look at a file's columns and refuse
+contradictions before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from briskbert.errors import SettingError
+from briskbert.training.tasks.settings import check_at_least, parse_article_range
+
+POOLING_CHOICES = ("mean", "cls")
+RANKING_LOSSES = ("listwise", "pointwise")
+SCORED_PAIR_LOSSES = ("cosent", "cosine_mse")
+EMBEDDING_LOSSES = ("multiple_negatives_ranking", *SCORED_PAIR_LOSSES)
+SCORED_PAIR_COLUMNS = ("sentence1", "sentence2", "score")
+SQUAD_ARTICLES_HELP = "SQuAD files: use only articles START:STOP."
+
+
+def parse_article_ranges(settings, *names: str) -> None:
+    """START:STOP strings (from a command line) become (start, stop) tuples, checked."""
+    for name in names:
+        if isinstance(getattr(settings, name), str):
+            object.__setattr__(settings, name, parse_article_range(getattr(settings, name), name))
+
+
+def check_model_path(settings, name: str) -> None:
+    """A :class:`SettingError` when the field ``name`` of ``settings`` is a local path (./, /) that is not there."""
+    path = getattr(settings, name)
+    if path and path.startswith((".", "/")) and not Path(path).exists():
+        raise SettingError(name, f"{path} does not exist.")
+
+
+def file_columns(path: str) -> list[str]:
+    """The header of a TSV/CSV file, or the keys of the first row of JSON lines ([] when there is none)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        first = next((line for line in handle if line.strip()), "")
+    if path.endswith((".tsv", ".csv")):
+        dialect = (
+            {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if path.endswith(".tsv") else {}
+        )  # as load_table
+        return next(csv.reader([first], **dialect), [])
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return []
+    return list(row) if isinstance(row, dict) else []
+
+
+def has_scored_pair_columns(path: str) -> bool:
+    return all(column in file_columns(path) for column in SCORED_PAIR_COLUMNS)
+
+
+def check_scored_pair_file(path: str, name: str) -> None:
+    """A :class:`SettingError` for the setting ``name`` unless ``path`` is a TSV, CSV or JSON lines file of
+    scored pairs."""
+    if not Path(path).is_file():
+        raise SettingError(name, f"{path} does not exist.")
+    columns = file_columns(path)
+    missing = [column for column in SCORED_PAIR_COLUMNS if column not in columns]
+    if missing:
+        raise SettingError(
+            name,
+            f"{path} lacks the column(s) {', '.join(missing)}: give a TSV, CSV or JSON lines file with "
+            f"{', '.join(SCORED_PAIR_COLUMNS)} (found {', '.join(columns) or 'no header'}).",
+        )
+
+
+# -------------------------------------------------------------------------------- retrieval commands
+@dataclass(frozen=True)
+class RerankerArguments:
+    """The re-ranker a retrieval command applies: folder, depth, length and fusion weights."""
+
+    _argument_group_name = "re-ranking"
+
+    reranker_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A cross-encoder (finetune-reranker) that re-orders the first rerank_top_k passages."
+        },
+    )
+    rerank_top_k: int = field(default=20, metadata={"help": "Retrieved passages the re-ranker reads."})
+    reranker_max_seq_length: int = field(default=256, metadata={"help": "Tokens per (query, passage)."})
+    fusion_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps "
+            "retrieval's order, 1 is the re-ranker's own. Default: the weight in the re-ranker folder's "
+            "fusion.json (chosen on validation queries by finetune-reranker), else 1."
+        },
+    )
+    lexical_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the passage's BM25 score (over the collection, scaled to the query's best) in the "
+            "fusion; the retriever's similarity gets 1 minus both weights. Default: the weight in fusion.json, "
+            "else 0."
+        },
+    )
+
+    def __post_init__(self):
+        check_at_least(self, 1, "rerank_top_k", "reranker_max_seq_length")
+        check_model_path(self, "reranker_model_name_or_path")
+        for name in ("fusion_weight", "lexical_weight"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise SettingError(name, f"expected a number in [0, 1] (0 = retrieval order), got {value:g}.")
+            if value is not None and not self.reranker_model_name_or_path:
+                raise SettingError(name, "weighs a re-ranking stage; give reranker_model_name_or_path.")
+
+
+@dataclass(frozen=True)
+class EmbeddingArguments:
+    """How token states become a sentence embedding."""
+
+    _argument_group_name = "sentence embeddings"
+
+    pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": "Token summary. Default: what the model folder's sentence-transformers files say, else mean.",
+            "choices": POOLING_CHOICES,
+        },
+    )
+    no_normalize: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep raw embeddings (dot-product scores) instead of unit length (cosine). Default: the "
+            "folder's sentence-transformers files, else normalised."
+        },
+    )
+
+    @property
+    def normalize(self) -> bool | None:
+        """False with ``no_normalize``, else None: the model folder decides."""
+        return False if self.no_normalize else None
+
+
+@dataclass(frozen=True)
+class CollectionSource:
+    """A passage collection with questions and their relevant passages: SQuAD or JSON lines, checked once."""
+
+    _argument_group_name = "collection (a SQuAD file, or JSON lines corpus + queries + qrels)"
+
+    squad_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "SQuAD-format JSON: every paragraph is a passage, each question's own paragraph its "
+            "relevant one."
+        },
+    )
+    # START:STOP on the command line; a (start, stop) tuple after __post_init__
+    articles: tuple[int, int] | str | None = field(
+        default=None, metadata={"help": "Use only articles START:STOP of squad_file, e.g. 24:36."}
+    )
+    extra_corpus_file: str | None = field(
+        default=None, metadata={"help": "Distractor passages, one per line, added to the collection."}
+    )
+    extra_corpus_min_words: int = field(
+        default=0,
+        metadata={
+            "help": "Keep only distractor lines of at least this many words (headings and short lines go)."
+        },
+    )
+    corpus_file: str | None = field(
+        default=None, metadata={"help": "JSON lines with 'id' and 'text' (instead of squad_file)."}
+    )
+    queries_file: str | None = field(default=None, metadata={"help": "JSON lines with 'id' and 'text'."})
+    qrels_file: str | None = field(
+        default=None, metadata={"help": "JSON lines with 'query_id', 'passage_id' and optional 'relevance'."}
+    )
+
+    def __post_init__(self):
+        jsonl = ("corpus_file", "queries_file", "qrels_file")
+        missing = [name for name in jsonl if getattr(self, name) is None]
+        if (self.squad_file is None) == (len(missing) == len(jsonl)):
+            raise SettingError(
+                "squad_file", "or all three of corpus_file, queries_file and qrels_file: give one collection."
+            )
+        if self.squad_file is None and missing:
+            raise SettingError(
+                missing[0],
+                "is missing: JSON lines collections need corpus_file, queries_file and qrels_file.",
+            )
+        if self.squad_file is None and self.articles is not None:
+            raise SettingError("articles", "selects articles of squad_file; it needs squad_file.")
+        parse_article_ranges(self, "articles")
+
+
+# ------------------------------------------------------------------------------------ sentence embeddings
+@dataclass(frozen=True)
+class EmbeddingData:
+    _argument_group_name = "data"
+
+    train_file: str = field(
+        metadata={
+            "help": "TSV/CSV/JSON lines: query|anchor/positive[/negative], or sentence1/sentence2/score; or "
+            "SQuAD .json."
+        }
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Same format as train_file: retrieval metrics among its passages, or Spearman/Pearson."
+        },
+    )
+    # START:STOP on the command line; a (start, stop) tuple after __post_init__
+    train_articles: tuple[int, int] | str | None = field(default=None, metadata={"help": SQUAD_ARTICLES_HELP})
+    validation_articles: tuple[int, int] | str | None = field(
+        default=None, metadata={"help": SQUAD_ARTICLES_HELP}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N pairs."})
+    max_query_length: int = field(default=64, metadata={"help": "Tokens per query after truncation."})
+    mine_hard_negatives: bool = field(
+        default=False,
+        metadata={
+            "help": "Add each query's highest-ranked other training passage (by the starting model) as its "
+            "negative."
+        },
+    )
+
+    def __post_init__(self):
+        parse_article_ranges(self, "train_articles", "validation_articles")
+        check_at_least(self, 1, "max_train_samples")
+        check_at_least(self, 4, "max_query_length")
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings(EmbeddingArguments):
+    """The pooling and the loss. ``loss`` None: decided by the training file (see ``EmbeddingTask``);
+    ``pooling`` None: the model folder's sentence-transformers files, else mean."""
+
+    _argument_group_name = "sentence embeddings and loss"
+
+    loss: str | None = field(
+        default=None,
+        metadata={
+            "help": "Default: multiple_negatives_ranking for pairs and triplets, cosent for scored pairs.",
+            "choices": EMBEDDING_LOSSES,
+        },
+    )
+    scale: float = field(default=20.0, metadata={"help": "Similarity scale, 1/temperature."})
+    symmetric: bool = field(default=False, metadata={"help": "Also rank the queries for each positive."})
+    # LOW:HIGH on the command line; a (low, high) tuple after __post_init__
+    score_range: tuple[float, float] | str | None = field(
+        default=None,
+        metadata={
+            "help": "cosine_mse: LOW:HIGH gold scores that map to cosine 0 and 1 (default: the training scores' "
+            "range)."
+        },
+    )
+    mini_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Cached gradients: encode this many texts at a time; memory of a mini-batch, negatives of "
+            "the batch."
+        },
+    )
+
+    def __post_init__(self):
+        if self.loss is not None and self.loss not in EMBEDDING_LOSSES:
+            raise SettingError("loss", f"{self.loss!r} is not one of {', '.join(EMBEDDING_LOSSES)}.")
+        check_at_least(self, 1, "mini_batch_size")
+        if self.scale <= 0:
+            raise SettingError("scale", f"(1/temperature) must be > 0, got {self.scale}.")
+        if isinstance(self.score_range, str):
+            try:
+                low, high = (float(part) for part in self.score_range.split(":"))
+            except ValueError:
+                raise SettingError(
+                    "score_range", f"{self.score_range!r} is not LOW:HIGH, e.g. 0:5."
+                ) from None
+            if not low < high:
+                raise SettingError("score_range", f"{self.score_range!r}: LOW must be below HIGH, e.g. 0:5.")
+            object.__setattr__(self, "score_range", (low, high))
+
+
+# ------------------------------------------------------------------------------------------ re-ranking
+@dataclass(frozen=True)
+class RerankerData:
+    _argument_group_name = "data and negatives"
+
+    train_file: str = field(metadata={"help": "JSON lines (query/positive[/negative]) or SQuAD .json."})
+    train_articles: tuple[int, int] | str | None = field(default=None, metadata={"help": SQUAD_ARTICLES_HELP})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N queries."})
+    num_negatives: int = field(default=3, metadata={"help": "Negatives read with each positive."})
+    negative_pool_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Negatives per query to draw num_negatives from each epoch (default: 3 x num_negatives "
+            "with negatives_from, else num_negatives)."
+        },
+    )
+    negatives_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "A dual encoder (e.g. from finetune-embeddings) whose top-ranked wrong passages are the "
+            "negatives; default: random passages."
+        },
+    )
+    negatives_corpus_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "More passages (one per line) for negatives_from to find negatives among, e.g. distractors."
+        },
+    )
+    negatives_corpus_min_words: int = 0
+    loss: str = field(
+        default="listwise", metadata={"help": "Ranking loss over each group.", "choices": RANKING_LOSSES}
+    )
+
+    def __post_init__(self):
+        parse_article_ranges(self, "train_articles")
+        check_at_least(self, 1, "max_train_samples", "num_negatives")
+        if self.negative_pool_size is not None and self.negative_pool_size < self.num_negatives:
+            raise SettingError(
+                "negative_pool_size",
+                f"({self.negative_pool_size}) must be at least num_negatives ({self.num_negatives}).",
+            )
+        if self.negatives_corpus_file is not None and self.negatives_from is None:
+            raise SettingError(
+                "negatives_corpus_file", "is searched by negatives_from; give a dual encoder there."
+            )
+        if self.loss not in RANKING_LOSSES:
+            raise SettingError("loss", f"{self.loss!r} is not one of {', '.join(RANKING_LOSSES)}.")
+
+    @property
+    def pool_size(self) -> int:
+        if self.negative_pool_size is not None:
+            return self.negative_pool_size
+        return 3 * self.num_negatives if self.negatives_from else self.num_negatives
+
+
+@dataclass(frozen=True)
+class RerankerValidation:
+    """Held-out queries: scored during training and used to choose the fusion weight."""
+
+    _argument_group_name = "validation and fusion"
+
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out queries (SQuAD .json or JSON lines pairs): scored during training; the fusion "
+            "weight is chosen on them."
+        },
+    )
+    validation_articles: tuple[int, int] | str | None = field(
+        default=None, metadata={"help": SQUAD_ARTICLES_HELP}
+    )
+    validation_extra_corpus_file: str | None = field(
+        default=None,
+        metadata={"help": "Distractor passages (one per line) added to the validation collection."},
+    )
+    validation_extra_corpus_min_words: int = 0
+    fusion_retriever: str | None = field(
+        default=None,
+        metadata={"help": "The dual encoder the re-ranker will sit behind (default: negatives_from)."},
+    )
+    rerank_top_k: int = field(
+        default=20, metadata={"help": "Retrieved passages re-ranked when choosing the weight."}
+    )
+
+    def __post_init__(self):
+        parse_article_ranges(self, "validation_articles")
+        check_at_least(self, 1, "rerank_top_k")
+        if self.validation_file is None:
+            for name in ("validation_articles", "validation_extra_corpus_file", "fusion_retriever"):
+                if getattr(self, name):
+                    raise SettingError(name, "needs validation_file.")

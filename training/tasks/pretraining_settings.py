@@ -1,0 +1,256 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""What ``briskbert pretrain`` is told: the corpus and its sequences, the model and tokenizer, the masking.
+
+Like :mod:`briskbert.training.tasks.settings`, each field is one option with its default and help, and each
+class checks its values once, in ``__post_init__``, raising :class:`~briskbert.errors.SettingError` naming
+the field. This module imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from briskbert.errors import SettingError
+from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, PreparationSettings, check_corpus_file
+from briskbert.training.tasks.settings import MIN_SEQ_LENGTH, check_at_least
+
+
+@dataclass(frozen=True)
+class PretrainingData:
+    """Where the corpus comes from and how it becomes sequences."""
+
+    _argument_group_name = "data"
+
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Text (.txt: one paragraph per line, blank line between documents), .jsonl, .csv, .parquet."
+        },
+    )
+    validation_file: str | None = None
+    validation_split_percentage: float = field(
+        default=5,
+        metadata={"help": "Without validation_file: %% of training documents held out for validation."},
+    )
+    text_column: str | None = field(
+        default=None, metadata={"help": "Column with the text (default: 'text')."}
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset (needs network access)."})
+    dataset_config_name: str | None = None
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes that tokenize the corpus (default: one, using the tokenizer's own threads)."
+        },
+    )
+    data_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where prepared corpora are cached (default: $BRISKBERT_CACHE/pretraining_data, else "
+            "~/.cache/briskbert/pretraining_data)."
+        },
+    )
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Prepare the corpus again even if it is cached."}
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read, tokenize and pack the training file on the fly instead of preparing it first (needs "
+            "max_train_steps, validation_file and an existing tokenizer)."
+        },
+    )
+    max_seq_length: int = 128
+    packing_mode: str = field(
+        default="none",
+        metadata={
+            "help": "full-sentences: concatenate documents into full sequences; doc-sentences: the same without "
+            "crossing a document boundary; none: one document per sequence (split when longer).",
+            "choices": PACKING_MODES,
+        },
+    )
+    packing: bool = field(default=False, metadata={"help": "Same as packing_mode full-sentences."})
+    nsp: bool = field(default=False, metadata={"help": "Add next sentence prediction (segment pairs)."})
+
+    def __post_init__(self):
+        if (self.train_file is None) == (self.dataset_name is None):
+            raise SettingError("train_file", "or dataset_name: give exactly one.")
+        for name in ("train_file", "validation_file"):
+            if getattr(self, name) is not None:
+                check_corpus_file(getattr(self, name), name)
+        if self.packing and self.packing_mode not in ("none", "full-sentences"):
+            raise SettingError(
+                "packing", f"means packing_mode full-sentences, not {self.packing_mode}: give one."
+            )
+        if self.packing:
+            object.__setattr__(self, "packing_mode", "full-sentences")
+        if self.packing_mode not in PACKING_MODES:
+            raise SettingError(
+                "packing_mode", f"must be one of {', '.join(PACKING_MODES)}, got {self.packing_mode!r}."
+            )
+        if self.nsp and self.packing_mode != "none":
+            raise SettingError(
+                "nsp",
+                "builds its own [CLS] A [SEP] B [SEP] pairs; it cannot be combined with "
+                + ("packing." if self.packing else f"packing_mode {self.packing_mode}."),
+            )
+        if self.streaming and self.nsp:
+            raise SettingError("streaming", "supports MLM only; drop nsp.")
+        if self.streaming and (self.validation_file is None or self.train_file is None):
+            raise SettingError("streaming", "reads a train_file and needs a validation_file.")
+        check_at_least(self, MIN_SEQ_LENGTH, "max_seq_length")
+        check_at_least(self, 1, "preprocessing_num_workers")
+        if self.validation is None and not 0 < self.validation_split_percentage < 100:
+            raise SettingError(
+                "validation_split_percentage", f"must be in (0, 100), got {self.validation_split_percentage}."
+            )
+
+    @property
+    def train(self) -> CorpusSource:
+        if self.dataset_name:
+            return CorpusSource(
+                dataset_name=self.dataset_name,
+                dataset_config_name=self.dataset_config_name,
+                text_column=self.text_column,
+            )
+        return CorpusSource(path=self.train_file, text_column=self.text_column)
+
+    @property
+    def validation(self) -> CorpusSource | None:
+        """The validation corpus; None: hold out validation_split_percentage of the training documents."""
+        if self.validation_file:
+            return CorpusSource(path=self.validation_file, text_column=self.text_column)
+        if self.dataset_name:
+            return CorpusSource(
+                dataset_name=self.dataset_name,
+                dataset_config_name=self.dataset_config_name,
+                text_column=self.text_column,
+                split="validation",
+            )
+        return None
+
+    @property
+    def preparation(self) -> PreparationSettings:
+        return PreparationSettings(
+            sentences=self.nsp,
+            num_workers=self.preprocessing_num_workers or 1,
+            cache_dir=self.data_cache_dir,
+            overwrite=self.overwrite_cache,
+        )
+
+
+#: the largest vocabularies in use are about 256k entries; beyond 2**20 a tokenizer's tables only waste memory
+MAX_VOCAB_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class PretrainingModel:
+    """The model to build (a preset or config JSON) or to continue, its tokenizer, and what its card says
+    of its language and license."""
+
+    _argument_group_name = "model and tokenizer"
+
+    config_name: str | None = field(
+        default=None, metadata={"help": "A preset name (e.g. bert-small) or a config JSON."}
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Override config fields, e.g. 'num_hidden_layers=4,hidden_dropout_prob=0.0'."},
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Continue pretraining this model."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "A tokenizer folder (default: train one)."}
+    )
+    vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train a WordPiece tokenizer of this size on the training data (default 30522); it is "
+            "trained once per run, into output_dir/tokenizer, and reused on resume."
+        },
+    )
+    tokenizer_train_max_lines: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train the tokenizer on a seeded uniform sample of this many paragraphs (default: all)."
+        },
+    )
+    language: str = field(default="en", metadata={"help": "The model card's language."})
+    license: str = field(default="apache-2.0", metadata={"help": "The model card's license."})
+
+    def __post_init__(self):
+        if self.model_name_or_path and (self.config_name or self.config_overrides):
+            raise SettingError(
+                "model_name_or_path", "continues an existing model: drop config_name/config_overrides."
+            )
+        if not self.model_name_or_path and not self.config_name:
+            raise SettingError(
+                "config_name",
+                "is missing: give a preset such as bert-small or a config JSON (or model_name_or_path).",
+            )
+        if self.vocab_size is not None and (self.tokenizer_name or self.model_name_or_path):
+            raise SettingError(
+                "vocab_size",
+                "trains a new tokenizer; it cannot be combined with tokenizer_name or model_name_or_path "
+                "(whose tokenizer is used).",
+            )
+        if self.vocab_size is not None and not 5 < self.vocab_size <= MAX_VOCAB_SIZE:
+            raise SettingError(
+                "vocab_size",
+                f"must be above the 5 special tokens and at most {MAX_VOCAB_SIZE:,} (BERT uses 30,522), "
+                f"got {self.vocab_size:,}.",
+            )
+        check_at_least(self, 1, "tokenizer_train_max_lines")
+
+    @property
+    def trains_tokenizer(self) -> bool:
+        return not (self.tokenizer_name or self.model_name_or_path)
+
+
+@dataclass(frozen=True)
+class MaskingSettings:
+    """Which tokens masked-language modelling hides, and how."""
+
+    _argument_group_name = "objective"
+
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = field(default=0.8, metadata={"help": "Of masked tokens: share set to [MASK]."})
+    random_replace_prob: float = field(default=0.1, metadata={"help": "Of masked tokens: share made random."})
+    whole_word_mask: bool = False
+    eval_mask_seed: int = field(default=1234, metadata={"help": "Fixed masking of the validation set."})
+
+    def __post_init__(self):
+        if not 0 < self.mlm_probability < 1:
+            raise SettingError("mlm_probability", f"must be in (0, 1), got {self.mlm_probability}.")
+        if min(self.mask_replace_prob, self.random_replace_prob) < 0 or (
+            self.mask_replace_prob + self.random_replace_prob > 1
+        ):
+            raise SettingError(
+                "mask_replace_prob",
+                f"{self.mask_replace_prob} + random_replace_prob {self.random_replace_prob} must be within "
+                "[0, 1] (the rest stays unchanged).",
+            )
+
+    def collator_arguments(self) -> dict:
+        return dict(
+            mlm_probability=self.mlm_probability,
+            mask_replace_prob=self.mask_replace_prob,
+            random_replace_prob=self.random_replace_prob,
+            whole_word_mask=self.whole_word_mask,
+        )
+
+
+@dataclass(frozen=True)
+class PretrainingSettings:
+    """A pretraining job: data, model and masking."""
+
+    data: PretrainingData
+    model: PretrainingModel
+    masking: MaskingSettings = field(default_factory=MaskingSettings)
+
+    def __post_init__(self):
+        if self.data.streaming and self.model.trains_tokenizer:
+            raise SettingError(
+                "streaming", "needs an existing tokenizer (tokenizer_name or model_name_or_path)."
+            )
