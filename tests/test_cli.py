@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from briskbert.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +35,31 @@ def test_unknown_subcommand_is_one_line_and_exit_2(tmp_path):
         and "unknown command 'pretrian'" in proc.stderr
         and "pretrain" in proc.stderr
     )
+
+
+def test_a_mistyped_flag_is_one_line_naming_the_closest_flag(capsys):
+    """Before argparse would ask for the missing --output_dir, the typo is named with its likely fix."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["finetune-ner", "--train_fle", "train.txt"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert "unknown flag --train_fle; did you mean --train_file?" in err
+
+
+def test_a_value_a_setting_refuses_is_one_line_naming_its_flag(capsys):
+    """Settings name the field; the command line prints it as the flag the user typed."""
+    argv = [
+        "--model_name_or_path",
+        "m",
+        "--train_file",
+        "t.tsv",
+        "--output_dir",
+        "out",
+        "--learning_rate",
+        "0",
+    ]
+    assert main(["finetune-classification", *argv]) == 2
+    assert capsys.readouterr().err == "error: --learning_rate must be > 0, got 0.0.\n"
 
 
 def test_subcommand_help_shows_flags_without_importing_torch(tmp_path):

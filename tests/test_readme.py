@@ -40,7 +40,7 @@ TINY = {
 # Size flags a job has that its README command leaves at their full-data defaults: given to that job's commands.
 ADDED = {
     "finetune-embeddings": "--max_train_samples 16 --per_device_train_batch_size 8",
-    "finetune-reranker": "--max_train_samples 32 --num_negatives 2 --per_device_train_batch_size 8",
+    "finetune-reranker": "--max_train_samples 32 --num_negatives 1 --negative_pool_size 1",
     "finetune-qa": "--max_eval_samples 16",
 }
 # Bundled files some blocks read whole, cut to their first lines: the pretraining corpus (tokenizer, pretraining,
@@ -187,6 +187,7 @@ def test_readme_block_runs_as_written(block, workspace):
     assert proc.returncode == 0, (
         f"README block at line {block.line} failed:\n{block.body}\n--- stderr ---\n{proc.stderr[-4000:]}"
     )
-    # With torchao installed (the [dev] extra), transformers imports it, and on a CPU-only machine it logs a
-    # "Failed to load" line per CUDA kernel library; the jobs keep those out of their output.
-    assert "Failed to load" not in proc.stderr and "_pytree.py" not in proc.stderr, proc.stderr[:2000]
+    if block.lang == "bash" and "python" not in block.body:  # briskbert jobs only, not plain transformers
+        # With torchao installed (the [dev] extra), transformers imports it, and on a CPU-only machine it logs a
+        # "Failed to load" line per CUDA kernel library; the jobs keep those out of their output.
+        assert "Failed to load" not in proc.stderr and "_pytree.py" not in proc.stderr, proc.stderr[:2000]

@@ -40,9 +40,10 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def create_optimizer(
-    model: nn.Module, learning_rate: float, weight_decay: float, betas=(0.9, 0.999), eps: float = 1e-8
+    model: nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float], eps: float
 ) -> torch.optim.Optimizer:
-    """AdamW over :func:`parameter_groups` (``fused`` is left to torch's default)."""
+    """AdamW over :func:`parameter_groups` (``fused`` is left to torch's default); the defaults of every
+    argument are ``TrainingConfig``'s."""
     return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=learning_rate, betas=betas, eps=eps)
 
 
