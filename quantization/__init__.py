@@ -26,7 +26,16 @@ dataclasses, ``backends`` the two ways to int8, ``agreement`` the comparison wit
 the folder's README is rendered by :mod:`briskbert.hub_cards.quantized`.
 """
 
-from .job import quantize
 from .request import LabelledData, QuantizationRefused, QuantizationResult, QuantizeRequest
+
+
+def __getattr__(name: str):
+    # the job imports torch: `briskbert quantize --help` parses the torch-free request without it
+    if name == "quantize":
+        from .job import quantize
+
+        return quantize
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["LabelledData", "QuantizationRefused", "QuantizationResult", "QuantizeRequest", "quantize"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 
 BACKENDS = ("onnx", "torch")
 TORCH_SCHEMES = ("int8-weight-only", "int8-dynamic")
@@ -29,31 +29,111 @@ class LabelledData:
 
 @dataclass(frozen=True)
 class QuantizeRequest:
-    model_dir: Path
-    output_dir: Path
-    backend: str = "onnx"
-    architecture: str | None = None  # None: the folder's own `architectures` entry
-    torch_scheme: str = "int8-weight-only"
-    per_channel: bool = True  # onnx: one weight scale per output channel rather than per matrix
-    reduce_range: bool = False  # onnx: 7-bit weights, for CPUs without VNNI whose int8 kernels can saturate
-    keep_fp32: tuple[str, ...] = ()  # module names (e.g. "classifier", "mlp.down") left in fp32
-    text_file: Path | None = None  # None: the bundled WikiText-2 excerpt
-    max_length: int = 128
-    min_agreement: float = 0.9  # argmax agreement of every logits output
-    min_cosine: float = 0.95  # mean cosine similarity of every hidden-state / embedding output
-    evaluation: LabelledData | None = None  # a labelled file both models are scored on (sequence classifiers)
-    overwrite_output_dir: bool = False
+    """What ``briskbert quantize`` is asked to do: one field per flag."""
+
+    model_dir: Path = field(metadata={"help": "Saved briskbert model folder (fp32)."})
+    output_dir: Path = field(metadata={"help": "New folder for the int8 model."})
+    backend: str = field(default="onnx", metadata={"help": "ONNX Runtime or torchao.", "choices": BACKENDS})
+    torch_scheme: str = field(
+        default="int8-weight-only",
+        metadata={
+            "help": "backend torch: int8 weights with fp32 arithmetic, or int8 weights and activations.",
+            "choices": TORCH_SCHEMES,
+        },
+    )
+    per_channel: bool = field(
+        default=True,
+        metadata={
+            "help": "backend onnx: one weight scale per output channel (much closer to fp32) or per matrix."
+        },
+    )
+    reduce_range: bool = field(
+        default=False,
+        metadata={
+            "help": "backend onnx: 7-bit weights, for CPUs without VNNI whose int8 kernels can saturate."
+        },
+    )
+    keep_fp32: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Modules left in fp32, by name or dotted part of it (classifier, mlp.down, layers.0).",
+            "metavar": "MODULE",
+        },
+    )
+    architecture: str | None = field(
+        default=None, metadata={"help": "Head to load; default: the folder's own `architectures` entry."}
+    )
+    min_agreement: float = field(
+        default=0.9,
+        metadata={
+            "help": "Lowest argmax agreement with fp32 (share of examples or tokens) accepted for logits."
+        },
+    )
+    min_cosine: float = field(
+        default=0.95,
+        metadata={
+            "help": "Lowest mean cosine similarity with fp32 accepted for hidden states and embeddings."
+        },
+    )
+    text_file: Path | None = field(
+        default=None,
+        metadata={
+            "help": "UTF-8 text whose sentences make the check batches; default: the bundled WikiText-2 excerpt."
+        },
+    )
+    max_length: int = field(
+        default=128, metadata={"help": "Longest text pair (tokens) in the check batches."}
+    )
+    validation_file: Path | None = field(
+        default=None,
+        metadata={
+            "help": "Labelled CSV / TSV / JSON lines file on which a sequence classifier's fp32 and int8 "
+            "accuracy are measured."
+        },
+    )
+    text_column: str = field(default="sentence", metadata={"help": "validation_file: the text column."})
+    text_pair_column: str | None = field(
+        default=None, metadata={"help": "validation_file: the second text of pairs, if any."}
+    )
+    label_column: str = field(default="label", metadata={"help": "validation_file: the label column."})
+    dataset_card_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "validation_file's public name for the card (e.g. glue/sst2); default: the file name."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace the files of an existing output_dir."}
+    )
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
-            raise UserError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}.")
+            raise SettingError("backend", f"{self.backend!r} is not one of {', '.join(BACKENDS)}.")
         if self.torch_scheme not in TORCH_SCHEMES:
-            raise UserError(f"--torch_scheme {self.torch_scheme!r} is not one of {', '.join(TORCH_SCHEMES)}.")
-        for flag, value in (("--min_agreement", self.min_agreement), ("--min_cosine", self.min_cosine)):
-            if not 0 <= value <= 1:
-                raise UserError(f"{flag} must lie in [0, 1], got {value}.")
+            raise SettingError(
+                "torch_scheme", f"{self.torch_scheme!r} is not one of {', '.join(TORCH_SCHEMES)}."
+            )
+        for name in ("min_agreement", "min_cosine"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise SettingError(name, f"must lie in [0, 1], got {getattr(self, name)}.")
         if self.max_length < 8:
-            raise UserError(f"--max_length must be at least 8 tokens, got {self.max_length}.")
+            raise SettingError("max_length", f"must be at least 8 tokens, got {self.max_length}.")
+        for name in ("text_pair_column", "dataset_card_name"):
+            if getattr(self, name) and self.validation_file is None:
+                raise SettingError(name, "describes validation_file; pass it too.")
+
+    @property
+    def evaluation(self) -> LabelledData | None:
+        """The labelled file both models are scored on (sequence classifiers), if one was given."""
+        if self.validation_file is None:
+            return None
+        return LabelledData(
+            Path(self.validation_file),
+            self.text_column,
+            self.text_pair_column,
+            self.label_column,
+            self.dataset_card_name,
+        )
 
 
 @dataclass(frozen=True)

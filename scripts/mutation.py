@@ -104,7 +104,7 @@ TARGETS: dict[str, Target] = {
     "checkpointing": Target(
         source="training/engine/checkpointing.py",
         module="briskbert.training.engine.checkpointing",
-        tests=("tests/test_checkpointing.py",),
+        tests=("tests/test_checkpointing.py", "tests/test_training_hardening.py"),
         warm=("briskbert.training.engine.config",),
     ),
     "metrics": Target(
