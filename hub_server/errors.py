@@ -86,3 +86,11 @@ class ServerError(HubError):
     """A 500, without an ``X-Error-Code``: a bug, or the fault injector's."""
 
     status, code = 500, None
+
+
+def repo_not_found(repo_type: str, repo_id: str) -> RepoNotFound:
+    # The same words whether the repo is missing or private: its existence is not revealed.
+    return RepoNotFound(
+        f"Repository Not Found for url: {repo_type}s/{repo_id}. If you are trying to access a private "
+        "repo, make sure you are authenticated."
+    )

@@ -4,7 +4,8 @@ A commit's file table is loaded from disk once per revision and kept as sorted p
 per file (61 bytes), instead of a dict of objects rebuilt on every request. Lookups, folder checks and listing
 pages are bisections in the sorted paths; the sibling list of ``repo_info`` and the README's front matter are
 computed on first use and kept with the index. ``IndexCache`` keeps recently used indexes within a byte
-budget and builds each one once even when many requests for it arrive together.
+budget and builds each one once even when many requests for it arrive together. Which files a commit stores
+as LFS pointers follows the Hub's rule (``looks_like_lfs``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,53 @@ _PER_FILE_COST = 160  # bytes: the record, the path's str object, list slots
 
 def lfs_pointer(sha256: str, size: int) -> bytes:
     return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+
+
+# Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
+LFS_SUFFIXES = (
+    ".7z",
+    ".arrow",
+    ".bin",
+    ".bz2",
+    ".ckpt",
+    ".ftz",
+    ".gz",
+    ".h5",
+    ".joblib",
+    ".mlmodel",
+    ".model",
+    ".msgpack",
+    ".npy",
+    ".npz",
+    ".onnx",
+    ".ot",
+    ".parquet",
+    ".pb",
+    ".pickle",
+    ".pkl",
+    ".pt",
+    ".pth",
+    ".rar",
+    ".safetensors",
+    ".tar",
+    ".tflite",
+    ".tgz",
+    ".wasm",
+    ".xz",
+    ".zip",
+    ".zst",
+)
+LFS_MIN_SIZE = 10 * 1024 * 1024
+
+GITATTRIBUTES = (
+    "".join(f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n" for suffix in LFS_SUFFIXES)
+    + "*tfevents* filter=lfs diff=lfs merge=lfs -text\n"
+)
+
+
+def looks_like_lfs(path: str, size: int, sample: bytes) -> bool:
+    """The Hub's rule of thumb: LFS suffixes, files over 10 MB, and binary content go to LFS."""
+    return path.lower().endswith(LFS_SUFFIXES) or size > LFS_MIN_SIZE or b"\0" in sample[:8000]
 
 
 @dataclass

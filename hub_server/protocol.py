@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from .commit_stream import RawLine, commit_lines
 from .errors import BadRequest, PayloadTooLarge, Unprocessable
+from .index import FileEntry, git_blob_oid, looks_like_lfs
 from .names import REPO_TYPES, validate_path, validate_repo_id
-from .storage import AddFile, DeleteFile, DeleteFolder, FileEntry, StoredBlob, git_blob_oid, looks_like_lfs
+from .storage import AddFile, DeleteFile, DeleteFolder, StoredBlob
 from .transport import parse_json
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")

@@ -20,9 +20,8 @@ from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound, RevisionNotFound
-from .index import FileEntry, Folder
+from .index import FileEntry, Folder, looks_like_lfs
 from .names import repo_key, validate_ref_name
-from .storage import looks_like_lfs
 from .transport import BodyKind, Request, Response, byte_range, json_response
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub

@@ -61,9 +61,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .accounts import Account, Accounts
-from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized
+from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized, repo_not_found
+from .names import validate_repo_id
 from .routes import STEPS, Auth, Request, Response, Route, match
-from .storage import Storage, repo_not_found, validate_repo_id
+from .storage import Storage
 from .transport import ConnectionIO, HeadReader, RequestBody, ServerLimits, parse_size
 
 logger = logging.getLogger("hub_server")

@@ -34,7 +34,7 @@ import stat
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from briskbert.files import write_atomic
@@ -47,91 +47,17 @@ from .errors import (
     HubError,
     PayloadTooLarge,
     PreconditionFailed,
-    RepoNotFound,
     RevisionNotFound,
     Unprocessable,
+    repo_not_found,
 )
-from .index import FileEntry, IndexCache, RevisionIndex, git_blob_oid, lfs_pointer
-from .names import (
-    REPO_TYPES,
-    path_problem,
-    ref_name_problem,
-    repo_key,
-    validate_path,
-    validate_ref_name,
-    validate_repo_id,
-)
-
-__all__ = [
-    "REPO_TYPES",
-    "AddFile",
-    "DeleteFile",
-    "DeleteFolder",
-    "FileEntry",
-    "RepoRecord",
-    "Storage",
-    "StoredBlob",
-    "git_blob_oid",
-    "lfs_pointer",
-    "looks_like_lfs",
-    "path_problem",
-    "ref_name_problem",
-    "repo_not_found",
-    "validate_path",
-    "validate_ref_name",
-    "validate_repo_id",
-]
+from .index import GITATTRIBUTES, FileEntry, IndexCache, RevisionIndex, git_blob_oid
+from .index import looks_like_lfs as looks_like_lfs  # re-exported: the LFS rule the uploads follow
+from .names import REPO_TYPES, repo_key, validate_path, validate_ref_name, validate_repo_id
 
 logger = logging.getLogger("hub_server")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
-_CHUNK = 1 << 20
-
-# Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
-LFS_SUFFIXES = (
-    ".7z",
-    ".arrow",
-    ".bin",
-    ".bz2",
-    ".ckpt",
-    ".ftz",
-    ".gz",
-    ".h5",
-    ".joblib",
-    ".mlmodel",
-    ".model",
-    ".msgpack",
-    ".npy",
-    ".npz",
-    ".onnx",
-    ".ot",
-    ".parquet",
-    ".pb",
-    ".pickle",
-    ".pkl",
-    ".pt",
-    ".pth",
-    ".rar",
-    ".safetensors",
-    ".tar",
-    ".tflite",
-    ".tgz",
-    ".wasm",
-    ".xz",
-    ".zip",
-    ".zst",
-)
-LFS_MIN_SIZE = 10 * 1024 * 1024
-
-GITATTRIBUTES = (
-    "".join(f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n" for suffix in LFS_SUFFIXES)
-    + "*tfevents* filter=lfs diff=lfs merge=lfs -text\n"
-)
-
-
-def looks_like_lfs(path: str, size: int, sample: bytes) -> bool:
-    """The Hub's rule of thumb: LFS suffixes, files over 10 MB, and binary content go to LFS."""
-    return path.lower().endswith(LFS_SUFFIXES) or size > LFS_MIN_SIZE or b"\0" in sample[:8000]
 
 
 # ---- commit operations: each checks its path once, when it is made ---------------------------------------
@@ -182,14 +108,6 @@ def _apply(files: dict[str, FileEntry], op: CommitOperation, has_blob) -> None:
             raise EntryNotFound(f"A folder with this name doesn't exist: {op.path}")
         for p in doomed:
             del files[p]
-
-
-def repo_not_found(repo_type: str, repo_id: str) -> RepoNotFound:
-    # The same words whether the repo is missing or private: its existence is not revealed.
-    return RepoNotFound(
-        f"Repository Not Found for url: {repo_type}s/{repo_id}. If you are trying to access a private "
-        "repo, make sure you are authenticated."
-    )
 
 
 @dataclass(frozen=True)
@@ -258,8 +176,7 @@ class BlobWriter:
 
     def abort(self) -> None:
         self._file.close()
-        if os.path.exists(self._tmp):
-            os.unlink(self._tmp)
+        Path(self._tmp).unlink(missing_ok=True)
 
 
 def _now() -> str:
@@ -375,7 +292,7 @@ class Storage:
         path = self.blob_path(sha256)
         sha1 = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
         with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
                 sha1.update(chunk)
         return sha1.hexdigest()
 
@@ -394,8 +311,7 @@ class Storage:
         return self.lookup(repo_type, repo_id) is not None
 
     def require(self, repo_type: str, repo_id: str) -> Path:
-        if self.lookup(repo_type, repo_id) is None:
-            raise repo_not_found(repo_type, repo_id)
+        self.meta(repo_type, repo_id)  # the same 404 for a missing and a private repo
         return self._folder_of(repo_type, repo_id)
 
     def meta(self, repo_type: str, repo_id: str) -> RepoRecord:
@@ -410,9 +326,7 @@ class Storage:
             record = self.meta(repo_type, repo_id)
             meta = self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
             self._write_atomic(d / "meta.json", json.dumps({**meta, "private": bool(private)}).encode())
-            self._repos[(repo_type, repo_key(repo_id))] = RepoRecord(
-                repo_type, record.repo_id, bool(private), record.created_at
-            )
+            self._repos[(repo_type, repo_key(repo_id))] = replace(record, private=bool(private))
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
         """Create a repo with an initial commit holding ``.gitattributes``; None if it already exists (in
@@ -422,16 +336,13 @@ class Storage:
             if self.lookup(repo_type, repo_id) is not None:
                 return None
             shutil.rmtree(d, ignore_errors=True)  # what a create interrupted before its refs.json left
-            created = _now()
-            self._write_atomic(
-                d / "meta.json",
-                json.dumps({"id": repo_id, "private": bool(private), "created_at": created}).encode(),
-            )
+            record = RepoRecord(repo_type, repo_id, bool(private), _now())
+            meta = {"id": repo_id, "private": record.private, "created_at": record.created_at}
+            self._write_atomic(d / "meta.json", json.dumps(meta).encode())
             data = GITATTRIBUTES.encode()
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
             cid = self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
             self._write_atomic(d / "refs.json", json.dumps({"branches": {"main": cid}, "tags": {}}).encode())
-            record = RepoRecord(repo_type, repo_id, bool(private), created)
             self._repos[(repo_type, repo_key(repo_id))] = record
             return record
 
@@ -470,11 +381,10 @@ class Storage:
     def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
         """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``)."""
         d = self.require(repo_type, repo_id)
+        missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
         if not _COMMIT_RE.fullmatch(commit_id):
-            raise RevisionNotFound(f"Invalid rev id: {commit_id}")
-        obj = self._read_json(
-            d / "commits" / f"{commit_id}.json", RevisionNotFound(f"Invalid rev id: {commit_id}")
-        )
+            raise missing
+        obj = self._read_json(d / "commits" / f"{commit_id}.json", missing)
         obj.pop("files", None)  # older data folders kept the file table inside the commit
         return obj
 
@@ -503,9 +413,8 @@ class Storage:
         out: list[dict] = []
         cid: str | None = commit_id
         while cid and len(out) < limit:
-            obj = self.commit_object(repo_type, repo_id, cid)
-            out.append(obj)
-            cid = obj["parent"]
+            out.append(self.commit_object(repo_type, repo_id, cid))
+            cid = out[-1]["parent"]
         return out, cid
 
     def _write_commit(
@@ -574,15 +483,14 @@ class Storage:
                 if kind == "branches" and name == "main":
                     raise Forbidden("The main branch cannot be deleted")
                 del table[name]
+            elif name in table:
+                raise Conflict(f"{what} {name} already exists")
+            elif name in refs["tags" if kind == "branches" else "branches"]:
+                raise Conflict(
+                    f"A {'tag' if kind == 'branches' else 'branch'} named {name} already exists; branches and "
+                    "tags share one namespace",
+                    code="RefConflict",
+                )
             else:
-                if name in table:
-                    raise Conflict(f"{what} {name} already exists")
-                other = "tags" if kind == "branches" else "branches"
-                if name in refs[other]:
-                    raise Conflict(
-                        f"A {'branch' if other == 'branches' else 'tag'} named {name} already exists; branches "
-                        "and tags share one namespace",
-                        code="RefConflict",
-                    )
                 table[name] = target
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())

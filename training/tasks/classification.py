@@ -200,32 +200,22 @@ def infer_label_spec(
     if label_names is None:
         _check_unseen(eval_names, names, eval_source, "training")
         return LabelSpec(problem_type, label_list=names)
-    raw_ids = _ids_for_names(kind, names, eval_names, list(label_names), names_source, (source, eval_source))
-    return LabelSpec(problem_type, label_list=list(label_names), raw_ids=raw_ids)
-
-
-def _ids_for_names(
-    kind: str,
-    seen: list[str],
-    eval_seen: set,
-    label_names: list[str],
-    names_source: str,
-    sources: tuple[str, str],
-) -> dict:
-    """Label text -> id under fixed ``label_names``: integer labels index the names (unless they are the
-    names themselves, as a teacher trained on integer labels records them); text labels must be names."""
-    if kind == "int" and not set(seen) <= set(label_names):
-        ids = {str(i): i for i in range(len(label_names))}
-        outside = sorted((set(seen) | eval_seen) - set(ids), key=int)
+    # Fixed names: integer labels index them (unless they are the names themselves, as a teacher trained
+    # on integer labels records them); text labels must be names.
+    label_names = list(label_names)
+    if kind == "int" and not set(names) <= set(label_names):
+        raw_ids = {str(i): i for i in range(len(label_names))}
+        outside = sorted((set(names) | eval_names) - set(raw_ids), key=int)
         if outside:
             raise DataError(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
                 f"data has integer labels {[int(label) for label in outside[:10]]}; give one name per label id."
             )
-        return ids
-    _check_unseen(set(seen), label_names, sources[0], names_source)
-    _check_unseen(eval_seen, label_names, sources[1], names_source)
-    return {name: i for i, name in enumerate(label_names)}
+    else:
+        _check_unseen(set(names), label_names, source, names_source)
+        _check_unseen(eval_names, label_names, eval_source, names_source)
+        raw_ids = {name: i for i, name in enumerate(label_names)}
+    return LabelSpec(problem_type, label_list=label_names, raw_ids=raw_ids)
 
 
 def _multi_label_spec(
@@ -289,27 +279,6 @@ def drop_incomplete_rows(dataset, columns: list[str], source: str):
     return dataset, report
 
 
-def make_preprocess_function(
-    tokenizer,
-    spec: LabelSpec,
-    text_column: str,
-    text_pair_column: str | None,
-    label_column: str | None,
-    max_seq_length: int,
-):
-    """Batched ``datasets.map`` function: tokenised (pairs of) texts plus ``labels``."""
-
-    def preprocess(batch):
-        texts = [str(t) for t in batch[text_column]]
-        pairs = [str(t) for t in batch[text_pair_column]] if text_pair_column else None
-        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length)
-        if label_column is not None:
-            encoded["labels"] = [spec.encode(value) for value in batch[label_column]]
-        return encoded
-
-    return preprocess
-
-
 # --------------------------------------------------------------------------------------------------
 # The job: fine-tuning for classification (distillation builds on it, in training.tasks.distill)
 # --------------------------------------------------------------------------------------------------
@@ -358,20 +327,19 @@ def load_classification_data(
         "--label_column": settings.label_column,
     }
     needed = [c for c in columns.values() if c is not None]
-    require_columns(train, columns, train_name)
-    numeric = settings.problem_type in (None, "regression")  # a number can be a regression target
-    if numeric:
-        refuse_non_finite_labels(train[settings.label_column], train_name)
-    train, train_report = drop_incomplete_rows(train, needed, train_name)
-    require_rows(train, f"{train_name} (after skipping rows with empty values)")
-    eval_report = None
-    if evaluation is not None:
-        require_rows(evaluation, eval_name)
-        require_columns(evaluation, columns, eval_name)
-        if numeric:
-            refuse_non_finite_labels(evaluation[settings.label_column], eval_name)
-        evaluation, eval_report = drop_incomplete_rows(evaluation, needed, eval_name)
-        require_rows(evaluation, f"{eval_name} (after skipping rows with empty values)")
+
+    def checked(table, name: str):
+        """``(table, SkipReport)``: the table validated, rows with a missing value skipped."""
+        require_rows(table, name)
+        require_columns(table, columns, name)
+        if settings.problem_type in (None, "regression"):  # a number can be a regression target
+            refuse_non_finite_labels(table[settings.label_column], name)
+        table, report = drop_incomplete_rows(table, needed, name)
+        require_rows(table, f"{name} (after skipping rows with empty values)")
+        return table, report
+
+    train, train_report = checked(train, train_name)
+    evaluation, eval_report = (None, None) if evaluation is None else checked(evaluation, eval_name)
     if label_names is None and settings.label_names is not None:
         label_names = list(settings.label_names)
     spec = infer_label_spec(
@@ -402,43 +370,27 @@ def refuse_non_finite_labels(labels, source: str) -> None:
 def tokenize_classification(
     data: ClassificationData, settings: ClassificationSettings, tokenizer, max_seq_length: int, accelerator
 ):
-    """``(train_features, eval_features or None)`` ready for the loop's collator."""
-    preprocess = make_preprocess_function(
-        tokenizer,
-        data.spec,
-        data.text_column,
-        settings.text_pair_column,
-        settings.label_column,
-        max_seq_length,
-    )
+    """``(train_features, eval_features or None)`` ready for the loop's collator: tokenised (pairs of)
+    texts plus ``labels``."""
+    pair_column, label_column = settings.text_pair_column, settings.label_column
+
+    def preprocess(batch):
+        texts = [str(t) for t in batch[data.text_column]]
+        pairs = [str(t) for t in batch[pair_column]] if pair_column else None
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length)
+        if label_column is not None:
+            encoded["labels"] = [data.spec.encode(value) for value in batch[label_column]]
+        return encoded
+
     with accelerator.main_process_first():
-        train = data.train.map(
-            preprocess, batched=True, remove_columns=data.train.column_names, desc="tokenizing train"
-        )
-        evaluation = (
+        return tuple(
             None
-            if data.evaluation is None
-            else data.evaluation.map(
-                preprocess, batched=True, remove_columns=data.evaluation.column_names, desc="tokenizing eval"
+            if table is None
+            else table.map(
+                preprocess, batched=True, remove_columns=table.column_names, desc=f"tokenizing {name}"
             )
+            for table, name in ((data.train, "train"), (data.evaluation, "eval"))
         )
-    return train, evaluation
-
-
-def evaluate_classification(spec: LabelSpec, model, dataloader, accelerator) -> dict:
-    """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
-    from briskbert.training.engine.evaluation import evaluation_loop
-
-    gathered = evaluation_loop(
-        model,
-        dataloader,
-        accelerator,
-        lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
-    )
-    labels = gathered["labels"].numpy()
-    if spec.problem_type == "single_label_classification":
-        labels = labels.astype(int)
-    return classification_metrics(gathered["logits"].numpy(), labels, spec.problem_type)
 
 
 class ClassificationTask(Task):
@@ -498,7 +450,20 @@ class ClassificationTask(Task):
         )
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
-        return evaluate_classification(self.spec, model, dataloader, accelerator)
+        """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
+        from briskbert.training.engine.evaluation import evaluation_loop
+
+        spec = self.spec
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
+        )
+        labels = gathered["labels"].numpy()
+        if spec.problem_type == "single_label_classification":
+            labels = labels.astype(int)
+        return classification_metrics(gathered["logits"].numpy(), labels, spec.problem_type)
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts
