@@ -97,6 +97,19 @@ def test_repo_lifecycle_and_error_codes(hub):
     assert status == 404 and h["X-Error-Code"] == "EntryNotFound"
     tree = call(f"{u}/api/models/testuser/r/tree/main?recursive=false")[2]
     assert [(e["type"], e["path"]) for e in tree] == [("file", ".gitattributes"), ("directory", "a")]
+    # a deleted folder takes every file under it, and only those (not a sibling whose name starts alike)
+    commit = ndjson(
+        {"key": "header", "value": {"summary": "x"}}, file_line("a/c/d.txt", b"d"), file_line("ab.txt", b"e")
+    )
+    assert call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit)[0] == 200
+    drop = ndjson(
+        {"key": "header", "value": {"summary": "x"}}, {"key": "deletedFolder", "value": {"path": "a"}}
+    )
+    assert call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=drop)[0] == 200
+    tree = call(f"{u}/api/models/testuser/r/tree/main?recursive=true")[2]
+    assert [e["path"] for e in tree if e["type"] == "file"] == [".gitattributes", "ab.txt"]
+    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=drop)
+    assert status == 404 and h["X-Error-Code"] == "EntryNotFound"
     assert call(f"{u}/api/repos/delete", "DELETE", {"name": "r", "organization": "testuser"}, AUTH)[0] == 200
     assert call(f"{u}/api/models/testuser/r")[0] == 404
 
