@@ -3,6 +3,7 @@ attention, or packed through a varlen attention kernel), the sparse MLM decoder 
 Speed itself is measured by scripts/benchmark.py against transformers' models, never by timed tests."""
 
 import itertools
+import json
 
 import pytest
 import torch
@@ -205,3 +206,29 @@ def test_bf16_inference_stays_close_to_fp32():
     assert got.dtype == torch.bfloat16
     # bf16 keeps 8 bits of mantissa: relative error of a few 1e-3 per op, a few 1e-2 after two layers.
     assert (got.float() - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+def test_the_benchmark_command_times_each_model_against_the_reference_and_writes_its_report(tmp_path, capsys):
+    """`briskbert benchmark` at a toy size: every model timed, bert-sdpa fp32 the 1.0 reference, the report's
+    three files written and its table printed."""
+    from briskbert.cli import main
+
+    sizes = "--hidden_size 64 --num_hidden_layers 2 --num_attention_heads 2 --intermediate_size 128"
+    runs = "--batch_size 4 --num_batches 2 --rounds 1 --tasks infer --dtypes fp32 --weights random"
+    argv = [
+        "benchmark",
+        *sizes.split(),
+        *runs.split(),
+        "--models",
+        "bert-sdpa",
+        "briskbert",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "benchmark.json").read_text())
+    speed = {row["model"]: row for row in report["results"]}
+    assert set(speed) == {"bert-sdpa", "briskbert"} and speed["bert-sdpa"]["vs_reference_fp32"] == 1.0
+    assert speed["briskbert"]["tokens_per_s"] > 0 and (tmp_path / "benchmark.png").stat().st_size > 0
+    assert (tmp_path / "benchmark.csv").read_text().startswith("task,dtype,model,tokens_per_s")
+    assert "| infer | fp32 | briskbert |" in capsys.readouterr().out

@@ -27,7 +27,8 @@ class Output:
 
 def main(argv=None):
     settings, output = parse(__doc__, Settings, Output, argv=argv)
-    from briskbert.training.experiments.benchmarking import markdown_table, run, write_outputs
+    from briskbert.training.experiments.benchmark_report import markdown_table, write_outputs
+    from briskbert.training.experiments.benchmarking import run
 
     report = run(settings)
     write_outputs(report, output.out)
