@@ -385,3 +385,17 @@ def load_reranker(
     return Reranker(
         model.eval(), tokenizer, top_k, max_seq_length, batch_size, fusion_weight, fusion, lexical_weight
     )
+
+
+def load_reranker_of(settings, batch_size: int):
+    """The re-ranker a command's ``RerankerArguments`` name, or ``None`` when they name none."""
+    if not settings.reranker_model_name_or_path:
+        return None
+    return load_reranker(
+        settings.reranker_model_name_or_path,
+        settings.rerank_top_k,
+        settings.reranker_max_seq_length,
+        batch_size,
+        settings.fusion_weight,
+        settings.lexical_weight,
+    )

@@ -29,7 +29,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -365,6 +365,15 @@ def search_index(
     ids = [[loaded.ids[row] for row in found if row >= 0] for found in rows]
     scores = torch.from_numpy(np.where(rows >= 0, scores, -np.inf).astype(np.float32))
     return ids, scores
+
+
+def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_name: str):
+    """``retriever``, searching ``index_dir`` instead of the exact collection when one is given (checked with
+    :func:`check_index` first)."""
+    if not index_dir:
+        return retriever
+    check_index(index_dir, corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
+    return replace(retriever, index_dir=index_dir)
 
 
 def check_index(

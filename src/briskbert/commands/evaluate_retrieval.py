@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
@@ -67,6 +67,8 @@ def main(argv=None):
     )  # fmt: skip
     from briskbert.training.retrieval.dense import load_collection, load_retriever
     from briskbert.training.retrieval.evaluation import evaluate_retrieval
+    from briskbert.training.retrieval.reranking import load_reranker_of
+    from briskbert.training.retrieval.vector_index import with_index
 
     task = load_collection(source)
     retriever = load_retriever(
@@ -76,26 +78,8 @@ def main(argv=None):
         models.max_seq_length,
         models.batch_size,
     )
-    if index.index:
-        from briskbert.training.retrieval.vector_index import check_index
-
-        check_index(
-            index.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
-            models.model_name_or_path,
-        )  # fmt: skip
-        retriever = replace(retriever, index_dir=index.index)
-    reranker = None
-    if reranking.reranker_model_name_or_path:
-        from briskbert.training.retrieval.reranking import load_reranker
-
-        reranker = load_reranker(
-            reranking.reranker_model_name_or_path,
-            reranking.rerank_top_k,
-            reranking.reranker_max_seq_length,
-            models.batch_size,
-            reranking.fusion_weight,
-            reranking.lexical_weight,
-        )
+    retriever = with_index(retriever, index.index, task.corpus_ids, models.model_name_or_path)
+    reranker = load_reranker_of(reranking, models.batch_size)
     report = evaluate_retrieval(task, retriever, reranker)
     report["model"], report["reranker"] = models.model_name_or_path, reranking.reranker_model_name_or_path
     report["index"] = index.index

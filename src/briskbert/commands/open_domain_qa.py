@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
@@ -71,7 +71,8 @@ def main(argv=None):
     )  # fmt: skip
     from briskbert.training.retrieval.dense import load_collection, load_retriever
     from briskbert.training.retrieval.open_domain_qa import load_reader
-    from briskbert.training.retrieval.reranking import load_reranker
+    from briskbert.training.retrieval.reranking import load_reranker_of
+    from briskbert.training.retrieval.vector_index import with_index
 
     task = load_collection(source)
     retriever = load_retriever(
@@ -83,24 +84,8 @@ def main(argv=None):
     reader = load_reader(
         models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, models.batch_size
     )
-    if index.index:
-        from briskbert.training.retrieval.vector_index import check_index
-
-        check_index(
-            index.index, task.corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec,
-            models.retriever_model_name_or_path,
-        )  # fmt: skip
-        retriever = replace(retriever, index_dir=index.index)
-    reranker = None
-    if reranking.reranker_model_name_or_path:
-        reranker = load_reranker(
-            reranking.reranker_model_name_or_path,
-            reranking.rerank_top_k,
-            reranking.reranker_max_seq_length,
-            models.batch_size,
-            reranking.fusion_weight,
-            reranking.lexical_weight,
-        )
+    retriever = with_index(retriever, index.index, task.corpus_ids, models.retriever_model_name_or_path)
+    reranker = load_reranker_of(reranking, models.batch_size)
     if run.question:
         from briskbert.training.retrieval.fusion import validation_warning
 
