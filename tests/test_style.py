@@ -58,3 +58,17 @@ def test_code_imports_the_namespace_never_the_folders():
                 f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] in folders
             ]
     assert not offenders, offenders
+
+
+def test_the_budget_script_counts_a_repeated_run_once_and_ignores_indentation(tmp_path):
+    """scripts/budgets.py: seven shared lines (indented differently) are one repeated block, six lines of which
+    differ in one line are none."""
+    import runpy
+
+    repeated_blocks = runpy.run_path(str(ROOT / "scripts" / "budgets.py"))["repeated_blocks"]
+    shared = [f"value_{i} = {i}" for i in range(7)]
+    (tmp_path / "a.py").write_text("\n".join(["a = 0", *shared]) + "\n")
+    (tmp_path / "b.py").write_text("\n".join(f"    {line}" for line in shared) + "\n")
+    (tmp_path / "c.py").write_text("\n".join([*shared[:3], "other = 1", *shared[4:]]) + "\n")
+    assert repeated_blocks([tmp_path / "a.py", tmp_path / "b.py"]) == 1
+    assert repeated_blocks([tmp_path / "a.py", tmp_path / "c.py"]) == 0
