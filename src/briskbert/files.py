@@ -7,6 +7,8 @@ target, which the next write of the same target replaces.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -91,3 +93,66 @@ def staged_folder(folder: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(staged, ignore_errors=True)
         raise
     replace_folder(staged, folder)
+
+
+MANIFEST_FILE = "manifest.json"
+_CHUNK = 1 << 20
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Make a folder's entries (new names, renames) durable: the file system may otherwise lose them on a
+    power loss even after the files themselves were synced."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as opened:
+        while chunk := opened.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: str | os.PathLike) -> None:
+    """Sync every file under ``folder`` to disk, then write ``manifest.json`` (each file's size and sha256)
+    last, synced, and sync the folder: a folder with a manifest is one whose files were complete on disk."""
+    folder = Path(folder)
+    entries = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+        with open(path, "rb+") as written:
+            os.fsync(written.fileno())
+        entries[path.relative_to(folder).as_posix()] = {
+            "size": path.stat().st_size,
+            "sha256": file_digest(path),
+        }
+    write_atomic(folder / MANIFEST_FILE, json.dumps({"files": entries}, indent=1), fsync=True)
+    for sub in sorted({p.parent for p in folder.rglob("*") if p.is_file()}, key=lambda p: -len(p.parts)):
+        fsync_folder(sub)
+
+
+def manifest_problem(folder: str | os.PathLike) -> str | None:
+    """What is wrong with ``folder`` against its ``manifest.json``, in one line naming the file, or None when
+    every listed file is there with its size and sha256 (or the folder has no manifest: an older save)."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST_FILE
+    if not manifest.is_file():
+        return None
+    try:
+        entries = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        listed = {name: (int(entry["size"]), str(entry["sha256"])) for name, entry in entries.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"{manifest} is not a readable manifest"
+    for name, (size, sha256) in listed.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{path} is missing (listed in {MANIFEST_FILE})"
+        if path.stat().st_size != size:
+            return f"{path} has {path.stat().st_size:,} bytes, {size:,} when it was written (truncated or replaced)"
+        if file_digest(path) != sha256:
+            return f"{path} does not match the sha256 it was written with (its bytes changed since)"
+    return None
