@@ -11,10 +11,13 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from briskbert.errors import UserError
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -156,3 +159,45 @@ def manifest_problem(folder: str | os.PathLike) -> str | None:
         if file_digest(path) != sha256:
             return f"{path} does not match the sha256 it was written with (its bytes changed since)"
     return None
+
+
+LOCK_FILE = ".briskbert.lock"
+
+
+class FolderBusy(UserError):
+    """Another live process holds the folder's lock (``holder`` says which, as written in the lock)."""
+
+    def __init__(self, folder: Path, holder: str):
+        super().__init__(
+            f"{folder} is in use by another run ({holder}); wait for it to finish or choose another folder"
+        )
+        self.folder, self.holder = folder, holder
+
+
+@contextmanager
+def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
+    """Hold ``folder``'s lock (``.briskbert.lock``, an advisory ``flock``) for the body: one writer per
+    folder. A lock held by a live process raises :class:`FolderBusy`; the operating system releases the lock
+    of a process that died, so its leftover file is taken over. Yields what the leftover file said about its
+    dead writer (to be reported), or None."""
+    import fcntl
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusy(folder, os.pread(handle, 4096, 0).decode("utf-8", "replace").strip()) from None
+        leftover = os.pread(handle, 4096, 0).decode("utf-8", "replace").strip() or None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        try:
+            yield leftover
+        finally:
+            os.ftruncate(handle, 0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        os.close(handle)
