@@ -23,6 +23,8 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
+from briskbert import inputs
+from briskbert.errors import UserError
 from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
 
 from .rules import check_card_text
@@ -95,8 +97,8 @@ _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow
 _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
 
 
-class CardError(ValueError):
-    """The folder or the facts cannot make a valid card."""
+class CardError(UserError, ValueError):
+    """The folder or the facts cannot make a valid card: one line naming the file (and field) and the fix."""
 
 
 def task_for_architecture(architecture: str) -> tuple[str, str, str]:
@@ -111,16 +113,51 @@ def task_for_architecture(architecture: str) -> tuple[str, str, str]:
     )
 
 
-def read_config(model_dir: str | Path) -> dict:
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise CardError(f"{path} is missing: save the model with save_pretrained first")
-    return json.loads(path.read_text())
+def read_json_object(path: Path) -> dict:
+    """A JSON object file whose every string is valid Unicode (the one reader, :mod:`briskbert.inputs`)."""
+    try:
+        return inputs.read_json_object(path, "--model_dir", "save the model with save_pretrained")
+    except UserError as error:
+        raise CardError(str(error)) from None
+
+
+def _config_problem(config: dict) -> str | None:
+    """What is wrong with the fields of ``config.json`` (or ``tokenizer_config.json``) the card and the
+    publisher read, or None; other fields are shown as they are."""
+    archs, auto_map, labels = config.get("architectures"), config.get("auto_map"), config.get("id2label")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        return f"'architectures' must be a list of class names, got {archs!r:.80}"
+    if "model_type" in config and not isinstance(config["model_type"], str):
+        return f"'model_type' must be a string, got {config['model_type']!r:.80}"
+    if auto_map is not None and not (
+        isinstance(auto_map, dict)
+        and all(
+            isinstance(ref, str) or isinstance(ref, list) and all(isinstance(r, str | None) for r in ref)
+            for ref in auto_map.values()
+        )
+    ):
+        return f"'auto_map' must map Auto classes to 'module.Class' names, got {auto_map!r:.80}"
+    if labels is not None and not (isinstance(labels, dict) and all(k.isdecimal() for k in labels)):
+        return f"'id2label' must map label ids (0, 1, ...) to names, got {labels!r:.80}"
+    return None
+
+
+def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
+    """``config.json`` (or ``tokenizer_config.json``), with the fields the card and the publisher use checked."""
+    path = Path(model_dir) / name
+    config = read_json_object(path)
+    problem = _config_problem(config)
+    if problem:
+        raise CardError(f"{path}: {problem}; save the model with save_pretrained again")
+    return config
 
 
 def read_facts(model_dir: str | Path) -> TrainingFacts:
     """The folder's training facts (empty facts without ``training_facts.json``); a file this version
     cannot read is a :class:`CardError`."""
+    path = Path(model_dir) / "training_facts.json"
+    if path.is_file():
+        read_json_object(path)  # text that cannot be written into a card
     try:
         return read_training_facts(model_dir)
     except FactsError as error:
@@ -277,7 +314,10 @@ def render_card(
     )
     problems = check_card(card)
     if problems:
-        raise CardError("The rendered card is invalid:\n  " + "\n  ".join(problems))
+        sources = "config.json" + (
+            " and training_facts.json" if (model_dir / "training_facts.json").is_file() else ""
+        )
+        raise CardError(f"The card rendered from {model_dir}'s {sources} is invalid: " + "; ".join(problems))
     return card
 
 
@@ -325,7 +365,7 @@ def _card_data(
             )
             for name, value in metrics.items()
         ]
-    tags = ["briskbert", "bert", "encoder", config.get("model_type", "briskbert")]
+    tags = ["briskbert", "bert", "encoder", config.get("model_type") or "briskbert"]
     tags += list(job.tags)
     if quantization:
         tags += [quantization.get("precision", "int8"), "quantized", quantization.get("backend", "torchao")]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
 
-from .card import CardError, read_config, task_for_architecture
+from .card import CardError, read_config, read_json_object, task_for_architecture
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -95,11 +95,10 @@ def _code_files(folder: Path, auto_map: dict, missing: list[str]) -> list[str]:
 
 
 def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
-    try:
-        config = read_config(folder)
-    except (CardError, ValueError):
-        missing.append("config.json (a readable model configuration)")
+    if not (folder / "config.json").is_file():
+        missing.append("config.json (the model configuration)")
         return []
+    config = read_config(folder)  # a malformed one is a CardError naming the file and the field
     archs = config.get("architectures") or []
     if not archs:
         missing.append("config.json 'architectures' (which head this model is)")
@@ -112,15 +111,19 @@ def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
             if auto_class not in auto_map:
                 missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
         except CardError as e:
-            missing.append(str(e))
+            missing.append(f"config.json 'architectures' naming a known head ({e})")
     chosen = [f for f in CONFIG_FILES if (folder / f).is_file()]
     return chosen + _code_files(folder, auto_map, missing)
 
 
 def _weights(folder: Path, missing: list[str]) -> list[str]:
     if (folder / "model.safetensors.index.json").is_file():
-        index = json.loads((folder / "model.safetensors.index.json").read_text())
-        shards = sorted(set(index.get("weight_map", {}).values()))
+        weight_map = read_json_object(folder / "model.safetensors.index.json").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(s, str) for s in weight_map.values()):
+            raise CardError(
+                f"{folder / 'model.safetensors.index.json'} has no 'weight_map' of tensor -> file"
+            )
+        shards = sorted(set(weight_map.values()))
         missing += [s for s in shards if not (folder / s).is_file()]
         return ["model.safetensors.index.json"] + [s for s in shards if (folder / s).is_file()]
     if (folder / "model.safetensors").is_file():
@@ -140,7 +143,7 @@ def _tokenizer(folder: Path, missing: list[str]) -> list[str]:
             "tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)"
         )
         return []
-    tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    tok_cfg = read_config(folder, "tokenizer_config.json")
     return tok_files + _code_files(folder, tok_cfg.get("auto_map") or {}, missing)
 
 

@@ -1,4 +1,4 @@
-"""Publish a saved model folder to the Hub (or a Hub-compatible server) as one commit, then verify it.
+"""Publish a saved model folder to the Hub (or a Hub-compatible server): verified first, then committed.
 
     publish("outputs/sst2", "me/briskbert-sst2", tag="v1")
 
@@ -13,23 +13,31 @@ The steps, in the order ``publish`` takes them:
 3. **Check the tag up front**: an existing ``tag`` is accepted only when it already names the branch head
    and nothing changed (a re-run of a finished publish); otherwise the publish stops before any write.
 4. **Create the repo** (and branch) if needed.
-5. **Commit** everything in one ``create_commit`` whose parent is the branch head read just before, so the
-   commit lands whole or not at all; when another writer moved the branch meanwhile (HTTP 412), the error
-   says where the branch is now. Files already on the Hub with the same content are skipped; with
-   nothing changed no commit is made. Files the branch has that the folder no longer has are deleted.
-6. **Verify** the commit in a clean interpreter (``verification.verify_commit``).
+5. **Commit** everything in one ``create_commit`` whose parent is the branch head read before, so the commit
+   lands whole or not at all; when another writer moved the branch meanwhile (HTTP 412), the error says
+   where the branch is now. Files already on the Hub with the same content are skipped; when the branch
+   already holds exactly these files no commit is made. Files the branch has that the folder no longer has
+   are deleted.
+6. **Verify** in a clean interpreter (``verification.verify_commit``) before the branch sees anything: the
+   commit goes to a new staging branch made from the head, is verified as the Hub serves it, and only then
+   are the same files committed to the branch (``_Publisher.staged`` says why not a branch move). A failed
+   verification leaves the branch where it was and says so; the staging branch is deleted either way. With
+   ``verify=False`` the commit goes straight to the branch (the command checks the folder's integrity
+   first: ``briskbert.inputs.check_model_folder``).
 7. **Tag** it, only after verification passed (or was skipped with ``verify=False``): a commit that
    failed verification is never tagged.
 
 Network failures, timeouts, 408, 429 and 5xx answers are retried with exponential backoff; other 4xx
-answers are not (they would fail the same way). A ``PublishError`` says which step failed and what state
-the repo is in. The token is taken from ``token=`` or the usual huggingface_hub sources (``HF_TOKEN``, the
-saved login) and never printed or uploaded.
+answers are not (they would fail the same way), nor is 507 (the Hub's disk is full): its message is shown.
+A ``PublishError`` says in one line which step failed and what state the repo is in. The token is taken
+from ``token=`` or the usual huggingface_hub sources (``HF_TOKEN``, the saved login) and never printed or
+uploaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -84,16 +92,34 @@ class PublishResult:
 
 
 # ---- 3-7. the steps that talk to the Hub ---------------------------------------------------------------
-def _retryable(exc: BaseException) -> bool:
-    """Transport failures, timeouts, 408, 429 and 5xx; never another 4xx (it would fail the same way)."""
-    import httpx2  # huggingface_hub's HTTP client, declared in pyproject.toml
+def _http_error(exc: BaseException | None):
+    """The Hub's HTTP error behind ``exc`` (huggingface_hub wraps a failed LFS upload in a RuntimeError), or
+    None."""
     from huggingface_hub.errors import HfHubHTTPError
+
+    while exc is not None and not isinstance(exc, HfHubHTTPError):
+        exc = exc.__cause__
+    return exc if exc is not None and exc.response is not None else None
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Transport failures, timeouts, 408, 429 and 5xx; never another 4xx (it would fail the same way), nor 507
+    (the Hub's disk is full: the same write would fail again)."""
+    import httpx2  # huggingface_hub's HTTP client, declared in pyproject.toml
 
     if isinstance(exc, (httpx2.TransportError, TimeoutError, ConnectionError)):
         return True
-    if isinstance(exc, HfHubHTTPError) and exc.response is not None:
-        return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
-    return False
+    http = _http_error(exc)
+    status = http.response.status_code if http is not None else 0
+    return (status >= 500 and status != 507) or status in (408, 429)
+
+
+def _error_text(exc: BaseException) -> str:
+    """What went wrong, in one line: the Hub's own words (``X-Error-Message``) when it sent any."""
+    http, text = _http_error(exc), str(exc) or type(exc).__name__
+    if http is not None and http.server_message:
+        text = f"the Hub answered {http.response.status_code}: {http.server_message}"
+    return " ".join(text.split()).rstrip(".")
 
 
 @contextlib.contextmanager
@@ -146,14 +172,14 @@ class _Publisher:
                     )
                     time.sleep(wait)
                     continue
-                message = str(e) or type(e).__name__
+                message = _error_text(e)
                 message = message.replace(self.token, "***") if self.token else message
                 state = state() if callable(state) else state
                 if not transient:
-                    raise PublishError(f"{step} failed: {message}\n{state}") from None
+                    raise PublishError(f"{step} failed: {message}. {state}") from None
                 raise PublishError(
                     f"{step} failed after {self.attempts} attempts; last error: {type(e).__name__}: "
-                    f"{message[:500]}\n{state}\nRe-run the same command to finish publishing."
+                    f"{message[:500]}. {state} Re-run the same command to finish publishing."
                 ) from None
 
     def head(self) -> str:
@@ -224,17 +250,16 @@ class _Publisher:
             "was published; re-run to publish on top of it."
         )
 
-    def commit(self, message: str) -> tuple[str, str, bool]:
-        """Step 5: (commit id, commit URL, whether a new commit was made). One commit whose parent is the
-        head read just before: it lands whole or not at all. Losing a race to another writer (HTTP 412) is
-        not retried: the files were chosen against a head that is gone."""
+    def commit(
+        self, message: str, branch: str, parent: str, state: str | Callable[[], str]
+    ) -> tuple[str, str]:
+        """Step 5: (commit id, commit URL) of one commit of exactly these files on ``branch``, whose parent must
+        be ``parent``: it lands whole or not at all. Losing a race to another writer (HTTP 412) is not retried:
+        the files were chosen against a head that is gone."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
         from huggingface_hub.errors import HfHubHTTPError
 
-        started_from = self.call("read branch head", self.head, NOTHING_PUBLISHED)
-
         def push():
-            parent = self.head()
             remote = self.api.list_repo_files(self.repo_id, revision=parent)
             stale = sorted(set(remote) - set(self.files) - {".gitattributes"})
             ops = [
@@ -243,20 +268,54 @@ class _Publisher:
             ]
             ops += [CommitOperationDelete(path_in_repo=p) for p in stale]
             try:
-                info = self.api.create_commit(
-                    self.repo_id, ops, revision=self.revision, parent_commit=parent, commit_message=message
+                return self.api.create_commit(
+                    self.repo_id, ops, revision=branch, parent_commit=parent, commit_message=message
                 )
             except HfHubHTTPError as e:
                 if e.response is None or e.response.status_code != 412:
                     raise
                 raise PublishError(
-                    f"commit lost a race: another commit landed on {self.repo_id}@{self.revision} after this "
-                    f"publish read its head. {self.branch_state(parent)}"
+                    f"commit lost a race: another commit landed on {self.repo_id}@{branch} after this "
+                    f"publish read its head. {state() if callable(state) else state}"
                 ) from None
-            return parent, info
 
-        parent, info = self.call("commit", push, lambda: self.branch_state(started_from))
-        return info.oid, info.commit_url, info.oid != parent
+        info = self.call("commit", push, state)
+        return info.oid, info.commit_url
+
+    def staged(self, message: str, head: str, verify: Callable[[str], dict]) -> tuple[tuple | None, dict]:
+        """Steps 5-6 with verification: commit to a new staging branch made from ``head``, verify what the Hub
+        serves from there, and only then commit the same files to the branch, whose parent must still be
+        ``head`` (a branch moved meanwhile is a 412: refused). The Hub's API cannot point an existing branch at
+        another commit (``create_branch`` makes new ones, ``main`` cannot be deleted, and a merge needs a pull
+        request, which the local Hub refuses), so the branch gets its own commit of exactly the files that were
+        verified, compared by hash once more just before: its content, not its id, is the verified one. The
+        staging branch is deleted either way. Returns ((commit id, URL) on the branch, or None when
+        verification failed; the verification)."""
+        staging = f"briskbert-staging-{secrets.token_hex(4)}"
+        self.call(
+            "create staging branch",
+            lambda: self.api.create_branch(self.repo_id, branch=staging, revision=head),
+            NOTHING_PUBLISHED,
+        )
+        unchanged = f"Nothing was published: {self.repo_id}@{self.revision} is unchanged at {head}."
+        try:
+            staged_id, _ = self.commit(message, staging, head, unchanged)
+            self.log(
+                f"Staged {staged_id} on {staging}; verifying it: fresh cache, clean interpreter, pipeline() ..."
+            )
+            verification = verify(staged_id)
+            if not verification.get("ok"):
+                return None, verification
+            if not self.call("compare", lambda: self.holds_these_files(staged_id), unchanged):
+                raise PublishError(f"The files changed on disk while {staged_id} was verified. {unchanged}")
+            return self.commit(message, self.revision, head, lambda: self.branch_state(head)), verification
+        finally:
+            try:
+                self.api.delete_branch(self.repo_id, branch=staging)
+            except Exception as e:  # noqa: BLE001 - a leftover branch is reported, not fatal
+                self.log(
+                    f"Could not delete the staging branch {staging} ({type(e).__name__}); delete it by hand."
+                )
 
 
 def _log_dry_run(result: PublishResult, log) -> None:
@@ -325,47 +384,65 @@ def publish(
         endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         api = HfApi(endpoint=endpoint, token=token)
         hub = _Publisher(api, repo_id, revision, files, attempts, backoff_s, timeout_s, token, log)
+        checks = dict(pipeline_tag=pipeline_tag, auto_class=auto_class, endpoint=endpoint, token=token)
         with _restored_timeout():
-            result.tagged = bool(tag) and hub.tag_is_done(tag)
-            hub.call(
-                "create repo",
-                lambda: api.create_repo(repo_id, private=private, exist_ok=True),
-                NOTHING_PUBLISHED,
+            _push(
+                hub,
+                result,
+                commit_message or f"Publish {folder.name} with briskbert",
+                private,
+                (lambda commit: verify_commit(repo_id, commit, timeout_s=verify_timeout_s, **checks))
+                if verify
+                else None,
             )
-            if revision != "main":
-                hub.call(
-                    "create branch",
-                    lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
-                    NOTHING_PUBLISHED,
-                )
-            message = commit_message or f"Publish {folder.name} with briskbert"
-            result.commit_id, result.commit_url, result.new_commit = hub.commit(message)
-            log(
-                ("Committed " if result.new_commit else "No changes; already published at ")
-                + result.commit_url
-            )
-            if verify:  # step 6
-                log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
-                v = result.verification = verify_commit(
-                    repo_id,
-                    result.commit_id,
-                    pipeline_tag=pipeline_tag,
-                    auto_class=auto_class,
-                    endpoint=endpoint,
-                    token=token,
-                    timeout_s=verify_timeout_s,
-                )
-                if result.verified:
-                    classes = f"{v['model_class']} + {v['tokenizer_class']}"
-                    log(f"Verified: {classes}, pipeline('{pipeline_tag}') -> {v['pipeline_output']}")
-                else:
-                    log("Verification FAILED:\n" + v.get("error", ""))
-            if tag and not result.tagged and (result.verified or not verify):  # step 7
-                state = f"The commit {result.commit_id} is published but not tagged."
-                hub.call("tag", lambda: api.create_tag(repo_id, tag=tag, revision=result.commit_id), state)
-                result.tagged = True
-                log(f"Tagged {result.commit_id} as {tag}")
-            elif tag and not result.tagged:
-                log(f"Not tagged as {tag}: a commit that failed verification is never tagged.")
-    log(f"Commit: {result.commit_url}")
+    if result.commit_url:
+        log(f"Commit: {result.commit_url}")
     return result
+
+
+def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, verify) -> None:
+    """Steps 3-7 against the Hub (the module docstring); ``verify(commit id)`` runs the verification, or is None."""
+    api, repo_id, revision, tag, log = hub.api, hub.repo_id, hub.revision, result.tag, hub.log
+    result.tagged = bool(tag) and hub.tag_is_done(tag)
+    hub.call(
+        "create repo", lambda: api.create_repo(repo_id, private=private, exist_ok=True), NOTHING_PUBLISHED
+    )
+    if revision != "main":
+        hub.call(
+            "create branch",
+            lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
+            NOTHING_PUBLISHED,
+        )
+    head = hub.call("read branch head", hub.head, NOTHING_PUBLISHED)
+    if hub.call("compare", lambda: hub.holds_these_files(head), NOTHING_PUBLISHED):  # a re-run: verify, tag
+        result.commit_id, result.commit_url = head, f"{api.endpoint}/{repo_id}/commit/{head}"
+        log(f"No changes; already published at {result.commit_url}")
+        if verify is not None:
+            log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
+            result.verification = verify(head)
+    elif verify is None:
+        committed = hub.commit(message, revision, head, lambda: hub.branch_state(head))
+        result.commit_id, result.commit_url = committed
+        result.new_commit = True
+        log(f"Committed {result.commit_url}")
+    else:
+        committed, result.verification = hub.staged(message, head, verify)
+        if committed is not None:
+            (result.commit_id, result.commit_url), result.new_commit = committed, True
+            log(f"Committed the verified files to {revision}: {result.commit_url}")
+    if verify is not None and result.verified:
+        v = result.verification
+        log(f"Verified: {v['model_class']} + {v['tokenizer_class']} -> {v['pipeline_output']}")
+    elif verify is not None:
+        log("Verification FAILED:\n" + result.verification.get("error", ""))
+        if result.commit_id is None:
+            log(
+                f"Not published: {repo_id}@{revision} stays at {head}; the staged commit failed verification."
+            )
+    if tag and not result.tagged and result.commit_id and (result.verified or verify is None):  # step 7
+        state = f"The commit {result.commit_id} is published but not tagged."
+        hub.call("tag", lambda: api.create_tag(repo_id, tag=tag, revision=result.commit_id), state)
+        result.tagged = True
+        log(f"Tagged {result.commit_id} as {tag}")
+    elif tag and not result.tagged:
+        log(f"Not tagged as {tag}: a commit that failed verification is never tagged.")

@@ -18,10 +18,35 @@ def render_quantized_readme(
     facts = read_quantization(folder)
     if facts["backend"] == "torchao":
         try:
-            return str(render_card(folder, repo_id=f"your-namespace/{folder_name}"))
+            card = str(render_card(folder, repo_id=f"your-namespace/{folder_name}"))
+            return card.rstrip("\n") + "\n\n" + speed_section(facts)
         except CardError:  # a head the card has no usage snippet for (multiple choice): the plain README
             pass
     return plain_readme(facts, folder_name, output_names, auto_class)
+
+
+def speed_section(facts: dict) -> str:
+    """The backends timed on the machine that wrote the folder, and the one kept (folders written before the
+    timing was added have none)."""
+    choice = facts.get("choice")
+    if not choice:
+        return ""
+    rows = "\n".join(
+        f"| {'**' + row['backend'] + '**' if row['backend'] == choice['backend'] else row['backend']} | "
+        f"{row['tokens_per_second']:,.0f} | {row['speedup']:.2f}x | {row['agreement']:.4f} | "
+        f"{'yes' if row['passed'] else 'no: ' + row['note']} |"
+        for row in choice["candidates"]
+    )
+    return f"""## Speed
+
+Kept: **{choice["backend"]}**, {choice["speedup"]:.2f}x the fp32 model's real tokens/s
+(`--backend {choice["requested"]}`), timed on the machine that quantized it: {choice["timed_on"]}.
+Another CPU may rank the backends differently: run `briskbert quantize` there.
+
+| backend | real tokens/s | x fp32 | lowest agreement | within thresholds |
+|---|---:|---:|---:|---|
+{rows}
+"""
 
 
 def evaluation_table(facts: dict) -> str:
@@ -34,7 +59,7 @@ def evaluation_table(facts: dict) -> str:
     )
     return f"""## Evaluation
 
-| data | metric | fp32 | int8 | change |
+| data | metric | fp32 | this model | change |
 |---|---|---:|---:|---:|
 {rows}
 
@@ -42,12 +67,12 @@ def evaluation_table(facts: dict) -> str:
 
 
 def usage_snippet(facts: dict, folder_name: str, auto_class: str) -> str:
-    if facts["backend"] == "torchao":
+    if facts["backend"] in ("torchao", "briskbert"):
+        needs = "# needs torchao (pip install torchao); the int8 weights load as they are\n"
         return f"""```python
 from transformers import {auto_class}
 
-# needs torchao (pip install torchao); the int8 weights load as they are
-model = {auto_class}.from_pretrained("{folder_name}", trust_remote_code=True)
+{needs if facts["backend"] == "torchao" else ""}model = {auto_class}.from_pretrained("{folder_name}", trust_remote_code=True)
 ```"""
     return f"""```python
 import onnxruntime
@@ -56,11 +81,18 @@ from transformers import AutoTokenizer
 folder = "{folder_name}"
 tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 session = onnxruntime.InferenceSession(f"{{folder}}/{facts["model_file"]}", providers=["CPUExecutionProvider"])
-batch = tokenizer(["A warm, funny film.", "Dull."], padding=True, return_tensors="np")
+texts = ["A warm, funny film.", "Dull.", "An hour too long."]
+# The graph computes every padded position: batch texts of similar length together.
+texts = sorted(texts, key=lambda text: len(tokenizer(text)["input_ids"]))
+batch = tokenizer(texts, padding=True, return_tensors="np")
 feed = {{graph_input.name: batch[graph_input.name] for graph_input in session.get_inputs()}}
 names = [graph_output.name for graph_output in session.get_outputs()]
 outputs = dict(zip(names, session.run(None, feed)))
-```"""
+```
+
+With briskbert installed, `briskbert.quantization.inference.OnnxModel("{folder_name}")(texts)` sorts, batches and
+puts the outputs back in the order of the texts. The graph uses ONNX Runtime's fused kernels (`com.microsoft`
+operators): it runs on ONNX Runtime's CPU provider."""
 
 
 def plain_readme(facts: dict, folder_name: str, output_names: list[str], auto_class: str) -> str:
@@ -68,6 +100,7 @@ def plain_readme(facts: dict, folder_name: str, output_names: list[str], auto_cl
     from briskbert.modeling.export import SENTENCE_EMBEDDING
 
     size = facts["weights_bytes"]
+    saved = size.get(facts["precision"], size["fp32"])
     rows = "\n".join(
         f"| `{a['output']}` | {a['metric']} | {a['mean']:.4f} | {a['worst']:.4f} | {a['max_abs_difference']:.3g} |"
         for a in facts["agreement"]["outputs"]
@@ -83,23 +116,24 @@ def plain_readme(facts: dict, folder_name: str, output_names: list[str], auto_cl
 library_name: {"onnxruntime" if facts["backend"] == "onnxruntime" else "transformers"}
 tags:
 - briskbert
-- {"onnx" if facts["backend"] == "onnxruntime" else "torchao"}
-- int8
-- quantized
+- {"onnx" if facts["backend"] == "onnxruntime" else facts["backend"]}
+- {facts["precision"]}
+{"- quantized" if facts["precision"] == "int8" else "- fused"}
 ---
 
 # {folder_name}
 
-`{facts["architecture"]}` from `{facts["source_model"]}`, quantized to int8 with {facts["method"]}.
+`{facts["architecture"]}` from `{facts["source_model"]}`, by `briskbert quantize`: {facts["method"]}.
 
 | | |
 |---|---|
 | file | `{facts["model_file"]}` |
 | precision | {facts["description"]} |
-| weights | {size["int8"] / 2**20:.1f} MiB (fp32: {size["fp32"] / 2**20:.1f} MiB, {size["ratio"]:.2f}x smaller) |
+| weights | {saved / 2**20:.1f} MiB (fp32: {size["fp32"] / 2**20:.1f} MiB, {size["ratio"]:.2f}x smaller) |
 | outputs | {", ".join(f"`{name}`" for name in output_names)} |
 {embedding_note}
-{evaluation_table(facts)}## Agreement with the fp32 model
+{evaluation_table(facts)}{speed_section(facts)}
+## Agreement with the fp32 model
 
 Measured on {facts["agreement"]["checked_on"]}; per-token outputs at real tokens.
 

@@ -3,6 +3,11 @@ their own exception types (``RepositoryNotFoundError``, ``RevisionNotFoundError`
 
 from __future__ import annotations
 
+import errno
+
+#: what a write fails with when the disk (or the writer's quota) is full
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
 
 class HubError(Exception):
     """An error the server turns into an HTTP response with ``X-Error-Code``."""
@@ -82,10 +87,29 @@ class RequestTimeout(HubError):
     status, code = 408, "RequestTimeout"
 
 
+class InsufficientStorage(HubError):
+    """The server's disk is full: nothing of the request was kept. Not a 5xx the clients retry (507 is not
+    among them): the same write would fail again until space is freed."""
+
+    status, code = 507, "InsufficientStorage"
+
+
 class ServerError(HubError):
     """A 500, without an ``X-Error-Code``: a bug, or the fault injector's."""
 
     status, code = 500, None
+
+
+def disk_full(error: OSError, size: int | None = None) -> InsufficientStorage | None:
+    """The answer to a write that found the disk full (None for any other ``OSError``): the file it failed
+    on stays in the server's log, the client is told nothing of the server's layout."""
+    if error.errno not in DISK_FULL_ERRNOS:
+        return None
+    carried = f"; the request carried {size:,} bytes" if size else ""
+    return InsufficientStorage(
+        f"The Hub's storage is full ({error.strerror or 'no space left on device'}): nothing of this request "
+        f"was stored{carried}. Retry once space is freed on the server."
+    )
 
 
 def repo_not_found(repo_type: str, repo_id: str) -> RepoNotFound:

@@ -7,8 +7,10 @@ Requests go through one dispatcher (``_Handler._dispatch``) over the route table
 checks the body's framing, the caller's account, the route's authorization and size limit from the headers
 alone, before a byte of the body is read (and before a ``100 Continue``); injects faults; and maps every
 ``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message`` (request text is never
-reflected raw into a header). The limits and deadlines are ``ServerLimits`` (``transport.py``); at most
-``max_connections`` connections are served at once (the rest get a 503 at once). ``docs/security.md`` lists
+reflected raw into a header); a write that finds the disk full is a logged 507 ``InsufficientStorage``, with
+nothing of it kept (``errors.disk_full``), and any other ``OSError`` closes the connection. The limits and
+deadlines are ``ServerLimits`` (``transport.py``); at most ``max_connections`` connections are served at once
+(the rest get a 503 at once). ``docs/security.md`` lists
 what the server defends against and what it does not.
 
 Accounts (``accounts.py``): each token belongs to a user and may write only under that user's name and the
@@ -61,7 +63,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .accounts import Account, Accounts
-from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized, repo_not_found
+from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized, disk_full, repo_not_found
 from .names import validate_repo_id
 from .routes import STEPS, Auth, Request, Response, Route, match
 from .storage import Storage
@@ -333,8 +335,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
         except HubError as e:
             self._write_error(e, body)
-        except OSError:  # a timeout, a deadline passed, or the client went away
-            self.close_connection = True
+        except OSError as e:
+            full = disk_full(e, body.length if body is not None else None)
+            if full is None:  # a timeout, a deadline passed, or the client went away
+                self.close_connection = True
+            else:  # storage removed what it had begun to write: answer, do not just hang up
+                logger.error("%s %s: %s %s", method, target.path, full.message, e.filename or "")
+                self._write_error(full, body)
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
             logger.exception("internal error")
             self._write_error(ServerError(f"Internal server error: {type(e).__name__}"), body)

@@ -12,8 +12,9 @@ Layout under ``data_dir``::
         refs.json                         {"branches": {name: commit}, "tags": {name: commit}}
 
 A commit is visible only once ``refs.json`` names it, and ``refs.json`` is replaced with ``os.replace``
-after the blobs, the file table and the commit object are on disk. A crash or a failed upload at any earlier
-point leaves at most unreferenced blobs or commits behind; readers never see a half-written commit.
+after the blobs, the file table and the commit object are on disk. A crash at any earlier point leaves at
+most unreferenced blobs or commits behind, a failed write (a full disk) only blobs; readers never see half
+a commit.
 
 The repos are also known in memory (``RepoRecord``): whether a repo exists and who may see it is answered
 without touching the disk, the same way for a private repo as for a missing one. Each commit's files are
@@ -58,6 +59,7 @@ from .names import REPO_TYPES, repo_key, validate_path, validate_ref_name, valid
 logger = logging.getLogger("hub_server")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_NO_REFS = {"branches": {}, "tags": {}}
 
 
 # ---- commit operations: each checks its path once, when it is made ---------------------------------------
@@ -338,11 +340,14 @@ class Storage:
             shutil.rmtree(d, ignore_errors=True)  # what a create interrupted before its refs.json left
             record = RepoRecord(repo_type, repo_id, bool(private), _now())
             meta = {"id": repo_id, "private": record.private, "created_at": record.created_at}
-            self._write_atomic(d / "meta.json", json.dumps(meta).encode())
             data = GITATTRIBUTES.encode()
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
-            cid = self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
-            self._write_atomic(d / "refs.json", json.dumps({"branches": {"main": cid}, "tags": {}}).encode())
+            try:  # a failure (a full disk) leaves no folder behind
+                self._write_atomic(d / "meta.json", json.dumps(meta).encode())
+                self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
+            except BaseException:
+                shutil.rmtree(d, ignore_errors=True)
+                raise
             self._repos[(repo_type, repo_key(repo_id))] = record
             return record
 
@@ -418,29 +423,31 @@ class Storage:
         return out, cid
 
     def _write_commit(
-        self, d: Path, parent: str | None, files: dict[str, FileEntry], title: str, message: str, author: str
-    ) -> str:
+        self, d: Path, parent, files: dict, title, message, author, refs=_NO_REFS, branch="main"
+    ):
+        """A new commit, then ``refs`` with ``branch`` moved to it; a failure (a full disk) removes both."""
         meta = {"parent": parent, "title": title, "message": message, "date": _now(), "author": author}
         tree = json.dumps({p: e.to_json() for p, e in sorted(files.items())}).encode()
         # Content, parent, time and a random salt: never reused for different content.
         salted = json.dumps(meta, sort_keys=True).encode() + tree + secrets.token_bytes(16)
         cid = hashlib.sha1(salted).hexdigest()
-        self._write_atomic(d / "trees" / f"{cid}.json", tree)
-        self._write_atomic(d / "commits" / f"{cid}.json", json.dumps({"id": cid, **meta}).encode())
+        written = (d / "trees" / f"{cid}.json", d / "commits" / f"{cid}.json")
+        moved = {**refs, "branches": {**refs["branches"], branch: cid}}
+        try:
+            self._write_atomic(written[0], tree)
+            self._write_atomic(written[1], json.dumps({"id": cid, **meta}).encode())
+            self._write_atomic(d / "refs.json", json.dumps(moved).encode())
+        except BaseException:  # no ref named the commit, so no reader saw it
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
         return cid
 
     def commit(
-        self,
-        repo_type: str,
-        repo_id: str,
-        branch: str,
-        operations: list[CommitOperation],
-        title: str,
-        message: str,
-        author: str,
-        parent_commit: str | None = None,
+        self, repo_type: str, repo_id: str, branch: str, operations: list, title, message, author, parent=None
     ) -> str:
-        """Apply ``operations`` to ``branch`` as one new commit and move the branch to it."""
+        """Apply ``operations`` (``CommitOperation``s) to ``branch`` as one new commit and move the branch to
+        it; ``parent``, when given, must be the branch's head."""
         d = self.require(repo_type, repo_id)
         with self._lock(str(d)):
             # Read under the lock: a repo deleted since ``require`` is a 404, never a half-made commit.
@@ -448,10 +455,10 @@ class Storage:
             if branch not in refs["branches"]:
                 raise RevisionNotFound(f"Invalid rev id: {branch} (commits go to an existing branch)")
             head = refs["branches"][branch]
-            if parent_commit and parent_commit != head:
+            if parent and parent != head:
                 raise PreconditionFailed(
                     f"A commit has happened since. Please refresh and try again. "
-                    f"(parentCommit {parent_commit} is not the head {head} of {branch})"
+                    f"(parentCommit {parent} is not the head {head} of {branch})"
                 )
             files = self.index(repo_type, repo_id, head).as_dict()
             for op in operations:
@@ -462,10 +469,7 @@ class Storage:
                     f"{self.max_repo_files}",
                     code="TooManyFiles",
                 )
-            cid = self._write_commit(d, head, files, title, message, author)
-            refs["branches"][branch] = cid
-            self._write_atomic(d / "refs.json", json.dumps(refs).encode())
-            return cid
+            return self._write_commit(d, head, files, title, message, author, refs, branch)
 
     def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None) -> None:
         """Create (target set) or delete (target None) a branch or tag. Branches and tags share one namespace:

@@ -25,6 +25,8 @@ MLP_TYPES = ("mlp", "glu")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 UNPAD_INPUTS = ("auto", "always", "never")
 POSITION_IDS_TYPES = ("index", "count_non_padding")
+# What turns a BERT config into a decoder's; an encoder-only model refuses them rather than ignore them.
+DECODER_OPTIONS = ("is_decoder", "add_cross_attention", "use_cache")
 
 
 class BriskBertConfig(PreTrainedConfig):
@@ -46,8 +48,10 @@ class BriskBertConfig(PreTrainedConfig):
             locally; None makes every layer local.
         attention_bias, mlp_bias: biases on the attention and MLP projections.
         classifier_pooling: `"cls"` or `"mean"`, the token summary the pooler and sentence heads use.
-        sparse_prediction: when labels are given, the MLM decoder runs only at masked positions and `logits`
-            holds one row per masked token (it costs as much as a small encoder per token otherwise).
+        sparse_prediction: when labels are given, the MLM decoder runs only at the labelled positions and `logits`
+            holds one row per labelled token (the decoder costs as much as a small encoder per token otherwise). False
+            (the default, as in transformers' ModernBertConfig) keeps `MaskedLMOutput`'s (batch, seq, vocab) logits;
+            the loss is the same either way. `briskbert pretrain` turns it on.
         unpad_inputs: `"auto"` runs the token-wise work (embeddings, projections, MLP, norms) on the real tokens only
             whenever a padded batch skips enough work to pay for gathering them; `"always"` whenever there is an
             attention mask; `"never"` keeps the padded (batch, seq) grid throughout. Outputs agree at real tokens;
@@ -106,7 +110,7 @@ class BriskBertConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
     classifier_pooling: str = "cls"
     classifier_dropout: float | None = None
-    sparse_prediction: bool = True
+    sparse_prediction: bool = False
     unpad_inputs: str = "auto"
     embedding_size: int | None = None
     position_ids_type: str = "index"
@@ -127,6 +131,15 @@ class BriskBertConfig(PreTrainedConfig):
             self.num_key_value_heads = self.num_attention_heads
         super().__post_init__(**kwargs)
         self._check_options()
+
+    def __setattr__(self, name, value):
+        # Every way in (keyword, config.json, from_pretrained(..., is_decoder=True), assignment) sets the attribute.
+        if name in DECODER_OPTIONS and value:
+            raise ValueError(
+                f"{name}={value!r} is not supported: BriskBert is an encoder-only model (bidirectional "
+                "self-attention, no cross-attention, no key/value cache)."
+            )
+        super().__setattr__(name, value)
 
     # -- validation ---------------------------------------------------------------------------------------
     def _check_options(self):

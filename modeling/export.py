@@ -67,6 +67,7 @@ class OnnxExportResult:
     output_names: list[str]
     checks: list[OnnxCheck] = field(default_factory=list)
     embedding: EmbeddingSpec | None = None  # the pooling a sentence_embedding output applies
+    fused: dict[str, int] = field(default_factory=dict)  # ONNX Runtime's fused kernels in the graph, by count
 
     @property
     def max_abs_difference(self) -> float:
@@ -384,12 +385,14 @@ def export_and_check(
     opset_version: int | None = None,
     overwrite_output_dir: bool = False,
     progress=print,
+    fuse: bool = True,
 ) -> OnnxExportResult:
     """Exports the folder's model (the head ``architecture``, default: the folder's own) to
     `output_dir/model.onnx` (written to a temporary folder, moved into place when complete) with its config and
     tokenizer files, and checks it against PyTorch on two batches of ``text_file`` lines (default: the bundled
     WikiText-2 excerpt) whose batch size and length differ from the traced sample. ``opset_version`` None:
-    torch's default."""
+    torch's default. ``fuse``: the graph with ONNX Runtime's fused kernels (:mod:`.onnx_fusion`), which only
+    ONNX Runtime runs; False: the exporter's plain ONNX graph."""
     prepare_output_dir(output_dir, overwrite_output_dir)
     model, tokenizer, architecture = load_for_export(model_dir, architecture)
     embedding = embedding_spec_of(model_dir, architecture)
@@ -405,12 +408,25 @@ def export_and_check(
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".export-") as staging:
         progress(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
         output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, opset_version, embedding)
+        fused = {}
+        if fuse:
+            from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
+
+            (Path(staging) / "fused").mkdir()
+            with quiet_loggers(*OPTIMIZER_LOGGERS):
+                fused, _ = optimize_onnx(
+                    Path(staging) / ONNX_FILE, Path(staging) / "fused" / ONNX_FILE, model.config
+                )
+            for name in os.listdir(Path(staging) / "fused"):
+                os.replace(Path(staging) / "fused" / name, Path(staging) / name)
+            os.rmdir(Path(staging) / "fused")
         result = OnnxExportResult(
             Path(output_dir) / ONNX_FILE,
             architecture,
             graph_input_names(Path(staging) / ONNX_FILE),
             output_names,
             embedding=embedding,
+            fused={name: count for name, count in fused.items() if count},
         )
         for batch in batches:
             result.checks.append(

@@ -29,6 +29,8 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -488,7 +490,7 @@ class BriskBertAttention(nn.Module):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         position_bias: torch.Tensor | None = None,
         layout: PaddedLayout = PADDED,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # The projections run in the batch's layout; the layout hands attention the (batch, seq) shape it works on.
         qkv = layout.to_attention(self.qkv(hidden_states))
@@ -734,6 +736,19 @@ class BriskBertPreTrainedModel(PreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 # The bare encoder
 # ---------------------------------------------------------------------------------------------------------------
+DECODER_INPUTS = ("encoder_hidden_states", "encoder_attention_mask", "past_key_values", "use_cache")
+
+
+def refuse_decoder_inputs(kwargs: dict) -> None:
+    """A decoder's inputs would otherwise pass through `**kwargs` unused, and the outputs not show it."""
+    for name in DECODER_INPUTS:
+        if kwargs.get(name) is not None and kwargs[name] is not False:
+            raise ValueError(
+                f"{name} is not supported: BriskBert is an encoder-only model (bidirectional self-attention, no "
+                "cross-attention, no key/value cache)."
+            )
+
+
 class BriskBertModel(BriskBertPreTrainedModel):
     def __init__(self, config: BriskBertConfig, add_pooling_layer: bool | None = None):
         """`add_pooling_layer`: None follows `config.add_pooling_layer` (the bare model); heads say what they need."""
@@ -770,10 +785,11 @@ class BriskBertModel(BriskBertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        refuse_decoder_inputs(kwargs)
         batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         device = input_ids.device if input_ids is not None else inputs_embeds.device
         if position_ids is None:
@@ -878,7 +894,7 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
         inputs_embeds=None,
         labels=None,
         num_items_in_batch=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         r"""With `labels` and `config.sparse_prediction`, `logits` holds one row per labelled position."""
         outputs = self.model(
@@ -925,7 +941,7 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
         labels=None,
         next_sentence_label=None,
         num_items_in_batch=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BertForPreTrainingOutput:
         outputs = self.model(
             input_ids=input_ids,
@@ -967,7 +983,7 @@ class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
         outputs = self.model(
             input_ids=input_ids,
@@ -1010,7 +1026,7 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         outputs = self.model(
             input_ids=input_ids,
@@ -1097,7 +1113,7 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         inputs_embeds=None,
         labels=None,
         tag_mask=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BriskBertTokenClassifierOutput:
         r"""`tag_mask` (bool, `(batch, seq)`): the positions to decode into `tags`; default: where `labels` != -100.
         Without either, only `logits` (and `loss`) are returned, as in an exported graph."""
@@ -1155,7 +1171,7 @@ class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
         inputs_embeds=None,
         start_positions=None,
         end_positions=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
         outputs = self.model(
             input_ids=input_ids,
@@ -1197,7 +1213,7 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels=None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         reference = input_ids if input_ids is not None else inputs_embeds
         num_choices = reference.shape[1]

@@ -1,8 +1,9 @@
-"""The two ways to int8: ONNX Runtime's dynamic quantization of the exported graph, and torchao on the PyTorch
-model (saved as a transformers folder that loads back as it is)."""
+"""The ways to a faster model: the fused ONNX graph (fp32, or with ONNX Runtime's dynamic int8 quantization), and
+torchao on the PyTorch model (saved as a transformers folder that loads back as it is)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -10,7 +11,8 @@ from torch import nn
 
 from briskbert.errors import UserError
 from briskbert.extras import TORCHAO_IMPORT_LOGGERS
-from briskbert.modeling.export import export_onnx, quiet_loggers
+from briskbert.modeling.export import ONNX_FILE, export_onnx, quiet_loggers
+from briskbert.modeling.onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
 
 from .request import QuantizeRequest
 
@@ -45,53 +47,50 @@ def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
     return kept
 
 
-# ------------------------------------------------------------------------------------------------- onnx backend
+# ------------------------------------------------------------------------------------------------- onnx backends
 def onnx_precision(request: QuantizeRequest) -> str:
     weights = "per output channel" if request.per_channel else "per tensor"
     bits = "7-bit range" if request.reduce_range else "int8"
     return (
         f"int8: weights {bits} ({weights}, symmetric), embedding tables int8, activations uint8 quantized per "
-        "tensor at run time"
+        "tensor at run time; fused attention, skip + LayerNorm and bias + GELU kernels"
     )
 
 
-def graph_nodes_of_modules(onnx_path: Path, modules: set[str]) -> list[str]:
-    """The graph nodes traced from the given modules (the exporter records each node's module path); the
-    export wraps the model in a module whose attribute is `model`, hence the prefix."""
-    import onnx
-
-    wanted = {f"model.{module}" for module in modules}
-    nodes = []
-    for node in onnx.load(str(onnx_path), load_external_data=False).graph.node:
-        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), "")
-        if any(f"'{module}'" in scopes for module in wanted):
-            nodes.append(node.name)
-    return nodes
+ONNX_FP32_PRECISION = "fp32: fused attention, skip + LayerNorm and bias + GELU kernels (ONNX Runtime)"
 
 
-def quantize_onnx(model, sample, embedding, keep: set[str], request: QuantizeRequest, staging: Path):
-    """Exports the fp32 graph, quantizes it into `staging`, and returns (fp32 bytes, output names)."""
+def export_fused(model, sample, embedding, folder: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """Exports the fp32 graph and writes its fused version to `folder`/model.onnx; returns the output names and
+    every node's module paths (for --keep_fp32)."""
+    raw = folder / "unfused"
+    raw.mkdir(parents=True)
+    output_names = export_onnx(model, sample, raw / ONNX_FILE, None, embedding)
+    with quiet_loggers(*OPTIMIZER_LOGGERS):
+        _, scopes = optimize_onnx(raw / ONNX_FILE, folder / ONNX_FILE, model.config)
+    shutil.rmtree(raw)
+    return output_names, scopes
+
+
+def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], request: QuantizeRequest) -> None:
+    """Quantizes the fused fp32 graph of `fp32_folder` into `folder`/model_quantized.onnx, leaving the nodes of
+    the `keep` modules in fp32."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    fp32_path = staging / "model_fp32.onnx"
-    output_names = export_onnx(model, sample, fp32_path, None, embedding)
-    external = (staging / "model_fp32.onnx.data").exists()
-    fp32_bytes = sum(path.stat().st_size for path in staging.glob("model_fp32.onnx*"))
-    # quantize_dynamic logs "Please consider to run pre-processing" on the root logger: for this graph
-    # pre-processing (shape inference, ORT's optimizer) was measured and changed neither speed nor agreement.
+    wanted = {f"model.{module}" for module in keep}  # the export wraps the model in an attribute `model`
+    excluded = [name for name, paths in scopes.items() if wanted & set(paths)]
+    folder.mkdir(parents=True, exist_ok=True)
+    # quantize_dynamic logs "Please consider to run pre-processing" on the root logger: the graph is fused already.
     with quiet_loggers("root"):
         quantize_dynamic(
-            fp32_path,
-            staging / QUANTIZED_ONNX_FILE,
+            fp32_folder / ONNX_FILE,
+            folder / QUANTIZED_ONNX_FILE,
             per_channel=request.per_channel,
             reduce_range=request.reduce_range,
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=graph_nodes_of_modules(fp32_path, keep),
-            use_external_data_format=external,
+            nodes_to_exclude=excluded,
+            use_external_data_format=(fp32_folder / f"{ONNX_FILE}.data").exists(),
         )
-    for path in staging.glob("model_fp32.onnx*"):
-        path.unlink()
-    return fp32_bytes, output_names
 
 
 # ------------------------------------------------------------------------------------------------- torch backend

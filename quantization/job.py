@@ -1,12 +1,16 @@
-"""The quantize job: load the fp32 model, quantize it into a staged folder, measure the agreement, refuse or
-describe the folder (``quantization.json`` and its README) and move it into place whole."""
+"""The quantize job: load the fp32 model, build the candidates (fp32 as it is, the fused ONNX graph in fp32 and int8,
+torchao int8) in a staged folder, measure each one's agreement with fp32 and its speed on the sample text, keep
+the requested one (or, with ``auto``, the fastest within the thresholds), describe the folder
+(``quantization.json`` and its README) and move it into place whole."""
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -17,12 +21,14 @@ from briskbert.hub_cards.card import QUANTIZATION_FILE
 from briskbert.hub_cards.quantized import render_quantized_readme
 from briskbert.modeling.export import (
     COMPANION_FILES,
+    ONNX_FILE,
     ExportInputError,
     embedding_spec_of,
     load_for_export,
     longest_input,
     model_outputs,
     onnxruntime_session,
+    read_texts,
     run_onnxruntime,
 )
 from briskbert.training.engine.facts import FACTS_FILE
@@ -36,8 +42,11 @@ from .agreement import (
     measure_agreement,
 )
 from .backends import (
+    ONNX_FP32_PRECISION,
     QUANTIZED_ONNX_FILE,
     auto_class_of,
+    export_fused,
+    fp32_bytes_of,
     modules_to_keep,
     onnx_precision,
     quantize_onnx,
@@ -45,9 +54,15 @@ from .backends import (
     quiet_torchao_import,
     torch_precision,
 )
+from .choice import TIMING_BATCH, choose, speed_table, time_candidates
+from .inference import length_batches
 from .request import Agreement, QuantizationRefused, QuantizationResult, QuantizeRequest
 
 README_FILE = "README.md"
+CANDIDATES = ".candidates"  # inside the staged folder: every candidate's files, until one is kept
+FP32_PRECISION = "fp32 (the model as it is: briskbert's unpadded fast path)"
+# What quantization.json calls each backend's library, and the name of its weights file.
+LIBRARIES = {"fp32": "briskbert", "onnx-fp32": "onnxruntime", "onnx": "onnxruntime", "torch": "torchao"}
 # A sentence-transformers folder's own files: they travel with the torch backend, whose folder stays one.
 SENTENCE_TRANSFORMERS_FILES = (
     "modules.json",
@@ -71,7 +86,7 @@ def check_output_dir(model_dir: Path, output_dir: Path, overwrite: bool) -> None
 
 def copy_companions(model_dir: Path, staging: Path, backend: str) -> None:
     names = list(COMPANION_FILES)
-    if backend == "torch":
+    if backend in ("torch", "fp32"):
         names += [*SENTENCE_TRANSFORMERS_FILES, FACTS_FILE]
         modules_file = Path(model_dir) / "modules.json"
         if modules_file.is_file():  # the pooling and normalisation folders modules.json names
@@ -86,38 +101,44 @@ def copy_companions(model_dir: Path, staging: Path, backend: str) -> None:
 def software_versions(backend: str) -> dict[str, str]:
     import importlib.metadata
 
-    packages = ("torch", "transformers") + (("onnxruntime", "onnx") if backend == "onnx" else ("torchao",))
+    extra = {"onnx-fp32": ("onnxruntime", "onnx"), "onnx": ("onnxruntime", "onnx"), "torch": ("torchao",)}
+    packages = ("torch", "transformers") + extra.get(backend, ())
     return {name: importlib.metadata.version(name) for name in packages}
 
 
+METHODS = {
+    "fp32": "none: the fp32 model was the fastest within the thresholds",
+    "onnx-fp32": "torch.onnx.export, then ONNX Runtime's transformer optimizer (fused kernels)",
+    "onnx": "torch.onnx.export, ONNX Runtime's transformer optimizer, then onnxruntime.quantization.quantize_dynamic",
+}
+
+
 def quantization_facts(
-    result: QuantizationResult, request: QuantizeRequest, embedding, checked_on: str
+    result: QuantizationResult, request: QuantizeRequest, embedding, checked_on: str, timed_on: str
 ) -> dict:
-    """What quantization.json says: enough to know what the folder holds and how far it is from fp32."""
-    method = (
-        "onnxruntime.quantization.quantize_dynamic"
-        if request.backend == "onnx"
-        else f"torchao ({request.torch_scheme}) through transformers' TorchAoConfig"
-    )
+    """What quantization.json says: what the folder holds, how far it is from fp32, and how fast it ran here."""
+    backend = result.backend
+    chosen = next(row for row in result.speed if row.backend == backend)
+    settings = {"keep_fp32": list(request.keep_fp32)}
+    if backend == "onnx":
+        settings.update(per_channel=request.per_channel, reduce_range=request.reduce_range)
+    if backend == "torch":
+        settings.update(torch_scheme=request.torch_scheme)
     return {
-        "precision": "int8",
+        "precision": result.precision.split(":")[0].split(" ")[0],
         "description": result.precision,
-        "backend": "onnxruntime" if request.backend == "onnx" else "torchao",
-        "method": method,
-        "settings": {
-            "per_channel": request.per_channel,
-            "reduce_range": request.reduce_range,
-            "keep_fp32": list(request.keep_fp32),
-        }
-        if request.backend == "onnx"
-        else {"torch_scheme": request.torch_scheme, "keep_fp32": list(request.keep_fp32)},
+        "backend": LIBRARIES[backend],
+        "method": METHODS.get(
+            backend, f"torchao ({request.torch_scheme}) through transformers' TorchAoConfig"
+        ),
+        "settings": settings,
         "model_file": result.model_file,
         "architecture": result.architecture,
         "source_model": "/".join(Path(request.model_dir).parts[-2:]),
         "sentence_embedding": None if embedding is None else asdict(embedding),
         "weights_bytes": {
             "fp32": result.fp32_bytes,
-            "int8": result.int8_bytes,
+            result.precision.split(":")[0].split(" ")[0]: result.int8_bytes,
             "ratio": round(result.size_ratio, 2),
         },
         "agreement": {
@@ -125,24 +146,36 @@ def quantization_facts(
             "outputs": [asdict(agreement) for agreement in result.agreements],
         },
         "evaluation": result.evaluation,
-        "software": software_versions(request.backend),
+        "choice": {
+            "requested": request.backend,
+            "backend": backend,
+            "speedup": round(chosen.speedup, 3),
+            "tokens_per_second": round(chosen.tokens_per_second, 1),
+            "timed_on": timed_on,
+            "candidates": [asdict(row) for row in result.speed],
+        },
+        "software": software_versions(backend),
     }
 
 
-def weights_bytes(staging: Path, backend: str) -> tuple[str, int]:
-    pattern = QUANTIZED_ONNX_FILE + "*" if backend == "onnx" else "model*.safetensors"
-    files = sorted(staging.glob(pattern))
-    return files[0].name, sum(path.stat().st_size for path in files)
+def weights_bytes(folder: Path, model_file: str) -> int:
+    pattern = model_file + "*" if model_file.endswith(".onnx") else "model*.safetensors"
+    return sum(path.stat().st_size for path in folder.glob(pattern))
 
 
-def refuse(failed: list[Agreement], request: QuantizeRequest, examples: int) -> QuantizationRefused:
-    what = "; ".join(
-        f"{a.output} {a.metric} {a.mean:.6g} < {'--min_agreement' if 'argmax' in a.metric else '--min_cosine'} "
-        f"{a.threshold:g}"
-        for a in failed
+def refuse(
+    failed: list[Agreement], request: QuantizeRequest, examples: int, note: str
+) -> QuantizationRefused:
+    what = (
+        "; ".join(
+            f"{a.output} {a.metric} {a.mean:.6g} < {'--min_agreement' if 'argmax' in a.metric else '--min_cosine'} "
+            f"{a.threshold:g}"
+            for a in failed
+        )
+        or note
     )
     hint = (
-        "--keep_fp32 with the most sensitive modules, or --backend torch"
+        "--keep_fp32 with the most sensitive modules, --backend auto"
         if request.backend == "onnx"
         else "--torch_scheme int8-weight-only or --keep_fp32 with the most sensitive modules"
     )
@@ -153,7 +186,8 @@ def refuse(failed: list[Agreement], request: QuantizeRequest, examples: int) -> 
 
 
 def prepare(request: QuantizeRequest):
-    """The fp32 model, its tokenizer and head, its sentence-embedding pooling, and the check batches."""
+    """The fp32 model, its head and sentence-embedding pooling, the check batches, the timing batches (the same
+    sentences one by one, sorted by length) and the labelled batches."""
     check_output_dir(request.model_dir, request.output_dir, request.overwrite_output_dir)
     try:
         model, tokenizer, architecture = load_for_export(request.model_dir, request.architecture)
@@ -163,83 +197,165 @@ def prepare(request: QuantizeRequest):
         batches = check_batches(tokenizer, request.text_file, max_length, multiple_choice)
     except ExportInputError as error:
         raise UserError(str(error)) from error
+    texts = read_texts(request.text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
+    timing = batches
+    if not multiple_choice:
+        timing = [batch for _, batch in length_batches(tokenizer, texts, TIMING_BATCH, max_length, "pt")]
     labelled = None
     if request.evaluation is not None:
         labelled = labelled_batches(request.evaluation, model, tokenizer, architecture, max_length)
-    return model, architecture, embedding, batches, labelled
+    return model, architecture, embedding, batches, timing, labelled
 
 
-def quantize_into(staging: Path, model, architecture: str, embedding, batches, request: QuantizeRequest):
-    """Writes the int8 model into `staging`; returns (fp32 bytes, output names, a function running a batch
-    through the int8 model as users will run it, its precision)."""
+@dataclass
+class Candidate:
+    backend: str
+    folder: Path | None  # its files; None: the fp32 model itself, saved only if kept
+    run: Callable[[dict], dict]  # a batch through the model as users will run it
+    precision: str
+    model_file: str
+
+
+def wanted_backends(request: QuantizeRequest) -> list[str]:
+    """fp32 and the requested backend, or for auto every backend whose library is installed."""
+    if request.backend != "auto":
+        return list(dict.fromkeys(["fp32", request.backend]))
+    found = {name: importlib.util.find_spec(name) is not None for name in ("onnxruntime", "torchao")}
+    return [name for name in LIBRARIES if name == "fp32" or found[LIBRARIES[name]]]
+
+
+def onnx_candidate(backend: str, folder: Path, model_file: str, precision: str, output_names) -> Candidate:
+    session = onnxruntime_session(folder / model_file, torch.get_num_threads())
+    return Candidate(
+        backend, folder, lambda batch: run_onnxruntime(session, batch, output_names), precision, model_file
+    )
+
+
+def build_candidates(root: Path, model, architecture: str, embedding, sample, request, progress):
+    """Every wanted backend's model, written under `root`, with the function that runs it."""
     keep = modules_to_keep(model, request.keep_fp32)
-    if request.backend == "onnx":
-        fp32_bytes, output_names = quantize_onnx(model, batches[0], embedding, keep, request, staging)
-        session = onnxruntime_session(staging / QUANTIZED_ONNX_FILE)
-        return (
-            fp32_bytes,
-            output_names,
-            lambda batch: run_onnxruntime(session, batch, output_names),
-            onnx_precision(request),
-        )
-    fp32_bytes = quantize_torch(model, keep, request, staging)
-    with quiet_torchao_import():  # loaded back from the folder, the way users load it
-        loaded = auto_class_of(architecture).from_pretrained(str(staging), trust_remote_code=True).eval()
+    wanted = wanted_backends(request)
 
-    def run(batch):
+    def fp32(batch):
         with torch.inference_mode():
-            return model_outputs(loaded, batch, embedding)
+            return model_outputs(model, batch, embedding)
 
-    return fp32_bytes, list(run(batches[0])), run, torch_precision(request)
+    candidates = [Candidate("fp32", None, fp32, FP32_PRECISION, "model.safetensors")]
+    if {"onnx-fp32", "onnx"} & set(wanted):
+        progress("Exporting the fused ONNX graph ...")
+        output_names, scopes = export_fused(model, sample, embedding, root / "onnx-fp32")
+        if "onnx-fp32" in wanted:
+            candidates.append(
+                onnx_candidate("onnx-fp32", root / "onnx-fp32", ONNX_FILE, ONNX_FP32_PRECISION, output_names)
+            )
+        if "onnx" in wanted:
+            progress("Quantizing it with ONNX Runtime ...")
+            quantize_onnx(root / "onnx-fp32", root / "onnx", scopes, keep, request)
+            precision = onnx_precision(request)
+            candidates.append(
+                onnx_candidate("onnx", root / "onnx", QUANTIZED_ONNX_FILE, precision, output_names)
+            )
+    if "torch" in wanted:
+        progress(f"Quantizing with torchao ({request.torch_scheme}) ...")
+        quantize_torch(copy.deepcopy(model), keep, request, root / "torch")
+        with quiet_torchao_import():  # loaded back from the folder, the way users load it
+            loaded = auto_class_of(architecture).from_pretrained(str(root / "torch"), trust_remote_code=True)
+
+        def int8(batch, loaded=loaded.eval()):
+            with torch.inference_mode():
+                return model_outputs(loaded, batch, embedding)
+
+        candidates.append(
+            Candidate("torch", root / "torch", int8, torch_precision(request), "model.safetensors")
+        )
+    return candidates
+
+
+def quality_of(candidate: Candidate, references, batches, labelled, fp32_accuracy, request):
+    """(agreements, accuracy, (lowest agreement, passed, accuracy, why not)) of one candidate."""
+    agreements = measure_agreement(references, [candidate.run(batch) for batch in batches], batches, request)
+    accuracy = accuracy_of(candidate.run, labelled) if labelled else None
+    notes = [f"{a.output} {a.metric} {a.mean:.4f} < {a.threshold:g}" for a in agreements if not a.passed]
+    if accuracy is not None and fp32_accuracy - accuracy > request.max_accuracy_drop:
+        notes.append(f"accuracy {accuracy:.4f} < fp32 {fp32_accuracy:.4f} - {request.max_accuracy_drop:g}")
+    lowest = min(agreement.mean for agreement in agreements)
+    return agreements, accuracy, (lowest, not notes, accuracy, "; ".join(notes))
+
+
+def keep_candidate(candidate: Candidate, model, request: QuantizeRequest, staging: Path) -> None:
+    """Moves the kept candidate's files into the staged folder, with the source's tokenizer and companions."""
+    if candidate.folder is None:
+        model.save_pretrained(staging)
+    else:
+        for path in candidate.folder.iterdir():
+            path.rename(staging / path.name)
+    shutil.rmtree(staging / CANDIDATES)
+    copy_companions(request.model_dir, staging, "torch" if candidate.backend in ("fp32", "torch") else "onnx")
 
 
 def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) -> QuantizationResult:
-    """Quantizes `request.model_dir` into `request.output_dir` (whole, or not at all) and measures how closely
-    the int8 model follows the fp32 one; raises QuantizationRefused below the thresholds."""
-    model, architecture, embedding, batches, labelled = prepare(request)
-    with torch.inference_mode():  # before quantization: the torch backend quantizes this model in place
+    """Builds the candidates, measures them, and writes the kept one to `request.output_dir` (whole, or not at
+    all); raises QuantizationRefused when the requested backend is beyond the thresholds."""
+    model, architecture, embedding, batches, timing, labelled = prepare(request)
+    with torch.inference_mode():
         references = [model_outputs(model, batch, embedding) for batch in batches]
         fp32_accuracy = accuracy_of(lambda batch: model_outputs(model, batch), labelled) if labelled else None
+    examples = CHECK_BATCHES * CHECK_ROWS // (2 if architecture == "BriskBertForMultipleChoice" else 1)
     with staged_folder(request.output_dir) as staging:
-        method = "ONNX Runtime" if request.backend == "onnx" else f"torchao ({request.torch_scheme})"
-        progress(f"Quantizing {architecture} with {method} ...")
-        fp32_bytes, output_names, run, precision = quantize_into(
-            staging, model, architecture, embedding, batches, request
-        )
-        model_file, int8_bytes = weights_bytes(staging, request.backend)
+        root = staging / CANDIDATES
+        candidates = build_candidates(root, model, architecture, embedding, batches[0], request, progress)
+        measured = {
+            c.backend: quality_of(c, references, batches, labelled, fp32_accuracy, request)
+            for c in candidates
+        }
+        if request.backend != "auto" and not measured[request.backend][2][1]:  # refused before the timing
+            agreements, _, (_, _, _, note) = measured[request.backend]
+            raise refuse([a for a in agreements if not a.passed], request, examples, note)
+        progress(f"Timing {len(candidates)} candidates on {len(timing)} batches of the sample text ...")
+        seconds = time_candidates({c.backend: c.run for c in candidates}, timing)
+        real_tokens = sum(int(batch["attention_mask"].sum()) for batch in timing)
+        rows = speed_table(seconds, real_tokens, {name: quality[2] for name, quality in measured.items()})
+        for row in rows:
+            progress("  " + row.describe())
+        backend = choose(rows).backend if request.backend == "auto" else request.backend
+        agreements, accuracy, _ = measured[backend]
+        kept = next(candidate for candidate in candidates if candidate.backend == backend)
+        progress(f"Kept {backend}: {kept.precision}.")
+        for agreement in agreements:
+            progress("  " + agreement.describe())
+        keep_candidate(kept, model, request, staging)
         result = QuantizationResult(
             Path(request.output_dir),
-            request.backend,
+            backend,
             architecture,
-            model_file,
-            precision,
-            fp32_bytes,
-            int8_bytes,
+            kept.model_file,
+            kept.precision,
+            fp32_bytes_of(model),
+            weights_bytes(staging, kept.model_file),
+            agreements,
+            speed=rows,
         )
-        result.agreements = measure_agreement(references, [run(batch) for batch in batches], batches, request)
-        examples = CHECK_BATCHES * CHECK_ROWS // (2 if architecture == "BriskBertForMultipleChoice" else 1)
-        for agreement in result.agreements:
-            progress("  " + agreement.describe())
-        failed = [agreement for agreement in result.agreements if not agreement.passed]
-        if failed:
-            raise refuse(failed, request, examples)
         if labelled:
             result.evaluation = [
                 dict(
                     dataset=labelled.name,
                     metric="accuracy",
                     fp32=fp32_accuracy,
-                    int8=accuracy_of(run, labelled),
+                    int8=accuracy,
                     examples=len(labelled.labels),
                 )
             ]
-            progress(
-                f"  accuracy on {labelled.name}: fp32 {fp32_accuracy:.4f}, int8 {result.evaluation[0]['int8']:.4f}"
-            )
-        copy_companions(request.model_dir, staging, request.backend)
+            progress(f"  accuracy on {labelled.name}: fp32 {fp32_accuracy:.4f}, {backend} {accuracy:.4f}")
         text = Path(request.text_file).name if request.text_file else "the bundled WikiText-2 excerpt"
-        facts = quantization_facts(result, request, embedding, f"{examples} padded text pairs from {text}")
+        timed_on = (
+            f"{len(timing)} batches of {text} sentences sorted by length, {real_tokens} real tokens, "
+            f"{torch.get_num_threads()} threads, median of 3 interleaved rounds"
+        )
+        facts = quantization_facts(
+            result, request, embedding, f"{examples} padded text pairs from {text}", timed_on
+        )
         (staging / QUANTIZATION_FILE).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
+        output_names = list(references[0])
         readme = render_quantized_readme(
             staging, Path(request.output_dir).name, output_names, auto_class_of(architecture).__name__
         )

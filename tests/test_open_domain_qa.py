@@ -173,10 +173,12 @@ def test_evaluation_with_a_reranker_reports_its_ranking_and_warns_when_it_hurts(
 
     monkeypatch.setattr(Reranker, "score", prefers_beta)
     metrics, answers = evaluate_open_domain_qa(
-        task, retriever, reader, Reranker(None, None, top_k=3), read_depths=(1,)
+        task, retriever, reader, Reranker(None, None, top_k=3, fusion_weight=1.0), read_depths=(1,)
     )
     assert metrics["ranking"]["recall@1"] == 0.0 and metrics["retrieval"]["recall@1"] == 1.0
-    assert metrics["warning"].startswith("re-ranking scores below retrieval alone (Recall@1 100.0 -> 0.0")
+    assert metrics["warning"].startswith(
+        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 100.0 -> 0.0"
+    )
     assert [answers[1][q].text for q in ("q1", "q2")] == ["beta", "beta"]
 
     # Fused at weight 0.25: q1 p1 = 0.75*10 = 7.5 vs p2 = 0.75*9 + 0.25*8 = 8.75 -> p2 still first;
@@ -185,8 +187,7 @@ def test_evaluation_with_a_reranker_reports_its_ranking_and_warns_when_it_hurts(
     metrics, _ = evaluate_open_domain_qa(task, retriever, reader, fused, read_depths=(1,))
     assert metrics["ranking"]["recall@1"] == 0.5 and metrics["fusion_weight"] == 0.25
     assert "fused at weight 0.25" in metrics["warning"]
-    # Weight 0: retrieval's order exactly, nothing to warn about.
-    metrics, _ = evaluate_open_domain_qa(
-        task, retriever, reader, Reranker(None, None, 3, fusion_weight=0.0), (1,)
-    )
-    assert metrics["ranking"] == metrics["retrieval"] and "warning" not in metrics
+    # Weight 0, as for a re-ranker whose weights were never chosen: retrieval's order exactly, no warning.
+    for unweighted in (Reranker(None, None, 3, fusion_weight=0.0), Reranker(None, None, 3)):
+        metrics, _ = evaluate_open_domain_qa(task, retriever, reader, unweighted, (1,))
+        assert metrics["ranking"] == metrics["retrieval"] and "warning" not in metrics

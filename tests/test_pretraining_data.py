@@ -306,3 +306,52 @@ def test_resume_mid_epoch_is_exact_and_keeps_the_tokenizer(tmp_path):
     full, cut = losses("full"), losses("cut")
     assert full[2] != full[3]
     np.testing.assert_allclose([cut[3], cut[4]], [full[3], full[4]], rtol=1e-5)
+
+
+def test_pretraining_decodes_the_masked_positions_only_and_saves_the_default(tokenizer, tmp_path):
+    """The job runs the sparse decoder (its speed), while the model it saves gives transformers'
+    (batch, seq, vocab) logits with labels, and the same loss."""
+    from transformers import AutoModelForMaskedLM
+
+    from briskbert.training.tasks.pretraining import build_model
+    from briskbert.training.tasks.pretraining_settings import PretrainingModel
+
+    settings = PretrainingModel(config_name="bert-tiny", config_overrides="num_hidden_layers=1")
+    model = build_model(settings, tokenizer, 64, nsp=False).eval()
+    input_ids = torch.randint(5, len(tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 2:5] = input_ids[:, 2:5]
+    trained = model(input_ids, labels=labels)
+    assert trained.logits.shape == (6, len(tokenizer))
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["sparse_prediction"] is False
+    published = AutoModelForMaskedLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    loaded = published(input_ids, labels=labels)
+    assert loaded.logits.shape == (2, 12, len(tokenizer))
+    torch.testing.assert_close(loaded.loss, trained.loss)
+
+
+def test_a_damaged_corpus_cache_is_prepared_again_and_training_goes_on(tmp_path, capsys):
+    """The fault run's reproduction: 16 bytes flipped in the cached tokens.bin used to give "Reusing the prepared
+    corpus" and then an IndexError in the masking. Now one line names the file, the store is prepared again, and
+    the run trains exactly as the first one did."""
+    pretrain_main(_pretrain_args(tmp_path, "--output_dir", str(tmp_path / "first")))
+    (tokens,) = (tmp_path / "cache").glob("*/tokens.bin")
+    data = bytearray(tokens.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    tokens.write_bytes(bytes(data))
+    capsys.readouterr()
+    pretrain_main(_pretrain_args(tmp_path, "--output_dir", str(tmp_path / "second")))
+    out = capsys.readouterr().out.splitlines()
+    damaged = [line for line in out if line.startswith("The prepared corpus cache is damaged")]
+    assert damaged == [
+        f"The prepared corpus cache is damaged: {tokens} does not match the sha256 it was written with (its bytes "
+        "changed since); preparing it again."
+    ]
+
+    def losses(name):
+        lines = (tmp_path / name / "log_history.jsonl").read_text().splitlines()
+        return [e["loss"] for e in map(json.loads, lines) if "loss" in e]
+
+    assert len(losses("second")) == 4 and losses("second") == losses("first")

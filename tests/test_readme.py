@@ -8,6 +8,7 @@ first, once, so any one block's test also runs on its own (``pytest tests/test_r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from briskbert.cli import COMMANDS
+from briskbert.training.retrieval.dense import ranking_shortfall
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -191,3 +193,7 @@ def test_readme_block_runs_as_written(block, workspace):
         # With torchao installed (the [dev] extra), transformers imports it, and on a CPU-only machine it logs a
         # "Failed to load" line per CUDA kernel library; the jobs keep those out of their output.
         assert "Failed to load" not in proc.stderr and "_pytree.py" not in proc.stderr, proc.stderr[:2000]
+    reranked = r"evaluate-retrieval .*--reranker_model_name_or_path .*--output_dir (runs/[\w.-]+)"
+    for folder in re.findall(reranked, shrink(block.body)):  # re-ranking ends no worse than retrieval alone
+        metrics = json.loads((workspace.folder / folder / "metrics.json").read_text(encoding="utf-8"))
+        assert not ranking_shortfall(metrics["retrieval"], metrics["fused"]), metrics

@@ -133,7 +133,7 @@ def test_fusion_file_round_trip_and_bad_files(tmp_path):
 class _ScriptedReranker(Reranker):
     """A re-ranker whose logits are given per query (in retrieval order), to test the reports exactly."""
 
-    def __init__(self, logits: dict, fusion_weight=None, top_k=3):
+    def __init__(self, logits: dict, fusion_weight=0.0, top_k=3):
         super().__init__(model=None, tokenizer=None, top_k=top_k, fusion_weight=fusion_weight)
         self.logits = logits
 
@@ -153,12 +153,19 @@ def _task() -> RetrievalTask:
 
 def test_report_warns_in_one_line_when_reranking_is_below_retrieval():
     retrieved, _ = _two_queries()
-    harmful = _ScriptedReranker({"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]})
-    report = rerank_report(harmful, _task(), retrieved, retriever_scale=20)
-    assert report["reranked"]["recall@1"] == 0.0 and "fused" not in report
-    assert report["warning"].startswith(
-        "re-ranking scores below retrieval alone (Recall@1 50.0 -> 0.0, MRR@10"
+    logits = {"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]}
+    # Weights never chosen: weight 0, the harmful re-ranker's own order is reported but not handed on.
+    report = rerank_report(_ScriptedReranker(logits), _task(), retrieved, retriever_scale=20)
+    assert report["reranked"]["recall@1"] == 0.0 and report["fusion_weight"] == 0.0
+    assert report["fused"] == retrieval_metrics(retrieved.rankings, _task().qrels) and "warning" not in report
+    # Forced to weight 1 by the user: below retrieval, and said in one line.
+    report = rerank_report(
+        _ScriptedReranker(logits, fusion_weight=1.0), _task(), retrieved, retriever_scale=20
     )
+    assert report["warning"].startswith(
+        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 50.0 -> 0.0, MRR@10"
+    )
+    assert report["warning"].endswith("lower fusion_weight (0 = retrieval alone).")
     assert "\n" not in report["warning"]
 
     fused = _ScriptedReranker({"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}, fusion_weight=0.5)
@@ -180,15 +187,21 @@ def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, ti
     distractors.write_text("\n".join(f"filler passage number {i} about the weather" for i in range(20)))
     args = ["--model_name_or_path", tiny_models["encoder"], "--squad_file", XQUAD, "--articles", "3:4",
             "--extra_corpus_file", str(distractors), "--reranker_model_name_or_path", tiny_models["reranker"]]  # fmt: skip
+    # No fusion.json (its weights never chosen): retrieval's order, metric for metric, and said in one line.
     report = evaluate(args)
     err = capsys.readouterr().err.strip().splitlines()
     assert report["retrieval"]["recall@1"] > 0 and report["reranked"]["recall@1"] == 0
-    assert [line for line in err if line.startswith("warning:")] == [f"warning: {report['warning']}"]
-
-    # --fusion_weight 0: the fused ranking is retrieval's, metric for metric, and nothing is said.
-    report = evaluate([*args, "--fusion_weight", "0"])
     assert report["fused"] == report["retrieval"] and "warning" not in report
-    assert "warning" not in capsys.readouterr().err
+    assert [line for line in err if line.startswith("warning:")] == [
+        "warning: the re-ranker has no fusion.json (its weights were never chosen): it is applied at weight 0, "
+        "retrieval's order unchanged; train it with finetune-reranker, or set fusion_weight."
+    ]
+
+    # Forced with --fusion_weight 1: below retrieval, and the warning says so.
+    report = evaluate([*args, "--fusion_weight", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert report["fused"]["recall@1"] == 0 and report["warning"].startswith("re-ranking fused at weight 1")
+    assert [line for line in err if line.startswith("warning:")] == [f"warning: {report['warning']}"]
 
 
 def test_question_mode_warns_from_the_rerankers_own_validation():
@@ -206,7 +219,9 @@ def test_question_mode_warns_from_the_rerankers_own_validation():
         "on its 96 validation queries, re-ranking at weight 1 scored below retrieval alone "
         "(MRR@10 80.0 -> 78.0); its chosen weight is 0.5."
     )
-    assert validation_warning(Reranker(None, None)) is None  # never measured: nothing to say
+    # Never measured: weight 0 unless one is given, and only the former is worth a word.
+    assert "has no fusion.json" in validation_warning(Reranker(None, None))
+    assert validation_warning(Reranker(None, None, fusion_weight=0.3)) is None
 
 
 def test_fusion_weight_flag_is_checked_before_loading(capsys):
@@ -285,20 +300,27 @@ def tiny_models(tmp_path_factory, tokenizer):
 
 # Slow (about 20 s idle): trains for a few steps, so that the fusion file is written by the command itself.
 @pytest.mark.slow
-def test_finetune_reranker_chooses_and_saves_a_weight_never_below_retrieval(tiny_models, tmp_path, capsys):
+def test_finetune_reranker_without_validation_file_holds_out_an_article_and_chooses_weights(
+    tiny_models, tmp_path, capsys
+):
     distractors = tmp_path / "distractors.txt"
     distractors.write_text("\n".join(f"filler passage number {i} about the weather" for i in range(20)))
     cli(
         ["finetune-reranker", "--model_name_or_path", tiny_models["reranker"], "--train_file", XQUAD,
-         "--train_articles", "0:2", "--negatives_from", tiny_models["encoder"], "--num_negatives", "2",
-         "--validation_file", XQUAD, "--validation_articles", "2:3", "--validation_extra_corpus_file",
+         "--negatives_from", tiny_models["encoder"], "--num_negatives", "2", "--validation_extra_corpus_file",
          str(distractors), "--rerank_top_k", "5", "--max_train_steps", "2", "--per_device_train_batch_size", "4",
          "--max_seq_length", "96", "--output_dir", str(tmp_path / "rerank")]
     )  # fmt: skip
     final = tmp_path / "rerank" / "final"
     fusion = Fusion.load(final)
     assert fusion is not None and fusion.top_k == 5 and fusion.retriever == tiny_models["encoder"]
-    assert fusion.num_queries == 8  # article 2 (Normans) has 8 questions
+    # 10 % of the excerpt's 4 articles: one, whole, searched among all 20 paragraphs and the 20 distractors.
+    articles = {a["title"]: a for a in json.loads(Path(XQUAD).read_text())["data"]}
+    (title,) = fusion.held_out["articles"]
+    assert fusion.num_queries == sum(len(p["qas"]) for p in articles[title]["paragraphs"])
+    assert (
+        len(fusion.held_out["questions"]) == fusion.num_queries and "among 40 passages" in fusion.validation
+    )
     # Re-ranker weights step 0.025, BM25 weights 0.05, every pair summing to at most 1: 441 pairs.
     pairs = [(point["weight"], point["lexical_weight"]) for point in fusion.curve]
     assert pairs[0] == (0.0, 0.0) and {(1.0, 0.0), (0.0, 1.0)} <= set(pairs) and len(set(pairs)) == 441
@@ -308,8 +330,14 @@ def test_finetune_reranker_chooses_and_saves_a_weight_never_below_retrieval(tiny
     assert fusion.curve[0]["mrr@10"] == pytest.approx(fusion.retrieval["mrr@10"])
     assert chosen["mrr@10"] == max(point["mrr@10"] for point in fusion.curve) >= fusion.retrieval["mrr@10"]
     out = capsys.readouterr().out
+    held = f"{fusion.num_queries} questions held out of xquad_en_excerpt.json (articles {title}: 10% of its"
+    assert f"No validation file: {held}" in out
     assert f"Fusion weights re-ranker {fusion.weight:g}, BM25 {fusion.lexical_weight:g}" in out
-    assert "chosen on 8 validation queries" in out
+    card = (final / "README.md").read_text()
+    assert held in card and fusion.summary() in card  # what the weights were chosen on, and their figures
+    from briskbert.files import manifest_problem
+
+    assert manifest_problem(final) is None and "fusion.json" in (final / "manifest.json").read_text()
     history = [
         json.loads(line) for line in (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()
     ]
@@ -325,6 +353,87 @@ def test_finetune_reranker_chooses_and_saves_a_weight_never_below_retrieval(tiny
     assert report["fusion_weight"] == fusion.weight and report["lexical_weight"] == fusion.lexical_weight
 
 
+def test_a_random_cross_encoder_at_the_default_weights_is_never_below_retrieval(tiny_models, tmp_path):
+    """Random weights, no fusion.json: the order handed on is retrieval's; and where weights are chosen
+    (on a few queries, from random logits), the choice is never below retrieval there: the grids hold 0."""
+    from briskbert.commands.evaluate_retrieval import main as evaluate
+    from briskbert.training.retrieval.fusion import FUSION_GRID, LEXICAL_GRID
+
+    report = evaluate(
+        ["--model_name_or_path", tiny_models["encoder"], "--squad_file", XQUAD, "--articles", "0:2",
+         "--reranker_model_name_or_path", tiny_models["reranker"], "--rerank_top_k", "5"]
+    )  # fmt: skip
+    assert report["fused"] == report["retrieval"] and report["fusion_weight"] == 0.0
+    assert FUSION_GRID[0] == 0.0 and LEXICAL_GRID[0] == 0.0
+    retrieved, qrels = _two_queries()
+    for seed in range(5):
+        generator = torch.Generator().manual_seed(seed)
+        logits = {qid: torch.randn(3, generator=generator).mul(5).tolist() for qid in retrieved.rankings}
+        weight, _, curve = choose_fusion_weight(retrieved, logits, qrels, retriever_scale=20)
+        fused = retrieval_metrics(fused_rankings(retrieved, logits, weight, 20), qrels)
+        alone = retrieval_metrics(retrieved.rankings, qrels)
+        assert fused["recall@1"] >= alone["recall@1"] and fused["mrr@10"] >= alone["mrr@10"]
+
+
+# --------------------------------------------------------------------------------------- held-out split
+def test_without_a_validation_file_whole_articles_are_held_out():
+    from briskbert.training.retrieval.embeddings import load_pairs
+    from briskbert.training.retrieval.reranker_task import hold_out
+
+    articles = json.loads(Path(XQUAD).read_text())["data"]
+    pairs = load_pairs(XQUAD)
+    for percentage, seed, count in ((10, 0, 1), (25, 1, 1), (50, 2, 2)):
+        train, held, split = hold_out(XQUAD, None, pairs, percentage, seed)
+        assert len(split["articles"]) == count and split["validation_split_percentage"] == percentage
+        paragraphs = {
+            p["context"] for a in articles if a["title"] in split["articles"] for p in a["paragraphs"]
+        }
+        expected = [
+            q["question"]
+            for a in articles
+            if a["title"] in split["articles"]
+            for p in a["paragraphs"]
+            for q in p["qas"]
+        ]
+        assert [pair.query for pair in held] == expected and {pair.positive for pair in held} == paragraphs
+        assert not paragraphs & {pair.positive for pair in train} and len(train) + len(held) == len(pairs)
+        assert [pairs[index] for index in split["questions"]] == held
+
+
+def test_validation_is_the_file_given_else_held_out_questions_among_every_training_passage(tiny_models):
+    from briskbert.training.retrieval.reranker_task import training_sets
+    from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
+
+    data = RerankerData(train_file=XQUAD, train_articles="0:3", num_negatives=2)
+    given = RerankerValidation(
+        validation_file=XQUAD, validation_articles="3:4", fusion_retriever=tiny_models["encoder"]
+    )
+    sets = training_sets(data, given, seed=0, batch_size=8, device="cpu")
+    assert sets.held_out is None and len(sets.train) == 74 + 23 + 8 and len(sets.validation_groups) == 30
+    assert len(sets.validation_task.corpus_ids) == 5 and sets.fusion_retrieved is not None
+    held = training_sets(
+        data, RerankerValidation(fusion_retriever=tiny_models["encoder"]), seed=0, batch_size=8, device="cpu"
+    )
+    assert len(held.train) + len(held.validation_groups) == 74 + 23 + 8 and held.held_out["articles"]
+    assert len(held.validation_task.corpus_ids) == 15  # the held-out article's paragraphs and the others'
+
+
+def test_pairs_that_share_a_passage_stay_on_one_side():
+    from briskbert.training.retrieval.reranker_task import hold_out
+
+    pairs = [Pair("q1", "p1", "p2"), Pair("q2", "p2", "p5"), Pair("q3", "p3", "p6"), Pair("q4", "p4", "p7")]
+    sides = set()
+    for seed in range(12):
+        train, held, split = hold_out("pairs.jsonl", None, pairs, 30, seed)  # one of three groups
+        assert split["articles"] == [] and split["num_documents"] == 1
+        assert {pair.query for pair in held} in ({"q1", "q2"}, {"q3"}, {"q4"})
+        sides.add(frozenset(pair.query for pair in held))
+    assert len(sides) > 1  # the seed chooses
+    linked = [Pair("q1", "p1", "p2"), Pair("q2", "p2", "p1")]
+    with pytest.raises(DataError, match="one document .* give validation_file"):
+        hold_out("pairs.jsonl", None, linked, 50, 0)
+
+
 def test_reranker_flags_are_one_line_errors(capsys):
     base = ["finetune-reranker", "--model_name_or_path", "m", "--train_file", XQUAD, "--output_dir", "o"]
     assert cli([*base, "--negatives_corpus_file", "x.txt"]) == 2
@@ -333,3 +442,6 @@ def test_reranker_flags_are_one_line_errors(capsys):
     assert "--negative_pool_size" in capsys.readouterr().err
     assert cli([*base, "--validation_articles", "2:3"]) == 2
     assert "--validation_articles needs validation_file" in capsys.readouterr().err
+    for percentage in ("0", "100"):
+        assert cli([*base, "--validation_split_percentage", percentage]) == 2
+        assert "--validation_split_percentage must be in (0, 100)" in capsys.readouterr().err

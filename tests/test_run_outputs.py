@@ -160,3 +160,134 @@ def test_the_card_says_what_the_evaluation_data_is(tmp_path):
     bare_facts = TrainingFacts.from_json({**facts, "eval_dataset_description": None})
     bare = render_card(result.final_dir, "me/model", facts=bare_facts)
     assert "Measured on local data (sst2_validation_excerpt.tsv)." in bare.text
+
+
+# ---------------------------------------------------------------------------------- what the plot shows
+def drawn(figure):
+    figure.canvas.draw()
+    return figure.canvas.get_renderer()
+
+
+def test_a_lone_validation_point_is_not_under_the_legend_and_steps_are_whole():
+    history = [{"step": s, "loss": 2.0 - 0.2 * s} for s in (1, 2, 3)] + [{"step": 3, "eval_loss": 1.9}]
+    figure = curve_figure(history)
+    renderer = drawn(figure)
+    (loss_axis,) = visible_axes(figure)
+    lines = {line.get_label(): line for line in loss_axis.get_lines()}
+    point = loss_axis.transData.transform((3, 1.9))  # the point in pixels, as drawn
+    assert not loss_axis.get_legend().get_window_extent(renderer).contains(*point)
+    ticks = [tick for tick in loss_axis.get_xticks() if 0 <= tick <= 3]
+    assert ticks and all(float(tick).is_integer() for tick in ticks), ticks  # no "0.5 steps"
+    assert list(lines["validation loss"].get_xdata()) == [3]
+
+
+def ner_history(types=("LOC", "MISC", "ORG", "PER")):
+    """What a NER run logs: headline metrics, per-type F1, a count, three evaluations."""
+    history = [{"step": s, "loss": 2.0 - 0.02 * s} for s in range(1, 61)]
+    for s in (20, 40, 60):
+        entry = {"step": s, "eval_loss": 1.5 - s / 100, "eval_num_words_not_predicted": 3}
+        entry.update({f"eval_{name}": s / 100 for name in ("f1", "precision", "recall", "accuracy")})
+        entry["eval_invalid_bio_share"] = 0.1 - s / 1000
+        entry.update({f"eval_{kind}_f1": s / 200 + i / 10 for i, kind in enumerate(types)})
+        history.append(entry)
+    return history
+
+
+@pytest.mark.parametrize("types", [("LOC", "MISC", "ORG", "PER"), ("DISEASE", "GENE")])
+def test_the_ner_plot_shows_every_entity_type_and_its_notes_leave_the_curves_clear(types):
+    figure = curve_figure(ner_history(types))
+    renderer = drawn(figure)
+    axes = visible_axes(figure)
+    typed = [axis for axis in axes if "per-type" in axis.get_title()]
+    assert (
+        len(typed) == 1
+    )  # one panel, a line for every type (not a panel for some types and none for others)
+    assert sorted(line.get_label() for line in typed[0].get_lines()) == sorted(types)
+    assert not any(kind in axis.get_title() for axis in axes for kind in types)
+    (note,) = axes[0].texts
+    assert "counts: num_words_not_predicted 3" in note.get_text()
+    assert not note.get_window_extent(renderer).overlaps(axes[0].get_window_extent(renderer))
+
+
+def test_a_failed_plot_write_leaves_no_empty_png(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from briskbert.training.engine.logging_utils import plot_curves
+
+    def broken_savefig(self, path, **kwargs):
+        open(path, "wb").close()  # the file is created, then the write fails (a full disk, say)
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", broken_savefig)
+    with pytest.raises(OSError):
+        plot_curves(ner_history(), tmp_path / "training_curves.png")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    plot_curves(ner_history(), tmp_path / "training_curves.png")
+    assert (tmp_path / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------------ progress in a file or pipe
+def test_progress_to_a_file_is_plain_lines_at_intervals(tmp_path):
+    from briskbert.training.engine.logging_utils import progress_bar
+
+    with open(tmp_path / "log.txt", "w") as stream:  # not a terminal
+        progress = progress_bar(60, stream=stream)
+        for step in range(1, 61):
+            progress.update(1)
+            progress.set_postfix(loss=f"{10 / step:.4f}")
+        progress.close()
+    text = (tmp_path / "log.txt").read_text()
+    lines = text.splitlines()
+    assert "\r" not in text and len(lines) == 10, text
+    assert lines[0].startswith("training: step 6/60 (10%)") and lines[0].endswith("loss 1.6667")
+    assert lines[-1].startswith("training: step 60/60 (100%)") and lines[-1].endswith("loss 0.1667")
+
+
+def test_progress_of_a_resumed_run_counts_from_its_checkpoint(tmp_path):
+    from briskbert.training.engine.logging_utils import progress_bar
+
+    with open(tmp_path / "log.txt", "w") as stream:
+        progress = progress_bar(20, initial=10, stream=stream)
+        for _ in range(10):
+            progress.update(1)
+        progress.close()
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        f"training: step {n}/20 ({5 * n}%)" for n in (12, 14, 16, 18, 20)
+    ]
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+def test_a_checkpoint_stores_a_tied_weight_once_without_a_warning(tmp_path, caplog):
+    from safetensors import safe_open
+
+    result = train(tmp_path, "--max_train_steps", "2", "--checkpointing_steps", "1")
+    assert result.global_step == 2
+    assert "Removed shared tensor" not in caplog.text
+    with safe_open(tmp_path / "step_2" / "model.safetensors", "pt") as saved:
+        keys = set(saved.keys())
+    assert "model.embeddings.word_embeddings.weight" in keys and "head.decoder.weight" not in keys
+
+
+# --------------------------------------------------------------------------------------- the resume line
+def test_the_resume_line_is_the_readmes_latest_form_or_the_parents_command(tmp_path, monkeypatch, capsys):
+    import signal
+    import sys
+    from types import SimpleNamespace
+
+    from briskbert.processes import RESUME_COMMAND_VARIABLE
+    from briskbert.training.engine.signals import interrupted
+
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
+    monkeypatch.setattr(
+        sys, "orig_argv", ["/venv/bin/python", "/venv/bin/briskbert", "pretrain", "--seed", "1"]
+    )
+    monkeypatch.delenv(RESUME_COMMAND_VARIABLE, raising=False)
+    stop = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
+    assert stop.command == "briskbert pretrain --seed 1 --resume_from_checkpoint latest"
+    assert f"the checkpoint is {tmp_path / 'step_3'}" in capsys.readouterr().err
+    monkeypatch.setenv(RESUME_COMMAND_VARIABLE, "briskbert quickstart --size fast")
+    stop = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
+    assert stop.command == "briskbert quickstart --size fast"
+    assert "Resume with:\n  briskbert quickstart --size fast" in capsys.readouterr().err

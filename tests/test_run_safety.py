@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +21,14 @@ from test_training_loop import config, mlm_task, sequences, tiny_model
 from transformers import SchedulerType
 
 from briskbert.errors import UserError
+from briskbert.files import LOCK_FILE, MANIFEST_FILE, folder_lock, manifest_problem, write_manifest
 from briskbert.training import TrainingDiverged, run
 from briskbert.training.engine.checkpointing import resume_command
 from briskbert.training.engine.config import SCHEDULER_NAMES
 from briskbert.training.engine.logging_utils import LOG_FILE, curve_figure
 
 TESTS = Path(__file__).resolve().parent
+EXCERPT = TESTS.parent / "data" / "wikitext2_excerpt.txt"
 FAST = ("--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logging_steps", "1")
 
 
@@ -109,7 +112,10 @@ def test_a_kill_during_a_checkpoint_save_leaves_no_half_written_step(tmp_path):
 
 
 def test_missing_rng_state_warns_that_the_resume_is_not_exact(used_run, caplog):
+    # a checkpoint from before manifests (or saved by fewer processes than resume it) that lacks this
+    # process's random states; one that lists the file in its manifest is skipped instead
     (used_run / "step_4" / "random_states_0.pkl").unlink()
+    (used_run / "step_4" / MANIFEST_FILE).unlink()
     with caplog.at_level(logging.WARNING):
         train(
             used_run,
@@ -174,7 +180,7 @@ def test_ctrl_c_saves_prints_the_resume_command_and_exits_130(tmp_path):
     assert "Traceback" not in first.stderr
     command = first.stderr.split("Resume with:\n")[1].splitlines()[0].strip()
     assert command.startswith("python train.py --output_dir out") and command.endswith(
-        "--resume_from_checkpoint out/step_2"
+        "--resume_from_checkpoint latest"  # the form the README promises
     )
     second = subprocess.run(
         [sys.executable, *shlex.split(command)[1:]],
@@ -336,7 +342,9 @@ def test_nan_weights_are_never_saved(tmp_path):
                 model.model.layers[0].mlp.up.weight[0, 0] = float("inf")
 
     task = mlm_task(model=model, train=sequences(12))
-    with pytest.raises(TrainingDiverged, match=r"step_2 was not saved; no checkpoint was saved before"):
+    with pytest.raises(
+        TrainingDiverged, match=r"step_2 was not saved; no intact checkpoint was saved before"
+    ):
         run(
             task,
             config(
@@ -354,5 +362,81 @@ def test_resuming_from_a_checkpoint_with_nan_weights_is_refused_naming_the_file(
     name = next(iter(weights))
     weights[name][0] = float("nan")
     save_file(weights, weights_path, metadata={"format": "pt"})
+    write_manifest(weights_path.parent)  # intact as written: the NaN was saved, not corrupted after
     with pytest.raises(UserError, match=rf"--resume_from_checkpoint {weights_path}: the weight \S*{name}"):
         train(used_run, "--max_train_steps", "5", "--resume_from_checkpoint", "latest")
+
+
+# ------------------------------------------------------------------------------------ one writer per folder
+@pytest.mark.slow  # a fresh process importing torch
+def test_a_second_run_into_a_busy_output_dir_is_refused_in_one_line_naming_the_holder(tmp_path):
+    out = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "briskbert",
+        "pretrain",
+        "--train_file",
+        str(EXCERPT),
+    ]
+    argv += ["--config_name", "bert-tiny", "--max_train_steps", "2", "--output_dir", str(out)]
+    with folder_lock(out):  # a run in progress
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert second.stderr == (
+        f"error: {out} is in use by another run (process {os.getpid()} on {socket.gethostname()}); "
+        "wait for it to finish or choose another folder\n"
+    )
+    assert list(out.iterdir()) == []  # it wrote nothing (and the lock went with its holder)
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over_in_one_line(tmp_path, capsys):
+    from briskbert.commands.training_run import train as train_command
+
+    out = tmp_path / "run"
+    hold_and_die = "import os, sys\nfrom briskbert.files import folder_lock\nwith folder_lock(sys.argv[1]): os.kill(os.getpid(), 9)"
+    assert subprocess.run([sys.executable, "-c", hold_and_die, str(out)]).returncode == -9
+    leftover = (out / LOCK_FILE).read_text()
+    assert leftover.startswith("process ")
+    result = train_command(
+        mlm_task(train=sequences(12)), config("--output_dir", str(out), *FAST, "--max_train_steps", "2")
+    )
+    assert (
+        f"Took over the lock of {out}, left by {leftover}, which is no longer running.\n"
+        in capsys.readouterr().err
+    )
+    assert not (out / LOCK_FILE).exists()  # released at the end
+    listed = json.loads((result.final_dir / MANIFEST_FILE).read_text())["files"]
+    assert set(listed) == {p.name for p in result.final_dir.iterdir()} - {MANIFEST_FILE}  # the card too
+    assert "README.md" in listed and manifest_problem(result.final_dir) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["quickstart", "--size", "fast"],
+        ["ablate", "--configs", "bert:bert-tiny", "--max_train_steps", "1", "--train_file", str(EXCERPT)],
+    ],
+    ids=["quickstart", "ablate"],
+)
+def test_quickstart_and_ablate_refuse_a_busy_folder_in_one_line(argv, tmp_path, capsys):
+    from briskbert import cli
+
+    out = tmp_path / "out"
+    with folder_lock(out):
+        assert cli.main([*argv, "--output_dir", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith(f"error: {out} is in use by another run (process {os.getpid()} ")
+        and error.count("\n") == 1
+    )
+    assert list(out.iterdir()) == []
+
+
+def test_a_lock_released_cleanly_leaves_no_file_and_is_free_again(tmp_path):
+    with folder_lock(tmp_path) as leftover:
+        assert leftover is None
+        assert (tmp_path / LOCK_FILE).read_text() == f"process {os.getpid()} on {socket.gethostname()}"
+    assert not (tmp_path / LOCK_FILE).exists()
+    with folder_lock(tmp_path) as leftover:  # nobody's leftover: nothing to report
+        assert leftover is None

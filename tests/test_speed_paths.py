@@ -145,7 +145,9 @@ def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
         "sdpa",
     )
     always = build(
-        BriskBertForMaskedLM, tiny_config("rope", norm_position="pre", unpad_inputs="always"), "sdpa"
+        BriskBertForMaskedLM,
+        tiny_config("rope", norm_position="pre", unpad_inputs="always", sparse_prediction=True),
+        "sdpa",
     )
     always.load_state_dict(never.state_dict())
     input_ids, attention_mask = padded_batch()

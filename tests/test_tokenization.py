@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from fresh_process import run_without_project
 
 from briskbert.cli import main as cli
+from briskbert.processes import briskbert_argv
 from briskbert.tokenization import (
     SPECIAL_TOKENS,
     BriskBertTokenizer,
@@ -489,6 +492,21 @@ def test_cli_trains_and_saves(tmp_path, capsys):
     assert "vocabulary size 704" in capsys.readouterr().out
     tok = BriskBertTokenizer.from_pretrained(out)
     assert len(tok) == 704 and tok.do_lower_case is False
+
+
+def test_cli_says_its_result_once_and_draws_no_bar_into_a_pipe(tmp_path):
+    """Piped (as in the quickstart or a log file), the trainer's bar was six blank lines and the result was
+    printed three times."""
+    out = tmp_path / "tok"
+    argv = ["train-tokenizer", "--files", str(EXCERPTS / "wikitext2_excerpt.txt"), "--vocab_size", "500"]
+    proc = subprocess.run(
+        [*briskbert_argv(*argv), "--output_dir", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    (line,) = proc.stdout.splitlines()  # nothing else, not even a blank line
+    assert re.fullmatch(
+        rf"Trained a wordpiece tokenizer in [\d.]+ s: vocabulary size 512; saved to {out}", line
+    )
 
 
 # --------------------------------------------------------------------------- training: determinism, inputs

@@ -275,19 +275,16 @@ def train_wordpiece_tokenizer(
         strip_accents=strip_accents,
         model_max_length=model_max_length,
     )
-    _report(tokenizer, "WordPiece", elapsed, output_dir, show_progress)
+    _report(tokenizer, "WordPiece", elapsed, output_dir)
     return tokenizer
 
 
-def _report(tokenizer, kind: str, elapsed: float, output_dir, show_progress: bool) -> None:
+def _report(tokenizer, kind: str, elapsed: float, output_dir) -> None:
+    """Log what was trained (the command prints its own one-line result) and save it to ``output_dir``."""
     logger.info("Trained a %s vocabulary of %d tokens in %.1f s.", kind, len(tokenizer), elapsed)
-    if show_progress:
-        print(f"Trained a {kind} vocabulary of {len(tokenizer)} tokens in {elapsed:.1f} s.", flush=True)
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         tokenizer.save_pretrained(str(output_dir))
-        if show_progress:
-            print(f"Saved the tokenizer to {output_dir}", flush=True)
 
 
 def train_bpe_tokenizer(
@@ -336,7 +333,7 @@ def train_bpe_tokenizer(
         mask_token=AddedToken("<mask>", lstrip=True, normalized=False),
         model_max_length=model_max_length,
     )
-    _report(tokenizer, "byte-level BPE", elapsed, output_dir, show_progress)
+    _report(tokenizer, "byte-level BPE", elapsed, output_dir)
     return tokenizer
 
 
@@ -389,7 +386,7 @@ def train_unigram_tokenizer(
         mask_token="[MASK]",
         model_max_length=model_max_length,
     )
-    _report(tokenizer, "Unigram", elapsed, output_dir, show_progress)
+    _report(tokenizer, "Unigram", elapsed, output_dir)
     return tokenizer
 
 

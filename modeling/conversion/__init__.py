@@ -1,5 +1,6 @@
 """Exact import of BERT-family checkpoints (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ModernBERT, with their
-heads) into BriskBert folders. Not remote code: saved folders never need it."""
+heads) into BriskBert folders, and the way back (`export_family`: a BriskBert folder as the family's own). Not
+remote code: saved folders never need it."""
 
 from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
 from .folder import convert_checkpoint, supported_sources

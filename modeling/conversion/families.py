@@ -129,24 +129,55 @@ def _require(source: dict, field_name: str, accepted, default=None):
         )
 
 
+# BriskBert option -> the source's config.json field, where the names differ (export reads them backwards).
+DISTILBERT_NAMES = dict(
+    hidden_size="dim",
+    num_hidden_layers="n_layers",
+    num_attention_heads="n_heads",
+    intermediate_size="hidden_dim",
+    hidden_act="activation",
+    hidden_dropout_prob="dropout",
+    attention_probs_dropout_prob="attention_dropout",
+    classifier_dropout="seq_classif_dropout",
+)
+MODERNBERT_NAMES = dict(
+    hidden_act="hidden_activation",
+    layer_norm_eps="norm_eps",
+    hidden_dropout_prob="mlp_dropout",
+    attention_probs_dropout_prob="attention_dropout",
+    head_bias="classifier_bias",
+)
+MODERNBERT_FIELDS = (
+    *_SHARED_FIELDS,
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "norm_bias",
+    "attention_bias",
+    "mlp_bias",
+    "decoder_bias",
+    "classifier_dropout",
+    "classifier_pooling",
+)
+BERT_FIELDS = (
+    *_SHARED_FIELDS,
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "classifier_dropout",
+)
+
+
 def bert_fields(source: dict) -> dict:
     _require(source, "position_embedding_type", ("absolute",), "absolute")
-    return _copy(
-        source,
-        (
-            *_SHARED_FIELDS,
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "hidden_act",
-            "hidden_dropout_prob",
-            "attention_probs_dropout_prob",
-            "type_vocab_size",
-            "layer_norm_eps",
-            "classifier_dropout",
-        ),
-    )
+    return _copy(source, BERT_FIELDS)
 
 
 def roberta_fields(source: dict) -> dict:
@@ -180,19 +211,7 @@ def electra_discriminator(source: dict) -> dict:
 
 
 def distilbert_fields(source: dict) -> dict:
-    fields = _renamed(
-        source,
-        dict(
-            hidden_size="dim",
-            num_hidden_layers="n_layers",
-            num_attention_heads="n_heads",
-            intermediate_size="hidden_dim",
-            hidden_act="activation",
-            hidden_dropout_prob="dropout",
-            attention_probs_dropout_prob="attention_dropout",
-            classifier_dropout="seq_classif_dropout",
-        ),
-    )
+    fields = _renamed(source, DISTILBERT_NAMES)
     # DistilBERT's norms use a fixed eps; its classifiers read [CLS] through dense + ReLU.
     return dict(
         _copy(source, _SHARED_FIELDS),
@@ -220,34 +239,8 @@ def modernbert_fields(source: dict) -> dict:
     layer_types = source.get("layer_types") or []
     local, every = _every_n_from_layer_types(layer_types)
     activation = source.get("classifier_activation", "gelu")
-    fields = _renamed(
-        source,
-        dict(
-            hidden_act="hidden_activation",
-            layer_norm_eps="norm_eps",
-            hidden_dropout_prob="mlp_dropout",
-            attention_probs_dropout_prob="attention_dropout",
-            head_bias="classifier_bias",
-        ),
-    )
-    fields.update(
-        _copy(
-            source,
-            (
-                *_SHARED_FIELDS,
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "intermediate_size",
-                "norm_bias",
-                "attention_bias",
-                "mlp_bias",
-                "decoder_bias",
-                "classifier_dropout",
-                "classifier_pooling",
-            ),
-        )
-    )
+    fields = _renamed(source, MODERNBERT_NAMES)
+    fields.update(_copy(source, MODERNBERT_FIELDS))
     return dict(
         fields,
         type_vocab_size=0,

@@ -41,40 +41,50 @@ def load_state_dict(src: Path) -> dict[str, torch.Tensor]:
     )
 
 
-def rename_weights(
-    family: SourceFamily, head_suffix: str, state: dict[str, torch.Tensor]
-) -> dict[str, tuple[str, torch.Tensor]]:
-    """{BriskBert name: (source name, tensor)}: head weights by the head's prefix table, encoder weights by the
-    family's patterns under "model.", query/key/value concatenated into one projection."""
+def name_map(family: SourceFamily, head_suffix: str, names) -> dict[str, tuple[str, int | None]]:
+    """{source name: (BriskBert name, its index in the fused query/key/value projection, or None)}: head weights
+    by the head's prefix table, encoder weights by the family's patterns under "model."; buffers left out. Both
+    directions use it: import renames by it, export to a family (`export_family`) reads it backwards."""
     head_renames = family.renames_for(head_suffix)
     encoder_renames = compile_renames(family.encoder_renames)
     qkv_pattern = re.compile(family.qkv[0]) if family.qkv else None
-    converted, qkv_parts = {}, {}
-    for name, tensor in state.items():
+    mapping = {}
+    for name in names:
         if _IGNORED.match(name):
             continue
         head_prefix = next((p for p in head_renames if name.startswith(p)), None)
         if head_prefix is not None:
-            converted[head_renames[head_prefix] + name[len(head_prefix) :]] = (name, tensor)
+            mapping[name] = (head_renames[head_prefix] + name[len(head_prefix) :], None)
             continue
         inner = name.removeprefix(family.weight_prefix)
         qkv = qkv_pattern.fullmatch(inner) if qkv_pattern else None
         if qkv:
             layer, part, kind = qkv.groups()
-            qkv_parts.setdefault((layer, kind), {})[part] = (name, tensor)
+            mapping[name] = (f"model.layers.{layer}.attention.qkv.{kind}", family.qkv[1].index(part))
             continue
         for pattern, replacement in encoder_renames:
             inner = pattern.sub(replacement, inner)
-        converted[f"model.{inner}"] = (name, tensor)
-    for (layer, kind), parts in qkv_parts.items():
-        missing = [part for part in family.qkv[1] if part not in parts]
+        mapping[name] = (f"model.{inner}", None)
+    return mapping
+
+
+def rename_weights(
+    family: SourceFamily, head_suffix: str, state: dict[str, torch.Tensor]
+) -> dict[str, tuple[str, torch.Tensor]]:
+    """{BriskBert name: (source name, tensor)}, query/key/value concatenated into one projection."""
+    converted, qkv_parts = {}, {}
+    for name, (ours, part) in name_map(family, head_suffix, state).items():
+        if part is None:
+            converted[ours] = (name, state[name])
+        else:
+            qkv_parts.setdefault(ours, {})[part] = name
+    for ours, parts in qkv_parts.items():
+        missing = [family.qkv[1][i] for i in range(3) if i not in parts]
         if missing:
-            raise CheckpointMismatchError(f"Layer {layer} lacks attention {kind} weights for: {missing}.")
-        fused = torch.cat([parts[part][1] for part in family.qkv[1]], dim=0)
-        source_name = parts[family.qkv[1][0]][0].replace(
-            family.qkv[1][0], "{" + ",".join(family.qkv[1]) + "}"
-        )
-        converted[f"model.layers.{layer}.attention.qkv.{kind}"] = (source_name, fused)
+            raise CheckpointMismatchError(f"{ours} lacks the source's attention weights for: {missing}.")
+        fused = torch.cat([state[parts[i]] for i in range(3)], dim=0)
+        source_name = parts[0].replace(family.qkv[1][0], "{" + ",".join(family.qkv[1]) + "}")
+        converted[ours] = (source_name, fused)
     return converted
 
 

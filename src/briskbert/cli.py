@@ -11,8 +11,10 @@ A job's module is imported only when that job runs, and parses its flags before 
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
+import os
 import sys
 from dataclasses import dataclass
 
@@ -81,6 +83,10 @@ COMMANDS: dict[str, Command] = {
     "export-onnx": Command(
         "export_onnx", "Export a model to ONNX and check it against PyTorch with ONNX Runtime."
     ),
+    "export-family": Command(
+        "export_family",
+        "Write a briskbert model back as its transformers family's own folder (BERT, RoBERTa, ModernBERT, ...).",
+    ),
     "quantize": Command(
         "quantize",
         "Quantize a model to int8 (ONNX Runtime or torchao) and check it against fp32 on real text.",
@@ -129,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv[0] = f"briskbert {name}"  # argparse names the program after argv[0]
     for noisy in TORCHAO_IMPORT_LOGGERS:  # warnings about CUDA kernels no briskbert job uses
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    if not sys.stderr.isatty():  # a file or a pipe gets no carriage-return bars (training logs plain lines)
+        for variable in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+            os.environ.setdefault(variable, "1")
     try:
         module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
         result = module.main(rest)
@@ -137,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         message = f"--{error.field} {error.problem}" if isinstance(error, SettingError) else str(error)
         print("error: " + " ".join(line.strip() for line in message.splitlines()), file=sys.stderr)
         return error.exit_code
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {error.filename}" if error.filename else ""
+        print(f"error: no space left on the device{where}; free some space, then run again", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         # Ctrl-C before a job installed its own handler (while importing or loading): nothing to save yet.
         # CPython remembers an interrupt that crossed an exec() of a string (dataclasses run them while torch

@@ -7,13 +7,14 @@ target, which the next write of the same target replaces.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def replace_folder(staged: str | os.PathLike, folder: str | os.PathLike) -> None
         shutil.rmtree(retired, ignore_errors=True)
     else:
         os.replace(staged, folder)
+    fsync_folder(folder.parent)  # the rename itself survives a power loss
 
 
 @contextmanager
@@ -164,12 +166,71 @@ def manifest_problem(folder: str | os.PathLike) -> str | None:
 LOCK_FILE = ".briskbert.lock"
 
 
+class DiskFull(UserError):
+    """A write failed for lack of space: one line naming what was being written and the space it needed."""
+
+    def __init__(self, path: Path, needed: int, free: int):
+        super().__init__(
+            f"no space left on the device for {path}: it needs about {_mib(needed)} and {_mib(free)} is free; "
+            "free some space or write elsewhere, then run again"
+        )
+        self.path, self.needed, self.free = path, needed, free
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def free_space(path: str | os.PathLike) -> int:
+    """Bytes free on the file system that holds ``path`` (or its nearest existing parent)."""
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) is the operating system's "no space left"; libraries
+    that write through their own code say it in words (safetensors) or not at all (torch: see
+    :func:`space_for`)."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(error) or "StorageFull" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextmanager
+def space_for(target: str | os.PathLike, needed: int | Callable[[], int]) -> Iterator[None]:
+    """The body writes ``target`` through its ``.partial`` (see :func:`staged_folder`), needing about
+    ``needed`` bytes. When it raises, the partial is removed; when it failed for lack of space (the error
+    says so, or less than ``needed`` is left: ``torch.save`` reports a full disk only as "unexpected pos"),
+    the error becomes one :class:`DiskFull` line."""
+    target = Path(target)
+    try:
+        yield
+    except Exception as error:
+        needed = needed() if callable(needed) else needed
+        full = out_of_space(error) or free_space(target) < needed
+        partial = partial_path(target)
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
+        if full:
+            raise DiskFull(target, needed, free_space(target)) from error
+        raise
+
+
 class FolderBusy(UserError):
     """Another live process holds the folder's lock (``holder`` says which, as written in the lock)."""
 
     def __init__(self, folder: Path, holder: str):
         super().__init__(
-            f"{folder} is in use by another run ({holder}); wait for it to finish or choose another folder"
+            f"{folder} is in use by another run ({holder or 'a process starting up'}); wait for it to finish "
+            "or choose another folder"
         )
         self.folder, self.holder = folder, holder
 
@@ -179,25 +240,43 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
     """Hold ``folder``'s lock (``.briskbert.lock``, an advisory ``flock``) for the body: one writer per
     folder. A lock held by a live process raises :class:`FolderBusy`; the operating system releases the lock
     of a process that died, so its leftover file is taken over. Yields what the leftover file said about its
-    dead writer (to be reported), or None."""
-    import fcntl
-
+    dead writer (to be reported), or None. A release deletes the file, and the folder too when the lock
+    made it and nothing was written into it (a run refused at its first check leaves nothing behind)."""
     folder = Path(folder)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    handle = _locked_handle(folder, path)
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FolderBusy(folder, os.pread(handle, 4096, 0).decode("utf-8", "replace").strip()) from None
         leftover = os.pread(handle, 4096, 0).decode("utf-8", "replace").strip() or None
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
         try:
             yield leftover
         finally:
-            os.ftruncate(handle, 0)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            path.unlink(missing_ok=True)  # while still held: whoever opened it meanwhile sees it is gone
+            if made and not any(folder.iterdir()):
+                folder.rmdir()
     finally:
+        os.close(handle)  # releases the lock
+
+
+def _locked_handle(folder: Path, path: Path) -> int:
+    """An open descriptor of ``path`` holding its ``flock``; retried when the file it locked was deleted by
+    a releasing holder in between (the lock must be on the file the path names now)."""
+    import fcntl
+
+    while True:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(handle, 4096, 0).decode("utf-8", "replace").strip()
+            os.close(handle)
+            raise FolderBusy(folder, holder) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
         os.close(handle)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .files import manifest_problem
 
 #: files from which ``AutoTokenizer`` can build a real vocabulary (any one of them is enough)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
@@ -66,6 +67,7 @@ def check_tokenizer_source(name: str, flag: str) -> ModelLocation:
     if looks_like_local_path(name):
         folder = Path(name).expanduser()
         _require_folder(folder, flag, "tokenizer")
+        check_manifest(folder, flag)
         check_tokenizer_files(folder, flag)
         return ModelLocation(str(folder), is_local=True)
     check_hub_repo(name, flag)
@@ -73,8 +75,11 @@ def check_tokenizer_source(name: str, flag: str) -> ModelLocation:
 
 
 def check_model_folder(folder: Path, flag: str, need_tokenizer: bool = True) -> dict:
-    """Config, weights (and tokenizer files) of a saved model folder; returns the parsed ``config.json``."""
+    """The one check of a saved model folder before it is loaded (fine-tuning, distillation, conversion,
+    publishing): its manifest when it has one, then config, weights (and tokenizer files), each parsed as far
+    as it can be without torch; returns the parsed ``config.json``."""
     _require_folder(folder, flag, "model")
+    check_manifest(folder, flag)
     config = read_json_object(folder / "config.json", flag, "save the model with save_pretrained")
     if "model_type" not in config:
         raise UserError(
@@ -92,6 +97,16 @@ def check_model_folder(folder: Path, flag: str, need_tokenizer: bool = True) -> 
     if need_tokenizer:
         check_tokenizer_files(folder, flag)
     return config
+
+
+def check_manifest(folder: Path, flag: str) -> None:
+    """A folder saved with a manifest (each file's size and sha256) still matches it: a file truncated, flipped
+    or deleted since it was written is named here, before anything reads it."""
+    problem = manifest_problem(folder)
+    if problem:
+        raise UserError(
+            f"{flag}: {problem}; the folder was damaged after it was saved: save or copy it again."
+        )
 
 
 def check_tokenizer_files(folder: Path, flag: str) -> None:
@@ -233,9 +248,37 @@ def read_json_object(path: Path, flag: str, fix: str) -> dict:
         raise UserError(
             f"{flag}: {path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); {fix}."
         ) from None
+    except RecursionError:
+        raise UserError(f"{flag}: {path} nests too deeply to be read; {fix}.") from None
     if not isinstance(value, dict):
         raise UserError(f"{flag}: {path} holds a JSON {type(value).__name__}, not an object; {fix}.")
+    field = _not_unicode(value)
+    if field is not None:  # JSON's \ud800 escapes decode to text that cannot be written out again
+        raise UserError(f"{flag}: {path}: {field} holds a lone surrogate (\\ud800-\\udfff), not text; {fix}.")
     return value
+
+
+def _not_unicode(value, where: str = "") -> str | None:
+    """The first field (``'a'.'b'[0]``) whose key or text cannot be encoded as UTF-8, or None."""
+    if isinstance(value, str):
+        return None if _encodes(value) else where or "the document"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        here = f"{where}[{key}]" if isinstance(key, int) else f"{where}{'.' if where else ''}{key!r}"
+        if isinstance(key, str) and not _encodes(key):
+            return here
+        found = _not_unicode(item, here)
+        if found is not None:
+            return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_hub_repo(repo_id: str, flag: str) -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import sys
 
+#: Set by a parent that runs briskbert jobs (the quickstart) to the command that continues the whole flow: an
+#: interrupted training job prints it as the way to resume, instead of its own internal command line.
+RESUME_COMMAND_VARIABLE = "BRISKBERT_RESUME_COMMAND"
+
 
 def briskbert_argv(*args: str) -> list[str]:
     """``python -m briskbert ARGS`` with this interpreter, importing nothing from the current directory.

@@ -13,12 +13,15 @@ A store is a folder::
                    whose text gives no tokens, have length 0 and no separator)
     segments.npy   int64 (start, end) in tokens.bin of every segment (paragraph, or sentence for NSP)
     doc_segments.npy  int64 offsets into segments.npy: document d has segments [o[d], o[d + 1])
-    meta.json      what was prepared from what; written last, so a folder without it is incomplete
+    meta.json      what was prepared from what
+    manifest.json  each file's size and sha256, written last (a folder without it is incomplete)
 
 Stores are cached under ``cache_dir`` in a folder named after a fingerprint of the input (path, size,
 modification time and sampled content of the file), the tokenizer (its full serialisation) and the
 segmentation; any change gives a new fingerprint and a new preparation. Preparation writes into a
 temporary folder that is renamed into place when complete: an interrupted run leaves nothing half-written.
+A cached store is reused only when it proves itself (its manifest, and token ids within the vocabulary);
+otherwise it is prepared again, with one line naming what was wrong.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from briskbert.errors import SettingError, UserError
+from briskbert.files import write_manifest
+from briskbert.training.data.token_store import META_FILE, CorpusStore, verified_store
 
 BUILDERS = {
     ".txt": "text",
@@ -54,7 +59,6 @@ BUILDERS = {
 PACKING_MODES = ("none", "full-sentences", "doc-sentences")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 STORE_VERSION = 1
-META_FILE = "meta.json"
 _CHUNK_CHARACTERS = 1 << 20  # text per tokenization job: large enough to amortise the hand-over
 _FINGERPRINT_SAMPLE = 1 << 16
 
@@ -293,42 +297,6 @@ def encode_documents(encoder: TokenEncoder, documents: list[list[str]], sentence
 
 # -------------------------------------------------------------------------------------------------- store
 @dataclass(frozen=True)
-class CorpusStore:
-    """A prepared corpus (see the module docstring), opened read-only and memory-mapped."""
-
-    folder: Path
-    meta: dict
-
-    @classmethod
-    def open(cls, folder: str | Path) -> CorpusStore:
-        folder = Path(folder)
-        return cls(folder, json.loads((folder / META_FILE).read_text()))
-
-    @property
-    def num_documents(self) -> int:
-        return int(self.meta["num_documents"])
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.meta["num_tokens"])
-
-    def tokens(self) -> np.ndarray:
-        dtype = np.dtype(self.meta["dtype"])
-        if self.num_tokens == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(self.folder / "tokens.bin", dtype=dtype, mode="r", shape=(self.num_tokens,))
-
-    def document_offsets(self) -> np.ndarray:
-        return np.load(self.folder / "documents.npy", mmap_mode="r")
-
-    def segment_offsets(self) -> np.ndarray:
-        return np.load(self.folder / "segments.npy", mmap_mode="r")
-
-    def document_segment_offsets(self) -> np.ndarray:
-        return np.load(self.folder / "doc_segments.npy", mmap_mode="r")
-
-
-@dataclass(frozen=True)
 class PreparationSettings:
     """How a corpus is prepared: segmentation, parallelism and where the cache lives."""
 
@@ -357,15 +325,12 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
     cache_dir = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()
     name = Path(source.path).name if source.path else source.dataset_name.replace("/", "--")
     folder = cache_dir / f"{name}-{store_key(source, encoder, settings.sentences)}"
-    if settings.overwrite and (folder / META_FILE).is_file():
+    if settings.overwrite and folder.is_dir():
         shutil.rmtree(folder)
-    if (folder / META_FILE).is_file():
-        store = CorpusStore.open(folder)
-        log(
-            f"Reusing the prepared corpus {folder} ({store.num_documents:,} documents, {store.num_tokens:,} "
-            "tokens); delete that folder to prepare it again."
-        )
-        return store
+    if folder.is_dir():
+        store = verified_store(folder, encoder.vocab_size, log)
+        if store is not None:
+            return store
     cache_dir.mkdir(parents=True, exist_ok=True)
     partial = cache_dir / f".{folder.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -375,6 +340,7 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
         meta = _write_store(source, encoder, settings, partial)
         meta.update(source=source.label, seconds=round(time.perf_counter() - start, 2))
         (partial / META_FILE).write_text(json.dumps(meta, indent=2))
+        write_manifest(partial)
         try:
             partial.rename(folder)
         except OSError:  # another process finished the same store first: use theirs
@@ -438,7 +404,7 @@ def _write_store(source, encoder, settings, folder: Path) -> dict:
         unit="B",
         unit_scale=True,
         desc=f"preparing {Path(source.label).name}",
-        disable=not settings.show_progress,
+        disable=None if settings.show_progress else True,  # None: no bar into a file or a pipe
         mininterval=2,
     )
     counts = {"tokens": 0, "documents": 0, "segments": 0}

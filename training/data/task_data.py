@@ -126,10 +126,20 @@ def require_columns(dataset: datasets.Dataset, columns: dict[str, str | None], s
     }
     if missing:
         described = ", ".join(f"{flag}={name!r}" for flag, name in missing.items())
+        hint = separator_hint(dataset.column_names) or "Pass the right names with the flags shown."
         raise DataError(
-            f"{source}: column(s) not found: {described}. Available columns: {dataset.column_names}. "
-            "Pass the right names with the flags shown."
+            f"{source}: column(s) not found: {described}. Available columns: {dataset.column_names}. {hint}"
         )
+
+
+def separator_hint(columns: list[str]) -> str:
+    """What a table read with the wrong separator looks like (one column, ``'sentence,label'``), said; or ''."""
+    only = columns[0] if len(columns) == 1 else ""
+    if "," in only:
+        return "The file looks comma-separated: use a .csv name or tab separators."
+    if "\t" in only:
+        return "The file looks tab-separated: use a .tsv name or comma separators."
+    return ""
 
 
 def require_rows(dataset, source: str) -> None:

@@ -5,7 +5,10 @@ optimizer, learning-rate scheduler, gradient scaler, the RNG states of every pro
 :class:`TrainingState` (``trainer_state.json``) and the :class:`RunIdentity` of the run that wrote it
 (``run_identity.json``). It is written into a hidden ``.step_{N}.partial`` folder and renamed into place
 when complete, so a ``step_N`` folder is always whole; a kill during the save leaves only the partial
-folder, which the next launch deletes.
+folder, which the next launch deletes. Its files are synced, then a manifest of their sizes and sha256 is
+written last, then the folder is renamed and its parent synced. A resume verifies the checkpoint against
+the manifest and loads each state file before using it: ``latest`` skips a checkpoint that fails, in one
+line naming the file, for the newest intact one.
 
 The output folder holds one run: a new run into a folder with an earlier run's checkpoints or final
 model is refused unless ``--overwrite_output_dir`` (then they are deleted), and a resume is refused when
@@ -24,7 +27,14 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from briskbert.files import PARTIAL_SUFFIX, partial_path, replace_folder
+from briskbert.files import (
+    PARTIAL_SUFFIX,
+    manifest_problem,
+    partial_path,
+    replace_folder,
+    space_for,
+    write_manifest,
+)
 from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
 
 logger = logging.getLogger(__name__)
@@ -57,7 +67,11 @@ class TrainingState:
     @classmethod
     def load(cls, folder: Path) -> TrainingState:
         saved = json.loads((folder / STATE_FILE).read_text())
-        return cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+        state = cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+        for name, value in asdict(state).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
+                raise ValueError(f"{name} is {value!r}, not a number")
+        return state
 
 
 @dataclass
@@ -147,9 +161,11 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
     then deletes the earlier outputs.
     """
     output_dir = Path(output_dir)
-    if overwrite or (resume_from_checkpoint and resolve_checkpoint(resume_from_checkpoint, output_dir)):
-        return
     checkpoints = [p.name for p in checkpoint_dirs(output_dir)]
+    if resume_from_checkpoint not in (None, "latest"):
+        checkpoint_folder(resume_from_checkpoint, output_dir)  # early; checkpoint_to_resume verifies it
+    if overwrite or (resume_from_checkpoint and (resume_from_checkpoint != "latest" or checkpoints)):
+        return
     earlier = checkpoints[-2:] + [f"{name}/" for name in ("final", "best") if (output_dir / name).is_dir()]
     if earlier:
         resume = "--resume_from_checkpoint latest to continue it, " if checkpoints else ""
@@ -199,10 +215,29 @@ def remove_partial_folders(output_dir: Path) -> list[Path]:
 
 # ---------------------------------------------------------------------------------- save, find, load
 def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> Path | None:
-    """``"latest"`` -> newest checkpoint in ``output_dir`` (``None`` when there is none yet), else the path."""
+    """``"latest"`` -> the newest intact checkpoint in ``output_dir`` (``None`` when there is none yet; each
+    newer one that fails :func:`checkpoint_problem` is skipped with a warning line), else the path, which
+    must be intact."""
     if resume_from_checkpoint == "latest":
         found = checkpoint_dirs(output_dir)
-        return found[-1] if found else None
+        checkpoint = intact_checkpoint(output_dir, report=logger.warning)
+        if found and checkpoint is None:
+            raise TrainingSetupError(
+                f"--resume_from_checkpoint latest: no checkpoint in {output_dir} is intact ({len(found)} checked, "
+                "see the lines above); pass --overwrite_output_dir to start the run anew."
+            )
+        return checkpoint
+    path = checkpoint_folder(resume_from_checkpoint, output_dir)
+    problem = checkpoint_problem(path)
+    if problem:
+        raise TrainingSetupError(
+            f"--resume_from_checkpoint {resume_from_checkpoint}: {problem}; pass an intact checkpoint or 'latest'."
+        )
+    return path
+
+
+def checkpoint_folder(resume_from_checkpoint: str, output_dir: str | Path) -> Path:
+    """The folder a ``--resume_from_checkpoint`` path names, refused unless it holds a state file."""
     path = Path(resume_from_checkpoint)
     if not (path / STATE_FILE).is_file():
         raise TrainingSetupError(
@@ -212,24 +247,105 @@ def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> P
     return path
 
 
+def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
+    """The newest checkpoint in ``output_dir`` that passes :func:`checkpoint_problem` (None: none does);
+    ``report`` is called with one line for each newer one skipped."""
+    for checkpoint in reversed(checkpoint_dirs(output_dir)):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        if report is not None:
+            report(f"Skipping the checkpoint {checkpoint.name}: {problem}.")
+    return None
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be resumed, in one line naming the file; None when every file matches the
+    manifest (when there is one: older checkpoints have none) and every state file loads."""
+    problem = manifest_problem(folder)
+    if problem is not None:
+        return problem
+    for path in sorted(folder.iterdir()):
+        try:
+            _check_loads(path)
+        except Exception as error:
+            reason = " ".join(str(error).split())[:200] or type(error).__name__
+            return f"{path} does not load ({reason})"
+    return None
+
+
+RNG_KEYS = {"random_state", "numpy_random_seed", "torch_manual_seed"}
+
+
+def _check_loads(path: Path) -> None:
+    """Raise what loading ``path`` raises (its headers and structure; the bytes are the manifest's to check)."""
+    if path.name == STATE_FILE:
+        TrainingState.load(path.parent)
+    elif path.name == IDENTITY_FILE:
+        RunIdentity.load(path.parent)
+    elif path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as opened:
+            opened.keys()
+    elif path.suffix in (".bin", ".pkl", ".pt"):
+        from accelerate.utils import load
+
+        # as accelerate loads them: its own states restricted to plain tensors and numpy, custom ones not
+        loaded = load(path, map_location="cpu", mmap=True, weights_only=not path.name.startswith("custom_"))
+        if path.name.startswith("random_states_") and not RNG_KEYS <= set(loaded):
+            raise ValueError(f"it lacks {', '.join(sorted(RNG_KEYS - set(loaded)))}")
+
+
 def save_checkpoint(
     accelerator, output_dir: Path, state: TrainingState, identity: RunIdentity, total_limit: int | None
 ) -> Path:
-    """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state)."""
+    """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state); on a full
+    disk, one :class:`~briskbert.files.DiskFull` line and no partial folder."""
     folder = output_dir / f"step_{state.global_step}"
     partial = partial_path(folder)
-    accelerator.save_state(str(partial))
-    if accelerator.is_main_process:
-        identity.save(partial)
-        state.save(partial)  # last: a folder with a state file is complete
-    accelerator.wait_for_everyone()  # every process has written its part before the folder moves
-    if accelerator.is_main_process:
-        replace_folder(partial, folder)
-        if total_limit is not None and total_limit > 0:
-            for old in checkpoint_dirs(output_dir)[:-total_limit]:
-                shutil.rmtree(old, ignore_errors=True)
+    with space_for(folder, lambda: state_bytes(accelerator)):
+        hook = accelerator.register_save_state_pre_hook(drop_tied_copies)
+        accelerator.save_state(str(partial))
+        hook.remove()
+        if accelerator.is_main_process:
+            identity.save(partial)
+            state.save(partial)  # last: a folder with a state file is complete
+        accelerator.wait_for_everyone()  # every process has written its part before the folder moves
+        if accelerator.is_main_process:
+            write_manifest(partial)
+            replace_folder(partial, folder)
+    if accelerator.is_main_process and total_limit is not None and total_limit > 0:
+        for old in checkpoint_dirs(output_dir)[:-total_limit]:
+            shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return folder
+
+
+def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
+    """accelerate's ``save_state`` hook: leave out each weight tied to another (the MLM decoder is the word
+    embeddings), as ``save_pretrained`` does; loading re-ties it. Saved twice, accelerate would drop it itself,
+    with a warning at every checkpoint."""
+    for model, state in zip(models, weights):
+        model = getattr(model, "module", model)  # DDP
+        tied = getattr(getattr(model, "_orig_mod", model), "all_tied_weights_keys", None) or {}
+        for target, source in tied.items():
+            for key in [k for k in state if k == target or k.endswith("." + target)]:
+                twin = key.removesuffix(target) + source  # the same prefix (DDP's, torch.compile's)
+                if twin in state and state[twin].data_ptr() == state[key].data_ptr():
+                    del state[key]
+
+
+def state_bytes(accelerator, optimizers: bool = True) -> int:
+    """About what a save of the accelerator's models (and optimizers) takes on disk: their tensors' bytes."""
+    import torch
+
+    tensors = [p for model in accelerator._models for p in model.parameters()]
+    if optimizers:
+        for optimizer in accelerator._optimizers:
+            states = getattr(optimizer, "optimizer", optimizer).state.values()
+            tensors += [t for state in states for t in state.values() if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
@@ -265,13 +381,17 @@ def load_checkpoint(accelerator, checkpoint: Path) -> TrainingState:
             f"{rng_file} is missing: the run resumes, but dropout and data draws will not repeat those of "
             "an uninterrupted run (the resume is not exact)."
         )
-    accelerator.load_state(str(checkpoint))
+    try:
+        accelerator.load_state(str(checkpoint))
+    except Exception as error:  # what the checks before missed (e.g. weights of another shape)
+        reason = " ".join(str(error).split())[:300] or type(error).__name__
+        raise TrainingSetupError(f"--resume_from_checkpoint {checkpoint} does not load: {reason}") from error
     return TrainingState.load(checkpoint)
 
 
-def resume_command(argv: list[str], checkpoint: Path) -> str:
+def resume_command(argv: list[str], checkpoint: Path | str) -> str:
     """The command line that started this process (``sys.orig_argv``) with ``--resume_from_checkpoint``
-    pointing at ``checkpoint``: what to run to continue an interrupted run."""
+    pointing at ``checkpoint`` (a folder, or ``latest``): what to run to continue an interrupted run."""
     program, *rest = argv
     if rest and not rest[0].startswith("-") and not rest[0].endswith(".py"):  # a console script: briskbert
         program, *rest = rest

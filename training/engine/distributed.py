@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from briskbert.files import partial_path, replace_folder
+from briskbert.files import partial_path, replace_folder, space_for, write_manifest
 from briskbert.training.engine.facts import TrainingFacts, write_training_facts
 from briskbert.training.engine.finite import refuse_non_finite_weights
 
@@ -109,14 +109,17 @@ def save_model_folder(
     # Sharded engines need their weights gathered; otherwise save_pretrained handles tied weights itself.
     sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
     state_dict = accelerator.get_state_dict(model) if sharded else None
+    weight_bytes = sum(p.numel() * p.element_size() for p in unwrapped.parameters())
     if accelerator.is_main_process:
         partial = partial_path(folder)
-        partial.mkdir(parents=True, exist_ok=True)
-        with own_class(unwrapped):
-            unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(partial)
-        if facts is not None:
-            write_training_facts(partial, facts)
+        with space_for(folder, weight_bytes):  # a full disk: one line, and no partial folder left
+            partial.mkdir(parents=True, exist_ok=True)
+            with own_class(unwrapped):
+                unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(partial)
+            if facts is not None:
+                write_training_facts(partial, facts)
+            write_manifest(partial)  # synced files, then the manifest, then the rename
         replace_folder(partial, folder)
     accelerator.wait_for_everyone()

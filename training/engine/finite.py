@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from briskbert.errors import UserError
-from briskbert.training.engine.checkpointing import checkpoint_dirs
+from briskbert.training.engine.checkpointing import intact_checkpoint
 
 # The weight files ``save_pretrained`` and ``accelerator.save_state`` write, in the order to name them.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -76,7 +76,8 @@ def refuse_non_finite_weights(accelerator, model, what: str, output_dir: Path) -
 
 
 def _last_good(output_dir: Path) -> str:
-    checkpoints = checkpoint_dirs(output_dir)
-    if checkpoints:
-        return f"the last good checkpoint is {checkpoints[-1]}"
-    return "no checkpoint was saved before (checkpointing_steps saves them)"
+    """Where to resume from: the newest checkpoint that verifies (never one with corrupt files)."""
+    checkpoint = intact_checkpoint(output_dir)
+    if checkpoint is not None:
+        return f"the last good checkpoint is {checkpoint}"
+    return "no intact checkpoint was saved before (checkpointing_steps saves them)"

@@ -1,14 +1,17 @@
 """Training logs: one :class:`MetricsLog` that every entry goes through, on its way to the JSON-lines
-history, the console (evaluations) and the experiment trackers; ``all_results.json``; a PNG of the curves."""
+history, the console (evaluations) and the experiment trackers; ``all_results.json``; a PNG of the curves;
+the progress of the steps (a bar on a terminal, plain lines in a file or a pipe)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import sys
 import textwrap
 import time
 from pathlib import Path
+from time import monotonic
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +115,62 @@ class LogInterval:
         return entry
 
 
+PROGRESS_LINES = 10  # plain progress lines per run, when the output is a file or a pipe
+PROGRESS_SECONDS = 300  # and one at least this often
+
+
+def progress_bar(total: int, initial: int = 0, disable: bool = False, desc: str = "training", stream=None):
+    """tqdm's bar on a terminal; on a file or a pipe, where a bar is a stream of carriage returns, a
+    :class:`ProgressLines` (the same ``update`` / ``set_postfix`` / ``close``)."""
+    stream = stream or sys.stderr
+    if disable or (hasattr(stream, "isatty") and stream.isatty()):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, disable=disable, desc=desc, dynamic_ncols=True, file=stream)
+    return ProgressLines(total, initial, desc, stream)
+
+
+class ProgressLines:
+    """Progress as plain lines, ``training: step 30/60 (50%), 12 s, about 12 s left, loss 2.31, lr 1.00e-03``:
+    one every tenth of the run (and every five minutes), and one at the end. A step's line waits for its
+    postfix (the loop sets it right after ``update`` when the step logs), so the loss shown is current."""
+
+    def __init__(self, total: int, initial: int, desc: str, stream):
+        self.total, self.n, self.desc, self.stream = total, initial, desc, stream
+        self.first, self.start = initial, monotonic()
+        self.last_line = self.start
+        self.every = max(1, math.ceil(total / PROGRESS_LINES))
+        self.postfix, self.due = "", False
+
+    def update(self, n: int = 1) -> None:
+        self._flush()
+        self.n += n
+        now = monotonic()
+        self.due = (
+            self.n % self.every == 0 or self.n >= self.total or now - self.last_line >= PROGRESS_SECONDS
+        )
+
+    def set_postfix(self, **values) -> None:
+        self.postfix = ", ".join(f"{key} {value}" for key, value in values.items())
+        self._flush()
+
+    def close(self) -> None:
+        self._flush()
+
+    def _flush(self) -> None:
+        if not self.due:
+            return
+        self.due, self.last_line = False, monotonic()
+        elapsed = self.last_line - self.start
+        parts = [
+            f"{self.desc}: step {self.n}/{self.total} ({100 * self.n // max(self.total, 1)}%)",
+            f"{elapsed:.0f} s",
+        ]
+        if self.first < self.n < self.total:
+            parts.append(f"about {elapsed / (self.n - self.first) * (self.total - self.n):.0f} s left")
+        print(", ".join(parts + ([self.postfix] if self.postfix else [])), file=self.stream, flush=True)
+
+
 def format_evaluation(entry: dict) -> str:
     """``step 40 | eval_loss 2.3451 | eval_accuracy 0.8125``: one console line per evaluation."""
     parts = [f"step {entry['step']}"]
@@ -143,7 +202,8 @@ def _is_count(key: str, series: list[tuple[int, float]]) -> bool:
 
 def _metric_panels(history: list[dict]) -> tuple[dict, list[str]]:
     """The validation metrics worth a panel (two points or more, not counts), headline metrics first and
-    at most six; and notes on the rest: metrics evaluated once, and counts."""
+    at most six; and notes on the rest: metrics evaluated once, and counts. A family of per-type metrics
+    (NER's ``eval_PER_f1``, ``eval_LOC_f1``, ...) shares one panel, a line per type, so every type is shown."""
     eval_keys = {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
     candidates = {
         k: _series(history, k)
@@ -153,9 +213,17 @@ def _metric_panels(history: list[dict]) -> tuple[dict, list[str]]:
     counts = {k: s for k, s in candidates.items() if _is_count(k, s)}
     once = {k: s for k, s in candidates.items() if k not in counts and len(s) < 2}
     curves = sorted(
-        (k for k in candidates if k not in counts and k not in once),
-        key=lambda k: (k.count("_"), k),  # eval_f1 before eval_f1_PER
-    )[:MAX_METRIC_PANELS]
+        (k for k in candidates if k not in counts and k not in once), key=lambda k: (k.count("_"), k)
+    )
+    families: dict[str, dict] = {}  # "f1" -> {"PER": series, "LOC": series}, for eval_<type>_f1 keys
+    for key in curves:
+        kind, _, metric = _name(key).rpartition("_")
+        if kind and f"eval_{metric}" in candidates:  # eval_PER_f1 beside the headline eval_f1
+            families.setdefault(metric, {})[kind] = candidates[key]
+    families = {metric: members for metric, members in families.items() if len(members) >= 2}
+    grouped = {f"eval_{kind}_{metric}" for metric, members in families.items() for kind in members}
+    panels = {k: candidates[k] for k in curves if k not in grouped}
+    panels.update({f"per-type {metric}": members for metric, members in sorted(families.items())})
     notes = []
     if once:
         step = next(iter(once.values()))[-1][0]
@@ -163,7 +231,7 @@ def _metric_panels(history: list[dict]) -> tuple[dict, list[str]]:
         notes.append(f"evaluated once (step {step}): {values}")
     if counts:
         notes.append("counts: " + ", ".join(f"{_name(k)} {s[-1][1]:.4g}" for k, s in sorted(counts.items())))
-    return {k: candidates[k] for k in curves}, notes
+    return dict(list(panels.items())[:MAX_METRIC_PANELS]), notes
 
 
 def _name(key: str) -> str:
@@ -187,19 +255,21 @@ def _plot_losses(axis, history: list[dict]) -> list[str]:
     axis.set_title("Training and validation loss")
     axis.set_ylabel("loss")
     if axis.get_legend_handles_labels()[0]:
-        axis.legend(loc="upper right")
+        axis.legend(loc="best")  # where it covers the fewest points (a lone validation point included)
     return notes
 
 
 def curve_figure(history: list[dict]):
-    """The curves as a matplotlib figure against the optimizer step: one panel with the training loss (every
-    logged step) and the validation losses, and one panel per validation metric evaluated at least twice
-    (up to six, headline metrics first). Series too short to be curves, and counts such as SQuAD's
-    ``total``, get no panel: a note on the loss panel gives their values."""
+    """The curves as a matplotlib figure against the optimizer step (whole steps on the axis): one panel
+    with the training loss (every logged step) and the validation losses, and one panel per validation
+    metric evaluated at least twice (up to six, headline metrics first; per-type metrics share one).
+    Series too short to be curves, and counts such as SQuAD's ``total``, get no panel: a note under the
+    loss panel, outside the plot area, gives their values."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     metrics, metric_notes = _metric_panels(history)
     panels = 1 + len(metrics)
@@ -209,28 +279,39 @@ def curve_figure(history: list[dict]):
     loss_axis = axes[0][0]
     notes = _plot_losses(loss_axis, history) + metric_notes
     for axis, (key, series) in zip(axes.flat[1:], metrics.items()):
-        axis.plot(*zip(*series), marker="o", color="tab:green")
+        if isinstance(series, dict):  # one line per type
+            for kind, points in sorted(series.items()):
+                axis.plot(*zip(*points), marker="o", label=kind)
+            axis.legend(loc="best", fontsize=7)
+        else:
+            axis.plot(*zip(*series), marker="o", color="tab:green")
         axis.set_title(f"Validation {_name(key)}")
-        axis.set_ylabel(_name(key))
+        axis.set_ylabel(_name(key).removeprefix("per-type "))
     for axis in axes.flat[panels:]:
         axis.set_visible(False)
     for axis in axes.flat[:panels]:
         axis.set_xlabel("optimizer step")
         axis.set_xlim(left=0)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    if notes:
+    if notes:  # below the loss panel's step label: never over a curve
         loss_axis.text(
-            0.02, 0.02, "\n".join(textwrap.fill(note, 48) for note in notes), transform=loss_axis.transAxes,
-            fontsize=7, va="bottom", bbox=dict(boxstyle="round", facecolor="white", alpha=0.8),
+            0.0, -0.22, "\n".join(textwrap.fill(note, 60) for note in notes), transform=loss_axis.transAxes,
+            fontsize=7, va="top",
         )  # fmt: skip
     fig.tight_layout()
     return fig
 
 
 def plot_curves(history: list[dict], path: str | Path) -> None:
-    """Write :func:`curve_figure` as a PNG."""
+    """Write :func:`curve_figure` as a PNG, whole or not at all (no empty file when drawing fails)."""
     import matplotlib.pyplot as plt
 
+    from briskbert.files import atomic_file
+
     fig = curve_figure(history)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_file(path) as partial:
+            fig.savefig(partial, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)

@@ -83,6 +83,7 @@ from briskbert.training.engine.logging_utils import (
     LogInterval,
     MetricsLog,
     plot_curves,
+    progress_bar,
     write_results,
 )
 from briskbert.training.engine.preparation import Prepared, input_sources, prepare
@@ -160,7 +161,7 @@ def run(
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     evaluation = Evaluation.of_run(config, parts.eval_dataloader, task, inputs.tokenizer)
     log, state = _open_run(config, accelerator, output_dir, checkpoint, model)
-    progress = _progress_bar(accelerator, state.global_step, parts.max_train_steps)
+    progress = progress_bar(parts.max_train_steps, state.global_step, not accelerator.is_local_main_process)
     windows = accumulation_windows(
         parts.train_dataloader, state, config.gradient_accumulation_steps, accelerator, parts.epoch_listeners
     )
@@ -222,18 +223,6 @@ def _closing_logs_on_error(accelerator, log: MetricsLog, output_dir: Path, progr
         progress.close()
         _finish_logs(accelerator, log, output_dir)
         raise
-
-
-def _progress_bar(accelerator, initial: int, total: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total,
-        initial=initial,
-        disable=not accelerator.is_local_main_process,
-        desc="training",
-        dynamic_ncols=True,
-    )
 
 
 def _open_run(

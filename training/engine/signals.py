@@ -5,12 +5,14 @@ saves a checkpoint, prints the command that resumes and exits 130 (SIGINT) or 14
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
 
 import torch
 
+from briskbert.processes import RESUME_COMMAND_VARIABLE
 from briskbert.training.engine.checkpointing import resume_command
 
 
@@ -56,7 +58,9 @@ class SignalCatcher:
 
 def interrupted(accelerator, signal_number: int, checkpoint: Path, step: int) -> TrainingInterrupted:
     """Print where the run stopped and how to resume it; the exception that ends the process."""
-    command = resume_command(sys.orig_argv, checkpoint)
+    # --resume_from_checkpoint latest, as the README says (this checkpoint is the newest); a parent such as
+    # the quickstart names its own command instead.
+    command = os.environ.get(RESUME_COMMAND_VARIABLE) or resume_command(sys.orig_argv, "latest")
     if accelerator.is_main_process:
         launcher = (
             " (launched the same way, e.g. with accelerate launch)" if accelerator.num_processes > 1 else ""

@@ -49,6 +49,10 @@ def count_examples(batch: dict) -> int:
 class Task(abc.ABC):
     """One training job, as the loop drives it (see the module docstring)."""
 
+    #: set by :meth:`evaluate` when the predictions show nothing learned yet (one line, e.g.
+    #: ``training.tasks.metrics.not_learned``'s); the end-of-run summary prints the last evaluation's.
+    verdict: str | None = None
+
     @abc.abstractmethod
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         """The model, tokenizer, datasets and collators. Runs on every process: prepare shared files on the

@@ -186,8 +186,12 @@ def variants(
     def briskbert(unpad_inputs):
         def build(task):
             cls = BriskBertForMaskedLM if task == "train" else BriskBertModel
+            # Training decodes the masked positions only, as `briskbert pretrain` does.
             return cls.from_pretrained(
-                brisk_folder, attn_implementation=brisk_attn, unpad_inputs=unpad_inputs
+                brisk_folder,
+                attn_implementation=brisk_attn,
+                unpad_inputs=unpad_inputs,
+                sparse_prediction=True,
             )
 
         return build

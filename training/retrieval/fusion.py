@@ -107,6 +107,7 @@ class Fusion:
     retrieval: dict = field(default_factory=dict)
     curve: list = field(default_factory=list)
     lexical_weight: float = 0.0
+    held_out: dict = field(default_factory=dict)  # the training questions held out to choose on, if it was so
 
     def __post_init__(self):
         if not (
@@ -133,9 +134,19 @@ class Fusion:
             f"{100 * alone[key]:.1f})"
             for key, name in zip(SELECTION_METRICS, ("MRR@10", "Recall@1"))
         )
+        validation = self.validation or f"{self.num_queries} validation queries"
         return (
             f"Fusion weights re-ranker {self.weight:g}, BM25 {self.lexical_weight:g} (retriever "
-            f"{1 - self.weight - self.lexical_weight:g}) chosen on {self.num_queries} validation queries: {figures}."
+            f"{1 - self.weight - self.lexical_weight:g}) chosen on {validation}: {figures}."
+        )
+
+    def card_line(self) -> str:
+        """The summary, and, when the cross-encoder alone ranked below retrieval there, that it says so."""
+        if not ranking_shortfall(self.retrieval, self.point(1.0)):
+            return self.summary()
+        return (
+            f"{self.summary()} Alone, the cross-encoder ranks below retrieval: use it fused at these weights "
+            "(fusion.json, which evaluate-retrieval and open-domain-qa apply by default)."
         )
 
     def save(self, folder) -> Path:
@@ -188,50 +199,53 @@ def choose_fusion_weight(
 
 # ------------------------------------------------------------------------------------------- reports
 def rerank_report(reranker, task: RetrievalTask, retrieved: Retrieved, retriever_scale: float) -> dict:
-    """For a :class:`~.reranking.Reranker`: ``"reranked"`` (the re-ranker's own order), ``"fused"`` and ``"fusion_weight"`` (when it has a weight)
-    metrics, the depth, the seconds it took, and a one-line ``"warning"`` when the order it hands on is
-    below retrieval alone on Recall@1 or MRR@10."""
+    """For a :class:`~.reranking.Reranker`: ``"reranked"`` (the re-ranker's own order), ``"fused"`` (the order
+    it hands on, at its ``"fusion_weight"`` and ``"lexical_weight"``) metrics, the depth, the seconds it took,
+    and a one-line ``"warning"`` when the fused order is below retrieval alone on Recall@1 or MRR@10."""
     start = time.perf_counter()
     queries, corpus = task.queries, task.corpus
     head_scores = reranker.score(queries, retrieved, corpus)
+    lexical = reranker.lexical_scores(queries, retrieved, corpus)
+    fused = fused_rankings(
+        retrieved, head_scores, reranker.fusion_weight, retriever_scale, lexical, reranker.lexical_weight
+    )
     report = {
         "reranked": retrieval_metrics(
             fused_rankings(retrieved, head_scores, 1.0, retriever_scale), task.qrels
         ),
+        "fused": retrieval_metrics(fused, task.qrels),
+        "fusion_weight": reranker.fusion_weight,
+        "lexical_weight": reranker.lexical_weight,
         "rerank_top_k": reranker.top_k,
         "rerank_s": round(time.perf_counter() - start, 2),
     }
-    handed_on = report["reranked"]
-    if reranker.fusion_weight is not None:
-        lexical = reranker.lexical_scores(queries, retrieved, corpus)
-        fused = fused_rankings(
-            retrieved, head_scores, reranker.fusion_weight, retriever_scale, lexical, reranker.lexical_weight
-        )
-        report["fused"] = handed_on = retrieval_metrics(fused, task.qrels)
-        report["fusion_weight"], report["lexical_weight"] = reranker.fusion_weight, reranker.lexical_weight
-    shortfall = ranking_shortfall(retrieval_metrics(retrieved.rankings, task.qrels), handed_on)
+    shortfall = ranking_shortfall(retrieval_metrics(retrieved.rankings, task.qrels), report["fused"])
     if shortfall:
         report["warning"] = reranking_warning(shortfall, reranker.fusion_weight)
     return report
 
 
-def reranking_warning(shortfall: list[str], fusion_weight: float | None) -> str:
-    stage = "re-ranking" if fusion_weight is None else f"re-ranking fused at weight {fusion_weight:g}"
-    remedy = (
-        "the re-ranker has no fusion weight: train it with validation_file so one is chosen, or set fusion_weight"
-        if fusion_weight is None
-        else "its fusion weight was chosen on other data; lower fusion_weight (0 = retrieval alone)"
+def reranking_warning(shortfall: list[str], fusion_weight: float) -> str:
+    return (
+        f"re-ranking fused at weight {fusion_weight:g} scores below retrieval alone ({', '.join(shortfall)}); "
+        "lower fusion_weight (0 = retrieval alone)."
     )
-    return f"{stage} scores below retrieval alone ({', '.join(shortfall)}); {remedy}."
 
 
 def validation_warning(reranker) -> str | None:
-    """A one-line warning when the :class:`~.reranking.Reranker`'s own validation (its ``fusion.json``) shows the weight it
-    applies scoring below retrieval alone; ``None`` when it did not, or was never measured."""
-    if reranker.fusion is None or not reranker.fusion.curve or not reranker.fusion.retrieval:
+    """A one-line warning when the :class:`~.reranking.Reranker` has no ``fusion.json`` (its weights were never
+    chosen, so it keeps retrieval's order unless given a weight), or when its own validation there shows the
+    weight it applies scoring below retrieval alone; ``None`` otherwise."""
+    if reranker.fusion is None:
+        if reranker.fusion_weight or reranker.lexical_weight:
+            return None
+        return (
+            "the re-ranker has no fusion.json (its weights were never chosen): it is applied at weight 0, "
+            "retrieval's order unchanged; train it with finetune-reranker, or set fusion_weight."
+        )
+    if not reranker.fusion.curve or not reranker.fusion.retrieval:
         return None
-    weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
-    point = reranker.fusion.point(weight, reranker.lexical_weight)
+    point = reranker.fusion.point(reranker.fusion_weight, reranker.lexical_weight)
     shortfall = ranking_shortfall(reranker.fusion.retrieval, point)
     if not shortfall:
         return None

@@ -105,7 +105,7 @@ def rank_passages(
     corpus: dict[str, str], questions: dict[str, str], retriever: Retriever, reranker=None, depth: int = 5
 ) -> RankedPassages:
     """Retrieve (``max(depth, 100)`` deep, for the ranking metrics), then re-rank the first
-    ``max(depth, reranker.top_k)`` with the re-ranker's fusion weight (its own order when it has none)."""
+    ``max(depth, reranker.top_k)`` at the re-ranker's fusion weights."""
     from briskbert.training.retrieval.fusion import fused_rankings, fused_scores
 
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
@@ -117,8 +117,7 @@ def rank_passages(
         return RankedPassages(retrieved.rankings, logits, retrieved)
     head = max(depth, reranker.top_k)
     head_scores = reranker.score(questions, retrieved, corpus, head)
-    weight = 1.0 if reranker.fusion_weight is None else reranker.fusion_weight
-    lexical_weight = reranker.lexical_weight
+    weight, lexical_weight = reranker.fusion_weight, reranker.lexical_weight
     lexical = reranker.lexical_scores(questions, retrieved, corpus, head)
     rankings = fused_rankings(retrieved, head_scores, weight, retriever.scale, lexical, lexical_weight)
     logits = {}

@@ -5,35 +5,90 @@ after training, the weight that fuses it with the retriever, chosen on the valid
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from briskbert.training.data.task_data import DataError
 from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
 from briskbert.training.tasks.settings import ModelSource
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from briskbert.training.engine.config import TrainingConfig
+    from briskbert.training.retrieval.embeddings import Pair
+    from briskbert.training.retrieval.fusion import Fusion
     from briskbert.training.retrieval.reranking import TrainingSets
 
 
+def hold_out(
+    path: str, articles, pairs: list[Pair], percentage: float, seed: int
+) -> tuple[list[Pair], list[Pair], dict]:
+    """(training pairs, held-out pairs, what was held out): ``percentage`` % of the training documents, whole
+    (a SQuAD file's articles; for pairs, the groups linked by a shared passage), chosen with ``seed``, so no
+    passage of a held-out question is trained on."""
+    from briskbert.training.data.pretraining_data import split_document_indices
+    from briskbert.training.data.task_data import load_squad
+    from briskbert.training.retrieval.embeddings import is_squad_file
+
+    titles = list(load_squad(path, articles)[0]["title"]) if is_squad_file(path) else [None] * len(pairs)
+    parent: dict = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    for pair, title in zip(pairs, titles):
+        for linked in (pair.negative, title and ("article", title)):
+            if linked:
+                parent[root(linked)] = root(pair.positive)
+    documents = list(dict.fromkeys(root(pair.positive) for pair in pairs))
+    if len(documents) < 2:
+        raise DataError(
+            f"{path} is one document (its pairs share passages), too little to hold validation questions out "
+            "of: give validation_file."
+        )
+    held = {documents[index] for index in split_document_indices(len(documents), percentage, seed)[1]}
+    is_held = [root(pair.positive) in held for pair in pairs]
+    split = {
+        "validation_split_percentage": percentage,
+        "num_documents": len(held),
+        "articles": sorted({title for title, kept in zip(titles, is_held) if kept and title}),
+        "questions": [index for index, kept in enumerate(is_held) if kept],  # positions in the training file
+    }
+    return [p for p, h in zip(pairs, is_held) if not h], [p for p, h in zip(pairs, is_held) if h], split
+
+
 def training_sets(
-    data: RerankerData, validation: RerankerValidation | None, seed: int, batch_size: int, device
+    data: RerankerData, validation: RerankerValidation, seed: int, batch_size: int, device
 ) -> TrainingSets:
-    """Training groups with negative pools, and the validation collection searched by the fusion retriever."""
+    """Training groups with negative pools, and the validation collection searched by the fusion retriever:
+    ``validation_file``'s queries, else those held out of the training data among all its passages."""
     from briskbert.training.retrieval.dense import load_retriever, read_passages
     from briskbert.training.retrieval.embeddings import load_pairs
     from briskbert.training.retrieval.reranking import (
         RerankGroups,
-        TrainingSets,
         random_negative_pools,
         retrieved_negative_pools,
         validation_sets,
     )
 
-    pairs = load_pairs(data.train_file, data.train_articles)[: data.max_train_samples]
+    pairs = load_pairs(data.train_file, data.train_articles)
+    distractors = read_passages(
+        validation.validation_extra_corpus_file, validation.validation_extra_corpus_min_words
+    )
+    held_out = None
+    if validation.validation_file is None:
+        pairs, validation_pairs, held_out = hold_out(
+            data.train_file, data.train_articles, pairs, validation.validation_split_percentage, seed
+        )
+        distractors = [
+            text for pair in pairs for text in (pair.positive, pair.negative) if text
+        ] + distractors
+    else:
+        validation_pairs = load_pairs(validation.validation_file, validation.validation_articles)
+    pairs = pairs[: data.max_train_samples]
     retrievers = {}
 
     def retriever(name):
@@ -49,14 +104,8 @@ def training_sets(
         pools = retrieved_negative_pools(pairs, data.pool_size, retriever(data.negatives_from), extra)
     own_negative = any(pair.negative for pair in pairs)
     train = RerankGroups(pools, data.num_negatives, seed, own_negative=own_negative)
-    if validation is None:
-        return TrainingSets(train)
-    validation_pairs = load_pairs(validation.validation_file, validation.validation_articles)
-    distractors = read_passages(
-        validation.validation_extra_corpus_file, validation.validation_extra_corpus_min_words
-    )
     fusion_retriever = retriever(validation.fusion_retriever) if validation.fusion_retriever else None
-    return validation_sets(
+    sets = validation_sets(
         train,
         validation_pairs,
         distractors,
@@ -64,12 +113,14 @@ def training_sets(
         validation.fusion_retriever,
         depth=max(validation.rerank_top_k, data.num_negatives + 1),
     )
+    sets.held_out = held_out
+    return sets
 
 
 class RerankerTask(Task):
     """``briskbert finetune-reranker``. The constructor checks the model folder before anything is loaded."""
 
-    def __init__(self, model: ModelSource, data: RerankerData, validation: RerankerValidation | None):
+    def __init__(self, model: ModelSource, data: RerankerData, validation: RerankerValidation):
         from briskbert.training.tasks.finetuning import check_model_inputs
 
         self.source, self.data, self.validation = model, data, validation
@@ -93,10 +144,13 @@ class RerankerTask(Task):
             num_labels=1,
             problem_type="regression",
         )
+        if self.sets.held_out:
+            accelerator.print(
+                f"No validation file: {self.held_out_description()}; the fusion weights are chosen on them."
+            )
         accelerator.print(
             f"Groups: {len(self.sets.train)} queries x (1 positive + {data.num_negatives} negatives drawn from "
-            f"{data.pool_size})"
-            + (f"; {len(self.sets.validation_groups)} validation queries" if self.validation else "")
+            f"{data.pool_size}); {len(self.sets.validation_groups)} validation queries"
         )
         self.eval_batch_size = config.per_device_eval_batch_size
         return TaskInputs(
@@ -107,24 +161,40 @@ class RerankerTask(Task):
             eval_dataset=self.sets.validation_groups,
         )
 
+    def held_out_description(self) -> str | None:
+        """What was held out of the training data to validate on, in words (None: a validation file)."""
+        held = self.sets.held_out
+        if not held:
+            return None
+        where = (
+            f"articles {', '.join(held['articles'])}"
+            if held["articles"]
+            else f"{held['num_documents']} groups"
+        )
+        return (
+            f"{len(held['questions'])} questions held out of {Path(self.data.train_file).name} ({where}: "
+            f"{held['validation_split_percentage']:g}% of its documents)"
+        )
+
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
         from briskbert.training.retrieval.reranking import group_ranking_metrics
 
-        return group_ranking_metrics(model, dataloader, accelerator) if self.validation else None
+        return group_ranking_metrics(model, dataloader, accelerator)
 
-    def choose_fusion(self, final_dir: Path) -> None:
-        """After training: choose the fusion weight on the validation queries and save it as
-        ``final/fusion.json``. Called on every process once the run has ended normally."""
+    def choose_fusion(self, final_dir: Path) -> Fusion | None:
+        """After training: choose the fusion weights on the validation queries and save them as
+        ``final/fusion.json``. Called on every process once the run has ended normally; returns them on the
+        main process."""
         from accelerate import PartialState
 
         from briskbert.training.retrieval.reranking import choose_and_save_fusion
 
-        accelerator = PartialState()  # the run's processes
-        if self.validation is not None and accelerator.is_main_process:
+        accelerator, fusion = PartialState(), None  # the run's processes
+        if accelerator.is_main_process:
             if self.sets.fusion_retrieved is None:
                 accelerator.print(
-                    "No fusion weight chosen: give --negatives_from or --fusion_retriever (the dual encoder "
-                    "the re-ranker sits behind)."
+                    "No fusion weight chosen: no retriever to sit behind was named (fusion_retriever); the "
+                    "re-ranker is applied at weight 0, retrieval's order, unless fusion_weight is given."
                 )
             else:
                 fusion = choose_and_save_fusion(
@@ -134,9 +204,11 @@ class RerankerTask(Task):
                     self.source.max_seq_length,
                     self.eval_batch_size,
                     accelerator.device,
+                    self.held_out_description(),
                 )
                 accelerator.print(fusion.summary())
         accelerator.wait_for_everyone()
+        return fusion
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts
@@ -150,5 +222,12 @@ class RerankerTask(Task):
             pipeline_tag="text-ranking",
             **card_source_facts(self.source),
             datasets=(data.train_file,),
-            details={"negatives": negatives, "num_negatives": data.num_negatives, "loss": data.loss},
+            eval_dataset=self.validation.validation_file or data.train_file,
+            eval_dataset_description=self.held_out_description(),
+            details={
+                "negatives": negatives,
+                "num_negatives": data.num_negatives,
+                "loss": data.loss,
+                "held_out": self.sets.held_out,
+            },
         )

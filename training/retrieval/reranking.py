@@ -175,6 +175,7 @@ class TrainingSets:
     fusion_retrieved: Retrieved | None = None
     fusion_retriever: str | None = None
     retriever_scale: float = 1.0
+    held_out: dict | None = None  # what was held out of the training data, when there was no validation file
 
 
 def validation_sets(
@@ -273,15 +274,14 @@ def score_pairs(
 
 @dataclass
 class Reranker:
-    """A cross-encoder, how deep it re-orders each retrieved list, and the fusion weight it applies
-    (``None``: its own order, as without fusion)."""
+    """A cross-encoder, how deep it re-orders each retrieved list, and the fusion weights it applies."""
 
     model: object
     tokenizer: object
     top_k: int = 20
     max_seq_length: int = 256
     batch_size: int = 32
-    fusion_weight: float | None = None
+    fusion_weight: float = 0.0  # of its logit in the fusion: 0 keeps retrieval's order
     fusion: Fusion | None = None  # what finetune-reranker measured on validation queries, if it did
     lexical_weight: float = 0.0  # of the BM25 score in the fusion (0: not computed)
 
@@ -317,10 +317,17 @@ class Reranker:
 
 
 def choose_and_save_fusion(
-    folder, sets: TrainingSets, top_k: int, max_seq_length: int, batch_size: int = 32, device="cpu"
+    folder,
+    sets: TrainingSets,
+    top_k: int,
+    max_seq_length: int,
+    batch_size: int = 32,
+    device="cpu",
+    held_out: str | None = None,
 ) -> Fusion:
     """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder`` and with BM25 over
-    their collection, choose the fusion weights on them and write them to ``folder/fusion.json``."""
+    their collection, choose the fusion weights on them and write them to ``folder/fusion.json``
+    (``held_out``: which training questions the validation queries are, in words)."""
     reranker = load_reranker(str(folder), top_k, max_seq_length, batch_size)
     reranker.model.to(device)
     task = sets.validation_task
@@ -336,11 +343,12 @@ def choose_and_save_fusion(
         retriever_scale=sets.retriever_scale,
         top_k=top_k,
         retriever=sets.fusion_retriever,
-        validation=f"{len(task.query_ids)} queries among {len(task.corpus_ids)} passages",
+        validation=f"{held_out or f'{len(task.query_ids)} queries'} among {len(task.corpus_ids)} passages",
         num_queries=len(task.query_ids),
         retrieval={name: retrieval[name] for name in SELECTION_METRICS},
         curve=curve,
         lexical_weight=lexical_weight,
+        held_out=sets.held_out or {},
     )
     fusion.save(folder)
     return fusion
@@ -355,7 +363,7 @@ def load_reranker(
     lexical_weight: float | None = None,
 ) -> Reranker:
     """A :class:`Reranker` from a folder or repo id, applying ``fusion_weight`` / ``lexical_weight`` if given,
-    else the weights its ``fusion.json`` records, else none (its own order)."""
+    else the weights its ``fusion.json`` records, else 0 (weights never chosen: retrieval's order unchanged)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     model = AutoModelForSequenceClassification.from_pretrained(name_or_path, trust_remote_code=True)
@@ -365,17 +373,10 @@ def load_reranker(
             "(train one with `briskbert finetune-reranker`)."
         )
     fusion = Fusion.load(name_or_path) if Path(name_or_path).is_dir() else None
-    if fusion is not None:
-        fusion_weight = fusion.weight if fusion_weight is None else fusion_weight
-        lexical_weight = fusion.lexical_weight if lexical_weight is None else lexical_weight
-    lexical_weight = lexical_weight or 0.0
-    if lexical_weight and fusion_weight is None:
-        raise SettingError(
-            "lexical_weight",
-            f"needs fusion_weight: the re-ranker {name_or_path!r} has no fusion.json (the retriever's score gets "
-            "what is left of 1).",
-        )
-    if fusion_weight is not None and fusion_weight + lexical_weight > 1.0 + 1e-9:
+    chosen = fusion or Fusion(weight=0.0, retriever_scale=1.0, top_k=top_k)
+    fusion_weight = chosen.weight if fusion_weight is None else fusion_weight
+    lexical_weight = chosen.lexical_weight if lexical_weight is None else lexical_weight
+    if fusion_weight + lexical_weight > 1.0 + 1e-9:
         raise SettingError(
             "lexical_weight",
             f"{lexical_weight:g} and the re-ranker weight {fusion_weight:g} sum to more than 1; lower "

@@ -93,7 +93,7 @@ class RerankerArguments:
         metadata={
             "help": "Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps "
             "retrieval's order, 1 is the re-ranker's own. Default: the weight in the re-ranker folder's "
-            "fusion.json (chosen on validation queries by finetune-reranker), else 1."
+            "fusion.json (chosen on validation queries by finetune-reranker), else 0 (never chosen)."
         },
     )
     lexical_weight: float | None = field(
@@ -340,7 +340,8 @@ class RerankerData:
 
 @dataclass(frozen=True)
 class RerankerValidation:
-    """Held-out queries: scored during training and used to choose the fusion weight."""
+    """Held-out queries (validation_file, else a share of the training documents): scored during training and
+    used to choose the fusion weights."""
 
     _argument_group_name = "validation and fusion"
 
@@ -351,17 +352,30 @@ class RerankerValidation:
             "weight is chosen on them."
         },
     )
+    validation_split_percentage: float = field(
+        default=10,
+        metadata={
+            "help": "Without validation_file: %% of the training documents (SQuAD articles; for pairs, the "
+            "groups that share a passage) held out, whole, to choose the fusion weights on."
+        },
+    )
     validation_articles: tuple[int, int] | str | None = field(
         default=None, metadata={"help": SQUAD_ARTICLES_HELP}
     )
     validation_extra_corpus_file: str | None = field(
         default=None,
-        metadata={"help": "Distractor passages (one per line) added to the validation collection."},
+        metadata={
+            "help": "Distractor passages (one per line) added to the validation collection (held out of the "
+            "training data, it also holds the training passages)."
+        },
     )
     validation_extra_corpus_min_words: int = 0
     fusion_retriever: str | None = field(
         default=None,
-        metadata={"help": "The dual encoder the re-ranker will sit behind (default: negatives_from)."},
+        metadata={
+            "help": "The dual encoder the re-ranker will sit behind (default: negatives_from, else the starting "
+            "model)."
+        },
     )
     rerank_top_k: int = field(
         default=20, metadata={"help": "Retrieved passages re-ranked when choosing the weight."}
@@ -370,7 +384,10 @@ class RerankerValidation:
     def __post_init__(self):
         parse_article_ranges(self, "validation_articles")
         check_at_least(self, 1, "rerank_top_k")
-        if self.validation_file is None:
-            for name in ("validation_articles", "validation_extra_corpus_file", "fusion_retriever"):
-                if getattr(self, name):
-                    raise SettingError(name, "needs validation_file.")
+        if self.validation_file is None and self.validation_articles:
+            raise SettingError("validation_articles", "needs validation_file.")
+        if not 0 < self.validation_split_percentage < 100:
+            raise SettingError(
+                "validation_split_percentage",
+                f"must be in (0, 100), got {self.validation_split_percentage:g}.",
+            )

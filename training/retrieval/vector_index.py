@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from briskbert.errors import SettingError
-from briskbert.files import PARTIAL_SUFFIX, atomic_file, write_atomic
+from briskbert.files import LOCK_FILE, PARTIAL_SUFFIX, atomic_file, write_atomic
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.dense import encode_texts, load_collection
@@ -203,7 +203,10 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, op
     state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": options.shard_size}
     state_file = folder / STATE_FILE
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
-    others = sorted(path.name for path in folder.iterdir() if path.name not in own) if folder.is_dir() else []
+    mine = own | {LOCK_FILE}  # the build's lock (held, never deleted)
+    others = (
+        sorted(path.name for path in folder.iterdir() if path.name not in mine) if folder.is_dir() else []
+    )
     if others:
         raise SettingError(
             "output_dir", f"{folder} holds other files ({', '.join(others[:3])}); choose an empty folder."

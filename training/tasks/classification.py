@@ -11,22 +11,26 @@
   in the config, so ``pipeline()`` and the model card show these names. ``--label_names
   negative,positive`` names integer ids 0..K-1 (or fixes the id order of text labels).
 
-A column mixing numbers and text, evaluation labels never seen in training, and regression on
+Without ``--label_names`` the classes are those of the training and evaluation data (a warning names any
+without a training example). Mixed label types, labels outside ``--label_names`` and regression on
 non-numeric labels raise a :class:`~training.task_data.DataError` naming the values.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from briskbert.training.data.task_data import DataError, SkipReport
+from briskbert.training.data.task_data import DataError, SkipReport, separator_hint
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.tasks.metrics import classification_metrics
+from briskbert.training.tasks.metrics import classification_metrics, not_learned
 from briskbert.training.tasks.settings import PROBLEM_TYPES, ClassificationSettings, DataSource, ModelSource
+
+logger = logging.getLogger(__name__)
 
 
 def _parse_number(value):
@@ -194,11 +198,12 @@ def infer_label_spec(
             f"{source}: single-label classification got list labels; pass --problem_type multi_label_classification."
         )
     names = sorted({_label_name(v) for v in train_labels})
-    if kind == "int":
-        names = [str(n) for n in sorted({int(n) for n in names})]  # numeric order ("10" after "9")
     eval_names = {_label_name(v) for v in (eval_labels or [])}
-    if label_names is None:
-        _check_unseen(eval_names, names, eval_source, "training")
+    if label_names is None:  # the classes of the data as a whole
+        _check_unseen(eval_names, names, eval_source)
+        names = sorted({*names, *eval_names})
+        if kind == "int":
+            names = [str(n) for n in sorted({int(n) for n in names})]  # numeric order ("10" after "9")
         return LabelSpec(problem_type, label_list=names)
     # Fixed names: integer labels index them (unless they are the names themselves, as a teacher trained
     # on integer labels records them); text labels must be names.
@@ -244,8 +249,8 @@ def _multi_label_spec(
     seen = {str(n) for value in train_labels for n in spec._names(value)}
     eval_seen = {str(n) for value in (eval_labels or []) for n in spec._names(value)}
     if label_names is None:
-        spec.label_list = sorted(seen)
-        _check_unseen(eval_seen, spec.label_list, sources[1], "training")
+        _check_unseen(eval_seen, seen, sources[1])
+        spec.label_list = sorted(seen | eval_seen)
     else:
         spec.label_list = list(label_names)
         _check_unseen(seen, spec.label_list, sources[0], names_source)
@@ -253,13 +258,18 @@ def _multi_label_spec(
     return spec
 
 
-def _check_unseen(names: set, known: list[str], where: str, known_from: str) -> None:
-    unseen = sorted(names - set(known))
-    if unseen:
+def _check_unseen(names: set, known, where: str, known_from: str | None = None) -> None:
+    """Labels outside ``known``: refused when ``known_from`` names a fixed set, else warned of (not trained)."""
+    unseen = sorted(set(names) - set(known))
+    listed = f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}"
+    if unseen and known_from is None:
+        logger.warning(
+            f"{where} has labels with no training example: {listed}; the model can hardly learn them."
+        )
+    elif unseen:
         raise DataError(
-            f"{where} has labels never seen in {known_from}: {unseen[:10]}{' ...' if len(unseen) > 10 else ''}. "
-            f"Known ({known_from}): {known[:20]}. The model cannot predict them; fix the label names or "
-            "remove those rows."
+            f"{where} has labels never seen in {known_from}: {listed}. Known ({known_from}): {list(known)[:20]}. "
+            "The model cannot predict them; fix the label names or remove those rows."
         )
 
 
@@ -319,7 +329,8 @@ def load_classification_data(
     )
     if text_column is None:
         raise DataError(
-            f"{train_name} has no 'sentence' or 'text' column; pass --text_column (columns: {train.column_names})."
+            f"{train_name} has no 'sentence' or 'text' column; pass --text_column (columns: {train.column_names}). "
+            + separator_hint(train.column_names)
         )
     columns = {
         "--text_column": text_column,
@@ -460,10 +471,12 @@ class ClassificationTask(Task):
             accelerator,
             lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
         )
-        labels = gathered["labels"].numpy()
+        labels, logits = gathered["labels"].numpy(), gathered["logits"].numpy()
         if spec.problem_type == "single_label_classification":
             labels = labels.astype(int)
-        return classification_metrics(gathered["logits"].numpy(), labels, spec.problem_type)
+            names = spec.id2label
+            self.verdict = not_learned([names[i] for i in logits.argmax(-1)], [names[i] for i in labels])
+        return classification_metrics(logits, labels, spec.problem_type)
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts

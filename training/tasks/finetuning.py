@@ -127,7 +127,7 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
 
     config = BriskBertConfig.from_pretrained(base, **config_overrides)
     try:
-        model = model_class.from_pretrained(base, config=config)
+        model = load_pretrained(model_class, base, config)
     except RuntimeError as error:
         if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
             raise
@@ -137,6 +137,40 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
         ) from None
     named = weights_file(base) if Path(base).is_dir() else base
     check_finite_weights(model, f"--model_name_or_path {source.model_name_or_path} ({named})")
+    return model
+
+
+def load_pretrained(model_class, base: str, config):
+    """``model_class.from_pretrained(base)``, with transformers' load report (a table of the weights missing
+    from the checkpoint or left unused) said in one line when all it lists is the new task head (and the
+    checkpoint's own head or pooler), as in every fine-tuning; any other weight keeps the whole table."""
+    from accelerate import PartialState
+
+    held = []
+    report = logging.getLogger("transformers.modeling_utils")
+
+    def hold(record) -> bool:  # keep the report back until it is known whether it says anything unexpected
+        if "LOAD REPORT" in str(record.msg):
+            held.append(record)
+            return False
+        return True
+
+    report.addFilter(hold)
+    expected = False
+    try:
+        model, info = model_class.from_pretrained(base, config=config, output_loading_info=True)
+        encoder = model.base_model_prefix + "."
+        listed = (*info["missing_keys"], *info["unexpected_keys"])
+        expected = not info["mismatched_keys"] and not any(
+            key.startswith(encoder) and not key.startswith(encoder + "pooler.") for key in listed
+        )
+    finally:
+        report.removeFilter(hold)
+        for record in [] if expected else held:  # something else is missing, or the load failed: the table
+            report.handle(record)
+    if expected and info["missing_keys"] and PartialState().is_main_process:
+        new = ", ".join(key for key in model.state_dict() if key in info["missing_keys"])
+        print(f"New head ({new}) initialised randomly, as expected for fine-tuning.")
     return model
 
 

@@ -1,7 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Evaluation metrics, computed locally (``evaluate.load()`` would download code at run time).
 
-* sequence classification and regression: :func:`classification_metrics` (scikit-learn and SciPy);
+* sequence classification and regression: :func:`classification_metrics` (scikit-learn and SciPy), and
+  :func:`not_learned`, the end-of-run line when single-label predictions are at chance level;
 * named-entity recognition: :func:`get_entities` and :func:`entity_metrics` (seqeval in its default mode,
   the chunking of CoNLL's ``conlleval``: an ``I-`` tag after ``O`` or after another type starts an entity);
 * extractive question answering: :func:`squad_metrics`, line for line the official SQuAD v1.1 evaluation
@@ -77,6 +78,41 @@ def classification_metrics(logits: np.ndarray, labels: np.ndarray, problem_type:
     raise ValueError(
         f"unknown problem_type {problem_type!r}; expected 'single_label_classification', 'regression' "
         "or 'multi_label_classification'."
+    )
+
+
+def not_learned(predictions: Sequence, references: Sequence, unit: str = "example") -> str | None:
+    """One line saying that single-label predictions show nothing learned yet, else None.
+
+    Nothing is learned when the model gives one class for every ``unit`` (words, for NER tags) although the
+    references hold several, or when its predictions are at chance level: no more tied to the references
+    than chance would make them (a chi-square test of independence, p >= 0.05: a few right answers more
+    than a constant guess gets are noise on a small validation set), or no better than answering the most
+    frequent reference class on both accuracy (its share) and macro-F1 (``2 share / (1 + share)``, its own
+    F1, over the number of reference classes).
+    """
+    import scipy.stats
+    from sklearn import metrics as sk
+
+    predictions, references = [str(p) for p in predictions], [str(r) for r in references]
+    classes = len(set(references))
+    if classes < 2:
+        return None
+    if len(set(predictions)) == 1:
+        return f"The model predicts a single class ({predictions[0]}) for every validation {unit}"
+    majority, count = Counter(references).most_common(1)[0]
+    share = count / len(references)
+    constant_f1 = 2 * share / (1 + share) / classes
+    accuracy = sk.accuracy_score(references, predictions)
+    macro_f1 = sk.f1_score(references, predictions, average="macro", zero_division=0)
+    table = sk.confusion_matrix(references, predictions)  # rows and columns: every label of either list
+    table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
+    independent = scipy.stats.chi2_contingency(table).pvalue >= 0.05
+    if not independent and (accuracy > share or macro_f1 > constant_f1):
+        return None
+    return (
+        f"The model scores at chance level (accuracy {accuracy:.3f}, macro-F1 {macro_f1:.3f}; answering "
+        f"{majority} for every validation {unit} scores {share:.3f} and {constant_f1:.3f})"
     )
 
 

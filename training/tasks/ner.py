@@ -14,6 +14,8 @@ is the same entity under conlleval's chunking, so the scores against the origina
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,11 +31,13 @@ from briskbert.training.data.task_data import (
 )
 from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.tasks.metrics import entity_metrics, get_entities
+from briskbert.training.tasks.metrics import entity_metrics, get_entities, not_learned
 from briskbert.training.tasks.settings import DataSource, ModelSource, NerSettings
 
 if TYPE_CHECKING:
     from briskbert.training.engine.config import TrainingConfig
+
+logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
 
@@ -43,30 +47,29 @@ def build_label_list(
     eval_tags: list[list[str]] | None = None,
     sources: tuple[str, str] = ("the training data", "the evaluation data"),
 ) -> list[str]:
-    """Sorted tag set of the training data (``O`` first). Raises when evaluation uses tags never seen
-    in training: the model could never predict them and every such entity would count as missed."""
-    labels = sorted({tag for sentence in train_tags for tag in sentence})
-    if not labels:
+    """Sorted tag set of the data as a whole, training and evaluation (``O`` first). A tag with no training
+    example gets a one-line warning: the model can hardly learn to predict it, and its entities will
+    likely count as missed."""
+    train_counts = Counter(tag for sentence in train_tags for tag in sentence)
+    eval_counts = Counter(tag for sentence in eval_tags or [] for tag in sentence)
+    if not train_counts:
         raise DataError(f"{sources[0]} has no tags.")
+    labels = sorted(train_counts | eval_counts)
     for tag in labels:
         try:
             get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
         except ValueError as error:
+            where = sources[0] if tag in train_counts else sources[1]
             raise DataError(
-                f"{sources[0]}: {error} Fix the tags (or pick the tag column with --tag_column)."
+                f"{where}: {error} Fix the tags (or pick the tag column with --tag_column)."
             ) from None
-    if eval_tags is not None:
-        unseen = {}
-        for sentence in eval_tags:
-            for tag in sentence:
-                if tag not in labels:
-                    unseen[tag] = unseen.get(tag, 0) + 1
-        if unseen:
-            described = ", ".join(f"{tag!r} ({count}x)" for tag, count in sorted(unseen.items()))
-            raise DataError(
-                f"{sources[1]} has tags never seen in training: {described}. Training tags: {labels}. "
-                "Fix the tag names or add training sentences with these entities."
-            )
+    unseen = sorted(tag for tag in eval_counts if tag not in train_counts)
+    if unseen:
+        described = ", ".join(f"{tag!r} ({eval_counts[tag]}x)" for tag in unseen)
+        logger.warning(
+            f"{sources[1]} has tags with no training example: {described}; they are in the label set, but the "
+            "model can hardly learn to predict them."
+        )
     if "O" in labels:
         labels.remove("O")
         labels.insert(0, "O")
@@ -194,6 +197,7 @@ class NerEvaluator:
     gold_tags: list[list[str]]
     word_ids: list[list[int | None]]
     id2label: dict
+    verdict: str | None = None  # the last call's not_learned line
 
     def __call__(self, predicted_ids) -> dict:
         if len(predicted_ids) != len(self.gold_tags):
@@ -204,6 +208,8 @@ class NerEvaluator:
             predicted_ids, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
         )
         result = entity_metrics(predictions, self.gold_tags)
+        guessed = [tag for sentence in predictions for tag in sentence]
+        self.verdict = not_learned(guessed, [tag for sentence in self.gold_tags for tag in sentence], "word")
         result["num_words_not_predicted"] = truncated
         result["invalid_bio_share"] = invalid_bio_share(predictions, list(self.id2label.values()))
         per_type = result.pop("per_type")
@@ -412,9 +418,10 @@ class NerTask(Task):
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
         if self.features.evaluator is None:
             return None
-        return make_ner_evaluate_fn(self.features.evaluator, self.source.max_seq_length)(
-            model, dataloader, accelerator
-        )
+        evaluator = self.features.evaluator
+        result = make_ner_evaluate_fn(evaluator, self.source.max_seq_length)(model, dataloader, accelerator)
+        self.verdict = evaluator.verdict
+        return result
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts

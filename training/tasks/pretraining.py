@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from briskbert.errors import UserError
+from briskbert.inputs import check_tokenizer_source
 from briskbert.training.data.corpus import CorpusStore, iter_documents, prepare_corpus
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.data.pretraining_data import (
@@ -132,22 +133,95 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int) -> None
     check_model_fits(estimate, available_memory_bytes(), flag)
 
 
-def build_model(settings: PretrainingModel, tokenizer, max_seq_length: int, nsp: bool):
-    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+def build_model(
+    settings: PretrainingModel, tokenizer, max_seq_length: int, nsp: bool, output_dir: str = ".", log=print
+):
+    """A new model from the config, or the one to continue: on briskbert's fast path (a checkpoint of a family
+    briskbert imports converted exactly first, see `continued_on_briskbert`) unless `keep_source_class`."""
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForPreTraining
 
     import briskbert.modeling  # noqa: F401  (registers the Auto classes)
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
+    from briskbert.modeling.conversion import FAMILIES
 
     if settings.model_name_or_path:
         auto = AutoModelForPreTraining if nsp else AutoModelForMaskedLM
-        model = auto.from_pretrained(settings.model_name_or_path, trust_remote_code=True)
         path = settings.model_name_or_path
+        config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+        imported = ["briskbert", *(model_type for family in FAMILIES for model_type in family.model_types)]
+        if config.model_type in imported and not settings.keep_source_class:
+            return continued_on_briskbert(path, output_dir, tokenizer, nsp, log)
+        model = with_sparse_decoder(
+            config, lambda config: auto.from_pretrained(path, config=config, trust_remote_code=True)
+        )
         check_finite_weights(
             model, f"--model_name_or_path {weights_file(path) if Path(path).is_dir() else path}"
         )
+        log(f"Continuing {type(model).__name__} from {path} with its own class (not briskbert's fast path).")
         return model
     config = build_config(settings, tokenizer, max_seq_length)
-    return (BriskBertForPreTraining if nsp else BriskBertForMaskedLM)(config)
+    return with_sparse_decoder(config, BriskBertForPreTraining if nsp else BriskBertForMaskedLM)
+
+
+def with_sparse_decoder(config, build):
+    """The model ``build(config)`` gives, with the MLM decoder run at the masked positions only where the config
+    has that option (BriskBert's and ModernBERT's ``sparse_prediction``): the same loss for a fraction of the
+    decoder's cost. The head chooses when it is built, so the config it saves keeps the value it had (off by
+    default): the published model's ``logits`` stay (batch, seq, vocab), as transformers documents them."""
+    if not hasattr(config, "sparse_prediction"):
+        return build(config)
+    saved = config.sparse_prediction
+    config.sparse_prediction = True
+    model = build(config)
+    model.config.sparse_prediction = saved
+    return model
+
+
+def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log):
+    """briskbert's MLM (or MLM + NSP) model continuing `path`: a briskbert folder as it is, a checkpoint of a family
+    briskbert imports converted exactly once into ``output_dir/converted_base`` (as the fine-tuning jobs do) and
+    checked against the source's own transformers class. A head the source lacks (a bare encoder, ELECTRA's
+    discriminator) starts as BERT initialises it: dense layer normal(0, initializer_range), norm at unit scale,
+    zero biases, the decoder tied to the word embeddings."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    from briskbert.inputs import check_model_source
+    from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
+    from briskbert.modeling.conversion.agreement import OUTPUT_TOLERANCE, largest_difference
+    from briskbert.training.tasks.finetuning import resolve_base_model
+
+    location = check_model_source(path, "--model_name_or_path", need_tokenizer=False)
+    base = resolve_base_model(location, output_dir)
+    model_class = BriskBertForPreTraining if nsp else BriskBertForMaskedLM
+    config = model_class.config_class.from_pretrained(base)
+    loaded = {}
+
+    def load(config):
+        loaded["model"], loaded["info"] = model_class.from_pretrained(
+            base, config=config, output_loading_info=True
+        )
+        return loaded["model"]
+
+    model = with_sparse_decoder(config, load)
+    check_finite_weights(model, f"--model_name_or_path {weights_file(base) if Path(base).is_dir() else base}")
+    if base == location.name:  # already a briskbert model
+        return model
+    new_head = any(name.startswith("head.") for name in loaded["info"]["missing_keys"])
+    reference = (AutoModel if new_head else AutoModelForMaskedLM).from_pretrained(location.name)
+    difference = largest_difference(reference, model.model if new_head else model, tokenizer)
+    compared = "hidden states" if new_head else "masked-LM logits"
+    if difference > OUTPUT_TOLERANCE:
+        raise PretrainingInputError(
+            f"{path}: the converted model's {compared} differ from {type(reference).__name__}'s by "
+            f"{difference:.1e}, more than {OUTPUT_TOLERANCE:g}; continue the source's own class with keep_source_class."
+        )
+    head = "a new MLM head (the source has none)" if new_head else "the source's MLM head"
+    log(
+        f"Converted {path} ({(reference.config.architectures or [type(reference).__name__])[0]}) to "
+        f"{model_class.__name__} with {head}: its {compared} match {type(reference).__name__}'s within "
+        f"{difference:.1e} (conversion tolerance {OUTPUT_TOLERANCE:g}, fp32); training on briskbert's fast path."
+    )
+    return model
 
 
 # ------------------------------------------------------------------------------------------ tokenizer
@@ -300,6 +374,8 @@ class PretrainingTask(Task):
 
     def __init__(self, settings: PretrainingSettings):
         self.settings = settings
+        if settings.model.tokenizer_name:  # before the run folder exists; a damaged tokenizer.json is named
+            check_tokenizer_source(settings.model.tokenizer_name, "--tokenizer_name")
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         settings = self.settings
@@ -321,7 +397,15 @@ class PretrainingTask(Task):
             )
         seed_everything(config.seed)  # the model's initialisation does not depend on the data preparation
         try:
-            model = build_model(settings.model, tokenizer, data.max_seq_length, data.nsp)
+            with accelerator.local_main_process_first():  # converts an imported checkpoint once
+                model = build_model(
+                    settings.model,
+                    tokenizer,
+                    data.max_seq_length,
+                    data.nsp,
+                    config.output_dir,
+                    accelerator.print,
+                )
         except ValueError as error:
             raise PretrainingInputError(str(error)) from error
         masking = settings.masking.collator_arguments()

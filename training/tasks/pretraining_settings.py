@@ -160,6 +160,14 @@ class PretrainingModel:
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Continue pretraining this model."}
     )
+    keep_source_class: bool = field(
+        default=False,
+        metadata={
+            "help": "Continue model_name_or_path with its own transformers class (e.g. BertForMaskedLM) instead "
+            "of converting a BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA or ModernBERT checkpoint to briskbert's "
+            "fast path."
+        },
+    )
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "A tokenizer folder (default: train one)."}
     )
@@ -184,6 +192,8 @@ class PretrainingModel:
             raise SettingError(
                 "model_name_or_path", "continues an existing model: drop config_name/config_overrides."
             )
+        if self.keep_source_class and not self.model_name_or_path:
+            raise SettingError("keep_source_class", "applies to a model_name_or_path to continue: give one.")
         if not self.model_name_or_path and not self.config_name:
             raise SettingError(
                 "config_name",

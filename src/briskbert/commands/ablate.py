@@ -215,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
 
         check_variants(plan.variants)
         stop_on_sigterm()
-        results = write_report(plan, *run_ablation(plan))
+        from briskbert.commands.training_run import locked
+
+        with locked(plan.output_dir):  # one ablation per folder
+            results = write_report(plan, *run_ablation(plan))
     except RunFailed as error:  # a run stopped by a user error (exit 2) is one; a crash is a failure
         raise (UserError if error.returncode == 2 else CommandFailed)(str(error)) from error
     except AblationInterrupted as error:

@@ -84,9 +84,12 @@ def main(argv=None):
         encoder.model_name_or_path, embedding.pooling, embedding.normalize, encoder.max_seq_length
     )
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    config = build_index(
-        source, model, tokenizer, spec, encoder.model_name_or_path, settings, output.output_dir, options
-    )
+    from briskbert.commands.training_run import locked
+
+    with locked(output.output_dir):  # one build per index folder
+        config = build_index(
+            source, model, tokenizer, spec, encoder.model_name_or_path, settings, output.output_dir, options
+        )
     print(
         f"{config['num_passages']} passages -> {config['index_type']} index in {output.output_dir} "
         f"({config['index_bytes'] / 2**20:.1f} MiB; embedding {config['embedding_s']} s, "

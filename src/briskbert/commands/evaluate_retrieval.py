@@ -15,7 +15,8 @@ same passages (with the same encoder: another is refused) is searched. With a
 re-ranker, the first ``--rerank_top_k`` passages of each list are scored by it and ordered by the fused
 score ``scale * ((1 - w - l) * similarity + l * bm25) + w * logit``, ``w`` and ``l`` being ``--fusion_weight``
 and ``--lexical_weight`` or the weights ``finetune-reranker`` chose on validation queries (``fusion.json`` in
-the re-ranker's folder; ``bm25`` is the passage's BM25 over the collection, divided by the query's best). Prints and
+the re-ranker's folder; without one, 0: retrieval's order, with a warning; ``bm25`` is the passage's BM25 over the
+collection, divided by the query's best). Prints and
 writes ``metrics.json``: Recall@1/5/10/100, MRR@10, nDCG@10 for retrieval alone, the re-ranker's own order
 and the fused order, with a one-line warning when what re-ranking hands on scores below retrieval alone.
 """
@@ -67,6 +68,7 @@ def main(argv=None):
     )  # fmt: skip
     from briskbert.training.retrieval.dense import load_collection, load_retriever
     from briskbert.training.retrieval.evaluation import evaluate_retrieval
+    from briskbert.training.retrieval.fusion import validation_warning
     from briskbert.training.retrieval.reranking import load_reranker_of
     from briskbert.training.retrieval.vector_index import with_index
 
@@ -80,6 +82,9 @@ def main(argv=None):
     )
     retriever = with_index(retriever, index.index, task.corpus_ids, models.model_name_or_path)
     reranker = load_reranker_of(reranking, models.batch_size)
+    warning = validation_warning(reranker) if reranker else None
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     report = evaluate_retrieval(task, retriever, reranker)
     report["model"], report["reranker"] = models.model_name_or_path, reranking.reranker_model_name_or_path
     report["index"] = index.index

@@ -18,12 +18,16 @@ passages and ``--negatives_corpus_file`` (the mistakes the re-ranker has to fix)
 cross-entropy per pair. Any model the other jobs take can be the start, e.g. a reader from
 ``finetune-qa``, which already reads questions against passages.
 
-With ``--validation_file`` (held-out queries: SQuAD articles or JSON lines pairs, plus optional
-distractors), the validation groups are scored during training, and at the end the weights that fuse the
-re-ranker's logit and the passage's BM25 score with the retriever's (``--negatives_from``, or
-``--fusion_retriever``) similarity are chosen on the validation queries' top ``--rerank_top_k`` and saved as
-``final/fusion.json``; ``evaluate-retrieval`` and ``open-domain-qa`` apply them by default. A weight of 0
-means that signal did not help on validation; both 0, the fused ranking is retrieval's own.
+The fusion weights are always chosen: on ``--validation_file`` (held-out queries: SQuAD articles or JSON lines
+pairs, plus optional distractors ``--validation_extra_corpus_file``), else on ``--validation_split_percentage``
+of the training documents held out whole (SQuAD articles; for pairs, the groups that share a passage), searched
+among all the training passages. The validation groups are scored during training, and at the end the weights
+that fuse the re-ranker's logit and the passage's BM25 score with the retriever's (``--fusion_retriever``, by
+default ``--negatives_from``, else the starting model) similarity are chosen on the validation queries' top
+``--rerank_top_k`` and saved as ``final/fusion.json`` with what was held out; the card states both.
+``evaluate-retrieval`` and ``open-domain-qa`` apply them by default (a folder without ``fusion.json`` keeps
+retrieval's order). A weight of 0 means that signal did not help on validation; both 0, the fused ranking is
+retrieval's own.
 The saved ``final/`` folder (``pipeline_tag: text-ranking``) loads with
 ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` (``trust_remote_code=True``).
 """
@@ -39,15 +43,15 @@ from briskbert.training.tasks.settings import ModelSource
 
 
 def main(argv=None):
+    # 2e-4: the new one-logit head learns within tens of CPU steps (3e-5 left the loss at ln 4, docs/results.md).
     source, data, validation, config = parse(
         __doc__, ModelSource, RerankerData, RerankerValidation, TrainingConfig, argv=argv,
-        learning_rate=3e-5, num_train_epochs=1.0, per_device_train_batch_size=8, warmup_ratio=0.1,
+        learning_rate=2e-4, num_train_epochs=1.0, per_device_train_batch_size=8, warmup_ratio=0.1,
         max_seq_length=256,
     )  # fmt: skip
-    if validation.validation_file is None:
-        validation = None
-    elif validation.fusion_retriever is None:
-        validation = replace(validation, fusion_retriever=data.negatives_from)
+    if validation.fusion_retriever is None:
+        retriever = data.negatives_from or source.model_name_or_path
+        validation = replace(validation, fusion_retriever=retriever)
 
     from briskbert.training.retrieval.reranker_task import RerankerTask
 
@@ -56,7 +60,20 @@ def main(argv=None):
     from briskbert.commands.training_run import train
 
     result = train(task, config)
-    task.choose_fusion(result.final_dir)
+    fusion = task.choose_fusion(result.final_dir)
+    # The card states the weights and what they were chosen on; the manifest is written again, last.
+    if fusion is not None:
+        from briskbert.files import write_manifest
+        from briskbert.hub_cards.card import write_card
+        from briskbert.training.engine.facts import read_training_facts, write_training_facts
+
+        facts = read_training_facts(result.final_dir)
+        limitations = (*facts.job.limitations, fusion.card_line())
+        write_training_facts(
+            result.final_dir, replace(facts, job=replace(facts.job, limitations=limitations))
+        )
+        write_card(result.final_dir, repo_id=f"your-namespace/{result.output_dir.resolve().name}")
+        write_manifest(result.final_dir)
     return result
 
 

@@ -9,7 +9,8 @@
     briskbert open-domain-qa ... --question "Who founded the university?"
 
 The retriever (a dual encoder) finds the nearest passages, the optional re-ranker re-orders the first
-``--rerank_top_k`` (fused with the retriever's score by its ``fusion.json`` weight or ``--fusion_weight``),
+``--rerank_top_k`` (fused with the retriever's score by its ``fusion.json`` weight or ``--fusion_weight``; 0,
+retrieval's order, without either),
 and the reader (a QA model from ``finetune-qa``) reads the first ``--read_top_k``. Answer scores are
 comparable across passages: the reader's start and end logits are normalised jointly over all passages
 read, and each passage's probability under the ranking is part of its spans' scores.
@@ -86,12 +87,12 @@ def main(argv=None):
     )
     retriever = with_index(retriever, index.index, task.corpus_ids, models.retriever_model_name_or_path)
     reranker = load_reranker_of(reranking, models.batch_size)
-    if run.question:
-        from briskbert.training.retrieval.fusion import validation_warning
+    from briskbert.training.retrieval.fusion import validation_warning
 
-        warning = validation_warning(reranker) if reranker else None
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr)
+    warning = validation_warning(reranker) if reranker else None
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    if run.question:
         return _answer_one(run.question, task, retriever, reader, reranker, models.read_top_k)
     return _evaluate(models.read_top_k, run.output_dir, task, retriever, reader, reranker)
 

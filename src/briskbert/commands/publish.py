@@ -1,4 +1,5 @@
-"""Publish a saved briskbert model folder to the Hub as one commit, then verify it loads.
+"""Publish a saved briskbert model folder to the Hub: checked, committed to a staging branch, verified to
+load, and only then committed to the branch (a failed verification leaves the branch as it was).
 
     briskbert publish --model_dir outputs/sst2 --repo_id me/briskbert-sst2 --tag v1
 
@@ -6,7 +7,9 @@ The token comes from $HF_TOKEN, --token_file or the saved login (`hf auth login`
 shows in `ps` to every local user. The endpoint comes from $HF_ENDPOINT (the real Hub by default; a local
 server started with `briskbert local-hub` works the same). Files that look like credentials, or that hold
 private keys or access tokens, stop the publish; optimizer states and checkpoints stay local unless
---include_training_state is given. The commit is tagged only after it passed verification.
+--include_training_state is given. A damaged folder (its manifest, a weights header, config or tokenizer) stops
+the publish before anything is sent, --no_verify included. The commit is tagged only after it passed
+verification.
 """
 
 import sys
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from briskbert.commands.arguments import new_parser
 from briskbert.errors import SettingError, UserError
+from briskbert.inputs import check_model_folder
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,9 @@ def main(argv=None) -> int:
     namespace = parser.parse_args(argv)
     args = PublishArguments(**{item.name: getattr(namespace, item.name) for item in fields(PublishArguments)})
     token = _token(args)
+    folder = Path(args.model_dir).expanduser()
+    # Before anything is sent (--no_verify too): the manifest, the weights' headers, config and tokenizer.
+    check_model_folder(folder, "--model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
 
     from briskbert.hub_cards.card import CardError
     from briskbert.hub_cards.model_files import IncompleteModelFolder
@@ -85,7 +92,7 @@ def main(argv=None) -> int:
 
     try:
         result = publish(
-            args.model_dir,
+            folder,
             args.repo_id,
             revision=args.revision,
             tag=args.tag,

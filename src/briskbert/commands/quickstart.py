@@ -4,7 +4,7 @@
  2. pretrain a small modern encoder (RoPE + RMSNorm + pre-norm + GeGLU + GQA + local/global attention) with MLM,
  3. convert the real all-MiniLM-L6-v2 BERT checkpoint,
  4. fine-tune an SST-2 sentiment classifier from each of the two and compare them,
- 5. start the local Hub on 127.0.0.1 and publish the better classifier with its model card,
+ 5. start the local Hub on 127.0.0.1 and publish the more accurate classifier (the first on a tie) with its card,
  6. load it back by repo id in a fresh process with AutoModelForSequenceClassification / AutoTokenizer
     (trust_remote_code=True) and classify a few sentences with pipeline(),
  7. print the metrics, the predictions and where every artefact is, and stop the server.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -225,18 +226,22 @@ def finetuning_steps(out: Path, size: dict, seed: int) -> list:
 
 
 def main(argv=None):
+    own_argv = sys.argv[1:] if argv is None else list(argv)  # run again, it continues: the resume command
     (args,) = parse(__doc__, QuickstartSettings, argv=argv)
     # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
+    from briskbert.commands.training_run import locked
+
     try:
-        return run_quickstart(args)
+        with locked(Path(args.output_dir)):  # one quickstart per folder
+            return run_quickstart(args, shlex.join(["briskbert", "quickstart", *own_argv]))
     except KeyboardInterrupt:  # between two steps: nothing is half done
         print("\nquickstart: interrupted; run the same command again to continue.", file=sys.stderr)
         return 130
 
 
-def run_quickstart(args) -> int:
+def run_quickstart(args, resume_command: str | None = None) -> int:
     from briskbert.commands.quickstart_steps import Flow, clear_outputs, publish_and_load_back
 
     size = dict(SIZES[args.size])
@@ -250,7 +255,7 @@ def run_quickstart(args) -> int:
             + (f" (deleted the earlier run's {', '.join(removed)})" if removed else " (nothing to delete)")
         )
     out.mkdir(parents=True, exist_ok=True)
-    flow = Flow(out)
+    flow = Flow(out, resume_command)
     flow.announce()
     started = time.perf_counter()
 
@@ -290,8 +295,11 @@ def print_summary(out, runs, best_name, published, result, flow, total_seconds, 
             f"SST-2        from {name:<17} accuracy {results.get('eval_accuracy', float('nan')):.3f}, "
             f"macro-F1 {results.get('eval_macro_f1', float('nan')):.3f}"
         )
+    accuracies = {round(results.get("eval_accuracy", 0.0), 3) for _, results in runs.values()}
+    tie = f"accuracy tied at {accuracies.pop():.3f}, so simply the first" if len(accuracies) == 1 else ""
+    why = tie or "the more accurate"
     print(
-        f"Published    {published['repo_id']}@{published['tag']} (the {best_name} classifier), "
+        f"Published    {published['repo_id']}@{published['tag']} (the {best_name} classifier, {why}), "
         f"loaded back as {result['model_class']}"
     )
     for prediction in result["predictions"]:

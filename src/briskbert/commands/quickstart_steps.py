@@ -31,8 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from briskbert import __version__
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.files import write_atomic
-from briskbert.processes import briskbert_argv
+from briskbert.processes import RESUME_COMMAND_VARIABLE, briskbert_argv
 from briskbert.training.engine.checkpointing import checkpoint_dirs
 
 STATE_DIR = ".quickstart"
@@ -41,7 +42,9 @@ HASHED_FILE_LIMIT = 256 << 20  # larger input files are recognised by size and m
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 LOAD_BACK = """
-import json, sys
+import json, logging, sys
+for noisy in sys.argv[4:]:  # torchao's import (transformers imports it when installed) warns about CUDA kernels
+    logging.getLogger(noisy).setLevel(logging.ERROR)
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 repo_id, revision, sentences = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 model = AutoModelForSequenceClassification.from_pretrained(repo_id, revision=revision, trust_remote_code=True)
@@ -195,8 +198,9 @@ def run_child(command: list[str], env: dict, training: bool, cwd=None, capture: 
 class Flow:
     """Runs the steps in order, reusing the finished ones, and keeps their timings for the summary."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, resume_command: str | None = None):
         self.out = out
+        self.resume_command = resume_command  # what an interrupted training job prints as the way to resume
         self.state_dir = out / STATE_DIR
         self.keys: dict[str, str] = {}
         self.titles: list[str] = []
@@ -277,6 +281,8 @@ class Flow:
                 )
                 self.resumed.append(step.title)
         StepRecord(key).save(path)  # started: an interruption from here on continues this step
+        if step.training and self.resume_command:
+            env = {**(env or {}), RESUME_COMMAND_VARIABLE: self.resume_command}
         command = command or step.argv(extra_flags)
         start = time.perf_counter()
         returncode, signal_number, stdout = run_child(
@@ -415,6 +421,7 @@ def publish_and_load_back(
                     repo_id,
                     tag,
                     json.dumps(sentences),
+                    *TORCHAO_IMPORT_LOGGERS,
                 ]
                 loaded = flow.execute(load_back, env=env, command=command, cwd=scratch, capture=True)
     return published.result, loaded.result

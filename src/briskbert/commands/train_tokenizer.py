@@ -17,6 +17,7 @@ vocabulary, byte for byte.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +64,10 @@ class TokenizerArguments:
         metadata={"help": "train on a seeded uniform sample of this many non-blank lines (default: all)"},
     )
     seed: int = field(default=0, metadata={"help": "seed of the line sample"})
-    no_progress: bool = field(default=False, metadata={"help": "hide the progress bar"})
+    no_progress: bool = field(
+        default=False,
+        metadata={"help": "hide the progress bar (hidden anyway when the output is not a terminal)"},
+    )
 
     def __post_init__(self):
         if (self.files is None) == (self.dataset_path is None):
@@ -99,7 +103,8 @@ def _trainer_arguments(args: TokenizerArguments) -> dict:
     common = dict(
         vocab_size=args.vocab_size,
         output_dir=args.output_dir,
-        show_progress=not args.no_progress,
+        show_progress=not args.no_progress
+        and sys.stderr.isatty(),  # a file or a pipe gets no bar (blank lines)
         model_max_length=args.model_max_length,
         max_lines=args.tokenizer_train_max_lines,
         seed=args.seed,
@@ -119,11 +124,9 @@ def _trainer_arguments(args: TokenizerArguments) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parse(__doc__, TokenizerArguments, argv=argv)
-    import logging
-
     from briskbert.tokenization import train_tokenizer
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    started = time.perf_counter()
     try:
         if args.files:
             source = dict(files=args.files)
@@ -136,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         flag = "--files" if args.files else "--dataset_path"
         raise UserError(f"{flag}: {error}") from error
-    print(f"vocabulary size {len(tokenizer)}; saved to {args.output_dir}")
+    seconds = time.perf_counter() - started
+    print(
+        f"Trained a {args.model} tokenizer in {seconds:.1f} s: vocabulary size {len(tokenizer)}; saved to {args.output_dir}"
+    )
     return 0
 
 

@@ -2,30 +2,58 @@
 
 The loop (:func:`briskbert.training.engine.loop.run`) only trains: it saves ``final/`` with the model, the
 tokenizer and ``training_facts.json``. The card (``final/README.md``) is the job's, rendered here from those
-facts as a publish would render it, named ``your-namespace/<run folder>`` until the model is published.
+facts as a publish would render it, named ``your-namespace/<run folder>`` until the model is published; then
+``final/manifest.json`` is written again to list it. The run holds the output folder's lock throughout: a
+second run into the same folder is refused in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
+from briskbert.files import folder_lock, write_manifest
+from briskbert.training.engine.checkpointing import check_output_dir
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.task import Task
 
 
 def train(task: Task, config: TrainingConfig):
     """``run(task, config)``, then the model card in ``final/``; returns the run's ``TrainResult``."""
-    from accelerate import PartialState
-
-    from briskbert.hub_cards.card import write_card
+    # An output folder holding another run is refused now, not after torch and the model are loaded.
+    check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
     from briskbert.training.engine.loop import run
 
-    result = run(task, config)
-    if PartialState().is_main_process:
-        try:
-            write_card(result.final_dir, repo_id=f"your-namespace/{result.output_dir.resolve().name}")
-        except Exception as error:  # a card must never cost the run; publishing renders it again
-            print(f"Could not write the model card into {result.final_dir.name}: {error}", file=sys.stderr)
-        else:
-            print(f"Wrote the model card {result.final_dir / 'README.md'}.")
+    main_process = os.environ.get("RANK", "0") == "0"  # before the loop starts the processes' state
+    with locked(config.output_dir) if main_process else contextlib.nullcontext():
+        result = run(task, config)
+        if main_process:
+            _write_card(result)
+            write_manifest(result.final_dir)  # last: the card is part of what the manifest proves
+            if task.verdict:  # the last evaluation showed nothing learned: say so, last
+                print(f"{task.verdict}: it has not learned yet; train longer or raise --learning_rate.")
     return result
+
+
+@contextlib.contextmanager
+def locked(folder):
+    """Hold ``folder``'s lock (:func:`briskbert.files.folder_lock`), saying so when a dead run's is taken over."""
+    with folder_lock(folder) as leftover:
+        if leftover:
+            print(
+                f"Took over the lock of {folder}, left by {leftover}, which is no longer running.",
+                file=sys.stderr,
+            )
+        yield
+
+
+def _write_card(result) -> None:
+    from briskbert.hub_cards.card import write_card
+
+    try:
+        write_card(result.final_dir, repo_id=f"your-namespace/{result.output_dir.resolve().name}")
+    except Exception as error:  # a card must never cost the run; publishing renders it again
+        print(f"Could not write the model card into {result.final_dir.name}: {error}", file=sys.stderr)
+    else:
+        print(f"Wrote the model card {result.final_dir / 'README.md'}.")

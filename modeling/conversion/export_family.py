@@ -1,0 +1,279 @@
+"""A BriskBert folder written back as a transformers family's own folder (`BertForMaskedLM`, `ModernBertForMaskedLM`,
+`RobertaForSequenceClassification`, ...) that loads with plain transformers, without remote code.
+
+The import is the oracle: the family's config is built from BriskBert's options, imported again with the
+family's own import rules, and every option that does not come back unchanged is named and refused. The weights
+follow the import's own name map read backwards; the written folder is loaded back with transformers' Auto class
+and its outputs compared with BriskBert's before the folder is moved into place."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .agreement import OUTPUT_TOLERANCE, largest_difference
+from .families import (
+    BERT_FIELDS,
+    DISTILBERT_NAMES,
+    FAMILIES,
+    MODERNBERT_FIELDS,
+    MODERNBERT_NAMES,
+    SourceFamily,
+    UnsupportedCheckpointError,
+)
+from .weights import CheckpointMismatchError, name_map
+
+# Options that change nothing a saved model computes (how it runs, what its training did), left out of the check.
+_RUNTIME_OPTIONS = ("unpad_inputs", "sparse_prediction", "add_pooling_layer")
+# Options only other heads read: an MLM folder does not need the family to express them.
+_HEAD_OPTIONS = (
+    "pooler_activation",
+    "token_head_activation",
+    "classifier_norm",
+    "classifier_pooling",
+    "classifier_dropout",
+    "use_crf",
+)
+_LABEL_FIELDS = ("id2label", "label2id", "problem_type")
+
+
+def _bert(ours: dict) -> dict:
+    if not ours["type_vocab_size"]:
+        raise UnsupportedCheckpointError(
+            "type_vocab_size=0 (no segment embeddings; BERT-style families have them)"
+        )
+    return {name: ours[name] for name in BERT_FIELDS if name in ours}
+
+
+def _electra(ours: dict) -> dict:
+    return dict(_bert(ours), embedding_size=ours["embedding_size"] or ours["hidden_size"])
+
+
+def _distilbert(ours: dict) -> dict:
+    shared = {
+        name: ours[name] for name in (*_LABEL_FIELDS, "vocab_size", "max_position_embeddings", "pad_token_id")
+    }
+    theirs = {theirs: ours[name] for name, theirs in DISTILBERT_NAMES.items()}
+    return dict(shared, **theirs, initializer_range=ours["initializer_range"], sinusoidal_pos_embds=False)
+
+
+def _modernbert(ours: dict) -> dict:
+    fields = {name: ours[name] for name in MODERNBERT_FIELDS if name in ours}
+    fields.update({theirs: ours[name] for name, theirs in MODERNBERT_NAMES.items()})
+    window = ours["sliding_window"]
+    every = ours["global_attn_every_n_layers"]
+    local_theta = ours["local_rope_theta"] or ours["rope_theta"]
+    return dict(
+        fields,
+        classifier_activation=ours["head_activation"] or ours["hidden_act"],
+        local_attention=2 * window if window else 128,
+        layer_types=[
+            "sliding_attention" if window and not (every and i % every == 0) else "full_attention"
+            for i in range(ours["num_hidden_layers"])
+        ],
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": ours["rope_theta"]},
+            "sliding_attention": {"rope_type": "default", "rope_theta": local_theta},
+        },
+    )
+
+
+@dataclass(frozen=True)
+class TargetFamily:
+    """A transformers family a BriskBert folder can be written as: its model_type, class prefix, import rules
+    and the config fields BriskBert's options become."""
+
+    model_type: str
+    prefix: str
+    config_fields: object
+
+    @property
+    def source(self) -> SourceFamily:
+        return next(family for family in FAMILIES if self.model_type in family.model_types)
+
+
+# Tried in this order when no family is named: the first that expresses the configuration is written.
+TARGETS = {
+    target.model_type: target
+    for target in (
+        TargetFamily("bert", "Bert", _bert),
+        TargetFamily("roberta", "Roberta", _bert),
+        TargetFamily("xlm-roberta", "XLMRoberta", _bert),
+        TargetFamily("distilbert", "DistilBert", _distilbert),
+        TargetFamily("electra", "Electra", _electra),
+        TargetFamily("modernbert", "ModernBert", _modernbert),
+    )
+}
+
+
+def head_suffix(target: TargetFamily, auto_class: str) -> str:
+    """The family's head ("ForMaskedLM") that BriskBert's head (by its Auto class) came from on import."""
+    suffix = next((s for s, auto in target.source.heads.items() if auto == auto_class), None)
+    if suffix is None:
+        raise UnsupportedCheckpointError(f"{target.prefix} has no head for {auto_class}.")
+    return suffix
+
+
+def family_config(target: TargetFamily, ours, tokenizer=None):
+    """The family's config for BriskBert config `ours` (best effort: `differences` says what it cannot say)."""
+    import transformers
+
+    # Unset options take the family's default: if that differs, `differences` names the option.
+    fields = {
+        name: value for name, value in target.config_fields(ours.to_dict()).items() if value is not None
+    }
+    if target.model_type == "modernbert" and tokenizer is not None:
+        fields.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
+        fields.setdefault("bos_token_id", tokenizer.cls_token_id)
+        fields.setdefault("eos_token_id", tokenizer.sep_token_id)
+    try:
+        return getattr(transformers, f"{target.prefix}Config")(**fields)
+    except Exception as error:  # transformers' strict config fields raise their own error types
+        raise UnsupportedCheckpointError(str(error).splitlines()[-1].strip()) from None
+
+
+def differences(target: TargetFamily, suffix: str, ours, theirs) -> list[str]:
+    """ "option=ours (family: theirs)" for every option the family's config does not bring back on import."""
+    from .folder import build_config
+
+    try:
+        back = build_config(target.source, suffix, theirs.to_dict(), has_pooler=True).to_dict()
+    except UnsupportedCheckpointError as error:
+        return [str(error)]
+    ignored = _RUNTIME_OPTIONS + (_HEAD_OPTIONS if suffix in ("ForMaskedLM", "Model") else ())
+    mine, back = _effective(ours.to_dict()), _effective(back)
+    names = [name for name in type(ours).__annotations__ if name not in ignored]
+    return [
+        f"{name}={mine[name]!r} ({target.source.name}: {back.get(name)!r})"
+        for name in names
+        if mine[name] != back.get(name)
+    ]
+
+
+def _effective(options: dict) -> dict:
+    """Options whose None means another option's value, given that value."""
+    return dict(
+        options,
+        local_rope_theta=options["local_rope_theta"] or options["rope_theta"],
+        head_activation=options["head_activation"] or options["hidden_act"],
+        embedding_size=options["embedding_size"] or options["hidden_size"],
+    )
+
+
+def family_weights(target: TargetFamily, suffix: str, family_model, ours_model) -> dict:
+    """The family model's state dict filled with BriskBert's weights, by the import's name map read backwards;
+    refuses a BriskBert weight the family has no place for."""
+    theirs, mine = family_model.state_dict(), ours_model.state_dict()
+    state, used = dict(theirs), set()
+    for name, (ours_name, part) in name_map(target.source, suffix, theirs).items():
+        if ours_name not in mine:
+            raise CheckpointMismatchError(
+                f"{target.prefix} weight {name} has no BriskBert counterpart {ours_name}."
+            )
+        state[name] = mine[ours_name] if part is None else mine[ours_name].chunk(3, dim=0)[part]
+        used.add(ours_name)
+    tied = set(ours_model._tied_weights_keys or {}) if ours_model.config.tie_word_embeddings else set()
+    unused = sorted(set(mine) - used - tied)
+    if unused:
+        raise CheckpointMismatchError(f"{target.prefix} has no place for the weights {unused}.")
+    return state
+
+
+def _save_plain_tokenizer(tokenizer, folder: Path):
+    """The tokenizer, saved under transformers' own class (a briskbert subclass becomes its base class)."""
+    tokenizer.save_pretrained(folder)
+    path = folder / "tokenizer_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    plain = next(c for c in type(tokenizer).__mro__ if c.__module__.startswith("transformers."))
+    settings.pop("auto_map", None)
+    settings["tokenizer_class"] = plain.__name__
+    path.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    for leftover in folder.glob("tokenization_*.py"):
+        leftover.unlink()
+
+
+def pick_family(
+    ours, auto_class: str, family: str | None, tokenizer=None
+) -> tuple[TargetFamily, str, object]:
+    """(target, head suffix, family config): the named family, else the first that expresses `ours`. Raises
+    UnsupportedCheckpointError naming each option the (closest) family cannot express."""
+    candidates = [TARGETS[family]] if family else list(TARGETS.values())
+    refusals = []
+    for target in candidates:
+        try:
+            suffix = head_suffix(target, auto_class)
+            theirs = family_config(target, ours, tokenizer)
+        except UnsupportedCheckpointError as error:
+            refusals.append((target, [str(error).splitlines()[0]]))
+            continue
+        problems = differences(target, suffix, ours, theirs)
+        if not problems:
+            return target, suffix, theirs
+        refusals.append((target, problems))
+    target, problems = min(refusals, key=lambda refusal: len(refusal[1]))
+    closest = "" if family else f", the closest of {', '.join(TARGETS)},"
+    raise UnsupportedCheckpointError(
+        f"{'; '.join(problems)}: {target.source.name}{closest} cannot express "
+        f"{'these options' if len(problems) > 1 else 'this option'}."
+    )
+
+
+def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[str, float]:
+    """Writes the BriskBert folder `model_dir` as the family's own folder `output_dir` (weights, config, the
+    tokenizer under transformers' own class), atomically, once transformers' Auto class loads it back without
+    remote code and its outputs are within `OUTPUT_TOLERANCE` of BriskBert's. `family`: a key of `TARGETS`, or
+    None for the first family that expresses the configuration. Returns (the family's class, the largest
+    difference). Raises UnsupportedCheckpointError naming what the family cannot express."""
+    import torch
+    import transformers
+
+    import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
+    from briskbert.files import staged_folder
+
+    from .. import modeling_briskbert
+    from ..configuration_briskbert import BriskBertConfig
+
+    config = BriskBertConfig.from_pretrained(model_dir)
+    class_name = (config.architectures or ["BriskBertModel"])[0]
+    auto_class = {
+        reference.split(".")[1]: auto for auto, reference in modeling_briskbert.AUTO_MAP.items()
+    }.get(class_name)
+    if auto_class is None:
+        raise UnsupportedCheckpointError(f"{model_dir} holds {class_name}, not a briskbert model.")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
+    target, suffix, theirs = pick_family(config, auto_class, family, tokenizer)  # before the weights are read
+    ours = getattr(modeling_briskbert, class_name).from_pretrained(model_dir, dtype=torch.float32).eval()
+    family_class = getattr(transformers, f"{target.prefix}{suffix}")
+    family_model = family_class(theirs).eval()
+    bare = class_name == "BriskBertModel"
+    named = _Prefixed(ours) if bare else ours
+    family_model.load_state_dict(family_weights(target, suffix, family_model, named), strict=True)
+    with staged_folder(output_dir) as staging:
+        family_model.save_pretrained(staging)
+        _save_plain_tokenizer(tokenizer, staging)
+        loaded = getattr(transformers, auto_class).from_pretrained(staging).eval()
+        plain_tokenizer = transformers.AutoTokenizer.from_pretrained(staging)
+        texts = ["A plain check of the tokenizer's ids.", "Zebras, 42 quarks; naïve café!"]
+        if (
+            type(loaded) is not family_class
+            or plain_tokenizer(texts)["input_ids"] != tokenizer(texts)["input_ids"]
+        ):
+            raise CheckpointMismatchError(
+                f"{staging} does not load back as {family_class.__name__} with its tokenizer."
+            )
+        difference = largest_difference(loaded, ours, plain_tokenizer)
+        if difference > OUTPUT_TOLERANCE:
+            raise CheckpointMismatchError(
+                f"{family_class.__name__} differs from {model_dir} by {difference:.1e}, more than {OUTPUT_TOLERANCE:g}."
+            )
+    return family_class.__name__, difference
+
+
+class _Prefixed:
+    """A bare BriskBertModel seen with its heads' names ("model.layers...") for `family_weights`."""
+
+    def __init__(self, model):
+        self.config, self._tied_weights_keys = model.config, {}
+        self._state = {f"model.{name}": value for name, value in model.state_dict().items()}
+
+    def state_dict(self):
+        return self._state

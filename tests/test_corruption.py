@@ -1,0 +1,266 @@
+"""Nothing corrupt goes unnoticed: every checkpoint file flipped, truncated or replaced by garbage makes
+``--resume_from_checkpoint latest`` fall back to the newest intact checkpoint (one line naming the file) or
+stop in one line, never resume silently nor end in a traceback; a full disk during a save is one line and
+leaves no partial folder. One tiny run's checkpoints are built once and copied for each case."""
+
+import errno
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_run_safety import FAST, train
+from test_training_loop import config, mlm_task, sequences
+
+from briskbert import cli
+from briskbert.errors import UserError
+from briskbert.files import MANIFEST_FILE, DiskFull
+from briskbert.training import TrainingDiverged, run
+from briskbert.training.engine import distributed
+from briskbert.training.engine.checkpointing import resolve_checkpoint
+from briskbert.training.engine.config import TrainingSetupError
+
+CHECKPOINT_FILES = (
+    "model.safetensors",
+    "optimizer.bin",
+    "custom_checkpoint_0.pkl",  # the learning-rate scheduler
+    "random_states_0.pkl",
+    "trainer_state.json",
+    "run_identity.json",
+)
+STEPS = ("--max_train_steps", "4", "--checkpointing_steps", "2")
+
+
+def flip(path: Path) -> None:
+    """XOR 16 bytes in the middle of the file (the bit rot the issue reproduced)."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(os.urandom(path.stat().st_size))
+
+
+FAULTS = {"flip": flip, "truncate": truncate, "garbage": garbage}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A 4-step run with checkpoints at steps 2 and 4, and its final folder; tests work on copies."""
+    folder = tmp_path_factory.mktemp("corruption") / "run"
+    train(folder, *STEPS)
+    return folder
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy)
+    return copy
+
+
+def test_checkpoints_and_the_final_folder_carry_a_manifest_of_every_file(finished_run):
+    for name in ("step_2", "step_4", "final"):
+        folder = finished_run / name
+        listed = set(json.loads((folder / MANIFEST_FILE).read_text())["files"])
+        assert listed == {p.name for p in folder.iterdir()} - {MANIFEST_FILE}, name
+    assert {"model.safetensors", "training_facts.json"} <= {
+        p.name for p in (finished_run / "final").iterdir()
+    }
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
+def test_a_corrupt_checkpoint_file_is_skipped_for_the_newest_intact_one(run_copy, name, fault, caplog):
+    path = run_copy / "step_4" / name
+    FAULTS[fault](path)
+    with caplog.at_level(logging.WARNING):
+        assert resolve_checkpoint("latest", run_copy) == run_copy / "step_2"
+    (skipped,) = [r.message for r in caplog.records if "Skipping" in r.message]
+    assert skipped.startswith("Skipping the checkpoint step_4: ") and str(path) in skipped
+    assert "\n" not in skipped
+    with pytest.raises(TrainingSetupError) as refused:  # named explicitly: refused, naming the file
+        resolve_checkpoint(str(run_copy / "step_4"), run_copy)
+    assert str(path) in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("fault", ["truncate", "garbage"])
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
+def test_without_a_manifest_a_file_that_does_not_load_is_still_caught(run_copy, name, fault, caplog):
+    """Checkpoints saved before manifests: what does not load is caught by loading it (flipped bytes in a
+    tensor's data are not: only the manifest sees those)."""
+    for step in ("step_2", "step_4"):
+        (run_copy / step / MANIFEST_FILE).unlink()
+    FAULTS[fault](run_copy / "step_4" / name)
+    with caplog.at_level(logging.WARNING):
+        assert resolve_checkpoint("latest", run_copy) == run_copy / "step_2"
+    assert str(run_copy / "step_4" / name) in caplog.text
+
+
+def test_a_resume_past_a_bit_flipped_checkpoint_equals_the_uninterrupted_run(finished_run, run_copy):
+    """The issue's reproduction: flipped bytes in the newest checkpoint's weights resumed silently into
+    another model. Now the resume starts from step_2 and ends on the uninterrupted run's weights exactly."""
+    flip(run_copy / "step_4" / "model.safetensors")
+    shutil.rmtree(run_copy / "final")
+    result = train(run_copy, *STEPS, "--resume_from_checkpoint", "latest")
+    assert result.global_step == 4
+    ours = load_file(run_copy / "final" / "model.safetensors")
+    expected = load_file(finished_run / "final" / "model.safetensors")
+    assert ours.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(ours[name], tensor), name
+    assert resolve_checkpoint("latest", run_copy) == run_copy / "step_4"  # saved anew, intact
+
+
+def test_no_intact_checkpoint_is_one_line(run_copy):
+    for step in ("step_2", "step_4"):
+        garbage(run_copy / step / "trainer_state.json")
+    with pytest.raises(UserError) as refused:
+        train(run_copy, *STEPS, "--resume_from_checkpoint", "latest")
+    message = str(refused.value)
+    assert f"no checkpoint in {run_copy} is intact (2 checked" in message and "\n" not in message
+
+
+def test_the_divergence_message_never_recommends_a_corrupt_checkpoint(tmp_path):
+    from test_run_safety import NanLossAt
+
+    def corrupt_step_4(entry):  # after step_4 was saved, before the NaN of step 6
+        if entry["step"] == 5:
+            flip(tmp_path / "step_4" / "optimizer.bin")
+
+    task = mlm_task(model=NanLossAt(6), train=sequences(12))
+    with pytest.raises(TrainingDiverged) as stopped:
+        run(
+            task,
+            config(
+                "--output_dir", str(tmp_path), *FAST, "--max_train_steps", "8", "--checkpointing_steps", "2"
+            ),
+            callbacks=[corrupt_step_4],
+        )
+    assert f"the last good checkpoint is {tmp_path / 'step_2'}" in str(stopped.value)
+
+
+def test_a_state_that_loads_wrong_is_one_line(run_copy, monkeypatch):
+    """What the checks before the load cannot see (e.g. weights of another shape) still ends in one line."""
+    from accelerate import Accelerator
+
+    def shape_mismatch(self, *args, **kwargs):
+        raise RuntimeError("Error(s) in loading state_dict:\n\tsize mismatch for weight")
+
+    monkeypatch.setattr(Accelerator, "load_state", shape_mismatch)
+    with pytest.raises(
+        UserError, match=r"step_4 does not load: Error\(s\) in loading state_dict: size mismatch"
+    ):
+        train(run_copy, *STEPS, "--resume_from_checkpoint", "latest")
+
+
+# ------------------------------------------------------------------------------------------ disk full
+def fill_then_fail(error: BaseException):
+    """An ``accelerator.save_state`` that writes part of the checkpoint, then fails as a full disk does."""
+
+    def save_state(self, output_dir, **kwargs):
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "model.safetensors").write_bytes(b"\0" * 1000)
+        raise error
+
+    return save_state
+
+
+@pytest.mark.parametrize(
+    "error, free",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), 10**12),
+        (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 320 vs 228"), 0),
+    ],
+    ids=["ENOSPC", "torch-unexpected-pos"],
+)
+def test_a_checkpoint_save_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, error, free):
+    from accelerate import Accelerator
+
+    monkeypatch.setattr(Accelerator, "save_state", fill_then_fail(error))
+    monkeypatch.setattr("briskbert.files.free_space", lambda path: free)
+    with pytest.raises(DiskFull) as full:
+        train(tmp_path, *STEPS)
+    message = str(full.value)
+    assert message.startswith(f"no space left on the device for {tmp_path / 'step_2'}: it needs about 0.")
+    assert "MiB" in message and "\n" not in message and isinstance(full.value, UserError)
+    assert not list(tmp_path.glob(".*partial")) and not list(tmp_path.glob("step_*"))
+
+
+def test_an_unrelated_save_error_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    monkeypatch.setattr(Accelerator, "save_state", fill_then_fail(RuntimeError("unexpected pos")))
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # plenty of space: the error as it was
+        train(tmp_path, *STEPS)
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_a_final_save_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    def safetensors_full(folder, facts):  # the weights are written, then the disk fills
+        raise Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(distributed, "write_training_facts", safetensors_full)
+    with pytest.raises(DiskFull, match=rf"for {tmp_path / 'final'}: it needs about"):
+        train(tmp_path, "--max_train_steps", "2")
+    assert not (tmp_path / "final").exists() and not list(tmp_path.glob(".*partial"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 400 KiB file system (a tmpfs): the logs fit, a checkpoint (about 0.5 MiB) does not."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", "--lazy", str(disk)], check=True)  # the failed run may hold its log open
+
+
+def test_a_real_full_disk_during_a_checkpoint_is_one_line_and_leaves_nothing(small_disk):
+    with pytest.raises(DiskFull) as full:
+        train(small_disk / "run", *STEPS)
+    message = str(full.value)
+    assert message.startswith(f"no space left on the device for {small_disk / 'run' / 'step_2'}: it needs")
+    assert "\n" not in message
+    assert not list((small_disk / "run").glob(".*partial")) and not list((small_disk / "run").glob("step_*"))
+    curves = small_disk / "run" / "training_curves.png"
+    assert not curves.exists() or curves.stat().st_size > 0  # never an empty plot
+
+
+def test_the_command_line_answers_any_full_disk_in_one_line(monkeypatch, capsys):
+    import types
+
+    job = types.ModuleType("briskbert.commands.full_disk_job")
+
+    def main(argv):
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/log_history.jsonl")
+
+    job.main = main
+    monkeypatch.setattr("sys.argv", ["briskbert"])
+    monkeypatch.setitem(sys.modules, job.__name__, job)
+    monkeypatch.setitem(cli.COMMANDS, "full-disk-job", cli.Command("full_disk_job", "fills the disk"))
+    assert cli.main(["full-disk-job"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error
+        == "error: no space left on the device writing runs/x/log_history.jsonl; free some space, then run again\n"
+    )
+    job.main = lambda argv: (_ for _ in ()).throw(OSError(errno.EACCES, "Permission denied"))
+    with pytest.raises(PermissionError):  # other errors are not disguised as a full disk
+        cli.main(["full-disk-job"])

@@ -1,0 +1,227 @@
+"""Continued pretraining of an imported checkpoint and `briskbert export-family`: every family round-trips
+(a small random checkpoint made with transformers' own class -> imported by the pretraining job's loader ->
+a few MLM steps on briskbert -> exported back -> transformers' Auto class loads it without remote code, with
+briskbert's outputs within 1e-5 on real padded text); a configuration no family expresses is refused in one line
+naming the options; one slow run goes through both commands."""
+
+import json
+
+import pytest
+import torch
+import transformers
+from test_conversion import CLASS_PREFIX, TOKENIZER_KIND, sentences, source_config, train_tokenizer
+
+from briskbert import cli
+from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
+from briskbert.training.tasks.pretraining import build_model, continued_on_briskbert
+from briskbert.training.tasks.pretraining_settings import PretrainingModel
+
+# The source head of each family: its MLM head where it has one, ELECTRA's discriminator (whose head is not an
+# MLM head: the job starts a new one), the bare BERT encoder (as all-MiniLM-L6-v2 is).
+SOURCES = {
+    "bert": "BertModel",
+    "roberta": "RobertaForMaskedLM",
+    "xlm-roberta": "XLMRobertaForMaskedLM",
+    "distilbert": "DistilBertForMaskedLM",
+    "electra": "ElectraForPreTraining",
+    "modernbert": "ModernBertForMaskedLM",
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    """WordPiece, byte-level BPE and Unigram tokenizers trained on real sentences, with each family's specials."""
+    return {kind: train_tokenizer(kind) for kind in set(TOKENIZER_KIND.values())}
+
+
+def make_source(model_type, tokenizer, folder):
+    torch.manual_seed(0)
+    model = getattr(transformers, SOURCES[model_type])(source_config(model_type, tokenizer)).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def mlm_steps(model, tokenizer, steps=3):
+    """A few AdamW steps of masked-language modelling on real sentences (15% of real tokens masked)."""
+    batch = tokenizer(sentences(16), padding=True, truncation=True, max_length=48, return_tensors="pt")
+    generator = torch.Generator().manual_seed(0)
+    real = batch["attention_mask"].bool() & (batch["input_ids"] != tokenizer.cls_token_id)
+    masked = real & (torch.rand(batch["input_ids"].shape, generator=generator) < 0.15)
+    labels = torch.where(masked, batch["input_ids"], -100)
+    inputs = torch.where(masked, tokenizer.mask_token_id, batch["input_ids"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def logits_at_real_tokens(model, tokenizer):
+    batch = tokenizer(sentences(8), padding=True, truncation=True, max_length=48, return_tensors="pt")
+    inputs = {name: batch[name] for name in ("input_ids", "attention_mask")}
+    assert batch["attention_mask"].float().mean() < 0.8, "the batch should be padded"
+    with torch.no_grad():
+        return model.eval()(**inputs).logits[batch["attention_mask"].bool()]
+
+
+@pytest.mark.parametrize("model_type", list(SOURCES))
+def test_each_family_round_trips(model_type, tokenizers, tmp_path, capsys):
+    tokenizer = tokenizers[TOKENIZER_KIND[model_type]]
+    source = make_source(model_type, tokenizer, tmp_path / "source")
+    lines = []
+    model = continued_on_briskbert(
+        str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, lines.append
+    )
+    assert (
+        type(model) is BriskBertForMaskedLM
+        and (tmp_path / "run" / "converted_base" / "config.json").is_file()
+    )
+    compared = "masked-LM logits" if SOURCES[model_type].endswith("ForMaskedLM") else "hidden states"
+    assert len(lines) == 1 and "Converted" in lines[0] and f"its {compared} match" in lines[0], lines
+
+    mlm_steps(model, tokenizer)
+    model.save_pretrained(tmp_path / "adapted")
+    tokenizer.save_pretrained(tmp_path / "adapted")
+    family = ["--family", model_type] if model_type == "xlm-roberta" else []
+    argv = ["export-family", "--model_dir", str(tmp_path / "adapted"), "--output_dir", str(tmp_path / "back")]
+    assert cli.main([*argv, *family]) == 0, capsys.readouterr().err
+
+    # Plain transformers, no remote code: the family's own classes, no code files in the folder.
+    assert not list((tmp_path / "back").glob("*.py"))
+    exported = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "back")
+    plain_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    assert type(exported).__name__ == f"{CLASS_PREFIX[model_type]}ForMaskedLM"
+    assert type(plain_tokenizer).__module__.startswith("transformers.")
+    texts = sentences(8)
+    assert plain_tokenizer(texts)["input_ids"] == tokenizer(texts)["input_ids"]
+    expected = logits_at_real_tokens(model, tokenizer)
+    got = logits_at_real_tokens(exported, plain_tokenizer)
+    assert (got - expected).abs().max().item() <= 1e-5
+    if compared == "masked-LM logits":  # the steps trained what was exported: not the source's weights again
+        assert (logits_at_real_tokens(source, tokenizer) - expected).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [("bert", "BertForSequenceClassification"), ("modernbert", "ModernBertForTokenClassification")],
+)
+def test_a_fine_tuned_head_goes_back_to_the_family_head(model_type, architecture, tokenizers, tmp_path):
+    """Imported and exported again, a head gives what transformers' own head gave before the round trip."""
+    from briskbert.modeling.conversion import convert_checkpoint
+    from briskbert.modeling.conversion.export_family import export_to_family
+
+    tokenizer = tokenizers[TOKENIZER_KIND[model_type]]
+    torch.manual_seed(0)
+    config = source_config(model_type, tokenizer)
+    config.num_labels = 3
+    source = getattr(transformers, architecture)(config).eval()
+    source.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    convert_checkpoint(tmp_path / "source", tmp_path / "ours")
+    assert export_to_family(tmp_path / "ours", tmp_path / "back")[0] == architecture
+    auto = (
+        transformers.AutoModelForTokenClassification
+        if "Token" in architecture
+        else transformers.AutoModelForSequenceClassification
+    )
+    exported = auto.from_pretrained(tmp_path / "back")
+    assert type(exported) is type(source) and exported.config.id2label == source.config.id2label
+    # BERT folders import with briskbert's own tokenizer class; it goes back as transformers' BertTokenizer.
+    assert type(transformers.AutoTokenizer.from_pretrained(tmp_path / "back")).__module__.startswith(
+        "transformers."
+    )
+    batch = tokenizer(sentences(8), padding=True, return_tensors="pt")
+    inputs = {name: batch[name] for name in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        expected, got = source(**inputs).logits, exported.eval()(**inputs).logits
+    if expected.dim() == 3:
+        expected, got = expected[batch["attention_mask"].bool()], got[batch["attention_mask"].bool()]
+    assert (got - expected).abs().max().item() <= 1e-5
+
+
+def test_a_converted_model_that_differs_from_its_source_is_refused(tokenizers, tmp_path):
+    """The import check compares outputs: a converted folder whose weights no longer match the source (here one
+    layer's MLP scaled, as a conversion bug or a stale converted_base would leave) stops the job."""
+    from safetensors.torch import load_file, save_file
+
+    from briskbert.training.tasks.pretraining import PretrainingInputError
+
+    tokenizer = tokenizers["wordpiece"]
+    make_source("bert", tokenizer, tmp_path / "source")
+    continued_on_briskbert(
+        str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, lambda line: None
+    )
+    weights = tmp_path / "run" / "converted_base" / "model.safetensors"
+    state = load_file(str(weights))
+    state["layers.1.mlp.down.weight"] = state["layers.1.mlp.down.weight"] * 1.01
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(
+        PretrainingInputError, match="hidden states differ from BertModel's by .*keep_source_class"
+    ):
+        continued_on_briskbert(str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, print)
+
+
+def test_keep_source_class_trains_the_source_class(tokenizers, tmp_path):
+    tokenizer = tokenizers["bpe"]
+    make_source("modernbert", tokenizer, tmp_path / "source")
+    settings = PretrainingModel(model_name_or_path=str(tmp_path / "source"), keep_source_class=True)
+    lines = []
+    model = build_model(settings, tokenizer, 64, False, str(tmp_path / "run"), lines.append)
+    assert type(model) is transformers.ModernBertForMaskedLM and "its own class" in lines[0]
+    assert not (tmp_path / "run" / "converted_base").exists()
+
+
+def export_from_command_line(model_dir, out, capsys, *extra) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli.main(["export-family", "--model_dir", str(model_dir), "--output_dir", str(out), *extra])
+    return code, capsys.readouterr().err
+
+
+def test_a_configuration_no_family_expresses_is_refused(tokenizers, tmp_path, capsys):
+    tokenizer = tokenizers["wordpiece"]
+    torch.manual_seed(0)
+    config = BriskBertConfig.from_preset("modern-tiny", vocab_size=len(tokenizer))  # RMSNorm, GQA, ...
+    BriskBertForMaskedLM(config).save_pretrained(tmp_path / "modern")
+    tokenizer.save_pretrained(tmp_path / "modern")
+    code, err = export_from_command_line(tmp_path / "modern", tmp_path / "out", capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: --model_dir ")
+    assert "norm_type='rmsnorm' (ModernBERT: 'layernorm')" in err and "num_key_value_heads=2" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+    # One option off a family's: named, with the family's value.
+    BriskBertForMaskedLM(
+        BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), mlp_type="glu")
+    ).save_pretrained(tmp_path / "glu")
+    tokenizer.save_pretrained(tmp_path / "glu")
+    code, err = export_from_command_line(tmp_path / "glu", tmp_path / "out", capsys, "--family", "bert")
+    assert code == 2 and err.startswith("error: --family ") and "mlp_type='glu' (BERT: 'mlp')" in err
+    assert "cannot express this option" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # two jobs through the command line, about 20 s
+def test_pretrain_then_export_through_the_command_line(tokenizers, tmp_path, capsys):
+    from test_pretrain import EXCERPT
+
+    tokenizer = tokenizers["wordpiece"]
+    make_source("bert", tokenizer, tmp_path / "source")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(EXCERPT.read_text(encoding="utf-8").splitlines(keepends=True)[:120]))
+    run = tmp_path / "run"
+    argv = ["pretrain", "--model_name_or_path", str(tmp_path / "source"), "--train_file", str(corpus)]
+    argv += ["--max_seq_length", "64", "--per_device_train_batch_size", "8", "--max_train_steps", "2"]
+    argv += ["--learning_rate", "1e-4", "--output_dir", str(run), "--data_cache_dir", str(tmp_path / "cache")]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Converted" in out and "within" in out
+    assert json.loads((run / "final" / "config.json").read_text())["model_type"] == "briskbert"
+    code, err = export_from_command_line(run / "final", tmp_path / "back", capsys)
+    assert code == 0, err
+    exported = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "back")
+    ours = BriskBertForMaskedLM.from_pretrained(run / "final")
+    plain = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    difference = logits_at_real_tokens(exported, plain) - logits_at_real_tokens(ours, tokenizer)
+    assert type(exported) is transformers.BertForMaskedLM and difference.abs().max().item() <= 1e-5
