@@ -382,12 +382,13 @@ def test_a_second_run_into_a_busy_output_dir_is_refused_in_one_line_naming_the_h
     argv += ["--config_name", "bert-tiny", "--max_train_steps", "2", "--output_dir", str(out)]
     with folder_lock(out):  # a run in progress
         second = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert [p.name for p in out.iterdir()] == [LOCK_FILE]  # it wrote nothing
     assert second.returncode == 2, second.stderr[-3000:]
     assert second.stderr == (
         f"error: {out} is in use by another run (process {os.getpid()} on {socket.gethostname()}); "
         "wait for it to finish or choose another folder\n"
     )
-    assert list(out.iterdir()) == []  # it wrote nothing (and the lock went with its holder)
+    assert not out.exists()  # the lock made the folder, and took it with it
 
 
 def test_a_lock_left_by_a_killed_run_is_taken_over_in_one_line(tmp_path, capsys):
@@ -425,12 +426,13 @@ def test_quickstart_and_ablate_refuse_a_busy_folder_in_one_line(argv, tmp_path, 
     out = tmp_path / "out"
     with folder_lock(out):
         assert cli.main([*argv, "--output_dir", str(out)]) == 2
+        assert [p.name for p in out.iterdir()] == [LOCK_FILE]
     error = capsys.readouterr().err
     assert (
         error.startswith(f"error: {out} is in use by another run (process {os.getpid()} ")
         and error.count("\n") == 1
     )
-    assert list(out.iterdir()) == []
+    assert not out.exists()
 
 
 def test_a_lock_released_cleanly_leaves_no_file_and_is_free_again(tmp_path):
