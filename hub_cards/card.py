@@ -121,32 +121,11 @@ def read_json_object(path: Path) -> dict:
         raise CardError(str(error)) from None
 
 
-def _config_problem(config: dict) -> str | None:
-    """What is wrong with the fields of ``config.json`` (or ``tokenizer_config.json``) the card and the
-    publisher read, or None; other fields are shown as they are."""
-    archs, auto_map, labels = config.get("architectures"), config.get("auto_map"), config.get("id2label")
-    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
-        return f"'architectures' must be a list of class names, got {archs!r:.80}"
-    if "model_type" in config and not isinstance(config["model_type"], str):
-        return f"'model_type' must be a string, got {config['model_type']!r:.80}"
-    if auto_map is not None and not (
-        isinstance(auto_map, dict)
-        and all(
-            isinstance(ref, str) or isinstance(ref, list) and all(isinstance(r, str | None) for r in ref)
-            for ref in auto_map.values()
-        )
-    ):
-        return f"'auto_map' must map Auto classes to 'module.Class' names, got {auto_map!r:.80}"
-    if labels is not None and not (isinstance(labels, dict) and all(k.isdecimal() for k in labels)):
-        return f"'id2label' must map label ids (0, 1, ...) to names, got {labels!r:.80}"
-    return None
-
-
 def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
     """``config.json`` (or ``tokenizer_config.json``), with the fields the card and the publisher use checked."""
     path = Path(model_dir) / name
     config = read_json_object(path)
-    problem = _config_problem(config)
+    problem = inputs.config_problem(config)
     if problem:
         raise CardError(f"{path}: {problem}; save the model with save_pretrained again")
     return config

@@ -281,6 +281,27 @@ def _encodes(text: str) -> bool:
     return True
 
 
+def config_problem(config: dict) -> str | None:
+    """What is wrong with the fields of ``config.json`` (or ``tokenizer_config.json``) the card and the
+    publisher read, or None; other fields are shown as they are."""
+    archs, auto_map, labels = config.get("architectures"), config.get("auto_map"), config.get("id2label")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        return f"'architectures' must be a list of class names, got {archs!r:.80}"
+    if "model_type" in config and not isinstance(config["model_type"], str):
+        return f"'model_type' must be a string, got {config['model_type']!r:.80}"
+    if auto_map is not None and not (
+        isinstance(auto_map, dict)
+        and all(
+            isinstance(ref, str) or isinstance(ref, list) and all(isinstance(r, str | None) for r in ref)
+            for ref in auto_map.values()
+        )
+    ):
+        return f"'auto_map' must map Auto classes to 'module.Class' names, got {auto_map!r:.80}"
+    if labels is not None and not (isinstance(labels, dict) and all(k.isdecimal() for k in labels)):
+        return f"'id2label' must map label ids (0, 1, ...) to names, got {labels!r:.80}"
+    return None
+
+
 def check_hub_repo(repo_id: str, flag: str) -> None:
     """A repo id that is in the local Hub cache or answers on the Hub: asked once, with no retries, so a
     typo costs a second rather than a minute of backoff."""

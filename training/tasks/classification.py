@@ -263,9 +263,7 @@ def _check_unseen(names: set, known, where: str, known_from: str | None = None) 
     unseen = sorted(set(names) - set(known))
     listed = f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}"
     if unseen and known_from is None:
-        logger.warning(
-            f"{where} has labels with no training example: {listed}; the model can hardly learn them."
-        )
+        logger.warning(f"{where} has labels with no training example: {listed}; the model cannot learn them.")
     elif unseen:
         raise DataError(
             f"{where} has labels never seen in {known_from}: {listed}. Known ({known_from}): {list(known)[:20]}. "
