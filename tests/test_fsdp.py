@@ -95,6 +95,7 @@ worst = max((sharded[name] - param).abs().max().item() for name, param in refere
 if rank == 0:
     sharded_type = type(next(model.parameters())).__name__
     print(json.dumps({"losses": losses, "max_param_difference": worst, "sharded": sharded_type}))
+dist.barrier()  # neither process tears gloo down while the other still talks to it
 dist.destroy_process_group()
 """
 
