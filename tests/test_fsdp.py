@@ -52,6 +52,8 @@ def test_the_fsdp_config_lets_each_model_name_its_layer_class():
 
 FSDP_WORKER = """
 import json
+import os
+import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
@@ -97,6 +99,8 @@ if rank == 0:
     print(json.dumps({"losses": losses, "max_param_difference": worst, "sharded": sharded_type}))
 dist.barrier()  # neither process tears gloo down while the other still talks to it
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # past this point only interpreter teardown, where gloo's threads now and then abort the process
 """
 
 
