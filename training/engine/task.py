@@ -69,6 +69,11 @@ class Task(abc.ABC):
         processes); None: the loop reports the loss weighted by :meth:`count_items`."""
         return None
 
+    def finish(self, final_dir) -> None:
+        """A job's last step on the saved ``final/`` folder, after training and before the model card and the
+        manifest are written (called on every process; nothing by default)."""
+        return None
+
     @abc.abstractmethod
     def facts(self) -> JobFacts:
         """What this job says about the model it trains (for its card); asked after :meth:`build` and the

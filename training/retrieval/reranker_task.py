@@ -5,11 +5,12 @@ after training, the weight that fuses it with the retriever, chosen on the valid
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from briskbert.training.data.task_data import DataError
-from briskbert.training.engine.facts import JobFacts
+from briskbert.training.engine.facts import JobFacts, read_training_facts, write_training_facts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
 from briskbert.training.tasks.settings import ModelSource
@@ -181,10 +182,18 @@ class RerankerTask(Task):
 
         return group_ranking_metrics(model, dataloader, accelerator)
 
+    def finish(self, final_dir: Path) -> None:
+        """Choose the fusion weights on the validation queries, save them as ``final/fusion.json`` and state
+        them among the card's limitations (before the card and the manifest are written)."""
+        fusion = self.choose_fusion(final_dir)
+        if fusion is not None:
+            facts = read_training_facts(final_dir)
+            limitations = (*facts.job.limitations, fusion.card_line())
+            write_training_facts(final_dir, replace(facts, job=replace(facts.job, limitations=limitations)))
+
     def choose_fusion(self, final_dir: Path) -> Fusion | None:
-        """After training: choose the fusion weights on the validation queries and save them as
-        ``final/fusion.json``. Called on every process once the run has ended normally; returns them on the
-        main process."""
+        """Choose the fusion weights on the validation queries and save them as ``final/fusion.json``. Called
+        on every process once the run has ended normally; returns them on the main process."""
         from accelerate import PartialState
 
         from briskbert.training.retrieval.reranking import choose_and_save_fusion

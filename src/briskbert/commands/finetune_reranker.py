@@ -59,22 +59,7 @@ def main(argv=None):
 
     from briskbert.commands.training_run import train
 
-    result = train(task, config)
-    fusion = task.choose_fusion(result.final_dir)
-    # The card states the weights and what they were chosen on; the manifest is written again, last.
-    if fusion is not None:
-        from briskbert.files import write_manifest
-        from briskbert.hub_cards.card import write_card
-        from briskbert.training.engine.facts import read_training_facts, write_training_facts
-
-        facts = read_training_facts(result.final_dir)
-        limitations = (*facts.job.limitations, fusion.card_line())
-        write_training_facts(
-            result.final_dir, replace(facts, job=replace(facts.job, limitations=limitations))
-        )
-        write_card(result.final_dir, repo_id=f"your-namespace/{result.output_dir.resolve().name}")
-        write_manifest(result.final_dir)
-    return result
+    return train(task, config)
 
 
 if __name__ == "__main__":

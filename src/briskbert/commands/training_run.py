@@ -28,6 +28,7 @@ def train(task: Task, config: TrainingConfig):
     main_process = os.environ.get("RANK", "0") == "0"  # before the loop starts the processes' state
     with locked(config.output_dir) if main_process else contextlib.nullcontext():
         result = run(task, config)
+        task.finish(result.final_dir)
         if main_process:
             _write_card(result)
             write_manifest(result.final_dir)  # last: the card is part of what the manifest proves
