@@ -1,9 +1,11 @@
 """The speed paths give the same answers as the plain padded model: unpadded token-wise work (re-padded around
 attention, or packed through a varlen attention kernel), the sparse MLM decoder on top of it, and bf16.
-Speed itself is measured by scripts/benchmark.py against transformers' models, never by timed tests."""
+Speed itself is measured by docs/benchmarks/speed.py against transformers' models, never by timed tests."""
 
 import itertools
 import json
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,8 @@ from transformers import AttentionInterface
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertModel
 from briskbert.modeling.modeling_briskbert import PADDED, UnpaddedLayout, VarlenLayout, repeat_kv
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ATOL = 1e-5
 POSITIONS = ["absolute", "sinusoidal", "rope", "alibi"]
@@ -210,15 +214,13 @@ def test_bf16_inference_stays_close_to_fp32():
     assert (got.float() - expected).abs().max() < 0.1 * expected.abs().max()
 
 
-def test_the_benchmark_command_times_each_model_against_the_reference_and_writes_its_report(tmp_path, capsys):
-    """`briskbert benchmark` at a toy size: every model timed, bert-sdpa fp32 the 1.0 reference, the report's
-    three files written and its table printed."""
-    from briskbert.cli import main
-
+def test_the_speed_benchmark_times_each_model_against_the_reference_and_writes_its_report(tmp_path, capsys):
+    """`docs/benchmarks/speed.py` at a toy size: every model timed, bert-sdpa fp32 the 1.0 reference, the
+    report's three files written and its table printed."""
+    main = runpy.run_path(str(ROOT / "docs" / "benchmarks" / "speed.py"), run_name="speed")["main"]
     sizes = "--hidden_size 64 --num_hidden_layers 2 --num_attention_heads 2 --intermediate_size 128"
     runs = "--batch_size 4 --num_batches 2 --rounds 1 --tasks infer --dtypes fp32 --weights random"
     argv = [
-        "benchmark",
         *sizes.split(),
         *runs.split(),
         "--models",
@@ -227,7 +229,7 @@ def test_the_benchmark_command_times_each_model_against_the_reference_and_writes
         "--out",
         str(tmp_path),
     ]
-    assert main(argv) == 0
+    main(argv)
     report = json.loads((tmp_path / "benchmark.json").read_text())
     speed = {row["model"]: row for row in report["results"]}
     assert set(speed) == {"bert-sdpa", "briskbert"} and speed["bert-sdpa"]["vs_reference_fp32"] == 1.0

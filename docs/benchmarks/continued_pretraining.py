@@ -32,8 +32,7 @@ from pathlib import Path
 
 import torch
 import transformers
-
-from briskbert.training.experiments.benchmarking import minilm_folder, peak_memory_since, reset_peak_memory
+from speed import minilm_folder, peak_memory_since, reset_peak_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("transformers", "briskbert")

@@ -17,9 +17,9 @@ import time
 
 import torch
 import transformers
+from speed import make_batches, minilm_folder, mlm_labels
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertModel
-from briskbert.training.experiments.benchmarking import make_batches, minilm_folder, mlm_labels
 
 MODELS = ("bert-sdpa", "modernbert", "briskbert-sdpa", "briskbert-varlen")
 BERT = transformers.BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

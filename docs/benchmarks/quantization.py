@@ -230,7 +230,7 @@ def load_candidate(name: str, folder: Path, folders: dict[str, Path], bert: Path
 def time_candidates(
     candidates: list[Candidate], sources: dict[str, list[dict]], rounds: int, log
 ) -> list[dict]:
-    from briskbert.training.experiments.benchmarking import peak_memory_since, reset_peak_memory
+    from speed import peak_memory_since, reset_peak_memory
 
     for candidate in candidates:  # warm-up, and the peak above the resident model on the longest batch
         for batches in sources.values():

@@ -91,13 +91,6 @@ COMMANDS: dict[str, Command] = {
         "quantize",
         "Quantize a model to int8 (ONNX Runtime or torchao) and check it against fp32 on real text.",
     ),
-    "benchmark": Command(
-        "benchmark", "Time briskbert against transformers' BertModel and ModernBertModel on the same weights."
-    ),
-    "benchmark-data": Command(
-        "benchmark_data",
-        "Time and measure the memory of pretraining data preparation against transformers' run_mlm recipe.",
-    ),
     "local-hub": Command("local_hub", "Serve a Hub-compatible HTTP server for offline use and tests."),
     "publish": Command(
         "publish", "Push a model folder with its card to the Hub, tag it and verify it loads."

@@ -1,9 +1,20 @@
-"""Side-by-side speed benchmark: briskbert against transformers' BertModel (sdpa, eager) and ModernBertModel.
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""Speed of briskbert against transformers' own implementation, side by side in one run: BertModel (sdpa, eager)
+and ModernBertModel, or, with --architecture roberta / modernbert, RobertaModel / ModernBertModel holding the same
+weights as the briskbert model converted from them.
 
 Everything that makes a comparison fair is fixed here once for every model: the same weights (one BERT folder,
 converted for briskbert), the same real variable-length batches, the same thread count, the same dtype rules
 (bf16 inference casts the weights; bf16 training autocasts with fp32 weights), the same warm-up, and the models
-are measured interleaved, round after round, so a load change on a shared machine hits them all alike.
+are measured interleaved, round after round, so a load change on a shared machine hits them all alike; medians
+reported:
+
+    python docs/benchmarks/speed.py --out runs/benchmark                       # all-MiniLM-L6-v2 (6 x 384), SST-2
+    python docs/benchmarks/speed.py --weights random --hidden_size 768 --num_hidden_layers 12 \\
+        --num_attention_heads 12 --intermediate_size 3072 --source wikitext --max_len 512   # BERT-base size
+    python docs/benchmarks/speed.py --weights random --architecture roberta      # RobertaModel, same weights
+
+Writes benchmark.json, benchmark.csv and benchmark.png to --out and prints a markdown table.
 """
 
 import csv
@@ -14,15 +25,132 @@ import random
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import transformers
 
+from briskbert.commands.arguments import parse
+from briskbert.data import DATA_DIR
+from briskbert.errors import SettingError
 from briskbert.modeling import BriskBertForMaskedLM, BriskBertModel
 from briskbert.modeling.conversion import convert_checkpoint
-from briskbert.training.experiments.benchmark_settings import SOURCES, Settings, Size
+
+# The shared data sits beside a checkout (../shared/data); the bundled excerpts ship with the package.
+SHARED_DATA = Path(os.environ.get("BRISKBERT_DATA", "../shared/data"))
+SOURCES = {
+    "sst2": (SHARED_DATA / "sst2" / "train.tsv", Path(DATA_DIR) / "sst2_train_excerpt.tsv"),
+    "wikitext": (SHARED_DATA / "wikitext-2" / "valid.txt", Path(DATA_DIR) / "wikitext2_excerpt.txt"),
+}
+# The architecture whose transformers implementation briskbert is converted from and measured against; each
+# lists the models a run times by default, the transformers reference (sdpa) first: every ratio is taken to it.
+ARCHITECTURES = {
+    "bert": ("bert-sdpa", "bert-eager", "modernbert", "briskbert", "briskbert-padded"),
+    "roberta": ("roberta-sdpa", "roberta-eager", "briskbert", "briskbert-padded"),
+    "modernbert": ("modernbert-sdpa", "modernbert-eager", "briskbert", "briskbert-padded"),
+}
+MODEL_NAMES = sorted({name for names in ARCHITECTURES.values() for name in names})
+
+
+@dataclass
+class Size:
+    hidden_size: int = 384
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 12
+    intermediate_size: int = 1536
+    vocab_size: int = 30522
+
+    def flops_per_token(self, mean_attended: float) -> float:
+        """Forward FLOPs per real token of the encoder: projections and MLP, plus q.k and p.v over the tokens of
+        its own sequence (mean_attended = sum(len^2) / sum(len))."""
+        h, i = self.hidden_size, self.intermediate_size
+        return self.num_hidden_layers * (2 * (4 * h * h + 2 * h * i) + 4 * h * mean_attended)
+
+    def decoder_flops(self) -> float:
+        return 2 * (self.hidden_size * self.hidden_size + self.hidden_size * self.vocab_size)
+
+
+@dataclass
+class Settings:
+    weights: str = field(
+        default="minilm",
+        metadata={
+            "help": "the converted real all-MiniLM-L6-v2 (bert only), or random weights at the sizes below",
+            "choices": ["minilm", "random"],
+        },
+    )
+    architecture: str = field(
+        default="bert",
+        metadata={
+            "help": "the transformers implementation briskbert is converted from and compared with",
+            "choices": sorted(ARCHITECTURES),
+        },
+    )
+    hidden_size: int = Size.hidden_size
+    num_hidden_layers: int = Size.num_hidden_layers
+    num_attention_heads: int = Size.num_attention_heads
+    intermediate_size: int = Size.intermediate_size
+    source: str = field(
+        default="sst2",
+        metadata={
+            "help": "sst2: SST-2 sentences; wikitext: WikiText-2 paragraphs",
+            "choices": sorted(SOURCES),
+        },
+    )
+    batch_size: int = 32
+    num_batches: int = 6
+    min_len: int = 16
+    max_len: int = 128
+    rounds: int = 5
+    seed: int = 0
+    tasks: list[str] = field(
+        default_factory=lambda: ["infer", "train"], metadata={"choices": ["infer", "train"]}
+    )
+    dtypes: list[str] = field(
+        default_factory=lambda: ["fp32", "bf16"], metadata={"choices": ["fp32", "bf16"]}
+    )
+    models: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "models to time (default: the architecture's list: "
+            + "; ".join(f"{a}: {' '.join(m)}" for a, m in ARCHITECTURES.items())
+            + ")",
+            "choices": MODEL_NAMES,
+        },
+    )
+    compile: bool = field(
+        default=False, metadata={"help": "also time torch.compile(briskbert) for inference"}
+    )
+    device: str = "auto"  # cuda when available
+    threads: int | None = field(
+        default=None, metadata={"help": "torch threads for every model (default: torch's own choice)"}
+    )
+
+    def __post_init__(self):
+        self.models = list(self.models or ARCHITECTURES[self.architecture])
+        if self.reference not in self.models:
+            raise SettingError(
+                "models", f"must include {self.reference}, the reference every ratio is taken against"
+            )
+        if self.weights == "minilm" and self.architecture != "bert":
+            raise SettingError(
+                "weights",
+                "minilm is a BERT checkpoint; use weights random with architecture roberta/modernbert",
+            )
+        if "fp32" not in self.dtypes:
+            raise SettingError("dtypes", "must include fp32: ratios are taken against BertModel-sdpa in fp32")
+
+    @property
+    def size(self) -> Size:
+        return Size(
+            self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.intermediate_size
+        )
+
+    @property
+    def reference(self) -> str:
+        return ARCHITECTURES[self.architecture][0]
+
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -464,3 +592,77 @@ def result_rows(runners, timings, memory, useful, matmul_rate, real_tokens, refe
 
 def _plain(value):
     return json.loads(json.dumps(value, default=str))
+
+
+def write_outputs(report: dict, out_dir: Path):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "benchmark.json").write_text(json.dumps(report, indent=2, default=str))
+    rows = report["results"]
+    with open(out_dir / "benchmark.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    chart(rows, out_dir / "benchmark.png")
+
+
+def chart(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["task"], r["dtype"]) for r in rows}, key=lambda g: (g[0] != "infer", g[1] != "fp32"))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 4), squeeze=False)
+    for ax, (task, dtype) in zip(axes[0], groups):
+        chosen = [r for r in rows if (r["task"], r["dtype"]) == (task, dtype)]
+        names = [r["model"] for r in chosen]
+        bars = ax.bar(
+            names,
+            [r["tokens_per_s"] for r in chosen],
+            color=["tab:orange" if n.startswith("briskbert") else "tab:gray" for n in names],
+        )
+        for bar, r in zip(bars, chosen):
+            ax.annotate(
+                f"{r['vs_reference_fp32']:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        ax.set_title(f"{'inference' if task == 'infer' else 'MLM training step'}, {dtype}")
+        ax.set_ylabel("real tokens / s")
+        ax.tick_params(axis="x", rotation=45, labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown_table(report: dict) -> str:
+    lines = [
+        "| task | dtype | model | real tokens/s | x reference sdpa fp32 | peak MiB | matmul fraction | spread |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["results"]:
+        memory = "" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"
+        lines.append(
+            f"| {r['task']} | {r['dtype']} | {r['model']} | {r['tokens_per_s']:,.0f} | "
+            f"{r['vs_reference_fp32']:.2f} | {memory} | {r['matmul_fraction']:.2f} | {r['spread']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Output:
+    out: Path = Path("runs/benchmark")
+
+
+def main(argv=None):
+    settings, output = parse(__doc__, Settings, Output, argv=argv)
+    report = run(settings)
+    write_outputs(report, output.out)
+    print(markdown_table(report))
+    print(json.dumps(dict(machine=report["machine"], bf16_error=report["bf16_error"]), indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

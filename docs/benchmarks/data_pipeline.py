@@ -1,4 +1,7 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Pretraining data preparation, measured: briskbert's corpus store against transformers' ``run_mlm`` recipe.
+
+    python docs/benchmarks/data_pipeline.py --sizes_mb 100 500 --preprocessing_num_workers 2 --output results.md
 
 For each corpus size a plain-text corpus is generated (WikiText-2 repeated: ``valid.txt`` and
 ``test.txt`` from the shared data folder when present, else the bundled excerpt) in a temporary folder.
@@ -31,9 +34,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
 
 MB = 1_000_000
+CHILD = "--measured-child"  # how the script runs itself as the measured process
 
 
 @dataclass(frozen=True)
@@ -146,9 +151,10 @@ def measure(
         "num_workers": settings.preprocessing_num_workers,
         "max_seq_length": settings.max_seq_length,
     }
-    code = f"from briskbert.training.experiments.data_benchmark import child_main; child_main({json.dumps(job)!r})"
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, __file__, CHILD, json.dumps(job)], stdout=subprocess.PIPE, text=True
+    )
     peak = peak_tree_rss(process)
     output = process.stdout.read()
     if process.wait() != 0:
@@ -261,3 +267,24 @@ def markdown_table(results: list[Measurement], settings: BenchmarkSettings) -> s
             f"| {r.size_mb} MB | {r.method} | {r.seconds:.1f} | {r.peak_rss_gb:.2f} | {r.sequences:,} |"
         )
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Output:
+    output: str | None = field(default=None, metadata={"help": "Also write the markdown table to this file."})
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings, output = parse(__doc__, BenchmarkSettings, Output, argv=argv)
+    table = markdown_table(run_benchmark(settings), settings)
+    print(table)
+    if output.output:
+        Path(output.output).write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == [CHILD]:
+        child_main(sys.argv[2])
+    else:
+        sys.exit(main())
