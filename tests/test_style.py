@@ -4,12 +4,15 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("src", "modeling", "tokenization", "training", "hub_cards", "hub_server", "data", "scripts")
+# Every folder the package is installed from (read from pyproject.toml, so a new one cannot be missed), and scripts.
+PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+LIBRARY = (*sorted({Path(folder).parts[0] for folder in PACKAGE_DIRS.values()}), "scripts")
 MAX_FUNCTION_LINES = 100
 
 
@@ -43,7 +46,7 @@ def test_no_function_is_longer_than_a_reader_can_hold():
 
 def test_code_imports_the_namespace_never_the_folders():
     """Installed, the folders live under `briskbert`; an import of a bare folder name only works in a clone."""
-    folders = {"modeling", "tokenization", "training", "hub_cards", "hub_server"}
+    folders = {folder for folder in PACKAGE_DIRS.values() if "/" not in folder}
     offenders = []
     for path in [*_library_files(), *sorted((ROOT / "tests").glob("*.py"))]:
         source = path.read_text(encoding="utf-8")
