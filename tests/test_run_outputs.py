@@ -4,9 +4,12 @@ spent on a constant or a lone point, a model card next to the model (written by 
 set named for what it is."""
 
 import json
+import os
+import stat
 import time
 
 import pytest
+import transformers
 from test_training_loop import config, mlm_task, sequences
 
 from briskbert.commands.training_run import train as train_and_write_card
@@ -291,3 +294,45 @@ def test_the_resume_line_is_the_readmes_latest_form_or_the_parents_command(tmp_p
     stop = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
     assert stop.command == "briskbert quickstart --size fast"
     assert "Resume with:\n  briskbert quickstart --size fast" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ file modes
+@pytest.fixture
+def umask_022():
+    previous = os.umask(0o022)
+    yield 0o666 & ~0o022
+    os.umask(previous)
+
+
+def modes(folder):
+    """Each file's permission bits, by path under ``folder``."""
+    return {
+        p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_weights_and_every_file_written_honour_the_umask(umask_022, tmp_path, capsys):
+    """safetensors writes through a private temporary file (0o600): a teammate could not read the weights."""
+    from test_conversion import source_config, train_tokenizer
+
+    from briskbert import cli
+
+    result = train(tmp_path / "run", "--max_train_steps", "2", "--checkpointing_steps", "1")
+    written = {"run": modes(tmp_path / "run")}
+    assert "final/model.safetensors" in written["run"] and "step_2/model.safetensors" in written["run"]
+
+    tokenizer = train_tokenizer("bpe")
+    transformers.RobertaForMaskedLM(source_config("roberta", tokenizer)).save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    assert cli.main(["convert", "--src", str(tmp_path / "source"), "--out", str(tmp_path / "ours")]) == 0
+    argv = ["export-family", "--model_dir", str(tmp_path / "ours"), "--output_dir", str(tmp_path / "back")]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    written |= {name: modes(tmp_path / name) for name in ("ours", "back")}
+    assert "model.safetensors" in written["ours"] and "model.safetensors" in written["back"]
+    assert {name: set(files.values()) for name, files in written.items()} == {
+        name: {umask_022} for name in written
+    }
+    assert result.final_dir.stat().st_mode & 0o777 == 0o755
+    assert all(stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o755 for name in ("ours", "back"))

@@ -4,8 +4,9 @@ when complete."""
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
+
+from briskbert.files import staged_folder
 
 from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError, family_for
 from .weights import CheckpointMismatchError, check_weights, load_state_dict, rename_weights
@@ -132,17 +133,12 @@ def convert_checkpoint(
     model.eval()
 
     # Write next to the destination and move into place at the end, so a failure leaves no half-written folder.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_folder(out) as staging:
         model.save_pretrained(staging)
         if save_tokenizer:
             _copy_tokenizer_and_sentence_files(src, staging, family)
         if source_repo_id:
             (staging / "training_facts.json").write_text(json.dumps({"base_model": source_repo_id}, indent=2))
-        staging.replace(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return model
 
 

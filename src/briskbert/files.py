@@ -47,6 +47,7 @@ def atomic_file(
         partial = Path(name)
     try:
         yield partial
+        honour_umask(partial)
         if fsync:
             with open(partial, "rb+") as written:
                 os.fsync(written.fileno())
@@ -68,11 +69,27 @@ def write_atomic(
         partial.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+def honour_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (and, for a folder, everything in it) the mode a plain ``open()`` or ``mkdir`` would:
+    ``0o666`` (``0o777`` for folders and executables) less the process's umask. Writers that go through a
+    private temporary file (``tempfile.mkstemp``, safetensors' ``save_file``) leave ``0o600``, which other
+    users (a teammate, a container running as another user) cannot read."""
+    mask = os.umask(0)
+    os.umask(mask)
+    path = Path(path)
+    for entry in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if not entry.is_symlink():
+            executable = entry.is_dir() or entry.stat().st_mode & 0o100
+            entry.chmod((0o777 if executable else 0o666) & ~mask)
+
+
 def replace_folder(staged: str | os.PathLike, folder: str | os.PathLike) -> None:
     """Rename a completely written ``staged`` folder to ``folder``, replacing any old one: the old folder is
     first renamed aside to ``.NAME.old.partial`` (a hidden partial name, so a kill between the two renames
-    leaves only what a clean-up of partial folders removes) and deleted once the new one is in place."""
+    leaves only what a clean-up of partial folders removes) and deleted once the new one is in place. Its
+    files get the modes the umask gives (:func:`honour_umask`)."""
     staged, folder = Path(staged), Path(folder)
+    honour_umask(staged)
     if folder.exists():
         retired = folder.with_name(f".{folder.name}.old{PARTIAL_SUFFIX}")
         shutil.rmtree(retired, ignore_errors=True)
