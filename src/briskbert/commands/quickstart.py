@@ -15,7 +15,8 @@ Run it again and it reuses what is done: a step whose inputs (its flags, its inp
 reads from) are unchanged since it finished is skipped with a line saying so; a changed flag re-runs the
 steps it affects and those that read their outputs. Ctrl-C stops the current step (a training step saves a
 checkpoint first); the next run continues from that step, a training step from its checkpoint. --fresh
-deletes the earlier run's outputs and starts over.
+deletes what the earlier runs recorded writing (never a folder a running process holds) and starts over;
+an output name in --output_dir that the quickstart did not write is refused, never reused or deleted.
 
     briskbert quickstart               # a few minutes on 2 CPU cores; a second run takes seconds
     briskbert quickstart --size fast   # a smoke run (used by the tests)
@@ -80,7 +81,7 @@ EXAMPLE_SENTENCES = [
     "Two hours of my life I will never get back.",
 ]
 REPO_ID = "briskbert/sst2-classifier"
-# What the quickstart writes into --output_dir (and --fresh deletes); nothing else there is touched.
+# What the quickstart writes into --output_dir; --fresh deletes those it recorded creating, nothing else.
 ARTEFACTS = (
     "tokenizer",
     "pretrain",
@@ -90,7 +91,6 @@ ARTEFACTS = (
     "hub",
     "hf_home",
     "quickstart_summary.json",
-    ".quickstart",
 )
 SMOKE_RUN_NOTE = (
     "--size fast is a smoke run: a few steps on a few examples check that every step works end to end. "
@@ -242,17 +242,30 @@ def main(argv=None):
 
 
 def run_quickstart(args, resume_command: str | None = None) -> int:
-    from briskbert.commands.quickstart_steps import Flow, clear_outputs, publish_and_load_back
+    from briskbert.commands.quickstart_steps import (
+        Flow,
+        clear_outputs,
+        foreign_outputs,
+        publish_and_load_back,
+        record_output,
+    )
 
     size = dict(SIZES[args.size])
     if args.pretrain_steps:
         size["pretrain_steps"] = args.pretrain_steps
     out = Path(args.output_dir).resolve()
     if args.fresh:
-        removed = clear_outputs(out, ARTEFACTS)
+        removed, kept = clear_outputs(out)
         print(
             f"--fresh: starting over in {out}"
             + (f" (deleted the earlier run's {', '.join(removed)})" if removed else " (nothing to delete)")
+            + (f"; kept {', '.join(kept)}: in use by a running process" if kept else "")
+        )
+    foreign = foreign_outputs(out, ARTEFACTS)
+    if foreign:
+        raise UserError(
+            f"--output_dir {out} already holds {', '.join(foreign)}, which the quickstart did not write; "
+            "choose another --output_dir (the quickstart neither reuses nor deletes them)."
         )
     out.mkdir(parents=True, exist_ok=True)
     flow = Flow(out, resume_command)
@@ -279,6 +292,7 @@ def run_quickstart(args, resume_command: str | None = None) -> int:
         skipped_steps=flow.skipped,
         resumed_steps=flow.resumed,
     )
+    record_output(out, out / "quickstart_summary.json")
     (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2))
     return 0
 

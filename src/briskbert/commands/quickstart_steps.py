@@ -38,6 +38,7 @@ from briskbert.training.engine.checkpointing import checkpoint_dirs
 
 STATE_DIR = ".quickstart"
 PUBLISHED_TAGS = "published_tags.json"
+OUTPUTS = "outputs.json"  # the entries of the output folder the quickstart created
 HASHED_FILE_LIMIT = 256 << 20  # larger input files are recognised by size and modification time
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -150,19 +151,64 @@ def folder_content_digest(folder: Path) -> str:
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
 
 
-def clear_outputs(out: Path, names: tuple[str, ...]) -> list[str]:
-    """Delete what an earlier quickstart wrote into ``out`` (the named entries only); returns what was there."""
-    removed = []
-    for name in names:
+def written(out: Path) -> list[str]:
+    """The entries of ``out`` the quickstart recorded creating (what ``--fresh`` deletes)."""
+    path = out / STATE_DIR / OUTPUTS
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def record_output(out: Path, path: Path) -> None:
+    """Record ``path`` (in ``out``) as the quickstart's, before the quickstart creates it; an entry that is
+    there already is someone else's and is never recorded."""
+    names, name = written(out), path.relative_to(out).parts[0]
+    if name not in names and not (out / name).exists():
+        (out / STATE_DIR).mkdir(exist_ok=True)
+        write_atomic(out / STATE_DIR / OUTPUTS, json.dumps([*names, name]))
+
+
+@contextlib.contextmanager
+def unless_held(folder: Path):
+    """Yields False when a running process holds one of ``folder``'s lock files (a job's ``.briskbert.lock``,
+    the local Hub's ``.server.lock``); else True, holding them all so that none can start meanwhile."""
+    import fcntl
+
+    with contextlib.ExitStack() as handles:
+        for lock in sorted(folder.glob("*.lock")) if folder.is_dir() else ():
+            handle = handles.enter_context(open(lock, "a"))  # noqa: SIM115 - closed by the stack
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+        yield True
+
+
+def clear_outputs(out: Path) -> tuple[list[str], list[str]]:
+    """Delete what the quickstart recorded creating in ``out``, but no folder a running process holds;
+    returns (deleted, kept because in use). Nothing else in ``out`` is touched."""
+    removed, kept = [], []
+    for name in written(out):
         path = out / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-        else:
-            continue
-        removed.append(name)
-    return removed
+        with unless_held(path) as free:
+            if not free:
+                kept.append(name)
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+                removed.append(name)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+                removed.append(name)
+    if kept:
+        write_atomic(out / STATE_DIR / OUTPUTS, json.dumps(kept))
+    elif (out / STATE_DIR).is_dir():
+        shutil.rmtree(out / STATE_DIR)
+    return removed, kept
+
+
+def foreign_outputs(out: Path, names: tuple[str, ...]) -> list[str]:
+    """Which of the quickstart's output names are in ``out`` without its record of creating them."""
+    recorded = written(out)
+    return [name for name in names if (out / name).exists() and name not in recorded]
 
 
 def run_child(command: list[str], env: dict, training: bool, cwd=None, capture: bool = False):
@@ -280,6 +326,9 @@ class Flow:
                     f"continuing the interrupted run from its last checkpoint ({checkpoint_dirs(output_dir)[-1]})"
                 )
                 self.resumed.append(step.title)
+        for flag in ("output_dir", "out"):
+            if isinstance(step.flags.get(flag), Path):
+                record_output(self.out, step.flags[flag])
         StepRecord(key).save(path)  # started: an interruption from here on continues this step
         if step.training and self.resume_command:
             env = {**(env or {}), RESUME_COMMAND_VARIABLE: self.resume_command}
@@ -311,6 +360,9 @@ class LocalHub:
     def env(self) -> dict:
         if self.hub is None:
             from briskbert.hub_server import BackgroundHub
+
+            record_output(self.out, self.out / "hub")
+            record_output(self.out, self.out / "hf_home")
 
             self.hub = self._stack.enter_context(
                 BackgroundHub(self.out / "hub", self.token, user="briskbert")
