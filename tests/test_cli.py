@@ -46,6 +46,25 @@ def test_a_mistyped_flag_is_one_line_naming_the_closest_flag(capsys):
     assert "unknown flag --train_fle; did you mean --train_file?" in err
 
 
+@pytest.mark.parametrize(
+    ("job", "prefix", "flag"),
+    [
+        ("finetune-classification", "--num_train_epoch", "--num_train_epochs"),
+        ("finetune-ner", "--label_all", "--label_all_tokens"),
+        ("pretrain", "--max_seq_len=64", "--max_seq_length"),
+        ("export-family", "--model_d", "--model_dir"),
+        ("publish", "--dry", "--dry_run"),
+    ],
+)
+def test_a_flag_prefix_is_refused_as_a_typo_not_run_as_the_flag(job, prefix, flag, capsys):
+    """argparse would run --num_train_epoch 2 as --num_train_epochs 2: a prefix is named like any typo."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([job, prefix, "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert f"unknown flag {prefix.split('=')[0]}; did you mean {flag}?" in err
+
+
 def test_a_value_a_setting_refuses_is_one_line_naming_its_flag(capsys):
     """Settings name the field; the command line prints it as the flag the user typed."""
     argv = [

@@ -8,7 +8,8 @@ where it has them); :func:`parse` turns the dataclasses into one parser with ``t
     model, data, config = parse(__doc__, ModelSource, DataSource, TrainingConfig, argv=argv)
 
 A check that fails raises :class:`briskbert.errors.SettingError` naming the field; ``briskbert`` prints it as
-that field's ``--flag`` (:func:`briskbert.cli.main`). A mistyped flag gets one line with the closest flag.
+that field's ``--flag`` (:func:`briskbert.cli.main`). A mistyped or abbreviated flag gets one line with the
+closest flag.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ def new_parser(description: str | None, *settings_types: type) -> argparse.Argum
             # a typo is the likelier mistake than a missing flag: name it before argparse asks for those
             for token in sys.argv[1:] if args is None else args:
                 flag = token.split("=")[0]
-                if flag.startswith("--") and not any(o.startswith(flag) for o in self._option_string_actions):
+                if flag.startswith("--") and flag not in self._option_string_actions:
                     self.error(f"unrecognized arguments: {token}")
             return super().parse_args(args, namespace)
 
-    return Parser(settings_types, description=description, formatter_class=HelpFormatter)
+    # no abbreviations: --num_train_epoch is a typo to name, not --num_train_epochs to guess
+    return Parser(settings_types, description=description, formatter_class=HelpFormatter, allow_abbrev=False)
 
 
 def _one_line_error(parser: argparse.ArgumentParser, message: str):
