@@ -4,6 +4,7 @@ anywhere, then a resume, ends where an uninterrupted run does."""
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from briskbert.files import LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
@@ -77,7 +80,7 @@ def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(monk
     monkeypatch.setitem(cli.COMMANDS, "interrupted-job", cli.Command("interrupted_job", "raises Ctrl-C"))
     assert cli.main(["interrupted-job"]) == cli.INTERRUPTED_EXIT_CODE
     assert flag.value == 0
-    assert "interrupted before training started" in capsys.readouterr().err
+    assert "interrupted." in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ kill -9, then resume
@@ -162,3 +165,168 @@ def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tm
     assert all(torch.equal(ours[name], expected[name]) for name in expected), seed
     assert losses(tmp_path / "out") == losses(tmp_path / "reference"), seed
     assert not list((tmp_path / "out").glob(".*partial")), seed
+
+
+# ------------------------------------------------------------- a signal at any moment: the truth, and no leftovers
+PAUSING_RUN = """
+import os, sys, time, types
+from pathlib import Path
+from briskbert import cli
+from briskbert.commands.arguments import parse
+from briskbert.commands.training_run import train
+from briskbert.training.engine import checkpointing, distributed, signals
+from briskbert.training.engine.config import TrainingConfig
+from test_training_loop import MLMTask, mlm_task, sequences
+
+where, _, match = os.environ["PAUSE_AT"].partition(":")  # a function, and what its call must mention
+
+
+def pausing(original, label):
+    # Say where the run stands and wait until the test, which sends its signals meanwhile, lets it go on.
+    def paused(*args, **kwargs):
+        if match in repr(args) + repr(kwargs):
+            print(f"PAUSED {label}", flush=True)
+            go = Path("go")
+            while not go.exists():
+                time.sleep(0.01)
+            go.unlink()
+        return original(*args, **kwargs)
+
+    return paused
+
+
+targets = {  # preparing data, a training step, a checkpoint write, the final save
+    "build": (MLMTask, "build"),
+    "step": (MLMTask, "count_items"),
+    "save": (checkpointing, "write_manifest"),
+    "final": (distributed, "write_manifest"),
+}
+owner, name = targets[where]
+setattr(owner, name, pausing(getattr(owner, name), where))
+handle = signals.SignalCatcher._handle
+
+
+def acknowledged(self, signum, frame):  # the loop has taken the signal in: the test may send the next
+    print(f"CAUGHT {signum}", flush=True)
+    return handle(self, signum, frame)
+
+
+signals.SignalCatcher._handle = acknowledged
+
+
+def main(argv):  # a job as the command line runs one: parse, then train
+    (config,) = parse(None, TrainingConfig, argv=argv)
+    return train(mlm_task(train=sequences(24)), config)
+
+
+job = types.ModuleType("briskbert.commands.tiny_mlm")
+job.main = main
+sys.modules[job.__name__] = job
+cli.COMMANDS["tiny-mlm"] = cli.Command("tiny_mlm", "the loop's tiny test job")
+sys.exit(cli.main(["tiny-mlm", *sys.argv[1:]]))
+"""
+
+
+class PausingRun:
+    """A real process training the tiny MLM through ``training_run.train`` (lock, message, card) that stops
+    at ``pause_at`` (``function:what its call mentions``) until the test lets it go on."""
+
+    def __init__(self, folder: Path, pause_at: str, *extra: str, steps: int = 12):
+        (folder / "run.py").write_text(PAUSING_RUN)
+        self.folder, self.output_dir = folder, folder / "out"
+        argv = [sys.executable, "run.py", "--output_dir", "out", "--max_train_steps", str(steps)]
+        argv += ["--checkpointing_steps", "2", "--per_device_train_batch_size", "4", *extra]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
+        env.update(PAUSE_AT=pause_at, TQDM_DISABLE="1")
+        self.stderr_file = folder / "stderr.txt"
+        with open(self.stderr_file, "w") as stderr:
+            self.process = subprocess.Popen(
+                argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+            )
+
+    def wait_for(self, prefix: str) -> str:
+        for line in self.process.stdout:
+            if line.startswith(prefix):
+                return line.strip()
+        raise AssertionError(f"the run ended before '{prefix}': {self.stderr()[-3000:]}")
+
+    def signal(self, number: int, acknowledged: bool = False) -> None:
+        self.process.send_signal(number)
+        if acknowledged:
+            self.wait_for(f"CAUGHT {number}")
+
+    def go_on(self) -> None:
+        (self.folder / "go").touch()
+
+    def finish(self) -> int:
+        self.process.stdout.read()
+        return self.process.wait(timeout=300)
+
+    def stderr(self) -> str:
+        return self.stderr_file.read_text()
+
+    def leftovers(self) -> list[str]:
+        """What no stopped run may leave: half-written folders and the lock."""
+        found = self.output_dir.glob(".*") if self.output_dir.is_dir() else []
+        return sorted(path.name for path in found)
+
+
+@pytest.mark.slow  # a real process per moment (~6 s each): the promise the message makes must hold
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_final_save_names_the_checkpoint_and_leaves_nothing_half_written(tmp_path, stop):
+    run = PausingRun(tmp_path, "final:.final.partial", steps=4)
+    run.wait_for("PAUSED final")
+    assert (run.output_dir / ".final.partial").is_dir()  # it is inside the final save
+    run.signal(stop)
+    assert run.finish() == 128 + stop, run.stderr()[-3000:]
+    message = run.stderr()
+    assert f"Interrupted by {stop.name}; the checkpoint is out/step_4, the newest intact one." in message
+    assert "--resume_from_checkpoint latest" in message and "Traceback" not in message
+    assert run.leftovers() == [] and not (run.output_dir / "final").exists()
+
+
+@pytest.mark.slow  # two real processes: stopped inside a checkpoint write, then resumed as the message says
+def test_a_second_ctrl_c_inside_a_checkpoint_write_names_the_one_before_and_its_resume_works(tmp_path):
+    run = PausingRun(tmp_path, "save:.step_")
+    run.wait_for("PAUSED save")  # writing step_2
+    run.signal(signal.SIGINT, acknowledged=True)  # the first: the loop stops after its next step
+    run.go_on()
+    run.wait_for("PAUSED save")  # writing step_3, the checkpoint the first Ctrl-C asked for
+    run.signal(signal.SIGINT)
+    assert run.finish() == 130, run.stderr()[-3000:]
+    message = run.stderr()
+    assert "Interrupted by SIGINT; the checkpoint is out/step_2, the newest intact one." in message
+    assert run.leftovers() == [] and not (run.output_dir / "step_3").exists()
+
+    command = message.split("Resume with:\n")[1].splitlines()[0].strip()
+    assert command.endswith("--resume_from_checkpoint latest"), command
+    resumed = PausingRun(tmp_path, "build:never", *shlex.split(command)[2:])  # the same flags, resumed
+    assert resumed.finish() == 0, resumed.stderr()[-3000:]
+    assert json.loads((run.output_dir / "all_results.json").read_text())["train_steps"] == 12
+
+
+@pytest.mark.slow  # a real process, interrupted between two steps by two Ctrl-C
+def test_two_ctrl_c_in_quick_succession_during_a_step_name_the_newest_checkpoint(tmp_path):
+    run = PausingRun(tmp_path, "step:", "--checkpointing_steps", "1")
+    for _ in range(3):  # steps 1 to 3, each saved
+        run.wait_for("PAUSED step")
+        run.go_on()
+    run.wait_for("PAUSED step")  # inside step 4
+    run.signal(signal.SIGINT, acknowledged=True)
+    run.signal(signal.SIGINT)
+    assert run.finish() == 130, run.stderr()[-3000:]
+    assert "Interrupted by SIGINT; the checkpoint is out/step_3, the newest intact one." in run.stderr()
+    assert run.leftovers() == []
+
+
+@pytest.mark.slow  # a real process, stopped while it prepares its data
+def test_sigterm_while_preparing_data_says_there_is_nothing_to_resume_and_leaves_no_lock(tmp_path):
+    run = PausingRun(tmp_path, "build:")
+    run.wait_for("PAUSED build")
+    assert (run.output_dir / LOCK_FILE).is_file()
+    run.signal(signal.SIGTERM)
+    assert run.finish() == 143, run.stderr()[-3000:]
+    assert (
+        "Interrupted by SIGTERM, before any checkpoint was saved: there is nothing to resume" in run.stderr()
+    )
+    assert not run.output_dir.exists()  # the lock made it, and nothing else was written

@@ -146,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no space left on the device{where}; free some space, then run again", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Ctrl-C before a job installed its own handler (while importing or loading): nothing to save yet.
+        # Ctrl-C before a job installed its own handler (a training job's names its checkpoint to resume).
         # CPython remembers an interrupt that crossed an exec() of a string (dataclasses run them while torch
         # imports) and would end the process by SIGINT whatever status is returned; any later exec() of a
         # string clears that, so the shell sees 130.
         exec("pass")
-        print(f"briskbert {name}: interrupted before training started; nothing to resume.", file=sys.stderr)
+        print(f"briskbert {name}: interrupted.", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
     return result if isinstance(result, int) else 0

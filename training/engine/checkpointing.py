@@ -206,10 +206,14 @@ def clear_previous_run(output_dir: Path) -> None:
 
 
 def remove_partial_folders(output_dir: Path) -> list[Path]:
-    """Delete folders a killed save left half-written (``.step_N.partial``, ``.final.partial``, ...)."""
+    """Delete what a stopped save left half-written (``.step_N.partial``, ``.final.partial``, a file's
+    ``.NAME.partial``)."""
     strays = sorted(output_dir.glob(f".*{PARTIAL_SUFFIX}")) if output_dir.is_dir() else []
     for path in strays:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return strays
 
 

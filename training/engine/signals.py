@@ -1,6 +1,12 @@
-"""Stopping a run cleanly: the first Ctrl-C or SIGTERM lets the current optimizer step finish, the loop
-saves a checkpoint, prints the command that resumes and exits 130 (SIGINT) or 143 (SIGTERM) by raising
-:class:`TrainingInterrupted`; a second Ctrl-C aborts at once."""
+"""Stopping a run, and saying truly where it stands.
+
+SIGTERM is treated as Ctrl-C everywhere, and the process exits with the shell's status for the signal:
+130 (SIGINT) or 143 (SIGTERM). Inside the training loop (:class:`SignalCatcher`) the first signal lets the
+current optimizer step finish; the loop saves a checkpoint, prints the command that resumes and raises
+:class:`TrainingInterrupted`. A second Ctrl-C there, or a signal at any other moment (preparing data,
+the final save, the card), stops the run where it stands (:class:`Interrupt`): :func:`stopping` then
+names the newest intact checkpoint and the command that resumes it, or says that there is none.
+"""
 
 from __future__ import annotations
 
@@ -10,64 +16,120 @@ import signal
 import sys
 from pathlib import Path
 
-import torch
-
 from briskbert.processes import RESUME_COMMAND_VARIABLE
-from briskbert.training.engine.checkpointing import resume_command
+from briskbert.training.engine.checkpointing import intact_checkpoint, resume_command
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingInterrupted(SystemExit):
-    """Raised by the loop after a SIGINT/SIGTERM once the checkpoint is saved: exits the process with
-    128 + the signal number (130, 143), as a shell reports a process the signal ended."""
+    """Ends the process after a SIGINT/SIGTERM with 128 + the signal number (130, 143), as a shell reports
+    a process the signal ended. ``checkpoint``: the one to resume (None: there is none)."""
 
-    def __init__(self, signal_number: int, checkpoint: Path, command: str):
+    def __init__(self, signal_number: int, checkpoint: Path | None, command: str | None):
         super().__init__(128 + signal_number)
         self.signal_number, self.checkpoint, self.command = signal_number, checkpoint, command
 
 
+class Interrupt(KeyboardInterrupt):
+    """A SIGINT or SIGTERM that stops the run where it stands (a KeyboardInterrupt: every ``finally`` runs)."""
+
+    def __init__(self, signal_number: int):
+        super().__init__(signal.Signals(signal_number).name)
+        self.signal_number = signal_number
+
+
+def _interrupt(signum, frame):
+    raise Interrupt(signum)
+
+
+@contextlib.contextmanager
+def _handlers(handler):
+    """``handler`` for SIGINT and SIGTERM while entered (only the main thread can set handlers)."""
+    previous = {}
+    for sig in SIGNALS:
+        with contextlib.suppress(ValueError):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def stopping(output_dir: str | os.PathLike, main_process: bool = True):
+    """For a whole training run: a SIGINT or SIGTERM raises :class:`Interrupt` wherever the run stands;
+    when one ends the body, the main process names the newest intact checkpoint of ``output_dir`` and the
+    command that resumes it (or says there is none), and :class:`TrainingInterrupted` ends the process."""
+    with _handlers(_interrupt):
+        try:
+            yield
+        except KeyboardInterrupt as error:
+            signal_number = getattr(error, "signal_number", signal.SIGINT)
+            with _handlers(signal.SIG_IGN):  # the report takes a moment (it checks the checkpoint's files)
+                checkpoint = intact_checkpoint(output_dir)
+                processes = int(os.environ.get("WORLD_SIZE", "1"))
+                raise report(signal_number, checkpoint, None, processes, main_process) from None
+
+
 class SignalCatcher:
     """While entered: the first SIGINT or SIGTERM is remembered (the loop stops after the current
-    optimizer step); a second Ctrl-C raises ``KeyboardInterrupt`` at once."""
+    optimizer step); a second Ctrl-C raises :class:`Interrupt` at once (a second SIGTERM does not: no
+    user at the keyboard)."""
 
     def __init__(self):
         self.signal_number = 0
-        self._previous = {}
+        self._handlers = _handlers(self._handle)
 
     def _handle(self, signum, frame):
         if self.signal_number and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            raise Interrupt(signum)
         self.signal_number = signum
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError):  # not in the main thread: no handlers, no stopping
-                self._previous[sig] = signal.signal(sig, self._handle)
+        self._handlers.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        return self._handlers.__exit__(*exc)
 
     def received(self, accelerator) -> int:
         """The signal any process received (0: none); all processes then stop at the same step."""
         if accelerator.num_processes == 1:
             return self.signal_number
+        import torch
+
         flag = torch.tensor(float(self.signal_number), device=accelerator.device)
         return int(accelerator.reduce(flag, "max").item())
 
 
 def interrupted(accelerator, signal_number: int, checkpoint: Path, step: int) -> TrainingInterrupted:
-    """Print where the run stopped and how to resume it; the exception that ends the process."""
-    # --resume_from_checkpoint latest, as the README says (this checkpoint is the newest); a parent such as
-    # the quickstart names its own command instead.
-    command = os.environ.get(RESUME_COMMAND_VARIABLE) or resume_command(sys.orig_argv, "latest")
-    if accelerator.is_main_process:
-        launcher = (
-            " (launched the same way, e.g. with accelerate launch)" if accelerator.num_processes > 1 else ""
+    """The loop stopped at ``step`` and saved ``checkpoint``: say so and how to resume; the exception that
+    ends the process."""
+    return report(signal_number, checkpoint, step, accelerator.num_processes, accelerator.is_main_process)
+
+
+def report(
+    signal_number: int, checkpoint: Path | None, step: int | None, processes: int, main_process: bool
+) -> TrainingInterrupted:
+    """Print (on the main process) where the run stopped and the command that resumes it from
+    ``checkpoint``, or that there is nothing to resume; the exception that ends the process."""
+    name = signal.Signals(signal_number).name
+    where = f" at step {step}" if step is not None else ""
+    command = None
+    if checkpoint is None:
+        message = (
+            f"Interrupted by {name}{where}, before any checkpoint was saved: there is nothing to resume; "
+            "run the same command again to start over."
         )
-        print(
-            f"\nInterrupted by {signal.Signals(signal_number).name} at step {step}; the checkpoint is "
-            f"{checkpoint}. Resume with{launcher}:\n  {command}",
-            file=sys.stderr,
-        )
+    else:
+        # --resume_from_checkpoint latest, as the README says (it finds this checkpoint: the newest intact
+        # one); a parent such as the quickstart names its own command instead.
+        command = os.environ.get(RESUME_COMMAND_VARIABLE) or resume_command(sys.orig_argv, "latest")
+        launcher = " (launched the same way, e.g. with accelerate launch)" if processes > 1 else ""
+        newest = "" if step is not None else ", the newest intact one"
+        message = f"Interrupted by {name}{where}; the checkpoint is {checkpoint}{newest}. Resume with{launcher}:\n  {command}"
+    if main_process:
+        print(f"\n{message}", file=sys.stderr, flush=True)
     return TrainingInterrupted(signal_number, checkpoint, command)

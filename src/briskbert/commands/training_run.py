@@ -12,28 +12,40 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from pathlib import Path
 
 from briskbert.files import folder_lock, write_manifest
-from briskbert.training.engine.checkpointing import check_output_dir
+from briskbert.training.engine.checkpointing import check_output_dir, remove_partial_folders
 from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.signals import stopping
 from briskbert.training.engine.task import Task
 
 
 def train(task: Task, config: TrainingConfig):
-    """``run(task, config)``, then the model card in ``final/``; returns the run's ``TrainResult``."""
-    # An output folder holding another run is refused now, not after torch and the model are loaded.
-    check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
-    from briskbert.training.engine.loop import run
+    """``run(task, config)``, then the model card in ``final/``; returns the run's ``TrainResult``.
 
+    Ctrl-C or SIGTERM at any moment ends the process with 130 or 143 and one message naming the newest
+    intact checkpoint and the command that resumes it (or saying there is none); the half-written folders
+    and the lock are gone (:mod:`briskbert.training.engine.signals`)."""
     main_process = os.environ.get("RANK", "0") == "0"  # before the loop starts the processes' state
-    with locked(config.output_dir) if main_process else contextlib.nullcontext():
-        result = run(task, config)
-        task.finish(result.final_dir)
-        if main_process:
-            _write_card(result)
-            write_manifest(result.final_dir)  # last: the card is part of what the manifest proves
-            if task.verdict:  # the last evaluation showed nothing learned: say so, last
-                print(f"{task.verdict}: it has not learned yet; train longer or raise --learning_rate.")
+    with stopping(config.output_dir, main_process):
+        # An output folder holding another run is refused now, not after torch and the model are loaded.
+        check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
+        from briskbert.training.engine.loop import run
+
+        with locked(config.output_dir) if main_process else contextlib.nullcontext():
+            try:
+                result = run(task, config)
+                task.finish(result.final_dir)
+                if main_process:
+                    _write_card(result)
+                    write_manifest(result.final_dir)  # last: the card is part of what the manifest proves
+            except BaseException:
+                if main_process:  # whatever stopped the run: no half-written folder stays behind
+                    remove_partial_folders(Path(config.output_dir))
+                raise
+    if main_process and task.verdict:  # the last evaluation showed nothing learned: say so, last
+        print(f"{task.verdict}: it has not learned yet; train longer or raise --learning_rate.")
     return result
 
 
