@@ -94,6 +94,13 @@ class InsufficientStorage(HubError):
     status, code = 507, "InsufficientStorage"
 
 
+class StorageDamaged(HubError):
+    """A stored file of a repo is damaged (not valid JSON, or content that no longer matches its id): the
+    server's log names the file; the other repos serve as before. A 500 the clients do not retry on reads."""
+
+    status, code = 500, "StorageDamaged"
+
+
 class ServerError(HubError):
     """A 500, without an ``X-Error-Code``: a bug, or the fault injector's."""
 
@@ -109,6 +116,13 @@ def disk_full(error: OSError, size: int | None = None) -> InsufficientStorage | 
     return InsufficientStorage(
         f"The Hub's storage is full ({error.strerror or 'no space left on device'}): nothing of this request "
         f"was stored{carried}. Retry once space is freed on the server."
+    )
+
+
+def damaged(repo_id: str, what: str) -> StorageDamaged:
+    return StorageDamaged(
+        f"The stored data of {repo_id} is damaged ({what}); the Hub's log names the file. Restore it from a "
+        "backup, or delete the repo and push it again."
     )
 
 

@@ -49,7 +49,9 @@ from .errors import (
     PayloadTooLarge,
     PreconditionFailed,
     RevisionNotFound,
+    StorageDamaged,
     Unprocessable,
+    damaged,
     repo_not_found,
 )
 from .index import GITATTRIBUTES, FileEntry, IndexCache, RevisionIndex, git_blob_oid
@@ -60,6 +62,33 @@ logger = logging.getLogger("hub_server")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _NO_REFS = {"branches": {}, "tags": {}}
+_VERIFIED_ENTRIES = 100_000
+
+
+def _meta_problem(meta) -> str | None:
+    if not isinstance(meta, dict) or not isinstance(meta.get("private"), bool):
+        return "not an object with a true or false 'private'"
+    return None if isinstance(meta.get("id", ""), str) else "'id' is not text"
+
+
+def _refs_problem(refs) -> str | None:
+    tables = [refs.get(kind) for kind in ("branches", "tags")] if isinstance(refs, dict) else [None]
+    if not all(isinstance(t, dict) for t in tables):
+        return "not an object with 'branches' and 'tags'"
+    ok = all(isinstance(c, str) and _COMMIT_RE.fullmatch(c) for t in tables for c in t.values())
+    return None if ok else "a ref names no commit id"
+
+
+def _check_file(path: Path, problem) -> tuple[dict, str | None]:
+    """A small JSON file read at start-up: (its content, None), or ({}, what is wrong with it)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}, "missing"
+    except ValueError as e:
+        return {}, f"not valid JSON ({e})"
+    why = problem(data)
+    return (data, None) if why is None else ({}, why)
 
 
 # ---- commit operations: each checks its path once, when it is made ---------------------------------------
@@ -120,6 +149,7 @@ class RepoRecord:
     repo_id: str  # as its creator spelled it
     private: bool
     created_at: str | None
+    damaged: str | None = None  # what is damaged (a file of the repo, why): the repo answers 500 for it
 
     @property
     def namespace(self) -> str:
@@ -204,6 +234,7 @@ class Storage:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._repos: dict[tuple[str, str], RepoRecord] = {}
+        self._verified: dict[str, tuple] = {}  # blobs whose content matched, with the status they had then
         self._load_repos()
 
     def clean_tmp(self) -> int:
@@ -219,23 +250,35 @@ class Storage:
     def _load_repos(self) -> None:
         for repo_type in REPO_TYPES:
             for refs in sorted((self.root / "repos" / f"{repo_type}s").glob("*/*/refs.json")):
-                folder = refs.parent
-                meta = json.loads((folder / "meta.json").read_text())
-                repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
-                try:
-                    target = self._folder_of(repo_type, repo_id)
-                except BadRequest:
-                    logger.warning("%s is not a valid repo id: not served", repo_id)
-                    continue
-                if folder != target:  # a folder from before repo ids were case-insensitive
-                    if target.exists():
-                        logger.warning("%s differs from %s only in case: not served", folder, target)
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(folder, target)
-                    self._write_atomic(target / "meta.json", json.dumps({**meta, "id": repo_id}).encode())
-                record = RepoRecord(repo_type, repo_id, bool(meta["private"]), meta.get("created_at"))
-                self._repos[(repo_type, repo_key(repo_id))] = record
+                record = self._load_repo(repo_type, refs.parent)
+                if record is not None:
+                    self._repos[(repo_type, repo_key(record.repo_id))] = record
+
+    def _load_repo(self, repo_type: str, folder: Path) -> RepoRecord | None:
+        """The repo in ``folder``. A damaged ``meta.json`` or ``refs.json`` is logged in one line naming it, and
+        the repo is served as damaged (as a private one when its ``meta.json`` cannot say it is public)."""
+        meta, bad_meta = _check_file(folder / "meta.json", _meta_problem)
+        bad_refs = _check_file(folder / "refs.json", _refs_problem)[1]
+        repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
+        try:
+            target = self._folder_of(repo_type, repo_id)
+        except BadRequest:
+            logger.warning("%s is not a valid repo id: not served", repo_id)
+            return None
+        problems = {name: why for name, why in (("meta.json", bad_meta), ("refs.json", bad_refs)) if why}
+        for name, why in problems.items():
+            logger.error("%s is damaged (%s): %s answers 500 StorageDamaged", folder / name, why, repo_id)
+        if problems:
+            what = "; ".join(f"{name}: {why}" for name, why in problems.items())
+            return RepoRecord(repo_type, repo_id, meta.get("private", True), None, what)
+        if folder != target:  # a folder from before repo ids were case-insensitive
+            if target.exists():
+                logger.warning("%s differs from %s only in case: not served", folder, target)
+                return None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(folder, target)
+            self._write_atomic(target / "meta.json", json.dumps({**meta, "id": repo_id}).encode())
+        return RepoRecord(repo_type, repo_id, meta["private"], meta.get("created_at"))
 
     # ---- low-level helpers -------------------------------------------------------------------
     def _lock(self, key: str) -> threading.Lock:
@@ -245,13 +288,20 @@ class Storage:
     def _write_atomic(self, target: Path, data: bytes) -> None:
         write_atomic(target, data, fsync=True, temp_dir=self.root / "tmp")
 
-    @staticmethod
-    def _read_json(path: Path, missing: HubError):
+    def _read_json(self, path: Path, missing: HubError):
         """A stored JSON file; ``missing`` when it is gone (a repo deleted while a request was running)."""
         try:
             return json.loads(path.read_bytes())
         except FileNotFoundError:
             raise missing from None
+        except ValueError as e:
+            raise self._damaged(path, f"not valid JSON: {e}") from None
+
+    def _damaged(self, path: Path, why: str) -> StorageDamaged:
+        """The answer to a damaged file of a repo, logged with the file."""
+        logger.error("%s is damaged: %s", path, why)
+        _, ns, name, *inside = path.relative_to(self.root / "repos").parts
+        return damaged(f"{ns}/{name}", f"{'/'.join(inside)}: {why}")
 
     # ---- blobs --------------------------------------------------------------------------------
     def _blob_file(self, sha256: str) -> str:
@@ -289,6 +339,35 @@ class Storage:
             raise
         return writer.finish(expected_sha256, expected_size)
 
+    def verified_blob(self, entry: FileEntry) -> Path:
+        """The blob of ``entry``, its content checked against the id the commit gives it (the sha256 for an LFS
+        file, the git blob sha1 otherwise) on its first read, and again whenever the file's status changed."""
+        path = self.blob_path(entry.sha256)
+        try:
+            found = path.stat()
+        except FileNotFoundError:
+            found = None
+        seen = found and (found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+        if seen and self._verified.get(entry.sha256) == seen:
+            return path
+        if found is None or found.st_size != entry.size:
+            why = "missing" if found is None else f"{found.st_size} bytes instead of {entry.size}"
+        elif entry.lfs:
+            with open(path, "rb") as fh:
+                why = hashlib.file_digest(fh, "sha256").hexdigest() != entry.sha256 and "its sha256 changed"
+        else:
+            why = self.git_oid(entry.sha256) != entry.git_oid and "its git blob sha1 changed"
+        if why:
+            logger.error("%s is damaged: %s, the content of %s", path, why, entry.path)
+            raise StorageDamaged(
+                f"The stored content of {entry.path} is damaged ({why}); the Hub's log names the file. Restore "
+                "it from a backup, or upload the file again."
+            )
+        if len(self._verified) >= _VERIFIED_ENTRIES:
+            self._verified.clear()
+        self._verified[entry.sha256] = seen
+        return path
+
     def git_oid(self, sha256: str) -> str:
         """The git blob sha1 of a stored blob, read in pieces."""
         path = self.blob_path(sha256)
@@ -320,6 +399,8 @@ class Storage:
         record = self.lookup(repo_type, repo_id)
         if record is None:
             raise repo_not_found(repo_type, repo_id)
+        if record.damaged:
+            raise damaged(record.repo_id, record.damaged)
         return record
 
     def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
@@ -352,7 +433,10 @@ class Storage:
             return record
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
-        d = self.require(repo_type, repo_id)
+        """Delete a repo, a damaged one too (the way to be rid of it)."""
+        if self.lookup(repo_type, repo_id) is None:
+            raise repo_not_found(repo_type, repo_id)
+        d = self._folder_of(repo_type, repo_id)
         with self._lock(str(d)):
             if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
                 raise repo_not_found(repo_type, repo_id)  # deleted by a racing request
@@ -403,8 +487,11 @@ class Storage:
             missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
             commit = self._read_json(d / "commits" / f"{commit_id}.json", missing)
             tree = d / "trees" / f"{commit_id}.json"
-            files = commit.get("files") if "files" in commit else self._read_json(tree, missing)
-            return RevisionIndex(commit, files)
+            try:
+                files = commit.get("files") if "files" in commit else self._read_json(tree, missing)
+                return RevisionIndex(commit, files)
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
+                raise self._damaged(tree, f"not a file table ({type(e).__name__}: {e})") from None
 
         return self.indexes.get((repo_type, repo_key(repo_id), commit_id), build)
 

@@ -847,7 +847,8 @@ def test_a_data_folder_from_before_case_insensitive_ids_is_served(tmp_path):
         json.dumps({"private": False, "created_at": "2024-01-01T00:00:00.000Z"})
     )
     (folder / "refs.json").write_text(json.dumps({"branches": {"main": cid}, "tags": {}}))
-    entry = {"sha256": blob, "size": 4, "git_oid": "0" * 40, "lfs": False}
+    git_oid = hashlib.sha1(b"blob 4\0" + content).hexdigest()
+    entry = {"sha256": blob, "size": 4, "git_oid": git_oid, "lfs": False}
     commit_obj = {"id": cid, "parent": None, "title": "t", "message": "", "date": "d", "author": "a"}
     (folder / "commits" / f"{cid}.json").write_text(json.dumps({**commit_obj, "files": {"k.txt": entry}}))
     with BackgroundHub(tmp_path / "d", TOKEN) as hub:
