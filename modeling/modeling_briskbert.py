@@ -7,6 +7,7 @@ Every option is a small component that `__init__` picks once from the config; `f
 picked. Attention goes through transformers' dispatch (eager, sdpa, flash-attention, flex).
 """
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,20 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+# transformers imports torchao whenever it is installed; where torchao's CUDA kernels cannot load (any machine
+# without CUDA) that import logs a warning per kernel library, and torch two about torchao's enums. None of it is
+# about this model, so the import runs once here with only those loggers' errors shown.
+_NOISY_IMPORT = {name: logging.getLogger(name).level for name in ("torchao", "torch.utils._pytree")}
+for _name in _NOISY_IMPORT:
+    logging.getLogger(_name).setLevel(logging.ERROR)
+try:
+    import transformers.modeling_utils  # noqa: F401
+finally:
+    for _name, _level in _NOISY_IMPORT.items():
+        logging.getLogger(_name).setLevel(_level)
+
+# ruff: noqa: E402  (the imports below come after the quiet one above)
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
