@@ -3,7 +3,7 @@
 from .accounts import Account
 from .errors import HubError
 from .routes import STEPS
-from .server import BackgroundHub, DataDirInUse, HubServer, serve
+from .server import BackgroundHub, DataDirInUse, HubServer
 from .storage import Storage
 from .transport import ServerLimits
 
@@ -16,5 +16,4 @@ __all__ = [
     "HubServer",
     "ServerLimits",
     "Storage",
-    "serve",
 ]

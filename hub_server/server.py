@@ -128,6 +128,7 @@ class HubServer(ThreadingHTTPServer):
         owner = Account(user, token, tuple(orgs))  # checks the names before anything is bound
         self.accounts = Accounts([*accounts, *([owner] if token else [])], open_account=owner)
         self.limits = limits or ServerLimits()
+        self._log_file = None  # a failed bind calls server_close from inside socketserver's __init__
         self._data_lock = _lock_data_dir(Path(data_dir))
         try:
             self.storage = Storage(
@@ -458,16 +459,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-# ---- starting and stopping --------------------------------------------------------------------------
-def serve(host: str, port: int, data_dir, token: str | None, **options) -> None:
-    """Run in the foreground until interrupted (``options``: ``HubServer``'s)."""
-    server = HubServer((host, port), data_dir, token, **options)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
-
-
+# ---- running in the background ----------------------------------------------------------------------
 class BackgroundHub:
     """A server running in a daemon thread: ``.url``, ``.server`` (for ``set_fault``), ``.stop()``."""
 

@@ -430,3 +430,27 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
     ):
         named = [line for line in logged if str(damaged_file) in line]
         assert len(named) == (0 if damaged_file == blobs["config.json"] else 1), (damaged_file, logged)
+
+
+def test_a_port_in_use_is_one_line_naming_it_and_nothing_is_served(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [
+            sys.executable,
+            "-m",
+            "briskbert",
+            "local-hub",
+            "--port",
+            str(port),
+            "--data_dir",
+            str(tmp_path),
+        ]
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=60, env={**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
+        )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.strip() == (
+        f"error: --port {port} is already in use on 127.0.0.1: pick another --port, or --port 0 for a free one"
+    )

@@ -9,6 +9,7 @@ comes from $LOCAL_HUB_TOKEN or --token_file; --token also works but shows in `ps
 Private repos answer anonymous reads like missing ones (404 RepoNotFound); pull requests are refused.
 """
 
+import errno
 import os
 import sys
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     (args,) = parse(__doc__, ServerArguments, argv=argv)
     token = _token(args)
 
-    from briskbert.hub_server import DataDirInUse, ServerLimits, serve
+    from briskbert.hub_server import DataDirInUse, HubServer, ServerLimits
     from briskbert.hub_server.server import STEPS
 
     if args.fault_step and args.fault_step not in STEPS:
@@ -85,14 +86,9 @@ def main(argv=None) -> int:
         read_timeout_s=args.read_timeout_s,
         max_connections=args.max_connections,
     )
-    where = f"http://{args.host}:{args.port}"
-    print(f"local hub serving {os.path.abspath(args.data_dir)} on {where}", flush=True)
-    if token is None:
-        print("warning: no token set; anyone who can reach the port can write", file=sys.stderr, flush=True)
     try:
-        serve(
-            args.host,
-            args.port,
+        server = HubServer(
+            (args.host, args.port),
             args.data_dir,
             token,
             fault=fault,
@@ -104,9 +100,21 @@ def main(argv=None) -> int:
     except DataDirInUse as error:
         raise UserError(str(error)) from error
     except OSError as error:
-        raise UserError(f"cannot serve on {where}: {error.strerror or error}; pick another --port") from error
+        if error.errno == errno.EADDRINUSE:
+            raise SettingError(
+                "port",
+                f"{args.port} is already in use on {args.host}: pick another --port, or --port 0 for a free one",
+            ) from None
+        raise UserError(f"cannot serve on {args.host}:{args.port}: {error.strerror or error}") from error
+    print(f"local hub serving {os.path.abspath(args.data_dir)} on {server.url}", flush=True)
+    if token is None:
+        print("warning: no token set; anyone who can reach the port can write", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
+    finally:
+        server.server_close()
     return 0
 
 
