@@ -104,7 +104,7 @@ def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
     store = prepare(tmp_path)
     assert_store(store, DOCUMENTS)
     assert store.meta["dtype"] == "uint16" and store.meta["separator_id"] == 1
-    assert store.meta["settings"] == {"sentences": False} and store.meta["version"] == 1
+    assert store.meta["settings"] == {"sentences": False} and store.meta["version"] == corpus.STORE_VERSION
     assert store.meta["source"] == str(tmp_path / "corpus.txt")
     assert sorted(p.name for p in store.folder.iterdir()) == [
         "doc_segments.npy",
@@ -118,6 +118,17 @@ def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
         store.tokens().dtype == np.uint16
         and os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
     )
+
+
+def test_a_tokenizer_saved_to_pad_and_truncate_neither_pads_nor_truncates_the_corpus(tmp_path):
+    tokenizer = WordTokenizer()  # as a sentence-transformers tokenizer.json is saved: 128 tokens, padded
+    tokenizer.backend_tokenizer.enable_truncation(3)
+    tokenizer.backend_tokenizer.enable_padding(length=8, pad_id=0)
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    store = prepare_corpus(
+        CorpusSource(str(tmp_path / "corpus.txt")), tokenizer, settings(tmp_path), log=[].append
+    )
+    assert_store(store, DOCUMENTS)
 
 
 def test_sentence_store_splits_paragraphs_into_sentences(tmp_path):
@@ -300,6 +311,65 @@ def test_several_workers_and_small_chunks_give_the_same_store(tmp_path, monkeypa
     assert chunked.num_documents == single.num_documents == 200
     for read in ("tokens", "document_offsets", "segment_offsets", "document_segment_offsets"):
         assert getattr(chunked, read)().tolist() == getattr(single, read)().tolist()
+
+
+def test_long_lines_are_read_and_tokenized_in_pieces_that_give_the_ids_of_the_whole(tmp_path, monkeypatch):
+    # Lines many pieces long; "~" runs give no ids, so some pieces (and a document's last ones) have none.
+    words = ["the", "cat", "sat.", "a", "bird", "flew!", "~~", "on", "mat?"]
+    lines = [" ".join(words[(k * 7 + i) % len(words)] for i in range(k * 9)) for k in range(1, 9)]
+    text = f"{lines[0]}\n  {lines[1]}  \n\n{lines[2]} ~~ ~~ ~~ ~~ ~~ ~~ ~~\n\n~~\n\n" + "\n\n".join(lines[3:])
+    documents = [[lines[0], lines[1]], [lines[2]], ["~~"], *[[line] for line in lines[3:]]]
+    tokens, doc_offsets, _, _ = expected_store(documents)
+    monkeypatch.setattr(corpus, "_PIECE_CHARACTERS", 16)
+    for chunk in range(10, 90, 7):
+        monkeypatch.setattr(corpus, "_CHUNK_CHARACTERS", chunk)
+        for workers in (1, 2) if chunk == 10 else (1,):
+            (tmp_path / f"{chunk}-{workers}").mkdir()
+            store = prepare(tmp_path / f"{chunk}-{workers}", text=text, num_workers=workers)
+            assert store.tokens().tolist() == tokens
+            assert store.document_offsets().tolist() == doc_offsets
+    pieces = [p for p, _ in corpus.iter_paragraphs(CorpusSource(str(tmp_path / "10-1" / "corpus.txt")))]
+    assert max(map(len, pieces)) <= 16 + 4 and "".join(pieces).replace(" ", "") == text.replace(
+        " ", ""
+    ).replace("\n", "")
+
+
+_PEAK_MEMORY = """
+import resource, sys, tempfile
+from tokenizers import Tokenizer, models, pre_tokenizers
+from briskbert.training.data.corpus import CorpusSource, PreparationSettings, prepare_corpus
+
+class WordTokenizer:
+    sep_token_id = 1
+    def __init__(self):
+        self.backend_tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[SEP]": 1, "the": 2}, unk_token="[UNK]"))
+        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    def __len__(self):
+        return 3
+
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+settings = PreparationSettings(cache_dir=tempfile.mkdtemp(), show_progress=False)
+store = prepare_corpus(CorpusSource(sys.argv[1]), WordTokenizer(), settings, log=lambda *_: None)
+print(store.num_documents, store.num_tokens, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_the_memory_preparation_takes_does_not_grow_with_the_longest_line(tmp_path):
+    # One 6 MB line (1.5 M words) in a fresh process: tokenizing it whole took about 1 GB; in pieces it
+    # takes a few MB (ru_maxrss is in KiB on Linux).
+    import subprocess
+    import sys
+
+    (tmp_path / "line.txt").write_text("the cat " * 750_000 + "\n")
+    script = tmp_path / "peak.py"
+    script.write_text(_PEAK_MEMORY)
+    output = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "line.txt")], capture_output=True, text=True
+    )
+    assert output.returncode == 0, output.stderr
+    documents, tokens, growth_kib = map(int, output.stdout.split())
+    assert (documents, tokens) == (1, 1_500_001)
+    assert growth_kib * 1024 < 150e6, f"preparing a 6 MB line took {growth_kib / 1024:.0f} MiB more"
 
 
 def test_a_large_vocabulary_is_stored_as_uint32(tmp_path):

@@ -9,6 +9,7 @@ Data: the bundled WikiText-2 excerpt and a small WordPiece vocabulary trained on
 
 import json
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -213,6 +214,32 @@ def test_a_corpus_too_small_to_split_says_what_it_holds():
     for count, holds in [(0, "no text"), (1, "a single document")]:
         with pytest.raises(ValueError, match=f"corpus.txt has {holds}, too little"):
             split_document_indices(count, 10.0, seed=0, source="corpus.txt")
+
+
+def test_a_corpus_too_small_to_split_is_refused_before_it_is_prepared(tmp_path, monkeypatch):
+    from briskbert.training.tasks import pretraining
+    from briskbert.training.tasks.pretraining_settings import PretrainingData
+
+    def prepare(*_args, **_kwargs):
+        raise AssertionError("the corpus was prepared")
+
+    monkeypatch.setattr(pretraining, "prepare_corpus", prepare)
+    accelerator = SimpleNamespace(
+        is_local_main_process=True, local_main_process_first=nullcontext, print=print
+    )
+    for text, holds in [("one long line " * 1000 + "\n\n  \n", "a single document"), ("\n \n", "no text")]:
+        (tmp_path / "corpus.txt").write_text(text)
+        with pytest.raises(
+            ValueError, match=f"corpus.txt has {holds}, too little to carve a validation split"
+        ):
+            pretraining.build_datasets(
+                PretrainingData(train_file=str(tmp_path / "corpus.txt")), None, accelerator, 0
+            )
+    (tmp_path / "corpus.txt").write_text("one\n\ntwo\n")
+    with pytest.raises(AssertionError, match="was prepared"):  # two documents: on to preparation
+        pretraining.build_datasets(
+            PretrainingData(train_file=str(tmp_path / "corpus.txt")), None, accelerator, 0
+        )
 
 
 def test_random_next_segments_never_come_from_the_same_document():

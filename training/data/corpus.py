@@ -1,9 +1,11 @@
 """A tokenized corpus on disk: prepared once, in parallel, with bounded memory; memory-mapped afterwards.
 
-:func:`prepare_corpus` reads a corpus file (or a ``datasets`` dataset) as a stream, groups its lines into
-documents (:func:`iter_documents`), tokenizes chunks of documents in
-``preprocessing_num_workers`` processes and appends the ids to a flat array on disk. Nothing
-proportional to the corpus is kept in Python lists, so the memory used does not grow with the corpus.
+:func:`prepare_corpus` reads a corpus file (or a ``datasets`` dataset) as a stream of paragraphs that start or
+continue documents (:func:`iter_paragraphs`), tokenizes chunks of about a megabyte of text in
+``preprocessing_num_workers`` processes and appends the ids to a flat array on disk. A text file is read in
+pieces of bounded length, and a paragraph longer than a piece is tokenized piece by piece, cut before a
+whitespace (which gives the ids of the whole for whitespace-splitting tokenizers); a long document spans
+chunks. Nothing proportional to the corpus, its longest line or its longest document is kept in memory.
 
 A store is a folder::
 
@@ -58,8 +60,10 @@ BUILDERS = {
 # How documents become sequences (see :mod:`training.data.pretraining_data`).
 PACKING_MODES = ("none", "full-sentences", "doc-sentences")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: the tokenizer's own truncation and padding settings no longer apply
 _CHUNK_CHARACTERS = 1 << 20  # text per tokenization job: large enough to amortise the hand-over
+_PIECE_CHARACTERS = 1 << 16  # the longest text read or tokenized at once
+_LAST_SPACE = re.compile(r"\s\S*\Z")
 _FINGERPRINT_SAMPLE = 1 << 16
 
 
@@ -162,27 +166,47 @@ class CorpusSource:
             "column": self.text_column,
         }
 
-    def rows(self) -> Iterator[str]:
-        """The raw rows (lines of a text file, cells of the text column) in order."""
+    def lines(self) -> Iterator[tuple[str, bool]]:
+        """The text as ``(piece, whether it ends its line)``, each piece at most ``_PIECE_CHARACTERS`` long, so
+        that a long line is never held whole. A row of a tabular file is one document: its non-blank lines,
+        then a blank one."""
         if self.path and self.blank_line_separates:
-            return _text_file_lines(self.path)
-        return _dataset_rows(self)
+            return _text_file_pieces(self.path)
+        return (
+            (line[i : i + _PIECE_CHARACTERS], i + _PIECE_CHARACTERS >= len(line))
+            for line in _dataset_lines(self)
+            for i in range(0, max(len(line), 1), _PIECE_CHARACTERS)
+        )
 
     def size_hint(self) -> int | None:
         """Bytes of the file (for the progress bar), when known."""
         return Path(self.path).stat().st_size if self.path else None
 
 
-def _text_file_lines(path: str) -> Iterator[str]:
-    """Lines of a UTF-8 text file (without the newline); a decoding error names the file and the line."""
+def _text_file_pieces(path: str) -> Iterator[tuple[str, bool]]:
+    """A UTF-8 text file read in pieces of at most ``_PIECE_CHARACTERS`` (without the newline), each with
+    whether it ends its line; a decoding error names the file and the line."""
     with open(path, encoding="utf-8") as handle:
         try:
-            for line in handle:
-                yield line.rstrip("\n")
+            piece = handle.readline(_PIECE_CHARACTERS)
+            while piece:
+                following = handle.readline(_PIECE_CHARACTERS)
+                yield piece.rstrip("\n"), piece.endswith("\n") or not following
+                piece = following
         except UnicodeDecodeError:
             from briskbert.tokenization.training import utf8_error_message
 
             raise CorpusError(utf8_error_message(path)) from None
+
+
+def _dataset_lines(source: CorpusSource) -> Iterator[str]:
+    """Rows of a dataset whose rows are lines; else each row's non-blank lines, then a blank line."""
+    for row in _dataset_rows(source):
+        if source.blank_line_separates:
+            yield row
+        else:
+            yield from (line for line in row.split("\n") if line.strip())
+            yield ""
 
 
 def _dataset_rows(source: CorpusSource) -> Iterator[str]:
@@ -199,24 +223,43 @@ def _dataset_rows(source: CorpusSource) -> Iterator[str]:
         yield row[column] or ""
 
 
+def _whole_words(pieces: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
+    """The pieces of each line cut again before their last whitespace, so that no word is split (a run
+    without whitespace longer than a quarter piece is cut where it is)."""
+    carry = ""
+    for piece, ends_line in pieces:
+        piece, carry = carry + piece, ""
+        space = None if ends_line else _LAST_SPACE.search(piece)
+        if space and len(piece) - space.start() <= _PIECE_CHARACTERS // 4:
+            piece, carry = piece[: space.start()], piece[space.start() :]
+        yield piece, ends_line
+
+
+def iter_paragraphs(source: CorpusSource) -> Iterator[tuple[str, bool]]:
+    """The non-blank lines, stripped, as ``(paragraph, whether it starts a document)``: in plain text a
+    blank line ends a document, in tabular files each row is one (its newlines separate its paragraphs).
+    A line longer than ``_PIECE_CHARACTERS`` comes as several paragraphs, cut before a whitespace."""
+    in_document = line_has_text = False
+    for piece, ends_line in _whole_words(source.lines()):
+        text = piece if line_has_text else piece.lstrip()
+        text = text.rstrip() if ends_line else text
+        if text.strip():
+            yield text, not in_document
+            in_document = line_has_text = True
+        if ends_line:
+            in_document, line_has_text = in_document and line_has_text, False
+
+
 def iter_documents(source: CorpusSource) -> Iterator[list[str]]:
-    """Documents as lists of non-empty, stripped paragraphs, one at a time: in plain text a blank line
-    ends a document, in tabular files each row is one (its newlines separate its paragraphs)."""
-    blank_line_separates = source.blank_line_separates
-    current: list[str] = []
-    for text in source.rows():
-        if blank_line_separates:
-            if text.strip():
-                current.append(text.strip())
-            elif current:
-                yield current
-                current = []
-        else:
-            paragraphs = [p.strip() for p in text.split("\n") if p.strip()]
-            if paragraphs:
-                yield paragraphs
-    if current:
-        yield current
+    """Documents as lists of the paragraphs of :func:`iter_paragraphs`, one at a time."""
+    document: list[str] = []
+    for text, starts in iter_paragraphs(source):
+        if starts and document:
+            yield document
+            document = []
+        document.append(text)
+    if document:
+        yield document
 
 
 # ------------------------------------------------------------------------------------------------ encoder
@@ -252,6 +295,10 @@ class TokenEncoder:
             from tokenizers import Tokenizer
 
             self._backend = Tokenizer.from_str(self.backend_json)
+            # A tokenizer.json saved for a model may pad and truncate every text (to 128 tokens, say):
+            # corpus text is neither.
+            self._backend.no_truncation()
+            self._backend.no_padding()
         encode = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
         return [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
 
@@ -270,21 +317,25 @@ class EncodedChunk:
     document_segments: np.ndarray  # non-empty segments per document
 
 
-def encode_documents(encoder: TokenEncoder, documents: list[list[str]], sentences: bool) -> EncodedChunk:
-    """Tokenize documents of text segments; empty segments are dropped, which loses no tokens."""
+def encode_documents(
+    encoder: TokenEncoder, documents: list[list[str]], sentences: bool, open_last: bool = False
+) -> EncodedChunk:
+    """Tokenize documents of text segments; empty segments are dropped, which loses no tokens. With
+    ``open_last`` the last document (which may go on in the next chunk) gets no separator."""
     if sentences:
         documents = [[s for p in doc for s in split_sentences(p)] for doc in documents]
     flat_ids = encoder([segment for doc in documents for segment in doc]) if documents else []
     pieces, doc_lengths, seg_lengths, doc_segments, k = [], [], [], [], 0
-    for doc in documents:
+    for number, doc in enumerate(documents):
         segments = [ids for ids in flat_ids[k : k + len(doc)] if ids]
         k += len(doc)
         for ids in segments:
             pieces.append(ids)
             seg_lengths.append(len(ids))
-        if segments:
+        closed = bool(segments) and not (open_last and number == len(documents) - 1)
+        if closed:
             pieces.append([encoder.separator_id])
-        doc_lengths.append(sum(map(len, segments)) + (1 if segments else 0))
+        doc_lengths.append(sum(map(len, segments)) + closed)
         doc_segments.append(len(segments))
     tokens = np.fromiter(chain.from_iterable(pieces), dtype=encoder.dtype, count=sum(doc_lengths))
     return EncodedChunk(
@@ -358,27 +409,33 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
     return store
 
 
-def _document_chunks(source: CorpusSource, progress) -> Iterator[list[list[str]]]:
-    chunk, characters = [], 0
-    for document in iter_documents(source):
-        chunk.append(document)
-        characters += sum(map(len, document)) + len(document)
+def _document_chunks(source: CorpusSource, progress) -> Iterator[tuple[list[list[str]], bool]]:
+    """Documents in chunks of about ``_CHUNK_CHARACTERS``, each with whether its first document goes on
+    from the chunk before (a long document spans chunks)."""
+    chunk, characters, continues = [], 0, False
+    for text, starts in iter_paragraphs(source):
+        if not chunk:
+            continues = not starts
+        if starts or not chunk:
+            chunk.append([])
+        chunk[-1].append(text)
+        characters += len(text) + 1
         if characters >= _CHUNK_CHARACTERS:
             progress.update(characters)
-            yield chunk
+            yield chunk, continues
             chunk, characters = [], 0
     if chunk:
         progress.update(characters)
-        yield chunk
+        yield chunk, continues
 
 
-def _encoded_chunks(source, encoder, settings, progress) -> Iterator[EncodedChunk]:
-    """Encoded chunks in corpus order; with several workers at most two jobs per worker are in flight,
-    so neither text nor ids pile up in memory."""
+def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[EncodedChunk, bool]]:
+    """Encoded chunks in corpus order (with whether each continues a document); with several workers at
+    most two jobs per worker are in flight, so neither text nor ids pile up in memory."""
     chunks = _document_chunks(source, progress)
     if settings.num_workers <= 1:
-        for chunk in chunks:
-            yield encode_documents(encoder, chunk, settings.sentences)
+        for chunk, continues in chunks:
+            yield encode_documents(encoder, chunk, settings.sentences, open_last=True), continues
         return
     # Workers tokenize one chunk each, single-threaded (the Rust thread pool would oversubscribe).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -388,12 +445,61 @@ def _encoded_chunks(source, encoder, settings, progress) -> Iterator[EncodedChun
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     with context.Pool(settings.num_workers) as pool:
         pending: deque = deque()
-        for chunk in chunks:
-            pending.append(pool.apply_async(encode_documents, (encoder, chunk, settings.sentences)))
+        for chunk, continues in chunks:
+            job = pool.apply_async(encode_documents, (encoder, chunk, settings.sentences, True))
+            pending.append((job, continues))
             if len(pending) >= 2 * settings.num_workers:
-                yield pending.popleft().get()
+                job, continues = pending.popleft()
+                yield job.get(), continues
         while pending:
-            yield pending.popleft().get()
+            job, continues = pending.popleft()
+            yield job.get(), continues
+
+
+class _StoreWriter:
+    """Appends encoded chunks to the store's files. A chunk's last document stays open until a chunk
+    starts a new one or the corpus ends: its tokens are written as they come, its length, segment count
+    and separator (when it has tokens) once it ends."""
+
+    NAMES = ("tokens.bin", "doc_lengths.bin", "seg_lengths.bin", "doc_segments.bin")
+
+    def __init__(self, folder: Path, encoder: TokenEncoder):
+        self.handles = [open(folder / name, "wb") for name in self.NAMES]
+        self.separator = np.asarray([encoder.separator_id], dtype=encoder.dtype)
+        self.open: tuple[int, int] | None = None  # tokens and segments of the open document so far
+        self.counts = {"tokens": 0, "documents": 0, "segments": 0}
+
+    def add(self, encoded: EncodedChunk, continues: bool) -> None:
+        tokens, lengths = encoded.tokens, encoded.document_lengths.copy()
+        segments = encoded.document_segments.copy()
+        if continues:
+            length, count = self.open
+            if length and not lengths[0] and len(lengths) > 1:  # it ends here without tokens of its own
+                tokens, lengths[0] = np.concatenate([self.separator, tokens]), 1
+            lengths[0] += length
+            segments[0] += count
+        else:
+            self.end_document()
+        self.open = int(lengths[-1]), int(segments[-1])
+        self._write(tokens, lengths[:-1], encoded.segment_lengths, segments[:-1])
+
+    def end_document(self) -> None:
+        if self.open is not None:
+            (length, count), self.open = self.open, None
+            tokens = self.separator[: 1 if length else 0]
+            self._write(tokens, np.asarray([length + len(tokens)]), np.zeros(0), np.asarray([count]))
+
+    def _write(self, tokens, doc_lengths, seg_lengths, doc_segments) -> None:
+        for handle, array in zip(self.handles[1:], (doc_lengths, seg_lengths, doc_segments)):
+            handle.write(np.asarray(array, dtype=np.int64).tobytes())
+        self.handles[0].write(tokens.tobytes())
+        self.counts["tokens"] += len(tokens)
+        self.counts["documents"] += len(doc_lengths)
+        self.counts["segments"] += len(seg_lengths)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
 
 
 def _write_store(source, encoder, settings, folder: Path) -> dict:
@@ -407,21 +513,16 @@ def _write_store(source, encoder, settings, folder: Path) -> dict:
         disable=None if settings.show_progress else True,  # None: no bar into a file or a pipe
         mininterval=2,
     )
-    counts = {"tokens": 0, "documents": 0, "segments": 0}
-    names = ("tokens.bin", "doc_lengths.bin", "seg_lengths.bin", "doc_segments.bin")
-    handles = [open(folder / name, "wb") for name in names]
+    writer = _StoreWriter(folder, encoder)
     try:
-        for encoded in _encoded_chunks(source, encoder, settings, progress):
-            for handle, array in zip(handles, vars(encoded).values()):  # in the order of `names`
-                handle.write(array.tobytes())
-            counts["tokens"] += len(encoded.tokens)
-            counts["documents"] += len(encoded.document_lengths)
-            counts["segments"] += len(encoded.segment_lengths)
+        for encoded, continues in _encoded_chunks(source, encoder, settings, progress):
+            writer.add(encoded, continues)
+        writer.end_document()
         progress.update(max(0, (progress.total or 0) - progress.n))  # the estimate counts characters
     finally:
-        for handle in handles:
-            handle.close()
+        writer.close()
         progress.close()
+    counts = writer.counts
     if counts["documents"] == 0:
         raise CorpusError(
             f"{source.label}: no text found (only empty lines or rows); give a corpus with text."

@@ -32,12 +32,20 @@ import random
 import shutil
 from array import array
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from briskbert.training.data.corpus import PACKING_MODES, CorpusStore, check_corpus_file, load_corpus
+from briskbert.training.data.corpus import (
+    PACKING_MODES,
+    CorpusSource,
+    CorpusStore,
+    check_corpus_file,
+    iter_paragraphs,
+    load_corpus,
+)
 
 
 # ---------------------------------------------------------------------------------------------- splits
@@ -48,16 +56,27 @@ def split_document_indices(
     least one) held out, chosen with ``seed``. ``source`` names the corpus in errors."""
     if not 0 < percentage < 100:
         raise ValueError(f"--validation_split_percentage must be in (0, 100), got {percentage}.")
-    if num_documents < 2:
-        raise ValueError(
-            f"{source} has {'no text' if num_documents == 0 else 'a single document'}, too little to carve a "
-            "validation split from: give --validation_file or more documents (blank lines separate documents)."
-        )
+    _check_splittable(num_documents, source)
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
     held = np.zeros(num_documents, dtype=bool)
     held[order[: max(1, round(num_documents * percentage / 100))]] = True
     return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def check_splittable(source: CorpusSource) -> None:
+    """Refuses, before anything is prepared, a corpus too small to carve a validation split from: reads it
+    up to the start of its second document, tokenizing nothing."""
+    starts = (1 for _, starts_document in iter_paragraphs(source) if starts_document)
+    _check_splittable(sum(islice(starts, 2)), source.label)
+
+
+def _check_splittable(num_documents: int, source: str) -> None:
+    if num_documents < 2:
+        raise ValueError(
+            f"{source} has {'no text' if num_documents == 0 else 'a single document'}, too little to carve a "
+            "validation split from: give --validation_file or more documents (blank lines separate documents)."
+        )
 
 
 # ------------------------------------------------------------------------------------------- sequences
