@@ -30,6 +30,7 @@ from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.data.pretraining_data import (
     StoredSequences,
     StreamingMLMDataset,
+    check_splittable,
     split_document_indices,
     stored_nsp_examples,
 )
@@ -285,6 +286,8 @@ class _TrainingParagraphs:
 def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
     """(training, evaluation) datasets. The main process prepares the stores (or finds them cached)
     while the others wait, then every process opens the same memory-mapped files."""
+    if data.validation is None:
+        check_splittable(data.train)  # a corpus that will be refused is refused before it is prepared
     preparation = replace(
         data.preparation,
         overwrite=data.preparation.overwrite and accelerator.is_local_main_process,
