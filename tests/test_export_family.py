@@ -165,6 +165,19 @@ def test_a_converted_model_that_differs_from_its_source_is_refused(tokenizers, t
         continued_on_briskbert(str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, print)
 
 
+def test_a_new_mlm_head_is_one_line_not_transformers_load_report(tokenizers, tmp_path, capfd):
+    """Continuing a bare encoder (as all-MiniLM-L6-v2 is) starts a new MLM head: the job says so in the line the
+    fine-tuning jobs use for their new head, not in transformers' load report table with its escape codes."""
+    tokenizer = tokenizers["wordpiece"]
+    make_source("bert", tokenizer, tmp_path / "source")
+    continued_on_briskbert(
+        str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, lambda line: None
+    )
+    out, err = capfd.readouterr()
+    assert "LOAD REPORT" not in out + err and "\x1b[" not in out + err, out + err
+    assert "New head (head.dense.weight" in out and "as expected for continued pretraining." in out
+
+
 def test_keep_source_class_trains_the_source_class(tokenizers, tmp_path):
     tokenizer = tokenizers["bpe"]
     make_source("modernbert", tokenizer, tmp_path / "source")

@@ -140,10 +140,11 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
     return model
 
 
-def load_pretrained(model_class, base: str, config):
+def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning", output_loading_info=False):
     """``model_class.from_pretrained(base)``, with transformers' load report (a table of the weights missing
     from the checkpoint or left unused) said in one line when all it lists is the new task head (and the
-    checkpoint's own head or pooler), as in every fine-tuning; any other weight keeps the whole table."""
+    checkpoint's own head or pooler), as in every fine-tuning (or continued pretraining: ``purpose``); any other
+    weight keeps the whole table. ``output_loading_info`` as in ``from_pretrained``."""
     from accelerate import PartialState
 
     held = []
@@ -170,8 +171,8 @@ def load_pretrained(model_class, base: str, config):
             report.handle(record)
     if expected and info["missing_keys"] and PartialState().is_main_process:
         new = ", ".join(key for key in model.state_dict() if key in info["missing_keys"])
-        print(f"New head ({new}) initialised randomly, as expected for fine-tuning.")
-    return model
+        print(f"New head ({new}) initialised randomly, as expected for {purpose}.")
+    return (model, info) if output_loading_info else model
 
 
 def load_starting_model(

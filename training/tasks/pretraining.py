@@ -189,7 +189,7 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
     from briskbert.inputs import check_model_source
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
     from briskbert.modeling.conversion.agreement import OUTPUT_TOLERANCE, largest_difference
-    from briskbert.training.tasks.finetuning import resolve_base_model
+    from briskbert.training.tasks.finetuning import load_pretrained, resolve_base_model
 
     location = check_model_source(path, "--model_name_or_path", need_tokenizer=False)
     base = resolve_base_model(location, output_dir)
@@ -198,8 +198,8 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
     loaded = {}
 
     def load(config):
-        loaded["model"], loaded["info"] = model_class.from_pretrained(
-            base, config=config, output_loading_info=True
+        loaded["model"], loaded["info"] = load_pretrained(
+            model_class, base, config, "continued pretraining", output_loading_info=True
         )
         return loaded["model"]
 
