@@ -105,7 +105,8 @@ def save_model_folder(
     never with NaN or infinite weights."""
     accelerator.wait_for_everyone()
     refuse_non_finite_weights(accelerator, model, f"{folder.name}/", folder.parent)
-    unwrapped = accelerator.unwrap_model(model)
+    # The model itself, not torch.compile's wrapper (whose class cannot be swapped, nor saved as remote code).
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
     # Sharded engines need their weights gathered; otherwise save_pretrained handles tied weights itself.
     sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
     state_dict = accelerator.get_state_dict(model) if sharded else None
