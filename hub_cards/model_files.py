@@ -8,12 +8,21 @@ tokenizer; otherwise ``IncompleteModelFolder`` lists everything it lacks. The up
 files plus what ``include`` names; training state (optimizer and scheduler states, RNG states,
 checkpoints) stays local unless asked for. ``shard_weights`` re-shards a ``model.safetensors`` that is
 larger than the shard size the Hub should serve.
+
+Nothing outside the folder is read for the upload: a symlink is followed only when it resolves inside the
+folder (the selection lists those), and any other, to a file or a folder, dangling or a loop, is refused in
+one line naming each. Every code reference (``auto_map`` in ``config.json`` and ``tokenizer_config.json``,
+``custom_pipelines``) and every relative import of a code file must name a plain module in the folder
+(``module.Class``: no path, no ``..``, no package), and every shard an index names must be a file in it;
+otherwise ``OutsideTheFolder`` names the file, the field and the value.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+import re
+from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -59,11 +68,17 @@ class IncompleteModelFolder(UserError):
         )
 
 
+class OutsideTheFolder(UserError):
+    """A symlink, code reference or weights shard that would publish something from outside the folder."""
+
+
 @dataclass
 class FileSelection:
     upload: list[str]  # paths relative to the folder, model files first
     training_state: list[str]  # left out unless include_training_state
-    skipped: list[str]  # everything else left out
+    skipped: list[str]  # everything else left out (the folder's own README.md is not among them)
+    links: list[str] = field(default_factory=list)  # "link -> target" for each symlink followed (inside)
+    own_readme: bool = False  # the folder has a README.md: the rendered card replaces it
 
 
 def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
@@ -71,16 +86,75 @@ def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(fnmatch(rel, pat) or any(fnmatch(part, pat) for part in rel.split("/")) for pat in patterns)
 
 
-def _code_files(folder: Path, auto_map: dict, missing: list[str]) -> list[str]:
-    """The code files ``auto_map`` names, and those they import relatively (found as transformers finds
-    them when it loads remote code)."""
+def folder_listing(folder: Path) -> tuple[list[str], list[str]]:
+    """(every file under ``folder``, relative; "link -> target" for each symlink followed). A symlink (to a
+    file or a folder) is followed only when it resolves inside the folder; any other is refused, all named in
+    one line, before anything is read through it."""
+    root, files, followed, outside = folder.resolve(), [], [], []
+    todo = [(folder, "", frozenset([root]))]  # (folder, its relative prefix, the real folders above it)
+    while todo:
+        path, prefix, above = todo.pop()
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            rel = prefix + entry.name
+            real = Path(entry.path)
+            if entry.is_symlink():
+                try:
+                    real = real.resolve()
+                except (OSError, RuntimeError):  # a loop of links
+                    outside.append(f"{rel} -> {os.readlink(entry.path)} (a loop)")
+                    continue
+                if not real.is_relative_to(root):
+                    outside.append(f"{rel} -> {os.readlink(entry.path)}")
+                    continue
+                followed.append(f"{rel} -> {real.relative_to(root).as_posix() or '.'}")
+            if real.is_dir() and real.resolve() not in above:  # a link back up is not walked twice
+                todo.append((Path(entry.path), rel + "/", above | {real.resolve()}))
+            elif real.is_file():
+                files.append(rel)
+    if outside:
+        raise OutsideTheFolder(
+            f"{folder} holds symlinks that resolve outside it: {'; '.join(outside)}. Only files inside the model "
+            "folder are published: replace each link with a copy of what it points to, or delete it. Nothing "
+            "was published."
+        )
+    return sorted(files), followed
+
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _code_refs(config: dict) -> list[tuple[str, object]]:
+    """(field, value) of each code reference in a config: ``auto_map`` entries, custom pipelines' ``impl``."""
+    refs = []
+    for key, ref in (config.get("auto_map") or {}).items():
+        refs += [(f"auto_map[{key!r}]", item) for item in (ref if isinstance(ref, list) else [ref]) if item]
+    pipelines = config.get("custom_pipelines")
+    for task, entry in (pipelines if isinstance(pipelines, dict) else {}).items():
+        refs.append(
+            (f"custom_pipelines[{task!r}].impl", entry.get("impl") if isinstance(entry, dict) else entry)
+        )
+    return refs
+
+
+def _module_file(path: Path, field_name: str, value: object) -> str:
+    """The code file a reference names: ``module.Class`` (or ``repo--module.Class``, another repo's code
+    whose module is in the folder too) with a plain module name; anything else is refused in one line."""
+    module = value.split("--", 1)[-1].rpartition(".")[0] if isinstance(value, str) else ""
+    if not _MODULE.fullmatch(module):
+        raise OutsideTheFolder(
+            f"{path}: {field_name} is {value!r}: a code reference must be 'module.Class' naming a module file "
+            "inside the model folder (no path, no '..', no package); fix the reference or save the model again "
+            "with save_pretrained. Nothing was published."
+        )
+    return module + ".py"
+
+
+def _code_files(folder: Path, config_name: str, config: dict, missing: list[str]) -> list[str]:
+    """The code files ``config_name``'s references name, and those they import relatively (found as
+    transformers finds them when it loads remote code)."""
     from transformers.dynamic_module_utils import get_relative_imports
 
-    todo = []
-    for ref in auto_map.values():
-        for item in ref if isinstance(ref, (list, tuple)) else [ref]:
-            if isinstance(item, str):  # "repo--module.Class" references another repo's code
-                todo.append(item.split("--", 1)[-1].rsplit(".", 1)[0] + ".py")
+    todo = [_module_file(folder / config_name, name, value) for name, value in _code_refs(config)]
     seen = []
     while todo:
         name = todo.pop(0)
@@ -88,9 +162,15 @@ def _code_files(folder: Path, auto_map: dict, missing: list[str]) -> list[str]:
             continue
         seen.append(name)
         if not (folder / name).is_file():
-            missing.append(f"{name} (code file referenced by auto_map or imported by another code file)")
+            missing.append(f"{name} (code file referenced by {config_name} or imported by another code file)")
             continue
-        todo += [module.split(".")[0] + ".py" for module in sorted(get_relative_imports(folder / name))]
+        for module in sorted(get_relative_imports(folder / name)):
+            if not _MODULE.fullmatch(module):
+                raise OutsideTheFolder(
+                    f"{folder / name}: 'from .{module} import' is not a module beside it: remote code may import "
+                    "only modules in the model folder itself. Nothing was published."
+                )
+            todo.append(module + ".py")
     return seen
 
 
@@ -113,7 +193,7 @@ def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
         except CardError as e:
             missing.append(f"config.json 'architectures' naming a known head ({e})")
     chosen = [f for f in CONFIG_FILES if (folder / f).is_file()]
-    return chosen + _code_files(folder, auto_map, missing)
+    return chosen + _code_files(folder, "config.json", config, missing)
 
 
 def _weights(folder: Path, missing: list[str]) -> list[str]:
@@ -144,32 +224,39 @@ def _tokenizer(folder: Path, missing: list[str]) -> list[str]:
         )
         return []
     tok_cfg = read_config(folder, "tokenizer_config.json")
-    return tok_files + _code_files(folder, tok_cfg.get("auto_map") or {}, missing)
+    return tok_files + _code_files(folder, "tokenizer_config.json", tok_cfg, missing)
 
 
 def collect_files(
     model_dir: str | Path, include: tuple[str, ...] | list[str] = (), include_training_state: bool = False
 ) -> FileSelection:
-    """The files to upload and those left out. Raises ``IncompleteModelFolder`` listing what is missing."""
+    """The files to upload and those left out. Raises ``IncompleteModelFolder`` listing what is missing, and
+    ``OutsideTheFolder`` for a symlink, code reference or shard that leads outside the folder."""
     folder = Path(model_dir)
     if not folder.is_dir():
         raise IncompleteModelFolder(folder, [f"the folder itself ({folder} does not exist)"])
+    listing, links = folder_listing(folder)  # first: nothing below reads through a link that leads outside
     missing: list[str] = []
     chosen = _config_and_code(folder, missing) + _weights(folder, missing) + _tokenizer(folder, missing)
     if missing:
         raise IncompleteModelFolder(folder, list(dict.fromkeys(missing)))
     chosen = list(dict.fromkeys(chosen))
-    others = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
-    others = [f for f in others if f not in chosen]
+    if strays := [f for f in chosen if f not in listing]:  # e.g. an index naming "../x.safetensors"
+        raise OutsideTheFolder(
+            f"{folder}: {', '.join(strays)} named by model.safetensors.index.json is not a file inside the "
+            "folder; save the model again with save_pretrained. Nothing was published."
+        )
+    others = [f for f in listing if f not in chosen and f != "README.md"]  # README.md is the rendered card
     state = [f for f in others if _matches(f, TRAINING_STATE)]
-    # README.md is always the rendered card; training state needs its own flag.
-    chosen += [f for f in others if f not in state and f != "README.md" and _matches(f, include)]
+    chosen += [f for f in others if f not in state and _matches(f, include)]
     chosen += state if include_training_state else []
     left_out = [f for f in others if f not in chosen]
     return FileSelection(
         upload=chosen,
         training_state=[f for f in left_out if f in state],
         skipped=[f for f in left_out if f not in state],
+        links=links,
+        own_readme="README.md" in listing,
     )
 
 

@@ -5,30 +5,31 @@
 The steps, in the order ``publish`` takes them:
 
 1. **Check the folder and collect its files** (``model_files``): an incomplete folder is refused with the
-   list of what is missing; training state stays local unless asked for; a too-large ``model.safetensors``
-   is re-sharded.
+   list of what is missing; a symlink that resolves outside the folder, or a code reference (``auto_map``,
+   custom pipelines, relative imports) or shard that is not a file in it, is refused in one line; training
+   state stays local unless asked for; a too-large ``model.safetensors`` is re-sharded.
 2. **Scan for secrets** (``secrets``): credential files by name, and private keys or access tokens (the
-   token in use too, also encoded, compressed or base64'd) in the files and the rendered card, refuse the
-   whole publish before anything is sent, naming each file and what was found (never the secret).
+   token in use too) in the files and the rendered card, refuse the whole publish before anything is sent,
+   naming each file and what was found (never the secret).
 3. **Check the tag up front**: an existing ``tag`` is accepted only when it already names the branch head
    and nothing changed (a re-run of a finished publish); otherwise the publish stops before any write.
 4. **Create the repo** (and branch) if needed.
 5. **Commit** everything in one ``create_commit`` whose parent is the branch head read before, so the commit
    lands whole or not at all; when another writer moved the branch meanwhile (HTTP 412), the error says
    where the branch is now. Files already on the Hub with the same content are skipped; when the branch
-   already holds exactly these files no commit is made. Files the branch has that the folder no longer has
-   are deleted.
+   already holds these files no commit is made. Files the branch has that the folder lacks are listed and
+   kept, or deleted with ``delete_missing=True`` (as ``upload_folder(delete_patterns=...)`` would).
 6. **Verify** in a clean interpreter (``verification.verify_commit``) before the branch sees anything: the
    commit goes to a new staging branch made from the head, is verified as the Hub serves it, and only then
    are the same files committed to the branch (``_Publisher.staged`` says why not a branch move). A failed
-   verification leaves the branch where it was and says so; the staging branch is deleted either way. With
-   ``verify=False`` the commit goes straight to the branch (the command checks the folder's integrity
-   first: ``briskbert.inputs.check_model_folder``).
+   verification leaves the branch where it was and says so; the staging branch is deleted either way (and
+   with it, on the local Hub, its commit). With ``verify=False`` the commit goes straight to the branch (the
+   command checks the folder's integrity first: ``briskbert.inputs.check_model_folder``).
 7. **Tag** it, only after verification passed (or was skipped with ``verify=False``): a commit that
    failed verification is never tagged.
 
-Network failures, timeouts, 408, 429 and 5xx answers are retried with exponential backoff; other 4xx
-answers are not (they would fail the same way), nor is 507 (the Hub's disk is full): its message is shown.
+Retries and timeouts are huggingface_hub's own (it retries uploads, pre-upload checks and listings on
+network errors, 408, 429 and 5xx; a commit is not retried: a lost answer is read back from the branch).
 A ``PublishError`` says in one line which step failed and what state the repo is in. The token is taken
 from ``token=`` or the usual huggingface_hub sources (``HF_TOKEN``, the saved login) and never printed or
 uploaded.
@@ -36,10 +37,8 @@ uploaded.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ from pathlib import Path
 from briskbert.errors import SettingError, UserError
 
 from .card import read_config, render_card, task_for_architecture
-from .model_files import collect_files, shard_weights
+from .model_files import FileSelection, collect_files, shard_weights
 from .secrets import Finding, scan_bytes, scan_files
 from .verification import verify_commit
 
@@ -85,6 +84,8 @@ class PublishResult:
     verification: dict | None = None
     skipped: list[str] = field(default_factory=list)  # local files left out
     training_state: list[str] = field(default_factory=list)  # left out unless asked for
+    kept: list[str] = field(default_factory=list)  # on the branch, not in the folder, kept
+    deleted: list[str] = field(default_factory=list)  # on the branch, not in the folder, deleted
 
     @property
     def verified(self) -> bool:
@@ -92,108 +93,65 @@ class PublishResult:
 
 
 # ---- 3-7. the steps that talk to the Hub ---------------------------------------------------------------
-def _http_error(exc: BaseException | None):
-    """The Hub's HTTP error behind ``exc`` (huggingface_hub wraps a failed LFS upload in a RuntimeError), or
-    None."""
+def _error_text(exc: BaseException) -> str:
+    """What went wrong, in one line: the Hub's own words (``X-Error-Message``) when it sent any (huggingface_hub
+    wraps a failed LFS upload in a RuntimeError: its cause is the HTTP error)."""
     from huggingface_hub.errors import HfHubHTTPError
 
-    while exc is not None and not isinstance(exc, HfHubHTTPError):
-        exc = exc.__cause__
-    return exc if exc is not None and exc.response is not None else None
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Transport failures, timeouts, 408, 429 and 5xx; never another 4xx (it would fail the same way), nor 507
-    (the Hub's disk is full: the same write would fail again)."""
-    import httpx2  # huggingface_hub's HTTP client, declared in pyproject.toml
-
-    if isinstance(exc, (httpx2.TransportError, TimeoutError, ConnectionError)):
-        return True
-    http = _http_error(exc)
-    status = http.response.status_code if http is not None else 0
-    return (status >= 500 and status != 507) or status in (408, 429)
-
-
-def _error_text(exc: BaseException) -> str:
-    """What went wrong, in one line: the Hub's own words (``X-Error-Message``) when it sent any."""
-    http, text = _http_error(exc), str(exc) or type(exc).__name__
-    if http is not None and http.server_message:
+    http = exc
+    while http is not None and not isinstance(http, HfHubHTTPError):
+        http = http.__cause__
+    text = f"{type(exc).__name__}: {exc}"
+    if http is not None and http.response is not None and http.server_message:
         text = f"the Hub answered {http.response.status_code}: {http.server_message}"
     return " ".join(text.split()).rstrip(".")
 
 
-@contextlib.contextmanager
-def _restored_timeout():
-    """Hand huggingface_hub's shared client back with the timeout it had (``_Publisher`` sets its own: plain
-    API calls have none by default)."""
-    from huggingface_hub import get_session
-
-    previous = get_session().timeout
-    try:
-        yield
-    finally:
-        get_session().timeout = previous
-
-
 @dataclass
 class _Publisher:
-    """One publish's calls to the Hub: the files it pushes, and each step retried while what fails is
-    transient. Our own loop rather than tenacity: every failure must name the step and the repo's state,
-    so a library would save no lines."""
+    """One publish's calls to the Hub and the files it pushes. huggingface_hub retries what is safe to retry
+    (uploads, pre-upload checks, listings) with its own backoff; a step that still fails is one line naming
+    the step and the state the repo is in."""
 
     api: object  # huggingface_hub.HfApi
     repo_id: str
     revision: str
     files: dict[str, Path]  # path in repo -> local file, README.md (the card) included
-    attempts: int
-    backoff_s: float
-    timeout_s: float | None
+    delete_missing: bool
     token: str | None
     log: Callable[[str], None]
 
     def call(self, step: str, fn: Callable, state: str | Callable[[], str]):
-        """``fn()``, retried while what fails is transient. ``state`` says what state the repo is in when
-        it fails for good; a callable is asked only then (the repo may have changed while ``fn`` ran)."""
-        from huggingface_hub import get_session
-
-        for attempt in range(1, self.attempts + 1):
-            try:
-                if self.timeout_s is not None:  # again each time: huggingface_hub replaces its client after
-                    get_session().timeout = self.timeout_s  # a failed connection
-                return fn()
-            except PublishError:
-                raise
-            except Exception as e:  # noqa: BLE001 - sorted by _retryable
-                transient = _retryable(e)
-                if transient and attempt < self.attempts:
-                    wait = self.backoff_s * 2 ** (attempt - 1)
-                    self.log(
-                        f"{step}: attempt {attempt} failed ({type(e).__name__}); retrying in {wait:.1f} s"
-                    )
-                    time.sleep(wait)
-                    continue
-                message = _error_text(e)
-                message = message.replace(self.token, "***") if self.token else message
-                state = state() if callable(state) else state
-                if not transient:
-                    raise PublishError(f"{step} failed: {message}. {state}") from None
-                raise PublishError(
-                    f"{step} failed after {self.attempts} attempts; last error: {type(e).__name__}: "
-                    f"{message[:500]}. {state} Re-run the same command to finish publishing."
-                ) from None
+        """``fn()``; ``state`` says what state the repo is in when it fails (a callable is asked only then:
+        the repo may have changed while ``fn`` ran)."""
+        try:
+            return fn()
+        except PublishError:
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure is one line with the repo's state
+            message = _error_text(e)
+            message = message.replace(self.token, "***") if self.token else message
+            raise PublishError(
+                f"{step} failed: {message[:500]}. {state() if callable(state) else state}"
+            ) from None
 
     def head(self) -> str:
         return self.api.repo_info(self.repo_id, revision=self.revision).sha
 
+    def stale(self, commit_id: str) -> list[str]:
+        """Files ``commit_id`` holds that this publish does not upload."""
+        remote = self.api.list_repo_files(self.repo_id, revision=commit_id)
+        return sorted(set(remote) - set(self.files) - {".gitattributes"})
+
     def holds_these_files(self, commit_id: str) -> bool:
-        """True when the commit holds exactly these files with this content (compared by the sha256 of an
-        LFS file, the git blob id of any other)."""
+        """True when the commit holds these files with this content (compared by the sha256 of an LFS file,
+        the git blob id of any other), and no other file unless those are kept (``delete_missing`` unset)."""
         from huggingface_hub.hf_api import RepoFile
         from huggingface_hub.utils.sha import git_hash, sha_fileobj
 
         tree = self.api.list_repo_tree(self.repo_id, revision=commit_id, recursive=True)
         remote = {f.path: f for f in tree if isinstance(f, RepoFile) and f.path != ".gitattributes"}
-        if set(remote) != set(self.files):
+        if not set(self.files) <= set(remote) or (self.delete_missing and set(remote) != set(self.files)):
             return False
         for path, local in self.files.items():
             lfs = remote[path].lfs
@@ -260,13 +218,11 @@ class _Publisher:
         from huggingface_hub.errors import HfHubHTTPError
 
         def push():
-            remote = self.api.list_repo_files(self.repo_id, revision=parent)
-            stale = sorted(set(remote) - set(self.files) - {".gitattributes"})
             ops = [
                 CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(self.files[p]))
                 for p in sorted(self.files)
             ]
-            ops += [CommitOperationDelete(path_in_repo=p) for p in stale]
+            ops += [CommitOperationDelete(path_in_repo=p) for p in self.stale(parent) if self.delete_missing]
             try:
                 return self.api.create_commit(
                     self.repo_id, ops, revision=branch, parent_commit=parent, commit_message=message
@@ -318,18 +274,28 @@ class _Publisher:
                 )
 
 
-def _log_dry_run(result: PublishResult, log) -> None:
+def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing: bool, log) -> None:
+    """One list of what would be uploaded, and one of what is left out and why."""
     where = f"{result.repo_id}@{result.revision}" + (f" tagged {result.tag}" if result.tag else "")
     log(f"Dry run: would publish {len(result.files)} files to {where}")
     for path, size in result.files.items():
-        log(f"  {path}  ({size:,} bytes)")
+        why = ", the card shown below" if path == "README.md" else ""
+        log(f"  {path}  ({size:,} bytes{why})")
+    if selection.own_readme:
+        log("Not uploaded: the folder's own README.md (the card shown below takes its place)")
+    if selection.links:
+        log("Symlinks followed (each resolves inside the folder): " + "; ".join(selection.links))
     if result.training_state:
         log(
-            "Training state left out (upload it with --include_training_state): "
+            "Left out, training state (include_training_state uploads it): "
             + ", ".join(result.training_state)
         )
     if result.skipped:
-        log("Left out: " + ", ".join(result.skipped))
+        log("Left out, not model files (include uploads them): " + ", ".join(result.skipped))
+    log(
+        f"Files already on {result.revision} that this folder lacks would be "
+        + ("deleted (delete_missing)." if delete_missing else "kept (delete_missing deletes them).")
+    )
     log("---- README.md ----\n" + result.card)
 
 
@@ -347,16 +313,14 @@ def publish(
     verify: bool = True,
     include: tuple[str, ...] | list[str] = (),
     include_training_state: bool = False,
+    delete_missing: bool = False,
     max_shard_size: int | str = "2GB",
-    attempts: int = 4,
-    backoff_s: float = 1.0,
-    timeout_s: float | None = None,
     verify_timeout_s: float = 600,
     log=print,
 ) -> PublishResult:
     """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring). Returns a
-    ``PublishResult``; raises ``IncompleteModelFolder``, ``SettingError``, ``PublishError`` (each a
-    ``UserError``) or ``CardError``."""
+    ``PublishResult``; raises ``IncompleteModelFolder``, ``OutsideTheFolder``, ``SettingError``,
+    ``PublishError`` (each a ``UserError``) or ``CardError``."""
     from huggingface_hub import HfApi, constants, get_token
 
     if repo_id.count("/") != 1:
@@ -379,22 +343,23 @@ def publish(
         result = PublishResult(repo_id, revision, sizes, card, tag=tag)
         result.skipped, result.training_state = selection.skipped, selection.training_state
         if dry_run:
-            _log_dry_run(result, log)
+            _log_dry_run(result, selection, delete_missing, log)
             return result
+        for link in selection.links:
+            log(f"Following the symlink {link} (inside the folder)")
         endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         api = HfApi(endpoint=endpoint, token=token)
-        hub = _Publisher(api, repo_id, revision, files, attempts, backoff_s, timeout_s, token, log)
+        hub = _Publisher(api, repo_id, revision, files, delete_missing, token, log)
         checks = dict(pipeline_tag=pipeline_tag, auto_class=auto_class, endpoint=endpoint, token=token)
-        with _restored_timeout():
-            _push(
-                hub,
-                result,
-                commit_message or f"Publish {folder.name} with briskbert",
-                private,
-                (lambda commit: verify_commit(repo_id, commit, timeout_s=verify_timeout_s, **checks))
-                if verify
-                else None,
-            )
+        _push(
+            hub,
+            result,
+            commit_message or f"Publish {folder.name} with briskbert",
+            private,
+            (lambda commit: verify_commit(repo_id, commit, timeout_s=verify_timeout_s, **checks))
+            if verify
+            else None,
+        )
     if result.commit_url:
         log(f"Commit: {result.commit_url}")
     return result
@@ -414,6 +379,15 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
             NOTHING_PUBLISHED,
         )
     head = hub.call("read branch head", hub.head, NOTHING_PUBLISHED)
+    stale = hub.call("list the branch", lambda: hub.stale(head), NOTHING_PUBLISHED)
+    if stale and hub.delete_missing:
+        log(f"Deleting from {revision} (not in the folder; delete_missing): " + ", ".join(stale))
+    elif stale:
+        log(
+            f"Keeping on {revision} (not in the folder; delete_missing would delete them): "
+            + ", ".join(stale)
+        )
+    result.kept, result.deleted = ([], stale) if hub.delete_missing else (stale, [])
     if hub.call("compare", lambda: hub.holds_these_files(head), NOTHING_PUBLISHED):  # a re-run: verify, tag
         result.commit_id, result.commit_url = head, f"{api.endpoint}/{repo_id}/commit/{head}"
         log(f"No changes; already published at {result.commit_url}")

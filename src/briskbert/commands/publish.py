@@ -6,8 +6,9 @@ load, and only then committed to the branch (a failed verification leaves the br
 The token comes from $HF_TOKEN, --token_file or the saved login (`hf auth login`); --token also works but
 shows in `ps` to every local user. The endpoint comes from $HF_ENDPOINT (the real Hub by default; a local
 server started with `briskbert local-hub` works the same). Files that look like credentials, or that hold
-private keys or access tokens, stop the publish; optimizer states and checkpoints stay local unless
---include_training_state is given. A damaged folder (its manifest, a weights header, config or tokenizer) stops
+private keys or access tokens, stop the publish, and so does a symlink or code reference (auto_map) that
+leads outside the folder; optimizer states and checkpoints stay local unless --include_training_state is
+given. Files already on the branch that the folder lacks are listed and kept, unless --delete_missing. A damaged folder (its manifest, a weights header, config or tokenizer) stops
 the publish before anything is sent, --no_verify included. The commit is tagged only after it passed
 verification.
 """
@@ -51,13 +52,12 @@ class PublishArguments:
         default="2GB", metadata={"help": "re-shard model.safetensors above this size"}
     )
     no_verify: bool = field(default=False, metadata={"help": "skip the download-and-load check"})
-    attempts: int = field(default=4, metadata={"help": "tries per network step"})
-    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay (doubles each time)"})
-    timeout_s: float | None = field(default=None, metadata={"help": "timeout for each HTTP request"})
-
-    def __post_init__(self):
-        if self.attempts < 1:
-            raise SettingError("attempts", f"must be at least 1, got {self.attempts}")
+    delete_missing: bool = field(
+        default=False,
+        metadata={
+            "help": "delete files on the branch that the folder lacks (they are kept and listed otherwise)"
+        },
+    )
 
 
 def _token(args: PublishArguments) -> str | None:
@@ -83,12 +83,14 @@ def main(argv=None) -> int:
     args = PublishArguments(**{item.name: getattr(namespace, item.name) for item in fields(PublishArguments)})
     token = _token(args)
     folder = Path(args.model_dir).expanduser()
+    from briskbert.hub_cards.card import CardError
+    from briskbert.hub_cards.model_files import IncompleteModelFolder, folder_listing
+    from briskbert.hub_cards.publishing import PublishError, publish
+
+    if folder.is_dir():
+        folder_listing(folder)  # first: a symlink leading outside the folder is refused before it is read
     # Before anything is sent (--no_verify too): the manifest, the weights' headers, config and tokenizer.
     check_model_folder(folder, "--model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
-
-    from briskbert.hub_cards.card import CardError
-    from briskbert.hub_cards.model_files import IncompleteModelFolder
-    from briskbert.hub_cards.publishing import PublishError, publish
 
     try:
         result = publish(
@@ -103,10 +105,8 @@ def main(argv=None) -> int:
             verify=not args.no_verify,
             include=tuple(namespace.include),
             include_training_state=args.include_training_state,
+            delete_missing=args.delete_missing,
             max_shard_size=args.max_shard_size,
-            attempts=args.attempts,
-            backoff_s=args.backoff_s,
-            timeout_s=args.timeout_s,
         )
     except (IncompleteModelFolder, CardError, PublishError) as error:
         raise UserError(str(error)) from error
