@@ -7,6 +7,7 @@ the command-level checks use tiny random models, whose quality is arbitrary but 
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -236,6 +237,45 @@ def test_fusion_weight_flag_is_checked_before_loading(capsys):
 
 
 # ---------------------------------------------------------------------------------------------- groups
+# ---------------------------------------------------------------------------------- against chance
+class _GivenScores(torch.nn.Module):
+    """A stand-in cross-encoder whose logits are the scores each batch carries."""
+
+    def forward(self, scores, **unused):
+        return SimpleNamespace(logits=scores)
+
+
+class _OneProcess:
+    def gather_for_metrics(self, value):
+        return value
+
+
+def test_the_reranker_states_chance_beside_its_metrics_and_warns_when_not_above_it():
+    """Groups of 1 positive (column 0) and 3 negatives: ranking at random puts the positive first one time in 4
+    (chance accuracy 0.25) at a mean reciprocal rank of (1 + 1/2 + 1/3 + 1/4) / 4; the run's last evaluation
+    warns when the model's accuracy is not above that."""
+    from briskbert.training.retrieval.reranker_task import RerankerTask
+    from briskbert.training.retrieval.reranking import group_ranking_metrics
+
+    first = [0.9, 0.1, 0.2, 0.3]  # the positive ranked first
+    last = [0.0, 0.1, 0.2, 0.3]  # the positive ranked last
+    batches = [{"scores": torch.tensor([first, last])}, {"scores": torch.tensor([last, last])}]
+    metrics = group_ranking_metrics(_GivenScores(), batches, _OneProcess())
+    assert metrics["accuracy"] == 0.25 and metrics["mrr"] == pytest.approx((1 + 3 / 4) / 4)
+    assert metrics["chance_accuracy"] == pytest.approx(0.25)
+    assert metrics["chance_mrr"] == pytest.approx((1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
+
+    task = RerankerTask.__new__(RerankerTask)  # its evaluation only, without a model folder to check
+    task.data = SimpleNamespace(num_negatives=3)
+    task.evaluate(_GivenScores(), batches, _OneProcess())
+    assert task.verdict == (
+        "eval_accuracy 0.2500 is not above 0.2500, what ranking the 1 positive among 4 passages at random "
+        "scores on the same evaluation data"
+    )
+    task.evaluate(_GivenScores(), [{"scores": torch.tensor([first, first, first, last])}], _OneProcess())
+    assert task.verdict is None
+
+
 def test_groups_draw_fresh_negatives_each_epoch_deterministically():
     pool = [f"negative {i}" for i in range(12)]
     groups = RerankGroups([RerankGroup("q", "p", ["own"] + pool)], num_negatives=3, seed=7, own_negative=True)
@@ -341,7 +381,7 @@ def test_finetune_reranker_without_validation_file_holds_out_an_article_and_choo
     history = [
         json.loads(line) for line in (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()
     ]
-    assert {"eval_accuracy", "eval_mrr"} <= set(history[-1])
+    assert {"eval_accuracy", "eval_mrr", "eval_chance_accuracy", "eval_chance_mrr"} <= set(history[-1])
 
     # evaluate-retrieval applies the saved weight by default.
     from briskbert.commands.evaluate_retrieval import main as evaluate

@@ -54,6 +54,15 @@ def evaluate_loss(model, dataloader, accelerator, count_items) -> dict:
     return {"loss": (totals[0] / totals[1]).item() if totals[1] else float("nan")}
 
 
+def not_above_baseline(name: str, value: float, baseline: float, baseline_is: str) -> str | None:
+    """One line when the model's metric ``name`` is not above ``baseline``, what ``baseline_is`` (a trivial
+    answer: chance, the majority class) scores on the same evaluation data; None when it is above. A task keeps
+    it as its ``verdict``, which the end of the run prints."""
+    if value > baseline:
+        return None
+    return f"{name} {value:.4f} is not above {baseline:.4f}, what {baseline_is} scores on the same evaluation data"
+
+
 class _LossRecorder:
     """A forward hook summing the model's own loss over evaluation batches, weighted by ``count_items``:
     gives ``eval_loss`` (and the validation curve) to task evaluations that only compute metrics."""

@@ -178,9 +178,18 @@ class RerankerTask(Task):
         )
 
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
+        from briskbert.training.engine.evaluation import not_above_baseline
         from briskbert.training.retrieval.reranking import group_ranking_metrics
 
-        return group_ranking_metrics(model, dataloader, accelerator)
+        metrics = group_ranking_metrics(model, dataloader, accelerator)
+        candidates = 1 + self.data.num_negatives
+        self.verdict = not_above_baseline(
+            "eval_accuracy",
+            metrics["accuracy"],
+            metrics["chance_accuracy"],
+            f"ranking the 1 positive among {candidates} passages at random",
+        )
+        return metrics
 
     def finish(self, final_dir: Path) -> None:
         """Choose the fusion weights on the validation queries, save them as ``final/fusion.json`` and state

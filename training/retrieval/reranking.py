@@ -233,15 +233,23 @@ class CrossEncoderForRanking(Wrapper):
 
 def group_ranking_metrics(model, dataloader, accelerator) -> dict:
     """``evaluate_fn`` for the loop: over validation groups (positive in column 0), the share whose positive
-    scores highest (``accuracy``) and the mean reciprocal rank of the positive (``mrr``)."""
+    scores highest (``accuracy``) and the mean reciprocal rank of the positive (``mrr``), beside what ranking
+    the group at random scores on them (``chance_accuracy``: one in the group's size; ``chance_mrr``: the mean
+    of 1/rank over its positions)."""
     from briskbert.training.engine.evaluation import evaluation_loop
 
     def per_group(batch, outputs):
         rank = 1 + (outputs.logits[:, 1:] > outputs.logits[:, :1]).sum(dim=1)
-        return {"rank": rank}
+        return {"rank": rank, "size": torch.full_like(rank, outputs.logits.shape[1])}
 
-    ranks = evaluation_loop(model, dataloader, accelerator, per_group)["rank"]
-    return {"accuracy": float((ranks == 1).float().mean()), "mrr": float((1 / ranks).mean())}
+    gathered = evaluation_loop(model, dataloader, accelerator, per_group)
+    ranks, sizes = gathered["rank"], gathered["size"].long().tolist()
+    return {
+        "accuracy": float((ranks == 1).float().mean()),
+        "mrr": float((1 / ranks).mean()),
+        "chance_accuracy": sum(1 / size for size in sizes) / len(sizes),
+        "chance_mrr": sum(sum(1 / rank for rank in range(1, size + 1)) / size for size in sizes) / len(sizes),
+    }
 
 
 # ------------------------------------------------------------------------------------------- inference
