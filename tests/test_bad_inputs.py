@@ -114,6 +114,11 @@ CASES = [
         "--label_names",
     ),
     Case(
+        "label-names-for-other-labels",  # 0/1 data: "1" would be called "neutral"
+        CLASSIFY + " --model_name_or_path {model} " + SST2 + " --label_names negative,neutral,positive",
+        "--label_names gives 3 names (label ids 0..2) but the labels found in",
+    ),
+    Case(
         "repeated-label-names",
         CLASSIFY + " --model_name_or_path {model} " + SST2 + " --label_names a,a",
         "repeats",

@@ -227,10 +227,40 @@ def test_label_names_name_integer_ids_and_order_text_labels():
     assert spec.config_kwargs()["id2label"] == {0: "negative", 1: "positive"}
     spec = infer_label_spec(["pos", "neg"], label_names=["pos", "neg"])  # text labels: the names fix the ids
     assert spec.encode("neg") == 1 and spec.label_list == ["pos", "neg"]
-    with pytest.raises(DataError, match=r"2 names \(label ids 0..1\) but the data has integer labels \[2\]"):
+    with pytest.raises(
+        DataError, match=r"2 names \(label ids 0..1\) but the labels found in .* are \[0, 1, 2\]"
+    ):
         infer_label_spec([0, 1, 2], label_names=["negative", "positive"])
     with pytest.raises(DataError, match=r"never seen in --label_names: \['neutral'\]"):
         infer_label_spec(["pos", "neutral"], label_names=["neg", "pos"])
+
+
+@pytest.mark.parametrize(
+    ("train_labels", "eval_labels", "names", "message"),
+    [  # three names for 0/1 data would call the positive class "neutral"
+        (
+            [0, 1, 1],
+            [1],
+            ["negative", "neutral", "positive"],
+            r"3 names \(label ids 0..2\) but the labels found in "
+            r"the training data and the evaluation data are \[0, 1\]; give one name per label found",
+        ),
+        (
+            ["1", "0"],
+            None,
+            ["0", "1", "2"],
+            r"names \['2'\], a label no row of the training data has \(labels "
+            r"found: \['0', '1'\]\); give exactly the labels found",
+        ),
+        (["pos", "neg"], ["neg"], ["neg", "neutral", "pos"], r"names \['neutral'\], a label no row"),
+    ],
+)
+def test_label_names_must_be_the_labels_found(train_labels, eval_labels, names, message):
+    with pytest.raises(DataError, match=message):
+        infer_label_spec(train_labels, eval_labels, label_names=names, source="the training data")
+    # a teacher's labels name classes the student learns from the teacher's outputs, with or without rows
+    spec = infer_label_spec(train_labels, eval_labels, label_names=names, every_name_seen=False)
+    assert spec.label_list == names
 
 
 def test_label_inference_rules():
@@ -272,7 +302,7 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
     with pytest.raises(DataError, match="no rows"):
         script.main([*base, "--train_file", empty])
     unseen = _write(tmp_path / "u.csv", "text,label\nfine,2\n")
-    with pytest.raises(DataError, match="data has integer labels \\[2\\]; give one name per label id"):
+    with pytest.raises(DataError, match=r"labels found in .* are \[0, 1, 2\]; give one name per label found"):
         script.main([*base, "--train_file", train, "--validation_file", unseen, "--label_names", "neg,pos"])
     commas = _write(tmp_path / "c.tsv", "sentence,label\ngood,1\nbad,0\n")  # a .tsv that is a CSV
     for flags in ([], ["--text_column", "sentence"]):

@@ -155,13 +155,15 @@ def infer_label_spec(
     label_names: list[str] | None = None,
     names_source: str = "--label_names",
     eval_source: str = "the evaluation data",
+    every_name_seen: bool = True,
 ) -> LabelSpec:
     """Decide the problem type and the label set from the (non-missing) training labels.
 
     ``label_names`` (``--label_names``, or a teacher's ``id2label`` when distilling, described by
     ``names_source``) fixes the class names and their ids: integer labels 0..K-1 are ids into it, text
-    labels must be among the names. Without it, text labels are kept as they are (sorted) and integer
-    labels are named by their value."""
+    labels must be among the names, and (``every_name_seen``: names the user gave, not a teacher's whose
+    classes the student learns from its outputs) every name must be a label found in the data. Without it,
+    text labels are kept as they are (sorted) and integer labels are named by their value."""
     if problem_type is not None and problem_type not in PROBLEM_TYPES:
         raise DataError(f"--problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
     if not train_labels:
@@ -208,19 +210,33 @@ def infer_label_spec(
     # Fixed names: integer labels index them (unless they are the names themselves, as a teacher trained
     # on integer labels records them); text labels must be names.
     label_names = list(label_names)
+    found = set(names) | eval_names
+    where = f"{source} and {eval_source}" if eval_labels else source
     if kind == "int" and not set(names) <= set(label_names):
         raw_ids = {str(i): i for i in range(len(label_names))}
-        outside = sorted((set(names) | eval_names) - set(raw_ids), key=int)
-        if outside:
+        ids = sorted(int(label) for label in found)
+        if set(ids) != set(range(len(label_names))) and (every_name_seen or not found <= set(raw_ids)):
             raise DataError(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
-                f"data has integer labels {[int(label) for label in outside[:10]]}; give one name per label id."
+                f"labels found in {where} are {ids[:20]}; give one name per label found, in id order."
             )
     else:
         _check_unseen(set(names), label_names, source, names_source)
         _check_unseen(eval_names, label_names, eval_source, names_source)
+        if every_name_seen:
+            _check_every_name_seen(label_names, found, names_source, where)
         raw_ids = {name: i for i, name in enumerate(label_names)}
     return LabelSpec(problem_type, label_list=label_names, raw_ids=raw_ids)
+
+
+def _check_every_name_seen(label_names, found: set, names_source: str, where: str) -> None:
+    """A name no row has would be a class the model never learns, and names given for other labels (three
+    for 0/1 data) would misname them: the names must be the labels found."""
+    if missing := [name for name in label_names if name not in found]:
+        raise DataError(
+            f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
+            "give exactly the labels found, in the id order you want."
+        )
 
 
 def _multi_label_spec(
@@ -349,6 +365,7 @@ def load_classification_data(
 
     train, train_report = checked(train, train_name)
     evaluation, eval_report = (None, None) if evaluation is None else checked(evaluation, eval_name)
+    every_name_seen = label_names is None  # a teacher's labels may include classes this data lacks
     if label_names is None and settings.label_names is not None:
         label_names = list(settings.label_names)
     spec = infer_label_spec(
@@ -360,6 +377,7 @@ def load_classification_data(
         label_names=label_names,
         names_source=names_source,
         eval_source=eval_name,
+        every_name_seen=every_name_seen,
     )
     return ClassificationData(train, evaluation, spec, text_column, [train_report, eval_report])
 
@@ -460,7 +478,7 @@ class ClassificationTask(Task):
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
         """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
-        from briskbert.training.engine.evaluation import evaluation_loop
+        from briskbert.training.engine.evaluation import evaluation_loop, majority_class, not_above_baseline
 
         spec = self.spec
         gathered = evaluation_loop(
@@ -470,11 +488,20 @@ class ClassificationTask(Task):
             lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
         )
         labels, logits = gathered["labels"].numpy(), gathered["logits"].numpy()
-        if spec.problem_type == "single_label_classification":
-            labels = labels.astype(int)
-            names = spec.id2label
-            self.verdict = not_learned([names[i] for i in logits.argmax(-1)], [names[i] for i in labels])
-        return classification_metrics(logits, labels, spec.problem_type)
+        if spec.problem_type != "single_label_classification":
+            return classification_metrics(logits, labels, spec.problem_type)
+        labels = labels.astype(int)
+        predicted, references = (
+            [spec.id2label[i] for i in logits.argmax(-1)],
+            [spec.id2label[i] for i in labels],
+        )
+        metrics = classification_metrics(logits, labels, spec.problem_type)
+        majority, metrics["majority_accuracy"] = majority_class(references)
+        accuracy, baseline = metrics["accuracy"], metrics["majority_accuracy"]
+        self.verdict = not_learned(predicted, references) or not_above_baseline(
+            "eval_accuracy", accuracy, baseline, f"answering {majority} for every example"
+        )
+        return metrics
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts
