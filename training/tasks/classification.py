@@ -13,7 +13,8 @@
 
 Without ``--label_names`` the classes are those of the training and evaluation data (a warning names any
 without a training example). Mixed label types, labels outside ``--label_names`` and regression on
-non-numeric labels raise a :class:`~training.task_data.DataError` naming the values.
+non-numeric labels raise a :class:`~training.task_data.DataError` naming the values, as do ``--label_names``
+that are not the labels found (three names for 0/1 labels, a name no row has).
 """
 
 from __future__ import annotations
