@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,12 @@ def evaluate_loss(model, dataloader, accelerator, count_items) -> dict:
                 )
     totals = accelerator.reduce(totals, "sum")
     return {"loss": (totals[0] / totals[1]).item() if totals[1] else float("nan")}
+
+
+def majority_class(labels: list) -> tuple[object, float]:
+    """The most frequent of ``labels`` and its share: the accuracy of answering it for every example."""
+    label, count = Counter(labels).most_common(1)[0]
+    return label, count / len(labels)
 
 
 def not_above_baseline(name: str, value: float, baseline: float, baseline_is: str) -> str | None:

@@ -1,0 +1,45 @@
+"""What answering the majority class scores on a classification job's own evaluation data: stated beside the
+model's accuracy at every evaluation, and the run's last evaluation warns when the model is not above it. (The
+re-ranker's chance level is checked in test_reranking.)"""
+
+from types import SimpleNamespace
+
+import torch
+
+from briskbert.training.tasks.classification import ClassificationTask, LabelSpec
+
+
+class _GivenLogits(torch.nn.Module):
+    """A stand-in classifier whose logits are the ones each batch carries."""
+
+    def forward(self, given, labels):
+        return SimpleNamespace(logits=given)
+
+
+class _OneProcess:
+    def gather_for_metrics(self, value):
+        return value
+
+
+def evaluate(predicted: list[int], labels: list[int]) -> tuple[dict, str | None]:
+    task = ClassificationTask.__new__(ClassificationTask)  # its evaluation only, without files to read
+    task.data = SimpleNamespace(spec=LabelSpec("single_label_classification", ["common", "rare"]))
+    given = torch.nn.functional.one_hot(torch.tensor(predicted), 2).float()
+    metrics = task.evaluate(_GivenLogits(), [{"given": given, "labels": torch.tensor(labels)}], _OneProcess())
+    return metrics, task.verdict
+
+
+def test_classification_states_the_majority_class_rate_and_warns_at_it():
+    """180 common and 20 rare examples: answering "common" every time scores 0.9. A model that finds every rare
+    one but calls 20 common ones rare is tied to the labels and beats that on macro-F1, yet its accuracy is
+    the same 0.9: not above the majority class, it is said so in one line."""
+    labels = [0] * 180 + [1] * 20
+    tied = [0] * 160 + [1] * 20 + [1] * 20
+    metrics, verdict = evaluate(tied, labels)
+    assert metrics["accuracy"] == 0.9 and metrics["majority_accuracy"] == 0.9
+    assert verdict == (
+        "eval_accuracy 0.9000 is not above 0.9000, what answering common for every example scores on the same "
+        "evaluation data"
+    )
+    metrics, verdict = evaluate([0] * 161 + [1] * 19 + [1] * 20, labels)
+    assert metrics["accuracy"] > 0.9 and verdict is None
