@@ -205,6 +205,26 @@ def test_the_draw_depends_on_seed_epoch_and_example_not_on_the_batch():
     assert len({tuple(d.tolist()) for d in draws.values()}) == 4
 
 
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_an_examples_mask_is_the_same_whatever_its_batch_row_padding_or_process(whole_word_mask):
+    # What resumed and multi-process runs rely on: a mask depends on (seed, epoch, idx) alone, not on the
+    # row, the other examples, the padded length, nor on the batches masked before.
+    def collator(**padding):
+        return MaskingCollator(Tokenizer(), 0.3, whole_word_mask=whole_word_mask, seed=5, **padding)
+
+    examples = [long_example(n=40 + 37 * i, idx=100 + i) for i in range(6)]  # six lengths
+    whole = collator()(examples)
+    reversed_rows = collator()(examples[::-1])
+    halves = collator()(examples[3:]), collator()(examples[:3])  # two processes, or a run resumed halfway
+    padded = collator(pad_to_multiple_of=512)(examples)
+    for i, example in enumerate(examples):
+        n = len(example["input_ids"])
+        for batch, row in ((reversed_rows, 5 - i), (halves[i < 3], i % 3), (padded, i)):
+            assert torch.equal(batch["input_ids"][row, :n], whole["input_ids"][i, :n])
+            assert torch.equal(batch["labels"][row, :n], whole["labels"][i, :n])
+    assert len({tuple((whole["labels"][i, :40] != -100).tolist()) for i in range(6)}) == 6  # each its own
+
+
 def test_without_idx_the_draw_is_keyed_by_the_content():
     collator = MaskingCollator(Tokenizer(), mlm_probability=0.3)
     a = {"input_ids": long_example(idx=1)["input_ids"]}

@@ -1,10 +1,12 @@
 """Masked-language-model masking as a collator: BERT's 80/10/10 rule, whole-word masking, specials kept.
 
-Each example's mask is drawn from its own random generator, seeded by ``(seed, epoch, example index)``:
+The whole batch is masked at once, with counter-based random numbers: every draw is a hash of ``(seed, epoch,
+example index, position)`` (the outputs of a splitmix64 sequence keyed by the example), so each example's mask
+is its own, whatever else is in its batch:
 
 * masking is **redrawn every time a sequence is seen** (the loop calls ``set_epoch`` at each epoch);
 * it is **reproducible**: a resumed run, or a run on 2 processes, draws exactly the same masks as an
-  uninterrupted 1-process run, since the draw does not depend on batch order or a global RNG;
+  uninterrupted 1-process run, since the draw does not depend on batch order, padding or a global RNG;
 * an evaluation collator with a fixed seed masks the validation set identically at every evaluation.
 
 Examples are dicts with ``input_ids`` (a list of ids with the special tokens already in place), optional
@@ -16,9 +18,26 @@ masked), and ``token_type_ids`` / ``next_sentence_label`` when the examples have
 from __future__ import annotations
 
 import zlib
+from itertools import chain
 
 import numpy as np
 import torch
+
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
+_STREAMS = 3  # draws per position: selection, action (mask, random or keep) and random token
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's output function: a bijection of uint64 whose outputs for consecutive inputs look independent."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+    return x ^ (x >> 31)
+
+
+def _uniforms(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
+    """Draws in [0, 1) that depend on (key, position, stream) alone: output ``3 * position + stream + 1`` of
+    the splitmix64 sequence that starts at ``key``."""
+    return (_mix(keys + (positions * _STREAMS + (stream + 1)) * _GOLDEN) >> 11) * 2.0**-53
 
 
 class MaskingCollator:
@@ -78,64 +97,61 @@ class MaskingCollator:
         self.epoch = epoch
 
     # ------------------------------------------------------------------------------------------ masking
-    def _rng(self, example: dict) -> np.random.Generator:
-        key = example.get("idx")
-        if key is None:
-            key = zlib.crc32(np.asarray(example["input_ids"], dtype=np.int64).tobytes())
-        return np.random.default_rng([self.seed, self.epoch, int(key)])
+    def _keys(self, examples: list[dict]) -> np.ndarray:
+        """Each example's key: (seed, epoch, idx) hashed; without ``idx`` the ids' content stands for it."""
+        indices = [
+            zlib.crc32(np.asarray(e["input_ids"], dtype=np.int64).tobytes())
+            if e.get("idx") is None
+            else int(e["idx"]) % 2**64
+            for e in examples
+        ]
+        base = _mix(_mix(np.asarray([self.seed % 2**64], dtype=np.uint64)) + self.epoch % 2**64)
+        return _mix(base + _mix(np.asarray(indices, dtype=np.uint64)))
 
-    def mask(self, input_ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """One sequence (no padding) -> (masked ids, labels). At least one token is selected."""
-        ids = input_ids.copy()
-        candidates = ~self.special[ids]
+    def mask(self, ids: np.ndarray, real: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A padded batch (``real`` marks the tokens that are not padding) -> (masked ids, labels). In every
+        row with a candidate, at least one token (or whole word) is selected."""
+        positions = np.arange(ids.shape[1], dtype=np.uint64)
+        draw = _uniforms(keys[:, None], positions, 0)
+        candidates = real & ~self.special[ids]
         if self.whole_word_mask:
             # A word starts at every candidate that is not a ## continuation; continuations join the word
-            # before them.
+            # before them, and a word is drawn at its start.
             starts = candidates & ~self.continuation[ids]
-            word_of = np.cumsum(starts) - 1
-            in_word = candidates & (word_of >= 0)
-            chosen_words = rng.random(max(int(starts.sum()), 1)) < self.mlm_probability
-            if not chosen_words.any() and starts.any():
-                chosen_words[rng.integers(int(starts.sum()))] = True
-            selected = in_word & chosen_words[np.clip(word_of, 0, None)]
+            word_start = np.maximum.accumulate(np.where(starts, np.arange(ids.shape[1]), -1), axis=1)
+            drawn = _at_least_one(starts & (draw < self.mlm_probability), starts, draw)
+            selected = candidates & (word_start >= 0) & np.take_along_axis(drawn, word_start.clip(0), axis=1)
         else:
-            selected = candidates & (rng.random(len(ids)) < self.mlm_probability)
-            if not selected.any() and candidates.any():
-                selected[rng.choice(np.flatnonzero(candidates))] = True
+            selected = _at_least_one(candidates & (draw < self.mlm_probability), candidates, draw)
         labels = np.where(selected, ids, -100)
-        action = rng.random(len(ids))
+        action = _uniforms(keys[:, None], positions, 1)
         to_mask = selected & (action < self.mask_replace_prob)
-        to_random = (
-            selected
-            & (action >= self.mask_replace_prob)
-            & (action < self.mask_replace_prob + self.random_replace_prob)
-        )
-        ids[to_mask] = self.mask_token_id
-        ids[to_random] = rng.choice(self.random_pool, size=int(to_random.sum()))
-        return ids, labels
+        to_random = selected & ~to_mask & (action < self.mask_replace_prob + self.random_replace_prob)
+        pick = (_uniforms(keys[:, None], positions, 2) * len(self.random_pool)).astype(np.int64)
+        ids = np.where(to_random, self.random_pool[pick], ids)
+        return np.where(to_mask, self.mask_token_id, ids), labels
 
     # ----------------------------------------------------------------------------------------- collation
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        length = max(len(e["input_ids"]) for e in examples)
+        lengths = np.asarray([len(e["input_ids"]) for e in examples])
+        length = int(lengths.max())
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
         n = len(examples)
         input_ids = np.full((n, length), self.pad_token_id, dtype=np.int64)
-        labels = np.full((n, length), -100, dtype=np.int64)
-        attention_mask = np.zeros((n, length), dtype=np.int64)
         has_types = "token_type_ids" in examples[0]
         token_type_ids = np.zeros((n, length), dtype=np.int64)
-        for row, example in enumerate(examples):
-            ids = np.asarray(example["input_ids"], dtype=np.int64)
-            masked, row_labels = self.mask(ids, self._rng(example))
-            input_ids[row, : len(ids)] = masked
-            labels[row, : len(ids)] = row_labels
-            attention_mask[row, : len(ids)] = 1
-            if has_types:
-                token_type_ids[row, : len(ids)] = example["token_type_ids"]
+        real = np.arange(length) < lengths[:, None]
+        input_ids[real] = np.fromiter(
+            chain.from_iterable(e["input_ids"] for e in examples), np.int64, real.sum()
+        )
+        if has_types:
+            types = chain.from_iterable(e["token_type_ids"] for e in examples)
+            token_type_ids[real] = np.fromiter(types, np.int64, real.sum())
+        input_ids, labels = self.mask(input_ids, real, self._keys(examples))
         batch = {
             "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(attention_mask),
+            "attention_mask": torch.from_numpy(real.astype(np.int64)),
             "labels": torch.from_numpy(labels),
         }
         if has_types:
@@ -143,6 +159,15 @@ class MaskingCollator:
         if "next_sentence_label" in examples[0]:
             batch["next_sentence_label"] = torch.tensor([e["next_sentence_label"] for e in examples])
         return batch
+
+
+def _at_least_one(selected: np.ndarray, candidates: np.ndarray, draw: np.ndarray) -> np.ndarray:
+    """``selected``, plus, in each row where it is empty but there are candidates, the candidate with the
+    lowest draw (a uniformly random one)."""
+    empty = ~selected.any(axis=1) & candidates.any(axis=1)
+    lowest = np.where(candidates, draw, 2.0).argmin(axis=1)
+    selected[np.flatnonzero(empty), lowest[empty]] = True
+    return selected
 
 
 def count_masked_tokens(batch: dict) -> torch.Tensor:
