@@ -157,6 +157,23 @@ CASES = [
         "no sentences",
     ),
     Case("conll-bad-tag", NER + " --model_name_or_path {model} --train_file {bad_tag_txt}", "X-PER"),
+    # a file of another shape is named as not CoNLL (it read as one sentence of texts tagged with labels)
+    Case(
+        "ner-tsv",
+        NER + " --model_name_or_path {model} " + SST2,
+        f"{DATA / 'sst2_train_excerpt.tsv'} is not a CoNLL file: line 2 ('when are bears bears and",
+    ),
+    Case(
+        "ner-json",
+        NER + " --model_name_or_path {model} " + SQUAD,
+        f"{DATA / 'xquad_en_excerpt.json'} is not a CoNLL file: line 1 is JSON",
+    ),
+    Case("ner-jsonl", NER + " --model_name_or_path {model} --train_file {bad_jsonl}", "line 1 is JSON"),
+    Case(
+        "ner-csv",
+        NER + " --model_name_or_path {model} --train_file {sst2_csv}",
+        "is not a CoNLL file: line 1 ('sentence,label') has one field, no tag; expected one token per line",
+    ),
     Case(
         "ner-missing-column",
         NER + " --model_name_or_path {model} " + CONLL + " --token_column words",

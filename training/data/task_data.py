@@ -182,15 +182,21 @@ class SkipReport:
 # --------------------------------------------------------------------------------------------------
 
 
+CONLL_FORMAT = "one token per line with its tag last (e.g. 'EU B-ORG'), a blank line between sentences"
+
+
 def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
     """A CoNLL-style file as a Dataset with ``tokens`` and ``tags`` (lists of strings).
 
     One token per line, the token in the first column and its tag in the last (so both the two-column
     form and CoNLL-2003's four columns work), a blank line between sentences, ``-DOCSTART-`` lines ignored.
+    A file of another shape (JSON, a table of texts and labels) is refused naming what its lines hold: every
+    token line has as many columns as the first, and a file that starts with a JSON value is JSON.
     """
     check_text_file(path, flag)
     sentences_tokens, sentences_tags = [], []
     tokens, tags = [], []
+    columns = None  # (how many, the line that set it)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             fields = line.split()
@@ -200,10 +206,18 @@ def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
                     sentences_tags.append(tags)
                     tokens, tags = [], []
                 continue
+            if columns is None and _is_json(line):
+                raise _not_conll(path, flag, f"line {number} is JSON ({line.strip()[:60]!r})")
             if len(fields) < 2:
-                raise DataError(
-                    f"{flag} {path}: line {number} ({line.strip()!r}) has one field; expected 'token tag' "
-                    "(token first, tag last, separated by whitespace)."
+                raise _not_conll(path, flag, f"line {number} ({line.strip()[:60]!r}) has one field, no tag")
+            if columns is None:
+                columns = (len(fields), number)
+            elif len(fields) != columns[0]:
+                raise _not_conll(
+                    path,
+                    flag,
+                    f"line {number} ({line.strip()[:60]!r}) has {len(fields)} whitespace-separated fields and "
+                    f"line {columns[1]} has {columns[0]} (a text per line, not a token)",
                 )
             tokens.append(fields[0])
             tags.append(fields[-1])
@@ -213,6 +227,22 @@ def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
     if not sentences_tokens:
         raise DataError(f"{flag} {path} has no sentences (only blank or -DOCSTART- lines).")
     return datasets.Dataset.from_dict({"tokens": sentences_tokens, "tags": sentences_tags})
+
+
+def _is_json(line: str) -> bool:
+    """Whether a file's first line opens JSON: a lone ``{``/``[`` (indented JSON) or a whole object or array
+    (JSON lines)."""
+    line = line.strip()
+    if line in ("{", "["):
+        return True
+    try:
+        return line[0] in "{[" and isinstance(json.loads(line), (dict, list))
+    except ValueError:
+        return False
+
+
+def _not_conll(path: str, flag: str, found: str) -> DataError:
+    return DataError(f"{flag} {path} is not a CoNLL file: {found}; expected {CONLL_FORMAT}.")
 
 
 def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str]]:
