@@ -73,8 +73,6 @@ SENTENCE_TRANSFORMERS_FILES = (
 
 def check_output_dir(model_dir: Path, output_dir: Path, overwrite: bool) -> None:
     output_dir, model_dir = Path(output_dir), Path(model_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UserError(f"--output_dir {output_dir} is a file; pass a folder.")
     if output_dir.exists() and model_dir.resolve() in (output_dir.resolve(), *output_dir.resolve().parents):
         raise UserError(f"--output_dir {output_dir} holds the source --model_dir; choose a new folder.")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:

@@ -442,3 +442,70 @@ def test_a_lock_released_cleanly_leaves_no_file_and_is_free_again(tmp_path):
     assert not (tmp_path / LOCK_FILE).exists()
     with folder_lock(tmp_path) as leftover:  # nobody's leftover: nothing to report
         assert leftover is None
+
+
+# ------------------------------------------------------------------------------ an output folder no job can use
+# Every job that writes a folder, with its other required flags (their values are never read: the output
+# folder is refused first).
+OUTPUT_JOBS = {
+    "quickstart": [],
+    "train-tokenizer": ["--vocab_size", "100"],
+    "pretrain": [],
+    "ablate": ["--configs", "bert:bert-tiny"],
+    "convert": ["--src", "model"],
+    "finetune-classification": [],
+    "finetune-ner": [],
+    "finetune-qa": [],
+    "finetune-embeddings": ["--train_file", "pairs.tsv"],
+    "finetune-reranker": ["--train_file", "pairs.tsv"],
+    "evaluate-similarity": ["--model_name_or_path", "model", "--file", "pairs.tsv"],
+    "build-index": ["--model_name_or_path", "model"],
+    "evaluate-retrieval": ["--model_name_or_path", "model"],
+    "open-domain-qa": ["--retriever_model_name_or_path", "model", "--reader_model_name_or_path", "model"],
+    "distill": ["--teacher_model", "model"],
+    "export-onnx": ["--model_dir", "model"],
+    "export-family": ["--model_dir", "model"],
+    "quantize": ["--model_dir", "model"],
+}
+UNUSABLE = {  # an output folder -> what the one line says
+    "file": ("notes.txt", "notes.txt is a file, not a folder; pass a folder"),
+    "under a file": ("notes.txt/run", "notes.txt/run is inside notes.txt, which is a file, not a folder"),
+    "dangling symlink": ("gone", "gone is a symbolic link to the missing nowhere; create nowhere or pass"),
+}
+
+
+def test_every_job_that_writes_a_folder_is_checked():
+    from briskbert import cli
+
+    assert set(OUTPUT_JOBS) == set(cli.COMMANDS) - {
+        "local-hub",
+        "publish",
+    }  # those two write no output folder
+
+
+@pytest.mark.parametrize("case", UNUSABLE)
+@pytest.mark.parametrize("job", OUTPUT_JOBS)
+def test_an_unusable_output_folder_is_one_line_naming_the_flag_exit_2(
+    job, case, tmp_path, monkeypatch, capsys
+):
+    from briskbert import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # cli.main names the program in argv[0]
+    Path("notes.txt").write_text("not a folder\n")
+    os.symlink("nowhere", "gone")
+    folder, said = UNUSABLE[case]
+    flag = "--out" if job == "convert" else "--output_dir"
+    assert cli.main([job, *OUTPUT_JOBS[job], flag, folder]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {flag} {said}") and error.count("\n") == 1, error
+    assert sorted(os.listdir()) == ["gone", "notes.txt"] and Path("notes.txt").is_file()  # nothing written
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write any folder")
+def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):
+    locked_out = tmp_path / "read-only"
+    locked_out.mkdir(mode=0o555)
+    with pytest.raises(UserError, match="read-only/run is inside .*read-only, which is not writable"):
+        with folder_lock(locked_out / "run"):
+            pass

@@ -252,14 +252,37 @@ class FolderBusy(UserError):
         self.folder, self.holder = folder, holder
 
 
+def output_folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why ``folder`` cannot be a job's output folder, in words that follow its name (it must be a folder
+    this user can write, or be made inside one); None when it can be."""
+    folder = Path(folder)
+    for path in (folder, *folder.parents):  # the folder, or the nearest one above it that exists
+        subject = str(folder) if path == folder else f"{folder} is inside {path}, which"
+        if path.is_symlink() and not path.exists():
+            target = os.readlink(path)
+            return f"{subject} is a symbolic link to the missing {target}; create {target} or pass another folder"
+        if not path.exists():
+            continue
+        if not path.is_dir():
+            return f"{subject} is a file, not a folder; pass a folder (a missing one is made)"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{subject} is not writable by this user; pass a folder you can write to"
+        return None
+    return None
+
+
 @contextmanager
 def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
     """Hold ``folder``'s lock (``.briskbert.lock``, an advisory ``flock``) for the body: one writer per
     folder. A lock held by a live process raises :class:`FolderBusy`; the operating system releases the lock
     of a process that died, so its leftover file is taken over. Yields what the leftover file said about its
     dead writer (to be reported), or None. A release deletes the file, and the folder too when the lock
-    made it and nothing was written into it (a run refused at its first check leaves nothing behind)."""
+    made it and nothing was written into it (a run refused at its first check leaves nothing behind). A folder
+    that cannot be one (:func:`output_folder_problem`) is a :class:`UserError`."""
     folder = Path(folder)
+    problem = output_folder_problem(folder)
+    if problem:
+        raise UserError(problem)
     made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
