@@ -33,13 +33,13 @@ def speed_section(facts: dict) -> str:
         return ""
     rows = "\n".join(
         f"| {'**' + row['backend'] + '**' if row['backend'] == choice['backend'] else row['backend']} | "
-        f"{row['tokens_per_second']:,.0f} | {row['speedup']:.2f}x | {row['agreement']:.4f} | "
+        f"{row['tokens_per_second']:,.0f} | {row['speedup']:.2f}x{_spread(row)} | {row['agreement']:.4f} | "
         f"{'yes' if row['passed'] else 'no: ' + row['note']} |"
         for row in choice["candidates"]
     )
     return f"""## Speed
 
-Kept: **{choice["backend"]}**, {choice["speedup"]:.2f}x the fp32 model's real tokens/s
+Kept: **{choice["backend"]}**, {choice["speedup"]:.2f}x the fp32 model's real tokens/s{_spread(choice)}
 (`--backend {choice["requested"]}`), timed on the machine that quantized it: {choice["timed_on"]}.
 Another CPU may rank the backends differently: run `briskbert quantize` there.
 
@@ -47,6 +47,15 @@ Another CPU may rank the backends differently: run `briskbert quantize` there.
 |---|---:|---:|---:|---|
 {rows}
 """
+
+
+def _spread(measured: dict) -> str:
+    """`` (1.30-2.41x over 3 rounds)``: the single rounds' lowest and highest speed-up (folders written before
+    the spread was recorded have none)."""
+    if "speedup_range" not in measured:
+        return ""
+    low, high = measured["speedup_range"]
+    return f" ({low:.2f}-{high:.2f}x over {measured['rounds']} rounds)"
 
 
 def evaluation_table(facts: dict) -> str:

@@ -148,6 +148,8 @@ def quantization_facts(
             "requested": request.backend,
             "backend": backend,
             "speedup": round(chosen.speedup, 3),
+            "speedup_range": [round(value, 3) for value in chosen.speedup_range],
+            "rounds": chosen.rounds,
             "tokens_per_second": round(chosen.tokens_per_second, 1),
             "timed_on": timed_on,
             "candidates": [asdict(row) for row in result.speed],
@@ -347,7 +349,7 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
         text = Path(request.text_file).name if request.text_file else "the bundled WikiText-2 excerpt"
         timed_on = (
             f"{len(timing)} batches of {text} sentences sorted by length, {real_tokens} real tokens, "
-            f"{torch.get_num_threads()} threads, median of 3 interleaved rounds"
+            f"{torch.get_num_threads()} threads, median of {rows[0].rounds} interleaved rounds"
         )
         facts = quantization_facts(
             result, request, embedding, f"{examples} padded text pairs from {text}", timed_on
