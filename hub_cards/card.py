@@ -385,10 +385,20 @@ def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:
         for key, label, fmt in TRAINING_ROWS
         if values[key] not in (None, "", (), {})
     ]
-    best = run.best_metric
-    if best is not None:
-        rows.append(("best checkpoint", f"{best.name} {_fmt(best.value)} at step {_fmt(best.step)}"))
+    if run.best_metric is not None and run.train_steps is not None:
+        rows.append(("weights in this folder", _weights(run.best_metric, run.train_steps)))
     return rows
+
+
+def _weights(best, last_step: int) -> str:
+    """Which step's weights a run's final folder holds (its last), and where its best evaluation was."""
+    here = f"step {last_step:,}, the run's last"
+    if best.step is None or best.value is None:
+        return here
+    measured = f"{_metric_name(best.name)} {_fmt(best.value)}"
+    if best.step == last_step:
+        return f"{here} and its best by {measured}"
+    return f"{here}; its best, {measured} at step {best.step:,}, is in the run's `best/` folder"
 
 
 def _quantization_rows(quantization: dict | None) -> list[tuple[str, str]]:

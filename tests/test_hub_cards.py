@@ -274,8 +274,16 @@ def test_the_card_reads_every_job_fact_it_shows(tmp_path):
     assert "sentiment" in data["tags"] and data["library_name"] == "transformers"
     assert "English movie reviews only." in card.text and "(validation split)" in card.text
     assert data["model-index"][0]["name"] == "sst2-tiny"
-    assert "| best checkpoint | eval_accuracy 0.9 at step 10 |" in card.text
     assert "| optimizer steps | 20 |" in card.text
+    # The final folder holds the last step's weights, not the best evaluation's: the card says which is where.
+    assert (
+        "| weights in this folder | step 20, the run's last; its best, accuracy 0.9 at step 10, is in the "
+        "run's `best/` folder |"
+    ) in card.text and "best checkpoint" not in card.text
+    run = dataclasses.replace(run, best_metric=BestMetric("eval_accuracy", 0.85, 20))
+    write_training_facts(folder, TrainingFacts(job, run))
+    text = render_card(folder, "testuser/m").text
+    assert "| weights in this folder | step 20, the run's last and its best by accuracy 0.85 |" in text
 
 
 def test_training_rows_name_fields_of_the_facts():
