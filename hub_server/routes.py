@@ -186,7 +186,7 @@ def lfs_batch(req: Request) -> Response:
         if obj.size > req.hub.limits.max_upload_bytes:
             limit = req.hub.limits.max_upload_bytes
             entry["error"] = {"code": 413, "message": f"{obj.size} bytes is over the upload limit of {limit}"}
-        elif not req.hub.storage.has_blob(obj.oid, obj.size):
+        elif not req.hub.storage.reuse_blob(obj.oid, obj.size):
             query = req.hub.signed_query(req.repo_type, req.repo_id, obj.oid, obj.size)
             where = f"{req.repo_type}/{req.repo_id}/{obj.oid}?{query}"
             entry["actions"] = {
@@ -334,7 +334,7 @@ def commits(req: Request) -> Response:
     """A revision's history, newest first, a page at a time (``Link: <...>; rel="next"``)."""
     st = req.hub.storage
     formatted = req.query.get("expand[]") == ["formatted"] or "formatted" in req.query.get("expand", [])
-    start = req.arg("cursor") or st.resolve(req.repo_type, req.repo_id, req.params["rev"])
+    start = st.resolve(req.repo_type, req.repo_id, req.arg("cursor") or req.params["rev"])
     history, next_id = st.history(req.repo_type, req.repo_id, start, req.page_size(COMMITS_PAGE))
     out = []
     for c in history:

@@ -303,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ---- the shared concerns, once for every route --------------------------------------------------
     def _dispatch(self) -> None:
         method = self.command
-        self._status = 0
+        self._status, self._logged = 0, False
         target = urllib.parse.urlsplit(self.path)
         body = None
         try:
@@ -347,7 +347,7 @@ class _Handler(BaseHTTPRequestHandler):
             logger.exception("internal error")
             self._write_error(ServerError(f"Internal server error: {type(e).__name__}"), body)
         finally:
-            self.server.log_request_line(method, target.path, self._status)
+            self._log()
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _dispatch
 
@@ -395,6 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not keep_alive:
             self.close_connection = True
         self._status = response.status
+        self._log()  # before the answer leaves: a client that has it finds its request in the log
         pieces = response.body if isinstance(response.body, tuple) else (response.body,)
         length = response.length if response.file is not None else sum(len(p) for p in pieces)
         # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
@@ -451,6 +452,11 @@ class _Handler(BaseHTTPRequestHandler):
             if not data:
                 break
             dropped += len(data)
+
+    def _log(self) -> None:
+        if not self._logged:
+            self._logged = True
+            self.server.log_request_line(self.command, urllib.parse.urlsplit(self.path).path, self._status)
 
     def _drop(self) -> None:
         self._status = -1

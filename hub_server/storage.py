@@ -14,7 +14,8 @@ Layout under ``data_dir``::
 A commit is visible only once ``refs.json`` names it, and ``refs.json`` is replaced with ``os.replace``
 after the blobs, the file table and the commit object are on disk. A crash at any earlier point leaves at
 most unreferenced blobs or commits behind, a failed write (a full disk) only blobs; readers never see half
-a commit.
+a commit. A commit is served only while a ref reaches it; deleting a ref collects what no ref reaches any more
+(``_collect``).
 
 The repos are also known in memory (``RepoRecord``): whether a repo exists and who may see it is answered
 without touching the disk, the same way for a private repo as for a missing one. Each commit's files are
@@ -63,6 +64,7 @@ _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _NO_REFS = {"branches": {}, "tags": {}}
 _VERIFIED_ENTRIES = 100_000
+UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
 
 
 def _meta_problem(meta) -> str | None:
@@ -198,10 +200,7 @@ class BlobWriter:
                     f"(got sha256 {sha}, size {self.size})",
                     code="BadOid",
                 )
-            target = self._storage.blob_path(sha)
-            if not target.is_file():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(self._tmp, target)
+            self._storage.keep_blob(sha, self._tmp)
             return StoredBlob(sha, self.size, bytes(self._sample))
         finally:
             self.abort()
@@ -235,6 +234,11 @@ class Storage:
         self._locks_guard = threading.Lock()
         self._repos: dict[tuple[str, str], RepoRecord] = {}
         self._verified: dict[str, tuple] = {}  # blobs whose content matched, with the status they had then
+        # Collection (``_collect``): the commits each repo's refs reach, per set of heads; blobs uploaded for a
+        # commit no ref names yet, with when; one lock for ref changes, blob arrivals and collection.
+        self._reached: dict[Path, tuple[frozenset, frozenset]] = {}
+        self._unnamed: dict[str, float] = {}
+        self._gc_lock = threading.Lock()
         self._load_repos()
 
     def clean_tmp(self) -> int:
@@ -321,9 +325,28 @@ class Storage:
 
     def put_bytes(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
-        if not self.has_blob(sha):
-            self._write_atomic(self.blob_path(sha), data)
+        if not self.reuse_blob(sha, len(data)):
+            self.put_stream([data], sha, len(data))
         return sha
+
+    def keep_blob(self, sha256: str, written: str) -> None:
+        """Move the complete file ``written`` into the store as blob ``sha256`` (unless it is there already),
+        and keep the blob from collection until a commit names it (or ``UNNAMED_BLOB_S`` passed)."""
+        target = self.blob_path(sha256)
+        with self._gc_lock:
+            self._unnamed[sha256] = time.monotonic()
+            if not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(written, target)
+
+    def reuse_blob(self, sha256: str, size: int) -> bool:
+        """Whether blob ``sha256`` of ``size`` bytes is stored; if so it is kept, as ``keep_blob`` keeps it, for
+        the commit the client will send without uploading it again."""
+        with self._gc_lock:
+            found = self.has_blob(sha256, size)
+            if found:
+                self._unnamed[sha256] = time.monotonic()
+            return found
 
     def blob_writer(self) -> BlobWriter:
         return BlobWriter(self)
@@ -425,7 +448,8 @@ class Storage:
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
             try:  # a failure (a full disk) leaves no folder behind
                 self._write_atomic(d / "meta.json", json.dumps(meta).encode())
-                self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
+                with self._gc_lock:
+                    self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
             except BaseException:
                 shutil.rmtree(d, ignore_errors=True)
                 raise
@@ -441,8 +465,11 @@ class Storage:
             if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
                 raise repo_not_found(repo_type, repo_id)  # deleted by a racing request
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
-            os.replace(d, trash)  # atomic disappearance; blobs stay (they may be shared)
+            os.replace(d, trash)  # atomic disappearance; then its blobs no other repo names
             shutil.rmtree(trash, ignore_errors=True)
+            self._reached.pop(d, None)
+            with self._gc_lock:
+                self._collect_blobs()
         self.indexes.drop((repo_type, repo_key(repo_id)))
 
     # ---- refs and commits ---------------------------------------------------------------------
@@ -453,8 +480,9 @@ class Storage:
     def resolve(self, repo_type: str, repo_id: str, revision: str) -> str:
         d = self.require(repo_type, repo_id)
         refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
-        # A commit id first: ref names can never look like one, so a branch cannot shadow a commit.
-        if _COMMIT_RE.fullmatch(revision) and (d / "commits" / f"{revision}.json").is_file():
+        # A commit id first: ref names can never look like one, so a branch cannot shadow a commit. Only commits
+        # a ref reaches are served: those of a deleted branch are gone, even before their files are.
+        if _COMMIT_RE.fullmatch(revision) and revision in self._reachable(d, refs):
             return revision
         for prefix, kind in (
             ("refs/heads/", "branches"),
@@ -548,15 +576,20 @@ class Storage:
                     f"(parentCommit {parent} is not the head {head} of {branch})"
                 )
             files = self.index(repo_type, repo_id, head).as_dict()
-            for op in operations:
-                _apply(files, op, self.has_blob)
-            if len(files) > self.max_repo_files:
-                raise PayloadTooLarge(
-                    f"This commit would leave {len(files)} files in {repo_id}; a revision holds at most "
-                    f"{self.max_repo_files}",
-                    code="TooManyFiles",
-                )
-            return self._write_commit(d, head, files, title, message, author, refs, branch)
+            with self._gc_lock:  # the blobs checked here stay until the commit names them
+                for op in operations:
+                    _apply(files, op, self.has_blob)
+                if len(files) > self.max_repo_files:
+                    raise PayloadTooLarge(
+                        f"This commit would leave {len(files)} files in {repo_id}; a revision holds at most "
+                        f"{self.max_repo_files}",
+                        code="TooManyFiles",
+                    )
+                cid = self._write_commit(d, head, files, title, message, author, refs, branch)
+                for op in operations:
+                    if isinstance(op, AddFile):
+                        self._unnamed.pop(op.entry.sha256, None)
+                return cid
 
     def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None) -> None:
         """Create (target set) or delete (target None) a branch or tag. Branches and tags share one namespace:
@@ -564,7 +597,7 @@ class Storage:
         d = self.require(repo_type, repo_id)
         if target is not None:
             validate_ref_name(name)
-        with self._lock(str(d)):
+        with self._lock(str(d)), self._gc_lock:
             refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
             table = refs[kind]
             what = "Branch" if kind == "branches" else "Tag"
@@ -585,3 +618,64 @@ class Storage:
             else:
                 table[name] = target
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
+            if target is None:
+                self._collect(repo_type, repo_id, d, refs)
+
+    # ---- collection: what no ref reaches is removed ------------------------------------------------------
+    def _reachable(self, d: Path, refs: dict) -> frozenset[str]:
+        """The commits the refs of the repo in ``d`` reach (each ref's commit and its ancestors), worked out
+        once per set of heads."""
+        heads = frozenset(cid for kind in ("branches", "tags") for cid in refs[kind].values())
+        known = self._reached.get(d)
+        if known is not None and known[0] == heads:
+            return known[1]
+        seen: set[str] = set()
+        todo = list(heads)
+        while todo:
+            cid = todo.pop()
+            if cid not in seen:
+                seen.add(cid)
+                commit = self._read_json(
+                    d / "commits" / f"{cid}.json", RevisionNotFound(f"Invalid rev id: {cid}")
+                )
+                todo += [commit["parent"]] if commit.get("parent") else []
+        self._reached[d] = (heads, frozenset(seen))
+        return self._reached[d][1]
+
+    def _collect(self, repo_type: str, repo_id: str, d: Path, refs: dict) -> None:
+        """After a ref was deleted (under ``_gc_lock``, its ``refs.json`` written): remove the commits no ref
+        reaches any more, then their file tables, then the blobs no reachable commit of any repo names. A
+        commit no ref reaches is not served from the moment ``refs.json`` changed, and each step removes only
+        what nothing that stays refers to, so a crash at any point leaves a whole store; the next collection
+        removes what it left."""
+        keep = self._reachable(d, refs)
+        for folder in ("commits", "trees"):
+            for path in (d / folder).glob("*.json"):
+                if path.stem not in keep:
+                    path.unlink(missing_ok=True)
+                    self.indexes.drop((repo_type, repo_key(repo_id), path.stem))
+        self._collect_blobs()
+
+    def _collect_blobs(self) -> None:
+        """Remove the blobs no commit reachable in any repo names, except those uploaded for a commit to come
+        (``keep_blob``). A repo that cannot be read (damaged) keeps every blob."""
+        now = time.monotonic()
+        self._unnamed = {sha: t for sha, t in self._unnamed.items() if now - t < UNNAMED_BLOB_S}
+        named = set(self._unnamed)
+        try:
+            for refs_file in (self.root / "repos").glob("*/*/*/refs.json"):
+                d = refs_file.parent
+                for cid in self._reachable(d, self._read_json(refs_file, BadRequest("gone"))):
+                    commit = self._read_json(d / "commits" / f"{cid}.json", BadRequest("gone"))
+                    files = (
+                        commit["files"]
+                        if "files" in commit
+                        else self._read_json(d / "trees" / f"{cid}.json", BadRequest("gone"))
+                    )
+                    named.update(entry["sha256"] for entry in files.values())
+        except (HubError, OSError, KeyError, TypeError, AttributeError) as e:
+            logger.warning("blobs not collected: %s", e)
+            return
+        for path in Path(self._blobs).glob("*/*"):
+            if path.name not in named:
+                path.unlink(missing_ok=True)

@@ -10,7 +10,8 @@ import hashlib
 import pytest
 
 from briskbert.hub_server.errors import BadRequest, Forbidden, RevisionNotFound
-from briskbert.hub_server.storage import DeleteFile, DeleteFolder, Storage, looks_like_lfs
+from briskbert.hub_server.index import git_blob_oid
+from briskbert.hub_server.storage import AddFile, DeleteFile, DeleteFolder, FileEntry, Storage, looks_like_lfs
 
 
 @pytest.fixture
@@ -39,6 +40,29 @@ def test_main_cannot_be_deleted_and_any_other_branch_can(storage):
     assert set(storage.refs("model", "me/repo")["branches"]) == {"main"}
     with pytest.raises(Forbidden, match="main branch cannot be deleted"):
         storage.set_ref("model", "me/repo", "branches", "main", None)
+
+
+def test_blobs_sent_or_offered_for_a_commit_to_come_outlive_a_collection(storage):
+    """A branch deletion collects the blobs no commit names, but not one a client uploaded (or was told is
+    stored, so it skipped the upload) for the commit it is about to send."""
+    main = storage.resolve("model", "me/repo", "main")
+    entries = [
+        FileEntry(f"{n}.txt", hashlib.sha256(n.encode()).hexdigest(), len(n), git_blob_oid(n.encode()), False)
+        for n in ("sent", "offered")
+    ]
+    storage.put_bytes(b"sent")
+    storage.set_ref("model", "me/repo", "branches", "old", main)
+    storage.commit("model", "me/repo", "old", [AddFile(entries[0])], "t", "", "me")
+    storage.put_bytes(b"offered")
+    storage.commit("model", "me/repo", "old", [AddFile(entries[1])], "t", "", "me")
+    assert storage.reuse_blob(entries[1].sha256, entries[1].size)  # stored: the client will not send it again
+    storage.set_ref("model", "me/repo", "branches", "old", None)  # collects: "sent" was named, then dropped
+    assert [storage.has_blob(e.sha256) for e in entries] == [False, True]
+    storage.commit("model", "me/repo", "main", [AddFile(entries[1])], "t", "", "me")
+    assert (
+        storage.files("model", "me/repo", storage.resolve("model", "me/repo", "main"))["offered.txt"]
+        == entries[1]
+    )
 
 
 def test_commit_operations_keep_the_path_they_checked():

@@ -11,9 +11,22 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
-from hub_fixtures import ROOT, TOKEN, client_env, file_line, make_tiny_bert, ndjson, run_client
+from hub_fixtures import (
+    COMMIT_HEADER,
+    ROOT,
+    TOKEN,
+    api,
+    client_env,
+    file_line,
+    make_repo,
+    make_tiny_bert,
+    ndjson,
+    run_client,
+    socket_errors_ignored,
+)
 
 from briskbert.hub_server import BackgroundHub, HubError, Storage
 from briskbert.hub_server.storage import AddFile, FileEntry, git_blob_oid
@@ -454,3 +467,63 @@ def test_a_port_in_use_is_one_line_naming_it_and_nothing_is_served(tmp_path):
     assert proc.stderr.strip() == (
         f"error: --port {port} is already in use on 127.0.0.1: pick another --port, or --port 0 for a free one"
     )
+
+
+def blob_file(data_dir: Path, content: bytes) -> Path:
+    sha = hashlib.sha256(content).hexdigest()
+    return data_dir / "blobs" / sha[:2] / sha
+
+
+def commit_to(hub, branch: str, *files: tuple[str, bytes], repo: str = "testuser/r") -> str:
+    lines = ndjson(COMMIT_HEADER, *(file_line(path, content) for path, content in files))
+    status, answer = api(hub, "POST", f"/api/models/{repo}/commit/{branch}", lines)
+    assert status == 200, answer
+    return answer["commitOid"]
+
+
+def test_a_deleted_branch_takes_the_commits_and_blobs_only_it_reached(tmp_path):
+    data = tmp_path / "data"
+    with BackgroundHub(data, TOKEN) as h:
+        main = make_repo(h, "r")
+        make_repo(h, "other")
+        commit_to(h, "main", ("shared.txt", b"shared"), repo="testuser/other")
+        for branch in ("staging", "tagged"):
+            assert api(h, "POST", f"/api/models/testuser/r/branch/{branch}", {})[0] == 200
+        staged = commit_to(h, "staging", ("secret.txt", b"unverified"), ("copy.txt", b"shared"))
+        tagged = commit_to(h, "tagged", ("t.txt", b"tagged"))
+        assert api(h, "POST", "/api/models/testuser/r/tag/tagged", {"tag": "v1"})[0] == 200
+        assert blob_file(data, b"unverified").is_file()
+        for branch in ("staging", "tagged"):
+            assert api(h, "DELETE", f"/api/models/testuser/r/branch/{branch}")[0] == 200
+        for path in (f"/api/models/testuser/r/revision/{staged}", f"/testuser/r/resolve/{staged}/secret.txt"):
+            assert api(h, "GET", path) == (404, {"error": f"Invalid rev id: {staged}"})
+        assert not blob_file(data, b"unverified").exists()
+        assert not list(data.glob(f"repos/*/*/*/*/{staged}.json"))
+        assert blob_file(data, b"shared").is_file()  # another repo's commit names it
+        assert api(h, "GET", f"/testuser/r/resolve/{tagged}/t.txt") == (200, b"tagged")  # a tag reaches it
+        assert api(h, "GET", f"/testuser/r/resolve/{main}/.gitattributes")[0] == 200
+
+
+def test_a_crash_while_collecting_leaves_a_whole_store_and_the_next_collection_ends_it(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    with BackgroundHub(data, TOKEN) as h:
+        make_repo(h, "r")
+        for branch in ("staging", "later"):
+            assert api(h, "POST", f"/api/models/testuser/r/branch/{branch}", {})[0] == 200
+        staged = commit_to(h, "staging", ("secret.txt", b"unverified"))
+        kept = commit_to(h, "main", ("kept.txt", b"kept"))
+
+        def power_lost(path, missing_ok=False):
+            raise OSError("the power went out")
+
+        with monkeypatch.context() as patched, socket_errors_ignored():
+            patched.setattr(Path, "unlink", power_lost)  # the refs moved; nothing of the clean happened
+            api(h, "DELETE", "/api/models/testuser/r/branch/staging")
+    assert blob_file(data, b"unverified").is_file()
+    with BackgroundHub(data, TOKEN) as h:
+        assert api(h, "GET", f"/api/models/testuser/r/revision/{staged}")[0] == 404
+        assert api(h, "GET", f"/testuser/r/resolve/{kept}/kept.txt") == (200, b"kept")
+        assert api(h, "DELETE", "/api/models/testuser/r/branch/later")[0] == 200
+        assert not blob_file(data, b"unverified").exists()
+        assert not list(data.glob(f"repos/*/*/*/*/{staged}.json"))
+        assert api(h, "GET", "/testuser/r/resolve/main/kept.txt") == (200, b"kept")

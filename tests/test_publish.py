@@ -689,19 +689,9 @@ def test_a_shard_outside_the_folder_is_refused(folder, tmp_path):
         publish(copy, "testuser/sst2", dry_run=True, log=lambda *_: None)
 
 
-# The local Hub's side (storage stops serving a commit only a deleted branch reached) is another change: the
-# "by its id" case is marked xfail(strict) until it lands, and then fails as XPASS until the mark is removed.
 @pytest.mark.parametrize(
     "reach",
-    [
-        "by the staging branch",
-        pytest.param(
-            "by its id",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the local Hub still serves a commit that only a deleted branch reached"
-            ),
-        ),
-    ],
+    ["by the staging branch", "by its id"],
 )
 def test_a_commit_that_fails_verification_is_out_of_reach(folder, hub, tmp_path, monkeypatch, reach):
     """Read with the real huggingface_hub client over HTTP: while verification runs, the staged commit serves
