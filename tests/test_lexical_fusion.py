@@ -221,8 +221,8 @@ def test_summary_names_every_weight_and_the_chosen_point():
     fusion = Fusion(0.1, 20.0, 10, num_queries=96, retrieval={"mrr@10": 0.8, "recall@1": 0.7}, curve=curve,
                     lexical_weight=0.55)  # fmt: skip
     assert fusion.summary() == (
-        "Fusion weights re-ranker 0.1, BM25 0.55 (retriever 0.35) chosen on 96 validation queries: MRR@10 90.0 "
-        "(retrieval 80.0, re-ranker alone 40.0), Recall@1 85.0 (retrieval 70.0, re-ranker alone 30.0)."
+        "Fusion weights re-ranker 0.1, BM25 0.55 (retriever 0.35) chosen on 96 validation queries: MRR@10 0.900 "
+        "(retrieval 0.800, re-ranker alone 0.400), Recall@1 0.850 (retrieval 0.700, re-ranker alone 0.300)."
     )
 
 

@@ -341,8 +341,8 @@ def test_squad_scores_equal_the_official_script(seed):
     r_f1 = official_f1(golds[0], golds[0])  # 0 when the answer normalises to nothing
     assert result == pytest.approx(
         {
-            "exact_match": 100 * (best_em + 1) / 3,
-            "f1": 100 * (best_f1 + r_f1) / 3,
+            "exact_match": (best_em + 1) / 3,  # on 0-1: the official script's percent / 100
+            "f1": (best_f1 + r_f1) / 3,
             "total": 3,
             "num_unanswered": 1,
         }
@@ -355,20 +355,20 @@ def test_squad_v2_scores_unanswerable_questions_and_splits_them():
     result = metrics.squad_metrics(predictions, references, version_2=True)
     assert result == pytest.approx(
         {
-            "exact_match": 300 / 4,
-            "f1": 300 / 4,
+            "exact_match": 3 / 4,
+            "f1": 3 / 4,
             "total": 4,
             "num_unanswered": 0,
-            "HasAns_exact": 100.0,
-            "HasAns_f1": 100.0,
+            "HasAns_exact": 1.0,
+            "HasAns_f1": 1.0,
             "HasAns_total": 2,
-            "NoAns_exact": 50.0,
-            "NoAns_f1": 50.0,
+            "NoAns_exact": 0.5,
+            "NoAns_f1": 0.5,
             "NoAns_total": 2,
         }
     )
     only_answerable = metrics.squad_metrics({"q": "x"}, {"q": ["x y"]}, version_2=True)
-    assert "NoAns_total" not in only_answerable and only_answerable["HasAns_f1"] == pytest.approx(100 * 2 / 3)
+    assert "NoAns_total" not in only_answerable and only_answerable["HasAns_f1"] == pytest.approx(2 / 3)
     assert (
         metrics.f1_score("", "x", version_2=True) == 0.0 and metrics.f1_score("", "", version_2=True) == 1.0
     )
@@ -380,4 +380,37 @@ def test_squad_v1_refuses_questions_without_answers_and_empty_sets():
         metrics.squad_metrics({"q": "x"}, {"q": []})
     with pytest.raises(ValueError, match="zero questions"):
         metrics.squad_metrics({}, {})
-    assert metrics.squad_metrics({"q": ""}, {"q": ["", "x"]})["exact_match"] == 100.0  # v1 keeps "" answers
+    assert metrics.squad_metrics({"q": ""}, {"q": ["", "x"]})["exact_match"] == 1.0  # v1 keeps "" answers
+
+
+def test_every_jobs_perfect_score_is_one():
+    """One scale for every job, as scikit-learn, seqeval and sentence-transformers report: a perfect
+    prediction scores 1.0 (SQuAD's official script says 100), so a card or a log never puts a QA F1 of 87.1
+    beside an NER F1 of 0.871. Counts, losses and errors are not scores and keep their units."""
+    from briskbert.training.retrieval.dense import retrieval_metrics
+    from briskbert.training.retrieval.similarity import similarity_metrics
+
+    tags = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]
+    gold = np.array([0, 1, 2, 1])
+    scores = {
+        "classification": metrics.classification_metrics(
+            one_hot_logits(gold, 3), gold, "single_label_classification"
+        ),
+        "multi-label": metrics.classification_metrics(
+            np.array([[3.0, -3.0], [-3.0, 3.0]]), np.array([[1, 0], [0, 1]]), "multi_label_classification"
+        ),
+        "regression": metrics.classification_metrics(
+            np.array([0.1, 0.5, 0.9]), np.array([1, 2, 3]), "regression"
+        ),
+        "ner": metrics.entity_metrics(tags, tags),
+        "qa": metrics.squad_metrics({"q": "Paris", "r": ""}, {"q": ["Paris"], "r": []}, version_2=True),
+        "retrieval": retrieval_metrics({"q": ["p1", "p2"]}, {"q": {"p1": 1}}),
+        "similarity": similarity_metrics([0.1, 0.4, 0.9], [1.0, 4.0, 9.0]),
+    }
+    for job, values in scores.items():
+        scored = {
+            name: value
+            for name, value in values.items()
+            if not any(part in name for part in ("total", "num_", "mse", "per_type"))
+        }
+        assert scored and scored == pytest.approx(dict.fromkeys(scored, 1.0)), job

@@ -143,20 +143,20 @@ def test_evaluation_figures_by_hand(tokenizer, monkeypatch):
     task, retriever, reader = _world(tokenizer, monkeypatch, rankings, scores)
     metrics, answers = evaluate_open_domain_qa(task, retriever, reader, read_depths=(1, 3))
 
-    assert metrics["reader_on_gold_paragraph"] == {"exact_match": 100.0, "f1": 100.0}
+    assert metrics["reader_on_gold_paragraph"] == {"exact_match": 1.0, "f1": 1.0}
     top1, top3 = metrics["read_top_1"], metrics["read_top_3"]
     # Top 1: q1 reads only p2 (beta, wrong), q2 reads p3 (gamma, right).
-    assert (top1["exact_match"], top1["gold_in_read_set"]) == (50.0, 0.5)
-    assert top1["target_exact_match"] == pytest.approx(0.9 * 100 * 0.5)
+    assert (top1["exact_match"], top1["gold_in_read_set"]) == (0.5, 0.5)
+    assert top1["target_exact_match"] == pytest.approx(0.9 * 1.0 * 0.5)
     # Top 3: q1: beta 12 + log P(p2) vs alpha 10 + log P(p1), P(p2)/P(p1) = e -> beta (13 vs 10 + 0).
     # q2: gamma 10 + 12 against beta 12 + 2 -> gamma. The reader alone picks beta for both.
     assert (answers[3]["q1"].text, answers[3]["q2"].text) == ("beta", "gamma")
     assert (top3["exact_match"], top3["gold_in_read_set"], top3["exact_match_reader_scores_only"]) == (
-        50.0,
+        0.5,
         1.0,
         0.0,
     )
-    assert top3["target_exact_match"] == pytest.approx(90.0)
+    assert top3["target_exact_match"] == pytest.approx(0.9)
     assert metrics["retrieval"]["recall@1"] == 0.5 and "warning" not in metrics
 
 
@@ -177,7 +177,7 @@ def test_evaluation_with_a_reranker_reports_its_ranking_and_warns_when_it_hurts(
     )
     assert metrics["ranking"]["recall@1"] == 0.0 and metrics["retrieval"]["recall@1"] == 1.0
     assert metrics["warning"].startswith(
-        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 100.0 -> 0.0"
+        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 1.000 -> 0.000"
     )
     assert [answers[1][q].text for q in ("q1", "q2")] == ["beta", "beta"]
 

@@ -164,7 +164,7 @@ def test_report_warns_in_one_line_when_reranking_is_below_retrieval():
         _ScriptedReranker(logits, fusion_weight=1.0), _task(), retrieved, retriever_scale=20
     )
     assert report["warning"].startswith(
-        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 50.0 -> 0.0, MRR@10"
+        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 0.500 -> 0.000, MRR@10"
     )
     assert report["warning"].endswith("lower fusion_weight (0 = retrieval alone).")
     assert "\n" not in report["warning"]
@@ -218,7 +218,7 @@ def test_question_mode_warns_from_the_rerankers_own_validation():
     warning = validation_warning(Reranker(None, None, fusion_weight=1.0, fusion=fusion))
     assert warning == (
         "on its 96 validation queries, re-ranking at weight 1 scored below retrieval alone "
-        "(MRR@10 80.0 -> 78.0); its chosen weight is 0.5."
+        "(MRR@10 0.800 -> 0.780); its chosen weight is 0.5."
     )
     # Never measured: weight 0 unless one is given, and only the former is worth a word.
     assert "has no fusion.json" in validation_warning(Reranker(None, None))

@@ -248,11 +248,11 @@ def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str,
 
 def ranking_shortfall(baseline: dict[str, float], ranked: dict[str, float]) -> list[str]:
     """The headline metrics (Recall@1, MRR@10) on which ``ranked`` scores below ``baseline``, as
-    ``"Recall@1 82.9 -> 80.5"`` strings."""
+    ``"Recall@1 0.829 -> 0.805"`` strings."""
     shortfalls = []
     for key, name in ((f"recall@{RECALL_DEPTHS[0]}", "Recall@1"), (f"mrr@{RANK_DEPTH}", "MRR@10")):
         if ranked[key] < baseline[key] - 1e-12:
-            shortfalls.append(f"{name} {100 * baseline[key]:.1f} -> {100 * ranked[key]:.1f}")
+            shortfalls.append(f"{name} {baseline[key]:.3f} -> {ranked[key]:.3f}")
     return shortfalls
 
 

@@ -130,8 +130,7 @@ class Fusion:
     def summary(self) -> str:
         chosen, alone = self.point(self.weight, self.lexical_weight), self.point(1.0)
         figures = ", ".join(
-            f"{name} {100 * chosen[key]:.1f} (retrieval {100 * self.retrieval[key]:.1f}, re-ranker alone "
-            f"{100 * alone[key]:.1f})"
+            f"{name} {chosen[key]:.3f} (retrieval {self.retrieval[key]:.3f}, re-ranker alone {alone[key]:.3f})"
             for key, name in zip(SELECTION_METRICS, ("MRR@10", "Recall@1"))
         )
         validation = self.validation or f"{self.num_queries} validation queries"

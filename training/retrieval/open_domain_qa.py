@@ -257,7 +257,7 @@ def evaluate_open_domain_qa(
     reranker=None,
     read_depths: tuple[int, ...] = READ_DEPTHS,
 ) -> tuple[dict, dict[int, dict[str, Answer]]]:
-    """Exact match / F1 (percent) reading the top k passages for each k of ``read_depths``, next to the
+    """Exact match / F1 (0-1) reading the top k passages for each k of ``read_depths``, next to the
     reader's own on the gold paragraph, the share of questions whose gold paragraph was read, the target
     EM, and the ranking's metrics (with a ``"warning"`` when re-ranking is below retrieval alone)."""
     if not task.answers:

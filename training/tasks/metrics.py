@@ -6,8 +6,11 @@
 * named-entity recognition: :func:`get_entities` and :func:`entity_metrics` (seqeval in its default mode,
   the chunking of CoNLL's ``conlleval``: an ``I-`` tag after ``O`` or after another type starts an entity);
 * extractive question answering: :func:`squad_metrics`, line for line the official SQuAD v1.1 evaluation
-  script (and the v2.0 rule for unanswerable questions, whose gold answer is the empty string). Kept here:
-  the script is published as a file, not as a package.
+  script (and the v2.0 rule for unanswerable questions, whose gold answer is the empty string), on 0-1 where
+  the script reports percent. Kept here: the script is published as a file, not as a package.
+
+Every score is on 0-1, as scikit-learn, seqeval and sentence-transformers report them: accuracy, F1, exact
+match, correlations, Recall@k and MRR alike (``mse`` and counts are what they are).
 
 The libraries are imported inside the functions, so that ``import briskbert`` and ``--help`` stay fast.
 Undefined values follow one convention: a ratio whose denominator is zero is 0.0 (``zero_division=0``), and
@@ -226,8 +229,9 @@ def f1_score(prediction: str, ground_truth: str, version_2: bool = False) -> flo
 
 
 def squad_metrics(predictions: dict, references: dict, version_2: bool = False) -> dict:
-    """Exact match and F1 (in percent) of ``predictions`` (``{id: text}``) against ``references``
-    (``{id: [gold texts]}``), each question scored against its best-matching gold answer.
+    """Exact match and F1 of ``predictions`` (``{id: text}``) against ``references`` (``{id: [gold texts]}``),
+    each question scored against its best-matching gold answer; on 0-1, where the official script reports
+    percent.
 
     As in the official script, a question with no prediction scores 0 (and is counted in
     ``num_unanswered``). With ``version_2``, a question without gold answers is unanswerable: its gold
@@ -255,8 +259,8 @@ def squad_metrics(predictions: dict, references: dict, version_2: bool = False) 
         f1[qid] = max(f1_score(prediction, gold, version_2) for gold in gold_answers)
     total = len(references)
     result = {
-        "exact_match": 100.0 * sum(exact.values()) / total,
-        "f1": 100.0 * sum(f1.values()) / total,
+        "exact_match": sum(exact.values()) / total,
+        "f1": sum(f1.values()) / total,
         "total": total,
         "num_unanswered": missing,
     }
@@ -264,7 +268,7 @@ def squad_metrics(predictions: dict, references: dict, version_2: bool = False) 
         for name, keep in (("HasAns", True), ("NoAns", False)):
             ids = [qid for qid, gold in references.items() if any(normalize_answer(a) for a in gold) == keep]
             if ids:
-                result[f"{name}_exact"] = 100.0 * sum(exact[q] for q in ids) / len(ids)
-                result[f"{name}_f1"] = 100.0 * sum(f1[q] for q in ids) / len(ids)
+                result[f"{name}_exact"] = sum(exact[q] for q in ids) / len(ids)
+                result[f"{name}_f1"] = sum(f1[q] for q in ids) / len(ids)
                 result[f"{name}_total"] = len(ids)
     return result

@@ -249,7 +249,7 @@ def check_qa_dataset(dataset, source: str, version_2: bool) -> None:
 # --------------------------------------------------------------------------------------------------
 
 QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
-METRIC_DEFINITIONS = "exact match and F1 (percent) with the official SQuAD answer normalisation"
+METRIC_DEFINITIONS = "exact match and F1 (0-1) with the official SQuAD answer normalisation"
 
 
 @dataclass

@@ -98,7 +98,7 @@ def main(argv=None):
 
 
 def format_report(report: dict) -> str:
-    """A small table: one row per stage, metrics in percent."""
+    """A small table: one row per stage, metrics on 0-1 (as recorded)."""
     labels = {
         "retrieval": "retrieval",
         "reranked": "re-ranker",
@@ -113,9 +113,7 @@ def format_report(report: dict) -> str:
         f"{'':<{width}}" + "".join(f"{name:>11}" for name in names),
     ]
     for stage in stages:
-        lines.append(
-            f"{labels[stage]:<{width}}" + "".join(f"{100 * report[stage][name]:>11.1f}" for name in names)
-        )
+        lines.append(f"{labels[stage]:<{width}}" + "".join(f"{report[stage][name]:>11.4f}" for name in names))
     return "\n".join(lines)
 
 

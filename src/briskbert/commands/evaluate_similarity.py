@@ -66,8 +66,8 @@ def main(argv=None):
     metrics = evaluate_similarity(encoder, tokenizer, pairs, spec, args.batch_size)
     report = {**metrics, "model": args.model_name_or_path, "file": args.file, "pooling": spec.pooling}
     print(
-        f"{metrics['num_pairs']} pairs  Spearman {100 * metrics['spearman']:.2f}  "
-        f"Pearson {100 * metrics['pearson']:.2f}  (cosine similarity against the gold scores, x100)"
+        f"{metrics['num_pairs']} pairs  Spearman {metrics['spearman']:.4f}  "
+        f"Pearson {metrics['pearson']:.4f}  (cosine similarity against the gold scores)"
     )
     if output.output_dir:
         Path(output.output_dir).mkdir(parents=True, exist_ok=True)

@@ -142,14 +142,14 @@ def format_metrics(metrics: dict, depths) -> str:
             if metrics["reranked"]
             else ""
         ),
-        f"reader on the gold paragraph: EM {gold['exact_match']:.1f}  F1 {gold['f1']:.1f}",
+        f"reader on the gold paragraph: EM {gold['exact_match']:.3f}  F1 {gold['f1']:.3f}",
         f"{'read top':>8} {'gold read':>10} {'EM':>6} {'F1':>6} {'target EM':>10} {'EM, reader scores only':>23}",
     ]
     for depth in depths:
         row = metrics[f"read_top_{depth}"]
         lines.append(
-            f"{depth:>8} {100 * row['gold_in_read_set']:>9.1f}% {row['exact_match']:>6.1f} {row['f1']:>6.1f} "
-            f"{row['target_exact_match']:>10.1f} {row['exact_match_reader_scores_only']:>23.1f}"
+            f"{depth:>8} {row['gold_in_read_set']:>10.3f} {row['exact_match']:>6.3f} {row['f1']:>6.3f} "
+            f"{row['target_exact_match']:>10.3f} {row['exact_match_reader_scores_only']:>23.3f}"
         )
     return "\n".join(lines)
 
