@@ -69,7 +69,7 @@ TASKS = {
     "ForTokenClassification": (
         "token-classification",
         "AutoModelForTokenClassification",
-        '"George Washington lived in Virginia."',
+        '"Angela Merkel visited Gdansk."',
     ),
     "ForQuestionAnswering": (
         "question-answering",
@@ -91,6 +91,8 @@ SENTENCE_TRANSFORMERS_TASKS = {
     "sentence-similarity": ("AutoModel", "sentence_similarity"),  # a dual encoder: SentenceTransformer
     "text-ranking": ("AutoModelForSequenceClassification", "text_ranking"),  # a re-ranker: CrossEncoder
 }
+#: pipeline tag -> the usage snippet's extra pipeline() arguments: whole words as entities, not one per sub-word
+PIPELINE_OPTIONS = {"token-classification": ', aggregation_strategy="first"'}
 LIBRARY_NAMES = ("transformers", "sentence-transformers")
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
@@ -281,6 +283,7 @@ def render_card(
         revision_note=revision_note,
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
+        pipeline_options=PIPELINE_OPTIONS.get(pipeline_tag, ""),
         example_input=example,
         usage=usage,
         architecture_rows=_architecture_rows(config, pipeline_tag, quantization),

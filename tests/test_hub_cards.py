@@ -305,3 +305,32 @@ def test_version_1_facts_migrate_and_unknown_versions_are_refused(tmp_path):
     (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 2, "train_steps": "many"}))
     with pytest.raises(FactsError, match="'train_steps' must be an integer"):
         read_training_facts(tmp_path)
+
+
+def test_the_ner_usage_snippet_prints_whole_words_as_entities(tokenizer, tiny_model, tmp_path):
+    """The card's snippet, run as a user runs it (plain transformers, no briskbert), on a model that tags every
+    token B-PER: each entity is a whole word ("merkel"), never a sub-word piece such as "##kel"."""
+    import re
+
+    import torch
+    from fresh_process import run_without_project
+
+    from briskbert.modeling import BriskBertForTokenClassification
+
+    labels = ["O", "B-PER", "I-PER"]
+    model = tiny_model(
+        BriskBertForTokenClassification,
+        num_labels=3,
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 10.0, 0.0]))
+    folder = tmp_path / "ner"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    snippet = re.search(r"```python\n(.*?)```", render_card(folder).text, re.DOTALL).group(1)
+    snippet = re.sub(r'repo_id = ".*"', f"repo_id = {str(folder)!r}", snippet)
+    printed = run_without_project(snippet, tmp_path)
+    assert "Merkel" in snippet and "'word': 'merkel'" in printed and "##" not in printed, printed
