@@ -7,6 +7,7 @@ several workers, and the errors. The comparison with the in-memory sequence buil
 
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -332,6 +333,28 @@ def test_long_lines_are_read_and_tokenized_in_pieces_that_give_the_ids_of_the_wh
     assert max(map(len, pieces)) <= 16 + 4 and "".join(pieces).replace(" ", "") == text.replace(
         " ", ""
     ).replace("\n", "")
+
+
+def test_pieces_are_cut_before_a_whitespace_so_byte_level_ids_are_those_of_the_whole(tmp_path, monkeypatch):
+    from tokenizers import decoders, trainers
+
+    draw = random.Random(0)
+    words, spaces = (
+        ["the", "cat,", "sat", "on", "mat.", "a", "bird", "flew"],
+        [" ", "  ", "\t", "   ", " \t "],
+    )
+    line = "".join(draw.choice(words) + draw.choice(spaces) for _ in range(300))
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False
+    )  # a space belongs to the next word
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator([line], trainers.BpeTrainer(vocab_size=300, show_progress=False))
+    (tmp_path / "line.txt").write_text(line.strip() + "\n")
+    monkeypatch.setattr(corpus, "_PIECE_CHARACTERS", 40)
+    pieces = [text for text, _ in corpus.iter_paragraphs(CorpusSource(str(tmp_path / "line.txt")))]
+    assert len(pieces) > 30 and "".join(pieces) == line.strip()
+    assert [i for piece in pieces for i in backend.encode(piece).ids] == backend.encode(line.strip()).ids
 
 
 _PEAK_MEMORY = """

@@ -63,7 +63,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 STORE_VERSION = 2  # 2: the tokenizer's own truncation and padding settings no longer apply
 _CHUNK_CHARACTERS = 1 << 20  # text per tokenization job: large enough to amortise the hand-over
 _PIECE_CHARACTERS = 1 << 16  # the longest text read or tokenized at once
-_LAST_SPACE = re.compile(r"\s\S*\Z")
 _FINGERPRINT_SAMPLE = 1 << 16
 
 
@@ -224,14 +223,16 @@ def _dataset_rows(source: CorpusSource) -> Iterator[str]:
 
 
 def _whole_words(pieces: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
-    """The pieces of each line cut again before their last whitespace, so that no word is split (a run
-    without whitespace longer than a quarter piece is cut where it is)."""
+    """The pieces of each line cut again just before their last word's whitespace, so that neither a word nor
+    a run of whitespace is split (a run without whitespace longer than a quarter piece is cut where it is)."""
     carry = ""
     for piece, ends_line in pieces:
         piece, carry = carry + piece, ""
-        space = None if ends_line else _LAST_SPACE.search(piece)
-        if space and len(piece) - space.start() <= _PIECE_CHARACTERS // 4:
-            piece, carry = piece[: space.start()], piece[space.start() :]
+        words = piece.rstrip()
+        cut = len(words) - len(words.rsplit(maxsplit=1)[-1]) - 1 if words else -1
+        if not ends_line and cut >= 0 and len(piece) - cut <= _PIECE_CHARACTERS // 4:
+            # The next piece starts with the whitespace just before the last word: whitespace runs stay whole.
+            piece, carry = piece[:cut], piece[cut:]
         yield piece, ends_line
 
 
