@@ -1,6 +1,11 @@
-"""Sizes that cannot be trained are refused before anything is allocated."""
+"""Sizes that cannot be trained are refused before anything is allocated; sizes that fit the device that trains
+them are not."""
+
+import logging
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from briskbert.errors import UserError
 from briskbert.modeling import (
@@ -8,11 +13,19 @@ from briskbert.modeling import (
     BriskBertForMaskedLM,
     BriskBertForSequenceClassification,
 )
+from briskbert.training.engine import memory
 from briskbert.training.engine.memory import (
+    ESTIMATE_ERROR,
     GIB,
     check_model_fits,
     count_parameters,
     estimate_training_memory,
+)
+from briskbert.training.tasks.pretraining import check_new_model_fits
+from briskbert.training.tasks.pretraining_settings import (
+    PretrainingData,
+    PretrainingModel,
+    PretrainingSettings,
 )
 
 
@@ -49,3 +62,75 @@ def test_a_model_that_fits_is_accepted_and_the_estimate_grows_with_the_batch():
     assert large.activation_bytes > 4 * small.activation_bytes
     with pytest.raises(UserError, match="smaller"):
         check_model_fits(large, 4 * GIB, "--per_device_train_batch_size")
+
+
+# ------------------------------------------------------------------------- the device the run trains on
+LARGE = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096}
+
+
+def large(attn_implementation="sdpa"):
+    config = BriskBertConfig.from_preset("bert-base", vocab_size=30522, **LARGE)
+    config._attn_implementation = attn_implementation
+    return config
+
+
+def test_a_gpu_run_is_checked_against_the_gpus_free_memory_in_its_autocast_dtype(monkeypatch, tmp_path):
+    """The pretraining job asks for the free memory of the device the accelerator trains on (not host RAM) and
+    estimates bf16 activations there: BERT-large / 512 at batch 128 (the issue's refused run) fits a 141 GB GPU."""
+    asked = []
+
+    def free_memory(device_type):
+        asked.append(device_type)
+        return int(124.8 * GIB)
+
+    monkeypatch.setattr(memory, "available_memory_bytes", free_memory)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A document.\n")
+    settings = PretrainingSettings(
+        data=PretrainingData(train_file=str(corpus), max_seq_length=512),
+        model=PretrainingModel(
+            config_name="bert-base", config_overrides=",".join(f"{k}={v}" for k, v in LARGE.items())
+        ),
+    )
+    gpu = SimpleNamespace(device=torch.device("cuda", 0), mixed_precision="bf16")
+    check_new_model_fits(settings, 128, gpu)
+    assert asked == ["cuda"]
+    with pytest.raises(UserError, match="--config_overrides"):
+        check_new_model_fits(settings, 512, gpu)
+
+
+def test_sdpa_stores_no_attention_scores_and_eager_attention_does():
+    """At a fixed number of tokens a batch, SDPA's activations do not grow with the sequence (no seq x seq
+    scores kept), eager attention's do."""
+
+    def activations(attention, batch, seq):
+        estimate = estimate_training_memory(
+            BriskBertForMaskedLM, large(attention), batch, seq, "cuda", "bf16"
+        )
+        return estimate.activation_bytes
+
+    assert activations("sdpa", 64, 512) == activations("sdpa", 256, 128)
+    assert activations("eager", 64, 512) > 1.5 * activations("eager", 256, 128)
+
+
+def test_activations_are_counted_in_the_autocast_dtype_on_cuda():
+    config = large()
+    fp32, bf16 = (
+        estimate_training_memory(
+            BriskBertForMaskedLM, config, 64, 512, "cuda", precision, 0.0
+        ).activation_bytes
+        for precision in ("no", "bf16")
+    )
+    assert bf16 == fp32 // 2
+
+
+def test_a_run_over_the_estimate_by_less_than_its_error_is_warned_about_not_refused(caplog):
+    estimate = estimate_training_memory(BriskBertForMaskedLM, large(), 64, 512, "cuda", "bf16", 0.15)
+    within = int(estimate.total_bytes * (1 - ESTIMATE_ERROR / 2))
+    with caplog.at_level(logging.WARNING, logger=memory.__name__):
+        check_model_fits(estimate, within, "--per_device_train_batch_size")
+    assert "within the estimate's error" in caplog.text
+    with pytest.raises(UserError, match="--per_device_train_batch_size: .* choose smaller sizes"):
+        check_model_fits(
+            estimate, int(estimate.total_bytes * (1 - 2 * ESTIMATE_ERROR)), "--per_device_train_batch_size"
+        )

@@ -104,9 +104,10 @@ def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
     return config
 
 
-def check_new_model_fits(settings: PretrainingSettings, batch_size: int) -> None:
-    """The model's config is valid and it can be trained in this machine's memory: checked before the
-    tokenizer is trained or anything is written (the vocabulary's final size does not change the verdict)."""
+def check_new_model_fits(settings: PretrainingSettings, batch_size: int, accelerator) -> None:
+    """The model's config is valid and it can be trained in the memory of the device that trains it: checked
+    before the tokenizer is trained or anything is written (the vocabulary's final size does not change the
+    verdict)."""
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
     from briskbert.training.engine.memory import (
         available_memory_bytes,
@@ -129,9 +130,14 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int) -> None
     except (ValueError, TypeError) as error:
         raise PretrainingInputError(str(error)) from None
     model_class = BriskBertForPreTraining if data.nsp else BriskBertForMaskedLM
-    estimate = estimate_training_memory(model_class, config, batch_size, data.max_seq_length)
+    device, precision = accelerator.device.type, accelerator.mixed_precision
+    # Trained with the sparse decoder (with_sparse_decoder): logits at the masked positions only.
+    predicted = settings.masking.mlm_probability
+    estimate = estimate_training_memory(
+        model_class, config, batch_size, data.max_seq_length, device, precision, predicted
+    )
     flag = "--config_overrides" if settings.model.config_overrides else "--config_name"
-    check_model_fits(estimate, available_memory_bytes(), flag)
+    check_model_fits(estimate, available_memory_bytes(device), flag)
 
 
 def build_model(
@@ -386,7 +392,7 @@ class PretrainingTask(Task):
         if data.streaming and config.max_train_steps is None:
             raise UserError("--streaming has no epochs to count: give --max_train_steps.")
         if not settings.model.model_name_or_path:
-            check_new_model_fits(settings, config.per_device_train_batch_size)
+            check_new_model_fits(settings, config.per_device_train_batch_size, accelerator)
         try:
             tokenizer = load_or_train_tokenizer(settings, config, accelerator)
             train_dataset, eval_dataset = build_datasets(data, tokenizer, accelerator, config.seed)
