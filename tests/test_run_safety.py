@@ -509,3 +509,32 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):
     with pytest.raises(UserError, match="read-only/run is inside .*read-only, which is not writable"):
         with folder_lock(locked_out / "run"):
             pass
+
+
+# ------------------------------------------------------------------------------ a resume is the same run or none
+def test_a_resume_on_another_number_of_processes_is_refused_naming_it(used_run):
+    from briskbert.training.engine.checkpointing import IDENTITY_FILE
+
+    checkpoint = used_run / "step_4"
+    saved = json.loads((checkpoint / IDENTITY_FILE).read_text())
+    assert saved["processes"] == 1
+    saved["processes"] = 2  # as a run launched on two processes wrote it
+    (checkpoint / IDENTITY_FILE).write_text(json.dumps(saved))
+    write_manifest(checkpoint)
+    before = sorted(p.name for p in used_run.iterdir())
+    with pytest.raises(UserError, match=r"written by 2 process\(es\), this launch has 1 .*--num_processes 2"):
+        train(used_run, "--max_train_steps", "6", "--resume_from_checkpoint", "latest")
+    assert sorted(p.name for p in used_run.iterdir()) == before
+
+
+def test_a_resume_into_fewer_steps_than_the_checkpoint_took_is_refused_naming_the_setting(used_run):
+    from briskbert.errors import SettingError
+
+    final = (used_run / "final" / "model.safetensors").read_bytes()
+    with pytest.raises(
+        SettingError, match=r"^max_train_steps 3 is fewer than the 4 steps its checkpoint .*step_4 has taken"
+    ) as refused:
+        train(used_run, "--max_train_steps", "3", "--resume_from_checkpoint", "latest")
+    assert refused.value.field == "max_train_steps"
+    assert (used_run / "final" / "model.safetensors").read_bytes() == final  # nothing saved over it
+    assert train(used_run, "--max_train_steps", "4", "--resume_from_checkpoint", "latest").global_step == 4

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from briskbert.errors import SettingError
 from briskbert.files import (
     PARTIAL_SUFFIX,
     manifest_problem,
@@ -76,21 +77,26 @@ class TrainingState:
 
 @dataclass
 class RunIdentity:
-    """What makes two launches the same run: the run-defining arguments, the data and the model."""
+    """What makes two launches the same run: the run-defining arguments, the data, the model and the number
+    of processes (which sets the global batch, and each process has its own random state)."""
 
     arguments: dict
     train_data: str | None  # fingerprint (see :func:`dataset_fingerprint`); None for streamed data
     eval_data: str | None
     model: str
+    processes: int | None = None  # None: a checkpoint from before it was recorded
 
     @classmethod
-    def of_run(cls, config: TrainingConfig, model, train_dataset, eval_dataset) -> RunIdentity:
+    def of_run(
+        cls, config: TrainingConfig, model, train_dataset, eval_dataset, processes: int
+    ) -> RunIdentity:
         parameters = sum(p.numel() for p in model.parameters())
         return cls(
             arguments=config.run_defining_arguments(),
             train_data=dataset_fingerprint(train_dataset),
             eval_data=dataset_fingerprint(eval_dataset),
             model=f"{type(model).__name__} with {parameters:,} parameters",
+            processes=processes,
         )
 
     def save(self, folder: Path) -> None:
@@ -117,6 +123,11 @@ class RunIdentity:
                 found.append(f"the {label} differs (fingerprint {old} in the checkpoint, {new} now)")
         if saved.model != now["model"]:
             found.append(f"the model differs ({saved.model} in the checkpoint, {now['model']} now)")
+        if saved.processes is not None and saved.processes != self.processes:
+            found.append(
+                f"it was written by {saved.processes} process(es), this launch has {self.processes} (the global "
+                f"batch and each process's random state differ: launch it with --num_processes {saved.processes})"
+            )
         return found
 
 
@@ -365,6 +376,23 @@ def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
             "Resume with the checkpoint's arguments and data, or start a new run (another --output_dir, "
             "or --overwrite_output_dir)."
         )
+
+
+def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_steps: int) -> None:
+    """Refuse to resume ``checkpoint`` into a run of fewer steps than it has already taken: its model, saved
+    as final, would be another run's, recorded with another warm-up."""
+    step = TrainingState.load(checkpoint).global_step if checkpoint is not None else 0
+    if max_train_steps >= step:
+        return
+    if config.max_train_steps is not None:
+        field, steps = "max_train_steps", f"{max_train_steps} is"
+    else:
+        field, steps = "num_train_epochs", f"{config.num_train_epochs} makes {max_train_steps} steps,"
+    raise SettingError(
+        field,
+        f"{steps} fewer than the {step} steps its checkpoint {checkpoint} has taken; resume with at least "
+        f"{step} steps, or start a new run from its model.",
+    )
 
 
 def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:

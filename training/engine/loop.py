@@ -52,6 +52,7 @@ from briskbert.training.engine.checkpointing import (
     TrainingState,
     check_output_dir,
     check_overwrite_spares_inputs,
+    check_steps_left,
     checkpoint_to_resume,
     clear_previous_run,
     load_checkpoint,
@@ -153,11 +154,14 @@ def run(
     check_finite_weights(inputs.model, "the model to train")
     seed_everything(config.seed)  # dropout and data draws do not depend on what building drew
     output_dir = Path(config.output_dir)
-    identity = RunIdentity.of_run(config, inputs.model, inputs.train_dataset, inputs.eval_dataset)
+    identity = RunIdentity.of_run(
+        config, inputs.model, inputs.train_dataset, inputs.eval_dataset, accelerator.num_processes
+    )
     checkpoint = checkpoint_to_resume(config, identity)
     if checkpoint is None and config.overwrite_output_dir:
         check_overwrite_spares_inputs(output_dir, input_sources(inputs))
     parts = prepare(config, accelerator, inputs)
+    check_steps_left(config, checkpoint, parts.max_train_steps)  # before the folder is touched
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     evaluation = Evaluation.of_run(config, parts.eval_dataloader, task, inputs.tokenizer)
     log, state = _open_run(config, accelerator, output_dir, checkpoint, model)
