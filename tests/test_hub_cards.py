@@ -62,7 +62,7 @@ def saved_config(folder, arch: str, **overrides):
 def test_pipeline_tag_follows_the_architecture(tmp_path, arch, tag):
     card = render_card(saved_config(tmp_path, arch), "testuser/m")
     assert card.data.pipeline_tag == tag
-    assert f'pipeline("{tag}", model=repo_id, revision=revision, trust_remote_code=True)' in card.text
+    assert f'pipeline("{tag}", model=repo_id, revision=revision, trust_remote_code=True' in card.text
     assert check_card(card) == []
 
 
@@ -334,3 +334,25 @@ def test_the_ner_usage_snippet_prints_whole_words_as_entities(tokenizer, tiny_mo
     snippet = re.sub(r'repo_id = ".*"', f"repo_id = {str(folder)!r}", snippet)
     printed = run_without_project(snippet, tmp_path)
     assert "Merkel" in snippet and "'word': 'merkel'" in printed and "##" not in printed, printed
+
+
+def test_the_card_names_the_training_data_as_used(tmp_path):
+    """A local excerpt given a public name (--dataset_card_name glue/sst2) is not "glue/sst2": the card names the
+    file it was read from and the rows used, and keeps the public id for the Hub's metadata."""
+    from briskbert.training.tasks.settings import DataSource
+
+    data = DataSource(train_file="data/sst2_train_excerpt.tsv", dataset_card_name="glue/sst2").card_facts()
+    job = JobFacts(task="text-classification", **data, details={"num_train_examples": 2000})
+    folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
+    write_training_facts(folder, TrainingFacts(job, RunFacts(train_steps=10)))
+    card = render_card(folder)
+    used = "2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)"
+    assert f"| training data | {used} |" in card.text and f"trained on {used}." in card.text
+    assert card.data.to_dict()["datasets"] == ["glue/sst2"]
+    job = JobFacts(
+        task="text-classification",
+        datasets=["sst2_train_excerpt.tsv"],
+        train_files=["sst2_train_excerpt.tsv"],
+    )
+    write_training_facts(folder, TrainingFacts(job, RunFacts(train_steps=10)))
+    assert "| training data | local data (sst2_train_excerpt.tsv) |" in render_card(folder).text

@@ -42,6 +42,7 @@ class JobFacts:
     task: str | None = None  # e.g. "masked-language-modeling", "text-classification"
     pipeline_tag: str | None = None  # Hub pipeline tag; None: the card derives it from the architecture
     datasets: tuple[str, ...] = ()  # training data: Hub dataset ids or local file names
+    train_files: tuple[str, ...] = ()  # the local files the training data was read from, by name
     eval_dataset: str | None = None  # what the metrics were measured on
     eval_split: str | None = None  # the public dataset's split, only when the metrics were measured on it
     eval_dataset_description: str | None = None  # what a local evaluation file is (--validation_card_name)
@@ -57,7 +58,7 @@ class JobFacts:
     details: dict = field(default_factory=dict)  # job-specific record (labels, objective, ...): not rendered
 
     def __post_init__(self):
-        for name in ("datasets", "tags", "limitations"):  # any sequence of names; stored as a tuple
+        for name in ("datasets", "train_files", "tags", "limitations"):  # any sequence of names, as a tuple
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value or ()))
 

@@ -150,7 +150,11 @@ class DataSource:
         """
         public = self.dataset_card_name or self.dataset_name
         datasets = [public or os.path.basename(self.train_file)]
-        facts = {"datasets": datasets + [os.path.basename(f) for f in extra_train_files]}
+        files = [os.path.basename(f) for f in (self.train_file, *extra_train_files) if f]
+        facts = {
+            "datasets": datasets + [os.path.basename(f) for f in extra_train_files],
+            "train_files": files,
+        }
         if self.dataset_name is not None:
             return {**facts, "eval_dataset": public, "eval_split": self.validation_split}
         return {
