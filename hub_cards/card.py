@@ -97,6 +97,9 @@ LIBRARY_NAMES = ("transformers", "sentence-transformers")
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
 _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
+#: metrics a trivial answer scores on the same evaluation data (``chance_accuracy`` beside ``accuracy``): shown
+#: beside the model's, never as its results
+BASELINES = {"chance": "chance", "majority": "majority class"}
 
 
 class CardError(UserError, ValueError):
@@ -301,7 +304,7 @@ def render_card(
         usage=usage,
         architecture_rows=_architecture_rows(config, pipeline_tag, quantization),
         training_rows=_training_rows(job, run),
-        metric_rows=[(k, _fmt(float(v))) for k, v in metrics.items()],
+        metric_rows=_metric_rows(metrics),
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
         metrics_of_fp32=quantization is not None,
         quantization_rows=_quantization_rows(quantization),
@@ -321,6 +324,24 @@ def write_card(model_dir: str | Path, repo_id: str | None = None) -> Path:
     path = Path(model_dir) / "README.md"
     path.write_text(str(render_card(model_dir, repo_id)), encoding="utf-8")
     return path
+
+
+def _is_baseline(name: str) -> bool:
+    return name.split("_", 1)[0] in BASELINES
+
+
+def _metric_rows(metrics: dict) -> list[tuple[str, str]]:
+    """``accuracy | 0.6 (majority class 0.582)``: each metric with the baselines measured beside it."""
+    rows = []
+    for name, value in metrics.items():
+        beside = [
+            f"{words} {_fmt(float(metrics[f'{b}_{name}']))}"
+            for b, words in BASELINES.items()
+            if f"{b}_{name}" in metrics
+        ]
+        if not _is_baseline(name):
+            rows.append((name, _fmt(float(value)) + (f" ({', '.join(beside)})" if beside else "")))
+    return rows
 
 
 def _metrics(run: RunFacts) -> dict:
@@ -359,6 +380,7 @@ def _card_data(
                 metric_value=round(float(value), 6),
             )
             for name, value in metrics.items()
+            if not _is_baseline(name)
         ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type") or "briskbert"]
     tags += list(job.tags)

@@ -356,3 +356,24 @@ def test_the_card_names_the_training_data_as_used(tmp_path):
     )
     write_training_facts(folder, TrainingFacts(job, RunFacts(train_steps=10)))
     assert "| training data | local data (sst2_train_excerpt.tsv) |" in render_card(folder).text
+
+
+def test_baselines_stand_beside_the_metrics_and_are_no_results_of_the_model(tmp_path):
+    """What a random ranking or the majority class scores on the same data is shown beside the model's metric, and
+    kept out of the model-index, which lists the model's own results."""
+    folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
+    metrics = {
+        "eval_accuracy": 0.1304,
+        "eval_chance_accuracy": 0.25,
+        "eval_mrr": 0.5036,
+        "eval_chance_mrr": 0.5208,
+    }
+    job = JobFacts(task="text-ranking", datasets=["stanfordnlp/sst2"], eval_dataset="stanfordnlp/sst2")
+    write_training_facts(folder, TrainingFacts(job, RunFacts(metrics=metrics, train_steps=10)))
+    card = render_card(folder, "testuser/m")
+    assert (
+        "| accuracy | 0.1304 (chance 0.25) |" in card.text and "| mrr | 0.5036 (chance 0.5208) |" in card.text
+    )
+    assert "chance_" not in card.text
+    results = model_index_to_eval_results(card.data.to_dict()["model-index"])[1]
+    assert {result.metric_name for result in results} == {"accuracy", "mrr"}
