@@ -3,9 +3,9 @@
 :func:`prepare_corpus` reads a corpus file (or a ``datasets`` dataset) as a stream of paragraphs that start or
 continue documents (:func:`iter_paragraphs`), tokenizes chunks of about a megabyte of text in
 ``preprocessing_num_workers`` processes and appends the ids to a flat array on disk. A text file is read in
-pieces of bounded length, and a paragraph longer than a piece is tokenized piece by piece, cut before a
-whitespace (which gives the ids of the whole for whitespace-splitting tokenizers); a long document spans
-chunks. Nothing proportional to the corpus, its longest line or its longest document is kept in memory.
+pieces of bounded length, and a paragraph longer than a piece is tokenized piece by piece, cut just before
+the whitespace that precedes a word (which gives the ids of the whole for tokenizers that split at
+whitespace, byte-level ones included); a long document spans chunks. Nothing proportional to the corpus, its longest line or its longest document is kept in memory.
 
 A store is a folder::
 
@@ -239,7 +239,7 @@ def _whole_words(pieces: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, bool
 def iter_paragraphs(source: CorpusSource) -> Iterator[tuple[str, bool]]:
     """The non-blank lines, stripped, as ``(paragraph, whether it starts a document)``: in plain text a
     blank line ends a document, in tabular files each row is one (its newlines separate its paragraphs).
-    A line longer than ``_PIECE_CHARACTERS`` comes as several paragraphs, cut before a whitespace."""
+    A line longer than ``_PIECE_CHARACTERS`` comes as several paragraphs (:func:`_whole_words`)."""
     in_document = line_has_text = False
     for piece, ends_line in _whole_words(source.lines()):
         text = piece if line_has_text else piece.lstrip()
