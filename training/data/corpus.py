@@ -5,7 +5,8 @@ continue documents (:func:`iter_paragraphs`), tokenizes chunks of about a megaby
 ``preprocessing_num_workers`` processes and appends the ids to a flat array on disk. A text file is read in
 pieces of bounded length, and a paragraph longer than a piece is tokenized piece by piece, cut just before
 the whitespace that precedes a word (which gives the ids of the whole for tokenizers that split at
-whitespace, byte-level ones included); a long document spans chunks. Nothing proportional to the corpus, its longest line or its longest document is kept in memory.
+whitespace, byte-level ones included); a long document spans chunks. Nothing proportional to the corpus,
+its longest line or its longest document is kept in memory.
 
 A store is a folder::
 
