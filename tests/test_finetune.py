@@ -121,7 +121,11 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(tiny_model_
 
     card = render_card(result.final_dir, "testuser/sst2")
     assert card.data.datasets == ["stanfordnlp/sst2"] and "| `labels` | negative, positive |" in card.text
-    assert "sst2_train_excerpt.tsv" not in card.text
+    # the rows trained on, and the local file behind the public name; the local validation file is not its split
+    assert (
+        "| training data | 64 rows of stanfordnlp/sst2 (the local file sst2_train_excerpt.tsv) |" in card.text
+    )
+    assert "Measured on local data (sst2_validation_excerpt.tsv)." in card.text
 
 
 def test_string_labels_pairs_and_regression(tiny_model_dir, tmp_path):
