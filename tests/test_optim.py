@@ -80,7 +80,7 @@ def test_every_trainable_parameter_of_a_real_model_is_listed_once():
     assert len(listed) == len(set(listed)) == len(trainable) and set(listed) == trainable
 
 
-def test_the_optimizer_steps_exactly_like_torch_adamw_with_the_same_groups():
+def test_the_optimizer_steps_exactly_like_torch_fused_adamw_with_the_same_groups():
     torch.manual_seed(0)
     model, reference = Block(), Block()
     reference.load_state_dict(model.state_dict())
@@ -88,7 +88,7 @@ def test_the_optimizer_steps_exactly_like_torch_adamw_with_the_same_groups():
     decayed = set(ids(reference.decayed()))
     rest = [p for p in reference.parameters() if p.requires_grad and id(p) not in decayed]
     groups = [{"params": reference.decayed(), "weight_decay": 0.3}, {"params": rest, "weight_decay": 0.0}]
-    theirs = torch.optim.AdamW(groups, lr=0.1, betas=(0.8, 0.95), eps=1e-3)
+    theirs = torch.optim.AdamW(groups, lr=0.1, betas=(0.8, 0.95), eps=1e-3, fused=True)
     x = torch.randint(0, 10, (6,))
     for _ in range(3):
         for net, optimizer in ((model, ours), (reference, theirs)):

@@ -7,8 +7,10 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import fields
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,8 +18,17 @@ import torch
 
 from briskbert.errors import SettingError, UserError
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
-from briskbert.training import JobFacts, Task, TaskInputs, TrainingConfig, TrainingInterrupted, run
+from briskbert.training import (
+    JobFacts,
+    Task,
+    TaskInputs,
+    TrainingConfig,
+    TrainingDiverged,
+    TrainingInterrupted,
+    run,
+)
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.engine import loop
 from briskbert.training.engine.evaluation import evaluate_loss
 from briskbert.training.engine.loop import create_accelerator
 from briskbert.training.engine.preparation import prepare
@@ -201,6 +212,73 @@ def test_each_step_moves_the_weights_with_the_scheduled_learning_rate(finished_r
     trained = BriskBertForMaskedLM.from_pretrained(result.final_dir).state_dict()
     moved = [name for name, weight in trained.items() if not torch.equal(weight, start[name])]
     assert "model.layers.0.attention.qkv.weight" in moved and len(moved) > len(trained) // 2, moved
+
+
+# ------------------------------------------------------------------------- the host never waits in a step
+ENGINE = str(Path(loop.__file__).parent)
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
+
+
+def test_a_training_step_never_reads_the_device_from_the_host(tmp_path, monkeypatch):
+    """The step (forward, backward, clipping, the divergence check, the optimizer) reads nothing back from the
+    device, so the host can queue the next step while the GPU runs this one; the counters are read at the logs."""
+    reads, inside = [], [False]
+
+    def counting(name, method):
+        def read(tensor, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if inside[0] and caller.startswith(ENGINE):
+                reads.append(f"{name} in {Path(caller).name}:{sys._getframe(1).f_lineno}")
+            return method(tensor, *args, **kwargs)
+
+        return read
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
+    step = loop._train_step
+
+    def watched_step(*args, **kwargs):
+        inside[0] = True
+        try:
+            return step(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(loop, "_train_step", watched_step)
+    flags = (
+        "--max_train_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--gradient_accumulation_steps",
+        "2",
+    )
+    result = run(mlm_task(), config("--output_dir", str(tmp_path), *flags, "--logging_steps", "3"))
+    assert result.global_step == 3 and result.facts.run.tokens_seen > 0
+    assert reads == []
+
+
+def test_a_nan_loss_is_never_applied_and_stops_the_run_at_the_next_log(tmp_path):
+    """The NaN of step 2 is checked on the device: neither it nor any later step changes a weight, and the run
+    stops with the step named at the log of step 4."""
+    model, calls, weights = tiny_model(dropout=0.0), [], {}
+
+    def nan_loss_at_step_2(module, args, kwargs, outputs):
+        calls.append(1)
+        if len(calls) == 2:
+            weights.update({name: p.detach().clone() for name, p in model.named_parameters()})
+            outputs.loss = outputs.loss * float("nan")
+        return outputs
+
+    model.register_forward_hook(nan_loss_at_step_2, with_kwargs=True)
+    flags = ("--max_train_steps", "6", "--per_device_train_batch_size", "4", "--logging_steps", "4")
+    with pytest.raises(
+        TrainingDiverged, match="the training loss became nan at step 2, so training stopped before"
+    ):
+        run(mlm_task(model=model), config("--output_dir", str(tmp_path), *flags))
+    assert len(calls) == 4  # steps 3 and 4 ran, and were skipped too
+    for name, parameter in model.named_parameters():
+        assert torch.equal(parameter, weights[name]), name
 
 
 # --------------------------------------------------------------------------------- interruption, resume

@@ -76,10 +76,10 @@ def accumulation_windows(
         state.batches_in_epoch = 0
 
 
-def count_tokens(batch: dict) -> int:
-    """Non-padding tokens of a batch (0 for batches without token ids)."""
+def count_tokens(batch: dict) -> torch.Tensor | int:
+    """Non-padding tokens of a batch (0 for batches without token ids); counted on the batch's device."""
     if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
+        return batch["attention_mask"].sum()
     if "input_ids" in batch:
         return batch["input_ids"].numel()
     return 0

@@ -3,11 +3,11 @@ and a run whose loss or weights stop being finite ends with one error line inste
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from briskbert.errors import UserError
 from briskbert.training.engine.checkpointing import intact_checkpoint
+from briskbert.training.engine.config import TrainingSetupError
 
 # The weight files ``save_pretrained`` and ``accelerator.save_state`` write, in the order to name them.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -48,17 +48,65 @@ def check_finite_weights(model, source: str) -> None:
         )
 
 
-def refuse_divergence(accelerator, loss_sum, grad_norm, step: int, output_dir: Path) -> None:
-    """Stop before the optimizer applies a NaN/inf loss or gradient norm (the same verdict on every process:
-    both are reduced). Under fp16 loss scaling an inf gradient is the scaler's cue to skip the step, so only
-    the loss counts there."""
-    what, value = "loss", float(loss_sum)
-    if math.isfinite(value) and grad_norm is not None and accelerator.scaler is None:
-        what, value = "gradient norm", float(grad_norm)
-    if not math.isfinite(value):
+NO_ITEMS, LOSS, GRADIENT_NORM = 0.0, 1.0, 2.0  # what stopped the run, as the guard records it on the device
+
+
+class DivergenceGuard:
+    """Nothing non-finite is ever applied, without making the host wait for the device at every step.
+
+    :meth:`flag` checks a step's loss and gradient norm (and that its window had items) on the device; a failing
+    step, and every later one, is skipped by the optimizer (fused AdamW's ``found_inf``, which GradScaler uses
+    too) and the first one is remembered. :meth:`raise_if_diverged` reads it, one host sync where the loop reads
+    its counters anyway (each log, evaluation and checkpoint), and stops the run naming that step. An optimizer
+    that cannot skip a step on the device's word is checked on the host at every step instead. Under fp16 loss
+    scaling an inf gradient is the scaler's cue to skip the step, so only the loss counts there."""
+
+    def __init__(self, accelerator, optimizer, output_dir: Path, first_step: int):
+        import torch
+
+        self.optimizer = getattr(optimizer, "optimizer", optimizer)  # inside Accelerate's wrapper
+        self.scaled = accelerator.scaler is not None
+        self.on_device = self.scaled or getattr(self.optimizer, "_step_supports_amp_scaling", False)
+        self.output_dir = output_dir
+        device = accelerator.device
+        self.step = torch.full((), float(first_step), dtype=torch.float64, device=device)
+        self.first = torch.zeros(3, dtype=torch.float64, device=device)  # step (0: none), what, value
+
+    def flag(self, totals, grad_norm) -> None:
+        """Check the step that ``totals`` (loss x items, items, ...) and ``grad_norm`` describe, before its
+        ``optimizer.step()``."""
+        import torch
+
+        self.step += 1
+        loss_sum, items = totals[0], totals[1]
+        bad_loss = ~torch.isfinite(loss_sum)
+        value, what = loss_sum, torch.where(bad_loss, LOSS, GRADIENT_NORM)
+        bad = bad_loss | (items == 0)
+        if grad_norm is not None and not self.scaled:
+            grad_norm = grad_norm.to(torch.float64)
+            bad = bad | ~torch.isfinite(grad_norm)
+            value = torch.where(bad_loss, loss_sum, grad_norm)
+        what = torch.where(items == 0, NO_ITEMS, what)
+        record = torch.stack([self.step, what, value])
+        self.first = torch.where(bad & (self.first[0] == 0), record, self.first)
+        if not self.on_device:
+            self.raise_if_diverged()
+        elif not self.scaled:  # the scaler sets found_inf itself
+            self.optimizer.found_inf = (self.first[0] != 0).to(torch.float32)
+
+    def raise_if_diverged(self) -> None:
+        step, what, value = self.first.tolist()
+        if step == 0:
+            return
+        if what == NO_ITEMS:
+            raise TrainingSetupError(
+                "An accumulation window has no items to compute a loss on (count_items returned 0 for "
+                "every batch, e.g. no masked tokens)."
+            )
+        name = "loss" if what == LOSS else "gradient norm"
         raise TrainingDiverged(
-            f"the training {what} became {value} at step {step}, so training stopped before applying it; "
-            f"{_last_good(output_dir)}. Lower learning_rate, keep max_grad_norm above 0, and check the "
+            f"the training {name} became {value} at step {int(step)}, so training stopped before applying it; "
+            f"{_last_good(self.output_dir)}. Lower learning_rate, keep max_grad_norm above 0, and check the "
             "data for extreme values."
         )
 

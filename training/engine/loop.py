@@ -59,7 +59,7 @@ from briskbert.training.engine.checkpointing import (
     remove_partial_folders,
     save_checkpoint,
 )
-from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
+from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.dataset_checks import check_datasets
 from briskbert.training.engine.distributed import save_model_folder
 from briskbert.training.engine.evaluation import Evaluation
@@ -72,8 +72,8 @@ from briskbert.training.engine.facts import (
     hardware_description,
 )
 from briskbert.training.engine.finite import (
+    DivergenceGuard,
     check_finite_weights,
-    refuse_divergence,
     refuse_non_finite_weights,
     weights_file,
 )
@@ -173,28 +173,28 @@ def run(
     log_every = config.log_interval(parts.max_train_steps)
     interval = LogInterval()
     stop_signal, last_checkpoint = 0, checkpoint
+    # The loss, gradient norm and counters stay on the device; the host reads them (and waits for the device)
+    # only where it needs them: to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
+    guard = DivergenceGuard(accelerator, optimizer, output_dir, state.global_step)
+    unread = Unread(accelerator.device)
+    max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf  # 0: measured, not clipped
     model.train()
     with SignalCatcher() as signals, _closing_logs_on_error(accelerator, log, output_dir, progress):
         while state.global_step < parts.max_train_steps:
             step_start = time.perf_counter()  # the run's time counts training steps only (see TrainingState)
             window = next(windows)
-            totals = _accumulate_gradients(accelerator, model, window, task.count_items)
-            totals = accelerator.reduce(totals, "sum")  # all processes: loss x items, items, tokens, examples
-            # Clip to --max_grad_norm (0: no clipping; the norm is still measured, for the log and the check).
-            max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
-            grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-            # A NaN/inf loss or gradient is never applied: the weights stay those of the last step.
-            refuse_divergence(accelerator, totals[0], grad_norm, state.global_step + 1, output_dir)
-            optimizer.step()
+            totals, grad_norm = _train_step(
+                accelerator, model, optimizer, window, task.count_items, guard, max_norm
+            )
             scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
-            optimizer.zero_grad(set_to_none=True)
             state.global_step += 1
             state.wall_time_s += time.perf_counter() - step_start
-            _count_window(state, interval, totals.cpu())
+            unread.add(totals)
             progress.update(1)
 
             step, last_step = state.global_step, state.global_step == parts.max_train_steps
             if step % log_every == 0 or last_step:
+                unread.read(state, interval, guard)
                 entry = interval.entry(state, parts.batches_per_epoch, scheduler.get_last_lr()[0], grad_norm)
                 log.append(entry)
                 progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
@@ -202,9 +202,11 @@ def run(
                     for callback in callbacks:
                         callback(entry)
             if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
+                unread.read(state, interval, guard)
                 evaluation(accelerator, model, state, log)
             stop_signal = signals.received(accelerator)
             if stop_signal or _checkpoint_due(config.checkpointing_steps, state, parts.batches_per_epoch):
+                unread.read(state, interval, guard)
                 refuse_non_finite_weights(accelerator, model, f"step_{step}", output_dir)
                 last_checkpoint = save_checkpoint(
                     accelerator, output_dir, state, identity, config.checkpoints_total_limit
@@ -257,44 +259,69 @@ def _open_run(
     return log, state
 
 
+def _train_step(accelerator, model, optimizer, window, count_items, guard, max_norm):
+    """One optimizer step over ``window`` -> (all processes' ``[loss x items, items, tokens, examples]``, the
+    gradient norm), both left on the device: nothing here waits for it."""
+    totals = _accumulate_gradients(accelerator, model, window, count_items)
+    totals = accelerator.reduce(totals, "sum")
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    # A NaN/inf loss or gradient is never applied: flagged on the device, the optimizer skips the step.
+    guard.flag(totals, grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return totals, grad_norm
+
+
+def _on_device(value, device) -> torch.Tensor:
+    """A count as a float64 scalar on ``device``: a tensor is cast there, a number filled in (no host copy)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=torch.float64)
+    return torch.full((), float(value), dtype=torch.float64, device=device)
+
+
 def _accumulate_gradients(accelerator, model, window: list[dict], count_items) -> torch.Tensor:
     """Forward/backward over one accumulation window -> this process's
-    ``[sum of loss x items, items, tokens, examples]``."""
-    counts = [float(count_items(batch)) for batch in window]
-    total = float(
-        accelerator.reduce(torch.tensor(sum(counts), dtype=torch.float64, device=accelerator.device), "sum")
-    )
-    if total == 0:
-        raise TrainingSetupError(
-            "An accumulation window has no items to compute a loss on (count_items returned 0 for "
-            "every batch, e.g. no masked tokens)."
-        )
-    loss_sum = 0.0
+    ``[sum of loss x items, items, tokens, examples]`` (a window without items is the guard's to report)."""
+    device = accelerator.device
+    counts = [_on_device(count_items(batch), device) for batch in window]
+    total = accelerator.reduce(torch.stack(counts).sum(), "sum")
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     for i, (batch, items) in enumerate(zip(window, counts)):
         # Sync gradients across processes only on the last micro-batch of the window.
         sync = contextlib.nullcontext() if i == len(window) - 1 else accelerator.no_sync(model)
         with sync:
             loss = model(**batch).loss
-            if items == 0:
-                loss = loss.nan_to_num() * 0.0
+            loss = torch.where(items > 0, loss, torch.zeros_like(loss))  # a mean over no items is NaN
             # This batch's mean loss -> its share of the window's sum. DDP averages gradients over
             # processes, hence the factor num_processes.
-            accelerator.backward(loss * (items / total) * accelerator.num_processes)
-        loss_sum += float(loss.detach()) * items
-    tokens = sum(count_tokens(batch) for batch in window)
+            accelerator.backward(loss * (items / total).to(loss.dtype) * accelerator.num_processes)
+        loss_sum += loss.detach() * items
+    tokens = sum(_on_device(count_tokens(batch), device) for batch in window)
     examples = sum(count_examples(batch) for batch in window)
-    return torch.tensor(
-        [loss_sum, sum(counts), tokens, examples], dtype=torch.float64, device=accelerator.device
-    )
+    return torch.stack([loss_sum, torch.stack(counts).sum(), tokens, _on_device(examples, device)])
 
 
-def _count_window(state: TrainingState, interval: LogInterval, totals: torch.Tensor) -> None:
-    """Add one optimizer step's totals (all processes) to the run's counters and the log interval."""
-    loss_sum, items, tokens, examples = totals.tolist()
-    interval.add(loss_sum, items, tokens)
-    state.items_seen += int(items)
-    state.tokens_seen += int(tokens)
-    state.examples_seen += int(examples)
+class Unread:
+    """The steps' totals since the host last read them, summed on the device."""
+
+    def __init__(self, device):
+        self.totals = torch.zeros(4, dtype=torch.float64, device=device)
+
+    def add(self, totals: torch.Tensor) -> None:
+        self.totals += totals
+
+    def read(self, state: TrainingState, interval: LogInterval, guard: DivergenceGuard) -> None:
+        """Stop a run that diverged, else add the unread totals to the run's counters and the log interval. The
+        wait for the device's queued steps is training time."""
+        start = time.perf_counter()
+        guard.raise_if_diverged()
+        loss_sum, items, tokens, examples = self.totals.tolist()
+        self.totals.zero_()
+        state.wall_time_s += time.perf_counter() - start
+        interval.add(loss_sum, items, tokens)
+        state.items_seen += int(items)
+        state.tokens_seen += int(tokens)
+        state.examples_seen += int(examples)
 
 
 def _checkpoint_due(every: int | str | None, state: TrainingState, batches_per_epoch: int | None) -> bool:
