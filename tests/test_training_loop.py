@@ -29,6 +29,7 @@ from briskbert.training import (
 )
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.engine import loop
+from briskbert.training.engine.batches import EpochShuffleSampler, default_workers, make_dataloader
 from briskbert.training.engine.evaluation import evaluate_loss
 from briskbert.training.engine.loop import create_accelerator
 from briskbert.training.engine.preparation import prepare
@@ -279,6 +280,38 @@ def test_a_nan_loss_is_never_applied_and_stops_the_run_at_the_next_log(tmp_path)
     assert len(calls) == 4  # steps 3 and 4 ran, and were skipped too
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter, weights[name]), name
+
+
+def epoch_batches(workers: int, epochs: int = 2) -> list[dict]:
+    sampler, collator = EpochShuffleSampler(20, seed=0), MaskingCollator(FakeTokenizer(), seed=42)
+    loader = make_dataloader(sequences(20), collator, 4, sampler, workers)
+    batches = []
+    for epoch in range(epochs):  # as accumulation_windows does: set_epoch, then a new iterator
+        sampler.set_epoch(epoch)
+        collator.set_epoch(epoch)
+        batches += list(loader)
+    return batches
+
+
+def test_loader_workers_prepare_the_same_batches_epoch_after_epoch():
+    """Workers mask in their own processes: each epoch's masks are still the ones one process draws."""
+    alone, helped = epoch_batches(0), epoch_batches(2)
+    assert len(alone) == len(helped) == 10
+    for one, other in zip(alone, helped):
+        assert one.keys() == other.keys() and all(torch.equal(one[key], other[key]) for key in one)
+
+
+def test_loader_defaults_keep_the_data_off_a_gpus_critical_path(monkeypatch):
+    """On a GPU machine: 4 workers per training process (fewer on fewer cores) and pinned batches; on CPU the
+    cores train the model."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_workers() == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for cores, processes, workers in ((16, "1", 4), (2, "1", 1), (16, "8", 1), (1, "1", 0)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", processes)
+        assert default_workers() == workers, (cores, processes)
+    assert make_dataloader(sequences(4), None, 2, None, 0).pin_memory
 
 
 # --------------------------------------------------------------------------------- interruption, resume

@@ -151,7 +151,13 @@ class TrainingConfig:
             f"{LOG_ENTRIES_PER_RUN} times a run, every {MAX_DEFAULT_LOGGING_STEPS} steps at most)."
         },
     )  # None: see log_interval
-    dataloader_num_workers: int = 0
+    dataloader_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes that read and mask batches while the model trains (default: on a GPU 4, or the "
+            "cores of this process less one if fewer; on CPU 0, the cores being the model's)."
+        },
+    )
 
     # Fields that may change between the launches of one run: bookkeeping that does not change what it
     # computes, and its length (to extend a run, or to stop it at a checkpoint). Every other field must
@@ -236,6 +242,8 @@ def _check_ranges(config: TrainingConfig) -> None:
     ):
         if getattr(config, name) is not None and getattr(config, name) < 1:
             raise SettingError(name, f"must be >= 1, got {getattr(config, name)}.")
+    if config.dataloader_num_workers is not None and config.dataloader_num_workers < 0:
+        raise SettingError("dataloader_num_workers", f"must be >= 0, got {config.dataloader_num_workers}.")
     if config.learning_rate <= 0:
         raise SettingError("learning_rate", f"must be > 0, got {config.learning_rate}.")
     if config.max_train_steps is None and config.num_train_epochs <= 0:

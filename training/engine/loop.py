@@ -112,7 +112,8 @@ def create_accelerator(config: TrainingConfig):
         mixed_precision=config.mixed_precision,
         log_with=config.trackers or None,
         project_dir=config.output_dir,
-        dataloader_config=DataLoaderConfiguration(even_batches=True),
+        # non_blocking: a pinned batch's copy to the GPU overlaps the step (make_dataloader pins them)
+        dataloader_config=DataLoaderConfiguration(even_batches=True, non_blocking=True),
         **kwargs,
     )
 
