@@ -43,3 +43,20 @@ def test_classification_states_the_majority_class_rate_and_warns_at_it():
     )
     metrics, verdict = evaluate([0] * 161 + [1] * 19 + [1] * 20, labels)
     assert metrics["accuracy"] > 0.9 and verdict is None
+
+
+def test_ner_states_the_majority_tag_rate_and_warns_at_it():
+    """Token accuracy beside tagging every word O: 180 O words and 20 B-PER ones score 0.9 by answering O; a
+    tagger that finds every person but tags 20 other words B-PER is at 0.9 too, and is said to be no better."""
+    from briskbert.training.tasks.ner import NerEvaluator
+
+    id2label = {0: "O", 1: "B-PER"}
+    gold = [["O"] * 180 + ["B-PER"] * 20]
+    evaluator = NerEvaluator(gold, [list(range(200))], id2label)
+    metrics = evaluator([[0] * 160 + [1] * 40])
+    assert metrics["accuracy"] == 0.9 and metrics["majority_accuracy"] == 0.9
+    assert evaluator.verdict == (
+        "eval_accuracy 0.9000 is not above 0.9000, what tagging every word O scores on the same evaluation data"
+    )
+    metrics = evaluator([[0] * 161 + [1] * 39])
+    assert metrics["accuracy"] > 0.9 and evaluator.verdict is None

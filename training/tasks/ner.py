@@ -207,9 +207,15 @@ class NerEvaluator:
         predictions, truncated = word_predictions(
             predicted_ids, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
         )
+        from briskbert.training.engine.evaluation import majority_class, not_above_baseline
+
         result = entity_metrics(predictions, self.gold_tags)
         guessed = [tag for sentence in predictions for tag in sentence]
-        self.verdict = not_learned(guessed, [tag for sentence in self.gold_tags for tag in sentence], "word")
+        gold = [tag for sentence in self.gold_tags for tag in sentence]
+        majority, result["majority_accuracy"] = majority_class(gold)
+        self.verdict = not_learned(guessed, gold, "word") or not_above_baseline(
+            "eval_accuracy", result["accuracy"], result["majority_accuracy"], f"tagging every word {majority}"
+        )
         result["num_words_not_predicted"] = truncated
         result["invalid_bio_share"] = invalid_bio_share(predictions, list(self.id2label.values()))
         per_type = result.pop("per_type")
