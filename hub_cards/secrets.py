@@ -7,11 +7,11 @@
   is never part of a model.
 * **Contents** (``CONTENT_RULES``): private-key blocks and the usual providers' access tokens (Hugging Face,
   OpenAI, AWS, GitHub, GitLab, Google, Slack, Stripe, npm, PyPI), and the token the publish itself uses. Each
-  rule has literal anchors found with ``bytes.find`` and a regex checked only near them, so large files scan
-  fast. Generic prefixes (``hf_``, ``sk-``) also need a random-looking body (upper and lower case), which keeps
+  rule has literal anchors found with ``bytes.find`` and a regex matched only where one starts, so large files
+  scan fast. Generic prefixes (``hf_``, ``sk-``) also need a random-looking body (upper and lower case), which keeps
   identifiers such as ``hf_hub_download`` out.
 
-Files are searched as they are, in overlapping blocks: nothing is unpacked or decoded (a secret inside a zip,
+Files are searched as they are, memory-mapped: nothing is unpacked or decoded (a secret inside a zip,
 a gzip stream or base64 text is not found; a model folder holds none of those). A ``.safetensors`` file is
 searched in its metadata and tensor names only, so tensor bytes cannot turn into false alarms. A finding names
 the file and what was found, never the secret itself.
@@ -19,14 +19,14 @@ the file and what was found, never the secret itself.
 
 from __future__ import annotations
 
+import mmap
 import re
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One file that must not be published: ``what`` it holds and ``where`` (never the secret)."""
 
     path: str  # relative to the model folder
@@ -84,27 +84,24 @@ def credential_file(rel_path: str) -> str | None:
 
 
 # ---- contents ------------------------------------------------------------------------------------------
-_BEFORE, _AFTER = 96, 512  # the window around an anchor that a rule's regex is checked in
 _MIXED = rb"(?=[\w\-]*[A-Z])(?=[\w\-]*[a-z])"  # a random token body holds both cases, a word rarely
 
 
-@dataclass(frozen=True)
-class ContentRule:
-    """What a secret looks like: ``anchors`` are literals every match contains (found with ``bytes.find``);
-    ``regex`` is checked only near each anchor."""
+class ContentRule(NamedTuple):
+    """What a secret looks like: it starts with one of the ``anchors`` (found with ``bytes.find``, fast on
+    large files) and ``regex`` matches there (a lookbehind may look before it)."""
 
     what: str
     anchors: tuple[bytes, ...]
     regex: re.Pattern[bytes]
 
-    def find(self, data: bytes) -> int | None:
-        """The byte offset of the first match in ``data``, or None."""
+    def find(self, data) -> int | None:
+        """The byte offset of the first match in ``data`` (bytes or a memory map), or None."""
         for anchor in self.anchors:
             pos = data.find(anchor)
             while pos != -1:
-                match = self.regex.search(data, max(0, pos - _BEFORE), pos + len(anchor) + _AFTER)
-                if match:
-                    return match.start()
+                if self.regex.match(data, pos):
+                    return pos
                 pos = data.find(anchor, pos + 1)
         return None
 
@@ -114,7 +111,7 @@ def _rule(what: str, anchors: list[bytes], regex: bytes) -> ContentRule:
 
 
 CONTENT_RULES: tuple[ContentRule, ...] = (
-    _rule("a private key", [b"PRIVATE KEY"], rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+    _rule("a private key", [b"-----BEGIN "], rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
     _rule("a PuTTY private key", [b"PuTTY-User-Key-File-"], rb"PuTTY-User-Key-File-\d+:"),
     _rule("a Hugging Face token", [b"hf_"], rb"hf_" + _MIXED + rb"[A-Za-z0-9]{30,}"),
     _rule("an AWS access key id", [b"AKIA", b"ASIA"], rb"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"),
@@ -140,7 +137,7 @@ CONTENT_RULES: tuple[ContentRule, ...] = (
     _rule("a GitLab token", [b"glpat-"], rb"glpat-[A-Za-z0-9_\-]{20,}"),
     _rule("a Slack token", [b"xox"], rb"xox[abprse]-(?=[A-Za-z0-9\-]*\d)[A-Za-z0-9\-]{10,}"),
     _rule("a Slack webhook", [b"hooks.slack.com/services/"], rb"hooks\.slack\.com/services/T\w+/B\w+/\w+"),
-    _rule("a Stripe secret key", [b"_live_"], rb"(?:sk|rk)_live_[A-Za-z0-9]{20,}"),
+    _rule("a Stripe secret key", [b"sk_live_", b"rk_live_"], rb"[sr]k_live_[A-Za-z0-9]{20,}"),
     _rule("an npm token", [b"npm_"], rb"npm_" + _MIXED + rb"[A-Za-z0-9]{36}"),
     _rule("a PyPI token", [b"pypi-AgEIcHlwaS5vcmc"], rb"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
 )
@@ -155,11 +152,7 @@ def token_rule(token: str | None) -> tuple[ContentRule, ...]:
 
 
 # ---- the scan ------------------------------------------------------------------------------------------
-_BLOCK = 16 << 20
-_OVERLAP = 4096  # longer than any secret the rules match: one split by a block boundary is whole in the next
-
-
-def _first_match(rules: tuple[ContentRule, ...], data: bytes) -> tuple[str, int] | None:
+def _first_match(rules: tuple[ContentRule, ...], data) -> tuple[str, int] | None:
     for rule in rules:
         pos = rule.find(data)
         if pos is not None:
@@ -180,21 +173,19 @@ def _safetensors_strings(path: Path) -> bytes | None:
 
 
 def scan_file(folder: Path, rel_path: str, rules: tuple[ContentRule, ...] = CONTENT_RULES) -> Finding | None:
-    """The first reason ``folder / rel_path`` must not be published, or None."""
+    """The first reason ``folder / rel_path`` must not be published, or None. The file is memory-mapped: a
+    large checkpoint is searched without being read into memory."""
     if what := credential_file(rel_path):
         return Finding(rel_path, what)
     path = folder / rel_path
     if path.suffix == ".safetensors" and (strings := _safetensors_strings(path)) is not None:
         found = _first_match(rules, strings)
         return Finding(rel_path, found[0], "in the safetensors metadata") if found else None
-    with open(path, "rb") as fh:
-        base, tail = 0, b""
-        while block := fh.read(_BLOCK):
-            data = tail + block
-            if found := _first_match(rules, data):
-                return Finding(rel_path, found[0], f"at byte {base - len(tail) + found[1]}")
-            base, tail = base + len(block), data[-_OVERLAP:]
-    return None
+    if path.stat().st_size == 0:  # nothing to map
+        return None
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        found = _first_match(rules, data)
+    return Finding(rel_path, found[0], f"at byte {found[1]}") if found else None
 
 
 def scan_bytes(data: bytes, label: str, token: str | None = None) -> Finding | None:

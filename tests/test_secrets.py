@@ -185,29 +185,29 @@ def test_the_token_in_use_is_found_whatever_its_format(model, tmp_path):
     assert "logs/train.log (the access token in use, at byte 22)" in message and TOKEN not in message
     assert not scan_files(copy, ["logs/train.log"], token=None)  # no provider format
     assert token_rule(None) == () and token_rule("short12") == ()  # too short would match by chance
+    assert scan_bytes(b"x 8chars!x", "x", token="8chars!x") == Finding(
+        "x", "the access token in use", "at byte 2"
+    )
 
 
-def test_a_token_split_by_the_read_blocks_is_found(tmp_path, monkeypatch):
-    from briskbert.hub_cards import secrets
-
-    monkeypatch.setattr(secrets, "_BLOCK", 1 << 16)
-    (tmp_path / "big.txt").write_bytes(b"x" * ((1 << 16) - 10) + HF.encode())
-    assert scan_files(tmp_path, ["big.txt"])[0].where == f"at byte {(1 << 16) - 10}"
-
-
-def test_a_large_file_is_read_in_bounded_blocks(tmp_path):
-    """A multi-gigabyte checkpoint is never held whole: a block, the block with the overlap, one copy."""
+def test_a_large_file_is_searched_without_being_read_into_memory(tmp_path):
+    """A multi-gigabyte checkpoint is memory-mapped, never held whole; a token at its end is found."""
     import tracemalloc
 
     with open(tmp_path / "pytorch_model.bin", "wb") as fh:
         fh.truncate(96 << 20)  # sparse: 96 MiB of zeros that take no disk space
+        fh.seek(0, 2)
+        fh.write(b"token " + HF.encode())
+    (tmp_path / "empty.txt").write_bytes(b"")
     tracemalloc.start()
     try:
-        assert scan_file(tmp_path, "pytorch_model.bin") is None
+        found = scan_file(tmp_path, "pytorch_model.bin")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < (3 * 16 + 1) << 20, peak / (1 << 20)
+    assert found == Finding("pytorch_model.bin", "a Hugging Face token", f"at byte {(96 << 20) + 6}")
+    assert peak < 1 << 20, peak / (1 << 20)
+    assert scan_file(tmp_path, "empty.txt") is None
 
 
 # ---- weights ---------------------------------------------------------------------------------------------
@@ -222,8 +222,8 @@ def test_safetensors_are_searched_in_their_metadata_and_names_never_their_tensor
     assert scan_files(tmp_path, ["meta.safetensors"]) == [
         Finding("meta.safetensors", "a Hugging Face token", "in the safetensors metadata")
     ]
-    (tmp_path / "model.txt").write_bytes((tmp_path / "model.safetensors").read_bytes())
-    assert scan_file(tmp_path, "model.txt").what == "a Hugging Face token"  # another name: scanned whole
+    (tmp_path / "weights.bin").write_bytes((tmp_path / "model.safetensors").read_bytes())
+    assert scan_file(tmp_path, "weights.bin").what == "a Hugging Face token"  # another name: scanned whole
     (tmp_path / "short.safetensors").write_bytes(b"\x01\x02" + HF.encode())  # not one: scanned whole
     assert scan_file(tmp_path, "short.safetensors").where == "at byte 2"
 
