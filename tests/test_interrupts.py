@@ -207,8 +207,8 @@ handle = signals.SignalCatcher._handle
 
 
 def acknowledged(self, signum, frame):  # the loop has taken the signal in: the test may send the next
+    handle(self, signum, frame)
     print(f"CAUGHT {signum}", flush=True)
-    return handle(self, signum, frame)
 
 
 signals.SignalCatcher._handle = acknowledged
@@ -330,3 +330,36 @@ def test_sigterm_while_preparing_data_says_there_is_nothing_to_resume_and_leaves
         "Interrupted by SIGTERM, before any checkpoint was saved: there is nothing to resume" in run.stderr()
     )
     assert not run.output_dir.exists()  # the lock made it, and nothing else was written
+
+
+def test_the_first_signal_is_the_one_the_loop_reports():
+    from briskbert.training.engine.signals import SignalCatcher
+
+    with SignalCatcher() as catcher:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)  # not an abort, and not what stopped the run
+        assert catcher.signal_number == signal.SIGINT
+
+
+def test_a_signal_outside_the_loop_names_the_newest_intact_checkpoint(tmp_path, capsys):
+    """In-process twin of the moments above: SIGTERM while no step runs ends the run with 143 and the newest
+    checkpoint that verifies; a damaged newer one is passed over."""
+    from briskbert.files import write_manifest
+    from briskbert.training.engine.checkpointing import TrainingState
+    from briskbert.training.engine.signals import TrainingInterrupted, stopping
+
+    for step in (2, 4):
+        (tmp_path / f"step_{step}").mkdir()
+        TrainingState(global_step=step).save(tmp_path / f"step_{step}")
+        write_manifest(tmp_path / f"step_{step}")
+    (tmp_path / "step_4" / "trainer_state.json").write_text("{}")  # changed since its manifest
+    with pytest.raises(TrainingInterrupted) as stopped, stopping(tmp_path):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert stopped.value.code == 143 and stopped.value.checkpoint == tmp_path / "step_2"
+    assert f"Interrupted by SIGTERM; the checkpoint is {tmp_path / 'step_2'}, the newest intact one" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(TrainingInterrupted) as stopped, stopping(tmp_path / "empty"):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert stopped.value.code == 130 and stopped.value.checkpoint is None
+    assert "before any checkpoint was saved: there is nothing to resume" in capsys.readouterr().err

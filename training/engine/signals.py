@@ -85,7 +85,7 @@ class SignalCatcher:
     def _handle(self, signum, frame):
         if self.signal_number and signum == signal.SIGINT:
             raise Interrupt(signum)
-        self.signal_number = signum
+        self.signal_number = self.signal_number or signum  # the first is the one the run reports
 
     def __enter__(self):
         self._handlers.__enter__()
