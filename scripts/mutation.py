@@ -220,14 +220,14 @@ TARGETS: dict[str, Target] = {
         only=("cosent_loss", "cosine_mse_loss"),
     ),
     "lexical": Target(
-        source="training/retrieval/lexical.py",
-        module="briskbert.training.retrieval.lexical",
+        source="retrieval/lexical.py",
+        module="briskbert.retrieval.lexical",
         tests=("tests/test_lexical_fusion.py",),
         warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),
     ),
     "fusion": Target(
-        source="training/retrieval/fusion.py",
-        module="briskbert.training.retrieval.fusion",
+        source="retrieval/fusion.py",
+        module="briskbert.retrieval.fusion",
         tests=("tests/test_lexical_fusion.py", "tests/test_reranking.py"),
         markers="not slow",
         warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),

@@ -16,6 +16,7 @@ PACKAGE_DIRS = {
     "modeling": "briskbert.modeling",
     "tokenization": "briskbert.tokenization",
     "training": "briskbert.training",
+    "retrieval": "briskbert.retrieval",
     "hub_cards": "briskbert.hub_cards",
     "quantization": "briskbert.quantization",
     "hub_server": "briskbert.hub_server",
@@ -35,7 +36,9 @@ LAYERS = (
     ("briskbert.data", "briskbert.modeling", "briskbert.tokenization"),
     ("briskbert.training.engine",),
     ("briskbert.training.data",),
-    ("briskbert.training.tasks", "briskbert.training.retrieval"),
+    ("briskbert.training.tasks",),
+    ("briskbert.retrieval",),  # serving: embedding texts, exact search, the index, fusion, open-domain QA
+    ("briskbert.training.retrieval",),  # training embeddings and re-rankers (mines negatives with search)
     ("briskbert.training.experiments",),
     ("briskbert.hub_cards",),  # model cards (read from the training facts) and the publisher
     ("briskbert.quantization",),

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from briskbert.errors import SettingError
-from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.fusion import (
+from briskbert.retrieval.fusion import (
     FUSION_FILE,
     Fusion,
     choose_fusion_weight,
@@ -21,9 +20,10 @@ from briskbert.training.retrieval.fusion import (
     fused_scores,
     rerank_report,
 )
-from briskbert.training.retrieval.lexical import bm25_head_scores, words
+from briskbert.retrieval.lexical import bm25_head_scores, words
+from briskbert.retrieval.search import Retrieved
+from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.reranking import Reranker, load_reranker
-from briskbert.training.retrieval.search import Retrieved
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = ROOT / "data" / "xquad_en_excerpt.json"
@@ -236,7 +236,7 @@ class _ScriptedReranker(Reranker):
 
 
 def test_report_applies_bm25_over_the_collection():
-    from briskbert.training.retrieval.dense import RetrievalTask
+    from briskbert.retrieval.dense import RetrievalTask
 
     retrieved, qrels, _ = _retrieved()
     texts = {"a": "the weather in spring", "b": "normans conquered england in 1066", "c": "rivers flow",

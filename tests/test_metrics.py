@@ -387,7 +387,7 @@ def test_every_jobs_perfect_score_is_one():
     """One scale for every job, as scikit-learn, seqeval and sentence-transformers report: a perfect
     prediction scores 1.0 (SQuAD's official script says 100), so a card or a log never puts a QA F1 of 87.1
     beside an NER F1 of 0.871. Counts, losses and errors are not scores and keep their units."""
-    from briskbert.training.retrieval.dense import retrieval_metrics
+    from briskbert.retrieval.dense import retrieval_metrics
     from briskbert.training.retrieval.similarity import similarity_metrics
 
     tags = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-from briskbert.training.retrieval.dense import embed_batch
+from briskbert.retrieval.dense import embed_batch
 from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, DualEncoder, Pair, PairCollator
 
 

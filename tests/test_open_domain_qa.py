@@ -13,16 +13,16 @@ import torch
 from torch import nn
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-from briskbert.training.retrieval import open_domain_qa
-from briskbert.training.retrieval.dense import RetrievalTask, Retriever
-from briskbert.training.retrieval.open_domain_qa import (
+from briskbert.retrieval import open_domain_qa
+from briskbert.retrieval.dense import RetrievalTask, Retriever
+from briskbert.retrieval.open_domain_qa import (
     Reader,
     evaluate_open_domain_qa,
     read_passages,
     select_answer,
 )
+from briskbert.retrieval.search import Retrieved
 from briskbert.training.retrieval.reranking import Reranker
-from briskbert.training.retrieval.search import Retrieved
 
 LOW = -8.0  # every token not listed below
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from briskbert.cli import COMMANDS
-from briskbert.training.retrieval.dense import ranking_shortfall
+from briskbert.retrieval.dense import ranking_shortfall
 
 ROOT = Path(__file__).resolve().parents[1]
 

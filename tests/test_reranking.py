@@ -14,16 +14,14 @@ import torch
 
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.dense import (
+from briskbert.retrieval.dense import (
     RetrievalTask,
     Retriever,
     encode_texts,
     exact_search,
     retrieval_metrics,
 )
-from briskbert.training.retrieval.embeddings import Pair
-from briskbert.training.retrieval.fusion import (
+from briskbert.retrieval.fusion import (
     FUSION_FILE,
     Fusion,
     choose_fusion_weight,
@@ -31,13 +29,15 @@ from briskbert.training.retrieval.fusion import (
     fused_scores,
     rerank_report,
 )
+from briskbert.retrieval.search import Retrieved
+from briskbert.training.data.task_data import DataError
+from briskbert.training.retrieval.embeddings import Pair
 from briskbert.training.retrieval.reranking import (
     Reranker,
     RerankGroup,
     RerankGroups,
     retrieved_negative_pools,
 )
-from briskbert.training.retrieval.search import Retrieved
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
@@ -206,7 +206,7 @@ def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, ti
 
 
 def test_question_mode_warns_from_the_rerankers_own_validation():
-    from briskbert.training.retrieval.fusion import validation_warning
+    from briskbert.retrieval.fusion import validation_warning
 
     curve = [
         {"weight": 0.0, "mrr@10": 0.80, "recall@1": 0.70},
@@ -397,7 +397,7 @@ def test_a_random_cross_encoder_at_the_default_weights_is_never_below_retrieval(
     """Random weights, no fusion.json: the order handed on is retrieval's; and where weights are chosen
     (on a few queries, from random logits), the choice is never below retrieval there: the grids hold 0."""
     from briskbert.commands.evaluate_retrieval import main as evaluate
-    from briskbert.training.retrieval.fusion import FUSION_GRID, LEXICAL_GRID
+    from briskbert.retrieval.fusion import FUSION_GRID, LEXICAL_GRID
 
     report = evaluate(
         ["--model_name_or_path", tiny_models["encoder"], "--squad_file", XQUAD, "--articles", "0:2",

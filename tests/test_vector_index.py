@@ -18,10 +18,10 @@ import torch
 
 from briskbert.cli import main as cli
 from briskbert.errors import UserError
-from briskbert.training.retrieval import vector_index
-from briskbert.training.retrieval.dense import encode_texts, exact_search, load_dual_encoder
-from briskbert.training.retrieval.index_settings import IndexSettings
-from briskbert.training.retrieval.vector_index import (
+from briskbert.retrieval import vector_index
+from briskbert.retrieval.dense import encode_texts, exact_search, load_dual_encoder
+from briskbert.retrieval.index_settings import IndexSettings
+from briskbert.retrieval.vector_index import (
     BuildOptions,
     PassageSource,
     build_index,

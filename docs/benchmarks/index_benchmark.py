@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from briskbert.training.retrieval.index_settings import IndexSettings
+from briskbert.retrieval.index_settings import IndexSettings
 
 
 def synthetic_vectors(count: int, queries: int, dimension: int, clusters: int, seed: int = 0):
@@ -63,7 +63,7 @@ def measure(settings: IndexSettings, passages: np.ndarray, queries: np.ndarray, 
     import faiss
     import psutil
 
-    from briskbert.training.retrieval.vector_index import factory_string
+    from briskbert.retrieval.vector_index import factory_string
 
     settings = settings.resolved(len(passages), passages.shape[1])
     start = time.perf_counter()
@@ -118,7 +118,7 @@ def _search_settings(settings: IndexSettings) -> dict:
 
 
 def _collection_vectors(args):
-    from briskbert.training.retrieval.dense import encode_texts, load_collection, load_dual_encoder
+    from briskbert.retrieval.dense import encode_texts, load_collection, load_dual_encoder
     from briskbert.training.retrieval.settings import CollectionSource
 
     task = load_collection(
@@ -136,7 +136,7 @@ def _collection_vectors(args):
 
 
 def _relevance(task, rows: np.ndarray) -> dict:
-    from briskbert.training.retrieval.dense import retrieval_metrics
+    from briskbert.retrieval.dense import retrieval_metrics
 
     rankings = {qid: [task.corpus_ids[i] for i in row if i >= 0] for qid, row in zip(task.query_ids, rows)}
     metrics = retrieval_metrics(rankings, task.qrels)

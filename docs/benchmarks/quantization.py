@@ -309,7 +309,7 @@ def embed(run, tokenizer, texts: list[str], batch_size: int = 32):
 
 
 def retrieval_scores(run, tokenizer, task) -> dict:
-    from briskbert.training.retrieval.dense import exact_search, rankings_from_indices, retrieval_metrics
+    from briskbert.retrieval.dense import exact_search, rankings_from_indices, retrieval_metrics
 
     queries = embed(run, tokenizer, task.query_texts)
     passages = embed(run, tokenizer, task.corpus_texts)
@@ -383,7 +383,7 @@ def speed_section(args, tokenizer, log) -> list[dict]:
 def quality_section(args, tokenizer, log) -> dict:
     from transformers import AutoTokenizer
 
-    from briskbert.training.retrieval.dense import load_squad_retrieval, read_passages
+    from briskbert.retrieval.dense import load_squad_retrieval, read_passages
 
     quality = {"sst2_accuracy": {}, "retrieval": {}, "conll_f1": {}}
     if args.classifier is not None:

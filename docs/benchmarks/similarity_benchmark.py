@@ -105,7 +105,7 @@ def scores(folder: str, pairs) -> dict:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 
-    from briskbert.training.retrieval.dense import load_dual_encoder
+    from briskbert.retrieval.dense import load_dual_encoder
     from briskbert.training.retrieval.similarity import evaluate_similarity
 
     encoder, tokenizer, spec = load_dual_encoder(folder)

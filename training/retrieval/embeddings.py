@@ -38,15 +38,15 @@ from transformers.utils import ModelOutput
 
 from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_sentence_transformers_files
-from briskbert.training.data.task_data import DataError, load_squad, load_table
-from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.dense import (
+from briskbert.retrieval.dense import (
     embed_batch,
     encode_texts,
     exact_search,
     read_json_lines,
     retrieval_metrics,
 )
+from briskbert.training.data.task_data import DataError, load_squad, load_table
+from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
 from briskbert.training.retrieval.settings import (
     SCORED_PAIR_LOSSES,
     has_scored_pair_columns,

@@ -16,9 +16,9 @@ from briskbert.training.retrieval.settings import RerankerData, RerankerValidati
 from briskbert.training.tasks.settings import ModelSource
 
 if TYPE_CHECKING:
+    from briskbert.retrieval.fusion import Fusion
     from briskbert.training.engine.config import TrainingConfig
     from briskbert.training.retrieval.embeddings import Pair
-    from briskbert.training.retrieval.fusion import Fusion
     from briskbert.training.retrieval.reranking import TrainingSets
 
 
@@ -66,7 +66,7 @@ def training_sets(
 ) -> TrainingSets:
     """Training groups with negative pools, and the validation collection searched by the fusion retriever:
     ``validation_file``'s queries, else those held out of the training data among all its passages."""
-    from briskbert.training.retrieval.dense import load_retriever, read_passages
+    from briskbert.retrieval.dense import load_retriever, read_passages
     from briskbert.training.retrieval.embeddings import load_pairs
     from briskbert.training.retrieval.reranking import (
         RerankGroups,

@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Cross-encoder re-ranking: a (query, passage) pair through ``BriskBertForSequenceClassification`` with
-one relevance logit (fused with the retriever's score by :mod:`.fusion`).
+one relevance logit (fused with the retriever's score by ``briskbert.retrieval.fusion``).
 
 Training groups (:class:`RerankGroup`) hold a query, its positive and a pool of negatives: the pair's own
 negative when the data has one, then the passages a dual encoder ranks highest among the training passages
@@ -26,16 +26,16 @@ import torch.nn.functional as F
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from briskbert.errors import SettingError
-from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.dense import (
+from briskbert.retrieval.dense import (
     RetrievalTask,
     Retriever,
     retrieval_metrics,
 )
+from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
+from briskbert.retrieval.lexical import bm25_head_scores
+from briskbert.retrieval.search import Retrieved, retrieve
+from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair, Wrapper
-from briskbert.training.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
-from briskbert.training.retrieval.lexical import bm25_head_scores
-from briskbert.training.retrieval.search import Retrieved, retrieve
 
 
 @dataclass
@@ -317,7 +317,8 @@ class Reranker:
     def lexical_scores(
         self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
     ) -> dict[str, list[float]] | None:
-        """BM25 of the same head, over ``corpus``'s statistics (see :func:`.lexical.bm25_head_scores`), when the fusion
+        """BM25 of the same head, over ``corpus``'s statistics (see
+        ``briskbert.retrieval.lexical.bm25_head_scores``), when the fusion
         weighs it; else ``None``."""
         if not self.lexical_weight:
             return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.errors import SettingError
-from briskbert.training.tasks.settings import check_at_least, parse_article_range
+from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
 
 POOLING_CHOICES = ("mean", "cls")
 RANKING_LOSSES = ("listwise", "pointwise")
@@ -22,13 +22,6 @@ SCORED_PAIR_LOSSES = ("cosent", "cosine_mse")
 EMBEDDING_LOSSES = ("multiple_negatives_ranking", *SCORED_PAIR_LOSSES)
 SCORED_PAIR_COLUMNS = ("sentence1", "sentence2", "score")
 SQUAD_ARTICLES_HELP = "SQuAD files: use only articles START:STOP."
-
-
-def parse_article_ranges(settings, *names: str) -> None:
-    """START:STOP strings (from a command line) become (start, stop) tuples, checked."""
-    for name in names:
-        if isinstance(getattr(settings, name), str):
-            object.__setattr__(settings, name, parse_article_range(getattr(settings, name), name))
 
 
 def check_model_path(settings, name: str) -> None:

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 
 from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
+from briskbert.retrieval.dense import encode_texts
 from briskbert.training.data.task_data import DataError, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.dense import encode_texts
 from briskbert.training.retrieval.settings import check_scored_pair_file
 
 

@@ -260,6 +260,13 @@ def parse_article_range(spec: str | None, name: str) -> tuple[int, int] | None:
     return start, stop
 
 
+def parse_article_ranges(settings, *names: str) -> None:
+    """START:STOP strings (from a command line) become (start, stop) tuples, checked."""
+    for name in names:
+        if isinstance(getattr(settings, name), str):
+            object.__setattr__(settings, name, parse_article_range(getattr(settings, name), name))
+
+
 @dataclass(frozen=True)
 class QaSettings:
     """Windows, decoding and data selection of extractive question answering (the window length is the

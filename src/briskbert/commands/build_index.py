@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
-from briskbert.training.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
+from briskbert.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
 from briskbert.training.retrieval.settings import EmbeddingArguments
 from briskbert.training.tasks.settings import check_at_least
 
@@ -72,8 +72,8 @@ def main(argv=None):
         argv=argv,
     )
     check_faiss()
-    from briskbert.training.retrieval.dense import load_dual_encoder
-    from briskbert.training.retrieval.vector_index import BuildOptions, build_index
+    from briskbert.retrieval.dense import load_dual_encoder
+    from briskbert.retrieval.vector_index import BuildOptions, build_index
 
     options = BuildOptions(
         output.shard_size, encoder.batch_size, output.keep_embeddings, output.overwrite_output_dir

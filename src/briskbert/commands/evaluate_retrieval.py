@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.training.retrieval.index_settings import IndexFolder
+from briskbert.retrieval.index_settings import IndexFolder
 from briskbert.training.retrieval.settings import (
     CollectionSource,
     EmbeddingArguments,
@@ -66,11 +66,11 @@ def main(argv=None):
         __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
         OutputArguments, argv=argv,
     )  # fmt: skip
-    from briskbert.training.retrieval.dense import load_collection, load_retriever
-    from briskbert.training.retrieval.evaluation import evaluate_retrieval
-    from briskbert.training.retrieval.fusion import validation_warning
+    from briskbert.retrieval.dense import load_collection, load_retriever
+    from briskbert.retrieval.evaluation import evaluate_retrieval
+    from briskbert.retrieval.fusion import validation_warning
+    from briskbert.retrieval.vector_index import with_index
     from briskbert.training.retrieval.reranking import load_reranker_of
-    from briskbert.training.retrieval.vector_index import with_index
 
     task = load_collection(source)
     retriever = load_retriever(

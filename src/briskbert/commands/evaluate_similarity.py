@@ -56,7 +56,7 @@ def main(argv=None):
     args, embedding, output = parse(
         __doc__, SimilarityArguments, EmbeddingArguments, OutputArguments, argv=argv
     )
-    from briskbert.training.retrieval.dense import load_dual_encoder
+    from briskbert.retrieval.dense import load_dual_encoder
     from briskbert.training.retrieval.similarity import evaluate_similarity, load_scored_pairs
 
     pairs = load_scored_pairs(args.file, "file")

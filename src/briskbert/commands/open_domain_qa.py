@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.training.retrieval.index_settings import IndexFolder
+from briskbert.retrieval.index_settings import IndexFolder
 from briskbert.training.retrieval.settings import (
     CollectionSource,
     EmbeddingArguments,
@@ -70,10 +70,10 @@ def main(argv=None):
         __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
         QuestionArguments, argv=argv,
     )  # fmt: skip
-    from briskbert.training.retrieval.dense import load_collection, load_retriever
-    from briskbert.training.retrieval.open_domain_qa import load_reader
+    from briskbert.retrieval.dense import load_collection, load_retriever
+    from briskbert.retrieval.open_domain_qa import load_reader
+    from briskbert.retrieval.vector_index import with_index
     from briskbert.training.retrieval.reranking import load_reranker_of
-    from briskbert.training.retrieval.vector_index import with_index
 
     task = load_collection(source)
     retriever = load_retriever(
@@ -87,7 +87,7 @@ def main(argv=None):
     )
     retriever = with_index(retriever, index.index, task.corpus_ids, models.retriever_model_name_or_path)
     reranker = load_reranker_of(reranking, models.batch_size)
-    from briskbert.training.retrieval.fusion import validation_warning
+    from briskbert.retrieval.fusion import validation_warning
 
     warning = validation_warning(reranker) if reranker else None
     if warning:
@@ -98,7 +98,7 @@ def main(argv=None):
 
 
 def _answer_one(question, task, retriever, reader, reranker, read_top_k):
-    from briskbert.training.retrieval.open_domain_qa import answer_questions
+    from briskbert.retrieval.open_domain_qa import answer_questions
 
     texts = task.corpus
     answer = answer_questions(texts, {"question": question}, retriever, reader, reranker, read_top_k)[
@@ -113,7 +113,7 @@ def _answer_one(question, task, retriever, reader, reranker, read_top_k):
 
 
 def _evaluate(read_top_k, output_dir, task, retriever, reader, reranker):
-    from briskbert.training.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
+    from briskbert.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
 
     depths = tuple(sorted({*READ_DEPTHS, read_top_k}))
     metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)

@@ -1,11 +1,11 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fusion of a cross-encoder re-ranker (:mod:`.reranking`) with the retriever's score, and the reports of
-what re-ranking changed.
+"""The fusion of a cross-encoder re-ranker (``briskbert.training.retrieval.reranking``) with the
+retriever's score, and the reports of what re-ranking changed.
 
 A listwise-trained re-ranker's logits are log-probabilities over a query's candidates up to a
 constant, and so are the retriever's similarities times the scale it was trained with. The fused score of
 a retrieved passage is the weighted product of the two distributions, with optionally a third signal, the
-passage's BM25 score (``training.retrieval.lexical``) divided by the best of the query's head, on the
+passage's BM25 score (:mod:`.lexical`) divided by the best of the query's head, on the
 similarity's scale::
 
     fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
@@ -27,15 +27,15 @@ from pathlib import Path
 
 import torch
 
-from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.dense import (
+from briskbert.retrieval.dense import (
     RANK_DEPTH,
     RECALL_DEPTHS,
     RetrievalTask,
     ranking_shortfall,
     retrieval_metrics,
 )
-from briskbert.training.retrieval.search import Retrieved
+from briskbert.retrieval.search import Retrieved
+from briskbert.training.data.task_data import DataError
 
 FUSION_FILE = "fusion.json"
 FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1

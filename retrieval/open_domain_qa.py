@@ -32,14 +32,14 @@ import numpy as np
 import torch
 from scipy.special import logsumexp
 
-from briskbert.training.retrieval.dense import (
+from briskbert.retrieval.dense import (
     RECALL_DEPTHS,
     RetrievalTask,
     Retriever,
     ranking_shortfall,
     retrieval_metrics,
 )
-from briskbert.training.retrieval.search import Retrieved, retrieve
+from briskbert.retrieval.search import Retrieved, retrieve
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.qa import postprocess_qa_predictions, prepare_eval_features
 
@@ -106,7 +106,7 @@ def rank_passages(
 ) -> RankedPassages:
     """Retrieve (``max(depth, 100)`` deep, for the ranking metrics), then re-rank the first
     ``max(depth, reranker.top_k)`` at the re-ranker's fusion weights."""
-    from briskbert.training.retrieval.fusion import fused_rankings, fused_scores
+    from briskbert.retrieval.fusion import fused_rankings, fused_scores
 
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
@@ -308,7 +308,7 @@ def _ranking_metrics(ranked: RankedPassages, task: RetrievalTask, reranked: bool
         metrics["ranking"] = retrieval_metrics(ranked.rankings, task.qrels)
         shortfall = ranking_shortfall(metrics["retrieval"], metrics["ranking"])
         if shortfall:
-            from briskbert.training.retrieval.fusion import reranking_warning
+            from briskbert.retrieval.fusion import reranking_warning
 
             metrics["warning"] = reranking_warning(shortfall, ranked.fusion_weight)
     return metrics

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from briskbert.training.retrieval.dense import RECALL_DEPTHS, RetrievalTask, Retriever, retrieval_metrics
-from briskbert.training.retrieval.search import retrieve
+from briskbert.retrieval.dense import RECALL_DEPTHS, RetrievalTask, Retriever, retrieval_metrics
+from briskbert.retrieval.search import retrieve
 
 
 def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
@@ -26,7 +26,7 @@ def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None)
         "retrieval_s": round(time.perf_counter() - start, 2),
     }
     if reranker is not None:
-        from briskbert.training.retrieval.fusion import rerank_report
+        from briskbert.retrieval.fusion import rerank_report
 
         report.update(rerank_report(reranker, task, retrieved, retriever.scale))
     return report

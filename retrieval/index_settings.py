@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
-from briskbert.training.retrieval.settings import parse_article_ranges
-from briskbert.training.tasks.settings import check_at_least
+from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 CONFIG_FILE = "index_config.json"  # written last: its presence means the index is complete

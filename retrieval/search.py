@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from briskbert.training.retrieval.dense import Retriever, encode_texts, exact_search
+from briskbert.retrieval.dense import Retriever, encode_texts, exact_search
 
 
 @dataclass
@@ -30,7 +30,7 @@ def retrieve(
 
     query_vectors = encode(queries.values(), "encoding queries")
     if retriever.index_dir is not None:
-        from briskbert.training.retrieval.vector_index import search_index
+        from briskbert.retrieval.vector_index import search_index
 
         found, scores = search_index(retriever.index_dir, query_vectors, top_k)
         rankings = dict(zip(queries, found))

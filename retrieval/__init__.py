@@ -1,0 +1,4 @@
+"""Retrieval as a user runs it: embedding texts and exact search with its metrics (:mod:`.dense`), the
+on-disk vector index (:mod:`.vector_index`), search over it or exactly (:mod:`.search`), BM25
+(:mod:`.lexical`), fusion with a cross-encoder's scores (:mod:`.fusion`), the retrieval evaluation and
+open-domain QA."""
