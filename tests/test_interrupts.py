@@ -60,12 +60,48 @@ def test_ctrl_c_between_start_up_and_the_first_step_stops_the_run_with_status_13
     assert "step 400" not in stdout and not (tmp_path / "run" / "final").exists()
 
 
-def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(monkeypatch, capsys):
+@pytest.fixture
+def signal_job(monkeypatch):
+    """Registers a job (``main`` given) under ``interrupted-job``; the handlers an interrupted ``cli.main``
+    leaves behind (further signals ignored, as the process is ending) are put back."""
+    import types
+
+    from briskbert import cli
+
+    job = types.ModuleType("briskbert.commands.interrupted_job")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # cli.main renames the program in argv[0]
+    monkeypatch.setitem(sys.modules, job.__name__, job)
+    monkeypatch.setitem(cli.COMMANDS, "interrupted-job", cli.Command("interrupted_job", "is interrupted"))
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    # a SIGTERM that cli.main does not take fails the test instead of ending the test process
+    signal.signal(signal.SIGTERM, lambda *frame: pytest.fail("SIGTERM was not handled as Ctrl-C"))
+    yield job
+    for number, handler in handlers.items():
+        signal.signal(number, handler)
+
+
+def test_sigterm_stops_any_job_as_ctrl_c_does_with_status_143(signal_job, capsys):
+    from briskbert import cli
+
+    cleaned = []
+
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)  # never reached: the signal stops the job here
+        finally:
+            cleaned.append(True)  # a job's clean-up runs, as on Ctrl-C
+
+    signal_job.main = main
+    assert cli.main(["interrupted-job"]) == 143 and cleaned == [True]
+    assert capsys.readouterr().err == "briskbert interrupted-job: interrupted by SIGTERM.\n"
+
+
+def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(signal_job, capsys):
     """CPython 3.11 keeps a flag when a KeyboardInterrupt leaves an exec() of a string (dataclasses run such
     execs while torch imports) and, under ``python -m``, ends the process by SIGINT after it returned 130.
     The flag is only readable where the interpreter exports it."""
     import ctypes
-    import types
 
     from briskbert import cli
 
@@ -73,14 +109,10 @@ def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(monk
         flag = ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
     except ValueError:
         pytest.skip("this interpreter does not export _Py_UnhandledKeyboardInterrupt")
-    job = types.ModuleType("briskbert.commands.interrupted_job")
-    job.main = lambda argv: exec("raise KeyboardInterrupt")
-    monkeypatch.setattr(sys, "argv", list(sys.argv))  # cli.main renames the program in argv[0]
-    monkeypatch.setitem(sys.modules, job.__name__, job)
-    monkeypatch.setitem(cli.COMMANDS, "interrupted-job", cli.Command("interrupted_job", "raises Ctrl-C"))
+    signal_job.main = lambda argv: exec("raise KeyboardInterrupt")
     assert cli.main(["interrupted-job"]) == cli.INTERRUPTED_EXIT_CODE
     assert flag.value == 0
-    assert "interrupted." in capsys.readouterr().err
+    assert "interrupted by SIGINT." in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ kill -9, then resume

@@ -11,15 +11,18 @@ A job's module is imported only when that job runs, and parses its flags before 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import logging
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
 from .errors import CommandFailed, SettingError, UserError
 from .extras import TORCHAO_IMPORT_LOGGERS
+from .processes import raise_interrupt
 
 #: the shell's status for a process ended by SIGINT (128 + 2)
 INTERRUPTED_EXIT_CODE = 130
@@ -132,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         for variable in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
             os.environ.setdefault(variable, "1")
     try:
-        module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
-        result = module.main(rest)
+        with _sigterm_as_ctrl_c():
+            module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
+            result = module.main(rest)
     except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
         # the one place a setting's field name becomes the flag a user typed
         message = f"--{error.field} {error.problem}" if isinstance(error, SettingError) else str(error)
@@ -145,12 +149,31 @@ def main(argv: list[str] | None = None) -> int:
         where = f" writing {error.filename}" if error.filename else ""
         print(f"error: no space left on the device{where}; free some space, then run again", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        # Ctrl-C before a job installed its own handler (a training job's names its checkpoint to resume).
+    except KeyboardInterrupt as error:
+        # Ctrl-C or SIGTERM that no job handler took (a training job's names its checkpoint to resume); a
+        # further one must not turn this exit into a traceback.
+        for number in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):
+                signal.signal(number, signal.SIG_IGN)
         # CPython remembers an interrupt that crossed an exec() of a string (dataclasses run them while torch
         # imports) and would end the process by SIGINT whatever status is returned; any later exec() of a
         # string clears that, so the shell sees 130.
         exec("pass")
-        print(f"briskbert {name}: interrupted.", file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
+        number = getattr(error, "signal_number", signal.SIGINT)
+        print(f"briskbert {name}: interrupted by {signal.Signals(number).name}.", file=sys.stderr)
+        return 128 + number
     return result if isinstance(result, int) else 0
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """SIGTERM stops every job as Ctrl-C does (its clean-ups run) and the process exits with 143."""
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 #: Set by a parent that runs briskbert jobs (the quickstart) to the command that continues the whole flow: an
@@ -17,3 +18,17 @@ def briskbert_argv(*args: str) -> list[str]:
     """
     safe_path = ("-P",) if sys.version_info >= (3, 11) else ()
     return [sys.executable, *safe_path, "-m", "briskbert", *args]
+
+
+class Interrupt(KeyboardInterrupt):
+    """A SIGINT or SIGTERM that stops a job where it stands: a KeyboardInterrupt (every ``finally`` runs, as
+    on Ctrl-C) that knows its signal, so the process exits with the shell's 128 + its number."""
+
+    def __init__(self, signal_number: int):
+        super().__init__(signal.Signals(signal_number).name)
+        self.signal_number = signal_number
+
+
+def raise_interrupt(signal_number, frame):
+    """A signal handler: raise :class:`Interrupt` (SIGTERM then acts as Ctrl-C)."""
+    raise Interrupt(signal_number)

@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from briskbert.processes import RESUME_COMMAND_VARIABLE
+from briskbert.processes import RESUME_COMMAND_VARIABLE, Interrupt, raise_interrupt
 from briskbert.training.engine.checkpointing import intact_checkpoint, resume_command
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -29,18 +29,6 @@ class TrainingInterrupted(SystemExit):
     def __init__(self, signal_number: int, checkpoint: Path | None, command: str | None):
         super().__init__(128 + signal_number)
         self.signal_number, self.checkpoint, self.command = signal_number, checkpoint, command
-
-
-class Interrupt(KeyboardInterrupt):
-    """A SIGINT or SIGTERM that stops the run where it stands (a KeyboardInterrupt: every ``finally`` runs)."""
-
-    def __init__(self, signal_number: int):
-        super().__init__(signal.Signals(signal_number).name)
-        self.signal_number = signal_number
-
-
-def _interrupt(signum, frame):
-    raise Interrupt(signum)
 
 
 @contextlib.contextmanager
@@ -62,13 +50,13 @@ def stopping(output_dir: str | os.PathLike, main_process: bool = True):
     """For a whole training run: a SIGINT or SIGTERM raises :class:`Interrupt` wherever the run stands;
     when one ends the body, the main process names the newest intact checkpoint of ``output_dir`` and the
     command that resumes it (or says there is none), and :class:`TrainingInterrupted` ends the process."""
-    with _handlers(_interrupt):
+    with _handlers(raise_interrupt):
         try:
             yield
         except KeyboardInterrupt as error:
             signal_number = getattr(error, "signal_number", signal.SIGINT)
             with _handlers(signal.SIG_IGN):  # the report takes a moment (it checks the checkpoint's files)
-                checkpoint = intact_checkpoint(output_dir)
+                checkpoint = intact_checkpoint(output_dir) if main_process else None  # one process reads it
                 processes = int(os.environ.get("WORLD_SIZE", "1"))
                 raise report(signal_number, checkpoint, None, processes, main_process) from None
 
