@@ -24,7 +24,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from briskbert import inputs
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
 
 from .rules import check_card_text
@@ -121,9 +121,9 @@ def task_for_architecture(architecture: str) -> tuple[str, str, str]:
 def read_json_object(path: Path) -> dict:
     """A JSON object file whose every string is valid Unicode (the one reader, :mod:`briskbert.inputs`)."""
     try:
-        return inputs.read_json_object(path, "--model_dir", "save the model with save_pretrained")
-    except UserError as error:
-        raise CardError(str(error)) from None
+        return inputs.read_json_object(path, "model_dir", "save the model with save_pretrained")
+    except SettingError as error:
+        raise CardError(error.problem) from None
 
 
 def read_config(model_dir: str | Path, name: str = "config.json") -> dict:

@@ -94,29 +94,29 @@ CASES = [
     Case(
         "missing-label-column",
         CLASSIFY + " --model_name_or_path {model} --train_file {sst2_csv} --label_column sentiment",
-        "--label_column='sentiment'",
+        "label_column='sentiment'",
     ),
     Case(
         "no-text-column",
         CLASSIFY + " --model_name_or_path {model} --train_file {no_text_csv}",
-        "--text_column",
+        "text_column",
     ),
     Case("mixed-labels", CLASSIFY + " --model_name_or_path {model} --train_file {mixed_csv}", "mixes types"),
     Case(
         "fractional-labels",
         CLASSIFY + " --model_name_or_path {model} --train_file {fraction_csv} --problem_type "
         "single_label_classification",
-        "--problem_type regression",
+        "problem_type regression",
     ),
     Case(
         "too-few-label-names",
         CLASSIFY + " --model_name_or_path {model} --train_file {three_csv} --label_names neg,pos",
-        "--label_names",
+        "label_names",
     ),
     Case(
         "label-names-for-other-labels",  # 0/1 data: "1" would be called "neutral"
         CLASSIFY + " --model_name_or_path {model} " + SST2 + " --label_names negative,neutral,positive",
-        "--label_names gives 3 names (label ids 0..2) but the labels found in",
+        "label_names gives 3 names (label ids 0..2) but the labels found in",
     ),
     Case(
         "repeated-label-names",
@@ -177,7 +177,7 @@ CASES = [
     Case(
         "ner-missing-column",
         NER + " --model_name_or_path {model} " + CONLL + " --token_column words",
-        "--token_column",
+        "token_column",
     ),
     Case(
         "ner-crf-on-every-sub-word",

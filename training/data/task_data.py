@@ -3,7 +3,7 @@
 ``datasets`` datasets.
 
 Every loader checks the schema up front and raises a :class:`DataError` that names the file or split,
-the offending value and what would be accepted, so a typo in a column flag never surfaces as a shape
+the offending value and what would be accepted, so a typo in a column setting never surfaces as a shape
 mismatch deep inside training. Rows that cannot be used but need not stop a run (an answer that does
 not occur in its context, a row with an empty text) are skipped, counted and reported.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import datasets
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.inputs import check_text_file, looks_like_local_path
 
 logger = logging.getLogger(__name__)
@@ -35,18 +35,18 @@ class DataError(UserError, ValueError):
 TABLE_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
 
 
-def load_table(path: str, flag: str = "--train_file") -> datasets.Dataset:
+def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
     """A CSV, TSV, JSON lines (``.json``/``.jsonl``, one object a line) or JSON-array file as a Dataset.
 
     TSV files are read without quote handling (as GLUE distributes them: a ``"`` is part of the text).
-    ``flag`` names the file in error messages.
+    ``setting`` names the file in error messages.
     """
     extension = os.path.splitext(path)[1].lower()
     if extension not in TABLE_EXTENSIONS:
-        raise DataError(
-            f"{flag} {path}: unsupported extension {extension!r}; use one of {', '.join(TABLE_EXTENSIONS)}."
+        raise SettingError(
+            setting, f"{path}: unsupported extension {extension!r}; use one of {', '.join(TABLE_EXTENSIONS)}."
         )
-    check_text_file(path, flag)
+    check_text_file(path, setting)
     with open(path, encoding="utf-8", newline="") as handle:
         if extension in (".csv", ".tsv"):
             if extension == ".tsv":
@@ -55,13 +55,14 @@ def load_table(path: str, flag: str = "--train_file") -> datasets.Dataset:
                 reader = csv.DictReader(handle)
             rows = [dict(row) for row in reader]
             if reader.fieldnames is None:
-                raise DataError(f"{flag} {path} is empty (no header row).")
+                raise SettingError(setting, f"{path} is empty (no header row).")
             columns = list(reader.fieldnames)
             for number, row in enumerate(rows, start=2):
                 if None in row or any(value is None for value in row.values()):
-                    raise DataError(
-                        f"{flag} {path}: line {number} has {len([v for v in row.values() if v is not None])} "
-                        f"fields, the header has {len(columns)} ({columns})."
+                    raise SettingError(
+                        setting,
+                        f"{path}: line {number} has {len([v for v in row.values() if v is not None])} "
+                        f"fields, the header has {len(columns)} ({columns}).",
                     )
         else:
             text = handle.read()
@@ -70,9 +71,11 @@ def load_table(path: str, flag: str = "--train_file") -> datasets.Dataset:
                 try:
                     rows = json.loads(text)
                 except json.JSONDecodeError as error:
-                    raise DataError(f"{flag} {path} is not valid JSON ({error}).") from None
+                    raise SettingError(setting, f"{path} is not valid JSON ({error}).") from None
                 if not all(isinstance(row, dict) for row in rows):
-                    raise DataError(f"{flag} {path}: a JSON array of data must hold objects (one per row).")
+                    raise SettingError(
+                        setting, f"{path}: a JSON array of data must hold objects (one per row)."
+                    )
             else:
                 rows = []
                 for number, line in enumerate(text.splitlines(), start=1):
@@ -80,14 +83,16 @@ def load_table(path: str, flag: str = "--train_file") -> datasets.Dataset:
                         try:
                             rows.append(json.loads(line))
                         except json.JSONDecodeError as error:
-                            raise DataError(
-                                f"{flag} {path}: line {number} is not valid JSON ({error})."
+                            raise SettingError(
+                                setting, f"{path}: line {number} is not valid JSON ({error})."
                             ) from None
                         if not isinstance(rows[-1], dict):
-                            raise DataError(f"{flag} {path}: line {number} is not a JSON object (one row).")
+                            raise SettingError(
+                                setting, f"{path}: line {number} is not a JSON object (one row)."
+                            )
             columns = list(rows[0]) if rows else []
     if not rows:
-        raise DataError(f"{flag} {path} has no rows: add data below the header.")
+        raise SettingError(setting, f"{path} has no rows: add data below the header.")
     return datasets.Dataset.from_dict({column: [row.get(column) for row in rows] for column in columns})
 
 
@@ -102,14 +107,15 @@ def load_named_dataset(name: str, config_name: str | None = None) -> datasets.Da
             loaded = datasets.DatasetDict({"train": loaded})
         return loaded
     if looks_like_local_path(name) and not os.path.isdir(name):
-        raise DataError(f"--dataset_name: the folder {name} does not exist; check the path.")
+        raise SettingError("dataset_name", f"{name}: the folder does not exist; check the path.")
     try:
         return datasets.load_dataset(name, config_name)
     except (OSError, ValueError, ConnectionError) as error:  # not found, no network, bad config name
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DataError(
-            f"--dataset_name {name!r} could not be loaded ({reason}); give a folder written by "
-            "save_to_disk or a dataset name that datasets.load_dataset can reach."
+        raise SettingError(
+            "dataset_name",
+            f"{name!r} could not be loaded ({reason}); give a folder written by "
+            "save_to_disk or a dataset name that datasets.load_dataset can reach.",
         ) from None
 
 
@@ -120,13 +126,13 @@ def pick_split(splits: datasets.DatasetDict, split: str, source: str) -> dataset
 
 
 def require_columns(dataset: datasets.Dataset, columns: dict[str, str | None], source: str) -> None:
-    """Raise when a column named by a flag is missing. ``columns`` maps flag names to column names."""
+    """Raise when a column named by a setting is missing. ``columns`` maps settings to column names."""
     missing = {
-        flag: name for flag, name in columns.items() if name is not None and name not in dataset.column_names
+        key: name for key, name in columns.items() if name is not None and name not in dataset.column_names
     }
     if missing:
-        described = ", ".join(f"{flag}={name!r}" for flag, name in missing.items())
-        hint = separator_hint(dataset.column_names) or "Pass the right names with the flags shown."
+        described = ", ".join(f"{key}={name!r}" for key, name in missing.items())
+        hint = separator_hint(dataset.column_names) or "Pass the right names with the settings shown."
         raise DataError(
             f"{source}: column(s) not found: {described}. Available columns: {dataset.column_names}. {hint}"
         )
@@ -185,7 +191,7 @@ class SkipReport:
 CONLL_FORMAT = "one token per line with its tag last (e.g. 'EU B-ORG'), a blank line between sentences"
 
 
-def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
+def load_conll(path: str, setting: str = "train_file") -> datasets.Dataset:
     """A CoNLL-style file as a Dataset with ``tokens`` and ``tags`` (lists of strings).
 
     One token per line, the token in the first column and its tag in the last (so both the two-column
@@ -193,7 +199,7 @@ def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
     A file of another shape (JSON, a table of texts and labels) is refused naming what its lines hold: every
     token line has as many columns as the first, and a file that starts with a JSON value is JSON.
     """
-    check_text_file(path, flag)
+    check_text_file(path, setting)
     sentences_tokens, sentences_tags = [], []
     tokens, tags = [], []
     columns = None  # (how many, the line that set it)
@@ -207,15 +213,17 @@ def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
                     tokens, tags = [], []
                 continue
             if columns is None and _is_json(line):
-                raise _not_conll(path, flag, f"line {number} is JSON ({line.strip()[:60]!r})")
+                raise _not_conll(path, setting, f"line {number} is JSON ({line.strip()[:60]!r})")
             if len(fields) < 2:
-                raise _not_conll(path, flag, f"line {number} ({line.strip()[:60]!r}) has one field, no tag")
+                raise _not_conll(
+                    path, setting, f"line {number} ({line.strip()[:60]!r}) has one field, no tag"
+                )
             if columns is None:
                 columns = (len(fields), number)
             elif len(fields) != columns[0]:
                 raise _not_conll(
                     path,
-                    flag,
+                    setting,
                     f"line {number} ({line.strip()[:60]!r}) has {len(fields)} whitespace-separated fields and "
                     f"line {columns[1]} has {columns[0]} (a text per line, not a token)",
                 )
@@ -225,7 +233,7 @@ def load_conll(path: str, flag: str = "--train_file") -> datasets.Dataset:
         sentences_tokens.append(tokens)
         sentences_tags.append(tags)
     if not sentences_tokens:
-        raise DataError(f"{flag} {path} has no sentences (only blank or -DOCSTART- lines).")
+        raise SettingError(setting, f"{path} has no sentences (only blank or -DOCSTART- lines).")
     return datasets.Dataset.from_dict({"tokens": sentences_tokens, "tags": sentences_tags})
 
 
@@ -241,8 +249,8 @@ def _is_json(line: str) -> bool:
         return False
 
 
-def _not_conll(path: str, flag: str, found: str) -> DataError:
-    return DataError(f"{flag} {path} is not a CoNLL file: {found}; expected {CONLL_FORMAT}.")
+def _not_conll(path: str, setting: str, found: str) -> SettingError:
+    return SettingError(setting, f"{path} is not a CoNLL file: {found}; expected {CONLL_FORMAT}.")
 
 
 def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str]]:
@@ -273,7 +281,7 @@ def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str
 
 
 def load_squad(
-    path: str, max_articles: tuple[int, int] | None = None, flag: str = "--train_file"
+    path: str, max_articles: tuple[int, int] | None = None, setting: str = "train_file"
 ) -> tuple[datasets.Dataset, SkipReport]:
     """A SQuAD v1.1 / v2.0 JSON file as a flat Dataset of questions plus a report of repaired answers.
 
@@ -285,14 +293,14 @@ def load_squad(
     (not marked ``is_impossible``) left without any answer is skipped
     (``num_questions_skipped_no_answer_in_context``).
     """
-    check_text_file(path, flag)
+    check_text_file(path, setting)
     with open(path, encoding="utf-8") as handle:
         try:
             payload = json.load(handle)
         except json.JSONDecodeError as error:
-            raise DataError(f"{flag} {path} is not valid JSON ({error}).") from None
+            raise SettingError(setting, f"{path} is not valid JSON ({error}).") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
-        raise DataError(f"{flag} {path}: expected SQuAD JSON, an object with a 'data' list of articles.")
+        raise SettingError(setting, f"{path}: expected SQuAD JSON, an object with a 'data' list of articles.")
     articles = payload["data"]
     if max_articles is not None:
         articles = articles[max_articles[0] : max_articles[1]]
@@ -300,28 +308,29 @@ def load_squad(
     columns = {name: [] for name in ("id", "title", "context", "question", "answers", "is_impossible")}
     for article_index, article in enumerate(articles):
         if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
-            raise DataError(
-                f"{flag} {path}: article {article_index} is not an object with a 'paragraphs' list."
+            raise SettingError(
+                setting, f"{path}: article {article_index} is not an object with a 'paragraphs' list."
             )
         for paragraph in article.get("paragraphs", []):
             context = paragraph.get("context") if isinstance(paragraph, dict) else None
             if not isinstance(context, str):
-                raise DataError(
-                    f"{flag} {path}: article {article_index} has a paragraph without a 'context' string."
+                raise SettingError(
+                    setting, f"{path}: article {article_index} has a paragraph without a 'context' string."
                 )
             for qa in paragraph.get("qas", []):
                 if "question" not in qa or "id" not in qa:
-                    raise DataError(
-                        f"{flag} {path}: article {article_index}: every question needs 'id' and 'question'."
+                    raise SettingError(
+                        setting, f"{path}: article {article_index}: every question needs 'id' and 'question'."
                     )
                 report.total += 1
                 texts, starts = [], []
                 for answer in qa.get("answers", []):
                     text, start = answer.get("text", ""), answer.get("answer_start", -1)
                     if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
-                        raise DataError(
-                            f"{flag} {path}: question id {qa['id']}: an answer needs a 'text' string and an "
-                            f"integer 'answer_start' (character offset), got {answer!r:.80}."
+                        raise SettingError(
+                            setting,
+                            f"{path}: question id {qa['id']}: an answer needs a 'text' string and an "
+                            f"integer 'answer_start' (character offset), got {answer!r:.80}.",
                         )
                     if context[start : start + len(text)] != text or start < 0:
                         found = _nearest_occurrence(context, text, start)
@@ -345,12 +354,14 @@ def load_squad(
     if not columns["id"]:
         absent = report.examples.get("answers_not_in_context") if report.total else None
         if absent:
-            raise DataError(
-                f"{flag} {path}: none of its {report.total} questions has an answer found in its context "
-                f"(answers not in their context, e.g. {absent[0]}); check the answers' 'text' and 'answer_start'."
+            raise SettingError(
+                setting,
+                f"{path}: none of its {report.total} questions has an answer found in its context "
+                f"(answers not in their context, e.g. {absent[0]}); check the answers' 'text' and 'answer_start'.",
             )
-        raise DataError(
-            f"{flag} {path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + "."
+        raise SettingError(
+            setting,
+            f"{path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + ".",
         )
     return datasets.Dataset.from_dict(columns), report
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.training.engine.checkpointing import intact_checkpoint
 from briskbert.training.engine.config import TrainingSetupError
 
@@ -37,15 +37,16 @@ def weights_file(folder: str | Path) -> str:
     return str(folder)
 
 
-def check_finite_weights(model, source: str) -> None:
-    """Refuse to train from ``model`` (loaded from ``source``, e.g. ``--model_name_or_path runs/x/final``)
+def check_finite_weights(model, source: str, setting: str | None = None) -> None:
+    """Refuse to train from ``model`` (loaded from ``source``, e.g. ``runs/x/final``, given as ``setting``)
     when a weight holds NaN or inf: every step from it would be NaN too."""
     name = non_finite_parameter(model)
     if name is not None:
-        raise UserError(
+        problem = (
             f"{source}: the weight {name} holds NaN or infinite values (the run that wrote it diverged); "
             "train from an earlier checkpoint or another model."
         )
+        raise SettingError(setting, problem) if setting else UserError(problem)
 
 
 NO_ITEMS, LOSS, GRADIENT_NORM = 0.0, 1.0, 2.0  # what stopped the run, as the guard records it on the device

@@ -8,12 +8,12 @@
 * non-integral numbers -> ``regression`` (``num_labels=1``);
 * integers or strings -> ``single_label_classification``; text labels are kept as they are (sorted into
   ids), integer labels that already are ``0..K-1`` keep their values; ``id2label``/``label2id`` are saved
-  in the config, so ``pipeline()`` and the model card show these names. ``--label_names
+  in the config, so ``pipeline()`` and the model card show these names. ``label_names
   negative,positive`` names integer ids 0..K-1 (or fixes the id order of text labels).
 
-Without ``--label_names`` the classes are those of the training and evaluation data (a warning names any
-without a training example). Mixed label types, labels outside ``--label_names`` and regression on
-non-numeric labels raise a :class:`~training.task_data.DataError` naming the values, as do ``--label_names``
+Without ``label_names`` the classes are those of the training and evaluation data (a warning names any
+without a training example). Mixed label types, labels outside ``label_names`` and regression on
+non-numeric labels raise a :class:`~training.task_data.DataError` naming the values, as do ``label_names``
 that are not the labels found (three names for 0/1 labels, a name no row has).
 """
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from briskbert.errors import SettingError
 from briskbert.training.data.task_data import DataError, SkipReport, separator_hint
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts
@@ -154,19 +155,19 @@ def infer_label_spec(
     label_separator: str = ",",
     source: str = "the training data",
     label_names: list[str] | None = None,
-    names_source: str = "--label_names",
+    names_source: str = "label_names",
     eval_source: str = "the evaluation data",
     every_name_seen: bool = True,
 ) -> LabelSpec:
     """Decide the problem type and the label set from the (non-missing) training labels.
 
-    ``label_names`` (``--label_names``, or a teacher's ``id2label`` when distilling, described by
+    ``label_names`` (the setting, or a teacher's ``id2label`` when distilling, described by
     ``names_source``) fixes the class names and their ids: integer labels 0..K-1 are ids into it, text
     labels must be among the names, and (``every_name_seen``: names the user gave, not a teacher's whose
     classes the student learns from its outputs) every name must be a label found in the data. Without it,
     text labels are kept as they are (sorted) and integer labels are named by their value."""
     if problem_type is not None and problem_type not in PROBLEM_TYPES:
-        raise DataError(f"--problem_type {problem_type!r} is not one of {PROBLEM_TYPES}.")
+        raise SettingError("problem_type", f"{problem_type!r} is not one of {PROBLEM_TYPES}.")
     if not train_labels:
         raise DataError(f"{source} has no labelled rows.")
     kind = _label_kinds(train_labels, source)
@@ -194,11 +195,11 @@ def infer_label_spec(
         raise DataError(
             f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
             f"such as {next(v for v in train_labels if _label_kinds([v], source) == 'float')!r}; "
-            "pass --problem_type regression for a numeric target."
+            "set problem_type regression for a numeric target."
         )
     if kind == "list":
         raise DataError(
-            f"{source}: single-label classification got list labels; pass --problem_type multi_label_classification."
+            f"{source}: single-label classification got list labels; set problem_type multi_label_classification."
         )
     names = sorted({_label_name(v) for v in train_labels})
     eval_names = {_label_name(v) for v in (eval_labels or [])}
@@ -329,7 +330,7 @@ def load_classification_data(
     data: DataSource,
     settings: ClassificationSettings,
     label_names: list[str] | None = None,
-    names_source: str = "--label_names",
+    names_source: str = "label_names",
 ) -> ClassificationData:
     """Training/evaluation tables, validated, with the label spec decided. ``label_names`` overrides
     ``settings.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
@@ -344,13 +345,13 @@ def load_classification_data(
     )
     if text_column is None:
         raise DataError(
-            f"{train_name} has no 'sentence' or 'text' column; pass --text_column (columns: {train.column_names}). "
+            f"{train_name} has no 'sentence' or 'text' column; set text_column (columns: {train.column_names}). "
             + separator_hint(train.column_names)
         )
     columns = {
-        "--text_column": text_column,
-        "--text_pair_column": settings.text_pair_column,
-        "--label_column": settings.label_column,
+        "text_column": text_column,
+        "text_pair_column": settings.text_pair_column,
+        "label_column": settings.label_column,
     }
     needed = [c for c in columns.values() if c is not None]
 

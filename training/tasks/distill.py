@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
@@ -101,11 +101,11 @@ class DistillationModel(nn.Module):
     ):
         super().__init__()
         if temperature <= 0:
-            raise ValueError(f"--temperature must be > 0, got {temperature}.")
+            raise SettingError("temperature", f"must be > 0, got {temperature}.")
         if not 0.0 <= alpha_kd <= 1.0:
-            raise ValueError(f"--alpha_kd must be in [0, 1], got {alpha_kd}.")
+            raise SettingError("alpha_kd", f"must be in [0, 1], got {alpha_kd}.")
         if hidden_loss_weight < 0:
-            raise ValueError(f"--hidden_loss_weight must be >= 0, got {hidden_loss_weight}.")
+            raise SettingError("hidden_loss_weight", f"must be >= 0, got {hidden_loss_weight}.")
         if student.config.num_labels != teacher.config.num_labels:
             raise ValueError(
                 f"student has {student.config.num_labels} labels, teacher {teacher.config.num_labels}; they must agree."
@@ -184,17 +184,18 @@ class DistillationModel(nn.Module):
 
 
 def load_teacher(path: str):
-    """The fine-tuned classifier to distil; anything else is a user error naming ``--teacher_model``."""
+    """The fine-tuned classifier to distil; anything else is a user error naming ``teacher_model``."""
     from briskbert.modeling import BriskBertForSequenceClassification
 
     architectures = _read_architectures(path)
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        raise UserError(
-            f"--teacher_model {path} is a {', '.join(architectures) or 'model without architectures'}, not a "
-            "sequence classifier; fine-tune it with `briskbert finetune-classification` first."
+        raise SettingError(
+            "teacher_model",
+            f"{path} is a {', '.join(architectures) or 'model without architectures'}, not a "
+            "sequence classifier; fine-tune it with `briskbert finetune-classification` first.",
         )
     teacher = BriskBertForSequenceClassification.from_pretrained(path)
-    check_finite_weights(teacher, f"--teacher_model {weights_file(path)}")
+    check_finite_weights(teacher, weights_file(path), "teacher_model")
     return teacher
 
 
@@ -205,9 +206,10 @@ def _read_architectures(path: str) -> list[str]:
 
     config = AutoConfig.from_pretrained(path)
     if config.model_type != "briskbert":
-        raise UserError(
-            f"--teacher_model {path} has model_type {config.model_type!r}; distillation needs a briskbert "
-            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it)."
+        raise SettingError(
+            "teacher_model",
+            f"{path} has model_type {config.model_type!r}; distillation needs a briskbert "
+            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it).",
         )
     return list(config.architectures or [])
 
@@ -224,7 +226,7 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
     )
     if setup.student_model:
         student = BriskBertForSequenceClassification.from_pretrained(setup.student_model, **labels)
-        check_finite_weights(student, f"--student_model {weights_file(setup.student_model)}")
+        check_finite_weights(student, weights_file(setup.student_model), "student_model")
     elif setup.student_preset:
         try:
             config = BriskBertConfig.from_preset(
@@ -234,17 +236,18 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
                 **labels,
             )
         except ValueError as error:  # an unknown preset name
-            raise UserError(f"--student_preset: {error}") from None
+            raise SettingError("student_preset", str(error)) from None
         student = BriskBertForSequenceClassification(config)
     else:
         try:
             student = student_from_teacher(teacher, setup.student_layers)
         except ValueError as error:
-            raise UserError(f"--student_layers: {error}") from None
+            raise SettingError("student_layers", str(error)) from None
     if student.config.vocab_size != teacher.config.vocab_size:
-        raise UserError(
-            f"--student_model: the student's vocabulary ({student.config.vocab_size}) differs from the "
-            f"teacher's ({teacher.config.vocab_size}); both must read the same token ids."
+        raise SettingError(
+            "student_model",
+            f"has a vocabulary of {student.config.vocab_size} tokens, the teacher's has "
+            f"{teacher.config.vocab_size}; both must read the same token ids.",
         )
     return student
 
@@ -253,14 +256,14 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
 # The job: briskbert distill
 # --------------------------------------------------------------------------------------------------
 def check_distill_inputs(setup: DistillSettings) -> None:
-    """Teacher (with its tokenizer unless --tokenizer_name), student and tokenizer folders, up front."""
+    """Teacher (with its tokenizer unless ``tokenizer_name``), student and tokenizer folders, up front."""
     from briskbert.inputs import check_model_source, check_tokenizer_source
 
-    check_model_source(setup.teacher_model, "--teacher_model", need_tokenizer=setup.tokenizer_name is None)
+    check_model_source(setup.teacher_model, "teacher_model", need_tokenizer=setup.tokenizer_name is None)
     if setup.student_model is not None:
-        check_model_source(setup.student_model, "--student_model", need_tokenizer=False)
+        check_model_source(setup.student_model, "student_model", need_tokenizer=False)
     if setup.tokenizer_name is not None:
-        check_tokenizer_source(setup.tokenizer_name, "--tokenizer_name")
+        check_tokenizer_source(setup.tokenizer_name, "tokenizer_name")
 
 
 def teacher_labels(teacher_config, settings: ClassificationSettings):
@@ -268,13 +271,16 @@ def teacher_labels(teacher_config, settings: ClassificationSettings):
     predicts the teacher's classes under the teacher's ids."""
     problem_type = teacher_config.problem_type or "single_label_classification"
     if settings.problem_type and settings.problem_type != problem_type:
-        raise UserError(f"--problem_type {settings.problem_type} differs from the teacher's {problem_type}.")
+        raise SettingError(
+            "problem_type", f"{settings.problem_type} differs from the teacher's {problem_type}."
+        )
     names = None
     if problem_type != "regression":
         names = [teacher_config.id2label[i] for i in range(teacher_config.num_labels)]
     if settings.label_names is not None and names is not None and list(settings.label_names) != names:
-        raise UserError(
-            f"--label_names {','.join(settings.label_names)} differs from the teacher's labels {','.join(names)}."
+        raise SettingError(
+            "label_names",
+            f"{','.join(settings.label_names)} differs from the teacher's labels {','.join(names)}.",
         )
     return dataclasses.replace(settings, problem_type=problem_type), names
 
@@ -292,7 +298,7 @@ class DistillationTask(ClassificationTask):
             data,
             self.settings,
             label_names=label_names,
-            names_source=f"the teacher's labels (--teacher_model {setup.teacher_model})",
+            names_source=f"the teacher's labels (teacher_model {setup.teacher_model})",
         )
 
     @property

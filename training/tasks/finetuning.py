@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
 from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
 from briskbert.training.engine.facts import base_model_id
@@ -29,14 +29,14 @@ logger = logging.getLogger(__name__)
 
 
 def load_splits(data: DataSource, file_loader=load_table):
-    """``(train, validation or None)`` from files (through ``file_loader(path, flag)``) or a dataset."""
+    """``(train, validation or None)`` from files (through ``file_loader(path, setting)``) or a dataset."""
     if data.dataset_name is not None:
         splits = load_named_dataset(data.dataset_name, data.dataset_config_name)
-        train = pick_split(splits, data.train_split, f"--dataset_name {data.dataset_name}")
+        train = pick_split(splits, data.train_split, f"dataset_name {data.dataset_name}")
         evaluation = splits[data.validation_split] if data.validation_split in splits else None
     else:
-        train = file_loader(data.train_file, "--train_file")
-        evaluation = file_loader(data.validation_file, "--validation_file") if data.validation_file else None
+        train = file_loader(data.train_file, "train_file")
+        evaluation = file_loader(data.validation_file, "validation_file") if data.validation_file else None
     return first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
 
 
@@ -48,15 +48,15 @@ def first_n(dataset, n: int | None):
 
 
 def check_model_inputs(source: ModelSource) -> ModelLocation | None:
-    """Check the starting model folder (with its tokenizer files unless ``--tokenizer_name`` is given) and
+    """Check the starting model folder (with its tokenizer files unless ``tokenizer_name`` is given) and
     the tokenizer, before any data is read: a folder without a vocabulary would otherwise train on a
     tokenizer that maps every word to ``[UNK]``."""
     if source.tokenizer_name is not None:
-        check_tokenizer_source(source.tokenizer_name, "--tokenizer_name")
+        check_tokenizer_source(source.tokenizer_name, "tokenizer_name")
     if source.model_name_or_path is None:
         return None
     return check_model_source(
-        source.model_name_or_path, "--model_name_or_path", need_tokenizer=source.tokenizer_name is None
+        source.model_name_or_path, "model_name_or_path", need_tokenizer=source.tokenizer_name is None
     )
 
 
@@ -83,9 +83,10 @@ def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_co
     if model_type == "briskbert":
         return source
     if model_type not in convertible:
-        raise UserError(
-            f"--model_name_or_path {location.name} has model_type {model_type!r}; give a briskbert model or a "
-            f"checkpoint that is converted first (model_type one of {', '.join(convertible)})."
+        raise SettingError(
+            "model_name_or_path",
+            f"{location.name} has model_type {model_type!r}; give a briskbert model or a "
+            f"checkpoint that is converted first (model_type one of {', '.join(convertible)}).",
         )
     converted = Path(output_dir) / "converted_base"
     if not (converted / "config.json").is_file():
@@ -119,7 +120,7 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
                 source.config_preset, vocab_size=len(tokenizer), **config_overrides
             )
         except ValueError as error:  # an unknown preset name
-            raise UserError(f"--config_preset: {error}") from None
+            raise SettingError("config_preset", str(error)) from None
         if tokenizer.pad_token_id is not None:
             config.pad_token_id = tokenizer.pad_token_id
         return model_class(config)
@@ -131,12 +132,13 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
     except RuntimeError as error:
         if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
             raise
-        raise UserError(
-            f"--model_name_or_path: the weights in {base} do not fit its config.json (tensor shapes differ, as "
-            "when hidden_size or intermediate_size was edited); restore config.json or save the model again."
+        raise SettingError(
+            "model_name_or_path",
+            f"{base}: its weights do not fit its config.json (tensor shapes differ, as "
+            "when hidden_size or intermediate_size was edited); restore config.json or save the model again.",
         ) from None
     named = weights_file(base) if Path(base).is_dir() else base
-    check_finite_weights(model, f"--model_name_or_path {source.model_name_or_path} ({named})")
+    check_finite_weights(model, f"{source.model_name_or_path} ({named})", "model_name_or_path")
     return model
 
 
@@ -206,7 +208,7 @@ def pad_to_width(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor
 
     missing = width - tensor.shape[1]
     if missing < 0:
-        raise ValueError(f"a batch is {tensor.shape[1]} tokens wide, more than --max_seq_length {width}.")
+        raise ValueError(f"a batch is {tensor.shape[1]} tokens wide, more than max_seq_length {width}.")
     if missing == 0:
         return tensor
     pad = tensor.new_full((tensor.shape[0], missing, *tensor.shape[2:]), value)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError
 from briskbert.training.data.task_data import (
     DataError,
     load_conll,
@@ -61,7 +61,7 @@ def build_label_list(
         except ValueError as error:
             where = sources[0] if tag in train_counts else sources[1]
             raise DataError(
-                f"{where}: {error} Fix the tags (or pick the tag column with --tag_column)."
+                f"{where}: {error} Fix the tags (or pick the tag column with tag_column)."
             ) from None
     unseen = sorted(tag for tag in eval_counts if tag not in train_counts)
     if unseen:
@@ -183,7 +183,7 @@ def crf_training_tags(
         if not constraints.allows([label2id[tag] for tag in fixed]):
             raise DataError(
                 f"{source}: sentence {number} ({' '.join(sentence)}) breaks the tag scheme, so the CRF cannot "
-                "produce it; fix its tags or train without --crf."
+                "produce it; fix its tags or train without crf."
             )
         changed += fixed != sentence
         repaired.append(fixed)
@@ -265,7 +265,7 @@ def load_ner_data(data: DataSource, settings: NerSettings) -> NerData:
         tag_column = (
             "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
         )
-    columns = {"--token_column": settings.token_column, "--tag_column": tag_column}
+    columns = {"token_column": settings.token_column, "tag_column": tag_column}
     require_columns(train, columns, train_name)
     train_tags = tags_as_strings(train, tag_column)
     eval_tags = None
@@ -316,8 +316,9 @@ def build_ner_features(
     evaluator always scores against the original gold tags)."""
     train_tags, eval_tags, repaired = data.train_tags, data.eval_tags, 0
     if crf and label_all_tokens:  # the model to fine-tune already has a CRF
-        raise UserError(
-            "the model has a CRF head (use_crf), which tags one position per word; drop --label_all_tokens."
+        raise SettingError(
+            "label_all_tokens",
+            "does not fit a model with a CRF head (use_crf), which tags one position per word.",
         )
     if crf:
         train_tags, repaired = crf_training_tags(train_tags, data.labels, "the training data")

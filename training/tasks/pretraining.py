@@ -197,7 +197,7 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
     from briskbert.modeling.conversion.agreement import OUTPUT_TOLERANCE, largest_difference
     from briskbert.training.tasks.finetuning import load_pretrained, resolve_base_model
 
-    location = check_model_source(path, "--model_name_or_path", need_tokenizer=False)
+    location = check_model_source(path, "model_name_or_path", need_tokenizer=False)
     base = resolve_base_model(location, output_dir)
     model_class = BriskBertForPreTraining if nsp else BriskBertForMaskedLM
     config = model_class.config_class.from_pretrained(base)
@@ -384,7 +384,7 @@ class PretrainingTask(Task):
     def __init__(self, settings: PretrainingSettings):
         self.settings = settings
         if settings.model.tokenizer_name:  # before the run folder exists; a damaged tokenizer.json is named
-            check_tokenizer_source(settings.model.tokenizer_name, "--tokenizer_name")
+            check_tokenizer_source(settings.model.tokenizer_name, "tokenizer_name")
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         settings = self.settings

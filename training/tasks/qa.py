@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from briskbert.training.data.task_data import DataError, SkipReport, load_squad, require_columns, require_rows
+from briskbert.errors import SettingError
+from briskbert.training.data.task_data import SkipReport, load_squad, require_columns, require_rows
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
@@ -234,13 +235,14 @@ def write_predictions(
 
 
 def check_qa_dataset(dataset, source: str, version_2: bool) -> None:
-    """Unanswerable questions need ``--version_2_with_negative``; say so instead of training on noise."""
+    """Unanswerable questions need ``version_2_with_negative``; say so instead of training on noise."""
     if not version_2:
         impossible = sum(1 for flag in dataset["is_impossible"] if flag)
         if impossible:
-            raise DataError(
-                f"{source} has {impossible} questions marked is_impossible (SQuAD v2.0); pass "
-                "--version_2_with_negative to train and evaluate with null answers."
+            raise SettingError(
+                "version_2_with_negative",
+                f"is needed: {source} has {impossible} questions marked is_impossible (SQuAD v2.0); set it to "
+                "train and evaluate with null answers.",
             )
 
 
@@ -267,20 +269,20 @@ def load_qa_data(data: DataSource, task: QaSettings) -> QaData:
 
     reports = []
 
-    def squad(path: str, articles, flag: str):
-        dataset, report = load_squad(path, articles, flag)
+    def squad(path: str, articles, setting: str):
+        dataset, report = load_squad(path, articles, setting)
         reports.append(report)
         return dataset
 
     if data.dataset_name is not None:
         train, evaluation = load_splits(data)
     else:
-        train = squad(data.train_file, task.train_articles, "--train_file")
+        train = squad(data.train_file, task.train_articles, "train_file")
         evaluation = None
         if data.validation_file:
-            evaluation = squad(data.validation_file, task.validation_articles, "--validation_file")
+            evaluation = squad(data.validation_file, task.validation_articles, "validation_file")
     if task.extra_train_file:
-        extra = squad(task.extra_train_file, task.extra_train_articles, "--extra_train_file")
+        extra = squad(task.extra_train_file, task.extra_train_articles, "extra_train_file")
         train = datasets.concatenate_datasets([train, extra.cast(train.features)])
     train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
     train = _checked(train, data.describe("train"), task.version_2_with_negative)

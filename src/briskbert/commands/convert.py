@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None):
     (args,) = parse(__doc__, ConvertArguments, argv=argv)
     from briskbert.inputs import check_model_folder
 
-    check_model_folder(Path(args.src).expanduser(), "--src", need_tokenizer=False)  # before torch: fails fast
+    check_model_folder(Path(args.src).expanduser(), "src", need_tokenizer=False)  # before torch: fails fast
     from briskbert.modeling.conversion import (
         CheckpointMismatchError,
         UnsupportedCheckpointError,

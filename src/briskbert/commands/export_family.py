@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None):
     (args,) = parse(__doc__, ExportFamilyArguments, argv=argv)
     from briskbert.inputs import check_model_folder
 
-    config = check_model_folder(Path(args.model_dir).expanduser(), "--model_dir")  # before torch: fails fast
+    config = check_model_folder(Path(args.model_dir).expanduser(), "model_dir")  # before torch: fails fast
     if config["model_type"] != "briskbert":
         raise UserError(
             f"--model_dir {args.model_dir} has model_type {config['model_type']!r}, not a briskbert model."

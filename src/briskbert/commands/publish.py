@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     if folder.is_dir():
         folder_listing(folder)  # first: a symlink leading outside the folder is refused before it is read
     # Before anything is sent (--no_verify too): the manifest, the weights' headers, config and tokenizer.
-    check_model_folder(folder, "--model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
+    check_model_folder(folder, "model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
 
     try:
         result = publish(
