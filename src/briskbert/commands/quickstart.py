@@ -295,15 +295,13 @@ def majority_baseline(validation_file: Path, rows: int) -> dict:
 
 def versus_baseline(results: dict, baseline: dict) -> str:
     """How a classifier's accuracy and MCC compare with the majority-class baseline, in plain words."""
-    accuracy, mcc = (
-        results.get("eval_accuracy", float("nan")),
-        results.get("eval_matthews_correlation", float("nan")),
-    )
+    accuracy = results.get("eval_accuracy", float("nan"))
+    mcc = results.get("eval_matthews_correlation", float("nan"))
     if accuracy > baseline["accuracy"] and mcc > baseline["matthews_correlation"]:
         return f"above the majority-class baseline by {accuracy - baseline['accuracy']:+.3f} accuracy"
     return (
-        "NOT above the majority-class baseline: answering "
-        f"{baseline['label']} for every sentence does as well; this classifier has not learned the task"
+        f"NOT above the majority-class baseline (answering {baseline['label']} for every sentence scores as "
+        "well or better): this classifier has not learned the task"
     )
 
 
