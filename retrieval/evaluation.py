@@ -12,7 +12,7 @@ from briskbert.retrieval.search import retrieve
 
 def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
     """``briskbert evaluate-retrieval``'s measurement: metrics of retrieval alone (``"retrieval"``) and, with
-    a :class:`~.reranking.Reranker`, of the pure re-ranker order (``"reranked"``) and of the fused order
+    a :class:`~.reranker.Reranker`, of the pure re-ranker order (``"reranked"``) and of the fused order
     (``"fused"``, when the re-ranker has a fusion weight), plus the collection size, the seconds each stage
     took and a ``"warning"`` when the ranking the re-ranker hands on (fused, else pure) is below retrieval
     alone."""

@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fusion of a cross-encoder re-ranker (``briskbert.training.retrieval.reranking``) with the
-retriever's score, and the reports of what re-ranking changed.
+"""The fusion of a cross-encoder re-ranker (:mod:`.reranker`) with the retriever's score, and the reports
+of what re-ranking changed.
 
 A listwise-trained re-ranker's logits are log-probabilities over a query's candidates up to a
 constant, and so are the retriever's similarities times the scale it was trained with. The fused score of
@@ -198,7 +198,7 @@ def choose_fusion_weight(
 
 # ------------------------------------------------------------------------------------------- reports
 def rerank_report(reranker, task: RetrievalTask, retrieved: Retrieved, retriever_scale: float) -> dict:
-    """For a :class:`~.reranking.Reranker`: ``"reranked"`` (the re-ranker's own order), ``"fused"`` (the order
+    """For a :class:`~.reranker.Reranker`: ``"reranked"`` (the re-ranker's own order), ``"fused"`` (the order
     it hands on, at its ``"fusion_weight"`` and ``"lexical_weight"``) metrics, the depth, the seconds it took,
     and a one-line ``"warning"`` when the fused order is below retrieval alone on Recall@1 or MRR@10."""
     start = time.perf_counter()
@@ -232,7 +232,7 @@ def reranking_warning(shortfall: list[str], fusion_weight: float) -> str:
 
 
 def validation_warning(reranker) -> str | None:
-    """A one-line warning when the :class:`~.reranking.Reranker` has no ``fusion.json`` (its weights were never
+    """A one-line warning when the :class:`~.reranker.Reranker` has no ``fusion.json`` (its weights were never
     chosen, so it keeps retrieval's order unless given a weight), or when its own validation there shows the
     weight it applies scoring below retrieval alone; ``None`` otherwise."""
     if reranker.fusion is None:

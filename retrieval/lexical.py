@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """BM25 over a passage collection: the lexical score the re-ranking stage can fuse with the dual encoder's
-similarity and the cross-encoder's logit (``briskbert.training.retrieval.reranking``).
+similarity and the cross-encoder's logit (:mod:`.reranker`).
 
 A dual encoder squeezes a passage into one vector and loses exact rare words (names, numbers, dates) that a
 question often shares with the one passage that answers it; BM25 scores exactly those. The scores are

@@ -241,8 +241,8 @@ TARGETS: dict[str, Target] = {
         ),
     ),
     "reranking": Target(
-        source="training/retrieval/reranking.py",
-        module="briskbert.training.retrieval.reranking",
+        source="retrieval/reranker.py",
+        module="briskbert.retrieval.reranker",
         tests=("tests/test_lexical_fusion.py", "tests/test_reranking.py"),
         markers="not slow",
         warm=("bm25s", "briskbert.modeling", "briskbert.tokenization"),

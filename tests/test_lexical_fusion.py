@@ -21,9 +21,9 @@ from briskbert.retrieval.fusion import (
     rerank_report,
 )
 from briskbert.retrieval.lexical import bm25_head_scores, words
+from briskbert.retrieval.reranker import Reranker, load_reranker
 from briskbert.retrieval.search import Retrieved
 from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.reranking import Reranker, load_reranker
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = ROOT / "data" / "xquad_en_excerpt.json"

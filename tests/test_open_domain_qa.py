@@ -21,8 +21,8 @@ from briskbert.retrieval.open_domain_qa import (
     read_passages,
     select_answer,
 )
+from briskbert.retrieval.reranker import Reranker
 from briskbert.retrieval.search import Retrieved
-from briskbert.training.retrieval.reranking import Reranker
 
 LOW = -8.0  # every token not listed below
 

@@ -29,11 +29,11 @@ from briskbert.retrieval.fusion import (
     fused_scores,
     rerank_report,
 )
+from briskbert.retrieval.reranker import Reranker
 from briskbert.retrieval.search import Retrieved
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair
 from briskbert.training.retrieval.reranking import (
-    Reranker,
     RerankGroup,
     RerankGroups,
     retrieved_negative_pools,

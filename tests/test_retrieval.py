@@ -275,7 +275,7 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tmp_path):
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
     from briskbert.modeling import BriskBertForSequenceClassification, BriskBertModel
-    from briskbert.training.retrieval.reranking import score_pairs
+    from briskbert.retrieval.reranker import score_pairs
 
     spec = EmbeddingSpec("cls", True, 64)
     encoder = _tiny(BriskBertModel, tokenizer).eval()

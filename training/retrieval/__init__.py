@@ -1,2 +1,3 @@
-"""Dense retrieval: dual-encoder embeddings and their training, exact search and its metrics, cross-encoder
-re-ranking, open-domain QA, and the sentence-transformers folder layout."""
+"""Training retrievers: dual-encoder embeddings and their losses, scored-pair similarity, cross-encoder
+re-rankers (negatives mined with :mod:`briskbert.retrieval`), the jobs' tasks and the settings of the
+retrieval commands."""

@@ -69,8 +69,8 @@ def main(argv=None):
     from briskbert.retrieval.dense import load_collection, load_retriever
     from briskbert.retrieval.evaluation import evaluate_retrieval
     from briskbert.retrieval.fusion import validation_warning
+    from briskbert.retrieval.reranker import load_reranker_of
     from briskbert.retrieval.vector_index import with_index
-    from briskbert.training.retrieval.reranking import load_reranker_of
 
     task = load_collection(source)
     retriever = load_retriever(

@@ -72,8 +72,8 @@ def main(argv=None):
     )  # fmt: skip
     from briskbert.retrieval.dense import load_collection, load_retriever
     from briskbert.retrieval.open_domain_qa import load_reader
+    from briskbert.retrieval.reranker import load_reranker_of
     from briskbert.retrieval.vector_index import with_index
-    from briskbert.training.retrieval.reranking import load_reranker_of
 
     task = load_collection(source)
     retriever = load_retriever(

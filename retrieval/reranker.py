@@ -1,0 +1,138 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""A cross-encoder re-ranker at query time: the relevance logit of (query, passage) pairs, the
+:class:`Reranker` that scores the head of each retrieved list (and its BM25 when the fusion weighs it), and
+its loading with the fusion weights ``finetune-reranker`` chose (``fusion.json``, :mod:`.fusion`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from briskbert.errors import SettingError
+from briskbert.retrieval.fusion import Fusion
+from briskbert.retrieval.lexical import bm25_head_scores
+from briskbert.retrieval.search import Retrieved
+from briskbert.training.data.task_data import DataError
+
+
+# ------------------------------------------------------------------------------------------- inference
+@torch.no_grad()
+def score_pairs(
+    model, tokenizer, queries: list[str], passages: list[str], max_seq_length: int, batch_size: int = 32
+) -> torch.Tensor:
+    """The relevance logit of each (query, passage) pair, as a CPU float tensor in input order. Pairs go
+    through in batches of similar length, so little of each batch is padding."""
+    from tqdm.auto import tqdm
+
+    model.eval()
+    device = next(model.parameters()).device
+    lengths = [len(query) + len(passage) for query, passage in zip(queries, passages)]
+    order = sorted(range(len(queries)), key=lambda index: -lengths[index])
+    scores = torch.zeros(len(queries))
+    for start in tqdm(range(0, len(order), batch_size), desc="re-ranking", leave=False):
+        chunk = order[start : start + batch_size]
+        encoded = tokenizer(
+            [queries[index] for index in chunk],
+            [passages[index] for index in chunk],
+            truncation="longest_first",
+            max_length=max_seq_length,
+            padding=True,
+            return_tensors="pt",
+        ).to(device)
+        scores[chunk] = model(**encoded).logits[:, 0].float().cpu()
+    return scores
+
+
+@dataclass
+class Reranker:
+    """A cross-encoder, how deep it re-orders each retrieved list, and the fusion weights it applies."""
+
+    model: object
+    tokenizer: object
+    top_k: int = 20
+    max_seq_length: int = 256
+    batch_size: int = 32
+    fusion_weight: float = 0.0  # of its logit in the fusion: 0 keeps retrieval's order
+    fusion: Fusion | None = None  # what finetune-reranker measured on validation queries, if it did
+    lexical_weight: float = 0.0  # of the BM25 score in the fusion (0: not computed)
+
+    def score(
+        self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
+    ) -> dict[str, list[float]]:
+        """The re-ranker's logit for each of the first ``depth`` (default ``top_k``) passages of each
+        retrieved list, in retrieval order."""
+        depth = depth or self.top_k
+        query_ids = [qid for qid, ranking in retrieved.rankings.items() for _ in ranking[:depth]]
+        passage_ids = [pid for ranking in retrieved.rankings.values() for pid in ranking[:depth]]
+        logits = score_pairs(
+            self.model,
+            self.tokenizer,
+            [queries[qid] for qid in query_ids],
+            [corpus[pid] for pid in passage_ids],
+            self.max_seq_length,
+            self.batch_size,
+        ).tolist()
+        scores: dict[str, list[float]] = {qid: [] for qid in retrieved.rankings}
+        for query_id, logit in zip(query_ids, logits):
+            scores[query_id].append(logit)
+        return scores
+
+    def lexical_scores(
+        self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
+    ) -> dict[str, list[float]] | None:
+        """BM25 of the same head, over ``corpus``'s statistics (see
+        ``briskbert.retrieval.lexical.bm25_head_scores``), when the fusion
+        weighs it; else ``None``."""
+        if not self.lexical_weight:
+            return None
+        return bm25_head_scores(queries, retrieved.rankings, corpus, depth or self.top_k)
+
+
+def load_reranker(
+    name_or_path: str,
+    top_k: int = 20,
+    max_seq_length: int = 256,
+    batch_size: int = 32,
+    fusion_weight: float | None = None,
+    lexical_weight: float | None = None,
+) -> Reranker:
+    """A :class:`Reranker` from a folder or repo id, applying ``fusion_weight`` / ``lexical_weight`` if given,
+    else the weights its ``fusion.json`` records, else 0 (weights never chosen: retrieval's order unchanged)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(name_or_path, trust_remote_code=True)
+    if model.config.num_labels != 1:
+        raise DataError(
+            f"re-ranker {name_or_path!r} has {model.config.num_labels} labels; a re-ranker gives one relevance logit "
+            "(train one with `briskbert finetune-reranker`)."
+        )
+    fusion = Fusion.load(name_or_path) if Path(name_or_path).is_dir() else None
+    chosen = fusion or Fusion(weight=0.0, retriever_scale=1.0, top_k=top_k)
+    fusion_weight = chosen.weight if fusion_weight is None else fusion_weight
+    lexical_weight = chosen.lexical_weight if lexical_weight is None else lexical_weight
+    if fusion_weight + lexical_weight > 1.0 + 1e-9:
+        raise SettingError(
+            "lexical_weight",
+            f"{lexical_weight:g} and the re-ranker weight {fusion_weight:g} sum to more than 1; lower "
+            "lexical_weight or fusion_weight.",
+        )
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
+    return Reranker(
+        model.eval(), tokenizer, top_k, max_seq_length, batch_size, fusion_weight, fusion, lexical_weight
+    )
+
+
+def load_reranker_of(settings, batch_size: int):
+    """The re-ranker a command's ``RerankerArguments`` name, or ``None`` when they name none."""
+    if not settings.reranker_model_name_or_path:
+        return None
+    return load_reranker(
+        settings.reranker_model_name_or_path,
+        settings.rerank_top_k,
+        settings.reranker_max_seq_length,
+        batch_size,
+        settings.fusion_weight,
+        settings.lexical_weight,
+    )
