@@ -26,8 +26,11 @@ precision), optionally resumes, then trains:
   exact resume of the same run only (:mod:`~briskbert.training.engine.checkpointing`).
 * **Interruption** by Ctrl-C or SIGTERM saves a checkpoint and exits 130 or 143
   (:mod:`~briskbert.training.engine.signals`).
-* **Divergence**: a non-finite loss or gradient norm stops the run before the optimizer applies it, and
-  nothing with non-finite weights is ever saved (:mod:`~briskbert.training.engine.finite`).
+* **No host sync inside a step**: item counts, loss and gradient norm stay on the device; the host reads them
+  once per log, evaluation or checkpoint, and otherwise queues steps ahead of the device.
+* **Divergence**: a non-finite loss or gradient norm is never applied (the fused optimizer skips it on the
+  device's word) and stops the run at the next read, naming its step; nothing with non-finite weights is ever
+  saved (:mod:`~briskbert.training.engine.finite`).
 * **Outputs** in ``output_dir``: ``all_results.json``, ``log_history.jsonl``, ``training_curves.png`` and
   ``final/`` (``save_pretrained`` model with remote code, tokenizer and ``training_facts.json``: the job's
   :class:`~briskbert.training.engine.facts.JobFacts` and what the loop measured). The model card is the
