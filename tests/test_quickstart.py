@@ -348,6 +348,16 @@ def test_a_failed_or_interrupted_job_stops_the_quickstart_and_is_not_recorded_as
     assert "quickstart: interrupted during 'make a'. Run the same command again" in capsys.readouterr().err
 
 
+def test_the_resume_command_does_not_start_over():
+    """An interrupted ``--fresh`` run is continued by the same command without --fresh."""
+    for argv in (
+        ["--fresh", "--size", "fast"],
+        ["--size", "fast", "--fresh", "true"],
+        ["--fresh=1", "--size", "fast"],
+    ):
+        assert quickstart.resume_command(argv) == "briskbert quickstart --size fast"
+
+
 def test_an_unreadable_record_is_one_line(tmp_path):
     from briskbert.errors import UserError
 

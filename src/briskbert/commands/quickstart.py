@@ -118,7 +118,7 @@ def minilm_checkpoint() -> Path:
 
 
 def main(argv=None):
-    own_argv = sys.argv[1:] if argv is None else list(argv)  # run again, it continues: the resume command
+    own_argv = sys.argv[1:] if argv is None else list(argv)
     (args,) = parse(__doc__, QuickstartSettings, argv=argv)
     # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
     if hasattr(sys.stdout, "reconfigure"):
@@ -128,10 +128,17 @@ def main(argv=None):
     out = Path(args.output_dir).resolve()
     try:
         with locked(out):  # one quickstart per folder
-            return run_quickstart(args, Record(out, shlex.join(["briskbert", "quickstart", *own_argv])))
+            return run_quickstart(args, Record(out, resume_command(own_argv)))
     except KeyboardInterrupt:  # between two steps: nothing is half done
         print("\nquickstart: interrupted; run the same command again to continue.", file=sys.stderr)
         return 130
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command that continues an interrupted quickstart: the same one, without ``--fresh`` (and its value)."""
+    kept = [arg for i, arg in enumerate(argv) if arg.split("=")[0] != "--fresh"
+            and not (i and argv[i - 1] == "--fresh" and not arg.startswith("-"))]  # fmt: skip
+    return shlex.join(["briskbert", "quickstart", *kept])
 
 
 def run_quickstart(args, record: Record) -> int:
