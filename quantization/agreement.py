@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError
 from briskbert.modeling.export import encode_batch, read_texts
 
 from .request import Agreement, LabelledData, QuantizeRequest
@@ -107,20 +107,22 @@ def labelled_batches(
         None,
         "single_label_classification",
     ):
-        raise UserError(
-            f"--validation_file scores single-label sequence classifiers; {architecture} "
-            f"({model.config.problem_type or 'no problem_type'}) is checked by agreement only: drop the flag."
+        raise SettingError(
+            "validation_file",
+            f"scores single-label sequence classifiers; {architecture} "
+            f"({model.config.problem_type or 'no problem_type'}) is checked by agreement only: drop it.",
         )
-    table = load_table(str(data.path), flag="--validation_file")
-    columns = {"--text_column": data.text_column, "--text_pair_column": data.text_pair_column}
-    require_columns(table, {**columns, "--label_column": data.label_column}, f"--validation_file {data.path}")
+    table = load_table(str(data.path), "validation_file")
+    columns = {"text_column": data.text_column, "text_pair_column": data.text_pair_column}
+    require_columns(table, {**columns, "label_column": data.label_column}, f"validation_file {data.path}")
     label2id = {str(name): int(index) for name, index in model.config.label2id.items()}
     known = {**{str(i): i for i in range(model.config.num_labels)}, **label2id}
     unknown = sorted({str(value) for value in table[data.label_column]} - set(known))
     if unknown:
-        raise UserError(
-            f"--validation_file {data.path}: labels {', '.join(unknown[:5])} are not the model's "
-            f"({', '.join(label2id)} or 0..{model.config.num_labels - 1}); pass --label_column with its labels."
+        raise SettingError(
+            "validation_file",
+            f"{data.path}: labels {', '.join(unknown[:5])} are not the model's "
+            f"({', '.join(label2id)} or 0..{model.config.num_labels - 1}); give a label_column with its labels.",
         )
     labels = torch.tensor([known[str(value)] for value in table[data.label_column]])
     texts = table[data.text_column]

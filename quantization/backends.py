@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError
 from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.modeling.export import ONNX_FILE, export_onnx, quiet_loggers
 from briskbert.modeling.onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
@@ -39,9 +39,10 @@ def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
             if any(path.split(".")[i : i + len(wanted)] == wanted for i in range(len(path.split("."))))
         ]
         if not matched:
-            raise UserError(
-                f"--keep_fp32 {name} names no Linear or Embedding module; module names look like "
-                f"{', '.join(quantizable[:3])}, ..., {quantizable[-1]}."
+            raise SettingError(
+                "keep_fp32",
+                f"{name} names no Linear or Embedding module; module names look like "
+                f"{', '.join(quantizable[:3])}, ..., {quantizable[-1]}.",
             )
         kept.update(matched)
     return kept

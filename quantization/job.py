@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.files import staged_folder
 from briskbert.hub_cards.card import QUANTIZATION_FILE
 from briskbert.hub_cards.quantized import render_quantized_readme
@@ -74,11 +74,11 @@ SENTENCE_TRANSFORMERS_FILES = (
 def check_output_dir(model_dir: Path, output_dir: Path, overwrite: bool) -> None:
     output_dir, model_dir = Path(output_dir), Path(model_dir)
     if output_dir.exists() and model_dir.resolve() in (output_dir.resolve(), *output_dir.resolve().parents):
-        raise UserError(f"--output_dir {output_dir} holds the source --model_dir; choose a new folder.")
+        raise SettingError("output_dir", f"{output_dir} holds the source model_dir; choose a new folder.")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise UserError(
-            f"--output_dir {output_dir} already holds files; pass --overwrite_output_dir to replace them or "
-            "choose another folder."
+        raise SettingError(
+            "output_dir",
+            f"{output_dir} already holds files; set overwrite_output_dir to replace them or choose another folder.",
         )
 
 
@@ -168,16 +168,16 @@ def refuse(
 ) -> QuantizationRefused:
     what = (
         "; ".join(
-            f"{a.output} {a.metric} {a.mean:.6g} < {'--min_agreement' if 'argmax' in a.metric else '--min_cosine'} "
+            f"{a.output} {a.metric} {a.mean:.6g} < {'min_agreement' if 'argmax' in a.metric else 'min_cosine'} "
             f"{a.threshold:g}"
             for a in failed
         )
         or note
     )
     hint = (
-        "--keep_fp32 with the most sensitive modules, --backend auto"
+        "keep_fp32 with the most sensitive modules, backend auto"
         if request.backend == "onnx"
-        else "--torch_scheme int8-weight-only or --keep_fp32 with the most sensitive modules"
+        else "torch_scheme int8-weight-only or keep_fp32 with the most sensitive modules"
     )
     return QuantizationRefused(
         f"the int8 model disagrees with the fp32 one on {examples} text pairs ({what}); nothing was written to "
