@@ -276,7 +276,7 @@ def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path
         ):
             load_reranker(str(tmp_path / name))
     # Without weights the defaults are the commands' flags' defaults.
-    from briskbert.training.retrieval.settings import RerankerArguments
+    from briskbert.retrieval.settings import RerankerArguments
 
     flags = RerankerArguments()
     reranker = load_reranker(str(tmp_path))

@@ -119,7 +119,7 @@ def _search_settings(settings: IndexSettings) -> dict:
 
 def _collection_vectors(args):
     from briskbert.retrieval.dense import encode_texts, load_collection, load_dual_encoder
-    from briskbert.training.retrieval.settings import CollectionSource
+    from briskbert.retrieval.settings import CollectionSource
 
     task = load_collection(
         CollectionSource(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
 from briskbert.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
-from briskbert.training.retrieval.settings import EmbeddingArguments
+from briskbert.retrieval.settings import EmbeddingArguments
 from briskbert.training.tasks.settings import check_at_least
 
 

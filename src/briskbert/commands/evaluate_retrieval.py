@@ -30,7 +30,7 @@ from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.retrieval.index_settings import IndexFolder
-from briskbert.training.retrieval.settings import (
+from briskbert.retrieval.settings import (
     CollectionSource,
     EmbeddingArguments,
     RerankerArguments,

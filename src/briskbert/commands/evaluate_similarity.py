@@ -19,11 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.training.retrieval.settings import (
-    EmbeddingArguments,
-    check_model_path,
-    check_scored_pair_file,
-)
+from briskbert.retrieval.settings import EmbeddingArguments, check_model_path
+from briskbert.training.retrieval.settings import check_scored_pair_file
 from briskbert.training.tasks.settings import check_at_least
 
 METRICS_FILE = "similarity_metrics.json"

@@ -1,0 +1,145 @@
+# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
+"""What the retrieval commands (``build-index``, ``evaluate-retrieval``, ``open-domain-qa``,
+``evaluate-similarity``) are asked about the collection, the embeddings and the re-ranker, as checked
+dataclasses whose fields carry their default and help (the command line is generated from them).
+
+Imports nothing heavy: the commands parse (and answer ``--help``) and refuse contradictions before torch is
+loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from briskbert.errors import SettingError
+from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
+
+POOLING_CHOICES = ("mean", "cls")
+
+
+def check_model_path(settings, name: str) -> None:
+    """A :class:`SettingError` when the field ``name`` of ``settings`` is a local path (./, /) that is not there."""
+    path = getattr(settings, name)
+    if path and path.startswith((".", "/")) and not Path(path).exists():
+        raise SettingError(name, f"{path} does not exist.")
+
+
+@dataclass(frozen=True)
+class RerankerArguments:
+    """The re-ranker a retrieval command applies: folder, depth, length and fusion weights."""
+
+    _argument_group_name = "re-ranking"
+
+    reranker_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A cross-encoder (finetune-reranker) that re-orders the first rerank_top_k passages."
+        },
+    )
+    rerank_top_k: int = field(default=20, metadata={"help": "Retrieved passages the re-ranker reads."})
+    reranker_max_seq_length: int = field(default=256, metadata={"help": "Tokens per (query, passage)."})
+    fusion_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps "
+            "retrieval's order, 1 is the re-ranker's own. Default: the weight in the re-ranker folder's "
+            "fusion.json (chosen on validation queries by finetune-reranker), else 0 (never chosen)."
+        },
+    )
+    lexical_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the passage's BM25 score (over the collection, scaled to the query's best) in the "
+            "fusion; the retriever's similarity gets 1 minus both weights. Default: the weight in fusion.json, "
+            "else 0."
+        },
+    )
+
+    def __post_init__(self):
+        check_at_least(self, 1, "rerank_top_k", "reranker_max_seq_length")
+        check_model_path(self, "reranker_model_name_or_path")
+        for name in ("fusion_weight", "lexical_weight"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise SettingError(name, f"expected a number in [0, 1] (0 = retrieval order), got {value:g}.")
+            if value is not None and not self.reranker_model_name_or_path:
+                raise SettingError(name, "weighs a re-ranking stage; give reranker_model_name_or_path.")
+
+
+@dataclass(frozen=True)
+class EmbeddingArguments:
+    """How token states become a sentence embedding."""
+
+    _argument_group_name = "sentence embeddings"
+
+    pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": "Token summary. Default: what the model folder's sentence-transformers files say, else mean.",
+            "choices": POOLING_CHOICES,
+        },
+    )
+    no_normalize: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep raw embeddings (dot-product scores) instead of unit length (cosine). Default: the "
+            "folder's sentence-transformers files, else normalised."
+        },
+    )
+
+    @property
+    def normalize(self) -> bool | None:
+        """False with ``no_normalize``, else None: the model folder decides."""
+        return False if self.no_normalize else None
+
+
+@dataclass(frozen=True)
+class CollectionSource:
+    """A passage collection with questions and their relevant passages: SQuAD or JSON lines, checked once."""
+
+    _argument_group_name = "collection (a SQuAD file, or JSON lines corpus + queries + qrels)"
+
+    squad_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "SQuAD-format JSON: every paragraph is a passage, each question's own paragraph its "
+            "relevant one."
+        },
+    )
+    # START:STOP on the command line; a (start, stop) tuple after __post_init__
+    articles: tuple[int, int] | str | None = field(
+        default=None, metadata={"help": "Use only articles START:STOP of squad_file, e.g. 24:36."}
+    )
+    extra_corpus_file: str | None = field(
+        default=None, metadata={"help": "Distractor passages, one per line, added to the collection."}
+    )
+    extra_corpus_min_words: int = field(
+        default=0,
+        metadata={
+            "help": "Keep only distractor lines of at least this many words (headings and short lines go)."
+        },
+    )
+    corpus_file: str | None = field(
+        default=None, metadata={"help": "JSON lines with 'id' and 'text' (instead of squad_file)."}
+    )
+    queries_file: str | None = field(default=None, metadata={"help": "JSON lines with 'id' and 'text'."})
+    qrels_file: str | None = field(
+        default=None, metadata={"help": "JSON lines with 'query_id', 'passage_id' and optional 'relevance'."}
+    )
+
+    def __post_init__(self):
+        jsonl = ("corpus_file", "queries_file", "qrels_file")
+        missing = [name for name in jsonl if getattr(self, name) is None]
+        if (self.squad_file is None) == (len(missing) == len(jsonl)):
+            raise SettingError(
+                "squad_file", "or all three of corpus_file, queries_file and qrels_file: give one collection."
+            )
+        if self.squad_file is None and missing:
+            raise SettingError(
+                missing[0],
+                "is missing: JSON lines collections need corpus_file, queries_file and qrels_file.",
+            )
+        if self.squad_file is None and self.articles is not None:
+            raise SettingError("articles", "selects articles of squad_file; it needs squad_file.")
+        parse_article_ranges(self, "articles")
