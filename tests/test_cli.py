@@ -164,6 +164,7 @@ def test_wheel_installs_only_the_briskbert_namespace(tmp_path):
         "modeling",
         "tokenization",
         "training",
+        "retrieval",
         "hub_cards",
         "hub_server",
         "data",
