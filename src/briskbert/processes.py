@@ -32,3 +32,13 @@ class Interrupt(KeyboardInterrupt):
 def raise_interrupt(signal_number, frame):
     """A signal handler: raise :class:`Interrupt` (SIGTERM then acts as Ctrl-C)."""
     raise Interrupt(signal_number)
+
+
+def to_argv(**settings) -> list[str]:
+    """``--name value`` for each setting (``--name`` alone for ``True``): the one place outside the command
+    layer that spells a flag, for a command line that starts briskbert again or is shown to resume a run."""
+    return [
+        text
+        for name, value in settings.items()
+        for text in ([f"--{name}"] if value is True else [f"--{name}", str(value)])
+    ]

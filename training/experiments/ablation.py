@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
-from briskbert.processes import briskbert_argv
+from briskbert.processes import briskbert_argv, to_argv
 
 ACCEPTED_FORMS = (
     "a preset name (bert-tiny), a config JSON file (my_config.json), NAME:PRESET (bert:bert-tiny) or "
@@ -75,23 +75,19 @@ class Variant:
 
     def __post_init__(self):
         if not _NAME.match(self.name):
-            raise UserError(
-                f"--configs: variant name {self.name!r} must be a folder name (letters, digits, '.', '_', "
-                f"'-'); accepted forms: {ACCEPTED_FORMS}."
+            raise SettingError(
+                "configs",
+                f"variant name {self.name!r} must be a folder name (letters, digits, '.', '_', "
+                f"'-'); accepted forms: {ACCEPTED_FORMS}.",
             )
 
     def pretrain_flags(self) -> list[str]:
         overrides = {"config_overrides": format_overrides(self.overrides)} if self.overrides else {}
-        return flags(config_name=self.config_name, **overrides)
-
-
-def flags(**values) -> list[str]:
-    """``--name value`` for each keyword: how a briskbert subcommand reads its settings."""
-    return [text for name, value in values.items() for text in (f"--{name}", str(value))]
+        return to_argv(config_name=self.config_name, **overrides)
 
 
 def _malformed(text: str, why: str) -> UserError:
-    return UserError(f"--configs entry {text!r}: {why}; accepted forms: {ACCEPTED_FORMS}.")
+    return SettingError("configs", f"entry {text!r}: {why}; accepted forms: {ACCEPTED_FORMS}.")
 
 
 def parse_overrides(text: str, entry: str) -> dict:
@@ -145,9 +141,10 @@ def parse_variants(texts: list[str], shared_overrides: dict | None = None) -> li
     names = [variant.name for variant in variants]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise UserError(
-            f"--configs: the variant name(s) {repeated} appear more than once; give each variant its own "
-            "name with NAME:PRESET[:field=value,...]."
+        raise SettingError(
+            "configs",
+            f"the variant name(s) {repeated} appear more than once; give each variant its own "
+            "name with NAME:PRESET[:field=value,...].",
         )
     return variants
 
@@ -159,26 +156,28 @@ def check_variants(variants: list[Variant]) -> None:
 
     fields = {name for name in BriskBertConfig().to_dict() if not name.startswith("_")}
     for variant in variants:
-        where = f"--configs variant {variant.name!r}"
+        where = f"variant {variant.name!r}"
         if variant.config_name in PRESETS:
             base = dict(PRESETS[variant.config_name])
         elif Path(variant.config_name).is_file():
             base = BriskBertConfig.from_json_file(variant.config_name).to_dict()
         else:
-            raise UserError(
+            raise SettingError(
+                "configs",
                 f"{where}: {variant.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a "
-                f"config JSON file; accepted forms: {ACCEPTED_FORMS}."
+                f"config JSON file; accepted forms: {ACCEPTED_FORMS}.",
             )
         unknown = sorted(set(variant.overrides) - fields)
         if unknown:
-            raise UserError(
-                f"{where}: unknown config field(s) {unknown}; BriskBertConfig has {sorted(fields)}."
+            raise SettingError(
+                "configs",
+                f"{where}: unknown config field(s) {unknown}; BriskBertConfig has {sorted(fields)}.",
             )
         try:
             format_overrides(variant.overrides)
             BriskBertConfig(**{**base, **variant.overrides})
         except (UserError, ValueError, TypeError) as error:
-            raise UserError(f"{where}: {error}") from None
+            raise SettingError("configs", f"{where}: {error}") from None
 
 
 # ------------------------------------------------------------------------------------------------- plan
@@ -195,7 +194,7 @@ class Budget:
 
     def __post_init__(self):
         if self.max_train_steps is not None and self.max_train_tokens is not None:
-            raise UserError("Give --max_train_steps or --max_train_tokens, not both.")
+            raise SettingError("max_train_steps", "or max_train_tokens: give one, not both.")
         for name, value in asdict(self).items():
             if value is not None and value <= 0:
                 raise SettingError(name, f"must be positive, got {value}.")
@@ -217,11 +216,14 @@ class TokenizerSource:
 
     def __post_init__(self):
         if self.tokenizer_name is None and self.train_file is None:
-            raise UserError("Give --train_file (a tokenizer is trained on it once) or --tokenizer_name.")
+            raise SettingError(
+                "train_file", "(a tokenizer is trained on it once) or tokenizer_name: give one."
+            )
         if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in TEXT_SUFFIXES:
-            raise UserError(
-                f"--train_file {self.train_file}: the shared tokenizer can only be trained on a text file; "
-                "train one with `briskbert train-tokenizer` and pass it with --tokenizer_name."
+            raise SettingError(
+                "train_file",
+                f"{self.train_file}: the shared tokenizer can only be trained on a text file; "
+                "train one with `briskbert train-tokenizer` and give it as tokenizer_name.",
             )
 
 
@@ -260,10 +262,10 @@ class AblationPlan:
         return Path(self.tokenizer.tokenizer_name or self.output_dir / "tokenizer")
 
     def pretrain_argv(self, variant: Variant, seed: int) -> list[str]:
-        argv = ["pretrain", *self.pretrain_args, *flags(tokenizer_name=self.tokenizer_dir())]
+        argv = ["pretrain", *self.pretrain_args, *to_argv(tokenizer_name=self.tokenizer_dir())]
         if self.max_train_steps is not None:
-            argv += flags(max_train_steps=self.max_train_steps)
-        return [*argv, *variant.pretrain_flags(), *flags(seed=seed, output_dir=self.run_dir(variant, seed))]
+            argv += to_argv(max_train_steps=self.max_train_steps)
+        return [*argv, *variant.pretrain_flags(), *to_argv(seed=seed, output_dir=self.run_dir(variant, seed))]
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -400,13 +402,14 @@ def prepare_tokenizer(plan: AblationPlan) -> Path:
         tokenizer_sha256(folder)
         return folder
     partial = folder.with_name(folder.name + ".partial")  # renamed when complete: nothing half-written
-    settings = flags(
+    settings = to_argv(
         files=plan.tokenizer.train_file,
         vocab_size=plan.tokenizer.vocab_size,
         model_max_length=plan.tokenizer.model_max_length,
         output_dir=partial,
+        no_progress=True,
     )
-    argv = [*plan.launcher, "train-tokenizer", *settings, "--no_progress"]
+    argv = [*plan.launcher, "train-tokenizer", *settings]
     print(f"Training the shared tokenizer ({plan.tokenizer.vocab_size} tokens) into {folder}", flush=True)
     log_path = plan.output_dir / "tokenizer.log"
     _check("Training the tokenizer", run_process(argv, log_path), log_path)
@@ -421,7 +424,7 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
     record = RunRecord.load(run_dir / RUN_RECORD) or RunRecord(argv)
     if record.argv != argv:
         raise UserError(
-            f"{run_dir} was run with other flags ({shlex.join(record.argv)}); use another --output_dir, or "
+            f"{run_dir} was run with other flags ({shlex.join(record.argv)}); use another output_dir, or "
             "delete that folder to run it again."
         )
     if is_finished(run_dir):
@@ -435,18 +438,20 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
     from tqdm.auto import tqdm
 
     with tqdm(total=plan.max_train_steps, desc=f"{variant.name} seed {seed}", dynamic_ncols=True) as bar:
-        segment = _run_segment(plan, record, run_dir, ["--resume_from_checkpoint", "latest"], time_left, bar)
+        segment = _run_segment(
+            plan, record, run_dir, to_argv(resume_from_checkpoint="latest"), time_left, bar
+        )
     if not is_finished(run_dir) and segment.stopped_at_time_limit:
         # The time budget ran out. A short last process resumes from the checkpoint with a budget of one more
         # step, so the loop ends the way every run ends: final evaluation, final/ folder, all_results.json.
         step = latest_checkpoint_step(run_dir)
         if step is None:
             raise RunFailed(
-                f"{variant.name} seed {seed}: --max_train_seconds {plan.max_train_seconds:g} ran out before the "
+                f"{variant.name} seed {seed}: max_train_seconds {plan.max_train_seconds:g} ran out before the "
                 f"first optimizer step; raise it.",
                 1,
             )
-        extra = ["--resume_from_checkpoint", "latest", "--max_train_steps", str(step + 1)]
+        extra = to_argv(resume_from_checkpoint="latest", max_train_steps=step + 1)
         _run_segment(plan, record, run_dir, extra, None, None)
     if not is_finished(run_dir):
         raise AblationInterrupted(f"{variant.name} seed {seed} stopped before the end of its budget")
@@ -473,9 +478,9 @@ def run_probe(plan: AblationPlan, run_dir: Path, seed: int) -> Path:
     if (probe_dir / RESULTS_FILE).is_file():
         return probe_dir
     probe, log_path = plan.probe, run_dir / "probe.log"
-    data = flags(train_file=probe.train_file, validation_file=probe.validation_file)
-    argv = [*plan.launcher, "finetune-classification", *flags(model_name_or_path=run_dir / "final"), *data]
-    argv += [*probe.extra_args, *flags(seed=seed, output_dir=probe_dir)]
+    data = to_argv(train_file=probe.train_file, validation_file=probe.validation_file)
+    argv = [*plan.launcher, "finetune-classification", *to_argv(model_name_or_path=run_dir / "final"), *data]
+    argv += [*probe.extra_args, *to_argv(seed=seed, output_dir=probe_dir)]
     _check(f"The fine-tuning probe of {run_dir}", run_process(argv, log_path), log_path)
     return probe_dir
 
