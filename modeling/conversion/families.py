@@ -85,7 +85,7 @@ class SourceFamily:
             supported = ", ".join(f"{self.class_prefixes[0]}{s}" for s in self.heads)
             raise UnsupportedCheckpointError(
                 f"architectures={architecture!r} is not a {self.name} head briskbert can import; "
-                f"supported: {supported} (or pass --architecture)."
+                f"supported: {supported} (or give the architecture setting)."
             )
         return suffix
 

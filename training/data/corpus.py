@@ -114,7 +114,7 @@ def load_corpus(path: str, text_column: str | None = None, streaming: bool = Fal
     if column is None or (columns and column not in columns):
         raise ValueError(
             f"{path}: no text column {column or '(none given)'!r}; the file has columns {columns}. "
-            "Pass --text_column with one of them."
+            "Give one of them as text_column."
         )
     return ds, column
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from briskbert.errors import SettingError
 from briskbert.training.data.corpus import (
     PACKING_MODES,
     CorpusSource,
@@ -55,7 +56,7 @@ def split_document_indices(
     """(training, validation) document indices, in corpus order: ``percentage`` % of the documents (at
     least one) held out, chosen with ``seed``. ``source`` names the corpus in errors."""
     if not 0 < percentage < 100:
-        raise ValueError(f"--validation_split_percentage must be in (0, 100), got {percentage}.")
+        raise SettingError("validation_split_percentage", f"must be in (0, 100), got {percentage}.")
     _check_splittable(num_documents, source)
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
@@ -75,7 +76,7 @@ def _check_splittable(num_documents: int, source: str) -> None:
     if num_documents < 2:
         raise ValueError(
             f"{source} has {'no text' if num_documents == 0 else 'a single document'}, too little to carve a "
-            "validation split from: give --validation_file or more documents (blank lines separate documents)."
+            "validation split from: give a validation_file or more documents (blank lines separate documents)."
         )
 
 
@@ -83,9 +84,9 @@ def _check_splittable(num_documents: int, source: str) -> None:
 def body_length(max_seq_length: int, packing: str) -> int:
     """Tokens of a sequence besides its ``[CLS]`` (and, unpacked, its own closing ``[SEP]``)."""
     if packing not in PACKING_MODES:
-        raise ValueError(f"--packing_mode must be one of {', '.join(PACKING_MODES)}, got {packing!r}.")
+        raise SettingError("packing_mode", f"must be one of {', '.join(PACKING_MODES)}, got {packing!r}.")
     if max_seq_length < 8:
-        raise ValueError(f"--max_seq_length must be at least 8, got {max_seq_length}.")
+        raise SettingError("max_seq_length", f"must be at least 8, got {max_seq_length}.")
     return max_seq_length - (2 if packing == "none" else 1)
 
 
@@ -292,9 +293,10 @@ def stored_nsp_examples(
     try:
         tokenized = StoredDocuments(store, chosen)
         if len(tokenized) < 2:
-            raise ValueError(
-                "--nsp needs a corpus with several documents (separated by blank lines in text files, "
-                "one per row otherwise): random next segments must come from another document."
+            raise SettingError(
+                "nsp",
+                "needs a corpus with several documents (separated by blank lines in text files, "
+                "one per row otherwise): random next segments must come from another document.",
             )
         # Compact arrays, not lists of Python ints: a few bytes per example.
         offsets, first_lengths, labels = array("q", [0]), array("i"), array("b")
