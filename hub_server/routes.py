@@ -5,13 +5,12 @@ handlers. A handler does only its own work: it reads the typed request, returns 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import re
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import PurePosixPath
 
@@ -404,9 +403,10 @@ class Route:
     body: BodyKind = BodyKind.NONE
     step: str | None = None  # the fault-injection step (``STEPS``)
 
-    @functools.cached_property
-    def regex(self) -> re.Pattern:
-        return _compile(self.pattern)
+    regex: re.Pattern = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "regex", _compile(self.pattern))  # once, when the table is built
 
 
 R, W, J, S = Auth.READ, Auth.WRITE, BodyKind.JSON, BodyKind.STREAM

@@ -1,17 +1,16 @@
 """A Hub-compatible HTTP server for offline work and tests.
 
 The unmodified ``huggingface_hub`` and ``transformers`` clients talk to it through ``HF_ENDPOINT``.
-Standard library (``http.server``), plus PyYAML and two huggingface_hub helpers (front matter, git hash).
-
-Requests go through one dispatcher (``_Handler._dispatch``) over the route table in ``routes.py``: it
-checks the body's framing, the caller's account, the route's authorization and size limit from the headers
-alone, before a byte of the body is read (and before a ``100 Continue``); injects faults; and maps every
-``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message`` (request text is never
-reflected raw into a header); a write that finds the disk full is a logged 507 ``InsufficientStorage``, with
-nothing of it kept (``errors.disk_full``), and any other ``OSError`` closes the connection. The limits and
-deadlines are ``ServerLimits`` (``transport.py``); at most ``max_connections`` connections are served at once
-(the rest get a 503 at once). ``docs/security.md`` lists
-what the server defends against and what it does not.
+uvicorn frames HTTP (h11: request heads, ``Content-Length`` and chunked bodies, keep-alive, ``100 Continue``,
+at most ``max_connections`` requests at once); this module adds the head deadline uvicorn lacks
+(``_Protocol``) and one ASGI app over the route table in ``routes.py``. Its dispatcher (``HubServer._dispatch``,
+run in a worker thread, as the storage is blocking file I/O) checks the caller's account, the route's
+authorization and size limit from the headers alone, before a byte of the body is read (and so before a
+``100 Continue``); injects faults; and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised
+``X-Error-Message`` (request text is never reflected raw into a header); a write that finds the disk full is a
+logged 507 ``InsufficientStorage``, with nothing of it kept (``errors.disk_full``). The limits and deadlines are
+``ServerLimits`` (``transport.py``). ``docs/security.md`` lists what the server defends against and what it
+does not.
 
 Accounts (``accounts.py``): each token belongs to a user and may write only under that user's name and the
 organisations it is configured with. ``HubServer(..., token, user=..., orgs=...)`` is one account;
@@ -43,12 +42,11 @@ closed without an answer, or a connection held for S seconds and then closed. St
 
 from __future__ import annotations
 
+import asyncio
 import collections
-import contextlib
 import fcntl
 import hashlib
 import hmac
-import io
 import json
 import logging
 import re
@@ -58,21 +56,28 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import uvicorn
+from starlette.datastructures import Headers
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .accounts import Account, Accounts
 from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized, disk_full, repo_not_found
 from .names import validate_repo_id
 from .routes import STEPS, Auth, Request, Response, Route, match
 from .storage import Storage
-from .transport import ConnectionIO, HeadReader, RequestBody, ServerLimits, parse_size
+from .transport import RequestBody, ServerLimits, header_safe, parse_size
 
 logger = logging.getLogger("hub_server")
 
 FAULT_KINDS = ("500", "400", "drop", "stall")
-_UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
+
+
+_DRAIN_BYTES = 4 << 20
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 )
@@ -84,11 +89,6 @@ class DataDirInUse(RuntimeError):
 
 class _Dropped(Exception):
     """Raised by the fault injector to close the connection without an answer."""
-
-
-def header_safe(text: str, limit: int = 300) -> str:
-    """A header value that cannot split or end the header block: printable ASCII only, bounded."""
-    return _UNSAFE_HEADER_CHARS.sub("?", str(text))[:limit]
 
 
 def _lock_data_dir(data_dir: Path):
@@ -104,11 +104,51 @@ def _lock_data_dir(data_dir: Path):
     return handle
 
 
-class HubServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 64
+class _Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the limits it lacks: at most ``max_connections`` connections (uvicorn
+    caps requests, and only once a head arrived), a new connection that sends nothing is closed after
+    ``timeout_keep_alive`` (as an idle kept-alive one is), and a request head must be complete
+    ``head_timeout_s`` after its first byte, whatever the pace ("slowloris")."""
 
+    head_timeout_s = 10.0
+    max_connections = 64  # served at once; the rest get a 503 as soon as they connect
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        if len(self.connections) >= self.max_connections:
+            self.transport = transport
+            transport.write(_BUSY)
+            transport.close()
+            return
+        super().connection_made(transport)
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_late, self.cycle)
+        super().data_received(data)
+
+    def handle_events(self) -> None:
+        before = self.cycle
+        super().handle_events()
+        if self.cycle is not before and self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self, cycle) -> None:
+        self._head_timer = None
+        if self.cycle is cycle:  # no request head arrived since the first byte
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+
+class HubServer:
     def __init__(
         self,
         address,
@@ -127,16 +167,13 @@ class HubServer(ThreadingHTTPServer):
             raise ValueError(f"upload_mode must be 'regular' or 'lfs', got {upload_mode!r}")
         owner = Account(user, token, tuple(orgs))  # checks the names before anything is bound
         self.accounts = Accounts([*accounts, *([owner] if token else [])], open_account=owner)
-        self.limits = limits or ServerLimits()
-        self._log_file = None  # a failed bind calls server_close from inside socketserver's __init__
+        self.limits = limits = limits or ServerLimits()
         self._data_lock = _lock_data_dir(Path(data_dir))
         try:
             self.storage = Storage(
-                data_dir,
-                max_repo_files=self.limits.max_repo_files,
-                index_cache_bytes=self.limits.index_cache_bytes,
+                data_dir, max_repo_files=limits.max_repo_files, index_cache_bytes=limits.index_cache_bytes
             )
-            super().__init__(address, _Handler)
+            self.socket = socket.create_server(address, backlog=64)  # bound now: a port in use fails here
         except BaseException:
             self._data_lock.close()
             raise
@@ -144,18 +181,40 @@ class HubServer(ThreadingHTTPServer):
         if removed:
             logger.info("removed %d leftover temporary files", removed)
         self.upload_mode = upload_mode
-        self._connections_lock = threading.Lock()
-        self.open_connections = 0  # connections being served now (at most ``limits.max_connections``)
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.fault: dict | None = None
         self.fault_hits = 0
         # (method, path without query cut to 256 characters, status) of the last requests only
         self.request_log: collections.deque[tuple[str, str, int]] = collections.deque(
-            maxlen=self.limits.request_log_entries
+            maxlen=limits.request_log_entries
         )
         self.set_fault(fault)
         self._log_file = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
+        protocol = type(
+            "Protocol",
+            (_Protocol,),
+            {
+                "head_timeout_s": min(limits.head_timeout_s, limits.read_timeout_s),
+                "max_connections": limits.max_connections,
+            },
+        )
+        self._uvicorn = uvicorn.Server(
+            uvicorn.Config(
+                self,
+                http=protocol,
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                # uvicorn's own check counts the connection asking: it never refuses one _Protocol admitted
+                limit_concurrency=limits.max_connections + 1,
+                timeout_keep_alive=limits.read_timeout_s,
+                # A head in pieces is refused past twice max_head_bytes; _check_head applies the limit itself.
+                h11_max_incomplete_event_size=2 * limits.max_head_bytes,
+                server_header=False,
+                date_header=False,
+            )
+        )
 
     # ---- configuration --------------------------------------------------------------------------
     def set_fault(self, fault: dict | None) -> None:
@@ -179,8 +238,12 @@ class HubServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.socket.getsockname()[:2]
         return f"http://{host}:{port}"
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._uvicorn.server_state.connections)
 
     # ---- credentials ------------------------------------------------------------------------------
     def _sign(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
@@ -199,33 +262,18 @@ class HubServer(ThreadingHTTPServer):
             raise Forbidden("Invalid or expired upload signature")
         return size
 
-    # ---- connections ------------------------------------------------------------------------------
-    def process_request(self, request, client_address):
-        # A thread per connection, but never more than max_connections: the rest are told to retry.
-        with self._connections_lock:
-            busy = self.open_connections >= self.limits.max_connections
-            if not busy:
-                self.open_connections += 1
-        if busy:
-            with contextlib.suppress(OSError):
-                request.sendall(_BUSY)
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._connection_closed()
-            raise
+    # ---- running --------------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        self._uvicorn.run(sockets=[self.socket])
 
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._connection_closed()
+    def shutdown(self) -> None:
+        self._uvicorn.should_exit = True
 
-    def _connection_closed(self) -> None:
-        with self._connections_lock:
-            self.open_connections -= 1
+    def server_close(self) -> None:
+        self.socket.close()
+        if self._log_file:
+            self._log_file.close()
+        self._data_lock.close()
 
     def log_request_line(self, method: str, path: str, status: int) -> None:
         self.request_log.append((method, path[:256], status))
@@ -235,132 +283,112 @@ class HubServer(ThreadingHTTPServer):
             self._log_file.write(line + "\n")
             self._log_file.flush()
 
-    def server_close(self) -> None:
-        super().server_close()
-        if self._log_file:
-            self._log_file.close()
-        self._data_lock.close()
+    # ---- the ASGI app ---------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send) -> None:
+        headers = Headers(scope=scope)
 
+        async def next_piece(deadline: float) -> tuple[bytes, bool]:
+            with anyio.fail_after(max(deadline - time.monotonic(), 0)):
+                message = await receive()
+            if message["type"] == "http.disconnect":
+                raise BadRequest("The connection closed before the whole request body arrived")
+            return message.get("body", b""), message.get("more_body", False)
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: HubServer
-    server_version = "local-hub/0.3"
+        def receive_piece(deadline: float) -> tuple[bytes, bool]:
+            return anyio.from_thread.run(next_piece, deadline)
 
-    # Quiet: the server keeps its own request log (no headers, so never the token).
-    def log_message(self, format, *args):  # noqa: A002
-        pass
+        body = RequestBody(receive_piece, headers, self.limits)
+        response = await anyio.to_thread.run_sync(self._dispatch, scope, headers, body)
+        if response is None:  # a dropped connection: no answer at all
+            self._abort(scope)
+            return
+        length = response.length if response.file is not None else sum(len(p) for p in response.pieces)
+        # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
+        with anyio.move_on_after(
+            self.limits.read_timeout_s + length / self.limits.min_transfer_rate
+        ) as sending:
+            await self._send(response, scope["method"] == "HEAD", length, send)
+        if sending.cancelled_caught:
+            self._abort(scope)
 
-    def setup(self):
-        # Reads and writes go through ConnectionIO: every wait is bounded, and so is each whole transfer.
-        self.connection = self.request
-        # Headers and body leave in separate writes: without this, Nagle's algorithm holds the body back until
-        # the client's delayed ACK (40 ms per keep-alive request).
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._io = ConnectionIO(self.connection, self.server.limits.read_timeout_s)
-        self._reader = io.BufferedReader(self._io, 64 << 10)
-        self.rfile, self.wfile = self._reader, self._io
+    @staticmethod
+    async def _send(response: Response, head_only: bool, length: int, send) -> None:
+        """The answer as ASGI messages: its pieces (or the file's range) one after another, never joined in
+        memory; nothing after the headers for a HEAD."""
+        headers = [(name.encode(), header_safe(value).encode()) for name, value in response.headers.items()]
+        headers += [(b"Content-Type", response.content_type.encode()), (b"Content-Length", b"%d" % length)]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        if head_only:
+            pass
+        elif response.file is None:
+            for piece in response.pieces:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        else:
+            pieces = response.file_pieces()
+            while (piece := await anyio.to_thread.run_sync(next, pieces, None)) is not None:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
 
-    def handle_one_request(self):
-        """``BaseHTTPRequestHandler.handle_one_request`` with a deadline and a size cap on the head: an idle
-        connection waits ``read_timeout_s`` for a request; once its first byte arrives, the request line and
-        headers must be complete within ``head_timeout_s`` (or ``read_timeout_s`` if shorter) and
-        ``max_head_bytes``."""
-        limits = self.server.limits
-        self._io.deadline = None
+    def _abort(self, scope) -> None:
+        for connection in list(self._uvicorn.server_state.connections):
+            if list(connection.client or ()) == list(scope.get("client") or ()):
+                connection.transport.abort()
+
+    # ---- the shared concerns, once for every route (in a worker thread) ------------------------------
+    def _dispatch(self, scope, headers: Headers, body: RequestBody) -> Response | None:
+        method, path = scope["method"], scope["raw_path"].decode("latin-1")
+        status, waits = 0, headers.get("expect", "").lower() == "100-continue"
         try:
-            if not self.rfile.peek(1):
-                self.close_connection = True
-                return
-            self._io.deadline = time.monotonic() + min(limits.head_timeout_s, limits.read_timeout_s)
-            self.raw_requestline = self.rfile.readline(limits.max_request_line_bytes + 1)
-            if len(self.raw_requestline) > limits.max_request_line_bytes:
-                self.requestline, self.request_version, self.command = "", "", ""
-                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
-                return
-            self.rfile = HeadReader(self._reader, limits.max_head_bytes - len(self.raw_requestline))
-            try:
-                parsed = self.parse_request()
-            finally:
-                self.rfile = self._reader
-            if not parsed:
-                return
-            method = getattr(self, "do_" + self.command, None)
-            if method is None:
-                self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
-                return
-            method()
-        except OSError:  # a timeout, a deadline passed, or the client went away
-            self.close_connection = True
-
-    def handle_expect_100(self):
-        # Not yet: the dispatcher checks the headers first and sends "100 Continue" only when it reads the body.
-        return True
-
-    def _send_continue(self) -> None:
-        self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-
-    # ---- the shared concerns, once for every route --------------------------------------------------
-    def _dispatch(self) -> None:
-        method = self.command
-        self._status, self._logged = 0, False
-        target = urllib.parse.urlsplit(self.path)
-        body = None
-        try:
-            expects_continue = self.headers.get("Expect", "").strip().lower() == "100-continue"
-            body = RequestBody(
-                self.rfile,
-                self._io,
-                self.headers,
-                self.server.limits,
-                self._send_continue if expects_continue else None,
-            )
-            route, params = match(method, target.path)
-            request = Request(
-                self.server,
-                method,
-                target.path,
-                params,
-                urllib.parse.parse_qs(target.query),
-                self.headers,
-                body,
-                self._base_url(),
-            )
-            self._authorize(route.auth, request)
+            self._check_head(scope, headers)
+            route, params = match(method, path)
+            query = urllib.parse.parse_qs(scope["query_string"].decode("latin-1"))
+            request = Request(self, method, path, params, query, headers, body, self._base_url(headers))
+            self._authorize(route.auth, request, headers)
             trusted = request.account is not None or route.auth is Auth.SIGNED
-            body.enforce_limit(self.server.limits.body_limit(route.body, trusted))
+            body.enforce_limit(self.limits.body_limit(route.body, trusted))
             self._inject_fault(route, body)
             response = route.handler(request)
-            self._write(response, keep_alive=body.drain())
         except _Dropped:
-            self._drop()
+            status, response = -1, None
         except HubError as e:
-            self._write_error(e, body)
+            response = self._error(e, body, waits)
         except OSError as e:
-            full = disk_full(e, body.length if body is not None else None)
-            if full is None:  # a timeout, a deadline passed, or the client went away
-                self.close_connection = True
-            else:  # storage removed what it had begun to write: answer, do not just hang up
-                logger.error("%s %s: %s %s", method, target.path, full.message, e.filename or "")
-                self._write_error(full, body)
+            full = disk_full(e, body.length)
+            if full is None:
+                logger.exception("internal error")
+                full = ServerError(f"Internal server error: {type(e).__name__}")
+            else:  # storage removed what it had begun to write
+                logger.error("%s %s: %s %s", method, path, full.message, e.filename or "")
+            response = self._error(full, body, waits)
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
             logger.exception("internal error")
-            self._write_error(ServerError(f"Internal server error: {type(e).__name__}"), body)
-        finally:
-            self._log()
+            response = self._error(ServerError(f"Internal server error: {type(e).__name__}"), body, waits)
+        self.log_request_line(method, path, response.status if response is not None else status)
+        return response
 
-    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _dispatch
+    def _check_head(self, scope, headers: Headers) -> None:
+        """What the HTTP parser lets through but this server does not take: a long request line or head
+        (h11 caps only a head that arrives in pieces), and both body framings at once (a smuggling shape)."""
+        line = len(scope["raw_path"]) + len(scope["query_string"])
+        if line > self.limits.max_request_line_bytes:
+            raise HubError("Request line too long", status=414, code="URITooLong")
+        if line + sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > self.limits.max_head_bytes:
+            raise HubError("Request header fields too large", status=431, code="HeadersTooLarge")
+        if "transfer-encoding" in headers and "content-length" in headers:
+            raise BadRequest(
+                "Send Content-Length or Transfer-Encoding, not both", headers={"Connection": "close"}
+            )
 
-    def _authorize(self, auth: Auth, req: Request) -> None:
+    def _authorize(self, auth: Auth, req: Request, headers: Headers) -> None:
         """From the headers alone: nothing of the body has been read yet. A private repo outside the caller's
         namespaces takes the same steps as a missing one and ends in the same answer."""
-        req.account = self.server.accounts.authenticate(self.headers.get("Authorization", ""))
+        req.account = self.accounts.authenticate(headers.get("Authorization", ""))
         if "repo_id" in req.params:
             validate_repo_id(req.repo_id)
         if auth is Auth.WRITE and req.account is None:
             raise Unauthorized("Invalid credentials in Authorization header: a valid write token is required")
         if auth in (Auth.READ, Auth.WRITE) and "repo_id" in req.params:
-            record = self.server.storage.lookup(req.repo_type, req.repo_id)
+            record = self.storage.lookup(req.repo_type, req.repo_id)
             account = req.account
             visible = record is not None and (
                 not record.private or (account is not None and account.owns(record.namespace))
@@ -370,99 +398,39 @@ class _Handler(BaseHTTPRequestHandler):
             if auth is Auth.WRITE:
                 account.check_writes(record.namespace, f"to {record.repo_id}")
         if auth is Auth.SIGNED:
-            self.server.check_signature(req)
+            self.check_signature(req)
 
     def _inject_fault(self, route: Route, body: RequestBody) -> None:
-        fault = self.server.take_fault(route.step)
+        fault = self.take_fault(route.step)
         if not fault:
             return
-        body.drain()
         if fault["kind"] == "500":
             raise ServerError(f"Injected server error at step {route.step}")
         if fault["kind"] == "400":
             raise BadRequest(f"Injected client error at step {route.step}", code="InjectedClientError")
+        body.read()
         if fault["kind"] == "stall":
             time.sleep(float(fault["stall_s"]))
         raise _Dropped()
 
-    # ---- answers --------------------------------------------------------------------------------------
-    def _base_url(self) -> str:
-        host = self.headers.get("Host") or ""
+    def _base_url(self, headers: Headers) -> str:
+        host = headers.get("Host") or ""
         # The Host header ends up in URLs the client follows: only a plain host[:port] is used.
-        return f"http://{host}" if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host) else self.server.url
+        return f"http://{host}" if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host) else self.url
 
-    def _write(self, response: Response, keep_alive: bool = True) -> None:
-        if not keep_alive:
-            self.close_connection = True
-        self._status = response.status
-        self._log()  # before the answer leaves: a client that has it finds its request in the log
-        pieces = response.body if isinstance(response.body, tuple) else (response.body,)
-        length = response.length if response.file is not None else sum(len(p) for p in pieces)
-        # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
-        self._io.deadline = self.server.limits.transfer_deadline(length)
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(length))
-        for name, value in response.headers.items():
-            self.send_header(name, header_safe(value))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self._send_body(response, pieces)
-        self._io.deadline = None
-
-    def _send_body(self, response: Response, pieces: tuple[bytes, ...]) -> None:
-        if response.file is None:
-            for piece in pieces:
-                self.wfile.write(piece)
-            return
-        with open(response.file, "rb") as fh:
-            fh.seek(response.offset)
-            left = response.length
-            while left > 0:
-                chunk = fh.read(min(1 << 20, left))
-                if not chunk:
-                    break
-                self.wfile.write(chunk)
-                left -= len(chunk)
-
-    def _write_error(self, error: HubError, body: RequestBody | None) -> None:
-        # An unread body that is small is read and dropped (keep-alive survives); a large one closes.
-        keep_alive = body is not None and body.drain()
+    @staticmethod
+    def _error(error: HubError, body: RequestBody, waits_for_continue: bool) -> Response:
         headers = {"X-Error-Message": error.message, **error.headers}
         if error.code:
             headers["X-Error-Code"] = error.code
-        response = Response(
+        # An unread body that is small is read and dropped first (never one the client has not been told to
+        # send); a large one closes the connection after the answer.
+        close = waits_for_continue or headers.get("Connection") == "close"
+        if not body.done and (close or not body.drain(_DRAIN_BYTES)):
+            headers["Connection"] = "close"
+        return Response(
             error.status, json.dumps({"error": error.message, **error.body}).encode(), headers=headers
         )
-        with contextlib.suppress(OSError):
-            self._write(response, keep_alive=keep_alive)
-            if not keep_alive:
-                self._linger()
-
-    def _linger(self) -> None:
-        """Half-close, then drop what the client still sends for a moment: closing with unread data would
-        reset the connection and could destroy the answer before the client reads it."""
-        self.connection.shutdown(socket.SHUT_WR)
-        self.connection.settimeout(0.25)
-        deadline, dropped = time.monotonic() + 1.0, 0
-        while time.monotonic() < deadline and dropped < (4 << 20):
-            data = self.connection.recv(1 << 16)
-            if not data:
-                break
-            dropped += len(data)
-
-    def _log(self) -> None:
-        if not self._logged:
-            self._logged = True
-            self.server.log_request_line(self.command, urllib.parse.urlsplit(self.path).path, self._status)
-
-    def _drop(self) -> None:
-        self._status = -1
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
 
 
 # ---- running in the background ----------------------------------------------------------------------
@@ -471,10 +439,10 @@ class BackgroundHub:
 
     def __init__(self, data_dir, token: str | None, host: str = "127.0.0.1", port: int = 0, **options):
         self.server = HubServer((host, port), data_dir, token, **options)
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="local-hub", daemon=True
-        )
+        self._thread = threading.Thread(target=self.server.serve_forever, name="local-hub", daemon=True)
         self._thread.start()
+        while not self.server._uvicorn.started and self._thread.is_alive():
+            time.sleep(0.01)
 
     @property
     def url(self) -> str:
@@ -485,8 +453,8 @@ class BackgroundHub:
 
     def stop(self) -> None:
         self.server.shutdown()
-        self.server.server_close()
         self._thread.join(timeout=5)
+        self.server.server_close()
 
     def __enter__(self) -> BackgroundHub:
         return self

@@ -1,23 +1,20 @@
-"""Bytes on a connection, within limits and deadlines.
+"""A request and its answer, within limits and deadlines.
 
-* The request head (request line and headers) is capped in size and must arrive within ``head_timeout_s``
-  (or ``read_timeout_s``, if shorter) of its first byte, so a client trickling a byte at a time
-  ("slowloris") loses its connection instead of holding it for as long as it likes.
-* A body's framing is checked from the headers before a byte of it is read, its size is capped per kind of
-  route and per caller (no valid token: a small cap), and it must arrive before a deadline that grows with
-  its size (``read_timeout_s`` of grace plus ``min_transfer_rate``); answers are written under the same rule.
-* No single read or write waits longer than ``read_timeout_s``.
+uvicorn (h11) frames the bytes on the connection; what this module adds:
+
+* A body's size is capped per kind of route and per caller (no valid token: a small cap), refused from its
+  declared length before a byte of it is read, and it must arrive before a deadline that grows with its size
+  (``read_timeout_s`` of grace plus ``min_transfer_rate``), never silent for ``read_timeout_s``; answers are
+  sent under the same rule (``server.py``).
+* The ``Range`` header and sizes in query strings are parsed strictly.
 
 A handler reads a ``Request`` (its body a ``RequestBody``) and returns a ``Response``.
 """
 
 from __future__ import annotations
 
-import http.client
-import io
 import json
 import re
-import socket
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -31,17 +28,15 @@ from briskbert.hub_cards.front_matter import YamlLimits
 from .errors import BadRequest, HubError, PayloadTooLarge, RequestTimeout
 
 if TYPE_CHECKING:
-    from email.message import Message
+    from starlette.datastructures import Headers
 
     from .accounts import Account
     from .server import HubServer
 
 _CHUNK = 1 << 20
-_WRITE_PIECE = 256 << 10
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
-_CHUNK_SIZE_RE = re.compile(rb"[0-9a-fA-F]{1,15}")
-_DRAIN_LIMIT = 1 << 20  # a refused body at most this large is read and dropped, so keep-alive survives
+_UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
 
 
 class BodyKind(Enum):
@@ -87,88 +82,20 @@ class ServerLimits:
         }[kind]
         return limit if trusted else min(limit, self.max_public_body_bytes)
 
-    def transfer_deadline(self, size: int) -> float:
-        """When ``size`` bytes that start moving now must have arrived (or been sent)."""
-        return time.monotonic() + self.read_timeout_s + size / self.min_transfer_rate
-
-
-class ConnectionIO(io.RawIOBase):
-    """One connection's socket. Each read or write waits at most ``idle_s``, and none goes on past
-    ``deadline`` (monotonic seconds) while one is set."""
-
-    def __init__(self, sock: socket.socket, idle_s: float):
-        super().__init__()
-        self._sock = sock
-        self.idle_s = idle_s
-        self.deadline: float | None = None
-        self.waits_for_deadline = False  # the last wait was cut short by the deadline, not by idle_s
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def _arm(self) -> None:
-        timeout = self.idle_s
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
-            self.waits_for_deadline = left < timeout
-            if left <= 0:
-                raise TimeoutError("the connection's deadline has passed")
-            timeout = min(timeout, left)
-        self._sock.settimeout(timeout)
-
-    def readinto(self, buffer) -> int:
-        self._arm()
-        return self._sock.recv_into(buffer)
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        for start in range(0, len(view), _WRITE_PIECE):
-            self._arm()
-            self._sock.sendall(view[start : start + _WRITE_PIECE])
-        return len(view)
-
-
-class HeadReader:
-    """``rfile`` while the headers are parsed: ``http.client.parse_headers`` allows 100 lines of 64 KiB
-    each; this stops at ``budget`` bytes in all (``LineTooLong`` becomes a 431)."""
-
-    def __init__(self, inner: io.BufferedReader, budget: int):
-        self._inner = inner
-        self.left = budget
-
-    def readline(self, limit: int = -1) -> bytes:
-        cap = self.left + 1 if limit < 0 else min(limit, self.left + 1)
-        line = self._inner.readline(cap)
-        self.left -= len(line)
-        if self.left < 0:
-            raise http.client.LineTooLong("request head")
-        return line
-
 
 class RequestBody:
-    """One request's body, read lazily and never beyond its limit or its deadline. With ``Expect:
-    100-continue`` the client waits for a go-ahead: ``send_continue`` is called before the first read, so a
-    request refused from its headers never receives one."""
+    """One request's body, read from the ASGI server only when the handler asks for it (so a request refused
+    from its headers never gets its ``100 Continue``), never beyond its limit or its deadline. ``receive``
+    blocks the handler's thread until the next piece arrives (or raises ``TimeoutError`` at ``deadline``)."""
 
-    def __init__(
-        self,
-        rfile: io.BufferedReader,
-        conn: ConnectionIO,
-        headers,
-        limits: ServerLimits,
-        send_continue: Callable[[], None] | None = None,
-    ):
-        self._rfile, self._conn, self._limits = rfile, conn, limits
-        self._send_continue = send_continue
+    def __init__(self, receive: Callable[[float], tuple[bytes, bool]], headers, limits: ServerLimits):
+        self._receive, self._limits = receive, limits
         self._limit = 0
-        self.length, self.chunked = _framing(headers)
-        self._left = self.length or 0
-        self.done = not self.chunked and self._left == 0
+        declared = headers.get("content-length")
+        self.length = int(declared) if declared is not None else None  # the server checked its framing
+        self.done = self.length == 0 or (self.length is None and "transfer-encoding" not in headers)
         self.received = 0
-        self._broken = False  # a read timed out or the client went away: nothing more will be read
+        self.broken = False  # it timed out: nothing more is read
 
     def enforce_limit(self, limit: int) -> None:
         """Refuse a declared length over ``limit`` now; a chunked body is cut off when it passes it."""
@@ -179,101 +106,42 @@ class RequestBody:
             )
 
     def chunks(self) -> Iterator[bytes]:
-        """The body in pieces as they arrive."""
-        if self.done:
-            return
-        if self._send_continue is not None:
-            self._send_continue()
-            self._send_continue = None
-        started = time.monotonic()
-        source = self._dechunk(started) if self.chunked else self._fixed()
-        if not self.chunked:
-            self._conn.deadline = self._limits.transfer_deadline(self._left)
-        for piece in source:
+        """The body in pieces as they arrive; it must average ``min_transfer_rate`` after ``read_timeout_s``."""
+        started, limits = time.monotonic(), self._limits
+        while not self.done:
+            # On average min_transfer_rate after read_timeout_s of grace, and never silent for read_timeout_s.
+            expected = self.length if self.length is not None else self.received + 1024
+            deadline = started + limits.read_timeout_s + expected / limits.min_transfer_rate
+            try:
+                piece, more = self._receive(min(deadline, time.monotonic() + limits.read_timeout_s))
+            except TimeoutError:
+                self.broken = True
+                raise RequestTimeout(
+                    f"No data for {limits.read_timeout_s:g} s, or less than {limits.min_transfer_rate} bytes/s "
+                    "after that: the request body did not arrive in time"
+                ) from None
+            self.done = not more
             self.received += len(piece)
             if self.received > self._limit:
                 raise PayloadTooLarge(f"Request body larger than the limit of {self._limit} bytes")
             yield piece
-        self.done = True
-        self._conn.deadline = None
 
     def read(self) -> bytes:
         return b"".join(self.chunks())
 
-    def drain(self) -> bool:
-        """Read and drop what is left if it is small; False when the connection must be closed instead
-        (also when the client still waits for a ``100 Continue`` it will never get)."""
-        if self.done:
-            return True
-        if self._send_continue is not None or self._broken:
+    def drain(self, most: int) -> bool:
+        """Read and drop the rest of the body if it is at most ``most`` bytes, so the client can finish sending
+        and read the answer (closing on unread data would reset the connection and could destroy the answer);
+        False when the connection must be closed instead."""
+        if self.broken or self.length is not None and self.length - self.received > most:
             return False
-        if self.length is not None and self._left > _DRAIN_LIMIT:
-            return False
+        self._limit = self.received + most
         try:
             for _ in self.chunks():
-                if self.received > _DRAIN_LIMIT:
-                    return False
-        except (OSError, ValueError, BadRequest, PayloadTooLarge, RequestTimeout):
+                pass
+        except HubError:
             return False
         return True
-
-    # ---- framing ----------------------------------------------------------------------------------
-    def _timed_out(self) -> RequestTimeout:
-        self._broken = True
-        if self._conn.waits_for_deadline:
-            return RequestTimeout(
-                f"The request body did not arrive in time: after {self._limits.read_timeout_s:g} s it must "
-                f"average {self._limits.min_transfer_rate} bytes/s"
-            )
-        return RequestTimeout(f"No data for {self._limits.read_timeout_s:g} s while reading the request body")
-
-    def _read_some(self, n: int) -> bytes:
-        try:
-            data = self._rfile.read1(n)
-        except TimeoutError:
-            raise self._timed_out() from None
-        if not data:
-            self._broken = True
-            raise BadRequest("The connection closed before the whole request body arrived")
-        return data
-
-    def _fixed(self) -> Iterator[bytes]:
-        while self._left > 0:
-            data = self._read_some(min(_CHUNK, self._left))
-            self._left -= len(data)
-            yield data
-
-    def _read_line(self) -> bytes:
-        try:
-            line = self._rfile.readline(1024)
-        except TimeoutError:
-            raise self._timed_out() from None
-        if not line.endswith(b"\n"):
-            raise BadRequest("Malformed chunked encoding: a chunk header line is missing or too long")
-        return line
-
-    def _dechunk(self, started: float) -> Iterator[bytes]:
-        rate, grace = self._limits.min_transfer_rate, self._limits.read_timeout_s
-        while True:
-            # The deadline moves with what has arrived: on average min_transfer_rate after the grace time.
-            self._conn.deadline = started + grace + (self.received + 1024) / rate
-            size_text = self._read_line().split(b";")[0].strip()
-            if not _CHUNK_SIZE_RE.fullmatch(size_text):
-                raise BadRequest(f"Malformed chunked encoding: chunk size {size_text[:20]!r}")
-            size = int(size_text, 16)
-            if size == 0:
-                while self._read_line() not in (b"\r\n", b"\n"):
-                    pass  # trailers are ignored
-                return
-            if self.received + size > self._limit:
-                raise PayloadTooLarge(f"Request body larger than the limit of {self._limit} bytes")
-            self._conn.deadline = started + grace + (self.received + size) / rate
-            while size > 0:
-                data = self._read_some(min(_CHUNK, size))
-                size -= len(data)
-                yield data
-            if self._read_line().strip():
-                raise BadRequest("Malformed chunked encoding: data longer than its chunk size")
 
 
 @dataclass
@@ -283,7 +151,7 @@ class Request:
     path: str  # as sent, without the query
     params: dict[str, str]
     query: dict[str, list[str]]
-    headers: Message
+    headers: Headers
     body: RequestBody
     base_url: str
     account: Account | None = None  # who the token belongs to (the dispatcher fills it in)
@@ -327,6 +195,26 @@ class Response:
     offset: int = 0
     length: int = 0
 
+    @property
+    def pieces(self) -> tuple[bytes, ...]:
+        return self.body if isinstance(self.body, tuple) else (self.body,)
+
+    def file_pieces(self) -> Iterator[bytes]:
+        with open(self.file, "rb") as fh:
+            fh.seek(self.offset)
+            left = self.length
+            while left > 0:
+                chunk = fh.read(min(_CHUNK, left))
+                if not chunk:
+                    return
+                left -= len(chunk)
+                yield chunk
+
+
+def header_safe(text: str, limit: int = 300) -> str:
+    """A header value that cannot split or end the header block: printable ASCII only, bounded."""
+    return _UNSAFE_HEADER_CHARS.sub("?", str(text))[:limit]
+
 
 def json_response(obj, headers: dict | None = None) -> Response:
     return Response(body=json.dumps(obj).encode(), headers=dict(headers or {}))
@@ -344,26 +232,6 @@ def parse_json(raw: bytes, what: str):
 def parse_size(text: str) -> int | None:
     """A non-negative decimal of at most 19 ASCII digits, or None (``int()`` also takes '²' and '٣')."""
     return int(text) if isinstance(text, str) and _DIGITS_RE.fullmatch(text) else None
-
-
-def _framing(headers) -> tuple[int | None, bool]:
-    """(Content-Length or None, chunked), checked before reading: an invalid length is a 400, and so are
-    both headers at once (a request-smuggling shape)."""
-    encodings = headers.get_all("Transfer-Encoding") or []
-    lengths = headers.get_all("Content-Length") or []
-    if encodings:
-        if lengths:
-            raise BadRequest("Send Content-Length or Transfer-Encoding, not both")
-        if [e.strip().lower() for e in encodings] != ["chunked"]:
-            raise BadRequest("Only 'Transfer-Encoding: chunked' is supported")
-        return None, True
-    if not lengths:
-        return 0, False
-    values = {v.strip() for v in lengths}
-    length = parse_size(next(iter(values))) if len(values) == 1 else None
-    if length is None:
-        raise BadRequest("Invalid Content-Length: expected one non-negative decimal integer")
-    return length, False
 
 
 def _position(digits: str) -> int:

@@ -527,3 +527,14 @@ def test_a_crash_while_collecting_leaves_a_whole_store_and_the_next_collection_e
         assert not blob_file(data, b"unverified").exists()
         assert not list(data.glob(f"repos/*/*/*/*/{staged}.json"))
         assert api(h, "GET", "/testuser/r/resolve/main/kept.txt") == (200, b"kept")
+
+
+def test_local_hub_without_the_hub_extra_names_it(tmp_path):
+    code = "import sys; sys.modules['uvicorn'] = None; from briskbert.cli import main; sys.exit(main(sys.argv[1:]))"
+    command = [sys.executable, "-c", code, "local-hub", "--port", "0", "--data_dir", str(tmp_path / "d")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and not (tmp_path / "d").exists()
+    assert proc.stderr.strip() == (
+        "error: briskbert local-hub needs uvicorn, which is not installed: install the [hub] extra with "
+        'pip install "briskbert[hub]" (from a clone: pip install ".[hub]").'
+    )

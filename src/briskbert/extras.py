@@ -35,6 +35,7 @@ EXTRAS: dict[str, Extra] = {
         Extra("flash", ("flash_attn",)),
         Extra("tensorboard", ("tensorboard",)),
         Extra("trackio", ("trackio",)),
+        Extra("hub", ("starlette", "uvicorn")),
     )
 }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError, UserError
+from briskbert.extras import require_extra
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,7 @@ def _token(args: ServerArguments) -> str | None:
 
 def main(argv=None) -> int:
     (args,) = parse(__doc__, ServerArguments, argv=argv)
+    require_extra("hub", "briskbert local-hub")
     token = _token(args)
 
     from briskbert.hub_server import DataDirInUse, HubServer, ServerLimits
