@@ -45,6 +45,52 @@ def test_no_function_is_longer_than_a_reader_can_hold():
     assert not too_long, "\n".join(too_long)
 
 
+# The command layer owns flag names: library code names a settings field (``SettingError("max_seq_length", ...)``),
+# ``briskbert.cli`` prints it as ``--max_seq_length``; a command line for a subprocess is built by
+# ``briskbert.processes.to_argv``. Scripts are command lines of their own.
+COMMAND_LAYER = ("src/briskbert/commands/", "src/briskbert/cli.py", "scripts/")
+# Files whose flag strings wait for work in progress there to land.
+NOT_YET = {
+    "src/briskbert/extras.py",
+    "training/engine/checkpointing.py",
+    "training/engine/loop.py",
+    "training/tasks/pretraining.py",
+    "training/tasks/settings.py",
+}
+
+
+def flag_strings(source: str) -> list[str]:
+    """``line: text`` of each string literal (or f-string part) that starts with a flag, docstrings aside."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        f"{node.lineno}: {node.value[:60]!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and re.match(r"--[A-Za-z]", node.value)
+    ]
+
+
+def test_library_code_names_settings_and_leaves_flags_to_the_command_layer():
+    assert flag_strings('"""--docstring"""\nx = f"--alpha must be > 0, got {a}"\ny = "--" + name\n') == [
+        "2: '--alpha must be > 0, got '"
+    ]
+    spelled = []
+    for path in _library_files():
+        name = path.relative_to(ROOT).as_posix()
+        if not name.startswith(COMMAND_LAYER) and name not in NOT_YET:
+            spelled += [f"{name}:{hit}" for hit in flag_strings(path.read_text(encoding="utf-8"))]
+    assert not spelled, "\n".join(spelled)
+
+
 def test_code_imports_the_namespace_never_the_folders():
     """Installed, the folders live under `briskbert`; an import of a bare folder name only works in a clone."""
     folders = {folder for folder in PACKAGE_DIRS if "/" not in folder}

@@ -1,7 +1,7 @@
-"""The one exception type for mistakes a user can fix: a wrong flag, a missing or malformed file.
+"""The one exception type for mistakes a user can fix: a wrong setting, a missing or malformed file.
 
 Library code raises :class:`UserError` (or a subclass, such as ``DataError``) with one sentence that names
-the file or flag, what is wrong and what to do. ``briskbert`` prints it as one ``error: ...`` line and
+the file or setting, what is wrong and what to do. ``briskbert`` prints it as one ``error: ...`` line and
 exits with status 2, without a traceback; anything else is a bug and keeps its traceback.
 """
 
