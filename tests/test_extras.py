@@ -11,6 +11,7 @@ import pytest
 
 from briskbert.cli import main as cli
 from briskbert.data import DATA_DIR
+from briskbert.errors import SettingError
 from briskbert.extras import EXTRAS, MissingExtraError, is_installed, require_extra, require_tracker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +105,7 @@ def test_is_installed_sees_hidden_and_missing_packages(monkeypatch):
 
 def test_trackers_without_an_extra_are_left_to_accelerate(monkeypatch):
     monkeypatch.setitem(sys.modules, "trackio", None)
-    with pytest.raises(MissingExtraError, match=r"\[trackio\]"):
+    with pytest.raises(SettingError, match=r"report_to trackio needs trackio.*\[trackio\]"):
         require_tracker("trackio")
     require_tracker("wandb")  # no extra of ours: accelerate's check names the package
 

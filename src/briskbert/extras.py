@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from .errors import UserError
+from .errors import SettingError, UserError
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def install_hint(extra: str) -> str:
 def require_extra(extra: str, needed_for: str) -> None:
     """Raise :class:`MissingExtraError` unless every module of ``extra`` is installed.
 
-    ``needed_for`` names what needs it, e.g. ``"briskbert export-onnx"`` or ``"--report_to tensorboard"``.
+    ``needed_for`` names what needs it, e.g. ``"briskbert export-onnx"`` or ``"tensorboard"``.
     """
     missing = [module for module in EXTRAS[extra].modules if not is_installed(module)]
     if missing:
@@ -78,11 +78,14 @@ def require_extra(extra: str, needed_for: str) -> None:
 
 
 def require_tracker(name: str) -> None:
-    """``--report_to name`` for a tracker with an extra of its own: its package must be installed.
+    """``report_to`` a tracker with an extra of its own: its package must be installed.
 
     (Accelerate's other trackers are checked by accelerate's own list, which names their packages.)
     """
     if name == "tensorboard" and is_installed("tensorboardX"):  # accelerate writes through either
         return
     if name in TRACKER_EXTRAS:
-        require_extra(TRACKER_EXTRAS[name], f"--report_to {name}")
+        try:
+            require_extra(TRACKER_EXTRAS[name], name)
+        except MissingExtraError as error:
+            raise SettingError("report_to", str(error)) from None
