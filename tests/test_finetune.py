@@ -190,7 +190,7 @@ def test_non_finite_regression_labels_are_refused_naming_file_and_row(
         ["--problem_type", problem_type] if problem_type else []
     )
     error = _one_error_line(argv, capsys)
-    assert f"--train_file {train}: row 2 has the label" in error and "not a finite number" in error
+    assert f"train_file {train}: row 2 has the label" in error and "not a finite number" in error
     assert not (tmp_path / "out").exists()
 
 

@@ -130,14 +130,12 @@ class DataSource:
         check_at_least(self, 1, "max_train_samples", "max_eval_samples")
 
     def describe(self, split: str) -> str:
-        """How error messages name the ``"train"`` or ``"validation"`` data: by the option that gave it."""
+        """How error messages name the ``"train"`` or ``"validation"`` data: by the setting that gave it."""
         if self.dataset_name is not None:
             name = self.train_split if split == "train" else self.validation_split
-            return f"--dataset_name {self.dataset_name} (split {name!r})"
+            return f"dataset_name {self.dataset_name} (split {name!r})"
         return (
-            f"--train_file {self.train_file}"
-            if split == "train"
-            else f"--validation_file {self.validation_file}"
+            f"train_file {self.train_file}" if split == "train" else f"validation_file {self.validation_file}"
         )
 
     def card_facts(self, extra_train_files: tuple[str, ...] = ()) -> dict:
