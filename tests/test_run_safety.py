@@ -522,7 +522,9 @@ def test_a_resume_on_another_number_of_processes_is_refused_naming_it(used_run):
     (checkpoint / IDENTITY_FILE).write_text(json.dumps(saved))
     write_manifest(checkpoint)
     before = sorted(p.name for p in used_run.iterdir())
-    with pytest.raises(UserError, match=r"written by 2 process\(es\), this launch has 1 .*--num_processes 2"):
+    with pytest.raises(
+        UserError, match=r"written by 2 process\(es\), this launch has 1 .*launch it on 2 process"
+    ):
         train(used_run, "--max_train_steps", "6", "--resume_from_checkpoint", "latest")
     assert sorted(p.name for p in used_run.iterdir()) == before
 

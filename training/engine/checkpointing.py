@@ -126,7 +126,7 @@ class RunIdentity:
         if saved.processes is not None and saved.processes != self.processes:
             found.append(
                 f"it was written by {saved.processes} process(es), this launch has {self.processes} (the global "
-                f"batch and each process's random state differ: launch it with --num_processes {saved.processes})"
+                f"batch and each process's random state would differ: launch it on {saved.processes} process(es))"
             )
         return found
 
