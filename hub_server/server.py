@@ -1,9 +1,9 @@
 """A Hub-compatible HTTP server for offline work and tests.
 
 The unmodified ``huggingface_hub`` and ``transformers`` clients talk to it through ``HF_ENDPOINT``.
-uvicorn frames HTTP (h11: request heads, ``Content-Length`` and chunked bodies, keep-alive, ``100 Continue``,
-at most ``max_connections`` requests at once); this module adds the head deadline uvicorn lacks
-(``_Protocol``) and one ASGI app over the route table in ``routes.py``. Its dispatcher (``HubServer._dispatch``,
+uvicorn frames HTTP (h11: request heads, ``Content-Length`` and chunked bodies, keep-alive, ``100 Continue``);
+this module adds what uvicorn lacks (``_Protocol``: a cap on connections, a deadline for a new connection's
+first byte and for a whole request head) and one ASGI app over the route table in ``routes.py``. Its dispatcher (``HubServer._dispatch``,
 run in a worker thread, as the storage is blocking file I/O) checks the caller's account, the route's
 authorization and size limit from the headers alone, before a byte of the body is read (and so before a
 ``100 Continue``); injects faults; and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised
@@ -318,12 +318,10 @@ class HubServer:
         headers = [(name.encode(), header_safe(value).encode()) for name, value in response.headers.items()]
         headers += [(b"Content-Type", response.content_type.encode()), (b"Content-Length", b"%d" % length)]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        if head_only:
-            pass
-        elif response.file is None:
+        if not head_only and response.file is None:
             for piece in response.pieces:
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
-        else:
+        elif not head_only:
             pieces = response.file_pieces()
             while (piece := await anyio.to_thread.run_sync(next, pieces, None)) is not None:
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
