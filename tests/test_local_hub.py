@@ -529,12 +529,21 @@ def test_a_crash_while_collecting_leaves_a_whole_store_and_the_next_collection_e
         assert api(h, "GET", "/testuser/r/resolve/main/kept.txt") == (200, b"kept")
 
 
-def test_local_hub_without_the_hub_extra_names_it(tmp_path):
+@pytest.mark.parametrize(
+    "job, needed_for",
+    [
+        ("local-hub", "briskbert local-hub"),
+        ("quickstart", "briskbert quickstart (it publishes to the local Hub)"),
+    ],
+)
+def test_the_hub_jobs_without_the_hub_extra_name_it(tmp_path, job, needed_for):
+    """Before anything is written: the local Hub, and the quickstart that publishes to it."""
     code = "import sys; sys.modules['uvicorn'] = None; from briskbert.cli import main; sys.exit(main(sys.argv[1:]))"
-    command = [sys.executable, "-c", code, "local-hub", "--port", "0", "--data_dir", str(tmp_path / "d")]
+    folder = "--data_dir" if job == "local-hub" else "--output_dir"
+    command = [sys.executable, "-c", code, job, folder, str(tmp_path / "d")]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "" and not (tmp_path / "d").exists()
     assert proc.stderr.strip() == (
-        "error: briskbert local-hub needs uvicorn, which is not installed: install the [hub] extra with "
+        f"error: {needed_for} needs uvicorn, which is not installed: install the [hub] extra with "
         'pip install "briskbert[hub]" (from a clone: pip install ".[hub]").'
     )

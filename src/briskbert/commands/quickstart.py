@@ -43,7 +43,7 @@ from briskbert.commands.arguments import parse
 from briskbert.commands.quickstart_steps import Record, clear_outputs, job_argv
 from briskbert.data import DATA_DIR
 from briskbert.errors import SettingError, UserError
-from briskbert.extras import TORCHAO_IMPORT_LOGGERS, is_installed
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS, is_installed, require_extra
 
 DATA = DATA_DIR
 
@@ -120,6 +120,7 @@ def minilm_checkpoint() -> Path:
 def main(argv=None):
     own_argv = sys.argv[1:] if argv is None else list(argv)
     (args,) = parse(__doc__, QuickstartSettings, argv=argv)
+    require_extra("hub", "briskbert quickstart (it publishes to the local Hub)")  # before any step runs
     # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
