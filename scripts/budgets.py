@@ -13,7 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARY = ("src", "modeling", "tokenization", "training", "hub_cards", "hub_server", "quantization")
+# Every folder the package is installed from ([tool.setuptools.package-dir]), but the data excerpts.
+PACKAGE_DIRS = re.findall(r'^"?briskbert[\w.]*"? = "([^":]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+LIBRARY = tuple(dict.fromkeys(Path(folder).parts[0] for folder in PACKAGE_DIRS if folder != "data"))
 WINDOW = 6
 
 
