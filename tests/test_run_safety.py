@@ -363,7 +363,7 @@ def test_resuming_from_a_checkpoint_with_nan_weights_is_refused_naming_the_file(
     weights[name][0] = float("nan")
     save_file(weights, weights_path, metadata={"format": "pt"})
     write_manifest(weights_path.parent)  # intact as written: the NaN was saved, not corrupted after
-    with pytest.raises(UserError, match=rf"--resume_from_checkpoint {weights_path}: the weight \S*{name}"):
+    with pytest.raises(UserError, match=rf"resume_from_checkpoint {weights_path}: the weight \S*{name}"):
         train(used_run, "--max_train_steps", "5", "--resume_from_checkpoint", "latest")
 
 

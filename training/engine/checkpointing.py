@@ -36,6 +36,7 @@ from briskbert.files import (
     space_for,
     write_manifest,
 )
+from briskbert.processes import to_argv
 from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
 
 logger = logging.getLogger(__name__)
@@ -430,12 +431,13 @@ def resume_command(argv: list[str], checkpoint: Path | str) -> str:
         program = Path(program).name
     else:
         program = "python"
+    resume = to_argv(resume_from_checkpoint=checkpoint)
     kept, skip_value = [], False
     for arg in rest:
         if skip_value:
             skip_value = False
-        elif arg == "--resume_from_checkpoint":
+        elif arg == resume[0]:
             skip_value = True
-        elif not arg.startswith("--resume_from_checkpoint="):
+        elif not arg.startswith(f"{resume[0]}="):
             kept.append(arg)
-    return shlex.join([program, *kept, "--resume_from_checkpoint", str(checkpoint)])
+    return shlex.join([program, *kept, *resume])

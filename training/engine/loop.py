@@ -255,7 +255,7 @@ def _open_run(
     else:
         accelerator.print(f"Resuming from {checkpoint}")
         state = load_checkpoint(accelerator, checkpoint)
-        check_finite_weights(model, f"--resume_from_checkpoint {weights_file(checkpoint)}")
+        check_finite_weights(model, weights_file(checkpoint), "resume_from_checkpoint")
         log.restore(state.global_step)
     if tracker is not None:
         scalars = {k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}

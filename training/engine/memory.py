@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError
 
 logger = logging.getLogger(__name__)
 
@@ -113,18 +113,20 @@ def available_memory_bytes(device_type: str) -> int | None:
         return None
 
 
-def check_model_fits(estimate: MemoryEstimate, available: int | None, flag: str) -> None:
-    """Refuse a model that cannot be trained here, naming ``flag`` (the option that sized it); only warn when it
+def check_model_fits(estimate: MemoryEstimate, available: int | None, setting: str) -> None:
+    """Refuse a model that cannot be trained here, naming ``setting`` (the one that sized it); only warn when it
     might fit, the estimate exceeding ``available`` by less than its error."""
     if available is None or estimate.total_bytes <= available:
         return
     needs = (
-        f"{flag}: this model has {estimate.parameters:,} parameters and needs about "
+        f"this model has {estimate.parameters:,} parameters and needs about "
         f"{estimate.total_bytes / GIB:,.1f} GiB to train (weights, gradients and AdamW state "
         f"{estimate.weight_state_bytes / GIB:,.1f} GiB, activations {estimate.activation_bytes / GIB:,.1f} GiB), "
         f"but {available / GIB:,.1f} GiB are available"
     )
     if estimate.total_bytes * (1 - ESTIMATE_ERROR) <= available:
-        logger.warning(f"{needs}; within the estimate's error ({ESTIMATE_ERROR:.0%}), so training starts.")
+        logger.warning(
+            f"{setting} {needs}; within the estimate's error ({ESTIMATE_ERROR:.0%}), so training starts."
+        )
         return
-    raise UserError(f"{needs}; choose smaller sizes or a smaller batch.")
+    raise SettingError(setting, f"{needs}; choose smaller sizes or a smaller batch.")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.inputs import check_tokenizer_source
 from briskbert.training.data.corpus import CorpusStore, iter_documents, prepare_corpus
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
@@ -63,7 +63,7 @@ def parse_config_overrides(text: str | None) -> dict:
         if not item.strip():
             continue
         if "=" not in item:
-            raise ValueError(f"--config_overrides item {item!r} is not key=value.")
+            raise SettingError("config_overrides", f"item {item!r} is not key=value.")
         key, value = (s.strip() for s in item.split("=", 1))
         try:
             overrides[key] = json.loads(value)
@@ -79,9 +79,10 @@ def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
     known = set(BriskBertConfig().to_dict())
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(
-            f"--config_overrides: unknown config field(s) {unknown}; BriskBertConfig has "
-            f"{', '.join(sorted(k for k in known if not k.startswith('_')))}."
+        raise SettingError(
+            "config_overrides",
+            f"unknown config field(s) {unknown}; BriskBertConfig has "
+            f"{', '.join(sorted(k for k in known if not k.startswith('_')))}.",
         )
     overrides.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     if settings.config_name in PRESETS:
@@ -92,14 +93,15 @@ def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
             setattr(config, key, value)
         config = BriskBertConfig(**config.to_dict())  # re-validate
     else:
-        raise ValueError(
-            f"--config_name {settings.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
-            "nor a config JSON file."
+        raise SettingError(
+            "config_name",
+            f"{settings.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
+            "nor a config JSON file.",
         )
     if max_seq_length > config.max_position_embeddings:
-        raise ValueError(
-            f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings "
-            f"{config.max_position_embeddings}."
+        raise SettingError(
+            "max_seq_length",
+            f"{max_seq_length} exceeds the model's max_position_embeddings {config.max_position_embeddings}.",
         )
     return config
 
@@ -136,8 +138,8 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int, acceler
     estimate = estimate_training_memory(
         model_class, config, batch_size, data.max_seq_length, device, precision, predicted
     )
-    flag = "--config_overrides" if settings.model.config_overrides else "--config_name"
-    check_model_fits(estimate, available_memory_bytes(device), flag)
+    setting = "config_overrides" if settings.model.config_overrides else "config_name"
+    check_model_fits(estimate, available_memory_bytes(device), setting)
 
 
 def build_model(
@@ -161,9 +163,7 @@ def build_model(
         model = with_sparse_decoder(
             config, lambda config: auto.from_pretrained(path, config=config, trust_remote_code=True)
         )
-        check_finite_weights(
-            model, f"--model_name_or_path {weights_file(path) if Path(path).is_dir() else path}"
-        )
+        check_finite_weights(model, weights_file(path) if Path(path).is_dir() else path, "model_name_or_path")
         log(f"Continuing {type(model).__name__} from {path} with its own class (not briskbert's fast path).")
         return model
     config = build_config(settings, tokenizer, max_seq_length)
@@ -210,7 +210,7 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
         return loaded["model"]
 
     model = with_sparse_decoder(config, load)
-    check_finite_weights(model, f"--model_name_or_path {weights_file(base) if Path(base).is_dir() else base}")
+    check_finite_weights(model, weights_file(base) if Path(base).is_dir() else base, "model_name_or_path")
     if base == location.name:  # already a briskbert model
         return model
     new_head = any(name.startswith("head.") for name in loaded["info"]["missing_keys"])
@@ -390,7 +390,7 @@ class PretrainingTask(Task):
         settings = self.settings
         data = settings.data
         if data.streaming and config.max_train_steps is None:
-            raise UserError("--streaming has no epochs to count: give --max_train_steps.")
+            raise SettingError("streaming", "has no epochs to count: give max_train_steps.")
         if not settings.model.model_name_or_path:
             check_new_model_fits(settings, config.per_device_train_batch_size, accelerator)
         try:
@@ -402,7 +402,7 @@ class PretrainingTask(Task):
         if not data.streaming and len(train_dataset) < batch_size:
             raise PretrainingInputError(
                 f"The training corpus gives {len(train_dataset)} sequences of up to {data.max_seq_length} "
-                f"tokens, fewer than one batch (--per_device_train_batch_size {batch_size})."
+                f"tokens, fewer than one batch (per_device_train_batch_size {batch_size})."
             )
         seed_everything(config.seed)  # the model's initialisation does not depend on the data preparation
         try:
