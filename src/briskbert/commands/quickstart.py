@@ -137,8 +137,12 @@ def main(argv=None):
 
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted quickstart: the same one, without ``--fresh`` (and its value)."""
-    kept = [arg for i, arg in enumerate(argv) if arg.split("=")[0] != "--fresh"
-            and not (i and argv[i - 1] == "--fresh" and not arg.startswith("-"))]  # fmt: skip
+    kept, after_fresh = [], False
+    for arg in argv:
+        fresh_value = after_fresh and not arg.startswith("-")  # `--fresh true`: the value goes with the flag
+        after_fresh = arg == "--fresh"
+        if not (after_fresh or fresh_value or arg.startswith("--fresh=")):
+            kept.append(arg)
     return shlex.join(["briskbert", "quickstart", *kept])
 
 
