@@ -1,9 +1,5 @@
-"""BriskBert configuration: one config that spans classic BERT and modern encoder options.
-
-The defaults reproduce BERT-base exactly (learned positions, post-LayerNorm, GELU MLP, multi-head
-attention). Every option is validated at construction, so a typo fails here with the field name and the
-accepted values instead of deep inside a matmul.
-"""
+"""BriskBert configuration: classic BERT (the defaults are BERT-base) to modern encoder options, each checked at
+construction so a typo names the field and the accepted values."""
 
 import transformers
 from packaging.version import Version
@@ -16,15 +12,18 @@ if Version(transformers.__version__).release < Version(MINIMUM_TRANSFORMERS).rel
         f"pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'"
     )
 
+from transformers.activations import ACT2FN  # noqa: E402
 from transformers.configuration_utils import PreTrainedConfig  # noqa: E402
 
-POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal", "rope", "alibi")
-NORM_TYPES = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("post", "pre")
-MLP_TYPES = ("mlp", "glu")
-CLASSIFIER_POOLINGS = ("cls", "mean")
-UNPAD_INPUTS = ("auto", "always", "never")
-POSITION_IDS_TYPES = ("index", "count_non_padding")
+CHOICES = {
+    "position_ids_type": ("index", "count_non_padding"),
+    "position_embedding_type": ("absolute", "sinusoidal", "rope", "alibi"),
+    "norm_type": ("layernorm", "rmsnorm"),
+    "norm_position": ("post", "pre"),
+    "mlp_type": ("mlp", "glu"),
+    "classifier_pooling": ("cls", "mean"),
+    "unpad_inputs": ("auto", "always", "never"),
+}
 # What turns a BERT config into a decoder's; an encoder-only model refuses them rather than ignore them.
 DECODER_OPTIONS = ("is_decoder", "add_cross_attention", "use_cache")
 
@@ -141,7 +140,6 @@ class BriskBertConfig(PreTrainedConfig):
             )
         super().__setattr__(name, value)
 
-    # -- validation ---------------------------------------------------------------------------------------
     def _check_options(self):
         for name in (
             "hidden_size",
@@ -151,28 +149,34 @@ class BriskBertConfig(PreTrainedConfig):
             "intermediate_size",
             "vocab_size",
             "max_position_embeddings",
+            "embedding_size",
+            "sliding_window",
+            "global_attn_every_n_layers",
         ):
-            _require_positive_int(name, getattr(self, name))
-        if self.embedding_size is not None:
-            _require_positive_int("embedding_size", self.embedding_size)
-        if isinstance(self.type_vocab_size, bool) or not isinstance(self.type_vocab_size, int):
-            raise ValueError(f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}.")
-        if self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}.")
-        _require_choice("position_ids_type", self.position_ids_type, POSITION_IDS_TYPES)
+            _require(self, name, lambda v: _is_int(v) and v > 0, "a positive integer")
+        _require(self, "type_vocab_size", lambda v: _is_int(v) and v >= 0, "a non-negative integer")
+        for name in ("rope_theta", "local_rope_theta", "layer_norm_eps"):
+            _require(self, name, lambda v: isinstance(v, (int, float)) and v > 0, "a positive number")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            _require(
+                self, name, lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a probability in [0, 1)"
+            )
+        _require(self, "use_crf", lambda v: isinstance(v, bool), "True or False")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not supported; choose one of {', '.join(map(repr, allowed))}."
+                )
+        for name in ("hidden_act", "pooler_activation", "token_head_activation", "head_activation"):
+            if getattr(self, name) is not None and getattr(self, name) not in ACT2FN:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not a known activation; choose one of "
+                    f"{', '.join(sorted(ACT2FN))}."
+                )
         if self.position_ids_type == "count_non_padding" and self.pad_token_id is None:
             raise ValueError(
                 "position_ids_type='count_non_padding' counts from pad_token_id; set pad_token_id."
             )
-        _require_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
-        _require_choice("norm_type", self.norm_type, NORM_TYPES)
-        _require_choice("norm_position", self.norm_position, NORM_POSITIONS)
-        _require_choice("mlp_type", self.mlp_type, MLP_TYPES)
-        _require_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
-        _require_choice("unpad_inputs", self.unpad_inputs, UNPAD_INPUTS)
-        for name in ("hidden_act", "pooler_activation", "token_head_activation", "head_activation"):
-            if getattr(self, name) is not None:
-                _require_activation(name, getattr(self, name))
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -189,27 +193,11 @@ class BriskBertConfig(PreTrainedConfig):
                 f"position_embedding_type='rope' needs an even head dimension, but hidden_size / "
                 f"num_attention_heads = {self.head_dim}."
             )
-        for name in ("rope_theta", "local_rope_theta"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}.")
-        if self.sliding_window is not None:
-            _require_positive_int("sliding_window", self.sliding_window)
-        if self.global_attn_every_n_layers is not None:
-            _require_positive_int("global_attn_every_n_layers", self.global_attn_every_n_layers)
-            if self.sliding_window is None:
-                raise ValueError(
-                    "global_attn_every_n_layers only applies to local/global attention: set "
-                    "sliding_window too, or leave global_attn_every_n_layers=None."
-                )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < 1):
-                raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}.")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
-            raise ValueError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}.")
-        if not isinstance(self.use_crf, bool):
-            raise ValueError(f"use_crf must be True or False, got {self.use_crf!r}.")
+        if self.global_attn_every_n_layers is not None and self.sliding_window is None:
+            raise ValueError(
+                "global_attn_every_n_layers only applies to local/global attention: set "
+                "sliding_window too, or leave global_attn_every_n_layers=None."
+            )
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"pad_token_id ({self.pad_token_id}) must be None or an id below vocab_size "
@@ -246,23 +234,15 @@ class BriskBertConfig(PreTrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
 
-def _require_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _require_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
-
-
-def _require_activation(field, name):
-    from transformers.activations import ACT2FN
-
-    if name not in ACT2FN:
-        raise ValueError(
-            f"{field}={name!r} is not a known activation; choose one of {', '.join(sorted(ACT2FN))}."
-        )
+def _require(config, name: str, is_valid, what: str) -> None:
+    """Checks an option that may be None (unset) against `is_valid`."""
+    value = getattr(config, name)
+    if value is not None and not is_valid(value):
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
 
 
 _MODERN = dict(

@@ -1,11 +1,6 @@
 """BriskBert: BERT-family encoders, from classic BERT to RoPE / ALiBi / RMSNorm / pre-norm / GeGLU / GQA and
-local-global attention, in one file that reads in the order data flows:
-
-batch layout -> embeddings -> position schemes -> attention -> MLP -> layer -> pretrained base -> bare model -> heads.
-
-Every option is a small component that `__init__` picks once from the config; `forward` calls whatever was
-picked. Attention goes through transformers' dispatch (eager, sdpa, flash-attention, flex).
-"""
+local-global attention. Each option is a small component `__init__` picks once from the config; attention goes
+through transformers' dispatch (eager, sdpa, flash-attention, flex)."""
 
 import logging
 import math
@@ -16,9 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-# transformers imports torchao whenever it is installed; where torchao's CUDA kernels cannot load (any machine
-# without CUDA) that import logs a warning per kernel library, and torch two about torchao's enums. None of it is
-# about this model, so the import runs once here with only those loggers' errors shown.
+# transformers imports torchao when installed, which logs a warning per CUDA kernel library it cannot load:
+# nothing about this model, so that import runs once here with only errors shown.
 _NOISY_IMPORT = {name: logging.getLogger(name).level for name in ("torchao", "torch.utils._pytree")}
 for _name in _NOISY_IMPORT:
     logging.getLogger(_name).setLevel(logging.ERROR)
@@ -65,7 +59,6 @@ NORMS = {
 
 
 def build_norm(config: BriskBertConfig, size: int | None = None) -> nn.Module:
-    """The config's norm over `size` features (default hidden_size)."""
     return NORMS[config.norm_type](size or config.hidden_size, config.layer_norm_eps, config.norm_bias)
 
 
@@ -73,8 +66,7 @@ def build_norm(config: BriskBertConfig, size: int | None = None) -> nn.Module:
 # Batch layout: which positions of a padded (batch, seq) batch the token-wise work runs on
 # ---------------------------------------------------------------------------------------------------------------
 class PaddedLayout:
-    """Every position of the (batch, seq) grid, padding included: the classic BERT layout. Every method is the
-    identity; the unpadded layouts below override them."""
+    """Every position of the (batch, seq) grid, padding included (classic BERT): every method is the identity."""
 
     attention_kwargs: dict = {}
 
@@ -101,11 +93,9 @@ PADDED = PaddedLayout()
 
 
 class UnpaddedLayout(PaddedLayout):
-    """Only the real tokens, packed into one (tokens, ...) tensor, so the token-wise work (embeddings, projections,
-    MLP, norms: nearly all the FLOPs) skips padding. Attention still runs on the padded grid with the padding
-    mask, so every kernel and every mask (sliding window, ALiBi) applies unchanged: q/k/v are re-padded into the
-    grid, and the attention output packed back out of it (one gather each way). Choosing the layout reads the
-    number of real tokens, one host-device sync per forward on CUDA."""
+    """Only the real tokens, packed into one (tokens, ...) tensor, so the token-wise work (nearly all the FLOPs)
+    skips padding. Attention still runs on the padded grid, so every kernel and mask applies unchanged: q/k/v are
+    re-padded into the grid and the output packed back (one gather each way)."""
 
     def __init__(self, attention_mask: torch.Tensor):
         self.batch_size, self.seq_len = attention_mask.shape
@@ -116,7 +106,7 @@ class UnpaddedLayout(PaddedLayout):
         self.grid_rows = torch.where(real, real.cumsum(0) - 1, self.indices.numel())
 
     def pack(self, tensor):
-        """(batch, seq, ...) or a broadcastable (1, seq, ...) -> (tokens, ...); None and numbers pass through."""
+        """(batch or 1, seq, ...) -> (tokens, ...); None and numbers pass through."""
         if not isinstance(tensor, torch.Tensor):
             return tensor
         grid = tensor.expand(self.batch_size, self.seq_len, *tensor.shape[2:])
@@ -134,8 +124,8 @@ class UnpaddedLayout(PaddedLayout):
 
 
 class VarlenLayout(UnpaddedLayout):
-    """Real tokens packed through attention too: flash-attention's varlen kernel reads the packed tokens of the
-    whole batch as one (1, tokens) sequence with the sequence boundaries (`cu_seq_lens`), and never sees padding."""
+    """Real tokens packed through attention too: varlen kernels read the batch as one (1, tokens) sequence with
+    its boundaries (`cu_seq_lens`)."""
 
     def __init__(self, attention_mask: torch.Tensor):
         super().__init__(attention_mask)
@@ -160,13 +150,9 @@ class VarlenLayout(UnpaddedLayout):
 
 
 class Unpadder:
-    """Picks the layout of each batch. A batch with a 2-D padding mask is unpadded when the work it skips,
-    `padding tokens x multiply-adds per token and layer`, exceeds what moving the tokens costs: re-padding q/k/v
-    and gathering the attention output moves about 5 x hidden numbers per grid position and layer, each worth some
-    `gather_cost` multiply-adds, plus a fixed per-layer cost for the extra kernels. On CPU (docs/performance.md)
-    that makes unpadding pay from about 1% padding at 384 wide; small test-sized batches stay padded.
-    Flash-attention implementations get the varlen layout; other kernels re-pad around attention. When per-layer
-    hidden states are requested, they are returned on the grid, so nothing is unpadded."""
+    """Unpads a batch with a 2-D padding mask when the work it skips (padding tokens x multiply-adds per token)
+    exceeds the cost of moving the tokens (`gather_cost` per hidden number and grid position, plus `fixed_cost`;
+    measured in docs/performance.md). Flash kernels get the varlen layout. Per-layer hidden states stay on the grid."""
 
     def __init__(self, config: BriskBertConfig, gather_cost: int, fixed_cost: int):
         glu = 2 if config.mlp_type == "glu" else 1
@@ -192,8 +178,7 @@ class Unpadder:
 
 
 def _tracing() -> bool:
-    """Exporters and compilers trace one graph for every batch, so the data-dependent layout choice is not theirs
-    to make: they keep the padded layout, which gives the same outputs."""
+    """Traced graphs serve every batch: they keep the padded layout (same outputs) rather than a data-dependent one."""
     return torch.compiler.is_exporting() or torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
@@ -213,8 +198,6 @@ UNPADDERS = {
 # Embeddings
 # ---------------------------------------------------------------------------------------------------------------
 class LearnedPositionEmbedding(nn.Embedding):
-    """BERT's absolute positions: one learned vector per position, up to `max_position_embeddings`."""
-
     def __init__(self, config: BriskBertConfig):
         super().__init__(config.max_position_embeddings, config.embedding_width)
 
@@ -230,7 +213,7 @@ class LearnedPositionEmbedding(nn.Embedding):
 
 
 class SinusoidalPositionEmbedding(nn.Module):
-    """Fixed sin/cos position vectors (Vaswani et al. 2017), computed for any position, so no length limit."""
+    """Fixed sin/cos position vectors (Vaswani et al. 2017): no length limit."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
@@ -272,8 +255,8 @@ class IndexPositionIds(nn.Module):
 
 
 class NonPaddingPositionIds(nn.Module):
-    """RoBERTa and XLM-R: positions count the non-padding tokens, starting after `pad_token_id`, so each row's
-    first real token sits at pad_token_id + 1 and padding at pad_token_id; embeddings inputs count every token."""
+    """RoBERTa and XLM-R: positions count the non-padding tokens from pad_token_id + 1; padding sits at
+    pad_token_id."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
@@ -339,7 +322,6 @@ class BriskBertEmbeddings(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         layout: PaddedLayout = PADDED,
     ) -> torch.Tensor:
-        """Inputs on the (batch, seq) grid; the output in the batch's layout (packed real tokens when unpadded)."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(layout.pack(input_ids))
         else:
@@ -354,8 +336,8 @@ class BriskBertEmbeddings(nn.Module):
 # Position schemes applied inside attention (computed once per forward, shared by every layer)
 # ---------------------------------------------------------------------------------------------------------------
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021): the cos/sin tables that rotate queries and keys, one pair per
-    attention type, since local layers may use another base (`local_rope_theta`, as ModernBERT does)."""
+    """Rotary position embedding (Su et al. 2021): cos/sin tables per attention type, since local layers may use
+    another base (`local_rope_theta`, ModernBERT)."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
@@ -368,8 +350,7 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, position_ids: torch.Tensor, dtype: torch.dtype
     ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        # Computed on the fly (a few hundred flops) rather than kept in a buffer, so nothing needs re-initialising
-        # after transformers builds the model on the meta device.
+        # Computed on the fly rather than kept in a buffer: nothing to re-initialise after a meta-device build.
         exponents = (
             torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
         )
@@ -387,7 +368,6 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(query, key, position_embeddings):
-    """Rotates (batch, heads, seq, head_dim) queries and keys by the position tables."""
     cos, sin = (table.unsqueeze(1) for table in position_embeddings)
     return query * cos + rotate_half(query) * sin, key * cos + rotate_half(key) * sin
 
@@ -397,7 +377,7 @@ def keep_unrotated(query, key, position_embeddings):
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """The geometric head slopes of ALiBi (Press et al. 2022), including its rule for non-power-of-two counts."""
+    """ALiBi's geometric head slopes (Press et al. 2022), with its rule for non-power-of-two counts."""
     closest_power = 2 ** math.floor(math.log2(num_heads))
     slopes = [2 ** (-8 * (i + 1) / closest_power) for i in range(closest_power)]
     extra = [2 ** (-4 * (2 * i + 1) / closest_power) for i in range(num_heads - closest_power)]
@@ -438,7 +418,6 @@ class NoAttentionBias(nn.Module):
 # Attention
 # ---------------------------------------------------------------------------------------------------------------
 def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim) for grouped-query attention."""
     batch, kv_heads, seq_len, head_dim = hidden_states.shape
     if n_rep == 1:
         return hidden_states
