@@ -1,11 +1,9 @@
 """The lines of an ndjson commit, read without holding a file's content in memory.
 
-A line up to ``max_line`` bytes is passed on as it is (``json.loads`` parses it). A longer line may only be
-long because of one string, a file's base64 content: it is scanned as it arrives, and that string is
-base64-decoded piece by piece into the blob store (hashed on the way). The line is then passed on with a
-random placeholder where the string was, plus the stored blob. Memory holds ``max_line`` bytes of JSON and
-one body piece, whatever the file's size; the old way (the line, its JSON string, the decoded bytes, a copy
-for the git hash) held about six copies of the file.
+Each line is scanned as its pieces arrive, string by string. A string longer than 64 KiB can only be a file's
+base64 content: it is decoded piece by piece into the blob store (hashed on the way), and the line is passed on
+with a random placeholder where the string was, plus the stored blob. Memory holds ``max_line`` bytes of JSON
+and one body piece, whatever the file's size (parsing the line whole held about six copies of the file).
 """
 
 from __future__ import annotations
@@ -21,8 +19,11 @@ from dataclasses import dataclass
 from .errors import BadRequest, PayloadTooLarge
 from .storage import BlobWriter, StoredBlob
 
-_STRING_STOP = re.compile(rb'["\\\n]')
-STREAM_STRINGS_OVER = 64 << 10  # in a long line, a string longer than this is streamed
+STREAM_STRINGS_OVER = 64 << 10  # in a line, a string longer than this is streamed
+_PLAIN_TEXT = re.compile(rb'[^"\\\n]*')  # one character class: no backtracking stack, whatever the length
+_ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_STRING_OR_LINE_END = re.compile(rb'["\n]')
+_LONGEST_ESCAPE = 6
 
 
 @dataclass(frozen=True)
@@ -46,24 +47,27 @@ class Base64Stream:
         return BadRequest(f"{self._where}: a value this long must be a file's base64 content, and {why}")
 
     def feed(self, text: bytes) -> None:
-        data = self._tail + text if self._tail else text
+        if b"\\" in text:
+            try:
+                text = json.loads(b'"' + text + b'"').encode("ascii")
+            except UnicodeEncodeError:
+                raise self._invalid("it is not") from None
+        data = self._tail + text
         cut = len(data) - len(data) % 4
         self._tail = data[cut:]
         if not cut:
             return
         if self._padded:
             raise self._invalid("it goes on after its '=' padding")
-        block = data[:cut]
         try:
-            decoded = base64.b64decode(block, validate=True)
+            decoded = base64.b64decode(data[:cut], validate=True)
         except (binascii.Error, ValueError):
             raise self._invalid("it is not valid base64") from None
-        self._padded = block.endswith(b"=")
+        self._padded = data[:cut].endswith(b"=")
         self._writer.write(decoded)
 
     def finish(self) -> StoredBlob:
         if self._tail:
-            self.abort()
             raise self._invalid("its length is not a multiple of 4")
         return self._writer.finish()
 
@@ -71,160 +75,83 @@ class Base64Stream:
         self._writer.abort()
 
 
-def _escape_length(escape: bytes) -> int:
-    """How long a JSON escape is, from its first bytes: ``\\uXXXX`` is 6, the others 2."""
-    return 6 if escape[1:2] == b"u" else 2
-
-
-def _unescape(raw: bytes, where: str) -> bytes:
-    """JSON string text (escapes included) as the ASCII it stands for."""
-    try:
-        return json.loads(b'"' + raw + b'"').encode("ascii")
-    except (ValueError, UnicodeEncodeError):
-        raise BadRequest(
-            f"{where}: a value this long must be a file's base64 content, and it is not"
-        ) from None
-
-
-class _LongLine:
-    """A line past ``max_line`` bytes, scanned as it arrives: the JSON outside the one long string is kept
-    (at most ``max_line`` bytes of it), the long string goes through a ``Base64Stream``."""
-
-    def __init__(self, max_line: int, open_writer: Callable[[], BlobWriter], number: int):
-        self._max_line, self._open_writer = max_line, open_writer
-        self.where = f"commit line {number}"
-        self.skeleton = bytearray()
-        self.in_string = False
-        self._text = bytearray()  # the current string's JSON text, while it is short
-        self._escape = b""  # an escape sequence cut in two by a piece boundary
-        self._stream: Base64Stream | None = None
-        self.blob: StoredBlob | None = None
-        self.placeholder = f"streamed-content-{secrets.token_hex(16)}"
-        self.done = False
-
-    def feed(self, data: bytes, pos: int) -> int:
-        """Take ``data[pos:]`` up to the end of the line; where the line ended (past its newline), or
-        ``len(data)`` when it goes on."""
-        newline = data.find(b"\n", pos)
-        stop = len(data) if newline < 0 else newline
-        while True:
-            if self.in_string:
-                pos = self._string(data, pos)
-                if self.in_string:
-                    return len(data)
-                continue
-            quote = data.find(b'"', pos, stop)
-            if quote < 0:
-                self._keep(data[pos:stop])
-                self.done = newline >= 0
-                return len(data) if newline < 0 else newline + 1
-            self._keep(data[pos : quote + 1])
-            pos, self.in_string = quote + 1, True
-
-    def finish(self) -> RawLine:
-        if self.in_string:
-            raise BadRequest(f"{self.where} ends inside a string")
-        return RawLine(bytes(self.skeleton), self.blob, self.placeholder if self.blob else None)
-
-    def abort(self) -> None:
-        if self._stream is not None:
-            self._stream.abort()
-
-    def _keep(self, text: bytes) -> None:
-        self.skeleton += text
-        if len(self.skeleton) > self._max_line:
-            raise PayloadTooLarge(
-                f"{self.where} is longer than {self._max_line} bytes without counting a file's content"
-            )
-
-    def _string(self, data: bytes, pos: int) -> int:
-        """Take string text from ``data[pos:]``; where it stopped (after the closing quote, or the end)."""
-        while self._escape and pos < len(data):  # complete an escape cut by the previous piece
-            self._escape += data[pos : pos + 1]
-            pos += 1
-            if len(self._escape) == _escape_length(self._escape):
-                self._string_text(self._escape, escaped=True)
-                self._escape = b""
-        while pos < len(data):
-            stop = _STRING_STOP.search(data, pos)
-            if stop is None:
-                self._string_text(data[pos:])
-                return len(data)
-            at = stop.start()
-            self._string_text(data[pos:at])
-            if data[at] == ord("\n"):
-                raise BadRequest(f"{self.where} ends inside a string")
-            if data[at] == ord('"'):
-                self._end_string()
-                return at + 1
-            escape = data[at : at + 6]
-            length = _escape_length(escape)
-            if len(escape) < length:
-                self._escape = data[at:]
-                return len(data)
-            self._string_text(escape[:length], escaped=True)
-            pos = at + length
-        return pos
-
-    def _string_text(self, raw: bytes, escaped: bool = False) -> None:
-        if self._stream is not None:
-            self._stream.feed(_unescape(raw, self.where) if escaped else raw)
-            return
-        self._text += raw
-        if len(self._text) > STREAM_STRINGS_OVER:
-            if self.blob is not None:
-                raise PayloadTooLarge(f"{self.where}: only one value in a line may be longer than 64 KiB")
-            self._stream = Base64Stream(self._open_writer(), self.where)
-            self._stream.feed(_unescape(bytes(self._text), self.where))
-            self._text = bytearray()
-
-    def _end_string(self) -> None:
-        self.in_string = False
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            self.blob = stream.finish()
-            self._keep(self.placeholder.encode() + b'"')
-        else:
-            self._keep(bytes(self._text) + b'"')
-            self._text = bytearray()
+def _string_text_end(data: bytes, pos: int) -> int:
+    """Where string text from ``pos`` stops: at a quote, a newline, an invalid or cut escape, or the end."""
+    while True:
+        pos = _PLAIN_TEXT.match(data, pos).end()
+        escape = _ESCAPE.match(data, pos)
+        if escape is None:
+            return pos
+        pos = escape.end()
 
 
 def commit_lines(
     chunks: Iterator[bytes], max_line: int, open_writer: Callable[[], BlobWriter]
 ) -> Iterator[RawLine]:
     """The lines of an ndjson body (see the module docstring)."""
-    pending = bytearray()
-    long: _LongLine | None = None
+    line = bytearray()  # the current line's JSON, a streamed string replaced by its placeholder
+    string: bytearray | None = None  # the current string's text while it is short, when inside one
+    stream: Base64Stream | None = None  # the current string's decoder once it is long
+    blob: StoredBlob | None = None
+    placeholder = ""
     number = 1
+    data = b""
+
+    def keep(text: bytes) -> None:
+        line.extend(text)
+        if len(line) > max_line:
+            raise PayloadTooLarge(
+                f"commit line {number} is longer than {max_line} bytes without counting a file's content"
+            )
+
     try:
         for chunk in chunks:
-            pos = 0
-            while pos < len(chunk):
-                if long is not None:
-                    pos = long.feed(chunk, pos)
-                    if long.done:
-                        line, long = long.finish(), None
-                        number += 1
-                        yield line
+            data, pos = (data + chunk if data else chunk), 0
+            while pos < len(data):
+                if string is None and stream is None:  # between strings: up to a quote or the line's end
+                    stop = _STRING_OR_LINE_END.search(data, pos)
+                    if stop is None:
+                        keep(data[pos:])
+                        pos = len(data)
+                    elif data[stop.start()] == ord("\n"):
+                        keep(data[pos : stop.start()])
+                        yield RawLine(bytes(line), blob, placeholder if blob else None)
+                        line, blob, number, pos = bytearray(), None, number + 1, stop.end()
+                    else:
+                        keep(data[pos : stop.end()])
+                        string, pos = bytearray(), stop.end()
                     continue
-                cut = chunk.find(b"\n", pos)
-                end = len(chunk) if cut < 0 else cut
-                if len(pending) + end - pos > max_line:
-                    long = _LongLine(max_line, open_writer, number)
-                    long.feed(bytes(pending), 0)
-                    pending = bytearray()
-                    continue
-                pending += chunk[pos:end]
-                if cut < 0:
-                    break
-                line, pending, pos = RawLine(bytes(pending)), bytearray(), cut + 1
-                number += 1
-                yield line
-        if long is not None:
-            line, long = long.finish(), None
-            yield line
-        elif pending:
-            yield RawLine(bytes(pending))
+                end = _string_text_end(data, pos)
+                text, pos = data[pos:end], end
+                if stream is not None:
+                    stream.feed(text)
+                else:
+                    string += text
+                    if len(string) > STREAM_STRINGS_OVER:
+                        if blob is not None:
+                            raise PayloadTooLarge(
+                                f"commit line {number}: only one value in a line may be longer than 64 KiB"
+                            )
+                        stream = Base64Stream(open_writer(), f"commit line {number}")
+                        stream.feed(bytes(string))
+                        string = None
+                if pos == len(data) or data[pos] == ord("\\") and len(data) - pos < _LONGEST_ESCAPE:
+                    break  # wait for the rest of the string (or of an escape cut in two)
+                if data[pos] != ord('"'):
+                    raise BadRequest(f"commit line {number} ends inside a string, or has an invalid escape")
+                pos += 1
+                if stream is not None:
+                    blob, stream = stream.finish(), None
+                    placeholder = f"streamed-content-{secrets.token_hex(16)}"
+                    keep(placeholder.encode() + b'"')
+                else:
+                    keep(bytes(string) + b'"')
+                string = None
+            data = data[pos:]
+        if string is not None or stream is not None or data:
+            raise BadRequest(f"commit line {number} ends inside a string")
+        if line:
+            yield RawLine(bytes(line), blob, placeholder if blob else None)
     finally:
-        if long is not None:
-            long.abort()
+        if stream is not None:
+            stream.abort()

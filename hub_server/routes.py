@@ -1,6 +1,7 @@
 """The local Hub's routes: one table of (methods, path pattern, handler, auth, body, fault step), and the
-handlers. A handler does only its own work: it reads the typed request, returns a ``Response`` or raises a
-``HubError``; limits, auth, faults and error answers are the dispatcher's job (``server.py``)."""
+handlers. A handler (run in a worker thread) does only its own work: it reads a starlette ``Request``, returns
+a ``Response`` or raises a ``HubError``; limits, auth, faults and error answers are the dispatcher's
+(``server.py``). ``req.app`` is the ``HubServer``, ``req.state.account`` the caller's account."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from briskbert.hub_cards.front_matter import FrontMatterError, YamlLimits, load_front_matter
 from briskbert.hub_cards.rules import check_metadata, metadata_warnings
@@ -21,7 +25,16 @@ from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound, RevisionNotFound
 from .index import FileEntry, Folder, looks_like_lfs
 from .names import repo_key, validate_ref_name
-from .transport import BodyKind, Request, Response, byte_range, json_response
+from .transport import (
+    BodyKind,
+    body_chunks,
+    byte_range,
+    header_safe,
+    json_response,
+    parse_size,
+    read_body,
+    read_json,
+)
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
 COMMITS_PAGE = 100  # commits per /commits page
@@ -38,17 +51,40 @@ def repo_url(base_url: str, repo_type: str, repo_id: str) -> str:
     return f"{base_url}/{'' if repo_type == 'model' else repo_type + 's/'}{repo_id}"
 
 
+def repo_of(req: Request) -> tuple[str, str]:
+    """(repo type, repo id) of a route with a ``{repo}`` (the route matched a known type)."""
+    return req.path_params.get("repo_type", "models").removesuffix("s"), req.path_params["repo_id"]
+
+
+def _flag(req: Request, name: str) -> bool:
+    return req.query_params.get(name, "").lower() in ("1", "true")
+
+
+def _page_size(req: Request, largest: int) -> int:
+    """The ``limit`` query parameter, between 1 and ``largest`` (``largest`` when absent or invalid)."""
+    limit = parse_size(req.query_params.get("limit"))
+    return largest if limit is None else max(min(limit, largest), 1)
+
+
+def _next_page(req: Request, **query: str) -> str:
+    """A ``Link`` header to this request with ``query`` replacing those parameters."""
+    merged = [(k, v) for k, v in req.query_params.multi_items() if k not in query] + list(query.items())
+    path = req.scope["raw_path"].decode("latin-1")
+    return header_safe(f'<{req.app.base_url(req)}{path}?{urllib.parse.urlencode(merged)}>; rel="next"', 2000)
+
+
 def _repo_spec(req: Request) -> protocol.RepoSpec:
     """The repo a create or delete body names, in a namespace the caller may write in."""
-    spec = protocol.RepoSpec.from_body(req.json(), req.account.name)
+    account = req.state.account
+    spec = protocol.RepoSpec.from_body(read_json(req), account.name)
     namespace = spec.repo_id.split("/")[0]
-    req.account.check_writes(namespace, f"a {spec.repo_type} under the namespace {namespace!r}")
+    account.check_writes(namespace, f"a {spec.repo_type} under the namespace {namespace!r}")
     return spec
 
 
 # ---- repo management ----------------------------------------------------------------------------------
 def whoami(req: Request) -> Response:
-    return json_response(req.account.whoami())
+    return json_response(req.state.account.whoami())
 
 
 def agent_harnesses(req: Request) -> Response:
@@ -58,8 +94,8 @@ def agent_harnesses(req: Request) -> Response:
 def validate_yaml(req: Request) -> Response:
     # The client calls .json() before raise_for_status and reads "errors": every answer here has them.
     try:
-        content = protocol.Fields(req.json(), "request body").text("content")
-        meta = load_front_matter(content, req.hub.limits.yaml) or {}
+        content = protocol.Fields(read_json(req), "request body").text("content")
+        meta = load_front_matter(content, req.app.limits.yaml) or {}
     except (BadRequest, FrontMatterError) as e:
         errors, warnings = [str(e)], []
     else:
@@ -71,26 +107,27 @@ def validate_yaml(req: Request) -> Response:
 
 
 def create_repo(req: Request) -> Response:
-    st, spec = req.hub.storage, _repo_spec(req)
-    if st.create_repo(spec.repo_type, spec.repo_id, spec.private, req.account.name) is None:
+    st, spec, base = req.app.storage, _repo_spec(req), req.app.base_url(req)
+    if st.create_repo(spec.repo_type, spec.repo_id, spec.private, req.state.account.name) is None:
         existing = st.lookup(spec.repo_type, spec.repo_id)
-        url = repo_url(req.base_url, spec.repo_type, existing.repo_id if existing else spec.repo_id)
+        url = repo_url(base, spec.repo_type, existing.repo_id if existing else spec.repo_id)
         # The client reads "url" even from the 409 it swallows with exist_ok=True.
         raise Conflict("You already created this repo", body={"url": url})
-    url = repo_url(req.base_url, spec.repo_type, spec.repo_id)
-    return json_response({"url": url, "name": spec.repo_id, "id": spec.repo_id})
+    return json_response(
+        {"url": repo_url(base, spec.repo_type, spec.repo_id), "name": spec.repo_id, "id": spec.repo_id}
+    )
 
 
 def delete_repo(req: Request) -> Response:
     spec = _repo_spec(req)
-    req.hub.storage.delete_repo(spec.repo_type, spec.repo_id)
+    req.app.storage.delete_repo(spec.repo_type, spec.repo_id)
     return json_response({})
 
 
 def update_settings(req: Request) -> Response:
-    private = protocol.Fields(req.json(), "request body").flag("private", default=None)
+    private = protocol.Fields(read_json(req), "request body").flag("private", default=None)
     if private is not None:
-        req.hub.storage.set_private(req.repo_type, req.repo_id, private)
+        req.app.storage.set_private(*repo_of(req), private)
     return json_response({})
 
 
@@ -120,11 +157,11 @@ def _read_card(storage, readme: FileEntry, limits: YamlLimits) -> dict:
 
 
 def repo_info(req: Request) -> Response:
-    st, repo_type = req.hub.storage, req.repo_type
-    record = st.meta(repo_type, req.repo_id)
-    sha = st.resolve(repo_type, req.repo_id, req.params.get("rev") or "main")
-    index = st.index(repo_type, req.repo_id, sha)
-    card = index.card(lambda readme: _read_card(st, readme, req.hub.limits.yaml))
+    st, (repo_type, repo_id) = req.app.storage, repo_of(req)
+    record = st.meta(repo_type, repo_id)
+    sha = st.resolve(repo_type, repo_id, req.path_params.get("rev") or "main")
+    index = st.index(repo_type, repo_id, sha)
+    card = index.card(lambda readme: _read_card(st, readme, req.app.limits.yaml))
     tags = [t for t in card["tags"] if isinstance(t, str)] if isinstance(card.get("tags"), list) else []
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])
@@ -148,28 +185,29 @@ def repo_info(req: Request) -> Response:
         info.update({k: card[k] for k in ("pipeline_tag", "library_name") if isinstance(card.get(k), str)})
     head = json.dumps(info, default=str).encode()
     # The sibling list is built once per revision and sent as it is, however many files the repo has.
-    return Response(body=(head[:-1], b', "siblings": ', index.siblings_json(req.flag("blobs")), b"}"))
+    pieces = (head[:-1], b', "siblings": ', index.siblings_json(_flag(req, "blobs")), b"}")
+    length = str(sum(len(p) for p in pieces))
+    return StreamingResponse(iter(pieces), headers={"Content-Length": length}, media_type="application/json")
 
 
 # ---- uploads -------------------------------------------------------------------------------------------
 def _writable_branch(req: Request) -> str:
-    if req.flag("create_pr"):
+    if _flag(req, "create_pr"):
         pull_requests_refused(req)
-    revision = req.params["rev"]
+    revision = req.path_params["rev"]
     branch = revision.removeprefix("refs/heads/")
-    if branch not in req.hub.storage.refs(req.repo_type, req.repo_id)["branches"]:
+    if branch not in req.app.storage.refs(*repo_of(req))["branches"]:
         raise RevisionNotFound(f"Invalid rev id: {revision} (not a branch)")
     return branch
 
 
 def preupload(req: Request) -> Response:
-    st, hub = req.hub.storage, req.hub
-    branch = _writable_branch(req)
-    head = st.resolve(req.repo_type, req.repo_id, branch)
-    existing = st.index(req.repo_type, req.repo_id, head)
+    st, repo = req.app.storage, repo_of(req)
+    head = st.resolve(*repo, _writable_branch(req))
+    existing = st.index(*repo, head)
     out = []
-    for f in protocol.preupload_files(req.json()):
-        lfs = hub.upload_mode == "lfs" and looks_like_lfs(f.path, f.size, f.sample)
+    for f in protocol.preupload_files(read_json(req)):
+        lfs = req.app.upload_mode == "lfs" and looks_like_lfs(f.path, f.size, f.sample)
         current = existing.get(f.path)
         oid = None if current is None else (current.sha256 if lfs else current.git_oid)
         out.append(
@@ -179,63 +217,73 @@ def preupload(req: Request) -> Response:
 
 
 def lfs_batch(req: Request) -> Response:
-    objects = []
-    for obj in protocol.lfs_batch_objects(req.json()):
+    hub, objects = req.app, []
+    for obj in protocol.lfs_batch_objects(read_json(req)):
         entry: dict = {"oid": obj.oid, "size": obj.size}
-        if obj.size > req.hub.limits.max_upload_bytes:
-            limit = req.hub.limits.max_upload_bytes
+        if obj.size > hub.limits.max_upload_bytes:
+            limit = hub.limits.max_upload_bytes
             entry["error"] = {"code": 413, "message": f"{obj.size} bytes is over the upload limit of {limit}"}
-        elif not req.hub.storage.reuse_blob(obj.oid, obj.size):
-            query = req.hub.signed_query(req.repo_type, req.repo_id, obj.oid, obj.size)
-            where = f"{req.repo_type}/{req.repo_id}/{obj.oid}?{query}"
+        elif not hub.storage.reuse_blob(obj.oid, obj.size):
+            repo_type, repo_id = repo_of(req)
+            where = (
+                f"{repo_type}/{repo_id}/{obj.oid}?{hub.signed_query(repo_type, repo_id, obj.oid, obj.size)}"
+            )
             entry["actions"] = {
-                "upload": {"href": f"{req.base_url}/lfs-upload/{where}", "header": {}},
-                "verify": {"href": f"{req.base_url}/lfs-verify/{where}", "header": {}},
+                "upload": {"href": f"{hub.base_url(req)}/lfs-upload/{where}", "header": {}},
+                "verify": {"href": f"{hub.base_url(req)}/lfs-verify/{where}", "header": {}},
             }
         objects.append(entry)
     body = json.dumps({"transfer": "basic", "objects": objects}).encode()
-    return Response(body=body, content_type="application/vnd.git-lfs+json")
+    return Response(body, media_type="application/vnd.git-lfs+json")
 
 
 def lfs_upload(req: Request) -> Response:
     # Auth.SIGNED: the dispatcher has checked the signature and the size in the query.
-    oid, size = req.params["oid"], req.hub.check_signature(req)
-    req.hub.storage.put_stream(req.body.chunks(), oid, size)
-    return Response(headers={"ETag": f'"{oid}"'})
+    oid, size = req.path_params["oid"], req.app.check_signature(req)
+    req.app.storage.put_stream(body_chunks(req), oid, size)
+    return Response(headers={"ETag": f'"{oid}"'}, media_type="application/json")
 
 
 def lfs_verify(req: Request) -> Response:
-    oid, size = req.params["oid"], req.hub.check_signature(req)
-    if not req.hub.storage.has_blob(oid, size):
+    oid, size = req.path_params["oid"], req.app.check_signature(req)
+    if not req.app.storage.has_blob(oid, size):
         raise EntryNotFound(f"LFS object {oid} was not uploaded")
     return json_response({"oid": oid, "size": size})
 
 
 def commit(req: Request) -> Response:
+    hub, (repo_type, repo_id) = req.app, repo_of(req)
     branch = _writable_branch(req)
-    limits = req.hub.limits
     header, operations = protocol.read_commit(
-        req.body.chunks(), req.hub.storage, limits.max_commit_line_bytes, limits.max_repo_files
+        body_chunks(req), hub.storage, hub.limits.max_commit_line_bytes, hub.limits.max_repo_files
     )
-    cid = req.hub.storage.commit(
-        req.repo_type,
-        req.repo_id,
+    cid = hub.storage.commit(
+        repo_type,
+        repo_id,
         branch,
         operations,
         header.summary,
         header.description,
-        req.account.name,
+        req.state.account.name,
         header.parent_commit,
     )
-    url = f"{repo_url(req.base_url, req.repo_type, req.repo_id)}/commit/{cid}"
+    url = f"{repo_url(hub.base_url(req), repo_type, repo_id)}/commit/{cid}"
     return json_response({"success": True, "commitOid": cid, "commitUrl": url, "pullRequestUrl": None})
 
 
 # ---- reads ---------------------------------------------------------------------------------------------
+def _file_range(path: Path, offset: int, length: int):
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while length > 0 and (chunk := fh.read(min(1 << 20, length))):
+            length -= len(chunk)
+            yield chunk
+
+
 def resolve(req: Request) -> Response:
-    st, path = req.hub.storage, req.params["path"]
-    sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    entry = st.index(req.repo_type, req.repo_id, sha).get(path)
+    st, repo, path = req.app.storage, repo_of(req), req.path_params["path"]
+    sha = st.resolve(*repo, req.path_params["rev"])
+    entry = st.index(*repo, sha).get(path)
     if entry is None:
         # X-Repo-Commit lets the client cache the absence (transformers probes many optional files).
         raise EntryNotFound(f"Entry not found: {path}", headers={"X-Repo-Commit": sha})
@@ -251,16 +299,14 @@ def resolve(req: Request) -> Response:
     first, last = wanted or (0, entry.size - 1)
     if wanted:
         headers["Content-Range"] = f"bytes {first}-{last}/{entry.size}"
-    return Response(
-        status=206 if wanted else 200,
-        content_type="application/octet-stream",
-        headers=headers,
-        # The content is checked when it is sent; a HEAD answers from the commit (the clients take a 5xx there for
-        # a network failure, retry it and then say so).
-        file=st.verified_blob(entry) if req.method == "GET" else st.blob_path(entry.sha256),
-        offset=first,
-        length=last - first + 1,
-    )
+    headers["Content-Length"] = str(last - first + 1)
+    status = 206 if wanted else 200
+    if req.method == "HEAD":
+        # A HEAD answers from the commit (the clients take a 5xx there for a network failure, retry it and
+        # then say so): the content is checked when a GET sends it.
+        return Response(status_code=status, headers=headers, media_type="application/octet-stream")
+    content = _file_range(st.verified_blob(entry), first, last - first + 1)
+    return StreamingResponse(content, status, headers, media_type="application/octet-stream")
 
 
 def _directory(path: str) -> dict:
@@ -278,30 +324,30 @@ def _file_entry(e: FileEntry, expand: bool, commit_obj: dict) -> dict:
 
 def tree(req: Request) -> Response:
     """A folder's entries, a page at a time (``Link: <...>; rel="next"``, as on the Hub)."""
-    st = req.hub.storage
-    sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    index = st.index(req.repo_type, req.repo_id, sha)
-    folder = req.params.get("path", "").strip("/")
+    st, repo = req.app.storage, repo_of(req)
+    sha = st.resolve(*repo, req.path_params["rev"])
+    index = st.index(*repo, sha)
+    folder = req.path_params.get("path", "").strip("/")
     if folder and not index.has_folder(folder):
         raise EntryNotFound(f"Entry not found: {folder}")
     # The cursor is the path the previous page ended at.
-    items, after = index.page(folder, req.flag("recursive"), req.arg("cursor"), req.page_size(TREE_PAGE))
-    expand = req.flag("expand")
+    cursor, limit = req.query_params.get("cursor"), _page_size(req, TREE_PAGE)
+    items, after = index.page(folder, _flag(req, "recursive"), cursor, limit)
+    expand = _flag(req, "expand")
     entries = [
         _directory(i.path) if isinstance(i, Folder) else _file_entry(i, expand, index.commit) for i in items
     ]
     headers = {"X-Repo-Commit": sha}
     if after is not None:
-        headers["Link"] = f'<{req.next_page(cursor=after)}>; rel="next"'
+        headers["Link"] = _next_page(req, cursor=after)
     return json_response(entries, headers=headers)
 
 
 def paths_info(req: Request) -> Response:
-    st = req.hub.storage
-    sha = st.resolve(req.repo_type, req.repo_id, req.params["rev"])
-    index = st.index(req.repo_type, req.repo_id, sha)
+    st, repo = req.app.storage, repo_of(req)
+    index = st.index(*repo, st.resolve(*repo, req.path_params["rev"]))
     paths, expand = protocol.paths_request(
-        req.body.read(), req.headers.get("Content-Type", ""), req.hub.limits.max_paths_per_request
+        read_body(req), req.headers.get("Content-Type", ""), req.app.limits.max_paths_per_request
     )
     out = []
     for p in paths:
@@ -314,7 +360,7 @@ def paths_info(req: Request) -> Response:
 
 
 def refs(req: Request) -> Response:
-    table = req.hub.storage.refs(req.repo_type, req.repo_id)
+    table = req.app.storage.refs(*repo_of(req))
 
     def listing(kind: str, prefix: str) -> list[dict]:
         return [{"name": n, "ref": f"{prefix}{n}", "targetCommit": c} for n, c in sorted(table[kind].items())]
@@ -324,17 +370,17 @@ def refs(req: Request) -> Response:
         "converts": [],
         "tags": listing("tags", "refs/tags/"),
     }
-    if req.query.get("include_prs"):
+    if "include_prs" in req.query_params:
         out["pullRequests"] = []
     return json_response(out)
 
 
 def commits(req: Request) -> Response:
     """A revision's history, newest first, a page at a time (``Link: <...>; rel="next"``)."""
-    st = req.hub.storage
-    formatted = req.query.get("expand[]") == ["formatted"] or "formatted" in req.query.get("expand", [])
-    start = st.resolve(req.repo_type, req.repo_id, req.arg("cursor") or req.params["rev"])
-    history, next_id = st.history(req.repo_type, req.repo_id, start, req.page_size(COMMITS_PAGE))
+    st, repo, query = req.app.storage, repo_of(req), req.query_params
+    formatted = "formatted" in query.getlist("expand[]") + query.getlist("expand")
+    start = st.resolve(*repo, query.get("cursor") or req.path_params["rev"])
+    history, next_id = st.history(*repo, start, _page_size(req, COMMITS_PAGE))
     out = []
     for c in history:
         item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"]}
@@ -342,32 +388,29 @@ def commits(req: Request) -> Response:
         if formatted:
             item["formatted"] = {"title": c["title"], "message": c["message"]}
         out.append(item)
-    headers = {"Link": f'<{req.next_page(cursor=next_id)}>; rel="next"'} if next_id else {}
-    return json_response(out, headers=headers)
+    return json_response(out, headers={"Link": _next_page(req, cursor=next_id)} if next_id else None)
 
 
 # ---- refs ----------------------------------------------------------------------------------------------
 def branch(req: Request) -> Response:
-    st, name = req.hub.storage, req.params["name"]
+    st, repo, name = req.app.storage, repo_of(req), req.path_params["name"]
     if req.method == "DELETE":
-        st.set_ref(req.repo_type, req.repo_id, "branches", name, None)
+        st.set_ref(*repo, "branches", name, None)
         return json_response({})
     validate_ref_name(name)
-    start = protocol.Fields(req.json(), "request body").text("startingPoint", required=False) or "main"
-    target = st.resolve(req.repo_type, req.repo_id, start)
-    st.set_ref(req.repo_type, req.repo_id, "branches", name, target)
+    start = protocol.Fields(read_json(req), "request body").text("startingPoint", required=False) or "main"
+    st.set_ref(*repo, "branches", name, st.resolve(*repo, start))
     return json_response({})
 
 
 def tag(req: Request) -> Response:
     # POST /tag/{target revision} with the name in the body; DELETE /tag/{tag name}.
-    st = req.hub.storage
+    st, repo = req.app.storage, repo_of(req)
     if req.method == "DELETE":
-        st.set_ref(req.repo_type, req.repo_id, "tags", req.params["name"], None)
+        st.set_ref(*repo, "tags", req.path_params["name"], None)
         return json_response({})
-    name = validate_ref_name(protocol.Fields(req.json(), "request body").text("tag"))
-    target = st.resolve(req.repo_type, req.repo_id, req.params["name"])
-    st.set_ref(req.repo_type, req.repo_id, "tags", name, target)
+    name = validate_ref_name(protocol.Fields(read_json(req), "request body").text("tag"))
+    st.set_ref(*repo, "tags", name, st.resolve(*repo, req.path_params["name"]))
     return json_response({})
 
 
@@ -456,4 +499,4 @@ def match(method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
     raise NotFound("Not found")
 
 
-__all__ = ["ROUTES", "STEPS", "Auth", "Request", "Response", "Route", "match"]
+__all__ = ["ROUTES", "STEPS", "Auth", "Route", "match"]

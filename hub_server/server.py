@@ -1,43 +1,25 @@
-"""A Hub-compatible HTTP server for offline work and tests.
+"""A Hub-compatible HTTP server for offline work and tests: the unmodified ``huggingface_hub`` and
+``transformers`` clients talk to it through ``HF_ENDPOINT``.
 
-The unmodified ``huggingface_hub`` and ``transformers`` clients talk to it through ``HF_ENDPOINT``.
-uvicorn frames HTTP (h11: request heads, ``Content-Length`` and chunked bodies, keep-alive, ``100 Continue``);
-this module adds what uvicorn lacks (``_Protocol``: a cap on connections, a deadline for a new connection's
-first byte and for a whole request head) and one ASGI app over the route table in ``routes.py``. Its dispatcher (``HubServer._dispatch``,
-run in a worker thread, as the storage is blocking file I/O) checks the caller's account, the route's
-authorization and size limit from the headers alone, before a byte of the body is read (and so before a
-``100 Continue``); injects faults; and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised
-``X-Error-Message`` (request text is never reflected raw into a header); a write that finds the disk full is a
-logged 507 ``InsufficientStorage``, with nothing of it kept (``errors.disk_full``). The limits and deadlines are
-``ServerLimits`` (``transport.py``). ``docs/security.md`` lists what the server defends against and what it
-does not.
+uvicorn frames HTTP; ``_Protocol`` adds what it lacks (a cap on connections, a deadline for a new connection's
+first byte and for a whole request head). ``HubServer`` is one ASGI app over the route table (``routes.py``):
+its dispatcher (``_dispatch``, in a worker thread, as the storage is blocking file I/O) decides the account,
+the route's authorization and body limit from the headers alone (so before a ``100 Continue``), injects
+faults, and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message``; a
+write that finds the disk full is a logged 507. ``docs/security.md`` lists what it defends against.
 
-Accounts (``accounts.py``): each token belongs to a user and may write only under that user's name and the
-organisations it is configured with. ``HubServer(..., token, user=..., orgs=...)`` is one account;
-``accounts=[Account(...), ...]`` adds more. A server started without any token lets anyone act as ``user``.
+Accounts (``accounts.py``): ``HubServer(..., token, user=..., orgs=...)`` is one account, ``accounts=[...]``
+adds more; a server started without any token lets anyone act as ``user``. Private repos answer strangers
+exactly as missing ones do (404 ``RepoNotFound``, same message, same code path).
 
-Private repos answer reads by anyone outside their namespace exactly as a missing repo does: the same code
-path, 404 with ``X-Error-Code: RepoNotFound`` and the same message, so a repo's existence is never revealed.
-(The real Hub answers 401 to anonymous requests for both; the clients map either to
-``RepositoryNotFoundError`` through ``X-Error-Code``.) Repo ids are case-insensitive and keep the case
-their creator used. Pull requests (``create_pr=True``, discussions) are refused with a 400
-``PullRequestsNotSupported`` that says to commit to a branch instead.
+Uploads: the server does not speak Xet, so ``upload_mode`` picks what ``/preupload`` answers: ``"regular"``
+(default, every client) sends each file base64 inside the ndjson commit, streamed into the blob store;
+``"lfs"`` sends large or binary files through the LFS batch API and a pre-signed PUT (clients need
+``HF_HUB_DISABLE_XET=1``).
 
-Uploads. The client decides between Xet and LFS by itself (Xet whenever ``hf_xet`` is importable and
-``HF_HUB_DISABLE_XET`` is unset) and this server does not speak Xet, so ``upload_mode`` picks what
-``/preupload`` answers:
-
-* ``"regular"`` (default): every file is sent base64 inside the ndjson commit. Works for every client; the
-  commit is read line by line and a file's content is decoded into the blob store as it streams in.
-* ``"lfs"``: large or binary files are marked ``lfs`` as on the Hub, and go through the LFS batch API,
-  a pre-signed PUT streamed to disk and a verify call. Clients must run with ``HF_HUB_DISABLE_XET=1``.
-
-Either way files are stored the same way and downloads of large/binary files carry the LFS headers.
-
-Faults. ``fault={"step": STEP, "kind": "500"|"400"|"drop"|"stall", "times": N, "stall_s": S}`` makes the
-next N requests of that protocol step fail before anything is changed: a 500 or 400 answer, a connection
-closed without an answer, or a connection held for S seconds and then closed. Steps: see ``STEPS``.
-``HubServer.set_fault`` changes it while the server runs.
+Faults: ``fault={"step": STEP, "kind": "500"|"400"|"drop"|"stall", "times": N, "stall_s": S}`` makes the next
+N requests of that step (``STEPS``) fail before anything changes: an answer, a connection closed without one,
+or one held S seconds and then closed. ``set_fault`` changes it while the server runs.
 """
 
 from __future__ import annotations
@@ -47,30 +29,29 @@ import collections
 import fcntl
 import hashlib
 import hmac
-import json
 import logging
 import re
 import secrets
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 import uvicorn
 from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .accounts import Account, Accounts
 from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized, disk_full, repo_not_found
 from .names import validate_repo_id
-from .routes import STEPS, Auth, Request, Response, Route, match
+from .routes import STEPS, Auth, Route, match, repo_of
 from .storage import Storage
-from .transport import RequestBody, ServerLimits, header_safe, parse_size
+from .transport import Body, ServerLimits, header_safe, json_response, parse_size, read_body
 
 logger = logging.getLogger("hub_server")
 
@@ -256,8 +237,8 @@ class HubServer:
 
     def check_signature(self, req: Request) -> int:
         """The upload size a pre-signed LFS URL was signed for; ``Forbidden`` if the signature is wrong."""
-        size, signature = parse_size(req.arg("size", "")), req.arg("sig", "")
-        expected = self._sign(req.repo_type, req.repo_id, req.params["oid"], size) if size is not None else ""
+        size, signature = parse_size(req.query_params.get("size")), req.query_params.get("sig", "")
+        expected = self._sign(*repo_of(req), req.path_params["oid"], size) if size is not None else ""
         if not (signature and expected and hmac.compare_digest(signature.encode(), expected.encode())):
             raise Forbidden("Invalid or expired upload signature")
         return size
@@ -285,67 +266,44 @@ class HubServer:
 
     # ---- the ASGI app ---------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
-        headers = Headers(scope=scope)
-
-        async def next_piece(deadline: float) -> tuple[bytes, bool]:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0)):
-                message = await receive()
-            if message["type"] == "http.disconnect":
-                raise BadRequest("The connection closed before the whole request body arrived")
-            return message.get("body", b""), message.get("more_body", False)
-
-        def receive_piece(deadline: float) -> tuple[bytes, bool]:
-            return anyio.from_thread.run(next_piece, deadline)
-
-        body = RequestBody(receive_piece, headers, self.limits)
-        response = await anyio.to_thread.run_sync(self._dispatch, scope, headers, body)
+        scope["app"] = self  # what ``Request.app`` returns to a handler
+        body = Body(receive, Headers(scope=scope), self.limits)
+        request = Request(scope, body.receive)
+        response = await anyio.to_thread.run_sync(self._dispatch, request, body)
         if response is None:  # a dropped connection: no answer at all
             self._abort(scope)
             return
-        length = response.length if response.file is not None else sum(len(p) for p in response.pieces)
         # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
+        length = int(response.headers.get("content-length", 0))
         with anyio.move_on_after(
-            self.limits.read_timeout_s + length / self.limits.min_transfer_rate
+            self.limits.deadline(time.monotonic(), length) - time.monotonic()
         ) as sending:
-            await self._send(response, scope["method"] == "HEAD", length, send)
+            await response(scope, receive, send)
         if sending.cancelled_caught:
             self._abort(scope)
-
-    @staticmethod
-    async def _send(response: Response, head_only: bool, length: int, send) -> None:
-        """The answer as ASGI messages: its pieces (or the file's range) one after another, never joined in
-        memory; nothing after the headers for a HEAD."""
-        headers = [(name.encode(), header_safe(value).encode()) for name, value in response.headers.items()]
-        headers += [(b"Content-Type", response.content_type.encode()), (b"Content-Length", b"%d" % length)]
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        if not head_only and response.file is None:
-            for piece in response.pieces:
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-        elif not head_only:
-            pieces = response.file_pieces()
-            while (piece := await anyio.to_thread.run_sync(next, pieces, None)) is not None:
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
 
     def _abort(self, scope) -> None:
         for connection in list(self._uvicorn.server_state.connections):
             if list(connection.client or ()) == list(scope.get("client") or ()):
                 connection.transport.abort()
 
+    def base_url(self, req: Request) -> str:
+        host = req.headers.get("Host") or ""
+        # The Host header ends up in URLs the client follows: only a plain host[:port] is used.
+        return f"http://{host}" if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host) else self.url
+
     # ---- the shared concerns, once for every route (in a worker thread) ------------------------------
-    def _dispatch(self, scope, headers: Headers, body: RequestBody) -> Response | None:
-        method, path = scope["method"], scope["raw_path"].decode("latin-1")
-        status, waits = 0, headers.get("expect", "").lower() == "100-continue"
+    def _dispatch(self, req: Request, body: Body) -> Response | None:
+        method, path = req.method, req.scope["raw_path"].decode("latin-1")
+        status, waits = 0, req.headers.get("expect", "").lower() == "100-continue"
         try:
-            self._check_head(scope, headers)
-            route, params = match(method, path)
-            query = urllib.parse.parse_qs(scope["query_string"].decode("latin-1"))
-            request = Request(self, method, path, params, query, headers, body, self._base_url(headers))
-            self._authorize(route.auth, request, headers)
-            trusted = request.account is not None or route.auth is Auth.SIGNED
+            self._check_head(req)
+            route, req.scope["path_params"] = match(method, path)
+            self._authorize(route.auth, req)
+            trusted = req.state.account is not None or route.auth is Auth.SIGNED
             body.enforce_limit(self.limits.body_limit(route.body, trusted))
-            self._inject_fault(route, body)
-            response = route.handler(request)
+            self._inject_fault(route, req)
+            response = route.handler(req)
         except _Dropped:
             status, response = -1, None
         except HubError as e:
@@ -361,44 +319,45 @@ class HubServer:
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
             logger.exception("internal error")
             response = self._error(ServerError(f"Internal server error: {type(e).__name__}"), body, waits)
-        self.log_request_line(method, path, response.status if response is not None else status)
+        self.log_request_line(method, path, response.status_code if response is not None else status)
         return response
 
-    def _check_head(self, scope, headers: Headers) -> None:
+    def _check_head(self, req: Request) -> None:
         """What the HTTP parser lets through but this server does not take: a long request line or head
         (h11 caps only a head that arrives in pieces), and both body framings at once (a smuggling shape)."""
+        scope = req.scope
         line = len(scope["raw_path"]) + len(scope["query_string"])
         if line > self.limits.max_request_line_bytes:
             raise HubError("Request line too long", status=414, code="URITooLong")
         if line + sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > self.limits.max_head_bytes:
             raise HubError("Request header fields too large", status=431, code="HeadersTooLarge")
-        if "transfer-encoding" in headers and "content-length" in headers:
+        if "transfer-encoding" in req.headers and "content-length" in req.headers:
             raise BadRequest(
                 "Send Content-Length or Transfer-Encoding, not both", headers={"Connection": "close"}
             )
 
-    def _authorize(self, auth: Auth, req: Request, headers: Headers) -> None:
+    def _authorize(self, auth: Auth, req: Request) -> None:
         """From the headers alone: nothing of the body has been read yet. A private repo outside the caller's
         namespaces takes the same steps as a missing one and ends in the same answer."""
-        req.account = self.accounts.authenticate(headers.get("Authorization", ""))
-        if "repo_id" in req.params:
-            validate_repo_id(req.repo_id)
-        if auth is Auth.WRITE and req.account is None:
+        account = req.state.account = self.accounts.authenticate(req.headers.get("Authorization", ""))
+        on_repo = "repo_id" in req.path_params
+        if on_repo:
+            validate_repo_id(req.path_params["repo_id"])
+        if auth is Auth.WRITE and account is None:
             raise Unauthorized("Invalid credentials in Authorization header: a valid write token is required")
-        if auth in (Auth.READ, Auth.WRITE) and "repo_id" in req.params:
-            record = self.storage.lookup(req.repo_type, req.repo_id)
-            account = req.account
+        if auth in (Auth.READ, Auth.WRITE) and on_repo:
+            record = self.storage.lookup(*repo_of(req))
             visible = record is not None and (
                 not record.private or (account is not None and account.owns(record.namespace))
             )
             if not visible:
-                raise repo_not_found(req.repo_type, req.repo_id)
+                raise repo_not_found(*repo_of(req))
             if auth is Auth.WRITE:
                 account.check_writes(record.namespace, f"to {record.repo_id}")
         if auth is Auth.SIGNED:
             self.check_signature(req)
 
-    def _inject_fault(self, route: Route, body: RequestBody) -> None:
+    def _inject_fault(self, route: Route, req: Request) -> None:
         fault = self.take_fault(route.step)
         if not fault:
             return
@@ -406,19 +365,14 @@ class HubServer:
             raise ServerError(f"Injected server error at step {route.step}")
         if fault["kind"] == "400":
             raise BadRequest(f"Injected client error at step {route.step}", code="InjectedClientError")
-        body.read()
+        read_body(req)
         if fault["kind"] == "stall":
             time.sleep(float(fault["stall_s"]))
         raise _Dropped()
 
-    def _base_url(self, headers: Headers) -> str:
-        host = headers.get("Host") or ""
-        # The Host header ends up in URLs the client follows: only a plain host[:port] is used.
-        return f"http://{host}" if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host) else self.url
-
     @staticmethod
-    def _error(error: HubError, body: RequestBody, waits_for_continue: bool) -> Response:
-        headers = {"X-Error-Message": error.message, **error.headers}
+    def _error(error: HubError, body: Body, waits_for_continue: bool) -> Response:
+        headers = {"X-Error-Message": header_safe(error.message), **error.headers}
         if error.code:
             headers["X-Error-Code"] = error.code
         # An unread body that is small is read and dropped first (never one the client has not been told to
@@ -426,9 +380,7 @@ class HubServer:
         close = waits_for_continue or headers.get("Connection") == "close"
         if not body.done and (close or not body.drain(_DRAIN_BYTES)):
             headers["Connection"] = "close"
-        return Response(
-            error.status, json.dumps({"error": error.message, **error.body}).encode(), headers=headers
-        )
+        return json_response({"error": error.message, **error.body}, error.status, headers)
 
 
 # ---- running in the background ----------------------------------------------------------------------

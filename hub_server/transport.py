@@ -1,14 +1,9 @@
-"""A request and its answer, within limits and deadlines.
+"""Limits and deadlines on a request's body, and the strict parsers of what a stranger sends.
 
-uvicorn (h11) frames the bytes on the connection; what this module adds:
-
-* A body's size is capped per kind of route and per caller (no valid token: a small cap), refused from its
-  declared length before a byte of it is read, and it must arrive before a deadline that grows with its size
-  (``read_timeout_s`` of grace plus ``min_transfer_rate``), never silent for ``read_timeout_s``; answers are
-  sent under the same rule (``server.py``).
-* The ``Range`` header and sizes in query strings are parsed strictly.
-
-A handler reads a ``Request`` (its body a ``RequestBody``) and returns a ``Response``.
+uvicorn frames HTTP and starlette gives the handlers their ``Request`` and ``Response``; this module adds the
+body cap (per kind of route and per caller, refused from the declared length before a byte is read), the body
+deadline (``read_timeout_s`` of grace plus ``min_transfer_rate``, never silent for ``read_timeout_s``), and the
+``Range`` and size parsers.
 """
 
 from __future__ import annotations
@@ -16,24 +11,19 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
-from typing import TYPE_CHECKING
+
+import anyio
+import anyio.from_thread
+from starlette.requests import Request
+from starlette.responses import Response
 
 from briskbert.hub_cards.front_matter import YamlLimits
 
 from .errors import BadRequest, HubError, PayloadTooLarge, RequestTimeout
 
-if TYPE_CHECKING:
-    from starlette.datastructures import Headers
-
-    from .accounts import Account
-    from .server import HubServer
-
-_CHUNK = 1 << 20
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 _UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
@@ -82,142 +72,102 @@ class ServerLimits:
         }[kind]
         return limit if trusted else min(limit, self.max_public_body_bytes)
 
+    def deadline(self, started: float, size: int) -> float:
+        """When ``size`` bytes that began to move at ``started`` must have arrived (or left)."""
+        return started + self.read_timeout_s + size / self.min_transfer_rate
 
-class RequestBody:
-    """One request's body, read from the ASGI server only when the handler asks for it (so a request refused
-    from its headers never gets its ``100 Continue``), never beyond its limit or its deadline. ``receive``
-    blocks the handler's thread until the next piece arrives (or raises ``TimeoutError`` at ``deadline``)."""
 
-    def __init__(self, receive: Callable[[float], tuple[bytes, bool]], headers, limits: ServerLimits):
+class Body:
+    """The ASGI ``receive`` a request's body is read through: within its limit and its deadline. Nothing is
+    read until a handler asks (so a request refused from its headers never gets its ``100 Continue``)."""
+
+    def __init__(self, receive, headers, limits: ServerLimits):
         self._receive, self._limits = receive, limits
-        self._limit = 0
         declared = headers.get("content-length")
-        self.length = int(declared) if declared is not None else None  # the server checked its framing
+        self.length = int(declared) if declared is not None else None  # h11 checked its framing
         self.done = self.length == 0 or (self.length is None and "transfer-encoding" not in headers)
+        self.limit = 0
         self.received = 0
         self.broken = False  # it timed out: nothing more is read
+        self._started: float | None = None
 
     def enforce_limit(self, limit: int) -> None:
         """Refuse a declared length over ``limit`` now; a chunked body is cut off when it passes it."""
-        self._limit = limit
+        self.limit = limit
         if self.length is not None and self.length > limit:
             raise PayloadTooLarge(
                 f"Request body of {self.length} bytes is larger than the limit of {limit} bytes"
             )
 
-    def chunks(self) -> Iterator[bytes]:
-        """The body in pieces as they arrive; it must average ``min_transfer_rate`` after ``read_timeout_s``."""
-        started, limits = time.monotonic(), self._limits
-        while not self.done:
-            # On average min_transfer_rate after read_timeout_s of grace, and never silent for read_timeout_s.
-            expected = self.length if self.length is not None else self.received + 1024
-            deadline = started + limits.read_timeout_s + expected / limits.min_transfer_rate
-            try:
-                piece, more = self._receive(min(deadline, time.monotonic() + limits.read_timeout_s))
-            except TimeoutError:
-                self.broken = True
-                raise RequestTimeout(
-                    f"No data for {limits.read_timeout_s:g} s, or less than {limits.min_transfer_rate} bytes/s "
-                    "after that: the request body did not arrive in time"
-                ) from None
-            self.done = not more
-            self.received += len(piece)
-            if self.received > self._limit:
-                raise PayloadTooLarge(f"Request body larger than the limit of {self._limit} bytes")
-            yield piece
-
-    def read(self) -> bytes:
-        return b"".join(self.chunks())
+    async def receive(self) -> dict:
+        if self.done:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        limits = self._limits
+        now = time.monotonic()
+        self._started = self._started or now
+        expected = self.length if self.length is not None else self.received + 1024
+        wait = min(limits.deadline(self._started, expected) - now, limits.read_timeout_s)
+        try:
+            with anyio.fail_after(max(wait, 0)):
+                message = await self._receive()
+        except TimeoutError:
+            self.broken = True
+            raise RequestTimeout(
+                f"No data for {limits.read_timeout_s:g} s, or less than {limits.min_transfer_rate} bytes/s "
+                "after that: the request body did not arrive in time"
+            ) from None
+        if message["type"] == "http.disconnect":
+            self.broken = True
+            raise BadRequest("The connection closed before the whole request body arrived")
+        self.done = not message.get("more_body", False)
+        self.received += len(message.get("body", b""))
+        if self.received > self.limit:
+            raise PayloadTooLarge(f"Request body larger than the limit of {self.limit} bytes")
+        return message
 
     def drain(self, most: int) -> bool:
-        """Read and drop the rest of the body if it is at most ``most`` bytes, so the client can finish sending
-        and read the answer (closing on unread data would reset the connection and could destroy the answer);
-        False when the connection must be closed instead."""
+        """From a worker thread: read and drop the rest of the body if it is at most ``most`` bytes, so the
+        client can finish sending and read the answer (closing on unread data would reset the connection and
+        could destroy the answer); False when the connection must be closed instead."""
         if self.broken or self.length is not None and self.length - self.received > most:
             return False
-        self._limit = self.received + most
+        self.limit = self.received + most
         try:
-            for _ in self.chunks():
-                pass
+            while not self.done:
+                anyio.from_thread.run(self.receive)
         except HubError:
             return False
         return True
 
 
-@dataclass
-class Request:
-    hub: HubServer
-    method: str
-    path: str  # as sent, without the query
-    params: dict[str, str]
-    query: dict[str, list[str]]
-    headers: Headers
-    body: RequestBody
-    base_url: str
-    account: Account | None = None  # who the token belongs to (the dispatcher fills it in)
-
-    @property
-    def repo_type(self) -> str:
-        return self.params.get("repo_type", "models").removesuffix("s")  # the route matched a known type
-
-    @property
-    def repo_id(self) -> str:
-        return self.params["repo_id"]
-
-    def arg(self, name: str, default: str | None = None) -> str | None:
-        """The first value of a query parameter."""
-        return self.query.get(name, [default])[0]
-
-    def flag(self, name: str) -> bool:
-        return self.arg(name, "").lower() in ("1", "true")
-
-    def page_size(self, largest: int) -> int:
-        """The ``limit`` query parameter, between 1 and ``largest`` (``largest`` when absent or invalid)."""
-        limit = parse_size(self.arg("limit", ""))
-        return largest if limit is None else max(min(limit, largest), 1)
-
-    def json(self):
-        return parse_json(self.body.read(), "request body")
-
-    def next_page(self, **query: str) -> str:
-        """The URL of this request with ``query`` replacing those parameters (for a ``Link`` header)."""
-        merged = {**self.query, **{k: [v] for k, v in query.items()}}
-        return f"{self.base_url}{self.path}?{urllib.parse.urlencode(merged, doseq=True)}"
+# ---- for handlers, which run in worker threads -------------------------------------------------------------
+def body_chunks(request: Request) -> Iterator[bytes]:
+    """The request body in pieces as they arrive."""
+    stream = request.stream()
+    while True:
+        try:
+            yield anyio.from_thread.run(stream.__anext__)
+        except StopAsyncIteration:
+            return
 
 
-@dataclass
-class Response:
-    status: int = 200
-    body: bytes | tuple[bytes, ...] = b""  # a tuple is sent piece after piece, never joined
-    content_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)
-    file: Path | None = None  # streamed after the headers, from ``offset``, ``length`` bytes
-    offset: int = 0
-    length: int = 0
-
-    @property
-    def pieces(self) -> tuple[bytes, ...]:
-        return self.body if isinstance(self.body, tuple) else (self.body,)
-
-    def file_pieces(self) -> Iterator[bytes]:
-        with open(self.file, "rb") as fh:
-            fh.seek(self.offset)
-            left = self.length
-            while left > 0:
-                chunk = fh.read(min(_CHUNK, left))
-                if not chunk:
-                    return
-                left -= len(chunk)
-                yield chunk
+def read_body(request: Request) -> bytes:
+    return anyio.from_thread.run(request.body)
 
 
+def read_json(request: Request):
+    return parse_json(read_body(request), "request body")
+
+
+def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
+    # json.dumps escapes non-ASCII, so a lone surrogate echoed in a message cannot break the encoding.
+    return Response(json.dumps(obj).encode(), status, headers, media_type="application/json")
+
+
+# ---- strict parsers ------------------------------------------------------------------------------------
 def header_safe(text: str, limit: int = 300) -> str:
     """A header value that cannot split or end the header block: printable ASCII only, bounded."""
     return _UNSAFE_HEADER_CHARS.sub("?", str(text))[:limit]
-
-
-def json_response(obj, headers: dict | None = None) -> Response:
-    return Response(body=json.dumps(obj).encode(), headers=dict(headers or {}))
 
 
 def parse_json(raw: bytes, what: str):
@@ -229,7 +179,7 @@ def parse_json(raw: bytes, what: str):
         raise BadRequest(f"{what} is not valid JSON: {e}") from None
 
 
-def parse_size(text: str) -> int | None:
+def parse_size(text: str | None) -> int | None:
     """A non-negative decimal of at most 19 ASCII digits, or None (``int()`` also takes '²' and '٣')."""
     return int(text) if isinstance(text, str) and _DIGITS_RE.fullmatch(text) else None
 

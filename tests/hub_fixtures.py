@@ -28,9 +28,8 @@ AUTH = f"Authorization: Bearer {TOKEN}\r\n"
 
 
 # ---- raw HTTP: nothing between the test and the server's bytes ---------------------------------------------
-def read_response(
-    sock: socket.socket, head_request: bool = False
-) -> tuple[int, list[tuple[str, str]], bytes]:
+def read_response(sock: socket.socket, head_request: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers by lower-case name, body) of one answer."""
     data = b""
     while b"\r\n\r\n" not in data:
         piece = sock.recv(65536)
@@ -39,8 +38,8 @@ def read_response(
         data += piece
     head, body = data.split(b"\r\n\r\n", 1)
     lines = head.decode("latin-1").split("\r\n")
-    headers = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:]]
-    length = 0 if head_request else int(dict((k.lower(), v) for k, v in headers).get("content-length", 0))
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = 0 if head_request else int(headers.get("content-length", 0))
     while len(body) < length:
         piece = sock.recv(65536)
         if not piece:
@@ -49,7 +48,7 @@ def read_response(
     return int(lines[0].split()[1]), headers, body
 
 
-def raw(port: int, request: bytes, timeout: float = 5) -> tuple[int, list[tuple[str, str]], bytes]:
+def raw(port: int, request: bytes, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(request)
         return read_response(sock, head_request=request.startswith(b"HEAD "))
@@ -313,6 +312,7 @@ def make_briskbert(
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     facts = {
+        "schema_version": 2,
         "task": "text-classification",
         "datasets": ["sst2_train_excerpt.tsv"],
         "eval_dataset": "sst2",
