@@ -1,30 +1,17 @@
 """A tokenized corpus on disk: prepared once, in parallel, with bounded memory; memory-mapped afterwards.
 
-:func:`prepare_corpus` reads a corpus file (or a ``datasets`` dataset) as a stream of paragraphs that start or
-continue documents (:func:`iter_paragraphs`), tokenizes chunks of about a megabyte of text in
-``preprocessing_num_workers`` processes and appends the ids to a flat array on disk. A text file is read in
-pieces of bounded length, and a paragraph longer than a piece is tokenized piece by piece, cut just before
-the whitespace that precedes a word (which gives the ids of the whole for tokenizers that split at
-whitespace, byte-level ones included); a long document spans chunks. Nothing proportional to the corpus,
-its longest line or its longest document is kept in memory.
+:func:`prepare_corpus` reads a corpus as paragraphs that start or continue documents, in pieces of bounded
+length (a long line is cut before the whitespace that precedes a word, which keeps the ids of the whole),
+tokenizes chunks of about a megabyte in worker processes and appends the ids to flat files. A store folder:
 
-A store is a folder::
+    tokens.bin        every document's ids, each non-empty document followed by the separator id
+    documents.npy     int64 offsets into tokens.bin, one more than there are documents
+    segments.npy      int64 (start, end) of every segment (paragraph, or sentence for NSP)
+    doc_segments.npy  int64 offsets into segments.npy per document
+    meta.json, manifest.json (each file's size and sha256, written last)
 
-    tokens.bin     the token ids of every document, one after the other (uint16 when the vocabulary
-                   fits, else uint32); each document that has tokens is followed by the separator id
-    documents.npy  int64 offsets into tokens.bin, one more than there are documents (empty documents,
-                   whose text gives no tokens, have length 0 and no separator)
-    segments.npy   int64 (start, end) in tokens.bin of every segment (paragraph, or sentence for NSP)
-    doc_segments.npy  int64 offsets into segments.npy: document d has segments [o[d], o[d + 1])
-    meta.json      what was prepared from what
-    manifest.json  each file's size and sha256, written last (a folder without it is incomplete)
-
-Stores are cached under ``cache_dir`` in a folder named after a fingerprint of the input (path, size,
-modification time and sampled content of the file), the tokenizer (its full serialisation) and the
-segmentation; any change gives a new fingerprint and a new preparation. Preparation writes into a
-temporary folder that is renamed into place when complete: an interrupted run leaves nothing half-written.
-A cached store is reused only when it proves itself (its manifest, and token ids within the vocabulary);
-otherwise it is prepared again, with one line naming what was wrong.
+Stores are cached under a fingerprint of the input, the tokenizer and the segmentation, written to a
+temporary folder renamed into place, and reused only when they prove themselves (manifest, ids in range).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Masked-language-model masking as a collator: BERT's 80/10/10 rule, whole-word masking, specials kept.
 
-The whole batch is masked at once, with counter-based random numbers: every draw is a hash of ``(seed, epoch,
-example index, position)`` (the outputs of a splitmix64 sequence keyed by the example), so each example's mask
-is its own, whatever else is in its batch:
-
-* masking is **redrawn every time a sequence is seen** (the loop calls ``set_epoch`` at each epoch);
-* it is **reproducible**: a resumed run, or a run on 2 processes, draws exactly the same masks as an
-  uninterrupted 1-process run, since the draw does not depend on batch order, padding or a global RNG;
-* an evaluation collator with a fixed seed masks the validation set identically at every evaluation.
-
-Examples are dicts with ``input_ids`` (a list of ids with the special tokens already in place), optional
-``token_type_ids``, ``next_sentence_label`` and ``idx`` (the example's index; without it the draw is keyed
-by the ids' content). Output: padded ``input_ids``, ``attention_mask``, ``labels`` (-100 where not
-masked), and ``token_type_ids`` / ``next_sentence_label`` when the examples have them.
+Every draw is a hash of ``(seed, epoch, example idx, position)`` (counter-based splitmix64), so an example's
+mask is its own whatever its batch: redrawn every epoch (``set_epoch``), identical on resume or across
+processes, and fixed for an evaluation collator with a fixed seed.
 """
 
 from __future__ import annotations
@@ -41,18 +31,9 @@ def _uniforms(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarra
 
 
 class MaskingCollator:
-    """Pads a batch and masks it for MLM.
-
-    Args:
-        tokenizer: gives ``mask_token_id``, ``pad_token_id``, the special ids (never masked, never drawn as
-            random replacements) and, for whole-word masking, the WordPiece ``##`` continuation tokens.
-        mlm_probability: chance that a token (or, with ``whole_word_mask``, a word) is selected.
-        mask_replace_prob / random_replace_prob: of the selected tokens, the share replaced by ``[MASK]`` /
-            by a random token; the rest stay unchanged (BERT: 0.8 / 0.1, leaving 0.1).
-        whole_word_mask: select whole words (a token plus its following ``##`` pieces) together.
-        seed: base of every example's draw. Use a fixed, different seed for evaluation.
-        pad_to_multiple_of: pad the sequence length up to a multiple of this.
-    """
+    """Pads a batch of ``{"input_ids", "idx", ...}`` examples and masks it for MLM (the shares are checked by
+    :class:`~training.tasks.pretraining_settings.MaskingSettings`). Special ids are never masked nor drawn as
+    random replacements; ``whole_word_mask`` selects a token with its following ``##`` pieces."""
 
     def __init__(
         self,
@@ -64,13 +45,6 @@ class MaskingCollator:
         seed: int = 0,
         pad_to_multiple_of: int | None = None,
     ):
-        if not 0 < mlm_probability < 1:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}.")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError(
-                f"mask_replace_prob ({mask_replace_prob}) and random_replace_prob ({random_replace_prob}) must be "
-                ">= 0 and sum to at most 1 (the remainder stays unchanged)."
-            )
         if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
             raise ValueError(
                 "The tokenizer needs a mask token and a pad token for masked-language modelling."
@@ -96,7 +70,6 @@ class MaskingCollator:
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    # ------------------------------------------------------------------------------------------ masking
     def _keys(self, examples: list[dict]) -> np.ndarray:
         """Each example's key: (seed, epoch, idx) hashed; without ``idx`` the ids' content stands for it."""
         indices = [
@@ -131,7 +104,6 @@ class MaskingCollator:
         ids = np.where(to_random, self.random_pool[pick], ids)
         return np.where(to_mask, self.mask_token_id, ids), labels
 
-    # ----------------------------------------------------------------------------------------- collation
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         lengths = np.asarray([len(e["input_ids"]) for e in examples])
         length = int(lengths.max())

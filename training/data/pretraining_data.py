@@ -1,26 +1,13 @@
 """Pretraining sequences: fixed-length MLM sequences (packed or not) and NSP segment pairs, built from a
-tokenized corpus, in one place.
+prepared corpus (:class:`StoredSequences`, :func:`stored_nsp_examples`) or read on the fly
+(:class:`StreamingMLMDataset`), both through :func:`sequence_spans`.
 
-:func:`sequence_spans` decides how documents become MLM sequences; both ways of reading a corpus use it:
+Packing modes (RoBERTa, Liu et al. 2019, 4.2); every sequence starts with ``[CLS]``, a document ends with
+``[SEP]``, and nothing is dropped (the last, shorter sequence is kept):
 
-* :class:`StoredSequences` / :func:`stored_nsp_examples` read a corpus prepared on disk by
-  :mod:`training.data.corpus` (memory-mapped, bounded memory whatever the corpus size): the default path;
-* :class:`StreamingMLMDataset` reads, tokenizes and packs a corpus file on the fly (``--streaming``).
-
-Packing modes are named after RoBERTa's study (Liu et al. 2019, section 4.2); every sequence starts with
-``[CLS]`` and a document is followed by ``[SEP]``:
-
-* ``full-sentences``: documents are concatenated and cut into sequences of exactly ``max_seq_length``
-  tokens (the last one shorter); a sequence may cross document boundaries.
-* ``doc-sentences``: the same, but a sequence never crosses a document boundary (the last sequence of a
-  document is shorter).
-* ``none``: one document per sequence, ``[CLS] doc [SEP]``; a longer document continues in the next
-  sequences, each with its own ``[CLS] ... [SEP]``.
-
-A cut happens at a token, not at a sentence end, as in transformers' ``run_mlm`` ``group_texts``. Nothing
-is silently dropped: unpacked documents longer than ``max_seq_length`` are split into several sequences,
-and with packing the last, shorter sequence is kept (padded by the collator). The tests check these
-sequences against an independent, in-memory implementation of the same rules.
+* ``full-sentences``: documents concatenated and cut every ``max_seq_length`` tokens;
+* ``doc-sentences``: the same, never crossing a document boundary;
+* ``none``: ``[CLS] doc [SEP]``, a longer document continuing in further such sequences.
 """
 
 from __future__ import annotations
@@ -40,10 +27,11 @@ import torch
 
 from briskbert.errors import SettingError
 from briskbert.training.data.corpus import (
-    PACKING_MODES,
     CorpusSource,
     CorpusStore,
-    check_corpus_file,
+    TokenEncoder,
+    encode_documents,
+    iter_documents,
     iter_paragraphs,
     load_corpus,
 )
@@ -55,8 +43,6 @@ def split_document_indices(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(training, validation) document indices, in corpus order: ``percentage`` % of the documents (at
     least one) held out, chosen with ``seed``. ``source`` names the corpus in errors."""
-    if not 0 < percentage < 100:
-        raise SettingError("validation_split_percentage", f"must be in (0, 100), got {percentage}.")
     _check_splittable(num_documents, source)
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
@@ -83,10 +69,6 @@ def _check_splittable(num_documents: int, source: str) -> None:
 # ------------------------------------------------------------------------------------------- sequences
 def body_length(max_seq_length: int, packing: str) -> int:
     """Tokens of a sequence besides its ``[CLS]`` (and, unpacked, its own closing ``[SEP]``)."""
-    if packing not in PACKING_MODES:
-        raise SettingError("packing_mode", f"must be one of {', '.join(PACKING_MODES)}, got {packing!r}.")
-    if max_seq_length < 8:
-        raise SettingError("max_seq_length", f"must be at least 8, got {max_seq_length}.")
     return max_seq_length - (2 if packing == "none" else 1)
 
 
@@ -323,13 +305,9 @@ def stored_nsp_examples(
 class StreamingMLMDataset(torch.utils.data.IterableDataset):
     """Read, tokenize and pack a corpus on the fly, for runs that should start at once.
 
-    The documents are read in chunks of ``documents_per_chunk``. Chunk ``c`` belongs to shard
-    ``c % shards``, where the shards are ``num_shards`` (e.g. processes that each read their own share)
-    times the dataloader workers; a shard reads past the other shards' chunks without tokenizing them,
-    and packs its own chunks into sequences (:func:`sequence_spans`; in ``full-sentences`` the tokens
-    left at the end of a chunk start the next one). The order is deterministic for a given number of
-    shards, so a resumed run (same processes and workers) skips exactly the batches already seen.
-    ``idx`` is unique across shards (it keys the masking draw).
+    Chunk ``c`` of ``documents_per_chunk`` documents belongs to shard ``c % shards`` (``num_shards`` times the
+    dataloader workers); a shard skips the others' chunks untokenized. The order is deterministic, so a
+    resumed run skips exactly the batches already seen; ``idx`` is unique across shards (it keys the masking).
     """
 
     def __init__(
@@ -343,13 +321,7 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         num_shards: int = 1,
         shard_index: int = 0,
     ):
-        from briskbert.training.data.corpus import TokenEncoder
-
-        check_corpus_file(path, "train_file")
-        body_length(max_seq_length, packing)  # a bad mode or length fails here, not in a worker
         load_corpus(path, text_column, streaming=True)  # column check up front
-        if not 0 <= shard_index < num_shards:
-            raise ValueError(f"shard_index {shard_index} is not in [0, num_shards={num_shards}).")
         self.path, self.text_column, self.max_seq_length = path, text_column, max_seq_length
         self.mode, self.documents_per_chunk = packing, documents_per_chunk
         self.num_shards, self.shard_index = num_shards, shard_index
@@ -362,8 +334,6 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         return self.num_shards * workers, self.shard_index * workers + worker
 
     def _own_chunks(self, shards: int, shard: int) -> Iterator[list[list[str]]]:
-        from briskbert.training.data.corpus import CorpusSource, iter_documents
-
         chunk, number = [], 0
         for document in iter_documents(CorpusSource(self.path, self.text_column)):
             chunk.append(document)
@@ -375,11 +345,8 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
             yield chunk
 
     def __iter__(self):
-        from briskbert.training.data.corpus import encode_documents
-
         shards, shard = self._shard()
         packed = self.mode == "full-sentences"
-        body = body_length(self.max_seq_length, self.mode)
         carry, local = np.zeros(0, dtype=self.encoder.dtype), 0
         for chunk in self._own_chunks(shards, shard):
             encoded = encode_documents(self.encoder, chunk, sentences=False)
@@ -387,9 +354,7 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
             lengths = np.concatenate([[len(carry)], encoded.document_lengths])
             starts, sizes = sequence_spans(lengths, self.max_seq_length, self.mode)
             carry = np.zeros(0, dtype=stream.dtype)
-            if (
-                packed and len(starts) and sizes[-1] < sizes[0]
-            ):  # an unfinished sequence: the next chunk ends it
+            if packed and len(starts) and sizes[-1] < sizes[0]:  # unfinished: the next chunk ends it
                 carry, starts, sizes = stream[starts[-1] :], starts[:-1], sizes[:-1]
             for begin, size in zip(starts.tolist(), sizes.tolist()):
                 body = stream[begin : begin + size].tolist()

@@ -1,12 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Loading and validating fine-tuning data: tables (CSV/TSV/JSON lines), CoNLL files, SQuAD JSON, and
-``datasets`` datasets.
-
-Every loader checks the schema up front and raises a :class:`DataError` that names the file or split,
-the offending value and what would be accepted, so a typo in a column setting never surfaces as a shape
-mismatch deep inside training. Rows that cannot be used but need not stop a run (an answer that does
-not occur in its context, a row with an empty text) are skipped, counted and reported.
-"""
+``datasets`` datasets. Schemas are checked up front, naming the file and the fix; rows that need not stop a
+run (an answer not in its context, an empty text) are skipped, counted and reported."""
 
 from __future__ import annotations
 
@@ -15,11 +10,12 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 
 from briskbert.errors import SettingError, UserError
-from briskbert.inputs import check_text_file, looks_like_local_path
+from briskbert.inputs import check_text_file, looks_like_local_path, read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -28,19 +24,11 @@ class DataError(UserError, ValueError):
     """A dataset does not fit the task: missing columns, no rows, labels of mixed types, ..."""
 
 
-# --------------------------------------------------------------------------------------------------
-# Generic sources
-# --------------------------------------------------------------------------------------------------
-
 TABLE_EXTENSIONS = (".csv", ".tsv", ".json", ".jsonl")
 
 
 def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
-    """A CSV, TSV, JSON lines (``.json``/``.jsonl``, one object a line) or JSON-array file as a Dataset.
-
-    TSV files are read without quote handling (as GLUE distributes them: a ``"`` is part of the text).
-    ``setting`` names the file in error messages.
-    """
+    """A CSV, TSV (without quote handling, as GLUE distributes them), JSON lines or JSON-array file as a Dataset."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in TABLE_EXTENSIONS:
         raise SettingError(
@@ -183,22 +171,12 @@ class SkipReport:
             )
 
 
-# --------------------------------------------------------------------------------------------------
-# CoNLL token / tag files
-# --------------------------------------------------------------------------------------------------
-
-
 CONLL_FORMAT = "one token per line with its tag last (e.g. 'EU B-ORG'), a blank line between sentences"
 
 
 def load_conll(path: str, setting: str = "train_file") -> datasets.Dataset:
-    """A CoNLL-style file as a Dataset with ``tokens`` and ``tags`` (lists of strings).
-
-    One token per line, the token in the first column and its tag in the last (so both the two-column
-    form and CoNLL-2003's four columns work), a blank line between sentences, ``-DOCSTART-`` lines ignored.
-    A file of another shape (JSON, a table of texts and labels) is refused naming what its lines hold: every
-    token line has as many columns as the first, and a file that starts with a JSON value is JSON.
-    """
+    """A CoNLL-style file (token first, tag last, a blank line between sentences, ``-DOCSTART-`` ignored) as a
+    Dataset of ``tokens`` and ``tags``; a file of another shape (JSON, a table) is refused saying so."""
     check_text_file(path, setting)
     sentences_tokens, sentences_tags = [], []
     tokens, tags = [], []
@@ -275,32 +253,17 @@ def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str
     return [list(sequence) for sequence in sequences]
 
 
-# --------------------------------------------------------------------------------------------------
-# SQuAD JSON
-# --------------------------------------------------------------------------------------------------
-
-
 def load_squad(
     path: str, max_articles: tuple[int, int] | None = None, setting: str = "train_file"
 ) -> tuple[datasets.Dataset, SkipReport]:
-    """A SQuAD v1.1 / v2.0 JSON file as a flat Dataset of questions plus a report of repaired answers.
-
-    Columns: ``id`` (string), ``title``, ``context``, ``question``, ``answers``
-    (``{"text": [...], "answer_start": [...]}``) and ``is_impossible``. ``max_articles=(start, stop)``
-    keeps only articles ``start..stop-1``. Answers whose ``answer_start`` does not point at their text
-    are moved to the occurrence of the text nearest to it (``num_answers_realigned``); answers whose text
-    does not occur in the context at all are dropped (``num_answers_not_in_context``), and a question
-    (not marked ``is_impossible``) left without any answer is skipped
-    (``num_questions_skipped_no_answer_in_context``).
-    """
+    """A SQuAD v1.1 / v2.0 file (articles ``max_articles=(start, stop)``) as a flat Dataset of questions, and a
+    report: an ``answer_start`` that misses its text moves to the nearest occurrence, an answer not in its
+    context is dropped, and a question left without answers (not ``is_impossible``) is skipped."""
     check_text_file(path, setting)
-    with open(path, encoding="utf-8") as handle:
-        try:
-            payload = json.load(handle)
-        except json.JSONDecodeError as error:
-            raise SettingError(setting, f"{path} is not valid JSON ({error}).") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
-        raise SettingError(setting, f"{path}: expected SQuAD JSON, an object with a 'data' list of articles.")
+    fix = "expected SQuAD JSON, an object with a 'data' list of articles"
+    payload = read_json_object(Path(path), setting, fix)
+    if not isinstance(payload.get("data"), list):
+        raise SettingError(setting, f"{path}: {fix}.")
     articles = payload["data"]
     if max_articles is not None:
         articles = articles[max_articles[0] : max_articles[1]]

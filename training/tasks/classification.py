@@ -1,20 +1,8 @@
-# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sequence classification and regression: label inference and validation, tokenisation, evaluation.
+"""Sequence classification and regression: the label spec decided from the data, tokenisation, evaluation.
 
-:func:`infer_label_spec` looks at the training labels once and decides the task:
-
-* lists of label names or 0/1 vectors -> ``multi_label_classification`` (strings such as ``"a,b"`` are
-  split on ``label_separator`` when that problem type is asked for);
-* non-integral numbers -> ``regression`` (``num_labels=1``);
-* integers or strings -> ``single_label_classification``; text labels are kept as they are (sorted into
-  ids), integer labels that already are ``0..K-1`` keep their values; ``id2label``/``label2id`` are saved
-  in the config, so ``pipeline()`` and the model card show these names. ``label_names
-  negative,positive`` names integer ids 0..K-1 (or fixes the id order of text labels).
-
-Without ``label_names`` the classes are those of the training and evaluation data (a warning names any
-without a training example). Mixed label types, labels outside ``label_names`` and regression on
-non-numeric labels raise a :class:`~training.task_data.DataError` naming the values, as do ``label_names``
-that are not the labels found (three names for 0/1 labels, a name no row has).
+:func:`infer_label_spec` decides the task from the training labels: lists (or 0/1 vectors) are multi-label,
+fractional numbers regression, integers or text single-label (``label_names`` names integer ids or fixes the
+order of text labels). The names go into the config's ``id2label``, so ``pipeline()`` and the card show them.
 """
 
 from __future__ import annotations
@@ -24,13 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from briskbert.errors import SettingError
 from briskbert.training.data.task_data import DataError, SkipReport, separator_hint
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.metrics import classification_metrics, not_learned
-from briskbert.training.tasks.settings import PROBLEM_TYPES, ClassificationSettings, DataSource, ModelSource
+from briskbert.training.tasks.settings import ClassificationSettings, DataSource, ModelSource
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +153,6 @@ def infer_label_spec(
     labels must be among the names, and (``every_name_seen``: names the user gave, not a teacher's whose
     classes the student learns from its outputs) every name must be a label found in the data. Without it,
     text labels are kept as they are (sorted) and integer labels are named by their value."""
-    if problem_type is not None and problem_type not in PROBLEM_TYPES:
-        raise SettingError("problem_type", f"{problem_type!r} is not one of {PROBLEM_TYPES}.")
     if not train_labels:
         raise DataError(f"{source} has no labelled rows.")
     kind = _label_kinds(train_labels, source)

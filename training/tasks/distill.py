@@ -1,23 +1,12 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Knowledge distillation of a fine-tuned teacher into a smaller student.
-
-The loss (Hinton et al. 2015; DistilBERT, Sanh et al. 2019) is
+"""Knowledge distillation of a fine-tuned teacher into a smaller student (Hinton et al. 2015; DistilBERT):
 
     alpha_kd * T² * KL(softmax(teacher / T) || softmax(student / T))
     + (1 - alpha_kd) * the student's own hard-label loss
     + hidden_loss_weight * mean MSE between matched hidden states
 
-(for regression the soft term is the MSE between student and teacher outputs). Hidden states are matched
-layer to layer through :attr:`DistillationModel.layer_map` (the embeddings with the embeddings); a student
-narrower than its teacher gets a learned projection that is used only during training.
-
-:func:`student_from_teacher` builds a student with every other teacher layer (DistilBERT's
-initialisation: layers 0, 2, 4, ... of the teacher, with its embeddings and task head).
-
-:class:`DistillationModel` wraps student and teacher so the shared training loop trains it like any model
-(``model(**batch).loss``); in eval mode it is just the student, and ``save_pretrained`` writes the student
-alone, so the loop's ``best``/``final`` folders are ordinary student model folders. The teacher is kept out
-of the module tree: it is frozen, not in the optimizer and not in checkpoints.
+(MSE between outputs for regression). :class:`DistillationModel` wraps both so the shared loop trains it like
+any model; it saves the student alone, and keeps the frozen teacher out of its parameters and checkpoints.
 """
 
 from __future__ import annotations
@@ -37,16 +26,10 @@ from briskbert.training.tasks.classification import ClassificationTask, load_cla
 from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings
 
 
-def every_other_layer(num_teacher_layers: int) -> list[int]:
-    """Teacher layers 0, 2, 4, ... (DistilBERT's choice)."""
-    return list(range(0, num_teacher_layers, 2))
-
-
 def student_from_teacher(teacher, layers: list[int] | None = None):
-    """A copy of ``teacher`` keeping only the encoder layers ``layers`` (default: every other layer);
-    embeddings, pooler and head are copied as they are."""
+    """A copy of ``teacher`` keeping only the encoder layers ``layers`` (default: 0, 2, 4, ... as DistilBERT)."""
     num_layers = teacher.config.num_hidden_layers
-    layers = every_other_layer(num_layers) if layers is None else list(layers)
+    layers = list(range(0, num_layers, 2)) if layers is None else list(layers)
     if not layers or any(not 0 <= i < num_layers for i in layers) or sorted(set(layers)) != layers:
         raise ValueError(
             f"student layers {layers} must be increasing, distinct teacher layer indices in 0..{num_layers - 1}."
@@ -54,10 +37,9 @@ def student_from_teacher(teacher, layers: list[int] | None = None):
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = len(layers)
     student = type(teacher)(config)
-    teacher_state = teacher.state_dict()
     prefix = teacher.base_model_prefix + ".layers."
     state = {}
-    for name, tensor in teacher_state.items():
+    for name, tensor in teacher.state_dict().items():
         if name.startswith(prefix):
             index, rest = name[len(prefix) :].split(".", 1)
             if int(index) in layers:
@@ -100,12 +82,6 @@ class DistillationModel(nn.Module):
         layer_map: list[int] | None = None,
     ):
         super().__init__()
-        if temperature <= 0:
-            raise SettingError("temperature", f"must be > 0, got {temperature}.")
-        if not 0.0 <= alpha_kd <= 1.0:
-            raise SettingError("alpha_kd", f"must be in [0, 1], got {alpha_kd}.")
-        if hidden_loss_weight < 0:
-            raise SettingError("hidden_loss_weight", f"must be >= 0, got {hidden_loss_weight}.")
         if student.config.num_labels != teacher.config.num_labels:
             raise ValueError(
                 f"student has {student.config.num_labels} labels, teacher {teacher.config.num_labels}; they must agree."
@@ -185,9 +161,18 @@ class DistillationModel(nn.Module):
 
 def load_teacher(path: str):
     """The fine-tuned classifier to distil; anything else is a user error naming ``teacher_model``."""
+    from transformers import AutoConfig
+
     from briskbert.modeling import BriskBertForSequenceClassification
 
-    architectures = _read_architectures(path)
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type != "briskbert":
+        raise SettingError(
+            "teacher_model",
+            f"{path} has model_type {config.model_type!r}; distillation needs a briskbert "
+            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it).",
+        )
+    architectures = list(config.architectures or [])
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
         raise SettingError(
             "teacher_model",
@@ -197,21 +182,6 @@ def load_teacher(path: str):
     teacher = BriskBertForSequenceClassification.from_pretrained(path)
     check_finite_weights(teacher, weights_file(path), "teacher_model")
     return teacher
-
-
-def _read_architectures(path: str) -> list[str]:
-    from transformers import AutoConfig
-
-    import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
-
-    config = AutoConfig.from_pretrained(path)
-    if config.model_type != "briskbert":
-        raise SettingError(
-            "teacher_model",
-            f"{path} has model_type {config.model_type!r}; distillation needs a briskbert "
-            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it).",
-        )
-    return list(config.architectures or [])
 
 
 def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):

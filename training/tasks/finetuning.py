@@ -1,13 +1,6 @@
-# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""What every fine-tuning script shares besides the training loop: checking and loading the data, the
-tokenizer and the model (a briskbert folder, a Hub repo id, a BERT-family checkpoint that is converted
-first, or a config preset), and fixed-width gathering of per-token outputs. Importing it loads neither
-torch nor transformers, so a command checks its inputs before paying for them.
-
-The training loop itself is :func:`training.engine.loop.run`; the jobs (:mod:`training.tasks.classification`,
-:mod:`training.tasks.ner`, :mod:`training.tasks.qa`, ...) are built from the pieces here. Their settings
-dataclasses are in :mod:`training.tasks.settings`.
-"""
+"""What the fine-tuning jobs share besides the training loop: their data splits, the starting model (a
+briskbert folder, a Hub repo id, a BERT-family checkpoint converted first, or a preset) and tokenizer, and
+fixed-width gathering of per-token outputs. Imports neither torch nor transformers at import time."""
 
 from __future__ import annotations
 
@@ -44,13 +37,9 @@ def first_n(dataset, n: int | None):
     return dataset.select(range(min(n, len(dataset)))) if n is not None and dataset is not None else dataset
 
 
-# ----------------------------------------------------------------------------------------------- models
-
-
 def check_model_inputs(source: ModelSource) -> ModelLocation | None:
-    """Check the starting model folder (with its tokenizer files unless ``tokenizer_name`` is given) and
-    the tokenizer, before any data is read: a folder without a vocabulary would otherwise train on a
-    tokenizer that maps every word to ``[UNK]``."""
+    """Check the starting model folder (with its tokenizer unless ``tokenizer_name`` is given) before any data
+    is read: a folder without a vocabulary would otherwise train on a tokenizer that maps every word to [UNK]."""
     if source.tokenizer_name is not None:
         check_tokenizer_source(source.tokenizer_name, "tokenizer_name")
     if source.model_name_or_path is None:
@@ -61,9 +50,8 @@ def check_model_inputs(source: ModelSource) -> ModelLocation | None:
 
 
 def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_code: bool = False) -> str:
-    """A folder or repo id that holds a briskbert model; a checkpoint of a family ``briskbert convert``
-    imports (BERT, RoBERTa, DistilBERT, ELECTRA, ModernBERT) is converted once into
-    ``output_dir/converted_base`` (with its tokenizer) and that folder is returned."""
+    """A folder or repo id holding a briskbert model; a checkpoint of a family ``briskbert convert`` imports is
+    converted once into ``output_dir/converted_base`` (with its tokenizer), which is returned."""
     import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
     from briskbert.modeling.conversion import FAMILIES, convert_checkpoint
 
@@ -143,10 +131,8 @@ def load_model(model_class, source: ModelSource, base: str | None, tokenizer=Non
 
 
 def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning", output_loading_info=False):
-    """``model_class.from_pretrained(base)``, with transformers' load report (a table of the weights missing
-    from the checkpoint or left unused) said in one line when all it lists is the new task head (and the
-    checkpoint's own head or pooler), as in every fine-tuning (or continued pretraining: ``purpose``); any other
-    weight keeps the whole table. ``output_loading_info`` as in ``from_pretrained``."""
+    """``model_class.from_pretrained(base)``; transformers' load report is one line when all it lists is the new
+    task head (and the checkpoint's own head or pooler), as expected for ``purpose``, else the whole table."""
     from accelerate import PartialState
 
     held = []
@@ -180,8 +166,7 @@ def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning"
 def load_starting_model(
     model_class, source: ModelSource, location: ModelLocation | None, output_dir: str, **config_overrides
 ):
-    """``(model, tokenizer)`` a job starts from: ``source``'s folder (converted first when it is a BERT-family
-    checkpoint, see :func:`resolve_base_model`) or its preset, with ``config_overrides`` for the new head."""
+    """``(model, tokenizer)`` a job starts from: ``source``'s model or preset, with ``config_overrides``."""
     base = None
     if location is not None:
         base = resolve_base_model(location, output_dir, source.trust_remote_code)
@@ -198,12 +183,8 @@ def card_source_facts(source: ModelSource) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------------------------- outputs
-
-
 def pad_to_width(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
-    """Right-pad the second dimension to ``width`` so batches of different lengths can be concatenated
-    (``evaluation_loop`` gathers and concatenates per-example rows of one fixed shape)."""
+    """Right-pad the second dimension to ``width``: ``evaluation_loop`` concatenates rows of one shape."""
     import torch
 
     missing = width - tensor.shape[1]

@@ -1,20 +1,7 @@
-# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Evaluation metrics, computed locally (``evaluate.load()`` would download code at run time).
-
-* sequence classification and regression: :func:`classification_metrics` (scikit-learn and SciPy), and
-  :func:`not_learned`, the end-of-run line when single-label predictions are at chance level;
-* named-entity recognition: :func:`get_entities` and :func:`entity_metrics` (seqeval in its default mode,
-  the chunking of CoNLL's ``conlleval``: an ``I-`` tag after ``O`` or after another type starts an entity);
-* extractive question answering: :func:`squad_metrics`, line for line the official SQuAD v1.1 evaluation
-  script (and the v2.0 rule for unanswerable questions, whose gold answer is the empty string), on 0-1 where
-  the script reports percent. Kept here: the script is published as a file, not as a package.
-
-Every score is on 0-1, as scikit-learn, seqeval and sentence-transformers report them: accuracy, F1, exact
-match, correlations, Recall@k and MRR alike (``mse`` and counts are what they are).
-
-The libraries are imported inside the functions, so that ``import briskbert`` and ``--help`` stay fast.
-Undefined values follow one convention: a ratio whose denominator is zero is 0.0 (``zero_division=0``), and
-so is a correlation of a constant series.
+"""Evaluation metrics, computed locally (``evaluate.load()`` would download code at run time): scikit-learn and
+SciPy for classification, seqeval (conlleval's chunking) for NER, and the official SQuAD v1.1 script's rules
+(with v2.0's for unanswerable questions) for QA. Every score is on 0-1; a ratio with a zero denominator, or a
+correlation of a constant series, is 0.0. Libraries are imported inside the functions to keep ``--help`` fast.
 """
 
 from __future__ import annotations
@@ -26,10 +13,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# --------------------------------------------------------------------------------------------------
-# Classification and regression
-# --------------------------------------------------------------------------------------------------
-
 
 def _correlation(statistic, x: np.ndarray, y: np.ndarray) -> float:
     # SciPy returns NaN for a constant series; 0.0 keeps --metric_for_best_model comparisons meaningful.
@@ -37,13 +20,8 @@ def _correlation(statistic, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def classification_metrics(logits: np.ndarray, labels: np.ndarray, problem_type: str) -> dict:
-    """The metric set of a sequence-classification task, from raw model outputs.
-
-    ``problem_type`` is the config's: ``"single_label_classification"`` (accuracy, macro F1 over the labels
-    seen in either array, multi-class MCC), ``"regression"`` (Pearson, Spearman with tie-averaged ranks, MSE;
-    ``logits`` of shape (n,) or (n, 1)) or ``"multi_label_classification"`` (logits > 0, i.e. sigmoid > 0.5:
-    subset accuracy, micro F1 over every (example, label) decision, macro F1 over label columns).
-    """
+    """The metrics of the config's ``problem_type`` from raw outputs: accuracy, macro F1 and MCC (single-label);
+    Pearson, Spearman and MSE (regression); subset accuracy, micro and macro F1 at sigmoid > 0.5 (multi-label)."""
     import scipy.stats
     from sklearn import metrics as sk
 
@@ -85,15 +63,9 @@ def classification_metrics(logits: np.ndarray, labels: np.ndarray, problem_type:
 
 
 def not_learned(predictions: Sequence, references: Sequence, unit: str = "example") -> str | None:
-    """One line saying that single-label predictions show nothing learned yet, else None.
-
-    Nothing is learned when the model gives one class for every ``unit`` (words, for NER tags) although the
-    references hold several, or when its predictions are at chance level: no more tied to the references
-    than chance would make them (a chi-square test of independence, p >= 0.05: a few right answers more
-    than a constant guess gets are noise on a small validation set), or no better than answering the most
-    frequent reference class on both accuracy (its share) and macro-F1 (``2 share / (1 + share)``, its own
-    F1, over the number of reference classes).
-    """
+    """One line saying that single-label predictions show nothing learned yet, else None: one class for every
+    ``unit`` although the references hold several, or chance level (independent of the references by a
+    chi-square test, p >= 0.05, or no better than the majority class on both accuracy and macro-F1)."""
     import scipy.stats
     from sklearn import metrics as sk
 
@@ -119,11 +91,6 @@ def not_learned(predictions: Sequence, references: Sequence, unit: str = "exampl
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Named-entity recognition (CoNLL / seqeval default mode)
-# --------------------------------------------------------------------------------------------------
-
-
 def _seqeval_tag(tag: str | None) -> str:
     """``tag`` as seqeval reads it: ``""`` and ``None`` are ``"O"``, a bare type such as ``"PER"`` is an
     inside tag of that type (IO scheme); a prefix other than B-, I-, E-, S- is refused."""
@@ -140,23 +107,15 @@ def _seqeval_tag(tag: str | None) -> str:
 
 
 def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Entities of one tag sequence as ``(type, first_index, last_index)`` (both inclusive).
-
-    Accepts IOB1, IOB2, IOBES and bare types (IO). ``get_entities(["I-PER", "I-PER", "O", "B-LOC", "I-ORG"])``
-    -> ``[("PER", 0, 1), ("LOC", 3, 3), ("ORG", 4, 4)]``; an entity without a type is named ``"_"``.
-    """
+    """Entities of one IOB1/IOB2/IOBES/IO tag sequence as ``(type, first_index, last_index)``, both inclusive."""
     from seqeval.metrics.sequence_labeling import get_entities as seqeval_entities
 
     return seqeval_entities([_seqeval_tag(tag) for tag in tags])
 
 
 def entity_metrics(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict:
-    """Entity-level precision, recall and F1 over sentences of tags, as ``conlleval`` reports them.
-
-    An entity is correct only when type, start and end all match a gold entity of the same sentence.
-    Returns ``precision``, ``recall``, ``f1``, token ``accuracy``, the counts, and per-type scores
-    under ``per_type`` (``{type: {"precision", "recall", "f1", "support"}}``).
-    """
+    """Entity-level precision, recall and F1 as ``conlleval`` reports them (type, start and end must all match),
+    token ``accuracy``, the entity counts and ``per_type`` scores."""
     from seqeval.metrics import accuracy_score
     from seqeval.metrics.sequence_labeling import get_entities as seqeval_entities
     from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
@@ -194,11 +153,6 @@ def entity_metrics(predictions: Sequence[Sequence[str]], references: Sequence[Se
     }
 
 
-# --------------------------------------------------------------------------------------------------
-# Extractive question answering (official SQuAD evaluation)
-# --------------------------------------------------------------------------------------------------
-
-
 def normalize_answer(text: str) -> str:
     """Lower-case, drop punctuation, drop the articles a/an/the, collapse whitespace (SQuAD v1.1)."""
     text = text.lower()
@@ -229,14 +183,9 @@ def f1_score(prediction: str, ground_truth: str, version_2: bool = False) -> flo
 
 
 def squad_metrics(predictions: dict, references: dict, version_2: bool = False) -> dict:
-    """Exact match and F1 of ``predictions`` (``{id: text}``) against ``references`` (``{id: [gold texts]}``),
-    each question scored against its best-matching gold answer; on 0-1, where the official script reports
-    percent.
-
-    As in the official script, a question with no prediction scores 0 (and is counted in
-    ``num_unanswered``). With ``version_2``, a question without gold answers is unanswerable: its gold
-    answer is ``""`` and the prediction must be ``""``; ``HasAns_*``/``NoAns_*`` splits are reported.
-    """
+    """Exact match and F1 of ``{id: text}`` predictions against ``{id: [gold texts]}``, each question against its
+    best-matching answer; a missing prediction scores 0 (``num_unanswered``). With ``version_2`` a question
+    without gold answers expects ``""``, and ``HasAns_*``/``NoAns_*`` splits are reported."""
     if not references:
         raise ValueError("cannot compute SQuAD metrics over zero questions (the evaluation set is empty).")
     exact = {}

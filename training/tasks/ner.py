@@ -1,15 +1,9 @@
-# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Token classification (NER): label sets, word/sub-word label alignment, word-level evaluation.
 
-Words are tokenised with ``is_split_into_words=True``; a word's tag goes on its first sub-word and the
-other sub-words get -100 (ignored by the loss), or, with ``label_all_tokens``, the word's tag too (a
-``B-X`` tag becoming ``I-X`` on continuation pieces, so an entity is not split in two). Evaluation always
-reads the prediction of each word's first sub-word and scores whole gold sentences: words cut off by
-``max_seq_length`` count as predicted ``O`` (and are reported), so truncation never inflates the score.
-
-With a CRF head (``--crf``) the gold tags must be sequences the CRF can produce: an ``I-X`` that starts an
-entity (after ``O`` or another type, as CoNLL-2003 has in a few hundred sentences) is trained as ``B-X``, which
-is the same entity under conlleval's chunking, so the scores against the original tags are unaffected.
+A word's tag goes on its first sub-word; the others get -100 or, with ``label_all_tokens``, the word's tag
+(``B-X`` becoming ``I-X``). Evaluation reads each word's first sub-word and scores whole gold sentences: words
+cut off by ``max_seq_length`` count as ``O``. With a CRF head, an ``I-X`` that starts an entity is trained as
+``B-X`` (the same entity under conlleval's chunking), so the CRF can produce every gold sequence.
 """
 
 from __future__ import annotations
@@ -47,9 +41,7 @@ def build_label_list(
     eval_tags: list[list[str]] | None = None,
     sources: tuple[str, str] = ("the training data", "the evaluation data"),
 ) -> list[str]:
-    """Sorted tag set of the data as a whole, training and evaluation (``O`` first). A tag with no training
-    example gets a one-line warning: the model can hardly learn to predict it, and its entities will
-    likely count as missed."""
+    """Sorted tag set of training and evaluation data (``O`` first); a tag without a training example is warned of."""
     train_counts = Counter(tag for sentence in train_tags for tag in sentence)
     eval_counts = Counter(tag for sentence in eval_tags or [] for tag in sentence)
     if not train_counts:
@@ -123,10 +115,8 @@ def tokenize_and_align_labels(
 def word_predictions(
     predicted_ids, word_ids: list[list[int | None]], id2label: dict, num_words: list[int]
 ) -> tuple[list[list[str]], int]:
-    """Tags of every word from the predicted label ids (one row per sentence, one id per sub-word
-    position; longer padded rows are fine) at each word's first sub-word; words beyond the model's window
-    get ``O`` (as do words the tokenizer turned into no token). Returns ``(tags per sentence, number of
-    words without a prediction)``."""
+    """``(tags per sentence, words without a prediction)``: each word's tag read at its first sub-word; words
+    beyond the model's window (or with no token) get ``O``."""
     predictions, truncated = [], 0
     for row, (ids, total) in enumerate(zip(word_ids, num_words)):
         tags = ["O"] * total
@@ -166,9 +156,8 @@ def invalid_bio_share(sentences: list[list[str]], labels: list[str]) -> float:
 def crf_training_tags(
     sentences: list[list[str]], labels: list[str], source: str
 ) -> tuple[list[list[str]], int]:
-    """Gold tags a CRF can train on: each ``I-X`` that starts an entity becomes ``B-X`` (when ``B-X`` is a
-    label; the same entities under conlleval's chunking). Returns the tags and how many sentences changed;
-    raises DataError on a sentence the label set's scheme still forbids (a broken BIOES sequence)."""
+    """``(tags, sentences changed)``: each ``I-X`` that starts an entity becomes ``B-X`` (when that is a label);
+    a sentence the scheme still forbids (a broken BIOES sequence) is a DataError."""
     from briskbert.modeling.crf import allowed_transitions
 
     constraints = allowed_transitions(labels)
@@ -223,10 +212,6 @@ class NerEvaluator:
             result[f"{entity_type}_f1"] = scores["f1"]
         return result
 
-
-# --------------------------------------------------------------------------------------------------
-# The job: data, features, evaluation and the Task ``briskbert finetune-ner`` hands the loop
-# --------------------------------------------------------------------------------------------------
 
 METRIC_DEFINITIONS = (
     "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy, and the share of "
@@ -312,8 +297,8 @@ class NerFeatures:
 def build_ner_features(
     data: NerData, tokenizer, token_column: str, max_seq_length: int, label_all_tokens: bool, crf: bool
 ) -> NerFeatures:
-    """Both splits tokenised with aligned labels; with ``crf``, trained on :func:`crf_training_tags` (the
-    evaluator always scores against the original gold tags)."""
+    """Both splits tokenised with aligned labels; with ``crf``, trained on :func:`crf_training_tags` (scored
+    against the original gold tags)."""
     train_tags, eval_tags, repaired = data.train_tags, data.eval_tags, 0
     if crf and label_all_tokens:  # the model to fine-tune already has a CRF
         raise SettingError(
@@ -339,8 +324,7 @@ def build_ner_features(
 
 
 def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
-    """``evaluate_fn`` for :func:`training.loop.run`: gathered predicted ids -> entity metrics. The model
-    decodes the labelled positions (each word's first sub-word) itself: Viterbi with a CRF, arg-max without."""
+    """Gathered predicted ids (the model decodes them: Viterbi with a CRF, arg-max without) -> entity metrics."""
     from briskbert.training.engine.evaluation import evaluation_loop
     from briskbert.training.tasks.finetuning import pad_to_width
 
@@ -362,11 +346,8 @@ def count_labelled_tokens(batch) -> int:
 
 
 class NerTask(Task):
-    """``briskbert finetune-ner``: token classification of CoNLL-style sentences, with a softmax or a CRF
-    head, from a briskbert (or converted BERT-family) model or a preset.
-
-    The constructor checks the model folder and reads and validates the data (the label set is decided
-    there), before torch is imported."""
+    """``briskbert finetune-ner``: token classification of CoNLL-style sentences with a softmax or CRF head.
+    The model folder and the data are checked in the constructor, before torch is imported."""
 
     def __init__(self, model: ModelSource, data: DataSource, settings: NerSettings):
         from briskbert.training.tasks.finetuning import check_model_inputs

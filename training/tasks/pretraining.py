@@ -1,22 +1,16 @@
 """Masked-language-model pretraining (+ optional next sentence prediction) on the shared loop.
 
-The command line (``briskbert pretrain``) parses its flags into :class:`PretrainingSettings` and hands a
-:class:`PretrainingTask` to :func:`training.engine.loop.run`, which asks it to
-
-1. load the tokenizer, or train a WordPiece one once per run into ``output_dir/tokenizer`` (streamed
-   over the training documents, validation documents left out; reused when the run is resumed);
-2. prepare the corpus into a memory-mapped store (:mod:`training.data.corpus`: parallel tokenization,
-   bounded memory, cached; the main process prepares, the others wait and open the cache);
-3. build the sequences from it (:class:`~training.data.pretraining_data.StoredSequences`, or NSP pairs)
-   and the model; the loop shards the batches across processes and stores the data position in its
-   checkpoints: the sequences depend only on the store, so a resumed run continues exactly.
+:class:`PretrainingTask` loads the tokenizer (or trains a WordPiece one once per run into
+``output_dir/tokenizer``, reused on resume), prepares the corpus into a cached memory-mapped store
+(:mod:`training.data.corpus`; the main process prepares, the others wait) and builds the sequences from it:
+they depend only on the store, so a resumed run continues exactly.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +49,6 @@ class PretrainingInputError(UserError, ValueError):
     """The data or the tokenizer cannot be used as given (reported as one ``error:`` line)."""
 
 
-# --------------------------------------------------------------------------------------------- model
 def parse_config_overrides(text: str | None) -> dict:
     """'a=1,b=0.1,c=rope,d=true' -> {'a': 1, 'b': 0.1, 'c': 'rope', 'd': True}."""
     overrides = {}
@@ -72,7 +65,7 @@ def parse_config_overrides(text: str | None) -> dict:
     return overrides
 
 
-def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
+def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int | None, max_seq_length: int):
     from briskbert.modeling import PRESETS, BriskBertConfig
 
     overrides = parse_config_overrides(settings.config_overrides)
@@ -84,7 +77,7 @@ def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
             f"unknown config field(s) {unknown}; BriskBertConfig has "
             f"{', '.join(sorted(k for k in known if not k.startswith('_')))}.",
         )
-    overrides.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    overrides.update(vocab_size=vocab_size, pad_token_id=pad_token_id)
     if settings.config_name in PRESETS:
         config = BriskBertConfig.from_preset(settings.config_name, **overrides)
     elif Path(settings.config_name).is_file():
@@ -107,9 +100,8 @@ def build_config(settings: PretrainingModel, tokenizer, max_seq_length: int):
 
 
 def check_new_model_fits(settings: PretrainingSettings, batch_size: int, accelerator) -> None:
-    """The model's config is valid and it can be trained in the memory of the device that trains it: checked
-    before the tokenizer is trained or anything is written (the vocabulary's final size does not change the
-    verdict)."""
+    """The new model's config is valid and fits the device's memory: checked before the tokenizer is trained or
+    anything is written (the vocabulary's final size does not change the verdict)."""
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
     from briskbert.training.engine.memory import (
         available_memory_bytes,
@@ -117,18 +109,10 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int, acceler
         estimate_training_memory,
     )
 
-    @dataclass
-    class _VocabularyOfSize:
-        size: int
-        pad_token_id: int = 0
-
-        def __len__(self) -> int:
-            return self.size
-
     data = settings.data
-    vocabulary = _VocabularyOfSize(settings.model.vocab_size or DEFAULT_VOCAB_SIZE)
+    vocab_size = settings.model.vocab_size or DEFAULT_VOCAB_SIZE
     try:
-        config = build_config(settings.model, vocabulary, data.max_seq_length)
+        config = build_config(settings.model, vocab_size, 0, data.max_seq_length)
     except (ValueError, TypeError) as error:
         raise PretrainingInputError(str(error)) from None
     model_class = BriskBertForPreTraining if data.nsp else BriskBertForMaskedLM
@@ -166,15 +150,14 @@ def build_model(
         check_finite_weights(model, weights_file(path) if Path(path).is_dir() else path, "model_name_or_path")
         log(f"Continuing {type(model).__name__} from {path} with its own class (not briskbert's fast path).")
         return model
-    config = build_config(settings, tokenizer, max_seq_length)
+    config = build_config(settings, len(tokenizer), tokenizer.pad_token_id, max_seq_length)
     return with_sparse_decoder(config, BriskBertForPreTraining if nsp else BriskBertForMaskedLM)
 
 
 def with_sparse_decoder(config, build):
-    """The model ``build(config)`` gives, with the MLM decoder run at the masked positions only where the config
-    has that option (BriskBert's and ModernBERT's ``sparse_prediction``): the same loss for a fraction of the
-    decoder's cost. The head chooses when it is built, so the config it saves keeps the value it had (off by
-    default): the published model's ``logits`` stay (batch, seq, vocab), as transformers documents them."""
+    """``build(config)`` with the MLM decoder run at the masked positions only (``sparse_prediction``, where the
+    config has it): the same loss for a fraction of the cost. The saved config keeps its own value, so the
+    published model's ``logits`` stay (batch, seq, vocab)."""
     if not hasattr(config, "sparse_prediction"):
         return build(config)
     saved = config.sparse_prediction
@@ -185,11 +168,9 @@ def with_sparse_decoder(config, build):
 
 
 def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log):
-    """briskbert's MLM (or MLM + NSP) model continuing `path`: a briskbert folder as it is, a checkpoint of a family
-    briskbert imports converted exactly once into ``output_dir/converted_base`` (as the fine-tuning jobs do) and
-    checked against the source's own transformers class. A head the source lacks (a bare encoder, ELECTRA's
-    discriminator) starts as BERT initialises it: dense layer normal(0, initializer_range), norm at unit scale,
-    zero biases, the decoder tied to the word embeddings."""
+    """briskbert's MLM (or MLM + NSP) model continuing `path`: a briskbert folder as it is, another family's
+    checkpoint converted once into ``output_dir/converted_base`` and checked against its own transformers
+    class. A head the source lacks starts as BERT initialises it."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     from briskbert.inputs import check_model_source
@@ -231,11 +212,9 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
     return model
 
 
-# ------------------------------------------------------------------------------------------ tokenizer
 def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfig, accelerator):
-    """The named tokenizer, or a WordPiece one trained once per run: a resumed run reuses
-    ``output_dir/tokenizer`` (the weights were trained with its ids); a new run trains it, on the main
-    process, streaming the training documents (deterministic: same corpus and seed, same vocabulary)."""
+    """The named tokenizer, or a WordPiece one trained once per run on the main process (deterministic) into
+    ``output_dir/tokenizer``, which a resumed run reuses."""
     from transformers import AutoTokenizer
 
     import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer)
@@ -269,9 +248,7 @@ def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfi
 
 
 class _TrainingParagraphs:
-    """The paragraphs of the training documents, streamed (again at every iteration: the tokenizer
-    trainer reads them twice); the validation documents, held out as the data split holds them out,
-    are left out."""
+    """The training documents' paragraphs, streamed at every iteration, without the held-out validation ones."""
 
     def __init__(self, data: PretrainingData, seed: int):
         self.data = data
@@ -288,7 +265,6 @@ class _TrainingParagraphs:
                 yield from document
 
 
-# ----------------------------------------------------------------------------------------------- data
 def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
     """(training, evaluation) datasets. The main process prepares the stores (or finds them cached)
     while the others wait, then every process opens the same memory-mapped files."""
@@ -333,7 +309,6 @@ def _sequences(store: CorpusStore, documents, tokenizer, data: PretrainingData, 
     return StoredSequences(store, documents, data.max_seq_length, data.packing_mode, cls, sep)
 
 
-# ---------------------------------------------------------------------------------------- evaluation
 def mlm_batch_stats(batch: dict, outputs) -> dict:
     """Per-example masked-token loss sum, correct predictions and count (+ NSP correctness)."""
     labels = batch["labels"]
@@ -376,7 +351,6 @@ def evaluate_mlm(model, dataloader, accelerator) -> dict:
     return metrics
 
 
-# ---------------------------------------------------------------------------------------------- task
 class PretrainingTask(Task):
     """``briskbert pretrain``: masked-language modelling (+ next sentence prediction) of a new or
     continued encoder; the loss is a mean over masked tokens, evaluated with a fixed masking."""

@@ -1,27 +1,23 @@
-# Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Extractive question answering: windowed features and n-best post-processing.
 
-A context longer than ``max_seq_length`` is cut into overlapping windows (``doc_stride`` tokens of
-overlap), so every part of a very long context is seen. For training, a window that does not contain
-the whole answer is labelled with the ``[CLS]`` position (the "no answer here" convention of BERT and
-SQuAD v2.0). For evaluation, each window keeps its example id and the character offsets of its context
-tokens; :func:`postprocess_qa_predictions` scores the ``n_best_size`` best starts and ends of every
-window, keeps valid spans (inside the context, end not before start, at most ``max_answer_length``
-tokens) and picks the best span over all windows of an example. With SQuAD v2.0 data, the best span
-is replaced by the empty answer when the null score (start and end on ``[CLS]``; the lowest over the
-windows) beats it by more than ``null_score_diff_threshold``.
+A long context is cut into windows overlapping by ``doc_stride`` tokens. A training window without the
+whole answer points at ``[CLS]`` (BERT's "no answer here"). At evaluation, the ``n_best_size`` best starts and
+ends of every window give valid spans (in the context, at most ``max_answer_length`` tokens) and the best one
+over an example's windows wins; with SQuAD v2.0 the empty answer wins when the null score beats it by more
+than ``null_score_diff_threshold``.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from briskbert.errors import SettingError
+from briskbert.files import write_atomic
 from briskbert.training.data.task_data import SkipReport, load_squad, require_columns, require_rows
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts
@@ -209,46 +205,11 @@ def nbest_text(nbest) -> str:
     return ""
 
 
-def squad_references(examples) -> dict:
-    """``{id: [gold answer texts]}`` for :func:`training.metrics.squad_metrics`."""
-    return {example["id"]: list(example["answers"]["text"]) for example in examples}
+def write_predictions(output_dir: str, predictions: dict, nbest: dict) -> None:
+    """``eval_predictions.json`` and ``eval_nbest_predictions.json`` in ``output_dir``."""
+    for name, content in (("eval_predictions.json", predictions), ("eval_nbest_predictions.json", nbest)):
+        write_atomic(Path(output_dir) / name, json.dumps(content, indent=2, ensure_ascii=False))
 
-
-def evaluate_predictions(examples, predictions, version_2: bool = False) -> dict:
-    return squad_metrics(predictions, squad_references(examples), version_2=version_2)
-
-
-def write_predictions(
-    output_dir: str, predictions: dict, nbest: dict | None = None, prefix: str = "eval"
-) -> str:
-    """Write ``{prefix}_predictions.json`` (and ``{prefix}_nbest_predictions.json``); return the path."""
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, f"{prefix}_predictions.json")
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(predictions, handle, indent=2, ensure_ascii=False)
-    if nbest is not None:
-        with open(
-            os.path.join(output_dir, f"{prefix}_nbest_predictions.json"), "w", encoding="utf-8"
-        ) as handle:
-            json.dump(nbest, handle, indent=2, ensure_ascii=False)
-    return path
-
-
-def check_qa_dataset(dataset, source: str, version_2: bool) -> None:
-    """Unanswerable questions need ``version_2_with_negative``; say so instead of training on noise."""
-    if not version_2:
-        impossible = sum(1 for flag in dataset["is_impossible"] if flag)
-        if impossible:
-            raise SettingError(
-                "version_2_with_negative",
-                f"is needed: {source} has {impossible} questions marked is_impossible (SQuAD v2.0); set it to "
-                "train and evaluate with null answers.",
-            )
-
-
-# --------------------------------------------------------------------------------------------------
-# The job: briskbert finetune-qa
-# --------------------------------------------------------------------------------------------------
 
 QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
 METRIC_DEFINITIONS = "exact match and F1 (0-1) with the official SQuAD answer normalisation"
@@ -297,7 +258,13 @@ def _checked(dataset, name: str, version_2: bool):
     require_columns(dataset, {f"({key})": column for key, column in QA_COLUMNS.items()}, name)
     if "is_impossible" not in dataset.column_names:
         dataset = dataset.add_column("is_impossible", [not answers["text"] for answers in dataset["answers"]])
-    check_qa_dataset(dataset, name, version_2)
+    impossible = sum(dataset["is_impossible"])
+    if impossible and not version_2:  # unanswerable questions would be trained on as noise
+        raise SettingError(
+            "version_2_with_negative",
+            f"is needed: {name} has {impossible} questions marked is_impossible (SQuAD v2.0); set it to "
+            "train and evaluate with null answers.",
+        )
     return dataset
 
 
@@ -324,45 +291,6 @@ def qa_features(data: QaData, tokenizer, task: QaSettings, max_seq_length: int, 
     if task.keep_answerless_windows < 1.0:
         train = keep_some_answerless_windows(train, task.keep_answerless_windows, seed)
     return train, evaluation
-
-
-def evaluate_qa(
-    evaluation,
-    eval_features,
-    task: QaSettings,
-    max_seq_length: int,
-    output_dir: str,
-    model,
-    dataloader,
-    accelerator,
-):
-    """Windows' logits -> answers (written to ``output_dir/eval_predictions.json``) -> SQuAD exact match
-    and F1."""
-    from briskbert.training.engine.evaluation import evaluation_loop
-    from briskbert.training.tasks.finetuning import pad_to_width
-
-    gathered = evaluation_loop(
-        model,
-        dataloader,
-        accelerator,
-        lambda batch, outputs: {
-            "start": pad_to_width(outputs.start_logits, max_seq_length, -1e4),
-            "end": pad_to_width(outputs.end_logits, max_seq_length, -1e4),
-        },
-    )
-    predictions, nbest = postprocess_qa_predictions(
-        evaluation,
-        eval_features,
-        gathered["start"].numpy(),
-        gathered["end"].numpy(),
-        n_best_size=task.n_best_size,
-        max_answer_length=task.max_answer_length,
-        version_2=task.version_2_with_negative,
-        null_score_diff_threshold=task.null_score_diff_threshold,
-    )
-    if accelerator.is_main_process:
-        write_predictions(output_dir, predictions, nbest)
-    return evaluate_predictions(evaluation, predictions, version_2=task.version_2_with_negative)
 
 
 class QaTask(Task):
@@ -410,16 +338,34 @@ class QaTask(Task):
         )
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
-        return evaluate_qa(
-            self.data.evaluation,
-            self.eval_features,
-            self.settings,
-            self.source.max_seq_length,
-            self.output_dir,
+        """Windows' logits -> answers (written to ``eval_predictions.json``) -> SQuAD exact match and F1."""
+        from briskbert.training.engine.evaluation import evaluation_loop
+        from briskbert.training.tasks.finetuning import pad_to_width
+
+        task, width = self.settings, self.source.max_seq_length
+        gathered = evaluation_loop(
             model,
             dataloader,
             accelerator,
+            lambda batch, outputs: {
+                "start": pad_to_width(outputs.start_logits, width, -1e4),
+                "end": pad_to_width(outputs.end_logits, width, -1e4),
+            },
         )
+        predictions, nbest = postprocess_qa_predictions(
+            self.data.evaluation,
+            self.eval_features,
+            gathered["start"].numpy(),
+            gathered["end"].numpy(),
+            n_best_size=task.n_best_size,
+            max_answer_length=task.max_answer_length,
+            version_2=task.version_2_with_negative,
+            null_score_diff_threshold=task.null_score_diff_threshold,
+        )
+        if accelerator.is_main_process:
+            write_predictions(self.output_dir, predictions, nbest)
+        references = {example["id"]: list(example["answers"]["text"]) for example in self.data.evaluation}
+        return squad_metrics(predictions, references, version_2=task.version_2_with_negative)
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts

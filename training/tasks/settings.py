@@ -1,12 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""What each training job is told: small frozen dataclasses whose fields are the job's options.
-
-Each field carries its default and help (and choices), so the command line is generated from these
-classes (:mod:`briskbert.commands.arguments`) and the jobs (:mod:`briskbert.training.tasks`) only ever see
-the dataclasses. Each checks its values once, in ``__post_init__``, and raises
-:class:`~briskbert.errors.SettingError` naming the field, so a contradictory command line stops before
-anything is loaded. This module imports neither torch nor transformers.
-"""
+"""The fine-tuning jobs' options: frozen dataclasses (the command line is generated from their fields), each
+checked once in ``__post_init__``. Imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -130,7 +124,7 @@ class DataSource:
         check_at_least(self, 1, "max_train_samples", "max_eval_samples")
 
     def describe(self, split: str) -> str:
-        """How error messages name the ``"train"`` or ``"validation"`` data: by the setting that gave it."""
+        """The ``"train"`` or ``"validation"`` data as error messages name it: by the setting that gave it."""
         if self.dataset_name is not None:
             name = self.train_split if split == "train" else self.validation_split
             return f"dataset_name {self.dataset_name} (split {name!r})"
@@ -139,13 +133,8 @@ class DataSource:
         )
 
     def card_facts(self, extra_train_files: tuple[str, ...] = ()) -> dict:
-        """``datasets`` / ``eval_dataset`` / ``eval_split`` / ``eval_dataset_description`` for the card.
-
-        Training data goes by its public name when known (a ``dataset_name``, or ``dataset_card_name``
-        for local files), else by file name. A split is named only for a ``dataset_name`` dataset: a local
-        ``validation_file`` is named as the local file it is (and described by ``validation_card_name``),
-        never as the public dataset's validation split, which it need not be.
-        """
+        """The card's data facts. A local ``validation_file`` is named as the file it is, never as the public
+        dataset's validation split, which it need not be."""
         public = self.dataset_card_name or self.dataset_name
         datasets = [public or os.path.basename(self.train_file)]
         files = [os.path.basename(f) for f in (self.train_file, *extra_train_files) if f]
@@ -230,9 +219,8 @@ class NerSettings:
     crf: bool = field(
         default=False,
         metadata={
-            "help": "A linear-chain CRF over the per-token scores (config use_crf): trained with its negative "
-            "log-likelihood over each word's first sub-word, decoded with Viterbi; transitions the BIO scheme "
-            "forbids (O -> I-PER, B-PER -> I-LOC) are never predicted."
+            "help": "A linear-chain CRF head (config use_crf) over each word's first sub-word, decoded with "
+            "Viterbi: transitions the BIO scheme forbids (O -> I-PER) are never predicted."
         },
     )
 
@@ -259,7 +247,7 @@ def parse_article_range(spec: str | None, name: str) -> tuple[int, int] | None:
 
 
 def parse_article_ranges(settings, *names: str) -> None:
-    """START:STOP strings (from a command line) become (start, stop) tuples, checked."""
+    """START:STOP strings (from a command line) become checked (start, stop) tuples."""
     for name in names:
         if isinstance(getattr(settings, name), str):
             object.__setattr__(settings, name, parse_article_range(getattr(settings, name), name))
@@ -267,8 +255,7 @@ def parse_article_ranges(settings, *names: str) -> None:
 
 @dataclass(frozen=True)
 class QaSettings:
-    """Windows, decoding and data selection of extractive question answering (the window length is the
-    model's ``max_seq_length``)."""
+    """Windows, decoding and data selection of extractive question answering."""
 
     _argument_group_name = "task"
 
@@ -305,9 +292,7 @@ class QaSettings:
     )
 
     def __post_init__(self):
-        for name in ("train_articles", "validation_articles", "extra_train_articles"):
-            if isinstance(getattr(self, name), str):
-                object.__setattr__(self, name, parse_article_range(getattr(self, name), name))
+        parse_article_ranges(self, "train_articles", "validation_articles", "extra_train_articles")
         if not 0.0 <= self.keep_answerless_windows <= 1.0:
             raise SettingError(
                 "keep_answerless_windows", f"must be in [0, 1], got {self.keep_answerless_windows}."
