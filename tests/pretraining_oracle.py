@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-from briskbert.training.data.pretraining_data import iter_nsp_examples
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
 
 
@@ -57,9 +55,3 @@ def mlm_sequences(tokenized_documents, tokenizer, max_seq_length: int, packing: 
         streams = [[token for stream in streams for token in stream]]
     body = max_seq_length - 1
     return [[cls, *stream[i : i + body]] for stream in streams for i in range(0, len(stream), body)]
-
-
-def nsp_examples(tokenized_documents, tokenizer, max_seq_length: int, seed: int) -> list[dict]:
-    """Next-sentence-prediction pairs drawn from in-memory documents (the store must give the same)."""
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    return list(iter_nsp_examples(tokenized_documents, cls, sep, max_seq_length, seed, 0.1))

@@ -1,4 +1,4 @@
-"""Pretraining: masking statistics, packing, NSP pairs, bad input, the final folder, and a 2-process run.
+"""Pretraining: sequence spans, bad input, the final folder, and a 2-process run.
 
 Data: the bundled WikiText-2 excerpt (``data/wikitext2_excerpt.txt``) and a WordPiece vocabulary trained
 on it once per module (about a second)."""
@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pretraining_oracle import mlm_sequences, nsp_examples, read_documents, tokenize_documents
+from pretraining_oracle import read_documents
 
 from briskbert import cli
 from briskbert.commands.pretrain import main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
-from briskbert.training.data.masking import MaskingCollator
 from briskbert.training.data.pretraining_data import sequence_spans
 from briskbert.training.engine.facts import read_training_facts
 
@@ -45,78 +44,6 @@ def tokenizer(tmp_path_factory):
     return BriskBertTokenizer.from_pretrained(folder)  # name_or_path = the folder
 
 
-@pytest.fixture(scope="module")
-def documents():
-    return read_documents(str(EXCERPT))
-
-
-@pytest.fixture(scope="module")
-def sequences(tokenizer, documents):
-    return mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, 64, "full-sentences")
-
-
-def collate(tokenizer, sequences, epoch=0, **kwargs):
-    collator = MaskingCollator(tokenizer, **kwargs)
-    collator.set_epoch(epoch)
-    return collator([{"input_ids": s, "idx": i} for i, s in enumerate(sequences)])
-
-
-# ------------------------------------------------------------------------------------------------ masking
-@pytest.mark.parametrize("p", [0.15, 0.3])
-def test_masking_rate_and_80_10_10_split(tokenizer, sequences, p):
-    batch = collate(tokenizer, sequences, mlm_probability=p)
-    ids = torch.tensor([s + [0] * (64 - len(s)) for s in sequences])
-    selected = batch["labels"] != -100
-    candidates = ~torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
-    assert selected.sum() / candidates.sum() == pytest.approx(p, abs=0.01)
-    assert torch.equal(batch["labels"][selected], ids[selected])
-    outcome = batch["input_ids"][selected]
-    n = selected.sum().item()
-    assert (outcome == tokenizer.mask_token_id).sum() / n == pytest.approx(0.8, abs=0.015)
-    unchanged = (outcome == ids[selected]).sum() / n
-    assert unchanged == pytest.approx(0.1 + 0.1 / len(tokenizer), abs=0.01)  # random may redraw the same id
-    random = (outcome != tokenizer.mask_token_id) & (outcome != ids[selected])
-    assert random.sum() / n == pytest.approx(0.1, abs=0.01)
-    assert not torch.isin(outcome[random], torch.tensor(tokenizer.all_special_ids)).any()
-
-
-def test_configurable_split_and_specials_never_masked(tokenizer, sequences):
-    batch = collate(tokenizer, sequences, mlm_probability=0.5, mask_replace_prob=0.0, random_replace_prob=1.0)
-    ids = torch.tensor([s + [0] * (64 - len(s)) for s in sequences])
-    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
-    assert (batch["labels"][special] == -100).all() and torch.equal(batch["input_ids"][special], ids[special])
-    assert not (batch["input_ids"] == tokenizer.mask_token_id).any()
-    assert batch["attention_mask"].sum() == sum(len(s) for s in sequences)
-
-
-def test_masking_redrawn_each_epoch_and_reproducible(tokenizer, sequences):
-    first, again = collate(tokenizer, sequences, epoch=0), collate(tokenizer, sequences, epoch=0)
-    second = collate(tokenizer, sequences, epoch=1)
-    assert torch.equal(first["labels"], again["labels"]) and torch.equal(
-        first["input_ids"], again["input_ids"]
-    )
-    assert not torch.equal(first["labels"] != -100, second["labels"] != -100)
-    # The draw belongs to the example, not to its position in a batch (multi-process, resume).
-    collator = MaskingCollator(tokenizer)
-    alone = collator([{"input_ids": sequences[3], "idx": 3}])
-    assert torch.equal(alone["labels"][0], first["labels"][3, : len(sequences[3])])
-
-
-def test_whole_word_masking_masks_whole_words(tokenizer, sequences):
-    batch = collate(tokenizer, sequences, whole_word_mask=True, mlm_probability=0.2)
-    continuation = np.array(
-        [t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))]
-    )
-    checked = 0
-    for row, seq in enumerate(sequences):
-        selected = (batch["labels"][row, : len(seq)] != -100).numpy()
-        for i in range(1, len(seq)):
-            if continuation[seq[i]] and seq[i - 1] not in tokenizer.all_special_ids:
-                assert selected[i] == selected[i - 1]  # a ## piece shares its word's fate
-                checked += selected[i]
-    assert checked > 50  # multi-piece words were actually masked
-
-
 # ------------------------------------------------------------------------------------------ sequences
 @pytest.mark.parametrize(
     "lengths, mode, starts, sizes",
@@ -131,29 +58,6 @@ def test_whole_word_masking_masks_whole_words(tokenizer, sequences):
 def test_sequence_spans(lengths, mode, starts, sizes):
     got_starts, got_sizes = sequence_spans(lengths, 8, mode)
     assert got_starts.tolist() == starts and got_sizes.tolist() == sizes
-
-
-def test_nsp_pairs(tokenizer, documents):
-    tokenized = tokenize_documents(documents, tokenizer, sentences=True)
-    examples = nsp_examples(tokenized, tokenizer, 64, seed=0)
-    labels = [e["next_sentence_label"] for e in examples]
-    assert 0.35 < sum(labels) / len(labels) < 0.75  # single-sentence documents always get a random B
-    for e in examples:
-        ids, types = e["input_ids"], e["token_type_ids"]
-        assert (
-            len(ids) == len(types) <= 64
-            and ids[0] == tokenizer.cls_token_id
-            and ids[-1] == tokenizer.sep_token_id
-        )
-        first_sep = ids.index(tokenizer.sep_token_id)
-        assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
-    # A true pair is A then B from one document (each possibly truncated at either end).
-    docs = [" " + " ".join(map(str, (t for seg in doc for t in seg))) + " " for doc in tokenized]
-    for e in [e for e in examples if e["next_sentence_label"] == 0][:20]:
-        sep_at = e["input_ids"].index(tokenizer.sep_token_id)
-        a = " " + " ".join(map(str, e["input_ids"][1:sep_at])) + " "
-        b = " " + " ".join(map(str, e["input_ids"][sep_at + 1 : -1])) + " "
-        assert any(a in d and b in d and d.index(a) < d.index(b) for d in docs)
 
 
 # ------------------------------------------------------------------------------------------ bad input
