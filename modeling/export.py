@@ -1,14 +1,7 @@
-"""Export a saved briskbert model folder to ONNX, then check the ONNX graph against PyTorch with ONNX Runtime.
-
-The graph comes from ``torch.onnx.export(..., dynamo=True)`` with dynamic batch and sequence axes (and a dynamic
-choices axis for multiple choice), so one file serves every batch shape. A sentence-transformers folder (a bare
-model with ``modules.json``) also gets a ``sentence_embedding`` output: its pooling and normalisation are part of
-the graph, so ONNX Runtime alone gives the embeddings ``SentenceTransformer.encode`` gives. The check runs both on batches of real
-text of several lengths, padded, with shapes other than the one traced, and reports the largest absolute
-difference of every output. Token-level outputs are compared at real tokens only: PyTorch may skip padding
-(``unpad_inputs``) and leave zeros there, while the exported graph always keeps the padded layout.
-
-This module is not remote code: it is never copied into model folders.
+"""Export a saved briskbert folder to ONNX (`torch.onnx.export(dynamo=True)`, dynamic batch and sequence axes) and
+check the graph against PyTorch with ONNX Runtime on padded batches of real text, at real tokens only (PyTorch may
+leave zeros at padding). A sentence-transformers folder also gets a `sentence_embedding` output: its pooling and
+normalisation are part of the graph. Not remote code.
 """
 
 from __future__ import annotations
@@ -27,6 +20,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError
+from briskbert.inputs import read_json_object
 from briskbert.modeling.sentence_transformers_files import (
     MODULES_FILE,
     EmbeddingSpec,
@@ -47,13 +41,11 @@ COMPANION_FILES = (
 
 
 class ExportInputError(ValueError):
-    """A model folder, text file or output folder that cannot be exported from or to; the message says why."""
+    """A model folder that cannot be exported; the message says why."""
 
 
 @dataclass(frozen=True)
 class OnnxCheck:
-    """One batch run through ONNX Runtime and PyTorch."""
-
     shape: tuple[int, ...]
     padding_fraction: float
     max_abs_difference: dict[str, float]
@@ -74,7 +66,6 @@ class OnnxExportResult:
         return max(max(check.max_abs_difference.values()) for check in self.checks)
 
 
-# ------------------------------------------------------------------------------------------------- loading
 @contextmanager
 def quiet_loggers(*names: str):
     """Only errors from these loggers while the body runs."""
@@ -101,10 +92,7 @@ def load_for_export(model_dir: Path, architecture: str | None):
             f"{model_dir} is not a model folder ({config_path.name} missing); pass a folder written by "
             "save_pretrained, a briskbert training job or `briskbert convert`."
         )
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ExportInputError(f"{config_path} is not valid JSON ({error}); re-save the model.") from error
+    config = read_json_object(config_path, "model_dir", "re-save the model")
     if config.get("model_type") != "briskbert":
         raise ExportInputError(
             f"{config_path} describes a {config.get('model_type')!r} model, not briskbert; convert it first "
@@ -163,10 +151,8 @@ def read_texts(text_file: Path | None, count: int) -> list[str]:
 def encode_batch(
     tokenizer, texts: list[str], max_length: int, multiple_choice: bool
 ) -> dict[str, torch.Tensor]:
-    """Text pairs (each sentence with the next one, so both segments are exercised), padded to the longest.
-    Row i keeps the first (i + 1) / rows of each sentence's words, so lengths run from a few tokens to
-    `max_length` and the batch is padded whatever the tokenizer. Multiple-choice heads get two choices per
-    example: (batch, 2, seq)."""
+    """Pairs of consecutive sentences, row i keeping (i + 1) / rows of their words, so lengths vary and the batch
+    is padded whatever the tokenizer; multiple choice gets two choices per example, (batch, 2, seq)."""
     rows = len(texts) - 1
     firsts, seconds = [], []
     for row in range(rows):
@@ -192,7 +178,6 @@ def longest_input(model, tokenizer) -> int:
     return min(limits)
 
 
-# ------------------------------------------------------------------------------------------------- sentence embeddings
 # The sentence-transformers modules a graph can carry; anything else (Dense, max pooling, ...) is refused by name.
 CARRIED_MODULES = ("Transformer", "Pooling", "Normalize")
 CARRIED_POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens")
@@ -204,9 +189,11 @@ def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | Non
         return None
     modules_path = Path(model_dir) / MODULES_FILE
     try:
-        modules = json.loads(modules_path.read_text(encoding="utf-8"))
-        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+        types = {
+            module["type"].rsplit(".", 1)[-1]: module["path"]
+            for module in json.loads(modules_path.read_text(encoding="utf-8"))
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ExportInputError(
             f"{modules_path} is not a sentence-transformers module list ({error})."
         ) from error
@@ -218,7 +205,9 @@ def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | Non
         )
     if "Pooling" in types:
         pooling_path = Path(model_dir) / types["Pooling"] / "config.json"
-        pooling = json.loads(pooling_path.read_text(encoding="utf-8")) if pooling_path.is_file() else {}
+        pooling = (
+            read_json_object(pooling_path, "model_dir", "re-save the model") if pooling_path.is_file() else {}
+        )
         modes = [key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True]
         unsupported = sorted(set(modes) - set(CARRIED_POOLING_MODES))
         if unsupported or len(modes) > 1:
@@ -241,7 +230,6 @@ def pool_sentence_embedding(
     return nn.functional.normalize(pooled, p=2, dim=1) if spec.normalize else pooled
 
 
-# ------------------------------------------------------------------------------------------------- export
 def model_outputs(
     model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
 ) -> dict[str, torch.Tensor]:
@@ -271,13 +259,6 @@ class FlatOutputs(nn.Module):
         return tuple(outputs[name] for name in self.output_names)
 
 
-def output_names_of(
-    model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
-) -> list[str]:
-    with torch.no_grad():
-        return list(model_outputs(model, batch, embedding))
-
-
 def dynamic_axes_of(batch: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]:
     names = ("batch", "choices", "sequence") if batch["input_ids"].dim() == 3 else ("batch", "sequence")
     return {name: dict(enumerate(names)) for name in batch}
@@ -291,7 +272,8 @@ def export_onnx(
     embedding: EmbeddingSpec | None = None,
 ):
     """Traces `model` on `sample` with dynamic axes and writes `path` (weights beside it only past 2 GB)."""
-    output_names = output_names_of(model, sample, embedding)
+    with torch.no_grad():
+        output_names = list(model_outputs(model, sample, embedding))
     # "torchvision is not installed. Skipping torchvision::nms", ...: nothing a user acts on either.
     with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
         # The exporter warns about its own internals (axis renaming, pytree deprecations), nothing a user acts on.
@@ -312,13 +294,20 @@ def export_onnx(
     return output_names
 
 
-def graph_input_names(path: Path) -> list[str]:
-    import onnx
+def export_fused(model, sample, embedding, folder: Path, opset_version: int | None = None):
+    """Exports the fp32 graph and writes its version with ONNX Runtime's fused kernels to `folder`/model.onnx:
+    (output names, fused kernel counts, every node's module paths for keep_fp32)."""
+    from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
 
-    return [graph_input.name for graph_input in onnx.load(str(path), load_external_data=False).graph.input]
+    raw = Path(folder) / "unfused"
+    raw.mkdir(parents=True)
+    output_names = export_onnx(model, sample, raw / ONNX_FILE, opset_version, embedding)
+    with quiet_loggers(*OPTIMIZER_LOGGERS):
+        counts, scopes = optimize_onnx(raw / ONNX_FILE, Path(folder) / ONNX_FILE, model.config)
+    shutil.rmtree(raw)
+    return output_names, counts, scopes
 
 
-# ------------------------------------------------------------------------------------------------- check
 def real_token_mask(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Where an output is compared: real tokens for per-token outputs, everywhere for per-sequence ones."""
     if output.shape[: attention_mask.dim()] == attention_mask.shape:
@@ -343,13 +332,9 @@ def run_onnxruntime(session, batch: dict[str, torch.Tensor], output_names) -> di
 
 
 def compare_with_onnxruntime(
-    model,
-    onnx_path: Path,
-    batch: dict[str, torch.Tensor],
-    output_names,
-    embedding: EmbeddingSpec | None = None,
+    model, session, batch: dict[str, torch.Tensor], output_names, embedding: EmbeddingSpec | None = None
 ) -> OnnxCheck:
-    ort_outputs = run_onnxruntime(onnxruntime_session(onnx_path), batch, output_names).values()
+    ort_outputs = run_onnxruntime(session, batch, output_names).values()
     with torch.no_grad():
         torch_outputs = model_outputs(model, batch, embedding)
     differences = {}
@@ -364,7 +349,6 @@ def compare_with_onnxruntime(
     return OnnxCheck(tuple(batch["input_ids"].shape), 1 - float(mask.float().mean()), differences)
 
 
-# ------------------------------------------------------------------------------------------------- the job
 def prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
     target = Path(output_dir) / ONNX_FILE
     if target.exists() and not overwrite:
@@ -387,12 +371,10 @@ def export_and_check(
     progress=print,
     fuse: bool = True,
 ) -> OnnxExportResult:
-    """Exports the folder's model (the head ``architecture``, default: the folder's own) to
-    `output_dir/model.onnx` (written to a temporary folder, moved into place when complete) with its config and
-    tokenizer files, and checks it against PyTorch on two batches of ``text_file`` lines (default: the bundled
-    WikiText-2 excerpt) whose batch size and length differ from the traced sample. ``opset_version`` None:
-    torch's default. ``fuse``: the graph with ONNX Runtime's fused kernels (:mod:`.onnx_fusion`), which only
-    ONNX Runtime runs; False: the exporter's plain ONNX graph."""
+    """Exports the folder's model (head `architecture`, default its own) to `output_dir`/model.onnx with its config
+    and tokenizer files, staged and moved into place when complete, and checks it against PyTorch on two batches of
+    `text_file` sentences (default: the bundled WikiText-2 excerpt) shaped unlike the traced sample. `fuse`: with
+    ONNX Runtime's fused kernels (`onnx_fusion`), which only ONNX Runtime runs; False: the plain ONNX graph."""
     prepare_output_dir(output_dir, overwrite_output_dir)
     model, tokenizer, architecture = load_for_export(model_dir, architecture)
     embedding = embedding_spec_of(model_dir, architecture)
@@ -407,31 +389,23 @@ def export_and_check(
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".export-") as staging:
         progress(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
-        output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, opset_version, embedding)
+        staged = Path(staging) / ONNX_FILE
         fused = {}
         if fuse:
-            from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
-
-            (Path(staging) / "fused").mkdir()
-            with quiet_loggers(*OPTIMIZER_LOGGERS):
-                fused, _ = optimize_onnx(
-                    Path(staging) / ONNX_FILE, Path(staging) / "fused" / ONNX_FILE, model.config
-                )
-            for name in os.listdir(Path(staging) / "fused"):
-                os.replace(Path(staging) / "fused" / name, Path(staging) / name)
-            os.rmdir(Path(staging) / "fused")
+            output_names, fused, _ = export_fused(model, sample, embedding, staging, opset_version)
+        else:
+            output_names = export_onnx(model, sample, staged, opset_version, embedding)
+        session = onnxruntime_session(staged)
         result = OnnxExportResult(
             Path(output_dir) / ONNX_FILE,
             architecture,
-            graph_input_names(Path(staging) / ONNX_FILE),
+            [graph_input.name for graph_input in session.get_inputs()],
             output_names,
             embedding=embedding,
             fused={name: count for name, count in fused.items() if count},
         )
         for batch in batches:
-            result.checks.append(
-                compare_with_onnxruntime(model, Path(staging) / ONNX_FILE, batch, output_names, embedding)
-            )
+            result.checks.append(compare_with_onnxruntime(model, session, batch, output_names, embedding))
         for name in os.listdir(staging):
             os.replace(Path(staging) / name, Path(output_dir) / name)
     for name in COMPANION_FILES:

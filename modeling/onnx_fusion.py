@@ -1,17 +1,10 @@
-"""Fused CPU kernels for an exported encoder graph: ONNX Runtime's transformer optimizer (``model_type="bert"``).
+"""Fused CPU kernels for an exported encoder graph: ONNX Runtime's transformer optimizer (`model_type="bert"`).
 
-The optimizer recognises BERT's attention by its three separate q, k and v projections; briskbert projects q, k and v
-with one matrix, which is exactly the packed weight ONNX Runtime's ``Attention`` kernel takes. So the attention is
-fused here first, from the module path the exporter records on every node: each ``layers.N.attention`` becomes one
-``com.microsoft.Attention`` node (the packed qkv weight and bias, the raw attention mask), and the nodes it replaces
-are dropped. Then the optimizer fuses the rest: residual add + LayerNorm (``SkipLayerNormalization``), bias + GELU
-(``BiasGelu``) and, when the pattern matches, the embeddings + LayerNorm. The fused graph computes what the plain
-one does (the export check compares both with PyTorch) with fewer, larger kernels.
-
-Configurations the ``Attention`` kernel cannot express (rotary or ALiBi positions, grouped key/value heads, local
-attention) keep their attention unfused; the other fusions still apply.
-
-This module is not remote code: it is never copied into model folders.
+The optimizer finds BERT's attention by its three separate q, k, v projections; briskbert's one qkv projection is
+the packed weight ONNX Runtime's `Attention` kernel takes, so each `layers.N.attention` (found by the module path
+the exporter records on every node) becomes one `com.microsoft.Attention` node here first. The optimizer then
+fuses residual + LayerNorm, bias + GELU and the embeddings. Attention the kernel cannot express (rotary or ALiBi
+positions, grouped key/value heads, local layers) stays unfused. Not remote code.
 """
 
 from __future__ import annotations

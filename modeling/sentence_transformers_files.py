@@ -1,22 +1,20 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The files that make a model folder a sentence-transformers model, written and read without importing it.
-
-``SentenceTransformer(folder, trust_remote_code=True)`` reads ``modules.json``: module 0 is the transformer
-in the folder itself (loaded through ``AutoModel`` and the folder's remote code), then ``1_Pooling`` (mean
-or CLS), then ``2_Normalize`` when embeddings are unit length. ``sentence_bert_config.json`` holds the
-maximum sequence length. These are the files sentence-transformers writes itself, in the layout the
-original ``all-MiniLM-L6-v2`` repository uses, so old and new versions of the library read them.
+"""The files that make a model folder a sentence-transformers model (`modules.json`: the transformer in the folder
+itself, `1_Pooling`, `2_Normalize` when embeddings are unit length; `sentence_bert_config.json`: the maximum length),
+in the layout of the original all-MiniLM-L6-v2 repository, written and read without importing the library.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 POOLING_MODES = ("mean", "cls")
 MODULES_FILE = "modules.json"
 CONFIG_FILE = "sentence_bert_config.json"
+SETTINGS_FILE = "config_sentence_transformers.json"
 POOLING_FOLDER = "1_Pooling"
 NORMALIZE_FOLDER = "2_Normalize"
 
@@ -85,3 +83,16 @@ def read_embedding_spec(folder: str | Path) -> EmbeddingSpec | None:
         json.loads(config_file.read_text()).get("max_seq_length", 256) if config_file.is_file() else 256
     )
     return EmbeddingSpec(pooling=pooling, normalize="Normalize" in types, max_seq_length=max_seq_length)
+
+
+def copy_sentence_transformers_files(source: str | Path, target: str | Path) -> None:
+    """A sentence-transformers folder's own files and the module folders `modules.json` names (1_Pooling/, ...)."""
+    source, target = Path(source), Path(target)
+    for name in (MODULES_FILE, CONFIG_FILE, SETTINGS_FILE):
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+    if (source / MODULES_FILE).is_file():
+        for module in json.loads((source / MODULES_FILE).read_text(encoding="utf-8")):
+            path = module.get("path", "")
+            if path and (source / path).is_dir():
+                shutil.copytree(source / path, target / path, dirs_exist_ok=True)

@@ -3,7 +3,6 @@ torchao on the PyTorch model (saved as a transformers folder that loads back as 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -11,8 +10,7 @@ from torch import nn
 
 from briskbert.errors import SettingError
 from briskbert.extras import TORCHAO_IMPORT_LOGGERS
-from briskbert.modeling.export import ONNX_FILE, export_onnx, quiet_loggers
-from briskbert.modeling.onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
+from briskbert.modeling.export import ONNX_FILE, quiet_loggers
 
 from .request import QuantizeRequest
 
@@ -59,18 +57,6 @@ def onnx_precision(request: QuantizeRequest) -> str:
 
 
 ONNX_FP32_PRECISION = "fp32: fused attention, skip + LayerNorm and bias + GELU kernels (ONNX Runtime)"
-
-
-def export_fused(model, sample, embedding, folder: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """Exports the fp32 graph and writes its fused version to `folder`/model.onnx; returns the output names and
-    every node's module paths (for --keep_fp32)."""
-    raw = folder / "unfused"
-    raw.mkdir(parents=True)
-    output_names = export_onnx(model, sample, raw / ONNX_FILE, None, embedding)
-    with quiet_loggers(*OPTIMIZER_LOGGERS):
-        _, scopes = optimize_onnx(raw / ONNX_FILE, folder / ONNX_FILE, model.config)
-    shutil.rmtree(raw)
-    return output_names, scopes
 
 
 def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], request: QuantizeRequest) -> None:

@@ -24,6 +24,7 @@ from briskbert.modeling.export import (
     ONNX_FILE,
     ExportInputError,
     embedding_spec_of,
+    export_fused,
     load_for_export,
     longest_input,
     model_outputs,
@@ -31,6 +32,7 @@ from briskbert.modeling.export import (
     read_texts,
     run_onnxruntime,
 )
+from briskbert.modeling.sentence_transformers_files import copy_sentence_transformers_files
 from briskbert.training.engine.facts import FACTS_FILE
 
 from .agreement import (
@@ -45,7 +47,6 @@ from .backends import (
     ONNX_FP32_PRECISION,
     QUANTIZED_ONNX_FILE,
     auto_class_of,
-    export_fused,
     fp32_bytes_of,
     modules_to_keep,
     onnx_precision,
@@ -63,12 +64,6 @@ CANDIDATES = ".candidates"  # inside the staged folder: every candidate's files,
 FP32_PRECISION = "fp32 (the model as it is: briskbert's unpadded fast path)"
 # What quantization.json calls each backend's library, and the name of its weights file.
 LIBRARIES = {"fp32": "briskbert", "onnx-fp32": "onnxruntime", "onnx": "onnxruntime", "torch": "torchao"}
-# A sentence-transformers folder's own files: they travel with the torch backend, whose folder stays one.
-SENTENCE_TRANSFORMERS_FILES = (
-    "modules.json",
-    "sentence_bert_config.json",
-    "config_sentence_transformers.json",
-)
 
 
 def check_output_dir(model_dir: Path, output_dir: Path, overwrite: bool) -> None:
@@ -84,13 +79,9 @@ def check_output_dir(model_dir: Path, output_dir: Path, overwrite: bool) -> None
 
 def copy_companions(model_dir: Path, staging: Path, backend: str) -> None:
     names = list(COMPANION_FILES)
-    if backend in ("torch", "fp32"):
-        names += [*SENTENCE_TRANSFORMERS_FILES, FACTS_FILE]
-        modules_file = Path(model_dir) / "modules.json"
-        if modules_file.is_file():  # the pooling and normalisation folders modules.json names
-            for module in json.loads(modules_file.read_text(encoding="utf-8")):
-                if module.get("path") and (Path(model_dir) / module["path"]).is_dir():
-                    shutil.copytree(Path(model_dir) / module["path"], staging / module["path"])
+    if backend in ("torch", "fp32"):  # still a transformers (and sentence-transformers) folder
+        names.append(FACTS_FILE)
+        copy_sentence_transformers_files(model_dir, staging)
     for name in names:
         if (Path(model_dir) / name).is_file() and not (staging / name).exists():
             shutil.copyfile(Path(model_dir) / name, staging / name)
@@ -243,7 +234,7 @@ def build_candidates(root: Path, model, architecture: str, embedding, sample, re
     candidates = [Candidate("fp32", None, fp32, FP32_PRECISION, "model.safetensors")]
     if {"onnx-fp32", "onnx"} & set(wanted):
         progress("Exporting the fused ONNX graph ...")
-        output_names, scopes = export_fused(model, sample, embedding, root / "onnx-fp32")
+        output_names, _, scopes = export_fused(model, sample, embedding, root / "onnx-fp32")
         if "onnx-fp32" in wanted:
             candidates.append(
                 onnx_candidate("onnx-fp32", root / "onnx-fp32", ONNX_FILE, ONNX_FP32_PRECISION, output_names)

@@ -3,7 +3,7 @@ heads) into BriskBert folders, and the way back (`export_family`: a BriskBert fo
 remote code: saved folders never need it."""
 
 from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
-from .folder import convert_checkpoint, supported_sources
+from .folder import convert_checkpoint
 from .weights import CheckpointMismatchError
 
 # The name the BERT-only converter had; callers keep working.
@@ -16,5 +16,4 @@ __all__ = [
     "UnsupportedCheckpointError",
     "convert_bert_checkpoint",
     "convert_checkpoint",
-    "supported_sources",
 ]

@@ -6,9 +6,11 @@ import json
 import shutil
 from pathlib import Path
 
-from briskbert.files import staged_folder
+from briskbert.files import staged_folder, write_atomic
+from briskbert.inputs import read_json_object
 
-from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError, family_for
+from ..sentence_transformers_files import copy_sentence_transformers_files
+from .families import SourceFamily, UnsupportedCheckpointError, family_for
 from .weights import CheckpointMismatchError, check_weights, load_state_dict, rename_weights
 
 # Tokenizer files are carried over as they are (WordPiece, byte-level BPE, Unigram: whatever tokenizer.json holds).
@@ -24,30 +26,6 @@ TOKENIZER_FILES = (
     "spiece.model",
     "tokenizer.model",
 )
-# A sentence-transformers checkpoint: its module list, pooling/normalisation folders and settings (max length).
-SENTENCE_TRANSFORMERS_FILES = (
-    "modules.json",
-    "sentence_bert_config.json",
-    "config_sentence_transformers.json",
-)
-
-
-def supported_sources() -> dict[str, list[str]]:
-    """{family name: the source classes it imports}, for help texts and the README."""
-    return {
-        family.name: [f"{prefix}{suffix}" for prefix in family.class_prefixes for suffix in family.heads]
-        for family in FAMILIES
-    }
-
-
-def _read_source_config(src: Path) -> dict:
-    config_path = src / "config.json"
-    if not config_path.exists():
-        raise FileNotFoundError(f"{src} has no config.json; pass a transformers checkpoint folder.")
-    try:
-        return json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UnsupportedCheckpointError(f"{config_path} is not valid JSON ({error}).") from None
 
 
 def build_config(family: SourceFamily, head_suffix: str, source_config: dict, has_pooler: bool):
@@ -84,14 +62,7 @@ def _copy_tokenizer_and_sentence_files(src: Path, staging: Path, family: SourceF
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
                 shutil.copy2(src / name, staging / name)
-    for name in SENTENCE_TRANSFORMERS_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, staging / name)
-    if (src / "modules.json").is_file():
-        for module in json.loads((src / "modules.json").read_text(encoding="utf-8")):
-            path = module.get("path", "")
-            if path and (src / path).is_dir():  # 1_Pooling/, 2_Normalize/, ...
-                shutil.copytree(src / path, staging / path)
+    copy_sentence_transformers_files(src, staging)
 
 
 def convert_checkpoint(
@@ -112,7 +83,7 @@ def convert_checkpoint(
     src, out = Path(src_dir), Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} already exists and is not empty; choose a new output folder.")
-    source_config = _read_source_config(src)
+    source_config = read_json_object(src / "config.json", "src", "pass a transformers checkpoint folder")
     family = family_for(source_config, src / "config.json")
     architecture = _architecture(family, source_config, architecture)
     head_suffix = family.head_suffix(architecture)
@@ -138,8 +109,10 @@ def convert_checkpoint(
         if save_tokenizer:
             _copy_tokenizer_and_sentence_files(src, staging, family)
         if source_repo_id:
-            (staging / "training_facts.json").write_text(json.dumps({"base_model": source_repo_id}, indent=2))
+            # A schema-version-2 training_facts.json naming only the base model, for the cards of models trained from it.
+            facts = {"schema_version": 2, "base_model": source_repo_id}
+            write_atomic(staging / "training_facts.json", json.dumps(facts, indent=2))
     return model
 
 
-__all__ = ["CheckpointMismatchError", "UnsupportedCheckpointError", "convert_checkpoint", "supported_sources"]
+__all__ = ["CheckpointMismatchError", "UnsupportedCheckpointError", "convert_checkpoint"]
