@@ -1,11 +1,7 @@
-"""The files of one commit, indexed once and shared by every read of that commit.
-
-A commit's file table is loaded from disk once per revision and kept as sorted paths plus one packed record
-per file (61 bytes), instead of a dict of objects rebuilt on every request. Lookups, folder checks and listing
-pages are bisections in the sorted paths; the sibling list of ``repo_info`` and the README's front matter are
-computed on first use and kept with the index. ``IndexCache`` keeps recently used indexes within a byte
-budget and builds each one once even when many requests for it arrive together. Which files a commit stores
-as LFS pointers follows the Hub's rule (``looks_like_lfs``).
+"""The files of one commit, indexed once and shared by every read of that commit: sorted paths plus one packed
+61-byte record per file, so lookups, folder checks and listing pages are bisections; ``repo_info``'s sibling
+list and the README's front matter are computed on first use. ``IndexCache`` keeps recent indexes within a
+byte budget. Which files are LFS follows the Hub's rule (``looks_like_lfs``).
 """
 
 from __future__ import annotations
@@ -29,38 +25,9 @@ def lfs_pointer(sha256: str, size: int) -> bytes:
 
 
 # Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
-LFS_SUFFIXES = (
-    ".7z",
-    ".arrow",
-    ".bin",
-    ".bz2",
-    ".ckpt",
-    ".ftz",
-    ".gz",
-    ".h5",
-    ".joblib",
-    ".mlmodel",
-    ".model",
-    ".msgpack",
-    ".npy",
-    ".npz",
-    ".onnx",
-    ".ot",
-    ".parquet",
-    ".pb",
-    ".pickle",
-    ".pkl",
-    ".pt",
-    ".pth",
-    ".rar",
-    ".safetensors",
-    ".tar",
-    ".tflite",
-    ".tgz",
-    ".wasm",
-    ".xz",
-    ".zip",
-    ".zst",
+LFS_SUFFIXES = tuple(
+    ".7z .arrow .bin .bz2 .ckpt .ftz .gz .h5 .joblib .mlmodel .model .msgpack .npy .npz .onnx .ot .parquet .pb "
+    ".pickle .pkl .pt .pth .rar .safetensors .tar .tflite .tgz .wasm .xz .zip .zst".split()
 )
 LFS_MIN_SIZE = 10 * 1024 * 1024
 

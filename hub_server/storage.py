@@ -2,25 +2,19 @@
 
 Layout under ``data_dir``::
 
-    blobs/<sha256[:2]>/<sha256>          file contents, named by their sha256 (written once, never changed)
-    tmp/                                  partial writes; renamed into place only when complete (what an
-                                          interrupted write leaves here is removed when a server starts)
-    repos/<type>s/<namespace>/<name>/     both lower-cased: repo ids are case-insensitive, as on the Hub
+    blobs/<sha256[:2]>/<sha256>          file contents, named by their sha256
+    tmp/                                  partial writes, renamed into place when complete (emptied at start-up)
+    repos/<type>s/<namespace>/<name>/     lower-cased: repo ids are case-insensitive, as on the Hub
         meta.json                         {"id": display id as created, "private": bool, "created_at": ...}
         commits/<40-hex>.json             {"id", "parent", "title", "message", "date", "author"}
         trees/<40-hex>.json               {path: {"sha256", "size", "git_oid", "lfs"}}: the commit's files
         refs.json                         {"branches": {name: commit}, "tags": {name: commit}}
 
-A commit is visible only once ``refs.json`` names it, and ``refs.json`` is replaced with ``os.replace``
-after the blobs, the file table and the commit object are on disk. A crash at any earlier point leaves at
-most unreferenced blobs or commits behind, a failed write (a full disk) only blobs; readers never see half
-a commit. A commit is served only while a ref reaches it; deleting a ref collects what no ref reaches any more
-(``_collect``).
-
-The repos are also known in memory (``RepoRecord``): whether a repo exists and who may see it is answered
-without touching the disk, the same way for a private repo as for a missing one. Each commit's files are
-indexed once and cached (``index.IndexCache``); commit ids are never reused, so an index never goes stale.
-(Older data folders, with mixed-case folders and the files inside ``commits/<id>.json``, are read as well.)
+Crash consistency: ``refs.json`` is replaced (``os.replace``) only after the blobs, the file table and the
+commit object are on disk, and a commit is served only while a ref reaches it, so an interrupted write leaves
+at most unreferenced files, which the next collection (``_collect``) removes. Whether a repo exists and who
+may see it is answered from memory (``RepoRecord``), the same way for a private repo as for a missing one.
+Older data folders (mixed-case folders, files inside ``commits/<id>.json``) are read as well.
 """
 
 from __future__ import annotations
@@ -39,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from briskbert.files import write_atomic
+from briskbert.files import file_digest, write_atomic
 
 from .errors import (
     BadRequest,
@@ -376,8 +370,7 @@ class Storage:
         if found is None or found.st_size != entry.size:
             why = "missing" if found is None else f"{found.st_size} bytes instead of {entry.size}"
         elif entry.lfs:
-            with open(path, "rb") as fh:
-                why = hashlib.file_digest(fh, "sha256").hexdigest() != entry.sha256 and "its sha256 changed"
+            why = file_digest(path) != entry.sha256 and "its sha256 changed"
         else:
             why = self.git_oid(entry.sha256) != entry.git_oid and "its git blob sha1 changed"
         if why:

@@ -7,6 +7,7 @@ points at the server, with a fresh ``HF_HOME`` each.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -92,14 +93,6 @@ def file_line(path, content=b"x") -> dict:
 COMMIT_HEADER = {"key": "header", "value": {"summary": "x"}}
 
 
-class socket_errors_ignored:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, OSError)
-
-
 # ---- a server in its own process, for memory measurements ----------------------------------------------------
 def status_kb(pid: int, field: str) -> int:
     """A ``/proc/<pid>/status`` figure in kB (VmRSS, VmHWM, Threads: a count)."""
@@ -131,7 +124,7 @@ def server_process(tmp_path):
     )
     try:
         for _ in range(100):
-            with socket_errors_ignored():
+            with contextlib.suppress(OSError):
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             time.sleep(0.1)

@@ -9,6 +9,7 @@ handled counts, memory) are the ones quoted in docs/security.md."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -35,7 +36,6 @@ from hub_fixtures import (
     port_of,
     raw,
     read_response,
-    socket_errors_ignored,
     status_kb,
 )
 
@@ -48,13 +48,9 @@ HEADER = COMMIT_HEADER
 # ---- header injection ----------------------------------------------------------------------------------
 INJECTIONS = [
     "/api/nothing%0d%0aX-Injected:%201",
-    "/api/nothing%0aX-Injected:%201",
     "/api/nothing%00X-Injected:%201",
     "/api/models/testuser/a%0d%0aX-Injected:%201",
-    "/api/models/testuser/r/revision/main%0d%0aX-Injected:%201",
-    "/testuser/r/resolve/main/missing%0d%0aX-Injected:%201.txt",
     "/testuser/r/resolve/main/%E2%80%A8%0d%0aX-Injected:%201",
-    "/api/models/testuser/r/tree/main/x%0d%0aX-Injected:%201",
     "/api/models/testuser/r/refs%0d%0a%0d%0a<html>",
 ]
 
@@ -76,18 +72,12 @@ def test_request_text_is_never_reflected_raw_into_headers(hub):
 
 
 # ---- framing: lengths and timeouts ---------------------------------------------------------------------
-BAD_LENGTHS = [
+BAD_LENGTHS = [  # h11 refuses the first ones; both framings at once is the server's own check
     "Content-Length: -1\r\n",
-    "Content-Length: -100\r\n",
-    "Content-Length: abc\r\n",
     "Content-Length: 1e3\r\n",
-    "Content-Length: +20\r\n",
-    "Content-Length: 0x20\r\n",
-    "Content-Length: 20 20\r\n",
-    "Content-Length: 99999999999999999999999\r\n",
     "Content-Length: 20\r\nContent-Length: 21\r\n",
-    "Content-Length: 20\r\nTransfer-Encoding: chunked\r\n",
     "Transfer-Encoding: gzip\r\n",
+    "Content-Length: 20\r\nTransfer-Encoding: chunked\r\n",
 ]
 
 
@@ -101,22 +91,24 @@ def test_invalid_lengths_are_a_400_and_nothing_runs(hub):
     print(f"\ninvalid lengths: {len(BAD_LENGTHS)}/{len(BAD_LENGTHS)} refused with 400, no repo created")
 
 
-def test_unauthenticated_and_oversized_bodies_are_refused_from_the_headers(hub):
-    started = time.monotonic()
-    for path in (
-        "/api/repos/create",
-        "/api/models/testuser/r/commit/main",
-        "/testuser/r.git/info/lfs/objects/batch",
-    ):
-        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000000\r\n\r\n".encode()
-        status, headers, _ = raw(port_of(hub), head)  # not one byte of the body is sent
+def test_bodies_over_the_callers_cap_are_refused_from_the_headers(hub):
+    """Not one byte of the body is sent: the answer comes from the headers alone, and closes the connection."""
+
+    def announce(path: str, length: int, auth: str = ""):
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {length}\r\n\r\n"
+        return raw(port_of(hub), head.encode(), timeout=3)
+
+    for path in ("/api/repos/create", "/api/models/testuser/r/commit/main"):
+        status, headers, _ = announce(path, 4_000_000_000)
         assert status == 401 and headers.get("connection") == "close"
-    status, _, reply = raw(
-        port_of(hub),
-        f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n{AUTH}Content-Length: 4000000000\r\n\r\n".encode(),
-    )
+    status, _, reply = announce("/api/repos/create", 4_000_000_000, AUTH)
     assert status == 413 and "limit" in json.loads(reply)["error"]
-    assert time.monotonic() - started < 5  # answered without waiting for 4 GB
+    status, headers, reply = announce("/api/validate-yaml", 16 << 20)  # a public route: 1 MiB without a token
+    assert status == 413 and headers.get("connection") == "close" and "1048576" in json.loads(reply)["error"]
+    # A token lifts the cap to the JSON limit: a long README still validates.
+    card = {"content": "---\nlicense: mit\n---\n" + "text " * 400_000}
+    assert api(hub, "POST", "/api/validate-yaml", card, auth=False)[0] == 413
+    assert api(hub, "POST", "/api/validate-yaml", card) == (200, {"errors": [], "warnings": []})
 
 
 def _connections_closed_within(hub, seconds: float) -> bool:
@@ -137,7 +129,7 @@ def test_short_bodies_and_idle_connections_time_out(quick_hub):
     # 40 half-sent requests: connections served are capped at max_connections and all closed after the timeout
     socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
     for sock in socks:
-        with socket_errors_ignored():
+        with contextlib.suppress(OSError):
             sock.sendall(b"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
     peak, until = 0, time.monotonic() + 0.3  # within the 0.5 s read timeout of the first ones
     while time.monotonic() < until or not peak and time.monotonic() < until + 2:
@@ -164,105 +156,59 @@ M, B, T = (
 )
 S, L, Y = "/api/models/testuser/r/settings", "/testuser/r.git/info/lfs/objects/batch", "/api/validate-yaml"
 DEEP = b"[" * 200_000 + b"]" * 200_000
-MALFORMED = [
+MALFORMED = [  # one of each way a field, a document or a commit line can be wrong, per parser
     ("POST", C, b"[]"),
-    ("POST", C, b'"x"'),
-    ("POST", C, b"42"),
-    ("POST", C, b"null"),
     ("POST", C, b"{"),
-    ("POST", C, b'{"name": 5}'),
-    ("POST", C, b'{"organization": "testuser"}'),
-    ("POST", C, b'{"name": "x", "organization": ["a"]}'),
-    ("POST", C, b'{"name": "x", "type": "nope"}'),
-    ("POST", C, b'{"name": "x", "visibility": 3}'),
-    ("POST", C, b'{"name": "x", "private": "yes"}'),
-    ("POST", C, b'{"name": "../../x"}'),
     ("POST", C, DEEP),
     ("POST", C, b'{"name": "\xff\xfe"}'),
+    ("POST", C, b'{"name": 5}'),
+    ("POST", C, b'{"organization": "testuser"}'),
+    ("POST", C, b'{"name": "x", "type": "nope"}'),
+    ("POST", C, b'{"name": "x", "visibility": 3}'),
+    ("POST", C, b'{"name": "../../x"}'),
     ("DELETE", D, b"[]"),
-    ("DELETE", D, b'{"name": 1}'),
-    ("POST", P, b"[]"),
-    ("POST", P, b'{"files": {}}'),
     ("POST", P, b'{"files": [1]}'),
-    ("POST", P, b'{"files": [{}]}'),
-    ("POST", P, b'{"files": [{"path": 5}]}'),
     ("POST", P, b'{"files": [{"path": "a", "sample": "!!!not base64"}]}'),
     ("POST", P, b'{"files": [{"path": "a", "size": -1}]}'),
-    ("POST", P, b'{"files": [{"path": "a", "size": "big"}]}'),
-    ("POST", L, json.dumps(_lfs([{"oid": 5, "size": 1}])).encode()),
     ("POST", L, json.dumps(_lfs([{"oid": "z" * 64, "size": 1}])).encode()),
     ("POST", L, json.dumps(_lfs([{"oid": "a" * 64, "size": True}])).encode()),
     ("POST", L, json.dumps(_lfs("all")).encode()),
     ("POST", L, json.dumps(_lfs([], "download")).encode()),
-    ("POST", B, b"[]"),
     ("POST", B, b'{"startingPoint": 7}'),
-    ("POST", T, b'{"tag": 5}'),
     ("POST", T, b"{}"),
-    ("POST", T, b'["v1"]'),
     ("PUT", S, b'{"private": "no"}'),
-    ("PUT", S, b"[]"),
     ("POST", Y, b'{"content": 5}'),
-    ("POST", Y, b"[]"),
+    ("POST", M, b""),
     ("POST", M, ndjson(b"[]")),
     ("POST", M, ndjson({"key": "header", "value": []})),
-    ("POST", M, ndjson(b'"just a string"')),
-    ("POST", M, ndjson({"value": {}})),
-    ("POST", M, ndjson({"key": "header"})),
+    ("POST", M, ndjson(HEADER, b"{")),
+    ("POST", M, ndjson(HEADER, DEEP)),
+    ("POST", M, ndjson(HEADER, b'{"key": "file", "value": {"path": "\xff"}}')),
     ("POST", M, ndjson(HEADER, {"key": "nope", "value": {}})),
-    (
-        "POST",
-        M,
-        ndjson(HEADER, {"key": "file", "value": {"path": "a", "content": "!!!", "encoding": "base64"}}),
-    ),
-    ("POST", M, ndjson(HEADER, {"key": "file", "value": {"path": "a", "content": 5}})),
+    ("POST", M, ndjson(HEADER, {"key": "file", "value": {"path": "a", "content": "!!!"}})),
     ("POST", M, ndjson(HEADER, {"key": "file", "value": {"content": "eA=="}})),
-    ("POST", M, ndjson(HEADER, {"key": "file", "value": {"path": 5, "content": "eA=="}})),
     ("POST", M, ndjson(HEADER, {"key": "file", "value": {"path": "a", "content": "x", "encoding": "utf-8"}})),
-    (
-        "POST",
-        M,
-        ndjson(HEADER, {"key": "lfsFile", "value": {"path": "a", "oid": "nothex", "algo": "sha256"}}),
-    ),
-    ("POST", M, ndjson(HEADER, {"key": "lfsFile", "value": {"path": "a", "oid": "a" * 64, "size": "x"}})),
+    ("POST", M, ndjson(HEADER, {"key": "lfsFile", "value": {"path": "a", "oid": "nothex"}})),
     ("POST", M, ndjson(HEADER, {"key": "lfsFile", "value": {"path": "a", "oid": "a" * 64, "size": 3}})),
-    ("POST", M, ndjson(HEADER, {"key": "deletedFile", "value": {"path": 3}})),
     ("POST", M, ndjson(HEADER, {"key": "deletedFolder", "value": {}})),
     ("POST", M, ndjson(HEADER, {"key": "deletedFile", "value": {"path": "not-there.txt"}})),
-    ("POST", M, ndjson(HEADER, b"{")),
+    ("POST", M, ndjson(HEADER, file_line("../escape.txt"))),
     ("POST", M, ndjson(file_line("a.txt"))),
     ("POST", M, ndjson(HEADER, HEADER)),
     ("POST", M, ndjson({"key": "header", "value": {"summary": "x", "parentCommit": "main"}})),
-    ("POST", M, ndjson({"key": "header", "value": {"summary": 5}})),
-    ("POST", M, ndjson(HEADER, DEEP)),
-    ("POST", M, ndjson(HEADER, b'{"key": "file", "value": {"path": "\xff"}}')),
-    ("POST", M, b""),
-    ("POST", M, ndjson(HEADER, file_line("../escape.txt"))),
 ]
 
 
 def test_malformed_payloads_are_a_4xx_with_a_message_and_change_nothing(hub):
     head = make_repo(hub)
-    handled, failures = 0, []
+    failures = []
     for method, path, body in MALFORMED:
-        content_type = "application/x-ndjson" if path == M else "application/json"
-        status, headers, reply = raw(
-            port_of(hub), http_request(method, path, body, content_type=content_type)
-        )
-        message = headers.get("x-error-message", "")
-        if (
-            400 <= status < 500
-            and message
-            and json.loads(reply).get("error" if status != 400 or path != Y else "errors")
-        ):
-            handled += 1
-        else:
+        status, headers, reply = raw(port_of(hub), http_request(method, path, body))
+        if not (400 <= status < 500 and headers.get("x-error-message") and json.loads(reply).get("error")):
             failures.append((method, path, body[:80], status, reply[:200]))
-    print(f"\nmalformed JSON/ndjson payloads: {handled}/{len(MALFORMED)} answered 4xx with a message")
     assert not failures, failures
     assert api(hub, "GET", HEAD)[1]["sha"] == head
-    assert sorted(p.name for p in (hub.server.storage.root / "repos" / "models" / "testuser").iterdir()) == [
-        "r"
-    ]
+    assert [p.name for p in (hub.server.storage.root / "repos" / "models" / "testuser").iterdir()] == ["r"]
 
 
 def _race_once(hub, round_: int, statuses: list[int]) -> None:
@@ -301,57 +247,41 @@ def test_commits_racing_a_repo_deletion_get_4xx_never_500(hub):
 
 
 # ---- refs ----------------------------------------------------------------------------------------------
-BAD_REF_NAMES = [
+BAD_REF_NAMES = [  # one per git ref-name rule, plus 40-hex names that would shadow commit ids
     "a" * 40,
-    "0123456789abcdef0123456789ABCDEF01234567",
-    ".",
     "..",
-    "a..b",
     "a/",
-    "/a",
     "a//b",
     ".hidden",
-    "a/.b",
     "x.lock",
     "a b",
     "a~1",
-    "a^",
     "a:b",
-    "a?",
-    "a*",
-    "a[",
     "a\\b",
     "@",
     "a@{1}",
     "a.",
     "refs/heads/x",
     "bad\x00name",
-    "bad\x7fname",
     "",
 ]
 
 
 def test_ref_names_that_could_shadow_commits_or_break_git_rules_are_refused(hub):
     head = make_repo(hub)
-    refused = 0
+
+    def create(branch: str, tag: str) -> tuple[int, int]:
+        path = f"/api/models/testuser/r/branch/{urllib.parse.quote(branch, safe='')}"
+        return api(hub, "POST", path, {})[0], api(
+            hub, "POST", "/api/models/testuser/r/tag/main", {"tag": tag}
+        )[0]
+
     for name in BAD_REF_NAMES:
-        branch = api(hub, "POST", f"/api/models/testuser/r/branch/{urllib.parse.quote(name, safe='')}", {})
-        tag = api(hub, "POST", "/api/models/testuser/r/tag/main", {"tag": name})
-        refused += branch[0] in (400, 404) and tag[0] == 400
-    for name in ("v1.0", "release/2024-01", "dev_1", "feature-x"):
-        assert (
-            api(hub, "POST", f"/api/models/testuser/r/branch/{urllib.parse.quote(name, safe='')}", {})[0]
-            == 200
-        )
-        assert api(hub, "POST", "/api/models/testuser/r/tag/main", {"tag": f"t-{name}"})[0] == 200
-    print(f"\nref names: {refused}/{len(BAD_REF_NAMES)} invalid names refused as branch and as tag")
-    assert refused == len(BAD_REF_NAMES)
-    refs = hub.server.storage.refs("model", "testuser/r")
-    assert not set(refs["branches"]) & set(BAD_REF_NAMES) and not set(refs["tags"]) & set(BAD_REF_NAMES)
-    status, _, _ = raw(
-        port_of(hub), f"HEAD /testuser/r/resolve/{head}/.gitattributes HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-    )
-    assert status == 200
+        branch, tag = create(name, name)
+        assert branch in (400, 404) and tag == 400, name  # an empty or '//' name is no route: a 404
+    for name in ("v1.0", "release/2024-01", "dev_1"):
+        assert create(name, f"t-{name}") == (200, 200), name
+    assert api(hub, "GET", f"/testuser/r/resolve/{head}/.gitattributes")[0] == 200  # a commit id still reads
 
 
 # ---- start-up, pull requests, auth matrix ----------------------------------------------------------------
@@ -426,54 +356,6 @@ def test_auth_matrix_every_write_route_needs_the_token(hub):
     assert api(hub, "GET", HEAD)[1]["sha"] == head
 
 
-# ---- memory of a real server process ---------------------------------------------------------------------
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc/<pid>/status")
-def test_server_memory_stays_bounded_under_hostile_bodies(server_process):
-    pid, port = server_process
-    raw(port, b"GET /api/whoami-v2 HTTP/1.1\r\nHost: x\r\n" + AUTH.encode() + b"\r\n")  # warm up
-    baseline = status_kb(pid, "VmRSS")
-    peak = baseline
-
-    # 1. an unauthenticated 4 GB upload, sent as fast as the server takes it
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000000\r\n\r\n")
-        sent, zeros = 0, bytes(1 << 20)
-        with socket_errors_ignored():
-            while sent < (64 << 20):
-                sock.sendall(zeros)
-                sent += len(zeros)
-                peak = max(peak, status_kb(pid, "VmRSS"))
-        status = read_response(sock)[0] if sent < (64 << 20) else None
-    after_4gb = status_kb(pid, "VmRSS")
-
-    # 2. twenty slow connections, each with half a request
-    threads_before = status_kb(pid, "Threads")
-    slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
-    for sock in slow:
-        sock.sendall(
-            b"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n"
-            + AUTH.encode()
-            + b"Content-Length: 1000\r\n\r\n{"
-        )
-    time.sleep(0.3)
-    threads_open = status_kb(pid, "Threads")
-    rss_slow = status_kb(pid, "VmRSS")
-    ok = raw(port, b"GET /api/whoami-v2 HTTP/1.1\r\nHost: x\r\n" + AUTH.encode() + b"\r\n")[0]
-    time.sleep(1.5)
-    threads_after = status_kb(pid, "Threads")
-    for sock in slow:
-        sock.close()
-    print(
-        f"\nserver RSS: baseline {baseline / 1024:.1f} MiB; peak while refusing an unauthenticated 4 GB body "
-        f"({sent >> 20} MiB sent before it closed) {peak / 1024:.1f} MiB, after {after_4gb / 1024:.1f} MiB; "
-        f"with 20 slow connections open {rss_slow / 1024:.1f} MiB ({threads_open} threads, {threads_after} "
-        f"after the 1 s timeout)"
-    )
-    assert status in (401, None) and sent < (64 << 20)  # the server closed the connection early
-    assert peak - baseline < 16 * 1024 and rss_slow - baseline < 16 * 1024
-    assert ok == 200 and threads_open - threads_before <= 20  # at most a worker thread per slow request
-
-
 HUB_SERVER = Path(__file__).resolve().parents[1] / "hub_server"
 
 
@@ -511,17 +393,6 @@ def test_the_yaml_parsers_own_depth_limit_reads_as_the_servers(monkeypatch):
         front_matter.load_front_matter("---\nx: [[[]]]\n---\n", front_matter.YamlLimits())
 
 
-def test_validate_yaml_body_is_capped_for_callers_without_a_token(hub):
-    # 16 MiB announced, not one byte sent: refused from the headers.
-    head = "POST /api/validate-yaml HTTP/1.1\r\nHost: x\r\nContent-Length: 16777216\r\n\r\n"
-    status, headers, reply = raw(port_of(hub), head.encode(), timeout=3)
-    assert status == 413 and headers.get("connection") == "close" and "1048576" in json.loads(reply)["error"]
-    # A token lifts the cap to the JSON limit: a long README still validates.
-    card = {"content": "---\nlicense: mit\n---\n" + "text " * 400_000}
-    assert api(hub, "POST", "/api/validate-yaml", card, auth=False)[0] == 413
-    assert api(hub, "POST", "/api/validate-yaml", card) == (200, {"errors": [], "warnings": []})
-
-
 # ---- slow clients ----------------------------------------------------------------------------------------
 def _readable(sock: socket.socket) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
@@ -551,7 +422,7 @@ def test_trickled_request_heads_are_cut_at_their_deadline(quick_hub):
             closed_after = time.monotonic() - started
             break
         for sock in open_socks:
-            with socket_errors_ignored():
+            with contextlib.suppress(OSError):
                 sock.send(line[i : i + 1])
         time.sleep(0.1)
     status = api(quick_hub, "GET", "/api/whoami-v2")[0]
@@ -567,7 +438,7 @@ def test_trickled_bodies_are_cut_at_their_deadline(quick_hub):
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", port_of(quick_hub)), timeout=5) as sock:
         sock.sendall(head)
-        with socket_errors_ignored():
+        with contextlib.suppress(OSError):
             for _ in range(40):  # one byte every 0.1 s: never silent for the 0.5 s idle timeout
                 sock.send(b" ")
                 time.sleep(0.1)
@@ -607,15 +478,12 @@ DATA = b"0123456789AB"
 RANGES = [  # (Range header, status, Content-Range, body)
     ("bytes=\u00b2-", 200, None, DATA),  # int() takes '²', a range does not
     ("bytes=" + "9" * 5000 + "-", 416, "bytes */12", None),  # int() refuses 5,000 digits
-    ("bytes=999-", 416, "bytes */12", None),
     ("bytes=12-", 416, "bytes */12", None),
-    ("bytes=3-", 206, "bytes 3-11/12", DATA[3:]),
     ("bytes=2-5", 206, "bytes 2-5/12", DATA[2:6]),
     ("bytes=10-99", 206, "bytes 10-11/12", DATA[10:]),
     ("bytes=-4", 206, "bytes 8-11/12", DATA[-4:]),
     ("bytes=5-2", 200, None, DATA),
     ("bytes=0-1,4-5", 200, None, DATA),
-    ("items=0-1", 200, None, DATA),
 ]
 
 
@@ -643,11 +511,11 @@ def test_request_log_is_a_ring_of_short_paths(tmp_path):
     with BackgroundHub(tmp_path / "d", TOKEN, limits=ServerLimits(request_log_entries=50)) as hub:
         port = port_of(hub)
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-            for i in range(200):
+            for i in range(60):
                 sock.sendall(f"GET /api/models/testuser/{i}{'x' * 6000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
                 assert read_response(sock)[0] == 400
         deadline = time.monotonic() + 5  # a request is logged just after its answer
-        while not hub.server.request_log[-1][1].startswith("/api/models/testuser/199x"):
+        while not hub.server.request_log[-1][1].startswith("/api/models/testuser/59x"):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         log = list(hub.server.request_log)
@@ -714,11 +582,16 @@ def _attack_inline_upload(port: int, size: int) -> None:
     assert status == 200 and hashlib.sha256(data).digest() == hashlib.sha256(content).digest()
 
 
-def _attack_request_log(port: int, count: int) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        for i in range(count):
-            sock.sendall(f"GET /api/models/testuser/{i}{'x' * 7000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            read_response(sock)
+def _attack_unauthenticated_body(port: int) -> None:
+    """A 4 GB body without a token, sent as fast as the server takes it: refused, and the connection closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000000\r\n\r\n")
+        sent, zeros = 0, bytes(1 << 20)
+        with contextlib.suppress(OSError):
+            while sent < (64 << 20):
+                sock.sendall(zeros)
+                sent += len(zeros)
+        assert sent < (64 << 20)  # the server closed the connection long before
 
 
 def _attack_large_repo(port: int) -> None:
@@ -749,7 +622,7 @@ def test_server_memory_stays_within_64_mib_of_idle_under_attack(server_process):
     growth = {
         "8 YAML bombs at once": _peak_growth(pid, idle, lambda: _attack_yaml(port)),
         "a 24 MiB inline upload": _peak_growth(pid, idle, lambda: _attack_inline_upload(port, 24 << 20)),
-        "500 requests with 7 KB paths": _peak_growth(pid, idle, lambda: _attack_request_log(port, 500)),
+        "an unauthenticated 4 GB body": _peak_growth(pid, idle, lambda: _attack_unauthenticated_body(port)),
         "10,000 files, 12 anonymous reads at once": _peak_growth(pid, idle, lambda: _attack_large_repo(port)),
     }
     after = (status_kb(pid, "VmRSS") - idle) / 1024
@@ -763,27 +636,20 @@ def test_server_memory_stays_within_64_mib_of_idle_under_attack(server_process):
 
 # ---- names -----------------------------------------------------------------------------------------------
 BAD_PATHS = [
-    "../escape",
     "a/../../b",
     "/abs",
     "a//b",
-    ".git/config",
     "a\\b",
+    ".git/config",
     "\ud800.txt",  # a lone surrogate
-    "a/\udfff",
     "a/\uff0e\uff0e/x",  # fullwidth '..'
     "a/\u2025/x",  # two dot leader: '..' after NFKC
-    "a\uff0f..\uff0fx",  # fullwidth '/' around '..'
-    ".GIT/config",
     "x/.Git/hooks/post-checkout",
     ".git./config",
     ".g\u200cit/config",
-    "\uff0egit/config",
     "a" * 256,  # a name over 255 bytes: "File name too long" in the client's cache
-    "\u00e9" * 128 + "/x",  # 256 bytes in UTF-8
     "d/" * 512 + "f.txt",  # a path over 1,024 bytes
     "tab\there",
-    "del\x7f",
 ]
 GOOD_PATHS = [
     "x..y.txt",
@@ -958,7 +824,7 @@ def _pieces(data: bytes, size: int):
     return (data[i : i + size] for i in range(0, len(data), size))
 
 
-@pytest.mark.parametrize("piece_size", [1, 3, 7, 4096, 1 << 20])
+@pytest.mark.parametrize("piece_size", [1, 7, 1 << 20])
 def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
     """A file line longer than ``max_line`` is scanned, not parsed: its content must come out exactly as
     ``json.loads`` + ``base64.b64decode`` would give it, escapes included, wherever the pieces are cut."""
@@ -1050,7 +916,7 @@ def test_index_pages_add_up_to_the_whole_listing():
     folders = ["", *sorted({p.rsplit("/", 1)[0] for p in paths if "/" in p})[:15]]
     for folder in folders:
         for recursive in (True, False):
-            for limit in (1, 2, 7, 1000):
+            for limit in (1, 7, 1000):
                 listed, after = [], None
                 while True:
                     items, after = index.page(folder, recursive, after, limit)
