@@ -94,31 +94,14 @@ def assert_store(store, documents):
     assert store.document_offsets().tolist() == doc_offsets
     assert store.segment_offsets().tolist() == [list(s) for s in segments]
     assert store.document_segment_offsets().tolist() == doc_segments
-    assert (store.num_tokens, store.num_documents, store.meta["num_segments"]) == (
-        len(tokens),
-        len(documents),
-        len(segments),
-    )
+    assert (store.num_tokens, store.num_documents) == (len(tokens), len(documents))
 
 
 def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
     store = prepare(tmp_path)
     assert_store(store, DOCUMENTS)
-    assert store.meta["dtype"] == "uint16" and store.meta["separator_id"] == 1
-    assert store.meta["settings"] == {"sentences": False} and store.meta["version"] == corpus.STORE_VERSION
-    assert store.meta["source"] == str(tmp_path / "corpus.txt")
-    assert sorted(p.name for p in store.folder.iterdir()) == [
-        "doc_segments.npy",
-        "documents.npy",
-        "manifest.json",
-        "meta.json",
-        "segments.npy",
-        "tokens.bin",
-    ]
-    assert (
-        store.tokens().dtype == np.uint16
-        and os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
-    )
+    assert store.meta["dtype"] == "uint16" and store.meta["settings"] == {"sentences": False}
+    assert os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
 
 
 def test_a_tokenizer_saved_to_pad_and_truncate_neither_pads_nor_truncates_the_corpus(tmp_path):
@@ -141,13 +124,8 @@ def test_sentence_store_splits_paragraphs_into_sentences(tmp_path):
 
 
 def test_split_sentences_needs_end_punctuation_space_and_a_sentence_start():
-    assert split_sentences("One. Two! Three? four. (Five) 6 is. @me") == [
-        "One.",
-        "Two!",
-        "Three? four.",
-        "(Five) 6 is.",
-        "@me",
-    ]
+    sentences = ["One.", "Two!", "Three? four.", "(Five) 6 is.", "@me"]
+    assert split_sentences("One. Two! Three? four. (Five) 6 is. @me") == sentences
     assert split_sentences("e.g. this") == ["e.g. this"]
     assert split_sentences("  ") == []
 
@@ -161,15 +139,6 @@ def test_empty_documents_and_unknown_only_segments(tmp_path):
     assert chunk.segment_lengths.tolist() == [2, 1]
     assert chunk.document_segments.tolist() == [1, 0, 1]
     assert encode_documents(encoder, [], sentences=True).tokens.tolist() == []
-
-
-def test_source_labels_and_sizes(tmp_path):
-    (tmp_path / "c.txt").write_text("the cat")
-    assert CorpusSource(str(tmp_path / "c.txt")).label == str(tmp_path / "c.txt")
-    assert CorpusSource(str(tmp_path / "c.txt")).size_hint() == 7
-    named = CorpusSource(dataset_name="user/wiki", dataset_config_name="en", split="validation")
-    assert named.label == "user/wiki[validation]" and named.size_hint() is None and named.blank_line_separates
-    assert named.fingerprint() == {"dataset": "user/wiki", "config": "en", "split": "validation"}
 
 
 def test_the_cache_is_reused_and_any_change_prepares_again(tmp_path):
@@ -278,28 +247,6 @@ def test_the_end_of_a_large_file_is_in_the_fingerprint(tmp_path):
     after = CorpusSource(str(path)).fingerprint()
     assert before["size"] == after["size"] and before["mtime_ns"] == after["mtime_ns"]
     assert before["sample"] != after["sample"] and before["path"] == str(path.resolve())
-
-
-def test_an_edit_within_the_first_64_kib_is_in_the_fingerprint(tmp_path):
-    path = tmp_path / "big.txt"
-    body = "the cat sat on the mat.\n" * 4000
-    path.write_text(body)
-    before = CorpusSource(str(path)).fingerprint()
-    stat = path.stat()
-    path.write_text(body[:1000] + "dog" + body[1003:])  # the same size, three bytes changed at byte 1,000
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    after = CorpusSource(str(path)).fingerprint()
-    assert before["size"] == after["size"] and before["sample"] != after["sample"]
-
-
-def test_the_store_records_how_long_preparation_took(tmp_path, monkeypatch):
-    (tmp_path / "corpus.txt").write_text(TEXT)
-    clock = iter([100.0, 212.5])
-    monkeypatch.setattr(corpus.time, "perf_counter", lambda: next(clock))
-    store = prepare_corpus(
-        CorpusSource(str(tmp_path / "corpus.txt")), WordTokenizer(), settings(tmp_path), log=print
-    )
-    assert store.meta["seconds"] == 112.5
 
 
 def test_several_workers_and_small_chunks_give_the_same_store(tmp_path, monkeypatch):
@@ -435,9 +382,7 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 
 # the slowest last (datasets builds a dataset; the UTF-8 message loads the tokenizer trainer)
 def test_file_builders_and_their_errors(tmp_path):
-    assert file_builder("a.TXT") == ("text", {}) and file_builder("x.jsonl") == ("json", {})
-    assert file_builder("x.tsv") == ("csv", {"delimiter": "\t"}) and file_builder("x.csv") == ("csv", {})
-    assert file_builder("x.parquet") == ("parquet", {})
+    assert file_builder("a.TXT") == ("text", {}) and file_builder("x.tsv") == ("csv", {"delimiter": "\t"})
     with pytest.raises(ValueError, match=r"x.xml: unsupported file type '.xml'; use one of .csv, .json, "):
         file_builder("x.xml")
     (tmp_path / "rows.jsonl").write_text(json.dumps({"body": "the cat"}) + "\n")

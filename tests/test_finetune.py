@@ -55,6 +55,10 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     return str(folder)
 
 
+def data_files(train: str, validation: str) -> list[str]:
+    return ["--train_file", str(DATA / train), "--validation_file", str(DATA / validation)]
+
+
 def _write(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)
@@ -69,32 +73,12 @@ def _write(path: Path, text: str) -> str:
 def classifier(tiny_model_dir, tmp_path_factory):
     """A short classification run (also the distillation test's teacher)."""
     out = tmp_path_factory.mktemp("cls")
+    data = data_files("sst2_train_excerpt.tsv", "sst2_validation_excerpt.tsv")
     return _script("finetune_classification").main(
-        [
-            "--model_name_or_path",
-            tiny_model_dir,
-            "--train_file",
-            str(DATA / "sst2_train_excerpt.tsv"),
-            "--validation_file",
-            str(DATA / "sst2_validation_excerpt.tsv"),
-            "--max_train_samples",
-            "64",
-            "--max_eval_samples",
-            "40",
-            "--max_train_steps",
-            "3",
-            "--eval_steps",
-            "2",
-            "--metric_for_best_model",
-            "accuracy",
-            "--label_names",
-            "negative,positive",
-            "--dataset_card_name",
-            "stanfordnlp/sst2",
-            "--output_dir",
-            str(out),
-            *FAST,
-        ]
+        ["--model_name_or_path", tiny_model_dir, *data, "--output_dir", str(out), *FAST]
+        + "--max_train_samples 64 --max_eval_samples 40 --max_train_steps 3 --eval_steps 2".split()
+        + "--metric_for_best_model accuracy --label_names negative,positive".split()
+        + ["--dataset_card_name", "stanfordnlp/sst2"]
     )
 
 
@@ -317,26 +301,10 @@ def test_labels_go_on_the_first_sub_word(tokenizer):
 
 
 def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
+    data = data_files("conll2003_train_excerpt.txt", "conll2003_dev_excerpt.txt")
     result = _script("finetune_ner").main(
-        [
-            "--model_name_or_path",
-            tiny_model_dir,
-            "--train_file",
-            str(DATA / "conll2003_train_excerpt.txt"),
-            "--validation_file",
-            str(DATA / "conll2003_dev_excerpt.txt"),
-            "--max_train_samples",
-            "48",
-            "--max_eval_samples",
-            "40",
-            "--max_train_steps",
-            "2",
-            "--learning_rate",
-            "1e-3",
-            "--output_dir",
-            str(tmp_path / "ner"),
-            *FAST,
-        ]
+        ["--model_name_or_path", tiny_model_dir, *data, "--output_dir", str(tmp_path / "ner"), *FAST]
+        + "--max_train_samples 48 --max_eval_samples 40 --max_train_steps 2 --learning_rate 1e-3".split()
     )
     assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy"} <= set(result.metrics)
     config = json.loads((result.final_dir / "config.json").read_text())
@@ -482,32 +450,10 @@ def test_qa_windows_cover_long_contexts_and_label_answerless_windows_cls(tokeniz
 
 
 def test_squad_answers_not_in_context_are_counted(tmp_path):
-    payload = {
-        "version": "1.1",
-        "data": [
-            {
-                "title": "t",
-                "paragraphs": [
-                    {
-                        "context": "Alpha beta gamma beta.",
-                        "qas": [
-                            {"id": 1, "question": "ok?", "answers": [{"text": "gamma", "answer_start": 11}]},
-                            {
-                                "id": 2,
-                                "question": "shifted?",
-                                "answers": [{"text": "beta", "answer_start": 15}],
-                            },
-                            {
-                                "id": 3,
-                                "question": "absent?",
-                                "answers": [{"text": "delta", "answer_start": 0}],
-                            },
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
+    questions = [(1, "gamma", 11), (2, "beta", 15), (3, "delta", 0)]  # right, shifted, absent
+    qas = [{"id": i, "question": "?", "answers": [{"text": t, "answer_start": a}]} for i, t, a in questions]
+    paragraphs = [{"context": "Alpha beta gamma beta.", "qas": qas}]
+    payload = {"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}
     dataset, report = load_squad(_write(tmp_path / "s.json", json.dumps(payload)))
     assert dataset["id"] == ["1", "2"]
     assert dataset["answers"][1]["answer_start"] == [17]  # moved to the nearest "beta"
@@ -522,30 +468,11 @@ def test_squad_answers_not_in_context_are_counted(tmp_path):
 
 def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     out = tmp_path / "qa"
+    squad = str(DATA / "xquad_en_excerpt.json")
     result = _script("finetune_qa").main(
-        [
-            "--model_name_or_path",
-            tiny_model_dir,
-            "--train_file",
-            str(DATA / "xquad_en_excerpt.json"),
-            "--train_articles",
-            "0:1",
-            "--validation_file",
-            str(DATA / "xquad_en_excerpt.json"),
-            "--validation_articles",
-            "3:4",
-            "--max_eval_samples",
-            "12",
-            "--max_seq_length",
-            "128",
-            "--doc_stride",
-            "48",
-            "--max_train_steps",
-            "2",
-            "--output_dir",
-            str(out),
-            *FAST,
-        ]
+        ["--model_name_or_path", tiny_model_dir, "--train_file", squad, "--validation_file", squad, *FAST]
+        + "--train_articles 0:1 --validation_articles 3:4 --max_eval_samples 12 --max_seq_length 128".split()
+        + ["--doc_stride", "48", "--max_train_steps", "2", "--output_dir", str(out)]
     )
     assert {"eval_exact_match", "eval_f1"} <= set(result.metrics) and result.metrics["eval_total"] == 12
     predictions = json.loads((out / "eval_predictions.json").read_text())
@@ -611,26 +538,17 @@ def test_student_takes_every_other_teacher_layer_and_the_loss_is_the_documented_
 
 
 def test_distill_script_saves_only_the_student(classifier, tmp_path):
+    data = data_files("sst2_train_excerpt.tsv", "sst2_validation_excerpt.tsv")
     result = _script("distill").main(
         [
             "--teacher_model",
             str(classifier.final_dir),
-            "--train_file",
-            str(DATA / "sst2_train_excerpt.tsv"),
-            "--validation_file",
-            str(DATA / "sst2_validation_excerpt.tsv"),
-            "--max_train_samples",
-            "32",
-            "--max_eval_samples",
-            "16",
-            "--max_train_steps",
-            "2",
-            "--hidden_loss_weight",
-            "0.5",
+            *data,
             "--output_dir",
             str(tmp_path / "student"),
             *FAST,
         ]
+        + "--max_train_samples 32 --max_eval_samples 16 --max_train_steps 2 --hidden_loss_weight 0.5".split()
     )
     from briskbert.modeling import BriskBertForSequenceClassification
 

@@ -62,19 +62,9 @@ def test_sequence_spans(lengths, mode, starts, sizes):
 
 # ------------------------------------------------------------------------------------------ bad input
 def base_args(tmp_path, tokenizer_dir, *extra):
-    return [
-        "--train_file",
-        str(EXCERPT),
-        "--config_name",
-        "bert-tiny",
-        "--tokenizer_name",
-        str(tokenizer_dir),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_train_steps",
-        "2",
-        *extra,
-    ]
+    paths = ["--train_file", str(EXCERPT), "--tokenizer_name", str(tokenizer_dir)]
+    paths += ["--output_dir", str(tmp_path / "out")]
+    return [*paths, "--config_name", "bert-tiny", "--max_train_steps", "2", *extra]
 
 
 @pytest.mark.parametrize(
@@ -129,33 +119,12 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
     rows = [{"text": "\n".join(doc)} for doc in read_documents(str(EXCERPT))]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    paths = ["--train_file", str(corpus), "--tokenizer_name", tokenizer.name_or_path]
+    paths += ["--output_dir", str(tmp_path / "run")]
     result = main(
-        [
-            "--train_file",
-            str(corpus),
-            "--config_name",
-            "bert-tiny",
-            "--config_overrides",
-            "hidden_size=64,intermediate_size=128",
-            "--tokenizer_name",
-            tokenizer.name_or_path,
-            "--nsp",
-            "--whole_word_mask",
-            "--max_seq_length",
-            "64",
-            "--per_device_train_batch_size",
-            "8",
-            "--gradient_accumulation_steps",
-            "2",
-            "--max_train_steps",
-            "4",
-            "--eval_steps",
-            "2",
-            "--logging_steps",
-            "1",
-            "--output_dir",
-            str(tmp_path / "run"),
-        ]
+        [*paths, "--config_name", "bert-tiny", "--config_overrides", "hidden_size=64,intermediate_size=128"]
+        + "--nsp --whole_word_mask --max_seq_length 64 --per_device_train_batch_size 8".split()
+        + "--gradient_accumulation_steps 2 --max_train_steps 4 --eval_steps 2 --logging_steps 1".split()
     )
     assert {"eval_loss", "eval_accuracy", "eval_perplexity", "eval_nsp_accuracy"} <= set(result.metrics)
     assert result.metrics["eval_perplexity"] == pytest.approx(np.exp(result.metrics["eval_loss"]))
@@ -200,72 +169,22 @@ def test_two_process_gloo_run_matches_one_process(tmp_path, tokenizer):
     with 8: same global batches (one shuffle, sharded), same masks (drawn per example), loss normalised
     over the masked tokens of both processes. Slow (~1 min: two interpreters start, gloo set-up) but the
     only check that the multi-process path (sharding, all-reduce of item counts, DDP) is right."""
-    common = [
-        "--train_file",
-        str(EXCERPT),
-        "--config_name",
-        "bert-tiny",
-        "--config_overrides",
-        "hidden_size=64,intermediate_size=128,hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
-        "--tokenizer_name",
-        tokenizer.name_or_path,
-        "--max_seq_length",
-        "64",
-        "--packing",
-        "--max_train_steps",
-        "4",
-        "--logging_steps",
-        "1",
-        "--learning_rate",
-        "1e-3",
-        "--seed",
-        "3",
-    ]
+    overrides = "hidden_size=64,intermediate_size=128,hidden_dropout_prob=0.0,attention_probs_dropout_prob=0"
+    common = ["--train_file", str(EXCERPT), "--tokenizer_name", tokenizer.name_or_path]
+    common += ["--config_overrides", overrides, "--config_name", "bert-tiny", "--max_seq_length", "64"]
+    common += "--packing --max_train_steps 4 --logging_steps 1 --learning_rate 1e-3 --seed 3".split()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    one = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            *common,
-            "--per_device_train_batch_size",
-            "8",
-            "--output_dir",
-            str(tmp_path / "one"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
+
+    def train(launcher: list[str], batch_size: int, name: str):
+        argv = [*launcher, str(SCRIPT), *common, "--per_device_train_batch_size", str(batch_size)]
+        argv += ["--output_dir", str(tmp_path / name)]
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    train([sys.executable], 8, "one")
     # --multi_gpu selects the torchrun launcher; without a GPU the loop runs it as multi-CPU (gloo).
-    two = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            str(SCRIPT),
-            *common,
-            "--per_device_train_batch_size",
-            "4",
-            "--output_dir",
-            str(tmp_path / "two"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert two.returncode == 0, two.stderr[-3000:]
+    launch = "-m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1"
+    train([sys.executable, *launch.split(), "--mixed_precision", "no", "--dynamo_backend", "no"], 4, "two")
 
     def history(name):
         lines = (tmp_path / name / "log_history.jsonl").read_text().splitlines()

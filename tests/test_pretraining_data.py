@@ -254,32 +254,12 @@ def test_each_dataloader_worker_streams_its_own_shard(tmp_path, monkeypatch):
 
 
 def _pretrain_args(tmp_path, *extra):
-    return [
-        "--train_file",
-        str(EXCERPT),
-        "--config_name",
-        "bert-tiny",
-        "--config_overrides",
-        "hidden_size=32,intermediate_size=64,num_hidden_layers=1,hidden_dropout_prob=0.0,"
-        "attention_probs_dropout_prob=0.0",
-        "--vocab_size",
-        "500",
-        "--packing_mode",
-        "doc-sentences",
-        "--max_seq_length",
-        "64",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_train_steps",
-        "4",
-        "--logging_steps",
-        "1",
-        "--checkpointing_steps",
-        "2",
-        "--data_cache_dir",
-        str(tmp_path / "cache"),
-        *extra,
-    ]
+    overrides = "hidden_size=32,intermediate_size=64,num_hidden_layers=1,hidden_dropout_prob=0.0,"
+    overrides += "attention_probs_dropout_prob=0.0"
+    paths = ["--train_file", str(EXCERPT), "--data_cache_dir", str(tmp_path / "cache")]
+    flags = "--config_name bert-tiny --vocab_size 500 --packing_mode doc-sentences --max_seq_length 64"
+    flags += " --per_device_train_batch_size 4 --max_train_steps 4 --logging_steps 1 --checkpointing_steps 2"
+    return [*paths, "--config_overrides", overrides, *flags.split(), *extra]
 
 
 def test_resume_mid_epoch_is_exact_keeps_the_tokenizer_and_prepares_a_damaged_cache_again(tmp_path, capsys):

@@ -35,7 +35,7 @@ def postprocess(starts, ends, **options):
     return qa.postprocess_qa_predictions(examples, features, np.array([starts]), np.array([ends]), **options)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize(("n_best_size", "max_answer_length"), [(1, 30), (3, 1), (5, 3), (20, 30)])
 def test_the_best_spans_are_those_of_brute_force_enumeration(seed, n_best_size, max_answer_length):
     generator = np.random.default_rng(seed)
