@@ -1,21 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Dense retrieval: a passage collection with relevance judgements, sentence embeddings from a dual
-encoder, exact nearest neighbours and the standard metrics.
-
-* :class:`RetrievalTask` is a corpus, queries and ``qrels`` (``{query id: {passage id: relevance}}``), read
-  from a SQuAD-format file (every paragraph is a passage, each question's own paragraph its relevant one;
-  optional distractor passages, one per line) or from JSON lines (``id``/``text`` corpus and queries,
-  ``query_id``/``passage_id``[/``relevance``] qrels).
-* :func:`encode_texts` embeds texts in length-sorted batches (little padding; the model's unpadded path
-  skips the rest) with mean or CLS pooling and optional normalisation, as the saved sentence-transformers
-  modules do.
-* :func:`exact_search` is a blocked matrix product and ``topk`` in torch: exact, and fast enough for
-  collections that fit in memory (a million 384-wide passages is 1.5 GB in fp32). Larger collections
-  use a faiss index from ``briskbert build-index`` (:mod:`training.vector_index`; ``index_dir``).
-* :func:`retrieval_metrics`: Recall@1/5/10/100 (share of a query's relevant passages in the top k), MRR@10
-  (reciprocal rank of the first relevant passage, 0 beyond 10) and nDCG@10 (graded relevance, log2
-  discount, normalised by the ideal ranking), averaged over queries.
-"""
+"""Dense retrieval: a passage collection with relevance judgements (``qrels``), sentence embeddings from a dual
+encoder, exact nearest neighbours and the standard metrics (Recall@1/5/10/100, MRR@10, nDCG@10)."""
 
 from __future__ import annotations
 
@@ -39,7 +24,7 @@ class RetrievalTask:
     corpus_texts: list[str]
     query_ids: list[str]
     query_texts: list[str]
-    qrels: dict[str, dict[str, float]]
+    qrels: dict[str, dict[str, float]]  # {query id: {passage id: relevance}}
     answers: dict[str, list[str]] = field(default_factory=dict)  # SQuAD only: gold answers per query
 
     def __post_init__(self):
@@ -47,8 +32,7 @@ class RetrievalTask:
             raise DataError("a retrieval task needs at least one passage and one query.")
         known = set(self.corpus_ids)
         for query_id in self.query_ids:
-            relevant = self.qrels.get(query_id, {})
-            if not any(passage_id in known for passage_id in relevant):
+            if not any(passage_id in known for passage_id in self.qrels.get(query_id, {})):
                 raise DataError(
                     f"query {query_id!r} has no relevant passage in the corpus (check the qrels)."
                 )
@@ -64,8 +48,8 @@ class RetrievalTask:
 
 # ------------------------------------------------------------------------------------------------ loading
 def read_passages(path: str | None, min_words: int = 0) -> list[str]:
-    """One passage per line (none without a ``path``); blank lines, WikiText headings (`` = Title = ``) and
-    lines under ``min_words`` words are left out."""
+    """One passage per line (none without a ``path``), leaving out blank lines, WikiText headings
+    (`` = Title = ``) and lines under ``min_words`` words."""
     if path is None:
         return []
     if not Path(path).is_file():
@@ -73,19 +57,16 @@ def read_passages(path: str | None, min_words: int = 0) -> list[str]:
     passages = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         text = line.strip()
-        if not text or (text.startswith("= ") and text.endswith(" =")) or len(text.split()) < min_words:
-            continue
-        passages.append(text)
+        if text and not (text.startswith("= ") and text.endswith(" =")) and len(text.split()) >= min_words:
+            passages.append(text)
     return passages
 
 
 def load_squad_retrieval(
-    path: str,
-    articles: tuple[int, int] | None = None,
-    extra_passages: list[str] = (),
+    path: str, articles: tuple[int, int] | None = None, extra_passages: list[str] = ()
 ) -> RetrievalTask:
-    """Every distinct paragraph of ``path`` (articles ``start..stop-1``) is a passage ``p<n>``; each question's
-    relevant passage is its own paragraph. ``extra_passages`` join the corpus as distractors ``x<n>``."""
+    """Every distinct paragraph is a passage ``p<n>``, relevant to its own questions; ``extra_passages`` join
+    the corpus as distractors ``x<n>``."""
     questions, _ = load_squad(path, articles)
     passage_ids: dict[str, str] = {}
     qrels, answers = {}, {}
@@ -100,36 +81,33 @@ def load_squad_retrieval(
     )
 
 
-def read_json_lines(path: str) -> list[tuple[int, object]]:
-    """``(line number, value)`` of each non-blank line of a JSON lines file."""
-    rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path} line {number} is not JSON ({error}).") from None
-    return rows
-
-
-def _read_jsonl(path: str, required: tuple[str, ...]) -> list[dict]:
+def read_json_lines(path: str, required: tuple[str, ...] = ()) -> list[tuple[int, object]]:
+    """``(line number, value)`` of each non-blank line of a JSON lines file, each an object with the keys
+    ``required`` (when some are)."""
     if not Path(path).is_file():
         raise DataError(f"{path!r} does not exist.")
-    rows = read_json_lines(path)
-    for number, row in rows:
-        missing = [key for key in required if key not in row]
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path} line {number} is not JSON ({error}).") from None
+        missing = [key for key in required if not isinstance(row, dict) or key not in row]
         if missing:
             raise DataError(
                 f"{path} line {number} lacks {', '.join(missing)}; expected keys {', '.join(required)}."
             )
-    return [row for _, row in rows]
+        rows.append((number, row))
+    return rows
 
 
 def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -> RetrievalTask:
-    corpus = _read_jsonl(corpus_file, ("id", "text"))
-    queries = _read_jsonl(queries_file, ("id", "text"))
+    corpus = [row for _, row in read_json_lines(corpus_file, ("id", "text"))]
+    queries = [row for _, row in read_json_lines(queries_file, ("id", "text"))]
     qrels: dict[str, dict[str, float]] = {}
-    for row in _read_jsonl(qrels_file, ("query_id", "passage_id")):
+    for _, row in read_json_lines(qrels_file, ("query_id", "passage_id")):
         qrels.setdefault(str(row["query_id"]), {})[str(row["passage_id"])] = float(row.get("relevance", 1.0))
     queries = [row for row in queries if str(row["id"]) in qrels]
     return RetrievalTask(
@@ -142,8 +120,7 @@ def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -
 
 
 def load_collection(source) -> RetrievalTask:
-    """The collection a ``CollectionSource`` (or the SQuAD part of a ``PassageSource``) names: a SQuAD file
-    with its distractor passages, else JSON lines corpus, queries and qrels."""
+    """The collection a ``CollectionSource`` (or a ``PassageSource``'s SQuAD part) names."""
     if source.squad_file is None:
         return load_jsonl_retrieval(source.corpus_file, source.queries_file, source.qrels_file)
     extra = read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
@@ -152,8 +129,8 @@ def load_collection(source) -> RetrievalTask:
 
 # ------------------------------------------------------------------------------------------ embeddings
 def pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, spec: EmbeddingSpec) -> torch.Tensor:
-    """One vector per sequence: the mean of the real tokens or the first ([CLS]) token, then optionally
-    scaled to unit length (what sentence-transformers' Pooling and Normalize modules do)."""
+    """Mean of the real tokens or the [CLS] token, optionally unit length (sentence-transformers' Pooling and
+    Normalize modules)."""
     if spec.pooling == "cls":
         embeddings = last_hidden_state[:, 0]
     else:
@@ -167,6 +144,12 @@ def embed_batch(encoder, input_ids, attention_mask, spec: EmbeddingSpec) -> torc
     return pool(outputs.last_hidden_state, attention_mask, spec)
 
 
+def batches_by_length(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices in batches of similar length, longest first, so little of each batch is padding."""
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 @torch.no_grad()
 def encode_texts(
     encoder,
@@ -176,19 +159,15 @@ def encode_texts(
     batch_size: int = 64,
     description: str = "encoding",
 ) -> torch.Tensor:
-    """Embeddings of ``texts`` (rows in input order, on the CPU, fp32). Batches hold texts of similar length."""
+    """Embeddings of ``texts`` (rows in input order, on the CPU, fp32)."""
     from tqdm.auto import tqdm
 
     was_training = encoder.training
     encoder.eval()
     device = next(encoder.parameters()).device
-    lengths = [
-        len(ids) for ids in tokenizer(texts, truncation=True, max_length=spec.max_seq_length)["input_ids"]
-    ]
-    order = sorted(range(len(texts)), key=lambda index: -lengths[index])
-    embeddings = [None] * len(texts)
-    for start in tqdm(range(0, len(order), batch_size), desc=description, leave=False):
-        chunk = order[start : start + batch_size]
+    lengths = map(len, tokenizer(texts, truncation=True, max_length=spec.max_seq_length)["input_ids"])
+    order, pieces = [], []
+    for chunk in tqdm(batches_by_length(list(lengths), batch_size), desc=description, leave=False):
         batch = tokenizer(
             [texts[index] for index in chunk],
             truncation=True,
@@ -196,64 +175,56 @@ def encode_texts(
             padding=True,
             return_tensors="pt",
         ).to(device)
-        vectors = embed_batch(encoder, batch["input_ids"], batch["attention_mask"], spec).float().cpu()
-        for index, vector in zip(chunk, vectors):
-            embeddings[index] = vector
+        pieces.append(embed_batch(encoder, batch["input_ids"], batch["attention_mask"], spec).float().cpu())
+        order += chunk
     encoder.train(was_training)
-    return torch.stack(embeddings)
+    return torch.cat(pieces)[torch.argsort(torch.tensor(order))]
 
 
 def exact_search(
     queries: torch.Tensor, passages: torch.Tensor, top_k: int, block_size: int = 1024
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scores, indices)`` of the ``top_k`` passages with the highest dot product for each query (cosine
-    similarity when both are normalised), best first. Queries go in blocks to bound memory."""
-    top_k = min(top_k, passages.shape[0])
-    scores, indices = [], []
-    for start in range(0, queries.shape[0], block_size):
-        block_scores = queries[start : start + block_size] @ passages.T
-        top = torch.topk(block_scores, top_k, dim=1)
-        scores.append(top.values)
-        indices.append(top.indices)
-    return torch.cat(scores), torch.cat(indices)
+    """``(scores, indices)`` of the ``top_k`` highest dot products per query, best first; queries go in
+    blocks to bound memory."""
+    top = [
+        torch.topk(queries[start : start + block_size] @ passages.T, min(top_k, passages.shape[0]), dim=1)
+        for start in range(0, queries.shape[0], block_size)
+    ]
+    return torch.cat([block.values for block in top]), torch.cat([block.indices for block in top])
 
 
 # --------------------------------------------------------------------------------------------- metrics
 def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Recall@1/5/10/100, MRR@10 and nDCG@10 (in [0, 1]) of ``rankings`` (``{query id: passage ids, best
-    first}``) against ``qrels``; a passage counts as relevant when its relevance is above 0."""
-    # Kept here: scikit-learn's ndcg_score wants a score for every passage, not rankings, and the libraries
-    # that read rankings (ranx, pytrec_eval) would each be a dependency for these few lines.
-    totals = {f"recall@{k}": 0.0 for k in RECALL_DEPTHS}
-    totals.update({f"mrr@{RANK_DEPTH}": 0.0, f"ndcg@{RANK_DEPTH}": 0.0})
+    """Recall@1/5/10/100, MRR@10 and nDCG@10 (graded relevance, log2 discount) of ``rankings`` (``{query id:
+    passage ids, best first}``), averaged over queries; relevant means a relevance above 0."""
+    # Kept here: sentence-transformers' InformationRetrievalEvaluator (an optional extra) only knows binary
+    # relevance, and the libraries that read graded rankings (ranx, pytrec_eval) would each be a dependency.
+    totals = dict.fromkeys(
+        [f"recall@{k}" for k in RECALL_DEPTHS] + [f"mrr@{RANK_DEPTH}", f"ndcg@{RANK_DEPTH}"], 0.0
+    )
     for query_id, ranking in rankings.items():
         graded = {passage: grade for passage, grade in qrels.get(query_id, {}).items() if grade > 0}
         if not graded:
             raise ValueError(f"query {query_id!r} has no relevant passage in the qrels.")
         for k in RECALL_DEPTHS:
             totals[f"recall@{k}"] += sum(passage in graded for passage in ranking[:k]) / len(graded)
-        first = next(
-            (rank for rank, passage in enumerate(ranking[:RANK_DEPTH], 1) if passage in graded), None
-        )
+        head = list(enumerate(ranking[:RANK_DEPTH], 1))
+        first = next((rank for rank, passage in head if passage in graded), None)
         totals[f"mrr@{RANK_DEPTH}"] += 1.0 / first if first else 0.0
-        dcg = sum(
-            graded.get(passage, 0.0) / math.log2(rank + 1)
-            for rank, passage in enumerate(ranking[:RANK_DEPTH], 1)
-        )
-        ideal = sorted(graded.values(), reverse=True)[:RANK_DEPTH]
-        idcg = sum(grade / math.log2(rank + 1) for rank, grade in enumerate(ideal, 1))
+        dcg = sum(graded.get(passage, 0.0) / math.log2(rank + 1) for rank, passage in head)
+        ideal = enumerate(sorted(graded.values(), reverse=True)[:RANK_DEPTH], 1)
+        idcg = sum(grade / math.log2(rank + 1) for rank, grade in ideal)
         totals[f"ndcg@{RANK_DEPTH}"] += dcg / idcg
     return {name: value / max(len(rankings), 1) for name, value in totals.items()}
 
 
 def ranking_shortfall(baseline: dict[str, float], ranked: dict[str, float]) -> list[str]:
-    """The headline metrics (Recall@1, MRR@10) on which ``ranked`` scores below ``baseline``, as
-    ``"Recall@1 0.829 -> 0.805"`` strings."""
-    shortfalls = []
-    for key, name in ((f"recall@{RECALL_DEPTHS[0]}", "Recall@1"), (f"mrr@{RANK_DEPTH}", "MRR@10")):
-        if ranked[key] < baseline[key] - 1e-12:
-            shortfalls.append(f"{name} {baseline[key]:.3f} -> {ranked[key]:.3f}")
-    return shortfalls
+    """The headline metrics on which ``ranked`` scores below ``baseline``, as ``"Recall@1 0.829 -> 0.805"``."""
+    return [
+        f"{name} {baseline[key]:.3f} -> {ranked[key]:.3f}"
+        for key, name in ((f"recall@{RECALL_DEPTHS[0]}", "Recall@1"), (f"mrr@{RANK_DEPTH}", "MRR@10"))
+        if ranked[key] < baseline[key] - 1e-12
+    ]
 
 
 def rankings_from_indices(task: RetrievalTask, indices: torch.Tensor) -> dict[str, list[str]]:
@@ -269,24 +240,22 @@ DEFAULT_SIMILARITY_SCALE = 20.0  # the multiple-negatives ranking loss's default
 
 @dataclass
 class Retriever:
-    """A dual encoder ready to search: the encoder, its tokenizer and pooling, and ``scale``, the 1/temperature
-    it was trained with, which turns its similarity scores into logits of a distribution over passages."""
+    """A dual encoder ready to search; ``scale`` (1/temperature of its training) turns its similarities into
+    logits over passages."""
 
     encoder: object
     tokenizer: object
     spec: EmbeddingSpec
     batch_size: int = 64
     scale: float = DEFAULT_SIMILARITY_SCALE
-    # a faiss index over the corpus (briskbert build-index) to search instead of the exact search
-    index_dir: str | None = None
+    index_dir: str | None = None  # a faiss index over the corpus (build-index) to search instead
 
 
 def load_dual_encoder(
     name_or_path: str, pooling: str | None = None, normalize: bool | None = None, max_seq_length=None
 ):
-    """``(encoder, tokenizer, spec)``: any encoder ``AutoModel`` loads (briskbert folders with their remote
-    code, plain BERT checkpoints), with the pooling and normalisation its sentence-transformers files
-    declare unless given (default: mean pooling, normalised)."""
+    """``(encoder, tokenizer, spec)`` of any encoder ``AutoModel`` loads, pooled as its sentence-transformers
+    files declare unless given (default: mean, normalised)."""
     from transformers import AutoModel, AutoTokenizer
 
     from briskbert.modeling.sentence_transformers_files import read_embedding_spec
@@ -309,8 +278,8 @@ def load_retriever(
     max_seq_length: int | None = None,
     batch_size: int = 64,
 ) -> Retriever:
-    """:func:`load_dual_encoder` in eval mode, with the similarity scale its ``training_facts.json`` records
-    (``finetune-embeddings`` writes it), else the default 20."""
+    """:func:`load_dual_encoder` in eval mode, with the similarity scale its ``training_facts.json`` records,
+    else 20."""
     from briskbert.training.engine.facts import read_training_facts
 
     encoder, tokenizer, spec = load_dual_encoder(name_or_path, pooling, normalize, max_seq_length)

@@ -11,11 +11,8 @@ from briskbert.retrieval.search import retrieve
 
 
 def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
-    """``briskbert evaluate-retrieval``'s measurement: metrics of retrieval alone (``"retrieval"``) and, with
-    a :class:`~.reranker.Reranker`, of the pure re-ranker order (``"reranked"``) and of the fused order
-    (``"fused"``, when the re-ranker has a fusion weight), plus the collection size, the seconds each stage
-    took and a ``"warning"`` when the ranking the re-ranker hands on (fused, else pure) is below retrieval
-    alone."""
+    """Metrics of retrieval alone and, with a re-ranker, those of :func:`~.fusion.rerank_report`, with the
+    collection's size and the seconds each stage took."""
     start = time.perf_counter()
     depth = max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
     retrieved = retrieve(task.corpus, task.queries, retriever, depth)

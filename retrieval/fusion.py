@@ -1,21 +1,14 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fusion of a cross-encoder re-ranker (:mod:`.reranker`) with the retriever's score, and the reports
-of what re-ranking changed.
-
-A listwise-trained re-ranker's logits are log-probabilities over a query's candidates up to a
-constant, and so are the retriever's similarities times the scale it was trained with. The fused score of
-a retrieved passage is the weighted product of the two distributions, with optionally a third signal, the
-passage's BM25 score (:mod:`.lexical`) divided by the best of the query's head, on the
-similarity's scale::
+"""The fusion of a cross-encoder re-ranker (:mod:`.reranker`) with the retriever's score, optionally with BM25
+(:mod:`.lexical`), and the reports of what re-ranking changed::
 
     fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
             + weight * reranker_logit
 
-Both weights 0 are retrieval's order (exactly: the retrieved list is returned untouched); ``weight`` 1 the
-re-ranker's. :func:`choose_fusion_weight` picks both on validation queries (MRR@10, then Recall@1; ties go
-to the smaller weights), so on that data the fused ranking is never below retrieval alone;
-``finetune-reranker`` saves the choice as ``fusion.json`` in the re-ranker's folder (:class:`Fusion`), and
-``evaluate-retrieval`` and ``open-domain-qa`` apply it by default.
+A listwise re-ranker's logits and the scaled similarities are both log-probabilities over a query's candidates
+up to a constant. Both weights 0 keep retrieval's order exactly. :func:`choose_fusion_weight` picks them on
+validation queries (never below retrieval alone there); ``finetune-reranker`` saves the choice as
+``fusion.json`` (:class:`Fusion`), which ``evaluate-retrieval`` and ``open-domain-qa`` apply by default.
 """
 
 from __future__ import annotations
@@ -25,8 +18,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-
+from briskbert.errors import SettingError
+from briskbert.files import write_atomic
+from briskbert.inputs import read_json_object
 from briskbert.retrieval.dense import (
     RANK_DEPTH,
     RECALL_DEPTHS,
@@ -35,7 +29,6 @@ from briskbert.retrieval.dense import (
     retrieval_metrics,
 )
 from briskbert.retrieval.search import Retrieved
-from briskbert.training.data.task_data import DataError
 
 FUSION_FILE = "fusion.json"
 FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1
@@ -52,8 +45,7 @@ def fused_scores(
     lexical_scores: list[float] | None = None,
     lexical_weight: float = 0.0,
 ) -> list[float]:
-    """``retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * lexical) + weight *
-    logit`` for one query's re-ranked head (``lexical``: BM25 over the head's best, in [0, 1])."""
+    """The fused scores of one query's re-ranked head (``lexical``: BM25 over the head's best, in [0, 1])."""
     lexical_scores = lexical_scores or [0.0] * len(reranker_scores)
     retriever_weight = 1 - weight - lexical_weight
     return [
@@ -70,33 +62,31 @@ def fused_rankings(
     lexical_scores: dict[str, list[float]] | None = None,
     lexical_weight: float = 0.0,
 ) -> dict[str, list[str]]:
-    """Each query's re-ranked head (the passages ``head_scores`` covers) ordered by the fused score, the rest
-    behind it in retrieval order. Both weights 0 return the retrieval rankings themselves."""
+    """Each query's re-ranked head (the passages ``head_scores`` covers) ordered by the fused score (ties keep
+    retrieval's order), the rest behind it; both weights 0 return the retrieval rankings themselves."""
     if weight == 0 and lexical_weight == 0:
         return {query_id: list(ranking) for query_id, ranking in retrieved.rankings.items()}
     rankings = {}
     for query_id, ranking in retrieved.rankings.items():
-        head_length = len(head_scores[query_id])
-        scores = torch.tensor(
-            fused_scores(
-                retrieved.scores[query_id][:head_length],
-                head_scores[query_id],
-                weight,
-                retriever_scale,
-                lexical_scores[query_id] if lexical_scores else None,
-                lexical_weight,
-            )
+        head = len(head_scores[query_id])
+        lexical = lexical_scores[query_id] if lexical_scores else None
+        scores = fused_scores(
+            retrieved.scores[query_id][:head],
+            head_scores[query_id],
+            weight,
+            retriever_scale,
+            lexical,
+            lexical_weight,
         )
-        order = torch.argsort(scores, descending=True, stable=True).tolist()
-        rankings[query_id] = [ranking[index] for index in order] + ranking[head_length:]
+        order = sorted(range(head), key=lambda index: -scores[index])
+        rankings[query_id] = [ranking[index] for index in order] + ranking[head:]
     return rankings
 
 
 @dataclass(frozen=True)
 class Fusion:
-    """The fusion weights chosen for a re-ranker behind a retriever, with the validation they were chosen on:
-    ``curve`` holds the selection metrics at every pair of weights tried, ``retrieval`` those of retrieval
-    alone. Files written before the BM25 term read as ``lexical_weight`` 0."""
+    """The fusion weights chosen for a re-ranker behind a retriever, with the selection metrics at every pair of
+    weights tried (``curve``) and of retrieval alone. Files older than the BM25 term read as ``lexical_weight`` 0."""
 
     weight: float
     retriever_scale: float
@@ -110,11 +100,7 @@ class Fusion:
     held_out: dict = field(default_factory=dict)  # the training questions held out to choose on, if it was so
 
     def __post_init__(self):
-        if not (
-            self.weight >= 0.0
-            and self.lexical_weight >= 0.0
-            and self.weight + self.lexical_weight <= 1 + 1e-9
-        ):
+        if min(self.weight, self.lexical_weight) < 0 or self.weight + self.lexical_weight > 1 + 1e-9:
             raise ValueError(
                 f"fusion weights lie in [0, 1] and sum to at most 1 (the retriever gets the rest); got re-ranker "
                 f"{self.weight:g} and BM25 {self.lexical_weight:g}."
@@ -150,7 +136,7 @@ class Fusion:
 
     def save(self, folder) -> Path:
         path = Path(folder) / FUSION_FILE
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(asdict(self), indent=2) + "\n")
         return path
 
     @classmethod
@@ -158,11 +144,13 @@ class Fusion:
         path = Path(folder) / FUSION_FILE
         if not path.is_file():
             return None
+        fix = "delete it or train the re-ranker again"
+        values = read_json_object(path, "reranker_model_name_or_path", fix)
         try:
-            return cls(**json.loads(path.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, TypeError, ValueError) as error:
-            raise DataError(
-                f"{path} is not a fusion file ({error}); delete it or train the re-ranker again."
+            return cls(**values)
+        except (TypeError, ValueError) as error:
+            raise SettingError(
+                "reranker_model_name_or_path", f"{path} is not a fusion file ({error}); {fix}."
             ) from None
 
 
@@ -175,10 +163,9 @@ def choose_fusion_weight(
     lexical_scores: dict[str, list[float]] | None = None,
     lexical_grid: tuple[float, ...] = LEXICAL_GRID,
 ) -> tuple[float, float, list[dict]]:
-    """The re-ranker weight of ``grid`` and, with ``lexical_scores``, the BM25 weight of ``lexical_grid``
-    (pairs summing to at most 1) whose fused rankings score best on ``qrels`` (MRR@10, then Recall@1; ties go
-    to the smaller total, then the smaller re-ranker weight, so signals that add nothing get 0), and the
-    metrics at every pair."""
+    """The weights (re-ranker from ``grid``, BM25 from ``lexical_grid`` with ``lexical_scores``; summing to at most
+    1) whose fusion scores best on ``qrels`` (MRR@10, then Recall@1; ties go to the smaller total, then the
+    smaller re-ranker weight, so signals that add nothing get 0), and the metrics at every pair."""
     lexical_grid = lexical_grid if lexical_scores is not None else (0.0,)
     if 0.0 not in grid or 0.0 not in lexical_grid:
         raise ValueError("the fusion grid must contain 0 (retrieval alone), so the choice is never below it.")
@@ -198,9 +185,8 @@ def choose_fusion_weight(
 
 # ------------------------------------------------------------------------------------------- reports
 def rerank_report(reranker, task: RetrievalTask, retrieved: Retrieved, retriever_scale: float) -> dict:
-    """For a :class:`~.reranker.Reranker`: ``"reranked"`` (the re-ranker's own order), ``"fused"`` (the order
-    it hands on, at its ``"fusion_weight"`` and ``"lexical_weight"``) metrics, the depth, the seconds it took,
-    and a one-line ``"warning"`` when the fused order is below retrieval alone on Recall@1 or MRR@10."""
+    """Metrics of a :class:`~.reranker.Reranker`'s own order (``"reranked"``) and of the fused order it hands on
+    (``"fused"``), with a one-line ``"warning"`` when the latter is below retrieval alone."""
     start = time.perf_counter()
     queries, corpus = task.queries, task.corpus
     head_scores = reranker.score(queries, retrieved, corpus)
@@ -232,9 +218,8 @@ def reranking_warning(shortfall: list[str], fusion_weight: float) -> str:
 
 
 def validation_warning(reranker) -> str | None:
-    """A one-line warning when the :class:`~.reranker.Reranker` has no ``fusion.json`` (its weights were never
-    chosen, so it keeps retrieval's order unless given a weight), or when its own validation there shows the
-    weight it applies scoring below retrieval alone; ``None`` otherwise."""
+    """A one-line warning when the re-ranker's weights were never chosen (no ``fusion.json``, no weight given),
+    or when its own validation shows the weights it applies scoring below retrieval alone."""
     if reranker.fusion is None:
         if reranker.fusion_weight or reranker.lexical_weight:
             return None

@@ -1,20 +1,18 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Options and checks of vector indexes (``briskbert build-index``, the ``index`` of the retrieval commands).
-
-Imports nothing heavy, faiss included: ``--help`` and the checks of a command's inputs run before torch or
-faiss is loaded, and a missing faiss is one line naming the extra to install.
-"""
+"""Options and checks of vector indexes (``build-index``, the retrieval commands' ``index``). Imports neither
+torch nor faiss: a missing faiss is one line naming the extra to install."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
-from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
+from briskbert.inputs import read_json_object
+from briskbert.retrieval.settings import SquadSource
+from briskbert.training.tasks.settings import check_at_least
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 CONFIG_FILE = "index_config.json"  # written last: its presence means the index is complete
@@ -116,35 +114,17 @@ class IndexFolder:
                 f"{self.index} is not a finished index (no {CONFIG_FILE}); run `briskbert build-index` into it "
                 "(an interrupted build continues where it stopped).",
             )
-        try:
-            json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise SettingError(
-                "index", f"{self.index}: {CONFIG_FILE} is not valid JSON ({error}); build the index again."
-            ) from None
+        read_json_object(folder / CONFIG_FILE, "index", "build the index again")
 
 
 @dataclass(frozen=True)
-class PassageSource:
+class PassageSource(SquadSource):
     """Where the passages come from: a passage file, or a SQuAD-format collection (+ distractor lines)."""
 
     _argument_group_name = "passages"
 
     passages_file: str | None = field(
         default=None, metadata={"help": "One passage per line (id: line number), or JSON lines id/text."}
-    )
-    squad_file: str | None = field(
-        default=None, metadata={"help": "A SQuAD-format collection: every paragraph."}
-    )
-    # START:STOP on the command line; a (start, stop) tuple after __post_init__
-    articles: tuple[int, int] | str | None = field(
-        default=None, metadata={"help": "Only articles START:STOP of squad_file."}
-    )
-    extra_corpus_file: str | None = field(
-        default=None, metadata={"help": "squad_file: distractor passages, one per line."}
-    )
-    extra_corpus_min_words: int = field(
-        default=0, metadata={"help": "Keep distractor lines of this many words or more."}
     )
 
     def __post_init__(self):
@@ -153,14 +133,9 @@ class PassageSource:
                 "passages_file",
                 "or squad_file (with articles, extra_corpus_file): give exactly one of the two.",
             )
-        for name in ("passages_file", "squad_file", "extra_corpus_file"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise SettingError(name, f"{path} does not exist.")
-        if self.passages_file is not None and (self.articles or self.extra_corpus_file):
-            name = "articles" if self.articles else "extra_corpus_file"
-            raise SettingError(name, "goes with squad_file, not passages_file.")
-        parse_article_ranges(self, "articles")
+        if self.passages_file is not None and not Path(self.passages_file).is_file():
+            raise SettingError("passages_file", f"{self.passages_file} does not exist.")
+        super().__post_init__()
 
     def fingerprint(self) -> dict:
         """What identifies the passages for a resumed build: the arguments and each file's size and time."""

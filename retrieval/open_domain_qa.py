@@ -1,25 +1,13 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Open-domain question answering: retrieve passages with a dual encoder, optionally re-order them with a
-cross-encoder (fused with the retriever's score), and extract the answer from the best ones with a reader
-(a QA model from ``finetune-qa``).
+"""Open-domain question answering: retrieve passages, optionally re-rank them (fused with the retriever's
+score), and extract the answer with a reader (a ``finetune-qa`` model).
 
-Answer scores are comparable across passages. The reader reads each of a question's passages in the
-windows ``finetune-qa`` evaluates with (:func:`training.qa.prepare_eval_features`); its start and end logits
-are normalised jointly over every context token of every passage read (shared normalisation, Clark &
-Gardner 2018), which turns a span's start + end logit into its log-probability among all spans of the read
-set. Normalising per passage instead would make every passage's best span look certain and throw away the
-reader's evidence about which passage holds the answer; jointly, that evidence stays (on its own the joint
-normaliser changes no choice, being shared by all spans of a question). To this log-probability the
-passage's own log-probability under the ranking is added (a softmax over the read passages of the
-retriever's scaled similarity, or of the fused re-ranker score)::
+Answer scores are comparable across passages: the reader's start and end logits are normalised jointly over
+every context token of every passage read (shared normalisation, Clark & Gardner 2018; per passage, every
+passage's best span would look certain), and the passage's log-probability under the ranking (a softmax of
+the ranking logits over the read passages) is added::
 
     score(span in p) = log P_reader(start) + log P_reader(end) + log P_ranking(p)
-
-so a confident span in a passage the ranking doubts must beat a likely span in the passage it trusts.
-:func:`evaluate_open_domain_qa` reads the top 1, 3 and 5 passages (one reader pass over their union and the
-gold paragraph), and reports exact match / F1 at each depth next to the reader's own on the gold paragraph,
-the share of questions whose gold paragraph was read, and the target
-``0.9 x EM(gold paragraph) x gold-in-read-set rate``.
 """
 
 from __future__ import annotations
@@ -36,6 +24,7 @@ from briskbert.retrieval.dense import (
     RECALL_DEPTHS,
     RetrievalTask,
     Retriever,
+    batches_by_length,
     ranking_shortfall,
     retrieval_metrics,
 )
@@ -60,9 +49,8 @@ class Reader:
 
 @dataclass
 class PassageReading:
-    """What the reader found in one passage for one question: its best spans (``text``, ``start_logit``,
-    ``end_logit``) and the log-sum-exp of its start and of its end logits over the passage's context tokens
-    (all windows), from which spans of several passages are normalised jointly."""
+    """The reader's best spans in one passage and the log-sum-exp of its start and end logits over the
+    passage's context tokens (all windows), to normalise spans of several passages jointly."""
 
     spans: list[dict]
     start_logsumexp: float
@@ -80,8 +68,7 @@ class Answer:
 
 @dataclass
 class RankedPassages:
-    """Each question's passages in the order the reader gets them, and the ranking logits of the first ones
-    (the retriever's scaled similarity, or the fused re-ranker score)."""
+    """Each question's passages in the order the reader gets them, and the ranking logits of the first ones."""
 
     rankings: dict[str, list[str]]
     logits: dict[str, list[float]]
@@ -111,28 +98,23 @@ def rank_passages(
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
         logits = {
-            qid: [retriever.scale * score for score in scores[:depth]]
-            for qid, scores in retrieved.scores.items()
+            qid: [retriever.scale * s for s in scores[:depth]] for qid, scores in retrieved.scores.items()
         }
         return RankedPassages(retrieved.rankings, logits, retrieved)
     head = max(depth, reranker.top_k)
+    weights = reranker.fusion_weight, retriever.scale
     head_scores = reranker.score(questions, retrieved, corpus, head)
-    weight, lexical_weight = reranker.fusion_weight, reranker.lexical_weight
     lexical = reranker.lexical_scores(questions, retrieved, corpus, head)
-    rankings = fused_rankings(retrieved, head_scores, weight, retriever.scale, lexical, lexical_weight)
+    rankings = fused_rankings(retrieved, head_scores, *weights, lexical, reranker.lexical_weight)
     logits = {}
     for qid, ranking in rankings.items():
+        lexical_head = lexical[qid] if lexical else None
         fused = fused_scores(
-            retrieved.scores[qid][:head],
-            head_scores[qid],
-            weight,
-            retriever.scale,
-            lexical[qid] if lexical else None,
-            lexical_weight,
+            retrieved.scores[qid][:head], head_scores[qid], *weights, lexical_head, reranker.lexical_weight
         )
         by_passage = dict(zip(retrieved.rankings[qid][:head], fused))
         logits[qid] = [by_passage[pid] for pid in ranking[:head]]
-    return RankedPassages(rankings, logits, retrieved, reranker.fusion_weight, lexical_weight)
+    return RankedPassages(rankings, logits, retrieved, reranker.fusion_weight, reranker.lexical_weight)
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -177,30 +159,25 @@ def read_passages(
 
 
 def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Start and end logits of every window, in feature order; windows go through in batches of similar
-    length."""
+    """Start and end logits of every window, in feature order."""
     device = next(reader.model.parameters()).device
     names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in features]
-    order = sorted(range(len(features["input_ids"])), key=lambda index: -len(features["input_ids"][index]))
-    starts, ends = [None] * len(order), [None] * len(order)
-    for first in range(0, len(order), reader.batch_size):
-        chunk = order[first : first + reader.batch_size]
+    lengths = [len(ids) for ids in features["input_ids"]]
+    starts, ends = [None] * len(lengths), [None] * len(lengths)
+    for chunk in batches_by_length(lengths, reader.batch_size):
         rows = {name: [features[name][index] for index in chunk] for name in names}
-        batch = reader.tokenizer.pad(rows, return_tensors="pt").to(device)
-        outputs = reader.model(**batch)
+        outputs = reader.model(**reader.tokenizer.pad(rows, return_tensors="pt").to(device))
         for row, index in enumerate(chunk):
-            length = len(features["input_ids"][index])
-            starts[index] = outputs.start_logits[row, :length].double().cpu().numpy()
-            ends[index] = outputs.end_logits[row, :length].double().cpu().numpy()
+            starts[index] = outputs.start_logits[row, : lengths[index]].double().cpu().numpy()
+            ends[index] = outputs.end_logits[row, : lengths[index]].double().cpu().numpy()
     return starts, ends
 
 
 def select_answer(
     readings: dict[str, PassageReading], read: list[str], ranking_logits: list[float] | None = None
 ) -> Answer:
-    """The best span over the passages ``read`` (ids, best first): start and end logits normalised jointly
-    over all of them, plus each passage's log-probability under ``ranking_logits`` (aligned with ``read``;
-    ``None`` leaves the reader alone to decide)."""
+    """The best span over the passages ``read``, normalised jointly over them, plus each passage's
+    log-probability under ``ranking_logits`` (aligned with ``read``; ``None``: the reader alone decides)."""
     start_norm = logsumexp([readings[pid].start_logsumexp for pid in read])
     end_norm = logsumexp([readings[pid].end_logsumexp for pid in read])
     if ranking_logits is None:
@@ -225,8 +202,8 @@ def answer_questions(
     reranker=None,
     read_top_k: int = 3,
 ) -> dict[str, Answer]:
-    """Retrieve (then re-rank) passages of ``corpus`` (``{id: text}``) for each of ``questions`` (``{id: text}``),
-    read the first ``read_top_k`` and answer from them."""
+    """Retrieve (then re-rank) passages of ``corpus`` for each question, read the first ``read_top_k`` and
+    answer from them."""
     ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
     read = {qid: ranking[:read_top_k] for qid, ranking in ranked.rankings.items()}
     readings = _read_in_chunks(reader, questions, read, corpus)
@@ -257,9 +234,10 @@ def evaluate_open_domain_qa(
     reranker=None,
     read_depths: tuple[int, ...] = READ_DEPTHS,
 ) -> tuple[dict, dict[int, dict[str, Answer]]]:
-    """Exact match / F1 (0-1) reading the top k passages for each k of ``read_depths``, next to the
-    reader's own on the gold paragraph, the share of questions whose gold paragraph was read, the target
-    EM, and the ranking's metrics (with a ``"warning"`` when re-ranking is below retrieval alone)."""
+    """Exact match / F1 reading the top k passages for each k of ``read_depths`` (one reader pass over their
+    union and the gold paragraph), next to the reader's own on the gold paragraph, the share of questions
+    whose gold paragraph was read, the target ``0.9 x EM(gold) x gold-read rate``, and the ranking's metrics
+    (with a ``"warning"`` when re-ranking is below retrieval alone)."""
     if not task.answers:
         raise ValueError("open-domain QA evaluation needs gold answers: give a SQuAD-format collection.")
     start = time.perf_counter()

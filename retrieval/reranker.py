@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""A cross-encoder re-ranker at query time: the relevance logit of (query, passage) pairs, the
-:class:`Reranker` that scores the head of each retrieved list (and its BM25 when the fusion weighs it), and
-its loading with the fusion weights ``finetune-reranker`` chose (``fusion.json``, :mod:`.fusion`)."""
+"""A cross-encoder re-ranker at query time: it scores the head of each retrieved list (and its BM25 when the
+fusion weighs it), loaded with the fusion weights ``finetune-reranker`` chose (:mod:`.fusion`)."""
 
 from __future__ import annotations
 
@@ -11,28 +10,25 @@ from pathlib import Path
 import torch
 
 from briskbert.errors import SettingError
+from briskbert.retrieval.dense import batches_by_length
 from briskbert.retrieval.fusion import Fusion
 from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.search import Retrieved
 from briskbert.training.data.task_data import DataError
 
 
-# ------------------------------------------------------------------------------------------- inference
 @torch.no_grad()
 def score_pairs(
     model, tokenizer, queries: list[str], passages: list[str], max_seq_length: int, batch_size: int = 32
 ) -> torch.Tensor:
-    """The relevance logit of each (query, passage) pair, as a CPU float tensor in input order. Pairs go
-    through in batches of similar length, so little of each batch is padding."""
+    """The relevance logit of each (query, passage) pair, as a CPU float tensor in input order."""
     from tqdm.auto import tqdm
 
     model.eval()
     device = next(model.parameters()).device
     lengths = [len(query) + len(passage) for query, passage in zip(queries, passages)]
-    order = sorted(range(len(queries)), key=lambda index: -lengths[index])
     scores = torch.zeros(len(queries))
-    for start in tqdm(range(0, len(order), batch_size), desc="re-ranking", leave=False):
-        chunk = order[start : start + batch_size]
+    for chunk in tqdm(batches_by_length(lengths, batch_size), desc="re-ranking", leave=False):
         encoded = tokenizer(
             [queries[index] for index in chunk],
             [passages[index] for index in chunk],
@@ -61,8 +57,7 @@ class Reranker:
     def score(
         self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
     ) -> dict[str, list[float]]:
-        """The re-ranker's logit for each of the first ``depth`` (default ``top_k``) passages of each
-        retrieved list, in retrieval order."""
+        """The logit of each of the first ``depth`` (default ``top_k``) retrieved passages, in retrieval order."""
         depth = depth or self.top_k
         query_ids = [qid for qid, ranking in retrieved.rankings.items() for _ in ranking[:depth]]
         passage_ids = [pid for ranking in retrieved.rankings.values() for pid in ranking[:depth]]
@@ -82,9 +77,7 @@ class Reranker:
     def lexical_scores(
         self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
     ) -> dict[str, list[float]] | None:
-        """BM25 of the same head, over ``corpus``'s statistics (see
-        ``briskbert.retrieval.lexical.bm25_head_scores``), when the fusion
-        weighs it; else ``None``."""
+        """BM25 of the same head over ``corpus`` when the fusion weighs it, else ``None``."""
         if not self.lexical_weight:
             return None
         return bm25_head_scores(queries, retrieved.rankings, corpus, depth or self.top_k)
@@ -98,8 +91,8 @@ def load_reranker(
     fusion_weight: float | None = None,
     lexical_weight: float | None = None,
 ) -> Reranker:
-    """A :class:`Reranker` from a folder or repo id, applying ``fusion_weight`` / ``lexical_weight`` if given,
-    else the weights its ``fusion.json`` records, else 0 (weights never chosen: retrieval's order unchanged)."""
+    """A :class:`Reranker` applying the weights given, else those of its ``fusion.json``, else 0 (retrieval's
+    order)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     model = AutoModelForSequenceClassification.from_pretrained(name_or_path, trust_remote_code=True)

@@ -20,8 +20,7 @@ class Retrieved:
 def retrieve(
     corpus: dict[str, str], queries: dict[str, str], retriever: Retriever, top_k: int = 100
 ) -> Retrieved:
-    """The ``top_k`` passages of ``corpus`` (``{id: text}``) for each of ``queries`` (``{id: text}``), by exact
-    search over the embeddings, or by searching the faiss index ``retriever.index_dir`` built over them."""
+    """The ``top_k`` passages of ``corpus`` for each query, by exact search or in ``retriever.index_dir``."""
 
     def encode(texts, what: str):
         return encode_texts(

@@ -1,11 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""What the retrieval commands (``build-index``, ``evaluate-retrieval``, ``open-domain-qa``,
-``evaluate-similarity``) are asked about the collection, the embeddings and the re-ranker, as checked
-dataclasses whose fields carry their default and help (the command line is generated from them).
-
-Imports nothing heavy: the commands parse (and answer ``--help``) and refuse contradictions before torch is
-loaded.
-"""
+"""The retrieval commands' options on the collection, the embeddings and the re-ranker, as checked dataclasses.
+Torch-free: the commands parse, answer ``--help`` and refuse contradictions before torch is loaded."""
 
 from __future__ import annotations
 
@@ -15,11 +10,11 @@ from pathlib import Path
 from briskbert.errors import SettingError
 from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
 
-POOLING_CHOICES = ("mean", "cls")
+POOLING_CHOICES = ("mean", "cls")  # modeling's POOLING_MODES, without importing torch
 
 
 def check_model_path(settings, name: str) -> None:
-    """A :class:`SettingError` when the field ``name`` of ``settings`` is a local path (./, /) that is not there."""
+    """A :class:`SettingError` when the field ``name`` is a local path (./, /) that is not there."""
     path = getattr(settings, name)
     if path and path.startswith((".", "/")) and not Path(path).exists():
         raise SettingError(name, f"{path} does not exist.")
@@ -95,10 +90,9 @@ class EmbeddingArguments:
 
 
 @dataclass(frozen=True)
-class CollectionSource:
-    """A passage collection with questions and their relevant passages: SQuAD or JSON lines, checked once."""
-
-    _argument_group_name = "collection (a SQuAD file, or JSON lines corpus + queries + qrels)"
+class SquadSource:
+    """A SQuAD-format collection with optional distractor passages: the options the retrieval commands and
+    build-index share."""
 
     squad_file: str | None = field(
         default=None,
@@ -120,6 +114,24 @@ class CollectionSource:
             "help": "Keep only distractor lines of at least this many words (headings and short lines go)."
         },
     )
+
+    def __post_init__(self):
+        for name in ("squad_file", "extra_corpus_file"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise SettingError(name, f"{path} does not exist.")
+        if self.squad_file is None and (self.articles is not None or self.extra_corpus_file):
+            name = "articles" if self.articles is not None else "extra_corpus_file"
+            raise SettingError(name, "goes with squad_file; give squad_file.")
+        parse_article_ranges(self, "articles")
+
+
+@dataclass(frozen=True)
+class CollectionSource(SquadSource):
+    """A passage collection with questions and their relevant passages: SQuAD or JSON lines, checked once."""
+
+    _argument_group_name = "collection (a SQuAD file, or JSON lines corpus + queries + qrels)"
+
     corpus_file: str | None = field(
         default=None, metadata={"help": "JSON lines with 'id' and 'text' (instead of squad_file)."}
     )
@@ -140,6 +152,4 @@ class CollectionSource:
                 missing[0],
                 "is missing: JSON lines collections need corpus_file, queries_file and qrels_file.",
             )
-        if self.squad_file is None and self.articles is not None:
-            raise SettingError("articles", "selects articles of squad_file; it needs squad_file.")
-        parse_article_ranges(self, "articles")
+        super().__post_init__()

@@ -1,25 +1,11 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """A faiss vector index over a passage collection, built from a dual encoder's embeddings.
 
-:func:`build_index` reads the passages as a stream (a text file with one passage per line, id = line number;
-JSON lines with ``id`` and ``text``; or a SQuAD-format collection, ids as in ``evaluate-retrieval``) and
-embeds them one shard of ``shard_size`` passages at a time into ``embeddings/NNNNN.npy`` beside their ids, so
-memory holds one shard, whatever the collection's size. A shard file appears whole or not at all: an
-interrupted build, run again with the same arguments, skips the shards it has and continues. Then the
-shards go one by one into a faiss index (inner product, i.e. cosine similarity for normalised embeddings):
-
-* ``flat``: exact search, every vector in memory (4 x dimension bytes each);
-* ``hnsw``: a graph of the vectors (HNSW, Malkov & Yashunin 2016): fast, close to exact, the vectors plus
-  ``2 x hnsw_m`` links each in memory;
-* ``ivfpq``: inverted lists over k-means cells, each vector product-quantised to ``pq_m`` codes of
-  ``pq_bits`` bits (Jegou et al. 2011): the smallest memory, approximate scores. The quantizers are trained on
-  a seeded random sample of at most ``max_train_vectors`` vectors.
-
-The folder holds ``index.faiss``, ``ids.txt`` (the passages' ids, one a line, in index order) and
-``index_config.json`` (written last, so its presence means the index is complete): the index settings, the
-encoder's name, pooling, normalisation and its embeddings of a few fixed probe sentences. A query encoder
-is checked against them (:func:`check_index`) so an index built with another encoder is refused instead of
-returning nonsense. :func:`search_index` returns the ``k`` best passage ids and scores per query.
+:func:`build_index` streams the passages and embeds them one shard at a time into ``embeddings/NNNNN.npy`` (a
+shard file appears whole or not at all, so an interrupted build run again continues), then adds the shards to
+a ``flat``, ``hnsw`` or ``ivfpq`` inner-product index. The folder holds ``index.faiss``, ``ids.txt`` and,
+written last, ``index_config.json``: the settings and the encoder's name, pooling and embeddings of a few
+probe sentences, against which a query encoder is checked (:func:`with_index`).
 """
 
 from __future__ import annotations
@@ -62,7 +48,7 @@ PROBE_MIN_COSINE = 0.999  # the same encoder on another device or thread count s
 
 # ------------------------------------------------------------------------------------------------ passages
 def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
-    """``(id, text)`` of every passage, read lazily from a passage file."""
+    """``(id, text)`` of every passage, read lazily from a passage file (ids: line numbers, or JSON's ``id``)."""
     if source.squad_file is not None:
         task = load_collection(source)
         yield from zip(task.corpus_ids, task.corpus_texts)
@@ -159,8 +145,7 @@ def build_index(
     output_dir: str,
     options: BuildOptions = BuildOptions(),
 ) -> dict:
-    """Embed ``source`` with the encoder (resuming an interrupted build), index the embeddings, save the
-    folder; returns its ``index_config.json`` contents."""
+    """Embed ``source`` (resuming an interrupted build), index it, save the folder; returns its config."""
     check_faiss()
     import faiss
 
@@ -203,19 +188,15 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, op
     state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": options.shard_size}
     state_file = folder / STATE_FILE
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
-    mine = own | {LOCK_FILE}  # the build's lock (held, never deleted)
-    others = (
-        sorted(path.name for path in folder.iterdir() if path.name not in mine) if folder.is_dir() else []
-    )
+    others = sorted(path.name for path in folder.glob("*") if path.name not in own | {LOCK_FILE})
     if others:
         raise SettingError(
             "output_dir", f"{folder} holds other files ({', '.join(others[:3])}); choose an empty folder."
         )
     if options.overwrite:
-        for name in own:
-            shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink(
-                missing_ok=True
-            )
+        shutil.rmtree(folder / SHARD_FOLDER, ignore_errors=True)
+        for name in own - {SHARD_FOLDER}:
+            (folder / name).unlink(missing_ok=True)
     elif (folder / CONFIG_FILE).is_file():
         raise SettingError(
             "output_dir",
@@ -231,7 +212,7 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, op
             )
         return
     (folder / SHARD_FOLDER).mkdir(parents=True, exist_ok=True)
-    state_file.write_text(json.dumps(state, indent=2))
+    write_atomic(state_file, json.dumps(state, indent=2))
 
 
 def _state_mismatch(previous: dict, state: dict) -> str | None:
@@ -351,9 +332,8 @@ def load_index(index_dir: str) -> LoadedIndex:
 def search_index(
     index_dir: str, query_embeddings: torch.Tensor, k: int
 ) -> tuple[list[list[str]], torch.Tensor]:
-    """``(ids, scores)``: for each query, the ids of the ``k`` passages with the highest inner product, best first,
-    and their scores (``(queries, k)``; where the index returns fewer than ``k``, the ids list is shorter and
-    the missing scores are ``-inf``)."""
+    """``(ids, scores)`` of the ``k`` passages with the highest inner product per query, best first (fewer ids
+    where the index returns fewer; their scores ``-inf``)."""
     import faiss
 
     loaded = load_index(index_dir)
@@ -371,22 +351,15 @@ def search_index(
 
 
 def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_name: str):
-    """``retriever``, searching ``index_dir`` instead of the exact collection when one is given (checked with
-    :func:`check_index` first)."""
+    """``retriever``, searching ``index_dir`` instead of the exact collection when one is given: a
+    :class:`SettingError` unless the index was built by an encoder that embeds like this one, over exactly the
+    collection's passages (their ids)."""
     if not index_dir:
         return retriever
-    check_index(index_dir, corpus_ids, retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
-    return replace(retriever, index_dir=index_dir)
-
-
-def check_index(
-    index_dir: str, corpus_ids: list[str], encoder, tokenizer, spec: EmbeddingSpec, encoder_name: str
-) -> None:
-    """A :class:`SettingError` unless the index was built by an encoder that embeds like this one, over exactly the
-    collection's passages (their ids)."""
     loaded = load_index(index_dir)
     built_with = EncoderFacts(**loaded.config["encoder"])
-    difference = built_with.differences(EncoderFacts.of(encoder, tokenizer, spec, encoder_name))
+    ours = EncoderFacts.of(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
+    difference = built_with.differences(ours)
     if difference:
         raise SettingError(
             "index",
@@ -402,3 +375,4 @@ def check_index(
             f"{index_dir} holds {len(indexed)} passages and the collection {len(collection)}, not the same "
             f"ones (e.g. {example!r}); build the index from this collection's passages (same settings).",
         )
+    return replace(retriever, index_dir=index_dir)

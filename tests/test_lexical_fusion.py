@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from briskbert.errors import SettingError
+from briskbert.errors import SettingError, UserError
 from briskbert.retrieval.fusion import (
     FUSION_FILE,
     Fusion,
@@ -199,7 +199,7 @@ def test_fusion_file_keeps_the_lexical_weight_and_reads_older_files_as_zero(tmp_
     (tmp_path / FUSION_FILE).write_text(
         json.dumps({"weight": 0.6, "lexical_weight": 0.5, "retriever_scale": 20, "top_k": 10})
     )
-    with pytest.raises(DataError, match="sum to at most 1"):
+    with pytest.raises(UserError, match="sum to at most 1"):
         Fusion.load(tmp_path)
     # Either weight may be 0 and the two may use up all of 1; neither may be negative or above 1.
     for weight, lexical in ((0.0, 0.45), (0.4, 0.6), (1.0, 0.0), (0.0, 1.0)):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from briskbert.cli import main as cli
+from briskbert.errors import UserError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import (
     RetrievalTask,
@@ -124,7 +125,7 @@ def test_fusion_file_round_trip_and_bad_files(tmp_path):
     assert Fusion.load(tmp_path) == fusion
     assert Fusion.load(tmp_path / "nowhere") is None
     (tmp_path / FUSION_FILE).write_text(json.dumps({"weight": 1.5, "retriever_scale": 20, "top_k": 20}))
-    with pytest.raises(DataError, match="fusion.json"):
+    with pytest.raises(UserError, match="fusion.json"):
         Fusion.load(tmp_path)
     with pytest.raises(ValueError):
         Fusion(weight=-0.1, retriever_scale=20.0, top_k=20)

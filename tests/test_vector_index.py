@@ -106,7 +106,7 @@ QUESTIONS = ["When was the album released?", "Who commanded the army?", "What is
 
 # ------------------------------------------------------------------------------------------------ building
 def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_dir, passages_file, tmp_path):
-    source = PassageSource(passages_file)
+    source = PassageSource(passages_file=passages_file)
     config = _build(source, encoder, encoder_dir, tmp_path / "index")
     assert config["num_passages"] == 300 and config["encoder"]["pooling"] == "mean"
     assert not (tmp_path / "index" / "embeddings").exists()  # shards go once indexed
@@ -141,7 +141,7 @@ class CountingEncoder:
 def test_an_interrupted_build_continues_from_its_last_shard(
     encoder, encoder_dir, passages_file, tmp_path, monkeypatch
 ):
-    source = PassageSource(passages_file)
+    source = PassageSource(passages_file=passages_file)
     monkeypatch.setattr(vector_index, "encode_texts", CountingEncoder(stop_at=3))
     with pytest.raises(KeyboardInterrupt):
         _build(source, encoder, encoder_dir, tmp_path / "index")
@@ -166,7 +166,7 @@ def test_an_interrupted_build_continues_from_its_last_shard(
 
 
 def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passages_file, tmp_path):
-    source = PassageSource(passages_file)
+    source = PassageSource(passages_file=passages_file)
     model, tokenizer, spec = encoder
     ids, texts = zip(*vector_index.iter_passages(source))
     passages = encode_texts(model, tokenizer, list(texts), spec)
@@ -197,17 +197,23 @@ def test_json_lines_passages_keep_their_ids_and_bad_ones_are_named(encoder, enco
     path.write_text(
         "".join(json.dumps({"id": f"doc-{i}", "text": f"passage number {i}"}) + "\n" for i in range(5))
     )
-    _build(PassageSource(str(path)), encoder, encoder_dir, tmp_path / "index", shard_size=2)
+    _build(PassageSource(passages_file=str(path)), encoder, encoder_dir, tmp_path / "index", shard_size=2)
     assert (tmp_path / "index" / "ids.txt").read_text().split() == [f"doc-{i}" for i in range(5)]
 
     path.write_text(json.dumps({"id": 1, "body": "no text"}) + "\n")
     with pytest.raises(UserError, match="line 1: expected an object with 'id' and 'text'"):
-        _build(PassageSource(str(path)), encoder, encoder_dir, tmp_path / "other")
+        _build(PassageSource(passages_file=str(path)), encoder, encoder_dir, tmp_path / "other")
     path.write_text("".join(json.dumps({"id": "same", "text": t}) + "\n" for t in ("a b", "c d")))
     with pytest.raises(UserError, match="'same' occurs twice"):
-        _build(PassageSource(str(path)), encoder, encoder_dir, tmp_path / "twice")
+        _build(PassageSource(passages_file=str(path)), encoder, encoder_dir, tmp_path / "twice")
     with pytest.raises(UserError, match="needs at least 256 passages to train on"):
-        _build(PassageSource(str(path)), encoder, encoder_dir, tmp_path / "pq", IndexSettings("ivfpq"))
+        _build(
+            PassageSource(passages_file=str(path)),
+            encoder,
+            encoder_dir,
+            tmp_path / "pq",
+            IndexSettings("ivfpq"),
+        )
 
 
 # ---------------------------------------------------------------------------------------------- commands

@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-embeddings``: a dual encoder
-trained with in-batch negatives on (query, positive[, negative]) examples, or with CoSENT / cosine MSE on
-scored pairs (see ``training.retrieval.embeddings`` and ``training.retrieval.similarity``)."""
+"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-embeddings``: a dual encoder on
+pairs (:mod:`.embeddings`) or scored pairs (:mod:`.similarity`)."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
 
 
 class EmbeddingTask(Task):
-    """``briskbert finetune-embeddings``. The constructor checks the model folder and reads the examples
-    (which decide the loss) before the model is loaded."""
+    """``briskbert finetune-embeddings``; the examples, which decide the loss, are read before the model loads."""
 
     def __init__(self, model: ModelSource, data: EmbeddingData, settings: EmbeddingSettings):
         from briskbert.training.tasks.finetuning import check_model_inputs

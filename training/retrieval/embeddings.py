@@ -1,28 +1,13 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Fine-tuning of a sentence-embedding model (a dual encoder): contrastive, with in-batch negatives, or on
-scored pairs.
+"""Fine-tuning of a sentence-embedding model (a dual encoder) on (query, positive[, negative]) pairs or on
+scored pairs (:mod:`.similarity`).
 
-Training data (:func:`load_training_examples`) are either (query, positive[, negative]) pairs
-(:func:`load_pairs`): JSON lines, TSV or CSV with ``query`` (or ``anchor``, as in NLI triplets) /
-``positive`` / ``negative``, or a SQuAD-format file where each question is paired with its paragraph; or
-scored pairs (``sentence1``/``sentence2``/``score``, :mod:`training.similarity`). :class:`PairCollator` puts
-the queries, then the positives, then the negatives of a batch into ONE padded batch, so the encoder runs
-once per step over all texts (its unpadded path skips the padding of short queries next to long passages).
-``labels`` (first key, so the loop counts queries as examples) is each query's positive among the candidate
-rows.
-
-:class:`DualEncoder` wraps a ``BriskBertModel`` for the shared training loop. Its loss is the
-multiple-negatives ranking loss (cross-entropy over ``scale`` x cosine similarities of each query with
-every candidate of the batch; ``symmetric`` adds the positives-to-queries direction), or CoSENT / cosine
-MSE on scored pairs. Candidates with the same text as a query's own positive (two questions about one
-paragraph) are masked out rather than treated as negatives. On several processes the candidates are
-gathered from every process with their gradients (:mod:`training.distributed`), so the negatives are the
-global batch's and two processes follow the same losses as one process with the global batch.
-``mini_batch_size`` turns on cached gradients (GradCache, Gao et al. 2021): the embeddings of the whole
-batch are computed without a graph, the loss's gradient with respect to them is cached, and the backward
-pass re-encodes mini-batches with the same dropout and back-propagates that cached gradient, so memory
-grows with the mini-batch while the negatives come from the whole batch. ``save_pretrained`` writes the
-encoder plus the sentence-transformers module files.
+:class:`PairCollator` puts a batch's queries, positives and negatives into ONE padded batch, so the encoder
+runs once per step. :class:`DualEncoder`'s loss is the multiple-negatives ranking loss (cross-entropy over
+``scale`` x cosine similarities of each query with every candidate; candidates with the text of a query's
+own positive are masked, not negatives; on several processes the candidates of the global batch, with their
+gradients), or CoSENT / cosine MSE on scored pairs. ``mini_batch_size`` turns on cached gradients (GradCache,
+Gao et al. 2021): memory grows with the mini-batch while the negatives come from the whole batch.
 """
 
 from __future__ import annotations
@@ -34,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import get_device_states, set_device_states
 from transformers.utils import ModelOutput
 
 from briskbert.errors import SettingError
@@ -66,7 +52,6 @@ class Pair:
     negative: str | None = None
 
 
-# ------------------------------------------------------------------------------------------------ data
 def is_squad_file(path: str) -> bool:
     if not path.endswith(".json"):
         return False
@@ -77,9 +62,8 @@ def is_squad_file(path: str) -> bool:
 def load_training_examples(
     path: str, articles: tuple[int, int] | None = None, name: str = "train_file"
 ) -> list[Pair] | list[ScoredPair]:
-    """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else (query, positive[,
-    negative]) pairs or (anchor, positive, negative) triplets (:func:`load_pairs`); errors name the setting
-    ``name``."""
+    """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else :func:`load_pairs`;
+    errors name the setting ``name``."""
     if not Path(path).is_file():
         raise SettingError(name, f"{path!r} does not exist.")
     if not is_squad_file(path) and has_scored_pair_columns(path):
@@ -91,8 +75,7 @@ def load_training_examples(
 
 def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "train_file") -> list[Pair]:
     """(query, positive[, negative]) pairs from JSON lines, TSV or CSV (``anchor`` may name the query, as in
-    NLI triplets) or, for a ``.json`` SQuAD file, each question with its paragraph (``articles`` selects
-    articles ``start..stop-1``)."""
+    NLI triplets) or, from a SQuAD file, each question with its paragraph."""
     if not Path(path).is_file():
         raise SettingError(name, f"{path!r} does not exist.")
     if is_squad_file(path):
@@ -135,9 +118,8 @@ def text_id(text: str) -> int:
 
 
 class PairCollator:
-    """``list[Pair]`` -> ``{"labels", "input_ids", "attention_mask", "candidate_ids"}``: rows are the B
-    queries, the B positives, then the B negatives (when the pairs have them); ``labels[i] = i`` is query
-    i's positive among the candidate rows, and ``candidate_ids`` identifies candidates by their text."""
+    """Rows are the B queries, the B positives, then the B negatives (if any); ``labels`` (first key, so the loop
+    counts queries) is each query's positive among the candidate rows, ``candidate_ids`` their texts' ids."""
 
     def __init__(self, tokenizer, max_query_length: int, max_passage_length: int):
         self.tokenizer = tokenizer
@@ -166,8 +148,7 @@ class PairCollator:
 def mine_hard_negatives(
     encoder, tokenizer, pairs: list[Pair], spec: EmbeddingSpec, batch_size: int = 64
 ) -> list[Pair]:
-    """Each query paired with the passage the given ``encoder`` ranks highest among the training passages
-    other than its own positive."""
+    """Each query paired with the training passage ``encoder`` ranks highest but its own positive."""
     passages = list(dict.fromkeys(pair.positive for pair in pairs))
     passage_vectors = encode_texts(encoder, tokenizer, passages, spec, batch_size, "mining: passages")
     query_vectors = encode_texts(
@@ -183,7 +164,6 @@ def mine_hard_negatives(
     return mined
 
 
-# ----------------------------------------------------------------------------------------------- model
 def multiple_negatives_ranking_loss(
     queries: torch.Tensor,
     candidates: torch.Tensor,
@@ -192,10 +172,10 @@ def multiple_negatives_ranking_loss(
     scale: float,
     symmetric: bool = False,
 ) -> torch.Tensor:
-    """Mean over queries of cross-entropy(``scale`` x cos(query, candidates), its positive). Candidates equal
-    to a query's positive elsewhere in the batch are masked, not counted as negatives. On several processes
-    the candidates (and, ``symmetric``, the queries) of every process are gathered: each query meets the
-    negatives of the global batch."""
+    """Mean over queries of cross-entropy(``scale`` x cos(query, candidates), its positive), against the
+    candidates (``symmetric``: and queries) of every process."""
+    # Not sentence-transformers' MultipleNegativesRankingLoss (an optional extra): it counts a copy of a
+    # query's positive elsewhere in the batch (two questions about one paragraph) as a negative; we mask it.
     queries, candidates = F.normalize(queries.float(), dim=-1), F.normalize(candidates.float(), dim=-1)
     rows = torch.arange(len(labels), device=labels.device)
     positive_ids = candidate_ids[labels]
@@ -225,8 +205,7 @@ class DualEncoderOutput(ModelOutput):
 
 @dataclass(frozen=True)
 class ContrastiveLossSpec:
-    """The training loss: ``multiple_negatives_ranking`` for (query, positive[, negative]) pairs, ``cosent`` or
-    ``cosine_mse`` for scored pairs."""
+    """``multiple_negatives_ranking`` for pairs, ``cosent`` or ``cosine_mse`` for scored pairs."""
 
     scale: float = 20.0  # 1 / temperature; sentence-transformers' default for both ranking losses
     symmetric: bool = False
@@ -240,9 +219,8 @@ class ContrastiveLossSpec:
 
 
 class Wrapper(nn.Module):
-    """A loss around the transformers model held in the attribute ``wrapped``, in the shape the shared loop
-    expects (``forward(**batch).loss``, ``gradient_checkpointing_enable``, ``save_pretrained``): it saves the
-    wrapped model alone."""
+    """A loss around the transformers model in the attribute ``wrapped``, shaped for the shared loop; it saves
+    the wrapped model alone."""
 
     wrapped = "model"
 
@@ -256,8 +234,7 @@ class Wrapper(nn.Module):
 
 
 class DualEncoder(Wrapper):
-    """A sentence encoder trained with a contrastive or scored-pair loss; its folder also holds the
-    sentence-transformers module files."""
+    """A sentence encoder and its loss; its folder also holds the sentence-transformers module files."""
 
     wrapped = "encoder"
 
@@ -302,7 +279,7 @@ class DualEncoder(Wrapper):
         rng_states, pieces = [], []
         with torch.no_grad():
             for chunk_ids, chunk_mask in chunks:
-                rng_states.append(_rng_state(chunk_ids.device))
+                rng_states.append((torch.get_rng_state(), *get_device_states(chunk_ids)))
                 pieces.append(embed_batch(self.encoder, chunk_ids, chunk_mask, self.embedding))
         embeddings = torch.cat(pieces).detach().requires_grad_()
         # 2. The loss and its gradient with respect to the embeddings (cheap: no encoder in this graph).
@@ -312,33 +289,43 @@ class DualEncoder(Wrapper):
         loss = output.loss.detach().requires_grad_()
         # 3. When the loop back-propagates the loss, the chunks are encoded again and the cached gradient
         # (times the loop's scaling of the loss) goes through the encoder.
-        replay = _Replay(self, chunks, rng_states, embedding_grad, _autocast_state(input_ids.device))
-        loss.register_hook(replay)
+        device_type = (
+            input_ids.device.type if input_ids.device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
+        )
+        autocast = (
+            device_type,
+            torch.is_autocast_enabled(device_type),
+            torch.get_autocast_dtype(device_type),
+        )
+        loss.register_hook(_Replay(self, chunks, rng_states, embedding_grad, autocast))
         return DualEncoderOutput(loss=loss)
 
 
 @dataclass
 class _Replay:
-    """The backward half of cached gradients: re-encode each chunk with the dropout it had in the first pass
-    and push its share of the cached gradient through the encoder."""
+    """The backward half of cached gradients: re-encode each chunk with the dropout of the first pass and push
+    its share of the cached gradient through the encoder."""
 
     model: DualEncoder
     chunks: list
-    rng_states: list
+    rng_states: list  # (CPU state, accelerator devices, their states) before each chunk's first pass
     embedding_grad: torch.Tensor
-    autocast: tuple  # the forward's autocast (device type, enabled, dtype): the hook runs outside it
+    autocast: tuple  # the forward's (device type, enabled, dtype): the hook runs outside it
 
     def __call__(self, loss_grad: torch.Tensor) -> torch.Tensor:
         parameters = [p for p in self.model.encoder.parameters() if p.requires_grad]
         device_type, autocast_enabled, autocast_dtype = self.autocast
         offset = 0
-        for number, ((chunk_ids, chunk_mask), state) in enumerate(zip(self.chunks, self.rng_states)):
+        for number, ((chunk_ids, chunk_mask), (cpu_state, devices, states)) in enumerate(
+            zip(self.chunks, self.rng_states)
+        ):
             with (
-                torch.random.fork_rng(devices=_cuda_devices(chunk_ids.device)),
+                torch.random.fork_rng(devices=devices),
                 torch.enable_grad(),
                 torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_enabled),
             ):
-                _set_rng_state(state, chunk_ids.device)
+                torch.set_rng_state(cpu_state)
+                set_device_states(devices, states)
                 piece = embed_batch(self.model.encoder, chunk_ids, chunk_mask, self.model.embedding)
             grad = (self.embedding_grad[offset : offset + len(piece)] * loss_grad).to(piece.dtype)
             offset += len(piece)
@@ -355,29 +342,9 @@ class _Replay:
         return loss_grad
 
 
-def _autocast_state(device: torch.device) -> tuple:
-    device_type = device.type if device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
-    return device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
-
-
-def _cuda_devices(device: torch.device) -> list:
-    return [device] if device.type == "cuda" else []
-
-
-def _rng_state(device: torch.device):
-    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-
-def _set_rng_state(state, device: torch.device) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state(state[1], device)
-
-
 # ------------------------------------------------------------------------------------------ evaluation
 def evaluate_pairs(model, dataloader, accelerator) -> dict:
-    """``evaluate`` of the embedding task on pairs: retrieval metrics over the validation pairs, the corpus
-    being their distinct candidate passages (positives and negatives), gathered from every process."""
+    """Retrieval metrics of the validation queries among their distinct candidates, gathered from every process."""
     unwrapped = accelerator.unwrap_model(model)
     queries, candidates, positives = [], {}, []
     for batch in dataloader:
@@ -396,8 +363,8 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
 
 
 def _query_records(model: DualEncoder, batch: dict) -> list[tuple]:
-    """One record per query of a validation batch: its embedding, then ``(text key, embedding)`` of its
-    positive and of its negative (if the pairs have them); a candidate's text key is its token ids."""
+    """Per query of a validation batch: its embedding, then ``(token ids, embedding)`` of its positive and of its
+    negative (if any)."""
     embeddings = embed_batch(model.encoder, batch["input_ids"], batch["attention_mask"], model.embedding)
     embeddings = embeddings.float().cpu()
     n = len(batch["labels"])

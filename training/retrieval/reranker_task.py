@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-reranker``: a cross-encoder
-that reads each query with its positive and drawn negatives (see ``training.retrieval.reranking``), and,
-after training, the weight that fuses it with the retriever, chosen on the validation queries."""
+"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-reranker``: a cross-encoder on
+groups (:mod:`.reranking`), then the weights that fuse it with the retriever, chosen on validation queries."""
 
 from __future__ import annotations
 
@@ -25,9 +24,9 @@ if TYPE_CHECKING:
 def hold_out(
     path: str, articles, pairs: list[Pair], percentage: float, seed: int
 ) -> tuple[list[Pair], list[Pair], dict]:
-    """(training pairs, held-out pairs, what was held out): ``percentage`` % of the training documents, whole
-    (a SQuAD file's articles; for pairs, the groups linked by a shared passage), chosen with ``seed``, so no
-    passage of a held-out question is trained on."""
+    """(training pairs, held-out pairs, what was held out): ``percentage`` % of the training documents, whole (a
+    SQuAD file's articles; for pairs, the groups linked by a shared passage), so no held-out passage is trained
+    on."""
     from briskbert.training.data.pretraining_data import split_document_indices
     from briskbert.training.data.task_data import load_squad
     from briskbert.training.retrieval.embeddings import is_squad_file
@@ -64,8 +63,8 @@ def hold_out(
 def training_sets(
     data: RerankerData, validation: RerankerValidation, seed: int, batch_size: int, device
 ) -> TrainingSets:
-    """Training groups with negative pools, and the validation collection searched by the fusion retriever:
-    ``validation_file``'s queries, else those held out of the training data among all its passages."""
+    """Training groups, and the validation collection (``validation_file``'s queries, else those held out of the
+    training data, among all its passages) searched by the fusion retriever."""
     from briskbert.retrieval.dense import load_retriever, read_passages
     from briskbert.training.retrieval.embeddings import load_pairs
     from briskbert.training.retrieval.reranking import (
@@ -192,8 +191,7 @@ class RerankerTask(Task):
         return metrics
 
     def finish(self, final_dir: Path) -> None:
-        """Choose the fusion weights on the validation queries, save them as ``final/fusion.json`` and state
-        them among the card's limitations (before the card and the manifest are written)."""
+        """Choose and save the fusion weights, and state them among the card's limitations."""
         fusion = self.choose_fusion(final_dir)
         if fusion is not None:
             facts = read_training_facts(final_dir)
@@ -201,8 +199,8 @@ class RerankerTask(Task):
             write_training_facts(final_dir, replace(facts, job=replace(facts.job, limitations=limitations)))
 
     def choose_fusion(self, final_dir: Path) -> Fusion | None:
-        """Choose the fusion weights on the validation queries and save them as ``final/fusion.json``. Called
-        on every process once the run has ended normally; returns them on the main process."""
+        """Choose the fusion weights on the validation queries and save them as ``final/fusion.json`` (called on
+        every process; returns them on the main one)."""
         from accelerate import PartialState
 
         from briskbert.training.retrieval.reranking import choose_and_save_fusion

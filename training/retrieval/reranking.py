@@ -1,19 +1,10 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Cross-encoder re-ranking: a (query, passage) pair through ``BriskBertForSequenceClassification`` with
-one relevance logit (fused with the retriever's score by ``briskbert.retrieval.fusion``).
-
-Training groups (:class:`RerankGroup`) hold a query, its positive and a pool of negatives: the pair's own
-negative when the data has one, then the passages a dual encoder ranks highest among the training passages
-and optional distractors (:func:`retrieved_negative_pools`), or random passages of the training data
-(:func:`random_negative_pools`). :class:`RerankGroups` draws ``num_negatives`` of each pool afresh every
-epoch (seeded), so several epochs see more of the retriever's mistakes than one fixed set.
-:class:`GroupCollator` flattens a batch of groups into B x G pairs (positive first in each group);
-:class:`CrossEncoderForRanking` computes either the listwise loss (cross-entropy over each group's logits,
-the positive being the target) or the pointwise loss (binary cross-entropy, positive 1 and negatives 0).
-The saved folder is the plain sequence-classification model (``num_labels=1``), so
-``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load it with
-``trust_remote_code=True``.
-"""
+"""Cross-encoder re-ranking: a (query, passage) pair through ``BriskBertForSequenceClassification`` with one
+relevance logit, trained on groups of a query, its positive and negatives drawn afresh each epoch from a pool
+(the pair's own negative, then the passages a dual encoder ranks highest, or random ones), with a listwise
+(cross-entropy over the group) or pointwise (binary cross-entropy) loss. The saved folder is the plain
+sequence-classification model, which ``AutoModelForSequenceClassification`` and sentence-transformers'
+``CrossEncoder`` load."""
 
 from __future__ import annotations
 
@@ -24,11 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from briskbert.retrieval.dense import (
-    RetrievalTask,
-    Retriever,
-    retrieval_metrics,
-)
+from briskbert.retrieval.dense import RetrievalTask, Retriever, retrieval_metrics
 from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
 from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.reranker import load_reranker
@@ -44,13 +31,10 @@ class RerankGroup:
     negatives: list[str]  # the pool; a training batch reads num_negatives of them
 
 
-# ------------------------------------------------------------------------------------------------ data
 def _distinct_passages(pairs: list[Pair], extra_passages: list[str] = (), pool_size: int = 0) -> list[str]:
     """The distinct positives, negatives and ``extra_passages``: more than ``pool_size`` of them, or an error."""
-    texts = (
-        [pair.positive for pair in pairs] + [p.negative for p in pairs if p.negative] + list(extra_passages)
-    )
-    passages = list(dict.fromkeys(texts))
+    texts = [pair.positive for pair in pairs] + [pair.negative for pair in pairs if pair.negative]
+    passages = list(dict.fromkeys(texts + list(extra_passages)))
     if len(passages) <= pool_size:
         raise DataError(
             f"{pool_size} negatives per query need more than {pool_size} distinct passages; the "
@@ -77,9 +61,8 @@ def random_negative_pools(pairs: list[Pair], pool_size: int, seed: int) -> list[
 def retrieved_negative_pools(
     pairs: list[Pair], pool_size: int, retriever: Retriever, extra_passages: list[str] = ()
 ) -> list[RerankGroup]:
-    """Each pair's own negative (if any), then the passages ``retriever`` ranks highest that are not its
-    positive, searched among the training passages and ``extra_passages`` (distractors): the mistakes a
-    re-ranker behind that retriever has to correct."""
+    """Each pair's own negative (if any), then the passages ``retriever`` ranks highest among the training
+    passages and ``extra_passages`` but its positive: the mistakes a re-ranker behind it has to correct."""
     passages = _distinct_passages(pairs, extra_passages, pool_size)
     corpus = {str(index): text for index, text in enumerate(passages)}
     queries = {str(index): pair.query for index, pair in enumerate(pairs)}
@@ -96,9 +79,8 @@ def retrieved_negative_pools(
 
 
 class RerankGroups(torch.utils.data.Dataset):
-    """Groups read with ``num_negatives`` negatives each: the pair's own negative when it has one (first in
-    its pool), the rest drawn from the pool afresh every epoch, seeded by ``seed``, the epoch and the index
-    (a resumed run draws the same)."""
+    """Groups with ``num_negatives`` negatives each: the pair's own (first in its pool) if it has one, the rest
+    drawn afresh every epoch, seeded by ``seed``, the epoch and the index (a resumed run draws the same)."""
 
     def __init__(
         self, groups: list[RerankGroup], num_negatives: int, seed: int = 0, own_negative: bool = False
@@ -125,8 +107,7 @@ class RerankGroups(torch.utils.data.Dataset):
 
 
 class GroupCollator:
-    """``list[RerankGroup]`` -> ``{"labels": (B, G) with 1 for the positive in column 0, "input_ids",
-    "token_type_ids", "attention_mask": (B*G, L)}``."""
+    """B groups -> B*G (query, passage) rows; ``labels`` (B, G) hold 1 for the positive in column 0."""
 
     def __init__(self, tokenizer, max_seq_length: int):
         self.tokenizer, self.max_seq_length = tokenizer, max_seq_length
@@ -149,8 +130,8 @@ class GroupCollator:
 
 
 def pairs_collection(pairs: list[Pair], distractors: list[str] = ()) -> RetrievalTask:
-    """A retrieval collection from pairs: the distinct positives, negatives and ``distractors`` are the
-    passages, each query's positive its relevant one (for a SQuAD file, its own paragraph)."""
+    """The pairs' distinct positives, negatives and ``distractors`` as passages, each query's positive its
+    relevant one."""
     passages = _distinct_passages(pairs, distractors)
     passage_ids = {text: f"p{index}" for index, text in enumerate(passages)}
     query_ids = [f"q{index}" for index in range(len(pairs))]
@@ -165,8 +146,7 @@ def pairs_collection(pairs: list[Pair], distractors: list[str] = ()) -> Retrieva
 
 @dataclass
 class TrainingSets:
-    """The training groups and, with validation queries, their groups (fixed negatives: the retriever's
-    top-ranked wrong passages, else random ones) and what the fusion weight is chosen on."""
+    """The training groups, the validation groups (fixed negatives) and what the fusion weights are chosen on."""
 
     train: RerankGroups
     validation_groups: RerankGroups | None = None
@@ -185,8 +165,8 @@ def validation_sets(
     retriever_name: str | None,
     depth: int,
 ) -> TrainingSets:
-    """:class:`TrainingSets` for validation ``pairs`` among their passages and ``distractors``, searched
-    ``depth`` deep by ``retriever`` (random negatives and no fusion without one)."""
+    """Validation ``pairs`` among their passages and ``distractors``, their negatives the ``retriever``'s top
+    ``depth`` wrong ones (random negatives and no fusion without one)."""
     task = pairs_collection(pairs, distractors)
     if retriever is None:
         pools = random_negative_pools(pairs, train.num_negatives, train.seed)
@@ -207,10 +187,8 @@ def validation_sets(
     )
 
 
-# ----------------------------------------------------------------------------------------------- model
 class CrossEncoderForRanking(Wrapper):
-    """``BriskBertForSequenceClassification`` (one logit) with a ranking loss over groups (``listwise`` or
-    ``pointwise``)."""
+    """A one-logit sequence classifier with a ``listwise`` or ``pointwise`` ranking loss over groups."""
 
     def __init__(self, model, loss: str = "listwise"):
         super().__init__()
@@ -231,10 +209,8 @@ class CrossEncoderForRanking(Wrapper):
 
 
 def group_ranking_metrics(model, dataloader, accelerator) -> dict:
-    """``evaluate_fn`` for the loop: over validation groups (positive in column 0), the share whose positive
-    scores highest (``accuracy``) and the mean reciprocal rank of the positive (``mrr``), beside what ranking
-    the group at random scores on them (``chance_accuracy``: one in the group's size; ``chance_mrr``: the mean
-    of 1/rank over its positions)."""
+    """Over validation groups: the share whose positive scores highest (``accuracy``) and its mean reciprocal
+    rank (``mrr``), beside what ranking each group at random scores (``chance_accuracy``, ``chance_mrr``)."""
     from briskbert.training.engine.evaluation import evaluation_loop
 
     def per_group(batch, outputs):
@@ -260,9 +236,8 @@ def choose_and_save_fusion(
     device="cpu",
     held_out: str | None = None,
 ) -> Fusion:
-    """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder`` and with BM25 over
-    their collection, choose the fusion weights on them and write them to ``folder/fusion.json``
-    (``held_out``: which training questions the validation queries are, in words)."""
+    """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder`` and with BM25, choose
+    the fusion weights on them and save them in ``folder`` (``held_out``: the validation queries, in words)."""
     reranker = load_reranker(str(folder), top_k, max_seq_length, batch_size)
     reranker.model.to(device)
     task = sets.validation_task

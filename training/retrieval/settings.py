@@ -1,11 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""What the retriever training jobs (``finetune-embeddings``, ``finetune-reranker``) are asked to do, as
-checked dataclasses whose fields carry their default and help (the command line is generated from them),
-and the scored-pair file check ``evaluate-similarity`` shares.
-
-Imports nothing heavy: the commands parse (and answer ``--help``), look at a file's columns and refuse
-contradictions before torch is loaded.
-"""
+"""The options of ``finetune-embeddings`` and ``finetune-reranker`` as checked dataclasses, and the scored-pair
+file check ``evaluate-similarity`` shares. Torch-free: the commands check their inputs before torch loads."""
 
 from __future__ import annotations
 
@@ -46,8 +41,7 @@ def has_scored_pair_columns(path: str) -> bool:
 
 
 def check_scored_pair_file(path: str, name: str) -> None:
-    """A :class:`SettingError` for the setting ``name`` unless ``path`` is a TSV, CSV or JSON lines file of
-    scored pairs."""
+    """A :class:`SettingError` for ``name`` unless ``path`` is a TSV, CSV or JSON lines file of scored pairs."""
     if not Path(path).is_file():
         raise SettingError(name, f"{path} does not exist.")
     columns = file_columns(path)
@@ -60,7 +54,6 @@ def check_scored_pair_file(path: str, name: str) -> None:
         )
 
 
-# ------------------------------------------------------------------------------------ sentence embeddings
 @dataclass(frozen=True)
 class EmbeddingData:
     _argument_group_name = "data"
@@ -148,7 +141,6 @@ class EmbeddingSettings(EmbeddingArguments):
             object.__setattr__(self, "score_range", (low, high))
 
 
-# ------------------------------------------------------------------------------------------ re-ranking
 @dataclass(frozen=True)
 class RerankerData:
     _argument_group_name = "data and negatives"

@@ -1,23 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence similarity on scored pairs: data, losses and the evaluation (Spearman / Pearson of cosine similarity).
-
-Data are ``(sentence1, sentence2, score)`` rows (:func:`load_scored_pairs`): TSV, CSV or JSON lines with those
-columns, as the STS Benchmark ships them (score 0 to 5; any range works). :class:`ScoredPairCollator` puts the
-B first sentences, then the B second sentences of a batch into one padded batch; ``labels`` are the scores.
-
-Losses on the two embeddings of each pair:
-
-* :func:`cosent_loss` (CoSENT, Su 2022): ``log(1 + sum exp(scale * (cos_j - cos_i)))`` over every two pairs of
-  the batch whose gold scores say ``i`` is more similar than ``j``. It only uses the order of the scores, so
-  their range does not matter, and it compares pairs across the whole batch (on several processes, the
-  global batch: the cosines are gathered).
-* :func:`cosine_mse_loss`: the squared difference between each pair's cosine and its score mapped to [0, 1]
-  (sentence-transformers' ``CosineSimilarityLoss``).
-
-:func:`similarity_metrics` is what ``briskbert evaluate-similarity`` reports and what fine-tuning on scored
-pairs validates with: Spearman's rank correlation (ties get their average rank) and Pearson's correlation
-between the cosine similarity of each pair's embeddings and the gold scores, in [-1, 1].
-"""
+"""Sentence similarity on scored ``(sentence1, sentence2, score)`` pairs (TSV, CSV or JSON lines, as the STS
+Benchmark ships them; any score range): data, the CoSENT and cosine-MSE losses, and the evaluation (Spearman
+and Pearson correlation of the pairs' cosine similarity with the gold scores)."""
 
 from __future__ import annotations
 
@@ -43,10 +27,8 @@ class ScoredPair:
     score: float
 
 
-# ------------------------------------------------------------------------------------------------ data
 def load_scored_pairs(path: str, name: str = "train_file") -> list[ScoredPair]:
-    """``(sentence1, sentence2, score)`` rows of a TSV, CSV or JSON lines file (other columns are ignored);
-    errors name the setting ``name``."""
+    """The rows of a TSV, CSV or JSON lines file (other columns ignored); errors name the setting ``name``."""
     check_scored_pair_file(path, name)
     pairs = []
     for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
@@ -74,8 +56,7 @@ def score_range(pairs: list[ScoredPair]) -> tuple[float, float]:
 
 
 class ScoredPairCollator:
-    """``list[ScoredPair]`` -> ``{"labels": (B,) scores, "input_ids", "attention_mask": (2B, L)}``: the B first
-    sentences, then the B second sentences, in one padded batch."""
+    """The B first sentences, then the B second sentences, in one padded batch; ``labels`` are the scores."""
 
     def __init__(self, tokenizer, max_seq_length: int):
         self.tokenizer, self.max_seq_length = tokenizer, max_seq_length
@@ -92,13 +73,13 @@ class ScoredPairCollator:
         }
 
 
-# ---------------------------------------------------------------------------------------------- losses
 def cosent_loss(
     first: torch.Tensor, second: torch.Tensor, scores: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """CoSENT over the global batch: ``log(1 + sum over (i, j) with score_i > score_j of
-    exp(scale * (cos_j - cos_i)))``. On several processes every process computes the same global loss from
-    the gathered cosines (the loop's scaling then averages it back to one)."""
+    """CoSENT (Su 2022) over the global batch: ``log(1 + sum over score_i > score_j of exp(scale * (cos_j -
+    cos_i)))``; every process computes the same loss from the gathered cosines."""
+    # Not sentence-transformers' CoSENTLoss (an optional extra, equal on one process): it sees one process's
+    # pairs only.
     cosines = F.cosine_similarity(first.float(), second.float(), dim=-1) * scale
     cosines, scores = gather_with_grad(cosines), gather_with_offset(scores.float())[0]
     # differences[i, j] = cos_i - cos_j, counted where pair i should score lower than pair j.
@@ -110,14 +91,13 @@ def cosent_loss(
 def cosine_mse_loss(
     first: torch.Tensor, second: torch.Tensor, scores: torch.Tensor, scores_from: tuple[float, float]
 ) -> torch.Tensor:
-    """Mean squared difference between each pair's cosine similarity and its score mapped from
-    ``scores_from = (low, high)`` to [0, 1]."""
+    """Mean squared difference of each pair's cosine and its score mapped from ``(low, high)`` to [0, 1]
+    (sentence-transformers' ``CosineSimilarityLoss``)."""
     low, high = scores_from
     targets = (scores.float() - low) / (high - low)
     return F.mse_loss(F.cosine_similarity(first.float(), second.float(), dim=-1), targets)
 
 
-# ------------------------------------------------------------------------------------------ evaluation
 def similarity_metrics(cosines, scores) -> dict[str, float]:
     """Spearman and Pearson correlation of predicted ``cosines`` with gold scores."""
     from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
@@ -136,8 +116,7 @@ def similarity_metrics(cosines, scores) -> dict[str, float]:
 def evaluate_similarity(
     encoder, tokenizer, pairs: list[ScoredPair], spec: EmbeddingSpec, batch_size: int = 64
 ) -> dict[str, float]:
-    """:func:`similarity_metrics` of the cosine similarity of each pair's two embeddings (each distinct
-    sentence embedded once)."""
+    """:func:`similarity_metrics` of each pair's cosine (each distinct sentence embedded once)."""
     sentences = list(dict.fromkeys([p.sentence1 for p in pairs] + [p.sentence2 for p in pairs]))
     vectors = encode_texts(encoder, tokenizer, sentences, spec, batch_size, "encoding sentences")
     row = {sentence: index for index, sentence in enumerate(sentences)}
@@ -148,8 +127,7 @@ def evaluate_similarity(
 
 
 def evaluate_scored_pairs(model, dataloader, accelerator) -> dict:
-    """``evaluate`` of the embedding task on scored pairs: Spearman / Pearson over the validation pairs,
-    gathered from every process (the duplicates that even out the last batch left out)."""
+    """Spearman / Pearson over the validation pairs, gathered from every process."""
     from briskbert.training.engine.evaluation import evaluation_loop
 
     def cosines_and_scores(batch, outputs) -> dict:
