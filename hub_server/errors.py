@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import errno
 
-#: what a write fails with when the disk (or the writer's quota) is full
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-
 
 class HubError(Exception):
-    """An error the server turns into an HTTP response with ``X-Error-Code``."""
-
     status = 400
     code: str | None = "BadRequest"
 
@@ -34,7 +29,7 @@ class HubError(Exception):
 
 
 class BadRequest(HubError):
-    """The request is malformed: framing, JSON, a missing or mistyped field."""
+    pass
 
 
 class Unauthorized(HubError):
@@ -77,9 +72,7 @@ class PayloadTooLarge(HubError):
     status, code = 413, "PayloadTooLarge"
 
 
-class Unprocessable(HubError):
-    """Well-formed, but refers to content that is not there or does not match."""
-
+class Unprocessable(HubError):  # well-formed, but names content that is not there or does not match
     status, code = 422, "MissingContent"
 
 
@@ -88,29 +81,26 @@ class RequestTimeout(HubError):
 
 
 class InsufficientStorage(HubError):
-    """The server's disk is full: nothing of the request was kept. Not a 5xx the clients retry (507 is not
-    among them): the same write would fail again until space is freed."""
+    """The disk is full and nothing of the request was kept. The clients do not retry a 507: the same write
+    would fail again until space is freed."""
 
     status, code = 507, "InsufficientStorage"
 
 
 class StorageDamaged(HubError):
-    """A stored file of a repo is damaged (not valid JSON, or content that no longer matches its id): the
-    server's log names the file; the other repos serve as before. A 500 the clients do not retry on reads."""
+    """A stored file of a repo is damaged (the log names it); the other repos serve as before."""
 
     status, code = 500, "StorageDamaged"
 
 
-class ServerError(HubError):
-    """A 500, without an ``X-Error-Code``: a bug, or the fault injector's."""
-
+class ServerError(HubError):  # a bug, or the fault injector's
     status, code = 500, None
 
 
 def disk_full(error: OSError, size: int | None = None) -> InsufficientStorage | None:
-    """The answer to a write that found the disk full (None for any other ``OSError``): the file it failed
-    on stays in the server's log, the client is told nothing of the server's layout."""
-    if error.errno not in DISK_FULL_ERRNOS:
+    """The answer to a write that found the disk (or the quota) full; None for any other ``OSError``. The file
+    it failed on goes to the server's log, not to the client."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     carried = f"; the request carried {size:,} bytes" if size else ""
     return InsufficientStorage(
