@@ -1,10 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""What ``briskbert pretrain`` is told: the corpus and its sequences, the model and tokenizer, the masking.
-
-Like :mod:`briskbert.training.tasks.settings`, each field is one option with its default and help, and each
-class checks its values once, in ``__post_init__``, raising :class:`~briskbert.errors.SettingError` naming
-the field. This module imports neither torch nor transformers.
-"""
+"""``briskbert pretrain``'s options (corpus and sequences, model and tokenizer, masking), each checked once in
+``__post_init__``, as in :mod:`briskbert.training.tasks.settings`. Imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -164,8 +160,7 @@ class PretrainingModel:
         default=False,
         metadata={
             "help": "Continue model_name_or_path with its own transformers class (e.g. BertForMaskedLM) instead "
-            "of converting a BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA or ModernBERT checkpoint to briskbert's "
-            "fast path."
+            "of converting it to briskbert's fast path."
         },
     )
     tokenizer_name: str | None = field(
@@ -174,8 +169,8 @@ class PretrainingModel:
     vocab_size: int | None = field(
         default=None,
         metadata={
-            "help": "Train a WordPiece tokenizer of this size on the training data (default 30522); it is "
-            "trained once per run, into output_dir/tokenizer, and reused on resume."
+            "help": "Train a WordPiece tokenizer of this size (default 30522) once per run, into "
+            "output_dir/tokenizer (reused on resume)."
         },
     )
     tokenizer_train_max_lines: int | None = field(
