@@ -1,24 +1,6 @@
-"""Model cards for briskbert models (``card``) and the publisher that pushes a folder to the Hub (``publishing``)."""
+"""Model cards and publishing: the card (``card``), the files a publish uploads (``model_files``), the secret
+scan (``secrets``), the publisher (``publishing``) and its check of the published commit (``verification``)."""
 
-from .card import (
-    ARCHITECTURE_OPTIONS,
-    TASKS,
-    CardError,
-    check_card,
-    read_facts,
-    render_card,
-    task_for_architecture,
-)
-from .rules import check_card_text, check_metadata
+from .card import CardError, check_card, render_card
 
-__all__ = [
-    "ARCHITECTURE_OPTIONS",
-    "TASKS",
-    "CardError",
-    "check_card",
-    "check_card_text",
-    "check_metadata",
-    "read_facts",
-    "render_card",
-    "task_for_architecture",
-]
+__all__ = ["CardError", "check_card", "render_card"]

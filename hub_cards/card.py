@@ -1,16 +1,8 @@
-"""Render a model card (README.md) for a saved BriskBert folder.
+"""The model card (README.md) of a saved BriskBert folder, filled from ``templates/model_card.md``.
 
-Inputs are the folder's ``config.json`` and its training facts (``training_facts.json``, written by the
-shared training loop), read as a typed :class:`~briskbert.training.engine.facts.TrainingFacts`: the job's
-facts (``facts.job``: task, pipeline tag, data, base model, language, license, tags, limitations, ...)
-and, for a trained model, what the loop measured (``facts.run``: steps, tokens, hardware, metrics, ...).
-
-A folder written by ``briskbert quantize`` also holds ``quantization.json``: the card then states the precision
-in the architecture table and gets a Quantization section (method, size, agreement with the fp32 model, and the
-evaluation of both models when it was measured).
-
-The card is rendered deterministically (no dates, sorted tables), so publishing the same folder twice
-produces the same README and no new commit.
+It reads ``config.json``, the training facts (``training_facts.json``, typed as :class:`TrainingFacts`) and, for a
+folder ``briskbert quantize`` wrote, ``quantization.json``. No dates and sorted tables: the same folder always
+renders the same card, so re-publishing it makes no new commit.
 """
 
 from __future__ import annotations
@@ -21,10 +13,10 @@ import re
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from briskbert import inputs
 from briskbert.errors import SettingError, UserError
+from briskbert.files import write_atomic
 from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
 
 from .rules import check_card_text
@@ -33,31 +25,14 @@ QUANTIZATION_FILE = "quantization.json"
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
 #: config options shown in the architecture table, in this order
-ARCHITECTURE_OPTIONS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "position_embedding_type",
-    "rope_theta",
-    "norm_type",
-    "norm_position",
-    "hidden_act",
-    "mlp_type",
-    "sliding_window",
-    "global_attn_every_n_layers",
-    "vocab_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "attention_bias",
-    "mlp_bias",
-    "classifier_pooling",
-    "tie_word_embeddings",
+ARCHITECTURE_OPTIONS = tuple(
+    """
+    hidden_size num_hidden_layers num_attention_heads num_key_value_heads intermediate_size
+    position_embedding_type rope_theta norm_type norm_position hidden_act mlp_type sliding_window
+    global_attn_every_n_layers vocab_size max_position_embeddings type_vocab_size attention_bias mlp_bias
+    classifier_pooling tie_word_embeddings
+    """.split()
 )
-
-#: options shown only where they take effect (a rotary base means nothing without rotary positions)
-OPTION_APPLIES = {"rope_theta": lambda config: config.get("position_embedding_type") == "rope"}
 
 #: architecture suffix -> (pipeline tag, Auto class, example pipeline input as Python source)
 TASKS = {
@@ -108,28 +83,18 @@ class CardError(UserError, ValueError):
 
 def task_for_architecture(architecture: str) -> tuple[str, str, str]:
     """(pipeline tag, Auto class name, example input) for a class name such as BriskBertForMaskedLM."""
-    for suffix, info in TASKS.items():
-        if suffix != "Model" and architecture.endswith(suffix):
+    for suffix, info in TASKS.items():  # "Model" last: no head's name ends in it
+        if architecture.endswith(suffix):
             return info
-    if architecture.endswith("Model"):
-        return TASKS["Model"]
     raise CardError(
         f"Unknown architecture {architecture!r}: expected a name ending in one of {', '.join(TASKS)}"
     )
 
 
-def read_json_object(path: Path) -> dict:
-    """A JSON object file whose every string is valid Unicode (the one reader, :mod:`briskbert.inputs`)."""
-    try:
-        return inputs.read_json_object(path, "model_dir", "save the model with save_pretrained")
-    except SettingError as error:
-        raise CardError(error.problem) from None
-
-
 def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
     """``config.json`` (or ``tokenizer_config.json``), with the fields the card and the publisher use checked."""
     path = Path(model_dir) / name
-    config = read_json_object(path)
+    config = inputs.read_json_object(path, "model_dir", "save the model with save_pretrained")
     problem = inputs.config_problem(config)
     if problem:
         raise CardError(f"{path}: {problem}; save the model with save_pretrained again")
@@ -137,13 +102,14 @@ def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
 
 
 def read_facts(model_dir: str | Path) -> TrainingFacts:
-    """The folder's training facts (empty facts without ``training_facts.json``); a file this version
-    cannot read is a :class:`CardError`."""
+    """The folder's training facts (empty without ``training_facts.json``); one it cannot read is a CardError."""
     path = Path(model_dir) / "training_facts.json"
-    if path.is_file():
-        read_json_object(path)  # text that cannot be written into a card
     try:
+        if path.is_file():  # text a card can hold (no lone surrogates), whatever read_training_facts checks
+            inputs.read_json_object(path, "model_dir", "delete it or train the model again")
         return read_training_facts(model_dir)
+    except SettingError as error:  # named after the training jobs' setting: here it is this folder's file
+        raise CardError(error.problem) from None
     except FactsError as error:
         raise CardError(str(error)) from None
 
@@ -258,11 +224,8 @@ def render_card(
     facts: TrainingFacts | None = None,
     revision_is_pinned: bool = False,
 ) -> ModelCard:
-    """Build the card for ``model_dir`` as it will be published to ``repo_id`` at ``revision``.
-
-    ``revision`` goes into the usage snippet: pass a tag (or commit id) and ``revision_is_pinned=True``
-    when the publisher tags the commit; with a branch the snippet says to pin a commit id.
-    """
+    """The card of ``model_dir`` as published to ``repo_id`` at ``revision``, which the usage snippet pins
+    (``revision_is_pinned``: a tag; otherwise a branch, and the snippet says to pin a commit id)."""
     model_dir = Path(model_dir)
     config = read_config(model_dir)
     quantization = read_quantization(model_dir)
@@ -320,9 +283,9 @@ def render_card(
 
 
 def write_card(model_dir: str | Path, repo_id: str | None = None) -> Path:
-    """Render the card of ``model_dir`` (see :func:`render_card`) into ``model_dir/README.md``."""
+    """Render the card of ``model_dir`` into ``model_dir/README.md``."""
     path = Path(model_dir) / "README.md"
-    path.write_text(str(render_card(model_dir, repo_id)), encoding="utf-8")
+    write_atomic(path, str(render_card(model_dir, repo_id)))
     return path
 
 
@@ -403,10 +366,13 @@ def _architecture_rows(
     config: dict, pipeline_tag: str, quantization: dict | None = None
 ) -> list[tuple[str, str]]:
     rows = [("architectures", ", ".join(config["architectures"]))]
+    rope = (
+        config.get("position_embedding_type") == "rope"
+    )  # a rotary base means nothing without rotary positions
     rows += [
         (k, _fmt(config[k]) if k in config else "—")
         for k in ARCHITECTURE_OPTIONS
-        if OPTION_APPLIES.get(k, lambda _: True)(config)
+        if k != "rope_theta" or rope
     ]
     dtype = _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")
     rows.append(("dtype", _fmt(quantization["description"]) if quantization else dtype))
@@ -515,8 +481,8 @@ def _eval_data_name(eval_dataset, split: str | None, description: str | None = N
 
 
 def check_card(card: ModelCard | str) -> list[str]:
-    """Local stand-in for ``ModelCard.validate()`` (which needs the Hub): metadata rules, a model-index that
-    parses back into evaluation results, and the sections every briskbert card has."""
+    """Local stand-in for ``ModelCard.validate()`` (which needs the Hub): the metadata rules (a model-index
+    included) and what every briskbert card has."""
     text = str(card)
     problems = check_card_text(text)
     if problems:
@@ -530,11 +496,6 @@ def check_card(card: ModelCard | str) -> list[str]:
         problems.append(f'"library_name" must be one of {", ".join(LIBRARY_NAMES)}')
     if "briskbert" not in (data.get("tags") or []):
         problems.append('"tags" must include "briskbert"')
-    if data.get("model-index"):
-        try:
-            model_index_to_eval_results(data["model-index"])
-        except Exception as e:  # noqa: BLE001
-            problems.append(f'"model-index" does not parse into evaluation results: {e}')
     for section in ("## Usage", "## Architecture", "## Training details", "## Limitations"):
         if section not in parsed.text:
             problems.append(f"missing section {section!r}")

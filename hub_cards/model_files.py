@@ -1,20 +1,9 @@
 """Which files of a saved model folder a publish uploads, and the checks that the folder is a whole model.
 
-    selection = collect_files("outputs/sst2", include=["training_facts.json"])
-
-A folder is whole when it has ``config.json`` with ``architectures`` and ``auto_map``, the code files
-``auto_map`` names (and those they import relatively), safetensors weights (every shard of an index) and a
-tokenizer; otherwise ``IncompleteModelFolder`` lists everything it lacks. The upload is exactly the model
-files plus what ``include`` names; training state (optimizer and scheduler states, RNG states,
-checkpoints) stays local unless asked for. ``shard_weights`` re-shards a ``model.safetensors`` that is
-larger than the shard size the Hub should serve.
-
-Nothing outside the folder is read for the upload: a symlink is followed only when it resolves inside the
-folder (the selection lists those), and any other, to a file or a folder, dangling or a loop, is refused in
-one line naming each. Every code reference (``auto_map`` in ``config.json`` and ``tokenizer_config.json``,
-``custom_pipelines``) and every relative import of a code file must name a plain module in the folder
-(``module.Class``: no path, no ``..``, no package), and every shard an index names must be a file in it;
-otherwise ``OutsideTheFolder`` names the file, the field and the value.
+A whole folder has ``config.json`` with ``architectures`` and ``auto_map``, the code files they name (and those
+import), safetensors weights (every shard of an index) and a tokenizer; ``IncompleteModelFolder`` lists what is
+missing. The upload is the model files plus what ``include`` names; training state stays local unless asked for.
+Nothing outside the folder is read: a symlink, code reference or shard leading outside it is ``OutsideTheFolder``.
 """
 
 from __future__ import annotations
@@ -27,8 +16,9 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
+from briskbert.inputs import read_json_object
 
-from .card import CardError, read_config, read_json_object, task_for_architecture
+from .card import CardError, read_config, task_for_architecture
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -87,9 +77,8 @@ def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
 
 
 def folder_listing(folder: Path) -> tuple[list[str], list[str]]:
-    """(every file under ``folder``, relative; "link -> target" for each symlink followed). A symlink (to a
-    file or a folder) is followed only when it resolves inside the folder; any other is refused, all named in
-    one line, before anything is read through it."""
+    """(every file under ``folder``, relative; "link -> target" for each symlink followed). A symlink is
+    followed only when it resolves inside the folder; any other is refused, all named in one line."""
     root, files, followed, outside = folder.resolve(), [], [], []
     todo = [(folder, "", frozenset([root]))]  # (folder, its relative prefix, the real folders above it)
     while todo:
@@ -197,12 +186,13 @@ def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
 
 
 def _weights(folder: Path, missing: list[str]) -> list[str]:
-    if (folder / "model.safetensors.index.json").is_file():
-        weight_map = read_json_object(folder / "model.safetensors.index.json").get("weight_map")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json_object(index, "model_dir", "save the model with save_pretrained").get(
+            "weight_map"
+        )
         if not isinstance(weight_map, dict) or not all(isinstance(s, str) for s in weight_map.values()):
-            raise CardError(
-                f"{folder / 'model.safetensors.index.json'} has no 'weight_map' of tensor -> file"
-            )
+            raise CardError(f"{index} has no 'weight_map' of tensor -> file")
         shards = sorted(set(weight_map.values()))
         missing += [s for s in shards if not (folder / s).is_file()]
         return ["model.safetensors.index.json"] + [s for s in shards if (folder / s).is_file()]

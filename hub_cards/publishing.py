@@ -2,37 +2,21 @@
 
     publish("outputs/sst2", "me/briskbert-sst2", tag="v1")
 
-The steps, in the order ``publish`` takes them:
+The steps, in order; each refusal comes before anything is written:
 
-1. **Check the folder and collect its files** (``model_files``): an incomplete folder is refused with the
-   list of what is missing; a symlink that resolves outside the folder, or a code reference (``auto_map``,
-   custom pipelines, relative imports) or shard that is not a file in it, is refused in one line; training
-   state stays local unless asked for; a too-large ``model.safetensors`` is re-sharded.
-2. **Scan for secrets** (``secrets``): credential files by name, and private keys or access tokens (the
-   token in use too) in the files and the rendered card, refuse the whole publish before anything is sent,
-   naming each file and what was found (never the secret).
-3. **Check the tag up front**: an existing ``tag`` is accepted only when it already names the branch head
-   and nothing changed (a re-run of a finished publish); otherwise the publish stops before any write.
-4. **Create the repo** (and branch) if needed.
-5. **Commit** everything in one ``create_commit`` whose parent is the branch head read before, so the commit
-   lands whole or not at all; when another writer moved the branch meanwhile (HTTP 412), the error says
-   where the branch is now. Files already on the Hub with the same content are skipped; when the branch
-   already holds these files no commit is made. Files the branch has that the folder lacks are listed and
-   kept, or deleted with ``delete_missing=True`` (as ``upload_folder(delete_patterns=...)`` would).
-6. **Verify** in a clean interpreter (``verification.verify_commit``) before the branch sees anything: the
-   commit goes to a new staging branch made from the head, is verified as the Hub serves it, and only then
-   are the same files committed to the branch (``_Publisher.staged`` says why not a branch move). A failed
-   verification leaves the branch where it was and says so; the staging branch is deleted either way (and
-   with it, on the local Hub, its commit). With ``verify=False`` the commit goes straight to the branch (the
-   command checks the folder's integrity first: ``briskbert.inputs.check_model_folder``).
-7. **Tag** it, only after verification passed (or was skipped with ``verify=False``): a commit that
-   failed verification is never tagged.
+1. Collect the folder's files (:mod:`.model_files`) and scan them and the rendered card for secrets
+   (:mod:`.secrets`).
+2. Check the tag: an existing one is accepted only when it names the branch head and nothing changed.
+3. Create the repo (and branch), then commit everything in one ``create_commit`` whose parent is the head read
+   before (files the folder lacks are kept, or deleted with ``delete_missing``); no commit when the branch
+   already holds these files.
+4. Verify (:mod:`.verification`) on a staging branch before the branch sees anything (:meth:`_Publisher.staged`);
+   a commit that failed verification is never tagged.
+5. Tag the commit.
 
-Retries and timeouts are huggingface_hub's own (it retries uploads, pre-upload checks and listings on
-network errors, 408, 429 and 5xx; a commit is not retried: a lost answer is read back from the branch).
-A ``PublishError`` says in one line which step failed and what state the repo is in. The token is taken
-from ``token=`` or the usual huggingface_hub sources (``HF_TOKEN``, the saved login) and never printed or
-uploaded.
+Retries and timeouts are huggingface_hub's own; a commit is not retried (a lost answer is read back from the
+branch). A ``PublishError`` says in one line which step failed and what state the repo is in. The token is never
+printed or uploaded.
 """
 
 from __future__ import annotations
@@ -92,7 +76,6 @@ class PublishResult:
         return bool(self.verification and self.verification.get("ok"))
 
 
-# ---- 3-7. the steps that talk to the Hub ---------------------------------------------------------------
 def _error_text(exc: BaseException) -> str:
     """What went wrong, in one line: the Hub's own words (``X-Error-Message``) when it sent any (huggingface_hub
     wraps a failed LFS upload in a RuntimeError: its cause is the HTTP error)."""
@@ -109,9 +92,7 @@ def _error_text(exc: BaseException) -> str:
 
 @dataclass
 class _Publisher:
-    """One publish's calls to the Hub and the files it pushes. huggingface_hub retries what is safe to retry
-    (uploads, pre-upload checks, listings) with its own backoff; a step that still fails is one line naming
-    the step and the state the repo is in."""
+    """One publish's calls to the Hub and the files it pushes."""
 
     api: object  # huggingface_hub.HfApi
     repo_id: str
@@ -165,7 +146,7 @@ class _Publisher:
         return True
 
     def tag_is_done(self, tag: str) -> bool:
-        """Step 3: True when ``tag`` already names the branch head and nothing changed (nothing to do);
+        """Step 2: True when ``tag`` already names the branch head and nothing changed (nothing to do);
         False when the tag is free. Refuses before any write when the tag names anything else."""
         from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -211,7 +192,7 @@ class _Publisher:
     def commit(
         self, message: str, branch: str, parent: str, state: str | Callable[[], str]
     ) -> tuple[str, str]:
-        """Step 5: (commit id, commit URL) of one commit of exactly these files on ``branch``, whose parent must
+        """Step 3: (commit id, commit URL) of one commit of exactly these files on ``branch``, whose parent must
         be ``parent``: it lands whole or not at all. Losing a race to another writer (HTTP 412) is not retried:
         the files were chosen against a head that is gone."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
@@ -239,14 +220,10 @@ class _Publisher:
         return info.oid, info.commit_url
 
     def staged(self, message: str, head: str, verify: Callable[[str], dict]) -> tuple[tuple | None, dict]:
-        """Steps 5-6 with verification: commit to a new staging branch made from ``head``, verify what the Hub
-        serves from there, and only then commit the same files to the branch, whose parent must still be
-        ``head`` (a branch moved meanwhile is a 412: refused). The Hub's API cannot point an existing branch at
-        another commit (``create_branch`` makes new ones, ``main`` cannot be deleted, and a merge needs a pull
-        request, which the local Hub refuses), so the branch gets its own commit of exactly the files that were
-        verified, compared by hash once more just before: its content, not its id, is the verified one. The
-        staging branch is deleted either way. Returns ((commit id, URL) on the branch, or None when
-        verification failed; the verification)."""
+        """Commit to a new staging branch made from ``head``, verify it there, and only then commit the same files,
+        hashed again, to the branch (whose parent must still be ``head``): the Hub's API cannot point an existing
+        branch at another commit. The staging branch is deleted either way. Returns ((commit id, URL) on the
+        branch, or None when verification failed; the verification)."""
         staging = f"briskbert-staging-{secrets.token_hex(4)}"
         self.call(
             "create staging branch",
@@ -366,7 +343,7 @@ def publish(
 
 
 def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, verify) -> None:
-    """Steps 3-7 against the Hub (the module docstring); ``verify(commit id)`` runs the verification, or is None."""
+    """Steps 2-5 against the Hub (the module docstring); ``verify(commit id)`` runs the verification, or is None."""
     api, repo_id, revision, tag, log = hub.api, hub.repo_id, hub.revision, result.tag, hub.log
     result.tagged = bool(tag) and hub.tag_is_done(tag)
     hub.call(
@@ -413,7 +390,7 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
             log(
                 f"Not published: {repo_id}@{revision} stays at {head}; the staged commit failed verification."
             )
-    if tag and not result.tagged and result.commit_id and (result.verified or verify is None):  # step 7
+    if tag and not result.tagged and result.commit_id and (result.verified or verify is None):  # step 5
         state = f"The commit {result.commit_id} is published but not tagged."
         hub.call("tag", lambda: api.create_tag(repo_id, tag=tag, revision=result.commit_id), state)
         result.tagged = True

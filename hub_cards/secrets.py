@@ -2,19 +2,10 @@
 
     findings = scan_files(Path("outputs/sst2"), ["config.json", "notes.md"], token=os.environ.get("HF_TOKEN"))
 
-* **Names** (``NAME_RULES``): well-known credential files wherever they sit (``.env*``, ``.netrc``, SSH keys,
-  ``*.pem``, cloud, registry and database credentials, a kubeconfig, ...). A name alone is enough: such a file
-  is never part of a model.
-* **Contents** (``CONTENT_RULES``): private-key blocks and the usual providers' access tokens (Hugging Face,
-  OpenAI, AWS, GitHub, GitLab, Google, Slack, Stripe, npm, PyPI), and the token the publish itself uses. Each
-  rule has literal anchors found with ``bytes.find`` and a regex matched only where one starts, so large files
-  scan fast. Generic prefixes (``hf_``, ``sk-``) also need a random-looking body (upper and lower case), which keeps
-  identifiers such as ``hf_hub_download`` out.
-
-Files are searched as they are, memory-mapped: nothing is unpacked or decoded (a secret inside a zip,
-a gzip stream or base64 text is not found; a model folder holds none of those). A ``.safetensors`` file is
-searched in its metadata and tensor names only, so tensor bytes cannot turn into false alarms. A finding names
-the file and what was found, never the secret itself.
+``NAME_RULES`` are well-known credential files (a name alone is enough: such a file is never part of a model);
+``CONTENT_RULES`` are private-key blocks and the usual providers' token formats, plus the token in use. Files are
+searched memory-mapped, as they are: nothing is unpacked or decoded. A ``.safetensors`` file is searched in its
+metadata and tensor names only, so tensor bytes raise no false alarm. A finding never holds the secret.
 """
 
 from __future__ import annotations
@@ -37,7 +28,6 @@ class Finding(NamedTuple):
         return f"{self.path} ({self.what}, {self.where or 'by its name'})"
 
 
-# ---- names ---------------------------------------------------------------------------------------------
 # (what, globs, look-alikes that hold nothing secret). A glob is matched case-insensitively against the file
 # name or, when it holds a ``/``, against as many trailing path components.
 NAME_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -83,13 +73,12 @@ def credential_file(rel_path: str) -> str | None:
     return next((what for what, globs, unless in NAME_RULES if matches(globs) and not matches(unless)), None)
 
 
-# ---- contents ------------------------------------------------------------------------------------------
 _MIXED = rb"(?=[\w\-]*[A-Z])(?=[\w\-]*[a-z])"  # a random token body holds both cases, a word rarely
 
 
 class ContentRule(NamedTuple):
-    """What a secret looks like: it starts with one of the ``anchors`` (found with ``bytes.find``, fast on
-    large files) and ``regex`` matches there (a lookbehind may look before it)."""
+    """A secret starts with one of the ``anchors`` and ``regex`` matches there. ``bytes.find`` on each anchor
+    is many times faster on a large file than one regex searching for them all."""
 
     what: str
     anchors: tuple[bytes, ...]
@@ -151,7 +140,6 @@ def token_rule(token: str | None) -> tuple[ContentRule, ...]:
     return (ContentRule("the access token in use", (literal,), re.compile(re.escape(literal))),)
 
 
-# ---- the scan ------------------------------------------------------------------------------------------
 def _first_match(rules: tuple[ContentRule, ...], data) -> tuple[str, int] | None:
     for rule in rules:
         pos = rule.find(data)

@@ -1,12 +1,7 @@
-"""Check a published commit the way a user meets it: download it into a fresh cache and load it in a clean
-interpreter where this project cannot be imported, so only the repo's own code can make it work.
-
-``verify_commit`` (the library side) runs this file by path with ``python -I`` (no user site, no current
-folder on ``sys.path``) in an empty working folder and a fresh ``HF_HOME``; the program below blocks every
-import of the project's packages before it imports transformers, loads the commit with the Auto class and
-``trust_remote_code=True``, the tokenizer, and runs a ``pipeline()`` smoke test for the model's task. It
-prints one JSON line: ``{"ok": true, "model_class", "tokenizer_class", "task", "pipeline_output",
-"files"}``. Standard library only at the top: this file must run before anything else is importable.
+"""Check a published commit the way a user meets it: downloaded into a fresh cache and loaded by a clean
+interpreter (``python -I``, an empty folder, a fresh ``HF_HOME``) that cannot import this project, so only the
+repo's own code can make it work. ``verify_commit`` runs this file, whose ``main`` loads the commit with its Auto
+class, the tokenizer and a ``pipeline()`` smoke test, and prints one JSON line. Standard library only at the top.
 """
 
 from __future__ import annotations
@@ -79,7 +74,7 @@ def verify_commit(
     return {"ok": False, "error": "\n".join(tail.splitlines()[-15:])}
 
 
-# ---- the program that runs in the clean interpreter ---------------------------------------------------
+# The program that runs in the clean interpreter.
 def _block_imports(packages: list[str]) -> None:
     import importlib.abc
 

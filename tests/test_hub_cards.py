@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import urllib.request
 
 import pytest
-from hub_fixtures import TOKEN
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from briskbert.hub_cards import ARCHITECTURE_OPTIONS, CardError, check_card, render_card
-from briskbert.hub_cards.card import TRAINING_ROWS
+from briskbert.errors import UserError
+from briskbert.hub_cards.card import ARCHITECTURE_OPTIONS, TRAINING_ROWS, CardError, check_card, render_card
 from briskbert.training.engine.facts import (
     SCHEMA_VERSION,
     BestMetric,
@@ -108,31 +106,24 @@ def test_metadata_and_sections_from_config_and_facts(tmp_path):
     assert ModelCard(str(card)).data.to_dict() == data
 
 
-def test_server_validate_yaml_accepts_rendered_cards(hub, tmp_path):
-    folder = saved_config(tmp_path, "BriskBertForMaskedLM")
-    (folder / "training_facts.json").write_text(json.dumps(FACTS))
-    body = json.dumps({"content": str(render_card(folder, "testuser/m")), "repoType": "model"}).encode()
-    req = urllib.request.Request(f"{hub.url}/api/validate-yaml", data=body, method="POST")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        assert json.loads(r.read()) == {"errors": [], "warnings": []}
-
-
 def test_bad_facts_and_folders_fail_clearly(tmp_path):
     folder = saved_config(tmp_path, "BriskBertForMaskedLM")
-    (folder / "training_facts.json").write_text(json.dumps({"license": ["mit", 3]}))
+    (folder / "training_facts.json").write_text(json.dumps({"schema_version": 2, "license": ["mit", 3]}))
     with pytest.raises(CardError, match="license"):
+        render_card(folder, "testuser/m")
+    (folder / "training_facts.json").write_text('{"schema_version": 2, "task": "\\ud800"}')
+    with pytest.raises(CardError, match=r"training_facts.json: 'task' holds a lone surrogate"):
         render_card(folder, "testuser/m")
     (folder / "config.json").write_text(json.dumps({"model_type": "briskbert"}))
     with pytest.raises(CardError, match="architectures"):
         render_card(folder, "testuser/m")
-    with pytest.raises(CardError, match="config.json"):
+    with pytest.raises(UserError, match="nowhere/config.json is missing"):
         render_card(tmp_path / "nowhere", "testuser/m")
 
 
 def test_check_card_catches_broken_cards():
     assert check_card("no front matter") != []
     assert any("briskbert" in p for p in check_card("---\nlibrary_name: transformers\n---\n## Usage\n"))
-    assert TOKEN not in str(check_card("---\nlicense: mit\n---\n"))
 
 
 def test_base_model_must_be_a_hub_id_not_a_local_path():
@@ -144,7 +135,7 @@ def test_base_model_must_be_a_hub_id_not_a_local_path():
     )
 
 
-@pytest.mark.parametrize("position_embedding_type", ["absolute", "alibi", "rope"])
+@pytest.mark.parametrize("position_embedding_type", ["absolute", "rope"])
 def test_rope_theta_is_listed_only_for_rope_models(tmp_path, position_embedding_type):
     folder = saved_config(tmp_path, "BriskBertModel", position_embedding_type=position_embedding_type)
     card = render_card(folder, "testuser/m")
@@ -157,7 +148,6 @@ def test_rope_theta_is_listed_only_for_rope_models(tmp_path, position_embedding_
     [
         ("no", "fp32"),
         ("bf16", "bf16 mixed precision (fp32 master weights)"),
-        ("fp16", "fp16 mixed precision"),
     ],
 )
 def test_the_card_shows_the_precision_used(tmp_path, mixed_precision, shown):
@@ -209,6 +199,7 @@ def test_datasets_are_named_by_their_public_name_never_by_a_local_file(tmp_path)
 def test_embedding_and_reranker_cards(tmp_path, arch, tag, usage):
     folder = saved_config(tmp_path, arch)
     facts = {
+        "schema_version": 2,
         "pipeline_tag": tag,
         "library_name": "sentence-transformers",
         "datasets": ["sentence-transformers/msmarco"],
@@ -308,12 +299,13 @@ def test_version_1_facts_migrate_and_unknown_versions_are_refused(tmp_path):
 
 
 def test_the_ner_usage_snippet_prints_whole_words_as_entities(tokenizer, tiny_model, tmp_path):
-    """The card's snippet, run as a user runs it (plain transformers, no briskbert), on a model that tags every
-    token B-PER: each entity is a whole word ("merkel"), never a sub-word piece such as "##kel"."""
+    """The card's snippet, run as it stands, on a model that tags every token B-PER: each entity is a whole word
+    ("merkel"), never a sub-word piece such as "##kel". (That it loads without briskbert is test_publish's.)"""
+    import contextlib
+    import io
     import re
 
     import torch
-    from fresh_process import run_without_project
 
     from briskbert.modeling import BriskBertForTokenClassification
 
@@ -332,7 +324,10 @@ def test_the_ner_usage_snippet_prints_whole_words_as_entities(tokenizer, tiny_mo
     tokenizer.save_pretrained(folder)
     snippet = re.search(r"```python\n(.*?)```", render_card(folder).text, re.DOTALL).group(1)
     snippet = re.sub(r'repo_id = ".*"', f"repo_id = {str(folder)!r}", snippet)
-    printed = run_without_project(snippet, tmp_path)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(snippet, {})
+    printed = printed.getvalue()
     assert "Merkel" in snippet and "'word': 'merkel'" in printed and "##" not in printed, printed
 
 
