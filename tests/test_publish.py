@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert, run_client
+from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert
 
 from briskbert.hub_cards import publishing
 from briskbert.hub_cards.model_files import IncompleteModelFolder, OutsideTheFolder, collect_files
@@ -32,9 +32,18 @@ MODEL_FILES = [
 ]
 
 
+NOWHERE = "http://127.0.0.1:9"  # a closed port: a publish that contacts it fails with another error
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     return make_briskbert(tmp_path_factory.mktemp("models") / "sst2")
+
+
+@pytest.fixture(scope="module")
+def changed(tmp_path_factory):
+    """The same model with other weights."""
+    return make_briskbert(tmp_path_factory.mktemp("models") / "changed", extra_files=False, seed=2)
 
 
 def sha256(path) -> str:
@@ -84,7 +93,7 @@ def test_dry_run_lists_exactly_the_model_files_and_the_card(folder):
         "testuser/sst2",
         tag="v1",
         dry_run=True,
-        endpoint="http://127.0.0.1:9",
+        endpoint=NOWHERE,
         token=TOKEN,
         log=lines.append,
     )
@@ -133,118 +142,75 @@ def cli(args, env, cwd):
     return proc, proc.stdout + proc.stderr
 
 
-def repo_state(url, home, tmp_path, repo="testuser/sst2"):
-    return run_client(
-        f'''
-import json
-from huggingface_hub import HfApi
-api = HfApi()
-refs = api.list_repo_refs("{repo}")
-print(json.dumps({{"files": api.list_repo_files("{repo}"), "commits": len(api.list_repo_commits("{repo}")),
-    "head": api.repo_info("{repo}").sha, "tags": {{t.name: t.target_commit for t in refs.tags}}}}))
-''',
-        client_env(url, home),
-        tmp_path,
-    ).result
+@pytest.mark.slow  # ~30 s: the user journey through the command line with verification in a clean process;
+# then, in process over HTTP: a no-op re-publish, a new tagged revision beside the old tag, a private repo
+def test_publish_end_to_end_with_xet_client(folder, changed, tmp_path):
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import RepositoryNotFoundError
 
-
-@pytest.mark.slow  # ~30 s: the whole user journey through the CLI and the real clients (publish, verify in a
-# clean process, no-op re-publish, new tagged revision, old tag still loadable, private repo)
-def test_publish_end_to_end_with_xet_client(folder, tmp_path):
     with BackgroundHub(tmp_path / "data", TOKEN, log_file=str(tmp_path / "server.log")) as h:
         env = client_env(h.url, tmp_path / "home")
-        proc, out1 = cli(
+        proc, out = cli(
             ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path
         )
-        assert proc.returncode == 0, out1
+        assert proc.returncode == 0, out
         assert (
-            "Verified: transformers_modules.testuser.sst2." in out1
-            and "BriskBertForSequenceClassification" in out1
+            "Verified: transformers_modules.testuser.sst2." in out
+            and "BriskBertForSequenceClassification" in out
         )
-        state1 = repo_state(h.url, tmp_path / "h1", tmp_path)
+        api = HfApi(endpoint=h.url, token=TOKEN)
+        v1 = api.repo_info("testuser/sst2").sha
         expected = publish(folder, "testuser/sst2", dry_run=True, log=lambda *_: None).files
-        assert sorted(state1["files"]) == sorted([*expected, ".gitattributes"])
-        assert state1["commits"] == 2 and state1["tags"] == {"v1": state1["head"]}
-        assert f"{h.url}/testuser/sst2/commit/{state1['head']}" in out1
-
-        proc, out2 = cli(
-            ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1", "--no_verify"],
-            env,
-            tmp_path,
+        assert sorted(api.list_repo_files("testuser/sst2")) == sorted([*expected, ".gitattributes"])
+        assert (
+            len(api.list_repo_commits("testuser/sst2")) == 2 and f"{h.url}/testuser/sst2/commit/{v1}" in out
         )
-        assert proc.returncode == 0 and "No changes" in out2, out2
-        assert repo_state(h.url, tmp_path / "h2", tmp_path)["commits"] == 2
 
-        v2 = make_briskbert(tmp_path / "v2", extra_files=False, seed=1)
-        proc, out3 = cli(
-            ["--model_dir", str(v2), "--repo_id", "testuser/sst2", "--tag", "v2", "--no_verify"],
-            env,
-            tmp_path,
+        lines = []
+        opts = dict(token=TOKEN, endpoint=h.url, verify=False, log=lines.append)
+        assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit
+        assert "No changes; already published at" in "\n".join(lines)
+        assert publish(changed, "testuser/sst2", tag="v2", **opts).new_commit
+        tags = {t.name: t.target_commit for t in api.list_repo_refs("testuser/sst2").tags}
+        assert len(api.list_repo_commits("testuser/sst2")) == 3 and tags["v1"] == v1 != tags["v2"]
+        old = hf_hub_download(
+            "testuser/sst2",
+            "model.safetensors",
+            revision="v1",
+            endpoint=h.url,
+            token=TOKEN,
+            cache_dir=tmp_path / "cache",
         )
-        assert proc.returncode == 0, out3
-        state3 = repo_state(h.url, tmp_path / "h3", tmp_path)
-        assert state3["commits"] == 3 and state3["tags"]["v1"] == state1["head"] != state3["tags"]["v2"]
-        old = run_client(
-            """
-import hashlib, json
-from huggingface_hub import hf_hub_download
-from transformers import AutoModelForSequenceClassification
-p = hf_hub_download("testuser/sst2", "model.safetensors", revision="v1")
-m = AutoModelForSequenceClassification.from_pretrained("testuser/sst2", revision="v1", trust_remote_code=True)
-print(json.dumps({"sha": hashlib.sha256(open(p, "rb").read()).hexdigest(), "cls": type(m).__module__}))
-""",
-            client_env(h.url, tmp_path / "h4"),
-            tmp_path,
-        ).result
-        assert old["sha"] == sha256(folder / "model.safetensors") != sha256(v2 / "model.safetensors")
-        assert old["cls"].startswith("transformers_modules.")
+        assert (
+            sha256(Path(old)) == sha256(folder / "model.safetensors") != sha256(changed / "model.safetensors")
+        )
 
-        proc, out4 = cli(
-            ["--model_dir", str(v2), "--repo_id", "testuser/private", "--private", "--no_verify"],
-            env,
-            tmp_path,
-        )
-        assert proc.returncode == 0, out4
-        anon = run_client(
-            """
-import json
-from huggingface_hub import snapshot_download
-from huggingface_hub.errors import RepositoryNotFoundError
-try:
-    snapshot_download("testuser/private")
-    print(json.dumps("downloaded"))
-except RepositoryNotFoundError:
-    print(json.dumps("refused"))
-""",
-            client_env(h.url, tmp_path / "h5", token=None),
-            tmp_path,
-        ).result
-        assert anon == "refused"
+        publish(changed, "testuser/private", private=True, **opts)
+        with pytest.raises(RepositoryNotFoundError):  # anonymous
+            HfApi(endpoint=h.url, token=False).list_repo_files("testuser/private")
     assert_no_token_anywhere(
-        out1, out2, out3, out4, (tmp_path / "server.log").read_text(), data_dir=tmp_path / "data"
+        out, "\n".join(lines), (tmp_path / "server.log").read_text(), data_dir=tmp_path / "data"
     )
 
 
-@pytest.mark.slow  # ~12 s: the Hub-like LFS path (batch, pre-signed PUT, verify) with Xet disabled, verified load
-def test_publish_end_to_end_with_lfs_client(folder, lfs_hub, tmp_path):
-    env = client_env(lfs_hub.url, tmp_path / "home", xet=False)
-    proc, out = cli(["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path)
-    assert proc.returncode == 0 and "Verified:" in out, out
+@pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
+def test_publish_through_the_lfs_api(folder, lfs_hub, monkeypatch):
+    """The Hub-like LFS path (batch, pre-signed PUT, verify) with Xet disabled; a re-run compares by LFS sha256."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    opts = dict(token=TOKEN, endpoint=lfs_hub.url, verify=False, log=lambda *_: None)
+    assert publish(folder, "testuser/sst2", tag="v1", **opts).new_commit
     assert any(p.startswith("/lfs-upload/") for _, p, _ in lfs_hub.server.request_log)
-    proc, out2 = cli(
-        ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--no_verify", "--tag", "v1"],
-        env,
-        tmp_path,
-    )
-    assert proc.returncode == 0 and "No changes" in out2, out2
-    assert_no_token_anywhere(out, out2)
+    again = publish(folder, "testuser/sst2", tag="v1", **opts)
+    assert not again.new_commit and again.tagged
 
 
 def head(hub_, repo="testuser/sst2"):
     return hub_.server.storage.resolve("model", repo, "main")
 
 
-@pytest.mark.parametrize("kind", ["500", "drop"])
+@pytest.mark.parametrize("kind", ["500", "drop", "400"])
 def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
     """The commit itself is not retried (huggingface_hub retries uploads, not commits; the publisher adds no
     retries of its own): one attempt, one line with the branch's state, and a re-run finishes."""
@@ -257,6 +223,7 @@ def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
         publish(folder, "testuser/sst2", tag="v2", **opts)
     msg = str(e.value)
     assert msg.startswith("commit failed: ") and f"unchanged at commit {first.commit_id}" in msg
+    assert kind != "400" or "Injected client error" in msg
     assert "\n" not in msg and TOKEN not in msg
     assert head(hub) == first.commit_id and hub.server.fault_hits == 1
     hub.set_fault(None)
@@ -267,28 +234,21 @@ def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
 
 
 @pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
-@pytest.mark.parametrize(
-    "step,mode", [("preupload", "regular"), ("lfs_upload", "lfs"), ("lfs_verify", "lfs")]
-)
+@pytest.mark.parametrize("step,mode", [("preupload", "regular"), ("lfs_upload", "lfs")])
 def test_transient_upload_faults_are_retried_by_huggingface_hub(folder, tmp_path, monkeypatch, step, mode):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", mode == "lfs")
     with BackgroundHub(tmp_path / "data", TOKEN, upload_mode=mode, fault={"step": step, "kind": "drop"}) as h:
         result = publish(
-            folder,
-            "testuser/sst2",
-            token=TOKEN,
-            endpoint=h.url,
-            verify=False,
-            log=lambda *_: None,
+            folder, "testuser/sst2", token=TOKEN, endpoint=h.url, verify=False, log=lambda *_: None
         )
         assert h.server.fault_hits == 1 and result.new_commit
         assert h.server.storage.resolve("model", "testuser/sst2", "main") == result.commit_id
 
 
 @pytest.mark.parametrize("how", ["412", "500 after the other commit", "answer lost after our commit"])
-def test_a_failed_commit_says_where_the_branch_is_now(folder, hub, tmp_path, monkeypatch, how):
+def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monkeypatch, how):
     """A real race: another client commits over HTTP between this publish reading the head and committing."""
     import httpx2
     from huggingface_hub import HfApi
@@ -310,7 +270,6 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, hub, tmp_path, mon
         return create_commit(self, *args, **kwargs)
 
     monkeypatch.setattr(HfApi, "create_commit", create_commit_in_a_race)
-    changed = make_briskbert(tmp_path / "changed", extra_files=False, seed=2)
     with pytest.raises(PublishError) as e:
         publish(changed, "testuser/sst2", **opts)
     now, message = head(hub), str(e.value)
@@ -334,27 +293,20 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, hub, tmp_path, mon
     assert hub.server.storage.commit_object("model", "testuser/sst2", again.commit_id)["parent"] == now
 
 
-def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, hub):
+def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub):
     opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
     main = publish(folder, "testuser/sst2", tag="v1", **opts)
+    assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit  # a re-run is fine
     dev = publish(folder, "testuser/sst2", revision="dev", tag="dev-1", **opts)
     refs = hub.server.storage.refs("model", "testuser/sst2")
     assert (
         refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id} and main.commit_id != dev.commit_id
     )
-    with pytest.raises(PublishError, match="already names commit .* Nothing was published"):
+    with pytest.raises(PublishError, match="'v1' already names commit .* Nothing was published"):
         publish(folder, "testuser/sst2", revision="dev", tag="v1", commit_message="x", **opts)
-    assert hub.server.storage.refs("model", "testuser/sst2") == refs  # refused before any write
-
-
-def test_changed_content_with_an_existing_tag_is_refused_up_front(folder, hub, tmp_path):
-    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
-    first = publish(folder, "testuser/sst2", tag="v1", **opts)
-    assert publish(folder, "testuser/sst2", tag="v1", **opts).new_commit is False  # a re-run is fine
-    changed = make_briskbert(tmp_path / "changed", extra_files=False, seed=3)
     with pytest.raises(PublishError, match="'v1' already names commit"):
         publish(changed, "testuser/sst2", tag="v1", **opts)
-    assert head(hub) == first.commit_id  # nothing was committed to main first
+    assert hub.server.storage.refs("model", "testuser/sst2") == refs  # refused before any write
 
 
 def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
@@ -441,45 +393,6 @@ def test_a_full_hub_is_one_line_with_its_message_and_not_retried(folder, tmp_pat
         assert head(h) == before
 
 
-def test_client_errors_are_not_retried(folder, hub):
-    hub.set_fault({"step": "commit", "kind": "400", "times": 99})
-    with pytest.raises(PublishError, match="(?s)commit failed: .*Injected client error"):
-        publish(
-            folder,
-            "testuser/sst2",
-            token=TOKEN,
-            endpoint=hub.url,
-            verify=False,
-            log=lambda *_: None,
-        )
-    assert hub.server.fault_hits == 1
-
-
-# Secrets are built at run time so that this file itself holds none.
-SECRETS = {
-    "private key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
-    "Hugging Face token": "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z",
-    "AWS access key id": "key = AKIA" + "Z7QW2XK4M9PL3RT8",
-    "AWS secret access key": "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
-    "Google Cloud service-account key": '{"type": "service_account", "private_key_id": "' + "3f" * 20 + '"}',
-    "Google API key": "AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
-    "OpenAI-style API key": "OPENAI_API_KEY=sk-" + "proj-" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2",
-    "GitHub token": "gh" + "p_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
-    "Slack token": "xox" + "b-123456789012-abcdefghijkl",
-}
-
-
-@pytest.mark.parametrize("kind", sorted(SECRETS))
-def test_secrets_in_files_to_upload_are_refused_with_the_file_named(folder, tmp_path, kind):
-    copy = shutil.copytree(folder, tmp_path / "leaky")
-    (copy / "notes.md").write_text(f"Some notes.\n{SECRETS[kind]}\n")
-    with pytest.raises(PublishError) as e:
-        publish(copy, "testuser/leaky", include=["notes.md"], dry_run=True, log=lambda *_: None)
-    message = str(e.value)
-    assert "notes.md" in message and "refusing" in message
-    assert kind.split()[0].lower() in message.lower() and SECRETS[kind] not in message
-
-
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
     with pytest.raises(
         SecretsFound, match=r"refusing to publish: \.env \(an environment file, by its name\)"
@@ -544,7 +457,6 @@ def test_fuzzed_config_and_training_facts_give_a_card_or_one_line_naming_the_fil
     assert outcomes["card"] > 20 and outcomes["refused"] > 60, outcomes
 
 
-# ---- nothing outside the folder is published ------------------------------------------------------------
 def _link_outside_file(copy, outside):
     (copy / "chat_template.jinja").symlink_to(outside / "passwd")
 
@@ -583,7 +495,7 @@ def _link_up(copy, outside):
     ids=["file", "relative", "folder", "chain", "dangling", "parent"],
 )
 def test_a_symlink_that_resolves_outside_the_folder_is_refused_before_anything_is_sent(
-    folder, hub, tmp_path, make, named
+    folder, tmp_path, make, named
 ):
     """A symlinked default file (chat_template.jinja) or --include file leading outside the folder was
     published as the file it points to; now the publish stops in one line naming the link."""
@@ -594,11 +506,11 @@ def test_a_symlink_that_resolves_outside_the_folder_is_refused_before_anything_i
     make(copy, outside)
     with pytest.raises(OutsideTheFolder) as e:
         publish(
-            copy, "testuser/sst2", include=["*.txt", "extra"], token=TOKEN, endpoint=hub.url, verify=False
+            copy, "testuser/sst2", include=["*.txt", "extra"], token=TOKEN, endpoint=NOWHERE, verify=False
         )
-    message = str(e.value)
+    message = str(e.value)  # contacting the closed port would have been another error
     assert named in message and "resolve outside" in message and "\n" not in message
-    assert "root:x" not in message and not hub.server.request_log  # nothing read through it, nothing sent
+    assert "root:x" not in message  # nothing read through it
 
 
 def test_symlinks_inside_the_folder_are_followed_and_the_dry_run_says_which(folder, tmp_path):
@@ -624,7 +536,7 @@ def test_the_cli_refuses_a_symlink_outside_in_one_line_exit_2(folder, tmp_path):
     (copy / "chat_template.jinja").symlink_to("/etc/passwd")
     proc, out = cli(
         ["--model_dir", str(copy), "--repo_id", "me/x", "--dry_run"],
-        client_env("http://127.0.0.1:9", tmp_path / "h"),
+        client_env(NOWHERE, tmp_path / "h"),
         tmp_path,
     )
     assert proc.returncode == 2 and proc.stdout == "", out
@@ -643,10 +555,13 @@ AUTO_MAP_VALUES = {
 }
 
 
-@pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json", "custom_pipelines"])
-@pytest.mark.parametrize("value", sorted(AUTO_MAP_VALUES))
+@pytest.mark.parametrize(
+    "where, value",
+    [("config.json", value) for value in AUTO_MAP_VALUES]
+    + [("tokenizer_config.json", "absolute"), ("custom_pipelines", "dotdot")],
+)
 def test_a_code_reference_outside_the_folder_is_refused_before_anything_is_sent(
-    folder, hub, tmp_path, where, value
+    folder, tmp_path, where, value
 ):
     """``auto_map`` naming /tmp/x/evil_outside.Class made the publisher stage (and, with verification off,
     commit) /tmp/x/evil_outside.py as tmp/x/evil_outside.py."""
@@ -665,9 +580,8 @@ def test_a_code_reference_outside_the_folder_is_refused_before_anything_is_sent(
         config["custom_pipelines"] = {"evil": {"impl": ref, "pt": ["AutoModel"], "tf": [], "type": "text"}}
     (copy / name).write_text(json.dumps(config))
     with pytest.raises(OutsideTheFolder) as e:
-        publish(copy, "testuser/sst2", token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
+        publish(copy, "testuser/sst2", token=TOKEN, endpoint=NOWHERE, verify=False, log=lambda *_: None)
     assert f"{name}: " in str(e.value) and repr(ref) in str(e.value) and "\n" not in str(e.value)
-    assert not hub.server.request_log
 
 
 def test_a_relative_import_from_above_the_folder_is_refused(folder, tmp_path):
@@ -689,11 +603,7 @@ def test_a_shard_outside_the_folder_is_refused(folder, tmp_path):
         publish(copy, "testuser/sst2", dry_run=True, log=lambda *_: None)
 
 
-@pytest.mark.parametrize(
-    "reach",
-    ["by the staging branch", "by its id"],
-)
-def test_a_commit_that_fails_verification_is_out_of_reach(folder, hub, tmp_path, monkeypatch, reach):
+def test_a_commit_that_fails_verification_is_out_of_reach(folder, hub, tmp_path, monkeypatch):
     """Read with the real huggingface_hub client over HTTP: while verification runs, the staged commit serves
     the files by its branch and its id; once it has failed, neither serves them (the commit id did, with
     its auto_map's outside code)."""
@@ -725,11 +635,11 @@ def test_a_commit_that_fails_verification_is_out_of_reach(folder, hub, tmp_path,
     result = publish(folder, "testuser/sst2", token=TOKEN, endpoint=hub.url, log=lambda *_: None)
     assert not result.verified and result.commit_id is None and len(staged) == 2
     assert "config.json" not in client.list_repo_files("testuser/sst2")  # main never held it
-    with pytest.raises(RevisionNotFoundError):
-        download(staged[0] if reach == "by the staging branch" else staged[1], "after")
+    for revision in staged:  # the staging branch, the staged commit's id
+        with pytest.raises(RevisionNotFoundError):
+            download(revision, f"after-{revision}")
 
 
-# ---- re-publishing keeps what it did not upload, unless asked -------------------------------------------
 def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub):
     from huggingface_hub import HfApi
 
