@@ -1,23 +1,11 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Linear-chain conditional random field over per-token emission scores, with tag-scheme constraints.
 
-A tag sequence ``y_1 .. y_n`` of a sentence scores
-``start[y_1] + sum_t emissions[t, y_t] + sum_t transitions[y_(t-1), y_t] + end[y_n]``; the CRF's probability of
-it is ``exp(score - log Z)``, where ``log Z`` (the log-partition) sums over every allowed tag sequence. Training
-minimises the negative log-likelihood of the gold tags, and decoding returns the highest-scoring sequence
-(Viterbi). Everything runs in log space, batched over sentences and tags; only the recursion along the
-sentence is a loop.
-
-The CRF tags the positions a boolean ``mask`` selects (for a sub-word tokenizer: the first sub-word of each
-word). Those positions are gathered into a left-aligned ``(batch, words)`` tensor first, so the chain links
-consecutive *words*, whatever sub-words and special tokens lie between them.
-
-Constraints come from the tag names (``allowed_transitions``): with BIO tags, ``I-X`` may only follow ``B-X`` or
-``I-X``, so ``O -> I-PER``, ``B-PER -> I-LOC`` and a sentence starting with ``I-PER`` are impossible; with
-BIOES tags, ``E-X``/``S-X`` close entities as well. Forbidden transitions never appear in a decoded sequence and
-carry no probability mass.
-
-Shipped inside model folders as remote code: it imports only torch.
+A tag sequence scores `start[y_1] + sum_t emissions[t, y_t] + sum_t transitions[y_(t-1), y_t] + end[y_n]`;
+training minimises `log Z - score(gold)`, decoding is Viterbi, all in log space. The CRF links the positions a
+boolean mask selects (the first sub-word of each word), gathered left-aligned first. Forbidden transitions (from
+the tag names: BIO's `O -> I-PER`, BIOES's `B-X -> O`, ...) carry no probability and are never decoded.
+Remote code: imports only torch.
 """
 
 from __future__ import annotations
@@ -55,7 +43,6 @@ class TransitionConstraints:
     end: list[bool]
 
     def allows(self, tags: list[int]) -> bool:
-        """Whether the tag-id sequence ``tags`` is allowed (an empty one is)."""
         if not tags:
             return True
         steps = all(self.transitions[previous][following] for previous, following in zip(tags, tags[1:]))
@@ -63,13 +50,9 @@ class TransitionConstraints:
 
 
 def allowed_transitions(labels: list[str]) -> TransitionConstraints:
-    """The transitions a tag scheme allows, read from the tag names (``O``, ``B-X``, ``I-X``, ``E-X``, ``S-X``).
-
-    BIO (IOB2): ``I-X`` continues an entity, so it follows only ``B-X`` or ``I-X``. A type that has no ``B-X``
-    tag (IO tagging, or plain labels such as ``LABEL_0``) starts its entities with ``I-X``, which then may follow
-    anything. BIOES (any ``E-``/``S-`` tag present): ``B-X``/``I-X`` must be followed by ``I-X`` or ``E-X``, and
-    only ``O``, ``E-X`` and ``S-X`` may end a sentence or be followed by a new entity.
-    """
+    """The transitions a tag scheme allows. BIO: `I-X` follows only `B-X` or `I-X`; a type without `B-X` (IO
+    tagging, `LABEL_0`) starts entities with `I-X`. BIOES (any `E-`/`S-` tag): `B-X`/`I-X` go on to `I-X` or `E-X`,
+    and only `O`, `E-X` and `S-X` may end a sentence or precede a new entity."""
     parts = [split_tag(label) for label in labels]
     begun_types = {entity_type for prefix, entity_type in parts if prefix == "B"}
     bioes = any(prefix in ("E", "S") for prefix, _ in parts)
@@ -94,11 +77,8 @@ def allowed_transitions(labels: list[str]) -> TransitionConstraints:
 
 
 class LinearChainCRF(nn.Module):
-    """Transition scores (``transitions[previous, next]``, ``start_transitions``, ``end_transitions``; saved with
-    the model) and the algorithms over them: :meth:`neg_log_likelihood`, :meth:`log_partition`,
-    :meth:`decode` (Viterbi) and :meth:`marginals` (forward-backward). ``emissions`` are ``(batch, seq, tags)``
-    and ``mask`` ``(batch, seq)`` booleans: the positions that carry a tag. Computation is in float32 or wider.
-    """
+    """Transition scores (saved with the model) and the algorithms over them, on `(batch, seq, tags)` emissions and
+    a `(batch, seq)` mask of the tagged positions, in float32 or wider."""
 
     def __init__(self, num_tags: int, constraints: TransitionConstraints | None = None):
         super().__init__()
@@ -119,11 +99,6 @@ class LinearChainCRF(nn.Module):
     def for_labels(cls, labels: list[str]) -> LinearChainCRF:
         return cls(len(labels), allowed_transitions(labels))
 
-    def extra_repr(self) -> str:
-        forbidden = sum(not allowed for row in self.constraints.transitions for allowed in row)
-        return f"num_tags={self.num_tags}, forbidden_transitions={forbidden}"
-
-    # -- scores ---------------------------------------------------------------------------------------------
     def _scores(
         self, forbidden: float, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -144,9 +119,8 @@ class LinearChainCRF(nn.Module):
 
     @staticmethod
     def _gather_tagged(emissions: torch.Tensor, mask: torch.Tensor):
-        """The tagged positions of each row, left-aligned: ``(batch, words, tags)`` emissions (float32, or float64
-        when given), the ``(batch, words)`` mask of real words (a prefix of each row), and each word's position
-        in the input."""
+        """Each row's tagged positions, left-aligned: (emissions (batch, words, tags), the mask of real words,
+        each word's position in the input)."""
         mask = mask.bool()
         lengths = mask.sum(dim=1)
         width = int(lengths.max()) if mask.numel() else 0
@@ -213,7 +187,6 @@ class LinearChainCRF(nn.Module):
         word_tags = tags.gather(1, positions)
         return self._log_partition(words, word_mask) - self._path_score(words, word_tags, word_mask)
 
-    # -- inference ------------------------------------------------------------------------------------------
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The best allowed tag sequence of each row (Viterbi), ``(batch, seq)`` ids at the tagged positions and

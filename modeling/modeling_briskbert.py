@@ -25,6 +25,7 @@ finally:
 # ruff: noqa: E402  (the imports below come after the quiet one above)
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -854,15 +855,6 @@ class BriskBertLMPredictionHead(nn.Module):
         return self.decoder(self.norm(self.act(self.dense(hidden_states)))), labels
 
 
-def masked_lm_loss(logits, labels, num_items_in_batch=None):
-    """Cross-entropy over labelled positions; summed and divided by `num_items_in_batch` when the caller
-    normalises over a whole gradient-accumulation window."""
-    logits, labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device)
-    if num_items_in_batch is None:
-        return F.cross_entropy(logits, labels, ignore_index=-100)
-    return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum") / num_items_in_batch
-
-
 class BriskBertForMaskedLM(BriskBertPreTrainedModel):
     _tied_weights_keys = {"head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
@@ -900,7 +892,9 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
             **kwargs,
         )
         logits, labels = self.head(outputs.last_hidden_state, labels)
-        loss = masked_lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -949,7 +943,9 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
         seq_relationship_logits = self.seq_relationship(outputs.pooler_output)
         losses = []
         if labels is not None:
-            losses.append(masked_lm_loss(prediction_logits, labels, num_items_in_batch))
+            losses.append(
+                ForMaskedLMLoss(prediction_logits, labels, self.config.vocab_size, num_items_in_batch)
+            )
         if next_sentence_label is not None:
             losses.append(F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.view(-1)))
         return BertForPreTrainingOutput(

@@ -1,16 +1,9 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Extractive question-answering pipeline, shipped inside model folders as remote code.
-
-transformers 5 removed its ``question-answering`` pipeline task. Fine-tuned briskbert QA folders carry this
-file and a ``custom_pipelines`` entry in ``config.json`` (see :func:`register_question_answering_pipeline`), so
-
-    pipeline("question-answering", model=folder, trust_remote_code=True)(question=..., context=...)
-
-still works and returns ``{"answer", "score", "start", "end"}``. The context is cut into overlapping
-windows (``max_seq_len``, ``doc_stride``) so long contexts are covered, and the best span (at most
-``max_answer_len`` tokens, inside the context) is chosen over all windows; ``score`` is the product of
-the start and end probabilities within its window. This file is copied flat next to the checkpoint, so it
-imports only ``numpy``, ``torch`` and ``transformers``.
+"""Extractive question-answering pipeline, shipped inside model folders as remote code (transformers 5 removed
+its own). QA folders name it in `config.custom_pipelines`, so `pipeline("question-answering", model=folder,
+trust_remote_code=True)(question=..., context=...)` returns `{"answer", "score", "start", "end"}`: the best span
+(at most `max_answer_len` tokens) over overlapping windows (`max_seq_len`, `doc_stride`), scored by the product of
+its start and end probabilities. Copied flat: imports only numpy, torch and transformers.
 """
 
 from __future__ import annotations
@@ -45,16 +38,10 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
     def _sanitize_parameters(
         self, max_seq_len=None, doc_stride=None, max_answer_len=None, top_k=None, **kwargs
     ):
-        preprocess = {}
-        if max_seq_len is not None:
-            preprocess["max_seq_len"] = max_seq_len
-        if doc_stride is not None:
-            preprocess["doc_stride"] = doc_stride
-        postprocess = {}
-        if max_answer_len is not None:
-            postprocess["max_answer_len"] = max_answer_len
-        if top_k is not None:
-            postprocess["top_k"] = top_k
+        preprocess = dict(max_seq_len=max_seq_len, doc_stride=doc_stride)
+        postprocess = dict(max_answer_len=max_answer_len, top_k=top_k)
+        preprocess = {name: value for name, value in preprocess.items() if value is not None}
+        postprocess = {name: value for name, value in postprocess.items() if value is not None}
         return preprocess, {}, postprocess
 
     def preprocess(self, inputs, max_seq_len=384, doc_stride=128):
@@ -114,19 +101,14 @@ PIPELINE_TASK = "question-answering"
 MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]
 
 
-def custom_pipeline_entry() -> dict:
-    """The ``custom_pipelines`` entry that makes ``pipeline("question-answering", ...)`` load this file."""
-    return {
-        "impl": f"{MODULE_NAME}.BriskBertQuestionAnsweringPipeline",
+def register_question_answering_pipeline(config) -> None:
+    """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the modeling
+    file imports this file, copies it)."""
+    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
+    custom_pipelines[PIPELINE_TASK] = {
+        "impl": f"{MODULE_NAME}.{BriskBertQuestionAnsweringPipeline.__name__}",
         "pt": ["AutoModelForQuestionAnswering"],
         "tf": [],
         "type": "text",
     }
-
-
-def register_question_answering_pipeline(config) -> None:
-    """Name this pipeline in ``config.custom_pipelines``, so every later save (``save_pretrained``, Trainer
-    checkpoints, ``push_to_hub``) writes the entry; the modeling file imports this file, so saves copy it too."""
-    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
-    custom_pipelines[PIPELINE_TASK] = custom_pipeline_entry()
     config.custom_pipelines = custom_pipelines

@@ -1,25 +1,14 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Token-classification pipeline for models with a CRF head, shipped inside model folders as remote code.
 
-transformers' own ``token-classification`` pipeline takes each token's arg-max over the per-token scores, which
-ignores the CRF's transition scores and can produce invalid sequences such as ``O I-PER``. A briskbert model
-with ``use_crf=True`` names this pipeline in ``config.custom_pipelines`` (the model does it on construction, so
-every save carries the entry; the modeling file imports this file, so every save copies it too), and
-
-    pipeline("token-classification", model=folder, trust_remote_code=True, aggregation_strategy="simple")
-
-returns entities decoded with Viterbi over the words of the text. Input handling is transformers' (raw text,
-``is_split_into_words``, ``stride`` for long texts, ``ignore_labels``); only the decoding differs:
-
-* a word is a token that is not a continuation sub-word (``##ing`` for WordPiece; a pre-split input's own words),
-  as for transformers' word-level strategies; the CRF tags each word at its first sub-word, as in training;
-* ``aggregation_strategy="none"`` (the default) returns one row per tagged word (``entity``, ``score``, ``index``
-  of its first token, ``word``, ``start``, ``end``); ``"simple"`` and ``"first"`` group consecutive words of one
-  entity (``B-X`` starts a new one) into ``entity_group`` rows, as transformers does. ``"max"`` and ``"average"``
-  are refused: they choose a tag per word from sub-word scores, which a sequence decoder does not do;
-* ``score`` is the CRF's marginal probability of the word's decoded tag (a group's: the mean over its words).
-
-This file is copied flat next to the checkpoint, so it imports only ``numpy``, ``torch`` and ``transformers``.
+transformers' own pipeline takes each token's arg-max, ignoring the CRF's transitions (and can produce `O I-PER`).
+A `use_crf=True` model names this pipeline in `config.custom_pipelines`, so `pipeline("token-classification",
+model=folder, trust_remote_code=True)` decodes each text's words with Viterbi. Input handling is transformers'; a
+word starts at every token that is not a continuation sub-word (or at a pre-split input's own words) and is tagged
+at its first sub-word, as in training. Strategies "none" (one row per word), "simple" and "first" (entities, as
+transformers groups them) are served; "max" and "average" pick a tag per word from sub-word scores and are
+refused. `score` is the CRF's marginal probability of the decoded tag (an entity's: the mean over its words).
+Copied flat: imports only numpy, torch and transformers.
 """
 
 from __future__ import annotations
@@ -119,8 +108,8 @@ MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]
 
 
 def register_token_classification_pipeline(config) -> None:
-    """Name this pipeline in ``config.custom_pipelines``, so every later save (``save_pretrained``, Trainer
-    checkpoints, ``push_to_hub``) writes the entry; the modeling file imports this file, so saves copy it too."""
+    """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the modeling
+    file imports this file, copies it)."""
     custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
     custom_pipelines[PIPELINE_TASK] = {
         "impl": f"{MODULE_NAME}.{BriskBertTokenClassificationPipeline.__name__}",

@@ -1,14 +1,7 @@
-"""Variable-length attention through PyTorch's own flash-attention kernel, for GPUs without the `flash_attn`
-package.
-
-PyTorch 2.10+ ships FlashAttention's varlen kernel as ``torch.nn.attention.varlen.varlen_attn``. Registered with
-transformers' attention dispatch as ``"torch_varlen"``, it takes the packed ``(1, tokens)`` batch that the
-varlen layout builds, exactly as flash-attention's ``flash_attn_varlen_func`` does, so padding is never computed:
-
-    model = AutoModel.from_pretrained(folder, trust_remote_code=True, attn_implementation="torch_varlen",
-                                      dtype=torch.bfloat16, device_map="cuda")
-
-This file is copied next to the model as remote code: it imports only torch and transformers.
+"""`attn_implementation="torch_varlen"`: PyTorch's own varlen flash kernel (2.10+,
+`torch.nn.attention.varlen.varlen_attn`) behind transformers' attention dispatch, for GPUs without `flash_attn`. It
+takes the packed `(1, tokens)` batch of the varlen layout, as `flash_attn_varlen_func` does. Remote code: imports
+only torch and transformers.
 """
 
 import torch

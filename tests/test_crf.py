@@ -153,32 +153,6 @@ def test_a_batch_without_tagged_positions_scores_zero_per_row_and_decodes_nothin
     assert torch.equal(crf.marginals(emissions, nothing), torch.zeros(2, 5, 3))
 
 
-def test_the_marginals_of_one_word_sentences_are_a_softmax_of_start_emission_and_end():
-    crf = random_crf(BIO[:3], False, seed=1).float()
-    emissions = torch.randn(2, 4, 3)
-    mask = torch.tensor([[False, True, False, False], [True, False, False, False]])  # one word each
-    marginals = crf.marginals(emissions, mask)
-    for row, position in [(0, 1), (1, 0)]:
-        by_hand = (crf.start_transitions + emissions[row, position] + crf.end_transitions).softmax(-1)
-        torch.testing.assert_close(marginals[row, position], by_hand.detach(), rtol=1e-5, atol=1e-6)
-    assert marginals[mask == 0].abs().sum() == 0
-
-
-def test_a_path_scores_start_emissions_transitions_and_the_end_of_its_last_word():
-    crf = random_crf(BIO[:3], False, seed=2).float()
-    emissions = torch.randn(2, 5, 3)
-    mask = torch.tensor([[True, True, True, False, False], [True, False, True, True, True]])
-    tags = torch.tensor([[2, 0, 1, 0, 0], [1, 0, 0, 2, 2]])
-    scores = crf.score(emissions, tags, mask)
-    for row in range(2):
-        positions = mask[row].nonzero().flatten().tolist()
-        path = tags[row, positions].tolist()
-        by_hand = crf.start_transitions[path[0]] + crf.end_transitions[path[-1]]
-        by_hand = by_hand + sum(emissions[row, p, t] for p, t in zip(positions, path))
-        by_hand = by_hand + sum(crf.transitions[a, b] for a, b in zip(path, path[1:]))
-        torch.testing.assert_close(scores[row], by_hand.detach(), rtol=1e-5, atol=1e-6)
-
-
 def test_tag_ids_outside_the_tag_set_are_refused():
     crf = random_crf(BIO[:3], False, seed=0).float()
     emissions, mask = torch.randn(1, 3, 3), torch.ones(1, 3, dtype=torch.bool)
@@ -231,7 +205,7 @@ def test_viterbi_never_decodes_an_invalid_sequence_on_random_emissions():
     and large random transition scores; the CRF's best path must stay valid in every sentence."""
     generator = torch.Generator().manual_seed(5)
     crf = LinearChainCRF.for_labels(CONLL_TAGS)
-    lengths = torch.randint(1, 40, (400,), generator=generator)
+    lengths = torch.randint(1, 40, (150,), generator=generator)
     mask = torch.arange(40) < lengths.unsqueeze(1)
     inside = torch.tensor([tag.startswith("I-") for tag in CONLL_TAGS])
     argmax_invalid = viterbi_invalid = 0
@@ -239,17 +213,17 @@ def test_viterbi_never_decodes_an_invalid_sequence_on_random_emissions():
         with torch.no_grad():
             for parameter in crf.parameters():
                 parameter.copy_(scale * torch.randn(parameter.shape, generator=generator))
-        emissions = scale * (torch.randn(400, 40, len(CONLL_TAGS), generator=generator) + 3.0 * inside)
+        emissions = scale * (torch.randn(150, 40, len(CONLL_TAGS), generator=generator) + 3.0 * inside)
         for dtype in (torch.float32, torch.bfloat16):
             decoded = crf.decode(emissions.to(dtype), mask)
-            for row in range(400):
+            for row in range(150):
                 n = int(lengths[row])
                 viterbi_invalid += not valid_bio([CONLL_TAGS[t] for t in decoded[row, :n].tolist()])
                 argmax_invalid += not valid_bio(
                     [CONLL_TAGS[t] for t in emissions[row, :n].argmax(-1).tolist()]
                 )
     assert viterbi_invalid == 0
-    assert argmax_invalid > 1200  # of 2,400 sentences: the emissions really do tempt
+    assert argmax_invalid > 450  # of 900 sentences: the emissions really do tempt
 
 
 # ---------------------------------------------------------------------------------------------- the head
@@ -290,11 +264,6 @@ def test_head_returns_emissions_the_crf_loss_per_tagged_word_and_viterbi_tags():
     assert outputs.loss.item() == pytest.approx(expected.item(), rel=1e-6)
     assert torch.equal(outputs.tags, outputs.logits.argmax(-1).masked_fill(~tagged, IGNORE_INDEX))
     assert not any("tagger" in name for name in softmax.state_dict())  # softmax checkpoints are unchanged
-
-
-def test_use_crf_is_validated():
-    with pytest.raises(ValueError, match="use_crf must be True or False"):
-        tiny_config(use_crf="yes")
 
 
 def test_crf_weights_save_load_and_start_at_zero_from_a_checkpoint_without_them(tmp_path):
@@ -542,32 +511,6 @@ def test_pipeline_strategies_inputs_and_long_texts(tokenizer, tmp_path):
         assert long_text[entity["start"] : entity["end"]].lower().replace(" ", "") == entity["word"].replace(
             " ", ""
         )
-
-
-@pytest.mark.slow  # the ONNX export traces and checks the graph (~20 s)
-def test_onnx_export_emits_the_emissions_and_decoding_stays_in_python(tokenizer, tmp_path):
-    """What docs/results.md promises: the graph's one output is `logits` (the CRF's emissions); Viterbi on
-    ONNX Runtime's logits with the model's `decode` gives the tags PyTorch gives."""
-    import onnxruntime
-
-    from briskbert.cli import main as briskbert
-
-    model = served_model(tokenizer, tmp_path / "ner-crf")
-    assert (
-        briskbert(
-            ["export-onnx", "--model_dir", str(tmp_path / "ner-crf"), "--output_dir", str(tmp_path / "onnx")]
-        )
-        == 0
-    )
-    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
-    assert [output.name for output in session.get_outputs()] == ["logits"]
-    batch = tokenizer([TEXT, "Warsaw hosted Merkel and Tusk on Monday."], padding=True, return_tensors="pt")
-    (logits,) = session.run(None, {name: tensor.numpy() for name, tensor in batch.items()})
-    tag_mask = batch["attention_mask"].bool()
-    tag_mask[:, 0] = False  # [CLS]
-    with torch.no_grad():
-        expected = model(**batch, tag_mask=tag_mask).tags
-    assert torch.equal(model.decode(torch.from_numpy(logits), tag_mask), expected)
 
 
 SERVE = """
