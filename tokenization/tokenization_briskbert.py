@@ -1,38 +1,20 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""BriskBertTokenizer: BERT's WordPiece tokenizer, registered for ``AutoTokenizer``.
+"""BriskBertTokenizer: transformers' (tokenizers-backed) `BertTokenizer`, so ids, types, masks and offsets equal
+BERT's on the same vocabulary, plus what BriskBert folders need: `register_for_auto_class` (saves copy this file,
+so `AutoTokenizer.from_pretrained(folder, trust_remote_code=True)` works without briskbert), a `vocab.txt` written
+on every save (also for vocabularies trained in memory), and input checks that name what to pass instead of
+failing inside the Rust backend (`TokenizerInputError`, both a `TypeError` and a `ValueError`).
 
-This file is also shipped to the Hub as remote code. It is copied flat next to the checkpoint, so it
-imports only from ``transformers``, ``tokenizers`` and the standard library (never from other project
-packages).
-
-The tokenizer is a thin subclass of transformers' own (tokenizers-backed) ``BertTokenizer``: the
-normaliser (``BertNormalizer``: control characters removed, CJK characters split, optional lower-casing
-and accent stripping), the ``BertPreTokenizer``, the ``WordPiece`` model and decoder, and the
-``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` templates are all built by transformers, so ids, token
-type ids, attention masks and offsets are identical to ``BertTokenizer`` on the same vocabulary.
-
-What this class adds:
-
-* ``register_for_auto_class("AutoTokenizer")``: ``save_pretrained`` writes ``auto_map`` and copies this
-  file, so ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` returns this class even where
-  the project is not installed;
-* ``save_pretrained`` always writes ``vocab.txt`` (one token per line, in id order), also for vocabularies
-  that were trained in memory and never had a file;
-* input validation that names what to pass (``None`` or non-string items raise a ``TypeError`` up front
-  rather than failing deep inside the Rust backend; the error, ``TokenizerInputError``, is both a
-  ``TypeError`` and a ``ValueError``).
-
-Special tokens keep BERT-family fixed ids in trained vocabularies: ``[PAD]=0, [UNK]=1, [CLS]=2,
-[SEP]=3, [MASK]=4`` (the order ``BertTokenizer`` uses for an empty vocabulary). Pretrained BERT
-vocabularies (e.g. ``bert-base-uncased``: ``[PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103``)
-are kept exactly as they are.
+Trained vocabularies keep the special tokens at fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (BERT's
+order for an empty vocabulary); pretrained vocabularies keep their own. Remote code: copied flat, it imports only
+transformers and the standard library.
 """
 
 from __future__ import annotations
 
 import os
 
-from transformers.models.bert.tokenization_bert import BertTokenizer
+from transformers.models.bert.tokenization_bert import BertTokenizer, load_vocab
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
@@ -44,7 +26,7 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 class TokenizerInputError(TypeError, ValueError):
-    """Raised for text inputs of the wrong type (catchable as ``TypeError`` or as ``ValueError``)."""
+    """A text input of the wrong type."""
 
 
 def _describe(value) -> str:
@@ -52,7 +34,6 @@ def _describe(value) -> str:
 
 
 def _check_text_argument(name: str, value, allow_none: bool) -> None:
-    """Raise a clear ``TypeError`` for inputs the backend would reject with an obscure message."""
     if value is None:
         if allow_none:
             return
@@ -88,14 +69,7 @@ def _only_strings(value, depth: int) -> bool:
 
 
 class BriskBertTokenizer(BertTokenizer):
-    r"""
-    BERT WordPiece tokenizer of the briskbert project (backed by the 🤗 tokenizers library).
-
-    Behaves exactly like [`BertTokenizer`] on the same vocabulary. Arguments are those of
-    [`BertTokenizer`]: `vocab` (a path to `vocab.txt` or a `dict[str, int]`), `do_lower_case`,
-    `unk_token`, `sep_token`, `pad_token`, `cls_token`, `mask_token`, `tokenize_chinese_chars`,
-    `strip_accents` (defaults to the value of `do_lower_case`, as in the original BERT).
-    """
+    """BERT's WordPiece tokenizer; `vocab` is a `vocab.txt` path or a `dict[str, int]`, the rest as `BertTokenizer`."""
 
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
@@ -119,7 +93,7 @@ class BriskBertTokenizer(BertTokenizer):
         if vocab is None and isinstance(vocab_file, str) and os.path.isfile(vocab_file):
             vocab = vocab_file
         if isinstance(vocab, (str, os.PathLike)):
-            vocab = _load_vocab(vocab)
+            vocab = dict(load_vocab(vocab))
         super().__init__(
             vocab=vocab,
             do_lower_case=do_lower_case,
@@ -133,7 +107,6 @@ class BriskBertTokenizer(BertTokenizer):
             **kwargs,
         )
 
-    # ------------------------------------------------------------------ input validation
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *args, **kwargs):
         if text is None and text_target is None:
             _check_text_argument("text", None, allow_none=False)
@@ -153,7 +126,6 @@ class BriskBertTokenizer(BertTokenizer):
         _check_text_argument("pair", pair, allow_none=True)
         return super().tokenize(text, pair=pair, add_special_tokens=add_special_tokens, **kwargs)
 
-    # ------------------------------------------------------------------ saving
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         file_names = super()._save_pretrained(
             save_directory, file_names, legacy_format=legacy_format, filename_prefix=filename_prefix
@@ -182,14 +154,6 @@ class BriskBertTokenizer(BertTokenizer):
                 writer.write(token + "\n")
                 expected += 1
         return (out_vocab_file,)
-
-
-def _load_vocab(vocab_file) -> dict[str, int]:
-    vocab: dict[str, int] = {}
-    with open(vocab_file, encoding="utf-8") as reader:
-        for index, line in enumerate(reader):
-            vocab[line.rstrip("\n")] = index
-    return vocab
 
 
 BriskBertTokenizer.register_for_auto_class("AutoTokenizer")

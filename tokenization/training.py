@@ -1,19 +1,8 @@
-"""Train tokenizers with the ``tokenizers`` library's trainers: WordPiece for :class:`BriskBertTokenizer`
-(BERT), byte-level BPE (RoBERTa, ModernBERT) and Unigram (ALBERT-style SentencePiece pieces).
-
-WordPiece: the normaliser and pre-tokeniser used for training are taken from a freshly built
-``BriskBertTokenizer`` (i.e. transformers' BERT pipeline), so the vocabulary is learnt on exactly the
-pieces the tokenizer will see. Special tokens are placed first, at fixed ids: ``[PAD]=0, [UNK]=1,
-[CLS]=2, [SEP]=3, [MASK]=4``. The trainer's own order depends on hash-map iteration (ties between equally
-frequent characters), so the learnt pieces are re-numbered in sorted order: the same text gives a
-byte-identical ``vocab.txt`` every time (WordPiece's longest-match tokenization does not depend on ids).
-
-Text is streamed (files line by line, datasets batch by batch): the trainer keeps word counts, not the
-text, so memory does not grow with the corpus. ``max_lines`` trains on a uniform random sample of that
-many lines (reservoir sampling, seeded), for corpora much larger than a vocabulary needs.
-
-Kept out of ``tokenization_briskbert.py`` on purpose: that file is shipped as Hub remote code and stays
-minimal.
+"""Tokenizer training with the `tokenizers` trainers: WordPiece for `BriskBertTokenizer` (on the normaliser and
+pre-tokeniser of a fresh BriskBertTokenizer, so pieces are learnt on what the tokenizer will see), byte-level BPE
+(RoBERTa, ModernBERT) and Unigram (SentencePiece-style). Text is streamed (the trainer keeps word counts, not
+text); `max_lines` trains on a seeded reservoir sample. WordPiece vocabularies put the special tokens first and
+the learnt pieces in sorted order, so the same text gives a byte-identical `vocab.txt`.
 """
 
 from __future__ import annotations
@@ -207,33 +196,14 @@ def train_wordpiece_tokenizer(
     max_lines: int | None = None,
     seed: int = 0,
 ) -> BriskBertTokenizer:
-    """Train a WordPiece vocabulary and return a :class:`BriskBertTokenizer` using it.
+    """Trains a WordPiece vocabulary of exactly `vocab_size` (rounded up to `round_to_multiple_of`; None or 0
+    keeps it) tokens and returns a BriskBertTokenizer over it, saved to `output_dir` when given.
 
-    Args:
-        files: UTF-8 text file(s), one document (or line) per line. Exactly one of ``files`` and ``dataset``.
-        dataset: a ``datasets.Dataset`` / ``IterableDataset``, any iterable of dicts with a text column, or
-            an iterable of strings.
-        text_column: the column of ``dataset`` that holds the text.
-        vocab_size: requested size, special tokens included.
-        lowercase: lower-case (and, unless ``strip_accents`` says otherwise, strip accents) as uncased BERT.
-        min_frequency: minimum count of a pair to be merged.
-        round_to_multiple_of: round ``vocab_size`` up to a multiple of this (64 suits tensor cores);
-            ``None`` or 0 keeps it as given.
-        output_dir: when given, ``save_pretrained`` there (``tokenizer.json``, ``tokenizer_config.json``,
-            ``vocab.txt`` and the remote-code file).
-        show_progress: show the trainer's progress bar.
-        strip_accents: as in BERT; ``None`` follows ``lowercase``.
-        model_max_length: maximum sequence length recorded in the tokenizer config.
-        limit_alphabet: at most this many distinct characters are kept as initial pieces (rare characters
-            become ``[UNK]``), so a few exotic characters cannot eat the vocabulary; ``None`` keeps all.
-        batch_size: texts per batch handed to the trainer.
-        max_lines: train on a seeded uniform sample of this many non-blank lines (``None``: all).
-        seed: the seed of that sample.
-
-    The result has exactly the (rounded) vocabulary size: if the corpus is too small for the trainer to
-    learn that many pieces, the remainder is filled with never-produced ``[unusedN]`` tokens (as in the
-    original BERT vocabularies) and a warning says how many. Text without a single non-blank line is
-    refused (:class:`EmptyCorpusError`, a ``ValueError`` naming the files).
+    Exactly one of `files` (UTF-8 text, one document or line per line) and `dataset` (a `datasets` dataset, or
+    any iterable of dicts or strings, read from `text_column`). `lowercase` as uncased BERT (`strip_accents` None
+    follows it); `limit_alphabet` caps the initial characters (rarer ones become [UNK]); `max_lines` trains on a
+    `seed`ed sample of that many lines. A corpus too small for the vocabulary is filled with `[unusedN]` tokens,
+    with a warning; one without a non-blank line raises EmptyCorpusError.
     """
     texts, source = _training_texts(files, dataset, text_column, batch_size)
     if int(vocab_size) <= len(SPECIAL_TOKENS):
