@@ -1,8 +1,18 @@
 """Fixtures shared by the test modules; the local Hub servers live in hub_fixtures."""
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Remote code loaded in-process is copied into HF_MODULES_CACHE: one per test process, so parallel workers
+# (scripts/test.sh runs pytest-xdist) never write the same module file, and the user's cache is left alone.
+# Set before any test module imports transformers, which reads it once.
+os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="briskbert-tests-modules-")
+atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 
 pytest_plugins = ["hub_fixtures"]
 
