@@ -1,13 +1,8 @@
 """README front matter, parsed within limits: the one parser of the card checks (:mod:`.rules`) and of the local
-Hub server (``/api/validate-yaml``, ``cardData``).
-
-The front matter is the block huggingface_hub's own cards read (``huggingface_hub.repocard.REGEX_YAML_BLOCK``).
-Its loaders (``ModelCard``, ``metadata_load``) build that YAML with ``yaml.safe_load`` and no limits: fine for a
-card of one's own, not for one a stranger sends. A megabyte of ``[{},{},...]`` costs seconds of CPU and hundreds
-of megabytes, an alias can expand a few lines into gigabytes ("billion laughs"), and deep nesting overflows the
-composer's recursion. So the YAML is first walked as a stream of parser events, which stops at the first limit it
-passes (size, node count, nesting depth) or at any alias, and only a document that passed is built into Python
-objects. libyaml's parser is used when PyYAML has it.
+Hub server. huggingface_hub's loaders build the YAML with ``yaml.safe_load`` and no limits, which a stranger's card
+can turn into seconds of CPU, gigabytes ("billion laughs" aliases) or a recursion overflow. So the YAML is first
+walked as parser events, stopping at the first limit passed (size, nodes, depth) or at any alias, and only a
+document within them is built.
 """
 
 from __future__ import annotations
@@ -25,9 +20,7 @@ _CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 @dataclass(frozen=True)
 class YamlLimits:
-    max_bytes: int = (
-        1 << 20
-    )  # the front matter's YAML text (real cards, model-index included, stay far below)
+    max_bytes: int = 1 << 20  # the YAML text (real cards, model-index included, stay far below)
     max_nodes: int = 50_000  # scalars, lists and mappings together
     max_depth: int = 64  # nested lists and mappings
 

@@ -20,30 +20,15 @@ from briskbert.inputs import read_json_object
 
 from .card import CardError, read_config, task_for_architecture
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "added_tokens.json",
-    "tokenizer.model",
-    "chat_template.jinja",
+TOKENIZER_FILES = tuple(
+    "tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt added_tokens.json tokenizer.model "
+    "chat_template.jinja".split()
 )
 CONFIG_FILES = ("config.json", "generation_config.json")
 # Training state: left out unless include_training_state is set, whatever ``include`` says.
-TRAINING_STATE = (
-    "optimizer*",
-    "scheduler*",
-    "scaler*",
-    "rng_state*",
-    "random_states*",
-    "trainer_state.json",
-    "training_args*",
-    "checkpoint-*",
-    "step_*",
-    "*.ckpt",
-    "*.pt",
-    "*.pth",
+TRAINING_STATE = tuple(
+    "optimizer* scheduler* scaler* rng_state* random_states* trainer_state.json training_args* checkpoint-* "
+    "step_* *.ckpt *.pt *.pth".split()
 )
 
 

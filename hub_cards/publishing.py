@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
+from briskbert.files import file_digest
 
 from .card import read_config, render_card, task_for_architecture
 from .model_files import FileSelection, collect_files, shard_weights
@@ -128,22 +129,18 @@ class _Publisher:
         """True when the commit holds these files with this content (compared by the sha256 of an LFS file,
         the git blob id of any other), and no other file unless those are kept (``delete_missing`` unset)."""
         from huggingface_hub.hf_api import RepoFile
-        from huggingface_hub.utils.sha import git_hash, sha_fileobj
+        from huggingface_hub.utils.sha import git_hash
 
         tree = self.api.list_repo_tree(self.repo_id, revision=commit_id, recursive=True)
         remote = {f.path: f for f in tree if isinstance(f, RepoFile) and f.path != ".gitattributes"}
         if not set(self.files) <= set(remote) or (self.delete_missing and set(remote) != set(self.files)):
             return False
-        for path, local in self.files.items():
-            lfs = remote[path].lfs
-            if lfs is None:
-                same = git_hash(local.read_bytes()) == remote[path].blob_id
-            else:
-                with open(local, "rb") as fh:
-                    same = sha_fileobj(fh).hex() == lfs.sha256
-            if not same:
-                return False
-        return True
+        return all(
+            file_digest(local) == remote[path].lfs.sha256
+            if remote[path].lfs
+            else git_hash(local.read_bytes()) == remote[path].blob_id
+            for path, local in self.files.items()
+        )
 
     def tag_is_done(self, tag: str) -> bool:
         """Step 2: True when ``tag`` already names the branch head and nothing changed (nothing to do);

@@ -28,39 +28,33 @@ class Finding(NamedTuple):
         return f"{self.path} ({self.what}, {self.where or 'by its name'})"
 
 
-# (what, globs, look-alikes that hold nothing secret). A glob is matched case-insensitively against the file
-# name or, when it holds a ``/``, against as many trailing path components.
-NAME_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("an environment file", (".env*", "*.env"), ()),
-    (
-        "an SSH private key",
-        ("id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".ssh/*"),
-        ("*.pub", ".ssh/known_hosts*", ".ssh/config", ".ssh/authorized_keys*"),
+# what -> globs, matched case-insensitively against the file name or, when a glob holds a ``/``, against as many
+# trailing path components.
+NAME_RULES = {
+    "an environment file": (".env*", "*.env"),
+    "an SSH private key": ("id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".ssh/*"),
+    "a private key or key store": ("*.pem", "*.key", "*.p12", "*.pfx", "*.p8", "*.jks", "*.ppk"),
+    "a netrc file": (".netrc", "_netrc"),
+    "package-registry credentials": (".npmrc", ".pypirc", ".gem/credentials"),
+    "a database password file": (".pgpass", ".my.cnf"),
+    "git credentials": (".git-credentials",),
+    "AWS credentials": (".aws/credentials",),
+    "a Hugging Face token file": ("*huggingface/token", "*huggingface/stored_tokens"),
+    "cloud credentials": (
+        "credentials*.json",
+        "client_secret*.json",
+        "*service_account*.json",
+        "*service-account*.json",
+        "application_default_credentials.json",
+        "token.json",
     ),
-    ("a private key or key store", ("*.pem", "*.key", "*.p12", "*.pfx", "*.p8", "*.jks", "*.ppk"), ()),
-    ("a netrc file", (".netrc", "_netrc"), ()),
-    ("package-registry credentials", (".npmrc", ".pypirc", ".gem/credentials"), ()),
-    ("a database password file", (".pgpass", ".my.cnf"), ()),
-    ("git credentials", (".git-credentials",), ()),
-    ("AWS credentials", (".aws/credentials",), ()),
-    ("a Hugging Face token file", ("*huggingface/token", "*huggingface/stored_tokens"), ()),
-    (
-        "cloud credentials",
-        (
-            "credentials*.json",
-            "client_secret*.json",
-            "*service_account*.json",
-            "*service-account*.json",
-            "application_default_credentials.json",
-            "token.json",
-        ),
-        (),
-    ),
-    ("Docker registry credentials", (".docker/config.json", ".dockercfg"), ()),
-    ("Kaggle credentials", ("kaggle.json",), ()),
-    ("Weights & Biases settings", ("wandb/settings",), ()),
-    ("a kubeconfig", (".kube/config", "kubeconfig", "*.kubeconfig"), ()),
-)
+    "Docker registry credentials": (".docker/config.json", ".dockercfg"),
+    "Kaggle credentials": ("kaggle.json",),
+    "Weights & Biases settings": ("wandb/settings",),
+    "a kubeconfig": (".kube/config", "kubeconfig", "*.kubeconfig"),
+}
+# Look-alikes that hold nothing secret: public keys and SSH's other files.
+NOT_SECRET = ("*.pub", ".ssh/known_hosts*", ".ssh/config", ".ssh/authorized_keys*")
 
 
 def credential_file(rel_path: str) -> str | None:
@@ -70,7 +64,9 @@ def credential_file(rel_path: str) -> str | None:
     def matches(globs: tuple[str, ...]) -> bool:
         return any(fnmatchcase("/".join(parts[-(g.count("/") + 1) :]), g) for g in globs)
 
-    return next((what for what, globs, unless in NAME_RULES if matches(globs) and not matches(unless)), None)
+    if matches(NOT_SECRET):
+        return None
+    return next((what for what, globs in NAME_RULES.items() if matches(globs)), None)
 
 
 _MIXED = rb"(?=[\w\-]*[A-Z])(?=[\w\-]*[a-z])"  # a random token body holds both cases, a word rarely
