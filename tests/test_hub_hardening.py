@@ -1,10 +1,6 @@
-"""The local Hub under hostile or broken input, over real sockets on 127.0.0.1: header injection, bodies
-that lie about their length, slow, trickled and half-sent requests, malformed JSON and ndjson, commits racing
-a repo deletion, ref and file names outside the Hub's rules, parsers a stranger can reach (README YAML, Range,
-sizes), how far a token reaches, and the server's memory while it refuses all of it.
-
-Every loop is bounded and every test stops by itself within seconds. The figures printed with ``-s`` (tried /
-handled counts, memory) are the ones quoted in docs/security.md."""
+"""The local Hub under hostile or broken input, over real sockets on 127.0.0.1 (docs/security.md lists the
+defences; the memory and slowloris figures it quotes are printed with ``-s``). Every loop is bounded and every
+test stops by itself within seconds."""
 
 from __future__ import annotations
 
@@ -57,18 +53,14 @@ INJECTIONS = [
 
 def test_request_text_is_never_reflected_raw_into_headers(hub):
     make_repo(hub)
-    handled = 0
     for path in INJECTIONS:
         for method in ("GET", "HEAD"):
             status, headers, _ = raw(port_of(hub), f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            names, values = list(headers), "".join(headers.values())
-            assert 400 <= status < 500 and "x-injected" not in names and "<html>" not in names, (
+            assert 400 <= status < 500 and "x-injected" not in headers and "<html>" not in headers, (
                 path,
                 headers,
             )
-            assert "\x00" not in values and all(32 <= ord(c) < 127 for c in values), (path, headers)
-            handled += 1
-    print(f"\nheader injection: {handled}/{2 * len(INJECTIONS)} requests answered 4xx with clean headers")
+            assert all(32 <= ord(c) < 127 for c in "".join(headers.values())), (path, headers)
 
 
 # ---- framing: lengths and timeouts ---------------------------------------------------------------------
@@ -85,10 +77,8 @@ def test_invalid_lengths_are_a_400_and_nothing_runs(hub):
     for i, length in enumerate(BAD_LENGTHS):
         body = json.dumps({"name": f"cl{i}", "organization": "testuser"}).encode()
         head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n{AUTH}{length}\r\n"
-        status, headers, reply = raw(port_of(hub), head.encode() + body)  # refused by the HTTP parser (h11)
-        assert status == 400, (length, status)
+        assert raw(port_of(hub), head.encode() + body)[0] == 400, length
         assert not hub.server.storage.exists("model", f"testuser/cl{i}")
-    print(f"\ninvalid lengths: {len(BAD_LENGTHS)}/{len(BAD_LENGTHS)} refused with 400, no repo created")
 
 
 def test_bodies_over_the_callers_cap_are_refused_from_the_headers(hub):
@@ -140,7 +130,6 @@ def test_short_bodies_and_idle_connections_time_out(quick_hub):
     assert api(quick_hub, "GET", "/api/whoami-v2")[0] == 200  # and the server still answers
     for sock in socks:
         sock.close()
-    print(f"\n40 half-sent requests: {peak} served at once, 0 after the 0.5 s timeout")
 
 
 # ---- malformed payloads ----------------------------------------------------------------------------------
@@ -239,10 +228,6 @@ def test_commits_racing_a_repo_deletion_get_4xx_never_500(hub):
     statuses: list[int] = []
     for round_ in range(8):
         _race_once(hub, round_, statuses)
-    print(
-        f"\ncommits racing a deletion: {sum(s < 500 for s in statuses)}/{len(statuses)} answered below 500 "
-        f"({statuses.count(200)} succeeded, {statuses.count(404)} RepoNotFound)"
-    )
     assert len(statuses) == 56 and all(s < 500 for s in statuses), statuses
 
 
@@ -344,15 +329,10 @@ def test_auth_matrix_every_write_route_needs_the_token(hub):
         "Authorization: Basic eDp5\r\n",
         f"Authorization: {TOKEN}\r\n",
     ]
-    refused = 0
     for method, path in WRITE_ROUTES:
         for header in credentials:
             status, headers, _ = raw(port_of(hub), http_request(method, path, b"{}", headers=header))
-            refused += status == 401 and headers["x-error-code"] == "Unauthorized"
-    print(
-        f"\nauth matrix: {refused}/{len(WRITE_ROUTES) * len(credentials)} unauthenticated writes refused with 401"
-    )
-    assert refused == len(WRITE_ROUTES) * len(credentials)
+            assert (status, headers["x-error-code"]) == (401, "Unauthorized"), (method, path, header)
     assert api(hub, "GET", HEAD)[1]["sha"] == head
 
 
@@ -805,12 +785,6 @@ def test_each_token_writes_only_in_its_own_namespaces(tmp_path):
         assert api(hub, "POST", create, {"name": "z"}, token="hf_nobody")[0] == 401
         me = api(hub, "GET", "/api/whoami-v2", token=alice)[1]
         assert me["name"] == "alice" and [o["name"] for o in me["orgs"]] == ["team"]
-
-
-def test_the_single_token_of_a_default_server_writes_only_under_its_user(hub):
-    status, body = api(hub, "POST", "/api/repos/create", {"name": "x", "organization": "someone-else"})
-    assert status == 403 and "testuser" in body["error"]
-    assert not hub.server.storage.exists("model", "someone-else/x")
 
 
 # ---- the streamed commit reader, against json + base64 ------------------------------------------------------
