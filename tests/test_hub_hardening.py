@@ -494,6 +494,11 @@ def test_request_log_is_a_ring_of_short_paths(tmp_path):
             for i in range(60):
                 sock.sendall(f"GET /api/models/testuser/{i}{'x' * 6000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
                 assert read_response(sock)[0] == 400
+            # A kept-alive connection answers at once: the body does not wait for the client's delayed ACK.
+            (kept,) = [
+                c.transport.get_extra_info("socket") for c in hub.server._uvicorn.server_state.connections
+            ]
+            assert kept.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
         deadline = time.monotonic() + 5  # a request is logged just after its answer
         while not hub.server.request_log[-1][1].startswith("/api/models/testuser/59x"):
             assert time.monotonic() < deadline
