@@ -366,9 +366,7 @@ def _architecture_rows(
     config: dict, pipeline_tag: str, quantization: dict | None = None
 ) -> list[tuple[str, str]]:
     rows = [("architectures", ", ".join(config["architectures"]))]
-    rope = (
-        config.get("position_embedding_type") == "rope"
-    )  # a rotary base means nothing without rotary positions
+    rope = config.get("position_embedding_type") == "rope"  # rope_theta means nothing without it
     rows += [
         (k, _fmt(config[k]) if k in config else "—")
         for k in ARCHITECTURE_OPTIONS
