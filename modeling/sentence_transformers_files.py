@@ -11,6 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from briskbert.files import write_atomic
+
 POOLING_MODES = ("mean", "cls")
 MODULES_FILE = "modules.json"
 CONFIG_FILE = "sentence_bert_config.json"
@@ -50,9 +52,10 @@ def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, h
             }
         )
         (folder / NORMALIZE_FOLDER).mkdir(parents=True, exist_ok=True)
-    (folder / MODULES_FILE).write_text(json.dumps(modules, indent=2))
-    (folder / CONFIG_FILE).write_text(
-        json.dumps({"max_seq_length": spec.max_seq_length, "do_lower_case": False}, indent=2)
+    write_atomic(folder / MODULES_FILE, json.dumps(modules, indent=2))
+    write_atomic(
+        folder / CONFIG_FILE,
+        json.dumps({"max_seq_length": spec.max_seq_length, "do_lower_case": False}, indent=2),
     )
     (folder / POOLING_FOLDER).mkdir(parents=True, exist_ok=True)
     pooling = {
@@ -62,7 +65,7 @@ def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, h
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
     }
-    (folder / POOLING_FOLDER / "config.json").write_text(json.dumps(pooling, indent=2))
+    write_atomic(folder / POOLING_FOLDER / "config.json", json.dumps(pooling, indent=2))
 
 
 def read_embedding_spec(folder: str | Path) -> EmbeddingSpec | None:

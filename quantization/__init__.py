@@ -4,7 +4,7 @@ agrees with the fp32 model on real text, in a folder whose `quantization.json` a
 `choice` times them, `inference` runs an ONNX folder batched by length, `job` is the job itself.
 """
 
-from .request import LabelledData, QuantizationRefused, QuantizationResult, QuantizeRequest
+from .request import QuantizationRefused, QuantizationResult, QuantizeRequest
 
 
 def __getattr__(name: str):
@@ -16,4 +16,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["LabelledData", "QuantizationRefused", "QuantizationResult", "QuantizeRequest", "quantize"]
+__all__ = ["QuantizationRefused", "QuantizationResult", "QuantizeRequest", "quantize"]

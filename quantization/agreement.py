@@ -13,7 +13,8 @@ from torch import nn
 from briskbert.errors import SettingError
 from briskbert.modeling.export import encode_batch, read_texts
 
-from .request import Agreement, LabelledData, QuantizeRequest
+from .inference import length_batches
+from .request import Agreement, QuantizeRequest
 
 CHECK_BATCHES, CHECK_ROWS = 4, 16
 
@@ -97,10 +98,8 @@ class LabelledBatches:
     labels: torch.Tensor
 
 
-def labelled_batches(
-    data: LabelledData, model, tokenizer, architecture: str, max_length: int
-) -> LabelledBatches:
-    """The labelled file as padded batches and label ids (the model's own label names, or ids 0..K-1)."""
+def labelled_batches(request: QuantizeRequest, model, tokenizer, architecture: str, max_length: int):
+    """The validation file as padded batches and label ids (the model's own label names, or ids 0..K-1)."""
     from briskbert.training.data.task_data import load_table, require_columns
 
     if architecture != "BriskBertForSequenceClassification" or model.config.problem_type not in (
@@ -112,34 +111,25 @@ def labelled_batches(
             f"scores single-label sequence classifiers; {architecture} "
             f"({model.config.problem_type or 'no problem_type'}) is checked by agreement only: drop it.",
         )
-    table = load_table(str(data.path), "validation_file")
-    columns = {"text_column": data.text_column, "text_pair_column": data.text_pair_column}
-    require_columns(table, {**columns, "label_column": data.label_column}, f"validation_file {data.path}")
+    path = request.validation_file
+    table = load_table(str(path), "validation_file")
+    columns = {name: getattr(request, name) for name in ("text_column", "text_pair_column", "label_column")}
+    require_columns(table, columns, f"validation_file {path}")
     label2id = {str(name): int(index) for name, index in model.config.label2id.items()}
     known = {**{str(i): i for i in range(model.config.num_labels)}, **label2id}
-    unknown = sorted({str(value) for value in table[data.label_column]} - set(known))
+    unknown = sorted({str(value) for value in table[request.label_column]} - set(known))
     if unknown:
         raise SettingError(
             "validation_file",
-            f"{data.path}: labels {', '.join(unknown[:5])} are not the model's "
+            f"{path}: labels {', '.join(unknown[:5])} are not the model's "
             f"({', '.join(label2id)} or 0..{model.config.num_labels - 1}); give a label_column with its labels.",
         )
-    labels = torch.tensor([known[str(value)] for value in table[data.label_column]])
-    texts = table[data.text_column]
-    pairs = table[data.text_pair_column] if data.text_pair_column else None
-    batches = []
-    for start in range(0, len(texts), data.batch_size):
-        stop = start + data.batch_size
-        encoded = tokenizer(
-            texts[start:stop],
-            pairs[start:stop] if pairs else None,
-            truncation=True,
-            max_length=max_length,
-            padding=True,
-            return_tensors="pt",
-        )
-        batches.append({name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")})
-    return LabelledBatches(data.dataset_name or Path(data.path).name, batches, labels)
+    labels = [known[str(value)] for value in table[request.label_column]]
+    pairs = list(table[request.text_pair_column]) if request.text_pair_column else None
+    batches = length_batches(tokenizer, list(table[request.text_column]), 32, max_length, "pt", pairs)
+    order = [index for indices, _ in batches for index in indices]
+    name = request.dataset_card_name or Path(path).name
+    return LabelledBatches(name, [batch for _, batch in batches], torch.tensor(labels)[order])
 
 
 def accuracy_of(run: Callable[[dict], dict], data: LabelledBatches) -> float:

@@ -17,11 +17,6 @@ from .request import QuantizeRequest
 QUANTIZED_ONNX_FILE = "model_quantized.onnx"
 
 
-def quiet_torchao_import():
-    """torchao logs a warning for each CUDA kernel library it cannot load on a CPU-only machine."""
-    return quiet_loggers(*TORCHAO_IMPORT_LOGGERS)
-
-
 def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
     """The Linear / Embedding modules whose dotted path contains one of `names` as a run of whole components
     (``classifier``, ``mlp.down``, ``layers.0``); each name must match at least one."""
@@ -86,7 +81,7 @@ def torchao_config(model: nn.Module, keep: set[str], scheme: str):
     embeddings (int8 per row), except the modules kept in fp32."""
     from transformers import TorchAoConfig
 
-    with quiet_torchao_import():
+    with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
         from torchao.quantization import (
             FqnToConfig,
             Int8DynamicActivationInt8WeightConfig,
@@ -139,7 +134,7 @@ def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, s
     fp32_bytes = fp32_bytes_of(model)
     untie_output_embeddings(model)
     config = torchao_config(model, keep, request.torch_scheme)
-    with quiet_torchao_import():
+    with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
         from torchao.quantization import quantize_
 
         quantize_(model, config.quant_type, filter_fn=None)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from briskbert.errors import SettingError, UserError
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.files import staged_folder
 from briskbert.hub_cards.card import QUANTIZATION_FILE
 from briskbert.hub_cards.quantized import render_quantized_readme
@@ -29,6 +30,7 @@ from briskbert.modeling.export import (
     longest_input,
     model_outputs,
     onnxruntime_session,
+    quiet_loggers,
     read_texts,
     run_onnxruntime,
 )
@@ -52,7 +54,6 @@ from .backends import (
     onnx_precision,
     quantize_onnx,
     quantize_torch,
-    quiet_torchao_import,
     torch_precision,
 )
 from .choice import TIMING_BATCH, choose, speed_table, time_candidates
@@ -193,8 +194,8 @@ def prepare(request: QuantizeRequest):
     if not multiple_choice:
         timing = [batch for _, batch in length_batches(tokenizer, texts, TIMING_BATCH, max_length, "pt")]
     labelled = None
-    if request.evaluation is not None:
-        labelled = labelled_batches(request.evaluation, model, tokenizer, architecture, max_length)
+    if request.validation_file is not None:
+        labelled = labelled_batches(request, model, tokenizer, architecture, max_length)
     return model, architecture, embedding, batches, timing, labelled
 
 
@@ -249,7 +250,7 @@ def build_candidates(root: Path, model, architecture: str, embedding, sample, re
     if "torch" in wanted:
         progress(f"Quantizing with torchao ({request.torch_scheme}) ...")
         quantize_torch(copy.deepcopy(model), keep, request, root / "torch")
-        with quiet_torchao_import():  # loaded back from the folder, the way users load it
+        with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):  # loaded back from the folder, the way users load it
             loaded = auto_class_of(architecture).from_pretrained(str(root / "torch"), trust_remote_code=True)
 
         def int8(batch, loaded=loaded.eval()):

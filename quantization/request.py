@@ -18,18 +18,6 @@ class QuantizationRefused(UserError):
 
 
 @dataclass(frozen=True)
-class LabelledData:
-    """A labelled table (CSV, TSV, JSON lines) on which the fp32 and int8 classifiers are both scored."""
-
-    path: Path
-    text_column: str = "sentence"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    dataset_name: str | None = None  # its public name on the card (e.g. glue/sst2); default: the file name
-    batch_size: int = 32
-
-
-@dataclass(frozen=True)
 class QuantizeRequest:
     """What ``briskbert quantize`` is asked to do: one field per flag."""
 
@@ -137,19 +125,6 @@ class QuantizeRequest:
         for name in ("text_pair_column", "dataset_card_name"):
             if getattr(self, name) and self.validation_file is None:
                 raise SettingError(name, "describes validation_file; pass it too.")
-
-    @property
-    def evaluation(self) -> LabelledData | None:
-        """The labelled file both models are scored on (sequence classifiers), if one was given."""
-        if self.validation_file is None:
-            return None
-        return LabelledData(
-            Path(self.validation_file),
-            self.text_column,
-            self.text_pair_column,
-            self.label_column,
-            self.dataset_card_name,
-        )
 
 
 @dataclass(frozen=True)
