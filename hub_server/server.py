@@ -1,21 +1,17 @@
 """A Hub-compatible HTTP server for offline work and tests: the unmodified ``huggingface_hub`` and
 ``transformers`` clients talk to it through ``HF_ENDPOINT``.
 
-uvicorn frames HTTP; ``_Protocol`` adds what it lacks (a cap on connections, a deadline for a new connection's
-first byte and for a whole request head). ``HubServer`` is one ASGI app over the route table (``routes.py``):
-its dispatcher (``_dispatch``, in a worker thread, as the storage is blocking file I/O) decides the account,
-the route's authorization and body limit from the headers alone (so before a ``100 Continue``), injects
-faults, and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message``; a
-write that finds the disk full is a logged 507. ``docs/security.md`` lists what it defends against.
+uvicorn frames HTTP; ``_Protocol`` adds what it lacks (a connection cap, deadlines for a new connection's first
+byte and for a whole request head). ``HubServer`` is one ASGI app over the route table (``routes.py``): its
+dispatcher (``_dispatch``, in a worker thread, as the storage is blocking file I/O) settles the account, the
+route's authorization and body limit from the headers alone (so before a ``100 Continue``), injects faults,
+and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message``.
+``docs/security.md`` lists what it defends against.
 
-Accounts (``accounts.py``): ``HubServer(..., token, user=..., orgs=...)`` is one account, ``accounts=[...]``
-adds more; a server started without any token lets anyone act as ``user``. Private repos answer strangers
-exactly as missing ones do (404 ``RepoNotFound``, same message, same code path).
-
-Uploads: the server does not speak Xet, so ``upload_mode`` picks what ``/preupload`` answers: ``"regular"``
-(default, every client) sends each file base64 inside the ndjson commit, streamed into the blob store;
-``"lfs"`` sends large or binary files through the LFS batch API and a pre-signed PUT (clients need
-``HF_HUB_DISABLE_XET=1``).
+``HubServer(..., token, user=..., orgs=...)`` is one account, ``accounts=[...]`` adds more; without any token
+anyone acts as ``user``. ``upload_mode`` picks what ``/preupload`` answers, as the server does not speak Xet:
+``"regular"`` (every client) sends files base64 inside the ndjson commit; ``"lfs"`` sends large or binary ones
+through the LFS batch API and a pre-signed PUT (clients need ``HF_HUB_DISABLE_XET=1``).
 
 Faults: ``fault={"step": STEP, "kind": "500"|"400"|"drop"|"stall", "times": N, "stall_s": S}`` makes the next
 N requests of that step (``STEPS``) fail before anything changes: an answer, a connection closed without one,
