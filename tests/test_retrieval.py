@@ -1,13 +1,11 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence embeddings, retrieval, re-ranking and open-domain QA on tiny models.
+"""Sentence embeddings, retrieval and the retrieval commands on tiny models.
 
-Checked against things nobody here wrote: scikit-learn's ``ndcg_score`` and a hand-computed example for
-the metrics, sentence-transformers' ``MultipleNegativesRankingLoss`` (both directions) and sums written out by
-hand for the ranking losses (shared positives, a second process's targets), sentence-transformers'
-``SentenceTransformer`` and ``CrossEncoder`` for the saved folders.
-The end-to-end test runs the four commands on the bundled XQuAD excerpt for a few steps each: it checks
-the plumbing (folders, metrics files, answers), not quality; real numbers are in docs/results.md. Fusion and
-open-domain QA scoring are tested on hand-built cases in test_reranking.py and test_open_domain_qa.py.
+Checked against things nobody here wrote: a hand-computed example and sentence-transformers'
+``InformationRetrievalEvaluator`` for the metrics, its ``MultipleNegativesRankingLoss`` and sums written out by
+hand for the ranking loss (shared positives, a second process's targets), its ``SentenceTransformer`` and
+``CrossEncoder`` for the saved folders. The end-to-end test runs the four commands on the bundled XQuAD excerpt
+for a few steps each: it checks the plumbing (folders, metrics files, fusion weights, answers), not quality.
 """
 
 import json
@@ -48,77 +46,42 @@ PAIRS = [
     Pair("how tall is everest?", "Mount Everest is 8,849 metres high."),
 ]
 
-SMALL = dict(
-    hidden_size=32, intermediate_size=64
-)  # bert-tiny's layers, narrower: the checks are of the plumbing
-
-
-def _tiny(model_class, tokenizer, **config):
-    from briskbert.modeling import BriskBertConfig
-
-    torch.manual_seed(0)
-    preset = BriskBertConfig.from_preset(
-        "bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512, **{**SMALL, **config}
-    )
-    return model_class(preset)
+# bert-tiny's layers, narrower: the checks are of the plumbing
+SMALL = dict(hidden_size=32, intermediate_size=64)
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tokenizer):
-    from briskbert.modeling import BriskBertForMaskedLM
-
-    folder = tmp_path_factory.mktemp("tiny")
-    _tiny(BriskBertForMaskedLM, tokenizer).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+def tiny(tiny_model):
+    return lambda model_class, **config: tiny_model(model_class, **{**SMALL, **config})
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-def test_metrics_match_a_hand_computed_example_and_scikit_learn():
-    from sklearn.metrics import ndcg_score
-
+def test_metrics_match_a_hand_computed_example():
     qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}, "q3": {"d": 2, "e": 1}}
     rankings = {"q1": ["x", "a", "y"], "q2": ["b", "x", "y", "c"], "q3": ["e", "d"]}
     metrics = retrieval_metrics(rankings, qrels)
-
     # q1: hit at rank 2; q2: one of two relevant at rank 1, the other at 4; q3: both, the better second.
     log2 = math.log2
     assert metrics["recall@1"] == pytest.approx((0 + 0.5 + 0.5) / 3)
     assert metrics["recall@5"] == pytest.approx(1.0)
     assert metrics["mrr@10"] == pytest.approx((0.5 + 1 + 1) / 3)
-    ndcg = [
-        (1 / log2(3)) / 1,
-        (1 + 1 / log2(5)) / (1 + 1 / log2(3)),
-        (1 + 2 / log2(3)) / (2 + 1 / log2(3)),
-    ]
-    assert metrics["ndcg@10"] == pytest.approx(sum(ndcg) / 3)
-
-    # scikit-learn: relevance and a decreasing score per ranked passage (unranked relevant ones last).
-    for query, ranking in rankings.items():
-        passages = list(dict.fromkeys(ranking + list(qrels[query])))
-        truth = [[qrels[query].get(p, 0) for p in passages]]
-        scores = [[len(passages) - i if p in ranking else -1 for i, p in enumerate(passages)]]
-        alone = retrieval_metrics({query: ranking}, qrels)["ndcg@10"]
-        assert alone == pytest.approx(ndcg_score(truth, scores, k=10))
+    ndcg = [1 / log2(3), (1 + 1 / log2(5)) / (1 + 1 / log2(3)), (1 + 2 / log2(3)) / (2 + 1 / log2(3))]
+    assert metrics["ndcg@10"] == pytest.approx(sum(ndcg) / 3)  # graded: d (2) counts twice e (1)
+    with pytest.raises(ValueError, match="q1"):  # a query without a relevant passage
+        retrieval_metrics({"q1": ["p1", "p2"]}, {"q1": {"p1": 0.0}})
 
 
-def random_run(seed: int, num_passages: int = 150):
-    """``(rankings, qrels)`` of 20 queries ranking all ``num_passages`` passages (more than the deepest recall
-    depth); 1 to 3 relevant each, drawn near the top half the time so every metric takes many values."""
-    rng = random.Random(seed)
+def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings():
+    """20 queries ranking 150 passages (more than the deepest recall depth); 1 to 3 relevant each, drawn near
+    the top half the time so every metric takes many values."""
+    st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    rng, num_passages = random.Random(0), 150
     passages = [f"p{i}" for i in range(num_passages)]
     rankings, qrels = {}, {}
     for query in range(20):
         ranking = rng.sample(passages, num_passages)
         relevant = rng.sample(ranking[:12] if rng.random() < 0.5 else ranking, rng.randint(1, 3))
         rankings[f"q{query}"], qrels[f"q{query}"] = ranking, dict.fromkeys(relevant, 1.0)
-    return rankings, qrels
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings(seed):
-    st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
-    rankings, qrels = random_run(seed)
     evaluator = st_evaluation.InformationRetrievalEvaluator(
         queries={query: query for query in rankings},
         corpus={passage: passage for passage in next(iter(rankings.values()))},
@@ -142,11 +105,6 @@ def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings(seed):
         assert ours[f"recall@{k}"] == pytest.approx(theirs["recall@k"][k], abs=1e-12), k
     assert ours[f"mrr@{RANK_DEPTH}"] == pytest.approx(theirs["mrr@k"][RANK_DEPTH], abs=1e-12)
     assert ours[f"ndcg@{RANK_DEPTH}"] == pytest.approx(theirs["ndcg@k"][RANK_DEPTH], abs=1e-12)
-
-
-def test_a_query_without_a_relevant_passage_is_refused():
-    with pytest.raises(ValueError, match="q1"):
-        retrieval_metrics({"q1": ["p1", "p2"]}, {"q1": {"p1": 0.0}})
 
 
 def test_exact_search_returns_the_best_dot_products_in_order():
@@ -235,30 +193,14 @@ def test_the_dual_encoder_applies_the_loss_it_was_given(name):
     assert torch.equal(output.query_embeddings, first) and torch.equal(output.candidate_embeddings, second)
 
 
-def test_dual_encoder_loss_decreases_and_cached_gradients_match(tokenizer):
+def test_dual_encoder_loss_decreases(tokenizer, tiny):
+    """The plain path trains; the cached-gradient path is checked against it in test_multiprocess_retrieval."""
     from briskbert.modeling import BriskBertModel
 
-    collator = PairCollator(tokenizer, max_query_length=16, max_passage_length=32)
-    batch = collator(PAIRS)
-    spec = EmbeddingSpec("mean", True, 32)
-
-    def gradients(mini_batch_size):
-        # Without dropout: chunks of other shapes draw other dropout masks than the whole batch.
-        encoder = _tiny(BriskBertModel, tokenizer, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        model = DualEncoder(encoder, spec, ContrastiveLossSpec(mini_batch_size=mini_batch_size)).train()
-        loss = model(**batch).loss
-        (loss * 0.5).backward()  # the loop scales the loss: the cached path must honour that
-        return float(loss.detach()), [
-            p.grad.clone() for p in model.encoder.parameters() if p.grad is not None
-        ]
-
-    full_loss, full = gradients(None)
-    cached_loss, cached = gradients(3)
-    assert cached_loss == pytest.approx(full_loss, rel=1e-5)
-    for a, b in zip(full, cached):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-
-    model = DualEncoder(_tiny(BriskBertModel, tokenizer), spec, ContrastiveLossSpec(symmetric=True))
+    batch = PairCollator(tokenizer, max_query_length=16, max_passage_length=32)(PAIRS)
+    model = DualEncoder(
+        tiny(BriskBertModel), EmbeddingSpec("mean", True, 32), ContrastiveLossSpec(symmetric=True)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(4):
@@ -271,14 +213,14 @@ def test_dual_encoder_loss_decreases_and_cached_gradients_match(tokenizer):
 
 
 # ------------------------------------------------------------------------------------ saved folders
-def test_saved_folders_load_in_sentence_transformers(tokenizer, tmp_path):
+def test_saved_folders_load_in_sentence_transformers(tokenizer, tiny, tmp_path):
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
     from briskbert.modeling import BriskBertForSequenceClassification, BriskBertModel
     from briskbert.retrieval.reranker import score_pairs
 
     spec = EmbeddingSpec("cls", True, 64)
-    encoder = _tiny(BriskBertModel, tokenizer).eval()
+    encoder = tiny(BriskBertModel).eval()
     DualEncoder(encoder, spec, ContrastiveLossSpec()).save_pretrained(tmp_path / "embed")
     tokenizer.save_pretrained(tmp_path / "embed")
     assert read_embedding_spec(tmp_path / "embed") == spec
@@ -289,7 +231,7 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tmp_path):
     )
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
 
-    reranker = _tiny(BriskBertForSequenceClassification, tokenizer, num_labels=1).eval()
+    reranker = tiny(BriskBertForSequenceClassification, num_labels=1).eval()
     reranker.save_pretrained(tmp_path / "rerank")
     tokenizer.save_pretrained(tmp_path / "rerank")
     queries = [pair.query for pair in PAIRS]
@@ -306,9 +248,14 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tmp_path):
 # Slow (about 30 s idle, more on a loaded machine): four commands, each loading models and data, and the
 # only check that their outputs fit together (the embedder feeds the re-ranker's negatives and both tools).
 @pytest.mark.slow
-def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
-    from briskbert.modeling import BriskBertForQuestionAnswering
+def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
+    from briskbert.files import manifest_problem
+    from briskbert.modeling import BriskBertForMaskedLM, BriskBertForQuestionAnswering
+    from briskbert.retrieval.fusion import Fusion
 
+    start = tmp_path / "start"
+    tiny(BriskBertForMaskedLM).save_pretrained(start)
+    tokenizer.save_pretrained(start)
     fast = [
         "--max_train_steps",
         "3",
@@ -320,7 +267,7 @@ def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
         "1e-3",
     ]
     cli(
-        ["finetune-embeddings", "--model_name_or_path", tiny_dir, "--train_file", XQUAD, "--train_articles", "0:3",
+        ["finetune-embeddings", "--model_name_or_path", str(start), "--train_file", XQUAD, "--train_articles", "0:3",
          "--validation_file", XQUAD, "--validation_articles", "3:4", "--mine_hard_negatives",
          "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "embed"), *fast]
     )  # fmt: skip
@@ -331,18 +278,48 @@ def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
     assert "eval_recall@1" in history[-1] and (embedder / "modules.json").is_file()
     assert json.loads((embedder / "training_facts.json").read_text())["pipeline_tag"] == "sentence-similarity"
 
-    cli(
-        ["finetune-reranker", "--model_name_or_path", tiny_dir, "--train_file", XQUAD, "--train_articles", "0:3",
-         "--negatives_from", str(embedder), "--num_negatives", "2", "--per_device_train_batch_size", "4",
-         "--output_dir", str(tmp_path / "rerank"), *fast]
-    )  # fmt: skip
-    reranker = tmp_path / "rerank" / "final"
-    assert json.loads((reranker / "training_facts.json").read_text())["pipeline_tag"] == "text-ranking"
-
     distractors = tmp_path / "distractors.txt"
     distractors.write_text(
         " = Heading = \n" + "\n".join(f"filler passage number {i} about nothing" for i in range(30))
     )
+    capsys.readouterr()
+    cli(
+        ["finetune-reranker", "--model_name_or_path", str(start), "--train_file", XQUAD, "--train_articles", "0:3",
+         "--negatives_from", str(embedder), "--num_negatives", "2", "--per_device_train_batch_size", "4",
+         "--validation_extra_corpus_file", str(distractors), "--rerank_top_k", "5",
+         "--output_dir", str(tmp_path / "rerank"), *fast]
+    )  # fmt: skip
+    reranker = tmp_path / "rerank" / "final"
+    assert json.loads((reranker / "training_facts.json").read_text())["pipeline_tag"] == "text-ranking"
+    history = [
+        json.loads(line) for line in (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()
+    ]
+    assert {"eval_accuracy", "eval_mrr", "eval_chance_accuracy", "eval_chance_mrr"} <= set(history[-1])
+    # No validation file: 10 % of the 3 articles, one whole, among all 15 paragraphs and the 30 distractors.
+    fusion = Fusion.load(reranker)
+    assert fusion.top_k == 5 and fusion.retriever == str(embedder)
+    articles = {a["title"]: a for a in json.loads(Path(XQUAD).read_text())["data"]}
+    (title,) = fusion.held_out["articles"]
+    assert (
+        fusion.num_queries
+        == len(fusion.held_out["questions"])
+        == sum(len(p["qas"]) for p in articles[title]["paragraphs"])
+    )
+    assert "among 45 passages" in fusion.validation
+    # Re-ranker weights step 0.025, BM25 weights 0.05, every pair summing to at most 1: 441 pairs.
+    pairs = [(point["weight"], point["lexical_weight"]) for point in fusion.curve]
+    assert pairs[0] == (0.0, 0.0) and {(1.0, 0.0), (0.0, 1.0)} <= set(pairs) and len(set(pairs)) == 441
+    chosen = fusion.point(fusion.weight, fusion.lexical_weight)
+    assert (chosen["weight"], chosen["lexical_weight"]) == (fusion.weight, fusion.lexical_weight)
+    assert fusion.curve[0]["mrr@10"] == pytest.approx(fusion.retrieval["mrr@10"])
+    assert chosen["mrr@10"] == max(point["mrr@10"] for point in fusion.curve) >= fusion.retrieval["mrr@10"]
+    out = capsys.readouterr().out
+    held = f"{fusion.num_queries} questions held out of xquad_en_excerpt.json (articles {title}: 10% of its"
+    assert f"No validation file: {held}" in out and fusion.summary() in out
+    card = (reranker / "README.md").read_text()
+    assert held in card and fusion.summary() in card  # what the weights were chosen on, and their figures
+    assert manifest_problem(reranker) is None and "fusion.json" in (reranker / "manifest.json").read_text()
+
     collection = ["--squad_file", XQUAD, "--articles", "3:4", "--extra_corpus_file", str(distractors)]
     cli(
         ["evaluate-retrieval", "--model_name_or_path", str(embedder), "--reranker_model_name_or_path", str(reranker),
@@ -351,14 +328,14 @@ def test_the_four_commands_end_to_end(tiny_dir, tokenizer, tmp_path):
     report = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     retrieved, reranked = report["retrieval"], report["reranked"]
     assert report["num_passages"] == 5 + 30 and report["rerank_top_k"] == 5
-    # Trained without validation queries: the fusion weights were chosen on held-out training questions.
-    assert (reranker / "fusion.json").is_file() and "fused" in report
+    # The saved weights apply by default.
+    assert (report["fusion_weight"], report["lexical_weight"]) == (fusion.weight, fusion.lexical_weight)
     assert retrieved["recall@1"] <= retrieved["recall@5"] <= retrieved["recall@10"] <= retrieved["recall@100"]
     # Re-ranking reorders the top 5 only: the passages within the top 5, 10 and 100 stay the same.
     assert [reranked[f"recall@{k}"] for k in (5, 10, 100)] == [retrieved[f"recall@{k}"] for k in (5, 10, 100)]
 
     reader = tmp_path / "reader"
-    _tiny(BriskBertForQuestionAnswering, tokenizer).save_pretrained(reader)
+    tiny(BriskBertForQuestionAnswering).save_pretrained(reader)
     tokenizer.save_pretrained(reader)
     models = ["--retriever_model_name_or_path", str(embedder), "--reader_model_name_or_path", str(reader)]
     cli(["open-domain-qa", *models, "--read_top_k", "2", *collection, "--output_dir", str(tmp_path / "odqa")])

@@ -1,17 +1,15 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence similarity on scored pairs: the losses, the correlations, the data formats and the two commands.
+"""Sentence similarity on scored pairs: the losses, the data formats and the two commands.
 
-Checked against things nobody here wrote: scipy's ``spearmanr``/``pearsonr``, sentence-transformers' ``CoSENTLoss``
-and ``CosineSimilarityLoss`` (values and gradients), and its ``EmbeddingSimilarityEvaluator`` on the original
-all-MiniLM-L6-v2 against the converted model (bundled STS-B excerpt; the whole STS-B dev set when the shared data
-is there). The fine-tuning test checks that the validation metric the loop logs is what evaluate-similarity
+Checked against sentence-transformers' ``CoSENTLoss`` and ``CosineSimilarityLoss`` (values and gradients), and
+its ``EmbeddingSimilarityEvaluator`` on the original all-MiniLM-L6-v2 against the converted model (bundled STS-B
+excerpt). The fine-tuning test checks that the validation metric the loop logs is what evaluate-similarity
 reports for the saved model.
 """
 
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,24 +21,11 @@ from briskbert.training.retrieval.similarity import (
     cosent_loss,
     cosine_mse_loss,
     load_scored_pairs,
-    similarity_metrics,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 STSB_TRAIN = str(ROOT / "data" / "stsb_train_excerpt.tsv")
 STSB_DEV = str(ROOT / "data" / "stsb_dev_excerpt.tsv")
-
-
-# ------------------------------------------------------------------------------------------ correlations
-def test_correlations_match_scipy_with_ties():
-    from scipy.stats import pearsonr, spearmanr
-
-    rng = np.random.default_rng(0)
-    gold = rng.integers(0, 6, size=200).astype(float)  # STS-like scores: many ties
-    predicted = np.round(gold + rng.normal(0, 1.5, size=200), 1)  # ties among predictions too
-    metrics = similarity_metrics(predicted, gold)
-    assert metrics["spearman"] == pytest.approx(spearmanr(predicted, gold).statistic, abs=1e-12)
-    assert metrics["pearson"] == pytest.approx(pearsonr(predicted, gold).statistic, abs=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------ losses
@@ -66,19 +51,6 @@ def test_cosent_loss_and_gradients_equal_sentence_transformers():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     # The order of the scores is all that matters: rescaling them (0-5 -> 0-1) leaves the loss as it is.
     assert float(cosent_loss(first, second, scores / 5, 20.0).detach()) == pytest.approx(ours_value, rel=1e-6)
-
-
-def test_cosent_loss_of_pairs_already_in_order_is_near_zero_as_in_sentence_transformers():
-    """Where the cosines already follow the scores, the loss is log(1 + a tiny sum): the 1 must be exactly one."""
-    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
-
-    angles = torch.tensor([2.0, 1.5, 0.2])  # cosines -0.42, 0.07, 0.98 for scores 0, 2.5, 5
-    first = torch.tensor([[1.0, 0.0]] * 3)
-    second = torch.stack([angles.cos(), angles.sin()], dim=1)
-    scores = torch.tensor([0.0, 2.5, 5.0])
-    ours = float(cosent_loss(first, second, scores, scale=20.0))
-    theirs = float(CoSENTLoss(model=None, scale=20.0).compute_loss_from_embeddings([first, second], scores))
-    assert 0 < ours < 1e-4 and ours == pytest.approx(theirs, rel=1e-4)
 
 
 def test_cosine_mse_equals_sentence_transformers_on_scores_mapped_to_0_1():
@@ -148,6 +120,14 @@ def test_bad_scored_pair_files_are_one_line_errors(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------------- evaluate-similarity
+@pytest.fixture(scope="module")
+def dev_pairs(tmp_path_factory) -> str:
+    """The first 50 pairs of the STS-B dev excerpt: the checks compare two computations, not quality."""
+    path = tmp_path_factory.mktemp("stsb") / "dev.tsv"
+    path.write_text("".join(Path(STSB_DEV).read_text().splitlines(keepends=True)[:51]))  # header + 50 pairs
+    return str(path)
+
+
 def _sentence_transformers_scores(model_path: str, file: str) -> dict:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
@@ -159,19 +139,20 @@ def _sentence_transformers_scores(model_path: str, file: str) -> dict:
     return evaluator(SentenceTransformer(model_path, device="cpu"))
 
 
-# Slow (about 20 s): the converted model and the original each embed 600 sentences; the one check that
+# Slow (a few seconds): the converted model and the original each embed 100 sentences; the one check that
 # evaluate-similarity reports what sentence-transformers' own evaluator does.
 @pytest.mark.slow
-def test_evaluate_similarity_equals_sentence_transformers_evaluator(minilm_path, converted_minilm, tmp_path):
-    cli(["evaluate-similarity", "--model_name_or_path", str(converted_minilm), "--file", STSB_DEV,
+def test_evaluate_similarity_equals_sentence_transformers_evaluator(
+    minilm_path, converted_minilm, dev_pairs, tmp_path
+):
+    cli(["evaluate-similarity", "--model_name_or_path", str(converted_minilm), "--file", dev_pairs,
          "--output_dir", str(tmp_path)])  # fmt: skip
     ours = json.loads((tmp_path / "similarity_metrics.json").read_text())
-    theirs = _sentence_transformers_scores(str(minilm_path), STSB_DEV)
-    assert ours["num_pairs"] == 300
+    theirs = _sentence_transformers_scores(str(minilm_path), dev_pairs)
+    assert ours["num_pairs"] == 50
     assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-5)  # in fact far closer
     assert ours["pearson"] == pytest.approx(theirs["pearson_cosine"], abs=1e-3)
-    print(f"STS-B excerpt: Spearman {ours['spearman']:.4f}")
-    assert ours["spearman"] > 0.8  # all-MiniLM-L6-v2 scores about 0.87 on the whole dev set
+    assert ours["spearman"] > 0.7  # all-MiniLM-L6-v2 scores about 0.87 on the whole dev set
 
 
 # ----------------------------------------------------------------------------------- finetune-embeddings
@@ -186,15 +167,16 @@ def tiny_encoder(tiny_model, tokenizer, tmp_path_factory) -> str:
     return str(folder)
 
 
-# Two short trainings of a tiny encoder: the loop's validation must be the metric evaluate-similarity computes
-# for the saved model, and both scored-pair losses must train.
+# A short training of a tiny encoder: the loop's validation must be the metric evaluate-similarity computes for
+# the saved model (cosine MSE, whose score range is read from the training scores; the losses' dispatch is
+# checked in test_retrieval).
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["cosent", "cosine_mse"])
-def test_finetuning_on_scored_pairs_validates_with_spearman(tiny_encoder, tmp_path, loss):
+def test_finetuning_on_scored_pairs_validates_with_spearman(tiny_encoder, dev_pairs, tmp_path):
+    loss = "cosine_mse"
     out = tmp_path / "sts"
     cli(
         ["finetune-embeddings", "--model_name_or_path", tiny_encoder, "--train_file", STSB_TRAIN,
-         "--validation_file", STSB_DEV, "--loss", loss, "--max_train_steps", "4", "--logging_steps", "1",
+         "--validation_file", dev_pairs, "--loss", loss, "--max_train_steps", "4", "--logging_steps", "1",
          "--per_device_train_batch_size", "16", "--learning_rate", "5e-5", "--max_seq_length", "64",
          "--metric_for_best_model", "spearman", "--output_dir", str(out)]
     )  # fmt: skip
@@ -202,9 +184,8 @@ def test_finetuning_on_scored_pairs_validates_with_spearman(tiny_encoder, tmp_pa
     last_eval = [entry for entry in history if "eval_spearman" in entry][-1]
     facts = json.loads((out / "final" / "training_facts.json").read_text())
     assert facts["details"]["loss"]["name"] == loss and facts["pipeline_tag"] == "sentence-similarity"
-    if loss == "cosine_mse":
-        assert facts["details"]["loss"]["score_range"] == [0.0, 5.0]  # read from the training scores
-    cli(["evaluate-similarity", "--model_name_or_path", str(out / "final"), "--file", STSB_DEV,
+    assert facts["details"]["loss"]["score_range"] == [0.0, 5.0]  # read from the training scores
+    cli(["evaluate-similarity", "--model_name_or_path", str(out / "final"), "--file", dev_pairs,
          "--output_dir", str(tmp_path / "eval")])  # fmt: skip
     evaluated = json.loads((tmp_path / "eval" / "similarity_metrics.json").read_text())
     assert last_eval["eval_spearman"] == pytest.approx(evaluated["spearman"], abs=1e-5)

