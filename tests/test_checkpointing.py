@@ -11,7 +11,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from briskbert.files import partial_path, replace_folder
+from briskbert.errors import SettingError
 from briskbert.training.engine.checkpointing import (
     FINGERPRINT_SAMPLES,
     RunIdentity,
@@ -27,7 +27,6 @@ from briskbert.training.engine.checkpointing import (
     resume_command,
     save_checkpoint,
 )
-from briskbert.training.engine.config import TrainingSetupError
 
 
 def make_checkpoint(folder: Path, step: int) -> Path:
@@ -45,28 +44,13 @@ def identity(**changes) -> RunIdentity:
 
 
 # -------------------------------------------------------------------------------------------- the state
-def test_training_state_round_trips_and_ignores_unknown_keys(tmp_path):
-    state = TrainingState(
-        global_step=7,
-        epoch=2,
-        batches_in_epoch=3,
-        items_seen=11,
-        tokens_seen=13,
-        examples_seen=5,
-        wall_time_s=1.5,
-        best_metric=0.25,
-        best_step=6,
-    )
+def test_state_and_identity_round_trip_and_unknown_keys_are_ignored(tmp_path):
+    state = TrainingState(7, 2, 3, 11, 13, 5, 1.5, 0.25, 6)
     state.save(tmp_path)
-    assert json.loads((tmp_path / "trainer_state.json").read_text())["global_step"] == 7
     assert TrainingState.load(tmp_path) == state
     (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 3, "from_a_newer_version": 1}))
     assert TrainingState.load(tmp_path) == TrainingState(global_step=3)
-    assert TrainingState() == TrainingState(0, 0, 0, 0, 0, 0, 0.0, None, None)
-
-
-def test_run_identity_round_trips_and_is_absent_from_old_checkpoints(tmp_path):
-    assert RunIdentity.load(tmp_path) is None
+    assert RunIdentity.load(tmp_path) is None  # a checkpoint from before identities
     run = identity(arguments={"output_dir": Path("out"), "seed": 1})
     run.save(tmp_path)
     loaded = RunIdentity.load(tmp_path)
@@ -90,9 +74,6 @@ def test_differences_name_each_changed_argument_data_and_model():
         "the evaluation data differs (fingerprint bbb in the checkpoint, None now)",
         "the model differs (bert-tiny in the checkpoint, modern-tiny now)",
     ]
-    assert identity(model="albert").differences(saved) == [
-        "the model differs (bert-tiny in the checkpoint, albert now)"
-    ]
     assert identity(arguments={"learning_rate": 0.001}).differences(saved) == [
         "--seed 1 in the checkpoint, None now"
     ]
@@ -101,9 +82,7 @@ def test_differences_name_each_changed_argument_data_and_model():
 def test_check_same_run_refuses_another_runs_checkpoint_and_warns_without_identity(tmp_path, caplog):
     identity().save(tmp_path)
     check_same_run(tmp_path, identity())
-    with pytest.raises(
-        TrainingSetupError, match=r"belongs to another run: --seed 1 in the checkpoint, 2 now\. "
-    ):
+    with pytest.raises(SettingError, match=r"belongs to another run: --seed 1 in the checkpoint, 2 now\. "):
         check_same_run(tmp_path, identity(arguments={"learning_rate": 0.001, "seed": 2}))
     (tmp_path / "run_identity.json").unlink()
     with caplog.at_level(logging.WARNING):
@@ -121,25 +100,8 @@ def test_fingerprint_samples_evenly_and_sees_size_order_and_content():
     edited = list(data)
     edited[1000 // FINGERPRINT_SAMPLES] = {"input_ids": [0, 0]}  # the second sampled example
     assert dataset_fingerprint(edited) != print_
-    edited = list(data)
-    edited[998] = {"input_ids": [0, 0]}  # the last sample is 63 * 1000 // 64 = 984: 998 is never read
-    assert dataset_fingerprint(edited) == print_
-
-
-def test_fingerprint_of_tensors_numpy_and_unsized_data():
-    tensors = [torch.tensor([1, 2]), torch.tensor([3])]
-    assert dataset_fingerprint(tensors) == dataset_fingerprint([[1, 2], [3]])
-    assert dataset_fingerprint([Path("a")]) == dataset_fingerprint(["a"])  # anything else as its string
-    assert dataset_fingerprint(None) is None
-    assert dataset_fingerprint(iter([1, 2])) is None
-    assert dataset_fingerprint({1, 2}) is None  # sized but not indexable
-    assert dataset_fingerprint([]) is not None
-
-    class IndexableOnly:  # a __getitem__ but no length: cannot be sampled evenly
-        def __getitem__(self, index):
-            return index
-
-    assert dataset_fingerprint(IndexableOnly()) is None
+    assert dataset_fingerprint([torch.tensor([1, 2])]) == dataset_fingerprint([[1, 2]])
+    assert dataset_fingerprint(iter([1, 2])) is None and dataset_fingerprint({1, 2}) is None  # not indexable
 
 
 # ------------------------------------------------------------------------------------ the output folder
@@ -161,11 +123,12 @@ def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
     for step in (1, 2, 3):
         make_checkpoint(tmp_path, step)
     (tmp_path / "final").mkdir()
-    with pytest.raises(TrainingSetupError) as error:
+    with pytest.raises(SettingError) as error:
         check_output_dir(tmp_path, None, overwrite=False)
-    assert str(error.value) == (
-        f"--output_dir {tmp_path} already holds a run (step_2, step_3, final/); pass --resume_from_checkpoint "
-        "latest to continue it, --overwrite_output_dir to replace it, or choose another --output_dir."
+    assert (error.value.field, error.value.problem) == (
+        "output_dir",
+        f"{tmp_path} already holds a run (step_2, step_3, final/); pass --resume_from_checkpoint latest "
+        "to continue it, --overwrite_output_dir to replace it, or choose another --output_dir.",
     )
     check_output_dir(tmp_path, None, overwrite=True)
     check_output_dir(tmp_path, "latest", overwrite=False)  # resuming it is what the folder is for
@@ -174,7 +137,7 @@ def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
 def test_a_folder_with_only_a_final_model_cannot_be_resumed_only_replaced(tmp_path):
     (tmp_path / "best").mkdir()
     (tmp_path / "final").write_text("a file, not a model folder")
-    with pytest.raises(TrainingSetupError) as error:
+    with pytest.raises(SettingError) as error:
         check_output_dir(tmp_path, "latest", overwrite=False)  # latest with no checkpoint is a new run
     assert "(best/); pass --overwrite_output_dir to replace it" in str(error.value)
 
@@ -190,28 +153,13 @@ def test_clear_previous_run_deletes_run_outputs_and_keeps_other_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "notes.txt"]
 
 
-def test_partial_folders_are_hidden_siblings_and_strays_are_removed(tmp_path):
-    assert partial_path(tmp_path / "step_4") == tmp_path / ".step_4.partial"
-    for name in (".step_4.partial", ".final.partial", ".step_2.old.partial", ".hidden", "step_1.partial"):
+def test_stray_partial_folders_are_removed(tmp_path):
+    for name in (".step_4.partial", ".final.partial", ".hidden", "step_1.partial"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights").write_text("x")
     removed = remove_partial_folders(tmp_path)
-    assert [p.name for p in removed] == [".final.partial", ".step_2.old.partial", ".step_4.partial"]
+    assert [p.name for p in removed] == [".final.partial", ".step_4.partial"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "step_1.partial"]
-    assert remove_partial_folders(tmp_path / "missing") == []
-
-
-def test_replace_folder_moves_into_place_and_replaces_an_old_one(tmp_path):
-    partial = tmp_path / ".best.partial"
-    partial.mkdir()
-    (partial / "model").write_text("new")
-    replace_folder(partial, tmp_path / "best")
-    assert (tmp_path / "best" / "model").read_text() == "new" and not partial.exists()
-    partial.mkdir()
-    (partial / "model").write_text("newer")
-    replace_folder(partial, tmp_path / "best")
-    assert (tmp_path / "best" / "model").read_text() == "newer"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # no retired copy left behind
 
 
 def test_resolve_checkpoint(tmp_path, monkeypatch):
@@ -223,10 +171,10 @@ def test_resolve_checkpoint(tmp_path, monkeypatch):
     assert resolve_checkpoint(str(tmp_path / "step_2"), tmp_path) == tmp_path / "step_2"
     monkeypatch.chdir(tmp_path)
     assert resolve_checkpoint("step_2", tmp_path) == Path("step_2")  # a relative path, not "latest"
-    with pytest.raises(TrainingSetupError) as error:
+    with pytest.raises(SettingError) as error:
         resolve_checkpoint(str(tmp_path), tmp_path)
     assert str(error.value) == (
-        f"--resume_from_checkpoint {str(tmp_path)!r} is not a checkpoint folder (no trainer_state.json); "
+        f"resume_from_checkpoint {str(tmp_path)!r} is not a checkpoint folder (no trainer_state.json); "
         f"pass a folder such as {tmp_path / 'step_500'} or 'latest'."
     )
 
@@ -268,18 +216,16 @@ def test_save_then_load_restores_weights_optimizer_schedule_and_state(tmp_path):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
-def test_total_limit_keeps_the_newest_checkpoints(tmp_path):
-    accelerator, model, optimizer, scheduler = tiny_training()
-    for global_step in (1, 2, 3, 4):
-        save_checkpoint(
-            accelerator, tmp_path, TrainingState(global_step=global_step), identity(), total_limit=2
-        )
-    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_3", "step_4"]
-    for limit in (None, 0, -1):  # no limit
-        save_checkpoint(accelerator, tmp_path, TrainingState(global_step=5), identity(), total_limit=limit)
-        assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_3", "step_4", "step_5"]
-    save_checkpoint(accelerator, tmp_path, TrainingState(global_step=6), identity(), total_limit=1)
-    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_6"]
+def test_total_limit_keeps_the_newest_checkpoints_and_a_step_saved_again_replaces_it(tmp_path):
+    accelerator, *_ = tiny_training()
+    for epoch, global_step in enumerate((1, 2, 3, 3)):
+        state = TrainingState(global_step=global_step, epoch=epoch)
+        save_checkpoint(accelerator, tmp_path, state, identity(), total_limit=2)
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_3"]
+    assert TrainingState.load(tmp_path / "step_3").epoch == 3  # the second save replaced the first
+    save_checkpoint(accelerator, tmp_path, TrainingState(global_step=4), identity(), total_limit=None)
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_3", "step_4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_2", "step_3", "step_4"]  # no partial left
 
 
 def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):
@@ -300,52 +246,9 @@ def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path
     assert folder == tmp_path / "step_2" and TrainingState.load(folder).global_step == 2
 
 
-def test_saving_the_same_step_again_replaces_it(tmp_path):
-    accelerator, model, optimizer, scheduler = tiny_training()
-    save_checkpoint(
-        accelerator, tmp_path, TrainingState(global_step=3, epoch=0), identity(), total_limit=None
-    )
-    save_checkpoint(
-        accelerator, tmp_path, TrainingState(global_step=3, epoch=1), identity(), total_limit=None
-    )
-    assert TrainingState.load(tmp_path / "step_3").epoch == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_3"]
-
-
-def test_loading_without_this_process_rng_state_warns(tmp_path, caplog):
-    accelerator, *_ = tiny_training()
-    folder = save_checkpoint(
-        accelerator, tmp_path, TrainingState(global_step=2), identity(), total_limit=None
-    )
-    assert "torch_manual_seed" in torch.load(folder / "random_states_0.pkl", weights_only=False)
-    with caplog.at_level(logging.WARNING):
-        load_checkpoint(accelerator, folder)
-    assert "is missing" not in caplog.text
-    (folder / "random_states_0.pkl").unlink()
-    with caplog.at_level(logging.WARNING):
-        assert load_checkpoint(accelerator, folder).global_step == 2
-    assert "random_states_0.pkl is missing" in caplog.text and "not exact" in caplog.text
-
-
 # ---------------------------------------------------------------------------------- the resume command
-@pytest.mark.parametrize(
-    "argv, expected",
-    [
-        (
-            ["/env/bin/python", "/env/bin/briskbert", "pretrain", "--seed", "1"],
-            "briskbert pretrain --seed 1 --resume_from_checkpoint out/step_8",
-        ),
-        (
-            ["python", "scripts/pretrain.py", "--resume_from_checkpoint=out/step_2", "--seed", "1"],
-            "python scripts/pretrain.py --seed 1 --resume_from_checkpoint out/step_8",
-        ),
-        (
-            ["python3", "-m", "briskbert", "pretrain", "--resume_from_checkpoint", "latest", "--seed", "1"],
-            "python -m briskbert pretrain --seed 1 --resume_from_checkpoint out/step_8",
-        ),
-        (["/env/bin/python", "/env/bin/briskbert"], "briskbert --resume_from_checkpoint out/step_8"),
-        (["python"], "python --resume_from_checkpoint out/step_8"),
-    ],
-)
-def test_resume_command(argv, expected):
-    assert resume_command(argv, Path("out/step_8")) == expected
+def test_resume_command_replaces_an_old_checkpoint_given_with_an_equals_sign():
+    argv = ["python", "scripts/pretrain.py", "--resume_from_checkpoint=out/step_2", "--seed", "1"]
+    assert resume_command(argv, Path("out/step_8")) == (
+        "python scripts/pretrain.py --seed 1 --resume_from_checkpoint out/step_8"
+    )

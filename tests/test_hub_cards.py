@@ -23,6 +23,7 @@ from briskbert.training.engine.facts import (
 )
 
 FACTS = {
+    "schema_version": 2,
     "task": "text-classification",
     "datasets": ["stanfordnlp/sst2", "sst2_train_excerpt.tsv"],
     "eval_dataset": "sst2",
@@ -282,11 +283,10 @@ def test_training_rows_name_fields_of_the_facts():
     assert {key for key, _, _ in TRAINING_ROWS} <= names
 
 
-def test_version_1_facts_migrate_and_unknown_versions_are_refused(tmp_path):
-    (tmp_path / "training_facts.json").write_text(json.dumps({**FACTS, "problem_type": "regression"}))
-    migrated = read_training_facts(tmp_path)
-    assert migrated.job.datasets == ("stanfordnlp/sst2", "sst2_train_excerpt.tsv")
-    assert migrated.job.details == {"problem_type": "regression"} and migrated.run.train_steps == 120
+def test_facts_of_another_version_or_with_unknown_keys_are_refused(tmp_path):
+    (tmp_path / "training_facts.json").write_text(json.dumps({"task": "x"}))  # no schema_version
+    with pytest.raises(FactsError, match=r"training_facts.json has schema_version None.*write it again"):
+        read_training_facts(tmp_path)
     (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 99, "task": "x"}))
     with pytest.raises(FactsError, match=r"training_facts.json has schema_version 99.*upgrade briskbert"):
         read_training_facts(tmp_path)
@@ -294,7 +294,7 @@ def test_version_1_facts_migrate_and_unknown_versions_are_refused(tmp_path):
     with pytest.raises(FactsError, match=r"unknown key\(s\) \['problem_type'\].*'details'"):
         read_training_facts(tmp_path)
     (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 2, "train_steps": "many"}))
-    with pytest.raises(FactsError, match="'train_steps' must be an integer"):
+    with pytest.raises(FactsError, match=r"'train_steps' must be int \| None, got 'many'"):
         read_training_facts(tmp_path)
 
 

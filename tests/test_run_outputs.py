@@ -25,7 +25,7 @@ def train(output_dir, *flags, evaluate_fn=None, card_facts=None, trainer=run):
         train=sequences(16),
         evaluation=sequences(4, seed=1),
         evaluate_fn=evaluate_fn,
-        job_facts=JobFacts.from_dict(card_facts or {}),
+        job_facts=JobFacts(**(card_facts or {})),
     )
     return trainer(
         task, config("--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *flags)
@@ -271,29 +271,6 @@ def test_a_checkpoint_stores_a_tied_weight_once_without_a_warning(tmp_path, capl
     with safe_open(tmp_path / "step_2" / "model.safetensors", "pt") as saved:
         keys = set(saved.keys())
     assert "model.embeddings.word_embeddings.weight" in keys and "head.decoder.weight" not in keys
-
-
-# --------------------------------------------------------------------------------------- the resume line
-def test_the_resume_line_is_the_readmes_latest_form_or_the_parents_command(tmp_path, monkeypatch, capsys):
-    import signal
-    import sys
-    from types import SimpleNamespace
-
-    from briskbert.processes import RESUME_COMMAND_VARIABLE
-    from briskbert.training.engine.signals import interrupted
-
-    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
-    monkeypatch.setattr(
-        sys, "orig_argv", ["/venv/bin/python", "/venv/bin/briskbert", "pretrain", "--seed", "1"]
-    )
-    monkeypatch.delenv(RESUME_COMMAND_VARIABLE, raising=False)
-    stop = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
-    assert stop.command == "briskbert pretrain --seed 1 --resume_from_checkpoint latest"
-    assert f"the checkpoint is {tmp_path / 'step_3'}" in capsys.readouterr().err
-    monkeypatch.setenv(RESUME_COMMAND_VARIABLE, "briskbert quickstart --size fast")
-    stop = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
-    assert stop.command == "briskbert quickstart --size fast"
-    assert "Resume with:\n  briskbert quickstart --size fast" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ file modes

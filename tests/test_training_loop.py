@@ -9,13 +9,13 @@ import os
 import signal
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError, UserError
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
 from briskbert.training import (
@@ -33,10 +33,9 @@ from briskbert.training.engine.batches import EpochShuffleSampler, default_worke
 from briskbert.training.engine.evaluation import evaluate_loss
 from briskbert.training.engine.loop import create_accelerator
 from briskbert.training.engine.preparation import prepare
-from briskbert.training.engine.signals import SignalCatcher, interrupted
+from briskbert.training.engine.signals import SignalCatcher, report
 
 VOCAB = 120
-FIELD_TYPES = {item.name: item.type for item in fields(TrainingConfig)}
 
 
 class FakeTokenizer:
@@ -72,24 +71,9 @@ def tiny_model(seed=0, dropout=0.1):
 
 
 def config(*argv: str) -> TrainingConfig:
-    """A TrainingConfig from flags as a command line gives them (``"--max_train_steps", "6"``)."""
-    values, items = {}, iter(argv)
-    for flag in items:
-        name = flag.removeprefix("--")
-        kind = FIELD_TYPES[name]
-        if kind == "bool":
-            values[name] = True
-            continue
-        text = next(items)
-        if kind.startswith("bool"):
-            values[name] = text.lower() == "true"
-        elif kind in ("int", "int | None"):
-            values[name] = int(text)
-        elif kind.startswith("float"):
-            values[name] = float(text)
-        else:
-            values[name] = text
-    return TrainingConfig(**values)
+    """A TrainingConfig from flags, parsed as the command line parses them."""
+    (parsed,) = parse(None, TrainingConfig, argv=list(argv))
+    return parsed
 
 
 class MLMTask(Task):
@@ -340,7 +324,7 @@ def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path, fin
     assert resumed.metrics["eval_loss"] == reference.metrics["eval_loss"]
 
 
-def test_a_first_signal_is_remembered_and_a_second_ctrl_c_aborts():
+def test_the_first_signal_is_reported_and_only_a_second_ctrl_c_aborts():
     with SignalCatcher() as catcher:
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM does not abort: no user at the keyboard
@@ -349,18 +333,33 @@ def test_a_first_signal_is_remembered_and_a_second_ctrl_c_aborts():
             os.kill(os.getpid(), signal.SIGINT)
     with SignalCatcher() as catcher:
         os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)  # not an abort, and not what stopped the run
         assert catcher.signal_number == signal.SIGINT
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
 
 
-def test_the_resume_hint_mentions_the_launcher_only_for_several_processes(tmp_path, capsys):
-    for processes, mentioned in [(1, False), (2, True)]:
-        accelerator = SimpleNamespace(is_main_process=True, num_processes=processes)
-        stopped = interrupted(accelerator, signal.SIGINT, tmp_path / "step_3", 3)
+def test_the_resume_line_is_the_readmes_latest_form_or_the_parents_command(tmp_path, monkeypatch, capsys):
+    from briskbert.processes import RESUME_COMMAND_VARIABLE
+
+    monkeypatch.setattr(
+        sys, "orig_argv", ["/venv/bin/python", "/venv/bin/briskbert", "pretrain", "--seed", "1"]
+    )
+    monkeypatch.delenv(RESUME_COMMAND_VARIABLE, raising=False)
+    for processes, launcher in [(1, False), (2, True)]:
+        stop = report(signal.SIGINT, tmp_path / "step_3", 3, processes, main_process=True)
         message = capsys.readouterr().err
+        assert (
+            stop.code == 130 and stop.command == "briskbert pretrain --seed 1 --resume_from_checkpoint latest"
+        )
         assert f"Interrupted by SIGINT at step 3; the checkpoint is {tmp_path / 'step_3'}" in message
-        assert ("launched the same way" in message) == mentioned and stopped.code == 130
+        assert ("launched the same way" in message) == launcher
+    monkeypatch.setenv(RESUME_COMMAND_VARIABLE, "briskbert quickstart --size fast")
+    report(signal.SIGINT, tmp_path / "step_3", 3, 2, main_process=True)
+    assert (
+        "Resume with (launched the same way, e.g. with accelerate launch):\n  briskbert quickstart --size fast"
+        in (capsys.readouterr().err)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- outputs
@@ -388,7 +387,7 @@ def test_outputs_checkpoint_rotation_and_best_model(finished_run):
 
 
 def test_checkpoints_by_epoch_are_written_at_each_epoch_end_only(tmp_path):
-    # 20 sequences in batches of 4: 5 steps per epoch.
+    # 12 sequences in batches of 4: 3 steps per epoch.
     flags = (
         "--per_device_train_batch_size",
         "4",
@@ -397,8 +396,8 @@ def test_checkpoints_by_epoch_are_written_at_each_epoch_end_only(tmp_path):
         "--checkpointing_steps",
         "epoch",
     )
-    run(mlm_task(), config("--output_dir", str(tmp_path), *flags))
-    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_10", "step_5"]
+    run(mlm_task(train=sequences(12)), config("--output_dir", str(tmp_path), *flags))
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_3", "step_6"]
 
 
 class Stream(torch.utils.data.IterableDataset):

@@ -1,18 +1,12 @@
 """Checkpoints that resume exactly, and only the run they belong to.
 
-A checkpoint is a folder ``output_dir/step_{N}`` holding what ``accelerator.save_state`` writes (model,
-optimizer, learning-rate scheduler, gradient scaler, the RNG states of every process), the loop's
-:class:`TrainingState` (``trainer_state.json``) and the :class:`RunIdentity` of the run that wrote it
-(``run_identity.json``). It is written into a hidden ``.step_{N}.partial`` folder and renamed into place
-when complete, so a ``step_N`` folder is always whole; a kill during the save leaves only the partial
-folder, which the next launch deletes. Its files are synced, then a manifest of their sizes and sha256 is
-written last, then the folder is renamed and its parent synced. A resume verifies the checkpoint against
-the manifest and loads each state file before using it: ``latest`` skips a checkpoint that fails, in one
-line naming the file, for the newest intact one.
-
-The output folder holds one run: a new run into a folder with an earlier run's checkpoints or final
-model is refused unless ``--overwrite_output_dir`` (then they are deleted), and a resume is refused when
-the checkpoint's run had other arguments, data or model, naming what differs.
+A checkpoint ``output_dir/step_{N}`` holds what ``accelerator.save_state`` writes (model, optimizer, scheduler,
+scaler, every process's RNG state), the loop's :class:`TrainingState` and the :class:`RunIdentity` of its run.
+It is written into a hidden ``.step_{N}.partial`` folder, synced, given a manifest of sha256 digests, then
+renamed into place: a ``step_N`` folder is always whole. A resume verifies the manifest and loads each state
+file first (``latest`` skips a damaged checkpoint for the newest intact one) and is refused when the run's
+arguments, data or model differ. The output folder holds one run: starting a new one over an earlier run is
+refused unless ``overwrite_output_dir``.
 """
 
 from __future__ import annotations
@@ -37,7 +31,7 @@ from briskbert.files import (
     write_manifest,
 )
 from briskbert.processes import to_argv
-from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
+from briskbert.training.engine.config import TrainingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +41,11 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 # What a finished or started run leaves in its output folder (a new run must not mix with these).
 RUN_OUTPUTS = ("final", "best", "log_history.jsonl", "all_results.json", "training_curves.png")
 FINGERPRINT_SAMPLES = 64
+
+
+def _flag(name: str) -> str:
+    """The flag of setting ``name``, for advice inside a message."""
+    return to_argv(**{name: True})[0]
 
 
 @dataclass
@@ -78,8 +77,7 @@ class TrainingState:
 
 @dataclass
 class RunIdentity:
-    """What makes two launches the same run: the run-defining arguments, the data, the model and the number
-    of processes (which sets the global batch, and each process has its own random state)."""
+    """What makes two launches the same run: arguments, data, model and number of processes."""
 
     arguments: dict
     train_data: str | None  # fingerprint (see :func:`dataset_fingerprint`); None for streamed data
@@ -115,7 +113,7 @@ class RunIdentity:
         for name in sorted(set(now["arguments"]) | set(saved.arguments)):
             old, new = saved.arguments.get(name), now["arguments"].get(name)
             if old != new:
-                found.append(f"--{name} {old} in the checkpoint, {new} now")
+                found.append(f"{_flag(name)} {old} in the checkpoint, {new} now")
         for label, old, new in (
             ("training data", saved.train_data, now["train_data"]),
             ("evaluation data", saved.eval_data, now["eval_data"]),
@@ -133,11 +131,7 @@ class RunIdentity:
 
 
 def dataset_fingerprint(dataset) -> str | None:
-    """A short hash of a sized dataset: its length and up to 64 evenly spaced examples.
-
-    Cheap on any size; a change of size, order, tokenization or most edits shows, though an edit to an
-    unsampled example may not. Streamed (unsized) data has no fingerprint.
-    """
+    """A short hash of a sized dataset's length and up to 64 evenly spaced examples (None: streamed data)."""
     if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         return None
     size = len(dataset)
@@ -151,7 +145,6 @@ def _as_plain(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-# -------------------------------------------------------------------------------------- the output folder
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
     """Complete checkpoints in ``output_dir``, oldest first (by global step)."""
     output_dir = Path(output_dir)
@@ -166,12 +159,7 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
 
 
 def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None, overwrite: bool) -> None:
-    """Refuse a new run into a folder holding an earlier run's checkpoints or final model.
-
-    A new run is one without a checkpoint to resume (``--resume_from_checkpoint latest`` with none yet
-    counts as new). ``overwrite`` (``--overwrite_output_dir``) lets it start; :func:`clear_previous_run`
-    then deletes the earlier outputs.
-    """
+    """Refuse a new run (nothing to resume) into a folder holding an earlier run, unless ``overwrite``."""
     output_dir = Path(output_dir)
     checkpoints = [p.name for p in checkpoint_dirs(output_dir)]
     if resume_from_checkpoint not in (None, "latest"):
@@ -180,16 +168,18 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
         return
     earlier = checkpoints[-2:] + [f"{name}/" for name in ("final", "best") if (output_dir / name).is_dir()]
     if earlier:
-        resume = "--resume_from_checkpoint latest to continue it, " if checkpoints else ""
-        raise TrainingSetupError(
-            f"--output_dir {output_dir} already holds a run ({', '.join(earlier)}); pass {resume}"
-            "--overwrite_output_dir to replace it, or choose another --output_dir."
+        resume = (
+            shlex.join(to_argv(resume_from_checkpoint="latest")) + " to continue it, " if checkpoints else ""
+        )
+        raise SettingError(
+            "output_dir",
+            f"{output_dir} already holds a run ({', '.join(earlier)}); pass {resume}"
+            f"{_flag('overwrite_output_dir')} to replace it, or choose another {_flag('output_dir')}.",
         )
 
 
 def check_overwrite_spares_inputs(output_dir: Path, inputs: Iterable[str]) -> None:
-    """Refuse ``--overwrite_output_dir`` when what it deletes holds one of the run's inputs (a model folder
-    such as ``runs/x/final`` continued into ``--output_dir runs/x``)."""
+    """Refuse an overwrite that would delete one of the run's inputs (``runs/x/final`` continued into ``runs/x``)."""
     doomed = [
         path.resolve() for path in [*checkpoint_dirs(output_dir), *(output_dir / n for n in RUN_OUTPUTS)]
     ]
@@ -199,14 +189,15 @@ def check_overwrite_spares_inputs(output_dir: Path, inputs: Iterable[str]) -> No
             continue  # a Hub repo id
         for folder in doomed:
             if path.resolve() == folder or folder in path.resolve().parents:
-                raise TrainingSetupError(
-                    f"--output_dir {output_dir}: --overwrite_output_dir would delete {folder}, which holds "
-                    f"this run's input {name}; choose another --output_dir (or copy the input elsewhere first)."
+                raise SettingError(
+                    "overwrite_output_dir",
+                    f"would delete {folder}, which holds this run's input {name}; choose another "
+                    f"{_flag('output_dir')} (or copy the input elsewhere first).",
                 )
 
 
 def clear_previous_run(output_dir: Path) -> None:
-    """Delete an earlier run's checkpoints and outputs (``--overwrite_output_dir``); other files stay."""
+    """Delete an earlier run's checkpoints and outputs; other files stay."""
     for path in checkpoint_dirs(output_dir):
         shutil.rmtree(path)
     for name in RUN_OUTPUTS:
@@ -218,8 +209,7 @@ def clear_previous_run(output_dir: Path) -> None:
 
 
 def remove_partial_folders(output_dir: Path) -> list[Path]:
-    """Delete what a stopped save left half-written (``.step_N.partial``, ``.final.partial``, a file's
-    ``.NAME.partial``)."""
+    """Delete what a stopped save left half-written (``.step_N.partial``, ``.final.partial``, ...)."""
     strays = sorted(output_dir.glob(f".*{PARTIAL_SUFFIX}")) if output_dir.is_dir() else []
     for path in strays:
         if path.is_dir() and not path.is_symlink():
@@ -229,43 +219,43 @@ def remove_partial_folders(output_dir: Path) -> list[Path]:
     return strays
 
 
-# ---------------------------------------------------------------------------------- save, find, load
 def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> Path | None:
-    """``"latest"`` -> the newest intact checkpoint in ``output_dir`` (``None`` when there is none yet; each
-    newer one that fails :func:`checkpoint_problem` is skipped with a warning line), else the path, which
-    must be intact."""
+    """``"latest"``: the newest intact checkpoint (None when there is none yet); else the path, which must be
+    intact."""
     if resume_from_checkpoint == "latest":
         found = checkpoint_dirs(output_dir)
         checkpoint = intact_checkpoint(output_dir, report=logger.warning)
         if found and checkpoint is None:
-            raise TrainingSetupError(
-                f"--resume_from_checkpoint latest: no checkpoint in {output_dir} is intact ({len(found)} checked, "
-                "see the lines above); pass --overwrite_output_dir to start the run anew."
+            raise SettingError(
+                "resume_from_checkpoint",
+                f"latest: no checkpoint in {output_dir} is intact ({len(found)} checked, see the lines above); "
+                f"pass {_flag('overwrite_output_dir')} to start the run anew.",
             )
         return checkpoint
     path = checkpoint_folder(resume_from_checkpoint, output_dir)
     problem = checkpoint_problem(path)
     if problem:
-        raise TrainingSetupError(
-            f"--resume_from_checkpoint {resume_from_checkpoint}: {problem}; pass an intact checkpoint or 'latest'."
+        raise SettingError(
+            "resume_from_checkpoint",
+            f"{resume_from_checkpoint}: {problem}; pass an intact checkpoint or 'latest'.",
         )
     return path
 
 
 def checkpoint_folder(resume_from_checkpoint: str, output_dir: str | Path) -> Path:
-    """The folder a ``--resume_from_checkpoint`` path names, refused unless it holds a state file."""
+    """The folder ``resume_from_checkpoint`` names, refused unless it holds a state file."""
     path = Path(resume_from_checkpoint)
     if not (path / STATE_FILE).is_file():
-        raise TrainingSetupError(
-            f"--resume_from_checkpoint {resume_from_checkpoint!r} is not a checkpoint folder (no {STATE_FILE}); "
-            f"pass a folder such as {Path(output_dir) / 'step_500'} or 'latest'."
+        raise SettingError(
+            "resume_from_checkpoint",
+            f"{resume_from_checkpoint!r} is not a checkpoint folder (no {STATE_FILE}); "
+            f"pass a folder such as {Path(output_dir) / 'step_500'} or 'latest'.",
         )
     return path
 
 
 def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
-    """The newest checkpoint in ``output_dir`` that passes :func:`checkpoint_problem` (None: none does);
-    ``report`` is called with one line for each newer one skipped."""
+    """The newest checkpoint that passes :func:`checkpoint_problem`; ``report`` gets a line per one skipped."""
     for checkpoint in reversed(checkpoint_dirs(output_dir)):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
@@ -276,8 +266,7 @@ def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be resumed, in one line naming the file; None when every file matches the
-    manifest (when there is one: older checkpoints have none) and every state file loads."""
+    """Why ``folder`` cannot be resumed, in one line naming the file (its manifest, then each file's load)."""
     problem = manifest_problem(folder)
     if problem is not None:
         return problem
@@ -294,7 +283,7 @@ RNG_KEYS = {"random_state", "numpy_random_seed", "torch_manual_seed"}
 
 
 def _check_loads(path: Path) -> None:
-    """Raise what loading ``path`` raises (its headers and structure; the bytes are the manifest's to check)."""
+    """Raise what loading ``path`` raises (structure only; the bytes are the manifest's to check)."""
     if path.name == STATE_FILE:
         TrainingState.load(path.parent)
     elif path.name == IDENTITY_FILE:
@@ -316,8 +305,7 @@ def _check_loads(path: Path) -> None:
 def save_checkpoint(
     accelerator, output_dir: Path, state: TrainingState, identity: RunIdentity, total_limit: int | None
 ) -> Path:
-    """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state); on a full
-    disk, one :class:`~briskbert.files.DiskFull` line and no partial folder."""
+    """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state)."""
     folder = output_dir / f"step_{state.global_step}"
     partial = partial_path(folder)
     with space_for(folder, lambda: state_bytes(accelerator)):
@@ -339,9 +327,8 @@ def save_checkpoint(
 
 
 def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
-    """accelerate's ``save_state`` hook: leave out each weight tied to another (the MLM decoder is the word
-    embeddings), as ``save_pretrained`` does; loading re-ties it. Saved twice, accelerate would drop it itself,
-    with a warning at every checkpoint."""
+    """accelerate's ``save_state`` hook: leave out each weight tied to another, as ``save_pretrained`` does
+    (otherwise accelerate drops it itself, with a warning at every checkpoint)."""
     for model, state in zip(models, weights):
         model = getattr(model, "module", model)  # DDP
         tied = getattr(getattr(model, "_orig_mod", model), "all_tied_weights_keys", None) or {}
@@ -353,7 +340,7 @@ def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
 
 
 def state_bytes(accelerator, optimizers: bool = True) -> int:
-    """About what a save of the accelerator's models (and optimizers) takes on disk: their tensors' bytes."""
+    """About what a save of the accelerator's models (and optimizers) takes on disk."""
     import torch
 
     tensors = [p for model in accelerator._models for p in model.parameters()]
@@ -372,16 +359,16 @@ def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
         return
     differences = identity.differences(saved)
     if differences:
-        raise TrainingSetupError(
-            f"--resume_from_checkpoint {checkpoint} belongs to another run: {'; '.join(differences)}. "
-            "Resume with the checkpoint's arguments and data, or start a new run (another --output_dir, "
-            "or --overwrite_output_dir)."
+        raise SettingError(
+            "resume_from_checkpoint",
+            f"{checkpoint} belongs to another run: {'; '.join(differences)}. Resume with the checkpoint's "
+            f"arguments and data, or start a new run (another {_flag('output_dir')}, or "
+            f"{_flag('overwrite_output_dir')}).",
         )
 
 
 def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_steps: int) -> None:
-    """Refuse to resume ``checkpoint`` into a run of fewer steps than it has already taken: its model, saved
-    as final, would be another run's, recorded with another warm-up."""
+    """Refuse to resume ``checkpoint`` into a run of fewer steps than it has already taken."""
     step = TrainingState.load(checkpoint).global_step if checkpoint is not None else 0
     if max_train_steps >= step:
         return
@@ -397,7 +384,7 @@ def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_
 
 
 def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:
-    """The checkpoint ``--resume_from_checkpoint`` names, checked to belong to this run; None: start anew."""
+    """The checkpoint ``resume_from_checkpoint`` names, checked to belong to this run; None: start anew."""
     if not config.resume_from_checkpoint:
         return None
     checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
@@ -418,13 +405,12 @@ def load_checkpoint(accelerator, checkpoint: Path) -> TrainingState:
         accelerator.load_state(str(checkpoint))
     except Exception as error:  # what the checks before missed (e.g. weights of another shape)
         reason = " ".join(str(error).split())[:300] or type(error).__name__
-        raise TrainingSetupError(f"--resume_from_checkpoint {checkpoint} does not load: {reason}") from error
+        raise SettingError("resume_from_checkpoint", f"{checkpoint} does not load: {reason}") from error
     return TrainingState.load(checkpoint)
 
 
 def resume_command(argv: list[str], checkpoint: Path | str) -> str:
-    """The command line that started this process (``sys.orig_argv``) with ``--resume_from_checkpoint``
-    pointing at ``checkpoint`` (a folder, or ``latest``): what to run to continue an interrupted run."""
+    """This process's command line (``sys.orig_argv``) resuming from ``checkpoint`` (a folder, or ``latest``)."""
     program, *rest = argv
     if rest and not rest[0].startswith("-") and not rest[0].endswith(".py"):  # a console script: briskbert
         program, *rest = rest

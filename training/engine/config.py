@@ -1,11 +1,6 @@
-"""The :class:`TrainingConfig` the training loop takes: one field per shared training option, checked once.
-
-Each field carries its default and its help; the command line is generated from the fields
-(:mod:`briskbert.commands.arguments`), and library code only ever sees the dataclass. Field names and defaults
-follow transformers' ``*_no_trainer.py`` examples and ``TrainingArguments`` where they overlap. A value the
-run cannot use raises :class:`~briskbert.errors.SettingError` naming the field. Importing this module
-imports neither torch nor accelerate; checking ``report_to`` against accelerate's trackers happens when the
-config is built.
+"""The :class:`TrainingConfig` the training loop takes: one field per shared training option (names and defaults
+as in transformers' ``*_no_trainer.py`` examples), checked once in ``__post_init__``. Importing it loads
+neither torch nor accelerate.
 """
 
 from __future__ import annotations
@@ -17,12 +12,10 @@ from briskbert.errors import SettingError, UserError
 
 
 class TrainingSetupError(UserError):
-    """An output folder, checkpoint or dataset the run cannot use: an expected user mistake (one ``error:``
-    line from the command line)."""
+    """A dataset or training state the run cannot use (one ``error:`` line from the command line)."""
 
 
-# transformers' SchedulerType names, minus the two that are not stepped once per optimizer step; kept here
-# as plain strings so that parsing does not import transformers (a test checks the two lists agree).
+# transformers' SchedulerType names stepped once per optimizer step, as strings: parsing imports no transformers.
 SCHEDULER_NAMES = (
     "linear",
     "cosine",
@@ -37,12 +30,10 @@ SCHEDULER_NAMES = (
 )
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 
-# Without eval_steps, runs of at least this many optimizer steps evaluate about ten times (shorter runs
-# evaluate once, at the end): enough points to draw validation curves, few enough to cost little.
+# Without eval_steps, runs of 20+ steps evaluate about ten times (shorter runs once, at the end).
 EVALUATIONS_PER_RUN = 10
 MIN_STEPS_FOR_PERIODIC_EVALUATION = 2 * EVALUATIONS_PER_RUN
-# Without logging_steps, the training loss is logged every step in short runs and every 10 steps at most,
-# about 50 times a run in between: a curve to see in every run, a log that stays small in long ones.
+# Without logging_steps, the loss is logged about 50 times a run, every step in short runs, every 10 at most.
 LOG_ENTRIES_PER_RUN = 50
 MAX_DEFAULT_LOGGING_STEPS = 10
 
@@ -159,9 +150,8 @@ class TrainingConfig:
         },
     )
 
-    # Fields that may change between the launches of one run: bookkeeping that does not change what it
-    # computes, and its length (to extend a run, or to stop it at a checkpoint). Every other field must
-    # match the checkpoint's for a resume to continue the same run.
+    # Fields that may change between the launches of one run (bookkeeping, and the run's length); every other
+    # field must match the checkpoint's for a resume.
     RESUMABLE_CHANGES = (
         "max_train_steps",
         "num_train_epochs",
@@ -269,11 +259,7 @@ def _check_ranges(config: TrainingConfig) -> None:
 
 
 def parse_report_to(report_to: str | None) -> list[str]:
-    """``report_to`` ("none", "all", or a comma list of accelerate's trackers) -> tracker names.
-
-    Checked against accelerate's own list (``accelerate.utils.LoggerType``), so every tracker accelerate
-    supports is accepted; a tracker whose package is missing is an error that names the package.
-    """
+    """``report_to`` ("none", "all", or a comma list of accelerate's trackers) -> installed tracker names."""
     names = [name.strip() for name in (report_to or "none").split(",") if name.strip()]
     if names in ([], ["none"]):
         return []

@@ -1,16 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Gathering a batch's embeddings from every process, for losses whose negatives or pairs span the global batch.
-
-:func:`gather_with_grad` concatenates each process's tensor along the first dimension (shards may differ in
-length) and keeps the whole result differentiable: the backward pass sums every process's gradient with
-respect to each shard and hands each process the gradient of its own. With the loop's scaling (each
-process's loss times its share of the items times the number of processes, DDP averaging the gradients),
-training on several processes then follows the gradient of one process holding the global batch. Without
-an initialised process group (or with one process) both functions return their input.
-
-:func:`save_model_folder` saves a model however it is distributed (DDP, FSDP, DeepSpeed), whole or not at
-all.
-"""
+"""Gathering a batch's embeddings from every process (for losses whose negatives span the global batch), and
+saving a model however it is distributed."""
 
 from __future__ import annotations
 
@@ -36,22 +26,20 @@ def _shard_sizes(tensor: torch.Tensor) -> list[int]:
     return [int(s) for s in sizes]
 
 
-def _padded_gather(tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """``(world, max size, *rest)``: every process's shard, zero-padded to the longest one."""
-    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
+def _gather(tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Every process's shard (of length ``sizes[rank]``), concatenated in rank order."""
+    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))  # all_gather needs equal shapes
     padded[: tensor.shape[0]] = tensor
     pieces = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(pieces, padded.contiguous())
-    return torch.stack(pieces)
+    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes)])
 
 
 class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
-        sizes = _shard_sizes(tensor)
-        ctx.sizes, ctx.rank = sizes, dist.get_rank()
-        gathered = _padded_gather(tensor, sizes)
-        return torch.cat([piece[:size] for piece, size in zip(gathered, sizes)])
+        ctx.sizes, ctx.rank = _shard_sizes(tensor), dist.get_rank()
+        return _gather(tensor, ctx.sizes)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -67,29 +55,26 @@ class _GatherWithGrad(torch.autograd.Function):
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """All processes' ``tensor`` concatenated along dim 0 in rank order, differentiable with respect to every
-    shard (what sentence-transformers' ``gather_across_devices`` does with ``torch.distributed.nn``; this
-    version also takes shards of different lengths and runs on gloo, which has no reduce-scatter)."""
+    """All processes' ``tensor`` concatenated along dim 0, differentiable with respect to every shard (as
+    ``torch.distributed.nn.all_gather``, but for shards of different lengths and on gloo, which lacks
+    reduce-scatter)."""
     if world_size() == 1:
         return tensor
     return _GatherWithGrad.apply(tensor)
 
 
 def gather_with_offset(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``(all processes' tensor, concatenated; where this process's shard starts)``, without gradients: for
-    labels and ids that travel with gathered embeddings."""
+    """``(all processes' tensor, where this process's shard starts)``, without gradients (labels, ids)."""
     if world_size() == 1:
         return tensor, 0
     sizes = _shard_sizes(tensor)
-    gathered = _padded_gather(tensor, sizes)
-    rank = dist.get_rank()
-    return torch.cat([piece[:size] for piece, size in zip(gathered, sizes)]), sum(sizes[:rank])
+    return _gather(tensor, sizes), sum(sizes[: dist.get_rank()])
 
 
 @contextlib.contextmanager
 def own_class(model):
-    """FSDP2 gives a sharded model a class of torch's own, a subclass of the model's; ``save_pretrained`` copies
-    the remote-code files of the class it sees, so during a save the model wears its own class again."""
+    """During a save, an FSDP2-sharded model wears its own class again: ``save_pretrained`` copies the
+    remote-code files of the class it sees."""
     sharded_class = type(model)
     model.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
     try:
@@ -101,8 +86,7 @@ def own_class(model):
 def save_model_folder(
     accelerator, model, tokenizer, folder: Path, facts: TrainingFacts | None = None
 ) -> None:
-    """``save_pretrained`` model (+ tokenizer, + ``training_facts.json``), written whole or not at all;
-    never with NaN or infinite weights."""
+    """``save_pretrained`` model, tokenizer and facts, whole or not at all; never with non-finite weights."""
     accelerator.wait_for_everyone()
     refuse_non_finite_weights(accelerator, model, f"{folder.name}/", folder.parent)
     # The model itself, not torch.compile's wrapper (whose class cannot be swapped, nor saved as remote code).

@@ -1,11 +1,5 @@
-"""Evaluation during and at the end of a run.
-
-Every ``--eval_steps`` (default: about ten times in runs of 20+ steps) and at the end, the loop runs the
-task's ``evaluate(model, eval_dataloader, accelerator)`` under ``torch.no_grad()`` in eval mode (tasks use
-:func:`evaluation_loop` inside it). Keys get an ``eval_`` prefix; ``eval_loss`` is added from the model's own
-loss when the task does not report one. With ``--metric_for_best_model`` the best model is kept in
-``output_dir/best``.
-"""
+"""Evaluation during and at the end of a run: the task's metrics (``eval_`` prefixed, with ``eval_loss`` from
+the model's own loss when the task reports none) and the best model kept in ``output_dir/best``."""
 
 from __future__ import annotations
 
@@ -27,10 +21,8 @@ from briskbert.training.engine.task import Task
 
 
 def evaluation_loop(model, dataloader, accelerator, batch_fn: Callable[[dict, object], dict]) -> dict:
-    """Forward every eval batch under ``no_grad``; ``batch_fn(batch, outputs)`` returns a dict of
-    per-example tensors (first dimension = examples of the batch, same trailing shape on every process),
-    which are gathered across processes with ``accelerator.gather_for_metrics`` (duplicates added to
-    even out the last batch are dropped) and concatenated on CPU."""
+    """Forward every eval batch; ``batch_fn(batch, outputs)`` returns per-example tensors, gathered across
+    processes (``gather_for_metrics`` drops the padding duplicates) and concatenated on CPU."""
     collected: dict[str, list] = {}
     with torch.no_grad():
         for batch in dataloader:
@@ -62,17 +54,16 @@ def majority_class(labels: list) -> tuple[object, float]:
 
 
 def not_above_baseline(name: str, value: float, baseline: float, baseline_is: str) -> str | None:
-    """One line when the model's metric ``name`` is not above ``baseline``, what ``baseline_is`` (a trivial
-    answer: chance, the majority class) scores on the same evaluation data; None when it is above. A task keeps
-    it as its ``verdict``, which the end of the run prints."""
+    """One line when metric ``name`` is not above what ``baseline_is`` (chance, the majority class) scores; a
+    task keeps it as its ``verdict``."""
     if value > baseline:
         return None
     return f"{name} {value:.4f} is not above {baseline:.4f}, what {baseline_is} scores on the same evaluation data"
 
 
 class _LossRecorder:
-    """A forward hook summing the model's own loss over evaluation batches, weighted by ``count_items``:
-    gives ``eval_loss`` (and the validation curve) to task evaluations that only compute metrics."""
+    """A forward hook summing the model's own loss weighted by ``count_items``: ``eval_loss`` for task
+    evaluations that only compute metrics."""
 
     def __init__(self, count_items, device):
         self.count_items = count_items

@@ -1,19 +1,10 @@
 """``training_facts.json``: what a model card says about how a model was trained, as typed dataclasses.
 
-:class:`TrainingFacts` has two parts: the :class:`JobFacts` a training job states about itself (its
-:meth:`Task.facts <briskbert.training.engine.task.Task.facts>`: task, data, base model, card metadata,
-job-specific details) and the :class:`RunFacts` the training loop measured (steps, tokens, hardware,
-final metrics, ...). The loop writes them into the final model folder; the model card
-(:mod:`briskbert.hub_cards.card`) reads them back with :func:`read_training_facts`.
-
-The file is one flat JSON object (so ``json.load(...)["pipeline_tag"]`` keeps working for scripts)::
+:class:`JobFacts` is what a training job states about itself (:meth:`Task.facts`), :class:`RunFacts` what the
+loop measured; the loop writes both into the final model folder and the model card reads them back. The file
+is one flat JSON object (so ``json.load(...)["pipeline_tag"]`` works for scripts)::
 
     {"schema_version": 2, <JobFacts fields>, "details": {...}, <RunFacts fields>}
-
-Versions: a file without ``schema_version`` is version 1, the untyped dict earlier releases (and
-``briskbert convert``) wrote; it is migrated on reading: each key that names a field of this version
-fills that field, every other key moves into ``details``. A file of a newer version than this code
-knows, or one whose values have the wrong type, is refused with a :class:`FactsError` naming the file.
 """
 
 from __future__ import annotations
@@ -22,10 +13,14 @@ import json
 import math
 import os
 import platform
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from briskbert.errors import UserError
+from briskbert.files import write_atomic
+from briskbert.inputs import read_json_object
 
 FACTS_FILE = "training_facts.json"
 SCHEMA_VERSION = 2
@@ -62,14 +57,6 @@ class JobFacts:
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value or ()))
 
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "the job's card facts") -> JobFacts:
-        """Facts given as a dict of version-1 keys: keys naming a field fill it, the others go to
-        ``details`` (for jobs that still describe themselves with a dict)."""
-        return TrainingFacts.from_json(
-            {key: value for key, value in values.items() if value is not None}, source
-        ).job
-
 
 @dataclass(frozen=True)
 class BestMetric:
@@ -82,7 +69,7 @@ class BestMetric:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What the training loop measured (None: not recorded, e.g. in a migrated version-1 file)."""
+    """What the training loop measured (None: not recorded)."""
 
     metrics: dict = field(default_factory=dict)  # final evaluation {"eval_accuracy": 0.85, ...}
     best_metric: BestMetric | None = None
@@ -119,77 +106,51 @@ class TrainingFacts:
 
     @classmethod
     def from_json(cls, data: dict, source: str = FACTS_FILE) -> TrainingFacts:
-        """Facts from a file's JSON object, migrated from version 1; ``source`` names the file in errors."""
-        if not isinstance(data, dict):
-            raise FactsError(f"{source}: expected a JSON object, got {type(data).__name__}.")
-        version = data.get("schema_version", 1)
-        if version not in (1, SCHEMA_VERSION):
+        """Facts from a file's JSON object; ``source`` names the file in errors."""
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
             raise FactsError(
-                f"{source} has schema_version {version!r}; this briskbert reads versions 1 and "
-                f"{SCHEMA_VERSION}: upgrade briskbert to read it."
+                f"{source} has schema_version {version!r}; this briskbert reads version {SCHEMA_VERSION}: "
+                "write it again with this briskbert, or upgrade briskbert to read a newer one."
             )
-        values = {key: value for key, value in data.items() if key != "schema_version"}
-        job_names, run_names = _names(JobFacts) - {"details"}, _names(RunFacts)
-        unknown = sorted(set(values) - job_names - run_names - {"details"})
-        if unknown and version == SCHEMA_VERSION:
+        job_names, run_names = _names(JobFacts), _names(RunFacts)
+        unknown = sorted(set(data) - job_names - run_names - {"schema_version"})
+        if unknown:
             raise FactsError(
-                f"{source}: unknown key(s) {unknown} for schema_version {SCHEMA_VERSION}; job-specific "
-                "facts belong under 'details'."
+                f"{source}: unknown key(s) {unknown}; job-specific facts belong under 'details'."
             )
-        details = values.get("details", {})
-        if not isinstance(details, dict):
-            raise FactsError(f"{source}: 'details' must be an object, got {details!r}.")
-        details = {**{key: values[key] for key in unknown}, **details}  # version 1: extra keys -> details
-        job = JobFacts(
-            **{key: _checked(source, key, values[key]) for key in job_names & set(values)}, details=details
-        )
-        run = None
-        if run_names & set(values):
-            run_values = {key: _checked(source, key, values[key]) for key in run_names & set(values)}
-            best = run_values.get("best_metric")
-            if best is not None:
-                run_values["best_metric"] = BestMetric(best.get("name"), best.get("value"), best.get("step"))
-            run = RunFacts(**run_values)
-        return cls(job, run)
+        job = JobFacts(**_typed(source, JobFacts, {k: v for k, v in data.items() if k in job_names}))
+        run = _typed(source, RunFacts, {k: v for k, v in data.items() if k in run_names})
+        return cls(job, RunFacts(**run) if run else None)
 
 
 def _names(kind) -> set[str]:
     return {f.name for f in fields(kind)}
 
 
-def _checked(source: str, key: str, value):
-    """``value`` as its field's type says (lists become tuples); another type raises :class:`FactsError`."""
-    kind = _FIELD_TYPES[key].replace(" | None", "")
-    if value is None:
-        return {"tuple[str, ...]": (), "dict": {}}.get(kind)
-    if kind == "tuple[str, ...]":
-        value = [value] if isinstance(value, str) else value
-        if isinstance(value, list) and all(isinstance(item, str) for item in value):
-            return tuple(value)
-    elif kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
-    elif isinstance(value, {"str": str}.get(kind, dict)):  # str, or an object (dict, BestMetric)
-        return value
-    expected = {
-        "tuple[str, ...]": "a list of strings",
-        "int": "an integer",
-        "float": "a number",
-        "str": "a string",
-    }
-    raise FactsError(f"{source}: {key!r} must be {expected.get(kind, 'an object')}, got {value!r}.")
-
-
-# Field name -> its annotation (``from __future__ import annotations`` keeps them as text).
-_FIELD_TYPES = {f.name: f.type for kind in (JobFacts, RunFacts) for f in fields(kind)}
+def _typed(source: str, kind, values: dict) -> dict:
+    """``values`` checked against the types of ``kind``'s fields (JSON lists become tuples, an object a
+    :class:`BestMetric`): a value of another type is one :class:`FactsError`, not a card that fails on it."""
+    hints, spelled = typing.get_type_hints(kind), {f.name: f.type for f in fields(kind)}
+    checked = {}
+    for name, value in values.items():
+        hint = hints[name]
+        members = typing.get_args(hint) if isinstance(hint, types.UnionType) else [hint]
+        allowed = [typing.get_origin(member) or member for member in members]
+        if tuple in allowed and isinstance(value, list) and all(isinstance(item, str) for item in value):
+            value = tuple(value)
+        elif BestMetric in allowed and isinstance(value, dict) and set(value) == _names(BestMetric):
+            value = BestMetric(**_typed(source, BestMetric, value))
+        allowed += [int] if float in allowed else []
+        if isinstance(value, bool) or not isinstance(value, tuple(allowed)):
+            raise FactsError(f"{source}: {name!r} must be {spelled[name]}, got {value!r}.")
+        checked[name] = value
+    return checked
 
 
 def write_training_facts(folder: str | Path, facts: TrainingFacts) -> Path:
     path = Path(folder) / FACTS_FILE
-    path.write_text(json.dumps(_plain(facts.to_json()), indent=2, sort_keys=True, default=str))
+    write_atomic(path, json.dumps(_plain(facts.to_json()), indent=2, sort_keys=True, default=str))
     return path
 
 
@@ -207,14 +168,11 @@ def _plain(value):
 
 
 def read_training_facts(folder: str | Path) -> TrainingFacts:
-    """The facts in ``folder/training_facts.json`` (migrated; empty facts when the file is absent)."""
+    """The facts in ``folder/training_facts.json`` (empty facts when the file is absent)."""
     path = Path(folder) / FACTS_FILE
     if not path.is_file():
         return TrainingFacts()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise FactsError(f"{path} is not valid JSON ({error}); delete it or write it again.") from None
+    data = read_json_object(path, "model_name_or_path", "delete it or train the model again")
     return TrainingFacts.from_json(data, str(path))
 
 

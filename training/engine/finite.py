@@ -1,5 +1,5 @@
-"""Finite weights in, finite weights out: a model to train from that holds NaN or inf is refused, named,
-and a run whose loss or weights stop being finite ends with one error line instead of a broken model."""
+"""Finite weights in, finite weights out: a model holding NaN or inf is refused, and a run whose loss or
+weights stop being finite ends with one error line instead of a broken model."""
 
 from __future__ import annotations
 
@@ -38,8 +38,7 @@ def weights_file(folder: str | Path) -> str:
 
 
 def check_finite_weights(model, source: str, setting: str | None = None) -> None:
-    """Refuse to train from ``model`` (loaded from ``source``, e.g. ``runs/x/final``, given as ``setting``)
-    when a weight holds NaN or inf: every step from it would be NaN too."""
+    """Refuse to train from ``model`` (loaded from ``source``, given as ``setting``) when a weight is not finite."""
     name = non_finite_parameter(model)
     if name is not None:
         problem = (
@@ -55,12 +54,11 @@ NO_ITEMS, LOSS, GRADIENT_NORM = 0.0, 1.0, 2.0  # what stopped the run, as the gu
 class DivergenceGuard:
     """Nothing non-finite is ever applied, without making the host wait for the device at every step.
 
-    :meth:`flag` checks a step's loss and gradient norm (and that its window had items) on the device; a failing
-    step, and every later one, is skipped by the optimizer (fused AdamW's ``found_inf``, which GradScaler uses
-    too) and the first one is remembered. :meth:`raise_if_diverged` reads it, one host sync where the loop reads
-    its counters anyway (each log, evaluation and checkpoint), and stops the run naming that step. An optimizer
-    that cannot skip a step on the device's word is checked on the host at every step instead. Under fp16 loss
-    scaling an inf gradient is the scaler's cue to skip the step, so only the loss counts there."""
+    :meth:`flag` checks a step's loss, gradient norm and items on the device; that step and every later one is
+    skipped by the optimizer (fused AdamW's ``found_inf``) and the first is remembered, for
+    :meth:`raise_if_diverged` to report where the loop reads its counters anyway. An optimizer that cannot skip
+    on the device's word is checked on the host every step. Under fp16 loss scaling an inf gradient is the
+    scaler's cue to skip, so only the loss counts there."""
 
     def __init__(self, accelerator, optimizer, output_dir: Path, first_step: int):
         import torch
@@ -74,8 +72,7 @@ class DivergenceGuard:
         self.first = torch.zeros(3, dtype=torch.float64, device=device)  # step (0: none), what, value
 
     def flag(self, totals, grad_norm) -> None:
-        """Check the step that ``totals`` (loss x items, items, ...) and ``grad_norm`` describe, before its
-        ``optimizer.step()``."""
+        """Check the step ``totals`` (loss x items, items, ...) and ``grad_norm`` describe, before it is applied."""
         import torch
 
         self.step += 1
@@ -125,7 +122,7 @@ def refuse_non_finite_weights(accelerator, model, what: str, output_dir: Path) -
 
 
 def _last_good(output_dir: Path) -> str:
-    """Where to resume from: the newest checkpoint that verifies (never one with corrupt files)."""
+    """Where to resume from: the newest checkpoint that verifies."""
     checkpoint = intact_checkpoint(output_dir)
     if checkpoint is not None:
         return f"the last good checkpoint is {checkpoint}"

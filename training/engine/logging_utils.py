@@ -1,6 +1,5 @@
-"""Training logs: one :class:`MetricsLog` that every entry goes through, on its way to the JSON-lines
-history, the console (evaluations) and the experiment trackers; ``all_results.json``; a PNG of the curves;
-the progress of the steps (a bar on a terminal, plain lines in a file or a pipe)."""
+"""Training logs: the :class:`MetricsLog` every entry goes through (JSON lines, console, trackers),
+``all_results.json``, the PNG of the curves and the progress of the steps."""
 
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 from time import monotonic
+
+from briskbert.files import atomic_file, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +26,8 @@ MAX_METRIC_PANELS = 6
 
 
 class MetricsLog:
-    """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl``.
-
-    ``tracker`` (an object with accelerate's ``log(values, step=)``, usually the Accelerator) receives
-    every entry; ``echo`` (e.g. ``tqdm.write``) prints each evaluation as it is computed. Only the main
-    process writes the file and prints.
-    """
+    """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl`` and the
+    ``tracker`` (the Accelerator); ``echo`` prints each evaluation. Only the main process writes and prints."""
 
     def __init__(self, output_dir: str | Path, is_main_process: bool, tracker=None, echo=print):
         self.path = Path(output_dir) / LOG_FILE
@@ -40,11 +37,8 @@ class MetricsLog:
         self.history: list[dict] = []
 
     def restore(self, up_to_step: int) -> None:
-        """On resume: keep the entries up to the checkpoint's step (a killed run may have logged more).
-
-        A line that is not JSON (a kill while a line was written leaves a partial last line) is dropped
-        with a warning.
-        """
+        """On resume: keep the entries up to the checkpoint's step (a killed run may have logged more, or
+        left a partial last line, which is dropped with a warning)."""
         entries = []
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
         for number, line in enumerate(lines, start=1):
@@ -56,7 +50,7 @@ class MetricsLog:
                 logger.warning(f"{self.path}: line {number} is not complete JSON (a killed write?); dropped.")
         self.history = [e for e in entries if e.get("step", 0) <= up_to_step]
         if self.is_main_process:
-            self.path.write_text("".join(json.dumps(e) + "\n" for e in self.history))
+            write_atomic(self.path, "".join(json.dumps(e) + "\n" for e in self.history))
 
     def start_fresh(self) -> None:
         self.history = []
@@ -97,7 +91,7 @@ class LogInterval:
         self.tokens += tokens
 
     def entry(self, state, batches_per_epoch: int | None, learning_rate: float, grad_norm) -> dict:
-        """The log entry of the interval that ends at ``state`` (a ``TrainingState``); starts the next one."""
+        """The entry of the interval that ends at ``state`` (a ``TrainingState``); starts the next one."""
         now = time.time()
         epoch = state.epoch + (state.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
         entry = {
@@ -115,13 +109,12 @@ class LogInterval:
         return entry
 
 
-PROGRESS_LINES = 10  # plain progress lines per run, when the output is a file or a pipe
-PROGRESS_SECONDS = 300  # and one at least this often
+PROGRESS_LINES = 10  # plain progress lines per run in a file or a pipe, and one at least every
+PROGRESS_SECONDS = 300
 
 
 def progress_bar(total: int, initial: int = 0, disable: bool = False, desc: str = "training", stream=None):
-    """tqdm's bar on a terminal; on a file or a pipe, where a bar is a stream of carriage returns, a
-    :class:`ProgressLines` (the same ``update`` / ``set_postfix`` / ``close``)."""
+    """tqdm's bar on a terminal; plain :class:`ProgressLines` in a file or a pipe (no carriage returns)."""
     stream = stream or sys.stderr
     if disable or (hasattr(stream, "isatty") and stream.isatty()):
         from tqdm.auto import tqdm
@@ -131,9 +124,8 @@ def progress_bar(total: int, initial: int = 0, disable: bool = False, desc: str 
 
 
 class ProgressLines:
-    """Progress as plain lines, ``training: step 30/60 (50%), 12 s, about 12 s left, loss 2.31, lr 1.00e-03``:
-    one every tenth of the run (and every five minutes), and one at the end. A step's line waits for its
-    postfix (the loop sets it right after ``update`` when the step logs), so the loss shown is current."""
+    """``training: step 30/60 (50%), 12 s, about 12 s left, loss 2.31``, every tenth of the run; a step's line
+    waits for its postfix (set right after ``update`` when the step logs), so the loss shown is current."""
 
     def __init__(self, total: int, initial: int, desc: str, stream):
         self.total, self.n, self.desc, self.stream = total, initial, desc, stream
@@ -181,7 +173,7 @@ def format_evaluation(entry: dict) -> str:
 
 
 def write_results(output_dir: str | Path, results: dict) -> None:
-    Path(output_dir, RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
+    write_atomic(Path(output_dir, RESULTS_FILE), json.dumps(results, indent=2, sort_keys=True))
 
 
 def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
@@ -191,8 +183,7 @@ def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def _is_count(key: str, series: list[tuple[int, float]]) -> bool:
-    """A size, not a quality: a count by name (SQuAD's ``total``, ``HasAns_total``, ``num_unanswered``) or
-    a whole number that is the same at every evaluation. It gets no panel of its own; its value is noted."""
+    """A size, not a quality (SQuAD's ``total``, ``num_unanswered``, a constant whole number): no panel."""
     name = key.removeprefix("eval_")
     if name == "total" or name.endswith("_total") or name.startswith("num_"):
         return True
@@ -201,9 +192,8 @@ def _is_count(key: str, series: list[tuple[int, float]]) -> bool:
 
 
 def _metric_panels(history: list[dict]) -> tuple[dict, list[str]]:
-    """The validation metrics worth a panel (two points or more, not counts), headline metrics first and
-    at most six; and notes on the rest: metrics evaluated once, and counts. A family of per-type metrics
-    (NER's ``eval_PER_f1``, ``eval_LOC_f1``, ...) shares one panel, a line per type, so every type is shown."""
+    """The validation metrics worth a panel (two points or more, not counts; headline first, at most six; NER's
+    per-type ``eval_PER_f1``, ... share one), and notes on the rest: metrics evaluated once, and counts."""
     eval_keys = {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
     candidates = {
         k: _series(history, k)
@@ -239,8 +229,7 @@ def _name(key: str) -> str:
 
 
 def _plot_losses(axis, history: list[dict]) -> list[str]:
-    """Training loss at every logged step, validation losses at every evaluation; notes when a series has
-    too few points to be a curve."""
+    """Training and validation losses; notes for a series too short to be a curve."""
     notes = []
     train = _series(history, "loss")
     if len(train) >= 2:
@@ -260,11 +249,8 @@ def _plot_losses(axis, history: list[dict]) -> list[str]:
 
 
 def curve_figure(history: list[dict]):
-    """The curves as a matplotlib figure against the optimizer step (whole steps on the axis): one panel
-    with the training loss (every logged step) and the validation losses, and one panel per validation
-    metric evaluated at least twice (up to six, headline metrics first; per-type metrics share one).
-    Series too short to be curves, and counts such as SQuAD's ``total``, get no panel: a note under the
-    loss panel, outside the plot area, gives their values."""
+    """The curves against the optimizer step: a loss panel, then a panel per validation metric (see
+    :func:`_metric_panels`); what gets no panel is noted under the loss panel, outside the plot area."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -304,10 +290,8 @@ def curve_figure(history: list[dict]):
 
 
 def plot_curves(history: list[dict], path: str | Path) -> None:
-    """Write :func:`curve_figure` as a PNG, whole or not at all (no empty file when drawing fails)."""
+    """Write :func:`curve_figure` as a PNG, whole or not at all."""
     import matplotlib.pyplot as plt
-
-    from briskbert.files import atomic_file
 
     fig = curve_figure(history)
     try:

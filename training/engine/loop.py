@@ -1,40 +1,13 @@
 """The one Accelerate training loop every briskbert job runs: it trains, nothing else.
 
-A job is a :class:`~briskbert.training.engine.task.Task` (it builds the model and data, counts the items
-its loss is a mean over, evaluates, and states its facts); a command parses its flags into the job's
-settings and a :class:`TrainingConfig` and calls :func:`run`::
-
-    config = TrainingConfig(output_dir="runs/x", max_train_steps=1000)  # checked: a UserError naming the field
-    result = run(ClassificationTask(model_source, data_source, labels), config)
-    result.final_dir, result.metrics, result.facts  # the saved model, its last evaluation, its training facts
-
-What :func:`run` does: checks the data (:mod:`~briskbert.training.engine.dataset_checks`), builds AdamW
-with weight decay skipping biases, norms and embeddings by module type (:mod:`~briskbert.training.engine.optim`)
-and the learning-rate schedule, prepares everything with Accelerate (DDP, FSDP, DeepSpeed, mixed
-precision), optionally resumes, then trains:
-
-* **Accumulation with window-level loss normalisation.** One optimizer step consumes a window of
-  micro-batches (:mod:`~briskbert.training.engine.batches`). The task's ``count_items`` is summed over the
-  window and over all processes (``N``) first, and each micro-batch's loss is rescaled to
-  ``mean_loss * n_batch / N``, so the gradient equals that of one big batch whatever the split into
-  micro-batches and processes. Gradients are synced only on the last micro-batch. Models only need to
-  return a loss that is a mean over the items ``count_items`` counts.
-* **One log** (:class:`~briskbert.training.engine.logging_utils.MetricsLog`) takes every entry: training
-  loss (weighted by items over the logging interval), learning rate, gradient norm, tokens/s every
-  ``logging_steps``, and each evaluation (:mod:`~briskbert.training.engine.evaluation`).
-* **Checkpoints** every ``checkpointing_steps`` (a number or ``epoch``), written whole or not at all, and an
-  exact resume of the same run only (:mod:`~briskbert.training.engine.checkpointing`).
-* **Interruption** by Ctrl-C or SIGTERM saves a checkpoint and exits 130 or 143
-  (:mod:`~briskbert.training.engine.signals`).
-* **No host sync inside a step**: item counts, loss and gradient norm stay on the device; the host reads them
-  once per log, evaluation or checkpoint, and otherwise queues steps ahead of the device.
-* **Divergence**: a non-finite loss or gradient norm is never applied (the fused optimizer skips it on the
-  device's word) and stops the run at the next read, naming its step; nothing with non-finite weights is ever
-  saved (:mod:`~briskbert.training.engine.finite`).
-* **Outputs** in ``output_dir``: ``all_results.json``, ``log_history.jsonl``, ``training_curves.png`` and
-  ``final/`` (``save_pretrained`` model with remote code, tokenizer and ``training_facts.json``: the job's
-  :class:`~briskbert.training.engine.facts.JobFacts` and what the loop measured). The model card is the
-  job's to write, from the result (``briskbert.commands.training_run``).
+A job is a :class:`~briskbert.training.engine.task.Task`; a command parses its flags into the job's settings and
+a :class:`TrainingConfig` and calls ``run(task, config)`` -> :class:`TrainResult` (the saved model, its last
+evaluation, its training facts). One optimizer step consumes a window of micro-batches whose losses are
+weighted by the task's ``count_items``, summed over the window and all processes, so the gradient is that of
+one big batch however it is split. Loss, gradient norm and counters stay on the device: the host reads them
+only to log, evaluate or checkpoint. A non-finite step is never applied and stops the run at the next read.
+Ctrl-C or SIGTERM saves a checkpoint and exits 130 or 143. Outputs in ``output_dir``: ``all_results.json``,
+``log_history.jsonl``, ``training_curves.png``, checkpoints and ``final/`` (model, tokenizer, training facts).
 """
 
 from __future__ import annotations
@@ -48,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from accelerate.utils import set_seed as seed_everything
 
 from briskbert.training.engine.batches import accumulation_windows, count_tokens
 from briskbert.training.engine.checkpointing import (
@@ -63,7 +37,6 @@ from briskbert.training.engine.checkpointing import (
     save_checkpoint,
 )
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.dataset_checks import check_datasets
 from briskbert.training.engine.distributed import save_model_folder
 from briskbert.training.engine.evaluation import Evaluation
 from briskbert.training.engine.facts import (
@@ -90,16 +63,13 @@ from briskbert.training.engine.logging_utils import (
     progress_bar,
     write_results,
 )
-from briskbert.training.engine.preparation import Prepared, input_sources, prepare
-from briskbert.training.engine.signals import SignalCatcher, interrupted
+from briskbert.training.engine.preparation import Prepared, check_datasets, input_sources, prepare
+from briskbert.training.engine.signals import SignalCatcher, report
 from briskbert.training.engine.task import Task, count_examples
 
 
 def create_accelerator(config: TrainingConfig):
-    """The Accelerator for this run (mixed precision, trackers, torch.compile via the dynamo plugin).
-
-    Call it first: it also refuses an ``output_dir`` that holds another run, before any data is prepared.
-    """
+    """The run's Accelerator; call it first: it refuses an ``output_dir`` holding another run before any data."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, TorchDynamoPlugin
 
@@ -121,13 +91,6 @@ def create_accelerator(config: TrainingConfig):
     )
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices)."""
-    from accelerate.utils import set_seed
-
-    set_seed(seed)
-
-
 @dataclass
 class TrainResult:
     global_step: int
@@ -146,11 +109,7 @@ def run(
     accelerator=None,
     callbacks: Iterable[Callable[[dict], None]] = (),
 ) -> TrainResult:
-    """Train what ``task`` builds as described in the module docstring.
-
-    ``accelerator``: one made by :func:`create_accelerator` (default: made here). ``callbacks`` are
-    called with each training log entry (a dict with ``step``, ``loss``, ...) on the main process.
-    """
+    """Train what ``task`` builds; ``callbacks`` get each training log entry on the main process."""
     accelerator = accelerator or create_accelerator(config)  # which refuses an output_dir holding another run
     seed_everything(config.seed)  # before building: the model's initialisation is seeded
     inputs = task.build(accelerator, config)
@@ -220,7 +179,8 @@ def run(
     progress.close()
     if stop_signal:
         _finish_logs(accelerator, log, output_dir)
-        raise interrupted(accelerator, stop_signal, last_checkpoint, state.global_step)
+        processes, main = accelerator.num_processes, accelerator.is_main_process
+        raise report(stop_signal, last_checkpoint, state.global_step, processes, main)
     return _finish(config, accelerator, parts, inputs.tokenizer, state, log, task)
 
 

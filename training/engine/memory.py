@@ -1,24 +1,13 @@
-"""How much memory training a model will take on the device that trains it, estimated before anything is
-allocated.
+"""How much memory training a model will take, estimated before anything is allocated, so that a typo such as
+``num_hidden_layers=1000000`` is one error line rather than minutes of swapping and an OOM kill.
 
-A typo such as ``num_hidden_layers=1000000`` or ``hidden_size=20000`` otherwise allocates for minutes, swaps
-the machine and dies with a traceback (or the kernel's OOM killer). The parameter count is exact: the model
-is built on PyTorch's ``meta`` device (shapes only, no storage) with one and with two layers, and the
-difference times the number of layers is added to the rest. Training holds the fp32 weights, their gradients
-and AdamW's two moments (16 bytes a parameter; 2 more for autocast's 16-bit copies), plus activations:
-
-* per layer and token ``20 * hidden`` values in the activation dtype (2 bytes under CUDA's bf16/fp16 autocast;
-  4 in fp32, and on CPU, whose autocast keeps most of them fp32), Korthikanti et al.'s ``34 * hidden`` 16-bit
-  values ("Reducing Activation Recomputation in Large Transformer Models", 2022) plus what PyTorch also keeps;
-* the attention scores (``heads * seq`` per token and layer: softmax input, output, dropout mask) only where
-  they are stored: eager attention, and SDPA on CPU with attention dropout (its math kernel). Flash and
-  memory-efficient kernels never store them;
-* the MLM decoder's logits (activation dtype, their fp32 copy and gradient) at the predicted positions.
-
-Measured against peak memory, estimate / peak: 0.88-1.05 on CPU in fp32 and 1.19-1.30 in bf16 (peak RSS of two
-AdamW steps of 4 layers of hidden 256 and 512 at 4k tokens a batch, SDPA and eager, attention dropout 0 and 0.1),
-1.04 on CUDA (BERT-large / 512 at batch 64 in bf16: 37.0 GiB estimated, 35.5 GiB ``max_memory_allocated``). A
-run estimated above what is available by less than :data:`ESTIMATE_ERROR` is warned about, not refused.
+The parameter count is exact (the model built on the ``meta`` device with one and two layers, extrapolated).
+Training holds fp32 weights, gradients and AdamW's two moments (16 bytes a parameter, 2 more under autocast),
+plus activations: ``20 * hidden`` values per layer and token (Korthikanti et al. 2022's ``34 * hidden`` 16-bit
+values plus what PyTorch keeps; 2 bytes under CUDA autocast, else 4), the attention scores where they are stored
+(eager attention, CPU SDPA with dropout), and the MLM decoder's logits. Against measured peaks the estimate is
+0.88-1.30 on CPU and 1.04 on CUDA (BERT-large / 512 at batch 64 in bf16: 37.0 GiB estimated, 35.5 GiB peak); a
+run over what is available by less than :data:`ESTIMATE_ERROR` is warned about, not refused.
 """
 
 from __future__ import annotations
@@ -75,9 +64,8 @@ def estimate_training_memory(
     mixed_precision: str = "no",
     predicted_fraction: float = 1.0,
 ) -> MemoryEstimate:
-    """Training memory of ``model_class(config)`` at ``batch_size`` x ``seq_length`` tokens on ``device_type``
-    (``cuda`` or ``cpu``) under ``mixed_precision`` (``no``, ``bf16``, ``fp16``); the MLM decoder runs at
-    ``predicted_fraction`` of the tokens (the masking rate with a sparse decoder)."""
+    """Training memory of ``model_class(config)`` at ``batch_size`` x ``seq_length`` tokens; the MLM decoder runs
+    at ``predicted_fraction`` of the tokens (the masking rate with a sparse decoder)."""
     parameters = count_parameters(model_class, config)
     autocast = mixed_precision in ("bf16", "fp16")
     width = 2 if autocast and device_type == "cuda" else 4  # bytes of one activation
@@ -97,8 +85,7 @@ def estimate_training_memory(
 
 
 def available_memory_bytes(device_type: str) -> int | None:
-    """Memory a new allocation can use on ``device_type``: free GPU memory on CUDA, ``MemAvailable`` on Linux,
-    else None."""
+    """Free GPU memory on CUDA, ``MemAvailable`` on Linux, else None."""
     if device_type == "cuda":
         import torch
 
@@ -114,8 +101,7 @@ def available_memory_bytes(device_type: str) -> int | None:
 
 
 def check_model_fits(estimate: MemoryEstimate, available: int | None, setting: str) -> None:
-    """Refuse a model that cannot be trained here, naming ``setting`` (the one that sized it); only warn when it
-    might fit, the estimate exceeding ``available`` by less than its error."""
+    """Refuse a model that cannot be trained here, naming ``setting``; only warn when it is within the error."""
     if available is None or estimate.total_bytes <= available:
         return
     needs = (

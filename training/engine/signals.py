@@ -1,11 +1,9 @@
 """Stopping a run, and saying truly where it stands.
 
-SIGTERM is treated as Ctrl-C everywhere, and the process exits with the shell's status for the signal:
-130 (SIGINT) or 143 (SIGTERM). Inside the training loop (:class:`SignalCatcher`) the first signal lets the
-current optimizer step finish; the loop saves a checkpoint, prints the command that resumes and raises
-:class:`TrainingInterrupted`. A second Ctrl-C there, or a signal at any other moment (preparing data,
-the final save, the card), stops the run where it stands (:class:`Interrupt`): :func:`stopping` then
-names the newest intact checkpoint and the command that resumes it, or says that there is none.
+SIGTERM is Ctrl-C; the process exits 130 (SIGINT) or 143 (SIGTERM). Inside the loop (:class:`SignalCatcher`)
+the first signal lets the step finish, then the loop checkpoints and says how to resume. A second Ctrl-C, or a
+signal at any other moment, stops the run where it stands: :func:`stopping` then names the newest intact
+checkpoint and the command that resumes it, or says that there is none.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingInterrupted(SystemExit):
-    """Ends the process after a SIGINT/SIGTERM with 128 + the signal number (130, 143), as a shell reports
-    a process the signal ended. ``checkpoint``: the one to resume (None: there is none)."""
+    """Ends the process with 128 + the signal number, as a shell reports it; ``checkpoint``: the one to resume."""
 
     def __init__(self, signal_number: int, checkpoint: Path | None, command: str | None):
         super().__init__(128 + signal_number)
@@ -47,9 +44,9 @@ def _handlers(handler):
 
 @contextlib.contextmanager
 def stopping(output_dir: str | os.PathLike, main_process: bool = True):
-    """For a whole training run: a SIGINT or SIGTERM raises :class:`Interrupt` wherever the run stands;
-    when one ends the body, the main process names the newest intact checkpoint of ``output_dir`` and the
-    command that resumes it (or says there is none), and :class:`TrainingInterrupted` ends the process."""
+    """For a whole run: a signal raises :class:`Interrupt` wherever the run stands; the main process then names
+    the newest intact checkpoint of ``output_dir`` and how to resume it, and :class:`TrainingInterrupted` ends
+    the process."""
     with _handlers(raise_interrupt):
         try:
             yield
@@ -62,9 +59,8 @@ def stopping(output_dir: str | os.PathLike, main_process: bool = True):
 
 
 class SignalCatcher:
-    """While entered: the first SIGINT or SIGTERM is remembered (the loop stops after the current
-    optimizer step); a second Ctrl-C raises :class:`Interrupt` at once (a second SIGTERM does not: no
-    user at the keyboard)."""
+    """While entered, the first signal is remembered (the loop stops after this step); a second Ctrl-C raises
+    :class:`Interrupt` at once (a second SIGTERM does not: no user at the keyboard)."""
 
     def __init__(self):
         self.signal_number = 0
@@ -92,17 +88,11 @@ class SignalCatcher:
         return int(accelerator.reduce(flag, "max").item())
 
 
-def interrupted(accelerator, signal_number: int, checkpoint: Path, step: int) -> TrainingInterrupted:
-    """The loop stopped at ``step`` and saved ``checkpoint``: say so and how to resume; the exception that
-    ends the process."""
-    return report(signal_number, checkpoint, step, accelerator.num_processes, accelerator.is_main_process)
-
-
 def report(
     signal_number: int, checkpoint: Path | None, step: int | None, processes: int, main_process: bool
 ) -> TrainingInterrupted:
-    """Print (on the main process) where the run stopped and the command that resumes it from
-    ``checkpoint``, or that there is nothing to resume; the exception that ends the process."""
+    """Print where the run stopped and the command that resumes it (or that there is nothing to resume); the
+    exception that ends the process."""
     name = signal.Signals(signal_number).name
     where = f" at step {step}" if step is not None else ""
     command = None

@@ -1,16 +1,6 @@
-"""A :class:`Task`: what one training job hands the loop (:func:`briskbert.training.engine.loop.run`).
-
-A job (pretraining, classification, QA, distillation, ...) is a small class: its constructor takes the
-job's settings dataclasses and checks its inputs (files, model folders) before anything heavy is loaded;
-the loop then asks it, in this order, to
-
-1. :meth:`~Task.build` the model, the tokenizer, the datasets and their collators (refusing training
-   settings that contradict the job's first),
-2. :meth:`~Task.count_items` of every batch: what the model's loss is a mean over,
-3. :meth:`~Task.evaluate` the model on the evaluation data, and
-4. state its :meth:`~Task.facts`, which the loop saves next to the final model.
-
-Importing this module loads neither torch nor transformers.
+"""A :class:`Task`: what one training job hands the loop (:func:`briskbert.training.engine.loop.run`): it builds
+the model and data, counts the items its loss is a mean over, evaluates, and states its facts. Importing this
+module loads neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -55,26 +45,21 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
-        """The model, tokenizer, datasets and collators. Runs on every process: prepare shared files on the
-        main process first (``accelerator.main_process_first()``). Refuse training settings that contradict
-        the job's (a ``UserError`` naming them) before anything heavy is loaded."""
+        """The model, tokenizer, datasets and collators, on every process (shared files on the main process
+        first); refuse contradicting training settings before anything heavy is loaded."""
 
     def count_items(self, batch: dict) -> int:
-        """What the model's loss is a mean over in ``batch`` (masked tokens, labelled tokens, examples);
-        the loop weighs micro-batches and processes by it."""
+        """What the model's loss is a mean over in ``batch`` (masked tokens, labelled tokens, examples)."""
         return count_examples(batch)
 
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
-        """Metrics over the evaluation data (``training.engine.evaluation.evaluation_loop`` gathers them across
-        processes); None: the loop reports the loss weighted by :meth:`count_items`."""
+        """Metrics over the evaluation data; None: the loop reports the loss weighted by :meth:`count_items`."""
         return None
 
     def finish(self, final_dir) -> None:
-        """A job's last step on the saved ``final/`` folder, after training and before the model card and the
-        manifest are written (called on every process; nothing by default)."""
+        """A job's last step on the saved ``final/`` folder, before the model card (on every process)."""
         return None
 
     @abc.abstractmethod
     def facts(self) -> JobFacts:
-        """What this job says about the model it trains (for its card); asked after :meth:`build` and the
-        training."""
+        """What this job says about the model it trains (for its card), asked after training."""
