@@ -102,32 +102,34 @@ def status_kb(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_hub_command(port: int, data_dir: Path, *flags: str, script: str | None = None) -> list[str]:
+    """``briskbert local-hub`` (or the ``scripts/`` wrapper) on 127.0.0.1:``port``."""
+    program = [str(ROOT / "scripts" / script)] if script else ["-m", "briskbert", "local-hub"]
+    return [sys.executable, *program, "--port", str(port), "--data_dir", str(data_dir), *flags]
+
+
+def wait_until_listening(port: int) -> None:
+    for _ in range(100):
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def server_process(tmp_path):
     """``briskbert local-hub`` in a subprocess: (pid, port). Token TOKEN, user testuser, 1 s read timeout."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
+    command = local_hub_command(port, tmp_path / "d", "--read_timeout_s", "1")
     env = {**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
-    cmd = [
-        sys.executable,
-        "-m",
-        "briskbert",
-        "local-hub",
-        "--port",
-        str(port),
-        "--data_dir",
-        str(tmp_path / "d"),
-    ]
-    proc = subprocess.Popen(
-        [*cmd, "--read_timeout_s", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            time.sleep(0.1)
+        wait_until_listening(port)
         yield proc.pid, port
     finally:
         proc.terminate()

@@ -18,15 +18,19 @@ from pathlib import Path
 import pytest
 from hub_fixtures import (
     COMMIT_HEADER,
-    ROOT,
     TOKEN,
     api,
     client_env,
+    commit,
     file_line,
+    free_port,
+    local_hub_command,
     make_repo,
     make_tiny_bert,
     ndjson,
+    port_of,
     run_client,
+    wait_until_listening,
 )
 
 from briskbert.hub_server import BackgroundHub, HubError, Storage
@@ -36,7 +40,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def call(url: str, method: str = "GET", body=None, headers: dict | None = None, raw: bytes | None = None):
-    """(status, headers, parsed body or bytes)."""
+    """(status, headers, parsed body or bytes) of a request to a full URL (the LFS API hands out URLs)."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
@@ -44,139 +48,88 @@ def call(url: str, method: str = "GET", body=None, headers: dict | None = None, 
             status, h, payload = r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         status, h, payload = e.code, e.headers, e.read()
-    try:
-        return status, h, json.loads(payload)
-    except ValueError:
-        return status, h, payload
+    return status, h, json.loads(payload) if payload.startswith((b"{", b"[")) else payload
 
 
 def head_of(hub, repo="testuser/r", rev="main") -> str:
-    return call(f"{hub.url}/api/models/{repo}/revision/{rev}", headers=AUTH)[2]["sha"]
+    return api(hub, "GET", f"/api/models/{repo}/revision/{rev}")[1]["sha"]
 
 
 def test_repo_lifecycle_and_error_codes(hub):
-    u = hub.url
+    u, create = hub.url, {"name": "r", "organization": "testuser"}
     assert call(f"{u}/api/models/testuser/r")[1]["X-Error-Code"] == "RepoNotFound"
-    status, _, body = call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"})
-    assert status == 401  # writes need the token
-    status, _, body = call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
-    assert status == 200 and body["url"] == f"{u}/testuser/r"
-    status, _, body = call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    assert api(hub, "POST", "/api/repos/create", create, auth=False)[0] == 401  # writes need the token
+    assert api(hub, "POST", "/api/repos/create", create) == (
+        200,
+        {"url": f"{u}/testuser/r", "name": "testuser/r", "id": "testuser/r"},
+    )
+    status, body = api(hub, "POST", "/api/repos/create", create)
     assert status == 409 and body["url"] == f"{u}/testuser/r"  # exist_ok=True reads url from the 409
-    info = call(f"{u}/api/models/testuser/r")[2]
+    info = api(hub, "GET", "/api/models/testuser/r", auth=False)[1]
     assert len(info["sha"]) == 40 and [s["rfilename"] for s in info["siblings"]] == [".gitattributes"]
     assert call(f"{u}/api/models/testuser/r/revision/nope")[1]["X-Error-Code"] == "RevisionNotFound"
 
     head = info["sha"]
-    status, _, body = call(
-        f"{u}/api/models/testuser/r/commit/main",
-        "POST",
-        headers=AUTH,
-        raw=ndjson(
-            {"key": "header", "value": {"summary": "add", "parentCommit": head}},
-            file_line("a/b.txt", b"hello"),
-        ),
+    with_parent = {"key": "header", "value": {"summary": "add", "parentCommit": head}}
+    status, body = api(
+        hub, "POST", "/api/models/testuser/r/commit/main", ndjson(with_parent, file_line("a/b.txt", b"hello"))
     )
     assert status == 200 and len(body["commitOid"]) == 40 and body["commitUrl"].endswith(body["commitOid"])
     # resolve: HEAD carries commit and etag; a missing file says so and still names the commit
     status, h, _ = call(f"{u}/testuser/r/resolve/main/a/b.txt", "HEAD")
-    assert (
-        status == 200
-        and h["X-Repo-Commit"] == body["commitOid"]
-        and h["ETag"] == f'"{git_blob_oid(b"hello")}"'
-    )
+    assert (status, h["X-Repo-Commit"], h["ETag"]) == (200, body["commitOid"], f'"{git_blob_oid(b"hello")}"')
     assert h["Content-Length"] == "5"
     status, h, _ = call(f"{u}/testuser/r/resolve/main/missing.txt", "HEAD")
     assert status == 404 and h["X-Error-Code"] == "EntryNotFound" and h["X-Repo-Commit"] == body["commitOid"]
-    # a stale parent is refused and changes nothing
-    status, h, _ = call(
-        f"{u}/api/models/testuser/r/commit/main",
-        "POST",
-        headers=AUTH,
-        raw=ndjson(
-            {"key": "header", "value": {"summary": "x", "parentCommit": head}}, file_line("c.txt", b"x")
-        ),
+    # a stale parent is refused and changes nothing; deleting a missing file is an EntryNotFound
+    assert (
+        api(hub, "POST", "/api/models/testuser/r/commit/main", ndjson(with_parent, file_line("c.txt")))[0]
+        == 412
     )
-    assert status == 412 and head_of(hub) == body["commitOid"]
-    # deleting a missing file is an EntryNotFound
-    status, h, _ = call(
-        f"{u}/api/models/testuser/r/commit/main",
-        "POST",
-        headers=AUTH,
-        raw=ndjson(
-            {"key": "header", "value": {"summary": "x"}},
-            {"key": "deletedFile", "value": {"path": "nope.txt"}},
-        ),
-    )
-    assert status == 404 and h["X-Error-Code"] == "EntryNotFound"
-    tree = call(f"{u}/api/models/testuser/r/tree/main?recursive=false")[2]
+    assert head_of(hub) == body["commitOid"]
+    assert commit(hub, "testuser/r", {"key": "deletedFile", "value": {"path": "nope.txt"}})[0] == 404
+    tree = api(hub, "GET", "/api/models/testuser/r/tree/main?recursive=false")[1]
     assert [(e["type"], e["path"]) for e in tree] == [("file", ".gitattributes"), ("directory", "a")]
     # a deleted folder takes every file under it, and only those (not a sibling whose name starts alike)
-    commit = ndjson(
-        {"key": "header", "value": {"summary": "x"}}, file_line("a/c/d.txt", b"d"), file_line("ab.txt", b"e")
-    )
-    assert call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=commit)[0] == 200
-    drop = ndjson(
-        {"key": "header", "value": {"summary": "x"}}, {"key": "deletedFolder", "value": {"path": "a"}}
-    )
-    assert call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=drop)[0] == 200
-    tree = call(f"{u}/api/models/testuser/r/tree/main?recursive=true")[2]
+    assert commit(hub, "testuser/r", file_line("a/c/d.txt", b"d"), file_line("ab.txt", b"e"))[0] == 200
+    drop = {"key": "deletedFolder", "value": {"path": "a"}}
+    assert commit(hub, "testuser/r", drop)[0] == 200
+    tree = api(hub, "GET", "/api/models/testuser/r/tree/main?recursive=true")[1]
     assert [e["path"] for e in tree if e["type"] == "file"] == [".gitattributes", "ab.txt"]
-    status, h, _ = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=drop)
-    assert status == 404 and h["X-Error-Code"] == "EntryNotFound"
-    assert call(f"{u}/api/repos/delete", "DELETE", {"name": "r", "organization": "testuser"}, AUTH)[0] == 200
-    assert call(f"{u}/api/models/testuser/r")[0] == 404
+    assert commit(hub, "testuser/r", drop)[0] == 404
+    assert api(hub, "DELETE", "/api/repos/delete", create)[0] == 200
+    assert api(hub, "GET", "/api/models/testuser/r")[0] == 404
 
 
 def test_validate_yaml_answers_json(hub):
-    ok = call(
-        f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: mit\n---\nhi", "repoType": "model"}
-    )
-    assert ok[0] == 200 and ok[2] == {"errors": [], "warnings": []}
-    # values the Hub lists accept, including the ones older lists lacked
-    for meta in ("license: cc-by-nc-nd-4.0", "license: llama3.1", "pipeline_tag: text-ranking"):
-        assert call(f"{hub.url}/api/validate-yaml", "POST", {"content": f"---\n{meta}\n---\n"})[2] == {
-            "errors": [],
-            "warnings": [],
-        }
-    # unknown values warn, they do not reject
-    unknown = call(
-        f"{hub.url}/api/validate-yaml",
-        "POST",
-        {"content": "---\nlicense: not-a-license\npipeline_tag: dancing\n---\n", "repoType": "model"},
-    )
-    assert unknown[0] == 200 and unknown[2]["errors"] == [] and len(unknown[2]["warnings"]) == 2
-    bad = call(f"{hub.url}/api/validate-yaml", "POST", {"content": "---\nlicense: [1, 2]\n---\n"})
-    assert bad[0] == 400 and "license" in bad[2]["errors"][0]["message"]
+    def validate(meta: str):
+        return api(
+            hub, "POST", "/api/validate-yaml", {"content": f"---\n{meta}\n---\nhi", "repoType": "model"}
+        )
+
+    assert validate("license: mit") == (200, {"errors": [], "warnings": []})
+    status, unknown = validate("license: not-a-license\npipeline_tag: dancing")  # unknown values warn
+    assert status == 200 and unknown["errors"] == [] and len(unknown["warnings"]) == 2
+    status, bad = validate("license: [1, 2]")
+    assert status == 400 and "license" in bad["errors"][0]["message"]
 
 
 def test_lfs_upload_is_presigned_and_checked(lfs_hub):
-    u = lfs_hub.url
-    call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
+    make_repo(lfs_hub)
     data = b"\0binary" * 100
-    oid = hashlib.sha256(data).hexdigest()
-    batch = call(
-        f"{u}/testuser/r.git/info/lfs/objects/batch",
-        "POST",
-        {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]},
-        {**AUTH, "Content-Type": "application/vnd.git-lfs+json"},
-    )[2]
-    href = batch["objects"][0]["actions"]["upload"]["href"]
+    request = {
+        "operation": "upload",
+        "objects": [{"oid": hashlib.sha256(data).hexdigest(), "size": len(data)}],
+    }
+    actions = api(lfs_hub, "POST", "/testuser/r.git/info/lfs/objects/batch", request)[1]["objects"][0][
+        "actions"
+    ]
+    href = actions["upload"]["href"]
     assert call(href.replace("sig=", "sig=0"), "PUT", raw=data)[0] == 403  # tampered signature
     assert call(href, "PUT", raw=data[:-1] + b"!")[0] == 400  # content does not match the oid
     assert call(href, "PUT", raw=data)[0] == 200  # no auth header, like a pre-signed URL
-    assert (
-        call(batch["objects"][0]["actions"]["verify"]["href"], "POST", {"oid": oid, "size": len(data)}, AUTH)[
-            0
-        ]
-        == 200
-    )
-    again = call(
-        f"{u}/testuser/r.git/info/lfs/objects/batch",
-        "POST",
-        {"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]},
-        AUTH,
-    )[2]
+    assert call(actions["verify"]["href"], "POST", request["objects"][0], AUTH)[0] == 200
+    again = api(lfs_hub, "POST", "/testuser/r.git/info/lfs/objects/batch", request)[1]
     assert "actions" not in again["objects"][0]  # already stored: nothing to upload
 
 
@@ -192,34 +145,29 @@ def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch)
         real(source, target, **kwargs)
 
     monkeypatch.setattr(os, "replace", crash_on_refs)
-    data = b"new"
-    entry = FileEntry("f.txt", st.put_bytes(data), 3, git_blob_oid(data), False)
+    entry = FileEntry("f.txt", st.put_bytes(b"new"), 3, git_blob_oid(b"new"), False)
     with pytest.raises(OSError):
         st.commit("model", "testuser/r", "main", [AddFile(entry)], "t", "", "u")
     assert st.resolve("model", "testuser/r", "main") == head
     assert "f.txt" not in st.files("model", "testuser/r", head)
-    with pytest.raises(HubError):
-        st.commit(
-            "model",
-            "testuser/r",
-            "main",
-            [AddFile(FileEntry("g.txt", "0" * 64, 1, "0" * 40, False))],
-            "t",
-            "",
-            "u",
-        )  # content never uploaded
+    assert len(list((tmp_path / "repos").glob("*/*/*/commits/*.json"))) == 1  # the initial commit only
+    never_uploaded = FileEntry("g.txt", "0" * 64, 1, "0" * 40, False)
+    with pytest.raises(HubError, match="never uploaded"):
+        st.commit("model", "testuser/r", "main", [AddFile(never_uploaded)], "t", "", "u")
 
 
 @pytest.mark.parametrize("kind", ["500", "drop", "stall"])
 def test_fault_modes_leave_the_repo_unchanged(hub, kind):
-    u = hub.url
-    call(f"{u}/api/repos/create", "POST", {"name": "r", "organization": "testuser"}, AUTH)
-    head = head_of(hub)
+    head = make_repo(hub)
     hub.set_fault({"step": "commit", "kind": kind, "times": 1, "stall_s": 0.5})
-    body = ndjson({"key": "header", "value": {"summary": "x"}}, file_line("f.txt", b"x"))
-    conn = http.client.HTTPConnection("127.0.0.1", int(u.rsplit(":", 1)[1]), timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", port_of(hub), timeout=5)
     t0 = time.time()
-    conn.request("POST", "/api/models/testuser/r/commit/main", body=body, headers=AUTH)
+    conn.request(
+        "POST",
+        "/api/models/testuser/r/commit/main",
+        body=ndjson(COMMIT_HEADER, file_line("f.txt")),
+        headers=AUTH,
+    )
     if kind == "500":
         assert conn.getresponse().status == 500
     else:
@@ -228,39 +176,18 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
         assert (time.time() - t0 >= 0.5) == (kind == "stall")
     conn.close()
     assert head_of(hub) == head  # nothing happened
-    status, _, ok = call(f"{u}/api/models/testuser/r/commit/main", "POST", headers=AUTH, raw=body)
+    status, ok = commit(hub, "testuser/r", file_line("f.txt"))
     assert status == 200 and head_of(hub) == ok["commitOid"]  # fault used up: the retry goes through
 
 
-def test_cli_starts_the_server(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "local_hub.py"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--data_dir",
-            str(tmp_path / "d"),
-            "--token",
-            TOKEN,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def test_cli_starts_the_server_and_never_prints_the_token(tmp_path):
+    port = free_port()
+    command = local_hub_command(port, tmp_path / "d", "--token", TOKEN, script="local_hub.py")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(100):
-            try:
-                status, _, body = call(f"http://127.0.0.1:{port}/api/whoami-v2", headers=AUTH)
-                break
-            except OSError:
-                time.sleep(0.1)
-        assert status == 200 and body["name"] == "testuser"
+        wait_until_listening(port)
+        status, me = api(port, "GET", "/api/whoami-v2")
+        assert status == 200 and me["name"] == "testuser"
     finally:
         proc.terminate()
         out = proc.communicate(timeout=10)[0]
@@ -408,18 +335,9 @@ def test_a_port_in_use_is_one_line_naming_it_and_nothing_is_served(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        command = [
-            sys.executable,
-            "-m",
-            "briskbert",
-            "local-hub",
-            "--port",
-            str(port),
-            "--data_dir",
-            str(tmp_path),
-        ]
+        env = {**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
         proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=60, env={**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
+            local_hub_command(port, tmp_path), capture_output=True, text=True, timeout=60, env=env
         )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.strip() == (
