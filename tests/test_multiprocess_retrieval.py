@@ -12,27 +12,11 @@ import sys
 
 import pytest
 import torch
+from test_retrieval import PAIRS
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import embed_batch
-from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, DualEncoder, Pair, PairCollator
-
-
-def _tiny_encoder(tokenizer, dropout: float):
-    from briskbert.modeling import BriskBertConfig, BriskBertModel
-
-    torch.manual_seed(0)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=len(tokenizer),
-        max_position_embeddings=512,
-        hidden_size=32,
-        intermediate_size=64,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-    )
-    return BriskBertModel(config)
-
+from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, DualEncoder, PairCollator
 
 GATHER_WORKER = """
 import json
@@ -81,21 +65,16 @@ def test_gathered_embeddings_carry_the_gradient_of_the_whole_loss(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ cached gradients
-PAIRS = [
-    Pair("who wrote les miserables?", "Victor Hugo wrote Les Miserables in 1862."),
-    Pair("where is the eiffel tower?", "The Eiffel Tower stands in Paris, on the Champ de Mars."),
-    Pair("what do bees make?", "Bees collect nectar and turn it into honey."),
-    Pair("how tall is everest?", "Mount Everest is 8,849 metres high."),
-]
-
-
-def test_cached_gradients_replay_the_dropout_of_the_first_pass(tokenizer):
+def test_cached_gradients_replay_the_dropout_of_the_first_pass(tokenizer, tiny_model):
     """With dropout on, the cached-gradient path must give the gradients of the same mini-batches encoded with
     a graph, in the same order from the same random state: its second pass re-draws the first pass's masks.
     Without the replay (other masks in the second pass) the gradients differ, which this test would see."""
+    from briskbert.modeling import BriskBertModel
+
     batch = PairCollator(tokenizer, max_query_length=16, max_passage_length=32)(PAIRS)
     spec, size = EmbeddingSpec("mean", True, 32), 3
-    encoder = _tiny_encoder(tokenizer, dropout=0.2)
+    dropout = dict(hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
+    encoder = tiny_model(BriskBertModel, hidden_size=32, intermediate_size=64, **dropout)
     cached = DualEncoder(encoder, spec, ContrastiveLossSpec(mini_batch_size=size)).train()
     reference = copy.deepcopy(cached)
 
