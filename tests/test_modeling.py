@@ -1,11 +1,10 @@
 """BriskBert model core: every architecture option, the heads, and the transformers contract."""
 
-import inspect
 import json
 
 import pytest
 import torch
-from transformers import BertConfig, DynamicCache, ModernBertConfig, ModernBertForMaskedLM
+from transformers import BertConfig, DynamicCache, ModernBertConfig
 from transformers.loss.loss_utils import ForMaskedLMLoss
 
 from briskbert.modeling import (
@@ -238,34 +237,6 @@ def test_attentions_and_hidden_states_are_returned():
     assert outputs.attentions[1][0, :, 0, 5:].abs().max() == 0  # local layer: position 0 sees 0..3 only
     tuple_output = model(input_ids, attention_mask=attention_mask, return_dict=False)
     torch.testing.assert_close(tuple_output[0], outputs.last_hidden_state)
-
-
-def test_forward_kwargs_are_transformers_kwargs_so_its_tests_see_output_attentions():
-    """transformers' common model tests (`_can_output_attn` in tests/test_modeling_common.py, written out here)
-    decide whether a model can return attentions from `forward`'s signature: an `output_attentions` parameter or
-    `**kwargs: Unpack[TransformersKwargs]`, as transformers' own encoders declare them."""
-
-    def can_output_attn(model_class):
-        parameters = inspect.signature(model_class.forward).parameters
-        if "output_attentions" in parameters:
-            return True
-        try:
-            return "output_attentions" in parameters["kwargs"].annotation.__args__[0].__annotations__
-        except (KeyError, AttributeError):
-            return False
-
-    models = [
-        BriskBertModel,
-        BriskBertForMaskedLM,
-        BriskBertForPreTraining,
-        BriskBertForNextSentencePrediction,
-        BriskBertForSequenceClassification,
-        BriskBertForTokenClassification,
-        BriskBertForQuestionAnswering,
-        BriskBertForMultipleChoice,
-    ]
-    assert [cls.__name__ for cls in models if not can_output_attn(cls)] == []
-    assert can_output_attn(ModernBertForMaskedLM)  # the reference the convention comes from
 
 
 DECODER_MESSAGE = "is not supported: BriskBert is an encoder-only model"
@@ -535,32 +506,17 @@ def test_invalid_configs_name_the_problem(fields, message):
 
 
 def test_defaults_are_bert_base():
-    from transformers import BertConfig
-
-    ours, bert = BriskBertConfig(), BertConfig()
-    for field in (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "max_position_embeddings",
-        "type_vocab_size",
-        "initializer_range",
-        "layer_norm_eps",
-        "pad_token_id",
-    ):
-        assert getattr(ours, field) == getattr(bert, field), field
-    assert (ours.position_embedding_type, ours.norm_type, ours.norm_position, ours.mlp_type) == (
+    ours, bert = BriskBertConfig().to_dict(), BertConfig().to_dict()
+    shared = set(ours) & set(bert) - {"model_type"}
+    assert {name: ours[name] for name in shared} == {name: bert[name] for name in shared}
+    assert "vocab_size" in shared and "layer_norm_eps" in shared and "type_vocab_size" in shared
+    assert (ours["position_embedding_type"], ours["norm_type"], ours["norm_position"], ours["mlp_type"]) == (
         "absolute",
         "layernorm",
         "post",
         "mlp",
     )
-    assert ours.num_key_value_heads == ours.num_attention_heads and ours.sliding_window is None
+    assert ours["num_key_value_heads"] == ours["num_attention_heads"] and ours["sliding_window"] is None
 
 
 def test_presets():

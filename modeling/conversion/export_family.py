@@ -159,10 +159,10 @@ def _effective(options: dict) -> dict:
     )
 
 
-def family_weights(target: TargetFamily, suffix: str, family_model, ours_model) -> dict:
-    """The family model's state dict filled with BriskBert's weights, by the import's name map read backwards;
-    refuses a BriskBert weight the family has no place for."""
-    theirs, mine = family_model.state_dict(), ours_model.state_dict()
+def family_weights(target: TargetFamily, suffix: str, family_model, mine: dict, tied: set) -> dict:
+    """The family model's state dict filled with BriskBert's weights `mine` (named as in a head: "model.layers..."),
+    by the import's name map read backwards; refuses a weight the family has no place for (bar the `tied` ones)."""
+    theirs = family_model.state_dict()
     state, used = dict(theirs), set()
     for name, (ours_name, part) in name_map(target.source, suffix, theirs).items():
         if ours_name not in mine:
@@ -171,7 +171,6 @@ def family_weights(target: TargetFamily, suffix: str, family_model, ours_model) 
             )
         state[name] = mine[ours_name] if part is None else mine[ours_name].chunk(3, dim=0)[part]
         used.add(ours_name)
-    tied = set(ours_model._tied_weights_keys or {}) if ours_model.config.tie_word_embeddings else set()
     unused = sorted(set(mine) - used - tied)
     if unused:
         raise CheckpointMismatchError(f"{target.prefix} has no place for the weights {unused}.")
@@ -244,9 +243,11 @@ def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[
     ours = getattr(modeling_briskbert, class_name).from_pretrained(model_dir, dtype=torch.float32).eval()
     family_class = getattr(transformers, f"{target.prefix}{suffix}")
     family_model = family_class(theirs).eval()
-    bare = class_name == "BriskBertModel"
-    named = _Prefixed(ours) if bare else ours
-    family_model.load_state_dict(family_weights(target, suffix, family_model, named), strict=True)
+    mine = ours.state_dict()
+    if class_name == "BriskBertModel":  # the bare encoder's names lack the heads' "model." prefix
+        mine = {f"model.{name}": value for name, value in mine.items()}
+    tied = set(ours._tied_weights_keys or {}) if config.tie_word_embeddings else set()
+    family_model.load_state_dict(family_weights(target, suffix, family_model, mine, tied), strict=True)
     with staged_folder(output_dir) as staging:
         family_model.save_pretrained(staging)
         _save_plain_tokenizer(tokenizer, staging)
@@ -266,14 +267,3 @@ def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[
                 f"{family_class.__name__} differs from {model_dir} by {difference:.1e}, more than {OUTPUT_TOLERANCE:g}."
             )
     return family_class.__name__, difference
-
-
-class _Prefixed:
-    """A bare BriskBertModel seen with its heads' names ("model.layers...") for `family_weights`."""
-
-    def __init__(self, model):
-        self.config, self._tied_weights_keys = model.config, {}
-        self._state = {f"model.{name}": value for name, value in model.state_dict().items()}
-
-    def state_dict(self):
-        return self._state
