@@ -18,18 +18,10 @@ from briskbert.hub_cards.model_files import IncompleteModelFolder, OutsideTheFol
 from briskbert.hub_cards.publishing import PublishError, SecretsFound, publish
 from briskbert.hub_server import BackgroundHub
 
-MODEL_FILES = [
-    "README.md",
-    "config.json",
-    "configuration_briskbert.py",
-    "model.safetensors",
-    "modeling_briskbert.py",
-    "pipeline_question_answering.py",
-    "tokenization_briskbert.py",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.txt",
-]
+MODEL_FILES = set(
+    "README.md config.json configuration_briskbert.py model.safetensors modeling_briskbert.py "
+    "pipeline_question_answering.py tokenization_briskbert.py tokenizer.json tokenizer_config.json vocab.txt".split()
+)
 
 
 NOWHERE = "http://127.0.0.1:9"  # a closed port: a publish that contacts it fails with another error
@@ -81,21 +73,30 @@ def test_incomplete_folder_is_refused_with_what_is_missing(tmp_path):
     assert "tokenizer" in missing
 
 
-def test_dry_run_lists_exactly_the_model_files_and_the_card(folder):
-    lines = []
-    # the endpoint is a closed port: a dry run must not touch it
+def test_dry_run_lists_the_model_files_and_the_card_and_what_is_left_out_once_each(folder, tmp_path):
+    """The folder's own README.md is replaced by the card, said once; the rest is left out with its reason."""
+    copy = shutil.copytree(folder, tmp_path / "readme")
+    (copy / "README.md").write_text("# my own notes\n")
+    (copy / "manifest.json").write_text("{}")
+    lines = []  # the endpoint is a closed port: a dry run must not touch it
     result = publish(
-        folder, "testuser/sst2", tag="v1", dry_run=True, endpoint=NOWHERE, token=TOKEN, log=lines.append
+        copy, "testuser/sst2", tag="v1", dry_run=True, endpoint=NOWHERE, token=TOKEN, log=lines.append
     )
     out = "\n".join(lines)
     # the model files, plus any further remote-code module the model file imports
-    assert set(MODEL_FILES) <= set(result.files)
-    assert all(f in MODEL_FILES or f.endswith(".py") for f in result.files)
-    assert set(result.skipped) == {".env", "logs/train.log", "training_facts.json"}
-    assert set(result.training_state) == {"checkpoint-10/model.safetensors", "optimizer.pt"}
-    assert "(include_training_state uploads it): checkpoint-10/model.safetensors, optimizer.pt" in out
-    assert "---- README.md ----" in out and 'revision = "v1"' in out and "model.safetensors" in out
-    assert result.commit_id is None
+    assert MODEL_FILES <= set(result.files) and all(
+        f in MODEL_FILES or f.endswith(".py") for f in result.files
+    )
+    assert f"  README.md  ({len(result.card.encode()):,} bytes, the card shown below)" in lines
+    assert "Not uploaded: the folder's own README.md (the card shown below takes its place)" in lines
+    assert "(include_training_state uploads it): checkpoint-10/model.safetensors, optimizer.pt" in lines[-4]
+    assert lines[-3].endswith(
+        "(include uploads them): .env, logs/train.log, manifest.json, training_facts.json"
+    )
+    assert out.count("README.md") == 3 + result.card.count("README.md")  # the listing, the note, the header
+    assert (
+        lines[-1].startswith("---- README.md ----") and 'revision = "v1"' in out and result.commit_id is None
+    )
     assert_no_token_anywhere(out, result.card)
     # explicitly asked for: extra files come along
     extra = publish(
@@ -301,18 +302,33 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub)
     assert hub.server.storage.refs("model", "testuser/sst2") == refs  # refused before any write
 
 
-def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
-    """Verification runs on a staging branch; a failure leaves main (and the tags) where they were and says so
-    in one line; a pass commits exactly the verified files to main, then tags that commit. No staging branch
-    is left behind either way."""
+def test_main_only_ever_holds_verified_content(folder, hub, tmp_path, monkeypatch):
+    """Verification runs on a staging branch, which serves the files by its name and the commit's id (read with
+    the real client over HTTP); a failure leaves main (and the tags) where they were, says so in one line, and
+    leaves neither way to the staged commit; a pass commits exactly the verified files to main, then tags that
+    commit. No staging branch is left behind either way."""
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import RevisionNotFoundError
+
     opts = dict(token=TOKEN, endpoint=hub.url)
     hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
     before = head(hub)
-    verified, lines = [], []
+    client, verified, staged, lines = HfApi(endpoint=hub.url, token=TOKEN), [], [], []
+
+    def download(revision, cache):
+        path = hf_hub_download(
+            "testuser/sst2", "config.json", revision=revision, endpoint=hub.url, cache_dir=tmp_path / cache
+        )
+        return Path(path).read_bytes()
 
     def verify(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
         assert head(hub) == before  # main has not moved while its next content is being verified
+        branch = next(b.name for b in client.list_repo_refs(repo_id).branches if b.name != "main")
+        staged.extend([branch, commit_id])
+        assert (
+            download(commit_id, "id") == download(branch, "branch") == (folder / "config.json").read_bytes()
+        )
         return {"ok": False, "error": "broken"}
 
     monkeypatch.setattr(publishing, "verify_commit", verify)
@@ -325,6 +341,9 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
         in lines
     )
     assert "README.md" in verified[0]
+    for revision in staged:  # the staging branch, the staged commit's id
+        with pytest.raises(RevisionNotFoundError):
+            download(revision, f"after-{revision}")
 
     def passes(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
@@ -590,43 +609,6 @@ def test_a_shard_outside_the_folder_is_refused(folder, tmp_path):
         publish(copy, "testuser/sst2", dry_run=True, log=lambda *_: None)
 
 
-def test_a_commit_that_fails_verification_is_out_of_reach(folder, hub, tmp_path, monkeypatch):
-    """Read with the real huggingface_hub client over HTTP: while verification runs, the staged commit serves
-    the files by its branch and its id; once it has failed, neither serves them (the commit id did, with
-    its auto_map's outside code)."""
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import RevisionNotFoundError
-
-    client, staged = HfApi(endpoint=hub.url, token=TOKEN), []
-
-    def download(revision, cache):
-        path = hf_hub_download(
-            "testuser/sst2",
-            "config.json",
-            revision=revision,
-            endpoint=hub.url,
-            token=TOKEN,
-            cache_dir=tmp_path / cache,
-        )
-        return Path(path).read_bytes()
-
-    def verify(repo_id, commit_id, **_):
-        branch = next(b.name for b in client.list_repo_refs(repo_id).branches if b.name != "main")
-        staged.extend([branch, commit_id])
-        assert (
-            download(commit_id, "id") == download(branch, "branch") == (folder / "config.json").read_bytes()
-        )
-        return {"ok": False, "error": "broken"}
-
-    monkeypatch.setattr(publishing, "verify_commit", verify)
-    result = publish(folder, "testuser/sst2", token=TOKEN, endpoint=hub.url, log=lambda *_: None)
-    assert not result.verified and result.commit_id is None and len(staged) == 2
-    assert "config.json" not in client.list_repo_files("testuser/sst2")  # main never held it
-    for revision in staged:  # the staging branch, the staged commit's id
-        with pytest.raises(RevisionNotFoundError):
-            download(revision, f"after-{revision}")
-
-
 def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub):
     from huggingface_hub import HfApi
 
@@ -649,20 +631,3 @@ def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub
         "testuser/sst2"
     )
     assert "Deleting from main (not in the folder; delete_missing): onnx/model.onnx" in lines
-
-
-def test_the_dry_run_lists_the_upload_and_what_is_left_out_once_each(folder, tmp_path):
-    """``README.md (3,143 bytes)`` was listed for upload and then as "Left out: README.md, manifest.json":
-    the folder's own README.md is replaced by the card, said once; the rest is left out with its reason."""
-    copy = shutil.copytree(folder, tmp_path / "readme")
-    (copy / "README.md").write_text("# my own notes\n")
-    (copy / "manifest.json").write_text("{}")
-    lines = []
-    result = publish(copy, "testuser/sst2", dry_run=True, log=lines.append)
-    out = "\n".join(lines)
-    assert "README.md" not in result.skipped and result.files["README.md"] == len(result.card.encode())
-    assert f"  README.md  ({len(result.card.encode()):,} bytes, the card shown below)" in lines
-    assert "Not uploaded: the folder's own README.md (the card shown below takes its place)" in lines
-    left_out = next(line for line in lines if line.startswith("Left out, not model files"))
-    assert left_out.endswith("uploads them): .env, logs/train.log, manifest.json, training_facts.json")
-    assert out.count("README.md") == 3 + result.card.count("README.md")  # the listing, the note, the header
