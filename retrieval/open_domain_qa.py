@@ -73,8 +73,6 @@ class RankedPassages:
     rankings: dict[str, list[str]]
     logits: dict[str, list[float]]
     retrieval: Retrieved
-    fusion_weight: float | None = None
-    lexical_weight: float = 0.0
 
 
 def load_reader(
@@ -114,7 +112,7 @@ def rank_passages(
         )
         by_passage = dict(zip(retrieved.rankings[qid][:head], fused))
         logits[qid] = [by_passage[pid] for pid in ranking[:head]]
-    return RankedPassages(rankings, logits, retrieved, reranker.fusion_weight, reranker.lexical_weight)
+    return RankedPassages(rankings, logits, retrieved)
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -258,11 +256,11 @@ def evaluate_open_domain_qa(
         "num_questions": len(task.query_ids),
         "num_passages": len(task.corpus_ids),
         "reranked": reranker is not None,
-        "fusion_weight": ranked.fusion_weight,
-        "lexical_weight": ranked.lexical_weight,
+        "fusion_weight": reranker.fusion_weight if reranker else None,
+        "lexical_weight": reranker.lexical_weight if reranker else 0.0,
         "reader_on_gold_paragraph": on_gold,
         "seconds_per_question": round(elapsed / len(task.query_ids), 4),
-        **_ranking_metrics(ranked, task, reranker is not None),
+        **_ranking_metrics(ranked, task, reranker),
     }
     all_answers = {}
     for depth in read_depths:
@@ -280,13 +278,13 @@ def evaluate_open_domain_qa(
     return metrics, all_answers
 
 
-def _ranking_metrics(ranked: RankedPassages, task: RetrievalTask, reranked: bool) -> dict:
+def _ranking_metrics(ranked: RankedPassages, task: RetrievalTask, reranker) -> dict:
     metrics = {"retrieval": retrieval_metrics(ranked.retrieval.rankings, task.qrels)}
-    if reranked:
+    if reranker is not None:
         metrics["ranking"] = retrieval_metrics(ranked.rankings, task.qrels)
         shortfall = ranking_shortfall(metrics["retrieval"], metrics["ranking"])
         if shortfall:
             from briskbert.retrieval.fusion import reranking_warning
 
-            metrics["warning"] = reranking_warning(shortfall, ranked.fusion_weight)
+            metrics["warning"] = reranking_warning(shortfall, reranker.fusion_weight)
     return metrics

@@ -32,7 +32,6 @@ from briskbert.retrieval.index_settings import (
     check_faiss,
 )
 from briskbert.training.data.task_data import DataError
-from briskbert.training.tasks.settings import check_at_least
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.txt"
@@ -130,9 +129,6 @@ class BuildOptions:
     batch_size: int = 64
     keep_embeddings: bool = False
     overwrite: bool = False
-
-    def __post_init__(self):
-        check_at_least(self, 1, "shard_size", "batch_size")
 
 
 def build_index(

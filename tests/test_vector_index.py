@@ -63,8 +63,8 @@ def encoder(encoder_dir):
 
 @pytest.fixture(scope="module")
 def passages_file(tmp_path_factory):
-    """300 WikiText lines, a few of them blank (skipped; ids stay line numbers)."""
-    lines = [line for line in Path(WIKITEXT).read_text(encoding="utf-8").splitlines() if line.strip()][:300]
+    """160 WikiText lines, a few of them blank (skipped; ids stay line numbers)."""
+    lines = [line for line in Path(WIKITEXT).read_text(encoding="utf-8").splitlines() if line.strip()][:160]
     lines[10:10] = ["", "   "]
     path = tmp_path_factory.mktemp("passages") / "passages.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -95,7 +95,7 @@ QUESTIONS = ["When was the album released?", "Who commanded the army?", "What is
 def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_dir, passages_file, tmp_path):
     source = PassageSource(passages_file=passages_file)
     config = _build(source, encoder, encoder_dir, tmp_path / "index")
-    assert config["num_passages"] == 300 and config["encoder"]["pooling"] == "mean"
+    assert config["num_passages"] == 160 and config["encoder"]["pooling"] == "mean"
     assert not (tmp_path / "index" / "embeddings").exists()  # shards go once indexed
     ids = (tmp_path / "index" / "ids.txt").read_text().splitlines()
     assert ids[:12] == [*map(str, range(1, 11)), "13", "14"]  # line numbers; blank lines 11-12 skipped
@@ -126,11 +126,11 @@ def test_an_interrupted_build_continues_from_its_last_shard(
     encoder, encoder_dir, passages_file, tmp_path, monkeypatch
 ):
     source = PassageSource(passages_file=passages_file)
-    monkeypatch.setattr(vector_index, "encode_texts", CountingEncoder(stop_at=3))
+    monkeypatch.setattr(vector_index, "encode_texts", CountingEncoder(stop_at=2))
     with pytest.raises(KeyboardInterrupt):
         _build(source, encoder, encoder_dir, tmp_path / "index")
     shards = sorted(p.name for p in (tmp_path / "index" / "embeddings").glob("*"))
-    assert shards == ["00000.ids", "00000.npy", "00001.ids", "00001.npy", "00002.ids", "00002.npy"]
+    assert shards == ["00000.ids", "00000.npy", "00001.ids", "00001.npy"]
     assert not (tmp_path / "index" / "index_config.json").exists()
 
     # Other arguments must not continue it...
@@ -140,12 +140,12 @@ def test_an_interrupted_build_continues_from_its_last_shard(
     resumed = CountingEncoder()
     monkeypatch.setattr(vector_index, "encode_texts", resumed)
     _build(source, encoder, encoder_dir, tmp_path / "index")
-    assert resumed.shards == [64, 44]  # 300 - 3 x 64 passages
+    assert resumed.shards == [32]  # 160 - 2 x 64 passages
     _build(source, encoder, encoder_dir, tmp_path / "whole")
     resumed_index, whole_index = load_index(str(tmp_path / "index")), load_index(str(tmp_path / "whole"))
     assert resumed_index.ids == whole_index.ids
     np.testing.assert_allclose(
-        resumed_index.index.reconstruct_n(0, 300), whole_index.index.reconstruct_n(0, 300), atol=1e-6
+        resumed_index.index.reconstruct_n(0, 160), whole_index.index.reconstruct_n(0, 160), atol=1e-6
     )
 
 
@@ -154,7 +154,7 @@ def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passa
     model, tokenizer, spec = encoder
     ids, texts = zip(*vector_index.iter_passages(source))
     passages = encode_texts(model, tokenizer, list(texts), spec)
-    queries = passages[::15]  # each of these passages must find itself (or a passage as close) first
+    queries = passages[::8]  # each of these passages must find itself (or a passage as close) first
     exact_scores, exact_rows = exact_search(queries, passages, 10)
     expected = [[ids[row] for row in found] for found in exact_rows.tolist()]
 
@@ -166,7 +166,7 @@ def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passa
     # IVF-PQ's scores are approximations of the inner products of the passages it returns: close to them when
     # each id belongs to its vector (an untrained encoder's embeddings are too alike for a recall test).
     config = _build(source, encoder, encoder_dir, tmp_path / "ivfpq", IndexSettings("ivfpq", pq_bits=4))
-    assert config["settings"]["ivf_nlist"] == 7 and config["settings"]["pq_m"] == 16  # 300 // 39; 128 / 8
+    assert config["settings"]["ivf_nlist"] == 4 and config["settings"]["pq_m"] == 16  # 160 // 39; 128 / 8
     found, scores = search_index(str(tmp_path / "ivfpq"), queries, 10)
     row = {passage_id: index for index, passage_id in enumerate(ids)}
     true_scores = torch.stack(

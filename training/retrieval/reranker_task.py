@@ -4,6 +4,7 @@ groups (:mod:`.reranking`), then the weights that fuse it with the retriever, ch
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,13 +90,12 @@ def training_sets(
     else:
         validation_pairs = load_pairs(validation.validation_file, validation.validation_articles)
     pairs = pairs[: data.max_train_samples]
-    retrievers = {}
 
+    @functools.cache  # negatives_from and fusion_retriever are often the same encoder
     def retriever(name):
-        if name not in retrievers:
-            retrievers[name] = load_retriever(name, batch_size=batch_size)
-            retrievers[name].encoder.to(device)
-        return retrievers[name]
+        loaded = load_retriever(name, batch_size=batch_size)
+        loaded.encoder.to(device)
+        return loaded
 
     if data.negatives_from is None:
         pools = random_negative_pools(pairs, data.pool_size, seed)
