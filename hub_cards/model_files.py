@@ -173,9 +173,8 @@ def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
 def _weights(folder: Path, missing: list[str]) -> list[str]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = read_json_object(index, "model_dir", "save the model with save_pretrained").get(
-            "weight_map"
-        )
+        index_json = read_json_object(index, "model_dir", "save the model with save_pretrained")
+        weight_map = index_json.get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(s, str) for s in weight_map.values()):
             raise CardError(f"{index} has no 'weight_map' of tensor -> file")
         shards = sorted(set(weight_map.values()))
