@@ -16,6 +16,8 @@ REPO_TYPES = ("model", "dataset", "space", "kernel")
 # digit; no '--' or '..' (the client refuses both), no '.git' suffix (in any case).
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
 _HEX40_RE = re.compile(r"[0-9a-fA-F]{40}")
+COMMIT_ID_RE = re.compile(r"[0-9a-f]{40}")  # the ids this server gives commits
+SHA256_RE = re.compile(r"[0-9a-f]{64}")  # blob ids, as git-lfs spells them
 # What ``git check-ref-format`` refuses, plus names that would be read as something else here.
 _REF_FORBIDDEN_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 # Code points file systems ignore when they compare names (HFS+ drops them), so ".g\u200cit" is ".git" there.

@@ -10,19 +10,15 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import re
 import urllib.parse
 from dataclasses import dataclass
 
 from .commit_stream import RawLine, commit_lines
 from .errors import BadRequest, PayloadTooLarge, Unprocessable
 from .index import FileEntry, git_blob_oid, looks_like_lfs
-from .names import REPO_TYPES, validate_path, validate_repo_id
+from .names import COMMIT_ID_RE, REPO_TYPES, SHA256_RE, validate_path, validate_repo_id
 from .storage import AddFile, DeleteFile, DeleteFolder, StoredBlob
 from .transport import parse_json
-
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
-_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 
 class Fields:
@@ -122,7 +118,7 @@ class LfsObject:
     size: int
 
     def __post_init__(self):
-        if not isinstance(self.oid, str) or not _SHA256_RE.fullmatch(self.oid):
+        if not isinstance(self.oid, str) or not SHA256_RE.fullmatch(self.oid):
             raise BadRequest(f"LFS oid {self.oid!r} is not a lowercase sha256", code="InvalidOid")
 
     @classmethod
@@ -146,7 +142,7 @@ class CommitHeader:
     parent_commit: str | None
 
     def __post_init__(self):
-        if self.parent_commit is not None and not _COMMIT_RE.fullmatch(self.parent_commit):
+        if self.parent_commit is not None and not COMMIT_ID_RE.fullmatch(self.parent_commit):
             raise BadRequest(f"parentCommit {self.parent_commit!r} is not a 40-hex commit id")
 
 

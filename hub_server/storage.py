@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import stat
@@ -51,11 +50,17 @@ from .errors import (
 )
 from .index import GITATTRIBUTES, FileEntry, IndexCache, RevisionIndex, git_blob_oid
 from .index import looks_like_lfs as looks_like_lfs  # re-exported: the LFS rule the uploads follow
-from .names import REPO_TYPES, repo_key, validate_path, validate_ref_name, validate_repo_id
+from .names import (
+    COMMIT_ID_RE,
+    REPO_TYPES,
+    SHA256_RE,
+    repo_key,
+    validate_path,
+    validate_ref_name,
+    validate_repo_id,
+)
 
 logger = logging.getLogger("hub_server")
-_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _NO_REFS = {"branches": {}, "tags": {}}
 _VERIFIED_ENTRIES = 100_000
 UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
@@ -71,7 +76,7 @@ def _refs_problem(refs) -> str | None:
     tables = [refs.get(kind) for kind in ("branches", "tags")] if isinstance(refs, dict) else [None]
     if not all(isinstance(t, dict) for t in tables):
         return "not an object with 'branches' and 'tags'"
-    ok = all(isinstance(c, str) and _COMMIT_RE.fullmatch(c) for t in tables for c in t.values())
+    ok = all(isinstance(c, str) and COMMIT_ID_RE.fullmatch(c) for t in tables for c in t.values())
     return None if ok else "a ref names no commit id"
 
 
@@ -303,7 +308,7 @@ class Storage:
 
     # ---- blobs --------------------------------------------------------------------------------
     def _blob_file(self, sha256: str) -> str:
-        if not isinstance(sha256, str) or not _SHA256_RE.fullmatch(sha256):
+        if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
             raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
         return f"{self._blobs}/{sha256[:2]}/{sha256}"
 
@@ -475,7 +480,7 @@ class Storage:
         refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
         # A commit id first: ref names can never look like one, so a branch cannot shadow a commit. Only commits
         # a ref reaches are served: those of a deleted branch are gone, even before their files are.
-        if _COMMIT_RE.fullmatch(revision) and revision in self._reachable(d, refs):
+        if COMMIT_ID_RE.fullmatch(revision) and revision in self._reachable(d, refs):
             return revision
         for prefix, kind in (
             ("refs/heads/", "branches"),
@@ -492,7 +497,7 @@ class Storage:
         """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``)."""
         d = self.require(repo_type, repo_id)
         missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
-        if not _COMMIT_RE.fullmatch(commit_id):
+        if not COMMIT_ID_RE.fullmatch(commit_id):
             raise missing
         obj = self._read_json(d / "commits" / f"{commit_id}.json", missing)
         obj.pop("files", None)  # older data folders kept the file table inside the commit
@@ -501,7 +506,7 @@ class Storage:
     def index(self, repo_type: str, repo_id: str, commit_id: str) -> RevisionIndex:
         """The files of a commit, indexed once (``index.IndexCache``)."""
         d = self.require(repo_type, repo_id)
-        if not _COMMIT_RE.fullmatch(commit_id):
+        if not COMMIT_ID_RE.fullmatch(commit_id):
             raise RevisionNotFound(f"Invalid rev id: {commit_id}")
 
         def build() -> RevisionIndex:
