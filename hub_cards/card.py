@@ -103,10 +103,7 @@ def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
 
 def read_facts(model_dir: str | Path) -> TrainingFacts:
     """The folder's training facts (empty without ``training_facts.json``); one it cannot read is a CardError."""
-    path = Path(model_dir) / "training_facts.json"
     try:
-        if path.is_file():  # text a card can hold (no lone surrogates), whatever read_training_facts checks
-            inputs.read_json_object(path, "model_dir", "delete it or train the model again")
         return read_training_facts(model_dir)
     except SettingError as error:  # named after the training jobs' setting: here it is this folder's file
         raise CardError(error.problem) from None
