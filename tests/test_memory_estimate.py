@@ -32,7 +32,6 @@ from briskbert.training.tasks.pretraining_settings import (
 @pytest.mark.parametrize(
     ("preset", "overrides"),
     [
-        ("bert-tiny", {}),
         ("bert-tiny", {"num_hidden_layers": 5, "embedding_size": 64}),
         ("modern-tiny", {"num_hidden_layers": 4}),  # gated MLP, local/global layers, no biases
         ("modern-tiny", {"num_key_value_heads": 1, "position_embedding_type": "absolute"}),

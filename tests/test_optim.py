@@ -124,7 +124,6 @@ def test_warmup_stable_decay_by_hand():
 @pytest.mark.parametrize(
     "warmup, total, ratio, decay_steps",
     [
-        (0, 20, 0.25, 5),
         (1, 10, 0.26, 3),  # 2.6 rounds to 3
         (0, 10, 0.04, 1),  # rounds to 0: at least one decay step
         (7, 10, 0.5, 3),  # 5 would overlap the warm-up: what is left after it
