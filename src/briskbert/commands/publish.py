@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from briskbert.commands.arguments import new_parser
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
 from briskbert.inputs import check_model_folder
 
 
@@ -83,33 +83,29 @@ def main(argv=None) -> int:
     args = PublishArguments(**{item.name: getattr(namespace, item.name) for item in fields(PublishArguments)})
     token = _token(args)
     folder = Path(args.model_dir).expanduser()
-    from briskbert.hub_cards.card import CardError
-    from briskbert.hub_cards.model_files import IncompleteModelFolder, folder_listing
-    from briskbert.hub_cards.publishing import PublishError, publish
+    from briskbert.hub_cards.model_files import folder_listing
+    from briskbert.hub_cards.publishing import publish
 
     if folder.is_dir():
         folder_listing(folder)  # first: a symlink leading outside the folder is refused before it is read
     # Before anything is sent (--no_verify too): the manifest, the weights' headers, config and tokenizer.
     check_model_folder(folder, "model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
 
-    try:
-        result = publish(
-            folder,
-            args.repo_id,
-            revision=args.revision,
-            tag=args.tag,
-            private=args.private,
-            commit_message=args.commit_message,
-            token=token,
-            dry_run=args.dry_run,
-            verify=not args.no_verify,
-            include=tuple(namespace.include),
-            include_training_state=args.include_training_state,
-            delete_missing=args.delete_missing,
-            max_shard_size=args.max_shard_size,
-        )
-    except (IncompleteModelFolder, CardError, PublishError) as error:
-        raise UserError(str(error)) from error
+    result = publish(  # its refusals are UserErrors: one line, exit 2
+        folder,
+        args.repo_id,
+        revision=args.revision,
+        tag=args.tag,
+        private=args.private,
+        commit_message=args.commit_message,
+        token=token,
+        dry_run=args.dry_run,
+        verify=not args.no_verify,
+        include=tuple(namespace.include),
+        include_training_state=args.include_training_state,
+        delete_missing=args.delete_missing,
+        max_shard_size=args.max_shard_size,
+    )
     if args.dry_run:
         return 0
     return 0 if (args.no_verify or result.verified) else 1
