@@ -223,19 +223,6 @@ def _open_run(
     return log, state
 
 
-def _train_step(accelerator, model, optimizer, window, count_items, guard, max_norm):
-    """One optimizer step over ``window`` -> (all processes' ``[loss x items, items, tokens, examples]``, the
-    gradient norm), both left on the device: nothing here waits for it."""
-    totals = _accumulate_gradients(accelerator, model, window, count_items)
-    totals = accelerator.reduce(totals, "sum")
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-    # A NaN/inf loss or gradient is never applied: flagged on the device, the optimizer skips the step.
-    guard.flag(totals, grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return totals, grad_norm
-
-
 def _on_device(value, device) -> torch.Tensor:
     """A count as a float64 scalar on ``device``: a tensor is cast there, a number filled in (no host copy)."""
     if isinstance(value, torch.Tensor):
@@ -243,9 +230,9 @@ def _on_device(value, device) -> torch.Tensor:
     return torch.full((), float(value), dtype=torch.float64, device=device)
 
 
-def _accumulate_gradients(accelerator, model, window: list[dict], count_items) -> torch.Tensor:
-    """Forward/backward over one accumulation window -> this process's
-    ``[sum of loss x items, items, tokens, examples]`` (a window without items is the guard's to report)."""
+def _train_step(accelerator, model, optimizer, window, count_items, guard, max_norm):
+    """One optimizer step over ``window`` -> (all processes' ``[loss x items, items, tokens, examples]``, the
+    gradient norm), both left on the device: nothing here waits for it."""
     device = accelerator.device
     counts = [_on_device(count_items(batch), device) for batch in window]
     total = accelerator.reduce(torch.stack(counts).sum(), "sum")
@@ -256,13 +243,18 @@ def _accumulate_gradients(accelerator, model, window: list[dict], count_items) -
         with sync:
             loss = model(**batch).loss
             loss = torch.where(items > 0, loss, torch.zeros_like(loss))  # a mean over no items is NaN
-            # This batch's mean loss -> its share of the window's sum. DDP averages gradients over
-            # processes, hence the factor num_processes.
+            # This batch's mean loss -> its share of the window's sum; DDP averages over processes.
             accelerator.backward(loss * (items / total).to(loss.dtype) * accelerator.num_processes)
         loss_sum += loss.detach() * items
     tokens = sum(_on_device(count_tokens(batch), device) for batch in window)
-    examples = sum(count_examples(batch) for batch in window)
-    return torch.stack([loss_sum, torch.stack(counts).sum(), tokens, _on_device(examples, device)])
+    examples = _on_device(sum(count_examples(batch) for batch in window), device)
+    totals = accelerator.reduce(torch.stack([loss_sum, torch.stack(counts).sum(), tokens, examples]), "sum")
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    # A NaN/inf loss or gradient (or a window without items) is never applied: the optimizer skips the step.
+    guard.flag(totals, grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return totals, grad_norm
 
 
 class Unread:
