@@ -32,14 +32,12 @@ def scopes_of(node) -> list[str]:
 
 
 def attention_fusable(config) -> bool:
-    """Whether ONNX Runtime's Attention kernel computes this model's attention: BERT's additive positions (or
-    none), as many key/value heads as query heads, every layer global."""
+    """Whether ONNX Runtime's Attention kernel computes this model's attention: additive positions (or none), as
+    many key/value heads as query heads, every layer global."""
     return (
-        config.position_embedding_type in ("absolute", "sinusoidal", "none")
+        config.position_embedding_type in ("absolute", "sinusoidal")
         and config.num_key_value_heads == config.num_attention_heads
-        and all(
-            kind == "full_attention" for kind in getattr(config, "layer_types", None) or ["full_attention"]
-        )
+        and config.sliding_window is None
     )
 
 
