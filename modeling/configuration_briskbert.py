@@ -238,10 +238,20 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Options whose None means "unset" (no projection, no window, ...); None is refused for every other option.
+OPTIONAL = (
+    "embedding_size",
+    "sliding_window",
+    "global_attn_every_n_layers",
+    "rope_theta",
+    "local_rope_theta",
+    "classifier_dropout",
+)
+
+
 def _require(config, name: str, is_valid, what: str) -> None:
-    """Checks an option that may be None (unset) against `is_valid`."""
     value = getattr(config, name)
-    if value is not None and not is_valid(value):
+    if not (value is None and name in OPTIONAL) and not is_valid(value):
         raise ValueError(f"{name} must be {what}, got {value!r}.")
 
 
