@@ -30,7 +30,7 @@ from briskbert.training import (
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.engine import loop
 from briskbert.training.engine.batches import EpochShuffleSampler, default_workers, make_dataloader
-from briskbert.training.engine.evaluation import evaluate_loss
+from briskbert.training.engine.evaluation import Evaluation
 from briskbert.training.engine.loop import create_accelerator
 from briskbert.training.engine.preparation import prepare
 from briskbert.training.engine.signals import SignalCatcher, report
@@ -448,20 +448,24 @@ def test_run_speed_is_tokens_over_the_training_time_to_one_decimal(tmp_path, mon
 
 
 # ------------------------------------------------------------------------------------------- evaluation
-class ConstantLossModel:
+class ConstantLossModel(torch.nn.Module):
     """Answers each batch with the loss the batch carries."""
 
-    def __call__(self, loss, items):
+    def forward(self, loss, items):
         return SimpleNamespace(loss=torch.tensor(loss))
 
 
 def test_evaluation_loss_is_weighted_by_the_items_of_each_batch(tmp_path):
     accelerator = create_accelerator(config("--output_dir", str(tmp_path)))
+    task = SimpleNamespace(count_items=lambda batch: batch["items"], evaluate=lambda *args: None)
+
+    def eval_loss(batches):
+        evaluation = Evaluation(batches, task, None, False, tmp_path / "best")
+        return evaluation.evaluate(accelerator, ConstantLossModel())["eval_loss"]
+
     batches = [{"loss": 2.0, "items": 3}, {"loss": 5.0, "items": 1}, {"loss": 9.0, "items": 0}]
-    result = evaluate_loss(ConstantLossModel(), batches, accelerator, lambda batch: batch["items"])
-    assert result == {"loss": pytest.approx((2.0 * 3 + 5.0 * 1) / 4)}  # an empty batch adds nothing
-    nothing = evaluate_loss(ConstantLossModel(), batches[2:], accelerator, lambda batch: batch["items"])
-    assert math.isnan(nothing["loss"])
+    assert eval_loss(batches) == pytest.approx((2.0 * 3 + 5.0 * 1) / 4)  # an empty batch adds nothing
+    assert math.isnan(eval_loss(batches[2:]))
 
 
 def test_a_task_that_reports_only_metrics_gets_the_item_weighted_loss_too(tmp_path):

@@ -24,7 +24,6 @@ _EXPORTS = {
     "TrainingInterrupted": "engine.signals",
     "TrainingState": "engine.checkpointing",
     "create_accelerator": "engine.loop",
-    "evaluate_loss": "engine.evaluation",
     "evaluation_loop": "engine.evaluation",
     "run": "engine.loop",
     "seed_everything": "engine.loop",

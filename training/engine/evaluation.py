@@ -33,20 +33,6 @@ def evaluation_loop(model, dataloader, accelerator, batch_fn: Callable[[dict, ob
     return {key: torch.cat(values) for key, values in collected.items()}
 
 
-def evaluate_loss(model, dataloader, accelerator, count_items) -> dict:
-    """Default evaluation: the loss weighted by ``count_items`` over the whole evaluation set."""
-    totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-    with torch.no_grad():
-        for batch in dataloader:
-            n = float(count_items(batch))
-            if n:
-                totals += torch.tensor(
-                    [model(**batch).loss.item() * n, n], dtype=torch.float64, device=accelerator.device
-                )
-    totals = accelerator.reduce(totals, "sum")
-    return {"loss": (totals[0] / totals[1]).item() if totals[1] else float("nan")}
-
-
 def majority_class(labels: list) -> tuple[object, float]:
     """The most frequent of ``labels`` and its share: the accuracy of answering it for every example."""
     label, count = Counter(labels).most_common(1)[0]
@@ -127,16 +113,18 @@ class Evaluation:
         try:
             with torch.no_grad():
                 raw = self.task.evaluate(model, self.dataloader, accelerator)
-                if raw is None:
-                    raw = evaluate_loss(model, self.dataloader, accelerator, self.task.count_items)
+                if raw is None:  # the loss alone, which the recorder sums
+                    for batch in self.dataloader:
+                        model(**batch)
+                    raw = {}
         finally:
             hook.remove()
             model.train()
         raw = dict(raw)
         if "loss" not in raw and "eval_loss" not in raw:
             loss_sum, items = accelerator.reduce(recorder.totals, "sum").tolist()
-            if items:
-                raw["loss"] = loss_sum / items
+            if items or not raw:
+                raw["loss"] = loss_sum / items if items else float("nan")
         metrics = {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()}
         metrics["eval_runtime_s"] = round(time.time() - start, 3)
         return metrics
