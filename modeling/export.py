@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError
-from briskbert.inputs import read_json_object
+from briskbert.inputs import check_text_file, read_json_object
 from briskbert.modeling.sentence_transformers_files import (
     MODULES_FILE,
     EmbeddingSpec,
@@ -132,12 +132,7 @@ def read_texts(text_file: Path | None, count: int) -> list[str]:
         from briskbert.data import DATA_DIR
 
         text_file = DATA_DIR / "wikitext2_excerpt.txt"
-    try:
-        lines = Path(text_file).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as error:
-        raise SettingError("text_file", f"{text_file} does not exist; pass a UTF-8 text file.") from error
-    except UnicodeDecodeError as error:
-        raise SettingError("text_file", f"{text_file} is not UTF-8 text ({error}).") from error
+    lines = check_text_file(text_file, "text_file").read_text(encoding="utf-8").splitlines()
     # Sentences rather than whole paragraphs, so pairs of them vary in length well within max_length.
     sentences = (sentence.strip() for line in lines for sentence in line.split(" . "))
     texts = [sentence for sentence in sentences if len(sentence.split()) >= 3][:count]
