@@ -1,10 +1,5 @@
-"""The order the loop reads its data in and the windows of micro-batches it accumulates.
-
-* **Data order** is a shuffle seeded by ``seed + epoch`` (independent of the process count; Accelerate
-  shards it). Collators and datasets with ``set_epoch(epoch)`` hear about every new epoch.
-* One optimizer step consumes a window of ``gradient_accumulation_steps`` micro-batches
-  (:func:`accumulation_windows`; fewer at the end of an epoch).
-"""
+"""The order the loop reads its data in (a shuffle seeded by ``seed + epoch``, whatever the process count) and
+the windows of ``gradient_accumulation_steps`` micro-batches it accumulates."""
 
 from __future__ import annotations
 
@@ -38,9 +33,9 @@ class EpochShuffleSampler(Sampler[int]):
 
 
 def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | None) -> DataLoader:
-    """Batches prepared in ``num_workers`` processes (None: :func:`default_workers`), in pinned memory on a GPU
-    machine so that their copy to the GPU overlaps the step. The workers start anew each epoch (they are not
-    persistent), after the collator and dataset heard ``set_epoch``: the same batches whatever their number."""
+    """Batches prepared in ``num_workers`` processes (None: :func:`default_workers`), pinned on a GPU machine so
+    their copy overlaps the step; workers start anew each epoch, after ``set_epoch``: the same batches whatever
+    their number."""
     workers = default_workers() if num_workers is None else num_workers
     # An own generator: creating an iterator then never draws from the global torch RNG, which would
     # otherwise shift dropout masks between an uninterrupted and a resumed run.
@@ -56,9 +51,8 @@ def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | N
 
 
 def default_workers() -> int:
-    """Loader processes by default: on a GPU machine 4 per training process (each prefetching 2 batches), fewer
-    when this process has fewer cores, one core staying with the training loop; none on CPU, where the cores
-    run the model and workers would only take them from it."""
+    """On a GPU machine 4 loader processes per training process (fewer on fewer cores, one staying with the loop);
+    none on CPU, where the cores run the model."""
     if not torch.cuda.is_available():
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -69,12 +63,8 @@ def default_workers() -> int:
 def accumulation_windows(
     dataloader, state: TrainingState, accumulation_steps: int, accelerator, epoch_listeners: Iterable = ()
 ) -> Iterator[list[dict]]:
-    """Yield the micro-batches of one optimizer step at a time, epoch after epoch, without end.
-
-    Starts at ``state``'s data position (a resumed run skips the batches it already consumed) and moves
-    it: ``state.batches_in_epoch`` counts this process's batches yielded in ``state.epoch``. The last
-    window of an epoch may be short. ``epoch_listeners`` (sampler, collator, dataset) hear each epoch.
-    """
+    """The micro-batches of one optimizer step at a time, without end, from ``state``'s data position (a resumed
+    run skips what it consumed), which it moves; the last window of an epoch may be short."""
     while True:
         for listener in epoch_listeners:
             listener.set_epoch(state.epoch)

@@ -7,25 +7,17 @@ from torch import nn
 from transformers import get_scheduler
 
 
-def is_no_decay_module(module: nn.Module) -> bool:
-    """Modules whose parameters never get weight decay: embeddings and norms.
-
-    Decided by module type, not by parameter name: ``nn.Embedding``, ``nn.LayerNorm`` and any module whose
-    class name ends in ``Norm`` (the project's ``RMSNorm``, ``nn.GroupNorm``, ...).
-    """
-    return isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm")
-
-
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Split trainable parameters into a decayed and a non-decayed group.
+    """Trainable parameters split into a decayed and a non-decayed group (tied ones listed once).
 
-    Not decayed: every bias, and every parameter of an embedding or norm module (see
-    :func:`is_no_decay_module`). Tied parameters are listed once.
+    Not decayed: every bias, and every parameter of an embedding or a norm, decided by module type (any class
+    whose name ends in ``Norm``: ``RMSNorm``, ``nn.GroupNorm``, ...), not by parameter name.
     """
     no_decay: set[int] = set()
     for module in model.modules():
+        is_norm = isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm")
         for name, param in module.named_parameters(recurse=False):
-            if is_no_decay_module(module) or name == "bias" or name.endswith("_bias"):
+            if is_norm or name == "bias" or name.endswith("_bias"):
                 no_decay.add(id(param))
     decay_params, no_decay_params, seen = [], [], set()
     for param in model.parameters():
@@ -42,9 +34,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def create_optimizer(
     model: nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float], eps: float
 ) -> torch.optim.Optimizer:
-    """Fused AdamW over :func:`parameter_groups`: one kernel for all parameters, and a step it skips on the device's
-    word (``found_inf``: how the loop refuses a non-finite step without waiting for the device). The defaults of
-    every argument are ``TrainingConfig``'s."""
+    """Fused AdamW over :func:`parameter_groups`: one kernel, and a step it skips on the device's word
+    (``found_inf``: how the loop refuses a non-finite step without waiting for the device)."""
     groups = parameter_groups(model, weight_decay)
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=True)
 
