@@ -80,19 +80,16 @@ def estimate_training_memory(
 
 
 def available_memory_bytes(device_type: str) -> int | None:
-    """Free GPU memory on CUDA, ``MemAvailable`` on Linux, else None."""
+    """Free GPU memory on CUDA, the memory available to a new process on CPU, else None."""
     if device_type == "cuda":
         import torch
 
         return torch.cuda.mem_get_info()[0]
-    if device_type != "cpu":
-        return None
-    try:
-        with open("/proc/meminfo") as handle:
-            fields = dict(line.split(":", 1) for line in handle)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
+    if device_type == "cpu":
+        import psutil
+
+        return psutil.virtual_memory().available  # Linux's MemAvailable
+    return None
 
 
 def check_model_fits(estimate: MemoryEstimate, available: int | None, setting: str) -> None:
