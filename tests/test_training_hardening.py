@@ -35,21 +35,17 @@ def test_a_run_stopped_before_its_first_checkpoint_trains_the_tokenizer_it_is_as
     assert len(vocab) == 448
 
 
-@pytest.mark.slow  # a tiny pretraining run, then the refused overwrite (~15 s)
-def test_overwrite_never_deletes_the_model_the_run_starts_from(tmp_path, capsys):
+def test_overwrite_never_deletes_the_model_the_run_starts_from(tmp_path):
+    from test_training_loop import config, mlm_task
+
+    from briskbert.errors import SettingError
+    from briskbert.modeling import BriskBertForMaskedLM
+    from briskbert.training import run
+
     out = tmp_path / "x"
-    assert main(pretrain_argv(out, "--vocab_size", "300")) == 0
-    weights = (out / "final" / "model.safetensors").read_bytes()
-    argv = ["pretrain", "--train_file", str(EXCERPT), "--model_name_or_path", str(out / "final")]
-    argv += [
-        "--max_seq_length",
-        "32",
-        "--max_train_steps",
-        "1",
-        "--output_dir",
-        str(out),
-        "--overwrite_output_dir",
-    ]
-    assert main(argv) == 2
-    assert "would delete" in capsys.readouterr().err
-    assert (out / "final" / "model.safetensors").read_bytes() == weights
+    final = run(mlm_task(), config("--output_dir", str(out), "--max_train_steps", "1")).final_dir
+    weights = (final / "model.safetensors").read_bytes()
+    continued = config("--output_dir", str(out), "--max_train_steps", "1", "--overwrite_output_dir")
+    with pytest.raises(SettingError, match=r"would delete .*final, which holds this run's input"):
+        run(mlm_task(model=BriskBertForMaskedLM.from_pretrained(final)), continued)
+    assert (final / "model.safetensors").read_bytes() == weights
