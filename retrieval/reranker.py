@@ -58,21 +58,14 @@ class Reranker:
         self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
     ) -> dict[str, list[float]]:
         """The logit of each of the first ``depth`` (default ``top_k``) retrieved passages, in retrieval order."""
-        depth = depth or self.top_k
-        query_ids = [qid for qid, ranking in retrieved.rankings.items() for _ in ranking[:depth]]
-        passage_ids = [pid for ranking in retrieved.rankings.values() for pid in ranking[:depth]]
-        logits = score_pairs(
-            self.model,
-            self.tokenizer,
-            [queries[qid] for qid in query_ids],
-            [corpus[pid] for pid in passage_ids],
-            self.max_seq_length,
-            self.batch_size,
-        ).tolist()
-        scores: dict[str, list[float]] = {qid: [] for qid in retrieved.rankings}
-        for query_id, logit in zip(query_ids, logits):
-            scores[query_id].append(logit)
-        return scores
+        heads = {query_id: ranking[: depth or self.top_k] for query_id, ranking in retrieved.rankings.items()}
+        questions = [queries[query_id] for query_id, head in heads.items() for _ in head]
+        passages = [corpus[pid] for head in heads.values() for pid in head]
+        scores = score_pairs(
+            self.model, self.tokenizer, questions, passages, self.max_seq_length, self.batch_size
+        )
+        logits = iter(scores.tolist())  # query by query, each head in retrieval order
+        return {query_id: [next(logits) for _ in head] for query_id, head in heads.items()}
 
     def lexical_scores(
         self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None

@@ -4,6 +4,7 @@ pairs (:mod:`.embeddings`) or scored pairs (:mod:`.similarity`)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from briskbert.errors import SettingError
@@ -119,15 +120,7 @@ class EmbeddingTask(Task):
             loss_facts["symmetric"] = loss.symmetric
         if loss.name == "cosine_mse":
             loss_facts["score_range"] = list(loss.score_range)
-        spec = self.spec
-        details = {
-            "embedding": {
-                "pooling": spec.pooling,
-                "normalize": spec.normalize,
-                "max_seq_length": spec.max_seq_length,
-            },
-            "loss": loss_facts,
-        }
+        details = {"embedding": asdict(self.spec), "loss": loss_facts}
         if self.data.mine_hard_negatives:
             details["hard_negatives"] = "mined with the starting model"
         return JobFacts(
