@@ -18,13 +18,11 @@ after the last one. Index types: ``flat`` (exact), ``hnsw`` (graph; fast and clo
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
-from briskbert.errors import SettingError
 from briskbert.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
-from briskbert.retrieval.settings import EmbeddingArguments
+from briskbert.retrieval.settings import EmbeddingArguments, check_model_path
 from briskbert.training.tasks.settings import check_at_least
 
 
@@ -38,8 +36,7 @@ class EncoderArguments:
 
     def __post_init__(self):
         check_at_least(self, 1, "batch_size")
-        if self.model_name_or_path.startswith((".", "/")) and not os.path.exists(self.model_name_or_path):
-            raise SettingError("model_name_or_path", f"{self.model_name_or_path} does not exist.")
+        check_model_path(self, "model_name_or_path")
 
 
 @dataclass(frozen=True)

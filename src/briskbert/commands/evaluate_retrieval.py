@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
+from briskbert.files import write_atomic
 from briskbert.retrieval.index_settings import IndexFolder
 from briskbert.retrieval.settings import (
     CollectionSource,
@@ -93,7 +94,7 @@ def main(argv=None):
         print(f"warning: {report['warning']}", file=sys.stderr)
     if output.output_dir:
         Path(output.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(output.output_dir) / "metrics.json").write_text(json.dumps(report, indent=2))
+        write_atomic(Path(output.output_dir) / "metrics.json", json.dumps(report, indent=2))
     return report
 
 

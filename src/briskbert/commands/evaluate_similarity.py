@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
+from briskbert.files import write_atomic
 from briskbert.retrieval.settings import EmbeddingArguments, check_model_path
 from briskbert.training.retrieval.settings import check_scored_pair_file
 from briskbert.training.tasks.settings import check_at_least
@@ -68,7 +69,7 @@ def main(argv=None):
     )
     if output.output_dir:
         Path(output.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(output.output_dir) / METRICS_FILE).write_text(json.dumps(report, indent=2))
+        write_atomic(Path(output.output_dir) / METRICS_FILE, json.dumps(report, indent=2))
     return report
 
 

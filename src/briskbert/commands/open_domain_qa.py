@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
+from briskbert.files import write_atomic
 from briskbert.retrieval.index_settings import IndexFolder
 from briskbert.retrieval.settings import (
     CollectionSource,
@@ -124,12 +125,12 @@ def _evaluate(read_top_k, output_dir, task, retriever, reader, reranker):
     if output_dir:
         folder = Path(output_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        write_atomic(folder / "metrics.json", json.dumps(metrics, indent=2))
         predictions = {
             qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
             for qid, a in answers[read_top_k].items()
         }
-        (folder / "predictions.json").write_text(json.dumps(predictions, indent=2, ensure_ascii=False))
+        write_atomic(folder / "predictions.json", json.dumps(predictions, indent=2, ensure_ascii=False))
     return metrics
 
 
