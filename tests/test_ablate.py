@@ -1,12 +1,12 @@
 """``briskbert ablate``: variants pretrained at equal budget on the same tokenizer, data and masks.
 
 One tiny two-variant ablation runs once for the module (a tokenizer and two pretraining processes of two
-steps on the bundled WikiText-2 excerpt, about 30 s on 2 CPU cores, most of it starting Python and torch in
-each process); the tests then read what it wrote. Its runs are launched through
-``first_batch_recorder.py``, which records the first batch each process really drew.
+steps, most of their time spent starting Python and torch); the tests read what it wrote. Its runs are
+launched through ``first_batch_recorder.py``, which records the first batch each process really drew.
 """
 
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -14,99 +14,95 @@ from pathlib import Path
 import pytest
 
 from briskbert.cli import main
-from briskbert.training.experiments.ablation import ACCEPTED_FORMS, RUN_RECORD, parse_variant
+from briskbert.errors import UserError
+from briskbert.training.experiments.ablation import (
+    ACCEPTED_FORMS,
+    RUN_RECORD,
+    AblationPlan,
+    RunRecord,
+    Segment,
+    Variant,
+    parse_variant,
+    run_pretraining,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
+EXCERPT = Path(__file__).resolve().parents[1] / "data" / "wikitext2_excerpt.txt"
 RECORDER = Path(__file__).with_name("first_batch_recorder.py")
-TRAIN_SEED = 7
+SEED = 7
 
 
 def ablate_argv(output_dir: Path) -> list[str]:
     return [
-        "ablate",
-        "--train_file",
-        str(EXCERPT),
-        "--vocab_size",
-        "256",
-        "--max_seq_length",
-        "32",
-        "--packing",
-        "--per_device_train_batch_size",
-        "4",
-        "--per_device_eval_batch_size",
-        "64",
-        "--max_train_steps",
-        "2",
-        "--eval_steps",
-        "1",
-        "--logging_steps",
-        "1",
-        "--config_overrides",
-        "hidden_size=32,intermediate_size=64,num_hidden_layers=1",
-        "--configs",
-        "bert:bert-tiny",
-        "modern:modern-tiny:num_hidden_layers=2,sliding_window=8",
-        "--seeds",
-        str(TRAIN_SEED),
-        "--launcher",
-        shlex.join([sys.executable, str(RECORDER)]),
-        "--output_dir",
-        str(output_dir),
-    ]
+        "ablate", "--train_file", str(EXCERPT), "--vocab_size", "256", "--max_seq_length", "32", "--packing",
+        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "64", "--max_train_steps", "2",
+        "--eval_steps", "1", "--logging_steps", "1",
+        "--config_overrides", "hidden_size=32,intermediate_size=64,num_hidden_layers=1",
+        "--configs", "bert:bert-tiny", "modern:modern-tiny:num_hidden_layers=2,sliding_window=8",
+        "--seeds", str(SEED), "--launcher", shlex.join([sys.executable, str(RECORDER)]),
+        "--output_dir", str(output_dir),
+    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def ablation(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("ablation")
     assert main(ablate_argv(output_dir)) == 0
-    return output_dir
+    return output_dir, [output_dir / name / f"seed{SEED}" for name in ("bert", "modern")]
 
 
-def run_dirs(output_dir: Path) -> list[Path]:
-    return [output_dir / name / f"seed{TRAIN_SEED}" for name in ("bert", "modern")]
-
-
-def test_two_variants_run_end_to_end(ablation):
-    results = json.loads((ablation / "results.json").read_text())
+def test_two_variants_run_at_equal_budget_and_are_reported(ablation):
+    output_dir, run_dirs = ablation
+    results = json.loads((output_dir / "results.json").read_text())
     assert [v["name"] for v in results["variants"]] == ["bert", "modern"]
-    for variant in results["variants"]:
-        run = variant["runs"][str(TRAIN_SEED)]
+    runs = [variant["runs"][str(SEED)] for variant in results["variants"]]
+    for run in runs:
         assert run["train_steps"] == 2 and run["peak_rss_mib"] > 50 and run["wall_time_s"] > 0
         assert 0 < run["non_embedding_parameters"] < run["parameters"]
-        assert run["eval_perplexity"] == pytest.approx(2.718281828 ** run["eval_loss"], rel=1e-6)
+        assert run["eval_perplexity"] == pytest.approx(math.exp(run["eval_loss"]), rel=1e-6)
         assert [point["step"] for point in run["curve"]] == [1, 2]
-    # The same data in the same order: both variants trained on exactly as many tokens.
-    tokens = {v["runs"][str(TRAIN_SEED)]["tokens_seen"] for v in results["variants"]}
-    assert len(tokens) == 1
-    table = (ablation / "results.md").read_text()
+    assert runs[0]["tokens_seen"] == runs[1]["tokens_seen"]
+    table = (output_dir / "results.md").read_text()
     assert "| bert |" in table and "| modern |" in table and "**" in table
-    assert (ablation / "curves.png").stat().st_size > 10_000
-    for run_dir in run_dirs(ablation):  # each run is a normal pretraining output
+    assert (output_dir / "curves.png").stat().st_size > 10_000
+    # Each run is a normal pretraining output, on the very tokenizer the ablation trained once ...
+    shared = (output_dir / "tokenizer" / "tokenizer.json").read_bytes()
+    for run_dir in run_dirs:
         assert (run_dir / "final" / "model.safetensors").is_file()
-        assert (run_dir / "final" / "training_facts.json").is_file()
-
-
-def test_variants_used_the_same_tokenizer_file_and_the_same_masks(ablation):
-    shared = (ablation / "tokenizer" / "tokenizer.json").read_bytes()
-    for run_dir in run_dirs(ablation):
         assert (run_dir / "final" / "tokenizer.json").read_bytes() == shared
-    first = [json.loads((d / "first_batches.json").read_text())[str(TRAIN_SEED)] for d in run_dirs(ablation)]
-    masked = [[[label != -100 for label in row] for row in batch["labels"]] for batch in first]
-    assert any(any(row) for row in masked[0])
-    assert masked[0] == masked[1]  # the same positions ...
-    assert first[0]["labels"] == first[1]["labels"]  # ... of the same sequences,
-    assert first[0]["input_ids"] == first[1]["input_ids"]  # replaced the same way
+    # ... and saw the same sequences with the same masked positions, replaced the same way.
+    first = [json.loads((d / "first_batches.json").read_text())[str(SEED)] for d in run_dirs]
+    assert any(label != -100 for row in first[0]["labels"] for label in row)
+    assert first[0] == first[1]
 
 
 def test_rerun_skips_finished_variants(ablation, capsys):
-    before = {d: (d / "all_results.json").stat().st_mtime_ns for d in run_dirs(ablation)}
-    assert main(ablate_argv(ablation)) == 0
-    output = capsys.readouterr().out
-    assert output.count("finished before, skipped") == 2
-    for run_dir in run_dirs(ablation):
+    output_dir, run_dirs = ablation
+    before = {d: (d / "all_results.json").stat().st_mtime_ns for d in run_dirs}
+    assert main(ablate_argv(output_dir)) == 0
+    assert capsys.readouterr().out.count("finished before, skipped") == 2
+    for run_dir in run_dirs:
         assert (run_dir / "all_results.json").stat().st_mtime_ns == before[run_dir]
         assert len(json.loads((run_dir / RUN_RECORD).read_text())["segments"]) == 1
+
+
+def test_an_interrupted_run_is_resumed_and_one_with_other_flags_refused(tmp_path):
+    """With a stand-in for ``briskbert pretrain`` that just writes a finished run."""
+    finish = (
+        "import pathlib, sys; out = pathlib.Path(sys.argv[sys.argv.index('--output_dir') + 1]); "
+        "(out / 'final').mkdir(); (out / 'final' / 'config.json').write_text('{}'); "
+        "(out / 'all_results.json').write_text('{}')"
+    )
+    plan = AblationPlan(
+        tmp_path, [Variant("bert", "bert-tiny")], [1], [], launcher=(sys.executable, "-c", finish)
+    )
+    variant, argv = plan.variants[0], plan.pretrain_argv(plan.variants[0], 1)
+    interrupted = RunRecord(argv, [Segment(argv, 130, wall_time_s=5.0, peak_rss_mib=900.0)])
+    interrupted.save(plan.run_dir(variant, 1) / RUN_RECORD)
+    record = run_pretraining(plan, variant, 1)
+    assert len(record.segments) == 2 and record.wall_time_s > 5.0 and record.peak_rss_mib == 900.0
+    assert record.segments[1].argv[-2:] == ["--resume_from_checkpoint", "latest"]
+    with pytest.raises(UserError, match="was run with other flags"):
+        run_pretraining(AblationPlan(tmp_path, plan.variants, [1], ["--learning_rate", "1"]), variant, 1)
 
 
 @pytest.mark.parametrize(

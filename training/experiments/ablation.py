@@ -1,32 +1,21 @@
 """Architecture ablations at equal budget: several configs, one tokenizer, the same data, masks and steps.
 
-Every run is an ordinary ``briskbert pretrain`` process, launched with the same flags except
-``--config_name`` / ``--config_overrides`` (the variant), ``--seed`` and ``--output_dir``. That is what makes
-the comparison fair: the tokenizer is trained once (or given) and passed to every run, so the data
-preparation gives identical sequences; the sequence order is a shuffle keyed on the seed and the epoch,
-and the masks are drawn per sequence from ``(seed, epoch, index)`` (:mod:`training.masking`), so two
-variants with the same seed see the same batches with the same masked positions, whatever their sizes.
+Every run is an ordinary ``briskbert pretrain`` process with the same flags but its config, seed and output
+folder. The tokenizer is trained once (or given) and passed to every run, so data preparation gives identical
+sequences; the order is a shuffle keyed on (seed, epoch) and each sequence's mask is drawn from (seed, epoch,
+index), so variants with the same seed see the same batches with the same masked positions.
 
-Layout of the output folder::
+The output folder holds ``tokenizer/``, one pretraining output per ``<variant>/seed<k>/`` (with
+``ablation_run.json``: its flags, and the wall time and peak memory of each process; ``pretrain.log``; the
+optional ``probe/``) and the report (:mod:`.ablation_report`). A run with ``all_results.json`` and ``final/``
+is finished: the same command skips it, and resumes an interrupted one from its latest checkpoint.
 
-    tokenizer/                  trained once on --train_file (absent with --tokenizer_name)
-    <variant>/seed<k>/          a normal pretraining output: final/, all_results.json, log_history.jsonl, ...
-        ablation_run.json       the exact pretraining flags, and wall time and peak memory of each process
-        pretrain.log            what the process printed
-        probe/                  the optional fine-tuning probe (a normal fine-tuning output)
-    results.json, results.md, curves.png   (written by :mod:`training.ablation_report`)
-
-A run counts as finished when its ``all_results.json`` and ``final/`` exist; re-running the same command
-skips finished runs and resumes an interrupted one from its latest checkpoint.
-
-This module does not import torch: the command line parses and checks the variants with it first.
+Torch-free: the command line parses and checks the variants with it first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import re
 import shlex
@@ -36,7 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import USER_ERROR_EXIT_CODE, CommandFailed, SettingError, UserError
+from briskbert.files import file_digest, staged_folder, write_atomic
 from briskbert.processes import briskbert_argv, to_argv
 
 ACCEPTED_FORMS = (
@@ -47,21 +37,12 @@ RUN_RECORD = "ablation_run.json"
 PROBE_DIR = "probe"
 RESULTS_FILE = "all_results.json"
 HISTORY_FILE = "log_history.jsonl"
-TEXT_SUFFIXES = (".txt", ".text", ".raw")  # what `briskbert train-tokenizer --files` reads
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class AblationInterrupted(RuntimeError):
     """The user stopped a run; its checkpoint is saved and the same command resumes it."""
-
-
-class RunFailed(RuntimeError):
-    """A pretraining (or probe, or tokenizer) process exited with an error."""
-
-    def __init__(self, message: str, returncode: int):
-        super().__init__(message)
-        self.returncode = returncode
 
 
 # ---------------------------------------------------------------------------------------------- variants
@@ -150,8 +131,8 @@ def parse_variants(texts: list[str], shared_overrides: dict | None = None) -> li
 
 
 def check_variants(variants: list[Variant]) -> None:
-    """Build every variant's config (without weights) so that an unknown preset, file, field or value fails
-    here, before any run starts. Imports transformers."""
+    """Build every variant's config (without weights), so that an unknown preset, file, field or value fails
+    before any run starts. Imports transformers."""
     from briskbert.modeling import PRESETS, BriskBertConfig
 
     fields = {name for name in BriskBertConfig().to_dict() if not name.startswith("_")}
@@ -182,52 +163,6 @@ def check_variants(variants: list[Variant]) -> None:
 
 # ------------------------------------------------------------------------------------------------- plan
 @dataclass(frozen=True)
-class Budget:
-    """The same training budget for every run. Tokens are counted as sequence slots (batch x length), which
-    is exact with ``--packing``. The time limit counts the whole pretraining process (data preparation
-    included) and stops it after the step in progress; one more step then ends the run with its final
-    evaluation."""
-
-    max_train_steps: int | None = None
-    max_train_tokens: int | None = None
-    max_train_seconds: float | None = None
-
-    def __post_init__(self):
-        if self.max_train_steps is not None and self.max_train_tokens is not None:
-            raise SettingError("max_train_steps", "or max_train_tokens: give one, not both.")
-        for name, value in asdict(self).items():
-            if value is not None and value <= 0:
-                raise SettingError(name, f"must be positive, got {value}.")
-
-    def steps(self, tokens_per_step: int) -> int | None:
-        if self.max_train_tokens is not None:
-            return math.ceil(self.max_train_tokens / tokens_per_step)
-        return self.max_train_steps
-
-
-@dataclass(frozen=True)
-class TokenizerSource:
-    """Either an existing tokenizer folder, or a WordPiece vocabulary trained once on ``train_file``."""
-
-    tokenizer_name: str | None = None
-    train_file: str | None = None
-    vocab_size: int = 30522
-    model_max_length: int = 128
-
-    def __post_init__(self):
-        if self.tokenizer_name is None and self.train_file is None:
-            raise SettingError(
-                "train_file", "(a tokenizer is trained on it once) or tokenizer_name: give one."
-            )
-        if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in TEXT_SUFFIXES:
-            raise SettingError(
-                "train_file",
-                f"{self.train_file}: the shared tokenizer can only be trained on a text file; "
-                "train one with `briskbert train-tokenizer` and give it as tokenizer_name.",
-            )
-
-
-@dataclass(frozen=True)
 class Probe:
     """A short classification fine-tune of every pretrained variant (``briskbert finetune-classification``)."""
 
@@ -239,27 +174,27 @@ class Probe:
 
 @dataclass(frozen=True)
 class AblationPlan:
-    """Everything one ablation runs. ``pretrain_args`` are passed unchanged to every run."""
+    """Everything one ablation runs. ``pretrain_args`` go unchanged to every run; without ``tokenizer_name``
+    a WordPiece tokenizer is trained once on ``train_file``."""
 
     output_dir: Path
     variants: list[Variant]
     seeds: list[int]
     pretrain_args: list[str]
-    tokenizer: TokenizerSource
+    tokenizer_name: str | None = None
+    train_file: str | None = None
+    vocab_size: int = 30522
+    max_seq_length: int = 128
     max_train_steps: int | None = None
     max_train_seconds: float | None = None
     probe: Probe | None = None
     launcher: tuple[str, ...] = tuple(briskbert_argv())  # how a briskbert subcommand is started
 
-    def __post_init__(self):
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise SettingError("seeds", f"must be one or more distinct integers, got {self.seeds}.")
-
     def run_dir(self, variant: Variant, seed: int) -> Path:
         return self.output_dir / variant.name / f"seed{seed}"
 
     def tokenizer_dir(self) -> Path:
-        return Path(self.tokenizer.tokenizer_name or self.output_dir / "tokenizer")
+        return Path(self.tokenizer_name or self.output_dir / "tokenizer")
 
     def pretrain_argv(self, variant: Variant, seed: int) -> list[str]:
         argv = ["pretrain", *self.pretrain_args, *to_argv(tokenizer_name=self.tokenizer_dir())]
@@ -295,7 +230,7 @@ class RunRecord:
         return cls(raw["argv"], [Segment(**segment) for segment in raw["segments"]])
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2))
+        write_atomic(path, json.dumps(asdict(self), indent=2))
 
     @property
     def wall_time_s(self) -> float:
@@ -307,19 +242,13 @@ class RunRecord:
 
 
 def run_process(
-    argv: list[str],
-    log_path: Path,
-    time_limit_s: float | None = None,
-    progress=None,
-    history_path: Path | None = None,
+    argv: list[str], log_path: Path, time_limit_s: float | None = None, progress=None, history_path=None
 ) -> Segment:
-    """Run ``argv`` with its output appended to ``log_path``; measure its wall time and peak memory.
+    """Run ``argv`` with its output appended to ``log_path``, measuring its wall time and peak memory.
 
-    ``os.wait4`` reports the peak resident memory of this one child (``getrusage(RUSAGE_CHILDREN)`` would
-    give the maximum over every child so far). At ``time_limit_s`` the process gets SIGTERM, on which the
-    training loop finishes the current step, saves a checkpoint and exits. ``progress`` (a tqdm bar) follows
-    the last logged step in ``history_path``. On Ctrl-C (or SIGTERM, see :func:`stop_on_sigterm`) this
-    waits for the child to save its checkpoint, then raises :class:`AblationInterrupted`.
+    ``os.wait4`` gives the peak memory of this one child (``RUSAGE_CHILDREN`` would give the maximum over all
+    children so far). At ``time_limit_s`` the child gets SIGTERM: the training loop finishes the step, saves
+    a checkpoint and exits. ``progress`` (a tqdm bar) follows the last step logged in ``history_path``.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start, stopped = time.perf_counter(), False
@@ -340,20 +269,13 @@ def run_process(
             # SIGTERM asks the loop to checkpoint and stop, also when only this process was signalled; unlike
             # a second SIGINT, it never aborts a checkpoint in progress.
             process.send_signal(signal.SIGTERM)
-            _, status, usage = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
+            os.wait4(process.pid, 0)
             raise AblationInterrupted(
                 f"interrupted while running {shlex.join(argv[-2:])} (pretraining saves a checkpoint first)"
             ) from None
-    process.returncode = os.waitstatus_to_exitcode(status)
     _follow_progress(progress, history_path)
     wall_time_s, peak_rss_mib = round(time.perf_counter() - start, 2), round(usage.ru_maxrss / 1024, 1)  # KiB
-    return Segment(argv, process.returncode, wall_time_s, peak_rss_mib, stopped)
-
-
-def stop_on_sigterm() -> None:
-    """Treat SIGTERM like Ctrl-C, so that stopping the ablation also stops its current run cleanly."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
+    return Segment(argv, os.waitstatus_to_exitcode(status), wall_time_s, peak_rss_mib, stopped)
 
 
 def read_history(path: Path) -> list[dict]:
@@ -362,19 +284,19 @@ def read_history(path: Path) -> list[dict]:
 
 
 def _follow_progress(progress, history_path: Path | None) -> None:
-    if progress is None or history_path is None or not history_path.is_file():
+    if progress is None or not history_path.is_file():
         return
-    steps = [entry.get("step", 0) for entry in read_history(history_path)]
-    if steps and max(steps) > progress.n:
-        progress.update(max(steps) - progress.n)
+    step = max((entry.get("step", 0) for entry in read_history(history_path)), default=0)
+    if step > progress.n:
+        progress.update(step - progress.n)
 
 
 def _check(what: str, segment: Segment, log_path: Path) -> None:
-    """A :class:`RunFailed` with the end of the log when the process failed."""
+    """Stop on a failed process, with the end of its log; a run stopped by a user error (exit 2) is one too."""
     if segment.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").strip().splitlines()[-15:])
-        message = f"{what} failed (exit code {segment.returncode}); the end of {log_path}:\n{tail}"
-        raise RunFailed(message, segment.returncode)
+        error = UserError if segment.returncode == USER_ERROR_EXIT_CODE else CommandFailed
+        raise error(f"{what} failed (exit code {segment.returncode}); the end of {log_path}:\n{tail}")
 
 
 # ------------------------------------------------------------------------------------------------- runs
@@ -388,32 +310,31 @@ def latest_checkpoint_step(run_dir: Path) -> int | None:
 
 
 def tokenizer_sha256(folder: Path) -> str:
-    """The hash of the file that defines a tokenizer's vocabulary and pipeline."""
+    """The sha256 of the file that defines a tokenizer's vocabulary and pipeline."""
     for name in ("tokenizer.json", "vocab.txt"):
         if (folder / name).is_file():
-            return hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            return file_digest(folder / name)
     raise FileNotFoundError(f"{folder}: no tokenizer.json or vocab.txt; is it a tokenizer folder?")
 
 
 def prepare_tokenizer(plan: AblationPlan) -> Path:
     """The one tokenizer every run uses: the given folder, or a WordPiece vocabulary trained once."""
     folder = plan.tokenizer_dir()
-    if plan.tokenizer.tokenizer_name or (folder / "tokenizer.json").is_file():
+    if plan.tokenizer_name or (folder / "tokenizer.json").is_file():
         tokenizer_sha256(folder)
         return folder
-    partial = folder.with_name(folder.name + ".partial")  # renamed when complete: nothing half-written
-    settings = to_argv(
-        files=plan.tokenizer.train_file,
-        vocab_size=plan.tokenizer.vocab_size,
-        model_max_length=plan.tokenizer.model_max_length,
-        output_dir=partial,
-        no_progress=True,
-    )
-    argv = [*plan.launcher, "train-tokenizer", *settings]
-    print(f"Training the shared tokenizer ({plan.tokenizer.vocab_size} tokens) into {folder}", flush=True)
+    print(f"Training the shared tokenizer ({plan.vocab_size} tokens) into {folder}", flush=True)
     log_path = plan.output_dir / "tokenizer.log"
-    _check("Training the tokenizer", run_process(argv, log_path), log_path)
-    partial.rename(folder)
+    with staged_folder(folder) as staged:  # nothing half-written under the folder's name
+        settings = to_argv(
+            files=plan.train_file,
+            vocab_size=plan.vocab_size,
+            model_max_length=plan.max_seq_length,
+            output_dir=staged,
+            no_progress=True,
+        )
+        segment = run_process([*plan.launcher, "train-tokenizer", *settings], log_path)
+        _check("Training the tokenizer", segment, log_path)
     return folder
 
 
@@ -430,7 +351,6 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
     if is_finished(run_dir):
         print(f"  {variant.name} seed {seed}: finished before, skipped", flush=True)
         return record
-    run_dir.mkdir(parents=True, exist_ok=True)
     record.save(run_dir / RUN_RECORD)
     time_left = None
     if plan.max_train_seconds is not None:
@@ -446,10 +366,9 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
         # step, so the loop ends the way every run ends: final evaluation, final/ folder, all_results.json.
         step = latest_checkpoint_step(run_dir)
         if step is None:
-            raise RunFailed(
+            raise CommandFailed(
                 f"{variant.name} seed {seed}: max_train_seconds {plan.max_train_seconds:g} ran out before the "
-                f"first optimizer step; raise it.",
-                1,
+                f"first optimizer step; raise it."
             )
         extra = to_argv(resume_from_checkpoint="latest", max_train_steps=step + 1)
         _run_segment(plan, record, run_dir, extra, None, None)
@@ -460,9 +379,8 @@ def run_pretraining(plan: AblationPlan, variant: Variant, seed: int) -> RunRecor
 
 def _run_segment(plan, record: RunRecord, run_dir: Path, extra: list[str], time_left, bar) -> Segment:
     log_path = run_dir / "pretrain.log"
-    segment = run_process(
-        [*plan.launcher, *record.argv, *extra], log_path, time_left, bar, run_dir / HISTORY_FILE
-    )
+    argv = [*plan.launcher, *record.argv, *extra]
+    segment = run_process(argv, log_path, time_left, bar, run_dir / HISTORY_FILE)
     record.segments.append(segment)
     record.save(run_dir / RUN_RECORD)
     # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM); stopped before
@@ -486,9 +404,8 @@ def run_probe(plan: AblationPlan, run_dir: Path, seed: int) -> Path:
 
 
 def run_ablation(plan: AblationPlan) -> tuple[dict[tuple[str, int], RunRecord], Path]:
-    """Run every variant x seed one after another (skipping finished runs); returns the record of each
-    run, keyed by (variant name, seed), and the tokenizer folder they share, for
-    :func:`training.experiments.ablation_report.write_report`."""
+    """Run every variant x seed in turn (skipping finished runs): each run's record, keyed by (variant name,
+    seed), and the tokenizer folder they share."""
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_folder = prepare_tokenizer(plan)
     records: dict[tuple[str, int], RunRecord] = {}

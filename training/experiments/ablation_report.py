@@ -1,9 +1,6 @@
-"""The report of an ablation: ``results.json``, ``results.md`` and ``curves.png`` from the runs' own outputs.
-
-Per run it reads what pretraining wrote (``all_results.json``, ``log_history.jsonl``, ``final/``) and what
-the harness measured (``ablation_run.json``: wall time and peak memory of the processes); per variant it
-gives the mean and the spread over seeds (the sample standard deviation; 0 with a single seed).
-"""
+"""The report of an ablation: ``results.json``, ``results.md`` and ``curves.png``, from what each run's
+pretraining wrote and what the harness measured (``ablation_run.json``); per variant the mean and the sample
+standard deviation over seeds (0 with one seed)."""
 
 from __future__ import annotations
 
@@ -11,23 +8,19 @@ import json
 import math
 import shlex
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from briskbert.files import write_atomic
 from briskbert.training.experiments.ablation import (
     HISTORY_FILE,
     PROBE_DIR,
     RESULTS_FILE,
     AblationPlan,
     RunRecord,
-    Variant,
     read_history,
     tokenizer_sha256,
 )
-
-REPORT_JSON = "results.json"
-REPORT_TABLE = "results.md"
-REPORT_PLOT = "curves.png"
 
 
 @dataclass(frozen=True)
@@ -52,14 +45,17 @@ COLUMNS = (
     Column("wall_time_s", "wall time (s)", 0, "lower"),
 )
 PROBE_COLUMN = Column("probe_metric", "probe accuracy (%)", 1, "higher", scale=100)
+# What the report takes from each run's all_results.json.
+RUN_RESULTS = (
+    "eval_loss", "eval_accuracy", "eval_perplexity", "train_tokens_per_s", "train_runtime_s", "train_steps",
+    "tokens_seen",
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- one run
 def count_parameters(model_dir: Path) -> tuple[int, int]:
-    """(all, non-embedding) parameters of a saved model, from its safetensors headers (no weights loaded).
-
-    Embeddings are the token, position and token-type tables and an untied output decoder, as in the usual
-    non-embedding count; tied weights are stored (and counted) once."""
+    """(all, non-embedding) parameters of a saved model, from its safetensors headers. Embeddings are the token,
+    position and token-type tables and an untied output decoder; tied weights are stored (and counted) once."""
     from safetensors import safe_open
 
     total = embedding = 0
@@ -75,10 +71,8 @@ def count_parameters(model_dir: Path) -> tuple[int, int]:
 
 
 def validation_curve(history: list[dict]) -> list[dict]:
-    """Validation loss at each evaluation, with the training tokens and wall time reached by then.
-
-    Evaluations are logged by step; tokens and time come from the training log entries, interpolated
-    linearly between them when an evaluation falls between two logged steps."""
+    """Validation loss at each evaluation, with the training tokens and wall time reached by then (interpolated
+    between the logged training steps around it)."""
     import numpy as np
 
     train = [e for e in history if "tokens_seen" in e]
@@ -105,11 +99,7 @@ def read_run(run_dir: Path, record: RunRecord, probe_metric: str | None) -> dict
     run = {
         "parameters": parameters,
         "non_embedding_parameters": non_embedding,
-        **{key: results.get(key) for key in ("eval_loss", "eval_accuracy", "eval_perplexity")},
-        "train_tokens_per_s": results.get("train_tokens_per_s"),
-        "train_runtime_s": results.get("train_runtime_s"),
-        "train_steps": results.get("train_steps"),
-        "tokens_seen": results.get("tokens_seen"),
+        **{key: results.get(key) for key in RUN_RESULTS},
         "peak_rss_mib": record.peak_rss_mib,
         "wall_time_s": round(record.wall_time_s, 1),
         "processes": len(record.segments),
@@ -147,18 +137,6 @@ def best_variants(summaries: dict[str, dict], columns: tuple[Column, ...]) -> di
     return best
 
 
-def check_same_tokenizer(runs: dict[str, dict[int, dict]], tokenizer_sha256: str) -> None:
-    """Every run must have saved the very tokenizer the ablation prepared; anything else is not a fair
-    comparison."""
-    for name, by_seed in runs.items():
-        for seed, run in by_seed.items():
-            if run["tokenizer_sha256"] != tokenizer_sha256:
-                raise RuntimeError(
-                    f"{name} seed {seed} saved a tokenizer that differs from the shared one "
-                    f"(sha256 {run['tokenizer_sha256'][:12]} vs {tokenizer_sha256[:12]})."
-                )
-
-
 def build_results(plan: AblationPlan, records: dict, tokenizer_folder: Path) -> dict:
     probe_metric = plan.probe.metric if plan.probe else None
     columns = COLUMNS + ((PROBE_COLUMN,) if plan.probe else ())
@@ -170,7 +148,13 @@ def build_results(plan: AblationPlan, records: dict, tokenizer_folder: Path) -> 
         for variant in plan.variants
     }
     shared_sha256 = tokenizer_sha256(tokenizer_folder)
-    check_same_tokenizer(runs, shared_sha256)
+    for name, by_seed in runs.items():  # a run on another tokenizer would not be a fair comparison
+        for seed, run in by_seed.items():
+            if run["tokenizer_sha256"] != shared_sha256:
+                raise RuntimeError(
+                    f"{name} seed {seed} saved a tokenizer that differs from the shared one "
+                    f"(sha256 {run['tokenizer_sha256'][:12]} vs {shared_sha256[:12]})."
+                )
     summaries = {
         name: {c.key: spread([run[c.key] for run in by_seed.values()]) for c in columns}
         for name, by_seed in runs.items()
@@ -192,9 +176,7 @@ def build_results(plan: AblationPlan, records: dict, tokenizer_folder: Path) -> 
         "max_train_seconds": plan.max_train_seconds,
         "pretrain_args": plan.pretrain_args,
         "tokenizer": {"path": str(tokenizer_folder), "sha256": shared_sha256},
-        "probe": None
-        if plan.probe is None
-        else {**vars(plan.probe), "extra_args": list(plan.probe.extra_args)},
+        "probe": asdict(plan.probe) if plan.probe else None,
     }
 
 
@@ -226,20 +208,6 @@ def markdown_table(results: dict) -> str:
         ]
         lines.append(f"| {variant['name']} | {config} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def write_table(results: dict, path: Path) -> None:
-    seeds = ", ".join(map(str, results["seeds"]))
-    text = (
-        "# Ablation results\n\n"
-        + markdown_table(results)
-        + f"\nMean ± sample standard deviation over the seeds {seeds}; **bold**: the best mean per column "
-        "(parameter counts are not scored). Validation metrics are over all masked tokens of the validation "
-        "set, masked identically for every run; wall time is the whole pretraining process; peak RSS is "
-        f"the process's maximum resident memory. Every run used the tokenizer with sha256 "
-        f"{results['tokenizer']['sha256'][:16]}….\n"
-    )
-    path.write_text(text)
 
 
 def plot_curves(results: dict, path: Path) -> None:
@@ -285,10 +253,17 @@ def write_report(
 ) -> dict:
     """Write ``results.json``, ``results.md`` and ``curves.png`` into the plan's output folder."""
     results = build_results(plan, records, tokenizer_folder)
-    (plan.output_dir / REPORT_JSON).write_text(json.dumps(results, indent=2))
-    write_table(results, plan.output_dir / REPORT_TABLE)
-    plot_curves(results, plan.output_dir / REPORT_PLOT)
+    write_atomic(plan.output_dir / "results.json", json.dumps(results, indent=2))
+    seeds = ", ".join(map(str, results["seeds"]))
+    table = (
+        "# Ablation results\n\n"
+        + markdown_table(results)
+        + f"\nMean ± sample standard deviation over the seeds {seeds}; **bold**: the best mean per column "
+        "(parameter counts are not scored). Validation metrics are over all masked tokens of the validation "
+        "set, masked identically for every run; wall time is the whole pretraining process; peak RSS is "
+        f"the process's maximum resident memory. Every run used the tokenizer with sha256 "
+        f"{results['tokenizer']['sha256'][:16]}….\n"
+    )
+    write_atomic(plan.output_dir / "results.md", table)
+    plot_curves(results, plan.output_dir / "curves.png")
     return results
-
-
-__all__ = ["Variant", "build_results", "markdown_table", "plot_curves", "write_report"]

@@ -24,20 +24,20 @@ curves.png. Re-running the same command skips finished runs and resumes an inter
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import new_parser
-from briskbert.errors import CommandFailed, SettingError, UserError
+from briskbert.errors import SettingError, UserError
+from briskbert.processes import to_argv
 from briskbert.training.experiments.ablation import (
     AblationInterrupted,
     AblationPlan,
-    Budget,
     Probe,
-    RunFailed,
-    TokenizerSource,
     parse_overrides,
     parse_variants,
 )
@@ -53,6 +53,7 @@ DEFAULT_PROBE_ARGS = (
     "--max_train_samples 2000 --max_eval_samples 500 --num_train_epochs 1 --max_seq_length 64 "
     "--per_device_train_batch_size 32 --learning_rate 1e-4"
 )
+TEXT_SUFFIXES = (".txt", ".text", ".raw")  # what `briskbert train-tokenizer --files` reads
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class VariantSettings:
         },
     )
 
+    def __post_init__(self):
+        if len(set(self.seeds)) != len(self.seeds):
+            raise SettingError("seeds", f"must be distinct, got {self.seeds}.")
+
 
 @dataclass(frozen=True)
 class SharedRunSettings:
@@ -95,6 +100,16 @@ class SharedRunSettings:
     def __post_init__(self):
         if self.train_file and not Path(self.train_file).is_file():
             raise SettingError("train_file", f"{self.train_file}: no such file.")
+        if self.tokenizer_name is None and self.train_file is None:
+            raise SettingError(
+                "train_file", "(a tokenizer is trained on it once) or tokenizer_name: give one."
+            )
+        if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in TEXT_SUFFIXES:
+            raise SettingError(
+                "train_file",
+                f"{self.train_file}: the shared tokenizer can only be trained on a text file; "
+                "train one with `briskbert train-tokenizer` and give it as tokenizer_name.",
+            )
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,13 @@ class BudgetSettings:
             "progress; one more step then ends the run with its final evaluation)."
         },
     )
+
+    def __post_init__(self):
+        if self.max_train_steps is not None and self.max_train_tokens is not None:
+            raise SettingError("max_train_steps", "or max_train_tokens: give one, not both.")
+        for name in ("max_train_steps", "max_train_tokens", "max_train_seconds"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise SettingError(name, f"must be positive, got {getattr(self, name)}.")
 
 
 @dataclass(frozen=True)
@@ -148,12 +170,6 @@ class ProbeSettings:
 SETTINGS = (VariantSettings, SharedRunSettings, BudgetSettings, ProbeSettings)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__, *SETTINGS)
-    parser.allow_abbrev = False  # '--seed' must not silently mean '--seeds'
-    return parser
-
-
 def check_passthrough(extra: list[str], parser: argparse.ArgumentParser) -> None:
     """Refuse pretraining flags the ablation sets per run, including abbreviations of them."""
     own = [option for action in parser._actions for option in action.option_strings]
@@ -170,30 +186,32 @@ def check_passthrough(extra: list[str], parser: argparse.ArgumentParser) -> None
 def build_plan(
     variants: VariantSettings, shared: SharedRunSettings, budget: BudgetSettings, probe: ProbeSettings, extra
 ) -> AblationPlan:
-    """The parsed settings, converted once into the plan the library runs."""
     common = (
         parse_overrides(variants.config_overrides, "--config_overrides") if variants.config_overrides else {}
     )
-    tokens_per_step = (
-        shared.per_device_train_batch_size * shared.gradient_accumulation_steps * shared.max_seq_length
-    )
+    steps = budget.max_train_steps
+    if budget.max_train_tokens is not None:  # sequence slots per step: exact with --packing
+        batch = shared.per_device_train_batch_size * shared.gradient_accumulation_steps
+        steps = math.ceil(budget.max_train_tokens / (batch * shared.max_seq_length))
     forwarded = [
-        *(["--train_file", shared.train_file] if shared.train_file else []),
-        *("--max_seq_length", str(shared.max_seq_length)),
-        *("--per_device_train_batch_size", str(shared.per_device_train_batch_size)),
-        *("--gradient_accumulation_steps", str(shared.gradient_accumulation_steps)),
+        *(to_argv(train_file=shared.train_file) if shared.train_file else []),
+        *to_argv(
+            max_seq_length=shared.max_seq_length,
+            per_device_train_batch_size=shared.per_device_train_batch_size,
+            gradient_accumulation_steps=shared.gradient_accumulation_steps,
+        ),
         *extra,
     ]
-    steps = Budget(budget.max_train_steps, budget.max_train_tokens, budget.max_train_seconds)
     return AblationPlan(
         output_dir=Path(variants.output_dir),
         variants=parse_variants(variants.configs, common),
         seeds=list(variants.seeds),
         pretrain_args=forwarded,
-        tokenizer=TokenizerSource(
-            shared.tokenizer_name, shared.train_file, shared.vocab_size, shared.max_seq_length
-        ),
-        max_train_steps=steps.steps(tokens_per_step),
+        tokenizer_name=shared.tokenizer_name,
+        train_file=shared.train_file,
+        vocab_size=shared.vocab_size,
+        max_seq_length=shared.max_seq_length,
+        max_train_steps=steps,
         max_train_seconds=budget.max_train_seconds,
         probe=Probe(probe.finetune_probe, probe.probe_validation_file, tuple(shlex.split(probe.probe_args)))
         if probe.finetune_probe
@@ -203,24 +221,21 @@ def build_plan(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = new_parser(__doc__, *SETTINGS)
     *settings, extra = parser.parse_args_into_dataclasses(
         argv, return_remaining_strings=True, look_for_args_file=False
     )
+    check_passthrough(extra, parser)
+    plan = build_plan(*settings, extra)
+    from briskbert.commands.training_run import locked
+    from briskbert.training.experiments.ablation import check_variants, run_ablation
+    from briskbert.training.experiments.ablation_report import markdown_table, write_report
+
+    check_variants(plan.variants)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopping the ablation stops its run cleanly
     try:
-        check_passthrough(extra, parser)
-        plan = build_plan(*settings, extra)
-        from briskbert.training.experiments.ablation import check_variants, run_ablation, stop_on_sigterm
-        from briskbert.training.experiments.ablation_report import markdown_table, write_report
-
-        check_variants(plan.variants)
-        stop_on_sigterm()
-        from briskbert.commands.training_run import locked
-
         with locked(plan.output_dir):  # one ablation per folder
             results = write_report(plan, *run_ablation(plan))
-    except RunFailed as error:  # a run stopped by a user error (exit 2) is one; a crash is a failure
-        raise (UserError if error.returncode == 2 else CommandFailed)(str(error)) from error
     except AblationInterrupted as error:
         print(f"\n{error}; run the same command again to resume.", file=sys.stderr)
         return 130
