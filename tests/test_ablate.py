@@ -9,22 +9,15 @@ import json
 import math
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from briskbert.cli import main
 from briskbert.errors import UserError
-from briskbert.training.experiments.ablation import (
-    ACCEPTED_FORMS,
-    RUN_RECORD,
-    AblationPlan,
-    RunRecord,
-    Segment,
-    Variant,
-    parse_variant,
-    run_pretraining,
-)
+from briskbert.training.experiments import ablation as harness
+from briskbert.training.experiments.ablation import ACCEPTED_FORMS, RUN_RECORD, parse_variant
 
 EXCERPT = Path(__file__).resolve().parents[1] / "data" / "wikitext2_excerpt.txt"
 RECORDER = Path(__file__).with_name("first_batch_recorder.py")
@@ -92,17 +85,16 @@ def test_an_interrupted_run_is_resumed_and_one_with_other_flags_refused(tmp_path
         "(out / 'final').mkdir(); (out / 'final' / 'config.json').write_text('{}'); "
         "(out / 'all_results.json').write_text('{}')"
     )
-    plan = AblationPlan(
-        tmp_path, [Variant("bert", "bert-tiny")], [1], [], launcher=(sys.executable, "-c", finish)
-    )
-    variant, argv = plan.variants[0], plan.pretrain_argv(plan.variants[0], 1)
-    interrupted = RunRecord(argv, [Segment(argv, 130, wall_time_s=5.0, peak_rss_mib=900.0)])
+    variant = harness.Variant("bert", "bert-tiny")
+    plan = harness.AblationPlan(tmp_path, [variant], [1], [], launcher=(sys.executable, "-c", finish))
+    argv = plan.pretrain_argv(variant, 1)
+    interrupted = harness.RunRecord(argv, [harness.Segment(argv, 130, wall_time_s=5.0, peak_rss_mib=900.0)])
     interrupted.save(plan.run_dir(variant, 1) / RUN_RECORD)
-    record = run_pretraining(plan, variant, 1)
+    record = harness.run_pretraining(plan, variant, 1)
     assert len(record.segments) == 2 and record.wall_time_s > 5.0 and record.peak_rss_mib == 900.0
     assert record.segments[1].argv[-2:] == ["--resume_from_checkpoint", "latest"]
     with pytest.raises(UserError, match="was run with other flags"):
-        run_pretraining(AblationPlan(tmp_path, plan.variants, [1], ["--learning_rate", "1"]), variant, 1)
+        harness.run_pretraining(replace(plan, pretrain_args=["--learning_rate", "1"]), variant, 1)
 
 
 @pytest.mark.parametrize(
