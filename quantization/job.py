@@ -281,7 +281,7 @@ def keep_candidate(candidate: Candidate, model, request: QuantizeRequest, stagin
     else:
         for path in candidate.folder.iterdir():
             path.rename(staging / path.name)
-    shutil.rmtree(staging / CANDIDATES)
+    shutil.rmtree(staging / CANDIDATES, ignore_errors=True)  # absent when fp32 was the only candidate
     copy_companions(request.model_dir, staging, "torch" if candidate.backend in ("fp32", "torch") else "onnx")
 
 

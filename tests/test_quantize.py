@@ -19,6 +19,7 @@ from hub_fixtures import TOKEN
 
 from briskbert import modeling
 from briskbert.cli import main as briskbert
+from briskbert.extras import is_installed
 from briskbert.modeling import BriskBertConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +105,9 @@ def assert_reported_agreement(facts: dict, measured: dict[str, float]) -> None:
 
 # ------------------------------------------------------------------------------------------------- torch
 # Hidden states and per-token logits here; sequence logits in the accuracy test, start/end logits on ONNX.
+needs_torchao = pytest.mark.skipif(
+    not is_installed("torchao"), reason="needs the [torchao] extra, not in [dev]"
+)
 QUANTIZED_HEADS = ["BriskBertModel", "BriskBertForTokenClassification"]
 
 
@@ -115,6 +119,7 @@ def int8_linear_weights(model) -> int:
     )
 
 
+@needs_torchao
 @pytest.mark.parametrize("head", QUANTIZED_HEADS)
 def test_torch_int8_folder_loads_back_and_agrees_with_fp32(head, tokenizer, tmp_path, capsys):
     """The written folder loads with transformers' Auto class as users load it, holds int8 weights (about 4x
@@ -148,6 +153,7 @@ def test_torch_int8_folder_loads_back_and_agrees_with_fp32(head, tokenizer, tmp_
     assert "int8" in (tmp_path / "int8" / "README.md").read_text()
 
 
+@needs_torchao
 def test_torch_int8_accuracy_on_labelled_data_and_the_card(tokenizer, tmp_path, capsys):
     """--validation_file scores both precisions; the card states the precision, the size and the change."""
     from sklearn.metrics import accuracy_score
@@ -264,6 +270,7 @@ def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_
 
 # ------------------------------------------------------------------------------------------------- publishing
 @pytest.mark.slow
+@needs_torchao
 def test_a_published_int8_folder_loads_back_by_repo_id(tokenizer, hub, tmp_path, capsys):
     """fine-tune -> quantize -> publish: the publisher's clean interpreter (no briskbert) loads the int8 repo by
     id and runs pipeline(); the card on the Hub states the precision."""
@@ -306,9 +313,7 @@ def run_error(argv, capsys) -> str:
 def test_an_unusable_model_is_refused_and_nothing_is_written(tokenizer, tmp_path, capsys):
     tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "out" / "int8")]
-    err = run_error(
-        [*argv, "--backend", "torch", "--torch_scheme", "int8-dynamic", "--min_cosine", "1"], capsys
-    )
+    err = run_error([*argv, "--backend", "onnx", "--min_cosine", "1"], capsys)
     assert "min_cosine 1" in err and "last_hidden_state" in err and "nothing was written" in err
     assert not (tmp_path / "out" / "int8").exists()
     assert list((tmp_path / "out").iterdir()) == []  # no staging folder left behind
@@ -329,7 +334,7 @@ def test_an_existing_output_folder_is_kept_unless_overwrite_is_asked(tokenizer, 
     (tmp_path / "int8").mkdir()
     (tmp_path / "int8" / "old.txt").write_text("keep me")
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    argv += ["--backend", "torch"]
+    argv += ["--backend", "onnx"]
     assert "overwrite_output_dir" in run_error(argv, capsys)
     assert (tmp_path / "int8" / "old.txt").read_text() == "keep me"
     assert briskbert([*argv, "--overwrite_output_dir"]) == 0
@@ -361,7 +366,7 @@ def test_an_existing_output_folder_is_kept_unless_overwrite_is_asked(tokenizer, 
 def test_bad_flags_give_one_clear_error(extra, expected, tokenizer, tmp_path, capsys):
     tiny_folder(tmp_path / "fp32", "BriskBertForTokenClassification", tokenizer)
     argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    assert expected in run_error([*argv, "--backend", "torch", *extra], capsys)
+    assert expected in run_error([*argv, "--backend", "onnx", *extra], capsys)
     assert not (tmp_path / "int8").exists()
 
 
@@ -428,7 +433,7 @@ np.save(sys.argv[3], states)
     "kept",
     [
         "fp32",
-        "torch",
+        pytest.param("torch", marks=needs_torchao),
         pytest.param("onnx-fp32", marks=pytest.mark.slow),  # an ONNX export each
         pytest.param("onnx", marks=pytest.mark.slow),
     ],
@@ -444,7 +449,7 @@ def test_auto_keeps_the_fastest_says_so_and_the_folder_loads_without_briskbert(
     from briskbert.quantization import job
 
     fp32 = tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
-    backends = ["fp32", "torch"] if kept in ("fp32", "torch") else ["fp32", "onnx-fp32", "onnx"]
+    backends = {"fp32": ["fp32"], "torch": ["fp32", "torch"]}.get(kept, ["fp32", "onnx-fp32", "onnx"])
     seconds = {name: 0.5 if name == kept else 2.0 for name in backends} | {"fp32": 1.0}
     rounds = [1.0, 1.0, 1.25]  # the last round's fp32 run slower: that round's speed-up is higher
     monkeypatch.setattr(job, "wanted_backends", lambda request: backends)
