@@ -28,7 +28,7 @@ def ablate_argv(output_dir: Path) -> list[str]:
     return [
         "ablate", "--train_file", str(EXCERPT), "--vocab_size", "256", "--max_seq_length", "32", "--packing",
         "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "64", "--max_train_steps", "2",
-        "--eval_steps", "1", "--logging_steps", "1",
+        "--eval_steps", "1", "--logging_steps", "1", "--validation_split_percentage", "1",
         "--config_overrides", "hidden_size=32,intermediate_size=64,num_hidden_layers=1",
         "--configs", "bert:bert-tiny", "modern:modern-tiny:num_hidden_layers=2,sliding_window=8",
         "--seeds", str(SEED), "--launcher", shlex.join([sys.executable, str(RECORDER)]),
