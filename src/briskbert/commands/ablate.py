@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
-import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,7 +231,6 @@ def main(argv: list[str] | None = None) -> int:
     from briskbert.training.experiments.ablation_report import markdown_table, write_report
 
     check_variants(plan.variants)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopping the ablation stops its run cleanly
     try:
         with locked(plan.output_dir):  # one ablation per folder
             results = write_report(plan, *run_ablation(plan))
