@@ -271,7 +271,7 @@ def run_process(
             process.send_signal(signal.SIGTERM)
             os.wait4(process.pid, 0)
             raise AblationInterrupted(
-                f"interrupted while running {shlex.join(argv[-2:])} (pretraining saves a checkpoint first)"
+                f"interrupted (pretraining saves a checkpoint first; its log: {log_path})"
             ) from None
     _follow_progress(progress, history_path)
     wall_time_s, peak_rss_mib = round(time.perf_counter() - start, 2), round(usage.ru_maxrss / 1024, 1)  # KiB
