@@ -211,7 +211,6 @@ class BriskBertConfig(PreTrainedConfig):
 
     @property
     def embedding_width(self) -> int:
-        """Width of the embeddings: `embedding_size`, or hidden_size when there is no projection."""
         return self.embedding_size or self.hidden_size
 
     @property

@@ -6,7 +6,6 @@ from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
 from .folder import convert_checkpoint
 from .weights import CheckpointMismatchError
 
-# The name the BERT-only converter had; callers keep working.
 convert_bert_checkpoint = convert_checkpoint
 
 __all__ = [

@@ -54,7 +54,7 @@ def _architecture(family: SourceFamily, source_config: dict, architecture: str |
 
 def _copy_tokenizer_and_sentence_files(src: Path, staging: Path, family: SourceFamily):
     if family.model_types == ("bert",):
-        # BERT folders get the WordPiece tokenizer as remote code, as before.
+        # BERT folders get the WordPiece tokenizer as remote code.
         from briskbert.tokenization import BriskBertTokenizer
 
         BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
