@@ -361,8 +361,7 @@ def train_unigram_tokenizer(
 
 
 def train_tokenizer(model: str = "wordpiece", **kwargs):
-    """Dispatch to :func:`train_wordpiece_tokenizer`, :func:`train_bpe_tokenizer` or
-    :func:`train_unigram_tokenizer` by ``model``."""
+    """The trainer of kind ``model`` (``wordpiece``, ``bpe`` or ``unigram``) called with ``kwargs``."""
     trainers = {
         "wordpiece": train_wordpiece_tokenizer,
         "bpe": train_bpe_tokenizer,
