@@ -48,7 +48,7 @@ BUILDERS = {
 # How documents become sequences (see :mod:`training.data.pretraining_data`).
 PACKING_MODES = ("none", "full-sentences", "doc-sentences")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
-STORE_VERSION = 2  # 2: the tokenizer's own truncation and padding settings no longer apply
+STORE_VERSION = 2  # part of a store's fingerprint: raise it when the same inputs would give other ids
 _CHUNK_CHARACTERS = 1 << 20  # text per tokenization job: large enough to amortise the hand-over
 _PIECE_CHARACTERS = 1 << 16  # the longest text read or tokenized at once
 _FINGERPRINT_SAMPLE = 1 << 16

@@ -95,7 +95,6 @@ def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple
 
 
 def wrap_sequence(body: list[int], packing: str, cls_id: int, sep_id: int) -> list[int]:
-    """A sequence's ids: ``[CLS]`` + body (+ ``[SEP]`` in mode ``none``)."""
     return [cls_id, *body, sep_id] if packing == "none" else [cls_id, *body]
 
 

@@ -18,8 +18,6 @@ _CHECK_TOKENS = 1 << 24  # token ids read at a time when checking a cached store
 
 @dataclass(frozen=True)
 class CorpusStore:
-    """A prepared corpus (see :mod:`training.data.corpus`), opened read-only and memory-mapped."""
-
     folder: Path
     meta: dict
 
