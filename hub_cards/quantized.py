@@ -26,8 +26,7 @@ def render_quantized_readme(
 
 
 def speed_section(facts: dict) -> str:
-    """The backends timed on the machine that wrote the folder, and the one kept (folders written before the
-    timing was added have none)."""
+    """The backends timed where the folder was written, and the one kept (absent from older folders)."""
     choice = facts.get("choice")
     if not choice:
         return ""
@@ -50,8 +49,7 @@ Another CPU may rank the backends differently: run `briskbert quantize` there.
 
 
 def _spread(measured: dict) -> str:
-    """`` (1.30-2.41x over 3 rounds)``: the single rounds' lowest and highest speed-up (folders written before
-    the spread was recorded have none)."""
+    """`` (1.30-2.41x over 3 rounds)``: lowest and highest single-round speed-up (older folders lack it)."""
     if "speedup_range" not in measured:
         return ""
     low, high = measured["speedup_range"]
