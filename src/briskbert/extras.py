@@ -65,10 +65,8 @@ def install_hint(extra: str) -> str:
 
 
 def require_extra(extra: str, needed_for: str) -> None:
-    """Raise :class:`MissingExtraError` unless every module of ``extra`` is installed.
-
-    ``needed_for`` names what needs it, e.g. ``"briskbert export-onnx"`` or ``"tensorboard"``.
-    """
+    """Raise :class:`MissingExtraError` unless every module of ``extra`` is installed; ``needed_for`` names
+    what needs it (``"briskbert export-onnx"``)."""
     missing = [module for module in EXTRAS[extra].modules if not is_installed(module)]
     if missing:
         raise MissingExtraError(
@@ -78,10 +76,8 @@ def require_extra(extra: str, needed_for: str) -> None:
 
 
 def require_tracker(name: str) -> None:
-    """``report_to`` a tracker with an extra of its own: its package must be installed.
-
-    (Accelerate's other trackers are checked by accelerate's own list, which names their packages.)
-    """
+    """``report_to`` a tracker with an extra of its own: its package must be installed (accelerate checks its
+    other trackers itself)."""
     if name == "tensorboard" and is_installed("tensorboardX"):  # accelerate writes through either
         return
     if name in TRACKER_EXTRAS:
