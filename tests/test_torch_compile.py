@@ -45,6 +45,7 @@ def aot_eager(monkeypatch):
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    AcceleratorState._reset_state()  # or every later Accelerator of this process compiles its model too
 
 
 @pytest.mark.slow  # three short runs: about 20 s on two cores
