@@ -339,15 +339,14 @@ def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
                     del state[key]
 
 
-def state_bytes(accelerator, optimizers: bool = True) -> int:
-    """About what a save of the accelerator's models (and optimizers) takes on disk."""
+def state_bytes(accelerator) -> int:
+    """About what a save of the accelerator's models and optimizers takes on disk."""
     import torch
 
     tensors = [p for model in accelerator._models for p in model.parameters()]
-    if optimizers:
-        for optimizer in accelerator._optimizers:
-            states = getattr(optimizer, "optimizer", optimizer).state.values()
-            tensors += [t for state in states for t in state.values() if torch.is_tensor(t)]
+    for optimizer in accelerator._optimizers:
+        states = getattr(optimizer, "optimizer", optimizer).state.values()
+        tensors += [t for state in states for t in state.values() if torch.is_tensor(t)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
