@@ -41,17 +41,12 @@ def create_optimizer(
 
 
 def create_scheduler(
-    optimizer,
-    name: str,
-    num_warmup_steps: int,
-    num_training_steps: int,
-    decay_ratio: float = 0.2,
-    min_lr_rate: float = 0.1,
+    optimizer, name: str, num_warmup_steps: int, num_training_steps: int, decay_ratio: float = 0.2
 ):
     """A transformers scheduler by name (one of ``SCHEDULER_NAMES``: ``TrainingConfig`` checks it).
 
     ``warmup_stable_decay`` decays linearly over the last ``decay_ratio`` of the steps; the two ``*_min_lr``
-    cosines end at ``min_lr_rate`` times the peak learning rate (transformers requires a floor for them).
+    cosines end at a tenth of the peak learning rate (transformers requires a floor for them).
     """
     kwargs = {}
     if name == "warmup_stable_decay":
@@ -59,11 +54,7 @@ def create_scheduler(
         num_decay = min(num_decay, max(1, num_training_steps - num_warmup_steps))
         kwargs = {"num_decay_steps": num_decay, "decay_type": "linear"}
     elif name.endswith("_min_lr"):
-        kwargs = {"min_lr_rate": min_lr_rate}
+        kwargs = {"min_lr_rate": 0.1}
     return get_scheduler(
-        name,
-        optimizer,
-        num_warmup_steps=num_warmup_steps,
-        num_training_steps=num_training_steps,
-        scheduler_specific_kwargs=kwargs,
+        name, optimizer, num_warmup_steps, num_training_steps, scheduler_specific_kwargs=kwargs
     )
