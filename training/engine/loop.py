@@ -139,7 +139,9 @@ def run(
     # The loss, gradient norm and counters stay on the device; the host reads them (and waits for the device)
     # only where it needs them: to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
     guard = DivergenceGuard(accelerator, optimizer, output_dir, state.global_step)
-    unread = Unread(accelerator.device)
+    unread = torch.zeros(
+        4, dtype=torch.float64, device=accelerator.device
+    )  # summed totals since the last read
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf  # 0: measured, not clipped
     model.train()
     with SignalCatcher() as signals, _closing_logs_on_error(accelerator, log, output_dir, progress):
@@ -152,12 +154,12 @@ def run(
             scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
             state.global_step += 1
             state.wall_time_s += time.perf_counter() - step_start
-            unread.add(totals)
+            unread += totals
             progress.update(1)
 
             step, last_step = state.global_step, state.global_step == parts.max_train_steps
             if step % log_every == 0 or last_step:
-                unread.read(state, interval, guard)
+                _read(unread, state, interval, guard)
                 entry = interval.entry(state, parts.batches_per_epoch, scheduler.get_last_lr()[0], grad_norm)
                 log.append(entry)
                 progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
@@ -165,11 +167,11 @@ def run(
                     for callback in callbacks:
                         callback(entry)
             if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
-                unread.read(state, interval, guard)
+                _read(unread, state, interval, guard)
                 evaluation(accelerator, model, state, log)
             stop_signal = signals.received(accelerator)
             if stop_signal or _checkpoint_due(config.checkpointing_steps, state, parts.batches_per_epoch):
-                unread.read(state, interval, guard)
+                _read(unread, state, interval, guard)
                 refuse_non_finite_weights(accelerator, model, f"step_{step}", output_dir)
                 last_checkpoint = save_checkpoint(
                     accelerator, output_dir, state, identity, config.checkpoints_total_limit
@@ -257,27 +259,18 @@ def _train_step(accelerator, model, optimizer, window, count_items, guard, max_n
     return totals, grad_norm
 
 
-class Unread:
-    """The steps' totals since the host last read them, summed on the device."""
-
-    def __init__(self, device):
-        self.totals = torch.zeros(4, dtype=torch.float64, device=device)
-
-    def add(self, totals: torch.Tensor) -> None:
-        self.totals += totals
-
-    def read(self, state: TrainingState, interval: LogInterval, guard: DivergenceGuard) -> None:
-        """Stop a run that diverged, else add the unread totals to the run's counters and the log interval. The
-        wait for the device's queued steps is training time."""
-        start = time.perf_counter()
-        guard.raise_if_diverged()
-        loss_sum, items, tokens, examples = self.totals.tolist()
-        self.totals.zero_()
-        state.wall_time_s += time.perf_counter() - start
-        interval.add(loss_sum, items, tokens)
-        state.items_seen += int(items)
-        state.tokens_seen += int(tokens)
-        state.examples_seen += int(examples)
+def _read(unread: torch.Tensor, state: TrainingState, interval: LogInterval, guard: DivergenceGuard) -> None:
+    """Stop a run that diverged, else move the steps' ``unread`` totals into the run's counters and the log
+    interval. The wait for the device's queued steps is training time."""
+    start = time.perf_counter()
+    guard.raise_if_diverged()
+    loss_sum, items, tokens, examples = unread.tolist()
+    unread.zero_()
+    state.wall_time_s += time.perf_counter() - start
+    interval.add(loss_sum, items, tokens)
+    state.items_seen += int(items)
+    state.tokens_seen += int(tokens)
+    state.examples_seen += int(examples)
 
 
 def _checkpoint_due(every: int | str | None, state: TrainingState, batches_per_epoch: int | None) -> bool:
