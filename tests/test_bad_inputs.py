@@ -35,42 +35,40 @@ class Case(NamedTuple):
     names: str
 
 
-# {out} is a fresh output folder per case; the other fields are the paths built by ``inputs``.
-CLASSIFY = "finetune-classification --output_dir {out} --model_name_or_path"
-NER = "finetune-ner --output_dir {out} --model_name_or_path"
-QA = "finetune-qa --output_dir {out} --model_name_or_path"
-DISTILL = "distill --output_dir {out} --teacher_model"
-PRETRAIN = "pretrain --output_dir {out} --config_name bert-tiny --train_file"
-TOKENIZER = "train-tokenizer --output_dir {out} --vocab_size 100 --files"
+# {out} is a fresh output folder per case; the other fields are the paths built by ``inputs``. Each prefix
+# ends with the flag whose value the case changes: the starting model (FROM) or the training file (ON).
+CLASSIFY_FROM = "finetune-classification --output_dir {out} --train_file {sst2} --model_name_or_path"
+CLASSIFY_ON = "finetune-classification --output_dir {out} --model_name_or_path {model} --train_file"
+NER_ON = "finetune-ner --output_dir {out} --model_name_or_path {model} --train_file"
+QA_ON = "finetune-qa --output_dir {out} --model_name_or_path {model} --train_file"
+DISTILL_FROM = "distill --output_dir {out} --train_file {sst2} --teacher_model"
+PRETRAIN_ON = "pretrain --output_dir {out} --config_name bert-tiny --train_file"
+TOKENIZER_ON = "train-tokenizer --output_dir {out} --vocab_size 100 --files"
 
 CASES = [
     # the starting model folder (one check, check_model_folder, for every job that loads one)
-    Case("no-tokenizer-files", CLASSIFY + " {no_tokenizer} --train_file {sst2}", "{no_tokenizer}"),
-    Case("missing-folder", CLASSIFY + " {tmp}/runs/final --train_file {sst2}", "{tmp}/runs/final"),
-    Case("missing-relative-folder", CLASSIFY + " no/such/model --train_file {sst2}", "does not exist"),
-    Case("truncated-safetensors", CLASSIFY + " {truncated} --train_file {sst2}", "truncated"),
-    Case("garbage-safetensors", CLASSIFY + " {garbage_weights} --train_file {sst2}", "safetensors"),
+    Case("no-tokenizer-files", CLASSIFY_FROM + " {no_tokenizer}", "{no_tokenizer}"),
+    Case("missing-folder", CLASSIFY_FROM + " {tmp}/runs/final", "{tmp}/runs/final"),
+    Case("missing-relative-folder", CLASSIFY_FROM + " no/such/model", "does not exist"),
+    Case("truncated-safetensors", CLASSIFY_FROM + " {truncated}", "truncated"),
+    Case("garbage-safetensors", CLASSIFY_FROM + " {garbage_weights}", "safetensors"),
     Case(
         "safetensors-entry-without-shape",
-        CLASSIFY + " {shapeless} --train_file {sst2}",
+        CLASSIFY_FROM + " {shapeless}",
         "model.safetensors is truncated or damaged",
     ),
-    Case("bad-config-json", CLASSIFY + " {bad_config} --train_file {sst2}", "config.json is not valid"),
-    Case("config-without-model-type", CLASSIFY + " {untyped} --train_file {sst2}", "model_type"),
-    Case("no-weights", CLASSIFY + " {no_weights} --train_file {sst2}", "no model weights"),
-    Case("model-path-is-a-file", CLASSIFY + " {sst2_csv} --train_file {sst2}", "is a file"),
-    Case("bad-tokenizer-json", CLASSIFY + " {bad_tokenizer} --train_file {sst2}", "tokenizer.json"),
-    Case("empty-tokenizer-json", CLASSIFY + " {empty_tokenizer_json} --train_file {sst2}", "tokenizer.json"),
-    Case("five-token-vocab-txt", CLASSIFY + " {tiny_vocab} --train_file {sst2}", "vocab.txt"),
-    Case("other-model-type", CLASSIFY + " {gpt2_type} --train_file {sst2}", "'gpt2'"),
-    Case(
-        "weights-shaped-for-another-config",
-        CLASSIFY + " {wrong_shapes} --train_file {sst2}",
-        "intermediate_size",
-    ),
+    Case("bad-config-json", CLASSIFY_FROM + " {bad_config}", "config.json is not valid"),
+    Case("config-without-model-type", CLASSIFY_FROM + " {untyped}", "model_type"),
+    Case("no-weights", CLASSIFY_FROM + " {no_weights}", "no model weights"),
+    Case("model-path-is-a-file", CLASSIFY_FROM + " {sst2_csv}", "is a file"),
+    Case("bad-tokenizer-json", CLASSIFY_FROM + " {bad_tokenizer}", "tokenizer.json"),
+    Case("empty-tokenizer-json", CLASSIFY_FROM + " {empty_tokenizer_json}", "tokenizer.json"),
+    Case("five-token-vocab-txt", CLASSIFY_FROM + " {tiny_vocab}", "vocab.txt"),
+    Case("other-model-type", CLASSIFY_FROM + " {gpt2_type}", "'gpt2'"),
+    Case("weights-shaped-for-another-config", CLASSIFY_FROM + " {wrong_shapes}", "intermediate_size"),
     Case(
         "empty-tokenizer-folder",
-        CLASSIFY + " {model} --tokenizer_name {empty_folder} --train_file {sst2}",
+        CLASSIFY_FROM + " {model} --tokenizer_name {empty_folder}",
         "--tokenizer_name {empty_folder} has no tokenizer files",
     ),
     Case(
@@ -90,189 +88,151 @@ CASES = [
         "--config_preset",
     ),
     # folders saved with a manifest and damaged since, in a way only the manifest tells
-    Case("manifest-flipped-weights", CLASSIFY + " {flipped} --train_file {sst2}", "model.safetensors does"),
-    Case("manifest-cut-tokenizer", NER + " {cut_tokenizer} --train_file {conll}", "tokenizer.json has"),
+    Case("manifest-flipped-weights", CLASSIFY_FROM + " {flipped}", "model.safetensors does"),
+    Case(
+        "manifest-cut-tokenizer",
+        "finetune-ner --output_dir {out} --model_name_or_path {cut_tokenizer} --train_file {conll}",
+        "tokenizer.json has",
+    ),
     Case(
         "manifest-tokenizer-name",
-        CLASSIFY + " {model} --tokenizer_name {cut_tokenizer} --train_file {sst2}",
+        CLASSIFY_FROM + " {model} --tokenizer_name {cut_tokenizer}",
         "tokenizer.json has",
     ),
     # data files
-    Case("non-utf8-table", CLASSIFY + " {model} --train_file {latin1_tsv}", "not UTF-8"),
-    Case("empty-table", CLASSIFY + " {model} --train_file {empty_csv}", "{empty_csv}"),
-    Case("header-only", CLASSIFY + " {model} --train_file {header_csv}", "no rows"),
-    Case("missing-data-file", CLASSIFY + " {model} --train_file {tmp}/x.csv", "{tmp}/x.csv"),
-    Case("unknown-extension", CLASSIFY + " {model} --train_file {latin1_txt}", ".txt"),
-    Case("ragged-csv", CLASSIFY + " {model} --train_file {ragged_csv}", "line 3"),
-    Case("bad-jsonl-line", CLASSIFY + " {model} --train_file {bad_jsonl}", "line 2"),
+    Case("non-utf8-table", CLASSIFY_ON + " {latin1_tsv}", "not UTF-8"),
+    Case("empty-table", CLASSIFY_ON + " {empty_csv}", "{empty_csv}"),
+    Case("header-only", CLASSIFY_ON + " {header_csv}", "no rows"),
+    Case("missing-data-file", CLASSIFY_ON + " {tmp}/x.csv", "{tmp}/x.csv"),
+    Case("unknown-extension", CLASSIFY_ON + " {latin1_txt}", ".txt"),
+    Case("ragged-csv", CLASSIFY_ON + " {ragged_csv}", "line 3"),
+    Case("bad-jsonl-line", CLASSIFY_ON + " {bad_jsonl}", "line 2"),
     Case(
         "missing-label-column",
-        CLASSIFY + " {model} --train_file {sst2_csv} --label_column sentiment",
+        CLASSIFY_ON + " {sst2_csv} --label_column sentiment",
         "label_column='sentiment'",
     ),
-    Case("no-text-column", CLASSIFY + " {model} --train_file {no_text_csv}", "text_column"),
-    Case("mixed-labels", CLASSIFY + " {model} --train_file {mixed_csv}", "mixes types"),
+    Case("no-text-column", CLASSIFY_ON + " {no_text_csv}", "text_column"),
+    Case("mixed-labels", CLASSIFY_ON + " {mixed_csv}", "mixes types"),
     Case(
         "fractional-labels",
-        CLASSIFY + " {model} --train_file {fraction_csv} --problem_type single_label_classification",
+        CLASSIFY_ON + " {fraction_csv} --problem_type single_label_classification",
         "problem_type regression",
     ),
-    Case(
-        "too-few-label-names",
-        CLASSIFY + " {model} --train_file {three_csv} --label_names neg,pos",
-        "label_names",
-    ),
+    Case("too-few-label-names", CLASSIFY_ON + " {three_csv} --label_names neg,pos", "label_names"),
     Case(
         "label-names-for-other-labels",  # 0/1 data: "1" would be called "neutral"
-        CLASSIFY + " {model} --train_file {sst2} --label_names negative,neutral,positive",
+        CLASSIFY_ON + " {sst2} --label_names negative,neutral,positive",
         "label_names gives 3 names (label ids 0..2) but the labels found in",
     ),
-    Case("repeated-label-names", CLASSIFY + " {model} --train_file {sst2} --label_names a,a", "repeats"),
+    Case("repeated-label-names", CLASSIFY_ON + " {sst2} --label_names a,a", "repeats"),
     Case(
         "label-names-for-regression",
-        CLASSIFY + " {model} --train_file {sst2} --problem_type regression --label_names a,b",
+        CLASSIFY_ON + " {sst2} --problem_type regression --label_names a,b",
         "--label_names",
     ),
-    Case("missing-dataset-folder", CLASSIFY + " {model} --dataset_name ./nope", "./nope"),
-    Case("dataset-and-files", CLASSIFY + " {model} --dataset_name x --train_file {sst2}", "--dataset_name"),
     Case(
-        "fewer-rows-than-a-batch",
-        CLASSIFY + " {model} --train_file {sst2_csv}",
-        "--per_device_train_batch_size",
+        "missing-dataset-folder",
+        "finetune-classification --output_dir {out} --model_name_or_path {model} --dataset_name ./nope",
+        "./nope",
     ),
+    Case("dataset-and-files", CLASSIFY_FROM + " {model} --dataset_name x", "--dataset_name"),
+    Case("fewer-rows-than-a-batch", CLASSIFY_ON + " {sst2_csv}", "--per_device_train_batch_size"),
     Case(
         "non-utf8-validation-file",
-        CLASSIFY + " {model} --train_file {sst2} --validation_file {latin1_tsv}",
+        CLASSIFY_ON + " {sst2} --validation_file {latin1_tsv}",
         "--validation_file",
     ),
     # flags
-    Case(
-        "tiny-max-seq-length",
-        CLASSIFY + " {model} --train_file {sst2} --max_seq_length 4",
-        "--max_seq_length",
-    ),
+    Case("tiny-max-seq-length", CLASSIFY_ON + " {sst2} --max_seq_length 4", "--max_seq_length"),
     Case(
         "zero-learning-rate",
-        CLASSIFY + " {model} --train_file {sst2} --learning_rate 0",
+        CLASSIFY_ON + " {sst2} --learning_rate 0",
         "--learning_rate must be > 0, got 0.0.",
     ),
-    Case("unknown-flag", CLASSIFY + " {model} --train_file {sst2} --lr 3", "--lr"),
+    Case("unknown-flag", CLASSIFY_ON + " {sst2} --lr 3", "--lr"),
     # NER
-    Case("non-utf8-conll", NER + " {model} --train_file {latin1_txt}", "not UTF-8"),
-    Case("conll-no-sentences", NER + " {model} --train_file {docstart_txt}", "no sentences"),
-    Case("conll-bad-tag", NER + " {model} --train_file {bad_tag_txt}", "X-PER"),
+    Case("non-utf8-conll", NER_ON + " {latin1_txt}", "not UTF-8"),
+    Case("conll-no-sentences", NER_ON + " {docstart_txt}", "no sentences"),
+    Case("conll-bad-tag", NER_ON + " {bad_tag_txt}", "X-PER"),
     # a file of another shape is named as not CoNLL (it read as one sentence of texts tagged with labels)
-    Case(
-        "ner-tsv",
-        NER + " {model} --train_file {sst2}",
-        "{sst2} is not a CoNLL file: line 2 ('when are bears bears and",
-    ),
-    Case("ner-json", NER + " {model} --train_file {squad}", "{squad} is not a CoNLL file: line 1 is JSON"),
+    Case("ner-tsv", NER_ON + " {sst2}", "{sst2} is not a CoNLL file: line 2 ('when are bears bears and"),
+    Case("ner-json", NER_ON + " {squad}", "{squad} is not a CoNLL file: line 1 is JSON"),
     Case(
         "ner-csv",
-        NER + " {model} --train_file {sst2_csv}",
+        NER_ON + " {sst2_csv}",
         "is not a CoNLL file: line 1 ('sentence,label') has one field, no tag; expected one token per line",
     ),
-    Case("ner-missing-column", NER + " {model} --train_file {conll} --token_column words", "token_column"),
-    Case(
-        "ner-crf-on-every-sub-word",
-        NER + " {model} --train_file {conll} --crf --label_all_tokens",
-        "--label_all_tokens",
-    ),
+    Case("ner-missing-column", NER_ON + " {conll} --token_column words", "token_column"),
+    Case("ner-crf-on-every-sub-word", NER_ON + " {conll} --crf --label_all_tokens", "--label_all_tokens"),
     # QA
-    Case("qa-truncated-weights", QA + " {truncated} --train_file {squad}", "truncated"),
-    Case("squad-invalid-json", QA + " {model} --train_file {bad_json}", "not valid JSON"),
-    Case("squad-wrong-shape", QA + " {model} --train_file {not_squad_json}", "'data' list"),
-    Case("squad-v2-without-flag", QA + " {model} --train_file {squad_v2_json}", "--version_2_with_negative"),
-    Case("squad-no-questions", QA + " {model} --train_file {squad} --train_articles 90:99", "no questions"),
-    Case("squad-bad-range", QA + " {model} --train_file {squad} --train_articles first", "--train_articles"),
     Case(
-        "doc-stride-too-large",
-        QA + " {model} --train_file {squad} --max_seq_length 128 --doc_stride 100",
-        "--doc_stride",
+        "qa-truncated-weights",
+        "finetune-qa --output_dir {out} --model_name_or_path {truncated} --train_file {squad}",
+        "truncated",
     ),
-    Case("qa-answer-start-is-a-string", QA + " {model} --train_file {string_start_json}", "answer_start"),
-    Case(
-        "qa-answers-not-in-context",
-        QA + " {model} --train_file {absent_answer_json}",
-        "not in their context",
-    ),
+    Case("squad-invalid-json", QA_ON + " {bad_json}", "not valid JSON"),
+    Case("squad-wrong-shape", QA_ON + " {not_squad_json}", "'data' list"),
+    Case("squad-v2-without-flag", QA_ON + " {squad_v2_json}", "--version_2_with_negative"),
+    Case("squad-no-questions", QA_ON + " {squad} --train_articles 90:99", "no questions"),
+    Case("squad-bad-range", QA_ON + " {squad} --train_articles first", "--train_articles"),
+    Case("doc-stride-too-large", QA_ON + " {squad} --max_seq_length 128 --doc_stride 100", "--doc_stride"),
+    Case("qa-answer-start-is-a-string", QA_ON + " {string_start_json}", "answer_start"),
+    Case("qa-answers-not-in-context", QA_ON + " {absent_answer_json}", "not in their context"),
     # distillation
-    Case("missing-teacher", DISTILL + " {tmp}/runs/sst2/final --train_file {sst2}", "{tmp}/runs/sst2/final"),
+    Case("missing-teacher", DISTILL_FROM + " {tmp}/runs/sst2/final", "{tmp}/runs/sst2/final"),
+    Case("teacher-is-not-a-classifier", DISTILL_FROM + " {model}", "not a sequence classifier"),
+    Case("teacher-without-tokenizer", DISTILL_FROM + " {teacher_no_tokenizer}", "no tokenizer files"),
     Case(
-        "teacher-is-not-a-classifier", DISTILL + " {model} --train_file {sst2}", "not a sequence classifier"
+        "labels-unknown-to-teacher",
+        "distill --output_dir {out} --teacher_model {teacher} --train_file {three_csv}",
+        "the teacher's labels",
     ),
-    Case(
-        "teacher-without-tokenizer",
-        DISTILL + " {teacher_no_tokenizer} --train_file {sst2}",
-        "no tokenizer files",
-    ),
-    Case(
-        "labels-unknown-to-teacher", DISTILL + " {teacher} --train_file {three_csv}", "the teacher's labels"
-    ),
-    Case(
-        "student-layers-not-numbers",
-        DISTILL + " {teacher} --train_file {sst2} --student_layers a,b",
-        "--student_layers",
-    ),
-    Case(
-        "student-layers-out-of-range",
-        DISTILL + " {teacher} --train_file {sst2} --student_layers 0,7",
-        "--student_layers",
-    ),
-    Case("zero-temperature", DISTILL + " {teacher} --train_file {sst2} --temperature 0", "--temperature"),
-    Case("alpha-above-one", DISTILL + " {teacher} --train_file {sst2} --alpha_kd 2", "--alpha_kd"),
-    Case(
-        "unknown-student-preset",
-        DISTILL + " {teacher} --train_file {sst2} --student_preset huge",
-        "--student_preset",
-    ),
+    Case("student-layers-not-numbers", DISTILL_FROM + " {teacher} --student_layers a,b", "--student_layers"),
+    Case("student-layers-out-of-range", DISTILL_FROM + " {teacher} --student_layers 0,7", "--student_layers"),
+    Case("zero-temperature", DISTILL_FROM + " {teacher} --temperature 0", "--temperature"),
+    Case("alpha-above-one", DISTILL_FROM + " {teacher} --alpha_kd 2", "--alpha_kd"),
+    Case("unknown-student-preset", DISTILL_FROM + " {teacher} --student_preset huge", "--student_preset"),
     Case(
         "two-student-choices",
-        DISTILL + " {teacher} --train_file {sst2} --student_preset bert-tiny --student_layers 0",
+        DISTILL_FROM + " {teacher} --student_preset bert-tiny --student_layers 0",
         "at most one",
     ),
     Case(
-        "student-without-weights",
-        DISTILL + " {teacher} --train_file {sst2} --student_model {no_weights}",
-        "--student_model",
+        "student-without-weights", DISTILL_FROM + " {teacher} --student_model {no_weights}", "--student_model"
     ),
     # the tokenizer and pretraining read text files their own way
-    Case("tokenizer-blank-lines", TOKENIZER + " {blank_lines_txt}", "{blank_lines_txt}"),
-    Case("tokenizer-non-utf8", TOKENIZER + " {latin1_txt}", "not UTF-8"),
-    Case("tokenizer-missing-file", TOKENIZER + " {tmp}/a.txt", "{tmp}/a.txt"),
+    Case("tokenizer-blank-lines", TOKENIZER_ON + " {blank_lines_txt}", "{blank_lines_txt}"),
+    Case("tokenizer-non-utf8", TOKENIZER_ON + " {latin1_txt}", "not UTF-8"),
+    Case("tokenizer-missing-file", TOKENIZER_ON + " {tmp}/a.txt", "{tmp}/a.txt"),
     Case(
         "tokenizer-vocab-size-absurd",
         "train-tokenizer --output_dir {out} --files {text_txt} --vocab_size 1000000000",
         "--vocab_size",
     ),
-    Case("pretrain-non-utf8", PRETRAIN + " {latin1_txt} --vocab_size 200", "not UTF-8"),
-    Case("pretrain-empty-file", PRETRAIN + " {empty_txt} --vocab_size 200", "{empty_txt}"),
-    Case("pretrain-blank-lines-file", PRETRAIN + " {blank_lines_txt} --vocab_size 200", "{blank_lines_txt}"),
-    Case("pretrain-vocab-size-zero", PRETRAIN + " {wikitext} --vocab_size 0", "--vocab_size"),
+    Case("pretrain-non-utf8", PRETRAIN_ON + " {latin1_txt} --vocab_size 200", "not UTF-8"),
+    Case("pretrain-empty-file", PRETRAIN_ON + " {empty_txt} --vocab_size 200", "{empty_txt}"),
+    Case(
+        "pretrain-blank-lines-file", PRETRAIN_ON + " {blank_lines_txt} --vocab_size 200", "{blank_lines_txt}"
+    ),
+    Case("pretrain-vocab-size-zero", PRETRAIN_ON + " {wikitext} --vocab_size 0", "--vocab_size"),
     Case(
         "pretrain-cut-tokenizer-json",
-        PRETRAIN + " {wikitext} --tokenizer_name {bad_tokenizer}",
+        PRETRAIN_ON + " {wikitext} --tokenizer_name {bad_tokenizer}",
         "{bad_tokenizer}/tokenizer.json is not valid JSON",
     ),
     Case(
-        "negative-hidden-size",
-        PRETRAIN + " {wikitext} --vocab_size 200 --config_overrides hidden_size=-8",
-        "hidden_size",
+        "negative-hidden-size", PRETRAIN_ON + " {wikitext} --config_overrides hidden_size=-8", "hidden_size"
     ),
-    Case(
-        "string-hidden-size",
-        PRETRAIN + " {wikitext} --vocab_size 200 --config_overrides hidden_size=big",
-        "hidden_size",
-    ),
+    Case("string-hidden-size", PRETRAIN_ON + " {wikitext} --config_overrides hidden_size=big", "hidden_size"),
     Case(  # the parameter count is extrapolated from one and two layers, not built
         "pretrain-a-million-layers",
-        PRETRAIN + " {wikitext} --vocab_size 300 --config_overrides num_hidden_layers=1000000",
+        PRETRAIN_ON + " {wikitext} --vocab_size 300 --config_overrides num_hidden_layers=1000000",
         "--config_overrides this model has",
     ),
     Case(
         "pretrain-a-billion-positions",
-        PRETRAIN + " {wikitext} --vocab_size 300 --config_overrides max_position_embeddings=1000000000",
+        PRETRAIN_ON + " {wikitext} --vocab_size 300 --config_overrides max_position_embeddings=1000000000",
         "--config_overrides this model has",
     ),
     # the other jobs that load a model folder run the same check before anything else
@@ -442,7 +402,7 @@ def test_mistyped_name_in_a_real_process_fails_at_once(inputs, tmp_path):
     """A name that is no local folder is looked up on the Hub once, without retries: one line, status 2,
     in seconds even with no network (transformers alone retries for about 30 s before failing)."""
     out = tmp_path / "out"
-    argv = (DISTILL + " teacher_typo --train_file {sst2}").format(out=out, **inputs).split()
+    argv = (DISTILL_FROM + " teacher_typo").format(out=out, **inputs).split()
     proc = subprocess.run(
         [sys.executable, "-m", "briskbert", *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
