@@ -11,7 +11,7 @@ import pytest
 
 from briskbert.cli import main as cli
 from briskbert.data import DATA_DIR
-from briskbert.extras import EXTRAS, MissingExtraError, is_installed, require_extra, require_tracker
+from briskbert.extras import EXTRAS, MissingExtraError, require_extra, require_tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,13 +93,6 @@ def test_require_extra_looks_packages_up_without_importing_them(monkeypatch):
         require_extra("peft", "LoRA")
     require_extra("onnx", "briskbert export-onnx")  # everything found: no error
     assert looked_up == ["peft", "onnx", "onnxscript", "onnxruntime"]
-
-
-def test_is_installed_sees_hidden_and_missing_packages(monkeypatch):
-    assert is_installed("json") and not is_installed("surely_not_a_package_briskbert")
-    monkeypatch.setitem(sys.modules, "json", None)
-    assert not is_installed("json")
-    assert not is_installed("surely_not_a_package_briskbert.sub")  # a missing parent is not an exception
 
 
 def test_every_extra_named_in_messages_exists_in_pyproject():
