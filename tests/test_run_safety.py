@@ -121,18 +121,15 @@ def test_a_resume_tolerates_missing_rng_state_and_a_partial_log_line_and_says_so
 SCRIPT = """
 import os, signal
 from briskbert.commands.arguments import parse
+from briskbert.training import run
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.errors import UserError
-from briskbert.training import TrainingDiverged, run
 from test_training_loop import mlm_task, sequences
 
 (config,) = parse(None, TrainingConfig)
 
-
 def press_ctrl_c_at_step_2(entry):
     if entry["step"] == 2 and not config.resume_from_checkpoint:
         os.kill(os.getpid(), signal.SIGINT)
-
 
 run(mlm_task(train=sequences(12)), config, callbacks=[press_ctrl_c_at_step_2])
 """
@@ -243,29 +240,22 @@ def test_the_command_line_refuses_a_used_output_dir_in_one_error_line(used_run, 
 
 
 # ------------------------------------------------------------------------------------ finite or nothing
-class NanLossAt(torch.nn.Module):
-    """The tiny MLM model, whose ``at``-th training forward returns a NaN loss."""
+def nan_loss_at(step: int):
+    """The tiny MLM model, whose ``step``-th training forward returns a NaN loss."""
+    model, training_calls = tiny_model(), []
 
-    def __init__(self, at: int):
-        super().__init__()
-        self.model, self.at, self.calls = tiny_model(), at, 0
-        self.config = self.model.config
+    def poison(module, args, kwargs, outputs):
+        training_calls.append(module.training)
+        if module.training and sum(training_calls) == step:
+            outputs.loss = outputs.loss * float("nan")
 
-    def forward(self, **batch):
-        outputs = self.model(**batch)
-        if self.training:
-            self.calls += 1
-            if self.calls == self.at:
-                outputs.loss = outputs.loss * float("nan")
-        return outputs
-
-    def save_pretrained(self, folder, **kwargs):
-        return self.model.save_pretrained(folder, **kwargs)
+    model.register_forward_hook(poison, with_kwargs=True)
+    return model
 
 
 def test_a_nan_loss_stops_the_run_before_it_is_applied_and_keeps_the_last_checkpoint(tmp_path):
     with pytest.raises(TrainingDiverged) as stopped:
-        train(tmp_path, "--max_train_steps", "6", "--checkpointing_steps", "2", model=NanLossAt(3))
+        train(tmp_path, "--max_train_steps", "6", "--checkpointing_steps", "2", model=nan_loss_at(3))
     message = str(stopped.value)
     assert isinstance(stopped.value, UserError) and "\n" not in message
     assert (
