@@ -271,11 +271,6 @@ def _copy(source: Path, target: Path, ignore=(), replace=None, manifest: bool = 
     return target
 
 
-def _safetensors_with_header(header: dict) -> bytes:
-    text = json.dumps(header).encode()
-    return len(text).to_bytes(8, "little") + text
-
-
 def _damaged_models(model: Path) -> dict:
     """How each copy of ``model`` is broken: weights, config and tokenizer damaged one way each."""
     weights = (model / WEIGHTS).read_bytes()
@@ -283,23 +278,24 @@ def _damaged_models(model: Path) -> dict:
     middle = slice(len(weights) // 2, len(weights) // 2 + 16)
     flipped = bytearray(weights)
     flipped[middle] = bytes(b ^ 0xFF for b in weights[middle])  # the same size, other bytes
+    shapeless = json.dumps({"w": {"dtype": "F32"}}).encode()  # a safetensors header; its tensor has no shape
+
+    def config_json(**changes) -> dict:
+        """config.json with ``changes``; a field changed to None is left out."""
+        fields = {k: v for k, v in {**config, **changes}.items() if k not in changes or v is not None}
+        return {"config.json": json.dumps(fields)}
+
     return {
         "no_tokenizer": dict(ignore=NO_TOKENIZER),
         "no_weights": dict(ignore=("*.safetensors",)),
         "truncated": dict(replace={WEIGHTS: weights[: len(weights) // 2]}),
         "garbage_weights": dict(replace={WEIGHTS: b"<html>502 Bad Gateway</html>"}),
-        "shapeless": dict(replace={WEIGHTS: _safetensors_with_header({"w": {"dtype": "F32"}})}),
+        "shapeless": dict(replace={WEIGHTS: len(shapeless).to_bytes(8, "little") + shapeless}),
         "bad_config": dict(replace={"config.json": '{"model_type": "briskbert",'}),
-        "untyped": dict(
-            replace={"config.json": json.dumps({k: v for k, v in config.items() if k != "model_type"})}
-        ),
-        "gpt2_type": dict(replace={"config.json": json.dumps({**config, "model_type": "gpt2"})}),
-        "wrong_shapes": dict(
-            replace={
-                "config.json": json.dumps({**config, "intermediate_size": config["intermediate_size"] * 2})
-            }
-        ),
-        "oops": dict(replace={"config.json": json.dumps({**config, "auto_map": "oops"})}),
+        "untyped": dict(replace=config_json(model_type=None)),
+        "gpt2_type": dict(replace=config_json(model_type="gpt2")),
+        "wrong_shapes": dict(replace=config_json(intermediate_size=config["intermediate_size"] * 2)),
+        "oops": dict(replace=config_json(auto_map="oops")),
         "bad_tokenizer": dict(replace={"tokenizer.json": '{"version": "1.0", "model": '}),
         "empty_tokenizer_json": dict(replace={"tokenizer.json": "{}"}),
         "tiny_vocab": dict(
