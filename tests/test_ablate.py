@@ -91,7 +91,8 @@ def test_an_interrupted_run_is_resumed_and_one_with_other_flags_refused(tmp_path
     interrupted = harness.RunRecord(argv, [harness.Segment(argv, 130, wall_time_s=5.0, peak_rss_mib=900.0)])
     interrupted.save(plan.run_dir(variant, 1) / RUN_RECORD)
     record = harness.run_pretraining(plan, variant, 1)
-    assert len(record.segments) == 2 and record.wall_time_s > 5.0 and record.peak_rss_mib == 900.0
+    # the earlier segment is kept and counted (the stand-in's own peak includes the forking process's pages)
+    assert len(record.segments) == 2 and record.wall_time_s > 5.0 and record.peak_rss_mib >= 900.0
     assert record.segments[1].argv[-2:] == ["--resume_from_checkpoint", "latest"]
     with pytest.raises(UserError, match="was run with other flags"):
         harness.run_pretraining(replace(plan, pretrain_args=["--learning_rate", "1"]), variant, 1)
