@@ -135,13 +135,13 @@ def test_no_intact_checkpoint_is_one_line(run_copy):
 
 
 def test_the_divergence_message_never_recommends_a_corrupt_checkpoint(tmp_path):
-    from test_run_safety import NanLossAt
+    from test_run_safety import nan_loss_at
 
     def corrupt_step_4(entry):  # after step_4 was saved, before the NaN of step 6
         if entry["step"] == 5:
             flip(tmp_path / "step_4" / "optimizer.bin")
 
-    task = mlm_task(model=NanLossAt(6), train=sequences(12))
+    task = mlm_task(model=nan_loss_at(6), train=sequences(12))
     with pytest.raises(TrainingDiverged) as stopped:
         run(
             task,
