@@ -51,7 +51,7 @@ class SecretsFound(PublishError):
         listed = "; ".join(f.describe() for f in findings)
         super().__init__(
             f"refusing to publish: {listed}. Delete the secret (or the file) from the model folder, or narrow "
-            "--include so the file is left out; revoke any secret that was ever shared. Nothing was published."
+            "include so the file is left out; revoke any secret that was ever shared. Nothing was published."
         )
 
 
@@ -161,7 +161,7 @@ class _Publisher:
         if target == head and self.call("compare", lambda: self.holds_these_files(head), NOTHING_PUBLISHED):
             return True
         raise PublishError(
-            f"Tag {tag!r} already names commit {target}; tags are not moved. Publish with a new --tag. "
+            f"Tag {tag!r} already names commit {target}; tags are not moved. Publish under a new tag. "
             + NOTHING_PUBLISHED
         )
 

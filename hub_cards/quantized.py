@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from briskbert.processes import to_argv
+
 from .card import QUANTIZATION_FILE, CardError, read_quantization, render_card
 
 
@@ -39,7 +41,7 @@ def speed_section(facts: dict) -> str:
     return f"""## Speed
 
 Kept: **{choice["backend"]}**, {choice["speedup"]:.2f}x the fp32 model's real tokens/s{_spread(choice)}
-(`--backend {choice["requested"]}`), timed on the machine that quantized it: {choice["timed_on"]}.
+(`{" ".join(to_argv(backend=choice["requested"]))}`), timed on the machine that quantized it: {choice["timed_on"]}.
 Another CPU may rank the backends differently: run `briskbert quantize` there.
 
 | backend | real tokens/s | x fp32 | lowest agreement | within thresholds |

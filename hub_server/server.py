@@ -76,7 +76,7 @@ def _lock_data_dir(data_dir: Path):
     except OSError:
         handle.close()
         raise DataDirInUse(
-            f"{data_dir} is already served by another local Hub; stop it or use another --data_dir"
+            f"{data_dir} is already served by another local Hub; stop it or use another folder"
         ) from None
     return handle
 

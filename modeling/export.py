@@ -96,7 +96,7 @@ def load_for_export(model_dir: Path, architecture: str | None):
     if config.get("model_type") != "briskbert":
         raise ExportInputError(
             f"{config_path} describes a {config.get('model_type')!r} model, not briskbert; convert it first "
-            "with `briskbert convert --src <folder> --out <new folder>`."
+            "with `briskbert convert`."
         )
     architecture = architecture or (config.get("architectures") or ["BriskBertModel"])[0]
     model_class = getattr(modeling, architecture, None)

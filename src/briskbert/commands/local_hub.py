@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             limits=limits,
         )
     except DataDirInUse as error:
-        raise UserError(str(error)) from error
+        raise SettingError("data_dir", str(error)) from error
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             raise SettingError(
