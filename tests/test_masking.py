@@ -4,9 +4,20 @@ import numpy as np
 import pytest
 import torch
 
-from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
+from briskbert.training.data.masking import MaskingCollator, _uniforms, count_masked_tokens
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+# splitmix64's first outputs from this state: the reference vector of rand_xoshiro (rust-random/rngs), made with
+# Vigna's splitmix64.c.
+SPLITMIX_KEY = np.asarray([1477776061723855037], dtype=np.uint64)
+SPLITMIX_OUTPUTS = [
+    1985237415132408290,
+    2979275885539914483,
+    13511426838097143398,
+    8488337342461049707,
+    15141737807933549159,
+    17093170987380407015,
+]
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "play", "##ing", "##ed", "run", "fast", "##er", "the"]
 
 
@@ -50,6 +61,8 @@ def test_defaults_are_berts_15_percent_and_80_10_10():
     batch, selected = rows(collator, examples)
     assert selected.float().mean().item() == pytest.approx(0.15 * 3000 / 3002, abs=0.01)
     assert (batch["input_ids"][selected] == MASK).float().mean().item() == pytest.approx(0.8, abs=0.02)
+    unchanged = (batch["input_ids"][selected] == batch["labels"][selected]).float().mean().item()
+    assert unchanged == pytest.approx(0.1 + 0.1 / (len(WORDS) - 5), abs=0.02)  # a random id may be the same
 
 
 def test_random_replacements_come_from_the_non_special_vocabulary_only():
@@ -78,7 +91,7 @@ def test_split_between_mask_random_and_unchanged_follows_the_shares():
 
 def test_specials_and_out_of_vocabulary_special_ids_are_handled():
     # A tokenizer may list special ids beyond its vocabulary (added tokens) or None: they are ignored.
-    tokenizer = Tokenizer(special_ids=(PAD, UNK, CLS, SEP, MASK, None, 50))
+    tokenizer = Tokenizer(special_ids=(PAD, UNK, CLS, SEP, MASK, None, len(WORDS)))
     collator = MaskingCollator(tokenizer, mlm_probability=0.9)
     examples = [{"input_ids": [CLS, 5, UNK, 6, SEP, 7, SEP], "idx": idx} for idx in range(20)]
     batch, selected = rows(collator, examples)
@@ -130,18 +143,36 @@ def test_whole_word_masking_with_a_tiny_rate_still_masks_one_whole_word():
         )
 
 
-def test_a_leading_continuation_piece_belongs_to_no_word_and_is_never_selected():
-    collator = MaskingCollator(Tokenizer(), mlm_probability=0.99, whole_word_mask=True)
-    for idx in range(5):
-        batch, selected = rows(collator, [{"input_ids": [CLS, 6, 7, 5, 6, SEP], "idx": idx}])
-        assert selected[0].tolist()[:3] == [False, False, False]
+def test_a_leading_continuation_piece_belongs_to_no_word_and_a_word_may_start_the_sequence():
+    # Each sequence holds one word, which is selected (at least one is): exactly its pieces, with or without [CLS].
+    collator = MaskingCollator(Tokenizer(), whole_word_mask=True)
+    for ids, word in (([CLS, 6, 7, 5, 6, SEP], [3, 4]), ([6, 5, 6, SEP], [1, 2]), ([5, 6, SEP], [0, 1])):
+        _, selected = rows(collator, [{"input_ids": ids, "idx": 0}])
+        assert torch.nonzero(selected[0]).ravel().tolist() == word
+
+
+def test_draws_are_the_reference_splitmix64_outputs():
+    # Position p's draw of stream s is output 3 p + s of the key's sequence, its top 53 bits as a float.
+    positions = np.arange(2, dtype=np.uint64)
+    draws = np.stack([_uniforms(SPLITMIX_KEY, positions, stream) for stream in range(3)], axis=1)
+    assert draws.ravel().tolist() == [(x >> 11) * 2.0**-53 for x in SPLITMIX_OUTPUTS]
+
+
+def test_a_positions_selection_action_and_random_id_are_its_three_draws_in_that_order():
+    # From the outputs above: selection 0.108 and 0.460 (both under 0.5), action 0.162 and 0.821 (both random
+    # replacements, in [0.1, 0.9)), random id 0.732 and 0.927 of the 7 ordinary ids: the 6th and the 7th.
+    collator = MaskingCollator(
+        Tokenizer(), mlm_probability=0.5, mask_replace_prob=0.1, random_replace_prob=0.8
+    )
+    ids, labels = collator.mask(np.array([[5, 5]]), np.ones((1, 2), dtype=bool), SPLITMIX_KEY)
+    assert ids.tolist() == [[10, 11]] and labels.tolist() == [[5, 5]]
 
 
 def test_the_draw_depends_on_seed_epoch_and_example_not_on_the_batch():
     example = long_example(idx=7)
     draws = {}
-    for seed in (0, 1):
-        for epoch in (0, 1):
+    for seed in (0, 2):
+        for epoch in (0, 2):
             collator = MaskingCollator(Tokenizer(), mlm_probability=0.3, seed=seed)
             collator.set_epoch(epoch)
             draws[seed, epoch] = collator([example])["labels"][0]
