@@ -5,6 +5,7 @@ Accelerator and hand-written folders. The loop-level behaviour (resume after a k
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,8 +20,10 @@ from briskbert.training.engine.checkpointing import (
     check_output_dir,
     check_same_run,
     checkpoint_dirs,
+    checkpoint_problem,
     clear_previous_run,
     dataset_fingerprint,
+    drop_tied_copies,
     load_checkpoint,
     remove_partial_folders,
     resolve_checkpoint,
@@ -50,6 +53,7 @@ def test_state_and_identity_round_trip_and_unknown_keys_are_ignored(tmp_path):
     assert TrainingState.load(tmp_path) == state
     (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 3, "from_a_newer_version": 1}))
     assert TrainingState.load(tmp_path) == TrainingState(global_step=3)
+    assert TrainingState().batches_in_epoch == 0  # a fresh run starts at its first batch
     assert RunIdentity.load(tmp_path) is None  # a checkpoint from before identities
     run = identity(arguments={"output_dir": Path("out"), "seed": 1})
     run.save(tmp_path)
@@ -76,6 +80,11 @@ def test_differences_name_each_changed_argument_data_and_model():
     ]
     assert identity(arguments={"learning_rate": 0.001}).differences(saved) == [
         "--seed 1 in the checkpoint, None now"
+    ]
+    assert identity(processes=2).differences(identity(processes=2)) == []
+    assert identity(processes=2).differences(identity(processes=1)) == [
+        "it was written by 1 process(es), this launch has 2 (the global batch and each process's random state "
+        "would differ: launch it on 1 process(es))"
     ]
 
 
@@ -205,6 +214,7 @@ def test_save_then_load_restores_weights_optimizer_schedule_and_state(tmp_path):
     assert folder == tmp_path / "step_1" and (folder / "random_states_0.pkl").is_file()
     assert RunIdentity.load(folder) == identity() and TrainingState.load(folder) == state
     assert not list(tmp_path.glob(".*"))  # written as a partial folder, then renamed
+    assert checkpoint_problem(folder) is None  # each of accelerate's files loads as the resume check loads it
     step(model, optimizer, scheduler)
     expected = [p.detach().clone() for p in model.parameters()]
 
@@ -214,6 +224,28 @@ def test_save_then_load_restores_weights_optimizer_schedule_and_state(tmp_path):
     step(model, optimizer, scheduler)
     for ours, theirs in zip(model.parameters(), expected):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+def test_a_random_state_file_without_every_generators_state_is_a_problem_naming_it(tmp_path):
+    torch.save({"random_state": 0, "torch_manual_seed": 0}, tmp_path / "random_states_0.pkl")
+    assert checkpoint_problem(tmp_path).endswith(
+        "random_states_0.pkl does not load (it lacks numpy_random_seed)"
+    )
+
+
+def test_a_checkpoint_leaves_out_only_the_weights_that_share_their_tied_sources_storage():
+    # DDP's "module." prefix; "head" is tied by name to "stem" but holds its own copy, "extra" has no source saved
+    tied = {"decoder.weight": "embed.weight", "head.weight": "stem.weight", "extra.weight": "absent.weight"}
+    embed = torch.zeros(2)
+    state = {f"module.{name}.weight": torch.zeros(2) for name in ("stem", "head", "extra")}
+    state |= {"module.embed.weight": embed, "module.decoder.weight": embed}
+    drop_tied_copies([SimpleNamespace(all_tied_weights_keys=tied)], [state], None)
+    assert sorted(state) == [
+        "module.embed.weight",
+        "module.extra.weight",
+        "module.head.weight",
+        "module.stem.weight",
+    ]
 
 
 def test_total_limit_keeps_the_newest_checkpoints_and_a_step_saved_again_replaces_it(tmp_path):
@@ -244,6 +276,7 @@ def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path
     monkeypatch.setattr(os, "unlink", refuse_busy)
     folder = save_checkpoint(accelerator, tmp_path, TrainingState(global_step=2), identity(), total_limit=1)
     assert folder == tmp_path / "step_2" and TrainingState.load(folder).global_step == 2
+    assert checkpoint_dirs(tmp_path) == [folder]  # the rest of step_1 went
 
 
 # ---------------------------------------------------------------------------------- the resume command
@@ -252,3 +285,10 @@ def test_resume_command_replaces_an_old_checkpoint_given_with_an_equals_sign():
     assert resume_command(argv, Path("out/step_8")) == (
         "python scripts/pretrain.py --seed 1 --resume_from_checkpoint out/step_8"
     )
+    argv = ["/usr/bin/python3", "-m", "briskbert", "pretrain", "--seed", "1"]
+    assert (
+        resume_command(argv, "latest")
+        == "python -m briskbert pretrain --seed 1 --resume_from_checkpoint latest"
+    )
+    argv = ["/usr/bin/python3", "/venv/bin/briskbert", "pretrain", "--resume_from_checkpoint", "out/step_2"]
+    assert resume_command(argv, "latest") == "briskbert pretrain --resume_from_checkpoint latest"
