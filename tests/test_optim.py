@@ -127,6 +127,7 @@ def test_warmup_stable_decay_by_hand():
         (1, 10, 0.26, 3),  # 2.6 rounds to 3
         (0, 10, 0.04, 1),  # rounds to 0: at least one decay step
         (7, 10, 0.5, 3),  # 5 would overlap the warm-up: what is left after it
+        (9, 10, 0.2, 1),  # one step left: one
         (10, 10, 0.2, 1),  # nothing left: still one
     ],
 )
