@@ -139,9 +139,8 @@ def run(
     # The loss, gradient norm and counters stay on the device; the host reads them (and waits for the device)
     # only where it needs them: to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
     guard = DivergenceGuard(accelerator, optimizer, output_dir, state.global_step)
-    unread = torch.zeros(
-        4, dtype=torch.float64, device=accelerator.device
-    )  # summed totals since the last read
+    # The steps' loss sum, items, tokens and examples since the host last read them (_read).
+    unread = torch.zeros(4, dtype=torch.float64, device=accelerator.device)
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf  # 0: measured, not clipped
     model.train()
     with SignalCatcher() as signals, _closing_logs_on_error(accelerator, log, output_dir, progress):
