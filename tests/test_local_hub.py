@@ -345,6 +345,18 @@ def test_a_port_in_use_is_one_line_naming_it_and_nothing_is_served(tmp_path):
     )
 
 
+def test_a_data_dir_another_hub_serves_is_one_line_naming_the_flag(tmp_path, capsys, monkeypatch):
+    from briskbert.cli import main
+
+    monkeypatch.setenv("LOCAL_HUB_TOKEN", TOKEN)
+    with BackgroundHub(tmp_path, TOKEN):
+        code = main(["local-hub", "--port", "0", "--data_dir", str(tmp_path)])
+    assert (code, capsys.readouterr().err.strip()) == (
+        2,
+        f"error: --data_dir {tmp_path} is already served by another local Hub; stop it or use another folder",
+    )
+
+
 def blob_file(data_dir: Path, content: bytes) -> Path:
     sha = hashlib.sha256(content).hexdigest()
     return data_dir / "blobs" / sha[:2] / sha

@@ -189,6 +189,21 @@ def test_readme_has_runnable_blocks():
             assert any(folder in b.writes for b in BLOCKS if b.line < block.line), (block.line, folder)
 
 
+# The jobs that refuse an output folder holding an earlier run (evaluations rewrite their metrics; the ablation and
+# the tokenizer trainer reuse or replace what they wrote).
+REFUSE_A_USED_FOLDER = ("pretrain", "convert", "finetune-classification", "finetune-ner", "finetune-qa", "distill",
+                        "export-onnx", "finetune-embeddings", "finetune-reranker", "build-index", "export-family",
+                        "quantize")  # fmt: skip
+
+
+def test_every_block_runs_again_as_written():
+    """Each such command replaces its earlier run's folder: run twice, a block still exits 0."""
+    for block in BLOCKS:
+        for command in re.split(r"\n(?=briskbert )", shrink(block.body)):
+            if re.match(rf"briskbert ({'|'.join(REFUSE_A_USED_FOLDER)}) ", command):
+                assert "--overwrite_output_dir" in command, f"README line {block.line}: {command[:80]}"
+
+
 def test_blocks_that_need_an_extra_say_so():
     """A block that imports or runs what an optional extra brings names the extra right above it."""
     text = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
