@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_architecture import PACKAGE_DIRS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every folder the package is installed from (read from pyproject.toml, so a new one cannot be missed), and scripts.
-# ([tool.setuptools.package-dir] lines such as `"briskbert.modeling" = "modeling"`; Python 3.10 has no tomllib.)
-PACKAGE_DIRS = re.findall(r'^"?briskbert[\w.]*"? = "([^":]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
 LIBRARY = (*sorted({Path(folder).parts[0] for folder in PACKAGE_DIRS}), "scripts")
 MAX_FUNCTION_LINES = 100
 
