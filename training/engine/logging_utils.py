@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import sys
-import textwrap
 import time
 from pathlib import Path
 from time import monotonic
@@ -182,97 +181,45 @@ def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
     ]
 
 
-def _is_count(key: str, series: list[tuple[int, float]]) -> bool:
-    """A size, not a quality (SQuAD's ``total``, ``num_unanswered``, a constant whole number): no panel."""
+def _is_size(key: str) -> bool:
+    """A count or size, not a quality (``eval_runtime_s``, SQuAD's ``eval_total``, ``eval_num_unanswered``)."""
     name = key.removeprefix("eval_")
-    if name == "total" or name.endswith("_total") or name.startswith("num_"):
-        return True
-    values = {value for _, value in series}
-    return len(series) >= 2 and len(values) == 1 and float(next(iter(values))).is_integer()
-
-
-def _metric_panels(history: list[dict]) -> tuple[dict, list[str]]:
-    """The validation metrics worth a panel (two points or more, not counts; headline first, at most six; NER's
-    per-type ``eval_PER_f1``, ... share one), and notes on the rest: metrics evaluated once, and counts."""
-    eval_keys = {k for e in history for k in e if k.startswith("eval_") and not k.endswith(COUNTER_SUFFIXES)}
-    candidates = {
-        k: _series(history, k)
-        for k in eval_keys
-        if not k.endswith(("loss", "perplexity")) and _series(history, k)
-    }
-    counts = {k: s for k, s in candidates.items() if _is_count(k, s)}
-    once = {k: s for k, s in candidates.items() if k not in counts and len(s) < 2}
-    curves = sorted(
-        (k for k in candidates if k not in counts and k not in once), key=lambda k: (k.count("_"), k)
-    )
-    families: dict[str, dict] = {}  # "f1" -> {"PER": series, "LOC": series}, for eval_<type>_f1 keys
-    for key in curves:
-        kind, _, metric = _name(key).rpartition("_")
-        if kind and f"eval_{metric}" in candidates:  # eval_PER_f1 beside the headline eval_f1
-            families.setdefault(metric, {})[kind] = candidates[key]
-    families = {metric: members for metric, members in families.items() if len(members) >= 2}
-    grouped = {f"eval_{kind}_{metric}" for metric, members in families.items() for kind in members}
-    panels = {k: candidates[k] for k in curves if k not in grouped}
-    panels.update({f"per-type {metric}": members for metric, members in sorted(families.items())})
-    notes = []
-    if once:
-        step = next(iter(once.values()))[-1][0]
-        values = ", ".join(f"{_name(k)} {s[-1][1]:.4g}" for k, s in sorted(once.items()))
-        notes.append(f"evaluated once (step {step}): {values}")
-    if counts:
-        notes.append("counts: " + ", ".join(f"{_name(k)} {s[-1][1]:.4g}" for k, s in sorted(counts.items())))
-    return dict(list(panels.items())[:MAX_METRIC_PANELS]), notes
-
-
-def _name(key: str) -> str:
-    return key.removeprefix("eval_")
-
-
-def _plot_losses(axis, history: list[dict]) -> list[str]:
-    """Training and validation losses; notes for a series too short to be a curve."""
-    notes = []
-    train = _series(history, "loss")
-    if len(train) >= 2:
-        axis.plot(*zip(*train), label="training loss", linewidth=1, marker="." if len(train) <= 40 else None)
-    elif train:
-        axis.plot(*zip(*train), "o", label="training loss")
-        notes.append(f"training loss logged once (step {train[0][0]}): too few points for a curve")
-    for key in sorted(
-        k for k in {k for e in history for k in e} if k.startswith("eval_") and k.endswith("loss")
-    ):
-        axis.plot(*zip(*_series(history, key)), marker="o", label=key.replace("eval_", "validation "))
-    axis.set_title("Training and validation loss")
-    axis.set_ylabel("loss")
-    if axis.get_legend_handles_labels()[0]:
-        axis.legend(loc="best")  # where it covers the fewest points (a lone validation point included)
-    return notes
+    return key.endswith(COUNTER_SUFFIXES) or name.rpartition("_")[2] == "total" or name.startswith("num_")
 
 
 def curve_figure(history: list[dict]):
-    """The curves against the optimizer step: a loss panel, then a panel per validation metric (see
-    :func:`_metric_panels`); what gets no panel is noted under the loss panel, outside the plot area."""
+    """The training and validation losses, then a panel per validation metric evaluated more than once
+    (headline metrics first, at most six), against the optimizer step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    metrics, metric_notes = _metric_panels(history)
+    keys = sorted({k for e in history for k in e if k.startswith("eval_") and not _is_size(k)})
+    losses = [k for k in keys if k.endswith("loss")]
+    metrics = [k for k in keys if not k.endswith(("loss", "perplexity")) and len(_series(history, k)) >= 2]
+    metrics = sorted(metrics, key=lambda k: (k.count("_"), k))[:MAX_METRIC_PANELS]
     panels = 1 + len(metrics)
     columns = min(panels, 3)
     rows = math.ceil(panels / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), squeeze=False)
-    loss_axis = axes[0][0]
-    notes = _plot_losses(loss_axis, history) + metric_notes
-    for axis, (key, series) in zip(axes.flat[1:], metrics.items()):
-        if isinstance(series, dict):  # one line per type
-            for kind, points in sorted(series.items()):
-                axis.plot(*zip(*points), marker="o", label=kind)
-            axis.legend(loc="best", fontsize=7)
-        else:
-            axis.plot(*zip(*series), marker="o", color="tab:green")
-        axis.set_title(f"Validation {_name(key)}")
-        axis.set_ylabel(_name(key).removeprefix("per-type "))
+    loss_axis = axes.flat[0]
+    train = _series(history, "loss")
+    if train:  # markers while the points are few enough to see (a lone point is no line)
+        loss_axis.plot(
+            *zip(*train), label="training loss", linewidth=1, marker="." if len(train) <= 40 else None
+        )
+    for key in losses:
+        loss_axis.plot(*zip(*_series(history, key)), marker="o", label=key.replace("eval_", "validation "))
+    loss_axis.set_title("Training and validation loss")
+    loss_axis.set_ylabel("loss")
+    if loss_axis.get_legend_handles_labels()[0]:
+        loss_axis.legend(loc="best")  # where it covers the fewest points (a lone validation point included)
+    for axis, key in zip(axes.flat[1:], metrics):
+        axis.plot(*zip(*_series(history, key)), marker="o", color="tab:green")
+        axis.set_title(f"Validation {key.removeprefix('eval_')}")
+        axis.set_ylabel(key.removeprefix("eval_"))
     for axis in axes.flat[panels:]:
         axis.set_visible(False)
     for axis in axes.flat[:panels]:
@@ -280,11 +227,6 @@ def curve_figure(history: list[dict]):
         axis.set_xlim(left=0)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    if notes:  # below the loss panel's step label: never over a curve
-        loss_axis.text(
-            0.0, -0.22, "\n".join(textwrap.fill(note, 60) for note in notes), transform=loss_axis.transAxes,
-            fontsize=7, va="top",
-        )  # fmt: skip
     fig.tight_layout()
     return fig
 
