@@ -1,9 +1,5 @@
-"""The one exception type for mistakes a user can fix: a wrong setting, a missing or malformed file.
-
-Library code raises :class:`UserError` (or a subclass, such as ``DataError``) with one sentence that names
-the file or setting, what is wrong and what to do. ``briskbert`` prints it as one ``error: ...`` line and
-exits with status 2, without a traceback; anything else is a bug and keeps its traceback.
-"""
+"""Mistakes a user can fix (:class:`UserError`: one sentence naming the file or setting and the fix, printed as
+one ``error:`` line, exit 2) and failed checks (:class:`CommandFailed`, exit 1); anything else is a bug."""
 
 from __future__ import annotations
 

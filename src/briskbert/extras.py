@@ -1,11 +1,5 @@
-"""Optional dependencies: which pip extra brings which packages, and a check a command runs before its heavy
-imports.
-
-A command that needs an extra calls :func:`require_extra` right after parsing its flags, so a missing
-package is one ``error:`` line naming the extra to install (exit 2), not a traceback from deep inside an
-import. The check looks packages up with ``importlib.util.find_spec``: nothing is imported, so it costs
-nothing when the packages are there.
-"""
+"""Optional dependencies: a command calls :func:`require_extra` right after parsing its flags, so a missing
+package is one ``error:`` line naming the extra to install, not a traceback from deep inside an import."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Files and folders that appear whole or not at all: written under a temporary name, then renamed into place.
-
-A rename within one file system is atomic, so a reader (or the next run, after a kill) finds the old content or
-the new, never half of it. What a kill leaves behind is a hidden ``.NAME.partial`` file or folder beside the
-target, which the next write of the same target replaces.
-"""
+"""Files and folders that appear whole or not at all: written as a hidden ``.NAME.partial`` beside the target,
+then renamed into place (a kill leaves only the partial, which the next write replaces)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Checks of the files and names a user hands to a command, before any heavy work starts.
-
-Each check raises :class:`~briskbert.errors.SettingError` with one sentence naming the setting, the file and
-the fix, instead of letting a deep library error surface later (``UnicodeDecodeError`` from a data file,
-``SafetensorError: incomplete metadata`` from a truncated download, ``JSONDecodeError`` from a hand-edited
-``config.json``, ``Repo id must be in the form ...`` for a folder that does not exist, or a minute of
-network retries for a local path typed wrong). Nothing here imports torch, so commands can check their
-inputs right after parsing their flags.
-"""
+"""Torch-free checks of the files and names a user hands to a command, before any heavy work: each raises a
+:class:`~briskbert.errors.SettingError` naming the setting, the file and the fix, instead of a deep library
+error later (a truncated safetensors, a hand-edited ``config.json``, a mistyped local path sent to the Hub)."""
 
 from __future__ import annotations
 

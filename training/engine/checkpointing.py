@@ -1,12 +1,8 @@
 """Checkpoints that resume exactly, and only the run they belong to.
 
-A checkpoint ``output_dir/step_{N}`` holds what ``accelerator.save_state`` writes (model, optimizer, scheduler,
-scaler, every process's RNG state), the loop's :class:`TrainingState` and the :class:`RunIdentity` of its run.
-It is written into a hidden ``.step_{N}.partial`` folder, synced, given a manifest of sha256 digests, then
-renamed into place: a ``step_N`` folder is always whole. A resume verifies the manifest and loads each state
-file first (``latest`` skips a damaged checkpoint for the newest intact one) and is refused when the run's
-arguments, data or model differ. The output folder holds one run: starting a new one over an earlier run is
-refused unless ``overwrite_output_dir``.
+``output_dir/step_{N}`` holds ``accelerator.save_state``'s files, the :class:`TrainingState` and the run's
+:class:`RunIdentity`, written whole (partial folder, manifest, rename). A resume verifies each file (``latest``
+skips a damaged checkpoint) and is refused when the run's arguments, data or model differ.
 """
 
 from __future__ import annotations
@@ -353,10 +349,7 @@ def state_bytes(accelerator) -> int:
 def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
     """Refuse to resume ``checkpoint`` with other arguments, data or model than its run had."""
     saved = RunIdentity.load(checkpoint)
-    if saved is None:
-        logger.warning(f"{checkpoint} does not record its run's arguments and data: they are not checked.")
-        return
-    differences = identity.differences(saved)
+    differences = identity.differences(saved) if saved is not None else []
     if differences:
         raise SettingError(
             "resume_from_checkpoint",

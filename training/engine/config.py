@@ -1,7 +1,5 @@
-"""The :class:`TrainingConfig` the training loop takes: one field per shared training option (names and defaults
-as in transformers' ``*_no_trainer.py`` examples), checked once in ``__post_init__``. Importing it loads
-neither torch nor accelerate.
-"""
+"""The :class:`TrainingConfig` the training loop takes (names and defaults as in transformers' ``*_no_trainer.py``
+examples), checked once in ``__post_init__``; torch-free."""
 
 from __future__ import annotations
 
@@ -16,17 +14,9 @@ class TrainingSetupError(UserError):
 
 
 # transformers' SchedulerType names stepped once per optimizer step, as strings: parsing imports no transformers.
-SCHEDULER_NAMES = (
-    "linear",
-    "cosine",
-    "cosine_with_restarts",
-    "polynomial",
-    "constant",
-    "constant_with_warmup",
-    "inverse_sqrt",
-    "cosine_with_min_lr",
-    "cosine_warmup_with_min_lr",
-    "warmup_stable_decay",
+SCHEDULER_NAMES = tuple(
+    "linear cosine cosine_with_restarts polynomial constant constant_with_warmup inverse_sqrt cosine_with_min_lr "
+    "cosine_warmup_with_min_lr warmup_stable_decay".split()
 )
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 
@@ -152,23 +142,10 @@ class TrainingConfig:
 
     # Fields that may change between the launches of one run (bookkeeping, and the run's length); every other
     # field must match the checkpoint's for a resume.
-    RESUMABLE_CHANGES = (
-        "max_train_steps",
-        "num_train_epochs",
-        "output_dir",
-        "resume_from_checkpoint",
-        "overwrite_output_dir",
-        "report_to",
-        "logging_steps",
-        "eval_steps",
-        "per_device_eval_batch_size",
-        "checkpointing_steps",
-        "checkpoints_total_limit",
-        "dataloader_num_workers",
-        "gradient_checkpointing",
-        "torch_compile",
-        "metric_for_best_model",
-        "greater_is_better",
+    RESUMABLE_CHANGES = tuple(
+        "max_train_steps num_train_epochs output_dir resume_from_checkpoint overwrite_output_dir report_to "
+        "logging_steps eval_steps per_device_eval_batch_size checkpointing_steps checkpoints_total_limit "
+        "dataloader_num_workers gradient_checkpointing torch_compile metric_for_best_model greater_is_better".split()
     )
 
     def __post_init__(self):

@@ -1,13 +1,9 @@
-"""The one Accelerate training loop every briskbert job runs: it trains, nothing else.
+"""The one Accelerate training loop every job runs: ``run(task, config)`` -> :class:`TrainResult`.
 
-A job is a :class:`~briskbert.training.engine.task.Task`; a command parses its flags into the job's settings and
-a :class:`TrainingConfig` and calls ``run(task, config)`` -> :class:`TrainResult` (the saved model, its last
-evaluation, its training facts). One optimizer step consumes a window of micro-batches whose losses are
-weighted by the task's ``count_items``, summed over the window and all processes, so the gradient is that of
-one big batch however it is split. Loss, gradient norm and counters stay on the device: the host reads them
-only to log, evaluate or checkpoint. A non-finite step is never applied and stops the run at the next read.
-Ctrl-C or SIGTERM saves a checkpoint and exits 130 or 143. Outputs in ``output_dir``: ``all_results.json``,
-``log_history.jsonl``, ``training_curves.png``, checkpoints and ``final/`` (model, tokenizer, training facts).
+One optimizer step consumes a window of micro-batches whose losses are weighted by the task's ``count_items``
+and summed over the window and all processes: the gradient of one big batch however it is split. Loss, gradient
+norm and counters stay on the device until the host logs, evaluates or checkpoints. Ctrl-C or SIGTERM saves a
+checkpoint and exits 130 or 143.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Stopping a run, and saying truly where it stands.
-
-SIGTERM is Ctrl-C; the process exits 130 (SIGINT) or 143 (SIGTERM). Inside the loop (:class:`SignalCatcher`)
-the first signal lets the step finish, then the loop checkpoints and says how to resume. A second Ctrl-C, or a
-signal at any other moment, stops the run where it stands: :func:`stopping` then names the newest intact
-checkpoint and the command that resumes it, or says that there is none.
-"""
+"""Stopping a run on SIGINT/SIGTERM (exit 130/143) and saying where it stands: inside the loop the first signal
+lets the step finish and checkpoint; elsewhere, or on a second Ctrl-C, :func:`stopping` names the newest intact
+checkpoint and the command that resumes it."""
 
 from __future__ import annotations
 

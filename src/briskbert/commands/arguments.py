@@ -1,16 +1,6 @@
-"""Command lines generated from the jobs' settings dataclasses, as transformers' example scripts do.
-
-Each option is declared once, as a dataclass field whose ``metadata`` carries its help (and ``choices``
-where it has them); :func:`parse` turns the dataclasses into one parser with ``transformers.HfArgumentParser``
-(a group per dataclass, from its ``_argument_group_name``), parses, and builds the dataclasses, whose
-``__post_init__`` checks the values::
-
-    model, data, config = parse(__doc__, ModelSource, DataSource, TrainingConfig, argv=argv)
-
-A check that fails raises :class:`briskbert.errors.SettingError` naming the field; ``briskbert`` prints it as
-that field's ``--flag`` (:func:`briskbert.cli.main`). A mistyped or abbreviated flag gets one line with the
-closest flag.
-"""
+"""Command lines generated from the jobs' settings dataclasses with ``transformers.HfArgumentParser``, as
+transformers' example scripts do: ``model, data, config = parse(__doc__, ModelSource, DataSource, TrainingConfig,
+argv=argv)``. A mistyped flag gets one line naming the closest flag."""
 
 from __future__ import annotations
 
