@@ -57,7 +57,7 @@ def signal_job(monkeypatch):
     job = types.ModuleType("briskbert.commands.interrupted_job")
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # cli.main renames the program in argv[0]
     monkeypatch.setitem(sys.modules, job.__name__, job)
-    monkeypatch.setitem(cli.COMMANDS, "interrupted-job", cli.Command("interrupted_job", "is interrupted"))
+    monkeypatch.setitem(cli.COMMANDS, "interrupted-job", "is interrupted")
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     # a SIGTERM that cli.main does not take fails the test instead of ending the test process
     signal.signal(signal.SIGTERM, lambda *frame: pytest.fail("SIGTERM was not handled as Ctrl-C"))

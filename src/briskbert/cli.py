@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
 
 from .errors import CommandFailed, SettingError, UserError
 from .extras import TORCHAO_IMPORT_LOGGERS
@@ -28,82 +27,41 @@ from .processes import raise_interrupt
 INTERRUPTED_EXIT_CODE = 130
 
 
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: the module whose ``main(argv)`` runs it, and the line ``briskbert --help`` shows."""
-
-    module: str
-    summary: str
-
-
-COMMANDS: dict[str, Command] = {
-    "quickstart": Command(
-        "quickstart",
-        "The whole flow on the bundled data: tokenizer, pretrain, convert, "
-        "fine-tune, publish to a local Hub, load back.",
+#: ``briskbert <name>`` runs ``briskbert.commands.<name, dashes as underscores>.main(argv)``; its --help line
+COMMANDS: dict[str, str] = {
+    "quickstart": (
+        "The whole flow on the bundled data: tokenizer, pretrain, convert, fine-tune, publish to a local Hub, "
+        "load back."
     ),
-    "train-tokenizer": Command(
-        "train_tokenizer", "Train a WordPiece (or BPE / Unigram) tokenizer on text files."
+    "train-tokenizer": "Train a WordPiece (or BPE / Unigram) tokenizer on text files.",
+    "pretrain": "Pretrain an encoder with masked language modelling (+ next sentence prediction).",
+    "ablate": "Pretrain several architecture variants at equal budget; a table and a plot.",
+    "convert": "Import a BERT-family checkpoint (BERT, RoBERTa, DistilBERT, ELECTRA, ModernBERT) exactly.",
+    "finetune-classification": "Fine-tune for sequence classification, regression or multi-label classification.",
+    "finetune-ner": "Fine-tune for token classification (NER) on CoNLL-format data.",
+    "finetune-qa": "Fine-tune for extractive question answering on SQuAD-format data.",
+    "finetune-embeddings": "Fine-tune a sentence-embedding model (dual encoder) with in-batch negatives.",
+    "finetune-reranker": "Fine-tune a cross-encoder re-ranker on (query, passage) pairs.",
+    "evaluate-similarity": (
+        "Spearman and Pearson of a sentence-embedding model's cosine similarity against scored pairs."
     ),
-    "pretrain": Command(
-        "pretrain", "Pretrain an encoder with masked language modelling (+ next sentence prediction)."
+    "build-index": "Embed a passage file with a dual encoder into a faiss index (flat, HNSW, IVF-PQ).",
+    "evaluate-retrieval": "Recall@k, MRR@10 and nDCG@10 of a dual encoder (+ re-ranker) on a passage collection.",
+    "open-domain-qa": "Retrieve, re-rank and read: answer questions over a passage collection.",
+    "distill": "Distil a fine-tuned classifier into a smaller student.",
+    "export-onnx": "Export a model to ONNX and check it against PyTorch with ONNX Runtime.",
+    "export-family": (
+        "Write a briskbert model back as its transformers family's own folder (BERT, RoBERTa, ModernBERT, ...)."
     ),
-    "ablate": Command(
-        "ablate", "Pretrain several architecture variants at equal budget; a table and a plot."
-    ),
-    "convert": Command(
-        "convert", "Import a BERT-family checkpoint (BERT, RoBERTa, DistilBERT, ELECTRA, ModernBERT) exactly."
-    ),
-    "finetune-classification": Command(
-        "finetune_classification",
-        "Fine-tune for sequence classification, regression or multi-label classification.",
-    ),
-    "finetune-ner": Command("finetune_ner", "Fine-tune for token classification (NER) on CoNLL-format data."),
-    "finetune-qa": Command(
-        "finetune_qa", "Fine-tune for extractive question answering on SQuAD-format data."
-    ),
-    "finetune-embeddings": Command(
-        "finetune_embeddings", "Fine-tune a sentence-embedding model (dual encoder) with in-batch negatives."
-    ),
-    "finetune-reranker": Command(
-        "finetune_reranker", "Fine-tune a cross-encoder re-ranker on (query, passage) pairs."
-    ),
-    "evaluate-similarity": Command(
-        "evaluate_similarity",
-        "Spearman and Pearson of a sentence-embedding model's cosine similarity against scored pairs.",
-    ),
-    "build-index": Command(
-        "build_index", "Embed a passage file with a dual encoder into a faiss index (flat, HNSW, IVF-PQ)."
-    ),
-    "evaluate-retrieval": Command(
-        "evaluate_retrieval",
-        "Recall@k, MRR@10 and nDCG@10 of a dual encoder (+ re-ranker) on a passage collection.",
-    ),
-    "open-domain-qa": Command(
-        "open_domain_qa", "Retrieve, re-rank and read: answer questions over a passage collection."
-    ),
-    "distill": Command("distill", "Distil a fine-tuned classifier into a smaller student."),
-    "export-onnx": Command(
-        "export_onnx", "Export a model to ONNX and check it against PyTorch with ONNX Runtime."
-    ),
-    "export-family": Command(
-        "export_family",
-        "Write a briskbert model back as its transformers family's own folder (BERT, RoBERTa, ModernBERT, ...).",
-    ),
-    "quantize": Command(
-        "quantize",
-        "Quantize a model to int8 (ONNX Runtime or torchao) and check it against fp32 on real text.",
-    ),
-    "local-hub": Command("local_hub", "Serve a Hub-compatible HTTP server for offline use and tests."),
-    "publish": Command(
-        "publish", "Push a model folder with its card to the Hub, tag it and verify it loads."
-    ),
+    "quantize": "Quantize a model to int8 (ONNX Runtime or torchao) and check it against fp32 on real text.",
+    "local-hub": "Serve a Hub-compatible HTTP server for offline use and tests.",
+    "publish": "Push a model folder with its card to the Hub, tag it and verify it loads.",
 }
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    lines = [f"  {name:<{width}}  {summary}" for name, summary in COMMANDS.items()]
     return (
         "usage: briskbert <command> [flags]   (briskbert <command> --help for its flags)\n\n"
         "Build, train, fine-tune and publish BERT-family encoders that load with plain transformers.\n\n"
@@ -136,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault(variable, "1")
     try:
         with _sigterm_as_ctrl_c():
-            module = importlib.import_module(f"briskbert.commands.{COMMANDS[name].module}")
+            module = importlib.import_module(f"briskbert.commands.{name.replace('-', '_')}")
             result = module.main(rest)
     except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
         # the one place a setting's field name becomes the flag a user typed
