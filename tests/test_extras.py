@@ -101,7 +101,7 @@ def test_every_extra_named_in_messages_exists_in_pyproject():
     assert set(EXTRAS) <= set(declared), set(EXTRAS) - set(declared)
     for name, extra in EXTRAS.items():
         requirements = " ".join(declared[name]).lower().replace("_", "-")
-        for module in extra.modules:  # each module's distribution is what the extra installs
+        for module in extra:  # each module's distribution is what the extra installs
             distribution = {"faiss": "faiss-cpu", "flash_attn": "flash-attn"}.get(
                 module, module.replace("_", "-")
             )

@@ -4,33 +4,20 @@ package is one ``error:`` line naming the extra to install, not a traceback from
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
 from .errors import SettingError, UserError
 
-
-@dataclass(frozen=True)
-class Extra:
-    """One ``[project.optional-dependencies]`` entry of pyproject.toml: its name and the modules it brings."""
-
-    name: str
-    modules: tuple[str, ...]  # top-level import names, all needed
-
-
-#: every optional extra a command checks for, by name (as in ``pip install "briskbert[onnx]"``)
-EXTRAS: dict[str, Extra] = {
-    extra.name: extra
-    for extra in (
-        Extra("onnx", ("onnx", "onnxscript", "onnxruntime")),
-        Extra("sentence-transformers", ("sentence_transformers",)),
-        Extra("peft", ("peft",)),
-        Extra("torchao", ("torchao",)),
-        Extra("faiss", ("faiss",)),
-        Extra("flash", ("flash_attn",)),
-        Extra("tensorboard", ("tensorboard",)),
-        Extra("trackio", ("trackio",)),
-        Extra("hub", ("starlette", "uvicorn")),
-    )
+#: each ``[project.optional-dependencies]`` extra a command checks for -> the top-level modules it brings
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "onnx": ("onnx", "onnxscript", "onnxruntime"),
+    "sentence-transformers": ("sentence_transformers",),
+    "peft": ("peft",),
+    "torchao": ("torchao",),
+    "faiss": ("faiss",),
+    "flash": ("flash_attn",),
+    "tensorboard": ("tensorboard",),
+    "trackio": ("trackio",),
+    "hub": ("starlette", "uvicorn"),
 }
 
 #: the loggers torchao's import fills with warnings on a CPU-only machine: one per CUDA kernel library it cannot
@@ -53,19 +40,15 @@ def is_installed(module: str) -> bool:
         return False
 
 
-def install_hint(extra: str) -> str:
-    """How to install ``extra``, from an index or from a clone."""
-    return f'pip install "briskbert[{extra}]" (from a clone: pip install ".[{extra}]")'
-
-
 def require_extra(extra: str, needed_for: str) -> None:
     """Raise :class:`MissingExtraError` unless every module of ``extra`` is installed; ``needed_for`` names
     what needs it (``"briskbert export-onnx"``)."""
-    missing = [module for module in EXTRAS[extra].modules if not is_installed(module)]
+    missing = [module for module in EXTRAS[extra] if not is_installed(module)]
     if missing:
         raise MissingExtraError(
             f"{needed_for} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
-            f"installed: install the [{extra}] extra with {install_hint(extra)}."
+            f'installed: install the [{extra}] extra with pip install "briskbert[{extra}]" (from a clone: '
+            f'pip install ".[{extra}]").'
         )
 
 
