@@ -29,10 +29,9 @@ def partial_path(path: str | os.PathLike) -> Path:
 def atomic_file(
     path: str | os.PathLike, *, fsync: bool = False, temp_dir: str | os.PathLike | None = None
 ) -> Iterator[Path]:
-    """Yields a temporary path to write ``path``'s new content to; when the body returns it replaces ``path``
-    in one rename (after ``fsync``: the content is on disk before the name points at it), and when it raises
-    it is removed. ``temp_dir``: a folder on the same file system shared by many writers, where each write
-    gets a unique name; otherwise the temporary file is ``.NAME.partial`` beside ``path``."""
+    """Yields a temporary path (``.NAME.partial``, or a unique name in ``temp_dir``, shared by many writers)
+    that replaces ``path`` in one rename when the body returns (synced first with ``fsync``), and is removed
+    when it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if temp_dir is None:
@@ -66,10 +65,8 @@ def write_atomic(
 
 
 def honour_umask(path: str | os.PathLike) -> None:
-    """Give ``path`` (and, for a folder, everything in it) the mode a plain ``open()`` or ``mkdir`` would:
-    ``0o666`` (``0o777`` for folders and executables) less the process's umask. Writers that go through a
-    private temporary file (``tempfile.mkstemp``, safetensors' ``save_file``) leave ``0o600``, which other
-    users (a teammate, a container running as another user) cannot read."""
+    """Give ``path`` (and everything in a folder) the mode a plain ``open()`` or ``mkdir`` would, not the
+    ``0o600`` of a private temporary file (``mkstemp``, safetensors), which other users cannot read."""
     mask = os.umask(0)
     os.umask(mask)
     path = Path(path)
@@ -80,10 +77,8 @@ def honour_umask(path: str | os.PathLike) -> None:
 
 
 def replace_folder(staged: str | os.PathLike, folder: str | os.PathLike) -> None:
-    """Rename a completely written ``staged`` folder to ``folder``, replacing any old one: the old folder is
-    first renamed aside to ``.NAME.old.partial`` (a hidden partial name, so a kill between the two renames
-    leaves only what a clean-up of partial folders removes) and deleted once the new one is in place. Its
-    files get the modes the umask gives (:func:`honour_umask`)."""
+    """Rename a completely written ``staged`` folder to ``folder``; an old one is first renamed aside to
+    ``.NAME.old.partial`` (what a clean-up of partial folders removes after a kill) and then deleted."""
     staged, folder = Path(staged), Path(folder)
     honour_umask(staged)
     if folder.exists():
@@ -99,8 +94,7 @@ def replace_folder(staged: str | os.PathLike, folder: str | os.PathLike) -> None
 
 @contextmanager
 def staged_folder(folder: str | os.PathLike) -> Iterator[Path]:
-    """Yields an empty ``.NAME.partial`` folder beside ``folder``, which replaces ``folder`` whole
-    (:func:`replace_folder`) once the body returns, and is removed if it raises."""
+    """Yields an empty ``.NAME.partial`` folder that replaces ``folder`` when the body returns."""
     folder = Path(folder)
     staged = partial_path(folder)
     shutil.rmtree(staged, ignore_errors=True)  # what a killed run left
@@ -118,8 +112,7 @@ _CHUNK = 1 << 20
 
 
 def fsync_folder(folder: str | os.PathLike) -> None:
-    """Make a folder's entries (new names, renames) durable: the file system may otherwise lose them on a
-    power loss even after the files themselves were synced."""
+    """Make a folder's new names and renames durable across a power loss."""
     handle = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(handle)
@@ -137,8 +130,8 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def write_manifest(folder: str | os.PathLike) -> None:
-    """Sync every file under ``folder`` to disk, then write ``manifest.json`` (each file's size and sha256)
-    last, synced, and sync the folder: a folder with a manifest is one whose files were complete on disk."""
+    """Sync every file under ``folder``, then write ``manifest.json`` (each file's size and sha256) last: a
+    folder with a manifest is one whose files were complete on disk."""
     folder = Path(folder)
     entries = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
@@ -154,8 +147,8 @@ def write_manifest(folder: str | os.PathLike) -> None:
 
 
 def manifest_problem(folder: str | os.PathLike) -> str | None:
-    """What is wrong with ``folder`` against its ``manifest.json``, in one line naming the file, or None when
-    every listed file is there with its size and sha256 (or the folder has no manifest: an older save)."""
+    """What is wrong with ``folder`` against its ``manifest.json``, in one line naming the file; None when it
+    matches or has no manifest."""
     folder = Path(folder)
     manifest = folder / MANIFEST_FILE
     if not manifest.is_file():
@@ -180,8 +173,6 @@ LOCK_FILE = ".briskbert.lock"
 
 
 class DiskFull(UserError):
-    """A write failed for lack of space: one line naming what was being written and the space it needed."""
-
     def __init__(self, path: Path, needed: int, free: int):
         super().__init__(
             f"no space left on the device for {path}: it needs about {_mib(needed)} and {_mib(free)} is free; "
@@ -203,9 +194,7 @@ def free_space(path: str | os.PathLike) -> int:
 
 
 def out_of_space(error: BaseException) -> bool:
-    """Whether ``error`` (or one it was raised from) is the operating system's "no space left"; libraries
-    that write through their own code say it in words (safetensors) or not at all (torch: see
-    :func:`space_for`)."""
+    """Whether ``error`` (or one it was raised from) is "no space left", as an errno or in words."""
     while error is not None:
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
@@ -217,10 +206,9 @@ def out_of_space(error: BaseException) -> bool:
 
 @contextmanager
 def space_for(target: str | os.PathLike, needed: int | Callable[[], int]) -> Iterator[None]:
-    """The body writes ``target`` through its ``.partial`` (see :func:`staged_folder`), needing about
-    ``needed`` bytes. When it raises, the partial is removed; when it failed for lack of space (the error
-    says so, or less than ``needed`` is left: ``torch.save`` reports a full disk only as "unexpected pos"),
-    the error becomes one :class:`DiskFull` line."""
+    """The body writes ``target`` through its ``.partial``, needing about ``needed`` bytes. When it raises,
+    the partial is removed, and a lack of space (said by the error, or less than ``needed`` left: torch.save
+    says only "unexpected pos") becomes one :class:`DiskFull` line."""
     target = Path(target)
     try:
         yield
@@ -238,8 +226,6 @@ def space_for(target: str | os.PathLike, needed: int | Callable[[], int]) -> Ite
 
 
 class FolderBusy(UserError):
-    """Another live process holds the folder's lock (``holder`` says which, as written in the lock)."""
-
     def __init__(self, folder: Path, holder: str):
         super().__init__(
             f"{folder} is in use by another run ({holder or 'a process starting up'}); wait for it to finish "
@@ -249,8 +235,8 @@ class FolderBusy(UserError):
 
 
 def output_folder_problem(folder: str | os.PathLike) -> str | None:
-    """Why ``folder`` cannot be a job's output folder, in words that follow its name (it must be a folder
-    this user can write, or be made inside one); None when it can be."""
+    """Why ``folder`` cannot be a job's output folder (a writable folder, or one that can be made); None when
+    it can be."""
     folder = Path(folder)
     for path in (folder, *folder.parents):  # the folder, or the nearest one above it that exists
         subject = str(folder) if path == folder else f"{folder} is inside {path}, which"
@@ -269,12 +255,9 @@ def output_folder_problem(folder: str | os.PathLike) -> str | None:
 
 @contextmanager
 def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
-    """Hold ``folder``'s lock (``.briskbert.lock``, an advisory ``flock``) for the body: one writer per
-    folder. A lock held by a live process raises :class:`FolderBusy`; the operating system releases the lock
-    of a process that died, so its leftover file is taken over. Yields what the leftover file said about its
-    dead writer (to be reported), or None. A release deletes the file, and the folder too when the lock
-    made it and nothing was written into it (a run refused at its first check leaves nothing behind). A folder
-    that cannot be one (:func:`output_folder_problem`) is a :class:`UserError`."""
+    """Hold ``folder``'s ``flock`` for the body: one writer per folder (:class:`FolderBusy` otherwise). Yields
+    what a dead writer's leftover lock file said, or None. A release deletes the file, and the folder too when
+    the lock made it and nothing was written into it."""
     folder = Path(folder)
     problem = output_folder_problem(folder)
     if problem:
@@ -298,8 +281,8 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
 
 
 def _locked_handle(folder: Path, path: Path) -> int:
-    """An open descriptor of ``path`` holding its ``flock``; retried when the file it locked was deleted by
-    a releasing holder in between (the lock must be on the file the path names now)."""
+    """An open descriptor of ``path`` holding its ``flock``, on the file the path names now (a releasing holder
+    may delete it in between)."""
     import fcntl
 
     while True:

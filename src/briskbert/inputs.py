@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import SettingError
 from .files import manifest_problem
 
-#: files from which ``AutoTokenizer`` can build a real vocabulary (any one of them is enough)
+#: files from which ``AutoTokenizer`` can build a vocabulary (any one is enough)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 #: weight files ``from_pretrained`` reads (any one of them is enough)
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -31,8 +31,8 @@ class ModelLocation:
 
 
 def looks_like_local_path(name: str) -> bool:
-    """True when ``name`` can only mean a path: it exists, is written as a path (``./x``, ``/x``, ``~/x``,
-    ``a/b/c``), is no valid repo id, or starts with a folder that exists here (``runs/model``)."""
+    """True when ``name`` can only mean a path: it exists, is written as one (``./x``, ``~/x``, ``a/b/c``), is
+    no valid repo id, or starts with a folder that exists here (``runs/model``)."""
     if (
         Path(name).expanduser().exists()
         or name.startswith(("/", ".", "~"))
@@ -67,9 +67,8 @@ def check_tokenizer_source(name: str, setting: str) -> ModelLocation:
 
 
 def check_model_folder(folder: Path, setting: str, need_tokenizer: bool = True) -> dict:
-    """The one check of a saved model folder before it is loaded (fine-tuning, distillation, conversion,
-    publishing): its manifest when it has one, then config, weights (and tokenizer files), each parsed as far
-    as it can be without torch; returns the parsed ``config.json``."""
+    """The one check of a saved model folder before it is loaded: its manifest, config, weights (and tokenizer
+    files), each parsed as far as it can be without torch; returns the parsed ``config.json``."""
     _require_folder(folder, setting, "model")
     check_manifest(folder, setting)
     config = read_json_object(folder / "config.json", setting, "save the model with save_pretrained")
@@ -93,8 +92,7 @@ def check_model_folder(folder: Path, setting: str, need_tokenizer: bool = True) 
 
 
 def check_manifest(folder: Path, setting: str) -> None:
-    """A folder saved with a manifest (each file's size and sha256) still matches it: a file truncated, flipped
-    or deleted since it was written is named here, before anything reads it."""
+    """A folder saved with a manifest still matches it (no file truncated, changed or deleted since)."""
     problem = manifest_problem(folder)
     if problem:
         raise SettingError(
@@ -144,8 +142,7 @@ def check_vocab_txt(path: Path, setting: str) -> None:
 
 
 def check_safetensors(path: Path, setting: str) -> None:
-    """The file opens as safetensors: its header parses and every tensor it lists lies inside the file (a
-    truncated copy fails here, in one line, not as a ``SafetensorError`` while loading)."""
+    """The file opens as safetensors: its header parses and every tensor lies inside the file."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -234,7 +231,7 @@ def _encodes(text: str) -> bool:
 
 def config_problem(config: dict) -> str | None:
     """What is wrong with the fields of ``config.json`` (or ``tokenizer_config.json``) the card and the
-    publisher read, or None; other fields are shown as they are."""
+    publisher read, or None."""
     archs, auto_map, labels = config.get("architectures"), config.get("auto_map"), config.get("id2label")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         return f"'architectures' must be a list of class names, got {archs!r:.80}"
@@ -254,8 +251,7 @@ def config_problem(config: dict) -> str | None:
 
 
 def check_hub_repo(repo_id: str, setting: str) -> None:
-    """A repo id that is in the local Hub cache or answers on the Hub: asked once, with no retries, so a
-    typo costs a second rather than a minute of backoff."""
+    """A repo id in the local Hub cache or that answers on the Hub, asked once without retries."""
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):

@@ -42,10 +42,8 @@ class TrainingConfig:
     learning_rate: float = field(
         default=1e-4,
         metadata={
-            "help": "Peak learning rate. 1e-4, after warmup_ratio's warm-up, lets a small model (MiniLM, "
-            "22M parameters) learn from a few hundred examples in an epoch, where transformers' 5e-5 "
-            "without warm-up still predicts a single class (docs/results.md); base-size and larger "
-            "models on large data usually take 2e-5 to 5e-5."
+            "help": "Peak learning rate: 1e-4 suits small models on little data (docs/results.md); base-size "
+            "and larger models on large data usually take 2e-5 to 5e-5."
         },
     )
     weight_decay: float = 0.0
@@ -64,9 +62,7 @@ class TrainingConfig:
     warmup_ratio: float = field(
         default=0.1,
         metadata={
-            "help": "Warm-up as a fraction of the total steps: the rate climbs from 0 while Adam's moment "
-            "estimates (and a new head) settle, so the first steps at the peak rate do not disturb the "
-            "pretrained weights; a fraction, so it suits a 40-step run and a 100k-step one alike."
+            "help": "Warm-up as a fraction of the total steps, while Adam's estimates (and a new head) settle."
         },
     )
     decay_ratio: float = field(
@@ -135,8 +131,7 @@ class TrainingConfig:
     dataloader_num_workers: int | None = field(
         default=None,
         metadata={
-            "help": "Processes that read and mask batches while the model trains (default: on a GPU 4, or the "
-            "cores of this process less one if fewer; on CPU 0, the cores being the model's)."
+            "help": "Processes that prepare batches while the model trains (default: 4 on a GPU, 0 on CPU)."
         },
     )
 

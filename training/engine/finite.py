@@ -1,5 +1,5 @@
-"""Finite weights in, finite weights out: a model holding NaN or inf is refused, and a run whose loss or
-weights stop being finite ends with one error line instead of a broken model."""
+"""Finite weights in, finite weights out: a model holding NaN or inf is refused, and a run that diverges ends
+with one error line instead of a broken model."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 
 class TrainingDiverged(UserError):
-    """The loss (or the gradient, or the weights) became NaN or infinite: the run stops, exit status 2."""
+    """The loss, the gradient or the weights became NaN or infinite."""
 
 
 def non_finite_parameter(model) -> str | None:
-    """The name of the first parameter that holds a NaN or an infinity; None when all are finite."""
+    """The first parameter holding a NaN or an infinity; None when all are finite."""
     import torch
 
     for name, parameter in model.named_parameters():
@@ -52,13 +52,10 @@ NO_ITEMS, LOSS, GRADIENT_NORM = 0.0, 1.0, 2.0  # what stopped the run, as the gu
 
 
 class DivergenceGuard:
-    """Nothing non-finite is ever applied, without making the host wait for the device at every step.
-
-    :meth:`flag` checks a step's loss, gradient norm and items on the device; that step and every later one is
-    skipped by the optimizer (fused AdamW's ``found_inf``) and the first is remembered, for
-    :meth:`raise_if_diverged` to report where the loop reads its counters anyway. An optimizer that cannot skip
-    on the device's word is checked on the host every step. Under fp16 loss scaling an inf gradient is the
-    scaler's cue to skip, so only the loss counts there."""
+    """Nothing non-finite is applied, and the host does not wait for the device at every step: :meth:`flag`
+    marks a bad step on the device, the optimizer skips it and every later one (fused AdamW's ``found_inf``),
+    and :meth:`raise_if_diverged` reports the first where the loop reads its counters anyway. Under fp16 loss
+    scaling an inf gradient is the scaler's cue to skip, so only the loss counts there."""
 
     def __init__(self, accelerator, optimizer, output_dir: Path, first_step: int):
         import torch
@@ -72,7 +69,7 @@ class DivergenceGuard:
         self.first = torch.zeros(3, dtype=torch.float64, device=device)  # step (0: none), what, value
 
     def flag(self, totals, grad_norm) -> None:
-        """Check the step ``totals`` (loss x items, items, ...) and ``grad_norm`` describe, before it is applied."""
+        """Check a step's ``totals`` (loss x items, items, ...) and ``grad_norm`` before it is applied."""
         import torch
 
         self.step += 1
