@@ -13,19 +13,14 @@ import shutil
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from briskbert.errors import SettingError
-from briskbert.inputs import check_text_file, read_json_object
-from briskbert.modeling.sentence_transformers_files import (
-    MODULES_FILE,
-    EmbeddingSpec,
-    read_embedding_spec,
-)
+from briskbert.errors import SettingError, UserError
+from briskbert.inputs import check_model_folder, check_text_file, read_json_object
+from briskbert.modeling.sentence_transformers_files import MODULES_FILE, EmbeddingSpec, read_embedding_spec
 
 ONNX_FILE = "model.onnx"
 SENTENCE_EMBEDDING = "sentence_embedding"
@@ -38,32 +33,6 @@ COMPANION_FILES = (
     "vocab.txt",
     "tokenization_briskbert.py",
 )
-
-
-class ExportInputError(ValueError):
-    """A model folder that cannot be exported; the message says why."""
-
-
-@dataclass(frozen=True)
-class OnnxCheck:
-    shape: tuple[int, ...]
-    padding_fraction: float
-    max_abs_difference: dict[str, float]
-
-
-@dataclass
-class OnnxExportResult:
-    onnx_path: Path
-    architecture: str
-    input_names: list[str]
-    output_names: list[str]
-    checks: list[OnnxCheck] = field(default_factory=list)
-    embedding: EmbeddingSpec | None = None  # the pooling a sentence_embedding output applies
-    fused: dict[str, int] = field(default_factory=dict)  # ONNX Runtime's fused kernels in the graph, by count
-
-    @property
-    def max_abs_difference(self) -> float:
-        return max(max(check.max_abs_difference.values()) for check in self.checks)
 
 
 @contextmanager
@@ -81,45 +50,29 @@ def quiet_loggers(*names: str):
 
 
 def load_for_export(model_dir: Path, architecture: str | None):
-    """The model (eval mode, fp32) and tokenizer of a saved briskbert folder, or an ExportInputError."""
+    """The model (eval mode, fp32), tokenizer and head name of a checked briskbert folder."""
     from transformers import AutoTokenizer
 
     from briskbert import modeling, tokenization  # noqa: F401  (registers the Auto classes in-process)
 
-    config_path = Path(model_dir) / "config.json"
-    if not config_path.is_file():
-        raise ExportInputError(
-            f"{model_dir} is not a model folder ({config_path.name} missing); pass a folder written by "
-            "save_pretrained, a briskbert training job or `briskbert convert`."
-        )
-    config = read_json_object(config_path, "model_dir", "re-save the model")
-    if config.get("model_type") != "briskbert":
-        raise ExportInputError(
-            f"{config_path} describes a {config.get('model_type')!r} model, not briskbert; convert it first "
-            "with `briskbert convert`."
+    config = check_model_folder(Path(model_dir), "model_dir")
+    if config["model_type"] != "briskbert":
+        raise SettingError(
+            "model_dir",
+            f"{model_dir} holds a {config['model_type']!r} model, not briskbert; convert it first "
+            "with `briskbert convert`.",
         )
     architecture = architecture or (config.get("architectures") or ["BriskBertModel"])[0]
     model_class = getattr(modeling, architecture, None)
     if model_class is None or not architecture.startswith("BriskBert"):
         heads = [name for name in modeling.__all__ if name.startswith("BriskBert") and "Config" not in name]
-        raise ExportInputError(f"unknown architecture {architecture!r}; choose one of: {', '.join(heads)}.")
-    # Without its own vocabulary the folder would load some default tokenizer: an export nobody can feed.
-    if not any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
-        raise ExportInputError(
-            f"{model_dir} has no tokenizer (tokenizer.json or vocab.txt); save the tokenizer the model was "
-            "trained with into it (tokenizer.save_pretrained) and export again."
-        )
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
-    except (OSError, ValueError, TypeError) as error:
-        raise ExportInputError(
-            f"{model_dir} has no usable tokenizer files (tokenizer.json / vocab.txt): {error}"
-        ) from error
+        raise SettingError("architecture", f"{architecture!r} is unknown; choose one of: {', '.join(heads)}.")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
     try:
         model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    # A truncated or foreign weights file: safetensors, torch and transformers each raise their own error.
+    # A foreign weights file: safetensors, torch and transformers each raise their own error.
     except Exception as error:
-        raise ExportInputError(
+        raise UserError(
             f"the weights in {model_dir} cannot be loaded as {architecture} ({type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else ''}); re-save or re-download the model."
         ) from error
@@ -173,43 +126,28 @@ def longest_input(model, tokenizer) -> int:
     return min(limits)
 
 
-# The sentence-transformers modules a graph can carry; anything else (Dense, max pooling, ...) is refused by name.
+# What a graph can carry of a sentence-transformers folder; anything else (Dense, max pooling, ...) is refused.
 CARRIED_MODULES = ("Transformer", "Pooling", "Normalize")
 CARRIED_POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens")
 
 
 def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | None:
     """How a sentence-transformers folder turns token states into its embedding, or None for any other folder."""
-    if architecture != "BriskBertModel" or not (Path(model_dir) / MODULES_FILE).is_file():
-        return None
     modules_path = Path(model_dir) / MODULES_FILE
-    try:
-        types = {
-            module["type"].rsplit(".", 1)[-1]: module["path"]
-            for module in json.loads(modules_path.read_text(encoding="utf-8"))
-        }
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ExportInputError(
-            f"{modules_path} is not a sentence-transformers module list ({error})."
-        ) from error
-    others = sorted(set(types) - set(CARRIED_MODULES))
-    if others:
-        raise ExportInputError(
-            f"{modules_path} lists {', '.join(others)}, which the graph cannot carry (only "
-            f"{', '.join(CARRIED_MODULES)}); move {MODULES_FILE} aside to export the bare encoder."
+    if architecture != "BriskBertModel" or not modules_path.is_file():
+        return None
+    modules = json.loads(modules_path.read_text(encoding="utf-8"))
+    types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
+    pooling_path = Path(model_dir) / types.get("Pooling", "") / "config.json"
+    pooling = read_json_object(pooling_path, "model_dir", "re-save the model") if "Pooling" in types else {}
+    modes = [key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True]
+    others = sorted(set(types) - set(CARRIED_MODULES)) + sorted(set(modes) - set(CARRIED_POOLING_MODES))
+    if others or len(modes) > 1:
+        raise UserError(
+            f"{model_dir} asks for {', '.join(others or modes)}, which the graph cannot carry (only "
+            f"{', '.join(CARRIED_MODULES)}, with one of {', '.join(CARRIED_POOLING_MODES)}); move "
+            f"{MODULES_FILE} aside to export the bare encoder."
         )
-    if "Pooling" in types:
-        pooling_path = Path(model_dir) / types["Pooling"] / "config.json"
-        pooling = (
-            read_json_object(pooling_path, "model_dir", "re-save the model") if pooling_path.is_file() else {}
-        )
-        modes = [key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True]
-        unsupported = sorted(set(modes) - set(CARRIED_POOLING_MODES))
-        if unsupported or len(modes) > 1:
-            raise ExportInputError(
-                f"{pooling_path} asks for {', '.join(modes)}; the graph carries one of "
-                f"{', '.join(CARRIED_POOLING_MODES)}."
-            )
     return read_embedding_spec(model_dir)
 
 
@@ -254,24 +192,17 @@ class FlatOutputs(nn.Module):
         return tuple(outputs[name] for name in self.output_names)
 
 
-def dynamic_axes_of(batch: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]:
-    names = ("batch", "choices", "sequence") if batch["input_ids"].dim() == 3 else ("batch", "sequence")
-    return {name: dict(enumerate(names)) for name in batch}
-
-
 def export_onnx(
-    model: nn.Module,
-    sample: dict[str, torch.Tensor],
-    path: Path,
-    opset_version: int | None,
-    embedding: EmbeddingSpec | None = None,
+    model, sample: dict[str, torch.Tensor], path: Path, opset_version: int | None, embedding=None
 ):
-    """Traces `model` on `sample` with dynamic axes and writes `path` (weights beside it only past 2 GB)."""
+    """Traces `model` on `sample` with dynamic axes and writes `path` (weights beside it only past 2 GB); returns
+    the output names."""
     with torch.no_grad():
         output_names = list(model_outputs(model, sample, embedding))
-    # "torchvision is not installed. Skipping torchvision::nms", ...: nothing a user acts on either.
+    axes = ("batch", "choices", "sequence") if sample["input_ids"].dim() == 3 else ("batch", "sequence")
+    # The exporter warns and logs about its own internals (axis renaming, pytree deprecations, torchvision's nms):
+    # nothing a user acts on.
     with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
-        # The exporter warns about its own internals (axis renaming, pytree deprecations), nothing a user acts on.
         warnings.simplefilter("ignore", category=UserWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         program = torch.onnx.export(
@@ -279,7 +210,7 @@ def export_onnx(
             args=(),
             kwargs=sample,
             dynamo=True,
-            dynamic_shapes=dynamic_axes_of(sample),
+            dynamic_shapes={name: dict(enumerate(axes)) for name in sample},
             input_names=list(sample),
             output_names=output_names,
             opset_version=opset_version,
@@ -303,13 +234,6 @@ def export_fused(model, sample, embedding, folder: Path, opset_version: int | No
     return output_names, counts, scopes
 
 
-def real_token_mask(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Where an output is compared: real tokens for per-token outputs, everywhere for per-sequence ones."""
-    if output.shape[: attention_mask.dim()] == attention_mask.shape:
-        return attention_mask.bool().view(*attention_mask.shape, *[1] * (output.dim() - attention_mask.dim()))
-    return torch.ones((), dtype=torch.bool)
-
-
 def onnxruntime_session(onnx_path: Path, threads: int | None = None):
     import onnxruntime
 
@@ -326,33 +250,22 @@ def run_onnxruntime(session, batch: dict[str, torch.Tensor], output_names) -> di
     return dict(zip(output_names, map(torch.from_numpy, session.run(output_names, feed))))
 
 
-def compare_with_onnxruntime(
-    model, session, batch: dict[str, torch.Tensor], output_names, embedding: EmbeddingSpec | None = None
-) -> OnnxCheck:
-    ort_outputs = run_onnxruntime(session, batch, output_names).values()
+def largest_differences(model, session, batch, output_names, embedding=None) -> dict[str, float]:
+    """Per output, the largest |ONNX Runtime - PyTorch|: at real tokens for per-token outputs, everywhere else."""
+    ort_outputs = run_onnxruntime(session, batch, output_names)
     with torch.no_grad():
         torch_outputs = model_outputs(model, batch, embedding)
+    mask = batch["attention_mask"].bool()
     differences = {}
-    for name, ort_output in zip(output_names, ort_outputs):
-        expected = torch_outputs[name].float()
-        where = real_token_mask(expected, batch["attention_mask"]).expand_as(expected)
-        difference = (ort_output.float() - expected).abs()
-        differences[name] = (
-            float(difference[where].max()) if tuple(ort_output.shape) == expected.shape else float("inf")
-        )
-    mask = batch["attention_mask"]
-    return OnnxCheck(tuple(batch["input_ids"].shape), 1 - float(mask.float().mean()), differences)
-
-
-def prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
-    target = Path(output_dir) / ONNX_FILE
-    if target.exists() and not overwrite:
-        raise SettingError(
-            "output_dir",
-            f"{output_dir} already holds {ONNX_FILE}; replace it (overwrite_output_dir) or choose another.",
-        )
-    if Path(output_dir).exists() and not Path(output_dir).is_dir():
-        raise SettingError("output_dir", f"{output_dir} is a file; pass a folder.")
+    for name in output_names:
+        expected, got = torch_outputs[name].float(), ort_outputs[name].float()
+        if got.shape != expected.shape:
+            differences[name] = float("inf")
+            continue
+        if expected.shape[: mask.dim()] == mask.shape:
+            expected, got = expected[mask], got[mask]
+        differences[name] = float((got - expected).abs().max())
+    return differences
 
 
 def export_and_check(
@@ -365,12 +278,18 @@ def export_and_check(
     overwrite_output_dir: bool = False,
     progress=print,
     fuse: bool = True,
-) -> OnnxExportResult:
+) -> float:
     """Exports the folder's model (head `architecture`, default its own) to `output_dir`/model.onnx with its config
     and tokenizer files, staged and moved into place when complete, and checks it against PyTorch on two batches of
-    `text_file` sentences (default: the bundled WikiText-2 excerpt) shaped unlike the traced sample. `fuse`: with
-    ONNX Runtime's fused kernels (`onnx_fusion`), which only ONNX Runtime runs; False: the plain ONNX graph."""
-    prepare_output_dir(output_dir, overwrite_output_dir)
+    `text_file` sentences (default: the bundled WikiText-2 excerpt) shaped unlike the traced sample; reports
+    through `progress` and returns the largest difference. `fuse`: with ONNX Runtime's fused kernels
+    (`onnx_fusion`), which only ONNX Runtime runs; False: the plain ONNX graph."""
+    target = Path(output_dir) / ONNX_FILE
+    if target.exists() and not overwrite_output_dir:
+        raise SettingError(
+            "output_dir",
+            f"{output_dir} already holds {ONNX_FILE}; replace it (overwrite_output_dir) or choose another.",
+        )
     model, tokenizer, architecture = load_for_export(model_dir, architecture)
     embedding = embedding_spec_of(model_dir, architecture)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
@@ -384,26 +303,27 @@ def export_and_check(
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".export-") as staging:
         progress(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
-        staged = Path(staging) / ONNX_FILE
         fused = {}
         if fuse:
             output_names, fused, _ = export_fused(model, sample, embedding, staging, opset_version)
         else:
-            output_names = export_onnx(model, sample, staged, opset_version, embedding)
-        session = onnxruntime_session(staged)
-        result = OnnxExportResult(
-            Path(output_dir) / ONNX_FILE,
-            architecture,
-            [graph_input.name for graph_input in session.get_inputs()],
-            output_names,
-            embedding=embedding,
-            fused={name: count for name, count in fused.items() if count},
-        )
-        for batch in batches:
-            result.checks.append(compare_with_onnxruntime(model, session, batch, output_names, embedding))
+            output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, opset_version, embedding)
+        session = onnxruntime_session(Path(staging) / ONNX_FILE)
+        checks = [largest_differences(model, session, batch, output_names, embedding) for batch in batches]
         for name in os.listdir(staging):
             os.replace(Path(staging) / name, Path(output_dir) / name)
     for name in COMPANION_FILES:
         if (Path(model_dir) / name).is_file():
             shutil.copyfile(Path(model_dir) / name, Path(output_dir) / name)
-    return result
+    inputs = ", ".join(graph_input.name for graph_input in session.get_inputs())
+    progress(f"Wrote {target} (inputs: {inputs}).")
+    if any(fused.values()):
+        progress("Fused kernels: " + ", ".join(f"{name} x{count}" for name, count in fused.items() if count))
+    for batch, differences in zip(batches, checks):
+        shape = "x".join(map(str, batch["input_ids"].shape))
+        padding = 1 - float(batch["attention_mask"].float().mean())
+        report = ", ".join(f"{name} {value:.2e}" for name, value in differences.items())
+        progress(
+            f"ONNX Runtime vs PyTorch, batch {shape} ({padding:.0%} padding): max abs difference {report}"
+        )
+    return max(max(differences.values()) for differences in checks)

@@ -1,10 +1,10 @@
 """`briskbert quantize`: the fastest CPU model (fp32, the fused ONNX graph in fp32 or int8, torchao int8) that
 agrees with the fp32 model on real text, in a folder whose `quantization.json` and README say what it holds.
 `request` holds the torch-free settings, `backends` builds each candidate, `agreement` compares it with fp32,
-`choice` times them, `inference` runs an ONNX folder batched by length, `job` is the job itself.
+`inference` runs an ONNX folder batched by length, `job` times the candidates and keeps one.
 """
 
-from .request import QuantizationRefused, QuantizationResult, QuantizeRequest
+from .request import QuantizationRefused, QuantizeRequest
 
 
 def __getattr__(name: str):
@@ -16,4 +16,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["QuantizationRefused", "QuantizationResult", "QuantizeRequest", "quantize"]
+__all__ = ["QuantizationRefused", "QuantizeRequest", "quantize"]

@@ -14,9 +14,40 @@ from briskbert.errors import SettingError
 from briskbert.modeling.export import encode_batch, read_texts
 
 from .inference import length_batches
-from .request import Agreement, QuantizeRequest
+from .request import QuantizeRequest
 
 CHECK_BATCHES, CHECK_ROWS = 4, 16
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How closely one output of a candidate follows the fp32 model over the check examples."""
+
+    output: str
+    metric: str  # "argmax agreement" or "cosine similarity"
+    mean: float  # the share of matching argmaxes, or the mean cosine
+    worst: float  # the lowest per-example value (for argmax agreement: the mean again)
+    count: int
+    unit: str  # "examples" (per-sequence outputs) or "tokens" (per-token outputs, real ones)
+    max_abs_difference: float
+    threshold: float
+
+    @property
+    def passed(self) -> bool:
+        return self.mean >= self.threshold
+
+    @property
+    def shortfall(self) -> str:
+        """Why it did not pass, naming the setting: "last_hidden_state cosine similarity 0.93 < min_cosine 0.95"."""
+        setting = "min_agreement" if self.metric == "argmax agreement" else "min_cosine"
+        return f"{self.output} {self.metric} {self.mean:.6g} < {setting} {self.threshold:g}"
+
+    def describe(self) -> str:
+        worst = f", worst {self.worst:.4f}" if self.metric == "cosine similarity" else ""
+        return (
+            f"{self.output}: {self.metric} {self.mean:.4f}{worst} over {self.count} {self.unit}, "
+            f"max abs difference {self.max_abs_difference:.3g} (threshold {self.threshold:g})"
+        )
 
 
 def check_batches(tokenizer, text_file, max_length: int, multiple_choice: bool) -> list[dict]:

@@ -9,13 +9,15 @@ import copy
 import importlib.util
 import json
 import shutil
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
 from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.files import staged_folder
 from briskbert.hub_cards.card import QUANTIZATION_FILE
@@ -23,7 +25,6 @@ from briskbert.hub_cards.quantized import render_quantized_readme
 from briskbert.modeling.export import (
     COMPANION_FILES,
     ONNX_FILE,
-    ExportInputError,
     embedding_spec_of,
     export_fused,
     load_for_export,
@@ -56,9 +57,8 @@ from .backends import (
     quantize_torch,
     torch_precision,
 )
-from .choice import TIMING_BATCH, choose, speed_table, time_candidates
 from .inference import length_batches
-from .request import Agreement, QuantizationRefused, QuantizationResult, QuantizeRequest
+from .request import QuantizationRefused, QuantizeRequest
 
 README_FILE = "README.md"
 CANDIDATES = ".candidates"  # inside the staged folder: every candidate's files, until one is kept
@@ -96,99 +96,20 @@ def software_versions(backend: str) -> dict[str, str]:
     return {name: importlib.metadata.version(name) for name in packages}
 
 
-METHODS = {
-    "fp32": "none: the fp32 model was the fastest within the thresholds",
-    "onnx-fp32": "torch.onnx.export, then ONNX Runtime's transformer optimizer (fused kernels)",
-    "onnx": "torch.onnx.export, ONNX Runtime's transformer optimizer, then onnxruntime.quantization.quantize_dynamic",
-}
-
-
-def quantization_facts(
-    result: QuantizationResult, request: QuantizeRequest, embedding, checked_on: str, timed_on: str
-) -> dict:
-    """What quantization.json says: what the folder holds, how far it is from fp32, and how fast it ran here."""
-    backend = result.backend
-    chosen = next(row for row in result.speed if row.backend == backend)
-    settings = {"keep_fp32": list(request.keep_fp32)}
-    if backend == "onnx":
-        settings.update(per_channel=request.per_channel, reduce_range=request.reduce_range)
-    if backend == "torch":
-        settings.update(torch_scheme=request.torch_scheme)
-    return {
-        "precision": result.precision.split(":")[0].split(" ")[0],
-        "description": result.precision,
-        "backend": LIBRARIES[backend],
-        "method": METHODS.get(
-            backend, f"torchao ({request.torch_scheme}) through transformers' TorchAoConfig"
-        ),
-        "settings": settings,
-        "model_file": result.model_file,
-        "architecture": result.architecture,
-        "source_model": "/".join(Path(request.model_dir).parts[-2:]),
-        "sentence_embedding": None if embedding is None else asdict(embedding),
-        "weights_bytes": {
-            "fp32": result.fp32_bytes,
-            result.precision.split(":")[0].split(" ")[0]: result.int8_bytes,
-            "ratio": round(result.size_ratio, 2),
-        },
-        "agreement": {
-            "checked_on": checked_on,
-            "outputs": [asdict(agreement) for agreement in result.agreements],
-        },
-        "evaluation": result.evaluation,
-        "choice": {
-            "requested": request.backend,
-            "backend": backend,
-            "speedup": round(chosen.speedup, 3),
-            "speedup_range": [round(value, 3) for value in chosen.speedup_range],
-            "rounds": chosen.rounds,
-            "tokens_per_second": round(chosen.tokens_per_second, 1),
-            "timed_on": timed_on,
-            "candidates": [asdict(row) for row in result.speed],
-        },
-        "software": software_versions(backend),
-    }
-
-
 def weights_bytes(folder: Path, model_file: str) -> int:
     pattern = model_file + "*" if model_file.endswith(".onnx") else "model*.safetensors"
     return sum(path.stat().st_size for path in folder.glob(pattern))
-
-
-def refuse(
-    failed: list[Agreement], request: QuantizeRequest, examples: int, note: str
-) -> QuantizationRefused:
-    what = (
-        "; ".join(
-            f"{a.output} {a.metric} {a.mean:.6g} < {'min_agreement' if 'argmax' in a.metric else 'min_cosine'} "
-            f"{a.threshold:g}"
-            for a in failed
-        )
-        or note
-    )
-    hint = (
-        "keep_fp32 with the most sensitive modules, backend auto"
-        if request.backend == "onnx"
-        else "torch_scheme int8-weight-only or keep_fp32 with the most sensitive modules"
-    )
-    return QuantizationRefused(
-        f"the int8 model disagrees with the fp32 one on {examples} text pairs ({what}); nothing was written to "
-        f"{request.output_dir}. Try {hint}, or lower the threshold if this is acceptable."
-    )
 
 
 def prepare(request: QuantizeRequest):
     """The fp32 model, its head and sentence-embedding pooling, the check batches, the timing batches (the same
     sentences one by one, sorted by length) and the labelled batches."""
     check_output_dir(request.model_dir, request.output_dir, request.overwrite_output_dir)
-    try:
-        model, tokenizer, architecture = load_for_export(request.model_dir, request.architecture)
-        embedding = embedding_spec_of(request.model_dir, architecture)
-        max_length = min(request.max_length, longest_input(model, tokenizer))
-        multiple_choice = architecture == "BriskBertForMultipleChoice"
-        batches = check_batches(tokenizer, request.text_file, max_length, multiple_choice)
-    except ExportInputError as error:
-        raise UserError(str(error)) from error
+    model, tokenizer, architecture = load_for_export(request.model_dir, request.architecture)
+    embedding = embedding_spec_of(request.model_dir, architecture)
+    max_length = min(request.max_length, longest_input(model, tokenizer))
+    multiple_choice = architecture == "BriskBertForMultipleChoice"
+    batches = check_batches(tokenizer, request.text_file, max_length, multiple_choice)
     texts = read_texts(request.text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
     timing = batches
     if not multiple_choice:
@@ -267,7 +188,7 @@ def quality_of(candidate: Candidate, references, batches, labelled, fp32_accurac
     """(agreements, accuracy, (lowest agreement, passed, accuracy, why not)) of one candidate."""
     agreements = measure_agreement(references, [candidate.run(batch) for batch in batches], batches, request)
     accuracy = accuracy_of(candidate.run, labelled) if labelled else None
-    notes = [f"{a.output} {a.metric} {a.mean:.4f} < {a.threshold:g}" for a in agreements if not a.passed]
+    notes = [agreement.shortfall for agreement in agreements if not agreement.passed]
     if accuracy is not None and fp32_accuracy - accuracy > request.max_accuracy_drop:
         notes.append(f"accuracy {accuracy:.4f} < fp32 {fp32_accuracy:.4f} - {request.max_accuracy_drop:g}")
     lowest = min(agreement.mean for agreement in agreements)
@@ -285,9 +206,126 @@ def keep_candidate(candidate: Candidate, model, request: QuantizeRequest, stagin
     copy_companions(request.model_dir, staging, "torch" if candidate.backend in ("fp32", "torch") else "onnx")
 
 
-def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) -> QuantizationResult:
+# ------------------------------------------------------------------------------------------------- the choice
+# Every candidate is timed on the same length-sorted batches of the sample text, interleaved round after round on
+# this machine; the fastest within the thresholds is kept. fp32 is always a candidate and always within them, so
+# the choice is never slower than fp32 as measured.
+TIMING_BATCH, TIMING_ROUNDS = 16, 3
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """One candidate as measured: its speed on the sample text and how far its outputs are from fp32."""
+
+    backend: str
+    tokens_per_second: float  # real (non-padding) tokens of the timing batches per second, median round
+    speedup: float  # against the fp32 model on the same batches, median rounds
+    speedup_range: tuple[float, float]  # the lowest and highest speed-up of a single round
+    rounds: int
+    agreement: float  # the lowest mean agreement over the outputs (argmax share or cosine)
+    passed: bool  # within min_agreement / min_cosine (and max_accuracy_drop)
+    accuracy: float | None = None  # on validation_file, when given
+    note: str = ""  # why it was not kept
+
+    def describe(self) -> str:
+        accuracy = "" if self.accuracy is None else f", accuracy {self.accuracy:.4f}"
+        kept = "" if self.passed else f"  (not kept: {self.note})"
+        low, high = self.speedup_range
+        return (
+            f"{self.backend:<10} {self.tokens_per_second:10,.0f} tokens/s  {self.speedup:5.2f}x fp32 "
+            f"({low:.2f}-{high:.2f}x over {self.rounds} rounds)  agreement {self.agreement:.4f}{accuracy}{kept}"
+        )
+
+
+def time_candidates(runs: dict[str, Callable[[dict], object]], batches: list[dict]) -> dict[str, list[float]]:
+    """The seconds each candidate takes for all `batches` in each round: a warm-up pass each, then TIMING_ROUNDS
+    rounds with every candidate in turn (the order reversed every other round, so drifting load hits all alike)."""
+    for run in runs.values():
+        run(batches[0])
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for round_index in range(TIMING_ROUNDS):
+        for name in list(runs) if round_index % 2 == 0 else list(runs)[::-1]:
+            start = time.perf_counter()
+            for batch in batches:
+                runs[name](batch)
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def speed_table(
+    seconds: dict[str, list[float]], real_tokens: int, quality: dict[str, tuple]
+) -> list[SpeedRow]:
+    """The rows, fastest first, from each backend's seconds per round (the median round's speed, and the spread
+    of the speed-up over fp32 in the same round); `quality` maps each backend to (agreement, passed, accuracy,
+    note)."""
+    rows = []
+    for name, rounds in seconds.items():
+        speedups = [fp32 / value for fp32, value in zip(seconds["fp32"], rounds)]  # round by round
+        median = statistics.median(rounds)
+        speedup = statistics.median(seconds["fp32"]) / median
+        spread = (min(speedups), max(speedups))
+        rows.append(SpeedRow(name, real_tokens / median, speedup, spread, len(rounds), *quality[name]))
+    return sorted(rows, key=lambda row: -row.tokens_per_second)
+
+
+def choose(rows: list[SpeedRow]) -> SpeedRow:
+    """The fastest candidate within the thresholds."""
+    return max((row for row in rows if row.passed), key=lambda row: row.tokens_per_second)
+
+
+# ------------------------------------------------------------------------------------------------- the facts
+METHODS = {
+    "fp32": "none: the fp32 model was the fastest within the thresholds",
+    "onnx-fp32": "torch.onnx.export, then ONNX Runtime's transformer optimizer (fused kernels)",
+    "onnx": "torch.onnx.export, ONNX Runtime's transformer optimizer, then onnxruntime.quantization.quantize_dynamic",
+}
+
+
+def quantization_facts(
+    request, kept, rows, agreements, evaluation, sizes, architecture, embedding, notes
+) -> dict:
+    """What quantization.json says: what the folder holds, how far it is from fp32, and how fast it ran here.
+    `sizes`: (fp32 bytes, the kept model's bytes); `notes`: (what agreement was checked on, what was timed)."""
+    chosen = next(row for row in rows if row.backend == kept.backend)
+    settings = {"keep_fp32": list(request.keep_fp32)}
+    if kept.backend == "onnx":
+        settings.update(per_channel=request.per_channel, reduce_range=request.reduce_range)
+    if kept.backend == "torch":
+        settings.update(torch_scheme=request.torch_scheme)
+    precision = kept.precision.split(":")[0].split(" ")[0]
+    return {
+        "precision": precision,
+        "description": kept.precision,
+        "backend": LIBRARIES[kept.backend],
+        "method": METHODS.get(
+            kept.backend, f"torchao ({request.torch_scheme}) through transformers' TorchAoConfig"
+        ),
+        "settings": settings,
+        "model_file": kept.model_file,
+        "architecture": architecture,
+        "source_model": "/".join(Path(request.model_dir).parts[-2:]),
+        "sentence_embedding": None if embedding is None else asdict(embedding),
+        "weights_bytes": {"fp32": sizes[0], precision: sizes[1], "ratio": round(sizes[0] / sizes[1], 2)},
+        "agreement": {"checked_on": notes[0], "outputs": [asdict(agreement) for agreement in agreements]},
+        "evaluation": evaluation,
+        "choice": {
+            "requested": request.backend,
+            "backend": kept.backend,
+            "speedup": round(chosen.speedup, 3),
+            "speedup_range": [round(value, 3) for value in chosen.speedup_range],
+            "rounds": chosen.rounds,
+            "tokens_per_second": round(chosen.tokens_per_second, 1),
+            "timed_on": notes[1],
+            "candidates": [asdict(row) for row in rows],
+        },
+        "software": software_versions(kept.backend),
+    }
+
+
+def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) -> dict:
     """Builds the candidates, measures them, and writes the kept one to `request.output_dir` (whole, or not at
-    all); raises QuantizationRefused when the requested backend is beyond the thresholds."""
+    all); returns what its quantization.json says. Raises QuantizationRefused when the requested backend is
+    beyond the thresholds."""
     model, architecture, embedding, batches, timing, labelled = prepare(request)
     with torch.inference_mode():
         references = [model_outputs(model, batch, embedding) for batch in batches]
@@ -300,9 +338,17 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
             c.backend: quality_of(c, references, batches, labelled, fp32_accuracy, request)
             for c in candidates
         }
-        if request.backend != "auto" and not measured[request.backend][2][1]:  # refused before the timing
-            agreements, _, (_, _, _, note) = measured[request.backend]
-            raise refuse([a for a in agreements if not a.passed], request, examples, note)
+        note = measured[request.backend][2][3] if request.backend != "auto" else ""
+        if note:  # refused before the timing
+            hint = (
+                "keep_fp32 with the most sensitive modules, backend auto"
+                if request.backend == "onnx"
+                else "torch_scheme int8-weight-only or keep_fp32 with the most sensitive modules"
+            )
+            raise QuantizationRefused(
+                f"the int8 model disagrees with the fp32 one on {examples} text pairs ({note}); nothing was "
+                f"written to {request.output_dir}. Try {hint}, or lower the threshold if this is acceptable."
+            )
         progress(f"Timing {len(candidates)} candidates on {len(timing)} batches of the sample text ...")
         seconds = time_candidates({c.backend: c.run for c in candidates}, timing)
         real_tokens = sum(int(batch["attention_mask"].sum()) for batch in timing)
@@ -316,19 +362,9 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
         for agreement in agreements:
             progress("  " + agreement.describe())
         keep_candidate(kept, model, request, staging)
-        result = QuantizationResult(
-            Path(request.output_dir),
-            backend,
-            architecture,
-            kept.model_file,
-            kept.precision,
-            fp32_bytes_of(model),
-            weights_bytes(staging, kept.model_file),
-            agreements,
-            speed=rows,
-        )
+        evaluation = []
         if labelled:
-            result.evaluation = [
+            evaluation.append(
                 dict(
                     dataset=labelled.name,
                     metric="accuracy",
@@ -336,20 +372,21 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
                     int8=accuracy,
                     examples=len(labelled.labels),
                 )
-            ]
+            )
             progress(f"  accuracy on {labelled.name}: fp32 {fp32_accuracy:.4f}, {backend} {accuracy:.4f}")
         text = Path(request.text_file).name if request.text_file else "the bundled WikiText-2 excerpt"
-        timed_on = (
+        notes = (
+            f"{examples} padded text pairs from {text}",
             f"{len(timing)} batches of {text} sentences sorted by length, {real_tokens} real tokens, "
-            f"{torch.get_num_threads()} threads, median of {rows[0].rounds} interleaved rounds"
+            f"{torch.get_num_threads()} threads, median of {rows[0].rounds} interleaved rounds",
         )
+        sizes = fp32_bytes_of(model), weights_bytes(staging, kept.model_file)
         facts = quantization_facts(
-            result, request, embedding, f"{examples} padded text pairs from {text}", timed_on
+            request, kept, rows, agreements, evaluation, sizes, architecture, embedding, notes
         )
         (staging / QUANTIZATION_FILE).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
-        output_names = list(references[0])
         readme = render_quantized_readme(
-            staging, Path(request.output_dir).name, output_names, auto_class_of(architecture).__name__
+            staging, Path(request.output_dir).name, list(references[0]), auto_class_of(architecture).__name__
         )
         (staging / README_FILE).write_text(readme, encoding="utf-8")
-    return result
+    return facts

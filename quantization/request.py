@@ -1,4 +1,4 @@
-"""What a quantization is asked to do and what it found: torch-free dataclasses."""
+"""What ``briskbert quantize`` is asked to do: the torch-free settings its command line is made from."""
 
 from __future__ import annotations
 
@@ -125,48 +125,3 @@ class QuantizeRequest:
         for name in ("text_pair_column", "dataset_card_name"):
             if getattr(self, name) and self.validation_file is None:
                 raise SettingError(name, "describes validation_file; pass it too.")
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """How closely one output of the int8 model follows the fp32 model over the check examples."""
-
-    output: str
-    metric: str  # "argmax agreement" or "cosine similarity"
-    mean: float  # the share of matching argmaxes, or the mean cosine
-    worst: float  # the lowest per-example value (for argmax agreement: the mean again)
-    count: int
-    unit: (
-        str  # what was counted: "examples" (per-sequence outputs) or "tokens" (per-token outputs, real ones)
-    )
-    max_abs_difference: float
-    threshold: float
-
-    @property
-    def passed(self) -> bool:
-        return self.mean >= self.threshold
-
-    def describe(self) -> str:
-        worst = f", worst {self.worst:.4f}" if self.metric == "cosine similarity" else ""
-        return (
-            f"{self.output}: {self.metric} {self.mean:.4f}{worst} over {self.count} {self.unit}, "
-            f"max abs difference {self.max_abs_difference:.3g} (threshold {self.threshold:g})"
-        )
-
-
-@dataclass
-class QuantizationResult:
-    output_dir: Path
-    backend: str
-    architecture: str
-    model_file: str
-    precision: str
-    fp32_bytes: int
-    int8_bytes: int  # the kept model's weights (fp32 too, when fp32 was kept)
-    agreements: list[Agreement] = field(default_factory=list)
-    evaluation: list[dict] = field(default_factory=list)  # {"dataset", "metric", "fp32", "int8", "examples"}
-    speed: list = field(default_factory=list)  # choice.SpeedRow of every candidate timed, fastest first
-
-    @property
-    def size_ratio(self) -> float:
-        return self.fp32_bytes / self.int8_bytes

@@ -373,7 +373,7 @@ def test_bad_flags_give_one_clear_error(extra, expected, tokenizer, tmp_path, ca
 # ------------------------------------------------------------------------------------------------- the choice
 def test_the_choice_is_the_fastest_candidate_within_the_thresholds():
     """A candidate slower than fp32 is never kept, nor a faster one beyond the thresholds; fp32 always qualifies."""
-    from briskbert.quantization.choice import choose, speed_table
+    from briskbert.quantization.job import choose, speed_table
 
     within, beyond = (0.99, True, None, ""), (0.5, False, None, "cosine 0.5 < 0.95")
     seconds = {
@@ -387,22 +387,6 @@ def test_the_choice_is_the_fastest_candidate_within_the_thresholds():
     )
     assert rows[0].backend == "wrong" and rows[0].tokens_per_second == pytest.approx(10_000)
     assert choose(speed_table(seconds, 1000, {**quality, "onnx": beyond})).backend == "fp32"
-
-
-def test_the_speed_up_is_the_median_rounds_with_the_spread_of_single_rounds():
-    """Rounds 1.0/0.5, 1.2/0.4, 0.9/0.6 s (fp32/int8): single rounds' speed-ups are 2, 3 and 1.5; the recorded one
-    is the median rounds' (1.0/0.5 = 2), said with that spread and the number of rounds, as a run-to-run spread
-    of 1.30x to 2.41x needs saying."""
-    from briskbert.quantization.choice import speed_table
-
-    quality = (0.99, True, None, "")
-    rows = speed_table(
-        {"fp32": [1.0, 1.2, 0.9], "onnx": [0.5, 0.4, 0.6]}, 1000, {"fp32": quality, "onnx": quality}
-    )
-    onnx = next(row for row in rows if row.backend == "onnx")
-    assert onnx.speedup == pytest.approx(2.0) and onnx.rounds == 3
-    assert onnx.speedup_range == pytest.approx((1.5, 3.0))
-    assert "2.00x fp32 (1.50-3.00x over 3 rounds)" in onnx.describe()
 
 
 # Run in a fresh interpreter where `import briskbert` fails: the folder alone, with the libraries users load it with.

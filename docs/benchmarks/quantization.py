@@ -490,15 +490,13 @@ def main(argv=None) -> None:
     print(markdown({**report, "quality": {"sst2_accuracy": {}, "retrieval": {}, "conll_f1": {}}}), flush=True)
     print(f"load average {os.getloadavg()}", flush=True)
     if not args.skip_auto:
-        from dataclasses import asdict
-
         from briskbert.quantization import QuantizeRequest, quantize
 
-        result = quantize(
+        facts = quantize(
             QuantizeRequest(args.embedder, args.out / "models" / "auto", overwrite_output_dir=True)
         )
-        report["auto"] = [asdict(row) for row in result.speed]
-        report["auto_kept"] = result.backend
+        report["auto"] = facts["choice"]["candidates"]
+        report["auto_kept"] = facts["choice"]["backend"]
     report["quality"] = quality_section(args, tokenizer, log)
     facts["load_average_end"] = os.getloadavg()
     (args.out / "quantization_benchmark.json").write_text(json.dumps(report, indent=2, default=str))

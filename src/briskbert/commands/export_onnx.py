@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.errors import CommandFailed, SettingError, UserError
+from briskbert.errors import CommandFailed, SettingError
 from briskbert.extras import require_extra
 
 
@@ -70,31 +70,18 @@ class ExportArguments:
 def main(argv: list[str] | None = None) -> int:
     (args,) = parse(__doc__, ExportArguments, argv=argv)
     require_extra("onnx", "briskbert export-onnx")  # before torch and the exporter are imported
-    from briskbert.modeling.export import ExportInputError, export_and_check
+    from briskbert.modeling.export import export_and_check
 
-    try:
-        result = export_and_check(
-            args.model_dir,
-            args.output_dir,
-            architecture=args.architecture,
-            text_file=args.text_file,
-            max_length=args.max_length,
-            opset_version=args.opset_version,
-            overwrite_output_dir=args.overwrite_output_dir,
-            fuse=args.fuse,
-        )
-    except ExportInputError as error:
-        raise UserError(str(error)) from error
-    print(f"Wrote {result.onnx_path} (inputs: {', '.join(result.input_names)}).")
-    if result.fused:
-        print("Fused kernels: " + ", ".join(f"{name} x{count}" for name, count in result.fused.items()))
-    for check in result.checks:
-        differences = ", ".join(f"{name} {value:.2e}" for name, value in check.max_abs_difference.items())
-        print(
-            f"ONNX Runtime vs PyTorch, batch {'x'.join(map(str, check.shape))} "
-            f"({check.padding_fraction:.0%} padding): max abs difference {differences}"
-        )
-    worst = result.max_abs_difference
+    worst = export_and_check(
+        args.model_dir,
+        args.output_dir,
+        architecture=args.architecture,
+        text_file=args.text_file,
+        max_length=args.max_length,
+        opset_version=args.opset_version,
+        overwrite_output_dir=args.overwrite_output_dir,
+        fuse=args.fuse,
+    )
     if worst > args.atol:
         raise CommandFailed(f"max abs difference {worst:.2e} exceeds --atol {args.atol:g}.")
     print(f"OK: max abs difference {worst:.2e} <= --atol {args.atol:g}.")

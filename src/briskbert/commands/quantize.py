@@ -43,12 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         require_extra(extra, f"--backend {request.backend}")
     from briskbert.quantization import quantize
 
-    result = quantize(request)
-    kept = next(row for row in result.speed if row.backend == result.backend)
+    facts = quantize(request)
+    sizes, choice = facts["weights_bytes"], facts["choice"]
     print(
-        f"Wrote {result.output_dir / result.model_file} ({result.backend}, {kept.speedup:.2f}x fp32 here): "
-        f"{result.precision}; {result.int8_bytes / 2**20:.1f} MiB, {result.size_ratio:.2f}x smaller than fp32 "
-        f"({result.fp32_bytes / 2**20:.1f} MiB)."
+        f"Wrote {request.output_dir / facts['model_file']} ({choice['backend']}, {choice['speedup']:.2f}x fp32 "
+        f"here): {facts['description']}; {sizes[facts['precision']] / 2**20:.1f} MiB, {sizes['ratio']:.2f}x "
+        f"smaller than fp32 ({sizes['fp32'] / 2**20:.1f} MiB)."
     )
     return 0
 
