@@ -16,11 +16,16 @@ import pytest
 from fresh_process import run_without_project
 
 from briskbert.cli import main as cli
+from briskbert.errors import SettingError
 from briskbert.processes import briskbert_argv
 from briskbert.tokenization import (
     SPECIAL_TOKENS,
     BriskBertTokenizer,
+    EmptyCorpusError,
     TokenizerInputError,
+    sample_lines,
+    train_bpe_tokenizer,
+    train_unigram_tokenizer,
     train_wordpiece_tokenizer,
 )
 
@@ -62,11 +67,7 @@ def bert_ref(minilm_path):
 def trained_excerpt(tmp_path_factory):
     out = tmp_path_factory.mktemp("tok_excerpt")
     tok = train_wordpiece_tokenizer(
-        files=[EXCERPTS / "wikitext2_excerpt.txt"],
-        vocab_size=1000,
-        round_to_multiple_of=64,
-        output_dir=out,
-        show_progress=False,
+        files=[EXCERPTS / "wikitext2_excerpt.txt"], vocab_size=1000, output_dir=out, show_progress=False
     )
     return tok, out
 
@@ -76,24 +77,12 @@ def test_loads_a_bert_folder_and_builds_bert_pipeline(tokenizer, bert_ref):
     assert isinstance(tokenizer, BriskBertTokenizer)
     assert len(tokenizer) == len(bert_ref) == 30522
     assert tokenizer.do_lower_case is True
-    assert tokenizer.model_max_length == bert_ref.model_max_length == 512
     # the whole tokenizers pipeline (normaliser, pre-tokeniser, vocab, template, decoder) is identical
     assert json.loads(tokenizer.backend_tokenizer.to_str()) == json.loads(bert_ref.backend_tokenizer.to_str())
-    assert [
-        tokenizer.pad_token_id,
-        tokenizer.unk_token_id,
-        tokenizer.cls_token_id,
-        tokenizer.sep_token_id,
-        tokenizer.mask_token_id,
-    ] == [0, 100, 101, 102, 103]
 
 
 def test_parity_on_bundled_excerpts(tokenizer, bert_ref):
-    texts = read_lines(EXCERPTS / "wikitext2_excerpt.txt")
-    texts += read_sst(EXCERPTS / "sst2_train_excerpt.tsv") + read_sst(
-        EXCERPTS / "sst2_validation_excerpt.tsv"
-    )
-    assert len(texts) > 3000
+    texts = read_lines(EXCERPTS / "wikitext2_excerpt.txt") + read_sst(EXCERPTS / "sst2_train_excerpt.tsv")
     assert_parity(tokenizer, bert_ref, texts)
 
 
@@ -135,15 +124,9 @@ def test_bad_inputs(tokenizer):
 # ---------------------------------------------------------------------------------------- training
 def test_trained_tokenizer_on_excerpt(trained_excerpt):
     tok, out = trained_excerpt
-    assert len(tok) == tok.vocab_size == 1024  # 1000 rounded up to a multiple of 64
-    assert tok.convert_ids_to_tokens(list(range(5))) == list(SPECIAL_TOKENS)
-    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [
-        0,
-        1,
-        2,
-        3,
-        4,
-    ]
+    assert len(tok) == 1024  # 1000 rounded up to a multiple of 64
+    special_ids = [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id]
+    assert tok.convert_ids_to_tokens(special_ids) == list(SPECIAL_TOKENS)
     assert sorted(p.name for p in out.iterdir()) == [
         "tokenization_briskbert.py",
         "tokenizer.json",
@@ -187,32 +170,23 @@ def assert_round_trip(tok, texts):
     assert checked > 0.9 * len(texts)
 
 
-def test_training_sizes_and_options(tmp_path):
-    excerpt = EXCERPTS / "wikitext2_excerpt.txt"
+def test_training_sizes_options_and_a_dataset(tmp_path):
     exact = train_wordpiece_tokenizer(
-        files=str(excerpt), vocab_size=1000, round_to_multiple_of=None, show_progress=False
+        files=str(EXCERPTS / "wikitext2_excerpt.txt"),
+        vocab_size=1000,
+        round_to_multiple_of=None,
+        show_progress=False,
     )
     assert len(exact) == 1000
-    cased = train_wordpiece_tokenizer(files=[excerpt], vocab_size=640, lowercase=False, show_progress=False)
-    assert len(cased) == 640 and cased.do_lower_case is False
-    assert "The" in cased.get_vocab() and cased.tokenize("The")[0] == "The"
-    # too small a corpus for the request: filled with [unusedN] up to the exact size, with a warning
+    # too small a corpus for the request: filled with [unusedN] up to the exact size
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("a tiny corpus\n" * 5, encoding="utf-8")
-    small = train_wordpiece_tokenizer(
-        files=[tiny], vocab_size=100, round_to_multiple_of=64, min_frequency=1, show_progress=False
-    )
+    small = train_wordpiece_tokenizer(files=[tiny], vocab_size=100, min_frequency=1, show_progress=False)
     assert len(small) == 128 and "[unused0]" in small.get_vocab()
     assert small.tokenize("[unused0]") != ["[unused0]"]
-    with pytest.raises(ValueError, match="exactly one"):
-        train_wordpiece_tokenizer(vocab_size=100)
-    with pytest.raises(FileNotFoundError):
-        train_wordpiece_tokenizer(files=[tmp_path / "missing.txt"], vocab_size=100)
+    import datasets
 
-
-def test_training_from_a_datasets_dataset():
-    datasets = pytest.importorskip("datasets")
-    rows = [t for t in read_sst(EXCERPTS / "sst2_train_excerpt.tsv")]
+    rows = read_sst(EXCERPTS / "sst2_train_excerpt.tsv")
     ds = datasets.Dataset.from_dict({"sentence": rows + [None], "label": [0] * (len(rows) + 1)})
     tok = train_wordpiece_tokenizer(dataset=ds, text_column="sentence", vocab_size=512, show_progress=False)
     assert len(tok) == 512
@@ -280,32 +254,22 @@ def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, m
     assert json.loads((converted / "tokenizer_config.json").read_text())["do_lower_case"] is True
 
 
-def test_cli_trains_and_saves(tmp_path, capsys):
-    out = tmp_path / "cli_tok"
-    argv = ["train-tokenizer", "--files", str(EXCERPTS / "wikitext2_excerpt.txt"), "--vocab_size", "700",
-            "--output_dir", str(out), "--no-lowercase", "--min_frequency", "3", "--no_progress"]  # fmt: skip
-    assert cli(argv) == 0
-    assert "vocabulary size 704" in capsys.readouterr().out
-    tok = BriskBertTokenizer.from_pretrained(out)
-    assert len(tok) == 704 and tok.do_lower_case is False
-
-
 def test_cli_says_its_result_once_and_draws_no_bar_into_a_pipe(tmp_path):
     """Piped (as in the quickstart or a log file), the trainer's bar was six blank lines and the result was
     printed three times."""
     out = tmp_path / "tok"
     argv = ["train-tokenizer", "--files", str(EXCERPTS / "wikitext2_excerpt.txt"), "--vocab_size", "500"]
-    proc = subprocess.run(
-        [*briskbert_argv(*argv), "--output_dir", str(out)], capture_output=True, text=True, timeout=300
-    )
+    argv += ["--no-lowercase", "--min_frequency", "3", "--output_dir", str(out)]
+    proc = subprocess.run(briskbert_argv(*argv), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     (line,) = proc.stdout.splitlines()  # nothing else, not even a blank line
     assert re.fullmatch(
         rf"Trained a wordpiece tokenizer in [\d.]+ s: vocabulary size 512; saved to {out}", line
     )
+    tok = BriskBertTokenizer.from_pretrained(out)
+    assert len(tok) == 512 and tok.do_lower_case is False and tok.tokenize("The")[0] == "The"
 
 
-# --------------------------------------------------------------------------- training: determinism, inputs
 def test_wordpiece_training_is_deterministic(tmp_path):
     """The trainer breaks ties in hash-map order; the saved vocabulary must not depend on it."""
     for name in ("a", "b"):
@@ -319,17 +283,14 @@ def test_wordpiece_training_is_deterministic(tmp_path):
 
 
 def test_training_refuses_empty_and_non_utf8_files_by_name(tmp_path, capsys):
-    from briskbert.tokenization import EmptyCorpusError
-
     blank = tmp_path / "blank.txt"
     blank.write_text("\n  \n")
     with pytest.raises(EmptyCorpusError, match="blank.txt: no text"):
         train_wordpiece_tokenizer(files=[blank], vocab_size=100, show_progress=False)
     latin = tmp_path / "latin.txt"
     latin.write_bytes("first line\ncaf\u00e9\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
+    with pytest.raises(SettingError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
         train_wordpiece_tokenizer(files=[latin], vocab_size=100, show_progress=False)
-    capsys.readouterr()
     argv = [
         "train-tokenizer",
         "--files",
@@ -339,14 +300,12 @@ def test_training_refuses_empty_and_non_utf8_files_by_name(tmp_path, capsys):
         "--output_dir",
         str(tmp_path / "out"),
     ]
-    assert cli([*argv, "--no_progress"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --files: ")
+    assert cli(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: --files {blank}: no text")
     assert not (tmp_path / "out").exists()
 
 
 def test_sampled_training_keeps_at_most_max_lines():
-    from briskbert.tokenization import sample_lines
-
     lines = [f"line {i}" for i in range(1000)]
     sample = sample_lines(iter(lines), 50, seed=1)
     assert (
@@ -361,23 +320,17 @@ def test_sampled_training_keeps_at_most_max_lines():
     assert len(tok) == 256
 
 
-@pytest.mark.parametrize("model", ["bpe", "unigram"])
-def test_bpe_and_unigram_load_with_autotokenizer_without_remote_code(tmp_path, model):
+@pytest.mark.parametrize("train", [train_bpe_tokenizer, train_unigram_tokenizer])
+def test_bpe_and_unigram_load_with_autotokenizer_without_remote_code(tmp_path, train):
     from transformers import AutoTokenizer
 
-    from briskbert.tokenization import train_tokenizer
-
-    train_tokenizer(
-        model,
-        files=[EXCERPTS / "wikitext2_excerpt.txt"],
-        vocab_size=700,
-        output_dir=tmp_path,
-        show_progress=False,
+    train(
+        files=[EXCERPTS / "wikitext2_excerpt.txt"], vocab_size=700, output_dir=tmp_path, show_progress=False
     )
     tok = AutoTokenizer.from_pretrained(tmp_path)  # no trust_remote_code
     enc = tok("The lobster lives in the sea.", "A pair")
     first, last = tok.convert_ids_to_tokens(enc["input_ids"])[:: len(enc["input_ids"]) - 1]
-    if model == "bpe":  # RoBERTa's template; bytes cover any text, so nothing is unknown
+    if train is train_bpe_tokenizer:  # RoBERTa's template; bytes cover any text, so nothing is unknown
         assert (first, last) == ("<s>", "</s>") and tok.mask_token == "<mask>"
         assert tok.unk_token_id not in tok("日本語 ☃")["input_ids"]
         assert (

@@ -1,13 +1,9 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """BriskBertTokenizer: transformers' (tokenizers-backed) `BertTokenizer`, so ids, types, masks and offsets equal
-BERT's on the same vocabulary, plus what BriskBert folders need: `register_for_auto_class` (saves copy this file,
-so `AutoTokenizer.from_pretrained(folder, trust_remote_code=True)` works without briskbert), a `vocab.txt` written
-on every save (also for vocabularies trained in memory), and input checks that name what to pass instead of
-failing inside the Rust backend (`TokenizerInputError`, both a `TypeError` and a `ValueError`).
-
-Trained vocabularies keep the special tokens at fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (BERT's
-order for an empty vocabulary); pretrained vocabularies keep their own. Remote code: copied flat, it imports only
-transformers and the standard library.
+BERT's on the same vocabulary, plus what BriskBert folders need: `register_for_auto_class` (remote code), a `vocab.txt`
+written on every save, and input checks that name what to pass instead of failing inside the Rust backend.
+Trained vocabularies keep the special tokens at fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. Remote
+code: copied flat, it imports only transformers and the standard library.
 """
 
 from __future__ import annotations
@@ -15,9 +11,6 @@ from __future__ import annotations
 import os
 
 from transformers.models.bert.tokenization_bert import BertTokenizer, load_vocab
-from transformers.utils import logging
-
-logger = logging.get_logger(__name__)
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
 
@@ -29,43 +22,32 @@ class TokenizerInputError(TypeError, ValueError):
     """A text input of the wrong type."""
 
 
-def _describe(value) -> str:
-    return f"{type(value).__name__} {value!r}"[:120]
+def _only_strings(value, depth: int) -> bool:
+    """A string, or (down to ``depth`` levels) a list or tuple of them."""
+    if isinstance(value, (list, tuple)):
+        return depth > 0 and all(_only_strings(item, depth - 1) for item in value)
+    return isinstance(value, str)
 
 
-def _check_text_argument(name: str, value, allow_none: bool) -> None:
-    if value is None:
-        if allow_none:
-            return
+def _check_text_argument(name: str, value, allow_none: bool = True) -> None:
+    """A text, a batch of texts, or pre-tokenized words (lists of strings, or pairs of such lists)."""
+    if value is None and not allow_none:
         raise TokenizerInputError(
             f"BriskBertTokenizer: `{name}` is None. Pass a string, a list of strings (a batch), or, with "
             "`is_split_into_words=True`, a list of words or a list of lists of words."
         )
-    if isinstance(value, str):
+    if value is None or _only_strings(value, depth=3):
         return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            if isinstance(item, str):
-                continue
-            if _only_strings(item, depth=2):
-                continue  # pre-tokenized words, a (text, text_pair) tuple, or a pair of word lists
+    for i, item in enumerate(value if isinstance(value, (list, tuple)) else []):
+        if not _only_strings(item, depth=2):
             raise TokenizerInputError(
-                f"BriskBertTokenizer: `{name}[{i}]` is a {_describe(item)}; every item must be a string "
-                "(or, with `is_split_into_words=True`, a list of strings). To turn ids back into text use "
-                "`decode`/`batch_decode`; to convert tokens use `convert_tokens_to_ids`."
+                f"BriskBertTokenizer: `{name}[{i}]` is a {type(item).__name__} {item!r:.100}; every item must be "
+                "a string (or, with `is_split_into_words=True`, a list of strings). To turn ids back into text "
+                "use `decode`/`batch_decode`; to convert tokens use `convert_tokens_to_ids`."
             )
-        return
     raise TokenizerInputError(
-        f"BriskBertTokenizer: `{name}` is a {_describe(value)}. Pass a string or a list of strings."
+        f"BriskBertTokenizer: `{name}` is a {type(value).__name__} {value!r:.100}. Pass a string or a list of strings."
     )
-
-
-def _only_strings(value, depth: int) -> bool:
-    if isinstance(value, str):
-        return True
-    if depth > 0 and isinstance(value, (list, tuple)):
-        return all(_only_strings(v, depth - 1) for v in value)
-    return False
 
 
 class BriskBertTokenizer(BertTokenizer):
@@ -108,22 +90,20 @@ class BriskBertTokenizer(BertTokenizer):
         )
 
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *args, **kwargs):
-        if text is None and text_target is None:
-            _check_text_argument("text", None, allow_none=False)
-        _check_text_argument("text", text, allow_none=True)
-        _check_text_argument("text_pair", text_pair, allow_none=True)
-        _check_text_argument("text_target", text_target, allow_none=True)
-        _check_text_argument("text_pair_target", text_pair_target, allow_none=True)
+        _check_text_argument("text", text, allow_none=text_target is not None)
+        _check_text_argument("text_pair", text_pair)
+        _check_text_argument("text_target", text_target)
+        _check_text_argument("text_pair_target", text_pair_target)
         return super().__call__(text, text_pair, text_target, text_pair_target, *args, **kwargs)
 
     def encode(self, text, text_pair=None, *args, **kwargs):
         _check_text_argument("text", text, allow_none=False)
-        _check_text_argument("text_pair", text_pair, allow_none=True)
+        _check_text_argument("text_pair", text_pair)
         return super().encode(text, text_pair, *args, **kwargs)
 
     def tokenize(self, text, pair=None, add_special_tokens: bool = False, **kwargs):
         _check_text_argument("text", text, allow_none=False)
-        _check_text_argument("pair", pair, allow_none=True)
+        _check_text_argument("pair", pair)
         return super().tokenize(text, pair=pair, add_special_tokens=add_special_tokens, **kwargs)
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
@@ -133,27 +113,12 @@ class BriskBertTokenizer(BertTokenizer):
         return tuple(file_names) + tuple(self.save_vocabulary(str(save_directory), filename_prefix))
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
-        """Write ``vocab.txt``: the WordPiece vocabulary, one token per line, line number = id."""
-        if not os.path.isdir(save_directory):
-            raise ValueError(f"Vocabulary path ({save_directory}) should be a directory")
-        out_vocab_file = os.path.join(
-            save_directory,
-            (filename_prefix + "-" if filename_prefix else "") + VOCAB_FILES_NAMES["vocab_file"],
-        )
+        """Write ``vocab.txt``: the WordPiece vocabulary, one token per line in id order."""
+        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
-        ordered = sorted(vocab.items(), key=lambda kv: kv[1])
-        with open(out_vocab_file, "w", encoding="utf-8") as writer:
-            expected = 0
-            for token, index in ordered:
-                if index != expected:
-                    logger.warning(
-                        f"Saving vocabulary to {out_vocab_file}: ids are not consecutive at {index}; "
-                        "`vocab.txt` line numbers will not match ids (tokenizer.json is authoritative)."
-                    )
-                    expected = index
-                writer.write(token + "\n")
-                expected += 1
-        return (out_vocab_file,)
+        with open(path, "w", encoding="utf-8") as writer:
+            writer.writelines(token + "\n" for token in sorted(vocab, key=vocab.get))
+        return (path,)
 
 
 BriskBertTokenizer.register_for_auto_class("AutoTokenizer")

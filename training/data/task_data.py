@@ -84,7 +84,9 @@ def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
     return datasets.Dataset.from_dict({column: [row.get(column) for row in rows] for column in columns})
 
 
-def load_named_dataset(name: str, config_name: str | None = None) -> datasets.DatasetDict:
+def load_named_dataset(
+    name: str, config_name: str | None = None, setting: str = "dataset_name"
+) -> datasets.DatasetDict:
     """A folder written by ``save_to_disk`` or a dataset name for ``datasets.load_dataset``."""
     if os.path.isdir(name) and (
         os.path.exists(os.path.join(name, "dataset_dict.json"))
@@ -95,13 +97,13 @@ def load_named_dataset(name: str, config_name: str | None = None) -> datasets.Da
             loaded = datasets.DatasetDict({"train": loaded})
         return loaded
     if looks_like_local_path(name) and not os.path.isdir(name):
-        raise SettingError("dataset_name", f"{name}: the folder does not exist; check the path.")
+        raise SettingError(setting, f"{name}: the folder does not exist; check the path.")
     try:
         return datasets.load_dataset(name, config_name)
     except (OSError, ValueError, ConnectionError) as error:  # not found, no network, bad config name
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise SettingError(
-            "dataset_name",
+            setting,
             f"{name!r} could not be loaded ({reason}); give a folder written by "
             "save_to_disk or a dataset name that datasets.load_dataset can reach.",
         ) from None
@@ -233,23 +235,16 @@ def _not_conll(path: str, setting: str, found: str) -> SettingError:
 
 def tags_as_strings(dataset: datasets.Dataset, tag_column: str) -> list[list[str]]:
     """The tag column as strings, whether it holds strings or ``ClassLabel`` ids."""
-    feature = dataset.features[tag_column]
-    inner = getattr(feature, "feature", None)
-    names = getattr(inner, "names", None)
+    names = getattr(getattr(dataset.features[tag_column], "feature", None), "names", None)
     sequences = dataset[tag_column]
     if names is not None:
         return [[names[t] for t in sequence] for sequence in sequences]
     for index, sequence in enumerate(sequences):
-        if not isinstance(sequence, (list, tuple)):
+        if not isinstance(sequence, (list, tuple)) or not all(isinstance(tag, str) for tag in sequence):
             raise DataError(
-                f"tag column {tag_column!r} row {index} is {sequence!r}; expected a list of tags."
+                f"tag column {tag_column!r} row {index} is {sequence!r:.80}; expected a list of tag strings such "
+                "as 'B-PER' (or a ClassLabel feature that names the ids)."
             )
-        for tag in sequence:
-            if not isinstance(tag, str):
-                raise DataError(
-                    f"tag column {tag_column!r} row {index} holds {tag!r} ({type(tag).__name__}); expected "
-                    "tag strings such as 'B-PER' (or a ClassLabel feature that names the ids)."
-                )
     return [list(sequence) for sequence in sequences]
 
 
@@ -330,11 +325,6 @@ def load_squad(
 
 
 def _nearest_occurrence(context: str, text: str, start: int) -> int:
-    if not text:
-        return -1
-    best, position = -1, context.find(text)
-    while position >= 0:
-        if best < 0 or abs(position - start) < abs(best - start):
-            best = position
-        position = context.find(text, position + 1)
-    return best
+    """The start of the occurrence of ``text`` in ``context`` nearest to ``start`` (the first of a tie), or -1."""
+    found = [i for i in range(len(context)) if text and context.startswith(text, i)]
+    return min(found, key=lambda i: abs(i - start), default=-1)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
+from briskbert.training.tasks.settings import check_at_least
 
 MODELS = ("wordpiece", "bpe", "unigram")
 #: the largest vocabularies in use are about 256k entries; beyond 2**20 the trainer's tables only waste memory
@@ -72,73 +72,46 @@ class TokenizerArguments:
     def __post_init__(self):
         if (self.files is None) == (self.dataset_path is None):
             raise SettingError("files", "or --dataset_path: give exactly one of the two.")
-        if not 0 < self.vocab_size <= MAX_VOCAB_SIZE:
+        if not 5 < self.vocab_size <= MAX_VOCAB_SIZE:
             raise SettingError(
                 "vocab_size",
-                f"must be between 1 and {MAX_VOCAB_SIZE:,} (BERT uses 30,522), got {self.vocab_size:,}.",
+                f"must be above the 5 special tokens and at most {MAX_VOCAB_SIZE:,} (BERT uses 30,522), "
+                f"got {self.vocab_size:,}.",
             )
-        if self.tokenizer_train_max_lines is not None and self.tokenizer_train_max_lines < 1:
-            raise SettingError(
-                "tokenizer_train_max_lines", f"must be >= 1, got {self.tokenizer_train_max_lines}."
-            )
-
-
-def _load_dataset(path_or_name: str, config: str | None, split: str):
-    import datasets
-
-    path = Path(path_or_name)
-    if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
-        ds = datasets.load_from_disk(str(path))
-    else:
-        ds = datasets.load_dataset(path_or_name, config)
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise ValueError(f"--dataset_split {split!r} is not in {path_or_name}; available: {list(ds)}.")
-        ds = ds[split]
-    return ds
-
-
-def _trainer_arguments(args: TokenizerArguments) -> dict:
-    """The keyword arguments of the chosen trainer (each model takes its own subset)."""
-    common = dict(
-        vocab_size=args.vocab_size,
-        output_dir=args.output_dir,
-        show_progress=not args.no_progress
-        and sys.stderr.isatty(),  # a file or a pipe gets no bar (blank lines)
-        model_max_length=args.model_max_length,
-        max_lines=args.tokenizer_train_max_lines,
-        seed=args.seed,
-    )
-    if args.model == "wordpiece":
-        common.update(
-            lowercase=args.lowercase,
-            min_frequency=args.min_frequency,
-            round_to_multiple_of=args.round_to_multiple_of or None,
-        )
-    elif args.model == "bpe":
-        common.update(min_frequency=args.min_frequency)
-    else:
-        common.update(lowercase=args.lowercase)
-    return common
+        check_at_least(self, 1, "tokenizer_train_max_lines")
 
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parse(__doc__, TokenizerArguments, argv=argv)
-    from briskbert.tokenization import train_tokenizer
+    from briskbert import tokenization
 
+    if args.files:
+        source = dict(files=args.files)
+    else:
+        from briskbert.training.data.task_data import load_named_dataset, pick_split
+
+        splits = load_named_dataset(args.dataset_path, args.dataset_config, setting="dataset_path")
+        dataset = pick_split(splits, args.dataset_split, args.dataset_path)
+        source = dict(dataset=dataset, text_column=args.text_column)
+    options = dict(
+        vocab_size=args.vocab_size,
+        output_dir=args.output_dir,
+        show_progress=not args.no_progress and sys.stderr.isatty(),  # a file or a pipe gets no bar
+        model_max_length=args.model_max_length,
+        max_lines=args.tokenizer_train_max_lines,
+        seed=args.seed,
+    )
+    if args.model != "bpe":
+        options["lowercase"] = args.lowercase
+    if args.model != "unigram":
+        options["min_frequency"] = args.min_frequency
+    if args.model == "wordpiece":
+        options["round_to_multiple_of"] = args.round_to_multiple_of
     started = time.perf_counter()
     try:
-        if args.files:
-            source = dict(files=args.files)
-        else:
-            source = dict(
-                dataset=_load_dataset(args.dataset_path, args.dataset_config, args.dataset_split),
-                text_column=args.text_column,
-            )
-        tokenizer = train_tokenizer(args.model, **source, **_trainer_arguments(args))
-    except (ValueError, FileNotFoundError) as error:
-        flag = "--files" if args.files else "--dataset_path"
-        raise UserError(f"{flag}: {error}") from error
+        tokenizer = getattr(tokenization, f"train_{args.model}_tokenizer")(**source, **options)
+    except ValueError as error:  # an empty corpus, a missing text column
+        raise SettingError("files" if args.files else "dataset_path", str(error)) from error
     seconds = time.perf_counter() - started
     print(
         f"Trained a {args.model} tokenizer in {seconds:.1f} s: vocabulary size {len(tokenizer)}; saved to {args.output_dir}"
