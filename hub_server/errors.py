@@ -1,5 +1,5 @@
-"""The errors the local Hub answers with: each is a status code plus the ``X-Error-Code`` the clients map to
-their own exception types (``RepositoryNotFoundError``, ``RevisionNotFoundError``, ...)."""
+"""The errors the local Hub answers with: a status code plus the ``X-Error-Code`` the clients map to their own
+exception types (``RepositoryNotFoundError``, ``RevisionNotFoundError``, ...)."""
 
 from __future__ import annotations
 
@@ -10,96 +10,41 @@ class HubError(Exception):
     status = 400
     code: str | None = "BadRequest"
 
-    def __init__(
-        self,
-        message: str,
-        status: int | None = None,
-        code: str | None = None,
-        headers: dict | None = None,
-        body: dict | None = None,
-    ):
+    def __init__(self, message: str, status=None, code=None, headers: dict | None = None, body=None):
         super().__init__(message)
         self.message = message
-        self.headers = dict(headers or {})  # extra response headers, e.g. X-Repo-Commit on a missing file
+        self.headers = dict(headers or {})  # extra answer headers, e.g. X-Repo-Commit on a missing file
         self.body = dict(body or {})  # extra fields of the JSON answer, next to "error"
-        if status is not None:
-            self.status = status
-        if code is not None:
-            self.code = code
+        self.status = status or self.status
+        self.code = code or self.code
 
 
-class BadRequest(HubError):
-    pass
+def _error(name: str, status: int, code: str | None) -> type[HubError]:
+    return type(name, (HubError,), {"status": status, "code": code})
 
 
-class Unauthorized(HubError):
-    status, code = 401, "Unauthorized"
+BadRequest = _error("BadRequest", 400, "BadRequest")
+Unauthorized = _error("Unauthorized", 401, "Unauthorized")
+Forbidden = _error("Forbidden", 403, "Forbidden")
+NotFound = _error("NotFound", 404, "NotFound")
+RepoNotFound = _error("RepoNotFound", 404, "RepoNotFound")
+RevisionNotFound = _error("RevisionNotFound", 404, "RevisionNotFound")
+EntryNotFound = _error("EntryNotFound", 404, "EntryNotFound")
+MethodNotAllowed = _error("MethodNotAllowed", 405, "MethodNotAllowed")
+RequestTimeout = _error("RequestTimeout", 408, "RequestTimeout")
+Conflict = _error("Conflict", 409, "Conflict")
+PreconditionFailed = _error("PreconditionFailed", 412, "PreconditionFailed")
+PayloadTooLarge = _error("PayloadTooLarge", 413, "PayloadTooLarge")
+Unprocessable = _error("Unprocessable", 422, "MissingContent")  # names content that is not there
+ServerError = _error("ServerError", 500, None)  # a bug, or the fault injector's
+# A stored file of a repo is damaged (the log names it); the other repos serve as before.
+StorageDamaged = _error("StorageDamaged", 500, "StorageDamaged")
+# The disk is full and nothing was kept. Clients do not retry a 507: the write would fail until space is freed.
+InsufficientStorage = _error("InsufficientStorage", 507, "InsufficientStorage")
 
 
-class Forbidden(HubError):
-    status, code = 403, "Forbidden"
-
-
-class NotFound(HubError):
-    status, code = 404, "NotFound"
-
-
-class RepoNotFound(NotFound):
-    code = "RepoNotFound"
-
-
-class RevisionNotFound(NotFound):
-    code = "RevisionNotFound"
-
-
-class EntryNotFound(NotFound):
-    code = "EntryNotFound"
-
-
-class MethodNotAllowed(HubError):
-    status, code = 405, "MethodNotAllowed"
-
-
-class Conflict(HubError):
-    status, code = 409, "Conflict"
-
-
-class PreconditionFailed(HubError):
-    status, code = 412, "PreconditionFailed"
-
-
-class PayloadTooLarge(HubError):
-    status, code = 413, "PayloadTooLarge"
-
-
-class Unprocessable(HubError):  # well-formed, but names content that is not there or does not match
-    status, code = 422, "MissingContent"
-
-
-class RequestTimeout(HubError):
-    status, code = 408, "RequestTimeout"
-
-
-class InsufficientStorage(HubError):
-    """The disk is full and nothing of the request was kept. The clients do not retry a 507: the same write
-    would fail again until space is freed."""
-
-    status, code = 507, "InsufficientStorage"
-
-
-class StorageDamaged(HubError):
-    """A stored file of a repo is damaged (the log names it); the other repos serve as before."""
-
-    status, code = 500, "StorageDamaged"
-
-
-class ServerError(HubError):  # a bug, or the fault injector's
-    status, code = 500, None
-
-
-def disk_full(error: OSError, size: int | None = None) -> InsufficientStorage | None:
-    """The answer to a write that found the disk (or the quota) full; None for any other ``OSError``. The file
-    it failed on goes to the server's log, not to the client."""
+def disk_full(error: OSError, size: int | None = None) -> HubError | None:
+    """The answer to a write that found the disk (or the quota) full; None for any other ``OSError``."""
     if error.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     carried = f"; the request carried {size:,} bytes" if size else ""
@@ -109,14 +54,14 @@ def disk_full(error: OSError, size: int | None = None) -> InsufficientStorage | 
     )
 
 
-def damaged(repo_id: str, what: str) -> StorageDamaged:
+def damaged(repo_id: str, what: str) -> HubError:
     return StorageDamaged(
         f"The stored data of {repo_id} is damaged ({what}); the Hub's log names the file. Restore it from a "
         "backup, or delete the repo and push it again."
     )
 
 
-def repo_not_found(repo_type: str, repo_id: str) -> RepoNotFound:
+def repo_not_found(repo_type: str, repo_id: str) -> HubError:
     # The same words whether the repo is missing or private: its existence is not revealed.
     return RepoNotFound(
         f"Repository Not Found for url: {repo_type}s/{repo_id}. If you are trying to access a private "

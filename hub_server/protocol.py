@@ -1,8 +1,6 @@
-"""The request payloads of the Hub protocol, parsed into small dataclasses that check themselves, and the
-ndjson commit read into storage operations (``read_commit``).
-
-Handlers never index raw JSON: a missing or mistyped field, a JSON array where an object belongs, invalid
-base64 or absurd nesting become a ``BadRequest`` that names the field, never a 500.
+"""The request payloads of the Hub protocol, read into checked values, and the ndjson commit read into storage
+operations (``read_commit``). A missing or mistyped field, invalid base64 or absurd nesting is a ``BadRequest``
+naming the field, never a 500.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ import base64
 import binascii
 import contextlib
 import urllib.parse
-from dataclasses import dataclass
 
 from .commit_stream import RawLine, commit_lines
 from .errors import BadRequest, PayloadTooLarge, Unprocessable
@@ -48,7 +45,7 @@ class Fields:
             raise BadRequest(f"{self.where}: '{key}' must not be negative")
         return value
 
-    def flag(self, key: str, *, default: bool = False) -> bool:
+    def flag(self, key: str, *, default: bool | None = False) -> bool | None:
         return self._get(key, (bool,), "true or false", False, default)
 
     def items(self, key: str, *, required: bool = False) -> list:
@@ -65,178 +62,113 @@ def _base64(value: str, where: str) -> bytes:
         raise BadRequest(f"{where} is not valid base64") from None
 
 
-# ---- repo management -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RepoSpec:
-    """The repo a create/delete body names."""
-
-    repo_type: str
-    repo_id: str
-    private: bool = False
-
-    @classmethod
-    def from_body(cls, body, default_namespace: str) -> RepoSpec:
-        f = Fields(body, "request body")
-        name = f.text("name")
-        namespace = f.text("organization", required=False) or default_namespace
-        repo_type = f.text("type", required=False) or "model"
-        if repo_type not in REPO_TYPES:
-            raise BadRequest(f"Invalid repo type {repo_type!r}: one of {REPO_TYPES}", code="InvalidRepoType")
-        visibility = f.text("visibility", required=False)
-        if visibility not in (None, "private", "public"):
-            raise BadRequest(f"'visibility' must be 'private' or 'public', got {visibility!r}")
-        private = visibility == "private" or f.flag("private")
-        repo_id = f"{namespace}/{name}"
-        validate_repo_id(repo_id)
-        return cls(repo_type, repo_id, private)
+def repo_spec(body, default_namespace: str) -> tuple[str, str, bool]:
+    """(repo type, repo id, private) of a create or delete body."""
+    f = Fields(body, "request body")
+    name = f.text("name")
+    namespace = f.text("organization", required=False) or default_namespace
+    repo_type = f.text("type", required=False) or "model"
+    if repo_type not in REPO_TYPES:
+        raise BadRequest(f"Invalid repo type {repo_type!r}: one of {REPO_TYPES}", code="InvalidRepoType")
+    visibility = f.text("visibility", required=False)
+    if visibility not in (None, "private", "public"):
+        raise BadRequest(f"'visibility' must be 'private' or 'public', got {visibility!r}")
+    repo_id = f"{namespace}/{name}"
+    validate_repo_id(repo_id)
+    return repo_type, repo_id, visibility == "private" or f.flag("private")
 
 
-# ---- preupload and LFS ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PreuploadFile:
-    path: str
-    sample: bytes
-    size: int
-
-    @classmethod
-    def from_json(cls, obj, index: int) -> PreuploadFile:
-        f = Fields(obj, f"files[{index}]")
+def preupload_files(body) -> list[tuple[str, int, bytes]]:
+    """(path, size, first bytes) of each file a preupload body names."""
+    out = []
+    for i, item in enumerate(Fields(body, "request body").items("files")):
+        f = Fields(item, f"files[{i}]")
         path = validate_path(f.text("path"))
-        sample = _base64(f.text("sample", required=False, default=""), f"files[{index}].sample")
-        return cls(path, sample, f.integer("size", required=False, default=len(sample)))
+        sample = _base64(f.text("sample", required=False, default=""), f"files[{i}].sample")
+        out.append((path, f.integer("size", required=False, default=len(sample)), sample))
+    return out
 
 
-def preupload_files(body) -> list[PreuploadFile]:
-    return [
-        PreuploadFile.from_json(item, i) for i, item in enumerate(Fields(body, "request body").items("files"))
-    ]
-
-
-@dataclass(frozen=True)
-class LfsObject:
-    oid: str
-    size: int
-
-    def __post_init__(self):
-        if not isinstance(self.oid, str) or not SHA256_RE.fullmatch(self.oid):
-            raise BadRequest(f"LFS oid {self.oid!r} is not a lowercase sha256", code="InvalidOid")
-
-    @classmethod
-    def from_json(cls, obj, index: int) -> LfsObject:
-        f = Fields(obj, f"objects[{index}]")
-        return cls(f.text("oid"), f.integer("size"))
-
-
-def lfs_batch_objects(body) -> list[LfsObject]:
+def lfs_batch_objects(body) -> list[tuple[str, int]]:
+    """(oid, size) of each object an LFS upload batch names."""
     f = Fields(body, "LFS batch request")
     if f.text("operation") != "upload":
         raise BadRequest("Only the LFS 'upload' operation is supported")
-    return [LfsObject.from_json(item, i) for i, item in enumerate(f.items("objects", required=True))]
+    out = []
+    for i, item in enumerate(f.items("objects", required=True)):
+        obj = Fields(item, f"objects[{i}]")
+        oid, size = obj.text("oid"), obj.integer("size")
+        if not SHA256_RE.fullmatch(oid):
+            raise BadRequest(f"LFS oid {oid!r} is not a lowercase sha256", code="InvalidOid")
+        out.append((oid, size))
+    return out
 
 
 # ---- the ndjson commit ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CommitHeader:
-    summary: str
-    description: str
-    parent_commit: str | None
-
-    def __post_init__(self):
-        if self.parent_commit is not None and not COMMIT_ID_RE.fullmatch(self.parent_commit):
-            raise BadRequest(f"parentCommit {self.parent_commit!r} is not a 40-hex commit id")
-
-
-@dataclass(frozen=True)
-class InlineFile:
-    """A ``file`` line: content inside the commit, base64. A short one arrives decoded (``bytes``), a long one
-    already streamed into the blob store (``StoredBlob``, see ``commit_stream``)."""
-
-    path: str
-    content: bytes | StoredBlob
-
-    def __post_init__(self):
-        validate_path(self.path)
-
-
-@dataclass(frozen=True)
-class LfsFileRef:
-    """An ``lfsFile`` line: content uploaded before, named by sha256 (``size`` is absent for copies)."""
-
-    path: str
-    oid: str
-    size: int | None
-
-    def __post_init__(self):
-        validate_path(self.path)
-        LfsObject(self.oid, self.size or 0)
-
-
-CommitLine = CommitHeader | InlineFile | LfsFileRef | DeleteFile | DeleteFolder
-
-
-def _header(v: Fields) -> CommitHeader:
-    return CommitHeader(
-        v.text("summary", required=False, default="") or "update",
+def _header(v: Fields, storage, streamed) -> tuple[str, str, str | None]:
+    parent = v.text("parentCommit", required=False)
+    if parent is not None and not COMMIT_ID_RE.fullmatch(parent):
+        raise BadRequest(f"parentCommit {parent!r} is not a 40-hex commit id")
+    return (
+        v.text("summary", required=False) or "update",
         v.text("description", required=False, default=""),
-        v.text("parentCommit", required=False),
+        parent,
     )
 
 
-def _inline_file(v: Fields, streamed: StoredBlob | None = None) -> InlineFile:
+def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:
+    """A ``file`` line: base64 content inside the commit, short (decoded here) or already streamed to disk."""
     if v.text("encoding", required=False, default="base64") != "base64":
         raise BadRequest(f"{v.where}: only base64 file content is supported")
-    return InlineFile(v.text("path"), streamed or _base64(v.text("content"), f"{v.where}.content"))
+    path = validate_path(v.text("path"))
+    if streamed is None:
+        data = _base64(v.text("content"), f"{v.where}.content")
+        blob, git_oid = StoredBlob(storage.put_bytes(data), len(data), data[:8000]), git_blob_oid(data)
+    else:
+        blob, git_oid = streamed, storage.git_oid(streamed.sha256)
+    lfs = looks_like_lfs(path, blob.size, blob.sample)
+    return AddFile(FileEntry(path, blob.sha256, blob.size, git_oid, lfs))
+
+
+def _lfs_file(v: Fields, storage, streamed) -> AddFile:
+    """An ``lfsFile`` line: content uploaded before, named by sha256 (``size`` is absent for copies)."""
+    path, oid, size = validate_path(v.text("path")), v.text("oid"), v.integer("size", required=False)
+    if not storage.has_blob(oid):
+        raise Unprocessable(f"LFS object for {path} (oid {oid}) was never uploaded")
+    stored = storage.blob_path(oid).stat().st_size
+    if size is not None and size != stored:
+        raise Unprocessable(f"Size mismatch for {path}: {size} != {stored}", code="BadOid")
+    return AddFile(FileEntry(path, oid, stored, storage.git_oid(oid), True))
 
 
 _LINE_PARSERS = {
     "header": _header,
     "file": _inline_file,
-    "lfsFile": lambda v: LfsFileRef(v.text("path"), v.text("oid"), v.integer("size", required=False)),
-    "deletedFile": lambda v: DeleteFile(v.text("path")),
-    "deletedFolder": lambda v: DeleteFolder(v.text("path")),
+    "lfsFile": _lfs_file,
+    "deletedFile": lambda v, storage, streamed: DeleteFile(v.text("path")),
+    "deletedFolder": lambda v, storage, streamed: DeleteFolder(v.text("path")),
 }
 
 
-def parse_commit_line(raw: RawLine, number: int) -> CommitLine:
+def parse_commit_line(raw: RawLine, number: int, storage):
+    """The header (summary, description, parent commit) or the storage operation of one commit line."""
     where = f"commit line {number}"
     line = Fields(parse_json(raw.text, where), where)
     key = line.text("key")
     if key not in _LINE_PARSERS:
         raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
     value = line.child("value")
-    if raw.blob is None:
-        return _LINE_PARSERS[key](value)
-    # The one long string of this line was streamed: it must have been the file's content.
-    if (
+    # The one long string of a line is streamed: it must have been the file's content.
+    if raw.blob is not None and (
         key != "file"
         or value.obj.get("content") != raw.placeholder
         or raw.text.count(raw.placeholder.encode()) != 1
     ):
         raise BadRequest(f"{where}: only a file's base64 content may be longer than 64 KiB")
-    return _inline_file(value, raw.blob)
+    return _LINE_PARSERS[key](value, storage, raw.blob)
 
 
-def _operation(storage, line: CommitLine):
-    """The storage operation of one parsed commit line; inline content is stored as it arrives."""
-    if isinstance(line, InlineFile):
-        if isinstance(line.content, StoredBlob):  # streamed into the blob store already
-            blob, git_oid = line.content, storage.git_oid(line.content.sha256)
-        else:
-            data = line.content
-            blob, git_oid = StoredBlob(storage.put_bytes(data), len(data), data[:8000]), git_blob_oid(data)
-        lfs = looks_like_lfs(line.path, blob.size, blob.sample)
-        return AddFile(FileEntry(line.path, blob.sha256, blob.size, git_oid, lfs))
-    if isinstance(line, LfsFileRef):
-        if not storage.has_blob(line.oid):
-            raise Unprocessable(f"LFS object for {line.path} (oid {line.oid}) was never uploaded")
-        size = storage.blob_path(line.oid).stat().st_size
-        if line.size is not None and line.size != size:
-            raise Unprocessable(f"Size mismatch for {line.path}: {line.size} != {size}", code="BadOid")
-        return AddFile(FileEntry(line.path, line.oid, size, storage.git_oid(line.oid), True))
-    return line  # DeleteFile / DeleteFolder are storage operations already
-
-
-def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[CommitHeader, list]:
+def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tuple, list]:
     """The header and the storage operations of an ndjson commit body, read line by line: a file's content
     streams to disk, so memory holds one line's JSON, whatever the size."""
     header, operations = None, []
@@ -244,14 +176,14 @@ def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[Co
         for number, raw in enumerate(lines, start=1):
             if not raw.text.strip():
                 continue
-            line = parse_commit_line(raw, number)
-            if isinstance(line, CommitHeader):
+            line = parse_commit_line(raw, number, storage)
+            if isinstance(line, tuple):
                 if header is not None or operations:
                     raise BadRequest(f"commit line {number}: the header must be the first line, once")
                 header = line
-                continue
-            operations.append(_operation(storage, line))
-            if len(operations) > max_operations:
+            elif len(operations) < max_operations:
+                operations.append(line)
+            else:
                 raise PayloadTooLarge(
                     f"A commit holds at most {max_operations} operations", code="TooManyFiles"
                 )
@@ -260,7 +192,6 @@ def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[Co
     return header, operations
 
 
-# ---- reads ---------------------------------------------------------------------------------------------
 def paths_request(raw: bytes, content_type: str, max_paths: int) -> tuple[list[str], bool]:
     """The paths (at most ``max_paths``) and the expand flag of a paths-info body, form-encoded as the
     client sends it, or JSON."""

@@ -1,6 +1,5 @@
-"""The local Hub's routes: one table of (methods, path pattern, handler, auth, body, fault step), and the
-handlers. A handler (run in a worker thread) does only its own work: it reads a starlette ``Request``, returns
-a ``Response`` or raises a ``HubError``; limits, auth, faults and error answers are the dispatcher's
+"""The local Hub's route table and its handlers. A handler (in a worker thread) reads a starlette ``Request``
+and returns a ``Response`` or raises a ``HubError``; limits, auth, faults and error answers are the dispatcher's
 (``server.py``). ``req.app`` is the ``HubServer``, ``req.state.account`` the caller's account."""
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from starlette.requests import Request
@@ -24,7 +24,7 @@ from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound, RevisionNotFound
 from .index import FileEntry, Folder, looks_like_lfs
-from .names import repo_key, validate_ref_name
+from .names import repo_key
 from .transport import (
     BodyKind,
     body_chunks,
@@ -66,20 +66,20 @@ def _page_size(req: Request, largest: int) -> int:
     return largest if limit is None else max(min(limit, largest), 1)
 
 
-def _next_page(req: Request, **query: str) -> str:
-    """A ``Link`` header to this request with ``query`` replacing those parameters."""
-    merged = [(k, v) for k, v in req.query_params.multi_items() if k not in query] + list(query.items())
+def _next_page(req: Request, cursor: str) -> str:
+    """A ``Link`` header to this request with ``cursor`` replaced."""
+    merged = [(k, v) for k, v in req.query_params.multi_items() if k != "cursor"] + [("cursor", cursor)]
     path = req.scope["raw_path"].decode("latin-1")
     return header_safe(f'<{req.app.base_url(req)}{path}?{urllib.parse.urlencode(merged)}>; rel="next"', 2000)
 
 
-def _repo_spec(req: Request) -> protocol.RepoSpec:
-    """The repo a create or delete body names, in a namespace the caller may write in."""
+def _repo_spec(req: Request) -> tuple[str, str, bool]:
+    """(type, id, private) of the repo a create or delete body names, in a namespace the caller may write in."""
     account = req.state.account
-    spec = protocol.RepoSpec.from_body(read_json(req), account.name)
-    namespace = spec.repo_id.split("/")[0]
-    account.check_writes(namespace, f"a {spec.repo_type} under the namespace {namespace!r}")
-    return spec
+    repo_type, repo_id, private = protocol.repo_spec(read_json(req), account.name)
+    namespace = repo_id.split("/")[0]
+    account.check_writes(namespace, f"a {repo_type} under the namespace {namespace!r}")
+    return repo_type, repo_id, private
 
 
 # ---- repo management ----------------------------------------------------------------------------------
@@ -107,20 +107,19 @@ def validate_yaml(req: Request) -> Response:
 
 
 def create_repo(req: Request) -> Response:
-    st, spec, base = req.app.storage, _repo_spec(req), req.app.base_url(req)
-    if st.create_repo(spec.repo_type, spec.repo_id, spec.private, req.state.account.name) is None:
-        existing = st.lookup(spec.repo_type, spec.repo_id)
-        url = repo_url(base, spec.repo_type, existing.repo_id if existing else spec.repo_id)
+    st, base = req.app.storage, req.app.base_url(req)
+    repo_type, repo_id, private = _repo_spec(req)
+    if st.create_repo(repo_type, repo_id, private, req.state.account.name) is None:
+        existing = st.lookup(repo_type, repo_id)
+        url = repo_url(base, repo_type, existing.repo_id if existing else repo_id)
         # The client reads "url" even from the 409 it swallows with exist_ok=True.
         raise Conflict("You already created this repo", body={"url": url})
-    return json_response(
-        {"url": repo_url(base, spec.repo_type, spec.repo_id), "name": spec.repo_id, "id": spec.repo_id}
-    )
+    return json_response({"url": repo_url(base, repo_type, repo_id), "name": repo_id, "id": repo_id})
 
 
 def delete_repo(req: Request) -> Response:
-    spec = _repo_spec(req)
-    req.app.storage.delete_repo(spec.repo_type, spec.repo_id)
+    repo_type, repo_id, _ = _repo_spec(req)
+    req.app.storage.delete_repo(repo_type, repo_id)
     return json_response({})
 
 
@@ -206,28 +205,25 @@ def preupload(req: Request) -> Response:
     head = st.resolve(*repo, _writable_branch(req))
     existing = st.index(*repo, head)
     out = []
-    for f in protocol.preupload_files(read_json(req)):
-        lfs = req.app.upload_mode == "lfs" and looks_like_lfs(f.path, f.size, f.sample)
-        current = existing.get(f.path)
+    for path, size, sample in protocol.preupload_files(read_json(req)):
+        lfs = req.app.upload_mode == "lfs" and looks_like_lfs(path, size, sample)
+        current = existing.get(path)
         oid = None if current is None else (current.sha256 if lfs else current.git_oid)
         out.append(
-            {"path": f.path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+            {"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
         )
     return json_response({"files": out, "commitOid": head})
 
 
 def lfs_batch(req: Request) -> Response:
-    hub, objects = req.app, []
-    for obj in protocol.lfs_batch_objects(read_json(req)):
-        entry: dict = {"oid": obj.oid, "size": obj.size}
-        if obj.size > hub.limits.max_upload_bytes:
-            limit = hub.limits.max_upload_bytes
-            entry["error"] = {"code": 413, "message": f"{obj.size} bytes is over the upload limit of {limit}"}
-        elif not hub.storage.reuse_blob(obj.oid, obj.size):
+    hub, limit, objects = req.app, req.app.limits.max_upload_bytes, []
+    for oid, size in protocol.lfs_batch_objects(read_json(req)):
+        entry: dict = {"oid": oid, "size": size}
+        if size > limit:
+            entry["error"] = {"code": 413, "message": f"{size} bytes is over the upload limit of {limit}"}
+        elif not hub.storage.reuse_blob(oid, size):
             repo_type, repo_id = repo_of(req)
-            where = (
-                f"{repo_type}/{repo_id}/{obj.oid}?{hub.signed_query(repo_type, repo_id, obj.oid, obj.size)}"
-            )
+            where = f"{repo_type}/{repo_id}/{oid}?{hub.signed_query(repo_type, repo_id, oid, size)}"
             entry["actions"] = {
                 "upload": {"href": f"{hub.base_url(req)}/lfs-upload/{where}", "header": {}},
                 "verify": {"href": f"{hub.base_url(req)}/lfs-verify/{where}", "header": {}},
@@ -254,19 +250,11 @@ def lfs_verify(req: Request) -> Response:
 def commit(req: Request) -> Response:
     hub, (repo_type, repo_id) = req.app, repo_of(req)
     branch = _writable_branch(req)
-    header, operations = protocol.read_commit(
+    (title, message, parent), operations = protocol.read_commit(
         body_chunks(req), hub.storage, hub.limits.max_commit_line_bytes, hub.limits.max_repo_files
     )
-    cid = hub.storage.commit(
-        repo_type,
-        repo_id,
-        branch,
-        operations,
-        header.summary,
-        header.description,
-        req.state.account.name,
-        header.parent_commit,
-    )
+    author = req.state.account.name
+    cid = hub.storage.commit(repo_type, repo_id, branch, operations, title, message, author, parent)
     url = f"{repo_url(hub.base_url(req), repo_type, repo_id)}/commit/{cid}"
     return json_response({"success": True, "commitOid": cid, "commitUrl": url, "pullRequestUrl": None})
 
@@ -339,7 +327,7 @@ def tree(req: Request) -> Response:
     ]
     headers = {"X-Repo-Commit": sha}
     if after is not None:
-        headers["Link"] = _next_page(req, cursor=after)
+        headers["Link"] = _next_page(req, after)
     return json_response(entries, headers=headers)
 
 
@@ -388,29 +376,22 @@ def commits(req: Request) -> Response:
         if formatted:
             item["formatted"] = {"title": c["title"], "message": c["message"]}
         out.append(item)
-    return json_response(out, headers={"Link": _next_page(req, cursor=next_id)} if next_id else None)
+    return json_response(out, headers={"Link": _next_page(req, next_id)} if next_id else None)
 
 
 # ---- refs ----------------------------------------------------------------------------------------------
-def branch(req: Request) -> Response:
+def ref(req: Request, kind: str) -> Response:
+    """POST /branch/{name} (from ``startingPoint``), POST /tag/{revision} (named ``tag``), DELETE either."""
     st, repo, name = req.app.storage, repo_of(req), req.path_params["name"]
     if req.method == "DELETE":
-        st.set_ref(*repo, "branches", name, None)
+        st.set_ref(*repo, kind, name, None)
         return json_response({})
-    validate_ref_name(name)
-    start = protocol.Fields(read_json(req), "request body").text("startingPoint", required=False) or "main"
-    st.set_ref(*repo, "branches", name, st.resolve(*repo, start))
-    return json_response({})
-
-
-def tag(req: Request) -> Response:
-    # POST /tag/{target revision} with the name in the body; DELETE /tag/{tag name}.
-    st, repo = req.app.storage, repo_of(req)
-    if req.method == "DELETE":
-        st.set_ref(*repo, "tags", req.path_params["name"], None)
-        return json_response({})
-    name = validate_ref_name(protocol.Fields(read_json(req), "request body").text("tag"))
-    st.set_ref(*repo, "tags", name, st.resolve(*repo, req.path_params["name"]))
+    body = protocol.Fields(read_json(req), "request body")
+    if kind == "branches":
+        target = body.text("startingPoint", required=False) or "main"
+    else:
+        name, target = body.text("tag"), name
+    st.set_ref(*repo, kind, name, st.resolve(*repo, target))
     return json_response({})
 
 
@@ -469,8 +450,15 @@ ROUTES = (
     Route(("POST",), "/api/{api_type}/{repo}/paths-info/{rev+}", paths_info, R, J, "paths_info"),
     Route(("GET",), "/api/{api_type}/{repo}/refs", refs, R, step="refs"),
     Route(("GET",), "/api/{api_type}/{repo}/commits/{rev+}", commits, R, step="commits"),
-    Route(("POST", "DELETE"), "/api/{api_type}/{repo}/branch/{name+}", branch, W, J, "branch"),
-    Route(("POST", "DELETE"), "/api/{api_type}/{repo}/tag/{name+}", tag, W, J, "tag"),
+    Route(
+        ("POST", "DELETE"),
+        "/api/{api_type}/{repo}/branch/{name+}",
+        partial(ref, kind="branches"),
+        W,
+        J,
+        "branch",
+    ),
+    Route(("POST", "DELETE"), "/api/{api_type}/{repo}/tag/{name+}", partial(ref, kind="tags"), W, J, "tag"),
     Route(("GET",), "/api/{api_type}/{repo}/xet-write-token/{rev+}", xet_refused, W, step="xet"),
     Route(("GET", "POST"), "/api/{api_type}/{repo}/discussions", pull_requests_refused, W, J),
     Route(("GET", "HEAD"), "/{url_type}{repo}/resolve/{rev}/{path+}", resolve, R, step="resolve"),

@@ -1,21 +1,12 @@
 """A Hub-compatible HTTP server for offline work and tests: the unmodified ``huggingface_hub`` and
-``transformers`` clients talk to it through ``HF_ENDPOINT``.
+``transformers`` clients talk to it through ``HF_ENDPOINT``. uvicorn frames HTTP (``_Protocol`` adds a
+connection cap and head deadlines); ``HubServer`` is the ASGI app whose dispatcher applies the shared concerns
+of the route table (``routes.py``) from the headers alone; ``docs/security.md`` lists what it defends against.
 
-uvicorn frames HTTP; ``_Protocol`` adds what it lacks (a connection cap, deadlines for a new connection's first
-byte and for a whole request head). ``HubServer`` is one ASGI app over the route table (``routes.py``): its
-dispatcher (``_dispatch``, in a worker thread, as the storage is blocking file I/O) settles the account, the
-route's authorization and body limit from the headers alone (so before a ``100 Continue``), injects faults,
-and maps every ``HubError`` to its status, ``X-Error-Code`` and a sanitised ``X-Error-Message``.
-``docs/security.md`` lists what it defends against.
-
-``HubServer(..., token, user=..., orgs=...)`` is one account, ``accounts=[...]`` adds more; without any token
-anyone acts as ``user``. ``upload_mode`` picks what ``/preupload`` answers, as the server does not speak Xet:
-``"regular"`` (every client) sends files base64 inside the ndjson commit; ``"lfs"`` sends large or binary ones
-through the LFS batch API and a pre-signed PUT (clients need ``HF_HUB_DISABLE_XET=1``).
-
-Faults: ``fault={"step": STEP, "kind": "500"|"400"|"drop"|"stall", "times": N, "stall_s": S}`` makes the next
-N requests of that step (``STEPS``) fail before anything changes: an answer, a connection closed without one,
-or one held S seconds and then closed. ``set_fault`` changes it while the server runs.
+``upload_mode``: ``"regular"`` (every client) sends files base64 inside the ndjson commit; ``"lfs"`` sends large
+or binary ones through the LFS batch API and a pre-signed PUT (clients need ``HF_HUB_DISABLE_XET=1``).
+``fault={"step": STEP, "kind": "500"|"400"|"drop"|"stall", "times": N, "stall_s": S}`` makes the next N
+requests of that step fail before anything changes (``set_fault`` changes it while the server runs).
 """
 
 from __future__ import annotations
@@ -52,20 +43,18 @@ from .transport import Body, ServerLimits, header_safe, json_response, parse_siz
 logger = logging.getLogger("hub_server")
 
 FAULT_KINDS = ("500", "400", "drop", "stall")
-
-
 _DRAIN_BYTES = 4 << 20
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 )
 
 
-class DataDirInUse(RuntimeError):
-    """Another server already serves this data folder (two would clean each other's temporary files)."""
+class DataDirInUse(RuntimeError):  # two servers would clean each other's temporary files
+    pass
 
 
-class _Dropped(Exception):
-    """Raised by the fault injector to close the connection without an answer."""
+class _Dropped(Exception):  # the fault injector closes the connection without an answer
+    pass
 
 
 def _lock_data_dir(data_dir: Path):
@@ -83,9 +72,8 @@ def _lock_data_dir(data_dir: Path):
 
 class _Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with the limits it lacks: at most ``max_connections`` connections (uvicorn
-    caps requests, and only once a head arrived), a new connection that sends nothing is closed after
-    ``timeout_keep_alive`` (as an idle kept-alive one is), and a request head must be complete
-    ``head_timeout_s`` after its first byte, whatever the pace ("slowloris")."""
+    caps requests once a head arrived), a silent new connection closed after ``timeout_keep_alive``, and a
+    request head complete ``head_timeout_s`` after its first byte, whatever the pace ("slowloris")."""
 
     head_timeout_s = 10.0
     max_connections = 64  # served at once; the rest get a 503 as soon as they connect
@@ -157,9 +145,7 @@ class HubServer:
         except BaseException:
             self._data_lock.close()
             raise
-        removed = self.storage.clean_tmp()  # leftovers of uploads a previous run was interrupted in
-        if removed:
-            logger.info("removed %d leftover temporary files", removed)
+        self.storage.clean_tmp()  # what writes a previous run was interrupted in left
         self.upload_mode = upload_mode
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
@@ -196,7 +182,6 @@ class HubServer:
             )
         )
 
-    # ---- configuration --------------------------------------------------------------------------
     def set_fault(self, fault: dict | None) -> None:
         if fault is not None:
             if fault.get("step") not in STEPS:
@@ -208,14 +193,6 @@ class HubServer:
             self.fault = fault
             self.fault_hits = 0
 
-    def take_fault(self, step: str | None) -> dict | None:
-        with self._fault_lock:
-            f = self.fault
-            if step and f and f["step"] == step and self.fault_hits < int(f["times"]):
-                self.fault_hits += 1
-                return f
-        return None
-
     @property
     def url(self) -> str:
         host, port = self.socket.getsockname()[:2]
@@ -225,7 +202,6 @@ class HubServer:
     def open_connections(self) -> int:
         return len(self._uvicorn.server_state.connections)
 
-    # ---- credentials ------------------------------------------------------------------------------
     def _sign(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
         msg = f"{repo_type}|{repo_id.lower()}|{oid}|{size}".encode()
         return hmac.new(self._signing_key, msg, hashlib.sha256).hexdigest()
@@ -242,7 +218,6 @@ class HubServer:
             raise Forbidden("Invalid or expired upload signature")
         return size
 
-    # ---- running --------------------------------------------------------------------------------------
     def serve_forever(self) -> None:
         self._uvicorn.run(sockets=[self.socket])
 
@@ -275,7 +250,7 @@ class HubServer:
         # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
         length = int(response.headers.get("content-length", 0))
         with anyio.move_on_after(
-            self.limits.deadline(time.monotonic(), length) - time.monotonic()
+            self.limits.read_timeout_s + length / self.limits.min_transfer_rate
         ) as sending:
             await response(scope, receive, send)
         if sending.cancelled_caught:
@@ -322,8 +297,7 @@ class HubServer:
         return response
 
     def _check_head(self, req: Request) -> None:
-        """What the HTTP parser lets through but this server does not take: a long request line or head
-        (h11 caps only a head that arrives in pieces), and both body framings at once (a smuggling shape)."""
+        """A long request line or head (h11 caps only a head in pieces), both body framings at once."""
         scope = req.scope
         line = len(scope["raw_path"]) + len(scope["query_string"])
         if line > self.limits.max_request_line_bytes:
@@ -336,8 +310,8 @@ class HubServer:
             )
 
     def _authorize(self, auth: Auth, req: Request) -> None:
-        """From the headers alone: nothing of the body has been read yet. A private repo outside the caller's
-        namespaces takes the same steps as a missing one and ends in the same answer."""
+        """From the headers alone. A private repo outside the caller's namespaces takes the same steps as a
+        missing one and ends in the same answer."""
         account = req.state.account = self.accounts.authenticate(req.headers.get("Authorization", ""))
         on_repo = "repo_id" in req.path_params
         if on_repo:
@@ -357,9 +331,13 @@ class HubServer:
             self.check_signature(req)
 
     def _inject_fault(self, route: Route, req: Request) -> None:
-        fault = self.take_fault(route.step)
-        if not fault:
-            return
+        with self._fault_lock:
+            fault = self.fault
+            if not (
+                route.step and fault and fault["step"] == route.step and self.fault_hits < fault["times"]
+            ):
+                return
+            self.fault_hits += 1
         if fault["kind"] == "500":
             raise ServerError(f"Injected server error at step {route.step}")
         if fault["kind"] == "400":
@@ -384,7 +362,7 @@ class HubServer:
 
 # ---- running in the background ----------------------------------------------------------------------
 class BackgroundHub:
-    """A server running in a daemon thread: ``.url``, ``.server`` (for ``set_fault``), ``.stop()``."""
+    """A server running in a daemon thread: ``.url``, ``.server``, ``.stop()``."""
 
     def __init__(self, data_dir, token: str | None, host: str = "127.0.0.1", port: int = 0, **options):
         self.server = HubServer((host, port), data_dir, token, **options)

@@ -10,10 +10,9 @@ Layout under ``data_dir``::
         trees/<40-hex>.json               {path: {"sha256", "size", "git_oid", "lfs"}}: the commit's files
         refs.json                         {"branches": {name: commit}, "tags": {name: commit}}
 
-Crash consistency: ``refs.json`` is replaced (``os.replace``) only after the blobs, the file table and the
-commit object are on disk, and a commit is served only while a ref reaches it, so an interrupted write leaves
-at most unreferenced files, which the next collection (``_collect``) removes. Whether a repo exists and who
-may see it is answered from memory (``RepoRecord``), the same way for a private repo as for a missing one.
+Crash consistency: ``refs.json`` is replaced only after the blobs, the file table and the commit are on disk,
+and a commit is served only while a ref reaches it, so an interrupted write leaves at most unreferenced files,
+which the next collection removes. Whether a repo exists, and who may see it, is answered from memory.
 Older data folders (mixed-case folders, files inside ``commits/<id>.json``) are read as well.
 """
 
@@ -34,22 +33,9 @@ from pathlib import Path
 
 from briskbert.files import file_digest, write_atomic
 
-from .errors import (
-    BadRequest,
-    Conflict,
-    EntryNotFound,
-    Forbidden,
-    HubError,
-    PayloadTooLarge,
-    PreconditionFailed,
-    RevisionNotFound,
-    StorageDamaged,
-    Unprocessable,
-    damaged,
-    repo_not_found,
-)
+from . import errors
+from .errors import BadRequest, EntryNotFound, HubError, RevisionNotFound, damaged, repo_not_found
 from .index import GITATTRIBUTES, FileEntry, IndexCache, RevisionIndex, git_blob_oid
-from .index import looks_like_lfs as looks_like_lfs  # re-exported: the LFS rule the uploads follow
 from .names import (
     COMMIT_ID_RE,
     REPO_TYPES,
@@ -92,15 +78,12 @@ def _check_file(path: Path, problem) -> tuple[dict, str | None]:
     return (data, None) if why is None else ({}, why)
 
 
-# ---- commit operations: each checks its path once, when it is made ---------------------------------------
+# ---- commit operations ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class AddFile:
-    """Add or replace ``entry.path``; the blob must already be stored."""
+    """Add or replace ``entry.path`` (checked by the protocol, which made the entry); the blob is stored."""
 
     entry: FileEntry
-
-    def __post_init__(self):
-        validate_path(self.entry.path)
 
 
 @dataclass(frozen=True)
@@ -128,7 +111,7 @@ def _apply(files: dict[str, FileEntry], op: CommitOperation, has_blob) -> None:
     if isinstance(op, AddFile):
         entry = op.entry
         if not has_blob(entry.sha256, entry.size):
-            raise Unprocessable(f"Content of {entry.path} (sha256 {entry.sha256}) was never uploaded")
+            raise errors.Unprocessable(f"Content of {entry.path} (sha256 {entry.sha256}) was never uploaded")
         files[entry.path] = entry
     elif isinstance(op, DeleteFile):
         if op.path not in files:
@@ -143,9 +126,7 @@ def _apply(files: dict[str, FileEntry], op: CommitOperation, has_blob) -> None:
 
 
 @dataclass(frozen=True)
-class RepoRecord:
-    """What is known about a repo without reading the disk."""
-
+class RepoRecord:  # what is known about a repo without reading the disk
     repo_type: str
     repo_id: str  # as its creator spelled it
     private: bool
@@ -158,17 +139,15 @@ class RepoRecord:
 
 
 @dataclass(frozen=True)
-class StoredBlob:
-    """Content now in the blob store: its sha256, size and first bytes (for the LFS rule of thumb)."""
-
+class StoredBlob:  # content now in the blob store, with its first bytes for the LFS rule of thumb
     sha256: str
     size: int
     sample: bytes
 
 
 class BlobWriter:
-    """Content streamed into the blob store: written to ``tmp/`` and hashed as it arrives, then renamed into
-    place by ``finish`` (or removed by ``abort``). Memory holds one piece at a time."""
+    """Content streamed into ``tmp/`` and hashed as it arrives, then moved into the blob store by ``finish``
+    (or removed by ``abort``)."""
 
     def __init__(self, storage: Storage):
         self._storage = storage
@@ -216,39 +195,25 @@ def _now() -> str:
 class Storage:
     """Thread-safe storage for one server process. All writes go through ``tmp/`` and ``os.replace``."""
 
-    def __init__(
-        self,
-        data_dir: str | os.PathLike,
-        *,
-        max_repo_files: int = 100_000,
-        index_cache_bytes: int = 64 << 20,
-    ):
+    def __init__(self, data_dir, *, max_repo_files: int = 100_000, index_cache_bytes: int = 64 << 20):
         self.root = Path(data_dir).resolve()
         self._blobs = str(self.root / "blobs")
         for sub in ("blobs", "tmp", "repos"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.max_repo_files = max_repo_files
         self.indexes = IndexCache(index_cache_bytes)
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
         self._repos: dict[tuple[str, str], RepoRecord] = {}
         self._verified: dict[str, tuple] = {}  # blobs whose content matched, with the status they had then
-        # Collection (``_collect``): the commits each repo's refs reach, per set of heads; blobs uploaded for a
-        # commit no ref names yet, with when; one lock for ref changes, blob arrivals and collection.
+        # The commits each repo's refs reach, per set of heads; blobs uploaded for a commit to come, with when.
         self._reached: dict[Path, tuple[frozenset, frozenset]] = {}
         self._unnamed: dict[str, float] = {}
-        self._gc_lock = threading.Lock()
+        self._lock = threading.RLock()  # every write: repos, refs, blob arrivals, collection
         self._load_repos()
 
-    def clean_tmp(self) -> int:
-        """Remove what interrupted writes left in ``tmp/``; call only while no write is running."""
-        leftovers = list((self.root / "tmp").iterdir())
-        for path in leftovers:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        return len(leftovers)
+    def clean_tmp(self) -> None:
+        """Empty ``tmp/`` of what interrupted writes left; call only while no write is running."""
+        shutil.rmtree(self.root / "tmp", ignore_errors=True)
+        (self.root / "tmp").mkdir()
 
     def _load_repos(self) -> None:
         for repo_type in REPO_TYPES:
@@ -283,11 +248,6 @@ class Storage:
             self._write_atomic(target / "meta.json", json.dumps({**meta, "id": repo_id}).encode())
         return RepoRecord(repo_type, repo_id, meta["private"], meta.get("created_at"))
 
-    # ---- low-level helpers -------------------------------------------------------------------
-    def _lock(self, key: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(key, threading.Lock())
-
     def _write_atomic(self, target: Path, data: bytes) -> None:
         write_atomic(target, data, fsync=True, temp_dir=self.root / "tmp")
 
@@ -300,8 +260,7 @@ class Storage:
         except ValueError as e:
             raise self._damaged(path, f"not valid JSON: {e}") from None
 
-    def _damaged(self, path: Path, why: str) -> StorageDamaged:
-        """The answer to a damaged file of a repo, logged with the file."""
+    def _damaged(self, path: Path, why: str) -> HubError:  # logged with the file
         logger.error("%s is damaged: %s", path, why)
         _, ns, name, *inside = path.relative_to(self.root / "repos").parts
         return damaged(f"{ns}/{name}", f"{'/'.join(inside)}: {why}")
@@ -329,19 +288,19 @@ class Storage:
         return sha
 
     def keep_blob(self, sha256: str, written: str) -> None:
-        """Move the complete file ``written`` into the store as blob ``sha256`` (unless it is there already),
-        and keep the blob from collection until a commit names it (or ``UNNAMED_BLOB_S`` passed)."""
+        """Move the file ``written`` into the store as blob ``sha256``, safe from collection until a commit
+        names it (or ``UNNAMED_BLOB_S`` passed)."""
         target = self.blob_path(sha256)
-        with self._gc_lock:
+        with self._lock:
             self._unnamed[sha256] = time.monotonic()
             if not target.is_file():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(written, target)
 
     def reuse_blob(self, sha256: str, size: int) -> bool:
-        """Whether blob ``sha256`` of ``size`` bytes is stored; if so it is kept, as ``keep_blob`` keeps it, for
-        the commit the client will send without uploading it again."""
-        with self._gc_lock:
+        """Whether blob ``sha256`` of ``size`` bytes is stored; if so it is kept as ``keep_blob`` keeps it (the
+        client will not upload it again)."""
+        with self._lock:
             found = self.has_blob(sha256, size)
             if found:
                 self._unnamed[sha256] = time.monotonic()
@@ -351,7 +310,6 @@ class Storage:
         return BlobWriter(self)
 
     def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
-        """Store streamed content, keeping it only if its sha256 (and size) match."""
         writer = self.blob_writer()
         try:
             for chunk in chunks:
@@ -380,7 +338,7 @@ class Storage:
             why = self.git_oid(entry.sha256) != entry.git_oid and "its git blob sha1 changed"
         if why:
             logger.error("%s is damaged: %s, the content of %s", path, why, entry.path)
-            raise StorageDamaged(
+            raise errors.StorageDamaged(
                 f"The stored content of {entry.path} is damaged ({why}); the Hub's log names the file. Restore "
                 "it from a backup, or upload the file again."
             )
@@ -390,7 +348,6 @@ class Storage:
         return path
 
     def git_oid(self, sha256: str) -> str:
-        """The git blob sha1 of a stored blob, read in pieces."""
         path = self.blob_path(sha256)
         sha1 = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
         with open(path, "rb") as fh:
@@ -409,9 +366,6 @@ class Storage:
         """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
         return self._repos.get((repo_type, repo_key(repo_id)))
 
-    def exists(self, repo_type: str, repo_id: str) -> bool:
-        return self.lookup(repo_type, repo_id) is not None
-
     def require(self, repo_type: str, repo_id: str) -> Path:
         self.meta(repo_type, repo_id)  # the same 404 for a missing and a private repo
         return self._folder_of(repo_type, repo_id)
@@ -426,17 +380,16 @@ class Storage:
 
     def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
         d = self.require(repo_type, repo_id)
-        with self._lock(str(d)):
+        with self._lock:
             record = self.meta(repo_type, repo_id)
             meta = self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
             self._write_atomic(d / "meta.json", json.dumps({**meta, "private": bool(private)}).encode())
             self._repos[(repo_type, repo_key(repo_id))] = replace(record, private=bool(private))
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
-        """Create a repo with an initial commit holding ``.gitattributes``; None if it already exists (in
-        any case: ``me/Pub`` exists when ``me/pub`` does)."""
+        """Create a repo whose initial commit holds ``.gitattributes``; None if it exists (in any case)."""
         d = self._folder_of(repo_type, repo_id)
-        with self._lock(str(d)):
+        with self._lock:
             if self.lookup(repo_type, repo_id) is not None:
                 return None
             shutil.rmtree(d, ignore_errors=True)  # what a create interrupted before its refs.json left
@@ -446,8 +399,7 @@ class Storage:
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
             try:  # a failure (a full disk) leaves no folder behind
                 self._write_atomic(d / "meta.json", json.dumps(meta).encode())
-                with self._gc_lock:
-                    self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
+                self._write_commit(d, None, {entry.path: entry}, "initial commit", "", author)
             except BaseException:
                 shutil.rmtree(d, ignore_errors=True)
                 raise
@@ -459,25 +411,24 @@ class Storage:
         if self.lookup(repo_type, repo_id) is None:
             raise repo_not_found(repo_type, repo_id)
         d = self._folder_of(repo_type, repo_id)
-        with self._lock(str(d)):
+        with self._lock:
             if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
                 raise repo_not_found(repo_type, repo_id)  # deleted by a racing request
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # atomic disappearance; then its blobs no other repo names
             shutil.rmtree(trash, ignore_errors=True)
             self._reached.pop(d, None)
-            with self._gc_lock:
-                self._collect_blobs()
+            self._collect_blobs()
         self.indexes.drop((repo_type, repo_key(repo_id)))
 
-    # ---- refs and commits ---------------------------------------------------------------------
     def refs(self, repo_type: str, repo_id: str) -> dict:
-        d = self.require(repo_type, repo_id)
-        return self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
+        # Read from the disk: a repo deleted since it was looked up is a 404, never a half-made commit.
+        return self._read_json(
+            self.require(repo_type, repo_id) / "refs.json", repo_not_found(repo_type, repo_id)
+        )
 
     def resolve(self, repo_type: str, repo_id: str, revision: str) -> str:
-        d = self.require(repo_type, repo_id)
-        refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
+        d, refs = self.require(repo_type, repo_id), self.refs(repo_type, repo_id)
         # A commit id first: ref names can never look like one, so a branch cannot shadow a commit. Only commits
         # a ref reaches are served: those of a deleted branch are gone, even before their files are.
         if COMMIT_ID_RE.fullmatch(revision) and revision in self._reachable(d, refs):
@@ -493,30 +444,31 @@ class Storage:
                 return refs[kind][name]
         raise RevisionNotFound(f"Invalid rev id: {revision}")
 
-    def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
-        """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``)."""
-        d = self.require(repo_type, repo_id)
+    def _commit(self, d: Path, commit_id: str, with_files: bool = False) -> dict:
+        """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``), with its
+        ``files`` table if asked (older data folders kept it inside the commit)."""
         missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
         if not COMMIT_ID_RE.fullmatch(commit_id):
             raise missing
-        obj = self._read_json(d / "commits" / f"{commit_id}.json", missing)
-        obj.pop("files", None)  # older data folders kept the file table inside the commit
-        return obj
+        commit = self._read_json(d / "commits" / f"{commit_id}.json", missing)
+        if with_files and "files" not in commit:
+            commit["files"] = self._read_json(d / "trees" / f"{commit_id}.json", missing)
+        elif not with_files:
+            commit.pop("files", None)
+        return commit
+
+    def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
+        return self._commit(self.require(repo_type, repo_id), commit_id)
 
     def index(self, repo_type: str, repo_id: str, commit_id: str) -> RevisionIndex:
-        """The files of a commit, indexed once (``index.IndexCache``)."""
         d = self.require(repo_type, repo_id)
-        if not COMMIT_ID_RE.fullmatch(commit_id):
-            raise RevisionNotFound(f"Invalid rev id: {commit_id}")
 
         def build() -> RevisionIndex:
-            missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
-            commit = self._read_json(d / "commits" / f"{commit_id}.json", missing)
-            tree = d / "trees" / f"{commit_id}.json"
+            commit = self._commit(d, commit_id, with_files=True)
             try:
-                files = commit.get("files") if "files" in commit else self._read_json(tree, missing)
-                return RevisionIndex(commit, files)
+                return RevisionIndex(commit, commit["files"])
             except (AttributeError, KeyError, TypeError, ValueError) as e:
+                tree = d / "trees" / f"{commit_id}.json"
                 raise self._damaged(tree, f"not a file table ({type(e).__name__}: {e})") from None
 
         return self.indexes.get((repo_type, repo_key(repo_id), commit_id), build)
@@ -562,32 +514,30 @@ class Storage:
         """Apply ``operations`` (``CommitOperation``s) to ``branch`` as one new commit and move the branch to
         it; ``parent``, when given, must be the branch's head."""
         d = self.require(repo_type, repo_id)
-        with self._lock(str(d)):
-            # Read under the lock: a repo deleted since ``require`` is a 404, never a half-made commit.
-            refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
+        with self._lock:
+            refs = self.refs(repo_type, repo_id)
             if branch not in refs["branches"]:
                 raise RevisionNotFound(f"Invalid rev id: {branch} (commits go to an existing branch)")
             head = refs["branches"][branch]
             if parent and parent != head:
-                raise PreconditionFailed(
+                raise errors.PreconditionFailed(
                     f"A commit has happened since. Please refresh and try again. "
                     f"(parentCommit {parent} is not the head {head} of {branch})"
                 )
             files = self.index(repo_type, repo_id, head).as_dict()
-            with self._gc_lock:  # the blobs checked here stay until the commit names them
-                for op in operations:
-                    _apply(files, op, self.has_blob)
-                if len(files) > self.max_repo_files:
-                    raise PayloadTooLarge(
-                        f"This commit would leave {len(files)} files in {repo_id}; a revision holds at most "
-                        f"{self.max_repo_files}",
-                        code="TooManyFiles",
-                    )
-                cid = self._write_commit(d, head, files, title, message, author, refs, branch)
-                for op in operations:
-                    if isinstance(op, AddFile):
-                        self._unnamed.pop(op.entry.sha256, None)
-                return cid
+            for op in operations:
+                _apply(files, op, self.has_blob)
+            if len(files) > self.max_repo_files:
+                raise errors.PayloadTooLarge(
+                    f"This commit would leave {len(files)} files in {repo_id}; a revision holds at most "
+                    f"{self.max_repo_files}",
+                    code="TooManyFiles",
+                )
+            cid = self._write_commit(d, head, files, title, message, author, refs, branch)
+            for op in operations:
+                if isinstance(op, AddFile):
+                    self._unnamed.pop(op.entry.sha256, None)
+            return cid
 
     def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None) -> None:
         """Create (target set) or delete (target None) a branch or tag. Branches and tags share one namespace:
@@ -595,20 +545,20 @@ class Storage:
         d = self.require(repo_type, repo_id)
         if target is not None:
             validate_ref_name(name)
-        with self._lock(str(d)), self._gc_lock:
-            refs = self._read_json(d / "refs.json", repo_not_found(repo_type, repo_id))
+        with self._lock:
+            refs = self.refs(repo_type, repo_id)
             table = refs[kind]
             what = "Branch" if kind == "branches" else "Tag"
             if target is None:
                 if name not in table:
                     raise RevisionNotFound(f"{what} {name} not found")
                 if kind == "branches" and name == "main":
-                    raise Forbidden("The main branch cannot be deleted")
+                    raise errors.Forbidden("The main branch cannot be deleted")
                 del table[name]
             elif name in table:
-                raise Conflict(f"{what} {name} already exists")
+                raise errors.Conflict(f"{what} {name} already exists")
             elif name in refs["tags" if kind == "branches" else "branches"]:
-                raise Conflict(
+                raise errors.Conflict(
                     f"A {'tag' if kind == 'branches' else 'branch'} named {name} already exists; branches and "
                     "tags share one namespace",
                     code="RefConflict",
@@ -621,8 +571,7 @@ class Storage:
 
     # ---- collection: what no ref reaches is removed ------------------------------------------------------
     def _reachable(self, d: Path, refs: dict) -> frozenset[str]:
-        """The commits the refs of the repo in ``d`` reach (each ref's commit and its ancestors), worked out
-        once per set of heads."""
+        """The commits the refs of the repo in ``d`` reach, worked out once per set of heads."""
         heads = frozenset(cid for kind in ("branches", "tags") for cid in refs[kind].values())
         known = self._reached.get(d)
         if known is not None and known[0] == heads:
@@ -633,19 +582,14 @@ class Storage:
             cid = todo.pop()
             if cid not in seen:
                 seen.add(cid)
-                commit = self._read_json(
-                    d / "commits" / f"{cid}.json", RevisionNotFound(f"Invalid rev id: {cid}")
-                )
-                todo += [commit["parent"]] if commit.get("parent") else []
+                todo += [parent] if (parent := self._commit(d, cid).get("parent")) else []
         self._reached[d] = (heads, frozenset(seen))
         return self._reached[d][1]
 
     def _collect(self, repo_type: str, repo_id: str, d: Path, refs: dict) -> None:
-        """After a ref was deleted (under ``_gc_lock``, its ``refs.json`` written): remove the commits no ref
-        reaches any more, then their file tables, then the blobs no reachable commit of any repo names. A
-        commit no ref reaches is not served from the moment ``refs.json`` changed, and each step removes only
-        what nothing that stays refers to, so a crash at any point leaves a whole store; the next collection
-        removes what it left."""
+        """After a ref was deleted (under the lock, ``refs.json`` written): remove the commits no ref reaches,
+        their file tables, then the blobs no reachable commit names. Each step removes only what nothing that
+        stays refers to, so a crash leaves a whole store; the next collection removes what it left."""
         keep = self._reachable(d, refs)
         for folder in ("commits", "trees"):
             for path in (d / folder).glob("*.json"):
@@ -655,8 +599,8 @@ class Storage:
         self._collect_blobs()
 
     def _collect_blobs(self) -> None:
-        """Remove the blobs no commit reachable in any repo names, except those uploaded for a commit to come
-        (``keep_blob``). A repo that cannot be read (damaged) keeps every blob."""
+        """Remove the blobs no reachable commit of any repo names, but those kept for a commit to come. A
+        damaged repo keeps every blob."""
         now = time.monotonic()
         self._unnamed = {sha: t for sha, t in self._unnamed.items() if now - t < UNNAMED_BLOB_S}
         named = set(self._unnamed)
@@ -664,13 +608,7 @@ class Storage:
             for refs_file in (self.root / "repos").glob("*/*/*/refs.json"):
                 d = refs_file.parent
                 for cid in self._reachable(d, self._read_json(refs_file, BadRequest("gone"))):
-                    commit = self._read_json(d / "commits" / f"{cid}.json", BadRequest("gone"))
-                    files = (
-                        commit["files"]
-                        if "files" in commit
-                        else self._read_json(d / "trees" / f"{cid}.json", BadRequest("gone"))
-                    )
-                    named.update(entry["sha256"] for entry in files.values())
+                    named.update(entry["sha256"] for entry in self._commit(d, cid, True)["files"].values())
         except (HubError, OSError, KeyError, TypeError, AttributeError) as e:
             logger.warning("blobs not collected: %s", e)
             return

@@ -1,10 +1,5 @@
-"""Limits and deadlines on a request's body, and the strict parsers of what a stranger sends.
-
-uvicorn frames HTTP and starlette gives the handlers their ``Request`` and ``Response``; this module adds the
-body cap (per kind of route and per caller, refused from the declared length before a byte is read), the body
-deadline (``read_timeout_s`` of grace plus ``min_transfer_rate``, never silent for ``read_timeout_s``), and the
-``Range`` and size parsers.
-"""
+"""What uvicorn and starlette leave to the server: the limits, a request body's cap (per kind of route and
+caller, refused from the declared length) and deadline, and strict parsers of what a stranger sends."""
 
 from __future__ import annotations
 
@@ -29,9 +24,7 @@ _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 _UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
 
 
-class BodyKind(Enum):
-    """What a route reads: nothing, a JSON (or form) document, ndjson lines, or a raw upload."""
-
+class BodyKind(Enum):  # what a route reads
     NONE = "none"
     JSON = "json"
     NDJSON = "ndjson"
@@ -40,9 +33,8 @@ class BodyKind(Enum):
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Resource limits. Memory per request is bounded by the body caps (JSON documents are read whole), by
-    ``max_commit_line_bytes`` for ndjson commits (a file's base64 content streams to disk), and by the head
-    cap; the caches by ``index_cache_bytes`` and ``request_log_entries``."""
+    """Resource limits (docs/security.md): memory per request is bounded by the body caps, the ndjson line cap
+    and the head cap; the caches by ``index_cache_bytes`` and ``request_log_entries``."""
 
     max_json_bytes: int = 16 << 20  # a JSON body from a caller with a valid token
     max_public_body_bytes: int = 1 << 20  # any body from a caller without one (e.g. /api/validate-yaml)
@@ -62,8 +54,7 @@ class ServerLimits:
     yaml: YamlLimits = YamlLimits()
 
     def body_limit(self, kind: BodyKind, trusted: bool) -> int:
-        """The largest body a route of ``kind`` reads; ``trusted`` when the caller showed a valid token (or
-        a valid upload signature)."""
+        """The largest body a route reads; ``trusted``: a valid token (or upload signature) came with it."""
         limit = {
             BodyKind.NONE: self.max_json_bytes,
             BodyKind.JSON: self.max_json_bytes,
@@ -78,8 +69,8 @@ class ServerLimits:
 
 
 class Body:
-    """The ASGI ``receive`` a request's body is read through: within its limit and its deadline. Nothing is
-    read until a handler asks (so a request refused from its headers never gets its ``100 Continue``)."""
+    """The ASGI ``receive`` a request's body is read through, within its limit and deadline. Nothing is read
+    until a handler asks (a request refused from its headers never gets its ``100 Continue``)."""
 
     def __init__(self, receive, headers, limits: ServerLimits):
         self._receive, self._limits = receive, limits
@@ -126,9 +117,8 @@ class Body:
         return message
 
     def drain(self, most: int) -> bool:
-        """From a worker thread: read and drop the rest of the body if it is at most ``most`` bytes, so the
-        client can finish sending and read the answer (closing on unread data would reset the connection and
-        could destroy the answer); False when the connection must be closed instead."""
+        """Read and drop the rest of the body if it is at most ``most`` bytes (closing on unread data would reset
+        the connection and could destroy the answer); False when the connection must be closed instead."""
         if self.broken or self.length is not None and self.length - self.received > most:
             return False
         self.limit = self.received + most
@@ -142,7 +132,6 @@ class Body:
 
 # ---- for handlers, which run in worker threads -------------------------------------------------------------
 def body_chunks(request: Request) -> Iterator[bytes]:
-    """The request body in pieces as they arrive."""
     stream = request.stream()
     while True:
         try:
@@ -189,9 +178,8 @@ def _position(digits: str) -> int:
 
 
 def byte_range(header: str, size: int) -> tuple[int, int] | None:
-    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, or
-    one this server does not serve: several ranges, or not ``bytes=``). A range that starts past the end
-    is a 416 with ``Content-Range: bytes */size``."""
+    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, several
+    ranges, not ``bytes=``). A range that starts past the end is a 416."""
     m = _RANGE_RE.fullmatch(header.strip()) if header else None
     if m is None or not (m[1] or m[2]):
         return None

@@ -78,7 +78,7 @@ def test_invalid_lengths_are_a_400_and_nothing_runs(hub):
         body = json.dumps({"name": f"cl{i}", "organization": "testuser"}).encode()
         head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n{AUTH}{length}\r\n"
         assert raw(port_of(hub), head.encode() + body)[0] == 400, length
-        assert not hub.server.storage.exists("model", f"testuser/cl{i}")
+        assert not hub.server.storage.lookup("model", f"testuser/cl{i}")
 
 
 def test_bodies_over_the_callers_cap_are_refused_from_the_headers(hub):
@@ -114,7 +114,7 @@ def test_short_bodies_and_idle_connections_time_out(quick_hub):
     head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n{AUTH}Content-Length: 100\r\n\r\n".encode()
     status, _, reply = raw(port, head + b'{"name": "sh')  # 12 of the 100 bytes, then silence
     assert status == 408 and "No data" in json.loads(reply)["error"]
-    assert time.monotonic() - started < 3 and not quick_hub.server.storage.exists("model", "testuser/sh")
+    assert time.monotonic() - started < 3 and not quick_hub.server.storage.lookup("model", "testuser/sh")
     assert _connections_closed_within(quick_hub, 5)
     # 40 half-sent requests: connections served are capped at max_connections and all closed after the timeout
     socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
@@ -450,7 +450,7 @@ def test_expect_100_continue_only_after_the_headers_pass(hub):
             if status == 100:
                 sock.sendall(body)
                 assert read_response(sock)[0] == 200
-    assert hub.server.storage.exists("model", "testuser/expect")
+    assert hub.server.storage.lookup("model", "testuser/expect")
 
 
 # ---- more unauthenticated 500s -------------------------------------------------------------------------------
@@ -809,7 +809,8 @@ def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
     ``json.loads`` + ``base64.b64decode`` would give it, escapes included, wherever the pieces are cut."""
     from briskbert.hub_server import Storage
     from briskbert.hub_server.commit_stream import commit_lines
-    from briskbert.hub_server.protocol import InlineFile, parse_commit_line
+    from briskbert.hub_server.protocol import parse_commit_line
+    from briskbert.hub_server.storage import AddFile
 
     storage = Storage(tmp_path)
     content = os.urandom(60_000)
@@ -820,10 +821,10 @@ def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
     out = list(commit_lines(_pieces(b"\n".join(lines) + b"\n", piece_size), 16 << 10, storage.blob_writer))
     assert [line.text for line in out[::2]] == lines[::2]  # short lines pass through as they are
     for number, line in ((2, out[1]), (4, out[3])):
-        parsed = parse_commit_line(line, number)
-        assert isinstance(parsed, InlineFile) and parsed.path == "big.bin"
-        assert parsed.content.sha256 == hashlib.sha256(content).hexdigest() and parsed.content.size == 60_000
-        assert storage.blob_path(parsed.content.sha256).read_bytes() == content
+        parsed = parse_commit_line(line, number, storage)
+        assert isinstance(parsed, AddFile) and parsed.entry.path == "big.bin"
+        assert parsed.entry.sha256 == hashlib.sha256(content).hexdigest() and parsed.entry.size == 60_000
+        assert storage.blob_path(parsed.entry.sha256).read_bytes() == content
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
@@ -852,7 +853,7 @@ def test_long_commit_lines_outside_the_rules_are_refused_and_leave_nothing(tmp_p
         # A newline here only marks where the pieces are cut (after the padding, in that case).
         pieces = line.split(b"\n") if b"\n" in line else _pieces(line, 4096)
         for raw_line in commit_lines(iter(pieces), 16 << 10, storage.blob_writer):
-            parse_commit_line(raw_line, 1)
+            parse_commit_line(raw_line, 1, storage)
     assert refused.value.status == status and words in refused.value.message, refused.value.message
     assert list((tmp_path / "tmp").iterdir()) == []
 

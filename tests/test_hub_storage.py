@@ -6,8 +6,8 @@ import hashlib
 import pytest
 
 from briskbert.hub_server.errors import BadRequest, Forbidden, RevisionNotFound
-from briskbert.hub_server.index import git_blob_oid
-from briskbert.hub_server.storage import AddFile, DeleteFolder, FileEntry, Storage, looks_like_lfs
+from briskbert.hub_server.index import git_blob_oid, looks_like_lfs
+from briskbert.hub_server.storage import AddFile, DeleteFolder, FileEntry, Storage
 
 
 @pytest.fixture
