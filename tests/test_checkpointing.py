@@ -3,7 +3,6 @@ Accelerator and hand-written folders. The loop-level behaviour (resume after a k
 ``tests/test_run_safety.py`` and ``tests/test_training_loop.py``."""
 
 import json
-import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -288,3 +287,7 @@ def test_resume_command_replaces_an_old_checkpoint_given_with_an_equals_sign():
     )
     argv = ["/usr/bin/python3", "/venv/bin/briskbert", "pretrain", "--resume_from_checkpoint", "out/step_2"]
     assert resume_command(argv, "latest") == "briskbert pretrain --resume_from_checkpoint latest"
+    argv = ["python3", "-m", "briskbert", "finetune-ner", "--output_dir", "my runs/a"]
+    assert resume_command(argv, Path("my runs/a/step_2")) == (
+        "python -m briskbert finetune-ner --output_dir 'my runs/a' --resume_from_checkpoint 'my runs/a/step_2'"
+    )

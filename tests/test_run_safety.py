@@ -1,12 +1,10 @@
 """A training run is never silently wrong: an output folder holds one run, a resume continues only that
-run, a signal saves and says how to resume, a kill never leaves a half-written checkpoint, and what the
-user watches (console, curves, trackers) shows the validation metrics. Tiny model, a few steps each."""
+run, a kill never leaves a half-written checkpoint, and what the user watches (console, curves, trackers)
+shows the validation metrics. Tiny model, a few steps each."""
 
 import json
 import logging
 import os
-import runpy
-import shlex
 import shutil
 import socket
 import subprocess
@@ -24,7 +22,6 @@ from transformers import SchedulerType
 from briskbert.errors import UserError
 from briskbert.files import LOCK_FILE, MANIFEST_FILE, folder_lock, manifest_problem, write_manifest
 from briskbert.training import TrainingDiverged, run
-from briskbert.training.engine.checkpointing import resume_command
 from briskbert.training.engine.config import SCHEDULER_NAMES
 from briskbert.training.engine.logging_utils import LOG_FILE, curve_figure
 
@@ -116,60 +113,6 @@ def test_a_resume_tolerates_missing_rng_state_and_a_partial_log_line_and_says_so
     assert [e["step"] for e in result.history if "loss" in e] == [1, 2, 3, 4]
     assert all(json.loads(line) for line in log.read_text().splitlines())  # rewritten whole
     assert any("line" in w and "dropped" in w for w in warnings), warnings
-
-
-SCRIPT = """
-import os, signal
-from briskbert.commands.arguments import parse
-from briskbert.training import run
-from briskbert.training.engine.config import TrainingConfig
-from test_training_loop import mlm_task, sequences
-
-(config,) = parse(None, TrainingConfig)
-
-def press_ctrl_c_at_step_2(entry):
-    if entry["step"] == 2 and not config.resume_from_checkpoint:
-        os.kill(os.getpid(), signal.SIGINT)
-
-run(mlm_task(train=sequences(12)), config, callbacks=[press_ctrl_c_at_step_2])
-"""
-
-
-@pytest.mark.slow  # a fresh process importing torch (~5 s idle): the exit status a shell really sees
-def test_ctrl_c_saves_prints_the_resume_command_and_exits_130(tmp_path, monkeypatch):
-    """A real process is interrupted; the command it prints resumes the run (here, in this process)."""
-    (tmp_path / "train.py").write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    argv = [sys.executable, "train.py", "--output_dir", "out", "--max_train_steps", "3", *FAST]
-    first = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 130, first.stderr[-3000:]
-    assert "Traceback" not in first.stderr
-    command = first.stderr.split("Resume with:\n")[1].splitlines()[0].strip()
-    assert command.startswith("python train.py --output_dir out")
-    assert command.endswith("--resume_from_checkpoint latest")  # the form the README promises
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", shlex.split(command)[1:])
-    runpy.run_path("train.py", run_name="__main__")
-    assert (tmp_path / "out" / "final" / "model.safetensors").is_file()
-
-
-def test_resume_command_names_the_console_script_and_replaces_the_old_checkpoint():
-    argv = [
-        "/venv/bin/python",
-        "/venv/bin/briskbert",
-        "pretrain",
-        "--resume_from_checkpoint",
-        "x",
-        "--seed",
-        "1",
-    ]
-    assert resume_command(argv, Path("out/step_8")) == (
-        "briskbert pretrain --seed 1 --resume_from_checkpoint out/step_8"
-    )
-    argv = ["python3", "-m", "briskbert", "finetune-ner", "--output_dir", "my runs/a"]
-    assert resume_command(argv, Path("my runs/a/step_2")) == (
-        "python -m briskbert finetune-ner --output_dir 'my runs/a' --resume_from_checkpoint 'my runs/a/step_2'"
-    )
 
 
 class ListTracker(GeneralTracker):
