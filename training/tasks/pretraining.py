@@ -8,7 +8,6 @@ they depend only on the store, so a resumed run continues exactly.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from briskbert.training.tasks.pretraining_settings import (
     PretrainingData,
     PretrainingModel,
     PretrainingSettings,
+    parse_config_overrides,
 )
 
 TOKENIZER_FOLDER = "tokenizer"
@@ -47,22 +47,6 @@ DEFAULT_VOCAB_SIZE = 30522  # BERT's
 
 class PretrainingInputError(UserError, ValueError):
     """The data or the tokenizer cannot be used as given (reported as one ``error:`` line)."""
-
-
-def parse_config_overrides(text: str | None) -> dict:
-    """'a=1,b=0.1,c=rope,d=true' -> {'a': 1, 'b': 0.1, 'c': 'rope', 'd': True}."""
-    overrides = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        if "=" not in item:
-            raise SettingError("config_overrides", f"item {item!r} is not key=value.")
-        key, value = (s.strip() for s in item.split("=", 1))
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
-    return overrides
 
 
 def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int | None, max_seq_length: int):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from briskbert.errors import SettingError
@@ -259,3 +260,17 @@ class PretrainingSettings:
             raise SettingError(
                 "streaming", "needs an existing tokenizer (tokenizer_name or model_name_or_path)."
             )
+
+
+def parse_config_overrides(text: str | None) -> dict:
+    """'a=1,b=0.1,c=rope,d=true' -> {'a': 1, 'b': 0.1, 'c': 'rope', 'd': True}."""
+    overrides = {}
+    for item in filter(str.strip, (text or "").split(",")):
+        key, equals, value = (part.strip() for part in item.partition("="))
+        if not equals:
+            raise SettingError("config_overrides", f"item {item!r} is not key=value.")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
