@@ -255,7 +255,7 @@ def test_the_command_line_answers_any_full_disk_in_one_line(monkeypatch, capsys)
     job.main = main
     monkeypatch.setattr("sys.argv", ["briskbert"])
     monkeypatch.setitem(sys.modules, job.__name__, job)
-    monkeypatch.setitem(cli.COMMANDS, "full-disk-job", cli.Command("full_disk_job", "fills the disk"))
+    monkeypatch.setitem(cli.COMMANDS, "full-disk-job", "fills the disk")
     assert cli.main(["full-disk-job"]) == 2
     error = capsys.readouterr().err
     assert (
