@@ -1,13 +1,9 @@
-"""Who a request acts for: the accounts a server knows, each a token with the namespaces it may write in.
-
-As on the Hub, a token belongs to one user; it may create and change repos under that user's name and under
-the organisations it is a member of, and read private repos there. Anywhere else it has a reader's rights.
-"""
+"""Who a request acts for. As on the Hub, a token belongs to one user; it may create and change repos under that
+user's name and its organisations', and read private repos there. Anywhere else it has a reader's rights."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import Forbidden
@@ -30,18 +26,15 @@ class Account:
                 raise ValueError(
                     f"{namespace!r} cannot be a user or organisation name (letters, digits, -_.)"
                 )
-        if self.token is not None and (
-            not isinstance(self.token, str) or not self.token or not self.token.isprintable()
+        if self.token is not None and not (
+            isinstance(self.token, str) and self.token.isprintable() and self.token
         ):
             raise ValueError(f"the token of account {self.name!r} must be a non-empty printable string")
 
     def owns(self, namespace: str) -> bool:
-        """True when this account may write in ``namespace`` (compared case-insensitively, as the Hub does)."""
-        key = repo_key(namespace)
-        return key == repo_key(self.name) or any(key == repo_key(org) for org in self.orgs)
+        return repo_key(namespace) in {repo_key(n) for n in (self.name, *self.orgs)}
 
     def check_writes(self, namespace: str, what: str) -> None:
-        """``Forbidden`` unless this account may write in ``namespace``; ``what`` says what was refused."""
         if not self.owns(namespace):
             mine = ", ".join([self.name, *self.orgs])
             raise Forbidden(f"You don't have the rights to write {what}: this token writes only under {mine}")
@@ -57,21 +50,17 @@ def _digest(token: str) -> bytes:
 
 
 class Accounts:
-    """The accounts of one server, found by token. With no token configured, every request acts for the one
-    tokenless account (an open server); otherwise a request without a known token acts for nobody."""
+    """The accounts of one server, by token. With no token configured every request acts for ``open_account``;
+    otherwise a request without a known token acts for nobody. Tokens are compared through their sha256, so
+    the time taken tells nothing about how much of a token was right."""
 
-    def __init__(self, accounts: Iterable[Account], open_account: Account | None = None):
-        self._by_digest: dict[bytes, Account] = {}
-        for account in accounts:
-            digest = _digest(account.token or "")
-            if account.token is None or digest in self._by_digest:
-                raise ValueError(f"account {account.name!r}: every account needs its own token")
-            self._by_digest[digest] = account
-        self.open_account = None if self._by_digest else open_account
+    def __init__(self, accounts: list[Account], open_account: Account):
+        self._by_digest = {_digest(a.token or ""): a for a in accounts}
+        if len(self._by_digest) != len(accounts) or any(a.token is None for a in accounts):
+            raise ValueError("every account needs its own token")
+        self.open_account = None if accounts else open_account
 
     def authenticate(self, authorization: str) -> Account | None:
-        """The account an ``Authorization`` header value names. The token is compared through its sha256,
-        so the time taken tells nothing about how much of a token was right."""
         if self.open_account is not None:
             return self.open_account
         given = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""

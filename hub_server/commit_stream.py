@@ -1,9 +1,7 @@
-"""The lines of an ndjson commit, read without holding a file's content in memory.
-
-Each line is scanned as its pieces arrive, string by string. A string longer than 64 KiB can only be a file's
-base64 content: it is decoded piece by piece into the blob store (hashed on the way), and the line is passed on
-with a random placeholder where the string was, plus the stored blob. Memory holds ``max_line`` bytes of JSON
-and one body piece, whatever the file's size (parsing the line whole held about six copies of the file).
+"""The lines of an ndjson commit, read without holding a file's content in memory. Each line is scanned string
+by string as its pieces arrive. A string longer than 64 KiB can only be a file's base64 content: it is decoded
+piece by piece into the blob store, and the line is passed on with a random placeholder in its place, plus the
+stored blob. Memory holds ``max_line`` bytes of JSON and one body piece, whatever the file's size.
 """
 
 from __future__ import annotations
@@ -27,16 +25,14 @@ _LONGEST_ESCAPE = 6
 
 
 @dataclass(frozen=True)
-class RawLine:
-    """One line of the commit: its JSON text, and the streamed content the placeholder in it stands for."""
-
+class RawLine:  # a line's JSON text, and the streamed content the placeholder in it stands for
     text: bytes
     blob: StoredBlob | None = None
     placeholder: str | None = None
 
 
 class Base64Stream:
-    """Base64 text in, decoded bytes out to a ``BlobWriter``, four characters at a time at most held back."""
+    """Base64 text in, decoded bytes out to a ``BlobWriter``, at most three characters held back."""
 
     def __init__(self, writer: BlobWriter, where: str):
         self._writer, self._where = writer, where
@@ -88,7 +84,6 @@ def _string_text_end(data: bytes, pos: int) -> int:
 def commit_lines(
     chunks: Iterator[bytes], max_line: int, open_writer: Callable[[], BlobWriter]
 ) -> Iterator[RawLine]:
-    """The lines of an ndjson body (see the module docstring)."""
     line = bytearray()  # the current line's JSON, a streamed string replaced by its placeholder
     string: bytearray | None = None  # the current string's text while it is short, when inside one
     stream: Base64Stream | None = None  # the current string's decoder once it is long

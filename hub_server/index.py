@@ -1,7 +1,5 @@
-"""The files of one commit, indexed once and shared by every read of that commit: sorted paths plus one packed
-61-byte record per file, so lookups, folder checks and listing pages are bisections; ``repo_info``'s sibling
-list and the README's front matter are computed on first use. ``IndexCache`` keeps recent indexes within a
-byte budget. Which files are LFS follows the Hub's rule (``looks_like_lfs``).
+"""The files of one commit, indexed once and shared by every read of it: sorted paths plus a packed 61-byte
+record per file, so lookups and listing pages are bisections. ``IndexCache`` keeps recent ones within a budget.
 """
 
 from __future__ import annotations
@@ -166,42 +164,29 @@ def _sibling(entry: FileEntry, with_blobs: bool) -> dict:
 
 
 class IndexCache:
-    """Recently used ``RevisionIndex``es within ``budget`` bytes. Concurrent requests for an index that is
-    not cached yet wait for one build instead of each building their own, and builds of different indexes
-    run one at a time: a build holds a whole file table in memory, and it is CPU work the GIL serialises
-    anyway, so requests for many large revisions at once cost one build's memory, not one per request."""
+    """Recently used ``RevisionIndex``es within ``budget`` bytes. Builds run one at a time, under the lock, and
+    concurrent requests for one index wait for its one build: a build holds a whole file table in memory (and
+    is CPU work the GIL serialises anyway), so requests for many large revisions cost one build's memory."""
 
     def __init__(self, budget: int):
         self.budget = budget
         self._items: OrderedDict[tuple, RevisionIndex] = OrderedDict()
-        self._guard = threading.Lock()
-        self._building: dict[tuple, threading.Lock] = {}
-        self._one_build = threading.Lock()
+        self._lock = threading.Lock()
         self.builds = 0  # how many indexes were built (tests read it)
 
     def get(self, key: tuple, build: Callable[[], RevisionIndex]) -> RevisionIndex:
-        with self._guard:
-            if key in self._items:
-                self._items.move_to_end(key)
-                self._evict(keep=key)
-                return self._items[key]
-            lock = self._building.setdefault(key, threading.Lock())
-        with lock:
-            with self._guard:
-                if key in self._items:
-                    return self._items[key]
-            with self._one_build:
-                index = build()
-            with self._guard:
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = build()
                 self.builds += 1
-                self._building.pop(key, None)
-                self._items[key] = index
-                self._evict(keep=key)
+            index = self._items[key]
+            self._items.move_to_end(key)
+            self._evict(keep=key)
             return index
 
     def drop(self, prefix: tuple) -> None:
         """Forget every index whose key starts with ``prefix`` (a deleted repo)."""
-        with self._guard:
+        with self._lock:
             for key in [k for k in self._items if k[: len(prefix)] == prefix]:
                 del self._items[key]
 

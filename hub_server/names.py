@@ -1,8 +1,5 @@
-"""The names the local Hub accepts, by the Hub's rules: repo ids, file paths inside a repo, branch and tag names.
-
-Every check works on the text as sent *and* on its NFKC form, so look-alikes (fullwidth dots and slashes, the
-one- and two-dot leaders) cannot smuggle a ``..`` or ``.git`` past a check that only knows ASCII.
-"""
+"""The names the local Hub accepts, by the Hub's rules: repo ids, file paths in a repo, branch and tag names.
+A path is checked as sent *and* in its NFKC form, so look-alikes cannot smuggle a ``..`` or ``.git`` past."""
 
 from __future__ import annotations
 
@@ -97,7 +94,6 @@ def path_problem(path) -> str | None:
 
 
 def validate_path(path: str) -> str:
-    """A file path inside a repo, as the Hub accepts them; a ``BadRequest`` naming the rule otherwise."""
     problem = path_problem(path)
     if problem:
         shown = path[:200] if isinstance(path, str) else path
@@ -107,7 +103,7 @@ def validate_path(path: str) -> str:
 
 def ref_name_problem(name) -> str | None:
     """Why ``name`` cannot be a branch or tag (git's ref-name rules; no 40-hex names, which would shadow
-    commit ids in ``resolve``; no ``refs/`` prefix, which ``resolve`` strips), or None when it can."""
+    commit ids; no ``refs/`` prefix, which ``resolve`` strips), or None when it can."""
     if not isinstance(name, str) or not 1 <= len(name) <= 200:
         return "it must be 1 to 200 characters"
     if _utf8(name) is None:

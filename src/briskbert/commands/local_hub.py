@@ -9,6 +9,7 @@ comes from $LOCAL_HUB_TOKEN or --token_file; --token also works but shows in `ps
 Private repos answer anonymous reads like missing ones (404 RepoNotFound); pull requests are refused.
 """
 
+import contextlib
 import errno
 import os
 import sys
@@ -73,13 +74,12 @@ def main(argv=None) -> int:
     require_extra("hub", "briskbert local-hub")
     token = _token(args)
 
-    from briskbert.hub_server import DataDirInUse, HubServer, ServerLimits
-    from briskbert.hub_server.server import STEPS
+    from briskbert.hub_server import STEPS, DataDirInUse, HubServer, ServerLimits
 
-    if args.fault_step and args.fault_step not in STEPS:
-        raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
     fault = None
     if args.fault_step:
+        if args.fault_step not in STEPS:
+            raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
         fault = {"step": args.fault_step, "kind": args.fault_kind, "times": args.fault_times}
         fault["stall_s"] = args.fault_stall_s
     limits = ServerLimits(
@@ -112,9 +112,8 @@ def main(argv=None) -> int:
     if token is None:
         print("warning: no token set; anyone who can reach the port can write", file=sys.stderr, flush=True)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
     finally:
         server.server_close()
     return 0
