@@ -78,11 +78,10 @@ def convert_checkpoint(
     The family comes from config.json's `model_type`, the head from its `architectures` (or `architecture`, e.g.
     "RobertaForMaskedLM"). `source_repo_id` (the checkpoint's Hub id) is recorded in `training_facts.json` as the
     base model that cards of models trained from the folder name. Raises `UnsupportedCheckpointError` (the field
-    named) or `CheckpointMismatchError` (every missing, unexpected or mis-shaped weight). Returns the model.
+    named) or `CheckpointMismatchError` (every missing, unexpected or mis-shaped weight). Replaces `out_dir` whole
+    once the conversion is complete. Returns the model.
     """
     src, out = Path(src_dir), Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} already exists and is not empty; choose a new output folder.")
     source_config = read_json_object(src / "config.json", "src", "pass a transformers checkpoint folder")
     family = family_for(source_config, src / "config.json")
     architecture = _architecture(family, source_config, architecture)

@@ -27,18 +27,13 @@ class CheckpointMismatchError(ValueError):
 
 
 def load_state_dict(src: Path) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint folder: model.safetensors (or its shards), else pytorch_model.bin."""
     from safetensors.torch import load_file
 
-    if (src / "model.safetensors").exists():
-        return load_file(str(src / "model.safetensors"))
-    if (src / "pytorch_model.bin").exists():
-        return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    shards = sorted(src.glob("model-*.safetensors"))
+    shards = sorted(src.glob("model*.safetensors"))
     if shards:
         return {name: tensor for shard in shards for name, tensor in load_file(str(shard)).items()}
-    raise FileNotFoundError(
-        f"No weights in {src}: expected model.safetensors, model-*.safetensors shards or pytorch_model.bin."
-    )
+    return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
 
 
 def name_map(family: SourceFamily, head_suffix: str, names) -> dict[str, tuple[str, int | None]]:

@@ -9,12 +9,11 @@ Sources (detected from config.json's model_type, the head from its architectures
     briskbert convert --src path/to/checkpoint --out path/to/briskbert [--architecture RobertaForMaskedLM]
 """
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,13 @@ class ConvertArguments:
         },
     )
 
+    def __post_init__(self):
+        out = Path(self.out)
+        if out.is_dir() and any(out.iterdir()) and not self.overwrite_output_dir:
+            raise SettingError(
+                "out", f"{out} is not empty; choose a new folder or add --overwrite_output_dir."
+            )
+
 
 def main(argv: list[str] | None = None):
     (args,) = parse(__doc__, ConvertArguments, argv=argv)
@@ -53,24 +59,16 @@ def main(argv: list[str] | None = None):
         convert_checkpoint,
     )
 
-    out = Path(args.out)
-    # With --overwrite_output_dir the conversion goes to a sibling folder first, so a failure keeps the old one.
-    target = out.with_name(out.name + ".converting") if args.overwrite_output_dir and out.exists() else out
-    if target != out:
-        shutil.rmtree(target, ignore_errors=True)  # a leftover of an interrupted run
     try:
         model = convert_checkpoint(
             args.src,
-            target,
+            args.out,
             args.architecture,
             save_tokenizer=not args.no_tokenizer,
             source_repo_id=args.source_repo_id,
         )
-    except (CheckpointMismatchError, UnsupportedCheckpointError, FileNotFoundError, FileExistsError) as error:
+    except (CheckpointMismatchError, UnsupportedCheckpointError) as error:
         raise UserError(str(error)) from error
-    if target != out:
-        shutil.rmtree(out)
-        target.rename(out)
     print(
         f"Converted {args.src} -> {args.out} as {type(model).__name__} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters)."
