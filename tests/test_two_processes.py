@@ -1,7 +1,7 @@
 """Training jobs on two processes (``accelerate launch --multi_gpu --num_processes 2``, CPU, gloo) train like
-one process at the same global batch: every fine-tuning job, and the retrieval jobs (finetune-embeddings with
-in-batch and mined hard negatives, symmetric, with and without cached gradients, CoSENT on scored pairs;
-finetune-reranker).
+one process at the same global batch: the fine-tuning jobs (distillation trains as classification does), and
+the retrieval jobs (finetune-embeddings with in-batch and mined hard negatives, symmetric, with and without
+cached gradients, CoSENT on scored pairs; finetune-reranker).
 
 One process reads the whole global batch a step; two read half each, from the same shuffle sharded between
 them, and the loss is normalised over the loss items of both; in-batch negatives and CoSENT's pairs are
@@ -46,10 +46,6 @@ RUNS = {
         ["finetune-qa", "--train_file", XQUAD, "--max_seq_length", "128", "--doc_stride", "32"],
         {"--per_device_train_batch_size": 4}, 2e-4,
     ),
-    "distillation": (
-        ["distill", "--train_file", str(DATA / "sst2_train_excerpt.tsv"), "--student_layers", "0"],
-        {"--per_device_train_batch_size": 4}, 2e-4,
-    ),
     "in-batch and hard negatives": (
         ["finetune-embeddings", "--train_file", XQUAD, "--train_articles", "0:3", "--symmetric",
          "--mine_hard_negatives", "--validation_file", XQUAD, "--validation_articles", "3:4",
@@ -84,8 +80,8 @@ for argv in json.loads(open(sys.argv[1]).read()):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tokenizer) -> dict:
-    """A tiny encoder with dropout off (so two processes draw no different masks), and a classifier teacher."""
-    from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertForSequenceClassification
+    """A tiny encoder with dropout off (so two processes draw no different masks)."""
+    from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
 
     tmp = tmp_path_factory.mktemp("two_processes")
     no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, vocab_size=len(tokenizer))
@@ -94,25 +90,16 @@ def models(tmp_path_factory, tokenizer) -> dict:
     encoder = BriskBertForMaskedLM(
         BriskBertConfig.from_preset("bert-tiny", max_position_embeddings=512, **no_dropout)
     )
-    labels = dict(num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
-    teacher = BriskBertForSequenceClassification(
-        BriskBertConfig.from_preset("bert-tiny", **no_dropout, **labels)
-    )
-    for name, model in (("encoder", encoder), ("teacher", teacher)):
-        model.save_pretrained(tmp / name)
-        tokenizer.save_pretrained(tmp / name)
-    return {"encoder": str(tmp / "encoder"), "teacher": str(tmp / "teacher")}
+    encoder.save_pretrained(tmp / "encoder")
+    tokenizer.save_pretrained(tmp / "encoder")
+    return {"encoder": str(tmp / "encoder")}
 
 
 def _argv(name: str, models: dict, output_dir: Path, processes: int) -> list[str]:
     """The run's flags for ``processes`` processes: the per-process batches of the same global batches."""
     command, batches, _ = RUNS[name]
     sizes = [str(value) for flag, size in batches.items() for value in (flag, size * 2 // processes)]
-    model = (
-        ["--teacher_model", models["teacher"]]
-        if name == "distillation"
-        else ["--model_name_or_path", models["encoder"]]
-    )
+    model = ["--model_name_or_path", models["encoder"]]
     return [*command, *sizes, *model, "--output_dir", str(output_dir), *COMMON]
 
 
