@@ -23,7 +23,7 @@ class _OneProcess:
 
 def evaluate(predicted: list[int], labels: list[int]) -> tuple[dict, str | None]:
     task = ClassificationTask.__new__(ClassificationTask)  # its evaluation only, without files to read
-    task.data = SimpleNamespace(spec=LabelSpec("single_label_classification", ["common", "rare"]))
+    task.spec = LabelSpec("single_label_classification", ["common", "rare"])
     given = torch.nn.functional.one_hot(torch.tensor(predicted), 2).float()
     metrics = task.evaluate(_GivenLogits(), [{"given": given, "labels": torch.tensor(labels)}], _OneProcess())
     return metrics, task.verdict

@@ -66,29 +66,11 @@ def test_regression_metrics_hand_worked_with_ties():
     cubes = metrics.classification_metrics(labels**3, labels, "regression")  # monotone, not linear
     assert cubes["spearman"] == pytest.approx(1.0) and cubes["pearson"] < 0.99
     assert cubes["mse"] == pytest.approx((0 + 6**2 + 24**2 + 60**2) / 4)  # errors 0, 6, 24, 60
+    constant = metrics.classification_metrics(np.ones(3), labels[:3], "regression")  # SciPy says NaN
+    assert (constant["pearson"], constant["spearman"]) == (0.0, 0.0)
 
 
-def test_correlations_of_a_constant_series_are_zero_not_nan():
-    for scores, labels in (
-        ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]),
-        ([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]),
-        ([2.0], [1.0]),
-    ):
-        result = metrics.classification_metrics(np.array(scores), np.array(labels), "regression")
-        assert (result["pearson"], result["spearman"]) == (0.0, 0.0)
-
-
-def test_multi_label_metrics_hand_worked():
-    multi = metrics.classification_metrics(
-        np.array([[3.0, -2.0, 1.0], [-1.0, 2.0, -3.0]]),
-        np.array([[1, 0, 1], [0, 1, 1]]),
-        "multi_label_classification",
-    )
-    assert set(multi) == {"subset_accuracy", "micro_f1", "macro_f1"}
-    # predictions (logits > 0) [[1,0,1],[0,1,0]]; subset accuracy 1/2; micro: TP=3, predicted 3, actual 4
-    assert multi["subset_accuracy"] == pytest.approx(0.5)
-    assert multi["micro_f1"] == pytest.approx(6 / 7)
-    assert multi["macro_f1"] == pytest.approx((1 + 1 + 2 / 3) / 3)  # columns: 1, 1, 2*1/(1+2)
+def test_multi_label_metrics_of_one_column_and_soft_targets():
     # One label column is still one column (its F1), not a binary task over both values; a column never
     # predicted nor present scores 0. Labels are soft targets: above 0.5 is positive.
     single = metrics.classification_metrics(
@@ -103,13 +85,11 @@ def test_multi_label_metrics_hand_worked():
     assert never["macro_f1"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_multi_label_metrics_equal_scikit_learns_multilabel_form(seed):
+def test_multi_label_metrics_equal_scikit_learns_multilabel_form():
     from sklearn import metrics as sk
 
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(3, 30))
-    logits, labels = rng.normal(size=(n, 4)), (rng.random((n, 4)) < 0.5).astype(float)
+    rng = np.random.default_rng(0)
+    logits, labels = rng.normal(size=(20, 4)), (rng.random((20, 4)) < 0.5).astype(float)
     ours = metrics.classification_metrics(logits, labels, "multi_label_classification")
     predicted, truth = 1 / (1 + np.exp(-logits)) > 0.5, labels.astype(bool)
     assert ours == pytest.approx(
@@ -119,14 +99,6 @@ def test_multi_label_metrics_equal_scikit_learns_multilabel_form(seed):
             "macro_f1": sk.f1_score(truth, predicted, average="macro", zero_division=0),
         }
     )
-
-
-def test_classification_metrics_refuse_an_empty_set_and_an_unknown_problem_type():
-    with pytest.raises(ValueError, match="unknown problem_type 'ranking'"):
-        metrics.classification_metrics(np.zeros((2, 2)), np.array([0, 1]), "ranking")
-    for problem_type in ("single_label_classification", "regression", "multi_label_classification"):
-        with pytest.raises(ValueError, match="zero examples"):
-            metrics.classification_metrics(np.zeros((0, 2)), np.zeros((0, 2)), problem_type)
 
 
 def test_not_learned_names_a_single_predicted_class_and_a_chance_level_result():
@@ -201,14 +173,9 @@ def test_a_run_that_learned_nothing_says_so_in_its_last_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     "tags, expected",
     [
-        # IOB2
-        (["B-PER", "I-PER", "O", "B-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
         # an I- tag after O starts an entity (conlleval, IOB1), as does one after another type
         (["I-PER", "I-PER", "O", "I-LOC", "I-ORG"], [("PER", 0, 1), ("LOC", 3, 3), ("ORG", 4, 4)]),
-        # B- after I- of the same type starts a second entity; I- after B- of another type too
-        (["B-PER", "I-PER", "B-PER", "I-LOC"], [("PER", 0, 1), ("PER", 2, 2), ("LOC", 3, 3)]),
-        # IOBES
-        (["S-PER", "B-LOC", "E-LOC", "O"], [("PER", 0, 0), ("LOC", 1, 2)]),
+        (["S-PER", "B-LOC", "E-LOC", "O"], [("PER", 0, 0), ("LOC", 1, 2)]),  # IOBES
         # bare types (IO scheme), empty tags as O, and entities without a type
         (["PER", "PER", "O", "LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
         (["", "B-PER", None], [("PER", 1, 1)]),
@@ -241,15 +208,6 @@ def test_entity_metrics_hand_worked():
         {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "support": 1}
     )
     assert set(result["per_type"]) == {"PER", "LOC", "ORG", "MISC"}
-
-
-def test_entity_metrics_refuse_unpaired_input():
-    with pytest.raises(ValueError, match="got 1 predicted and 2 gold sentences"):
-        metrics.entity_metrics([["O"]], [["O"], ["O"]])
-    with pytest.raises(ValueError, match="zero sentences"):
-        metrics.entity_metrics([], [])
-    with pytest.raises(ValueError, match="sentence 1: 1 predicted tags for 2 gold tags"):
-        metrics.entity_metrics([["O"], ["O"]], [["O"], ["O", "O"]])
 
 
 def test_entity_metrics_without_any_entity_are_zero_not_an_error():
@@ -305,13 +263,6 @@ def answers(seed):
     return [" ".join(rng.choice(WORDS, int(rng.integers(0, 6)))) for _ in range(4)]
 
 
-def test_squad_normalisation_hand_worked():
-    assert metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
-    # articles are removed only as whole words, after punctuation removal ("the." -> "the" -> removed)
-    assert metrics.normalize_answer("Theatre, the.") == "theatre"
-    assert metrics.normalize_answer("  Über   ÉCOLE ") == "über école"
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_squad_scores_equal_the_official_script(seed):
     prediction, *golds = answers(seed)
@@ -360,11 +311,9 @@ def test_squad_v2_scores_unanswerable_questions_and_splits_them():
     assert metrics.f1_score("the", "a", version_2=False) == 0.0
 
 
-def test_squad_v1_refuses_questions_without_answers_and_empty_sets():
+def test_squad_v1_refuses_questions_without_answers():
     with pytest.raises(ValueError, match="question 'q' has no gold answer; use version_2=True"):
         metrics.squad_metrics({"q": "x"}, {"q": []})
-    with pytest.raises(ValueError, match="zero questions"):
-        metrics.squad_metrics({}, {})
     assert metrics.squad_metrics({"q": ""}, {"q": ["", "x"]})["exact_match"] == 1.0  # v1 keeps "" answers
 
 

@@ -14,29 +14,25 @@ import numpy as np
 
 from briskbert.training.data.task_data import DataError, SkipReport, separator_hint
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.facts import JobFacts
-from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.engine.task import TaskInputs
+from briskbert.training.tasks.finetuning import FinetuningTask
 from briskbert.training.tasks.metrics import classification_metrics, not_learned
-from briskbert.training.tasks.settings import ClassificationSettings, DataSource, ModelSource
 
 logger = logging.getLogger(__name__)
 
 
 def _parse_number(value):
     """``int``/``float`` for numeric values and numeric strings, else ``None``."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return int(value)
     if isinstance(value, (int, float, np.integer, np.floating)):
         return value.item() if hasattr(value, "item") else value
     if isinstance(value, str):
-        text = value.strip()
-        try:
-            return int(text)
-        except ValueError:
+        for kind in (int, float):
             try:
-                return float(text)
+                return kind(value.strip())
             except ValueError:
-                return None
+                pass
     return None
 
 
@@ -64,13 +60,13 @@ class LabelSpec:
 
     @property
     def label2id(self) -> dict:
-        return {name: i for i, name in enumerate(self.label_list)} if self.label_list else {"LABEL_0": 0}
+        return {name: i for i, name in enumerate(self.label_list)}
 
     @property
     def id2label(self) -> dict:
-        return {i: name for name, i in self.label2id.items()}
+        return dict(enumerate(self.label_list))
 
-    def _names(self, value) -> list:
+    def names(self, value) -> list:
         if isinstance(value, str):
             return [part.strip() for part in value.split(self.label_separator) if part.strip()]
         return list(value)
@@ -83,7 +79,7 @@ class LabelSpec:
             if self.multi_hot:
                 return [float(v) for v in value]
             vector = [0.0] * len(self.label_list)
-            for name in self._names(value):
+            for name in self.names(value):
                 vector[self.label2id[str(name)]] = 1.0
             return vector
         return (self.raw_ids or self.label2id)[_label_name(value)]
@@ -91,8 +87,7 @@ class LabelSpec:
     def config_kwargs(self) -> dict:
         kwargs = {"num_labels": self.num_labels, "problem_type": self.problem_type}
         if self.problem_type != "regression":
-            kwargs["id2label"] = self.id2label
-            kwargs["label2id"] = self.label2id
+            kwargs.update(id2label=self.id2label, label2id=self.label2id)
         return kwargs
 
 
@@ -103,23 +98,23 @@ def _label_name(value) -> str:
     return str(number) if number is not None else str(value).strip()
 
 
+def _label_kind(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "list"
+    number = _parse_number(value)
+    if number is None:
+        return "str"
+    return "float" if isinstance(number, float) and not number.is_integer() else "int"
+
+
 def _label_kinds(values, source: str) -> str:
     """``"list"``, ``"int"``, ``"float"`` or ``"str"``; raises on a column that mixes numbers and text."""
     kinds, examples = {}, {}
     for row, value in enumerate(values):
-        if isinstance(value, (list, tuple)):
-            kind = "list"
-        else:
-            number = _parse_number(value)
-            if number is None:
-                kind = "str"
-            elif isinstance(number, float) and not number.is_integer():
-                kind = "float"
-            else:
-                kind = "int"
+        kind = _label_kind(value)
         kinds[kind] = kinds.get(kind, 0) + 1
         examples.setdefault(kind, (row, value))
-    if "list" in kinds and len(kinds) > 1 or "str" in kinds and len(kinds) > 1:
+    if len(kinds) > 1 and ("list" in kinds or "str" in kinds):
         described = "; ".join(
             f"{kind}: {count} rows, e.g. row {examples[kind][0]} = {examples[kind][1]!r}"
             for kind, count in kinds.items()
@@ -128,11 +123,7 @@ def _label_kinds(values, source: str) -> str:
             f"{source}: the label column mixes types ({described}). Use one kind of label throughout: "
             "class names or integer ids (classification), numbers (regression), or lists (multi-label)."
         )
-    if "list" in kinds:
-        return "list"
-    if "float" in kinds:
-        return "float"
-    return next(iter(kinds))
+    return "float" if "float" in kinds else next(iter(kinds))
 
 
 def infer_label_spec(
@@ -148,17 +139,16 @@ def infer_label_spec(
 ) -> LabelSpec:
     """Decide the problem type and the label set from the (non-missing) training labels.
 
-    ``label_names`` (the setting, or a teacher's ``id2label`` when distilling, described by
-    ``names_source``) fixes the class names and their ids: integer labels 0..K-1 are ids into it, text
-    labels must be among the names, and (``every_name_seen``: names the user gave, not a teacher's whose
-    classes the student learns from its outputs) every name must be a label found in the data. Without it,
-    text labels are kept as they are (sorted) and integer labels are named by their value."""
+    ``label_names`` (the setting, or a teacher's ``id2label``, described by ``names_source``) fixes the class
+    names and their ids: integer labels 0..K-1 are ids into it, text labels must be among the names, and
+    (``every_name_seen``: names the user gave, not a teacher's) every name must be a label found in the data.
+    Without it, text labels are kept as they are (sorted) and integer labels are named by their value."""
     if not train_labels:
         raise DataError(f"{source} has no labelled rows.")
     kind = _label_kinds(train_labels, source)
     if eval_labels:
         eval_kind = _label_kinds(eval_labels, eval_source)
-        if {kind, eval_kind} not in ({"int"}, {"float"}, {"str"}, {"list"}, {"int", "float"}):
+        if kind != eval_kind and {kind, eval_kind} != {"int", "float"}:
             raise DataError(
                 f"{source} has {kind} labels but {eval_source} has {eval_kind} labels; they must agree."
             )
@@ -179,7 +169,7 @@ def infer_label_spec(
     if kind == "float":
         raise DataError(
             f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
-            f"such as {next(v for v in train_labels if _label_kinds([v], source) == 'float')!r}; "
+            f"such as {next(v for v in train_labels if _label_kind(v) == 'float')!r}; "
             "set problem_type regression for a numeric target."
         )
     if kind == "list":
@@ -207,23 +197,18 @@ def infer_label_spec(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
                 f"labels found in {where} are {ids[:20]}; give one name per label found, in id order."
             )
-    else:
-        _check_unseen(set(names), label_names, source, names_source)
-        _check_unseen(eval_names, label_names, eval_source, names_source)
-        if every_name_seen:
-            _check_every_name_seen(label_names, found, names_source, where)
-        raw_ids = {name: i for i, name in enumerate(label_names)}
-    return LabelSpec(problem_type, label_list=label_names, raw_ids=raw_ids)
-
-
-def _check_every_name_seen(label_names, found: set, names_source: str, where: str) -> None:
-    """A name no row has would be a class the model never learns, and names given for other labels (three
-    for 0/1 data) would misname them: the names must be the labels found."""
-    if missing := [name for name in label_names if name not in found]:
+        return LabelSpec(problem_type, label_list=label_names, raw_ids=raw_ids)
+    _check_unseen(set(names), label_names, source, names_source)
+    _check_unseen(eval_names, label_names, eval_source, names_source)
+    # A name no row has would be a class the model never learns (or misname the others): refused.
+    if every_name_seen and (missing := [name for name in label_names if name not in found]):
         raise DataError(
             f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
             "give exactly the labels found, in the id order you want."
         )
+    return LabelSpec(
+        problem_type, label_list=label_names, raw_ids={name: i for i, name in enumerate(label_names)}
+    )
 
 
 def _multi_label_spec(
@@ -231,11 +216,7 @@ def _multi_label_spec(
 ) -> LabelSpec:
     spec = LabelSpec("multi_label_classification", label_separator=label_separator)
     first = train_labels[0]
-    if (
-        kind == "list"
-        and all(_parse_number(v) in (0, 1) for v in first)
-        and all(isinstance(v, (int, float, bool)) for v in first)
-    ):
+    if kind == "list" and all(isinstance(v, (int, float, bool)) and v in (0, 1) for v in first):
         width = len(first)
         for row, value in enumerate(list(train_labels) + list(eval_labels or [])):
             if len(value) != width:
@@ -249,8 +230,8 @@ def _multi_label_spec(
             list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(width)]
         )
         return spec
-    seen = {str(n) for value in train_labels for n in spec._names(value)}
-    eval_seen = {str(n) for value in (eval_labels or []) for n in spec._names(value)}
+    seen = {str(n) for value in train_labels for n in spec.names(value)}
+    eval_seen = {str(n) for value in (eval_labels or []) for n in spec.names(value)}
     if label_names is None:
         _check_unseen(eval_seen, seen, sources[1])
         spec.label_list = sorted(seen | eval_seen)
@@ -280,19 +261,23 @@ def drop_incomplete_rows(dataset, columns: list[str], source: str):
     keep = []
     values = {column: dataset[column] for column in columns}
     for row in range(len(dataset)):
-        missing = [column for column in columns if _is_missing(values[column][row])]
-        if missing:
+        if missing := [column for column in columns if _is_missing(values[column][row])]:
             report.add("rows_skipped_missing_value", f"row {row}: empty {missing}")
         else:
             keep.append(row)
-    if len(keep) < len(dataset):
-        dataset = dataset.select(keep)
-    return dataset, report
+    return (dataset.select(keep) if len(keep) < len(dataset) else dataset), report
 
 
-# --------------------------------------------------------------------------------------------------
-# The job: fine-tuning for classification (distillation builds on it, in training.tasks.distill)
-# --------------------------------------------------------------------------------------------------
+def refuse_non_finite_labels(labels, source: str) -> None:
+    """A label that reads as NaN or an infinity would make every regression loss NaN and train an all-NaN model:
+    refused, naming the row (from 0). Missing values (empty cells, JSON null) are skipped rows, not NaN labels."""
+    for row, value in enumerate(labels):
+        number = None if isinstance(value, float) and np.isnan(value) else _parse_number(value)
+        if isinstance(number, float) and not np.isfinite(number):
+            raise DataError(
+                f"{source}: row {row} has the label {value!r}, not a finite number; fix or remove that row."
+            )
+
 
 METRIC_DEFINITIONS = {
     "single_label_classification": "accuracy; macro F1 (unweighted mean of per-class F1); Matthews correlation "
@@ -302,142 +287,92 @@ METRIC_DEFINITIONS = {
 }
 
 
-@dataclass
-class ClassificationData:
-    train: object
-    evaluation: object | None
-    spec: LabelSpec
-    text_column: str  # as given, or the 'sentence'/'text' column found in the data
-    reports: list
-
-
-def load_classification_data(
-    data: DataSource,
-    settings: ClassificationSettings,
-    label_names: list[str] | None = None,
-    names_source: str = "label_names",
-) -> ClassificationData:
-    """Training/evaluation tables, validated, with the label spec decided. ``label_names`` overrides
-    ``settings.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
-    from briskbert.training.data.task_data import require_columns, require_rows
-    from briskbert.training.tasks.finetuning import load_splits
-
-    train, evaluation = load_splits(data)
-    train_name, eval_name = data.describe("train"), data.describe("validation")
-    require_rows(train, train_name)
-    text_column = settings.text_column or next(
-        (c for c in ("sentence", "text") if c in train.column_names), None
-    )
-    if text_column is None:
-        raise DataError(
-            f"{train_name} has no 'sentence' or 'text' column; set text_column (columns: {train.column_names}). "
-            + separator_hint(train.column_names)
-        )
-    columns = {
-        "text_column": text_column,
-        "text_pair_column": settings.text_pair_column,
-        "label_column": settings.label_column,
-    }
-    needed = [c for c in columns.values() if c is not None]
-
-    def checked(table, name: str):
-        """``(table, SkipReport)``: the table validated, rows with a missing value skipped."""
-        require_rows(table, name)
-        require_columns(table, columns, name)
-        if settings.problem_type in (None, "regression"):  # a number can be a regression target
-            refuse_non_finite_labels(table[settings.label_column], name)
-        table, report = drop_incomplete_rows(table, needed, name)
-        require_rows(table, f"{name} (after skipping rows with empty values)")
-        return table, report
-
-    train, train_report = checked(train, train_name)
-    evaluation, eval_report = (None, None) if evaluation is None else checked(evaluation, eval_name)
-    every_name_seen = label_names is None  # a teacher's labels may include classes this data lacks
-    if label_names is None and settings.label_names is not None:
-        label_names = list(settings.label_names)
-    spec = infer_label_spec(
-        train[settings.label_column],
-        evaluation[settings.label_column] if evaluation else None,
-        settings.problem_type,
-        settings.label_separator,
-        source=train_name,
-        label_names=label_names,
-        names_source=names_source,
-        eval_source=eval_name,
-        every_name_seen=every_name_seen,
-    )
-    return ClassificationData(train, evaluation, spec, text_column, [train_report, eval_report])
-
-
-def refuse_non_finite_labels(labels, source: str) -> None:
-    """A label that reads as NaN or an infinity (``nan``, ``inf``, ``-Infinity``) would make every
-    regression loss NaN and train an all-NaN model: refuse it, naming the row (rows count from 0, as in
-    the other data errors). Missing values (empty cells, JSON null) are skipped rows, not NaN labels."""
-    for row, value in enumerate(labels):
-        number = None if isinstance(value, float) and np.isnan(value) else _parse_number(value)
-        if isinstance(number, float) and not np.isfinite(number):
-            raise DataError(
-                f"{source}: row {row} has the label {value!r}, not a finite number; fix or remove that row."
-            )
-
-
-def tokenize_classification(
-    data: ClassificationData, settings: ClassificationSettings, tokenizer, max_seq_length: int, accelerator
-):
-    """``(train_features, eval_features or None)`` ready for the loop's collator: tokenised (pairs of)
-    texts plus ``labels``."""
-    pair_column, label_column = settings.text_pair_column, settings.label_column
-
-    def preprocess(batch):
-        texts = [str(t) for t in batch[data.text_column]]
-        pairs = [str(t) for t in batch[pair_column]] if pair_column else None
-        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length)
-        if label_column is not None:
-            encoded["labels"] = [data.spec.encode(value) for value in batch[label_column]]
-        return encoded
-
-    with accelerator.main_process_first():
-        return tuple(
-            None
-            if table is None
-            else table.map(
-                preprocess, batched=True, remove_columns=table.column_names, desc=f"tokenizing {name}"
-            )
-            for table, name in ((data.train, "train"), (data.evaluation, "eval"))
-        )
-
-
-class ClassificationTask(Task):
+class ClassificationTask(FinetuningTask):
     """``briskbert finetune-classification``: sequence classification, regression or multi-label
-    classification of one text or a pair, from a briskbert (or converted BERT-family) model or a preset.
+    classification of one text or a pair, from a briskbert (or converted BERT-family) model or a preset."""
 
-    The constructor checks the model folder and reads and validates the data (the problem type and the
-    labels are decided there), before torch is imported."""
+    pipeline_tag = "text-classification"
+    model_class = "BriskBertForSequenceClassification"
 
-    def __init__(self, model: ModelSource, data: DataSource, settings: ClassificationSettings):
-        from briskbert.training.tasks.finetuning import check_model_inputs
+    def load_data(self, label_names: list[str] | None = None, names_source: str = "label_names") -> None:
+        """The training/evaluation tables, validated, and the label spec decided. ``label_names`` overrides
+        ``settings.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
+        from briskbert.training.data.task_data import require_columns, require_rows
+        from briskbert.training.tasks.finetuning import load_splits
 
-        self.source, self.data_source, self.settings = model, data, settings
-        self.location = check_model_inputs(model)
-        self.data = load_classification_data(data, settings)
+        data, settings = self.data_source, self.settings
+        train, evaluation = load_splits(data)
+        train_name, eval_name = data.describe("train"), data.describe("validation")
+        require_rows(train, train_name)
+        self.text_column = settings.text_column or next(
+            (c for c in ("sentence", "text") if c in train.column_names), None
+        )
+        if self.text_column is None:
+            raise DataError(
+                f"{train_name} has no 'sentence' or 'text' column; set text_column (columns: {train.column_names}). "
+                + separator_hint(train.column_names)
+            )
+        columns = {
+            "text_column": self.text_column,
+            "text_pair_column": settings.text_pair_column,
+            "label_column": settings.label_column,
+        }
+
+        def checked(table, name: str):
+            """``(table, SkipReport)``: the table validated, rows with a missing value skipped."""
+            require_rows(table, name)
+            require_columns(table, columns, name)
+            if settings.problem_type in (None, "regression"):  # a number can be a regression target
+                refuse_non_finite_labels(table[settings.label_column], name)
+            table, report = drop_incomplete_rows(table, [c for c in columns.values() if c], name)
+            require_rows(table, f"{name} (after skipping rows with empty values)")
+            return table, report
+
+        self.train, train_report = checked(train, train_name)
+        self.evaluation, eval_report = (None, None) if evaluation is None else checked(evaluation, eval_name)
+        self.reports = [train_report, eval_report]
+        self.spec = infer_label_spec(
+            self.train[settings.label_column],
+            self.evaluation[settings.label_column] if self.evaluation else None,
+            settings.problem_type,
+            settings.label_separator,
+            source=train_name,
+            label_names=label_names or settings.label_names,
+            names_source=names_source,
+            eval_source=eval_name,
+            every_name_seen=label_names is None,  # a teacher's labels may include classes this data lacks
+        )
 
     @property
-    def spec(self) -> LabelSpec:
-        return self.data.spec
+    def max_seq_length(self) -> int:
+        return self.source.max_seq_length
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from transformers import DataCollatorWithPadding
 
         from briskbert.training.tasks.finetuning import report_skips
 
-        accelerator.print(
-            f"Task: {self.spec.problem_type}, {self.spec.num_labels} label(s) {self.spec.label_list[:10]}"
-        )
+        spec, settings = self.spec, self.settings
+        accelerator.print(f"Task: {spec.problem_type}, {spec.num_labels} label(s) {spec.label_list[:10]}")
         model, tokenizer = self.make_model(accelerator, config)
-        self.train_features, self.eval_features = tokenize_classification(
-            self.data, self.settings, tokenizer, self.max_seq_length, accelerator
-        )
-        self.skipped = report_skips(accelerator, *self.data.reports)
+
+        def preprocess(batch):
+            pairs = [str(t) for t in batch[settings.text_pair_column]] if settings.text_pair_column else None
+            texts = [str(t) for t in batch[self.text_column]]
+            encoded = tokenizer(texts, pairs, truncation=True, max_length=self.max_seq_length)
+            encoded["labels"] = [spec.encode(value) for value in batch[settings.label_column]]
+            return encoded
+
+        with accelerator.main_process_first():
+            self.train_features, self.eval_features = (
+                None
+                if table is None
+                else table.map(
+                    preprocess, batched=True, remove_columns=table.column_names, desc=f"tokenizing {name}"
+                )
+                for table, name in ((self.train, "train"), (self.evaluation, "eval"))
+            )
+        self.skipped = report_skips(accelerator, *self.reports)
         return TaskInputs(
             model=model,
             train_dataset=self.train_features,
@@ -446,22 +381,9 @@ class ClassificationTask(Task):
             eval_dataset=self.eval_features,
         )
 
-    @property
-    def max_seq_length(self) -> int:
-        return self.source.max_seq_length
-
     def make_model(self, accelerator, config: TrainingConfig):
         """``(model, tokenizer)``: the classifier with this data's labels, and its tokenizer."""
-        from briskbert.modeling import BriskBertForSequenceClassification
-        from briskbert.training.tasks.finetuning import load_starting_model
-
-        return load_starting_model(
-            BriskBertForSequenceClassification,
-            self.source,
-            self.location,
-            config.output_dir,
-            **self.spec.config_kwargs(),
-        )
+        return self.load_starting_model(config, **self.spec.config_kwargs())
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
         """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
@@ -478,35 +400,24 @@ class ClassificationTask(Task):
         if spec.problem_type != "single_label_classification":
             return classification_metrics(logits, labels, spec.problem_type)
         labels = labels.astype(int)
-        predicted, references = (
-            [spec.id2label[i] for i in logits.argmax(-1)],
-            [spec.id2label[i] for i in labels],
-        )
         metrics = classification_metrics(logits, labels, spec.problem_type)
+        predicted = [spec.id2label[i] for i in logits.argmax(-1)]
+        references = [spec.id2label[i] for i in labels]
         majority, metrics["majority_accuracy"] = majority_class(references)
-        accuracy, baseline = metrics["accuracy"], metrics["majority_accuracy"]
         self.verdict = not_learned(predicted, references) or not_above_baseline(
-            "eval_accuracy", accuracy, baseline, f"answering {majority} for every example"
+            "eval_accuracy",
+            metrics["accuracy"],
+            metrics["majority_accuracy"],
+            f"answering {majority} for every example",
         )
         return metrics
-
-    def facts(self) -> JobFacts:
-        from briskbert.training.tasks.finetuning import card_source_facts
-
-        return JobFacts(
-            task="text-classification",
-            pipeline_tag="text-classification",
-            **card_source_facts(self.source),
-            **self.data_source.card_facts(),
-            details=self.details(),
-        )
 
     def details(self) -> dict:
         spec = self.spec
         return {
             "problem_type": spec.problem_type,
             "labels": spec.label_list if spec.problem_type != "regression" else None,
-            "text_columns": [c for c in (self.data.text_column, self.settings.text_pair_column) if c],
+            "text_columns": [c for c in (self.text_column, self.settings.text_pair_column) if c],
             "num_train_examples": len(self.train_features),
             "num_eval_examples": len(self.eval_features) if self.eval_features is not None else 0,
             "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],

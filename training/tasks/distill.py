@@ -22,7 +22,7 @@ from briskbert.errors import SettingError
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
-from briskbert.training.tasks.classification import ClassificationTask, load_classification_data
+from briskbert.training.tasks.classification import ClassificationTask
 from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings
 
 
@@ -46,10 +46,7 @@ def student_from_teacher(teacher, layers: list[int] | None = None):
                 state[f"{prefix}{layers.index(int(index))}.{rest}"] = tensor.clone()
         else:
             state[name] = tensor.clone()
-    missing, unexpected = student.load_state_dict(state, strict=False)
-    missing = [name for name in missing if name not in (student._tied_weights_keys or {})]
-    if missing or unexpected:
-        raise RuntimeError(f"student initialisation mismatch: missing {missing}, unexpected {unexpected}")
+    student.load_state_dict(state, strict=False)
     student.config.distilled_from_layers = layers
     return student
 
@@ -73,30 +70,17 @@ class DistillationModel(nn.Module):
     """Student + frozen teacher behind one ``forward`` that returns the distillation loss."""
 
     def __init__(
-        self,
-        student,
-        teacher,
-        temperature: float = 2.0,
-        alpha_kd: float = 0.5,
-        hidden_loss_weight: float = 0.0,
-        layer_map: list[int] | None = None,
+        self, student, teacher, temperature: float = 2.0, alpha_kd: float = 0.5, hidden_loss_weight=0.0
     ):
         super().__init__()
-        if student.config.num_labels != teacher.config.num_labels:
-            raise ValueError(
-                f"student has {student.config.num_labels} labels, teacher {teacher.config.num_labels}; they must agree."
-            )
         self.student = student
         self._teacher = [teacher.eval().requires_grad_(False)]  # a list keeps it out of parameters/state_dict
         self.temperature, self.alpha_kd, self.hidden_loss_weight = temperature, alpha_kd, hidden_loss_weight
+        # each student layer learns from the teacher layer it was copied from, else the one at the same depth
         n_student, n_teacher = student.config.num_hidden_layers, teacher.config.num_hidden_layers
-        if layer_map is None:
-            layer_map = getattr(student.config, "distilled_from_layers", None) or [
-                round((k + 1) * n_teacher / n_student) - 1 for k in range(n_student)
-            ]
-        if len(layer_map) != n_student:
-            raise ValueError(f"layer_map has {len(layer_map)} entries for a {n_student}-layer student.")
-        self.layer_map = list(layer_map)
+        self.layer_map = getattr(student.config, "distilled_from_layers", None) or [
+            round((k + 1) * n_teacher / n_student) - 1 for k in range(n_student)
+        ]
         self.projection = None
         if hidden_loss_weight > 0 and student.config.hidden_size != teacher.config.hidden_size:
             self.projection = nn.Linear(student.config.hidden_size, teacher.config.hidden_size)
@@ -125,8 +109,6 @@ class DistillationModel(nn.Module):
             outputs.logits, teacher_outputs.logits, self.temperature, problem_type, mask
         )
         if self.alpha_kd < 1.0:
-            if outputs.loss is None:
-                raise ValueError("alpha_kd < 1 needs labels in the batch for the hard-label loss.")
             loss = loss + (1.0 - self.alpha_kd) * outputs.loss
         if hidden:
             loss = loss + self.hidden_loss_weight * self._hidden_loss(
@@ -188,88 +170,68 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
     """The student: a briskbert folder, a fresh preset, or the teacher with some of its layers."""
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
 
+    config = teacher.config
     labels = dict(
-        num_labels=teacher.config.num_labels,
-        id2label=teacher.config.id2label,
-        label2id=teacher.config.label2id,
-        problem_type=teacher.config.problem_type,
+        num_labels=config.num_labels,
+        id2label=config.id2label,
+        label2id=config.label2id,
+        problem_type=config.problem_type,
     )
     if setup.student_model:
         student = BriskBertForSequenceClassification.from_pretrained(setup.student_model, **labels)
         check_finite_weights(student, weights_file(setup.student_model), "student_model")
-    elif setup.student_preset:
+        if student.config.vocab_size != config.vocab_size:
+            raise SettingError(
+                "student_model",
+                f"has a vocabulary of {student.config.vocab_size} tokens, the teacher's has "
+                f"{config.vocab_size}; both must read the same token ids.",
+            )
+        return student
+    if setup.student_preset:
         try:
-            config = BriskBertConfig.from_preset(
-                setup.student_preset,
-                vocab_size=teacher.config.vocab_size,
-                pad_token_id=pad_token_id,
-                **labels,
+            preset = BriskBertConfig.from_preset(
+                setup.student_preset, vocab_size=config.vocab_size, pad_token_id=pad_token_id, **labels
             )
         except ValueError as error:  # an unknown preset name
             raise SettingError("student_preset", str(error)) from None
-        student = BriskBertForSequenceClassification(config)
-    else:
-        try:
-            student = student_from_teacher(teacher, setup.student_layers)
-        except ValueError as error:
-            raise SettingError("student_layers", str(error)) from None
-    if student.config.vocab_size != teacher.config.vocab_size:
-        raise SettingError(
-            "student_model",
-            f"has a vocabulary of {student.config.vocab_size} tokens, the teacher's has "
-            f"{teacher.config.vocab_size}; both must read the same token ids.",
-        )
-    return student
-
-
-# --------------------------------------------------------------------------------------------------
-# The job: briskbert distill
-# --------------------------------------------------------------------------------------------------
-def check_distill_inputs(setup: DistillSettings) -> None:
-    """Teacher (with its tokenizer unless ``tokenizer_name``), student and tokenizer folders, up front."""
-    from briskbert.inputs import check_model_source, check_tokenizer_source
-
-    check_model_source(setup.teacher_model, "teacher_model", need_tokenizer=setup.tokenizer_name is None)
-    if setup.student_model is not None:
-        check_model_source(setup.student_model, "student_model", need_tokenizer=False)
-    if setup.tokenizer_name is not None:
-        check_tokenizer_source(setup.tokenizer_name, "tokenizer_name")
-
-
-def teacher_labels(teacher_config, settings: ClassificationSettings):
-    """``(settings with the teacher's problem type, the teacher's label names or None)``: the student
-    predicts the teacher's classes under the teacher's ids."""
-    problem_type = teacher_config.problem_type or "single_label_classification"
-    if settings.problem_type and settings.problem_type != problem_type:
-        raise SettingError(
-            "problem_type", f"{settings.problem_type} differs from the teacher's {problem_type}."
-        )
-    names = None
-    if problem_type != "regression":
-        names = [teacher_config.id2label[i] for i in range(teacher_config.num_labels)]
-    if settings.label_names is not None and names is not None and list(settings.label_names) != names:
-        raise SettingError(
-            "label_names",
-            f"{','.join(settings.label_names)} differs from the teacher's labels {','.join(names)}.",
-        )
-    return dataclasses.replace(settings, problem_type=problem_type), names
+        return BriskBertForSequenceClassification(preset)
+    try:
+        return student_from_teacher(teacher, setup.student_layers)
+    except ValueError as error:
+        raise SettingError("student_layers", str(error)) from None
 
 
 class DistillationTask(ClassificationTask):
     """``briskbert distill``: a student trained on the teacher's softened outputs and the hard labels of
-    classification data (which keep the teacher's ids); evaluated and saved as a classifier."""
+    classification data, which keep the teacher's ids; evaluated and saved as a classifier."""
 
     def __init__(self, setup: DistillSettings, data: DataSource, settings: ClassificationSettings):
-        check_distill_inputs(setup)
+        from briskbert.inputs import check_model_source, check_tokenizer_source
+
+        # teacher (with its tokenizer unless tokenizer_name), student and tokenizer folders, up front
+        check_model_source(setup.teacher_model, "teacher_model", need_tokenizer=setup.tokenizer_name is None)
+        if setup.student_model is not None:
+            check_model_source(setup.student_model, "student_model", need_tokenizer=False)
+        if setup.tokenizer_name is not None:
+            check_tokenizer_source(setup.tokenizer_name, "tokenizer_name")
         self.setup, self.data_source = setup, data
         self.teacher = load_teacher(setup.teacher_model)
-        self.settings, label_names = teacher_labels(self.teacher.config, settings)
-        self.data = load_classification_data(
-            data,
-            self.settings,
-            label_names=label_names,
-            names_source=f"the teacher's labels (teacher_model {setup.teacher_model})",
-        )
+        teacher = self.teacher.config
+        problem_type = teacher.problem_type or "single_label_classification"
+        if settings.problem_type and settings.problem_type != problem_type:
+            raise SettingError(
+                "problem_type", f"{settings.problem_type} differs from the teacher's {problem_type}."
+            )
+        names = None
+        if problem_type != "regression":
+            names = [teacher.id2label[i] for i in range(teacher.num_labels)]
+            if settings.label_names is not None and list(settings.label_names) != names:
+                raise SettingError(
+                    "label_names",
+                    f"{','.join(settings.label_names)} differs from the teacher's labels {','.join(names)}.",
+                )
+        self.settings = dataclasses.replace(settings, problem_type=problem_type)
+        self.load_data(names, names_source=f"the teacher's labels (teacher_model {setup.teacher_model})")
 
     @property
     def max_seq_length(self) -> int:

@@ -1,22 +1,19 @@
-"""What the fine-tuning jobs share besides the training loop: their data splits, the starting model (a
-briskbert folder, a Hub repo id, a BERT-family checkpoint converted first, or a preset) and tokenizer, and
-fixed-width gathering of per-token outputs. Imports neither torch nor transformers at import time."""
+"""What the fine-tuning jobs share besides the training loop: :class:`FinetuningTask` (checks and data in the
+constructor, the starting model, the card facts), their data splits and the starting model (a briskbert folder,
+a Hub repo id, a BERT-family checkpoint converted first, or a preset). Imports neither torch nor transformers."""
 
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
 from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
-from briskbert.training.engine.facts import base_model_id
+from briskbert.training.engine.facts import JobFacts, base_model_id
+from briskbert.training.engine.task import Task
 from briskbert.training.tasks.settings import DataSource, ModelSource
-
-if TYPE_CHECKING:
-    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -84,17 +81,11 @@ def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_co
 
 
 def load_tokenizer(name: str):
-    """A fast tokenizer (offsets are needed for word alignment and answer spans) from a folder or repo."""
     from transformers import AutoTokenizer
 
     import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
 
-    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=True)
-    if not getattr(tokenizer, "is_fast", True):
-        raise UserError(
-            f"the tokenizer {name} is not a fast (tokenizers-backed) tokenizer; offsets are needed."
-        )
-    return tokenizer
+    return AutoTokenizer.from_pretrained(name, trust_remote_code=True)
 
 
 def load_model(model_class, source: ModelSource, base: str | None, tokenizer=None, **config_overrides):
@@ -183,27 +174,59 @@ def card_source_facts(source: ModelSource) -> dict:
     }
 
 
-def pad_to_width(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
+def pad_to_width(tensor, width: int, value: float):
     """Right-pad the second dimension to ``width``: ``evaluation_loop`` concatenates rows of one shape."""
     import torch
 
-    missing = width - tensor.shape[1]
-    if missing < 0:
-        raise ValueError(f"a batch is {tensor.shape[1]} tokens wide, more than max_seq_length {width}.")
-    if missing == 0:
-        return tensor
-    pad = tensor.new_full((tensor.shape[0], missing, *tensor.shape[2:]), value)
+    pad = tensor.new_full((tensor.shape[0], width - tensor.shape[1], *tensor.shape[2:]), value)
     return torch.cat([tensor, pad], dim=1)
 
 
 def report_skips(accelerator, *reports) -> dict:
     """Log skip reports on the main process and return their counts for the card facts."""
     facts = {}
-    for report in reports:
-        if report is None:
-            continue
+    for report in filter(None, reports):
         if accelerator.is_main_process:
             report.log()
         if report.counts:
             facts[report.source] = report.as_dict()
     return facts
+
+
+class FinetuningTask(Task):
+    """A job that fine-tunes a starting model (:class:`ModelSource`) on :class:`DataSource` data: the
+    constructor checks the model folder and reads and validates the data (:meth:`load_data`), before torch is
+    imported; the card states the starting model, the data and :meth:`details`."""
+
+    pipeline_tag: str  # the card's task and pipeline tag
+    model_class: str  # the briskbert.modeling head
+
+    def __init__(self, model: ModelSource, data: DataSource, settings):
+        self.source, self.data_source, self.settings = model, data, settings
+        self.location = check_model_inputs(model)
+        self.load_data()
+
+    def load_data(self) -> None:
+        raise NotImplementedError
+
+    def load_starting_model(self, config, **config_overrides):
+        """``(model, tokenizer)``: :attr:`model_class` from the starting model, with ``config_overrides``."""
+        import briskbert.modeling
+
+        head = getattr(briskbert.modeling, self.model_class)
+        return load_starting_model(head, self.source, self.location, config.output_dir, **config_overrides)
+
+    def data_facts(self) -> dict:
+        return self.data_source.card_facts()
+
+    def details(self) -> dict:
+        return {}
+
+    def facts(self) -> JobFacts:
+        return JobFacts(
+            task=self.pipeline_tag,
+            pipeline_tag=self.pipeline_tag,
+            **card_source_facts(self.source),
+            **self.data_facts(),
+            details=self.details(),
+        )

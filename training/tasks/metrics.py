@@ -20,14 +20,12 @@ def _correlation(statistic, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def classification_metrics(logits: np.ndarray, labels: np.ndarray, problem_type: str) -> dict:
-    """The metrics of the config's ``problem_type`` from raw outputs: accuracy, macro F1 and MCC (single-label);
+    """The metrics of ``problem_type`` from raw outputs: accuracy, macro F1 and MCC (single-label);
     Pearson, Spearman and MSE (regression); subset accuracy, micro and macro F1 at sigmoid > 0.5 (multi-label)."""
     import scipy.stats
     from sklearn import metrics as sk
 
     logits, labels = np.asarray(logits), np.asarray(labels)
-    if len(labels) == 0:
-        raise ValueError("cannot compute a metric over zero examples (the evaluation set is empty).")
     if problem_type == "regression":
         scores = logits.reshape(len(logits), -1)[:, 0].astype(np.float64)
         labels = labels.reshape(len(labels)).astype(np.float64)
@@ -47,19 +45,14 @@ def classification_metrics(logits: np.ndarray, labels: np.ndarray, problem_type:
             "micro_f1": float(sk.f1_score(references.ravel(), predictions.ravel(), zero_division=0)),
             "macro_f1": float(np.mean(columns)),
         }
-    if problem_type == "single_label_classification":
-        predictions = logits.argmax(axis=-1)
-        # With one class in all, MCC is undefined (0.0); scikit-learn would also warn about the confusion matrix.
-        one_class = len(np.union1d(labels, predictions)) < 2
-        return {
-            "accuracy": float(sk.accuracy_score(labels, predictions)),
-            "macro_f1": float(sk.f1_score(labels, predictions, average="macro", zero_division=0)),
-            "matthews_correlation": 0.0 if one_class else float(sk.matthews_corrcoef(labels, predictions)),
-        }
-    raise ValueError(
-        f"unknown problem_type {problem_type!r}; expected 'single_label_classification', 'regression' "
-        "or 'multi_label_classification'."
-    )
+    predictions = logits.argmax(axis=-1)  # single-label
+    # With one class in all, MCC is undefined (0.0); scikit-learn would also warn about the confusion matrix.
+    one_class = len(np.union1d(labels, predictions)) < 2
+    return {
+        "accuracy": float(sk.accuracy_score(labels, predictions)),
+        "macro_f1": float(sk.f1_score(labels, predictions, average="macro", zero_division=0)),
+        "matthews_correlation": 0.0 if one_class else float(sk.matthews_corrcoef(labels, predictions)),
+    }
 
 
 def not_learned(predictions: Sequence, references: Sequence, unit: str = "example") -> str | None:
@@ -120,17 +113,6 @@ def entity_metrics(predictions: Sequence[Sequence[str]], references: Sequence[Se
     from seqeval.metrics.sequence_labeling import get_entities as seqeval_entities
     from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
 
-    if len(predictions) != len(references):
-        raise ValueError(
-            f"got {len(predictions)} predicted and {len(references)} gold sentences; they must pair up."
-        )
-    if len(references) == 0:
-        raise ValueError("cannot compute entity metrics over zero sentences (the evaluation set is empty).")
-    for sentence, (guess_tags, gold_tags) in enumerate(zip(predictions, references)):
-        if len(guess_tags) != len(gold_tags):
-            raise ValueError(
-                f"sentence {sentence}: {len(guess_tags)} predicted tags for {len(gold_tags)} gold tags."
-            )
     guess = [[_seqeval_tag(tag) for tag in sentence] for sentence in predictions]
     gold = [[_seqeval_tag(tag) for tag in sentence] for sentence in references]
     # Over a list of sentences, seqeval's offsets run on across them: an entity is (type, start, end).
@@ -155,9 +137,7 @@ def entity_metrics(predictions: Sequence[Sequence[str]], references: Sequence[Se
 
 def normalize_answer(text: str) -> str:
     """Lower-case, drop punctuation, drop the articles a/an/the, collapse whitespace (SQuAD v1.1)."""
-    text = text.lower()
-    exclude = set(string.punctuation)
-    text = "".join(ch for ch in text if ch not in exclude)
+    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
 
@@ -169,28 +149,18 @@ def exact_match_score(prediction: str, ground_truth: str) -> float:
 def f1_score(prediction: str, ground_truth: str, version_2: bool = False) -> float:
     """Token-overlap F1 of normalised answers (official v1.1; with ``version_2``, the v2.0 rule that an
     empty answer on either side scores 1 only when both are empty)."""
-    prediction_tokens = normalize_answer(prediction).split()
-    ground_truth_tokens = normalize_answer(ground_truth).split()
-    if version_2 and (not prediction_tokens or not ground_truth_tokens):
-        return float(prediction_tokens == ground_truth_tokens)
-    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0.0
-    precision = num_same / len(prediction_tokens)
-    recall = num_same / len(ground_truth_tokens)
-    return (2 * precision * recall) / (precision + recall)
+    predicted, gold = normalize_answer(prediction).split(), normalize_answer(ground_truth).split()
+    if version_2 and (not predicted or not gold):
+        return float(predicted == gold)
+    same = sum((Counter(predicted) & Counter(gold)).values())
+    return 2 * same / (len(predicted) + len(gold)) if same else 0.0  # 2PR / (P + R), in counts
 
 
 def squad_metrics(predictions: dict, references: dict, version_2: bool = False) -> dict:
     """Exact match and F1 of ``{id: text}`` predictions against ``{id: [gold texts]}``, each question against its
     best-matching answer; a missing prediction scores 0 (``num_unanswered``). With ``version_2`` a question
     without gold answers expects ``""``, and ``HasAns_*``/``NoAns_*`` splits are reported."""
-    if not references:
-        raise ValueError("cannot compute SQuAD metrics over zero questions (the evaluation set is empty).")
-    exact = {}
-    f1 = {}
-    missing = 0
+    exact, f1, missing = {}, {}, 0
     for qid, gold_answers in references.items():
         gold_answers = [a for a in gold_answers if normalize_answer(a)] if version_2 else list(gold_answers)
         if not gold_answers:

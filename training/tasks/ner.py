@@ -23,10 +23,9 @@ from briskbert.training.data.task_data import (
     require_rows,
     tags_as_strings,
 )
-from briskbert.training.engine.facts import JobFacts
-from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.engine.task import TaskInputs
+from briskbert.training.tasks.finetuning import FinetuningTask
 from briskbert.training.tasks.metrics import entity_metrics, get_entities, not_learned
-from briskbert.training.tasks.settings import DataSource, ModelSource, NerSettings
 
 if TYPE_CHECKING:
     from briskbert.training.engine.config import TrainingConfig
@@ -46,7 +45,7 @@ def build_label_list(
     eval_counts = Counter(tag for sentence in eval_tags or [] for tag in sentence)
     if not train_counts:
         raise DataError(f"{sources[0]} has no tags.")
-    labels = sorted(train_counts | eval_counts)
+    labels = sorted(train_counts | eval_counts, key=lambda tag: (tag != "O", tag))  # O first
     for tag in labels:
         try:
             get_entities([tag])  # raises on tags that are not O / B- / I- / E- / S-
@@ -55,26 +54,19 @@ def build_label_list(
             raise DataError(
                 f"{where}: {error} Fix the tags (or pick the tag column with tag_column)."
             ) from None
-    unseen = sorted(tag for tag in eval_counts if tag not in train_counts)
-    if unseen:
+    if unseen := sorted(tag for tag in eval_counts if tag not in train_counts):
         described = ", ".join(f"{tag!r} ({eval_counts[tag]}x)" for tag in unseen)
         logger.warning(
             f"{sources[1]} has tags with no training example: {described}; they are in the label set, but the "
             "model can hardly learn to predict them."
         )
-    if "O" in labels:
-        labels.remove("O")
-        labels.insert(0, "O")
     return labels
 
 
 def continuation_label(labels: list[str]) -> list[int]:
     """For each label id, the id to use on a word's continuation sub-words (``B-X`` -> ``I-X``)."""
-    ids = []
-    for index, label in enumerate(labels):
-        inside = "I-" + label[2:] if label.startswith("B-") else None
-        ids.append(labels.index(inside) if inside in labels else index)
-    return ids
+    inside = ["I-" + label[2:] if label.startswith("B-") else None for label in labels]
+    return [labels.index(tag) if tag in labels else index for index, tag in enumerate(inside)]
 
 
 def tokenize_and_align_labels(
@@ -189,15 +181,11 @@ class NerEvaluator:
     verdict: str | None = None  # the last call's not_learned line
 
     def __call__(self, predicted_ids) -> dict:
-        if len(predicted_ids) != len(self.gold_tags):
-            raise ValueError(
-                f"got predictions for {len(predicted_ids)} sentences, expected {len(self.gold_tags)}."
-            )
+        from briskbert.training.engine.evaluation import majority_class, not_above_baseline
+
         predictions, truncated = word_predictions(
             predicted_ids, self.word_ids, self.id2label, [len(t) for t in self.gold_tags]
         )
-        from briskbert.training.engine.evaluation import majority_class, not_above_baseline
-
         result = entity_metrics(predictions, self.gold_tags)
         guessed = [tag for sentence in predictions for tag in sentence]
         gold = [tag for sentence in self.gold_tags for tag in sentence]
@@ -207,8 +195,7 @@ class NerEvaluator:
         )
         result["num_words_not_predicted"] = truncated
         result["invalid_bio_share"] = invalid_bio_share(predictions, list(self.id2label.values()))
-        per_type = result.pop("per_type")
-        for entity_type, scores in per_type.items():
+        for entity_type, scores in result.pop("per_type").items():
             result[f"{entity_type}_f1"] = scores["f1"]
         return result
 
@@ -217,51 +204,6 @@ METRIC_DEFINITIONS = (
     "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy, and the share of "
     "predicted sentences with a transition IOB2 forbids (I-X after neither B-X nor I-X)"
 )
-
-
-@dataclass
-class NerData:
-    """Validated sentences with their tags as strings, and the label list (``O`` first)."""
-
-    train: object
-    evaluation: object | None
-    train_tags: list[list[str]]
-    eval_tags: list[list[str]] | None
-    labels: list[str]
-
-    @property
-    def label2id(self) -> dict:
-        return {label: i for i, label in enumerate(self.labels)}
-
-    @property
-    def id2label(self) -> dict:
-        return dict(enumerate(self.labels))
-
-
-def load_ner_data(data: DataSource, settings: NerSettings) -> NerData:
-    """CoNLL files or a dataset, checked for rows and columns, tags read as strings."""
-    from briskbert.training.tasks.finetuning import load_splits
-
-    train, evaluation = load_splits(data, file_loader=load_conll)
-    train_name, eval_name = data.describe("train"), data.describe("validation")
-    require_rows(train, train_name)
-    tag_column = settings.tag_column
-    if tag_column is None:
-        tag_column = (
-            "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
-        )
-    columns = {"token_column": settings.token_column, "tag_column": tag_column}
-    require_columns(train, columns, train_name)
-    train_tags = tags_as_strings(train, tag_column)
-    eval_tags = None
-    if evaluation is not None:
-        require_rows(evaluation, eval_name)
-        require_columns(evaluation, columns, eval_name)
-        eval_tags = tags_as_strings(evaluation, tag_column)
-    train = train.select_columns([settings.token_column])
-    evaluation = evaluation.select_columns([settings.token_column]) if evaluation is not None else None
-    labels = build_label_list(train_tags, eval_tags, (train_name, eval_name))
-    return NerData(train, evaluation, train_tags, eval_tags, labels)
 
 
 def ner_features(
@@ -284,45 +226,6 @@ def ner_features(
     )
 
 
-@dataclass
-class NerFeatures:
-    """Tokenised training and evaluation sets (``word_ids`` dropped) and the evaluator of the latter."""
-
-    train: object
-    evaluation: object | None
-    evaluator: NerEvaluator | None
-    crf_repaired_sentences: int = 0
-
-
-def build_ner_features(
-    data: NerData, tokenizer, token_column: str, max_seq_length: int, label_all_tokens: bool, crf: bool
-) -> NerFeatures:
-    """Both splits tokenised with aligned labels; with ``crf``, trained on :func:`crf_training_tags` (scored
-    against the original gold tags)."""
-    train_tags, eval_tags, repaired = data.train_tags, data.eval_tags, 0
-    if crf and label_all_tokens:  # the model to fine-tune already has a CRF
-        raise SettingError(
-            "label_all_tokens",
-            "does not fit a model with a CRF head (use_crf), which tags one position per word.",
-        )
-    if crf:
-        train_tags, repaired = crf_training_tags(train_tags, data.labels, "the training data")
-        if eval_tags is not None:
-            eval_tags, repaired_eval = crf_training_tags(eval_tags, data.labels, "the evaluation data")
-            repaired += repaired_eval
-    features = dict(
-        tokenizer=tokenizer, label2id=data.label2id, token_column=token_column, max_seq_length=max_seq_length
-    )
-    train = ner_features(data.train, train_tags, label_all_tokens=label_all_tokens, **features)
-    if data.evaluation is None:
-        return NerFeatures(train.remove_columns("word_ids"), None, None, repaired)
-    evaluation = ner_features(data.evaluation, eval_tags, label_all_tokens=False, **features)
-    evaluator = NerEvaluator(data.eval_tags, evaluation["word_ids"], data.id2label)
-    return NerFeatures(
-        train.remove_columns("word_ids"), evaluation.remove_columns("word_ids"), evaluator, repaired
-    )
-
-
 def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
     """Gathered predicted ids (the model decodes them: Viterbi with a CRF, arg-max without) -> entity metrics."""
     from briskbert.training.engine.evaluation import evaluation_loop
@@ -340,93 +243,107 @@ def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
     return evaluate
 
 
-def count_labelled_tokens(batch) -> int:
-    """The token-classification loss is a mean over labelled sub-words: weight batches by that count."""
-    return int((batch["labels"] != IGNORE_INDEX).sum())
+class NerTask(FinetuningTask):
+    """``briskbert finetune-ner``: token classification of CoNLL-style sentences with a softmax or CRF head."""
 
+    pipeline_tag = "token-classification"
+    model_class = "BriskBertForTokenClassification"
 
-class NerTask(Task):
-    """``briskbert finetune-ner``: token classification of CoNLL-style sentences with a softmax or CRF head.
-    The model folder and the data are checked in the constructor, before torch is imported."""
+    def load_data(self) -> None:
+        """CoNLL files or a dataset, checked for rows and columns, tags read as strings; the label list."""
+        from briskbert.training.tasks.finetuning import load_splits
 
-    def __init__(self, model: ModelSource, data: DataSource, settings: NerSettings):
-        from briskbert.training.tasks.finetuning import check_model_inputs
+        data, settings = self.data_source, self.settings
+        train, evaluation = load_splits(data, file_loader=load_conll)
+        train_name, eval_name = data.describe("train"), data.describe("validation")
+        require_rows(train, train_name)
+        tag_column = settings.tag_column or (
+            "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
+        )
+        columns = {"token_column": settings.token_column, "tag_column": tag_column}
 
-        self.source, self.data_source, self.settings = model, data, settings
-        self.location = check_model_inputs(model)
-        self.data = load_ner_data(data, settings)
+        def read(table, name: str):
+            require_rows(table, name)
+            require_columns(table, columns, name)
+            return table.select_columns([settings.token_column]), tags_as_strings(table, tag_column)
+
+        self.train, self.train_tags = read(train, train_name)
+        self.evaluation, self.eval_tags = (None, None) if evaluation is None else read(evaluation, eval_name)
+        self.labels = build_label_list(self.train_tags, self.eval_tags, (train_name, eval_name))
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
+        """Both splits tokenised with aligned labels; with a CRF, trained on :func:`crf_training_tags` (scored
+        against the original gold tags)."""
         from transformers import DataCollatorForTokenClassification
 
-        accelerator.print(f"Tags ({len(self.data.labels)}): {self.data.labels}")
-        model, tokenizer = self.make_model(config)
+        labels, label_all_tokens = self.labels, self.settings.label_all_tokens
+        accelerator.print(f"Tags ({len(labels)}): {labels}")
+        label2id, id2label = {label: i for i, label in enumerate(labels)}, dict(enumerate(labels))
+        crf = {"use_crf": True} if self.settings.crf else {}
+        model, tokenizer = self.load_starting_model(
+            config, num_labels=len(labels), id2label=id2label, label2id=label2id, **crf
+        )
         self.crf = model.config.use_crf  # a CRF model fine-tuned further keeps its CRF
-        with accelerator.main_process_first():
-            self.features = build_ner_features(
-                self.data,
-                tokenizer,
-                self.settings.token_column,
-                self.source.max_seq_length,
-                self.settings.label_all_tokens,
-                crf=self.crf,
+        if self.crf and label_all_tokens:  # the model to fine-tune already has a CRF
+            raise SettingError(
+                "label_all_tokens",
+                "does not fit a model with a CRF head (use_crf), which tags one position per word.",
             )
-        if self.features.crf_repaired_sentences:
+        features = dict(
+            tokenizer=tokenizer,
+            label2id=label2id,
+            token_column=self.settings.token_column,
+            max_seq_length=self.source.max_seq_length,
+        )
+        train_tags, eval_tags, repaired = self.train_tags, self.eval_tags, 0
+        with accelerator.main_process_first():
+            if self.crf:
+                train_tags, repaired = crf_training_tags(train_tags, labels, "the training data")
+                if eval_tags is not None:
+                    eval_tags, repaired_eval = crf_training_tags(eval_tags, labels, "the evaluation data")
+                    repaired += repaired_eval
+            train = ner_features(self.train, train_tags, label_all_tokens=label_all_tokens, **features)
+            self.train_features, self.eval_features, self.evaluator = (
+                train.remove_columns("word_ids"),
+                None,
+                None,
+            )
+            if self.evaluation is not None:
+                evaluation = ner_features(self.evaluation, eval_tags, label_all_tokens=False, **features)
+                self.evaluator = NerEvaluator(self.eval_tags, evaluation["word_ids"], id2label)
+                self.eval_features = evaluation.remove_columns("word_ids")
+        if repaired:
             accelerator.print(
-                f"CRF: {self.features.crf_repaired_sentences} sentences start an entity with I-X; trained as "
-                "B-X (the same entities under conlleval)."
+                f"CRF: {repaired} sentences start an entity with I-X; trained as B-X (the same entities under "
+                "conlleval)."
             )
         return TaskInputs(
             model=model,
-            train_dataset=self.features.train,
+            train_dataset=self.train_features,
             data_collator=DataCollatorForTokenClassification(tokenizer),
             tokenizer=tokenizer,
-            eval_dataset=self.features.evaluation,
-        )
-
-    def make_model(self, config: TrainingConfig):
-        """``(model, tokenizer)``: the token classifier with this data's tags, and its tokenizer."""
-        from briskbert.modeling import BriskBertForTokenClassification
-        from briskbert.training.tasks.finetuning import load_starting_model
-
-        return load_starting_model(
-            BriskBertForTokenClassification,
-            self.source,
-            self.location,
-            config.output_dir,
-            num_labels=len(self.data.labels),
-            id2label=self.data.id2label,
-            label2id=self.data.label2id,
-            **({"use_crf": True} if self.settings.crf else {}),
+            eval_dataset=self.eval_features,
         )
 
     def count_items(self, batch: dict) -> int:
-        return count_labelled_tokens(batch)
+        """The token-classification loss is a mean over labelled sub-words."""
+        return int((batch["labels"] != IGNORE_INDEX).sum())
 
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
-        if self.features.evaluator is None:
+        if self.evaluator is None:
             return None
-        evaluator = self.features.evaluator
-        result = make_ner_evaluate_fn(evaluator, self.source.max_seq_length)(model, dataloader, accelerator)
-        self.verdict = evaluator.verdict
+        result = make_ner_evaluate_fn(self.evaluator, self.source.max_seq_length)(
+            model, dataloader, accelerator
+        )
+        self.verdict = self.evaluator.verdict
         return result
 
-    def facts(self) -> JobFacts:
-        from briskbert.training.tasks.finetuning import card_source_facts
-
-        return JobFacts(
-            task="token-classification",
-            pipeline_tag="token-classification",
-            **card_source_facts(self.source),
-            **self.data_source.card_facts(),
-            details={
-                "labels": self.data.labels,
-                "num_train_sentences": len(self.features.train),
-                "num_eval_sentences": len(self.features.evaluation)
-                if self.features.evaluation is not None
-                else 0,
-                "label_all_tokens": self.settings.label_all_tokens,
-                "crf": self.crf,
-                "metric_definitions": METRIC_DEFINITIONS,
-            },
-        )
+    def details(self) -> dict:
+        return {
+            "labels": self.labels,
+            "num_train_sentences": len(self.train_features),
+            "num_eval_sentences": len(self.eval_features) if self.eval_features is not None else 0,
+            "label_all_tokens": self.settings.label_all_tokens,
+            "crf": self.crf,
+            "metric_definitions": METRIC_DEFINITIONS,
+        }

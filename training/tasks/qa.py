@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import collections
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from briskbert.errors import SettingError
 from briskbert.files import write_atomic
-from briskbert.training.data.task_data import SkipReport, load_squad, require_columns, require_rows
+from briskbert.training.data.task_data import load_squad, require_columns, require_rows
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.facts import JobFacts
-from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.engine.task import TaskInputs
+from briskbert.training.tasks.finetuning import FinetuningTask
 from briskbert.training.tasks.metrics import squad_metrics
-from briskbert.training.tasks.settings import DataSource, ModelSource, QaSettings
-
-MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def _truncate_questions(questions, tokenizer, max_query_length: int) -> list[str]:
@@ -205,57 +201,14 @@ def nbest_text(nbest) -> str:
     return ""
 
 
-def write_predictions(output_dir: str, predictions: dict, nbest: dict) -> None:
-    """``eval_predictions.json`` and ``eval_nbest_predictions.json`` in ``output_dir``."""
-    for name, content in (("eval_predictions.json", predictions), ("eval_nbest_predictions.json", nbest)):
-        write_atomic(Path(output_dir) / name, json.dumps(content, indent=2, ensure_ascii=False))
-
-
-QA_COLUMNS = {"id": "id", "question": "question", "context": "context", "answers": "answers"}
 METRIC_DEFINITIONS = "exact match and F1 (0-1) with the official SQuAD answer normalisation"
-
-
-@dataclass
-class QaData:
-    train: object
-    evaluation: object | None
-    reports: list[SkipReport] = field(default_factory=list)
-
-
-def load_qa_data(data: DataSource, task: QaSettings) -> QaData:
-    """SQuAD files (article ranges, an extra training file) or a dataset, checked for rows and columns."""
-    import datasets
-
-    from briskbert.training.tasks.finetuning import first_n, load_splits
-
-    reports = []
-
-    def squad(path: str, articles, setting: str):
-        dataset, report = load_squad(path, articles, setting)
-        reports.append(report)
-        return dataset
-
-    if data.dataset_name is not None:
-        train, evaluation = load_splits(data)
-    else:
-        train = squad(data.train_file, task.train_articles, "train_file")
-        evaluation = None
-        if data.validation_file:
-            evaluation = squad(data.validation_file, task.validation_articles, "validation_file")
-    if task.extra_train_file:
-        extra = squad(task.extra_train_file, task.extra_train_articles, "extra_train_file")
-        train = datasets.concatenate_datasets([train, extra.cast(train.features)])
-    train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
-    train = _checked(train, data.describe("train"), task.version_2_with_negative)
-    if evaluation is not None:
-        evaluation = _checked(evaluation, data.describe("validation"), task.version_2_with_negative)
-    return QaData(train, evaluation, reports)
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def _checked(dataset, name: str, version_2: bool):
     """Schema and emptiness checks; ``is_impossible`` derived from empty answers when absent."""
     require_rows(dataset, name)
-    require_columns(dataset, {f"({key})": column for key, column in QA_COLUMNS.items()}, name)
+    require_columns(dataset, {f"({key})": key for key in ("id", "question", "context", "answers")}, name)
     if "is_impossible" not in dataset.column_names:
         dataset = dataset.add_column("is_impossible", [not answers["text"] for answers in dataset["answers"]])
     impossible = sum(dataset["is_impossible"])
@@ -268,67 +221,83 @@ def _checked(dataset, name: str, version_2: bool):
     return dataset
 
 
-def qa_features(data: QaData, tokenizer, task: QaSettings, max_seq_length: int, seed: int, accelerator):
-    """``(train windows, eval windows or None)``; answerless training windows thinned as ``task`` says."""
-    windows = dict(tokenizer=tokenizer, **task.window_kwargs(max_seq_length))
-    with accelerator.main_process_first():
-        train = data.train.map(
-            prepare_train_features,
-            batched=True,
-            remove_columns=data.train.column_names,
-            fn_kwargs=windows,
-            desc="train windows",
-        )
-        evaluation = None
-        if data.evaluation is not None:
-            evaluation = data.evaluation.map(
-                prepare_eval_features,
-                batched=True,
-                remove_columns=data.evaluation.column_names,
-                fn_kwargs=windows,
-                desc="eval windows",
-            )
-    if task.keep_answerless_windows < 1.0:
-        train = keep_some_answerless_windows(train, task.keep_answerless_windows, seed)
-    return train, evaluation
-
-
-class QaTask(Task):
+class QaTask(FinetuningTask):
     """``briskbert finetune-qa``: extractive question answering over windows of long contexts; the saved
-    model names the project's question-answering pipeline. The constructor checks the model folder and
-    reads and validates the SQuAD data, before torch is imported."""
+    model names the project's question-answering pipeline."""
 
-    def __init__(self, model: ModelSource, data: DataSource, settings: QaSettings):
-        from briskbert.training.tasks.finetuning import check_model_inputs
+    pipeline_tag = "question-answering"
+    model_class = "BriskBertForQuestionAnswering"
 
-        self.source, self.data_source, self.settings = model, data, settings
-        settings.window_kwargs(model.max_seq_length)  # the windows' lengths are checked before anything loads
-        self.location = check_model_inputs(model)
-        self.data = load_qa_data(data, settings)
+    def load_data(self) -> None:
+        """SQuAD files (article ranges, an extra training file) or a dataset, checked for rows and columns."""
+        import datasets
+
+        from briskbert.training.tasks.finetuning import first_n, load_splits
+
+        data, task = self.data_source, self.settings
+        self.windows = task.window_kwargs(self.source.max_seq_length)  # checked before anything loads
+        self.reports = []
+
+        def squad(path: str, articles, setting: str):
+            dataset, report = load_squad(path, articles, setting)
+            self.reports.append(report)
+            return dataset
+
+        if data.dataset_name is not None:
+            train, evaluation = load_splits(data)
+        else:
+            train = squad(data.train_file, task.train_articles, "train_file")
+            evaluation = None
+            if data.validation_file:
+                evaluation = squad(data.validation_file, task.validation_articles, "validation_file")
+        if task.extra_train_file:
+            extra = squad(task.extra_train_file, task.extra_train_articles, "extra_train_file")
+            train = datasets.concatenate_datasets([train, extra.cast(train.features)])
+        train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
+        self.train = _checked(train, data.describe("train"), task.version_2_with_negative)
+        self.evaluation = None
+        if evaluation is not None:
+            self.evaluation = _checked(evaluation, data.describe("validation"), task.version_2_with_negative)
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from transformers import DataCollatorWithPadding
 
-        from briskbert.modeling import BriskBertForQuestionAnswering
         from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
-        from briskbert.training.tasks.finetuning import load_starting_model, report_skips
+        from briskbert.training.tasks.finetuning import report_skips
 
-        self.output_dir, data = config.output_dir, self.data
-        model, tokenizer = load_starting_model(
-            BriskBertForQuestionAnswering, self.source, self.location, config.output_dir
-        )
+        self.output_dir, task = config.output_dir, self.settings
+        model, tokenizer = self.load_starting_model(config)
         register_question_answering_pipeline(model.config)  # transformers 5 has none: name ours
-        self.train_features, self.eval_features = qa_features(
-            data, tokenizer, self.settings, self.source.max_seq_length, config.seed, accelerator
-        )
+        windows = dict(tokenizer=tokenizer, **self.windows)
+        with accelerator.main_process_first():
+            self.train_features = self.train.map(
+                prepare_train_features,
+                batched=True,
+                remove_columns=self.train.column_names,
+                fn_kwargs=windows,
+                desc="train windows",
+            )
+            self.eval_features = None
+            if self.evaluation is not None:
+                self.eval_features = self.evaluation.map(
+                    prepare_eval_features,
+                    batched=True,
+                    remove_columns=self.evaluation.column_names,
+                    fn_kwargs=windows,
+                    desc="eval windows",
+                )
+        if task.keep_answerless_windows < 1.0:
+            self.train_features = keep_some_answerless_windows(
+                self.train_features, task.keep_answerless_windows, config.seed
+            )
         eval_inputs = None
-        windows = f"Training: {len(data.train)} questions -> {len(self.train_features)} windows"
+        counts = f"Training: {len(self.train)} questions -> {len(self.train_features)} windows"
         if self.eval_features is not None:
-            windows += f"; evaluation: {len(data.evaluation)} questions -> {len(self.eval_features)} windows"
+            counts += f"; evaluation: {len(self.evaluation)} questions -> {len(self.eval_features)} windows"
             columns = [c for c in MODEL_INPUTS if c in self.eval_features.column_names]
             eval_inputs = self.eval_features.select_columns(columns)
-        accelerator.print(windows)
-        self.skipped = report_skips(accelerator, *data.reports)
+        accelerator.print(counts)
+        self.skipped = report_skips(accelerator, *self.reports)
         return TaskInputs(
             model=model,
             train_dataset=self.train_features,
@@ -353,7 +322,7 @@ class QaTask(Task):
             },
         )
         predictions, nbest = postprocess_qa_predictions(
-            self.data.evaluation,
+            self.evaluation,
             self.eval_features,
             gathered["start"].numpy(),
             gathered["end"].numpy(),
@@ -363,36 +332,35 @@ class QaTask(Task):
             null_score_diff_threshold=task.null_score_diff_threshold,
         )
         if accelerator.is_main_process:
-            write_predictions(self.output_dir, predictions, nbest)
-        references = {example["id"]: list(example["answers"]["text"]) for example in self.data.evaluation}
+            for name, content in (
+                ("eval_predictions.json", predictions),
+                ("eval_nbest_predictions.json", nbest),
+            ):
+                write_atomic(Path(self.output_dir) / name, json.dumps(content, indent=2, ensure_ascii=False))
+        references = {example["id"]: list(example["answers"]["text"]) for example in self.evaluation}
         return squad_metrics(predictions, references, version_2=task.version_2_with_negative)
 
-    def facts(self) -> JobFacts:
-        from briskbert.training.tasks.finetuning import card_source_facts
+    def data_facts(self) -> dict:
+        extra = self.settings.extra_train_file
+        return self.data_source.card_facts(extra_train_files=(extra,) if extra else ())
 
-        task, data = self.settings, self.data
-        extra = (task.extra_train_file,) if task.extra_train_file else ()
-        return JobFacts(
-            task="question-answering",
-            pipeline_tag="question-answering",
-            **card_source_facts(self.source),
-            **self.data_source.card_facts(extra_train_files=extra),
-            details={
-                "train_articles": _range_text(task.train_articles),
-                "extra_train_articles": _range_text(task.extra_train_articles),
-                "validation_articles": _range_text(task.validation_articles),
-                "num_train_questions": len(data.train),
-                "num_train_windows": len(self.train_features),
-                "keep_answerless_windows": task.keep_answerless_windows,
-                "num_eval_questions": len(data.evaluation) if data.evaluation is not None else 0,
-                "max_seq_length": self.source.max_seq_length,
-                "doc_stride": task.doc_stride,
-                "version_2_with_negative": task.version_2_with_negative,
-                "metric_definitions": METRIC_DEFINITIONS,
-                "data_skipped": self.skipped,
-            },
-        )
+    def details(self) -> dict:
+        task = self.settings
 
+        def articles(span):
+            return None if span is None else f"{span[0]}:{span[1]}"
 
-def _range_text(articles: tuple[int, int] | None) -> str | None:
-    return None if articles is None else f"{articles[0]}:{articles[1]}"
+        return {
+            "train_articles": articles(task.train_articles),
+            "extra_train_articles": articles(task.extra_train_articles),
+            "validation_articles": articles(task.validation_articles),
+            "num_train_questions": len(self.train),
+            "num_train_windows": len(self.train_features),
+            "keep_answerless_windows": task.keep_answerless_windows,
+            "num_eval_questions": len(self.evaluation) if self.evaluation is not None else 0,
+            "max_seq_length": self.source.max_seq_length,
+            "doc_stride": task.doc_stride,
+            "version_2_with_negative": task.version_2_with_negative,
+            "metric_definitions": METRIC_DEFINITIONS,
+            "data_skipped": self.skipped,
+        }

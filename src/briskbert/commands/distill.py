@@ -24,8 +24,6 @@ def main(argv=None):
     setup, data, settings, config = parse(
         __doc__, DistillSettings, DataSource, ClassificationSettings, TrainingConfig, argv=argv
     )
-
-    # The task checks the model folders first: a wrong path costs a second, not the import of torch.
     from briskbert.commands.training_run import train
     from briskbert.training.tasks.distill import DistillationTask
 

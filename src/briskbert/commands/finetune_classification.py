@@ -24,16 +24,11 @@ def main(argv=None):
     model, data, settings, config = parse(
         __doc__, ModelSource, DataSource, ClassificationSettings, TrainingConfig, argv=argv
     )
-
-    # The task checks the model folder and reads the data first: a wrong path or a bad file costs a
-    # second, not the import of torch and a model.
+    from briskbert.commands.training_run import train
     from briskbert.training.tasks.classification import ClassificationTask
 
-    task = ClassificationTask(model, data, settings)
-
-    from briskbert.commands.training_run import train
-
-    return train(task, config)
+    # the task checks the model folder and reads the data before torch is imported
+    return train(ClassificationTask(model, data, settings), config)
 
 
 if __name__ == "__main__":

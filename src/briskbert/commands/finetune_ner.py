@@ -25,14 +25,11 @@ def main(argv=None):
     model, data, settings, config = parse(
         __doc__, ModelSource, DataSource, NerSettings, TrainingConfig, argv=argv, max_seq_length=256
     )
-
+    from briskbert.commands.training_run import train
     from briskbert.training.tasks.ner import NerTask
 
-    task = NerTask(model, data, settings)  # checks the model folder and the data before torch is imported
-
-    from briskbert.commands.training_run import train
-
-    return train(task, config)
+    # the task checks the model folder and reads the data before torch is imported
+    return train(NerTask(model, data, settings), config)
 
 
 if __name__ == "__main__":

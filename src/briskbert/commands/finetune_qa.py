@@ -28,16 +28,11 @@ def main(argv=None):
     model, data, settings, config = parse(
         __doc__, ModelSource, DataSource, QaSettings, TrainingConfig, argv=argv, max_seq_length=384
     )
-
-    # The task checks the model folder and reads the data first: a wrong path or a bad file costs a
-    # second, not the import of torch and a model.
+    from briskbert.commands.training_run import train
     from briskbert.training.tasks.qa import QaTask
 
-    task = QaTask(model, data, settings)
-
-    from briskbert.commands.training_run import train
-
-    return train(task, config)
+    # the task checks the model folder and reads the data before torch is imported
+    return train(QaTask(model, data, settings), config)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ from briskbert.training.tasks.pretraining_settings import (
 
 
 def main(argv: list[str] | None = None):
-    """Parse and check the flags, then prepare the data and train (a user error is a ``UserError``: one
-    ``error: ...`` line from ``briskbert``, exit status 2)."""
     data, model, masking, config = parse(
         __doc__,
         PretrainingData,
@@ -36,7 +34,6 @@ def main(argv: list[str] | None = None):
         weight_decay=0.01,
     )
     settings = PretrainingSettings(data, model, masking)
-
     from briskbert.commands.training_run import train
     from briskbert.training.tasks.pretraining import PretrainingTask
 
