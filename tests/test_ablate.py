@@ -9,15 +9,19 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from briskbert.cli import main
 from briskbert.errors import UserError
-from briskbert.training.experiments import ablation as harness
-from briskbert.training.experiments.ablation import ACCEPTED_FORMS, RUN_RECORD, parse_variant
+from briskbert.training.experiments.ablation import (
+    ACCEPTED_FORMS,
+    RUN_RECORD,
+    AblationSettings,
+    parse_variants,
+    run_pretraining,
+)
 
 EXCERPT = Path(__file__).resolve().parents[1] / "data" / "wikitext2_excerpt.txt"
 RECORDER = Path(__file__).with_name("first_batch_recorder.py")
@@ -85,17 +89,17 @@ def test_an_interrupted_run_is_resumed_and_one_with_other_flags_refused(tmp_path
         "(out / 'final').mkdir(); (out / 'final' / 'config.json').write_text('{}'); "
         "(out / 'all_results.json').write_text('{}')"
     )
-    variant = harness.Variant("bert", "bert-tiny")
-    plan = harness.AblationPlan(tmp_path, [variant], [1], [], launcher=(sys.executable, "-c", finish))
-    argv = plan.pretrain_argv(variant, 1)
-    interrupted = harness.RunRecord(argv, [harness.Segment(argv, 130, wall_time_s=5.0, peak_rss_mib=900.0)])
-    interrupted.save(plan.run_dir(variant, 1) / RUN_RECORD)
-    record = harness.run_pretraining(plan, variant, 1)
-    # the earlier segment is kept and counted (the stand-in's own peak includes the forking process's pages)
-    assert len(record.segments) == 2 and record.wall_time_s > 5.0 and record.peak_rss_mib >= 900.0
-    assert record.segments[1].argv[-2:] == ["--resume_from_checkpoint", "latest"]
+    launcher = shlex.join([sys.executable, "-c", finish])
+    settings = AblationSettings(["bert-tiny"], str(tmp_path), train_file=str(EXCERPT), launcher=launcher)
+    argv, run_dir = ["pretrain", "--output_dir", str(tmp_path / "run")], tmp_path / "run"
+    segment = {"argv": argv, "returncode": 130, "wall_time_s": 5.0, "peak_rss_mib": 900.0}
+    run_dir.mkdir()
+    (run_dir / RUN_RECORD).write_text(json.dumps({"argv": argv, "segments": [segment]}))
+    record = run_pretraining(settings, argv, run_dir, "bert seed 1")
+    assert [s["wall_time_s"] > 0 for s in record["segments"]] == [True, True]  # the earlier one is kept
+    assert record["segments"][1]["argv"][-2:] == ["--resume_from_checkpoint", "latest"]
     with pytest.raises(UserError, match="was run with other flags"):
-        harness.run_pretraining(replace(plan, pretrain_args=["--learning_rate", "1"]), variant, 1)
+        run_pretraining(settings, [*argv, "--learning_rate", "1"], run_dir, "bert seed 1")
 
 
 @pytest.mark.parametrize(
@@ -122,9 +126,15 @@ def test_malformed_configs_entry_is_refused_before_anything_runs(entry, lists_th
 
 
 def test_variant_forms():
-    assert parse_variant("bert-tiny").config_name == "bert-tiny"
-    variant = parse_variant("glu:bert-tiny:mlp_type=glu,num_hidden_layers=4,attention_bias=false", {"x": 1})
-    assert (variant.name, variant.config_name) == ("glu", "bert-tiny")
-    assert variant.overrides == {"x": 1, "mlp_type": "glu", "num_hidden_layers": 4, "attention_bias": False}
-    assert variant.pretrain_flags()[-1] == "x=1,mlp_type=glu,num_hidden_layers=4,attention_bias=false"
-    assert parse_variant("configs/my.json").name == "my"
+    preset, glu, from_file = parse_variants(
+        ["bert-tiny", "glu:bert-tiny:mlp_type=glu,attention_bias=false", "configs/my.json"], "x=1"
+    )
+    assert (preset.name, preset.config_name, preset.overrides) == ("bert-tiny", "bert-tiny", "x=1")
+    assert (glu.name, glu.config_name, glu.overrides) == (
+        "glu",
+        "bert-tiny",
+        "x=1,mlp_type=glu,attention_bias=false",
+    )
+    assert (from_file.name, from_file.config_name) == ("my", "configs/my.json")
+    with pytest.raises(UserError, match=r"the variant name\(s\) \['a'\] appear more than once"):
+        parse_variants(["a:bert-tiny", "a:modern-tiny"], None)

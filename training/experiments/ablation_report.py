@@ -8,26 +8,21 @@ import json
 import math
 import shlex
 import statistics
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from briskbert.files import write_atomic
+from briskbert.files import file_digest, write_atomic
 from briskbert.training.experiments.ablation import (
-    HISTORY_FILE,
-    PROBE_DIR,
-    RESULTS_FILE,
-    AblationPlan,
-    RunRecord,
+    AblationSettings,
     read_history,
-    tokenizer_sha256,
+    tokenizer_file,
+    wall_time_s,
 )
+from briskbert.training.tasks.pretraining_settings import parse_config_overrides
 
 
-@dataclass(frozen=True)
-class Column:
-    """A column of the table: the per-run key, its header, how to print it, and which way is better."""
-
-    key: str
+class Column(NamedTuple):
+    key: str  # in each run's numbers
     header: str
     digits: int
     better: str | None = None  # "lower", "higher", or None (a property, not a score)
@@ -46,13 +41,10 @@ COLUMNS = (
 )
 PROBE_COLUMN = Column("probe_metric", "probe accuracy (%)", 1, "higher", scale=100)
 # What the report takes from each run's all_results.json.
-RUN_RESULTS = (
-    "eval_loss", "eval_accuracy", "eval_perplexity", "train_tokens_per_s", "train_runtime_s", "train_steps",
-    "tokens_seen",
-)  # fmt: skip
+RUN_RESULTS = ("eval_loss", "eval_accuracy", "eval_perplexity", "train_tokens_per_s", "train_runtime_s",
+               "train_steps", "tokens_seen")  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------- one run
 def count_parameters(model_dir: Path) -> tuple[int, int]:
     """(all, non-embedding) parameters of a saved model, from its safetensors headers. Embeddings are the token,
     position and token-type tables and an untied output decoder; tied weights are stored (and counted) once."""
@@ -91,29 +83,28 @@ def validation_curve(history: list[dict]) -> list[dict]:
     ]
 
 
-def read_run(run_dir: Path, record: RunRecord, probe_metric: str | None) -> dict:
+def read_run(run_dir: Path, record: dict, probe: bool) -> dict:
     """One run's numbers: what pretraining wrote plus what the harness measured."""
-    results = json.loads((run_dir / RESULTS_FILE).read_text())
-    history = read_history(run_dir / HISTORY_FILE)
+    results = json.loads((run_dir / "all_results.json").read_text())
     parameters, non_embedding = count_parameters(run_dir / "final")
     run = {
         "parameters": parameters,
         "non_embedding_parameters": non_embedding,
         **{key: results.get(key) for key in RUN_RESULTS},
-        "peak_rss_mib": record.peak_rss_mib,
-        "wall_time_s": round(record.wall_time_s, 1),
-        "processes": len(record.segments),
-        "tokenizer_sha256": tokenizer_sha256(run_dir / "final"),
-        "command": shlex.join(["briskbert", *record.argv]),
-        "curve": validation_curve(history),
+        "peak_rss_mib": max((segment["peak_rss_mib"] for segment in record["segments"]), default=None),
+        "wall_time_s": round(wall_time_s(record), 1),
+        "processes": len(record["segments"]),
+        "tokenizer_sha256": file_digest(tokenizer_file(run_dir / "final")),
+        "command": shlex.join(["briskbert", *record["argv"]]),
+        "curve": validation_curve(read_history(run_dir / "log_history.jsonl")),
     }
-    if probe_metric is not None:
-        probe_results = json.loads((run_dir / PROBE_DIR / RESULTS_FILE).read_text())
-        run["probe_metric"] = probe_results.get(probe_metric)
+    if probe:
+        run["probe_metric"] = json.loads((run_dir / "probe" / "all_results.json").read_text()).get(
+            "eval_accuracy"
+        )
     return run
 
 
-# ------------------------------------------------------------------------------------------ aggregation
 def spread(values: list) -> dict:
     """Mean and sample standard deviation over seeds (None values, e.g. a missing metric, are left out)."""
     numbers = [float(v) for v in values if v is not None]
@@ -123,71 +114,55 @@ def spread(values: list) -> dict:
     return {"mean": statistics.fmean(numbers), "spread": deviation, "n": len(numbers)}
 
 
-def best_variants(summaries: dict[str, dict], columns: tuple[Column, ...]) -> dict[str, list[str]]:
-    """Per scored column, the variant(s) with the best mean."""
-    best = {}
-    for column in columns:
-        means = {
-            name: s[column.key]["mean"] for name, s in summaries.items() if s[column.key]["mean"] is not None
-        }
-        if column.better is None or not means:
-            continue
-        target = (min if column.better == "lower" else max)(means.values())
-        best[column.key] = [name for name, mean in means.items() if mean == target]
-    return best
-
-
-def build_results(plan: AblationPlan, records: dict, tokenizer_folder: Path) -> dict:
-    probe_metric = plan.probe.metric if plan.probe else None
-    columns = COLUMNS + ((PROBE_COLUMN,) if plan.probe else ())
-    runs = {
-        variant.name: {
-            seed: read_run(plan.run_dir(variant, seed), records[variant.name, seed], probe_metric)
-            for seed in plan.seeds
-        }
-        for variant in plan.variants
-    }
-    shared_sha256 = tokenizer_sha256(tokenizer_folder)
-    for name, by_seed in runs.items():  # a run on another tokenizer would not be a fair comparison
-        for seed, run in by_seed.items():
-            if run["tokenizer_sha256"] != shared_sha256:
+def build_results(settings: AblationSettings, records: dict) -> dict:
+    columns = COLUMNS + ((PROBE_COLUMN,) if settings.finetune_probe else ())
+    shared_sha256 = file_digest(tokenizer_file(settings.tokenizer_dir))
+    variants, best = [], {}
+    for variant in settings.variants:
+        runs = {}
+        for seed in settings.seeds:
+            run_dir = Path(settings.output_dir) / variant.name / f"seed{seed}"
+            run = runs[str(seed)] = read_run(
+                run_dir, records[variant.name, seed], bool(settings.finetune_probe)
+            )
+            if (
+                run["tokenizer_sha256"] != shared_sha256
+            ):  # a run on another tokenizer would not be a fair comparison
                 raise RuntimeError(
-                    f"{name} seed {seed} saved a tokenizer that differs from the shared one "
+                    f"{variant.name} seed {seed} saved a tokenizer that differs from the shared one "
                     f"(sha256 {run['tokenizer_sha256'][:12]} vs {shared_sha256[:12]})."
                 )
-    summaries = {
-        name: {c.key: spread([run[c.key] for run in by_seed.values()]) for c in columns}
-        for name, by_seed in runs.items()
-    }
-    return {
-        "variants": [
+        summary = {c.key: spread([run[c.key] for run in runs.values()]) for c in columns}
+        variants.append(
             {
                 "name": variant.name,
                 "config_name": variant.config_name,
-                "config_overrides": variant.overrides,
-                "summary": summaries[variant.name],
-                "runs": {str(seed): run for seed, run in runs[variant.name].items()},
+                "config_overrides": parse_config_overrides(variant.overrides),
+                "summary": summary,
+                "runs": runs,
             }
-            for variant in plan.variants
-        ],
-        "best": best_variants(summaries, columns),
-        "seeds": plan.seeds,
-        "max_train_steps": plan.max_train_steps,
-        "max_train_seconds": plan.max_train_seconds,
-        "pretrain_args": plan.pretrain_args,
-        "tokenizer": {"path": str(tokenizer_folder), "sha256": shared_sha256},
-        "probe": asdict(plan.probe) if plan.probe else None,
+        )
+    for column in columns:  # per scored column, the variant(s) with the best mean
+        means = {v["name"]: v["summary"][column.key]["mean"] for v in variants}
+        means = {name: mean for name, mean in means.items() if mean is not None}
+        if column.better and means:
+            target = (min if column.better == "lower" else max)(means.values())
+            best[column.key] = [name for name, mean in means.items() if mean == target]
+    probe = settings.finetune_probe and {
+        "train_file": settings.finetune_probe,
+        "validation_file": settings.probe_validation_file,
+        "extra_args": shlex.split(settings.probe_args),
+        "metric": "eval_accuracy",
     }
-
-
-# --------------------------------------------------------------------------------------------- outputs
-def _cell(summary: dict, column: Column, best: bool) -> str:
-    if summary["mean"] is None:
-        return "–"
-    text = f"{summary['mean'] * column.scale:,.{column.digits}f}"
-    if summary["n"] > 1 and column.better is not None:
-        text += f" ± {summary['spread'] * column.scale:,.{column.digits}f}"
-    return f"**{text}**" if best else text
+    return {
+        "variants": variants,
+        "best": best,
+        "seeds": settings.seeds,
+        "max_train_steps": settings.steps,
+        "max_train_seconds": settings.max_train_seconds,
+        "tokenizer": {"path": str(settings.tokenizer_dir), "sha256": shared_sha256},
+        "probe": probe or None,
+    }
 
 
 def markdown_table(results: dict) -> str:
@@ -202,10 +177,14 @@ def markdown_table(results: dict) -> str:
         config = variant["config_name"] + "".join(
             f", {k}={v}" for k, v in variant["config_overrides"].items()
         )
-        cells = [
-            _cell(variant["summary"][c.key], c, variant["name"] in results["best"].get(c.key, []))
-            for c in columns
-        ]
+        cells = []
+        for column in columns:
+            summary = variant["summary"][column.key]
+            text = "–" if summary["mean"] is None else f"{summary['mean'] * column.scale:,.{column.digits}f}"
+            if summary["n"] > 1 and column.better is not None:
+                text += f" ± {summary['spread'] * column.scale:,.{column.digits}f}"
+            best = variant["name"] in results["best"].get(column.key, [])
+            cells.append(f"**{text}**" if best and summary["mean"] is not None else text)
         lines.append(f"| {variant['name']} | {config} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -239,21 +218,17 @@ def plot_curves(results: dict, path: Path) -> None:
         if axis.lines:
             axis.legend()
     seeds = len(results["seeds"])
-    fig.suptitle(
-        f"Validation MLM loss, mean over {seeds} seed{'s' if seeds > 1 else ''}"
-        + (" (band: min–max)" if seeds > 1 else "")
-    )
+    band = " (band: min–max)" if seeds > 1 else ""
+    fig.suptitle(f"Validation MLM loss, mean over {seeds} seed{'s' if seeds > 1 else ''}{band}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def write_report(
-    plan: AblationPlan, records: dict[tuple[str, int], RunRecord], tokenizer_folder: Path
-) -> dict:
-    """Write ``results.json``, ``results.md`` and ``curves.png`` into the plan's output folder."""
-    results = build_results(plan, records, tokenizer_folder)
-    write_atomic(plan.output_dir / "results.json", json.dumps(results, indent=2))
+def write_report(settings: AblationSettings, records: dict) -> dict:
+    """Write ``results.json``, ``results.md`` and ``curves.png`` into the output folder; returns the results."""
+    results, out = build_results(settings, records), Path(settings.output_dir)
+    write_atomic(out / "results.json", json.dumps(results, indent=2))
     seeds = ", ".join(map(str, results["seeds"]))
     table = (
         "# Ablation results\n\n"
@@ -264,6 +239,6 @@ def write_report(
         f"the process's maximum resident memory. Every run used the tokenizer with sha256 "
         f"{results['tokenizer']['sha256'][:16]}….\n"
     )
-    write_atomic(plan.output_dir / "results.md", table)
-    plot_curves(results, plan.output_dir / "curves.png")
+    write_atomic(out / "results.md", table)
+    plot_curves(results, out / "curves.png")
     return results
