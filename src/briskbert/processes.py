@@ -11,11 +11,8 @@ RESUME_COMMAND_VARIABLE = "BRISKBERT_RESUME_COMMAND"
 
 
 def briskbert_argv(*args: str) -> list[str]:
-    """``python -m briskbert ARGS`` with this interpreter, importing nothing from the current directory.
-
-    ``python -m`` puts the current directory first on ``sys.path``; ``-P`` (Python 3.11+) leaves it out, so a
-    folder or file named like a project module where the user stands can never replace the installed package.
-    """
+    """``python -m briskbert ARGS`` with this interpreter; ``-P`` (3.11+) keeps the current directory off
+    ``sys.path``, so nothing named like a project module where the user stands replaces the installed package."""
     safe_path = ("-P",) if sys.version_info >= (3, 11) else ()
     return [sys.executable, *safe_path, "-m", "briskbert", *args]
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
+from briskbert.inputs import WEIGHT_FILES
 from briskbert.training.engine.checkpointing import intact_checkpoint
 from briskbert.training.engine.config import TrainingSetupError
-
-# The weight files ``save_pretrained`` and ``accelerator.save_state`` write, in the order to name them.
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 class TrainingDiverged(UserError):

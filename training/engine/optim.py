@@ -8,11 +8,8 @@ from transformers import get_scheduler
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Trainable parameters split into a decayed and a non-decayed group (tied ones listed once).
-
-    Not decayed: every bias, and every parameter of an embedding or a norm, decided by module type (any class
-    whose name ends in ``Norm``: ``RMSNorm``, ``nn.GroupNorm``, ...), not by parameter name.
-    """
+    """Trainable parameters (tied ones once) in a decayed group and a group without decay: every bias, and the
+    parameters of embeddings and norms (by module type: any class whose name ends in ``Norm``)."""
     no_decay: set[int] = set()
     for module in model.modules():
         is_norm = isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm")
@@ -43,11 +40,8 @@ def create_optimizer(
 def create_scheduler(
     optimizer, name: str, num_warmup_steps: int, num_training_steps: int, decay_ratio: float = 0.2
 ):
-    """A transformers scheduler by name (one of ``SCHEDULER_NAMES``: ``TrainingConfig`` checks it).
-
-    ``warmup_stable_decay`` decays linearly over the last ``decay_ratio`` of the steps; the two ``*_min_lr``
-    cosines end at a tenth of the peak learning rate (transformers requires a floor for them).
-    """
+    """A transformers scheduler by name; ``warmup_stable_decay`` decays linearly over the last ``decay_ratio``
+    of the steps, the ``*_min_lr`` cosines end at a tenth of the peak rate (transformers requires a floor)."""
     kwargs = {}
     if name == "warmup_stable_decay":
         num_decay = max(1, round(decay_ratio * num_training_steps))
