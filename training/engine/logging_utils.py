@@ -108,58 +108,49 @@ class LogInterval:
         return entry
 
 
-PROGRESS_LINES = 10  # plain progress lines per run in a file or a pipe, and one at least every
-PROGRESS_SECONDS = 300
-
-
-def progress_bar(total: int, initial: int = 0, disable: bool = False, desc: str = "training", stream=None):
+def progress_bar(total: int, initial: int = 0, disable: bool = False, stream=None):
     """tqdm's bar on a terminal; plain :class:`ProgressLines` in a file or a pipe (no carriage returns)."""
     stream = stream or sys.stderr
     if disable or (hasattr(stream, "isatty") and stream.isatty()):
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, initial=initial, disable=disable, desc=desc, dynamic_ncols=True, file=stream)
-    return ProgressLines(total, initial, desc, stream)
+        return tqdm(
+            total=total, initial=initial, disable=disable, desc="training", dynamic_ncols=True, file=stream
+        )
+    return ProgressLines(total, initial, stream)
 
 
 class ProgressLines:
-    """``training: step 30/60 (50%), 12 s, about 12 s left, loss 2.31``, every tenth of the run; a step's line
-    waits for its postfix (set right after ``update`` when the step logs), so the loss shown is current."""
+    """``training: step 30/60 (50%), 12 s, about 12 s left, loss 2.31`` every tenth of the run (and at least every
+    5 minutes); a step's line waits for its postfix (set right after ``update`` when the step logs)."""
 
-    def __init__(self, total: int, initial: int, desc: str, stream):
-        self.total, self.n, self.desc, self.stream = total, initial, desc, stream
-        self.first, self.start = initial, monotonic()
-        self.last_line = self.start
-        self.every = max(1, math.ceil(total / PROGRESS_LINES))
+    def __init__(self, total: int, initial: int, stream):
+        self.total, self.n, self.first, self.stream = total, initial, initial, stream
+        self.start = self.last_line = monotonic()
+        self.every = max(1, math.ceil(total / 10))
         self.postfix, self.due = "", False
 
     def update(self, n: int = 1) -> None:
-        self._flush()
+        self.close()
         self.n += n
-        now = monotonic()
-        self.due = (
-            self.n % self.every == 0 or self.n >= self.total or now - self.last_line >= PROGRESS_SECONDS
-        )
+        self.due = self.n % self.every == 0 or self.n >= self.total or monotonic() - self.last_line >= 300
 
     def set_postfix(self, **values) -> None:
         self.postfix = ", ".join(f"{key} {value}" for key, value in values.items())
-        self._flush()
+        self.close()
 
     def close(self) -> None:
-        self._flush()
-
-    def _flush(self) -> None:
+        """Print the line that is due, if any."""
         if not self.due:
             return
         self.due, self.last_line = False, monotonic()
         elapsed = self.last_line - self.start
-        parts = [
-            f"{self.desc}: step {self.n}/{self.total} ({100 * self.n // max(self.total, 1)}%)",
-            f"{elapsed:.0f} s",
-        ]
+        line = (
+            f"training: step {self.n}/{self.total} ({100 * self.n // max(self.total, 1)}%), {elapsed:.0f} s"
+        )
         if self.first < self.n < self.total:
-            parts.append(f"about {elapsed / (self.n - self.first) * (self.total - self.n):.0f} s left")
-        print(", ".join(parts + ([self.postfix] if self.postfix else [])), file=self.stream, flush=True)
+            line += f", about {elapsed / (self.n - self.first) * (self.total - self.n):.0f} s left"
+        print(line + (f", {self.postfix}" if self.postfix else ""), file=self.stream, flush=True)
 
 
 def format_evaluation(entry: dict) -> str:
