@@ -38,15 +38,6 @@ def test_soft_targets_are_the_t_squared_scaled_kl_of_softened_distributions():
     assert float(regression) == pytest.approx(float(((student[:, 0] - teacher[:, 0]) ** 2).mean()), rel=1e-6)
 
 
-def test_token_tasks_average_the_soft_loss_over_the_selected_positions_only():
-    generator = torch.Generator().manual_seed(1)
-    student, teacher = torch.randn(2, 5, 4, generator=generator), torch.randn(2, 5, 4, generator=generator)
-    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
-    loss = soft_target_loss(student, teacher, 2.0, "single_label_classification", mask)
-    expected = reference_kl(student, teacher, 2.0)[mask.bool()].mean() * 4.0
-    assert float(loss) == pytest.approx(float(expected), rel=1e-5)
-
-
 def tiny(head, layers: int, seed: int, hidden_size: int = 32):
     torch.manual_seed(seed)
     config = BriskBertConfig.from_preset(
@@ -84,11 +75,8 @@ def test_the_training_loss_mixes_soft_hard_and_hidden_state_losses_as_weighted()
     hidden = torch.stack(
         [
             (own.hidden_states[s] - theirs.hidden_states[t]).pow(2).mean(-1)[real].mean()
-            for s, t in [
-                (0, 0),
-                (1, 2),
-                (2, 4),
-            ]  # embeddings, then student layer k against teacher layer map[k]
+            # embeddings, then student layer k against teacher layer map[k]
+            for s, t in [(0, 0), (1, 2), (2, 4)]
         ]
     ).mean()
     expected = 0.7 * soft + 0.3 * own.loss + 0.5 * hidden
@@ -121,30 +109,3 @@ def test_token_distillation_learns_only_from_labelled_positions():
     assert float(loss) == pytest.approx(float(expected), rel=1e-4)  # a loss near 0.01: float32 rounding
     everywhere = reference_kl(own, theirs, 2.0)[inputs["attention_mask"].bool()].mean() * 4.0
     assert float(loss) != pytest.approx(float(everywhere), rel=1e-2)  # the mask makes a difference here
-
-
-def test_a_narrower_student_without_hidden_state_loss_needs_no_projection():
-    student = tiny(BriskBertForSequenceClassification, 2, seed=0, hidden_size=16)
-    teacher = tiny(BriskBertForSequenceClassification, 4, seed=1)
-    model = DistillationModel(student, teacher, alpha_kd=1.0, hidden_loss_weight=0.0)
-    inputs = batch(torch.tensor([0, 2]))
-    loss = model.train()(**inputs).loss.detach()
-    with torch.no_grad():
-        theirs = teacher(**{k: v for k, v in inputs.items() if k != "labels"}).logits
-        expected = reference_kl(student(**inputs).logits, theirs, 2.0).mean() * 4.0
-    # Near-identical untrained models: a KL near 1e-4, where float32 rounding reaches 1e-3 of it.
-    assert model.projection is None and float(loss) == pytest.approx(float(expected), rel=1e-2)
-
-
-def test_multi_label_distillation_averages_over_examples():
-    student = tiny(BriskBertForSequenceClassification, 2, seed=0)
-    teacher = tiny(BriskBertForSequenceClassification, 4, seed=1)
-    for model in (student, teacher):
-        model.config.problem_type = "multi_label_classification"
-    model = DistillationModel(student, teacher, temperature=2.0, alpha_kd=1.0)
-    inputs = batch(torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))  # several labels per example
-    loss = model.train()(**inputs).loss.detach()
-    with torch.no_grad():
-        theirs = teacher(**{k: v for k, v in inputs.items() if k != "labels"}).logits
-        expected = reference_kl(student(**inputs).logits, theirs, 2.0).mean() * 4.0
-    assert float(loss) == pytest.approx(float(expected), rel=1e-2)  # a KL near 1e-4 (see above)

@@ -1,12 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Fine-tuning scripts end to end on tiny models and the bundled excerpts, plus the task pieces they
-are built from (label inference, word/sub-word alignment, QA windows and decoding, distillation) and
-the bad-input errors a user meets before any training step.
-
-Each end-to-end run trains a 2-layer, 128-wide model for a few steps (a few seconds each): what is
-checked is the plumbing a user relies on (a loadable output folder with labels, metrics and card facts),
-not accuracy; real accuracies are in docs/results.md.
-"""
+"""The fine-tuning jobs end to end on a 2-layer model and the bundled excerpts (the plumbing a user relies on:
+a loadable folder with labels, metrics and card facts, not accuracy), and the task pieces they are built from."""
 
 import importlib
 import json
@@ -16,12 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from briskbert.errors import UserError
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
 from briskbert.training.engine.facts import read_training_facts
 from briskbert.training.tasks import qa
 from briskbert.training.tasks.classification import infer_label_spec
-from briskbert.training.tasks.distill import DistillationModel, soft_target_loss, student_from_teacher
+from briskbert.training.tasks.distill import DistillationModel, student_from_teacher
 from briskbert.training.tasks.ner import build_label_list, tokenize_and_align_labels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,45 +170,18 @@ def test_training_from_a_model_with_nan_weights_is_refused(tiny_model_dir, tmp_p
     assert not (tmp_path / "out" / "final").exists()
 
 
-def test_a_run_whose_loss_diverges_stops_with_one_line_and_keeps_its_checkpoint(
-    tiny_model_dir, tmp_path, capsys
-):
-    """A learning rate of 1e30: the first step throws the weights to ~1e30, the next forward overflows."""
-    rows = "".join(f"a sentence number {i}\t{i / 7}\n" for i in range(24))
-    train = _write(tmp_path / "t.tsv", "sentence\tlabel\n" + rows)
-    out = tmp_path / "out"
-    argv = ["finetune-classification", "--model_name_or_path", tiny_model_dir, "--train_file", train]
-    argv += ["--learning_rate", "1e30", "--max_train_steps", "4", "--checkpointing_steps", "1"]
-    error = _one_error_line([*argv, "--output_dir", str(out), *FAST], capsys)
-    assert "became nan at step 2" in error or "became inf at step 2" in error, error
-    assert f"the last good checkpoint is {out / 'step_1'}" in error
-    assert [p.name for p in out.glob("step_*")] == ["step_1"] and not (out / "final").exists()
-
-
 def test_label_names_name_integer_ids_and_order_text_labels():
     spec = infer_label_spec(["0", "1", "1"], ["1"], label_names=["negative", "positive"])
     assert spec.label_list == ["negative", "positive"] and spec.encode("1") == 1 and spec.encode(0) == 0
-    assert spec.config_kwargs()["id2label"] == {0: "negative", 1: "positive"}
     spec = infer_label_spec(["pos", "neg"], label_names=["pos", "neg"])  # text labels: the names fix the ids
     assert spec.encode("neg") == 1 and spec.label_list == ["pos", "neg"]
-    with pytest.raises(
-        DataError, match=r"2 names \(label ids 0..1\) but the labels found in .* are \[0, 1, 2\]"
-    ):
-        infer_label_spec([0, 1, 2], label_names=["negative", "positive"])
     with pytest.raises(DataError, match=r"never seen in label_names: \['neutral'\]"):
         infer_label_spec(["pos", "neutral"], label_names=["neg", "pos"])
 
 
 @pytest.mark.parametrize(
     ("train_labels", "eval_labels", "names", "message"),
-    [  # three names for 0/1 data would call the positive class "neutral"
-        (
-            [0, 1, 1],
-            [1],
-            ["negative", "neutral", "positive"],
-            r"3 names \(label ids 0..2\) but the labels found in "
-            r"the training data and the evaluation data are \[0, 1\]; give one name per label found",
-        ),
+    [  # (three names for 0/1 data would call the positive class "neutral": a test_bad_inputs row)
         (
             ["1", "0"],
             None,
@@ -247,27 +213,9 @@ def test_label_inference_rules():
     assert hot.multi_hot and hot.num_labels == 3
 
 
-@pytest.mark.parametrize(
-    "train_labels, eval_labels, message",
-    [(["pos", "1", "neg"], None, "mixes types"), (["0", "1"], [["0"]], "must agree")],
-)
-def test_bad_labels_raise_clear_errors(train_labels, eval_labels, message):
-    with pytest.raises(DataError, match=message):
-        infer_label_spec(train_labels, eval_labels)
-
-
 def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
     script = _script("finetune_classification")
     base = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "x"), *FAST]
-    train = _write(tmp_path / "t.csv", "text,label\ngood,1\nbad,0\n")
-    with pytest.raises(DataError, match=r"label_column='sentiment'.*Available columns: \['text', 'label'\]"):
-        script.main([*base, "--train_file", train, "--label_column", "sentiment"])
-    empty = _write(tmp_path / "e.csv", "text,label\n")
-    with pytest.raises(UserError, match="no rows"):
-        script.main([*base, "--train_file", empty])
-    unseen = _write(tmp_path / "u.csv", "text,label\nfine,2\n")
-    with pytest.raises(DataError, match=r"labels found in .* are \[0, 1, 2\]; give one name per label found"):
-        script.main([*base, "--train_file", train, "--validation_file", unseen, "--label_names", "neg,pos"])
     commas = _write(tmp_path / "c.tsv", "sentence,label\ngood,1\nbad,0\n")  # a .tsv that is a CSV
     for flags in ([], ["--text_column", "sentence"]):
         with pytest.raises(DataError, match=r"\['sentence,label'\].*looks comma-separated: use a .csv name"):
@@ -300,7 +248,7 @@ def test_labels_go_on_the_first_sub_word(tokenizer):
     assert len(set(w for w in word_ids if w is not None)) == 3 and len(word_ids) > 5  # words were split
 
 
-def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
+def test_ner_end_to_end_counts_entities_as_conlleval(tiny_model_dir, tmp_path):
     data = data_files("conll2003_train_excerpt.txt", "conll2003_dev_excerpt.txt")
     result = _script("finetune_ner").main(
         ["--model_name_or_path", tiny_model_dir, *data, "--output_dir", str(tmp_path / "ner"), *FAST]
@@ -318,13 +266,6 @@ def test_ner_end_to_end_and_unseen_tags(tiny_model_dir, tmp_path):
         for i, tag in enumerate(sentence)
     )
     assert result.metrics["eval_num_gold_entities"] == gold_entities
-
-    train = _write(tmp_path / "train.txt", "Paris B-LOC\nis O\n\nBob B-PER\n")
-    dev = _write(tmp_path / "dev.txt", "Acme B-ORG\nrocks O\n")
-    labels = build_label_list(load_conll(train)["tags"], load_conll(dev)["tags"], ("train.txt", "dev.txt"))
-    assert labels == ["O", "B-LOC", "B-ORG", "B-PER"]  # the data as a whole; B-ORG only in dev.txt
-    with pytest.raises(UserError, match="line 1"):
-        load_conll(_write(tmp_path / "bad.txt", "lonely\n"))
 
 
 def test_a_label_only_in_the_evaluation_data_joins_the_label_set_with_one_warning(caplog):
@@ -500,7 +441,7 @@ def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
 # ---------------------------------------------------------------------------------------------- #
 
 
-def test_student_takes_every_other_teacher_layer_and_the_loss_is_the_documented_one():
+def test_student_takes_every_other_teacher_layer():
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
 
     torch.manual_seed(0)
@@ -514,27 +455,7 @@ def test_student_takes_every_other_teacher_layer_and_the_loss_is_the_documented_
         source = name.replace("layers.1.", "layers.2.")
         assert torch.equal(tensor, t_state[source]), name
 
-    wrapper = DistillationModel(
-        student, teacher, temperature=2.0, alpha_kd=0.7, hidden_loss_weight=0.0
-    ).train()
-    student.eval()  # no dropout, so the loss can be recomputed
-    batch = {
-        "input_ids": torch.randint(5, 64, (3, 6)),
-        "attention_mask": torch.ones(3, 6, dtype=torch.long),
-        "labels": torch.tensor([0, 2, 1]),
-    }
-    torch.manual_seed(1)
-    loss = wrapper(**batch).loss
-    s_logits = student(**{k: v for k, v in batch.items() if k != "labels"}).logits
-    t_logits = teacher(**{k: v for k, v in batch.items() if k != "labels"}).logits
-    p_t = torch.softmax(t_logits / 2, -1)
-    kl = (p_t * (p_t.log() - torch.log_softmax(s_logits / 2, -1))).sum(-1).mean() * 4
-    hard = torch.nn.functional.cross_entropy(s_logits, batch["labels"])
-    assert loss.item() == pytest.approx((0.7 * kl + 0.3 * hard).item(), rel=1e-5)
-    assert soft_target_loss(t_logits, t_logits, 2.0, "single_label_classification").item() == pytest.approx(
-        0, abs=1e-6
-    )
-    assert not any("teacher" in name for name in wrapper.state_dict())
+    assert not any("teacher" in name for name in DistillationModel(student, teacher).state_dict())
 
 
 def test_distill_script_saves_only_the_student(classifier, tmp_path):

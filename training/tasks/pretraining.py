@@ -54,8 +54,7 @@ def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int 
 
     overrides = parse_config_overrides(settings.config_overrides)
     known = set(BriskBertConfig().to_dict())
-    unknown = sorted(set(overrides) - known)
-    if unknown:
+    if unknown := sorted(set(overrides) - known):
         raise SettingError(
             "config_overrides",
             f"unknown config field(s) {unknown}; BriskBertConfig has "
@@ -93,18 +92,22 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int, acceler
         estimate_training_memory,
     )
 
-    data = settings.data
-    vocab_size = settings.model.vocab_size or DEFAULT_VOCAB_SIZE
+    data, vocab_size = settings.data, settings.model.vocab_size or DEFAULT_VOCAB_SIZE
     try:
         config = build_config(settings.model, vocab_size, 0, data.max_seq_length)
     except (ValueError, TypeError) as error:
         raise PretrainingInputError(str(error)) from None
     model_class = BriskBertForPreTraining if data.nsp else BriskBertForMaskedLM
     device, precision = accelerator.device.type, accelerator.mixed_precision
-    # Trained with the sparse decoder (with_sparse_decoder): logits at the masked positions only.
-    predicted = settings.masking.mlm_probability
+    # trained with the sparse decoder (with_sparse_decoder): logits at the masked positions only
     estimate = estimate_training_memory(
-        model_class, config, batch_size, data.max_seq_length, device, precision, predicted
+        model_class,
+        config,
+        batch_size,
+        data.max_seq_length,
+        device,
+        precision,
+        settings.masking.mlm_probability,
     )
     setting = "config_overrides" if settings.model.config_overrides else "config_name"
     check_model_fits(estimate, available_memory_bytes(device), setting)
@@ -235,17 +238,15 @@ class _TrainingParagraphs:
     """The training documents' paragraphs, streamed at every iteration, without the held-out validation ones."""
 
     def __init__(self, data: PretrainingData, seed: int):
-        self.data = data
-        self.held_out = np.zeros(0, dtype=bool)
+        self.data, self.held_out = data, set()
         if data.validation is None:
             count = sum(1 for _ in iter_documents(data.train))
-            self.held_out = np.zeros(count, dtype=bool)
             held = split_document_indices(count, data.validation_split_percentage, seed, data.train.label)[1]
-            self.held_out[held] = True
+            self.held_out = set(np.asarray(held).tolist())
 
     def __iter__(self):
         for number, document in enumerate(iter_documents(self.data.train)):
-            if number >= len(self.held_out) or not self.held_out[number]:
+            if number not in self.held_out:
                 yield from document
 
 
@@ -264,11 +265,8 @@ def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
         if not data.streaming:
             train_store = prepare_corpus(data.train, tokenizer, preparation, log=accelerator.print)
         if data.validation is not None:
-            eval_store, train_docs, eval_docs = (
-                prepare_corpus(data.validation, tokenizer, preparation, log=accelerator.print),
-                None,
-                None,
-            )
+            eval_store = prepare_corpus(data.validation, tokenizer, preparation, log=accelerator.print)
+            train_docs = eval_docs = None
         else:
             train_docs, eval_docs = split_document_indices(
                 train_store.num_documents, data.validation_split_percentage, seed, data.train.label

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from briskbert.errors import SettingError
 from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, PreparationSettings, check_corpus_file
@@ -102,14 +102,18 @@ class PretrainingData:
                 "validation_split_percentage", f"must be in (0, 100), got {self.validation_split_percentage}."
             )
 
+    def _dataset(self, **split) -> CorpusSource:
+        return CorpusSource(
+            dataset_name=self.dataset_name,
+            dataset_config_name=self.dataset_config_name,
+            text_column=self.text_column,
+            **split,
+        )
+
     @property
     def train(self) -> CorpusSource:
         if self.dataset_name:
-            return CorpusSource(
-                dataset_name=self.dataset_name,
-                dataset_config_name=self.dataset_config_name,
-                text_column=self.text_column,
-            )
+            return self._dataset()
         return CorpusSource(path=self.train_file, text_column=self.text_column)
 
     @property
@@ -117,14 +121,7 @@ class PretrainingData:
         """The validation corpus; None: hold out validation_split_percentage of the training documents."""
         if self.validation_file:
             return CorpusSource(path=self.validation_file, text_column=self.text_column)
-        if self.dataset_name:
-            return CorpusSource(
-                dataset_name=self.dataset_name,
-                dataset_config_name=self.dataset_config_name,
-                text_column=self.text_column,
-                split="validation",
-            )
-        return None
+        return self._dataset(split="validation") if self.dataset_name else None
 
     @property
     def preparation(self) -> PreparationSettings:
@@ -209,10 +206,6 @@ class PretrainingModel:
             )
         check_at_least(self, 1, "tokenizer_train_max_lines")
 
-    @property
-    def trains_tokenizer(self) -> bool:
-        return not (self.tokenizer_name or self.model_name_or_path)
-
 
 @dataclass(frozen=True)
 class MaskingSettings:
@@ -239,12 +232,7 @@ class MaskingSettings:
             )
 
     def collator_arguments(self) -> dict:
-        return dict(
-            mlm_probability=self.mlm_probability,
-            mask_replace_prob=self.mask_replace_prob,
-            random_replace_prob=self.random_replace_prob,
-            whole_word_mask=self.whole_word_mask,
-        )
+        return {name: value for name, value in asdict(self).items() if name != "eval_mask_seed"}
 
 
 @dataclass(frozen=True)
@@ -256,7 +244,7 @@ class PretrainingSettings:
     masking: MaskingSettings = field(default_factory=MaskingSettings)
 
     def __post_init__(self):
-        if self.data.streaming and self.model.trains_tokenizer:
+        if self.data.streaming and not (self.model.tokenizer_name or self.model.model_name_or_path):
             raise SettingError(
                 "streaming", "needs an existing tokenizer (tokenizer_name or model_name_or_path)."
             )
