@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from briskbert.errors import UserError
 from briskbert.files import MANIFEST_FILE, write_manifest
 from briskbert.training.data import corpus
 from briskbert.training.data.corpus import (
     CorpusError,
     CorpusSource,
-    CorpusStore,
     PreparationSettings,
     TokenEncoder,
     default_cache_dir,
@@ -98,13 +96,6 @@ def assert_store(store, documents):
 
 
 def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
-    store = prepare(tmp_path)
-    assert_store(store, DOCUMENTS)
-    assert store.meta["dtype"] == "uint16" and store.meta["settings"] == {"sentences": False}
-    assert os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
-
-
-def test_a_tokenizer_saved_to_pad_and_truncate_neither_pads_nor_truncates_the_corpus(tmp_path):
     tokenizer = WordTokenizer()  # as a sentence-transformers tokenizer.json is saved: 128 tokens, padded
     tokenizer.backend_tokenizer.enable_truncation(3)
     tokenizer.backend_tokenizer.enable_padding(length=8, pad_id=0)
@@ -112,7 +103,9 @@ def test_a_tokenizer_saved_to_pad_and_truncate_neither_pads_nor_truncates_the_co
     store = prepare_corpus(
         CorpusSource(str(tmp_path / "corpus.txt")), tokenizer, settings(tmp_path), log=[].append
     )
-    assert_store(store, DOCUMENTS)
+    assert_store(store, DOCUMENTS)  # neither padded nor truncated
+    assert store.meta["dtype"] == "uint16" and store.meta["settings"] == {"sentences": False}
+    assert os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
 
 
 def test_sentence_store_splits_paragraphs_into_sentences(tmp_path):
@@ -120,14 +113,10 @@ def test_sentence_store_splits_paragraphs_into_sentences(tmp_path):
     sentences = [[s for p in doc for s in split_sentences(p)] for doc in DOCUMENTS]
     assert sentences[0] == ["The cat sat.", "The dog ran!", "A bird flew."]
     assert_store(store, sentences)
-    assert store.meta["settings"] == {"sentences": True}
-
-
-def test_split_sentences_needs_end_punctuation_space_and_a_sentence_start():
+    # a sentence ends at end punctuation and a space before a sentence start
     sentences = ["One.", "Two!", "Three? four.", "(Five) 6 is.", "@me"]
     assert split_sentences("One. Two! Three? four. (Five) 6 is. @me") == sentences
-    assert split_sentences("e.g. this") == ["e.g. this"]
-    assert split_sentences("  ") == []
+    assert split_sentences("e.g. this") == ["e.g. this"] and split_sentences("  ") == []
 
 
 def test_empty_documents_and_unknown_only_segments(tmp_path):
@@ -191,7 +180,6 @@ def damage_and_prepare_again(tmp_path, damage):
         source = CorpusSource(str(tmp_path / "corpus.txt"))
         return prepare_corpus(source, WordTokenizer(), settings(tmp_path), log=messages.append)
 
-    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "corpus.txt").write_text(TEXT)
     first = run()
     expected = first.tokens().tolist()
@@ -201,39 +189,30 @@ def damage_and_prepare_again(tmp_path, damage):
     return messages[1:]
 
 
-@pytest.mark.parametrize("name", ["tokens.bin", "documents.npy", "meta.json"])
-def test_a_cached_store_with_changed_bytes_is_prepared_again_saying_which_file(tmp_path, name):
-    messages = damage_and_prepare_again(tmp_path, lambda folder: flip_bytes(folder / name, 10))
-    assert messages[0].startswith("The prepared corpus cache is damaged: ")
-    assert f"{name} does not match the sha256 it was written with" in messages[0]
+def out_of_vocabulary(folder):
+    tokens = np.memmap(folder / "tokens.bin", dtype=np.uint16, mode="r+")
+    tokens[3] = len(WORDS)
+    tokens.flush()
+    del tokens
+    write_manifest(folder)  # files as written: only the ids are wrong
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda folder: flip_bytes(folder / "documents.npy", 10), "documents.npy does not match the sha256"),
+        (lambda folder: (folder / "tokens.bin").write_bytes(b""), "tokens.bin has 0 bytes"),
+        (lambda folder: (folder / MANIFEST_FILE).unlink(), f"has no {MANIFEST_FILE}"),
+        # what the masking would index with (an IndexError there): ids the tokenizer cannot give
+        (out_of_vocabulary, f"tokens.bin holds token id {len(WORDS)}, past the tokenizer's {len(WORDS)} ids"),
+    ],
+    ids=["changed", "truncated", "unlisted", "out-of-vocabulary"],
+)
+def test_a_damaged_cache_is_prepared_again_saying_what_is_wrong(tmp_path, damage, problem):
+    messages = damage_and_prepare_again(tmp_path, damage)
+    assert messages[0].startswith("The prepared corpus cache is damaged: ") and problem in messages[0]
     assert messages[0].endswith("; preparing it again.") and "\n" not in messages[0]
     assert messages[1].startswith("Prepared ")
-
-
-def test_a_truncated_or_unlisted_cache_is_prepared_again(tmp_path):
-    truncated = damage_and_prepare_again(
-        tmp_path / "a", lambda folder: (folder / "tokens.bin").write_bytes(b"")
-    )
-    assert "tokens.bin has 0 bytes" in truncated[0]
-    unlisted = damage_and_prepare_again(tmp_path / "b", lambda folder: (folder / MANIFEST_FILE).unlink())
-    assert f"has no {MANIFEST_FILE}" in unlisted[0]
-
-
-def test_token_ids_past_the_vocabulary_are_refused_even_with_a_matching_manifest(tmp_path):
-    """What the masking would index with (an IndexError there): ids the tokenizer cannot give."""
-
-    def out_of_vocabulary(folder):
-        tokens = np.memmap(folder / "tokens.bin", dtype=np.uint16, mode="r+")
-        tokens[3] = len(WORDS)
-        tokens.flush()
-        del tokens
-        write_manifest(folder)  # files as written: only the ids are wrong
-
-    messages = damage_and_prepare_again(tmp_path, out_of_vocabulary)
-    assert messages[0] == (
-        f"The prepared corpus cache is damaged: {messages[1].rsplit('cached in ', 1)[1]}/tokens.bin holds token id "
-        f"{len(WORDS)}, past the tokenizer's {len(WORDS)} ids; preparing it again."
-    )
 
 
 def test_the_end_of_a_large_file_is_in_the_fingerprint(tmp_path):
@@ -354,19 +333,11 @@ def test_a_large_vocabulary_is_stored_as_uint32(tmp_path):
 
 
 def test_a_corpus_without_text_is_refused_and_leaves_nothing(tmp_path):
-    with pytest.raises(CorpusError, match=r"corpus.txt: no text found \(only empty lines or rows\)"):
-        prepare(tmp_path, text="\n\n   \n")
-    (tmp_path / "x").mkdir()
-    with pytest.raises(UserError, match=r"corpus.txt holds no text \(only empty lines or rows\)"):
-        prepare(tmp_path / "x", text="~~~\n\n~ ~\n")
-    for cache in (tmp_path / "cache", tmp_path / "x" / "cache"):
-        assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no half-written folder
-
-
-def test_an_empty_store_reads_as_no_tokens(tmp_path):
-    (tmp_path / "meta.json").write_text(json.dumps({"num_tokens": 0, "num_documents": 0, "dtype": "uint16"}))
-    store = CorpusStore.open(tmp_path)
-    assert store.tokens().tolist() == [] and store.tokens().dtype == np.uint16
+    for number, text in enumerate(["\n\n   \n", "~~~\n\n~ ~\n"]):  # no lines; lines that give no ids
+        (tmp_path / str(number)).mkdir()
+        with pytest.raises(CorpusError, match=r"corpus.txt holds no text \(only empty lines or rows\)"):
+            prepare(tmp_path / str(number), text=text)
+        assert not list((tmp_path / str(number) / "cache").iterdir())  # no half-written folder
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):
@@ -375,41 +346,33 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("BRISKBERT_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert default_cache_dir() == tmp_path / "x" / "briskbert" / "pretraining_data"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "h"))
-    assert default_cache_dir() == tmp_path / "h" / ".cache" / "briskbert" / "pretraining_data"
 
 
-# the slowest last (datasets builds a dataset; the UTF-8 message loads the tokenizer trainer)
-def test_file_builders_and_their_errors(tmp_path):
+def test_file_types_columns_and_rows(tmp_path):
+    """A row of a table is one document (its lines its paragraphs); the text column must exist."""
     assert file_builder("a.TXT") == ("text", {}) and file_builder("x.tsv") == ("csv", {"delimiter": "\t"})
     with pytest.raises(ValueError, match=r"x.xml: unsupported file type '.xml'; use one of .csv, .json, "):
         file_builder("x.xml")
-    (tmp_path / "rows.jsonl").write_text(json.dumps({"body": "the cat"}) + "\n")
-    with pytest.raises(ValueError, match=r"no text column '\(none given\)'; the file has columns \['body'\]"):
-        list(iter_documents(CorpusSource(str(tmp_path / "rows.jsonl"))))
-    with pytest.raises(ValueError, match="no text column 'text2'"):
-        list(iter_documents(CorpusSource(str(tmp_path / "rows.jsonl"), text_column="text2")))
-    with pytest.raises(ValueError, match="exactly one of `path` and `dataset_name`"):
-        CorpusSource()
-    with pytest.raises(ValueError, match="exactly one of"):
-        CorpusSource(path="a.txt", dataset_name="wikitext")
-
-
-def test_rows_of_json_lines_and_csv_are_one_document_each(tmp_path):
     rows = [{"text": "The cat sat.\n\nThe dog ran!"}, {"text": ""}, {"text": "a bird flew."}]
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     store = prepare(tmp_path, name="corpus.jsonl")
     assert_store(store, [["The cat sat.", "The dog ran!"], ["a bird flew."]])
+    with pytest.raises(ValueError, match=r"no text column 'text2'; the file has columns \['text'\]"):
+        list(iter_documents(CorpusSource(str(tmp_path / "corpus.jsonl"), text_column="text2")))
     (tmp_path / "corpus.tsv").write_text("id\tbody\n1\tthe mat\n2\ta cat\n")
-    source = CorpusSource(str(tmp_path / "corpus.tsv"), text_column="body")
-    assert list(iter_documents(source)) == [["the mat"], ["a cat"]]
-    assert not source.blank_line_separates and CorpusSource(str(tmp_path / "corpus.txt")).blank_line_separates
+    with pytest.raises(
+        ValueError, match=r"no text column '\(none given\)'; the file has columns \['id', 'body'\]"
+    ):
+        list(iter_documents(CorpusSource(str(tmp_path / "corpus.tsv"))))
+    assert list(iter_documents(CorpusSource(str(tmp_path / "corpus.tsv"), text_column="body"))) == [
+        ["the mat"],
+        ["a cat"],
+    ]
 
 
-def test_a_file_that_is_not_utf8_is_named(tmp_path):
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
     (tmp_path / "latin.txt").write_bytes("the cat\ncaf\xe9\n".encode("latin-1"))
-    with pytest.raises(CorpusError, match="latin.txt"):
+    with pytest.raises(CorpusError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
         list(iter_documents(CorpusSource(str(tmp_path / "latin.txt"))))
 
 
@@ -420,12 +383,10 @@ def test_a_hub_dataset_is_streamed_and_read_from_its_text_column(monkeypatch):
 
     def load_dataset(name, config, split, streaming):
         asked.append((name, config, split, streaming))
-        return [{"text": "from text", "content": "from content"}]
+        return [{"text": "from text", "content": "from content"}, {"text": "a row", "content": ""}]
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    named = CorpusSource(
-        dataset_name="user/wiki", dataset_config_name="en", split="train", text_column="content"
-    )
-    assert list(corpus._dataset_rows(named)) == ["from content"]
-    assert list(corpus._dataset_rows(CorpusSource(dataset_name="user/wiki"))) == ["from text"]
+    named = CorpusSource(dataset_name="user/wiki", dataset_config_name="en", text_column="content")
+    assert list(iter_documents(named)) == [["from content"]]
+    assert list(iter_documents(CorpusSource(dataset_name="user/wiki"))) == [["from text", "a row"]]
     assert asked[0] == ("user/wiki", "en", "train", True)  # streamed: a large split is never held in memory

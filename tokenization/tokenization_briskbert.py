@@ -56,19 +56,7 @@ class BriskBertTokenizer(BertTokenizer):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
-    def __init__(
-        self,
-        vocab: str | dict[str, int] | None = None,
-        do_lower_case: bool = True,
-        unk_token: str = "[UNK]",
-        sep_token: str = "[SEP]",
-        pad_token: str = "[PAD]",
-        cls_token: str = "[CLS]",
-        mask_token: str = "[MASK]",
-        tokenize_chinese_chars: bool = True,
-        strip_accents: bool | None = None,
-        **kwargs,
-    ):
+    def __init__(self, vocab: str | dict[str, int] | None = None, **kwargs):
         # A `vocab.txt` path given as `vocab_file` (the BERT-folder convention) is read here, so that a
         # folder holding only `vocab.txt` loads too.
         vocab_file = kwargs.get("vocab_file")
@@ -76,18 +64,7 @@ class BriskBertTokenizer(BertTokenizer):
             vocab = vocab_file
         if isinstance(vocab, (str, os.PathLike)):
             vocab = dict(load_vocab(vocab))
-        super().__init__(
-            vocab=vocab,
-            do_lower_case=do_lower_case,
-            unk_token=unk_token,
-            sep_token=sep_token,
-            pad_token=pad_token,
-            cls_token=cls_token,
-            mask_token=mask_token,
-            tokenize_chinese_chars=tokenize_chinese_chars,
-            strip_accents=strip_accents,
-            **kwargs,
-        )
+        super().__init__(vocab=vocab, **kwargs)
 
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *args, **kwargs):
         _check_text_argument("text", text, allow_none=text_target is not None)

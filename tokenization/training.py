@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 #: RoBERTa's special tokens, in RoBERTa's order (ids 0-4 of a trained byte-level BPE vocabulary)
 BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+_BATCH = 1000  # texts handed to the trainer at a time
 
 
 class EmptyCorpusError(ValueError):
@@ -54,37 +55,38 @@ def _file_lines(paths: list[str]) -> Iterator[str]:
             yield from (line.rstrip("\n") for line in handle if line.strip())
 
 
-def _dataset_texts(dataset, text_column: str, batch_size: int) -> Iterator[str]:
-    rows = (text for batch in dataset.iter(batch_size=batch_size) for text in batch[text_column])
+def _dataset_texts(dataset, text_column: str) -> Iterator[str]:
+    if hasattr(dataset, "iter"):  # a `datasets` dataset: columnar batches
+        rows = (text for batch in dataset.iter(batch_size=_BATCH) for text in batch[text_column])
+    else:  # an iterable of texts, read again at every call
+        rows = iter(dataset)
     return (text for text in rows if isinstance(text, str) and text.strip())
 
 
-def _training_texts(
-    files, dataset, text_column: str, batch_size: int
-) -> tuple[Callable[[], Iterable[str]], str]:
+def _training_texts(files, dataset, text_column: str) -> tuple[Callable[[], Iterable[str]], str]:
     """A function giving the texts to train on (each call reads them again), and their source's name.
     ``files`` are checked to be UTF-8 text here, so that a bad byte is named before training starts."""
     if (files is None) == (dataset is None):
         raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
     if dataset is not None:
-        if text_column not in dataset.column_names:
+        if text_column not in getattr(dataset, "column_names", [text_column]):
             raise ValueError(
                 f"`text_column={text_column!r}` is not a column of the dataset; columns: {dataset.column_names}."
             )
-        return lambda: _dataset_texts(dataset, text_column, batch_size), "the dataset"
+        return lambda: _dataset_texts(dataset, text_column), "the dataset"
     paths = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     for path in paths:
         check_text_file(path, "files", allow_empty=True)
     return lambda: _file_lines(paths), ", ".join(paths)
 
 
-def _train_backend(backend, trainer, texts: Iterable[str], source: str, batch_size: int) -> float:
+def _train_backend(backend, trainer, texts: Iterable[str], source: str) -> float:
     """Train ``backend`` on ``texts``; refuse an empty corpus; return the seconds taken."""
     start, iterator, count = time.perf_counter(), iter(texts), 0
 
     def batches():
         nonlocal count
-        while batch := list(islice(iterator, batch_size)):
+        while batch := list(islice(iterator, _BATCH)):
             count += len(batch)
             yield batch
 
@@ -123,10 +125,7 @@ def train_wordpiece_tokenizer(
     round_to_multiple_of: int | None = 64,
     output_dir=None,
     show_progress: bool = True,
-    strip_accents: bool | None = None,
     model_max_length: int = 512,
-    limit_alphabet: int | None = 1000,
-    batch_size: int = 1000,
     max_lines: int | None = None,
     seed: int = 0,
 ) -> BriskBertTokenizer:
@@ -134,14 +133,13 @@ def train_wordpiece_tokenizer(
     multiple of `round_to_multiple_of` when given), saved to `output_dir` when given.
 
     Exactly one of `files` (UTF-8 text, one document or line per line) and `dataset` (a `datasets` dataset,
-    read from `text_column`). `lowercase` as uncased BERT (`strip_accents` None follows it); `limit_alphabet`
-    caps the initial characters; `max_lines` trains on a `seed`ed sample of that many lines. A corpus too
-    small for the vocabulary is filled with `[unusedN]` tokens, with a warning.
+    read from `text_column`, or an iterable of texts that can be read twice). `lowercase` as uncased BERT (accents stripped too); `max_lines` trains on a
+    `seed`ed sample of that many lines. A corpus too small for the vocabulary is filled with `[unusedN]`.
     """
-    texts, source = _training_texts(files, dataset, text_column, batch_size)
+    texts, source = _training_texts(files, dataset, text_column)
     multiple = round_to_multiple_of or 1
     target_size = -(-int(vocab_size) // multiple) * multiple
-    template = BriskBertTokenizer(do_lower_case=lowercase, strip_accents=strip_accents)
+    template = BriskBertTokenizer(do_lower_case=lowercase)
 
     def train_pass(pinned: list[str]):
         backend = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
@@ -152,10 +150,10 @@ def train_wordpiece_tokenizer(
             min_frequency=min_frequency,
             special_tokens=[*SPECIAL_TOKENS, *pinned],
             continuing_subword_prefix="##",
-            limit_alphabet=limit_alphabet,
+            limit_alphabet=1000,  # rarer characters become [UNK]
             show_progress=show_progress,
         )
-        seconds = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source, batch_size)
+        seconds = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source)
         return backend.get_vocab(with_added_tokens=False), seconds
 
     # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally frequent merges
@@ -166,7 +164,6 @@ def train_wordpiece_tokenizer(
     tokenizer = BriskBertTokenizer(
         vocab=canonical_wordpiece_vocab(vocab, target_size),
         do_lower_case=lowercase,
-        strip_accents=strip_accents,
         model_max_length=model_max_length,
     )
     _report(tokenizer, "WordPiece", seconds_first + seconds, output_dir)
@@ -190,14 +187,13 @@ def train_bpe_tokenizer(
     output_dir=None,
     show_progress: bool = True,
     model_max_length: int = 512,
-    batch_size: int = 1000,
     max_lines: int | None = None,
     seed: int = 0,
 ):
     """Byte-level BPE as RoBERTa and ModernBERT use it (every byte a base piece, RoBERTa's templates,
     ``<mask>`` absorbing the space before it), as a standard transformers tokenizer that loads without
     remote code. Arguments as in :func:`train_wordpiece_tokenizer`."""
-    texts, source = _training_texts(files, dataset, text_column, batch_size)
+    texts, source = _training_texts(files, dataset, text_column)
     backend = Tokenizer(BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -208,7 +204,7 @@ def train_bpe_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source, batch_size)
+    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source)
     backend.post_processor = processors.RobertaProcessing(
         ("</s>", backend.token_to_id("</s>")), ("<s>", backend.token_to_id("<s>")), add_prefix_space=False
     )
@@ -236,14 +232,13 @@ def train_unigram_tokenizer(
     output_dir=None,
     show_progress: bool = True,
     model_max_length: int = 512,
-    batch_size: int = 1000,
     max_lines: int | None = None,
     seed: int = 0,
 ):
     """A Unigram vocabulary over ``▁``-marked words (as ALBERT's and T5's SentencePiece) with BERT's special
     tokens and templates, as a standard transformers tokenizer that loads without remote code. Arguments as
     in :func:`train_wordpiece_tokenizer`."""
-    texts, source = _training_texts(files, dataset, text_column, batch_size)
+    texts, source = _training_texts(files, dataset, text_column)
     backend = Tokenizer(Unigram())
     backend.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), *([normalizers.Lowercase()] if lowercase else [])]
@@ -256,7 +251,7 @@ def train_unigram_tokenizer(
         unk_token="[UNK]",
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source, batch_size)
+    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source)
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",

@@ -2,7 +2,8 @@
 
 :func:`prepare_corpus` reads a corpus as paragraphs that start or continue documents, in pieces of bounded
 length (a long line is cut before the whitespace that precedes a word, which keeps the ids of the whole),
-tokenizes chunks of about a megabyte in worker processes and appends the ids to flat files. A store folder:
+tokenizes chunks of about a megabyte in worker processes and appends the ids to flat files. A store folder
+(read by :mod:`training.data.token_store`):
 
     tokens.bin        every document's ids, each non-empty document followed by the separator id
     documents.npy     int64 offsets into tokens.bin, one more than there are documents
@@ -10,8 +11,8 @@ tokenizes chunks of about a megabyte in worker processes and appends the ids to 
     doc_segments.npy  int64 offsets into segments.npy per document
     meta.json, manifest.json (each file's size and sha256, written last)
 
-Stores are cached under a fingerprint of the input, the tokenizer and the segmentation, written to a
-temporary folder renamed into place, and reused only when they prove themselves (manifest, ids in range).
+Stores are cached under a fingerprint of the input, the tokenizer and the segmentation, and reused only when
+they prove themselves (manifest, ids in range).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import os
 import re
 import shutil
 import time
+from array import array
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from briskbert.errors import SettingError, UserError
 from briskbert.files import write_manifest
+from briskbert.inputs import check_text_file
 from briskbert.training.data.token_store import META_FILE, CorpusStore, verified_store
 
 BUILDERS = {
@@ -96,9 +99,9 @@ def load_corpus(path: str, text_column: str | None = None, streaming: bool = Fal
 
     builder, kwargs = file_builder(path)
     ds = datasets.load_dataset(builder, data_files=str(path), split="train", streaming=streaming, **kwargs)
-    columns = list(ds.features) if ds.features else []
-    column = text_column or ("text" if "text" in columns or builder == "text" else None)
-    if column is None or (columns and column not in columns):
+    columns = list(ds.features or next(iter(ds), {}))  # a streamed table's columns are its first row's
+    column = text_column or ("text" if "text" in columns else None)
+    if column not in columns:
         raise ValueError(
             f"{path}: no text column {column or '(none given)'!r}; the file has columns {columns}. "
             "Give one of them as text_column."
@@ -120,20 +123,9 @@ class CorpusSource:
     dataset_config_name: str | None = None
     split: str = "train"
 
-    def __post_init__(self):
-        if (self.path is None) == (self.dataset_name is None):
-            raise ValueError("A CorpusSource needs exactly one of `path` and `dataset_name`.")
-
     @property
     def label(self) -> str:
         return self.path or f"{self.dataset_name}[{self.split}]"
-
-    @property
-    def blank_line_separates(self) -> bool:
-        """Plain text: a blank line ends a document; tabular rows are one document each."""
-        if self.dataset_name:
-            return True
-        return file_builder(self.path)[0] == "text"
 
     def fingerprint(self) -> dict:
         if self.dataset_name:
@@ -155,19 +147,15 @@ class CorpusSource:
 
     def lines(self) -> Iterator[tuple[str, bool]]:
         """The text as ``(piece, whether it ends its line)``, each piece at most ``_PIECE_CHARACTERS`` long, so
-        that a long line is never held whole. A row of a tabular file is one document: its non-blank lines,
-        then a blank one."""
-        if self.path and self.blank_line_separates:
+        that a long line is never held whole. In plain text a blank line ends a document; a row of a tabular
+        file is one document: its non-blank lines, then a blank one."""
+        if self.path and file_builder(self.path)[0] == "text":
             return _text_file_pieces(self.path)
         return (
             (line[i : i + _PIECE_CHARACTERS], i + _PIECE_CHARACTERS >= len(line))
             for line in _dataset_lines(self)
             for i in range(0, max(len(line), 1), _PIECE_CHARACTERS)
         )
-
-    def size_hint(self) -> int | None:
-        """Bytes of the file (for the progress bar), when known."""
-        return Path(self.path).stat().st_size if self.path else None
 
 
 def _text_file_pieces(path: str) -> Iterator[tuple[str, bool]]:
@@ -181,22 +169,14 @@ def _text_file_pieces(path: str) -> Iterator[tuple[str, bool]]:
                 yield piece.rstrip("\n"), piece.endswith("\n") or not following
                 piece = following
         except UnicodeDecodeError:
-            from briskbert.tokenization.training import utf8_error_message
-
-            raise CorpusError(utf8_error_message(path)) from None
+            try:
+                check_text_file(path, "corpus")  # names the byte and its line
+            except SettingError as error:
+                raise CorpusError(error.problem) from None
 
 
 def _dataset_lines(source: CorpusSource) -> Iterator[str]:
-    """Rows of a dataset whose rows are lines; else each row's non-blank lines, then a blank line."""
-    for row in _dataset_rows(source):
-        if source.blank_line_separates:
-            yield row
-        else:
-            yield from (line for line in row.split("\n") if line.strip())
-            yield ""
-
-
-def _dataset_rows(source: CorpusSource) -> Iterator[str]:
+    """The rows of a Hub dataset (each a line); a tabular file's rows as their non-blank lines, then a blank one."""
     import datasets
 
     if source.path:
@@ -207,7 +187,12 @@ def _dataset_rows(source: CorpusSource) -> Iterator[str]:
         )
         column = source.text_column or "text"
     for row in dataset:
-        yield row[column] or ""
+        text = row[column] or ""
+        if source.dataset_name:
+            yield text
+        else:
+            yield from (line for line in text.split("\n") if line.strip())
+            yield ""
 
 
 def _whole_words(pieces: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
@@ -253,47 +238,26 @@ def iter_documents(source: CorpusSource) -> Iterator[list[str]]:
 
 # ------------------------------------------------------------------------------------------------ encoder
 class TokenEncoder:
-    """Token ids of many texts, without special tokens; picklable, so worker processes get their own.
-
-    A tokenizers-backed tokenizer is used through its Rust backend directly (``encode_batch_fast``: no
-    offsets, no Python-side ``BatchEncoding``), which gives the same ids as ``tokenizer(texts,
-    add_special_tokens=False)`` at a fraction of the cost. Other tokenizers are called as usual.
-    """
+    """Token ids of many texts, without special tokens, from the tokenizer's Rust backend directly
+    (``encode_batch_fast``: the ids of ``tokenizer(texts, add_special_tokens=False)`` at a fraction of the
+    cost); picklable, so worker processes get their own."""
 
     def __init__(self, tokenizer):
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        self.backend_json = backend.to_str() if backend is not None else None
-        self.tokenizer = None if backend is not None else tokenizer
+        from tokenizers import Tokenizer
+
+        backend_json = tokenizer.backend_tokenizer.to_str()
+        self.fingerprint = hashlib.sha256(backend_json.encode()).hexdigest()
+        self.backend = Tokenizer.from_str(backend_json)
+        # A tokenizer.json saved for a model may pad and truncate every text (to 128 tokens, say): corpus
+        # text is neither.
+        self.backend.no_truncation()
+        self.backend.no_padding()
         self.vocab_size = len(tokenizer)
         self.separator_id = tokenizer.sep_token_id
-        self._backend = None
-
-    def __getstate__(self):
-        return {**self.__dict__, "_backend": None}
-
-    def fingerprint(self) -> str:
-        if self.backend_json is not None:
-            return hashlib.sha256(self.backend_json.encode()).hexdigest()
-        vocab = sorted(self.tokenizer.get_vocab().items())
-        return hashlib.sha256(json.dumps([type(self.tokenizer).__name__, vocab]).encode()).hexdigest()
+        self.dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
 
     def __call__(self, texts: list[str]) -> list[list[int]]:
-        if self.backend_json is None:
-            return self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-        if self._backend is None:
-            from tokenizers import Tokenizer
-
-            self._backend = Tokenizer.from_str(self.backend_json)
-            # A tokenizer.json saved for a model may pad and truncate every text (to 128 tokens, say):
-            # corpus text is neither.
-            self._backend.no_truncation()
-            self._backend.no_padding()
-        encode = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
-        return [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
-
-    @property
-    def dtype(self):
-        return np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
+        return [encoding.ids for encoding in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
 
 
 @dataclass
@@ -352,7 +316,7 @@ def store_key(source: CorpusSource, encoder: TokenEncoder, sentences: bool) -> s
     identity = {
         "version": STORE_VERSION,
         "source": source.fingerprint(),
-        "tokenizer": encoder.fingerprint(),
+        "tokenizer": encoder.fingerprint,
         "sentences": sentences,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
@@ -393,8 +357,6 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
         f"Prepared {source.label}: {store.num_documents:,} documents, {store.num_tokens:,} tokens in "
         f"{store.meta['seconds']:.1f} s with {settings.num_workers} worker(s); cached in {folder}"
     )
-    if store.num_tokens == 0:
-        raise UserError(f"{source.label} holds no text (only empty lines or rows): give a file with text.")
     return store
 
 
@@ -446,17 +408,15 @@ def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[Encod
 
 
 class _StoreWriter:
-    """Appends encoded chunks to the store's files. A chunk's last document stays open until a chunk
-    starts a new one or the corpus ends: its tokens are written as they come, its length, segment count
+    """Appends encoded chunks to tokens.bin and keeps the lengths. A chunk's last document stays open until a
+    chunk starts a new one or the corpus ends: its tokens are written as they come, its length, segment count
     and separator (when it has tokens) once it ends."""
 
-    NAMES = ("tokens.bin", "doc_lengths.bin", "seg_lengths.bin", "doc_segments.bin")
-
-    def __init__(self, folder: Path, encoder: TokenEncoder):
-        self.handles = [open(folder / name, "wb") for name in self.NAMES]
+    def __init__(self, handle, encoder: TokenEncoder):
+        self.handle = handle
         self.separator = np.asarray([encoder.separator_id], dtype=encoder.dtype)
         self.open: tuple[int, int] | None = None  # tokens and segments of the open document so far
-        self.counts = {"tokens": 0, "documents": 0, "segments": 0}
+        self.doc_lengths, self.seg_lengths, self.doc_segments = array("q"), array("q"), array("q")
 
     def add(self, encoded: EncodedChunk, continues: bool) -> None:
         tokens, lengths = encoded.tokens, encoded.document_lengths.copy()
@@ -476,75 +436,56 @@ class _StoreWriter:
         if self.open is not None:
             (length, count), self.open = self.open, None
             tokens = self.separator[: 1 if length else 0]
-            self._write(tokens, np.asarray([length + len(tokens)]), np.zeros(0), np.asarray([count]))
+            self._write(tokens, [length + len(tokens)], [], [count])
 
     def _write(self, tokens, doc_lengths, seg_lengths, doc_segments) -> None:
-        for handle, array in zip(self.handles[1:], (doc_lengths, seg_lengths, doc_segments)):
-            handle.write(np.asarray(array, dtype=np.int64).tobytes())
-        self.handles[0].write(tokens.tobytes())
-        self.counts["tokens"] += len(tokens)
-        self.counts["documents"] += len(doc_lengths)
-        self.counts["segments"] += len(seg_lengths)
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.close()
+        self.handle.write(tokens.tobytes())
+        for kept, lengths in zip(
+            (self.doc_lengths, self.seg_lengths, self.doc_segments), (doc_lengths, seg_lengths, doc_segments)
+        ):
+            kept.frombytes(np.asarray(lengths, dtype=np.int64).tobytes())
 
 
 def _write_store(source, encoder, settings, folder: Path) -> dict:
     from tqdm.auto import tqdm
 
     progress = tqdm(
-        total=source.size_hint(),
+        total=Path(source.path).stat().st_size if source.path else None,
         unit="B",
         unit_scale=True,
         desc=f"preparing {Path(source.label).name}",
         disable=None if settings.show_progress else True,  # None: no bar into a file or a pipe
         mininterval=2,
     )
-    writer = _StoreWriter(folder, encoder)
-    try:
+    with progress, open(folder / "tokens.bin", "wb") as handle:
+        writer = _StoreWriter(handle, encoder)
         for encoded, continues in _encoded_chunks(source, encoder, settings, progress):
             writer.add(encoded, continues)
         writer.end_document()
         progress.update(max(0, (progress.total or 0) - progress.n))  # the estimate counts characters
-    finally:
-        writer.close()
-        progress.close()
-    counts = writer.counts
-    if counts["documents"] == 0:
-        raise CorpusError(
-            f"{source.label}: no text found (only empty lines or rows); give a corpus with text."
-        )
-    _lengths_to_offsets(folder, "doc_lengths.bin", "documents.npy")
-    _lengths_to_offsets(folder, "doc_segments.bin", "doc_segments.npy")
-    _segment_offsets(folder)
+    doc_offsets = np.concatenate([[0], np.cumsum(writer.doc_lengths, dtype=np.int64)])
+    if doc_offsets[-1] == 0:
+        raise CorpusError(f"{source.label} holds no text (only empty lines or rows): give a file with text.")
+    doc_segments = np.concatenate([[0], np.cumsum(writer.doc_segments, dtype=np.int64)])
+    seg_lengths = np.asarray(writer.seg_lengths, dtype=np.int64)
+    np.save(folder / "documents.npy", doc_offsets)
+    np.save(folder / "doc_segments.npy", doc_segments)
+    np.save(folder / "segments.npy", _segment_spans(seg_lengths, doc_offsets, doc_segments))
     return {
         "version": STORE_VERSION,
-        "num_documents": counts["documents"],
-        "num_tokens": counts["tokens"],
-        "num_segments": counts["segments"],
+        "num_documents": len(doc_offsets) - 1,
+        "num_tokens": int(doc_offsets[-1]),
+        "num_segments": len(seg_lengths),
         "dtype": np.dtype(encoder.dtype).name,
         "separator_id": encoder.separator_id,
-        "settings": {k: v for k, v in asdict(settings).items() if k == "sentences"},
+        "settings": {"sentences": settings.sentences},
     }
 
 
-def _lengths_to_offsets(folder: Path, lengths_file: str, offsets_file: str) -> None:
-    lengths = np.fromfile(folder / lengths_file, dtype=np.int64)
-    np.save(folder / offsets_file, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-    (folder / lengths_file).unlink()
-
-
-def _segment_offsets(folder: Path) -> None:
+def _segment_spans(seg_lengths: np.ndarray, doc_offsets: np.ndarray, doc_segments: np.ndarray) -> np.ndarray:
     """(start, end) of every segment in tokens.bin: a document's segments are contiguous, and each
     non-empty document ends with one separator that belongs to no segment."""
-    seg_lengths = np.fromfile(folder / "seg_lengths.bin", dtype=np.int64)
-    doc_offsets = np.load(folder / "documents.npy")
-    doc_segments = np.load(folder / "doc_segments.npy")
     doc_of_segment = np.repeat(np.arange(len(doc_segments) - 1), np.diff(doc_segments))
     before = np.cumsum(seg_lengths) - seg_lengths  # segment tokens before each segment, corpus-wide
-    within_doc = before - before[doc_segments[:-1][doc_of_segment]] if len(seg_lengths) else before
-    starts = doc_offsets[:-1][doc_of_segment] + within_doc
-    np.save(folder / "segments.npy", np.stack([starts, starts + seg_lengths], axis=1).astype(np.int64))
-    (folder / "seg_lengths.bin").unlink()
+    starts = doc_offsets[:-1][doc_of_segment] + before - before[doc_segments[:-1][doc_of_segment]]
+    return np.stack([starts, starts + seg_lengths], axis=1).astype(np.int64)

@@ -23,22 +23,18 @@ class CorpusStore:
 
     @classmethod
     def open(cls, folder: str | Path) -> CorpusStore:
-        folder = Path(folder)
-        return cls(folder, json.loads((folder / META_FILE).read_text()))
+        return cls(Path(folder), json.loads((Path(folder) / META_FILE).read_text()))
 
     @property
     def num_documents(self) -> int:
-        return int(self.meta["num_documents"])
+        return self.meta["num_documents"]
 
     @property
     def num_tokens(self) -> int:
-        return int(self.meta["num_tokens"])
+        return self.meta["num_tokens"]
 
     def tokens(self) -> np.ndarray:
-        dtype = np.dtype(self.meta["dtype"])
-        if self.num_tokens == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(self.folder / "tokens.bin", dtype=dtype, mode="r", shape=(self.num_tokens,))
+        return np.memmap(self.folder / "tokens.bin", dtype=self.meta["dtype"], mode="r")
 
     def document_offsets(self) -> np.ndarray:
         return np.load(self.folder / "documents.npy", mmap_mode="r")
@@ -60,7 +56,7 @@ def verified_store(folder: Path, vocab_size: int, log) -> CorpusStore | None:
         store = CorpusStore.open(folder)
         tokens = store.tokens()
         chunks = range(0, len(tokens), _CHECK_TOKENS)
-        largest = max((int(tokens[i : i + _CHECK_TOKENS].max()) for i in chunks), default=-1)
+        largest = max(int(tokens[i : i + _CHECK_TOKENS].max()) for i in chunks)
         if largest < vocab_size:
             log(
                 f"Reusing the prepared corpus {folder} ({store.num_documents:,} documents, {store.num_tokens:,} "
