@@ -1,4 +1,4 @@
-"""Pretraining: sequence spans, bad input, the final folder, and a 2-process run.
+"""Pretraining: bad input, the final folder, and a 2-process run.
 
 Data: the bundled WikiText-2 excerpt (``data/wikitext2_excerpt.txt``) and a WordPiece vocabulary trained
 on it once per module (about a second)."""
@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fresh_process import run_without_project
 from pretraining_oracle import read_documents
 
 from briskbert import cli
 from briskbert.commands.pretrain import main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
-from briskbert.training.data.pretraining_data import sequence_spans
 from briskbert.training.engine.facts import read_training_facts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,22 +42,6 @@ def tokenizer(tmp_path_factory):
         show_progress=False,
     )
     return BriskBertTokenizer.from_pretrained(folder)  # name_or_path = the folder
-
-
-# ------------------------------------------------------------------------------------------ sequences
-@pytest.mark.parametrize(
-    "lengths, mode, starts, sizes",
-    [  # documents of 5, 0 and 3 tokens (each closed by its [SEP]), sequences of 8 tokens, worked out by hand
-        ([5, 0, 3], "full-sentences", [0, 7], [7, 1]),  # [CLS] + 7 across documents, the rest kept
-        ([5, 0, 3], "doc-sentences", [0, 5], [5, 3]),  # never across a document
-        ([5, 0, 3], "none", [0, 5], [4, 2]),  # each document's own [SEP] is left for the sequence's own
-        ([15], "doc-sentences", [0, 7, 14], [7, 7, 1]),
-        ([15], "none", [0, 6, 12], [6, 6, 2]),  # [CLS] + 6 + [SEP]
-    ],
-)
-def test_sequence_spans(lengths, mode, starts, sizes):
-    got_starts, got_sizes = sequence_spans(lengths, 8, mode)
-    assert got_starts.tolist() == starts and got_sizes.tolist() == sizes
 
 
 # ------------------------------------------------------------------------------------------ bad input
@@ -133,20 +117,14 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
     assert (tmp_path / "run" / "training_curves.png").stat().st_size > 1000
 
     code = f"""
-import json, sys, torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer
-model = AutoModelForMaskedLM.from_pretrained({str(final)!r}, trust_remote_code=True).eval()
-tok = AutoTokenizer.from_pretrained({str(final)!r}, trust_remote_code=True)
-enc = tok("the lobster is a [MASK] .", return_tensors="pt")
-with torch.no_grad():
-    print(json.dumps({{"cls": type(model).__name__, "logits": model(**enc).logits[0, 5, :5].tolist()}}))
-"""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+        import json, torch
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        model = AutoModelForMaskedLM.from_pretrained({str(final)!r}, trust_remote_code=True).eval()
+        enc = AutoTokenizer.from_pretrained({str(final)!r}, trust_remote_code=True)("the lobster is a [MASK] .", return_tensors="pt")
+        with torch.no_grad():
+            print(json.dumps({{"cls": type(model).__name__, "logits": model(**enc).logits[0, 5, :5].tolist()}}))
+    """
+    loaded = json.loads(run_without_project(code, tmp_path).strip().splitlines()[-1])
     assert loaded["cls"] == "BriskBertForMaskedLM"
     from transformers import AutoModelForMaskedLM
 
