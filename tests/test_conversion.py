@@ -381,8 +381,3 @@ def test_missing_and_unexpected_weights_are_listed(tmp_path):
     message = str(error.value)
     assert "model.layers.1.mlp.down.weight" in message and "bert.encoder.layer.1.adapter.weight" in message
     assert not (tmp_path / "ours").exists(), "a failed conversion must not leave a half-written folder"
-
-
-def test_a_missing_source_is_refused_with_the_flag_named(tmp_path, capsys):
-    code, err = convert_from_command_line(tmp_path / "nowhere", tmp_path / "out", capsys)
-    assert code == 2 and "does not exist" in err and "--src" in err

@@ -102,16 +102,6 @@ def test_a_graph_whose_attention_cannot_be_fused_keeps_it_and_still_matches_pyto
     assert "Attention" not in ops and "Softmax" in ops and "SkipLayerNormalization" in ops
 
 
-def test_export_onnx_refuses_a_folder_that_is_not_a_model(tmp_path, capsys):
-    code = briskbert(["export-onnx", "--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "onnx")])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert (
-        err.startswith("error: ") and str(tmp_path) in err and "config.json" in err and err.count("\n") == 1
-    )
-    assert not (tmp_path / "onnx" / "model.onnx").exists()
-
-
 @pytest.mark.parametrize("unpad_inputs", ["auto", "always"])
 def test_torch_export_with_dynamic_shapes_on_the_default_config(unpad_inputs):
     model = tiny_default_model(unpad_inputs=unpad_inputs)

@@ -2,9 +2,7 @@
 (a small random checkpoint made with transformers' own class -> imported by the pretraining job's loader ->
 a few MLM steps on briskbert -> exported back -> transformers' Auto class loads it without remote code, with
 briskbert's outputs within 1e-5 on real padded text); a configuration no family expresses is refused in one line
-naming the options; one slow run goes through both commands."""
-
-import json
+naming the options."""
 
 import pytest
 import torch
@@ -213,28 +211,3 @@ def test_a_configuration_no_family_expresses_is_refused(tokenizers, tmp_path, ca
     code, err = export_from_command_line(tmp_path / "glu", tmp_path / "out", capsys, "--family", "bert")
     assert code == 2 and err.startswith("error: --family ") and "mlp_type='glu' (BERT: 'mlp')" in err
     assert "cannot express this option" in err and not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow  # two jobs through the command line, about 20 s
-def test_pretrain_then_export_through_the_command_line(tokenizers, tmp_path, capsys):
-    from test_pretrain import EXCERPT
-
-    tokenizer = tokenizers["wordpiece"]
-    make_source("bert", tokenizer, tmp_path / "source")
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(EXCERPT.read_text(encoding="utf-8").splitlines(keepends=True)[:120]))
-    run = tmp_path / "run"
-    argv = ["pretrain", "--model_name_or_path", str(tmp_path / "source"), "--train_file", str(corpus)]
-    argv += ["--max_seq_length", "64", "--per_device_train_batch_size", "8", "--max_train_steps", "2"]
-    argv += ["--learning_rate", "1e-4", "--output_dir", str(run), "--data_cache_dir", str(tmp_path / "cache")]
-    assert cli.main(argv) == 0
-    out = capsys.readouterr().out
-    assert "Converted" in out and "within" in out
-    assert json.loads((run / "final" / "config.json").read_text())["model_type"] == "briskbert"
-    code, err = export_from_command_line(run / "final", tmp_path / "back", capsys)
-    assert code == 0, err
-    exported = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "back")
-    ours = BriskBertForMaskedLM.from_pretrained(run / "final")
-    plain = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
-    difference = logits_at_real_tokens(exported, plain) - logits_at_real_tokens(ours, tokenizer)
-    assert type(exported) is transformers.BertForMaskedLM and difference.abs().max().item() <= 1e-5

@@ -1,5 +1,5 @@
 """The speed paths give the same answers as the plain padded model: unpadded token-wise work (re-padded around
-attention, or packed through a varlen attention kernel), the sparse MLM decoder on top of it, and bf16.
+attention; packed through a varlen kernel in test_varlen_attention.py), the sparse MLM decoder on top, and bf16.
 Speed itself is measured by docs/benchmarks/speed.py against transformers' models, never by timed tests."""
 
 import json
@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 from test_modeling import build, padded_batch, tiny_config
-from torch.nn import functional as F
-from transformers import AttentionInterface
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertModel
-from briskbert.modeling.modeling_briskbert import PADDED, UnpaddedLayout, VarlenLayout, repeat_kv
+from briskbert.modeling.modeling_briskbert import PADDED, UnpaddedLayout, VarlenLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,68 +86,6 @@ def test_unpadded_path_with_inputs_embeds_and_left_padding(attn_implementation):
     torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
 
 
-def reference_varlen_attention(
-    module,
-    query,
-    key,
-    value,
-    attention_mask,
-    scaling,
-    dropout=0.0,
-    sliding_window=None,
-    cu_seq_lens_q=None,
-    cu_seq_lens_k=None,
-    max_length_q=None,
-    max_length_k=None,
-    **kwargs,
-):
-    """What flash-attention's varlen kernel computes, written plainly: each packed sequence attends to itself, with
-    flash's symmetric window of `sliding_window - 1` tokens on either side."""
-    assert attention_mask is None and query.shape[0] == 1, "the varlen layout packs the batch into one row"
-    assert torch.equal(cu_seq_lens_q, cu_seq_lens_k) and max_length_q == int(cu_seq_lens_q.diff().max())
-    key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
-    outputs = []
-    for start, end in zip(cu_seq_lens_q[:-1].tolist(), cu_seq_lens_q[1:].tolist()):
-        positions = torch.arange(end - start)
-        allowed = None
-        if sliding_window is not None:
-            allowed = (positions[:, None] - positions[None, :]).abs() <= sliding_window - 1
-        outputs.append(
-            F.scaled_dot_product_attention(
-                query[:, :, start:end],
-                key[:, :, start:end],
-                value[:, :, start:end],
-                attn_mask=allowed,
-                scale=scaling,
-            )
-        )
-    return torch.cat(outputs, dim=2).transpose(1, 2), None
-
-
-AttentionInterface.register("flash_varlen_reference", reference_varlen_attention)
-
-
-@pytest.mark.parametrize("position", ["absolute", "rope"])
-@pytest.mark.parametrize("window", [None, 3])
-def test_varlen_layout_hands_flash_attention_the_packed_batch(position, window):
-    """On CUDA with flash-attention the batch stays packed through attention; a plain kernel with flash's varlen
-    signature checks the plumbing (packed q/k/v, cu_seq_lens, per-sequence rotary positions, windows) on CPU."""
-    never, always = twin_models(BriskBertModel, position=position, window=window, heads="gqa")
-    always.config._attn_implementation = "flash_varlen_reference"
-    input_ids, attention_mask = padded_batch()
-    real = attention_mask.bool()
-    assert isinstance(always.choose_layout(attention_mask, "flash_varlen_reference"), VarlenLayout)
-    with torch.no_grad():
-        expected, got = (
-            never(input_ids, attention_mask=attention_mask),
-            always(input_ids, attention_mask=attention_mask),
-        )
-    torch.testing.assert_close(
-        got.last_hidden_state[real], expected.last_hidden_state[real], atol=ATOL, rtol=0
-    )
-    torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=ATOL, rtol=0)
-
-
 def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
     never = build(
         BriskBertForMaskedLM,
@@ -197,13 +133,6 @@ def test_auto_unpads_only_when_the_skipped_work_pays_for_the_gathers():
     assert never.choose_layout(attention_mask, "sdpa") is PADDED
 
 
-def test_hidden_states_of_every_layer_keep_the_padded_shape():
-    _, always = twin_models(BriskBertModel)
-    input_ids, attention_mask = padded_batch()
-    out = always(input_ids, attention_mask=attention_mask, output_hidden_states=True)
-    assert all(state.shape == (3, 20, 32) for state in out.hidden_states)
-
-
 # ------------------------------------------------------------------------------------------ bf16
 def test_bf16_inference_stays_close_to_fp32():
     fp32 = build(BriskBertModel, tiny_config("rope", norm_position="pre", unpad_inputs="always"), "sdpa")
@@ -244,22 +173,6 @@ def test_the_speed_benchmark_times_each_model_against_the_reference_and_writes_i
 # ------------------------------------------------------------------------------ the GPU pretraining benchmark
 def pretrain_benchmark():
     return runpy.run_path(str(ROOT / "docs" / "benchmarks" / "pretrain_gpu.py"), run_name="pretrain_gpu")
-
-
-def test_the_pretraining_benchmarks_mfu_is_the_issues_formula():
-    """BERT-base at 128 tokens: 0.545 GFLOP per real token (worked out by hand: 12 layers of 2 x 7.08 M weights
-    and 4 x 128 x 768 for attention, the decoder at 15 % of 30,522 words), hence the first GPU measurement's
-    337k tokens/s at 18.6 % of 989 TFLOP/s."""
-    flops = pretrain_benchmark()["flops_per_token"]
-    bert_base = {
-        "hidden_size": 768,
-        "num_attention_heads": 12,
-        "intermediate_size": 3072,
-        "vocab_size": 30522,
-    }
-    per_token = flops(bert_base, 128, False, [None] * 12)
-    assert per_token == pytest.approx(3 * (12 * (2 * 7_077_888 + 4 * 128 * 768) + 0.3 * 768 * (768 + 30522)))
-    assert round(337e3 * per_token / 989e12, 3) == 0.186
 
 
 @pytest.mark.slow  # two short pretraining runs and three plain loops at toy size: about a minute on two cores
