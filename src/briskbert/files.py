@@ -175,14 +175,10 @@ LOCK_FILE = ".briskbert.lock"
 class DiskFull(UserError):
     def __init__(self, path: Path, needed: int, free: int):
         super().__init__(
-            f"no space left on the device for {path}: it needs about {_mib(needed)} and {_mib(free)} is free; "
-            "free some space or write elsewhere, then run again"
+            f"no space left on the device for {path}: it needs about {needed / 2**20:,.1f} MiB and "
+            f"{free / 2**20:,.1f} MiB is free; free some space or write elsewhere, then run again"
         )
         self.path, self.needed, self.free = path, needed, free
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:,.1f} MiB"
 
 
 def free_space(path: str | os.PathLike) -> int:

@@ -280,16 +280,13 @@ def _finish(
     """Final model folder with its training facts, ``all_results.json``, curves; trackers closed."""
     output_dir = Path(config.output_dir)
     metrics = log.last_evaluation()
-    best = None
-    if config.metric_name:
-        best = {"name": config.metric_name, "value": state.best_metric, "step": state.best_step}
-    train_losses = [e["loss"] for e in log.history if "loss" in e]
+    best = BestMetric(config.metric_name, state.best_metric, state.best_step) if config.metric_name else None
     epochs = None
     if parts.batches_per_epoch:
         epochs = round(state.epoch + state.batches_in_epoch / parts.batches_per_epoch, 4)
     run_facts = RunFacts(
         metrics={k: v for k, v in metrics.items() if not k.endswith(COUNTER_SUFFIXES)},
-        best_metric=BestMetric(**best) if best else None,
+        best_metric=best,
         train_steps=state.global_step,
         epochs=epochs,
         tokens_seen=state.tokens_seen,
@@ -309,14 +306,15 @@ def _finish(
     facts = TrainingFacts(job=task.facts(), run=run_facts)
     final_dir = output_dir / "final"
     save_model_folder(accelerator, parts.model, tokenizer, final_dir, facts)
+    best_metric = asdict(best) if best else None  # as all_results.json and TrainResult show it
     if accelerator.is_main_process:
         write_results(
             output_dir,
             {
                 **metrics,
                 **{key: getattr(run_facts, key) for key in RESULT_COUNTERS},
-                "best_metric": best,
-                "train_loss": train_losses[-1] if train_losses else None,
+                "best_metric": best_metric,
+                "train_loss": next((e["loss"] for e in reversed(log.history) if "loss" in e), None),
                 "train_runtime_s": round(state.wall_time_s, 2),
                 "train_tokens_per_s": round(state.tokens_seen / max(state.wall_time_s, 1e-9), 1),
             },
@@ -326,7 +324,7 @@ def _finish(
         f"Saved the model to {final_dir} ({FACTS_FILE}); metrics in "
         f"{output_dir / RESULTS_FILE}, curves in {output_dir / CURVES_FILE}."
     )
-    return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best, facts)
+    return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best_metric, facts)
 
 
 # The run's counters that all_results.json repeats next to the final metrics.
