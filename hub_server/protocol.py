@@ -192,18 +192,13 @@ def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tu
     return header, operations
 
 
-def paths_request(raw: bytes, content_type: str, max_paths: int) -> tuple[list[str], bool]:
-    """The paths (at most ``max_paths``) and the expand flag of a paths-info body, form-encoded as the
-    client sends it, or JSON."""
-    if "json" in content_type:
-        f = Fields(parse_json(raw, "request body"), "request body")
-        paths, expand = f.items("paths"), f.flag("expand")
-    else:
-        try:
-            form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max_paths + 1)
-        except ValueError:
-            form = {"paths": [""] * (max_paths + 1)}
-        paths, expand = form.get("paths", []), form.get("expand", ["false"])[0].lower() == "true"
+def paths_request(raw: bytes, max_paths: int) -> tuple[list[str], bool]:
+    """The paths (at most ``max_paths``) and the expand flag of a form-encoded paths-info body."""
+    try:
+        form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max_paths + 1)
+    except ValueError:  # more fields than that
+        form = {"paths": [""] * (max_paths + 1)}
+    paths = form.get("paths", [])
     if len(paths) > max_paths:
         raise BadRequest(f"At most {max_paths} paths per request", code="TooManyPaths")
-    return [p.strip("/") for p in paths if isinstance(p, str)], expand
+    return [p.strip("/") for p in paths], form.get("expand", ["false"])[0].lower() == "true"

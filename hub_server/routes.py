@@ -26,7 +26,6 @@ from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFo
 from .index import FileEntry, Folder, looks_like_lfs
 from .names import repo_key
 from .transport import (
-    BodyKind,
     body_chunks,
     byte_range,
     header_safe,
@@ -334,9 +333,7 @@ def tree(req: Request) -> Response:
 def paths_info(req: Request) -> Response:
     st, repo = req.app.storage, repo_of(req)
     index = st.index(*repo, st.resolve(*repo, req.path_params["rev"]))
-    paths, expand = protocol.paths_request(
-        read_body(req), req.headers.get("Content-Type", ""), req.app.limits.max_paths_per_request
-    )
+    paths, expand = protocol.paths_request(read_body(req), req.app.limits.max_paths_per_request)
     out = []
     for p in paths:
         entry = index.get(p) if p else None
@@ -424,47 +421,46 @@ class Route:
     pattern: str
     handler: Callable[[Request], Response]
     auth: Auth = Auth.PUBLIC
-    body: BodyKind = BodyKind.NONE
     step: str | None = None  # the fault-injection step (``STEPS``)
-
+    body: str = "max_json_bytes"  # the ``ServerLimits`` field that caps the body
     regex: re.Pattern = field(init=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "regex", _compile(self.pattern))  # once, when the table is built
 
 
-R, W, J, S = Auth.READ, Auth.WRITE, BodyKind.JSON, BodyKind.STREAM
+R, W, REPO = Auth.READ, Auth.WRITE, "/api/{api_type}/{repo}"
 ROUTES = (
-    Route(("GET",), "/api/whoami-v2", whoami, W, step="whoami"),
+    Route(("GET",), "/api/whoami-v2", whoami, W, "whoami"),
     Route(("GET",), "/api/agent-harnesses", agent_harnesses),
-    Route(("POST",), "/api/validate-yaml", validate_yaml, body=J, step="validate_yaml"),
-    Route(("POST",), "/api/repos/create", create_repo, W, J, "create_repo"),
-    Route(("DELETE",), "/api/repos/delete", delete_repo, W, J, "delete_repo"),
-    Route(("GET",), "/api/{api_type}/{repo}", repo_info, R, step="repo_info"),
-    Route(("GET",), "/api/{api_type}/{repo}/revision/{rev+}", repo_info, R, step="repo_info"),
-    Route(("PUT",), "/api/{api_type}/{repo}/settings", update_settings, W, J, "settings"),
-    Route(("POST",), "/api/{api_type}/{repo}/preupload/{rev+}", preupload, W, J, "preupload"),
-    Route(("POST",), "/api/{api_type}/{repo}/commit/{rev+}", commit, W, BodyKind.NDJSON, "commit"),
-    Route(("GET",), "/api/{api_type}/{repo}/tree/{rev}", tree, R, step="tree"),
-    Route(("GET",), "/api/{api_type}/{repo}/tree/{rev}/{path+}", tree, R, step="tree"),
-    Route(("POST",), "/api/{api_type}/{repo}/paths-info/{rev+}", paths_info, R, J, "paths_info"),
-    Route(("GET",), "/api/{api_type}/{repo}/refs", refs, R, step="refs"),
-    Route(("GET",), "/api/{api_type}/{repo}/commits/{rev+}", commits, R, step="commits"),
+    Route(("POST",), "/api/validate-yaml", validate_yaml, step="validate_yaml"),
+    Route(("POST",), "/api/repos/create", create_repo, W, "create_repo"),
+    Route(("DELETE",), "/api/repos/delete", delete_repo, W, "delete_repo"),
+    Route(("GET",), REPO, repo_info, R, "repo_info"),
+    Route(("GET",), REPO + "/revision/{rev+}", repo_info, R, "repo_info"),
+    Route(("PUT",), REPO + "/settings", update_settings, W, "settings"),
+    Route(("POST",), REPO + "/preupload/{rev+}", preupload, W, "preupload"),
+    Route(("POST",), REPO + "/commit/{rev+}", commit, W, "commit", body="max_commit_bytes"),
+    Route(("GET",), REPO + "/tree/{rev}", tree, R, "tree"),
+    Route(("GET",), REPO + "/tree/{rev}/{path+}", tree, R, "tree"),
+    Route(("POST",), REPO + "/paths-info/{rev+}", paths_info, R, "paths_info"),
+    Route(("GET",), REPO + "/refs", refs, R, "refs"),
+    Route(("GET",), REPO + "/commits/{rev+}", commits, R, "commits"),
+    Route(("POST", "DELETE"), REPO + "/branch/{name+}", partial(ref, kind="branches"), W, "branch"),
+    Route(("POST", "DELETE"), REPO + "/tag/{name+}", partial(ref, kind="tags"), W, "tag"),
+    Route(("GET",), REPO + "/xet-write-token/{rev+}", xet_refused, W, "xet"),
+    Route(("GET", "POST"), REPO + "/discussions", pull_requests_refused, W),
+    Route(("GET", "HEAD"), "/{url_type}{repo}/resolve/{rev}/{path+}", resolve, R, "resolve"),
+    Route(("POST",), "/{url_type}{repo}.git/info/lfs/objects/batch", lfs_batch, W, "lfs_batch"),
     Route(
-        ("POST", "DELETE"),
-        "/api/{api_type}/{repo}/branch/{name+}",
-        partial(ref, kind="branches"),
-        W,
-        J,
-        "branch",
+        ("PUT",),
+        "/lfs-upload/{one_type}/{repo}/{oid}",
+        lfs_upload,
+        Auth.SIGNED,
+        "lfs_upload",
+        "max_upload_bytes",
     ),
-    Route(("POST", "DELETE"), "/api/{api_type}/{repo}/tag/{name+}", partial(ref, kind="tags"), W, J, "tag"),
-    Route(("GET",), "/api/{api_type}/{repo}/xet-write-token/{rev+}", xet_refused, W, step="xet"),
-    Route(("GET", "POST"), "/api/{api_type}/{repo}/discussions", pull_requests_refused, W, J),
-    Route(("GET", "HEAD"), "/{url_type}{repo}/resolve/{rev}/{path+}", resolve, R, step="resolve"),
-    Route(("POST",), "/{url_type}{repo}.git/info/lfs/objects/batch", lfs_batch, W, J, "lfs_batch"),
-    Route(("PUT",), "/lfs-upload/{one_type}/{repo}/{oid}", lfs_upload, Auth.SIGNED, S, "lfs_upload"),
-    Route(("POST",), "/lfs-verify/{one_type}/{repo}/{oid}", lfs_verify, W, J, "lfs_verify"),
+    Route(("POST",), "/lfs-verify/{one_type}/{repo}/{oid}", lfs_verify, W, "lfs_verify"),
 )
 # The protocol steps a fault can be injected at (``HubServer.set_fault``).
 STEPS = tuple(dict.fromkeys(route.step for route in ROUTES if route.step))

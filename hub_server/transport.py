@@ -8,7 +8,6 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
 
 import anyio
 import anyio.from_thread
@@ -22,13 +21,6 @@ from .errors import BadRequest, HubError, PayloadTooLarge, RequestTimeout
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 _UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
-
-
-class BodyKind(Enum):  # what a route reads
-    NONE = "none"
-    JSON = "json"
-    NDJSON = "ndjson"
-    STREAM = "stream"
 
 
 @dataclass(frozen=True)
@@ -53,15 +45,9 @@ class ServerLimits:
     request_log_entries: int = 4096  # the in-memory request log keeps the last N requests
     yaml: YamlLimits = YamlLimits()
 
-    def body_limit(self, kind: BodyKind, trusted: bool) -> int:
-        """The largest body a route reads; ``trusted``: a valid token (or upload signature) came with it."""
-        limit = {
-            BodyKind.NONE: self.max_json_bytes,
-            BodyKind.JSON: self.max_json_bytes,
-            BodyKind.NDJSON: self.max_commit_bytes,
-            BodyKind.STREAM: self.max_upload_bytes,
-        }[kind]
-        return limit if trusted else min(limit, self.max_public_body_bytes)
+    def body_limit(self, field: str, trusted: bool) -> int:
+        """The ``field`` cap, or the public one when no valid token (or upload signature) came with the body."""
+        return getattr(self, field) if trusted else min(getattr(self, field), self.max_public_body_bytes)
 
     def deadline(self, started: float, size: int) -> float:
         """When ``size`` bytes that began to move at ``started`` must have arrived (or left)."""
