@@ -151,31 +151,11 @@ class LinearChainCRF(nn.Module):
     ) -> torch.Tensor:
         start, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
         word_tags = word_tags.masked_fill(~word_mask, 0).long()
-        if bool(((word_tags < 0) | (word_tags >= self.num_tags)).any()):
-            raise ValueError(
-                f"tag ids must lie in [0, {self.num_tags}) at every tagged position; got "
-                f"{sorted(set(word_tags[(word_tags < 0) | (word_tags >= self.num_tags)].tolist()))}."
-            )
         emitted = words.gather(2, word_tags.unsqueeze(-1)).squeeze(-1) * word_mask
         linked = transitions[word_tags[:, :-1], word_tags[:, 1:]] * word_mask[:, 1:]
         last = word_tags.gather(1, (word_mask.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
         total = start[word_tags[:, 0]] + emitted.sum(1) + linked.sum(1) + end[last]
         return total.masked_fill(~word_mask[:, 0], 0.0)
-
-    def log_partition(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``log Z`` of each row over its allowed tag sequences, ``(batch,)``; 0 for a row without tagged
-        positions."""
-        words, word_mask, _ = self._gather_tagged(emissions, mask)
-        if words.shape[1] == 0:
-            return words.new_zeros(words.shape[0])
-        return self._log_partition(words, word_mask)
-
-    def score(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Score of the tag ids ``tags`` (``(batch, seq)``, read where ``mask`` is set) of each row, ``(batch,)``."""
-        words, word_mask, positions = self._gather_tagged(emissions, mask)
-        if words.shape[1] == 0:
-            return words.new_zeros(words.shape[0])
-        return self._path_score(words, tags.gather(1, positions), word_mask)
 
     def neg_log_likelihood(
         self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor

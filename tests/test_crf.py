@@ -1,9 +1,9 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """The CRF token-classification head.
 
-* The algorithms against brute force: log-partition, path score, Viterbi path and marginals equal what
-  enumerating every tag path of short sentences gives (with and without constraints and masks), and the
-  gradient of the log-partition (autograd through the forward algorithm) equals the forward-backward marginals.
+* The algorithms against brute force: negative log-likelihood, Viterbi path and marginals equal what
+  enumerating every tag path of short sentences gives (with and without constraints and masks), and the NLL's
+  gradient (autograd through the forward algorithm) equals the forward-backward marginals minus the gold tags.
 * The BIO constraints: the transition table of each scheme, and no invalid sequence from Viterbi on thousands of
   random emissions built to tempt it (which per-token arg-max falls for), checked by an independent rule.
 * The head and the NER glue: loss, decoded tags, initialisation from a checkpoint without CRF weights, training
@@ -96,69 +96,40 @@ def test_crf_is_exact_against_enumeration_of_every_tag_path(constrained):
     gold = torch.randint(0, len(BIO), MASK.shape, generator=torch.Generator().manual_seed(3))
     gold[0] = torch.tensor([1, 2, 0, 3, 4, 4])  # an allowed path (random ones rarely are)
 
-    log_z = crf.log_partition(emissions, MASK)
+    nll = crf.neg_log_likelihood(emissions, gold, MASK)
     decoded = crf.decode(emissions, MASK)
     marginals = crf.marginals(emissions, MASK)
-    scores = crf.score(emissions, gold, MASK)
     for row, mask in enumerate(MASK):
         words = emissions[row][mask]
         if not mask.any():  # no tagged position: nothing to score or decode
-            assert log_z[row] == 0 and scores[row] == 0 and marginals[row].abs().sum() == 0
+            assert nll[row] == 0 and marginals[row].abs().sum() == 0
             assert (decoded[row] == IGNORE_INDEX).all()
             continue
         paths, path_scores = enumerate_paths(crf, words, BIO, constrained)
-        expected_log_z = np.logaddexp.reduce(path_scores)
-        assert log_z[row].item() == pytest.approx(expected_log_z, rel=1e-12, abs=1e-12)
+        log_z = np.logaddexp.reduce(path_scores)
         assert decoded[row][mask].tolist() == paths[path_scores.argmax()].tolist()
         assert (decoded[row][~mask] == IGNORE_INDEX).all()
-        probabilities = np.exp(path_scores - expected_log_z)
+        probabilities = np.exp(path_scores - log_z)
         expected_marginals = np.stack(
             [(probabilities[:, None] * (paths == tag)).sum(0) for tag in range(5)], 1
         )
         np.testing.assert_allclose(marginals[row][mask].numpy(), expected_marginals, rtol=1e-10, atol=1e-12)
         assert marginals[row][~mask].abs().sum() == 0
-    # The score of one given path, read term by term.
+    # log Z minus the score of one given path, read term by term (an allowed path, so present either way).
     paths, path_scores = enumerate_paths(crf, emissions[0], BIO, constrained)
     expected_gold = path_scores[(paths == gold[0].numpy()).all(1)].item()
-    assert scores[0].item() == pytest.approx(expected_gold, rel=1e-12)
-    nll = crf.neg_log_likelihood(emissions, gold, MASK)
-    assert nll[0].item() == pytest.approx(log_z[0].item() - expected_gold, rel=1e-10)
+    assert nll[0].item() == pytest.approx(np.logaddexp.reduce(path_scores) - expected_gold, rel=1e-10)
 
 
-def test_gradient_of_the_log_partition_is_the_forward_backward_marginals():
+def test_gradient_of_the_negative_log_likelihood_is_marginals_minus_the_gold_tags():
     """Autograd through the forward algorithm and the explicit backward recursion are two computations of the
-    same quantity; the NLL's gradient is then marginals minus the gold one-hot, as for any CRF."""
+    same quantity: the NLL's gradient is the forward-backward marginals minus the gold one-hot, as for any CRF."""
     crf = random_crf(BIO, True, seed=4)
     emissions = torch.randn(*MASK.shape, len(BIO), dtype=torch.float64, requires_grad=True)
-    (gradient,) = torch.autograd.grad(crf.log_partition(emissions, MASK).sum(), emissions)
-    torch.testing.assert_close(gradient, crf.marginals(emissions, MASK), rtol=1e-10, atol=1e-12)
-
     gold = torch.tensor([[1, 2, 2, 0, 3, 4]] * len(MASK))
     (gradient,) = torch.autograd.grad(crf.neg_log_likelihood(emissions, gold, MASK).sum(), emissions)
     one_hot = torch.nn.functional.one_hot(gold, len(BIO)) * MASK.unsqueeze(-1)
     torch.testing.assert_close(gradient, crf.marginals(emissions, MASK) - one_hot, rtol=1e-10, atol=1e-12)
-
-
-def test_a_batch_without_tagged_positions_scores_zero_per_row_and_decodes_nothing():
-    crf = random_crf(BIO[:3], False, seed=0).float()
-    emissions, tags = (
-        torch.randn(2, 5, 3),
-        torch.zeros(2, 5, dtype=torch.long),
-    )  # 2 rows, 3 tags: shapes differ
-    nothing = torch.zeros(2, 5, dtype=torch.bool)
-    for value in (crf.log_partition(emissions, nothing), crf.score(emissions, tags, nothing)):
-        assert torch.equal(value, torch.zeros(2))
-    assert torch.equal(crf.neg_log_likelihood(emissions, tags, nothing), torch.zeros(2))
-    assert torch.equal(crf.decode(emissions, nothing), torch.full((2, 5), IGNORE_INDEX))
-    assert torch.equal(crf.marginals(emissions, nothing), torch.zeros(2, 5, 3))
-
-
-def test_tag_ids_outside_the_tag_set_are_refused():
-    crf = random_crf(BIO[:3], False, seed=0).float()
-    emissions, mask = torch.randn(1, 3, 3), torch.ones(1, 3, dtype=torch.bool)
-    for wrong in (3, 4, -1):  # the tag count itself, beyond it, below 0
-        with pytest.raises(ValueError, match=r"tag ids must lie in \[0, 3\)"):
-            crf.score(emissions, torch.tensor([[0, wrong, 1]]), mask)
 
 
 def test_marginals_stay_probabilities_on_long_rows_in_float32():
