@@ -113,32 +113,22 @@ os._exit(0)  # past this point only interpreter teardown, where gloo's threads n
 
 @pytest.mark.slow
 def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="modern-tiny"):
-    """A real 2-process FSDP2 job (gloo, CPU): parameters sharded along the model's own `_no_split_modules`
-    train exactly like one unsharded process on the whole batch. accelerate itself runs FSDP only on GPUs
-    (on CPU it falls back to DDP), so the sharding is applied with torch's `fully_shard`, as accelerate's
-    FSDP2 path does. Slow (~15 s: two interpreters, gloo set-up) but the only check that sharded parameters
-    (DTensors), the tied decoder and the layout gathers work together; the modern preset has the most
-    moving parts (pre-norm, RoPE, grouped-query and sliding-window attention). Saved through FSDP2's own class,
-    the folder still ships its remote code (it used to copy torch's files instead)."""
+    """A real 2-process FSDP2 job (gloo, CPU; sharded with torch's `fully_shard` as accelerate's FSDP2 path does,
+    since accelerate runs FSDP on GPUs only) trains exactly like one unsharded process, and its saved folder
+    ships its remote code. Slow (~15 s), but the only check of DTensor parameters with the tied decoder."""
     script = tmp_path / "worker.py"
     script.write_text(f"PRESET = {preset!r}\n" + FSDP_WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--standalone",  # a free port on this machine
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--standalone",
+        str(script),
+    ]
+    proc = subprocess.run(launch, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["sharded"] == "DTensor"

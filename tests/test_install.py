@@ -6,7 +6,6 @@
 would fail with ``No module named 'briskbert.tokenization'``.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,6 @@ import pytest
 from briskbert.processes import briskbert_argv
 
 ROOT = Path(__file__).resolve().parents[1]
-EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +40,8 @@ def _run_in_root(argv: list[str], env: dict, timeout: int = 300) -> subprocess.C
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow  # ~70 s: builds the wheel, installs it, and trains a tokenizer through `python -m briskbert`
-def test_the_checkout_root_never_shadows_the_installed_package(installed, tmp_path):
+@pytest.mark.slow  # builds the wheel and installs it, then runs `python -m briskbert` from the clone
+def test_the_checkout_root_never_shadows_the_installed_package(installed):
     code = (
         "import briskbert, briskbert.tokenization, briskbert.training.engine.loop; print(briskbert.__file__)"
     )
@@ -51,10 +49,5 @@ def test_the_checkout_root_never_shadows_the_installed_package(installed, tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert Path(proc.stdout.strip()).is_relative_to(Path(installed["PYTHONPATH"])), proc.stdout
     # The way an ablation starts its runs: this interpreter, `-m briskbert`, the current directory = the clone.
-    argv = briskbert_argv(
-        "train-tokenizer", "--files", str(EXCERPT), "--vocab_size", "300", "--round_to_multiple_of", "1"
-    )
-    proc = _run_in_root([*argv, "--output_dir", str(tmp_path / "tok")], installed)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    vocab = json.loads((tmp_path / "tok" / "tokenizer.json").read_text())["model"]["vocab"]
-    assert len(vocab) == 300
+    proc = _run_in_root(briskbert_argv("train-tokenizer", "--help"), installed)
+    assert proc.returncode == 0 and "usage: briskbert train-tokenizer" in proc.stdout, proc.stderr[-2000:]
