@@ -143,8 +143,6 @@ def infer_label_spec(
     names and their ids: integer labels 0..K-1 are ids into it, text labels must be among the names, and
     (``every_name_seen``: names the user gave, not a teacher's) every name must be a label found in the data.
     Without it, text labels are kept as they are (sorted) and integer labels are named by their value."""
-    if not train_labels:
-        raise DataError(f"{source} has no labelled rows.")
     kind = _label_kinds(train_labels, source)
     if eval_labels:
         eval_kind = _label_kinds(eval_labels, eval_source)
@@ -350,8 +348,6 @@ class ClassificationTask(FinetuningTask):
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from transformers import DataCollatorWithPadding
 
-        from briskbert.training.tasks.finetuning import report_skips
-
         spec, settings = self.spec, self.settings
         accelerator.print(f"Task: {spec.problem_type}, {spec.num_labels} label(s) {spec.label_list[:10]}")
         model, tokenizer = self.make_model(accelerator, config)
@@ -363,23 +359,8 @@ class ClassificationTask(FinetuningTask):
             encoded["labels"] = [spec.encode(value) for value in batch[settings.label_column]]
             return encoded
 
-        with accelerator.main_process_first():
-            self.train_features, self.eval_features = (
-                None
-                if table is None
-                else table.map(
-                    preprocess, batched=True, remove_columns=table.column_names, desc=f"tokenizing {name}"
-                )
-                for table, name in ((self.train, "train"), (self.evaluation, "eval"))
-            )
-        self.skipped = report_skips(accelerator, *self.reports)
-        return TaskInputs(
-            model=model,
-            train_dataset=self.train_features,
-            data_collator=DataCollatorWithPadding(tokenizer),
-            tokenizer=tokenizer,
-            eval_dataset=self.eval_features,
-        )
+        self.tokenize(accelerator, preprocess)
+        return self.task_inputs(accelerator, model, tokenizer, DataCollatorWithPadding(tokenizer))
 
     def make_model(self, accelerator, config: TrainingConfig):
         """``(model, tokenizer)``: the classifier with this data's labels, and its tokenizer."""

@@ -12,7 +12,7 @@ from briskbert.errors import SettingError
 from briskbert.inputs import ModelLocation, check_model_source, check_tokenizer_source
 from briskbert.training.data.task_data import load_named_dataset, load_table, pick_split
 from briskbert.training.engine.facts import JobFacts, base_model_id
-from briskbert.training.engine.task import Task
+from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.settings import DataSource, ModelSource
 
 logger = logging.getLogger(__name__)
@@ -88,39 +88,6 @@ def load_tokenizer(name: str):
     return AutoTokenizer.from_pretrained(name, trust_remote_code=True)
 
 
-def load_model(model_class, source: ModelSource, base: str | None, tokenizer=None, **config_overrides):
-    """``model_class`` (a BriskBert head) from ``base`` with config fields overridden, or a fresh model
-    from ``source.config_preset`` sized to the tokenizer's vocabulary."""
-    from briskbert.modeling import BriskBertConfig
-
-    if base is None:
-        try:
-            config = BriskBertConfig.from_preset(
-                source.config_preset, vocab_size=len(tokenizer), **config_overrides
-            )
-        except ValueError as error:  # an unknown preset name
-            raise SettingError("config_preset", str(error)) from None
-        if tokenizer.pad_token_id is not None:
-            config.pad_token_id = tokenizer.pad_token_id
-        return model_class(config)
-    from briskbert.training.engine.finite import check_finite_weights, weights_file
-
-    config = BriskBertConfig.from_pretrained(base, **config_overrides)
-    try:
-        model = load_pretrained(model_class, base, config)
-    except RuntimeError as error:
-        if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
-            raise
-        raise SettingError(
-            "model_name_or_path",
-            f"{base}: its weights do not fit its config.json (tensor shapes differ, as "
-            "when hidden_size or intermediate_size was edited); restore config.json or save the model again.",
-        ) from None
-    named = weights_file(base) if Path(base).is_dir() else base
-    check_finite_weights(model, f"{source.model_name_or_path} ({named})", "model_name_or_path")
-    return model
-
-
 def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning", output_loading_info=False):
     """``model_class.from_pretrained(base)``; transformers' load report is one line when all it lists is the new
     task head (and the checkpoint's own head or pooler), as expected for ``purpose``, else the whole table."""
@@ -157,12 +124,37 @@ def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning"
 def load_starting_model(
     model_class, source: ModelSource, location: ModelLocation | None, output_dir: str, **config_overrides
 ):
-    """``(model, tokenizer)`` a job starts from: ``source``'s model or preset, with ``config_overrides``."""
-    base = None
-    if location is not None:
-        base = resolve_base_model(location, output_dir, source.trust_remote_code)
+    """``(model, tokenizer)`` a job starts from: ``model_class`` (a BriskBert head) from ``source``'s model with
+    config fields overridden, or a fresh model from ``source.config_preset`` sized to the tokenizer's vocabulary."""
+    from briskbert.modeling import BriskBertConfig
+    from briskbert.training.engine.finite import check_finite_weights, weights_file
+
+    base = None if location is None else resolve_base_model(location, output_dir, source.trust_remote_code)
     tokenizer = load_tokenizer(source.tokenizer_name or base)
-    return load_model(model_class, source, base, tokenizer, **config_overrides), tokenizer
+    if base is None:
+        try:
+            config = BriskBertConfig.from_preset(
+                source.config_preset, vocab_size=len(tokenizer), **config_overrides
+            )
+        except ValueError as error:  # an unknown preset name
+            raise SettingError("config_preset", str(error)) from None
+        if tokenizer.pad_token_id is not None:
+            config.pad_token_id = tokenizer.pad_token_id
+        return model_class(config), tokenizer
+    config = BriskBertConfig.from_pretrained(base, **config_overrides)
+    try:
+        model = load_pretrained(model_class, base, config)
+    except RuntimeError as error:
+        if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
+            raise
+        raise SettingError(
+            "model_name_or_path",
+            f"{base}: its weights do not fit its config.json (tensor shapes differ, as "
+            "when hidden_size or intermediate_size was edited); restore config.json or save the model again.",
+        ) from None
+    named = weights_file(base) if Path(base).is_dir() else base
+    check_finite_weights(model, f"{source.model_name_or_path} ({named})", "model_name_or_path")
+    return model, tokenizer
 
 
 def card_source_facts(source: ModelSource) -> dict:
@@ -215,6 +207,34 @@ class FinetuningTask(Task):
 
         head = getattr(briskbert.modeling, self.model_class)
         return load_starting_model(head, self.source, self.location, config.output_dir, **config_overrides)
+
+    def tokenize(self, accelerator, prepare_train, prepare_eval=None, **fn_kwargs) -> None:
+        """``train_features`` and ``eval_features`` (None without evaluation data): the splits through the
+        batched ``prepare_*`` functions, on the main process first."""
+        splits = (
+            (self.train, prepare_train, "train"),
+            (self.evaluation, prepare_eval or prepare_train, "eval"),
+        )
+        with accelerator.main_process_first():
+            self.train_features, self.eval_features = (
+                None
+                if table is None
+                else table.map(
+                    prepare, batched=True, remove_columns=table.column_names, fn_kwargs=fn_kwargs, desc=name
+                )
+                for table, prepare, name in splits
+            )
+
+    def task_inputs(self, accelerator, model, tokenizer, collator, eval_dataset=None) -> TaskInputs:
+        """What :meth:`build` hands the loop; the data's skip reports are logged and kept for the card."""
+        self.skipped = report_skips(accelerator, *self.reports)
+        return TaskInputs(
+            model=model,
+            train_dataset=self.train_features,
+            data_collator=collator,
+            tokenizer=tokenizer,
+            eval_dataset=self.eval_features if eval_dataset is None else eval_dataset,
+        )
 
     def data_facts(self) -> dict:
         return self.data_source.card_facts()

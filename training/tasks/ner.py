@@ -270,6 +270,7 @@ class NerTask(FinetuningTask):
         self.train, self.train_tags = read(train, train_name)
         self.evaluation, self.eval_tags = (None, None) if evaluation is None else read(evaluation, eval_name)
         self.labels = build_label_list(self.train_tags, self.eval_tags, (train_name, eval_name))
+        self.reports = []  # nothing is skipped: a malformed CoNLL file is refused
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         """Both splits tokenised with aligned labels; with a CRF, trained on :func:`crf_training_tags` (scored
@@ -317,13 +318,7 @@ class NerTask(FinetuningTask):
                 f"CRF: {repaired} sentences start an entity with I-X; trained as B-X (the same entities under "
                 "conlleval)."
             )
-        return TaskInputs(
-            model=model,
-            train_dataset=self.train_features,
-            data_collator=DataCollatorForTokenClassification(tokenizer),
-            tokenizer=tokenizer,
-            eval_dataset=self.eval_features,
-        )
+        return self.task_inputs(accelerator, model, tokenizer, DataCollatorForTokenClassification(tokenizer))
 
     def count_items(self, batch: dict) -> int:
         """The token-classification loss is a mean over labelled sub-words."""

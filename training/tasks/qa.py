@@ -263,29 +263,13 @@ class QaTask(FinetuningTask):
         from transformers import DataCollatorWithPadding
 
         from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
-        from briskbert.training.tasks.finetuning import report_skips
 
         self.output_dir, task = config.output_dir, self.settings
         model, tokenizer = self.load_starting_model(config)
         register_question_answering_pipeline(model.config)  # transformers 5 has none: name ours
-        windows = dict(tokenizer=tokenizer, **self.windows)
-        with accelerator.main_process_first():
-            self.train_features = self.train.map(
-                prepare_train_features,
-                batched=True,
-                remove_columns=self.train.column_names,
-                fn_kwargs=windows,
-                desc="train windows",
-            )
-            self.eval_features = None
-            if self.evaluation is not None:
-                self.eval_features = self.evaluation.map(
-                    prepare_eval_features,
-                    batched=True,
-                    remove_columns=self.evaluation.column_names,
-                    fn_kwargs=windows,
-                    desc="eval windows",
-                )
+        self.tokenize(
+            accelerator, prepare_train_features, prepare_eval_features, tokenizer=tokenizer, **self.windows
+        )
         if task.keep_answerless_windows < 1.0:
             self.train_features = keep_some_answerless_windows(
                 self.train_features, task.keep_answerless_windows, config.seed
@@ -297,13 +281,8 @@ class QaTask(FinetuningTask):
             columns = [c for c in MODEL_INPUTS if c in self.eval_features.column_names]
             eval_inputs = self.eval_features.select_columns(columns)
         accelerator.print(counts)
-        self.skipped = report_skips(accelerator, *self.reports)
-        return TaskInputs(
-            model=model,
-            train_dataset=self.train_features,
-            data_collator=DataCollatorWithPadding(tokenizer),
-            tokenizer=tokenizer,
-            eval_dataset=eval_inputs,
+        return self.task_inputs(
+            accelerator, model, tokenizer, DataCollatorWithPadding(tokenizer), eval_inputs
         )
 
     def evaluate(self, model, dataloader, accelerator) -> dict:

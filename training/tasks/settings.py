@@ -126,29 +126,26 @@ class DataSource:
     def describe(self, split: str) -> str:
         """The ``"train"`` or ``"validation"`` data as error messages name it: by the setting that gave it."""
         if self.dataset_name is not None:
-            name = self.train_split if split == "train" else self.validation_split
-            return f"dataset_name {self.dataset_name} (split {name!r})"
-        return (
-            f"train_file {self.train_file}" if split == "train" else f"validation_file {self.validation_file}"
-        )
+            return f"dataset_name {self.dataset_name} (split {getattr(self, split + '_split')!r})"
+        return f"{split}_file {getattr(self, split + '_file')}"
 
     def card_facts(self, extra_train_files: tuple[str, ...] = ()) -> dict:
         """The card's data facts. A local ``validation_file`` is named as the file it is, never as the public
         dataset's validation split, which it need not be."""
         public = self.dataset_card_name or self.dataset_name
-        datasets = [public or os.path.basename(self.train_file)]
-        files = [os.path.basename(f) for f in (self.train_file, *extra_train_files) if f]
+        extra = [os.path.basename(f) for f in extra_train_files]
         facts = {
-            "datasets": datasets + [os.path.basename(f) for f in extra_train_files],
-            "train_files": files,
+            "datasets": [public or os.path.basename(self.train_file), *extra],
+            "train_files": [os.path.basename(f) for f in (self.train_file, *extra_train_files) if f],
         }
         if self.dataset_name is not None:
             return {**facts, "eval_dataset": public, "eval_split": self.validation_split}
+        validation = self.validation_file
         return {
             **facts,
-            "eval_dataset": os.path.basename(self.validation_file) if self.validation_file else None,
+            "eval_dataset": os.path.basename(validation) if validation else None,
             "eval_split": None,
-            "eval_dataset_description": self.validation_card_name if self.validation_file else None,
+            "eval_dataset_description": self.validation_card_name if validation else None,
         }
 
 

@@ -1,10 +1,6 @@
-"""What every training command does once its flags are parsed: train the job's task, then write the model card.
-
-The loop (:func:`briskbert.training.engine.loop.run`) only trains: it saves ``final/`` with the model, the
-tokenizer and ``training_facts.json``. The card (``final/README.md``) is the job's, rendered here from those
-facts as a publish would render it, named ``your-namespace/<run folder>`` until the model is published; then
-``final/manifest.json`` is written again to list it. The run holds the output folder's lock throughout: a
-second run into the same folder is refused in one line.
+"""What every training command does once its flags are parsed: train the job's task (the loop saves ``final/``
+with the model, the tokenizer and ``training_facts.json``), then render the model card from those facts, named
+``your-namespace/<run folder>`` until the model is published, and write ``final/manifest.json`` again to list it.
 """
 
 from __future__ import annotations
@@ -22,11 +18,8 @@ from briskbert.training.engine.task import Task
 
 
 def train(task: Task, config: TrainingConfig):
-    """``run(task, config)``, then the model card in ``final/``; returns the run's ``TrainResult``.
-
-    Ctrl-C or SIGTERM at any moment ends the process with 130 or 143 and one message naming the newest
-    intact checkpoint and the command that resumes it (or saying there is none); the half-written folders
-    and the lock are gone (:mod:`briskbert.training.engine.signals`)."""
+    """``run(task, config)`` under the output folder's lock, then the model card in ``final/``; returns the run's
+    ``TrainResult``. Ctrl-C or SIGTERM ends the process as :mod:`briskbert.training.engine.signals` says."""
     main_process = os.environ.get("RANK", "0") == "0"  # before the loop starts the processes' state
     with stopping(config.output_dir, main_process):
         # An output folder holding another run is refused now, not after torch and the model are loaded.
