@@ -4,15 +4,15 @@ encoder, exact nearest neighbours and the standard metrics (Recall@1/5/10/100, M
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-from briskbert.training.data.task_data import DataError, load_squad
+from briskbert.training.data.task_data import DataError, load_squad, load_table
 
 RECALL_DEPTHS = (1, 5, 10, 100)
 RANK_DEPTH = 10  # MRR@10 and nDCG@10
@@ -81,38 +81,28 @@ def load_squad_retrieval(
     )
 
 
-def read_json_lines(path: str, required: tuple[str, ...] = ()) -> list[tuple[int, object]]:
-    """``(line number, value)`` of each non-blank line of a JSON lines file, each an object with the keys
-    ``required`` (when some are)."""
-    if not Path(path).is_file():
-        raise DataError(f"{path!r} does not exist.")
-    rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path} line {number} is not JSON ({error}).") from None
-        missing = [key for key in required if not isinstance(row, dict) or key not in row]
-        if missing:
-            raise DataError(
-                f"{path} line {number} lacks {', '.join(missing)}; expected keys {', '.join(required)}."
-            )
-        rows.append((number, row))
+def _json_lines(path: str, setting: str, *keys: str):
+    rows = load_table(path, setting)
+    missing = [key for key in keys if key not in rows.column_names]
+    if missing:
+        raise SettingError(setting, f"{path} lacks {', '.join(missing)}; expected keys {', '.join(keys)}.")
     return rows
 
 
 def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -> RetrievalTask:
-    corpus = [row for _, row in read_json_lines(corpus_file, ("id", "text"))]
-    queries = [row for _, row in read_json_lines(queries_file, ("id", "text"))]
+    corpus = _json_lines(corpus_file, "corpus_file", "id", "text")
     qrels: dict[str, dict[str, float]] = {}
-    for _, row in read_json_lines(qrels_file, ("query_id", "passage_id")):
-        qrels.setdefault(str(row["query_id"]), {})[str(row["passage_id"])] = float(row.get("relevance", 1.0))
-    queries = [row for row in queries if str(row["id"]) in qrels]
+    for row in _json_lines(qrels_file, "qrels_file", "query_id", "passage_id"):
+        relevance = row.get("relevance")
+        qrels.setdefault(str(row["query_id"]), {})[str(row["passage_id"])] = float(
+            1.0 if relevance is None else relevance
+        )
+    queries = [
+        row for row in _json_lines(queries_file, "queries_file", "id", "text") if str(row["id"]) in qrels
+    ]
     return RetrievalTask(
-        [str(row["id"]) for row in corpus],
-        [row["text"] for row in corpus],
+        [str(passage_id) for passage_id in corpus["id"]],
+        list(corpus["text"]),
         [str(row["id"]) for row in queries],
         [row["text"] for row in queries],
         qrels,
@@ -248,7 +238,7 @@ class Retriever:
     spec: EmbeddingSpec
     batch_size: int = 64
     scale: float = DEFAULT_SIMILARITY_SCALE
-    index_dir: str | None = None  # a faiss index over the corpus (build-index) to search instead
+    index: object = None  # a loaded faiss index over the corpus (build-index) to search instead
 
 
 def load_dual_encoder(

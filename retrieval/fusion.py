@@ -1,14 +1,12 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fusion of a cross-encoder re-ranker (:mod:`.reranker`) with the retriever's score, optionally with BM25
-(:mod:`.lexical`), and the reports of what re-ranking changed::
+"""The fusion of a cross-encoder re-ranker (:mod:`.reranker`) with the retriever's score and BM25 (:mod:`.lexical`),
+the weights chosen on validation queries (``fusion.json``), and the retrieval evaluation::
 
     fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
             + weight * reranker_logit
 
 A listwise re-ranker's logits and the scaled similarities are both log-probabilities over a query's candidates
-up to a constant. Both weights 0 keep retrieval's order exactly. :func:`choose_fusion_weight` picks them on
-validation queries (never below retrieval alone there); ``finetune-reranker`` saves the choice as
-``fusion.json`` (:class:`Fusion`), which ``evaluate-retrieval`` and ``open-domain-qa`` apply by default.
+up to a constant; both weights 0 keep retrieval's order exactly.
 """
 
 from __future__ import annotations
@@ -25,10 +23,11 @@ from briskbert.retrieval.dense import (
     RANK_DEPTH,
     RECALL_DEPTHS,
     RetrievalTask,
+    Retriever,
     ranking_shortfall,
     retrieval_metrics,
 )
-from briskbert.retrieval.search import Retrieved
+from briskbert.retrieval.search import Retrieved, retrieve
 
 FUSION_FILE = "fusion.json"
 FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1
@@ -36,51 +35,29 @@ LEXICAL_GRID = tuple(step / 20 for step in range(21))  # BM25 weights 0, 0.05, .
 SELECTION_METRICS = (f"mrr@{RANK_DEPTH}", f"recall@{RECALL_DEPTHS[0]}")  # compared in this order
 
 
-# ---------------------------------------------------------------------------------------------- fusion
-def fused_scores(
-    retriever_scores: list[float],
-    reranker_scores: list[float],
-    weight: float,
-    retriever_scale: float,
-    lexical_scores: list[float] | None = None,
-    lexical_weight: float = 0.0,
-) -> list[float]:
-    """The fused scores of one query's re-ranked head (``lexical``: BM25 over the head's best, in [0, 1])."""
-    lexical_scores = lexical_scores or [0.0] * len(reranker_scores)
-    retriever_weight = 1 - weight - lexical_weight
-    return [
-        retriever_scale * (retriever_weight * similarity + lexical_weight * lexical) + weight * logit
-        for similarity, logit, lexical in zip(retriever_scores, reranker_scores, lexical_scores)
-    ]
-
-
-def fused_rankings(
+def fuse(
     retrieved: Retrieved,
     head_scores: dict[str, list[float]],
     weight: float,
     retriever_scale: float,
     lexical_scores: dict[str, list[float]] | None = None,
     lexical_weight: float = 0.0,
-) -> dict[str, list[str]]:
-    """Each query's re-ranked head (the passages ``head_scores`` covers) ordered by the fused score (ties keep
-    retrieval's order), the rest behind it; both weights 0 return the retrieval rankings themselves."""
-    if weight == 0 and lexical_weight == 0:
-        return {query_id: list(ranking) for query_id, ranking in retrieved.rankings.items()}
-    rankings = {}
+) -> Retrieved:
+    """Each query's head (the passages ``head_scores`` covers) ordered by the fused score (ties keep retrieval's
+    order), the rest behind it; the scores are the head's fused scores, in that order."""
+    rankings, scores = {}, {}
     for query_id, ranking in retrieved.rankings.items():
-        head = len(head_scores[query_id])
-        lexical = lexical_scores[query_id] if lexical_scores else None
-        scores = fused_scores(
-            retrieved.scores[query_id][:head],
-            head_scores[query_id],
-            weight,
-            retriever_scale,
-            lexical,
-            lexical_weight,
-        )
-        order = sorted(range(head), key=lambda index: -scores[index])
-        rankings[query_id] = [ranking[index] for index in order] + ranking[head:]
-    return rankings
+        logits = head_scores[query_id]
+        lexical = lexical_scores[query_id] if lexical_scores else [0.0] * len(logits)
+        retriever_weight = 1 - weight - lexical_weight
+        fused = [
+            retriever_scale * (retriever_weight * similarity + lexical_weight * bm25) + weight * logit
+            for similarity, logit, bm25 in zip(retrieved.scores[query_id], logits, lexical)
+        ]
+        order = sorted(range(len(fused)), key=lambda index: -fused[index])
+        rankings[query_id] = [ranking[index] for index in order] + ranking[len(fused) :]
+        scores[query_id] = [fused[index] for index in order]
+    return Retrieved(rankings, scores)
 
 
 @dataclass(frozen=True)
@@ -175,68 +152,74 @@ def choose_fusion_weight(
     )
     curve = []
     for weight, lexical in pairs:
-        rankings = fused_rankings(retrieved, head_scores, weight, retriever_scale, lexical_scores, lexical)
-        metrics = retrieval_metrics(rankings, qrels)
+        fused = fuse(retrieved, head_scores, weight, retriever_scale, lexical_scores, lexical)
+        metrics = retrieval_metrics(fused.rankings, qrels)
         point = {"weight": weight, "lexical_weight": lexical}
         curve.append({**point, **{name: metrics[name] for name in SELECTION_METRICS}})
     best = max(curve, key=lambda point: tuple(point[name] for name in SELECTION_METRICS))
     return best["weight"], best["lexical_weight"], curve
 
 
-# ------------------------------------------------------------------------------------------- reports
-def rerank_report(reranker, task: RetrievalTask, retrieved: Retrieved, retriever_scale: float) -> dict:
-    """Metrics of a :class:`~.reranker.Reranker`'s own order (``"reranked"``) and of the fused order it hands on
-    (``"fused"``), with a one-line ``"warning"`` when the latter is below retrieval alone."""
+def shortfall_warning(retrieval: dict, ranked: dict, fusion_weight: float) -> dict:
+    """``{"warning": one line}`` when the ``ranked`` metrics are below ``retrieval`` alone, else ``{}``."""
+    shortfall = ranking_shortfall(retrieval, ranked)
+    if not shortfall:
+        return {}
+    return {
+        "warning": f"re-ranking fused at weight {fusion_weight:g} scores below retrieval alone "
+        f"({', '.join(shortfall)}); lower fusion_weight (0 = retrieval alone)."
+    }
+
+
+def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
+    """Metrics of retrieval alone and, with a :class:`~.reranker.Reranker`, of its own order (``"reranked"``) and
+    of the fused order it hands on (``"fused"``, with a ``"warning"`` when below retrieval), with the seconds."""
     start = time.perf_counter()
-    queries, corpus = task.queries, task.corpus
-    head_scores = reranker.score(queries, retrieved, corpus)
-    lexical = reranker.lexical_scores(queries, retrieved, corpus)
-    fused = fused_rankings(
-        retrieved, head_scores, reranker.fusion_weight, retriever_scale, lexical, reranker.lexical_weight
-    )
+    depth = max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
+    retrieved = retrieve(task.corpus, task.queries, retriever, depth)
     report = {
-        "reranked": retrieval_metrics(
-            fused_rankings(retrieved, head_scores, 1.0, retriever_scale), task.qrels
-        ),
-        "fused": retrieval_metrics(fused, task.qrels),
+        "num_queries": len(task.query_ids),
+        "num_passages": len(task.corpus_ids),
+        "retrieval": retrieval_metrics(retrieved.rankings, task.qrels),
+        "retrieval_s": round(time.perf_counter() - start, 2),
+    }
+    if reranker is None:
+        return report
+    start = time.perf_counter()
+    logits, fused = reranker.rerank(task.queries, retrieved, task.corpus, retriever.scale)
+    alone = fuse(retrieved, logits, 1.0, retriever.scale)
+    report |= {
+        "reranked": retrieval_metrics(alone.rankings, task.qrels),
+        "fused": retrieval_metrics(fused.rankings, task.qrels),
         "fusion_weight": reranker.fusion_weight,
         "lexical_weight": reranker.lexical_weight,
         "rerank_top_k": reranker.top_k,
         "rerank_s": round(time.perf_counter() - start, 2),
     }
-    shortfall = ranking_shortfall(retrieval_metrics(retrieved.rankings, task.qrels), report["fused"])
-    if shortfall:
-        report["warning"] = reranking_warning(shortfall, reranker.fusion_weight)
-    return report
-
-
-def reranking_warning(shortfall: list[str], fusion_weight: float) -> str:
-    return (
-        f"re-ranking fused at weight {fusion_weight:g} scores below retrieval alone ({', '.join(shortfall)}); "
-        "lower fusion_weight (0 = retrieval alone)."
-    )
+    return report | shortfall_warning(report["retrieval"], report["fused"], reranker.fusion_weight)
 
 
 def validation_warning(reranker) -> str | None:
     """A one-line warning when the re-ranker's weights were never chosen (no ``fusion.json``, no weight given),
     or when its own validation shows the weights it applies scoring below retrieval alone."""
-    if reranker.fusion is None:
+    fusion = reranker.fusion
+    if fusion is None:
         if reranker.fusion_weight or reranker.lexical_weight:
             return None
         return (
             "the re-ranker has no fusion.json (its weights were never chosen): it is applied at weight 0, "
             "retrieval's order unchanged; train it with finetune-reranker, or set fusion_weight."
         )
-    if not reranker.fusion.curve or not reranker.fusion.retrieval:
+    if not fusion.curve or not fusion.retrieval:
         return None
-    point = reranker.fusion.point(reranker.fusion_weight, reranker.lexical_weight)
-    shortfall = ranking_shortfall(reranker.fusion.retrieval, point)
+    point = fusion.point(reranker.fusion_weight, reranker.lexical_weight)
+    shortfall = ranking_shortfall(fusion.retrieval, point)
     if not shortfall:
         return None
     weights = f"weight {point['weight']:g}" + (
         f" (BM25 {point['lexical_weight']:g})" if point.get("lexical_weight") else ""
     )
     return (
-        f"on its {reranker.fusion.num_queries} validation queries, re-ranking at {weights} scored below "
-        f"retrieval alone ({', '.join(shortfall)}); its chosen weight is {reranker.fusion.weight:g}."
+        f"on its {fusion.num_queries} validation queries, re-ranking at {weights} scored below "
+        f"retrieval alone ({', '.join(shortfall)}); its chosen weight is {fusion.weight:g}."
     )

@@ -1,16 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""BM25 over a passage collection: the lexical score the re-ranking stage can fuse with the dual encoder's
-similarity and the cross-encoder's logit (:mod:`.reranker`).
-
-A dual encoder squeezes a passage into one vector and loses exact rare words (names, numbers, dates) that a
-question often shares with the one passage that answers it; BM25 scores exactly those. The scores are
-``bm25s``' Lucene variant (the default of Elasticsearch)::
-
-    score(q, p) = sum over the words w of q:  idf(w) * tf(w, p) / (tf(w, p) + k1 * (1 - b + b * |p| / avg|p|))
-    idf(w) = ln(1 + (N - df(w) + 0.5) / (df(w) + 0.5))
-
-Words are lower-cased runs of letters, digits and underscores (Unicode-aware); nothing is stemmed or dropped.
-"""
+"""BM25 over a passage collection (``bm25s``' Lucene variant, the default of Elasticsearch), the lexical score
+the re-ranking stage can fuse with the dual encoder's similarity: exact rare words (names, numbers, dates) that
+one vector per passage loses. Words are lower-cased runs of letters, digits and underscores; none is stemmed or dropped."""
 
 from __future__ import annotations
 

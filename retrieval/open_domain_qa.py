@@ -25,9 +25,9 @@ from briskbert.retrieval.dense import (
     RetrievalTask,
     Retriever,
     batches_by_length,
-    ranking_shortfall,
     retrieval_metrics,
 )
+from briskbert.retrieval.fusion import fuse, shortfall_warning
 from briskbert.retrieval.search import Retrieved, retrieve
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.qa import postprocess_qa_predictions, prepare_eval_features
@@ -66,15 +66,6 @@ class Answer:
     passage_probabilities: list[float] = field(default_factory=list)  # the ranking's, over passages_read
 
 
-@dataclass
-class RankedPassages:
-    """Each question's passages in the order the reader gets them, and the ranking logits of the first ones."""
-
-    rankings: dict[str, list[str]]
-    logits: dict[str, list[float]]
-    retrieval: Retrieved
-
-
 def load_reader(
     name_or_path: str, max_seq_length: int = 384, doc_stride: int = 128, batch_size: int = 32
 ) -> Reader:
@@ -88,31 +79,14 @@ def load_reader(
 # ------------------------------------------------------------------------------------------------ ranking
 def rank_passages(
     corpus: dict[str, str], questions: dict[str, str], retriever: Retriever, reranker=None, depth: int = 5
-) -> RankedPassages:
-    """Retrieve (``max(depth, 100)`` deep, for the ranking metrics), then re-rank the first
-    ``max(depth, reranker.top_k)`` at the re-ranker's fusion weights."""
-    from briskbert.retrieval.fusion import fused_rankings, fused_scores
-
+) -> tuple[Retrieved, Retrieved]:
+    """Retrieval (``max(depth, 100)`` deep, for the ranking metrics) and the order the reader gets: the first
+    ``max(depth, reranker.top_k)`` re-ranked at the re-ranker's fusion weights, with their ranking logits."""
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
-        logits = {
-            qid: [retriever.scale * s for s in scores[:depth]] for qid, scores in retrieved.scores.items()
-        }
-        return RankedPassages(retrieved.rankings, logits, retrieved)
-    head = max(depth, reranker.top_k)
-    weights = reranker.fusion_weight, retriever.scale
-    head_scores = reranker.score(questions, retrieved, corpus, head)
-    lexical = reranker.lexical_scores(questions, retrieved, corpus, head)
-    rankings = fused_rankings(retrieved, head_scores, *weights, lexical, reranker.lexical_weight)
-    logits = {}
-    for qid, ranking in rankings.items():
-        lexical_head = lexical[qid] if lexical else None
-        fused = fused_scores(
-            retrieved.scores[qid][:head], head_scores[qid], *weights, lexical_head, reranker.lexical_weight
-        )
-        by_passage = dict(zip(retrieved.rankings[qid][:head], fused))
-        logits[qid] = [by_passage[pid] for pid in ranking[:head]]
-    return RankedPassages(rankings, logits, retrieved)
+        return retrieved, fuse(retrieved, {q: [0.0] * depth for q in questions}, 0.0, retriever.scale)
+    _, ranked = reranker.rerank(questions, retrieved, corpus, retriever.scale, max(depth, reranker.top_k))
+    return retrieved, ranked
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -202,11 +176,11 @@ def answer_questions(
 ) -> dict[str, Answer]:
     """Retrieve (then re-rank) passages of ``corpus`` for each question, read the first ``read_top_k`` and
     answer from them."""
-    ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
+    _, ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
     read = {qid: ranking[:read_top_k] for qid, ranking in ranked.rankings.items()}
     readings = _read_in_chunks(reader, questions, read, corpus)
     return {
-        qid: select_answer(readings[qid], read[qid], ranked.logits[qid][: len(read[qid])])
+        qid: select_answer(readings[qid], read[qid], ranked.scores[qid][: len(read[qid])])
         for qid in questions
     }
 
@@ -241,7 +215,7 @@ def evaluate_open_domain_qa(
     start = time.perf_counter()
     corpus, questions = task.corpus, task.queries
     deepest = max(read_depths)
-    ranked = rank_passages(corpus, questions, retriever, reranker, deepest)
+    retrieved, ranked = rank_passages(corpus, questions, retriever, reranker, deepest)
     gold = {qid: next(iter(task.qrels[qid])) for qid in task.query_ids}
     union = {qid: list(dict.fromkeys(ranked.rankings[qid][:deepest] + [gold[qid]])) for qid in task.query_ids}
     readings = _read_in_chunks(reader, questions, union, corpus)
@@ -260,12 +234,15 @@ def evaluate_open_domain_qa(
         "lexical_weight": reranker.lexical_weight if reranker else 0.0,
         "reader_on_gold_paragraph": on_gold,
         "seconds_per_question": round(elapsed / len(task.query_ids), 4),
-        **_ranking_metrics(ranked, task, reranker),
+        "retrieval": retrieval_metrics(retrieved.rankings, task.qrels),
     }
+    if reranker is not None:
+        metrics["ranking"] = retrieval_metrics(ranked.rankings, task.qrels)
+        metrics |= shortfall_warning(metrics["retrieval"], metrics["ranking"], reranker.fusion_weight)
     all_answers = {}
     for depth in read_depths:
         read = {qid: ranked.rankings[qid][:depth] for qid in task.query_ids}
-        answers = {qid: select_answer(readings[qid], read[qid], ranked.logits[qid][:depth]) for qid in read}
+        answers = {qid: select_answer(readings[qid], read[qid], ranked.scores[qid][:depth]) for qid in read}
         reader_alone = {qid: select_answer(readings[qid], read[qid]) for qid in read}
         rate = sum(gold[qid] in read[qid] for qid in read) / len(read)
         metrics[f"read_top_{depth}"] = {
@@ -276,15 +253,3 @@ def evaluate_open_domain_qa(
         }
         all_answers[depth] = answers
     return metrics, all_answers
-
-
-def _ranking_metrics(ranked: RankedPassages, task: RetrievalTask, reranker) -> dict:
-    metrics = {"retrieval": retrieval_metrics(ranked.retrieval.rankings, task.qrels)}
-    if reranker is not None:
-        metrics["ranking"] = retrieval_metrics(ranked.rankings, task.qrels)
-        shortfall = ranking_shortfall(metrics["retrieval"], metrics["ranking"])
-        if shortfall:
-            from briskbert.retrieval.fusion import reranking_warning
-
-            metrics["warning"] = reranking_warning(shortfall, reranker.fusion_weight)
-    return metrics

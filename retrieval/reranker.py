@@ -11,9 +11,10 @@ import torch
 
 from briskbert.errors import SettingError
 from briskbert.retrieval.dense import batches_by_length
-from briskbert.retrieval.fusion import Fusion
+from briskbert.retrieval.fusion import Fusion, fuse
 from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.search import Retrieved
+from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 
 
@@ -67,27 +68,28 @@ class Reranker:
         logits = iter(scores.tolist())  # query by query, each head in retrieval order
         return {query_id: [next(logits) for _ in head] for query_id, head in heads.items()}
 
-    def lexical_scores(
-        self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
-    ) -> dict[str, list[float]] | None:
-        """BM25 of the same head over ``corpus`` when the fusion weighs it, else ``None``."""
-        if not self.lexical_weight:
-            return None
-        return bm25_head_scores(queries, retrieved.rankings, corpus, depth or self.top_k)
+    def rerank(
+        self, queries, retrieved: Retrieved, corpus, retriever_scale: float, depth: int | None = None
+    ) -> tuple[dict[str, list[float]], Retrieved]:
+        """The logits of each query's first ``depth`` (default ``top_k``) passages, and the order fused at this
+        re-ranker's weights (BM25 over ``corpus`` computed only when weighed)."""
+        depth = depth or self.top_k
+        logits = self.score(queries, retrieved, corpus, depth)
+        lexical = (
+            bm25_head_scores(queries, retrieved.rankings, corpus, depth) if self.lexical_weight else None
+        )
+        fused = fuse(retrieved, logits, self.fusion_weight, retriever_scale, lexical, self.lexical_weight)
+        return logits, fused
 
 
-def load_reranker(
-    name_or_path: str,
-    top_k: int = 20,
-    max_seq_length: int = 256,
-    batch_size: int = 32,
-    fusion_weight: float | None = None,
-    lexical_weight: float | None = None,
-) -> Reranker:
-    """A :class:`Reranker` applying the weights given, else those of its ``fusion.json``, else 0 (retrieval's
-    order)."""
+def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker | None:
+    """The re-ranker ``settings`` name (``None`` when they name none), applying the weights given, else those of
+    its ``fusion.json``, else 0 (retrieval's order)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    name_or_path = settings.reranker_model_name_or_path
+    if not name_or_path:
+        return None
     model = AutoModelForSequenceClassification.from_pretrained(name_or_path, trust_remote_code=True)
     if model.config.num_labels != 1:
         raise DataError(
@@ -95,9 +97,9 @@ def load_reranker(
             "(train one with `briskbert finetune-reranker`)."
         )
     fusion = Fusion.load(name_or_path) if Path(name_or_path).is_dir() else None
-    chosen = fusion or Fusion(weight=0.0, retriever_scale=1.0, top_k=top_k)
-    fusion_weight = chosen.weight if fusion_weight is None else fusion_weight
-    lexical_weight = chosen.lexical_weight if lexical_weight is None else lexical_weight
+    chosen = fusion or Fusion(weight=0.0, retriever_scale=1.0, top_k=settings.rerank_top_k)
+    fusion_weight = chosen.weight if settings.fusion_weight is None else settings.fusion_weight
+    lexical_weight = chosen.lexical_weight if settings.lexical_weight is None else settings.lexical_weight
     if fusion_weight + lexical_weight > 1.0 + 1e-9:
         raise SettingError(
             "lexical_weight",
@@ -106,19 +108,12 @@ def load_reranker(
         )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
     return Reranker(
-        model.eval(), tokenizer, top_k, max_seq_length, batch_size, fusion_weight, fusion, lexical_weight
-    )
-
-
-def load_reranker_of(settings, batch_size: int):
-    """The re-ranker a command's ``RerankerArguments`` name, or ``None`` when they name none."""
-    if not settings.reranker_model_name_or_path:
-        return None
-    return load_reranker(
-        settings.reranker_model_name_or_path,
+        model.eval(),
+        tokenizer,
         settings.rerank_top_k,
         settings.reranker_max_seq_length,
         batch_size,
-        settings.fusion_weight,
-        settings.lexical_weight,
+        fusion_weight,
+        fusion,
+        lexical_weight,
     )

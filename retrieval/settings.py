@@ -21,6 +21,24 @@ def check_model_path(settings, name: str) -> None:
 
 
 @dataclass(frozen=True)
+class EncoderArguments:
+    """The dual encoder a retrieval or similarity command embeds with."""
+
+    _argument_group_name = "encoder"
+
+    model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Default: the encoder's own (else 256)."}
+    )
+    batch_size: int = field(default=64, metadata={"help": "Texts per forward pass."})
+
+    def __post_init__(self):
+        check_at_least(self, 1, "batch_size")
+        check_at_least(self, 2, "max_seq_length")
+        check_model_path(self, "model_name_or_path")
+
+
+@dataclass(frozen=True)
 class RerankerArguments:
     """The re-ranker a retrieval command applies: folder, depth, length and fusion weights."""
 

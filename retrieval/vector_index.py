@@ -1,16 +1,11 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""A faiss vector index over a passage collection, built from a dual encoder's embeddings.
-
-:func:`build_index` streams the passages and embeds them one shard at a time into ``embeddings/NNNNN.npy`` (a
-shard file appears whole or not at all, so an interrupted build run again continues), then adds the shards to
-a ``flat``, ``hnsw`` or ``ivfpq`` inner-product index. The folder holds ``index.faiss``, ``ids.txt`` and,
-written last, ``index_config.json``: the settings and the encoder's name, pooling and embeddings of a few
-probe sentences, against which a query encoder is checked (:func:`with_index`).
-"""
+"""A faiss vector index over a passage collection, built from a dual encoder's embeddings one shard at a time
+(``embeddings/NNNNN.npy``; a re-run continues an interrupted build), then indexed (``flat``, ``hnsw`` or
+``ivfpq``, inner product). ``index_config.json``, written last, records the settings and the encoder's pooling
+and embeddings of probe sentences, against which a query encoder is checked (:func:`with_index`)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import time
@@ -76,14 +71,6 @@ def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
             yield passage_id, row["text"]
 
 
-def count_passages(source: PassageSource) -> int | None:
-    """Non-blank lines of a passage file (for the progress bar; a cheap pass over the bytes)."""
-    if source.passages_file is None:
-        return None
-    with open(source.passages_file, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
 # ------------------------------------------------------------------------------------------------ encoders
 @dataclass(frozen=True)
 class EncoderFacts:
@@ -123,14 +110,6 @@ class EncoderFacts:
 
 
 # ------------------------------------------------------------------------------------------------ building
-@dataclass(frozen=True)
-class BuildOptions:
-    shard_size: int = 10_000
-    batch_size: int = 64
-    keep_embeddings: bool = False
-    overwrite: bool = False
-
-
 def build_index(
     source: PassageSource,
     encoder,
@@ -139,7 +118,10 @@ def build_index(
     encoder_name: str,
     settings: IndexSettings,
     output_dir: str,
-    options: BuildOptions = BuildOptions(),
+    shard_size: int = 10_000,
+    batch_size: int = 64,
+    keep_embeddings: bool = False,
+    overwrite: bool = False,
 ) -> dict:
     """Embed ``source`` (resuming an interrupted build), index it, save the folder; returns its config."""
     check_faiss()
@@ -148,8 +130,10 @@ def build_index(
     start = time.perf_counter()
     folder = Path(output_dir)
     facts = EncoderFacts.of(encoder, tokenizer, spec, encoder_name)
-    _prepare_folder(folder, source, facts, options)
-    num_vectors = _embed_shards(source, encoder, tokenizer, spec, folder / SHARD_FOLDER, options)
+    _prepare_folder(folder, source, facts, shard_size, overwrite)
+    num_vectors = _embed_shards(
+        source, encoder, tokenizer, spec, folder / SHARD_FOLDER, shard_size, batch_size
+    )
     embedded = time.perf_counter()
     if num_vectors == 0:
         raise DataError("the passage source holds no passages.")
@@ -173,15 +157,17 @@ def build_index(
         "faiss_version": faiss.__version__,
     }
     write_atomic(folder / CONFIG_FILE, json.dumps(config, indent=2))
-    if not options.keep_embeddings:
+    if not keep_embeddings:
         shutil.rmtree(folder / SHARD_FOLDER)
     (folder / STATE_FILE).unlink()
     return config
 
 
-def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, options: BuildOptions) -> None:
+def _prepare_folder(
+    folder: Path, source: PassageSource, facts: EncoderFacts, shard_size: int, overwrite: bool
+):
     """Start a build, or check that the unfinished one in ``folder`` embeds the same passages the same way."""
-    state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": options.shard_size}
+    state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": shard_size}
     state_file = folder / STATE_FILE
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
     others = sorted(path.name for path in folder.glob("*") if path.name not in own | {LOCK_FILE})
@@ -189,7 +175,7 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: EncoderFacts, op
         raise SettingError(
             "output_dir", f"{folder} holds other files ({', '.join(others[:3])}); choose an empty folder."
         )
-    if options.overwrite:
+    if overwrite:
         shutil.rmtree(folder / SHARD_FOLDER, ignore_errors=True)
         for name in own - {SHARD_FOLDER}:
             (folder / name).unlink(missing_ok=True)
@@ -222,7 +208,9 @@ def _state_mismatch(previous: dict, state: dict) -> str | None:
     return None
 
 
-def _embed_shards(source, encoder, tokenizer, spec, shard_folder: Path, options: BuildOptions) -> int:
+def _embed_shards(
+    source, encoder, tokenizer, spec, shard_folder: Path, shard_size: int, batch_size: int
+) -> int:
     """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
     from tqdm.auto import tqdm
 
@@ -231,14 +219,14 @@ def _embed_shards(source, encoder, tokenizer, spec, shard_folder: Path, options:
         leftover.unlink()
     done = sum(np.load(path, mmap_mode="r").shape[0] for path in sorted(shard_folder.glob("*.npy")))
     number = len(list(shard_folder.glob("*.npy")))
-    progress = tqdm(total=count_passages(source), initial=done, desc="embedding passages", unit="passage")
+    progress = tqdm(initial=done, desc="embedding passages", unit="passage")
     passages = iter_passages(source)
     for _ in range(done):  # what earlier runs embedded
         next(passages)
-    while shard := [passage for _, passage in zip(range(options.shard_size), passages)]:
+    while shard := [passage for _, passage in zip(range(shard_size), passages)]:
         ids = [passage_id for passage_id, _ in shard]
         vectors = encode_texts(
-            encoder, tokenizer, [text for _, text in shard], spec, options.batch_size, f"shard {number}"
+            encoder, tokenizer, [text for _, text in shard], spec, batch_size, f"shard {number}"
         )
         stem = shard_folder / f"{number:05d}"
         write_atomic(stem.with_suffix(".ids"), "\n".join(ids) + "\n")
@@ -304,13 +292,15 @@ class LoadedIndex:
     config: dict
 
 
-@functools.lru_cache(maxsize=4)
-def _load(index_dir: str, stamp: float) -> LoadedIndex:
+def load_index(index_dir: str) -> LoadedIndex:
+    """The index, its ids and its config."""
+    check_faiss()
     import faiss
 
-    config = json.loads((Path(index_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
-    index = faiss.read_index(str(Path(index_dir) / INDEX_FILE))
-    ids = (Path(index_dir) / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    folder = Path(index_dir)
+    config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    index = faiss.read_index(str(folder / INDEX_FILE))
+    ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
     if len(ids) != index.ntotal:
         raise SettingError(
             "index", f"{index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
@@ -318,21 +308,13 @@ def _load(index_dir: str, stamp: float) -> LoadedIndex:
     return LoadedIndex(index, ids, config)
 
 
-def load_index(index_dir: str) -> LoadedIndex:
-    """The index, its ids and its config (kept while the folder is unchanged)."""
-    check_faiss()
-    path = str(Path(index_dir).resolve())
-    return _load(path, (Path(path) / CONFIG_FILE).stat().st_mtime)
-
-
 def search_index(
-    index_dir: str, query_embeddings: torch.Tensor, k: int
+    loaded: LoadedIndex, query_embeddings: torch.Tensor, k: int
 ) -> tuple[list[list[str]], torch.Tensor]:
     """``(ids, scores)`` of the ``k`` passages with the highest inner product per query, best first (fewer ids
     where the index returns fewer; their scores ``-inf``)."""
     import faiss
 
-    loaded = load_index(index_dir)
     settings = loaded.config["settings"]
     parameters = faiss.ParameterSpace()
     if settings["index_type"] == "hnsw":
@@ -342,8 +324,7 @@ def search_index(
     queries = np.ascontiguousarray(query_embeddings.detach().float().cpu().numpy())
     scores, rows = loaded.index.search(queries, min(k, loaded.index.ntotal))
     ids = [[loaded.ids[row] for row in found if row >= 0] for found in rows]
-    scores = torch.from_numpy(np.where(rows >= 0, scores, -np.inf).astype(np.float32))
-    return ids, scores
+    return ids, torch.from_numpy(np.where(rows >= 0, scores, -np.inf).astype(np.float32))
 
 
 def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_name: str):
@@ -371,4 +352,4 @@ def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_
             f"{index_dir} holds {len(indexed)} passages and the collection {len(collection)}, not the same "
             f"ones (e.g. {example!r}); build the index from this collection's passages (same settings).",
         )
-    return replace(retriever, index_dir=index_dir)
+    return replace(retriever, index=loaded)

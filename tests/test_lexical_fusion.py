@@ -1,10 +1,6 @@
-"""BM25 in the re-ranking stage: each query's head is scored with Lucene's BM25 over the whole collection,
-worked out here from its definition, and scaled to [0, 1]; the fusion searches the BM25 weight next to the
-re-ranker's, never giving up retrieval's order on validation unless it gains there; the fusion file and the
-weights a loaded re-ranker applies.
-
-Fusion cases are built by hand (as in ``test_reranking.py``) so every expected order can be worked out on paper.
-"""
+"""BM25 in the re-ranking stage, worked out from Lucene's definition and scaled to [0, 1]; the fusion of BM25, the
+re-ranker and retrieval, its weights chosen on validation (never below retrieval alone there), the fusion file
+and the weights a loaded re-ranker applies. Fusion cases are built by hand so every order can be worked out."""
 
 import json
 import math
@@ -13,29 +9,15 @@ from pathlib import Path
 import pytest
 
 from briskbert.errors import SettingError, UserError
-from briskbert.retrieval.dense import RetrievalTask
-from briskbert.retrieval.fusion import (
-    FUSION_FILE,
-    Fusion,
-    choose_fusion_weight,
-    fused_rankings,
-    fused_scores,
-    rerank_report,
-)
+from briskbert.retrieval.fusion import FUSION_FILE, Fusion, choose_fusion_weight, fuse
 from briskbert.retrieval.lexical import bm25_head_scores, words
 from briskbert.retrieval.reranker import Reranker, load_reranker
 from briskbert.retrieval.search import Retrieved
+from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = ROOT / "data" / "xquad_en_excerpt.json"
-
-
-# ------------------------------------------------------------------------------------------------- BM25
-def test_words_are_lower_cased_unicode_word_runs():
-    assert words("Tesla's 1943 DEATH, in New_York; Zürich!") == [
-        "tesla", "s", "1943", "death", "in", "new_york", "zürich",
-    ]  # fmt: skip
 
 
 def lucene_bm25(query: str, passage: str, collection: list[str], k1: float, b: float) -> float:
@@ -52,10 +34,11 @@ def lucene_bm25(query: str, passage: str, collection: list[str], k1: float, b: f
     return total
 
 
-@pytest.mark.parametrize(
-    "k1, b, num_paragraphs, depth", [(None, None, 20, 8), (0.9, 0.4, 1, 5)]
-)  # None: 1.2/0.75
+@pytest.mark.parametrize("k1, b, num_paragraphs, depth", [(None, None, 20, 8), (0.9, 0.4, 1, 5)])
 def test_head_scores_are_lucene_bm25_over_the_collection_scaled_to_the_best(k1, b, num_paragraphs, depth):
+    assert words("Tesla's 1943 DEATH, in New_York; Zürich!") == [
+        "tesla", "s", "1943", "death", "in", "new_york", "zürich",
+    ]  # fmt: skip
     articles = json.loads(XQUAD.read_text(encoding="utf-8"))["data"]
     paragraphs = [paragraph["context"] for article in articles for paragraph in article["paragraphs"]]
     corpus = {f"p{index}": text for index, text in enumerate(paragraphs[:num_paragraphs])}
@@ -80,7 +63,6 @@ def test_head_scores_are_lucene_bm25_over_the_collection_scaled_to_the_best(k1, 
     }
 
 
-# ----------------------------------------------------------------------------------------------- fusion
 def _retrieved() -> tuple[Retrieved, dict, dict]:
     # q1: retrieval puts the relevant "b" second (0.50 vs 0.45: 1 logit apart at scale 20), and "b" shares
     # the question's words (BM25 1.0 against 0.2); q2: retrieval is right ("e" first by 4 logits) and
@@ -94,23 +76,23 @@ def _retrieved() -> tuple[Retrieved, dict, dict]:
 
 
 def test_lexical_weight_reorders_the_head_on_the_similarity_scale():
-    fused = fused_scores([0.5, 0.25], [1.0, 3.0], 0.25, 20, lexical_scores=[1.0, 0.5], lexical_weight=0.5)
-    assert fused == pytest.approx(
-        [20 * (0.25 * 0.5 + 0.5 * 1.0) + 0.25, 20 * (0.25 * 0.25 + 0.5 * 0.5) + 0.75]
-    )
     retrieved, _, lexical = _retrieved()
+    logits = {"q1": [1.0, 3.0, 0.0], "q2": [0.0, 0.0, 0.0]}
+    fused = fuse(retrieved, logits, 0.25, 20, lexical, 0.5)
+    # q1: a = 20 * (0.25 * 0.5 + 0.5 * 0.2) + 0.25, b = 20 * (0.25 * 0.45 + 0.5 * 1.0) + 0.75 -> b first.
+    assert fused.scores["q1"][:2] == pytest.approx([20 * (0.1125 + 0.5) + 0.75, 20 * (0.125 + 0.1) + 0.25])
     zeros = {"q1": [0.0] * 3, "q2": [0.0] * 3}
     # l = 0.5: q1 a = 10 * 0.5 + 10 * 0.2 = 7.0, b = 10 * 0.45 + 10 = 14.5 -> b first;
     # q2 e = 6 + 9 = 15, d = 4 + 10 = 14 -> e stays first.
-    assert fused_rankings(retrieved, zeros, 0.0, 20, lexical, 0.5) == {
+    assert fuse(retrieved, zeros, 0.0, 20, lexical, 0.5).rankings == {
         "q1": ["b", "a", "c", "z"],
         "q2": ["e", "d", "f", "z"],
     }
-    assert fused_rankings(retrieved, zeros, 0.0, 20, lexical, 0.0) == retrieved.rankings
+    assert fuse(retrieved, zeros, 0.0, 20, lexical, 0.0).rankings == retrieved.rankings
     # Twenty passages the fused score cannot tell apart: an unstable sort would shuffle them.
     ids = [f"p{index}" for index in range(20)]
     flat = {"q": [1.0] * 20}
-    assert fused_rankings(Retrieved({"q": ids}, {"q": [0.5] * 20}), flat, 0.5, 20, flat, 0.25) == {"q": ids}
+    assert fuse(Retrieved({"q": ids}, {"q": [0.5] * 20}), flat, 0.5, 20, flat, 0.25).rankings == {"q": ids}
 
 
 def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_at_zero():
@@ -127,6 +109,8 @@ def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_a
         recall[(0.0, 0.0)] == recall[(0.0, 0.05)] == recall[(0.0, 0.7)] == 0.5 and recall[(0.0, 0.65)] == 1.0
     )
     assert all(point["weight"] + point["lexical_weight"] <= 1 + 1e-9 for point in curve)
+    with pytest.raises(ValueError, match="must contain 0"):
+        choose_fusion_weight(retrieved, lexical, qrels, 20, lexical_scores=lexical, lexical_grid=(0.5,))
 
 
 @pytest.mark.parametrize(
@@ -151,15 +135,6 @@ def test_ties_go_to_the_smaller_total_then_the_smaller_reranker_weight(scores, l
     assert choice[:2] == pytest.approx(expected)
 
 
-def test_a_grid_without_zero_is_refused():
-    retrieved, qrels, lexical = _retrieved()
-    with pytest.raises(ValueError, match="must contain 0"):
-        choose_fusion_weight(retrieved, lexical, qrels, 20, grid=(0.5, 1.0))
-    with pytest.raises(ValueError, match="must contain 0"):
-        choose_fusion_weight(retrieved, lexical, qrels, 20, lexical_scores=lexical, lexical_grid=(0.5,))
-
-
-# ------------------------------------------------------------------------------ the file and the weights
 def test_fusion_file_round_trip_older_files_and_bad_ones(tmp_path):
     fusion = Fusion(weight=0.1, retriever_scale=20.0, top_k=10, lexical_weight=0.55, num_queries=2)
     fusion.save(tmp_path)
@@ -176,12 +151,9 @@ def test_fusion_file_round_trip_older_files_and_bad_ones(tmp_path):
     (tmp_path / FUSION_FILE).write_text("{")
     with pytest.raises(UserError, match="fusion.json is not valid JSON"):
         Fusion.load(tmp_path)
-    # Either weight may be 0 and the two may use up all of 1; neither may be negative or above 1.
-    for weight, lexical in ((0.0, 0.45), (0.4, 0.6), (1.0, 0.0), (0.0, 1.0)):
-        Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical)
-    for weight, lexical in ((0.2, -0.1), (-0.1, 0.2), (0.0, 1.05), (0.6, 0.45)):
-        with pytest.raises(ValueError, match="sum to at most 1"):
-            Fusion(weight=weight, retriever_scale=20.0, top_k=10, lexical_weight=lexical)
+    Fusion(weight=0.4, retriever_scale=20.0, top_k=10, lexical_weight=0.6)  # the two may use up all of 1
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        Fusion(weight=0.2, retriever_scale=20.0, top_k=10, lexical_weight=-0.1)
 
 
 def test_summary_names_every_weight_and_the_chosen_point():
@@ -198,7 +170,7 @@ def test_summary_names_every_weight_and_the_chosen_point():
     )
 
 
-class _ScriptedReranker(Reranker):
+class _FlatReranker(Reranker):
     def __init__(self, lexical_weight):
         super().__init__(None, None, top_k=3, lexical_weight=lexical_weight)
 
@@ -206,53 +178,43 @@ class _ScriptedReranker(Reranker):
         return {qid: [0.0] * (depth or self.top_k) for qid in retrieved.rankings}
 
 
-def test_report_applies_bm25_over_the_collection():
-    retrieved, qrels, _ = _retrieved()
-    texts = {"a": "the weather in spring", "b": "normans conquered england in 1066", "c": "rivers flow",
-             "d": "the seine", "e": "paris lies on the seine river", "f": "bread", "z": "nothing"}  # fmt: skip
-    task = RetrievalTask(list(texts), list(texts.values()), ["q1", "q2"],
-                         ["when did the normans conquer england?", "which city lies on the seine river?"], qrels)  # fmt: skip
-    report = rerank_report(_ScriptedReranker(0.5), task, retrieved, retriever_scale=20)
-    assert report["fused"]["recall@1"] == 1.0 and report["lexical_weight"] == 0.5
-    assert rerank_report(_ScriptedReranker(0.0), task, retrieved, 20)["fused"]["recall@1"] == 0.5
-    # BM25 covers the same head as the cross-encoder: top_k passages, or the depth asked for.
-    reranker = _ScriptedReranker(0.5)
-    assert [len(v) for v in reranker.lexical_scores(task.queries, retrieved, task.corpus).values()] == [3, 3]
-    assert [len(v) for v in reranker.lexical_scores(task.queries, retrieved, task.corpus, 2).values()] == [
-        2,
-        2,
-    ]
-    assert _ScriptedReranker(0.0).lexical_scores(task.queries, retrieved, task.corpus) is None
+def test_the_reranker_fuses_bm25_over_the_collection_on_its_head():
+    retrieved, _, _ = _retrieved()
+    corpus = {"a": "the weather in spring", "b": "normans conquered england in 1066", "c": "rivers flow",
+              "d": "the seine", "e": "paris lies on the seine river", "f": "bread", "z": "nothing"}  # fmt: skip
+    queries = {"q1": "when did the normans conquer england?", "q2": "which city lies on the seine river?"}
+    _, fused = _FlatReranker(0.5).rerank(queries, retrieved, corpus, 20)
+    assert [ranking[0] for ranking in fused.rankings.values()] == ["b", "e"]
+    assert _FlatReranker(0.0).rerank(queries, retrieved, corpus, 20)[1].rankings == retrieved.rankings
+    _, fused = _FlatReranker(0.5).rerank(queries, retrieved, corpus, 20, depth=2)  # BM25 over the same head
+    assert [len(scores) for scores in fused.scores.values()] == [2, 2]
 
 
 @pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the 0-label model
 def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path, tokenizer, tiny_model):
     from briskbert.modeling import BriskBertForSequenceClassification
-    from briskbert.retrieval.settings import RerankerArguments
 
-    for num_labels, folder in ((2, tmp_path / "two"), (0, tmp_path / "none"), (1, tmp_path)):
+    for num_labels, folder in ((2, tmp_path / "two"), (1, tmp_path)):
         model = tiny_model(
             BriskBertForSequenceClassification, num_labels=num_labels, hidden_size=32, intermediate_size=64
         )
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-    for num_labels, name in ((2, "two"), (0, "none")):
-        with pytest.raises(
-            DataError, match=f"has {num_labels} labels; a re-ranker gives one relevance logit"
-        ):
-            load_reranker(str(tmp_path / name))
-    # Without weights the defaults are the commands' flags' defaults.
-    flags = RerankerArguments()
-    reranker = load_reranker(str(tmp_path))
-    assert (reranker.top_k, reranker.max_seq_length) == (flags.rerank_top_k, flags.reranker_max_seq_length)
+
+    def load(folder=tmp_path, **weights):
+        return load_reranker(RerankerArguments(str(folder), **weights))
+
+    with pytest.raises(DataError, match="has 2 labels; a re-ranker gives one relevance logit"):
+        load(tmp_path / "two")
+    assert load_reranker(RerankerArguments()) is None
     # No fusion.json: the weights were never chosen, so the cross-encoder weighs 0 (retrieval's order).
+    reranker = load()
     assert reranker.fusion is None and (reranker.fusion_weight, reranker.lexical_weight) == (0.0, 0.0)
-    assert load_reranker(str(tmp_path), fusion_weight=0.4, lexical_weight=0.6).lexical_weight == 0.6  # sum 1
-    alone = load_reranker(str(tmp_path), lexical_weight=0.5)  # BM25 with the retriever, no cross-encoder
+    alone = load(lexical_weight=0.5)  # BM25 with the retriever, no cross-encoder
     assert (alone.fusion_weight, alone.lexical_weight) == (0.0, 0.5)
-    with pytest.raises(SettingError, match="sum to more than 1; lower lexical_weight or fusion_weight"):
-        load_reranker(str(tmp_path), fusion_weight=0.6, lexical_weight=0.5)
     Fusion(weight=0.2, retriever_scale=20.0, top_k=10, lexical_weight=0.6).save(tmp_path)
-    reranker = load_reranker(str(tmp_path))
+    reranker = load()
     assert (reranker.fusion_weight, reranker.lexical_weight) == (0.2, 0.6)
-    assert load_reranker(str(tmp_path), lexical_weight=0.0).lexical_weight == 0.0  # the flag overrides
+    assert load(lexical_weight=0.0).lexical_weight == 0.0  # the flag overrides
+    with pytest.raises(SettingError, match="sum to more than 1; lower lexical_weight or fusion_weight"):
+        load(fusion_weight=0.6)

@@ -16,7 +16,8 @@ from test_retrieval import PAIRS
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import embed_batch
-from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, DualEncoder, PairCollator
+from briskbert.training.retrieval.embeddings import DualEncoder, PairCollator
+from briskbert.training.retrieval.settings import EmbeddingSettings
 
 GATHER_WORKER = """
 import json
@@ -75,7 +76,7 @@ def test_cached_gradients_replay_the_dropout_of_the_first_pass(tokenizer, tiny_m
     spec, size = EmbeddingSpec("mean", True, 32), 3
     dropout = dict(hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
     encoder = tiny_model(BriskBertModel, hidden_size=32, intermediate_size=64, **dropout)
-    cached = DualEncoder(encoder, spec, ContrastiveLossSpec(mini_batch_size=size)).train()
+    cached = DualEncoder(encoder, spec, EmbeddingSettings(mini_batch_size=size)).train()
     reference = copy.deepcopy(cached)
 
     torch.manual_seed(1)

@@ -14,13 +14,13 @@ import torch
 
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-from briskbert.retrieval.dense import RetrievalTask, Retriever, encode_texts, exact_search, retrieval_metrics
-from briskbert.retrieval.fusion import Fusion, choose_fusion_weight, fused_rankings, rerank_report
+from briskbert.retrieval.dense import Retriever, encode_texts, exact_search, retrieval_metrics
+from briskbert.retrieval.fusion import Fusion, choose_fusion_weight, fuse
 from briskbert.retrieval.reranker import Reranker
 from briskbert.retrieval.search import Retrieved
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair
-from briskbert.training.retrieval.reranking import RerankGroup, RerankGroups, retrieved_negative_pools
+from briskbert.training.retrieval.reranking import RerankGroup, RerankGroups, negative_pools
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
@@ -43,18 +43,18 @@ HEAD = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
 
 def test_fused_rankings_reorder_the_head_only_and_weight_zero_is_retrieval():
     retrieved, _ = _two_queries()
-    assert fused_rankings(retrieved, HEAD, 0.0, 20) == retrieved.rankings
-    assert fused_rankings(retrieved, HEAD, 1.0, 20) == {
+    assert fuse(retrieved, HEAD, 0.0, 20).rankings == retrieved.rankings
+    assert fuse(retrieved, HEAD, 1.0, 20).rankings == {
         "q1": ["b", "a", "c", "z"],
         "q2": ["d", "e", "f", "z"],
     }
     # weight 0.5: q1 a = 0.5*10 + 0 = 5.0, b = 0.5*9 + 1 = 5.5 -> b first; q2 e = 6.0, d = 0.5*8 + 1 = 5.0 -> e.
-    assert fused_rankings(retrieved, HEAD, 0.5, 20) == {
+    assert fuse(retrieved, HEAD, 0.5, 20).rankings == {
         "q1": ["b", "a", "c", "z"],
         "q2": ["e", "d", "f", "z"],
     }
     # The passage beyond the head ("z") stays last whatever the weight.
-    assert all(ranking[-1] == "z" for ranking in fused_rankings(retrieved, HEAD, 0.7, 20).values())
+    assert all(ranking[-1] == "z" for ranking in fuse(retrieved, HEAD, 0.7, 20).rankings.values())
 
 
 def test_fusion_weight_is_chosen_where_both_queries_are_right():
@@ -75,49 +75,9 @@ def test_the_choice_is_never_below_retrieval_whatever_the_logits():
         generator = torch.Generator().manual_seed(seed)
         logits = {qid: torch.randn(3, generator=generator).mul(5).tolist() for qid in retrieved.rankings}
         weight, _, curve = choose_fusion_weight(retrieved, logits, qrels, retriever_scale=20)
-        fused = retrieval_metrics(fused_rankings(retrieved, logits, weight, 20), qrels)
+        fused = retrieval_metrics(fuse(retrieved, logits, weight, 20).rankings, qrels)
         assert fused["recall@1"] >= alone["recall@1"] and fused["mrr@10"] >= alone["mrr@10"]
         assert curve[0]["mrr@10"] == alone["mrr@10"]
-
-
-# -------------------------------------------------------------------------------------------- reports
-class _ScriptedReranker(Reranker):
-    """A re-ranker whose logits are given per query (in retrieval order), to test the reports exactly."""
-
-    def __init__(self, logits: dict, fusion_weight=0.0):
-        super().__init__(model=None, tokenizer=None, top_k=3, fusion_weight=fusion_weight)
-        self.logits = logits
-
-    def score(self, queries, retrieved, corpus, depth=None):
-        return {qid: self.logits[qid][: depth or self.top_k] for qid in retrieved.rankings}
-
-
-def test_report_warns_in_one_line_when_reranking_is_below_retrieval():
-    retrieved, qrels = _two_queries()
-    task = RetrievalTask(
-        list("abcdefz"), [f"passage {c}" for c in "abcdefz"], ["q1", "q2"], ["1?", "2?"], qrels
-    )
-    harmful = {"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]}
-    # Weights never chosen: weight 0, the harmful re-ranker's own order is reported but not handed on.
-    report = rerank_report(_ScriptedReranker(harmful), task, retrieved, retriever_scale=20)
-    assert report["reranked"]["recall@1"] == 0.0 and report["fusion_weight"] == 0.0
-    assert report["fused"] == retrieval_metrics(retrieved.rankings, qrels) and "warning" not in report
-    # Forced to weight 1 by the user: below retrieval, and said in one line.
-    report = rerank_report(_ScriptedReranker(harmful, fusion_weight=1.0), task, retrieved, retriever_scale=20)
-    assert report["warning"].startswith(
-        "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 0.500 -> 0.000, MRR@10"
-    )
-    assert (
-        report["warning"].endswith("lower fusion_weight (0 = retrieval alone).")
-        and "\n" not in report["warning"]
-    )
-
-    report = rerank_report(_ScriptedReranker(HEAD, fusion_weight=0.5), task, retrieved, retriever_scale=20)
-    assert (
-        report["fused"]["recall@1"] == 1.0
-        and report["reranked"]["recall@1"] == 0.5
-        and "warning" not in report
-    )
 
 
 def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, tiny_models, tmp_path):
@@ -231,7 +191,7 @@ def test_retrieved_pools_are_the_retrievers_best_wrong_passages(tokenizer, tiny_
         Pair("what do bees make?", "Bees collect nectar and turn it into honey."),
     ]
     extra = ["Honey is sweet.", "Paris is in France.", "Hugo was a novelist.", "Towers are tall."]
-    pools = retrieved_negative_pools(pairs, 3, Retriever(encoder, tokenizer, spec), extra)
+    pools = negative_pools(pairs, 3, 0, Retriever(encoder, tokenizer, spec), extra)
     passages = [pair.positive for pair in pairs] + extra
     queries = encode_texts(encoder, tokenizer, [pair.query for pair in pairs], spec)
     _, order = exact_search(queries, encode_texts(encoder, tokenizer, passages, spec), top_k=len(passages))
@@ -274,24 +234,6 @@ def test_without_a_validation_file_whole_articles_are_held_out():
         assert [pair.query for pair in held] == questions and {pair.positive for pair in held} == paragraphs
         assert not paragraphs & {pair.positive for pair in train} and len(train) + len(held) == len(pairs)
         assert [pairs[index] for index in split["questions"]] == held
-
-
-def test_validation_is_the_file_given_else_held_out_questions_among_every_training_passage(tiny_models):
-    from briskbert.training.retrieval.reranker_task import training_sets
-    from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
-
-    data = RerankerData(train_file=XQUAD, train_articles="0:3", num_negatives=2)
-    given = RerankerValidation(
-        validation_file=XQUAD, validation_articles="3:4", fusion_retriever=tiny_models["encoder"]
-    )
-    sets = training_sets(data, given, seed=0, batch_size=8, device="cpu")
-    assert sets.held_out is None and len(sets.train) == 74 + 23 + 8 and len(sets.validation_groups) == 30
-    assert len(sets.validation_task.corpus_ids) == 5 and sets.fusion_retrieved is not None
-    held = training_sets(
-        data, RerankerValidation(fusion_retriever=tiny_models["encoder"]), seed=0, batch_size=8, device="cpu"
-    )
-    assert len(held.train) + len(held.validation_groups) == 74 + 23 + 8 and held.held_out["articles"]
-    assert len(held.validation_task.corpus_ids) == 15  # the held-out article's paragraphs and the others'
 
 
 def test_pairs_that_share_a_passage_stay_on_one_side():

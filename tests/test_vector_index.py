@@ -21,13 +21,7 @@ from briskbert.errors import UserError
 from briskbert.retrieval import vector_index
 from briskbert.retrieval.dense import encode_texts, exact_search, load_dual_encoder
 from briskbert.retrieval.index_settings import IndexSettings
-from briskbert.retrieval.vector_index import (
-    BuildOptions,
-    PassageSource,
-    build_index,
-    load_index,
-    search_index,
-)
+from briskbert.retrieval.vector_index import PassageSource, build_index, load_index, search_index
 
 faiss = pytest.importorskip("faiss")
 
@@ -38,14 +32,15 @@ WIKITEXT = str(ROOT / "data" / "wikitext2_excerpt.txt")
 
 def _encoder_folder(folder: Path, tokenizer, seed: int) -> str:
     from briskbert.modeling import BriskBertConfig, BriskBertModel
-    from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-    from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, DualEncoder
+    from briskbert.modeling.sentence_transformers_files import (
+        EmbeddingSpec,
+        write_sentence_transformers_files,
+    )
 
     torch.manual_seed(seed)
     config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512)
-    DualEncoder(
-        BriskBertModel(config), EmbeddingSpec("mean", True, 128), ContrastiveLossSpec()
-    ).save_pretrained(folder)
+    BriskBertModel(config).save_pretrained(folder)
+    write_sentence_transformers_files(folder, EmbeddingSpec("mean", True, 128), config.hidden_size)
     tokenizer.save_pretrained(folder)
     return str(folder)
 
@@ -71,9 +66,12 @@ def passages_file(tmp_path_factory):
     return str(path)
 
 
-def _build(source, encoder, encoder_dir, folder, settings=IndexSettings("flat"), **options):
-    options = BuildOptions(**{"shard_size": 64, **options})
-    return build_index(source, *encoder, encoder_dir, settings, str(folder), options)
+def _build(source, encoder, encoder_dir, folder, settings=IndexSettings("flat"), shard_size=64):
+    return build_index(source, *encoder, encoder_dir, settings, str(folder), shard_size)
+
+
+def _search(folder, queries, k):
+    return search_index(load_index(str(folder)), queries, k)
 
 
 def _exact(encoder, source, queries, k):
@@ -101,7 +99,7 @@ def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_d
     assert ids[:12] == [*map(str, range(1, 11)), "13", "14"]  # line numbers; blank lines 11-12 skipped
 
     queries = _queries(encoder, QUESTIONS)
-    found, scores = search_index(str(tmp_path / "index"), queries, k=10)
+    found, scores = _search(tmp_path / "index", queries, k=10)
     expected_ids, expected_scores = _exact(encoder, source, queries, 10)
     assert found == expected_ids
     torch.testing.assert_close(scores, expected_scores, atol=1e-5, rtol=0)
@@ -159,7 +157,7 @@ def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passa
     expected = [[ids[row] for row in found] for found in exact_rows.tolist()]
 
     _build(source, encoder, encoder_dir, tmp_path / "hnsw", IndexSettings("hnsw", hnsw_m=16))
-    hnsw, hnsw_scores = search_index(str(tmp_path / "hnsw"), queries, 10)
+    hnsw, hnsw_scores = _search(tmp_path / "hnsw", queries, 10)
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(hnsw, expected)]) >= 0.95
     torch.testing.assert_close(hnsw_scores[:, 0], exact_scores[:, 0], atol=1e-5, rtol=0)
 
@@ -167,7 +165,7 @@ def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passa
     # each id belongs to its vector (an untrained encoder's embeddings are too alike for a recall test).
     config = _build(source, encoder, encoder_dir, tmp_path / "ivfpq", IndexSettings("ivfpq", pq_bits=4))
     assert config["settings"]["ivf_nlist"] == 4 and config["settings"]["pq_m"] == 16  # 160 // 39; 128 / 8
-    found, scores = search_index(str(tmp_path / "ivfpq"), queries, 10)
+    found, scores = _search(tmp_path / "ivfpq", queries, 10)
     row = {passage_id: index for index, passage_id in enumerate(ids)}
     true_scores = torch.stack(
         [passages[[row[i] for i in hits]] @ query for hits, query in zip(found, queries)]

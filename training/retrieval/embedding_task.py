@@ -4,7 +4,7 @@ pairs (:mod:`.embeddings`) or scored pairs (:mod:`.similarity`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from briskbert.errors import SettingError
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
-    """``(train, validation or None, ContrastiveLossSpec)``: the files read, and the loss checked against them."""
-    from briskbert.training.retrieval.embeddings import ContrastiveLossSpec, load_training_examples
+    """``(train, validation or None, settings)``: the files read, and the settings with the loss and its score
+    range decided by them."""
+    from briskbert.training.retrieval.embeddings import load_training_examples
     from briskbert.training.retrieval.similarity import ScoredPair
     from briskbert.training.retrieval.similarity import score_range as observed_range
 
@@ -46,14 +47,8 @@ def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
         raise SettingError(
             "mine_hard_negatives", "needs (query, positive) pairs; the training file holds scored pairs."
         )
-    loss = ContrastiveLossSpec(
-        scale=settings.scale,
-        symmetric=settings.symmetric,
-        mini_batch_size=settings.mini_batch_size,
-        name=loss_name,
-        score_range=settings.score_range or (observed_range(train) if scored else (0.0, 1.0)),
-    )
-    return train, validation, loss
+    score_range = settings.score_range or (observed_range(train) if scored else (0.0, 1.0))
+    return train, validation, replace(settings, loss=loss_name, score_range=score_range)
 
 
 class EmbeddingTask(Task):
@@ -115,10 +110,10 @@ class EmbeddingTask(Task):
         from briskbert.training.tasks.finetuning import card_source_facts
 
         loss = self.loss
-        loss_facts = {"name": loss.name, "scale": loss.scale}
-        if loss.name == "multiple_negatives_ranking":
+        loss_facts = {"name": loss.loss, "scale": loss.scale}
+        if loss.loss == "multiple_negatives_ranking":
             loss_facts["symmetric"] = loss.symmetric
-        if loss.name == "cosine_mse":
+        if loss.loss == "cosine_mse":
             loss_facts["score_range"] = list(loss.score_range)
         details = {"embedding": asdict(self.spec), "loss": loss_facts}
         if self.data.mine_hard_negatives:

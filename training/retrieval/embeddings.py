@@ -1,14 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Fine-tuning of a sentence-embedding model (a dual encoder) on (query, positive[, negative]) pairs or on
-scored pairs (:mod:`.similarity`).
-
-:class:`PairCollator` puts a batch's queries, positives and negatives into ONE padded batch, so the encoder
-runs once per step. :class:`DualEncoder`'s loss is the multiple-negatives ranking loss (cross-entropy over
-``scale`` x cosine similarities of each query with every candidate; candidates with the text of a query's
-own positive are masked, not negatives; on several processes the candidates of the global batch, with their
-gradients), or CoSENT / cosine MSE on scored pairs. ``mini_batch_size`` turns on cached gradients (GradCache,
-Gao et al. 2021): memory grows with the mini-batch while the negatives come from the whole batch.
-"""
+"""Fine-tuning of a sentence-embedding model (a dual encoder) on (query, positive[, negative]) pairs with the
+multiple-negatives ranking loss, or on scored pairs (:mod:`.similarity`). A batch's queries and candidates run
+through the encoder as ONE padded batch; ``mini_batch_size`` turns on cached gradients (GradCache, Gao et al.
+2021): memory grows with the mini-batch while the negatives come from the whole batch."""
 
 from __future__ import annotations
 
@@ -28,15 +22,11 @@ from briskbert.retrieval.dense import (
     embed_batch,
     encode_texts,
     exact_search,
-    read_json_lines,
     retrieval_metrics,
 )
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.settings import (
-    SCORED_PAIR_LOSSES,
-    has_scored_pair_columns,
-)
+from briskbert.training.retrieval.settings import EmbeddingSettings, has_scored_pair_columns
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
     cosent_loss,
@@ -83,13 +73,9 @@ def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "
         return [Pair(row["question"], row["context"]) for row in questions]
     if articles is not None:
         raise DataError(f"article ranges apply to SQuAD files; {path} is a table of pairs.")
-    if path.endswith((".tsv", ".csv")):
-        rows = enumerate(load_table(path, name), start=2)  # the header is line 1
-    else:
-        rows = read_json_lines(path)
     pairs = []
-    for number, row in rows:
-        query = row.get("query", row.get("anchor")) if isinstance(row, dict) else None
+    for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
+        query = row.get("query") or row.get("anchor")
         if not isinstance(query, str) or not isinstance(row.get("positive"), str):
             raise DataError(
                 f"{path} line {number}: expected string fields 'query' (or 'anchor') and 'positive' (and "
@@ -99,8 +85,6 @@ def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "
         pairs.append(
             Pair(query, row["positive"], negative if isinstance(negative, str) and negative else None)
         )
-    if not pairs:
-        raise DataError(f"{path} holds no pairs.")
     with_negative = sum(pair.negative is not None for pair in pairs)
     if 0 < with_negative < len(pairs):
         raise DataError(
@@ -203,21 +187,6 @@ class DualEncoderOutput(ModelOutput):
     candidate_embeddings: torch.Tensor | None = None  # scored pairs: the second sentences
 
 
-@dataclass(frozen=True)
-class ContrastiveLossSpec:
-    """``multiple_negatives_ranking`` for pairs, ``cosent`` or ``cosine_mse`` for scored pairs."""
-
-    scale: float = 20.0  # 1 / temperature; sentence-transformers' default for both ranking losses
-    symmetric: bool = False
-    mini_batch_size: int | None = None  # cached gradients over mini-batches of this many texts
-    name: str = "multiple_negatives_ranking"
-    score_range: tuple[float, float] = (0.0, 1.0)  # cosine_mse: gold scores in this range map to [0, 1]
-
-    @property
-    def on_scored_pairs(self) -> bool:
-        return self.name in SCORED_PAIR_LOSSES
-
-
 class Wrapper(nn.Module):
     """A loss around the transformers model in the attribute ``wrapped``, shaped for the shared loop; it saves
     the wrapped model alone."""
@@ -238,7 +207,7 @@ class DualEncoder(Wrapper):
 
     wrapped = "encoder"
 
-    def __init__(self, encoder, embedding: EmbeddingSpec, loss: ContrastiveLossSpec):
+    def __init__(self, encoder, embedding: EmbeddingSpec, loss: EmbeddingSettings):
         super().__init__()
         self.encoder, self.embedding, self.loss_spec = encoder, embedding, loss
         # The pooler (dense + tanh over [CLS]) is no part of a sentence embedding. Frozen, it keeps its weights
@@ -260,9 +229,9 @@ class DualEncoder(Wrapper):
         """Rows are the B queries (first sentences), then the candidates (second sentences)."""
         spec = self.loss_spec
         first, second = embeddings[: len(labels)], embeddings[len(labels) :]
-        if spec.name == "cosent":
+        if spec.loss == "cosent":
             loss = cosent_loss(first, second, labels, spec.scale)
-        elif spec.name == "cosine_mse":
+        elif spec.loss == "cosine_mse":
             loss = cosine_mse_loss(first, second, labels, spec.score_range)
         else:
             loss = multiple_negatives_ranking_loss(

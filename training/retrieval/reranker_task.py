@@ -16,7 +16,6 @@ from briskbert.training.retrieval.settings import RerankerData, RerankerValidati
 from briskbert.training.tasks.settings import ModelSource
 
 if TYPE_CHECKING:
-    from briskbert.retrieval.fusion import Fusion
     from briskbert.training.engine.config import TrainingConfig
     from briskbert.training.retrieval.embeddings import Pair
     from briskbert.training.retrieval.reranking import TrainingSets
@@ -68,12 +67,7 @@ def training_sets(
     training data, among all its passages) searched by the fusion retriever."""
     from briskbert.retrieval.dense import load_retriever, read_passages
     from briskbert.training.retrieval.embeddings import load_pairs
-    from briskbert.training.retrieval.reranking import (
-        RerankGroups,
-        random_negative_pools,
-        retrieved_negative_pools,
-        validation_sets,
-    )
+    from briskbert.training.retrieval.reranking import RerankGroups, negative_pools, validation_sets
 
     pairs = load_pairs(data.train_file, data.train_articles)
     distractors = read_passages(
@@ -97,11 +91,9 @@ def training_sets(
         loaded.encoder.to(device)
         return loaded
 
-    if data.negatives_from is None:
-        pools = random_negative_pools(pairs, data.pool_size, seed)
-    else:
-        extra = read_passages(data.negatives_corpus_file, data.negatives_corpus_min_words)
-        pools = retrieved_negative_pools(pairs, data.pool_size, retriever(data.negatives_from), extra)
+    negatives_from = retriever(data.negatives_from) if data.negatives_from else None
+    extra = read_passages(data.negatives_corpus_file, data.negatives_corpus_min_words)
+    pools = negative_pools(pairs, data.pool_size, seed, negatives_from, extra)
     own_negative = any(pair.negative for pair in pairs)
     train = RerankGroups(pools, data.num_negatives, seed, own_negative=own_negative)
     fusion_retriever = retriever(validation.fusion_retriever) if validation.fusion_retriever else None
@@ -191,40 +183,33 @@ class RerankerTask(Task):
         return metrics
 
     def finish(self, final_dir: Path) -> None:
-        """Choose and save the fusion weights, and state them among the card's limitations."""
-        fusion = self.choose_fusion(final_dir)
-        if fusion is not None:
-            facts = read_training_facts(final_dir)
-            limitations = (*facts.job.limitations, fusion.card_line())
-            write_training_facts(final_dir, replace(facts, job=replace(facts.job, limitations=limitations)))
-
-    def choose_fusion(self, final_dir: Path) -> Fusion | None:
-        """Choose the fusion weights on the validation queries and save them as ``final/fusion.json`` (called on
-        every process; returns them on the main one)."""
+        """Choose the fusion weights on the validation queries, save them as ``final/fusion.json`` and state them
+        among the card's limitations (called on every process; the main one chooses)."""
         from accelerate import PartialState
 
         from briskbert.training.retrieval.reranking import choose_and_save_fusion
 
-        accelerator, fusion = PartialState(), None  # the run's processes
-        if accelerator.is_main_process:
-            if self.sets.fusion_retrieved is None:
-                accelerator.print(
-                    "No fusion weight chosen: no retriever to sit behind was named (fusion_retriever); the "
-                    "re-ranker is applied at weight 0, retrieval's order, unless fusion_weight is given."
-                )
-            else:
-                fusion = choose_and_save_fusion(
-                    final_dir,
-                    self.sets,
-                    self.validation.rerank_top_k,
-                    self.source.max_seq_length,
-                    self.eval_batch_size,
-                    accelerator.device,
-                    self.held_out_description(),
-                )
-                accelerator.print(fusion.summary())
+        accelerator = PartialState()  # the run's processes
+        if accelerator.is_main_process and self.sets.fusion_retrieved is None:
+            accelerator.print(
+                "No fusion weight chosen: no retriever to sit behind was named (fusion_retriever); the "
+                "re-ranker is applied at weight 0, retrieval's order, unless fusion_weight is given."
+            )
+        elif accelerator.is_main_process:
+            fusion = choose_and_save_fusion(
+                final_dir,
+                self.sets,
+                self.validation.rerank_top_k,
+                self.source.max_seq_length,
+                self.eval_batch_size,
+                accelerator.device,
+                self.held_out_description(),
+            )
+            accelerator.print(fusion.summary())
+            facts = read_training_facts(final_dir)
+            limitations = (*facts.job.limitations, fusion.card_line())
+            write_training_facts(final_dir, replace(facts, job=replace(facts.job, limitations=limitations)))
         accelerator.wait_for_everyone()
-        return fusion
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts

@@ -1,10 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Cross-encoder re-ranking: a (query, passage) pair through ``BriskBertForSequenceClassification`` with one
-relevance logit, trained on groups of a query, its positive and negatives drawn afresh each epoch from a pool
-(the pair's own negative, then the passages a dual encoder ranks highest, or random ones), with a listwise
-(cross-entropy over the group) or pointwise (binary cross-entropy) loss. The saved folder is the plain
-sequence-classification model, which ``AutoModelForSequenceClassification`` and sentence-transformers'
-``CrossEncoder`` load."""
+"""Cross-encoder re-ranking: ``BriskBertForSequenceClassification`` with one relevance logit, trained on groups
+of a query, its positive and negatives drawn each epoch from a pool, with a listwise or pointwise loss; then the
+fusion weights chosen on validation queries. The saved folder loads with ``AutoModelForSequenceClassification``
+and sentence-transformers' ``CrossEncoder``."""
 
 from __future__ import annotations
 
@@ -20,6 +18,7 @@ from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_
 from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.reranker import load_reranker
 from briskbert.retrieval.search import Retrieved, retrieve
+from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair, Wrapper
 
@@ -43,38 +42,28 @@ def _distinct_passages(pairs: list[Pair], extra_passages: list[str] = (), pool_s
     return passages
 
 
-def random_negative_pools(pairs: list[Pair], pool_size: int, seed: int) -> list[RerankGroup]:
-    """Each pair's own negative (if any), topped up with random other passages of the training data."""
-    passages = _distinct_passages(pairs, pool_size=pool_size)
-    rng = random.Random(seed)
-    groups = []
-    for pair in pairs:
-        negatives = [pair.negative] if pair.negative else []
-        while len(negatives) < pool_size:
-            candidate = rng.choice(passages)
-            if candidate != pair.positive and candidate not in negatives:
-                negatives.append(candidate)
-        groups.append(RerankGroup(pair.query, pair.positive, negatives))
-    return groups
-
-
-def retrieved_negative_pools(
-    pairs: list[Pair], pool_size: int, retriever: Retriever, extra_passages: list[str] = ()
+def negative_pools(
+    pairs: list[Pair], pool_size: int, seed: int, retriever: Retriever | None = None, extra_passages=()
 ) -> list[RerankGroup]:
     """Each pair's own negative (if any), then the passages ``retriever`` ranks highest among the training
-    passages and ``extra_passages`` but its positive: the mistakes a re-ranker behind it has to correct."""
-    passages = _distinct_passages(pairs, extra_passages, pool_size)
-    corpus = {str(index): text for index, text in enumerate(passages)}
-    queries = {str(index): pair.query for index, pair in enumerate(pairs)}
-    found = retrieve(corpus, queries, retriever, top_k=pool_size + 2)
+    passages and ``extra_passages`` but its positive (the mistakes a re-ranker behind it has to correct), or
+    without one random other passages of the training data."""
+    passages = _distinct_passages(pairs, extra_passages if retriever else (), pool_size)
+    if retriever is None:
+        rng = random.Random(seed)
+        candidates = [rng.sample(passages, min(len(passages), pool_size + 2)) for _ in pairs]
+    else:
+        corpus = {str(index): text for index, text in enumerate(passages)}
+        queries = {str(index): pair.query for index, pair in enumerate(pairs)}
+        found = retrieve(corpus, queries, retriever, top_k=pool_size + 2).rankings
+        candidates = [[corpus[passage_id] for passage_id in found[query_id]] for query_id in queries]
     groups = []
-    for index, pair in enumerate(pairs):
+    for pair, found_texts in zip(pairs, candidates):
         negatives = [pair.negative] if pair.negative else []
-        for passage_id in found.rankings[str(index)]:
-            text = corpus[passage_id]
-            if len(negatives) < pool_size and text not in (pair.positive, *negatives):
-                negatives.append(text)
-        groups.append(RerankGroup(pair.query, pair.positive, negatives))
+        others = [text for text in found_texts if text != pair.positive and text not in negatives]
+        groups.append(
+            RerankGroup(pair.query, pair.positive, negatives + others[: pool_size - len(negatives)])
+        )
     return groups
 
 
@@ -169,7 +158,7 @@ def validation_sets(
     ``depth`` wrong ones (random negatives and no fusion without one)."""
     task = pairs_collection(pairs, distractors)
     if retriever is None:
-        pools = random_negative_pools(pairs, train.num_negatives, train.seed)
+        pools = negative_pools(pairs, train.num_negatives, train.seed)
         return TrainingSets(train, RerankGroups(pools, train.num_negatives), task)
     corpus = task.corpus
     retrieved = retrieve(corpus, task.queries, retriever, top_k=depth)
@@ -238,7 +227,8 @@ def choose_and_save_fusion(
 ) -> Fusion:
     """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder`` and with BM25, choose
     the fusion weights on them and save them in ``folder`` (``held_out``: the validation queries, in words)."""
-    reranker = load_reranker(str(folder), top_k, max_seq_length, batch_size)
+    settings = RerankerArguments(str(folder), rerank_top_k=top_k, reranker_max_seq_length=max_seq_length)
+    reranker = load_reranker(settings, batch_size)
     reranker.model.to(device)
     task = sets.validation_task
     queries, corpus = task.queries, task.corpus

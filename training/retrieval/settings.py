@@ -140,6 +140,10 @@ class EmbeddingSettings(EmbeddingArguments):
                 raise SettingError("score_range", f"{self.score_range!r}: LOW must be below HIGH, e.g. 0:5.")
             object.__setattr__(self, "score_range", (low, high))
 
+    @property
+    def on_scored_pairs(self) -> bool:
+        return self.loss in SCORED_PAIR_LOSSES
+
 
 @dataclass(frozen=True)
 class RerankerData:

@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence similarity on scored ``(sentence1, sentence2, score)`` pairs (TSV, CSV or JSON lines, as the STS
-Benchmark ships them; any score range): data, the CoSENT and cosine-MSE losses, and the evaluation (Spearman
-and Pearson correlation of the pairs' cosine similarity with the gold scores)."""
+"""Sentence similarity on scored ``(sentence1, sentence2, score)`` pairs (TSV, CSV or JSON lines; any score
+range): the CoSENT and cosine-MSE losses, and Spearman / Pearson of the pairs' cosine with the gold scores."""
 
 from __future__ import annotations
 

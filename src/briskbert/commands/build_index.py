@@ -3,17 +3,12 @@
 
     briskbert build-index --model_name_or_path runs/embeddings/final --passages_file corpus.jsonl \
         --index_type hnsw --output_dir runs/index
-    briskbert evaluate-retrieval --model_name_or_path runs/embeddings/final --index runs/index \
-        --corpus_file corpus.jsonl --queries_file queries.jsonl --qrels_file qrels.jsonl
 
-Passages: ``--passages_file`` with one passage per line (its id is the line number) or JSON lines with
-``id`` and ``text``; or the SQuAD-format collection ``evaluate-retrieval`` and ``open-domain-qa`` read
-(``--squad_file``, ``--articles``, ``--extra_corpus_file``, ``--extra_corpus_min_words``; same ids). They
-are streamed and embedded ``--shard_size`` at a time, so memory holds one shard; each finished shard is
-saved in ``OUTPUT_DIR/embeddings``, and an interrupted build run again with the same arguments continues
-after the last one. Index types: ``flat`` (exact), ``hnsw`` (graph; fast and close to exact) and ``ivfpq``
-(compressed; smallest). The folder also records the encoder's name, pooling and a few probe embeddings:
-``evaluate-retrieval --index`` and ``open-domain-qa --index`` refuse an index built with another encoder.
+Passages: ``--passages_file`` (one per line, its id the line number, or JSON lines ``id``/``text``), or the
+SQuAD-format collection ``evaluate-retrieval`` reads (same ids). They are embedded ``--shard_size`` at a time
+into ``OUTPUT_DIR/embeddings``; an interrupted build run again with the same arguments continues after its last
+shard. Index types: ``flat`` (exact), ``hnsw`` (graph) and ``ivfpq`` (compressed). ``evaluate-retrieval --index``
+and ``open-domain-qa --index`` refuse an index built with another encoder or over other passages.
 """
 
 from __future__ import annotations
@@ -22,21 +17,8 @@ from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
 from briskbert.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
-from briskbert.retrieval.settings import EmbeddingArguments, check_model_path
+from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
 from briskbert.training.tasks.settings import check_at_least
-
-
-@dataclass(frozen=True)
-class EncoderArguments:
-    model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
-    max_seq_length: int | None = field(
-        default=None, metadata={"help": "Default: the encoder's own (else 256)."}
-    )
-    batch_size: int = field(default=64, metadata={"help": "Passages per forward pass."})
-
-    def __post_init__(self):
-        check_at_least(self, 1, "batch_size")
-        check_model_path(self, "model_name_or_path")
 
 
 @dataclass(frozen=True)
@@ -69,24 +51,21 @@ def main(argv=None):
         argv=argv,
     )
     check_faiss()
-    from briskbert.retrieval.dense import load_dual_encoder
-    from briskbert.retrieval.vector_index import BuildOptions, build_index
-
-    options = BuildOptions(
-        output.shard_size, encoder.batch_size, output.keep_embeddings, output.overwrite_output_dir
-    )
     import torch
+
+    from briskbert.commands.training_run import locked
+    from briskbert.retrieval.dense import load_dual_encoder
+    from briskbert.retrieval.vector_index import build_index
 
     model, tokenizer, spec = load_dual_encoder(
         encoder.model_name_or_path, embedding.pooling, embedding.normalize, encoder.max_seq_length
     )
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    from briskbert.commands.training_run import locked
-
     with locked(output.output_dir):  # one build per index folder
         config = build_index(
-            source, model, tokenizer, spec, encoder.model_name_or_path, settings, output.output_dir, options
-        )
+            source, model, tokenizer, spec, encoder.model_name_or_path, settings, output.output_dir,
+            output.shard_size, encoder.batch_size, output.keep_embeddings, output.overwrite_output_dir,
+        )  # fmt: skip
     print(
         f"{config['num_passages']} passages -> {config['index_type']} index in {output.output_dir} "
         f"({config['index_bytes'] / 2**20:.1f} MiB; embedding {config['embedding_s']} s, "

@@ -6,19 +6,13 @@
         --extra_corpus_file wikitext-2/valid.txt --extra_corpus_min_words 40 \
         --reranker_model_name_or_path runs/reranker/final --rerank_top_k 20 --output_dir runs/retrieval-eval
 
-The collection: a SQuAD-format file (every paragraph a passage, each question's own paragraph its relevant
-passage) with optional distractors (one passage per line), or JSON lines corpus/queries/qrels. Passages
-and queries are embedded by ``--model_name_or_path`` (any encoder AutoModel loads; pooling and
-normalisation from its sentence-transformers files unless given) and searched exactly in torch, or, with
-``--index DIR``, only the queries are embedded and the faiss index ``briskbert build-index`` built over the
-same passages (with the same encoder: another is refused) is searched. With a
-re-ranker, the first ``--rerank_top_k`` passages of each list are scored by it and ordered by the fused
-score ``scale * ((1 - w - l) * similarity + l * bm25) + w * logit``, ``w`` and ``l`` being ``--fusion_weight``
-and ``--lexical_weight`` or the weights ``finetune-reranker`` chose on validation queries (``fusion.json`` in
-the re-ranker's folder; without one, 0: retrieval's order, with a warning; ``bm25`` is the passage's BM25 over the
-collection, divided by the query's best). Prints and
-writes ``metrics.json``: Recall@1/5/10/100, MRR@10, nDCG@10 for retrieval alone, the re-ranker's own order
-and the fused order, with a one-line warning when what re-ranking hands on scores below retrieval alone.
+The collection: a SQuAD-format file (every paragraph a passage relevant to its own questions) with optional
+distractors, or JSON lines corpus/queries/qrels. Passages are embedded and searched exactly, or with ``--index``
+in a ``build-index`` folder built by the same encoder. A re-ranker re-orders the first ``--rerank_top_k`` by
+``scale * ((1 - w - l) * similarity + l * bm25) + w * logit``, ``w``/``l`` being ``--fusion_weight`` /
+``--lexical_weight`` or the weights in the re-ranker's ``fusion.json`` (without one: 0, retrieval's order, with a
+warning). Prints and writes ``metrics.json`` for retrieval alone, the re-ranker's own order and the fused order,
+with a one-line warning when the fused order scores below retrieval alone.
 """
 
 from __future__ import annotations
@@ -34,25 +28,9 @@ from briskbert.retrieval.index_settings import IndexFolder
 from briskbert.retrieval.settings import (
     CollectionSource,
     EmbeddingArguments,
+    EncoderArguments,
     RerankerArguments,
-    check_model_path,
 )
-from briskbert.training.tasks.settings import check_at_least
-
-
-@dataclass(frozen=True)
-class ModelArguments:
-    _argument_group_name = "models"
-
-    model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
-    max_seq_length: int | None = field(
-        default=None, metadata={"help": "Default: the encoder's own (else 256)."}
-    )
-    batch_size: int = field(default=64, metadata={"help": "Texts per forward pass."})
-
-    def __post_init__(self):
-        check_at_least(self, 1, "batch_size")
-        check_model_path(self, "model_name_or_path")
 
 
 @dataclass(frozen=True)
@@ -64,13 +42,12 @@ class OutputArguments:
 
 def main(argv=None):
     models, reranking, embedding, source, index, output = parse(
-        __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
+        __doc__, EncoderArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
         OutputArguments, argv=argv,
     )  # fmt: skip
     from briskbert.retrieval.dense import load_collection, load_retriever
-    from briskbert.retrieval.evaluation import evaluate_retrieval
-    from briskbert.retrieval.fusion import validation_warning
-    from briskbert.retrieval.reranker import load_reranker_of
+    from briskbert.retrieval.fusion import evaluate_retrieval, validation_warning
+    from briskbert.retrieval.reranker import load_reranker
     from briskbert.retrieval.vector_index import with_index
 
     task = load_collection(source)
@@ -82,7 +59,7 @@ def main(argv=None):
         models.batch_size,
     )
     retriever = with_index(retriever, index.index, task.corpus_ids, models.model_name_or_path)
-    reranker = load_reranker_of(reranking, models.batch_size)
+    reranker = load_reranker(reranking, models.batch_size)
     warning = validation_warning(reranker) if reranker else None
     if warning:
         print(f"warning: {warning}", file=sys.stderr)

@@ -3,24 +3,16 @@
 
     briskbert open-domain-qa --retriever_model_name_or_path runs/embeddings/final \
         --reranker_model_name_or_path runs/reranker/final --reader_model_name_or_path runs/qa/final \
-        --squad_file xquad-en.json --articles 24:36 \
-        --extra_corpus_file wikitext-2/valid.txt --extra_corpus_min_words 40 --output_dir runs/odqa
+        --squad_file xquad-en.json --articles 24:36 --output_dir runs/odqa
 
     briskbert open-domain-qa ... --question "Who founded the university?"
 
-The retriever (a dual encoder) finds the nearest passages, the optional re-ranker re-orders the first
-``--rerank_top_k`` (fused with the retriever's score by its ``fusion.json`` weight or ``--fusion_weight``; 0,
-retrieval's order, without either),
-and the reader (a QA model from ``finetune-qa``) reads the first ``--read_top_k``. Answer scores are
-comparable across passages: the reader's start and end logits are normalised jointly over all passages
-read, and each passage's probability under the ranking is part of its spans' scores.
-
-With a SQuAD-format collection and no ``--question``, every question of the file is answered reading the
-top 1, 3 and 5 passages (and ``--read_top_k``): exact match / F1 at each depth, the reader's own on the
-gold paragraphs, the share of questions whose gold paragraph was read, the ranking's Recall@k / MRR@10
-(with a one-line warning when re-ranking is below retrieval alone) and the time per question are printed
-and written to ``metrics.json``, with ``predictions.json`` at ``--read_top_k``. With ``--question``, one
-answer is printed with the passages it was read from.
+The retriever finds the nearest passages, the optional re-ranker re-orders the first ``--rerank_top_k`` (fused
+as in ``evaluate-retrieval``), and the reader (``finetune-qa``) reads the first ``--read_top_k``; span scores are
+normalised jointly over the passages read, plus each passage's log-probability under the ranking. Without
+``--question``, every question of a SQuAD-format collection is answered reading the top 1, 3, 5 and
+``--read_top_k`` passages: exact match / F1 at each depth, the reader's own on the gold paragraphs, the share of
+gold paragraphs read and the ranking's metrics go to ``metrics.json``, the answers to ``predictions.json``.
 """
 
 from __future__ import annotations
@@ -33,11 +25,7 @@ from pathlib import Path
 from briskbert.commands.arguments import parse
 from briskbert.files import write_atomic
 from briskbert.retrieval.index_settings import IndexFolder
-from briskbert.retrieval.settings import (
-    CollectionSource,
-    EmbeddingArguments,
-    RerankerArguments,
-)
+from briskbert.retrieval.settings import CollectionSource, EmbeddingArguments, RerankerArguments
 from briskbert.training.tasks.settings import check_at_least
 
 
@@ -72,8 +60,9 @@ def main(argv=None):
         QuestionArguments, argv=argv,
     )  # fmt: skip
     from briskbert.retrieval.dense import load_collection, load_retriever
+    from briskbert.retrieval.fusion import validation_warning
     from briskbert.retrieval.open_domain_qa import load_reader
-    from briskbert.retrieval.reranker import load_reranker_of
+    from briskbert.retrieval.reranker import load_reranker
     from briskbert.retrieval.vector_index import with_index
 
     task = load_collection(source)
@@ -87,9 +76,7 @@ def main(argv=None):
         models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, models.batch_size
     )
     retriever = with_index(retriever, index.index, task.corpus_ids, models.retriever_model_name_or_path)
-    reranker = load_reranker_of(reranking, models.batch_size)
-    from briskbert.retrieval.fusion import validation_warning
-
+    reranker = load_reranker(reranking, models.batch_size)
     warning = validation_warning(reranker) if reranker else None
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
