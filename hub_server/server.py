@@ -269,7 +269,7 @@ class HubServer:
     # ---- the shared concerns, once for every route (in a worker thread) ------------------------------
     def _dispatch(self, req: Request, body: Body) -> Response | None:
         method, path = req.method, req.scope["raw_path"].decode("latin-1")
-        status, waits = 0, req.headers.get("expect", "").lower() == "100-continue"
+        waits = req.headers.get("expect", "").lower() == "100-continue"
         try:
             self._check_head(req)
             route, req.scope["path_params"] = match(method, path)
@@ -279,21 +279,18 @@ class HubServer:
             self._inject_fault(route, req)
             response = route.handler(req)
         except _Dropped:
-            status, response = -1, None
+            response = None
         except HubError as e:
             response = self._error(e, body, waits)
-        except OSError as e:
-            full = disk_full(e, body.length)
-            if full is None:
-                logger.exception("internal error")
-                full = ServerError(f"Internal server error: {type(e).__name__}")
-            else:  # storage removed what it had begun to write
-                logger.error("%s %s: %s %s", method, path, full.message, e.filename or "")
-            response = self._error(full, body, waits)
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
-            logger.exception("internal error")
-            response = self._error(ServerError(f"Internal server error: {type(e).__name__}"), body, waits)
-        self.log_request_line(method, path, response.status_code if response is not None else status)
+            error = disk_full(e, body.length) if isinstance(e, OSError) else None
+            if error is None:
+                logger.exception("internal error")
+                error = ServerError(f"Internal server error: {type(e).__name__}")
+            else:  # storage removed what it had begun to write
+                logger.error("%s %s: %s %s", method, path, error.message, e.filename or "")
+            response = self._error(error, body, waits)
+        self.log_request_line(method, path, response.status_code if response is not None else -1)
         return response
 
     def _check_head(self, req: Request) -> None:
