@@ -47,10 +47,9 @@ def long_example(n=400, idx=0):
     return {"input_ids": [CLS, *rng.integers(5, len(WORDS), n).tolist(), SEP], "idx": idx}
 
 
-@pytest.mark.parametrize("missing", ["mask_token_id", "pad_token_id"])
-def test_a_tokenizer_without_mask_or_pad_token_is_refused(missing):
+def test_a_tokenizer_without_a_pad_token_is_refused():
     tokenizer = Tokenizer()
-    setattr(tokenizer, missing, None)
+    tokenizer.pad_token_id = None
     with pytest.raises(ValueError, match="needs a mask token and a pad token"):
         MaskingCollator(tokenizer)
 
@@ -75,18 +74,6 @@ def test_random_replacements_come_from_the_non_special_vocabulary_only():
     assert set(replaced.tolist()) == set(range(5, len(WORDS)))  # every ordinary id, no special one
     changed = (replaced != batch["labels"][selected]).float().mean().item()
     assert changed == pytest.approx(1 - 1 / (len(WORDS) - 5), abs=0.03)  # a random draw may repeat the id
-
-
-def test_split_between_mask_random_and_unchanged_follows_the_shares():
-    collator = MaskingCollator(
-        Tokenizer(), mlm_probability=0.5, mask_replace_prob=0.3, random_replace_prob=0.6
-    )
-    batch, selected = rows(collator, [long_example(3000, idx=i) for i in range(4)])
-    outcome, original = batch["input_ids"][selected], batch["labels"][selected]
-    n_pool = len(WORDS) - 5
-    assert (outcome == MASK).float().mean().item() == pytest.approx(0.3, abs=0.02)
-    unchanged = (outcome == original).float().mean().item()
-    assert unchanged == pytest.approx(0.1 + 0.6 / n_pool, abs=0.02)
 
 
 def test_specials_and_out_of_vocabulary_special_ids_are_handled():
@@ -130,17 +117,6 @@ def test_whole_word_rate_adds_a_word_only_where_none_was_drawn():
     _, selected = rows(collator, examples)
     assert selected.sum(dim=1).float().mean().item() == pytest.approx(1.5 + 0.85**10, abs=0.15)
     assert (selected.sum(dim=1) >= 1).all()
-
-
-def test_whole_word_masking_with_a_tiny_rate_still_masks_one_whole_word():
-    collator = MaskingCollator(Tokenizer(), mlm_probability=1e-9, whole_word_mask=True)
-    for idx in range(6):
-        batch, selected = rows(collator, [{"input_ids": [CLS, 5, 6, 7, 8, 10, SEP], "idx": idx}])
-        picked = selected[0].tolist()
-        assert picked in (
-            [False, True, True, True, False, False, False],
-            [False, False, False, False, True, True, False],
-        )
 
 
 def test_a_leading_continuation_piece_belongs_to_no_word_and_a_word_may_start_the_sequence():
@@ -211,7 +187,7 @@ def test_without_idx_the_draw_is_keyed_by_the_content():
 
 
 def test_padding_attention_mask_labels_and_optional_fields():
-    collator = MaskingCollator(Tokenizer(), mlm_probability=0.5)
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.5, pad_to_multiple_of=4)
     examples = [
         {"input_ids": [CLS, 5, 6, SEP], "token_type_ids": [0, 0, 1, 1], "next_sentence_label": 1, "idx": 0},
         {
@@ -221,24 +197,12 @@ def test_padding_attention_mask_labels_and_optional_fields():
         },
     ]
     batch = collator(examples)
-    assert batch["input_ids"].shape == (2, 6) and batch["input_ids"].dtype == torch.int64
-    assert batch["input_ids"][0, 4:].tolist() == [PAD, PAD]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1] * 6]
+    assert batch["input_ids"].shape == (2, 8) and batch["input_ids"].dtype == torch.int64  # 6 rounded up to 8
+    assert batch["input_ids"][0, 4:].tolist() == [PAD] * 4
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1] * 6 + [0, 0]]
     assert (batch["labels"][0, 4:] == -100).all()
-    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 0, 0]]
     assert batch["next_sentence_label"].tolist() == [1, 0]
-    plain = collator([{"input_ids": [CLS, 5, SEP]}])
-    assert set(plain) == {"input_ids", "attention_mask", "labels"}
-
-
-@pytest.mark.parametrize("longest, multiple, padded", [(8, 8, 8), (9, 8, 16), (9, None, 9)])
-def test_pad_to_multiple_of_rounds_the_length_up(longest, multiple, padded):
-    collator = MaskingCollator(Tokenizer(), pad_to_multiple_of=multiple)
-    batch = collator([{"input_ids": [CLS, *[5] * (longest - 2), SEP]}, {"input_ids": [CLS, SEP]}])
-    assert batch["input_ids"].shape == (2, padded)
-    assert batch["attention_mask"].sum().item() == longest + 2
-
-
-def test_count_masked_tokens_counts_labelled_positions():
-    labels = torch.tensor([[-100, 5, 6], [7, 8, -100]])
-    assert count_masked_tokens({"labels": labels}).item() == 4
+    plain = MaskingCollator(Tokenizer(), pad_to_multiple_of=4)([{"input_ids": [CLS, 5, 6, SEP]}])
+    assert set(plain) == {"input_ids", "attention_mask", "labels"} and plain["input_ids"].shape == (1, 4)
+    assert count_masked_tokens(batch).item() == (batch["labels"] != -100).sum().item() > 0

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import islice
@@ -26,6 +24,7 @@ import numpy as np
 import torch
 
 from briskbert.errors import SettingError
+from briskbert.files import staged_folder
 from briskbert.training.data.corpus import (
     CorpusSource,
     CorpusStore,
@@ -67,11 +66,6 @@ def _check_splittable(num_documents: int, source: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- sequences
-def body_length(max_seq_length: int, packing: str) -> int:
-    """Tokens of a sequence besides its ``[CLS]`` (and, unpacked, its own closing ``[SEP]``)."""
-    return max_seq_length - (2 if packing == "none" else 1)
-
-
 def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple[np.ndarray, np.ndarray]:
     """Where each MLM sequence's body lies in the stream of the documents' tokens.
 
@@ -80,7 +74,7 @@ def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple
     ``(starts, lengths)`` of the sequence bodies in stream positions, in order; a sequence is ``[CLS]`` +
     its body, + ``[SEP]`` in mode ``none`` (whose bodies leave out the document's own ``[SEP]``).
     """
-    body = body_length(max_seq_length, packing)
+    body = max_seq_length - (2 if packing == "none" else 1)  # besides [CLS] (and, unpacked, its own [SEP])
     lengths = np.asarray(document_lengths, dtype=np.int64)
     if packing == "full-sentences":  # one stream, cut every `body` tokens
         total = int(lengths.sum())
@@ -95,6 +89,7 @@ def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple
 
 
 def wrap_sequence(body: list[int], packing: str, cls_id: int, sep_id: int) -> list[int]:
+    """A sequence body of :func:`sequence_spans` with its ``[CLS]`` (and, unpacked, its ``[SEP]``)."""
     return [cls_id, *body, sep_id] if packing == "none" else [cls_id, *body]
 
 
@@ -149,6 +144,11 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> Non
 
 
 # ------------------------------------------------------------------------------------- stored corpus
+def _chosen(store: CorpusStore, documents) -> np.ndarray:
+    """The indices of the ``documents`` chosen from the store (e.g. the training split); ``None``: all."""
+    return np.arange(store.num_documents) if documents is None else np.asarray(documents, dtype=np.int64)
+
+
 class StoredSequences(torch.utils.data.Dataset):
     """The MLM sequences of a prepared corpus (:class:`~training.data.corpus.CorpusStore`), read from the
     memory-mapped token array when asked for: only the (start, length) of each sequence lives in memory
@@ -163,9 +163,7 @@ class StoredSequences(torch.utils.data.Dataset):
     ):
         self.store, self.mode, self.cls_id, self.sep_id = store, packing, cls_id, sep_id
         offsets = np.asarray(store.document_offsets())
-        chosen = (
-            np.arange(store.num_documents) if documents is None else np.asarray(documents, dtype=np.int64)
-        )
+        chosen = _chosen(store, documents)
         lengths = offsets[chosen + 1] - offsets[chosen]
         # Chosen documents in stream order: where each starts in the store, where it ends in the stream.
         self.doc_starts, self.doc_ends_in_stream = offsets[chosen], np.cumsum(lengths)
@@ -180,8 +178,6 @@ class StoredSequences(torch.utils.data.Dataset):
         return len(self.seq_starts)
 
     def __getitem__(self, index: int) -> dict:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
         if self._tokens is None:
             self._tokens = self.store.tokens()
         begin = int(self.seq_starts[index])
@@ -206,11 +202,8 @@ class StoredDocuments(Sequence):
     only documents with tokens, as :func:`tokenize_documents` gives them."""
 
     def __init__(self, store: CorpusStore, documents=None):
-        self.store = store
         doc_segments = np.asarray(store.document_segment_offsets())
-        chosen = (
-            np.arange(store.num_documents) if documents is None else np.asarray(documents, dtype=np.int64)
-        )
+        chosen = _chosen(store, documents)
         chosen = chosen[doc_segments[chosen + 1] > doc_segments[chosen]]
         self.first, self.stop = doc_segments[chosen], doc_segments[chosen + 1]
         self.segments = store.segment_offsets()
@@ -222,9 +215,6 @@ class StoredDocuments(Sequence):
     def __getitem__(self, index: int) -> list[list[int]]:
         spans = self.segments[int(self.first[index]) : int(self.stop[index])]
         return [self.tokens[start:end].tolist() for start, end in spans]
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
 
 
 class StoredExamples(torch.utils.data.Dataset):
@@ -245,8 +235,6 @@ class StoredExamples(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int) -> dict:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
         if self._tokens is None:
             self._tokens = np.memmap(self.folder / "tokens.bin", dtype=np.int32, mode="r")
         ids = self._tokens[int(self.offsets[index]) : int(self.offsets[index + 1])].tolist()
@@ -263,40 +251,29 @@ def stored_nsp_examples(
     store: CorpusStore, documents, cls_id: int, sep_id: int, max_seq_length: int, seed: int
 ) -> StoredExamples:
     """NSP examples of a prepared (sentence-segmented) corpus, built once and cached next to it."""
-    chosen = np.arange(store.num_documents) if documents is None else np.asarray(documents, dtype=np.int64)
+    chosen = _chosen(store, documents)
     key = hashlib.sha256(json.dumps([max_seq_length, seed, cls_id, sep_id]).encode() + chosen.tobytes())
     folder = store.folder / f"nsp-{key.hexdigest()[:16]}"
-    if (folder / "labels.npy").is_file():
+    if folder.is_dir():
         return StoredExamples(folder)
-    partial = store.folder / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
-        tokenized = StoredDocuments(store, chosen)
-        if len(tokenized) < 2:
-            raise SettingError(
-                "nsp",
-                "needs a corpus with several documents (separated by blank lines in text files, "
-                "one per row otherwise): random next segments must come from another document.",
-            )
-        # Compact arrays, not lists of Python ints: a few bytes per example.
-        offsets, first_lengths, labels = array("q", [0]), array("i"), array("b")
-        with open(partial / "tokens.bin", "wb") as handle:
-            for example in iter_nsp_examples(tokenized, cls_id, sep_id, max_seq_length, seed, 0.1):
-                handle.write(np.asarray(example["input_ids"], dtype=np.int32).tobytes())
-                offsets.append(offsets[-1] + len(example["input_ids"]))
-                first_lengths.append(example["token_type_ids"].count(0))
-                labels.append(example["next_sentence_label"])
-        np.save(partial / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-        np.save(partial / "first_lengths.npy", np.asarray(first_lengths, dtype=np.int32))
-        np.save(partial / "labels.npy", np.asarray(labels, dtype=np.int8))  # written last: complete
-        if folder.exists():  # another process built the same examples first
-            shutil.rmtree(partial)
-        else:
-            partial.rename(folder)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    tokenized = StoredDocuments(store, chosen)
+    if len(tokenized) < 2:
+        raise SettingError(
+            "nsp",
+            "needs a corpus with several documents (separated by blank lines in text files, "
+            "one per row otherwise): random next segments must come from another document.",
+        )
+    # Compact arrays, not lists of Python ints: a few bytes per example.
+    offsets, first_lengths, labels = array("q", [0]), array("i"), array("b")
+    with staged_folder(folder) as staged, open(staged / "tokens.bin", "wb") as handle:
+        for example in iter_nsp_examples(tokenized, cls_id, sep_id, max_seq_length, seed, 0.1):
+            handle.write(np.asarray(example["input_ids"], dtype=np.int32).tobytes())
+            offsets.append(offsets[-1] + len(example["input_ids"]))
+            first_lengths.append(example["token_type_ids"].count(0))
+            labels.append(example["next_sentence_label"])
+        np.save(staged / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+        np.save(staged / "first_lengths.npy", np.asarray(first_lengths, dtype=np.int32))
+        np.save(staged / "labels.npy", np.asarray(labels, dtype=np.int8))
     return StoredExamples(folder)
 
 
@@ -346,6 +323,10 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         shards, shard = self._shard()
         packed = self.mode == "full-sentences"
+
+        def wrap(body: list[int]) -> list[int]:
+            return wrap_sequence(body, self.mode, self.cls_id, self.sep_id)
+
         carry, local = np.zeros(0, dtype=self.encoder.dtype), 0
         for chunk in self._own_chunks(shards, shard):
             encoded = encode_documents(self.encoder, chunk, sentences=False)
@@ -357,10 +338,7 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
                 carry, starts, sizes = stream[starts[-1] :], starts[:-1], sizes[:-1]
             for begin, size in zip(starts.tolist(), sizes.tolist()):
                 body = stream[begin : begin + size].tolist()
-                yield {"input_ids": self._wrap(body), "idx": local * shards + shard}
+                yield {"input_ids": wrap(body), "idx": local * shards + shard}
                 local += 1
         if len(carry):
-            yield {"input_ids": self._wrap(carry.tolist()), "idx": local * shards + shard}
-
-    def _wrap(self, body: list[int]) -> list[int]:
-        return wrap_sequence(body, self.mode, self.cls_id, self.sep_id)
+            yield {"input_ids": wrap(carry.tolist()), "idx": local * shards + shard}
