@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import scipy.special
 
 from briskbert.errors import SettingError
 from briskbert.files import write_atomic
@@ -144,18 +145,14 @@ def postprocess_qa_predictions(
         features_per_example[example_id].append(index)
     all_offsets = features["offset_mapping"]
 
-    predictions, all_nbest = collections.OrderedDict(), collections.OrderedDict()
+    predictions, all_nbest = {}, {}
     for example in examples:
-        context = example["context"]
-        min_null_score = None
-        candidates = []
+        context, min_null_score, candidates = example["context"], np.inf, []
         for index in features_per_example[example["id"]]:
             offsets = all_offsets[index]
             starts = np.asarray(start_logits[index], dtype=np.float64)[: len(offsets)]
             ends = np.asarray(end_logits[index], dtype=np.float64)[: len(offsets)]
-            null_score = starts[0] + ends[0]  # [CLS] is the first token
-            if min_null_score is None or null_score < min_null_score:
-                min_null_score = null_score
+            min_null_score = min(min_null_score, starts[0] + ends[0])  # [CLS] is the first token
             best_starts = np.argsort(starts)[-1 : -n_best_size - 1 : -1]
             best_ends = np.argsort(ends)[-1 : -n_best_size - 1 : -1]
             for s in best_starts:
@@ -175,30 +172,19 @@ def postprocess_qa_predictions(
                     )
         candidates.sort(key=lambda c: c["score"], reverse=True)
         nbest = candidates[:n_best_size]
-        if version_2 and min_null_score is not None:
+        if version_2 and np.isfinite(min_null_score):
             best_score = nbest[0]["score"] if nbest else -np.inf
             null = {"text": "", "score": float(min_null_score), "start_logit": 0.0, "end_logit": 0.0}
             nbest = sorted(nbest + [null], key=lambda c: c["score"], reverse=True)[:n_best_size]
-            answer = "" if min_null_score - best_score > null_score_diff_threshold else nbest_text(nbest)
+            best_text = next((c["text"] for c in nbest if c["text"]), "")
+            answer = "" if min_null_score - best_score > null_score_diff_threshold else best_text
         else:
             answer = nbest[0]["text"] if nbest else ""
-        scores = np.array([c["score"] for c in nbest]) if nbest else np.zeros(0)
-        if len(scores):
-            probabilities = np.exp(scores - scores.max())
-            probabilities /= probabilities.sum()
-            for candidate, probability in zip(nbest, probabilities):
-                candidate["probability"] = float(probability)
+        for candidate, probability in zip(nbest, scipy.special.softmax([c["score"] for c in nbest] or [0.0])):
+            candidate["probability"] = float(probability)
         predictions[example["id"]] = answer
         all_nbest[example["id"]] = nbest
     return predictions, all_nbest
-
-
-def nbest_text(nbest) -> str:
-    """The best non-empty candidate text ("" when there is none)."""
-    for candidate in nbest:
-        if candidate["text"]:
-            return candidate["text"]
-    return ""
 
 
 METRIC_DEFINITIONS = "exact match and F1 (0-1) with the official SQuAD answer normalisation"
