@@ -1,8 +1,6 @@
-"""The model card (README.md) of a saved BriskBert folder, filled from ``templates/model_card.md``.
-
-It reads ``config.json``, the training facts (``training_facts.json``, typed as :class:`TrainingFacts`) and, for a
-folder ``briskbert quantize`` wrote, ``quantization.json``. No dates and sorted tables: the same folder always
-renders the same card, so re-publishing it makes no new commit.
+"""The model card (README.md) of a saved BriskBert folder: ``templates/model_card.md`` filled from
+``config.json``, the training facts and, for a folder ``briskbert quantize`` wrote, ``quantization.json``. No
+dates and sorted tables: the same folder always renders the same card, so re-publishing it makes no commit.
 """
 
 from __future__ import annotations
@@ -17,54 +15,40 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from briskbert import inputs
 from briskbert.errors import SettingError, UserError
 from briskbert.files import write_atomic
-from briskbert.training.engine.facts import FactsError, JobFacts, RunFacts, TrainingFacts, read_training_facts
+from briskbert.training.engine.facts import JobFacts, RunFacts, TrainingFacts, read_training_facts
 
 from .rules import check_card_text
 
 QUANTIZATION_FILE = "quantization.json"
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
-
 #: config options shown in the architecture table, in this order
-ARCHITECTURE_OPTIONS = tuple(
-    """
+ARCHITECTURE_OPTIONS = """
     hidden_size num_hidden_layers num_attention_heads num_key_value_heads intermediate_size
     position_embedding_type rope_theta norm_type norm_position hidden_act mlp_type sliding_window
     global_attn_every_n_layers vocab_size max_position_embeddings type_vocab_size attention_bias mlp_bias
     classifier_pooling tie_word_embeddings
     """.split()
-)
-
-#: architecture suffix -> (pipeline tag, Auto class, example pipeline input as Python source)
+#: architecture suffix -> pipeline tag; its Auto class is "AutoModel" + the suffix ("Model": no head ends in it)
 TASKS = {
-    "ForSequenceClassification": (
-        "text-classification",
-        "AutoModelForSequenceClassification",
-        '"A short film that is both funny and moving."',
-    ),
-    "ForTokenClassification": (
-        "token-classification",
-        "AutoModelForTokenClassification",
-        '"Angela Merkel visited Gdansk."',
-    ),
-    "ForQuestionAnswering": (
-        "question-answering",
-        "AutoModelForQuestionAnswering",
-        'question="Where do cats sit?", context="The cat sat on the mat."',
-    ),
-    "ForMaskedLM": ("fill-mask", "AutoModelForMaskedLM", 'f"The cat sat on the {tokenizer.mask_token}."'),
-    "ForPreTraining": (
-        "fill-mask",
-        "AutoModelForPreTraining",
-        'f"The cat sat on the {tokenizer.mask_token}."',
-    ),
-    "Model": ("feature-extraction", "AutoModel", '"The cat sat on the mat."'),
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForMaskedLM": "fill-mask",
+    "ForPreTraining": "fill-mask",
+    "Model": "feature-extraction",
 }
-
-#: pipeline tags a training job may set (``pipeline_tag`` fact) whose usage goes through
-#: sentence-transformers rather than ``transformers.pipeline``: tag -> (Auto class, usage template)
+#: pipeline tag -> the usage snippet's example input, as Python source
+EXAMPLE_INPUTS = {
+    "text-classification": '"A short film that is both funny and moving."',
+    "token-classification": '"Angela Merkel visited Gdansk."',
+    "question-answering": 'question="Where do cats sit?", context="The cat sat on the mat."',
+    "fill-mask": 'f"The cat sat on the {tokenizer.mask_token}."',
+    "feature-extraction": '"The cat sat on the mat."',
+}
+#: pipeline tags whose usage goes through sentence-transformers (the template's other snippets) -> Auto class
 SENTENCE_TRANSFORMERS_TASKS = {
-    "sentence-similarity": ("AutoModel", "sentence_similarity"),  # a dual encoder: SentenceTransformer
-    "text-ranking": ("AutoModelForSequenceClassification", "text_ranking"),  # a re-ranker: CrossEncoder
+    "sentence-similarity": "AutoModel",  # a dual encoder: SentenceTransformer
+    "text-ranking": "AutoModelForSequenceClassification",  # a re-ranker: CrossEncoder
 }
 #: pipeline tag -> the usage snippet's extra pipeline() arguments: whole words as entities, not one per sub-word
 PIPELINE_OPTIONS = {"token-classification": ', aggregation_strategy="first"'}
@@ -72,8 +56,8 @@ LIBRARY_NAMES = ("transformers", "sentence-transformers")
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
 _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
-#: metrics a trivial answer scores on the same evaluation data (``chance_accuracy`` beside ``accuracy``): shown
-#: beside the model's, never as its results
+#: what a trivial answer scores on the same data (``chance_accuracy`` beside ``accuracy``): shown beside the
+#: model's metric, never as its result
 BASELINES = {"chance": "chance", "majority": "majority class"}
 
 
@@ -81,11 +65,11 @@ class CardError(UserError, ValueError):
     """The folder or the facts cannot make a valid card: one line naming the file (and field) and the fix."""
 
 
-def task_for_architecture(architecture: str) -> tuple[str, str, str]:
-    """(pipeline tag, Auto class name, example input) for a class name such as BriskBertForMaskedLM."""
-    for suffix, info in TASKS.items():  # "Model" last: no head's name ends in it
+def task_for_architecture(architecture: str) -> tuple[str, str]:
+    """(pipeline tag, Auto class name) of a class name such as BriskBertForMaskedLM."""
+    for suffix, pipeline_tag in TASKS.items():
         if architecture.endswith(suffix):
-            return info
+            return pipeline_tag, "AutoModel" + suffix.removeprefix("Model")
     raise CardError(
         f"Unknown architecture {architecture!r}: expected a name ending in one of {', '.join(TASKS)}"
     )
@@ -95,20 +79,9 @@ def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
     """``config.json`` (or ``tokenizer_config.json``), with the fields the card and the publisher use checked."""
     path = Path(model_dir) / name
     config = inputs.read_json_object(path, "model_dir", "save the model with save_pretrained")
-    problem = inputs.config_problem(config)
-    if problem:
+    if problem := inputs.config_problem(config):
         raise CardError(f"{path}: {problem}; save the model with save_pretrained again")
     return config
-
-
-def read_facts(model_dir: str | Path) -> TrainingFacts:
-    """The folder's training facts (empty without ``training_facts.json``); one it cannot read is a CardError."""
-    try:
-        return read_training_facts(model_dir)
-    except SettingError as error:  # named after the training jobs' setting: here it is this folder's file
-        raise CardError(error.problem) from None
-    except FactsError as error:
-        raise CardError(str(error)) from None
 
 
 def read_quantization(model_dir: str | Path) -> dict | None:
@@ -137,19 +110,14 @@ def _duration(seconds) -> str:
     seconds = float(seconds)
     if seconds < 120:
         return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def _metric_name(key: str) -> str:
-    return key[5:] if key.startswith("eval_") else key
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
+def _precision(mixed_precision) -> str:
+    """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
+    if mixed_precision in (None, "", "no"):
+        return "fp32"
+    return f"{mixed_precision} mixed precision (fp32 master weights)"
 
 
 def _is_public_dataset(name) -> bool:
@@ -163,34 +131,25 @@ def _is_public_dataset(name) -> bool:
 
 def _data_names(value) -> str:
     """Datasets by their public names; local files are said to be local, by file name only."""
-    names = [str(name) for name in _as_list(value)]
-    public = [name for name in names if _is_public_dataset(name)]
+    names = [value] if isinstance(value, str) else [str(name) for name in value]
     local = [name.replace("\\", "/").rsplit("/", 1)[-1] for name in names if not _is_public_dataset(name)]
-    parts = public + ([f"local data ({_fmt(local)})"] if local else [])
-    return ", ".join(parts)
+    public = [name for name in names if _is_public_dataset(name)]
+    return ", ".join(public + ([f"local data ({_fmt(local)})"] if local else []))
 
 
 def _training_data(job: JobFacts) -> str:
     """The training data by its public name, the local files it was read from when the name is not theirs, and
-    the rows used where the job counts them: ``2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)``."""
+    the rows used: ``2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)``."""
     if not job.datasets:
         return ""
     names = _data_names(job.datasets)
-    files = [name for name in job.train_files if name not in job.datasets]
-    if files:
+    if files := [name for name in job.train_files if name not in job.datasets]:
         names += f" (the local file{'s' if len(files) > 1 else ''} {_fmt(files)})"
     rows = job.details.get("num_train_examples")
     return f"{rows:,} rows of {names}" if isinstance(rows, int) else names
 
 
-def _precision(mixed_precision) -> str:
-    """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
-    if mixed_precision in (None, "", "no"):
-        return "fp32"
-    return f"{mixed_precision} mixed precision (fp32 master weights)"
-
-
-#: training facts shown in the "Training details" table: (JobFacts or RunFacts field, row label, formatter)
+#: the "Training details" table: (JobFacts or RunFacts field, row label, formatter)
 TRAINING_ROWS = (
     ("task", "task", _fmt),
     ("config_preset", "config preset", _fmt),
@@ -225,53 +184,58 @@ def render_card(
     (``revision_is_pinned``: a tag; otherwise a branch, and the snippet says to pin a commit id)."""
     model_dir = Path(model_dir)
     config = read_config(model_dir)
-    quantization = read_quantization(model_dir)
-    archs = config.get("architectures") or []
-    if not archs:
+    if not config.get("architectures"):
         raise CardError(
             f"{model_dir / 'config.json'} has no 'architectures' entry: save the model with "
             "save_pretrained so the card knows its task"
         )
-    facts = read_facts(model_dir) if facts is None else facts
+    if facts is None:
+        try:
+            facts = read_training_facts(model_dir)
+        except SettingError as error:  # named after the training jobs' setting: here it is this folder's file
+            raise CardError(error.problem) from None
     job, run = facts.job, facts.run or RunFacts()
-    pipeline_tag, auto_class, example = task_for_architecture(archs[0])
+    quantization = read_quantization(model_dir)
+    pipeline_tag, auto_class = task_for_architecture(config["architectures"][0])
+    example = EXAMPLE_INPUTS[pipeline_tag]
     pipeline_tag = job.pipeline_tag or pipeline_tag
-    usage = "pipeline"
-    if pipeline_tag in SENTENCE_TRANSFORMERS_TASKS:
-        auto_class, usage = SENTENCE_TRANSFORMERS_TASKS[pipeline_tag]
+    auto_class = SENTENCE_TRANSFORMERS_TASKS.get(pipeline_tag, auto_class)
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
     model_name = job.model_name or repo_id.split("/")[-1]
-    metrics = _metrics(run)
+    metrics = {  # final evaluation metrics worth a row: finite numbers, not counters such as the epoch
+        k.removeprefix("eval_"): v
+        for k, v in sorted(run.metrics.items())
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and k.removeprefix("eval_") not in _NOT_METRICS
+    }
     eval_dataset = job.eval_dataset or next((d for d in job.datasets if _is_public_dataset(d)), None)
-    revision_note = (
-        "pinned: this tag names the published commit"
-        if revision_is_pinned
-        else "a branch moves; pin the commit id from the repo's history for reproducible results"
-    )
     card = ModelCard.from_template(
         _card_data(config, job, pipeline_tag, model_name, metrics, eval_dataset, quantization),
         template_path=str(TEMPLATE_PATH),
         model_name=model_name,
-        description=_description(job, pipeline_tag),
-        architecture=", ".join(archs),
+        description=job.description or _description(job, pipeline_tag),
+        architecture=", ".join(config["architectures"]),
         repo_id=repo_id,
         revision=revision,
-        revision_note=revision_note,
+        revision_note="pinned: this tag names the published commit"
+        if revision_is_pinned
+        else "a branch moves; pin the commit id from the repo's history for reproducible results",
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
         pipeline_options=PIPELINE_OPTIONS.get(pipeline_tag, ""),
         example_input=example,
-        usage=usage,
         architecture_rows=_architecture_rows(config, pipeline_tag, quantization),
         training_rows=_training_rows(job, run),
         metric_rows=_metric_rows(metrics),
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
-        metrics_of_fp32=quantization is not None,
         quantization_rows=_quantization_rows(quantization),
-        limitations=_limitations(config, job, pipeline_tag, quantization),
+        max_length=config.get("max_position_embeddings", "the maximum"),
+        torchao=bool(quantization) and quantization.get("backend") == "torchao",
+        limitations=job.limitations,
     )
-    problems = check_card(card)
-    if problems:
+    if problems := check_card(card):
         sources = "config.json" + (
             " and training_facts.json" if (model_dir / "training_facts.json").is_file() else ""
         )
@@ -304,27 +268,7 @@ def _metric_rows(metrics: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _metrics(run: RunFacts) -> dict:
-    """Final evaluation metrics worth a row: finite numbers, without counters such as the epoch."""
-    return {
-        _metric_name(k): v
-        for k, v in sorted(run.metrics.items())
-        if isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and math.isfinite(v)
-        and _metric_name(k) not in _NOT_METRICS
-    }
-
-
-def _card_data(
-    config: dict,
-    job: JobFacts,
-    pipeline_tag: str,
-    model_name: str,
-    metrics: dict,
-    eval_dataset,
-    quantization: dict | None = None,
-):
+def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_dataset, quantization):
     """The front matter: Hub metadata, with model-index results only for a public evaluation dataset (and not
     for a quantized model, whose training metrics were measured before quantization)."""
     eval_results = None
@@ -332,8 +276,8 @@ def _card_data(
         eval_results = [
             EvalResult(
                 task_type=pipeline_tag,
-                dataset_type=str(eval_dataset),
-                dataset_name=str(eval_dataset),
+                dataset_type=eval_dataset,
+                dataset_name=eval_dataset,
                 dataset_split=job.eval_split or None,
                 metric_type=name,
                 metric_name=name,
@@ -342,8 +286,7 @@ def _card_data(
             for name, value in metrics.items()
             if not _is_baseline(name)
         ]
-    tags = ["briskbert", "bert", "encoder", config.get("model_type") or "briskbert"]
-    tags += list(job.tags)
+    tags = ["briskbert", "bert", "encoder", config.get("model_type") or "briskbert", *job.tags]
     if quantization:
         tags += [quantization.get("precision", "int8"), "quantized", quantization.get("backend", "torchao")]
     return ModelCardData(
@@ -359,11 +302,9 @@ def _card_data(
     )
 
 
-def _architecture_rows(
-    config: dict, pipeline_tag: str, quantization: dict | None = None
-) -> list[tuple[str, str]]:
-    rows = [("architectures", ", ".join(config["architectures"]))]
+def _architecture_rows(config: dict, pipeline_tag: str, quantization: dict | None) -> list[tuple[str, str]]:
     rope = config.get("position_embedding_type") == "rope"  # rope_theta means nothing without it
+    rows = [("architectures", ", ".join(config["architectures"]))]
     rows += [
         (k, _fmt(config[k]) if k in config else "—")
         for k in ARCHITECTURE_OPTIONS
@@ -372,8 +313,7 @@ def _architecture_rows(
     dtype = _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")
     rows.append(("dtype", _fmt(quantization["description"]) if quantization else dtype))
     if config.get("id2label") and pipeline_tag in ("text-classification", "token-classification"):
-        labels = [config["id2label"][k] for k in sorted(config["id2label"], key=int)]
-        rows.append(("labels", _fmt(labels)))
+        rows.append(("labels", _fmt([config["id2label"][k] for k in sorted(config["id2label"], key=int)])))
     return rows
 
 
@@ -384,20 +324,17 @@ def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:
         for key, label, fmt in TRAINING_ROWS
         if values[key] not in (None, "", (), {})
     ]
-    if run.best_metric is not None and run.train_steps is not None:
-        rows.append(("weights in this folder", _weights(run.best_metric, run.train_steps)))
+    best, last_step = run.best_metric, run.train_steps
+    if best is not None and last_step is not None:  # the final folder holds the last step's weights
+        here = f"step {last_step:,}, the run's last"
+        if best.step is not None and best.value is not None:
+            measured = f"{best.name.removeprefix('eval_')} {_fmt(best.value)}"
+            if best.step == last_step:
+                here += f" and its best by {measured}"
+            else:
+                here += f"; its best, {measured} at step {best.step:,}, is in the run's `best/` folder"
+        rows.append(("weights in this folder", here))
     return rows
-
-
-def _weights(best, last_step: int) -> str:
-    """Which step's weights a run's final folder holds (its last), and where its best evaluation was."""
-    here = f"step {last_step:,}, the run's last"
-    if best.step is None or best.value is None:
-        return here
-    measured = f"{_metric_name(best.name)} {_fmt(best.value)}"
-    if best.step == last_step:
-        return f"{here} and its best by {measured}"
-    return f"{here}; its best, {measured} at step {best.step:,}, is in the run's `best/` folder"
 
 
 def _quantization_rows(quantization: dict | None) -> list[tuple[str, str]]:
@@ -411,19 +348,15 @@ def _quantization_rows(quantization: dict | None) -> list[tuple[str, str]]:
         ("quantized from", _fmt(quantization.get("source_model"))),
     ]
     if size.get("fp32") and size.get("int8"):
-        rows.append(
-            (
-                "weights",
-                f"{size['int8'] / 2**20:.1f} MiB ({size['fp32'] / 2**20:.1f} MiB in fp32, "
-                f"{size['fp32'] / size['int8']:.2f}x smaller)",
-            )
-        )
+        fp32, int8 = size["fp32"], size["int8"]
+        weights = f"{int8 / 2**20:.1f} MiB ({fp32 / 2**20:.1f} MiB in fp32, {fp32 / int8:.2f}x smaller)"
+        rows.append(("weights", weights))
     for evaluation in quantization.get("evaluation") or []:
-        delta = 100 * (evaluation["int8"] - evaluation["fp32"])
+        int8, fp32 = evaluation["int8"], evaluation["fp32"]
         rows.append(
             (
                 f"{evaluation['metric']} on {_data_names(evaluation['dataset'])}",
-                f"int8 {evaluation['int8']:.4f}, fp32 {evaluation['fp32']:.4f} ({delta:+.2f} points)",
+                f"int8 {int8:.4f}, fp32 {fp32:.4f} ({100 * (int8 - fp32):+.2f} points)",
             )
         )
     agreement = quantization.get("agreement") or {}
@@ -438,34 +371,13 @@ def _quantization_rows(quantization: dict | None) -> list[tuple[str, str]]:
     return rows
 
 
-def _limitations(
-    config: dict, job: JobFacts, pipeline_tag: str, quantization: dict | None = None
-) -> list[str]:
-    limitations = [
-        "Trained on the data listed above only; expect weaker results on other domains, languages and styles.",
-        f"Inputs longer than {config.get('max_position_embeddings', 'the maximum')} tokens must be truncated.",
-        "The model can reproduce biases present in its training data; evaluate it on your own data before use.",
-        "Loading runs the model code shipped in this repository (`trust_remote_code=True`): pin the revision.",
-    ]
-    if pipeline_tag == "fill-mask":
-        limitations.append("A masked-language model: fine-tune it before using it for a downstream task.")
-    if quantization and quantization.get("backend") == "torchao":
-        limitations.append(
-            "Quantized: its outputs differ slightly from the fp32 model's (see Quantization), and loading it "
-            "needs torchao (`pip install torchao`)."
-        )
-    return limitations + list(job.limitations)
-
-
 def _description(job: JobFacts, pipeline_tag: str) -> str:
-    if job.description:
-        return job.description
     base = f" fine-tuned from `{job.base_model}`" if job.base_model else ""
     data = f"{',' if base else ''} trained on {_training_data(job)}" if job.datasets else ""
     return f"A {pipeline_tag} model{base}{data}."
 
 
-def _eval_data_name(eval_dataset, split: str | None, description: str | None = None) -> str:
+def _eval_data_name(eval_dataset, split: str | None, description: str | None) -> str:
     """What "Measured on ..." names: a public dataset's split only when the data was that split; a local
     file by its name, after what the training job says it is (``eval_dataset_description``)."""
     if description:
@@ -479,8 +391,7 @@ def check_card(card: ModelCard | str) -> list[str]:
     """Local stand-in for ``ModelCard.validate()`` (which needs the Hub): the metadata rules (a model-index
     included) and what every briskbert card has."""
     text = str(card)
-    problems = check_card_text(text)
-    if problems:
+    if problems := check_card_text(text):
         return problems
     try:
         parsed = ModelCard(text)

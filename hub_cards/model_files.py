@@ -1,9 +1,8 @@
 """Which files of a saved model folder a publish uploads, and the checks that the folder is a whole model.
 
-A whole folder has ``config.json`` with ``architectures`` and ``auto_map``, the code files they name (and those
-import), safetensors weights (every shard of an index) and a tokenizer; ``IncompleteModelFolder`` lists what is
-missing. The upload is the model files plus what ``include`` names; training state stays local unless asked for.
-Nothing outside the folder is read: a symlink, code reference or shard leading outside it is ``OutsideTheFolder``.
+The upload is the model files (config, the code files ``auto_map`` names and those import, safetensors weights,
+the tokenizer) plus what ``include`` names; training state stays local unless asked for. Nothing outside the
+folder is read: a symlink, code reference or shard leading outside it is ``OutsideTheFolder``.
 """
 
 from __future__ import annotations
@@ -11,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
-from briskbert.inputs import read_json_object
+from briskbert.inputs import check_model_folder, read_json_object
 
 from .card import CardError, read_config, task_for_architecture
 
@@ -30,13 +29,13 @@ TRAINING_STATE = tuple(
     "optimizer* scheduler* scaler* rng_state* random_states* trainer_state.json training_args* checkpoint-* "
     "step_* *.ckpt *.pt *.pth".split()
 )
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class IncompleteModelFolder(UserError):
     """A folder that is not a complete model: one line naming the folder and everything it lacks."""
 
     def __init__(self, model_dir: Path, missing: list[str]):
-        self.missing = missing
         super().__init__(
             f"{model_dir} cannot be published, it lacks: {'; '.join(missing)}. Save the model and tokenizer with "
             "save_pretrained (after importing briskbert.modeling, so the code files and auto_map are written)."
@@ -52,8 +51,8 @@ class FileSelection:
     upload: list[str]  # paths relative to the folder, model files first
     training_state: list[str]  # left out unless include_training_state
     skipped: list[str]  # everything else left out (the folder's own README.md is not among them)
-    links: list[str] = field(default_factory=list)  # "link -> target" for each symlink followed (inside)
-    own_readme: bool = False  # the folder has a README.md: the rendered card replaces it
+    links: list[str]  # "link -> target" for each symlink followed (inside)
+    own_readme: bool  # the folder has a README.md: the rendered card replaces it
 
 
 def _matches(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
@@ -69,8 +68,7 @@ def folder_listing(folder: Path) -> tuple[list[str], list[str]]:
     while todo:
         path, prefix, above = todo.pop()
         for entry in sorted(os.scandir(path), key=lambda e: e.name):
-            rel = prefix + entry.name
-            real = Path(entry.path)
+            rel, real = prefix + entry.name, Path(entry.path)
             if entry.is_symlink():
                 try:
                     real = real.resolve()
@@ -94,41 +92,32 @@ def folder_listing(folder: Path) -> tuple[list[str], list[str]]:
     return sorted(files), followed
 
 
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+def _code_files(folder: Path, config_name: str, config: dict, missing: list[str]) -> list[str]:
+    """The code files ``config_name``'s references name (``auto_map`` entries, custom pipelines' ``impl``), and
+    those they import relatively (found as transformers finds them when it loads remote code)."""
+    from transformers.dynamic_module_utils import get_relative_imports
 
-
-def _code_refs(config: dict) -> list[tuple[str, object]]:
-    """(field, value) of each code reference in a config: ``auto_map`` entries, custom pipelines' ``impl``."""
-    refs = []
-    for key, ref in (config.get("auto_map") or {}).items():
-        refs += [(f"auto_map[{key!r}]", item) for item in (ref if isinstance(ref, list) else [ref]) if item]
+    refs = [
+        (f"auto_map[{key!r}]", item)
+        for key, ref in (config.get("auto_map") or {}).items()
+        for item in (ref if isinstance(ref, list) else [ref])
+        if item
+    ]
     pipelines = config.get("custom_pipelines")
     for task, entry in (pipelines if isinstance(pipelines, dict) else {}).items():
         refs.append(
             (f"custom_pipelines[{task!r}].impl", entry.get("impl") if isinstance(entry, dict) else entry)
         )
-    return refs
-
-
-def _module_file(path: Path, field_name: str, value: object) -> str:
-    """The code file a reference names: ``module.Class`` (or ``repo--module.Class``, another repo's code
-    whose module is in the folder too) with a plain module name; anything else is refused in one line."""
-    module = value.split("--", 1)[-1].rpartition(".")[0] if isinstance(value, str) else ""
-    if not _MODULE.fullmatch(module):
-        raise OutsideTheFolder(
-            f"{path}: {field_name} is {value!r}: a code reference must be 'module.Class' naming a module file "
-            "inside the model folder (no path, no '..', no package); fix the reference or save the model again "
-            "with save_pretrained. Nothing was published."
-        )
-    return module + ".py"
-
-
-def _code_files(folder: Path, config_name: str, config: dict, missing: list[str]) -> list[str]:
-    """The code files ``config_name``'s references name, and those they import relatively (found as
-    transformers finds them when it loads remote code)."""
-    from transformers.dynamic_module_utils import get_relative_imports
-
-    todo = [_module_file(folder / config_name, name, value) for name, value in _code_refs(config)]
+    todo = []
+    for field_name, value in refs:  # "module.Class", or "repo--module.Class" (another repo's code, here too)
+        module = value.split("--", 1)[-1].rpartition(".")[0] if isinstance(value, str) else ""
+        if not _MODULE.fullmatch(module):
+            raise OutsideTheFolder(
+                f"{folder / config_name}: {field_name} is {value!r}: a code reference must be 'module.Class' naming "
+                "a module file inside the model folder (no path, no '..', no package); fix the reference or save "
+                "the model again with save_pretrained. Nothing was published."
+            )
+        todo.append(module + ".py")
     seen = []
     while todo:
         name = todo.pop(0)
@@ -148,73 +137,62 @@ def _code_files(folder: Path, config_name: str, config: dict, missing: list[str]
     return seen
 
 
-def _config_and_code(folder: Path, missing: list[str]) -> list[str]:
-    if not (folder / "config.json").is_file():
-        missing.append("config.json (the model configuration)")
-        return []
+def _model_files(folder: Path, missing: list[str]) -> list[str]:
+    """Config and its code, weights and tokenizer (and its code); what a whole model lacks goes to ``missing``."""
     config = read_config(folder)  # a malformed one is a CardError naming the file and the field
     archs = config.get("architectures") or []
     if not archs:
         missing.append("config.json 'architectures' (which head this model is)")
-    auto_map = config.get("auto_map") or {}
-    if not auto_map:
+    elif not (auto_map := config.get("auto_map")):
         missing.append("config.json 'auto_map' (remote code entry points; import modeling before saving)")
-    elif archs:
-        try:
-            _, auto_class, _ = task_for_architecture(archs[0])
-            if auto_class not in auto_map:
-                missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
-        except CardError as e:
-            missing.append(f"config.json 'architectures' naming a known head ({e})")
-    chosen = [f for f in CONFIG_FILES if (folder / f).is_file()]
-    return chosen + _code_files(folder, "config.json", config, missing)
+    elif (auto_class := task_for_architecture(archs[0])[1]) not in auto_map:
+        missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
+    files = [f for f in CONFIG_FILES if (folder / f).is_file()] + _code_files(
+        folder, "config.json", config, missing
+    )
 
-
-def _weights(folder: Path, missing: list[str]) -> list[str]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        index_json = read_json_object(index, "model_dir", "save the model with save_pretrained")
-        weight_map = index_json.get("weight_map")
+        weight_map = read_json_object(index, "model_dir", "save the model with save_pretrained").get(
+            "weight_map"
+        )
         if not isinstance(weight_map, dict) or not all(isinstance(s, str) for s in weight_map.values()):
             raise CardError(f"{index} has no 'weight_map' of tensor -> file")
-        shards = sorted(set(weight_map.values()))
-        missing += [s for s in shards if not (folder / s).is_file()]
-        return ["model.safetensors.index.json"] + [s for s in shards if (folder / s).is_file()]
-    if (folder / "model.safetensors").is_file():
-        return ["model.safetensors"]
-    bin_only = list(folder.glob("pytorch_model*.bin"))
-    hint = " (only PyTorch .bin weights found: re-save with safe_serialization)" if bin_only else ""
-    missing.append("model.safetensors (weights)" + hint)
-    return []
+        files += [index.name, *sorted(set(weight_map.values()))]
+    elif (folder / "model.safetensors").is_file():
+        files.append("model.safetensors")
+    else:
+        missing.append(
+            "model.safetensors (weights; only PyTorch .bin weights found: re-save with safe_serialization)"
+        )
 
-
-def _tokenizer(folder: Path, missing: list[str]) -> list[str]:
-    tok_files = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
-    if "tokenizer_config.json" not in tok_files or not (
-        {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tok_files)
+    tokenizer = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
+    if "tokenizer_config.json" in tokenizer and {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(
+        tokenizer
     ):
+        tok_config = read_config(folder, "tokenizer_config.json")
+        files += tokenizer + _code_files(folder, "tokenizer_config.json", tok_config, missing)
+    else:
         missing.append(
             "tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)"
         )
-        return []
-    tok_cfg = read_config(folder, "tokenizer_config.json")
-    return tok_files + _code_files(folder, "tokenizer_config.json", tok_cfg, missing)
+    return list(dict.fromkeys(files))
 
 
 def collect_files(
     model_dir: str | Path, include: tuple[str, ...] | list[str] = (), include_training_state: bool = False
 ) -> FileSelection:
-    """The files to upload and those left out. Raises ``IncompleteModelFolder`` listing what is missing, and
-    ``OutsideTheFolder`` for a symlink, code reference or shard that leads outside the folder."""
+    """The files to upload and those left out. Raises ``OutsideTheFolder`` for a symlink, code reference or
+    shard leading outside the folder, ``SettingError`` for a damaged file and ``IncompleteModelFolder`` listing
+    what a whole model lacks."""
     folder = Path(model_dir)
-    if not folder.is_dir():
-        raise IncompleteModelFolder(folder, [f"the folder itself ({folder} does not exist)"])
-    listing, links = folder_listing(folder)  # first: nothing below reads through a link that leads outside
+    listing, links = folder_listing(folder) if folder.is_dir() else ([], [])  # first: no read through a link
+    # the manifest, weights' headers, config and tokenizer, before anything reads them
+    check_model_folder(folder, "model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
     missing: list[str] = []
-    chosen = _config_and_code(folder, missing) + _weights(folder, missing) + _tokenizer(folder, missing)
+    chosen = _model_files(folder, missing)
     if missing:
         raise IncompleteModelFolder(folder, list(dict.fromkeys(missing)))
-    chosen = list(dict.fromkeys(chosen))
     if strays := [f for f in chosen if f not in listing]:  # e.g. an index naming "../x.safetensors"
         raise OutsideTheFolder(
             f"{folder}: {', '.join(strays)} named by model.safetensors.index.json is not a file inside the "
@@ -237,7 +215,8 @@ def collect_files(
 def shard_weights(
     folder: Path, files: list[str], max_shard_size: int | str, workdir: Path
 ) -> dict[str, Path]:
-    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards plus an index."""
+    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards plus an index,
+    written one shard at a time."""
     mapping = {f: folder / f for f in files}
     if "model.safetensors" not in mapping:
         return mapping
@@ -261,10 +240,13 @@ def shard_weights(
     if not split.is_sharded:
         return mapping
     del mapping["model.safetensors"]
-    with safe_open(str(single), "pt") as weights:  # one shard in memory at a time
+    with safe_open(str(single), "pt") as weights:
         for shard_name, names in split.filename_to_tensors.items():
-            tensors = {name: weights.get_tensor(name) for name in names}
-            save_file(tensors, str(workdir / shard_name), metadata=metadata)
+            save_file(
+                {name: weights.get_tensor(name) for name in names},
+                str(workdir / shard_name),
+                metadata=metadata,
+            )
             mapping[shard_name] = workdir / shard_name
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
     (workdir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")

@@ -1,22 +1,16 @@
-"""Publish a saved model folder to the Hub (or a Hub-compatible server): verified first, then committed.
+"""Publish a saved model folder to the Hub (or a Hub-compatible server), checked first, then committed.
 
     publish("outputs/sst2", "me/briskbert-sst2", tag="v1")
 
-The steps, in order; each refusal comes before anything is written:
+1. Collect the folder's files (:mod:`.model_files`); scan them and the rendered card for secrets.
+2. An existing tag is accepted only when it names the branch head and nothing changed.
+3. Commit everything in one ``create_commit`` whose parent is the head read before (none when the branch already
+   holds these files). With verification, the commit goes to a staging branch first, is verified there
+   (:mod:`.verification`), and only then are the same files committed to the branch.
+4. Tag the commit; one that failed verification is never tagged.
 
-1. Collect the folder's files (:mod:`.model_files`) and scan them and the rendered card for secrets
-   (:mod:`.secrets`).
-2. Check the tag: an existing one is accepted only when it names the branch head and nothing changed.
-3. Create the repo (and branch), then commit everything in one ``create_commit`` whose parent is the head read
-   before (files the folder lacks are kept, or deleted with ``delete_missing``); no commit when the branch
-   already holds these files.
-4. Verify (:mod:`.verification`) on a staging branch before the branch sees anything (:meth:`_Publisher.staged`);
-   a commit that failed verification is never tagged.
-5. Tag the commit.
-
-Retries and timeouts are huggingface_hub's own; a commit is not retried (a lost answer is read back from the
-branch). A ``PublishError`` says in one line which step failed and what state the repo is in. The token is never
-printed or uploaded.
+Every refusal comes before anything is written. A ``PublishError`` says in one line which step failed and what
+state the repo is in. Retries are huggingface_hub's own; the token is never printed or uploaded.
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ from __future__ import annotations
 import secrets
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,15 +38,14 @@ class PublishError(UserError):
 
 
 class SecretsFound(PublishError):
-    """Files to upload that are, or hold, credentials: one line naming each file, what it holds (never the
-    secret itself) and the fix."""
+    """Files to upload that are, or hold, credentials: one line naming each file and what it holds (never the
+    secret itself), and the fix."""
 
     def __init__(self, findings: list[Finding]):
-        self.findings = findings
-        listed = "; ".join(f.describe() for f in findings)
         super().__init__(
-            f"refusing to publish: {listed}. Delete the secret (or the file) from the model folder, or narrow "
-            "include so the file is left out; revoke any secret that was ever shared. Nothing was published."
+            f"refusing to publish: {'; '.join(f.describe() for f in findings)}. Delete the secret (or the file) "
+            "from the model folder, or narrow include so the file is left out; revoke any secret that was ever "
+            "shared. Nothing was published."
         )
 
 
@@ -103,18 +97,18 @@ class _Publisher:
     token: str | None
     log: Callable[[str], None]
 
-    def call(self, step: str, fn: Callable, state: str | Callable[[], str]):
-        """``fn()``; ``state`` says what state the repo is in when it fails (a callable is asked only then:
-        the repo may have changed while ``fn`` ran)."""
+    @contextmanager
+    def step(self, name: str, state: str | Callable[[], str] = NOTHING_PUBLISHED):
+        """Any failure inside is one ``PublishError`` naming the step and the repo's state (a callable is asked
+        only then: the repo may have changed meanwhile)."""
         try:
-            return fn()
+            yield
         except PublishError:
             raise
         except Exception as e:  # noqa: BLE001 - every failure is one line with the repo's state
-            message = _error_text(e)
-            message = message.replace(self.token, "***") if self.token else message
+            message = _error_text(e).replace(self.token, "***") if self.token else _error_text(e)
             raise PublishError(
-                f"{step} failed: {message[:500]}. {state() if callable(state) else state}"
+                f"{name} failed: {message[:500]}. {state() if callable(state) else state}"
             ) from None
 
     def head(self) -> str:
@@ -143,31 +137,29 @@ class _Publisher:
         )
 
     def tag_is_done(self, tag: str) -> bool:
-        """Step 2: True when ``tag`` already names the branch head and nothing changed (nothing to do);
-        False when the tag is free. Refuses before any write when the tag names anything else."""
+        """True when ``tag`` already names the branch head and nothing changed; False when the tag is free.
+        Refuses, before any write, a tag that names anything else."""
         from huggingface_hub.errors import RepositoryNotFoundError
 
-        def tag_and_head() -> tuple[str | None, str | None]:
+        with self.step("check the tag"):
             try:
                 refs = self.api.list_repo_refs(self.repo_id)
             except RepositoryNotFoundError:
-                return None, None
-            tags = {t.name: t.target_commit for t in refs.tags}
-            return tags.get(tag), {b.name: b.target_commit for b in refs.branches}.get(self.revision)
-
-        target, head = self.call("check the tag", tag_and_head, NOTHING_PUBLISHED)
-        if target is None:
-            return False
-        if target == head and self.call("compare", lambda: self.holds_these_files(head), NOTHING_PUBLISHED):
-            return True
+                return False
+            target = {t.name: t.target_commit for t in refs.tags}.get(tag)
+            if target is None:
+                return False
+            head = {b.name: b.target_commit for b in refs.branches}.get(self.revision)
+            if target == head and self.holds_these_files(head):
+                return True
         raise PublishError(
             f"Tag {tag!r} already names commit {target}; tags are not moved. Publish under a new tag. "
             + NOTHING_PUBLISHED
         )
 
     def branch_state(self, read_before: str) -> str:
-        """Where the branch is after a commit failed, read again: the head read before may be stale (another
-        writer may have committed, or this commit may have landed before its answer was lost)."""
+        """Where the branch is after a commit failed, read again: another writer may have committed, or this
+        commit may have landed before its answer was lost."""
         where = f"{self.repo_id}@{self.revision}"
         try:
             now = self.head()
@@ -189,44 +181,28 @@ class _Publisher:
     def commit(
         self, message: str, branch: str, parent: str, state: str | Callable[[], str]
     ) -> tuple[str, str]:
-        """Step 3: (commit id, commit URL) of one commit of exactly these files on ``branch``, whose parent must
-        be ``parent``: it lands whole or not at all. Losing a race to another writer (HTTP 412) is not retried:
-        the files were chosen against a head that is gone."""
+        """(commit id, URL) of one commit of exactly these files on ``branch``, whose parent must be ``parent``:
+        it lands whole or not at all. A lost race (HTTP 412) is not retried: the files were chosen against a
+        head that is gone."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-        from huggingface_hub.errors import HfHubHTTPError
 
-        def push():
-            ops = [
-                CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(self.files[p]))
-                for p in sorted(self.files)
-            ]
-            ops += [CommitOperationDelete(path_in_repo=p) for p in self.stale(parent) if self.delete_missing]
-            try:
-                return self.api.create_commit(
-                    self.repo_id, ops, revision=branch, parent_commit=parent, commit_message=message
-                )
-            except HfHubHTTPError as e:
-                if e.response is None or e.response.status_code != 412:
-                    raise
-                raise PublishError(
-                    f"commit lost a race: another commit landed on {self.repo_id}@{branch} after this "
-                    f"publish read its head. {state() if callable(state) else state}"
-                ) from None
-
-        info = self.call("commit", push, state)
+        with self.step("commit", state):
+            ops = [CommitOperationAdd(p, str(self.files[p])) for p in sorted(self.files)]
+            if self.delete_missing:
+                ops += [CommitOperationDelete(p) for p in self.stale(parent)]
+            info = self.api.create_commit(
+                self.repo_id, ops, revision=branch, parent_commit=parent, commit_message=message
+            )
         return info.oid, info.commit_url
 
     def staged(self, message: str, head: str, verify: Callable[[str], dict]) -> tuple[tuple | None, dict]:
         """Commit to a new staging branch made from ``head``, verify it there, and only then commit the same files,
-        hashed again, to the branch (whose parent must still be ``head``): the Hub's API cannot point an existing
-        branch at another commit. The staging branch is deleted either way. Returns ((commit id, URL) on the
-        branch, or None when verification failed; the verification)."""
+        hashed again, to the branch (the Hub's API cannot point an existing branch at another commit). The
+        staging branch is deleted either way. Returns ((commit id, URL) on the branch, or None when verification
+        failed; the verification)."""
         staging = f"briskbert-staging-{secrets.token_hex(4)}"
-        self.call(
-            "create staging branch",
-            lambda: self.api.create_branch(self.repo_id, branch=staging, revision=head),
-            NOTHING_PUBLISHED,
-        )
+        with self.step("create staging branch"):
+            self.api.create_branch(self.repo_id, branch=staging, revision=head)
         unchanged = f"Nothing was published: {self.repo_id}@{self.revision} is unchanged at {head}."
         try:
             staged_id, _ = self.commit(message, staging, head, unchanged)
@@ -236,7 +212,9 @@ class _Publisher:
             verification = verify(staged_id)
             if not verification.get("ok"):
                 return None, verification
-            if not self.call("compare", lambda: self.holds_these_files(staged_id), unchanged):
+            with self.step("compare", unchanged):
+                same = self.holds_these_files(staged_id)
+            if not same:
                 raise PublishError(f"The files changed on disk while {staged_id} was verified. {unchanged}")
             return self.commit(message, self.revision, head, lambda: self.branch_state(head)), verification
         finally:
@@ -253,8 +231,7 @@ def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing
     where = f"{result.repo_id}@{result.revision}" + (f" tagged {result.tag}" if result.tag else "")
     log(f"Dry run: would publish {len(result.files)} files to {where}")
     for path, size in result.files.items():
-        why = ", the card shown below" if path == "README.md" else ""
-        log(f"  {path}  ({size:,} bytes{why})")
+        log(f"  {path}  ({size:,} bytes{', the card shown below' if path == 'README.md' else ''})")
     if selection.own_readme:
         log("Not uploaded: the folder's own README.md (the card shown below takes its place)")
     if selection.links:
@@ -289,25 +266,21 @@ def publish(
     include_training_state: bool = False,
     delete_missing: bool = False,
     max_shard_size: int | str = "2GB",
-    verify_timeout_s: float = 600,
     log=print,
 ) -> PublishResult:
-    """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring). Returns a
-    ``PublishResult``; raises ``IncompleteModelFolder``, ``OutsideTheFolder``, ``SettingError``,
-    ``PublishError`` (each a ``UserError``) or ``CardError``."""
+    """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring). Its refusals are
+    ``UserError``s: ``IncompleteModelFolder``, ``OutsideTheFolder``, ``SettingError``, ``CardError``,
+    ``PublishError``."""
     from huggingface_hub import HfApi, constants, get_token
 
     if repo_id.count("/") != 1:
         raise SettingError("repo_id", f"must be NAMESPACE/NAME, got {repo_id!r}")
     folder, token = Path(model_dir), token or get_token()
     selection = collect_files(folder, include, include_training_state)
-    findings = scan_files(folder, selection.upload, token=token)
-    if findings:
+    if findings := scan_files(folder, selection.upload, token=token):
         raise SecretsFound(findings)
-    pipeline_tag, auto_class, _ = task_for_architecture(read_config(folder)["architectures"][0])
     card = str(render_card(folder, repo_id, revision=tag or revision, revision_is_pinned=bool(tag)))
-    finding = scan_bytes(card.encode(), "README.md (the rendered card)", token=token)
-    if finding:
+    if finding := scan_bytes(card.encode(), "README.md (the rendered card)", token=token):
         raise SecretsFound([finding])
     with tempfile.TemporaryDirectory(prefix="briskbert-publish-") as work:
         files = shard_weights(folder, selection.upload, max_shard_size, Path(work))
@@ -322,17 +295,17 @@ def publish(
         for link in selection.links:
             log(f"Following the symlink {link} (inside the folder)")
         endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
-        api = HfApi(endpoint=endpoint, token=token)
-        hub = _Publisher(api, repo_id, revision, files, delete_missing, token, log)
+        hub = _Publisher(
+            HfApi(endpoint=endpoint, token=token), repo_id, revision, files, delete_missing, token, log
+        )
+        pipeline_tag, auto_class = task_for_architecture(read_config(folder)["architectures"][0])
         checks = dict(pipeline_tag=pipeline_tag, auto_class=auto_class, endpoint=endpoint, token=token)
         _push(
             hub,
             result,
             commit_message or f"Publish {folder.name} with briskbert",
             private,
-            (lambda commit: verify_commit(repo_id, commit, timeout_s=verify_timeout_s, **checks))
-            if verify
-            else None,
+            (lambda commit: verify_commit(repo_id, commit, **checks)) if verify else None,
         )
     if result.commit_url:
         log(f"Commit: {result.commit_url}")
@@ -340,20 +313,18 @@ def publish(
 
 
 def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, verify) -> None:
-    """Steps 2-5 against the Hub (the module docstring); ``verify(commit id)`` runs the verification, or is None."""
+    """Steps 2-4 against the Hub (the module docstring); ``verify(commit id)`` runs the verification, or is None."""
     api, repo_id, revision, tag, log = hub.api, hub.repo_id, hub.revision, result.tag, hub.log
     result.tagged = bool(tag) and hub.tag_is_done(tag)
-    hub.call(
-        "create repo", lambda: api.create_repo(repo_id, private=private, exist_ok=True), NOTHING_PUBLISHED
-    )
+    with hub.step("create repo"):
+        api.create_repo(repo_id, private=private, exist_ok=True)
     if revision != "main":
-        hub.call(
-            "create branch",
-            lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
-            NOTHING_PUBLISHED,
-        )
-    head = hub.call("read branch head", hub.head, NOTHING_PUBLISHED)
-    stale = hub.call("list the branch", lambda: hub.stale(head), NOTHING_PUBLISHED)
+        with hub.step("create branch"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+    with hub.step("read the branch"):
+        head = hub.head()
+        stale = hub.stale(head)
+        unchanged = hub.holds_these_files(head)
     if stale and hub.delete_missing:
         log(f"Deleting from {revision} (not in the folder; delete_missing): " + ", ".join(stale))
     elif stale:
@@ -362,15 +333,16 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
             + ", ".join(stale)
         )
     result.kept, result.deleted = ([], stale) if hub.delete_missing else (stale, [])
-    if hub.call("compare", lambda: hub.holds_these_files(head), NOTHING_PUBLISHED):  # a re-run: verify, tag
+    if unchanged:  # a re-run: verify and tag
         result.commit_id, result.commit_url = head, f"{api.endpoint}/{repo_id}/commit/{head}"
         log(f"No changes; already published at {result.commit_url}")
         if verify is not None:
             log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
             result.verification = verify(head)
     elif verify is None:
-        committed = hub.commit(message, revision, head, lambda: hub.branch_state(head))
-        result.commit_id, result.commit_url = committed
+        result.commit_id, result.commit_url = hub.commit(
+            message, revision, head, lambda: hub.branch_state(head)
+        )
         result.new_commit = True
         log(f"Committed {result.commit_url}")
     else:
@@ -387,9 +359,9 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
             log(
                 f"Not published: {repo_id}@{revision} stays at {head}; the staged commit failed verification."
             )
-    if tag and not result.tagged and result.commit_id and (result.verified or verify is None):  # step 5
-        state = f"The commit {result.commit_id} is published but not tagged."
-        hub.call("tag", lambda: api.create_tag(repo_id, tag=tag, revision=result.commit_id), state)
+    if tag and not result.tagged and result.commit_id and (result.verified or verify is None):
+        with hub.step("tag", f"The commit {result.commit_id} is published but not tagged."):
+            api.create_tag(repo_id, tag=tag, revision=result.commit_id)
         result.tagged = True
         log(f"Tagged {result.commit_id} as {tag}")
     elif tag and not result.tagged:

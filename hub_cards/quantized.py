@@ -1,7 +1,7 @@
-"""The README of a folder ``briskbert quantize`` wrote, from the facts of its ``quantization.json``: the model card
-(:func:`~briskbert.hub_cards.card.render_card`, with its Quantization section) for a torchao folder, which
-transformers loads as it is; for an ONNX Runtime folder (and a head the card has no usage snippet for) a README
-that says what the folder holds, how far it is from fp32, and how to run it."""
+"""The README of a folder ``briskbert quantize`` wrote, from its ``quantization.json``: the model card (with its
+Quantization section) for a torchao folder, which transformers loads as it is; otherwise (ONNX Runtime, or a head
+the card has no usage snippet for) a README that says what the folder holds, how far it is from fp32, and how to
+run it."""
 
 from __future__ import annotations
 
@@ -28,10 +28,8 @@ def render_quantized_readme(
 
 
 def speed_section(facts: dict) -> str:
-    """The backends timed where the folder was written, and the one kept (absent from older folders)."""
-    choice = facts.get("choice")
-    if not choice:
-        return ""
+    """The backends timed where the folder was written, and the one kept."""
+    choice = facts["choice"]
     rows = "\n".join(
         f"| {'**' + row['backend'] + '**' if row['backend'] == choice['backend'] else row['backend']} | "
         f"{row['tokens_per_second']:,.0f} | {row['speedup']:.2f}x{_spread(row)} | {row['agreement']:.4f} | "
@@ -51,9 +49,7 @@ Another CPU may rank the backends differently: run `briskbert quantize` there.
 
 
 def _spread(measured: dict) -> str:
-    """`` (1.30-2.41x over 3 rounds)``: lowest and highest single-round speed-up (older folders lack it)."""
-    if "speedup_range" not in measured:
-        return ""
+    """`` (1.30-2.41x over 3 rounds)``: the lowest and highest single-round speed-up."""
     low, high = measured["speedup_range"]
     return f" ({low:.2f}-{high:.2f}x over {measured['rounds']} rounds)"
 

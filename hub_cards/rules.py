@@ -1,14 +1,14 @@
-"""Model card metadata rules, the subset of the Hub's README front-matter validation a card must pass.
-
-Errors (``check_metadata``) are what the Hub refuses: wrong types, a malformed model-index. Values outside
-the Hub's documented license and pipeline lists are warnings (``metadata_warnings``), since the Hub accepts
-them. Shared by the card renderer (checked locally before anything is pushed) and by the local Hub server's
-``/api/validate-yaml``, so a card that passes here passes there. The front matter is read by :mod:`.front_matter`.
+"""The subset of the Hub's README front-matter validation a card must pass: ``check_metadata`` lists what the
+Hub refuses (wrong types, a malformed model-index); ``metadata_warnings`` the values outside its documented
+license and pipeline lists, which it accepts. Shared by the card renderer and the local Hub server's
+``/api/validate-yaml``, so a card that passes here passes there.
 """
 
 from __future__ import annotations
 
 import re
+
+from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from .front_matter import load_front_matter
 
@@ -49,39 +49,31 @@ _REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _LANG_RE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)*$")
 
 
-def _str_list(value, key: str, errors: list[str]) -> None:
-    if isinstance(value, str):
-        return
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        errors.append(f'"{key}" must be a string or a list of non-empty strings')
+#: list keys whose entries must also match a pattern: key -> (pattern, what an entry must be)
+_ENTRY_RULES = {
+    "language": (_LANG_RE, 'ISO 639 codes such as "en"'),
+    "base_model": (_REPO_ID_RE, 'Hub repo ids such as "google-bert/bert-base-uncased"'),
+}
 
 
 def check_metadata(meta: dict) -> list[str]:
     """Messages for every rule ``meta`` breaks; empty when valid."""
     errors: list[str] = []
-    if "license" in meta and not isinstance(meta["license"], str):
-        errors.append(f'"license" must be a license id string such as apache-2.0, got {meta["license"]!r}')
-    if "language" in meta:
-        _str_list(meta["language"], "language", errors)
-        langs = [meta["language"]] if isinstance(meta["language"], str) else meta["language"]
-        if isinstance(langs, list):
-            bad = [x for x in langs if isinstance(x, str) and not _LANG_RE.match(x)]
-            if bad:
-                errors.append(f'"language" entries must be ISO 639 codes such as "en", got {bad}')
-    for key in ("tags", "datasets", "metrics", "base_model"):
-        if key in meta and meta[key] is not None:
-            _str_list(meta[key], key, errors)
-    if isinstance(meta.get("base_model"), (str, list)):
-        models = [meta["base_model"]] if isinstance(meta["base_model"], str) else meta["base_model"]
-        bad = [x for x in models if isinstance(x, str) and not _REPO_ID_RE.match(x)]
-        if bad:
-            errors.append(
-                f'"base_model" entries must be Hub repo ids such as "google-bert/bert-base-uncased", got {bad}'
-            )
-    if "library_name" in meta and not isinstance(meta["library_name"], str):
-        errors.append('"library_name" must be a string')
-    if "pipeline_tag" in meta and not isinstance(meta["pipeline_tag"], str):
-        errors.append(f'"pipeline_tag" must be a string such as fill-mask, got {meta["pipeline_tag"]!r}')
+    for key, example in (
+        ("license", "apache-2.0"),
+        ("library_name", "transformers"),
+        ("pipeline_tag", "fill-mask"),
+    ):
+        if key in meta and not isinstance(meta[key], str):
+            errors.append(f'"{key}" must be a string such as {example}, got {meta[key]!r}')
+    for key in ("language", "tags", "datasets", "metrics", "base_model"):
+        if key not in meta or (meta[key] is None and key != "language"):
+            continue
+        values = [meta[key]] if isinstance(meta[key], str) else meta[key]
+        if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+            errors.append(f'"{key}" must be a string or a list of non-empty strings')
+        elif key in _ENTRY_RULES and (bad := [v for v in values if not _ENTRY_RULES[key][0].match(v)]):
+            errors.append(f'"{key}" entries must be {_ENTRY_RULES[key][1]}, got {bad}')
     if "model-index" in meta:
         errors.extend(_check_model_index(meta["model-index"]))
     return errors
@@ -103,41 +95,24 @@ def metadata_warnings(meta: dict) -> list[str]:
 
 
 def _check_model_index(index) -> list[str]:
-    errors: list[str] = []
-    if not isinstance(index, list):
-        return ['"model-index" must be a list']
-    for i, model in enumerate(index):
-        if not isinstance(model, dict) or not isinstance(model.get("name"), str):
-            errors.append(f'"model-index[{i}]" needs a "name" string')
-            continue
-        results = model.get("results")
-        if not isinstance(results, list):
-            errors.append(f'"model-index[{i}].results" must be a list')
-            continue
-        for j, res in enumerate(results):
-            where = f"model-index[{i}].results[{j}]"
-            if not isinstance(res, dict):
-                errors.append(f'"{where}" must be a mapping')
-                continue
-            if not isinstance(res.get("task"), dict) or not isinstance(res["task"].get("type"), str):
-                errors.append(f'"{where}.task.type" is required')
-            ds = res.get("dataset")
-            if (
-                not isinstance(ds, dict)
-                or not isinstance(ds.get("name"), str)
-                or not isinstance(ds.get("type"), str)
-            ):
-                errors.append(f'"{where}.dataset" needs "name" and "type" strings')
-            metrics = res.get("metrics")
-            if not isinstance(metrics, list) or not metrics:
-                errors.append(f'"{where}.metrics" must be a non-empty list')
-                continue
-            for k, met in enumerate(metrics):
-                if not isinstance(met, dict) or not isinstance(met.get("type"), str) or "value" not in met:
-                    errors.append(f'"{where}.metrics[{k}]" needs "type" and "value"')
-                elif not isinstance(met["value"], (int, float, str)) or isinstance(met["value"], bool):
-                    errors.append(f'"{where}.metrics[{k}].value" must be a number or a string')
-    return errors
+    """huggingface_hub's reading of a model-index (``name``, ``results`` with ``task.type``, ``dataset`` name and
+    type, ``metrics`` with type and value), and the types the Hub requires."""
+    try:
+        _, results = model_index_to_eval_results(index)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return [
+            '"model-index" must be a list of entries with "name" and "results", each result with "task.type", '
+            f'"dataset" name and type, and "metrics" with type and value ({type(e).__name__}: {e})'
+        ]
+    strings = [model["name"] for model in index]
+    strings += [s for r in results for s in (r.task_type, r.dataset_type, r.dataset_name, r.metric_type)]
+    if not all(isinstance(s, str) for s in strings):
+        return ['"model-index" names, task types, datasets and metric types must be strings']
+    if any(
+        isinstance(r.metric_value, bool) or not isinstance(r.metric_value, (int, float, str)) for r in results
+    ):
+        return ['"model-index" metric values must be numbers or strings']
+    return []
 
 
 def check_card_text(text: str) -> list[str]:

@@ -1,11 +1,9 @@
-"""Credentials in files about to be published: found by their name, or by what they hold.
-
-    findings = scan_files(Path("outputs/sst2"), ["config.json", "notes.md"], token=os.environ.get("HF_TOKEN"))
+"""Credentials in files about to be published, found by their name or by what they hold.
 
 ``NAME_RULES`` are well-known credential files (a name alone is enough: such a file is never part of a model);
 ``CONTENT_RULES`` are private-key blocks and the usual providers' token formats, plus the token in use. Files are
-searched memory-mapped, as they are: nothing is unpacked or decoded. A ``.safetensors`` file is searched in its
-metadata and tensor names only, so tensor bytes raise no false alarm. A finding never holds the secret.
+searched memory-mapped as they are (nothing is unpacked or decoded); a ``.safetensors`` file in its metadata and
+tensor names only, so tensor bytes raise no false alarm. A finding never holds the secret.
 """
 
 from __future__ import annotations
@@ -72,75 +70,64 @@ def credential_file(rel_path: str) -> str | None:
 _MIXED = rb"(?=[\w\-]*[A-Z])(?=[\w\-]*[a-z])"  # a random token body holds both cases, a word rarely
 
 
-class ContentRule(NamedTuple):
-    """A secret starts with one of the ``anchors`` and ``regex`` matches there. ``bytes.find`` on each anchor
-    is many times faster on a large file than one regex searching for them all."""
-
-    what: str
-    anchors: tuple[bytes, ...]
-    regex: re.Pattern[bytes]
-
-    def find(self, data) -> int | None:
-        """The byte offset of the first match in ``data`` (bytes or a memory map), or None."""
-        for anchor in self.anchors:
-            pos = data.find(anchor)
-            while pos != -1:
-                if self.regex.match(data, pos):
-                    return pos
-                pos = data.find(anchor, pos + 1)
-        return None
-
-
-def _rule(what: str, anchors: list[bytes], regex: bytes) -> ContentRule:
-    return ContentRule(what, tuple(anchors), re.compile(regex))
-
-
-CONTENT_RULES: tuple[ContentRule, ...] = (
-    _rule("a private key", [b"-----BEGIN "], rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
-    _rule("a PuTTY private key", [b"PuTTY-User-Key-File-"], rb"PuTTY-User-Key-File-\d+:"),
-    _rule("a Hugging Face token", [b"hf_"], rb"hf_" + _MIXED + rb"[A-Za-z0-9]{30,}"),
-    _rule("an AWS access key id", [b"AKIA", b"ASIA"], rb"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"),
-    _rule(
-        "an AWS secret access key",
-        [b"aws_secret_access_key", b"AWS_SECRET_ACCESS_KEY"],
-        rb"(?i:aws_secret_access_key)[\"']?\s*[=:]\s*[\"']?[A-Za-z0-9/+=]{40}",
-    ),
-    _rule(
-        "a Google Cloud service-account key", [b'"private_key_id"'], rb'"private_key_id"\s*:\s*"[0-9a-f]{40}"'
-    ),
-    _rule("a Google API key", [b"AIza"], rb"AIza[0-9A-Za-z_\-]{35}"),
-    _rule("a Google OAuth token", [b"ya29."], rb"ya29\.[0-9A-Za-z_\-]{30,}"),
-    _rule(
-        "an OpenAI-style API key",
-        [b"sk-"],
-        rb"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-|ant-(?:[a-z]+\d+-)?)?(?=[\w\-]*\d)"
-        + _MIXED
-        + rb"[\w\-]{32,}",
-    ),
-    _rule("a GitHub token", [b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"], rb"gh[pousr]_[A-Za-z0-9]{36,}"),
-    _rule("a GitHub token", [b"github_pat_"], rb"github_pat_[A-Za-z0-9_]{22,}"),
-    _rule("a GitLab token", [b"glpat-"], rb"glpat-[A-Za-z0-9_\-]{20,}"),
-    _rule("a Slack token", [b"xox"], rb"xox[abprse]-(?=[A-Za-z0-9\-]*\d)[A-Za-z0-9\-]{10,}"),
-    _rule("a Slack webhook", [b"hooks.slack.com/services/"], rb"hooks\.slack\.com/services/T\w+/B\w+/\w+"),
-    _rule("a Stripe secret key", [b"sk_live_", b"rk_live_"], rb"[sr]k_live_[A-Za-z0-9]{20,}"),
-    _rule("an npm token", [b"npm_"], rb"npm_" + _MIXED + rb"[A-Za-z0-9]{36}"),
-    _rule("a PyPI token", [b"pypi-AgEIcHlwaS5vcmc"], rb"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
+# (what, the literal starts of a match, the regex matched there): ``bytes.find`` on each start is many times
+# faster on a large file than one regex searching for them all.
+CONTENT_RULES = tuple(
+    (what, tuple(anchors), re.compile(regex))
+    for what, anchors, regex in (
+        ("a private key", [b"-----BEGIN "], rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+        ("a PuTTY private key", [b"PuTTY-User-Key-File-"], rb"PuTTY-User-Key-File-\d+:"),
+        ("a Hugging Face token", [b"hf_"], rb"hf_" + _MIXED + rb"[A-Za-z0-9]{30,}"),
+        ("an AWS access key id", [b"AKIA", b"ASIA"], rb"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"),
+        (
+            "an AWS secret access key",
+            [b"aws_secret_access_key", b"AWS_SECRET_ACCESS_KEY"],
+            rb"(?i:aws_secret_access_key)[\"']?\s*[=:]\s*[\"']?[A-Za-z0-9/+=]{40}",
+        ),
+        (
+            "a Google Cloud service-account key",
+            [b'"private_key_id"'],
+            rb'"private_key_id"\s*:\s*"[0-9a-f]{40}"',
+        ),
+        ("a Google API key", [b"AIza"], rb"AIza[0-9A-Za-z_\-]{35}"),
+        ("a Google OAuth token", [b"ya29."], rb"ya29\.[0-9A-Za-z_\-]{30,}"),
+        (
+            "an OpenAI-style API key",
+            [b"sk-"],
+            rb"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-|ant-(?:[a-z]+\d+-)?)?(?=[\w\-]*\d)"
+            + _MIXED
+            + rb"[\w\-]{32,}",
+        ),
+        ("a GitHub token", [b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"], rb"gh[pousr]_[A-Za-z0-9]{36,}"),
+        ("a GitHub token", [b"github_pat_"], rb"github_pat_[A-Za-z0-9_]{22,}"),
+        ("a GitLab token", [b"glpat-"], rb"glpat-[A-Za-z0-9_\-]{20,}"),
+        ("a Slack token", [b"xox"], rb"xox[abprse]-(?=[A-Za-z0-9\-]*\d)[A-Za-z0-9\-]{10,}"),
+        ("a Slack webhook", [b"hooks.slack.com/services/"], rb"hooks\.slack\.com/services/T\w+/B\w+/\w+"),
+        ("a Stripe secret key", [b"sk_live_", b"rk_live_"], rb"[sr]k_live_[A-Za-z0-9]{20,}"),
+        ("an npm token", [b"npm_"], rb"npm_" + _MIXED + rb"[A-Za-z0-9]{36}"),
+        ("a PyPI token", [b"pypi-AgEIcHlwaS5vcmc"], rb"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
+    )
 )
 
 
-def token_rule(token: str | None) -> tuple[ContentRule, ...]:
-    """The access token in use, whatever its format (too short a string would match by chance)."""
+def _rules(token: str | None) -> tuple:
+    """The content rules, plus the access token in use whatever its format (under 8 characters it would
+    match by chance)."""
     if not token or len(token) < 8:
-        return ()
+        return CONTENT_RULES
     literal = token.encode()
-    return (ContentRule("the access token in use", (literal,), re.compile(re.escape(literal))),)
+    return CONTENT_RULES + (("the access token in use", (literal,), re.compile(re.escape(literal))),)
 
 
-def _first_match(rules: tuple[ContentRule, ...], data) -> tuple[str, int] | None:
-    for rule in rules:
-        pos = rule.find(data)
-        if pos is not None:
-            return rule.what, pos
+def _first_match(rules: tuple, data) -> tuple[str, int] | None:
+    """(what, byte offset) of the first rule that matches ``data`` (bytes or a memory map), or None."""
+    for what, anchors, regex in rules:
+        for anchor in anchors:
+            pos = data.find(anchor)
+            while pos != -1:
+                if regex.match(data, pos):
+                    return what, pos
+                pos = data.find(anchor, pos + 1)
     return None
 
 
@@ -156,7 +143,7 @@ def _safetensors_strings(path: Path) -> bytes | None:
     return repr(strings).encode("utf-8", "replace")
 
 
-def scan_file(folder: Path, rel_path: str, rules: tuple[ContentRule, ...] = CONTENT_RULES) -> Finding | None:
+def scan_file(folder: Path, rel_path: str, rules: tuple = CONTENT_RULES) -> Finding | None:
     """The first reason ``folder / rel_path`` must not be published, or None. The file is memory-mapped: a
     large checkpoint is searched without being read into memory."""
     if what := credential_file(rel_path):
@@ -174,11 +161,11 @@ def scan_file(folder: Path, rel_path: str, rules: tuple[ContentRule, ...] = CONT
 
 def scan_bytes(data: bytes, label: str, token: str | None = None) -> Finding | None:
     """Scan content that is not a file yet (a rendered card), reported as ``label``."""
-    found = _first_match(CONTENT_RULES + token_rule(token), data)
+    found = _first_match(_rules(token), data)
     return Finding(label, found[0], f"at byte {found[1]}") if found else None
 
 
 def scan_files(folder: Path, rel_paths: list[str], token: str | None = None) -> list[Finding]:
     """One finding for each file in ``rel_paths`` that holds (or is) a credential, in the given order."""
-    rules = CONTENT_RULES + token_rule(token)
+    rules = _rules(token)
     return [f for f in (scan_file(folder, rel, rules) for rel in rel_paths) if f is not None]

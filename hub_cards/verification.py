@@ -18,23 +18,6 @@ SAMPLE_TEXT = "The cat sat on the mat."
 _DROPPED_ENV_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE_", "TRANSFORMERS_")
 
 
-def _clean_env(endpoint: str, home: Path, token: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV_PREFIXES)}
-    env.update(
-        {
-            "HF_ENDPOINT": endpoint,
-            "HF_HOME": str(home),
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-    )
-    if token:
-        env["HF_TOKEN"] = token  # environment only: never on the command line, where `ps` shows it
-    return env
-
-
 def verify_commit(
     repo_id: str,
     commit_id: str,
@@ -49,12 +32,18 @@ def verify_commit(
     JSON (``{"ok": True, ...}``) or ``{"ok": False, "error"}`` with the end of its output, token redacted."""
     request = dict(repo_id=repo_id, commit_id=commit_id, pipeline_tag=pipeline_tag, auto_class=auto_class)
     request["blocked"] = ["briskbert"]  # the project's packages: only the repo's own code may load the model
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV_PREFIXES)}
+    env.update(HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    env.update(TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
+    if token:
+        env["HF_TOKEN"] = token  # environment only: never on the command line, where `ps` shows it
     with tempfile.TemporaryDirectory(prefix="briskbert-verify-") as tmp:
+        env["HF_HOME"] = str(Path(tmp) / "hf-home")
         try:
             proc = subprocess.run(
                 [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(request)],
                 cwd=tmp,
-                env=_clean_env(endpoint, Path(tmp) / "hf-home", token),
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
@@ -85,42 +74,35 @@ def _block_imports(packages: list[str]) -> None:
     sys.meta_path.insert(0, _Blocked())
 
 
-def _fill_mask(pipe, model, tokenizer):
-    out = pipe(f"The cat sat on the {tokenizer.mask_token}.", top_k=3)
-    assert len(out) == 3, out
-    return [o["token_str"] for o in out]
+#: the pipelines with a smoke test of their own (feature extraction stands in for any other tag)
+SMOKE_TASKS = (
+    "fill-mask",
+    "text-classification",
+    "token-classification",
+    "question-answering",
+    "feature-extraction",
+)
 
 
-def _text_classification(pipe, model, tokenizer):
-    label = pipe(SAMPLE_TEXT)[0]["label"]
-    assert label in set(model.config.id2label.values()), label
-    return label
-
-
-def _token_classification(pipe, model, tokenizer):
-    return len(pipe(SAMPLE_TEXT))
-
-
-def _question_answering(pipe, model, tokenizer):
-    answer = pipe(question="Where did the cat sit?", context=SAMPLE_TEXT)["answer"]
-    assert isinstance(answer, str), answer
-    return answer
-
-
-def _features(pipe, model, tokenizer):
-    width = len(pipe(SAMPLE_TEXT)[0][0])
+def smoke_test(task: str, pipe, model, tokenizer):
+    """Run ``pipe``, a ``task`` pipeline, on a sample and check its answer; returns the answer, in short."""
+    if task == "fill-mask":
+        out = pipe(f"The cat sat on the {tokenizer.mask_token}.", top_k=3)
+        assert len(out) == 3, out
+        return [o["token_str"] for o in out]
+    if task == "text-classification":
+        label = pipe(SAMPLE_TEXT)[0]["label"]
+        assert label in set(model.config.id2label.values()), label
+        return label
+    if task == "token-classification":
+        return len(pipe(SAMPLE_TEXT))
+    if task == "question-answering":
+        answer = pipe(question="Where did the cat sit?", context=SAMPLE_TEXT)["answer"]
+        assert isinstance(answer, str), answer
+        return answer
+    width = len(pipe(SAMPLE_TEXT)[0][0])  # feature extraction: one vector per token
     assert width == model.config.hidden_size, width
     return width
-
-
-# pipeline tag -> the smoke test of that pipeline (feature extraction stands in for any other tag)
-SMOKE_TESTS = {
-    "fill-mask": _fill_mask,
-    "text-classification": _text_classification,
-    "token-classification": _token_classification,
-    "question-answering": _question_answering,
-    "feature-extraction": _features,
-}
 
 
 def main(request_json: str) -> None:
@@ -138,14 +120,14 @@ def main(request_json: str) -> None:
     module = type(model).__module__
     assert module.startswith("transformers_modules."), f"model class came from {module}, not the repo's code"
     tokenizer = AutoTokenizer.from_pretrained(repo, revision=commit, trust_remote_code=True)
-    pipeline_task = task if task in SMOKE_TESTS else "feature-extraction"
+    pipeline_task = task if task in SMOKE_TASKS else "feature-extraction"
     pipe = pipeline(pipeline_task, model=repo, revision=commit, trust_remote_code=True)
     result = {
         "ok": True,
         "model_class": f"{module}.{type(model).__name__}",
         "tokenizer_class": type(tokenizer).__name__,
         "task": task,
-        "pipeline_output": SMOKE_TESTS[pipeline_task](pipe, model, tokenizer),
+        "pipeline_output": smoke_test(pipeline_task, pipe, model, tokenizer),
         "files": files,
     }
     print(json.dumps(result))

@@ -1,20 +1,17 @@
 """The publisher's secret scan (``hub_cards/secrets.py``): what it must refuse and what it must not, on names,
-contents, large files and weights; once through the command line against the local Hub, where nothing may reach
-the server. Every secret here is built at run time (random bodies from a fixed seed), so this file holds none.
+contents, large files and weights. Every secret here is built at run time (random bodies from a fixed seed), so
+this file holds none.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
 import string
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert
+from hub_fixtures import TOKEN
 
 from briskbert.hub_cards.secrets import Finding, credential_file, scan_bytes, scan_file, scan_files
 
@@ -29,49 +26,23 @@ HEX = "0123456789abcdef"
 HF = fake("hf_", 34, string.ascii_letters)  # real Hugging Face tokens: hf_ and 34 letters
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    """A complete tiny model folder with no clutter: anything the scan finds is what a test added."""
-    return make_briskbert(tmp_path_factory.mktemp("models") / "clean", extra_files=False)
-
-
-def with_file(model: Path, tmp_path: Path, rel: str, data: bytes) -> Path:
-    copy = shutil.copytree(model, tmp_path / "run")
-    (copy / rel).parent.mkdir(parents=True, exist_ok=True)
-    (copy / rel).write_bytes(data)
-    return copy
-
-
 # The usual names: refused by name alone, whatever they hold.
 CREDENTIAL_NAMES = {
-    ".env": "environment file",
-    ".env.local": "environment file",
     ".envrc": "environment file",
     "prod.env": "environment file",
     ".netrc": "netrc",
-    ".npmrc": "package-registry",
     ".pypirc": "package-registry",
     ".pgpass": "database password",
     ".git-credentials": "git credentials",
-    "id_rsa": "SSH private key",
-    "id_ed25519": "SSH private key",
     "keys/id_ecdsa": "SSH private key",
-    "server.pem": "private key",
-    "tls.key": "private key",
     "client.p12": "private key",
-    "key.ppk": "private key",
     ".aws/credentials": "AWS",
-    ".huggingface/token": "Hugging Face token file",
     ".cache/huggingface/token": "Hugging Face token file",
-    "credentials.json": "cloud credentials",
     "my-service-account.json": "cloud credentials",
-    "client_secret_1234.json": "cloud credentials",
     "gcloud/application_default_credentials.json": "cloud credentials",
-    "token.json": "cloud credentials",
     ".docker/config.json": "Docker",
     ".kaggle/kaggle.json": "Kaggle",
     "wandb/settings": "Weights & Biases",
-    ".kube/config": "kubeconfig",
     "kubeconfig": "kubeconfig",
 }
 
@@ -84,18 +55,12 @@ def test_well_known_credential_file_names_are_refused_by_name_alone():
 
 def test_public_keys_and_look_alike_names_are_not_refused(tmp_path):
     look_alikes = ["id_rsa.pub", ".ssh/known_hosts", "tokenizer_extra.json", "keys.txt", "environment.yaml"]
-    look_alikes.append("wandb/run-1/files/config.yaml")
+    look_alikes += ["wandb/run-1/files/config.yaml", "credentials", "aws/credentials", "server.pem.txt"]
     for rel in look_alikes:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("name: x\n")
     assert scan_files(tmp_path, look_alikes, token=TOKEN) == []
-    assert credential_file("KEYS/server.PEM") == "a private key or key store"
-    assert (
-        credential_file("home/.aws/credentials") == credential_file(".AWS/Credentials") == "AWS credentials"
-    )
-    assert credential_file("credentials") is None and credential_file("aws/credentials") is None
-    assert credential_file("server.pem.txt") is None
-    assert credential_file("deploy/.ssh/id_ed25519") == "an SSH private key"
+    assert credential_file("home/.AWS/Credentials") == "AWS credentials"  # any case, any depth
     assert credential_file("deploy/.ssh/id_ed25519.pub") is None
 
 
@@ -105,9 +70,9 @@ CONTENTS = {
     "OpenSSH private key": ("a private key", "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3Blbn\n"),
     "PuTTY key": ("PuTTY", "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\n"),
     "service account, key id": ("service-account", '{"private_key_id": "' + fake("", 40, HEX) + '"}'),
-    "AWS key id after an underscore": (
+    "AWS key id, second anchor": (
         "AWS access key id",
-        "AWS_KEY_" + fake("AKIA", 16, string.ascii_uppercase),
+        "xAKIA AWS_KEY_" + fake("AKIA", 16, string.ascii_uppercase),
     ),
     "AWS secret": ("AWS secret", "aws_secret_access_key = " + fake("", 40, string.ascii_letters + "/+")),
     "Google API key": ("Google API key", "key=" + fake("AIza", 35)),
@@ -126,8 +91,7 @@ CONTENTS = {
     "npm": ("npm", fake("npm_", 36)),
     "PyPI": ("PyPI", fake("pypi-AgEIcHlwaS5vcmc", 60)),
     "HF in JSON": ("Hugging Face", json.dumps({"hub_token": HF})),
-    "HF token with a suffix": ("Hugging Face", f"prod token: {HF}_prod"),
-    "HF token after a prefix": ("Hugging Face", f"HF_TOKEN_{HF}"),
+    "HF token after a prefix": ("Hugging Face", f"HF_TOKEN_{HF}_prod"),
 }
 
 
@@ -145,6 +109,7 @@ PLAIN_TEXT = {
     "one-case bodies": "hf_LOGGINGVERBOSITYDEFAULTLEVELWARNING2 npm_packagelockjsonversion3lockfileformat1",
     "placeholders": "HF_TOKEN=hf_your_token_here HF_TOKEN=$HF_TOKEN api_key = <your key> xoxo-hugs-and-kisses",
     "hashes": "sha256 " + fake("", 64, HEX) + " commit " + fake("", 40, HEX),
+    "too long for an AWS key id": "AKIAABCDEFGHIJKLMNOPQ",
     "prose": "A machine learning model; log in with your password to the machine.",
 }
 
@@ -162,7 +127,6 @@ def test_the_token_in_use_is_found_whatever_its_format():
     )
     assert scan_bytes(text, "train.log") is None  # no provider format
     assert scan_bytes(b"x short12", "x", token="short12") is None  # too short: it would match by chance
-    assert scan_bytes(b"x 8chars!x", "x", token="8chars!x").where == "at byte 2"
 
 
 def test_a_large_file_is_searched_without_being_read_into_memory(tmp_path):
@@ -203,15 +167,6 @@ def test_safetensors_are_searched_in_their_metadata_and_names_never_their_tensor
     assert scan_file(tmp_path, "short.safetensors").where == "at byte 2"
 
 
-def test_a_pickled_checkpoint_is_searched_for_plain_strings(tmp_path):
-    """Trainer's training_args.bin pickles TrainingArguments, hub_token included."""
-    import torch
-
-    torch.save({"output_dir": "out", "hub_token": TOKEN, "seed": 0}, tmp_path / "training_args.bin")
-    findings = scan_files(tmp_path, ["training_args.bin"], token=TOKEN)
-    assert [f.what for f in findings] == ["the access token in use"]
-
-
 def test_real_model_folders_hold_no_false_alarm(minilm_path, tmp_path):
     """The real all-MiniLM-L6-v2 (weights, vocabulary, sentence-transformers files, model card), and a tiny
     transformers BertModel with its weights also pickled the old way."""
@@ -227,35 +182,6 @@ def test_real_model_folders_hold_no_false_alarm(minilm_path, tmp_path):
     assert scan_files(tiny, sorted(p.name for p in tiny.iterdir()), token=TOKEN) == []
 
 
-def test_cli_refusal_is_one_error_line_exit_2_and_nothing_reaches_the_hub(model, hub, tmp_path):
-    copy = with_file(model, tmp_path, ".envrc", b"export HF_TOKEN=hf_x\n")
-    (copy / "logs").mkdir()
-    (copy / "logs" / "run.log").write_text(f"login with {TOKEN}\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "publish.py"),
-            "--model_dir",
-            str(copy),
-            "--repo_id",
-            "testuser/x",
-        ]
-        + ["--include", "*", "--no_verify"],
-        env=client_env(hub.url, tmp_path / "home"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: refusing to publish: ")
-    assert ".envrc (an environment file, by its name)" in lines[0]
-    assert "logs/run.log (the access token in use, at byte 11)" in lines[0]
-    assert TOKEN not in proc.stdout + proc.stderr
-    assert list(hub.server.request_log) == []  # refused before the first request
-
-
 def test_files_are_reported_in_order_with_the_first_match_in_each(tmp_path):
     (tmp_path / "a.md").write_text(f"token {HF} and {fake('ghp_', 36)}")
     (tmp_path / "b.md").write_text("fine")
@@ -267,9 +193,3 @@ def test_files_are_reported_in_order_with_the_first_match_in_each(tmp_path):
         "a.md (a Hugging Face token, at byte 6)",
         ".env (an environment file, by its name)",
     ]
-
-
-def test_an_aws_key_id_is_exactly_twenty_characters():
-    assert scan_bytes(b"id=AKIAABCDEFGHIJKLMNOP;", "x").where == "at byte 3"
-    assert scan_bytes(b"AKIAABCDEFGHIJKLMNOPQ", "x") is None  # too long: not a key id
-    assert scan_bytes(b"xAKIA AKIAABCDEFGHIJKLMNOP", "x").where == "at byte 6"  # the second anchor is the key

@@ -8,9 +8,9 @@ shows in `ps` to every local user. The endpoint comes from $HF_ENDPOINT (the rea
 server started with `briskbert local-hub` works the same). Files that look like credentials, or that hold
 private keys or access tokens, stop the publish, and so does a symlink or code reference (auto_map) that
 leads outside the folder; optimizer states and checkpoints stay local unless --include_training_state is
-given. Files already on the branch that the folder lacks are listed and kept, unless --delete_missing. A damaged folder (its manifest, a weights header, config or tokenizer) stops
-the publish before anything is sent, --no_verify included. The commit is tagged only after it passed
-verification.
+given. Files already on the branch that the folder lacks are listed and kept, unless --delete_missing. A
+damaged folder (its manifest, a weights header, config or tokenizer) stops the publish before anything is
+sent, --no_verify included. The commit is tagged only after it passed verification.
 """
 
 import sys
@@ -19,7 +19,6 @@ from pathlib import Path
 
 from briskbert.commands.arguments import new_parser
 from briskbert.errors import SettingError
-from briskbert.inputs import check_model_folder
 
 
 @dataclass(frozen=True)
@@ -81,24 +80,16 @@ def main(argv=None) -> int:
     )
     namespace = parser.parse_args(argv)
     args = PublishArguments(**{item.name: getattr(namespace, item.name) for item in fields(PublishArguments)})
-    token = _token(args)
-    folder = Path(args.model_dir).expanduser()
-    from briskbert.hub_cards.model_files import folder_listing
     from briskbert.hub_cards.publishing import publish
 
-    if folder.is_dir():
-        folder_listing(folder)  # first: a symlink leading outside the folder is refused before it is read
-    # Before anything is sent (--no_verify too): the manifest, the weights' headers, config and tokenizer.
-    check_model_folder(folder, "model_dir", need_tokenizer=(folder / "tokenizer.json").is_file())
-
     result = publish(  # its refusals are UserErrors: one line, exit 2
-        folder,
+        Path(args.model_dir).expanduser(),
         args.repo_id,
         revision=args.revision,
         tag=args.tag,
         private=args.private,
         commit_message=args.commit_message,
-        token=token,
+        token=_token(args),
         dry_run=args.dry_run,
         verify=not args.no_verify,
         include=tuple(namespace.include),
@@ -106,9 +97,7 @@ def main(argv=None) -> int:
         delete_missing=args.delete_missing,
         max_shard_size=args.max_shard_size,
     )
-    if args.dry_run:
-        return 0
-    return 0 if (args.no_verify or result.verified) else 1
+    return 0 if (args.dry_run or args.no_verify or result.verified) else 1
 
 
 if __name__ == "__main__":
