@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -31,7 +30,6 @@ from briskbert.tokenization import (
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPTS = ROOT / "data"
-SHARED = Path(os.environ.get("BRISKBERT_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 FEATURES = ("input_ids", "token_type_ids", "attention_mask", "offset_mapping")
 ENC_KW = dict(return_offsets_mapping=True, return_token_type_ids=True, return_attention_mask=True)
 
@@ -84,20 +82,6 @@ def test_loads_a_bert_folder_and_builds_bert_pipeline(tokenizer, bert_ref):
 def test_parity_on_bundled_excerpts(tokenizer, bert_ref):
     texts = read_lines(EXCERPTS / "wikitext2_excerpt.txt") + read_sst(EXCERPTS / "sst2_train_excerpt.tsv")
     assert_parity(tokenizer, bert_ref, texts)
-
-
-def test_normalisation_options():
-    vocab = {t: i for i, t in enumerate([*SPECIAL_TOKENS, "hello", "Hello", "cafe", "café", "中", "文", "x"])}
-    uncased = BriskBertTokenizer(vocab=vocab)
-    assert uncased.tokenize("HeLLo Café") == ["hello", "cafe"]  # lower-cased, accents stripped
-    assert uncased.tokenize("中文x") == ["中", "文", "x"]  # CJK characters split
-    assert uncased.tokenize("hel\x00lo\u200b x") == ["hello", "x"]  # control / zero-width characters removed
-    cased = BriskBertTokenizer(vocab=vocab, do_lower_case=False)
-    assert cased.tokenize("Hello café") == ["Hello", "café"]
-    keep_accents = BriskBertTokenizer(vocab=vocab, strip_accents=False)
-    assert keep_accents.tokenize("CAFÉ") == ["café"]
-    no_cjk_split = BriskBertTokenizer(vocab=vocab, tokenize_chinese_chars=False)
-    assert no_cjk_split.tokenize("中文") == ["[UNK]"]
 
 
 # ---------------------------------------------------------------------------------------- bad input
@@ -171,13 +155,6 @@ def assert_round_trip(tok, texts):
 
 
 def test_training_sizes_options_and_a_dataset(tmp_path):
-    exact = train_wordpiece_tokenizer(
-        files=str(EXCERPTS / "wikitext2_excerpt.txt"),
-        vocab_size=1000,
-        round_to_multiple_of=None,
-        show_progress=False,
-    )
-    assert len(exact) == 1000
     # too small a corpus for the request: filled with [unusedN] up to the exact size
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("a tiny corpus\n" * 5, encoding="utf-8")
@@ -224,13 +201,7 @@ def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, m
     BriskBertTokenizer.from_pretrained(minilm_path).save_pretrained(converted)
     # (2) a model folder: a saved config next to the tokenizer files
     model_dir = tmp_path / "model"
-    BertConfig(
-        vocab_size=len(trained),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    ).save_pretrained(model_dir)
+    BertConfig(vocab_size=len(trained)).save_pretrained(model_dir)
     trained.save_pretrained(model_dir)
     # (3) a model folder whose config has a model_type transformers does not know
     unknown = tmp_path / "unknown_type"
@@ -273,12 +244,14 @@ def test_cli_says_its_result_once_and_draws_no_bar_into_a_pipe(tmp_path):
 def test_wordpiece_training_is_deterministic(tmp_path):
     """The trainer breaks ties in hash-map order; the saved vocabulary must not depend on it."""
     for name in ("a", "b"):
-        train_wordpiece_tokenizer(
-            files=[EXCERPTS / "wikitext2_excerpt.txt"],
+        exact = train_wordpiece_tokenizer(
+            files=str(EXCERPTS / "wikitext2_excerpt.txt"),
             vocab_size=900,
+            round_to_multiple_of=None,
             output_dir=tmp_path / name,
             show_progress=False,
         )
+        assert len(exact) == 900
     assert (tmp_path / "a" / "vocab.txt").read_bytes() == (tmp_path / "b" / "vocab.txt").read_bytes()
 
 
