@@ -421,14 +421,6 @@ def test_range_requests_are_parsed_strictly(hub):
     assert answers == [(s, c, b) for _, s, c, b in RANGES]
 
 
-def test_lfs_upload_sizes_must_be_plain_digits(lfs_hub):
-    make_repo(lfs_hub)
-    oid = hashlib.sha256(b"x").hexdigest()
-    for size in ("%C2%B2", "9" * 5000, "-1"):
-        path = f"/lfs-upload/model/testuser/r/{oid}?size={size}&sig=abc"
-        assert raw(port_of(lfs_hub), http_request("PUT", path, b"x", headers=""))[0] == 403, size
-
-
 # ---- memory ---------------------------------------------------------------------------------------------
 def test_request_log_is_a_ring_of_short_paths(tmp_path):
     with BackgroundHub(tmp_path / "d", TOKEN, limits=ServerLimits(request_log_entries=50)) as hub:

@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -122,6 +123,8 @@ def test_lfs_upload_is_presigned_and_checked(lfs_hub):
     (answer,) = api(lfs_hub, "POST", "/testuser/r.git/info/lfs/objects/batch", request)[1]["objects"]
     href, verify = answer["actions"]["upload"]["href"], answer["actions"]["verify"]["href"]
     assert call(href.replace("sig=", "sig=0"), "PUT", raw=data)[0] == 403  # tampered signature
+    for size in ("%C2%B2", "9" * 5000, "-1"):  # a size must be plain ASCII digits: int() takes '²'
+        assert call(re.sub("size=[0-9]+", f"size={size}", href), "PUT", raw=data)[0] == 403, size
     assert call(href, "PUT", raw=data[:-1] + b"!")[0] == 400  # content does not match the oid
     assert call(href, "PUT", raw=data)[0] == 200  # no auth header, like a pre-signed URL
     assert call(verify, "POST", request["objects"][0], AUTH)[0] == 200
