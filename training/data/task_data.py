@@ -42,9 +42,7 @@ def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
             else:
                 reader = csv.DictReader(handle)
             rows = [dict(row) for row in reader]
-            if reader.fieldnames is None:
-                raise SettingError(setting, f"{path} is empty (no header row).")
-            columns = list(reader.fieldnames)
+            columns = list(reader.fieldnames)  # check_text_file refused a file without a header
             for number, row in enumerate(rows, start=2):
                 if None in row or any(value is None for value in row.values()):
                     raise SettingError(
@@ -54,30 +52,19 @@ def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
                     )
         else:
             text = handle.read()
-            stripped = text.lstrip()
-            if stripped.startswith("["):
+            array = text.lstrip().startswith("[")  # a JSON array of rows; otherwise JSON lines
+            lines = enumerate([text] if array else text.splitlines(), start=1)
+            rows = []
+            for number, line in ((n, line) for n, line in lines if line.strip()):
+                where = path if array else f"{path}: line {number}"
                 try:
-                    rows = json.loads(text)
+                    rows += json.loads(line) if array else [json.loads(line)]
                 except json.JSONDecodeError as error:
-                    raise SettingError(setting, f"{path} is not valid JSON ({error}).") from None
-                if not all(isinstance(row, dict) for row in rows):
-                    raise SettingError(
-                        setting, f"{path}: a JSON array of data must hold objects (one per row)."
-                    )
-            else:
-                rows = []
-                for number, line in enumerate(text.splitlines(), start=1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as error:
-                            raise SettingError(
-                                setting, f"{path}: line {number} is not valid JSON ({error})."
-                            ) from None
-                        if not isinstance(rows[-1], dict):
-                            raise SettingError(
-                                setting, f"{path}: line {number} is not a JSON object (one row)."
-                            )
+                    raise SettingError(setting, f"{where} is not valid JSON ({error}).") from None
+            if not all(isinstance(row, dict) for row in rows):
+                raise SettingError(
+                    setting, f"{path}: every row must be a JSON object, one per line or in an array."
+                )
             columns = list(rows[0]) if rows else []
     if not rows:
         raise SettingError(setting, f"{path} has no rows: add data below the header.")
@@ -310,7 +297,7 @@ def load_squad(
                 columns["answers"].append({"text": texts, "answer_start": starts})
                 columns["is_impossible"].append(impossible)
     if not columns["id"]:
-        absent = report.examples.get("answers_not_in_context") if report.total else None
+        absent = report.examples.get("answers_not_in_context")
         if absent:
             raise SettingError(
                 setting,
