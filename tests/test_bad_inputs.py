@@ -146,6 +146,11 @@ CASES = [
     # flags
     Case("tiny-max-seq-length", CLASSIFY_ON + " {sst2} --max_seq_length 4", "--max_seq_length"),
     Case(
+        "max-seq-length-past-positions",
+        CLASSIFY_ON + " {sst2} --max_seq_length 1024",
+        "--max_seq_length 1024 exceeds the model's max_position_embeddings 512",
+    ),
+    Case(
         "zero-learning-rate",
         CLASSIFY_ON + " {sst2} --learning_rate 0",
         "--learning_rate must be > 0, got 0.0.",

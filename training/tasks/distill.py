@@ -238,11 +238,12 @@ class DistillationTask(ClassificationTask):
         return self.setup.max_seq_length
 
     def make_model(self, accelerator, config: TrainingConfig):
-        from briskbert.training.tasks.finetuning import load_tokenizer
+        from briskbert.training.tasks.finetuning import check_positions, load_tokenizer
 
         setup, teacher = self.setup, self.teacher
         tokenizer = load_tokenizer(setup.tokenizer_name or setup.teacher_model)
         student = build_student(setup, teacher, tokenizer.pad_token_id)
+        check_positions(student.config, setup.max_seq_length)
         self.model = DistillationModel(
             student, teacher, setup.temperature, setup.alpha_kd, setup.hidden_loss_weight
         )

@@ -121,6 +121,16 @@ def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning"
     return (model, info) if output_loading_info else model
 
 
+def check_positions(config, max_seq_length: int) -> None:
+    """Learned (absolute) positions stop at ``max_position_embeddings``; the other schemes run past it."""
+    limit = config.max_position_embeddings
+    if getattr(config, "position_embedding_type", "absolute") == "absolute" and max_seq_length > limit:
+        raise SettingError(
+            "max_seq_length",
+            f"{max_seq_length} exceeds the model's max_position_embeddings {limit}; lower it.",
+        )
+
+
 def load_starting_model(
     model_class, source: ModelSource, location: ModelLocation | None, output_dir: str, **config_overrides
 ):
@@ -140,8 +150,10 @@ def load_starting_model(
             raise SettingError("config_preset", str(error)) from None
         if tokenizer.pad_token_id is not None:
             config.pad_token_id = tokenizer.pad_token_id
+        check_positions(config, source.max_seq_length)
         return model_class(config), tokenizer
     config = BriskBertConfig.from_pretrained(base, **config_overrides)
+    check_positions(config, source.max_seq_length)
     try:
         model = load_pretrained(model_class, base, config)
     except RuntimeError as error:

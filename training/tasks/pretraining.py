@@ -34,6 +34,7 @@ from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.finite import check_finite_weights, weights_file
 from briskbert.training.engine.loop import seed_everything
 from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.tasks.finetuning import check_positions
 from briskbert.training.tasks.pretraining_settings import (
     PretrainingData,
     PretrainingModel,
@@ -74,11 +75,7 @@ def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int 
             f"{settings.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
             "nor a config JSON file.",
         )
-    if max_seq_length > config.max_position_embeddings:
-        raise SettingError(
-            "max_seq_length",
-            f"{max_seq_length} exceeds the model's max_position_embeddings {config.max_position_embeddings}.",
-        )
+    check_positions(config, max_seq_length)
     return config
 
 
