@@ -164,24 +164,33 @@ def _sibling(entry: FileEntry, with_blobs: bool) -> dict:
 
 
 class IndexCache:
-    """Recently used ``RevisionIndex``es within ``budget`` bytes. Builds run one at a time, under the lock, and
-    concurrent requests for one index wait for its one build: a build holds a whole file table in memory (and
-    is CPU work the GIL serialises anyway), so requests for many large revisions cost one build's memory."""
+    """Recently used ``RevisionIndex``es within ``budget`` bytes. Builds run one at a time, and a request for an
+    index being built waits for that build: a build holds a whole file table in memory (and is CPU work the GIL
+    serialises anyway), so requests for many large revisions at once cost one build's memory."""
 
     def __init__(self, budget: int):
         self.budget = budget
         self._items: OrderedDict[tuple, RevisionIndex] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the items
+        self._one_build = threading.Lock()
         self.builds = 0  # how many indexes were built (tests read it)
 
     def get(self, key: tuple, build: Callable[[], RevisionIndex]) -> RevisionIndex:
         with self._lock:
-            if key not in self._items:
-                self._items[key] = build()
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
+                self._evict(keep=key)  # its sibling list and card may have grown since
+                return index
+        with self._one_build:
+            with self._lock:
+                if key in self._items:  # built while this request waited
+                    return self._items[key]
+            index = build()
+            with self._lock:
                 self.builds += 1
-            index = self._items[key]
-            self._items.move_to_end(key)
-            self._evict(keep=key)
+                self._items[key] = index
+                self._evict(keep=key)
             return index
 
     def drop(self, prefix: tuple) -> None:
