@@ -1,9 +1,5 @@
-"""The corpus store (``training/data/corpus.py``), byte for byte, on small hand-written corpora and a
-word-level tokenizer: how rows become documents and segments, what ``tokens.bin`` and the offset files hold
-(checked against the ``tokenizers`` library's own encodings, grouped by hand), the cache and its fingerprint,
-several workers, and the errors. The comparison with the in-memory sequence builder on real text is in
-``tests/test_pretraining_data.py``.
-"""
+"""The corpus store (``training/data/corpus.py``), byte for byte, on small corpora and a word-level tokenizer,
+against the ``tokenizers`` library's own encodings grouped by hand; the cache, several workers, the errors."""
 
 import json
 import os
@@ -256,19 +252,15 @@ def test_long_lines_are_read_and_tokenized_in_pieces_that_give_the_ids_of_the_wh
             assert store.tokens().tolist() == tokens
             assert store.document_offsets().tolist() == doc_offsets
     pieces = [p for p, _ in corpus.iter_paragraphs(CorpusSource(str(tmp_path / "10-1" / "corpus.txt")))]
-    assert max(map(len, pieces)) <= 16 + 4 and "".join(pieces).replace(" ", "") == text.replace(
-        " ", ""
-    ).replace("\n", "")
+    assert max(map(len, pieces)) <= 16 + 4
+    assert "".join(pieces).replace(" ", "") == text.replace(" ", "").replace("\n", "")
 
 
 def test_pieces_are_cut_before_a_whitespace_so_byte_level_ids_are_those_of_the_whole(tmp_path, monkeypatch):
     from tokenizers import decoders, trainers
 
     draw = random.Random(0)
-    words, spaces = (
-        ["the", "cat,", "sat", "on", "mat.", "a", "bird", "flew"],
-        [" ", "  ", "\t", "   ", " \t "],
-    )
+    words, spaces = ["the", "cat,", "sat", "on", "mat.", "a", "bird", "flew"], [" ", "  ", "\t", " \t "]
     line = "".join(draw.choice(words) + draw.choice(spaces) for _ in range(300))
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(
