@@ -45,11 +45,6 @@ EXAMPLE_INPUTS = {
     "fill-mask": 'f"The cat sat on the {tokenizer.mask_token}."',
     "feature-extraction": '"The cat sat on the mat."',
 }
-#: pipeline tags whose usage goes through sentence-transformers (the template's other snippets) -> Auto class
-SENTENCE_TRANSFORMERS_TASKS = {
-    "sentence-similarity": "AutoModel",  # a dual encoder: SentenceTransformer
-    "text-ranking": "AutoModelForSequenceClassification",  # a re-ranker: CrossEncoder
-}
 #: pipeline tag -> the usage snippet's extra pipeline() arguments: whole words as entities, not one per sub-word
 PIPELINE_OPTIONS = {"token-classification": ', aggregation_strategy="first"'}
 LIBRARY_NAMES = ("transformers", "sentence-transformers")
@@ -199,7 +194,6 @@ def render_card(
     pipeline_tag, auto_class = task_for_architecture(config["architectures"][0])
     example = EXAMPLE_INPUTS[pipeline_tag]
     pipeline_tag = job.pipeline_tag or pipeline_tag
-    auto_class = SENTENCE_TRANSFORMERS_TASKS.get(pipeline_tag, auto_class)
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
     model_name = job.model_name or repo_id.split("/")[-1]
     metrics = {  # final evaluation metrics worth a row: finite numbers, not counters such as the epoch
@@ -235,7 +229,7 @@ def render_card(
         torchao=bool(quantization) and quantization.get("backend") == "torchao",
         limitations=job.limitations,
     )
-    if problems := check_card(card):
+    if problems := check_card_text(str(card)):  # the Hub's metadata rules: ModelCard.validate() needs the Hub
         sources = "config.json" + (
             " and training_facts.json" if (model_dir / "training_facts.json").is_file() else ""
         )
@@ -385,26 +379,3 @@ def _eval_data_name(eval_dataset, split: str | None, description: str | None) ->
     if not eval_dataset:
         return "held-out data"
     return _data_names(eval_dataset) + (f" ({split} split)" if split else "")
-
-
-def check_card(card: ModelCard | str) -> list[str]:
-    """Local stand-in for ``ModelCard.validate()`` (which needs the Hub): the metadata rules (a model-index
-    included) and what every briskbert card has."""
-    text = str(card)
-    if problems := check_card_text(text):
-        return problems
-    try:
-        parsed = ModelCard(text)
-    except Exception as e:  # noqa: BLE001 - any parse failure is a card problem
-        return [f"The card does not parse: {e}"]
-    data = parsed.data.to_dict()
-    if data.get("library_name") not in LIBRARY_NAMES:
-        problems.append(f'"library_name" must be one of {", ".join(LIBRARY_NAMES)}')
-    if "briskbert" not in (data.get("tags") or []):
-        problems.append('"tags" must include "briskbert"')
-    for section in ("## Usage", "## Architecture", "## Training details", "## Limitations"):
-        if section not in parsed.text:
-            problems.append(f"missing section {section!r}")
-    if "trust_remote_code=True" not in parsed.text:
-        problems.append("the usage snippet must pass trust_remote_code=True")
-    return problems
