@@ -57,9 +57,7 @@ def _write(path: Path, text: str) -> str:
     return str(path)
 
 
-# ---------------------------------------------------------------------------------------------- #
-# classification
-# ---------------------------------------------------------------------------------------------- #
+# ---------------------------------------------------------------------------------------------- classification
 
 
 @pytest.fixture(scope="module")
@@ -100,16 +98,6 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(classifier)
         "text-classification", model=str(result.final_dir), trust_remote_code=True, top_k=None
     )
     assert {row["label"] for row in classifier(["a gorgeous, witty movie"])[0]} == {"negative", "positive"}
-
-    from briskbert.hub_cards import render_card
-
-    card = render_card(result.final_dir, "testuser/sst2")
-    assert card.data.datasets == ["stanfordnlp/sst2"] and "| `labels` | negative, positive |" in card.text
-    # the rows trained on, and the local file behind the public name; the local validation file is not its split
-    assert (
-        "| training data | 64 rows of stanfordnlp/sst2 (the local file sst2_train_excerpt.tsv) |" in card.text
-    )
-    assert "Measured on local data (sst2_validation_excerpt.tsv)." in card.text
 
 
 def test_regression_on_text_pairs(tiny_model_dir, tmp_path):
@@ -225,9 +213,7 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
         script.main([*base, "--train_file", blanks])
 
 
-# ---------------------------------------------------------------------------------------------- #
-# NER
-# ---------------------------------------------------------------------------------------------- #
+# ---------------------------------------------------------------------------------------------- NER
 
 
 def test_labels_go_on_the_first_sub_word(tokenizer):
@@ -340,9 +326,7 @@ def test_an_output_folder_holding_a_run_is_refused_before_torch_is_imported(tiny
     )
 
 
-# ---------------------------------------------------------------------------------------------- #
-# QA
-# ---------------------------------------------------------------------------------------------- #
+# ---------------------------------------------------------------------------------------------- QA
 
 
 def _long_example():
@@ -436,9 +420,7 @@ def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     assert answerer(question="How many points?", context=context) == answer
 
 
-# ---------------------------------------------------------------------------------------------- #
-# distillation
-# ---------------------------------------------------------------------------------------------- #
+# ---------------------------------------------------------------------------------------------- distillation
 
 
 def test_student_takes_every_other_teacher_layer():

@@ -315,36 +315,3 @@ def test_squad_v1_refuses_questions_without_answers():
     with pytest.raises(ValueError, match="question 'q' has no gold answer; use version_2=True"):
         metrics.squad_metrics({"q": "x"}, {"q": []})
     assert metrics.squad_metrics({"q": ""}, {"q": ["", "x"]})["exact_match"] == 1.0  # v1 keeps "" answers
-
-
-def test_every_jobs_perfect_score_is_one():
-    """One scale for every job, as scikit-learn, seqeval and sentence-transformers report: a perfect
-    prediction scores 1.0 (SQuAD's official script says 100), so a card or a log never puts a QA F1 of 87.1
-    beside an NER F1 of 0.871. Counts, losses and errors are not scores and keep their units."""
-    from briskbert.retrieval.dense import retrieval_metrics
-    from briskbert.training.retrieval.similarity import similarity_metrics
-
-    tags = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]
-    gold = np.array([0, 1, 2, 1])
-    scores = {
-        "classification": metrics.classification_metrics(
-            one_hot_logits(gold, 3), gold, "single_label_classification"
-        ),
-        "multi-label": metrics.classification_metrics(
-            np.array([[3.0, -3.0], [-3.0, 3.0]]), np.array([[1, 0], [0, 1]]), "multi_label_classification"
-        ),
-        "regression": metrics.classification_metrics(
-            np.array([0.1, 0.5, 0.9]), np.array([1, 2, 3]), "regression"
-        ),
-        "ner": metrics.entity_metrics(tags, tags),
-        "qa": metrics.squad_metrics({"q": "Paris", "r": ""}, {"q": ["Paris"], "r": []}, version_2=True),
-        "retrieval": retrieval_metrics({"q": ["p1", "p2"]}, {"q": {"p1": 1}}),
-        "similarity": similarity_metrics([0.1, 0.4, 0.9], [1.0, 4.0, 9.0]),
-    }
-    for job, values in scores.items():
-        scored = {
-            name: value
-            for name, value in values.items()
-            if not any(part in name for part in ("total", "num_", "mse", "per_type"))
-        }
-        assert scored and scored == pytest.approx(dict.fromkeys(scored, 1.0)), job
