@@ -21,11 +21,6 @@ from briskbert.training.retrieval.settings import (
         (lambda: EmbeddingSettings(mini_batch_size=0), "--mini_batch_size"),
         (lambda: EmbeddingSettings(scale=0.0), "--scale"),
         (lambda: RerankerData("train.json", num_negatives=0), "--num_negatives"),
-        (lambda: RerankerData("train.json", num_negatives=4, negative_pool_size=3), "--negative_pool_size"),
-        (
-            lambda: RerankerData("train.json", negatives_corpus_file="wiki.txt"),
-            "--negatives_corpus_file",
-        ),
         (lambda: RerankerData("train.json", loss="pairwise"), "--loss"),
         (lambda: RerankerValidation("dev.json", rerank_top_k=0), "--rerank_top_k"),
     ],
@@ -34,13 +29,6 @@ def test_a_contradictory_setting_is_refused_naming_its_flag(make, flag):
     with pytest.raises(SettingError) as error:
         make()
     assert f"--{error.value.field}" == flag
-
-
-def test_the_smallest_accepted_values_pass():
-    EmbeddingData("train.tsv", max_train_samples=1, max_query_length=4)
-    EmbeddingSettings(loss="cosent", mini_batch_size=1, scale=0.01)
-    RerankerData("train.json", num_negatives=1, negative_pool_size=1, negatives_from="runs/embed")
-    RerankerValidation("dev.json", rerank_top_k=1)
 
 
 def test_the_negative_pool_defaults_to_three_times_the_negatives_behind_a_retriever():

@@ -75,6 +75,25 @@ def _retrieved() -> tuple[Retrieved, dict, dict]:
     return retrieved, {"q1": {"b": 1.0}, "q2": {"e": 1.0}}, lexical
 
 
+# The re-ranker prefers b for q1 by 2 logits and d for q2 by 2 logits; it reads the first three.
+HEAD = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
+
+
+def test_the_reranker_reorders_the_head_only_and_weight_zero_is_retrieval():
+    retrieved, qrels, _ = _retrieved()
+    assert fuse(retrieved, HEAD, 0.0, 20).rankings == retrieved.rankings
+    assert fuse(retrieved, HEAD, 1.0, 20).rankings == {"q1": ["b", "a", "c", "z"], "q2": ["d", "e", "f", "z"]}
+    # weight 0.5: q1 a = 0.5*10 + 0 = 5.0, b = 0.5*9 + 1 = 5.5 -> b first; q2 e = 6.0, d = 0.5*8 + 1 = 5.0 -> e.
+    assert fuse(retrieved, HEAD, 0.5, 20).rankings == {"q1": ["b", "a", "c", "z"], "q2": ["e", "d", "f", "z"]}
+    weight, lexical_weight, curve = choose_fusion_weight(retrieved, HEAD, qrels, retriever_scale=20)
+    assert lexical_weight == 0.0  # no BM25 scores given: only the re-ranker's weight is searched
+    # q1 turns right once w*2 > (1-w)*1, i.e. w > 1/3; q2 turns wrong once w*2 > (1-w)*4, i.e. w > 2/3.
+    # The smallest grid weight above 1/3 is 0.35 (grid step 0.025: 0.325 < 1/3 < 0.35).
+    assert weight == pytest.approx(0.35)
+    recall = {point["weight"]: point["recall@1"] for point in curve}
+    assert recall[0.0] == recall[1.0] == recall[0.7] == 0.5 and recall[0.35] == recall[0.65] == 1.0
+
+
 def test_lexical_weight_reorders_the_head_on_the_similarity_scale():
     retrieved, _, lexical = _retrieved()
     logits = {"q1": [1.0, 3.0, 0.0], "q2": [0.0, 0.0, 0.0]}

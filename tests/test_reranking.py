@@ -1,9 +1,6 @@
-"""Re-ranking: fusion with the retriever's score, the weight chosen on validation queries (never below
-retrieval alone there), negative pools drawn per epoch, the held-out split, and the one-line warnings.
-
-Rankings and scores are built by hand so every expected order and metric can be worked out on paper; the
-command-level checks use tiny random models, whose quality is arbitrary but whose bookkeeping is not.
-"""
+"""Re-ranking: negative pools drawn per epoch, the held-out split, the metrics beside chance, and the one-line
+warnings; the command-level checks use tiny random models, whose quality is arbitrary but whose bookkeeping
+is not. The fusion itself is in ``test_lexical_fusion.py``."""
 
 import json
 from pathlib import Path
@@ -14,10 +11,9 @@ import torch
 
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
-from briskbert.retrieval.dense import Retriever, encode_texts, exact_search, retrieval_metrics
-from briskbert.retrieval.fusion import Fusion, choose_fusion_weight, fuse
+from briskbert.retrieval.dense import Retriever, encode_texts, exact_search
+from briskbert.retrieval.fusion import Fusion
 from briskbert.retrieval.reranker import Reranker
-from briskbert.retrieval.search import Retrieved
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair
 from briskbert.training.retrieval.reranking import RerankGroup, RerankGroups, negative_pools
@@ -25,59 +21,6 @@ from briskbert.training.retrieval.reranking import RerankGroup, RerankGroups, ne
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
 SMALL = dict(hidden_size=32, intermediate_size=64)  # bert-tiny's layers, narrower: the models are random
-
-
-def _two_queries() -> tuple[Retrieved, dict]:
-    # q1: retrieval puts the relevant "b" second (similarities 0.50 vs 0.45: 1 logit apart at scale 20);
-    # q2: retrieval has the relevant "e" first (0.60 vs 0.40: 4 logits apart).
-    retrieved = Retrieved(
-        rankings={"q1": ["a", "b", "c", "z"], "q2": ["e", "d", "f", "z"]},
-        scores={"q1": [0.50, 0.45, 0.10, 0.0], "q2": [0.60, 0.40, 0.30, 0.0]},
-    )
-    return retrieved, {"q1": {"b": 1.0}, "q2": {"e": 1.0}}
-
-
-# The re-ranker prefers b for q1 by 2 logits and d for q2 by 2 logits; it reads the first three.
-HEAD = {"q1": [0.0, 2.0, -5.0], "q2": [0.0, 2.0, -5.0]}
-
-
-def test_fused_rankings_reorder_the_head_only_and_weight_zero_is_retrieval():
-    retrieved, _ = _two_queries()
-    assert fuse(retrieved, HEAD, 0.0, 20).rankings == retrieved.rankings
-    assert fuse(retrieved, HEAD, 1.0, 20).rankings == {
-        "q1": ["b", "a", "c", "z"],
-        "q2": ["d", "e", "f", "z"],
-    }
-    # weight 0.5: q1 a = 0.5*10 + 0 = 5.0, b = 0.5*9 + 1 = 5.5 -> b first; q2 e = 6.0, d = 0.5*8 + 1 = 5.0 -> e.
-    assert fuse(retrieved, HEAD, 0.5, 20).rankings == {
-        "q1": ["b", "a", "c", "z"],
-        "q2": ["e", "d", "f", "z"],
-    }
-    # The passage beyond the head ("z") stays last whatever the weight.
-    assert all(ranking[-1] == "z" for ranking in fuse(retrieved, HEAD, 0.7, 20).rankings.values())
-
-
-def test_fusion_weight_is_chosen_where_both_queries_are_right():
-    retrieved, qrels = _two_queries()
-    weight, lexical_weight, curve = choose_fusion_weight(retrieved, HEAD, qrels, retriever_scale=20)
-    assert lexical_weight == 0.0  # no BM25 scores given: only the re-ranker's weight is searched
-    # q1 turns right once w*2 > (1-w)*1, i.e. w > 1/3; q2 turns wrong once w*2 > (1-w)*4, i.e. w > 2/3.
-    # The smallest grid weight above 1/3 is 0.35 (grid step 0.025: 0.325 < 1/3 < 0.35).
-    assert weight == pytest.approx(0.35)
-    recall = {point["weight"]: point["recall@1"] for point in curve}
-    assert recall[0.0] == recall[1.0] == recall[0.7] == 0.5 and recall[0.35] == recall[0.65] == 1.0
-
-
-def test_the_choice_is_never_below_retrieval_whatever_the_logits():
-    retrieved, qrels = _two_queries()
-    alone = retrieval_metrics(retrieved.rankings, qrels)
-    for seed in range(5):
-        generator = torch.Generator().manual_seed(seed)
-        logits = {qid: torch.randn(3, generator=generator).mul(5).tolist() for qid in retrieved.rankings}
-        weight, _, curve = choose_fusion_weight(retrieved, logits, qrels, retriever_scale=20)
-        fused = retrieval_metrics(fuse(retrieved, logits, weight, 20).rankings, qrels)
-        assert fused["recall@1"] >= alone["recall@1"] and fused["mrr@10"] >= alone["mrr@10"]
-        assert curve[0]["mrr@10"] == alone["mrr@10"]
 
 
 def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, tiny_models, tmp_path):
@@ -263,10 +206,16 @@ def test_pairs_that_share_a_passage_stay_on_one_side():
         (["--fusion_weight", "2"], "--fusion_weight expected a number in [0, 1]"),
         (["--fusion_weight", "0.5"], "--fusion_weight weighs a re-ranking stage"),
         (["--lexical_weight", "0.5"], "--lexical_weight weighs a re-ranking stage"),
+        (
+            ["--corpus_file", "c.jsonl"],
+            "JSON lines collections need corpus_file, queries_file and qrels_file",
+        ),
     ],
 )
 def test_reranking_flags_are_one_line_errors(capsys, argv, message):
-    if argv[0] in ("--fusion_weight", "--lexical_weight"):
+    if argv[0] == "--corpus_file":
+        base = ["evaluate-retrieval", "--model_name_or_path", "m"]
+    elif argv[0] in ("--fusion_weight", "--lexical_weight"):
         base = ["evaluate-retrieval", "--model_name_or_path", "m", "--squad_file", XQUAD]
         base += ["--reranker_model_name_or_path", "m"] if argv[1] == "2" else []
     else:

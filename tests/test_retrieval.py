@@ -1,12 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence embeddings, retrieval and the retrieval commands on tiny models.
-
-Checked against things nobody here wrote: a hand-computed example and sentence-transformers'
-``InformationRetrievalEvaluator`` for the metrics, its ``MultipleNegativesRankingLoss`` and sums written out by
-hand for the ranking loss (shared positives, a second process's targets), its ``SentenceTransformer`` and
-``CrossEncoder`` for the saved folders. The end-to-end test runs the four commands on the bundled XQuAD excerpt
-for a few steps each: it checks the plumbing (folders, metrics files, fusion weights, answers), not quality.
-"""
+"""Sentence embeddings, retrieval and the retrieval commands on tiny models, checked against things nobody here
+wrote: sentence-transformers' ``InformationRetrievalEvaluator``, ``MultipleNegativesRankingLoss``,
+``SentenceTransformer`` and ``CrossEncoder``, and sums written out by hand. The end-to-end test checks that the
+four commands' outputs fit together (folders, metrics files, fusion weights, answers), not quality."""
 
 import json
 import math
@@ -221,11 +217,27 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tiny, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ commands
+def test_a_json_lines_collection_keeps_judged_queries_and_graded_relevance(tmp_path):
+    from briskbert.retrieval.dense import load_collection
+    from briskbert.retrieval.settings import CollectionSource
+
+    files = {
+        "corpus": [{"id": 1, "text": "Paris is in France."}, {"id": 2, "text": "Bees make honey."}],
+        "queries": [{"id": "a", "text": "where is paris?"}, {"id": "b", "text": "unjudged"}],
+        "qrels": [{"query_id": "a", "passage_id": 1, "relevance": 2}, {"query_id": "a", "passage_id": 2}],
+    }
+    for name, rows in files.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    source = CollectionSource(**{f"{name}_file": str(tmp_path / f"{name}.jsonl") for name in files})
+    task = load_collection(source)
+    assert task.corpus == {"1": "Paris is in France.", "2": "Bees make honey."}
+    assert task.queries == {"a": "where is paris?"} and task.qrels == {"a": {"1": 2.0, "2": 1.0}}
+
+
 # Slow (about 30 s idle, more on a loaded machine): four commands, each loading models and data, and the
 # only check that their outputs fit together (the embedder feeds the re-ranker's negatives and both tools).
 @pytest.mark.slow
 def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
-    from briskbert.files import manifest_problem
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForQuestionAnswering
     from briskbert.retrieval.fusion import Fusion
 
@@ -248,11 +260,8 @@ def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
          "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "embed"), *fast]
     )  # fmt: skip
     embedder = tmp_path / "embed" / "final"
-    history = [
-        json.loads(line) for line in (tmp_path / "embed" / "log_history.jsonl").read_text().splitlines()
-    ]
-    assert "eval_recall@1" in history[-1] and (embedder / "modules.json").is_file()
-    assert json.loads((embedder / "training_facts.json").read_text())["pipeline_tag"] == "sentence-similarity"
+    last = (tmp_path / "embed" / "log_history.jsonl").read_text().splitlines()[-1]
+    assert "eval_recall@1" in json.loads(last) and (embedder / "modules.json").is_file()
 
     distractors = tmp_path / "distractors.txt"
     distractors.write_text(
@@ -266,35 +275,19 @@ def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
          "--output_dir", str(tmp_path / "rerank"), *fast]
     )  # fmt: skip
     reranker = tmp_path / "rerank" / "final"
-    assert json.loads((reranker / "training_facts.json").read_text())["pipeline_tag"] == "text-ranking"
-    history = [
-        json.loads(line) for line in (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()
-    ]
-    assert {"eval_accuracy", "eval_mrr", "eval_chance_accuracy", "eval_chance_mrr"} <= set(history[-1])
+    last = (tmp_path / "rerank" / "log_history.jsonl").read_text().splitlines()[-1]
+    assert {"eval_accuracy", "eval_mrr", "eval_chance_accuracy", "eval_chance_mrr"} <= set(json.loads(last))
     # No validation file: 10 % of the 3 articles, one whole, among all 15 paragraphs and the 30 distractors.
     fusion = Fusion.load(reranker)
-    assert fusion.top_k == 5 and fusion.retriever == str(embedder)
-    articles = {a["title"]: a for a in json.loads(Path(XQUAD).read_text())["data"]}
-    (title,) = fusion.held_out["articles"]
     assert (
-        fusion.num_queries
-        == len(fusion.held_out["questions"])
-        == sum(len(p["qas"]) for p in articles[title]["paragraphs"])
+        fusion.top_k == 5 and fusion.retriever == str(embedder) and "among 45 passages" in fusion.validation
     )
-    assert "among 45 passages" in fusion.validation
-    # Re-ranker weights step 0.025, BM25 weights 0.05, every pair summing to at most 1: 441 pairs.
-    pairs = [(point["weight"], point["lexical_weight"]) for point in fusion.curve]
-    assert pairs[0] == (0.0, 0.0) and {(1.0, 0.0), (0.0, 1.0)} <= set(pairs) and len(set(pairs)) == 441
-    chosen = fusion.point(fusion.weight, fusion.lexical_weight)
-    assert (chosen["weight"], chosen["lexical_weight"]) == (fusion.weight, fusion.lexical_weight)
-    assert fusion.curve[0]["mrr@10"] == pytest.approx(fusion.retrieval["mrr@10"])
-    assert chosen["mrr@10"] == max(point["mrr@10"] for point in fusion.curve) >= fusion.retrieval["mrr@10"]
-    out = capsys.readouterr().out
+    (title,) = fusion.held_out["articles"]
     held = f"{fusion.num_queries} questions held out of xquad_en_excerpt.json (articles {title}: 10% of its"
-    assert f"No validation file: {held}" in out and fusion.summary() in out
+    assert f"No validation file: {held}" in capsys.readouterr().out
     card = (reranker / "README.md").read_text()
     assert held in card and fusion.summary() in card  # what the weights were chosen on, and their figures
-    assert manifest_problem(reranker) is None and "fusion.json" in (reranker / "manifest.json").read_text()
+    assert "fusion.json" in (reranker / "manifest.json").read_text()
 
     collection = ["--squad_file", XQUAD, "--articles", "3:4", "--extra_corpus_file", str(distractors)]
     cli(
@@ -304,10 +297,8 @@ def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
     report = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     retrieved, reranked = report["retrieval"], report["reranked"]
     assert report["num_passages"] == 5 + 30 and report["rerank_top_k"] == 5
-    # The saved weights apply by default.
+    # The saved weights apply by default; re-ranking reorders the top 5 only.
     assert (report["fusion_weight"], report["lexical_weight"]) == (fusion.weight, fusion.lexical_weight)
-    assert retrieved["recall@1"] <= retrieved["recall@5"] <= retrieved["recall@10"] <= retrieved["recall@100"]
-    # Re-ranking reorders the top 5 only: the passages within the top 5, 10 and 100 stay the same.
     assert [reranked[f"recall@{k}"] for k in (5, 10, 100)] == [retrieved[f"recall@{k}"] for k in (5, 10, 100)]
 
     reader = tmp_path / "reader"
@@ -316,17 +307,6 @@ def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
     models = ["--retriever_model_name_or_path", str(embedder), "--reader_model_name_or_path", str(reader)]
     cli(["open-domain-qa", *models, "--read_top_k", "2", *collection, "--output_dir", str(tmp_path / "odqa")])
     metrics = json.loads((tmp_path / "odqa" / "metrics.json").read_text())
-    gold = metrics["reader_on_gold_paragraph"]["exact_match"]
-    for depth in (1, 2, 3, 5):
-        row = metrics[f"read_top_{depth}"]
-        assert row["target_exact_match"] == pytest.approx(0.9 * gold * row["gold_in_read_set"])
     rates = [metrics[f"read_top_{depth}"]["gold_in_read_set"] for depth in (1, 2, 3, 5)]
     assert rates == sorted(rates) and rates[-1] == metrics["retrieval"]["recall@5"]
     assert metrics["num_questions"] == len(json.loads((tmp_path / "odqa" / "predictions.json").read_text()))
-
-
-def test_bad_collection_flags_are_one_line_errors(capsys, tmp_path):
-    code = cli(["evaluate-retrieval", "--model_name_or_path", str(tmp_path), "--corpus_file", "c.jsonl"])
-    assert code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "JSON lines collections need" in line

@@ -1,11 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence similarity on scored pairs: the losses, the data formats and the two commands.
-
-Checked against sentence-transformers' ``CoSENTLoss`` and ``CosineSimilarityLoss`` (values and gradients), and
-its ``EmbeddingSimilarityEvaluator`` on the original all-MiniLM-L6-v2 against the converted model (bundled STS-B
-excerpt). The fine-tuning test checks that the validation metric the loop logs is what evaluate-similarity
-reports for the saved model.
-"""
+"""Sentence similarity on scored pairs: the losses against sentence-transformers' ``CoSENTLoss`` and
+``CosineSimilarityLoss`` (values and gradients), the data formats, and the two commands: evaluate-similarity
+against its ``EmbeddingSimilarityEvaluator`` on all-MiniLM-L6-v2, and the fine-tuning loop's validation against
+evaluate-similarity on the saved model."""
 
 import json
 from pathlib import Path
@@ -14,7 +11,7 @@ import pytest
 import torch
 
 from briskbert.cli import main as cli
-from briskbert.training.retrieval.embeddings import load_pairs, load_training_examples
+from briskbert.training.retrieval.embeddings import load_training_examples
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
     ScoredPairCollator,
@@ -61,10 +58,8 @@ def test_cosine_mse_equals_sentence_transformers_on_scores_mapped_to_0_1():
     theirs = CosineSimilarityLoss(model=None).compute_loss_from_embeddings([first, second], scores / 5)
     assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6)
     # A scale that does not start at 0 (1 to 5 stars): the low end maps to 0, the high end to 1.
-    stars = 1 + scores * 4 / 5
-    ours = cosine_mse_loss(first, second, stars, scores_from=(1.0, 5.0))
-    theirs = CosineSimilarityLoss(model=None).compute_loss_from_embeddings([first, second], (stars - 1) / 4)
-    assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6)
+    stars = cosine_mse_loss(first, second, 1 + scores * 4 / 5, scores_from=(1.0, 5.0))
+    assert float(stars.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6)
 
 
 # -------------------------------------------------------------------------------------------------- data
@@ -95,17 +90,11 @@ def test_scored_pairs_read_the_same_from_tsv_csv_and_json_lines(tmp_path, tokeni
     assert batch["labels"].tolist() == pytest.approx([4.6, 0.2])
     assert batch["input_ids"].shape[0] == 4  # the two first sentences, then the two second ones
 
-
-def test_nli_triplets_become_pairs_with_hard_negatives(tmp_path):
     (tmp_path / "nli.tsv").write_text(
         "anchor\tpositive\tnegative\nA dog runs.\tAn animal moves.\tA dog sleeps.\n"
-        "Two men cook.\tPeople prepare food.\tNobody is cooking.\n"
     )
-    pairs = load_pairs(str(tmp_path / "nli.tsv"))
-    assert [(p.query, p.positive, p.negative) for p in pairs] == [
-        ("A dog runs.", "An animal moves.", "A dog sleeps."),
-        ("Two men cook.", "People prepare food.", "Nobody is cooking."),
-    ]
+    (pair,) = load_training_examples(str(tmp_path / "nli.tsv"))  # NLI triplets: pairs with hard negatives
+    assert (pair.query, pair.positive, pair.negative) == ("A dog runs.", "An animal moves.", "A dog sleeps.")
 
 
 def test_bad_scored_pair_files_are_one_line_errors(tmp_path, capsys):
