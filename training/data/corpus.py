@@ -93,12 +93,12 @@ def check_corpus_file(path: str, name: str) -> None:
         raise SettingError(name, str(error)) from None
 
 
-def load_corpus(path: str, text_column: str | None = None, streaming: bool = False):
-    """A ``datasets`` (Iterable)Dataset of the file and the name of its text column (checked)."""
+def load_corpus(path: str, text_column: str | None = None):
+    """A streamed ``datasets`` IterableDataset of the file and the name of its text column (checked)."""
     import datasets
 
     builder, kwargs = file_builder(path)
-    ds = datasets.load_dataset(builder, data_files=str(path), split="train", streaming=streaming, **kwargs)
+    ds = datasets.load_dataset(builder, data_files=str(path), split="train", streaming=True, **kwargs)
     columns = list(ds.features or next(iter(ds), {}))  # a streamed table's columns are its first row's
     column = text_column or ("text" if "text" in columns else None)
     if column not in columns:
@@ -180,7 +180,7 @@ def _dataset_lines(source: CorpusSource) -> Iterator[str]:
     import datasets
 
     if source.path:
-        dataset, column = load_corpus(source.path, source.text_column, streaming=True)
+        dataset, column = load_corpus(source.path, source.text_column)
     else:
         dataset = datasets.load_dataset(
             source.dataset_name, source.dataset_config_name, split=source.split, streaming=True

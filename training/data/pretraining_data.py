@@ -17,6 +17,7 @@ import json
 import random
 from array import array
 from collections.abc import Iterator, Sequence
+from functools import partial
 from itertools import islice
 from pathlib import Path
 
@@ -297,7 +298,7 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         num_shards: int = 1,
         shard_index: int = 0,
     ):
-        load_corpus(path, text_column, streaming=True)  # column check up front
+        load_corpus(path, text_column)  # column check up front
         self.path, self.text_column, self.max_seq_length = path, text_column, max_seq_length
         self.mode, self.documents_per_chunk = packing, documents_per_chunk
         self.num_shards, self.shard_index = num_shards, shard_index
@@ -310,22 +311,16 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         return self.num_shards * workers, self.shard_index * workers + worker
 
     def _own_chunks(self, shards: int, shard: int) -> Iterator[list[list[str]]]:
-        chunk, number = [], 0
-        for document in iter_documents(CorpusSource(self.path, self.text_column)):
-            chunk.append(document)
-            if len(chunk) == self.documents_per_chunk:
-                if number % shards == shard:
-                    yield chunk
-                chunk, number = [], number + 1
-        if chunk and number % shards == shard:
-            yield chunk
+        documents, number = iter_documents(CorpusSource(self.path, self.text_column)), 0
+        while chunk := list(islice(documents, self.documents_per_chunk)):
+            if number % shards == shard:
+                yield chunk
+            number += 1
 
     def __iter__(self):
         shards, shard = self._shard()
         packed = self.mode == "full-sentences"
-
-        def wrap(body: list[int]) -> list[int]:
-            return wrap_sequence(body, self.mode, self.cls_id, self.sep_id)
+        wrap = partial(wrap_sequence, packing=self.mode, cls_id=self.cls_id, sep_id=self.sep_id)
 
         carry, local = np.zeros(0, dtype=self.encoder.dtype), 0
         for chunk in self._own_chunks(shards, shard):
