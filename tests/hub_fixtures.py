@@ -284,15 +284,12 @@ def make_briskbert(
         show_progress=False,
         model_max_length=64,
     )
-    kwargs = (
-        {
-            "num_labels": 2,
-            "id2label": {0: "negative", 1: "positive"},
-            "label2id": {"negative": 0, "positive": 1},
-        }
-        if head == "ForSequenceClassification"
-        else {}
-    )
+    labels = {
+        "num_labels": 2,
+        "id2label": {0: "negative", 1: "positive"},
+        "label2id": {"negative": 0, "positive": 1},
+    }
+    kwargs = labels if head == "ForSequenceClassification" else {}
     config = modeling.BriskBertConfig.from_preset(
         "bert-tiny",
         hidden_size=hidden_size,
