@@ -229,11 +229,10 @@ def render_card(
         torchao=bool(quantization) and quantization.get("backend") == "torchao",
         limitations=job.limitations,
     )
-    if problems := check_card_text(str(card)):  # the Hub's metadata rules: ModelCard.validate() needs the Hub
-        sources = "config.json" + (
-            " and training_facts.json" if (model_dir / "training_facts.json").is_file() else ""
-        )
-        raise CardError(f"The card rendered from {model_dir}'s {sources} is invalid: " + "; ".join(problems))
+    if problems := check_card_text(
+        str(card)
+    ):  # the Hub's metadata rules (ModelCard.validate() needs the Hub)
+        raise CardError(f"{model_dir / 'training_facts.json'} makes an invalid card: " + "; ".join(problems))
     return card
 
 

@@ -1,8 +1,7 @@
-"""README front matter, parsed within limits: the one parser of the card checks (:mod:`.rules`) and of the local
-Hub server. huggingface_hub's loaders build the YAML with ``yaml.safe_load`` and no limits, which a stranger's card
-can turn into seconds of CPU, gigabytes ("billion laughs" aliases) or a recursion overflow. So the YAML is first
-walked as parser events, stopping at the first limit passed (size, nodes, depth) or at any alias, and only a
-document within them is built.
+"""README front matter parsed within limits, for the card checks and the local Hub server: huggingface_hub's
+loaders use ``yaml.safe_load`` with no limits, which a stranger's card can turn into seconds of CPU, gigabytes
+("billion laughs" aliases) or a recursion overflow. The YAML is first walked as parser events, and only a document
+within the limits (size, nodes, depth, no alias) is built.
 """
 
 from __future__ import annotations
@@ -29,37 +28,33 @@ class FrontMatterError(ValueError):
     """The front matter cannot be read: invalid YAML, not a mapping, or past a limit."""
 
 
-def _too_deep(limits: YamlLimits) -> FrontMatterError:
-    return FrontMatterError(
+def _check_events(text: str, limits: YamlLimits) -> None:
+    """Walk the parser's events: any alias, or the first limit passed, is a ``FrontMatterError``."""
+    nodes = depth = 0
+    too_deep = FrontMatterError(
         f"The README front matter nests lists and mappings deeper than {limits.max_depth} levels"
     )
-
-
-def _events(text: str, limits: YamlLimits):
     try:
-        yield from yaml.parse(text, Loader=_Loader)
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise FrontMatterError("YAML aliases (*name) are not accepted in the README front matter")
+            if isinstance(event, _NODE_EVENTS):
+                nodes += 1
+                if nodes > limits.max_nodes:
+                    raise FrontMatterError(
+                        f"The README front matter has more than {limits.max_nodes} YAML nodes"
+                    )
+            if isinstance(event, _OPEN_EVENTS):
+                depth += 1
+                if depth > limits.max_depth:
+                    raise too_deep
+            elif isinstance(event, _CLOSE_EVENTS):
+                depth -= 1
     except yaml.YAMLError as e:
         # libyaml 0.2.6+ scans a run of "[" ahead of its first event and stops at its own depth limit (1000).
         if "maximum nesting depth" in str(e):
-            raise _too_deep(limits) from None
+            raise too_deep from None
         raise
-
-
-def _check_events(text: str, limits: YamlLimits) -> None:
-    nodes = depth = 0
-    for event in _events(text, limits):
-        if isinstance(event, yaml.AliasEvent):
-            raise FrontMatterError("YAML aliases (*name) are not accepted in the README front matter")
-        if isinstance(event, _NODE_EVENTS):
-            nodes += 1
-            if nodes > limits.max_nodes:
-                raise FrontMatterError(f"The README front matter has more than {limits.max_nodes} YAML nodes")
-        if isinstance(event, _OPEN_EVENTS):
-            depth += 1
-            if depth > limits.max_depth:
-                raise _too_deep(limits)
-        elif isinstance(event, _CLOSE_EVENTS):
-            depth -= 1
 
 
 def load_front_matter(text: str, limits: YamlLimits = YamlLimits()) -> dict | None:

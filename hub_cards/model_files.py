@@ -17,7 +17,7 @@ from pathlib import Path
 from briskbert.errors import SettingError, UserError
 from briskbert.inputs import check_model_folder, read_json_object
 
-from .card import CardError, read_config, task_for_architecture
+from .card import read_config, task_for_architecture
 
 TOKENIZER_FILES = tuple(
     "tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt added_tokens.json tokenizer.model "
@@ -147,18 +147,13 @@ def _model_files(folder: Path, missing: list[str]) -> list[str]:
         missing.append("config.json 'auto_map' (remote code entry points; import modeling before saving)")
     elif (auto_class := task_for_architecture(archs[0])[1]) not in auto_map:
         missing.append(f"config.json auto_map['{auto_class}'] (needed to load {archs[0]})")
-    files = [f for f in CONFIG_FILES if (folder / f).is_file()] + _code_files(
-        folder, "config.json", config, missing
-    )
+    code = _code_files(folder, "config.json", config, missing)
+    files = [f for f in CONFIG_FILES if (folder / f).is_file()] + code
 
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = read_json_object(index, "model_dir", "save the model with save_pretrained").get(
-            "weight_map"
-        )
-        if not isinstance(weight_map, dict) or not all(isinstance(s, str) for s in weight_map.values()):
-            raise CardError(f"{index} has no 'weight_map' of tensor -> file")
-        files += [index.name, *sorted(set(weight_map.values()))]
+    if index.is_file():  # check_model_folder has read it: every shard it names is there
+        index_json = read_json_object(index, "model_dir", "save the model with save_pretrained")
+        files += [index.name, *sorted(set((index_json.get("weight_map") or {}).values()))]
     elif (folder / "model.safetensors").is_file():
         files.append("model.safetensors")
     else:
@@ -167,9 +162,8 @@ def _model_files(folder: Path, missing: list[str]) -> list[str]:
         )
 
     tokenizer = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
-    if "tokenizer_config.json" in tokenizer and {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(
-        tokenizer
-    ):
+    vocabulary = {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tokenizer)
+    if "tokenizer_config.json" in tokenizer and vocabulary:
         tok_config = read_config(folder, "tokenizer_config.json")
         files += tokenizer + _code_files(folder, "tokenizer_config.json", tok_config, missing)
     else:
