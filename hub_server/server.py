@@ -149,26 +149,21 @@ class HubServer:
         self.upload_mode = upload_mode
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
-        self.fault: dict | None = None
-        self.fault_hits = 0
         # (method, path without query cut to 256 characters, status) of the last requests only
         self.request_log: collections.deque[tuple[str, str, int]] = collections.deque(
             maxlen=limits.request_log_entries
         )
         self.set_fault(fault)
         self._log_file = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
-        protocol = type(
-            "Protocol",
-            (_Protocol,),
-            {
-                "head_timeout_s": min(limits.head_timeout_s, limits.read_timeout_s),
-                "max_connections": limits.max_connections,
-            },
-        )
+
+        class Protocol(_Protocol):
+            head_timeout_s = min(limits.head_timeout_s, limits.read_timeout_s)
+            max_connections = limits.max_connections
+
         self._uvicorn = uvicorn.Server(
             uvicorn.Config(
                 self,
-                http=protocol,
+                http=Protocol,
                 lifespan="off",
                 log_config=None,
                 access_log=False,
@@ -190,7 +185,7 @@ class HubServer:
                 raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {fault.get('kind')!r}")
             fault = {"times": 1, "stall_s": 2.0, **fault}
         with self._fault_lock:
-            self.fault = fault
+            self.fault: dict | None = fault
             self.fault_hits = 0
 
     @property
