@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert
@@ -256,48 +255,33 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub)
     assert hub.server.storage.refs("model", "testuser/sst2") == refs  # refused before any write
 
 
-def test_main_only_ever_holds_verified_content(folder, hub, tmp_path, monkeypatch):
-    """Verification runs on a staging branch, which serves the files by its name and the commit's id (read with
-    the real client over HTTP); a failure leaves main (and the tags) where they were, says so in one line, and
-    leaves neither way to the staged commit; a pass commits exactly the verified files to main, then tags that
-    commit. No staging branch is left behind either way."""
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import RevisionNotFoundError
+def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
+    """Verification runs on a staging branch made from main's head; a failure leaves main (and the tags) where
+    they were and says so in one line; a pass commits exactly the verified files to main, then tags that commit.
+    No staging branch is left behind either way."""
+    from huggingface_hub import HfApi
 
-    opts = dict(token=TOKEN, endpoint=hub.url)
     hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
-    before = head(hub)
-    client, verified, staged, lines = HfApi(endpoint=hub.url, token=TOKEN), [], [], []
+    before, client, verified, lines = head(hub), HfApi(endpoint=hub.url, token=TOKEN), [], []
+    opts = dict(token=TOKEN, endpoint=hub.url)
 
-    def download(revision, cache):
-        path = hf_hub_download(
-            "testuser/sst2", "config.json", revision=revision, endpoint=hub.url, cache_dir=tmp_path / cache
-        )
-        return Path(path).read_bytes()
-
-    def verify(repo_id, commit_id, **_):
+    def fails(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
         assert head(hub) == before  # main has not moved while its next content is being verified
-        branch = next(b.name for b in client.list_repo_refs(repo_id).branches if b.name != "main")
-        staged.extend([branch, commit_id])
-        assert (
-            download(commit_id, "id") == download(branch, "branch") == (folder / "config.json").read_bytes()
-        )
+        (staging,) = [b for b in client.list_repo_refs(repo_id).branches if b.name != "main"]
+        assert staging.target_commit == commit_id
         return {"ok": False, "error": "broken"}
 
-    monkeypatch.setattr(publishing, "verify_commit", verify)
+    monkeypatch.setattr(publishing, "verify_commit", fails)
     failed = publish(folder, "testuser/sst2", tag="v1", log=lines.append, **opts)
-    assert not failed.verified and not failed.tagged and failed.commit_id is None
-    refs = hub.server.storage.refs("model", "testuser/sst2")
-    assert refs == {"branches": {"main": before}, "tags": {}}
+    assert (
+        not failed.verified and not failed.tagged and failed.commit_id is None and "README.md" in verified[0]
+    )
+    assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
     assert (
         f"Not published: testuser/sst2@main stays at {before}; the staged commit failed verification."
         in lines
     )
-    assert "README.md" in verified[0]
-    for revision in staged:  # the staging branch, the staged commit's id
-        with pytest.raises(RevisionNotFoundError):
-            download(revision, f"after-{revision}")
 
     def passes(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
@@ -305,11 +289,9 @@ def test_main_only_ever_holds_verified_content(folder, hub, tmp_path, monkeypatc
 
     monkeypatch.setattr(publishing, "verify_commit", passes)
     fixed = publish(folder, "testuser/sst2", tag="v1", log=lambda *_: None, **opts)  # the re-run publishes
-    assert fixed.tagged and fixed.new_commit and head(hub) == fixed.commit_id
-    assert hub.server.storage.refs("model", "testuser/sst2") == {
-        "branches": {"main": fixed.commit_id},
-        "tags": {"v1": fixed.commit_id},
-    }
+    assert fixed.tagged and fixed.new_commit
+    refs = {"branches": {"main": fixed.commit_id}, "tags": {"v1": fixed.commit_id}}
+    assert hub.server.storage.refs("model", "testuser/sst2") == refs
     on_main = hub.server.storage.files("model", "testuser/sst2", fixed.commit_id)
     assert {p: e.sha256 for p, e in on_main.items()} == {p: e.sha256 for p, e in verified[-1].items()}
     assert hub.server.storage.commit_object("model", "testuser/sst2", fixed.commit_id)["parent"] == before
