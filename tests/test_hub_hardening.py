@@ -332,7 +332,13 @@ def test_pull_requests_are_refused_clearly_and_not_retried(hub):
         HfApi(endpoint=hub.url, token=TOKEN).create_commit(
             "testuser/r", [CommitOperationAdd("a.txt", b"a")], commit_message="pr", create_pr=True
         )
-    time.sleep(0.3)  # the server logs a request just after its answer: room for a retry's line, if any
+    deadline = time.monotonic() + 5  # the server logs a request just after its answer
+    while (
+        400 not in [status for _, _, status in list(hub.server.request_log)[before:]]
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.02)
+    time.sleep(0.3)  # room for a retry's line, if any
     calls = [status for _, path, status in list(hub.server.request_log)[before:] if "/revision/" not in path]
     assert calls == [400]  # one answer, no retry (make_repo's last request may be logged late: left out)
 
