@@ -30,55 +30,40 @@ DECODER_OPTIONS = ("is_decoder", "add_cross_attention", "use_cache")
 
 class BriskBertConfig(PreTrainedConfig):
     r"""
-    Configuration of a BriskBert encoder.
+    Configuration of a BriskBert encoder; the defaults are BERT-base's.
 
-    Sizes: `vocab_size`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`
-    (None: one key/value head per query head; 1: multi-query attention), `intermediate_size`,
-    `max_position_embeddings`, `type_vocab_size`, `pad_token_id`.
+    Sizes: `vocab_size`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads` (None:
+    one per query head; 1: multi-query), `intermediate_size`, `max_position_embeddings`, `type_vocab_size` (0: no
+    segment embeddings, as DistilBERT and ModernBERT), `embedding_size` (ELECTRA's narrower embeddings, projected
+    to hidden_size; None: hidden_size), `pad_token_id`.
 
-    Options:
-        position_embedding_type: `"absolute"` (learned, BERT), `"sinusoidal"` (fixed, added to the embeddings),
-            `"rope"` (rotary, base `rope_theta`) or `"alibi"` (linear distance biases in attention).
-        norm_type: `"layernorm"` or `"rmsnorm"`; norm_position: `"post"` (BERT) or `"pre"`; eps `layer_norm_eps`.
-        hidden_act, mlp_type: `"mlp"` (two linear layers) or `"glu"` (gated: GeGLU with gelu, SwiGLU with silu).
-        sliding_window: None, or the local-attention reach: a token in a local layer attends to the tokens at most
-            `sliding_window` positions away on either side (ModernBERT's 128-token window is `sliding_window=64`).
-        global_attn_every_n_layers: with a sliding window, layers 0, n, 2n, ... attend globally and the others
-            locally; None makes every layer local.
-        attention_bias, mlp_bias: biases on the attention and MLP projections.
-        classifier_pooling: `"cls"` or `"mean"`, the token summary the pooler and sentence heads use.
-        sparse_prediction: when labels are given, the MLM decoder runs only at the labelled positions and `logits`
-            holds one row per labelled token (the decoder costs as much as a small encoder per token otherwise). False
-            (the default, as in transformers' ModernBertConfig) keeps `MaskedLMOutput`'s (batch, seq, vocab) logits;
-            the loss is the same either way. `briskbert pretrain` turns it on.
-        unpad_inputs: `"auto"` runs the token-wise work (embeddings, projections, MLP, norms) on the real tokens only
-            whenever a padded batch skips enough work to pay for gathering them; `"always"` whenever there is an
-            attention mask; `"never"` keeps the padded (batch, seq) grid throughout. Outputs agree at real tokens;
-            padding positions of `last_hidden_state` are zeros when unpadded.
+    Architecture:
+        position_embedding_type: "absolute" (learned), "sinusoidal", "rope" (base `rope_theta`; `local_rope_theta`
+            for sliding-window layers) or "alibi"; position_ids_type: "index" (BERT) or "count_non_padding"
+            (RoBERTa: positions count non-padding tokens from pad_token_id + 1).
+        norm_type: "layernorm" or "rmsnorm", with bias `norm_bias` and eps `layer_norm_eps`; norm_position: "post"
+            (BERT) or "pre"; first_layer_attention_norm: False skips the first layer's pre-norm (ModernBERT).
+        hidden_act; mlp_type: "mlp" or "glu" (GeGLU with gelu, SwiGLU with silu); attention_bias, mlp_bias.
+        sliding_window: a local layer's token sees at most this many positions either side (ModernBERT's 128-token
+            window is 64); global_attn_every_n_layers: layers 0, n, 2n, ... stay global (None: all local).
 
-    Options that imported checkpoints need (the defaults are BERT's):
-        embedding_size: width of the token, segment and position embeddings when it differs from hidden_size; a
-            linear projection then maps them to hidden_size (ELECTRA). None: hidden_size.
-        type_vocab_size: 0 drops the segment embeddings (DistilBERT, ModernBERT); `token_type_ids` are then ignored.
-        position_ids_type: `"index"` (BERT: position i is i) or `"count_non_padding"` (RoBERTa, XLM-R: a token's
-            position is `pad_token_id` plus the number of non-padding tokens up to it; padding sits at pad_token_id).
-        local_rope_theta: RoPE base of the sliding-window layers when it differs from `rope_theta` (ModernBERT).
-        norm_bias: whether LayerNorms have a bias (ModernBERT's have none).
-        first_layer_attention_norm: False skips the pre-norm before the first layer's attention, where the
-            embedding norm has just normalised the input (ModernBERT).
-        add_pooling_layer: whether the bare model (AutoModel) has BERT's pooler; heads that need one always do.
-        pooler_activation: the pooler's activation (BERT: tanh; DistilBERT: relu; ELECTRA, ModernBERT: gelu).
-        classifier_norm: the pooler and the token transform end with a norm (ModernBERT's prediction head).
-        token_head_activation: None: token classification and QA read the encoder output directly; otherwise they
-            first apply a dense layer with this activation (ModernBERT; ELECTRA's replaced-token discriminator).
-        head_activation: activation of the MLM head's transform (None: hidden_act); head_bias: bias of the dense
-            layers of the MLM head, the pooler and the token transform; decoder_bias: bias of the MLM decoder.
+    Heads:
+        add_pooling_layer (the bare model's pooler), pooler_activation (tanh; relu for DistilBERT, gelu for ELECTRA
+            and ModernBERT), classifier_pooling ("cls" or "mean"), classifier_norm (a norm after the pooler and the
+            token transform), classifier_dropout.
+        token_head_activation: None reads the encoder output directly for token classification and QA; otherwise a
+            dense layer with this activation comes first (ModernBERT, ELECTRA's discriminator).
+        head_activation (None: hidden_act) and head_bias of the MLM transform, pooler and token transform;
+            decoder_bias of the MLM decoder.
+        sparse_prediction: with labels, the MLM decoder runs at the labelled positions only and `logits` holds one
+            row per labelled token (same loss); False keeps (batch, seq, vocab) logits. `briskbert pretrain` sets it.
+        use_crf: a linear-chain CRF over the token scores: trained with its negative log-likelihood at the tagged
+            positions, decoded with Viterbi; transitions the tag scheme of `id2label` forbids are never decoded.
 
-    Token classification:
-        use_crf: a linear-chain CRF on top of the per-token scores: trained with its negative log-likelihood over the
-            tagged positions (the first sub-word of each word) and decoded with Viterbi; transitions the tag scheme
-            of `id2label` forbids (BIO: `O -> I-PER`, `B-PER -> I-LOC`, a sentence starting with `I-PER`) are
-            never decoded. False: an independent softmax per token.
+    Speed:
+        unpad_inputs: "auto" runs the token-wise work on the real tokens only when skipping the padding pays for
+            gathering them, "always" whenever there is a padding mask, "never" keeps the padded grid. Outputs agree
+            at real tokens; padding positions of `last_hidden_state` are zeros when unpadded.
     """
 
     model_type = "briskbert"
@@ -204,7 +189,6 @@ class BriskBertConfig(PreTrainedConfig):
                 f"({self.vocab_size})."
             )
 
-    # -- derived values -----------------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
@@ -224,7 +208,6 @@ class BriskBertConfig(PreTrainedConfig):
             for i in range(self.num_hidden_layers)
         ]
 
-    # -- presets ------------------------------------------------------------------------------------------
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "BriskBertConfig":
         """A named starting point (see `PRESETS`), with single fields overridden by keyword."""

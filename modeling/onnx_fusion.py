@@ -1,10 +1,9 @@
 """Fused CPU kernels for an exported encoder graph: ONNX Runtime's transformer optimizer (`model_type="bert"`).
 
-The optimizer finds BERT's attention by its three separate q, k, v projections; briskbert's one qkv projection is
-the packed weight ONNX Runtime's `Attention` kernel takes, so each `layers.N.attention` (found by the module path
-the exporter records on every node) becomes one `com.microsoft.Attention` node here first. The optimizer then
-fuses residual + LayerNorm, bias + GELU and the embeddings. Attention the kernel cannot express (rotary or ALiBi
-positions, grouped key/value heads, local layers) stays unfused. Not remote code.
+The optimizer finds BERT's attention by its separate q, k, v projections; briskbert's one qkv projection is the
+packed weight of ONNX Runtime's `Attention` kernel, so each `layers.N.attention` (by the module path the exporter
+records on every node) becomes one `com.microsoft.Attention` node here first, where the kernel can express it.
+Not remote code.
 """
 
 from __future__ import annotations

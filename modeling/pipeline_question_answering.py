@@ -104,11 +104,10 @@ MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]
 def register_question_answering_pipeline(config) -> None:
     """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the modeling
     file imports this file, copies it)."""
-    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
-    custom_pipelines[PIPELINE_TASK] = {
+    entry = {
         "impl": f"{MODULE_NAME}.{BriskBertQuestionAnsweringPipeline.__name__}",
         "pt": ["AutoModelForQuestionAnswering"],
         "tf": [],
         "type": "text",
     }
-    config.custom_pipelines = custom_pipelines
+    config.custom_pipelines = {**(getattr(config, "custom_pipelines", None) or {}), PIPELINE_TASK: entry}

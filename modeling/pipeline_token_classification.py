@@ -1,14 +1,10 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Token-classification pipeline for models with a CRF head, shipped inside model folders as remote code.
 
-transformers' own pipeline takes each token's arg-max, ignoring the CRF's transitions (and can produce `O I-PER`).
-A `use_crf=True` model names this pipeline in `config.custom_pipelines`, so `pipeline("token-classification",
-model=folder, trust_remote_code=True)` decodes each text's words with Viterbi. Input handling is transformers'; a
-word starts at every token that is not a continuation sub-word (or at a pre-split input's own words) and is tagged
-at its first sub-word, as in training. Strategies "none" (one row per word), "simple" and "first" (entities, as
-transformers groups them) are served; "max" and "average" pick a tag per word from sub-word scores and are
-refused. `score` is the CRF's marginal probability of the decoded tag (an entity's: the mean over its words).
-Copied flat: imports only numpy, torch and transformers.
+transformers' own pipeline takes each token's arg-max, ignoring the CRF's transitions (and can produce `O I-PER`);
+a `use_crf=True` model names this one in `config.custom_pipelines`, which decodes each text's words (tagged at
+their first sub-word, as in training) with Viterbi. Strategies "none", "simple" and "first" are served; `score` is
+the CRF's marginal probability of the decoded tag. Copied flat: imports only numpy, torch and transformers.
 """
 
 from __future__ import annotations
@@ -110,11 +106,10 @@ MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]
 def register_token_classification_pipeline(config) -> None:
     """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the modeling
     file imports this file, copies it)."""
-    custom_pipelines = dict(getattr(config, "custom_pipelines", None) or {})
-    custom_pipelines[PIPELINE_TASK] = {
+    entry = {
         "impl": f"{MODULE_NAME}.{BriskBertTokenClassificationPipeline.__name__}",
         "pt": ["AutoModelForTokenClassification"],
         "tf": [],
         "type": "text",
     }
-    config.custom_pipelines = custom_pipelines
+    config.custom_pipelines = {**(getattr(config, "custom_pipelines", None) or {}), PIPELINE_TASK: entry}

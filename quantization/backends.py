@@ -117,21 +117,17 @@ def untie_output_embeddings(model: nn.Module) -> None:
 
 def fp32_bytes_of(model: nn.Module) -> int:
     """The size of the model's tensors in fp32, shared tensors counted once."""
-    seen, total = set(), 0
-    for tensor in model.state_dict().values():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        total += tensor.numel() * (4 if tensor.is_floating_point() else tensor.element_size())
-    return total
+    tensors = {tensor.data_ptr(): tensor for tensor in model.state_dict().values()}.values()
+    return sum(
+        tensor.numel() * (4 if tensor.is_floating_point() else tensor.element_size()) for tensor in tensors
+    )
 
 
-def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> int:
+def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> None:
     """Quantizes `model` in place with torchao and saves it (safetensors plus the torchao quantization config)
-    into `staging`; returns the fp32 size."""
+    into `staging`."""
     from transformers.quantizers.auto import AutoHfQuantizer
 
-    fp32_bytes = fp32_bytes_of(model)
     untie_output_embeddings(model)
     config = torchao_config(model, keep, request.torch_scheme)
     with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
@@ -143,7 +139,6 @@ def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, s
     model.config.quantization_config = config
     model.hf_quantizer = AutoHfQuantizer.from_config(config, pre_quantized=True)
     model.save_pretrained(staging)
-    return fp32_bytes
 
 
 def auto_class_of(architecture: str):

@@ -1,10 +1,6 @@
-"""A BriskBert folder written back as a transformers family's own folder (`BertForMaskedLM`, `ModernBertForMaskedLM`,
-`RobertaForSequenceClassification`, ...) that loads with plain transformers, without remote code.
-
-The import is the oracle: the family's config is built from BriskBert's options, imported again with the
-family's own import rules, and every option that does not come back unchanged is named and refused. The weights
-follow the import's own name map read backwards; the written folder is loaded back with transformers' Auto class
-and its outputs compared with BriskBert's before the folder is moved into place."""
+"""A BriskBert folder written back as a transformers family's own folder (`BertForMaskedLM`, ...) that loads
+without remote code. The import is the oracle: the family's config, imported again, must give back every option
+unchanged; the weights follow the import's name map read backwards; the written folder's outputs must match."""
 
 import json
 from dataclasses import dataclass
