@@ -1,11 +1,6 @@
-"""Pretraining sequences (``training/data/pretraining_data.py``): the prepared corpus store and the streamed
-reader give the same sequences as an independent in-memory implementation (``pretraining_oracle.py``) in
-every packing mode; sharding across processes and workers, and exact resume of a pretraining run
-that reads it. Next-sentence pairs are checked against documents whose token ids say where they come from:
-segment types, "is next" pairs that continue their document and random ones that come from another, short
-targets, round-robin streaming shards.
-
-Data: the bundled WikiText-2 excerpt and a small WordPiece vocabulary trained on it once per module."""
+"""Pretraining sequences (``training/data/pretraining_data.py``): the store and the streamed reader give the
+sequences of an independent in-memory implementation (``pretraining_oracle.py``) in every packing mode; sharding,
+exact resume, and next-sentence pairs checked against documents whose token ids say where they come from."""
 
 import json
 import shutil

@@ -22,11 +22,11 @@ from briskbert.tokenization import (
     BriskBertTokenizer,
     EmptyCorpusError,
     TokenizerInputError,
-    sample_lines,
     train_bpe_tokenizer,
     train_unigram_tokenizer,
     train_wordpiece_tokenizer,
 )
+from briskbert.tokenization.training import sample_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPTS = ROOT / "data"

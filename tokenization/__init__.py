@@ -9,7 +9,6 @@ from briskbert.modeling.configuration_briskbert import BriskBertConfig
 from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError
 from .training import (
     EmptyCorpusError,
-    sample_lines,
     train_bpe_tokenizer,
     train_unigram_tokenizer,
     train_wordpiece_tokenizer,
@@ -22,7 +21,6 @@ __all__ = [
     "BriskBertTokenizer",
     "EmptyCorpusError",
     "TokenizerInputError",
-    "sample_lines",
     "train_bpe_tokenizer",
     "train_unigram_tokenizer",
     "train_wordpiece_tokenizer",
