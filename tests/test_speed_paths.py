@@ -108,6 +108,8 @@ def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
         losses.append(out.loss.detach())
         grads.append({name: param.grad for name, param in model.named_parameters()})
     assert out.logits.shape == (4, 97), "one row of logits per labelled position"
+    with torch.no_grad():  # without labels (fill-mask pipelines), every position
+        assert always(input_ids, attention_mask=attention_mask).logits.shape == (3, 20, 97)
     torch.testing.assert_close(losses[1], losses[0], atol=ATOL, rtol=0)
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, atol=ATOL, rtol=1e-4, msg=name)
