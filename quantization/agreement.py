@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError
-from briskbert.modeling.export import encode_batch, read_texts
+from briskbert.modeling.export import encode_batch
 
 from .inference import length_batches
 from .request import QuantizeRequest
@@ -50,9 +50,9 @@ class Agreement:
         )
 
 
-def check_batches(tokenizer, text_file, max_length: int, multiple_choice: bool) -> list[dict]:
-    """CHECK_BATCHES padded batches of CHECK_ROWS text pairs each, of lengths from a few tokens to max_length."""
-    texts = read_texts(text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
+def check_batches(tokenizer, texts: list[str], max_length: int, multiple_choice: bool) -> list[dict]:
+    """CHECK_BATCHES padded batches of CHECK_ROWS text pairs each (from CHECK_BATCHES * (CHECK_ROWS + 1) texts), of
+    lengths from a few tokens to max_length."""
     step = CHECK_ROWS + 1
     return [
         encode_batch(tokenizer, texts[i * step : (i + 1) * step], max_length, multiple_choice)

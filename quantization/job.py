@@ -109,8 +109,8 @@ def prepare(request: QuantizeRequest):
     embedding = embedding_spec_of(request.model_dir, architecture)
     max_length = min(request.max_length, longest_input(model, tokenizer))
     multiple_choice = architecture == "BriskBertForMultipleChoice"
-    batches = check_batches(tokenizer, request.text_file, max_length, multiple_choice)
     texts = read_texts(request.text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
+    batches = check_batches(tokenizer, texts, max_length, multiple_choice)
     timing = batches
     if not multiple_choice:
         timing = [batch for _, batch in length_batches(tokenizer, texts, TIMING_BATCH, max_length, "pt")]
@@ -144,16 +144,22 @@ def onnx_candidate(backend: str, folder: Path, model_file: str, precision: str, 
     )
 
 
+def torch_runner(model, embedding) -> Callable[[dict], dict]:
+    def run(batch):
+        with torch.inference_mode():
+            return model_outputs(model, batch, embedding)
+
+    return run
+
+
 def build_candidates(root: Path, model, architecture: str, embedding, sample, request, progress):
     """Every wanted backend's model, written under `root`, with the function that runs it."""
     keep = modules_to_keep(model, request.keep_fp32)
     wanted = wanted_backends(request)
 
-    def fp32(batch):
-        with torch.inference_mode():
-            return model_outputs(model, batch, embedding)
-
-    candidates = [Candidate("fp32", None, fp32, FP32_PRECISION, "model.safetensors")]
+    candidates = [
+        Candidate("fp32", None, torch_runner(model, embedding), FP32_PRECISION, "model.safetensors")
+    ]
     if {"onnx-fp32", "onnx"} & set(wanted):
         progress("Exporting the fused ONNX graph ...")
         output_names, _, scopes = export_fused(model, sample, embedding, root / "onnx-fp32")
@@ -173,13 +179,9 @@ def build_candidates(root: Path, model, architecture: str, embedding, sample, re
         quantize_torch(copy.deepcopy(model), keep, request, root / "torch")
         with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):  # loaded back from the folder, the way users load it
             loaded = auto_class_of(architecture).from_pretrained(str(root / "torch"), trust_remote_code=True)
-
-        def int8(batch, loaded=loaded.eval()):
-            with torch.inference_mode():
-                return model_outputs(loaded, batch, embedding)
-
+        run = torch_runner(loaded.eval(), embedding)
         candidates.append(
-            Candidate("torch", root / "torch", int8, torch_precision(request), "model.safetensors")
+            Candidate("torch", root / "torch", run, torch_precision(request), "model.safetensors")
         )
     return candidates
 
