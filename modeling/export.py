@@ -136,8 +136,11 @@ def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | Non
     modules_path = Path(model_dir) / MODULES_FILE
     if architecture != "BriskBertModel" or not modules_path.is_file():
         return None
-    modules = json.loads(modules_path.read_text(encoding="utf-8"))
-    types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
+    try:
+        modules = json.loads(modules_path.read_text(encoding="utf-8"))
+        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UserError(f"{modules_path} is not a sentence-transformers module list ({error}).") from error
     pooling_path = Path(model_dir) / types.get("Pooling", "") / "config.json"
     pooling = read_json_object(pooling_path, "model_dir", "re-save the model") if "Pooling" in types else {}
     modes = [key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True]
