@@ -51,6 +51,9 @@ def test_two_variants_run_at_equal_budget_and_are_reported(ablation):
     output_dir, run_dirs = ablation
     results = json.loads((output_dir / "results.json").read_text())
     assert [v["name"] for v in results["variants"]] == ["bert", "modern"]
+    shared = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
+    overrides = [variant["config_overrides"] for variant in results["variants"]]
+    assert overrides == [shared, {**shared, "num_hidden_layers": 2, "sliding_window": 8}]  # its own come last
     runs = [variant["runs"][str(SEED)] for variant in results["variants"]]
     for run in runs:
         assert run["train_steps"] == 2 and run["peak_rss_mib"] > 50 and run["wall_time_s"] > 0
@@ -125,16 +128,7 @@ def test_malformed_configs_entry_is_refused_before_anything_runs(entry, lists_th
     assert not output_dir.exists()
 
 
-def test_variant_forms():
-    preset, glu, from_file = parse_variants(
-        ["bert-tiny", "glu:bert-tiny:mlp_type=glu,attention_bias=false", "configs/my.json"], "x=1"
-    )
-    assert (preset.name, preset.config_name, preset.overrides) == ("bert-tiny", "bert-tiny", "x=1")
-    assert (glu.name, glu.config_name, glu.overrides) == (
-        "glu",
-        "bert-tiny",
-        "x=1,mlp_type=glu,attention_bias=false",
-    )
-    assert (from_file.name, from_file.config_name) == ("my", "configs/my.json")
+def test_a_config_file_names_its_variant_and_a_name_is_used_once():
+    assert parse_variants(["configs/my.json"], None)[0][:2] == ("my", "configs/my.json")
     with pytest.raises(UserError, match=r"the variant name\(s\) \['a'\] appear more than once"):
         parse_variants(["a:bert-tiny", "a:modern-tiny"], None)

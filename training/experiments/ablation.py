@@ -22,6 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from briskbert.errors import USER_ERROR_EXIT_CODE, CommandFailed, SettingError, UserError
 from briskbert.files import staged_folder, write_atomic
@@ -50,21 +51,12 @@ class AblationInterrupted(RuntimeError):
     """The user stopped a run; its checkpoint is saved and the same command resumes it."""
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(NamedTuple):
     """One configuration to compare: a preset name or config JSON, and the config fields it overrides."""
 
-    name: str
+    name: str  # its folder's
     config_name: str
-    overrides: str = ""  # field=value,... as `briskbert pretrain --config_overrides` reads them
-
-    def __post_init__(self):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
-            raise SettingError(
-                "configs",
-                f"variant name {self.name!r} must be a folder name (letters, digits, '.', '_', '-'); "
-                f"accepted forms: {ACCEPTED_FORMS}.",
-            )
+    overrides: str  # field=value,... as `briskbert pretrain --config_overrides` reads them
 
 
 def parse_variants(texts: list[str], shared_overrides: str | None) -> list[Variant]:
@@ -78,6 +70,10 @@ def parse_variants(texts: list[str], shared_overrides: str | None) -> list[Varia
             raise _malformed(text, "expected at most three non-empty ':'-separated parts")
         else:  # PRESET, NAME:PRESET or NAME:PRESET:overrides
             name, config_name, own = (text, text, "") if len(parts) == 1 else (*parts, "")[:3]
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise _malformed(
+                text, f"variant name {name!r} must be a folder name (letters, digits, '.', '_', '-')"
+            )
         try:
             parse_config_overrides(own)
         except SettingError as error:
@@ -255,11 +251,8 @@ def run_ablation(settings: AblationSettings, extra: list[str]) -> dict[tuple[str
             command = settings.command(
                 "finetune-classification", *data, *shlex.split(settings.probe_args), *job
             )
-            _check(
-                f"The fine-tuning probe of {run_dir}",
-                run_process(command, run_dir / "probe.log"),
-                run_dir / "probe.log",
-            )
+            log = run_dir / "probe.log"
+            _check(f"The fine-tuning probe of {run_dir}", run_process(command, log), log)
     return records
 
 
