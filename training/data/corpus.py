@@ -311,24 +311,17 @@ class PreparationSettings:
     show_progress: bool = True
 
 
-def store_key(source: CorpusSource, encoder: TokenEncoder, sentences: bool) -> str:
-    """The fingerprint that names a store: input, tokenizer, segmentation and format version."""
-    identity = {
-        "version": STORE_VERSION,
-        "source": source.fingerprint(),
-        "tokenizer": encoder.fingerprint,
-        "sentences": sentences,
-    }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
-
-
 def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSettings, log=print) -> CorpusStore:
     """The store of ``source`` tokenized with ``tokenizer``: reused from the cache when it is there,
     otherwise prepared (in ``settings.num_workers`` processes) and cached."""
     encoder = TokenEncoder(tokenizer)
     cache_dir = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()
     name = Path(source.path).name if source.path else source.dataset_name.replace("/", "--")
-    folder = cache_dir / f"{name}-{store_key(source, encoder, settings.sentences)}"
+    # The store's name: a fingerprint of the input, the tokenizer, the segmentation and the format version.
+    identity = dict(version=STORE_VERSION, source=source.fingerprint(), sentences=settings.sentences)
+    identity["tokenizer"] = encoder.fingerprint
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+    folder = cache_dir / f"{name}-{key}"
     if settings.overwrite and folder.is_dir():
         shutil.rmtree(folder)
     if folder.is_dir():
