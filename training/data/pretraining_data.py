@@ -98,7 +98,8 @@ def wrap_sequence(body: list[int], packing: str, cls_id: int, sep_id: int) -> li
 def iter_nsp_examples(
     tokenized_documents: Sequence, cls: int, sep: int, max_seq_length: int, seed: int, short_seq_prob: float
 ) -> Iterator[dict]:
-    """The examples of :func:`nsp_examples`, one at a time (``tokenized_documents`` may be lazy)."""
+    """BERT's next-sentence pairs, one at a time: ``[CLS] A [SEP] B [SEP]`` where B continues A (label 0) or
+    comes from another document (label 1); ``tokenized_documents`` are lists of token-id segments."""
     rng = random.Random(seed)
     max_tokens = max_seq_length - 3
     for d, document in enumerate(tokenized_documents):
