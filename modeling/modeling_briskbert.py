@@ -63,9 +63,7 @@ def build_norm(config: BriskBertConfig, size: int | None = None) -> nn.Module:
     return NORMS[config.norm_type](size or config.hidden_size, config.layer_norm_eps, config.norm_bias)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Batch layout: which positions of a padded (batch, seq) batch the token-wise work runs on
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Batch layout: which positions of a padded (batch, seq) batch the token-wise work runs on -----------
 class PaddedLayout:
     """Every position of the (batch, seq) grid, padding included (classic BERT): every method is the identity."""
 
@@ -195,9 +193,7 @@ UNPADDERS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Embeddings
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Embeddings -----------------------------------------------------------------------------------------
 class LearnedPositionEmbedding(nn.Embedding):
     def __init__(self, config: BriskBertConfig):
         super().__init__(config.max_position_embeddings, config.embedding_width)
@@ -333,9 +329,7 @@ class BriskBertEmbeddings(nn.Module):
         return self.project(self.dropout(self.norm(embeddings)))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Position schemes applied inside attention (computed once per forward, shared by every layer)
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Position schemes applied inside attention (computed once per forward, shared by every layer) -------
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (Su et al. 2021): cos/sin tables per attention type, since local layers may use
     another base (`local_rope_theta`, ModernBERT)."""
@@ -415,9 +409,7 @@ class NoAttentionBias(nn.Module):
         return None
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Attention
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Attention ------------------------------------------------------------------------------------------
 def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
     batch, kv_heads, seq_len, head_dim = hidden_states.shape
     if n_rep == 1:
@@ -516,9 +508,7 @@ class BriskBertAttention(nn.Module):
         return self.dropout(self.out(attn_output)), attn_weights
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# MLP
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- MLP ------------------------------------------------------------------------------------------------
 class BriskBertMLP(nn.Module):
     """BERT's feed-forward block: up-projection, activation, down-projection."""
 
@@ -551,9 +541,7 @@ class BriskBertGatedMLP(nn.Module):
 MLPS = {"mlp": BriskBertMLP, "glu": BriskBertGatedMLP}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Layers: post-norm (BERT) and pre-norm bodies over the same sub-modules
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Layers: post-norm (BERT) and pre-norm bodies over the same sub-modules -----------------------------
 class BriskBertLayer(GradientCheckpointingLayer):
     def __init__(self, config: BriskBertConfig, layer_idx: int):
         super().__init__()
@@ -616,9 +604,7 @@ ATTENTION_MASKS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Pooling
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Pooling --------------------------------------------------------------------------------------------
 def first_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     return hidden_states[:, 0]
 
@@ -666,9 +652,7 @@ def build_token_transform(config: BriskBertConfig) -> nn.Module:
     return nn.Identity() if config.token_head_activation is None else TokenTransform(config)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Pretrained base
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Pretrained base ------------------------------------------------------------------------------------
 AUTO_MAP = {
     "AutoConfig": "configuration_briskbert.BriskBertConfig",
     "AutoModel": "modeling_briskbert.BriskBertModel",
@@ -728,9 +712,7 @@ class BriskBertPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The bare encoder
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- The bare encoder -----------------------------------------------------------------------------------
 DECODER_INPUTS = ("encoder_hidden_states", "encoder_attention_mask", "past_key_values", "use_cache")
 
 
@@ -822,9 +804,7 @@ class BriskBertModel(BriskBertPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled_output)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Heads
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Heads ----------------------------------------------------------------------------------------------
 def all_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
     return hidden_states, labels
 

@@ -95,9 +95,7 @@ class SourceFamily:
         return {**own, **{k: v for k, v in self.head_renames.get("*", {}).items() if k not in own}}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Source config.json -> BriskBert options
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- Source config.json -> BriskBert options ------------------------------------------------------------
 _SHARED_FIELDS = (
     "vocab_size",
     "max_position_embeddings",
@@ -260,9 +258,7 @@ def modernbert_fields(source: dict) -> dict:
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The families
-# ---------------------------------------------------------------------------------------------------------------
+# ---------- The families ---------------------------------------------------------------------------------------
 _BERT_HEAD_RENAMES = {
     "cls.predictions.transform.dense.": "head.dense.",
     "cls.predictions.transform.LayerNorm.": "head.norm.",
