@@ -1,21 +1,16 @@
-"""The files of one commit, indexed once and shared by every read of it: sorted paths plus a packed 61-byte
-record per file, so lookups and listing pages are bisections. ``IndexCache`` keeps recent ones within a budget.
-"""
+"""The files of one commit, indexed once and shared by every read of it: sorted paths and their entries, so
+lookups and listing pages are bisections. ``IndexCache`` keeps the most recently used revisions."""
 
 from __future__ import annotations
 
 import json
-import struct
 import threading
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from huggingface_hub.utils.sha import git_hash as git_blob_oid  # git's blob sha1 of some content
-
-_RECORD = struct.Struct("<32s20sQ?")  # sha256, git blob sha1, size, stored as LFS
-_PER_FILE_COST = 160  # bytes: the record, the path's str object, list slots
 
 
 def lfs_pointer(sha256: str, size: int) -> bytes:
@@ -40,7 +35,7 @@ def looks_like_lfs(path: str, size: int, sample: bytes) -> bool:
     return path.lower().endswith(LFS_SUFFIXES) or size > LFS_MIN_SIZE or b"\0" in sample[:8000]
 
 
-@dataclass
+@dataclass(slots=True)
 class FileEntry:
     path: str
     sha256: str
@@ -70,42 +65,23 @@ class RevisionIndex:
     """One commit: its metadata (``commit``, without the file table) and its files."""
 
     def __init__(self, commit: dict, files: dict[str, dict]):
-        self.commit = {k: v for k, v in commit.items() if k != "files"}
+        self.commit = commit
         self.paths = sorted(files)
-        self._records = b"".join(
-            _RECORD.pack(
-                bytes.fromhex(e["sha256"]), bytes.fromhex(e["git_oid"]), int(e["size"]), bool(e["lfs"])
-            )
-            for e in (files[p] for p in self.paths)
-        )
-        self._paths_cost = sum(len(p) for p in self.paths) + _PER_FILE_COST * len(self.paths)
+        self._entries = [FileEntry(path, **files[path]) for path in self.paths]
         self._lock = threading.Lock()
         self._siblings: dict[bool, bytes] = {}
         self._card: dict | None = None
-        self.card_cost = 0
-
-    @property
-    def cost(self) -> int:
-        """Bytes this index holds, roughly: what the cache budget counts."""
-        return self._paths_cost + sum(len(s) for s in self._siblings.values()) + self.card_cost
-
-    def _entry(self, i: int) -> FileEntry:
-        sha256, git_oid, size, lfs = _RECORD.unpack_from(self._records, i * _RECORD.size)
-        return FileEntry(self.paths[i], sha256.hex(), size, git_oid.hex(), lfs)
 
     def get(self, path: str) -> FileEntry | None:
         i = bisect_left(self.paths, path)
-        return self._entry(i) if i < len(self.paths) and self.paths[i] == path else None
+        return self._entries[i] if i < len(self.paths) and self.paths[i] == path else None
 
     def has_folder(self, folder: str) -> bool:
         i = bisect_left(self.paths, folder + "/")
         return i < len(self.paths) and self.paths[i].startswith(folder + "/")
 
-    def entries(self) -> Iterator[FileEntry]:
-        return (self._entry(i) for i in range(len(self.paths)))
-
     def as_dict(self) -> dict[str, FileEntry]:
-        return {e.path: e for e in self.entries()}
+        return dict(zip(self.paths, self._entries, strict=True))
 
     # ---- listings ---------------------------------------------------------------------------------
     def page(
@@ -128,7 +104,7 @@ class RevisionIndex:
                 if not before.startswith(sub + "/"):
                     out.append(Folder(sub))
             if recursive or len(parts) == 1:
-                out.append(self._entry(i))
+                out.append(self._entries[i])
                 i += 1
             else:  # a non-recursive listing skips the rest of the sub-folder at once
                 i = bisect_left(self.paths, _after(prefix + parts[0]), i)
@@ -140,7 +116,7 @@ class RevisionIndex:
         with self._lock:
             if with_blobs not in self._siblings:
                 self._siblings[with_blobs] = json.dumps(
-                    [_sibling(e, with_blobs) for e in self.entries()]
+                    [_sibling(e, with_blobs) for e in self._entries]
                 ).encode()
             return self._siblings[with_blobs]
 
@@ -150,7 +126,6 @@ class RevisionIndex:
             if self._card is None:
                 readme = self.get("README.md")
                 self._card = load(readme) if readme is not None else {}
-                self.card_cost = len(json.dumps(self._card, default=str)) * 4
             return self._card
 
 
@@ -164,47 +139,34 @@ def _sibling(entry: FileEntry, with_blobs: bool) -> dict:
 
 
 class IndexCache:
-    """Recently used ``RevisionIndex``es within ``budget`` bytes. Builds run one at a time, and a request for an
-    index being built waits for that build: a build holds a whole file table in memory (and is CPU work the GIL
+    """The ``size`` most recently used ``RevisionIndex``es. Builds run one at a time, and a request for an index
+    being built waits for that build: a build holds a whole file table in memory (and is CPU work the GIL
     serialises anyway), so requests for many large revisions at once cost one build's memory."""
 
-    def __init__(self, budget: int):
-        self.budget = budget
+    def __init__(self, size: int):
+        self.size = size
         self._items: OrderedDict[tuple, RevisionIndex] = OrderedDict()
         self._lock = threading.Lock()  # the items
         self._one_build = threading.Lock()
         self.builds = 0  # how many indexes were built (tests read it)
 
-    def get(self, key: tuple, build: Callable[[], RevisionIndex]) -> RevisionIndex:
+    def _cached(self, key: tuple) -> RevisionIndex | None:
         with self._lock:
-            index = self._items.get(key)
-            if index is not None:
+            if key in self._items:
                 self._items.move_to_end(key)
-                self._evict(keep=key)  # its sibling list and card may have grown since
-                return index
-        with self._one_build:
-            with self._lock:
-                if key in self._items:  # built while this request waited
-                    return self._items[key]
-            index = build()
-            with self._lock:
-                self.builds += 1
-                self._items[key] = index
-                self._evict(keep=key)
+            return self._items.get(key)
+
+    def get(self, key: tuple, build: Callable[[], RevisionIndex]) -> RevisionIndex:
+        index = self._cached(key)
+        if index is not None:
             return index
-
-    def drop(self, prefix: tuple) -> None:
-        """Forget every index whose key starts with ``prefix`` (a deleted repo)."""
-        with self._lock:
-            for key in [k for k in self._items if k[: len(prefix)] == prefix]:
-                del self._items[key]
-
-    def _evict(self, keep: tuple) -> None:
-        total = sum(index.cost for index in self._items.values())
-        for key in list(self._items):
-            if total <= self.budget:
-                break
-            if key != keep:
-                total -= self._items.pop(key).cost
-        if total > self.budget and keep in self._items:
-            del self._items[keep]  # larger than the whole budget: served, but not kept
+        with self._one_build:
+            index = self._cached(key)
+            if index is None:  # not built while this request waited
+                index = build()
+                with self._lock:
+                    self.builds += 1
+                    self._items[key] = index
+                    if len(self._items) > self.size:
+                        self._items.popitem(last=False)
+            return index

@@ -139,7 +139,9 @@ class HubServer:
         self._data_lock = _lock_data_dir(Path(data_dir))
         try:
             self.storage = Storage(
-                data_dir, max_repo_files=limits.max_repo_files, index_cache_bytes=limits.index_cache_bytes
+                data_dir,
+                max_repo_files=limits.max_repo_files,
+                index_cache_revisions=limits.index_cache_revisions,
             )
             self.socket = socket.create_server(address, backlog=64)  # bound now: a port in use fails here
         except BaseException:

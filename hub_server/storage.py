@@ -13,7 +13,6 @@ Layout under ``data_dir``::
 Crash consistency: ``refs.json`` is replaced only after the blobs, the file table and the commit are on disk,
 and a commit is served only while a ref reaches it, so an interrupted write leaves at most unreferenced files,
 which the next collection removes. Whether a repo exists, and who may see it, is answered from memory.
-Older data folders (mixed-case folders, files inside ``commits/<id>.json``) are read as well.
 """
 
 from __future__ import annotations
@@ -195,13 +194,13 @@ def _now() -> str:
 class Storage:
     """Thread-safe storage for one server process. All writes go through ``tmp/`` and ``os.replace``."""
 
-    def __init__(self, data_dir, *, max_repo_files: int = 100_000, index_cache_bytes: int = 64 << 20):
+    def __init__(self, data_dir, *, max_repo_files: int = 100_000, index_cache_revisions: int = 8):
         self.root = Path(data_dir).resolve()
         self._blobs = str(self.root / "blobs")
         for sub in ("blobs", "tmp", "repos"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.max_repo_files = max_repo_files
-        self.indexes = IndexCache(index_cache_bytes)
+        self.indexes = IndexCache(index_cache_revisions)
         self._repos: dict[tuple[str, str], RepoRecord] = {}
         self._verified: dict[str, tuple] = {}  # blobs whose content matched, with the status they had then
         # The commits each repo's refs reach, per set of heads; blobs uploaded for a commit to come, with when.
@@ -229,9 +228,12 @@ class Storage:
         bad_refs = _check_file(folder / "refs.json", _refs_problem)[1]
         repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
         try:
-            target = self._folder_of(repo_type, repo_id)
+            validate_repo_id(repo_id)
         except BadRequest:
             logger.warning("%s is not a valid repo id: not served", repo_id)
+            return None
+        if folder != self._folder_of(repo_type, repo_id):  # e.g. a mixed-case folder of an older version
+            logger.warning("%s is not where %s belongs (%s): not served", folder, repo_id, repo_key(repo_id))
             return None
         problems = {name: why for name, why in (("meta.json", bad_meta), ("refs.json", bad_refs)) if why}
         for name, why in problems.items():
@@ -239,13 +241,6 @@ class Storage:
         if problems:
             what = "; ".join(f"{name}: {why}" for name, why in problems.items())
             return RepoRecord(repo_type, repo_id, meta.get("private", True), None, what)
-        if folder != target:  # a folder from before repo ids were case-insensitive
-            if target.exists():
-                logger.warning("%s differs from %s only in case: not served", folder, target)
-                return None
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(folder, target)
-            self._write_atomic(target / "meta.json", json.dumps({**meta, "id": repo_id}).encode())
         return RepoRecord(repo_type, repo_id, meta["private"], meta.get("created_at"))
 
     def _write_atomic(self, target: Path, data: bytes) -> None:
@@ -357,10 +352,8 @@ class Storage:
 
     # ---- repos --------------------------------------------------------------------------------
     def _folder_of(self, repo_type: str, repo_id: str) -> Path:
-        if repo_type not in REPO_TYPES:
-            raise BadRequest(f"Invalid repo type {repo_type!r}", code="InvalidRepoType")
-        ns, name = validate_repo_id(repo_id)  # letters, digits and -_. only: the path stays inside root
-        return self.root / "repos" / f"{repo_type}s" / repo_key(ns) / repo_key(name)
+        # Ids are checked where they arrive (a request, or a meta.json at start-up): the path stays inside root.
+        return self.root / "repos" / f"{repo_type}s" / repo_key(repo_id)
 
     def lookup(self, repo_type: str, repo_id: str) -> RepoRecord | None:
         """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
@@ -381,10 +374,10 @@ class Storage:
     def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
         d = self.require(repo_type, repo_id)
         with self._lock:
-            record = self.meta(repo_type, repo_id)
-            meta = self._read_json(d / "meta.json", repo_not_found(repo_type, repo_id))
-            self._write_atomic(d / "meta.json", json.dumps({**meta, "private": bool(private)}).encode())
-            self._repos[(repo_type, repo_key(repo_id))] = replace(record, private=bool(private))
+            record = replace(self.meta(repo_type, repo_id), private=private)
+            meta = {"id": record.repo_id, "private": private, "created_at": record.created_at}
+            self._write_atomic(d / "meta.json", json.dumps(meta).encode())
+            self._repos[(repo_type, repo_key(repo_id))] = record
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
         """Create a repo whose initial commit holds ``.gitattributes``; None if it exists (in any case)."""
@@ -408,18 +401,15 @@ class Storage:
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
         """Delete a repo, a damaged one too (the way to be rid of it)."""
-        if self.lookup(repo_type, repo_id) is None:
-            raise repo_not_found(repo_type, repo_id)
         d = self._folder_of(repo_type, repo_id)
         with self._lock:
             if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
-                raise repo_not_found(repo_type, repo_id)  # deleted by a racing request
+                raise repo_not_found(repo_type, repo_id)
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # atomic disappearance; then its blobs no other repo names
             shutil.rmtree(trash, ignore_errors=True)
             self._reached.pop(d, None)
             self._collect_blobs()
-        self.indexes.drop((repo_type, repo_key(repo_id)))
 
     def refs(self, repo_type: str, repo_id: str) -> dict:
         # Read from the disk: a repo deleted since it was looked up is a 404, never a half-made commit.
@@ -444,18 +434,13 @@ class Storage:
                 return refs[kind][name]
         raise RevisionNotFound(f"Invalid rev id: {revision}")
 
-    def _commit(self, d: Path, commit_id: str, with_files: bool = False) -> dict:
-        """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``), with its
-        ``files`` table if asked (older data folders kept it inside the commit)."""
+    def _commit(self, d: Path, commit_id: str, folder: str = "commits") -> dict:
+        """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``), or with
+        ``folder="trees"`` its file table."""
         missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
         if not COMMIT_ID_RE.fullmatch(commit_id):
             raise missing
-        commit = self._read_json(d / "commits" / f"{commit_id}.json", missing)
-        if with_files and "files" not in commit:
-            commit["files"] = self._read_json(d / "trees" / f"{commit_id}.json", missing)
-        elif not with_files:
-            commit.pop("files", None)
-        return commit
+        return self._read_json(d / folder / f"{commit_id}.json", missing)
 
     def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
         return self._commit(self.require(repo_type, repo_id), commit_id)
@@ -464,9 +449,9 @@ class Storage:
         d = self.require(repo_type, repo_id)
 
         def build() -> RevisionIndex:
-            commit = self._commit(d, commit_id, with_files=True)
+            commit, files = self._commit(d, commit_id), self._commit(d, commit_id, "trees")
             try:
-                return RevisionIndex(commit, commit["files"])
+                return RevisionIndex(commit, files)
             except (AttributeError, KeyError, TypeError, ValueError) as e:
                 tree = d / "trees" / f"{commit_id}.json"
                 raise self._damaged(tree, f"not a file table ({type(e).__name__}: {e})") from None
@@ -567,7 +552,7 @@ class Storage:
                 table[name] = target
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
             if target is None:
-                self._collect(repo_type, repo_id, d, refs)
+                self._collect(d, refs)
 
     # ---- collection: what no ref reaches is removed ------------------------------------------------------
     def _reachable(self, d: Path, refs: dict) -> frozenset[str]:
@@ -586,7 +571,7 @@ class Storage:
         self._reached[d] = (heads, frozenset(seen))
         return self._reached[d][1]
 
-    def _collect(self, repo_type: str, repo_id: str, d: Path, refs: dict) -> None:
+    def _collect(self, d: Path, refs: dict) -> None:
         """After a ref was deleted (under the lock, ``refs.json`` written): remove the commits no ref reaches,
         their file tables, then the blobs no reachable commit names. Each step removes only what nothing that
         stays refers to, so a crash leaves a whole store; the next collection removes what it left."""
@@ -595,7 +580,6 @@ class Storage:
             for path in (d / folder).glob("*.json"):
                 if path.stem not in keep:
                     path.unlink(missing_ok=True)
-                    self.indexes.drop((repo_type, repo_key(repo_id), path.stem))
         self._collect_blobs()
 
     def _collect_blobs(self) -> None:
@@ -608,7 +592,7 @@ class Storage:
             for refs_file in (self.root / "repos").glob("*/*/*/refs.json"):
                 d = refs_file.parent
                 for cid in self._reachable(d, self._read_json(refs_file, BadRequest("gone"))):
-                    named.update(entry["sha256"] for entry in self._commit(d, cid, True)["files"].values())
+                    named.update(entry["sha256"] for entry in self._commit(d, cid, "trees").values())
         except (HubError, OSError, KeyError, TypeError, AttributeError) as e:
             logger.warning("blobs not collected: %s", e)
             return

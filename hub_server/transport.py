@@ -26,7 +26,7 @@ _UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
 @dataclass(frozen=True)
 class ServerLimits:
     """Resource limits (docs/security.md): memory per request is bounded by the body caps, the ndjson line cap
-    and the head cap; the caches by ``index_cache_bytes`` and ``request_log_entries``."""
+    and the head cap; the caches by ``index_cache_revisions`` and ``request_log_entries``."""
 
     max_json_bytes: int = 16 << 20  # a JSON body from a caller with a valid token
     max_public_body_bytes: int = 1 << 20  # any body from a caller without one (e.g. /api/validate-yaml)
@@ -41,7 +41,7 @@ class ServerLimits:
     max_connections: int = 64
     max_repo_files: int = 100_000  # files in one revision (the Hub advises staying under 100k)
     max_paths_per_request: int = 10_000  # paths-info
-    index_cache_bytes: int = 64 << 20  # per-revision file indexes kept in memory (LRU)
+    index_cache_revisions: int = 8  # the file indexes of the most recently read revisions kept in memory
     request_log_entries: int = 4096  # the in-memory request log keeps the last N requests
     yaml: YamlLimits = YamlLimits()
 
@@ -141,8 +141,9 @@ def json_response(obj, status: int = 200, headers: dict | None = None) -> Respon
 
 # ---- strict parsers ------------------------------------------------------------------------------------
 def header_safe(text: str, limit: int = 300) -> str:
-    """A header value that cannot split or end the header block: printable ASCII only, bounded."""
-    return _UNSAFE_HEADER_CHARS.sub("?", str(text))[:limit]
+    """A header value that cannot split or end the header block: printable ASCII only, bounded (and, as h11
+    requires, without a space at either end)."""
+    return _UNSAFE_HEADER_CHARS.sub("?", str(text))[:limit].strip()
 
 
 def parse_json(raw: bytes, what: str):
