@@ -4,7 +4,7 @@ agrees with the fp32 model on real text, in a folder whose `quantization.json` a
 `inference` runs an ONNX folder batched by length, `job` times the candidates and keeps one.
 """
 
-from .request import QuantizationRefused, QuantizeRequest
+from .request import QuantizeRequest
 
 
 def __getattr__(name: str):
@@ -16,4 +16,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["QuantizationRefused", "QuantizeRequest", "quantize"]
+__all__ = ["QuantizeRequest", "quantize"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from briskbert.errors import SettingError
+from briskbert.errors import SettingError, UserError
 from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.files import staged_folder
 from briskbert.hub_cards.card import QUANTIZATION_FILE
@@ -58,7 +58,7 @@ from .backends import (
     torch_precision,
 )
 from .inference import length_batches
-from .request import QuantizationRefused, QuantizeRequest
+from .request import QuantizeRequest
 
 README_FILE = "README.md"
 CANDIDATES = ".candidates"  # inside the staged folder: every candidate's files, until one is kept
@@ -326,7 +326,7 @@ def quantization_facts(
 
 def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) -> dict:
     """Builds the candidates, measures them, and writes the kept one to `request.output_dir` (whole, or not at
-    all); returns what its quantization.json says. Raises QuantizationRefused when the requested backend is
+    all); returns what its quantization.json says. Raises UserError, nothing written, when the requested backend is
     beyond the thresholds."""
     model, architecture, embedding, batches, timing, labelled = prepare(request)
     with torch.inference_mode():
@@ -347,7 +347,7 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
                 if request.backend == "onnx"
                 else "torch_scheme int8-weight-only or keep_fp32 with the most sensitive modules"
             )
-            raise QuantizationRefused(
+            raise UserError(
                 f"the int8 model disagrees with the fp32 one on {examples} text pairs ({note}); nothing was "
                 f"written to {request.output_dir}. Try {hint}, or lower the threshold if this is acceptable."
             )

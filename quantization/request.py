@@ -5,16 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
 
 # auto: time the others on the sample text and keep the fastest within tolerance. fp32: the model as it is (briskbert's
 # unpadded fast path); onnx-fp32: the fused fp32 graph; onnx: the fused graph with int8 matmuls; torch: torchao int8.
 BACKENDS = ("auto", "fp32", "onnx-fp32", "onnx", "torch")
 TORCH_SCHEMES = ("int8-weight-only", "int8-dynamic")
-
-
-class QuantizationRefused(UserError):
-    """The int8 model disagrees with the fp32 one beyond the thresholds; nothing was written."""
 
 
 @dataclass(frozen=True)
