@@ -1,14 +1,8 @@
-"""The whole briskbert flow on the bundled data, end to end, offline:
-
- 1. train a WordPiece tokenizer on the WikiText-2 excerpt,
- 2. pretrain a small modern encoder (RoPE + RMSNorm + pre-norm + GeGLU + GQA + local/global attention) with MLM,
- 3. convert the real all-MiniLM-L6-v2 BERT checkpoint,
- 4. fine-tune an SST-2 sentiment classifier from each of the two and compare them (and with the
-    majority-class baseline of the same validation rows),
- 5. start the local Hub on 127.0.0.1 and publish the more accurate classifier (the first on a tie) with its card,
- 6. load it back by repo id in a fresh process with AutoModelForSequenceClassification / AutoTokenizer
-    (trust_remote_code=True) and classify a few sentences with pipeline(),
- 7. print the metrics, the predictions and where every artefact is, and stop the server.
+"""The whole briskbert flow on the bundled data, end to end, offline: train a WordPiece tokenizer on the
+WikiText-2 excerpt, pretrain a small modern encoder (RoPE, RMSNorm, pre-norm, GeGLU, GQA, local/global
+attention) with MLM, convert the real all-MiniLM-L6-v2 checkpoint, fine-tune an SST-2 classifier from each and
+compare them with the majority-class baseline, publish the more accurate one (the first on a tie) to the local
+Hub, load it back by repo id in a fresh process with pipeline(), and print where every artefact is.
 
 Each step is one of the project's jobs, run as a user would run it. Run it again and a step whose output
 is complete is skipped; after Ctrl-C (a training job saves a checkpoint first) the next run continues. Each
