@@ -271,17 +271,20 @@ class Steps:
         self.mark(name)  # again: convert replaces its folder whole
 
     def run(self, title: str, command: list[str], env: dict, capture=False, **popen) -> str | None:
-        """Run ``command`` to its end (its stdout when ``capture``). The job gets a Ctrl-C from the terminal and
-        stops on its own terms (a training job saves a checkpoint); the quickstart waits, then exits 130."""
-        interrupted = []
-        previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.append(number))
+        """Run ``command`` to its end (its stdout when ``capture``). An interrupted job stops on its own terms (a
+        training job saves a checkpoint); the quickstart waits for it, then exits 130."""
+        interrupted, stops = [], (signal.SIGINT, signal.SIGTERM)
+        # Noted, not raised: the job gets the terminal's Ctrl-C (or the group's SIGTERM) and must not be killed
+        # while it saves its checkpoint.
+        previous = {number: signal.signal(number, lambda n, frame: interrupted.append(n)) for number in stops}
         started = time.perf_counter()
         try:
             stdout = subprocess.PIPE if capture else None
             process = subprocess.run(command, env={**os.environ, **env}, text=True, stdout=stdout, **popen)
         finally:
-            signal.signal(signal.SIGINT, previous)
-        if interrupted or process.returncode in (130, -signal.SIGINT):
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+        if interrupted or process.returncode in (130, 143, -signal.SIGINT, -signal.SIGTERM):
             print(
                 f"\nquickstart: interrupted during '{title}'. Run the same command again to continue (a "
                 "training job from its last checkpoint; finished steps are skipped).",
