@@ -106,12 +106,9 @@ class DeleteFolder:
 CommitOperation = AddFile | DeleteFile | DeleteFolder
 
 
-def _apply(files: dict[str, FileEntry], op: CommitOperation, has_blob) -> None:
-    if isinstance(op, AddFile):
-        entry = op.entry
-        if not has_blob(entry.sha256, entry.size):
-            raise errors.Unprocessable(f"Content of {entry.path} (sha256 {entry.sha256}) was never uploaded")
-        files[entry.path] = entry
+def _apply(files: dict[str, FileEntry], op: CommitOperation) -> None:
+    if isinstance(op, AddFile):  # its blob was stored, or found, when the protocol made the entry
+        files[op.entry.path] = op.entry
     elif isinstance(op, DeleteFile):
         if op.path not in files:
             raise EntryNotFound(f"A file with this name doesn't exist: {op.path}")
@@ -196,7 +193,6 @@ class Storage:
 
     def __init__(self, data_dir, *, max_repo_files: int = 100_000, index_cache_revisions: int = 8):
         self.root = Path(data_dir).resolve()
-        self._blobs = str(self.root / "blobs")
         for sub in ("blobs", "tmp", "repos"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.max_repo_files = max_repo_files
@@ -227,13 +223,12 @@ class Storage:
         meta, bad_meta = _check_file(folder / "meta.json", _meta_problem)
         bad_refs = _check_file(folder / "refs.json", _refs_problem)[1]
         repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
-        try:
-            validate_repo_id(repo_id)
+        try:  # a valid id, in its folder (not, say, a mixed-case folder of an older version)
+            served = validate_repo_id(repo_id) and folder == self._folder_of(repo_type, repo_id)
         except BadRequest:
-            logger.warning("%s is not a valid repo id: not served", repo_id)
-            return None
-        if folder != self._folder_of(repo_type, repo_id):  # e.g. a mixed-case folder of an older version
-            logger.warning("%s is not where %s belongs (%s): not served", folder, repo_id, repo_key(repo_id))
+            served = False
+        if not served:
+            logger.warning("%s does not hold a repo of this layout (%s): not served", folder, repo_id)
             return None
         problems = {name: why for name, why in (("meta.json", bad_meta), ("refs.json", bad_refs)) if why}
         for name, why in problems.items():
@@ -261,17 +256,16 @@ class Storage:
         return damaged(f"{ns}/{name}", f"{'/'.join(inside)}: {why}")
 
     # ---- blobs --------------------------------------------------------------------------------
-    def _blob_file(self, sha256: str) -> str:
-        if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
-            raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
-        return f"{self._blobs}/{sha256[:2]}/{sha256}"
-
     def blob_path(self, sha256: str) -> Path:
-        return Path(self._blob_file(sha256))
+        if not isinstance(sha256, str) or not SHA256_RE.fullmatch(
+            sha256
+        ):  # an oid a client sent, or a tree's
+            raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
+        return self.root / "blobs" / sha256[:2] / sha256
 
     def has_blob(self, sha256: str, size: int | None = None) -> bool:
-        try:  # a plain string path: this runs once or twice for every file of a commit
-            found = os.stat(self._blob_file(sha256))
+        try:
+            found = self.blob_path(sha256).stat()
         except FileNotFoundError:
             return False
         return stat.S_ISREG(found.st_mode) and (size is None or found.st_size == size)
@@ -372,11 +366,10 @@ class Storage:
         return record
 
     def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
-        d = self.require(repo_type, repo_id)
         with self._lock:
             record = replace(self.meta(repo_type, repo_id), private=private)
             meta = {"id": record.repo_id, "private": private, "created_at": record.created_at}
-            self._write_atomic(d / "meta.json", json.dumps(meta).encode())
+            self._write_atomic(self._folder_of(repo_type, repo_id) / "meta.json", json.dumps(meta).encode())
             self._repos[(repo_type, repo_key(repo_id))] = record
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
@@ -511,7 +504,7 @@ class Storage:
                 )
             files = self.index(repo_type, repo_id, head).as_dict()
             for op in operations:
-                _apply(files, op, self.has_blob)
+                _apply(files, op)
             if len(files) > self.max_repo_files:
                 raise errors.PayloadTooLarge(
                     f"This commit would leave {len(files)} files in {repo_id}; a revision holds at most "
@@ -596,6 +589,6 @@ class Storage:
         except (HubError, OSError, KeyError, TypeError, AttributeError) as e:
             logger.warning("blobs not collected: %s", e)
             return
-        for path in Path(self._blobs).glob("*/*"):
+        for path in (self.root / "blobs").glob("*/*"):
             if path.name not in named:
                 path.unlink(missing_ok=True)
