@@ -27,11 +27,10 @@ from briskbert.training.data.pretraining_data import (
     split_document_indices,
     stored_nsp_examples,
 )
-from briskbert.training.engine.checkpointing import resolve_checkpoint
+from briskbert.training.engine.checkpointing import check_finite_weights, resolve_checkpoint, weights_file
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.evaluation import evaluation_loop
 from briskbert.training.engine.facts import JobFacts, base_model_id
-from briskbert.training.engine.finite import check_finite_weights, weights_file
 from briskbert.training.engine.loop import seed_everything
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.tasks.finetuning import check_positions
@@ -297,11 +296,9 @@ def mlm_batch_stats(batch: dict, outputs) -> dict:
         logits = outputs.logits
     if logits.dim() == 3:  # a model that decodes every position
         logits = logits[masked]
-    targets = labels[masked]
-    rows = masked.nonzero()[:, 0]
-    n = labels.shape[0]
+    targets, rows = labels[masked], masked.nonzero()[:, 0]
     ce = F.cross_entropy(logits.float(), targets, reduction="none")
-    zeros = torch.zeros(n, device=labels.device)
+    zeros = torch.zeros(labels.shape[0], device=labels.device)
     stats = {
         "loss_sum": zeros.index_add(0, rows, ce),
         "correct": zeros.index_add(0, rows, (logits.argmax(-1) == targets).float()),
@@ -312,22 +309,6 @@ def mlm_batch_stats(batch: dict, outputs) -> dict:
             outputs.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]
         ).float()
     return stats
-
-
-def evaluate_mlm(model, dataloader, accelerator) -> dict:
-    """Token-weighted MLM loss, accuracy and perplexity over all masked validation tokens; NSP accuracy."""
-    stats = evaluation_loop(model, dataloader, accelerator, mlm_batch_stats)
-    count = stats["count"].sum().item()
-    loss = stats["loss_sum"].sum().item() / count
-    metrics = {
-        "loss": loss,
-        "accuracy": stats["correct"].sum().item() / count,
-        "perplexity": math.exp(min(loss, 50.0)),
-        "masked_tokens": count,
-    }
-    if "nsp_correct" in stats:
-        metrics["nsp_accuracy"] = stats["nsp_correct"].mean().item()
-    return metrics
 
 
 class PretrainingTask(Task):
@@ -384,7 +365,19 @@ class PretrainingTask(Task):
         return count_masked_tokens(batch)
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
-        return evaluate_mlm(model, dataloader, accelerator)
+        """Token-weighted MLM loss, accuracy and perplexity over all masked validation tokens; NSP accuracy."""
+        stats = evaluation_loop(model, dataloader, accelerator, mlm_batch_stats)
+        count = stats["count"].sum().item()
+        loss = stats["loss_sum"].sum().item() / count
+        metrics = {
+            "loss": loss,
+            "accuracy": stats["correct"].sum().item() / count,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "masked_tokens": count,
+        }
+        if "nsp_correct" in stats:
+            metrics["nsp_accuracy"] = stats["nsp_correct"].mean().item()
+        return metrics
 
     def facts(self) -> JobFacts:
         settings = self.settings
