@@ -4,7 +4,6 @@ Accelerator and hand-written folders. The loop-level behaviour (resume after a k
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,12 +16,10 @@ from briskbert.training.engine.checkpointing import (
     RunIdentity,
     TrainingState,
     check_output_dir,
-    check_same_run,
     checkpoint_dirs,
     checkpoint_problem,
     clear_previous_run,
     dataset_fingerprint,
-    drop_tied_copies,
     load_checkpoint,
     remove_partial_folders,
     resolve_checkpoint,
@@ -80,18 +77,6 @@ def test_differences_name_each_changed_argument_data_and_model():
     assert identity(arguments={"learning_rate": 0.001}).differences(saved) == [
         "--seed 1 in the checkpoint, None now"
     ]
-    assert identity(processes=2).differences(identity(processes=2)) == []
-    assert identity(processes=2).differences(identity(processes=1)) == [
-        "it was written by 1 process(es), this launch has 2 (the global batch and each process's random state "
-        "would differ: launch it on 1 process(es))"
-    ]
-
-
-def test_check_same_run_refuses_another_runs_checkpoint(tmp_path):
-    identity().save(tmp_path)
-    check_same_run(tmp_path, identity())
-    with pytest.raises(SettingError, match=r"belongs to another run: --seed 1 in the checkpoint, 2 now\. "):
-        check_same_run(tmp_path, identity(arguments={"learning_rate": 0.001, "seed": 2}))
 
 
 # ------------------------------------------------------------------------------------------ fingerprint
@@ -226,21 +211,6 @@ def test_a_random_state_file_without_every_generators_state_is_a_problem_naming_
     assert checkpoint_problem(tmp_path).endswith(
         "random_states_0.pkl does not load (it lacks numpy_random_seed)"
     )
-
-
-def test_a_checkpoint_leaves_out_only_the_weights_that_share_their_tied_sources_storage():
-    # DDP's "module." prefix; "head" is tied by name to "stem" but holds its own copy, "extra" has no source saved
-    tied = {"decoder.weight": "embed.weight", "head.weight": "stem.weight", "extra.weight": "absent.weight"}
-    embed = torch.zeros(2)
-    state = {f"module.{name}.weight": torch.zeros(2) for name in ("stem", "head", "extra")}
-    state |= {"module.embed.weight": embed, "module.decoder.weight": embed}
-    drop_tied_copies([SimpleNamespace(all_tied_weights_keys=tied)], [state], None)
-    assert sorted(state) == [
-        "module.embed.weight",
-        "module.extra.weight",
-        "module.head.weight",
-        "module.stem.weight",
-    ]
 
 
 def test_total_limit_keeps_the_newest_checkpoints_and_a_step_saved_again_replaces_it(tmp_path):

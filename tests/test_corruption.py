@@ -22,7 +22,7 @@ from briskbert import cli
 from briskbert.errors import SettingError, UserError
 from briskbert.files import MANIFEST_FILE, DiskFull
 from briskbert.training import TrainingDiverged, run
-from briskbert.training.engine import distributed
+from briskbert.training.engine import checkpointing
 from briskbert.training.engine.checkpointing import resolve_checkpoint
 
 CHECKPOINT_FILES = (
@@ -213,7 +213,7 @@ def test_a_final_save_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, mo
     def safetensors_full(folder, facts):  # the weights are written, then the disk fills
         raise Exception("Error while serializing: I/O error: No space left on device (os error 28)")
 
-    monkeypatch.setattr(distributed, "write_training_facts", safetensors_full)
+    monkeypatch.setattr(checkpointing, "write_training_facts", safetensors_full)
     with pytest.raises(DiskFull, match=rf"for {tmp_path / 'final'}: it needs about"):
         train(tmp_path, "--max_train_steps", "2")
     assert not (tmp_path / "final").exists() and not list(tmp_path.glob(".*partial"))

@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
-from briskbert.training.engine.distributed import own_class
+from briskbert.training.engine.checkpointing import own_class
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()

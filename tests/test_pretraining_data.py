@@ -25,7 +25,7 @@ from briskbert.training.data.pretraining_data import (
     split_document_indices,
     stored_nsp_examples,
 )
-from briskbert.training.engine.batches import EpochShuffleSampler
+from briskbert.training.engine.loop import EpochShuffleSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"

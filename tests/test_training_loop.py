@@ -29,10 +29,8 @@ from briskbert.training import (
 )
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.engine import loop
-from briskbert.training.engine.batches import EpochShuffleSampler, make_dataloader
 from briskbert.training.engine.evaluation import Evaluation
-from briskbert.training.engine.loop import create_accelerator
-from briskbert.training.engine.preparation import prepare
+from briskbert.training.engine.loop import EpochShuffleSampler, create_accelerator, make_dataloader, prepare
 from briskbert.training.engine.signals import SignalCatcher, report
 
 VOCAB = 120

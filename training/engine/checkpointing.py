@@ -1,4 +1,5 @@
-"""Checkpoints that resume exactly, and only the run they belong to.
+"""What a run writes and resumes from: checkpoints that resume exactly, and only the run they belong to, and
+model folders; neither ever holds NaN or infinite weights.
 
 ``output_dir/step_{N}`` holds ``accelerator.save_state``'s files, the :class:`TrainingState` and the run's
 :class:`RunIdentity`, written whole (partial folder, manifest, rename). A resume verifies each file (``latest``
@@ -7,6 +8,7 @@ skips a damaged checkpoint) and is refused when the run's arguments, data or mod
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -17,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from briskbert.errors import SettingError
+from briskbert.errors import SettingError, UserError
 from briskbert.files import (
     PARTIAL_SUFFIX,
     manifest_problem,
@@ -26,8 +28,10 @@ from briskbert.files import (
     space_for,
     write_manifest,
 )
+from briskbert.inputs import WEIGHT_FILES
 from briskbert.processes import to_argv
 from briskbert.training.engine.config import TrainingConfig
+from briskbert.training.engine.facts import TrainingFacts, write_training_facts
 
 logger = logging.getLogger(__name__)
 
@@ -323,40 +327,19 @@ def save_checkpoint(
 
 
 def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
-    """accelerate's ``save_state`` hook: leave out each weight tied to another, as ``save_pretrained`` does
-    (otherwise accelerate drops it itself, with a warning at every checkpoint)."""
-    for model, state in zip(models, weights):
-        model = getattr(model, "module", model)  # DDP
-        tied = getattr(getattr(model, "_orig_mod", model), "all_tied_weights_keys", None) or {}
-        for target, source in tied.items():
-            for key in [k for k in state if k == target or k.endswith("." + target)]:
-                twin = key.removesuffix(target) + source  # the same prefix (DDP's, torch.compile's)
-                if twin in state and state[twin].data_ptr() == state[key].data_ptr():
-                    del state[key]
+    """accelerate's ``save_state`` hook: keep one name per shared storage (a tied weight's source), as
+    ``save_pretrained`` does; accelerate would otherwise drop the copy itself, warning at every checkpoint."""
+    for state in weights:
+        seen = set()
+        for key, tensor in list(state.items()):
+            if tensor.numel() and tensor.data_ptr() in seen:
+                del state[key]
+            seen.add(tensor.data_ptr())
 
 
 def state_bytes(accelerator) -> int:
-    """About what a save of the accelerator's models and optimizers takes on disk."""
-    import torch
-
-    tensors = [p for model in accelerator._models for p in model.parameters()]
-    for optimizer in accelerator._optimizers:
-        states = getattr(optimizer, "optimizer", optimizer).state.values()
-        tensors += [t for state in states for t in state.values() if torch.is_tensor(t)]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def check_same_run(checkpoint: Path, identity: RunIdentity) -> None:
-    """Refuse to resume ``checkpoint`` with other arguments, data or model than its run had."""
-    saved = RunIdentity.load(checkpoint)
-    differences = identity.differences(saved) if saved is not None else []
-    if differences:
-        raise SettingError(
-            "resume_from_checkpoint",
-            f"{checkpoint} belongs to another run: {'; '.join(differences)}. Resume with the checkpoint's "
-            f"arguments and data, or start a new run (another {_flag('output_dir')}, or "
-            f"{_flag('overwrite_output_dir')}).",
-        )
+    """About what a checkpoint takes on disk: the weights and AdamW's two moments."""
+    return 3 * sum(p.numel() * p.element_size() for model in accelerator._models for p in model.parameters())
 
 
 def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_steps: int) -> None:
@@ -376,12 +359,20 @@ def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_
 
 
 def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:
-    """The checkpoint ``resume_from_checkpoint`` names, checked to belong to this run; None: start anew."""
+    """The checkpoint ``resume_from_checkpoint`` names, refused unless it belongs to this run (the same
+    arguments, data and model); None: start anew."""
     if not config.resume_from_checkpoint:
         return None
     checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
-    if checkpoint is not None:
-        check_same_run(checkpoint, identity)
+    saved = RunIdentity.load(checkpoint) if checkpoint is not None else None
+    differences = identity.differences(saved) if saved is not None else []
+    if differences:
+        raise SettingError(
+            "resume_from_checkpoint",
+            f"{checkpoint} belongs to another run: {'; '.join(differences)}. Resume with the checkpoint's "
+            f"arguments and data, or start a new run (another {_flag('output_dir')}, or "
+            f"{_flag('overwrite_output_dir')}).",
+        )
     return checkpoint
 
 
@@ -419,3 +410,96 @@ def resume_command(argv: list[str], checkpoint: Path | str) -> str:
         elif not arg.startswith(f"{resume[0]}="):
             kept.append(arg)
     return shlex.join([program, *kept, *resume])
+
+
+# -------------------------------------------------------------------------------------- model folders
+def save_model_folder(
+    accelerator, model, tokenizer, folder: Path, facts: TrainingFacts | None = None
+) -> None:
+    """``save_pretrained`` model, tokenizer and facts, whole or not at all; never with non-finite weights."""
+    accelerator.wait_for_everyone()
+    refuse_non_finite_weights(accelerator, model, f"{folder.name}/", folder.parent)
+    # The model itself, not torch.compile's wrapper (whose class cannot be swapped, nor saved as remote code).
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
+    # Sharded engines need their weights gathered; otherwise save_pretrained handles tied weights itself.
+    sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
+    state_dict = accelerator.get_state_dict(model) if sharded else None
+    weight_bytes = sum(p.numel() * p.element_size() for p in unwrapped.parameters())
+    if accelerator.is_main_process:
+        partial = partial_path(folder)
+        with space_for(folder, weight_bytes):  # a full disk: one line, and no partial folder left
+            partial.mkdir(parents=True, exist_ok=True)
+            with own_class(unwrapped):
+                unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(partial)
+            if facts is not None:
+                write_training_facts(partial, facts)
+            write_manifest(partial)  # synced files, then the manifest, then the rename
+        replace_folder(partial, folder)
+    accelerator.wait_for_everyone()
+
+
+@contextlib.contextmanager
+def own_class(model):
+    """During a save, an FSDP2-sharded model wears its own class again: ``save_pretrained`` copies the
+    remote-code files of the class it sees."""
+    sharded_class = type(model)
+    model.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
+    try:
+        yield model
+    finally:
+        model.__class__ = sharded_class
+
+
+# ------------------------------------------------------------------------------------- finite weights
+class TrainingDiverged(UserError):
+    """The loss, the gradient or the weights became NaN or infinite."""
+
+
+def non_finite_parameter(model) -> str | None:
+    """The first parameter holding a NaN or an infinity; None when all are finite."""
+    import torch
+
+    for name, parameter in model.named_parameters():
+        local = parameter.to_local() if hasattr(parameter, "to_local") else parameter  # an FSDP2 shard
+        if not bool(torch.isfinite(local.detach()).all()):
+            return name
+    return None
+
+
+def weights_file(folder: str | Path) -> str:
+    """The weight file of a model folder, for messages (the folder itself when none is found)."""
+    found = [Path(folder, name) for name in WEIGHT_FILES if Path(folder, name).is_file()]
+    return str(found[0] if found else folder)
+
+
+def check_finite_weights(model, source: str, setting: str | None = None) -> None:
+    """Refuse to train from ``model`` (loaded from ``source``, given as ``setting``) when a weight is not finite."""
+    name = non_finite_parameter(model)
+    if name is not None:
+        problem = (
+            f"{source}: the weight {name} holds NaN or infinite values (the run that wrote it diverged); "
+            "train from an earlier checkpoint or another model."
+        )
+        raise SettingError(setting, problem) if setting else UserError(problem)
+
+
+def refuse_non_finite_weights(accelerator, model, what: str, output_dir: Path) -> None:
+    """Never save NaN/inf weights as ``what`` (a checkpoint, best/ or final/); all processes agree."""
+    import torch
+
+    local = torch.tensor(float(non_finite_parameter(model) is not None), device=accelerator.device)
+    if accelerator.reduce(local, "max").item():
+        raise TrainingDiverged(
+            f"the weights became NaN or infinite, so {what} was not saved; {last_good_checkpoint(output_dir)}. "
+            "Lower learning_rate and keep max_grad_norm above 0."
+        )
+
+
+def last_good_checkpoint(output_dir: Path) -> str:
+    """Where to resume a diverged run from: the newest checkpoint that verifies."""
+    checkpoint = intact_checkpoint(output_dir)
+    if checkpoint is not None:
+        return f"the last good checkpoint is {checkpoint}"
+    return "no intact checkpoint was saved before (checkpointing_steps saves them)"

@@ -1,18 +1,10 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Gathering a batch's embeddings from every process (for losses whose negatives span the global batch), and
-saving a model however it is distributed."""
+"""Gathering a batch's embeddings from every process, for losses whose negatives span the global batch."""
 
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
 import torch
 import torch.distributed as dist
-
-from briskbert.files import partial_path, replace_folder, space_for, write_manifest
-from briskbert.training.engine.facts import TrainingFacts, write_training_facts
-from briskbert.training.engine.finite import refuse_non_finite_weights
 
 
 def world_size() -> int:
@@ -69,42 +61,3 @@ def gather_with_offset(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
         return tensor, 0
     sizes = _shard_sizes(tensor)
     return _gather(tensor, sizes), sum(sizes[: dist.get_rank()])
-
-
-@contextlib.contextmanager
-def own_class(model):
-    """During a save, an FSDP2-sharded model wears its own class again: ``save_pretrained`` copies the
-    remote-code files of the class it sees."""
-    sharded_class = type(model)
-    model.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
-    try:
-        yield model
-    finally:
-        model.__class__ = sharded_class
-
-
-def save_model_folder(
-    accelerator, model, tokenizer, folder: Path, facts: TrainingFacts | None = None
-) -> None:
-    """``save_pretrained`` model, tokenizer and facts, whole or not at all; never with non-finite weights."""
-    accelerator.wait_for_everyone()
-    refuse_non_finite_weights(accelerator, model, f"{folder.name}/", folder.parent)
-    # The model itself, not torch.compile's wrapper (whose class cannot be swapped, nor saved as remote code).
-    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
-    # Sharded engines need their weights gathered; otherwise save_pretrained handles tied weights itself.
-    sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
-    state_dict = accelerator.get_state_dict(model) if sharded else None
-    weight_bytes = sum(p.numel() * p.element_size() for p in unwrapped.parameters())
-    if accelerator.is_main_process:
-        partial = partial_path(folder)
-        with space_for(folder, weight_bytes):  # a full disk: one line, and no partial folder left
-            partial.mkdir(parents=True, exist_ok=True)
-            with own_class(unwrapped):
-                unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(partial)
-            if facts is not None:
-                write_training_facts(partial, facts)
-            write_manifest(partial)  # synced files, then the manifest, then the rename
-        replace_folder(partial, folder)
-    accelerator.wait_for_everyone()

@@ -13,9 +13,8 @@ from pathlib import Path
 import torch
 
 from briskbert.errors import SettingError
-from briskbert.training.engine.checkpointing import TrainingState
+from briskbert.training.engine.checkpointing import TrainingState, save_model_folder
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.distributed import save_model_folder
 from briskbert.training.engine.logging_utils import MetricsLog
 from briskbert.training.engine.task import Task
 

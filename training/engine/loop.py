@@ -9,31 +9,38 @@ checkpoint and exits 130 or 143.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from accelerate.utils import set_seed as seed_everything
+from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from briskbert.training.engine.batches import accumulation_windows, count_tokens
+from briskbert.errors import SettingError
 from briskbert.training.engine.checkpointing import (
     RunIdentity,
+    TrainingDiverged,
     TrainingState,
+    check_finite_weights,
     check_output_dir,
     check_overwrite_spares_inputs,
     check_steps_left,
     checkpoint_to_resume,
     clear_previous_run,
+    last_good_checkpoint,
     load_checkpoint,
+    refuse_non_finite_weights,
     remove_partial_folders,
     save_checkpoint,
+    save_model_folder,
+    weights_file,
 )
-from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.distributed import save_model_folder
+from briskbert.training.engine.config import TrainingConfig, TrainingSetupError
 from briskbert.training.engine.evaluation import Evaluation
 from briskbert.training.engine.facts import (
     FACTS_FILE,
@@ -42,12 +49,6 @@ from briskbert.training.engine.facts import (
     TrainingFacts,
     framework_versions,
     hardware_description,
-)
-from briskbert.training.engine.finite import (
-    DivergenceGuard,
-    check_finite_weights,
-    refuse_non_finite_weights,
-    weights_file,
 )
 from briskbert.training.engine.logging_utils import (
     COUNTER_SUFFIXES,
@@ -59,9 +60,9 @@ from briskbert.training.engine.logging_utils import (
     progress_bar,
     write_results,
 )
-from briskbert.training.engine.preparation import Prepared, check_datasets, input_sources, prepare
+from briskbert.training.engine.optim import create_optimizer, create_scheduler
 from briskbert.training.engine.signals import SignalCatcher, report
-from briskbert.training.engine.task import Task, count_examples
+from briskbert.training.engine.task import Task, TaskInputs, count_examples
 
 
 def create_accelerator(config: TrainingConfig):
@@ -139,57 +140,55 @@ def run(
     unread = torch.zeros(4, dtype=torch.float64, device=accelerator.device)
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf  # 0: measured, not clipped
     model.train()
-    with SignalCatcher() as signals, _closing_logs_on_error(accelerator, log, output_dir, progress):
-        while state.global_step < parts.max_train_steps:
-            step_start = time.perf_counter()  # the run's time counts training steps only (see TrainingState)
-            window = next(windows)
-            totals, grad_norm = _train_step(
-                accelerator, model, optimizer, window, task.count_items, guard, max_norm
-            )
-            scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
-            state.global_step += 1
-            state.wall_time_s += time.perf_counter() - step_start
-            unread += totals
-            progress.update(1)
-
-            step, last_step = state.global_step, state.global_step == parts.max_train_steps
-            if step % log_every == 0 or last_step:
-                _read(unread, state, interval, guard)
-                entry = interval.entry(state, parts.batches_per_epoch, scheduler.get_last_lr()[0], grad_norm)
-                log.append(entry)
-                progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
-                if accelerator.is_main_process:
-                    for callback in callbacks:
-                        callback(entry)
-            if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
-                _read(unread, state, interval, guard)
-                evaluation(accelerator, model, state, log)
-            stop_signal = signals.received(accelerator)
-            if stop_signal or _checkpoint_due(config.checkpointing_steps, state, parts.batches_per_epoch):
-                _read(unread, state, interval, guard)
-                refuse_non_finite_weights(accelerator, model, f"step_{step}", output_dir)
-                last_checkpoint = save_checkpoint(
-                    accelerator, output_dir, state, identity, config.checkpoints_total_limit
+    with SignalCatcher() as signals:
+        try:
+            while state.global_step < parts.max_train_steps:
+                step_start = time.perf_counter()  # the run's time counts training steps only (TrainingState)
+                window = next(windows)
+                totals, grad_norm = _train_step(
+                    accelerator, model, optimizer, window, task.count_items, guard, max_norm
                 )
-            if stop_signal:
-                break
+                scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
+                state.global_step += 1
+                state.wall_time_s += time.perf_counter() - step_start
+                unread += totals
+                progress.update(1)
+
+                step, last_step = state.global_step, state.global_step == parts.max_train_steps
+                if step % log_every == 0 or last_step:
+                    _read(unread, state, interval, guard)
+                    entry = interval.entry(
+                        state, parts.batches_per_epoch, scheduler.get_last_lr()[0], grad_norm
+                    )
+                    log.append(entry)
+                    progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
+                    if accelerator.is_main_process:
+                        for callback in callbacks:
+                            callback(entry)
+                if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
+                    _read(unread, state, interval, guard)
+                    evaluation(accelerator, model, state, log)
+                stop_signal = signals.received(accelerator)
+                if stop_signal or _checkpoint_due(config.checkpointing_steps, state, parts.batches_per_epoch):
+                    _read(unread, state, interval, guard)
+                    refuse_non_finite_weights(accelerator, model, f"step_{step}", output_dir)
+                    last_checkpoint = save_checkpoint(
+                        accelerator, output_dir, state, identity, config.checkpoints_total_limit
+                    )
+                if stop_signal:
+                    break
+        except (
+            Exception
+        ):  # a run stopped by an error still closes its bar, draws its curves, ends its trackers
+            progress.close()
+            _finish_logs(accelerator, log, output_dir)
+            raise
     progress.close()
     if stop_signal:
         _finish_logs(accelerator, log, output_dir)
         processes, main = accelerator.num_processes, accelerator.is_main_process
         raise report(stop_signal, last_checkpoint, state.global_step, processes, main)
     return _finish(config, accelerator, parts, inputs.tokenizer, state, log, task)
-
-
-@contextlib.contextmanager
-def _closing_logs_on_error(accelerator, log: MetricsLog, output_dir: Path, progress):
-    """A run stopped by an error still closes its progress bar, draws its curves and ends its trackers."""
-    try:
-        yield
-    except Exception:
-        progress.close()
-        _finish_logs(accelerator, log, output_dir)
-        raise
 
 
 def _open_run(
@@ -220,11 +219,199 @@ def _open_run(
     return log, state
 
 
+# ---------------------------------------------------------------------------- what the loop builds first
+def check_datasets(train_dataset, eval_dataset, config: TrainingConfig) -> None:
+    """Refuse an empty or too small training set, a streamed one without a step count or checkpointed by
+    epoch, and an empty evaluation set."""
+    if isinstance(train_dataset, IterableDataset):
+        if config.max_train_steps is None:
+            raise SettingError(
+                "max_train_steps", "is needed: a streaming (iterable) training set has no length."
+            )
+        if config.checkpointing_steps == "epoch":
+            raise SettingError(
+                "checkpointing_steps", "must be a number: a streaming training set has no epochs."
+            )
+    elif len(train_dataset) == 0:
+        raise TrainingSetupError("The training dataset is empty.")
+    elif len(train_dataset) < config.per_device_train_batch_size:
+        raise SettingError(
+            "per_device_train_batch_size",
+            f"{config.per_device_train_batch_size} is more than the {len(train_dataset)} examples of the "
+            "training dataset (fewer than one batch); add data or lower the batch size.",
+        )
+    if eval_dataset is not None and not isinstance(eval_dataset, IterableDataset) and len(eval_dataset) == 0:
+        raise TrainingSetupError("The evaluation dataset is empty.")
+
+
+def input_sources(inputs: TaskInputs) -> list[str]:
+    """Where the models (a distillation's teacher included) and the tokenizer were loaded from."""
+    loaded = [*inputs.model.modules(), inputs.tokenizer]
+    return [obj.name_or_path for obj in loaded if getattr(obj, "name_or_path", None)]
+
+
+@dataclass
+class Prepared:
+    """What the loop builds before the first step, prepared by Accelerate."""
+
+    model: object
+    optimizer: object
+    scheduler: object
+    train_dataloader: object
+    eval_dataloader: object
+    max_train_steps: int
+    num_warmup_steps: int
+    batches_per_epoch: int | None  # this process's batches per epoch; None for streamed data
+    global_batch_size: int
+    epoch_listeners: list  # sampler, collator, dataset: whichever has set_epoch(epoch)
+
+
+def prepare(config: TrainingConfig, accelerator, inputs: TaskInputs) -> Prepared:
+    """Dataloaders, optimizer, schedule; everything handed to Accelerate."""
+    model, train_dataset, data_collator = inputs.model, inputs.train_dataset, inputs.data_collator
+    if accelerator.distributed_type.value == "DEEPSPEED" and config.gradient_accumulation_steps > 1:
+        raise SettingError(
+            "gradient_accumulation_steps",
+            "must be 1 under DeepSpeed, which runs its own gradient accumulation that this loop's "
+            "window-normalised accumulation does not drive: use a larger per_device_train_batch_size or more "
+            "processes (or DDP/FSDP).",
+        )
+    streamed = isinstance(train_dataset, IterableDataset)
+    sampler = None if streamed else EpochShuffleSampler(len(train_dataset), config.seed)
+    train_dataloader = make_dataloader(
+        train_dataset,
+        data_collator,
+        config.per_device_train_batch_size,
+        sampler,
+        config.dataloader_num_workers,
+    )
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    betas = (config.adam_beta1, config.adam_beta2)
+    optimizer = create_optimizer(model, config.learning_rate, config.weight_decay, betas, config.adam_epsilon)
+    model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
+    eval_dataloader = None
+    if inputs.eval_dataset is not None:
+        eval_dataloader = accelerator.prepare(
+            make_dataloader(
+                inputs.eval_dataset,
+                inputs.eval_collator or data_collator,
+                config.per_device_eval_batch_size,
+                None,
+                config.dataloader_num_workers,
+            )
+        )
+    batches_per_epoch = None if streamed else len(train_dataloader)
+    if streamed:
+        max_train_steps = config.max_train_steps
+    else:
+        steps_per_epoch = math.ceil(batches_per_epoch / config.gradient_accumulation_steps)
+        max_train_steps = config.max_train_steps or math.ceil(config.num_train_epochs * steps_per_epoch)
+    warmup = config.num_warmup_steps_for(max_train_steps)
+    scheduler = create_scheduler(
+        optimizer, config.lr_scheduler_type, warmup, max_train_steps, config.decay_ratio
+    )
+    accelerator.register_for_checkpointing(scheduler)  # checkpoints hold its state
+    global_batch_size = (
+        config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
+    )
+    accelerator.print(
+        f"Training: {'streamed' if streamed else len(train_dataset)} examples, {max_train_steps} steps, "
+        f"global batch {global_batch_size} ({config.per_device_train_batch_size} x "
+        f"{accelerator.num_processes} processes x {config.gradient_accumulation_steps} accumulation)"
+    )
+    return Prepared(
+        model,
+        optimizer,
+        scheduler,
+        train_dataloader,
+        eval_dataloader,
+        max_train_steps,
+        warmup,
+        batches_per_epoch,
+        global_batch_size,
+        [obj for obj in (sampler, data_collator, train_dataset) if hasattr(obj, "set_epoch")],
+    )
+
+
+# ------------------------------------------------------------------------------ the order of the data
+class EpochShuffleSampler(Sampler[int]):
+    """A permutation of ``range(n)`` seeded by ``seed + epoch``: reproducible, and the same whatever the
+    number of processes (Accelerate shards the batches of this one order)."""
+
+    def __init__(self, num_samples: int, seed: int):
+        self.num_samples, self.seed, self.epoch = num_samples, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.num_samples, generator=generator).tolist())
+
+
+def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | None) -> DataLoader:
+    """Batches prepared in ``num_workers`` processes, pinned on a GPU machine so their copy overlaps the step;
+    workers start anew each epoch, after ``set_epoch``: the same batches whatever their number. By default a
+    GPU machine has 4 workers per training process (fewer on fewer cores, one staying with the loop); a CPU
+    machine none: its cores run the model."""
+    if num_workers is None:
+        num_workers = 0
+        if torch.cuda.is_available():
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            num_workers = max(0, min(4, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1))
+    # An own generator: creating an iterator then never draws from the global torch RNG, which would
+    # otherwise shift dropout masks between an uninterrupted and a resumed run.
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=collator,
+        num_workers=num_workers,
+        pin_memory=torch.cuda.is_available(),
+        generator=torch.Generator().manual_seed(0),
+    )
+
+
+def accumulation_windows(
+    dataloader, state: TrainingState, accumulation_steps: int, accelerator, epoch_listeners: Iterable = ()
+) -> Iterator[list[dict]]:
+    """The micro-batches of one optimizer step at a time, without end, from ``state``'s data position (a resumed
+    run skips what it consumed), which it moves; the last window of an epoch may be short."""
+    while True:
+        for listener in epoch_listeners:
+            listener.set_epoch(state.epoch)
+        batches = dataloader
+        if state.batches_in_epoch:
+            batches = accelerator.skip_first_batches(dataloader, state.batches_in_epoch)
+        if hasattr(batches, "set_epoch"):  # Accelerate's loaders re-set their sampler's epoch on iter()
+            batches.set_epoch(state.epoch)
+        iterator = iter(batches)
+        while window := list(itertools.islice(iterator, accumulation_steps)):
+            state.batches_in_epoch += len(window)
+            yield window
+        if state.batches_in_epoch == 0:
+            raise TrainingSetupError("The training data yielded no batches.")
+        state.epoch += 1
+        state.batches_in_epoch = 0
+
+
+# ---------------------------------------------------------------------------------------- one step
 def _on_device(value, device) -> torch.Tensor:
     """A count as a float64 scalar on ``device``: a tensor is cast there, a number filled in (no host copy)."""
     if isinstance(value, torch.Tensor):
         return value.to(device=device, dtype=torch.float64)
     return torch.full((), float(value), dtype=torch.float64, device=device)
+
+
+def _count_tokens(batch: dict) -> torch.Tensor | int:
+    """Non-padding tokens of a batch (0 for batches without token ids); counted on the batch's device."""
+    if "attention_mask" in batch:
+        return batch["attention_mask"].sum()
+    return batch["input_ids"].numel() if "input_ids" in batch else 0
 
 
 def _train_step(accelerator, model, optimizer, window, count_items, guard, max_norm):
@@ -243,7 +430,7 @@ def _train_step(accelerator, model, optimizer, window, count_items, guard, max_n
             # This batch's mean loss -> its share of the window's sum; DDP averages over processes.
             accelerator.backward(loss * (items / total).to(loss.dtype) * accelerator.num_processes)
         loss_sum += loss.detach() * items
-    tokens = sum(_on_device(count_tokens(batch), device) for batch in window)
+    tokens = sum(_on_device(_count_tokens(batch), device) for batch in window)
     examples = _on_device(sum(count_examples(batch) for batch in window), device)
     totals = accelerator.reduce(torch.stack([loss_sum, torch.stack(counts).sum(), tokens, examples]), "sum")
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
@@ -252,6 +439,60 @@ def _train_step(accelerator, model, optimizer, window, count_items, guard, max_n
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return totals, grad_norm
+
+
+NO_ITEMS, LOSS, GRADIENT_NORM = 0.0, 1.0, 2.0  # what stopped the run, as the guard records it on the device
+
+
+class DivergenceGuard:
+    """Nothing non-finite is applied, and the host does not wait for the device at every step: :meth:`flag`
+    marks a bad step on the device, the optimizer skips it and every later one (fused AdamW's ``found_inf``),
+    and :meth:`raise_if_diverged` reports the first where the loop reads its counters anyway. Under fp16 loss
+    scaling an inf gradient is the scaler's cue to skip, so only the loss counts there."""
+
+    def __init__(self, accelerator, optimizer, output_dir: Path, first_step: int):
+        self.optimizer = getattr(optimizer, "optimizer", optimizer)  # inside Accelerate's wrapper
+        self.scaled = accelerator.scaler is not None
+        self.on_device = self.scaled or getattr(self.optimizer, "_step_supports_amp_scaling", False)
+        self.output_dir = output_dir
+        device = accelerator.device
+        self.step = torch.full((), float(first_step), dtype=torch.float64, device=device)
+        self.first = torch.zeros(3, dtype=torch.float64, device=device)  # step (0: none), what, value
+
+    def flag(self, totals, grad_norm) -> None:
+        """Check a step's ``totals`` (loss x items, items, ...) and ``grad_norm`` before it is applied."""
+        self.step += 1
+        loss_sum, items = totals[0], totals[1]
+        bad_loss = ~torch.isfinite(loss_sum)
+        value, what = loss_sum, torch.where(bad_loss, LOSS, GRADIENT_NORM)
+        bad = bad_loss | (items == 0)
+        if grad_norm is not None and not self.scaled:
+            grad_norm = grad_norm.to(torch.float64)
+            bad = bad | ~torch.isfinite(grad_norm)
+            value = torch.where(bad_loss, loss_sum, grad_norm)
+        what = torch.where(items == 0, NO_ITEMS, what)
+        record = torch.stack([self.step, what, value])
+        self.first = torch.where(bad & (self.first[0] == 0), record, self.first)
+        if not self.on_device:
+            self.raise_if_diverged()
+        elif not self.scaled:  # the scaler sets found_inf itself
+            self.optimizer.found_inf = (self.first[0] != 0).to(torch.float32)
+
+    def raise_if_diverged(self) -> None:
+        step, what, value = self.first.tolist()
+        if step == 0:
+            return
+        if what == NO_ITEMS:
+            raise TrainingSetupError(
+                "An accumulation window has no items to compute a loss on (count_items returned 0 for "
+                "every batch, e.g. no masked tokens)."
+            )
+        name = "loss" if what == LOSS else "gradient norm"
+        raise TrainingDiverged(
+            f"the training {name} became {value} at step {int(step)}, so training stopped before applying it; "
+            f"{last_good_checkpoint(self.output_dir)}. Lower learning_rate, keep max_grad_norm above 0, and "
+            "check the data for extreme values."
+        )
 
 
 def _read(unread: torch.Tensor, state: TrainingState, interval: LogInterval, guard: DivergenceGuard) -> None:
@@ -274,6 +515,7 @@ def _checkpoint_due(every: int | str | None, state: TrainingState, batches_per_e
     return every is not None and state.global_step % every == 0
 
 
+# ------------------------------------------------------------------------------------------ the end
 def _finish(
     config, accelerator, parts: Prepared, tokenizer, state: TrainingState, log: MetricsLog, task: Task
 ) -> TrainResult:

@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from briskbert.errors import SettingError
+from briskbert.training.engine.checkpointing import check_finite_weights, weights_file
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts, base_model_id
-from briskbert.training.engine.finite import check_finite_weights, weights_file
 from briskbert.training.tasks.classification import ClassificationTask
 from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings
 

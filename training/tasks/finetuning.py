@@ -137,7 +137,7 @@ def load_starting_model(
     """``(model, tokenizer)`` a job starts from: ``model_class`` (a BriskBert head) from ``source``'s model with
     config fields overridden, or a fresh model from ``source.config_preset`` sized to the tokenizer's vocabulary."""
     from briskbert.modeling import BriskBertConfig
-    from briskbert.training.engine.finite import check_finite_weights, weights_file
+    from briskbert.training.engine.checkpointing import check_finite_weights, weights_file
 
     base = None if location is None else resolve_base_model(location, output_dir, source.trust_remote_code)
     tokenizer = load_tokenizer(source.tokenizer_name or base)
