@@ -12,17 +12,11 @@ from dataclasses import dataclass
 
 from huggingface_hub.utils.sha import git_hash as git_blob_oid  # git's blob sha1 of some content
 
-
-def lfs_pointer(sha256: str, size: int) -> bytes:
-    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
-
-
 # Files stored as LFS pointers on the real Hub (its default .gitattributes), plus anything large or binary.
 LFS_SUFFIXES = tuple(
     ".7z .arrow .bin .bz2 .ckpt .ftz .gz .h5 .joblib .mlmodel .model .msgpack .npy .npz .onnx .ot .parquet .pb "
     ".pickle .pkl .pt .pth .rar .safetensors .tar .tflite .tgz .wasm .xz .zip .zst".split()
 )
-LFS_MIN_SIZE = 10 * 1024 * 1024
 
 GITATTRIBUTES = (
     "".join(f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n" for suffix in LFS_SUFFIXES)
@@ -32,7 +26,7 @@ GITATTRIBUTES = (
 
 def looks_like_lfs(path: str, size: int, sample: bytes) -> bool:
     """The Hub's rule of thumb: LFS suffixes, files over 10 MB, and binary content go to LFS."""
-    return path.lower().endswith(LFS_SUFFIXES) or size > LFS_MIN_SIZE or b"\0" in sample[:8000]
+    return path.lower().endswith(LFS_SUFFIXES) or size > 10 * 1024 * 1024 or b"\0" in sample[:8000]
 
 
 @dataclass(slots=True)
@@ -45,7 +39,8 @@ class FileEntry:
 
     def tree_oid(self) -> str:
         """The git oid the tree shows: of the pointer for LFS files, of the content otherwise."""
-        return git_blob_oid(lfs_pointer(self.sha256, self.size)) if self.lfs else self.git_oid
+        pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size}\n"
+        return git_blob_oid(pointer.encode()) if self.lfs else self.git_oid
 
     def to_json(self) -> dict:
         return {"sha256": self.sha256, "size": self.size, "git_oid": self.git_oid, "lfs": self.lfs}

@@ -1,12 +1,9 @@
-"""A Hub-compatible HTTP server for offline work and tests: the unmodified ``huggingface_hub`` and
-``transformers`` clients talk to it through ``HF_ENDPOINT``. uvicorn frames HTTP (``_Protocol`` adds a
-connection cap and head deadlines); ``HubServer`` is the ASGI app whose dispatcher applies the shared concerns
-of the route table (``routes.py``) from the headers alone; ``docs/security.md`` lists what it defends against.
-
-``upload_mode``: ``"regular"`` (every client) sends files base64 inside the ndjson commit; ``"lfs"`` sends large
-or binary ones through the LFS batch API and a pre-signed PUT (clients need ``HF_HUB_DISABLE_XET=1``).
-``fault={"step": STEP, "kind": "500"|"400"|"drop"|"stall", "times": N, "stall_s": S}`` makes the next N
-requests of that step fail before anything changes (``set_fault`` changes it while the server runs).
+"""A Hub-compatible HTTP server the unmodified ``huggingface_hub`` and ``transformers`` clients talk to through
+``HF_ENDPOINT``. uvicorn frames HTTP (``_Protocol`` adds a connection cap and head deadlines); ``HubServer`` is
+the ASGI app whose dispatcher applies the route table's shared concerns from the headers alone
+(``docs/security.md``). ``upload_mode="lfs"`` takes large or binary files through the LFS batch API and a
+pre-signed PUT (clients need ``HF_HUB_DISABLE_XET=1``). ``fault={"step", "kind": "500"|"400"|"drop"|"stall",
+"times", "stall_s"}`` makes the next requests of that step fail before anything changes.
 """
 
 from __future__ import annotations
@@ -272,7 +269,9 @@ class HubServer:
             route, req.scope["path_params"] = match(method, path)
             self._authorize(route.auth, req)
             trusted = req.state.account is not None or route.auth is Auth.SIGNED
-            body.enforce_limit(self.limits.body_limit(route.body, trusted))
+            # Without a valid token (or upload signature) any body gets the public cap.
+            cap = getattr(self.limits, route.body)
+            body.enforce_limit(cap if trusted else min(cap, self.limits.max_public_body_bytes))
             self._inject_fault(route, req)
             response = route.handler(req)
         except _Dropped:

@@ -45,14 +45,6 @@ class ServerLimits:
     request_log_entries: int = 4096  # the in-memory request log keeps the last N requests
     yaml: YamlLimits = YamlLimits()
 
-    def body_limit(self, field: str, trusted: bool) -> int:
-        """The ``field`` cap, or the public one when no valid token (or upload signature) came with the body."""
-        return getattr(self, field) if trusted else min(getattr(self, field), self.max_public_body_bytes)
-
-    def deadline(self, started: float, size: int) -> float:
-        """When ``size`` bytes that began to move at ``started`` must have arrived (or left)."""
-        return started + self.read_timeout_s + size / self.min_transfer_rate
-
 
 class Body:
     """The ASGI ``receive`` a request's body is read through, within its limit and deadline. Nothing is read
@@ -83,7 +75,8 @@ class Body:
         now = time.monotonic()
         self._started = self._started or now
         expected = self.length if self.length is not None else self.received + 1024
-        wait = min(limits.deadline(self._started, expected) - now, limits.read_timeout_s)
+        deadline = self._started + limits.read_timeout_s + expected / limits.min_transfer_rate
+        wait = min(deadline - now, limits.read_timeout_s)
         try:
             with anyio.fail_after(max(wait, 0)):
                 message = await self._receive()
