@@ -104,10 +104,6 @@ class IndexFolder:
             return
         check_faiss()
         folder = Path(self.index)
-        if not folder.is_dir():
-            raise SettingError(
-                "index", f"{self.index} does not exist; build one with `briskbert build-index`."
-            )
         if not (folder / CONFIG_FILE).is_file():
             raise SettingError(
                 "index",

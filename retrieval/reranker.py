@@ -18,6 +18,18 @@ from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 
 
+def encode_pairs(tokenizer, queries: list[str], passages: list[str], max_seq_length: int):
+    """(query, passage) pairs as the cross-encoder reads them, in training and at query time."""
+    return tokenizer(
+        queries,
+        passages,
+        truncation="longest_first",
+        max_length=max_seq_length,
+        padding=True,
+        return_tensors="pt",
+    )
+
+
 @torch.no_grad()
 def score_pairs(
     model, tokenizer, queries: list[str], passages: list[str], max_seq_length: int, batch_size: int = 32
@@ -30,14 +42,8 @@ def score_pairs(
     lengths = [len(query) + len(passage) for query, passage in zip(queries, passages)]
     scores = torch.zeros(len(queries))
     for chunk in tqdm(batches_by_length(lengths, batch_size), desc="re-ranking", leave=False):
-        encoded = tokenizer(
-            [queries[index] for index in chunk],
-            [passages[index] for index in chunk],
-            truncation="longest_first",
-            max_length=max_seq_length,
-            padding=True,
-            return_tensors="pt",
-        ).to(device)
+        chunk_queries, chunk_passages = [queries[i] for i in chunk], [passages[i] for i in chunk]
+        encoded = encode_pairs(tokenizer, chunk_queries, chunk_passages, max_seq_length).to(device)
         scores[chunk] = model(**encoded).logits[:, 0].float().cpu()
     return scores
 

@@ -20,12 +20,7 @@ from briskbert.errors import SettingError
 from briskbert.files import LOCK_FILE, PARTIAL_SUFFIX, atomic_file, write_atomic
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import encode_texts, load_collection
-from briskbert.retrieval.index_settings import (
-    CONFIG_FILE,
-    IndexSettings,
-    PassageSource,
-    check_faiss,
-)
+from briskbert.retrieval.index_settings import CONFIG_FILE, IndexSettings, PassageSource, check_faiss
 from briskbert.training.data.task_data import DataError
 
 INDEX_FILE = "index.faiss"

@@ -41,9 +41,11 @@ TINY = {
     "--rerank_top_k": "5",
 }
 # Size flags a job has that its README command leaves at their full-data defaults: given to that job's commands.
+# The retrieval jobs train MiniLM, whose every step takes seconds on a shared CPU: one step each, on short sequences.
 ADDED = {
-    "finetune-embeddings": "--max_train_samples 16 --per_device_train_batch_size 8",
-    "finetune-reranker": "--max_train_samples 32 --num_negatives 1 --negative_pool_size 1",
+    "finetune-embeddings": "--max_train_samples 16 --per_device_train_batch_size 16 --max_seq_length 32",
+    "finetune-reranker": "--max_train_samples 16 --per_device_train_batch_size 16 --num_negatives 1 "
+    "--negative_pool_size 1 --max_seq_length 64",
     "finetune-qa": "--max_eval_samples 16",
 }
 # Bundled files some blocks read whole, cut to their first lines: the pretraining corpus (tokenizer, pretraining,

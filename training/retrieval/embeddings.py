@@ -18,12 +18,7 @@ from transformers.utils import ModelOutput
 
 from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_sentence_transformers_files
-from briskbert.retrieval.dense import (
-    embed_batch,
-    encode_texts,
-    exact_search,
-    retrieval_metrics,
-)
+from briskbert.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
 from briskbert.training.retrieval.settings import EmbeddingSettings, has_scored_pair_columns
@@ -332,12 +327,10 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
 
 
 def _query_records(model: DualEncoder, batch: dict) -> list[tuple]:
-    """Per query of a validation batch: its embedding, then ``(token ids, embedding)`` of its positive and of its
+    """Per query of a validation batch: its embedding, then ``(text id, embedding)`` of its positive and of its
     negative (if any)."""
     embeddings = embed_batch(model.encoder, batch["input_ids"], batch["attention_mask"], model.embedding)
-    embeddings = embeddings.float().cpu()
-    n = len(batch["labels"])
-    rows = zip(batch["input_ids"][n:], batch["attention_mask"][n:], embeddings[n:])
-    candidates = [(tuple(ids[mask.bool()].tolist()), vector) for ids, mask, vector in rows]
+    embeddings, n = embeddings.float().cpu(), len(batch["labels"])
+    candidates = list(zip(batch["candidate_ids"].tolist(), embeddings[n:]))
     per_query = len(candidates) // n  # the positive, and the negative when there is one
     return [(embeddings[i], *(candidates[i + k * n] for k in range(per_query))) for i in range(n)]

@@ -16,7 +16,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from briskbert.retrieval.dense import RetrievalTask, Retriever, retrieval_metrics
 from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
 from briskbert.retrieval.lexical import bm25_head_scores
-from briskbert.retrieval.reranker import load_reranker
+from briskbert.retrieval.reranker import encode_pairs, load_reranker
 from briskbert.retrieval.search import Retrieved, retrieve
 from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
@@ -105,14 +105,7 @@ class GroupCollator:
         size = 1 + len(groups[0].negatives)
         queries = [group.query for group in groups for _ in range(size)]
         passages = [passage for group in groups for passage in (group.positive, *group.negatives)]
-        encoded = self.tokenizer(
-            queries,
-            passages,
-            truncation="longest_first",
-            max_length=self.max_seq_length,
-            padding=True,
-            return_tensors="pt",
-        )
+        encoded = encode_pairs(self.tokenizer, queries, passages, self.max_seq_length)
         labels = torch.zeros(len(groups), size)
         labels[:, 0] = 1.0
         return {"labels": labels, **encoded}
@@ -167,12 +160,7 @@ def validation_sets(
         wrong = [corpus[pid] for pid in retrieved.rankings[query_id] if pid not in task.qrels[query_id]]
         groups.append(RerankGroup(pair.query, pair.positive, wrong[: train.num_negatives]))
     return TrainingSets(
-        train,
-        RerankGroups(groups, train.num_negatives),
-        task,
-        retrieved,
-        retriever_name,
-        retriever.scale,
+        train, RerankGroups(groups, train.num_negatives), task, retrieved, retriever_name, retriever.scale
     )
 
 

@@ -16,7 +16,6 @@ from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import encode_texts
 from briskbert.training.data.task_data import DataError, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.settings import check_scored_pair_file
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,8 @@ class ScoredPair:
 
 
 def load_scored_pairs(path: str, name: str = "train_file") -> list[ScoredPair]:
-    """The rows of a TSV, CSV or JSON lines file (other columns ignored); errors name the setting ``name``."""
-    check_scored_pair_file(path, name)
+    """The rows of a TSV, CSV or JSON lines file with scored-pair columns (other columns ignored); errors name
+    the setting ``name``."""
     pairs = []
     for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
         try:

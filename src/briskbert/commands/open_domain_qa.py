@@ -59,27 +59,16 @@ def main(argv=None):
         __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
         QuestionArguments, argv=argv,
     )  # fmt: skip
-    from briskbert.retrieval.dense import load_collection, load_retriever
-    from briskbert.retrieval.fusion import validation_warning
+    from briskbert.commands.evaluate_retrieval import load_models
+    from briskbert.retrieval.dense import load_collection
     from briskbert.retrieval.open_domain_qa import load_reader
-    from briskbert.retrieval.reranker import load_reranker
-    from briskbert.retrieval.vector_index import with_index
 
     task = load_collection(source)
-    retriever = load_retriever(
-        models.retriever_model_name_or_path,
-        embedding.pooling,
-        embedding.normalize,
-        batch_size=models.batch_size,
-    )
+    name, batch_size = models.retriever_model_name_or_path, models.batch_size
+    retriever, reranker = load_models(task, name, None, batch_size, embedding, index, reranking)
     reader = load_reader(
-        models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, models.batch_size
+        models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, batch_size
     )
-    retriever = with_index(retriever, index.index, task.corpus_ids, models.retriever_model_name_or_path)
-    reranker = load_reranker(reranking, models.batch_size)
-    warning = validation_warning(reranker) if reranker else None
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
     if run.question:
         return _answer_one(run.question, task, retriever, reader, reranker, models.read_top_k)
     return _evaluate(models.read_top_k, run.output_dir, task, retriever, reader, reranker)
@@ -89,13 +78,10 @@ def _answer_one(question, task, retriever, reader, reranker, read_top_k):
     from briskbert.retrieval.open_domain_qa import answer_questions
 
     texts = task.corpus
-    answer = answer_questions(texts, {"question": question}, retriever, reader, reranker, read_top_k)[
-        "question"
-    ]
+    (answer,) = answer_questions(texts, {"q": question}, retriever, reader, reranker, read_top_k).values()
     print(f"answer: {answer.text}   (log-probability {answer.score:.2f}, from passage {answer.passage_id})")
-    for rank, (passage_id, probability) in enumerate(
-        zip(answer.passages_read, answer.passage_probabilities), 1
-    ):
+    read = zip(answer.passages_read, answer.passage_probabilities)
+    for rank, (passage_id, probability) in enumerate(read, 1):
         print(f"  {rank}. [{passage_id}] p={probability:.2f}  {texts[passage_id][:200]}")
     return answer
 
