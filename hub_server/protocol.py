@@ -13,7 +13,7 @@ import urllib.parse
 from .commit_stream import RawLine, commit_lines
 from .errors import BadRequest, PayloadTooLarge, Unprocessable
 from .index import FileEntry, git_blob_oid, looks_like_lfs
-from .names import COMMIT_ID_RE, REPO_TYPES, validate_path, validate_repo_id
+from .names import REPO_TYPES, validate_path, validate_repo_id
 from .storage import AddFile, DeleteFile, DeleteFolder, StoredBlob
 from .transport import parse_json
 
@@ -103,14 +103,9 @@ def lfs_batch_objects(body) -> list[tuple[str, int]]:
 
 # ---- the ndjson commit ---------------------------------------------------------------------------------
 def _header(v: Fields, storage, streamed) -> tuple[str, str, str | None]:
-    parent = v.text("parentCommit", required=False)
-    if parent is not None and not COMMIT_ID_RE.fullmatch(parent):
-        raise BadRequest(f"parentCommit {parent!r} is not a 40-hex commit id")
-    return (
-        v.text("summary", required=False) or "update",
-        v.text("description", required=False, default=""),
-        parent,
-    )
+    # The storage compares parentCommit with the branch's head.
+    summary = v.text("summary", required=False) or "update"
+    return summary, v.text("description", required=False, default=""), v.text("parentCommit", required=False)
 
 
 def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:

@@ -22,7 +22,7 @@ from briskbert.hub_cards.front_matter import FrontMatterError, YamlLimits, load_
 from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 
 from . import protocol
-from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound, RevisionNotFound
+from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
 from .index import FileEntry, Folder, looks_like_lfs
 from .names import repo_key
 from .transport import (
@@ -122,13 +122,6 @@ def delete_repo(req: Request) -> Response:
     return json_response({})
 
 
-def update_settings(req: Request) -> Response:
-    private = protocol.Fields(read_json(req), "request body").flag("private", default=None)
-    if private is not None:
-        req.app.storage.set_private(*repo_of(req), private)
-    return json_response({})
-
-
 def pull_requests_refused(req: Request) -> Response:
     raise BadRequest(
         "Pull requests and discussions are not supported by this local Hub: commit to a branch instead "
@@ -189,14 +182,10 @@ def repo_info(req: Request) -> Response:
 
 
 # ---- uploads -------------------------------------------------------------------------------------------
-def _writable_branch(req: Request) -> str:
+def _writable_branch(req: Request) -> str:  # the storage refuses a commit to anything but a branch
     if _flag(req, "create_pr"):
         pull_requests_refused(req)
-    revision = req.path_params["rev"]
-    branch = revision.removeprefix("refs/heads/")
-    if branch not in req.app.storage.refs(*repo_of(req))["branches"]:
-        raise RevisionNotFound(f"Invalid rev id: {revision} (not a branch)")
-    return branch
+    return req.path_params["rev"].removeprefix("refs/heads/")
 
 
 def preupload(req: Request) -> Response:
@@ -438,7 +427,6 @@ ROUTES = (
     Route(("DELETE",), "/api/repos/delete", delete_repo, W, "delete_repo"),
     Route(("GET",), REPO, repo_info, R, "repo_info"),
     Route(("GET",), REPO + "/revision/{rev+}", repo_info, R, "repo_info"),
-    Route(("PUT",), REPO + "/settings", update_settings, W, "settings"),
     Route(("POST",), REPO + "/preupload/{rev+}", preupload, W, "preupload"),
     Route(("POST",), REPO + "/commit/{rev+}", commit, W, "commit", body="max_commit_bytes"),
     Route(("GET",), REPO + "/tree/{rev}", tree, R, "tree"),

@@ -27,7 +27,7 @@ import stat
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from briskbert.files import file_digest, write_atomic
@@ -364,13 +364,6 @@ class Storage:
         if record.damaged:
             raise damaged(record.repo_id, record.damaged)
         return record
-
-    def set_private(self, repo_type: str, repo_id: str, private: bool) -> None:
-        with self._lock:
-            record = replace(self.meta(repo_type, repo_id), private=private)
-            meta = {"id": record.repo_id, "private": private, "created_at": record.created_at}
-            self._write_atomic(self._folder_of(repo_type, repo_id) / "meta.json", json.dumps(meta).encode())
-            self._repos[(repo_type, repo_key(repo_id))] = record
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
         """Create a repo whose initial commit holds ``.gitattributes``; None if it exists (in any case)."""

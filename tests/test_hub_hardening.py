@@ -109,14 +109,8 @@ def _connections_closed_within(hub, seconds: float) -> bool:
     return hub.server.open_connections == 0
 
 
-def test_short_bodies_and_idle_connections_time_out(quick_hub):
+def test_connections_are_capped_and_idle_ones_time_out(quick_hub):
     port = port_of(quick_hub)
-    started = time.monotonic()
-    head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\n{AUTH}Content-Length: 100\r\n\r\n".encode()
-    status, _, reply = raw(port, head + b'{"name": "sh')  # 12 of the 100 bytes, then silence
-    assert status == 408 and "No data" in json.loads(reply)["error"]
-    assert time.monotonic() - started < 3 and not quick_hub.server.storage.lookup("model", "testuser/sh")
-    assert _connections_closed_within(quick_hub, 5)
     # 40 half-sent requests: connections served are capped at max_connections and all closed after the timeout
     socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
     for sock in socks:
@@ -316,7 +310,6 @@ def test_pull_requests_are_refused_clearly_and_not_retried(hub):
 WRITE_ROUTES = [
     ("POST", "/api/repos/create"),
     ("DELETE", "/api/repos/delete"),
-    ("PUT", "/api/models/testuser/r/settings"),
     ("POST", "/api/models/testuser/r/preupload/main"),
     ("POST", "/api/models/testuser/r/commit/main"),
     ("POST", "/api/models/testuser/r/branch/b"),
