@@ -45,15 +45,14 @@ def main(argv=None):
         __doc__, EncoderArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
         OutputArguments, argv=argv,
     )  # fmt: skip
-    from briskbert.retrieval.dense import load_collection
     from briskbert.retrieval.fusion import evaluate_retrieval
 
-    task = load_collection(source)
-    retriever, reranker = load_models(
-        task, models.model_name_or_path, models.max_seq_length, models.batch_size, embedding, index, reranking
+    encoder = models.model_name_or_path
+    task, retriever, reranker = load_models(
+        source, embedding, index, reranking, encoder, models.batch_size, models.max_seq_length
     )
     report = evaluate_retrieval(task, retriever, reranker)
-    report["model"], report["reranker"] = models.model_name_or_path, reranking.reranker_model_name_or_path
+    report["model"], report["reranker"] = encoder, reranking.reranker_model_name_or_path
     report["index"] = index.index
     print(format_report(report))
     if "warning" in report:
@@ -64,21 +63,22 @@ def main(argv=None):
     return report
 
 
-def load_models(task, encoder: str, max_seq_length, batch_size: int, embedding, index, reranking):
-    """The retriever (searching ``index.index`` when given) and the re-ranker the flags name; a warning on
-    stderr when the re-ranker's weights were never chosen or scored below retrieval on its validation."""
-    from briskbert.retrieval.dense import load_retriever
+def load_models(source, embedding, index, reranking, encoder: str, batch_size: int, max_seq_length=None):
+    """The collection, the retriever (searching ``index.index`` when given) and the re-ranker the flags name; a
+    warning on stderr when the re-ranker's weights were never chosen or scored below retrieval on its validation."""
+    from briskbert.retrieval.dense import load_collection, load_retriever
     from briskbert.retrieval.fusion import validation_warning
     from briskbert.retrieval.reranker import load_reranker
     from briskbert.retrieval.vector_index import with_index
 
+    task = load_collection(source)
     retriever = load_retriever(encoder, embedding.pooling, embedding.normalize, max_seq_length, batch_size)
     retriever = with_index(retriever, index.index, task.corpus_ids, encoder)
     reranker = load_reranker(reranking, batch_size)
     warning = validation_warning(reranker) if reranker else None
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    return retriever, reranker
+    return task, retriever, reranker
 
 
 def format_report(report: dict) -> str:

@@ -60,12 +60,10 @@ def main(argv=None):
         QuestionArguments, argv=argv,
     )  # fmt: skip
     from briskbert.commands.evaluate_retrieval import load_models
-    from briskbert.retrieval.dense import load_collection
     from briskbert.retrieval.open_domain_qa import load_reader
 
-    task = load_collection(source)
     name, batch_size = models.retriever_model_name_or_path, models.batch_size
-    retriever, reranker = load_models(task, name, None, batch_size, embedding, index, reranking)
+    task, retriever, reranker = load_models(source, embedding, index, reranking, name, batch_size)
     reader = load_reader(
         models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, batch_size
     )
