@@ -353,16 +353,16 @@ def commits(req: Request) -> Response:
     """A revision's history, newest first, a page at a time (``Link: <...>; rel="next"``)."""
     st, repo, query = req.app.storage, repo_of(req), req.query_params
     formatted = "formatted" in query.getlist("expand[]") + query.getlist("expand")
-    start = st.resolve(*repo, query.get("cursor") or req.path_params["rev"])
-    history, next_id = st.history(*repo, start, _page_size(req, COMMITS_PAGE))
-    out = []
-    for c in history:
+    cid, out = st.resolve(*repo, query.get("cursor") or req.path_params["rev"]), []
+    while cid and len(out) < _page_size(req, COMMITS_PAGE):
+        c = st.commit_object(*repo, cid)
         item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"]}
         item["authors"] = [{"user": c["author"]}]
         if formatted:
             item["formatted"] = {"title": c["title"], "message": c["message"]}
         out.append(item)
-    return json_response(out, headers={"Link": _next_page(req, next_id)} if next_id else None)
+        cid = c["parent"]
+    return json_response(out, headers={"Link": _next_page(req, cid)} if cid else None)
 
 
 # ---- refs ----------------------------------------------------------------------------------------------

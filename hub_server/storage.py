@@ -409,13 +409,8 @@ class Storage:
         # a ref reaches are served: those of a deleted branch are gone, even before their files are.
         if COMMIT_ID_RE.fullmatch(revision) and revision in self._reachable(d, refs):
             return revision
-        for prefix, kind in (
-            ("refs/heads/", "branches"),
-            ("refs/tags/", "tags"),
-            ("", "branches"),
-            ("", "tags"),
-        ):
-            name = revision[len(prefix) :] if revision.startswith(prefix) else None
+        for kind, prefix in (("branches", "refs/heads/"), ("tags", "refs/tags/")):
+            name = revision.removeprefix(prefix)  # ref names never start with "refs/"
             if name in refs[kind]:
                 return refs[kind][name]
         raise RevisionNotFound(f"Invalid rev id: {revision}")
@@ -446,17 +441,6 @@ class Storage:
 
     def files(self, repo_type: str, repo_id: str, commit_id: str) -> dict[str, FileEntry]:
         return self.index(repo_type, repo_id, commit_id).as_dict()
-
-    def history(
-        self, repo_type: str, repo_id: str, commit_id: str, limit: int
-    ) -> tuple[list[dict], str | None]:
-        """Up to ``limit`` commits from ``commit_id`` back, and the id to continue from (None at the end)."""
-        out: list[dict] = []
-        cid: str | None = commit_id
-        while cid and len(out) < limit:
-            out.append(self.commit_object(repo_type, repo_id, cid))
-            cid = out[-1]["parent"]
-        return out, cid
 
     def _write_commit(
         self, d: Path, parent, files: dict, title, message, author, refs=_NO_REFS, branch="main"
