@@ -25,9 +25,8 @@ MAX_COMPONENT_BYTES = 255  # one file or folder name, UTF-8: what ext4, APFS and
 
 
 def is_repo_name(name: str) -> bool:
-    return bool(
-        isinstance(name, str)
-        and _NAME_RE.fullmatch(name)
+    return (
+        bool(_NAME_RE.fullmatch(name))
         and ".." not in name
         and "--" not in name
         and not name.lower().endswith(".git")
@@ -36,7 +35,7 @@ def is_repo_name(name: str) -> bool:
 
 def validate_repo_id(repo_id: str) -> tuple[str, str]:
     """(namespace, name) of a valid ``namespace/name``; a ``BadRequest`` otherwise."""
-    parts = repo_id.split("/") if isinstance(repo_id, str) else []
+    parts = repo_id.split("/")
     if len(parts) != 2 or not all(is_repo_name(p) for p in parts):
         raise BadRequest(
             f"Invalid repo id {repo_id!r}: expected 'namespace/name', each made of letters, digits, '-', '_' "
@@ -78,7 +77,7 @@ def _segments_problem(form: str) -> str | None:
 
 def path_problem(path) -> str | None:
     """Why ``path`` cannot name a file in a repo, or None when it can."""
-    if not isinstance(path, str) or not path:
+    if not path:
         return "it is empty"
     encoded = _utf8(path)
     if encoded is None:
@@ -96,15 +95,14 @@ def path_problem(path) -> str | None:
 def validate_path(path: str) -> str:
     problem = path_problem(path)
     if problem:
-        shown = path[:200] if isinstance(path, str) else path
-        raise BadRequest(f"Invalid file path {shown!r}: {problem}", code="InvalidPath")
+        raise BadRequest(f"Invalid file path {path[:200]!r}: {problem}", code="InvalidPath")
     return path
 
 
 def ref_name_problem(name) -> str | None:
     """Why ``name`` cannot be a branch or tag (git's ref-name rules; no 40-hex names, which would shadow
     commit ids; no ``refs/`` prefix, which ``resolve`` strips), or None when it can."""
-    if not isinstance(name, str) or not 1 <= len(name) <= 200:
+    if not 1 <= len(name) <= 200:
         return "it must be 1 to 200 characters"
     if _utf8(name) is None:
         return "it is not valid Unicode (a lone surrogate)"

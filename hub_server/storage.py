@@ -98,9 +98,7 @@ class DeleteFolder:
     path: str
 
     def __post_init__(self):
-        object.__setattr__(
-            self, "path", validate_path(self.path.strip("/") if isinstance(self.path, str) else "")
-        )
+        object.__setattr__(self, "path", validate_path(self.path.strip("/")))
 
 
 CommitOperation = AddFile | DeleteFile | DeleteFolder
