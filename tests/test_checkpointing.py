@@ -1,6 +1,5 @@
-"""Checkpoints, run identity and the output folder (``training/engine/checkpointing.py``), exercised with a real
-Accelerator and hand-written folders. The loop-level behaviour (resume after a kill, Ctrl-C) is in
-``tests/test_run_safety.py`` and ``tests/test_training_loop.py``."""
+"""Checkpoints, run identity and the output folder, with a real Accelerator and hand-written folders (the
+loop-level behaviour is in ``test_run_safety.py`` and ``test_training_loop.py``)."""
 
 import json
 from pathlib import Path
@@ -49,7 +48,6 @@ def test_state_and_identity_round_trip_and_unknown_keys_are_ignored(tmp_path):
     assert TrainingState.load(tmp_path) == state
     (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 3, "from_a_newer_version": 1}))
     assert TrainingState.load(tmp_path) == TrainingState(global_step=3)
-    assert TrainingState().batches_in_epoch == 0  # a fresh run starts at its first batch
     assert RunIdentity.load(tmp_path) is None  # a checkpoint from before identities
     run = identity(arguments={"output_dir": Path("out"), "seed": 1})
     run.save(tmp_path)
@@ -70,8 +68,8 @@ def test_differences_name_each_changed_argument_data_and_model():
     assert now.differences(saved) == [
         "--learning_rate 0.001 in the checkpoint, 0.002 now",
         "--warmup None in the checkpoint, 3 now",
-        "the training data differs (fingerprint aaa in the checkpoint, ccc now)",
-        "the evaluation data differs (fingerprint bbb in the checkpoint, None now)",
+        "the training data differs (aaa in the checkpoint, ccc now)",
+        "the evaluation data differs (bbb in the checkpoint, None now)",
         "the model differs (bert-tiny in the checkpoint, modern-tiny now)",
     ]
     assert identity(arguments={"learning_rate": 0.001}).differences(saved) == [
@@ -103,7 +101,6 @@ def test_checkpoint_dirs_lists_complete_checkpoints_by_step(tmp_path):
     TrainingState().save(tmp_path / "step_7x")
     (tmp_path / "step_3").write_text("")  # a file
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_10", "step_100"]
-    assert [p.name for p in checkpoint_dirs(str(tmp_path))] == ["step_2", "step_10", "step_100"]
 
 
 def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
@@ -146,8 +143,7 @@ def test_stray_partial_folders_are_removed(tmp_path):
     for name in (".step_4.partial", ".final.partial", ".hidden", "step_1.partial"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights").write_text("x")
-    removed = remove_partial_folders(tmp_path)
-    assert [p.name for p in removed] == [".final.partial", ".step_4.partial"]
+    remove_partial_folders(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "step_1.partial"]
 
 

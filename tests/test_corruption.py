@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_run_safety import FAST, train
-from test_training_loop import config, mlm_task, sequences
+from test_run_safety import train
+from test_training_loop import tiny_model
 
 from briskbert import cli
 from briskbert.errors import SettingError, UserError
 from briskbert.files import MANIFEST_FILE, DiskFull
-from briskbert.training import TrainingDiverged, run
+from briskbert.training import TrainingDiverged
 from briskbert.training.engine import checkpointing
 from briskbert.training.engine.checkpointing import resolve_checkpoint
 
@@ -75,9 +75,6 @@ def test_checkpoints_and_the_final_folder_carry_a_manifest_of_every_file(finishe
         folder = finished_run / name
         listed = set(json.loads((folder / MANIFEST_FILE).read_text())["files"])
         assert listed == {p.name for p in folder.iterdir()} - {MANIFEST_FILE}, name
-    assert {"model.safetensors", "training_facts.json"} <= {
-        p.name for p in (finished_run / "final").iterdir()
-    }
 
 
 @pytest.mark.parametrize(
@@ -134,23 +131,33 @@ def test_no_intact_checkpoint_is_one_line(run_copy):
     assert f"no checkpoint in {run_copy} is intact (2 checked" in message and "\n" not in message
 
 
-def test_the_divergence_message_never_recommends_a_corrupt_checkpoint(tmp_path):
-    from test_run_safety import nan_loss_at
+def test_a_nan_loss_names_the_last_intact_checkpoint_not_a_corrupt_newer_one(tmp_path):
+    model, training_calls = tiny_model(), []
+
+    def nan_loss_at_step_6(module, args, kwargs, outputs):
+        training_calls.append(module.training)
+        if module.training and sum(training_calls) == 6:
+            outputs.loss = outputs.loss * float("nan")
 
     def corrupt_step_4(entry):  # after step_4 was saved, before the NaN of step 6
         if entry["step"] == 5:
             flip(tmp_path / "step_4" / "optimizer.bin")
 
-    task = mlm_task(model=nan_loss_at(6), train=sequences(12))
+    model.register_forward_hook(nan_loss_at_step_6, with_kwargs=True)
     with pytest.raises(TrainingDiverged) as stopped:
-        run(
-            task,
-            config(
-                "--output_dir", str(tmp_path), *FAST, "--max_train_steps", "8", "--checkpointing_steps", "2"
-            ),
+        train(
+            tmp_path,
+            "--max_train_steps",
+            "8",
+            "--checkpointing_steps",
+            "2",
+            model=model,
             callbacks=[corrupt_step_4],
         )
-    assert f"the last good checkpoint is {tmp_path / 'step_2'}" in str(stopped.value)
+    message = str(stopped.value)
+    assert "loss became nan at step 6" in message and "\n" not in message
+    assert f"the last good checkpoint is {tmp_path / 'step_2'}" in message
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2", "step_4"]  # nothing of step 6 saved
 
 
 def test_a_state_that_loads_wrong_is_one_line(run_copy, monkeypatch):

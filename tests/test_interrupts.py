@@ -94,16 +94,8 @@ run(mlm_task(train=sequences(24)), config)
 
 
 def killable_run(folder: Path, output_dir: str, *extra: str, kill_inside_save: str = "") -> subprocess.Popen:
-    argv = [sys.executable, "run.py", "--output_dir", output_dir, "--max_train_steps", "8"]
-    argv += [
-        "--checkpointing_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "4",
-        "--logging_steps",
-        "1",
-        *extra,
-    ]
+    argv = [sys.executable, "run.py", "--output_dir", output_dir, "--max_train_steps", "8", "--logging_steps"]
+    argv += ["1", "--checkpointing_steps", "2", "--per_device_train_batch_size", "4", *extra]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
     env["KILL_INSIDE_SAVE"] = kill_inside_save
     return subprocess.Popen(

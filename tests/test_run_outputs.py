@@ -177,34 +177,21 @@ def test_a_failed_plot_write_leaves_no_empty_png(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------ progress in a file or pipe
-def test_progress_to_a_file_is_plain_lines_at_intervals(tmp_path):
+def test_progress_to_a_file_is_plain_lines_at_intervals_counted_from_a_resumed_step(tmp_path):
     from briskbert.training.engine.logging_utils import progress_bar
 
     with open(tmp_path / "log.txt", "w") as stream:  # not a terminal
-        progress = progress_bar(60, stream=stream)
-        for step in range(1, 61):
+        progress = progress_bar(60, initial=30, stream=stream)  # resumed at step 30
+        for step in range(31, 61):
             progress.update(1)
             progress.set_postfix(loss=f"{10 / step:.4f}")
         progress.close()
     text = (tmp_path / "log.txt").read_text()
     lines = text.splitlines()
-    assert "\r" not in text and len(lines) == 10, text
-    assert lines[0].startswith("training: step 6/60 (10%)") and lines[0].endswith("loss 1.6667")
-    assert lines[-1].startswith("training: step 60/60 (100%)") and lines[-1].endswith("loss 0.1667")
-
-
-def test_progress_of_a_resumed_run_counts_from_its_checkpoint(tmp_path):
-    from briskbert.training.engine.logging_utils import progress_bar
-
-    with open(tmp_path / "log.txt", "w") as stream:
-        progress = progress_bar(20, initial=10, stream=stream)
-        for _ in range(10):
-            progress.update(1)
-        progress.close()
-    lines = (tmp_path / "log.txt").read_text().splitlines()
-    assert [line.split(",")[0] for line in lines] == [
-        f"training: step {n}/20 ({5 * n}%)" for n in (12, 14, 16, 18, 20)
+    assert "\r" not in text and [line.split(",")[0] for line in lines] == [
+        f"training: step {n}/60 ({n * 100 // 60}%)" for n in (36, 42, 48, 54, 60)
     ]
+    assert lines[0].endswith("loss 0.2778") and lines[-1].endswith("loss 0.1667")
 
 
 # ---------------------------------------------------------------------------------------- checkpoints

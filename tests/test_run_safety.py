@@ -65,12 +65,12 @@ def test_a_new_run_into_a_used_output_dir_is_refused_unless_overwritten(used_run
 
 def test_resume_refuses_a_checkpoint_of_another_run_and_says_what_differs(used_run):
     resume = ("--max_train_steps", "4", *RESUME)
-    with pytest.raises(UserError, match=r"--learning_rate 0.001 in the checkpoint, 0.002 now"):
+    with pytest.raises(
+        UserError, match=r"belongs to another run: --learning_rate 0.001 in the checkpoint, 0.002"
+    ):
         train(used_run, *resume, "--learning_rate", "2e-3")
     with pytest.raises(UserError, match="the training data differs"):
         train(used_run, *resume, train_data=sequences(12, seed=7))
-    with pytest.raises(UserError, match="--seed 42 in the checkpoint, 3 now"):
-        train(used_run, *resume, "--seed", "3")
     extended = train(used_run, "--max_train_steps", "5", *RESUME)
     assert extended.global_step == 5  # a longer run continues the same one
 
@@ -183,35 +183,6 @@ def test_the_command_line_refuses_a_used_output_dir_in_one_error_line(used_run, 
 
 
 # ------------------------------------------------------------------------------------ finite or nothing
-def nan_loss_at(step: int):
-    """The tiny MLM model, whose ``step``-th training forward returns a NaN loss."""
-    model, training_calls = tiny_model(), []
-
-    def poison(module, args, kwargs, outputs):
-        training_calls.append(module.training)
-        if module.training and sum(training_calls) == step:
-            outputs.loss = outputs.loss * float("nan")
-
-    model.register_forward_hook(poison, with_kwargs=True)
-    return model
-
-
-def test_a_nan_loss_stops_the_run_before_it_is_applied_and_keeps_the_last_checkpoint(tmp_path):
-    with pytest.raises(TrainingDiverged) as stopped:
-        train(tmp_path, "--max_train_steps", "6", "--checkpointing_steps", "2", model=nan_loss_at(3))
-    message = str(stopped.value)
-    assert isinstance(stopped.value, UserError) and "\n" not in message
-    assert (
-        "loss became nan at step 3" in message
-        and f"the last good checkpoint is {tmp_path / 'step_2'}" in message
-    )
-    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2"] and not (tmp_path / "final").exists()
-    logged = [json.loads(line)["step"] for line in (tmp_path / LOG_FILE).read_text().splitlines()]
-    assert max(logged) == 2  # nothing of the diverged step was recorded as trained
-    weights = load_file(tmp_path / "step_2" / "model.safetensors")
-    assert all(torch.isfinite(w).all() for w in weights.values())
-
-
 def test_nan_weights_are_never_saved(tmp_path):
     model = tiny_model()
 

@@ -109,19 +109,18 @@ class RunIdentity:
     def differences(self, saved: RunIdentity) -> list[str]:
         """What differs from ``saved`` (the checkpoint's), one readable phrase each."""
         now = json.loads(json.dumps(asdict(self), default=str))  # compare as the checkpoint stored it
-        found = []
-        for name in sorted(set(now["arguments"]) | set(saved.arguments)):
-            old, new = saved.arguments.get(name), now["arguments"].get(name)
-            if old != new:
-                found.append(f"{_flag(name)} {old} in the checkpoint, {new} now")
-        for label, old, new in (
-            ("training data", saved.train_data, now["train_data"]),
-            ("evaluation data", saved.eval_data, now["eval_data"]),
+        found = [
+            f"{_flag(name)} {saved.arguments.get(name)} in the checkpoint, {now['arguments'].get(name)} now"
+            for name in sorted(set(now["arguments"]) | set(saved.arguments))
+            if saved.arguments.get(name) != now["arguments"].get(name)
+        ]
+        for label, key in (
+            ("training data", "train_data"),
+            ("evaluation data", "eval_data"),
+            ("model", "model"),
         ):
-            if old != new:
-                found.append(f"the {label} differs (fingerprint {old} in the checkpoint, {new} now)")
-        if saved.model != now["model"]:
-            found.append(f"the model differs ({saved.model} in the checkpoint, {now['model']} now)")
+            if getattr(saved, key) != now[key]:
+                found.append(f"the {label} differs ({getattr(saved, key)} in the checkpoint, {now[key]} now)")
         if saved.processes is not None and saved.processes != self.processes:
             found.append(
                 f"it was written by {saved.processes} process(es), this launch has {self.processes} (the global "
@@ -208,15 +207,13 @@ def clear_previous_run(output_dir: Path) -> None:
             path.unlink()
 
 
-def remove_partial_folders(output_dir: Path) -> list[Path]:
+def remove_partial_folders(output_dir: Path) -> None:
     """Delete what a stopped save left half-written (``.step_N.partial``, ``.final.partial``, ...)."""
-    strays = sorted(output_dir.glob(f".*{PARTIAL_SUFFIX}")) if output_dir.is_dir() else []
-    for path in strays:
+    for path in output_dir.glob(f".*{PARTIAL_SUFFIX}") if output_dir.is_dir() else []:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-    return strays
 
 
 def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> Path | None:

@@ -18,14 +18,6 @@ SCHEDULER_NAMES = tuple(
     "linear cosine cosine_with_restarts polynomial constant constant_with_warmup inverse_sqrt cosine_with_min_lr "
     "cosine_warmup_with_min_lr warmup_stable_decay".split()
 )
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
-
-# Without eval_steps, runs of 20+ steps evaluate about ten times (shorter runs once, at the end).
-EVALUATIONS_PER_RUN = 10
-MIN_STEPS_FOR_PERIODIC_EVALUATION = 2 * EVALUATIONS_PER_RUN
-# Without logging_steps, the loss is logged about 50 times a run, every step in short runs, every 10 at most.
-LOG_ENTRIES_PER_RUN = 50
-MAX_DEFAULT_LOGGING_STEPS = 10
 
 
 @dataclass
@@ -75,7 +67,7 @@ class TrainingConfig:
         default=None,
         metadata={
             "help": "Default: what `accelerate config`/launch says, else no.",
-            "choices": MIXED_PRECISION_CHOICES,
+            "choices": ("no", "fp16", "bf16", "fp8"),
         },
     )
     # a number of optimizer steps, or "epoch" (a command line gives a string; __post_init__ makes it a number)
@@ -110,8 +102,8 @@ class TrainingConfig:
     eval_steps: int | None = field(
         default=None,
         metadata={
-            "help": f"Evaluate every N steps and at the end (default: about {EVALUATIONS_PER_RUN} times in runs "
-            f"of {MIN_STEPS_FOR_PERIODIC_EVALUATION}+ steps, else at the end only)."
+            "help": "Evaluate every N steps and at the end (default: about 10 times in runs of 20+ steps, else "
+            "at the end only)."
         },
     )
     metric_for_best_model: str | None = field(
@@ -124,10 +116,10 @@ class TrainingConfig:
     logging_steps: int | None = field(
         default=None,
         metadata={
-            "help": f"Log the training loss every N steps (default: every step in short runs, about "
-            f"{LOG_ENTRIES_PER_RUN} times a run, every {MAX_DEFAULT_LOGGING_STEPS} steps at most)."
+            "help": "Log the training loss every N steps (default: every step in short runs, about 50 times a "
+            "run, every 10 steps at most)."
         },
-    )  # None: see log_interval
+    )
     dataloader_num_workers: int | None = field(
         default=None,
         metadata={
@@ -170,18 +162,17 @@ class TrainingConfig:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.RESUMABLE_CHANGES}
 
     def eval_interval(self, max_train_steps: int) -> int | None:
-        """Evaluate every this many steps: ``eval_steps``, else about ten times in a long enough run."""
+        """Evaluate every this many steps: ``eval_steps``, else ten times in a run of 20+ steps (None: at the end)."""
         if self.eval_steps is not None:
             return self.eval_steps
-        if max_train_steps >= MIN_STEPS_FOR_PERIODIC_EVALUATION:
-            return max_train_steps // EVALUATIONS_PER_RUN
-        return None
+        return max_train_steps // 10 if max_train_steps >= 20 else None
 
     def log_interval(self, max_train_steps: int) -> int:
-        """Log the training loss every this many steps: ``logging_steps``, else see LOG_ENTRIES_PER_RUN."""
+        """Log the training loss every this many steps: ``logging_steps``, else about 50 times a run, every 10
+        steps at most."""
         if self.logging_steps is not None:
             return self.logging_steps
-        return max(1, min(MAX_DEFAULT_LOGGING_STEPS, max_train_steps // LOG_ENTRIES_PER_RUN))
+        return max(1, min(10, max_train_steps // 50))
 
     def num_warmup_steps_for(self, max_train_steps: int) -> int:
         if self.num_warmup_steps is not None:

@@ -1,11 +1,6 @@
-"""``training_facts.json``: what a model card says about how a model was trained, as typed dataclasses.
-
-:class:`JobFacts` is what a training job states about itself (:meth:`Task.facts`), :class:`RunFacts` what the
-loop measured; the loop writes both into the final model folder and the model card reads them back. The file
-is one flat JSON object (so ``json.load(...)["pipeline_tag"]`` works for scripts)::
-
-    {"schema_version": 2, <JobFacts fields>, "details": {...}, <RunFacts fields>}
-"""
+"""``training_facts.json``, what a model card says about how a model was trained: :class:`JobFacts` (what a
+job states about itself) and :class:`RunFacts` (what the loop measured) in one flat JSON object,
+``{"schema_version": 2, <JobFacts fields>, <RunFacts fields>}``."""
 
 from __future__ import annotations
 

@@ -162,10 +162,6 @@ def format_evaluation(entry: dict) -> str:
     return " | ".join(parts)
 
 
-def write_results(output_dir: str | Path, results: dict) -> None:
-    write_atomic(Path(output_dir, RESULTS_FILE), json.dumps(results, indent=2, sort_keys=True))
-
-
 def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
     return [
         (e["step"], e[key]) for e in history if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])

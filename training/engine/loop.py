@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import math
 import os
 import time
@@ -22,6 +23,7 @@ from accelerate.utils import set_seed as seed_everything
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from briskbert.errors import SettingError
+from briskbert.files import write_atomic
 from briskbert.training.engine.checkpointing import (
     RunIdentity,
     TrainingDiverged,
@@ -58,7 +60,6 @@ from briskbert.training.engine.logging_utils import (
     MetricsLog,
     plot_curves,
     progress_bar,
-    write_results,
 )
 from briskbert.training.engine.optim import create_optimizer, create_scheduler
 from briskbert.training.engine.signals import SignalCatcher, report
@@ -534,33 +535,31 @@ def _finish(
         tokens_seen=state.tokens_seen,
         examples_seen=state.examples_seen,
         global_batch_size=parts.global_batch_size,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
         num_warmup_steps=parts.num_warmup_steps,
-        weight_decay=config.weight_decay,
         mixed_precision=accelerator.mixed_precision,
-        seed=config.seed,
         hardware=hardware_description(accelerator),
         num_processes=accelerator.num_processes,
         wall_time_s=round(state.wall_time_s, 3),
         framework_versions=framework_versions(),
+        **{
+            name: getattr(config, name)
+            for name in ("learning_rate", "lr_scheduler_type", "weight_decay", "seed")
+        },
     )
     facts = TrainingFacts(job=task.facts(), run=run_facts)
     final_dir = output_dir / "final"
     save_model_folder(accelerator, parts.model, tokenizer, final_dir, facts)
     best_metric = asdict(best) if best else None  # as all_results.json and TrainResult show it
     if accelerator.is_main_process:
-        write_results(
-            output_dir,
-            {
-                **metrics,
-                **{key: getattr(run_facts, key) for key in RESULT_COUNTERS},
-                "best_metric": best_metric,
-                "train_loss": next((e["loss"] for e in reversed(log.history) if "loss" in e), None),
-                "train_runtime_s": round(state.wall_time_s, 2),
-                "train_tokens_per_s": round(state.tokens_seen / max(state.wall_time_s, 1e-9), 1),
-            },
-        )
+        results = {
+            **metrics,
+            **{key: getattr(run_facts, key) for key in RESULT_COUNTERS},
+            "best_metric": best_metric,
+            "train_loss": next((e["loss"] for e in reversed(log.history) if "loss" in e), None),
+            "train_runtime_s": round(state.wall_time_s, 2),
+            "train_tokens_per_s": round(state.tokens_seen / max(state.wall_time_s, 1e-9), 1),
+        }
+        write_atomic(output_dir / RESULTS_FILE, json.dumps(results, indent=2, sort_keys=True))
     _finish_logs(accelerator, log, output_dir)
     accelerator.print(
         f"Saved the model to {final_dir} ({FACTS_FILE}); metrics in "
