@@ -359,14 +359,11 @@ class BackgroundHub:
 
     def __init__(self, data_dir, token: str | None, host: str = "127.0.0.1", port: int = 0, **options):
         self.server = HubServer((host, port), data_dir, token, **options)
+        self.url = self.server.url
         self._thread = threading.Thread(target=self.server.serve_forever, name="local-hub", daemon=True)
         self._thread.start()
         while not self.server._uvicorn.started and self._thread.is_alive():
             time.sleep(0.01)
-
-    @property
-    def url(self) -> str:
-        return self.server.url
 
     def set_fault(self, fault: dict | None) -> None:
         self.server.set_fault(fault)

@@ -121,7 +121,6 @@ def _apply(files: dict[str, FileEntry], op: CommitOperation) -> None:
 
 @dataclass(frozen=True)
 class RepoRecord:  # what is known about a repo without reading the disk
-    repo_type: str
     repo_id: str  # as its creator spelled it
     private: bool
     created_at: str | None
@@ -233,8 +232,8 @@ class Storage:
             logger.error("%s is damaged (%s): %s answers 500 StorageDamaged", folder / name, why, repo_id)
         if problems:
             what = "; ".join(f"{name}: {why}" for name, why in problems.items())
-            return RepoRecord(repo_type, repo_id, meta.get("private", True), None, what)
-        return RepoRecord(repo_type, repo_id, meta["private"], meta.get("created_at"))
+            return RepoRecord(repo_id, meta.get("private", True), None, what)
+        return RepoRecord(repo_id, meta["private"], meta.get("created_at"))
 
     def _write_atomic(self, target: Path, data: bytes) -> None:
         write_atomic(target, data, fsync=True, temp_dir=self.root / "tmp")
@@ -370,7 +369,7 @@ class Storage:
             if self.lookup(repo_type, repo_id) is not None:
                 return None
             shutil.rmtree(d, ignore_errors=True)  # what a create interrupted before its refs.json left
-            record = RepoRecord(repo_type, repo_id, bool(private), _now())
+            record = RepoRecord(repo_id, bool(private), _now())
             meta = {"id": repo_id, "private": record.private, "created_at": record.created_at}
             data = GITATTRIBUTES.encode()
             entry = FileEntry(".gitattributes", self.put_bytes(data), len(data), git_blob_oid(data), False)
