@@ -227,8 +227,6 @@ def test_real_clients_roundtrip(tmp_path, xet):
 
 
 def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, caplog):
-    from huggingface_hub import hf_hub_download
-
     files = {"config.json": b'{"a": 1}', "weights.bin": b"\0weights" * 50, "notes.txt": b"notes " * 50}
     data = tmp_path / "data"
     with BackgroundHub(data, TOKEN) as h:
@@ -246,18 +244,15 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
             fh.seek(3)
             fh.write(bytes([fh.read(1)[0] ^ 1]))
     with caplog.at_level("ERROR", logger="hub_server"), BackgroundHub(data, TOKEN) as h:
-        download = hf_hub_download(
-            "testuser/good", "config.json", endpoint=h.url, cache_dir=tmp_path, token=TOKEN
-        )
-        assert Path(download).read_bytes() == files["config.json"]
+        assert api(h, "GET", "/testuser/good/resolve/main/config.json") == (
+            200,
+            {"a": 1},
+        )  # the rest is served
         for path, words in [
             ("/api/models/testuser/broken-meta", "broken-meta is damaged (meta.json: not valid JSON"),
             ("/api/models/testuser/broken-refs", "(refs.json: not an object with 'branches' and 'tags'"),
             ("/api/models/testuser/broken-tree", f"(trees/{tree_head}.json: not a file table"),
-            (
-                "/testuser/good/resolve/main/weights.bin",
-                "content of weights.bin is damaged (its sha256 changed)",
-            ),
+            ("/testuser/good/resolve/main/weights.bin", "of weights.bin is damaged (its sha256 changed)"),
             ("/testuser/good/resolve/main/notes.txt", "of notes.txt is damaged (its git blob sha1 changed)"),
         ]:
             status, headers, _ = call(h.url + path, headers=AUTH)
@@ -308,7 +303,11 @@ def commit_to(hub, branch: str, *files: tuple[str, bytes], repo: str = "testuser
     return answer["commitOid"]
 
 
-def test_a_deleted_branch_takes_the_commits_and_blobs_only_it_reached(tmp_path):
+def test_a_deleted_branch_takes_what_only_it_reached_even_after_a_crash_while_collecting(
+    tmp_path, monkeypatch
+):
+    """The refs move first: a crash during the collection leaves a whole store, and the next collection (the
+    deletion of another branch) removes the commits and blobs only the deleted branch reached."""
     data = tmp_path / "data"
     with BackgroundHub(data, TOKEN) as h:
         main = make_repo(h, "r")
@@ -319,26 +318,6 @@ def test_a_deleted_branch_takes_the_commits_and_blobs_only_it_reached(tmp_path):
         staged = commit_to(h, "staging", ("secret.txt", b"unverified"), ("copy.txt", b"shared"))
         tagged = commit_to(h, "tagged", ("t.txt", b"tagged"))
         assert api(h, "POST", "/api/models/testuser/r/tag/tagged", {"tag": "v1"})[0] == 200
-        assert blob_file(data, b"unverified").is_file()
-        for branch in ("staging", "tagged"):
-            assert api(h, "DELETE", f"/api/models/testuser/r/branch/{branch}")[0] == 200
-        for path in (f"/api/models/testuser/r/revision/{staged}", f"/testuser/r/resolve/{staged}/secret.txt"):
-            assert api(h, "GET", path) == (404, {"error": f"Invalid rev id: {staged}"})
-        assert not blob_file(data, b"unverified").exists()
-        assert not list(data.glob(f"repos/*/*/*/*/{staged}.json"))
-        assert blob_file(data, b"shared").is_file()  # another repo's commit names it
-        assert api(h, "GET", f"/testuser/r/resolve/{tagged}/t.txt") == (200, b"tagged")  # a tag reaches it
-        assert api(h, "GET", f"/testuser/r/resolve/{main}/.gitattributes")[0] == 200
-
-
-def test_a_crash_while_collecting_leaves_a_whole_store_and_the_next_collection_ends_it(tmp_path, monkeypatch):
-    data = tmp_path / "data"
-    with BackgroundHub(data, TOKEN) as h:
-        make_repo(h, "r")
-        for branch in ("staging", "later"):
-            assert api(h, "POST", f"/api/models/testuser/r/branch/{branch}", {})[0] == 200
-        staged = commit_to(h, "staging", ("secret.txt", b"unverified"))
-        kept = commit_to(h, "main", ("kept.txt", b"kept"))
 
         def power_lost(path, missing_ok=False):
             raise OSError("the power went out")
@@ -348,12 +327,14 @@ def test_a_crash_while_collecting_leaves_a_whole_store_and_the_next_collection_e
             api(h, "DELETE", "/api/models/testuser/r/branch/staging")
     assert blob_file(data, b"unverified").is_file()
     with BackgroundHub(data, TOKEN) as h:
-        assert api(h, "GET", f"/api/models/testuser/r/revision/{staged}")[0] == 404
-        assert api(h, "GET", f"/testuser/r/resolve/{kept}/kept.txt") == (200, b"kept")
-        assert api(h, "DELETE", "/api/models/testuser/r/branch/later")[0] == 200
+        for path in (f"/api/models/testuser/r/revision/{staged}", f"/testuser/r/resolve/{staged}/secret.txt"):
+            assert api(h, "GET", path) == (404, {"error": f"Invalid rev id: {staged}"})
+        assert api(h, "DELETE", "/api/models/testuser/r/branch/tagged")[0] == 200
         assert not blob_file(data, b"unverified").exists()
         assert not list(data.glob(f"repos/*/*/*/*/{staged}.json"))
-        assert api(h, "GET", "/testuser/r/resolve/main/kept.txt") == (200, b"kept")
+        assert blob_file(data, b"shared").is_file()  # another repo's commit names it
+        assert api(h, "GET", f"/testuser/r/resolve/{tagged}/t.txt") == (200, b"tagged")  # a tag reaches it
+        assert api(h, "GET", f"/testuser/r/resolve/{main}/.gitattributes")[0] == 200
 
 
 @pytest.mark.parametrize(
