@@ -52,19 +52,14 @@ TEXT = "The cat sat. The dog ran!\nA bird flew.\n\n\n  \nThe mat?\n\nthe cat sat
 DOCUMENTS = [["The cat sat. The dog ran!", "A bird flew."], ["The mat?"], ["the cat sat on the mat."]]
 
 
-def settings(tmp_path, **changes):
-    return PreparationSettings(**{"cache_dir": str(tmp_path / "cache"), "show_progress": False, **changes})
-
-
-def prepare(tmp_path, text=TEXT, name="corpus.txt", sentences=False, **changes):
+def prepare(tmp_path, text=TEXT, name="corpus.txt", tokenizer=None, log=None, **changes):
+    """The store of ``tmp_path / name`` (written with ``text`` unless it exists), cached in ``tmp_path``."""
     path = tmp_path / name
     if not path.exists():
         path.write_text(text, encoding="utf-8")
+    settings = PreparationSettings(cache_dir=str(tmp_path / "cache"), show_progress=False, **changes)
     return prepare_corpus(
-        CorpusSource(str(path)),
-        WordTokenizer(),
-        settings(tmp_path, sentences=sentences, **changes),
-        log=[].append,
+        CorpusSource(str(path)), tokenizer or WordTokenizer(), settings, log=log or [].append
     )
 
 
@@ -95,10 +90,7 @@ def test_paragraph_store_holds_each_documents_ids_then_a_separator(tmp_path):
     tokenizer = WordTokenizer()  # as a sentence-transformers tokenizer.json is saved: 128 tokens, padded
     tokenizer.backend_tokenizer.enable_truncation(3)
     tokenizer.backend_tokenizer.enable_padding(length=8, pad_id=0)
-    (tmp_path / "corpus.txt").write_text(TEXT)
-    store = prepare_corpus(
-        CorpusSource(str(tmp_path / "corpus.txt")), tokenizer, settings(tmp_path), log=[].append
-    )
+    store = prepare(tmp_path, tokenizer=tokenizer)
     assert_store(store, DOCUMENTS)  # neither padded nor truncated
     assert store.meta["dtype"] == "uint16" and store.meta["settings"] == {"sentences": False}
     assert os.path.getsize(store.folder / "tokens.bin") == 2 * store.num_tokens
@@ -127,17 +119,10 @@ def test_empty_documents_and_unknown_only_segments(tmp_path):
 
 
 def test_the_cache_is_reused_and_any_change_prepares_again(tmp_path):
-    messages = []
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT)
+    messages, path = [], tmp_path / "corpus.txt"
 
-    def run(tokenizer=None, **changes):
-        return prepare_corpus(
-            CorpusSource(str(path)),
-            tokenizer or WordTokenizer(),
-            settings(tmp_path, **changes),
-            log=messages.append,
-        )
+    def run(**changes):
+        return prepare(tmp_path, log=messages.append, **changes)
 
     first = run()
     n = len(expected_store(DOCUMENTS)[0])
@@ -171,16 +156,10 @@ def flip_bytes(path, offset, count=4):
 def damage_and_prepare_again(tmp_path, damage):
     """Prepare, damage the cached store, prepare again: the messages and the two stores' tokens."""
     messages = []
-
-    def run():
-        source = CorpusSource(str(tmp_path / "corpus.txt"))
-        return prepare_corpus(source, WordTokenizer(), settings(tmp_path), log=messages.append)
-
-    (tmp_path / "corpus.txt").write_text(TEXT)
-    first = run()
+    first = prepare(tmp_path, log=messages.append)
     expected = first.tokens().tolist()
     damage(first.folder)
-    second = run()
+    second = prepare(tmp_path, log=messages.append)
     assert second.folder == first.folder and second.tokens().tolist() == expected
     return messages[1:]
 
@@ -316,11 +295,7 @@ def test_the_memory_preparation_takes_does_not_grow_with_the_longest_line(tmp_pa
 def test_a_large_vocabulary_is_stored_as_uint32(tmp_path):
     words = [*WORDS, *[f"w{i}" for i in range(65536 - len(WORDS))]]
     assert TokenEncoder(WordTokenizer(words)).dtype == np.uint16  # 65,536 ids fit
-    bigger = [*words, "w70000"]
-    (tmp_path / "c.txt").write_text("the cat w70000\n")
-    store = prepare_corpus(
-        CorpusSource(str(tmp_path / "c.txt")), WordTokenizer(bigger), settings(tmp_path), log=[].append
-    )
+    store = prepare(tmp_path, text="the cat w70000\n", tokenizer=WordTokenizer([*words, "w70000"]))
     assert store.meta["dtype"] == "uint32" and store.tokens().tolist() == [2, 3, 65536, 1]
 
 

@@ -125,9 +125,8 @@ def test_the_hubs_metadata_rules_are_checked_locally():
     ]
     assert check_card_text("---\nlicense: [mit]\n---\n")[0].startswith('"license" must be a string')
     assert check_metadata({"base_model": "sentence-transformers/all-MiniLM-L6-v2"}) == []
-    assert (
-        "Hub repo ids" in check_metadata({"base_model": "/home/me/runs/minilm"})[0]
-    )  # a path is no base model
+    a_path = check_metadata({"base_model": "/home/me/runs/minilm"})
+    assert "Hub repo ids" in a_path[0]
 
 
 def test_datasets_are_named_by_their_public_name_never_by_a_local_file(tmp_path):
@@ -188,9 +187,8 @@ def test_the_facts_a_run_writes_come_back_typed_and_on_the_card(tmp_path):
     )
     write_training_facts(folder, TrainingFacts(job, run))
     data = json.loads((folder / "training_facts.json").read_text())
-    assert (
-        data["schema_version"] == SCHEMA_VERSION and data["metrics"]["eval_loss"] is None
-    )  # JSON has no NaN
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["metrics"]["eval_loss"] is None  # JSON has no NaN
     back = read_training_facts(folder)
     assert back.job == job and back.run.best_metric == run.best_metric
     card = render_card(folder, "testuser/m")
@@ -209,18 +207,21 @@ def test_the_facts_a_run_writes_come_back_typed_and_on_the_card(tmp_path):
     assert "| weights in this folder | step 20, the run's last and its best by accuracy 0.85 |" in text
 
 
-def test_facts_of_another_version_or_with_unknown_keys_are_refused(tmp_path):
-    (tmp_path / "training_facts.json").write_text(json.dumps({"task": "x"}))  # no schema_version
-    with pytest.raises(FactsError, match=r"training_facts.json has schema_version None.*write it again"):
-        read_training_facts(tmp_path)
-    (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 99, "task": "x"}))
-    with pytest.raises(FactsError, match=r"training_facts.json has schema_version 99.*upgrade briskbert"):
-        read_training_facts(tmp_path)
-    (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 2, "problem_type": "x"}))
-    with pytest.raises(FactsError, match=r"unknown key\(s\) \['problem_type'\].*'details'"):
-        read_training_facts(tmp_path)
-    (tmp_path / "training_facts.json").write_text(json.dumps({"schema_version": 2, "train_steps": "many"}))
-    with pytest.raises(FactsError, match=r"'train_steps' must be int \| None, got 'many'"):
+@pytest.mark.parametrize(
+    "facts, message",
+    [
+        ({"task": "x"}, r"training_facts.json has schema_version None.*write it again"),
+        (
+            {"schema_version": 99, "task": "x"},
+            r"training_facts.json has schema_version 99.*upgrade briskbert",
+        ),
+        ({"schema_version": 2, "problem_type": "x"}, r"unknown key\(s\) \['problem_type'\].*'details'"),
+        ({"schema_version": 2, "train_steps": "many"}, r"'train_steps' must be int \| None, got 'many'"),
+    ],
+)
+def test_facts_of_another_version_or_with_unknown_keys_are_refused(tmp_path, facts, message):
+    (tmp_path / "training_facts.json").write_text(json.dumps(facts))
+    with pytest.raises(FactsError, match=message):
         read_training_facts(tmp_path)
 
 
@@ -270,25 +271,13 @@ def test_the_card_names_the_training_data_as_used(tmp_path):
     used = "2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)"
     assert f"| training data | {used} |" in card.text and f"trained on {used}." in card.text
     assert card.data.to_dict()["datasets"] == ["glue/sst2"]
-    job = JobFacts(
-        task="text-classification",
-        datasets=["sst2_train_excerpt.tsv"],
-        train_files=["sst2_train_excerpt.tsv"],
-    )
-    write_training_facts(folder, TrainingFacts(job, RunFacts(train_steps=10)))
-    assert "| training data | local data (sst2_train_excerpt.tsv) |" in render_card(folder).text
 
 
 def test_baselines_stand_beside_the_metrics_and_are_no_results_of_the_model(tmp_path):
     """What a random ranking or the majority class scores on the same data is shown beside the model's metric, and
     kept out of the model-index, which lists the model's own results."""
     folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
-    metrics = {
-        "eval_accuracy": 0.1304,
-        "eval_chance_accuracy": 0.25,
-        "eval_mrr": 0.5036,
-        "eval_chance_mrr": 0.5208,
-    }
+    metrics = dict(eval_accuracy=0.1304, eval_chance_accuracy=0.25, eval_mrr=0.5036, eval_chance_mrr=0.5208)
     job = JobFacts(task="text-ranking", datasets=["stanfordnlp/sst2"], eval_dataset="stanfordnlp/sst2")
     write_training_facts(folder, TrainingFacts(job, RunFacts(metrics=metrics, train_steps=10)))
     card = render_card(folder, "testuser/m")

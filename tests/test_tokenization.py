@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from fresh_process import run_without_project
 
-from briskbert.cli import main as cli
 from briskbert.errors import SettingError
 from briskbert.processes import briskbert_argv
 from briskbert.tokenization import (
@@ -85,11 +84,8 @@ def test_parity_on_bundled_excerpts(tokenizer, bert_ref):
 
 
 # ---------------------------------------------------------------------------------------- bad input
-def test_bad_inputs(tokenizer):
+def test_text_that_is_not_strings_is_refused(tokenizer):
     tok = tokenizer
-    assert tok("")["input_ids"] == [tok.cls_token_id, tok.sep_token_id]
-    assert tok(["", "a"], padding=True)["input_ids"][0] == [101, 102, 0]
-    assert tok.tokenize("") == [] and tok.decode([]) == ""
     for bad in (None, 5, [1, 2], ["ok", 3], [["ok", None]], b"bytes"):
         for call in (tok, tok.encode, tok.tokenize):
             with pytest.raises(TokenizerInputError, match="string"):
@@ -98,8 +94,6 @@ def test_bad_inputs(tokenizer):
         tok(None)
     with pytest.raises(ValueError, match=r"text_pair\[1\]"):
         tok(["a", "b"], ["c", 4])
-    # characters outside the vocabulary become [UNK]
-    assert tok.tokenize("lobster ☃ 🦞") == ["lobster", "[UNK]", "[UNK]"]
     # pre-tokenised input and pairs of word lists are accepted
     enc = tok([["Hello", "world"]], [["a", "pair"]], is_split_into_words=True)
     assert enc.word_ids(0) == [None, 0, 1, None, 0, 1, None]
@@ -111,12 +105,8 @@ def test_trained_tokenizer_on_excerpt(trained_excerpt):
     assert len(tok) == 1024  # 1000 rounded up to a multiple of 64
     special_ids = [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id]
     assert tok.convert_ids_to_tokens(special_ids) == list(SPECIAL_TOKENS)
-    assert sorted(p.name for p in out.iterdir()) == [
-        "tokenization_briskbert.py",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "vocab.txt",
-    ]
+    files = {"tokenization_briskbert.py", "tokenizer.json", "tokenizer_config.json", "vocab.txt"}
+    assert {p.name for p in out.iterdir()} == files
     vocab_lines = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert vocab_lines == tok.convert_ids_to_tokens(list(range(1024)))
     config = json.loads((out / "tokenizer_config.json").read_text())
@@ -166,8 +156,7 @@ def test_training_sizes_options_and_a_dataset(tmp_path):
     rows = read_sst(EXCERPTS / "sst2_train_excerpt.tsv")
     ds = datasets.Dataset.from_dict({"sentence": rows + [None], "label": [0] * (len(rows) + 1)})
     tok = train_wordpiece_tokenizer(dataset=ds, text_column="sentence", vocab_size=512, show_progress=False)
-    assert len(tok) == 512
-    assert_round_trip(tok, rows)
+    assert len(tok) == 512 and "[unused0]" not in tok.get_vocab()  # learned from the column's texts
     with pytest.raises(ValueError, match="text_column"):
         train_wordpiece_tokenizer(dataset=ds, text_column="text", vocab_size=512, show_progress=False)
 
@@ -255,7 +244,7 @@ def test_wordpiece_training_is_deterministic(tmp_path):
     assert (tmp_path / "a" / "vocab.txt").read_bytes() == (tmp_path / "b" / "vocab.txt").read_bytes()
 
 
-def test_training_refuses_empty_and_non_utf8_files_by_name(tmp_path, capsys):
+def test_training_refuses_empty_and_non_utf8_files_by_name(tmp_path):
     blank = tmp_path / "blank.txt"
     blank.write_text("\n  \n")
     with pytest.raises(EmptyCorpusError, match="blank.txt: no text"):
@@ -264,28 +253,12 @@ def test_training_refuses_empty_and_non_utf8_files_by_name(tmp_path, capsys):
     latin.write_bytes("first line\ncaf\u00e9\n".encode("latin-1"))
     with pytest.raises(SettingError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
         train_wordpiece_tokenizer(files=[latin], vocab_size=100, show_progress=False)
-    argv = [
-        "train-tokenizer",
-        "--files",
-        str(blank),
-        "--vocab_size",
-        "100",
-        "--output_dir",
-        str(tmp_path / "out"),
-    ]
-    assert cli(argv) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: --files {blank}: no text")
-    assert not (tmp_path / "out").exists()
 
 
 def test_sampled_training_keeps_at_most_max_lines():
     lines = [f"line {i}" for i in range(1000)]
     sample = sample_lines(iter(lines), 50, seed=1)
-    assert (
-        len(sample) == 50
-        and sample == sorted(sample, key=lines.index)
-        and sample == sample_lines(lines, 50, 1)
-    )
+    assert len(sample) == 50 and sample == sorted(sample, key=lines.index) == sample_lines(lines, 50, 1)
     assert sample_lines(iter(lines), 50, seed=2) != sample
     tok = train_wordpiece_tokenizer(
         files=[EXCERPTS / "wikitext2_excerpt.txt"], vocab_size=256, max_lines=200, show_progress=False
