@@ -21,7 +21,7 @@ from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_
 from briskbert.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.settings import EmbeddingSettings, has_scored_pair_columns
+from briskbert.training.retrieval.settings import SCORED_PAIR_COLUMNS, EmbeddingSettings, file_columns
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
     cosent_loss,
@@ -51,7 +51,7 @@ def load_training_examples(
     errors name the setting ``name``."""
     if not Path(path).is_file():
         raise SettingError(name, f"{path!r} does not exist.")
-    if not is_squad_file(path) and has_scored_pair_columns(path):
+    if not is_squad_file(path) and set(SCORED_PAIR_COLUMNS) <= set(file_columns(path)):
         if articles is not None:
             raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
         return load_scored_pairs(path, name)

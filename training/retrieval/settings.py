@@ -36,10 +36,6 @@ def file_columns(path: str) -> list[str]:
     return list(row) if isinstance(row, dict) else []
 
 
-def has_scored_pair_columns(path: str) -> bool:
-    return all(column in file_columns(path) for column in SCORED_PAIR_COLUMNS)
-
-
 def check_scored_pair_file(path: str, name: str) -> None:
     """A :class:`SettingError` for ``name`` unless ``path`` is a TSV, CSV or JSON lines file of scored pairs."""
     if not Path(path).is_file():
