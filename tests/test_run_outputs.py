@@ -1,7 +1,5 @@
-"""What a finished training run leaves says what happened: curves with a point per logged step and no panel
-spent on a constant or a lone point, a model card next to the model (written by the command layer's
-``train``), a line saying where the model is, a training time that counts training only, and an evaluation
-set named for what it is."""
+"""What a finished run leaves says what happened: curves, a model card next to the model and a line saying where it
+is, a training time that counts training only, an evaluation set named for what it is, files a teammate can read."""
 
 import json
 import os
@@ -41,15 +39,6 @@ def visible_axes(figure):
 def test_the_default_logging_interval_gives_short_runs_a_point_per_step(steps, interval):
     assert config("--output_dir", "x").log_interval(steps) == interval
     assert config("--output_dir", "x", "--logging_steps", "7").log_interval(steps) == 7  # as asked
-
-
-def test_a_short_run_logs_and_plots_its_training_loss_at_every_step(tmp_path):
-    result = train(tmp_path, "--max_train_steps", "4")  # no --logging_steps: the default
-    assert [e["step"] for e in result.history if "loss" in e] == [1, 2, 3, 4]
-    (loss_axis,) = visible_axes(curve_figure(result.history))
-    lines = {line.get_label(): line for line in loss_axis.get_lines()}
-    assert list(lines["training loss"].get_xdata()) == [1, 2, 3, 4]
-    assert list(lines["validation loss"].get_xdata()) == [4] and lines["validation loss"].get_marker() == "o"
 
 
 def test_a_metric_evaluated_twice_gets_a_panel_and_sizes_or_lone_points_do_not():
@@ -99,36 +88,18 @@ def test_the_training_time_counts_training_steps_not_evaluations(tmp_path, monke
 SST2 = dict(train_file="data/sst2_train_excerpt.tsv", validation_file="data/sst2_validation_excerpt.tsv")
 
 
-def test_a_local_validation_file_is_not_called_the_public_validation_split():
-    facts = DataSource(**SST2, dataset_card_name="glue/sst2").card_facts()
-    assert facts["datasets"] == ["glue/sst2"]
-    assert facts["eval_dataset"] == "sst2_validation_excerpt.tsv" and facts["eval_split"] is None
-    described = DataSource(
-        **SST2,
-        dataset_card_name="glue/sst2",
-        validation_card_name="a held-out part of the glue/sst2 train split",
-    ).card_facts()
-    assert described["eval_dataset_description"] == "a held-out part of the glue/sst2 train split"
+def test_the_card_says_what_the_evaluation_data_is(tmp_path):
+    """A local validation file is not called the public dataset's validation split, and the card says what it is."""
+    described = "a held-out part of the glue/sst2 train split"
+    data = DataSource(**SST2, dataset_card_name="glue/sst2", validation_card_name=described).card_facts()
+    assert (data["eval_dataset"], data["eval_split"]) == ("sst2_validation_excerpt.tsv", None)
     hub = DataSource(dataset_name="stanfordnlp/sst2").card_facts()
     assert (hub["eval_dataset"], hub["eval_split"]) == ("stanfordnlp/sst2", "validation")
-
-
-def test_the_card_says_what_the_evaluation_data_is(tmp_path):
     result = train(tmp_path / "run", "--max_train_steps", "1")
-    facts = {
-        **json.loads((result.final_dir / "training_facts.json").read_text()),
-        "metrics": {"eval_accuracy": 0.9},
-        **DataSource(
-            **SST2,
-            dataset_card_name="glue/sst2",
-            validation_card_name="a held-out part of the glue/sst2 train split",
-        ).card_facts(),
-    }
+    facts = {**json.loads((result.final_dir / "training_facts.json").read_text()), **data}
+    facts["metrics"] = {"eval_accuracy": 0.9}
     card = render_card(result.final_dir, "me/model", facts=TrainingFacts.from_json(facts))
-    assert (
-        "Measured on a held-out part of the glue/sst2 train split (local data: sst2_validation_excerpt.tsv)."
-        in card.text
-    )
+    assert f"Measured on {described} (local data: sst2_validation_excerpt.tsv)." in card.text
     assert "validation split" not in card.text
     assert card.data.eval_results is None  # no model-index claims a result on the public dataset
     bare_facts = TrainingFacts.from_json({**facts, "eval_dataset_description": None})
@@ -152,7 +123,8 @@ def test_a_lone_validation_point_is_not_under_the_legend_and_steps_are_whole():
     assert not loss_axis.get_legend().get_window_extent(renderer).contains(*point)
     ticks = [tick for tick in loss_axis.get_xticks() if 0 <= tick <= 3]
     assert ticks and all(float(tick).is_integer() for tick in ticks), ticks  # no "0.5 steps"
-    assert list(lines["validation loss"].get_xdata()) == [3]
+    assert list(lines["training loss"].get_xdata()) == [1, 2, 3]
+    assert list(lines["validation loss"].get_xdata()) == [3] and lines["validation loss"].get_marker() == "o"
 
 
 HISTORY = [{"step": s, "loss": 2.0 - 0.02 * s, "eval_f1": s / 100} for s in range(1, 4)]

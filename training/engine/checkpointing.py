@@ -136,12 +136,10 @@ def dataset_fingerprint(dataset) -> str | None:
     size = len(dataset)
     indices = sorted({i * size // FINGERPRINT_SAMPLES for i in range(FINGERPRINT_SAMPLES)} & set(range(size)))
     sample = [dataset[i] for i in indices]
-    text = json.dumps([size, sample], sort_keys=True, default=_as_plain)
+    text = json.dumps(
+        [size, sample], sort_keys=True, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _as_plain(value):
-    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
@@ -305,7 +303,9 @@ def save_checkpoint(
     """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state)."""
     folder = output_dir / f"step_{state.global_step}"
     partial = partial_path(folder)
-    with space_for(folder, lambda: state_bytes(accelerator)):
+    # a full disk: one line, and no partial folder left; a checkpoint is about the weights and AdamW's two moments
+    weights = (p.numel() * p.element_size() for model in accelerator._models for p in model.parameters())
+    with space_for(folder, 3 * sum(weights)):
         hook = accelerator.register_save_state_pre_hook(drop_tied_copies)
         accelerator.save_state(str(partial))
         hook.remove()
@@ -332,11 +332,6 @@ def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
             if tensor.numel() and tensor.data_ptr() in seen:
                 del state[key]
             seen.add(tensor.data_ptr())
-
-
-def state_bytes(accelerator) -> int:
-    """About what a checkpoint takes on disk: the weights and AdamW's two moments."""
-    return 3 * sum(p.numel() * p.element_size() for model in accelerator._models for p in model.parameters())
 
 
 def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_steps: int) -> None:

@@ -139,7 +139,46 @@ class TrainingConfig:
         if isinstance(self.checkpointing_steps, str) and self.checkpointing_steps.isdigit():
             self.checkpointing_steps = int(self.checkpointing_steps)
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"
-        _check_ranges(self)
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SettingError(item.name, f"must be a finite number, got {value}.")
+        for name in (
+            "per_device_train_batch_size",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
+            "logging_steps",
+            "max_train_steps",
+            "eval_steps",
+        ):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise SettingError(name, f"must be >= 1, got {getattr(self, name)}.")
+        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
+            raise SettingError("dataloader_num_workers", f"must be >= 0, got {self.dataloader_num_workers}.")
+        if self.learning_rate <= 0:
+            raise SettingError("learning_rate", f"must be > 0, got {self.learning_rate}.")
+        if self.max_train_steps is None and self.num_train_epochs <= 0:
+            raise SettingError(
+                "num_train_epochs", f"must be > 0 (or give max_train_steps), got {self.num_train_epochs}."
+            )
+        if not 0 <= self.warmup_ratio < 1:
+            raise SettingError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}.")
+        if self.num_warmup_steps is not None and self.num_warmup_steps < 0:
+            raise SettingError("num_warmup_steps", f"must be >= 0, got {self.num_warmup_steps}.")
+        if self.lr_scheduler_type not in SCHEDULER_NAMES:
+            raise SettingError(
+                "lr_scheduler_type",
+                f"{self.lr_scheduler_type!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}.",
+            )
+        steps = self.checkpointing_steps
+        if steps is not None and steps != "epoch" and not (isinstance(steps, int) and steps >= 1):
+            raise SettingError(
+                "checkpointing_steps", f"must be a positive integer or 'epoch', got {steps!r}."
+            )
+        if self.greater_is_better is not None and self.metric_for_best_model is None:
+            raise SettingError("greater_is_better", "needs metric_for_best_model.")
+        if not 0 < self.decay_ratio <= 1:
+            raise SettingError("decay_ratio", f"must be in (0, 1], got {self.decay_ratio}.")
 
     @property
     def trackers(self) -> list[str]:
@@ -178,47 +217,6 @@ class TrainingConfig:
         if self.num_warmup_steps is not None:
             return self.num_warmup_steps
         return round(self.warmup_ratio * max_train_steps)
-
-
-def _check_ranges(config: TrainingConfig) -> None:
-    for item in fields(config):
-        value = getattr(config, item.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SettingError(item.name, f"must be a finite number, got {value}.")
-    for name in (
-        "per_device_train_batch_size",
-        "per_device_eval_batch_size",
-        "gradient_accumulation_steps",
-        "logging_steps",
-        "max_train_steps",
-        "eval_steps",
-    ):
-        if getattr(config, name) is not None and getattr(config, name) < 1:
-            raise SettingError(name, f"must be >= 1, got {getattr(config, name)}.")
-    if config.dataloader_num_workers is not None and config.dataloader_num_workers < 0:
-        raise SettingError("dataloader_num_workers", f"must be >= 0, got {config.dataloader_num_workers}.")
-    if config.learning_rate <= 0:
-        raise SettingError("learning_rate", f"must be > 0, got {config.learning_rate}.")
-    if config.max_train_steps is None and config.num_train_epochs <= 0:
-        raise SettingError(
-            "num_train_epochs", f"must be > 0 (or give max_train_steps), got {config.num_train_epochs}."
-        )
-    if not 0 <= config.warmup_ratio < 1:
-        raise SettingError("warmup_ratio", f"must be in [0, 1), got {config.warmup_ratio}.")
-    if config.num_warmup_steps is not None and config.num_warmup_steps < 0:
-        raise SettingError("num_warmup_steps", f"must be >= 0, got {config.num_warmup_steps}.")
-    if config.lr_scheduler_type not in SCHEDULER_NAMES:
-        raise SettingError(
-            "lr_scheduler_type",
-            f"{config.lr_scheduler_type!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}.",
-        )
-    steps = config.checkpointing_steps
-    if steps is not None and steps != "epoch" and not (isinstance(steps, int) and steps >= 1):
-        raise SettingError("checkpointing_steps", f"must be a positive integer or 'epoch', got {steps!r}.")
-    if config.greater_is_better is not None and config.metric_for_best_model is None:
-        raise SettingError("greater_is_better", "needs metric_for_best_model.")
-    if not 0 < config.decay_ratio <= 1:
-        raise SettingError("decay_ratio", f"must be in (0, 1], got {config.decay_ratio}.")
 
 
 def parse_report_to(report_to: str | None) -> list[str]:

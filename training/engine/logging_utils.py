@@ -66,8 +66,17 @@ class MetricsLog:
             return
         with self.path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
-        if any(key.startswith("eval_") for key in entry):
-            self.echo(format_evaluation(entry))
+        if any(
+            key.startswith("eval_") for key in entry
+        ):  # "step 40 | eval_loss 2.3451 | eval_accuracy 0.8125"
+            shown = [
+                f"{key} {value:.4g}"
+                for key, value in entry.items()
+                if key.startswith("eval_")
+                and not key.endswith(COUNTER_SUFFIXES)
+                and isinstance(value, (int, float))
+            ]
+            self.echo(" | ".join([f"step {entry['step']}", *shown]))
 
     def last_evaluation(self) -> dict:
         """The metrics of the latest evaluation (without ``step``), empty when there was none."""
@@ -151,15 +160,6 @@ class ProgressLines:
         if self.first < self.n < self.total:
             line += f", about {elapsed / (self.n - self.first) * (self.total - self.n):.0f} s left"
         print(line + (f", {self.postfix}" if self.postfix else ""), file=self.stream, flush=True)
-
-
-def format_evaluation(entry: dict) -> str:
-    """``step 40 | eval_loss 2.3451 | eval_accuracy 0.8125``: one console line per evaluation."""
-    parts = [f"step {entry['step']}"]
-    for key, value in entry.items():
-        if key.startswith("eval_") and not key.endswith(COUNTER_SUFFIXES) and isinstance(value, (int, float)):
-            parts.append(f"{key} {value:.4g}")
-    return " | ".join(parts)
 
 
 def _series(history: list[dict], key: str) -> list[tuple[int, float]]:
