@@ -52,9 +52,7 @@ def used_run(finished_run, tmp_path) -> Path:
     return copy
 
 
-def test_a_new_run_into_a_used_output_dir_is_refused_unless_overwritten(used_run):
-    with pytest.raises(UserError, match="already holds a run"):
-        train(used_run, "--max_train_steps", "2")
+def test_an_overwritten_output_dir_holds_only_the_new_run(used_run):
     result = train(used_run, "--max_train_steps", "2", "--overwrite_output_dir")
     assert result.global_step == 2
     assert [e["step"] for e in result.history if "eval_loss" in e] == [2]  # a short run evaluates at the end
