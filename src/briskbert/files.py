@@ -10,7 +10,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -201,7 +201,7 @@ def out_of_space(error: BaseException) -> bool:
 
 
 @contextmanager
-def space_for(target: str | os.PathLike, needed: int | Callable[[], int]) -> Iterator[None]:
+def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
     """The body writes ``target`` through its ``.partial``, needing about ``needed`` bytes. When it raises,
     the partial is removed, and a lack of space (said by the error, or less than ``needed`` left: torch.save
     says only "unexpected pos") becomes one :class:`DiskFull` line."""
@@ -209,7 +209,6 @@ def space_for(target: str | os.PathLike, needed: int | Callable[[], int]) -> Ite
     try:
         yield
     except Exception as error:
-        needed = needed() if callable(needed) else needed
         full = out_of_space(error) or free_space(target) < needed
         partial = partial_path(target)
         if partial.is_dir():
