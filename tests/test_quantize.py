@@ -1,20 +1,18 @@
-"""briskbert quantize: int8 through ONNX Runtime and torchao, checked against the fp32 model.
-
-Agreement is re-measured here on text the job never saw (SST-2 sentences; the job checks on WikiText-2), with
-nothing but the written folder and the libraries users load it with: ONNX Runtime's InferenceSession, transformers'
-Auto classes, sentence-transformers. The slower tests export a graph each (the dynamo exporter takes seconds even
-for a tiny model), or load the real all-MiniLM-L6-v2: that is what users quantize.
-"""
+"""briskbert quantize: int8 through ONNX Runtime and torchao, checked against the fp32 model on SST-2 text the job
+never saw (it checks on WikiText-2), with nothing but the written folder and the libraries users load it with."""
 
 from __future__ import annotations
 
 import csv
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from fresh_process import run_without_project
 from hub_fixtures import TOKEN
 
 from briskbert import modeling
@@ -23,63 +21,57 @@ from briskbert.extras import is_installed
 from briskbert.modeling import BriskBertConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=256,
-    max_position_embeddings=128,
+SST2 = ROOT / "data" / "sst2_validation_excerpt.tsv"
+LAYERS, WIDTH = 2, 64
+needs_torchao = pytest.mark.skipif(
+    not is_installed("torchao"), reason="needs the [torchao] extra, not in [dev]"
 )
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
+def tokenizer():
     """A small WordPiece vocabulary, so the embedding tables do not dwarf the encoder in a tiny model."""
     from briskbert.tokenization import train_wordpiece_tokenizer
 
+    files = [str(ROOT / "data" / "wikitext2_excerpt.txt")]
     return train_wordpiece_tokenizer(
-        files=[str(ROOT / "data" / "wikitext2_excerpt.txt")],
-        vocab_size=512,
-        min_frequency=1,
-        show_progress=False,
-        model_max_length=128,
+        files=files, vocab_size=512, min_frequency=1, show_progress=False, model_max_length=128
     )
 
 
-def tiny_folder(folder: Path, head: str, tokenizer, **fields):
+def tiny_folder(folder: Path, head: str, tokenizer):
     torch.manual_seed(0)
-    labels = {"id2label": {0: "negative", 1: "positive"}, "label2id": {"negative": 0, "positive": 1}}
-    config = BriskBertConfig(vocab_size=len(tokenizer), **TINY, **labels, **fields)
+    config = BriskBertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=WIDTH,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=128,
+        id2label={0: "negative", 1: "positive"},
+    )
     model = getattr(modeling, head)(config).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model
 
 
-def sst2_rows(count: int = 48) -> list[dict]:
-    with open(ROOT / "data" / "sst2_validation_excerpt.tsv", newline="", encoding="utf-8") as handle:
+def quantize(model_dir: Path, output_dir: Path, *flags: str) -> list[str]:
+    return ["quantize", "--model_dir", str(model_dir), "--output_dir", str(output_dir), *flags]
+
+
+def sst2_rows(count: int | None = 48) -> list[dict]:
+    with open(SST2, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:count]
 
 
-def unseen_batch(tokenizer, head: str) -> dict:
-    """SST-2 sentences in pairs, padded: text the job's own check (WikiText-2) never used."""
-    sentences = [row["sentence"] for row in sst2_rows()]
-    encoded = tokenizer(sentences[:24], sentences[24:48], padding=True, truncation=True, return_tensors="pt")
-    batch = {name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
-    if head == "BriskBertForMultipleChoice":
-        batch = {name: tensor.view(12, 2, -1) for name, tensor in batch.items()}
-    return batch
-
-
-def assert_close_to_fp32(
-    name: str, int8: torch.Tensor, fp32: torch.Tensor, mask: torch.Tensor, min_cosine: float = 0.99
-) -> float:
+def assert_close_to_fp32(name, int8, fp32, mask, min_cosine: float = 0.99) -> float:
     """The same yardstick users apply: predictions (argmax) for logits, direction (cosine) for states."""
-    int8, fp32 = int8.float(), fp32.float()
-    if fp32.shape[: mask.dim()] == mask.shape and name not in ("start_logits", "end_logits"):
-        int8, fp32 = int8[mask.bool()], fp32[mask.bool()]
+    int8, fp32, mask = int8.float(), fp32.float(), mask.bool()
     if name in ("start_logits", "end_logits"):
-        int8, fp32 = int8.masked_fill(~mask.bool(), -1e9), fp32.masked_fill(~mask.bool(), -1e9)
+        int8, fp32 = int8.masked_fill(~mask, -1e9), fp32.masked_fill(~mask, -1e9)
+    elif fp32.shape[: mask.dim()] == mask.shape:
+        int8, fp32 = int8[mask], fp32[mask]
     if "logits" in name:
         agreement = float((int8.argmax(-1) == fp32.argmax(-1)).float().mean())
         assert agreement >= 0.9, (name, agreement)
@@ -93,63 +85,37 @@ def reported(folder: Path) -> dict:
     return json.loads((folder / "quantization.json").read_text())
 
 
-def assert_reported_agreement(facts: dict, measured: dict[str, float]) -> None:
-    """Every output is reported, above its threshold, and near what was measured here on other text."""
-    outputs = {entry["output"]: entry for entry in facts["agreement"]["outputs"]}
-    assert set(outputs) == set(measured)
-    for name, entry in outputs.items():
-        assert entry["threshold"] <= entry["mean"] <= 1 and entry["max_abs_difference"] > 0
-        assert abs(entry["mean"] - measured[name]) < 0.1, (name, entry["mean"], measured[name])
-        assert entry["metric"] == ("argmax agreement" if "logits" in name else "cosine similarity")
-
-
 # ------------------------------------------------------------------------------------------------- torch
-needs_torchao = pytest.mark.skipif(
-    not is_installed("torchao"), reason="needs the [torchao] extra, not in [dev]"
-)
-
-
-def int8_linear_weights(model) -> int:
-    """How many Linear layers hold torchao int8 weights (a tensor subclass, not a plain float Parameter)."""
-    return sum(
-        isinstance(module, torch.nn.Linear) and type(module.weight.data) is not torch.Tensor
-        for module in model.modules()
-    )
-
-
 @needs_torchao
 def test_torch_int8_accuracy_on_labelled_data_and_the_card(tokenizer, tmp_path, capsys):
-    """Every Linear holds torchao int8 weights, the folder is about 4x smaller on disk and says so in config.json,
+    """Every Linear holds torchao int8 weights, the folder is about 4x smaller and says so in config.json,
     quantization.json and the card; --validation_file scores both precisions, as measured here again."""
     from sklearn.metrics import accuracy_score
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     fp32 = tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
-    data = ROOT / "data" / "sst2_validation_excerpt.tsv"
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    argv += ["--backend", "torch", "--validation_file", str(data), "--dataset_card_name", "glue/sst2"]
-    assert briskbert(argv) == 0, capsys.readouterr()
+    flags = ["--backend", "torch", "--validation_file", str(SST2), "--dataset_card_name", "glue/sst2"]
+    assert briskbert(quantize(tmp_path / "fp32", tmp_path / "int8", *flags)) == 0, capsys.readouterr()
 
     int8 = AutoModelForSequenceClassification.from_pretrained(tmp_path / "int8", trust_remote_code=True)
-    linears = sum(isinstance(module, torch.nn.Linear) for module in fp32.modules())
-    assert int8_linear_weights(int8) == linears > 0
+    linears = [module for module in int8.modules() if isinstance(module, torch.nn.Linear)]
+    assert linears and all(
+        type(module.weight.data) is not torch.Tensor for module in linears
+    )  # int8 subclass
     on_disk = (tmp_path / "int8" / "model.safetensors").stat().st_size
     assert (tmp_path / "fp32" / "model.safetensors").stat().st_size / on_disk > 2.5
     assert AutoConfig.from_pretrained(tmp_path / "int8", trust_remote_code=True).quantization_config
-    rows = list(
-        csv.DictReader(open(data, newline="", encoding="utf-8"), delimiter="\t", quoting=csv.QUOTE_NONE)
-    )
-    labels = [int(row["label"]) for row in rows]
+    rows = sst2_rows(None)
     predictions = {"fp32": [], "int8": []}
     for start in range(0, len(rows), 64):
-        batch = tokenizer(
-            [row["sentence"] for row in rows[start : start + 64]], padding=True, return_tensors="pt"
-        )
+        texts = [row["sentence"] for row in rows[start : start + 64]]
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
         with torch.inference_mode():
             predictions["fp32"] += fp32(**batch).logits.argmax(-1).tolist()
             predictions["int8"] += int8(**batch).logits.argmax(-1).tolist()
     (evaluation,) = reported(tmp_path / "int8")["evaluation"]
     assert evaluation["dataset"] == "glue/sst2" and evaluation["examples"] == len(rows)
+    labels = [int(row["label"]) for row in rows]
     for precision in ("fp32", "int8"):
         assert evaluation[precision] == pytest.approx(accuracy_score(labels, predictions[precision]))
 
@@ -160,15 +126,6 @@ def test_torch_int8_accuracy_on_labelled_data_and_the_card(tokenizer, tmp_path, 
 
 
 # ------------------------------------------------------------------------------------------------- onnx
-def graph_ops(path: Path) -> dict[str, int]:
-    import onnx
-
-    counts: dict[str, int] = {}
-    for node in onnx.load(str(path)).graph.node:
-        counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    return counts
-
-
 def onnx_outputs(folder: Path, batch: dict) -> dict[str, torch.Tensor]:
     import onnxruntime
 
@@ -180,77 +137,104 @@ def onnx_outputs(folder: Path, batch: dict) -> dict[str, torch.Tensor]:
     return dict(zip(names, map(torch.from_numpy, session.run(names, feed))))
 
 
-# A sentence-transformers folder (the graph also outputs the sentence embedding), and QA's start/end logits;
-# sequence classification is exported by the keep_fp32 test.
-ONNX_HEADS = ["BriskBertModel", "BriskBertForQuestionAnswering"]
-
-
 def sentence_transformers_files(folder: Path) -> None:
     """modules.json and the pooling config of a mean-pooled, normalised sentence-transformers model."""
+    parts = {"": "Transformer", "1_Pooling": "Pooling", "2_Normalize": "Normalize"}
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        for i, (path, kind) in enumerate(parts.items())
     ]
     (folder / "modules.json").write_text(json.dumps(modules))
     (folder / "1_Pooling").mkdir()
-    pooling = {"word_embedding_dimension": TINY["hidden_size"], "pooling_mode_mean_tokens": True}
+    pooling = {"word_embedding_dimension": WIDTH, "pooling_mode_mean_tokens": True}
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
     (folder / "2_Normalize").mkdir()
 
 
-def mean_pooled(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    pooled = (states * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-    return torch.nn.functional.normalize(pooled, dim=-1)
-
-
 @pytest.mark.slow  # an ONNX export each (the dynamo exporter takes ~10 s even for a tiny model)
-@pytest.mark.parametrize("head", ONNX_HEADS)
+@pytest.mark.parametrize("head", ["BriskBertModel", "BriskBertForQuestionAnswering"])
 def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_path, capsys):
-    """The int8 graph, run with nothing but ONNX Runtime on the written folder, has int8 matmuls and follows the
-    fp32 PyTorch model on SST-2 text; the sentence embedding follows mean pooling of the fp32 states."""
+    """The int8 graph, run with ONNX Runtime alone on the written folder, has int8 matmuls and follows the fp32
+    model on SST-2 pairs; a sentence-transformers folder's embedding follows mean pooling of the fp32 states.
+    Sequence classification is exported by the keep_fp32 test."""
+    import onnx
+
     fp32 = tiny_folder(tmp_path / "fp32", head, tokenizer)
     if head == "BriskBertModel":
         sentence_transformers_files(tmp_path / "fp32")
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    assert briskbert([*argv, "--backend", "onnx"]) == 0, capsys.readouterr()
+    assert briskbert(quantize(tmp_path / "fp32", tmp_path / "int8", "--backend", "onnx")) == 0, (
+        capsys.readouterr()
+    )
 
     # Fused kernels, quantized: the attention in int8 (QAttention), the other matmuls with int8 weights.
-    ops = graph_ops(tmp_path / "int8" / "model_quantized.onnx")
-    assert ops.get("QAttention", 0) == TINY["num_hidden_layers"] and ops.get("SkipLayerNormalization")
-    assert ops.get("MatMulInteger", 0) + ops.get("DynamicQuantizeMatMul", 0) >= 2 * TINY["num_hidden_layers"]
-    batch = unseen_batch(tokenizer, head)
+    ops = Counter(
+        node.op_type for node in onnx.load(str(tmp_path / "int8" / "model_quantized.onnx")).graph.node
+    )
+    assert ops["QAttention"] == LAYERS and ops["SkipLayerNormalization"]
+    assert ops["MatMulInteger"] + ops["DynamicQuantizeMatMul"] >= 2 * LAYERS
+    sentences = [row["sentence"] for row in sst2_rows()]
+    encoded = tokenizer(sentences[:24], sentences[24:48], padding=True, truncation=True, return_tensors="pt")
+    batch = {name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
     int8 = onnx_outputs(tmp_path / "int8", batch)
     with torch.inference_mode():
         expected = {k: v for k, v in fp32(**batch).items() if isinstance(v, torch.Tensor)}
     if head == "BriskBertModel":
-        expected["sentence_embedding"] = mean_pooled(expected["last_hidden_state"], batch["attention_mask"])
+        mask = batch["attention_mask"][..., None]
+        pooled = (expected["last_hidden_state"] * mask).sum(1) / mask.sum(1)
+        expected["sentence_embedding"] = torch.nn.functional.normalize(pooled, dim=-1)
     assert set(expected) <= set(int8)
     # Activations are quantized too (per tensor): a random tiny model's tanh pooler drifts most, to ~0.988.
     measured = {
         name: assert_close_to_fp32(name, int8[name], value, batch["attention_mask"], min_cosine=0.98)
         for name, value in expected.items()
     }
-    assert_reported_agreement(reported(tmp_path / "int8"), measured)
+    # Every output is reported, above its threshold, and near what was measured here on other text.
+    facts = reported(tmp_path / "int8")
+    outputs = {entry["output"]: entry for entry in facts["agreement"]["outputs"]}
+    assert set(outputs) == set(measured)
+    for name, entry in outputs.items():
+        assert entry["threshold"] <= entry["mean"] <= 1 and entry["max_abs_difference"] > 0
+        assert abs(entry["mean"] - measured[name]) < 0.1, (name, entry["mean"], measured[name])
+        assert entry["metric"] == ("argmax agreement" if "logits" in name else "cosine similarity")
+    assert (
+        facts["precision"] == "int8"
+        and facts["backend"] == "onnxruntime"
+        and facts["weights_bytes"]["ratio"] > 2
+    )
+    card = (tmp_path / "int8" / "README.md").read_text()
+    assert "int8" in card and "x smaller" in card
 
-    facts, card = reported(tmp_path / "int8"), (tmp_path / "int8" / "README.md").read_text()
-    assert facts["precision"] == "int8" and facts["backend"] == "onnxruntime"
-    assert facts["weights_bytes"]["ratio"] > 2 and "int8" in card and "x smaller" in card
+
+@pytest.mark.slow  # an ONNX export
+def test_keep_fp32_leaves_the_named_modules_of_the_fused_graph_in_fp32(tokenizer, tmp_path, capsys):
+    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized."""
+    import onnx
+
+    tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
+    kept = ["layers.0.attention.qkv", "layers.1.mlp.down"]
+    argv = quantize(tmp_path / "fp32", tmp_path / "int8", "--backend", "onnx", "--keep_fp32", *kept)
+    assert briskbert(argv) == 0, capsys.readouterr()
+    nodes = onnx.load(str(tmp_path / "int8" / "model_quantized.onnx")).graph.node
+    fp32 = sorted((node.op_type, node.name) for node in nodes if node.op_type in ("Attention", "MatMul"))
+    assert [op for op, _ in fp32] == ["Attention", "MatMul"] and "layers.0.attention" in fp32[0][1]
+    assert [node.op_type for node in nodes].count("QAttention") == LAYERS - 1
+    assert reported(tmp_path / "int8")["settings"]["keep_fp32"] == kept
 
 
 # ------------------------------------------------------------------------------------------------- publishing
 @pytest.mark.slow
 @needs_torchao
 def test_a_published_int8_folder_loads_back_by_repo_id(tokenizer, hub, tmp_path, capsys):
-    """fine-tune -> quantize -> publish: the publisher's clean interpreter (no briskbert) loads the int8 repo by
-    id and runs pipeline(); the card on the Hub states the precision."""
+    """quantize -> publish: the publisher's clean interpreter (no briskbert) loads the int8 repo by id and runs
+    pipeline(); the card on the Hub states the precision."""
     from huggingface_hub import HfApi
 
     from briskbert.hub_cards.publishing import publish
 
     tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    assert briskbert([*argv, "--backend", "torch"]) == 0, capsys.readouterr()
+    assert briskbert(quantize(tmp_path / "fp32", tmp_path / "int8", "--backend", "torch")) == 0, (
+        capsys.readouterr()
+    )
     result = publish(
         tmp_path / "int8",
         "testuser/sst2-int8",
@@ -260,8 +244,7 @@ def test_a_published_int8_folder_loads_back_by_repo_id(tokenizer, hub, tmp_path,
         endpoint=hub.url,
         log=lambda *_: None,
     )
-    assert result.verified and result.tagged, result.verification
-    assert "quantization.json" in result.files
+    assert result.verified and result.tagged and "quantization.json" in result.files, result.verification
     card = HfApi(endpoint=hub.url, token=TOKEN).hf_hub_download(
         "testuser/sst2-int8", "README.md", revision="v1"
     )
@@ -280,18 +263,31 @@ def run_error(argv, capsys) -> str:
     return errors[0]
 
 
-def test_an_unusable_model_is_refused_and_nothing_is_written(tokenizer, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        (["--keep_fp32", "clasifier"], "--keep_fp32 clasifier names no Linear or Embedding module"),
+        (["--validation_file", str(SST2)], "single-label sequence"),
+        (["--min_agreement", "1.5"], "--min_agreement must lie in [0, 1]"),
+        (["--text_file", "missing.txt"], "--text_file missing.txt does not exist"),
+        (["--min_cosine", "1"], "min_cosine 1"),  # a quantized model that misses it: nothing is written
+    ],
+)
+def test_bad_flags_give_one_clear_error_and_write_nothing(flags, expected, tokenizer, tmp_path, capsys):
     tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "out" / "int8")]
-    err = run_error([*argv, "--backend", "onnx", "--min_cosine", "1"], capsys)
-    assert "min_cosine 1" in err and "last_hidden_state" in err and "nothing was written" in err
+    err = run_error(
+        quantize(tmp_path / "fp32", tmp_path / "out" / "int8", "--backend", "onnx", *flags), capsys
+    )
+    assert expected in err
+    if "--min_cosine" in flags:
+        assert "last_hidden_state" in err and "nothing was written" in err
+        assert list((tmp_path / "out").iterdir()) == []  # no staging folder left behind
     assert not (tmp_path / "out" / "int8").exists()
-    assert list((tmp_path / "out").iterdir()) == []  # no staging folder left behind
 
 
 def test_missing_extras_name_the_extra_to_install(tokenizer, tmp_path, capsys, monkeypatch):
     tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
+    argv = quantize(tmp_path / "fp32", tmp_path / "int8")
     monkeypatch.setitem(sys.modules, "torchao", None)
     assert "install the [torchao] extra" in run_error([*argv, "--backend", "torch"], capsys)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
@@ -300,44 +296,18 @@ def test_missing_extras_name_the_extra_to_install(tokenizer, tmp_path, capsys, m
 
 
 def test_an_existing_output_folder_is_kept_unless_overwrite_is_asked(tokenizer, tmp_path, capsys):
-    tiny_folder(tmp_path / "fp32", "BriskBertForTokenClassification", tokenizer)
+    tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
     (tmp_path / "int8").mkdir()
     (tmp_path / "int8" / "old.txt").write_text("keep me")
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    argv += ["--backend", "onnx"]
+    argv = quantize(tmp_path / "fp32", tmp_path / "int8", "--backend", "fp32")
     assert "overwrite_output_dir" in run_error(argv, capsys)
     assert (tmp_path / "int8" / "old.txt").read_text() == "keep me"
     assert briskbert([*argv, "--overwrite_output_dir"]) == 0
     assert (
         not (tmp_path / "int8" / "old.txt").exists() and (tmp_path / "int8" / "quantization.json").is_file()
     )
-    assert "holds the source" in run_error(
-        [
-            "quantize",
-            "--model_dir",
-            str(tmp_path / "fp32"),
-            "--output_dir",
-            str(tmp_path / "fp32"),
-            "--overwrite_output_dir",
-        ],
-        capsys,
-    )
-
-
-@pytest.mark.parametrize(
-    "extra,expected",
-    [
-        (["--keep_fp32", "clasifier"], "--keep_fp32 clasifier names no Linear or Embedding module"),
-        (["--validation_file", str(ROOT / "data" / "sst2_validation_excerpt.tsv")], "single-label sequence"),
-        (["--min_agreement", "1.5"], "--min_agreement must lie in [0, 1]"),
-        (["--text_file", "missing.txt"], "--text_file missing.txt does not exist"),
-    ],
-)
-def test_bad_flags_give_one_clear_error(extra, expected, tokenizer, tmp_path, capsys):
-    tiny_folder(tmp_path / "fp32", "BriskBertForTokenClassification", tokenizer)
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    assert expected in run_error([*argv, "--backend", "onnx", *extra], capsys)
-    assert not (tmp_path / "int8").exists()
+    in_place = quantize(tmp_path / "fp32", tmp_path / "fp32", "--overwrite_output_dir")
+    assert "holds the source" in run_error(in_place, capsys)
 
 
 # ------------------------------------------------------------------------------------------------- the choice
@@ -346,40 +316,34 @@ def test_the_choice_is_the_fastest_candidate_within_the_thresholds():
     from briskbert.quantization.job import choose, speed_table
 
     within, beyond = (0.99, True, None, ""), (0.5, False, None, "cosine 0.5 < 0.95")
-    seconds = {
-        name: [value] * 3 for name, value in {"fp32": 1.0, "onnx": 0.4, "slower": 1.5, "wrong": 0.1}.items()
-    }
+    timings = {"fp32": 1.0, "onnx": 0.4, "slower": 1.5, "wrong": 0.1}
+    seconds = {name: [value] * 3 for name, value in timings.items()}
     quality = {"fp32": within, "onnx": within, "slower": within, "wrong": beyond}
     rows = speed_table(seconds, 1000, quality)
     assert choose(rows).backend == "onnx"
-    assert {row.backend: row.speedup for row in rows} == pytest.approx(
-        {"fp32": 1, "onnx": 2.5, "slower": 1 / 1.5, "wrong": 10}
-    )
+    speedups = {row.backend: row.speedup for row in rows}
+    assert speedups == pytest.approx({"fp32": 1, "onnx": 2.5, "slower": 1 / 1.5, "wrong": 10})
     assert rows[0].backend == "wrong" and rows[0].tokens_per_second == pytest.approx(10_000)
     assert choose(speed_table(seconds, 1000, {**quality, "onnx": beyond})).backend == "fp32"
 
 
-# Run in a fresh interpreter where `import briskbert` fails: the folder alone, with the libraries users load it with.
+# The folder alone, in a fresh interpreter without briskbert, with the libraries users load it with.
 FRESH_PROCESS_LOAD = """
-import sys, json, numpy as np
-sys.modules["briskbert"] = None
-folder, texts = sys.argv[1], json.loads(sys.argv[2])
-facts = json.load(open(f"{folder}/quantization.json"))
+import json, numpy as np
+facts = json.load(open(f"{FOLDER}/quantization.json"))
 from transformers import AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-batch = tokenizer(texts, padding=True, return_tensors="np")
+batch = AutoTokenizer.from_pretrained(FOLDER, trust_remote_code=True)(TEXTS, padding=True, return_tensors="np")
 if facts["model_file"].endswith(".onnx"):
     import onnxruntime
-    session = onnxruntime.InferenceSession(f"{folder}/{facts['model_file']}", providers=["CPUExecutionProvider"])
-    feed = {i.name: batch[i.name] for i in session.get_inputs()}
-    states = session.run(["last_hidden_state"], feed)[0]
+    session = onnxruntime.InferenceSession(f"{FOLDER}/{facts['model_file']}", providers=["CPUExecutionProvider"])
+    states = session.run(["last_hidden_state"], {i.name: batch[i.name] for i in session.get_inputs()})[0]
 else:
     import torch
     from transformers import AutoModel
-    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    model = AutoModel.from_pretrained(FOLDER, trust_remote_code=True).eval()
     with torch.inference_mode():
         states = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).last_hidden_state.numpy()
-np.save(sys.argv[3], states)
+np.save("states.npy", states)
 """
 
 
@@ -396,10 +360,7 @@ def test_auto_keeps_the_fastest_says_so_and_the_folder_loads_without_briskbert(
     kept, tokenizer, tmp_path, capsys, monkeypatch
 ):
     """Timings injected (kept: twice fp32's speed; every other candidate slower than fp32): the kept backend and
-    its speed-up are printed, recorded and on the card, and the folder runs in a fresh process without briskbert,
-    following the fp32 model."""
-    import subprocess
-
+    its speed-up are printed, recorded and on the card, and the folder runs without briskbert, following fp32."""
     from briskbert.quantization import job
 
     fp32 = tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
@@ -414,75 +375,44 @@ def test_auto_keeps_the_fastest_says_so_and_the_folder_loads_without_briskbert(
             name: [seconds[name] * (r if name == "fp32" else 1) for r in rounds] for name in runs
         },
     )
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "out")]
-    assert briskbert(argv) == 0
+    assert briskbert(quantize(tmp_path / "fp32", tmp_path / "out")) == 0
     printed = capsys.readouterr().out
     assert f"({kept}, {1 / seconds[kept]:.2f}x fp32 here)" in printed and printed.count("tokens/s") == len(
         backends
     )
 
     choice = reported(tmp_path / "out")["choice"]
-    assert choice["backend"] == kept and choice["requested"] == "auto"
-    assert choice["speedup"] == pytest.approx(1 / seconds[kept]) and choice["rounds"] == 3
+    assert choice["backend"] == kept and choice["requested"] == "auto" and choice["rounds"] == 3
+    assert choice["speedup"] == pytest.approx(1 / seconds[kept])
     high = 1.0 if kept == "fp32" else 1.25 / seconds[kept]  # fp32 against itself: 1 in every round
     assert choice["speedup_range"] == pytest.approx([1 / seconds[kept], high], abs=1e-3)
-    spread = f"({1 / seconds[kept]:.2f}-{high:.2f}x over 3 rounds)"
-    assert f"real tokens/s {spread}" in (tmp_path / "out" / "README.md").read_text()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert (
+        f"real tokens/s ({1 / seconds[kept]:.2f}-{high:.2f}x over 3 rounds)" in card
+        and f"Kept: **{kept}**" in card
+    )
     rows = {row["backend"]: row for row in choice["candidates"]}
     assert set(rows) == set(backends) and all(row["passed"] for row in rows.values())
-    assert rows["fp32"]["speedup"] == 1 and rows[kept]["tokens_per_second"] == max(
-        row["tokens_per_second"] for row in rows.values()
-    )
-    assert f"Kept: **{kept}**" in (tmp_path / "out" / "README.md").read_text()
+    fastest = max(row["tokens_per_second"] for row in rows.values())
+    assert rows["fp32"]["speedup"] == 1 and rows[kept]["tokens_per_second"] == fastest
 
     sentences = [row["sentence"] for row in sst2_rows(12)]
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            FRESH_PROCESS_LOAD,
-            str(tmp_path / "out"),
-            json.dumps(sentences),
-            str(tmp_path / "s"),
-        ],
-        check=True,
-        cwd=tmp_path,
-    )
+    header = f"FOLDER = {str(tmp_path / 'out')!r}\nTEXTS = {sentences!r}\n"
+    run_without_project(header + FRESH_PROCESS_LOAD, cwd=tmp_path)
     batch = tokenizer(sentences, padding=True, return_tensors="pt")
     with torch.inference_mode():
         expected = fp32(**batch).last_hidden_state
-    actual = torch.from_numpy(__import__("numpy").load(tmp_path / "s.npy"))
-    exact = kept in ("fp32", "onnx-fp32")
-    assert_close_to_fp32(
-        "last_hidden_state", actual, expected, batch["attention_mask"], 0.9999 if exact else 0.98
-    )
+    min_cosine = 0.9999 if kept in ("fp32", "onnx-fp32") else 0.98
+    states = torch.from_numpy(np.load(tmp_path / "states.npy"))
+    assert_close_to_fp32("last_hidden_state", states, expected, batch["attention_mask"], min_cosine)
     if kept.startswith(
         "onnx"
     ):  # the helper sorts by length, batches, and gives each text its own real tokens back
         from briskbert.quantization.inference import OnnxModel
 
-        states = OnnxModel(tmp_path / "out")(sentences, batch_size=5)["last_hidden_state"]
-        for row, text_states in enumerate(states):
+        per_text = OnnxModel(tmp_path / "out")(sentences, batch_size=5)["last_hidden_state"]
+        for row, text_states in enumerate(per_text):
             real = batch["attention_mask"][row].bool()
-            assert text_states.shape == (int(real.sum()), TINY["hidden_size"])
+            assert text_states.shape == (int(real.sum()), WIDTH)
             cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(text_states), expected[row][real])
-            assert float(cosine.mean()) >= (0.9999 if exact else 0.98), (row, float(cosine.mean()))
-
-
-@pytest.mark.slow  # an ONNX export
-def test_keep_fp32_leaves_the_named_modules_of_the_fused_graph_in_fp32(tokenizer, tmp_path, capsys):
-    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized."""
-    import onnx
-
-    tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
-    argv = ["quantize", "--model_dir", str(tmp_path / "fp32"), "--output_dir", str(tmp_path / "int8")]
-    argv += ["--backend", "onnx", "--keep_fp32", "layers.0.attention.qkv", "layers.1.mlp.down"]
-    assert briskbert(argv) == 0, capsys.readouterr()
-    nodes = onnx.load(str(tmp_path / "int8" / "model_quantized.onnx")).graph.node
-    fp32 = sorted((node.op_type, node.name) for node in nodes if node.op_type in ("Attention", "MatMul"))
-    assert [op for op, _ in fp32] == ["Attention", "MatMul"] and "layers.0.attention" in fp32[0][1]
-    assert [node.op_type for node in nodes].count("QAttention") == TINY["num_hidden_layers"] - 1
-    assert reported(tmp_path / "int8")["settings"]["keep_fp32"] == [
-        "layers.0.attention.qkv",
-        "layers.1.mlp.down",
-    ]
+            assert float(cosine.mean()) >= min_cosine, (row, float(cosine.mean()))
