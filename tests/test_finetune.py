@@ -146,7 +146,17 @@ def test_training_from_a_model_with_nan_weights_is_refused(tiny_model_dir, tmp_p
     assert not (tmp_path / "out" / "final").exists()
 
 
-def test_label_names_name_integer_ids_and_order_text_labels():
+def test_label_inference_rules_and_label_names():
+    assert infer_label_spec(["pos", "neg", "pos"]).label_list == ["neg", "pos"]
+    spec = infer_label_spec(["2", "10", "1"])  # integer strings sort numerically
+    assert spec.label_list == ["1", "2", "10"] and spec.encode("10") == 2
+    assert infer_label_spec([0.5, 1.25]).problem_type == "regression"
+    multi = infer_label_spec([["a", "b"], ["c"]])
+    assert multi.problem_type == "multi_label_classification" and multi.encode(["c", "a"]) == [1.0, 0.0, 1.0]
+    split = infer_label_spec(["a,b", "c"], problem_type="multi_label_classification")
+    assert split.encode("b") == [0.0, 1.0, 0.0]
+    hot = infer_label_spec([[0, 1, 1], [1, 0, 0]])
+    assert hot.multi_hot and hot.num_labels == 3
     spec = infer_label_spec(["0", "1", "1"], ["1"], label_names=["negative", "positive"])
     assert spec.label_list == ["negative", "positive"] and spec.encode("1") == 1 and spec.encode(0) == 0
     spec = infer_label_spec(["pos", "neg"], label_names=["pos", "neg"])  # text labels: the names fix the ids
@@ -174,19 +184,6 @@ def test_label_names_must_be_the_labels_found(train_labels, eval_labels, names, 
     # a teacher's labels name classes the student learns from the teacher's outputs, with or without rows
     spec = infer_label_spec(train_labels, eval_labels, label_names=names, every_name_seen=False)
     assert spec.label_list == names
-
-
-def test_label_inference_rules():
-    assert infer_label_spec(["pos", "neg", "pos"]).label_list == ["neg", "pos"]
-    spec = infer_label_spec(["2", "10", "1"])  # integer strings sort numerically
-    assert spec.label_list == ["1", "2", "10"] and spec.encode("10") == 2
-    assert infer_label_spec([0.5, 1.25]).problem_type == "regression"
-    multi = infer_label_spec([["a", "b"], ["c"]])
-    assert multi.problem_type == "multi_label_classification" and multi.encode(["c", "a"]) == [1.0, 0.0, 1.0]
-    split = infer_label_spec(["a,b", "c"], problem_type="multi_label_classification")
-    assert split.encode("b") == [0.0, 1.0, 0.0]
-    hot = infer_label_spec([[0, 1, 1], [1, 0, 0]])
-    assert hot.multi_hot and hot.num_labels == 3
 
 
 def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):

@@ -51,39 +51,31 @@ def base_args(tmp_path, tokenizer_dir, *extra):
     return [*paths, "--config_name", "bert-tiny", "--max_train_steps", "2", *extra]
 
 
-@pytest.mark.parametrize(
-    "case, message",
-    [
-        ("missing", "no such file"),
-        ("column", "no text column 'body'"),
-        ("too_small", "fewer than one batch"),
-        ("nsp_one_document", "--nsp needs a corpus with several documents"),
-        ("nsp_packing", "cannot be combined with packing."),
-        ("both_model_sources", "drop config_name"),
-        ("vocab_and_tokenizer", "--vocab_size trains a new tokenizer"),
-        ("mlm_probability", "--mlm_probability must be in"),
-        ("split", "must be within"),
-    ],
-)
-def test_bad_input_fails_before_training(tmp_path, tokenizer, case, message, capsys):
-    tok = Path(tokenizer.name_or_path)
-    one_doc = tmp_path / "one.txt"
-    one_doc.write_text("A first sentence. A second sentence follows here.\nAnd a third line.\n")
-    argv = {
-        "missing": ["--train_file", str(tmp_path / "nope.txt")],
-        "column": ["--train_file", str(tmp_path / "c.jsonl"), "--text_column", "body"],
-        "too_small": ["--train_file", str(tmp_path / "small.txt"), "--per_device_train_batch_size", "64"],
-        "nsp_one_document": ["--train_file", str(one_doc), "--nsp", "--validation_file", str(one_doc)],
-        "nsp_packing": ["--nsp", "--packing"],
-        "both_model_sources": ["--model_name_or_path", str(tmp_path)],
-        "vocab_and_tokenizer": ["--vocab_size", "500"],
-        "mlm_probability": ["--mlm_probability", "1.5"],
-        "split": ["--mask_replace_prob", "0.9", "--random_replace_prob", "0.2"],
-    }[case]
+BAD_INPUT = {  # flags (with the paths the test writes in {tmp}), what the one error line says
+    "missing": ("--train_file {tmp}/nope.txt", "no such file"),
+    "column": ("--train_file {tmp}/c.jsonl --text_column body", "no text column 'body'"),
+    "too_small": ("--train_file {tmp}/small.txt --per_device_train_batch_size 64", "fewer than one batch"),
+    "nsp_one_document": (
+        "--train_file {tmp}/one.txt --nsp --validation_file {tmp}/one.txt",
+        "--nsp needs a corpus with several documents",
+    ),
+    "nsp_packing": ("--nsp --packing", "cannot be combined with packing."),
+    "both_model_sources": ("--model_name_or_path {tmp}", "drop config_name"),
+    "vocab_and_tokenizer": ("--vocab_size 500", "--vocab_size trains a new tokenizer"),
+    "mlm_probability": ("--mlm_probability 1.5", "--mlm_probability must be in"),
+    "split": ("--mask_replace_prob 0.9 --random_replace_prob 0.2", "must be within"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_fails_before_training(tmp_path, tokenizer, case, capsys):
+    flags, message = BAD_INPUT[case]
+    (tmp_path / "one.txt").write_text("A first sentence. A second one follows.\nAnd a third line.\n")
     (tmp_path / "c.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
     (tmp_path / "small.txt").write_text("one short document.\n\nanother short one.\n")
     cache = ["--data_cache_dir", str(tmp_path / "cache")]
-    assert cli.main(["pretrain", *base_args(tmp_path, tok, *argv, *cache)]) == 2
+    argv = base_args(tmp_path, tokenizer.name_or_path, *flags.format(tmp=tmp_path).split(), *cache)
+    assert cli.main(["pretrain", *argv]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]  # after any progress bar
     assert error.startswith("error: ") and message in error
     assert not (tmp_path / "out" / "log_history.jsonl").exists()  # no training started
@@ -110,9 +102,8 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
     facts = read_training_facts(final)
     assert facts == result.facts and facts.job.pipeline_tag == "fill-mask"
     assert facts.job.datasets == ("corpus.jsonl",) and facts.job.config_preset == "bert-tiny"
-    assert facts.job.details["objective"]["nsp"] is True and facts.job.task.endswith(
-        "next-sentence-prediction"
-    )
+    assert facts.job.details["objective"]["nsp"] is True
+    assert facts.job.task.endswith("next-sentence-prediction")
     assert facts.run.train_steps == 4 and facts.run.tokens_seen > 0
     assert (tmp_path / "run" / "training_curves.png").stat().st_size > 1000
 

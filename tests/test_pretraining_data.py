@@ -171,9 +171,8 @@ def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not
     )  # targets drawn from 2 .. max_seq_length - 3
     # a document that drew the shortest target: all its pairs hold 2 tokens
     assert any({n for d, n, _ in short if d == document} == {2} for document in range(1, 61))
-    assert (
-        max(length for _, length, _ in lengths(labelled_documents(), 11, 0.0)) == 8
-    )  # a full pair is not cut
+    full_pairs = lengths(labelled_documents(), 11, 0.0)
+    assert max(length for _, length, _ in full_pairs) == 8  # a full pair is not cut
     # Sentences of 3 tokens reach a target of 8 only by passing it: each document still gives several pairs.
     three_token = [[[1000 * (d + 1) + 10 * k + j for j in range(3)] for k in range(12)] for d in range(20)]
     full = lengths(three_token, 11, 0.0, seed=3)
