@@ -1,16 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The CRF token-classification head.
-
-* The algorithms against brute force: negative log-likelihood, Viterbi path and marginals equal what
-  enumerating every tag path of short sentences gives (with and without constraints and masks), and the NLL's
-  gradient (autograd through the forward algorithm) equals the forward-backward marginals minus the gold tags.
-* The BIO constraints: the transition table of each scheme, and no invalid sequence from Viterbi on thousands of
-  random emissions built to tempt it (which per-token arg-max falls for), checked by an independent rule.
-* The head and the NER glue: loss, decoded tags, initialisation from a checkpoint without CRF weights, training
-  lowering the negative log-likelihood, `finetune-ner --crf` end to end, the metrics against seqeval.
-* A saved CRF model served by plain transformers (AutoModel, pipeline) in a process without briskbert, its
-  entities equal to those of the brute-force best path.
-"""
+"""The CRF token-classification head: its algorithms against enumerating every tag path, the BIO constraints
+against an independent rule, the head and the NER glue (`finetune-ner --crf` end to end), and a saved CRF model
+served by plain transformers in a process without briskbert."""
 
 import importlib
 import itertools
@@ -23,6 +14,7 @@ import pytest
 import torch
 from fresh_process import run_without_project
 from safetensors.torch import load_file
+from transformers import DataCollatorForTokenClassification
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertForTokenClassification
 from briskbert.modeling.crf import IGNORE_INDEX, LinearChainCRF, allowed_transitions
@@ -191,15 +183,10 @@ def test_viterbi_never_decodes_an_invalid_sequence_on_random_emissions():
 
 
 # ---------------------------------------------------------------------------------------------- the head
-def tiny_config(**overrides) -> BriskBertConfig:
-    labels = overrides.pop("labels", BIO)
+def tiny_config(labels=BIO, vocab_size=120, **overrides) -> BriskBertConfig:
+    label2id = {label: i for i, label in enumerate(labels)}
     return BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=120,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={label: i for i, label in enumerate(labels)},
-        **overrides,
+        "bert-tiny", vocab_size=vocab_size, id2label=dict(enumerate(labels)), label2id=label2id, **overrides
     )
 
 
@@ -260,13 +247,8 @@ def conll_batch(tokenizer, count: int):
         {"tokens": sentences["tokens"], "tags": tags}, tokenizer, label2id, max_seq_length=64
     )
     encoded.pop("word_ids")
-    width = max(len(ids) for ids in encoded["input_ids"])
-    return {
-        key: torch.tensor(
-            [row + [IGNORE_INDEX if key == "labels" else 0] * (width - len(row)) for row in rows]
-        )
-        for key, rows in encoded.items()
-    }
+    rows = [dict(zip(encoded, values)) for values in zip(*encoded.values())]
+    return DataCollatorForTokenClassification(tokenizer, label_pad_token_id=IGNORE_INDEX)(rows)
 
 
 def test_training_lowers_the_negative_log_likelihood(tokenizer):
@@ -274,19 +256,8 @@ def test_training_lowers_the_negative_log_likelihood(tokenizer):
     # Real sentences over a vocabulary of just their own tokens (the padding id, 0, stays 0): a small model.
     vocabulary, batch["input_ids"] = torch.unique(batch["input_ids"], return_inverse=True)
     torch.manual_seed(0)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=len(vocabulary),
-        num_labels=len(CONLL_TAGS),
-        id2label=dict(enumerate(CONLL_TAGS)),
-        label2id={label: i for i, label in enumerate(CONLL_TAGS)},
-        use_crf=True,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
-    model = BriskBertForTokenClassification(config)
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    model = BriskBertForTokenClassification(tiny_config(CONLL_TAGS, len(vocabulary), use_crf=True, **small))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for _ in range(20):
@@ -328,25 +299,16 @@ def test_ner_evaluation_scores_what_the_head_decodes(tokenizer, use_crf):
     the evaluation of a training run must score the head's own decoding."""
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
-    from transformers import DataCollatorForTokenClassification
 
     from briskbert.training.tasks.ner import NerEvaluator, make_ner_evaluate_fn, ner_features
 
     sentences = load_conll(str(DATA / "conll2003_dev_excerpt.txt")).select(range(12))
-    label2id = {label: i for i, label in enumerate(CONLL_TAGS)}
-    features = ner_features(sentences, sentences["tags"], tokenizer, label2id, "tokens", 64, False)
+    config = tiny_config(CONLL_TAGS, len(tokenizer), use_crf=use_crf)
+    features = ner_features(sentences, sentences["tags"], tokenizer, config.label2id, "tokens", 64, False)
     evaluator = NerEvaluator(list(sentences["tags"]), features["word_ids"], dict(enumerate(CONLL_TAGS)))
     rows = [dict(row) for row in features.remove_columns("word_ids")]
     loader = DataLoader(rows, batch_size=5, collate_fn=DataCollatorForTokenClassification(tokenizer))
     torch.manual_seed(0)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=len(tokenizer),
-        num_labels=len(CONLL_TAGS),
-        id2label=dict(enumerate(CONLL_TAGS)),
-        label2id=label2id,
-        use_crf=use_crf,
-    )
     model = BriskBertForTokenClassification(config).eval()
     with torch.no_grad():
         model.classifier.weight.zero_()
@@ -363,16 +325,17 @@ def test_finetune_ner_with_crf_end_to_end(tmp_path, tokenizer):
     config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512)
     BriskBertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    result = importlib.import_module("briskbert.commands.finetune_ner").main(
-        [
-            "--model_name_or_path", str(folder),
-            "--train_file", str(DATA / "conll2003_train_excerpt.txt"),
-            "--validation_file", str(DATA / "conll2003_dev_excerpt.txt"),
-            "--max_train_samples", "48", "--max_eval_samples", "40", "--max_train_steps", "3",
-            "--learning_rate", "1e-3", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "32",
-            "--output_dir", str(tmp_path / "ner"), "--crf",
-        ]
-    )  # fmt: skip
+    files = ["--train_file", str(DATA / "conll2003_train_excerpt.txt")]
+    files += [
+        "--validation_file",
+        str(DATA / "conll2003_dev_excerpt.txt"),
+        "--output_dir",
+        str(tmp_path / "ner"),
+    ]
+    sizes = "--max_train_samples 48 --max_eval_samples 40 --max_train_steps 3 --learning_rate 1e-3"
+    sizes += " --per_device_train_batch_size 8 --per_device_eval_batch_size 32 --crf"
+    finetune_ner = importlib.import_module("briskbert.commands.finetune_ner").main
+    result = finetune_ner(["--model_name_or_path", str(folder), *files, *sizes.split()])
     assert result.metrics["eval_invalid_bio_share"] == 0.0
     assert {"eval_f1", "eval_precision", "eval_recall", "eval_loss"} <= set(result.metrics)
     assert result.metrics["eval_loss"] < 100  # the NLL of repaired gold tags, no forbidden-transition penalty
@@ -394,15 +357,7 @@ TEXT = "Merkel met Gdansk's mayor."
 def served_model(tokenizer, folder: Path) -> BriskBertForTokenClassification:
     """A tiny CRF model with large random weights (varied emissions and transitions), saved with its tokenizer."""
     torch.manual_seed(8)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=len(tokenizer),
-        num_labels=len(BIO),
-        id2label=dict(enumerate(BIO)),
-        label2id={label: i for i, label in enumerate(BIO)},
-        use_crf=True,
-    )
-    model = BriskBertForTokenClassification(config).eval()
+    model = BriskBertForTokenClassification(tiny_config(vocab_size=len(tokenizer), use_crf=True)).eval()
     with torch.no_grad():
         model.classifier.weight.normal_(0, 0.5)
         model.classifier.bias.copy_(torch.tensor([0.0, 1.0, 1.0, 1.0, 1.0]))
@@ -432,15 +387,8 @@ def expected_entities(model, tokenizer, text: str) -> tuple[list[dict], list[str
     for entity_type, first, last in metrics.get_entities(best_tags):
         start, end = offsets[starts[first]][0], offsets[ends[last]][1]
         score = sum(marginal[first : last + 1]) / (last + 1 - first)
-        entities.append(
-            {
-                "entity_group": entity_type,
-                "score": score,
-                "word": text[start:end].lower(),
-                "start": start,
-                "end": end,
-            }
-        )
+        word = text[start:end].lower()
+        entities.append(dict(entity_group=entity_type, score=score, word=word, start=start, end=end))
     return entities, best_tags
 
 
@@ -471,10 +419,8 @@ def test_pipeline_strategies_inputs_and_long_texts(tokenizer, tmp_path):
     entities = tagger(long_text, aggregation_strategy="simple", stride=16)
     assert len(entities) > 30 and entities[-1]["end"] > len(long_text) - 30
     for entity in entities:
-        assert 0.0 < entity["score"] <= 1.0
-        assert long_text[entity["start"] : entity["end"]].lower().replace(" ", "") == entity["word"].replace(
-            " ", ""
-        )
+        found = long_text[entity["start"] : entity["end"]].lower()
+        assert 0.0 < entity["score"] <= 1.0 and found.replace(" ", "") == entity["word"].replace(" ", "")
 
 
 SERVE = """

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.nn import functional as F
 from transformers import BertConfig, DynamicCache, ModernBertConfig
 from transformers.loss.loss_utils import ForMaskedLMLoss
 
@@ -37,10 +38,6 @@ COMBOS = [
 ]
 LENGTHS = [20, 13, 7]
 ATOL = 1e-5
-
-
-def combo_id(combo):
-    return "-".join(str(part) if part is not None else "global" for part in combo)
 
 
 def tiny_config(
@@ -93,7 +90,7 @@ def padded_batch(lengths=LENGTHS, vocab_size=97, seed=1):
 
 
 # ------------------------------------------------------------------------------------------ option matrix
-@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+@pytest.mark.parametrize("combo", COMBOS, ids=lambda combo: "-".join(map(str, combo)))
 def test_every_option_combination(combo, tmp_path):
     """Eager and SDPA agree, a padded batch gives each sequence what it gives alone, every parameter gets a
     gradient, and a saved masked-LM model reloads to the same logits and options."""
@@ -128,12 +125,8 @@ def test_every_option_combination(combo, tmp_path):
             reloaded(input_ids, attention_mask=attention_mask).logits, expected, atol=0, rtol=0
         )
 
-    def options(config):
-        return {
-            key: value for key, value in config.to_dict().items() if key not in ("_name_or_path", "auto_map")
-        }
-
-    assert options(reloaded.config) == options(mlm.config)
+    ignored = {"_name_or_path": None, "auto_map": None}
+    assert reloaded.config.to_dict() | ignored == mlm.config.to_dict() | ignored
 
 
 # ------------------------------------------------------------------------------------------ position schemes
@@ -304,27 +297,17 @@ def labelled_mlm_batch():
     return input_ids, attention_mask, labels
 
 
-def test_mlm_logits_cover_every_position_by_default_and_the_loss_is_transformers():
-    """By default the logits have the (batch, seq, vocab) shape transformers' outputs document, labels or not
-    (ModernBertConfig's default too); `sparse_prediction` is checked against it in test_speed_paths.py."""
+def test_mlm_logits_cover_every_position_and_the_loss_is_transformers():
+    """By default (as ModernBertConfig's) the logits are (batch, seq, vocab), labels or not; the loss can be a
+    sum over an accumulation window's items. `sparse_prediction` is checked in test_speed_paths.py."""
     assert BriskBertConfig().sparse_prediction is ModernBertConfig().sparse_prediction is False
     input_ids, attention_mask, labels = labelled_mlm_batch()
-    outputs = build(BriskBertForMaskedLM, tiny_config())(
-        input_ids, attention_mask=attention_mask, labels=labels
-    )
+    model = build(BriskBertForMaskedLM, tiny_config())
+    outputs = model(input_ids, attention_mask=attention_mask, labels=labels)
     assert outputs.logits.shape == (3, 20, 97)
     torch.testing.assert_close(outputs.loss, ForMaskedLMLoss(outputs.logits, labels, 97))
-
-
-def test_mlm_loss_can_be_normalised_over_an_accumulation_window_as_in_transformers():
-    input_ids, attention_mask, labels = labelled_mlm_batch()
-    model = build(BriskBertForMaskedLM, tiny_config())
-    mean_loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
-    outputs = model(input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=18)
-    torch.testing.assert_close(outputs.loss, mean_loss / 2)  # 9 labelled positions of a window's 18
-    torch.testing.assert_close(
-        outputs.loss, ForMaskedLMLoss(outputs.logits, labels, 97, num_items_in_batch=18)
-    )
+    window = model(input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=18).loss
+    torch.testing.assert_close(window, outputs.loss / 2)  # 9 labelled positions of a window's 18
 
 
 def test_decoder_is_tied_to_the_word_embeddings(tmp_path):
@@ -349,46 +332,35 @@ def test_pretraining_head_adds_mlm_and_nsp_losses():
 
 
 @pytest.mark.parametrize(
-    "problem", ["single_label_classification", "regression", "multi_label_classification"]
-)
-def test_sequence_classification_losses(problem):
-    num_labels = 1 if problem == "regression" else 3
-    model = build(
-        BriskBertForSequenceClassification,
-        tiny_config(num_labels=num_labels, problem_type=problem, classifier_pooling="mean"),
-    )
-    input_ids, attention_mask = padded_batch()
-    labels = {
-        "single_label_classification": torch.tensor([0, 2, 1]),
-        "regression": torch.tensor([0.5, -1.0, 2.0]),
-        "multi_label_classification": torch.tensor([[1.0, 0, 1], [0, 0, 0], [0, 1, 1]]),
-    }[problem]
-    out = model(input_ids, attention_mask=attention_mask, labels=labels)
-    expected = {
-        "single_label_classification": lambda: torch.nn.functional.cross_entropy(out.logits, labels),
-        "regression": lambda: torch.nn.functional.mse_loss(out.logits.squeeze(-1), labels),
-        "multi_label_classification": lambda: torch.nn.functional.binary_cross_entropy_with_logits(
-            out.logits, labels
+    "problem, labels, loss",
+    [
+        ("single_label_classification", [0, 2, 1], F.cross_entropy),
+        ("regression", [0.5, -1.0, 2.0], lambda logits, labels: F.mse_loss(logits.squeeze(-1), labels)),
+        (
+            "multi_label_classification",
+            [[1.0, 0, 1], [0, 0, 0], [0, 1, 1]],
+            F.binary_cross_entropy_with_logits,
         ),
-    }[problem]()
+    ],
+)
+def test_sequence_classification_losses(problem, labels, loss):
+    labels, num_labels = torch.tensor(labels), 1 if problem == "regression" else 3
+    config = tiny_config(num_labels=num_labels, problem_type=problem, classifier_pooling="mean")
+    input_ids, attention_mask = padded_batch()
+    out = build(BriskBertForSequenceClassification, config)(
+        input_ids, attention_mask=attention_mask, labels=labels
+    )
     assert out.logits.shape == (3, num_labels)
-    torch.testing.assert_close(out.loss, expected)
+    torch.testing.assert_close(out.loss, loss(out.logits, labels))
 
 
 def test_question_answering_head():
     model = build(BriskBertForQuestionAnswering, tiny_config("alibi"))
     input_ids, attention_mask = padded_batch()
-    out = model(
-        input_ids,
-        attention_mask=attention_mask,
-        start_positions=torch.tensor([1, 2, 3]),
-        end_positions=torch.tensor([4, 5, 6]),
-    )
+    starts, ends = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    out = model(input_ids, attention_mask=attention_mask, start_positions=starts, end_positions=ends)
     assert out.start_logits.shape == out.end_logits.shape == (3, 20)
-    expected = (
-        torch.nn.functional.cross_entropy(out.start_logits, torch.tensor([1, 2, 3]))
-        + torch.nn.functional.cross_entropy(out.end_logits, torch.tensor([4, 5, 6]))
-    ) / 2
+    expected = (F.cross_entropy(out.start_logits, starts) + F.cross_entropy(out.end_logits, ends)) / 2
     torch.testing.assert_close(out.loss, expected)
 
 
