@@ -242,9 +242,8 @@ def test_pieces_are_cut_before_a_whitespace_so_byte_level_ids_are_those_of_the_w
     words, spaces = ["the", "cat,", "sat", "on", "mat.", "a", "bird", "flew"], [" ", "  ", "\t", " \t "]
     line = "".join(draw.choice(words) + draw.choice(spaces) for _ in range(300))
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(
-        add_prefix_space=False
-    )  # a space belongs to the next word
+    # a space belongs to the next word
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     backend.train_from_iterator([line], trainers.BpeTrainer(vocab_size=300, show_progress=False))
     (tmp_path / "line.txt").write_text(line.strip() + "\n")

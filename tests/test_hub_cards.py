@@ -96,9 +96,8 @@ def test_metadata_and_sections_from_config_and_facts(tmp_path):
         "| precision | bf16 mixed precision (fp32 master weights) |",
     ):
         assert fact in card.text
-    assert (
-        'revision = "v1"  # pinned' in card.text and "AutoModelForSequenceClassification.from_" in card.text
-    )
+    assert 'revision = "v1"  # pinned' in card.text
+    assert "AutoModelForSequenceClassification.from_" in card.text
     # deterministic: re-rendering gives the same bytes (so re-publishing makes no commit)
     assert str(render_card(folder, "testuser/sst2", revision="v1", revision_is_pinned=True)) == str(card)
     # and it parses back as a ModelCard with the same metadata
@@ -281,9 +280,8 @@ def test_baselines_stand_beside_the_metrics_and_are_no_results_of_the_model(tmp_
     job = JobFacts(task="text-ranking", datasets=["stanfordnlp/sst2"], eval_dataset="stanfordnlp/sst2")
     write_training_facts(folder, TrainingFacts(job, RunFacts(metrics=metrics, train_steps=10)))
     card = render_card(folder, "testuser/m")
-    assert (
-        "| accuracy | 0.1304 (chance 0.25) |" in card.text and "| mrr | 0.5036 (chance 0.5208) |" in card.text
-    )
+    assert "| accuracy | 0.1304 (chance 0.25) |" in card.text
+    assert "| mrr | 0.5036 (chance 0.5208) |" in card.text
     assert "chance_" not in card.text
     results = model_index_to_eval_results(card.data.to_dict()["model-index"])[1]
     assert {result.metric_name for result in results} == {"accuracy", "mrr"}

@@ -166,9 +166,8 @@ def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not
         return [(split(e)[0][0] // 1000, len(e["input_ids"]) - 3, e["next_sentence_label"]) for e in pairs]
 
     short = lengths(labelled_documents(), 11, 1.0)
-    assert {length for _, length, _ in short} == set(
-        range(2, 9)
-    )  # targets drawn from 2 .. max_seq_length - 3
+    # targets drawn from 2 .. max_seq_length - 3
+    assert {length for _, length, _ in short} == set(range(2, 9))
     # a document that drew the shortest target: all its pairs hold 2 tokens
     assert any({n for d, n, _ in short if d == document} == {2} for document in range(1, 61))
     full_pairs = lengths(labelled_documents(), 11, 0.0)

@@ -91,9 +91,8 @@ def test_large_weights_are_sharded(folder):
 def test_a_token_the_rendered_card_would_show_blocks_the_upload(folder, tmp_path):
     copy = shutil.copytree(folder, tmp_path / "leaky")
     facts = json.loads((copy / "training_facts.json").read_text())
-    (copy / "training_facts.json").write_text(
-        json.dumps({**facts, "description": TOKEN})
-    )  # shown on the card
+    facts["description"] = TOKEN  # shown on the card
+    (copy / "training_facts.json").write_text(json.dumps(facts))
     with pytest.raises(SecretsFound) as e:
         publish(copy, "testuser/leaky", token=TOKEN, dry_run=True, log=lambda *_: None)
     message = str(e.value)
@@ -413,9 +412,8 @@ def test_symlinks_inside_the_folder_are_followed_and_the_dry_run_says_which(fold
     (copy / "self").symlink_to(".", target_is_directory=True)  # a loop back up is listed, never walked twice
     lines = []
     result = publish(copy, "testuser/sst2", include=["latest"], dry_run=True, log=lines.append)
-    assert (
-        result.files["chat_template.jinja"] == len("{{ messages }}") and "latest/chat.jinja" in result.files
-    )
+    assert result.files["chat_template.jinja"] == len("{{ messages }}")
+    assert "latest/chat.jinja" in result.files
     assert (
         "Symlinks followed (each resolves inside the folder): chat_template.jinja -> templates/chat.jinja; "
         "latest -> templates; self -> ." in lines
@@ -484,9 +482,7 @@ def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub
     client = HfApi(endpoint=hub.url, token=TOKEN)
     client.upload_file(path_or_fileobj=b"onnx bytes", path_in_repo="onnx/model.onnx", repo_id="testuser/sst2")
     lines = []
-    kept = publish(
-        folder, "testuser/sst2", tag="v2", log=lines.append, **opts
-    )  # a changed card: a new commit
+    kept = publish(folder, "testuser/sst2", tag="v2", log=lines.append, **opts)  # a changed card
     assert kept.new_commit and kept.kept == ["onnx/model.onnx"] and kept.deleted == []
     assert "onnx/model.onnx" in client.list_repo_files("testuser/sst2")
     assert "Keeping on main (not in the folder; delete_missing would delete them): onnx/model.onnx" in lines

@@ -122,9 +122,8 @@ def test_questions_are_cut_to_64_tokens_by_default_and_right_padding_is_required
 
 
 def test_windows_overlap_by_128_tokens_by_default_and_every_window_is_labelled(tokenizer):
-    examples = squad(
-        "Which word?", " ".join(f"word{k % 50} stands here." for k in range(200))
-    )  # many windows
+    context = " ".join(f"word{k % 50} stands here." for k in range(200))  # far longer than one window
+    examples = squad("Which word?", context)
     features = qa.prepare_train_features(examples, tokenizer)
     windows = len(features["input_ids"])
     assert windows > 2 and features["start_positions"] == features["end_positions"] == [0] * windows
