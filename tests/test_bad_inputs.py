@@ -60,6 +60,7 @@ CASES = [
     Case("bad-config-json", CLASSIFY_FROM + " {bad_config}", "config.json is not valid"),
     Case("config-without-model-type", CLASSIFY_FROM + " {untyped}", "model_type"),
     Case("no-weights", CLASSIFY_FROM + " {no_weights}", "no model weights"),
+    Case("shard-index-without-a-map", CLASSIFY_FROM + " {mapless_index}", "has no 'weight_map'"),
     Case("model-path-is-a-file", CLASSIFY_FROM + " {sst2_csv}", "is a file"),
     Case("bad-tokenizer-json", CLASSIFY_FROM + " {bad_tokenizer}", "tokenizer.json"),
     Case("empty-tokenizer-json", CLASSIFY_FROM + " {empty_tokenizer_json}", "tokenizer.json"),
@@ -271,7 +272,7 @@ def _copy(source: Path, target: Path, ignore=(), replace=None, manifest: bool = 
 
         write_manifest(target)
     for name, content in (replace or {}).items():
-        (target / name).unlink()  # break the hard link: the source keeps its content
+        (target / name).unlink(missing_ok=True)  # break the hard link: the source keeps its content
         (target / name).write_bytes(content.encode() if isinstance(content, str) else content)
     return target
 
@@ -293,6 +294,9 @@ def _damaged_models(model: Path) -> dict:
     return {
         "no_tokenizer": dict(ignore=NO_TOKENIZER),
         "no_weights": dict(ignore=("*.safetensors",)),
+        "mapless_index": dict(
+            ignore=("*.safetensors",), replace={"model.safetensors.index.json": '{"weight_map": ["a"]}'}
+        ),
         "truncated": dict(replace={WEIGHTS: weights[: len(weights) // 2]}),
         "garbage_weights": dict(replace={WEIGHTS: b"<html>502 Bad Gateway</html>"}),
         "shapeless": dict(replace={WEIGHTS: len(shapeless).to_bytes(8, "little") + shapeless}),

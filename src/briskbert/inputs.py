@@ -285,7 +285,16 @@ def _weight_files(first: Path, setting: str) -> list[Path]:
     if not first.name.endswith(".index.json"):
         return [first]
     index = read_json_object(first, setting, "save the model again with save_pretrained")
-    shards = sorted(set((index.get("weight_map") or {}).values()))
+    weight_map = index.get("weight_map")
+    if not (
+        isinstance(weight_map, dict) and weight_map and all(isinstance(n, str) for n in weight_map.values())
+    ):
+        raise SettingError(
+            setting,
+            f"{first} has no 'weight_map' from tensor names to shard files; save the model again with "
+            "save_pretrained.",
+        )
+    shards = sorted(set(weight_map.values()))
     missing = [name for name in shards if not (first.parent / name).is_file()]
     if missing:
         raise SettingError(
