@@ -240,8 +240,7 @@ def test_ner_end_to_end_counts_entities_as_conlleval(tiny_model_dir, tmp_path):
 
 
 def test_a_label_only_in_the_evaluation_data_joins_the_label_set_with_one_warning(caplog):
-    """The issue's 30/10-sentence smoke run: a validation tag with no training example is a warning, not a
-    refusal, and the model gets an id for it."""
+    """A validation tag with no training example gets an id and one warning, not a refusal."""
     train = [["B-PER", "I-PER", "O"], ["B-LOC", "O"]]
     dev = [["B-LOC", "I-LOC", "O"], ["O", "B-LOC", "I-LOC"]]
     assert build_label_list(train, dev, ("train.txt", "dev.txt")) == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]

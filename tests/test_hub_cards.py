@@ -225,8 +225,7 @@ def test_facts_of_another_version_or_with_unknown_keys_are_refused(tmp_path, fac
 
 
 def test_the_ner_usage_snippet_prints_whole_words_as_entities(tokenizer, tiny_model, tmp_path):
-    """The card's snippet, run as it stands, on a model that tags every token B-PER: each entity is a whole word
-    ("merkel"), never a sub-word piece such as "##kel". (That it loads without briskbert is test_publish's.)"""
+    """The card's snippet, run on a model tagging everything B-PER, prints whole words, not ## pieces."""
     import contextlib
     import io
     import re
@@ -258,8 +257,7 @@ def test_the_ner_usage_snippet_prints_whole_words_as_entities(tokenizer, tiny_mo
 
 
 def test_the_card_names_the_training_data_as_used(tmp_path):
-    """A local excerpt given a public name (--dataset_card_name glue/sst2) is not "glue/sst2": the card names the
-    file it was read from and the rows used, and keeps the public id for the Hub's metadata."""
+    """A local excerpt given a public name is named as the file and rows used; the metadata keeps the id."""
     from briskbert.training.tasks.settings import DataSource
 
     data = DataSource(train_file="data/sst2_train_excerpt.tsv", dataset_card_name="glue/sst2").card_facts()
@@ -273,8 +271,7 @@ def test_the_card_names_the_training_data_as_used(tmp_path):
 
 
 def test_baselines_stand_beside_the_metrics_and_are_no_results_of_the_model(tmp_path):
-    """What a random ranking or the majority class scores on the same data is shown beside the model's metric, and
-    kept out of the model-index, which lists the model's own results."""
+    """Chance levels are shown beside the model's metrics and kept out of the model-index."""
     folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
     metrics = dict(eval_accuracy=0.1304, eval_chance_accuracy=0.25, eval_mrr=0.5036, eval_chance_mrr=0.5208)
     job = JobFacts(task="text-ranking", datasets=["stanfordnlp/sst2"], eval_dataset="stanfordnlp/sst2")

@@ -83,9 +83,7 @@ def test_bad_input_fails_before_training(tmp_path, tokenizer, case, capsys):
 
 # -------------------------------------------------------------------------------- end to end + loading
 def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, tokenizer):
-    """A short MLM+NSP run from JSON lines (one document per row) with whole-word masking and
-    accumulation; the final folder loads in a fresh interpreter (outside the project) with
-    AutoModelForMaskedLM and trust_remote_code, and gives the same logits."""
+    """MLM+NSP from JSON lines; the final folder loads without briskbert in a fresh process, same logits."""
     rows = [{"text": "\n".join(doc)} for doc in read_documents(str(EXCERPT))]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -128,10 +126,7 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
 
 @pytest.mark.slow
 def test_two_process_gloo_run_matches_one_process(tmp_path, tokenizer):
-    """`accelerate launch --num_processes 2` (CPU, gloo) with 4 sequences per process equals one process
-    with 8: same global batches (one shuffle, sharded), same masks (drawn per example), loss normalised
-    over the masked tokens of both processes. Slow (~1 min: two interpreters start, gloo set-up) but the
-    only check that the multi-process path (sharding, all-reduce of item counts, DDP) is right."""
+    """Slow (~1 min), the only check of sharding, item-count all-reduce and DDP: 2x4 sequences equal 1x8."""
     overrides = "hidden_size=64,intermediate_size=128,hidden_dropout_prob=0.0,attention_probs_dropout_prob=0"
     common = ["--train_file", str(EXCERPT), "--tokenizer_name", tokenizer.name_or_path]
     common += ["--config_overrides", overrides, "--config_name", "bert-tiny", "--max_seq_length", "64"]

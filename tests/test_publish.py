@@ -153,8 +153,7 @@ def head(hub_, repo="testuser/sst2"):
 
 @pytest.mark.parametrize("kind", ["500", "drop", "400"])
 def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
-    """The commit itself is not retried (huggingface_hub retries uploads, not commits; the publisher adds no
-    retries of its own): one attempt, one line with the branch's state, and a re-run finishes."""
+    """A failed commit is tried once (the publisher adds no retries), said in one line; a re-run finishes."""
     lines = []
     opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lines.append)
     first = publish(folder, "testuser/sst2", **opts)
@@ -234,9 +233,7 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub)
 
 
 def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
-    """Verification runs on a staging branch made from main's head; a failure leaves main (and the tags) where
-    they were and says so in one line; a pass commits exactly the verified files to main, then tags that commit.
-    No staging branch is left behind either way."""
+    """Main only moves to files verified on a staging branch made from its head; no staging branch is left."""
     from huggingface_hub import HfApi
 
     hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
@@ -291,8 +288,7 @@ def test_a_folder_that_changes_while_it_is_verified_is_not_published(folder, hub
 
 @pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
 def test_a_full_hub_during_an_lfs_upload_is_one_line_with_its_message(folder, tmp_path, monkeypatch):
-    """huggingface_hub wraps a failed LFS upload in a RuntimeError: the publisher still shows the Hub's 507
-    message in one line, with the branch's state, and does not retry."""
+    """huggingface_hub wraps a failed LFS upload: the Hub's 507 message still shows, in one line, no retry."""
     from huggingface_hub import constants
     from test_hub_storage import FullDisk
 
@@ -342,9 +338,7 @@ def _fuzzed(document, rng):
 
 
 def test_fuzzed_config_and_training_facts_give_a_card_or_one_line_naming_the_file(folder, tmp_path):
-    """``publish --dry_run`` over 240 seeded mutations of ``config.json`` and ``training_facts.json``: every
-    outcome is a card or a ``UserError`` of one line that names the file (the command prints it, exit 2);
-    never another exception (on the code before this test: AttributeError, TypeError, UnicodeEncodeError)."""
+    """240 seeded mutations of config.json and training_facts.json: a card, or one line naming the file."""
     import random
 
     from briskbert.errors import UserError
@@ -385,8 +379,7 @@ OUTSIDE_LINKS = {
 def test_a_symlink_that_resolves_outside_the_folder_is_refused_before_anything_is_sent(
     folder, tmp_path, case
 ):
-    """A symlinked default file (chat_template.jinja) or --include file leading outside the folder was
-    published as the file it points to; now the publish stops in one line naming the link."""
+    """A symlink (a default file or an --include) leading outside the folder stops the publish in one line."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
@@ -437,8 +430,7 @@ AUTO_MAP_VALUES = {
 def test_a_code_reference_outside_the_folder_is_refused_before_anything_is_sent(
     folder, tmp_path, where, value
 ):
-    """``auto_map`` naming /tmp/x/evil_outside.Class made the publisher stage (and, with verification off,
-    commit) /tmp/x/evil_outside.py as tmp/x/evil_outside.py."""
+    """auto_map naming /tmp/x/evil_outside.Class once staged /tmp/x/evil_outside.py for the commit."""
     evil = tmp_path / "x" / "evil_outside.py"
     evil.parent.mkdir()
     evil.write_text("raise SystemExit('outside code')\n")

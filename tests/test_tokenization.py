@@ -201,8 +201,7 @@ def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, m
 
 
 def test_cli_says_its_result_once_and_draws_no_bar_into_a_pipe(tmp_path):
-    """Piped (as in the quickstart or a log file), the trainer's bar was six blank lines and the result was
-    printed three times."""
+    """Piped, the trainer's bar once printed six blank lines and the result three times."""
     out = tmp_path / "tok"
     argv = ["train-tokenizer", "--files", str(EXCERPTS / "wikitext2_excerpt.txt"), "--vocab_size", "500"]
     argv += ["--no-lowercase", "--min_frequency", "3", "--output_dir", str(out)]
