@@ -40,17 +40,9 @@ def test_soft_targets_are_the_t_squared_scaled_kl_of_softened_distributions():
 
 def tiny(head, layers: int, seed: int, hidden_size: int = 32):
     torch.manual_seed(seed)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=VOCAB,
-        hidden_size=hidden_size,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_labels=3,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return head(config)
+    sizes = dict(vocab_size=VOCAB, hidden_size=hidden_size, intermediate_size=64, num_hidden_layers=layers)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return head(BriskBertConfig.from_preset("bert-tiny", num_labels=3, **sizes, **no_dropout))
 
 
 def batch(labels):

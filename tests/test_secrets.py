@@ -83,10 +83,7 @@ CONTENTS = {
     "OpenAI": ("OpenAI-style", "OPENAI_API_KEY=" + fake("sk-proj-", 48)),
     "Anthropic": ("OpenAI-style", fake("sk-ant-api03-", 93, string.ascii_letters + string.digits + "_-")),
     "Slack": ("Slack token", "SLACK=" + "xox" + "b-" + fake("", 12, string.digits) + "-" + fake("", 24)),
-    "Slack webhook": (
-        "Slack webhook",
-        "https://hooks.slack.com/services/" + fake("T", 8) + "/" + fake("B", 8) + "/x1",
-    ),
+    "Slack webhook": ("Slack webhook", f"https://hooks.slack.com/services/{fake('T', 8)}/{fake('B', 8)}/x1"),
     "Stripe": ("Stripe", fake("sk_live_", 24)),
     "npm": ("npm", fake("npm_", 36)),
     "PyPI": ("PyPI", fake("pypi-AgEIcHlwaS5vcmc", 60)),
