@@ -1,9 +1,6 @@
-"""Checkpoint conversion (``modeling/conversion``): every imported family against transformers' own
-implementation (random weights at a small size, each head, real padded text through the source's own tokenizer
-kind: WordPiece, byte-level BPE, Unigram; eager and SDPA, padded, unpadded fast path and no padding); the real
-all-MiniLM-L6-v2 checkpoint against transformers' BertModel and sentence-transformers; the converted folders
-loading as remote code in a process where this project cannot be imported, the tokenizer carried over
-unchanged; bad sources refused with the field named."""
+"""Checkpoint conversion: every head of every family against transformers' own class on real padded text through
+the family's tokenizer kind; the real all-MiniLM-L6-v2 against BertModel and sentence-transformers; converted
+folders loading as remote code where briskbert cannot be imported; bad sources refused with the field named."""
 
 import csv
 import json
@@ -16,7 +13,6 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from briskbert import cli
-from briskbert.modeling import BriskBertModel
 from briskbert.modeling.conversion import (
     FAMILIES,
     CheckpointMismatchError,
@@ -95,22 +91,17 @@ def source_config(family: str, tokenizer) -> transformers.PretrainedConfig:
     )  # fmt: skip
 
 
-TOKENIZER_KIND = {
-    "bert": "wordpiece",
-    "distilbert": "wordpiece",
-    "electra": "wordpiece",
-    "roberta": "bpe",
-    "modernbert": "bpe",
-    "xlm-roberta": "unigram",
+# model_type: (transformers' class prefix, the tokenizer kind the family ships)
+SOURCE_FAMILIES = {
+    "bert": ("Bert", "wordpiece"),
+    "distilbert": ("DistilBert", "wordpiece"),
+    "electra": ("Electra", "wordpiece"),
+    "roberta": ("Roberta", "bpe"),
+    "modernbert": ("ModernBert", "bpe"),
+    "xlm-roberta": ("XLMRoberta", "unigram"),
 }
-CLASS_PREFIX = {
-    "bert": "Bert",
-    "roberta": "Roberta",
-    "xlm-roberta": "XLMRoberta",
-    "distilbert": "DistilBert",
-    "electra": "Electra",
-    "modernbert": "ModernBert",
-}
+CLASS_PREFIX = {model_type: prefix for model_type, (prefix, _) in SOURCE_FAMILIES.items()}
+TOKENIZER_KIND = {model_type: kind for model_type, (_, kind) in SOURCE_FAMILIES.items()}
 FAMILY_OF = {model_type: family for family in FAMILIES for model_type in family.model_types}
 # One head per family that exercises what is its own runs by default; every other head is marked slow:
 # together they are the closing evidence that every head of every family imports exactly.
@@ -137,12 +128,13 @@ def tokenizers_by_kind():
 @pytest.fixture(scope="module")
 def text_batch(tokenizers_by_kind):
     """Per tokenizer kind: a padded batch of real sentences (about half padding) and an unpadded one."""
-    batches = {}
-    for kind, tokenizer in tokenizers_by_kind.items():
-        padded = tokenizer(sentences(8), padding=True, truncation=True, max_length=60, return_tensors="pt")
-        unpadded = tokenizer(sentences(2)[:1] * 2, return_tensors="pt")
-        batches[kind] = [dict(padded), dict(unpadded)]
-    return batches
+    return {
+        kind: [
+            tokenizer(sentences(8), padding=True, truncation=True, max_length=60, return_tensors="pt"),
+            tokenizer(sentences(1) * 2, return_tensors="pt"),
+        ]
+        for kind, tokenizer in tokenizers_by_kind.items()
+    }
 
 
 def build_source(model_type, architecture, tokenizer, folder):
@@ -241,17 +233,14 @@ def test_converted_folders_load_where_briskbert_is_not_installed(
         convert_checkpoint(tmp_path / model_type, folders[model_type])
     stdout = run_without_project(FRESH_LOAD.format(folders=folders, sentences=texts), cwd=tmp_path)
     for name, result in json.loads(stdout.splitlines()[-1]).items():
-        names = [class_name for class_name, _ in result["classes"]]
-        assert names[0] == "BriskBertConfig" and names[2:] == [
-            "BriskBertModel", "BriskBertForMaskedLM", "BriskBertForSequenceClassification"
-        ]  # fmt: skip
-        modules = [module for _, module in result["classes"]]
-        del modules[
-            1
-        ]  # the tokenizer: BriskBertTokenizer for a WordPiece source, else the source's own class
-        assert all(module.startswith("transformers_modules") for module in modules), name
-        if name == "minilm":
-            assert result["classes"][1][1].startswith("transformers_modules")
+        (config, config_module), tokenizer_class, *models = result["classes"]
+        heads = [class_name for class_name, _ in models]
+        assert config == "BriskBertConfig", name
+        assert heads == ["BriskBertModel", "BriskBertForMaskedLM", "BriskBertForSequenceClassification"]
+        remote = [config_module] + [module for _, module in models]
+        if name == "minilm":  # a WordPiece source gets BriskBertTokenizer; others keep their own class
+            remote.append(tokenizer_class[1])
+        assert all(module.startswith("transformers_modules") for module in remote), name
         source_tokenizer = transformers.AutoTokenizer.from_pretrained(
             minilm_path if name == "minilm" else tmp_path / name
         )
@@ -270,7 +259,7 @@ def convert_from_command_line(src, out, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_unsupported_architecture_is_refused_with_the_field_named(tmp_path, capsys):
+def test_unsupported_sources_are_refused_with_the_field_named(tokenizers_by_kind, tmp_path, capsys):
     transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2)).save_pretrained(
         tmp_path / "gpt2"
     )
@@ -278,10 +267,17 @@ def test_unsupported_architecture_is_refused_with_the_field_named(tmp_path, caps
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
     assert "model_type='gpt2'" in err and "roberta" in err and not (tmp_path / "out").exists()
 
-    config = source_config("roberta", train_tokenizer("bpe"))
-    transformers.RobertaForCausalLM(config).save_pretrained(tmp_path / "causal")
+    transformers.RobertaForCausalLM(source_config("roberta", tokenizers_by_kind["bpe"])).save_pretrained(
+        tmp_path / "causal"
+    )
     with pytest.raises(UnsupportedCheckpointError, match="architectures='RobertaForCausalLM'"):
         convert_checkpoint(tmp_path / "causal", tmp_path / "out")
+    # An irregular local/global layer pattern.
+    config = source_config("modernbert", tokenizers_by_kind["bpe"])
+    config.layer_types = ["full_attention", "full_attention", "sliding_attention", "full_attention"]
+    transformers.ModernBertModel(config).save_pretrained(tmp_path / "irregular")
+    with pytest.raises(UnsupportedCheckpointError, match="layer_types"):
+        convert_checkpoint(tmp_path / "irregular", tmp_path / "out")
 
 
 def test_shape_mismatch_is_refused_with_the_field_named(tmp_path, capsys):
@@ -295,33 +291,7 @@ def test_shape_mismatch_is_refused_with_the_field_named(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_irregular_local_global_pattern_is_refused(tmp_path):
-    config = source_config("modernbert", train_tokenizer("bpe"))
-    config.layer_types = ["full_attention", "full_attention", "sliding_attention", "full_attention"]
-    transformers.ModernBertModel(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(UnsupportedCheckpointError, match="layer_types"):
-        convert_checkpoint(tmp_path / "source", tmp_path / "out")
-
-
 # ---------------------------------------------------------------------------------- the real checkpoint
-def test_converted_minilm_matches_transformers_bert(minilm_path, converted_minilm):
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path)
-    batch = tokenizer(sentences(32), padding=True, return_tensors="pt")
-    assert batch["attention_mask"].float().mean() < 0.7, "the batch should be substantially padded"
-    reference = transformers.BertModel.from_pretrained(minilm_path).eval()
-    ours = BriskBertModel.from_pretrained(converted_minilm).eval()
-    real = batch["attention_mask"].bool()
-    for attn_implementation in ("eager", "sdpa"):
-        reference.set_attn_implementation(attn_implementation)
-        ours.set_attn_implementation(attn_implementation)
-        with torch.no_grad():
-            expected, got = reference(**batch), ours(**batch)
-        torch.testing.assert_close(
-            got.last_hidden_state[real], expected.last_hidden_state[real], atol=1e-5, rtol=0
-        )
-        torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=1e-5, rtol=0)
-
-
 def test_converted_folder_names_the_source_checkpoint_as_base_model(converted_minilm):
     """Models trained from the folder name the real checkpoint, not a local path, on their cards."""
     assert base_model_id(str(converted_minilm)) == "sentence-transformers/all-MiniLM-L6-v2"

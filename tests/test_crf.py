@@ -68,14 +68,7 @@ def enumerate_paths(crf: LinearChainCRF, words: torch.Tensor, labels, constraine
 # Rows of every shape the algorithms must handle: full, a prefix, gaps (sub-words and special tokens between
 # words), one word, and none.
 MASK = torch.tensor(
-    [
-        [1, 1, 1, 1, 1, 1],
-        [1, 1, 1, 0, 0, 0],
-        [0, 1, 0, 1, 1, 0],
-        [0, 0, 0, 0, 1, 0],
-        [0, 0, 0, 0, 0, 0],
-    ],
-    dtype=torch.bool,
+    [[flag == "1" for flag in row] for row in ("111111", "111000", "010110", "000010", "000000")]
 )
 
 

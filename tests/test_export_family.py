@@ -1,13 +1,11 @@
-"""Continued pretraining of an imported checkpoint and `briskbert export-family`: every family round-trips
-(a small random checkpoint made with transformers' own class -> imported by the pretraining job's loader ->
-a few MLM steps on briskbert -> exported back -> transformers' Auto class loads it without remote code, with
-briskbert's outputs within 1e-5 on real padded text); a configuration no family expresses is refused in one line
-naming the options."""
+"""Continued pretraining of an imported checkpoint and `briskbert export-family`: every family round-trips (source
+-> the pretraining job's import -> a few MLM steps -> exported -> transformers' own class, outputs within 1e-5);
+a configuration no family expresses is refused in one line naming the options."""
 
 import pytest
 import torch
 import transformers
-from test_conversion import CLASS_PREFIX, TOKENIZER_KIND, sentences, source_config, train_tokenizer
+from test_conversion import CLASS_PREFIX, TOKENIZER_KIND, build_source, sentences, train_tokenizer
 
 from briskbert import cli
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
@@ -32,12 +30,9 @@ def tokenizers():
     return {kind: train_tokenizer(kind) for kind in set(TOKENIZER_KIND.values())}
 
 
-def make_source(model_type, tokenizer, folder):
-    torch.manual_seed(0)
-    model = getattr(transformers, SOURCES[model_type])(source_config(model_type, tokenizer)).eval()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return model
+def continue_pretraining(tokenizer, tmp_path, log=lambda line: None):
+    """The pretraining job's import of tmp_path/source, converted under tmp_path/run."""
+    return continued_on_briskbert(str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, log)
 
 
 def mlm_steps(model, tokenizer, steps=3):
@@ -69,11 +64,9 @@ def logits_at_real_tokens(model, tokenizer):
 @pytest.mark.parametrize("model_type", list(SOURCES))
 def test_each_family_round_trips(model_type, tokenizers, tmp_path, capsys):
     tokenizer = tokenizers[TOKENIZER_KIND[model_type]]
-    source = make_source(model_type, tokenizer, tmp_path / "source")
+    source = build_source(model_type, SOURCES[model_type], tokenizer, tmp_path / "source")
     lines = []
-    model = continued_on_briskbert(
-        str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, lines.append
-    )
+    model = continue_pretraining(tokenizer, tmp_path, lines.append)
     assert (
         type(model) is BriskBertForMaskedLM
         and (tmp_path / "run" / "converted_base" / "config.json").is_file()
@@ -113,25 +106,14 @@ def test_a_fine_tuned_head_goes_back_to_the_family_head(model_type, architecture
     from briskbert.modeling.conversion.export_family import export_to_family
 
     tokenizer = tokenizers[TOKENIZER_KIND[model_type]]
-    torch.manual_seed(0)
-    config = source_config(model_type, tokenizer)
-    config.num_labels = 3
-    source = getattr(transformers, architecture)(config).eval()
-    source.save_pretrained(tmp_path / "source")
-    tokenizer.save_pretrained(tmp_path / "source")
+    source = build_source(model_type, architecture, tokenizer, tmp_path / "source")
     convert_checkpoint(tmp_path / "source", tmp_path / "ours")
     assert export_to_family(tmp_path / "ours", tmp_path / "back")[0] == architecture
-    auto = (
-        transformers.AutoModelForTokenClassification
-        if "Token" in architecture
-        else transformers.AutoModelForSequenceClassification
-    )
-    exported = auto.from_pretrained(tmp_path / "back")
+    exported = getattr(transformers, architecture).from_pretrained(tmp_path / "back")
     assert type(exported) is type(source) and exported.config.id2label == source.config.id2label
     # BERT folders import with briskbert's own tokenizer class; it goes back as transformers' BertTokenizer.
-    assert type(transformers.AutoTokenizer.from_pretrained(tmp_path / "back")).__module__.startswith(
-        "transformers."
-    )
+    plain_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    assert type(plain_tokenizer).__module__.startswith("transformers.")
     batch = tokenizer(sentences(8), padding=True, return_tensors="pt")
     inputs = {name: batch[name] for name in ("input_ids", "attention_mask")}
     with torch.no_grad():
@@ -141,18 +123,21 @@ def test_a_fine_tuned_head_goes_back_to_the_family_head(model_type, architecture
     assert (got - expected).abs().max().item() <= 1e-5
 
 
-def test_a_converted_model_that_differs_from_its_source_is_refused(tokenizers, tmp_path):
-    """The import check compares outputs: a converted folder whose weights no longer match the source (here one
-    layer's MLP scaled, as a conversion bug or a stale converted_base would leave) stops the job."""
+def test_a_new_mlm_head_is_one_line_and_a_stale_conversion_is_refused(tokenizers, tmp_path, capfd):
+    """Continuing a bare encoder (as all-MiniLM-L6-v2 is) starts a new MLM head: the job says so in the line the
+    fine-tuning jobs use, not in transformers' load report. The import check compares outputs: a converted folder
+    whose weights no longer match the source (a conversion bug, a stale converted_base) stops the job."""
     from safetensors.torch import load_file, save_file
 
     from briskbert.training.tasks.pretraining import PretrainingInputError
 
     tokenizer = tokenizers["wordpiece"]
-    make_source("bert", tokenizer, tmp_path / "source")
-    continued_on_briskbert(
-        str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, lambda line: None
-    )
+    build_source("bert", "BertModel", tokenizer, tmp_path / "source")
+    continue_pretraining(tokenizer, tmp_path)
+    out, err = capfd.readouterr()
+    assert "LOAD REPORT" not in out + err and "\x1b[" not in out + err, out + err
+    assert "New head (head.dense.weight" in out and "as expected for continued pretraining." in out
+
     weights = tmp_path / "run" / "converted_base" / "model.safetensors"
     state = load_file(str(weights))
     state["layers.1.mlp.down.weight"] = state["layers.1.mlp.down.weight"] * 1.01
@@ -160,25 +145,12 @@ def test_a_converted_model_that_differs_from_its_source_is_refused(tokenizers, t
     with pytest.raises(
         PretrainingInputError, match="hidden states differ from BertModel's by .*keep_source_class"
     ):
-        continued_on_briskbert(str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, print)
-
-
-def test_a_new_mlm_head_is_one_line_not_transformers_load_report(tokenizers, tmp_path, capfd):
-    """Continuing a bare encoder (as all-MiniLM-L6-v2 is) starts a new MLM head: the job says so in the line the
-    fine-tuning jobs use for their new head, not in transformers' load report table with its escape codes."""
-    tokenizer = tokenizers["wordpiece"]
-    make_source("bert", tokenizer, tmp_path / "source")
-    continued_on_briskbert(
-        str(tmp_path / "source"), str(tmp_path / "run"), tokenizer, False, lambda line: None
-    )
-    out, err = capfd.readouterr()
-    assert "LOAD REPORT" not in out + err and "\x1b[" not in out + err, out + err
-    assert "New head (head.dense.weight" in out and "as expected for continued pretraining." in out
+        continue_pretraining(tokenizer, tmp_path)
 
 
 def test_keep_source_class_trains_the_source_class(tokenizers, tmp_path):
     tokenizer = tokenizers["bpe"]
-    make_source("modernbert", tokenizer, tmp_path / "source")
+    build_source("modernbert", "ModernBertForMaskedLM", tokenizer, tmp_path / "source")
     settings = PretrainingModel(model_name_or_path=str(tmp_path / "source"), keep_source_class=True)
     lines = []
     model = build_model(settings, tokenizer, 64, False, str(tmp_path / "run"), lines.append)
@@ -204,9 +176,8 @@ def test_a_configuration_no_family_expresses_is_refused(tokenizers, tmp_path, ca
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
     # One option off a family's: named, with the family's value.
-    BriskBertForMaskedLM(
-        BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), mlp_type="glu")
-    ).save_pretrained(tmp_path / "glu")
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), mlp_type="glu")
+    BriskBertForMaskedLM(config).save_pretrained(tmp_path / "glu")
     tokenizer.save_pretrained(tmp_path / "glu")
     code, err = export_from_command_line(tmp_path / "glu", tmp_path / "out", capsys, "--family", "bert")
     assert code == 2 and err.startswith("error: --family ") and "mlp_type='glu' (BERT: 'mlp')" in err

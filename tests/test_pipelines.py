@@ -1,8 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""``transformers.pipeline()`` from saved briskbert folders with ``trust_remote_code=True`` where briskbert
-ships code of its own (question answering) or a head the pipeline reads (fill-mask), and training with
-``transformers.Trainer``. Outputs are checked against the model run directly.
-"""
+"""``transformers.pipeline()`` on saved briskbert folders (question answering, briskbert's own pipeline; fill-mask),
+checked against the model run directly, and training with ``transformers.Trainer``."""
 
 import torch
 from transformers import pipeline
@@ -41,19 +39,14 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path, t
 
     example = {"id": ["q"], "question": ["Where was item 7 stored?"], "context": [context]}
     features = prepare_eval_features(example, tokenizer, max_seq_length=128, doc_stride=48)
+    inputs = {k: features[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
     with torch.no_grad():
-        outputs = model(
-            **tokenizer.pad(
-                {k: features[k] for k in ("input_ids", "token_type_ids", "attention_mask")},
-                return_tensors="pt",
-            )
-        )
-    mask = torch.tensor(
-        [
-            [o is not None for o in row] + [False] * (outputs.start_logits.shape[1] - len(row))
-            for row in features["offset_mapping"]
-        ]
-    )
+        outputs = model(**tokenizer.pad(inputs, return_tensors="pt"))
+    width = outputs.start_logits.shape[1]
+    in_context = [
+        [o is not None for o in row] + [False] * (width - len(row)) for row in features["offset_mapping"]
+    ]
+    mask = torch.tensor(in_context)
     # per-window log-softmax makes window scores comparable, as the pipeline's probabilities do
     start = outputs.start_logits.masked_fill(~mask, -1e4).log_softmax(-1)
     end = outputs.end_logits.masked_fill(~mask, -1e4).log_softmax(-1)
@@ -86,24 +79,14 @@ def test_trains_with_transformers_trainer(tokenizer, tmp_path, tiny_model):
     )
     before = model.classifier.weight.detach().clone()
     args = TrainingArguments(
-        output_dir=str(tmp_path / "trainer"),
+        output_dir=str(tmp_path),
         max_steps=4,
-        per_device_train_batch_size=8,
         learning_rate=1e-3,
         report_to=[],
         save_strategy="no",
-        logging_steps=1,
         use_cpu=True,
     )
-    trainer = Trainer(
-        model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer)
-    )
+    trainer = Trainer(model, args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer))
     result = trainer.train()
     assert result.global_step == 4 and torch.isfinite(torch.tensor(result.training_loss))
     assert not torch.equal(before, model.classifier.weight.detach())
-    trainer.save_model(str(tmp_path / "trainer" / "final"))
-    tokenizer.save_pretrained(str(tmp_path / "trainer" / "final"))
-    reloaded = pipeline(
-        "text-classification", model=str(tmp_path / "trainer" / "final"), trust_remote_code=True
-    )
-    assert reloaded("good film")[0]["label"] in ("LABEL_0", "LABEL_1")

@@ -64,17 +64,7 @@ def test_packed_batch_through_varlen_kernel_equals_padded_model(monkeypatch, hea
 
 def test_attention_dropout_is_refused_rather_than_skipped(monkeypatch):
     monkeypatch.setattr(varlen_attention, "varlen_attn", reference_varlen_attn)
-    q = torch.zeros(1, 2, 5, 4)
+    q, lengths = torch.zeros(1, 2, 5, 4), torch.tensor([0, 5])
+    packing = dict(cu_seq_lens_q=lengths, cu_seq_lens_k=lengths, max_length_q=5, max_length_k=5)
     with pytest.raises(ValueError, match="attention_probs_dropout_prob=0"):
-        varlen_attention.torch_varlen_attention(
-            None,
-            q,
-            q,
-            q,
-            None,
-            dropout=0.1,
-            cu_seq_lens_q=torch.tensor([0, 5]),
-            cu_seq_lens_k=torch.tensor([0, 5]),
-            max_length_q=5,
-            max_length_k=5,
-        )
+        varlen_attention.torch_varlen_attention(None, q, q, q, None, dropout=0.1, **packing)
