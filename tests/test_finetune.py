@@ -325,13 +325,9 @@ def test_qa_windows_cover_long_contexts_and_label_answerless_windows_cls(tokeniz
     start_logits[target, features["start_positions"][target]] = 10
     end_logits[target, features["end_positions"][target]] = 10
     examples = [{"id": "q1", "context": example["context"][0], "answers": example["answers"][0]}]
+    windows = {key: eval_features[key] for key in ("example_id", "offset_mapping")}
     predictions, nbest = qa.postprocess_qa_predictions(
-        examples,
-        {"example_id": eval_features["example_id"], "offset_mapping": eval_features["offset_mapping"]},
-        start_logits,
-        end_logits,
-        n_best_size=5,
-        max_answer_length=10,
+        examples, windows, start_logits, end_logits, n_best_size=5, max_answer_length=10
     )
     assert predictions == {"q1": "under the old oak tree"}
     assert nbest["q1"][0]["probability"] > 0.5
