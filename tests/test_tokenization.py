@@ -167,37 +167,29 @@ def run_fresh(tmp_path: Path, text: str, folders: list[Path]) -> dict:
     return json.loads(run_without_project(code, cwd=tmp_path).strip().splitlines()[-1])
 
 
-def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt, minilm_path):
+def test_autotokenizer_remote_code_in_fresh_process(tmp_path, trained_excerpt):
+    """A tokenizer folder, and model folders with a config transformers knows or does not, load alone."""
     from transformers import BertConfig
 
     trained, trained_dir = trained_excerpt
-    # (1) a converted BERT tokenizer folder: the MiniLM vocabulary re-saved as BriskBertTokenizer
-    converted = tmp_path / "converted"
-    BriskBertTokenizer.from_pretrained(minilm_path).save_pretrained(converted)
-    # (2) a model folder: a saved config next to the tokenizer files
+    # a model folder: a saved config next to the tokenizer files
     model_dir = tmp_path / "model"
     BertConfig(vocab_size=len(trained)).save_pretrained(model_dir)
     trained.save_pretrained(model_dir)
-    # (3) a model folder whose config has a model_type transformers does not know
+    # a model folder whose config has a model_type transformers does not know
     unknown = tmp_path / "unknown_type"
     trained.save_pretrained(unknown)
     (unknown / "config.json").write_text(json.dumps({"model_type": "briskbert", "vocab_size": len(trained)}))
 
     text = "The European lobster, Homarus gammarus, lives in the Atlantic Ocean."
-    results = run_fresh(tmp_path, text, [converted, trained_dir, model_dir, unknown])
-    for folder, expected in (
-        (converted, BriskBertTokenizer.from_pretrained(minilm_path)),
-        (trained_dir, trained),
-        (model_dir, trained),
-        (unknown, trained),
-    ):
+    results = run_fresh(tmp_path, text, [trained_dir, model_dir, unknown])
+    enc = trained(text, "a pair", return_offsets_mapping=True)
+    for folder in (trained_dir, model_dir, unknown):
         got = results[str(folder)]
         assert got["cls"] == "BriskBertTokenizer" and got["module"].startswith("transformers_modules"), got
-        enc = expected(text, "a pair", return_offsets_mapping=True)
-        assert got["size"] == len(expected)
+        assert got["size"] == len(trained)
         assert got["ids"] == enc["input_ids"] and got["types"] == enc["token_type_ids"]
         assert got["offsets"] == [list(o) for o in enc["offset_mapping"]]
-    assert json.loads((converted / "tokenizer_config.json").read_text())["do_lower_case"] is True
 
 
 def test_cli_says_its_result_once_and_draws_no_bar_into_a_pipe(tmp_path):
