@@ -102,10 +102,9 @@ def summary_of(tmp_path, capsys, runs: dict) -> str:
     """What the summary prints for ``runs`` ({label: results}) against ``BASELINE``."""
     (tmp_path / "pretrain").mkdir(exist_ok=True)
     (tmp_path / "pretrain" / "all_results.json").write_text('{"eval_accuracy": 0.06}')
-    runs = {name: (tmp_path / name, results) for name, results in runs.items()}
-    best = max(runs, key=lambda name: runs[name][1]["eval_accuracy"])
-    published, loaded = {"repo_id": "me/sst2", "tag": "v1"}, {"model_class": "M", "predictions": []}
-    quickstart.print_summary(tmp_path, runs, BASELINE, best, published, loaded, {"a step": None}, 1.0)
+    best = max(runs, key=lambda name: runs[name]["eval_accuracy"])
+    loaded = {"model_class": "M", "predictions": []}
+    quickstart.print_summary(tmp_path, runs, BASELINE, best, loaded, {"a step": None}, 1.0)
     return capsys.readouterr().out
 
 
@@ -128,7 +127,7 @@ def test_the_summary_says_when_a_classifier_is_not_above_the_majority_class(tmp_
     assert "(the all-MiniLM-L6-v2 classifier, the more accurate)" in printed
     tie = {name: {"eval_accuracy": 0.5, "eval_matthews_correlation": 0.1} for name in ("a", "b")}
     printed = summary_of(tmp_path, capsys, tie)
-    assert "(the a classifier, accuracy tied at 0.500, so simply the first)" in printed
+    assert "(the a classifier, accuracy tied at 0.500, so the first)" in printed
     assert "NOT above the majority-class baseline" in printed  # 0.5 < 0.582, whatever the MCC
 
 
@@ -235,11 +234,14 @@ def test_only_the_quickstarts_own_folders_are_reused_or_deleted(tmp_path, capsys
     (tmp_path / "sst2-from-minilm").mkdir()  # made by someone else
     with folder_lock(tmp_path / "sst2-from-minilm"):  # in use as well, but not ours: left alone
         code, printed = quickstart_here("--fresh")
+    assert code == 2 and "already holds sst2-from-minilm, which the quickstart did not write" in printed.err
+    assert len(list(tmp_path.iterdir())) == 5  # refused before anything was deleted
+    (tmp_path / "sst2-from-minilm").rmdir()
+    code, printed = quickstart_here("--fresh")
     assert code == 2 and printed.out.startswith(
         f"--fresh: starting over in {tmp_path} (deleted the earlier run's tokenizer, pretrain, hub)"
     )
-    assert "already holds sst2-from-minilm, which the quickstart did not write" in printed.err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_notes.txt", "sst2-from-minilm"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_notes.txt"]
 
     assert cli.main(["quickstart", "--output_dir", str(tmp_path / "new")]) == 2
     error = capsys.readouterr().err

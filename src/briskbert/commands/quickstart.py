@@ -1,18 +1,15 @@
-"""The whole briskbert flow on the bundled data, end to end, offline: train a WordPiece tokenizer on the
-WikiText-2 excerpt, pretrain a small modern encoder (RoPE, RMSNorm, pre-norm, GeGLU, GQA, local/global
-attention) with MLM, convert the real all-MiniLM-L6-v2 checkpoint, fine-tune an SST-2 classifier from each and
+"""The whole briskbert flow on the bundled data, offline: train a WordPiece tokenizer, pretrain a small modern
+encoder with MLM, convert the real all-MiniLM-L6-v2 checkpoint, fine-tune an SST-2 classifier from each and
 compare them with the majority-class baseline, publish the more accurate one (the first on a tie) to the local
 Hub, load it back by repo id in a fresh process with pipeline(), and print where every artefact is.
 
-Each step is one of the project's jobs, run as a user would run it. Run it again and a step whose output
-is complete is skipped; after Ctrl-C (a training job saves a checkpoint first) the next run continues. Each
-folder the quickstart writes holds a .quickstart file with its settings: a run with other settings is
-refused, and --fresh deletes those folders (never one a running process holds) and starts over.
+Each step is one of the project's jobs. Run again, it skips every step whose output is complete and continues an
+interrupted one (a training job from its checkpoint). Each folder it writes holds a .quickstart file with its
+settings: a run with other settings is refused, and --fresh deletes those folders and starts over.
 
     briskbert quickstart               # a few minutes on 2 CPU cores; a second run takes seconds
     briskbert quickstart --size fast   # a smoke run (used by the tests)
-    briskbert quickstart --size large  # a real run: bigger model, more steps, the full excerpts
-    briskbert quickstart --fresh       # start over
+    briskbert quickstart --size large  # a real run: a bigger model, more steps
 """
 
 from __future__ import annotations
@@ -59,6 +56,19 @@ REPO_ID, TAG = "briskbert/sst2-classifier", "v1"
 # The folders the quickstart writes into --output_dir, each with its MARKER (--fresh deletes those), and its summary.
 OUTPUTS = "tokenizer pretrain minilm-briskbert sst2-from-scratch sst2-from-minilm hub hf_home".split()
 MARKER, SUMMARY = ".quickstart", "quickstart_summary.json"
+# The two classifiers, by the label of the model they start from: their folder, that model's folder, learning rate.
+CLASSIFIERS = {
+    "pretrained here": ("sst2-from-scratch", "pretrain/final", 3e-4),
+    "all-MiniLM-L6-v2": ("sst2-from-minilm", "minilm-briskbert", 1e-4),
+}
+ARTEFACTS = {
+    "tokenizer": "tokenizer",
+    "pretrained model (with its card)": "pretrain/final",
+    "converted MiniLM": "minilm-briskbert",
+    **{f"classifier ({label})": f"{folder}/final" for label, (folder, _, _) in CLASSIFIERS.items()},
+    "local Hub data": "hub",
+    "summary": SUMMARY,
+}
 # The jobs as a user types them; the training jobs continue their own interrupted run, or start anew.
 TOKENIZER = """train-tokenizer --files {data}/wikitext2_excerpt.txt --vocab_size {vocab_size}
     --output_dir {out}/tokenizer"""
@@ -137,9 +147,7 @@ def main(argv=None):
 
 def run_quickstart(args: QuickstartSettings, out: Path) -> int:
     settings = {"size": args.size, "pretrain_steps": args.pretrain_steps, "seed": args.seed}
-    if args.fresh:
-        start_over(out)
-    earlier = check_outputs(out, settings)
+    earlier = check_outputs(out, settings, args.fresh)
     minilm = minilm_checkpoint()  # before any step: a missing package is one line, with nothing written
     if earlier:
         print(
@@ -151,16 +159,16 @@ def run_quickstart(args: QuickstartSettings, out: Path) -> int:
     steps = Steps(out, settings, resume_command(args))
     started = time.perf_counter()
     runs = pretrain_and_finetune(steps, size, args.seed, minilm)
-    best = max(runs, key=lambda name: runs[name][1].get("eval_accuracy", 0.0))
-    published, loaded = publish_and_load_back(steps, best, runs[best][0])
+    best = max(runs, key=lambda name: runs[name].get("eval_accuracy", 0.0))
+    loaded = publish_and_load_back(steps, best)
     baseline = majority_baseline(DATA_DIR / "sst2_validation_excerpt.tsv", size["eval_samples"])
-    print_summary(out, runs, baseline, best, published, loaded, steps.seconds, time.perf_counter() - started)
+    print_summary(out, runs, baseline, best, loaded, steps.seconds, time.perf_counter() - started)
     if args.size == "fast":
         print(SMOKE_RUN_NOTE)
     summary = dict(
-        accuracy={name: results.get("eval_accuracy") for name, (_, results) in runs.items()},
+        accuracy={name: results.get("eval_accuracy") for name, results in runs.items()},
         majority_baseline=baseline,
-        published=dict(**published, source=best),
+        published=dict(repo_id=REPO_ID, tag=TAG, source=best),
         load_back=loaded,
         step_seconds={title: seconds for title, seconds in steps.seconds.items() if seconds is not None},
         skipped_steps=[title for title, seconds in steps.seconds.items() if seconds is None],
@@ -170,20 +178,37 @@ def run_quickstart(args: QuickstartSettings, out: Path) -> int:
 
 
 def resume_command(args: QuickstartSettings) -> str:
-    """The command that continues this quickstart: its settings, without ``--fresh``."""
-    changed = {
-        name: value
-        for name, value in vars(args).items()
-        if name != "fresh" and value != QuickstartSettings.__dataclass_fields__[name].default
-    }
+    """The command that continues this quickstart: its settings that differ from the defaults, without --fresh."""
+    defaults = QuickstartSettings()
+    changed = {name: value for name, value in vars(args).items() if value != getattr(defaults, name)}
+    changed.pop("fresh", None)
     return shlex.join(["briskbert", "quickstart", *to_argv(**changed)])
 
 
-def start_over(out: Path) -> None:
-    """``--fresh``: delete the folders the quickstart wrote (those holding its marker) and its summary."""
-    ours = [out / name for name in OUTPUTS if (out / name / MARKER).is_file()]
-    busy = [path.name for path in ours if in_use(path)]
-    if busy:
+def check_outputs(out: Path, settings: dict, fresh: bool) -> bool:
+    """Refuse a folder the quickstart did not write, or (without ``fresh``) wrote with other settings; with
+    ``fresh``, delete those it wrote (none a running process holds) and its summary. Whether any is left."""
+    ours = [out / name for name in OUTPUTS if (out / name).exists()]
+    for path in ours:
+        if not (path / MARKER).is_file():
+            raise UserError(
+                f"--output_dir {out} already holds {path.name}, which the quickstart did not write; choose "
+                "another --output_dir, or delete it (the quickstart neither reuses nor deletes it)"
+            )
+        made_with = (
+            {} if fresh else read_json_object(path / MARKER, "output_dir", "delete it, or add --fresh")
+        )
+        if not fresh and made_with != settings:
+            flags = shlex.join(
+                to_argv(**{name: value for name, value in made_with.items() if value is not None})
+            )
+            raise UserError(
+                f"--output_dir {out} holds a quickstart made with {flags}; run with those flags to continue "
+                "it, add --fresh to start over, or choose another --output_dir"
+            )
+    if not fresh:
+        return bool(ours)
+    if busy := [path.name for path in ours if in_use(path)]:
         raise UserError(
             f"--fresh: {', '.join(busy)} in {out} is in use by a running process (a job or a local Hub); "
             "stop it first, then run the same command again"
@@ -193,10 +218,11 @@ def start_over(out: Path) -> None:
     (out / SUMMARY).unlink(missing_ok=True)
     deleted = f"deleted the earlier run's {', '.join(p.name for p in ours)}" if ours else "nothing to delete"
     print(f"--fresh: starting over in {out} ({deleted})")
+    return False
 
 
 def in_use(folder: Path) -> bool:
-    """Whether a running process holds one of ``folder``'s locks (a job's or a local Hub's ``*.lock``)."""
+    """Whether a running process holds one of ``folder``'s ``*.lock`` files (a job's or a local Hub's)."""
     import fcntl
 
     for lock in folder.glob("*.lock"):
@@ -206,27 +232,6 @@ def in_use(folder: Path) -> bool:
             except BlockingIOError:
                 return True
     return False
-
-
-def check_outputs(out: Path, settings: dict) -> bool:
-    """Refuse an output the quickstart did not write, or wrote with other settings; whether any is there."""
-    found = [out / name for name in OUTPUTS if (out / name).exists()]
-    for path in found:
-        if not (path / MARKER).is_file():
-            raise UserError(
-                f"--output_dir {out} already holds {path.name}, which the quickstart did not write; choose "
-                "another --output_dir, or delete it (the quickstart neither reuses nor deletes it)"
-            )
-        made_with = read_json_object(path / MARKER, "output_dir", "delete it, or add --fresh to start over")
-        if made_with != settings:
-            flags = shlex.join(
-                to_argv(**{name: value for name, value in made_with.items() if value is not None})
-            )
-            raise UserError(
-                f"--output_dir {out} holds a quickstart made with {flags}; run with those flags to continue "
-                "it, add --fresh to start over, or choose another --output_dir"
-            )
-    return bool(found)
 
 
 def minilm_checkpoint() -> Path:
@@ -242,8 +247,8 @@ def minilm_checkpoint() -> Path:
 
 
 class Steps:
-    """The steps in their order: each job runs unless its output is complete; ``seconds`` per step title
-    (None for a skipped one)."""
+    """The steps in their order, each a job that runs unless its output is complete; ``seconds`` per step
+    title (None for a skipped one)."""
 
     def __init__(self, out: Path, settings: dict, resume: str):
         self.out, self.settings, self.resume = out, settings, resume
@@ -271,11 +276,10 @@ class Steps:
         self.mark(name)  # again: convert replaces its folder whole
 
     def run(self, title: str, command: list[str], env: dict, capture=False, **popen) -> str | None:
-        """Run ``command`` to its end (its stdout when ``capture``). An interrupted job stops on its own terms (a
-        training job saves a checkpoint); the quickstart waits for it, then exits 130."""
+        """Run ``command`` to its end; its stdout when ``capture``."""
+        # Ctrl-C (or the group's SIGTERM) reaches the job too, which stops on its own terms (a training job saves
+        # a checkpoint first): noted here, not raised, so the quickstart waits for it and then exits 130.
         interrupted, stops = [], (signal.SIGINT, signal.SIGTERM)
-        # Noted, not raised: the job gets the terminal's Ctrl-C (or the group's SIGTERM) and must not be killed
-        # while it saves its checkpoint.
         previous = {number: signal.signal(number, lambda n, frame: interrupted.append(n)) for number in stops}
         started = time.perf_counter()
         try:
@@ -304,8 +308,8 @@ def fill(template: str, values: dict) -> list[str]:
     return [token.format_map(values) for token in shlex.split(template)]
 
 
-def pretrain_and_finetune(steps: Steps, size: dict, seed: int, minilm: Path) -> dict[str, tuple[Path, dict]]:
-    """Steps 1 to 4; returns {label: (classifier run folder, its results)}."""
+def pretrain_and_finetune(steps: Steps, size: dict, seed: int, minilm: Path) -> dict[str, dict]:
+    """Steps 1 to 4; returns each classifier's results by the label of the model it was fine-tuned from."""
     values = dict(size, out=steps.out, data=DATA_DIR, seed=seed, minilm=minilm)
     values.update(quarter=max(size["pretrain_steps"] // 4, 1), twentieth=max(size["pretrain_steps"] // 20, 1))
     title = "Train a WordPiece tokenizer on the WikiText-2 excerpt"
@@ -315,34 +319,31 @@ def pretrain_and_finetune(steps: Steps, size: dict, seed: int, minilm: Path) -> 
     title = "Convert the real all-MiniLM-L6-v2 BERT checkpoint"
     steps.job("minilm-briskbert", title, fill(CONVERT, values), done="model.safetensors")
     runs = {}
-    for label, source, name, learning_rate in [
-        ("pretrained here", steps.out / "pretrain" / "final", "sst2-from-scratch", 3e-4),
-        ("all-MiniLM-L6-v2", steps.out / "minilm-briskbert", "sst2-from-minilm", 1e-4),
-    ]:
-        command = fill(FINETUNE, dict(values, source=source, name=name, learning_rate=learning_rate))
-        steps.job(
-            name, f"Fine-tune an SST-2 classifier from the {label} model", command, "final/manifest.json"
+    for label, (name, source, learning_rate) in CLASSIFIERS.items():
+        command = fill(
+            FINETUNE, dict(values, source=steps.out / source, name=name, learning_rate=learning_rate)
         )
-        runs[label] = (steps.out / name, json.loads((steps.out / name / "all_results.json").read_text()))
+        title = f"Fine-tune an SST-2 classifier from the {label} model"
+        steps.job(name, title, command, done="final/manifest.json")
+        runs[label] = json.loads((steps.out / name / "all_results.json").read_text())
     return runs
 
 
-def publish_and_load_back(steps: Steps, label: str, run_dir: Path) -> tuple[dict, dict]:
-    """Steps 5 and 6: publish the classifier as ``REPO_ID@TAG`` (publishing the same files again is a no-op),
-    then load it back in a clean process; taken from the summary when the flow had finished before and no
-    step ran now. Returns ({repo_id, tag}, the load-back's result)."""
+def publish_and_load_back(steps: Steps, label: str) -> dict:
+    """Steps 5 and 6: publish the ``label`` classifier as ``REPO_ID@TAG`` (the same files again are a no-op),
+    then load it back in a clean process; its result is taken from the summary when no step ran now."""
     publish = f"Publish the {label} classifier to the local Hub"
     load_back = f"Load {REPO_ID}@{TAG} back in a fresh process and run pipeline()"
-    published = {"repo_id": REPO_ID, "tag": TAG}
     if (steps.out / SUMMARY).is_file() and not any(steps.seconds.values()):
         for title in (publish, load_back):
             steps.begin(title)
             print("skipped: done in an earlier run")
-        return published, read_json_object(steps.out / SUMMARY, "output_dir", "add --fresh")["load_back"]
+        return read_json_object(steps.out / SUMMARY, "output_dir", "add --fresh")["load_back"]
     with contextlib.ExitStack() as stack:
         steps.begin(publish)
         env = start_hub(stack, steps)
-        command = briskbert_argv("publish", *to_argv(model_dir=run_dir / "final", repo_id=REPO_ID, tag=TAG))
+        model_dir = steps.out / CLASSIFIERS[label][0] / "final"
+        command = briskbert_argv("publish", *to_argv(model_dir=model_dir, repo_id=REPO_ID, tag=TAG))
         steps.run(publish, command, env)
         steps.begin(load_back)
         with tempfile.TemporaryDirectory() as scratch:
@@ -350,7 +351,7 @@ def publish_and_load_back(steps: Steps, label: str, run_dir: Path) -> tuple[dict
             command = [sys.executable, "-c", LOAD_BACK, REPO_ID, TAG, sentences, *TORCHAO_IMPORT_LOGGERS]
             fresh = {**env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
             stdout = steps.run(load_back, command, fresh, capture=True, cwd=scratch)
-    return published, json.loads(stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def start_hub(stack: contextlib.ExitStack, steps: Steps) -> dict:
@@ -383,64 +384,51 @@ def majority_baseline(validation_file: Path, rows: int) -> dict:
     }
 
 
-def versus_baseline(results: dict, baseline: dict) -> str:
-    """How a classifier's accuracy and MCC compare with the majority-class baseline, in plain words."""
-    accuracy = results.get("eval_accuracy", float("nan"))
-    mcc = results.get("eval_matthews_correlation", float("nan"))
-    if accuracy > baseline["accuracy"] and mcc > baseline["matthews_correlation"]:
-        return f"above the majority-class baseline by {accuracy - baseline['accuracy']:+.3f} accuracy"
-    return (
-        f"NOT above the majority-class baseline (answering {baseline['label']} for every sentence scores as "
-        "well or better): this classifier has not learned the task"
-    )
-
-
-def print_summary(out, runs, baseline, best_name, published, loaded, seconds: dict, total_seconds: float):
-    pretrain_results = json.loads((out / "pretrain" / "all_results.json").read_text())
+def print_summary(
+    out: Path, runs: dict, baseline: dict, best: str, loaded: dict, seconds: dict, total: float
+):
+    nan = float("nan")
+    pretrained = json.loads((out / "pretrain" / "all_results.json").read_text())
     print("\n" + "=" * 78 + "\nbriskbert quickstart: summary\n" + "=" * 78)
     print(
-        f"Pretraining  validation MLM accuracy {pretrain_results.get('eval_accuracy', float('nan')):.3f}, "
-        f"perplexity {pretrain_results.get('eval_perplexity', float('nan')):.1f}"
+        f"Pretraining  validation MLM accuracy {pretrained.get('eval_accuracy', nan):.3f}, "
+        f"perplexity {pretrained.get('eval_perplexity', nan):.1f}"
     )
     print(
         f"SST-2        majority-class baseline ({baseline['label']} for all {baseline['rows']} validation "
         f"sentences): accuracy {baseline['accuracy']:.3f}, MCC {baseline['matthews_correlation']:.3f}"
     )
-    for name, (_, results) in runs.items():
-        print(
-            f"SST-2        from {name:<17} accuracy {results.get('eval_accuracy', float('nan')):.3f}, "
-            f"macro-F1 {results.get('eval_macro_f1', float('nan')):.3f}, "
-            f"MCC {results.get('eval_matthews_correlation', float('nan')):.3f}\n"
-            f"             {versus_baseline(results, baseline)}"
-        )
-    accuracies = {round(results.get("eval_accuracy", 0.0), 3) for _, results in runs.values()}
-    tie = f"accuracy tied at {accuracies.pop():.3f}, so simply the first" if len(accuracies) == 1 else ""
+    for name, results in runs.items():
+        accuracy, mcc = results.get("eval_accuracy", nan), results.get("eval_matthews_correlation", nan)
+        if accuracy > baseline["accuracy"] and mcc > baseline["matthews_correlation"]:
+            verdict = f"above the majority-class baseline by {accuracy - baseline['accuracy']:+.3f} accuracy"
+        else:
+            verdict = (
+                f"NOT above the majority-class baseline (answering {baseline['label']} for every sentence "
+                "scores as well or better): this classifier has not learned the task"
+            )
+        f1 = results.get("eval_macro_f1", nan)
+        print(f"SST-2        from {name:<17} accuracy {accuracy:.3f}, macro-F1 {f1:.3f}, MCC {mcc:.3f}")
+        print(f"             {verdict}")
+    accuracies = {round(results.get("eval_accuracy", 0.0), 3) for results in runs.values()}
+    why = (
+        "the more accurate"
+        if len(accuracies) > 1
+        else f"accuracy tied at {accuracies.pop():.3f}, so the first"
+    )
     print(
-        f"Published    {published['repo_id']}@{published['tag']} (the {best_name} classifier, "
-        f"{tie or 'the more accurate'}), loaded back as {loaded['model_class']}"
+        f"Published    {REPO_ID}@{TAG} (the {best} classifier, {why}), loaded back as {loaded['model_class']}"
     )
     for prediction in loaded["predictions"]:
         print(f"  {prediction['label']:<8} {prediction['score']:.2f}  {prediction['text']}")
-    print("Artefacts")
-    for label, path in [
-        ("tokenizer", out / "tokenizer"),
-        ("pretrained model (with its card)", out / "pretrain" / "final"),
-        ("pretraining curves", out / "pretrain" / "training_curves.png"),
-        ("converted MiniLM", out / "minilm-briskbert"),
-        *[(f"classifier ({name})", run_dir / "final") for name, (run_dir, _) in runs.items()],
-        *[(f"curves ({name})", run_dir / "training_curves.png") for name, (run_dir, _) in runs.items()],
-        ("local Hub data", out / "hub"),
-        ("summary", out / SUMMARY),
-    ]:
-        print(f"  {label:<34} {path}")
+    print("Artefacts (a training run's folder also holds its training_curves.png)")
+    for label, path in ARTEFACTS.items():
+        print(f"  {label:<34} {out / path}")
     print("Time per step")
     for title, taken in seconds.items():
-        print(
-            f"  {taken:7.1f} s  {title}" if taken is not None else f"  {'skipped':>9}  {title} (done before)"
-        )
-    print(f"  {total_seconds:7.1f} s  in all")
-    skipped = sum(taken is None for taken in seconds.values())
-    if skipped:
+        print(f"  {'skipped' if taken is None else f'{taken:.1f} s':>9}  {title}")
+    print(f"  {f'{total:.1f} s':>9}  in all")
+    if skipped := sum(taken is None for taken in seconds.values()):
         print(f"{skipped} of {len(seconds)} steps were done in an earlier run; --fresh runs them all again.")
 
 
