@@ -37,7 +37,9 @@ def test_config_names_existing_files_and_each_range_is_its_functions_lines(confi
     module = ROOT / settings["module-path"]
     assert module.is_file(), f"{config.name}: module-path {settings['module-path']} does not exist"
     for arg in shlex.split(settings["test-command"]):
-        assert not arg.startswith("tests/") or (ROOT / arg.split("::")[0]).exists(), f"{config.name}: {arg} does not exist"
+        assert not arg.startswith("tests/") or (ROOT / arg.split("::")[0]).exists(), (
+            f"{config.name}: {arg} does not exist"
+        )
 
     lines = settings.get("filters", {}).get("line-filter", {}).get("lines", {})
     named = NAMED_RANGE.findall(text)
