@@ -148,18 +148,12 @@ def load_teacher(path: str):
     from briskbert.modeling import BriskBertForSequenceClassification
 
     config = AutoConfig.from_pretrained(path)
-    if config.model_type != "briskbert":
+    architectures = ", ".join(config.architectures or []) or "model without architectures"
+    if config.model_type != "briskbert" or not architectures.endswith("ForSequenceClassification"):
         raise SettingError(
             "teacher_model",
-            f"{path} has model_type {config.model_type!r}; distillation needs a briskbert "
-            "classifier (convert a BERT model with `briskbert convert`, then fine-tune it).",
-        )
-    architectures = list(config.architectures or [])
-    if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        raise SettingError(
-            "teacher_model",
-            f"{path} is a {', '.join(architectures) or 'model without architectures'}, not a "
-            "sequence classifier; fine-tune it with `briskbert finetune-classification` first.",
+            f"{path} is a {config.model_type} {architectures}, not a sequence classifier: distillation needs a "
+            "briskbert one (convert a BERT model with `briskbert convert`, then run finetune-classification).",
         )
     teacher = BriskBertForSequenceClassification.from_pretrained(path)
     check_finite_weights(teacher, weights_file(path), "teacher_model")

@@ -63,12 +63,6 @@ def build_label_list(
     return labels
 
 
-def continuation_label(labels: list[str]) -> list[int]:
-    """For each label id, the id to use on a word's continuation sub-words (``B-X`` -> ``I-X``)."""
-    inside = ["I-" + label[2:] if label.startswith("B-") else None for label in labels]
-    return [labels.index(tag) if tag in labels else index for index, tag in enumerate(inside)]
-
-
 def tokenize_and_align_labels(
     examples,
     tokenizer,
@@ -83,8 +77,11 @@ def tokenize_and_align_labels(
     tokenized = tokenizer(
         examples[token_column], is_split_into_words=True, truncation=True, max_length=max_seq_length
     )
-    label_list = sorted(label2id, key=label2id.get)
-    continuation = continuation_label(label_list)
+    # a word's continuation sub-words: B-X becomes I-X (where that is a label)
+    continuation = {
+        tag: label2id.get("I-" + tag[2:], label2id[tag]) if tag.startswith("B-") else label2id[tag]
+        for tag in label2id
+    }
     all_labels, all_word_ids = [], []
     for i, tags in enumerate(examples[tag_column]):
         word_ids = tokenized.word_ids(batch_index=i)
@@ -95,7 +92,7 @@ def tokenize_and_align_labels(
             elif word != previous:
                 labels.append(label2id[tags[word]])
             else:
-                labels.append(continuation[label2id[tags[word]]] if label_all_tokens else IGNORE_INDEX)
+                labels.append(continuation[tags[word]] if label_all_tokens else IGNORE_INDEX)
             previous = word
         all_labels.append(labels)
         all_word_ids.append([-1 if w is None else w for w in word_ids])
@@ -127,12 +124,11 @@ def word_predictions(
 def bio_violations(tags: list[str]) -> int:
     """How many ``I-X`` tags of ``tags`` follow neither ``B-X`` nor ``I-X`` (the first tag follows nothing):
     the transitions the IOB2 scheme forbids, such as ``O I-PER`` or ``B-PER I-LOC``."""
-    violations, previous = 0, "O"
-    for tag in tags:
-        if tag.startswith("I-") and previous not in ("B-" + tag[2:], tag):
-            violations += 1
-        previous = tag
-    return violations
+    return sum(_starts_inside(tag, previous) for tag, previous in zip(tags, ["O", *tags]))
+
+
+def _starts_inside(tag: str, previous: str) -> bool:
+    return tag.startswith("I-") and previous not in ("B-" + tag[2:], tag)
 
 
 def invalid_bio_share(sentences: list[list[str]], labels: list[str]) -> float:
@@ -156,11 +152,10 @@ def crf_training_tags(
     label2id = {label: i for i, label in enumerate(labels)}
     repaired, changed = [], 0
     for number, sentence in enumerate(sentences, start=1):
-        fixed, previous = [], "O"
-        for tag in sentence:
-            starts = tag.startswith("I-") and previous not in ("B-" + tag[2:], tag)
-            fixed.append("B-" + tag[2:] if starts and "B-" + tag[2:] in label2id else tag)
-            previous = tag
+        fixed = [
+            "B-" + tag[2:] if _starts_inside(tag, previous) and "B-" + tag[2:] in label2id else tag
+            for tag, previous in zip(sentence, ["O", *sentence])
+        ]
         if not constraints.allows([label2id[tag] for tag in fixed]):
             raise DataError(
                 f"{source}: sentence {number} ({' '.join(sentence)}) breaks the tag scheme, so the CRF cannot "
@@ -273,8 +268,7 @@ class NerTask(FinetuningTask):
         self.reports = []  # nothing is skipped: a malformed CoNLL file is refused
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
-        """Both splits tokenised with aligned labels; with a CRF, trained on :func:`crf_training_tags` (scored
-        against the original gold tags)."""
+        """Both splits tokenised with aligned labels (with a CRF, from :func:`crf_training_tags`)."""
         from transformers import DataCollatorForTokenClassification
 
         labels, label_all_tokens = self.labels, self.settings.label_all_tokens
@@ -304,11 +298,8 @@ class NerTask(FinetuningTask):
                     eval_tags, repaired_eval = crf_training_tags(eval_tags, labels, "the evaluation data")
                     repaired += repaired_eval
             train = ner_features(self.train, train_tags, label_all_tokens=label_all_tokens, **features)
-            self.train_features, self.eval_features, self.evaluator = (
-                train.remove_columns("word_ids"),
-                None,
-                None,
-            )
+            self.train_features = train.remove_columns("word_ids")
+            self.eval_features = self.evaluator = None
             if self.evaluation is not None:
                 evaluation = ner_features(self.evaluation, eval_tags, label_all_tokens=False, **features)
                 self.evaluator = NerEvaluator(self.eval_tags, evaluation["word_ids"], id2label)

@@ -1,10 +1,6 @@
-"""Masked-language-model pretraining (+ optional next sentence prediction) on the shared loop.
-
-:class:`PretrainingTask` loads the tokenizer (or trains a WordPiece one once per run into
-``output_dir/tokenizer``, reused on resume), prepares the corpus into a cached memory-mapped store
-(:mod:`training.data.corpus`; the main process prepares, the others wait) and builds the sequences from it:
-they depend only on the store, so a resumed run continues exactly.
-"""
+"""Masked-language-model pretraining (+ optional next sentence prediction) on the shared loop: the tokenizer
+(named, or trained once per run), the corpus prepared into a cached memory-mapped store, and the sequences built
+from that store alone, so a resumed run continues exactly."""
 
 from __future__ import annotations
 
@@ -64,10 +60,9 @@ def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int 
     if settings.config_name in PRESETS:
         config = BriskBertConfig.from_preset(settings.config_name, **overrides)
     elif Path(settings.config_name).is_file():
-        config = BriskBertConfig.from_json_file(settings.config_name)
-        for key, value in overrides.items():
-            setattr(config, key, value)
-        config = BriskBertConfig(**config.to_dict())  # re-validate
+        config = BriskBertConfig(
+            **{**BriskBertConfig.from_json_file(settings.config_name).to_dict(), **overrides}
+        )
     else:
         raise SettingError(
             "config_name",
@@ -94,17 +89,10 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int, acceler
     except (ValueError, TypeError) as error:
         raise PretrainingInputError(str(error)) from None
     model_class = BriskBertForPreTraining if data.nsp else BriskBertForMaskedLM
-    device, precision = accelerator.device.type, accelerator.mixed_precision
+    device = accelerator.device.type
     # trained with the sparse decoder (with_sparse_decoder): logits at the masked positions only
-    estimate = estimate_training_memory(
-        model_class,
-        config,
-        batch_size,
-        data.max_seq_length,
-        device,
-        precision,
-        settings.masking.mlm_probability,
-    )
+    sizes = (batch_size, data.max_seq_length, device, accelerator.mixed_precision)
+    estimate = estimate_training_memory(model_class, config, *sizes, settings.masking.mlm_probability)
     setting = "config_overrides" if settings.model.config_overrides else "config_name"
     check_model_fits(estimate, available_memory_bytes(device), setting)
 

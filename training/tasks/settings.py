@@ -230,24 +230,19 @@ class NerSettings:
 
 
 # --------------------------------------------------------------------------------------------------- QA
-def parse_article_range(spec: str | None, name: str) -> tuple[int, int] | None:
-    """``"START:STOP"`` -> ``(start, stop)``; a :class:`SettingError` naming the field ``name`` otherwise."""
-    if spec is None:
-        return None
-    try:
-        start, stop = (int(part) for part in spec.split(":"))
-    except ValueError:
-        raise SettingError(name, f"{spec!r} must look like START:STOP, e.g. 0:18.") from None
-    if not 0 <= start < stop:
-        raise SettingError(name, f"{spec!r}: START must be at least 0 and below STOP.")
-    return start, stop
-
-
 def parse_article_ranges(settings, *names: str) -> None:
-    """START:STOP strings (from a command line) become checked (start, stop) tuples."""
+    """START:STOP strings (from a command line) become checked ``(start, stop)`` tuples."""
     for name in names:
-        if isinstance(getattr(settings, name), str):
-            object.__setattr__(settings, name, parse_article_range(getattr(settings, name), name))
+        spec = getattr(settings, name)
+        if not isinstance(spec, str):
+            continue
+        try:
+            start, stop = (int(part) for part in spec.split(":"))
+        except ValueError:
+            raise SettingError(name, f"{spec!r} must look like START:STOP, e.g. 0:18.") from None
+        if not 0 <= start < stop:
+            raise SettingError(name, f"{spec!r}: START must be at least 0 and below STOP.")
+        object.__setattr__(settings, name, (start, stop))
 
 
 @dataclass(frozen=True)
@@ -297,7 +292,7 @@ class QaSettings:
         check_at_least(self, 1, "n_best_size", "max_answer_length")
 
     def window_kwargs(self, max_seq_length: int) -> dict:
-        """The window arguments for sequences of ``max_seq_length`` tokens, checked: the context keeps room."""
+        """The window arguments for ``max_seq_length``, checked: the context keeps room."""
         room = max_seq_length - self.max_query_length - 3  # [CLS] question [SEP] context [SEP]
         if room <= 0:
             raise SettingError(
