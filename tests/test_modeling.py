@@ -201,12 +201,10 @@ def test_grouped_query_attention_equals_mha_with_shared_key_value_heads():
             mha_layer.attention.qkv.bias.copy_(torch.cat([qb, share(kb), share(vb)]))
     input_ids, attention_mask = padded_batch()
     with torch.no_grad():
-        torch.testing.assert_close(
-            mha(input_ids, attention_mask=attention_mask).last_hidden_state,
-            gqa(input_ids, attention_mask=attention_mask).last_hidden_state,
-            atol=ATOL,
-            rtol=0,
+        expected, got = (
+            model(input_ids, attention_mask=attention_mask).last_hidden_state for model in (gqa, mha)
         )
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
 
 
 def test_attentions_and_hidden_states_are_returned():
@@ -236,14 +234,12 @@ def test_decoder_options_are_refused_in_one_line(option, tmp_path):
         BriskBertModel.from_pretrained(tmp_path, **{option: True})
 
 
-@pytest.mark.parametrize("name", ["encoder_hidden_states", "past_key_values"])
-def test_decoder_inputs_are_refused_instead_of_ignored(name):
+@pytest.mark.parametrize(
+    "name, value", [("encoder_hidden_states", torch.zeros(3, 20, 32)), ("past_key_values", DynamicCache())]
+)
+def test_decoder_inputs_are_refused_instead_of_ignored(name, value):
     model = build(BriskBertForMaskedLM, tiny_config())
     input_ids, attention_mask = padded_batch()
-    value = {
-        "encoder_hidden_states": torch.zeros(3, 20, 32),
-        "past_key_values": DynamicCache(),
-    }[name]
     with pytest.raises(ValueError, match=f"^{name} {DECODER_MESSAGE}"):
         model(input_ids, attention_mask=attention_mask, **{name: value})
     # What generic callers pass to any model is accepted.
@@ -428,5 +424,3 @@ def test_defaults_are_bert_base_and_presets_override_single_fields():
     assert {name: ours[name] for name in shared} == {name: bert[name] for name in shared}
     small = BriskBertConfig.from_preset("bert-small", vocab_size=1000)
     assert (small.hidden_size, small.num_hidden_layers, small.vocab_size) == (384, 6, 1000)
-    with pytest.raises(ValueError, match="Unknown preset 'huge'.*bert-base"):
-        BriskBertConfig.from_preset("huge")

@@ -29,10 +29,12 @@ MATRIX = [
 ]
 
 
-def twin_models(model_class, attn_implementation="sdpa", sparse_prediction=False, **fields):
+def twin_models(model_class, *options, attn_implementation="sdpa", sparse_prediction=False, **fields):
     """The same weights twice: one never unpads, one unpads every padded batch (and may decode sparsely)."""
-    never = build(model_class, tiny_config(**fields, unpad_inputs="never"), attn_implementation)
-    always_config = tiny_config(**fields, unpad_inputs="always", sparse_prediction=sparse_prediction)
+    never = build(model_class, tiny_config(*options, **fields, unpad_inputs="never"), attn_implementation)
+    always_config = tiny_config(
+        *options, **fields, unpad_inputs="always", sparse_prediction=sparse_prediction
+    )
     always = build(model_class, always_config, attn_implementation)
     always.load_state_dict(never.state_dict())
     return never, always
@@ -41,14 +43,8 @@ def twin_models(model_class, attn_implementation="sdpa", sparse_prediction=False
 @pytest.mark.parametrize("combo", MATRIX, ids=lambda combo: "-".join(map(str, combo)))
 def test_unpadded_path_equals_padded_path_with_gradients(combo):
     position, norm_position, window = combo
-    never, always = twin_models(
-        BriskBertModel,
-        position=position,
-        norm_position=norm_position,
-        window=window,
-        heads="gqa",
-        norm="rmsnorm" if norm_position == "pre" else "layernorm",
-    )
+    norm = "rmsnorm" if norm_position == "pre" else "layernorm"
+    never, always = twin_models(BriskBertModel, position, norm, norm_position, "gqa", "mlp", window)
     input_ids, attention_mask = padded_batch()
     token_type_ids = (torch.arange(input_ids.shape[1]) >= 4).long().expand_as(input_ids)
     real = attention_mask.bool()
@@ -71,7 +67,7 @@ def test_unpadded_path_equals_padded_path_with_gradients(combo):
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_unpadded_path_with_inputs_embeds_and_left_padding(attn_implementation):
-    never, always = twin_models(BriskBertModel, attn_implementation, position="rope", window=3)
+    never, always = twin_models(BriskBertModel, "rope", window=3, attn_implementation=attn_implementation)
     input_ids, attention_mask = padded_batch()
     input_ids, attention_mask = input_ids.flip(1), attention_mask.flip(1)  # padding on the left
     embeds = never.embeddings.word_embeddings(input_ids)

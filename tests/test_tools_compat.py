@@ -2,17 +2,13 @@
 is refused in one sentence, and PEFT's LoRA trains and saves with the documented module names."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
-from fresh_process import PRELUDE, ROOT, run_without_project
+from fresh_process import ROOT, run_without_project
 from hub_fixtures import TOKEN, USER, client_env, run_client
 
-from briskbert.extras import is_installed
 from briskbert.modeling import BriskBertForQuestionAnswering, BriskBertForSequenceClassification
 from briskbert.modeling.configuration_briskbert import MINIMUM_TRANSFORMERS
 from briskbert.modeling.pipeline_question_answering import (
@@ -87,42 +83,6 @@ def test_old_transformers_is_refused_in_one_sentence_naming_the_minimum(tmp_path
     message = run_without_project(code, tmp_path).strip()
     assert message.startswith("ImportError: ") and "\n" not in message, message
     assert f"transformers>={MINIMUM_TRANSFORMERS}" in message and "4.57.1" in message
-
-
-# --------------------------------------------------------------------------------------- a quiet import
-TORCHAO_IMPORT_NOISE = ("Failed to load", "_pytree", "torchao")
-
-
-@pytest.mark.skipif(
-    not is_installed("torchao"), reason="only an installed torchao is imported by transformers"
-)
-def test_loading_a_model_prints_nothing_of_torchaos_import(tokenizer, tiny_model, tmp_path):
-    """transformers imports torchao whenever it is installed; on a machine without CUDA that import logs a line per
-    CUDA kernel library it cannot load, and torch two about torchao's enums. Neither a saved folder loaded with
-    plain transformers (remote code) nor ``import briskbert`` shows them, as the README's snippets run."""
-    folder = tmp_path / "cls"
-    tiny_model(BriskBertForSequenceClassification, num_labels=2).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    remote = f"""
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-        model = AutoModelForSequenceClassification.from_pretrained({str(folder)!r}, trust_remote_code=True)
-        tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
-        print(model(**tokenizer("A warm, funny film.", return_tensors="pt")).logits.shape)
-    """
-    package = """
-        from briskbert import BriskBertConfig, BriskBertForMaskedLM
-        print(type(BriskBertForMaskedLM(BriskBertConfig.from_preset("bert-tiny", vocab_size=512))).__name__)
-    """
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "hf_modules")}
-    for code in (PRELUDE + textwrap.dedent(remote), textwrap.dedent(package)):
-        proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        noise = [
-            line for line in proc.stderr.splitlines() if any(word in line for word in TORCHAO_IMPORT_NOISE)
-        ]
-        assert noise == [], noise
 
 
 # ------------------------------------------------------------------------------------------------- PEFT
