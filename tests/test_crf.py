@@ -312,23 +312,16 @@ def test_ner_evaluation_scores_what_the_head_decodes(tokenizer, use_crf):
     assert result["num_predicted_entities"] == len(sentences)
 
 
-def test_finetune_ner_with_crf_end_to_end(tmp_path, tokenizer):
-    torch.manual_seed(0)
+def test_finetune_ner_with_crf_end_to_end(tmp_path, tokenizer, tiny_model):
     folder = tmp_path / "tiny"
-    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=len(tokenizer), max_position_embeddings=512)
-    BriskBertForMaskedLM(config).save_pretrained(folder)
+    tiny_model(BriskBertForMaskedLM).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    files = ["--train_file", str(DATA / "conll2003_train_excerpt.txt")]
-    files += [
-        "--validation_file",
-        str(DATA / "conll2003_dev_excerpt.txt"),
-        "--output_dir",
-        str(tmp_path / "ner"),
-    ]
+    train, dev = (str(DATA / f"conll2003_{part}_excerpt.txt") for part in ("train", "dev"))
     sizes = "--max_train_samples 48 --max_eval_samples 40 --max_train_steps 3 --learning_rate 1e-3"
     sizes += " --per_device_train_batch_size 8 --per_device_eval_batch_size 32 --crf"
+    argv = ["--model_name_or_path", str(folder), "--train_file", train, "--validation_file", dev]
     finetune_ner = importlib.import_module("briskbert.commands.finetune_ner").main
-    result = finetune_ner(["--model_name_or_path", str(folder), *files, *sizes.split()])
+    result = finetune_ner([*argv, "--output_dir", str(tmp_path / "ner"), *sizes.split()])
     assert result.metrics["eval_invalid_bio_share"] == 0.0
     assert {"eval_f1", "eval_precision", "eval_recall", "eval_loss"} <= set(result.metrics)
     assert result.metrics["eval_loss"] < 100  # the NLL of repaired gold tags, no forbidden-transition penalty
