@@ -1,13 +1,11 @@
 """Architecture ablations at equal budget: several configs pretrained on one tokenizer with the same data, masks
 and steps; only the config and the seed change.
 
-Every run is an ordinary ``briskbert pretrain`` process. The tokenizer is trained once (or given) and passed to
-every run, so data preparation gives identical sequences; the order is a shuffle keyed on (seed, epoch) and each
-sequence's mask is drawn from (seed, epoch, index), so variants with the same seed see the same batches with the
-same masked positions. Each ``<variant>/seed<k>/`` is a pretraining output plus ``ablation_run.json`` (its
-command, and the wall time and peak memory of each of its processes), ``pretrain.log`` and the optional
-``probe/``. A run with ``all_results.json`` and ``final/`` is finished: the same command skips it, and resumes
-an interrupted one from its latest checkpoint. Torch-free: the command line parses the settings with it.
+Every run is an ordinary ``briskbert pretrain`` process given the one shared tokenizer, so data preparation gives
+identical sequences; the order and the masks are keyed on the seed, so variants with the same seed see the same
+batches with the same masked positions. ``<variant>/seed<k>/`` is a pretraining output plus ``ablation_run.json``
+(its command, and the wall time and peak memory of each of its processes), ``pretrain.log`` and the optional
+``probe/``. Run again, a finished run is skipped and an interrupted one resumes from its latest checkpoint.
 """
 
 from __future__ import annotations
@@ -63,21 +61,21 @@ def parse_variants(texts: list[str], shared_overrides: str | None) -> list[Varia
     """The ``configs`` entries (:data:`ACCEPTED_FORMS`); ``shared_overrides`` apply before each one's own."""
     variants = []
     for text in texts:
-        parts = text.split(":")
         if text.endswith(".json") or Path(text).is_file():
-            name, config_name, own = Path(text).stem, text, ""
-        elif len(parts) > 3 or not all(part.strip() for part in parts):
-            raise _malformed(text, "expected at most three non-empty ':'-separated parts")
-        else:  # PRESET, NAME:PRESET or NAME:PRESET:overrides
-            name, config_name, own = (text, text, "") if len(parts) == 1 else (*parts, "")[:3]
+            parts = [Path(text).stem, text]
+        else:
+            parts = text.split(":") if ":" in text else [text, text]
+        if len(parts) > 3 or not all(part.strip() for part in parts):
+            raise malformed(text, "expected at most three non-empty ':'-separated parts")
+        name, config_name, own = (*parts, "")[:3]
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-            raise _malformed(
+            raise malformed(
                 text, f"variant name {name!r} must be a folder name (letters, digits, '.', '_', '-')"
             )
         try:
             parse_config_overrides(own)
         except SettingError as error:
-            raise _malformed(text, error.problem.rstrip(".")) from None
+            raise malformed(text, error.problem.rstrip(".")) from None
         variants.append(Variant(name, config_name, ",".join(filter(None, (shared_overrides, own)))))
     names = [variant.name for variant in variants]
     if repeated := sorted({name for name in names if names.count(name) > 1}):
@@ -89,7 +87,7 @@ def parse_variants(texts: list[str], shared_overrides: str | None) -> list[Varia
     return variants
 
 
-def _malformed(text: str, why: str) -> SettingError:
+def malformed(text: str, why: str) -> SettingError:
     return SettingError("configs", f"entry {text!r}: {why}; accepted forms: {ACCEPTED_FORMS}.")
 
 
@@ -189,33 +187,22 @@ class AblationSettings:
         return [*launcher, job, *args]
 
 
-def check_variants(variants: list[Variant]) -> None:
-    """Build every variant's config (without weights), so that an unknown preset, file, field or value fails
-    before any run starts. Imports transformers."""
-    from briskbert.modeling import PRESETS, BriskBertConfig
+def check_variants(settings: AblationSettings) -> None:
+    """Build every variant's config as its pretraining will (without weights), so that an unknown preset, file,
+    field or value fails before any run starts. Imports torch."""
+    from briskbert.training.tasks.pretraining import build_config
+    from briskbert.training.tasks.pretraining_settings import PretrainingModel
 
-    fields = {name for name in BriskBertConfig().to_dict() if not name.startswith("_")}
-    for variant in variants:
-        where, overrides = f"variant {variant.name!r}", parse_config_overrides(variant.overrides)
-        if variant.config_name in PRESETS:
-            base = dict(PRESETS[variant.config_name])
-        elif Path(variant.config_name).is_file():
-            base = BriskBertConfig.from_json_file(variant.config_name).to_dict()
-        else:
-            raise SettingError(
-                "configs",
-                f"{where}: {variant.config_name!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a "
-                f"config JSON file; accepted forms: {ACCEPTED_FORMS}.",
-            )
-        if unknown := sorted(set(overrides) - fields):
-            raise SettingError(
-                "configs",
-                f"{where}: unknown config field(s) {unknown}; BriskBertConfig has {sorted(fields)}.",
-            )
+    for variant in settings.variants:
+        model = PretrainingModel(config_name=variant.config_name, config_overrides=variant.overrides or None)
         try:
-            BriskBertConfig(**{**base, **overrides})
+            build_config(model, settings.vocab_size, 0, settings.max_seq_length)
+        except SettingError as error:
+            forms = f"; accepted forms: {ACCEPTED_FORMS}" if error.field == "config_name" else ""
+            problem = f"variant {variant.name!r}: {error.problem.rstrip('.')}{forms}."
+            raise SettingError("configs", problem) from None
         except (ValueError, TypeError) as error:
-            raise SettingError("configs", f"{where}: {error}") from None
+            raise SettingError("configs", f"variant {variant.name!r}: {error}") from None
 
 
 def tokenizer_file(folder: Path) -> Path:
@@ -248,11 +235,9 @@ def run_ablation(settings: AblationSettings, extra: list[str]) -> dict[tuple[str
         if settings.finetune_probe and not (run_dir / "probe" / "all_results.json").is_file():
             data = to_argv(train_file=settings.finetune_probe, validation_file=settings.probe_validation_file)
             job = to_argv(model_name_or_path=run_dir / "final", seed=seed, output_dir=run_dir / "probe")
-            command = settings.command(
-                "finetune-classification", *data, *shlex.split(settings.probe_args), *job
-            )
+            probe = ["finetune-classification", *data, *shlex.split(settings.probe_args), *job]
             log = run_dir / "probe.log"
-            _check(f"The fine-tuning probe of {run_dir}", run_process(command, log), log)
+            check(f"The fine-tuning probe of {run_dir}", run_process(settings.command(*probe), log), log)
     return records
 
 
@@ -271,7 +256,7 @@ def prepare_tokenizer(settings: AblationSettings) -> None:
             no_progress=True,
         )
         log = Path(settings.output_dir) / "tokenizer.log"
-        _check("Training the tokenizer", run_process(settings.command("train-tokenizer", *flags), log), log)
+        check("Training the tokenizer", run_process(settings.command("train-tokenizer", *flags), log), log)
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -279,8 +264,8 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, label: str) -> dict:
-    """Pretrain one variant with one seed, unless it already finished; resume it if it was interrupted."""
-    path, log = run_dir / RUN_RECORD, run_dir / "pretrain.log"
+    """Pretrain one variant with one seed unless it finished before, resuming an interrupted run; its record."""
+    path = run_dir / RUN_RECORD
     record = json.loads(path.read_text()) if path.is_file() else {"argv": argv, "segments": []}
     if record["argv"] != argv:
         raise UserError(
@@ -290,40 +275,42 @@ def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, 
     if is_finished(run_dir):
         print(f"  {label}: finished before, skipped", flush=True)
         return record
-    run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(record, indent=2))
+    resume = [*argv, *to_argv(resume_from_checkpoint="latest")]
     time_left = None
     if settings.max_train_seconds is not None:
         time_left = max(settings.max_train_seconds - wall_time_s(record), 1.0)
-
-    def segment(*flags: str, time_limit_s=None, progress=None) -> dict:
-        command = settings.command(*argv, *flags)
-        ran = run_process(command, log, time_limit_s, progress, run_dir / "log_history.jsonl")
-        record["segments"].append(ran)
-        write_atomic(path, json.dumps(record, indent=2))
-        # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM); stopped before
-        # training began, it just dies: the caller looks for the checkpoint either way.
-        if not ran["stopped_at_time_limit"]:
-            _check(f"Pretraining {run_dir}", ran, log)
-        return ran
-
     from tqdm.auto import tqdm
 
     with tqdm(total=settings.steps, desc=label, dynamic_ncols=True) as bar:
-        ran = segment(*to_argv(resume_from_checkpoint="latest"), time_limit_s=time_left, progress=bar)
-    if not is_finished(run_dir) and ran["stopped_at_time_limit"]:
+        stopped = run_segment(settings, record, run_dir, resume, time_left, bar)
+    if stopped and not is_finished(run_dir):
         # The time budget ran out. A short last process resumes from the checkpoint with a budget of one more
-        # step, so the loop ends the way every run ends: final evaluation, final/ folder, all_results.json.
-        steps = [int(p.name.removeprefix("step_")) for p in run_dir.glob("step_*") if p.name[5:].isdigit()]
+        # step, so the run ends the way every run ends: final evaluation, final/ folder, all_results.json.
+        steps = [int(p.name[5:]) for p in run_dir.glob("step_*") if p.name[5:].isdigit()]
         if not steps:
             raise CommandFailed(
                 f"{label}: max_train_seconds {settings.max_train_seconds:g} ran out before the first optimizer "
                 "step; raise it."
             )
-        segment(*to_argv(resume_from_checkpoint="latest", max_train_steps=max(steps) + 1))
+        run_segment(settings, record, run_dir, [*resume, *to_argv(max_train_steps=max(steps) + 1)])
     if not is_finished(run_dir):
         raise AblationInterrupted(f"{label} stopped before the end of its budget")
     return record
+
+
+def run_segment(settings: AblationSettings, record: dict, run_dir: Path, argv: list[str], *limits) -> bool:
+    """One pretraining process of a run (``limits``: :func:`run_process`'s), added to its record; whether it
+    was stopped at the time limit."""
+    log = run_dir / "pretrain.log"
+    ran = run_process(settings.command(*argv), log, *limits, history=run_dir / "log_history.jsonl")
+    record["segments"].append(ran)
+    write_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2))
+    # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM), or dies when it had
+    # not begun training: the caller looks for the checkpoint either way.
+    if not ran["stopped_at_time_limit"]:
+        check(f"Pretraining {run_dir}", ran, log)
+    return ran["stopped_at_time_limit"]
 
 
 def wall_time_s(record: dict) -> float:
@@ -331,18 +318,16 @@ def wall_time_s(record: dict) -> float:
 
 
 def run_process(argv: list[str], log_path: Path, time_limit_s=None, progress=None, history=None) -> dict:
-    """Run ``argv`` with its output appended to ``log_path``: its exit code, wall time and peak memory.
-
-    ``os.wait4`` gives the peak memory of this one child (``RUSAGE_CHILDREN`` would give the maximum over all
-    children so far). At ``time_limit_s`` the child gets SIGTERM: the training loop finishes the step, saves
-    a checkpoint and exits. ``progress`` (a tqdm bar) follows the last step logged in ``history``.
-    """
+    """Run ``argv`` with its output appended to ``log_path``: its exit code, wall time and peak memory. At
+    ``time_limit_s`` it gets SIGTERM (the loop finishes the step, saves a checkpoint and exits); ``progress``
+    (a tqdm bar) follows the last step logged in ``history``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start, stopped = time.perf_counter(), False
     with log_path.open("a") as log:
         print(f"$ {shlex.join(argv)}", file=log, flush=True)
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
+            # wait4: the peak memory of this one child (RUSAGE_CHILDREN is the maximum over all children so far)
             while not (waited := os.wait4(process.pid, os.WNOHANG))[0]:
                 if time_limit_s is not None and not stopped and time.perf_counter() - start > time_limit_s:
                     process.send_signal(signal.SIGTERM)
@@ -374,7 +359,7 @@ def read_history(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _check(what: str, ran: dict, log_path: Path) -> None:
+def check(what: str, ran: dict, log_path: Path) -> None:
     """Stop on a failed process, with the end of its log; a run stopped by a user error (exit 2) is one too."""
     if ran["returncode"] != 0:
         tail = "\n".join(log_path.read_text(errors="replace").strip().splitlines()[-15:])

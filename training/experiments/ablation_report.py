@@ -106,7 +106,8 @@ def read_run(run_dir: Path, record: dict, probe: bool) -> dict:
 
 
 def spread(values: list) -> dict:
-    """Mean and sample standard deviation over seeds (None values, e.g. a missing metric, are left out)."""
+    """Mean and sample standard deviation over seeds (0 with one seed); None values (a missing metric) are
+    left out."""
     numbers = [float(v) for v in values if v is not None]
     if not numbers:
         return {"mean": None, "spread": None, "n": 0}
@@ -117,7 +118,7 @@ def spread(values: list) -> dict:
 def build_results(settings: AblationSettings, records: dict) -> dict:
     columns = COLUMNS + ((PROBE_COLUMN,) if settings.finetune_probe else ())
     shared_sha256 = file_digest(tokenizer_file(settings.tokenizer_dir))
-    variants, best = [], {}
+    variants = []
     for variant in settings.variants:
         runs = {}
         for seed in settings.seeds:
@@ -125,27 +126,26 @@ def build_results(settings: AblationSettings, records: dict) -> dict:
             run = runs[str(seed)] = read_run(
                 run_dir, records[variant.name, seed], bool(settings.finetune_probe)
             )
-            if (
-                run["tokenizer_sha256"] != shared_sha256
-            ):  # a run on another tokenizer would not be a fair comparison
+            if run["tokenizer_sha256"] != shared_sha256:  # another tokenizer would not be a fair comparison
                 raise RuntimeError(
                     f"{variant.name} seed {seed} saved a tokenizer that differs from the shared one "
                     f"(sha256 {run['tokenizer_sha256'][:12]} vs {shared_sha256[:12]})."
                 )
         summary = {c.key: spread([run[c.key] for run in runs.values()]) for c in columns}
+        overrides = parse_config_overrides(variant.overrides)
         variants.append(
-            {
-                "name": variant.name,
-                "config_name": variant.config_name,
-                "config_overrides": parse_config_overrides(variant.overrides),
-                "summary": summary,
-                "runs": runs,
-            }
+            dict(
+                name=variant.name,
+                config_name=variant.config_name,
+                config_overrides=overrides,
+                summary=summary,
+                runs=runs,
+            )
         )
-    for column in columns:  # per scored column, the variant(s) with the best mean
+    best = {}  # per scored column, the variant(s) with the best mean
+    for column in (c for c in columns if c.better):
         means = {v["name"]: v["summary"][column.key]["mean"] for v in variants}
-        means = {name: mean for name, mean in means.items() if mean is not None}
-        if column.better and means:
+        if means := {name: mean for name, mean in means.items() if mean is not None}:
             target = (min if column.better == "lower" else max)(means.values())
             best[column.key] = [name for name, mean in means.items() if mean == target]
     probe = settings.finetune_probe and {

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from briskbert.training.experiments.ablation import check_variants, run_ablation
     from briskbert.training.experiments.ablation_report import markdown_table, write_report
 
-    check_variants(settings.variants)
+    check_variants(settings)
     try:
         with locked(settings.output_dir):  # one ablation per folder
             results = write_report(settings, run_ablation(settings, extra))
