@@ -1,9 +1,5 @@
-"""Sequence classification and regression: the label spec decided from the data, tokenisation, evaluation.
-
-:func:`infer_label_spec` decides the task from the training labels: lists (or 0/1 vectors) are multi-label,
-fractional numbers regression, integers or text single-label (``label_names`` names integer ids or fixes the
-order of text labels). The names go into the config's ``id2label``, so ``pipeline()`` and the card show them.
-"""
+"""Sequence classification and regression: the label spec decided from the data (lists are multi-label,
+fractional numbers regression, integers or text single-label), tokenisation, evaluation."""
 
 from __future__ import annotations
 
@@ -178,9 +174,7 @@ def infer_label_spec(
     eval_names = {_label_name(v) for v in (eval_labels or [])}
     if label_names is None:  # the classes of the data as a whole
         _check_unseen(eval_names, names, eval_source)
-        names = sorted({*names, *eval_names})
-        if kind == "int":
-            names = [str(n) for n in sorted({int(n) for n in names})]  # numeric order ("10" after "9")
+        names = sorted({*names, *eval_names}, key=int if kind == "int" else None)  # "10" after "9"
         return LabelSpec(problem_type, label_list=names)
     # Fixed names: integer labels index them (unless they are the names themselves, as a teacher trained
     # on integer labels records them); text labels must be names.
@@ -204,9 +198,7 @@ def infer_label_spec(
             f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
             "give exactly the labels found, in the id order you want."
         )
-    return LabelSpec(
-        problem_type, label_list=label_names, raw_ids={name: i for i, name in enumerate(label_names)}
-    )
+    return LabelSpec(problem_type, label_list=label_names)
 
 
 def _multi_label_spec(

@@ -179,22 +179,10 @@ def card_source_facts(source: ModelSource) -> dict:
 
 
 def pad_to_width(tensor, width: int, value: float):
-    """Right-pad the second dimension to ``width``: ``evaluation_loop`` concatenates rows of one shape."""
-    import torch
+    """Right-pad (rows, positions) to ``width`` positions: ``evaluation_loop`` concatenates rows of one shape."""
+    import torch.nn.functional as F
 
-    pad = tensor.new_full((tensor.shape[0], width - tensor.shape[1], *tensor.shape[2:]), value)
-    return torch.cat([tensor, pad], dim=1)
-
-
-def report_skips(accelerator, *reports) -> dict:
-    """Log skip reports on the main process and return their counts for the card facts."""
-    facts = {}
-    for report in filter(None, reports):
-        if accelerator.is_main_process:
-            report.log()
-        if report.counts:
-            facts[report.source] = report.as_dict()
-    return facts
+    return F.pad(tensor, (0, width - tensor.shape[1]), value=value)
 
 
 class FinetuningTask(Task):
@@ -239,7 +227,11 @@ class FinetuningTask(Task):
 
     def task_inputs(self, accelerator, model, tokenizer, collator, eval_dataset=None) -> TaskInputs:
         """What :meth:`build` hands the loop; the data's skip reports are logged and kept for the card."""
-        self.skipped = report_skips(accelerator, *self.reports)
+        reports = [report for report in self.reports if report]
+        if accelerator.is_main_process:
+            for report in reports:
+                report.log()
+        self.skipped = {report.source: report.as_dict() for report in reports if report.counts}
         return TaskInputs(
             model=model,
             train_dataset=self.train_features,

@@ -1,8 +1,6 @@
-"""Evaluation metrics, computed locally (``evaluate.load()`` would download code at run time): scikit-learn and
-SciPy for classification, seqeval (conlleval's chunking) for NER, and the official SQuAD v1.1 script's rules
-(with v2.0's for unanswerable questions) for QA. Every score is on 0-1; a ratio with a zero denominator, or a
-correlation of a constant series, is 0.0. Libraries are imported inside the functions to keep ``--help`` fast.
-"""
+"""Evaluation metrics, computed locally: scikit-learn and SciPy for classification, seqeval for NER, the
+official SQuAD v1.1 (and v2.0) rules for QA. Every score is on 0-1; a ratio with a zero denominator, or a
+correlation of a constant series, is 0.0."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Token classification (NER): label sets, word/sub-word label alignment, word-level evaluation.
-
-A word's tag goes on its first sub-word; the others get -100 or, with ``label_all_tokens``, the word's tag
-(``B-X`` becoming ``I-X``). Evaluation reads each word's first sub-word and scores whole gold sentences: words
-cut off by ``max_seq_length`` count as ``O``. With a CRF head, an ``I-X`` that starts an entity is trained as
-``B-X`` (the same entity under conlleval's chunking), so the CRF can produce every gold sequence.
-"""
+"""Token classification (NER): a word's tag on its first sub-word (``label_all_tokens``: on every one, ``B-X``
+becoming ``I-X``), evaluation on whole gold sentences (words cut off by ``max_seq_length`` count as ``O``), and
+for a CRF head the ``I-X`` that starts an entity trained as ``B-X``, so the CRF can produce every gold sequence."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Extractive question answering: windowed features and n-best post-processing.
-
-A long context is cut into windows overlapping by ``doc_stride`` tokens. A training window without the
-whole answer points at ``[CLS]`` (BERT's "no answer here"). At evaluation, the ``n_best_size`` best starts and
-ends of every window give valid spans (in the context, at most ``max_answer_length`` tokens) and the best one
-over an example's windows wins; with SQuAD v2.0 the empty answer wins when the null score beats it by more
-than ``null_score_diff_threshold``.
-"""
+"""Extractive question answering: windows of long contexts (overlapping by ``doc_stride`` tokens) as features,
+and the n-best post-processing that picks each question's answer over its windows."""
 
 from __future__ import annotations
 
@@ -52,11 +46,8 @@ def _tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int,
 
 
 def prepare_train_features(examples, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=64):
-    """Batched ``datasets.map`` function: windows with ``start_positions``/``end_positions``.
-
-    The first answer of each question is the target; a window that does not contain all of it (and
-    every window of an unanswerable question) points at ``[CLS]``.
-    """
+    """Batched ``datasets.map`` function: windows with ``start_positions``/``end_positions`` of the first answer;
+    a window without all of it (and every window of an unanswerable question) points at ``[CLS]``."""
     tokenized = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length)
     sample_mapping = tokenized.pop("overflow_to_sample_mapping")
     offset_mapping = tokenized.pop("offset_mapping")
