@@ -76,7 +76,7 @@ from briskbert.commands.arguments import parse
 from briskbert.training.engine import checkpointing
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training import run
-from test_training_loop import mlm_task, sequences
+from test_training_loop import MLMTask, sequences
 
 (config,) = parse(None, TrainingConfig)
 where, _, step = os.environ.get("KILL_INSIDE_SAVE", "::").partition(":")
@@ -89,7 +89,7 @@ if where:  # SIGKILL this process inside the save of step_<step>, just before th
         return original(path, *args, **kwargs)
 
     setattr(checkpointing, where, die_first)
-run(mlm_task(train=sequences(24)), config)
+run(MLMTask(train=sequences(24)), config)
 """
 
 
@@ -154,7 +154,7 @@ from briskbert.commands.arguments import parse
 from briskbert.commands.training_run import train
 from briskbert.training.engine import checkpointing, signals
 from briskbert.training.engine.config import TrainingConfig
-from test_training_loop import MLMTask, mlm_task, sequences
+from test_training_loop import MLMTask, sequences
 
 where, _, match = os.environ["PAUSE_AT"].partition(":")  # a function, and what its call must mention
 
@@ -193,7 +193,7 @@ signals.SignalCatcher._handle = acknowledged
 
 def main(argv):  # a job as the command line runs one: parse, then train
     (config,) = parse(None, TrainingConfig, argv=argv)
-    return train(mlm_task(train=sequences(24)), config)
+    return train(MLMTask(train=sequences(24)), config)
 
 
 job = types.ModuleType("briskbert.commands.tiny_mlm")

@@ -16,14 +16,14 @@ import torch
 from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker
 from safetensors.torch import load_file, save_file
-from test_training_loop import config, mlm_task, sequences, tiny_model
+from test_training_loop import MLMTask, config, sequences, tiny_model
 from transformers import SchedulerType
 
 from briskbert.errors import UserError
 from briskbert.files import LOCK_FILE, MANIFEST_FILE, folder_lock, manifest_problem, write_manifest
 from briskbert.training import TrainingDiverged, run
 from briskbert.training.engine.config import SCHEDULER_NAMES
-from briskbert.training.engine.logging_utils import LOG_FILE, curve_figure
+from briskbert.training.engine.logging_utils import LOG_FILE
 
 TESTS = Path(__file__).resolve().parent
 EXCERPT = TESTS.parent / "data" / "wikitext2_excerpt.txt"
@@ -32,7 +32,7 @@ RESUME = ("--resume_from_checkpoint", "latest")
 
 
 def train(output_dir, *extra, model=None, train_data=None, evaluate_fn=None, accelerator=None, callbacks=()):
-    task = mlm_task(model, train_data or sequences(12), sequences(4, seed=1), evaluate_fn)
+    task = MLMTask(model, train_data or sequences(12), sequences(4, seed=1), evaluate_fn)
     training = config("--output_dir", str(output_dir), *FAST, *extra)
     return run(task, training, accelerator=accelerator, callbacks=callbacks)
 
@@ -153,14 +153,6 @@ def test_validation_curves_console_and_trackers_without_eval_steps(tmp_path, cap
     tracked_steps = {step for step, values in tracker.logged if "eval_loss" in values}
     assert tracked_steps == set(range(2, 21, 2)) and any("loss" in values for _, values in tracker.logged)
 
-    figure = curve_figure(result.history)
-    axes = [axis for axis in figure.axes if axis.get_visible()]
-    assert len(axes) == 2
-    for axis in axes:
-        assert axis.get_xlabel() == "optimizer step" and axis.get_ylabel(), axis.get_title()
-    lines = {line.get_label(): line for line in axes[0].get_lines()}
-    assert len(lines["validation loss"].get_xdata()) == 10 and len(lines["training loss"].get_xdata()) == 20
-    assert axes[1].get_ylabel() == "accuracy" and len(axes[1].get_lines()[0].get_xdata()) == 10
     assert (tmp_path / "training_curves.png").stat().st_size > 1000
 
 
@@ -242,12 +234,10 @@ def test_a_lock_left_by_a_killed_run_is_taken_over_in_one_line(tmp_path, capsys)
     leftover = (out / LOCK_FILE).read_text()
     assert leftover.startswith("process ")
     result = train_command(
-        mlm_task(train=sequences(12)), config("--output_dir", str(out), *FAST, "--max_train_steps", "2")
+        MLMTask(train=sequences(12)), config("--output_dir", str(out), *FAST, "--max_train_steps", "2")
     )
-    assert (
-        f"Took over the lock of {out}, left by {leftover}, which is no longer running.\n"
-        in capsys.readouterr().err
-    )
+    took_over = f"Took over the lock of {out}, left by {leftover}, which is no longer running.\n"
+    assert took_over in capsys.readouterr().err
     assert not (out / LOCK_FILE).exists()  # released at the end
     listed = json.loads((result.final_dir / MANIFEST_FILE).read_text())["files"]
     assert set(listed) == {p.name for p in result.final_dir.iterdir()} - {MANIFEST_FILE}  # the card too

@@ -12,7 +12,7 @@ import accelerate.utils
 import pytest
 import torch
 from accelerate.state import AcceleratorState
-from test_training_loop import config, mlm_task, sequences, tiny_model, train_losses
+from test_training_loop import MLMTask, config, sequences, tiny_model, train_losses
 
 from briskbert.training import TrainingInterrupted, run
 
@@ -31,7 +31,7 @@ STEPS += (
 
 def run_tiny(output_dir, *extra, callbacks=()):
     AcceleratorState._reset_state()  # a process's first Accelerator fixes the dynamo plugin of every later one
-    task = mlm_task(model=tiny_model(dropout=0.0), evaluation=sequences(6, seed=1))
+    task = MLMTask(model=tiny_model(dropout=0.0), evaluation=sequences(6, seed=1))
     return run(task, config("--output_dir", str(output_dir), *STEPS, *extra), callbacks=callbacks)
 
 

@@ -36,16 +36,16 @@ def test_a_run_stopped_before_its_first_checkpoint_trains_the_tokenizer_it_is_as
 
 
 def test_overwrite_never_deletes_the_model_the_run_starts_from(tmp_path):
-    from test_training_loop import config, mlm_task
+    from test_training_loop import MLMTask, config
 
     from briskbert.errors import SettingError
     from briskbert.modeling import BriskBertForMaskedLM
     from briskbert.training import run
 
     out = tmp_path / "x"
-    final = run(mlm_task(), config("--output_dir", str(out), "--max_train_steps", "1")).final_dir
+    final = run(MLMTask(), config("--output_dir", str(out), "--max_train_steps", "1")).final_dir
     weights = (final / "model.safetensors").read_bytes()
     continued = config("--output_dir", str(out), "--max_train_steps", "1", "--overwrite_output_dir")
     with pytest.raises(SettingError, match=r"would delete .*final, which holds this run's input"):
-        run(mlm_task(model=BriskBertForMaskedLM.from_pretrained(final)), continued)
+        run(MLMTask(model=BriskBertForMaskedLM.from_pretrained(final)), continued)
     assert (final / "model.safetensors").read_bytes() == weights

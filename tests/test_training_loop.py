@@ -72,11 +72,14 @@ def config(*argv: str) -> TrainingConfig:
 
 
 class MLMTask(Task):
-    """Masked-language modelling with a tiny model: the loop's test job."""
+    """Masked-language modelling of the fake sequences (20 by default) with a tiny model: the loop's test job."""
 
-    def __init__(self, model, train, evaluation, evaluate_fn, job_facts, collator):
-        self.model, self.train, self.evaluation, self.evaluate_fn = model, train, evaluation, evaluate_fn
-        self.job_facts, self.collator = job_facts, collator
+    def __init__(
+        self, model=None, train=None, evaluation=None, evaluate_fn=None, job_facts=None, collator=None
+    ):
+        self.model, self.train, self.evaluation = model or tiny_model(), train or sequences(20), evaluation
+        self.evaluate_fn, self.job_facts = evaluate_fn, job_facts or JobFacts()
+        self.collator = collator or MaskingCollator(FakeTokenizer(), seed=42)
 
     def build(self, accelerator, config):
         eval_collator = MaskingCollator(FakeTokenizer(), seed=99)
@@ -92,23 +95,11 @@ class MLMTask(Task):
         return self.job_facts
 
 
-def mlm_task(model=None, train=None, evaluation=None, evaluate_fn=None, job_facts=None, collator=None):
-    """Masked-language modelling of the fake sequences (20 by default) with a tiny model."""
-    return MLMTask(
-        model or tiny_model(),
-        train or sequences(20),
-        evaluation,
-        evaluate_fn,
-        job_facts or JobFacts(),
-        collator or MaskingCollator(FakeTokenizer(), seed=42),
-    )
-
-
 def run_tiny(output_dir, *extra, callbacks=()):
     flags = ("--max_train_steps", "6", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps")
     flags += ("2", "--learning_rate", "1e-3", "--logging_steps", "1", "--eval_steps", "4")
     args = config("--output_dir", str(output_dir), *flags, "--num_warmup_steps", "2", *extra)
-    return run(mlm_task(evaluation=sequences(6, seed=1)), args, callbacks=callbacks)
+    return run(MLMTask(evaluation=sequences(6, seed=1)), args, callbacks=callbacks)
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +141,7 @@ def test_an_accumulated_window_trains_like_one_batch_of_all_its_items(tmp_path):
     logged = []
     for batch, accumulation in (("12", "1"), ("4", "3")):
         flags = ("--per_device_train_batch_size", batch, "--gradient_accumulation_steps", accumulation)
-        task = mlm_task(model=tiny_model(dropout=0.0), train=premasked(20), collator=pad)
+        task = MLMTask(model=tiny_model(dropout=0.0), train=premasked(20), collator=pad)
         flags += ("--max_grad_norm", "0")  # the norm is measured, not clipped
         args = config("--output_dir", str(tmp_path / accumulation), "--max_train_steps", "1", *flags)
         (entry,) = [e for e in run(task, args).history if "loss" in e]
@@ -171,7 +162,7 @@ def test_gradients_are_clipped_to_the_flag_and_zero_turns_clipping_off(tmp_path,
 
     accelerator.clip_grad_norm_ = recording_clip
     flags = ("--max_train_steps", "2", "--max_grad_norm", max_grad_norm)
-    run(mlm_task(), config("--output_dir", str(tmp_path / "run"), *flags), accelerator=accelerator)
+    run(MLMTask(), config("--output_dir", str(tmp_path / "run"), *flags), accelerator=accelerator)
     assert asked == [expected, expected]
 
 
@@ -219,7 +210,7 @@ def test_a_training_step_never_reads_the_device_from_the_host(tmp_path, monkeypa
 
     monkeypatch.setattr(loop, "_train_step", watched_step)
     flags = ("--max_train_steps", "3", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps")
-    result = run(mlm_task(), config("--output_dir", str(tmp_path), *flags, "2", "--logging_steps", "3"))
+    result = run(MLMTask(), config("--output_dir", str(tmp_path), *flags, "2", "--logging_steps", "3"))
     assert result.global_step == 3 and result.facts.run.tokens_seen > 0
     assert reads == []
 
@@ -238,10 +229,8 @@ def test_a_nan_loss_is_never_applied_and_stops_the_run_at_the_next_log(tmp_path)
 
     model.register_forward_hook(nan_loss_at_step_2, with_kwargs=True)
     flags = ("--max_train_steps", "6", "--per_device_train_batch_size", "4", "--logging_steps", "4")
-    with pytest.raises(
-        TrainingDiverged, match="the training loss became nan at step 2, so training stopped before"
-    ):
-        run(mlm_task(model=model), config("--output_dir", str(tmp_path), *flags))
+    with pytest.raises(TrainingDiverged, match="loss became nan at step 2, so training stopped before"):
+        run(MLMTask(model=model), config("--output_dir", str(tmp_path), *flags))
     assert len(calls) == 4 and not (tmp_path / "final").exists()  # steps 3 and 4 ran, and were skipped too
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter, weights[name]), name
@@ -317,14 +306,8 @@ def test_a_multi_process_resume_line_names_the_launcher_or_the_parents_command(t
 def test_outputs_checkpoint_rotation_and_best_model(finished_run):
     result, tmp_path = finished_run, finished_run.output_dir
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_4", "step_6"]
-    for name in (
-        "all_results.json",
-        "log_history.jsonl",
-        "training_curves.png",
-        "best/config.json",
-        "final/model.safetensors",
-        "final/training_facts.json",
-    ):
+    outputs = ("all_results.json", "log_history.jsonl", "training_curves.png", "best/config.json")
+    for name in (*outputs, "final/model.safetensors", "final/training_facts.json"):
         assert (tmp_path / name).is_file(), name
     results = json.loads((tmp_path / "all_results.json").read_text())
     assert results["train_steps"] == 6 and results["tokens_seen"] > 0 and "eval_loss" in results
@@ -341,7 +324,7 @@ def test_an_epoch_of_accumulated_batches_is_that_many_steps_and_checkpoints_by_e
     # 12 sequences in batches of 4, 2 batches per step: 3 batches make 2 optimizer steps (the second short).
     flags = ("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", "--num_train_epochs")
     flags += ("2", "--checkpointing_steps", "epoch")
-    result = run(mlm_task(train=sequences(12)), config("--output_dir", str(tmp_path), *flags))
+    result = run(MLMTask(train=sequences(12)), config("--output_dir", str(tmp_path), *flags))
     assert result.global_step == 4
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2", "step_4"]
 
@@ -353,17 +336,17 @@ class Stream(torch.utils.data.IterableDataset):
 
 def test_a_streamed_training_set_checkpoints_by_steps_but_not_by_epoch(tmp_path):
     flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
-    run(mlm_task(train=Stream()), config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"))
+    run(MLMTask(train=Stream()), config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"))
     assert (tmp_path / "step_2").is_dir()
     with pytest.raises(SettingError, match="no epochs"):
         by_epoch = config("--output_dir", str(tmp_path / "epochs"), *flags, "--checkpointing_steps", "epoch")
-        run(mlm_task(train=Stream()), by_epoch)
+        run(MLMTask(train=Stream()), by_epoch)
 
 
 def test_a_run_that_stops_mid_epoch_counts_the_fraction_of_the_epoch(tmp_path):
     # 12 sequences in batches of 4: 3 batches per epoch, so 4 steps are 1 1/3 epochs, 1.3333 to 4 places.
     flags = ("--per_device_train_batch_size", "4", "--max_train_steps", "4", "--logging_steps", "4")
-    result = run(mlm_task(train=sequences(12)), config("--output_dir", str(tmp_path), *flags))
+    result = run(MLMTask(train=sequences(12)), config("--output_dir", str(tmp_path), *flags))
     assert [e["epoch"] for e in result.history if "loss" in e] == [1.3333]
     assert json.loads((tmp_path / "all_results.json").read_text())["epochs"] == 1.3333
 
@@ -395,7 +378,7 @@ def test_a_metrics_only_evaluation_without_labels_reports_no_loss(tmp_path):
             model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])  # loss is None
         return {"score": 1.0}
 
-    task = mlm_task(evaluation=sequences(6, seed=1), evaluate_fn=unlabelled)
+    task = MLMTask(evaluation=sequences(6, seed=1), evaluate_fn=unlabelled)
     result = run(task, config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
     assert result.metrics["eval_score"] == 1.0 and "eval_loss" not in result.metrics
 
@@ -422,7 +405,7 @@ def test_contradictory_training_settings_fail_before_training(argv, named):
 def test_too_small_dataset_is_a_clear_error(tmp_path):
     args = config("--output_dir", str(tmp_path), "--per_device_train_batch_size", "32")
     with pytest.raises(UserError, match="fewer than one batch"):
-        run(mlm_task(train=sequences(5)), args)
+        run(MLMTask(train=sequences(5)), args)
 
 
 def test_deepspeed_with_gradient_accumulation_is_refused_before_anything_is_prepared(tmp_path):
