@@ -137,8 +137,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 
 
 def test_trickled_request_heads_are_cut_at_their_deadline(quick_hub):
-    """Slowloris: each connection sends one byte of an endless header every 0.1 s, faster than the 0.5 s
-    idle timeout, so only a deadline on the whole head closes them."""
+    """Slowloris: one byte every 0.1 s beats the 0.5 s idle timeout; only the head's deadline closes them."""
     socks = [socket.create_connection(("127.0.0.1", port_of(quick_hub)), timeout=2) for _ in range(8)]
     started, closed_after = time.monotonic(), None
     line = b"GET /api/whoami-v2 HTTP/1.1\r\nX-Slow: " + b"a" * 100
@@ -411,8 +410,7 @@ def test_request_log_is_a_ring_of_short_paths(tmp_path):
 
 
 def test_reads_of_a_large_repo_share_one_index_per_revision(hub):
-    """5,000 files: every read of the revision (6 anonymous repo_info at once, a paged listing through the
-    real client, file downloads) uses one index, built once."""
+    """5,000 files: concurrent repo_info, the client's paged listing and downloads share one index build."""
     from huggingface_hub import HfApi
 
     make_repo(hub, "big")
@@ -447,10 +445,10 @@ def test_a_revision_holds_at_most_max_repo_files(tmp_path):
 def _attack_yaml(port: int) -> None:
     bomb = {"content": "---\nx: [" + "{}," * 150_000 + "{}]\n---\n"}  # 450 KB: under the 1 MiB cap
     with ThreadPoolExecutor(8) as pool:
-        statuses = list(
-            pool.map(lambda _: api(port, "POST", "/api/validate-yaml", bomb, auth=False)[0], range(8))
+        assert (
+            list(pool.map(lambda _: api(port, "POST", "/api/validate-yaml", bomb, auth=False)[0], range(8)))
+            == [400] * 8
         )
-    assert statuses == [400] * 8
 
 
 def _attack_inline_upload(port: int, size: int) -> None:
@@ -507,8 +505,7 @@ def test_server_memory_stays_within_64_mib_of_idle_under_attack(server_process):
     after = (status_kb(pid, "VmRSS") - idle) / 1024
     print(f"\nserver memory, idle {idle / 1024:.1f} MiB; peak growth per attack (MiB): ")
     print(
-        "\n".join(f"  {name}: {mib:+.1f}" for name, mib in growth.items())
-        + f"\n  RSS at the end: {after:+.1f}"
+        "".join(f"  {name}: {mib:+.1f}\n" for name, mib in growth.items()) + f"  RSS at the end: {after:+.1f}"
     )
     assert all(mib < 64 for mib in growth.values()) and after < 64, growth
 
@@ -569,9 +566,7 @@ def test_repo_ids_are_case_insensitive_and_keep_their_case(hub):
     assert status == 409 and body["url"] == f"{hub.url}/testuser/Pub"
     assert commit(hub, "TestUser/PUB", file_line("a.txt", b"via another case"))[0] == 200
     status, info = api(hub, "GET", "/api/models/testuser/pub", auth=False)
-    assert (status, info["id"]) == (200, "testuser/Pub") and "a.txt" in {
-        s["rfilename"] for s in info["siblings"]
-    }
+    assert (status, info["id"]) == (200, "testuser/Pub") and "a.txt" in str(info["siblings"])
     assert api(hub, "GET", "/TESTUSER/pUb/resolve/main/a.txt", auth=False) == (200, b"via another case")
     assert api(hub, "DELETE", "/api/repos/delete", {"name": "PUB", "organization": "testuser"})[0] == 200
     assert api(hub, "GET", "/api/models/testuser/Pub")[0] == 404
@@ -579,8 +574,7 @@ def test_repo_ids_are_case_insensitive_and_keep_their_case(hub):
 
 # ---- private repos and namespaces -----------------------------------------------------------------------------
 def _calls_made_by_the_server(hub, request: bytes) -> tuple[int, list[str], bytes]:
-    """Every call the server's own code makes while it answers ``request`` (Python functions and builtins),
-    in order, from the worker thread's profile hook."""
+    """Every call the server's own code makes, in order, while it answers ``request`` (a profile hook)."""
     calls: list[str] = []
     ours = str(HUB_SERVER)
 
@@ -652,8 +646,7 @@ def _pieces(data: bytes, size: int):
 
 @pytest.mark.parametrize("piece_size", [1, 7, 1 << 20])
 def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
-    """A file line longer than ``max_line`` is scanned, not parsed: its content must come out exactly as
-    ``json.loads`` + ``base64.b64decode`` would give it, escapes included, wherever the pieces are cut."""
+    """A line over ``max_line`` is scanned, not parsed: its content is what json + base64 give, escapes included."""
     storage = Storage(tmp_path)
     content = os.urandom(60_000)
     b64 = base64.b64encode(content).decode()
@@ -723,9 +716,7 @@ def test_index_pages_add_up_to_the_whole_listing():
         "/".join(rng.choice(names) + str(rng.randrange(3)) for _ in range(rng.randrange(1, 5)))
         for _ in range(400)
     }
-    paths = {
-        p for p in paths if not any(q.startswith(p + "/") for q in paths)
-    }  # a file is never a folder too
+    paths = {p for p in paths if not any(q.startswith(p + "/") for q in paths)}  # never a file and a folder
     index = RevisionIndex({"id": "c"}, dict.fromkeys(paths, ENTRY))
     for folder in ["", *sorted({p.rsplit("/", 1)[0] for p in paths if "/" in p})[:15]]:
         for recursive in (True, False):

@@ -1,5 +1,5 @@
-"""The Hub storage layer (``hub_server/storage.py``) called directly, for what the HTTP tests do not reach,
-and a full disk through the real client."""
+"""The Hub storage layer called directly, for what the HTTP tests do not reach, and a full disk through the real
+client."""
 
 import hashlib
 
@@ -27,8 +27,7 @@ def test_main_cannot_be_deleted_and_deleting_an_unknown_ref_says_which(storage):
 
 
 def test_blobs_sent_or_offered_for_a_commit_to_come_outlive_a_collection(storage):
-    """A branch deletion collects the blobs no commit names, but not one a client uploaded (or was told is
-    stored, so it skipped the upload) for the commit it is about to send."""
+    """A collection keeps a blob a client was told is stored, for the commit it is about to send."""
     main = storage.resolve("model", "me/repo", "main")
     entries = [
         FileEntry(f"{n}.txt", hashlib.sha256(n.encode()).hexdigest(), len(n), git_blob_oid(n.encode()), False)
@@ -43,10 +42,8 @@ def test_blobs_sent_or_offered_for_a_commit_to_come_outlive_a_collection(storage
     storage.set_ref("model", "me/repo", "branches", "old", None)  # collects: "sent" was named, then dropped
     assert [storage.has_blob(e.sha256) for e in entries] == [False, True]
     storage.commit("model", "me/repo", "main", [AddFile(entries[1])], "t", "", "me")
-    assert (
-        storage.files("model", "me/repo", storage.resolve("model", "me/repo", "main"))["offered.txt"]
-        == entries[1]
-    )
+    head = storage.resolve("model", "me/repo", "main")
+    assert storage.files("model", "me/repo", head)["offered.txt"] == entries[1]
 
 
 def test_a_folder_is_deleted_by_its_path_with_or_without_slashes():
@@ -62,24 +59,6 @@ def test_files_go_to_lfs_by_suffix_size_above_10_mib_or_binary_content():
 
 
 # ---- a full disk ---------------------------------------------------------------------------------------------
-class FullDisk:
-    """Every ``fsync`` fails with ENOSPC while ``full`` is set: a file system that accepted the bytes into its
-    cache and finds no room to write them, the last moment a write can fail (after the partial file exists)."""
-
-    def __init__(self, monkeypatch):
-        import errno
-        import os
-
-        self.full, real = False, os.fsync
-
-        def fsync(fd):
-            if self.full:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            real(fd)
-
-        monkeypatch.setattr(os, "fsync", fsync)
-
-
 def stored_files(root) -> list[str]:
     return sorted(
         p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != ".server.lock"
@@ -87,8 +66,10 @@ def stored_files(root) -> list[str]:
 
 
 def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub, monkeypatch, caplog):
-    """Through the real client over HTTP: each write on a full disk is a 507 whose message the client shows
-    (``server_message``), logged by the server; nothing of it stays on disk and earlier commits stay readable."""
+    """Each write through the real client is a 507 with its message, logged; nothing of it stays on disk."""
+    import errno
+    import os
+
     from hub_fixtures import TOKEN
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -97,8 +78,14 @@ def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub,
     api.create_repo("testuser/kept")
     first = api.upload_file(path_or_fileobj=b"first", path_in_repo="a.txt", repo_id="testuser/kept").oid
     before = stored_files(root)
-    disk = FullDisk(monkeypatch)
-    disk.full = True
+    real_fsync, full = os.fsync, [True]
+
+    def fsync(fd):  # the bytes are in the cache and find no room: the last moment a write can fail
+        if full[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     writes = {
         "create_repo": lambda: api.create_repo("testuser/new"),
         "upload_file": lambda: api.upload_file(
@@ -111,13 +98,12 @@ def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub,
         with caplog.at_level("ERROR", logger="hub_server"), pytest.raises(HfHubHTTPError) as error:
             write()
         assert error.value.response.status_code == 507, name
-        assert "storage is full" in error.value.server_message and "nothing of this request was stored" in (
-            error.value.server_message
-        ), name
+        message = error.value.server_message
+        assert "storage is full" in message and "nothing of this request was stored" in message, name
         assert error.value.response.headers["X-Error-Code"] == "InsufficientStorage"
     assert len([r for r in caplog.records if "storage is full" in r.getMessage()]) == len(writes)
     assert [status for _, _, status in hub.server.request_log].count(507) == len(writes)  # none retried
-    disk.full = False
+    full[0] = False
     assert stored_files(root) == before  # no partial file, no unreferenced commit, no repo folder
     assert not api.repo_exists("testuser/new")
     assert api.repo_info("testuser/kept").sha == first

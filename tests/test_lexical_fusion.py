@@ -1,6 +1,5 @@
-"""BM25 in the re-ranking stage, worked out from Lucene's definition and scaled to [0, 1]; the fusion of BM25, the
-re-ranker and retrieval, its weights chosen on validation (never below retrieval alone there), the fusion file
-and the weights a loaded re-ranker applies. Fusion cases are built by hand so every order can be worked out."""
+"""BM25 in the re-ranking stage against Lucene's definition; the fusion of BM25, the re-ranker and retrieval, its
+weights chosen on validation, the fusion file and the weights a loaded re-ranker applies (cases by hand)."""
 
 import json
 import math

@@ -64,12 +64,8 @@ def test_repo_lifecycle_and_error_codes(hub):
     assert status == 200 and body["commitUrl"] == f"{u}/testuser/r/commit/{body['commitOid']}"
     # resolve: HEAD carries commit and etag; a missing file says so and still names the commit
     status, h, _ = call(f"{u}/testuser/r/resolve/main/a/b.txt", "HEAD")
-    assert (status, h["X-Repo-Commit"], h["ETag"], h["Content-Length"]) == (
-        200,
-        body["commitOid"],
-        f'"{git_blob_oid(b"hi")}"',
-        "2",
-    )
+    etag = f'"{git_blob_oid(b"hi")}"'
+    assert (status, h["X-Repo-Commit"], h["ETag"], h["Content-Length"]) == (200, body["commitOid"], etag, "2")
     status, h, _ = call(f"{u}/testuser/r/resolve/main/missing.txt", "HEAD")
     assert status == 404 and h["X-Error-Code"] == "EntryNotFound" and h["X-Repo-Commit"] == body["commitOid"]
     # a stale parent is refused and changes nothing
@@ -306,8 +302,7 @@ def commit_to(hub, branch: str, *files: tuple[str, bytes], repo: str = "testuser
 def test_a_deleted_branch_takes_what_only_it_reached_even_after_a_crash_while_collecting(
     tmp_path, monkeypatch
 ):
-    """The refs move first: a crash during the collection leaves a whole store, and the next collection (the
-    deletion of another branch) removes the commits and blobs only the deleted branch reached."""
+    """The refs move first; the next collection removes what a crash during the previous one left."""
     data = tmp_path / "data"
     with BackgroundHub(data, TOKEN) as h:
         main = make_repo(h, "r")

@@ -1,8 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """The retrieval losses across processes: gathered embeddings carry the gradient of the whole loss (two gloo
-processes), and the cached-gradient path replays the dropout of its first pass. The retrieval jobs themselves
-on two processes are in ``test_two_processes.py``.
-"""
+processes), and the cached-gradient path replays the dropout of its first pass."""
 
 import copy
 import json
@@ -45,8 +43,7 @@ dist.destroy_process_group()
 
 
 def test_gathered_embeddings_carry_the_gradient_of_the_whole_loss(tmp_path):
-    """The backward of the gather sums every process's gradient with respect to each shard: each process ends
-    with the gradient one process would have for its rows of the whole loss."""
+    """Each process ends with the gradient one process would have for its rows of the whole loss."""
     (tmp_path / "worker.py").write_text(GATHER_WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
@@ -67,9 +64,7 @@ def test_gathered_embeddings_carry_the_gradient_of_the_whole_loss(tmp_path):
 
 # ------------------------------------------------------------------------------------------ cached gradients
 def test_cached_gradients_replay_the_dropout_of_the_first_pass(tokenizer, tiny_model):
-    """With dropout on, the cached-gradient path must give the gradients of the same mini-batches encoded with
-    a graph, in the same order from the same random state: its second pass re-draws the first pass's masks.
-    Without the replay (other masks in the second pass) the gradients differ, which this test would see."""
+    """With dropout on, cached gradients equal those of the same mini-batches encoded with a graph."""
     from briskbert.modeling import BriskBertModel
 
     batch = PairCollator(tokenizer, max_query_length=16, max_passage_length=32)(PAIRS)

@@ -1,9 +1,5 @@
-"""Open-domain QA: answers scored comparably across passages, and the evaluation's figures.
-
-The reader here is a real QA forward path (windows, offsets, n-best spans) over a model whose logits are
-fixed per token: each word has a start and an end logit, so every expected answer and every figure can be
-worked out by hand. Retrieval is scripted the same way.
-"""
+"""Open-domain QA: answers scored comparably across passages, and the evaluation's figures, worked out by hand
+from a real QA forward path over a model whose start and end logits are fixed per token."""
 
 import math
 from types import SimpleNamespace

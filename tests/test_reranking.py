@@ -1,6 +1,5 @@
 """Re-ranking: negative pools drawn per epoch, the held-out split, the metrics beside chance, and the one-line
-warnings; the command-level checks use tiny random models, whose quality is arbitrary but whose bookkeeping
-is not. The fusion itself is in ``test_lexical_fusion.py``."""
+warnings, on tiny random models (the fusion itself is in ``test_lexical_fusion.py``)."""
 
 import json
 from pathlib import Path
@@ -85,8 +84,7 @@ class _OneProcess:
 
 
 def test_the_reranker_states_chance_beside_its_metrics_and_warns_when_not_above_it():
-    """Groups of 1 positive (column 0) and 3 negatives: at random the positive comes first one time in 4, at a
-    mean reciprocal rank of (1 + 1/2 + 1/3 + 1/4) / 4; the evaluation warns when accuracy is not above that."""
+    """Groups of 1 positive and 3 negatives: chance is accuracy 1/4, MRR (1 + 1/2 + 1/3 + 1/4) / 4."""
     from briskbert.training.retrieval.reranker_task import RerankerTask
     from briskbert.training.retrieval.reranking import group_ranking_metrics
 
@@ -196,30 +194,25 @@ def test_pairs_that_share_a_passage_stay_on_one_side():
 
 
 # ------------------------------------------------------------------------------------------------ flags
+TRAIN = ["finetune-reranker", "--model_name_or_path", "m", "--train_file", XQUAD, "--output_dir", "o"]
+EVALUATE = ["evaluate-retrieval", "--model_name_or_path", "m"]
+SQUAD = [*EVALUATE, "--squad_file", XQUAD]
+
+
 @pytest.mark.parametrize(
-    "argv, message",
+    "base, flags, message",
     [
-        (["--negatives_corpus_file", "x.txt"], "--negatives_corpus_file"),
-        (["--num_negatives", "3", "--negative_pool_size", "2"], "--negative_pool_size"),
-        (["--validation_articles", "2:3"], "--validation_articles needs validation_file"),
-        (["--validation_split_percentage", "100"], "--validation_split_percentage must be in (0, 100)"),
-        (["--fusion_weight", "2"], "--fusion_weight expected a number in [0, 1]"),
-        (["--fusion_weight", "0.5"], "--fusion_weight weighs a re-ranking stage"),
-        (["--lexical_weight", "0.5"], "--lexical_weight weighs a re-ranking stage"),
-        (
-            ["--corpus_file", "c.jsonl"],
-            "JSON lines collections need corpus_file, queries_file and qrels_file",
-        ),
+        (TRAIN, "--negatives_corpus_file x.txt", "--negatives_corpus_file"),
+        (TRAIN, "--num_negatives 3 --negative_pool_size 2", "--negative_pool_size"),
+        (TRAIN, "--validation_articles 2:3", "--validation_articles needs validation_file"),
+        (TRAIN, "--validation_split_percentage 100", "--validation_split_percentage must be in (0, 100)"),
+        (SQUAD, "--reranker_model_name_or_path m --fusion_weight 2", "--fusion_weight expected a number in"),
+        (SQUAD, "--fusion_weight 0.5", "--fusion_weight weighs a re-ranking stage"),
+        (SQUAD, "--lexical_weight 0.5", "--lexical_weight weighs a re-ranking stage"),
+        (EVALUATE, "--corpus_file c.jsonl", "need corpus_file, queries_file and qrels_file"),
     ],
 )
-def test_reranking_flags_are_one_line_errors(capsys, argv, message):
-    if argv[0] == "--corpus_file":
-        base = ["evaluate-retrieval", "--model_name_or_path", "m"]
-    elif argv[0] in ("--fusion_weight", "--lexical_weight"):
-        base = ["evaluate-retrieval", "--model_name_or_path", "m", "--squad_file", XQUAD]
-        base += ["--reranker_model_name_or_path", "m"] if argv[1] == "2" else []
-    else:
-        base = ["finetune-reranker", "--model_name_or_path", "m", "--train_file", XQUAD, "--output_dir", "o"]
-    assert cli([*base, *argv]) == 2
+def test_reranking_flags_are_one_line_errors(capsys, base, flags, message):
+    assert cli([*base, *flags.split()]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err

@@ -1,8 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence embeddings, retrieval and the retrieval commands on tiny models, checked against things nobody here
-wrote: sentence-transformers' ``InformationRetrievalEvaluator``, ``MultipleNegativesRankingLoss``,
-``SentenceTransformer`` and ``CrossEncoder``, and sums written out by hand. The end-to-end test checks that the
-four commands' outputs fit together (folders, metrics files, fusion weights, answers), not quality."""
+"""Sentence embeddings, retrieval and the retrieval commands on tiny models, checked against sentence-transformers
+and sums written out by hand; the end-to-end test checks that the four commands' outputs fit together."""
 
 import json
 import math
@@ -57,8 +55,7 @@ def test_metrics_match_a_hand_computed_example():
 
 
 def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings():
-    """20 queries ranking 150 passages (more than the deepest recall depth); 1 to 3 relevant each, drawn near
-    the top half the time so every metric takes many values."""
+    """20 queries ranking 150 passages, 1 to 3 relevant each, near the top half the time."""
     st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
     rng, num_passages = random.Random(0), 150
     passages = [f"p{i}" for i in range(num_passages)]
@@ -238,16 +235,7 @@ def test_the_four_commands_end_to_end(tiny, tokenizer, tmp_path, capsys):
     start = tmp_path / "start"
     tiny(BriskBertForMaskedLM).save_pretrained(start)
     tokenizer.save_pretrained(start)
-    fast = [
-        "--max_train_steps",
-        "3",
-        "--logging_steps",
-        "1",
-        "--max_seq_length",
-        "96",
-        "--learning_rate",
-        "1e-3",
-    ]
+    fast = "--max_train_steps 3 --logging_steps 1 --max_seq_length 96 --learning_rate 1e-3".split()
     cli(
         ["finetune-embeddings", "--model_name_or_path", str(start), "--train_file", XQUAD, "--train_articles", "0:3",
          "--validation_file", XQUAD, "--validation_articles", "3:4", "--mine_hard_negatives",

@@ -1,8 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence similarity on scored pairs: the losses against sentence-transformers' ``CoSENTLoss`` and
-``CosineSimilarityLoss`` (values and gradients), the data formats, and the two commands: evaluate-similarity
-against its ``EmbeddingSimilarityEvaluator`` on all-MiniLM-L6-v2, and the fine-tuning loop's validation against
-evaluate-similarity on the saved model."""
+"""Sentence similarity on scored pairs: the losses and evaluate-similarity against sentence-transformers, the
+data formats, and the fine-tuning loop's validation against evaluate-similarity on the saved model."""
 
 import json
 from pathlib import Path
@@ -111,7 +109,7 @@ def test_bad_scored_pair_files_are_one_line_errors(tmp_path, capsys):
 # --------------------------------------------------------------------------------- evaluate-similarity
 @pytest.fixture(scope="module")
 def dev_pairs(tmp_path_factory) -> str:
-    """The first 50 pairs of the STS-B dev excerpt: the checks compare two computations, not quality."""
+    """The first 50 pairs of the STS-B dev excerpt."""
     path = tmp_path_factory.mktemp("stsb") / "dev.tsv"
     path.write_text("".join(Path(STSB_DEV).read_text().splitlines(keepends=True)[:51]))  # header + 50 pairs
     return str(path)
@@ -147,7 +145,7 @@ def test_evaluate_similarity_equals_sentence_transformers_evaluator(
 # ----------------------------------------------------------------------------------- finetune-embeddings
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny_model, tokenizer, tmp_path_factory) -> str:
-    """A narrow bert-tiny encoder over the MiniLM vocabulary: the checks are of the bookkeeping, not quality."""
+    """A narrow bert-tiny encoder over the MiniLM vocabulary."""
     from briskbert.modeling import BriskBertModel
 
     folder = tmp_path_factory.mktemp("tiny-encoder")
@@ -185,23 +183,14 @@ def test_finetuning_on_scored_pairs_validates_with_spearman(tiny_encoder, dev_pa
 def test_a_loss_that_does_not_fit_the_data_is_a_one_line_error(minilm_path, tmp_path, capsys):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(json.dumps({"query": "q", "positive": "p"}) + "\n")
-    common = [
-        "--config_preset",
-        "bert-tiny",
-        "--tokenizer_name",
-        str(minilm_path),
-        "--output_dir",
-        str(tmp_path / "o"),
-    ]
+    output = ["--output_dir", str(tmp_path / "o")]
+    common = ["--config_preset", "bert-tiny", "--tokenizer_name", str(minilm_path), *output]
     for argv, message in [
         (["--train_file", str(pairs), "--loss", "cosent"], "--loss cosent does not fit"),
         (["--train_file", STSB_TRAIN, "--loss", "multiple_negatives_ranking"], "holds scored pairs"),
         (["--train_file", STSB_TRAIN, "--mine_hard_negatives"], "--mine_hard_negatives needs"),
         (["--train_file", STSB_TRAIN, "--validation_file", str(pairs)], "hold different kinds of examples"),
-        (
-            ["--train_file", STSB_TRAIN, "--loss", "cosine_mse", "--score_range", "5:0"],
-            "LOW must be below HIGH",
-        ),
+        (["--train_file", STSB_TRAIN, "--loss", "cosine_mse", "--score_range", "5:0"], "LOW must be below"),
     ]:
         assert cli(["finetune-embeddings", *common, *argv]) == 2, argv
         err = capsys.readouterr().err

@@ -1,8 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""build-index and ``--index``: a flat index returns exactly what exact search in torch returns, so the commands
-give the same results with ``--index`` as without; an interrupted build continues from its last shard to the
-index an uninterrupted build makes; approximate indexes are checked against exact search; an index from another
-encoder or over other passages is refused, and a missing faiss is one line naming the extra."""
+"""build-index and ``--index``: flat, resumed and approximate indexes against exact search in torch, and the
+refusal of an index that does not fit the encoder or the passages."""
 
 import json
 import sys
@@ -102,8 +100,7 @@ def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_d
 
 
 class CountingEncoder:
-    """``encode_texts`` that records the size of each shard it embeds, and stops (as Ctrl-C would) before the
-    shard number ``stop_at``."""
+    """``encode_texts`` that records each shard's size and stops (as Ctrl-C would) before shard ``stop_at``."""
 
     def __init__(self, stop_at: int | None = None):
         self.shards, self.stop_at = [], stop_at
@@ -226,20 +223,15 @@ def test_an_index_from_another_encoder_or_other_passages_is_refused(encoder_dir,
         assert err.count("error:") == 1 and err.endswith("\n") and message in err, err
         assert err.replace("\r", "\n").strip().splitlines()[-1].strip().startswith("error: --index"), err
 
-    assert (
-        cli(
-            [
-                "build-index",
-                "--model_name_or_path",
-                encoder_dir,
-                *COLLECTION,
-                "--output_dir",
-                str(tmp_path / "index"),
-            ]
-        )
-        == 2
-    )
-    assert "already holds an index" in capsys.readouterr().err
+    again = [
+        "build-index",
+        "--model_name_or_path",
+        encoder_dir,
+        *COLLECTION,
+        "--output_dir",
+        str(tmp_path / "index"),
+    ]
+    assert cli(again) == 2 and "already holds an index" in capsys.readouterr().err
 
 
 def test_missing_faiss_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
