@@ -170,18 +170,13 @@ def infer_label_spec(
         raise DataError(
             f"{source}: single-label classification got list labels; set problem_type multi_label_classification."
         )
-    names = sorted({_label_name(v) for v in train_labels})
+    names = {_label_name(v) for v in train_labels}
     eval_names = {_label_name(v) for v in (eval_labels or [])}
-    if label_names is None:  # the classes of the data as a whole
-        _check_unseen(eval_names, names, eval_source)
-        names = sorted({*names, *eval_names}, key=int if kind == "int" else None)  # "10" after "9"
-        return LabelSpec(problem_type, label_list=names)
+    found = names | eval_names
+    where = f"{source} and {eval_source}" if eval_labels else source
     # Fixed names: integer labels index them (unless they are the names themselves, as a teacher trained
     # on integer labels records them); text labels must be names.
-    label_names = list(label_names)
-    found = set(names) | eval_names
-    where = f"{source} and {eval_source}" if eval_labels else source
-    if kind == "int" and not set(names) <= set(label_names):
+    if label_names is not None and kind == "int" and not names <= set(label_names):
         raw_ids = {str(i): i for i in range(len(label_names))}
         ids = sorted(int(label) for label in found)
         if set(ids) != set(range(len(label_names))) and (every_name_seen or not found <= set(raw_ids)):
@@ -189,16 +184,22 @@ def infer_label_spec(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
                 f"labels found in {where} are {ids[:20]}; give one name per label found, in id order."
             )
-        return LabelSpec(problem_type, label_list=label_names, raw_ids=raw_ids)
-    _check_unseen(set(names), label_names, source, names_source)
-    _check_unseen(eval_names, label_names, eval_source, names_source)
+        return LabelSpec(problem_type, label_list=list(label_names), raw_ids=raw_ids)
+    sources = (source, eval_source)
+    classes = _class_names(
+        names, eval_names, label_names, sources, names_source, int if kind == "int" else None
+    )
     # A name no row has would be a class the model never learns (or misname the others): refused.
-    if every_name_seen and (missing := [name for name in label_names if name not in found]):
+    if (
+        label_names is not None
+        and every_name_seen
+        and (missing := [n for n in label_names if n not in found])
+    ):
         raise DataError(
             f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
             "give exactly the labels found, in the id order you want."
         )
-    return LabelSpec(problem_type, label_list=label_names)
+    return LabelSpec(problem_type, label_list=classes)
 
 
 def _multi_label_spec(
@@ -222,27 +223,27 @@ def _multi_label_spec(
         return spec
     seen = {str(n) for value in train_labels for n in spec.names(value)}
     eval_seen = {str(n) for value in (eval_labels or []) for n in spec.names(value)}
-    if label_names is None:
-        _check_unseen(eval_seen, seen, sources[1])
-        spec.label_list = sorted(seen | eval_seen)
-    else:
-        spec.label_list = list(label_names)
-        _check_unseen(seen, spec.label_list, sources[0], names_source)
-        _check_unseen(eval_seen, spec.label_list, sources[1], names_source)
+    spec.label_list = _class_names(seen, eval_seen, label_names, sources, names_source)
     return spec
 
 
-def _check_unseen(names: set, known, where: str, known_from: str | None = None) -> None:
-    """Labels outside ``known``: refused when ``known_from`` names a fixed set, else warned of (not trained)."""
-    unseen = sorted(set(names) - set(known))
-    listed = f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}"
-    if unseen and known_from is None:
-        logger.warning(f"{where} has labels with no training example: {listed}; the model cannot learn them.")
-    elif unseen:
-        raise DataError(
-            f"{where} has labels never seen in {known_from}: {listed}. Known ({known_from}): {list(known)[:20]}. "
-            "The model cannot predict them; fix the label names or remove those rows."
-        )
+def _class_names(train: set, evaluation: set, label_names, sources, names_source: str, key=None) -> list[str]:
+    """``label_names`` when given (a label outside them is refused), else the labels found, sorted by ``key``
+    (an evaluation label without a training example is warned of: the model cannot learn it)."""
+    known = train if label_names is None else list(label_names)
+    for labels, where in zip((train, evaluation), sources):
+        unseen = sorted(labels - set(known))
+        listed = f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}"
+        if unseen and label_names is None:
+            logger.warning(
+                f"{where} has labels with no training example: {listed}; the model cannot learn them."
+            )
+        elif unseen:
+            raise DataError(
+                f"{where} has labels never seen in {names_source}: {listed}. Known ({names_source}): "
+                f"{known[:20]}. The model cannot predict them; fix the label names or remove those rows."
+            )
+    return list(label_names) if label_names is not None else sorted(train | evaluation, key=key)
 
 
 def drop_incomplete_rows(dataset, columns: list[str], source: str):
