@@ -68,18 +68,6 @@ def _search(folder, queries, k):
     return search_index(load_index(str(folder)), queries, k)
 
 
-def _exact(encoder, source, queries, k):
-    model, tokenizer, spec = encoder
-    ids, texts = zip(*vector_index.iter_passages(source))
-    scores, rows = exact_search(queries, encode_texts(model, tokenizer, list(texts), spec), k)
-    return [[ids[row] for row in found] for found in rows.tolist()], scores
-
-
-def _queries(encoder, texts):
-    model, tokenizer, spec = encoder
-    return encode_texts(model, tokenizer, texts, spec)
-
-
 QUESTIONS = ["When was the album released?", "Who commanded the army?", "What is the river's length?"]
 
 
@@ -92,10 +80,12 @@ def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_d
     ids = (tmp_path / "index" / "ids.txt").read_text().splitlines()
     assert ids[:12] == [*map(str, range(1, 11)), "13", "14"]  # line numbers; blank lines 11-12 skipped
 
-    queries = _queries(encoder, QUESTIONS)
+    model, tokenizer, spec = encoder
+    ids, texts = zip(*vector_index.iter_passages(source))
+    queries = encode_texts(model, tokenizer, QUESTIONS, spec)
     found, scores = _search(tmp_path / "index", queries, k=10)
-    expected_ids, expected_scores = _exact(encoder, source, queries, 10)
-    assert found == expected_ids
+    expected_scores, rows = exact_search(queries, encode_texts(model, tokenizer, list(texts), spec), 10)
+    assert found == [[ids[row] for row in hits] for hits in rows.tolist()]
     torch.testing.assert_close(scores, expected_scores, atol=1e-5, rtol=0)
 
 
