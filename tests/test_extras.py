@@ -64,21 +64,6 @@ def test_report_to_a_tracker_without_its_extra(tmp_path, monkeypatch, capsys):
     require_tracker("wandb")  # no extra of ours: accelerate's own check names the package
 
 
-def test_the_embedding_benchmark_without_sentence_transformers(tmp_path):
-    code = (
-        "import sys\n"
-        "sys.modules['sentence_transformers'] = None\n"
-        "import runpy\n"
-        "sys.argv = ['embedding_benchmark', '--model_name_or_path', 'x', '--train_file', 'y', '--output_dir', 'z']\n"
-        f"runpy.run_path({str(ROOT / 'docs' / 'benchmarks' / 'embedding_benchmark.py')!r}, run_name='__main__')\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert_one_error_line(proc, "sentence_transformers", "[sentence-transformers]")
-    assert not (tmp_path / "z").exists()
-
-
 def test_require_extra_looks_packages_up_without_importing_them(monkeypatch):
     looked_up = []
 

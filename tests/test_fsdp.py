@@ -26,9 +26,7 @@ def test_every_no_split_module_resolves_and_wraps_every_layer(preset, head):
     with torch.device("meta"):  # full-size presets, no memory: only the module tree matters
         model = getattr(modeling, head)(BriskBertConfig.from_preset(preset))
     for name in model._no_split_modules:
-        assert get_module_class_from_name(model, name) is not None, (
-            f"{preset}/{head}: {name} not in the model"
-        )
+        assert get_module_class_from_name(model, name), f"{preset}/{head}: {name} not in the model"
 
     # What `fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP` does when the config names no classes.
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
@@ -101,7 +99,6 @@ if rank == 0:
     with own_class(model):
         model.save_pretrained("saved", state_dict=state_dict)
     assert type(model).__module__.startswith("torch."), type(model)  # the sharded class is back
-if rank == 0:
     sharded_type = type(next(model.parameters())).__name__
     print(json.dumps({"losses": losses, "max_param_difference": worst, "sharded": sharded_type}))
 dist.barrier()  # neither process tears gloo down while the other still talks to it
@@ -123,8 +120,7 @@ def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="mode
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
+        "--nproc_per_node=2",
         "--standalone",
         str(script),
     ]
@@ -137,6 +133,5 @@ def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="mode
     assert result["max_param_difference"] < 1e-5
     saved = sorted(path.name for path in (tmp_path / "saved").iterdir())
     assert "modeling_briskbert.py" in saved and not any(name.startswith("_fsdp") for name in saved), saved
-    assert json.loads((tmp_path / "saved" / "config.json").read_text())["architectures"] == [
-        "BriskBertForMaskedLM"
-    ]
+    saved_config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved_config["architectures"] == ["BriskBertForMaskedLM"]

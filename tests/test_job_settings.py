@@ -40,14 +40,10 @@ def test_the_negative_pool_defaults_to_three_times_the_negatives_behind_a_retrie
 def test_warm_up_is_a_tenth_of_the_run_unless_a_step_count_overrides_it():
     """The shared defaults (docs/results.md, "Small runs against transformers' Trainer"): 1e-4 after 10%
     warm-up; --num_warmup_steps, given with or without --warmup_ratio, is the warm-up as given."""
-    from briskbert.commands.arguments import parse
-    from briskbert.training.engine.config import TrainingConfig
+    from test_training_loop import config
 
-    (default,) = parse(None, TrainingConfig, argv=["--output_dir", "x"])
+    default = config("--output_dir", "x")
     assert (default.learning_rate, default.num_warmup_steps_for(38)) == (1e-4, 4)
-    (steps,) = parse(
-        None, TrainingConfig, argv=["--output_dir", "x", "--warmup_ratio", "0.5", "--num_warmup_steps", "0"]
-    )
-    assert steps.num_warmup_steps_for(38) == 0
-    (none,) = parse(None, TrainingConfig, argv=["--output_dir", "x", "--warmup_ratio", "0"])
-    assert none.num_warmup_steps_for(38) == 0
+    steps = config("--output_dir", "x", "--warmup_ratio", "0.5", "--num_warmup_steps", "0")
+    none = config("--output_dir", "x", "--warmup_ratio", "0")
+    assert steps.num_warmup_steps_for(38) == none.num_warmup_steps_for(38) == 0

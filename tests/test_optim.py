@@ -60,15 +60,9 @@ def test_biases_embeddings_and_norms_are_not_decayed():
     decay, no_decay = parameter_groups(m, 0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     assert ids(decay["params"]) == ids(m.decayed())
-    expected_no_decay = [
-        m.embed.weight,
-        m.proj.bias,
-        m.attn_bias,
-        m.conditional.weight,
-        m.conditional.shift.bias,
-    ]
-    expected_no_decay += [*m.layer_norm.parameters(), *m.group_norm.parameters(), m.rms.weight]
-    assert ids(no_decay["params"]) == ids(expected_no_decay)
+    expected = [m.embed.weight, m.proj.bias, m.attn_bias, m.conditional.weight, m.conditional.shift.bias]
+    expected += [*m.layer_norm.parameters(), *m.group_norm.parameters(), m.rms.weight]
+    assert ids(no_decay["params"]) == ids(expected)
 
 
 def test_every_trainable_parameter_of_a_real_model_is_listed_once():

@@ -1,16 +1,7 @@
-"""Training jobs on two processes (``accelerate launch --multi_gpu --num_processes 2``, CPU, gloo) train like
-one process at the same global batch: the fine-tuning jobs (distillation trains as classification does), and
-the retrieval jobs (finetune-embeddings with in-batch and mined hard negatives, symmetric, with and without
-cached gradients, CoSENT on scored pairs; finetune-reranker).
-
-One process reads the whole global batch a step; two read half each, from the same shuffle sharded between
-them, and the loss is normalised over the loss items of both; in-batch negatives and CoSENT's pairs are
-gathered across processes with their gradients, and the validation is gathered too. With dropout off, the
-per-step losses and the validation metrics of the two runs agree to float rounding (the all-reduce sums in
-another order). Every two-process run shares one ``accelerate launch`` (one start-up for all of them); the
-one-process runs go through the command line in this process. Pretraining has its own such test in
-``test_pretrain.py``.
-"""
+"""Every training job on two processes (``accelerate launch``, CPU, gloo) trains like one process at the same
+global batch: the fine-tuning jobs and the retrieval jobs (in-batch and mined hard negatives, cached gradients,
+CoSENT, the re-ranker). With dropout off, per-step losses and validation metrics agree to float rounding. All
+two-process runs share one launch; the one-process runs go through the command line in this process."""
 
 import json
 import os
@@ -138,10 +129,9 @@ def _log(output_dir: Path) -> tuple[list[float], dict]:
     entries = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
     losses = [entry["loss"] for entry in entries if "loss" in entry]
     evaluation = next((entry for entry in reversed(entries) if "eval_runtime_s" in entry), {})
-    metrics = {
+    return losses, {
         key: value for key, value in evaluation.items() if key.startswith("eval_") and key != "eval_runtime_s"
     }
-    return losses, metrics
 
 
 # Slow (a few minutes in all, one launch for every run): the only check of the DDP path, that every training
@@ -156,9 +146,7 @@ def test_two_processes_train_like_one_at_the_same_global_batch(name, two_process
     two_losses, two_metrics = _log(two_process_runs[name])
     assert len(one_losses) == len(two_losses) == 3
     assert two_losses == pytest.approx(one_losses, rel=RUNS[name][2])
-    assert (
-        one_losses[0] != one_losses[-1]
-    )  # the weights moved: equal losses are no accident of a frozen model
+    assert one_losses[0] != one_losses[-1]  # the weights moved: equal losses are no frozen model's accident
     assert two_metrics.keys() == one_metrics.keys()
     for metric, value in one_metrics.items():
         # Spearman ranks the similarities: float rounding that swaps two near-equal ones moves it by up to
