@@ -334,10 +334,6 @@ class ClassificationTask(FinetuningTask):
             every_name_seen=label_names is None,  # a teacher's labels may include classes this data lacks
         )
 
-    @property
-    def max_seq_length(self) -> int:
-        return self.source.max_seq_length
-
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from transformers import DataCollatorWithPadding
 
@@ -348,7 +344,7 @@ class ClassificationTask(FinetuningTask):
         def preprocess(batch):
             pairs = [str(t) for t in batch[settings.text_pair_column]] if settings.text_pair_column else None
             texts = [str(t) for t in batch[self.text_column]]
-            encoded = tokenizer(texts, pairs, truncation=True, max_length=self.max_seq_length)
+            encoded = tokenizer(texts, pairs, truncation=True, max_length=self.source.max_seq_length)
             encoded["labels"] = [spec.encode(value) for value in batch[settings.label_column]]
             return encoded
 

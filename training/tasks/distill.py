@@ -21,9 +21,8 @@ from torch import nn
 from briskbert.errors import SettingError
 from briskbert.training.engine.checkpointing import check_finite_weights, weights_file
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.tasks.classification import ClassificationTask
-from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings
+from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings, ModelSource
 
 
 def student_from_teacher(teacher, layers: list[int] | None = None):
@@ -209,6 +208,8 @@ class DistillationTask(ClassificationTask):
         if setup.tokenizer_name is not None:
             check_tokenizer_source(setup.tokenizer_name, "tokenizer_name")
         self.setup, self.data_source = setup, data
+        # the starting model the card names and the sequence length, as for fine-tuning
+        self.source = ModelSource(setup.teacher_model, max_seq_length=setup.max_seq_length)
         self.teacher = load_teacher(setup.teacher_model)
         teacher = self.teacher.config
         problem_type = teacher.problem_type or "single_label_classification"
@@ -227,10 +228,6 @@ class DistillationTask(ClassificationTask):
         self.settings = dataclasses.replace(settings, problem_type=problem_type)
         self.load_data(names, names_source=f"the teacher's labels (teacher_model {setup.teacher_model})")
 
-    @property
-    def max_seq_length(self) -> int:
-        return self.setup.max_seq_length
-
     def make_model(self, accelerator, config: TrainingConfig):
         from briskbert.training.tasks.finetuning import check_positions, load_tokenizer
 
@@ -248,7 +245,7 @@ class DistillationTask(ClassificationTask):
         )
         return self.model, tokenizer
 
-    def facts(self) -> JobFacts:
+    def details(self) -> dict:
         setup = self.setup
         distillation = {
             "teacher": setup.teacher_model,
@@ -259,10 +256,4 @@ class DistillationTask(ClassificationTask):
             or setup.student_preset
             or f"teacher layers {self.model.layer_map}",
         }
-        return JobFacts(
-            task="text-classification",
-            pipeline_tag="text-classification",
-            base_model=base_model_id(setup.teacher_model),
-            **self.data_source.card_facts(),
-            details={**self.details(), "distillation": distillation},
-        )
+        return {**super().details(), "distillation": distillation}

@@ -173,8 +173,6 @@ def card_source_facts(source: ModelSource) -> dict:
     return {
         "base_model": base_model_id(source.model_name_or_path),
         "config_preset": source.config_preset,
-        "language": "en",
-        "license": "apache-2.0",
     }
 
 
