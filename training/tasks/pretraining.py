@@ -279,9 +279,7 @@ def mlm_batch_stats(batch: dict, outputs) -> dict:
     """Per-example masked-token loss sum, correct predictions and count (+ NSP correctness)."""
     labels = batch["labels"]
     masked = labels != -100
-    logits = getattr(outputs, "prediction_logits", None)
-    if logits is None:
-        logits = outputs.logits
+    logits = outputs.prediction_logits if "prediction_logits" in outputs else outputs.logits
     if logits.dim() == 3:  # a model that decodes every position
         logits = logits[masked]
     targets, rows = labels[masked], masked.nonzero()[:, 0]
