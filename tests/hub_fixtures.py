@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import http.client
 import json
 import os
@@ -66,13 +67,13 @@ def port_of(hub) -> int:
     return int(hub.url.rsplit(":", 1)[1])
 
 
-def api(hub_or_port, method: str, path: str, body=None, auth: bool = True, token: str = TOKEN, headers=None):
+def api(hub_or_port, method: str, path: str, body=None, auth: bool = True, token: str = TOKEN):
     """(status, parsed JSON or bytes) of one request on a fresh connection."""
     port = hub_or_port if isinstance(hub_or_port, int) else port_of(hub_or_port)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    sent = {"Authorization": f"Bearer {token}"} if auth else {}
+    headers = {"Authorization": f"Bearer {token}"} if auth else {}
     payload = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    conn.request(method, path, body=payload, headers={**sent, **(headers or {})})
+    conn.request(method, path, body=payload, headers=headers)
     response = conn.getresponse()
     status, data = response.status, response.read()
     conn.close()
@@ -91,6 +92,21 @@ def file_line(path, content=b"x") -> dict:
 
 
 COMMIT_HEADER = {"key": "header", "value": {"summary": "x"}}
+
+
+class FullDisk:
+    """Every ``fsync`` fails with ENOSPC while ``full`` is set: the last moment a write can fail, after the
+    partial file exists."""
+
+    def __init__(self, monkeypatch):
+        self.full, real = False, os.fsync
+
+        def fsync(fd):
+            if self.full:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
 
 
 # ---- a server in its own process, for memory measurements ----------------------------------------------------
@@ -136,7 +152,7 @@ def server_process(tmp_path):
         proc.wait(10)
 
 
-def client_env(url: str, home: Path, *, xet: bool = True, token: str | None = TOKEN, **extra) -> dict:
+def client_env(url: str, home: Path, *, xet: bool = True, **extra) -> dict:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -153,29 +169,20 @@ def client_env(url: str, home: Path, *, xet: bool = True, token: str | None = TO
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1",
             "PYTHONWARNINGS": "ignore::DeprecationWarning",
+            "HF_TOKEN": TOKEN,
         }
     )
     if not xet:
         env["HF_HUB_DISABLE_XET"] = "1"
-    if token:
-        env["HF_TOKEN"] = token
-    else:
-        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
-def run_client(code: str, env: dict, cwd: Path, timeout: float = 120, check: bool = True):
+def run_client(code: str, env: dict, cwd: Path):
     """Run ``code`` in a fresh interpreter; the last stdout line that parses as JSON is returned as ``.result``."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and proc.returncode != 0:
+    command = [sys.executable, "-c", textwrap.dedent(code)]
+    proc = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
         raise AssertionError(
             f"client failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
         )
@@ -211,11 +218,11 @@ def quick_hub(tmp_path):
         yield h
 
 
-def make_repo(hub, name: str = "r", namespace: str = "testuser", **extra) -> str:
-    """Create ``namespace/name`` over HTTP; its first commit id."""
-    status, body = api(hub, "POST", "/api/repos/create", {"name": name, "organization": namespace, **extra})
+def make_repo(hub, name: str = "r", **extra) -> str:
+    """Create ``testuser/name`` over HTTP; its first commit id."""
+    status, body = api(hub, "POST", "/api/repos/create", {"name": name, "organization": USER, **extra})
     assert status == 200, body
-    return api(hub, "GET", f"/api/models/{namespace}/{name}/revision/main")[1]["sha"]
+    return api(hub, "GET", f"/api/models/{USER}/{name}/revision/main")[1]["sha"]
 
 
 def commit(hub, repo: str, *lines, token: str = TOKEN):
@@ -261,15 +268,8 @@ def make_tiny_bert(folder: Path) -> Path:
     return folder
 
 
-def make_briskbert(
-    folder: Path,
-    head: str = "ForSequenceClassification",
-    *,
-    hidden_size: int = 32,
-    extra_files: bool = True,
-    seed: int = 0,
-) -> Path:
-    """A tiny saved BriskBert folder (model + tokenizer + facts), plus the clutter a training run leaves."""
+def make_briskbert(folder: Path, *, extra_files: bool = True, seed: int = 0) -> Path:
+    """A tiny saved BriskBert classifier folder (model + tokenizer + facts), plus the clutter a training run leaves."""
     import torch
 
     from briskbert import modeling
@@ -284,24 +284,18 @@ def make_briskbert(
         show_progress=False,
         model_max_length=64,
     )
-    labels = {
-        "num_labels": 2,
-        "id2label": {0: "negative", 1: "positive"},
-        "label2id": {"negative": 0, "positive": 1},
-    }
-    kwargs = labels if head == "ForSequenceClassification" else {}
     config = modeling.BriskBertConfig.from_preset(
         "bert-tiny",
-        hidden_size=hidden_size,
+        hidden_size=32,
         num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=64,
         vocab_size=len(tok),
         max_position_embeddings=64,
-        **kwargs,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
     )
-    model = getattr(modeling, f"BriskBert{head}")(config)
-    model.save_pretrained(folder)
+    modeling.BriskBertForSequenceClassification(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     facts = {
         "schema_version": 2,

@@ -67,10 +67,7 @@ def stored_files(root) -> list[str]:
 
 def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub, monkeypatch, caplog):
     """Each write through the real client is a 507 with its message, logged; nothing of it stays on disk."""
-    import errno
-    import os
-
-    from hub_fixtures import TOKEN
+    from hub_fixtures import TOKEN, FullDisk
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -78,14 +75,8 @@ def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub,
     api.create_repo("testuser/kept")
     first = api.upload_file(path_or_fileobj=b"first", path_in_repo="a.txt", repo_id="testuser/kept").oid
     before = stored_files(root)
-    real_fsync, full = os.fsync, [True]
-
-    def fsync(fd):  # the bytes are in the cache and find no room: the last moment a write can fail
-        if full[0]:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    disk = FullDisk(monkeypatch)
+    disk.full = True
     writes = {
         "create_repo": lambda: api.create_repo("testuser/new"),
         "upload_file": lambda: api.upload_file(
@@ -103,7 +94,7 @@ def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub,
         assert error.value.response.headers["X-Error-Code"] == "InsufficientStorage"
     assert len([r for r in caplog.records if "storage is full" in r.getMessage()]) == len(writes)
     assert [status for _, _, status in hub.server.request_log].count(507) == len(writes)  # none retried
-    full[0] = False
+    disk.full = False
     assert stored_files(root) == before  # no partial file, no unreferenced commit, no repo folder
     assert not api.repo_exists("testuser/new")
     assert api.repo_info("testuser/kept").sha == first

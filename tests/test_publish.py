@@ -289,8 +289,8 @@ def test_a_folder_that_changes_while_it_is_verified_is_not_published(folder, hub
 @pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
 def test_a_full_hub_during_an_lfs_upload_is_one_line_with_its_message(folder, tmp_path, monkeypatch):
     """huggingface_hub wraps a failed LFS upload: the Hub's 507 message still shows, in one line, no retry."""
+    from hub_fixtures import FullDisk
     from huggingface_hub import constants
-    from test_hub_storage import FullDisk
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     with BackgroundHub(tmp_path / "data", TOKEN, upload_mode="lfs") as h:
