@@ -69,85 +69,9 @@ def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(sign
     assert "interrupted by SIGINT." in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------ kill -9, then resume
-KILLABLE_RUN = """
-import os, signal
-from briskbert.commands.arguments import parse
-from briskbert.training.engine import checkpointing
-from briskbert.training.engine.config import TrainingConfig
-from briskbert.training import run
-from test_training_loop import MLMTask, sequences
-
-(config,) = parse(None, TrainingConfig)
-where, _, step = os.environ.get("KILL_INSIDE_SAVE", "::").partition(":")
-if where:  # SIGKILL this process inside the save of step_<step>, just before the named part of it
-    original = getattr(checkpointing, where)
-
-    def die_first(path, *args, **kwargs):
-        if f"step_{step}" in str(path):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return original(path, *args, **kwargs)
-
-    setattr(checkpointing, where, die_first)
-run(MLMTask(train=sequences(24)), config)
-"""
-
-
-def killable_run(folder: Path, output_dir: str, *extra: str, kill_inside_save: str = "") -> subprocess.Popen:
-    argv = [sys.executable, "run.py", "--output_dir", output_dir, "--max_train_steps", "8", "--logging_steps"]
-    argv += ["1", "--checkpointing_steps", "2", "--per_device_train_batch_size", "4", *extra]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
-    env["KILL_INSIDE_SAVE"] = kill_inside_save
-    return subprocess.Popen(
-        argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def losses(output_dir: Path) -> list:
-    entries = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
-    return [(e["step"], e["loss"]) for e in entries if "loss" in e]
-
-
-@pytest.mark.slow  # four fresh processes (~30 s): the crash-consistency property of the issue
-def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
-    """A SIGKILL inside a checkpoint save (at a random part of it) and another at a random moment: every
-    ``--resume_from_checkpoint latest`` starts from a complete checkpoint and the run ends exactly where an
-    uninterrupted one does (weights and every logged loss). The seed is in the failure message
-    (``BRISKBERT_KILL_SEED`` replays it)."""
-    import torch
-    from safetensors.torch import load_file
-
-    seed = int(os.environ.get("BRISKBERT_KILL_SEED") or random.randrange(10**6))  # to replay a failure
-    draw = random.Random(seed)
-    (tmp_path / "run.py").write_text(KILLABLE_RUN)
-    reference = killable_run(tmp_path, "reference")
-    assert reference.wait(timeout=300) == 0, reference.stderr.read()[-3000:]
-
-    part = draw.choice(["write_manifest", "replace_folder"])  # before the manifest, before the rename
-    inside = killable_run(tmp_path, "out", kill_inside_save=f"{part}:{draw.choice([4, 6])}")
-    assert inside.wait(timeout=300) == -signal.SIGKILL, (seed, inside.stderr.read()[-3000:])
-    assert list((tmp_path / "out").glob(".step_*.partial")), seed  # it did die inside a save
-
-    resumed = killable_run(tmp_path, "out", "--resume_from_checkpoint", "latest")
-    time.sleep(draw.uniform(0.5, 6.0))  # start-up, training or a save: wherever the moment falls
-    resumed.kill()
-    resumed.wait(timeout=60)
-    finished = killable_run(tmp_path, "out", "--resume_from_checkpoint", "latest")
-    _, stderr = finished.communicate(timeout=300)
-    assert finished.returncode == 0 and "Traceback" not in stderr, (seed, stderr[-3000:])
-
-    ours, expected = (
-        load_file(tmp_path / run / "final" / "model.safetensors") for run in ("out", "reference")
-    )
-    assert ours.keys() == expected.keys()
-    assert all(torch.equal(ours[name], expected[name]) for name in expected), seed
-    assert losses(tmp_path / "out") == losses(tmp_path / "reference"), seed
-    assert not list((tmp_path / "out").glob(".*partial")), seed
-
-
-# ------------------------------------------------------------- a signal at any moment: the truth, and no leftovers
-PAUSING_RUN = """
-import os, sys, time, types
+# ------------------------------------------------------------- a real run, killed or signalled at any moment
+TINY_MLM = """
+import os, signal, sys, time, types
 from pathlib import Path
 from briskbert import cli
 from briskbert.commands.arguments import parse
@@ -156,30 +80,22 @@ from briskbert.training.engine import checkpointing, signals
 from briskbert.training.engine.config import TrainingConfig
 from test_training_loop import MLMTask, sequences
 
-where, _, match = os.environ["PAUSE_AT"].partition(":")  # a function, and what its call must mention
+if os.environ["STOP_AT"]:  # a checkpointing function, what its call must mention, and kill or pause there
+    where, match, how = os.environ["STOP_AT"].split(":")
+    original = getattr(checkpointing, where)
 
-
-def pausing(original, label):
-    # Say where the run stands and wait until the test, which sends its signals meanwhile, lets it go on.
-    def paused(*args, **kwargs):
+    def stopped(*args, **kwargs):
         if match in repr(args) + repr(kwargs):
-            print(f"PAUSED {label}", flush=True)
-            go = Path("go")
-            while not go.exists():
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            # Say where the run stands and wait until the test, which sends its signals meanwhile, lets it go on.
+            print("PAUSED", flush=True)
+            while not Path("go").exists():
                 time.sleep(0.01)
-            go.unlink()
+            Path("go").unlink()
         return original(*args, **kwargs)
 
-    return paused
-
-
-targets = {  # preparing data, a checkpoint write, the final save
-    "build": (MLMTask, "build"),
-    "save": (checkpointing, "write_manifest"),
-    "final": (checkpointing, "write_manifest"),
-}
-owner, name = targets[where]
-setattr(owner, name, pausing(getattr(owner, name), where))
+    setattr(checkpointing, where, stopped)
 handle = signals.SignalCatcher._handle
 
 
@@ -202,23 +118,24 @@ sys.modules[job.__name__] = job
 cli.COMMANDS["tiny-mlm"] = "the loop's tiny test job"
 sys.exit(cli.main(["tiny-mlm", *sys.argv[1:]]))
 """
+RESUME = ("--resume_from_checkpoint", "latest")
 
 
-class PausingRun:
-    """A real process training the tiny MLM through ``training_run.train`` (lock, message, card) that stops
-    at ``pause_at`` (``function:what its call mentions``) until the test lets it go on."""
+class TinyMLM:
+    """The loop's tiny job through the command line (lock, messages, card) in a real process, stopped where
+    ``stop_at`` says (``function:what its call mentions:kill|pause``)."""
 
-    def __init__(self, folder: Path, pause_at: str, *extra: str, steps: int = 6):
-        (folder / "run.py").write_text(PAUSING_RUN)
-        self.folder, self.output_dir = folder, folder / "out"
-        argv = [sys.executable, "run.py", "--output_dir", "out", "--max_train_steps", str(steps)]
-        argv += ["--checkpointing_steps", "2", "--per_device_train_batch_size", "4", *extra]
+    def __init__(self, folder: Path, output_dir: str, *extra: str, stop_at: str = "", steps: int = 6):
+        (folder / "run.py").write_text(TINY_MLM)
+        self.folder, self.output_dir = folder, folder / output_dir
+        argv = [sys.executable, "run.py", "--output_dir", output_dir, "--max_train_steps", str(steps)]
+        argv += ["--logging_steps", "1", "--checkpointing_steps", "2", "--per_device_train_batch_size", "4"]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
-        env.update(PAUSE_AT=pause_at, TQDM_DISABLE="1")
+        env.update(STOP_AT=stop_at, TQDM_DISABLE="1")
         self.stderr_file = folder / "stderr.txt"
         with open(self.stderr_file, "w") as stderr:
             self.process = subprocess.Popen(
-                argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+                [*argv, *extra], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
             )
 
     def wait_for(self, prefix: str) -> str:
@@ -247,12 +164,51 @@ class PausingRun:
         found = self.output_dir.glob(".*") if self.output_dir.is_dir() else []
         return sorted(path.name for path in found)
 
+    def losses(self) -> list:
+        entries = [
+            json.loads(line) for line in (self.output_dir / "log_history.jsonl").read_text().splitlines()
+        ]
+        return [(e["step"], e["loss"]) for e in entries if "loss" in e]
+
+
+@pytest.mark.slow  # four fresh processes (~30 s): the crash-consistency property of the issue
+def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
+    """A SIGKILL inside a checkpoint save and another at a random moment, each resumed: the run ends on the
+    uninterrupted run's weights and losses (the seed is in the failure; ``BRISKBERT_KILL_SEED`` replays it)."""
+    import torch
+    from safetensors.torch import load_file
+
+    seed = int(os.environ.get("BRISKBERT_KILL_SEED") or random.randrange(10**6))
+    draw = random.Random(seed)
+    reference = TinyMLM(tmp_path, "reference", steps=8)
+    assert reference.finish() == 0, reference.stderr()[-3000:]
+
+    part = draw.choice(["write_manifest", "replace_folder"])  # before the manifest, before the rename
+    inside = TinyMLM(tmp_path, "out", stop_at=f"{part}:step_{draw.choice([4, 6])}:kill", steps=8)
+    assert inside.finish() == -signal.SIGKILL, (seed, inside.stderr()[-3000:])
+    assert list(inside.output_dir.glob(".step_*.partial")), seed  # it did die inside a save
+
+    resumed = TinyMLM(tmp_path, "out", *RESUME, steps=8)
+    time.sleep(draw.uniform(0.5, 6.0))  # start-up, training or a save: wherever the moment falls
+    resumed.process.kill()
+    resumed.process.wait(timeout=60)
+    finished = TinyMLM(tmp_path, "out", *RESUME, steps=8)
+    assert finished.finish() == 0 and "Traceback" not in finished.stderr(), (seed, finished.stderr()[-3000:])
+
+    ours, expected = (
+        load_file(run.output_dir / "final" / "model.safetensors") for run in (finished, reference)
+    )
+    assert ours.keys() == expected.keys()
+    assert all(torch.equal(ours[name], expected[name]) for name in expected), seed
+    assert finished.losses() == reference.losses(), seed
+    assert not list(finished.output_dir.glob(".*partial")), seed
+
 
 @pytest.mark.slow  # a real process (~6 s): the promise the message makes must hold
 def test_a_signal_during_the_final_save_names_the_checkpoint_and_leaves_nothing_half_written(tmp_path):
     stop = signal.SIGTERM
-    run = PausingRun(tmp_path, "final:.final.partial", steps=4)
-    run.wait_for("PAUSED final")
+    run = TinyMLM(tmp_path, "out", stop_at="write_manifest:.final.partial:pause", steps=4)
+    run.wait_for("PAUSED")
     assert (run.output_dir / ".final.partial").is_dir()  # it is inside the final save
     run.signal(stop)
     assert run.finish() == 128 + stop, run.stderr()[-3000:]
@@ -264,11 +220,11 @@ def test_a_signal_during_the_final_save_names_the_checkpoint_and_leaves_nothing_
 
 @pytest.mark.slow  # two real processes: stopped inside a checkpoint write, then resumed as the message says
 def test_a_second_ctrl_c_inside_a_checkpoint_write_names_the_one_before_and_its_resume_works(tmp_path):
-    run = PausingRun(tmp_path, "save:.step_")
-    run.wait_for("PAUSED save")  # writing step_2
+    run = TinyMLM(tmp_path, "out", stop_at="write_manifest:.step_:pause")
+    run.wait_for("PAUSED")  # writing step_2
     run.signal(signal.SIGINT, acknowledged=True)  # the first: the loop stops after its next step
     run.go_on()
-    run.wait_for("PAUSED save")  # writing step_3, the checkpoint the first Ctrl-C asked for
+    run.wait_for("PAUSED")  # writing step_3, the checkpoint the first Ctrl-C asked for
     run.signal(signal.SIGINT)
     assert run.finish() == 130, run.stderr()[-3000:]
     message = run.stderr()
@@ -277,7 +233,7 @@ def test_a_second_ctrl_c_inside_a_checkpoint_write_names_the_one_before_and_its_
 
     command = message.split("Resume with:\n")[1].splitlines()[0].strip()
     assert command.endswith("--resume_from_checkpoint latest"), command
-    resumed = PausingRun(tmp_path, "build:never", *shlex.split(command)[2:])  # the same flags, resumed
+    resumed = TinyMLM(tmp_path, "out", *shlex.split(command)[2:])  # the same flags, resumed
     assert resumed.finish() == 0, resumed.stderr()[-3000:]
     assert json.loads((run.output_dir / "all_results.json").read_text())["train_steps"] == 6
 
