@@ -1,10 +1,6 @@
-"""A plain (non-editable) install, used from the repository root as the README's tour does.
-
-``python -m`` and ``python -c`` put the current directory first on ``sys.path``; a checkout whose root held a
-``briskbert`` folder with only part of the package would shadow the installed one there, and every
-``python -m briskbert ...`` typed in the clone (and every briskbert subprocess, such as an ablation's runs)
-would fail with ``No module named 'briskbert.tokenization'``.
-"""
+"""A plain (non-editable) install: it holds every module under the one ``briskbert`` namespace, and works from
+the repository root as the README's tour uses it (``python -m`` puts the current directory first on ``sys.path``:
+a ``briskbert`` folder in the clone's root would shadow the installed package)."""
 
 import os
 import subprocess
@@ -12,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_architecture import module_files
 
 from briskbert.processes import briskbert_argv
 
@@ -34,6 +31,19 @@ def installed(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
     # The editable install's finder comes after the path entries, so the built copy wins.
     return {**env, "PYTHONPATH": str(target), "TOKENIZERS_PARALLELISM": "false"}
+
+
+def test_the_install_holds_every_module_and_nothing_outside_the_briskbert_namespace(installed):
+    """`pip install .` puts no generic top-level package (training, modeling, ...) in site-packages."""
+    target = Path(installed["PYTHONPATH"])
+    assert {p.name for p in target.iterdir() if not p.name.endswith(".dist-info")} == {"briskbert", "bin"}
+    for module, source in module_files().items():
+        path = module.replace(".", "/") + ("/__init__.py" if source.name == "__init__.py" else ".py")
+        assert (target / path).is_file(), f"{source.relative_to(ROOT)} is not installed: list its package"
+    for data_file in ("briskbert/hub_cards/templates/model_card.md", "briskbert/data/wikitext2_excerpt.txt"):
+        assert (target / data_file).is_file(), data_file
+    (entry_points,) = target.glob("briskbert-*.dist-info/entry_points.txt")
+    assert "briskbert = briskbert.cli:main" in entry_points.read_text()
 
 
 def _run_in_root(argv: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
