@@ -102,19 +102,14 @@ def test_the_card_says_what_the_evaluation_data_is(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- what the plot shows
-def drawn(figure):
-    figure.canvas.draw()
-    return figure.canvas.get_renderer()
-
-
 def test_a_lone_validation_point_is_not_under_the_legend_and_steps_are_whole():
     history = [{"step": s, "loss": 2.0 - 0.2 * s} for s in (1, 2, 3)] + [{"step": 3, "eval_loss": 1.9}]
     figure = curve_figure(history)
-    renderer = drawn(figure)
+    figure.canvas.draw()
     (loss_axis,) = visible_axes(figure)
     lines = {line.get_label(): line for line in loss_axis.get_lines()}
     point = loss_axis.transData.transform((3, 1.9))  # the point in pixels, as drawn
-    assert not loss_axis.get_legend().get_window_extent(renderer).contains(*point)
+    assert not loss_axis.get_legend().get_window_extent(figure.canvas.get_renderer()).contains(*point)
     assert loss_axis.get_xlabel() == "optimizer step"
     ticks = [tick for tick in loss_axis.get_xticks() if 0 <= tick <= 3]
     assert ticks and all(float(tick).is_integer() for tick in ticks), ticks  # no "0.5 steps"
@@ -174,26 +169,15 @@ def test_a_checkpoint_stores_a_tied_weight_once_without_a_warning(tmp_path, capl
 
 
 # ------------------------------------------------------------------------------------------ file modes
-@pytest.fixture
-def umask_022():
-    previous = os.umask(0o022)
-    yield 0o666 & ~0o022
-    os.umask(previous)
-
-
-def modes(folder):
-    """Each file's permission bits, by path under ``folder``."""
-    return {
-        p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode)
-        for p in folder.rglob("*")
-        if p.is_file()
-    }
-
-
-def test_weights_and_every_file_written_honour_the_umask(umask_022, tmp_path):
+def test_weights_and_every_file_written_honour_the_umask(tmp_path):
     """safetensors writes through a private temporary file (0o600): a teammate could not read the weights."""
-    result = train(tmp_path, "--max_train_steps", "2", "--checkpointing_steps", "1")
-    written = modes(tmp_path)
-    assert "final/model.safetensors" in written and "step_2/model.safetensors" in written
-    assert set(written.values()) == {umask_022}
+    previous = os.umask(0o022)
+    try:
+        result = train(tmp_path, "--max_train_steps", "2", "--checkpointing_steps", "1")
+    finally:
+        os.umask(previous)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in written}
+    assert "final/model.safetensors" in modes and "step_2/model.safetensors" in modes
+    assert set(modes.values()) == {0o644}
     assert result.final_dir.stat().st_mode & 0o777 == 0o755
