@@ -21,6 +21,7 @@ from briskbert.training.experiments.ablation import (
     AblationSettings,
     parse_variants,
     run_pretraining,
+    tokenizer_definition,
 )
 
 EXCERPT = Path(__file__).resolve().parents[1] / "data" / "wikitext2_excerpt.txt"
@@ -132,3 +133,32 @@ def test_a_config_file_names_its_variant_and_a_name_is_used_once():
     assert parse_variants(["configs/my.json"], None)[0][:2] == ("my", "configs/my.json")
     with pytest.raises(UserError, match=r"the variant name\(s\) \['a'\] appear more than once"):
         parse_variants(["a:bert-tiny", "a:modern-tiny"], None)
+
+
+def test_a_given_tokenizer_is_compared_by_its_definition_not_its_bytes(ablation, minilm_path, tmp_path):
+    """Each run saves the given tokenizer again through transformers: other bytes, the same tokenizer."""
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(tmp_path)
+    assert (tmp_path / "tokenizer.json").read_bytes() != (minilm_path / "tokenizer.json").read_bytes()
+    assert tokenizer_definition(tmp_path) == tokenizer_definition(minilm_path)
+    assert tokenizer_definition(tmp_path) != tokenizer_definition(ablation[0] / "tokenizer")
+
+
+def test_a_tokenizer_folder_without_tokenizer_json_is_refused(tmp_path, capsys):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    argv = [
+        "ablate",
+        "--train_file",
+        str(EXCERPT),
+        "--configs",
+        "bert-tiny",
+        "--tokenizer_name",
+        str(tmp_path),
+    ]
+    assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith(f"error: --tokenizer_name {tmp_path} has no tokenizer.json")
+        and error.count("\n") == 1
+    )

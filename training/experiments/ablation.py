@@ -153,9 +153,11 @@ class AblationSettings:
                 f"{self.train_file}: the shared tokenizer can only be trained on a text file; "
                 "train one with `briskbert train-tokenizer` and give it as tokenizer_name.",
             )
-        if self.tokenizer_name and not tokenizer_file(Path(self.tokenizer_name)).is_file():
+        if self.tokenizer_name and not (Path(self.tokenizer_name) / "tokenizer.json").is_file():
             raise SettingError(
-                "tokenizer_name", f"{self.tokenizer_name}: no tokenizer.json or vocab.txt in it."
+                "tokenizer_name",
+                f"{self.tokenizer_name} has no tokenizer.json, which each run's saved tokenizer is checked "
+                "against; save the tokenizer with save_pretrained or train one with `briskbert train-tokenizer`.",
             )
         if self.max_train_steps is not None and self.max_train_tokens is not None:
             raise SettingError("max_train_steps", "or max_train_tokens: give one, not both.")
@@ -205,9 +207,13 @@ def check_variants(settings: AblationSettings) -> None:
             raise SettingError("configs", f"variant {variant.name!r}: {error}") from None
 
 
-def tokenizer_file(folder: Path) -> Path:
-    """The file that defines a tokenizer's vocabulary and pipeline (its digest names the tokenizer)."""
-    return folder / "tokenizer.json" if (folder / "tokenizer.json").is_file() else folder / "vocab.txt"
+def tokenizer_definition(folder: Path) -> dict:
+    """``folder``'s tokenizer as the tokenizers library reads it, without padding and truncation: a copy saved by
+    transformers differs in bytes (layout, those two settings), never in this."""
+    from tokenizers import Tokenizer
+
+    definition = json.loads(Tokenizer.from_file(str(folder / "tokenizer.json")).to_str())
+    return {key: value for key, value in definition.items() if key not in ("padding", "truncation")}
 
 
 def run_ablation(settings: AblationSettings, extra: list[str]) -> dict[tuple[str, int], dict]:

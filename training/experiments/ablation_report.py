@@ -15,7 +15,7 @@ from briskbert.files import file_digest, write_atomic
 from briskbert.training.experiments.ablation import (
     AblationSettings,
     read_history,
-    tokenizer_file,
+    tokenizer_definition,
     wall_time_s,
 )
 from briskbert.training.tasks.pretraining_settings import parse_config_overrides
@@ -94,7 +94,6 @@ def read_run(run_dir: Path, record: dict, probe: bool) -> dict:
         "peak_rss_mib": max((segment["peak_rss_mib"] for segment in record["segments"]), default=None),
         "wall_time_s": round(wall_time_s(record), 1),
         "processes": len(record["segments"]),
-        "tokenizer_sha256": file_digest(tokenizer_file(run_dir / "final")),
         "command": shlex.join(["briskbert", *record["argv"]]),
         "curve": validation_curve(read_history(run_dir / "log_history.jsonl")),
     }
@@ -117,19 +116,19 @@ def spread(values: list) -> dict:
 
 def build_results(settings: AblationSettings, records: dict) -> dict:
     columns = COLUMNS + ((PROBE_COLUMN,) if settings.finetune_probe else ())
-    shared_sha256 = file_digest(tokenizer_file(settings.tokenizer_dir))
+    shared_sha256 = file_digest(settings.tokenizer_dir / "tokenizer.json")
+    shared_tokenizer = tokenizer_definition(settings.tokenizer_dir)
     variants = []
     for variant in settings.variants:
         runs = {}
         for seed in settings.seeds:
             run_dir = Path(settings.output_dir) / variant.name / f"seed{seed}"
-            run = runs[str(seed)] = read_run(
-                run_dir, records[variant.name, seed], bool(settings.finetune_probe)
-            )
-            if run["tokenizer_sha256"] != shared_sha256:  # another tokenizer would not be a fair comparison
+            runs[str(seed)] = read_run(run_dir, records[variant.name, seed], bool(settings.finetune_probe))
+            # another tokenizer would not be a fair comparison
+            if tokenizer_definition(run_dir / "final") != shared_tokenizer:
                 raise RuntimeError(
-                    f"{variant.name} seed {seed} saved a tokenizer that differs from the shared one "
-                    f"(sha256 {run['tokenizer_sha256'][:12]} vs {shared_sha256[:12]})."
+                    f"{variant.name} seed {seed} saved a tokenizer that differs from the shared one in "
+                    f"{settings.tokenizer_dir}."
                 )
         summary = {c.key: spread([run[c.key] for run in runs.values()]) for c in columns}
         overrides = parse_config_overrides(variant.overrides)
