@@ -2,6 +2,7 @@
 loop-level behaviour is in ``test_run_safety.py`` and ``test_training_loop.py``)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,7 @@ def make_checkpoint(folder: Path, step: int) -> Path:
 
 def identity(**changes) -> RunIdentity:
     fields = {"arguments": {"learning_rate": 0.001, "seed": 1}, "train_data": "aaa", "eval_data": "bbb"}
-    fields.update(model="bert-tiny")
-    fields.update(changes)
-    return RunIdentity(**fields)
+    return RunIdentity(**{**fields, "model": "bert-tiny", **changes})
 
 
 # -------------------------------------------------------------------------------------------- the state
@@ -222,8 +221,6 @@ def test_total_limit_keeps_the_newest_checkpoints_and_a_step_saved_again_replace
 
 
 def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):
-    import os
-
     accelerator, *_ = tiny_training()
     save_checkpoint(accelerator, tmp_path, TrainingState(global_step=1), identity(), total_limit=None)
     (tmp_path / "step_1" / "busy.lock").write_text("held open elsewhere")

@@ -85,8 +85,7 @@ def test_a_corrupt_checkpoint_file_is_skipped_for_the_newest_intact_one(run_copy
     "name, fault", [(name, ["truncate", "garbage"][i % 2]) for i, name in enumerate(CHECKPOINT_FILES)]
 )
 def test_without_a_manifest_a_file_that_does_not_load_is_still_caught(run_copy, name, fault, caplog):
-    """Checkpoints saved before manifests: what does not load is caught by loading it (flipped bytes in a
-    tensor's data are not: only the manifest sees those)."""
+    """Checkpoints saved before manifests: a file that does not load is caught by loading it."""
     for step in ("step_2", "step_4"):
         (run_copy / step / MANIFEST_FILE).unlink()
     FAULTS[fault](run_copy / "step_4" / name)
@@ -96,8 +95,7 @@ def test_without_a_manifest_a_file_that_does_not_load_is_still_caught(run_copy, 
 
 
 def test_a_resume_past_a_bit_flipped_checkpoint_equals_the_uninterrupted_run(finished_run, run_copy):
-    """The issue's reproduction: flipped bytes in the newest checkpoint's weights resumed silently into
-    another model. Now the resume starts from step_2 and ends on the uninterrupted run's weights exactly."""
+    """The issue's reproduction: a bit-flipped newest checkpoint is passed over; the weights end the same."""
     flip(run_copy / "step_4" / "model.safetensors")
     shutil.rmtree(run_copy / "final")
     result = train(run_copy, *STEPS, "--resume_from_checkpoint", "latest")

@@ -110,9 +110,8 @@ os._exit(0)  # past this point only interpreter teardown, where gloo's threads n
 
 @pytest.mark.slow
 def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="modern-tiny"):
-    """A real 2-process FSDP2 job (gloo, CPU; sharded with torch's `fully_shard` as accelerate's FSDP2 path does,
-    since accelerate runs FSDP on GPUs only) trains exactly like one unsharded process, and its saved folder
-    ships its remote code. Slow (~15 s), but the only check of DTensor parameters with the tied decoder."""
+    """A 2-process FSDP2 job (gloo, CPU, torch's `fully_shard` as accelerate's FSDP2 path does) trains like
+    one process and saves its remote code. Slow (~15 s), but the one check of DTensor weights with ties."""
     script = tmp_path / "worker.py"
     script.write_text(f"PRESET = {preset!r}\n" + FSDP_WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -16,8 +16,7 @@ import pytest
 
 @pytest.fixture
 def signal_job(monkeypatch):
-    """Registers a job (``main`` given) under ``interrupted-job``; the handlers an interrupted ``cli.main``
-    leaves behind (further signals ignored, as the process is ending) are put back."""
+    """Registers a job (``main`` given) as ``interrupted-job``; puts back the handlers ``cli.main`` leaves."""
     import types
 
     from briskbert import cli
@@ -88,7 +87,7 @@ if os.environ["STOP_AT"]:  # a checkpointing function, what its call must mentio
         if match in repr(args) + repr(kwargs):
             if how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-            # Say where the run stands and wait until the test, which sends its signals meanwhile, lets it go on.
+            # Say where the run stands; wait until the test, which sends its signals meanwhile, lets it go on.
             print("PAUSED", flush=True)
             while not Path("go").exists():
                 time.sleep(0.01)
@@ -173,8 +172,8 @@ class TinyMLM:
 
 @pytest.mark.slow  # four fresh processes (~30 s): the crash-consistency property of the issue
 def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
-    """A SIGKILL inside a checkpoint save and another at a random moment, each resumed: the run ends on the
-    uninterrupted run's weights and losses (the seed is in the failure; ``BRISKBERT_KILL_SEED`` replays it)."""
+    """A SIGKILL inside a checkpoint save and another at a random moment, each resumed: the run ends on
+    the uninterrupted run's weights and losses (a failure names its seed: ``BRISKBERT_KILL_SEED`` replays)."""
     import torch
     from safetensors.torch import load_file
 
@@ -239,8 +238,7 @@ def test_a_second_ctrl_c_inside_a_checkpoint_write_names_the_one_before_and_its_
 
 
 def test_a_signal_outside_the_loop_names_the_newest_intact_checkpoint(tmp_path, capsys):
-    """In-process twin of the moments above: SIGTERM while no step runs ends the run with 143 and the newest
-    checkpoint that verifies; a damaged newer one is passed over."""
+    """SIGTERM while no step runs: status 143, naming the newest checkpoint that verifies, or none."""
     from briskbert.files import write_manifest
     from briskbert.training.engine.checkpointing import TrainingState
     from briskbert.training.engine.signals import TrainingInterrupted, stopping

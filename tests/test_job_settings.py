@@ -38,8 +38,7 @@ def test_the_negative_pool_defaults_to_three_times_the_negatives_behind_a_retrie
 
 
 def test_warm_up_is_a_tenth_of_the_run_unless_a_step_count_overrides_it():
-    """The shared defaults (docs/results.md, "Small runs against transformers' Trainer"): 1e-4 after 10%
-    warm-up; --num_warmup_steps, given with or without --warmup_ratio, is the warm-up as given."""
+    """The shared defaults (docs/results.md): 1e-4 after 10% warm-up, or --num_warmup_steps as given."""
     from test_training_loop import config
 
     default = config("--output_dir", "x")

@@ -87,8 +87,7 @@ def test_a_gpu_run_is_checked_against_the_gpus_free_memory_in_its_autocast_dtype
 
 
 def test_sdpa_stores_no_attention_scores_and_eager_attention_does():
-    """At a fixed number of tokens a batch, SDPA's activations do not grow with the sequence (no seq x seq
-    scores kept), eager attention's do."""
+    """At fixed tokens a batch, SDPA's activations do not grow with the sequence; eager attention's do."""
 
     def activations(attention, batch, seq):
         return estimate_training_memory(

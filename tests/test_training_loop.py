@@ -72,7 +72,7 @@ def config(*argv: str) -> TrainingConfig:
 
 
 class MLMTask(Task):
-    """Masked-language modelling of the fake sequences (20 by default) with a tiny model: the loop's test job."""
+    """Masked-language modelling of the fake sequences (20 by default), a tiny model: the loop's test job."""
 
     def __init__(
         self, model=None, train=None, evaluation=None, evaluate_fn=None, job_facts=None, collator=None
@@ -136,8 +136,7 @@ def pad(examples):
 
 
 def test_an_accumulated_window_trains_like_one_batch_of_all_its_items(tmp_path):
-    """Three micro-batches of 4 (with unequal masked-token counts) give the loss and gradient norm of one
-    batch of 12: each micro-batch's mean loss is weighted by its share of the window's items."""
+    """Micro-batches of 4 with unequal masked-token counts give one batch of 12's loss and gradient norm."""
     logged = []
     for batch, accumulation in (("12", "1"), ("4", "3")):
         flags = ("--per_device_train_batch_size", batch, "--gradient_accumulation_steps", accumulation)
@@ -167,8 +166,7 @@ def test_gradients_are_clipped_to_the_flag_and_zero_turns_clipping_off(tmp_path,
 
 
 def test_each_step_moves_the_weights_with_the_scheduled_learning_rate(finished_run):
-    """The schedule is stepped once per optimizer step: linear warm-up over 2 steps to 1e-3, then linear
-    decay to 0 at step 6 (worked out by hand); and the optimizer really changed the weights."""
+    """Warm-up over 2 steps to 1e-3, then linear decay to 0 at step 6 (by hand); the weights really moved."""
     result = finished_run
     rates = [e["learning_rate"] for e in result.history if "loss" in e]
     assert rates == pytest.approx([5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], abs=1e-12)
@@ -184,8 +182,7 @@ HOST_READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool_
 
 
 def test_a_training_step_never_reads_the_device_from_the_host(tmp_path, monkeypatch):
-    """The step (forward, backward, clipping, the divergence check, the optimizer) reads nothing back from the
-    device, so the host can queue the next step while the GPU runs this one; the counters are read at the logs."""
+    """A step reads nothing back from the device (the host queues the next meanwhile); the logs do."""
     reads, inside = [], [False]
 
     def counting(name, method):
@@ -216,8 +213,7 @@ def test_a_training_step_never_reads_the_device_from_the_host(tmp_path, monkeypa
 
 
 def test_a_nan_loss_is_never_applied_and_stops_the_run_at_the_next_log(tmp_path):
-    """The NaN of step 2 is checked on the device: neither it nor any later step changes a weight, and the run
-    stops with the step named at the log of step 4."""
+    """A NaN at step 2, checked on the device: no weight changes after it; the log of step 4 stops the run."""
     model, calls, weights = tiny_model(dropout=0.0), [], {}
 
     def nan_loss_at_step_2(module, args, kwargs, outputs):
@@ -257,8 +253,7 @@ def test_loader_workers_prepare_the_same_batches_epoch_after_epoch():
 
 # --------------------------------------------------------------------------------- interruption, resume
 def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path, finished_run):
-    """SIGTERM at step 4 (mid-epoch, after an epoch boundary and an evaluation, dropout on) saves a
-    checkpoint; resuming gives the same losses at steps 5-6 as a run that was never interrupted."""
+    """SIGTERM at step 4 (mid-epoch, after an evaluation, dropout on), resumed: steps 5-6 as never stopped."""
     reference = finished_run
 
     def kill_at_4(entry):
