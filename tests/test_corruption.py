@@ -24,14 +24,9 @@ from briskbert.training import TrainingDiverged
 from briskbert.training.engine import checkpointing
 from briskbert.training.engine.checkpointing import resolve_checkpoint
 
-CHECKPOINT_FILES = (
-    "model.safetensors",
-    "optimizer.bin",
-    "custom_checkpoint_0.pkl",  # the learning-rate scheduler
-    "random_states_0.pkl",
-    "trainer_state.json",
-    "run_identity.json",
-)
+# custom_checkpoint_0.pkl holds the learning-rate scheduler
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.bin", "custom_checkpoint_0.pkl", "random_states_0.pkl")
+CHECKPOINT_FILES += ("trainer_state.json", "run_identity.json")
 STEPS = ("--max_train_steps", "4", "--checkpointing_steps", "2")
 
 

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from test_training_loop import MLMTask, config, sequences, tiny_model
 from transformers import SchedulerType
 
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.files import LOCK_FILE, MANIFEST_FILE, folder_lock, manifest_problem, write_manifest
 from briskbert.training import TrainingDiverged, run
 from briskbert.training.engine.config import SCHEDULER_NAMES
@@ -330,8 +330,6 @@ def test_a_resume_on_another_number_of_processes_is_refused_naming_it(used_run):
 
 
 def test_a_resume_into_fewer_steps_than_the_checkpoint_took_is_refused_naming_the_setting(used_run):
-    from briskbert.errors import SettingError
-
     final = (used_run / "final" / "model.safetensors").read_bytes()
     with pytest.raises(
         SettingError, match=r"^max_train_steps 3 is fewer than the 4 steps its checkpoint .*step_4 has taken"

@@ -54,14 +54,8 @@ def sequences(n, length=24, seed=0):
 
 def tiny_model(seed=0, dropout=0.1):
     torch.manual_seed(seed)
-    config = BriskBertConfig.from_preset(
-        "bert-tiny",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-    )
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=VOCAB, hidden_size=32, intermediate_size=64)
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
     return BriskBertForMaskedLM(config)
 
 
