@@ -11,29 +11,53 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def _gather(tensor: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    """Every process's shard concatenated in rank order, differentiable with respect to every shard (torch's
-    all_gather, whose backward sums all processes' gradients, even on gloo); the shards' lengths."""
-    from torch.distributed.nn.functional import all_gather
-
+def _shard_sizes(tensor: torch.Tensor) -> list[int]:
     size = torch.tensor([tensor.shape[0]], device=tensor.device)
     sizes = [torch.zeros_like(size) for _ in range(world_size())]
     dist.all_gather(sizes, size)
-    sizes = [int(s) for s in sizes]
-    # all_gather needs equal shapes: each shard is padded to the longest, and the padding cut off again
-    padded = torch.cat([tensor, tensor.new_zeros((max(sizes) - tensor.shape[0], *tensor.shape[1:]))])
-    return torch.cat([piece[:size] for piece, size in zip(all_gather(padded), sizes)]), sizes
+    return [int(s) for s in sizes]
+
+
+def _gather(tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Every process's shard (of length ``sizes[rank]``), concatenated in rank order."""
+    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))  # all_gather needs equal shapes
+    padded[: tensor.shape[0]] = tensor
+    pieces = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(pieces, padded.contiguous())
+    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes)])
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        ctx.sizes, ctx.rank = _shard_sizes(tensor), dist.get_rank()
+        return _gather(tensor, ctx.sizes)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        sizes, rank = ctx.sizes, ctx.rank
+        padded = grad.new_zeros((len(sizes), max(sizes), *grad.shape[1:]))
+        offset = 0
+        for index, size in enumerate(sizes):
+            padded[index, :size] = grad[offset : offset + size]
+            offset += size
+        # Every process's loss depends on every shard: sum their gradients, keep this process's shard.
+        dist.all_reduce(padded)
+        return padded[rank, : sizes[rank]]
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """All processes' ``tensor`` concatenated along dim 0 (shards may differ in length), differentiable with
-    respect to every shard."""
-    return _gather(tensor)[0] if world_size() > 1 else tensor
+    """All processes' ``tensor`` concatenated along dim 0, differentiable with respect to every shard (as
+    ``torch.distributed.nn.all_gather``, but for shards of different lengths and on gloo, which lacks
+    reduce-scatter)."""
+    if world_size() == 1:
+        return tensor
+    return _GatherWithGrad.apply(tensor)
 
 
 def gather_with_offset(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     """``(all processes' tensor, where this process's shard starts)``, without gradients (labels, ids)."""
     if world_size() == 1:
         return tensor, 0
-    gathered, sizes = _gather(tensor.detach())
-    return gathered, sum(sizes[: dist.get_rank()])
+    sizes = _shard_sizes(tensor)
+    return _gather(tensor, sizes), sum(sizes[: dist.get_rank()])
