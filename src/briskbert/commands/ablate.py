@@ -65,7 +65,3 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + markdown_table(results))
     print(f"Wrote {settings.output_dir}/results.md, results.json and curves.png.")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -72,7 +72,3 @@ def main(argv=None):
         f"indexing {config['indexing_s']} s)"
     )
     return config
-
-
-if __name__ == "__main__":
-    main()

@@ -73,7 +73,3 @@ def main(argv: list[str] | None = None):
         f"Converted {args.src} -> {args.out} as {type(model).__name__} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters)."
     )
-
-
-if __name__ == "__main__":
-    main()

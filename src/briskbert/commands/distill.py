@@ -28,7 +28,3 @@ def main(argv=None):
     from briskbert.training.tasks.distill import DistillationTask
 
     return train(DistillationTask(setup, data, settings), config)
-
-
-if __name__ == "__main__":
-    main()

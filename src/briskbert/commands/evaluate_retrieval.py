@@ -99,7 +99,3 @@ def format_report(report: dict) -> str:
     for stage in stages:
         lines.append(f"{labels[stage]:<{width}}" + "".join(f"{report[stage][name]:>11.4f}" for name in names))
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

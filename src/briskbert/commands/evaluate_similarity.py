@@ -56,7 +56,3 @@ def main(argv=None):
         Path(pairs_file.output_dir).mkdir(parents=True, exist_ok=True)
         write_atomic(Path(pairs_file.output_dir) / METRICS_FILE, json.dumps(report, indent=2))
     return report
-
-
-if __name__ == "__main__":
-    main()

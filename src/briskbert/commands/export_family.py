@@ -67,7 +67,3 @@ def main(argv: list[str] | None = None):
         f"Wrote {args.output_dir} as {class_name} (loads with plain transformers, no remote code); its outputs "
         f"match {args.model_dir} within {difference:.1e} (fp32)."
     )
-
-
-if __name__ == "__main__":
-    main()

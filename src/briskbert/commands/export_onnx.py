@@ -11,7 +11,6 @@ difference of each output (at real tokens); exits 1 when it exceeds ``--atol``.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +85,3 @@ def main(argv: list[str] | None = None) -> int:
         raise CommandFailed(f"max abs difference {worst:.2e} exceeds --atol {args.atol:g}.")
     print(f"OK: max abs difference {worst:.2e} <= --atol {args.atol:g}.")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

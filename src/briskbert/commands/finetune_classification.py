@@ -29,7 +29,3 @@ def main(argv=None):
 
     # the task checks the model folder and reads the data before torch is imported
     return train(ClassificationTask(model, data, settings), config)
-
-
-if __name__ == "__main__":
-    main()

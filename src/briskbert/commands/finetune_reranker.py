@@ -46,7 +46,3 @@ def main(argv=None):
     from briskbert.commands.training_run import train
 
     return train(task, config)
-
-
-if __name__ == "__main__":
-    main()

@@ -117,7 +117,3 @@ def main(argv=None) -> int:
     finally:
         server.server_close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

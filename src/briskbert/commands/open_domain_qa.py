@@ -124,7 +124,3 @@ def format_metrics(metrics: dict, depths) -> str:
             f"{row['target_exact_match']:>10.3f} {row['exact_match_reader_scores_only']:>23.3f}"
         )
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

@@ -38,7 +38,3 @@ def main(argv: list[str] | None = None):
     from briskbert.training.tasks.pretraining import PretrainingTask
 
     return train(PretrainingTask(settings), config)
-
-
-if __name__ == "__main__":
-    main()

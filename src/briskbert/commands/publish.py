@@ -13,7 +13,6 @@ damaged folder (its manifest, a weights header, config or tokenizer) stops the p
 sent, --no_verify included. The commit is tagged only after it passed verification.
 """
 
-import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -98,7 +97,3 @@ def main(argv=None) -> int:
         max_shard_size=args.max_shard_size,
     )
     return 0 if (args.dry_run or args.no_verify or result.verified) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

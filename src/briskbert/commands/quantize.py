@@ -29,8 +29,6 @@ precision, the size, the agreement and the accuracies.
 
 from __future__ import annotations
 
-import sys
-
 from briskbert.commands.arguments import parse
 from briskbert.extras import require_extra
 from briskbert.quantization.request import QuantizeRequest
@@ -51,7 +49,3 @@ def main(argv: list[str] | None = None) -> int:
         f"smaller than fp32 ({sizes['fp32'] / 2**20:.1f} MiB)."
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

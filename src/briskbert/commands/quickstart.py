@@ -430,7 +430,3 @@ def print_summary(
     print(f"  {f'{total:.1f} s':>9}  in all")
     if skipped := sum(taken is None for taken in seconds.values()):
         print(f"{skipped} of {len(seconds)} steps were done in an earlier run; --fresh runs them all again.")
-
-
-if __name__ == "__main__":
-    main()

@@ -117,7 +117,3 @@ def main(argv: list[str] | None = None) -> int:
         f"Trained a {args.model} tokenizer in {seconds:.1f} s: vocabulary size {len(tokenizer)}; saved to {args.output_dir}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
