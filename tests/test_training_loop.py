@@ -26,6 +26,7 @@ from briskbert.training import (
 )
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.engine import loop
+from briskbert.training.engine.config import TrainingSetupError
 from briskbert.training.engine.evaluation import Evaluation
 from briskbert.training.engine.loop import EpochShuffleSampler, create_accelerator, make_dataloader, prepare
 from briskbert.training.engine.signals import SignalCatcher, report
@@ -71,7 +72,8 @@ class MLMTask(Task):
     def __init__(
         self, model=None, train=None, evaluation=None, evaluate_fn=None, job_facts=None, collator=None
     ):
-        self.model, self.train, self.evaluation = model or tiny_model(), train or sequences(20), evaluation
+        self.model, self.evaluation = model or tiny_model(), evaluation
+        self.train = sequences(20) if train is None else train
         self.evaluate_fn, self.job_facts = evaluate_fn, job_facts or JobFacts()
         self.collator = collator or MaskingCollator(FakeTokenizer(), seed=42)
 
@@ -303,10 +305,20 @@ def test_outputs_checkpoint_rotation_and_best_model(finished_run):
     facts = json.loads((tmp_path / "final" / "training_facts.json").read_text())
     for key in ("train_steps", "tokens_seen", "hardware", "wall_time_s", "metrics", "global_batch_size"):
         assert key in facts, key
+    assert (
+        facts["global_batch_size"] == 4 * 1 * 2 and 0 < facts["wall_time_s"] < 120
+    )  # batch x processes x steps
+    speed = results["tokens_seen"] / results["train_runtime_s"]
+    assert results["train_tokens_per_s"] == pytest.approx(speed, rel=0.05)
     assert result.best_metric["name"] == "eval_loss"
     lines = [json.loads(line) for line in (tmp_path / "log_history.jsonl").read_text().splitlines()]
     assert [e["step"] for e in lines if "loss" in e] == [1, 2, 3, 4, 5, 6]
     assert all(e["tokens_per_s"] > 0 and e["grad_norm"] > 0 for e in lines if "loss" in e)
+
+
+def test_an_empty_training_set_is_refused_before_a_step(tmp_path):
+    with pytest.raises(TrainingSetupError, match="The training dataset is empty"):
+        run(MLMTask(train=[]), config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
 
 
 def test_an_epoch_of_accumulated_batches_is_that_many_steps_and_checkpoints_by_epoch_end_it(tmp_path):
