@@ -271,8 +271,9 @@ def test_ref_names_follow_git_rules_and_branches_and_tags_share_one_namespace(hu
     assert api(hub, "GET", f"/testuser/r/resolve/{head}/.gitattributes")[0] == 200  # a commit id still reads
     assert commit(hub, "testuser/r", file_line("later.txt"))[0] == 200
     status, body = api(hub, "POST", "/api/models/testuser/r/branch/t-v1.0", {"startingPoint": "main"})
-    assert status == 409 and "share one namespace" in body["error"]
-    assert api(hub, "POST", "/api/models/testuser/r/tag/main", {"tag": "dev_1"})[0] == 409
+    assert status == 409 and body["error"].startswith("A tag named t-v1.0 already exists; branches and tags")
+    status, body = api(hub, "POST", "/api/models/testuser/r/tag/main", {"tag": "dev_1"})
+    assert status == 409 and body["error"].startswith("A branch named dev_1 already exists")
     assert api(hub, "GET", "/api/models/testuser/r/revision/t-v1.0")[1]["sha"] == head  # still the tag
 
 
