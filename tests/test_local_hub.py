@@ -224,6 +224,7 @@ def test_real_clients_roundtrip(tmp_path, xet):
 
 def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, caplog):
     files = {"config.json": b'{"a": 1}', "weights.bin": b"\0weights" * 50, "notes.txt": b"notes " * 50}
+    files["gone.txt"] = b"deleted from the blob store"
     data = tmp_path / "data"
     with BackgroundHub(data, TOKEN) as h:
         for name in ("good", "broken-meta", "broken-refs", "broken-tree"):
@@ -239,6 +240,7 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
         with open(blobs[path], "r+b") as fh:  # the same size, one byte flipped
             fh.seek(3)
             fh.write(bytes([fh.read(1)[0] ^ 1]))
+    blobs["gone.txt"].unlink()
     with caplog.at_level("ERROR", logger="hub_server"), BackgroundHub(data, TOKEN) as h:
         assert api(h, "GET", "/testuser/good/resolve/main/config.json") == (
             200,
@@ -250,6 +252,7 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
             ("/api/models/testuser/broken-tree", f"(trees/{tree_head}.json: not a file table"),
             ("/testuser/good/resolve/main/weights.bin", "of weights.bin is damaged (its sha256 changed)"),
             ("/testuser/good/resolve/main/notes.txt", "of notes.txt is damaged (its git blob sha1 changed)"),
+            ("/testuser/good/resolve/main/gone.txt", "of gone.txt is damaged (missing)"),
         ]:
             status, headers, _ = call(h.url + path, headers=AUTH)
             assert (status, headers["X-Error-Code"]) == (500, "StorageDamaged"), path
