@@ -314,6 +314,7 @@ def test_a_deleted_branch_takes_what_only_it_reached_even_after_a_crash_while_co
         for branch in ("staging", "tagged"):
             assert api(h, "POST", f"/api/models/testuser/r/branch/{branch}", {})[0] == 200
         staged = commit_to(h, "staging", ("secret.txt", b"unverified"), ("copy.txt", b"shared"))
+        older = commit_to(h, "tagged", ("t0.txt", b"older"))  # reached only as the parent of the tagged one
         tagged = commit_to(h, "tagged", ("t.txt", b"tagged"))
         assert api(h, "POST", "/api/models/testuser/r/tag/tagged", {"tag": "v1"})[0] == 200
 
@@ -332,6 +333,15 @@ def test_a_deleted_branch_takes_what_only_it_reached_even_after_a_crash_while_co
         assert not list(data.glob(f"repos/*/*/*/*/{staged}.json"))
         assert blob_file(data, b"shared").is_file()  # another repo's commit names it
         assert api(h, "GET", f"/testuser/r/resolve/{tagged}/t.txt") == (200, b"tagged")  # a tag reaches it
+        assert api(h, "POST", "/api/models/testuser/r/branch/doomed", {})[0] == 200
+        doomed = commit_to(h, "doomed", ("d.txt", b"doomed"))
+        assert api(h, "GET", f"/testuser/r/resolve/{doomed}/d.txt") == (200, b"doomed")  # its index is kept
+        assert api(h, "DELETE", "/api/models/testuser/r/branch/doomed")[0] == 200
+        assert api(h, "GET", f"/testuser/r/resolve/{doomed}/d.txt")[0] == 404  # no ref reaches it: not served
+        for _ in range(2):  # the second collection of the same heads reads what the first one worked out
+            assert api(h, "GET", f"/testuser/r/resolve/{older}/t0.txt") == (200, b"older")
+            assert api(h, "POST", "/api/models/testuser/r/branch/same-as-main", {})[0] == 200
+            assert api(h, "DELETE", "/api/models/testuser/r/branch/same-as-main")[0] == 200
         assert api(h, "GET", f"/testuser/r/resolve/{main}/.gitattributes")[0] == 200
 
 
