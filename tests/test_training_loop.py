@@ -239,6 +239,16 @@ def epoch_batches(workers: int, epochs: int = 2) -> list[dict]:
     return batches
 
 
+def test_the_shuffle_is_a_permutation_drawn_from_the_seed_and_the_epoch():
+    def order(seed, epoch):
+        sampler = EpochShuffleSampler(50, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert order(1, 0) != order(2, 0) and order(1, 0) != order(1, 1) and order(1, 1) == order(1, 1)
+    assert sorted(order(1, 3)) == list(range(50))
+
+
 def test_loader_workers_prepare_the_same_batches_epoch_after_epoch():
     """Workers mask in their own processes: each epoch's masks are still the ones one process draws."""
     alone, helped = epoch_batches(0), epoch_batches(2)
