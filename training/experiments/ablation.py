@@ -208,12 +208,11 @@ def check_variants(settings: AblationSettings) -> None:
 
 
 def tokenizer_definition(folder: Path) -> dict:
-    """``folder``'s tokenizer as the tokenizers library reads it, without padding and truncation: a copy saved by
-    transformers differs in bytes (layout, those two settings), never in this."""
+    """``folder``'s tokenizer as the tokenizers library reads it: a copy saved by transformers differs in bytes
+    (its layout), never in this."""
     from tokenizers import Tokenizer
 
-    definition = json.loads(Tokenizer.from_file(str(folder / "tokenizer.json")).to_str())
-    return {key: value for key, value in definition.items() if key not in ("padding", "truncation")}
+    return json.loads(Tokenizer.from_file(str(folder / "tokenizer.json")).to_str())
 
 
 def run_ablation(settings: AblationSettings, extra: list[str]) -> dict[tuple[str, int], dict]:
