@@ -1,9 +1,8 @@
 """A tokenized corpus on disk: prepared once, in parallel, with bounded memory; memory-mapped afterwards.
 
-:func:`prepare_corpus` reads a corpus as paragraphs that start or continue documents, in pieces of bounded
-length (a long line is cut before the whitespace that precedes a word, which keeps the ids of the whole),
-tokenizes chunks of about a megabyte in worker processes and appends the ids to flat files. A store folder
-(read by :mod:`training.data.token_store`):
+:func:`prepare_corpus` reads a corpus as paragraphs in pieces of bounded length (a long line is cut before the
+whitespace that precedes a word, which keeps the ids of the whole), tokenizes chunks of about a megabyte in
+worker processes and appends the ids to flat files. A store folder:
 
     tokens.bin        every document's ids, each non-empty document followed by the separator id
     documents.npy     int64 offsets into tokens.bin, one more than there are documents
@@ -34,9 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from briskbert.errors import SettingError, UserError
-from briskbert.files import write_manifest
+from briskbert.files import MANIFEST_FILE, manifest_problem, write_manifest
 from briskbert.inputs import check_text_file
-from briskbert.training.data.token_store import META_FILE, CorpusStore, verified_store
 
 BUILDERS = {
     ".txt": "text",
@@ -55,6 +53,8 @@ STORE_VERSION = 2  # part of a store's fingerprint: raise it when the same input
 _CHUNK_CHARACTERS = 1 << 20  # text per tokenization job: large enough to amortise the hand-over
 _PIECE_CHARACTERS = 1 << 16  # the longest text read or tokenized at once
 _FINGERPRINT_SAMPLE = 1 << 16
+_CHECK_TOKENS = 1 << 24  # token ids read at a time when checking a cached store
+META_FILE = "meta.json"
 
 
 class CorpusError(UserError):
@@ -82,10 +82,9 @@ def file_builder(path: str) -> tuple[str, dict]:
 
 def check_corpus_file(path: str, name: str) -> None:
     """A readable, non-empty corpus file of a supported type, or a :class:`SettingError` naming ``name``."""
-    file = Path(path)
-    if not file.is_file():
+    if not Path(path).is_file():
         raise SettingError(name, f"{path}: no such file.")
-    if file.stat().st_size == 0:
+    if Path(path).stat().st_size == 0:
         raise SettingError(name, f"{path}: the file is empty.")
     try:
         file_builder(path)
@@ -146,9 +145,8 @@ class CorpusSource:
         }
 
     def lines(self) -> Iterator[tuple[str, bool]]:
-        """The text as ``(piece, whether it ends its line)``, each piece at most ``_PIECE_CHARACTERS`` long, so
-        that a long line is never held whole. In plain text a blank line ends a document; a row of a tabular
-        file is one document: its non-blank lines, then a blank one."""
+        """The text as ``(piece, whether it ends its line)``, pieces at most ``_PIECE_CHARACTERS`` long; a row of
+        a tabular file is one document: its non-blank lines, then a blank one."""
         if self.path and file_builder(self.path)[0] == "text":
             return _text_file_pieces(self.path)
         return (
@@ -159,8 +157,7 @@ class CorpusSource:
 
 
 def _text_file_pieces(path: str) -> Iterator[tuple[str, bool]]:
-    """A UTF-8 text file read in pieces of at most ``_PIECE_CHARACTERS`` (without the newline), each with
-    whether it ends its line; a decoding error names the file and the line."""
+    """A UTF-8 text file as :meth:`CorpusSource.lines`; a decoding error names the file and the line."""
     with open(path, encoding="utf-8") as handle:
         try:
             piece = handle.readline(_PIECE_CHARACTERS)
@@ -176,7 +173,7 @@ def _text_file_pieces(path: str) -> Iterator[tuple[str, bool]]:
 
 
 def _dataset_lines(source: CorpusSource) -> Iterator[str]:
-    """The rows of a Hub dataset (each a line); a tabular file's rows as their non-blank lines, then a blank one."""
+    """A Hub dataset's rows (each a line); a tabular file's rows as their non-blank lines, then a blank one."""
     import datasets
 
     if source.path:
@@ -210,9 +207,8 @@ def _whole_words(pieces: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, bool
 
 
 def iter_paragraphs(source: CorpusSource) -> Iterator[tuple[str, bool]]:
-    """The non-blank lines, stripped, as ``(paragraph, whether it starts a document)``: in plain text a
-    blank line ends a document, in tabular files each row is one (its newlines separate its paragraphs).
-    A line longer than ``_PIECE_CHARACTERS`` comes as several paragraphs (:func:`_whole_words`)."""
+    """The non-blank lines, stripped, as ``(paragraph, whether it starts a document)``: in plain text a blank
+    line ends a document. A line longer than ``_PIECE_CHARACTERS`` comes as several paragraphs."""
     in_document = line_has_text = False
     for piece, ends_line in _whole_words(source.lines()):
         text = piece if line_has_text else piece.lstrip()
@@ -238,9 +234,8 @@ def iter_documents(source: CorpusSource) -> Iterator[list[str]]:
 
 # ------------------------------------------------------------------------------------------------ encoder
 class TokenEncoder:
-    """Token ids of many texts, without special tokens, from the tokenizer's Rust backend directly
-    (``encode_batch_fast``: the ids of ``tokenizer(texts, add_special_tokens=False)`` at a fraction of the
-    cost); picklable, so worker processes get their own."""
+    """The ids of ``tokenizer(texts, add_special_tokens=False)`` from the Rust backend directly, at a fraction of
+    the cost; picklable, so worker processes get their own."""
 
     def __init__(self, tokenizer):
         from tokenizers import Tokenizer
@@ -248,8 +243,7 @@ class TokenEncoder:
         backend_json = tokenizer.backend_tokenizer.to_str()
         self.fingerprint = hashlib.sha256(backend_json.encode()).hexdigest()
         self.backend = Tokenizer.from_str(backend_json)
-        # A tokenizer.json saved for a model may pad and truncate every text (to 128 tokens, say): corpus
-        # text is neither.
+        # A tokenizer.json saved for a model may pad and truncate every text: corpus text is neither.
         self.backend.no_truncation()
         self.backend.no_padding()
         self.vocab_size = len(tokenizer)
@@ -273,8 +267,8 @@ class EncodedChunk:
 def encode_documents(
     encoder: TokenEncoder, documents: list[list[str]], sentences: bool, open_last: bool = False
 ) -> EncodedChunk:
-    """Tokenize documents of text segments; empty segments are dropped, which loses no tokens. With
-    ``open_last`` the last document (which may go on in the next chunk) gets no separator."""
+    """Tokenize documents of text segments, dropping empty ones. With ``open_last`` the last document (which may
+    go on in the next chunk) gets no separator."""
     if sentences:
         documents = [[s for p in doc for s in split_sentences(p)] for doc in documents]
     flat_ids = encoder([segment for doc in documents for segment in doc]) if documents else []
@@ -301,9 +295,62 @@ def encode_documents(
 
 # -------------------------------------------------------------------------------------------------- store
 @dataclass(frozen=True)
-class PreparationSettings:
-    """How a corpus is prepared: segmentation, parallelism and where the cache lives."""
+class CorpusStore:
+    """A prepared store, read-only and memory-mapped."""
 
+    folder: Path
+    meta: dict
+
+    @classmethod
+    def open(cls, folder: str | Path) -> CorpusStore:
+        return cls(Path(folder), json.loads((Path(folder) / META_FILE).read_text()))
+
+    @property
+    def num_documents(self) -> int:
+        return self.meta["num_documents"]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.meta["num_tokens"]
+
+    def tokens(self) -> np.ndarray:
+        return np.memmap(self.folder / "tokens.bin", dtype=self.meta["dtype"], mode="r")
+
+    def document_offsets(self) -> np.ndarray:
+        return np.load(self.folder / "documents.npy", mmap_mode="r")
+
+    def segment_offsets(self) -> np.ndarray:
+        return np.load(self.folder / "segments.npy", mmap_mode="r")
+
+    def document_segment_offsets(self) -> np.ndarray:
+        return np.load(self.folder / "doc_segments.npy", mmap_mode="r")
+
+
+def verified_store(folder: Path, vocab_size: int, log) -> CorpusStore | None:
+    """The cached store in ``folder`` if its files match its manifest and its ids are below ``vocab_size``;
+    otherwise None, with the folder removed and one line saying what was wrong."""
+    problem = manifest_problem(folder)
+    if problem is None and not (folder / MANIFEST_FILE).is_file():
+        problem = f"{folder} has no {MANIFEST_FILE} (an interrupted preparation, or an older version's)"
+    if problem is None:
+        store = CorpusStore.open(folder)
+        tokens = store.tokens()
+        chunks = range(0, len(tokens), _CHECK_TOKENS)
+        largest = max(int(tokens[i : i + _CHECK_TOKENS].max()) for i in chunks)
+        if largest < vocab_size:
+            log(
+                f"Reusing the prepared corpus {folder} ({store.num_documents:,} documents, {store.num_tokens:,} "
+                "tokens); delete that folder to prepare it again."
+            )
+            return store
+        problem = f"{folder / 'tokens.bin'} holds token id {largest}, past the tokenizer's {vocab_size} ids"
+    log(f"The prepared corpus cache is damaged: {problem}; preparing it again.")
+    shutil.rmtree(folder)
+    return None
+
+
+@dataclass(frozen=True)
+class PreparationSettings:
     sentences: bool = False  # split paragraphs into sentences (next sentence prediction needs them)
     num_workers: int = 1
     cache_dir: str | None = None
@@ -312,12 +359,10 @@ class PreparationSettings:
 
 
 def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSettings, log=print) -> CorpusStore:
-    """The store of ``source`` tokenized with ``tokenizer``: reused from the cache when it is there,
-    otherwise prepared (in ``settings.num_workers`` processes) and cached."""
+    """The store of ``source`` tokenized with ``tokenizer``, from the cache or prepared and cached."""
     encoder = TokenEncoder(tokenizer)
     cache_dir = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()
     name = Path(source.path).name if source.path else source.dataset_name.replace("/", "--")
-    # The store's name: a fingerprint of the input, the tokenizer, the segmentation and the format version.
     identity = dict(version=STORE_VERSION, source=source.fingerprint(), sentences=settings.sentences)
     identity["tokenizer"] = encoder.fingerprint
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
@@ -354,8 +399,8 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
 
 
 def _document_chunks(source: CorpusSource, progress) -> Iterator[tuple[list[list[str]], bool]]:
-    """Documents in chunks of about ``_CHUNK_CHARACTERS``, each with whether its first document goes on
-    from the chunk before (a long document spans chunks)."""
+    """Documents in chunks of about ``_CHUNK_CHARACTERS``, each with whether its first document goes on from
+    the chunk before."""
     chunk, characters, continues = [], 0, False
     for text, starts in iter_paragraphs(source):
         if not chunk:
@@ -374,8 +419,7 @@ def _document_chunks(source: CorpusSource, progress) -> Iterator[tuple[list[list
 
 
 def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[EncodedChunk, bool]]:
-    """Encoded chunks in corpus order (with whether each continues a document); with several workers at
-    most two jobs per worker are in flight, so neither text nor ids pile up in memory."""
+    """Encoded chunks in corpus order; at most two jobs per worker are in flight, so nothing piles up."""
     chunks = _document_chunks(source, progress)
     if settings.num_workers <= 1:
         for chunk, continues in chunks:
@@ -401,9 +445,8 @@ def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[Encod
 
 
 class _StoreWriter:
-    """Appends encoded chunks to tokens.bin and keeps the lengths. A chunk's last document stays open until a
-    chunk starts a new one or the corpus ends: its tokens are written as they come, its length, segment count
-    and separator (when it has tokens) once it ends."""
+    """Appends encoded chunks to tokens.bin and keeps the lengths. A chunk's last document stays open until
+    another starts: its length, segment count and separator (when it has tokens) are written once it ends."""
 
     def __init__(self, handle, encoder: TokenEncoder):
         self.handle = handle
@@ -476,8 +519,7 @@ def _write_store(source, encoder, settings, folder: Path) -> dict:
 
 
 def _segment_spans(seg_lengths: np.ndarray, doc_offsets: np.ndarray, doc_segments: np.ndarray) -> np.ndarray:
-    """(start, end) of every segment in tokens.bin: a document's segments are contiguous, and each
-    non-empty document ends with one separator that belongs to no segment."""
+    """(start, end) of every segment in tokens.bin (a non-empty document ends with a separator of no segment)."""
     doc_of_segment = np.repeat(np.arange(len(doc_segments) - 1), np.diff(doc_segments))
     before = np.cumsum(seg_lengths) - seg_lengths  # segment tokens before each segment, corpus-wide
     starts = doc_offsets[:-1][doc_of_segment] + before - before[doc_segments[:-1][doc_of_segment]]
