@@ -5,7 +5,6 @@ from that store alone, so a resumed run continues exactly."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 
 from briskbert.errors import SettingError, UserError
 from briskbert.inputs import check_tokenizer_source
-from briskbert.training.data.corpus import CorpusStore, iter_documents, prepare_corpus
+from briskbert.training.data.corpus import CorpusStore, PreparationSettings, iter_documents, prepare_corpus
 from briskbert.training.data.masking import MaskingCollator, count_masked_tokens
 from briskbert.training.data.pretraining_data import (
     StoredSequences,
@@ -239,10 +238,12 @@ def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
     while the others wait, then every process opens the same memory-mapped files."""
     if data.validation is None:
         check_splittable(data.train)  # a corpus that will be refused is refused before it is prepared
-    preparation = replace(
-        data.preparation,
-        overwrite=data.preparation.overwrite and accelerator.is_local_main_process,
-        show_progress=data.preparation.show_progress and accelerator.is_local_main_process,
+    preparation = PreparationSettings(
+        sentences=data.nsp,
+        num_workers=data.preprocessing_num_workers or 1,
+        cache_dir=data.data_cache_dir,
+        overwrite=data.overwrite_cache and accelerator.is_local_main_process,
+        show_progress=accelerator.is_local_main_process,
     )
     with accelerator.local_main_process_first():
         train_store = None

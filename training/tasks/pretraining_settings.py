@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """``briskbert pretrain``'s options (corpus and sequences, model and tokenizer, masking), each checked once in
-``__post_init__``, as in :mod:`briskbert.training.tasks.settings`. Imports neither torch nor transformers."""
+``__post_init__``. Imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from briskbert.errors import SettingError
-from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, PreparationSettings, check_corpus_file
-from briskbert.training.tasks.settings import MIN_SEQ_LENGTH, check_at_least
+from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, check_corpus_file
+from briskbert.training.tasks.settings import MIN_SEQ_LENGTH, check_at_least, helped
 
 
 @dataclass(frozen=True)
@@ -18,56 +18,38 @@ class PretrainingData:
 
     _argument_group_name = "data"
 
-    train_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "Text (.txt: one paragraph per line, blank line between documents), .jsonl, .csv, .parquet."
-        },
+    train_file: str | None = helped(
+        "Text (.txt: one paragraph per line, blank line between documents), .jsonl, .csv, .parquet."
     )
     validation_file: str | None = None
-    validation_split_percentage: float = field(
-        default=5,
-        metadata={"help": "Without validation_file: %% of training documents held out for validation."},
+    validation_split_percentage: float = helped(
+        "Without validation_file: %% of training documents held out for validation.", 5
     )
-    text_column: str | None = field(
-        default=None, metadata={"help": "Column with the text (default: 'text')."}
-    )
-    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset (needs network access)."})
+    text_column: str | None = helped("Column with the text (default: 'text').")
+    dataset_name: str | None = helped("A Hub dataset (needs network access).")
     dataset_config_name: str | None = None
-    preprocessing_num_workers: int | None = field(
-        default=None,
-        metadata={
-            "help": "Processes that tokenize the corpus (default: one, using the tokenizer's own threads)."
-        },
+    preprocessing_num_workers: int | None = helped(
+        "Processes that tokenize the corpus (default: one, using the tokenizer's own threads)."
     )
-    data_cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where prepared corpora are cached (default: $BRISKBERT_CACHE/pretraining_data, else "
-            "~/.cache/briskbert/pretraining_data)."
-        },
+    data_cache_dir: str | None = helped(
+        "Where prepared corpora are cached (default: $BRISKBERT_CACHE/pretraining_data, else "
+        "~/.cache/briskbert/pretraining_data)."
     )
-    overwrite_cache: bool = field(
-        default=False, metadata={"help": "Prepare the corpus again even if it is cached."}
-    )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "Read, tokenize and pack the training file on the fly instead of preparing it first (needs "
-            "max_train_steps, validation_file and an existing tokenizer)."
-        },
+    overwrite_cache: bool = helped("Prepare the corpus again even if it is cached.", False)
+    streaming: bool = helped(
+        "Read, tokenize and pack the training file on the fly instead of preparing it first (needs "
+        "max_train_steps, validation_file and an existing tokenizer).",
+        False,
     )
     max_seq_length: int = 128
-    packing_mode: str = field(
-        default="none",
-        metadata={
-            "help": "full-sentences: concatenate documents into full sequences; doc-sentences: the same without "
-            "crossing a document boundary; none: one document per sequence (split when longer).",
-            "choices": PACKING_MODES,
-        },
+    packing_mode: str = helped(
+        "full-sentences: concatenate documents into full sequences; doc-sentences: the same without crossing "
+        "a document boundary; none: one document per sequence (split when longer).",
+        "none",
+        choices=PACKING_MODES,
     )
-    packing: bool = field(default=False, metadata={"help": "Same as packing_mode full-sentences."})
-    nsp: bool = field(default=False, metadata={"help": "Add next sentence prediction (segment pairs)."})
+    packing: bool = helped("Same as packing_mode full-sentences.", False)
+    nsp: bool = helped("Add next sentence prediction (segment pairs).", False)
 
     def __post_init__(self):
         if (self.train_file is None) == (self.dataset_name is None):
@@ -81,10 +63,6 @@ class PretrainingData:
             )
         if self.packing:
             object.__setattr__(self, "packing_mode", "full-sentences")
-        if self.packing_mode not in PACKING_MODES:
-            raise SettingError(
-                "packing_mode", f"must be one of {', '.join(PACKING_MODES)}, got {self.packing_mode!r}."
-            )
         if self.nsp and self.packing_mode != "none":
             raise SettingError(
                 "nsp",
@@ -102,34 +80,25 @@ class PretrainingData:
                 "validation_split_percentage", f"must be in (0, 100), got {self.validation_split_percentage}."
             )
 
-    def _dataset(self, **split) -> CorpusSource:
-        return CorpusSource(
-            dataset_name=self.dataset_name,
-            dataset_config_name=self.dataset_config_name,
-            text_column=self.text_column,
-            **split,
-        )
-
     @property
     def train(self) -> CorpusSource:
-        if self.dataset_name:
-            return self._dataset()
-        return CorpusSource(path=self.train_file, text_column=self.text_column)
+        return self._source(self.train_file, "train")
 
     @property
     def validation(self) -> CorpusSource | None:
         """The validation corpus; None: hold out validation_split_percentage of the training documents."""
-        if self.validation_file:
-            return CorpusSource(path=self.validation_file, text_column=self.text_column)
-        return self._dataset(split="validation") if self.dataset_name else None
+        if self.validation_file or self.dataset_name:
+            return self._source(self.validation_file, "validation")
+        return None
 
-    @property
-    def preparation(self) -> PreparationSettings:
-        return PreparationSettings(
-            sentences=self.nsp,
-            num_workers=self.preprocessing_num_workers or 1,
-            cache_dir=self.data_cache_dir,
-            overwrite=self.overwrite_cache,
+    def _source(self, path: str | None, split: str) -> CorpusSource:
+        if path:
+            return CorpusSource(path=path, text_column=self.text_column)
+        return CorpusSource(
+            text_column=self.text_column,
+            dataset_name=self.dataset_name,
+            dataset_config_name=self.dataset_config_name,
+            split=split,
         )
 
 
@@ -144,41 +113,26 @@ class PretrainingModel:
 
     _argument_group_name = "model and tokenizer"
 
-    config_name: str | None = field(
-        default=None, metadata={"help": "A preset name (e.g. bert-small) or a config JSON."}
+    config_name: str | None = helped("A preset name (e.g. bert-small) or a config JSON.")
+    config_overrides: str | None = helped(
+        "Override config fields, e.g. 'num_hidden_layers=4,hidden_dropout_prob=0.0'."
     )
-    config_overrides: str | None = field(
-        default=None,
-        metadata={"help": "Override config fields, e.g. 'num_hidden_layers=4,hidden_dropout_prob=0.0'."},
+    model_name_or_path: str | None = helped("Continue pretraining this model.")
+    keep_source_class: bool = helped(
+        "Continue model_name_or_path with its own transformers class (e.g. BertForMaskedLM) instead of "
+        "converting it to briskbert's fast path.",
+        False,
     )
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Continue pretraining this model."}
+    tokenizer_name: str | None = helped("A tokenizer folder (default: train one).")
+    vocab_size: int | None = helped(
+        "Train a WordPiece tokenizer of this size (default 30522) once per run, into output_dir/tokenizer "
+        "(reused on resume)."
     )
-    keep_source_class: bool = field(
-        default=False,
-        metadata={
-            "help": "Continue model_name_or_path with its own transformers class (e.g. BertForMaskedLM) instead "
-            "of converting it to briskbert's fast path."
-        },
+    tokenizer_train_max_lines: int | None = helped(
+        "Train the tokenizer on a seeded uniform sample of this many paragraphs (default: all)."
     )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "A tokenizer folder (default: train one)."}
-    )
-    vocab_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "Train a WordPiece tokenizer of this size (default 30522) once per run, into "
-            "output_dir/tokenizer (reused on resume)."
-        },
-    )
-    tokenizer_train_max_lines: int | None = field(
-        default=None,
-        metadata={
-            "help": "Train the tokenizer on a seeded uniform sample of this many paragraphs (default: all)."
-        },
-    )
-    language: str = field(default="en", metadata={"help": "The model card's language."})
-    license: str = field(default="apache-2.0", metadata={"help": "The model card's license."})
+    language: str = helped("The model card's language.", "en")
+    license: str = helped("The model card's license.", "apache-2.0")
 
     def __post_init__(self):
         if self.model_name_or_path and (self.config_name or self.config_overrides):
@@ -214,10 +168,10 @@ class MaskingSettings:
     _argument_group_name = "objective"
 
     mlm_probability: float = 0.15
-    mask_replace_prob: float = field(default=0.8, metadata={"help": "Of masked tokens: share set to [MASK]."})
-    random_replace_prob: float = field(default=0.1, metadata={"help": "Of masked tokens: share made random."})
+    mask_replace_prob: float = helped("Of masked tokens: share set to [MASK].", 0.8)
+    random_replace_prob: float = helped("Of masked tokens: share made random.", 0.1)
     whole_word_mask: bool = False
-    eval_mask_seed: int = field(default=1234, metadata={"help": "Fixed masking of the validation set."})
+    eval_mask_seed: int = helped("Fixed masking of the validation set.", 1234)
 
     def __post_init__(self):
         if not 0 < self.mlm_probability < 1:

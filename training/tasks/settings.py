@@ -22,7 +22,11 @@ def check_at_least(settings, minimum: int, *names: str) -> None:
             raise SettingError(name, f"must be at least {minimum}, got {value}.")
 
 
-# ------------------------------------------------------------------------------------------------ model
+def helped(text: str, default=None, **metadata):
+    """A field with its ``--help`` text (and ``choices``)."""
+    return field(default=default, metadata={"help": text, **metadata})
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """The model to start from: a briskbert folder or Hub repo id, a BERT-family checkpoint (converted
@@ -30,29 +34,18 @@ class ModelSource:
 
     _argument_group_name = "model"
 
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "A briskbert model folder, a Hub repo id, or a BERT, RoBERTa, DistilBERT, ELECTRA or "
-            "ModernBERT checkpoint, which is converted to briskbert first."
-        },
+    model_name_or_path: str | None = helped(
+        "A briskbert model folder, a Hub repo id, or a BERT, RoBERTa, DistilBERT, ELECTRA or ModernBERT "
+        "checkpoint, which is converted to briskbert first."
     )
-    config_preset: str | None = field(
-        default=None,
-        metadata={
-            "help": "Train from scratch with a BriskBertConfig preset (e.g. bert-tiny); needs tokenizer_name."
-        },
+    config_preset: str | None = helped(
+        "Train from scratch with a BriskBertConfig preset (e.g. bert-tiny); needs tokenizer_name."
     )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "Tokenizer folder or repo id (default: the model's)."}
+    tokenizer_name: str | None = helped("Tokenizer folder or repo id (default: the model's).")
+    trust_remote_code: bool = helped(
+        "Allow code from a Hub repo id to run (briskbert folders load with the installed code).", False
     )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={
-            "help": "Allow code from a Hub repo id to run (briskbert folders load with the installed code)."
-        },
-    )
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence after truncation."})
+    max_seq_length: int = helped("Tokens per sequence after truncation.", 128)
 
     def __post_init__(self):
         if self.model_name_or_path is None and self.config_preset is None:
@@ -68,7 +61,6 @@ class ModelSource:
         check_at_least(self, MIN_SEQ_LENGTH, "max_seq_length")
 
 
-# ------------------------------------------------------------------------------------------------- data
 @dataclass(frozen=True)
 class DataSource:
     """Training and evaluation data: files (in the format the job's description gives), or a ``datasets``
@@ -76,41 +68,24 @@ class DataSource:
 
     _argument_group_name = "data"
 
-    train_file: str | None = field(
-        default=None, metadata={"help": "The training data (its format: see the description above)."}
-    )
-    validation_file: str | None = field(
-        default=None, metadata={"help": "The evaluation data, in the training file's format."}
-    )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "A `datasets` dataset name or a folder written by save_to_disk (instead of files)."
-        },
+    train_file: str | None = helped("The training data (its format: see the description above).")
+    validation_file: str | None = helped("The evaluation data, in the training file's format.")
+    dataset_name: str | None = helped(
+        "A `datasets` dataset name or a folder written by save_to_disk (instead of files)."
     )
     dataset_config_name: str | None = None
     train_split: str = "train"
     validation_split: str = "validation"
-    dataset_card_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "The data's public name for the model card (e.g. stanfordnlp/sst2) when training on local "
-            "files (default: dataset_name, else the file names)."
-        },
+    dataset_card_name: str | None = helped(
+        "The data's public name for the model card (e.g. stanfordnlp/sst2) when training on local files "
+        "(default: dataset_name, else the file names)."
     )
-    validation_card_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "What the model card says a local validation_file is, e.g. 'a held-out part of the "
-            "stanfordnlp/sst2 training split' (default: the file name)."
-        },
+    validation_card_name: str | None = helped(
+        "What the model card says a local validation_file is, e.g. 'a held-out part of the stanfordnlp/sst2 "
+        "training split' (default: the file name)."
     )
-    max_train_samples: int | None = field(
-        default=None, metadata={"help": "Keep only the first N training examples."}
-    )
-    max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Keep only the first N evaluation examples."}
-    )
+    max_train_samples: int | None = helped("Keep only the first N training examples.")
+    max_eval_samples: int | None = helped("Keep only the first N evaluation examples.")
 
     def __post_init__(self):
         if self.dataset_name is None and self.train_file is None:
@@ -149,56 +124,43 @@ class DataSource:
         }
 
 
-# --------------------------------------------------------------------------------------- classification
 @dataclass(frozen=True)
 class ClassificationSettings:
     """Columns and label handling of sequence classification (and distillation)."""
 
     _argument_group_name = "task"
 
-    text_column: str | None = field(
-        default=None,
-        metadata={"help": "Column with the text (default: 'sentence' or 'text', whichever exists)."},
+    text_column: str | None = helped(
+        "Column with the text (default: 'sentence' or 'text', whichever exists)."
     )
-    text_pair_column: str | None = field(default=None, metadata={"help": "Second text of a pair task."})
+    text_pair_column: str | None = helped("Second text of a pair task.")
     label_column: str = "label"
-    problem_type: str | None = field(
-        default=None, metadata={"help": "Default: inferred from the labels.", "choices": PROBLEM_TYPES}
-    )
-    label_separator: str = field(
-        default=",", metadata={"help": "Multi-label labels given as one string are split on this."}
-    )
+    problem_type: str | None = helped("Default: inferred from the labels.", choices=PROBLEM_TYPES)
+    label_separator: str = helped("Multi-label labels given as one string are split on this.", ",")
     # a comma-separated string on the command line; a tuple of names after __post_init__
-    label_names: tuple[str, ...] | str | None = field(
-        default=None,
-        metadata={
-            "help": "Comma-separated class names, e.g. negative,positive: integer labels 0..K-1 get these "
-            "names (shown by pipeline() and the model card); with text labels, the names fix the id order. "
-            "Default: the labels as they appear in the data."
-        },
+    label_names: tuple[str, ...] | str | None = helped(
+        "Comma-separated class names, e.g. negative,positive: integer labels 0..K-1 get these names (shown by "
+        "pipeline() and the model card); with text labels, the names fix the id order. Default: the labels "
+        "as they appear in the data."
     )
 
     def __post_init__(self):
-        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise SettingError(
-                "problem_type", f"{self.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}."
-            )
         if isinstance(self.label_names, str):
             object.__setattr__(
                 self, "label_names", tuple(name.strip() for name in self.label_names.split(","))
             )
-        if self.label_names is not None:
-            if not self.label_names or any(not name for name in self.label_names):
-                raise SettingError(
-                    "label_names", "needs comma-separated, non-empty names, e.g. negative,positive."
-                )
-            if len(set(self.label_names)) != len(self.label_names):
-                raise SettingError("label_names", f"repeats a name: {','.join(self.label_names)}.")
-            if self.problem_type == "regression":
-                raise SettingError("label_names", "names classes; a regression model has none.")
+        if self.label_names is None:
+            return
+        if not all(self.label_names):
+            raise SettingError(
+                "label_names", "needs comma-separated, non-empty names, e.g. negative,positive."
+            )
+        if len(set(self.label_names)) != len(self.label_names):
+            raise SettingError("label_names", f"repeats a name: {','.join(self.label_names)}.")
+        if self.problem_type == "regression":
+            raise SettingError("label_names", "names classes; a regression model has none.")
 
 
-# -------------------------------------------------------------------------------------------------- NER
 @dataclass(frozen=True)
 class NerSettings:
     """Columns and sub-word labelling of token classification."""
@@ -206,19 +168,14 @@ class NerSettings:
     _argument_group_name = "task"
 
     token_column: str = "tokens"
-    tag_column: str | None = field(default=None, metadata={"help": "Default: 'tags', else 'ner_tags'."})
-    label_all_tokens: bool = field(
-        default=False,
-        metadata={
-            "help": "Train on every sub-word of a word (B- becomes I- after the first), not only the first."
-        },
+    tag_column: str | None = helped("Default: 'tags', else 'ner_tags'.")
+    label_all_tokens: bool = helped(
+        "Train on every sub-word of a word (B- becomes I- after the first), not only the first.", False
     )
-    crf: bool = field(
-        default=False,
-        metadata={
-            "help": "A linear-chain CRF head (config use_crf) over each word's first sub-word, decoded with "
-            "Viterbi: transitions the BIO scheme forbids (O -> I-PER) are never predicted."
-        },
+    crf: bool = helped(
+        "A linear-chain CRF head (config use_crf) over each word's first sub-word, decoded with Viterbi: "
+        "transitions the BIO scheme forbids (O -> I-PER) are never predicted.",
+        False,
     )
 
     def __post_init__(self):
@@ -229,7 +186,6 @@ class NerSettings:
             )
 
 
-# --------------------------------------------------------------------------------------------------- QA
 def parse_article_ranges(settings, *names: str) -> None:
     """START:STOP strings (from a command line) become checked ``(start, stop)`` tuples."""
     for name in names:
@@ -252,35 +208,26 @@ class QaSettings:
     _argument_group_name = "task"
 
     # START:STOP on the command line; a (start, stop) tuple after __post_init__
-    train_articles: tuple[int, int] | str | None = field(
-        default=None, metadata={"help": "Use only articles START:STOP of train_file (e.g. 0:18)."}
+    train_articles: tuple[int, int] | str | None = helped(
+        "Use only articles START:STOP of train_file (e.g. 0:18)."
     )
-    validation_articles: tuple[int, int] | str | None = field(
-        default=None, metadata={"help": "Use only articles START:STOP of validation_file (e.g. 18:36)."}
+    validation_articles: tuple[int, int] | str | None = helped(
+        "Use only articles START:STOP of validation_file (e.g. 18:36)."
     )
-    extra_train_file: str | None = field(
-        default=None, metadata={"help": "A second SQuAD JSON file added to the training data."}
+    extra_train_file: str | None = helped("A second SQuAD JSON file added to the training data.")
+    extra_train_articles: tuple[int, int] | str | None = helped("Articles START:STOP of extra_train_file.")
+    doc_stride: int = helped("Overlap in tokens between a context's windows.", 128)
+    keep_answerless_windows: float = helped(
+        "Fraction (0-1) of training windows without the answer to keep (seeded draw); below 1 speeds up "
+        "training on very long contexts.",
+        1.0,
     )
-    extra_train_articles: tuple[int, int] | str | None = field(
-        default=None, metadata={"help": "Articles START:STOP of extra_train_file."}
-    )
-    doc_stride: int = field(default=128, metadata={"help": "Overlap in tokens between a context's windows."})
-    keep_answerless_windows: float = field(
-        default=1.0,
-        metadata={
-            "help": "Fraction (0-1) of training windows without the answer to keep (seeded draw); below 1 "
-            "speeds up training on very long contexts."
-        },
-    )
-    max_query_length: int = field(default=64, metadata={"help": "Questions are cut to this many tokens."})
+    max_query_length: int = helped("Questions are cut to this many tokens.", 64)
     n_best_size: int = 20
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
-    version_2_with_negative: bool = field(
-        default=False, metadata={"help": "SQuAD v2.0: some questions have no answer."}
-    )
-    null_score_diff_threshold: float = field(
-        default=0.0,
-        metadata={"help": "v2.0: predict no answer when null score - best span score exceeds this."},
+    max_answer_length: int = helped("Longest answer, in tokens.", 30)
+    version_2_with_negative: bool = helped("SQuAD v2.0: some questions have no answer.", False)
+    null_score_diff_threshold: float = helped(
+        "v2.0: predict no answer when null score - best span score exceeds this.", 0.0
     )
 
     def __post_init__(self):
@@ -313,7 +260,6 @@ class QaSettings:
         }
 
 
-# ----------------------------------------------------------------------------------------- distillation
 @dataclass(frozen=True)
 class DistillSettings:
     """Teacher, student initialisation and loss weights of knowledge distillation."""
@@ -321,28 +267,17 @@ class DistillSettings:
     _argument_group_name = "teacher and student"
 
     teacher_model: str = field(metadata={"help": "A fine-tuned briskbert classifier folder."})
-    student_model: str | None = field(
-        default=None, metadata={"help": "Start the student from this briskbert folder."}
-    )
-    student_preset: str | None = field(
-        default=None, metadata={"help": "Or a fresh student from a config preset."}
-    )
+    student_model: str | None = helped("Start the student from this briskbert folder.")
+    student_preset: str | None = helped("Or a fresh student from a config preset.")
     # comma-separated indices on the command line; a tuple of ints after __post_init__
-    student_layers: tuple[int, ...] | str | None = field(
-        default=None,
-        metadata={
-            "help": "Teacher layers to copy into the student, e.g. 0,2,4 (default: every other layer)."
-        },
+    student_layers: tuple[int, ...] | str | None = helped(
+        "Teacher layers to copy into the student, e.g. 0,2,4 (default: every other layer)."
     )
     temperature: float = 2.0
-    alpha_kd: float = field(
-        default=0.5, metadata={"help": "Weight of the soft (teacher) loss; the rest is hard."}
-    )
-    hidden_loss_weight: float = field(default=0.0, metadata={"help": "Weight of the hidden-state MSE loss."})
+    alpha_kd: float = helped("Weight of the soft (teacher) loss; the rest is hard.", 0.5)
+    hidden_loss_weight: float = helped("Weight of the hidden-state MSE loss.", 0.0)
     max_seq_length: int = 128
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "Tokenizer folder (default: the teacher's)."}
-    )
+    tokenizer_name: str | None = helped("Tokenizer folder (default: the teacher's).")
 
     def __post_init__(self):
         if isinstance(self.student_layers, str):
