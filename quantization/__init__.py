@@ -1,15 +1,11 @@
 """`briskbert quantize`: the fastest CPU model (fp32, the fused ONNX graph in fp32 or int8, torchao int8) that
-agrees with the fp32 model on real text, in a folder whose `quantization.json` and README say what it holds.
-`request` holds the torch-free settings, `backends` builds each candidate, `agreement` compares it with fp32,
-`inference` runs an ONNX folder batched by length, `job` times the candidates and keeps one.
-"""
+agrees with the fp32 model on real text, in a folder whose `quantization.json` and README say what it holds."""
 
 from .request import QuantizeRequest
 
 
 def __getattr__(name: str):
-    # the job imports torch: `briskbert quantize --help` parses the torch-free request without it
-    if name == "quantize":
+    if name == "quantize":  # the job imports torch: `briskbert quantize --help` parses the request without it
         from .job import quantize
 
         return quantize

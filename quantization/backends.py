@@ -41,17 +41,25 @@ def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
     return kept
 
 
-# ------------------------------------------------------------------------------------------------- onnx backends
-def onnx_precision(request: QuantizeRequest) -> str:
-    weights = "per output channel" if request.per_channel else "per tensor"
-    bits = "7-bit range" if request.reduce_range else "int8"
-    return (
-        f"int8: weights {bits} ({weights}, symmetric), embedding tables int8, activations uint8 quantized per "
-        "tensor at run time; fused attention, skip + LayerNorm and bias + GELU kernels"
-    )
-
-
-ONNX_FP32_PRECISION = "fp32: fused attention, skip + LayerNorm and bias + GELU kernels (ONNX Runtime)"
+def precision(backend: str, request: QuantizeRequest) -> str:
+    """What a backend's model computes in, as quantization.json's description says it."""
+    fused = "fused attention, skip + LayerNorm and bias + GELU kernels"
+    if backend == "fp32":
+        return "fp32 (the model as it is: briskbert's unpadded fast path)"
+    if backend == "onnx-fp32":
+        return f"fp32: {fused} (ONNX Runtime)"
+    if backend == "onnx":
+        weights = "per output channel" if request.per_channel else "per tensor"
+        bits = "7-bit range" if request.reduce_range else "int8"
+        return (
+            f"int8: weights {bits} ({weights}, symmetric), embedding tables int8, activations uint8 quantized per "
+            f"tensor at run time; {fused}"
+        )
+    if request.torch_scheme == "int8-dynamic":
+        linear = "int8 weights (per output channel) and int8 activations (per token, at run time)"
+    else:
+        linear = "int8 weights (per output channel), fp32 activations and arithmetic"
+    return f"int8: {linear}; word embeddings int8 (per row)"
 
 
 def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], request: QuantizeRequest) -> None:
@@ -75,46 +83,6 @@ def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], reque
         )
 
 
-# ------------------------------------------------------------------------------------------------- torch backend
-def torchao_config(model: nn.Module, keep: set[str], scheme: str):
-    """transformers' TorchAoConfig over an explicit module -> torchao config table: every Linear, and the word
-    embeddings (int8 per row), except the modules kept in fp32."""
-    from transformers import TorchAoConfig
-
-    with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
-        from torchao.quantization import (
-            FqnToConfig,
-            Int8DynamicActivationInt8WeightConfig,
-            Int8WeightOnlyConfig,
-            IntxWeightOnlyConfig,
-            PerAxis,
-        )
-    linear_config = {
-        "int8-weight-only": Int8WeightOnlyConfig(set_inductor_config=False),
-        "int8-dynamic": Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
-    }[scheme]
-    table = {
-        path: linear_config
-        for path, module in model.named_modules()
-        if isinstance(module, nn.Linear) and path not in keep
-    }
-    embeddings = next(
-        path for path, module in model.named_modules() if module is model.get_input_embeddings()
-    )
-    if embeddings not in keep:
-        table[embeddings] = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
-    return TorchAoConfig(FqnToConfig(table), include_input_output_embeddings=embeddings not in keep)
-
-
-def untie_output_embeddings(model: nn.Module) -> None:
-    """An MLM decoder sharing the word-embedding matrix gets its own copy: the two are quantized differently
-    (a matmul weight per output channel, a lookup table per row) and saved separately."""
-    decoder = model.get_output_embeddings()
-    if decoder is not None and decoder.weight is model.get_input_embeddings().weight:
-        decoder.weight = nn.Parameter(decoder.weight.detach().clone())
-        model.config.tie_word_embeddings = False
-
-
 def fp32_bytes_of(model: nn.Module) -> int:
     """The size of the model's tensors in fp32, shared tensors counted once."""
     tensors = {tensor.data_ptr(): tensor for tensor in model.state_dict().values()}.values()
@@ -124,15 +92,40 @@ def fp32_bytes_of(model: nn.Module) -> int:
 
 
 def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> None:
-    """Quantizes `model` in place with torchao and saves it (safetensors plus the torchao quantization config)
-    into `staging`."""
+    """Quantizes `model` in place with torchao (every Linear, and the word embeddings int8 per row, bar the `keep`
+    modules) and saves it into `staging` as a transformers folder whose config loads it back."""
+    from transformers import TorchAoConfig
     from transformers.quantizers.auto import AutoHfQuantizer
 
-    untie_output_embeddings(model)
-    config = torchao_config(model, keep, request.torch_scheme)
     with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
-        from torchao.quantization import quantize_
-
+        from torchao.quantization import (
+            FqnToConfig,
+            Int8DynamicActivationInt8WeightConfig,
+            Int8WeightOnlyConfig,
+            IntxWeightOnlyConfig,
+            PerAxis,
+            quantize_,
+        )
+    # A decoder sharing the word-embedding matrix gets its own copy: a matmul weight is quantized per output
+    # channel, a lookup table per row.
+    decoder, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if decoder is not None and decoder.weight is embeddings.weight:
+        decoder.weight = nn.Parameter(decoder.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+    linear_config = {
+        "int8-weight-only": Int8WeightOnlyConfig(set_inductor_config=False),
+        "int8-dynamic": Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+    }[request.torch_scheme]
+    table = {
+        path: linear_config
+        for path, module in model.named_modules()
+        if isinstance(module, nn.Linear) and path not in keep
+    }
+    embeddings_path = next(path for path, module in model.named_modules() if module is embeddings)
+    if embeddings_path not in keep:
+        table[embeddings_path] = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+    config = TorchAoConfig(FqnToConfig(table), include_input_output_embeddings=embeddings_path not in keep)
+    with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
         quantize_(model, config.quant_type, filter_fn=None)
     # What from_pretrained(quantization_config=...) would attach; save_pretrained then writes torchao's
     # safetensors layout and the config that loads it back.
@@ -148,11 +141,3 @@ def auto_class_of(architecture: str):
 
     auto_name = next(name for name, ref in AUTO_MAP.items() if ref.endswith("." + architecture))
     return getattr(transformers, auto_name)
-
-
-def torch_precision(request: QuantizeRequest) -> str:
-    if request.torch_scheme == "int8-dynamic":
-        linear = "int8 weights (per output channel) and int8 activations (per token, at run time)"
-    else:
-        linear = "int8 weights (per output channel), fp32 activations and arithmetic"
-    return f"int8: {linear}; word embeddings int8 (per row)"

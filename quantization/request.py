@@ -1,4 +1,4 @@
-"""What ``briskbert quantize`` is asked to do: the torch-free settings its command line is made from."""
+"""The torch-free settings ``briskbert quantize``'s command line is made from."""
 
 from __future__ import annotations
 
@@ -7,16 +7,12 @@ from pathlib import Path
 
 from briskbert.errors import SettingError
 
-# auto: time the others on the sample text and keep the fastest within tolerance. fp32: the model as it is (briskbert's
-# unpadded fast path); onnx-fp32: the fused fp32 graph; onnx: the fused graph with int8 matmuls; torch: torchao int8.
 BACKENDS = ("auto", "fp32", "onnx-fp32", "onnx", "torch")
 TORCH_SCHEMES = ("int8-weight-only", "int8-dynamic")
 
 
 @dataclass(frozen=True)
 class QuantizeRequest:
-    """What ``briskbert quantize`` is asked to do: one field per flag."""
-
     model_dir: Path = field(metadata={"help": "Saved briskbert model folder (fp32)."})
     output_dir: Path = field(metadata={"help": "New folder for the int8 model."})
     backend: str = field(
@@ -121,3 +117,14 @@ class QuantizeRequest:
         for name in ("text_pair_column", "dataset_card_name"):
             if getattr(self, name) and self.validation_file is None:
                 raise SettingError(name, "describes validation_file; pass it too.")
+        output_dir, model_dir = Path(self.output_dir).resolve(), Path(self.model_dir).resolve()
+        if output_dir.exists() and model_dir in (output_dir, *output_dir.parents):
+            raise SettingError(
+                "output_dir", f"{self.output_dir} holds the source model_dir; choose a new folder."
+            )
+        if output_dir.is_dir() and any(output_dir.iterdir()) and not self.overwrite_output_dir:
+            raise SettingError(
+                "output_dir",
+                f"{self.output_dir} already holds files; set overwrite_output_dir to replace them or choose "
+                "another folder.",
+            )

@@ -274,18 +274,25 @@ def test_an_existing_output_folder_is_kept_unless_overwrite_is_asked(tokenizer, 
 # ------------------------------------------------------------------------------------------------- the choice
 def test_the_choice_is_the_fastest_candidate_within_the_thresholds():
     """A candidate slower than fp32 is never kept, nor a faster one beyond the thresholds; fp32 always qualifies."""
+    from types import SimpleNamespace
+
     from briskbert.quantization.job import choose, speed_table
 
-    within, beyond = (0.99, True, None, ""), (0.5, False, None, "cosine 0.5 < 0.95")
+    def candidate(backend, note=""):
+        return SimpleNamespace(
+            backend=backend, agreements=[SimpleNamespace(mean=0.9)], accuracy=None, note=note
+        )
+
     timings = {"fp32": 1.0, "onnx": 0.4, "slower": 1.5, "wrong": 0.1}
     seconds = {name: [value] * 3 for name, value in timings.items()}
-    quality = {"fp32": within, "onnx": within, "slower": within, "wrong": beyond}
-    rows = speed_table(seconds, 1000, quality)
-    assert choose(rows).backend == "onnx"
-    speedups = {row.backend: row.speedup for row in rows}
+    candidates = [candidate("fp32"), candidate("onnx"), candidate("slower"), candidate("wrong", "cosine 0.5")]
+    rows = speed_table(candidates, seconds, 1000)
+    assert choose(rows)["backend"] == "onnx"
+    speedups = {row["backend"]: row["speedup"] for row in rows}
     assert speedups == pytest.approx({"fp32": 1, "onnx": 2.5, "slower": 1 / 1.5, "wrong": 10})
-    assert rows[0].backend == "wrong" and rows[0].tokens_per_second == pytest.approx(10_000)
-    assert choose(speed_table(seconds, 1000, {**quality, "onnx": beyond})).backend == "fp32"
+    assert rows[0]["backend"] == "wrong" and rows[0]["tokens_per_second"] == pytest.approx(10_000)
+    candidates[1].note = "beyond"
+    assert choose(speed_table(candidates, seconds, 1000))["backend"] == "fp32"
 
 
 # The folder alone, in a fresh interpreter without briskbert, with the libraries users load it with.
