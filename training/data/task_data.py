@@ -37,18 +37,16 @@ def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
     check_text_file(path, setting)
     with open(path, encoding="utf-8", newline="") as handle:
         if extension in (".csv", ".tsv"):
-            if extension == ".tsv":
-                reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-            else:
-                reader = csv.DictReader(handle)
-            rows = [dict(row) for row in reader]
+            options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if extension == ".tsv" else {}
+            reader = csv.DictReader(handle, **options)
+            rows = list(reader)
             columns = list(reader.fieldnames)  # check_text_file refused a file without a header
             for number, row in enumerate(rows, start=2):
-                if None in row or any(value is None for value in row.values()):
+                if None in row or None in row.values():  # extra fields go under None, missing ones are None
+                    fields = sum(value is not None for value in row.values())
                     raise SettingError(
                         setting,
-                        f"{path}: line {number} has {len([v for v in row.values() if v is not None])} "
-                        f"fields, the header has {len(columns)} ({columns}).",
+                        f"{path}: line {number} has {fields} fields, the header has {len(columns)} ({columns}).",
                     )
         else:
             text = handle.read()
@@ -75,10 +73,7 @@ def load_named_dataset(
     name: str, config_name: str | None = None, setting: str = "dataset_name"
 ) -> datasets.DatasetDict:
     """A folder written by ``save_to_disk`` or a dataset name for ``datasets.load_dataset``."""
-    if os.path.isdir(name) and (
-        os.path.exists(os.path.join(name, "dataset_dict.json"))
-        or os.path.exists(os.path.join(name, "state.json"))
-    ):
+    if any(os.path.exists(os.path.join(name, saved)) for saved in ("dataset_dict.json", "state.json")):
         loaded = datasets.load_from_disk(name)
         if isinstance(loaded, datasets.Dataset):
             loaded = datasets.DatasetDict({"train": loaded})
@@ -104,9 +99,7 @@ def pick_split(splits: datasets.DatasetDict, split: str, source: str) -> dataset
 
 def require_columns(dataset: datasets.Dataset, columns: dict[str, str | None], source: str) -> None:
     """Raise when a column named by a setting is missing. ``columns`` maps settings to column names."""
-    missing = {
-        key: name for key, name in columns.items() if name is not None and name not in dataset.column_names
-    }
+    missing = {key: name for key, name in columns.items() if name not in (None, *dataset.column_names)}
     if missing:
         described = ", ".join(f"{key}={name!r}" for key, name in missing.items())
         hint = separator_hint(dataset.column_names) or "Pass the right names with the settings shown."
@@ -150,13 +143,9 @@ class SkipReport:
     def log(self) -> None:
         for reason, count in self.counts.items():
             shown = "; ".join(self.examples.get(reason, []))
+            example = f" (e.g. {shown})" if shown else ""
             logger.warning(
-                "%s: %d of %d %s%s",
-                self.source,
-                count,
-                self.total,
-                reason.replace("_", " "),
-                f" (e.g. {shown})" if shown else "",
+                "%s: %d of %d %s%s", self.source, count, self.total, reason.replace("_", " "), example
             )
 
 
@@ -167,46 +156,37 @@ def load_conll(path: str, setting: str = "train_file") -> datasets.Dataset:
     """A CoNLL-style file (token first, tag last, a blank line between sentences, ``-DOCSTART-`` ignored) as a
     Dataset of ``tokens`` and ``tags``; a file of another shape (JSON, a table) is refused saying so."""
     check_text_file(path, setting)
-    sentences_tokens, sentences_tags = [], []
-    tokens, tags = [], []
-    columns = None  # (how many, the line that set it)
+    sentences, sentence, columns = [], [], None  # columns: (how many fields, the line that set it)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
-            fields = line.split()
+            fields, shown = line.split(), line.strip()[:60]
             if not fields or fields[0] == "-DOCSTART-":
-                if tokens:
-                    sentences_tokens.append(tokens)
-                    sentences_tags.append(tags)
-                    tokens, tags = [], []
+                sentences += [sentence] if sentence else []
+                sentence = []
                 continue
             if columns is None and _is_json(line):
-                raise _not_conll(path, setting, f"line {number} is JSON ({line.strip()[:60]!r})")
+                raise _not_conll(path, setting, f"line {number} is JSON ({shown!r})")
             if len(fields) < 2:
-                raise _not_conll(
-                    path, setting, f"line {number} ({line.strip()[:60]!r}) has one field, no tag"
-                )
-            if columns is None:
-                columns = (len(fields), number)
-            elif len(fields) != columns[0]:
+                raise _not_conll(path, setting, f"line {number} ({shown!r}) has one field, no tag")
+            columns = columns or (len(fields), number)
+            if len(fields) != columns[0]:
                 raise _not_conll(
                     path,
                     setting,
-                    f"line {number} ({line.strip()[:60]!r}) has {len(fields)} whitespace-separated fields and "
+                    f"line {number} ({shown!r}) has {len(fields)} whitespace-separated fields and "
                     f"line {columns[1]} has {columns[0]} (a text per line, not a token)",
                 )
-            tokens.append(fields[0])
-            tags.append(fields[-1])
-    if tokens:
-        sentences_tokens.append(tokens)
-        sentences_tags.append(tags)
-    if not sentences_tokens:
+            sentence.append((fields[0], fields[-1]))
+    sentences += [sentence] if sentence else []
+    if not sentences:
         raise SettingError(setting, f"{path} has no sentences (only blank or -DOCSTART- lines).")
-    return datasets.Dataset.from_dict({"tokens": sentences_tokens, "tags": sentences_tags})
+    tokens = [[token for token, _ in sentence] for sentence in sentences]
+    tags = [[tag for _, tag in sentence] for sentence in sentences]
+    return datasets.Dataset.from_dict({"tokens": tokens, "tags": tags})
 
 
 def _is_json(line: str) -> bool:
-    """Whether a file's first line opens JSON: a lone ``{``/``[`` (indented JSON) or a whole object or array
-    (JSON lines)."""
+    """Whether a line opens JSON: a lone ``{``/``[`` (indented JSON) or a whole object or array (JSON lines)."""
     line = line.strip()
     if line in ("{", "["):
         return True
@@ -246,56 +226,50 @@ def load_squad(
     payload = read_json_object(Path(path), setting, fix)
     if not isinstance(payload.get("data"), list):
         raise SettingError(setting, f"{path}: {fix}.")
-    articles = payload["data"]
-    if max_articles is not None:
-        articles = articles[max_articles[0] : max_articles[1]]
+    articles = payload["data"][slice(*max_articles) if max_articles else slice(None)]
     report = SkipReport(source=path)
     columns = {name: [] for name in ("id", "title", "context", "question", "answers", "is_impossible")}
-    for article_index, article in enumerate(articles):
-        if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
-            raise SettingError(
-                setting, f"{path}: article {article_index} is not an object with a 'paragraphs' list."
+    for number, article in enumerate(articles):
+        try:
+            questions = [(p["context"], qa) for p in article.get("paragraphs", []) for qa in p.get("qas", [])]
+            laid_out = all(
+                isinstance(context, str) and {"id", "question"} <= set(qa) for context, qa in questions
             )
-        for paragraph in article.get("paragraphs", []):
-            context = paragraph.get("context") if isinstance(paragraph, dict) else None
-            if not isinstance(context, str):
-                raise SettingError(
-                    setting, f"{path}: article {article_index} has a paragraph without a 'context' string."
-                )
-            for qa in paragraph.get("qas", []):
-                if "question" not in qa or "id" not in qa:
+        except (AttributeError, KeyError, TypeError):
+            laid_out = False
+        if not laid_out:
+            raise SettingError(
+                setting,
+                f"{path}: article {number} is not laid out as SQuAD: every article needs a 'paragraphs' list, "
+                "every paragraph a 'context' string, every question an 'id' and a 'question'.",
+            )
+        for context, qa in questions:
+            report.total += 1
+            texts, starts = [], []
+            for answer in qa.get("answers", []):
+                text, start = answer.get("text", ""), answer.get("answer_start", -1)
+                if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
                     raise SettingError(
-                        setting, f"{path}: article {article_index}: every question needs 'id' and 'question'."
+                        setting,
+                        f"{path}: question id {qa['id']}: an answer needs a 'text' string and an "
+                        f"integer 'answer_start' (character offset), got {answer!r:.80}.",
                     )
-                report.total += 1
-                texts, starts = [], []
-                for answer in qa.get("answers", []):
-                    text, start = answer.get("text", ""), answer.get("answer_start", -1)
-                    if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
-                        raise SettingError(
-                            setting,
-                            f"{path}: question id {qa['id']}: an answer needs a 'text' string and an "
-                            f"integer 'answer_start' (character offset), got {answer!r:.80}.",
-                        )
-                    if context[start : start + len(text)] != text or start < 0:
-                        found = _nearest_occurrence(context, text, start)
-                        if found < 0:
-                            report.add("answers_not_in_context", f"id {qa['id']}: {text[:40]!r}")
-                            continue
-                        report.add("answers_realigned", f"id {qa['id']}: {start} -> {found}")
-                        start = found
-                    texts.append(text)
-                    starts.append(start)
-                impossible = bool(qa.get("is_impossible", False))
-                if not texts and not impossible:
-                    report.add("questions_skipped_no_answer_in_context", f"id {qa['id']}")
-                    continue
-                columns["id"].append(str(qa["id"]))
-                columns["title"].append(article.get("title", ""))
-                columns["context"].append(context)
-                columns["question"].append(qa["question"])
-                columns["answers"].append({"text": texts, "answer_start": starts})
-                columns["is_impossible"].append(impossible)
+                if context[start : start + len(text)] != text or start < 0:
+                    found = _nearest_occurrence(context, text, start)
+                    if found < 0:
+                        report.add("answers_not_in_context", f"id {qa['id']}: {text[:40]!r}")
+                        continue
+                    report.add("answers_realigned", f"id {qa['id']}: {start} -> {found}")
+                    start = found
+                texts.append(text)
+                starts.append(start)
+            impossible = bool(qa.get("is_impossible", False))
+            if not texts and not impossible:
+                report.add("questions_skipped_no_answer_in_context", f"id {qa['id']}")
+                continue
+            row = (str(qa["id"]), article.get("title", ""), context, qa["question"])
+            for name, value in zip(columns, (*row, {"text": texts, "answer_start": starts}, impossible)):
+                columns[name].append(value)
     if not columns["id"]:
         absent = report.examples.get("answers_not_in_context")
         if absent:
