@@ -1,8 +1,7 @@
 """Masked-language-model masking as a collator: BERT's 80/10/10 rule, whole-word masking, specials kept.
 
 Every draw is a hash of ``(seed, epoch, example idx, position)`` (counter-based splitmix64), so an example's
-mask is its own whatever its batch: redrawn every epoch (``set_epoch``), identical on resume or across
-processes, and fixed for an evaluation collator with a fixed seed.
+mask is its own whatever its batch: redrawn every epoch, identical on resume or across processes.
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ def _uniforms(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarra
 
 
 class MaskingCollator:
-    """Pads a batch of ``{"input_ids", "idx", ...}`` examples and masks it for MLM (the shares are checked by
-    :class:`~training.tasks.pretraining_settings.MaskingSettings`). Special ids are never masked nor drawn as
-    random replacements; ``whole_word_mask`` selects a token with its following ``##`` pieces."""
+    """Pads a batch of ``{"input_ids", "idx", ...}`` examples and masks it for MLM. Special ids are never masked
+    nor drawn as random replacements; ``whole_word_mask`` selects a token with its following ``##`` pieces."""
 
     def __init__(
         self,
@@ -49,15 +47,10 @@ class MaskingCollator:
             raise ValueError(
                 "The tokenizer needs a mask token and a pad token for masked-language modelling."
             )
-        self.mlm_probability = mlm_probability
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.seed = seed
-        self.epoch = 0
-        self.pad_to_multiple_of = pad_to_multiple_of
-        self.mask_token_id = tokenizer.mask_token_id
-        self.pad_token_id = tokenizer.pad_token_id
+        self.mlm_probability, self.whole_word_mask = mlm_probability, whole_word_mask
+        self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
+        self.seed, self.epoch, self.pad_to_multiple_of = seed, 0, pad_to_multiple_of
+        self.mask_token_id, self.pad_token_id = tokenizer.mask_token_id, tokenizer.pad_token_id
         vocab_size = len(tokenizer)
         self.special = np.zeros(vocab_size, dtype=bool)
         self.special[[i for i in tokenizer.all_special_ids if i is not None and i < vocab_size]] = True
@@ -109,25 +102,21 @@ class MaskingCollator:
         length = int(lengths.max())
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        n = len(examples)
-        input_ids = np.full((n, length), self.pad_token_id, dtype=np.int64)
-        has_types = "token_type_ids" in examples[0]
-        token_type_ids = np.zeros((n, length), dtype=np.int64)
         real = np.arange(length) < lengths[:, None]
-        input_ids[real] = np.fromiter(
-            chain.from_iterable(e["input_ids"] for e in examples), np.int64, real.sum()
-        )
-        if has_types:
-            types = chain.from_iterable(e["token_type_ids"] for e in examples)
-            token_type_ids[real] = np.fromiter(types, np.int64, real.sum())
-        input_ids, labels = self.mask(input_ids, real, self._keys(examples))
+
+        def padded(key: str, fill: int) -> np.ndarray:
+            values = np.full(real.shape, fill, dtype=np.int64)
+            values[real] = np.fromiter(chain.from_iterable(e[key] for e in examples), np.int64, real.sum())
+            return values
+
+        input_ids, labels = self.mask(padded("input_ids", self.pad_token_id), real, self._keys(examples))
         batch = {
             "input_ids": torch.from_numpy(input_ids),
             "attention_mask": torch.from_numpy(real.astype(np.int64)),
             "labels": torch.from_numpy(labels),
         }
-        if has_types:
-            batch["token_type_ids"] = torch.from_numpy(token_type_ids)
+        if "token_type_ids" in examples[0]:
+            batch["token_type_ids"] = torch.from_numpy(padded("token_type_ids", 0))
         if "next_sentence_label" in examples[0]:
             batch["next_sentence_label"] = torch.tensor([e["next_sentence_label"] for e in examples])
         return batch

@@ -1,6 +1,5 @@
-"""Pretraining sequences: fixed-length MLM sequences (packed or not) and NSP segment pairs, built from a
-prepared corpus (:class:`StoredSequences`, :func:`stored_nsp_examples`) or read on the fly
-(:class:`StreamingMLMDataset`), both through :func:`sequence_spans`.
+"""Pretraining sequences: MLM sequences and NSP pairs from a prepared corpus (:class:`StoredSequences`,
+:func:`stored_nsp_examples`), or MLM sequences read on the fly (:class:`StreamingMLMDataset`).
 
 Packing modes (RoBERTa, Liu et al. 2019, 4.2); every sequence starts with ``[CLS]``, a document ends with
 ``[SEP]``, and nothing is dropped (the last, shorter sequence is kept):
@@ -37,12 +36,10 @@ from briskbert.training.data.corpus import (
 )
 
 
-# ---------------------------------------------------------------------------------------------- splits
 def split_document_indices(
     num_documents: int, percentage: float, seed: int, source: str = "The training corpus"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(training, validation) document indices, in corpus order: ``percentage`` % of the documents (at
-    least one) held out, chosen with ``seed``. ``source`` names the corpus in errors."""
+    """(training, validation) document indices in corpus order, ``percentage`` % (at least one) held out."""
     _check_splittable(num_documents, source)
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
@@ -52,8 +49,7 @@ def split_document_indices(
 
 
 def check_splittable(source: CorpusSource) -> None:
-    """Refuses, before anything is prepared, a corpus too small to carve a validation split from: reads it
-    up to the start of its second document, tokenizing nothing."""
+    """Refuses a corpus too small to split before anything is prepared (reads up to its second document)."""
     starts = (1 for _, starts_document in iter_paragraphs(source) if starts_document)
     _check_splittable(sum(islice(starts, 2)), source.label)
 
@@ -66,15 +62,10 @@ def _check_splittable(num_documents: int, source: str) -> None:
         )
 
 
-# ------------------------------------------------------------------------------------------- sequences
 def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple[np.ndarray, np.ndarray]:
-    """Where each MLM sequence's body lies in the stream of the documents' tokens.
-
-    ``document_lengths`` are the documents' token counts, each including the ``[SEP]`` that closes the
-    document (0 for a document without tokens); the stream is their tokens one after the other. Returns
-    ``(starts, lengths)`` of the sequence bodies in stream positions, in order; a sequence is ``[CLS]`` +
-    its body, + ``[SEP]`` in mode ``none`` (whose bodies leave out the document's own ``[SEP]``).
-    """
+    """``(starts, lengths)`` of the MLM sequence bodies in the stream of the documents' tokens, whose
+    ``document_lengths`` include each document's closing ``[SEP]``. A sequence is ``[CLS]`` + its body
+    (+ ``[SEP]`` in mode ``none``, whose bodies leave out the document's own)."""
     body = max_seq_length - (2 if packing == "none" else 1)  # besides [CLS] (and, unpacked, its own [SEP])
     lengths = np.asarray(document_lengths, dtype=np.int64)
     if packing == "full-sentences":  # one stream, cut every `body` tokens
@@ -94,7 +85,6 @@ def wrap_sequence(body: list[int], packing: str, cls_id: int, sep_id: int) -> li
     return [cls_id, *body, sep_id] if packing == "none" else [cls_id, *body]
 
 
-# ------------------------------------------------------------------------------------------------- NSP
 def iter_nsp_examples(
     tokenized_documents: Sequence, cls: int, sep: int, max_seq_length: int, seed: int, short_seq_prob: float
 ) -> Iterator[dict]:
@@ -145,20 +135,15 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> Non
             longer.pop()
 
 
-# ------------------------------------------------------------------------------------- stored corpus
 def _chosen(store: CorpusStore, documents) -> np.ndarray:
     """The indices of the ``documents`` chosen from the store (e.g. the training split); ``None``: all."""
     return np.arange(store.num_documents) if documents is None else np.asarray(documents, dtype=np.int64)
 
 
 class StoredSequences(torch.utils.data.Dataset):
-    """The MLM sequences of a prepared corpus (:class:`~training.data.corpus.CorpusStore`), read from the
-    memory-mapped token array when asked for: only the (start, length) of each sequence lives in memory
-    (12 bytes a sequence), never the tokens.
-
-    ``documents`` selects and orders the documents (e.g. the training split); ``None`` takes all. Items
-    are ``{"input_ids": [...], "idx": i}``; ``idx`` keys the example's masking draw.
-    """
+    """The MLM sequences of the ``documents`` (``None``: all) of a prepared corpus, read from the memory-mapped
+    tokens when asked for (only each sequence's start and length live in memory). Items are
+    ``{"input_ids": [...], "idx": i}``; ``idx`` keys the example's masking draw."""
 
     def __init__(
         self, store: CorpusStore, documents, max_seq_length: int, packing: str, cls_id: int, sep_id: int
@@ -200,8 +185,7 @@ class StoredSequences(torch.utils.data.Dataset):
 
 
 class StoredDocuments(Sequence):
-    """Documents of a prepared corpus as lists of token-id segments (separators excluded), read lazily;
-    only documents with tokens, as :func:`tokenize_documents` gives them."""
+    """The documents with tokens of a prepared corpus as lists of token-id segments, read lazily."""
 
     def __init__(self, store: CorpusStore, documents=None):
         doc_segments = np.asarray(store.document_segment_offsets())
@@ -279,7 +263,6 @@ def stored_nsp_examples(
     return StoredExamples(folder)
 
 
-# ------------------------------------------------------------------------------------------- streaming
 class StreamingMLMDataset(torch.utils.data.IterableDataset):
     """Read, tokenize and pack a corpus on the fly, for runs that should start at once.
 
