@@ -1,11 +1,7 @@
-"""Architecture ablations at equal budget: several configs pretrained on one tokenizer with the same data, masks
-and steps; only the config and the seed change.
-
-Every run is an ordinary ``briskbert pretrain`` process given the one shared tokenizer, so data preparation gives
-identical sequences; the order and the masks are keyed on the seed, so variants with the same seed see the same
-batches with the same masked positions. ``<variant>/seed<k>/`` is a pretraining output plus ``ablation_run.json``
-(its command, and the wall time and peak memory of each of its processes), ``pretrain.log`` and the optional
-``probe/``. Run again, a finished run is skipped and an interrupted one resumes from its latest checkpoint.
+"""Architecture ablations at equal budget: every variant x seed is an ordinary ``briskbert pretrain`` process
+given one shared tokenizer, so only the config and the seed change (order and masks are keyed on the seed).
+``<variant>/seed<k>/`` is a pretraining output plus ``ablation_run.json`` (its command, and the wall time and peak
+memory of each of its processes). Run again, finished runs are skipped and an interrupted one resumes.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from briskbert.errors import USER_ERROR_EXIT_CODE, CommandFailed, SettingError, 
 from briskbert.files import staged_folder, write_atomic
 from briskbert.processes import briskbert_argv, to_argv
 from briskbert.training.tasks.pretraining_settings import parse_config_overrides
+from briskbert.training.tasks.settings import check_at_least, helped
 
 ACCEPTED_FORMS = (
     "a preset name (bert-tiny), a config JSON file (my_config.json), NAME:PRESET (bert:bert-tiny) or "
@@ -100,41 +97,26 @@ class AblationSettings:
     seeds: list[int] = field(
         default_factory=lambda: [42], metadata={"help": "Every variant runs once per seed."}
     )
-    config_overrides: str | None = field(
-        default=None,
-        metadata={"help": "field=value,... for every variant, before its own: num_hidden_layers=4"},
+    config_overrides: str | None = helped(
+        "field=value,... for every variant, before its own: num_hidden_layers=4"
     )
-    launcher: str | None = field(
-        default=None,
-        metadata={"help": "How each run starts (default: this Python's -m briskbert); see above."},
-    )
-    train_file: str | None = field(default=None, metadata={"help": "Training text, passed to every run."})
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "A tokenizer folder (default: train one into output_dir/tokenizer)."}
-    )
-    vocab_size: int = field(default=30522, metadata={"help": "Size of the tokenizer trained once."})
+    launcher: str | None = helped("How each run starts (default: this Python's -m briskbert); see above.")
+    train_file: str | None = helped("Training text, passed to every run.")
+    tokenizer_name: str | None = helped("A tokenizer folder (default: train one into output_dir/tokenizer).")
+    vocab_size: int = helped("Size of the tokenizer trained once.", 30522)
     max_seq_length: int = 128
     per_device_train_batch_size: int = 8
     gradient_accumulation_steps: int = 1
-    max_train_steps: int | None = field(default=None, metadata={"help": "Optimizer steps per run."})
-    max_train_tokens: int | None = field(
-        default=None, metadata={"help": "Or tokens per run: batch x accumulation x max_seq_length a step."}
+    max_train_steps: int | None = helped("Optimizer steps per run.")
+    max_train_tokens: int | None = helped("Or tokens per run: batch x accumulation x max_seq_length a step.")
+    max_train_seconds: float | None = helped(
+        "Also stop each run after this long (one more step, then the final eval)."
     )
-    max_train_seconds: float | None = field(
-        default=None,
-        metadata={"help": "Also stop each run after this long (one more step, then the final eval)."},
+    finetune_probe: str | None = helped(
+        "Fine-tune each variant on this classification file; report its accuracy.", metavar="TRAIN_FILE"
     )
-    finetune_probe: str | None = field(
-        default=None,
-        metadata={
-            "help": "Fine-tune each variant on this classification file; report its accuracy.",
-            "metavar": "TRAIN_FILE",
-        },
-    )
-    probe_validation_file: str | None = field(default=None, metadata={"help": "The probe's validation file."})
-    probe_args: str = field(
-        default=DEFAULT_PROBE_ARGS, metadata={"help": "Further finetune-classification flags."}
-    )
+    probe_validation_file: str | None = helped("The probe's validation file.")
+    probe_args: str = helped("Further finetune-classification flags.", DEFAULT_PROBE_ARGS)
     variants: list[Variant] = field(init=False)
 
     def __post_init__(self):
@@ -145,8 +127,9 @@ class AblationSettings:
             raise SettingError(
                 "train_file", "(a tokenizer is trained on it once) or tokenizer_name: give one."
             )
-        if self.train_file and not Path(self.train_file).is_file():
-            raise SettingError("train_file", f"{self.train_file}: no such file.")
+        for name in ("train_file", "finetune_probe", "probe_validation_file"):
+            if getattr(self, name) and not Path(getattr(self, name)).is_file():
+                raise SettingError(name, f"{getattr(self, name)}: no such file.")
         if self.tokenizer_name is None and Path(self.train_file).suffix.lower() not in TEXT_SUFFIXES:
             raise SettingError(
                 "train_file",
@@ -161,14 +144,11 @@ class AblationSettings:
             )
         if self.max_train_steps is not None and self.max_train_tokens is not None:
             raise SettingError("max_train_steps", "or max_train_tokens: give one, not both.")
-        for name in ("max_train_steps", "max_train_tokens", "max_train_seconds"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise SettingError(name, f"must be positive, got {getattr(self, name)}.")
+        check_at_least(self, 1, "max_train_steps", "max_train_tokens")
+        if self.max_train_seconds is not None and self.max_train_seconds <= 0:
+            raise SettingError("max_train_seconds", f"must be positive, got {self.max_train_seconds}.")
         if bool(self.finetune_probe) != bool(self.probe_validation_file):
             raise SettingError("finetune_probe", "and probe_validation_file go together.")
-        for name in ("finetune_probe", "probe_validation_file"):
-            if getattr(self, name) and not Path(getattr(self, name)).is_file():
-                raise SettingError(name, f"{getattr(self, name)}: no such file (fine-tuning probe).")
         object.__setattr__(self, "variants", parse_variants(self.configs, self.config_overrides))
 
     @property
@@ -285,11 +265,7 @@ def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, 
     time_left = None
     if settings.max_train_seconds is not None:
         time_left = max(settings.max_train_seconds - wall_time_s(record), 1.0)
-    from tqdm.auto import tqdm
-
-    with tqdm(total=settings.steps, desc=label, dynamic_ncols=True) as bar:
-        stopped = run_segment(settings, record, run_dir, resume, time_left, bar)
-    if stopped and not is_finished(run_dir):
+    if run_segment(settings, record, run_dir, resume, time_left) and not is_finished(run_dir):
         # The time budget ran out. A short last process resumes from the checkpoint with a budget of one more
         # step, so the run ends the way every run ends: final evaluation, final/ folder, all_results.json.
         steps = [int(p.name[5:]) for p in run_dir.glob("step_*") if p.name[5:].isdigit()]
@@ -304,15 +280,13 @@ def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, 
     return record
 
 
-def run_segment(settings: AblationSettings, record: dict, run_dir: Path, argv: list[str], *limits) -> bool:
-    """One pretraining process of a run (``limits``: :func:`run_process`'s), added to its record; whether it
-    was stopped at the time limit."""
+def run_segment(settings, record: dict, run_dir: Path, argv: list[str], time_limit_s=None) -> bool:
+    """One pretraining process of a run, added to its record; whether it was stopped at the time limit (then it
+    saves a checkpoint and exits, or dies before training began: the caller looks for the checkpoint)."""
     log = run_dir / "pretrain.log"
-    ran = run_process(settings.command(*argv), log, *limits, history=run_dir / "log_history.jsonl")
+    ran = run_process(settings.command(*argv), log, time_limit_s)
     record["segments"].append(ran)
     write_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2))
-    # Stopped at the time limit, a run saves a checkpoint and exits (0, or 128 + SIGTERM), or dies when it had
-    # not begun training: the caller looks for the checkpoint either way.
     if not ran["stopped_at_time_limit"]:
         check(f"Pretraining {run_dir}", ran, log)
     return ran["stopped_at_time_limit"]
@@ -322,10 +296,9 @@ def wall_time_s(record: dict) -> float:
     return sum(segment["wall_time_s"] for segment in record["segments"])
 
 
-def run_process(argv: list[str], log_path: Path, time_limit_s=None, progress=None, history=None) -> dict:
+def run_process(argv: list[str], log_path: Path, time_limit_s: float | None = None) -> dict:
     """Run ``argv`` with its output appended to ``log_path``: its exit code, wall time and peak memory. At
-    ``time_limit_s`` it gets SIGTERM (the loop finishes the step, saves a checkpoint and exits); ``progress``
-    (a tqdm bar) follows the last step logged in ``history``."""
+    ``time_limit_s`` it gets SIGTERM (the loop finishes the step, saves a checkpoint and exits)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start, stopped = time.perf_counter(), False
     with log_path.open("a") as log:
@@ -337,13 +310,9 @@ def run_process(argv: list[str], log_path: Path, time_limit_s=None, progress=Non
                 if time_limit_s is not None and not stopped and time.perf_counter() - start > time_limit_s:
                     process.send_signal(signal.SIGTERM)
                     stopped = True
-                if progress is not None and history.is_file():
-                    logged = max((entry.get("step", 0) for entry in read_history(history)), default=0)
-                    progress.update(max(logged - progress.n, 0))
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            # SIGTERM asks the loop to checkpoint and stop, also when only this process was signalled; unlike
-            # a second SIGINT, it never aborts a checkpoint in progress.
+            # SIGTERM asks the loop to checkpoint and stop; unlike a second SIGINT, it never aborts a checkpoint.
             process.send_signal(signal.SIGTERM)
             os.wait4(process.pid, 0)
             raise AblationInterrupted(
@@ -357,11 +326,6 @@ def run_process(argv: list[str], log_path: Path, time_limit_s=None, progress=Non
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # ru_maxrss is in KiB
         "stopped_at_time_limit": stopped,
     }
-
-
-def read_history(path: Path) -> list[dict]:
-    """The entries of a run's ``log_history.jsonl``."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def check(what: str, ran: dict, log_path: Path) -> None:

@@ -12,12 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from briskbert.files import file_digest, write_atomic
-from briskbert.training.experiments.ablation import (
-    AblationSettings,
-    read_history,
-    tokenizer_definition,
-    wall_time_s,
-)
+from briskbert.training.experiments.ablation import AblationSettings, tokenizer_definition, wall_time_s
 from briskbert.training.tasks.pretraining_settings import parse_config_overrides
 
 
@@ -86,6 +81,7 @@ def validation_curve(history: list[dict]) -> list[dict]:
 def read_run(run_dir: Path, record: dict, probe: bool) -> dict:
     """One run's numbers: what pretraining wrote plus what the harness measured."""
     results = json.loads((run_dir / "all_results.json").read_text())
+    history = (run_dir / "log_history.jsonl").read_text().splitlines()
     parameters, non_embedding = count_parameters(run_dir / "final")
     run = {
         "parameters": parameters,
@@ -95,18 +91,16 @@ def read_run(run_dir: Path, record: dict, probe: bool) -> dict:
         "wall_time_s": round(wall_time_s(record), 1),
         "processes": len(record["segments"]),
         "command": shlex.join(["briskbert", *record["argv"]]),
-        "curve": validation_curve(read_history(run_dir / "log_history.jsonl")),
+        "curve": validation_curve([json.loads(line) for line in history if line.strip()]),
     }
     if probe:
-        run["probe_metric"] = json.loads((run_dir / "probe" / "all_results.json").read_text()).get(
-            "eval_accuracy"
-        )
+        probe_results = json.loads((run_dir / "probe" / "all_results.json").read_text())
+        run["probe_metric"] = probe_results.get("eval_accuracy")
     return run
 
 
 def spread(values: list) -> dict:
-    """Mean and sample standard deviation over seeds (0 with one seed); None values (a missing metric) are
-    left out."""
+    """Mean and sample standard deviation over seeds (0 with one seed), leaving out missing values."""
     numbers = [float(v) for v in values if v is not None]
     if not numbers:
         return {"mean": None, "spread": None, "n": 0}
@@ -116,7 +110,6 @@ def spread(values: list) -> dict:
 
 def build_results(settings: AblationSettings, records: dict) -> dict:
     columns = COLUMNS + ((PROBE_COLUMN,) if settings.finetune_probe else ())
-    shared_sha256 = file_digest(settings.tokenizer_dir / "tokenizer.json")
     shared_tokenizer = tokenizer_definition(settings.tokenizer_dir)
     variants = []
     for variant in settings.variants:
@@ -130,16 +123,14 @@ def build_results(settings: AblationSettings, records: dict) -> dict:
                     f"{variant.name} seed {seed} saved a tokenizer that differs from the shared one in "
                     f"{settings.tokenizer_dir}."
                 )
-        summary = {c.key: spread([run[c.key] for run in runs.values()]) for c in columns}
-        overrides = parse_config_overrides(variant.overrides)
         variants.append(
-            dict(
-                name=variant.name,
-                config_name=variant.config_name,
-                config_overrides=overrides,
-                summary=summary,
-                runs=runs,
-            )
+            {
+                "name": variant.name,
+                "config_name": variant.config_name,
+                "config_overrides": parse_config_overrides(variant.overrides),
+                "summary": {c.key: spread([run[c.key] for run in runs.values()]) for c in columns},
+                "runs": runs,
+            }
         )
     best = {}  # per scored column, the variant(s) with the best mean
     for column in (c for c in columns if c.better):
@@ -159,7 +150,10 @@ def build_results(settings: AblationSettings, records: dict) -> dict:
         "seeds": settings.seeds,
         "max_train_steps": settings.steps,
         "max_train_seconds": settings.max_train_seconds,
-        "tokenizer": {"path": str(settings.tokenizer_dir), "sha256": shared_sha256},
+        "tokenizer": {
+            "path": str(settings.tokenizer_dir),
+            "sha256": file_digest(settings.tokenizer_dir / "tokenizer.json"),
+        },
         "probe": probe or None,
     }
 

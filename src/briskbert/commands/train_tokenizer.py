@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
-from briskbert.training.tasks.settings import check_at_least
+from briskbert.training.tasks.settings import check_at_least, helped
 
 MODELS = ("wordpiece", "bpe", "unigram")
 #: the largest vocabularies in use are about 256k entries; beyond 2**20 the trainer's tables only waste memory
@@ -31,42 +31,31 @@ MAX_VOCAB_SIZE = 1 << 20
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerArguments:
-    files: list[str] | None = field(
-        default=None, metadata={"help": "UTF-8 plain-text training files, one document or line per line"}
+    files: list[str] | None = helped("UTF-8 plain-text training files, one document or line per line")
+    dataset_path: str | None = helped(
+        "a `datasets` dataset saved with save_to_disk, or a dataset name loadable with datasets.load_dataset "
+        "(instead of --files)"
     )
-    dataset_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "a `datasets` dataset saved with save_to_disk, or a dataset name loadable with "
-            "datasets.load_dataset (instead of --files)"
-        },
-    )
-    dataset_config: str | None = field(
-        default=None, metadata={"help": "dataset configuration name (load_dataset)"}
-    )
-    dataset_split: str = field(default="train", metadata={"help": "split to train on"})
-    text_column: str = field(default="text", metadata={"help": "text column of the dataset"})
-    model: str = field(default="wordpiece", metadata={"help": "the tokenization model", "choices": MODELS})
+    dataset_config: str | None = helped("dataset configuration name (load_dataset)")
+    dataset_split: str = helped("split to train on", "train")
+    text_column: str = helped("text column of the dataset", "text")
+    model: str = helped("the tokenization model", "wordpiece", choices=MODELS)
     vocab_size: int = field(metadata={"help": "vocabulary size, special tokens included"})
     output_dir: str = field(metadata={"help": "where to save the tokenizer"})
-    lowercase: bool = field(
-        default=True,
-        metadata={"help": "lower-case (WordPiece: and strip accents, as uncased BERT); ignored by bpe"},
+    lowercase: bool = helped(
+        "lower-case (WordPiece: and strip accents, as uncased BERT); ignored by bpe", True
     )
-    min_frequency: int = field(default=2, metadata={"help": "minimum pair count to merge (wordpiece, bpe)"})
-    round_to_multiple_of: int = field(
-        default=64,
-        metadata={"help": "wordpiece: round the vocabulary size up to a multiple of this; 0 disables"},
+    min_frequency: int = helped("minimum pair count to merge (wordpiece, bpe)", 2)
+    round_to_multiple_of: int = helped(
+        "wordpiece: round the vocabulary size up to a multiple of this; 0 disables", 64
     )
     model_max_length: int = 512
-    tokenizer_train_max_lines: int | None = field(
-        default=None,
-        metadata={"help": "train on a seeded uniform sample of this many non-blank lines (default: all)"},
+    tokenizer_train_max_lines: int | None = helped(
+        "train on a seeded uniform sample of this many non-blank lines (default: all)"
     )
-    seed: int = field(default=0, metadata={"help": "seed of the line sample"})
-    no_progress: bool = field(
-        default=False,
-        metadata={"help": "hide the progress bar (hidden anyway when the output is not a terminal)"},
+    seed: int = helped("seed of the line sample", 0)
+    no_progress: bool = helped(
+        "hide the progress bar (hidden anyway when the output is not a terminal)", False
     )
 
     def __post_init__(self):
