@@ -26,44 +26,49 @@ CHOICES = {
 }
 # What turns a BERT config into a decoder's; an encoder-only model refuses them rather than ignore them.
 DECODER_OPTIONS = ("is_decoder", "add_cross_attention", "use_cache")
+POSITIVE_INTEGERS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "embedding_size",
+    "sliding_window",
+    "global_attn_every_n_layers",
+)
+# Options whose None means "unset" (no projection, no window, ...); None is refused for every other option.
+OPTIONAL = (
+    "embedding_size",
+    "sliding_window",
+    "global_attn_every_n_layers",
+    "rope_theta",
+    "local_rope_theta",
+    "classifier_dropout",
+)
 
 
 class BriskBertConfig(PreTrainedConfig):
     r"""
-    Configuration of a BriskBert encoder; the defaults are BERT-base's.
+    Configuration of a BriskBert encoder; the defaults are BERT-base's, and README.md's "Architecture options"
+    describes the common fields. The fields below serve imported encoders and heads, and default to BERT:
 
-    Sizes: `vocab_size`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads` (None:
-    one per query head; 1: multi-query), `intermediate_size`, `max_position_embeddings`, `type_vocab_size` (0: no
-    segment embeddings, as DistilBERT and ModernBERT), `embedding_size` (ELECTRA's narrower embeddings, projected
-    to hidden_size; None: hidden_size), `pad_token_id`.
-
-    Architecture:
-        position_embedding_type: "absolute" (learned), "sinusoidal", "rope" (base `rope_theta`; `local_rope_theta`
-            for sliding-window layers) or "alibi"; position_ids_type: "index" (BERT) or "count_non_padding"
-            (RoBERTa: positions count non-padding tokens from pad_token_id + 1).
-        norm_type: "layernorm" or "rmsnorm", with bias `norm_bias` and eps `layer_norm_eps`; norm_position: "post"
-            (BERT) or "pre"; first_layer_attention_norm: False skips the first layer's pre-norm (ModernBERT).
-        hidden_act; mlp_type: "mlp" or "glu" (GeGLU with gelu, SwiGLU with silu); attention_bias, mlp_bias.
-        sliding_window: a local layer's token sees at most this many positions either side (ModernBERT's 128-token
-            window is 64); global_attn_every_n_layers: layers 0, n, 2n, ... stay global (None: all local).
-
-    Heads:
-        add_pooling_layer (the bare model's pooler), pooler_activation (tanh; relu for DistilBERT, gelu for ELECTRA
-            and ModernBERT), classifier_pooling ("cls" or "mean"), classifier_norm (a norm after the pooler and the
-            token transform), classifier_dropout.
-        token_head_activation: None reads the encoder output directly for token classification and QA; otherwise a
-            dense layer with this activation comes first (ModernBERT, ELECTRA's discriminator).
-        head_activation (None: hidden_act) and head_bias of the MLM transform, pooler and token transform;
-            decoder_bias of the MLM decoder.
-        sparse_prediction: with labels, the MLM decoder runs at the labelled positions only and `logits` holds one
-            row per labelled token (same loss); False keeps (batch, seq, vocab) logits. `briskbert pretrain` sets it.
-        use_crf: a linear-chain CRF over the token scores: trained with its negative log-likelihood at the tagged
-            positions, decoded with Viterbi; transitions the tag scheme of `id2label` forbids are never decoded.
-
-    Speed:
-        unpad_inputs: "auto" runs the token-wise work on the real tokens only when skipping the padding pays for
-            gathering them, "always" whenever there is a padding mask, "never" keeps the padded grid. Outputs agree
-            at real tokens; padding positions of `last_hidden_state` are zeros when unpadded.
+    - `num_key_value_heads` (None: one per query head), `type_vocab_size` (0: no segment embeddings),
+      `embedding_size` (ELECTRA's narrower embeddings, projected to hidden_size; None: hidden_size).
+    - `position_ids_type`: "index" (BERT) or "count_non_padding" (RoBERTa: from pad_token_id + 1);
+      `local_rope_theta`: RoPE base of the sliding-window layers (ModernBERT); `norm_bias`;
+      `first_layer_attention_norm`: False skips the first layer's pre-norm (ModernBERT).
+    - `add_pooling_layer` (the bare model's pooler), `pooler_activation` (tanh in BERT), `classifier_norm` (a norm
+      after the pooler and the token transform); `token_head_activation`: None reads the encoder output directly
+      for token classification and QA, else a dense layer with this activation comes first (ModernBERT, ELECTRA);
+      `head_activation` (None: hidden_act) and `head_bias` of the MLM transform, pooler and token transform;
+      `decoder_bias` of the MLM decoder.
+    - `use_crf`: a linear-chain CRF over the token scores, trained with its negative log-likelihood at the tagged
+      positions and decoded with Viterbi, never through a transition the tag scheme of `id2label` forbids.
+    - `unpad_inputs`: "auto" runs the token-wise work on the real tokens only when skipping the padding pays for
+      gathering them, "always" whenever there is a padding mask, "never" keeps the padded grid; padding positions
+      of `last_hidden_state` are zeros when unpadded.
     """
 
     model_type = "briskbert"
@@ -126,18 +131,7 @@ class BriskBertConfig(PreTrainedConfig):
         super().__setattr__(name, value)
 
     def _check_options(self):
-        for name in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-            "embedding_size",
-            "sliding_window",
-            "global_attn_every_n_layers",
-        ):
+        for name in POSITIVE_INTEGERS:
             _require(self, name, lambda v: _is_int(v) and v > 0, "a positive integer")
         _require(self, "type_vocab_size", lambda v: _is_int(v) and v >= 0, "a non-negative integer")
         for name in ("rope_theta", "local_rope_theta", "layer_norm_eps"):
@@ -218,17 +212,6 @@ class BriskBertConfig(PreTrainedConfig):
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-# Options whose None means "unset" (no projection, no window, ...); None is refused for every other option.
-OPTIONAL = (
-    "embedding_size",
-    "sliding_window",
-    "global_attn_every_n_layers",
-    "rope_theta",
-    "local_rope_theta",
-    "classifier_dropout",
-)
 
 
 def _require(config, name: str, is_valid, what: str) -> None:

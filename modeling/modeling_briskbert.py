@@ -4,8 +4,8 @@ through transformers' dispatch (eager, sdpa, flash-attention, flex)."""
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -50,7 +50,7 @@ from .crf import IGNORE_INDEX, LinearChainCRF
 # Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the pipelines' files beside this
 # one: transformers ships a remote-code file together with the files it imports relatively.
 from .pipeline_question_answering import BriskBertQuestionAnsweringPipeline  # noqa: F401
-from .pipeline_token_classification import register_token_classification_pipeline
+from .pipeline_token_classification import BriskBertTokenClassificationPipeline
 from .varlen_attention import ATTN_IMPLEMENTATION as TORCH_VARLEN  # registers it with the attention dispatch
 
 NORMS = {
@@ -63,29 +63,20 @@ def build_norm(config: BriskBertConfig, size: int | None = None) -> nn.Module:
     return NORMS[config.norm_type](size or config.hidden_size, config.layer_norm_eps, config.norm_bias)
 
 
+def varlen_kernel(attn_implementation) -> bool:
+    return "flash" in str(attn_implementation) or attn_implementation == TORCH_VARLEN
+
+
 # ---------- Batch layout: which positions of a padded (batch, seq) batch the token-wise work runs on -----------
 class PaddedLayout:
-    """Every position of the (batch, seq) grid, padding included (classic BERT): every method is the identity."""
+    """Every position of the (batch, seq) grid, padding included (classic BERT): every step is the identity."""
 
     attention_kwargs: dict = {}
 
     def pack(self, tensor):
         return tensor
 
-    def unpack(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def to_attention(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def from_attention(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def attention_positions(self, position_ids: torch.Tensor) -> torch.Tensor:
-        return position_ids
-
-    def attention_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-        return attention_mask
+    unpack = to_attention = from_attention = attention_positions = attention_mask = pack
 
 
 PADDED = PaddedLayout()
@@ -117,9 +108,7 @@ class UnpaddedLayout(PaddedLayout):
         return with_zero_row.index_select(0, self.grid_rows).view(self.batch_size, self.seq_len, -1)
 
     to_attention = unpack
-
-    def from_attention(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.pack(tensor)
+    from_attention = pack
 
 
 class VarlenLayout(UnpaddedLayout):
@@ -151,9 +140,10 @@ class VarlenLayout(UnpaddedLayout):
 class Unpadder:
     """Unpads a batch with a 2-D padding mask when the work it skips (padding tokens x multiply-adds per token)
     exceeds the cost of moving the tokens (`gather_cost` per hidden number and grid position, plus `fixed_cost`;
-    measured in docs/performance.md). Flash kernels get the varlen layout. Per-layer hidden states stay on the grid."""
+    measured in docs/performance.md). Varlen kernels get the varlen layout. Per-layer hidden states stay on the grid;
+    traced graphs serve every batch, so they keep the padded layout too."""
 
-    def __init__(self, config: BriskBertConfig, gather_cost: int, fixed_cost: int):
+    def __init__(self, config: BriskBertConfig, gather_cost: float, fixed_cost: int):
         glu = 2 if config.mlp_type == "glu" else 1
         heads = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
         self.work_per_token = config.hidden_size * (
@@ -163,33 +153,21 @@ class Unpadder:
         self.fixed_cost = fixed_cost
 
     def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
-        if attention_mask is None or attention_mask.dim() != 2 or keep_grid or _tracing():
+        tracing = torch.compiler.is_exporting() or torch.compiler.is_compiling() or torch.jit.is_tracing()
+        if attention_mask is None or attention_mask.dim() != 2 or keep_grid or tracing:
             return PADDED
         padding_tokens = attention_mask.numel() - int(attention_mask.count_nonzero())
         moving_cost = self.moving_cost_per_position * attention_mask.numel() + self.fixed_cost
         if padding_tokens == 0 or padding_tokens * self.work_per_token <= moving_cost:
             return PADDED
-        return (
-            VarlenLayout(attention_mask)
-            if "flash" in str(attn_implementation) or attn_implementation == TORCH_VARLEN
-            else UnpaddedLayout(attention_mask)
-        )
+        layout = VarlenLayout if varlen_kernel(attn_implementation) else UnpaddedLayout
+        return layout(attention_mask)
 
 
-def _tracing() -> bool:
-    """Traced graphs serve every batch: they keep the padded layout (same outputs) rather than a data-dependent one."""
-    return torch.compiler.is_exporting() or torch.compiler.is_compiling() or torch.jit.is_tracing()
-
-
-class KeepPadding:
-    def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
-        return PADDED
-
-
-UNPADDERS = {
-    "auto": lambda config: Unpadder(config, gather_cost=32, fixed_cost=2**20),
-    "always": lambda config: Unpadder(config, gather_cost=0, fixed_cost=0),
-    "never": lambda config: KeepPadding(),
+UNPADDING_COSTS = {
+    "auto": dict(gather_cost=32, fixed_cost=2**20),
+    "always": dict(gather_cost=0, fixed_cost=0),
+    "never": dict(gather_cost=math.inf, fixed_cost=0),
 }
 
 
@@ -223,61 +201,6 @@ class SinusoidalPositionEmbedding(nn.Module):
         return torch.cat((angles.sin(), angles.cos()), dim=-1)[..., : self.hidden_size]
 
 
-class NoPositionEmbedding(nn.Module):
-    """RoPE and ALiBi encode positions inside attention: nothing is added to the token embeddings."""
-
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-
-    def forward(self, position_ids: torch.Tensor) -> int:
-        return 0
-
-
-POSITION_EMBEDDINGS = {
-    "absolute": LearnedPositionEmbedding,
-    "sinusoidal": SinusoidalPositionEmbedding,
-    "rope": NoPositionEmbedding,
-    "alibi": NoPositionEmbedding,
-}
-
-
-class IndexPositionIds(nn.Module):
-    """BERT: position i is i, whatever the padding."""
-
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-
-    def forward(self, input_ids: torch.Tensor | None, seq_len: int, device: torch.device) -> torch.Tensor:
-        return torch.arange(seq_len, device=device).unsqueeze(0)
-
-
-class NonPaddingPositionIds(nn.Module):
-    """RoBERTa and XLM-R: positions count the non-padding tokens from pad_token_id + 1; padding sits at
-    pad_token_id."""
-
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-        self.pad_token_id = config.pad_token_id
-
-    def forward(self, input_ids: torch.Tensor | None, seq_len: int, device: torch.device) -> torch.Tensor:
-        if input_ids is None:
-            return torch.arange(
-                self.pad_token_id + 1, seq_len + self.pad_token_id + 1, device=device
-            ).unsqueeze(0)
-        real = input_ids.ne(self.pad_token_id).long()
-        return real.cumsum(dim=1) * real + self.pad_token_id
-
-
-POSITION_IDS = {"index": IndexPositionIds, "count_non_padding": NonPaddingPositionIds}
-
-
-class NoTokenTypeEmbedding(nn.Module):
-    """Models without segments (DistilBERT, ModernBERT: `type_vocab_size=0`) add nothing for token types."""
-
-    def forward(self, token_type_ids: torch.Tensor | None) -> int:
-        return 0
-
-
 class TokenTypeEmbedding(nn.Embedding):
     """BERT's segment embeddings; no `token_type_ids` means segment 0 everywhere."""
 
@@ -285,9 +208,38 @@ class TokenTypeEmbedding(nn.Embedding):
         super().__init__(config.type_vocab_size, config.embedding_width)
 
     def forward(self, token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        if token_type_ids is None:
-            return self.weight[0]
-        return super().forward(token_type_ids)
+        return self.weight[0] if token_type_ids is None else super().forward(token_type_ids)
+
+
+def add_nothing(ids) -> int:
+    """In place of an additive embedding the model does not have: RoPE's and ALiBi's positions act inside
+    attention, and models without segments (DistilBERT, ModernBERT: `type_vocab_size=0`) have no token types."""
+    return 0
+
+
+POSITION_EMBEDDINGS = {
+    "absolute": LearnedPositionEmbedding,
+    "sinusoidal": SinusoidalPositionEmbedding,
+    "rope": lambda config: add_nothing,
+    "alibi": lambda config: add_nothing,
+}
+
+
+def index_positions(input_ids, seq_len: int, device, pad_token_id) -> torch.Tensor:
+    """BERT: position i is i, whatever the padding."""
+    return torch.arange(seq_len, device=device).unsqueeze(0)
+
+
+def non_padding_positions(input_ids, seq_len: int, device, pad_token_id: int) -> torch.Tensor:
+    """RoBERTa and XLM-R: positions count the non-padding tokens from pad_token_id + 1; padding sits at
+    pad_token_id."""
+    if input_ids is None:
+        return torch.arange(pad_token_id + 1, seq_len + pad_token_id + 1, device=device).unsqueeze(0)
+    real = input_ids.ne(pad_token_id).long()
+    return real.cumsum(dim=1) * real + pad_token_id
+
+
+POSITION_IDS = {"index": index_positions, "count_non_padding": non_padding_positions}
 
 
 class BriskBertEmbeddings(nn.Module):
@@ -298,9 +250,7 @@ class BriskBertEmbeddings(nn.Module):
         self.word_embeddings = nn.Embedding(
             config.vocab_size, config.embedding_width, padding_idx=config.pad_token_id
         )
-        self.token_type_embeddings = (
-            TokenTypeEmbedding(config) if config.type_vocab_size else NoTokenTypeEmbedding()
-        )
+        self.token_type_embeddings = TokenTypeEmbedding(config) if config.type_vocab_size else add_nothing
         self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config)
         self.norm = build_norm(config, config.embedding_width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -311,14 +261,7 @@ class BriskBertEmbeddings(nn.Module):
             else nn.Identity()
         )
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-        position_ids: torch.Tensor,
-        inputs_embeds: torch.Tensor | None = None,
-        layout: PaddedLayout = PADDED,
-    ) -> torch.Tensor:
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds, layout: PaddedLayout):
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(layout.pack(input_ids))
         else:
@@ -337,14 +280,13 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, config: BriskBertConfig):
         super().__init__()
         self.head_dim = config.head_dim
-        local_theta = config.local_rope_theta or config.rope_theta
-        bases = {"full_attention": config.rope_theta, "sliding_attention": local_theta}
-        self.theta_by_layer_type = {layer_type: bases[layer_type] for layer_type in set(config.layer_types)}
+        bases = {"full_attention": config.rope_theta, "sliding_attention": config.local_rope_theta}
+        self.theta_by_layer_type = {
+            kind: bases[kind] or config.rope_theta for kind in set(config.layer_types)
+        }
 
     @torch.no_grad()
-    def forward(
-        self, position_ids: torch.Tensor, dtype: torch.dtype
-    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, ...]]:
         # Computed on the fly rather than kept in a buffer: nothing to re-initialise after a meta-device build.
         exponents = (
             torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
@@ -355,6 +297,10 @@ class RotaryEmbedding(nn.Module):
             angles = torch.cat((angles, angles), dim=-1)
             tables[layer_type] = angles.cos().to(dtype), angles.sin().to(dtype)
         return tables
+
+
+def no_rotary_tables(position_ids: torch.Tensor, dtype: torch.dtype) -> dict:
+    return {}
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -395,18 +341,8 @@ class AlibiBias(nn.Module):
         return bias.to(dtype).expand(batch_size, -1, -1, -1)
 
 
-class NoRotary(nn.Module):
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-        self.layer_types = set(config.layer_types)
-
-    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> dict[str, None]:
-        return dict.fromkeys(self.layer_types)
-
-
-class NoAttentionBias(nn.Module):
-    def forward(self, position_ids: torch.Tensor, batch_size: int, dtype: torch.dtype) -> None:
-        return None
+def no_attention_bias(position_ids: torch.Tensor, batch_size: int, dtype: torch.dtype) -> None:
+    return None
 
 
 # ---------- Attention ------------------------------------------------------------------------------------------
@@ -451,11 +387,9 @@ class BriskBertAttention(nn.Module):
         self.config = config
         self.layer_idx = layer_idx
         self.head_dim = config.head_dim
-        self.num_heads = config.num_attention_heads
-        self.num_key_value_heads = config.num_key_value_heads
         self.num_key_value_groups = (
-            self.num_heads // self.num_key_value_heads
-        )  # read by the attention kernels
+            config.num_attention_heads // config.num_key_value_heads
+        )  # read by kernels
         self.scaling = self.head_dim**-0.5
         self.is_causal = False
         self.attention_dropout = config.attention_probs_dropout_prob
@@ -464,19 +398,19 @@ class BriskBertAttention(nn.Module):
         is_local = config.layer_types[layer_idx] == "sliding_attention"
         self.sliding_window = config.sliding_window + 1 if is_local else None
 
-        self.qkv_sizes = [self.num_heads * self.head_dim] + [self.num_key_value_heads * self.head_dim] * 2
+        self.qkv_sizes = [config.hidden_size] + [config.num_key_value_heads * self.head_dim] * 2
         self.qkv = nn.Linear(config.hidden_size, sum(self.qkv_sizes), bias=config.attention_bias)
-        self.out = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.attention_bias)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.apply_rotary = apply_rotary if config.position_embedding_type == "rope" else keep_unrotated
 
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        position_bias: torch.Tensor | None = None,
-        layout: PaddedLayout = PADDED,
+        attention_mask: torch.Tensor | None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
+        position_bias: torch.Tensor | None,
+        layout: PaddedLayout,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # The projections run in the batch's layout; the layout hands attention the (batch, seq) shape it works on.
@@ -487,8 +421,7 @@ class BriskBertAttention(nn.Module):
             for states in qkv.split(self.qkv_sizes, dim=-1)
         )
         query, key = self.apply_rotary(query, key, position_embeddings)
-
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
         attn_output, attn_weights = attention_interface(
@@ -512,9 +445,11 @@ class BriskBertAttention(nn.Module):
 class BriskBertMLP(nn.Module):
     """BERT's feed-forward block: up-projection, activation, down-projection."""
 
+    gates = 1
+
     def __init__(self, config: BriskBertConfig):
         super().__init__()
-        self.up = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.up = nn.Linear(config.hidden_size, self.gates * config.intermediate_size, bias=config.mlp_bias)
         self.act = ACT2FN[config.hidden_act]
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -523,15 +458,10 @@ class BriskBertMLP(nn.Module):
         return self.dropout(self.down(self.act(self.up(hidden_states))))
 
 
-class BriskBertGatedMLP(nn.Module):
+class BriskBertGatedMLP(BriskBertMLP):
     """Gated feed-forward block (Shazeer 2020): GeGLU with gelu, SwiGLU with silu."""
 
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-        self.up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
-        self.act = ACT2FN[config.hidden_act]
-        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+    gates = 2
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         projected, gate = self.up(hidden_states).chunk(2, dim=-1)
@@ -557,18 +487,8 @@ class BriskBertLayer(GradientCheckpointingLayer):
 class BriskBertPostNormLayer(BriskBertLayer):
     """BERT: each sub-block's output is added to its input, then the sum is normalised."""
 
-    def forward(
-        self,
-        hidden_states,
-        attention_mask=None,
-        position_embeddings=None,
-        position_bias=None,
-        layout=PADDED,
-        **kwargs,
-    ):
-        attn_output, _ = self.attention(
-            hidden_states, attention_mask, position_embeddings, position_bias, layout, **kwargs
-        )
+    def forward(self, hidden_states: torch.Tensor, **attention_inputs) -> torch.Tensor:
+        attn_output, _ = self.attention(hidden_states, **attention_inputs)
         hidden_states = self.attention_norm(hidden_states + attn_output)
         return self.mlp_norm(hidden_states + self.mlp(hidden_states))
 
@@ -576,23 +496,8 @@ class BriskBertPostNormLayer(BriskBertLayer):
 class BriskBertPreNormLayer(BriskBertLayer):
     """Pre-norm: each sub-block sees a normalised input and adds to an untouched residual stream."""
 
-    def forward(
-        self,
-        hidden_states,
-        attention_mask=None,
-        position_embeddings=None,
-        position_bias=None,
-        layout=PADDED,
-        **kwargs,
-    ):
-        attn_output, _ = self.attention(
-            self.attention_norm(hidden_states),
-            attention_mask,
-            position_embeddings,
-            position_bias,
-            layout,
-            **kwargs,
-        )
+    def forward(self, hidden_states: torch.Tensor, **attention_inputs) -> torch.Tensor:
+        attn_output, _ = self.attention(self.attention_norm(hidden_states), **attention_inputs)
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.mlp_norm(hidden_states))
 
@@ -604,7 +509,7 @@ ATTENTION_MASKS = {
 }
 
 
-# ---------- Pooling --------------------------------------------------------------------------------------------
+# ---------- Pooling and token transforms -----------------------------------------------------------------------
 def first_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     return hidden_states[:, 0]
 
@@ -619,29 +524,14 @@ def mean_of_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | N
 POOLINGS = {"cls": first_token, "mean": mean_of_tokens}
 
 
-class BriskBertPooler(nn.Module):
-    """BERT's pooler (dense + tanh) over a sequence summary: the [CLS] token, or the mean of the real tokens. The
-    activation is the source's (`pooler_activation`), and ModernBERT's prediction head adds a norm."""
-
-    def __init__(self, config: BriskBertConfig):
-        super().__init__()
-        self.summarize = POOLINGS[config.classifier_pooling]
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.head_bias)
-        self.activation = ACT2FN[config.pooler_activation]
-        self.norm = build_norm(config) if config.classifier_norm else nn.Identity()
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        return self.norm(self.activation(self.dense(self.summarize(hidden_states, attention_mask))))
-
-
 class TokenTransform(nn.Module):
-    """Dense + activation (+ norm) applied to every token before a token-level classifier: ModernBERT's prediction
-    head, ELECTRA's discriminator. `token_head_activation=None` (BERT) reads the encoder output directly."""
+    """Dense + activation (+ norm with `classifier_norm`, ModernBERT's prediction head). Before a token-level
+    classifier it is ModernBERT's head and ELECTRA's discriminator; `token_head_activation=None` (BERT) skips it."""
 
-    def __init__(self, config: BriskBertConfig):
+    def __init__(self, config: BriskBertConfig, activation: str):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.head_bias)
-        self.activation = ACT2FN[config.token_head_activation]
+        self.activation = ACT2FN[activation]
         self.norm = build_norm(config) if config.classifier_norm else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -649,7 +539,20 @@ class TokenTransform(nn.Module):
 
 
 def build_token_transform(config: BriskBertConfig) -> nn.Module:
-    return nn.Identity() if config.token_head_activation is None else TokenTransform(config)
+    activation = config.token_head_activation
+    return nn.Identity() if activation is None else TokenTransform(config, activation)
+
+
+class BriskBertPooler(TokenTransform):
+    """BERT's pooler (dense + `pooler_activation`, tanh in BERT) over the [CLS] token or the mean of the real
+    tokens (`classifier_pooling`)."""
+
+    def __init__(self, config: BriskBertConfig):
+        super().__init__(config, config.pooler_activation)
+        self.summarize = POOLINGS[config.classifier_pooling]
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return super().forward(self.summarize(hidden_states, attention_mask))
 
 
 # ---------- Pretrained base ------------------------------------------------------------------------------------
@@ -681,9 +584,12 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": BriskBertLayer, "attentions": BriskBertAttention}
 
-    # transformers' default `_init_weights` already gives BERT's scheme through `transformers.initialization`
-    # (normal(0, initializer_range) for linear and embedding weights, zero biases and padding row, unit norms),
-    # which skips weights that were loaded from a checkpoint. Only the CRF's transition scores need a rule.
+    def __init__(self, config: BriskBertConfig, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        self._no_split_modules = [LAYERS[config.norm_position].__name__]
+
+    # transformers' default `_init_weights` is BERT's scheme (normal(0, initializer_range) weights, zero biases and
+    # padding row, unit norms) and skips loaded weights; only the CRF's transitions need a rule.
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, LinearChainCRF):
@@ -692,14 +598,8 @@ class BriskBertPreTrainedModel(PreTrainedModel):
             init.zeros_(module.start_transitions)
             init.zeros_(module.end_transitions)
 
-    def __init__(self, config: BriskBertConfig, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        self._no_split_modules = [LAYERS[config.norm_position].__name__]
-
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
-        if self.config.position_embedding_type == "alibi" and (
-            "flash" in str(attn_implementation) or attn_implementation == TORCH_VARLEN
-        ):
+        if self.config.position_embedding_type == "alibi" and varlen_kernel(attn_implementation):
             raise ValueError(
                 f"attn_implementation={attn_implementation!r} cannot add ALiBi's position bias. Use 'sdpa', 'eager' "
                 "or 'flex_attention' with position_embedding_type='alibi', or choose 'rope' to use flash-attention."
@@ -711,19 +611,25 @@ class BriskBertPreTrainedModel(PreTrainedModel):
         self.config.auto_map = dict(AUTO_MAP)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
+        """The forward of a head without other label arguments: the encoder, then the head's `predict` from its
+        outputs, `labels` and `num_items_in_batch` (in `kwargs`)."""
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        return self.predict(outputs, labels, **kwargs)
+
 
 # ---------- The bare encoder -----------------------------------------------------------------------------------
 DECODER_INPUTS = ("encoder_hidden_states", "encoder_attention_mask", "past_key_values", "use_cache")
-
-
-def refuse_decoder_inputs(kwargs: dict) -> None:
-    """A decoder's inputs would otherwise pass through `**kwargs` unused, and the outputs not show it."""
-    for name in DECODER_INPUTS:
-        if kwargs.get(name) is not None and kwargs[name] is not False:
-            raise ValueError(
-                f"{name} is not supported: BriskBert is an encoder-only model (bidirectional self-attention, no "
-                "cross-attention, no key/value cache)."
-            )
 
 
 class BriskBertModel(BriskBertPreTrainedModel):
@@ -733,18 +639,19 @@ class BriskBertModel(BriskBertPreTrainedModel):
         if add_pooling_layer is None:
             add_pooling_layer = config.add_pooling_layer
         self.embeddings = BriskBertEmbeddings(config)
-        self.position_ids = POSITION_IDS[config.position_ids_type](config)
-        self.rotary_emb = (
-            RotaryEmbedding(config) if config.position_embedding_type == "rope" else NoRotary(config)
+        self.make_position_ids = partial(
+            POSITION_IDS[config.position_ids_type], pad_token_id=config.pad_token_id
         )
-        self.alibi = AlibiBias(config) if config.position_embedding_type == "alibi" else NoAttentionBias()
+        rope, alibi = (config.position_embedding_type == kind for kind in ("rope", "alibi"))
+        self.rotary_emb = RotaryEmbedding(config) if rope else no_rotary_tables
+        self.alibi = AlibiBias(config) if alibi else no_attention_bias
         self.layers = nn.ModuleList(
             LAYERS[config.norm_position](config, i) for i in range(config.num_hidden_layers)
         )
         # Pre-norm leaves the residual stream un-normalised after the last layer; post-norm already normalised it.
         self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.pooler = BriskBertPooler(config) if add_pooling_layer else None
-        self.choose_layout = UNPADDERS[config.unpad_inputs](config)
+        self.choose_layout = Unpadder(config, **UNPADDING_COSTS[config.unpad_inputs])
         self.post_init()
 
     def get_input_embeddings(self):
@@ -766,17 +673,23 @@ class BriskBertModel(BriskBertPreTrainedModel):
     ) -> BaseModelOutputWithPooling:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        refuse_decoder_inputs(kwargs)
-        batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-        device = input_ids.device if input_ids is not None else inputs_embeds.device
+        for (
+            name
+        ) in DECODER_INPUTS:  # else they would pass through `kwargs` unused, and the outputs not show it
+            if kwargs.get(name) is not None and kwargs[name] is not False:
+                raise ValueError(
+                    f"{name} is not supported: BriskBert is an encoder-only model (bidirectional self-attention, "
+                    "no cross-attention, no key/value cache)."
+                )
+        reference = input_ids if input_ids is not None else inputs_embeds
+        batch_size, seq_len = reference.shape[:2]
         if position_ids is None:
-            position_ids = self.position_ids(input_ids, seq_len, device)
+            position_ids = self.make_position_ids(input_ids, seq_len, reference.device)
 
         per_layer_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
         layout = self.choose_layout(
             attention_mask, self.config._attn_implementation, keep_grid=bool(per_layer_states)
         )
-
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, layout)
         # The mask builders read batch size, length, dtype and device from a (batch, seq) tensor: a free view.
         grid = hidden_states.new_zeros(1, 1, 1).expand(batch_size, seq_len, -1)
@@ -787,16 +700,15 @@ class BriskBertModel(BriskBertPreTrainedModel):
             for layer_type in set(self.config.layer_types)
         }
         attention_positions = layout.attention_positions(position_ids)
-        position_embeddings = self.rotary_emb(attention_positions, hidden_states.dtype)
+        rotary_tables = self.rotary_emb(attention_positions, hidden_states.dtype)
         position_bias = self.alibi(attention_positions, batch_size, hidden_states.dtype)
-
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states,
-                masks[layer.attention_type],
-                position_embeddings[layer.attention_type],
-                position_bias,
-                layout,
+                attention_mask=masks[layer.attention_type],
+                position_embeddings=rotary_tables.get(layer.attention_type),
+                position_bias=position_bias,
+                layout=layout,
                 **kwargs,
             )
         hidden_states = layout.unpack(self.final_norm(hidden_states))
@@ -813,7 +725,7 @@ def masked_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
     """Keeps only the positions that carry an MLM label, so the vocabulary decoder runs on ~15% of tokens."""
     if labels is None:
         return hidden_states, labels
-    predicted = labels != -100
+    predicted = labels != IGNORE_INDEX
     return hidden_states[predicted], labels[predicted]
 
 
@@ -836,12 +748,17 @@ class BriskBertLMPredictionHead(nn.Module):
 
 
 class BriskBertForMaskedLM(BriskBertPreTrainedModel):
+    """With `labels` and `config.sparse_prediction`, `logits` holds one row per labelled position."""
+
     _tied_weights_keys = {"head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+    next_sentence_head = False  # BriskBertForPreTraining adds BERT's pooler and next-sentence classifier
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
-        self.model = BriskBertModel(config, add_pooling_layer=False)
+        self.model = BriskBertModel(config, add_pooling_layer=self.next_sentence_head)
         self.head = BriskBertLMPredictionHead(config)
+        if self.next_sentence_head:
+            self.seq_relationship = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -850,27 +767,7 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.head.decoder = new_embeddings
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        num_items_in_batch=None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> MaskedLMOutput:
-        r"""With `labels` and `config.sparse_prediction`, `logits` holds one row per labelled position."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+    def predict(self, outputs, labels, num_items_in_batch=None, **kwargs) -> MaskedLMOutput:
         logits, labels = self.head(outputs.last_hidden_state, labels)
         loss = None
         if labels is not None:
@@ -880,23 +777,10 @@ class BriskBertForMaskedLM(BriskBertPreTrainedModel):
         )
 
 
-class BriskBertForPreTraining(BriskBertPreTrainedModel):
+class BriskBertForPreTraining(BriskBertForMaskedLM):
     """BERT's pretraining objective: masked language modelling plus next sentence prediction."""
 
-    _tied_weights_keys = {"head.decoder.weight": "model.embeddings.word_embeddings.weight"}
-
-    def __init__(self, config: BriskBertConfig):
-        super().__init__(config)
-        self.model = BriskBertModel(config, add_pooling_layer=True)
-        self.head = BriskBertLMPredictionHead(config)
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
-        self.post_init()
-
-    def get_output_embeddings(self):
-        return self.head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.head.decoder = new_embeddings
+    next_sentence_head = True
 
     @can_return_tuple
     def forward(
@@ -908,29 +792,17 @@ class BriskBertForPreTraining(BriskBertPreTrainedModel):
         inputs_embeds=None,
         labels=None,
         next_sentence_label=None,
-        num_items_in_batch=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BertForPreTrainingOutput:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-        prediction_logits, labels = self.head(outputs.last_hidden_state, labels)
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        mlm = self.predict(outputs, labels, **kwargs)
         seq_relationship_logits = self.seq_relationship(outputs.pooler_output)
-        losses = []
-        if labels is not None:
-            losses.append(
-                ForMaskedLMLoss(prediction_logits, labels, self.config.vocab_size, num_items_in_batch)
-            )
+        losses = [] if mlm.loss is None else [mlm.loss]
         if next_sentence_label is not None:
             losses.append(F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.view(-1)))
         return BertForPreTrainingOutput(
             loss=sum(losses) if losses else None,
-            prediction_logits=prediction_logits,
+            prediction_logits=mlm.logits,
             seq_relationship_logits=seq_relationship_logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
@@ -944,25 +816,7 @@ class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> NextSentencePredictorOutput:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+    def predict(self, outputs, labels, **kwargs) -> NextSentencePredictorOutput:
         logits = self.seq_relationship(outputs.pooler_output)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return NextSentencePredictorOutput(
@@ -987,25 +841,7 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SequenceClassifierOutput:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+    def predict(self, outputs, labels, **kwargs) -> SequenceClassifierOutput:
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
@@ -1029,28 +865,23 @@ class IndependentTagger(nn.Module):
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.reshape(-1).to(logits.device)
-        return F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX
-        )
+        return F.cross_entropy(logits.flatten(0, -2).float(), labels, ignore_index=IGNORE_INDEX)
 
     def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
         return logits.argmax(-1).masked_fill(~tag_mask.bool(), IGNORE_INDEX)
 
-    def probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
+    def marginals(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
         return logits.float().softmax(-1) * tag_mask.unsqueeze(-1)
 
 
 class CrfTagger(LinearChainCRF):
-    """A linear-chain CRF over the labelled tokens (see crf.py): its negative log-likelihood, per tagged token
-    so that it averages over the same items as the softmax loss; Viterbi decoding; forward-backward marginals."""
+    """A linear-chain CRF (crf.py) whose loss is per tagged token, so that it averages over the same items as the
+    softmax loss."""
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.to(logits.device)
         tagged = labels != IGNORE_INDEX
         return self.neg_log_likelihood(logits, labels, tagged).sum() / tagged.sum().clamp(min=1)
-
-    def probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
-        return self.marginals(logits, tag_mask)
 
 
 class BriskBertForTokenClassification(BriskBertPreTrainedModel):
@@ -1068,7 +899,7 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         if config.use_crf:
             self.tagger = CrfTagger.for_labels([config.id2label[i] for i in range(config.num_labels)])
             # transformers' token-classification pipeline would take per-token arg-maxes: name the CRF's own.
-            register_token_classification_pipeline(config)
+            BriskBertTokenClassificationPipeline.register(config)
         else:
             self.tagger = IndependentTagger()
         self.post_init()
@@ -1087,38 +918,30 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
     ) -> BriskBertTokenClassifierOutput:
         r"""`tag_mask` (bool, `(batch, seq)`): the positions to decode into `tags`; default: where `labels` != -100.
         Without either, only `logits` (and `loss`) are returned, as in an exported graph."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(self.transform(outputs.last_hidden_state)))
         loss = self.tagger.loss(logits, labels) if labels is not None else None
         if tag_mask is None and labels is not None:
             tag_mask = labels != IGNORE_INDEX
-        tags = self.decode(logits, tag_mask) if tag_mask is not None else None
         return BriskBertTokenClassifierOutput(
             loss=loss,
             logits=logits,
-            tags=tags,
+            tags=self.decode(logits, tag_mask) if tag_mask is not None else None,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 
+    @torch.no_grad()
     def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
         """The best tags at the positions `tag_mask` selects (Viterbi over them with a CRF, each position's
         arg-max otherwise), -100 elsewhere: `(batch, seq)` ids."""
-        with torch.no_grad():
-            return self.tagger.decode(logits.detach(), tag_mask.to(logits.device))
+        return self.tagger.decode(logits.detach(), tag_mask.to(logits.device))
 
+    @torch.no_grad()
     def tag_probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
         """Each tagged position's probability of every tag: the CRF's marginals given the whole sentence, or the
         softmax; zeros at untagged positions. `(batch, seq, num_labels)`."""
-        with torch.no_grad():
-            return self.tagger.probabilities(logits.detach(), tag_mask.to(logits.device))
+        return self.tagger.marginals(logits.detach(), tag_mask.to(logits.device))
 
 
 class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
@@ -1143,14 +966,7 @@ class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):
         end_positions=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+        outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         start_logits, end_logits = self.qa_outputs(self.transform(outputs.last_hidden_state)).unbind(dim=-1)
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -1185,20 +1001,9 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
         labels=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
-        reference = input_ids if input_ids is not None else inputs_embeds
-        num_choices = reference.shape[1]
-
-        def flatten_choices(tensor):
-            return tensor.flatten(0, 1) if tensor is not None else None
-
-        outputs = self.model(
-            input_ids=flatten_choices(input_ids),
-            attention_mask=flatten_choices(attention_mask),
-            token_type_ids=flatten_choices(token_type_ids),
-            position_ids=flatten_choices(position_ids),
-            inputs_embeds=flatten_choices(inputs_embeds),
-            **kwargs,
-        )
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.model(*(t.flatten(0, 1) if t is not None else None for t in inputs), **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return MultipleChoiceModelOutput(
