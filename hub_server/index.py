@@ -1,12 +1,11 @@
 """The files of one commit, indexed once and shared by every read of it: sorted paths and their entries, so
-lookups and listing pages are bisections. ``IndexCache`` keeps the most recently used revisions."""
+lookups and listing pages are bisections."""
 
 from __future__ import annotations
 
 import json
 import threading
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,37 +130,3 @@ def _sibling(entry: FileEntry, with_blobs: bool) -> dict:
         if entry.lfs:
             sibling["lfs"] = {"size": entry.size, "sha256": entry.sha256, "pointerSize": 134}
     return sibling
-
-
-class IndexCache:
-    """The ``size`` most recently used ``RevisionIndex``es. Builds run one at a time, and a request for an index
-    being built waits for that build: a build holds a whole file table in memory (and is CPU work the GIL
-    serialises anyway), so requests for many large revisions at once cost one build's memory."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._items: OrderedDict[tuple, RevisionIndex] = OrderedDict()
-        self._lock = threading.Lock()  # the items
-        self._one_build = threading.Lock()
-        self.builds = 0  # how many indexes were built (tests read it)
-
-    def _cached(self, key: tuple) -> RevisionIndex | None:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-            return self._items.get(key)
-
-    def get(self, key: tuple, build: Callable[[], RevisionIndex]) -> RevisionIndex:
-        index = self._cached(key)
-        if index is not None:
-            return index
-        with self._one_build:
-            index = self._cached(key)
-            if index is None:  # not built while this request waited
-                index = build()
-                with self._lock:
-                    self.builds += 1
-                    self._items[key] = index
-                    if len(self._items) > self.size:
-                        self._items.popitem(last=False)
-            return index

@@ -1,21 +1,40 @@
-"""The request payloads of the Hub protocol, read into checked values, and the ndjson commit read into storage
-operations (``read_commit``). A missing or mistyped field, invalid base64 or absurd nesting is a ``BadRequest``
+"""What a client sends, read into checked values: JSON payloads, the ndjson commit (into storage operations),
+sizes and ranges. A missing or mistyped field, invalid JSON or base64 or absurd nesting is a ``BadRequest``
 naming the field, never a 500.
+
+A commit's lines are scanned string by string as their pieces arrive. A string longer than 64 KiB can only be a
+file's base64 content: it is decoded piece by piece into the blob store, and the line is parsed with a random
+placeholder in its place. Memory holds ``max_line`` bytes of JSON and one body piece, whatever the file's size.
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
 import contextlib
+import json
+import re
+import secrets
 import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from .commit_stream import RawLine, commit_lines
-from .errors import BadRequest, PayloadTooLarge, Unprocessable
+from .errors import BadRequest, HubError, PayloadTooLarge, Unprocessable
 from .index import FileEntry, git_blob_oid, looks_like_lfs
 from .names import REPO_TYPES, validate_path, validate_repo_id
-from .storage import AddFile, DeleteFile, DeleteFolder, StoredBlob
-from .transport import parse_json
+from .storage import AddFile, BlobWriter, DeleteFile, DeleteFolder, StoredBlob
+
+STREAM_STRINGS_OVER = 64 << 10  # in a commit line, a string longer than this is streamed
+_KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "an object"}
+_REQUIRED = object()
+
+
+def parse_json(raw: bytes, what: str):
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except RecursionError:
+        raise BadRequest(f"{what} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise BadRequest(f"{what} is not valid JSON: {e}") from None
 
 
 class Fields:
@@ -26,38 +45,27 @@ class Fields:
             raise BadRequest(f"{where} must be a JSON object, got {type(obj).__name__}")
         self.obj, self.where = obj, where
 
-    def _get(self, key: str, types: tuple[type, ...], type_name: str, required: bool, default):
-        if key not in self.obj or self.obj[key] is None:
-            if required:
+    def get(self, key: str, kind: type = str, default=_REQUIRED):
+        """The value of ``key``, of type ``kind`` (an ``int`` is never negative); ``default`` when it is absent
+        or null, a ``BadRequest`` when no default is given."""
+        value = self.obj.get(key)
+        if value is None:
+            if default is _REQUIRED:
                 raise BadRequest(f"{self.where}: '{key}' is required")
             return default
-        value = self.obj[key]
-        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-            raise BadRequest(f"{self.where}: '{key}' must be {type_name}, got {type(value).__name__}")
-        return value
-
-    def text(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
-        return self._get(key, (str,), "a string", required, default)
-
-    def integer(self, key: str, *, required: bool = True, default: int | None = None) -> int | None:
-        value = self._get(key, (int,), "an integer", required, default)
-        if value is not None and value < 0:
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise BadRequest(f"{self.where}: '{key}' must be {_KINDS[kind]}, got {type(value).__name__}")
+        if kind is int and value < 0:
             raise BadRequest(f"{self.where}: '{key}' must not be negative")
         return value
 
-    def flag(self, key: str, *, default: bool | None = False) -> bool | None:
-        return self._get(key, (bool,), "true or false", False, default)
-
-    def items(self, key: str, *, required: bool = False) -> list:
-        return self._get(key, (list,), "a list", required, [])
-
     def child(self, key: str) -> Fields:
-        return Fields(self._get(key, (dict,), "an object", True, None), f"{self.where}.{key}")
+        return Fields(self.get(key, dict), f"{self.where}.{key}")
 
 
-def _base64(value: str, where: str) -> bytes:
+def _base64(text: str | bytes, where: str) -> bytes:
     try:
-        return base64.b64decode(value, validate=True)
+        return binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{where} is not valid base64") from None
 
@@ -65,88 +73,247 @@ def _base64(value: str, where: str) -> bytes:
 def repo_spec(body, default_namespace: str) -> tuple[str, str, bool]:
     """(repo type, repo id, private) of a create or delete body."""
     f = Fields(body, "request body")
-    name = f.text("name")
-    namespace = f.text("organization", required=False) or default_namespace
-    repo_type = f.text("type", required=False) or "model"
+    name, repo_type = f.get("name"), f.get("type", default=None) or "model"
     if repo_type not in REPO_TYPES:
         raise BadRequest(f"Invalid repo type {repo_type!r}: one of {REPO_TYPES}", code="InvalidRepoType")
-    visibility = f.text("visibility", required=False)
+    visibility = f.get("visibility", default=None)
     if visibility not in (None, "private", "public"):
         raise BadRequest(f"'visibility' must be 'private' or 'public', got {visibility!r}")
-    repo_id = f"{namespace}/{name}"
+    repo_id = f"{f.get('organization', default=None) or default_namespace}/{name}"
     validate_repo_id(repo_id)
-    return repo_type, repo_id, visibility == "private" or f.flag("private")
+    return repo_type, repo_id, visibility == "private" or f.get("private", bool, False)
 
 
 def preupload_files(body) -> list[tuple[str, int, bytes]]:
     """(path, size, first bytes) of each file a preupload body names."""
     out = []
-    for i, item in enumerate(Fields(body, "request body").items("files")):
+    for i, item in enumerate(Fields(body, "request body").get("files", list, [])):
         f = Fields(item, f"files[{i}]")
-        path = validate_path(f.text("path"))
-        sample = _base64(f.text("sample", required=False, default=""), f"files[{i}].sample")
-        out.append((path, f.integer("size", required=False, default=len(sample)), sample))
+        sample = _base64(f.get("sample", default=""), f"files[{i}].sample")
+        out.append((validate_path(f.get("path")), f.get("size", int, len(sample)), sample))
     return out
 
 
 def lfs_batch_objects(body) -> list[tuple[str, int]]:
-    """(oid, size) of each object an LFS upload batch names."""
+    """(oid, size) of each object an LFS upload batch names; the storage checks the oids."""
     f = Fields(body, "LFS batch request")
-    if f.text("operation") != "upload":
+    if f.get("operation") != "upload":
         raise BadRequest("Only the LFS 'upload' operation is supported")
-    out = []
-    for i, item in enumerate(f.items("objects", required=True)):
-        obj = Fields(item, f"objects[{i}]")
-        out.append((obj.text("oid"), obj.integer("size")))  # the storage checks the oid
-    return out
+    objects = [Fields(item, f"objects[{i}]") for i, item in enumerate(f.get("objects", list))]
+    return [(o.get("oid"), o.get("size", int)) for o in objects]
 
 
-# ---- the ndjson commit ---------------------------------------------------------------------------------
-def _header(v: Fields, storage, streamed) -> tuple[str, str, str | None]:
-    # The storage compares parentCommit with the branch's head.
-    summary = v.text("summary", required=False) or "update"
-    return summary, v.text("description", required=False, default=""), v.text("parentCommit", required=False)
+def paths_request(raw: bytes, max_paths: int) -> tuple[list[str], bool]:
+    """The paths (at most ``max_paths``) and the expand flag of a form-encoded paths-info body."""
+    try:
+        form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max_paths + 1)
+    except ValueError:  # more fields than that
+        form = {"paths": [""] * (max_paths + 1)}
+    paths = form.get("paths", [])
+    if len(paths) > max_paths:
+        raise BadRequest(f"At most {max_paths} paths per request", code="TooManyPaths")
+    return [p.strip("/") for p in paths], form.get("expand", ["false"])[0].lower() == "true"
+
+
+def parse_size(text: str | None) -> int | None:
+    """A non-negative decimal of at most 19 ASCII digits, or None (``int()`` also takes '²' and '٣')."""
+    return int(text) if isinstance(text, str) and re.fullmatch(r"[0-9]{1,19}", text) else None
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, several
+    ranges, not ``bytes=``, last before first: RFC 9110 says to ignore those). Past the end is a 416."""
+    m = re.fullmatch(r"bytes=([0-9]*)-([0-9]*)", header.strip())
+    if m is None or not (m[1] or m[2]):
+        return None
+    first, last = (
+        int(x) if len(x) <= 19 else 1 << 64 for x in (m[1] or "0", m[2] or "0")
+    )  # not 5,000 digits
+    if not m[1]:  # a suffix: the last N bytes (none at all: a 416)
+        first, last = max(0, size - last), size - 1
+    elif not m[2]:
+        last = size - 1
+    elif last < first:
+        return None
+    if first >= size:
+        raise HubError(
+            f"Range {header.strip()[:40]!r} is outside the file's {size} bytes",
+            status=416,
+            code="RangeNotSatisfiable",
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+    return first, min(last, size - 1)
+
+
+# ---- the ndjson commit, streamed ------------------------------------------------------------------------
+_PLAIN_TEXT = re.compile(rb'[^"\\\n]*')  # one character class: no backtracking stack, whatever the length
+_ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_STRING_OR_LINE_END = re.compile(rb'["\n]')
+
+
+@dataclass(frozen=True)
+class RawLine:  # a line's JSON text, and the streamed content the placeholder in it stands for
+    text: bytes
+    blob: StoredBlob | None = None
+    placeholder: str | None = None
+
+
+class _Base64Stream:
+    """Base64 text in, decoded bytes out to a ``BlobWriter``, at most three characters held back."""
+
+    def __init__(self, writer: BlobWriter, where: str):
+        self.writer, self._where = writer, where
+        self._tail, self._padded = b"", False
+
+    def _invalid(self, why: str) -> BadRequest:
+        return BadRequest(f"{self._where}: a value this long must be a file's base64 content, and {why}")
+
+    def feed(self, text: bytes) -> None:
+        if self._padded and text:
+            raise self._invalid("it goes on after its '=' padding")
+        if b"\\" in text:  # JSON may escape any character
+            try:
+                text = json.loads(b'"' + text + b'"').encode("ascii")
+            except UnicodeEncodeError:
+                raise self._invalid("it is not") from None
+        data = self._tail + text
+        cut = len(data) - len(data) % 4
+        self._tail = data[cut:]
+        try:
+            self.writer.write(binascii.a2b_base64(data[:cut], strict_mode=True))
+        except binascii.Error:
+            raise self._invalid("it is not valid base64") from None
+        self._padded = data[:cut].endswith(b"=")
+
+    def finish(self) -> StoredBlob:
+        if self._tail:
+            raise self._invalid("its length is not a multiple of 4")
+        return self.writer.finish()
+
+
+def _string_text_end(data: bytes, pos: int) -> int:
+    """Where string text from ``pos`` stops: at a quote, a newline, an invalid or cut escape, or the end."""
+    while True:
+        pos = _PLAIN_TEXT.match(data, pos).end()
+        escape = _ESCAPE.match(data, pos)
+        if escape is None:
+            return pos
+        pos = escape.end()
+
+
+def commit_lines(
+    chunks: Iterator[bytes], max_line: int, open_writer: Callable[[], BlobWriter]
+) -> Iterator[RawLine]:
+    """The lines of an ndjson body; a long string's content goes to a blob as it arrives."""
+    line = bytearray()  # the current line's JSON, a streamed string replaced by its placeholder
+    string: bytearray | None = None  # the current string's text while it is short, when inside one
+    stream: _Base64Stream | None = None  # the current string's decoder once it is long
+    blob, placeholder, number, data = None, "", 1, b""
+
+    def keep(text: bytes) -> None:
+        line.extend(text)
+        if len(line) > max_line:
+            raise PayloadTooLarge(
+                f"commit line {number} is longer than {max_line} bytes without counting a file's content"
+            )
+
+    try:
+        for chunk in chunks:
+            data, pos = (data + chunk if data else chunk), 0
+            while pos < len(data):
+                if string is None and stream is None:  # between strings: up to a quote or the line's end
+                    stop = _STRING_OR_LINE_END.search(data, pos)
+                    if stop is None:
+                        keep(data[pos:])
+                        pos = len(data)
+                    elif data[stop.start()] == ord("\n"):
+                        keep(data[pos : stop.start()])
+                        yield RawLine(bytes(line), blob, placeholder if blob else None)
+                        line, blob, number, pos = bytearray(), None, number + 1, stop.end()
+                    else:
+                        keep(data[pos : stop.end()])
+                        string, pos = bytearray(), stop.end()
+                    continue
+                end = _string_text_end(data, pos)
+                text, pos = data[pos:end], end
+                if stream is not None:
+                    stream.feed(text)
+                else:
+                    string += text
+                    if len(string) > STREAM_STRINGS_OVER:
+                        if blob is not None:
+                            raise PayloadTooLarge(
+                                f"commit line {number}: only one value in a line may be longer than 64 KiB"
+                            )
+                        stream = _Base64Stream(open_writer(), f"commit line {number}")
+                        stream.feed(bytes(string))
+                        string = None
+                if pos == len(data) or data[pos] == ord("\\") and len(data) - pos < 6:
+                    break  # wait for the rest of the string (or of an escape cut in two)
+                if data[pos] != ord('"'):
+                    raise BadRequest(f"commit line {number} ends inside a string, or has an invalid escape")
+                pos += 1
+                if stream is not None:
+                    blob, stream = stream.finish(), None
+                    placeholder = f"streamed-content-{secrets.token_hex(16)}"
+                    keep(placeholder.encode() + b'"')
+                else:
+                    keep(bytes(string) + b'"')
+                string = None
+            data = data[pos:]
+        if string is not None or stream is not None or data:
+            raise BadRequest(f"commit line {number} ends inside a string")
+        if line:
+            yield RawLine(bytes(line), blob, placeholder if blob else None)
+    finally:
+        if stream is not None:
+            stream.writer.abort()
 
 
 def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:
     """A ``file`` line: base64 content inside the commit, short (decoded here) or already streamed to disk."""
-    if v.text("encoding", required=False, default="base64") != "base64":
+    if v.get("encoding", default="base64") != "base64":
         raise BadRequest(f"{v.where}: only base64 file content is supported")
-    path = validate_path(v.text("path"))
+    path = validate_path(v.get("path"))
     if streamed is None:
-        data = _base64(v.text("content"), f"{v.where}.content")
+        data = _base64(v.get("content"), f"{v.where}.content")
         blob, git_oid = StoredBlob(storage.put_bytes(data), len(data), data[:8000]), git_blob_oid(data)
     else:
         blob, git_oid = streamed, storage.git_oid(streamed.sha256)
-    lfs = looks_like_lfs(path, blob.size, blob.sample)
-    return AddFile(FileEntry(path, blob.sha256, blob.size, git_oid, lfs))
+    return AddFile(
+        FileEntry(path, blob.sha256, blob.size, git_oid, looks_like_lfs(path, blob.size, blob.sample))
+    )
 
 
 def _lfs_file(v: Fields, storage, streamed) -> AddFile:
     """An ``lfsFile`` line: content uploaded before, named by sha256 (``size`` is absent for copies)."""
-    path, oid, size = validate_path(v.text("path")), v.text("oid"), v.integer("size", required=False)
+    path, oid, size = validate_path(v.get("path")), v.get("oid"), v.get("size", int, None)
     if not storage.has_blob(oid):
         raise Unprocessable(f"LFS object for {path} (oid {oid}) was never uploaded")
     stored = storage.blob_path(oid).stat().st_size
-    if size is not None and size != stored:
+    if size not in (None, stored):
         raise Unprocessable(f"Size mismatch for {path}: {size} != {stored}", code="BadOid")
     return AddFile(FileEntry(path, oid, stored, storage.git_oid(oid), True))
 
 
-_LINE_PARSERS = {
-    "header": _header,
+_LINE_PARSERS = {  # the header is (summary, description, parent commit); the storage checks the parent
+    "header": lambda v, storage, streamed: (
+        v.get("summary", default=None) or "update",
+        v.get("description", default=""),
+        v.get("parentCommit", default=None),
+    ),
     "file": _inline_file,
     "lfsFile": _lfs_file,
-    "deletedFile": lambda v, storage, streamed: DeleteFile(v.text("path")),
-    "deletedFolder": lambda v, storage, streamed: DeleteFolder(v.text("path")),
+    "deletedFile": lambda v, storage, streamed: DeleteFile(v.get("path")),
+    "deletedFolder": lambda v, storage, streamed: DeleteFolder(v.get("path")),
 }
 
 
 def parse_commit_line(raw: RawLine, number: int, storage):
-    """The header (summary, description, parent commit) or the storage operation of one commit line."""
+    """The header or the storage operation of one commit line."""
     where = f"commit line {number}"
     line = Fields(parse_json(raw.text, where), where)
-    key = line.text("key")
+    key = line.get("key")
     if key not in _LINE_PARSERS:
         raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
     value = line.child("value")
@@ -161,8 +328,7 @@ def parse_commit_line(raw: RawLine, number: int, storage):
 
 
 def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tuple, list]:
-    """The header and the storage operations of an ndjson commit body, read line by line: a file's content
-    streams to disk, so memory holds one line's JSON, whatever the size."""
+    """The header and the storage operations of an ndjson commit body."""
     header, operations = None, []
     with contextlib.closing(commit_lines(chunks, max_line, storage.blob_writer)) as lines:
         for number, raw in enumerate(lines, start=1):
@@ -182,15 +348,3 @@ def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tu
     if header is None:
         raise BadRequest("The commit has no header line")
     return header, operations
-
-
-def paths_request(raw: bytes, max_paths: int) -> tuple[list[str], bool]:
-    """The paths (at most ``max_paths``) and the expand flag of a form-encoded paths-info body."""
-    try:
-        form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max_paths + 1)
-    except ValueError:  # more fields than that
-        form = {"paths": [""] * (max_paths + 1)}
-    paths = form.get("paths", [])
-    if len(paths) > max_paths:
-        raise BadRequest(f"At most {max_paths} paths per request", code="TooManyPaths")
-    return [p.strip("/") for p in paths], form.get("expand", ["false"])[0].lower() == "true"

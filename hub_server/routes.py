@@ -1,6 +1,6 @@
-"""The local Hub's route table and its handlers. A handler (in a worker thread) reads a starlette ``Request``
-and returns a ``Response`` or raises a ``HubError``; limits, auth, faults and error answers are the dispatcher's
-(``server.py``). ``req.app`` is the ``HubServer``, ``req.state.account`` the caller's account."""
+"""The local Hub's route table and its handlers. A handler runs in a worker thread: it reads a starlette
+``Request`` (``req.app`` is the ``HubServer``, ``req.state.account`` the caller) and returns a ``Response`` or
+raises a ``HubError``. Limits, auth, faults and error answers are the dispatcher's (``server.py``)."""
 
 from __future__ import annotations
 
@@ -13,27 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from briskbert.hub_cards.front_matter import FrontMatterError, YamlLimits, load_front_matter
+from briskbert.hub_cards.front_matter import FrontMatterError, load_front_matter
 from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
 from .index import FileEntry, Folder, looks_like_lfs
 from .names import repo_key
-from .transport import (
-    body_chunks,
-    byte_range,
-    header_safe,
-    json_response,
-    parse_size,
-    read_body,
-    read_json,
-)
+from .transport import body_chunks, header_safe, json_response, read_body, read_json
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
 COMMITS_PAGE = 100  # commits per /commits page
@@ -51,49 +43,54 @@ def repo_url(base_url: str, repo_type: str, repo_id: str) -> str:
 
 
 def repo_of(req: Request) -> tuple[str, str]:
-    """(repo type, repo id) of a route with a ``{repo}`` (the route matched a known type)."""
-    return req.path_params.get("repo_type", "models").removesuffix("s"), req.path_params["repo_id"]
+    """(repo type, repo id) of a route on a repo."""
+    return (req.path_params.get("repo_type") or "models").removesuffix("s"), req.path_params["repo_id"]
 
 
 def _flag(req: Request, name: str) -> bool:
     return req.query_params.get(name, "").lower() in ("1", "true")
 
 
-def _page_size(req: Request, largest: int) -> int:
+def _page(req: Request, largest: int) -> int:
     """The ``limit`` query parameter, between 1 and ``largest`` (``largest`` when absent or invalid)."""
-    limit = parse_size(req.query_params.get("limit"))
+    limit = protocol.parse_size(req.query_params.get("limit"))
     return largest if limit is None else max(min(limit, largest), 1)
 
 
 def _next_page(req: Request, cursor: str) -> str:
     """A ``Link`` header to this request with ``cursor`` replaced."""
-    merged = [(k, v) for k, v in req.query_params.multi_items() if k != "cursor"] + [("cursor", cursor)]
-    path = req.scope["raw_path"].decode("latin-1")
-    return header_safe(f'<{req.app.base_url(req)}{path}?{urllib.parse.urlencode(merged)}>; rel="next"', 2000)
+    query = [(k, v) for k, v in req.query_params.multi_items() if k != "cursor"] + [("cursor", cursor)]
+    url = f"{req.app.base_url(req)}{req.scope['raw_path'].decode('latin-1')}?{urllib.parse.urlencode(query)}"
+    return header_safe(f'<{url}>; rel="next"', 2000)
 
 
 def _repo_spec(req: Request) -> tuple[str, str, bool]:
     """(type, id, private) of the repo a create or delete body names, in a namespace the caller may write in."""
-    account = req.state.account
-    repo_type, repo_id, private = protocol.repo_spec(read_json(req), account.name)
+    repo_type, repo_id, private = protocol.repo_spec(read_json(req), req.state.account.name)
     namespace = repo_id.split("/")[0]
-    account.check_writes(namespace, f"a {repo_type} under the namespace {namespace!r}")
+    req.state.account.check_writes(namespace, f"a {repo_type} under the namespace {namespace!r}")
     return repo_type, repo_id, private
 
 
+def _refused(message: str, code: str) -> Callable[[Request], Response]:
+    def handler(req: Request) -> Response:
+        raise BadRequest(message, code=code)
+
+    return handler
+
+
+_NO_PULL_REQUESTS = _refused(
+    "Pull requests and discussions are not supported by this local Hub: commit to a branch instead "
+    "(create_pr=False, revision=<branch>)",
+    "PullRequestsNotSupported",
+)
+
+
 # ---- repo management ----------------------------------------------------------------------------------
-def whoami(req: Request) -> Response:
-    return json_response(req.state.account.whoami())
-
-
-def agent_harnesses(req: Request) -> Response:
-    return json_response({"standardEnvVars": [], "harnesses": {}})
-
-
 def validate_yaml(req: Request) -> Response:
-    # The client calls .json() before raise_for_status and reads "errors": every answer here has them.
+    # The client reads "errors" before it checks the status: every answer here has them.
     try:
-        content = protocol.Fields(read_json(req), "request body").text("content")
+        content = protocol.Fields(read_json(req), "request body").get("content")
         meta = load_front_matter(content, req.app.limits.yaml) or {}
     except (BadRequest, FrontMatterError) as e:
         errors, warnings = [str(e)], []
@@ -117,31 +114,15 @@ def create_repo(req: Request) -> Response:
 
 
 def delete_repo(req: Request) -> Response:
-    repo_type, repo_id, _ = _repo_spec(req)
-    req.app.storage.delete_repo(repo_type, repo_id)
+    req.app.storage.delete_repo(*_repo_spec(req)[:2])
     return json_response({})
 
 
-def pull_requests_refused(req: Request) -> Response:
-    raise BadRequest(
-        "Pull requests and discussions are not supported by this local Hub: commit to a branch instead "
-        "(create_pr=False, revision=<branch>)",
-        code="PullRequestsNotSupported",
-    )
-
-
-def xet_refused(req: Request) -> Response:
-    raise BadRequest(
-        "This server does not implement Xet storage. Set HF_HUB_DISABLE_XET=1 on the "
-        "client, or run the server with upload_mode='regular'.",
-        code="XetNotSupported",
-    )
-
-
-def _read_card(storage, readme: FileEntry, limits: YamlLimits) -> dict:
-    """The README's front matter, or ``{}`` when it has none or it cannot be read within ``limits``."""
+def _read_card(req: Request, readme: FileEntry) -> dict:
+    """The README's front matter, or ``{}`` when it has none or it cannot be read within the YAML limits."""
+    limits = req.app.limits.yaml
     with contextlib.suppress(FrontMatterError, OSError):
-        with open(storage.blob_path(readme.sha256), "rb") as fh:
+        with open(req.app.storage.blob_path(readme.sha256), "rb") as fh:
             text = fh.read(limits.max_bytes + 64).decode("utf-8", "replace")
         return load_front_matter(text, limits) or {}
     return {}
@@ -152,7 +133,7 @@ def repo_info(req: Request) -> Response:
     record = st.meta(repo_type, repo_id)
     sha = st.resolve(repo_type, repo_id, req.path_params.get("rev") or "main")
     index = st.index(repo_type, repo_id, sha)
-    card = index.card(lambda readme: _read_card(st, readme, req.app.limits.yaml))
+    card = index.card(partial(_read_card, req))
     tags = [t for t in card["tags"] if isinstance(t, str)] if isinstance(card.get("tags"), list) else []
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])
@@ -164,18 +145,15 @@ def repo_info(req: Request) -> Response:
         "lastModified": index.commit["date"],
         "createdAt": record.created_at,
         "private": record.private,
-        "disabled": False,
-        "gated": False,
-        "downloads": 0,
-        "likes": 0,
+        **{"disabled": False, "gated": False, "downloads": 0, "likes": 0},
         "tags": tags,
         "cardData": card or None,
     }
     if repo_type == "model":
         info["modelId"] = record.repo_id
         info.update({k: card[k] for k in ("pipeline_tag", "library_name") if isinstance(card.get(k), str)})
-    head = json.dumps(info, default=str).encode()
     # The sibling list is built once per revision and sent as it is, however many files the repo has.
+    head = json.dumps(info, default=str).encode()  # a YAML date in the card is sent as text
     pieces = (head[:-1], b', "siblings": ', index.siblings_json(_flag(req, "blobs")), b"}")
     length = str(sum(len(p) for p in pieces))
     return StreamingResponse(iter(pieces), headers={"Content-Length": length}, media_type="application/json")
@@ -184,19 +162,18 @@ def repo_info(req: Request) -> Response:
 # ---- uploads -------------------------------------------------------------------------------------------
 def _writable_branch(req: Request) -> str:  # the storage refuses a commit to anything but a branch
     if _flag(req, "create_pr"):
-        pull_requests_refused(req)
+        _NO_PULL_REQUESTS(req)
     return req.path_params["rev"].removeprefix("refs/heads/")
 
 
 def preupload(req: Request) -> Response:
     st, repo = req.app.storage, repo_of(req)
     head = st.resolve(*repo, _writable_branch(req))
-    existing = st.index(*repo, head)
-    out = []
+    existing, out = st.index(*repo, head), []
     for path, size, sample in protocol.preupload_files(read_json(req)):
         lfs = req.app.upload_mode == "lfs" and looks_like_lfs(path, size, sample)
         current = existing.get(path)
-        oid = None if current is None else (current.sha256 if lfs else current.git_oid)
+        oid = current and (current.sha256 if lfs else current.git_oid)
         out.append(
             {"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
         )
@@ -213,8 +190,8 @@ def lfs_batch(req: Request) -> Response:
             repo_type, repo_id = repo_of(req)
             where = f"{repo_type}/{repo_id}/{oid}?{hub.signed_query(repo_type, repo_id, oid, size)}"
             entry["actions"] = {
-                "upload": {"href": f"{hub.base_url(req)}/lfs-upload/{where}", "header": {}},
-                "verify": {"href": f"{hub.base_url(req)}/lfs-verify/{where}", "header": {}},
+                action: {"href": f"{hub.base_url(req)}/lfs-{action}/{where}", "header": {}}
+                for action in ("upload", "verify")
             }
         objects.append(entry)
     body = json.dumps({"transfer": "basic", "objects": objects}).encode()
@@ -222,7 +199,6 @@ def lfs_batch(req: Request) -> Response:
 
 
 def lfs_upload(req: Request) -> Response:
-    # Auth.SIGNED: the dispatcher has checked the signature and the size in the query.
     oid, size = req.path_params["oid"], req.app.check_signature(req)
     req.app.storage.put_stream(body_chunks(req), oid, size)
     return Response(headers={"ETag": f'"{oid}"'}, media_type="application/json")
@@ -248,7 +224,7 @@ def commit(req: Request) -> Response:
 
 
 # ---- reads ---------------------------------------------------------------------------------------------
-def _file_range(path: Path, offset: int, length: int):
+def _file_range(path, offset: int, length: int):
     with open(path, "rb") as fh:
         fh.seek(offset)
         while length > 0 and (chunk := fh.read(min(1 << 20, length))):
@@ -263,39 +239,42 @@ def resolve(req: Request) -> Response:
     if entry is None:
         # X-Repo-Commit lets the client cache the absence (transformers probes many optional files).
         raise EntryNotFound(f"Entry not found: {path}", headers={"X-Repo-Commit": sha})
+    wanted = protocol.byte_range(req.headers.get("Range", ""), entry.size)
+    first, last = wanted or (0, entry.size - 1)
     headers = {
         "X-Repo-Commit": sha,
         "ETag": f'"{entry.tree_oid()}"',
         "Accept-Ranges": "bytes",
         "Content-Disposition": f'inline; filename="{urllib.parse.quote(PurePosixPath(path).name)}"',
+        "Content-Length": str(last - first + 1),
     }
     if entry.lfs:
         headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": str(entry.size)})
-    wanted = byte_range(req.headers.get("Range", ""), entry.size)
-    first, last = wanted or (0, entry.size - 1)
     if wanted:
         headers["Content-Range"] = f"bytes {first}-{last}/{entry.size}"
-    headers["Content-Length"] = str(last - first + 1)
     status = 206 if wanted else 200
     if req.method == "HEAD":
-        # A HEAD answers from the commit (the clients take a 5xx there for a network failure, retry it and
-        # then say so): the content is checked when a GET sends it.
+        # From the commit: the clients take a 5xx on a HEAD for a network failure and retry it. A GET checks
+        # the content before it sends it.
         return Response(status_code=status, headers=headers, media_type="application/octet-stream")
     content = _file_range(st.verified_blob(entry), first, last - first + 1)
     return StreamingResponse(content, status, headers, media_type="application/octet-stream")
 
 
-def _directory(path: str) -> dict:
-    return {"type": "directory", "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0, "path": path}
-
-
-def _file_entry(e: FileEntry, expand: bool, commit_obj: dict) -> dict:
-    item = {"type": "file", "oid": e.tree_oid(), "size": e.size, "path": e.path}
-    if e.lfs:
-        item["lfs"] = {"oid": e.sha256, "size": e.size, "pointerSize": 134}
+def _listed(item: FileEntry | Folder, expand: bool, commit: dict) -> dict:
+    if isinstance(item, Folder):
+        return {
+            "type": "directory",
+            "oid": hashlib.sha1(item.path.encode()).hexdigest(),
+            "size": 0,
+            "path": item.path,
+        }
+    out = {"type": "file", "oid": item.tree_oid(), "size": item.size, "path": item.path}
+    if item.lfs:
+        out["lfs"] = {"oid": item.sha256, "size": item.size, "pointerSize": 134}
     if expand:
-        item["lastCommit"] = {k: commit_obj[k] for k in ("id", "title", "date")}
-    return item
+        out["lastCommit"] = {k: commit[k] for k in ("id", "title", "date")}
+    return out
 
 
 def tree(req: Request) -> Response:
@@ -307,43 +286,28 @@ def tree(req: Request) -> Response:
     if folder and not index.has_folder(folder):
         raise EntryNotFound(f"Entry not found: {folder}")
     # The cursor is the path the previous page ended at.
-    cursor, limit = req.query_params.get("cursor"), _page_size(req, TREE_PAGE)
-    items, after = index.page(folder, _flag(req, "recursive"), cursor, limit)
-    expand = _flag(req, "expand")
-    entries = [
-        _directory(i.path) if isinstance(i, Folder) else _file_entry(i, expand, index.commit) for i in items
-    ]
-    headers = {"X-Repo-Commit": sha}
-    if after is not None:
-        headers["Link"] = _next_page(req, after)
-    return json_response(entries, headers=headers)
+    items, after = index.page(
+        folder, _flag(req, "recursive"), req.query_params.get("cursor"), _page(req, TREE_PAGE)
+    )
+    headers = {"X-Repo-Commit": sha, **({"Link": _next_page(req, after)} if after is not None else {})}
+    return json_response([_listed(i, _flag(req, "expand"), index.commit) for i in items], headers=headers)
 
 
 def paths_info(req: Request) -> Response:
     st, repo = req.app.storage, repo_of(req)
     index = st.index(*repo, st.resolve(*repo, req.path_params["rev"]))
     paths, expand = protocol.paths_request(read_body(req), req.app.limits.max_paths_per_request)
-    out = []
-    for p in paths:
-        entry = index.get(p) if p else None
-        if entry is not None:
-            out.append(_file_entry(entry, expand, index.commit))
-        elif p and index.has_folder(p):
-            out.append(_directory(p))
-    return json_response(out)
+    found = [index.get(p) or (Folder(p) if index.has_folder(p) else None) for p in paths if p]
+    return json_response([_listed(item, expand, index.commit) for item in found if item is not None])
 
 
 def refs(req: Request) -> Response:
     table = req.app.storage.refs(*repo_of(req))
-
-    def listing(kind: str, prefix: str) -> list[dict]:
-        return [{"name": n, "ref": f"{prefix}{n}", "targetCommit": c} for n, c in sorted(table[kind].items())]
-
     out = {
-        "branches": listing("branches", "refs/heads/"),
-        "converts": [],
-        "tags": listing("tags", "refs/tags/"),
+        kind: [{"name": n, "ref": f"{prefix}{n}", "targetCommit": c} for n, c in sorted(table[kind].items())]
+        for kind, prefix in (("branches", "refs/heads/"), ("tags", "refs/tags/"))
     }
+    out["converts"] = []
     if "include_prs" in req.query_params:
         out["pullRequests"] = []
     return json_response(out)
@@ -354,7 +318,7 @@ def commits(req: Request) -> Response:
     st, repo, query = req.app.storage, repo_of(req), req.query_params
     formatted = "formatted" in query.getlist("expand[]") + query.getlist("expand")
     cid, out = st.resolve(*repo, query.get("cursor") or req.path_params["rev"]), []
-    while cid and len(out) < _page_size(req, COMMITS_PAGE):
+    while cid and len(out) < _page(req, COMMITS_PAGE):
         c = st.commit_object(*repo, cid)
         item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"]}
         item["authors"] = [{"user": c["author"]}]
@@ -365,7 +329,6 @@ def commits(req: Request) -> Response:
     return json_response(out, headers={"Link": _next_page(req, cid)} if cid else None)
 
 
-# ---- refs ----------------------------------------------------------------------------------------------
 def ref(req: Request, kind: str) -> Response:
     """POST /branch/{name} (from ``startingPoint``), POST /tag/{revision} (named ``tag``), DELETE either."""
     st, repo, name = req.app.storage, repo_of(req), req.path_params["name"]
@@ -374,40 +337,18 @@ def ref(req: Request, kind: str) -> Response:
         return json_response({})
     body = protocol.Fields(read_json(req), "request body")
     if kind == "branches":
-        target = body.text("startingPoint", required=False) or "main"
+        target = body.get("startingPoint", default=None) or "main"
     else:
-        name, target = body.text("tag"), name
+        name, target = body.get("tag"), name
     st.set_ref(*repo, kind, name, st.resolve(*repo, target))
     return json_response({})
 
 
-# ---- the table -----------------------------------------------------------------------------------------
-_PLACEHOLDERS = {
-    "api_type": r"(?P<repo_type>models|datasets|spaces|kernels)",
-    "url_type": r"(?:(?P<repo_type>datasets|spaces|kernels)/)?",
-    "one_type": r"(?P<repo_type>model|dataset|space|kernel)",
-    "repo": r"(?P<repo_id>[^/]+/[^/]+?)",
-}
-
-
-def _compile(pattern: str) -> re.Pattern:
-    """``{name}`` is one path segment, ``{name+}`` the rest of the path; ``_PLACEHOLDERS`` are special;
-    everything else is literal."""
-
-    def piece(text: str) -> str:
-        m = re.fullmatch(r"\{(\w+)(\+?)\}", text)
-        if not m:
-            return re.escape(text)
-        name, rest = m.groups()
-        return _PLACEHOLDERS.get(name) or (f"(?P<{name}>.+)" if rest else f"(?P<{name}>[^/]+)")
-
-    return re.compile("".join(piece(p) for p in re.split(r"(\{\w+\+?\})", pattern)))
-
-
+# ---- the table: patterns are matched on the raw path, so a revision sent as refs%2Fpr%2F1 is one parameter --
 @dataclass(frozen=True)
 class Route:
-    methods: tuple[str, ...]
-    pattern: str
+    methods: str
+    pattern: str  # a regular expression; its named groups are the (unquoted) path parameters
     handler: Callable[[Request], Response]
     auth: Auth = Auth.PUBLIC
     step: str | None = None  # the fault-injection step (``STEPS``)
@@ -415,60 +356,58 @@ class Route:
     regex: re.Pattern = field(init=False, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "regex", _compile(self.pattern))  # once, when the table is built
+        object.__setattr__(self, "regex", re.compile(self.pattern))
 
 
-R, W, REPO = Auth.READ, Auth.WRITE, "/api/{api_type}/{repo}"
+_REPO = r"(?P<repo_id>[^/]+/[^/]+?)"
+API = r"/api/(?P<repo_type>models|datasets|spaces|kernels)/" + _REPO
+URL = r"/(?:(?P<repo_type>datasets|spaces|kernels)/)?" + _REPO
+SIGNED = r"(?P<repo_type>model|dataset|space|kernel)/" + _REPO + r"/(?P<oid>[^/]+)"
+R, W = Auth.READ, Auth.WRITE
 ROUTES = (
-    Route(("GET",), "/api/whoami-v2", whoami, W, "whoami"),
-    Route(("GET",), "/api/agent-harnesses", agent_harnesses),
-    Route(("POST",), "/api/validate-yaml", validate_yaml, step="validate_yaml"),
-    Route(("POST",), "/api/repos/create", create_repo, W, "create_repo"),
-    Route(("DELETE",), "/api/repos/delete", delete_repo, W, "delete_repo"),
-    Route(("GET",), REPO, repo_info, R, "repo_info"),
-    Route(("GET",), REPO + "/revision/{rev+}", repo_info, R, "repo_info"),
-    Route(("POST",), REPO + "/preupload/{rev+}", preupload, W, "preupload"),
-    Route(("POST",), REPO + "/commit/{rev+}", commit, W, "commit", body="max_commit_bytes"),
-    Route(("GET",), REPO + "/tree/{rev}", tree, R, "tree"),
-    Route(("GET",), REPO + "/tree/{rev}/{path+}", tree, R, "tree"),
-    Route(("POST",), REPO + "/paths-info/{rev+}", paths_info, R, "paths_info"),
-    Route(("GET",), REPO + "/refs", refs, R, "refs"),
-    Route(("GET",), REPO + "/commits/{rev+}", commits, R, "commits"),
-    Route(("POST", "DELETE"), REPO + "/branch/{name+}", partial(ref, kind="branches"), W, "branch"),
-    Route(("POST", "DELETE"), REPO + "/tag/{name+}", partial(ref, kind="tags"), W, "tag"),
-    Route(("GET",), REPO + "/xet-write-token/{rev+}", xet_refused, W, "xet"),
-    Route(("GET", "POST"), REPO + "/discussions", pull_requests_refused, W),
-    Route(("GET", "HEAD"), "/{url_type}{repo}/resolve/{rev}/{path+}", resolve, R, "resolve"),
-    Route(("POST",), "/{url_type}{repo}.git/info/lfs/objects/batch", lfs_batch, W, "lfs_batch"),
+    Route("GET", "/api/whoami-v2", lambda req: json_response(req.state.account.whoami()), W, "whoami"),
+    Route("GET", "/api/agent-harnesses", lambda req: json_response({"standardEnvVars": [], "harnesses": {}})),
+    Route("POST", "/api/validate-yaml", validate_yaml, step="validate_yaml"),
+    Route("POST", "/api/repos/create", create_repo, W, "create_repo"),
+    Route("DELETE", "/api/repos/delete", delete_repo, W, "delete_repo"),
+    Route("GET", API + "(?:/revision/(?P<rev>.+))?", repo_info, R, "repo_info"),
+    Route("POST", API + "/preupload/(?P<rev>.+)", preupload, W, "preupload"),
+    Route("POST", API + "/commit/(?P<rev>.+)", commit, W, "commit", body="max_commit_bytes"),
+    Route("GET", API + "/tree/(?P<rev>[^/]+)(?:/(?P<path>.+))?", tree, R, "tree"),
+    Route("POST", API + "/paths-info/(?P<rev>.+)", paths_info, R, "paths_info"),
+    Route("GET", API + "/refs", refs, R, "refs"),
+    Route("GET", API + "/commits/(?P<rev>.+)", commits, R, "commits"),
+    Route("POST DELETE", API + "/branch/(?P<name>.+)", partial(ref, kind="branches"), W, "branch"),
+    Route("POST DELETE", API + "/tag/(?P<name>.+)", partial(ref, kind="tags"), W, "tag"),
     Route(
-        ("PUT",),
-        "/lfs-upload/{one_type}/{repo}/{oid}",
-        lfs_upload,
-        Auth.SIGNED,
-        "lfs_upload",
-        "max_upload_bytes",
+        "GET",
+        API + "/xet-write-token/.+",
+        _refused(
+            "This server does not implement Xet storage. Set HF_HUB_DISABLE_XET=1 on the client, or run the "
+            "server with upload_mode='regular'.",
+            "XetNotSupported",
+        ),
+        W,
+        "xet",
     ),
-    Route(("POST",), "/lfs-verify/{one_type}/{repo}/{oid}", lfs_verify, W, "lfs_verify"),
+    Route("GET POST", API + "/discussions", _NO_PULL_REQUESTS, W),
+    Route("GET HEAD", URL + "/resolve/(?P<rev>[^/]+)/(?P<path>.+)", resolve, R, "resolve"),
+    Route("POST", URL + r"\.git/info/lfs/objects/batch", lfs_batch, W, "lfs_batch"),
+    Route("PUT", "/lfs-upload/" + SIGNED, lfs_upload, Auth.SIGNED, "lfs_upload", "max_upload_bytes"),
+    Route("POST", "/lfs-verify/" + SIGNED, lfs_verify, W, "lfs_verify"),
 )
 # The protocol steps a fault can be injected at (``HubServer.set_fault``).
 STEPS = tuple(dict.fromkeys(route.step for route in ROUTES if route.step))
 
 
 def match(method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
-    """The route for a request and its unquoted parameters. Segments are split on the raw path, then
-    unquoted, so a revision sent as ``refs%2Fpr%2F1`` stays one parameter."""
+    """The route for a request and its unquoted parameters."""
     allowed = []
     for route in ROUTES:
         m = route.regex.fullmatch(raw_path)
-        if m is None:
-            continue
-        if method not in route.methods:
-            allowed += route.methods
-            continue
-        return route, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items() if v is not None}
+        if m is not None and method in route.methods.split():
+            return route, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items() if v is not None}
+        allowed += route.methods.split() if m else []
     if allowed:
         raise MethodNotAllowed(f"Method {method} is not allowed here")
     raise NotFound("Not found")
-
-
-__all__ = ["ROUTES", "STEPS", "Auth", "Route", "match"]

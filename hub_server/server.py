@@ -1,9 +1,9 @@
 """A Hub-compatible HTTP server the unmodified ``huggingface_hub`` and ``transformers`` clients talk to through
-``HF_ENDPOINT``. uvicorn frames HTTP (``_Protocol`` adds a connection cap and head deadlines); ``HubServer`` is
+``HF_ENDPOINT``. uvicorn frames HTTP (``_Protocol`` adds a connection cap and a head deadline); ``HubServer`` is
 the ASGI app whose dispatcher applies the route table's shared concerns from the headers alone
-(``docs/security.md``). ``upload_mode="lfs"`` takes large or binary files through the LFS batch API and a
-pre-signed PUT (clients need ``HF_HUB_DISABLE_XET=1``). ``fault={"step", "kind": "500"|"400"|"drop"|"stall",
-"times", "stall_s"}`` makes the next requests of that step fail before anything changes.
+(docs/security.md). ``upload_mode="lfs"`` takes large or binary files through the LFS batch API and pre-signed
+PUTs (clients need ``HF_HUB_DISABLE_XET=1``). ``fault={"step", "kind": "500"|"400"|"drop"|"stall", "times",
+"stall_s"}`` makes the next requests of that step fail before anything changes.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .accounts import Account, Accounts
+from .accounts import Account, token_digest
 from .errors import BadRequest, Forbidden, HubError, ServerError, Unauthorized, disk_full, repo_not_found
 from .names import validate_repo_id
+from .protocol import parse_size
 from .routes import STEPS, Auth, Route, match, repo_of
 from .storage import Storage
-from .transport import Body, ServerLimits, header_safe, json_response, parse_size, read_body
+from .transport import Body, ServerLimits, header_safe, json_response, read_body
 
 logger = logging.getLogger("hub_server")
 
 FAULT_KINDS = ("500", "400", "drop", "stall")
-_DRAIN_BYTES = 4 << 20
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 )
@@ -54,26 +54,13 @@ class _Dropped(Exception):  # the fault injector closes the connection without a
     pass
 
 
-def _lock_data_dir(data_dir: Path):
-    data_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(data_dir / ".server.lock", "a+")  # noqa: SIM115 - held for the server's lifetime
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise DataDirInUse(
-            f"{data_dir} is already served by another local Hub; stop it or use another folder"
-        ) from None
-    return handle
-
-
 class _Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with the limits it lacks: at most ``max_connections`` connections (uvicorn
-    caps requests once a head arrived), a silent new connection closed after ``timeout_keep_alive``, and a
-    request head complete ``head_timeout_s`` after its first byte, whatever the pace ("slowloris")."""
+    """uvicorn's HTTP/1.1 with what it lacks: at most ``max_connections`` connections (the rest get a 503 as they
+    connect), a silent new connection closed after ``timeout_keep_alive``, and a request head complete
+    ``head_timeout_s`` after its first byte, whatever the pace ("slowloris")."""
 
     head_timeout_s = 10.0
-    max_connections = 64  # served at once; the rest get a 503 as soon as they connect
+    max_connections = 64
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
@@ -82,8 +69,7 @@ class _Protocol(H11Protocol):
             transport.write(_BUSY)
             transport.close()
             return
-        # asyncio sets TCP_NODELAY only on sockets made with proto=IPPROTO_TCP; without it an answer's body
-        # waits for the client's delayed ACK of its head (40 ms per request on a kept-alive connection).
+        # Without TCP_NODELAY an answer's body waits for the client's delayed ACK of its head (40 ms a request).
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(
@@ -98,13 +84,13 @@ class _Protocol(H11Protocol):
     def handle_events(self) -> None:
         before = self.cycle
         super().handle_events()
-        if self.cycle is not before and self._head_timer is not None:
+        if self.cycle is not before and self._head_timer is not None:  # a head arrived
             self._head_timer.cancel()
             self._head_timer = None
 
     def _head_late(self, cycle) -> None:
         self._head_timer = None
-        if self.cycle is cycle:  # no request head arrived since the first byte
+        if self.cycle is cycle:
             self.transport.close()
 
     def connection_lost(self, exc) -> None:
@@ -130,10 +116,25 @@ class HubServer:
     ):
         if upload_mode not in ("regular", "lfs"):
             raise ValueError(f"upload_mode must be 'regular' or 'lfs', got {upload_mode!r}")
-        owner = Account(user, token, tuple(orgs))  # checks the names before anything is bound
-        self.accounts = Accounts([*accounts, *([owner] if token else [])], open_account=owner)
+        # With no token at all every request acts for ``user``; otherwise a request without a known token acts
+        # for nobody.
+        self.open_account = Account(user, token, tuple(orgs))  # checks the names before anything is bound
+        accounts = [*accounts, *([self.open_account] if token else [])]
+        self.accounts = {token_digest(a.token or ""): a for a in accounts}
+        if len(self.accounts) != len(accounts) or any(a.token is None for a in accounts):
+            raise ValueError("every account needs its own token")
+        self.open_account = None if accounts else self.open_account
         self.limits = limits = limits or ServerLimits()
-        self._data_lock = _lock_data_dir(Path(data_dir))
+        self.upload_mode = upload_mode
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        self._data_lock = open(Path(data_dir) / ".server.lock", "a+")  # noqa: SIM115 - held while serving
+        try:
+            fcntl.flock(self._data_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._data_lock.close()
+            raise DataDirInUse(
+                f"{data_dir} is already served by another local Hub; stop it or use another folder"
+            ) from None
         try:
             self.storage = Storage(
                 data_dir,
@@ -145,14 +146,13 @@ class HubServer:
             self._data_lock.close()
             raise
         self.storage.clean_tmp()  # what writes a previous run was interrupted in left
-        self.upload_mode = upload_mode
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
-        # (method, path without query cut to 256 characters, status) of the last requests only
+        self.set_fault(fault)
+        # (method, path cut to 256 characters, status) of the last requests only
         self.request_log: collections.deque[tuple[str, str, int]] = collections.deque(
             maxlen=limits.request_log_entries
         )
-        self.set_fault(fault)
         self._log_file = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
 
         class Protocol(_Protocol):
@@ -166,8 +166,7 @@ class HubServer:
                 lifespan="off",
                 log_config=None,
                 access_log=False,
-                # uvicorn's own check counts the connection asking: it never refuses one _Protocol admitted
-                limit_concurrency=limits.max_connections + 1,
+                limit_concurrency=limits.max_connections + 1,  # uvicorn's count includes the one asking
                 timeout_keep_alive=limits.read_timeout_s,
                 # A head in pieces is refused past twice max_head_bytes; _check_head applies the limit itself.
                 h11_max_incomplete_event_size=2 * limits.max_head_bytes,
@@ -201,7 +200,7 @@ class HubServer:
         return hmac.new(self._signing_key, msg, hashlib.sha256).hexdigest()
 
     def signed_query(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
-        """The query string that makes an LFS upload URL usable without a token, like a pre-signed URL."""
+        """The query that makes an LFS upload URL usable without a token, like a pre-signed URL."""
         return f"size={size}&sig={self._sign(repo_type, repo_id, oid, size)}"
 
     def check_signature(self, req: Request) -> int:
@@ -224,41 +223,27 @@ class HubServer:
             self._log_file.close()
         self._data_lock.close()
 
-    def log_request_line(self, method: str, path: str, status: int) -> None:
-        self.request_log.append((method, path[:256], status))
-        line = header_safe(f"{method} {path} {status}", limit=2000)
-        logger.debug(line)
-        if self._log_file:
-            self._log_file.write(line + "\n")
-            self._log_file.flush()
+    def base_url(self, req: Request) -> str:
+        host = req.headers.get("Host") or ""
+        # The Host header ends up in URLs the client follows: only a plain host[:port] is used.
+        return f"http://{host}" if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host) else self.url
 
     # ---- the ASGI app ---------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
         scope["app"] = self  # what ``Request.app`` returns to a handler
         body = Body(receive, Headers(scope=scope), self.limits)
-        request = Request(scope, body.receive)
-        response = await anyio.to_thread.run_sync(self._dispatch, request, body)
-        if response is None:  # a dropped connection: no answer at all
-            self._abort(scope)
-            return
-        # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
-        length = int(response.headers.get("content-length", 0))
-        with anyio.move_on_after(
-            self.limits.read_timeout_s + length / self.limits.min_transfer_rate
-        ) as sending:
-            await response(scope, receive, send)
-        if sending.cancelled_caught:
-            self._abort(scope)
-
-    def _abort(self, scope) -> None:
-        for connection in list(self._uvicorn.server_state.connections):
-            if list(connection.client or ()) == list(scope.get("client") or ()):
-                connection.transport.abort()
-
-    def base_url(self, req: Request) -> str:
-        host = req.headers.get("Host") or ""
-        # The Host header ends up in URLs the client follows: only a plain host[:port] is used.
-        return f"http://{host}" if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host) else self.url
+        response = await anyio.to_thread.run_sync(self._dispatch, Request(scope, body.receive), body)
+        if response is not None:  # None: a dropped connection, no answer at all
+            # The answer must leave at the minimum rate too: a client that stops reading loses the connection.
+            length = int(response.headers.get("content-length", 0))
+            with anyio.move_on_after(
+                self.limits.read_timeout_s + length / self.limits.min_transfer_rate
+            ) as sent:
+                await response(scope, receive, send)
+        if response is None or sent.cancelled_caught:
+            for connection in list(self._uvicorn.server_state.connections):
+                if list(connection.client or ()) == list(scope.get("client") or ()):
+                    connection.transport.abort()
 
     # ---- the shared concerns, once for every route (in a worker thread) ------------------------------
     def _dispatch(self, req: Request, body: Body) -> Response | None:
@@ -268,9 +253,9 @@ class HubServer:
             self._check_head(req)
             route, req.scope["path_params"] = match(method, path)
             self._authorize(route.auth, req)
-            trusted = req.state.account is not None or route.auth is Auth.SIGNED
             # Without a valid token (or upload signature) any body gets the public cap.
             cap = getattr(self.limits, route.body)
+            trusted = req.state.account is not None or route.auth is Auth.SIGNED
             body.enforce_limit(cap if trusted else min(cap, self.limits.max_public_body_bytes))
             self._inject_fault(route, req)
             response = route.handler(req)
@@ -286,7 +271,13 @@ class HubServer:
             else:  # storage removed what it had begun to write
                 logger.error("%s %s: %s %s", method, path, error.message, e.filename or "")
             response = self._error(error, body, waits)
-        self.log_request_line(method, path, response.status_code if response is not None else -1)
+        status = response.status_code if response is not None else -1
+        self.request_log.append((method, path[:256], status))
+        line = header_safe(f"{method} {path} {status}", limit=2000)
+        logger.debug(line)
+        if self._log_file:
+            self._log_file.write(line + "\n")
+            self._log_file.flush()
         return response
 
     def _check_head(self, req: Request) -> None:
@@ -305,7 +296,10 @@ class HubServer:
     def _authorize(self, auth: Auth, req: Request) -> None:
         """From the headers alone. A private repo outside the caller's namespaces takes the same steps as a
         missing one and ends in the same answer."""
-        account = req.state.account = self.accounts.authenticate(req.headers.get("Authorization", ""))
+        given = req.headers.get("Authorization", "")
+        given = given[7:].strip() if given[:7].lower() == "bearer " else ""
+        account = self.open_account or (self.accounts.get(token_digest(given)) if given else None)
+        req.state.account = account
         on_repo = "repo_id" in req.path_params
         if on_repo:
             validate_repo_id(req.path_params["repo_id"])
@@ -313,10 +307,7 @@ class HubServer:
             raise Unauthorized("Invalid credentials in Authorization header: a valid write token is required")
         if auth in (Auth.READ, Auth.WRITE) and on_repo:
             record = self.storage.lookup(*repo_of(req))
-            visible = record is not None and (
-                not record.private or (account is not None and account.owns(record.namespace))
-            )
-            if not visible:
+            if record is None or record.private and not (account and account.owns(record.namespace)):
                 raise repo_not_found(*repo_of(req))
             if auth is Auth.WRITE:
                 account.check_writes(record.namespace, f"to {record.repo_id}")
@@ -345,17 +336,16 @@ class HubServer:
         headers = {"X-Error-Message": header_safe(error.message), **error.headers}
         if error.code:
             headers["X-Error-Code"] = error.code
-        # An unread body that is small is read and dropped first (never one the client has not been told to
-        # send); a large one closes the connection after the answer.
+        # A small unread body is read and dropped first (never one the client has not been told to send): closing
+        # on unread data would reset the connection. A large one closes the connection after the answer.
         close = waits_for_continue or headers.get("Connection") == "close"
-        if not body.done and (close or not body.drain(_DRAIN_BYTES)):
+        if not body.done and (close or not body.drain(4 << 20)):
             headers["Connection"] = "close"
         return json_response({"error": error.message, **error.body}, error.status, headers)
 
 
-# ---- running in the background ----------------------------------------------------------------------
 class BackgroundHub:
-    """A server running in a daemon thread: ``.url``, ``.server``, ``.stop()``."""
+    """A server running in a daemon thread: ``.url``, ``.server``, ``.stop()``; a context manager."""
 
     def __init__(self, data_dir, token: str | None, host: str = "127.0.0.1", port: int = 0, **options):
         self.server = HubServer((host, port), data_dir, token, **options)

@@ -1,22 +1,21 @@
-"""On-disk storage of the local Hub: content-addressed blobs, immutable commits, atomically updated refs.
+"""On-disk storage of the local Hub: content-addressed blobs, immutable commits, atomically replaced refs.
 
-Layout under ``data_dir``::
+    blobs/<sha256[:2]>/<sha256>         file contents
+    tmp/                                partial writes, renamed into place when whole (emptied at start-up)
+    repos/<type>s/<namespace>/<name>/   lower-cased: repo ids are case-insensitive, as on the Hub
+        meta.json                       {"id": as its creator spelled it, "private", "created_at"}
+        commits/<id>.json               {"id", "parent", "title", "message", "date", "author"}
+        trees/<id>.json                 {path: {"sha256", "size", "git_oid", "lfs"}}: the commit's files
+        refs.json                       {"branches": {name: commit id}, "tags": {name: commit id}}
 
-    blobs/<sha256[:2]>/<sha256>          file contents, named by their sha256
-    tmp/                                  partial writes, renamed into place when complete (emptied at start-up)
-    repos/<type>s/<namespace>/<name>/     lower-cased: repo ids are case-insensitive, as on the Hub
-        meta.json                         {"id": display id as created, "private": bool, "created_at": ...}
-        commits/<40-hex>.json             {"id", "parent", "title", "message", "date", "author"}
-        trees/<40-hex>.json               {path: {"sha256", "size", "git_oid", "lfs"}}: the commit's files
-        refs.json                         {"branches": {name: commit}, "tags": {name: commit}}
-
-Crash consistency: ``refs.json`` is replaced only after the blobs, the file table and the commit are on disk,
-and a commit is served only while a ref reaches it, so an interrupted write leaves at most unreferenced files,
-which the next collection removes. Whether a repo exists, and who may see it, is answered from memory.
+``refs.json`` is replaced only after the blobs, the file table and the commit are on disk, and only commits a ref
+reaches are served, so an interrupted write leaves unreferenced files, which the next collection removes.
+Whether a repo exists, and who may see it, is answered from memory (docs/security.md).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -32,23 +31,17 @@ from pathlib import Path
 
 from briskbert.files import file_digest, write_atomic
 
-from . import errors
-from .errors import BadRequest, EntryNotFound, HubError, RevisionNotFound, damaged, repo_not_found
-from .index import GITATTRIBUTES, FileEntry, IndexCache, RevisionIndex, git_blob_oid
-from .names import (
-    COMMIT_ID_RE,
-    REPO_TYPES,
-    SHA256_RE,
-    repo_key,
-    validate_path,
-    validate_ref_name,
-    validate_repo_id,
-)
+from . import errors, names
+from .errors import BadRequest, HubError, RevisionNotFound, damaged, repo_not_found
+from .index import GITATTRIBUTES, FileEntry, RevisionIndex, git_blob_oid
+from .names import COMMIT_ID_RE, repo_key
 
 logger = logging.getLogger("hub_server")
-_NO_REFS = {"branches": {}, "tags": {}}
-_VERIFIED_ENTRIES = 100_000
 UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
 def _meta_problem(meta) -> str | None:
@@ -79,9 +72,7 @@ def _check_file(path: Path, problem) -> tuple[dict, str | None]:
 
 # ---- commit operations ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class AddFile:
-    """Add or replace ``entry.path`` (checked by the protocol, which made the entry); the blob is stored."""
-
+class AddFile:  # the protocol checked the path and stored the blob when it made the entry
     entry: FileEntry
 
 
@@ -90,7 +81,7 @@ class DeleteFile:
     path: str
 
     def __post_init__(self):
-        validate_path(self.path)
+        names.validate_path(self.path)
 
 
 @dataclass(frozen=True)
@@ -98,23 +89,19 @@ class DeleteFolder:
     path: str
 
     def __post_init__(self):
-        object.__setattr__(self, "path", validate_path(self.path.strip("/")))
+        object.__setattr__(self, "path", names.validate_path(self.path.strip("/")))
 
 
-CommitOperation = AddFile | DeleteFile | DeleteFolder
-
-
-def _apply(files: dict[str, FileEntry], op: CommitOperation) -> None:
-    if isinstance(op, AddFile):  # its blob was stored, or found, when the protocol made the entry
+def _apply(files: dict[str, FileEntry], op: AddFile | DeleteFile | DeleteFolder) -> None:
+    if isinstance(op, AddFile):
         files[op.entry.path] = op.entry
     elif isinstance(op, DeleteFile):
-        if op.path not in files:
-            raise EntryNotFound(f"A file with this name doesn't exist: {op.path}")
-        del files[op.path]
+        if files.pop(op.path, None) is None:
+            raise errors.EntryNotFound(f"A file with this name doesn't exist: {op.path}")
     else:
         doomed = [p for p in files if p.startswith(op.path + "/")]
         if not doomed:
-            raise EntryNotFound(f"A folder with this name doesn't exist: {op.path}")
+            raise errors.EntryNotFound(f"A folder with this name doesn't exist: {op.path}")
         for p in doomed:
             del files[p]
 
@@ -124,7 +111,7 @@ class RepoRecord:  # what is known about a repo without reading the disk
     repo_id: str  # as its creator spelled it
     private: bool
     created_at: str | None
-    damaged: str | None = None  # what is damaged (a file of the repo, why): the repo answers 500 for it
+    damaged: str | None = None  # which file is damaged and why: the repo answers 500
 
     @property
     def namespace(self) -> str:
@@ -139,8 +126,8 @@ class StoredBlob:  # content now in the blob store, with its first bytes for the
 
 
 class BlobWriter:
-    """Content streamed into ``tmp/`` and hashed as it arrives, then moved into the blob store by ``finish``
-    (or removed by ``abort``)."""
+    """Content written to ``tmp/`` and hashed as it arrives; ``finish`` moves it into the store, ``abort`` (or
+    leaving a ``with`` block) removes what is left."""
 
     def __init__(self, storage: Storage):
         self._storage = storage
@@ -153,19 +140,16 @@ class BlobWriter:
     def write(self, data: bytes) -> None:
         self._sha256.update(data)
         self.size += len(data)
-        if len(self._sample) < 8000:
-            self._sample += data[: 8000 - len(self._sample)]
+        self._sample += data[: 8000 - len(self._sample)]
         self._file.write(data)
 
     def finish(self, expected_sha256: str | None = None, expected_size: int | None = None) -> StoredBlob:
-        try:
+        with self:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
             sha = self._sha256.hexdigest()
-            if (expected_sha256 is not None and sha != expected_sha256) or (
-                expected_size is not None and self.size != expected_size
-            ):
+            if expected_sha256 not in (None, sha) or expected_size not in (None, self.size):
                 raise BadRequest(
                     f"Uploaded content does not match oid {expected_sha256} / size {expected_size} "
                     f"(got sha256 {sha}, size {self.size})",
@@ -173,16 +157,16 @@ class BlobWriter:
                 )
             self._storage.keep_blob(sha, self._tmp)
             return StoredBlob(sha, self.size, bytes(self._sample))
-        finally:
-            self.abort()
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abort()
 
     def abort(self) -> None:
         self._file.close()
         Path(self._tmp).unlink(missing_ok=True)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
 class Storage:
@@ -193,26 +177,28 @@ class Storage:
         for sub in ("blobs", "tmp", "repos"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.max_repo_files = max_repo_files
-        self.indexes = IndexCache(index_cache_revisions)
-        self._repos: dict[tuple[str, str], RepoRecord] = {}
-        self._verified: dict[str, tuple] = {}  # blobs whose content matched, with the status they had then
-        # The commits each repo's refs reach, per set of heads; blobs uploaded for a commit to come, with when.
-        self._reached: dict[Path, tuple[frozenset, frozenset]] = {}
-        self._unnamed: dict[str, float] = {}
+        # The most recently read revisions; built one at a time, so many large ones at once cost one build's memory.
+        self.indexes = functools.lru_cache(index_cache_revisions)(self._read_index)
+        self._index_lock = threading.Lock()
+        self._verified: dict[
+            str, tuple
+        ] = {}  # blobs whose content matched, with the file status they had then
+        self._reached: dict[
+            Path, tuple[frozenset, frozenset]
+        ] = {}  # per repo: its heads, the commits they reach
+        self._unnamed: dict[str, float] = {}  # blobs kept for a commit to come, with when they arrived
         self._lock = threading.RLock()  # every write: repos, refs, blob arrivals, collection
-        self._load_repos()
+        self._repos: dict[tuple[str, str], RepoRecord] = {}
+        for repo_type in names.REPO_TYPES:
+            for refs in sorted((self.root / "repos" / f"{repo_type}s").glob("*/*/refs.json")):
+                record = self._load_repo(repo_type, refs.parent)
+                if record is not None:
+                    self._repos[(repo_type, repo_key(record.repo_id))] = record
 
     def clean_tmp(self) -> None:
         """Empty ``tmp/`` of what interrupted writes left; call only while no write is running."""
         shutil.rmtree(self.root / "tmp", ignore_errors=True)
         (self.root / "tmp").mkdir()
-
-    def _load_repos(self) -> None:
-        for repo_type in REPO_TYPES:
-            for refs in sorted((self.root / "repos" / f"{repo_type}s").glob("*/*/refs.json")):
-                record = self._load_repo(repo_type, refs.parent)
-                if record is not None:
-                    self._repos[(repo_type, repo_key(record.repo_id))] = record
 
     def _load_repo(self, repo_type: str, folder: Path) -> RepoRecord | None:
         """The repo in ``folder``. A damaged ``meta.json`` or ``refs.json`` is logged in one line naming it, and
@@ -220,8 +206,8 @@ class Storage:
         meta, bad_meta = _check_file(folder / "meta.json", _meta_problem)
         bad_refs = _check_file(folder / "refs.json", _refs_problem)[1]
         repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
-        try:  # a valid id, in its folder (not, say, a mixed-case folder of an older version)
-            served = validate_repo_id(repo_id) and folder == self._folder_of(repo_type, repo_id)
+        try:  # a valid id, in its own folder (not a mixed-case folder of an older layout)
+            served = names.validate_repo_id(repo_id) and folder == self._folder_of(repo_type, repo_id)
         except BadRequest:
             served = False
         if not served:
@@ -247,16 +233,16 @@ class Storage:
         except ValueError as e:
             raise self._damaged(path, f"not valid JSON: {e}") from None
 
-    def _damaged(self, path: Path, why: str) -> HubError:  # logged with the file
+    def _damaged(self, path: Path, why: str) -> HubError:
         logger.error("%s is damaged: %s", path, why)
         _, ns, name, *inside = path.relative_to(self.root / "repos").parts
         return damaged(f"{ns}/{name}", f"{'/'.join(inside)}: {why}")
 
     # ---- blobs --------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
-        if not isinstance(sha256, str) or not SHA256_RE.fullmatch(
+        if not isinstance(sha256, str) or not names.SHA256_RE.fullmatch(
             sha256
-        ):  # an oid a client sent, or a tree's
+        ):  # a client's oid, or a tree's
             raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
         return self.root / "blobs" / sha256[:2] / sha256
 
@@ -265,7 +251,16 @@ class Storage:
             found = self.blob_path(sha256).stat()
         except FileNotFoundError:
             return False
-        return stat.S_ISREG(found.st_mode) and (size is None or found.st_size == size)
+        return stat.S_ISREG(found.st_mode) and size in (None, found.st_size)
+
+    def blob_writer(self) -> BlobWriter:
+        return BlobWriter(self)
+
+    def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
+        with self.blob_writer() as writer:
+            for chunk in chunks:
+                writer.write(chunk)
+            return writer.finish(expected_sha256, expected_size)
 
     def put_bytes(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
@@ -292,22 +287,14 @@ class Storage:
                 self._unnamed[sha256] = time.monotonic()
             return found
 
-    def blob_writer(self) -> BlobWriter:
-        return BlobWriter(self)
-
-    def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
-        writer = self.blob_writer()
-        try:
-            for chunk in chunks:
-                writer.write(chunk)
-        except BaseException:
-            writer.abort()
-            raise
-        return writer.finish(expected_sha256, expected_size)
+    def git_oid(self, sha256: str) -> str:
+        with open(self.blob_path(sha256), "rb") as fh:
+            header = b"blob %d\0" % os.fstat(fh.fileno()).st_size
+            return hashlib.file_digest(fh, lambda: hashlib.sha1(header)).hexdigest()
 
     def verified_blob(self, entry: FileEntry) -> Path:
-        """The blob of ``entry``, its content checked against the id the commit gives it (the sha256 for an LFS
-        file, the git blob sha1 otherwise) on its first read, and again whenever the file's status changed."""
+        """The blob of ``entry``, its content checked against the id its commit gives it (the sha256 of an LFS
+        file, the git blob sha1 otherwise) on its first read and again whenever the file's status changed."""
         path = self.blob_path(entry.sha256)
         try:
             found = path.stat()
@@ -328,18 +315,10 @@ class Storage:
                 f"The stored content of {entry.path} is damaged ({why}); the Hub's log names the file. Restore "
                 "it from a backup, or upload the file again."
             )
-        if len(self._verified) >= _VERIFIED_ENTRIES:
+        if len(self._verified) >= 100_000:
             self._verified.clear()
         self._verified[entry.sha256] = seen
         return path
-
-    def git_oid(self, sha256: str) -> str:
-        path = self.blob_path(sha256)
-        sha1 = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                sha1.update(chunk)
-        return sha1.hexdigest()
 
     # ---- repos --------------------------------------------------------------------------------
     def _folder_of(self, repo_type: str, repo_id: str) -> Path:
@@ -350,17 +329,17 @@ class Storage:
         """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
         return self._repos.get((repo_type, repo_key(repo_id)))
 
-    def require(self, repo_type: str, repo_id: str) -> Path:
-        self.meta(repo_type, repo_id)  # the same 404 for a missing and a private repo
-        return self._folder_of(repo_type, repo_id)
-
     def meta(self, repo_type: str, repo_id: str) -> RepoRecord:
         record = self.lookup(repo_type, repo_id)
         if record is None:
-            raise repo_not_found(repo_type, repo_id)
+            raise repo_not_found(repo_type, repo_id)  # the same 404 for a missing and a private repo
         if record.damaged:
             raise damaged(record.repo_id, record.damaged)
         return record
+
+    def require(self, repo_type: str, repo_id: str) -> Path:
+        self.meta(repo_type, repo_id)
+        return self._folder_of(repo_type, repo_id)
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
         """Create a repo whose initial commit holds ``.gitattributes``; None if it exists (in any case)."""
@@ -383,13 +362,13 @@ class Storage:
             return record
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
-        """Delete a repo, a damaged one too (the way to be rid of it)."""
+        """Delete a repo, a damaged one too (the way to be rid of it), and the blobs only it named."""
         d = self._folder_of(repo_type, repo_id)
         with self._lock:
             if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
                 raise repo_not_found(repo_type, repo_id)
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
-            os.replace(d, trash)  # atomic disappearance; then its blobs no other repo names
+            os.replace(d, trash)  # gone at once; then removed at leisure
             shutil.rmtree(trash, ignore_errors=True)
             self._reached.pop(d, None)
             self._collect_blobs()
@@ -401,20 +380,21 @@ class Storage:
         )
 
     def resolve(self, repo_type: str, repo_id: str, revision: str) -> str:
-        d, refs = self.require(repo_type, repo_id), self.refs(repo_type, repo_id)
-        # A commit id first: ref names can never look like one, so a branch cannot shadow a commit. Only commits
-        # a ref reaches are served: those of a deleted branch are gone, even before their files are.
-        if COMMIT_ID_RE.fullmatch(revision) and revision in self._reachable(d, refs):
+        refs = self.refs(repo_type, repo_id)
+        # A commit id first (ref names never look like one), and only one a ref reaches: a deleted branch's
+        # commits are gone at once, even before their files are.
+        if COMMIT_ID_RE.fullmatch(revision) and revision in self._reachable(
+            self._folder_of(repo_type, repo_id), refs
+        ):
             return revision
         for kind, prefix in (("branches", "refs/heads/"), ("tags", "refs/tags/")):
-            name = revision.removeprefix(prefix)  # ref names never start with "refs/"
+            name = revision.removeprefix(prefix)
             if name in refs[kind]:
                 return refs[kind][name]
         raise RevisionNotFound(f"Invalid rev id: {revision}")
 
     def _commit(self, d: Path, commit_id: str, folder: str = "commits") -> dict:
-        """A commit's metadata (``id``, ``parent``, ``title``, ``message``, ``date``, ``author``), or with
-        ``folder="trees"`` its file table."""
+        """A commit's metadata or, with ``folder="trees"``, its file table."""
         missing = RevisionNotFound(f"Invalid rev id: {commit_id}")
         if not COMMIT_ID_RE.fullmatch(commit_id):
             raise missing
@@ -423,31 +403,31 @@ class Storage:
     def commit_object(self, repo_type: str, repo_id: str, commit_id: str) -> dict:
         return self._commit(self.require(repo_type, repo_id), commit_id)
 
+    def _read_index(self, d: Path, commit_id: str) -> RevisionIndex:
+        commit, files = self._commit(d, commit_id), self._commit(d, commit_id, "trees")
+        try:
+            return RevisionIndex(commit, files)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            tree = d / "trees" / f"{commit_id}.json"
+            raise self._damaged(tree, f"not a file table ({type(e).__name__}: {e})") from None
+
     def index(self, repo_type: str, repo_id: str, commit_id: str) -> RevisionIndex:
         d = self.require(repo_type, repo_id)
-
-        def build() -> RevisionIndex:
-            commit, files = self._commit(d, commit_id), self._commit(d, commit_id, "trees")
-            try:
-                return RevisionIndex(commit, files)
-            except (AttributeError, KeyError, TypeError, ValueError) as e:
-                tree = d / "trees" / f"{commit_id}.json"
-                raise self._damaged(tree, f"not a file table ({type(e).__name__}: {e})") from None
-
-        return self.indexes.get((repo_type, repo_key(repo_id), commit_id), build)
+        with self._index_lock:
+            return self.indexes(d, commit_id)
 
     def files(self, repo_type: str, repo_id: str, commit_id: str) -> dict[str, FileEntry]:
         return self.index(repo_type, repo_id, commit_id).as_dict()
 
-    def _write_commit(
-        self, d: Path, parent, files: dict, title, message, author, refs=_NO_REFS, branch="main"
-    ):
+    def _write_commit(self, d: Path, parent, files: dict, title, message, author, refs=None, branch="main"):
         """A new commit, then ``refs`` with ``branch`` moved to it; a failure (a full disk) removes both."""
+        refs = refs or {"branches": {}, "tags": {}}
         meta = {"parent": parent, "title": title, "message": message, "date": _now(), "author": author}
         tree = json.dumps({p: e.to_json() for p, e in sorted(files.items())}).encode()
         # Content, parent, time and a random salt: never reused for different content.
-        salted = json.dumps(meta, sort_keys=True).encode() + tree + secrets.token_bytes(16)
-        cid = hashlib.sha1(salted).hexdigest()
+        cid = hashlib.sha1(
+            json.dumps(meta, sort_keys=True).encode() + tree + secrets.token_bytes(16)
+        ).hexdigest()
         written = (d / "trees" / f"{cid}.json", d / "commits" / f"{cid}.json")
         moved = {**refs, "branches": {**refs["branches"], branch: cid}}
         try:
@@ -463,8 +443,7 @@ class Storage:
     def commit(
         self, repo_type: str, repo_id: str, branch: str, operations: list, title, message, author, parent=None
     ) -> str:
-        """Apply ``operations`` (``CommitOperation``s) to ``branch`` as one new commit and move the branch to
-        it; ``parent``, when given, must be the branch's head."""
+        """Apply ``operations`` to ``branch`` as one new commit; ``parent``, when given, must be its head."""
         d = self.require(repo_type, repo_id)
         with self._lock:
             refs = self.refs(repo_type, repo_id)
@@ -476,7 +455,7 @@ class Storage:
                     f"A commit has happened since. Please refresh and try again. "
                     f"(parentCommit {parent} is not the head {head} of {branch})"
                 )
-            files = self.index(repo_type, repo_id, head).as_dict()
+            files = self.files(repo_type, repo_id, head)
             for op in operations:
                 _apply(files, op)
             if len(files) > self.max_repo_files:
@@ -492,27 +471,26 @@ class Storage:
             return cid
 
     def set_ref(self, repo_type: str, repo_id: str, kind: str, name: str, target: str | None) -> None:
-        """Create (target set) or delete (target None) a branch or tag. Branches and tags share one namespace:
-        a branch named like a tag would shadow it for ``revision=``, so either refuses the other's name."""
+        """Create (``target`` a commit id) or delete (None) a branch or tag. Branches and tags share one
+        namespace: a branch named like a tag would shadow it for ``revision=``."""
         d = self.require(repo_type, repo_id)
         if target is not None:
-            validate_ref_name(name)
+            names.validate_ref_name(name)
         with self._lock:
             refs = self.refs(repo_type, repo_id)
-            table = refs[kind]
-            what = "Branch" if kind == "branches" else "Tag"
+            table, other = refs[kind], "tags" if kind == "branches" else "branches"
+            what = {"branches": "branch", "tags": "tag"}
             if target is None:
                 if name not in table:
-                    raise RevisionNotFound(f"{what} {name} not found")
+                    raise RevisionNotFound(f"{what[kind].capitalize()} {name} not found")
                 if kind == "branches" and name == "main":
                     raise errors.Forbidden("The main branch cannot be deleted")
                 del table[name]
             elif name in table:
-                raise errors.Conflict(f"{what} {name} already exists")
-            elif name in refs["tags" if kind == "branches" else "branches"]:
+                raise errors.Conflict(f"{what[kind].capitalize()} {name} already exists")
+            elif name in refs[other]:
                 raise errors.Conflict(
-                    f"A {'tag' if kind == 'branches' else 'branch'} named {name} already exists; branches and "
-                    "tags share one namespace",
+                    f"A {what[other]} named {name} already exists; branches and tags share one namespace",
                     code="RefConflict",
                 )
             else:
@@ -539,9 +517,9 @@ class Storage:
         return self._reached[d][1]
 
     def _collect(self, d: Path, refs: dict) -> None:
-        """After a ref was deleted (under the lock, ``refs.json`` written): remove the commits no ref reaches,
-        their file tables, then the blobs no reachable commit names. Each step removes only what nothing that
-        stays refers to, so a crash leaves a whole store; the next collection removes what it left."""
+        """After a ref was deleted (``refs.json`` written): remove the commits no ref reaches, their file tables,
+        then the blobs nothing reachable names. Each step removes only what nothing that stays refers to, so a
+        crash leaves a whole store; the next collection removes what it left."""
         keep = self._reachable(d, refs)
         for folder in ("commits", "trees"):
             for path in (d / folder).glob("*.json"):

@@ -1,5 +1,5 @@
-"""What uvicorn and starlette leave to the server: the limits, a request body's cap (per kind of route and
-caller, refused from the declared length) and deadline, and strict parsers of what a stranger sends."""
+"""What uvicorn and starlette leave to the server: the limits, a request body's cap and deadline, and the
+bridges by which handlers in worker threads read a body and answer."""
 
 from __future__ import annotations
 
@@ -17,10 +17,7 @@ from starlette.responses import Response
 from briskbert.hub_cards.front_matter import YamlLimits
 
 from .errors import BadRequest, HubError, PayloadTooLarge, RequestTimeout
-
-_DIGITS_RE = re.compile(r"[0-9]{1,19}")
-_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
-_UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]")
+from .protocol import parse_json
 
 
 @dataclass(frozen=True)
@@ -132,48 +129,6 @@ def json_response(obj, status: int = 200, headers: dict | None = None) -> Respon
     return Response(json.dumps(obj).encode(), status, headers, media_type="application/json")
 
 
-# ---- strict parsers ------------------------------------------------------------------------------------
 def header_safe(text: str, limit: int = 300) -> str:
-    """A header value that cannot split or end the header block: printable ASCII only, bounded (and, as h11
-    requires, without a space at either end)."""
-    return _UNSAFE_HEADER_CHARS.sub("?", str(text))[:limit].strip()
-
-
-def parse_json(raw: bytes, what: str):
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except RecursionError:
-        raise BadRequest(f"{what} is nested too deeply") from None
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-        raise BadRequest(f"{what} is not valid JSON: {e}") from None
-
-
-def parse_size(text: str | None) -> int | None:
-    """A non-negative decimal of at most 19 ASCII digits, or None (``int()`` also takes '²' and '٣')."""
-    return int(text) if isinstance(text, str) and _DIGITS_RE.fullmatch(text) else None
-
-
-def _position(digits: str) -> int:
-    return int(digits) if len(digits) <= 19 else 1 << 64  # int() on 5,000 digits is an error, not a number
-
-
-def byte_range(header: str, size: int) -> tuple[int, int] | None:
-    """The (first, last) byte a ``Range`` header asks for, or None to send the whole file (no header, several
-    ranges, not ``bytes=``). A range that starts past the end is a 416."""
-    m = _RANGE_RE.fullmatch(header.strip()) if header else None
-    if m is None or not (m[1] or m[2]):
-        return None
-    if m[1]:
-        first, last = _position(m[1]), (_position(m[2]) if m[2] else size - 1)
-        if m[2] and last < first:
-            return None  # not a valid range: ignored, as RFC 9110 says
-    else:  # a suffix: the last N bytes (none at all: a 416)
-        first, last = max(0, size - _position(m[2])), size - 1
-    if first >= size:
-        raise HubError(
-            f"Range {header.strip()[:40]!r} is outside the file's {size} bytes",
-            status=416,
-            code="RangeNotSatisfiable",
-            headers={"Content-Range": f"bytes */{size}"},
-        )
-    return first, min(last, size - 1)
+    """Printable ASCII only, bounded and stripped (as h11 requires): request text never splits a header."""
+    return re.sub(r"[^\x20-\x7e]", "?", str(text))[:limit].strip()

@@ -36,9 +36,8 @@ from hub_fixtures import (
 )
 
 from briskbert.hub_server import Account, BackgroundHub, HubError, ServerLimits, Storage
-from briskbert.hub_server.commit_stream import commit_lines
-from briskbert.hub_server.index import Folder, IndexCache, RevisionIndex
-from briskbert.hub_server.protocol import parse_commit_line
+from briskbert.hub_server.index import Folder, RevisionIndex
+from briskbert.hub_server.protocol import commit_lines, parse_commit_line
 from briskbert.hub_server.storage import AddFile
 
 HEAD = "/api/models/testuser/r/revision/main"
@@ -411,7 +410,7 @@ def test_reads_of_a_large_repo_share_one_index_per_revision(hub):
     make_repo(hub, "big")
     paths = [f"d{i % 40}/s{i % 7}/f{i}.txt" for i in range(5000)]
     assert commit(hub, "testuser/big", *(json.dumps(file_line(p, b"same")).encode() for p in paths))[0] == 200
-    builds = hub.server.storage.indexes.builds
+    builds = hub.server.storage.indexes.cache_info().misses
     with ThreadPoolExecutor(6) as pool:
         infos = list(
             pool.map(lambda _: api(hub, "GET", "/api/models/testuser/big?blobs=true", auth=False), range(6))
@@ -424,7 +423,7 @@ def test_reads_of_a_large_repo_share_one_index_per_revision(hub):
     root = api(hub, "GET", "/api/models/testuser/big/tree/main", auth=False)[1]
     assert [e["path"] for e in root] == [".gitattributes"] + sorted(f"d{i}" for i in range(40))
     assert api(hub, "GET", "/testuser/big/resolve/main/d0/s0/f4760.txt", auth=False) == (200, b"same")
-    assert hub.server.storage.indexes.builds == builds + 1
+    assert hub.server.storage.indexes.cache_info().misses == builds + 1
 
 
 def test_a_revision_holds_at_most_max_repo_files(tmp_path):
@@ -725,18 +724,29 @@ def test_index_pages_add_up_to_the_whole_listing():
                 assert listed == _listing_oracle(list(paths), folder, recursive), (folder, limit)
 
 
-def test_index_cache_keeps_the_latest_revisions_and_builds_one_at_a_time():
+def test_revision_indexes_are_built_one_at_a_time_and_the_latest_kept(tmp_path, monkeypatch):
     """Requests for many large revisions at once must not hold many file tables in memory at once."""
-    cache, running, most = IndexCache(size=2), [], []
+    from briskbert.hub_server import storage as storage_module
 
-    def build():
+    storage, running, most = Storage(tmp_path), [], []
+    storage.create_repo("model", "a/b", False, "a")
+    heads = [storage.resolve("model", "a/b", "main")]
+    for i in range(5):
+        storage.set_ref("model", "a/b", "branches", f"b{i}", heads[0])
+        heads.append(storage.commit("model", "a/b", f"b{i}", [], "t", "", "a"))
+
+    def build(*args):
         running.append(1)
         most.append(len(running))
         time.sleep(0.01)
         running.pop()
-        return RevisionIndex({"id": "c"}, {f"f{i}.txt": ENTRY for i in range(1000)})
+        return RevisionIndex(*args)
 
+    monkeypatch.setattr(storage_module, "RevisionIndex", build)
+    storage = Storage(tmp_path, index_cache_revisions=2)  # nothing cached yet
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda key: cache.get(("model", "a/b", key % 6), build), range(6)))
-    assert max(most) == 1 and cache.builds == 6 and len(cache._items) == 2
-    cache.get(list(cache._items)[-1], lambda: pytest.fail("cached: no second build"))
+        list(pool.map(lambda cid: storage.index("model", "a/b", cid), heads))
+    assert max(most) == 1 and storage.indexes.cache_info()[1:] == (6, 2, 2)  # misses, size, kept
+    for _ in range(2):
+        storage.index("model", "a/b", heads[0])
+    assert storage.indexes.cache_info().misses <= 7
