@@ -6,7 +6,6 @@ normalisation are part of the graph. Not remote code.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -19,8 +18,8 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError, UserError
-from briskbert.inputs import check_model_folder, check_text_file, read_json_object
-from briskbert.modeling.sentence_transformers_files import MODULES_FILE, EmbeddingSpec, read_embedding_spec
+from briskbert.inputs import check_model_folder, check_text_file
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
 
 ONNX_FILE = "model.onnx"
 SENTENCE_EMBEDDING = "sentence_embedding"
@@ -126,32 +125,9 @@ def longest_input(model, tokenizer) -> int:
     return min(limits)
 
 
-# What a graph can carry of a sentence-transformers folder; anything else (Dense, max pooling, ...) is refused.
-CARRIED_MODULES = ("Transformer", "Pooling", "Normalize")
-CARRIED_POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens")
-
-
 def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | None:
-    """How a sentence-transformers folder turns token states into its embedding, or None for any other folder."""
-    modules_path = Path(model_dir) / MODULES_FILE
-    if architecture != "BriskBertModel" or not modules_path.is_file():
-        return None
-    try:
-        modules = json.loads(modules_path.read_text(encoding="utf-8"))
-        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise UserError(f"{modules_path} is not a sentence-transformers module list ({error}).") from error
-    pooling_path = Path(model_dir) / types.get("Pooling", "") / "config.json"
-    pooling = read_json_object(pooling_path, "model_dir", "re-save the model") if "Pooling" in types else {}
-    modes = [key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True]
-    others = sorted(set(types) - set(CARRIED_MODULES)) + sorted(set(modes) - set(CARRIED_POOLING_MODES))
-    if others or len(modes) > 1:
-        raise UserError(
-            f"{model_dir} asks for {', '.join(others or modes)}, which the graph cannot carry (only "
-            f"{', '.join(CARRIED_MODULES)}, with one of {', '.join(CARRIED_POOLING_MODES)}); move "
-            f"{MODULES_FILE} aside to export the bare encoder."
-        )
-    return read_embedding_spec(model_dir)
+    """How a sentence-transformers folder's bare encoder turns token states into its embedding, else None."""
+    return read_embedding_spec(model_dir) if architecture == "BriskBertModel" else None
 
 
 def pool_sentence_embedding(
@@ -196,10 +172,13 @@ class FlatOutputs(nn.Module):
 
 
 def export_onnx(
-    model, sample: dict[str, torch.Tensor], path: Path, opset_version: int | None, embedding=None
+    model, sample: dict[str, torch.Tensor], folder: Path, embedding=None, opset_version=None, fuse=True
 ):
-    """Traces `model` on `sample` with dynamic axes and writes `path` (weights beside it only past 2 GB); returns
-    the output names."""
+    """Traces `model` on `sample` with dynamic axes and writes `folder`/model.onnx (weights beside it only past
+    2 GB), with ONNX Runtime's fused kernels unless not `fuse`: (output names, fused kernel counts, every node's
+    module paths for keep_fp32)."""
+    from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
+
     with torch.no_grad():
         output_names = list(model_outputs(model, sample, embedding))
     axes = ("batch", "choices", "sequence") if sample["input_ids"].dim() == 3 else ("batch", "sequence")
@@ -219,20 +198,15 @@ def export_onnx(
             opset_version=opset_version,
             verbose=False,
         )
-    program.save(str(path))  # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
-    return output_names
-
-
-def export_fused(model, sample, embedding, folder: Path, opset_version: int | None = None):
-    """Exports the fp32 graph and writes its version with ONNX Runtime's fused kernels to `folder`/model.onnx:
-    (output names, fused kernel counts, every node's module paths for keep_fp32)."""
-    from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
-
+    target = Path(folder) / ONNX_FILE
+    if not fuse:
+        program.save(str(target))  # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
+        return output_names, {}, {}
     raw = Path(folder) / "unfused"
     raw.mkdir(parents=True)
-    output_names = export_onnx(model, sample, raw / ONNX_FILE, opset_version, embedding)
+    program.save(str(raw / ONNX_FILE))
     with quiet_loggers(*OPTIMIZER_LOGGERS):
-        counts, scopes = optimize_onnx(raw / ONNX_FILE, Path(folder) / ONNX_FILE, model.config)
+        counts, scopes = optimize_onnx(raw / ONNX_FILE, target, model.config)
     shutil.rmtree(raw)
     return output_names, counts, scopes
 
@@ -306,11 +280,7 @@ def export_and_check(
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".export-") as staging:
         progress(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
-        fused = {}
-        if fuse:
-            output_names, fused, _ = export_fused(model, sample, embedding, staging, opset_version)
-        else:
-            output_names = export_onnx(model, sample, Path(staging) / ONNX_FILE, opset_version, embedding)
+        output_names, fused, _ = export_onnx(model, sample, Path(staging), embedding, opset_version, fuse)
         session = onnxruntime_session(Path(staging) / ONNX_FILE)
         checks = [largest_differences(model, session, batch, output_names, embedding) for batch in batches]
         for name in os.listdir(staging):
@@ -320,7 +290,7 @@ def export_and_check(
             shutil.copyfile(Path(model_dir) / name, Path(output_dir) / name)
     inputs = ", ".join(graph_input.name for graph_input in session.get_inputs())
     progress(f"Wrote {target} (inputs: {inputs}).")
-    if any(fused.values()):
+    if any(fused.values()):  # (empty without `fuse`)
         progress("Fused kernels: " + ", ".join(f"{name} x{count}" for name, count in fused.items() if count))
     for batch, differences in zip(batches, checks):
         shape = "x".join(map(str, batch["input_ids"].shape))

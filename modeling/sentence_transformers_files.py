@@ -11,14 +11,15 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from briskbert.errors import UserError
 from briskbert.files import write_atomic
 
 POOLING_MODES = ("mean", "cls")
 MODULES_FILE = "modules.json"
 CONFIG_FILE = "sentence_bert_config.json"
 SETTINGS_FILE = "config_sentence_transformers.json"
-POOLING_FOLDER = "1_Pooling"
-NORMALIZE_FOLDER = "2_Normalize"
+# What briskbert computes of a sentence-transformers folder (in PyTorch and in the ONNX graph).
+COMPUTED_MODULES = ("Transformer", "Pooling", "Normalize")
 
 
 @dataclass(frozen=True)
@@ -38,26 +39,18 @@ class EmbeddingSpec:
 
 def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, hidden_size: int) -> None:
     folder = Path(folder)
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": POOLING_FOLDER, "type": "sentence_transformers.models.Pooling"},
-    ]
-    if spec.normalize:
-        modules.append(
-            {
-                "idx": 2,
-                "name": "2",
-                "path": NORMALIZE_FOLDER,
-                "type": "sentence_transformers.models.Normalize",
-            }
-        )
-        (folder / NORMALIZE_FOLDER).mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / MODULES_FILE, json.dumps(modules, indent=2))
-    write_atomic(
-        folder / CONFIG_FILE,
-        json.dumps({"max_seq_length": spec.max_seq_length, "do_lower_case": False}, indent=2),
+    kinds = {"": "Transformer", "1_Pooling": "Pooling"} | (
+        {"2_Normalize": "Normalize"} if spec.normalize else {}
     )
-    (folder / POOLING_FOLDER).mkdir(parents=True, exist_ok=True)
+    modules = [
+        {"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        for index, (path, kind) in enumerate(kinds.items())
+    ]
+    for path in list(kinds)[1:]:
+        (folder / path).mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / MODULES_FILE, json.dumps(modules, indent=2))
+    settings = {"max_seq_length": spec.max_seq_length, "do_lower_case": False}
+    write_atomic(folder / CONFIG_FILE, json.dumps(settings, indent=2))
     pooling = {
         "word_embedding_dimension": hidden_size,
         "pooling_mode_cls_token": spec.pooling == "cls",
@@ -65,27 +58,43 @@ def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, h
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
     }
-    write_atomic(folder / POOLING_FOLDER / "config.json", json.dumps(pooling, indent=2))
+    write_atomic(folder / "1_Pooling" / "config.json", json.dumps(pooling, indent=2))
 
 
 def read_embedding_spec(folder: str | Path) -> EmbeddingSpec | None:
     """The pooling, normalisation and length a sentence-transformers folder declares; ``None`` for a folder
-    without ``modules.json`` (or a Hub id: the caller then uses its own defaults)."""
+    without ``modules.json`` (or a Hub id: the caller then uses its own defaults). A folder asking for what
+    briskbert does not compute (a Dense module, max pooling, ...) is refused."""
     folder = Path(folder)
-    if not (folder / MODULES_FILE).is_file():
+    path = folder / MODULES_FILE
+    if not path.is_file():
         return None
-    modules = json.loads((folder / MODULES_FILE).read_text())
-    types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
-    pooling = "mean"
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UserError(f"{path} is not a sentence-transformers module list ({error}).") from error
+    pooling = {}
     if "Pooling" in types:
-        pooling_config = json.loads((folder / types["Pooling"] / "config.json").read_text())
-        if pooling_config.get("pooling_mode_cls_token") or pooling_config.get("pooling_mode") == "cls":
-            pooling = "cls"
+        pooling = json.loads((folder / types["Pooling"] / "config.json").read_text(encoding="utf-8"))
+    names = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+    modes = {
+        names.get(key, key) for key, on in pooling.items() if key.startswith("pooling_mode_") and on is True
+    }
+    unknown = sorted(set(types) - set(COMPUTED_MODULES)) + sorted(modes - set(POOLING_MODES))
+    if unknown or len(modes) > 1:
+        raise UserError(
+            f"{folder} asks for {', '.join(unknown or sorted(modes))}, which briskbert does not compute (only "
+            f"{', '.join(COMPUTED_MODULES)}, with one of {', '.join(POOLING_MODES)} pooling); move {MODULES_FILE} "
+            "aside to use the bare encoder."
+        )
     config_file = folder / CONFIG_FILE
-    max_seq_length = (
-        json.loads(config_file.read_text()).get("max_seq_length", 256) if config_file.is_file() else 256
+    settings = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    return EmbeddingSpec(
+        pooling=next(iter(modes), "mean"),
+        normalize="Normalize" in types,
+        max_seq_length=settings.get("max_seq_length", 256),
     )
-    return EmbeddingSpec(pooling=pooling, normalize="Normalize" in types, max_seq_length=max_seq_length)
 
 
 def copy_sentence_transformers_files(source: str | Path, target: str | Path) -> None:

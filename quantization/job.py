@@ -91,7 +91,7 @@ def build_candidates(
     candidates = [Candidate("fp32", None, torch_runner(model, embedding), "model.safetensors")]
     if {"onnx-fp32", "onnx"} & set(wanted):
         progress("Exporting the fused ONNX graph ...")
-        output_names, _, scopes = export.export_fused(model, sample, embedding, root / "onnx-fp32")
+        output_names, _, scopes = export.export_onnx(model, sample, root / "onnx-fp32", embedding)
         if "onnx-fp32" in wanted:
             run = onnx_runner(root / "onnx-fp32" / export.ONNX_FILE, output_names)
             candidates.append(Candidate("onnx-fp32", root / "onnx-fp32", run, export.ONNX_FILE))
