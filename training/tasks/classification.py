@@ -1,9 +1,10 @@
-"""Sequence classification and regression: the label spec decided from the data (lists are multi-label,
-fractional numbers regression, integers or text single-label), tokenisation, evaluation."""
+"""Sequence classification, regression and multi-label classification: the labels decide the problem type
+(lists are multi-label, fractional numbers regression, integers or text single-label) unless it is given."""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +41,22 @@ def _is_missing(value) -> bool:
     )
 
 
+def _label_name(value) -> str:
+    number = _parse_number(value)
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    return str(number) if number is not None else str(value).strip()
+
+
+def _label_kind(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "list"
+    number = _parse_number(value)
+    if number is None:
+        return "str"
+    return "float" if isinstance(number, float) and not number.is_integer() else "int"
+
+
 @dataclass
 class LabelSpec:
     """How labels are turned into model targets, and what goes into the config."""
@@ -48,7 +65,7 @@ class LabelSpec:
     label_list: list[str] = field(default_factory=list)  # names in id order (empty for regression)
     multi_hot: bool = False  # multi-label given as 0/1 vectors rather than names
     label_separator: str = ","
-    raw_ids: dict[str, int] | None = None  # label text in the data -> id, where it is not the name itself
+    ids_given: bool = False  # integer labels are ids into label_list, not names
 
     @property
     def num_labels(self) -> int:
@@ -71,14 +88,14 @@ class LabelSpec:
         """Model target of one raw label (``int`` id, ``float`` or a float multi-hot vector)."""
         if self.problem_type == "regression":
             return float(_parse_number(value))
-        if self.problem_type == "multi_label_classification":
-            if self.multi_hot:
-                return [float(v) for v in value]
-            vector = [0.0] * len(self.label_list)
-            for name in self.names(value):
-                vector[self.label2id[str(name)]] = 1.0
-            return vector
-        return (self.raw_ids or self.label2id)[_label_name(value)]
+        if self.problem_type == "single_label_classification":
+            return int(_label_name(value)) if self.ids_given else self.label2id[_label_name(value)]
+        if self.multi_hot:
+            return [float(v) for v in value]
+        vector = [0.0] * len(self.label_list)
+        for name in self.names(value):
+            vector[self.label2id[str(name)]] = 1.0
+        return vector
 
     def config_kwargs(self) -> dict:
         kwargs = {"num_labels": self.num_labels, "problem_type": self.problem_type}
@@ -87,34 +104,14 @@ class LabelSpec:
         return kwargs
 
 
-def _label_name(value) -> str:
-    number = _parse_number(value)
-    if isinstance(number, float) and number.is_integer():
-        number = int(number)
-    return str(number) if number is not None else str(value).strip()
-
-
-def _label_kind(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return "list"
-    number = _parse_number(value)
-    if number is None:
-        return "str"
-    return "float" if isinstance(number, float) and not number.is_integer() else "int"
-
-
 def _label_kinds(values, source: str) -> str:
     """``"list"``, ``"int"``, ``"float"`` or ``"str"``; raises on a column that mixes numbers and text."""
-    kinds, examples = {}, {}
-    for row, value in enumerate(values):
-        kind = _label_kind(value)
-        kinds[kind] = kinds.get(kind, 0) + 1
-        examples.setdefault(kind, (row, value))
+    kinds = Counter(_label_kind(value) for value in values)
     if len(kinds) > 1 and ("list" in kinds or "str" in kinds):
-        described = "; ".join(
-            f"{kind}: {count} rows, e.g. row {examples[kind][0]} = {examples[kind][1]!r}"
-            for kind, count in kinds.items()
-        )
+        examples = {}
+        for row, value in enumerate(values):
+            examples.setdefault(_label_kind(value), f"row {row} = {value!r}")
+        described = "; ".join(f"{kind}: {count} rows, e.g. {examples[kind]}" for kind, count in kinds.items())
         raise DataError(
             f"{source}: the label column mixes types ({described}). Use one kind of label throughout: "
             "class names or integer ids (classification), numbers (regression), or lists (multi-label)."
@@ -156,38 +153,51 @@ def infer_label_spec(
                 f"{source}: regression needs numeric labels, got {kind} values such as {train_labels[0]!r}."
             )
         return LabelSpec("regression")
-    if problem_type == "multi_label_classification":
-        return _multi_label_spec(
-            train_labels, eval_labels, kind, label_separator, label_names, names_source, (source, eval_source)
-        )
-    if kind == "float":
+    multi = problem_type == "multi_label_classification"
+    if not multi and kind == "float":
         raise DataError(
             f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
             f"such as {next(v for v in train_labels if _label_kind(v) == 'float')!r}; "
             "set problem_type regression for a numeric target."
         )
-    if kind == "list":
+    if not multi and kind == "list":
         raise DataError(
             f"{source}: single-label classification got list labels; set problem_type multi_label_classification."
         )
-    names = {_label_name(v) for v in train_labels}
-    eval_names = {_label_name(v) for v in (eval_labels or [])}
-    found = names | eval_names
+    if (
+        multi
+        and kind == "list"
+        and all(isinstance(v, (int, float, bool)) and v in (0, 1) for v in train_labels[0])
+    ):
+        return _multi_hot_spec(train_labels, eval_labels, label_names, names_source)
+    spec = LabelSpec(problem_type, label_separator=label_separator)
+
+    def found_in(labels) -> set[str]:
+        if multi:
+            return {str(name) for value in labels or [] for name in spec.names(value)}
+        return {_label_name(value) for value in labels or []}
+
+    train_found, eval_found = found_in(train_labels), found_in(eval_labels)
+    found = train_found | eval_found
     where = f"{source} and {eval_source}" if eval_labels else source
     # Fixed names: integer labels index them (unless they are the names themselves, as a teacher trained
     # on integer labels records them); text labels must be names.
-    if label_names is not None and kind == "int" and not names <= set(label_names):
-        raw_ids = {str(i): i for i in range(len(label_names))}
+    if label_names is not None and not multi and kind == "int" and not train_found <= set(label_names):
         ids = sorted(int(label) for label in found)
-        if set(ids) != set(range(len(label_names))) and (every_name_seen or not found <= set(raw_ids)):
+        every_id = set(ids) == set(range(len(label_names)))
+        if not every_id and (every_name_seen or not set(ids) <= set(range(len(label_names)))):
             raise DataError(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
                 f"labels found in {where} are {ids[:20]}; give one name per label found, in id order."
             )
-        return LabelSpec(problem_type, label_list=list(label_names), raw_ids=raw_ids)
-    sources = (source, eval_source)
-    classes = _class_names(
-        names, eval_names, label_names, sources, names_source, int if kind == "int" else None
+        return LabelSpec(problem_type, label_list=list(label_names), ids_given=True)
+    spec.label_list = _class_names(
+        train_found,
+        eval_found,
+        label_names,
+        (source, eval_source),
+        names_source,
+        int if kind == "int" else None,
     )
     # A name no row has would be a class the model never learns (or misname the others): refused.
     if (
@@ -199,32 +209,20 @@ def infer_label_spec(
             f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
             "give exactly the labels found, in the id order you want."
         )
-    return LabelSpec(problem_type, label_list=classes)
-
-
-def _multi_label_spec(
-    train_labels, eval_labels, kind, label_separator, label_names, names_source, sources: tuple[str, str]
-) -> LabelSpec:
-    spec = LabelSpec("multi_label_classification", label_separator=label_separator)
-    first = train_labels[0]
-    if kind == "list" and all(isinstance(v, (int, float, bool)) and v in (0, 1) for v in first):
-        width = len(first)
-        for row, value in enumerate(list(train_labels) + list(eval_labels or [])):
-            if len(value) != width:
-                raise DataError(f"multi-hot label of row {row} has {len(value)} entries, expected {width}.")
-        if label_names is not None and len(label_names) != width:
-            raise DataError(
-                f"{names_source} gives {len(label_names)} names for multi-hot labels of {width} entries."
-            )
-        spec.multi_hot = True
-        spec.label_list = (
-            list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(width)]
-        )
-        return spec
-    seen = {str(n) for value in train_labels for n in spec.names(value)}
-    eval_seen = {str(n) for value in (eval_labels or []) for n in spec.names(value)}
-    spec.label_list = _class_names(seen, eval_seen, label_names, sources, names_source)
     return spec
+
+
+def _multi_hot_spec(train_labels, eval_labels, label_names, names_source: str) -> LabelSpec:
+    width = len(train_labels[0])
+    for row, value in enumerate([*train_labels, *(eval_labels or [])]):
+        if len(value) != width:
+            raise DataError(f"multi-hot label of row {row} has {len(value)} entries, expected {width}.")
+    if label_names is not None and len(label_names) != width:
+        raise DataError(
+            f"{names_source} gives {len(label_names)} names for multi-hot labels of {width} entries."
+        )
+    names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(width)]
+    return LabelSpec("multi_label_classification", names, multi_hot=True)
 
 
 def _class_names(train: set, evaluation: set, label_names, sources, names_source: str, key=None) -> list[str]:

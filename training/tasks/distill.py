@@ -1,5 +1,5 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Knowledge distillation of a fine-tuned teacher into a smaller student (Hinton et al. 2015; DistilBERT):
+"""Knowledge distillation of a fine-tuned classifier into a smaller student (Hinton et al. 2015; DistilBERT):
 
     alpha_kd * T² * KL(softmax(teacher / T) || softmax(student / T))
     + (1 - alpha_kd) * the student's own hard-label loss
@@ -30,8 +30,9 @@ def student_from_teacher(teacher, layers: list[int] | None = None):
     num_layers = teacher.config.num_hidden_layers
     layers = list(range(0, num_layers, 2)) if layers is None else list(layers)
     if not layers or any(not 0 <= i < num_layers for i in layers) or sorted(set(layers)) != layers:
-        raise ValueError(
-            f"student layers {layers} must be increasing, distinct teacher layer indices in 0..{num_layers - 1}."
+        raise SettingError(
+            "student_layers",
+            f"{layers} must be increasing, distinct teacher layer indices in 0..{num_layers - 1}.",
         )
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = len(layers)
@@ -50,19 +51,13 @@ def student_from_teacher(teacher, layers: list[int] | None = None):
     return student
 
 
-def soft_target_loss(
-    student_logits, teacher_logits, temperature: float, problem_type: str, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """T²-scaled KL divergence of temperature-softened distributions (MSE for regression). ``mask``
-    (same leading shape as the logits without the class dimension) selects positions to average over."""
+def soft_target_loss(student_logits, teacher_logits, temperature: float, problem_type: str) -> torch.Tensor:
+    """T²-scaled KL divergence of temperature-softened distributions (MSE for regression)."""
     if problem_type == "regression":
         return F.mse_loss(student_logits.float(), teacher_logits.float())
     student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
     teacher_probs = F.softmax(teacher_logits.float() / temperature, dim=-1)
-    per_item = F.kl_div(student_log_probs, teacher_probs, reduction="none").sum(-1)
-    if mask is not None:
-        per_item = per_item[mask.bool()]
-    return per_item.mean() * temperature**2
+    return F.kl_div(student_log_probs, teacher_probs, reduction="batchmean") * temperature**2
 
 
 class DistillationModel(nn.Module):
@@ -95,17 +90,14 @@ class DistillationModel(nn.Module):
         hidden = self.hidden_loss_weight > 0
         outputs = self.student(**batch, output_hidden_states=hidden)
         teacher = self.teacher
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
         if next(teacher.parameters()).device != outputs.logits.device:
             teacher.to(outputs.logits.device)
         with torch.no_grad():
+            inputs = {key: value for key, value in batch.items() if key != "labels"}
             teacher_outputs = teacher(**inputs, output_hidden_states=hidden)
         problem_type = self.config.problem_type or "single_label_classification"
-        mask = None
-        if outputs.logits.dim() == 3:  # token classification: only real, labelled positions
-            mask = batch["labels"] != -100 if "labels" in batch else batch.get("attention_mask")
         loss = self.alpha_kd * soft_target_loss(
-            outputs.logits, teacher_outputs.logits, self.temperature, problem_type, mask
+            outputs.logits, teacher_outputs.logits, self.temperature, problem_type
         )
         if self.alpha_kd < 1.0:
             loss = loss + (1.0 - self.alpha_kd) * outputs.loss
@@ -164,12 +156,7 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
 
     config = teacher.config
-    labels = dict(
-        num_labels=config.num_labels,
-        id2label=config.id2label,
-        label2id=config.label2id,
-        problem_type=config.problem_type,
-    )
+    labels = {key: getattr(config, key) for key in ("num_labels", "id2label", "label2id", "problem_type")}
     if setup.student_model:
         student = BriskBertForSequenceClassification.from_pretrained(setup.student_model, **labels)
         check_finite_weights(student, weights_file(setup.student_model), "student_model")
@@ -188,10 +175,7 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
         except ValueError as error:  # an unknown preset name
             raise SettingError("student_preset", str(error)) from None
         return BriskBertForSequenceClassification(preset)
-    try:
-        return student_from_teacher(teacher, setup.student_layers)
-    except ValueError as error:
-        raise SettingError("student_layers", str(error)) from None
+    return student_from_teacher(teacher, setup.student_layers)
 
 
 class DistillationTask(ClassificationTask):
