@@ -2,13 +2,10 @@
 """Linear-chain conditional random field over per-token emission scores, with tag-scheme constraints.
 
 A tag sequence scores `start[y_1] + sum_t emissions[t, y_t] + sum_t transitions[y_(t-1), y_t] + end[y_n]`;
-training minimises `log Z - score(gold)`, decoding is Viterbi, all in log space. The CRF links the positions a
-boolean mask selects (the first sub-word of each word), gathered left-aligned first. Forbidden transitions (from
-the tag names: BIO's `O -> I-PER`, BIOES's `B-X -> O`, ...) carry no probability and are never decoded.
-Remote code: imports only torch.
+training minimises `log Z - score(gold)`, decoding is Viterbi, all in log space, over the positions a boolean mask
+selects (the first sub-word of each word), gathered left-aligned first. Transitions the tag names forbid (BIO's
+`O -> I-PER`, BIOES's `B-X -> O`, ...) carry no probability and are never decoded. Remote code: imports only torch.
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -86,35 +83,30 @@ class LinearChainCRF(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))
         self.start_transitions = nn.Parameter(torch.zeros(num_tags))
         self.end_transitions = nn.Parameter(torch.zeros(num_tags))
-        if constraints is None:
-            constraints = TransitionConstraints(
-                [True] * num_tags, [[True] * num_tags for _ in range(num_tags)], [True] * num_tags
-            )
+        everything = [True] * num_tags
         # Derived from the config's labels, so neither saved with the weights nor a buffer (transformers
         # re-creates non-persistent buffers empty when loading); built once per device on first use.
-        self.constraints = constraints
-        self._allowed_by_device: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        self.constraints = constraints or TransitionConstraints(
+            everything, [everything] * num_tags, everything
+        )
+        self._allowed_by_device: dict[torch.device, list[torch.Tensor]] = {}
 
     @classmethod
-    def for_labels(cls, labels: list[str]) -> LinearChainCRF:
+    def for_labels(cls, labels: list[str]) -> "LinearChainCRF":
         return cls(len(labels), allowed_transitions(labels))
 
-    def _scores(
-        self, forbidden: float, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _scores(self, forbidden: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """(start, transitions, end) scores in ``dtype``, the forbidden entries set to ``forbidden``."""
         device = self.transitions.device
         if device not in self._allowed_by_device:
-            constraints = self.constraints
-            self._allowed_by_device[device] = tuple(
-                torch.tensor(allowed, dtype=torch.bool, device=device)
-                for allowed in (constraints.start, constraints.transitions, constraints.end)
-            )
-        allowed_start, allowed_transitions, allowed_end = self._allowed_by_device[device]
-        return (
-            self.start_transitions.to(dtype).masked_fill(~allowed_start, forbidden),
-            self.transitions.to(dtype).masked_fill(~allowed_transitions, forbidden),
-            self.end_transitions.to(dtype).masked_fill(~allowed_end, forbidden),
+            tables = (self.constraints.start, self.constraints.transitions, self.constraints.end)
+            self._allowed_by_device[device] = [
+                torch.tensor(t, dtype=torch.bool, device=device) for t in tables
+            ]
+        scores = (self.start_transitions, self.transitions, self.end_transitions)
+        return tuple(
+            score.to(dtype).masked_fill(~allowed, forbidden)
+            for score, allowed in zip(scores, self._allowed_by_device[device])
         )
 
     @staticmethod
@@ -141,22 +133,6 @@ class LinearChainCRF(nn.Module):
             alphas.append(torch.where(word_mask[:, t : t + 1], step, alphas[-1]))
         return alphas
 
-    def _log_partition(self, words: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-        end = self._scores(FORBIDDEN_SCORE, words.dtype)[2]
-        log_z = torch.logsumexp(self._forward_variables(words, word_mask)[-1] + end, dim=1)
-        return log_z.masked_fill(~word_mask[:, 0], 0.0)
-
-    def _path_score(
-        self, words: torch.Tensor, word_tags: torch.Tensor, word_mask: torch.Tensor
-    ) -> torch.Tensor:
-        start, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
-        word_tags = word_tags.masked_fill(~word_mask, 0).long()
-        emitted = words.gather(2, word_tags.unsqueeze(-1)).squeeze(-1) * word_mask
-        linked = transitions[word_tags[:, :-1], word_tags[:, 1:]] * word_mask[:, 1:]
-        last = word_tags.gather(1, (word_mask.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
-        total = start[word_tags[:, 0]] + emitted.sum(1) + linked.sum(1) + end[last]
-        return total.masked_fill(~word_mask[:, 0], 0.0)
-
     def neg_log_likelihood(
         self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
@@ -164,8 +140,15 @@ class LinearChainCRF(nn.Module):
         words, word_mask, positions = self._gather_tagged(emissions, mask)
         if words.shape[1] == 0:
             return words.new_zeros(words.shape[0])
-        word_tags = tags.gather(1, positions)
-        return self._log_partition(words, word_mask) - self._path_score(words, word_tags, word_mask)
+        start, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
+        log_z = torch.logsumexp(self._forward_variables(words, word_mask)[-1] + end, dim=1)
+        # The score of the given path, term by term.
+        word_tags = tags.gather(1, positions).masked_fill(~word_mask, 0).long()
+        emitted = words.gather(2, word_tags.unsqueeze(-1)).squeeze(-1) * word_mask
+        linked = transitions[word_tags[:, :-1], word_tags[:, 1:]] * word_mask[:, 1:]
+        last = word_tags.gather(1, (word_mask.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
+        path_score = start[word_tags[:, 0]] + emitted.sum(1) + linked.sum(1) + end[last]
+        return (log_z - path_score).masked_fill(~word_mask[:, 0], 0.0)
 
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -346,14 +346,6 @@ def no_attention_bias(position_ids: torch.Tensor, batch_size: int, dtype: torch.
 
 
 # ---------- Attention ------------------------------------------------------------------------------------------
-def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    batch, kv_heads, seq_len, head_dim = hidden_states.shape
-    if n_rep == 1:
-        return hidden_states
-    expanded = hidden_states[:, :, None].expand(batch, kv_heads, n_rep, seq_len, head_dim)
-    return expanded.reshape(batch, kv_heads * n_rep, seq_len, head_dim)
-
-
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -365,8 +357,9 @@ def eager_attention_forward(
     position_bias: torch.Tensor | None = None,
     **kwargs,
 ):
-    key = repeat_kv(key, module.num_key_value_groups)
-    value = repeat_kv(value, module.num_key_value_groups)
+    # Key/value head h serves query heads h * groups ... (h + 1) * groups - 1.
+    key = key.repeat_interleave(module.num_key_value_groups, dim=1)
+    value = value.repeat_interleave(module.num_key_value_groups, dim=1)
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if position_bias is not None:
         attn_weights = attn_weights + position_bias

@@ -6,10 +6,6 @@ trust_remote_code=True)(question=..., context=...)` returns `{"answer", "score",
 its start and end probabilities. Copied flat: imports only numpy, torch and transformers.
 """
 
-from __future__ import annotations
-
-import os
-
 import numpy as np
 import torch
 from transformers import Pipeline
@@ -24,12 +20,7 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
     def __call__(self, question=None, context=None, **kwargs):
         if isinstance(question, dict):
             question, context = question.get("question"), question.get("context")
-        if (
-            not isinstance(question, str)
-            or not isinstance(context, str)
-            or not question.strip()
-            or not context.strip()
-        ):
+        if not all(isinstance(text, str) and text.strip() for text in (question, context)):
             raise ValueError(
                 "question-answering needs a non-empty `question` string and a non-empty `context` string."
             )
@@ -38,11 +29,11 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
     def _sanitize_parameters(
         self, max_seq_len=None, doc_stride=None, max_answer_len=None, top_k=None, **kwargs
     ):
-        preprocess = dict(max_seq_len=max_seq_len, doc_stride=doc_stride)
-        postprocess = dict(max_answer_len=max_answer_len, top_k=top_k)
-        preprocess = {name: value for name, value in preprocess.items() if value is not None}
-        postprocess = {name: value for name, value in postprocess.items() if value is not None}
-        return preprocess, {}, postprocess
+        def given(**options):  # the options the caller set; each step's defaults stand for the others
+            return {name: value for name, value in options.items() if value is not None}
+
+        preprocess = given(max_seq_len=max_seq_len, doc_stride=doc_stride)
+        return preprocess, {}, given(max_answer_len=max_answer_len, top_k=top_k)
 
     def preprocess(self, inputs, max_seq_len=384, doc_stride=128):
         encoded = self.tokenizer(
@@ -56,14 +47,11 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
             padding=True,
             return_tensors="pt",
         )
-        offsets = encoded.pop("offset_mapping").tolist()
         encoded.pop("overflow_to_sample_mapping", None)
-        context_offsets = []
-        for window, window_offsets in enumerate(offsets):
-            sequence_ids = encoded.sequence_ids(window)
-            context_offsets.append(
-                [o if sequence_ids[k] == 1 else None for k, o in enumerate(window_offsets)]
-            )
+        context_offsets = [  # None outside the context: the question, special tokens and padding
+            [o if part == 1 else None for o, part in zip(offsets, encoded.sequence_ids(window))]
+            for window, offsets in enumerate(encoded.pop("offset_mapping").tolist())
+        ]
         return {"model_inputs": dict(encoded), "offsets": context_offsets, "context": inputs["context"]}
 
     def _forward(self, inputs):
@@ -97,17 +85,17 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
         return answers[0] if top_k == 1 else answers
 
 
-PIPELINE_TASK = "question-answering"
-MODULE_NAME = os.path.splitext(os.path.basename(__file__))[0]
-
-
 def register_question_answering_pipeline(config) -> None:
     """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the modeling
     file imports this file, copies it)."""
+    pipeline_class = BriskBertQuestionAnsweringPipeline
     entry = {
-        "impl": f"{MODULE_NAME}.{BriskBertQuestionAnsweringPipeline.__name__}",
+        "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
         "pt": ["AutoModelForQuestionAnswering"],
         "tf": [],
         "type": "text",
     }
-    config.custom_pipelines = {**(getattr(config, "custom_pipelines", None) or {}), PIPELINE_TASK: entry}
+    config.custom_pipelines = {
+        **(getattr(config, "custom_pipelines", None) or {}),
+        "question-answering": entry,
+    }
