@@ -17,7 +17,7 @@ from briskbert.errors import SettingError, UserError
 from briskbert.files import write_atomic
 from briskbert.training.engine.facts import JobFacts, RunFacts, TrainingFacts, read_training_facts
 
-from .rules import check_card_text
+from .rules import check_metadata
 
 QUANTIZATION_FILE = "quantization.json"
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
@@ -45,18 +45,14 @@ EXAMPLE_INPUTS = {
     "fill-mask": 'f"The cat sat on the {tokenizer.mask_token}."',
     "feature-extraction": '"The cat sat on the mat."',
 }
-#: pipeline tag -> the usage snippet's extra pipeline() arguments: whole words as entities, not one per sub-word
-PIPELINE_OPTIONS = {"token-classification": ', aggregation_strategy="first"'}
-LIBRARY_NAMES = ("transformers", "sentence-transformers")
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
 _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
-#: what a trivial answer scores on the same data (``chance_accuracy`` beside ``accuracy``): shown beside the
-#: model's metric, never as its result
+#: what a trivial answer scores (``chance_accuracy`` beside ``accuracy``): shown beside a metric, never a result
 BASELINES = {"chance": "chance", "majority": "majority class"}
 
 
-class CardError(UserError, ValueError):
+class CardError(UserError):
     """The folder or the facts cannot make a valid card: one line naming the file (and field) and the fix."""
 
 
@@ -108,11 +104,9 @@ def _duration(seconds) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def _precision(mixed_precision) -> str:
+def _precision(mixed_precision: str) -> str:
     """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
-    if mixed_precision in (None, "", "no"):
-        return "fp32"
-    return f"{mixed_precision} mixed precision (fp32 master weights)"
+    return "fp32" if mixed_precision == "no" else f"{mixed_precision} mixed precision (fp32 master weights)"
 
 
 def _is_public_dataset(name) -> bool:
@@ -133,8 +127,8 @@ def _data_names(value) -> str:
 
 
 def _training_data(job: JobFacts) -> str:
-    """The training data by its public name, the local files it was read from when the name is not theirs, and
-    the rows used: ``2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)``."""
+    """``2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)``: the public name, the local files it
+    was read from when the name is not theirs, and the rows used."""
     if not job.datasets:
         return ""
     names = _data_names(job.datasets)
@@ -191,9 +185,8 @@ def render_card(
             raise CardError(error.problem) from None
     job, run = facts.job, facts.run or RunFacts()
     quantization = read_quantization(model_dir)
-    pipeline_tag, auto_class = task_for_architecture(config["architectures"][0])
-    example = EXAMPLE_INPUTS[pipeline_tag]
-    pipeline_tag = job.pipeline_tag or pipeline_tag
+    default_tag, auto_class = task_for_architecture(config["architectures"][0])
+    pipeline_tag = job.pipeline_tag or default_tag
     repo_id = repo_id or f"your-namespace/{model_dir.name}"
     model_name = job.model_name or repo_id.split("/")[-1]
     metrics = {  # final evaluation metrics worth a row: finite numbers, not counters such as the epoch
@@ -218,20 +211,19 @@ def render_card(
         else "a branch moves; pin the commit id from the repo's history for reproducible results",
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
-        pipeline_options=PIPELINE_OPTIONS.get(pipeline_tag, ""),
-        example_input=example,
+        # whole words as entities, not one per sub-word
+        pipeline_options=', aggregation_strategy="first"' if pipeline_tag == "token-classification" else "",
+        example_input=EXAMPLE_INPUTS[default_tag],
         architecture_rows=_architecture_rows(config, pipeline_tag, quantization),
         training_rows=_training_rows(job, run),
         metric_rows=_metric_rows(metrics),
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
-        quantization_rows=_quantization_rows(quantization),
+        quantization=quantization,
         max_length=config.get("max_position_embeddings", "the maximum"),
         torchao=bool(quantization) and quantization.get("backend") == "torchao",
         limitations=job.limitations,
     )
-    if problems := check_card_text(
-        str(card)
-    ):  # the Hub's metadata rules (ModelCard.validate() needs the Hub)
+    if problems := check_metadata(card.data.to_dict()):  # what the Hub would refuse (validate() needs it)
         raise CardError(f"{model_dir / 'training_facts.json'} makes an invalid card: " + "; ".join(problems))
     return card
 
@@ -262,8 +254,8 @@ def _metric_rows(metrics: dict) -> list[tuple[str, str]]:
 
 
 def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_dataset, quantization):
-    """The front matter: Hub metadata, with model-index results only for a public evaluation dataset (and not
-    for a quantized model, whose training metrics were measured before quantization)."""
+    """The front matter, with model-index results only for a public evaluation dataset (and not for a
+    quantized model, whose training metrics were measured before quantization)."""
     eval_results = None
     if metrics and _is_public_dataset(eval_dataset) and quantization is None:
         eval_results = [
@@ -285,7 +277,9 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
     return ModelCardData(
         language=job.language,
         license=job.license,
-        library_name=job.library_name if job.library_name in LIBRARY_NAMES else "transformers",
+        library_name="sentence-transformers"
+        if job.library_name == "sentence-transformers"
+        else "transformers",
         pipeline_tag=pipeline_tag,
         tags=list(dict.fromkeys(tags)),
         datasets=[d for d in job.datasets if _is_public_dataset(d)] or None,
@@ -327,40 +321,6 @@ def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:
             else:
                 here += f"; its best, {measured} at step {best.step:,}, is in the run's `best/` folder"
         rows.append(("weights in this folder", here))
-    return rows
-
-
-def _quantization_rows(quantization: dict | None) -> list[tuple[str, str]]:
-    """The Quantization section: how the weights were quantized, what it saved, how far it is from fp32."""
-    if not quantization:
-        return []
-    size = quantization.get("weights_bytes") or {}
-    rows = [
-        ("precision", _fmt(quantization.get("description") or quantization.get("precision"))),
-        ("method", _fmt(quantization.get("method"))),
-        ("quantized from", _fmt(quantization.get("source_model"))),
-    ]
-    if size.get("fp32") and size.get("int8"):
-        fp32, int8 = size["fp32"], size["int8"]
-        weights = f"{int8 / 2**20:.1f} MiB ({fp32 / 2**20:.1f} MiB in fp32, {fp32 / int8:.2f}x smaller)"
-        rows.append(("weights", weights))
-    for evaluation in quantization.get("evaluation") or []:
-        int8, fp32 = evaluation["int8"], evaluation["fp32"]
-        rows.append(
-            (
-                f"{evaluation['metric']} on {_data_names(evaluation['dataset'])}",
-                f"int8 {int8:.4f}, fp32 {fp32:.4f} ({100 * (int8 - fp32):+.2f} points)",
-            )
-        )
-    agreement = quantization.get("agreement") or {}
-    for output in agreement.get("outputs") or []:
-        rows.append(
-            (
-                f"`{output['output']}` vs fp32",
-                f"{output['metric']} {output['mean']:.4f} over {output['count']:,} {output['unit']} of "
-                f"{agreement.get('checked_on', 'real text')}",
-            )
-        )
     return rows
 
 

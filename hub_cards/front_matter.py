@@ -1,8 +1,7 @@
-"""README front matter parsed within limits, for the card checks and the local Hub server: huggingface_hub's
-loaders use ``yaml.safe_load`` with no limits, which a stranger's card can turn into seconds of CPU, gigabytes
-("billion laughs" aliases) or a recursion overflow. The YAML is first walked as parser events, and only a document
-within the limits (size, nodes, depth, no alias) is built.
-"""
+"""README front matter parsed within limits, for the card checks and the local Hub server. huggingface_hub's
+loaders call ``yaml.safe_load`` without limits, which a stranger's card can turn into seconds of CPU, gigabytes
+("billion laughs" aliases) or a recursion overflow; here the parser's events are walked first, and only a
+document within the limits (size, nodes, depth, no alias) is built."""
 
 from __future__ import annotations
 
@@ -12,9 +11,6 @@ import yaml
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
-_OPEN_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
-_CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
 @dataclass(frozen=True)
@@ -38,18 +34,12 @@ def _check_events(text: str, limits: YamlLimits) -> None:
         for event in yaml.parse(text, Loader=_Loader):
             if isinstance(event, yaml.AliasEvent):
                 raise FrontMatterError("YAML aliases (*name) are not accepted in the README front matter")
-            if isinstance(event, _NODE_EVENTS):
-                nodes += 1
-                if nodes > limits.max_nodes:
-                    raise FrontMatterError(
-                        f"The README front matter has more than {limits.max_nodes} YAML nodes"
-                    )
-            if isinstance(event, _OPEN_EVENTS):
-                depth += 1
-                if depth > limits.max_depth:
-                    raise too_deep
-            elif isinstance(event, _CLOSE_EVENTS):
-                depth -= 1
+            nodes += isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent))
+            if nodes > limits.max_nodes:
+                raise FrontMatterError(f"The README front matter has more than {limits.max_nodes} YAML nodes")
+            depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if depth > limits.max_depth:
+                raise too_deep
     except yaml.YAMLError as e:
         # libyaml 0.2.6+ scans a run of "[" ahead of its first event and stops at its own depth limit (1000).
         if "maximum nesting depth" in str(e):
@@ -65,17 +55,14 @@ def load_front_matter(text: str, limits: YamlLimits = YamlLimits()) -> dict | No
         if len(text) > limits.max_bytes + 16 and REGEX_YAML_BLOCK.match(text):
             raise FrontMatterError(f"The README front matter is larger than {limits.max_bytes} bytes")
         return None
-    source = match.group(2)
     try:
-        _check_events(source, limits)
-        meta = yaml.load(source, Loader=_Loader)  # noqa: S506 - a safe loader, on a document checked above
+        _check_events(match.group(2), limits)
+        meta = yaml.load(match.group(2), Loader=_Loader)  # noqa: S506 - a safe loader, on a checked document
     except FrontMatterError:
         raise
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as e:
         # ValueError and OverflowError: a timestamp or number that looks valid to the parser but is not.
         raise FrontMatterError(f"Invalid YAML in the README front matter: {e}") from None
-    if meta is None:
-        return {}
-    if not isinstance(meta, dict):
+    if not isinstance(meta, dict | None):
         raise FrontMatterError("The README front matter must be a YAML mapping")
-    return meta
+    return meta or {}

@@ -1,9 +1,7 @@
-"""Which files of a saved model folder a publish uploads, and the checks that the folder is a whole model.
-
-The upload is the model files (config, the code files ``auto_map`` names and those import, safetensors weights,
-the tokenizer) plus what ``include`` names; training state stays local unless asked for. Nothing outside the
-folder is read: a symlink, code reference or shard leading outside it is ``OutsideTheFolder``.
-"""
+"""Which files of a saved model folder a publish uploads: the model files (config, the code files ``auto_map``
+names and those import, safetensors weights, the tokenizer) plus what ``include`` names; training state stays local
+unless asked for. Nothing outside the folder is read: a symlink, code reference or shard leading outside it is
+``OutsideTheFolder``."""
 
 from __future__ import annotations
 
@@ -33,13 +31,7 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class IncompleteModelFolder(UserError):
-    """A folder that is not a complete model: one line naming the folder and everything it lacks."""
-
-    def __init__(self, model_dir: Path, missing: list[str]):
-        super().__init__(
-            f"{model_dir} cannot be published, it lacks: {'; '.join(missing)}. Save the model and tokenizer with "
-            "save_pretrained (after importing briskbert.modeling, so the code files and auto_map are written)."
-        )
+    """A folder that is not a complete model: one line naming everything it lacks."""
 
 
 class OutsideTheFolder(UserError):
@@ -186,7 +178,11 @@ def collect_files(
     missing: list[str] = []
     chosen = _model_files(folder, missing)
     if missing:
-        raise IncompleteModelFolder(folder, list(dict.fromkeys(missing)))
+        raise IncompleteModelFolder(
+            f"{folder} cannot be published, it lacks: {'; '.join(dict.fromkeys(missing))}. Save the model and "
+            "tokenizer with save_pretrained (after importing briskbert.modeling, so the code files and auto_map "
+            "are written)."
+        )
     if strays := [f for f in chosen if f not in listing]:  # e.g. an index naming "../x.safetensors"
         raise OutsideTheFolder(
             f"{folder}: {', '.join(strays)} named by model.safetensors.index.json is not a file inside the "

@@ -9,8 +9,8 @@
    (:mod:`.verification`), and only then are the same files committed to the branch.
 4. Tag the commit; one that failed verification is never tagged.
 
-Every refusal comes before anything is written. A ``PublishError`` says in one line which step failed and what
-state the repo is in. Retries are huggingface_hub's own; the token is never printed or uploaded.
+Every refusal comes before anything is written, and a ``PublishError`` says in one line which step failed and
+what state the repo is in. Retries are huggingface_hub's own; the token is never printed or uploaded.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ class PublishError(UserError):
 
 
 class SecretsFound(PublishError):
-    """Files to upload that are, or hold, credentials: one line naming each file and what it holds (never the
-    secret itself), and the fix."""
+    """Files to upload that are, or hold, credentials: each named with what it holds (never the secret)."""
 
     def __init__(self, findings: list[Finding]):
         super().__init__(
@@ -55,11 +54,11 @@ class PublishResult:
     revision: str
     files: dict[str, int]  # path in repo -> size in bytes (README.md included)
     card: str
+    tag: str | None = None  # the tag asked for
+    tagged: bool = False  # whether the commit carries it now
     commit_id: str | None = None
     commit_url: str | None = None
     new_commit: bool = False
-    tag: str | None = None  # the tag asked for
-    tagged: bool = False  # whether the commit carries it now
     verification: dict | None = None
     skipped: list[str] = field(default_factory=list)  # local files left out
     training_state: list[str] = field(default_factory=list)  # left out unless asked for
@@ -72,8 +71,8 @@ class PublishResult:
 
 
 def _error_text(exc: BaseException) -> str:
-    """What went wrong, in one line: the Hub's own words (``X-Error-Message``) when it sent any (huggingface_hub
-    wraps a failed LFS upload in a RuntimeError: its cause is the HTTP error)."""
+    """What went wrong, in one line: the Hub's own words when it sent any (huggingface_hub wraps a failed LFS
+    upload in a RuntimeError whose cause is the HTTP error)."""
     from huggingface_hub.errors import HfHubHTTPError
 
     http = exc
@@ -120,8 +119,8 @@ class _Publisher:
         return sorted(set(remote) - set(self.files) - {".gitattributes"})
 
     def holds_these_files(self, commit_id: str) -> bool:
-        """True when the commit holds these files with this content (compared by the sha256 of an LFS file,
-        the git blob id of any other), and no other file unless those are kept (``delete_missing`` unset)."""
+        """True when the commit holds these files with this content (the sha256 of an LFS file, the git blob id
+        of any other), and no other file unless those are kept (``delete_missing`` unset)."""
         from huggingface_hub.hf_api import RepoFile
         from huggingface_hub.utils.sha import git_hash
 
@@ -178,12 +177,9 @@ class _Publisher:
             "was published; re-run to publish on top of it."
         )
 
-    def commit(
-        self, message: str, branch: str, parent: str, state: str | Callable[[], str]
-    ) -> tuple[str, str]:
-        """(commit id, URL) of one commit of exactly these files on ``branch``, whose parent must be ``parent``:
-        it lands whole or not at all. A lost race (HTTP 412) is not retried: the files were chosen against a
-        head that is gone."""
+    def commit(self, message: str, branch: str, parent: str, state) -> tuple[str, str]:
+        """(commit id, URL) of one commit of exactly these files on ``branch``, whose parent must be ``parent``.
+        A lost race (HTTP 412) is not retried: the files were chosen against a head that is gone."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
         with self.step("commit", state):
@@ -196,10 +192,9 @@ class _Publisher:
         return info.oid, info.commit_url
 
     def staged(self, message: str, head: str, verify: Callable[[str], dict]) -> tuple[tuple | None, dict]:
-        """Commit to a new staging branch made from ``head``, verify it there, and only then commit the same files,
-        hashed again, to the branch (the Hub's API cannot point an existing branch at another commit). The
-        staging branch is deleted either way. Returns ((commit id, URL) on the branch, or None when verification
-        failed; the verification)."""
+        """Commit to a new staging branch made from ``head``, verify it there, and only then commit the same
+        files, hashed again, to the branch (the Hub's API cannot point a branch at another commit). Returns
+        ((commit id, URL) on the branch, or None when verification failed; the verification)."""
         staging = f"briskbert-staging-{secrets.token_hex(4)}"
         with self.step("create staging branch"):
             self.api.create_branch(self.repo_id, branch=staging, revision=head)
@@ -243,10 +238,8 @@ def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing
         )
     if result.skipped:
         log("Left out, not model files (include uploads them): " + ", ".join(result.skipped))
-    log(
-        f"Files already on {result.revision} that this folder lacks would be "
-        + ("deleted (delete_missing)." if delete_missing else "kept (delete_missing deletes them).")
-    )
+    action = "deleted (delete_missing)." if delete_missing else "kept (delete_missing deletes them)."
+    log(f"Files already on {result.revision} that this folder lacks would be {action}")
     log("---- README.md ----\n" + result.card)
 
 
@@ -268,9 +261,8 @@ def publish(
     max_shard_size: int | str = "2GB",
     log=print,
 ) -> PublishResult:
-    """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring). Its refusals are
-    ``UserError``s: ``IncompleteModelFolder``, ``OutsideTheFolder``, ``SettingError``, ``CardError``,
-    ``PublishError``."""
+    """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring); its refusals are
+    ``UserError``s."""
     from huggingface_hub import HfApi, constants, get_token
 
     if repo_id.count("/") != 1:
@@ -292,28 +284,18 @@ def publish(
         if dry_run:
             _log_dry_run(result, selection, delete_missing, log)
             return result
-        for link in selection.links:
-            log(f"Following the symlink {link} (inside the folder)")
         endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
-        hub = _Publisher(
-            HfApi(endpoint=endpoint, token=token), repo_id, revision, files, delete_missing, token, log
-        )
+        api = HfApi(endpoint=endpoint, token=token)
+        hub = _Publisher(api, repo_id, revision, files, delete_missing, token, log)
         pipeline_tag, auto_class = task_for_architecture(read_config(folder)["architectures"][0])
         checks = dict(pipeline_tag=pipeline_tag, auto_class=auto_class, endpoint=endpoint, token=token)
-        _push(
-            hub,
-            result,
-            commit_message or f"Publish {folder.name} with briskbert",
-            private,
-            (lambda commit: verify_commit(repo_id, commit, **checks)) if verify else None,
-        )
-    if result.commit_url:
-        log(f"Commit: {result.commit_url}")
+        verify_fn = (lambda commit: verify_commit(repo_id, commit, **checks)) if verify else None
+        _push(hub, result, commit_message or f"Publish {folder.name} with briskbert", private, verify_fn)
     return result
 
 
 def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, verify) -> None:
-    """Steps 2-4 against the Hub (the module docstring); ``verify(commit id)`` runs the verification, or is None."""
+    """Steps 2-4 against the Hub; ``verify(commit id)`` runs the verification, or is None."""
     api, repo_id, revision, tag, log = hub.api, hub.repo_id, hub.revision, result.tag, hub.log
     result.tagged = bool(tag) and hub.tag_is_done(tag)
     with hub.step("create repo"):

@@ -1,8 +1,5 @@
-"""The subset of the Hub's README front-matter validation a card must pass: ``check_metadata`` lists what the
-Hub refuses (wrong types, a malformed model-index); ``metadata_warnings`` the values outside its documented
-license and pipeline lists, which it accepts. Shared by the card renderer and the local Hub server's
-``/api/validate-yaml``, so a card that passes here passes there.
-"""
+"""The Hub's README front-matter rules, shared by the card renderer and the local Hub's ``/api/validate-yaml``:
+``check_metadata`` lists what the Hub refuses, ``metadata_warnings`` the values outside its documented lists."""
 
 from __future__ import annotations
 
@@ -10,11 +7,7 @@ import re
 
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from .front_matter import load_front_matter
-
-# The license ids the Hub documents (hub-docs ``repositories-licenses.md``, Llama 3.x included). An id
-# outside the list is a warning, not an error: the Hub adds ids over time, and ``other`` + ``license_name``
-# covers the rest.
+# The license ids hub-docs ``repositories-licenses.md`` lists; another is a warning (the list grows).
 KNOWN_LICENSES = frozenset(
     """
     apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0
@@ -45,14 +38,13 @@ PIPELINE_TAGS = frozenset(
     any-to-any other
     """.split()
 )
-_REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
-_LANG_RE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)*$")
-
-
 #: list keys whose entries must also match a pattern: key -> (pattern, what an entry must be)
 _ENTRY_RULES = {
-    "language": (_LANG_RE, 'ISO 639 codes such as "en"'),
-    "base_model": (_REPO_ID_RE, 'Hub repo ids such as "google-bert/bert-base-uncased"'),
+    "language": (re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)*$"), 'ISO 639 codes such as "en"'),
+    "base_model": (
+        re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$"),
+        'Hub repo ids such as "google-bert/bert-base-uncased"',
+    ),
 }
 
 
@@ -113,14 +105,3 @@ def _check_model_index(index) -> list[str]:
     ):
         return ['"model-index" metric values must be numbers or strings']
     return []
-
-
-def check_card_text(text: str) -> list[str]:
-    """All rule violations of a whole README text (front matter required)."""
-    try:
-        meta = load_front_matter(text)
-    except ValueError as e:
-        return [str(e)]
-    if meta is None:
-        return ["The card has no YAML front matter (--- ... --- at the top)"]
-    return check_metadata(meta)

@@ -116,16 +116,14 @@ def test_bad_facts_and_folders_fail_in_one_line_naming_the_file(tmp_path):
         render_card(tmp_path / "nowhere", "testuser/m")
 
 
-def test_the_hubs_metadata_rules_are_checked_locally():
-    from briskbert.hub_cards.rules import check_card_text, check_metadata
+def test_the_hubs_metadata_rules_are_checked_locally(tmp_path):
+    from briskbert.hub_cards.rules import check_metadata
 
-    assert check_card_text("no front matter") == [
-        "The card has no YAML front matter (--- ... --- at the top)"
-    ]
-    assert check_card_text("---\nlicense: [mit]\n---\n")[0].startswith('"license" must be a string')
+    assert check_metadata({"license": ["mit"]})[0].startswith('"license" must be a string')
     assert check_metadata({"base_model": "sentence-transformers/all-MiniLM-L6-v2"}) == []
-    a_path = check_metadata({"base_model": "/home/me/runs/minilm"})
-    assert "Hub repo ids" in a_path[0]
+    (tmp_path / "training_facts.json").write_text(json.dumps({**FACTS, "base_model": "/home/me/runs/minilm"}))
+    with pytest.raises(CardError, match="training_facts.json makes an invalid card: .*Hub repo ids"):
+        render_card(saved_config(tmp_path, "BriskBertForMaskedLM"), "testuser/m")
 
 
 def test_datasets_are_named_by_their_public_name_never_by_a_local_file(tmp_path):

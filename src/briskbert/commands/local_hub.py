@@ -55,33 +55,25 @@ class ServerArguments:
     fault_stall_s: float = 2.0
 
 
-def _token(args: ServerArguments) -> str | None:
-    if args.token_file:
-        path = Path(args.token_file)
-        if not path.is_file():
-            raise SettingError(
-                "token_file", f"{path} does not exist: write the token into it, or use $LOCAL_HUB_TOKEN"
-            )
-        lines = path.read_text(encoding="utf-8").splitlines()
-        if not lines or not lines[0].strip():
-            raise SettingError("token_file", f"{path} is empty: its first line must be the token")
-        return lines[0].strip()
-    return args.token or os.environ.get("LOCAL_HUB_TOKEN") or None
-
-
 def main(argv=None) -> int:
     (args,) = parse(__doc__, ServerArguments, argv=argv)
     require_extra("hub", "briskbert local-hub")
-    token = _token(args)
+    token = args.token or os.environ.get("LOCAL_HUB_TOKEN") or None
+    if args.token_file:
+        path = Path(args.token_file)
+        token = path.read_text(encoding="utf-8").partition("\n")[0].strip() if path.is_file() else ""
+        if not token:
+            raise SettingError("token_file", f"{path} is missing or empty: its first line must be the token")
 
     from briskbert.hub_server import STEPS, DataDirInUse, HubServer, ServerLimits
 
+    if args.fault_step and args.fault_step not in STEPS:
+        raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
     fault = None
     if args.fault_step:
-        if args.fault_step not in STEPS:
-            raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
-        fault = {"step": args.fault_step, "kind": args.fault_kind, "times": args.fault_times}
-        fault["stall_s"] = args.fault_stall_s
+        fault = dict(
+            step=args.fault_step, kind=args.fault_kind, times=args.fault_times, stall_s=args.fault_stall_s
+        )
     limits = ServerLimits(
         max_json_bytes=args.max_json_mb << 20,
         max_commit_bytes=args.max_commit_mb << 20,

@@ -13,10 +13,10 @@ damaged folder (its manifest, a weights header, config or tokenizer) stops the p
 sent, --no_verify included. The commit is tagged only after it passed verification.
 """
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.commands.arguments import new_parser
+from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
 
 
@@ -56,29 +56,24 @@ class PublishArguments:
             "help": "delete files on the branch that the folder lacks (they are kept and listed otherwise)"
         },
     )
-
-
-def _token(args: PublishArguments) -> str | None:
-    if not args.token_file:
-        return args.token
-    path = Path(args.token_file)
-    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    if not lines or not lines[0].strip():
-        raise SettingError("token_file", f"{path} is missing or empty: its first line must be the token")
-    return lines[0].strip()
+    # each --include adds one glob (a list field would take several values after one --include instead)
+    include: str | None = field(
+        default=None,
+        metadata={
+            "action": "append",
+            "help": "glob of extra files to upload (repeatable), e.g. training_facts.json",
+        },
+    )
 
 
 def main(argv=None) -> int:
-    parser = new_parser(__doc__, PublishArguments)
-    # repeatable (a list field would take several values after one --include instead)
-    parser.add_argument(
-        "--include",
-        action="append",
-        default=[],
-        help="glob of extra files to upload (repeatable), e.g. training_facts.json",
-    )
-    namespace = parser.parse_args(argv)
-    args = PublishArguments(**{item.name: getattr(namespace, item.name) for item in fields(PublishArguments)})
+    (args,) = parse(__doc__, PublishArguments, argv=argv)
+    token = args.token
+    if args.token_file:
+        path = Path(args.token_file)
+        token = path.read_text(encoding="utf-8").partition("\n")[0].strip() if path.is_file() else ""
+        if not token:
+            raise SettingError("token_file", f"{path} is missing or empty: its first line must be the token")
     from briskbert.hub_cards.publishing import publish
 
     result = publish(  # its refusals are UserErrors: one line, exit 2
@@ -88,10 +83,10 @@ def main(argv=None) -> int:
         tag=args.tag,
         private=args.private,
         commit_message=args.commit_message,
-        token=_token(args),
+        token=token,
         dry_run=args.dry_run,
         verify=not args.no_verify,
-        include=tuple(namespace.include),
+        include=args.include or (),
         include_training_state=args.include_training_state,
         delete_missing=args.delete_missing,
         max_shard_size=args.max_shard_size,
