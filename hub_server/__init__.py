@@ -8,9 +8,8 @@ require_extra("hub", "The local Hub (briskbert local-hub, the quickstart's publi
 from .accounts import Account
 from .errors import HubError
 from .routes import STEPS
-from .server import BackgroundHub, DataDirInUse, HubServer
+from .server import BackgroundHub, DataDirInUse, HubServer, ServerLimits
 from .storage import Storage
-from .transport import ServerLimits
 
 __all__ = [
     "STEPS",

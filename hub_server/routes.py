@@ -9,12 +9,13 @@ import hashlib
 import json
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
 from pathlib import PurePosixPath
 
+import anyio.from_thread
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -25,10 +26,38 @@ from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
 from .index import FileEntry, Folder, looks_like_lfs
 from .names import repo_key
-from .transport import body_chunks, header_safe, json_response, read_body, read_json
+from .protocol import parse_json
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
 COMMITS_PAGE = 100  # commits per /commits page
+
+
+# ---- a handler runs in a worker thread: it reads the body through the event loop ---------------------------
+def body_chunks(request: Request) -> Iterator[bytes]:
+    stream = request.stream()
+    while True:
+        try:
+            yield anyio.from_thread.run(stream.__anext__)
+        except StopAsyncIteration:
+            return
+
+
+def read_body(request: Request) -> bytes:
+    return anyio.from_thread.run(request.body)
+
+
+def read_json(request: Request):
+    return parse_json(read_body(request), "request body")
+
+
+def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
+    # json.dumps escapes non-ASCII, so a lone surrogate echoed in a message cannot break the encoding.
+    return Response(json.dumps(obj).encode(), status, headers, media_type="application/json")
+
+
+def header_safe(text: str, limit: int = 300) -> str:
+    """Printable ASCII only, bounded and stripped (as h11 requires): request text never splits a header."""
+    return re.sub(r"[^\x20-\x7e]", "?", str(text))[:limit].strip()
 
 
 class Auth(Enum):

@@ -17,7 +17,6 @@ from briskbert.training.data.corpus import (
     PreparationSettings,
     TokenEncoder,
     default_cache_dir,
-    encode_documents,
     file_builder,
     iter_documents,
     prepare_corpus,
@@ -105,17 +104,6 @@ def test_sentence_store_splits_paragraphs_into_sentences(tmp_path):
     sentences = ["One.", "Two!", "Three? four.", "(Five) 6 is.", "@me"]
     assert split_sentences("One. Two! Three? four. (Five) 6 is. @me") == sentences
     assert split_sentences("e.g. this") == ["e.g. this"] and split_sentences("  ") == []
-
-
-def test_empty_documents_and_unknown_only_segments(tmp_path):
-    # a document whose text gives no token ids keeps its place with length 0 and no separator
-    encoder = TokenEncoder(WordTokenizer(words=["[UNK]", "[SEP]", "cat"]))
-    chunk = encode_documents(encoder, [["cat cat"], [""], ["cat", ""]], sentences=False)
-    assert chunk.tokens.tolist() == [2, 2, 1, 2, 1]
-    assert chunk.document_lengths.tolist() == [3, 0, 2]
-    assert chunk.segment_lengths.tolist() == [2, 1]
-    assert chunk.document_segments.tolist() == [1, 0, 1]
-    assert encode_documents(encoder, [], sentences=True).tokens.tolist() == []
 
 
 def test_the_cache_is_reused_and_any_change_prepares_again(tmp_path):

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from briskbert.errors import SettingError, UserError
+from briskbert.retrieval.dense import Retrieved
 from briskbert.retrieval.fusion import FUSION_FILE, Fusion, choose_fusion_weight, fuse
 from briskbert.retrieval.lexical import bm25_head_scores, words
 from briskbert.retrieval.reranker import Reranker, load_reranker
-from briskbert.retrieval.search import Retrieved
 from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 

@@ -70,28 +70,13 @@ def test_regression_metrics_hand_worked_with_ties():
     assert (constant["pearson"], constant["spearman"]) == (0.0, 0.0)
 
 
-def test_multi_label_metrics_of_one_column_and_soft_targets():
-    # One label column is still one column (its F1), not a binary task over both values; a column never
-    # predicted nor present scores 0. Labels are soft targets: above 0.5 is positive.
-    single = metrics.classification_metrics(
-        np.array([[1.0], [1.0], [-1.0], [-1.0]]),
-        np.array([[0.9], [0.5], [0.0], [1.0]]),
-        "multi_label_classification",
-    )
-    assert single == pytest.approx({"subset_accuracy": 0.5, "micro_f1": 0.5, "macro_f1": 0.5})
-    never = metrics.classification_metrics(
-        np.array([[1.0, -1.0]]), np.array([[1, 0]]), "multi_label_classification"
-    )
-    assert never["macro_f1"] == pytest.approx(0.5)
-
-
-def test_multi_label_metrics_equal_scikit_learns_multilabel_form():
+def test_multi_label_metrics_equal_scikit_learns_multilabel_form_on_soft_targets():
     from sklearn import metrics as sk
 
     rng = np.random.default_rng(0)
-    logits, labels = rng.normal(size=(20, 4)), (rng.random((20, 4)) < 0.5).astype(float)
+    logits, labels = rng.normal(size=(20, 4)), rng.random((20, 4))  # soft targets: above 0.5 is positive
     ours = metrics.classification_metrics(logits, labels, "multi_label_classification")
-    predicted, truth = 1 / (1 + np.exp(-logits)) > 0.5, labels.astype(bool)
+    predicted, truth = 1 / (1 + np.exp(-logits)) > 0.5, labels > 0.5
     assert ours == pytest.approx(
         {
             "subset_accuracy": sk.accuracy_score(truth, predicted),
@@ -99,6 +84,15 @@ def test_multi_label_metrics_equal_scikit_learns_multilabel_form():
             "macro_f1": sk.f1_score(truth, predicted, average="macro", zero_division=0),
         }
     )
+    # one label column is still one column (its F1), not a binary task over both values
+    single = metrics.classification_metrics(
+        np.array([[1.0], [1.0], [-1.0], [-1.0]]),
+        np.array([[0.9], [0.5], [0.0], [1.0]]),
+        "multi_label_classification",
+    )
+    assert single == pytest.approx({"subset_accuracy": 0.5, "micro_f1": 0.5, "macro_f1": 0.5})
+    never = np.array([[1.0, -1.0]]), np.array([[1, 0]])  # a column never predicted nor present scores 0
+    assert metrics.classification_metrics(*never, "multi_label_classification")["macro_f1"] == 0.5
 
 
 def test_not_learned_names_a_single_predicted_class_and_a_chance_level_result():

@@ -10,10 +10,9 @@ from torch import nn
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval import open_domain_qa
-from briskbert.retrieval.dense import RetrievalTask, Retriever
+from briskbert.retrieval.dense import RetrievalTask, Retrieved, Retriever
 from briskbert.retrieval.open_domain_qa import Reader, evaluate_open_domain_qa, read_passages, select_answer
 from briskbert.retrieval.reranker import Reranker
-from briskbert.retrieval.search import Retrieved
 
 LOW = -8.0  # every token not listed below
 

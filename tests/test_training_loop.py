@@ -136,12 +136,15 @@ def test_an_accumulated_window_trains_like_one_batch_of_all_its_items(tmp_path):
     logged = []
     for batch, accumulation in (("12", "1"), ("4", "3")):
         flags = ("--per_device_train_batch_size", batch, "--gradient_accumulation_steps", accumulation)
-        task = MLMTask(model=tiny_model(dropout=0.0), train=premasked(20), collator=pad)
+        task = MLMTask(model=tiny_model(dropout=0.0), train=premasked(12), collator=pad)
         flags += ("--max_grad_norm", "0")  # the norm is measured, not clipped
         args = config("--output_dir", str(tmp_path / accumulation), "--max_train_steps", "1", *flags)
         (entry,) = [e for e in run(task, args).history if "loss" in e]
         logged.append(entry)
     one_batch, window = logged
+    assert one_batch["loss"] == pytest.approx(
+        tiny_model(dropout=0.0)(**pad(premasked(12))).loss.item(), rel=1e-5
+    )
     assert window["loss"] == pytest.approx(one_batch["loss"], rel=1e-5)
     assert window["grad_norm"] == pytest.approx(one_batch["grad_norm"], rel=1e-4)
 
@@ -331,12 +334,21 @@ def test_an_empty_training_set_is_refused_before_a_step(tmp_path):
         run(MLMTask(train=[]), config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
 
 
+class EpochCollator(MaskingCollator):
+    def set_epoch(self, epoch):
+        self.epochs = [*getattr(self, "epochs", []), epoch]
+        super().set_epoch(epoch)
+
+
 def test_an_epoch_of_accumulated_batches_is_that_many_steps_and_checkpoints_by_epoch_end_it(tmp_path):
     # 12 sequences in batches of 4, 2 batches per step: 3 batches make 2 optimizer steps (the second short).
     flags = ("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", "--num_train_epochs")
     flags += ("2", "--checkpointing_steps", "epoch")
-    result = run(MLMTask(train=sequences(12)), config("--output_dir", str(tmp_path), *flags))
-    assert result.global_step == 4
+    collator = EpochCollator(FakeTokenizer(), seed=42)  # told each epoch: it masks each epoch anew
+    result = run(
+        MLMTask(train=sequences(12), collator=collator), config("--output_dir", str(tmp_path), *flags)
+    )
+    assert result.global_step == 4 and collator.epochs == [0, 1]
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2", "step_4"]
 
 
@@ -347,11 +359,16 @@ class Stream(torch.utils.data.IterableDataset):
 
 def test_a_streamed_training_set_checkpoints_by_steps_but_not_by_epoch(tmp_path):
     flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
-    run(MLMTask(train=Stream()), config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"))
+    run(
+        MLMTask(train=Stream()),
+        config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"),
+    )
     assert (tmp_path / "step_2").is_dir()
     with pytest.raises(SettingError, match="no epochs"):
         by_epoch = config("--output_dir", str(tmp_path / "epochs"), *flags, "--checkpointing_steps", "epoch")
         run(MLMTask(train=Stream()), by_epoch)
+    with pytest.raises(TrainingSetupError, match="yielded no batches"):  # else the windows would never end
+        next(loop.accumulation_windows([], loop.TrainingState(), 2, accelerator=None))
 
 
 def test_a_run_that_stops_mid_epoch_counts_the_fraction_of_the_epoch(tmp_path):

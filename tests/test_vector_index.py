@@ -15,7 +15,7 @@ from briskbert.errors import UserError
 from briskbert.retrieval import vector_index
 from briskbert.retrieval.dense import encode_texts, exact_search, load_dual_encoder
 from briskbert.retrieval.index_settings import IndexSettings
-from briskbert.retrieval.vector_index import PassageSource, build_index, load_index, search_index
+from briskbert.retrieval.vector_index import PassageSource, build_index, load_index
 
 faiss = pytest.importorskip("faiss")
 
@@ -65,10 +65,7 @@ def _build(source, encoder, encoder_dir, folder, settings=IndexSettings("flat"),
 
 
 def _search(folder, queries, k):
-    return search_index(load_index(str(folder)), queries, k)
-
-
-QUESTIONS = ["When was the album released?", "Who commanded the army?", "What is the river's length?"]
+    return load_index(str(folder)).search(queries, k)
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -82,7 +79,8 @@ def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_d
 
     model, tokenizer, spec = encoder
     ids, texts = zip(*vector_index.iter_passages(source))
-    queries = encode_texts(model, tokenizer, QUESTIONS, spec)
+    questions = ["When was the album released?", "Who commanded the army?", "What is the river's length?"]
+    queries = encode_texts(model, tokenizer, questions, spec)
     found, scores = _search(tmp_path / "index", queries, k=10)
     expected_scores, rows = exact_search(queries, encode_texts(model, tokenizer, list(texts), spec), 10)
     assert found == [[ids[row] for row in hits] for hits in rows.tolist()]
@@ -213,20 +211,18 @@ def test_an_index_from_another_encoder_or_other_passages_is_refused(encoder_dir,
         assert err.count("error:") == 1 and err.endswith("\n") and message in err, err
         assert err.replace("\r", "\n").strip().splitlines()[-1].strip().startswith("error: --index"), err
 
-    again = [
-        "build-index",
-        "--model_name_or_path",
-        encoder_dir,
-        *COLLECTION,
-        "--output_dir",
-        str(tmp_path / "index"),
-    ]
+    again = ["build-index", "--model_name_or_path", encoder_dir, *COLLECTION, "--output_dir", index[1]]
     assert cli(again) == 2 and "already holds an index" in capsys.readouterr().err
 
 
-def test_missing_faiss_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "faiss", None)  # what importlib sees when faiss is not installed
+def test_an_unfinished_index_or_a_missing_faiss_is_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "build_state.json").write_text("{}")
     model = ["--model_name_or_path", str(tmp_path)]
+    assert cli(["evaluate-retrieval", *model, *COLLECTION, "--index", str(tmp_path / "half")]) == 2
+    assert "is not a finished index" in capsys.readouterr().err
+
+    monkeypatch.setitem(sys.modules, "faiss", None)  # what importlib sees when faiss is not installed
     for argv in (
         ["build-index", *model, "--passages_file", WIKITEXT, "--output_dir", str(tmp_path / "i")],
         ["evaluate-retrieval", *model, *COLLECTION, "--index", str(tmp_path)],
@@ -235,11 +231,3 @@ def test_missing_faiss_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatc
         err = capsys.readouterr().err
         assert err == "error: faiss is not installed; install the extra: pip install 'briskbert[faiss]'.\n"
     assert not (tmp_path / "i").exists()
-
-
-def test_an_unfinished_index_folder_is_not_searched(tmp_path, capsys):
-    (tmp_path / "half").mkdir()
-    (tmp_path / "half" / "build_state.json").write_text("{}")
-    index = ["--index", str(tmp_path / "half")]
-    assert cli(["evaluate-retrieval", "--model_name_or_path", str(tmp_path), *COLLECTION, *index]) == 2
-    assert "is not a finished index" in capsys.readouterr().err
