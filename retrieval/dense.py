@@ -1,6 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Dense retrieval: a passage collection with relevance judgements (``qrels``), sentence embeddings from a dual
-encoder, exact nearest neighbours and the standard metrics (Recall@1/5/10/100, MRR@10, nDCG@10)."""
+encoder, search (exact, or in a ``build-index`` folder) and the standard metrics (Recall@1/5/10/100, MRR@10,
+nDCG@10)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from briskbert.training.data.task_data import DataError, load_squad, load_table
 
 RECALL_DEPTHS = (1, 5, 10, 100)
 RANK_DEPTH = 10  # MRR@10 and nDCG@10
+DEFAULT_SIMILARITY_SCALE = 20.0  # the multiple-negatives ranking loss's default (sentence-transformers' too)
 
 
 @dataclass
@@ -32,7 +34,7 @@ class RetrievalTask:
             raise DataError("a retrieval task needs at least one passage and one query.")
         known = set(self.corpus_ids)
         for query_id in self.query_ids:
-            if not any(passage_id in known for passage_id in self.qrels.get(query_id, {})):
+            if not known.intersection(self.qrels.get(query_id, {})):
                 raise DataError(
                     f"query {query_id!r} has no relevant passage in the corpus (check the qrels)."
                 )
@@ -46,6 +48,14 @@ class RetrievalTask:
         return dict(zip(self.query_ids, self.query_texts))
 
 
+@dataclass
+class Retrieved:
+    """Each query's passages, best first, with their scores (same order)."""
+
+    rankings: dict[str, list[str]]
+    scores: dict[str, list[float]]
+
+
 # ------------------------------------------------------------------------------------------------ loading
 def read_passages(path: str | None, min_words: int = 0) -> list[str]:
     """One passage per line (none without a ``path``), leaving out blank lines, WikiText headings
@@ -54,12 +64,12 @@ def read_passages(path: str | None, min_words: int = 0) -> list[str]:
         return []
     if not Path(path).is_file():
         raise DataError(f"passage file {path!r} does not exist.")
-    passages = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        text = line.strip()
-        if text and not (text.startswith("= ") and text.endswith(" =")) and len(text.split()) >= min_words:
-            passages.append(text)
-    return passages
+    lines = (line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines())
+    return [
+        text
+        for text in lines
+        if text and not (text.startswith("= ") and text.endswith(" =")) and len(text.split()) >= min_words
+    ]
 
 
 def load_squad_retrieval(
@@ -69,15 +79,15 @@ def load_squad_retrieval(
     the corpus as distractors ``x<n>``."""
     questions, _ = load_squad(path, articles)
     passage_ids: dict[str, str] = {}
-    qrels, answers = {}, {}
-    for row in questions:
-        passage_id = passage_ids.setdefault(row["context"], f"p{len(passage_ids)}")
-        qrels[row["id"]] = {passage_id: 1.0}
-        answers[row["id"]] = list(row["answers"]["text"])
-    corpus_texts = list(passage_ids) + list(extra_passages)
-    corpus_ids = list(passage_ids.values()) + [f"x{i}" for i in range(len(extra_passages))]
+    for context in questions["context"]:
+        passage_ids.setdefault(context, f"p{len(passage_ids)}")
     return RetrievalTask(
-        corpus_ids, corpus_texts, list(questions["id"]), list(questions["question"]), qrels, answers
+        list(passage_ids.values()) + [f"x{i}" for i in range(len(extra_passages))],
+        list(passage_ids) + list(extra_passages),
+        list(questions["id"]),
+        list(questions["question"]),
+        {row["id"]: {passage_ids[row["context"]]: 1.0} for row in questions},
+        {row["id"]: list(row["answers"]["text"]) for row in questions},
     )
 
 
@@ -89,16 +99,21 @@ def _json_lines(path: str, setting: str, *keys: str):
     return rows
 
 
-def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -> RetrievalTask:
-    corpus = _json_lines(corpus_file, "corpus_file", "id", "text")
+def load_collection(source) -> RetrievalTask:
+    """The collection a ``CollectionSource`` (or a ``PassageSource``'s SQuAD part) names: SQuAD, or JSON lines
+    corpus, queries and qrels (relevance 1 unless given; queries without a judgement left out)."""
+    if source.squad_file is not None:
+        extra = read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
+        return load_squad_retrieval(source.squad_file, source.articles, extra)
+    corpus = _json_lines(source.corpus_file, "corpus_file", "id", "text")
     qrels: dict[str, dict[str, float]] = {}
-    for row in _json_lines(qrels_file, "qrels_file", "query_id", "passage_id"):
-        relevance = row.get("relevance")
-        qrels.setdefault(str(row["query_id"]), {})[str(row["passage_id"])] = float(
-            1.0 if relevance is None else relevance
-        )
+    for row in _json_lines(source.qrels_file, "qrels_file", "query_id", "passage_id"):
+        relevance = 1.0 if row.get("relevance") is None else float(row["relevance"])
+        qrels.setdefault(str(row["query_id"]), {})[str(row["passage_id"])] = relevance
     queries = [
-        row for row in _json_lines(queries_file, "queries_file", "id", "text") if str(row["id"]) in qrels
+        row
+        for row in _json_lines(source.queries_file, "queries_file", "id", "text")
+        if str(row["id"]) in qrels
     ]
     return RetrievalTask(
         [str(passage_id) for passage_id in corpus["id"]],
@@ -109,29 +124,17 @@ def load_jsonl_retrieval(corpus_file: str, queries_file: str, qrels_file: str) -
     )
 
 
-def load_collection(source) -> RetrievalTask:
-    """The collection a ``CollectionSource`` (or a ``PassageSource``'s SQuAD part) names."""
-    if source.squad_file is None:
-        return load_jsonl_retrieval(source.corpus_file, source.queries_file, source.qrels_file)
-    extra = read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
-    return load_squad_retrieval(source.squad_file, source.articles, extra)
-
-
 # ------------------------------------------------------------------------------------------ embeddings
-def pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, spec: EmbeddingSpec) -> torch.Tensor:
-    """Mean of the real tokens or the [CLS] token, optionally unit length (sentence-transformers' Pooling and
-    Normalize modules)."""
-    if spec.pooling == "cls":
-        embeddings = last_hidden_state[:, 0]
-    else:
-        weights = attention_mask.to(last_hidden_state.dtype).unsqueeze(-1)
-        embeddings = (last_hidden_state * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(embeddings, dim=-1) if spec.normalize else embeddings
-
-
 def embed_batch(encoder, input_ids, attention_mask, spec: EmbeddingSpec) -> torch.Tensor:
-    outputs = encoder(input_ids=input_ids, attention_mask=attention_mask)
-    return pool(outputs.last_hidden_state, attention_mask, spec)
+    """The mean of the real tokens or the [CLS] token, unit length if ``spec`` says so (sentence-transformers'
+    Pooling and Normalize modules)."""
+    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    if spec.pooling == "cls":
+        embeddings = hidden[:, 0]
+    else:
+        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+        embeddings = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(embeddings, dim=-1) if spec.normalize else embeddings
 
 
 def batches_by_length(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -155,9 +158,11 @@ def encode_texts(
     was_training = encoder.training
     encoder.eval()
     device = next(encoder.parameters()).device
-    lengths = map(len, tokenizer(texts, truncation=True, max_length=spec.max_seq_length)["input_ids"])
+    lengths = [
+        len(ids) for ids in tokenizer(texts, truncation=True, max_length=spec.max_seq_length)["input_ids"]
+    ]
     order, pieces = [], []
-    for chunk in tqdm(batches_by_length(list(lengths), batch_size), desc=description, leave=False):
+    for chunk in tqdm(batches_by_length(lengths, batch_size), desc=description, leave=False):
         batch = tokenizer(
             [texts[index] for index in chunk],
             truncation=True,
@@ -183,6 +188,27 @@ def exact_search(
     return torch.cat([block.values for block in top]), torch.cat([block.indices for block in top])
 
 
+def retrieve(
+    corpus: dict[str, str], queries: dict[str, str], retriever: Retriever, top_k: int = 100
+) -> Retrieved:
+    """The ``top_k`` passages of ``corpus`` for each query, by exact search or in ``retriever.index``."""
+
+    def encode(texts, what: str):
+        return encode_texts(
+            retriever.encoder, retriever.tokenizer, list(texts), retriever.spec, retriever.batch_size, what
+        )
+
+    query_vectors = encode(queries.values(), "encoding queries")
+    if retriever.index is not None:  # a vector_index.LoadedIndex
+        found, scores = retriever.index.search(query_vectors, top_k)
+    else:
+        scores, rows = exact_search(query_vectors, encode(corpus.values(), "encoding passages"), top_k)
+        passage_ids = list(corpus)
+        found = [[passage_ids[row] for row in hits] for hits in rows.tolist()]
+    scores = [row[: len(hits)] for row, hits in zip(scores.tolist(), found)]
+    return Retrieved(dict(zip(queries, found)), dict(zip(queries, scores)))
+
+
 # --------------------------------------------------------------------------------------------- metrics
 def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, float]]) -> dict[str, float]:
     """Recall@1/5/10/100, MRR@10 and nDCG@10 (graded relevance, log2 discount) of ``rankings`` (``{query id:
@@ -203,8 +229,7 @@ def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str,
         totals[f"mrr@{RANK_DEPTH}"] += 1.0 / first if first else 0.0
         dcg = sum(graded.get(passage, 0.0) / math.log2(rank + 1) for rank, passage in head)
         ideal = enumerate(sorted(graded.values(), reverse=True)[:RANK_DEPTH], 1)
-        idcg = sum(grade / math.log2(rank + 1) for rank, grade in ideal)
-        totals[f"ndcg@{RANK_DEPTH}"] += dcg / idcg
+        totals[f"ndcg@{RANK_DEPTH}"] += dcg / sum(grade / math.log2(rank + 1) for rank, grade in ideal)
     return {name: value / max(len(rankings), 1) for name, value in totals.items()}
 
 
@@ -225,9 +250,6 @@ def rankings_from_indices(task: RetrievalTask, indices: torch.Tensor) -> dict[st
 
 
 # ------------------------------------------------------------------------------------------------ models
-DEFAULT_SIMILARITY_SCALE = 20.0  # the multiple-negatives ranking loss's default (sentence-transformers' too)
-
-
 @dataclass
 class Retriever:
     """A dual encoder ready to search; ``scale`` (1/temperature of its training) turns its similarities into
@@ -257,16 +279,11 @@ def load_dual_encoder(
         max_seq_length=max_seq_length or declared.max_seq_length,
     )
     encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
-    return encoder, tokenizer, spec
+    return encoder, AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True), spec
 
 
 def load_retriever(
-    name_or_path: str,
-    pooling: str | None = None,
-    normalize: bool | None = None,
-    max_seq_length: int | None = None,
-    batch_size: int = 64,
+    name_or_path: str, pooling=None, normalize=None, max_seq_length=None, batch_size=64
 ) -> Retriever:
     """:func:`load_dual_encoder` in eval mode, with the similarity scale its ``training_facts.json`` records,
     else 20."""

@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fusion of a cross-encoder re-ranker (:mod:`.reranker`) with the retriever's score and BM25 (:mod:`.lexical`),
-the weights chosen on validation queries (``fusion.json``), and the retrieval evaluation::
+"""The fusion of a cross-encoder re-ranker with the retriever's score and BM25, its weights chosen on validation
+queries (``fusion.json``), and the retrieval evaluation::
 
     fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
             + weight * reranker_logit
@@ -22,12 +22,11 @@ from briskbert.inputs import read_json_object
 from briskbert.retrieval.dense import (
     RANK_DEPTH,
     RECALL_DEPTHS,
-    RetrievalTask,
-    Retriever,
+    Retrieved,
     ranking_shortfall,
     retrieval_metrics,
+    retrieve,
 )
-from briskbert.retrieval.search import Retrieved, retrieve
 
 FUSION_FILE = "fusion.json"
 FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1
@@ -35,14 +34,7 @@ LEXICAL_GRID = tuple(step / 20 for step in range(21))  # BM25 weights 0, 0.05, .
 SELECTION_METRICS = (f"mrr@{RANK_DEPTH}", f"recall@{RECALL_DEPTHS[0]}")  # compared in this order
 
 
-def fuse(
-    retrieved: Retrieved,
-    head_scores: dict[str, list[float]],
-    weight: float,
-    retriever_scale: float,
-    lexical_scores: dict[str, list[float]] | None = None,
-    lexical_weight: float = 0.0,
-) -> Retrieved:
+def fuse(retrieved: Retrieved, head_scores, weight, retriever_scale, lexical_scores=None, lexical_weight=0.0):
     """Each query's head (the passages ``head_scores`` covers) ordered by the fused score (ties keep retrieval's
     order), the rest behind it; the scores are the head's fused scores, in that order."""
     rankings, scores = {}, {}
@@ -96,10 +88,10 @@ class Fusion:
             f"{name} {chosen[key]:.3f} (retrieval {self.retrieval[key]:.3f}, re-ranker alone {alone[key]:.3f})"
             for key, name in zip(SELECTION_METRICS, ("MRR@10", "Recall@1"))
         )
-        validation = self.validation or f"{self.num_queries} validation queries"
         return (
             f"Fusion weights re-ranker {self.weight:g}, BM25 {self.lexical_weight:g} (retriever "
-            f"{1 - self.weight - self.lexical_weight:g}) chosen on {validation}: {figures}."
+            f"{1 - self.weight - self.lexical_weight:g}) chosen on "
+            f"{self.validation or f'{self.num_queries} validation queries'}: {figures}."
         )
 
     def card_line(self) -> str:
@@ -111,10 +103,8 @@ class Fusion:
             "(fusion.json, which evaluate-retrieval and open-domain-qa apply by default)."
         )
 
-    def save(self, folder) -> Path:
-        path = Path(folder) / FUSION_FILE
-        write_atomic(path, json.dumps(asdict(self), indent=2) + "\n")
-        return path
+    def save(self, folder) -> None:
+        write_atomic(Path(folder) / FUSION_FILE, json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, folder) -> Fusion | None:
@@ -122,9 +112,8 @@ class Fusion:
         if not path.is_file():
             return None
         fix = "delete it or train the re-ranker again"
-        values = read_json_object(path, "reranker_model_name_or_path", fix)
         try:
-            return cls(**values)
+            return cls(**read_json_object(path, "reranker_model_name_or_path", fix))
         except (TypeError, ValueError) as error:
             raise SettingError(
                 "reranker_model_name_or_path", f"{path} is not a fusion file ({error}); {fix}."
@@ -154,8 +143,9 @@ def choose_fusion_weight(
     for weight, lexical in pairs:
         fused = fuse(retrieved, head_scores, weight, retriever_scale, lexical_scores, lexical)
         metrics = retrieval_metrics(fused.rankings, qrels)
-        point = {"weight": weight, "lexical_weight": lexical}
-        curve.append({**point, **{name: metrics[name] for name in SELECTION_METRICS}})
+        curve.append(
+            {"weight": weight, "lexical_weight": lexical, **{m: metrics[m] for m in SELECTION_METRICS}}
+        )
     best = max(curve, key=lambda point: tuple(point[name] for name in SELECTION_METRICS))
     return best["weight"], best["lexical_weight"], curve
 
@@ -171,12 +161,13 @@ def shortfall_warning(retrieval: dict, ranked: dict, fusion_weight: float) -> di
     }
 
 
-def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None) -> dict:
-    """Metrics of retrieval alone and, with a :class:`~.reranker.Reranker`, of its own order (``"reranked"``) and
-    of the fused order it hands on (``"fused"``, with a ``"warning"`` when below retrieval), with the seconds."""
+def evaluate_retrieval(task, retriever, reranker=None) -> dict:
+    """Metrics of retrieval alone and, with a re-ranker, of its own order (``"reranked"``) and of the fused order
+    it hands on (``"fused"``, with a ``"warning"`` when below retrieval), with the seconds."""
     start = time.perf_counter()
-    depth = max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
-    retrieved = retrieve(task.corpus, task.queries, retriever, depth)
+    retrieved = retrieve(
+        task.corpus, task.queries, retriever, max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
+    )
     report = {
         "num_queries": len(task.query_ids),
         "num_passages": len(task.corpus_ids),
@@ -187,9 +178,8 @@ def evaluate_retrieval(task: RetrievalTask, retriever: Retriever, reranker=None)
         return report
     start = time.perf_counter()
     logits, fused = reranker.rerank(task.queries, retrieved, task.corpus, retriever.scale)
-    alone = fuse(retrieved, logits, 1.0, retriever.scale)
     report |= {
-        "reranked": retrieval_metrics(alone.rankings, task.qrels),
+        "reranked": retrieval_metrics(fuse(retrieved, logits, 1.0, retriever.scale).rankings, task.qrels),
         "fused": retrieval_metrics(fused.rankings, task.qrels),
         "fusion_weight": reranker.fusion_weight,
         "lexical_weight": reranker.lexical_weight,
@@ -216,10 +206,8 @@ def validation_warning(reranker) -> str | None:
     shortfall = ranking_shortfall(fusion.retrieval, point)
     if not shortfall:
         return None
-    weights = f"weight {point['weight']:g}" + (
-        f" (BM25 {point['lexical_weight']:g})" if point.get("lexical_weight") else ""
-    )
+    bm25 = f" (BM25 {point['lexical_weight']:g})" if point.get("lexical_weight") else ""
     return (
-        f"on its {fusion.num_queries} validation queries, re-ranking at {weights} scored below "
-        f"retrieval alone ({', '.join(shortfall)}); its chosen weight is {fusion.weight:g}."
+        f"on its {fusion.num_queries} validation queries, re-ranking at weight {point['weight']:g}{bm25} scored "
+        f"below retrieval alone ({', '.join(shortfall)}); its chosen weight is {fusion.weight:g}."
     )

@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Options and checks of vector indexes (``build-index``, the retrieval commands' ``index``). Imports neither
-torch nor faiss: a missing faiss is one line naming the extra to install."""
+"""The options of vector indexes (``build-index``, the retrieval commands' ``index``), importing neither torch nor
+faiss: a missing faiss is one line naming the extra to install."""
 
 from __future__ import annotations
 
@@ -26,9 +26,6 @@ def check_faiss() -> None:
 
 @dataclass(frozen=True)
 class IndexSettings:
-    """Which faiss index to build and how it searches. ``ivf_nlist``/``pq_m`` left at 0 are chosen from the
-    collection (:meth:`resolved`)."""
-
     _argument_group_name = "index (faiss; inner product, i.e. cosine for normalised embeddings)"
 
     index_type: str = field(
@@ -89,8 +86,6 @@ class IndexSettings:
 
 @dataclass(frozen=True)
 class IndexFolder:
-    """An index to search instead of embedding every passage, checked (faiss importable, build finished)."""
-
     index: str | None = field(
         default=None,
         metadata={
@@ -115,8 +110,6 @@ class IndexFolder:
 
 @dataclass(frozen=True)
 class PassageSource(SquadSource):
-    """Where the passages come from: a passage file, or a SQuAD-format collection (+ distractor lines)."""
-
     _argument_group_name = "passages"
 
     passages_file: str | None = field(

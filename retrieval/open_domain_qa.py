@@ -20,15 +20,8 @@ import numpy as np
 import torch
 from scipy.special import logsumexp
 
-from briskbert.retrieval.dense import (
-    RECALL_DEPTHS,
-    RetrievalTask,
-    Retriever,
-    batches_by_length,
-    retrieval_metrics,
-)
+from briskbert.retrieval.dense import RECALL_DEPTHS, batches_by_length, retrieval_metrics, retrieve
 from briskbert.retrieval.fusion import fuse, shortfall_warning
-from briskbert.retrieval.search import Retrieved, retrieve
 from briskbert.training.tasks.metrics import squad_metrics
 from briskbert.training.tasks.qa import postprocess_qa_predictions, prepare_eval_features
 
@@ -66,9 +59,7 @@ class Answer:
     passage_probabilities: list[float] = field(default_factory=list)  # the ranking's, over passages_read
 
 
-def load_reader(
-    name_or_path: str, max_seq_length: int = 384, doc_stride: int = 128, batch_size: int = 32
-) -> Reader:
+def load_reader(name_or_path: str, max_seq_length=384, doc_stride=128, batch_size=32) -> Reader:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, trust_remote_code=True)
@@ -76,67 +67,63 @@ def load_reader(
     return Reader(model.eval(), tokenizer, max_seq_length, doc_stride, batch_size=batch_size)
 
 
-# ------------------------------------------------------------------------------------------------ ranking
-def rank_passages(
-    corpus: dict[str, str], questions: dict[str, str], retriever: Retriever, reranker=None, depth: int = 5
-) -> tuple[Retrieved, Retrieved]:
-    """Retrieval (``max(depth, 100)`` deep, for the ranking metrics) and the order the reader gets: the first
-    ``max(depth, reranker.top_k)`` re-ranked at the re-ranker's fusion weights, with their ranking logits."""
+def rank_passages(corpus, questions, retriever, reranker=None, depth: int = 5):
+    """``(retrieved, ranked)``: retrieval (``max(depth, 100)`` deep, for the ranking metrics) and the order the
+    reader gets, the first ``max(depth, reranker.top_k)`` re-ranked at the re-ranker's weights, with their logits."""
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
         return retrieved, fuse(retrieved, {q: [0.0] * depth for q in questions}, 0.0, retriever.scale)
-    _, ranked = reranker.rerank(questions, retrieved, corpus, retriever.scale, max(depth, reranker.top_k))
-    return retrieved, ranked
+    return retrieved, reranker.rerank(
+        questions, retrieved, corpus, retriever.scale, max(depth, reranker.top_k)
+    )[1]
 
 
-# ------------------------------------------------------------------------------------------------ reading
 @torch.no_grad()
-def read_passages(
-    reader: Reader, questions: dict[str, str], passages: dict[str, list[tuple[str, str]]]
-) -> dict[str, dict[str, PassageReading]]:
+def read_passages(reader: Reader, questions: dict[str, str], passages: dict[str, list[tuple[str, str]]]):
     """``{question id: {passage id: PassageReading}}`` for each question's ``(passage id, text)`` list."""
     examples = [
         {"id": f"{qid}{_SEPARATOR}{pid}", "question": questions[qid], "context": text}
         for qid, candidates in passages.items()
         for pid, text in candidates
     ]
+    readings: dict[str, dict[str, PassageReading]] = {qid: {} for qid in passages}
     if not examples:
-        return {qid: {} for qid in passages}
+        return readings
     columns = {key: [example[key] for example in examples] for key in ("id", "question", "context")}
-    features = prepare_eval_features(
-        columns, reader.tokenizer, reader.max_seq_length, reader.doc_stride, max_query_length=64
-    )
+    features = prepare_eval_features(columns, reader.tokenizer, reader.max_seq_length, reader.doc_stride, 64)
     starts, ends = _reader_logits(reader, features)
+    offsets = features["offset_mapping"]
     _, nbest = postprocess_qa_predictions(
         examples,
-        {"example_id": features["example_id"], "offset_mapping": features["offset_mapping"]},
+        {"example_id": features["example_id"], "offset_mapping": offsets},
         starts,
         ends,
         max_answer_length=reader.max_answer_length,
     )
     context_starts, context_ends = {}, {}
     for index, example_id in enumerate(features["example_id"]):
-        in_context = np.array([offset is not None for offset in features["offset_mapping"][index]])
+        in_context = np.array([offset is not None for offset in offsets[index]])
         context_starts.setdefault(example_id, []).append(starts[index][: len(in_context)][in_context])
         context_ends.setdefault(example_id, []).append(ends[index][: len(in_context)][in_context])
-    readings: dict[str, dict[str, PassageReading]] = {qid: {} for qid in passages}
-    for example in examples:
-        qid, pid = example["id"].split(_SEPARATOR, 1)
+    for example_id in context_starts:
+        qid, pid = example_id.split(_SEPARATOR, 1)
         readings[qid][pid] = PassageReading(
-            spans=nbest[example["id"]],
-            start_logsumexp=logsumexp(np.concatenate(context_starts[example["id"]])),
-            end_logsumexp=logsumexp(np.concatenate(context_ends[example["id"]])),
+            nbest[example_id],
+            logsumexp(np.concatenate(context_starts[example_id])),
+            logsumexp(np.concatenate(context_ends[example_id])),
         )
     return readings
 
 
 def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Start and end logits of every window, in feature order."""
+    from tqdm.auto import tqdm
+
     device = next(reader.model.parameters()).device
     names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in features]
     lengths = [len(ids) for ids in features["input_ids"]]
     starts, ends = [None] * len(lengths), [None] * len(lengths)
-    for chunk in batches_by_length(lengths, reader.batch_size):
+    for chunk in tqdm(batches_by_length(lengths, reader.batch_size), desc="reading", leave=False):
         rows = {name: [features[name][index] for index in chunk] for name in names}
         outputs = reader.model(**reader.tokenizer.pad(rows, return_tensors="pt").to(device))
         for row, index in enumerate(chunk):
@@ -145,17 +132,14 @@ def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.
     return starts, ends
 
 
-def select_answer(
-    readings: dict[str, PassageReading], read: list[str], ranking_logits: list[float] | None = None
-) -> Answer:
+def select_answer(readings: dict[str, PassageReading], read: list[str], ranking_logits=None) -> Answer:
     """The best span over the passages ``read``, normalised jointly over them, plus each passage's
     log-probability under ``ranking_logits`` (aligned with ``read``; ``None``: the reader alone decides)."""
     start_norm = logsumexp([readings[pid].start_logsumexp for pid in read])
     end_norm = logsumexp([readings[pid].end_logsumexp for pid in read])
-    if ranking_logits is None:
-        log_priors = [0.0] * len(read)
-    else:
-        log_priors = (torch.tensor(ranking_logits, dtype=torch.float64).log_softmax(0)).tolist()
+    log_priors = [0.0] * len(read)
+    if ranking_logits is not None:
+        log_priors = torch.tensor(ranking_logits, dtype=torch.float64).log_softmax(0).tolist()
     answer = Answer("", -math.inf, None, list(read), [math.exp(value) for value in log_priors])
     for pid, log_prior in zip(read, log_priors):
         for span in readings[pid].spans:
@@ -165,60 +149,39 @@ def select_answer(
     return answer
 
 
-# ------------------------------------------------------------------------------------------------ answers
+def _read(reader, questions, read: dict[str, list[str]], corpus):
+    return read_passages(
+        reader, questions, {qid: [(pid, corpus[pid]) for pid in pids] for qid, pids in read.items()}
+    )
+
+
 def answer_questions(
-    corpus: dict[str, str],
-    questions: dict[str, str],
-    retriever: Retriever,
-    reader: Reader,
-    reranker=None,
-    read_top_k: int = 3,
+    corpus, questions, retriever, reader: Reader, reranker=None, read_top_k=3
 ) -> dict[str, Answer]:
     """Retrieve (then re-rank) passages of ``corpus`` for each question, read the first ``read_top_k`` and
     answer from them."""
     _, ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
     read = {qid: ranking[:read_top_k] for qid, ranking in ranked.rankings.items()}
-    readings = _read_in_chunks(reader, questions, read, corpus)
+    readings = _read(reader, questions, read, corpus)
     return {
         qid: select_answer(readings[qid], read[qid], ranked.scores[qid][: len(read[qid])])
         for qid in questions
     }
 
 
-def _read_in_chunks(reader, questions, read: dict[str, list[str]], corpus, chunk_size: int = 16):
-    from tqdm.auto import tqdm
-
-    query_ids, readings = list(read), {}
-    for first in tqdm(range(0, len(query_ids), chunk_size), desc="reading", leave=False):
-        chunk = query_ids[first : first + chunk_size]
-        readings.update(
-            read_passages(
-                reader, questions, {qid: [(pid, corpus[pid]) for pid in read[qid]] for qid in chunk}
-            )
-        )
-    return readings
-
-
-def evaluate_open_domain_qa(
-    task: RetrievalTask,
-    retriever: Retriever,
-    reader: Reader,
-    reranker=None,
-    read_depths: tuple[int, ...] = READ_DEPTHS,
-) -> tuple[dict, dict[int, dict[str, Answer]]]:
-    """Exact match / F1 reading the top k passages for each k of ``read_depths`` (one reader pass over their
-    union and the gold paragraph), next to the reader's own on the gold paragraph, the share of questions
-    whose gold paragraph was read, the target ``0.9 x EM(gold) x gold-read rate``, and the ranking's metrics
-    (with a ``"warning"`` when re-ranking is below retrieval alone)."""
+def evaluate_open_domain_qa(task, retriever, reader: Reader, reranker=None, read_depths=READ_DEPTHS):
+    """``(metrics, {depth: answers})``: exact match / F1 reading the top k passages for each k of ``read_depths``
+    (one reader pass over their union and the gold paragraph), next to the reader's own on the gold paragraph,
+    the share of questions whose gold paragraph was read, the target ``0.9 x EM(gold) x gold-read rate``, and the
+    ranking's metrics (with a ``"warning"`` when re-ranking is below retrieval alone)."""
     if not task.answers:
         raise ValueError("open-domain QA evaluation needs gold answers: give a SQuAD-format collection.")
     start = time.perf_counter()
-    corpus, questions = task.corpus, task.queries
-    deepest = max(read_depths)
+    corpus, questions, deepest = task.corpus, task.queries, max(read_depths)
     retrieved, ranked = rank_passages(corpus, questions, retriever, reranker, deepest)
     gold = {qid: next(iter(task.qrels[qid])) for qid in task.query_ids}
     union = {qid: list(dict.fromkeys(ranked.rankings[qid][:deepest] + [gold[qid]])) for qid in task.query_ids}
-    readings = _read_in_chunks(reader, questions, union, corpus)
+    readings = _read(reader, questions, union, corpus)
     elapsed = time.perf_counter() - start
 
     def scored(answers: dict[str, Answer]) -> dict:

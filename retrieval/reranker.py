@@ -10,10 +10,9 @@ from pathlib import Path
 import torch
 
 from briskbert.errors import SettingError
-from briskbert.retrieval.dense import batches_by_length
+from briskbert.retrieval.dense import Retrieved, batches_by_length
 from briskbert.retrieval.fusion import Fusion, fuse
 from briskbert.retrieval.lexical import bm25_head_scores
-from briskbert.retrieval.search import Retrieved
 from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 
@@ -32,8 +31,8 @@ def encode_pairs(tokenizer, queries: list[str], passages: list[str], max_seq_len
 
 @torch.no_grad()
 def score_pairs(
-    model, tokenizer, queries: list[str], passages: list[str], max_seq_length: int, batch_size: int = 32
-) -> torch.Tensor:
+    model, tokenizer, queries: list[str], passages: list[str], max_seq_length: int, batch_size=32
+):
     """The relevance logit of each (query, passage) pair, as a CPU float tensor in input order."""
     from tqdm.auto import tqdm
 
@@ -42,9 +41,10 @@ def score_pairs(
     lengths = [len(query) + len(passage) for query, passage in zip(queries, passages)]
     scores = torch.zeros(len(queries))
     for chunk in tqdm(batches_by_length(lengths, batch_size), desc="re-ranking", leave=False):
-        chunk_queries, chunk_passages = [queries[i] for i in chunk], [passages[i] for i in chunk]
-        encoded = encode_pairs(tokenizer, chunk_queries, chunk_passages, max_seq_length).to(device)
-        scores[chunk] = model(**encoded).logits[:, 0].float().cpu()
+        encoded = encode_pairs(
+            tokenizer, [queries[i] for i in chunk], [passages[i] for i in chunk], max_seq_length
+        )
+        scores[chunk] = model(**encoded.to(device)).logits[:, 0].float().cpu()
     return scores
 
 
@@ -62,7 +62,7 @@ class Reranker:
     lexical_weight: float = 0.0  # of the BM25 score in the fusion (0: not computed)
 
     def score(
-        self, queries: dict[str, str], retrieved: Retrieved, corpus: dict[str, str], depth: int | None = None
+        self, queries, retrieved: Retrieved, corpus, depth: int | None = None
     ) -> dict[str, list[float]]:
         """The logit of each of the first ``depth`` (default ``top_k``) retrieved passages, in retrieval order."""
         heads = {query_id: ranking[: depth or self.top_k] for query_id, ranking in retrieved.rankings.items()}
@@ -74,18 +74,17 @@ class Reranker:
         logits = iter(scores.tolist())  # query by query, each head in retrieval order
         return {query_id: [next(logits) for _ in head] for query_id, head in heads.items()}
 
-    def rerank(
-        self, queries, retrieved: Retrieved, corpus, retriever_scale: float, depth: int | None = None
-    ) -> tuple[dict[str, list[float]], Retrieved]:
-        """The logits of each query's first ``depth`` (default ``top_k``) passages, and the order fused at this
-        re-ranker's weights (BM25 over ``corpus`` computed only when weighed)."""
+    def rerank(self, queries, retrieved: Retrieved, corpus, retriever_scale: float, depth: int | None = None):
+        """``(logits, fused)``: the logits of each query's first ``depth`` (default ``top_k``) passages, and the
+        order fused at this re-ranker's weights (BM25 over ``corpus`` computed only when weighed)."""
         depth = depth or self.top_k
         logits = self.score(queries, retrieved, corpus, depth)
         lexical = (
             bm25_head_scores(queries, retrieved.rankings, corpus, depth) if self.lexical_weight else None
         )
-        fused = fuse(retrieved, logits, self.fusion_weight, retriever_scale, lexical, self.lexical_weight)
-        return logits, fused
+        return logits, fuse(
+            retrieved, logits, self.fusion_weight, retriever_scale, lexical, self.lexical_weight
+        )
 
 
 def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker | None:

@@ -1,6 +1,5 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The retrieval commands' options on the collection, the embeddings and the re-ranker, as checked dataclasses.
-Torch-free: the commands parse, answer ``--help`` and refuse contradictions before torch is loaded."""
+"""The retrieval commands' options on the collection, the encoder and the re-ranker (torch-free)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,6 @@ def check_model_path(settings, name: str) -> None:
 
 @dataclass(frozen=True)
 class EncoderArguments:
-    """The dual encoder a retrieval or similarity command embeds with."""
-
     _argument_group_name = "encoder"
 
     model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
@@ -40,8 +37,6 @@ class EncoderArguments:
 
 @dataclass(frozen=True)
 class RerankerArguments:
-    """The re-ranker a retrieval command applies: folder, depth, length and fusion weights."""
-
     _argument_group_name = "re-ranking"
 
     reranker_model_name_or_path: str | None = field(
@@ -56,16 +51,14 @@ class RerankerArguments:
         default=None,
         metadata={
             "help": "Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps "
-            "retrieval's order, 1 is the re-ranker's own. Default: the weight in the re-ranker folder's "
-            "fusion.json (chosen on validation queries by finetune-reranker), else 0 (never chosen)."
+            "retrieval's order, 1 is the re-ranker's own. Default: the re-ranker folder's fusion.json, else 0."
         },
     )
     lexical_weight: float | None = field(
         default=None,
         metadata={
-            "help": "Weight of the passage's BM25 score (over the collection, scaled to the query's best) in the "
-            "fusion; the retriever's similarity gets 1 minus both weights. Default: the weight in fusion.json, "
-            "else 0."
+            "help": "Weight of the passage's BM25 score (scaled to the query's best); the retriever gets 1 minus "
+            "both weights. Default: fusion.json's, else 0."
         },
     )
 
@@ -82,8 +75,6 @@ class RerankerArguments:
 
 @dataclass(frozen=True)
 class EmbeddingArguments:
-    """How token states become a sentence embedding."""
-
     _argument_group_name = "sentence embeddings"
 
     pooling: str | None = field(
@@ -95,10 +86,7 @@ class EmbeddingArguments:
     )
     no_normalize: bool = field(
         default=False,
-        metadata={
-            "help": "Keep raw embeddings (dot-product scores) instead of unit length (cosine). Default: the "
-            "folder's sentence-transformers files, else normalised."
-        },
+        metadata={"help": "Keep raw embeddings (dot-product scores) instead of unit length (cosine)."},
     )
 
     @property
@@ -109,28 +97,20 @@ class EmbeddingArguments:
 
 @dataclass(frozen=True)
 class SquadSource:
-    """A SQuAD-format collection with optional distractor passages: the options the retrieval commands and
-    build-index share."""
+    """A SQuAD-format collection with optional distractor passages (the retrieval commands and build-index)."""
 
     squad_file: str | None = field(
         default=None,
-        metadata={
-            "help": "SQuAD-format JSON: every paragraph is a passage, each question's own paragraph its "
-            "relevant one."
-        },
+        metadata={"help": "SQuAD-format JSON: every paragraph a passage, relevant to its own questions."},
     )
-    # START:STOP on the command line; a (start, stop) tuple after __post_init__
-    articles: tuple[int, int] | str | None = field(
+    articles: tuple[int, int] | str | None = field(  # START:STOP, a tuple after __post_init__
         default=None, metadata={"help": "Use only articles START:STOP of squad_file, e.g. 24:36."}
     )
     extra_corpus_file: str | None = field(
         default=None, metadata={"help": "Distractor passages, one per line, added to the collection."}
     )
     extra_corpus_min_words: int = field(
-        default=0,
-        metadata={
-            "help": "Keep only distractor lines of at least this many words (headings and short lines go)."
-        },
+        default=0, metadata={"help": "Keep only distractor lines of at least this many words."}
     )
 
     def __post_init__(self):
@@ -146,7 +126,7 @@ class SquadSource:
 
 @dataclass(frozen=True)
 class CollectionSource(SquadSource):
-    """A passage collection with questions and their relevant passages: SQuAD or JSON lines, checked once."""
+    """A passage collection with questions and their relevant passages: SQuAD or JSON lines."""
 
     _argument_group_name = "collection (a SQuAD file, or JSON lines corpus + queries + qrels)"
 

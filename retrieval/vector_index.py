@@ -1,8 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""A faiss vector index over a passage collection, built from a dual encoder's embeddings one shard at a time
-(``embeddings/NNNNN.npy``; a re-run continues an interrupted build), then indexed (``flat``, ``hnsw`` or
-``ivfpq``, inner product). ``index_config.json``, written last, records the settings and the encoder's pooling
-and embeddings of probe sentences, against which a query encoder is checked (:func:`with_index`)."""
+"""A faiss index over a passage collection (``flat``, ``hnsw`` or ``ivfpq``, inner product), embedded one shard at a
+time into ``embeddings/NNNNN.npy`` so a re-run continues an interrupted build. ``index_config.json``, written last,
+records the settings and the encoder's embeddings of probe sentences, against which a query encoder is checked."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ PROBE_TEXTS = (
 PROBE_MIN_COSINE = 0.999  # the same encoder on another device or thread count stays far above this
 
 
-# ------------------------------------------------------------------------------------------------ passages
 def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of every passage, read lazily from a passage file (ids: line numbers, or JSON's ``id``)."""
     if source.squad_file is not None:
@@ -58,15 +56,13 @@ def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
                 raise SettingError(
                     "passages_file", f"{path} line {number}: expected an object with 'id' and 'text'."
                 )
-            passage_id = str(row["id"])
-            if "\n" in passage_id or not passage_id.strip():
+            if "\n" in str(row["id"]) or not str(row["id"]).strip():
                 raise SettingError(
-                    "passages_file", f"{path} line {number}: the id {passage_id!r} is empty or has a newline."
+                    "passages_file", f"{path} line {number}: the id {row['id']!r} is empty or has a newline."
                 )
-            yield passage_id, row["text"]
+            yield str(row["id"]), row["text"]
 
 
-# ------------------------------------------------------------------------------------------------ encoders
 @dataclass(frozen=True)
 class EncoderFacts:
     """What an index remembers of the encoder that built it."""
@@ -94,13 +90,10 @@ class EncoderFacts:
             )
         if self.dimension != other.dimension:
             return f"{other.dimension}-dimensional embeddings instead of {self.dimension}"
-        cosine = torch.nn.functional.cosine_similarity(
-            torch.tensor(self.probe), torch.tensor(other.probe), dim=-1
-        ).min()
+        probes = torch.tensor(self.probe), torch.tensor(other.probe)
+        cosine = float(torch.nn.functional.cosine_similarity(*probes, dim=-1).min())
         if cosine < PROBE_MIN_COSINE:
-            return (
-                f"other embeddings (cosine {float(cosine):.4f} with the index's encoder on probe sentences)"
-            )
+            return f"other embeddings (cosine {cosine:.4f} with the index's encoder on probe sentences)"
         return None
 
 
@@ -163,7 +156,6 @@ def _prepare_folder(
 ):
     """Start a build, or check that the unfinished one in ``folder`` embeds the same passages the same way."""
     state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": shard_size}
-    state_file = folder / STATE_FILE
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
     others = sorted(path.name for path in folder.glob("*") if path.name not in own | {LOCK_FILE})
     if others:
@@ -179,8 +171,16 @@ def _prepare_folder(
             "output_dir",
             f"{folder} already holds an index; choose another folder or set overwrite_output_dir.",
         )
-    elif state_file.is_file():
-        mismatch = _state_mismatch(json.loads(state_file.read_text(encoding="utf-8")), state)
+    elif (folder / STATE_FILE).is_file():
+        previous = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+        built_with = EncoderFacts(**previous["encoder"])
+        mismatch = None
+        if previous["source"] != state["source"]:
+            mismatch = "other passages (or the files changed since)"
+        elif previous["shard_size"] != shard_size:
+            mismatch = f"shards of {previous['shard_size']} passages"
+        elif built_with.differences(facts) or built_with.name_or_path != facts.name_or_path:
+            mismatch = f"the encoder {built_with.name_or_path}"
         if mismatch:
             raise SettingError(
                 "output_dir",
@@ -189,18 +189,7 @@ def _prepare_folder(
             )
         return
     (folder / SHARD_FOLDER).mkdir(parents=True, exist_ok=True)
-    write_atomic(state_file, json.dumps(state, indent=2))
-
-
-def _state_mismatch(previous: dict, state: dict) -> str | None:
-    if previous["source"] != state["source"]:
-        return "other passages (or the files changed since)"
-    if previous["shard_size"] != state["shard_size"]:
-        return f"shards of {previous['shard_size']} passages"
-    difference = EncoderFacts(**previous["encoder"]).differences(EncoderFacts(**state["encoder"]))
-    if difference or previous["encoder"]["name_or_path"] != state["encoder"]["name_or_path"]:
-        return f"the encoder {previous['encoder']['name_or_path']}"
-    return None
+    write_atomic(folder / STATE_FILE, json.dumps(state, indent=2))
 
 
 def _embed_shards(
@@ -209,20 +198,19 @@ def _embed_shards(
     """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
     from tqdm.auto import tqdm
 
-    # a shard being written when the last build stopped
-    for leftover in shard_folder.glob(f".*{PARTIAL_SUFFIX}"):
+    for leftover in shard_folder.glob(
+        f".*{PARTIAL_SUFFIX}"
+    ):  # a shard being written when the last build stopped
         leftover.unlink()
-    done = sum(np.load(path, mmap_mode="r").shape[0] for path in sorted(shard_folder.glob("*.npy")))
-    number = len(list(shard_folder.glob("*.npy")))
+    finished = sorted(shard_folder.glob("*.npy"))
+    done, number = sum(np.load(path, mmap_mode="r").shape[0] for path in finished), len(finished)
     progress = tqdm(initial=done, desc="embedding passages", unit="passage")
     passages = iter_passages(source)
     for _ in range(done):  # what earlier runs embedded
         next(passages)
     while shard := [passage for _, passage in zip(range(shard_size), passages)]:
-        ids = [passage_id for passage_id, _ in shard]
-        vectors = encode_texts(
-            encoder, tokenizer, [text for _, text in shard], spec, batch_size, f"shard {number}"
-        )
+        ids, texts = zip(*shard)
+        vectors = encode_texts(encoder, tokenizer, list(texts), spec, batch_size, f"shard {number}")
         stem = shard_folder / f"{number:05d}"
         write_atomic(stem.with_suffix(".ids"), "\n".join(ids) + "\n")
         # The .npy file is written last: a shard counts once its embeddings are on disk.
@@ -249,23 +237,20 @@ def _faiss_index(settings: IndexSettings, dimension: int, shards: list[Path], nu
     index = faiss.index_factory(dimension, factory_string(settings), faiss.METRIC_INNER_PRODUCT)
     if settings.index_type == "hnsw":
         index.hnsw.efConstruction = settings.hnsw_ef_construction
-    if not index.is_trained:
-        index.train(_training_sample(shards, num_vectors, settings.max_train_vectors))
+    if not index.is_trained:  # on a seeded uniform sample, read shard by shard
+        size = min(settings.max_train_vectors, num_vectors)
+        rows = np.sort(np.random.default_rng(0).choice(num_vectors, size=size, replace=False))
+        pieces, offset = [], 0
+        for path in shards:
+            vectors = np.load(path, mmap_mode="r")
+            pieces.append(
+                np.asarray(vectors[rows[(rows >= offset) & (rows < offset + len(vectors))] - offset])
+            )
+            offset += len(vectors)
+        index.train(np.ascontiguousarray(np.concatenate(pieces), dtype=np.float32))
     for path in tqdm(shards, desc=f"indexing ({settings.index_type})", unit="shard"):
         index.add(np.ascontiguousarray(np.load(path), dtype=np.float32))
     return index
-
-
-def _training_sample(shards: list[Path], num_vectors: int, size: int) -> np.ndarray:
-    """A seeded uniform sample of at most ``size`` vectors, read shard by shard."""
-    rows = np.sort(np.random.default_rng(0).choice(num_vectors, size=min(size, num_vectors), replace=False))
-    pieces, offset = [], 0
-    for path in shards:
-        vectors = np.load(path, mmap_mode="r")
-        chosen = rows[(rows >= offset) & (rows < offset + len(vectors))] - offset
-        pieces.append(np.asarray(vectors[chosen], dtype=np.float32))
-        offset += len(vectors)
-    return np.ascontiguousarray(np.concatenate(pieces))
 
 
 def _write_ids(folder: Path, shards: list[Path]) -> None:
@@ -286,52 +271,47 @@ class LoadedIndex:
     ids: list[str]
     config: dict
 
+    def search(self, query_embeddings: torch.Tensor, k: int) -> tuple[list[list[str]], torch.Tensor]:
+        """``(ids, scores)`` of the ``k`` passages with the highest inner product per query, best first (fewer
+        ids where the index returns fewer; their scores ``-inf``)."""
+        import faiss
+
+        settings = self.config["settings"]
+        parameters = faiss.ParameterSpace()
+        if settings["index_type"] == "hnsw":
+            parameters.set_index_parameter(self.index, "efSearch", max(settings["hnsw_ef_search"], k))
+        if settings["index_type"] == "ivfpq":
+            parameters.set_index_parameter(self.index, "nprobe", settings["ivf_nprobe"])
+        queries = np.ascontiguousarray(query_embeddings.detach().float().cpu().numpy())
+        scores, rows = self.index.search(queries, min(k, self.index.ntotal))
+        ids = [[self.ids[row] for row in found if row >= 0] for found in rows]
+        return ids, torch.from_numpy(np.where(rows >= 0, scores, -np.inf).astype(np.float32))
+
 
 def load_index(index_dir: str) -> LoadedIndex:
-    """The index, its ids and its config."""
     check_faiss()
     import faiss
 
     folder = Path(index_dir)
-    config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     index = faiss.read_index(str(folder / INDEX_FILE))
     ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
     if len(ids) != index.ntotal:
         raise SettingError(
             "index", f"{index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
         )
-    return LoadedIndex(index, ids, config)
-
-
-def search_index(
-    loaded: LoadedIndex, query_embeddings: torch.Tensor, k: int
-) -> tuple[list[list[str]], torch.Tensor]:
-    """``(ids, scores)`` of the ``k`` passages with the highest inner product per query, best first (fewer ids
-    where the index returns fewer; their scores ``-inf``)."""
-    import faiss
-
-    settings = loaded.config["settings"]
-    parameters = faiss.ParameterSpace()
-    if settings["index_type"] == "hnsw":
-        parameters.set_index_parameter(loaded.index, "efSearch", max(settings["hnsw_ef_search"], k))
-    if settings["index_type"] == "ivfpq":
-        parameters.set_index_parameter(loaded.index, "nprobe", settings["ivf_nprobe"])
-    queries = np.ascontiguousarray(query_embeddings.detach().float().cpu().numpy())
-    scores, rows = loaded.index.search(queries, min(k, loaded.index.ntotal))
-    ids = [[loaded.ids[row] for row in found if row >= 0] for found in rows]
-    return ids, torch.from_numpy(np.where(rows >= 0, scores, -np.inf).astype(np.float32))
+    return LoadedIndex(index, ids, json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
 
 
 def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_name: str):
-    """``retriever``, searching ``index_dir`` instead of the exact collection when one is given: a
-    :class:`SettingError` unless the index was built by an encoder that embeds like this one, over exactly the
-    collection's passages (their ids)."""
+    """``retriever``, searching ``index_dir`` when one is given: a :class:`SettingError` unless the index was
+    built by an encoder that embeds like this one, over exactly the collection's passages (their ids)."""
     if not index_dir:
         return retriever
     loaded = load_index(index_dir)
     built_with = EncoderFacts(**loaded.config["encoder"])
-    ours = EncoderFacts.of(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
-    difference = built_with.differences(ours)
+    difference = built_with.differences(
+        EncoderFacts.of(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
+    )
     if difference:
         raise SettingError(
             "index",

@@ -45,17 +45,17 @@ def is_squad_file(path: str) -> bool:
 
 
 def load_training_examples(
-    path: str, articles: tuple[int, int] | None = None, name: str = "train_file"
+    path: str, articles=None, name: str = "train_file"
 ) -> list[Pair] | list[ScoredPair]:
     """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else :func:`load_pairs`;
     errors name the setting ``name``."""
     if not Path(path).is_file():
         raise SettingError(name, f"{path!r} does not exist.")
-    if not is_squad_file(path) and set(SCORED_PAIR_COLUMNS) <= set(file_columns(path)):
-        if articles is not None:
-            raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
-        return load_scored_pairs(path, name)
-    return load_pairs(path, articles, name)
+    if is_squad_file(path) or not set(SCORED_PAIR_COLUMNS) <= set(file_columns(path)):
+        return load_pairs(path, articles, name)
+    if articles is not None:
+        raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
+    return load_scored_pairs(path, name)
 
 
 def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "train_file") -> list[Pair]:
@@ -64,22 +64,19 @@ def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "
     if not Path(path).is_file():
         raise SettingError(name, f"{path!r} does not exist.")
     if is_squad_file(path):
-        questions, _ = load_squad(path, articles)
-        return [Pair(row["question"], row["context"]) for row in questions]
+        return [Pair(row["question"], row["context"]) for row in load_squad(path, articles)[0]]
     if articles is not None:
         raise DataError(f"article ranges apply to SQuAD files; {path} is a table of pairs.")
     pairs = []
     for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
-        query = row.get("query") or row.get("anchor")
+        query, negative = row.get("query") or row.get("anchor"), row.get("negative")
         if not isinstance(query, str) or not isinstance(row.get("positive"), str):
             raise DataError(
                 f"{path} line {number}: expected string fields 'query' (or 'anchor') and 'positive' (and "
                 "'negative'), or 'sentence1', 'sentence2' and 'score' for scored pairs."
             )
-        negative = row.get("negative")
-        pairs.append(
-            Pair(query, row["positive"], negative if isinstance(negative, str) and negative else None)
-        )
+        negative = negative if isinstance(negative, str) and negative else None
+        pairs.append(Pair(query, row["positive"], negative))
     with_negative = sum(pair.negative is not None for pair in pairs)
     if 0 < with_negative < len(pairs):
         raise DataError(
@@ -96,13 +93,14 @@ def text_id(text: str) -> int:
     )
 
 
+@dataclass
 class PairCollator:
     """Rows are the B queries, the B positives, then the B negatives (if any); ``labels`` (first key, so the loop
     counts queries) is each query's positive among the candidate rows, ``candidate_ids`` their texts' ids."""
 
-    def __init__(self, tokenizer, max_query_length: int, max_passage_length: int):
-        self.tokenizer = tokenizer
-        self.max_query_length, self.max_passage_length = max_query_length, max_passage_length
+    tokenizer: object
+    max_query_length: int
+    max_passage_length: int
 
     def __call__(self, pairs: list[Pair]) -> dict:
         candidates = [pair.positive for pair in pairs]
@@ -114,13 +112,12 @@ class PairCollator:
         padded = self.tokenizer.pad(
             {"input_ids": queries["input_ids"] + passages["input_ids"]}, padding=True, return_tensors="pt"
         )
-        # Candidates are known by their text across the processes of a run, which share in-batch negatives.
-        candidate_ids = [text_id(text) for text in candidates]
         return {
             "labels": torch.arange(len(pairs)),
             "input_ids": padded["input_ids"],
             "attention_mask": padded["attention_mask"],
-            "candidate_ids": torch.tensor(candidate_ids),
+            # Candidates are known by their text across the processes of a run, which share in-batch negatives.
+            "candidate_ids": torch.tensor([text_id(text) for text in candidates]),
         }
 
 
@@ -129,10 +126,9 @@ def mine_hard_negatives(
 ) -> list[Pair]:
     """Each query paired with the training passage ``encoder`` ranks highest but its own positive."""
     passages = list(dict.fromkeys(pair.positive for pair in pairs))
+    queries = [pair.query for pair in pairs]
     passage_vectors = encode_texts(encoder, tokenizer, passages, spec, batch_size, "mining: passages")
-    query_vectors = encode_texts(
-        encoder, tokenizer, [pair.query for pair in pairs], spec, batch_size, "mining: queries"
-    )
+    query_vectors = encode_texts(encoder, tokenizer, queries, spec, batch_size, "mining: queries")
     _, indices = exact_search(query_vectors, passage_vectors, top_k=min(2, len(passages)))
     mined = []
     for pair, row in zip(pairs, indices.tolist()):

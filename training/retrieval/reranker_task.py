@@ -18,7 +18,6 @@ from briskbert.training.tasks.settings import ModelSource
 if TYPE_CHECKING:
     from briskbert.training.engine.config import TrainingConfig
     from briskbert.training.retrieval.embeddings import Pair
-    from briskbert.training.retrieval.reranking import TrainingSets
 
 
 def hold_out(
@@ -60,55 +59,6 @@ def hold_out(
     return [p for p, h in zip(pairs, is_held) if not h], [p for p, h in zip(pairs, is_held) if h], split
 
 
-def training_sets(
-    data: RerankerData, validation: RerankerValidation, seed: int, batch_size: int, device
-) -> TrainingSets:
-    """Training groups, and the validation collection (``validation_file``'s queries, else those held out of the
-    training data, among all its passages) searched by the fusion retriever."""
-    from briskbert.retrieval.dense import load_retriever, read_passages
-    from briskbert.training.retrieval.embeddings import load_pairs
-    from briskbert.training.retrieval.reranking import RerankGroups, negative_pools, validation_sets
-
-    pairs = load_pairs(data.train_file, data.train_articles)
-    distractors = read_passages(
-        validation.validation_extra_corpus_file, validation.validation_extra_corpus_min_words
-    )
-    held_out = None
-    if validation.validation_file is None:
-        pairs, validation_pairs, held_out = hold_out(
-            data.train_file, data.train_articles, pairs, validation.validation_split_percentage, seed
-        )
-        distractors = [
-            text for pair in pairs for text in (pair.positive, pair.negative) if text
-        ] + distractors
-    else:
-        validation_pairs = load_pairs(validation.validation_file, validation.validation_articles)
-    pairs = pairs[: data.max_train_samples]
-
-    @functools.cache  # negatives_from and fusion_retriever are often the same encoder
-    def retriever(name):
-        loaded = load_retriever(name, batch_size=batch_size)
-        loaded.encoder.to(device)
-        return loaded
-
-    negatives_from = retriever(data.negatives_from) if data.negatives_from else None
-    extra = read_passages(data.negatives_corpus_file, data.negatives_corpus_min_words)
-    pools = negative_pools(pairs, data.pool_size, seed, negatives_from, extra)
-    own_negative = any(pair.negative for pair in pairs)
-    train = RerankGroups(pools, data.num_negatives, seed, own_negative=own_negative)
-    fusion_retriever = retriever(validation.fusion_retriever) if validation.fusion_retriever else None
-    sets = validation_sets(
-        train,
-        validation_pairs,
-        distractors,
-        fusion_retriever,
-        validation.fusion_retriever,
-        depth=max(validation.rerank_top_k, data.num_negatives + 1),
-    )
-    sets.held_out = held_out
-    return sets
-
-
 class RerankerTask(Task):
     """``briskbert finetune-reranker``. The constructor checks the model folder before anything is loaded."""
 
@@ -118,15 +68,74 @@ class RerankerTask(Task):
         self.source, self.data, self.validation = model, data, validation
         self.location = check_model_inputs(model)
 
+    def _load_groups(self, seed: int, batch_size: int, device) -> None:
+        """The training groups, and the validation collection (``validation_file``'s queries, else those held out
+        of the training data, among all its passages) with its groups, searched by the fusion retriever."""
+        from briskbert.retrieval.dense import load_retriever, read_passages, retrieve
+        from briskbert.training.retrieval.embeddings import load_pairs
+        from briskbert.training.retrieval.reranking import (
+            RerankGroup,
+            RerankGroups,
+            negative_pools,
+            pairs_collection,
+        )
+
+        data, validation = self.data, self.validation
+        pairs = load_pairs(data.train_file, data.train_articles)
+        distractors = read_passages(
+            validation.validation_extra_corpus_file, validation.validation_extra_corpus_min_words
+        )
+        self.held_out = None
+        if validation.validation_file is None:
+            pairs, validation_pairs, self.held_out = hold_out(
+                data.train_file, data.train_articles, pairs, validation.validation_split_percentage, seed
+            )
+            distractors = [
+                text for pair in pairs for text in (pair.positive, pair.negative) if text
+            ] + distractors
+        else:
+            validation_pairs = load_pairs(validation.validation_file, validation.validation_articles)
+        pairs = pairs[: data.max_train_samples]
+
+        @functools.cache  # negatives_from and fusion_retriever are often the same encoder
+        def retriever(name):
+            loaded = load_retriever(name, batch_size=batch_size)
+            loaded.encoder.to(device)
+            return loaded
+
+        negatives_from = retriever(data.negatives_from) if data.negatives_from else None
+        extra = read_passages(data.negatives_corpus_file, data.negatives_corpus_min_words)
+        pools = negative_pools(pairs, data.pool_size, seed, negatives_from, extra)
+        self.train = RerankGroups(
+            pools, data.num_negatives, seed, own_negative=any(pair.negative for pair in pairs)
+        )
+
+        # Validation: negatives are the fusion retriever's top wrong passages (random ones without a retriever).
+        task = self.validation_task = pairs_collection(validation_pairs, distractors)
+        self.fusion_retriever = (
+            retriever(validation.fusion_retriever) if validation.fusion_retriever else None
+        )
+        self.fusion_retrieved = None
+        if self.fusion_retriever is None:
+            groups = negative_pools(validation_pairs, data.num_negatives, seed)
+        else:
+            depth = max(validation.rerank_top_k, data.num_negatives + 1)
+            self.fusion_retrieved = retrieve(task.corpus, task.queries, self.fusion_retriever, top_k=depth)
+            groups = []
+            for query_id, pair in zip(task.query_ids, validation_pairs):
+                ranking = self.fusion_retrieved.rankings[query_id]
+                wrong = [task.corpus[pid] for pid in ranking if pid not in task.qrels[query_id]]
+                groups.append(RerankGroup(pair.query, pair.positive, wrong[: data.num_negatives]))
+        self.validation_groups = RerankGroups(groups, data.num_negatives)
+
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from briskbert.modeling import BriskBertForSequenceClassification
         from briskbert.training.retrieval.reranking import CrossEncoderForRanking, GroupCollator
         from briskbert.training.tasks.finetuning import load_starting_model
 
         source, data = self.source, self.data
-        self.sets = training_sets(
-            data, self.validation, config.seed, config.per_device_eval_batch_size, accelerator.device
-        )
+        self.eval_batch_size = config.per_device_eval_batch_size
+        self._load_groups(config.seed, self.eval_batch_size, accelerator.device)
         # One relevance logit; problem_type regression keeps the head's own (unused) loss well defined.
         model, tokenizer = load_starting_model(
             BriskBertForSequenceClassification,
@@ -136,26 +145,25 @@ class RerankerTask(Task):
             num_labels=1,
             problem_type="regression",
         )
-        if self.sets.held_out:
+        if self.held_out:
             accelerator.print(
                 f"No validation file: {self.held_out_description()}; the fusion weights are chosen on them."
             )
         accelerator.print(
-            f"Groups: {len(self.sets.train)} queries x (1 positive + {data.num_negatives} negatives drawn from "
-            f"{data.pool_size}); {len(self.sets.validation_groups)} validation queries"
+            f"Groups: {len(self.train)} queries x (1 positive + {data.num_negatives} negatives drawn from "
+            f"{data.pool_size}); {len(self.validation_groups)} validation queries"
         )
-        self.eval_batch_size = config.per_device_eval_batch_size
         return TaskInputs(
             model=CrossEncoderForRanking(model, data.loss),
-            train_dataset=self.sets.train,
+            train_dataset=self.train,
             data_collator=GroupCollator(tokenizer, source.max_seq_length),
             tokenizer=tokenizer,
-            eval_dataset=self.sets.validation_groups,
+            eval_dataset=self.validation_groups,
         )
 
     def held_out_description(self) -> str | None:
         """What was held out of the training data to validate on, in words (None: a validation file)."""
-        held = self.sets.held_out
+        held = self.held_out
         if not held:
             return None
         where = (
@@ -173,12 +181,11 @@ class RerankerTask(Task):
         from briskbert.training.retrieval.reranking import group_ranking_metrics
 
         metrics = group_ranking_metrics(model, dataloader, accelerator)
-        candidates = 1 + self.data.num_negatives
         self.verdict = not_above_baseline(
             "eval_accuracy",
             metrics["accuracy"],
             metrics["chance_accuracy"],
-            f"ranking the 1 positive among {candidates} passages at random",
+            f"ranking the 1 positive among {1 + self.data.num_negatives} passages at random",
         )
         return metrics
 
@@ -187,29 +194,57 @@ class RerankerTask(Task):
         among the card's limitations (called on every process; the main one chooses)."""
         from accelerate import PartialState
 
-        from briskbert.training.retrieval.reranking import choose_and_save_fusion
-
-        accelerator = PartialState()  # the run's processes
-        if accelerator.is_main_process and self.sets.fusion_retrieved is None:
-            accelerator.print(
+        state = PartialState()  # the run's processes
+        if state.is_main_process and self.fusion_retrieved is None:
+            state.print(
                 "No fusion weight chosen: no retriever to sit behind was named (fusion_retriever); the "
                 "re-ranker is applied at weight 0, retrieval's order, unless fusion_weight is given."
             )
-        elif accelerator.is_main_process:
-            fusion = choose_and_save_fusion(
-                final_dir,
-                self.sets,
-                self.validation.rerank_top_k,
-                self.source.max_seq_length,
-                self.eval_batch_size,
-                accelerator.device,
-                self.held_out_description(),
-            )
-            accelerator.print(fusion.summary())
+        elif state.is_main_process:
+            fusion = self._choose_fusion(final_dir, state.device)
+            state.print(fusion.summary())
             facts = read_training_facts(final_dir)
             limitations = (*facts.job.limitations, fusion.card_line())
             write_training_facts(final_dir, replace(facts, job=replace(facts.job, limitations=limitations)))
-        accelerator.wait_for_everyone()
+        state.wait_for_everyone()
+
+    def _choose_fusion(self, folder: Path, device):
+        """Score the validation queries' top ``rerank_top_k`` with the re-ranker saved in ``folder`` and with BM25,
+        choose the fusion weights on them and save them in ``folder``."""
+        from briskbert.retrieval.dense import retrieval_metrics
+        from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
+        from briskbert.retrieval.lexical import bm25_head_scores
+        from briskbert.retrieval.reranker import load_reranker
+        from briskbert.retrieval.settings import RerankerArguments
+
+        top_k, task, retrieved = self.validation.rerank_top_k, self.validation_task, self.fusion_retrieved
+        settings = RerankerArguments(
+            str(folder), rerank_top_k=top_k, reranker_max_seq_length=self.source.max_seq_length
+        )
+        reranker = load_reranker(settings, self.eval_batch_size)
+        reranker.model.to(device)
+        head_scores = reranker.score(task.queries, retrieved, task.corpus)
+        lexical = bm25_head_scores(task.queries, retrieved.rankings, task.corpus, top_k)
+        scale = self.fusion_retriever.scale
+        weight, lexical_weight, curve = choose_fusion_weight(
+            retrieved, head_scores, task.qrels, scale, lexical_scores=lexical
+        )
+        retrieval = retrieval_metrics(retrieved.rankings, task.qrels)
+        queries = self.held_out_description() or f"{len(task.query_ids)} queries"
+        fusion = Fusion(
+            weight=weight,
+            retriever_scale=scale,
+            top_k=top_k,
+            retriever=self.validation.fusion_retriever,
+            validation=f"{queries} among {len(task.corpus_ids)} passages",
+            num_queries=len(task.query_ids),
+            retrieval={name: retrieval[name] for name in SELECTION_METRICS},
+            curve=curve,
+            lexical_weight=lexical_weight,
+            held_out=self.held_out or {},
+        )
+        fusion.save(folder)
+        return fusion
 
     def facts(self) -> JobFacts:
         from briskbert.training.tasks.finetuning import card_source_facts
@@ -229,6 +264,6 @@ class RerankerTask(Task):
                 "negatives": negatives,
                 "num_negatives": data.num_negatives,
                 "loss": data.loss,
-                "held_out": self.sets.held_out,
+                "held_out": self.held_out,
             },
         )

@@ -1,8 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Cross-encoder re-ranking: ``BriskBertForSequenceClassification`` with one relevance logit, trained on groups
-of a query, its positive and negatives drawn each epoch from a pool, with a listwise or pointwise loss; then the
-fusion weights chosen on validation queries. The saved folder loads with ``AutoModelForSequenceClassification``
-and sentence-transformers' ``CrossEncoder``."""
+"""Cross-encoder re-ranking: ``BriskBertForSequenceClassification`` with one relevance logit, trained on groups of
+a query, its positive and negatives drawn each epoch from a pool, with a listwise or pointwise loss. The saved
+folder loads with ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder``."""
 
 from __future__ import annotations
 
@@ -13,12 +12,8 @@ import torch
 import torch.nn.functional as F
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from briskbert.retrieval.dense import RetrievalTask, Retriever, retrieval_metrics
-from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
-from briskbert.retrieval.lexical import bm25_head_scores
-from briskbert.retrieval.reranker import encode_pairs, load_reranker
-from briskbert.retrieval.search import Retrieved, retrieve
-from briskbert.retrieval.settings import RerankerArguments
+from briskbert.retrieval.dense import RetrievalTask, Retriever, retrieve
+from briskbert.retrieval.reranker import encode_pairs
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair, Wrapper
 
@@ -88,10 +83,8 @@ class RerankGroups(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> RerankGroup:
         group = self.groups[index]
         kept = group.negatives[:1] if self.own_negative else []
-        pool = group.negatives[len(kept) :]
-        drawn = random.Random(f"{self.seed}/{self.epoch}/{index}").sample(
-            pool, self.num_negatives - len(kept)
-        )
+        rng = random.Random(f"{self.seed}/{self.epoch}/{index}")
+        drawn = rng.sample(group.negatives[len(kept) :], self.num_negatives - len(kept))
         return RerankGroup(group.query, group.positive, kept + drawn)
 
 
@@ -105,62 +98,21 @@ class GroupCollator:
         size = 1 + len(groups[0].negatives)
         queries = [group.query for group in groups for _ in range(size)]
         passages = [passage for group in groups for passage in (group.positive, *group.negatives)]
-        encoded = encode_pairs(self.tokenizer, queries, passages, self.max_seq_length)
         labels = torch.zeros(len(groups), size)
         labels[:, 0] = 1.0
-        return {"labels": labels, **encoded}
+        return {"labels": labels, **encode_pairs(self.tokenizer, queries, passages, self.max_seq_length)}
 
 
 def pairs_collection(pairs: list[Pair], distractors: list[str] = ()) -> RetrievalTask:
-    """The pairs' distinct positives, negatives and ``distractors`` as passages, each query's positive its
-    relevant one."""
-    passages = _distinct_passages(pairs, distractors)
-    passage_ids = {text: f"p{index}" for index, text in enumerate(passages)}
+    """The pairs' distinct passages and ``distractors`` as a collection, each query's positive its relevant one."""
+    passage_ids = {text: f"p{index}" for index, text in enumerate(_distinct_passages(pairs, distractors))}
     query_ids = [f"q{index}" for index in range(len(pairs))]
     return RetrievalTask(
         list(passage_ids.values()),
-        passages,
+        list(passage_ids),
         query_ids,
         [pair.query for pair in pairs],
         {qid: {passage_ids[pair.positive]: 1.0} for qid, pair in zip(query_ids, pairs)},
-    )
-
-
-@dataclass
-class TrainingSets:
-    """The training groups, the validation groups (fixed negatives) and what the fusion weights are chosen on."""
-
-    train: RerankGroups
-    validation_groups: RerankGroups | None = None
-    validation_task: RetrievalTask | None = None
-    fusion_retrieved: Retrieved | None = None
-    fusion_retriever: str | None = None
-    retriever_scale: float = 1.0
-    held_out: dict | None = None  # what was held out of the training data, when there was no validation file
-
-
-def validation_sets(
-    train: RerankGroups,
-    pairs: list[Pair],
-    distractors: list[str],
-    retriever: Retriever | None,
-    retriever_name: str | None,
-    depth: int,
-) -> TrainingSets:
-    """Validation ``pairs`` among their passages and ``distractors``, their negatives the ``retriever``'s top
-    ``depth`` wrong ones (random negatives and no fusion without one)."""
-    task = pairs_collection(pairs, distractors)
-    if retriever is None:
-        pools = negative_pools(pairs, train.num_negatives, train.seed)
-        return TrainingSets(train, RerankGroups(pools, train.num_negatives), task)
-    corpus = task.corpus
-    retrieved = retrieve(corpus, task.queries, retriever, top_k=depth)
-    groups = []
-    for query_id, pair in zip(task.query_ids, pairs):
-        wrong = [corpus[pid] for pid in retrieved.rankings[query_id] if pid not in task.qrels[query_id]]
-        groups.append(RerankGroup(pair.query, pair.positive, wrong[: train.num_negatives]))
-    return TrainingSets(
-        train, RerankGroups(groups, train.num_negatives), task, retrieved, retriever_name, retriever.scale
     )
 
 
@@ -174,10 +126,8 @@ class CrossEncoderForRanking(Wrapper):
     def forward(
         self, labels, input_ids, attention_mask, token_type_ids=None, **unused
     ) -> SequenceClassifierOutput:
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).logits
-        logits = logits.float().view(labels.shape)
+        output = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        logits = output.logits.float().view(labels.shape)
         if self.loss == "listwise":
             loss = F.cross_entropy(logits, labels.argmax(dim=1))
         else:
@@ -202,41 +152,3 @@ def group_ranking_metrics(model, dataloader, accelerator) -> dict:
         "chance_accuracy": sum(1 / size for size in sizes) / len(sizes),
         "chance_mrr": sum(sum(1 / rank for rank in range(1, size + 1)) / size for size in sizes) / len(sizes),
     }
-
-
-def choose_and_save_fusion(
-    folder,
-    sets: TrainingSets,
-    top_k: int,
-    max_seq_length: int,
-    batch_size: int = 32,
-    device="cpu",
-    held_out: str | None = None,
-) -> Fusion:
-    """Score the validation queries' top ``top_k`` with the re-ranker saved in ``folder`` and with BM25, choose
-    the fusion weights on them and save them in ``folder`` (``held_out``: the validation queries, in words)."""
-    settings = RerankerArguments(str(folder), rerank_top_k=top_k, reranker_max_seq_length=max_seq_length)
-    reranker = load_reranker(settings, batch_size)
-    reranker.model.to(device)
-    task = sets.validation_task
-    queries, corpus = task.queries, task.corpus
-    head_scores = reranker.score(queries, sets.fusion_retrieved, corpus)
-    lexical = bm25_head_scores(queries, sets.fusion_retrieved.rankings, corpus, top_k)
-    weight, lexical_weight, curve = choose_fusion_weight(
-        sets.fusion_retrieved, head_scores, task.qrels, sets.retriever_scale, lexical_scores=lexical
-    )
-    retrieval = retrieval_metrics(sets.fusion_retrieved.rankings, task.qrels)
-    fusion = Fusion(
-        weight=weight,
-        retriever_scale=sets.retriever_scale,
-        top_k=top_k,
-        retriever=sets.fusion_retriever,
-        validation=f"{held_out or f'{len(task.query_ids)} queries'} among {len(task.corpus_ids)} passages",
-        num_queries=len(task.query_ids),
-        retrieval={name: retrieval[name] for name in SELECTION_METRICS},
-        curve=curve,
-        lexical_weight=lexical_weight,
-        held_out=sets.held_out or {},
-    )
-    fusion.save(folder)
-    return fusion

@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The options of ``finetune-embeddings`` and ``finetune-reranker`` as checked dataclasses, and the scored-pair
-file check ``evaluate-similarity`` shares. Torch-free: the commands check their inputs before torch loads."""
+"""The options of ``finetune-embeddings`` and ``finetune-reranker``, and the scored-pair file check
+``evaluate-similarity`` shares (torch-free)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ def file_columns(path: str) -> list[str]:
     """The header of a TSV/CSV file, or the keys of the first row of JSON lines ([] when there is none)."""
     with open(path, encoding="utf-8", newline="") as handle:
         first = next((line for line in handle if line.strip()), "")
-    if path.endswith((".tsv", ".csv")):
-        dialect = (
-            {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if path.endswith(".tsv") else {}
-        )  # as load_table
-        return next(csv.reader([first], **dialect), [])
+    if path.endswith(".tsv"):
+        return next(csv.reader([first], delimiter="\t", quoting=csv.QUOTE_NONE), [])  # as load_table
+    if path.endswith(".csv"):
+        return next(csv.reader([first]), [])
     try:
         row = json.loads(first)
     except json.JSONDecodeError:
@@ -66,7 +65,6 @@ class EmbeddingData:
             "help": "Same format as train_file: retrieval metrics among its passages, or Spearman/Pearson."
         },
     )
-    # START:STOP on the command line; a (start, stop) tuple after __post_init__
     train_articles: tuple[int, int] | str | None = field(default=None, metadata={"help": SQUAD_ARTICLES_HELP})
     validation_articles: tuple[int, int] | str | None = field(
         default=None, metadata={"help": SQUAD_ARTICLES_HELP}
@@ -89,9 +87,6 @@ class EmbeddingData:
 
 @dataclass(frozen=True)
 class EmbeddingSettings(EmbeddingArguments):
-    """The pooling and the loss. ``loss`` None: decided by the training file (see ``EmbeddingTask``);
-    ``pooling`` None: the model folder's sentence-transformers files, else mean."""
-
     _argument_group_name = "sentence embeddings and loss"
 
     loss: str | None = field(
@@ -103,8 +98,7 @@ class EmbeddingSettings(EmbeddingArguments):
     )
     scale: float = field(default=20.0, metadata={"help": "Similarity scale, 1/temperature."})
     symmetric: bool = field(default=False, metadata={"help": "Also rank the queries for each positive."})
-    # LOW:HIGH on the command line; a (low, high) tuple after __post_init__
-    score_range: tuple[float, float] | str | None = field(
+    score_range: tuple[float, float] | str | None = field(  # LOW:HIGH, a tuple after __post_init__
         default=None,
         metadata={
             "help": "cosine_mse: LOW:HIGH gold scores that map to cosine 0 and 1 (default: the training scores' "
@@ -198,9 +192,6 @@ class RerankerData:
 
 @dataclass(frozen=True)
 class RerankerValidation:
-    """Held-out queries (validation_file, else a share of the training documents): scored during training and
-    used to choose the fusion weights."""
-
     _argument_group_name = "validation and fusion"
 
     validation_file: str | None = field(
