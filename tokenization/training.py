@@ -1,7 +1,6 @@
 """Tokenizer training with the `tokenizers` trainers: WordPiece for `BriskBertTokenizer` (on its normaliser and
-pre-tokeniser, so pieces are learnt on what the tokenizer will see), byte-level BPE (RoBERTa, ModernBERT) and
-Unigram (SentencePiece-style). Text is streamed; `max_lines` trains on a seeded reservoir sample. The same text
-gives a byte-identical WordPiece `vocab.txt`.
+pre-tokeniser), byte-level BPE (RoBERTa, ModernBERT) and Unigram (SentencePiece-style). Text is streamed;
+`max_lines` trains on a seeded reservoir sample. The same text gives a byte-identical WordPiece `vocab.txt`.
 """
 
 from __future__ import annotations
@@ -9,9 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
-from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from collections.abc import Iterable, Iterator
+from itertools import chain, islice
 from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
@@ -63,9 +61,9 @@ def _dataset_texts(dataset, text_column: str) -> Iterator[str]:
     return (text for text in rows if isinstance(text, str) and text.strip())
 
 
-def _training_texts(files, dataset, text_column: str) -> tuple[Callable[[], Iterable[str]], str]:
-    """A function giving the texts to train on (each call reads them again), and their source's name.
-    ``files`` are checked to be UTF-8 text here, so that a bad byte is named before training starts."""
+def _training_texts(files, dataset, text_column: str, max_lines: int | None, seed: int):
+    """A function giving the (sampled) texts to train on at every call, and their source's name. ``files`` are
+    checked to be UTF-8 text here, so that a bad byte is named before training starts."""
     if (files is None) == (dataset is None):
         raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
     if dataset is not None:
@@ -73,27 +71,21 @@ def _training_texts(files, dataset, text_column: str) -> tuple[Callable[[], Iter
             raise ValueError(
                 f"`text_column={text_column!r}` is not a column of the dataset; columns: {dataset.column_names}."
             )
-        return lambda: _dataset_texts(dataset, text_column), "the dataset"
+        return lambda: sample_lines(_dataset_texts(dataset, text_column), max_lines, seed), "the dataset"
     paths = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     for path in paths:
         check_text_file(path, "files", allow_empty=True)
-    return lambda: _file_lines(paths), ", ".join(paths)
+    return lambda: sample_lines(_file_lines(paths), max_lines, seed), ", ".join(paths)
 
 
-def _train_backend(backend, trainer, texts: Iterable[str], source: str) -> float:
-    """Train ``backend`` on ``texts``; refuse an empty corpus; return the seconds taken."""
-    start, iterator, count = time.perf_counter(), iter(texts), 0
-
-    def batches():
-        nonlocal count
-        while batch := list(islice(iterator, _BATCH)):
-            count += len(batch)
-            yield batch
-
-    backend.train_from_iterator(batches(), trainer=trainer)
-    if count == 0:
+def _train_backend(backend, trainer, texts: Iterable[str], source: str) -> None:
+    """Train ``backend`` on ``texts`` in batches; an empty corpus is refused naming its source."""
+    texts = iter(texts)
+    first = next(texts, None)
+    if first is None:
         raise EmptyCorpusError(f"{source}: no text to train a tokenizer on (empty, or only blank lines).")
-    return time.perf_counter() - start
+    texts = chain([first], texts)
+    backend.train_from_iterator(iter(lambda: list(islice(texts, _BATCH)), []), trainer=trainer)
 
 
 def canonical_wordpiece_vocab(vocab: dict[str, int], target_size: int) -> dict[str, int]:
@@ -107,11 +99,9 @@ def canonical_wordpiece_vocab(vocab: dict[str, int], target_size: int) -> dict[s
             len(tokens),
             target_size,
         )
-        known, i = set(tokens), 0
-        while len(tokens) < target_size:
-            if f"[unused{i}]" not in known:
-                tokens.append(f"[unused{i}]")
-            i += 1
+        known = set(tokens)
+        fillers = (f"[unused{i}]" for i in range(2 * target_size) if f"[unused{i}]" not in known)
+        tokens += list(islice(fillers, target_size - len(tokens)))
     return {token: i for i, token in enumerate(tokens)}
 
 
@@ -132,11 +122,12 @@ def train_wordpiece_tokenizer(
     """A BriskBertTokenizer over a WordPiece vocabulary of exactly `vocab_size` tokens (rounded up to a
     multiple of `round_to_multiple_of` when given), saved to `output_dir` when given.
 
-    Exactly one of `files` (UTF-8 text, one document or line per line) and `dataset` (a `datasets` dataset,
-    read from `text_column`, or an iterable of texts that can be read twice). `lowercase` as uncased BERT (accents stripped too); `max_lines` trains on a
-    `seed`ed sample of that many lines. A corpus too small for the vocabulary is filled with `[unusedN]`.
+    Exactly one of `files` (UTF-8 text, one document or line per line) and `dataset` (a `datasets` dataset read
+    from `text_column`, or an iterable of texts that can be read twice). `lowercase` as uncased BERT (accents
+    stripped too); `max_lines` trains on a `seed`ed sample of that many lines. A corpus too small for the
+    vocabulary is filled with `[unusedN]`.
     """
-    texts, source = _training_texts(files, dataset, text_column)
+    texts, source = _training_texts(files, dataset, text_column, max_lines, seed)
     multiple = round_to_multiple_of or 1
     target_size = -(-int(vocab_size) // multiple) * multiple
     template = BriskBertTokenizer(do_lower_case=lowercase)
@@ -153,29 +144,29 @@ def train_wordpiece_tokenizer(
             limit_alphabet=1000,  # rarer characters become [UNK]
             show_progress=show_progress,
         )
-        seconds = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source)
-        return backend.get_vocab(with_added_tokens=False), seconds
+        _train_backend(backend, trainer, texts(), source)
+        return backend.get_vocab(with_added_tokens=False)
 
     # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally frequent merges
     # by those numbers, so the learnt set itself can vary. A second pass with every "##c" of the first
     # pinned at sorted ids (as special tokens, which the trainer numbers first) is deterministic.
-    first, seconds_first = train_pass([])
-    vocab, seconds = train_pass(sorted(t for t in first if t.startswith("##") and len(t) == 3))
+    first = train_pass([])
+    vocab = train_pass(sorted(t for t in first if t.startswith("##") and len(t) == 3))
     tokenizer = BriskBertTokenizer(
         vocab=canonical_wordpiece_vocab(vocab, target_size),
         do_lower_case=lowercase,
         model_max_length=model_max_length,
     )
-    _report(tokenizer, "WordPiece", seconds_first + seconds, output_dir)
-    return tokenizer
+    return _report(tokenizer, "WordPiece", output_dir)
 
 
-def _report(tokenizer, kind: str, elapsed: float, output_dir) -> None:
+def _report(tokenizer, kind: str, output_dir):
     """Log what was trained (the command prints its own one-line result) and save it to ``output_dir``."""
-    logger.info("Trained a %s vocabulary of %d tokens in %.1f s.", kind, len(tokenizer), elapsed)
+    logger.info("Trained a %s vocabulary of %d tokens.", kind, len(tokenizer))
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         tokenizer.save_pretrained(str(output_dir))
+    return tokenizer
 
 
 def train_bpe_tokenizer(
@@ -193,7 +184,7 @@ def train_bpe_tokenizer(
     """Byte-level BPE as RoBERTa and ModernBERT use it (every byte a base piece, RoBERTa's templates,
     ``<mask>`` absorbing the space before it), as a standard transformers tokenizer that loads without
     remote code. Arguments as in :func:`train_wordpiece_tokenizer`."""
-    texts, source = _training_texts(files, dataset, text_column)
+    texts, source = _training_texts(files, dataset, text_column, max_lines, seed)
     backend = Tokenizer(BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -204,7 +195,7 @@ def train_bpe_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source)
+    _train_backend(backend, trainer, texts(), source)
     backend.post_processor = processors.RobertaProcessing(
         ("</s>", backend.token_to_id("</s>")), ("<s>", backend.token_to_id("<s>")), add_prefix_space=False
     )
@@ -219,8 +210,7 @@ def train_bpe_tokenizer(
         mask_token=AddedToken("<mask>", lstrip=True, normalized=False),
         model_max_length=model_max_length,
     )
-    _report(tokenizer, "byte-level BPE", elapsed, output_dir)
-    return tokenizer
+    return _report(tokenizer, "byte-level BPE", output_dir)
 
 
 def train_unigram_tokenizer(
@@ -238,7 +228,7 @@ def train_unigram_tokenizer(
     """A Unigram vocabulary over ``▁``-marked words (as ALBERT's and T5's SentencePiece) with BERT's special
     tokens and templates, as a standard transformers tokenizer that loads without remote code. Arguments as
     in :func:`train_wordpiece_tokenizer`."""
-    texts, source = _training_texts(files, dataset, text_column)
+    texts, source = _training_texts(files, dataset, text_column, max_lines, seed)
     backend = Tokenizer(Unigram())
     backend.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), *([normalizers.Lowercase()] if lowercase else [])]
@@ -251,7 +241,7 @@ def train_unigram_tokenizer(
         unk_token="[UNK]",
         show_progress=show_progress,
     )
-    elapsed = _train_backend(backend, trainer, sample_lines(texts(), max_lines, seed), source)
+    _train_backend(backend, trainer, texts(), source)
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -266,5 +256,4 @@ def train_unigram_tokenizer(
         mask_token="[MASK]",
         model_max_length=model_max_length,
     )
-    _report(tokenizer, "Unigram", elapsed, output_dir)
-    return tokenizer
+    return _report(tokenizer, "Unigram", output_dir)
