@@ -34,18 +34,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from briskbert.hub_cards.front_matter import YamlLimits
 
+from . import errors
 from .accounts import Account, token_digest
-from .errors import (
-    BadRequest,
-    Forbidden,
-    HubError,
-    PayloadTooLarge,
-    RequestTimeout,
-    ServerError,
-    Unauthorized,
-    disk_full,
-    repo_not_found,
-)
+from .errors import BadRequest, HubError
 from .names import validate_repo_id
 from .protocol import parse_size
 from .routes import STEPS, Auth, Route, header_safe, json_response, match, read_body, repo_of
@@ -100,7 +91,7 @@ class Body:
         """Refuse a declared length over ``limit`` now; a chunked body is cut off when it passes it."""
         self.limit = limit
         if self.length is not None and self.length > limit:
-            raise PayloadTooLarge(
+            raise errors.PayloadTooLarge(
                 f"Request body of {self.length} bytes is larger than the limit of {limit} bytes"
             )
 
@@ -118,7 +109,7 @@ class Body:
                 message = await self._receive()
         except TimeoutError:
             self.broken = True
-            raise RequestTimeout(
+            raise errors.RequestTimeout(
                 f"No data for {limits.read_timeout_s:g} s, or less than {limits.min_transfer_rate} bytes/s "
                 "after that: the request body did not arrive in time"
             ) from None
@@ -128,7 +119,7 @@ class Body:
         self.done = not message.get("more_body", False)
         self.received += len(message.get("body", b""))
         if self.received > self.limit:
-            raise PayloadTooLarge(f"Request body larger than the limit of {self.limit} bytes")
+            raise errors.PayloadTooLarge(f"Request body larger than the limit of {self.limit} bytes")
         return message
 
     def drain(self, most: int) -> bool:
@@ -307,7 +298,7 @@ class HubServer:
         size, signature = parse_size(req.query_params.get("size")), req.query_params.get("sig", "")
         expected = self._sign(*repo_of(req), req.path_params["oid"], size) if size is not None else ""
         if not (signature and expected and hmac.compare_digest(signature.encode(), expected.encode())):
-            raise Forbidden("Invalid or expired upload signature")
+            raise errors.Forbidden("Invalid or expired upload signature")
         return size
 
     def serve_forever(self) -> None:
@@ -363,10 +354,10 @@ class HubServer:
         except HubError as e:
             response = self._error(e, body, waits)
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
-            error = disk_full(e, body.length) if isinstance(e, OSError) else None
+            error = errors.disk_full(e, body.length) if isinstance(e, OSError) else None
             if error is None:
                 logger.exception("internal error")
-                error = ServerError(f"Internal server error: {type(e).__name__}")
+                error = errors.ServerError(f"Internal server error: {type(e).__name__}")
             else:  # storage removed what it had begun to write
                 logger.error("%s %s: %s %s", method, path, error.message, e.filename or "")
             response = self._error(error, body, waits)
@@ -403,11 +394,13 @@ class HubServer:
         if on_repo:
             validate_repo_id(req.path_params["repo_id"])
         if auth is Auth.WRITE and account is None:
-            raise Unauthorized("Invalid credentials in Authorization header: a valid write token is required")
+            raise errors.Unauthorized(
+                "Invalid credentials in Authorization header: a valid write token is required"
+            )
         if auth in (Auth.READ, Auth.WRITE) and on_repo:
             record = self.storage.lookup(*repo_of(req))
             if record is None or record.private and not (account and account.owns(record.namespace)):
-                raise repo_not_found(*repo_of(req))
+                raise errors.repo_not_found(*repo_of(req))
             if auth is Auth.WRITE:
                 account.check_writes(record.namespace, f"to {record.repo_id}")
         if auth is Auth.SIGNED:
@@ -422,7 +415,7 @@ class HubServer:
                 return
             self.fault_hits += 1
         if fault["kind"] == "500":
-            raise ServerError(f"Injected server error at step {route.step}")
+            raise errors.ServerError(f"Injected server error at step {route.step}")
         if fault["kind"] == "400":
             raise BadRequest(f"Injected client error at step {route.step}", code="InjectedClientError")
         read_body(req)

@@ -520,15 +520,8 @@ BAD_PATHS = [
     "d/" * 512 + "f.txt",  # a path over 1,024 bytes
     "tab\there",
 ]
-GOOD_PATHS = [
-    "x..y.txt",
-    "dir.git/a",
-    "a.git",
-    ".gitattributes",
-    "caf\u00e9/\u540d\u524d.txt",
-    "a" * 255,
-    "d/" * 400 + "f.txt",
-]
+GOOD_PATHS = ["x..y.txt", "dir.git/a", "a.git", ".gitattributes", "caf\u00e9/\u540d\u524d.txt", "a" * 255]
+GOOD_PATHS += ["d/" * 400 + "f.txt"]
 
 
 def test_file_names_follow_the_hubs_rules(hub):
