@@ -220,13 +220,12 @@ def _require(config, name: str, is_valid, what: str) -> None:
         raise ValueError(f"{name} must be {what}, got {value!r}.")
 
 
+# Modern: RoPE + RMSNorm + pre-norm + GeGLU + grouped-query attention + local/global attention.
 _MODERN = dict(
     position_embedding_type="rope",
-    rope_theta=10000.0,
     norm_type="rmsnorm",
     norm_position="pre",
     layer_norm_eps=1e-6,
-    hidden_act="gelu",
     mlp_type="glu",
     attention_bias=False,
     mlp_bias=False,
@@ -234,43 +233,22 @@ _MODERN = dict(
     attention_probs_dropout_prob=0.0,
     sliding_window=64,
     global_attn_every_n_layers=3,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+    max_position_embeddings=8192,
+)
+_MODERN_TINY = dict(
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, sliding_window=16
 )
 
+# GeGLU's intermediate size is 2/3 of the MLP's so both cost the same.
 PRESETS: dict[str, dict] = {
-    # Classic BERT: learned positions, post-LayerNorm, GELU MLP, multi-head attention.
     "bert-base": dict(),
     "bert-small": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
     "bert-tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
-    # Modern: RoPE + RMSNorm + pre-norm + GeGLU + grouped-query attention + local/global attention.
-    # GeGLU's intermediate size is 2/3 of the MLP's so both cost the same.
-    "modern-base": dict(
-        _MODERN,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        num_key_value_heads=4,
-        intermediate_size=2048,
-        max_position_embeddings=8192,
-    ),
-    "modern-small": dict(
-        _MODERN,
-        hidden_size=384,
-        num_hidden_layers=6,
-        num_attention_heads=12,
-        num_key_value_heads=4,
-        intermediate_size=1024,
-        max_position_embeddings=8192,
-    ),
-    "modern-tiny": dict(
-        _MODERN,
-        hidden_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=344,
-        max_position_embeddings=2048,
-        sliding_window=16,
-    ),
+    "modern-base": dict(_MODERN, hidden_size=768, num_hidden_layers=12, intermediate_size=2048),
+    "modern-small": dict(_MODERN, hidden_size=384, num_hidden_layers=6, intermediate_size=1024),
+    "modern-tiny": dict(_MODERN, **_MODERN_TINY, hidden_size=128, num_hidden_layers=3, intermediate_size=344),
 }
 
 __all__ = ["BriskBertConfig", "PRESETS"]

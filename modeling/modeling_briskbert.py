@@ -347,16 +347,9 @@ def no_attention_bias(position_ids: torch.Tensor, batch_size: int, dtype: torch.
 
 # ---------- Attention ------------------------------------------------------------------------------------------
 def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    position_bias: torch.Tensor | None = None,
-    **kwargs,
+    module, query, key, value, attention_mask, scaling, dropout=0.0, position_bias=None, **kwargs
 ):
+    """Plain attention, with ALiBi's `position_bias` added to the scores (as the sdpa and flex kernels add it)."""
     # Key/value head h serves query heads h * groups ... (h + 1) * groups - 1.
     key = key.repeat_interleave(module.num_key_value_groups, dim=1)
     value = value.repeat_interleave(module.num_key_value_groups, dim=1)
@@ -566,6 +559,7 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     config: BriskBertConfig
     config_class = BriskBertConfig
     base_model_prefix = "model"
+    _input_embed_layer = "word_embeddings"  # found by transformers in `embeddings` of the bare model
     supports_gradient_checkpointing = True
     # Set per model in __init__: a model has one of the two layer classes, and FSDP's wrap policy refuses names
     # it cannot find. The embeddings stay out: as their own FSDP unit they would split the word embeddings from
@@ -646,12 +640,6 @@ class BriskBertModel(BriskBertPreTrainedModel):
         self.pooler = BriskBertPooler(config) if add_pooling_layer else None
         self.choose_layout = Unpadder(config, **UNPADDING_COSTS[config.unpad_inputs])
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     @merge_with_config_defaults
     @capture_outputs
@@ -844,11 +832,8 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
 
 @dataclass
 class BriskBertTokenClassifierOutput(TokenClassifierOutput):
-    r"""
-    tags (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-        The predicted tag id of every tagged position (Viterbi with a CRF head, the arg-max otherwise) and -100
-        elsewhere; returned when the tagged positions are known (`tag_mask`, or `labels` != -100).
-    """
+    r"""`tags` (`(batch, seq)`): the tag decoded at each tagged position (Viterbi with a CRF head, the arg-max
+    otherwise), -100 elsewhere; returned when the tagged positions are known (`tag_mask`, or `labels` != -100)."""
 
     tags: torch.LongTensor | None = None
 
