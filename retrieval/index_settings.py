@@ -44,8 +44,7 @@ class IndexSettings:
     pq_m: int = field(default=0, metadata={"help": "IVF-PQ: sub-quantizers per vector (0: dimension / 8)."})
     pq_bits: int = field(default=8, metadata={"help": "IVF-PQ: bits per sub-quantizer code."})
     max_train_vectors: int = field(
-        default=100_000,
-        metadata={"help": "IVF-PQ: train the quantizers on a random sample of at most this many vectors."},
+        default=100_000, metadata={"help": "IVF-PQ: vectors to train on, at most."}
     )
 
     def __post_init__(self):
@@ -89,8 +88,7 @@ class IndexFolder:
     index: str | None = field(
         default=None,
         metadata={
-            "help": "A folder from `briskbert build-index` over this collection's passages: search it instead of "
-            "embedding every passage (needs the [faiss] extra)."
+            "help": "A build-index folder over this collection's passages to search (the [faiss] extra)."
         },
     )
 

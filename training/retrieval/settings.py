@@ -55,15 +55,13 @@ class EmbeddingData:
 
     train_file: str = field(
         metadata={
-            "help": "TSV/CSV/JSON lines: query|anchor/positive[/negative], or sentence1/sentence2/score; or "
-            "SQuAD .json."
+            "help": "TSV/CSV/JSON lines of query|anchor/positive[/negative] or sentence1/sentence2/score; "
+            "or SQuAD .json."
         }
     )
     validation_file: str | None = field(
         default=None,
-        metadata={
-            "help": "Same format as train_file: retrieval metrics among its passages, or Spearman/Pearson."
-        },
+        metadata={"help": "As train_file: retrieval metrics, or Spearman/Pearson for scored pairs."},
     )
     train_articles: tuple[int, int] | str | None = field(default=None, metadata={"help": SQUAD_ARTICLES_HELP})
     validation_articles: tuple[int, int] | str | None = field(
@@ -73,10 +71,7 @@ class EmbeddingData:
     max_query_length: int = field(default=64, metadata={"help": "Tokens per query after truncation."})
     mine_hard_negatives: bool = field(
         default=False,
-        metadata={
-            "help": "Add each query's highest-ranked other training passage (by the starting model) as its "
-            "negative."
-        },
+        metadata={"help": "Add the starting model's best-ranked wrong training passage as negative."},
     )
 
     def __post_init__(self):
@@ -92,7 +87,7 @@ class EmbeddingSettings(EmbeddingArguments):
     loss: str | None = field(
         default=None,
         metadata={
-            "help": "Default: multiple_negatives_ranking for pairs and triplets, cosent for scored pairs.",
+            "help": "Default: multiple_negatives_ranking for pairs, cosent for scored pairs.",
             "choices": EMBEDDING_LOSSES,
         },
     )
@@ -100,17 +95,11 @@ class EmbeddingSettings(EmbeddingArguments):
     symmetric: bool = field(default=False, metadata={"help": "Also rank the queries for each positive."})
     score_range: tuple[float, float] | str | None = field(  # LOW:HIGH, a tuple after __post_init__
         default=None,
-        metadata={
-            "help": "cosine_mse: LOW:HIGH gold scores that map to cosine 0 and 1 (default: the training scores' "
-            "range)."
-        },
+        metadata={"help": "cosine_mse: LOW:HIGH scores for cosine 0 and 1 (default: the data's)."},
     )
     mini_batch_size: int | None = field(
         default=None,
-        metadata={
-            "help": "Cached gradients: encode this many texts at a time; memory of a mini-batch, negatives of "
-            "the batch."
-        },
+        metadata={"help": "Cached gradients: encode this many texts at a time (batch negatives kept)."},
     )
 
     def __post_init__(self):
@@ -146,26 +135,19 @@ class RerankerData:
     negative_pool_size: int | None = field(
         default=None,
         metadata={
-            "help": "Negatives per query to draw num_negatives from each epoch (default: 3 x num_negatives "
-            "with negatives_from, else num_negatives)."
+            "help": "Negatives per query drawn from each epoch (default: 3 x num_negatives with "
+            "negatives_from, else num_negatives)."
         },
     )
     negatives_from: str | None = field(
-        default=None,
-        metadata={
-            "help": "A dual encoder (e.g. from finetune-embeddings) whose top-ranked wrong passages are the "
-            "negatives; default: random passages."
-        },
+        default=None, metadata={"help": "A dual encoder whose top-ranked wrong passages are the negatives."}
     )
     negatives_corpus_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "More passages (one per line) for negatives_from to find negatives among, e.g. distractors."
-        },
+        default=None, metadata={"help": "More passages (one per line) for negatives_from to search."}
     )
     negatives_corpus_min_words: int = 0
     loss: str = field(
-        default="listwise", metadata={"help": "Ranking loss over each group.", "choices": RANKING_LOSSES}
+        default="listwise", metadata={"help": "Ranking loss per group.", "choices": RANKING_LOSSES}
     )
 
     def __post_init__(self):
@@ -196,16 +178,13 @@ class RerankerValidation:
 
     validation_file: str | None = field(
         default=None,
-        metadata={
-            "help": "Held-out queries (SQuAD .json or JSON lines pairs): scored during training; the fusion "
-            "weight is chosen on them."
-        },
+        metadata={"help": "Held-out queries (as train_file): scored, and the fusion chosen on them."},
     )
     validation_split_percentage: float = field(
         default=10,
         metadata={
-            "help": "Without validation_file: %% of the training documents (SQuAD articles; for pairs, the "
-            "groups that share a passage) held out, whole, to choose the fusion weights on."
+            "help": "Without validation_file: %% of the training documents (SQuAD articles, or groups of "
+            "pairs sharing a passage) held out whole to choose the fusion on."
         },
     )
     validation_articles: tuple[int, int] | str | None = field(
@@ -213,21 +192,17 @@ class RerankerValidation:
     )
     validation_extra_corpus_file: str | None = field(
         default=None,
-        metadata={
-            "help": "Distractor passages (one per line) added to the validation collection (held out of the "
-            "training data, it also holds the training passages)."
-        },
+        metadata={"help": "Distractor passages (one per line) added to the validation collection."},
     )
     validation_extra_corpus_min_words: int = 0
     fusion_retriever: str | None = field(
         default=None,
         metadata={
-            "help": "The dual encoder the re-ranker will sit behind (default: negatives_from, else the starting "
-            "model)."
+            "help": "The dual encoder the re-ranker sits behind (default: negatives_from, else the model)."
         },
     )
     rerank_top_k: int = field(
-        default=20, metadata={"help": "Retrieved passages re-ranked when choosing the weight."}
+        default=20, metadata={"help": "Retrieved passages re-ranked to choose the fusion."}
     )
 
     def __post_init__(self):

@@ -53,19 +53,21 @@ def score_range(pairs: list[ScoredPair]) -> tuple[float, float]:
     return low, high
 
 
+@dataclass
 class ScoredPairCollator:
     """The B first sentences, then the B second sentences, in one padded batch; ``labels`` are the scores."""
 
-    def __init__(self, tokenizer, max_seq_length: int):
-        self.tokenizer, self.max_seq_length = tokenizer, max_seq_length
+    tokenizer: object
+    max_seq_length: int
 
     def __call__(self, pairs: list[ScoredPair]) -> dict:
         texts = [pair.sentence1 for pair in pairs] + [pair.sentence2 for pair in pairs]
         encoded = self.tokenizer(
             texts, truncation=True, max_length=self.max_seq_length, padding=True, return_tensors="pt"
         )
+        labels = torch.tensor([pair.score for pair in pairs], dtype=torch.float32)
         return {
-            "labels": torch.tensor([pair.score for pair in pairs], dtype=torch.float32),
+            "labels": labels,
             "input_ids": encoded["input_ids"],
             "attention_mask": encoded["attention_mask"],
         }

@@ -32,6 +32,9 @@ from briskbert.retrieval.settings import (
     RerankerArguments,
 )
 
+# What evaluate-retrieval and open-domain-qa both read, after their models' arguments.
+RETRIEVAL_ARGUMENTS = (RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder)
+
 
 @dataclass(frozen=True)
 class OutputArguments:
@@ -42,9 +45,8 @@ class OutputArguments:
 
 def main(argv=None):
     models, reranking, embedding, source, index, output = parse(
-        __doc__, EncoderArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
-        OutputArguments, argv=argv,
-    )  # fmt: skip
+        __doc__, EncoderArguments, *RETRIEVAL_ARGUMENTS, OutputArguments, argv=argv
+    )
     from briskbert.retrieval.fusion import evaluate_retrieval
 
     encoder = models.model_name_or_path
@@ -52,15 +54,19 @@ def main(argv=None):
         source, embedding, index, reranking, encoder, models.batch_size, models.max_seq_length
     )
     report = evaluate_retrieval(task, retriever, reranker)
-    report["model"], report["reranker"] = encoder, reranking.reranker_model_name_or_path
-    report["index"] = index.index
+    report |= {"model": encoder, "reranker": reranking.reranker_model_name_or_path, "index": index.index}
     print(format_report(report))
-    if "warning" in report:
-        print(f"warning: {report['warning']}", file=sys.stderr)
-    if output.output_dir:
-        Path(output.output_dir).mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(output.output_dir) / "metrics.json", json.dumps(report, indent=2))
+    write_outputs(report, output.output_dir)
     return report
+
+
+def write_outputs(metrics: dict, output_dir: str | None) -> None:
+    """The warning, if any, on stderr; ``metrics.json`` in ``output_dir`` when there is one."""
+    if "warning" in metrics:
+        print(f"warning: {metrics['warning']}", file=sys.stderr)
+    if output_dir:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(output_dir) / "metrics.json", json.dumps(metrics, indent=2))
 
 
 def load_models(source, embedding, index, reranking, encoder: str, batch_size: int, max_seq_length=None):
@@ -83,11 +89,11 @@ def load_models(source, embedding, index, reranking, encoder: str, batch_size: i
 
 def format_report(report: dict) -> str:
     """A small table: one row per stage, metrics on 0-1 (as recorded)."""
+    bm25 = f", BM25 {report['lexical_weight']:g}" if report.get("lexical_weight") else ""
     labels = {
         "retrieval": "retrieval",
         "reranked": "re-ranker",
-        "fused": f"fused ({report.get('fusion_weight', 0):g}"
-        + (f", BM25 {report['lexical_weight']:g})" if report.get("lexical_weight") else ")"),
+        "fused": f"fused ({report.get('fusion_weight', 0):g}{bm25})",
     }
     stages = [name for name in labels if name in report]
     names = list(report["retrieval"])

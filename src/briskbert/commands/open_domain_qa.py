@@ -18,14 +18,12 @@ gold paragraphs read and the ranking's metrics go to ``metrics.json``, the answe
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
+from briskbert.commands.evaluate_retrieval import RETRIEVAL_ARGUMENTS
 from briskbert.files import write_atomic
-from briskbert.retrieval.index_settings import IndexFolder
-from briskbert.retrieval.settings import CollectionSource, EmbeddingArguments, RerankerArguments
 from briskbert.training.tasks.settings import check_at_least
 
 
@@ -56,9 +54,8 @@ class QuestionArguments:
 
 def main(argv=None):
     models, reranking, embedding, source, index, run = parse(
-        __doc__, ModelArguments, RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder,
-        QuestionArguments, argv=argv,
-    )  # fmt: skip
+        __doc__, ModelArguments, *RETRIEVAL_ARGUMENTS, QuestionArguments, argv=argv
+    )
     from briskbert.commands.evaluate_retrieval import load_models
     from briskbert.retrieval.open_domain_qa import load_reader
 
@@ -85,23 +82,22 @@ def _answer_one(question, task, retriever, reader, reranker, read_top_k):
 
 
 def _evaluate(read_top_k, output_dir, task, retriever, reader, reranker):
+    from briskbert.commands.evaluate_retrieval import write_outputs
     from briskbert.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
 
     depths = tuple(sorted({*READ_DEPTHS, read_top_k}))
     metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
     metrics["read_top_k"] = read_top_k
     print(format_metrics(metrics, depths))
-    if "warning" in metrics:
-        print(f"warning: {metrics['warning']}", file=sys.stderr)
+    write_outputs(metrics, output_dir)
     if output_dir:
-        folder = Path(output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / "metrics.json", json.dumps(metrics, indent=2))
         predictions = {
             qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
             for qid, a in answers[read_top_k].items()
         }
-        write_atomic(folder / "predictions.json", json.dumps(predictions, indent=2, ensure_ascii=False))
+        write_atomic(
+            Path(output_dir) / "predictions.json", json.dumps(predictions, indent=2, ensure_ascii=False)
+        )
     return metrics
 
 
