@@ -6,13 +6,10 @@ from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
 from .folder import convert_checkpoint
 from .weights import CheckpointMismatchError
 
-convert_bert_checkpoint = convert_checkpoint
-
 __all__ = [
     "FAMILIES",
     "CheckpointMismatchError",
     "SourceFamily",
     "UnsupportedCheckpointError",
-    "convert_bert_checkpoint",
     "convert_checkpoint",
 ]

@@ -3,19 +3,10 @@ without remote code. The import is the oracle: the family's config, imported aga
 unchanged; the weights follow the import's name map read backwards; the written folder's outputs must match."""
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from .agreement import OUTPUT_TOLERANCE, largest_difference
-from .families import (
-    BERT_FIELDS,
-    DISTILBERT_NAMES,
-    FAMILIES,
-    MODERNBERT_FIELDS,
-    MODERNBERT_NAMES,
-    SourceFamily,
-    UnsupportedCheckpointError,
-)
+from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
 from .weights import CheckpointMismatchError, name_map
 
 # Options that change nothing a saved model computes (how it runs, what its training did), left out of the check.
@@ -29,117 +20,45 @@ _HEAD_OPTIONS = (
     "classifier_dropout",
     "use_crf",
 )
-_LABEL_FIELDS = ("id2label", "label2id", "problem_type")
-
-
-def _bert(ours: dict) -> dict:
-    if not ours["type_vocab_size"]:
-        raise UnsupportedCheckpointError(
-            "type_vocab_size=0 (no segment embeddings; BERT-style families have them)"
-        )
-    return {name: ours[name] for name in BERT_FIELDS if name in ours}
-
-
-def _electra(ours: dict) -> dict:
-    return dict(_bert(ours), embedding_size=ours["embedding_size"] or ours["hidden_size"])
-
-
-def _distilbert(ours: dict) -> dict:
-    shared = {
-        name: ours[name] for name in (*_LABEL_FIELDS, "vocab_size", "max_position_embeddings", "pad_token_id")
-    }
-    theirs = {theirs: ours[name] for name, theirs in DISTILBERT_NAMES.items()}
-    return dict(shared, **theirs, initializer_range=ours["initializer_range"], sinusoidal_pos_embds=False)
-
-
-def _modernbert(ours: dict) -> dict:
-    fields = {name: ours[name] for name in MODERNBERT_FIELDS if name in ours}
-    fields.update({theirs: ours[name] for name, theirs in MODERNBERT_NAMES.items()})
-    window = ours["sliding_window"]
-    every = ours["global_attn_every_n_layers"]
-    local_theta = ours["local_rope_theta"] or ours["rope_theta"]
-    return dict(
-        fields,
-        classifier_activation=ours["head_activation"] or ours["hidden_act"],
-        local_attention=2 * window if window else 128,
-        layer_types=[
-            "sliding_attention" if window and not (every and i % every == 0) else "full_attention"
-            for i in range(ours["num_hidden_layers"])
-        ],
-        rope_parameters={
-            "full_attention": {"rope_type": "default", "rope_theta": ours["rope_theta"]},
-            "sliding_attention": {"rope_type": "default", "rope_theta": local_theta},
-        },
-    )
-
-
-@dataclass(frozen=True)
-class TargetFamily:
-    """A transformers family a BriskBert folder can be written as: its model_type, class prefix, import rules
-    and the config fields BriskBert's options become."""
-
-    model_type: str
-    prefix: str
-    config_fields: object
-
-    @property
-    def source(self) -> SourceFamily:
-        return next(family for family in FAMILIES if self.model_type in family.model_types)
-
-
-# Tried in this order when no family is named: the first that expresses the configuration is written.
+# model_type -> (class prefix, family), tried in this order when no family is named: the first that expresses the
+# configuration is written.
 TARGETS = {
-    target.model_type: target
-    for target in (
-        TargetFamily("bert", "Bert", _bert),
-        TargetFamily("roberta", "Roberta", _bert),
-        TargetFamily("xlm-roberta", "XLMRoberta", _bert),
-        TargetFamily("distilbert", "DistilBert", _distilbert),
-        TargetFamily("electra", "Electra", _electra),
-        TargetFamily("modernbert", "ModernBert", _modernbert),
-    )
+    model_type: (prefix, family) for family in FAMILIES for model_type, prefix in family.prefixes.items()
 }
 
 
-def head_suffix(target: TargetFamily, auto_class: str) -> str:
-    """The family's head ("ForMaskedLM") that BriskBert's head (by its Auto class) came from on import."""
-    suffix = next((s for s, auto in target.source.heads.items() if auto == auto_class), None)
-    if suffix is None:
-        raise UnsupportedCheckpointError(f"{target.prefix} has no head for {auto_class}.")
-    return suffix
-
-
-def family_config(target: TargetFamily, ours, tokenizer=None):
+def family_config(model_type: str, ours, tokenizer=None):
     """The family's config for BriskBert config `ours` (best effort: `differences` says what it cannot say)."""
     import transformers
 
+    prefix, family = TARGETS[model_type]
     # Unset options take the family's default: if that differs, `differences` names the option.
     fields = {
-        name: value for name, value in target.config_fields(ours.to_dict()).items() if value is not None
+        name: value for name, value in family.family_fields(ours.to_dict()).items() if value is not None
     }
-    if target.model_type == "modernbert" and tokenizer is not None:
+    if model_type == "modernbert" and tokenizer is not None:
         fields.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
         fields.setdefault("bos_token_id", tokenizer.cls_token_id)
         fields.setdefault("eos_token_id", tokenizer.sep_token_id)
     try:
-        return getattr(transformers, f"{target.prefix}Config")(**fields)
+        return getattr(transformers, f"{prefix}Config")(**fields)
     except Exception as error:  # transformers' strict config fields raise their own error types
         raise UnsupportedCheckpointError(str(error).splitlines()[-1].strip()) from None
 
 
-def differences(target: TargetFamily, suffix: str, ours, theirs) -> list[str]:
+def differences(family: SourceFamily, suffix: str, ours, theirs) -> list[str]:
     """ "option=ours (family: theirs)" for every option the family's config does not bring back on import."""
     from .folder import build_config
 
     try:
-        back = build_config(target.source, suffix, theirs.to_dict(), has_pooler=True).to_dict()
+        back = build_config(family, suffix, theirs.to_dict(), has_pooler=True).to_dict()
     except UnsupportedCheckpointError as error:
         return [str(error)]
     ignored = _RUNTIME_OPTIONS + (_HEAD_OPTIONS if suffix in ("ForMaskedLM", "Model") else ())
     mine, back = _effective(ours.to_dict()), _effective(back)
     names = [name for name in type(ours).__annotations__ if name not in ignored]
     return [
-        f"{name}={mine[name]!r} ({target.source.name}: {back.get(name)!r})"
+        f"{name}={mine[name]!r} ({family.name}: {back.get(name)!r})"
         for name in names
         if mine[name] != back.get(name)
     ]
@@ -155,21 +74,21 @@ def _effective(options: dict) -> dict:
     )
 
 
-def family_weights(target: TargetFamily, suffix: str, family_model, mine: dict, tied: set) -> dict:
+def family_weights(family: SourceFamily, suffix: str, family_model, mine: dict, tied: set) -> dict:
     """The family model's state dict filled with BriskBert's weights `mine` (named as in a head: "model.layers..."),
     by the import's name map read backwards; refuses a weight the family has no place for (bar the `tied` ones)."""
     theirs = family_model.state_dict()
     state, used = dict(theirs), set()
-    for name, (ours_name, part) in name_map(target.source, suffix, theirs).items():
+    for name, (ours_name, part) in name_map(family, suffix, theirs).items():
         if ours_name not in mine:
             raise CheckpointMismatchError(
-                f"{target.prefix} weight {name} has no BriskBert counterpart {ours_name}."
+                f"{family.name} weight {name} has no BriskBert counterpart {ours_name}."
             )
         state[name] = mine[ours_name] if part is None else mine[ours_name].chunk(3, dim=0)[part]
         used.add(ours_name)
     unused = sorted(set(mine) - used - tied)
     if unused:
-        raise CheckpointMismatchError(f"{target.prefix} has no place for the weights {unused}.")
+        raise CheckpointMismatchError(f"{family.name} has no place for the weights {unused}.")
     return state
 
 
@@ -188,26 +107,29 @@ def _save_plain_tokenizer(tokenizer, folder: Path):
 
 def pick_family(
     ours, auto_class: str, family: str | None, tokenizer=None
-) -> tuple[TargetFamily, str, object]:
-    """(target, head suffix, family config): the named family, else the first that expresses `ours`. Raises
-    UnsupportedCheckpointError naming each option the (closest) family cannot express."""
-    candidates = [TARGETS[family]] if family else list(TARGETS.values())
+) -> tuple[str, SourceFamily, str, object]:
+    """(class prefix, family, head suffix, family config): the named family (a key of TARGETS), else the first that
+    expresses `ours`. Raises UnsupportedCheckpointError naming each option the (closest) family cannot express."""
     refusals = []
-    for target in candidates:
-        try:
-            suffix = head_suffix(target, auto_class)
-            theirs = family_config(target, ours, tokenizer)
-        except UnsupportedCheckpointError as error:
-            refusals.append((target, [str(error).splitlines()[0]]))
+    for model_type in [family] if family else TARGETS:
+        prefix, source = TARGETS[model_type]
+        suffix = next((s for s, auto in source.heads.items() if auto == auto_class), None)
+        if suffix is None:
+            refusals.append((source, [f"{prefix} has no head for {auto_class}."]))
             continue
-        problems = differences(target, suffix, ours, theirs)
+        try:
+            theirs = family_config(model_type, ours, tokenizer)
+        except UnsupportedCheckpointError as error:
+            refusals.append((source, [str(error).splitlines()[0]]))
+            continue
+        problems = differences(source, suffix, ours, theirs)
         if not problems:
-            return target, suffix, theirs
-        refusals.append((target, problems))
-    target, problems = min(refusals, key=lambda refusal: len(refusal[1]))
+            return prefix, source, suffix, theirs
+        refusals.append((source, problems))
+    source, problems = min(refusals, key=lambda refusal: len(refusal[1]))
     closest = "" if family else f", the closest of {', '.join(TARGETS)},"
     raise UnsupportedCheckpointError(
-        f"{'; '.join(problems)}: {target.source.name}{closest} cannot express "
+        f"{'; '.join(problems)}: {source.name}{closest} cannot express "
         f"{'these options' if len(problems) > 1 else 'this option'}."
     )
 
@@ -235,15 +157,17 @@ def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[
     if auto_class is None:
         raise UnsupportedCheckpointError(f"{model_dir} holds {class_name}, not a briskbert model.")
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    target, suffix, theirs = pick_family(config, auto_class, family, tokenizer)  # before the weights are read
+    prefix, source, suffix, theirs = pick_family(
+        config, auto_class, family, tokenizer
+    )  # before reading weights
     ours = getattr(modeling_briskbert, class_name).from_pretrained(model_dir, dtype=torch.float32).eval()
-    family_class = getattr(transformers, f"{target.prefix}{suffix}")
+    family_class = getattr(transformers, f"{prefix}{suffix}")
     family_model = family_class(theirs).eval()
     mine = ours.state_dict()
     if class_name == "BriskBertModel":  # the bare encoder's names lack the heads' "model." prefix
         mine = {f"model.{name}": value for name, value in mine.items()}
     tied = set(ours._tied_weights_keys or {}) if config.tie_word_embeddings else set()
-    family_model.load_state_dict(family_weights(target, suffix, family_model, mine, tied), strict=True)
+    family_model.load_state_dict(family_weights(source, suffix, family_model, mine, tied), strict=True)
     with staged_folder(output_dir) as staging:
         family_model.save_pretrained(staging)
         _save_plain_tokenizer(tokenizer, staging)

@@ -1,8 +1,8 @@
-"""The source architectures `briskbert convert` imports: for each family, how its config.json becomes BriskBert
-options, how its weights are named, and which of its heads map to which BriskBert head (by Auto class, the keys
-of AUTO_MAP). Plain data and small functions: nothing here imports torch."""
+"""The transformers families `briskbert convert` imports and `export-family` writes: for each, which config.json
+fields are which BriskBert options (and what each direction adds), how its weights are named, and which of its
+heads map to which BriskBert head (by Auto class, the keys of AUTO_MAP). Plain data and small functions: nothing
+here imports torch."""
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,62 +60,57 @@ _COMMON_HEAD_RENAMES = {"classifier.": "classifier.", "qa_outputs.": "qa_outputs
 
 @dataclass(frozen=True)
 class SourceFamily:
-    """How one transformers architecture family maps onto BriskBert.
+    """How one transformers architecture family maps onto BriskBert, both ways.
 
+    `names` maps a BriskBert option to the family's config.json field; `imported(source config)` and
+    `exported(BriskBert options)` give what each direction adds beyond them (and refuse what it cannot express).
     `head_renames` maps a head suffix ("ForMaskedLM", or "*" for every head) to {source prefix: BriskBert prefix}
-    for the weights outside the encoder; `head_config` adds BriskBert options a head needs (ELECTRA's discriminator
-    becomes a one-label token classifier behind a dense + activation transform)."""
+    for the weights outside the encoder; `head_config` adds BriskBert options a head needs (ELECTRA's
+    discriminator becomes a one-label token classifier behind a dense + activation transform)."""
 
     name: str
-    model_types: tuple[str, ...]
-    class_prefixes: tuple[str, ...]
+    prefixes: dict[str, str]  # model_type -> transformers' class prefix
     weight_prefix: str
-    config_fields: Callable[[dict], dict]
+    names: dict[str, str]
+    imported: Callable[[dict], dict]
+    exported: Callable[[dict], dict]
     heads: dict[str, str]
     encoder_renames: tuple[tuple[str, str], ...]
     qkv: tuple[str, tuple[str, str, str]] | None
     head_renames: dict[str, dict[str, str]]
     head_config: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
 
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        return tuple(self.prefixes)
+
     def head_suffix(self, architecture: str) -> str:
         """ "RobertaForMaskedLM" -> "ForMaskedLM"; refuses classes of another family or heads without a match."""
-        prefix = next((p for p in self.class_prefixes if architecture.startswith(p)), None)
+        prefix = next((p for p in self.prefixes.values() if architecture.startswith(p)), None)
         suffix = architecture[len(prefix) :] if prefix else None
         if suffix not in self.heads:
-            supported = ", ".join(f"{self.class_prefixes[0]}{s}" for s in self.heads)
+            first = next(iter(self.prefixes.values()))
             raise UnsupportedCheckpointError(
                 f"architectures={architecture!r} is not a {self.name} head briskbert can import; "
-                f"supported: {supported} (or give the architecture setting)."
+                f"supported: {', '.join(first + s for s in self.heads)} (or give the architecture setting)."
             )
         return suffix
 
     def renames_for(self, suffix: str) -> dict[str, str]:
-        """Head weight renames, the head's own first (RoBERTa's classifier.dense before classifier.)."""
-        own = self.head_renames.get(suffix, {})
-        return {**own, **{k: v for k, v in self.head_renames.get("*", {}).items() if k not in own}}
+        """Head weight renames: the head's own over those of every head (a name takes its longest prefix)."""
+        return {**self.head_renames.get("*", {}), **self.head_renames.get(suffix, {})}
 
+    def config_fields(self, source: dict) -> dict:
+        """BriskBert options from the family's config.json."""
+        renamed = {ours: source[theirs] for ours, theirs in self.names.items() if theirs in source}
+        return {**renamed, **self.imported(source)}
 
-# ---------- Source config.json -> BriskBert options ------------------------------------------------------------
-_SHARED_FIELDS = (
-    "vocab_size",
-    "max_position_embeddings",
-    "initializer_range",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "tie_word_embeddings",
-)
-
-
-def _copy(source: dict, names) -> dict:
-    return {name: source[name] for name in names if name in source}
-
-
-def _renamed(source: dict, renames: dict[str, str]) -> dict:
-    return {ours: source[theirs] for ours, theirs in renames.items() if theirs in source}
+    def family_fields(self, ours: dict) -> dict:
+        """The family's config fields for BriskBert options `ours`."""
+        return {
+            **{theirs: ours[name] for name, theirs in self.names.items() if name in ours},
+            **self.exported(ours),
+        }
 
 
 def _require(source: dict, field_name: str, accepted, default=None):
@@ -127,68 +122,60 @@ def _require(source: dict, field_name: str, accepted, default=None):
         )
 
 
-# BriskBert option -> the source's config.json field, where the names differ (export reads them backwards).
-DISTILBERT_NAMES = dict(
-    hidden_size="dim",
-    num_hidden_layers="n_layers",
-    num_attention_heads="n_heads",
-    intermediate_size="hidden_dim",
-    hidden_act="activation",
-    hidden_dropout_prob="dropout",
-    attention_probs_dropout_prob="attention_dropout",
-    classifier_dropout="seq_classif_dropout",
-)
-MODERNBERT_NAMES = dict(
-    hidden_act="hidden_activation",
-    layer_norm_eps="norm_eps",
-    hidden_dropout_prob="mlp_dropout",
-    attention_probs_dropout_prob="attention_dropout",
-    head_bias="classifier_bias",
-)
-MODERNBERT_FIELDS = (
-    *_SHARED_FIELDS,
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "norm_bias",
-    "attention_bias",
-    "mlp_bias",
-    "decoder_bias",
-    "classifier_dropout",
-    "classifier_pooling",
-)
-BERT_FIELDS = (
-    *_SHARED_FIELDS,
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "type_vocab_size",
-    "layer_norm_eps",
-    "classifier_dropout",
-)
+def _same(*names: str) -> dict[str, str]:
+    return {name: name for name in names}
 
 
-def bert_fields(source: dict) -> dict:
+_SHARED = _same(
+    "vocab_size",
+    "max_position_embeddings",
+    "initializer_range",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "tie_word_embeddings",
+)
+_SIZES = _same("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+_BERT_NAMES = {
+    **_SHARED,
+    **_SIZES,
+    **_same("hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "type_vocab_size"),
+    **_same("layer_norm_eps", "classifier_dropout"),
+}
+
+
+# ---------- What each direction adds ---------------------------------------------------------------------------
+def bert_import(source: dict) -> dict:
     _require(source, "position_embedding_type", ("absolute",), "absolute")
-    return _copy(source, BERT_FIELDS)
+    return {}
 
 
-def roberta_fields(source: dict) -> dict:
+def bert_export(ours: dict) -> dict:
+    if not ours["type_vocab_size"]:
+        raise UnsupportedCheckpointError(
+            "type_vocab_size=0 (no segment embeddings; BERT-style families have them)"
+        )
+    return {}
+
+
+def roberta_import(source: dict) -> dict:
     # RobertaLMHead applies gelu whatever hidden_act says.
-    return dict(bert_fields(source), position_ids_type="count_non_padding", head_activation="gelu")
+    return dict(bert_import(source), position_ids_type="count_non_padding", head_activation="gelu")
 
 
-def electra_fields(source: dict) -> dict:
-    fields = bert_fields(source)
+def electra_import(source: dict) -> dict:
+    fields = bert_import(source)
     if source.get("embedding_size", source["hidden_size"]) != source["hidden_size"]:
         fields["embedding_size"] = source["embedding_size"]
     # ElectraClassificationHead and the generator head use gelu whatever hidden_act says.
     return dict(fields, pooler_activation="gelu", head_activation="gelu")
+
+
+def electra_export(ours: dict) -> dict:
+    return dict(bert_export(ours), embedding_size=ours["embedding_size"] or ours["hidden_size"])
 
 
 def electra_multiple_choice(source: dict) -> dict:
@@ -196,8 +183,7 @@ def electra_multiple_choice(source: dict) -> dict:
     _require(source, "summary_use_proj", (True,), False)
     _require(source, "summary_proj_to_labels", (False, None))
     _require(source, "summary_first_dropout", (0, 0.0, None))
-    activation = source.get("summary_activation")
-    return dict(pooler_activation=activation or "linear")
+    return dict(pooler_activation=source.get("summary_activation") or "linear")
 
 
 def electra_discriminator(source: dict) -> dict:
@@ -208,39 +194,24 @@ def electra_discriminator(source: dict) -> dict:
     )
 
 
-def distilbert_fields(source: dict) -> dict:
-    fields = _renamed(source, DISTILBERT_NAMES)
+def distilbert_import(source: dict) -> dict:
     # DistilBERT's norms use a fixed eps; its classifiers read [CLS] through dense + ReLU.
-    return dict(
-        _copy(source, _SHARED_FIELDS),
-        **fields,
-        type_vocab_size=0,
-        layer_norm_eps=1e-12,
-        pooler_activation="relu",
-    )
+    return dict(type_vocab_size=0, layer_norm_eps=1e-12, pooler_activation="relu")
 
 
-def _every_n_from_layer_types(layer_types: list[str]) -> tuple[bool, int | None]:
-    """(has local layers, the period of global layers) for BriskBert's "layers 0, n, 2n... are global" rule."""
-    if "sliding_attention" not in layer_types:
-        return False, None
-    global_layers = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
-    if not global_layers:
-        return True, None
-    return True, (global_layers[1] if len(global_layers) > 1 else len(layer_types))
-
-
-def modernbert_fields(source: dict) -> dict:
+def modernbert_import(source: dict) -> dict:
     rope = source.get("rope_parameters") or {}
     for parameters in rope.values():
         _require(parameters, "rope_type", ("default",), "default")
+    # BriskBert's rule: layers 0, n, 2n... are global, the others local.
     layer_types = source.get("layer_types") or []
-    local, every = _every_n_from_layer_types(layer_types)
+    local = "sliding_attention" in layer_types
+    global_layers = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+    every = None
+    if local and global_layers:
+        every = global_layers[1] if len(global_layers) > 1 else len(layer_types)
     activation = source.get("classifier_activation", "gelu")
-    fields = _renamed(source, MODERNBERT_NAMES)
-    fields.update(_copy(source, MODERNBERT_FIELDS))
     return dict(
-        fields,
         type_vocab_size=0,
         position_embedding_type="rope",
         rope_theta=rope.get("full_attention", {}).get("rope_theta", 160000.0),
@@ -258,6 +229,25 @@ def modernbert_fields(source: dict) -> dict:
     )
 
 
+def modernbert_export(ours: dict) -> dict:
+    window, every = ours["sliding_window"], ours["global_attn_every_n_layers"]
+    return dict(
+        classifier_activation=ours["head_activation"] or ours["hidden_act"],
+        local_attention=2 * window if window else 128,
+        layer_types=[
+            "sliding_attention" if window and not (every and i % every == 0) else "full_attention"
+            for i in range(ours["num_hidden_layers"])
+        ],
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": ours["rope_theta"]},
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": ours["local_rope_theta"] or ours["rope_theta"],
+            },
+        },
+    )
+
+
 # ---------- The families ---------------------------------------------------------------------------------------
 _BERT_HEAD_RENAMES = {
     "cls.predictions.transform.dense.": "head.dense.",
@@ -272,10 +262,11 @@ _POOLER_FROM_CLASSIFIER = {"classifier.dense.": "model.pooler.dense.", "classifi
 FAMILIES = (
     SourceFamily(
         name="BERT",
-        model_types=("bert",),
-        class_prefixes=("Bert",),
+        prefixes={"bert": "Bert"},
         weight_prefix="bert.",
-        config_fields=bert_fields,
+        names=_BERT_NAMES,
+        imported=bert_import,
+        exported=bert_export,
         heads={
             **_CLASSIC_HEADS,
             "ForPreTraining": "AutoModelForPreTraining",
@@ -287,10 +278,11 @@ FAMILIES = (
     ),
     SourceFamily(
         name="RoBERTa / XLM-R",
-        model_types=("roberta", "xlm-roberta"),
-        class_prefixes=("XLMRoberta", "Roberta"),
+        prefixes={"roberta": "Roberta", "xlm-roberta": "XLMRoberta"},
         weight_prefix="roberta.",
-        config_fields=roberta_fields,
+        names=_BERT_NAMES,
+        imported=roberta_import,
+        exported=bert_export,
         heads=_CLASSIC_HEADS,
         encoder_renames=_BERT_ENCODER,
         qkv=_BERT_QKV,
@@ -307,10 +299,21 @@ FAMILIES = (
     ),
     SourceFamily(
         name="DistilBERT",
-        model_types=("distilbert",),
-        class_prefixes=("DistilBert",),
+        prefixes={"distilbert": "DistilBert"},
         weight_prefix="distilbert.",
-        config_fields=distilbert_fields,
+        names={
+            **_SHARED,
+            "hidden_size": "dim",
+            "num_hidden_layers": "n_layers",
+            "num_attention_heads": "n_heads",
+            "intermediate_size": "hidden_dim",
+            "hidden_act": "activation",
+            "hidden_dropout_prob": "dropout",
+            "attention_probs_dropout_prob": "attention_dropout",
+            "classifier_dropout": "seq_classif_dropout",
+        },
+        imported=distilbert_import,
+        exported=lambda ours: dict(sinusoidal_pos_embds=False),
         heads=_CLASSIC_HEADS,
         encoder_renames=_DISTILBERT_ENCODER,
         qkv=_DISTILBERT_QKV,
@@ -326,10 +329,11 @@ FAMILIES = (
     ),
     SourceFamily(
         name="ELECTRA",
-        model_types=("electra",),
-        class_prefixes=("Electra",),
+        prefixes={"electra": "Electra"},
         weight_prefix="electra.",
-        config_fields=electra_fields,
+        names=_BERT_NAMES,
+        imported=electra_import,
+        exported=electra_export,
         heads={**_CLASSIC_HEADS, "ForPreTraining": "AutoModelForTokenClassification"},
         encoder_renames=_BERT_ENCODER,
         qkv=_BERT_QKV,
@@ -351,10 +355,21 @@ FAMILIES = (
     ),
     SourceFamily(
         name="ModernBERT",
-        model_types=("modernbert",),
-        class_prefixes=("ModernBert",),
+        prefixes={"modernbert": "ModernBert"},
         weight_prefix="model.",
-        config_fields=modernbert_fields,
+        names={
+            **_SHARED,
+            **_SIZES,
+            **_same("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_dropout"),
+            "classifier_pooling": "classifier_pooling",
+            "hidden_act": "hidden_activation",
+            "layer_norm_eps": "norm_eps",
+            "hidden_dropout_prob": "mlp_dropout",
+            "attention_probs_dropout_prob": "attention_dropout",
+            "head_bias": "classifier_bias",
+        },
+        imported=modernbert_import,
+        exported=modernbert_export,
         heads=_CLASSIC_HEADS,
         encoder_renames=_MODERNBERT_ENCODER,
         qkv=None,
@@ -373,14 +388,10 @@ FAMILIES = (
 def family_for(source_config: dict, config_path) -> SourceFamily:
     model_type = source_config.get("model_type")
     for family in FAMILIES:
-        if model_type in family.model_types:
+        if model_type in family.prefixes:
             return family
-    supported = ", ".join(t for family in FAMILIES for t in family.model_types)
+    supported = ", ".join(t for family in FAMILIES for t in family.prefixes)
     raise UnsupportedCheckpointError(
         f"{config_path}: model_type={model_type!r} is not an architecture briskbert can import; supported: "
         f"{supported}."
     )
-
-
-def compile_renames(renames) -> list[tuple[re.Pattern, str]]:
-    return [(re.compile(f"^{pattern}"), replacement) for pattern, replacement in renames]

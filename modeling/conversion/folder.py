@@ -48,10 +48,6 @@ def build_config(family: SourceFamily, head_suffix: str, source_config: dict, ha
     return config
 
 
-def _architecture(family: SourceFamily, source_config: dict, architecture: str | None) -> str:
-    return architecture or (source_config.get("architectures") or [f"{family.class_prefixes[-1]}Model"])[0]
-
-
 def _copy_tokenizer_and_sentence_files(src: Path, staging: Path, family: SourceFamily):
     if family.model_types == ("bert",):
         # BERT folders get the WordPiece tokenizer as remote code.
@@ -84,7 +80,8 @@ def convert_checkpoint(
     src, out = Path(src_dir), Path(out_dir)
     source_config = read_json_object(src / "config.json", "src", "pass a transformers checkpoint folder")
     family = family_for(source_config, src / "config.json")
-    architecture = _architecture(family, source_config, architecture)
+    default = f"{family.prefixes[source_config['model_type']]}Model"
+    architecture = architecture or (source_config.get("architectures") or [default])[0]
     head_suffix = family.head_suffix(architecture)
 
     from .. import modeling_briskbert

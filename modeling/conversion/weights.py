@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from .families import SourceFamily, compile_renames
+from .families import SourceFamily
 
 # Buffers some versions saved; they carry no learned values.
 _IGNORED = re.compile(r"(.*\.)?embeddings\.(position_ids|token_type_ids)$")
@@ -41,13 +41,15 @@ def name_map(family: SourceFamily, head_suffix: str, names) -> dict[str, tuple[s
     by the head's prefix table, encoder weights by the family's patterns under "model."; buffers left out. Both
     directions use it: import renames by it, export to a family (`export_family`) reads it backwards."""
     head_renames = family.renames_for(head_suffix)
-    encoder_renames = compile_renames(family.encoder_renames)
+    encoder_renames = [
+        (re.compile(f"^{pattern}"), replacement) for pattern, replacement in family.encoder_renames
+    ]
     qkv_pattern = re.compile(family.qkv[0]) if family.qkv else None
     mapping = {}
     for name in names:
         if _IGNORED.match(name):
             continue
-        head_prefix = next((p for p in head_renames if name.startswith(p)), None)
+        head_prefix = max((p for p in head_renames if name.startswith(p)), key=len, default=None)
         if head_prefix is not None:
             mapping[name] = (head_renames[head_prefix] + name[len(head_prefix) :], None)
             continue
