@@ -4,6 +4,7 @@ against the ``tokenizers`` library's own encodings grouped by hand; the cache, s
 import json
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,16 +244,8 @@ def test_pieces_are_cut_before_a_whitespace_so_byte_level_ids_are_those_of_the_w
 
 _PEAK_MEMORY = """
 import resource, sys, tempfile
-from tokenizers import Tokenizer, models, pre_tokenizers
+from test_corpus import WordTokenizer
 from briskbert.training.data.corpus import CorpusSource, PreparationSettings, prepare_corpus
-
-class WordTokenizer:
-    sep_token_id = 1
-    def __init__(self):
-        self.backend_tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[SEP]": 1, "the": 2}, unk_token="[UNK]"))
-        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    def __len__(self):
-        return 3
 
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 settings = PreparationSettings(cache_dir=tempfile.mkdtemp(), show_progress=False)
@@ -270,8 +263,12 @@ def test_the_memory_preparation_takes_does_not_grow_with_the_longest_line(tmp_pa
     (tmp_path / "line.txt").write_text("the cat " * 750_000 + "\n")
     script = tmp_path / "peak.py"
     script.write_text(_PEAK_MEMORY)
+    tests = {"PYTHONPATH": str(Path(__file__).parent)}  # the script imports this module's WordTokenizer
     output = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "line.txt")], capture_output=True, text=True
+        [sys.executable, str(script), str(tmp_path / "line.txt")],
+        capture_output=True,
+        text=True,
+        env=os.environ | tests,
     )
     assert output.returncode == 0, output.stderr
     documents, tokens, growth_kib = map(int, output.stdout.split())

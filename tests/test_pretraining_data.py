@@ -11,9 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch.utils.data
-from accelerate.data_loader import prepare_data_loader
 from pretraining_oracle import mlm_sequences, read_documents, tokenize_documents
-from torch.utils.data import DataLoader
 
 from briskbert.commands.pretrain import main as pretrain_main
 from briskbert.tokenization import BriskBertTokenizer, train_wordpiece_tokenizer
@@ -25,7 +23,6 @@ from briskbert.training.data.pretraining_data import (
     split_document_indices,
     stored_nsp_examples,
 )
-from briskbert.training.engine.loop import EpochShuffleSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPT = ROOT / "data" / "wikitext2_excerpt.txt"
@@ -78,25 +75,6 @@ def test_nsp_pairs_from_the_store(tokenizer, documents, tmp_path):
     reference = list(iter_nsp_examples(tokenized, cls, sep, 64, seed=7, short_seq_prob=0.1))
     examples = stored_nsp_examples(store, None, cls, sep, 64, seed=7)
     assert [examples[i] for i in range(len(examples))] == [{**e, "idx": i} for i, e in enumerate(reference)]
-
-
-def test_two_processes_read_disjoint_shares_that_cover_the_corpus(store, tokenizer):
-    """The loop's sampler, sharded by Accelerate as for 2 processes: each process reads only its own
-    sequences from the store; together they read them all."""
-    sequences = stored(store, tokenizer, "full-sentences")
-    seen = []
-    for process in range(2):
-        loader = DataLoader(
-            sequences,
-            batch_size=8,
-            sampler=EpochShuffleSampler(len(sequences), seed=3),
-            collate_fn=lambda batch: [example["idx"] for example in batch],
-        )
-        shard = prepare_data_loader(loader, num_processes=2, process_index=process, put_on_device=False)
-        seen.append([i for batch in shard for i in batch])
-    first, second = set(seen[0]), set(seen[1])
-    assert first | second == set(range(len(sequences)))
-    assert len(first & second) <= 16  # only the last global batch is evened out with repeats
 
 
 @pytest.mark.parametrize("mode", PACKING_MODES)

@@ -1,9 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""BriskBertTokenizer: transformers' (tokenizers-backed) `BertTokenizer`, so ids, types, masks and offsets equal
-BERT's on the same vocabulary, plus what BriskBert folders need: `register_for_auto_class` (remote code), a `vocab.txt`
-written on every save, and input checks that name what to pass instead of failing inside the Rust backend.
-Trained vocabularies keep the special tokens at fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. Remote
-code: copied flat, it imports only transformers and the standard library.
+"""BriskBertTokenizer: transformers' `BertTokenizer` (so ids, types, masks and offsets equal BERT's), plus what
+BriskBert folders need: remote-code registration, a `vocab.txt` written on every save, and input checks that name
+what to pass instead of failing inside the Rust backend. Remote code: imports only transformers and the stdlib.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from transformers.models.bert.tokenization_bert import BertTokenizer, load_vocab
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
 
-# Fixed ids of the special tokens in vocabularies trained by this project.
+# Fixed ids (0-4) of the special tokens in vocabularies trained by this project.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -57,8 +55,7 @@ class BriskBertTokenizer(BertTokenizer):
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     def __init__(self, vocab: str | dict[str, int] | None = None, **kwargs):
-        # A `vocab.txt` path given as `vocab_file` (the BERT-folder convention) is read here, so that a
-        # folder holding only `vocab.txt` loads too.
+        # A folder holding only `vocab.txt` loads too: transformers passes it as `vocab_file`.
         vocab_file = kwargs.get("vocab_file")
         if vocab is None and isinstance(vocab_file, str) and os.path.isfile(vocab_file):
             vocab = vocab_file
