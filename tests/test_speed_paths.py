@@ -16,16 +16,17 @@ from briskbert.modeling.modeling_briskbert import PADDED, UnpaddedLayout, Varlen
 ROOT = Path(__file__).resolve().parents[1]
 
 ATOL = 1e-5
-# (position, norm position, window): every pair of values in some row.
+# (position, norm position, window, padding side): every pair of values in some row. Left-padded rows feed
+# inputs_embeds, which the unpadded path gathers like the token ids.
 MATRIX = [
-    ("absolute", "post", None),
-    ("absolute", "pre", 3),
-    ("sinusoidal", "post", 3),
-    ("sinusoidal", "pre", None),
-    ("rope", "post", None),
-    ("rope", "pre", 3),
-    ("alibi", "post", 3),
-    ("alibi", "pre", None),
+    ("absolute", "post", None, "right"),
+    ("absolute", "pre", 3, "left"),
+    ("sinusoidal", "post", 3, "left"),
+    ("sinusoidal", "pre", None, "right"),
+    ("rope", "post", None, "left"),
+    ("rope", "pre", 3, "right"),
+    ("alibi", "post", 3, "right"),
+    ("alibi", "pre", None, "left"),
 ]
 
 
@@ -42,16 +43,23 @@ def twin_models(model_class, *options, attn_implementation="sdpa", sparse_predic
 
 @pytest.mark.parametrize("combo", MATRIX, ids=lambda combo: "-".join(map(str, combo)))
 def test_unpadded_path_equals_padded_path_with_gradients(combo):
-    position, norm_position, window = combo
+    position, norm_position, window, side = combo
     norm = "rmsnorm" if norm_position == "pre" else "layernorm"
-    never, always = twin_models(BriskBertModel, position, norm, norm_position, "gqa", "mlp", window)
+    pooling = "mean" if side == "left" else "cls"  # with left padding, [CLS]'s position is padding
+    options = (position, norm, norm_position, "gqa", "mlp", window)
+    never, always = twin_models(BriskBertModel, *options, classifier_pooling=pooling)
     input_ids, attention_mask = padded_batch()
+    if side == "left":
+        input_ids, attention_mask = input_ids.flip(1), attention_mask.flip(1)
     token_type_ids = (torch.arange(input_ids.shape[1]) >= 4).long().expand_as(input_ids)
     real = attention_mask.bool()
     grads = []
     for model in (never, always):
         model.train()  # dropout is 0 in the tiny configs; train mode exercises the autograd path
-        out = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        tokens = {"input_ids": input_ids}
+        if side == "left":
+            tokens = {"inputs_embeds": model.embeddings.word_embeddings(input_ids)}
+        out = model(**tokens, attention_mask=attention_mask, token_type_ids=token_type_ids)
         (out.last_hidden_state[real].pow(2).mean() + out.pooler_output.pow(2).mean()).backward()
         grads.append({name: param.grad for name, param in model.named_parameters()})
         if model is never:
@@ -63,19 +71,6 @@ def test_unpadded_path_equals_padded_path_with_gradients(combo):
     assert not out.last_hidden_state[~real].any(), "padding positions of the unpadded path are zeros"
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, atol=ATOL, rtol=1e-4, msg=name)
-
-
-@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_unpadded_path_with_inputs_embeds_and_left_padding(attn_implementation):
-    never, always = twin_models(BriskBertModel, "rope", window=3, attn_implementation=attn_implementation)
-    input_ids, attention_mask = padded_batch()
-    input_ids, attention_mask = input_ids.flip(1), attention_mask.flip(1)  # padding on the left
-    embeds = never.embeddings.word_embeddings(input_ids)
-    real = attention_mask.bool()
-    with torch.no_grad():
-        expected = never(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
-        got = always(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
-    torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
 
 
 def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
