@@ -64,7 +64,6 @@ class LabelSpec:
     problem_type: str
     label_list: list[str] = field(default_factory=list)  # names in id order (empty for regression)
     multi_hot: bool = False  # multi-label given as 0/1 vectors rather than names
-    label_separator: str = ","
     ids_given: bool = False  # integer labels are ids into label_list, not names
 
     @property
@@ -81,7 +80,7 @@ class LabelSpec:
 
     def names(self, value) -> list:
         if isinstance(value, str):
-            return [part.strip() for part in value.split(self.label_separator) if part.strip()]
+            return [part.strip() for part in value.split(",") if part.strip()]
         return list(value)
 
     def encode(self, value):
@@ -123,7 +122,6 @@ def infer_label_spec(
     train_labels,
     eval_labels=None,
     problem_type: str | None = None,
-    label_separator: str = ",",
     source: str = "the training data",
     label_names: list[str] | None = None,
     names_source: str = "label_names",
@@ -170,7 +168,7 @@ def infer_label_spec(
         and all(isinstance(v, (int, float, bool)) and v in (0, 1) for v in train_labels[0])
     ):
         return _multi_hot_spec(train_labels, eval_labels, label_names, names_source)
-    spec = LabelSpec(problem_type, label_separator=label_separator)
+    spec = LabelSpec(problem_type)
 
     def found_in(labels) -> set[str]:
         if multi:
@@ -324,7 +322,6 @@ class ClassificationTask(FinetuningTask):
             self.train[settings.label_column],
             self.evaluation[settings.label_column] if self.evaluation else None,
             settings.problem_type,
-            settings.label_separator,
             source=train_name,
             label_names=label_names or settings.label_names,
             names_source=names_source,

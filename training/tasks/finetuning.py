@@ -1,6 +1,6 @@
-"""What the fine-tuning jobs share besides the training loop: :class:`FinetuningTask` (checks and data in the
-constructor, the starting model, the card facts), their data splits and the starting model (a briskbert folder,
-a Hub repo id, a BERT-family checkpoint converted first, or a preset). Imports neither torch nor transformers."""
+"""What the fine-tuning jobs share besides the training loop: :class:`FinetuningTask`, their data splits and
+the starting model (a briskbert folder, a Hub repo id, a BERT-family checkpoint converted first, or a preset).
+Imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 def load_splits(data: DataSource, file_loader=load_table):
-    """``(train, validation or None)`` from files (through ``file_loader(path, setting)``) or a dataset."""
+    """``(train, validation or None)`` from files (read by ``file_loader(path, setting)``) or a dataset."""
     if data.dataset_name is not None:
         splits = load_named_dataset(data.dataset_name, data.dataset_config_name)
         train = pick_split(splits, data.train_split, f"dataset_name {data.dataset_name}")
@@ -31,7 +31,7 @@ def load_splits(data: DataSource, file_loader=load_table):
 
 
 def first_n(dataset, n: int | None):
-    return dataset.select(range(min(n, len(dataset)))) if n is not None and dataset is not None else dataset
+    return dataset if n is None or dataset is None else dataset.select(range(min(n, len(dataset))))
 
 
 def check_model_inputs(source: ModelSource) -> ModelLocation | None:
@@ -209,19 +209,15 @@ class FinetuningTask(Task):
     def tokenize(self, accelerator, prepare_train, prepare_eval=None, **fn_kwargs) -> None:
         """``train_features`` and ``eval_features`` (None without evaluation data): the splits through the
         batched ``prepare_*`` functions, on the main process first."""
-        splits = (
-            (self.train, prepare_train, "train"),
-            (self.evaluation, prepare_eval or prepare_train, "eval"),
-        )
+
+        def features(table, prepare):
+            if table is None:
+                return None
+            return table.map(prepare, batched=True, remove_columns=table.column_names, fn_kwargs=fn_kwargs)
+
         with accelerator.main_process_first():
-            self.train_features, self.eval_features = (
-                None
-                if table is None
-                else table.map(
-                    prepare, batched=True, remove_columns=table.column_names, fn_kwargs=fn_kwargs, desc=name
-                )
-                for table, prepare, name in splits
-            )
+            self.train_features = features(self.train, prepare_train)
+            self.eval_features = features(self.evaluation, prepare_eval or prepare_train)
 
     def task_inputs(self, accelerator, model, tokenizer, collator, eval_dataset=None) -> TaskInputs:
         """What :meth:`build` hands the loop; the data's skip reports are logged and kept for the card."""
