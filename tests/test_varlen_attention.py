@@ -44,20 +44,19 @@ def test_packed_batch_through_varlen_kernel_equals_padded_model(monkeypatch, hea
         attention_probs_dropout_prob=0.0,
     )
     torch.manual_seed(0)
-    padded = BriskBertModel(config).eval()
-    packed = BriskBertModel(config).eval()
-    packed.load_state_dict(padded.state_dict())
-    padded.config._attn_implementation = "sdpa"
-    packed.config.unpad_inputs = "always"
-    packed.config._attn_implementation = varlen_attention.ATTN_IMPLEMENTATION
-    packed.choose_layout = type(packed.choose_layout)(config, gather_cost=0, fixed_cost=0)
+    model = BriskBertModel(config).eval()
     lengths = torch.tensor([7, 3, 12, 1])
     attention_mask = (torch.arange(12)[None] < lengths[:, None]).long()
     input_ids = torch.randint(5, 100, (4, 12)) * attention_mask
     with torch.no_grad():
-        expected = padded(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        got = packed(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    assert isinstance(packed.choose_layout(attention_mask, packed.config._attn_implementation), VarlenLayout)
+        model.set_attn_implementation("sdpa")
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        model.set_attn_implementation(varlen_attention.ATTN_IMPLEMENTATION)
+        model.choose_layout = type(model.choose_layout)(config, gather_cost=0, fixed_cost=0)  # always unpad
+        assert isinstance(
+            model.choose_layout(attention_mask, varlen_attention.ATTN_IMPLEMENTATION), VarlenLayout
+        )
+        got = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     real = attention_mask.bool()
     torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
 
