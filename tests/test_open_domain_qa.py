@@ -163,7 +163,3 @@ def test_evaluation_with_a_reranker_reports_its_ranking_and_warns_when_it_hurts(
         "re-ranking fused at weight 1 scores below retrieval alone (Recall@1 1.000 -> 0.000"
     )
     assert [answers[1][q].text for q in ("q1", "q2")] == ["beta", "beta"]
-
-    # Weight 0, as for a re-ranker whose weights were never chosen: retrieval's order exactly, no warning.
-    metrics, _ = evaluate_open_domain_qa(task, retriever, reader, Reranker(None, None, 3), (1,))
-    assert metrics["ranking"] == metrics["retrieval"] and "warning" not in metrics

@@ -115,27 +115,23 @@ def dev_pairs(tmp_path_factory) -> str:
     return str(path)
 
 
-def _sentence_transformers_scores(model_path: str, file: str) -> dict:
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
-
-    pairs = load_scored_pairs(file)
-    evaluator = EmbeddingSimilarityEvaluator(
-        [p.sentence1 for p in pairs], [p.sentence2 for p in pairs], [p.score for p in pairs], write_csv=False
-    )
-    return evaluator(SentenceTransformer(model_path, device="cpu"))
-
-
 # Slow (a few seconds): the converted model and the original each embed 100 sentences; the one check that
 # evaluate-similarity reports what sentence-transformers' own evaluator does.
 @pytest.mark.slow
 def test_evaluate_similarity_equals_sentence_transformers_evaluator(
     minilm_path, converted_minilm, dev_pairs, tmp_path
 ):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
     cli(["evaluate-similarity", "--model_name_or_path", str(converted_minilm), "--file", dev_pairs,
          "--output_dir", str(tmp_path)])  # fmt: skip
     ours = json.loads((tmp_path / "similarity_metrics.json").read_text())
-    theirs = _sentence_transformers_scores(str(minilm_path), dev_pairs)
+    pairs = load_scored_pairs(dev_pairs)
+    evaluator = EmbeddingSimilarityEvaluator(
+        [p.sentence1 for p in pairs], [p.sentence2 for p in pairs], [p.score for p in pairs], write_csv=False
+    )
+    theirs = evaluator(SentenceTransformer(str(minilm_path), device="cpu"))
     assert ours["num_pairs"] == 50
     assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-5)  # in fact far closer
     assert ours["pearson"] == pytest.approx(theirs["pearson_cosine"], abs=1e-3)
@@ -159,18 +155,17 @@ def tiny_encoder(tiny_model, tokenizer, tmp_path_factory) -> str:
 # checked in test_retrieval).
 @pytest.mark.slow
 def test_finetuning_on_scored_pairs_validates_with_spearman(tiny_encoder, dev_pairs, tmp_path):
-    loss = "cosine_mse"
     out = tmp_path / "sts"
     cli(
         ["finetune-embeddings", "--model_name_or_path", tiny_encoder, "--train_file", STSB_TRAIN,
-         "--validation_file", dev_pairs, "--loss", loss, "--max_train_steps", "4", "--logging_steps", "1",
+         "--validation_file", dev_pairs, "--loss", "cosine_mse", "--max_train_steps", "4", "--logging_steps", "1",
          "--per_device_train_batch_size", "16", "--learning_rate", "5e-5", "--max_seq_length", "64",
          "--metric_for_best_model", "spearman", "--output_dir", str(out)]
     )  # fmt: skip
     history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
     last_eval = [entry for entry in history if "eval_spearman" in entry][-1]
     facts = json.loads((out / "final" / "training_facts.json").read_text())
-    assert facts["details"]["loss"]["name"] == loss and facts["pipeline_tag"] == "sentence-similarity"
+    assert facts["details"]["loss"]["name"] == "cosine_mse" and facts["pipeline_tag"] == "sentence-similarity"
     assert facts["details"]["loss"]["score_range"] == [0.0, 5.0]  # read from the training scores
     cli(["evaluate-similarity", "--model_name_or_path", str(out / "final"), "--file", dev_pairs,
          "--output_dir", str(tmp_path / "eval")])  # fmt: skip
