@@ -1,16 +1,10 @@
-"""Publish a saved model folder to the Hub (or a Hub-compatible server), checked first, then committed.
-
-    publish("outputs/sst2", "me/briskbert-sst2", tag="v1")
-
-1. Collect the folder's files (:mod:`.model_files`); scan them and the rendered card for secrets.
-2. An existing tag is accepted only when it names the branch head and nothing changed.
-3. Commit everything in one ``create_commit`` whose parent is the head read before (none when the branch already
-   holds these files). With verification, the commit goes to a staging branch first, is verified there
-   (:mod:`.verification`), and only then are the same files committed to the branch.
-4. Tag the commit; one that failed verification is never tagged.
-
-Every refusal comes before anything is written, and a ``PublishError`` says in one line which step failed and
-what state the repo is in. Retries are huggingface_hub's own; the token is never printed or uploaded.
+"""Publish a saved model folder to the Hub (or a Hub-compatible server): ``publish("runs/sst2/final",
+"me/briskbert-sst2", tag="v1")``. The files are collected (:mod:`.model_files`) and scanned for secrets with the
+rendered card; an existing tag is accepted only when it names the branch head and nothing changed. Everything is
+one ``create_commit`` whose parent is the head read before; with verification it goes to a staging branch first,
+is verified there (:mod:`.verification`), and only then are the same files committed to the branch and tagged.
+Every refusal comes before anything is written; a ``PublishError`` says in one line which step failed and what
+state the repo is in. Retries are huggingface_hub's own; the token is never printed or uploaded.
 """
 
 from __future__ import annotations
@@ -295,7 +289,7 @@ def publish(
 
 
 def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, verify) -> None:
-    """Steps 2-4 against the Hub; ``verify(commit id)`` runs the verification, or is None."""
+    """Check the tag, commit (staged and verified first unless ``verify`` is None), tag."""
     api, repo_id, revision, tag, log = hub.api, hub.repo_id, hub.revision, result.tag, hub.log
     result.tagged = bool(tag) and hub.tag_is_done(tag)
     with hub.step("create repo"):

@@ -230,44 +230,6 @@ def commit(hub, repo: str, *lines, token: str = TOKEN):
     return api(hub, "POST", f"/api/models/{repo}/commit/main", ndjson(COMMIT_HEADER, *lines), token=token)
 
 
-def make_tiny_bert(folder: Path) -> Path:
-    """A transformers BertModel folder with a WordPiece tokenizer, independent of this project's model."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    vocab = (
-        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        + list("abcdefghijklmnopqrstuvwxyz")
-        + ["the", "cat", "sat", "on", "mat", "##s"]
-    )
-    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
-    cfg = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
-    model = BertModel(cfg)
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return folder
-
-
 def make_briskbert(folder: Path, *, extra_files: bool = True, seed: int = 0) -> Path:
     """A tiny saved BriskBert classifier folder (model + tokenizer + facts), plus the clutter a training run leaves."""
     import torch
@@ -304,10 +266,6 @@ def make_briskbert(folder: Path, *, extra_files: bool = True, seed: int = 0) -> 
         "eval_dataset": "sst2",
         "metrics": {"eval_accuracy": 0.75, "eval_loss": 0.5},
         "train_steps": 10,
-        "tokens_seen": 12345,
-        "hardware": "CPU (2 cores)",
-        "wall_time_s": 12.5,
-        "epochs": 1.0,
         "license": "apache-2.0",
         "language": "en",
     }

@@ -168,13 +168,15 @@ def test_real_model_folders_hold_no_false_alarm(minilm_path, tmp_path):
     """The real all-MiniLM-L6-v2 (weights, vocabulary, sentence-transformers files, model card), and a tiny
     transformers BertModel with its weights also pickled the old way."""
     import torch
-    from hub_fixtures import make_tiny_bert
     from safetensors.torch import load_file
+    from transformers import BertConfig, BertModel
 
     files = sorted(p.relative_to(minilm_path).as_posix() for p in minilm_path.rglob("*") if p.is_file())
     assert {"model.safetensors", "vocab.txt", "README.md", "1_Pooling/config.json"} <= set(files)
     assert scan_files(minilm_path, files, token=TOKEN) == []
-    tiny = make_tiny_bert(tmp_path / "tiny")
+    tiny = tmp_path / "tiny"
+    sizes = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    BertModel(BertConfig(vocab_size=64, **sizes)).save_pretrained(tiny)
     torch.save(load_file(tiny / "model.safetensors"), tiny / "pytorch_model.bin")
     assert scan_files(tiny, sorted(p.name for p in tiny.iterdir()), token=TOKEN) == []
 
