@@ -215,22 +215,16 @@ class QaTask(FinetuningTask):
         self.windows = task.window_kwargs(self.source.max_seq_length)  # checked before anything loads
         self.reports = []
 
-        def squad(path: str, articles, setting: str):
+        def squad(path: str, setting: str):
+            articles = getattr(task, setting.replace("_file", "_articles"))  # train_file: train_articles
             dataset, report = load_squad(path, articles, setting)
             self.reports.append(report)
             return dataset
 
-        if data.dataset_name is not None:
-            train, evaluation = load_splits(data)
-        else:
-            train = squad(data.train_file, task.train_articles, "train_file")
-            evaluation = None
-            if data.validation_file:
-                evaluation = squad(data.validation_file, task.validation_articles, "validation_file")
+        train, evaluation = load_splits(data, file_loader=squad)
         if task.extra_train_file:
-            extra = squad(task.extra_train_file, task.extra_train_articles, "extra_train_file")
-            train = datasets.concatenate_datasets([train, extra.cast(train.features)])
-        train, evaluation = first_n(train, data.max_train_samples), first_n(evaluation, data.max_eval_samples)
+            extra = squad(task.extra_train_file, "extra_train_file").cast(train.features)
+            train = first_n(datasets.concatenate_datasets([train, extra]), data.max_train_samples)
         self.train = _checked(train, data.describe("train"), task.version_2_with_negative)
         self.evaluation = None
         if evaluation is not None:
@@ -288,11 +282,9 @@ class QaTask(FinetuningTask):
             null_score_diff_threshold=task.null_score_diff_threshold,
         )
         if accelerator.is_main_process:
-            for name, content in (
-                ("eval_predictions.json", predictions),
-                ("eval_nbest_predictions.json", nbest),
-            ):
-                write_atomic(Path(self.output_dir) / name, json.dumps(content, indent=2, ensure_ascii=False))
+            for name, content in (("eval_predictions", predictions), ("eval_nbest_predictions", nbest)):
+                text = json.dumps(content, indent=2, ensure_ascii=False)
+                write_atomic(Path(self.output_dir) / f"{name}.json", text)
         references = {example["id"]: list(example["answers"]["text"]) for example in self.evaluation}
         return squad_metrics(predictions, references, version_2=task.version_2_with_negative)
 
@@ -302,14 +294,10 @@ class QaTask(FinetuningTask):
 
     def details(self) -> dict:
         task = self.settings
-
-        def articles(span):
-            return None if span is None else f"{span[0]}:{span[1]}"
-
+        spans = ("train_articles", "extra_train_articles", "validation_articles")
+        articles = {name: (span := getattr(task, name)) and f"{span[0]}:{span[1]}" for name in spans}
         return {
-            "train_articles": articles(task.train_articles),
-            "extra_train_articles": articles(task.extra_train_articles),
-            "validation_articles": articles(task.validation_articles),
+            **articles,
             "num_train_questions": len(self.train),
             "num_train_windows": len(self.train_features),
             "keep_answerless_windows": task.keep_answerless_windows,
