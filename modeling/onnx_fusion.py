@@ -41,8 +41,9 @@ def attention_fusable(config) -> bool:
 
 
 def fuse_attention(model, num_heads: int) -> int:
-    """Replaces each attention module's nodes (all but its output projection) by one Attention node; returns how
-    many were fused. `model` is an onnx ModelProto, changed in place."""
+    """Replaces each attention module's output (the input of its output projection) by one Attention node over its
+    qkv projection's weight and bias; returns how many were fused. `model` is an onnx ModelProto, changed in place;
+    the nodes left without a consumer are pruned by the optimizer that runs next."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -50,27 +51,23 @@ def fuse_attention(model, num_heads: int) -> int:
     if mask is None or len(mask.type.tensor_type.shape.dim) != 2:  # the kernel takes a (batch, seq) mask
         return 0  # (multiple choice feeds (batch, choices, seq): its attention stays as exported)
     initializers = {tensor.name: tensor for tensor in graph.initializer}
-    modules = sorted(
-        {scope for node in graph.node for scope in scopes_of(node) if ATTENTION_SCOPE.match(scope)}
-    )
-    fused, placed = 0, {}
+    nodes = [(node, scopes_of(node)) for node in graph.node]
+    modules = sorted({scope for _, paths in nodes for scope in paths if ATTENTION_SCOPE.match(scope)})
+    placed = {}
     for module in modules:
-        inside = [node for node in graph.node if module in scopes_of(node)]
-        qkv = [node for node in inside if f"{module}.qkv" in scopes_of(node)]
-        out = [node for node in inside if f"{module}.out" in scopes_of(node) and node.op_type == "MatMul"]
+        qkv = [node for node, paths in nodes if f"{module}.qkv" in paths]
+        out = [node for node, paths in nodes if f"{module}.out" in paths and node.op_type == "MatMul"]
         matmul = [node for node in qkv if node.op_type == "MatMul"]
         add = [node for node in qkv if node.op_type == "Add"]
         if len(matmul) != 1 or len(out) != 1 or matmul[0].input[1] not in initializers:
             continue
         weight = initializers[matmul[0].input[1]]
-        if add and not any(name in initializers for name in add[0].input):
+        bias = next((name for node in add for name in node.input if name in initializers), None)
+        if add and bias is None:
             continue
-        if add:
-            bias = next(name for name in add[0].input if name in initializers)
-        else:  # a projection without bias: the kernel takes zeros
+        if bias is None:  # a projection without bias: the kernel takes zeros
             bias = f"{module}.qkv.zero_bias"
-            zeros = numpy_helper.to_array(weight)[0] * 0
-            graph.initializer.append(numpy_helper.from_array(zeros, bias))
+            graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(weight)[0] * 0, bias))
         attention = helper.make_node(
             "Attention",
             [matmul[0].input[0], weight.name, bias, MASK],
@@ -80,33 +77,19 @@ def fuse_attention(model, num_heads: int) -> int:
             num_heads=num_heads,
         )
         attention.metadata_props.extend(matmul[0].metadata_props)  # keep_fp32 finds it by its module path
-        # The node that made the attention output is replaced; what only it needed becomes dead and goes.
-        placed[out[0].input[0]] = attention
-        fused += 1
-    if not fused:
+        placed[out[0].input[0]] = attention  # it takes the place of the node that made the attention output
+    if not placed:
         return 0
-    nodes = [helper.make_node("Cast", ["attention_mask"], [MASK], name="attention_mask_to_int32", to=6)]
-    nodes += [next((placed[name] for name in node.output if name in placed), node) for node in graph.node]
-    kept = [copy.deepcopy(node) for node in drop_dead_nodes(nodes, [output.name for output in graph.output])]
+    cast = helper.make_node("Cast", ["attention_mask"], [MASK], name="attention_mask_to_int32", to=6)
+    nodes = [cast] + [
+        next((placed[name] for name in node.output if name in placed), node) for node in graph.node
+    ]
+    nodes = [copy.deepcopy(node) for node in nodes]
     del graph.node[:]  # (this clears the messages still held: hence the copies)
-    graph.node.extend(kept)
-    used = {name for node in kept for name in node.input}
-    unused = [tensor for tensor in graph.initializer if tensor.name not in used]
-    for tensor in unused:
-        graph.initializer.remove(tensor)
+    graph.node.extend(nodes)
     if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    return fused
-
-
-def drop_dead_nodes(nodes: list, outputs: list[str]) -> list:
-    """The nodes some graph output depends on, in their order (the replaced attention's leftovers go)."""
-    needed, kept = set(outputs), []
-    for node in reversed(nodes):
-        if any(name in needed for name in node.output):
-            kept.append(node)
-            needed.update(name for name in node.input if name)
-    return kept[::-1]
+    return len(placed)
 
 
 def optimize_onnx(source: Path, target: Path, config) -> tuple[dict[str, int], dict[str, list[str]]]:
@@ -120,9 +103,8 @@ def optimize_onnx(source: Path, target: Path, config) -> tuple[dict[str, int], d
     model = onnx.load(str(source))
     attention = fuse_attention(model, config.num_attention_heads) if attention_fusable(config) else 0
     scopes = {node.name: scopes_of(node) for node in model.graph.node}
-    onnx.save(
-        model, str(target), save_as_external_data=external
-    )  # the optimizer reads a file: ONNX Runtime's own fusions run on it first
+    # The optimizer reads a file: ONNX Runtime's own fusions run on it first.
+    onnx.save(model, str(target), save_as_external_data=external)
     # The optimizer's own attention matching looks for separate q, k, v projections and finds none.
     options = FusionOptions("bert")
     options.enable_attention = False
