@@ -249,14 +249,8 @@ class DualEncoder(Wrapper):
         loss = output.loss.detach().requires_grad_()
         # 3. When the loop back-propagates the loss, the chunks are encoded again and the cached gradient
         # (times the loop's scaling of the loss) goes through the encoder.
-        device_type = (
-            input_ids.device.type if input_ids.device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
-        )
-        autocast = (
-            device_type,
-            torch.is_autocast_enabled(device_type),
-            torch.get_autocast_dtype(device_type),
-        )
+        kind = input_ids.device.type if input_ids.device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
+        autocast = (kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
         loss.register_hook(_Replay(self, chunks, rng_states, embedding_grad, autocast))
         return DualEncoderOutput(loss=loss)
 
@@ -274,16 +268,13 @@ class _Replay:
 
     def __call__(self, loss_grad: torch.Tensor) -> torch.Tensor:
         parameters = [p for p in self.model.encoder.parameters() if p.requires_grad]
-        device_type, autocast_enabled, autocast_dtype = self.autocast
+        kind, autocast_enabled, autocast_dtype = self.autocast
         offset = 0
         for number, ((chunk_ids, chunk_mask), (cpu_state, devices, states)) in enumerate(
             zip(self.chunks, self.rng_states)
         ):
-            with (
-                torch.random.fork_rng(devices=devices),
-                torch.enable_grad(),
-                torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_enabled),
-            ):
+            autocast = torch.autocast(kind, dtype=autocast_dtype, enabled=autocast_enabled)
+            with torch.random.fork_rng(devices=devices), torch.enable_grad(), autocast:
                 torch.set_rng_state(cpu_state)
                 set_device_states(devices, states)
                 piece = embed_batch(self.model.encoder, chunk_ids, chunk_mask, self.model.embedding)

@@ -103,13 +103,10 @@ def _evaluate(read_top_k, output_dir, task, retriever, reader, reranker):
 
 def format_metrics(metrics: dict, depths) -> str:
     gold = metrics["reader_on_gold_paragraph"]
+    weights = f"; re-ranked (fusion weight {metrics['fusion_weight']}, BM25 {metrics['lexical_weight']:g})"
     lines = [
         f"{metrics['num_questions']} questions, {metrics['num_passages']} passages"
-        + (
-            f"; re-ranked (fusion weight {metrics['fusion_weight']}, BM25 {metrics['lexical_weight']:g})"
-            if metrics["reranked"]
-            else ""
-        ),
+        + (weights if metrics["reranked"] else ""),
         f"reader on the gold paragraph: EM {gold['exact_match']:.3f}  F1 {gold['f1']:.3f}",
         f"{'read top':>8} {'gold read':>10} {'EM':>6} {'F1':>6} {'target EM':>10} {'EM, reader scores only':>23}",
     ]
