@@ -239,8 +239,9 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub)
     assert hub.server.storage.refs("model", "testuser/sst2") == refs  # refused before any write
 
 
-def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
-    """Main only moves to files verified on a staging branch made from its head; no staging branch is left."""
+def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch, tmp_path):
+    """Main only moves to files verified on a staging branch made from its head, and only when the folder did
+    not change meanwhile; no staging branch is left."""
     from huggingface_hub import HfApi
 
     hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
@@ -258,9 +259,18 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
     failed = publish(folder, "testuser/sst2", tag="v1", log=lines.append, **opts)
     assert not failed.verified and not failed.tagged and failed.commit_id is None
     assert "README.md" in verified[0]
-    assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
     staged = f"Not published: testuser/sst2@main stays at {before}; the staged commit failed verification."
     assert staged in lines
+    copy = shutil.copytree(folder, tmp_path / "changing")
+
+    def passes_while_a_run_saves_again(repo_id, commit_id, **_):
+        (copy / "vocab.txt").write_text((copy / "vocab.txt").read_text() + "newword\n")
+        return {"ok": True}
+
+    monkeypatch.setattr(publishing, "verify_commit", passes_while_a_run_saves_again)
+    with pytest.raises(PublishError, match="The files changed on disk while [0-9a-f]{40} was verified"):
+        publish(copy, "testuser/sst2", log=lambda *_: None, **opts)
+    assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
 
     def passes(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
@@ -276,21 +286,6 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch):
     assert hub.server.storage.commit_object("model", "testuser/sst2", fixed.commit_id)["parent"] == before
     again = publish(folder, "testuser/sst2", tag="v1", log=lambda *_: None, **opts)  # nothing to do
     assert not again.new_commit and again.commit_id == fixed.commit_id == head(hub) and again.verified
-
-
-def test_a_folder_that_changes_while_it_is_verified_is_not_published(folder, hub, tmp_path, monkeypatch):
-    copy = shutil.copytree(folder, tmp_path / "changing")
-    hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
-    before = head(hub)
-
-    def verify_while_a_run_saves_again(repo_id, commit_id, **_):
-        (copy / "vocab.txt").write_text((copy / "vocab.txt").read_text() + "newword\n")
-        return {"ok": True}
-
-    monkeypatch.setattr(publishing, "verify_commit", verify_while_a_run_saves_again)
-    with pytest.raises(PublishError, match="The files changed on disk while [0-9a-f]{40} was verified"):
-        publish(copy, "testuser/sst2", token=TOKEN, endpoint=hub.url, log=lambda *_: None)
-    assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
 
 
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
