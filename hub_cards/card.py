@@ -277,9 +277,7 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
     return ModelCardData(
         language=job.language,
         license=job.license,
-        library_name="sentence-transformers"
-        if job.library_name == "sentence-transformers"
-        else "transformers",
+        library_name=job.library_name if job.library_name == "sentence-transformers" else "transformers",
         pipeline_tag=pipeline_tag,
         tags=list(dict.fromkeys(tags)),
         datasets=[d for d in job.datasets if _is_public_dataset(d)] or None,
