@@ -190,9 +190,8 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
     script = _script("finetune_classification")
     base = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "x"), *FAST]
     commas = _write(tmp_path / "c.tsv", "sentence,label\ngood,1\nbad,0\n")  # a .tsv that is a CSV
-    for flags in ([], ["--text_column", "sentence"]):
-        with pytest.raises(DataError, match=r"\['sentence,label'\].*looks comma-separated: use a .csv name"):
-            script.main([*base, "--train_file", commas, *flags])
+    with pytest.raises(DataError, match=r"\['sentence,label'\].*looks comma-separated: use a .csv name"):
+        script.main([*base, "--train_file", commas, "--text_column", "sentence"])
     blanks = _write(tmp_path / "b.csv", "text,label\n,1\n  ,0\n")
     with pytest.raises(DataError, match="empty"):
         script.main([*base, "--train_file", blanks])
@@ -202,21 +201,17 @@ def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
 
 
 def test_labels_go_on_the_first_sub_word(tokenizer):
-    labels = ["O", "B-PER", "I-PER", "B-LOC"]
-    label2id = {label: i for i, label in enumerate(labels)}
+    label2id = {"O": 0, "B-PER": 1, "I-PER": 2, "B-LOC": 3}
     batch = {"tokens": [["Johanson", "visited", "Gdansk"]], "tags": [["B-PER", "O", "B-LOC"]]}
     first = tokenize_and_align_labels(batch, tokenizer, label2id)
     every = tokenize_and_align_labels(batch, tokenizer, label2id, label_all_tokens=True)
-    word_ids = first.word_ids(0)
-    for position, word in enumerate(word_ids):
-        is_first = word is not None and (position == 0 or word_ids[position - 1] != word)
-        expected_first = label2id[batch["tags"][0][word]] if is_first else -100
-        assert first["labels"][0][position] == expected_first
-        if word is not None and not is_first:
-            # continuation pieces: B-X -> I-X, others unchanged
-            tag = batch["tags"][0][word]
-            assert every["labels"][0][position] == label2id.get("I-" + tag[2:], label2id[tag])
-    assert len(set(w for w in word_ids if w is not None)) == 3 and len(word_ids) > 5  # words were split
+    words = first["word_ids"][0]  # -1: a special token
+    starts = [w >= 0 and (p == 0 or words[p - 1] != w) for p, w in enumerate(words)]
+    tags = [label2id[batch["tags"][0][w]] if w >= 0 else -100 for w in words]
+    assert first["labels"][0] == [tag if start else -100 for tag, start in zip(tags, starts)]
+    continued = {1: 2, 0: 0, 3: 3, -100: -100}  # B-PER -> I-PER on later sub-words
+    assert every["labels"][0] == [tag if start else continued[tag] for tag, start in zip(tags, starts)]
+    assert words.count(0) > 1  # Johanson is split into sub-words
 
 
 def test_ner_end_to_end_counts_entities_as_conlleval(tiny_model_dir, tmp_path):
@@ -401,16 +396,10 @@ def test_student_takes_every_other_teacher_layer():
 
 def test_distill_script_saves_only_the_student(classifier, tmp_path):
     data = data_files("sst2_train_excerpt.tsv", "sst2_validation_excerpt.tsv")
+    flags = "--max_train_samples 32 --max_eval_samples 16 --max_train_steps 2 --hidden_loss_weight 0.5"
+    out = ["--output_dir", str(tmp_path / "student")]
     result = _script("distill").main(
-        [
-            "--teacher_model",
-            str(classifier.final_dir),
-            *data,
-            "--output_dir",
-            str(tmp_path / "student"),
-            *FAST,
-        ]
-        + "--max_train_samples 32 --max_eval_samples 16 --max_train_steps 2 --hidden_loss_weight 0.5".split()
+        ["--teacher_model", str(classifier.final_dir), *data, *out, *FAST, *flags.split()]
     )
     from briskbert.modeling import BriskBertForSequenceClassification
 
