@@ -16,12 +16,11 @@ from torch import nn
 from torch.utils.checkpoint import get_device_states, set_device_states
 from transformers.utils import ModelOutput
 
-from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_sentence_transformers_files
 from briskbert.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.settings import SCORED_PAIR_COLUMNS, EmbeddingSettings, file_columns
+from briskbert.training.retrieval.settings import SCORED_PAIR_COLUMNS, EmbeddingSettings
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
     cosent_loss,
@@ -38,7 +37,7 @@ class Pair:
 
 
 def is_squad_file(path: str) -> bool:
-    if not path.endswith(".json"):
+    if not path.endswith(".json") or not Path(path).is_file():
         return False
     with open(path, encoding="utf-8") as handle:
         return handle.read(1).strip() == "{"
@@ -49,26 +48,27 @@ def load_training_examples(
 ) -> list[Pair] | list[ScoredPair]:
     """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else :func:`load_pairs`;
     errors name the setting ``name``."""
-    if not Path(path).is_file():
-        raise SettingError(name, f"{path!r} does not exist.")
-    if is_squad_file(path) or not set(SCORED_PAIR_COLUMNS) <= set(file_columns(path)):
+    if is_squad_file(path):
         return load_pairs(path, articles, name)
+    rows = load_table(path, name)
+    if not set(SCORED_PAIR_COLUMNS) <= set(rows.column_names):
+        return load_pairs(path, articles, name, rows)
     if articles is not None:
         raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
-    return load_scored_pairs(path, name)
+    return load_scored_pairs(path, name, rows)
 
 
-def load_pairs(path: str, articles: tuple[int, int] | None = None, name: str = "train_file") -> list[Pair]:
+def load_pairs(path: str, articles=None, name: str = "train_file", rows=None) -> list[Pair]:
     """(query, positive[, negative]) pairs from JSON lines, TSV or CSV (``anchor`` may name the query, as in
-    NLI triplets) or, from a SQuAD file, each question with its paragraph."""
-    if not Path(path).is_file():
-        raise SettingError(name, f"{path!r} does not exist.")
+    NLI triplets; ``rows``: the table, when already read) or, from a SQuAD file, each question with its
+    paragraph."""
     if is_squad_file(path):
         return [Pair(row["question"], row["context"]) for row in load_squad(path, articles)[0]]
     if articles is not None:
         raise DataError(f"article ranges apply to SQuAD files; {path} is a table of pairs.")
     pairs = []
-    for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
+    rows = load_table(path, name) if rows is None else rows
+    for number, row in enumerate(rows, start=2 if path.endswith((".tsv", ".csv")) else 1):
         query, negative = row.get("query") or row.get("anchor"), row.get("negative")
         if not isinstance(query, str) or not isinstance(row.get("positive"), str):
             raise DataError(

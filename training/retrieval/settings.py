@@ -1,13 +1,9 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The options of ``finetune-embeddings`` and ``finetune-reranker``, and the scored-pair file check
-``evaluate-similarity`` shares (torch-free)."""
+"""The options of ``finetune-embeddings`` and ``finetune-reranker`` (torch-free)."""
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from briskbert.errors import SettingError
 from briskbert.retrieval.settings import EmbeddingArguments
@@ -18,35 +14,6 @@ SCORED_PAIR_LOSSES = ("cosent", "cosine_mse")
 EMBEDDING_LOSSES = ("multiple_negatives_ranking", *SCORED_PAIR_LOSSES)
 SCORED_PAIR_COLUMNS = ("sentence1", "sentence2", "score")
 SQUAD_ARTICLES_HELP = "SQuAD files: use only articles START:STOP."
-
-
-def file_columns(path: str) -> list[str]:
-    """The header of a TSV/CSV file, or the keys of the first row of JSON lines ([] when there is none)."""
-    with open(path, encoding="utf-8", newline="") as handle:
-        first = next((line for line in handle if line.strip()), "")
-    if path.endswith(".tsv"):
-        return next(csv.reader([first], delimiter="\t", quoting=csv.QUOTE_NONE), [])  # as load_table
-    if path.endswith(".csv"):
-        return next(csv.reader([first]), [])
-    try:
-        row = json.loads(first)
-    except json.JSONDecodeError:
-        return []
-    return list(row) if isinstance(row, dict) else []
-
-
-def check_scored_pair_file(path: str, name: str) -> None:
-    """A :class:`SettingError` for ``name`` unless ``path`` is a TSV, CSV or JSON lines file of scored pairs."""
-    if not Path(path).is_file():
-        raise SettingError(name, f"{path} does not exist.")
-    columns = file_columns(path)
-    missing = [column for column in SCORED_PAIR_COLUMNS if column not in columns]
-    if missing:
-        raise SettingError(
-            name,
-            f"{path} lacks the column(s) {', '.join(missing)}: give a TSV, CSV or JSON lines file with "
-            f"{', '.join(SCORED_PAIR_COLUMNS)} (found {', '.join(columns) or 'no header'}).",
-        )
 
 
 @dataclass(frozen=True)

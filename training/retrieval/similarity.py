@@ -16,6 +16,7 @@ from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import encode_texts
 from briskbert.training.data.task_data import DataError, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
+from briskbert.training.retrieval.settings import SCORED_PAIR_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,19 @@ class ScoredPair:
     score: float
 
 
-def load_scored_pairs(path: str, name: str = "train_file") -> list[ScoredPair]:
-    """The rows of a TSV, CSV or JSON lines file with scored-pair columns (other columns ignored); errors name
-    the setting ``name``."""
+def load_scored_pairs(path: str, name: str = "train_file", rows=None) -> list[ScoredPair]:
+    """The scored pairs of a TSV, CSV or JSON lines file (its ``rows``, when already read; other columns
+    ignored); errors name the setting ``name``."""
+    rows = load_table(path, name) if rows is None else rows
+    missing = [column for column in SCORED_PAIR_COLUMNS if column not in rows.column_names]
+    if missing:
+        raise SettingError(
+            name,
+            f"{path} lacks the column(s) {', '.join(missing)}: give a TSV, CSV or JSON lines file with "
+            f"{', '.join(SCORED_PAIR_COLUMNS)} (found {', '.join(rows.column_names) or 'no header'}).",
+        )
     pairs = []
-    for number, row in enumerate(load_table(path, name), start=2 if path.endswith((".tsv", ".csv")) else 1):
+    for number, row in enumerate(rows, start=2 if path.endswith((".tsv", ".csv")) else 1):
         try:
             score = float(row["score"])
         except (TypeError, ValueError):

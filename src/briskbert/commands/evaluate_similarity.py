@@ -17,7 +17,6 @@ from pathlib import Path
 from briskbert.commands.arguments import parse
 from briskbert.files import write_atomic
 from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
-from briskbert.training.retrieval.settings import check_scored_pair_file
 
 METRICS_FILE = "similarity_metrics.json"
 
@@ -30,9 +29,6 @@ class SimilarityArguments:
     output_dir: str | None = field(
         default=None, metadata={"help": f"Where {METRICS_FILE} goes (default: printed only)."}
     )
-
-    def __post_init__(self):
-        check_scored_pair_file(self.file, "file")
 
 
 def main(argv=None):
