@@ -89,6 +89,7 @@ class _Publisher:
     delete_missing: bool
     token: str | None
     log: Callable[[str], None]
+    deletes: list[str] = field(default_factory=list)  # files on the branch each commit deletes
 
     @contextmanager
     def step(self, name: str, state: str | Callable[[], str] = NOTHING_PUBLISHED):
@@ -106,11 +107,6 @@ class _Publisher:
 
     def head(self) -> str:
         return self.api.repo_info(self.repo_id, revision=self.revision).sha
-
-    def stale(self, commit_id: str) -> list[str]:
-        """Files ``commit_id`` holds that this publish does not upload."""
-        remote = self.api.list_repo_files(self.repo_id, revision=commit_id)
-        return sorted(set(remote) - set(self.files) - {".gitattributes"})
 
     def holds_these_files(self, commit_id: str) -> bool:
         """True when the commit holds these files with this content (the sha256 of an LFS file, the git blob id
@@ -178,8 +174,7 @@ class _Publisher:
 
         with self.step("commit", state):
             ops = [CommitOperationAdd(p, str(self.files[p])) for p in sorted(self.files)]
-            if self.delete_missing:
-                ops += [CommitOperationDelete(p) for p in self.stale(parent)]
+            ops += [CommitOperationDelete(p) for p in self.deletes]
             info = self.api.create_commit(
                 self.repo_id, ops, revision=branch, parent_commit=parent, commit_message=message
             )
@@ -299,8 +294,9 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
             api.create_branch(repo_id, branch=revision, exist_ok=True)
     with hub.step("read the branch"):
         head = hub.head()
-        stale = hub.stale(head)
+        remote = api.list_repo_files(repo_id, revision=head)
         unchanged = hub.holds_these_files(head)
+    stale = sorted(set(remote) - set(hub.files) - {".gitattributes"})
     if stale and hub.delete_missing:
         log(f"Deleting from {revision} (not in the folder; delete_missing): " + ", ".join(stale))
     elif stale:
@@ -309,6 +305,7 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
             + ", ".join(stale)
         )
     result.kept, result.deleted = ([], stale) if hub.delete_missing else (stale, [])
+    hub.deletes = result.deleted
     if unchanged:  # a re-run: verify and tag
         result.commit_id, result.commit_url = head, f"{api.endpoint}/{repo_id}/commit/{head}"
         log(f"No changes; already published at {result.commit_url}")
