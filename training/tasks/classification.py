@@ -266,14 +266,6 @@ def refuse_non_finite_labels(labels, source: str) -> None:
             )
 
 
-METRIC_DEFINITIONS = {
-    "single_label_classification": "accuracy; macro F1 (unweighted mean of per-class F1); Matthews correlation "
-    "(multi-class form)",
-    "regression": "Pearson and Spearman (tie-averaged ranks) correlation; mean squared error",
-    "multi_label_classification": "subset accuracy; micro F1 and macro F1 over labels (sigmoid > 0.5)",
-}
-
-
 class ClassificationTask(FinetuningTask):
     """``briskbert finetune-classification``: sequence classification, regression or multi-label
     classification of one text or a pair, from a briskbert (or converted BERT-family) model or a preset."""
@@ -385,6 +377,5 @@ class ClassificationTask(FinetuningTask):
             "text_columns": [c for c in (self.text_column, self.settings.text_pair_column) if c],
             "num_train_examples": len(self.train_features),
             "num_eval_examples": len(self.eval_features) if self.eval_features is not None else 0,
-            "metric_definitions": METRIC_DEFINITIONS[spec.problem_type],
             "data_skipped": self.skipped,
         }

@@ -191,12 +191,6 @@ class NerEvaluator:
         return result
 
 
-METRIC_DEFINITIONS = (
-    "entity-level precision/recall/F1 (conlleval: exact type and span), token accuracy, and the share of "
-    "predicted sentences with a transition IOB2 forbids (I-X after neither B-X nor I-X)"
-)
-
-
 def ner_features(
     dataset, tags, tokenizer, label2id: dict, token_column: str, max_seq_length: int, label_all_tokens: bool
 ):
@@ -327,5 +321,4 @@ class NerTask(FinetuningTask):
             "num_eval_sentences": len(self.eval_features) if self.eval_features is not None else 0,
             "label_all_tokens": self.settings.label_all_tokens,
             "crf": self.crf,
-            "metric_definitions": METRIC_DEFINITIONS,
         }

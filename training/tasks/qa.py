@@ -178,7 +178,6 @@ def postprocess_qa_predictions(
     return predictions, all_nbest
 
 
-METRIC_DEFINITIONS = "exact match and F1 (0-1) with the official SQuAD answer normalisation"
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
@@ -305,6 +304,5 @@ class QaTask(FinetuningTask):
             "max_seq_length": self.source.max_seq_length,
             "doc_stride": task.doc_stride,
             "version_2_with_negative": task.version_2_with_negative,
-            "metric_definitions": METRIC_DEFINITIONS,
             "data_skipped": self.skipped,
         }

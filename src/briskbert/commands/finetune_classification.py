@@ -6,11 +6,11 @@
         --validation_file data/sst2_validation_excerpt.tsv --text_column sentence --label_column label \\
         --output_dir runs/sst2 --num_train_epochs 1 --metric_for_best_model accuracy
 
-Data: CSV, TSV or JSON lines files, or ``--dataset_name``; one text column or a pair
-(``--text_pair_column``). The task is inferred from the labels (see ``training.classification``) or set
-with ``--problem_type``; ``--label_names negative,positive`` names integer labels for ``pipeline()`` and
-the model card. Metrics: accuracy, macro F1 and Matthews correlation; Pearson, Spearman and MSE
-for regression; subset accuracy and micro/macro F1 for multi-label.
+Data: CSV, TSV or JSON lines files, or ``--dataset_name``; one text column or a pair (``--text_pair_column``).
+The labels decide the task (lists: multi-label, fractional numbers: regression) unless ``--problem_type`` is
+given; ``--label_names negative,positive`` names integer labels for ``pipeline()`` and the model card.
+Metrics: accuracy, macro F1 and Matthews correlation; Pearson, Spearman and MSE for regression; subset
+accuracy and micro/macro F1 for multi-label.
 """
 
 from __future__ import annotations
@@ -27,5 +27,4 @@ def main(argv=None):
     from briskbert.commands.training_run import train
     from briskbert.training.tasks.classification import ClassificationTask
 
-    # the task checks the model folder and reads the data before torch is imported
     return train(ClassificationTask(model, data, settings), config)

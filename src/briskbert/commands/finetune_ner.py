@@ -28,5 +28,4 @@ def main(argv=None):
     from briskbert.commands.training_run import train
     from briskbert.training.tasks.ner import NerTask
 
-    # the task checks the model folder and reads the data before torch is imported
     return train(NerTask(model, data, settings), config)

@@ -7,14 +7,12 @@
         --validation_file data/xquad_en_excerpt.json --max_seq_length 384 --doc_stride 128 \\
         --output_dir runs/qa --metric_for_best_model f1
 
-Contexts longer than a window are split into windows that overlap by ``--doc_stride`` tokens, so long
-contexts are covered; a training window without the (whole) answer targets ``[CLS]``. Answers are decoded
-from the ``--n_best_size`` best starts and ends of every window (at most ``--max_answer_length`` tokens)
-and scored with the official SQuAD exact match and F1; predictions (and n-best lists) are written to
-``output_dir/eval_predictions.json``. Answers whose text is not at their ``answer_start`` are moved to
-the nearest occurrence, answers absent from their context are dropped; both are counted and reported.
-The saved model names the project's question-answering pipeline in its config, so
-``pipeline("question-answering", model=folder, trust_remote_code=True)`` works on it.
+Long contexts become windows overlapping by ``--doc_stride`` tokens; a training window without the whole
+answer targets ``[CLS]``. Answers are decoded from the ``--n_best_size`` best starts and ends of every window
+and scored with the official SQuAD exact match and F1; predictions and n-best lists are written to
+``output_dir/eval_predictions.json`` and ``eval_nbest_predictions.json``. An answer not at its
+``answer_start`` is moved to the nearest occurrence, one absent from its context is dropped (both counted).
+``pipeline("question-answering", model=folder, trust_remote_code=True)`` works on the saved model.
 """
 
 from __future__ import annotations
@@ -31,5 +29,4 @@ def main(argv=None):
     from briskbert.commands.training_run import train
     from briskbert.training.tasks.qa import QaTask
 
-    # the task checks the model folder and reads the data before torch is imported
     return train(QaTask(model, data, settings), config)

@@ -4,10 +4,9 @@
         --max_seq_length 128 --packing_mode full-sentences --preprocessing_num_workers 2 \\
         --per_device_train_batch_size 32 --max_train_steps 10000 --output_dir runs/mlm
 
-The corpus is tokenized once, in parallel, into a memory-mapped store on disk (memory does not grow with
-the corpus) and cached: a second run, or a resumed one, with the same corpus and tokenizer starts at once.
-Flag names follow transformers' ``run_mlm_no_trainer.py`` where they overlap; the optimisation,
-checkpoint and logging flags are the shared ones of the training loop.
+The corpus is tokenized once, in parallel, into a cached memory-mapped store (memory does not grow with
+the corpus): a second or resumed run with the same corpus and tokenizer starts at once. Flag names follow
+transformers' ``run_mlm_no_trainer.py`` where they overlap.
 """
 
 from __future__ import annotations
