@@ -83,14 +83,6 @@ def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], reque
         )
 
 
-def fp32_bytes_of(model: nn.Module) -> int:
-    """The size of the model's tensors in fp32, shared tensors counted once."""
-    tensors = {tensor.data_ptr(): tensor for tensor in model.state_dict().values()}.values()
-    return sum(
-        tensor.numel() * (4 if tensor.is_floating_point() else tensor.element_size()) for tensor in tensors
-    )
-
-
 def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> None:
     """Quantizes `model` in place with torchao (every Linear, and the word embeddings int8 per row, bar the `keep`
     modules) and saves it into `staging` as a transformers folder whose config loads it back."""

@@ -1,17 +1,6 @@
-"""Running an ONNX folder (``briskbert quantize`` or ``briskbert export-onnx``) on texts, batched by length.
-
-An ONNX graph computes every position of its padded input. Texts sorted by length and cut into batches pad each to
-a similar length, so almost every position is a real token (on SST-2 sentences in batches of 32: 60 % real tokens
-in random batches, 97 % sorted). :class:`OnnxModel` does that and returns the outputs in the input order::
-
-    from briskbert.quantization.inference import OnnxModel
-
-    model = OnnxModel("runs/minilm-int8")
-    outputs = model(["A warm, funny film.", "Dull."])
-    outputs["sentence_embedding"]        # (2, 384): one row per text
-    outputs["last_hidden_state"][1]      # (tokens of "Dull.", 384): per-token outputs, real tokens only
-
-It needs ONNX Runtime and transformers, not torch.
+"""Running an ONNX folder (``briskbert quantize`` or ``briskbert export-onnx``) on texts with ONNX Runtime and
+transformers, not torch. An ONNX graph computes every padded position: texts sorted by length and cut into batches
+pad each to a similar length (SST-2 sentences in batches of 32: 60 % real tokens in random batches, 97 % sorted).
 """
 
 from __future__ import annotations

@@ -318,7 +318,7 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
             f"{len(timing)} batches of {text} sentences sorted by length, {real_tokens} real tokens, "
             f"{torch.get_num_threads()} threads, median of {rows[0]['rounds']} interleaved rounds",
         )
-        sizes = backends.fp32_bytes_of(model), weights_bytes(staging, kept.model_file)
+        sizes = model.get_memory_footprint(), weights_bytes(staging, kept.model_file)
         facts = quantization_facts(request, kept, rows, architecture, embedding, evaluation, sizes, notes)
         (staging / QUANTIZATION_FILE).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
         readme = render_quantized_readme(

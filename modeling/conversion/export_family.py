@@ -135,11 +135,9 @@ def pick_family(
 
 
 def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[str, float]:
-    """Writes the BriskBert folder `model_dir` as the family's own folder `output_dir` (weights, config, the
-    tokenizer under transformers' own class), atomically, once transformers' Auto class loads it back without
-    remote code and its outputs are within `OUTPUT_TOLERANCE` of BriskBert's. `family`: a key of `TARGETS`, or
-    None for the first family that expresses the configuration. Returns (the family's class, the largest
-    difference). Raises UnsupportedCheckpointError naming what the family cannot express."""
+    """Writes the BriskBert folder `model_dir` as the family's own folder `output_dir` (a key of TARGETS, or None
+    for the first that expresses it), once transformers loads it back without remote code and its outputs are
+    within `OUTPUT_TOLERANCE` of BriskBert's. Returns (the family's class, the largest difference)."""
     import torch
     import transformers
 
@@ -157,9 +155,8 @@ def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[
     if auto_class is None:
         raise UnsupportedCheckpointError(f"{model_dir} holds {class_name}, not a briskbert model.")
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    prefix, source, suffix, theirs = pick_family(
-        config, auto_class, family, tokenizer
-    )  # before reading weights
+    # Refused before the weights are read.
+    prefix, source, suffix, theirs = pick_family(config, auto_class, family, tokenizer)
     ours = getattr(modeling_briskbert, class_name).from_pretrained(model_dir, dtype=torch.float32).eval()
     family_class = getattr(transformers, f"{prefix}{suffix}")
     family_model = family_class(theirs).eval()

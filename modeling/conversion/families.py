@@ -6,8 +6,10 @@ here imports torch."""
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from briskbert.errors import UserError
 
-class UnsupportedCheckpointError(ValueError):
+
+class UnsupportedCheckpointError(UserError):
     """The source is not a checkpoint `briskbert convert` can import exactly; the message names the field."""
 
 

@@ -11,7 +11,7 @@ from briskbert.inputs import read_json_object
 
 from ..sentence_transformers_files import copy_sentence_transformers_files
 from .families import SourceFamily, UnsupportedCheckpointError, family_for
-from .weights import CheckpointMismatchError, check_weights, load_state_dict, rename_weights
+from .weights import check_weights, load_state_dict, rename_weights
 
 # Tokenizer files are carried over as they are (WordPiece, byte-level BPE, Unigram: whatever tokenizer.json holds).
 TOKENIZER_FILES = (
@@ -48,19 +48,6 @@ def build_config(family: SourceFamily, head_suffix: str, source_config: dict, ha
     return config
 
 
-def _copy_tokenizer_and_sentence_files(src: Path, staging: Path, family: SourceFamily):
-    if family.model_types == ("bert",):
-        # BERT folders get the WordPiece tokenizer as remote code.
-        from briskbert.tokenization import BriskBertTokenizer
-
-        BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
-    else:
-        for name in TOKENIZER_FILES:
-            if (src / name).is_file():
-                shutil.copy2(src / name, staging / name)
-    copy_sentence_transformers_files(src, staging)
-
-
 def convert_checkpoint(
     src_dir,
     out_dir,
@@ -68,15 +55,9 @@ def convert_checkpoint(
     save_tokenizer: bool = True,
     source_repo_id: str | None = None,
 ):
-    """Converts the transformers folder `src_dir` (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA or ModernBERT, bare
-    or with any of its heads) into a BriskBert folder `out_dir` that gives the same outputs.
-
-    The family comes from config.json's `model_type`, the head from its `architectures` (or `architecture`, e.g.
-    "RobertaForMaskedLM"). `source_repo_id` (the checkpoint's Hub id) is recorded in `training_facts.json` as the
-    base model that cards of models trained from the folder name. Raises `UnsupportedCheckpointError` (the field
-    named) or `CheckpointMismatchError` (every missing, unexpected or mis-shaped weight). Replaces `out_dir` whole
-    once the conversion is complete. Returns the model.
-    """
+    """Converts the transformers folder `src_dir` (its head: `architecture`, default config.json's) into a BriskBert
+    folder `out_dir` that gives the same outputs, replaced whole once complete; returns the model. `source_repo_id`
+    (the checkpoint's Hub id) is recorded as the base model the cards of models trained from the folder name."""
     src, out = Path(src_dir), Path(out_dir)
     source_config = read_json_object(src / "config.json", "src", "pass a transformers checkpoint folder")
     family = family_for(source_config, src / "config.json")
@@ -103,12 +84,17 @@ def convert_checkpoint(
     with staged_folder(out) as staging:
         model.save_pretrained(staging)
         if save_tokenizer:
-            _copy_tokenizer_and_sentence_files(src, staging, family)
+            if family.model_types == ("bert",):  # WordPiece: briskbert's tokenizer, as remote code
+                from briskbert.tokenization import BriskBertTokenizer
+
+                BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
+            else:
+                for name in TOKENIZER_FILES:
+                    if (src / name).is_file():
+                        shutil.copy2(src / name, staging / name)
+            copy_sentence_transformers_files(src, staging)
         if source_repo_id:
-            # A schema-version-2 training_facts.json naming only the base model, for the cards of models trained from it.
+            # A schema-version-2 training_facts.json naming only the base model.
             facts = {"schema_version": 2, "base_model": source_repo_id}
             write_atomic(staging / "training_facts.json", json.dumps(facts, indent=2))
     return model
-
-
-__all__ = ["CheckpointMismatchError", "UnsupportedCheckpointError", "convert_checkpoint"]

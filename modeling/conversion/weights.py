@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from briskbert.errors import UserError
+
 from .families import SourceFamily
 
 # Buffers some versions saved; they carry no learned values.
@@ -22,7 +24,7 @@ _SIZE_FIELDS = (
 )
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """The source checkpoint's weights do not match the target architecture."""
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
 
 
 @dataclass(frozen=True)
@@ -53,22 +53,15 @@ def main(argv: list[str] | None = None):
     from briskbert.inputs import check_model_folder
 
     check_model_folder(Path(args.src).expanduser(), "src", need_tokenizer=False)  # before torch: fails fast
-    from briskbert.modeling.conversion import (
-        CheckpointMismatchError,
-        UnsupportedCheckpointError,
-        convert_checkpoint,
-    )
+    from briskbert.modeling.conversion import convert_checkpoint
 
-    try:
-        model = convert_checkpoint(
-            args.src,
-            args.out,
-            args.architecture,
-            save_tokenizer=not args.no_tokenizer,
-            source_repo_id=args.source_repo_id,
-        )
-    except (CheckpointMismatchError, UnsupportedCheckpointError) as error:
-        raise UserError(str(error)) from error
+    model = convert_checkpoint(
+        args.src,
+        args.out,
+        args.architecture,
+        save_tokenizer=not args.no_tokenizer,
+        source_repo_id=args.source_repo_id,
+    )
     print(
         f"Converted {args.src} -> {args.out} as {type(model).__name__} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters)."
