@@ -17,7 +17,6 @@ IGNORE_INDEX = -100
 # such paths add nothing to the partition, while a finite value keeps logsumexp's gradient free of NaN even
 # where every path into a tag is forbidden. Viterbi uses -inf, so a forbidden transition can never win.
 FORBIDDEN_SCORE = -1e4
-ENTITY_PREFIXES = ("B", "I", "E", "S")
 
 
 def split_tag(tag: str) -> tuple[str, str]:
@@ -26,7 +25,7 @@ def split_tag(tag: str) -> tuple[str, str]:
     if tag == "O":
         return "O", ""
     prefix, separator, entity_type = tag.partition("-")
-    if separator and prefix in ENTITY_PREFIXES and entity_type:
+    if separator and prefix in ("B", "I", "E", "S") and entity_type:
         return prefix, entity_type
     return "I", tag
 

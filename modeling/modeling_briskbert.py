@@ -144,11 +144,10 @@ class Unpadder:
     traced graphs serve every batch, so they keep the padded layout too."""
 
     def __init__(self, config: BriskBertConfig, gather_cost: float, fixed_cost: int):
-        glu = 2 if config.mlp_type == "glu" else 1
-        heads = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
-        self.work_per_token = config.hidden_size * (
-            config.head_dim * heads + (glu + 1) * config.intermediate_size
-        )
+        # Multiply-adds per token: the q, k, v and output projections, and the MLP's.
+        projections = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
+        mlp = (MLPS[config.mlp_type].gates + 1) * config.intermediate_size
+        self.work_per_token = config.hidden_size * (config.head_dim * projections + mlp)
         self.moving_cost_per_position = gather_cost * config.hidden_size
         self.fixed_cost = fixed_cost
 
@@ -390,15 +389,8 @@ class BriskBertAttention(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.apply_rotary = apply_rotary if config.position_embedding_type == "rope" else keep_unrotated
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
-        position_bias: torch.Tensor | None,
-        layout: PaddedLayout,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, hidden_states, attention_mask, position_embeddings, position_bias, layout, **kwargs):
+        """`position_embeddings`: this layer type's rotary (cos, sin) tables or None; `position_bias`: ALiBi's."""
         # The projections run in the batch's layout; the layout hands attention the (batch, seq) shape it works on.
         qkv = layout.to_attention(self.qkv(hidden_states))
         attention_shape = qkv.shape[:-1]
@@ -575,9 +567,8 @@ class BriskBertPreTrainedModel(PreTrainedModel):
         super().__init__(config, *inputs, **kwargs)
         self._no_split_modules = [LAYERS[config.norm_position].__name__]
 
-    # transformers' default `_init_weights` is BERT's scheme (normal(0, initializer_range) weights, zero biases and
-    # padding row, unit norms) and skips loaded weights; only the CRF's transitions need a rule.
     def _init_weights(self, module):
+        """transformers' default is BERT's scheme and skips loaded weights; the CRF's transitions need a rule."""
         super()._init_weights(module)
         if isinstance(module, LinearChainCRF):
             # Zero transitions: training starts from the per-token scores alone, within the tag constraints.
@@ -853,8 +844,7 @@ class IndependentTagger(nn.Module):
 
 
 class CrfTagger(LinearChainCRF):
-    """A linear-chain CRF (crf.py) whose loss is per tagged token, so that it averages over the same items as the
-    softmax loss."""
+    """A linear-chain CRF (crf.py) whose loss is per tagged token, as the softmax loss is."""
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.to(logits.device)

@@ -55,13 +55,12 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
         return {"model_inputs": dict(encoded), "offsets": context_offsets, "context": inputs["context"]}
 
     def _forward(self, inputs):
-        outputs = self.model(**inputs["model_inputs"])
+        outputs = self.model(**inputs.pop("model_inputs"))
         return {
             "start": outputs.start_logits,
             "end": outputs.end_logits,
-            "offsets": inputs["offsets"],
-            "context": inputs["context"],
-        }
+            **inputs,
+        }  # with offsets and context
 
     def postprocess(self, outputs, max_answer_len=15, top_k=1):
         candidates = []

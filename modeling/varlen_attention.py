@@ -15,26 +15,17 @@ except ImportError:  # PyTorch < 2.10
     varlen_attn = None
 
 
+PACKING = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")  # the varlen layout's boundaries
+
+
 def torch_varlen_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    sliding_window: int | None = None,
-    cu_seq_lens_q: torch.Tensor | None = None,
-    cu_seq_lens_k: torch.Tensor | None = None,
-    max_length_q: int | None = None,
-    max_length_k: int | None = None,
-    **kwargs,
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention signature over ``varlen_attn``: q/k/v arrive as ``(1, heads, tokens, head_dim)``
-    and leave as ``(1, tokens, heads, head_dim)``, like flash-attention's output."""
+    with the `PACKING` arguments, and leave as ``(1, tokens, heads, head_dim)``, like flash-attention's output."""
     if varlen_attn is None:
         raise ImportError(f"attn_implementation={ATTN_IMPLEMENTATION!r} needs PyTorch 2.10 or newer.")
-    if cu_seq_lens_q is None or dropout:
+    if kwargs.get("cu_seq_lens_q") is None or dropout:
         raise ValueError(
             f"attn_implementation={ATTN_IMPLEMENTATION!r} runs packed batches (the varlen layout) without attention "
             "dropout: keep unpad_inputs='auto' or 'always' and set attention_probs_dropout_prob=0."
@@ -45,17 +36,8 @@ def torch_varlen_attention(
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     # transformers' flash convention: a window of `sliding_window` counts the token itself.
     window = (sliding_window - 1, sliding_window - 1) if sliding_window is not None else (-1, -1)
-    output = varlen_attn(
-        query,
-        key,
-        value,
-        cu_seq_lens_q,
-        cu_seq_lens_k,
-        max_length_q,
-        max_length_k,
-        scale=scaling,
-        window_size=window,
-    )
+    packing = (kwargs[name] for name in PACKING)
+    output = varlen_attn(query, key, value, *packing, scale=scaling, window_size=window)
     return output.unsqueeze(0), None
 
 
