@@ -1,5 +1,5 @@
-"""Publish a saved model folder to the Hub (or a Hub-compatible server): ``publish("runs/sst2/final",
-"me/briskbert-sst2", tag="v1")``. The files are collected (:mod:`.model_files`) and scanned for secrets with the
+"""Publish a saved model folder to the Hub (or a Hub-compatible server):
+``publish(PublishSettings("runs/sst2/final", "me/briskbert-sst2", tag="v1"))``. The files are collected (:mod:`.model_files`) and scanned for secrets with the
 rendered card; an existing tag is accepted only when it names the branch head and nothing changed. Everything is
 one ``create_commit`` whose parent is the head read before; with verification it goes to a staging branch first,
 is verified there (:mod:`.verification`), and only then are the same files committed to the branch and tagged.
@@ -16,12 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import UserError
 from briskbert.files import file_digest
 
 from .card import read_config, render_card, task_for_architecture
 from .model_files import FileSelection, collect_files, shard_weights
 from .secrets import Finding, scan_bytes, scan_files
+from .settings import PublishSettings
 from .verification import verify_commit
 
 NOTHING_PUBLISHED = "Nothing was published."
@@ -232,54 +233,42 @@ def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing
     log("---- README.md ----\n" + result.card)
 
 
-def publish(
-    model_dir: str | Path,
-    repo_id: str,
-    *,
-    revision: str = "main",
-    tag: str | None = None,
-    private: bool = False,
-    commit_message: str | None = None,
-    token: str | None = None,
-    endpoint: str | None = None,
-    dry_run: bool = False,
-    verify: bool = True,
-    include: tuple[str, ...] | list[str] = (),
-    include_training_state: bool = False,
-    delete_missing: bool = False,
-    max_shard_size: int | str = "2GB",
-    log=print,
-) -> PublishResult:
-    """Publish ``model_dir`` to ``repo_id`` (the steps are in the module docstring); its refusals are
-    ``UserError``s."""
+def publish(settings: PublishSettings, *, endpoint: str | None = None, log=print) -> PublishResult:
+    """Publish ``settings.model_dir`` to ``settings.repo_id`` at ``endpoint`` (``HF_ENDPOINT`` by default): the
+    steps are in the module docstring, and its refusals are ``UserError``s."""
     from huggingface_hub import HfApi, constants, get_token
 
-    if repo_id.count("/") != 1:
-        raise SettingError("repo_id", f"must be NAMESPACE/NAME, got {repo_id!r}")
-    folder, token = Path(model_dir), token or get_token()
-    selection = collect_files(folder, include, include_training_state)
+    folder, token = Path(settings.model_dir).expanduser(), settings.token or get_token()
+    repo_id, revision, tag = settings.repo_id, settings.revision, settings.tag
+    selection = collect_files(folder, settings.include or (), settings.include_training_state)
     if findings := scan_files(folder, selection.upload, token=token):
         raise SecretsFound(findings)
     card = str(render_card(folder, repo_id, revision=tag or revision, revision_is_pinned=bool(tag)))
     if finding := scan_bytes(card.encode(), "README.md (the rendered card)", token=token):
         raise SecretsFound([finding])
     with tempfile.TemporaryDirectory(prefix="briskbert-publish-") as work:
-        files = shard_weights(folder, selection.upload, max_shard_size, Path(work))
+        files = shard_weights(folder, selection.upload, settings.max_shard_size, Path(work))
         files["README.md"] = Path(work, "README.md")
         files["README.md"].write_bytes(card.encode())
         sizes = {path: local.stat().st_size for path, local in sorted(files.items())}
         result = PublishResult(repo_id, revision, sizes, card, tag=tag)
         result.skipped, result.training_state = selection.skipped, selection.training_state
-        if dry_run:
-            _log_dry_run(result, selection, delete_missing, log)
+        if settings.dry_run:
+            _log_dry_run(result, selection, settings.delete_missing, log)
             return result
         endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         api = HfApi(endpoint=endpoint, token=token)
-        hub = _Publisher(api, repo_id, revision, files, delete_missing, token, log)
+        hub = _Publisher(api, repo_id, revision, files, settings.delete_missing, token, log)
         pipeline_tag, auto_class = task_for_architecture(read_config(folder)["architectures"][0])
         checks = dict(pipeline_tag=pipeline_tag, auto_class=auto_class, endpoint=endpoint, token=token)
-        verify_fn = (lambda commit: verify_commit(repo_id, commit, **checks)) if verify else None
-        _push(hub, result, commit_message or f"Publish {folder.name} with briskbert", private, verify_fn)
+        verify = None if settings.no_verify else (lambda commit: verify_commit(repo_id, commit, **checks))
+        _push(
+            hub,
+            result,
+            settings.commit_message or f"Publish {folder.name} with briskbert",
+            settings.private,
+            verify,
+        )
     return result
 
 

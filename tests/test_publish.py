@@ -12,7 +12,8 @@ from hub_fixtures import ROOT, TOKEN, client_env, make_briskbert
 
 from briskbert.hub_cards import publishing
 from briskbert.hub_cards.model_files import IncompleteModelFolder, OutsideTheFolder, collect_files
-from briskbert.hub_cards.publishing import PublishError, SecretsFound, publish
+from briskbert.hub_cards.publishing import PublishError, SecretsFound
+from briskbert.hub_cards.settings import PublishSettings
 from briskbert.hub_server import BackgroundHub
 
 MODEL_FILES = set(
@@ -22,6 +23,11 @@ MODEL_FILES = set(
 
 
 NOWHERE = "http://127.0.0.1:9"  # a closed port: a publish that contacts it fails with another error
+
+
+def publish(folder, repo_id, *, endpoint=None, log=print, **settings):
+    """The publisher, with its settings given as keywords."""
+    return publishing.publish(PublishSettings(str(folder), repo_id, **settings), endpoint=endpoint, log=log)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +126,7 @@ def test_publish_end_to_end_with_xet_client(folder, changed, tmp_path):
         assert f"{h.url}/testuser/sst2/commit/{v1}" in out
 
         lines = []
-        opts = dict(token=TOKEN, endpoint=h.url, verify=False, log=lines.append)
+        opts = dict(token=TOKEN, endpoint=h.url, no_verify=True, log=lines.append)
         assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit
         assert "No changes; already published at" in "\n".join(lines)
         publish(changed, "testuser/private", private=True, **opts)
@@ -139,7 +145,7 @@ def test_publish_through_the_lfs_api(folder, lfs_hub, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    opts = dict(token=TOKEN, endpoint=lfs_hub.url, verify=False, log=lambda *_: None)
+    opts = dict(token=TOKEN, endpoint=lfs_hub.url, no_verify=True, log=lambda *_: None)
     assert publish(folder, "testuser/sst2", tag="v1", **opts).new_commit
     assert any(p.startswith("/lfs-upload/") for _, p, _ in lfs_hub.server.request_log)
     again = publish(folder, "testuser/sst2", tag="v1", **opts)
@@ -162,7 +168,7 @@ def head(hub_, repo="testuser/sst2"):
 def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
     """A failed commit is tried once (the publisher adds no retries), said in one line; a re-run finishes."""
     lines = []
-    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lines.append)
+    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True, log=lines.append)
     first = publish(folder, "testuser/sst2", **opts)
     # a changed card makes the next publish a real commit
     hub.set_fault({"step": "commit", "kind": kind, "times": 99})
@@ -186,7 +192,7 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monk
     import httpx2
     from huggingface_hub import HfApi
 
-    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
+    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True, log=lambda *_: None)
     first = publish(folder, "testuser/sst2", **opts)
     other, create_commit, calls = HfApi(endpoint=hub.url, token=TOKEN), HfApi.create_commit, []
 
@@ -225,7 +231,7 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monk
 
 
 def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub):
-    opts = dict(token=TOKEN, endpoint=hub.url, verify=False, log=lambda *_: None)
+    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True, log=lambda *_: None)
     main = publish(folder, "testuser/sst2", tag="v1", **opts)
     assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit  # a re-run is fine
     dev = publish(folder, "testuser/sst2", revision="dev", tag="dev-1", **opts)
@@ -291,7 +297,7 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch, tmp_pat
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
     # refused before the Hub is contacted: the closed port would be another error
     with pytest.raises(SecretsFound) as e:
-        publish(folder, "testuser/x", include=["*"], token=TOKEN, endpoint=NOWHERE, verify=False)
+        publish(folder, "testuser/x", include=["*"], token=TOKEN, endpoint=NOWHERE, no_verify=True)
     message = str(e.value)
     assert message.startswith("refusing to publish: .env (an environment file, by its name); ")
     assert "logs/train.log (the access token in use, at byte 22)" in message and TOKEN not in message
@@ -369,7 +375,7 @@ def test_a_symlink_that_resolves_outside_the_folder_is_refused_before_anything_i
         (copy / link).symlink_to(target.format(out=outside))
     with pytest.raises(OutsideTheFolder) as e:
         publish(
-            copy, "testuser/sst2", include=["*.txt", "extra"], token=TOKEN, endpoint=NOWHERE, verify=False
+            copy, "testuser/sst2", include=["*.txt", "extra"], token=TOKEN, endpoint=NOWHERE, no_verify=True
         )
     message = str(e.value)  # contacting the closed port would have been another error
     assert f"{OUTSIDE_LINKS[case][0][0]} -> " in message and "resolve outside" in message
@@ -425,7 +431,7 @@ def test_a_code_reference_outside_the_folder_is_refused_before_anything_is_sent(
         config["custom_pipelines"] = {"evil": {"impl": ref, "pt": ["AutoModel"], "tf": [], "type": "text"}}
     (copy / name).write_text(json.dumps(config))
     with pytest.raises(OutsideTheFolder) as e:
-        publish(copy, "testuser/sst2", token=TOKEN, endpoint=NOWHERE, verify=False, log=lambda *_: None)
+        publish(copy, "testuser/sst2", token=TOKEN, endpoint=NOWHERE, no_verify=True, log=lambda *_: None)
     assert f"{name}: " in str(e.value) and repr(ref) in str(e.value) and "\n" not in str(e.value)
 
 
@@ -448,7 +454,7 @@ def test_a_relative_import_or_a_shard_from_above_the_folder_is_refused(folder, t
 def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub):
     from huggingface_hub import HfApi
 
-    opts = dict(token=TOKEN, endpoint=hub.url, verify=False)
+    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True)
     publish(folder, "testuser/sst2", log=lambda *_: None, **opts)
     client = HfApi(endpoint=hub.url, token=TOKEN)
     client.upload_file(path_or_fileobj=b"onnx bytes", path_in_repo="onnx/model.onnx", repo_id="testuser/sst2")
