@@ -277,7 +277,8 @@ def test_interrupt_then_resume_reproduces_the_uninterrupted_losses(tmp_path, fin
     state = json.loads((tmp_path / "run" / "step_4" / "trainer_state.json").read_text())
     # 5 batches per epoch, windows of 2: steps 1-3 are epoch 0, step 4 took batches 0-1 of epoch 1.
     assert state["global_step"] == 4 and state["epoch"] == 1 and state["batches_in_epoch"] == 2
-    resumed = run_tiny(tmp_path / "run", "--resume_from_checkpoint", "latest")
+    # as the quickstart resumes: a checkpoint wins over --overwrite_output_dir, which only starts a run anew
+    resumed = run_tiny(tmp_path / "run", "--resume_from_checkpoint", "latest", "--overwrite_output_dir")
     assert resumed.global_step == 6
     want, got = train_losses(reference.history), train_losses(resumed.history)
     assert [got[s] for s in (5, 6)] == [want[s] for s in (5, 6)]  # bit-exact on CPU
@@ -352,6 +353,17 @@ def test_an_epoch_of_accumulated_batches_is_that_many_steps_and_checkpoints_by_e
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2", "step_4"]
 
 
+class EmptyEpochs:
+    """A loader whose epochs hold no batch; a third epoch fails the test (the windows would never end)."""
+
+    epochs = 0
+
+    def __iter__(self):
+        self.epochs += 1
+        assert self.epochs < 3, "an empty epoch was not refused"
+        return iter([])
+
+
 class Stream(torch.utils.data.IterableDataset):
     def __iter__(self):
         return iter(sequences(12))
@@ -367,8 +379,10 @@ def test_a_streamed_training_set_checkpoints_by_steps_but_not_by_epoch(tmp_path)
     with pytest.raises(SettingError, match="no epochs"):
         by_epoch = config("--output_dir", str(tmp_path / "epochs"), *flags, "--checkpointing_steps", "epoch")
         run(MLMTask(train=Stream()), by_epoch)
-    with pytest.raises(TrainingSetupError, match="yielded no batches"):  # else the windows would never end
-        next(loop.accumulation_windows([], loop.TrainingState(), 2, accelerator=None))
+    state = loop.TrainingState()
+    with pytest.raises(TrainingSetupError, match="yielded no batches"):
+        next(loop.accumulation_windows(EmptyEpochs(), state, 2, accelerator=None))
+    assert state.epoch == 0
 
 
 def test_a_run_that_stops_mid_epoch_counts_the_fraction_of_the_epoch(tmp_path):

@@ -52,15 +52,9 @@ def atomic_file(
         raise
 
 
-def write_atomic(
-    path: str | os.PathLike,
-    data: str | bytes,
-    *,
-    fsync: bool = False,
-    temp_dir: str | os.PathLike | None = None,
-) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` through :func:`atomic_file`."""
-    with atomic_file(path, fsync=fsync, temp_dir=temp_dir) as partial:
+def write_atomic(path: str | os.PathLike, data: str | bytes, **options) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through :func:`atomic_file` (``options``: its own)."""
+    with atomic_file(path, **options) as partial:
         partial.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
 
 
@@ -81,14 +75,12 @@ def replace_folder(staged: str | os.PathLike, folder: str | os.PathLike) -> None
     ``.NAME.old.partial`` (what a clean-up of partial folders removes after a kill) and then deleted."""
     staged, folder = Path(staged), Path(folder)
     honour_umask(staged)
+    retired = folder.with_name(f".{folder.name}.old{PARTIAL_SUFFIX}")
     if folder.exists():
-        retired = folder.with_name(f".{folder.name}.old{PARTIAL_SUFFIX}")
         shutil.rmtree(retired, ignore_errors=True)
         os.replace(folder, retired)
-        os.replace(staged, folder)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(staged, folder)
+    os.replace(staged, folder)
+    shutil.rmtree(retired, ignore_errors=True)
     fsync_folder(folder.parent)  # the rename itself survives a power loss
 
 
@@ -172,15 +164,6 @@ def manifest_problem(folder: str | os.PathLike) -> str | None:
 LOCK_FILE = ".briskbert.lock"
 
 
-class DiskFull(UserError):
-    def __init__(self, path: Path, needed: int, free: int):
-        super().__init__(
-            f"no space left on the device for {path}: it needs about {needed / 2**20:,.1f} MiB and "
-            f"{free / 2**20:,.1f} MiB is free; free some space or write elsewhere, then run again"
-        )
-        self.path, self.needed, self.free = path, needed, free
-
-
 def free_space(path: str | os.PathLike) -> int:
     """Bytes free on the file system that holds ``path`` (or its nearest existing parent)."""
     path = Path(path).absolute()
@@ -204,7 +187,7 @@ def out_of_space(error: BaseException) -> bool:
 def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
     """The body writes ``target`` through its ``.partial``, needing about ``needed`` bytes. When it raises,
     the partial is removed, and a lack of space (said by the error, or less than ``needed`` left: torch.save
-    says only "unexpected pos") becomes one :class:`DiskFull` line."""
+    says only "unexpected pos") becomes one :class:`UserError` line."""
     target = Path(target)
     try:
         yield
@@ -216,17 +199,11 @@ def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
         else:
             partial.unlink(missing_ok=True)
         if full:
-            raise DiskFull(target, needed, free_space(target)) from error
+            raise UserError(
+                f"no space left on the device for {target}: it needs about {needed / 2**20:,.1f} MiB and "
+                f"{free_space(target) / 2**20:,.1f} MiB is free; free some space or write elsewhere, then run again"
+            ) from error
         raise
-
-
-class FolderBusy(UserError):
-    def __init__(self, folder: Path, holder: str):
-        super().__init__(
-            f"{folder} is in use by another run ({holder or 'a process starting up'}); wait for it to finish "
-            "or choose another folder"
-        )
-        self.folder, self.holder = folder, holder
 
 
 def output_folder_problem(folder: str | os.PathLike) -> str | None:
@@ -250,7 +227,7 @@ def output_folder_problem(folder: str | os.PathLike) -> str | None:
 
 @contextmanager
 def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
-    """Hold ``folder``'s ``flock`` for the body: one writer per folder (:class:`FolderBusy` otherwise). Yields
+    """Hold ``folder``'s ``flock`` for the body: one writer per folder (a :class:`UserError` otherwise). Yields
     what a dead writer's leftover lock file said, or None. A release deletes the file, and the folder too when
     the lock made it and nothing was written into it."""
     folder = Path(folder)
@@ -287,7 +264,10 @@ def _locked_handle(folder: Path, path: Path) -> int:
         except BlockingIOError:
             holder = os.pread(handle, 4096, 0).decode("utf-8", "replace").strip()
             os.close(handle)
-            raise FolderBusy(folder, holder) from None
+            raise UserError(
+                f"{folder} is in use by another run ({holder or 'a process starting up'}); wait for it to finish "
+                "or choose another folder"
+            ) from None
         try:
             if os.stat(path).st_ino == os.fstat(handle).st_ino:
                 return handle

@@ -20,6 +20,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # text that JSON's \ud800 escapes make, which UTF-8 cannot encode
 
 
 @dataclass(frozen=True)
@@ -207,26 +208,18 @@ def read_json_object(path: Path, setting: str, fix: str) -> dict:
 
 
 def _not_unicode(value, where: str = "") -> str | None:
-    """The first field (``'a'.'b'[0]``) whose key or text cannot be encoded as UTF-8, or None."""
+    """The first field (``'a'.'b'[0]``) whose key or text holds a lone surrogate, or None."""
     if isinstance(value, str):
-        return None if _encodes(value) else where or "the document"
+        return (where or "the document") if _SURROGATE.search(value) else None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         here = f"{where}[{key}]" if isinstance(key, int) else f"{where}{'.' if where else ''}{key!r}"
-        if isinstance(key, str) and not _encodes(key):
+        if isinstance(key, str) and _SURROGATE.search(key):
             return here
         found = _not_unicode(item, here)
         if found is not None:
             return found
     return None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def config_problem(config: dict) -> str | None:

@@ -19,6 +19,12 @@ SCHEDULER_NAMES = tuple(
     "cosine_warmup_with_min_lr warmup_stable_decay".split()
 )
 
+# Counts a run needs at least one of (when given).
+COUNTS = tuple(
+    "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps logging_steps "
+    "max_train_steps eval_steps".split()
+)
+
 
 @dataclass
 class TrainingConfig:
@@ -143,18 +149,10 @@ class TrainingConfig:
             value = getattr(self, item.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise SettingError(item.name, f"must be a finite number, got {value}.")
-        for name in (
-            "per_device_train_batch_size",
-            "per_device_eval_batch_size",
-            "gradient_accumulation_steps",
-            "logging_steps",
-            "max_train_steps",
-            "eval_steps",
-        ):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise SettingError(name, f"must be >= 1, got {getattr(self, name)}.")
-        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
-            raise SettingError("dataloader_num_workers", f"must be >= 0, got {self.dataloader_num_workers}.")
+        minimums = dict.fromkeys(COUNTS, 1) | {"dataloader_num_workers": 0, "num_warmup_steps": 0}
+        for name, low in minimums.items():
+            if getattr(self, name) is not None and getattr(self, name) < low:
+                raise SettingError(name, f"must be >= {low}, got {getattr(self, name)}.")
         if self.learning_rate <= 0:
             raise SettingError("learning_rate", f"must be > 0, got {self.learning_rate}.")
         if self.max_train_steps is None and self.num_train_epochs <= 0:
@@ -163,13 +161,8 @@ class TrainingConfig:
             )
         if not 0 <= self.warmup_ratio < 1:
             raise SettingError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}.")
-        if self.num_warmup_steps is not None and self.num_warmup_steps < 0:
-            raise SettingError("num_warmup_steps", f"must be >= 0, got {self.num_warmup_steps}.")
-        if self.lr_scheduler_type not in SCHEDULER_NAMES:
-            raise SettingError(
-                "lr_scheduler_type",
-                f"{self.lr_scheduler_type!r} is not known; choose one of {', '.join(SCHEDULER_NAMES)}.",
-            )
+        if not 0 < self.decay_ratio <= 1:
+            raise SettingError("decay_ratio", f"must be in (0, 1], got {self.decay_ratio}.")
         steps = self.checkpointing_steps
         if steps is not None and steps != "epoch" and not (isinstance(steps, int) and steps >= 1):
             raise SettingError(
@@ -177,8 +170,6 @@ class TrainingConfig:
             )
         if self.greater_is_better is not None and self.metric_for_best_model is None:
             raise SettingError("greater_is_better", "needs metric_for_best_model.")
-        if not 0 < self.decay_ratio <= 1:
-            raise SettingError("decay_ratio", f"must be in (0, 1], got {self.decay_ratio}.")
 
     @property
     def trackers(self) -> list[str]:

@@ -4,6 +4,7 @@ job states about itself) and :class:`RunFacts` (what the loop measured) in one f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -11,6 +12,8 @@ import platform
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
+from importlib.metadata import version
+from importlib.util import find_spec
 from pathlib import Path
 
 from briskbert.errors import UserError
@@ -172,31 +175,25 @@ def read_training_facts(folder: str | Path) -> TrainingFacts:
 
 
 def hardware_description(accelerator) -> str:
-    n = accelerator.num_processes
+    """``1 x NVIDIA H100 80GB HBM3``, or ``CPU (2 cores, <model name>)``."""
     import torch
 
+    n = accelerator.num_processes
     if accelerator.device.type == "cuda":
         return f"{n} x {torch.cuda.get_device_name(accelerator.device)}"
     cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        names = [
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
+        ]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"CPU ({cores} cores, {cpu})" + (f", {n} processes" if n > 1 else "")
 
 
 def framework_versions() -> dict:
-    versions = {}
-    for name in ("torch", "transformers", "accelerate", "datasets", "tokenizers"):
-        try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
-            pass
-    return versions
+    names = ("torch", "transformers", "accelerate", "datasets", "tokenizers")
+    return {name: version(name) for name in names if find_spec(name) is not None}
 
 
 def base_model_id(model_name_or_path: str | None) -> str | None:

@@ -1,5 +1,5 @@
-"""Training logs: the :class:`MetricsLog` every entry goes through (JSON lines, console, trackers),
-``all_results.json``, the PNG of the curves and the progress of the steps."""
+"""Training logs: the :class:`MetricsLog` every entry goes through (JSON lines, console, trackers), the PNG of
+the curves and the progress of the steps."""
 
 from __future__ import annotations
 
@@ -59,23 +59,21 @@ class MetricsLog:
 
     def append(self, entry: dict) -> None:
         self.history.append(entry)
-        values = {key: value for key, value in entry.items() if key != "step" and value is not None}
         if self.tracker is not None:
+            values = {key: value for key, value in entry.items() if key != "step" and value is not None}
             self.tracker.log(values, step=entry["step"])
         if not self.is_main_process:
             return
         with self.path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
-        if any(
-            key.startswith("eval_") for key in entry
-        ):  # "step 40 | eval_loss 2.3451 | eval_accuracy 0.8125"
-            shown = [
-                f"{key} {value:.4g}"
-                for key, value in entry.items()
-                if key.startswith("eval_")
-                and not key.endswith(COUNTER_SUFFIXES)
-                and isinstance(value, (int, float))
-            ]
+        shown = [
+            f"{key} {value:.4g}"
+            for key, value in entry.items()
+            if key.startswith("eval_")
+            and not key.endswith(COUNTER_SUFFIXES)
+            and isinstance(value, (int, float))
+        ]
+        if shown:  # "step 40 | eval_loss 2.3451 | eval_accuracy 0.8125"
             self.echo(" | ".join([f"step {entry['step']}", *shown]))
 
     def last_evaluation(self) -> dict:

@@ -1,9 +1,9 @@
 """The one Accelerate training loop every job runs: ``run(task, config)`` -> :class:`TrainResult`.
 
-One optimizer step consumes a window of micro-batches whose losses are weighted by the task's ``count_items``
-and summed over the window and all processes: the gradient of one big batch however it is split. Loss, gradient
-norm and counters stay on the device until the host logs, evaluates or checkpoints. Ctrl-C or SIGTERM saves a
-checkpoint and exits 130 or 143.
+An optimizer step sums the losses of a window of micro-batches weighted by the task's ``count_items``, over the
+window and all processes: the gradient of one big batch however it is split. Loss, gradient norm and counters
+stay on the device until the host logs, evaluates or checkpoints. Ctrl-C or SIGTERM saves a checkpoint and exits
+130 or 143.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def create_accelerator(config: TrainingConfig):
     kwargs = {}
     if config.torch_compile:
         kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=True)
-    # Several processes without a GPU (`accelerate launch --multi_gpu --num_processes 2` on a CPU machine,
-    # i.e. torchrun): Accelerate only picks its multi-CPU (gloo) mode when told it runs on CPU.
+    # Several processes without a GPU (torchrun on a CPU machine): Accelerate only picks its multi-CPU (gloo)
+    # mode when told it runs on CPU.
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         kwargs["cpu"] = True
     return Accelerator(
@@ -108,7 +108,7 @@ def run(
     callbacks: Iterable[Callable[[dict], None]] = (),
 ) -> TrainResult:
     """Train what ``task`` builds; ``callbacks`` get each training log entry on the main process."""
-    accelerator = accelerator or create_accelerator(config)  # which refuses an output_dir holding another run
+    accelerator = accelerator or create_accelerator(config)
     seed_everything(config.seed)  # before building: the model's initialisation is seeded
     inputs = task.build(accelerator, config)
     check_datasets(inputs.train_dataset, inputs.eval_dataset, config)
@@ -119,13 +119,11 @@ def run(
         config, inputs.model, inputs.train_dataset, inputs.eval_dataset, accelerator.num_processes
     )
     checkpoint = checkpoint_to_resume(config, identity)
-    if checkpoint is None and config.overwrite_output_dir:
-        check_overwrite_spares_inputs(output_dir, input_sources(inputs))
     parts = prepare(config, accelerator, inputs)
     check_steps_left(config, checkpoint, parts.max_train_steps)  # before the folder is touched
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
     evaluation = Evaluation.of_run(config, parts.eval_dataloader, task, inputs.tokenizer)
-    log, state = _open_run(config, accelerator, output_dir, checkpoint, model)
+    log, state = _open_run(config, accelerator, checkpoint, inputs)
     progress = progress_bar(parts.max_train_steps, state.global_step, not accelerator.is_local_main_process)
     windows = accumulation_windows(
         parts.train_dataloader, state, config.gradient_accumulation_steps, accelerator, parts.epoch_listeners
@@ -135,19 +133,19 @@ def run(
     interval = LogInterval()
     stop_signal, last_checkpoint = 0, checkpoint
     # The loss, gradient norm and counters stay on the device; the host reads them (and waits for the device)
-    # only where it needs them: to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
+    # only to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
     guard = DivergenceGuard(accelerator, optimizer, output_dir, state.global_step)
-    # The steps' loss sum, items, tokens and examples since the host last read them (_read).
-    unread = torch.zeros(4, dtype=torch.float64, device=accelerator.device)
+    unread = torch.zeros(
+        4, dtype=torch.float64, device=accelerator.device
+    )  # loss sum, items, tokens, examples
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf  # 0: measured, not clipped
     model.train()
     with SignalCatcher() as signals:
         try:
             while state.global_step < parts.max_train_steps:
-                step_start = time.perf_counter()  # the run's time counts training steps only (TrainingState)
-                window = next(windows)
+                step_start = time.perf_counter()  # the run's time counts training steps only
                 totals, grad_norm = _train_step(
-                    accelerator, model, optimizer, window, task.count_items, guard, max_norm
+                    accelerator, model, optimizer, next(windows), task.count_items, guard, max_norm
                 )
                 scheduler.step()  # once per optimizer step (not prepared: Accelerate would step it per process)
                 state.global_step += 1
@@ -158,11 +156,10 @@ def run(
                 step, last_step = state.global_step, state.global_step == parts.max_train_steps
                 if step % log_every == 0 or last_step:
                     _read(unread, state, interval, guard)
-                    entry = interval.entry(
-                        state, parts.batches_per_epoch, scheduler.get_last_lr()[0], grad_norm
-                    )
+                    lr = scheduler.get_last_lr()[0]
+                    entry = interval.entry(state, parts.batches_per_epoch, lr, grad_norm)
                     log.append(entry)
-                    progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{entry['learning_rate']:.2e}")
+                    progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{lr:.2e}")
                     if accelerator.is_main_process:
                         for callback in callbacks:
                             callback(entry)
@@ -193,15 +190,21 @@ def run(
 
 
 def _open_run(
-    config, accelerator, output_dir: Path, checkpoint: Path | None, model
+    config, accelerator, checkpoint: Path | None, inputs: TaskInputs
 ) -> tuple[MetricsLog, TrainingState]:
     """Prepare the output folder, restore the checkpoint and the log, start the trackers."""
     from tqdm.auto import tqdm
 
+    output_dir = Path(config.output_dir)
+    replacing = checkpoint is None and config.overwrite_output_dir
+    if replacing:  # where the models (a teacher too) and the tokenizer were loaded from must survive
+        loaded = [*inputs.model.modules(), inputs.tokenizer]
+        sources = [obj.name_or_path for obj in loaded if getattr(obj, "name_or_path", None)]
+        check_overwrite_spares_inputs(output_dir, sources)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         remove_partial_folders(output_dir)
-        if checkpoint is None and config.overwrite_output_dir:
+        if replacing:
             clear_previous_run(output_dir)
     accelerator.wait_for_everyone()
     tracker = accelerator if accelerator.log_with else None
@@ -212,7 +215,7 @@ def _open_run(
     else:
         accelerator.print(f"Resuming from {checkpoint}")
         state = load_checkpoint(accelerator, checkpoint)
-        check_finite_weights(model, weights_file(checkpoint), "resume_from_checkpoint")
+        check_finite_weights(inputs.model, weights_file(checkpoint), "resume_from_checkpoint")
         log.restore(state.global_step)
     if tracker is not None:
         scalars = {k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}
@@ -245,12 +248,6 @@ def check_datasets(train_dataset, eval_dataset, config: TrainingConfig) -> None:
         raise TrainingSetupError("The evaluation dataset is empty.")
 
 
-def input_sources(inputs: TaskInputs) -> list[str]:
-    """Where the models (a distillation's teacher included) and the tokenizer were loaded from."""
-    loaded = [*inputs.model.modules(), inputs.tokenizer]
-    return [obj.name_or_path for obj in loaded if getattr(obj, "name_or_path", None)]
-
-
 @dataclass
 class Prepared:
     """What the loop builds before the first step, prepared by Accelerate."""
@@ -261,9 +258,7 @@ class Prepared:
     train_dataloader: object
     eval_dataloader: object
     max_train_steps: int
-    num_warmup_steps: int
     batches_per_epoch: int | None  # this process's batches per epoch; None for streamed data
-    global_batch_size: int
     epoch_listeners: list  # sampler, collator, dataset: whichever has set_epoch(epoch)
 
 
@@ -279,12 +274,9 @@ def prepare(config: TrainingConfig, accelerator, inputs: TaskInputs) -> Prepared
         )
     streamed = isinstance(train_dataset, IterableDataset)
     sampler = None if streamed else EpochShuffleSampler(len(train_dataset), config.seed)
+    workers = config.dataloader_num_workers
     train_dataloader = make_dataloader(
-        train_dataset,
-        data_collator,
-        config.per_device_train_batch_size,
-        sampler,
-        config.dataloader_num_workers,
+        train_dataset, data_collator, config.per_device_train_batch_size, sampler, workers
     )
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -293,13 +285,10 @@ def prepare(config: TrainingConfig, accelerator, inputs: TaskInputs) -> Prepared
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     eval_dataloader = None
     if inputs.eval_dataset is not None:
+        eval_collator = inputs.eval_collator or data_collator
         eval_dataloader = accelerator.prepare(
             make_dataloader(
-                inputs.eval_dataset,
-                inputs.eval_collator or data_collator,
-                config.per_device_eval_batch_size,
-                None,
-                config.dataloader_num_workers,
+                inputs.eval_dataset, eval_collator, config.per_device_eval_batch_size, None, workers
             )
         )
     batches_per_epoch = None if streamed else len(train_dataloader)
@@ -313,26 +302,25 @@ def prepare(config: TrainingConfig, accelerator, inputs: TaskInputs) -> Prepared
         optimizer, config.lr_scheduler_type, warmup, max_train_steps, config.decay_ratio
     )
     accelerator.register_for_checkpointing(scheduler)  # checkpoints hold its state
-    global_batch_size = (
-        config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
-    )
     accelerator.print(
         f"Training: {'streamed' if streamed else len(train_dataset)} examples, {max_train_steps} steps, "
-        f"global batch {global_batch_size} ({config.per_device_train_batch_size} x "
+        f"global batch {_global_batch_size(config, accelerator)} ({config.per_device_train_batch_size} x "
         f"{accelerator.num_processes} processes x {config.gradient_accumulation_steps} accumulation)"
     )
     return Prepared(
-        model,
-        optimizer,
-        scheduler,
-        train_dataloader,
-        eval_dataloader,
-        max_train_steps,
-        warmup,
-        batches_per_epoch,
-        global_batch_size,
-        [obj for obj in (sampler, data_collator, train_dataset) if hasattr(obj, "set_epoch")],
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        train_dataloader=train_dataloader,
+        eval_dataloader=eval_dataloader,
+        max_train_steps=max_train_steps,
+        batches_per_epoch=batches_per_epoch,
+        epoch_listeners=[obj for obj in (sampler, data_collator, train_dataset) if hasattr(obj, "set_epoch")],
     )
+
+
+def _global_batch_size(config: TrainingConfig, accelerator) -> int:
+    return config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
 
 
 # ------------------------------------------------------------------------------ the order of the data
@@ -355,10 +343,9 @@ class EpochShuffleSampler(Sampler[int]):
 
 
 def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | None) -> DataLoader:
-    """Batches prepared in ``num_workers`` processes, pinned on a GPU machine so their copy overlaps the step;
-    workers start anew each epoch, after ``set_epoch``: the same batches whatever their number. By default a
-    GPU machine has 4 workers per training process (fewer on fewer cores, one staying with the loop); a CPU
-    machine none: its cores run the model."""
+    """Batches prepared in ``num_workers`` processes (default: 4 per training process on a GPU machine, fewer on
+    fewer cores; none on CPU, whose cores run the model), pinned on a GPU machine. Workers start anew each
+    epoch, after ``set_epoch``: the same batches whatever their number."""
     if num_workers is None:
         num_workers = 0
         if torch.cuda.is_available():
@@ -402,14 +389,14 @@ def accumulation_windows(
 
 # ---------------------------------------------------------------------------------------- one step
 def _on_device(value, device) -> torch.Tensor:
-    """A count as a float64 scalar on ``device``: a tensor is cast there, a number filled in (no host copy)."""
+    """A count as a float64 scalar on ``device``, without a copy through the host."""
     if isinstance(value, torch.Tensor):
         return value.to(device=device, dtype=torch.float64)
     return torch.full((), float(value), dtype=torch.float64, device=device)
 
 
 def _count_tokens(batch: dict) -> torch.Tensor | int:
-    """Non-padding tokens of a batch (0 for batches without token ids); counted on the batch's device."""
+    """Non-padding tokens of a batch (0 for batches without token ids)."""
     if "attention_mask" in batch:
         return batch["attention_mask"].sum()
     return batch["input_ids"].numel() if "input_ids" in batch else 0
@@ -417,7 +404,7 @@ def _count_tokens(batch: dict) -> torch.Tensor | int:
 
 def _train_step(accelerator, model, optimizer, window, count_items, guard, max_norm):
     """One optimizer step over ``window`` -> (all processes' ``[loss x items, items, tokens, examples]``, the
-    gradient norm), both left on the device: nothing here waits for it."""
+    gradient norm), both left on the device."""
     device = accelerator.device
     counts = [_on_device(count_items(batch), device) for batch in window]
     total = accelerator.reduce(torch.stack(counts).sum(), "sum")
@@ -435,14 +422,10 @@ def _train_step(accelerator, model, optimizer, window, count_items, guard, max_n
     examples = _on_device(sum(count_examples(batch) for batch in window), device)
     totals = accelerator.reduce(torch.stack([loss_sum, torch.stack(counts).sum(), tokens, examples]), "sum")
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-    # A NaN/inf loss or gradient (or a window without items) is never applied: the optimizer skips the step.
-    guard.flag(totals, grad_norm)
+    guard.flag(totals, grad_norm)  # a NaN/inf loss or gradient (or no items) is never applied
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return totals, grad_norm
-
-
-NO_ITEMS, LOSS, GRADIENT_NORM = 0.0, 1.0, 2.0  # what stopped the run, as the guard records it on the device
 
 
 class DivergenceGuard:
@@ -456,23 +439,18 @@ class DivergenceGuard:
         self.scaled = accelerator.scaler is not None
         self.on_device = self.scaled or getattr(self.optimizer, "_step_supports_amp_scaling", False)
         self.output_dir = output_dir
-        device = accelerator.device
-        self.step = torch.full((), float(first_step), dtype=torch.float64, device=device)
-        self.first = torch.zeros(3, dtype=torch.float64, device=device)  # step (0: none), what, value
+        self.step = torch.full((), float(first_step), dtype=torch.float64, device=accelerator.device)
+        self.first = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # step (0: none), totals
 
     def flag(self, totals, grad_norm) -> None:
         """Check a step's ``totals`` (loss x items, items, ...) and ``grad_norm`` before it is applied."""
         self.step += 1
         loss_sum, items = totals[0], totals[1]
-        bad_loss = ~torch.isfinite(loss_sum)
-        value, what = loss_sum, torch.where(bad_loss, LOSS, GRADIENT_NORM)
-        bad = bad_loss | (items == 0)
+        norm = torch.zeros_like(loss_sum)
         if grad_norm is not None and not self.scaled:
-            grad_norm = grad_norm.to(torch.float64)
-            bad = bad | ~torch.isfinite(grad_norm)
-            value = torch.where(bad_loss, loss_sum, grad_norm)
-        what = torch.where(items == 0, NO_ITEMS, what)
-        record = torch.stack([self.step, what, value])
+            norm = grad_norm.to(torch.float64)
+        bad = ~torch.isfinite(loss_sum) | ~torch.isfinite(norm) | (items == 0)
+        record = torch.stack([self.step, loss_sum, items, norm])
         self.first = torch.where(bad & (self.first[0] == 0), record, self.first)
         if not self.on_device:
             self.raise_if_diverged()
@@ -480,15 +458,15 @@ class DivergenceGuard:
             self.optimizer.found_inf = (self.first[0] != 0).to(torch.float32)
 
     def raise_if_diverged(self) -> None:
-        step, what, value = self.first.tolist()
+        step, loss_sum, items, norm = self.first.tolist()
         if step == 0:
             return
-        if what == NO_ITEMS:
+        if items == 0:
             raise TrainingSetupError(
                 "An accumulation window has no items to compute a loss on (count_items returned 0 for "
                 "every batch, e.g. no masked tokens)."
             )
-        name = "loss" if what == LOSS else "gradient norm"
+        name, value = ("loss", loss_sum) if not math.isfinite(loss_sum) else ("gradient norm", norm)
         raise TrainingDiverged(
             f"the training {name} became {value} at step {int(step)}, so training stopped before applying it; "
             f"{last_good_checkpoint(self.output_dir)}. Lower learning_rate, keep max_grad_norm above 0, and "
@@ -517,6 +495,10 @@ def _checkpoint_due(every: int | str | None, state: TrainingState, batches_per_e
 
 
 # ------------------------------------------------------------------------------------------ the end
+# The run's counters that all_results.json repeats next to the final metrics.
+RESULT_COUNTERS = ("train_steps", "epochs", "tokens_seen", "examples_seen", "global_batch_size")
+
+
 def _finish(
     config, accelerator, parts: Prepared, tokenizer, state: TrainingState, log: MetricsLog, task: Task
 ) -> TrainResult:
@@ -534,8 +516,8 @@ def _finish(
         epochs=epochs,
         tokens_seen=state.tokens_seen,
         examples_seen=state.examples_seen,
-        global_batch_size=parts.global_batch_size,
-        num_warmup_steps=parts.num_warmup_steps,
+        global_batch_size=_global_batch_size(config, accelerator),
+        num_warmup_steps=config.num_warmup_steps_for(parts.max_train_steps),
         mixed_precision=accelerator.mixed_precision,
         hardware=hardware_description(accelerator),
         num_processes=accelerator.num_processes,
@@ -566,10 +548,6 @@ def _finish(
         f"{output_dir / RESULTS_FILE}, curves in {output_dir / CURVES_FILE}."
     )
     return TrainResult(state.global_step, metrics, output_dir, final_dir, log.history, best_metric, facts)
-
-
-# The run's counters that all_results.json repeats next to the final metrics.
-RESULT_COUNTERS = ("train_steps", "epochs", "tokens_seen", "examples_seen", "global_batch_size")
 
 
 def _finish_logs(accelerator, log: MetricsLog, output_dir: Path) -> None:

@@ -14,10 +14,7 @@ from briskbert.errors import SettingError
 logger = logging.getLogger(__name__)
 
 GIB = 1 << 30
-#: how far the estimate may be from the measured peak, either way (see the module docstring)
-ESTIMATE_ERROR = 0.3
-#: weights, gradients and AdamW's two moments, all fp32
-TRAINING_BYTES_PER_PARAMETER = 16
+ESTIMATE_ERROR = 0.3  # how far the estimate may be from the measured peak, either way
 
 
 @dataclass(frozen=True)
@@ -61,15 +58,15 @@ def estimate_training_memory(
     per_token = 20 * config.hidden_size * width
     attention = getattr(config, "_attn_implementation", None) or "sdpa"
     dropout = getattr(config, "attention_probs_dropout_prob", 0) > 0
-    if attention == "eager" or (
-        attention == "sdpa" and device_type == "cpu" and dropout
-    ):  # SDPA's math kernel
+    math_kernel = attention == "sdpa" and device_type == "cpu" and dropout  # SDPA's math kernel stores scores
+    if attention == "eager" or math_kernel:
         # softmax input and output and a 1-byte mask; with dropout also its output and its fp32 mask
         per_token += config.num_attention_heads * seq_length * ((4 if dropout else 2) * width + 1)
     tokens = batch_size * seq_length
     logits = round(tokens * predicted_fraction) * config.vocab_size * (width + 8)
     activations = config.num_hidden_layers * tokens * per_token + logits
-    weight_state = parameters * (TRAINING_BYTES_PER_PARAMETER + (2 if autocast else 0))
+    # fp32 weights, gradients and AdamW's two moments (16 bytes), and an autocast copy of the weights
+    weight_state = parameters * (16 + (2 if autocast else 0))
     return MemoryEstimate(parameters, weight_state, activations)
 
 

@@ -13,8 +13,6 @@ from pathlib import Path
 from briskbert.processes import RESUME_COMMAND_VARIABLE, Interrupt, raise_interrupt
 from briskbert.training.engine.checkpointing import intact_checkpoint, resume_command
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
 
 class TrainingInterrupted(SystemExit):
     """Ends the process with 128 + the signal number, as a shell reports it; ``checkpoint``: the one to resume."""
@@ -28,7 +26,7 @@ class TrainingInterrupted(SystemExit):
 def _handlers(handler):
     """``handler`` for SIGINT and SIGTERM while entered (only the main thread can set handlers)."""
     previous = {}
-    for sig in SIGNALS:
+    for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):
             previous[sig] = signal.signal(sig, handler)
     try:
@@ -40,16 +38,15 @@ def _handlers(handler):
 
 @contextlib.contextmanager
 def stopping(output_dir: str | os.PathLike, main_process: bool = True):
-    """For a whole run: a signal raises :class:`Interrupt` wherever the run stands; the main process then names
-    the newest intact checkpoint of ``output_dir`` and how to resume it, and :class:`TrainingInterrupted` ends
-    the process."""
+    """For a whole run: a signal raises :class:`Interrupt` wherever the run stands, and the process ends with
+    :class:`TrainingInterrupted`, the main process naming the newest intact checkpoint of ``output_dir``."""
     with _handlers(raise_interrupt):
         try:
             yield
         except KeyboardInterrupt as error:
             signal_number = getattr(error, "signal_number", signal.SIGINT)
             with _handlers(signal.SIG_IGN):  # the report takes a moment (it checks the checkpoint's files)
-                checkpoint = intact_checkpoint(output_dir) if main_process else None  # one process reads it
+                checkpoint = intact_checkpoint(output_dir) if main_process else None
                 processes = int(os.environ.get("WORLD_SIZE", "1"))
                 raise report(signal_number, checkpoint, None, processes, main_process) from None
 
@@ -60,7 +57,7 @@ class SignalCatcher:
 
     def __init__(self):
         self.signal_number = 0
-        self._handlers = _handlers(self._handle)
+        self._stack = contextlib.ExitStack()
 
     def _handle(self, signum, frame):
         if self.signal_number and signum == signal.SIGINT:
@@ -68,11 +65,11 @@ class SignalCatcher:
         self.signal_number = self.signal_number or signum  # the first is the one the run reports
 
     def __enter__(self):
-        self._handlers.__enter__()
+        self._stack.enter_context(_handlers(self._handle))
         return self
 
     def __exit__(self, *exc):
-        return self._handlers.__exit__(*exc)
+        return self._stack.__exit__(*exc)
 
     def received(self, accelerator) -> int:
         """The signal any process received (0: none); all processes then stop at the same step."""
@@ -98,8 +95,8 @@ def report(
             "run the same command again to start over."
         )
     else:
-        # --resume_from_checkpoint latest, as the README says (it finds this checkpoint: the newest intact
-        # one); a parent such as the quickstart names its own command instead.
+        # --resume_from_checkpoint latest finds this checkpoint (the newest intact one); a parent such as the
+        # quickstart names its own command instead.
         command = os.environ.get(RESUME_COMMAND_VARIABLE) or resume_command(sys.orig_argv, "latest")
         launcher = " (launched the same way, e.g. with accelerate launch)" if processes > 1 else ""
         newest = "" if step is not None else ", the newest intact one"
