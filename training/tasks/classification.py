@@ -48,6 +48,13 @@ def _label_name(value) -> str:
     return str(number) if number is not None else str(value).strip()
 
 
+def _label_names(value) -> list:
+    """The names of one multi-label label: a list, or a comma-separated string."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return list(value)
+
+
 def _label_kind(value) -> str:
     if isinstance(value, (list, tuple)):
         return "list"
@@ -78,11 +85,6 @@ class LabelSpec:
     def id2label(self) -> dict:
         return dict(enumerate(self.label_list))
 
-    def names(self, value) -> list:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return list(value)
-
     def encode(self, value):
         """Model target of one raw label (``int`` id, ``float`` or a float multi-hot vector)."""
         if self.problem_type == "regression":
@@ -92,7 +94,7 @@ class LabelSpec:
         if self.multi_hot:
             return [float(v) for v in value]
         vector = [0.0] * len(self.label_list)
-        for name in self.names(value):
+        for name in _label_names(value):
             vector[self.label2id[str(name)]] = 1.0
         return vector
 
@@ -152,15 +154,12 @@ def infer_label_spec(
             )
         return LabelSpec("regression")
     multi = problem_type == "multi_label_classification"
-    if not multi and kind == "float":
+    if not multi and kind in ("float", "list"):
+        fix = "regression for a numeric target" if kind == "float" else "multi_label_classification"
+        example = next(value for value in train_labels if _label_kind(value) == kind)
         raise DataError(
-            f"{source}: single-label classification needs class names or integer ids, got fractional numbers "
-            f"such as {next(v for v in train_labels if _label_kind(v) == 'float')!r}; "
-            "set problem_type regression for a numeric target."
-        )
-    if not multi and kind == "list":
-        raise DataError(
-            f"{source}: single-label classification got list labels; set problem_type multi_label_classification."
+            f"{source}: single-label classification needs class names or integer ids, got {example!r}; "
+            f"set problem_type {fix}."
         )
     if (
         multi
@@ -168,11 +167,10 @@ def infer_label_spec(
         and all(isinstance(v, (int, float, bool)) and v in (0, 1) for v in train_labels[0])
     ):
         return _multi_hot_spec(train_labels, eval_labels, label_names, names_source)
-    spec = LabelSpec(problem_type)
 
     def found_in(labels) -> set[str]:
         if multi:
-            return {str(name) for value in labels or [] for name in spec.names(value)}
+            return {str(name) for value in labels or [] for name in _label_names(value)}
         return {_label_name(value) for value in labels or []}
 
     train_found, eval_found = found_in(train_labels), found_in(eval_labels)
@@ -188,26 +186,31 @@ def infer_label_spec(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
                 f"labels found in {where} are {ids[:20]}; give one name per label found, in id order."
             )
-        return LabelSpec(problem_type, label_list=list(label_names), ids_given=True)
-    spec.label_list = _class_names(
-        train_found,
-        eval_found,
-        label_names,
-        (source, eval_source),
-        names_source,
-        int if kind == "int" else None,
-    )
+        return LabelSpec(problem_type, list(label_names), ids_given=True)
+    # A label outside the given names is refused; without names, an evaluation label with no training example
+    # is warned of (the model cannot learn it).
+    known = train_found if label_names is None else set(label_names)
+    for labels, place in ((train_found, source), (eval_found, eval_source)):
+        if unseen := sorted(labels - known):
+            listed = f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}"
+            if label_names is None:
+                logger.warning(
+                    f"{place} has labels with no training example: {listed}; the model cannot learn them."
+                )
+                continue
+            raise DataError(
+                f"{place} has labels never seen in {names_source}: {listed}. Known ({names_source}): "
+                f"{list(label_names)[:20]}. The model cannot predict them; fix the label names or remove those rows."
+            )
+    if label_names is None:
+        return LabelSpec(problem_type, sorted(found, key=int if kind == "int" else None))
     # A name no row has would be a class the model never learns (or misname the others): refused.
-    if (
-        label_names is not None
-        and every_name_seen
-        and (missing := [n for n in label_names if n not in found])
-    ):
+    if every_name_seen and (missing := [name for name in label_names if name not in found]):
         raise DataError(
             f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
             "give exactly the labels found, in the id order you want."
         )
-    return spec
+    return LabelSpec(problem_type, list(label_names))
 
 
 def _multi_hot_spec(train_labels, eval_labels, label_names, names_source: str) -> LabelSpec:
@@ -221,25 +224,6 @@ def _multi_hot_spec(train_labels, eval_labels, label_names, names_source: str) -
         )
     names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(width)]
     return LabelSpec("multi_label_classification", names, multi_hot=True)
-
-
-def _class_names(train: set, evaluation: set, label_names, sources, names_source: str, key=None) -> list[str]:
-    """``label_names`` when given (a label outside them is refused), else the labels found, sorted by ``key``
-    (an evaluation label without a training example is warned of: the model cannot learn it)."""
-    known = train if label_names is None else list(label_names)
-    for labels, where in zip((train, evaluation), sources):
-        unseen = sorted(labels - set(known))
-        listed = f"{unseen[:10]}{' ...' if len(unseen) > 10 else ''}"
-        if unseen and label_names is None:
-            logger.warning(
-                f"{where} has labels with no training example: {listed}; the model cannot learn them."
-            )
-        elif unseen:
-            raise DataError(
-                f"{where} has labels never seen in {names_source}: {listed}. Known ({names_source}): "
-                f"{known[:20]}. The model cannot predict them; fix the label names or remove those rows."
-            )
-    return list(label_names) if label_names is not None else sorted(train | evaluation, key=key)
 
 
 def drop_incomplete_rows(dataset, columns: list[str], source: str):
