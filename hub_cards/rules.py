@@ -50,14 +50,12 @@ _ENTRY_RULES = {
 
 def check_metadata(meta: dict) -> list[str]:
     """Messages for every rule ``meta`` breaks; empty when valid."""
-    errors: list[str] = []
-    for key, example in (
-        ("license", "apache-2.0"),
-        ("library_name", "transformers"),
-        ("pipeline_tag", "fill-mask"),
-    ):
-        if key in meta and not isinstance(meta[key], str):
-            errors.append(f'"{key}" must be a string such as {example}, got {meta[key]!r}')
+    examples = {"license": "apache-2.0", "library_name": "transformers", "pipeline_tag": "fill-mask"}
+    errors = [
+        f'"{key}" must be a string such as {example}, got {meta[key]!r}'
+        for key, example in examples.items()
+        if key in meta and not isinstance(meta[key], str)
+    ]
     for key in ("language", "tags", "datasets", "metrics", "base_model"):
         if key not in meta or (meta[key] is None and key != "language"):
             continue
