@@ -56,11 +56,14 @@ class PublishSettings:
     def __post_init__(self):
         if self.repo_id.count("/") != 1:
             raise SettingError("repo_id", f"must be NAMESPACE/NAME, got {self.repo_id!r}")
-        if self.token_file:  # the token is read here, once: the rest only sees ``token``
-            path = Path(self.token_file)
-            token = path.read_text(encoding="utf-8").partition("\n")[0].strip() if path.is_file() else ""
-            if not token:
-                raise SettingError(
-                    "token_file", f"{path} is missing or empty: its first line must be the token"
-                )
-            object.__setattr__(self, "token", token)
+        if self.token_file:  # read here, once: the rest only sees ``token``
+            object.__setattr__(self, "token", read_token_file(self.token_file))
+
+
+def read_token_file(token_file: str) -> str:
+    """The token on the first line of ``token_file``; a missing or empty file is a ``SettingError``."""
+    path = Path(token_file)
+    token = path.read_text(encoding="utf-8").partition("\n")[0].strip() if path.is_file() else ""
+    if not token:
+        raise SettingError("token_file", f"{path} is missing or empty: its first line must be the token")
+    return token

@@ -14,11 +14,11 @@ import errno
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError, UserError
 from briskbert.extras import require_extra
+from briskbert.hub_cards.settings import read_token_file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,17 +60,14 @@ def main(argv=None) -> int:
     require_extra("hub", "briskbert local-hub")
     token = args.token or os.environ.get("LOCAL_HUB_TOKEN") or None
     if args.token_file:
-        path = Path(args.token_file)
-        token = path.read_text(encoding="utf-8").partition("\n")[0].strip() if path.is_file() else ""
-        if not token:
-            raise SettingError("token_file", f"{path} is missing or empty: its first line must be the token")
+        token = read_token_file(args.token_file)
 
     from briskbert.hub_server import STEPS, DataDirInUse, HubServer, ServerLimits
 
-    if args.fault_step and args.fault_step not in STEPS:
-        raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
     fault = None
     if args.fault_step:
+        if args.fault_step not in STEPS:
+            raise SettingError("fault_step", f"must be one of {', '.join(STEPS)}, got {args.fault_step!r}")
         fault = dict(
             step=args.fault_step, kind=args.fault_kind, times=args.fault_times, stall_s=args.fault_stall_s
         )
