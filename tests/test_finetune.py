@@ -6,13 +6,11 @@ import importlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
 from briskbert.training.engine.facts import read_training_facts
-from briskbert.training.tasks import qa
 from briskbert.training.tasks.classification import infer_label_spec
 from briskbert.training.tasks.distill import DistillationModel, student_from_teacher
 from briskbert.training.tasks.ner import build_label_list, tokenize_and_align_labels
@@ -284,47 +282,6 @@ def test_a_new_head_is_one_line_and_anything_else_missing_keeps_the_load_report(
 
 
 # ---------------------------------------------------------------------------------------------- QA
-
-
-def _long_example():
-    filler = " ".join(f"Sentence {i} talks about nothing in particular." for i in range(60))
-    context = filler + " The treasure is buried under the old oak tree. " + filler
-    start = context.index("under the old oak tree")
-    return {
-        "id": ["q1"],
-        "question": ["Where is the treasure buried?"],
-        "context": [context],
-        "answers": [{"text": ["under the old oak tree"], "answer_start": [start]}],
-    }
-
-
-def test_qa_windows_cover_long_contexts_and_label_answerless_windows_cls(tokenizer):
-    example = _long_example()
-    features = qa.prepare_train_features(example, tokenizer, max_seq_length=96, doc_stride=32)
-    assert len(features["input_ids"]) > 5  # many windows
-    with_answer = [i for i, s in enumerate(features["start_positions"]) if s != 0]
-    assert with_answer, "some window must contain the answer"
-    for i in with_answer:
-        span = features["input_ids"][i][features["start_positions"][i] : features["end_positions"][i] + 1]
-        assert tokenizer.decode(span) == "under the old oak tree"
-    assert all(
-        features["end_positions"][i] == 0 for i in range(len(features["input_ids"])) if i not in with_answer
-    )
-
-    # oracle logits on the eval windows decode back to the answer, picked over all windows
-    eval_features = qa.prepare_eval_features(example, tokenizer, max_seq_length=96, doc_stride=32)
-    rows = len(eval_features["input_ids"])
-    start_logits, end_logits = np.zeros((rows, 96)), np.zeros((rows, 96))
-    target = with_answer[-1]
-    start_logits[target, features["start_positions"][target]] = 10
-    end_logits[target, features["end_positions"][target]] = 10
-    examples = [{"id": "q1", "context": example["context"][0], "answers": example["answers"][0]}]
-    windows = {key: eval_features[key] for key in ("example_id", "offset_mapping")}
-    predictions, nbest = qa.postprocess_qa_predictions(
-        examples, windows, start_logits, end_logits, n_best_size=5, max_answer_length=10
-    )
-    assert predictions == {"q1": "under the old oak tree"}
-    assert nbest["q1"][0]["probability"] > 0.5
 
 
 def test_squad_answers_not_in_context_are_counted(tmp_path):

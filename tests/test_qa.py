@@ -109,6 +109,27 @@ def test_an_answer_ending_the_context_is_found_in_its_window(tokenizer):
     assert tokenizer.decode(features["input_ids"][0][start : end + 1]) == "lisbon"
 
 
+def test_a_long_context_is_answered_from_the_window_that_holds_the_answer(tokenizer):
+    filler = " ".join(f"Sentence {i} talks about nothing in particular." for i in range(60))
+    context = f"{filler} The treasure is buried under the old oak tree. {filler}"
+    examples = squad("Where is the treasure buried?", context, "under the old oak tree")
+    features = qa.prepare_train_features(examples, tokenizer, max_seq_length=96, doc_stride=32)
+    answered = [i for i, start in enumerate(features["start_positions"]) if start != 0]
+    assert len(features["input_ids"]) > 5 and answered  # many windows, some holding the whole answer
+    for i, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
+        span = tokenizer.decode(features["input_ids"][i][start : end + 1])
+        assert (span == "under the old oak tree") if i in answered else (end == 0)  # else [CLS]
+    # oracle logits in the last answering window decode back to the answer, picked over all windows
+    windows = qa.prepare_eval_features(examples, tokenizer, max_seq_length=96, doc_stride=32)
+    starts, ends = np.zeros((len(windows["input_ids"]), 96)), np.zeros((len(windows["input_ids"]), 96))
+    starts[answered[-1], features["start_positions"][answered[-1]]] = 10
+    ends[answered[-1], features["end_positions"][answered[-1]]] = 10
+    predictions, nbest = qa.postprocess_qa_predictions(
+        [{"id": "q", "context": context}], windows, starts, ends, n_best_size=5, max_answer_length=10
+    )
+    assert predictions == {"q": "under the old oak tree"} and nbest["q"][0]["probability"] > 0.5
+
+
 def test_questions_are_cut_to_64_tokens_by_default_and_right_padding_is_required(tokenizer):
     examples = squad(" ".join(["why"] * 80) + "?", "Because.")
     for prepare in (qa.prepare_train_features, qa.prepare_eval_features):
