@@ -23,11 +23,9 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path, t
     from briskbert.modeling.pipeline_question_answering import register_question_answering_pipeline
 
     model = tiny_model(BriskBertForQuestionAnswering)
-    with torch.no_grad():  # start and end logits follow one hidden unit: a deterministic but untrained model
+    with torch.no_grad():  # decisive start and end logits from an untrained model
         model.qa_outputs.weight.normal_(0, 1.0)
-    # transformers 5 has no built-in question-answering pipeline: the config names the project's, and a
-    # plain save_pretrained writes its file next to the modeling file
-    register_question_answering_pipeline(model.config)
+    register_question_answering_pipeline(model.config)  # transformers 5 has no question-answering pipeline
     folder = _save(model, tokenizer, tmp_path / "qa")
     answerer = pipeline("question-answering", model=folder, trust_remote_code=True)
     context = " ".join(f"Item {i} was stored in room {i + 3}." for i in range(120))  # longer than one window
@@ -43,11 +41,10 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path, t
     with torch.no_grad():
         outputs = model(**tokenizer.pad(inputs, return_tensors="pt"))
     width = outputs.start_logits.shape[1]
-    in_context = [
-        [o is not None for o in row] + [False] * (width - len(row)) for row in features["offset_mapping"]
-    ]
-    mask = torch.tensor(in_context)
-    # per-window log-softmax makes window scores comparable, as the pipeline's probabilities do
+    mask = torch.tensor(
+        [[o is not None for o in row] + [False] * (width - len(row)) for row in features["offset_mapping"]]
+    )
+    # per-window log-softmax over the context makes window scores comparable, as the pipeline's probabilities do
     start = outputs.start_logits.masked_fill(~mask, -1e4).log_softmax(-1)
     end = outputs.end_logits.masked_fill(~mask, -1e4).log_softmax(-1)
     predictions, _ = postprocess_qa_predictions(

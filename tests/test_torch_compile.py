@@ -1,9 +1,6 @@
 """``torch_compile``: a compiled run trains, checkpoints, stops on SIGTERM, resumes, and saves a final folder that
-loads back (as remote code) with the weights of the same run done eagerly.
-
-Compiling changes nothing the run computes, so the eager run is the reference. The ``aot_eager`` backend goes
-through the same wrapping (``OptimizedModule``), capture and autograd as inductor, without the minute of C++ code
-generation that is torch's own to test."""
+loads back (as remote code) with the weights of the same run done eagerly. The ``aot_eager`` backend goes through
+the same wrapping, capture and autograd as inductor, without the minute of C++ code generation."""
 
 import os
 import signal
