@@ -3,10 +3,7 @@ one ``error:`` line, exit 2) and failed checks (:class:`CommandFailed`, exit 1);
 
 from __future__ import annotations
 
-#: exit status of a command stopped by a user error (argparse uses the same for bad flags)
-USER_ERROR_EXIT_CODE = 2
-#: exit status of a command that ran but did not succeed (:class:`CommandFailed`)
-FAILED_EXIT_CODE = 1
+USER_ERROR_EXIT_CODE = 2  # as argparse exits on a bad flag
 
 
 class UserError(Exception):
@@ -16,8 +13,7 @@ class UserError(Exception):
 
 
 class SettingError(UserError):
-    """A setting (a dataclass field, given on the command line as ``--<field>``) with a value that cannot
-    be used; library code names the field, the command line prints it as its flag."""
+    """A setting (a dataclass field, ``--<field>`` on the command line) with a value that cannot be used."""
 
     def __init__(self, field: str, problem: str):
         super().__init__(f"{field} {problem}")
@@ -25,7 +21,6 @@ class SettingError(UserError):
 
 
 class CommandFailed(Exception):
-    """A command that ran but did not succeed, for a reason its message gives (a check it performs
-    failed, a process it started crashed: see its log): one ``error: ...`` line, exit status 1."""
+    """A command that ran but did not succeed (a check it performs failed, a process it started crashed)."""
 
-    exit_code = FAILED_EXIT_CODE
+    exit_code = 1

@@ -59,8 +59,7 @@ def check_tokenizer_source(name: str, setting: str) -> ModelLocation:
     """A local folder with tokenizer files, or a Hub repo that can be reached."""
     if looks_like_local_path(name):
         folder = Path(name).expanduser()
-        _require_folder(folder, setting, "tokenizer")
-        check_manifest(folder, setting)
+        _check_folder(folder, setting, "tokenizer")
         check_tokenizer_files(folder, setting)
         return ModelLocation(str(folder), is_local=True)
     check_hub_repo(name, setting)
@@ -70,8 +69,9 @@ def check_tokenizer_source(name: str, setting: str) -> ModelLocation:
 def check_model_folder(folder: Path, setting: str, need_tokenizer: bool = True) -> dict:
     """The one check of a saved model folder before it is loaded: its manifest, config, weights (and tokenizer
     files), each parsed as far as it can be without torch; returns the parsed ``config.json``."""
-    _require_folder(folder, setting, "model")
-    check_manifest(folder, setting)
+    from safetensors import SafetensorError, safe_open
+
+    _check_folder(folder, setting, "model")
     config = read_json_object(folder / "config.json", setting, "save the model with save_pretrained")
     if "model_type" not in config:
         raise SettingError(
@@ -85,15 +85,25 @@ def check_model_folder(folder: Path, setting: str, need_tokenizer: bool = True) 
             "save the model with save_pretrained or point at the complete folder.",
         )
     for weight_file in _weight_files(weights[0], setting):
-        if weight_file.suffix == ".safetensors":
-            check_safetensors(weight_file, setting)
+        try:  # the header parses and every tensor lies inside the file
+            if weight_file.suffix == ".safetensors":
+                with safe_open(str(weight_file), framework="numpy"):
+                    pass
+        except (SafetensorError, OSError) as error:
+            raise SettingError(
+                setting, f"{weight_file} is truncated or damaged ({error}); download or save the model again."
+            ) from None
     if need_tokenizer:
         check_tokenizer_files(folder, setting)
     return config
 
 
-def check_manifest(folder: Path, setting: str) -> None:
-    """A folder saved with a manifest still matches it (no file truncated, changed or deleted since)."""
+def _check_folder(folder: Path, setting: str, what: str) -> None:
+    """``folder`` exists, is a folder, and still matches its manifest when it has one."""
+    if not folder.exists():
+        raise SettingError(setting, f"{folder}: the {what} folder does not exist; check the path.")
+    if not folder.is_dir():
+        raise SettingError(setting, f"{folder} is a file; give the {what} folder that holds it.")
     problem = manifest_problem(folder)
     if problem:
         raise SettingError(
@@ -101,8 +111,13 @@ def check_manifest(folder: Path, setting: str) -> None:
         )
 
 
+#: fewer entries than this cannot spell ordinary text: the special tokens plus letters and digits alone are ~70
+MIN_VOCAB_ENTRIES = 100
+
+
 def check_tokenizer_files(folder: Path, setting: str) -> None:
-    """A folder must hold at least one vocabulary file; a ``tokenizer.json`` must be valid JSON."""
+    """A folder must hold at least one vocabulary file: a ``tokenizer.json`` with a vocabulary, or a WordPiece
+    ``vocab.txt`` (one token a line) large enough to tokenize text with more than ``[UNK]``."""
     present = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
     if not present:
         raise SettingError(
@@ -122,37 +137,15 @@ def check_tokenizer_files(folder: Path, setting: str) -> None:
                 "tokenizer again with save_pretrained or train one with briskbert train-tokenizer.",
             )
     elif present[0] == "vocab.txt":
-        check_vocab_txt(folder / "vocab.txt", setting)
-
-
-#: fewer entries than this cannot spell ordinary text: the special tokens plus letters and digits alone are ~70
-MIN_VOCAB_ENTRIES = 100
-
-
-def check_vocab_txt(path: Path, setting: str) -> None:
-    """A WordPiece ``vocab.txt`` (one token a line) large enough to tokenize text with more than ``[UNK]``."""
-    with open(path, "rb") as handle:
-        entries = sum(1 for line in handle if line.strip())
-    if entries < MIN_VOCAB_ENTRIES:
-        raise SettingError(
-            setting,
-            f"{path} holds {entries} tokens; a usable WordPiece vocabulary has at least "
-            f"{MIN_VOCAB_ENTRIES} (special tokens, characters, word pieces): train one with briskbert "
-            "train-tokenizer or copy the model's complete vocab.txt.",
-        )
-
-
-def check_safetensors(path: Path, setting: str) -> None:
-    """The file opens as safetensors: its header parses and every tensor lies inside the file."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy"):
-            pass
-    except (SafetensorError, OSError) as error:
-        raise SettingError(
-            setting, f"{path} is truncated or damaged ({error}); download or save the model again."
-        ) from None
+        with open(folder / "vocab.txt", "rb") as handle:
+            entries = sum(1 for line in handle if line.strip())
+        if entries < MIN_VOCAB_ENTRIES:
+            raise SettingError(
+                setting,
+                f"{folder / 'vocab.txt'} holds {entries} tokens; a usable WordPiece vocabulary has at least "
+                f"{MIN_VOCAB_ENTRIES} (special tokens, characters, word pieces): train one with briskbert "
+                "train-tokenizer or copy the model's complete vocab.txt.",
+            )
 
 
 def check_text_file(path: str | Path, setting: str, allow_empty: bool = False) -> Path:
@@ -264,13 +257,6 @@ def check_hub_repo(repo_id: str, setting: str) -> None:
             f"{not_local}, and the Hub did not provide a repo of that name ({reason}); give an existing "
             "folder or a Hub repo id you can access.",
         ) from None
-
-
-def _require_folder(folder: Path, setting: str, what: str) -> None:
-    if not folder.exists():
-        raise SettingError(setting, f"{folder}: the {what} folder does not exist; check the path.")
-    if not folder.is_dir():
-        raise SettingError(setting, f"{folder} is a file; give the {what} folder that holds it.")
 
 
 def _weight_files(first: Path, setting: str) -> list[Path]:

@@ -1,10 +1,6 @@
-"""The one Accelerate training loop every job runs: ``run(task, config)`` -> :class:`TrainResult`.
-
-An optimizer step sums the losses of a window of micro-batches weighted by the task's ``count_items``, over the
-window and all processes: the gradient of one big batch however it is split. Loss, gradient norm and counters
-stay on the device until the host logs, evaluates or checkpoints. Ctrl-C or SIGTERM saves a checkpoint and exits
-130 or 143.
-"""
+"""The one Accelerate training loop every job runs: ``run(task, config)`` -> :class:`TrainResult`. A step's
+loss is the mean over the items (``Task.count_items``) of its whole window of micro-batches on all processes:
+the gradient of one big batch however it is split."""
 
 from __future__ import annotations
 

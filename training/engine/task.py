@@ -1,7 +1,5 @@
-"""A :class:`Task`: what one training job hands the loop (:func:`briskbert.training.engine.loop.run`): it builds
-the model and data, counts the items its loss is a mean over, evaluates, and states its facts. Importing this
-module loads neither torch nor transformers.
-"""
+"""A :class:`Task`: what one training job hands the loop: it builds the model and data, counts the items its
+loss is a mean over, evaluates, and states its facts. Importing it loads neither torch nor transformers."""
 
 from __future__ import annotations
 
