@@ -373,20 +373,13 @@ def test_pipeline_decodes_the_best_path_of_words_with_each_strategy_and_input(to
 
 SERVE = """
     import json
-    import torch
-    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+    from transformers import pipeline
 
-    model = AutoModelForTokenClassification.from_pretrained(MODEL, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(MODEL, trust_remote_code=True)
-    encoded = tokenizer(TEXT, return_tensors="pt")
-    with torch.no_grad():
-        logits = model(**encoded).logits
     tagger = pipeline("token-classification", model=MODEL, trust_remote_code=True, aggregation_strategy="simple")
     words = pipeline(model=MODEL, trust_remote_code=True)(TEXT, ignore_labels=[])  # the task from the config
     print(json.dumps({
-        "module": type(model).__module__,
+        "module": type(tagger.model).__module__,
         "pipeline": type(tagger).__name__,
-        "logits": logits.tolist(),
         "entities": [{k: (float(v) if k == "score" else v) for k, v in e.items()} for e in tagger(TEXT)],
         "word_tags": [w["entity"] for w in words],
     }))
@@ -405,8 +398,5 @@ def test_saved_crf_model_serves_viterbi_entities_with_plain_transformers(tokeniz
 
     assert served["module"].startswith("transformers_modules")
     assert served["pipeline"] == "BriskBertTokenClassificationPipeline"
-    with torch.no_grad():
-        reference = model(**tokenizer(TEXT, return_tensors="pt")).logits
-    torch.testing.assert_close(torch.tensor(served["logits"]), reference, atol=1e-5, rtol=1e-5)
     assert served["word_tags"] == word_tags
     assert served["entities"] == [{**e, "score": pytest.approx(e["score"], abs=1e-5)} for e in expected]
