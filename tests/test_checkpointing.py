@@ -103,7 +103,9 @@ def test_checkpoint_dirs_lists_complete_checkpoints_by_step(tmp_path):
 
 
 def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
-    check_output_dir(tmp_path, None, overwrite=False)  # empty: fine
+    (tmp_path / "best").mkdir()  # only a model, no checkpoint: it cannot be resumed, only replaced
+    with pytest.raises(SettingError, match=r"\(best/\); pass --overwrite_output_dir to replace it"):
+        check_output_dir(tmp_path, "latest", overwrite=False)  # latest with no checkpoint is a new run
     check_output_dir(tmp_path / "new", None, overwrite=False)
     for step in (1, 2, 3):
         make_checkpoint(tmp_path, step)
@@ -112,19 +114,11 @@ def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
         check_output_dir(tmp_path, None, overwrite=False)
     assert (error.value.field, error.value.problem) == (
         "output_dir",
-        f"{tmp_path} already holds a run (step_2, step_3, final/); pass --resume_from_checkpoint latest "
+        f"{tmp_path} already holds a run (step_2, step_3, final/, best/); pass --resume_from_checkpoint latest "
         "to continue it, --overwrite_output_dir to replace it, or choose another --output_dir.",
     )
     check_output_dir(tmp_path, None, overwrite=True)
     check_output_dir(tmp_path, "latest", overwrite=False)  # resuming it is what the folder is for
-
-
-def test_a_folder_with_only_a_final_model_cannot_be_resumed_only_replaced(tmp_path):
-    (tmp_path / "best").mkdir()
-    (tmp_path / "final").write_text("a file, not a model folder")
-    with pytest.raises(SettingError) as error:
-        check_output_dir(tmp_path, "latest", overwrite=False)  # latest with no checkpoint is a new run
-    assert "(best/); pass --overwrite_output_dir to replace it" in str(error.value)
 
 
 def test_clear_previous_run_deletes_run_outputs_and_keeps_other_files(tmp_path):
