@@ -30,16 +30,6 @@ def scopes_of(node) -> list[str]:
         return []
 
 
-def attention_fusable(config) -> bool:
-    """Whether ONNX Runtime's Attention kernel computes this model's attention: additive positions (or none), as
-    many key/value heads as query heads, every layer global."""
-    return (
-        config.position_embedding_type in ("absolute", "sinusoidal")
-        and config.num_key_value_heads == config.num_attention_heads
-        and config.sliding_window is None
-    )
-
-
 def fuse_attention(model, num_heads: int) -> int:
     """Replaces each attention module's output (the input of its output projection) by one Attention node over its
     qkv projection's weight and bias; returns how many were fused. `model` is an onnx ModelProto, changed in place;
@@ -101,7 +91,14 @@ def optimize_onnx(source: Path, target: Path, config) -> tuple[dict[str, int], d
 
     external = Path(f"{source}.data").exists()  # past ONNX's 2 GB protobuf limit, as the export wrote it
     model = onnx.load(str(source))
-    attention = fuse_attention(model, config.num_attention_heads) if attention_fusable(config) else 0
+    # ONNX Runtime's Attention kernel computes additive positions (or none), as many key/value heads as query
+    # heads, every layer global.
+    fusable = (
+        config.position_embedding_type in ("absolute", "sinusoidal")
+        and config.num_key_value_heads == config.num_attention_heads
+        and config.sliding_window is None
+    )
+    attention = fuse_attention(model, config.num_attention_heads) if fusable else 0
     scopes = {node.name: scopes_of(node) for node in model.graph.node}
     # The optimizer reads a file: ONNX Runtime's own fusions run on it first.
     onnx.save(model, str(target), save_as_external_data=external)

@@ -91,18 +91,17 @@ def source_config(family: str, tokenizer) -> transformers.PretrainedConfig:
     )  # fmt: skip
 
 
-# model_type: (transformers' class prefix, the tokenizer kind the family ships)
-SOURCE_FAMILIES = {
-    "bert": ("Bert", "wordpiece"),
-    "distilbert": ("DistilBert", "wordpiece"),
-    "electra": ("Electra", "wordpiece"),
-    "roberta": ("Roberta", "bpe"),
-    "modernbert": ("ModernBert", "bpe"),
-    "xlm-roberta": ("XLMRoberta", "unigram"),
+# model_type -> the tokenizer kind the family ships
+TOKENIZER_KIND = {
+    "bert": "wordpiece",
+    "distilbert": "wordpiece",
+    "electra": "wordpiece",
+    "roberta": "bpe",
+    "modernbert": "bpe",
+    "xlm-roberta": "unigram",
 }
-CLASS_PREFIX = {model_type: prefix for model_type, (prefix, _) in SOURCE_FAMILIES.items()}
-TOKENIZER_KIND = {model_type: kind for model_type, (_, kind) in SOURCE_FAMILIES.items()}
 FAMILY_OF = {model_type: family for family in FAMILIES for model_type in family.model_types}
+CLASS_PREFIX = {model_type: family.prefixes[model_type] for model_type, family in FAMILY_OF.items()}
 # One head per family that exercises what is its own runs by default; every other head is marked slow:
 # together they are the closing evidence that every head of every family imports exactly.
 QUICK = {

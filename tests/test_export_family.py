@@ -26,7 +26,6 @@ SOURCES = {
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    """WordPiece, byte-level BPE and Unigram tokenizers trained on real sentences, with each family's specials."""
     return {kind: train_tokenizer(kind) for kind in set(TOKENIZER_KIND.values())}
 
 

@@ -15,16 +15,12 @@ from .weights import check_weights, load_state_dict, rename_weights
 
 # Tokenizer files are carried over as they are (WordPiece, byte-level BPE, Unigram: whatever tokenizer.json holds).
 TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
+    "tokenizer*",
     "special_tokens_map.json",
     "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
+    "vocab.*",
     "merges.txt",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-    "tokenizer.model",
+    "*.model",
 )
 
 
@@ -89,9 +85,9 @@ def convert_checkpoint(
 
                 BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
             else:
-                for name in TOKENIZER_FILES:
-                    if (src / name).is_file():
-                        shutil.copy2(src / name, staging / name)
+                for path in (path for pattern in TOKENIZER_FILES for path in src.glob(pattern)):
+                    if path.is_file():
+                        shutil.copy2(path, staging / path.name)
             copy_sentence_transformers_files(src, staging)
         if source_repo_id:
             # A schema-version-2 training_facts.json naming only the base model.
