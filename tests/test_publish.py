@@ -25,9 +25,10 @@ MODEL_FILES = set(
 NOWHERE = "http://127.0.0.1:9"  # a closed port: a publish that contacts it fails with another error
 
 
-def publish(folder, repo_id, *, endpoint=None, log=print, **settings):
-    """The publisher, with its settings given as keywords."""
-    return publishing.publish(PublishSettings(str(folder), repo_id, **settings), endpoint=endpoint, log=log)
+def publish(folder, repo_id, *, endpoint=None, log=lambda *_: None, token=TOKEN, **settings):
+    """The publisher, with its settings given as keywords (the test token's unless another is given)."""
+    settings = PublishSettings(str(folder), repo_id, token=token, **settings)
+    return publishing.publish(settings, endpoint=endpoint, log=log)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +68,7 @@ def test_dry_run_lists_the_model_files_and_the_card_and_what_is_left_out_once_ea
     (copy / "README.md").write_text("# my own notes\n")
     (copy / "notes.json").write_text("{}")
     lines = []  # the endpoint is a closed port: a dry run must not touch it
-    result = publish(
-        copy, "testuser/sst2", tag="v1", dry_run=True, endpoint=NOWHERE, token=TOKEN, log=lines.append
-    )
+    result = publish(copy, "testuser/sst2", tag="v1", dry_run=True, endpoint=NOWHERE, log=lines.append)
     out = "\n".join(lines)
     # the model files, plus any further remote-code module the model file imports
     assert MODEL_FILES <= set(result.files)
@@ -83,10 +82,10 @@ def test_dry_run_lists_the_model_files_and_the_card_and_what_is_left_out_once_ea
     assert result.commit_id is None
     assert_no_token_anywhere(out, result.card)
     # explicitly asked for: extra files come along
-    extra = publish(folder, "testuser/sst2", dry_run=True, include=["training_facts.json"], log=[].append)
+    extra = publish(folder, "testuser/sst2", dry_run=True, include=["training_facts.json"])
     assert "training_facts.json" in extra.files
     # weights above max_shard_size are uploaded as shards and their index
-    sharded = publish(folder, "testuser/sst2", dry_run=True, max_shard_size=20_000, log=[].append).files
+    sharded = publish(folder, "testuser/sst2", dry_run=True, max_shard_size=20_000).files
     assert "model.safetensors" not in sharded and "model.safetensors.index.json" in sharded
     assert len([f for f in sharded if f.startswith("model-")]) > 1
 
@@ -97,7 +96,7 @@ def test_a_token_the_rendered_card_would_show_blocks_the_upload(folder, tmp_path
     facts["description"] = TOKEN  # shown on the card
     (copy / "training_facts.json").write_text(json.dumps(facts))
     with pytest.raises(SecretsFound) as e:
-        publish(copy, "testuser/leaky", token=TOKEN, dry_run=True, log=lambda *_: None)
+        publish(copy, "testuser/leaky", dry_run=True)
     message = str(e.value)
     assert "README.md (the rendered card) (the access token in use" in message and TOKEN not in message
 
@@ -120,13 +119,13 @@ def test_publish_end_to_end_with_xet_client(folder, changed, tmp_path):
         assert "BriskBertForSequenceClassification" in out
         api = HfApi(endpoint=h.url, token=TOKEN)
         v1 = api.repo_info("testuser/sst2").sha
-        expected = publish(folder, "testuser/sst2", dry_run=True, log=lambda *_: None).files
+        expected = publish(folder, "testuser/sst2", dry_run=True).files
         assert sorted(api.list_repo_files("testuser/sst2")) == sorted([*expected, ".gitattributes"])
         assert len(api.list_repo_commits("testuser/sst2")) == 2
         assert f"{h.url}/testuser/sst2/commit/{v1}" in out
 
         lines = []
-        opts = dict(token=TOKEN, endpoint=h.url, no_verify=True, log=lines.append)
+        opts = dict(endpoint=h.url, no_verify=True, log=lines.append)
         assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit
         assert "No changes; already published at" in "\n".join(lines)
         publish(changed, "testuser/private", private=True, **opts)
@@ -145,7 +144,7 @@ def test_publish_through_the_lfs_api(folder, lfs_hub, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    opts = dict(token=TOKEN, endpoint=lfs_hub.url, no_verify=True, log=lambda *_: None)
+    opts = dict(endpoint=lfs_hub.url, no_verify=True)
     assert publish(folder, "testuser/sst2", tag="v1", **opts).new_commit
     assert any(p.startswith("/lfs-upload/") for _, p, _ in lfs_hub.server.request_log)
     again = publish(folder, "testuser/sst2", tag="v1", **opts)
@@ -168,7 +167,7 @@ def head(hub_, repo="testuser/sst2"):
 def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
     """A failed commit is tried once (the publisher adds no retries), said in one line; a re-run finishes."""
     lines = []
-    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True, log=lines.append)
+    opts = dict(endpoint=hub.url, no_verify=True, log=lines.append)
     first = publish(folder, "testuser/sst2", **opts)
     # a changed card makes the next publish a real commit
     hub.set_fault({"step": "commit", "kind": kind, "times": 99})
@@ -192,7 +191,7 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monk
     import httpx2
     from huggingface_hub import HfApi
 
-    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True, log=lambda *_: None)
+    opts = dict(endpoint=hub.url, no_verify=True)
     first = publish(folder, "testuser/sst2", **opts)
     other, create_commit, calls = HfApi(endpoint=hub.url, token=TOKEN), HfApi.create_commit, []
 
@@ -231,7 +230,7 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monk
 
 
 def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub):
-    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True, log=lambda *_: None)
+    opts = dict(endpoint=hub.url, no_verify=True)
     main = publish(folder, "testuser/sst2", tag="v1", **opts)
     assert not publish(folder, "testuser/sst2", tag="v1", **opts).new_commit  # a re-run is fine
     dev = publish(folder, "testuser/sst2", revision="dev", tag="dev-1", **opts)
@@ -252,7 +251,7 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch, tmp_pat
 
     hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
     before, client, verified, lines = head(hub), HfApi(endpoint=hub.url, token=TOKEN), [], []
-    opts = dict(token=TOKEN, endpoint=hub.url)
+    opts = dict(endpoint=hub.url)
 
     def fails(repo_id, commit_id, **_):
         verified.append(hub.server.storage.files("model", repo_id, commit_id))
@@ -275,7 +274,7 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch, tmp_pat
 
     monkeypatch.setattr(publishing, "verify_commit", passes_while_a_run_saves_again)
     with pytest.raises(PublishError, match="The files changed on disk while [0-9a-f]{40} was verified"):
-        publish(copy, "testuser/sst2", log=lambda *_: None, **opts)
+        publish(copy, "testuser/sst2", **opts)
     assert hub.server.storage.refs("model", "testuser/sst2") == {"branches": {"main": before}, "tags": {}}
 
     def passes(repo_id, commit_id, **_):
@@ -283,31 +282,31 @@ def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch, tmp_pat
         return {"ok": True, **dict.fromkeys(("model_class", "tokenizer_class", "pipeline_output"), "x")}
 
     monkeypatch.setattr(publishing, "verify_commit", passes)
-    fixed = publish(folder, "testuser/sst2", tag="v1", log=lambda *_: None, **opts)  # the re-run publishes
+    fixed = publish(folder, "testuser/sst2", tag="v1", **opts)  # the re-run publishes
     assert fixed.tagged and fixed.new_commit
     refs = {"branches": {"main": fixed.commit_id}, "tags": {"v1": fixed.commit_id}}
     assert hub.server.storage.refs("model", "testuser/sst2") == refs
     on_main = hub.server.storage.files("model", "testuser/sst2", fixed.commit_id)
     assert {p: e.sha256 for p, e in on_main.items()} == {p: e.sha256 for p, e in verified[-1].items()}
     assert hub.server.storage.commit_object("model", "testuser/sst2", fixed.commit_id)["parent"] == before
-    again = publish(folder, "testuser/sst2", tag="v1", log=lambda *_: None, **opts)  # nothing to do
+    again = publish(folder, "testuser/sst2", tag="v1", **opts)  # nothing to do
     assert not again.new_commit and again.commit_id == fixed.commit_id == head(hub) and again.verified
 
 
 def test_include_everything_still_refuses_credentials_and_training_state(folder, tmp_path):
     # refused before the Hub is contacted: the closed port would be another error
     with pytest.raises(SecretsFound) as e:
-        publish(folder, "testuser/x", include=["*"], token=TOKEN, endpoint=NOWHERE, no_verify=True)
+        publish(folder, "testuser/x", include=["*"], endpoint=NOWHERE, no_verify=True)
     message = str(e.value)
     assert message.startswith("refusing to publish: .env (an environment file, by its name); ")
     assert "logs/train.log (the access token in use, at byte 22)" in message and TOKEN not in message
     copy = shutil.copytree(folder, tmp_path / "clean")
     (copy / ".env").unlink()
     shutil.rmtree(copy / "logs")  # the training log holds the token
-    everything = publish(copy, "testuser/x", include=["*"], dry_run=True, log=lambda *_: None)
+    everything = publish(copy, "testuser/x", include=["*"], dry_run=True)
     assert "training_facts.json" in everything.files and "optimizer.pt" not in everything.files
     assert set(everything.training_state) == {"optimizer.pt", "checkpoint-10/model.safetensors"}
-    state = publish(copy, "testuser/x", include_training_state=True, dry_run=True, log=lambda *_: None)
+    state = publish(copy, "testuser/x", include_training_state=True, dry_run=True)
     assert {"optimizer.pt", "checkpoint-10/model.safetensors"} <= set(state.files)
 
 
@@ -342,7 +341,7 @@ def test_fuzzed_config_and_training_facts_give_a_card_or_one_line_naming_the_fil
         for other, content in originals.items():
             (copy / other).write_bytes(raw if other == name else content)
         try:
-            result = publish(copy, "testuser/fuzz", dry_run=True, log=lambda *_: None)
+            result = publish(copy, "testuser/fuzz", dry_run=True)
             result.card.encode("utf-8")
             outcomes["card"] += 1
         except UserError as error:
@@ -374,9 +373,7 @@ def test_a_symlink_that_resolves_outside_the_folder_is_refused_before_anything_i
     for link, target in OUTSIDE_LINKS[case]:
         (copy / link).symlink_to(target.format(out=outside))
     with pytest.raises(OutsideTheFolder) as e:
-        publish(
-            copy, "testuser/sst2", include=["*.txt", "extra"], token=TOKEN, endpoint=NOWHERE, no_verify=True
-        )
+        publish(copy, "testuser/sst2", include=["*.txt", "extra"], endpoint=NOWHERE, no_verify=True)
     message = str(e.value)  # contacting the closed port would have been another error
     assert f"{OUTSIDE_LINKS[case][0][0]} -> " in message and "resolve outside" in message
     assert "\n" not in message
@@ -431,7 +428,7 @@ def test_a_code_reference_outside_the_folder_is_refused_before_anything_is_sent(
         config["custom_pipelines"] = {"evil": {"impl": ref, "pt": ["AutoModel"], "tf": [], "type": "text"}}
     (copy / name).write_text(json.dumps(config))
     with pytest.raises(OutsideTheFolder) as e:
-        publish(copy, "testuser/sst2", token=TOKEN, endpoint=NOWHERE, no_verify=True, log=lambda *_: None)
+        publish(copy, "testuser/sst2", endpoint=NOWHERE, no_verify=True)
     assert f"{name}: " in str(e.value) and repr(ref) in str(e.value) and "\n" not in str(e.value)
 
 
@@ -439,7 +436,7 @@ def test_a_relative_import_or_a_shard_from_above_the_folder_is_refused(folder, t
     copy = shutil.copytree(folder, tmp_path / "imports")
     (copy / "crf.py").write_text((copy / "crf.py").read_text() + "\nfrom ..evil_outside import x\n")
     with pytest.raises(OutsideTheFolder, match=r"crf\.py: 'from \.\.evil_outside import'"):
-        publish(copy, "testuser/sst2", dry_run=True, log=lambda *_: None)
+        publish(copy, "testuser/sst2", dry_run=True)
     copy = shutil.copytree(folder, tmp_path / "sharded")
     (copy / "model.safetensors").rename(copy / "model-00001-of-00001.safetensors")
     shutil.copy(folder / "model.safetensors", tmp_path / "outside.safetensors")
@@ -448,14 +445,14 @@ def test_a_relative_import_or_a_shard_from_above_the_folder_is_refused(folder, t
     with pytest.raises(
         OutsideTheFolder, match=r"\.\./outside\.safetensors named by model\.safetensors\.index"
     ):
-        publish(copy, "testuser/sst2", dry_run=True, log=lambda *_: None)
+        publish(copy, "testuser/sst2", dry_run=True)
 
 
 def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub):
     from huggingface_hub import HfApi
 
-    opts = dict(token=TOKEN, endpoint=hub.url, no_verify=True)
-    publish(folder, "testuser/sst2", log=lambda *_: None, **opts)
+    opts = dict(endpoint=hub.url, no_verify=True)
+    publish(folder, "testuser/sst2", **opts)
     client = HfApi(endpoint=hub.url, token=TOKEN)
     client.upload_file(path_or_fileobj=b"onnx bytes", path_in_repo="onnx/model.onnx", repo_id="testuser/sst2")
     lines = []
@@ -463,7 +460,7 @@ def test_a_republish_keeps_files_on_the_branch_unless_delete_missing(folder, hub
     assert kept.new_commit and kept.kept == ["onnx/model.onnx"] and kept.deleted == []
     assert "onnx/model.onnx" in client.list_repo_files("testuser/sst2")
     assert "Keeping on main (not in the folder; delete_missing would delete them): onnx/model.onnx" in lines
-    again = publish(folder, "testuser/sst2", tag="v2", log=lambda *_: None, **opts)
+    again = publish(folder, "testuser/sst2", tag="v2", **opts)
     assert not again.new_commit  # kept files do not make every re-run a new commit
     lines.clear()
     gone = publish(folder, "testuser/sst2", tag="v3", delete_missing=True, log=lines.append, **opts)
