@@ -17,21 +17,30 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from briskbert.errors import SettingError, UserError
+from briskbert.errors import SettingError
 from briskbert.inputs import check_model_folder, check_text_file
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
 
 ONNX_FILE = "model.onnx"
 SENTENCE_EMBEDDING = "sentence_embedding"
-# Files copied next to model.onnx so the exported folder tokenizes and labels its outputs on its own.
-COMPANION_FILES = (
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
+# A tokenizer's files, whatever its kind (WordPiece, byte-level BPE, Unigram), and those that make an exported
+# folder tokenize and label its outputs on its own.
+TOKENIZER_FILES = (
+    "tokenizer*",
     "special_tokens_map.json",
-    "vocab.txt",
-    "tokenization_briskbert.py",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.model",
 )
+COMPANION_FILES = ("config.json", "tokenization_*.py", *TOKENIZER_FILES)
+
+
+def copy_files(source: Path, target: Path, patterns, replace: bool = True) -> None:
+    """The files of `source` matching `patterns` copied into `target` (those it already holds too, if `replace`)."""
+    for path in {path for pattern in patterns for path in Path(source).glob(pattern) if path.is_file()}:
+        if replace or not (Path(target) / path.name).exists():
+            shutil.copy2(path, Path(target) / path.name)
 
 
 @contextmanager
@@ -67,14 +76,7 @@ def load_for_export(model_dir: Path, architecture: str | None):
         heads = [name for name in modeling.__all__ if name.startswith("BriskBert") and "Config" not in name]
         raise SettingError("architecture", f"{architecture!r} is unknown; choose one of: {', '.join(heads)}.")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
-    try:
-        model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    # A foreign weights file: safetensors, torch and transformers each raise their own error.
-    except Exception as error:
-        raise UserError(
-            f"the weights in {model_dir} cannot be loaded as {architecture} ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}); re-save or re-download the model."
-        ) from error
+    model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     return model, tokenizer, architecture
 
 
@@ -282,9 +284,7 @@ def export_and_check(
         checks = [largest_differences(model, session, batch, output_names, embedding) for batch in batches]
         for name in os.listdir(staging):
             os.replace(Path(staging) / name, Path(output_dir) / name)
-    for name in COMPANION_FILES:
-        if (Path(model_dir) / name).is_file():
-            shutil.copyfile(Path(model_dir) / name, Path(output_dir) / name)
+    copy_files(model_dir, output_dir, COMPANION_FILES)
     inputs = ", ".join(graph_input.name for graph_input in session.get_inputs())
     progress(f"Wrote {target} (inputs: {inputs}).")
     if any(fused.values()):  # (empty without `fuse`)

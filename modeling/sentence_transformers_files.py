@@ -24,17 +24,11 @@ COMPUTED_MODULES = ("Transformer", "Pooling", "Normalize")
 
 @dataclass(frozen=True)
 class EmbeddingSpec:
-    """How token states become one sentence embedding."""
+    """How token states become one sentence embedding (the settings that build one check its values)."""
 
     pooling: str = "mean"
     normalize: bool = True
     max_seq_length: int = 256
-
-    def __post_init__(self):
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"pooling {self.pooling!r} is not one of {', '.join(POOLING_MODES)}.")
-        if self.max_seq_length < 1:
-            raise ValueError(f"max_seq_length must be >= 1, got {self.max_seq_length}.")
 
 
 def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, hidden_size: int) -> None:

@@ -41,19 +41,14 @@ def length_batches(
 class OnnxModel:
     """The graph of an ONNX folder with its tokenizer: call it on texts (and their pairs) for every output."""
 
-    def __init__(self, folder: str | Path, threads: int | None = None):
+    def __init__(self, folder: str | Path):
         import onnxruntime
         from transformers import AutoTokenizer
 
         folder = Path(folder)
         facts = folder / "quantization.json"
         name = json.loads(facts.read_text())["model_file"] if facts.is_file() else "model.onnx"
-        options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        self.session = onnxruntime.InferenceSession(
-            str(folder / name), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = onnxruntime.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         self.input_names = [graph_input.name for graph_input in self.session.get_inputs()]
         self.output_names = [graph_output.name for graph_output in self.session.get_outputs()]

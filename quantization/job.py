@@ -98,24 +98,13 @@ def agreement_of(name: str, references, candidates, masks, request: QuantizeRequ
             matches.append((reference.argmax(-1) == candidate.argmax(-1)).float())
         else:
             cosines.append(nn.functional.cosine_similarity(reference, candidate, dim=-1))
-    if matches:
-        share = torch.cat(matches)
-        mean = float(share.mean())
-        return Agreement(
-            name, "argmax agreement", mean, mean, share.numel(), unit, difference, request.min_agreement
-        )
-    cosine = torch.cat(cosines)
-    worst = float(cosine.min())
-    return Agreement(
-        name,
-        "cosine similarity",
-        float(cosine.mean()),
-        worst,
-        cosine.numel(),
-        unit,
-        difference,
-        request.min_cosine,
-    )
+    if matches:  # (for argmax agreement the worst is the mean again)
+        values, metric, threshold = torch.cat(matches), "argmax agreement", request.min_agreement
+        worst = float(values.mean())
+    else:
+        values, metric, threshold = torch.cat(cosines), "cosine similarity", request.min_cosine
+        worst = float(values.min())
+    return Agreement(name, metric, float(values.mean()), worst, values.numel(), unit, difference, threshold)
 
 
 def labelled_batches(request: QuantizeRequest, model, tokenizer, architecture: str, max_length: int):
@@ -301,13 +290,11 @@ def keep(candidate: Candidate, model, model_dir: Path, staging: Path) -> None:
         for path in candidate.folder.iterdir():
             path.rename(staging / path.name)
     shutil.rmtree(staging / CANDIDATES, ignore_errors=True)  # absent when fp32 was the only candidate
-    names = list(export.COMPANION_FILES)
+    companions = export.COMPANION_FILES
     if candidate.backend in ("torch", "fp32"):  # still a transformers (and sentence-transformers) folder
-        names.append(FACTS_FILE)
+        companions = (*companions, FACTS_FILE)
         copy_sentence_transformers_files(model_dir, staging)
-    for name in names:
-        if (Path(model_dir) / name).is_file() and not (staging / name).exists():
-            shutil.copyfile(Path(model_dir) / name, staging / name)
+    export.copy_files(model_dir, staging, companions, replace=False)
 
 
 def weights_bytes(folder: Path, model_file: str) -> int:

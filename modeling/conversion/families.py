@@ -60,61 +60,6 @@ _CLASSIC_HEADS = {
 _COMMON_HEAD_RENAMES = {"classifier.": "classifier.", "qa_outputs.": "qa_outputs."}
 
 
-@dataclass(frozen=True)
-class SourceFamily:
-    """How one transformers architecture family maps onto BriskBert, both ways.
-
-    `names` maps a BriskBert option to the family's config.json field; `imported(source config)` and
-    `exported(BriskBert options)` give what each direction adds beyond them (and refuse what it cannot express).
-    `head_renames` maps a head suffix ("ForMaskedLM", or "*" for every head) to {source prefix: BriskBert prefix}
-    for the weights outside the encoder; `head_config` adds BriskBert options a head needs (ELECTRA's
-    discriminator becomes a one-label token classifier behind a dense + activation transform)."""
-
-    name: str
-    prefixes: dict[str, str]  # model_type -> transformers' class prefix
-    weight_prefix: str
-    names: dict[str, str]
-    imported: Callable[[dict], dict]
-    exported: Callable[[dict], dict]
-    heads: dict[str, str]
-    encoder_renames: tuple[tuple[str, str], ...]
-    qkv: tuple[str, tuple[str, str, str]] | None
-    head_renames: dict[str, dict[str, str]]
-    head_config: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
-
-    @property
-    def model_types(self) -> tuple[str, ...]:
-        return tuple(self.prefixes)
-
-    def head_suffix(self, architecture: str) -> str:
-        """ "RobertaForMaskedLM" -> "ForMaskedLM"; refuses classes of another family or heads without a match."""
-        prefix = next((p for p in self.prefixes.values() if architecture.startswith(p)), None)
-        suffix = architecture[len(prefix) :] if prefix else None
-        if suffix not in self.heads:
-            first = next(iter(self.prefixes.values()))
-            raise UnsupportedCheckpointError(
-                f"architectures={architecture!r} is not a {self.name} head briskbert can import; "
-                f"supported: {', '.join(first + s for s in self.heads)} (or give the architecture setting)."
-            )
-        return suffix
-
-    def renames_for(self, suffix: str) -> dict[str, str]:
-        """Head weight renames: the head's own over those of every head (a name takes its longest prefix)."""
-        return {**self.head_renames.get("*", {}), **self.head_renames.get(suffix, {})}
-
-    def config_fields(self, source: dict) -> dict:
-        """BriskBert options from the family's config.json."""
-        renamed = {ours: source[theirs] for ours, theirs in self.names.items() if theirs in source}
-        return {**renamed, **self.imported(source)}
-
-    def family_fields(self, ours: dict) -> dict:
-        """The family's config fields for BriskBert options `ours`."""
-        return {
-            **{theirs: ours[name] for name, theirs in self.names.items() if name in ours},
-            **self.exported(ours),
-        }
-
-
 def _require(source: dict, field_name: str, accepted, default=None):
     value = source.get(field_name, default)
     if value not in accepted:
@@ -251,6 +196,62 @@ def modernbert_export(ours: dict) -> dict:
 
 
 # ---------- The families ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceFamily:
+    """How one transformers architecture family maps onto BriskBert, both ways.
+
+    `names` maps a BriskBert option to the family's config.json field; `imported(source config)` and
+    `exported(BriskBert options)` give what each direction adds beyond them (and refuse what it cannot express).
+    `head_renames` maps a head suffix ("ForMaskedLM", or "*" for every head) to {source prefix: BriskBert prefix}
+    for the weights outside the encoder; `head_config` adds BriskBert options a head needs (ELECTRA's
+    discriminator becomes a one-label token classifier behind a dense + activation transform)."""
+
+    name: str
+    prefixes: dict[str, str]  # model_type -> transformers' class prefix
+    weight_prefix: str
+    head_renames: dict[str, dict[str, str]]
+    # BERT's unless given:
+    names: dict[str, str] = field(default_factory=lambda: _BERT_NAMES)
+    imported: Callable[[dict], dict] = bert_import
+    exported: Callable[[dict], dict] = bert_export
+    heads: dict[str, str] = field(default_factory=lambda: _CLASSIC_HEADS)
+    encoder_renames: tuple[tuple[str, str], ...] = _BERT_ENCODER
+    qkv: tuple[str, tuple[str, str, str]] | None = _BERT_QKV
+    head_config: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        return tuple(self.prefixes)
+
+    def head_suffix(self, architecture: str) -> str:
+        """ "RobertaForMaskedLM" -> "ForMaskedLM"; refuses classes of another family or heads without a match."""
+        prefix = next((p for p in self.prefixes.values() if architecture.startswith(p)), None)
+        suffix = architecture[len(prefix) :] if prefix else None
+        if suffix not in self.heads:
+            first = next(iter(self.prefixes.values()))
+            raise UnsupportedCheckpointError(
+                f"architectures={architecture!r} is not a {self.name} head briskbert can import; "
+                f"supported: {', '.join(first + s for s in self.heads)} (or give the architecture setting)."
+            )
+        return suffix
+
+    def renames_for(self, suffix: str) -> dict[str, str]:
+        """Head weight renames: the head's own over those of every head (a name takes its longest prefix)."""
+        return {**self.head_renames.get("*", {}), **self.head_renames.get(suffix, {})}
+
+    def config_fields(self, source: dict) -> dict:
+        """BriskBert options from the family's config.json."""
+        renamed = {ours: source[theirs] for ours, theirs in self.names.items() if theirs in source}
+        return {**renamed, **self.imported(source)}
+
+    def family_fields(self, ours: dict) -> dict:
+        """The family's config fields for BriskBert options `ours`."""
+        return {
+            **{theirs: ours[name] for name, theirs in self.names.items() if name in ours},
+            **self.exported(ours),
+        }
+
+
 _BERT_HEAD_RENAMES = {
     "cls.predictions.transform.dense.": "head.dense.",
     "cls.predictions.transform.LayerNorm.": "head.norm.",
@@ -266,28 +267,18 @@ FAMILIES = (
         name="BERT",
         prefixes={"bert": "Bert"},
         weight_prefix="bert.",
-        names=_BERT_NAMES,
-        imported=bert_import,
-        exported=bert_export,
         heads={
             **_CLASSIC_HEADS,
             "ForPreTraining": "AutoModelForPreTraining",
             "ForNextSentencePrediction": "AutoModelForNextSentencePrediction",
         },
-        encoder_renames=_BERT_ENCODER,
-        qkv=_BERT_QKV,
         head_renames={"*": _BERT_HEAD_RENAMES},
     ),
     SourceFamily(
         name="RoBERTa / XLM-R",
         prefixes={"roberta": "Roberta", "xlm-roberta": "XLMRoberta"},
         weight_prefix="roberta.",
-        names=_BERT_NAMES,
         imported=roberta_import,
-        exported=bert_export,
-        heads=_CLASSIC_HEADS,
-        encoder_renames=_BERT_ENCODER,
-        qkv=_BERT_QKV,
         head_renames={
             "ForMaskedLM": {
                 "lm_head.dense.": "head.dense.",
@@ -316,7 +307,6 @@ FAMILIES = (
         },
         imported=distilbert_import,
         exported=lambda ours: dict(sinusoidal_pos_embds=False),
-        heads=_CLASSIC_HEADS,
         encoder_renames=_DISTILBERT_ENCODER,
         qkv=_DISTILBERT_QKV,
         head_renames={
@@ -333,12 +323,9 @@ FAMILIES = (
         name="ELECTRA",
         prefixes={"electra": "Electra"},
         weight_prefix="electra.",
-        names=_BERT_NAMES,
         imported=electra_import,
         exported=electra_export,
         heads={**_CLASSIC_HEADS, "ForPreTraining": "AutoModelForTokenClassification"},
-        encoder_renames=_BERT_ENCODER,
-        qkv=_BERT_QKV,
         head_renames={
             "ForPreTraining": {
                 "discriminator_predictions.dense_prediction.": "classifier.",
@@ -372,7 +359,6 @@ FAMILIES = (
         },
         imported=modernbert_import,
         exported=modernbert_export,
-        heads=_CLASSIC_HEADS,
         encoder_renames=_MODERNBERT_ENCODER,
         qkv=None,
         head_renames={

@@ -3,25 +3,15 @@ the source tokenizer, the sentence-transformers files), written beside the desti
 when complete."""
 
 import json
-import shutil
 from pathlib import Path
 
 from briskbert.files import staged_folder, write_atomic
 from briskbert.inputs import read_json_object
 
+from ..export import TOKENIZER_FILES, copy_files
 from ..sentence_transformers_files import copy_sentence_transformers_files
 from .families import SourceFamily, UnsupportedCheckpointError, family_for
 from .weights import check_weights, load_state_dict, rename_weights
-
-# Tokenizer files are carried over as they are (WordPiece, byte-level BPE, Unigram: whatever tokenizer.json holds).
-TOKENIZER_FILES = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.*",
-    "merges.txt",
-    "*.model",
-)
 
 
 def build_config(family: SourceFamily, head_suffix: str, source_config: dict, has_pooler: bool):
@@ -85,9 +75,7 @@ def convert_checkpoint(
 
                 BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
             else:
-                for path in (path for pattern in TOKENIZER_FILES for path in src.glob(pattern)):
-                    if path.is_file():
-                        shutil.copy2(path, staging / path.name)
+                copy_files(src, staging, TOKENIZER_FILES)  # as they are
             copy_sentence_transformers_files(src, staging)
         if source_repo_id:
             # A schema-version-2 training_facts.json naming only the base model.
