@@ -148,9 +148,6 @@ class TinyMLM:
         if acknowledged:
             self.wait_for(f"CAUGHT {number}")
 
-    def go_on(self) -> None:
-        (self.folder / "go").touch()
-
     def finish(self) -> int:
         self.process.stdout.read()
         return self.process.wait(timeout=300)
@@ -222,7 +219,7 @@ def test_a_second_ctrl_c_inside_a_checkpoint_write_names_the_one_before_and_its_
     run = TinyMLM(tmp_path, "out", stop_at="write_manifest:.step_:pause")
     run.wait_for("PAUSED")  # writing step_2
     run.signal(signal.SIGINT, acknowledged=True)  # the first: the loop stops after its next step
-    run.go_on()
+    (run.folder / "go").touch()  # the paused run goes on
     run.wait_for("PAUSED")  # writing step_3, the checkpoint the first Ctrl-C asked for
     run.signal(signal.SIGINT)
     assert run.finish() == 130, run.stderr()[-3000:]

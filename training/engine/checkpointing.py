@@ -22,6 +22,7 @@ from briskbert.files import (
     partial_path,
     replace_folder,
     space_for,
+    staged_folder,
     write_manifest,
 )
 from briskbert.inputs import WEIGHT_FILES
@@ -409,10 +410,8 @@ def save_model_folder(
     sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
     state_dict = accelerator.get_state_dict(model) if sharded else None
     weight_bytes = sum(p.numel() * p.element_size() for p in unwrapped.parameters())
-    if accelerator.is_main_process:
-        partial = partial_path(folder)
-        with space_for(folder, weight_bytes):  # a full disk: one line, and no partial folder left
-            partial.mkdir(parents=True, exist_ok=True)
+    if accelerator.is_main_process:  # a full disk: one line, and no partial folder left
+        with space_for(folder, weight_bytes), staged_folder(folder) as partial:
             with own_class(unwrapped):
                 unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
             if tokenizer is not None:
@@ -420,7 +419,6 @@ def save_model_folder(
             if facts is not None:
                 write_training_facts(partial, facts)
             write_manifest(partial)  # synced files, then the manifest, then the rename
-        replace_folder(partial, folder)
     accelerator.wait_for_everyone()
 
 

@@ -131,9 +131,8 @@ def run(
     # The loss, gradient norm and counters stay on the device; the host reads them (and waits for the device)
     # only to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
     guard = DivergenceGuard(accelerator, optimizer, output_dir, state.global_step)
-    unread = torch.zeros(
-        4, dtype=torch.float64, device=accelerator.device
-    )  # loss sum, items, tokens, examples
+    # The steps' loss sum, items, tokens and examples since the host last read them (_read).
+    unread = torch.zeros(4, dtype=torch.float64, device=accelerator.device)
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf  # 0: measured, not clipped
     model.train()
     with SignalCatcher() as signals:
@@ -171,13 +170,11 @@ def run(
                     )
                 if stop_signal:
                     break
-        except (
-            Exception
-        ):  # a run stopped by an error still closes its bar, draws its curves, ends its trackers
-            progress.close()
-            _finish_logs(accelerator, log, output_dir)
+        except Exception:
+            _finish_logs(accelerator, log, output_dir)  # a run stopped by an error still draws its curves
             raise
-    progress.close()
+        finally:
+            progress.close()
     if stop_signal:
         _finish_logs(accelerator, log, output_dir)
         processes, main = accelerator.num_processes, accelerator.is_main_process
