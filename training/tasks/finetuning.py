@@ -170,10 +170,7 @@ def load_starting_model(
 
 
 def card_source_facts(source: ModelSource) -> dict:
-    return {
-        "base_model": base_model_id(source.model_name_or_path),
-        "config_preset": source.config_preset,
-    }
+    return {"base_model": base_model_id(source.model_name_or_path), "config_preset": source.config_preset}
 
 
 def pad_to_width(tensor, width: int, value: float):
