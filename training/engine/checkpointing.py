@@ -253,41 +253,37 @@ def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
     return None
 
 
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be resumed, in one line naming the file (its manifest, then each file's load)."""
-    problem = manifest_problem(folder)
-    if problem is not None:
-        return problem
-    for path in sorted(folder.iterdir()):
-        try:
-            _check_loads(path)
-        except Exception as error:
-            reason = " ".join(str(error).split())[:200] or type(error).__name__
-            return f"{path} does not load ({reason})"
-    return None
-
-
+# What each process's random_states_N.pkl must hold for the resume to draw as the run did.
 RNG_KEYS = {"random_state", "numpy_random_seed", "torch_manual_seed"}
 
 
-def _check_loads(path: Path) -> None:
-    """Raise what loading ``path`` raises (structure only; the bytes are the manifest's to check)."""
-    if path.name == STATE_FILE:
-        TrainingState.load(path.parent)
-    elif path.name == IDENTITY_FILE:
-        RunIdentity.load(path.parent)
-    elif path.suffix == ".safetensors":
-        from safetensors import safe_open
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be resumed, in one line naming the file: its manifest, then each file's structure
+    loaded as the resume loads it."""
+    problem = manifest_problem(folder)
+    for path in sorted(folder.iterdir()) if problem is None else []:
+        try:
+            if path.name == STATE_FILE:
+                TrainingState.load(folder)
+            elif path.name == IDENTITY_FILE:
+                RunIdentity.load(folder)
+            elif path.suffix == ".safetensors":
+                from safetensors import safe_open
 
-        with safe_open(path, framework="pt") as opened:
-            opened.keys()
-    elif path.suffix in (".bin", ".pkl", ".pt"):
-        from accelerate.utils import load
+                with safe_open(path, framework="pt") as opened:
+                    opened.keys()
+            elif path.suffix in (".bin", ".pkl", ".pt"):
+                from accelerate.utils import load
 
-        # as accelerate loads them: its own states restricted to plain tensors and numpy, custom ones not
-        loaded = load(path, map_location="cpu", mmap=True, weights_only=not path.name.startswith("custom_"))
-        if path.name.startswith("random_states_") and not RNG_KEYS <= set(loaded):
-            raise ValueError(f"it lacks {', '.join(sorted(RNG_KEYS - set(loaded)))}")
+                # as accelerate loads them: its own states restricted to plain tensors and numpy, custom ones not
+                custom = path.name.startswith("custom_")
+                loaded = load(path, map_location="cpu", mmap=True, weights_only=not custom)
+                if path.name.startswith("random_states_") and not RNG_KEYS <= set(loaded):
+                    raise ValueError(f"it lacks {', '.join(sorted(RNG_KEYS - set(loaded)))}")
+        except Exception as error:
+            reason = " ".join(str(error).split())[:200] or type(error).__name__
+            return f"{path} does not load ({reason})"
+    return problem
 
 
 def save_checkpoint(
