@@ -152,6 +152,8 @@ def test_label_inference_rules_and_label_names():
     assert multi.problem_type == "multi_label_classification" and multi.encode(["c", "a"]) == [1.0, 0.0, 1.0]
     split = infer_label_spec(["a,b", "c"], problem_type="multi_label_classification")
     assert split.encode("b") == [0.0, 1.0, 0.0]
+    piped = infer_label_spec(["a,x|b", "c"], problem_type="multi_label_classification", label_separator="|")
+    assert piped.label_list == ["a,x", "b", "c"] and piped.encode("b|c") == [0.0, 1.0, 1.0]
     hot = infer_label_spec([[0, 1, 1], [1, 0, 0]])
     assert hot.multi_hot and hot.num_labels == 3
     spec = infer_label_spec(["0", "1", "1"], ["1"], label_names=["negative", "positive"])

@@ -93,6 +93,7 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
         [*paths, "--config_name", "bert-tiny", "--config_overrides", "hidden_size=64,intermediate_size=128"]
         + "--nsp --whole_word_mask --max_seq_length 64 --per_device_train_batch_size 8".split()
         + "--gradient_accumulation_steps 2 --max_train_steps 4 --eval_steps 2 --logging_steps 1".split()
+        + "--license mit --language de".split()
     )
     assert {"eval_loss", "eval_accuracy", "eval_perplexity", "eval_nsp_accuracy"} <= set(result.metrics)
     assert result.metrics["eval_perplexity"] == pytest.approx(np.exp(result.metrics["eval_loss"]))
@@ -100,6 +101,7 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
     facts = read_training_facts(final)
     assert facts == result.facts and facts.job.pipeline_tag == "fill-mask"
     assert facts.job.datasets == ("corpus.jsonl",) and facts.job.config_preset == "bert-tiny"
+    assert (facts.job.license, facts.job.language) == ("mit", "de")
     assert facts.job.details["objective"]["nsp"] is True
     assert facts.job.task.endswith("next-sentence-prediction")
     assert facts.run.train_steps == 4 and facts.run.tokens_seen > 0

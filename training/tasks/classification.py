@@ -48,10 +48,10 @@ def _label_name(value) -> str:
     return str(number) if number is not None else str(value).strip()
 
 
-def _label_names(value) -> list:
-    """The names of one multi-label label: a list, or a comma-separated string."""
+def _label_names(value, separator: str) -> list:
+    """The names of one multi-label label: a list, or a string of names joined by ``separator``."""
     if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
+        return [part.strip() for part in value.split(separator) if part.strip()]
     return list(value)
 
 
@@ -72,6 +72,7 @@ class LabelSpec:
     label_list: list[str] = field(default_factory=list)  # names in id order (empty for regression)
     multi_hot: bool = False  # multi-label given as 0/1 vectors rather than names
     ids_given: bool = False  # integer labels are ids into label_list, not names
+    label_separator: str = ","
 
     @property
     def num_labels(self) -> int:
@@ -94,7 +95,7 @@ class LabelSpec:
         if self.multi_hot:
             return [float(v) for v in value]
         vector = [0.0] * len(self.label_list)
-        for name in _label_names(value):
+        for name in _label_names(value, self.label_separator):
             vector[self.label2id[str(name)]] = 1.0
         return vector
 
@@ -124,6 +125,7 @@ def infer_label_spec(
     train_labels,
     eval_labels=None,
     problem_type: str | None = None,
+    label_separator: str = ",",
     source: str = "the training data",
     label_names: list[str] | None = None,
     names_source: str = "label_names",
@@ -170,7 +172,7 @@ def infer_label_spec(
 
     def found_in(labels) -> set[str]:
         if multi:
-            return {str(name) for value in labels or [] for name in _label_names(value)}
+            return {str(name) for value in labels or [] for name in _label_names(value, label_separator)}
         return {_label_name(value) for value in labels or []}
 
     train_found, eval_found = found_in(train_labels), found_in(eval_labels)
@@ -186,7 +188,7 @@ def infer_label_spec(
                 f"{names_source} gives {len(label_names)} names (label ids 0..{len(label_names) - 1}) but the "
                 f"labels found in {where} are {ids[:20]}; give one name per label found, in id order."
             )
-        return LabelSpec(problem_type, list(label_names), ids_given=True)
+        return LabelSpec(problem_type, list(label_names), ids_given=True, label_separator=label_separator)
     # A label outside the given names is refused; without names, an evaluation label with no training example
     # is warned of (the model cannot learn it).
     known = train_found if label_names is None else set(label_names)
@@ -203,14 +205,16 @@ def infer_label_spec(
                 f"{list(label_names)[:20]}. The model cannot predict them; fix the label names or remove those rows."
             )
     if label_names is None:
-        return LabelSpec(problem_type, sorted(found, key=int if kind == "int" else None))
+        return LabelSpec(
+            problem_type, sorted(found, key=int if kind == "int" else None), label_separator=label_separator
+        )
     # A name no row has would be a class the model never learns (or misname the others): refused.
     if every_name_seen and (missing := [name for name in label_names if name not in found]):
         raise DataError(
             f"{names_source} names {missing}, a label no row of {where} has (labels found: {sorted(found)[:20]}); "
             "give exactly the labels found, in the id order you want."
         )
-    return LabelSpec(problem_type, list(label_names))
+    return LabelSpec(problem_type, list(label_names), label_separator=label_separator)
 
 
 def _multi_hot_spec(train_labels, eval_labels, label_names, names_source: str) -> LabelSpec:
@@ -298,6 +302,7 @@ class ClassificationTask(FinetuningTask):
             self.train[settings.label_column],
             self.evaluation[settings.label_column] if self.evaluation else None,
             settings.problem_type,
+            settings.label_separator,
             source=train_name,
             label_names=label_names or settings.label_names,
             names_source=names_source,

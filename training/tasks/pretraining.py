@@ -5,7 +5,6 @@ from that store alone, so a resumed run continues exactly."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,6 @@ from briskbert.training.tasks.pretraining_settings import (
 
 TOKENIZER_FOLDER = "tokenizer"
 DEFAULT_VOCAB_SIZE = 30522  # BERT's
-EVAL_MASK_SEED = 1234  # every evaluation masks the validation set the same way
 
 
 class PretrainingInputError(UserError, ValueError):
@@ -212,6 +210,7 @@ def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfi
             output_dir=folder,
             show_progress=False,
             model_max_length=data.max_seq_length,
+            max_lines=model.tokenizer_train_max_lines,
             seed=config.seed,
         )
     accelerator.wait_for_everyone()
@@ -339,14 +338,14 @@ class PretrainingTask(Task):
                 )
         except ValueError as error:
             raise PretrainingInputError(str(error)) from error
-        masking = asdict(settings.masking)
+        masking = settings.masking.collator_arguments()
         return TaskInputs(
             model=model,
             train_dataset=train_dataset,
             data_collator=MaskingCollator(tokenizer, seed=config.seed, **masking),
             tokenizer=tokenizer,
             eval_dataset=eval_dataset,
-            eval_collator=MaskingCollator(tokenizer, seed=EVAL_MASK_SEED, **masking),
+            eval_collator=MaskingCollator(tokenizer, seed=settings.masking.eval_mask_seed, **masking),
         )
 
     def count_items(self, batch: dict) -> int:
@@ -378,7 +377,7 @@ class PretrainingTask(Task):
         else:
             eval_dataset = f"{source} ({data.validation_split_percentage:g}% of documents held out)"
         preset = model.config_name if model.config_name and not model.config_name.endswith(".json") else None
-        objective = {**asdict(settings.masking), "nsp": data.nsp, "packing": data.packing_mode}
+        objective = {**settings.masking.collator_arguments(), "nsp": data.nsp, "packing": data.packing_mode}
         return JobFacts(
             task="masked-language-modeling" + (" + next-sentence-prediction" if data.nsp else ""),
             pipeline_tag="fill-mask",
@@ -386,5 +385,7 @@ class PretrainingTask(Task):
             eval_dataset=eval_dataset,
             base_model=base_model_id(model.model_name_or_path),
             config_preset=preset,
+            language=settings.model.language,
+            license=settings.model.license,
             details={"max_seq_length": data.max_seq_length, "objective": objective},
         )

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from briskbert.errors import SettingError
 from briskbert.training.data.corpus import PACKING_MODES, CorpusSource, check_corpus_file
@@ -108,7 +108,8 @@ MAX_VOCAB_SIZE = 1 << 20
 
 @dataclass(frozen=True)
 class PretrainingModel:
-    """The model to build (a preset or config JSON) or to continue, and its tokenizer."""
+    """The model to build (a preset or config JSON) or to continue, its tokenizer, and what its card says
+    of its language and license."""
 
     _argument_group_name = "model and tokenizer"
 
@@ -127,6 +128,11 @@ class PretrainingModel:
         "Train a WordPiece tokenizer of this size (default 30522) once per run, into output_dir/tokenizer "
         "(reused on resume)."
     )
+    tokenizer_train_max_lines: int | None = helped(
+        "Train the tokenizer on a seeded uniform sample of this many paragraphs (default: all)."
+    )
+    language: str = helped("The model card's language.", "en")
+    license: str = helped("The model card's license.", "apache-2.0")
 
     def __post_init__(self):
         if self.model_name_or_path and (self.config_name or self.config_overrides):
@@ -152,6 +158,7 @@ class PretrainingModel:
                 f"must be above the 5 special tokens and at most {MAX_VOCAB_SIZE:,} (BERT uses 30,522), "
                 f"got {self.vocab_size:,}.",
             )
+        check_at_least(self, 1, "tokenizer_train_max_lines")
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,7 @@ class MaskingSettings:
     mask_replace_prob: float = helped("Of masked tokens: share set to [MASK].", 0.8)
     random_replace_prob: float = helped("Of masked tokens: share made random.", 0.1)
     whole_word_mask: bool = False
+    eval_mask_seed: int = helped("Fixed masking of the validation set.", 1234)
 
     def __post_init__(self):
         if not 0 < self.mlm_probability < 1:
@@ -176,6 +184,9 @@ class MaskingSettings:
                 f"{self.mask_replace_prob} + random_replace_prob {self.random_replace_prob} must be within "
                 "[0, 1] (the rest stays unchanged).",
             )
+
+    def collator_arguments(self) -> dict:
+        return {name: value for name, value in asdict(self).items() if name != "eval_mask_seed"}
 
 
 @dataclass(frozen=True)

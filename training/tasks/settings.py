@@ -136,6 +136,7 @@ class ClassificationSettings:
     text_pair_column: str | None = helped("Second text of a pair task.")
     label_column: str = "label"
     problem_type: str | None = helped("Default: inferred from the labels.", choices=PROBLEM_TYPES)
+    label_separator: str = helped("Multi-label labels given as one string are split on this.", ",")
     # a comma-separated string on the command line; a tuple of names after __post_init__
     label_names: tuple[str, ...] | str | None = helped(
         "Comma-separated class names, e.g. negative,positive: integer labels 0..K-1 get these names (shown by "
