@@ -374,8 +374,6 @@ def accumulation_windows(
         while window := list(itertools.islice(iterator, accumulation_steps)):
             state.batches_in_epoch += len(window)
             yield window
-        if state.batches_in_epoch == 0:
-            raise TrainingSetupError("The training data yielded no batches.")
         state.epoch += 1
         state.batches_in_epoch = 0
 
