@@ -128,7 +128,7 @@ def test_clear_previous_run_deletes_run_outputs_and_keeps_other_files(tmp_path):
     for name in ("log_history.jsonl", "all_results.json", "training_curves.png", "notes.txt"):
         (tmp_path / name).write_text("x")
     (tmp_path / "data").mkdir()
-    clear_previous_run(tmp_path)
+    clear_previous_run(tmp_path, [str(tmp_path / "data")], main_process=True)  # an input elsewhere
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "notes.txt"]
 
 

@@ -168,33 +168,24 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
         )
 
 
-def check_overwrite_spares_inputs(output_dir: Path, inputs: Iterable[str]) -> None:
-    """Refuse an overwrite that would delete one of the run's inputs (``runs/x/final`` continued into ``runs/x``)."""
-    doomed = [
-        path.resolve() for path in [*checkpoint_dirs(output_dir), *(output_dir / n for n in RUN_OUTPUTS)]
-    ]
+def clear_previous_run(output_dir: Path, inputs: Iterable[str], main_process: bool) -> None:
+    """Delete (on the main process) an earlier run's checkpoints and outputs, other files staying; refused on
+    every process when that would delete one of the run's ``inputs`` (``runs/x/final`` continued into ``runs/x``)."""
+    outputs = (output_dir / name for name in RUN_OUTPUTS)
+    doomed = [*checkpoint_dirs(output_dir), *(path for path in outputs if path.exists())]
     for name in inputs:
-        path = Path(name).expanduser()
-        if not path.exists():
-            continue  # a Hub repo id
+        path = Path(name).expanduser().resolve()  # a Hub repo id names nothing there
         for folder in doomed:
-            if path.resolve() == folder or folder in path.resolve().parents:
+            if path == folder.resolve() or folder.resolve() in path.parents:
                 raise SettingError(
                     "overwrite_output_dir",
-                    f"would delete {folder}, which holds this run's input {name}; choose another "
+                    f"would delete {folder.resolve()}, which holds this run's input {name}; choose another "
                     f"{_flag('output_dir')} (or copy the input elsewhere first).",
                 )
-
-
-def clear_previous_run(output_dir: Path) -> None:
-    """Delete an earlier run's checkpoints and outputs; other files stay."""
-    for path in checkpoint_dirs(output_dir):
-        shutil.rmtree(path)
-    for name in RUN_OUTPUTS:
-        path = output_dir / name
+    for path in doomed if main_process else []:
         if path.is_dir():
             shutil.rmtree(path)
-        elif path.exists():
+        else:
             path.unlink()
 
 

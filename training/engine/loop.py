@@ -26,7 +26,6 @@ from briskbert.training.engine.checkpointing import (
     TrainingState,
     check_finite_weights,
     check_output_dir,
-    check_overwrite_spares_inputs,
     check_steps_left,
     checkpoint_to_resume,
     clear_previous_run,
@@ -189,16 +188,13 @@ def _open_run(
     from tqdm.auto import tqdm
 
     output_dir = Path(config.output_dir)
-    replacing = checkpoint is None and config.overwrite_output_dir
-    if replacing:  # where the models (a teacher too) and the tokenizer were loaded from must survive
-        loaded = [*inputs.model.modules(), inputs.tokenizer]
-        sources = [obj.name_or_path for obj in loaded if getattr(obj, "name_or_path", None)]
-        check_overwrite_spares_inputs(output_dir, sources)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         remove_partial_folders(output_dir)
-        if replacing:
-            clear_previous_run(output_dir)
+    if checkpoint is None and config.overwrite_output_dir:  # where the models and tokenizer came from stays
+        loaded = [*inputs.model.modules(), inputs.tokenizer]
+        sources = [obj.name_or_path for obj in loaded if getattr(obj, "name_or_path", None)]
+        clear_previous_run(output_dir, sources, accelerator.is_main_process)
     accelerator.wait_for_everyone()
     tracker = accelerator if accelerator.log_with else None
     log = MetricsLog(output_dir, accelerator.is_main_process, tracker=tracker, echo=tqdm.write)
