@@ -200,9 +200,8 @@ def build_candidates(
     if "torch" in wanted:
         progress(f"Quantizing with torchao ({request.torch_scheme}) ...")
         backends.quantize_torch(copy.deepcopy(model), keep, request, root / "torch")
-        with export.quiet_loggers(
-            *TORCHAO_IMPORT_LOGGERS
-        ):  # loaded back from the folder, the way users load it
+        # Loaded back from the folder, the way users load it.
+        with export.quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
             auto_class = backends.auto_class_of(architecture)
             loaded = auto_class.from_pretrained(str(root / "torch"), trust_remote_code=True)
         candidates.append(
