@@ -95,13 +95,6 @@ class TrainingFacts:
     job: JobFacts = field(default_factory=JobFacts)
     run: RunFacts | None = None
 
-    def to_json(self) -> dict:
-        """The flat JSON object written to the file (see the module docstring)."""
-        data = {"schema_version": SCHEMA_VERSION, **asdict(self.job)}
-        if self.run is not None:
-            data.update(asdict(self.run))
-        return data
-
     @classmethod
     def from_json(cls, data: dict, source: str = FACTS_FILE) -> TrainingFacts:
         """Facts from a file's JSON object; ``source`` names the file in errors."""
@@ -147,8 +140,9 @@ def _typed(source: str, kind, values: dict) -> dict:
 
 
 def write_training_facts(folder: str | Path, facts: TrainingFacts) -> Path:
+    data = {"schema_version": SCHEMA_VERSION, **asdict(facts.job), **(asdict(facts.run) if facts.run else {})}
     path = Path(folder) / FACTS_FILE
-    write_atomic(path, json.dumps(_plain(facts.to_json()), indent=2, sort_keys=True, default=str))
+    write_atomic(path, json.dumps(_plain(data), indent=2, sort_keys=True, default=str))
     return path
 
 

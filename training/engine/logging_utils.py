@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from time import monotonic
 
+from tqdm.auto import tqdm
+
 from briskbert.files import atomic_file, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -26,13 +28,12 @@ MAX_METRIC_PANELS = 6
 
 class MetricsLog:
     """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl`` and the
-    ``tracker`` (the Accelerator); ``echo`` prints each evaluation. Only the main process writes and prints."""
+    ``tracker`` (the Accelerator); each evaluation is printed. Only the main process writes and prints."""
 
-    def __init__(self, output_dir: str | Path, is_main_process: bool, tracker=None, echo=print):
+    def __init__(self, output_dir: str | Path, is_main_process: bool, tracker=None):
         self.path = Path(output_dir) / LOG_FILE
         self.is_main_process = is_main_process
         self.tracker = tracker
-        self.echo = echo
         self.history: list[dict] = []
 
     def restore(self, up_to_step: int) -> None:
@@ -74,7 +75,7 @@ class MetricsLog:
             and isinstance(value, (int, float))
         ]
         if shown:  # "step 40 | eval_loss 2.3451 | eval_accuracy 0.8125"
-            self.echo(" | ".join([f"step {entry['step']}", *shown]))
+            tqdm.write(" | ".join([f"step {entry['step']}", *shown]))  # above a progress bar
 
     def last_evaluation(self) -> dict:
         """The metrics of the latest evaluation (without ``step``), empty when there was none."""
@@ -119,8 +120,6 @@ def progress_bar(total: int, initial: int = 0, disable: bool = False, stream=Non
     """tqdm's bar on a terminal; plain :class:`ProgressLines` in a file or a pipe (no carriage returns)."""
     stream = stream or sys.stderr
     if disable or (hasattr(stream, "isatty") and stream.isatty()):
-        from tqdm.auto import tqdm
-
         return tqdm(
             total=total, initial=initial, disable=disable, desc="training", dynamic_ncols=True, file=stream
         )

@@ -185,8 +185,6 @@ def _open_run(
     config, accelerator, checkpoint: Path | None, inputs: TaskInputs
 ) -> tuple[MetricsLog, TrainingState]:
     """Prepare the output folder, restore the checkpoint and the log, start the trackers."""
-    from tqdm.auto import tqdm
-
     output_dir = Path(config.output_dir)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -197,7 +195,7 @@ def _open_run(
         clear_previous_run(output_dir, sources, accelerator.is_main_process)
     accelerator.wait_for_everyone()
     tracker = accelerator if accelerator.log_with else None
-    log = MetricsLog(output_dir, accelerator.is_main_process, tracker=tracker, echo=tqdm.write)
+    log = MetricsLog(output_dir, accelerator.is_main_process, tracker=tracker)
     if checkpoint is None:
         state = TrainingState()
         log.start_fresh()
