@@ -231,16 +231,16 @@ def run_onnxruntime(session, batch: dict[str, torch.Tensor], output_names) -> di
 
 def largest_differences(model, session, batch, output_names, embedding=None) -> dict[str, float]:
     """Per output, the largest |ONNX Runtime - PyTorch|: at real tokens for per-token outputs, everywhere else."""
-    ort_outputs = run_onnxruntime(session, batch, output_names)
+    got = run_onnxruntime(session, batch, output_names)
     with torch.no_grad():
-        torch_outputs = model_outputs(model, batch, embedding)
-    mask = batch["attention_mask"].bool()
+        expected = model_outputs(model, batch, embedding)
+    real = batch["attention_mask"].bool()
     differences = {}
     for name in output_names:
-        expected, got = torch_outputs[name].float(), ort_outputs[name].float()
-        if expected.shape[: mask.dim()] == mask.shape:
-            expected, got = expected[mask], got[mask]
-        differences[name] = float((got - expected).abs().max())
+        difference = (got[name].float() - expected[name].float()).abs()
+        differences[name] = float(
+            difference[real].max() if difference.shape[: real.dim()] == real.shape else difference.max()
+        )
     return differences
 
 

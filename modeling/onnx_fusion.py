@@ -24,10 +24,7 @@ OPTIMIZER_LOGGERS = ("onnxruntime.transformers", "root")
 def scopes_of(node) -> list[str]:
     """The module paths (outermost first) the exporter recorded for a node; [] for nodes it made itself."""
     value = next((prop.value for prop in node.metadata_props if prop.key == SCOPES), "")
-    try:
-        return [scope for scope in ast.literal_eval(value) if isinstance(scope, str)] if value else []
-    except (ValueError, SyntaxError):
-        return []
+    return ast.literal_eval(value) if value else []  # the exporter writes a Python list of strings
 
 
 def fuse_attention(model, num_heads: int) -> int:

@@ -383,14 +383,11 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
             measure(candidate, references, batches, labelled, fp32_accuracy, request)
         requested = {candidate.backend: candidate for candidate in candidates}.get(request.backend)
         if requested and requested.note:  # refused before the timing
-            hint = (
-                "keep_fp32 with the most sensitive modules, backend auto"
-                if request.backend == "onnx"
-                else "torch_scheme int8-weight-only or keep_fp32 with the most sensitive modules"
-            )
+            scheme = "" if request.backend == "onnx" else "torch_scheme int8-weight-only, "
             raise UserError(
                 f"the int8 model disagrees with the fp32 one on {examples} text pairs ({requested.note}); nothing "
-                f"was written to {request.output_dir}. Try {hint}, or lower the threshold if this is acceptable."
+                f"was written to {request.output_dir}. Try {scheme}keep_fp32 with the most sensitive modules, "
+                "backend auto, or lower the threshold if this is acceptable."
             )
         progress(f"Timing {len(candidates)} candidates on {len(timing)} batches of the sample text ...")
         seconds = time_candidates({c.backend: c.run for c in candidates}, timing)

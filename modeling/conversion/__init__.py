@@ -2,7 +2,7 @@
 heads) into BriskBert folders, and the way back (`export_family`: a BriskBert folder as the family's own). Not
 remote code: saved folders never need it."""
 
-from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
+from .families import FAMILIES, UnsupportedCheckpointError
 from .folder import convert_checkpoint
 from .weights import CheckpointMismatchError
 
