@@ -64,17 +64,19 @@ def read_embedding_spec(folder: str | Path) -> EmbeddingSpec | None:
     if not path.is_file():
         return None
     try:
-        modules = json.loads(path.read_text(encoding="utf-8"))
+        modules = read_json(path)
         types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise UserError(f"{path} is not a sentence-transformers module list ({error}).") from error
     pooling = {}
     if "Pooling" in types:
-        pooling = json.loads((folder / types["Pooling"] / "config.json").read_text(encoding="utf-8"))
+        pooling = read_json(folder / types["Pooling"] / "config.json")
     names = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
     modes = {
         names.get(key, key) for key, on in pooling.items() if key.startswith("pooling_mode_") and on is True
     }
+    if isinstance(pooling.get("pooling_mode"), str):  # how sentence-transformers >= 5 writes it
+        modes.add(pooling["pooling_mode"])
     unknown = sorted(set(types) - set(COMPUTED_MODULES)) + sorted(modes - set(POOLING_MODES))
     if unknown or len(modes) > 1:
         raise UserError(
@@ -82,13 +84,18 @@ def read_embedding_spec(folder: str | Path) -> EmbeddingSpec | None:
             f"{', '.join(COMPUTED_MODULES)}, with one of {', '.join(POOLING_MODES)} pooling); move {MODULES_FILE} "
             "aside to use the bare encoder."
         )
-    config_file = folder / CONFIG_FILE
-    settings = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    # sentence-transformers >= 5 keeps the length as the tokenizer's model_max_length, older ones in CONFIG_FILE
+    lengths = [(CONFIG_FILE, "max_seq_length"), ("tokenizer_config.json", "model_max_length")]
+    found = [read_json(folder / name).get(key) for name, key in lengths if (folder / name).is_file()]
     return EmbeddingSpec(
         pooling=next(iter(modes), "mean"),
         normalize="Normalize" in types,
-        max_seq_length=settings.get("max_seq_length", 256),
+        max_seq_length=next((n for n in found if isinstance(n, int) and 0 < n < 1_000_000), 256),
     )
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def copy_sentence_transformers_files(source: str | Path, target: str | Path) -> None:
@@ -98,7 +105,7 @@ def copy_sentence_transformers_files(source: str | Path, target: str | Path) -> 
         if (source / name).is_file():
             shutil.copy2(source / name, target / name)
     if (source / MODULES_FILE).is_file():
-        for module in json.loads((source / MODULES_FILE).read_text(encoding="utf-8")):
+        for module in read_json(source / MODULES_FILE):
             path = module.get("path", "")
             if path and (source / path).is_dir():
                 shutil.copytree(source / path, target / path, dirs_exist_ok=True)

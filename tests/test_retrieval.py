@@ -189,10 +189,10 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tiny, tmp_path):
     assert read_embedding_spec(tmp_path / "embed") == spec
     texts = [pair.positive for pair in PAIRS]
     ours = encode_texts(encoder, tokenizer, texts, spec)
-    theirs = SentenceTransformer(str(tmp_path / "embed"), trust_remote_code=True, device="cpu").encode(
-        texts, convert_to_tensor=True
-    )
-    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    loaded = SentenceTransformer(str(tmp_path / "embed"), trust_remote_code=True, device="cpu")
+    torch.testing.assert_close(loaded.encode(texts, convert_to_tensor=True), ours, atol=1e-5, rtol=0)
+    loaded.save(str(tmp_path / "resaved"))  # in sentence-transformers' own current layout
+    assert read_embedding_spec(tmp_path / "resaved") == spec
 
     reranker = tiny(BriskBertForSequenceClassification, num_labels=1).eval()
     reranker.save_pretrained(tmp_path / "rerank")
