@@ -50,8 +50,8 @@ def read_response(sock: socket.socket, head_request: bool = False) -> tuple[int,
     return int(lines[0].split()[1]), headers, body
 
 
-def raw(port: int, request: bytes, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+def raw(hub_or_port, request: bytes, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
+    with socket.create_connection(("127.0.0.1", port_of(hub_or_port)), timeout=timeout) as sock:
         sock.sendall(request)
         return read_response(sock, head_request=request.startswith(b"HEAD "))
 
@@ -63,14 +63,13 @@ def http_request(
     return (head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
 
 
-def port_of(hub) -> int:
-    return int(hub.url.rsplit(":", 1)[1])
+def port_of(hub_or_port) -> int:
+    return hub_or_port if isinstance(hub_or_port, int) else int(hub_or_port.url.rsplit(":", 1)[1])
 
 
 def api(hub_or_port, method: str, path: str, body=None, auth: bool = True, token: str = TOKEN):
     """(status, parsed JSON or bytes) of one request on a fresh connection."""
-    port = hub_or_port if isinstance(hub_or_port, int) else port_of(hub_or_port)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port_of(hub_or_port), timeout=30)
     headers = {"Authorization": f"Bearer {token}"} if auth else {}
     payload = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     conn.request(method, path, body=payload, headers=headers)
@@ -124,12 +123,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def local_hub_command(port: int, data_dir: Path, *flags: str, script: str | None = None) -> list[str]:
-    """``briskbert local-hub`` (or the ``scripts/`` wrapper) on 127.0.0.1:``port``."""
-    program = [str(ROOT / "scripts" / script)] if script else ["-m", "briskbert", "local-hub"]
-    return [sys.executable, *program, "--port", str(port), "--data_dir", str(data_dir), *flags]
-
-
 def wait_until_listening(port: int) -> None:
     for _ in range(100):
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -139,14 +132,16 @@ def wait_until_listening(port: int) -> None:
 
 @pytest.fixture
 def server_process(tmp_path):
-    """``briskbert local-hub`` in a subprocess: (pid, port). Token TOKEN, user testuser, 1 s read timeout."""
+    """``scripts/local_hub.py`` in a subprocess: (process, port). Token TOKEN, user testuser, 1 s read timeout;
+    what it prints goes to ``tmp_path / "server.out"``."""
     port = free_port()
-    command = local_hub_command(port, tmp_path / "d", "--read_timeout_s", "1")
-    env = {**os.environ, "LOCAL_HUB_TOKEN": TOKEN}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [sys.executable, str(ROOT / "scripts" / "local_hub.py"), "--port", str(port), "--token", TOKEN]
+    command += ["--data_dir", str(tmp_path / "d"), "--read_timeout_s", "1"]
+    with open(tmp_path / "server.out", "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until_listening(port)
-        yield proc.pid, port
+        yield proc, port
     finally:
         proc.terminate()
         proc.wait(10)
@@ -222,12 +217,16 @@ def make_repo(hub, name: str = "r", **extra) -> str:
     """Create ``testuser/name`` over HTTP; its first commit id."""
     status, body = api(hub, "POST", "/api/repos/create", {"name": name, "organization": USER, **extra})
     assert status == 200, body
-    return api(hub, "GET", f"/api/models/{USER}/{name}/revision/main")[1]["sha"]
+    return head_of(hub, f"{USER}/{name}")
 
 
-def commit(hub, repo: str, *lines, token: str = TOKEN):
-    """(status, answer) of a commit of ndjson ``lines`` to ``repo``'s main branch."""
-    return api(hub, "POST", f"/api/models/{repo}/commit/main", ndjson(COMMIT_HEADER, *lines), token=token)
+def head_of(hub, repo: str = f"{USER}/r", revision: str = "main") -> str:
+    return api(hub, "GET", f"/api/models/{repo}/revision/{revision}")[1]["sha"]
+
+
+def commit(hub, repo: str, *lines, token: str = TOKEN, branch: str = "main"):
+    """(status, answer) of a commit of ndjson ``lines`` to a branch of ``repo``."""
+    return api(hub, "POST", f"/api/models/{repo}/commit/{branch}", ndjson(COMMIT_HEADER, *lines), token=token)
 
 
 def make_briskbert(folder: Path, *, extra_files: bool = True, seed: int = 0) -> Path:

@@ -278,3 +278,17 @@ def test_baselines_stand_beside_the_metrics_and_are_no_results_of_the_model(tmp_
     assert "chance_" not in card.text
     results = model_index_to_eval_results(card.data.to_dict()["model-index"])[1]
     assert {result.metric_name for result in results} == {"accuracy", "mrr"}
+
+
+def test_the_yaml_parsers_own_depth_limit_reads_as_the_servers(monkeypatch):
+    """libyaml 0.2.6+ stops a long run of "[" at its own limit (1000) while scanning ahead, before the walker sees
+    an event; older versions hand the events over. Whichever PyYAML is installed, the refusal names the limit."""
+    from briskbert.hub_cards import front_matter
+
+    def parse(text, Loader):
+        raise front_matter.yaml.YAMLError("while increasing flow level\nexceeded maximum nesting depth")
+        yield
+
+    monkeypatch.setattr(front_matter.yaml, "parse", parse)
+    with pytest.raises(front_matter.FrontMatterError, match="deeper than 64 levels"):
+        front_matter.load_front_matter("---\nx: [[[]]]\n---\n", front_matter.YamlLimits())

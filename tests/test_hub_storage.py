@@ -2,11 +2,15 @@
 client."""
 
 import hashlib
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from briskbert.hub_server import storage as storage_module
 from briskbert.hub_server.errors import Forbidden, RevisionNotFound
-from briskbert.hub_server.index import git_blob_oid, looks_like_lfs
+from briskbert.hub_server.index import RevisionIndex, git_blob_oid, looks_like_lfs
 from briskbert.hub_server.storage import AddFile, DeleteFolder, FileEntry, Storage
 
 
@@ -44,6 +48,48 @@ def test_blobs_sent_or_offered_for_a_commit_to_come_outlive_a_collection(storage
     storage.commit("model", "me/repo", "main", [AddFile(entries[1])], "t", "", "me")
     head = storage.resolve("model", "me/repo", "main")
     assert storage.files("model", "me/repo", head)["offered.txt"] == entries[1]
+
+
+def test_failed_write_never_exposes_a_half_written_commit(storage, monkeypatch):
+    head, real = storage.resolve("model", "me/repo", "main"), os.replace
+
+    def crash_on_refs(source, target, **kwargs):
+        if os.path.basename(target) == "refs.json":
+            raise OSError("disk died before the ref moved")
+        real(source, target, **kwargs)
+
+    monkeypatch.setattr(os, "replace", crash_on_refs)
+    entry = FileEntry("f.txt", storage.put_bytes(b"new"), 3, git_blob_oid(b"new"), False)
+    with pytest.raises(OSError):
+        storage.commit("model", "me/repo", "main", [AddFile(entry)], "t", "", "me")
+    assert storage.resolve("model", "me/repo", "main") == head
+    assert "f.txt" not in storage.files("model", "me/repo", head)
+    assert len(list((storage.root / "repos").glob("*/*/*/commits/*.json"))) == 1  # the initial commit only
+
+
+def test_revision_indexes_are_built_one_at_a_time_and_the_latest_kept(storage, monkeypatch):
+    """Requests for many large revisions at once must not hold many file tables in memory at once."""
+    running, most = [], []
+    heads = [storage.resolve("model", "me/repo", "main")]
+    for i in range(5):
+        storage.set_ref("model", "me/repo", "branches", f"b{i}", heads[0])
+        heads.append(storage.commit("model", "me/repo", f"b{i}", [], "t", "", "me"))
+
+    def build(*args):
+        running.append(1)
+        most.append(len(running))
+        time.sleep(0.01)
+        running.pop()
+        return RevisionIndex(*args)
+
+    monkeypatch.setattr(storage_module, "RevisionIndex", build)
+    storage = Storage(storage.root, index_cache_revisions=2)  # nothing cached yet
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda cid: storage.index("model", "me/repo", cid), heads))
+    assert max(most) == 1 and storage.indexes.cache_info()[1:] == (6, 2, 2)  # misses, size, kept
+    for _ in range(2):
+        storage.index("model", "me/repo", heads[0])
+    assert storage.indexes.cache_info().misses <= 7
 
 
 def test_a_folder_is_deleted_by_its_path_with_or_without_slashes():

@@ -6,13 +6,11 @@ import contextlib
 import hashlib
 import http.client
 import json
-import os
 import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,51 +21,33 @@ from hub_fixtures import (
     client_env,
     commit,
     file_line,
-    free_port,
-    local_hub_command,
+    head_of,
+    http_request,
     make_repo,
     ndjson,
     port_of,
+    raw,
     run_client,
-    wait_until_listening,
 )
 
-from briskbert.hub_server import BackgroundHub, Storage
-from briskbert.hub_server.storage import AddFile, FileEntry, git_blob_oid
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def call(url: str, method: str = "GET", body=None, headers: dict | None = None, raw: bytes | None = None):
-    """(status, headers, parsed body or bytes) of a request to a full URL (the LFS API hands out URLs)."""
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            status, h, payload = r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        status, h, payload = e.code, e.headers, e.read()
-    return status, h, json.loads(payload) if payload.startswith((b"{", b"[")) else payload
-
-
-def head_of(hub, repo="testuser/r", rev="main") -> str:
-    return api(hub, "GET", f"/api/models/{repo}/revision/{rev}")[1]["sha"]
+from briskbert.hub_server import BackgroundHub
+from briskbert.hub_server.storage import git_blob_oid
 
 
 def test_repo_lifecycle_and_error_codes(hub):
     """What the clients read beyond the status (the real client round trip checks the rest)."""
-    u, head = hub.url, make_repo(hub)
+    head = make_repo(hub)
     with_parent = ndjson({"key": "header", "value": {"summary": "add", "parentCommit": head}})
     status, body = api(
         hub, "POST", "/api/models/testuser/r/commit/main", with_parent + ndjson(file_line("a/b.txt", b"hi"))
     )
-    assert status == 200 and body["commitUrl"] == f"{u}/testuser/r/commit/{body['commitOid']}"
+    assert status == 200 and body["commitUrl"] == f"{hub.url}/testuser/r/commit/{body['commitOid']}"
     # resolve: HEAD carries commit and etag; a missing file says so and still names the commit
-    status, h, _ = call(f"{u}/testuser/r/resolve/main/a/b.txt", "HEAD")
+    status, h, _ = raw(hub, http_request("HEAD", "/testuser/r/resolve/main/a/b.txt"))
     etag = f'"{git_blob_oid(b"hi")}"'
-    assert (status, h["X-Repo-Commit"], h["ETag"], h["Content-Length"]) == (200, body["commitOid"], etag, "2")
-    status, h, _ = call(f"{u}/testuser/r/resolve/main/missing.txt", "HEAD")
-    assert status == 404 and h["X-Error-Code"] == "EntryNotFound" and h["X-Repo-Commit"] == body["commitOid"]
+    assert (status, h["x-repo-commit"], h["etag"], h["content-length"]) == (200, body["commitOid"], etag, "2")
+    status, h, _ = raw(hub, http_request("HEAD", "/testuser/r/resolve/main/missing.txt"))
+    assert status == 404 and h["x-error-code"] == "EntryNotFound" and h["x-repo-commit"] == body["commitOid"]
     # a stale parent is refused and changes nothing
     stale = api(hub, "POST", "/api/models/testuser/r/commit/main", with_parent + ndjson(file_line("c.txt")))
     assert stale[0] == 412 and head_of(hub) == body["commitOid"]
@@ -102,35 +82,19 @@ def test_lfs_upload_is_presigned_and_checked(lfs_hub):
         "objects": [{"oid": hashlib.sha256(data).hexdigest(), "size": len(data)}],
     }
     (answer,) = api(lfs_hub, "POST", "/testuser/r.git/info/lfs/objects/batch", request)[1]["objects"]
-    href, verify = answer["actions"]["upload"]["href"], answer["actions"]["verify"]["href"]
-    assert call(href.replace("sig=", "sig=0"), "PUT", raw=data)[0] == 403  # tampered signature
+    href, verify = (answer["actions"][a]["href"].removeprefix(lfs_hub.url) for a in ("upload", "verify"))
+
+    def put(url: str, content: bytes = data) -> int:  # no auth header, like a pre-signed URL
+        return api(lfs_hub, "PUT", url, content, auth=False)[0]
+
+    assert put(href.replace("sig=", "sig=0")) == 403  # tampered signature
     for size in ("%C2%B2", "9" * 5000, "-1"):  # a size must be plain ASCII digits: int() takes '²'
-        assert call(re.sub("size=[0-9]+", f"size={size}", href), "PUT", raw=data)[0] == 403, size
-    assert call(href, "PUT", raw=data[:-1] + b"!")[0] == 400  # content does not match the oid
-    assert call(href, "PUT", raw=data)[0] == 200  # no auth header, like a pre-signed URL
-    assert call(verify, "POST", request["objects"][0], AUTH)[0] == 200
+        assert put(re.sub("size=[0-9]+", f"size={size}", href)) == 403, size
+    assert put(href, data[:-1] + b"!") == 400  # content does not match the oid
+    assert put(href) == 200
+    assert api(lfs_hub, "POST", verify, request["objects"][0])[0] == 200
     again = api(lfs_hub, "POST", "/testuser/r.git/info/lfs/objects/batch", request)[1]
     assert "actions" not in again["objects"][0]  # already stored: nothing to upload
-
-
-def test_failed_write_never_exposes_a_half_written_commit(tmp_path, monkeypatch):
-    st = Storage(tmp_path)
-    st.create_repo("model", "testuser/r", False, "testuser")
-    head = st.resolve("model", "testuser/r", "main")
-    real = os.replace
-
-    def crash_on_refs(source, target, **kwargs):
-        if os.path.basename(target) == "refs.json":
-            raise OSError("disk died before the ref moved")
-        real(source, target, **kwargs)
-
-    monkeypatch.setattr(os, "replace", crash_on_refs)
-    entry = FileEntry("f.txt", st.put_bytes(b"new"), 3, git_blob_oid(b"new"), False)
-    with pytest.raises(OSError):
-        st.commit("model", "testuser/r", "main", [AddFile(entry)], "t", "", "u")
-    assert st.resolve("model", "testuser/r", "main") == head
-    assert "f.txt" not in st.files("model", "testuser/r", head)
-    assert len(list((tmp_path / "repos").glob("*/*/*/commits/*.json"))) == 1  # the initial commit only
 
 
 @pytest.mark.parametrize("kind", ["500", "drop", "stall"])
@@ -140,7 +104,10 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
     conn = http.client.HTTPConnection("127.0.0.1", port_of(hub), timeout=5)
     t0 = time.time()
     conn.request(
-        "POST", "/api/models/testuser/r/commit/main", ndjson(COMMIT_HEADER, file_line("f.txt")), AUTH
+        "POST",
+        "/api/models/testuser/r/commit/main",
+        ndjson(COMMIT_HEADER, file_line("f.txt")),
+        {"Authorization": f"Bearer {TOKEN}"},
     )
     if kind == "500":
         assert conn.getresponse().status == 500
@@ -154,18 +121,13 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
     assert status == 200 and head_of(hub) == ok["commitOid"]  # fault used up: the retry goes through
 
 
-def test_cli_starts_the_server_and_never_prints_the_token(tmp_path):
-    port = free_port()
-    command = local_hub_command(port, tmp_path / "d", "--token", TOKEN, script="local_hub.py")
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_until_listening(port)
-        status, me = api(port, "GET", "/api/whoami-v2")
-        assert status == 200 and me["name"] == "testuser"
-    finally:
-        proc.terminate()
-        out = proc.communicate(timeout=10)[0]
-    assert TOKEN not in out
+def test_cli_starts_the_server_and_never_prints_the_token(server_process, tmp_path):
+    proc, port = server_process
+    status, me = api(port, "GET", "/api/whoami-v2")
+    assert status == 200 and me["name"] == "testuser"
+    proc.terminate()
+    proc.wait(10)
+    assert TOKEN not in (tmp_path / "server.out").read_text()
 
 
 CLIENT_ROUNDTRIP = """
@@ -254,9 +216,9 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
             ("/testuser/good/resolve/main/notes.txt", "of notes.txt is damaged (its git blob sha1 changed)"),
             ("/testuser/good/resolve/main/gone.txt", "of gone.txt is damaged (missing)"),
         ]:
-            status, headers, _ = call(h.url + path, headers=AUTH)
-            assert (status, headers["X-Error-Code"]) == (500, "StorageDamaged"), path
-            assert words in headers["X-Error-Message"], path
+            status, headers, _ = raw(h, http_request("GET", path))
+            assert (status, headers["x-error-code"]) == (500, "StorageDamaged"), path
+            assert words in headers["x-error-message"], path
         # Whether a repo whose meta.json is damaged is private is unknown: strangers get the 404 of a missing one.
         assert api(h, "GET", "/api/models/testuser/broken-meta", auth=False)[0] == 404
     logged = [r.getMessage() for r in caplog.records]
@@ -296,8 +258,7 @@ def blob_file(data_dir: Path, content: bytes) -> Path:
 
 
 def commit_to(hub, branch: str, *files: tuple[str, bytes], repo: str = "testuser/r") -> str:
-    lines = ndjson(COMMIT_HEADER, *(file_line(path, content) for path, content in files))
-    status, answer = api(hub, "POST", f"/api/models/{repo}/commit/{branch}", lines)
+    status, answer = commit(hub, repo, *(file_line(path, content) for path, content in files), branch=branch)
     assert status == 200, answer
     return answer["commitOid"]
 
