@@ -5,13 +5,12 @@ two-process runs share one launch; the one-process runs go through the command l
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
+from hub_fixtures import free_port
 
 from briskbert.cli import main as cli
 
@@ -70,55 +69,39 @@ for argv in json.loads(open(sys.argv[1]).read()):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, tokenizer) -> dict:
-    """A tiny encoder with dropout off (so two processes draw no different masks)."""
-    from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM
+def encoder(tmp_path_factory, tokenizer, tiny_model) -> str:
+    """bert-tiny's layers, narrower (quicker steps), with dropout off (so two processes draw no different masks)."""
+    from briskbert.modeling import BriskBertForMaskedLM
 
-    tmp = tmp_path_factory.mktemp("two_processes")
-    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, vocab_size=len(tokenizer))
-    no_dropout.update(hidden_size=32, intermediate_size=64)  # bert-tiny's layers, narrower: quicker steps
-    torch.manual_seed(0)
-    encoder = BriskBertForMaskedLM(
-        BriskBertConfig.from_preset("bert-tiny", max_position_embeddings=512, **no_dropout)
-    )
-    encoder.save_pretrained(tmp / "encoder")
-    tokenizer.save_pretrained(tmp / "encoder")
-    return {"encoder": str(tmp / "encoder")}
+    folder = tmp_path_factory.mktemp("two_processes") / "encoder"
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = tiny_model(BriskBertForMaskedLM, hidden_size=32, intermediate_size=64, **no_dropout)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
 
 
-def _argv(name: str, models: dict, output_dir: Path, processes: int) -> list[str]:
+def _argv(name: str, encoder: str, output_dir: Path, processes: int) -> list[str]:
     """The run's flags for ``processes`` processes: the per-process batches of the same global batches."""
     command, batches, _ = RUNS[name]
     sizes = [str(value) for flag, size in batches.items() for value in (flag, size * 2 // processes)]
-    model = ["--model_name_or_path", models["encoder"]]
-    return [*command, *sizes, *model, "--output_dir", str(output_dir), *COMMON]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return [*command, *sizes, "--model_name_or_path", encoder, "--output_dir", str(output_dir), *COMMON]
 
 
 @pytest.fixture(scope="module")
-def two_process_runs(tmp_path_factory, models):
+def two_process_runs(tmp_path_factory, encoder):
     """Every run of RUNS in one `accelerate launch` of two CPU processes (one start-up for all of them)."""
     folder = tmp_path_factory.mktemp("two-processes")
     outputs = {name: folder / f"run{number}" for number, name in enumerate(RUNS)}
-    argvs = [_argv(name, models, outputs[name], processes=2) for name in RUNS]
+    argvs = [_argv(name, encoder, outputs[name], processes=2) for name in RUNS]
     (folder / "runs.json").write_text(json.dumps(argvs))
     (folder / "worker.py").write_text(WORKER)
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    env["HF_HUB_OFFLINE"] = "1"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-         "--main_process_port", str(_free_port()), str(folder / "worker.py"), str(folder / "runs.json")],
+         "--main_process_port", str(free_port()), str(folder / "worker.py"), str(folder / "runs.json")],
         capture_output=True, text=True, timeout=1800, cwd=folder, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -138,10 +121,10 @@ def _log(output_dir: Path) -> tuple[list[float], dict]:
 # job runs on several processes at all and trains as one process does on the global batch.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNS))
-def test_two_processes_train_like_one_at_the_same_global_batch(name, two_process_runs, models, tmp_path):
+def test_two_processes_train_like_one_at_the_same_global_batch(name, two_process_runs, encoder, tmp_path):
     facts = json.loads((two_process_runs[name] / "final" / "training_facts.json").read_text())
     assert facts["num_processes"] == 2
-    assert cli(_argv(name, models, tmp_path / "one", processes=1)) == 0
+    assert cli(_argv(name, encoder, tmp_path / "one", processes=1)) == 0
     one_losses, one_metrics = _log(tmp_path / "one")
     two_losses, two_metrics = _log(two_process_runs[name])
     assert len(one_losses) == len(two_losses) == 3
