@@ -115,14 +115,7 @@ def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="mode
     script = tmp_path / "worker.py"
     script.write_text(f"PRESET = {preset!r}\n" + FSDP_WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",
-        str(script),
-    ]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", script]
     proc = subprocess.run(launch, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
