@@ -32,22 +32,12 @@ AUTH = f"Authorization: Bearer {TOKEN}\r\n"
 # ---- raw HTTP: nothing between the test and the server's bytes ---------------------------------------------
 def read_response(sock: socket.socket, head_request: bool = False) -> tuple[int, dict[str, str], bytes]:
     """(status, headers by lower-case name, body) of one answer."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        piece = sock.recv(65536)
-        if not piece:
-            raise ConnectionError(f"closed before a full answer: {data[:200]!r}")
-        data += piece
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    length = 0 if head_request else int(headers.get("content-length", 0))
-    while len(body) < length:
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return int(lines[0].split()[1]), headers, body
+    with sock.makefile("rb") as reader:
+        status, headers = int(reader.readline().split()[1]), {}
+        while line := reader.readline().strip():
+            name, value = line.decode("latin-1").split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+        return status, headers, reader.read(0 if head_request else int(headers.get("content-length", 0)))
 
 
 def raw(hub_or_port, request: bytes, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
@@ -121,6 +111,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(condition, timeout: float = 5) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
 
 
 def wait_until_listening(port: int) -> None:

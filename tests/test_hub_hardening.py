@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import itertools
 import json
 import os
+import random
 import select
 import socket
 import sys
@@ -34,6 +36,7 @@ from hub_fixtures import (
     raw,
     read_response,
     status_kb,
+    wait_for,
 )
 
 from briskbert.hub_server import Account, BackgroundHub, HubError, ServerLimits, Storage
@@ -43,6 +46,7 @@ from briskbert.hub_server.storage import AddFile
 
 HEADER = COMMIT_HEADER
 HUB_SERVER = Path(__file__).resolve().parents[1] / "hub_server"
+WRONG_TOKEN = "Authorization: Bearer wrong\r\n"
 
 
 def test_request_text_is_never_reflected_raw_into_headers(hub):
@@ -54,7 +58,7 @@ def test_request_text_is_never_reflected_raw_into_headers(hub):
         "/api/models/testuser/r/refs%0d%0a%0d%0a<html>",
     ):
         for method in ("GET", "HEAD"):
-            status, headers, _ = raw(port_of(hub), f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status, headers, _ = raw(hub, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             assert 400 <= status < 500 and "x-injected" not in headers and "<html>" not in headers, path
             assert all(32 <= ord(c) < 127 for c in "".join(headers.values())), (path, headers)
 
@@ -74,11 +78,11 @@ BAD_HEADS = [  # (head, status): h11 refuses the first lengths; both framings at
 
 def test_bad_request_heads_are_refused_and_nothing_runs(hub):
     body = json.dumps({"name": "refused", "organization": "testuser"}).encode()
-    assert [raw(port_of(hub), head.encode() + b"\r\n" + body)[0] for head, _ in BAD_HEADS] == [
+    assert [raw(hub, head.encode() + b"\r\n" + body)[0] for head, _ in BAD_HEADS] == [
         status for _, status in BAD_HEADS
     ]
     assert not hub.server.storage.lookup("model", "testuser/refused")
-    assert raw(port_of(hub), f"GET /api/whoami-v2 HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode())[0] == 200
+    assert raw(hub, f"GET /api/whoami-v2 HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode())[0] == 200
 
 
 def test_bodies_over_the_callers_cap_are_refused_from_the_headers(hub):
@@ -86,7 +90,7 @@ def test_bodies_over_the_callers_cap_are_refused_from_the_headers(hub):
 
     def announce(path: str, length: int, auth: str = ""):
         head = f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {length}\r\n\r\n"
-        return raw(port_of(hub), head.encode(), timeout=3)
+        return raw(hub, head.encode(), timeout=3)
 
     for path in ("/api/repos/create", "/api/models/testuser/r/commit/main"):
         status, headers, _ = announce(path, 4_000_000_000)
@@ -113,10 +117,7 @@ def test_connections_are_capped_and_idle_ones_time_out(quick_hub):
         peak = max(peak, quick_hub.server.open_connections)
         time.sleep(0.002)  # the server's event loop needs the interpreter too
     assert 0 < peak <= 8, peak
-    deadline = time.monotonic() + 5
-    while quick_hub.server.open_connections and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert quick_hub.server.open_connections == 0  # all closed after the timeout
+    assert wait_for(lambda: quick_hub.server.open_connections == 0)  # all closed after the timeout
     assert api(quick_hub, "GET", "/api/whoami-v2")[0] == 200  # and the server still answers
     for sock in socks:
         sock.close()
@@ -172,7 +173,7 @@ def test_trickled_bodies_are_cut_at_their_deadline(quick_hub):
 def test_expect_100_continue_only_after_the_headers_pass(hub):
     body = json.dumps({"name": "expect", "organization": "testuser"}).encode()
     head = f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {len(body)}\r\n"
-    for auth, first in (("", 401), ("Authorization: Bearer wrong\r\n", 401), (AUTH, 100)):
+    for auth, first in (("", 401), (WRONG_TOKEN, 401), (AUTH, 100)):
         with socket.create_connection(("127.0.0.1", port_of(hub)), timeout=5) as sock:
             sock.sendall((head + auth + "\r\n").encode())  # headers only: the client waits for a go-ahead
             assert read_response(sock)[0] == first
@@ -216,7 +217,7 @@ def test_malformed_payloads_are_a_4xx_with_a_message_and_change_nothing(hub):
     head = make_repo(hub)
     failures = []
     for method, path, body in MALFORMED:
-        status, headers, reply = raw(port_of(hub), http_request(method, path, body))
+        status, headers, reply = raw(hub, http_request(method, path, body))
         if not (400 <= status < 500 and headers.get("x-error-message") and json.loads(reply).get("error")):
             failures.append((method, path, body[:80], status, reply[:200]))
     assert not failures, failures
@@ -293,9 +294,7 @@ def test_pull_requests_are_refused_clearly_and_not_retried(hub):
         HfApi(endpoint=hub.url, token=TOKEN).create_commit(
             "testuser/r", [CommitOperationAdd("a.txt", b"a")], commit_message="pr", create_pr=True
         )
-    deadline = time.monotonic() + 5  # the server logs a request just after its answer
-    while 400 not in [status for *_, status in hub.server.request_log] and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: 400 in [status for *_, status in hub.server.request_log])  # logged just after its answer
     time.sleep(0.3)  # room for a retry's line, if any
     assert [status for *_, status in hub.server.request_log].count(400) == 1
 
@@ -318,13 +317,8 @@ WRITE_ROUTES = [
 def test_auth_matrix_every_write_route_needs_the_token(hub):
     head = make_repo(hub)
     for method, path in WRITE_ROUTES:
-        for header in (
-            "",
-            "Authorization: Bearer wrong\r\n",
-            "Authorization: Basic eDp5\r\n",
-            f"Authorization: {TOKEN}\r\n",
-        ):
-            status, headers, _ = raw(port_of(hub), http_request(method, path, b"{}", headers=header))
+        for header in ("", WRONG_TOKEN, "Authorization: Basic eDp5\r\n", f"Authorization: {TOKEN}\r\n"):
+            status, headers, _ = raw(hub, http_request(method, path, b"{}", headers=header))
             assert (status, headers["x-error-code"]) == (401, "Unauthorized"), (method, path, header)
     assert head_of(hub) == head
 
@@ -364,7 +358,7 @@ def test_range_requests_are_parsed_strictly(hub):
     answers = []
     for header, _status, _range, body in RANGES:
         request = f"GET /testuser/r/resolve/main/f.txt HTTP/1.1\r\nHost: x\r\nRange: {header}\r\n\r\n"
-        got, headers, reply = raw(port_of(hub), request.encode("latin-1"))
+        got, headers, reply = raw(hub, request.encode("latin-1"))
         answers.append((got, headers.get("content-range"), reply if body is not None else None))
     assert answers == [(s, c, b) for _, s, c, b in RANGES]
 
@@ -381,10 +375,7 @@ def test_request_log_is_a_ring_of_short_paths(tmp_path):
                 c.transport.get_extra_info("socket") for c in hub.server._uvicorn.server_state.connections
             ]
             assert kept.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-        deadline = time.monotonic() + 5  # a request is logged just after its answer
-        while not hub.server.request_log[-1][1].startswith("/api/models/testuser/59x"):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert wait_for(lambda: hub.server.request_log[-1][1].startswith("/api/models/testuser/59x"))
         log = list(hub.server.request_log)
     assert len(log) == 50 and {len(path) for _, path, _ in log} == {256}
 
@@ -481,9 +472,8 @@ def test_server_memory_stays_within_64_mib_of_idle_under_attack(server_process):
         growth[name] = (status_kb(pid, "VmHWM") - idle) / 1024
     after = (status_kb(pid, "VmRSS") - idle) / 1024
     print(f"\nserver memory, idle {idle / 1024:.1f} MiB; peak growth per attack (MiB): ")
-    print(
-        "".join(f"  {name}: {mib:+.1f}\n" for name, mib in growth.items()) + f"  RSS at the end: {after:+.1f}"
-    )
+    for name, mib in {**growth, "RSS at the end": after}.items():
+        print(f"  {name}: {mib:+.1f}")
     assert all(mib < 64 for mib in growth.values()) and after < 64, growth
 
 
@@ -566,7 +556,7 @@ def _calls_made_by_the_server(hub, request: bytes) -> tuple[int, list[str], byte
 
     hub.server._dispatch = traced
     try:
-        status, headers, body = raw(port_of(hub), request)
+        status, headers, body = raw(hub, request)
     finally:
         del hub.server._dispatch
     return status, calls, json.dumps(sorted(headers.items())).encode() + body
@@ -575,7 +565,7 @@ def _calls_made_by_the_server(hub, request: bytes) -> tuple[int, list[str], byte
 def test_a_private_repo_answers_through_the_same_code_path_as_a_missing_one(hub):
     make_repo(hub, "priv", private=True)
     for template in ("GET /api/models/testuser/{}", "HEAD /testuser/{}/resolve/main/x.txt"):
-        for auth in ("", "Authorization: Bearer wrong\r\n"):
+        for auth in ("", WRONG_TOKEN):
             answers = []
             for name in ("priv", "none"):  # the same length: the answers may differ in nothing else
                 request = f"{template.format(name)} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
@@ -674,8 +664,6 @@ def _listing_oracle(paths: list[str], folder: str, recursive: bool) -> list[tupl
 
 
 def test_index_pages_add_up_to_the_whole_listing():
-    import random
-
     rng = random.Random(0)
     names = ["a", "a.txt", "a-b", "a0", "b", "c.d", "z"]
     paths = {
@@ -684,13 +672,12 @@ def test_index_pages_add_up_to_the_whole_listing():
     }
     paths = {p for p in paths if not any(q.startswith(p + "/") for q in paths)}  # never a file and a folder
     index = RevisionIndex({"id": "c"}, dict.fromkeys(paths, ENTRY))
-    for folder in ["", *sorted({p.rsplit("/", 1)[0] for p in paths if "/" in p})[:15]]:
-        for recursive in (True, False):
-            for limit in (1, 7, 1000):
-                listed, after = [], None
-                while True:
-                    items, after = index.page(folder, recursive, after, limit)
-                    listed += [("directory" if isinstance(i, Folder) else "file", i.path) for i in items]
-                    if after is None:
-                        break
-                assert listed == _listing_oracle(list(paths), folder, recursive), (folder, limit)
+    folders = ["", *sorted({p.rsplit("/", 1)[0] for p in paths if "/" in p})[:15]]
+    for folder, recursive, limit in itertools.product(folders, (True, False), (1, 7, 1000)):
+        listed, after = [], None
+        while True:
+            items, after = index.page(folder, recursive, after, limit)
+            listed += [("directory" if isinstance(i, Folder) else "file", i.path) for i in items]
+            if after is None:
+                break
+        assert listed == _listing_oracle(list(paths), folder, recursive), (folder, limit)

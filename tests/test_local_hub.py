@@ -103,12 +103,8 @@ def test_fault_modes_leave_the_repo_unchanged(hub, kind):
     hub.set_fault({"step": "commit", "kind": kind, "times": 1, "stall_s": 0.5})
     conn = http.client.HTTPConnection("127.0.0.1", port_of(hub), timeout=5)
     t0 = time.time()
-    conn.request(
-        "POST",
-        "/api/models/testuser/r/commit/main",
-        ndjson(COMMIT_HEADER, file_line("f.txt")),
-        {"Authorization": f"Bearer {TOKEN}"},
-    )
+    body = ndjson(COMMIT_HEADER, file_line("f.txt"))
+    conn.request("POST", "/api/models/testuser/r/commit/main", body, {"Authorization": f"Bearer {TOKEN}"})
     if kind == "500":
         assert conn.getresponse().status == 500
     else:
@@ -194,20 +190,17 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
         commit_to(h, "main", *files.items(), repo="testuser/good")
         tree_head = head_of(h, "testuser/broken-tree")
     repos = data / "repos" / "models" / "testuser"
-    (repos / "broken-meta" / "meta.json").write_text('{"id": "testuser/broken-meta", "priv')
-    (repos / "broken-refs" / "refs.json").write_text('{"branches": ["main"]}')
+    meta, refs = repos / "broken-meta" / "meta.json", repos / "broken-refs" / "refs.json"
+    meta.write_text('{"id": "testuser/broken-meta", "priv')
+    refs.write_text('{"branches": ["main"]}')
     (repos / "broken-tree" / "trees" / f"{tree_head}.json").write_text('{"config.json": 3}')
     blobs = {p: blob_file(data, d) for p, d in files.items()}
     for path in ("weights.bin", "notes.txt"):
-        with open(blobs[path], "r+b") as fh:  # the same size, one byte flipped
-            fh.seek(3)
-            fh.write(bytes([fh.read(1)[0] ^ 1]))
+        blobs[path].write_bytes(files[path].swapcase())  # the same size, other bytes
     blobs["gone.txt"].unlink()
     with caplog.at_level("ERROR", logger="hub_server"), BackgroundHub(data, TOKEN) as h:
-        assert api(h, "GET", "/testuser/good/resolve/main/config.json") == (
-            200,
-            {"a": 1},
-        )  # the rest is served
+        # the rest is served
+        assert api(h, "GET", "/testuser/good/resolve/main/config.json") == (200, {"a": 1})
         for path, words in [
             ("/api/models/testuser/broken-meta", "broken-meta is damaged (meta.json: not valid JSON"),
             ("/api/models/testuser/broken-refs", "(refs.json: not an object with 'branches' and 'tags'"),
@@ -222,11 +215,7 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
         # Whether a repo whose meta.json is damaged is private is unknown: strangers get the 404 of a missing one.
         assert api(h, "GET", "/api/models/testuser/broken-meta", auth=False)[0] == 404
     logged = [r.getMessage() for r in caplog.records]
-    for damaged_file in (
-        repos / "broken-meta" / "meta.json",
-        repos / "broken-refs" / "refs.json",
-        *blobs.values(),
-    ):
+    for damaged_file in (meta, refs, *blobs.values()):
         named = [line for line in logged if str(damaged_file) in line]
         assert len(named) == (0 if damaged_file == blobs["config.json"] else 1), (damaged_file, logged)
 
