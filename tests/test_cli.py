@@ -14,10 +14,6 @@ from briskbert.cli import COMMANDS, main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args, cwd=None, timeout=120):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
-
-
 def test_help_lists_every_subcommand(capsys):
     assert main(["--help"]) == 0
     printed = capsys.readouterr().out
@@ -64,7 +60,9 @@ def test_subcommand_help_shows_flags_without_importing_torch(tmp_path):
         "        assert stop.code in (0, None), (name, stop.code)\n"
         "    print('TORCH', name, 'torch' in sys.modules)\n"
     )
-    proc = _run("-c", code, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in sorted(COMMANDS):  # the first that imports torch is named
         assert f"usage: briskbert {name}" in proc.stdout

@@ -51,7 +51,6 @@ ADDED = {
 # Bundled files some blocks read whole, cut to their first lines: the pretraining corpus (tokenizer, pretraining,
 # ablation and index blocks) and the validation rows that evaluate-similarity and quantize read whole.
 CUT = {"wikitext2_excerpt.txt": 200, "stsb_dev_excerpt.tsv": 65, "sst2_validation_excerpt.tsv": 65}
-# A folder a block writes: what these flags name under runs/.
 # What a block may use that an optional extra brings: the extra, and the module that shows it is installed.
 NEEDS = {
     "sentence_transformers": ("[sentence-transformers]", "sentence_transformers"),
@@ -59,6 +58,7 @@ NEEDS = {
     "export-onnx": ("[onnx]", "onnxruntime"),
     "--backend torch": ("[torchao]", "torchao"),
 }
+# A folder a block writes: what these flags name under runs/.
 WRITES = re.compile(r"--(?:output_dir|out|data_dir)[ =](runs/[\w.-]+)")
 RUNS = re.compile(r"\bruns/[\w.-]+")
 
@@ -144,11 +144,6 @@ class Workspace:
         for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "LOCAL_HUB_TOKEN"):
             self.env.pop(name, None)
 
-    def writer_of(self, folder: str, before: Block) -> Block:
-        writers = [b for b in self.blocks if folder in b.writes and b.line < before.line and b.runs]
-        assert writers, f"README line {before.line} reads {folder}, which no earlier block writes"
-        return writers[-1]
-
     def run(self, block: Block) -> subprocess.CompletedProcess:
         """Run ``block`` once (the blocks it reads from first); its completed process."""
         if block.line in self.outcomes:
@@ -156,8 +151,8 @@ class Workspace:
         missing = [extra for extra, module in block.needs.items() if not is_installed(module)]
         if missing:  # [dev] has every extra these blocks use but [torchao]
             pytest.skip(f"README line {block.line} needs the {', '.join(missing)} extra, not installed here")
-        for folder in sorted(block.reads):
-            needed = self.writer_of(folder, block)
+        for folder in sorted(block.reads):  # from the last earlier block that writes it
+            needed = [b for b in self.blocks if folder in b.writes and b.line < block.line and b.runs][-1]
             if self.run(needed).returncode != 0:
                 pytest.skip(
                     f"needs {folder} from README line {needed.line}, which failed (its own test says why)"
@@ -188,14 +183,15 @@ def test_readme_has_runnable_blocks():
     assert sum(b.lang == "bash" for b in runnable) >= 5 and any(b.lang == "python" for b in runnable)
     for block in runnable:
         for folder in block.reads:  # every folder a block reads is written by an earlier block
-            assert any(folder in b.writes for b in BLOCKS if b.line < block.line), (block.line, folder)
+            assert any(folder in b.writes for b in runnable if b.line < block.line), (block.line, folder)
 
 
 # The jobs that refuse an output folder holding an earlier run (evaluations rewrite their metrics; the ablation and
 # the tokenizer trainer reuse or replace what they wrote).
-REFUSE_A_USED_FOLDER = ("pretrain", "convert", "finetune-classification", "finetune-ner", "finetune-qa", "distill",
-                        "export-onnx", "finetune-embeddings", "finetune-reranker", "build-index", "export-family",
-                        "quantize")  # fmt: skip
+REFUSE_A_USED_FOLDER = (
+    "pretrain convert finetune-classification finetune-ner finetune-qa distill export-onnx finetune-embeddings "
+    "finetune-reranker build-index export-family quantize"
+).split()
 
 
 def test_every_block_runs_again_as_written():
