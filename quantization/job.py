@@ -125,7 +125,8 @@ def labelled_batches(request: QuantizeRequest, model, tokenizer, architecture: s
     table = load_table(str(path), "validation_file")
     columns = {name: getattr(request, name) for name in ("text_column", "text_pair_column", "label_column")}
     require_columns(table, columns, f"validation_file {path}")
-    label2id = {str(name): int(index) for name, index in config.label2id.items()}
+    # from id2label: transformers leaves label2id None when a config is given id2label alone
+    label2id = {str(name): int(index) for index, name in (config.id2label or {}).items()}
     known = {**{str(i): i for i in range(config.num_labels)}, **label2id}
     unknown = sorted({str(value) for value in table[request.label_column]} - set(known))
     if unknown:
