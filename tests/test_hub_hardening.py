@@ -277,14 +277,6 @@ def test_ref_names_follow_git_rules_and_branches_and_tags_share_one_namespace(hu
     assert api(hub, "GET", "/api/models/testuser/r/revision/t-v1.0")[1]["sha"] == head  # still the tag
 
 
-def test_tmp_is_cleaned_at_start_up(tmp_path):
-    data = tmp_path / "data"
-    (data / "tmp" / "deleted-abc").mkdir(parents=True)
-    (data / "tmp" / "tmpk3j2").write_bytes(b"half an upload")
-    with BackgroundHub(data, TOKEN):
-        assert list((data / "tmp").iterdir()) == []
-
-
 def test_pull_requests_are_refused_clearly_and_not_retried(hub):
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -324,19 +316,23 @@ def test_auth_matrix_every_write_route_needs_the_token(hub):
 
 
 # ---- README front matter: POST /api/validate-yaml needs no token -------------------------------------------
-YAML_BOMBS = {
-    "nodes": ("---\nx: [" + "{}," * 60_000 + "{}]\n---\n", "more than 50000 YAML nodes"),
-    "aliases": ("---\na: &a [x, x]\nb: &b [*a, *a]\nlicense: [*b, *b]\n---\n", "aliases"),
-    "flow nesting": ("---\nx: " + "[" * 5000 + "\n---\n", "deeper than 64"),
-    "block nesting": ("---\nx:\n" + "- " * 3000 + "a\n---\n", "deeper than 64"),
+VALIDATE_YAML = {  # front matter: (status, words of the first error, or None for no error; warnings)
+    "unknown values warn": ("license: not-a-license\npipeline_tag: dancing", 200, None, 2),
+    "a wrong type": ("license: [1, 2]", 400, "license", 0),
+    "nodes": ("x: [" + "{}," * 60_000 + "{}]", 400, "more than 50000 YAML nodes", 0),
+    "aliases": ("a: &a [x, x]\nb: &b [*a, *a]\nlicense: [*b, *b]", 400, "aliases", 0),
+    "flow nesting": ("x: " + "[" * 5000, 400, "deeper than 64", 0),
+    "block nesting": ("x:\n" + "- " * 3000 + "a", 400, "deeper than 64", 0),
 }
 
 
-@pytest.mark.parametrize("kind", list(YAML_BOMBS))
-def test_validate_yaml_refuses_yaml_bombs_with_a_400(hub, kind):
-    text, words = YAML_BOMBS[kind]
-    status, body = api(hub, "POST", "/api/validate-yaml", {"content": text}, auth=False)
-    assert status == 400 and words in body["errors"][0]["message"], (status, str(body)[:300])
+@pytest.mark.parametrize("kind", list(VALIDATE_YAML))
+def test_validate_yaml_answers_json_and_refuses_yaml_bombs_with_a_400(hub, kind):
+    meta, status, words, warnings = VALIDATE_YAML[kind]
+    card = {"content": f"---\n{meta}\n---\nhi", "repoType": "model"}
+    got, body = api(hub, "POST", "/api/validate-yaml", card, auth=False)
+    assert (got, len(body["warnings"])) == (status, warnings), str(body)[:300]
+    assert words in body["errors"][0]["message"] if words else body["errors"] == []
 
 
 # ---- ranges and sizes a stranger sends -----------------------------------------------------------------------
@@ -371,9 +367,8 @@ def test_request_log_is_a_ring_of_short_paths(tmp_path):
                 sock.sendall(f"GET /api/models/testuser/{i}{'x' * 6000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
                 assert read_response(sock)[0] == 400
             # A kept-alive connection answers at once: the body does not wait for the client's delayed ACK.
-            (kept,) = [
-                c.transport.get_extra_info("socket") for c in hub.server._uvicorn.server_state.connections
-            ]
+            connections = hub.server._uvicorn.server_state.connections
+            (kept,) = [c.transport.get_extra_info("socket") for c in connections]
             assert kept.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
         assert wait_for(lambda: hub.server.request_log[-1][1].startswith("/api/models/testuser/59x"))
         log = list(hub.server.request_log)
@@ -422,9 +417,8 @@ def _attack_yaml(port: int) -> None:
 
 def _attack_inline_upload(port: int) -> None:
     content = os.urandom(24 << 20)
-    assert api(port, "POST", "/api/repos/create", {"name": "up", "organization": "testuser"})[0] == 200
-    body = ndjson(COMMIT_HEADER, file_line("weights.bin", content))
-    assert api(port, "POST", "/api/models/testuser/up/commit/main", body)[0] == 200
+    make_repo(port, "up")
+    assert commit(port, "testuser/up", file_line("weights.bin", content))[0] == 200
     status, data = api(port, "GET", "/testuser/up/resolve/main/weights.bin")
     assert status == 200 and hashlib.sha256(data).digest() == hashlib.sha256(content).digest()
 
@@ -442,9 +436,9 @@ def _attack_unauthenticated_body(port: int) -> None:
 
 
 def _attack_large_repo(port: int) -> None:
-    assert api(port, "POST", "/api/repos/create", {"name": "big", "organization": "testuser"})[0] == 200
+    make_repo(port, "big")
     lines = [json.dumps(file_line(f"d{i % 40}/f{i}.txt", b"same")).encode() for i in range(10_000)]
-    assert api(port, "POST", "/api/models/testuser/big/commit/main", ndjson(COMMIT_HEADER, *lines))[0] == 200
+    assert commit(port, "testuser/big", *lines)[0] == 200
     reads = ["/api/models/testuser/big?blobs=true", "/api/models/testuser/big/tree/main?recursive=true"] * 6
     with ThreadPoolExecutor(6) as pool:
         assert {s for s, _ in pool.map(lambda p: api(port, "GET", p, auth=False), reads)} == {200}

@@ -123,11 +123,10 @@ def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub,
     before = stored_files(root)
     disk = FullDisk(monkeypatch)
     disk.full = True
+    second = dict(path_or_fileobj=b"second", path_in_repo="b.txt", repo_id="testuser/kept")
     writes = {
         "create_repo": lambda: api.create_repo("testuser/new"),
-        "upload_file": lambda: api.upload_file(
-            path_or_fileobj=b"second", path_in_repo="b.txt", repo_id="testuser/kept"
-        ),
+        "upload_file": lambda: api.upload_file(**second),
         "create_branch": lambda: api.create_branch("testuser/kept", branch="dev"),
         "create_tag": lambda: api.create_tag("testuser/kept", tag="v1"),
     }
@@ -145,5 +144,5 @@ def test_a_full_disk_is_a_507_with_its_message_and_leaves_storage_as_it_was(hub,
     assert not api.repo_exists("testuser/new")
     assert api.repo_info("testuser/kept").sha == first
     assert api.hf_hub_download("testuser/kept", "a.txt", revision=first, cache_dir=root.parent / "cache")
-    api.upload_file(path_or_fileobj=b"second", path_in_repo="b.txt", repo_id="testuser/kept")  # room again
+    api.upload_file(**second)  # room again
     assert api.list_repo_files("testuser/kept") == [".gitattributes", "a.txt", "b.txt"]

@@ -62,18 +62,6 @@ def test_repo_lifecycle_and_error_codes(hub):
     assert commit(hub, "testuser/r", drop)[0] == 404
 
 
-def test_validate_yaml_answers_json(hub):
-    def validate(meta: str):
-        return api(
-            hub, "POST", "/api/validate-yaml", {"content": f"---\n{meta}\n---\nhi", "repoType": "model"}
-        )
-
-    status, unknown = validate("license: not-a-license\npipeline_tag: dancing")  # unknown values warn
-    assert status == 200 and unknown["errors"] == [] and len(unknown["warnings"]) == 2
-    status, bad = validate("license: [1, 2]")
-    assert status == 400 and "license" in bad["errors"][0]["message"]
-
-
 def test_lfs_upload_is_presigned_and_checked(lfs_hub):
     make_repo(lfs_hub)
     data = b"\0binary" * 100
@@ -181,6 +169,7 @@ def test_real_clients_roundtrip(tmp_path, xet):
 
 
 def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, caplog):
+    """A data folder left damaged is served as well as it can be; what interrupted writes left in tmp/ goes."""
     files = {"config.json": b'{"a": 1}', "weights.bin": b"\0weights" * 50, "notes.txt": b"notes " * 50}
     files["gone.txt"] = b"deleted from the blob store"
     data = tmp_path / "data"
@@ -198,6 +187,8 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
     for path in ("weights.bin", "notes.txt"):
         blobs[path].write_bytes(files[path].swapcase())  # the same size, other bytes
     blobs["gone.txt"].unlink()
+    (data / "tmp" / "deleted-abc").mkdir()  # what interrupted writes leave
+    (data / "tmp" / "tmpk3j2").write_bytes(b"half an upload")
     with caplog.at_level("ERROR", logger="hub_server"), BackgroundHub(data, TOKEN) as h:
         # the rest is served
         assert api(h, "GET", "/testuser/good/resolve/main/config.json") == (200, {"a": 1})
@@ -214,6 +205,7 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
             assert words in headers["x-error-message"], path
         # Whether a repo whose meta.json is damaged is private is unknown: strangers get the 404 of a missing one.
         assert api(h, "GET", "/api/models/testuser/broken-meta", auth=False)[0] == 404
+        assert list((data / "tmp").iterdir()) == []
     logged = [r.getMessage() for r in caplog.records]
     for damaged_file in (meta, refs, *blobs.values()):
         named = [line for line in logged if str(damaged_file) in line]
