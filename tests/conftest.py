@@ -28,8 +28,7 @@ def minilm_path() -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer(minilm_path):
-    """all-MiniLM-L6-v2's vocabulary as a BriskBertTokenizer, one per module (calls leave their padding and
-    truncation settings on the backend)."""
+    """all-MiniLM-L6-v2's vocabulary as a BriskBertTokenizer, one per module (calls leave padding set)."""
     from briskbert.tokenization import BriskBertTokenizer
 
     return BriskBertTokenizer.from_pretrained(minilm_path)

@@ -1,10 +1,7 @@
-"""``python -m briskbert`` that also records the first batch each masking collator produces.
-
-tests/test_ablate.py starts the ablation's runs through this file (``--launcher``), so the check that two
-variants trained on the same masked positions looks at the batches the pretraining processes really drew,
-not at a reconstruction. Written to ``<--output_dir>/first_batches.json``: per collator seed, the masked
-input ids and the labels (-100 where nothing is masked).
-"""
+"""``python -m briskbert`` that also records the first batch each masking collator produces in
+``<--output_dir>/first_batches.json`` (per collator seed: the masked input ids, and the labels with -100 where
+nothing is masked). tests/test_ablate.py launches the ablation's runs through it (``--launcher``), so its check
+that two variants trained on the same masked positions looks at the batches the processes really drew."""
 
 import json
 import sys

@@ -36,13 +36,7 @@ def run_without_project(code: str, cwd: Path, env: dict | None = None, timeout: 
         HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(Path(cwd) / "hf_modules"), TOKENIZERS_PARALLELISM="false"
     )
     full_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    command = [sys.executable, "-c", PRELUDE + textwrap.dedent(code)]
+    proc = subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout

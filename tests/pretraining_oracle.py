@@ -1,9 +1,7 @@
-"""An independent, in-memory implementation of the pretraining data rules, written plainly for the tests
-to check the library's sequence building against (the corpus store, the streamed reader).
-
-Documents: a plain-text file has one paragraph per line and a blank line between documents. Sequences:
-see ``training/data/pretraining_data.py``'s docstring for the three packing modes.
-"""
+"""An independent, in-memory implementation of the pretraining data rules, written plainly for the tests to
+check the library's sequence building against (the corpus store, the streamed reader). A plain-text file has one
+paragraph per line and a blank line between documents; ``training/data/pretraining_data.py`` describes the three
+packing modes."""
 
 from __future__ import annotations
 
