@@ -185,13 +185,16 @@ def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_
 
 @pytest.mark.slow  # an ONNX export
 def test_keep_fp32_leaves_the_named_modules_of_the_fused_graph_in_fp32(tokenizer, tmp_path, capsys):
-    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized."""
+    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized. With
+    --validation_file both precisions are scored on its labels (the torchao test checks the values)."""
     import onnx
 
     tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
     kept = ["layers.0.attention.qkv", "layers.1.mlp.down"]
-    argv = quantize(tmp_path / "fp32", tmp_path / "int8", "--backend", "onnx", "--keep_fp32", *kept)
-    assert briskbert(argv) == 0, capsys.readouterr()
+    flags = ["--backend", "onnx", "--keep_fp32", *kept, "--validation_file", str(SST2)]
+    assert briskbert(quantize(tmp_path / "fp32", tmp_path / "int8", *flags)) == 0, capsys.readouterr()
+    (evaluation,) = reported(tmp_path / "int8")["evaluation"]
+    assert evaluation["examples"] == len(sst2_rows(None)) and 0 <= evaluation["int8"] <= 1
     nodes = onnx.load(str(tmp_path / "int8" / "model_quantized.onnx")).graph.node
     fp32 = sorted((node.op_type, node.name) for node in nodes if node.op_type in ("Attention", "MatMul"))
     assert [op for op, _ in fp32] == ["Attention", "MatMul"] and "layers.0.attention" in fp32[0][1]
