@@ -78,9 +78,7 @@ BAD_HEADS = [  # (head, status): h11 refuses the first lengths; both framings at
 
 def test_bad_request_heads_are_refused_and_nothing_runs(hub):
     body = json.dumps({"name": "refused", "organization": "testuser"}).encode()
-    assert [raw(hub, head.encode() + b"\r\n" + body)[0] for head, _ in BAD_HEADS] == [
-        status for _, status in BAD_HEADS
-    ]
+    assert [raw(hub, head.encode() + b"\r\n" + body)[0] for head, _ in BAD_HEADS] == [s for _, s in BAD_HEADS]
     assert not hub.server.storage.lookup("model", "testuser/refused")
     assert raw(hub, f"GET /api/whoami-v2 HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode())[0] == 200
 
@@ -626,9 +624,7 @@ LONG_LINE_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "line,status,words", LONG_LINE_ERRORS, ids=lambda x: "" if isinstance(x, bytes) else x
-)
+@pytest.mark.parametrize("line,status,words", LONG_LINE_ERRORS, ids=[w for *_, w in LONG_LINE_ERRORS])
 def test_long_commit_lines_outside_the_rules_are_refused_and_leave_nothing(tmp_path, line, status, words):
     storage = Storage(tmp_path)
     with pytest.raises(HubError) as refused:
