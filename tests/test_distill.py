@@ -50,7 +50,7 @@ def batch(labels):
 def test_the_training_loss_mixes_soft_hard_and_hidden_state_losses_as_weighted():
     student = tiny(BriskBertForSequenceClassification, 2, seed=0)
     teacher = tiny(BriskBertForSequenceClassification, 4, seed=1)
-    model = DistillationModel(student, teacher, temperature=2.0, alpha_kd=0.7, hidden_loss_weight=0.5)
+    model = DistillationModel(student, teacher, temperature=2.0, alpha_kd=0.25, hidden_loss_weight=0.5)
     assert model.layer_map == [1, 3]  # each student layer learns from the teacher layer at the same depth
     inputs = batch(torch.tensor([0, 2]))
     loss = model.train()(**inputs).loss.detach()
@@ -66,7 +66,7 @@ def test_the_training_loss_mixes_soft_hard_and_hidden_state_losses_as_weighted()
             for s, t in [(0, 0), (1, 2), (2, 4)]
         ]
     ).mean()
-    expected = 0.7 * soft + 0.3 * own.loss + 0.5 * hidden
+    expected = 0.25 * soft + 0.75 * own.loss + 0.5 * hidden  # an alpha below 0.5: 1 % alpha != 1 - alpha
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
     evaluation = model.eval()(**inputs)  # evaluation scores the student alone, on the hard labels
     assert float(evaluation.loss) == pytest.approx(float(own.loss), rel=1e-6)
