@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import DataCollatorForTokenClassification
 
 from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertForTokenClassification
-from briskbert.modeling.crf import IGNORE_INDEX, LinearChainCRF, allowed_transitions
+from briskbert.modeling.crf import IGNORE_INDEX, LinearChainCRF, allowed_transitions, split_tag
 from briskbert.training.data.task_data import DataError, load_conll
 from briskbert.training.tasks import metrics
 from briskbert.training.tasks.ner import (
@@ -131,6 +131,14 @@ def test_marginals_stay_probabilities_on_long_rows_in_float32():
 
 def test_transition_tables_of_each_tag_scheme():
     """BIO's table is checked by the enumeration above (valid_bio); BIOES and IO here."""
+    tags = ("O", "S-PER", "PER", "B-", "X-PER")  # tags after "O" in sort order too
+    assert [split_tag(tag) for tag in tags] == [
+        ("O", ""),
+        ("S", "PER"),
+        ("I", "PER"),
+        ("I", "B-"),
+        ("I", "X-PER"),
+    ]
     bioes = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
     table = allowed_transitions(bioes)
     allowed = {(bioes[a], bioes[b]) for a in range(5) for b in range(5) if table.transitions[a][b]}
