@@ -265,7 +265,11 @@ def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, 
     time_left = None
     if settings.max_train_seconds is not None:
         time_left = max(settings.max_train_seconds - wall_time_s(record), 1.0)
-    if run_segment(settings, record, run_dir, resume, time_left) and not is_finished(run_dir):
+    from tqdm.auto import tqdm
+
+    with tqdm(total=settings.steps, desc=label, dynamic_ncols=True) as bar:
+        stopped = run_segment(settings, record, run_dir, resume, time_left, bar)
+    if stopped and not is_finished(run_dir):
         # The time budget ran out. A short last process resumes from the checkpoint with a budget of one more
         # step, so the run ends the way every run ends: final evaluation, final/ folder, all_results.json.
         steps = [int(p.name[5:]) for p in run_dir.glob("step_*") if p.name[5:].isdigit()]
@@ -280,11 +284,19 @@ def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, 
     return record
 
 
-def run_segment(settings, record: dict, run_dir: Path, argv: list[str], time_limit_s=None) -> bool:
+def run_segment(settings, record: dict, run_dir: Path, argv: list[str], time_limit_s=None, bar=None) -> bool:
     """One pretraining process of a run, added to its record; whether it was stopped at the time limit (then it
-    saves a checkpoint and exits, or dies before training began: the caller looks for the checkpoint)."""
-    log = run_dir / "pretrain.log"
-    ran = run_process(settings.command(*argv), log, time_limit_s)
+    saves a checkpoint and exits, or dies before training began: the caller looks for the checkpoint). ``bar``
+    (tqdm) follows the last step the run has logged."""
+    log, history = run_dir / "pretrain.log", run_dir / "log_history.jsonl"
+
+    def follow():
+        if bar is not None and history.is_file():
+            lines = history.read_text().splitlines()
+            logged = max((json.loads(line).get("step", 0) for line in lines if line.strip()), default=0)
+            bar.update(max(logged - bar.n, 0))
+
+    ran = run_process(settings.command(*argv), log, time_limit_s, follow)
     record["segments"].append(ran)
     write_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2))
     if not ran["stopped_at_time_limit"]:
@@ -296,9 +308,10 @@ def wall_time_s(record: dict) -> float:
     return sum(segment["wall_time_s"] for segment in record["segments"])
 
 
-def run_process(argv: list[str], log_path: Path, time_limit_s: float | None = None) -> dict:
+def run_process(argv: list[str], log_path: Path, time_limit_s: float | None = None, poll=None) -> dict:
     """Run ``argv`` with its output appended to ``log_path``: its exit code, wall time and peak memory. At
-    ``time_limit_s`` it gets SIGTERM (the loop finishes the step, saves a checkpoint and exits)."""
+    ``time_limit_s`` it gets SIGTERM (the loop finishes the step, saves a checkpoint and exits); ``poll()`` is
+    called while it runs."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start, stopped = time.perf_counter(), False
     with log_path.open("a") as log:
@@ -310,6 +323,8 @@ def run_process(argv: list[str], log_path: Path, time_limit_s: float | None = No
                 if time_limit_s is not None and not stopped and time.perf_counter() - start > time_limit_s:
                     process.send_signal(signal.SIGTERM)
                     stopped = True
+                if poll is not None:
+                    poll()
                 time.sleep(0.5)
         except KeyboardInterrupt:
             # SIGTERM asks the loop to checkpoint and stop; unlike a second SIGINT, it never aborts a checkpoint.
