@@ -1,10 +1,11 @@
 """Publish a saved model folder to the Hub (or a Hub-compatible server):
-``publish(PublishSettings("runs/sst2/final", "me/briskbert-sst2", tag="v1"))``. The files are collected (:mod:`.model_files`) and scanned for secrets with the
-rendered card; an existing tag is accepted only when it names the branch head and nothing changed. Everything is
-one ``create_commit`` whose parent is the head read before; with verification it goes to a staging branch first,
-is verified there (:mod:`.verification`), and only then are the same files committed to the branch and tagged.
-Every refusal comes before anything is written; a ``PublishError`` says in one line which step failed and what
-state the repo is in. Retries are huggingface_hub's own; the token is never printed or uploaded.
+``publish(PublishSettings("runs/sst2/final", "me/briskbert-sst2", tag="v1"))``. The files are collected
+(:mod:`.model_files`) and scanned for secrets with the rendered card; an existing tag is accepted only when it
+names the branch head and nothing changed. Everything is one ``create_commit`` whose parent is the head read
+before; with verification it goes to a staging branch first, is verified there (:mod:`.verification`), and only
+then are the same files committed to the branch and tagged. Every refusal comes before anything is written; a
+``PublishError`` says in one line which step failed and what state the repo is in. Retries are huggingface_hub's
+own; the token is never printed or uploaded.
 """
 
 from __future__ import annotations
