@@ -215,14 +215,15 @@ def test_a_nan_loss_is_never_applied_and_stops_the_run_at_the_next_log(tmp_path)
     """A NaN at step 2, checked on the device: no weight changes after it; the log of step 4 stops the run."""
     model, calls, weights = tiny_model(dropout=0.0), [], {}
 
-    def nan_loss_at_step_2(module, args, kwargs, outputs):
+    def nan_loss_from_step_2(module, args, kwargs, outputs):
         calls.append(1)
         if len(calls) == 2:
             weights.update({name: p.detach().clone() for name, p in model.named_parameters()})
+        if len(calls) >= 2:  # every later step too: the first is the one reported
             outputs.loss = outputs.loss * float("nan")
         return outputs
 
-    model.register_forward_hook(nan_loss_at_step_2, with_kwargs=True)
+    model.register_forward_hook(nan_loss_from_step_2, with_kwargs=True)
     flags = ("--max_train_steps", "6", "--per_device_train_batch_size", "4", "--logging_steps", "4")
     with pytest.raises(TrainingDiverged, match="loss became nan at step 2, so training stopped before"):
         run(MLMTask(model=model), config("--output_dir", str(tmp_path), *flags))
@@ -330,9 +331,45 @@ def test_outputs_checkpoint_rotation_and_best_model(finished_run):
     assert all(e["tokens_per_s"] > 0 and e["grad_norm"] > 0 for e in lines if "loss" in e)
 
 
-def test_an_empty_training_set_is_refused_before_a_step(tmp_path):
-    with pytest.raises(TrainingSetupError, match="The training dataset is empty"):
-        run(MLMTask(train=[]), config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
+@pytest.mark.parametrize("split", ["training", "evaluation"])
+def test_an_empty_dataset_is_refused_before_a_step(tmp_path, split):
+    task = MLMTask(train=[]) if split == "training" else MLMTask(evaluation=[])
+    with pytest.raises(TrainingSetupError, match=f"The {split} dataset is empty"):
+        run(task, config("--output_dir", str(tmp_path), "--max_train_steps", "1"))
+
+
+class BlankingCollator(MaskingCollator):
+    """Masks as usual, but leaves no labelled position in every ``every``-th batch."""
+
+    def __init__(self, every: int):
+        super().__init__(FakeTokenizer(), seed=42)
+        self.every, self.calls = every, 0
+
+    def __call__(self, examples):
+        batch = super().__call__(examples)
+        self.calls += 1
+        if self.calls % self.every == 0:
+            batch["labels"].fill_(-100)
+        return batch
+
+
+def test_a_batch_without_items_adds_nothing_and_a_window_without_any_is_refused(tmp_path):
+    """Half of each window has no masked token: its NaN mean is not trained on. A window of none stops the run."""
+    flags = (
+        "--max_train_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--gradient_accumulation_steps",
+        "2",
+    )
+    result = run(
+        MLMTask(collator=BlankingCollator(2)), config("--output_dir", str(tmp_path / "half"), *flags)
+    )
+    assert len(train_losses(result.history)) == 2
+    assert all(math.isfinite(loss) for loss in train_losses(result.history).values())
+    with pytest.raises(TrainingSetupError, match="has no items to compute a loss on"):
+        run(MLMTask(collator=BlankingCollator(1)), config("--output_dir", str(tmp_path / "none"), *flags))
 
 
 class EpochCollator(MaskingCollator):
