@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from briskbert.hub_server import storage as storage_module
-from briskbert.hub_server.errors import Forbidden, RevisionNotFound
+from briskbert.hub_server.errors import Forbidden, RevisionNotFound, StorageDamaged
 from briskbert.hub_server.index import RevisionIndex, git_blob_oid, looks_like_lfs
 from briskbert.hub_server.storage import AddFile, DeleteFolder, FileEntry, Storage
 
@@ -28,6 +28,23 @@ def test_main_cannot_be_deleted_and_deleting_an_unknown_ref_says_which(storage):
         storage.set_ref("model", "me/repo", "tags", "v9", None)
     with pytest.raises(RevisionNotFound, match="^Branch two..dots not found"):  # a lookup, not a new name
         storage.set_ref("model", "me/repo", "branches", "two..dots", None)
+
+
+def test_a_blob_is_a_regular_file_of_its_size_and_checked_against_its_commits_ids(storage):
+    sha = storage.put_bytes(b"abc")
+    assert storage.has_blob(sha, 3) and not storage.has_blob(sha, 4)
+    folder = hashlib.sha256(b"a folder").hexdigest()
+    storage.blob_path(folder).mkdir(parents=True)
+    assert not storage.has_blob(folder)
+    entry = FileEntry("a.txt", sha, 3, git_blob_oid(b"abc"), False)
+    assert storage.verified_blob(entry) == storage.blob_path(sha)
+    # damaged: shorter, or as long with another git blob sha1 (one that sorts after the stored id)
+    other = next(c for c in (b"ab%c" % n for n in range(256)) if git_blob_oid(c) > entry.git_oid)
+    for content, why in ((b"ab", "2 bytes instead of 3"), (other, "its git blob sha1 changed")):
+        os.chmod(storage.blob_path(sha), 0o644)
+        storage.blob_path(sha).write_bytes(content)
+        with pytest.raises(StorageDamaged, match=f"damaged \\({why}\\)"):
+            storage.verified_blob(entry)
 
 
 def test_blobs_sent_or_offered_for_a_commit_to_come_outlive_a_collection(storage):
