@@ -202,6 +202,17 @@ class BriskBertConfig(PreTrainedConfig):
             for i in range(self.num_hidden_layers)
         ]
 
+    def name_pipeline(self, task: str, pipeline_class: type, auto_class: str) -> None:
+        """Names `pipeline_class` (remote code in the folder) as this model's `task` pipeline in
+        `custom_pipelines`, so every later save writes the entry and `pipeline(task, ...)` finds it."""
+        entry = {
+            "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
+            "pt": [auto_class],
+            "tf": [],
+            "type": "text",
+        }
+        self.custom_pipelines = {**(getattr(self, "custom_pipelines", None) or {}), task: entry}
+
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "BriskBertConfig":
         """A named starting point (see `PRESETS`), with single fields overridden by keyword."""

@@ -85,16 +85,7 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
 
 
 def register_question_answering_pipeline(config) -> None:
-    """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the modeling
-    file imports this file, copies it)."""
-    pipeline_class = BriskBertQuestionAnsweringPipeline
-    entry = {
-        "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
-        "pt": ["AutoModelForQuestionAnswering"],
-        "tf": [],
-        "type": "text",
-    }
-    config.custom_pipelines = {
-        **(getattr(config, "custom_pipelines", None) or {}),
-        "question-answering": entry,
-    }
+    """Names this pipeline in the model's config (the modeling file imports this file, so saves copy it)."""
+    config.name_pipeline(
+        "question-answering", BriskBertQuestionAnsweringPipeline, "AutoModelForQuestionAnswering"
+    )

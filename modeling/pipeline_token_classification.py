@@ -17,18 +17,8 @@ WORD_STRATEGIES = (AggregationStrategy.NONE, AggregationStrategy.SIMPLE, Aggrega
 class BriskBertTokenClassificationPipeline(TokenClassificationPipeline):
     @classmethod
     def register(cls, config) -> None:
-        """Names this pipeline in `config.custom_pipelines`, so every later save writes the entry (and, as the
-        modeling file imports this file, copies it)."""
-        entry = {
-            "impl": f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}",
-            "pt": ["AutoModelForTokenClassification"],
-            "tf": [],
-            "type": "text",
-        }
-        config.custom_pipelines = {
-            **(getattr(config, "custom_pipelines", None) or {}),
-            "token-classification": entry,
-        }
+        """Names this pipeline in the model's config (the modeling file imports this file, so saves copy it)."""
+        config.name_pipeline("token-classification", cls, "AutoModelForTokenClassification")
 
     def _sanitize_parameters(self, aggregation_strategy=None, **kwargs):
         preprocess, forward, postprocess = super()._sanitize_parameters(
