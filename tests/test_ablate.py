@@ -21,6 +21,7 @@ from briskbert.training.experiments.ablation import (
     AblationSettings,
     parse_variants,
     run_pretraining,
+    run_segment,
     tokenizer_definition,
 )
 
@@ -162,3 +163,26 @@ def test_a_tokenizer_folder_without_tokenizer_json_is_refused(tmp_path, capsys):
         error.startswith(f"error: --tokenizer_name {tmp_path} has no tokenizer.json")
         and error.count("\n") == 1
     )
+
+
+def test_a_runs_progress_bar_follows_its_logged_steps_past_a_line_being_written(tmp_path):
+    class Bar:
+        n = 0
+
+        def update(self, steps):
+            self.n += steps
+
+    class Settings:
+        def command(self, *argv):
+            history = tmp_path / "log_history.jsonl"
+            return [
+                sys.executable,
+                "-c",
+                f"import time; log = open({str(history)!r}, 'a', buffering=1); log.write('{{\"st'); log.flush(); "
+                "time.sleep(1.2); log.write('ep\": 4}\\n'); time.sleep(1.2)",
+            ]
+
+    (tmp_path / "log_history.jsonl").write_text('{"step": 1}\n{"step": 3}\n')  # then half of step 4, then all
+    bar, record = Bar(), {"segments": []}
+    run_segment(Settings(), record, tmp_path, [], None, bar)
+    assert bar.n == 4 and record["segments"][0]["returncode"] == 0

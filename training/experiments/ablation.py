@@ -291,10 +291,14 @@ def run_segment(settings, record: dict, run_dir: Path, argv: list[str], time_lim
     log, history = run_dir / "pretrain.log", run_dir / "log_history.jsonl"
 
     def follow():
-        if bar is not None and history.is_file():
+        if bar is None or not history.is_file():
+            return
+        try:
             lines = history.read_text().splitlines()
             logged = max((json.loads(line).get("step", 0) for line in lines if line.strip()), default=0)
-            bar.update(max(logged - bar.n, 0))
+        except json.JSONDecodeError:  # a line the run is writing right now: read it at the next poll
+            return
+        bar.update(max(logged - bar.n, 0))
 
     ran = run_process(settings.command(*argv), log, time_limit_s, follow)
     record["segments"].append(ran)
