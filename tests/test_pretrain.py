@@ -82,8 +82,18 @@ def test_bad_input_fails_before_training(tmp_path, tokenizer, case, capsys):
 
 
 # -------------------------------------------------------------------------------- end to end + loading
-def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, tokenizer):
+def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, tokenizer, monkeypatch):
     """MLM+NSP from JSON lines; the final folder loads without briskbert in a fresh process, same logits."""
+    from briskbert.training.tasks import pretraining
+
+    seeds = []
+
+    class RecordingCollator(pretraining.MaskingCollator):
+        def __init__(self, *args, seed, **kwargs):
+            seeds.append(seed)
+            super().__init__(*args, seed=seed, **kwargs)
+
+    monkeypatch.setattr(pretraining, "MaskingCollator", RecordingCollator)
     rows = [{"text": "\n".join(doc)} for doc in read_documents(str(EXCERPT))]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -93,8 +103,9 @@ def test_pretrain_end_to_end_and_final_folder_loads_with_remote_code(tmp_path, t
         [*paths, "--config_name", "bert-tiny", "--config_overrides", "hidden_size=64,intermediate_size=128"]
         + "--nsp --whole_word_mask --max_seq_length 64 --per_device_train_batch_size 8".split()
         + "--gradient_accumulation_steps 2 --max_train_steps 4 --eval_steps 2 --logging_steps 1".split()
-        + "--license mit --language de".split()
+        + "--license mit --language de --eval_mask_seed 5".split()
     )
+    assert seeds == [42, 5]  # training masks with --seed, evaluation with --eval_mask_seed
     assert {"eval_loss", "eval_accuracy", "eval_perplexity", "eval_nsp_accuracy"} <= set(result.metrics)
     assert result.metrics["eval_perplexity"] == pytest.approx(np.exp(result.metrics["eval_loss"]))
     final = tmp_path / "run" / "final"
@@ -160,3 +171,18 @@ def test_two_process_gloo_run_matches_one_process(tmp_path, tokenizer):
     r2 = json.loads((tmp_path / "two" / "all_results.json").read_text())
     assert r2["eval_loss"] == pytest.approx(r1["eval_loss"], rel=2e-4)
     assert json.loads((tmp_path / "two" / "final" / "training_facts.json").read_text())["num_processes"] == 2
+
+
+def test_a_tokenizer_trained_for_the_run_samples_the_paragraphs_it_is_told(tmp_path, monkeypatch):
+    import briskbert.tokenization
+
+    class Trained(Exception):
+        pass
+
+    def train(**kwargs):
+        raise Trained(kwargs["max_lines"])
+
+    monkeypatch.setattr(briskbert.tokenization, "train_wordpiece_tokenizer", train)
+    argv = ["--train_file", str(EXCERPT), "--config_name", "bert-tiny", "--vocab_size", "300"]
+    with pytest.raises(Trained, match="^5$"):
+        main([*argv, "--tokenizer_train_max_lines", "5", "--output_dir", str(tmp_path / "run")])
