@@ -1,8 +1,5 @@
-"""The quantize job: load the fp32 model, build the candidates (fp32 as it is, the fused ONNX graph in fp32 and int8,
-torchao int8) in a staged folder, measure each one's agreement with fp32 (argmax agreement of logits, cosine
-similarity of the other outputs, accuracy on labelled data) and its speed on the sample text, keep
-the requested one (or, with ``auto``, the fastest within the thresholds), describe the folder
-(``quantization.json`` and its README) and move it into place whole."""
+"""The quantize job: build every candidate in a staged folder, measure its agreement with fp32 and its speed here,
+keep the requested one (``auto``: the fastest within the thresholds), describe it (``quantization.json``, README)."""
 
 from __future__ import annotations
 
@@ -46,46 +43,15 @@ BACKENDS = {
     ),
     "torch": ("torchao", "torchao ({scheme}) through transformers' TorchAoConfig"),
 }
-# Every candidate is timed on the same length-sorted batches of the sample text, interleaved round after round on
-# this machine; fp32 is always a candidate and always within the thresholds, so the choice is never slower than
-# fp32 as measured.
+# fp32 is always a candidate and within the thresholds: the choice is never slower than fp32 as measured.
 TIMING_BATCH, TIMING_ROUNDS = 16, 3
 # Agreement with fp32 is measured on CHECK_BATCHES padded batches of CHECK_ROWS text pairs.
 CHECK_BATCHES, CHECK_ROWS = 4, 16
 
 
-@dataclass(frozen=True)
-class Agreement:
-    """How closely one output of a candidate follows the fp32 model over the check examples."""
-
-    output: str
-    metric: str  # "argmax agreement" or "cosine similarity"
-    mean: float  # the share of matching argmaxes, or the mean cosine
-    worst: float  # the lowest per-example value (for argmax agreement: the mean again)
-    count: int
-    unit: str  # "examples" (per-sequence outputs) or "tokens" (per-token outputs, real ones)
-    max_abs_difference: float
-    threshold: float
-
-    @property
-    def shortfall(self) -> str:
-        """Why it did not pass, naming the setting ("" when it did)."""
-        if self.mean >= self.threshold:
-            return ""
-        setting = "min_agreement" if self.metric == "argmax agreement" else "min_cosine"
-        return f"{self.output} {self.metric} {self.mean:.6g} < {setting} {self.threshold:g}"
-
-    def describe(self) -> str:
-        worst = f", worst {self.worst:.4f}" if self.metric == "cosine similarity" else ""
-        return (
-            f"{self.output}: {self.metric} {self.mean:.4f}{worst} over {self.count} {self.unit}, "
-            f"max abs difference {self.max_abs_difference:.3g} (threshold {self.threshold:g})"
-        )
-
-
-def agreement_of(name: str, references, candidates, masks, request: QuantizeRequest) -> Agreement:
-    """Argmax agreement for logits (over the labels, the vocabulary, or for start/end logits over the real
-    tokens), cosine similarity for everything else; per-token outputs are compared at real tokens only."""
+def agreement_of(name: str, references, candidates, masks, request: QuantizeRequest) -> dict:
+    """How closely one output follows fp32: argmax agreement for logits (start/end logits over the real tokens),
+    cosine similarity for everything else; per-token outputs are compared at real tokens only."""
     matches, cosines, difference, unit = [], [], 0.0, "examples"
     for reference, candidate, mask in zip(references, candidates, masks):
         reference, candidate, real = reference.float(), candidate.float(), mask.bool()
@@ -104,7 +70,16 @@ def agreement_of(name: str, references, candidates, masks, request: QuantizeRequ
     else:
         values, metric, threshold = torch.cat(cosines), "cosine similarity", request.min_cosine
         worst = float(values.min())
-    return Agreement(name, metric, float(values.mean()), worst, values.numel(), unit, difference, threshold)
+    return dict(
+        output=name,
+        metric=metric,
+        mean=float(values.mean()),
+        worst=worst,
+        count=values.numel(),
+        unit=unit,
+        max_abs_difference=difference,
+        threshold=threshold,
+    )
 
 
 def labelled_batches(request: QuantizeRequest, model, tokenizer, architecture: str, max_length: int):
@@ -219,7 +194,12 @@ def measure(candidate: Candidate, references, batches, labelled, fp32_accuracy, 
         agreement_of(name, [r[name] for r in references], [o[name] for o in outputs], masks, request)
         for name in references[0]
     ]
-    notes = [agreement.shortfall for agreement in candidate.agreements if agreement.shortfall]
+    notes = [
+        f"{a['output']} {a['metric']} {a['mean']:.6g} < "
+        f"{'min_agreement' if 'logits' in a['output'] else 'min_cosine'} {a['threshold']:g}"
+        for a in candidate.agreements
+        if a["mean"] < a["threshold"]
+    ]
     if labelled:
         candidate.accuracy = accuracy_of(candidate.run, labelled)
         if fp32_accuracy - candidate.accuracy > request.max_accuracy_drop:
@@ -230,8 +210,8 @@ def measure(candidate: Candidate, references, batches, labelled, fp32_accuracy, 
 
 
 def time_candidates(runs: dict[str, Callable[[dict], object]], batches: list[dict]) -> dict[str, list[float]]:
-    """The seconds each candidate takes for all `batches` in each round: a warm-up pass each, then TIMING_ROUNDS
-    rounds with every candidate in turn (the order reversed every other round, so drifting load hits all alike)."""
+    """Seconds per round for each candidate, after a warm-up; the order flips every round so drifting load hits
+    all alike."""
     for run in runs.values():
         run(batches[0])
     seconds: dict[str, list[float]] = {name: [] for name in runs}
@@ -245,8 +225,7 @@ def time_candidates(runs: dict[str, Callable[[dict], object]], batches: list[dic
 
 
 def speed_table(candidates, seconds: dict[str, list[float]], real_tokens: int) -> list[dict]:
-    """One row per candidate, fastest first: real tokens/s of its median round, its speed-up over fp32 (median
-    rounds) and the lowest and highest speed-up of a single round, its lowest agreement and why it is not kept."""
+    """One row per candidate, fastest first (median rounds; `speedup_range`: the single rounds' extremes)."""
     rows = []
     for candidate in candidates:
         rounds = seconds[candidate.backend]
@@ -258,7 +237,7 @@ def speed_table(candidates, seconds: dict[str, list[float]], real_tokens: int) -
                 speedup=statistics.median(seconds["fp32"]) / statistics.median(rounds),
                 speedup_range=[min(speedups), max(speedups)],
                 rounds=len(rounds),
-                agreement=min(agreement.mean for agreement in candidate.agreements),
+                agreement=min(agreement["mean"] for agreement in candidate.agreements),
                 passed=not candidate.note,
                 accuracy=candidate.accuracy,
                 note=candidate.note,
@@ -297,16 +276,11 @@ def keep(candidate: Candidate, model, model_dir: Path, staging: Path) -> None:
     export.copy_files(model_dir, staging, companions, replace=False)
 
 
-def weights_bytes(folder: Path, model_file: str) -> int:
-    pattern = model_file + "*" if model_file.endswith(".onnx") else "model*.safetensors"
-    return sum(path.stat().st_size for path in folder.glob(pattern))
-
-
 def quantization_facts(
     request, kept: Candidate, rows, architecture, embedding, evaluation, sizes, notes
 ) -> dict:
-    """What quantization.json says: what the folder holds, how far it is from fp32, and how fast it ran here.
-    `sizes`: (fp32 bytes, the kept model's bytes); `notes`: (what agreement was checked on, what was timed)."""
+    """What quantization.json says. `sizes`: (fp32 bytes, the kept model's bytes); `notes`: (what agreement was
+    checked on, what was timed)."""
     chosen = next(row for row in rows if row["backend"] == kept.backend)
     settings = {"keep_fp32": list(request.keep_fp32)}
     if kept.backend == "onnx":
@@ -332,10 +306,7 @@ def quantization_facts(
         "source_model": "/".join(Path(request.model_dir).parts[-2:]),
         "sentence_embedding": None if embedding is None else asdict(embedding),
         "weights_bytes": {"fp32": sizes[0], precision: sizes[1], "ratio": round(sizes[0] / sizes[1], 2)},
-        "agreement": {
-            "checked_on": notes[0],
-            "outputs": [asdict(agreement) for agreement in kept.agreements],
-        },
+        "agreement": {"checked_on": notes[0], "outputs": kept.agreements},
         "evaluation": evaluation,
         "choice": {
             "requested": request.backend,
@@ -352,9 +323,8 @@ def quantization_facts(
 
 
 def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) -> dict:
-    """Builds the candidates, measures them, and writes the kept one to `request.output_dir` (whole, or not at
-    all); returns what its quantization.json says. Raises UserError, nothing written, when the requested backend is
-    beyond the thresholds."""
+    """Writes the kept candidate to `request.output_dir` whole; returns its quantization.json. A requested backend
+    beyond the thresholds raises UserError with nothing written."""
     model, tokenizer, architecture = export.load_for_export(request.model_dir, request.architecture)
     embedding = export.embedding_spec_of(request.model_dir, architecture)
     max_length = min(request.max_length, export.longest_input(model, tokenizer))
@@ -399,8 +369,12 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
         backend = choose(rows)["backend"] if request.backend == "auto" else request.backend
         kept = next(candidate for candidate in candidates if candidate.backend == backend)
         progress(f"Kept {backend}: {backends.precision(backend, request)}.")
-        for agreement in kept.agreements:
-            progress("  " + agreement.describe())
+        for a in kept.agreements:
+            worst = f", worst {a['worst']:.4f}" if a["metric"] == "cosine similarity" else ""
+            progress(
+                f"  {a['output']}: {a['metric']} {a['mean']:.4f}{worst} over {a['count']} {a['unit']}, "
+                f"max abs difference {a['max_abs_difference']:.3g} (threshold {a['threshold']:g})"
+            )
         keep(kept, model, request.model_dir, staging)
         evaluation = []
         if labelled:
@@ -414,7 +388,8 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
             f"{len(timing)} batches of {text} sentences sorted by length, {real_tokens} real tokens, "
             f"{torch.get_num_threads()} threads, median of {rows[0]['rounds']} interleaved rounds",
         )
-        sizes = model.get_memory_footprint(), weights_bytes(staging, kept.model_file)
+        pattern = kept.model_file + "*" if kept.model_file.endswith(".onnx") else "model*.safetensors"
+        sizes = model.get_memory_footprint(), sum(path.stat().st_size for path in staging.glob(pattern))
         facts = quantization_facts(request, kept, rows, architecture, embedding, evaluation, sizes, notes)
         (staging / QUANTIZATION_FILE).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
         readme = render_quantized_readme(

@@ -103,9 +103,6 @@ class QuantizeRequest:
     )
 
     def __post_init__(self):
-        for name, choices in (("backend", BACKENDS), ("torch_scheme", TORCH_SCHEMES)):
-            if getattr(self, name) not in choices:
-                raise SettingError(name, f"{getattr(self, name)!r} is not one of {', '.join(choices)}.")
         for name in ("min_agreement", "min_cosine", "max_accuracy_drop"):
             if not 0 <= getattr(self, name) <= 1:
                 raise SettingError(name, f"must lie in [0, 1], got {getattr(self, name)}.")

@@ -267,9 +267,7 @@ def test_the_choice_is_the_fastest_candidate_within_the_thresholds():
     from briskbert.quantization.job import choose, speed_table
 
     def candidate(backend, note=""):
-        return SimpleNamespace(
-            backend=backend, agreements=[SimpleNamespace(mean=0.9)], accuracy=None, note=note
-        )
+        return SimpleNamespace(backend=backend, agreements=[{"mean": 0.9}], accuracy=None, note=note)
 
     timings = {"fp32": 1.0, "onnx": 0.4, "slower": 1.5, "wrong": 0.1}
     seconds = {name: [value] * 3 for name, value in timings.items()}
