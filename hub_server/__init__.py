@@ -5,19 +5,8 @@ from briskbert.extras import require_extra
 
 require_extra("hub", "The local Hub (briskbert local-hub, the quickstart's publish step)")  # before uvicorn
 
-from .accounts import Account
 from .errors import HubError
-from .routes import STEPS
-from .server import BackgroundHub, DataDirInUse, HubServer, ServerLimits
+from .server import Account, BackgroundHub, DataDirInUse, HubServer, ServerLimits
 from .storage import Storage
 
-__all__ = [
-    "STEPS",
-    "Account",
-    "BackgroundHub",
-    "DataDirInUse",
-    "HubError",
-    "HubServer",
-    "ServerLimits",
-    "Storage",
-]
+__all__ = ["Account", "BackgroundHub", "DataDirInUse", "HubError", "HubServer", "ServerLimits", "Storage"]

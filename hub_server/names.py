@@ -43,11 +43,6 @@ def validate_repo_id(repo_id: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-def repo_key(repo_id: str) -> str:
-    """The form repo ids are compared and stored in: the Hub treats ``me/Pub`` and ``me/pub`` as one repo."""
-    return repo_id.lower()
-
-
 def _segments_problem(form: str) -> str | None:
     if form.startswith("/") or "\\" in form:
         return "paths are relative and use '/'"

@@ -10,10 +10,10 @@ import json
 import re
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 import anyio.from_thread
 from starlette.requests import Request
@@ -25,7 +25,6 @@ from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
 from .index import FileEntry, Folder, looks_like_lfs
-from .names import repo_key
 from .protocol import parse_json
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
@@ -101,18 +100,20 @@ def _repo_spec(req: Request) -> tuple[str, str, bool]:
     return repo_type, repo_id, private
 
 
-def _refused(message: str, code: str) -> Callable[[Request], Response]:
-    def handler(req: Request) -> Response:
-        raise BadRequest(message, code=code)
+def no_pull_requests(req: Request) -> Response:
+    raise BadRequest(
+        "Pull requests and discussions are not supported by this local Hub: commit to a branch instead "
+        "(create_pr=False, revision=<branch>)",
+        code="PullRequestsNotSupported",
+    )
 
-    return handler
 
-
-_NO_PULL_REQUESTS = _refused(
-    "Pull requests and discussions are not supported by this local Hub: commit to a branch instead "
-    "(create_pr=False, revision=<branch>)",
-    "PullRequestsNotSupported",
-)
+def no_xet(req: Request) -> Response:
+    raise BadRequest(
+        "This server does not implement Xet storage. Set HF_HUB_DISABLE_XET=1 on the client, or run the server "
+        "with upload_mode='regular'.",
+        code="XetNotSupported",
+    )
 
 
 # ---- repo management ----------------------------------------------------------------------------------
@@ -167,7 +168,7 @@ def repo_info(req: Request) -> Response:
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])
     info = {
-        "_id": hashlib.sha1(repo_key(record.repo_id).encode()).hexdigest()[:24],
+        "_id": hashlib.sha1(record.repo_id.lower().encode()).hexdigest()[:24],
         "id": record.repo_id,
         "author": record.namespace,
         "sha": sha,
@@ -191,7 +192,7 @@ def repo_info(req: Request) -> Response:
 # ---- uploads -------------------------------------------------------------------------------------------
 def _writable_branch(req: Request) -> str:  # the storage refuses a commit to anything but a branch
     if _flag(req, "create_pr"):
-        _NO_PULL_REQUESTS(req)
+        no_pull_requests(req)
     return req.path_params["rev"].removeprefix("refs/heads/")
 
 
@@ -374,18 +375,13 @@ def ref(req: Request, kind: str) -> Response:
 
 
 # ---- the table: patterns are matched on the raw path, so a revision sent as refs%2Fpr%2F1 is one parameter --
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     methods: str
     pattern: str  # a regular expression; its named groups are the (unquoted) path parameters
     handler: Callable[[Request], Response]
     auth: Auth = Auth.PUBLIC
     step: str | None = None  # the fault-injection step (``STEPS``)
     body: str = "max_json_bytes"  # the ``ServerLimits`` field that caps the body
-    regex: re.Pattern = field(init=False, repr=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "regex", re.compile(self.pattern))
 
 
 _REPO = r"(?P<repo_id>[^/]+/[^/]+?)"
@@ -408,18 +404,8 @@ ROUTES = (
     Route("GET", API + "/commits/(?P<rev>.+)", commits, R, "commits"),
     Route("POST DELETE", API + "/branch/(?P<name>.+)", partial(ref, kind="branches"), W, "branch"),
     Route("POST DELETE", API + "/tag/(?P<name>.+)", partial(ref, kind="tags"), W, "tag"),
-    Route(
-        "GET",
-        API + "/xet-write-token/.+",
-        _refused(
-            "This server does not implement Xet storage. Set HF_HUB_DISABLE_XET=1 on the client, or run the "
-            "server with upload_mode='regular'.",
-            "XetNotSupported",
-        ),
-        W,
-        "xet",
-    ),
-    Route("GET POST", API + "/discussions", _NO_PULL_REQUESTS, W),
+    Route("GET", API + "/xet-write-token/.+", no_xet, W, "xet"),
+    Route("GET POST", API + "/discussions", no_pull_requests, W),
     Route("GET HEAD", URL + "/resolve/(?P<rev>[^/]+)/(?P<path>.+)", resolve, R, "resolve"),
     Route("POST", URL + r"\.git/info/lfs/objects/batch", lfs_batch, W, "lfs_batch"),
     Route("PUT", "/lfs-upload/" + SIGNED, lfs_upload, Auth.SIGNED, "lfs_upload", "max_upload_bytes"),
@@ -433,7 +419,7 @@ def match(method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
     """The route for a request and its unquoted parameters."""
     allowed = []
     for route in ROUTES:
-        m = route.regex.fullmatch(raw_path)
+        m = re.fullmatch(route.pattern, raw_path)  # re caches the compiled patterns
         if m is not None and method in route.methods.split():
             return route, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items() if v is not None}
         allowed += route.methods.split() if m else []

@@ -1,10 +1,7 @@
 """A Hub-compatible HTTP server the unmodified ``huggingface_hub`` and ``transformers`` clients talk to through
 ``HF_ENDPOINT``. uvicorn frames HTTP (``_Protocol`` adds a connection cap and a head deadline); ``HubServer`` is
 the ASGI app whose dispatcher applies the route table's shared concerns from the headers alone
-(docs/security.md). ``upload_mode="lfs"`` takes large or binary files through the LFS batch API and pre-signed
-PUTs (clients need ``HF_HUB_DISABLE_XET=1``). ``fault={"step", "kind": "500"|"400"|"drop"|"stall", "times",
-"stall_s"}`` makes the next requests of that step fail before anything changes.
-"""
+(docs/security.md). ``fault={"step", "kind", "times", "stall_s"}`` fails the next requests of that step."""
 
 from __future__ import annotations
 
@@ -32,12 +29,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from briskbert.errors import SettingError
 from briskbert.hub_cards.front_matter import YamlLimits
 
 from . import errors
-from .accounts import Account, token_digest
 from .errors import BadRequest, HubError
-from .names import validate_repo_id
+from .names import is_repo_name, validate_repo_id
 from .protocol import parse_size
 from .routes import STEPS, Auth, Route, header_safe, json_response, match, read_body, repo_of
 from .storage import Storage
@@ -71,6 +68,48 @@ class ServerLimits:
     index_cache_revisions: int = 8  # the file indexes of the most recently read revisions kept in memory
     request_log_entries: int = 4096  # the in-memory request log keeps the last N requests
     yaml: YamlLimits = YamlLimits()
+
+
+@dataclass(frozen=True)
+class Account:
+    """A user (``name``) and the organisations its token may also write in; as on the Hub, a token reads
+    private repos and writes only under those names. ``token`` is None only for a server without any token."""
+
+    name: str
+    token: str | None
+    orgs: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "orgs", tuple(self.orgs))
+        for namespace in (self.name, *self.orgs):
+            if not is_repo_name(namespace):
+                raise SettingError(
+                    "user", f"{namespace!r} cannot be a user or organisation name (letters, digits, -_.)"
+                )
+        if self.token is not None and not (
+            isinstance(self.token, str) and self.token.isprintable() and self.token
+        ):
+            raise ValueError(f"the token of account {self.name!r} must be a non-empty printable string")
+
+    def owns(self, namespace: str) -> bool:
+        return namespace.lower() in {n.lower() for n in (self.name, *self.orgs)}
+
+    def check_writes(self, namespace: str, what: str) -> None:
+        if not self.owns(namespace):
+            mine = ", ".join([self.name, *self.orgs])
+            raise errors.Forbidden(
+                f"You don't have the rights to write {what}: this token writes only under {mine}"
+            )
+
+    def whoami(self) -> dict:
+        auth = {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}}
+        orgs = [{"type": "org", "name": org, "fullname": org} for org in self.orgs]
+        return {"type": "user", "name": self.name, "fullname": self.name, "orgs": orgs, "auth": auth}
+
+
+def token_digest(token: str) -> bytes:
+    """Tokens are compared by digest: the time a lookup takes tells nothing about how much of a token was right."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
 class Body:
@@ -267,10 +306,11 @@ class HubServer:
 
     def set_fault(self, fault: dict | None) -> None:
         if fault is not None:
-            if fault.get("step") not in STEPS:
-                raise ValueError(f"fault step must be one of {STEPS}, got {fault.get('step')!r}")
-            if fault.get("kind") not in FAULT_KINDS:
-                raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {fault.get('kind')!r}")
+            for key, allowed in (("step", STEPS), ("kind", FAULT_KINDS)):
+                if fault.get(key) not in allowed:
+                    raise SettingError(
+                        f"fault_{key}", f"must be one of {', '.join(allowed)}, got {fault.get(key)!r}"
+                    )
             fault = {"times": 1, "stall_s": 2.0, **fault}
         with self._fault_lock:
             self.fault: dict | None = fault

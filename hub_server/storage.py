@@ -34,7 +34,7 @@ from briskbert.files import file_digest, write_atomic
 from . import errors, names
 from .errors import BadRequest, HubError, RevisionNotFound, damaged, repo_not_found
 from .index import GITATTRIBUTES, FileEntry, RevisionIndex, git_blob_oid
-from .names import COMMIT_ID_RE, repo_key
+from .names import COMMIT_ID_RE
 
 logger = logging.getLogger("hub_server")
 UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
@@ -44,30 +44,26 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
-def _meta_problem(meta) -> str | None:
-    if not isinstance(meta, dict) or not isinstance(meta.get("private"), bool):
-        return "not an object with a true or false 'private'"
-    return None if isinstance(meta.get("id", ""), str) else "'id' is not text"
-
-
-def _refs_problem(refs) -> str | None:
-    tables = [refs.get(kind) for kind in ("branches", "tags")] if isinstance(refs, dict) else [None]
-    if not all(isinstance(t, dict) for t in tables):
-        return "not an object with 'branches' and 'tags'"
-    ok = all(isinstance(c, str) and COMMIT_ID_RE.fullmatch(c) for t in tables for c in t.values())
-    return None if ok else "a ref names no commit id"
-
-
-def _check_file(path: Path, problem) -> tuple[dict, str | None]:
-    """A small JSON file read at start-up: (its content, None), or ({}, what is wrong with it)."""
+def _read_record_file(path: Path) -> tuple[dict, str | None]:
+    """``meta.json`` or ``refs.json``, read at start-up: (its content, None), or ({}, what is wrong with it)."""
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
         return {}, "missing"
     except ValueError as e:
         return {}, f"not valid JSON ({e})"
-    why = problem(data)
-    return (data, None) if why is None else ({}, why)
+    if path.name == "meta.json":
+        ok = (
+            isinstance(data, dict)
+            and isinstance(data.get("private"), bool)
+            and isinstance(data.get("id", ""), str)
+        )
+        return (data, None) if ok else ({}, "not an object with a true or false 'private' and a text 'id'")
+    tables = [data.get(kind) for kind in ("branches", "tags")] if isinstance(data, dict) else [None]
+    if not all(isinstance(t, dict) for t in tables):
+        return {}, "not an object with 'branches' and 'tags'"
+    ok = all(isinstance(c, str) and COMMIT_ID_RE.fullmatch(c) for t in tables for c in t.values())
+    return (data, None) if ok else ({}, "a ref names no commit id")
 
 
 # ---- commit operations ---------------------------------------------------------------------------------
@@ -180,12 +176,10 @@ class Storage:
         # The most recently read revisions; built one at a time, so many large ones at once cost one build's memory.
         self.indexes = functools.lru_cache(index_cache_revisions)(self._read_index)
         self._index_lock = threading.Lock()
-        self._verified: dict[
-            str, tuple
-        ] = {}  # blobs whose content matched, with the file status they had then
+        self._verified: dict[str, tuple] = {}  # blobs whose content matched, with their file status then
         self._reached: dict[
             Path, tuple[frozenset, frozenset]
-        ] = {}  # per repo: its heads, the commits they reach
+        ] = {}  # per repo: its heads, the commits reached
         self._unnamed: dict[str, float] = {}  # blobs kept for a commit to come, with when they arrived
         self._lock = threading.RLock()  # every write: repos, refs, blob arrivals, collection
         self._repos: dict[tuple[str, str], RepoRecord] = {}
@@ -193,7 +187,7 @@ class Storage:
             for refs in sorted((self.root / "repos" / f"{repo_type}s").glob("*/*/refs.json")):
                 record = self._load_repo(repo_type, refs.parent)
                 if record is not None:
-                    self._repos[(repo_type, repo_key(record.repo_id))] = record
+                    self._repos[(repo_type, record.repo_id.lower())] = record
 
     def clean_tmp(self) -> None:
         """Empty ``tmp/`` of what interrupted writes left; call only while no write is running."""
@@ -203,8 +197,8 @@ class Storage:
     def _load_repo(self, repo_type: str, folder: Path) -> RepoRecord | None:
         """The repo in ``folder``. A damaged ``meta.json`` or ``refs.json`` is logged in one line naming it, and
         the repo is served as damaged (as a private one when its ``meta.json`` cannot say it is public)."""
-        meta, bad_meta = _check_file(folder / "meta.json", _meta_problem)
-        bad_refs = _check_file(folder / "refs.json", _refs_problem)[1]
+        meta, bad_meta = _read_record_file(folder / "meta.json")
+        bad_refs = _read_record_file(folder / "refs.json")[1]
         repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
         try:  # a valid id, in its own folder (not a mixed-case folder of an older layout)
             served = names.validate_repo_id(repo_id) and folder == self._folder_of(repo_type, repo_id)
@@ -323,11 +317,12 @@ class Storage:
     # ---- repos --------------------------------------------------------------------------------
     def _folder_of(self, repo_type: str, repo_id: str) -> Path:
         # Ids are checked where they arrive (a request, or a meta.json at start-up): the path stays inside root.
-        return self.root / "repos" / f"{repo_type}s" / repo_key(repo_id)
+        # They are case-insensitive, as on the Hub: me/Pub and me/pub are one repo.
+        return self.root / "repos" / f"{repo_type}s" / repo_id.lower()
 
     def lookup(self, repo_type: str, repo_id: str) -> RepoRecord | None:
         """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
-        return self._repos.get((repo_type, repo_key(repo_id)))
+        return self._repos.get((repo_type, repo_id.lower()))
 
     def meta(self, repo_type: str, repo_id: str) -> RepoRecord:
         record = self.lookup(repo_type, repo_id)
@@ -358,14 +353,14 @@ class Storage:
             except BaseException:
                 shutil.rmtree(d, ignore_errors=True)
                 raise
-            self._repos[(repo_type, repo_key(repo_id))] = record
+            self._repos[(repo_type, repo_id.lower())] = record
             return record
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
         """Delete a repo, a damaged one too (the way to be rid of it), and the blobs only it named."""
         d = self._folder_of(repo_type, repo_id)
         with self._lock:
-            if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
+            if self._repos.pop((repo_type, repo_id.lower()), None) is None:
                 raise repo_not_found(repo_type, repo_id)
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # gone at once; then removed at leisure
