@@ -1,7 +1,6 @@
-"""The model card (README.md) of a saved BriskBert folder: ``templates/model_card.md`` filled from
-``config.json``, the training facts and, for a folder ``briskbert quantize`` wrote, ``quantization.json``. No
-dates and sorted tables: the same folder always renders the same card, so re-publishing it makes no commit.
-"""
+"""The model card (README.md) of a saved folder: ``templates/model_card.md`` filled from ``config.json``, the
+training facts and ``quantization.json`` when ``briskbert quantize`` wrote one. No dates, sorted tables: the same
+folder always renders the same card, so re-publishing it makes no commit."""
 
 from __future__ import annotations
 
@@ -37,14 +36,6 @@ TASKS = {
     "ForPreTraining": "fill-mask",
     "Model": "feature-extraction",
 }
-#: pipeline tag -> the usage snippet's example input, as Python source
-EXAMPLE_INPUTS = {
-    "text-classification": '"A short film that is both funny and moving."',
-    "token-classification": '"Angela Merkel visited Gdansk."',
-    "question-answering": 'question="Where do cats sit?", context="The cat sat on the mat."',
-    "fill-mask": 'f"The cat sat on the {tokenizer.mask_token}."',
-    "feature-extraction": '"The cat sat on the mat."',
-}
 _DATASET_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _FILE_SUFFIXES = (".txt", ".tsv", ".csv", ".json", ".jsonl", ".parquet", ".arrow")
 _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "step"}
@@ -53,7 +44,7 @@ BASELINES = {"chance": "chance", "majority": "majority class"}
 
 
 class CardError(UserError):
-    """The folder or the facts cannot make a valid card: one line naming the file (and field) and the fix."""
+    """The folder or the facts cannot make a valid card (one line naming the file and the fix)."""
 
 
 def task_for_architecture(architecture: str) -> tuple[str, str]:
@@ -76,8 +67,7 @@ def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
 
 
 def read_quantization(model_dir: str | Path) -> dict | None:
-    """What ``briskbert quantize`` recorded about a quantized folder, or None for an fp32 / bf16 one."""
-    path = Path(model_dir) / QUANTIZATION_FILE
+    path = Path(model_dir) / QUANTIZATION_FILE  # written by briskbert quantize
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -104,8 +94,7 @@ def _duration(seconds) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def _precision(mixed_precision: str) -> str:
-    """The arithmetic training ran in (accelerate's ``mixed_precision``: no, fp16, bf16 or fp8)."""
+def _precision(mixed_precision: str) -> str:  # accelerate's mixed_precision: no, fp16, bf16 or fp8
     return "fp32" if mixed_precision == "no" else f"{mixed_precision} mixed precision (fp32 master weights)"
 
 
@@ -127,8 +116,7 @@ def _data_names(value) -> str:
 
 
 def _training_data(job: JobFacts) -> str:
-    """``2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)``: the public name, the local files it
-    was read from when the name is not theirs, and the rows used."""
+    """``2,000 rows of glue/sst2 (the local file sst2_train_excerpt.tsv)``: names, local files, rows used."""
     if not job.datasets:
         return ""
     names = _data_names(job.datasets)
@@ -206,21 +194,16 @@ def render_card(
         architecture=", ".join(config["architectures"]),
         repo_id=repo_id,
         revision=revision,
-        revision_note="pinned: this tag names the published commit"
-        if revision_is_pinned
-        else "a branch moves; pin the commit id from the repo's history for reproducible results",
+        revision_is_pinned=revision_is_pinned,
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
-        # whole words as entities, not one per sub-word
-        pipeline_options=', aggregation_strategy="first"' if pipeline_tag == "token-classification" else "",
-        example_input=EXAMPLE_INPUTS[default_tag],
+        default_tag=default_tag,
         architecture_rows=_architecture_rows(config, pipeline_tag, quantization),
         training_rows=_training_rows(job, run),
         metric_rows=_metric_rows(metrics),
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
         quantization=quantization,
         max_length=config.get("max_position_embeddings", "the maximum"),
-        torchao=bool(quantization) and quantization.get("backend") == "torchao",
         limitations=job.limitations,
     )
     if problems := check_metadata(card.data.to_dict()):  # what the Hub would refuse (validate() needs it)
@@ -228,15 +211,8 @@ def render_card(
     return card
 
 
-def write_card(model_dir: str | Path, repo_id: str | None = None) -> Path:
-    """Render the card of ``model_dir`` into ``model_dir/README.md``."""
-    path = Path(model_dir) / "README.md"
-    write_atomic(path, str(render_card(model_dir, repo_id)))
-    return path
-
-
-def _is_baseline(name: str) -> bool:
-    return name.split("_", 1)[0] in BASELINES
+def write_card(model_dir: str | Path, repo_id: str | None = None) -> None:
+    write_atomic(Path(model_dir) / "README.md", str(render_card(model_dir, repo_id)))
 
 
 def _metric_rows(metrics: dict) -> list[tuple[str, str]]:
@@ -248,14 +224,14 @@ def _metric_rows(metrics: dict) -> list[tuple[str, str]]:
             for b, words in BASELINES.items()
             if f"{b}_{name}" in metrics
         ]
-        if not _is_baseline(name):
+        if name.split("_", 1)[0] not in BASELINES:
             rows.append((name, _fmt(float(value)) + (f" ({', '.join(beside)})" if beside else "")))
     return rows
 
 
 def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_dataset, quantization):
-    """The front matter, with model-index results only for a public evaluation dataset (and not for a
-    quantized model, whose training metrics were measured before quantization)."""
+    """The front matter; model-index results only for a public evaluation dataset, and not for a quantized model
+    (its metrics were measured before quantization)."""
     eval_results = None
     if metrics and _is_public_dataset(eval_dataset) and quantization is None:
         eval_results = [
@@ -269,7 +245,7 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
                 metric_value=round(float(value), 6),
             )
             for name, value in metrics.items()
-            if not _is_baseline(name)
+            if name.split("_", 1)[0] not in BASELINES
         ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type") or "briskbert", *job.tags]
     if quantization:
@@ -329,8 +305,7 @@ def _description(job: JobFacts, pipeline_tag: str) -> str:
 
 
 def _eval_data_name(eval_dataset, split: str | None, description: str | None) -> str:
-    """What "Measured on ..." names: a public dataset's split only when the data was that split; a local
-    file by its name, after what the training job says it is (``eval_dataset_description``)."""
+    """What "Measured on ..." names: a public dataset (and split), or the job's description of a local file."""
     if description:
         return f"{description} (local data: {_fmt(eval_dataset)})" if eval_dataset else description
     if not eval_dataset:

