@@ -116,13 +116,6 @@ def test_trained_tokenizer_on_excerpt(trained_excerpt):
     reloaded = BriskBertTokenizer.from_pretrained(out)
     text = "The European lobster lives in the Atlantic Ocean ."
     assert reloaded(text) == tok(text)
-    # decoding re-joins the ## pieces: the decoded text encodes to the same ids
-    ids = tok(
-        [t for t in read_lines(EXCERPTS / "wikitext2_excerpt.txt") if t.strip()], add_special_tokens=False
-    )
-    decoded = tok.batch_decode(ids["input_ids"])
-    assert "##" not in "".join(decoded)
-    assert tok(decoded, add_special_tokens=False)["input_ids"] == ids["input_ids"]
     # a folder with only vocab.txt loads too
     only_vocab = out.parent / "only_vocab"
     only_vocab.mkdir()

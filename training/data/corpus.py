@@ -1,8 +1,5 @@
-"""A tokenized corpus on disk: prepared once, in parallel, with bounded memory; memory-mapped afterwards.
-
-:func:`prepare_corpus` reads a corpus as paragraphs in pieces of bounded length (a long line is cut before the
-whitespace that precedes a word, which keeps the ids of the whole), tokenizes chunks of about a megabyte in
-worker processes and appends the ids to flat files. A store folder:
+"""A tokenized corpus on disk: prepared once, in parallel, with bounded memory (a long line is read in pieces cut
+before a word's whitespace, which keeps the ids of the whole); memory-mapped afterwards. A store folder:
 
     tokens.bin        every document's ids, each non-empty document followed by the separator id
     documents.npy     int64 offsets into tokens.bin, one more than there are documents
@@ -11,7 +8,7 @@ worker processes and appends the ids to flat files. A store folder:
     meta.json, manifest.json (each file's size and sha256, written last)
 
 Stores are cached under a fingerprint of the input, the tokenizer and the segmentation, and reused only when
-they prove themselves (manifest, ids in range).
+their files match the manifest and their ids are in range.
 """
 
 from __future__ import annotations
@@ -254,21 +251,12 @@ class TokenEncoder:
         return [encoding.ids for encoding in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
 
 
-@dataclass
-class EncodedChunk:
-    """A chunk of documents, tokenized: the flat ids and the lengths needed to find each piece again."""
-
-    tokens: np.ndarray
-    document_lengths: np.ndarray  # tokens per document, separator included (0: the document is empty)
-    segment_lengths: np.ndarray  # tokens per non-empty segment, in order
-    document_segments: np.ndarray  # non-empty segments per document
-
-
 def encode_documents(
     encoder: TokenEncoder, documents: list[list[str]], sentences: bool, open_last: bool = False
-) -> EncodedChunk:
-    """Tokenize documents of text segments, dropping empty ones. With ``open_last`` the last document (which may
-    go on in the next chunk) gets no separator."""
+):
+    """Tokenize documents of text segments, dropping empty segments: ``(tokens, tokens per document with its
+    separator, tokens per segment, segments per document)``. With ``open_last`` the last document (which may go
+    on in the next chunk) gets no separator."""
     if sentences:
         documents = [[s for p in doc for s in split_sentences(p)] for doc in documents]
     flat_ids = encoder([segment for doc in documents for segment in doc]) if documents else []
@@ -276,42 +264,23 @@ def encode_documents(
     for number, doc in enumerate(documents):
         segments = [ids for ids in flat_ids[k : k + len(doc)] if ids]
         k += len(doc)
-        for ids in segments:
-            pieces.append(ids)
-            seg_lengths.append(len(ids))
         closed = bool(segments) and not (open_last and number == len(documents) - 1)
-        if closed:
-            pieces.append([encoder.separator_id])
+        pieces += [*segments, [encoder.separator_id]] if closed else segments
+        seg_lengths += map(len, segments)
         doc_lengths.append(sum(map(len, segments)) + closed)
         doc_segments.append(len(segments))
     tokens = np.fromiter(chain.from_iterable(pieces), dtype=encoder.dtype, count=sum(doc_lengths))
-    return EncodedChunk(
-        tokens,
-        np.asarray(doc_lengths, dtype=np.int64),
-        np.asarray(seg_lengths, dtype=np.int64),
-        np.asarray(doc_segments, dtype=np.int64),
-    )
+    return tokens, *(np.asarray(x, dtype=np.int64) for x in (doc_lengths, seg_lengths, doc_segments))
 
 
 # -------------------------------------------------------------------------------------------------- store
-@dataclass(frozen=True)
 class CorpusStore:
     """A prepared store, read-only and memory-mapped."""
 
-    folder: Path
-    meta: dict
-
-    @classmethod
-    def open(cls, folder: str | Path) -> CorpusStore:
-        return cls(Path(folder), json.loads((Path(folder) / META_FILE).read_text()))
-
-    @property
-    def num_documents(self) -> int:
-        return self.meta["num_documents"]
-
-    @property
-    def num_tokens(self) -> int:
-        return self.meta["num_tokens"]
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.meta = json.loads((self.folder / META_FILE).read_text())
+        self.num_documents, self.num_tokens = self.meta["num_documents"], self.meta["num_tokens"]
 
     def tokens(self) -> np.ndarray:
         return np.memmap(self.folder / "tokens.bin", dtype=self.meta["dtype"], mode="r")
@@ -333,7 +302,7 @@ def verified_store(folder: Path, vocab_size: int, log) -> CorpusStore | None:
     if problem is None and not (folder / MANIFEST_FILE).is_file():
         problem = f"{folder} has no {MANIFEST_FILE} (an interrupted preparation, or an older version's)"
     if problem is None:
-        store = CorpusStore.open(folder)
+        store = CorpusStore(folder)
         tokens = store.tokens()
         chunks = range(0, len(tokens), _CHECK_TOKENS)
         largest = max(int(tokens[i : i + _CHECK_TOKENS].max()) for i in chunks)
@@ -390,7 +359,7 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    store = CorpusStore.open(folder)
+    store = CorpusStore(folder)
     log(
         f"Prepared {source.label}: {store.num_documents:,} documents, {store.num_tokens:,} tokens in "
         f"{store.meta['seconds']:.1f} s with {settings.num_workers} worker(s); cached in {folder}"
@@ -418,7 +387,7 @@ def _document_chunks(source: CorpusSource, progress) -> Iterator[tuple[list[list
         yield chunk, continues
 
 
-def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[EncodedChunk, bool]]:
+def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[tuple, bool]]:
     """Encoded chunks in corpus order; at most two jobs per worker are in flight, so nothing piles up."""
     chunks = _document_chunks(source, progress)
     if settings.num_workers <= 1:
@@ -454,9 +423,8 @@ class _StoreWriter:
         self.open: tuple[int, int] | None = None  # tokens and segments of the open document so far
         self.doc_lengths, self.seg_lengths, self.doc_segments = array("q"), array("q"), array("q")
 
-    def add(self, encoded: EncodedChunk, continues: bool) -> None:
-        tokens, lengths = encoded.tokens, encoded.document_lengths.copy()
-        segments = encoded.document_segments.copy()
+    def add(self, encoded: tuple, continues: bool) -> None:
+        tokens, lengths, segment_lengths, segments = encoded
         if continues:
             length, count = self.open
             if length and not lengths[0] and len(lengths) > 1:  # it ends here without tokens of its own
@@ -466,7 +434,7 @@ class _StoreWriter:
         else:
             self.end_document()
         self.open = int(lengths[-1]), int(segments[-1])
-        self._write(tokens, lengths[:-1], encoded.segment_lengths, segments[:-1])
+        self._write(tokens, lengths[:-1], segment_lengths, segments[:-1])
 
     def end_document(self) -> None:
         if self.open is not None:

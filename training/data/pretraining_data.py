@@ -40,7 +40,11 @@ def split_document_indices(
     num_documents: int, percentage: float, seed: int, source: str = "The training corpus"
 ) -> tuple[np.ndarray, np.ndarray]:
     """(training, validation) document indices in corpus order, ``percentage`` % (at least one) held out."""
-    _check_splittable(num_documents, source)
+    if num_documents < 2:
+        raise ValueError(
+            f"{source} has {'no text' if num_documents == 0 else 'a single document'}, too little to carve a "
+            "validation split from: give a validation_file or more documents (blank lines separate documents)."
+        )
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
     held = np.zeros(num_documents, dtype=bool)
@@ -51,15 +55,7 @@ def split_document_indices(
 def check_splittable(source: CorpusSource) -> None:
     """Refuses a corpus too small to split before anything is prepared (reads up to its second document)."""
     starts = (1 for _, starts_document in iter_paragraphs(source) if starts_document)
-    _check_splittable(sum(islice(starts, 2)), source.label)
-
-
-def _check_splittable(num_documents: int, source: str) -> None:
-    if num_documents < 2:
-        raise ValueError(
-            f"{source} has {'no text' if num_documents == 0 else 'a single document'}, too little to carve a "
-            "validation split from: give a validation_file or more documents (blank lines separate documents)."
-        )
+    split_document_indices(sum(islice(starts, 2)), 50, 0, source.label)
 
 
 def sequence_spans(document_lengths, max_seq_length: int, packing: str) -> tuple[np.ndarray, np.ndarray]:
@@ -294,23 +290,17 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         return self.num_shards * workers, self.shard_index * workers + worker
 
-    def _own_chunks(self, shards: int, shard: int) -> Iterator[list[list[str]]]:
-        documents, number = iter_documents(CorpusSource(self.path, self.text_column)), 0
-        while chunk := list(islice(documents, self.documents_per_chunk)):
-            if number % shards == shard:
-                yield chunk
-            number += 1
-
     def __iter__(self):
         shards, shard = self._shard()
         packed = self.mode == "full-sentences"
         wrap = partial(wrap_sequence, packing=self.mode, cls_id=self.cls_id, sep_id=self.sep_id)
-
+        documents = iter_documents(CorpusSource(self.path, self.text_column))
+        chunks = iter(lambda: list(islice(documents, self.documents_per_chunk)), [])
         carry, local = np.zeros(0, dtype=self.encoder.dtype), 0
-        for chunk in self._own_chunks(shards, shard):
-            encoded = encode_documents(self.encoder, chunk, sentences=False)
-            stream = np.concatenate([carry, encoded.tokens])
-            lengths = np.concatenate([[len(carry)], encoded.document_lengths])
+        for chunk in islice(chunks, shard, None, shards):
+            tokens, document_lengths, _, _ = encode_documents(self.encoder, chunk, sentences=False)
+            stream = np.concatenate([carry, tokens])
+            lengths = np.concatenate([[len(carry)], document_lengths])
             starts, sizes = sequence_spans(lengths, self.max_seq_length, self.mode)
             carry = np.zeros(0, dtype=stream.dtype)
             if packed and len(starts) and sizes[-1] < sizes[0]:  # unfinished: the next chunk ends it
