@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Dense retrieval: a passage collection with relevance judgements (``qrels``), sentence embeddings from a dual
-encoder, search (exact, or in a ``build-index`` folder) and the standard metrics (Recall@1/5/10/100, MRR@10,
-nDCG@10)."""
+"""Dense retrieval: a passage collection with relevance judgements (``qrels``), a dual encoder's embeddings, search
+(exact, or in a ``build-index`` folder) and Recall@1/5/10/100, MRR@10 and nDCG@10."""
 
 from __future__ import annotations
 
@@ -58,8 +57,8 @@ class Retrieved:
 
 # ------------------------------------------------------------------------------------------------ loading
 def read_passages(path: str | None, min_words: int = 0) -> list[str]:
-    """One passage per line (none without a ``path``), leaving out blank lines, WikiText headings
-    (`` = Title = ``) and lines under ``min_words`` words."""
+    """One passage per line, without blank lines, WikiText headings (`` = Title = ``) and lines under
+    ``min_words`` words."""
     if path is None:
         return []
     if not Path(path).is_file():
@@ -75,8 +74,7 @@ def read_passages(path: str | None, min_words: int = 0) -> list[str]:
 def load_squad_retrieval(
     path: str, articles: tuple[int, int] | None = None, extra_passages: list[str] = ()
 ) -> RetrievalTask:
-    """Every distinct paragraph is a passage ``p<n>``, relevant to its own questions; ``extra_passages`` join
-    the corpus as distractors ``x<n>``."""
+    """Every distinct paragraph is a passage ``p<n>`` relevant to its questions; distractors are ``x<n>``."""
     questions, _ = load_squad(path, articles)
     passage_ids: dict[str, str] = {}
     for context in questions["context"]:
@@ -100,8 +98,8 @@ def _json_lines(path: str, setting: str, *keys: str):
 
 
 def load_collection(source) -> RetrievalTask:
-    """The collection a ``CollectionSource`` (or a ``PassageSource``'s SQuAD part) names: SQuAD, or JSON lines
-    corpus, queries and qrels (relevance 1 unless given; queries without a judgement left out)."""
+    """The collection a ``CollectionSource`` (or ``PassageSource``) names: SQuAD, or JSON lines corpus, queries and
+    qrels (relevance 1 unless given; queries without a judgement left out)."""
     if source.squad_file is not None:
         extra = read_passages(source.extra_corpus_file, source.extra_corpus_min_words)
         return load_squad_retrieval(source.squad_file, source.articles, extra)
@@ -126,8 +124,7 @@ def load_collection(source) -> RetrievalTask:
 
 # ------------------------------------------------------------------------------------------ embeddings
 def embed_batch(encoder, input_ids, attention_mask, spec: EmbeddingSpec) -> torch.Tensor:
-    """The mean of the real tokens or the [CLS] token, unit length if ``spec`` says so (sentence-transformers'
-    Pooling and Normalize modules)."""
+    """Mean or [CLS] pooling, unit length if ``spec`` says so (sentence-transformers' Pooling and Normalize)."""
     hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     if spec.pooling == "cls":
         embeddings = hidden[:, 0]
@@ -138,7 +135,7 @@ def embed_batch(encoder, input_ids, attention_mask, spec: EmbeddingSpec) -> torc
 
 
 def batches_by_length(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Indices in batches of similar length, longest first, so little of each batch is padding."""
+    """Indices in batches of similar length, longest first: little padding."""
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
@@ -179,8 +176,7 @@ def encode_texts(
 def exact_search(
     queries: torch.Tensor, passages: torch.Tensor, top_k: int, block_size: int = 1024
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scores, indices)`` of the ``top_k`` highest dot products per query, best first; queries go in
-    blocks to bound memory."""
+    """``(scores, indices)`` of the ``top_k`` highest dot products per query, best first (blocks bound memory)."""
     top = [
         torch.topk(queries[start : start + block_size] @ passages.T, min(top_k, passages.shape[0]), dim=1)
         for start in range(0, queries.shape[0], block_size)
@@ -211,10 +207,9 @@ def retrieve(
 
 # --------------------------------------------------------------------------------------------- metrics
 def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Recall@1/5/10/100, MRR@10 and nDCG@10 (graded relevance, log2 discount) of ``rankings`` (``{query id:
-    passage ids, best first}``), averaged over queries; relevant means a relevance above 0."""
-    # Kept here: sentence-transformers' InformationRetrievalEvaluator (an optional extra) only knows binary
-    # relevance, and the libraries that read graded rankings (ranx, pytrec_eval) would each be a dependency.
+    """Recall@1/5/10/100, MRR@10 and nDCG@10 (graded relevance, log2 discount) of ``{query id: passage ids, best
+    first}``, averaged over queries; relevant means a relevance above 0."""
+    # sentence-transformers' evaluator (an optional extra) only knows binary relevance.
     totals = dict.fromkeys(
         [f"recall@{k}" for k in RECALL_DEPTHS] + [f"mrr@{RANK_DEPTH}", f"ndcg@{RANK_DEPTH}"], 0.0
     )
@@ -252,8 +247,7 @@ def rankings_from_indices(task: RetrievalTask, indices: torch.Tensor) -> dict[st
 # ------------------------------------------------------------------------------------------------ models
 @dataclass
 class Retriever:
-    """A dual encoder ready to search; ``scale`` (1/temperature of its training) turns its similarities into
-    logits over passages."""
+    """A dual encoder ready to search; ``scale`` (its training's 1/temperature) turns similarities into logits."""
 
     encoder: object
     tokenizer: object
@@ -266,8 +260,7 @@ class Retriever:
 def load_dual_encoder(
     name_or_path: str, pooling: str | None = None, normalize: bool | None = None, max_seq_length=None
 ):
-    """``(encoder, tokenizer, spec)`` of any encoder ``AutoModel`` loads, pooled as its sentence-transformers
-    files declare unless given (default: mean, normalised)."""
+    """``(encoder, tokenizer, spec)``, pooled as given, else as its sentence-transformers files say, else mean."""
     from transformers import AutoModel, AutoTokenizer
 
     from briskbert.modeling.sentence_transformers_files import read_embedding_spec
@@ -285,8 +278,7 @@ def load_dual_encoder(
 def load_retriever(
     name_or_path: str, pooling=None, normalize=None, max_seq_length=None, batch_size=64
 ) -> Retriever:
-    """:func:`load_dual_encoder` in eval mode, with the similarity scale its ``training_facts.json`` records,
-    else 20."""
+    """:func:`load_dual_encoder` in eval mode, with the scale its ``training_facts.json`` records, else 20."""
     from briskbert.training.engine.facts import read_training_facts
 
     encoder, tokenizer, spec = load_dual_encoder(name_or_path, pooling, normalize, max_seq_length)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
 from briskbert.inputs import read_json_object
 from briskbert.retrieval.settings import SquadSource
-from briskbert.training.tasks.settings import check_at_least
+from briskbert.training.tasks.settings import check_at_least, helped
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 CONFIG_FILE = "index_config.json"  # written last: its presence means the index is complete
@@ -28,24 +28,20 @@ def check_faiss() -> None:
 class IndexSettings:
     _argument_group_name = "index (faiss; inner product, i.e. cosine for normalised embeddings)"
 
-    index_type: str = field(
-        default="hnsw",
-        metadata={
-            "help": "flat: exact search; hnsw: graph, fast and accurate, full vectors in memory; ivfpq: inverted "
-            "lists of product-quantised codes, smallest memory, approximate.",
-            "choices": INDEX_TYPES,
-        },
+    index_type: str = helped(
+        "flat: exact search; hnsw: graph, fast and accurate, full vectors in memory; ivfpq: inverted "
+        "lists of product-quantised codes, smallest memory, approximate.",
+        "hnsw",
+        choices=INDEX_TYPES,
     )
-    hnsw_m: int = field(default=32, metadata={"help": "HNSW: neighbours per node."})
-    hnsw_ef_construction: int = field(default=200, metadata={"help": "HNSW: search depth while building."})
-    hnsw_ef_search: int = field(default=128, metadata={"help": "HNSW: search depth per query (at least k)."})
-    ivf_nlist: int = field(default=0, metadata={"help": "IVF-PQ: inverted lists (0: about 4 x sqrt(n))."})
-    ivf_nprobe: int = field(default=16, metadata={"help": "IVF-PQ: lists searched per query."})
-    pq_m: int = field(default=0, metadata={"help": "IVF-PQ: sub-quantizers per vector (0: dimension / 8)."})
-    pq_bits: int = field(default=8, metadata={"help": "IVF-PQ: bits per sub-quantizer code."})
-    max_train_vectors: int = field(
-        default=100_000, metadata={"help": "IVF-PQ: vectors to train on, at most."}
-    )
+    hnsw_m: int = helped("HNSW: neighbours per node.", 32)
+    hnsw_ef_construction: int = helped("HNSW: search depth while building.", 200)
+    hnsw_ef_search: int = helped("HNSW: search depth per query (at least k).", 128)
+    ivf_nlist: int = helped("IVF-PQ: inverted lists (0: about 4 x sqrt(n)).", 0)
+    ivf_nprobe: int = helped("IVF-PQ: lists searched per query.", 16)
+    pq_m: int = helped("IVF-PQ: sub-quantizers per vector (0: dimension / 8).", 0)
+    pq_bits: int = helped("IVF-PQ: bits per sub-quantizer code.", 8)
+    max_train_vectors: int = helped("IVF-PQ: vectors to train on, at most.", 100_000)
 
     def __post_init__(self):
         if self.index_type not in INDEX_TYPES:
@@ -85,11 +81,8 @@ class IndexSettings:
 
 @dataclass(frozen=True)
 class IndexFolder:
-    index: str | None = field(
-        default=None,
-        metadata={
-            "help": "A build-index folder over this collection's passages to search (the [faiss] extra)."
-        },
+    index: str | None = helped(
+        "A build-index folder over this collection's passages to search (the [faiss] extra)."
     )
 
     def __post_init__(self):
@@ -110,9 +103,7 @@ class IndexFolder:
 class PassageSource(SquadSource):
     _argument_group_name = "passages"
 
-    passages_file: str | None = field(
-        default=None, metadata={"help": "One passage per line (id: line number), or JSON lines id/text."}
-    )
+    passages_file: str | None = helped("One passage per line (id: line number), or JSON lines id/text.")
 
     def __post_init__(self):
         if (self.passages_file is None) == (self.squad_file is None):

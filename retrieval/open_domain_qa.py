@@ -1,11 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Open-domain question answering: retrieve passages, optionally re-rank them (fused with the retriever's
-score), and extract the answer with a reader (a ``finetune-qa`` model).
-
-Answer scores are comparable across passages: the reader's start and end logits are normalised jointly over
-every context token of every passage read (shared normalisation, Clark & Gardner 2018; per passage, every
-passage's best span would look certain), and the passage's log-probability under the ranking (a softmax of
-the ranking logits over the read passages) is added::
+"""Open-domain question answering: retrieve passages, optionally re-rank them, and extract the answer with a reader
+(a ``finetune-qa`` model). Start and end logits are normalised jointly over every context token of every passage
+read (shared normalisation, Clark & Gardner 2018), plus the passage's log-probability under the ranking::
 
     score(span in p) = log P_reader(start) + log P_reader(end) + log P_ranking(p)
 """
@@ -42,8 +38,7 @@ class Reader:
 
 @dataclass
 class PassageReading:
-    """The reader's best spans in one passage and the log-sum-exp of its start and end logits over the
-    passage's context tokens (all windows), to normalise spans of several passages jointly."""
+    """A passage's best spans and the log-sum-exp of its start and end logits over its context tokens."""
 
     spans: list[dict]
     start_logsumexp: float
@@ -68,8 +63,8 @@ def load_reader(name_or_path: str, max_seq_length=384, doc_stride=128, batch_siz
 
 
 def rank_passages(corpus, questions, retriever, reranker=None, depth: int = 5):
-    """``(retrieved, ranked)``: retrieval (``max(depth, 100)`` deep, for the ranking metrics) and the order the
-    reader gets, the first ``max(depth, reranker.top_k)`` re-ranked at the re-ranker's weights, with their logits."""
+    """``(retrieved, ranked)``: retrieval (at least 100 deep, for the metrics) and the order the reader gets, with
+    its logits."""
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
         return retrieved, fuse(retrieved, {q: [0.0] * depth for q in questions}, 0.0, retriever.scale)
@@ -116,7 +111,6 @@ def read_passages(reader: Reader, questions: dict[str, str], passages: dict[str,
 
 
 def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Start and end logits of every window, in feature order."""
     from tqdm.auto import tqdm
 
     device = next(reader.model.parameters()).device
@@ -133,8 +127,8 @@ def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.
 
 
 def select_answer(readings: dict[str, PassageReading], read: list[str], ranking_logits=None) -> Answer:
-    """The best span over the passages ``read``, normalised jointly over them, plus each passage's
-    log-probability under ``ranking_logits`` (aligned with ``read``; ``None``: the reader alone decides)."""
+    """The best span over the passages ``read``, plus each passage's log-probability under ``ranking_logits``
+    (aligned with ``read``; ``None``: the reader alone decides)."""
     start_norm = logsumexp([readings[pid].start_logsumexp for pid in read])
     end_norm = logsumexp([readings[pid].end_logsumexp for pid in read])
     log_priors = [0.0] * len(read)
@@ -158,8 +152,7 @@ def _read(reader, questions, read: dict[str, list[str]], corpus):
 def answer_questions(
     corpus, questions, retriever, reader: Reader, reranker=None, read_top_k=3
 ) -> dict[str, Answer]:
-    """Retrieve (then re-rank) passages of ``corpus`` for each question, read the first ``read_top_k`` and
-    answer from them."""
+    """Retrieve (and re-rank) passages for each question and answer from the first ``read_top_k``."""
     _, ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
     read = {qid: ranking[:read_top_k] for qid, ranking in ranked.rankings.items()}
     readings = _read(reader, questions, read, corpus)
@@ -170,10 +163,9 @@ def answer_questions(
 
 
 def evaluate_open_domain_qa(task, retriever, reader: Reader, reranker=None, read_depths=READ_DEPTHS):
-    """``(metrics, {depth: answers})``: exact match / F1 reading the top k passages for each k of ``read_depths``
-    (one reader pass over their union and the gold paragraph), next to the reader's own on the gold paragraph,
-    the share of questions whose gold paragraph was read, the target ``0.9 x EM(gold) x gold-read rate``, and the
-    ranking's metrics (with a ``"warning"`` when re-ranking is below retrieval alone)."""
+    """``(metrics, {depth: answers})``: EM / F1 reading the top k for each of ``read_depths`` (one reader pass over
+    their union and the gold paragraph), the reader's on the gold paragraph, the gold-read rate, the target
+    ``0.9 x EM(gold) x gold-read rate`` and the ranking's metrics (a ``"warning"`` when re-ranking hurts)."""
     if not task.answers:
         raise ValueError("open-domain QA evaluation needs gold answers: give a SQuAD-format collection.")
     start = time.perf_counter()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.errors import SettingError
-from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
+from briskbert.training.tasks.settings import check_at_least, helped, parse_article_ranges
 
 POOLING_CHOICES = ("mean", "cls")  # modeling's POOLING_MODES, without importing torch
 
@@ -24,10 +24,8 @@ class EncoderArguments:
     _argument_group_name = "encoder"
 
     model_name_or_path: str = field(metadata={"help": "The dual encoder (a folder or repo id)."})
-    max_seq_length: int | None = field(
-        default=None, metadata={"help": "Default: the encoder's own (else 256)."}
-    )
-    batch_size: int = field(default=64, metadata={"help": "Texts per forward pass."})
+    max_seq_length: int | None = helped("Default: the encoder's own (else 256).")
+    batch_size: int = helped("Texts per forward pass.", 64)
 
     def __post_init__(self):
         check_at_least(self, 1, "batch_size")
@@ -39,27 +37,18 @@ class EncoderArguments:
 class RerankerArguments:
     _argument_group_name = "re-ranking"
 
-    reranker_model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "A cross-encoder (finetune-reranker) that re-orders the first rerank_top_k passages."
-        },
+    reranker_model_name_or_path: str | None = helped(
+        "A cross-encoder (finetune-reranker) that re-orders the first rerank_top_k passages."
     )
-    rerank_top_k: int = field(default=20, metadata={"help": "Retrieved passages the re-ranker reads."})
-    reranker_max_seq_length: int = field(default=256, metadata={"help": "Tokens per (query, passage)."})
-    fusion_weight: float | None = field(
-        default=None,
-        metadata={
-            "help": "Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps "
-            "retrieval's order, 1 is the re-ranker's own. Default: the re-ranker folder's fusion.json, else 0."
-        },
+    rerank_top_k: int = helped("Retrieved passages the re-ranker reads.", 20)
+    reranker_max_seq_length: int = helped("Tokens per (query, passage).", 256)
+    fusion_weight: float | None = helped(
+        "Weight of the re-ranker's logit against the retriever's scaled similarity: 0 keeps "
+        "retrieval's order, 1 is the re-ranker's own. Default: the re-ranker folder's fusion.json, else 0."
     )
-    lexical_weight: float | None = field(
-        default=None,
-        metadata={
-            "help": "Weight of the passage's BM25 score (scaled to the query's best); the retriever gets 1 minus "
-            "both weights. Default: fusion.json's, else 0."
-        },
+    lexical_weight: float | None = helped(
+        "Weight of the passage's BM25 score (scaled to the query's best); the retriever gets 1 minus "
+        "both weights. Default: fusion.json's, else 0."
     )
 
     def __post_init__(self):
@@ -77,16 +66,13 @@ class RerankerArguments:
 class EmbeddingArguments:
     _argument_group_name = "sentence embeddings"
 
-    pooling: str | None = field(
-        default=None,
-        metadata={
-            "help": "Token summary. Default: what the model folder's sentence-transformers files say, else mean.",
-            "choices": POOLING_CHOICES,
-        },
+    pooling: str | None = helped(
+        "Token summary. Default: what the model folder's sentence-transformers files say, else mean.",
+        None,
+        choices=POOLING_CHOICES,
     )
-    no_normalize: bool = field(
-        default=False,
-        metadata={"help": "Keep raw embeddings (dot-product scores) instead of unit length (cosine)."},
+    no_normalize: bool = helped(
+        "Keep raw embeddings (dot-product scores) instead of unit length (cosine).", False
     )
 
     @property
@@ -99,19 +85,12 @@ class EmbeddingArguments:
 class SquadSource:
     """A SQuAD-format collection with optional distractor passages (the retrieval commands and build-index)."""
 
-    squad_file: str | None = field(
-        default=None,
-        metadata={"help": "SQuAD-format JSON: every paragraph a passage, relevant to its own questions."},
+    squad_file: str | None = helped(
+        "SQuAD-format JSON: every paragraph a passage, relevant to its own questions."
     )
-    articles: tuple[int, int] | str | None = field(  # START:STOP, a tuple after __post_init__
-        default=None, metadata={"help": "Use only articles START:STOP of squad_file, e.g. 24:36."}
-    )
-    extra_corpus_file: str | None = field(
-        default=None, metadata={"help": "Distractor passages, one per line, added to the collection."}
-    )
-    extra_corpus_min_words: int = field(
-        default=0, metadata={"help": "Keep only distractor lines of at least this many words."}
-    )
+    articles: tuple[int, int] | str | None = helped("Use only articles START:STOP of squad_file, e.g. 24:36.")
+    extra_corpus_file: str | None = helped("Distractor passages, one per line, added to the collection.")
+    extra_corpus_min_words: int = helped("Keep only distractor lines of at least this many words.", 0)
 
     def __post_init__(self):
         for name in ("squad_file", "extra_corpus_file"):
@@ -130,13 +109,9 @@ class CollectionSource(SquadSource):
 
     _argument_group_name = "collection (a SQuAD file, or JSON lines corpus + queries + qrels)"
 
-    corpus_file: str | None = field(
-        default=None, metadata={"help": "JSON lines with 'id' and 'text' (instead of squad_file)."}
-    )
-    queries_file: str | None = field(default=None, metadata={"help": "JSON lines with 'id' and 'text'."})
-    qrels_file: str | None = field(
-        default=None, metadata={"help": "JSON lines with 'query_id', 'passage_id' and optional 'relevance'."}
-    )
+    corpus_file: str | None = helped("JSON lines with 'id' and 'text' (instead of squad_file).")
+    queries_file: str | None = helped("JSON lines with 'id' and 'text'.")
+    qrels_file: str | None = helped("JSON lines with 'query_id', 'passage_id' and optional 'relevance'.")
 
     def __post_init__(self):
         jsonl = ("corpus_file", "queries_file", "qrels_file")

@@ -1,13 +1,14 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""A faiss index over a passage collection (``flat``, ``hnsw`` or ``ivfpq``, inner product), embedded one shard at a
-time into ``embeddings/NNNNN.npy`` so a re-run continues an interrupted build. ``index_config.json``, written last,
-records the settings and the encoder's embeddings of probe sentences, against which a query encoder is checked."""
+"""A faiss index over a passage collection (``flat``, ``hnsw`` or ``ivfpq``, inner product). Passages are embedded
+a shard at a time into ``embeddings/NNNNN.npy``, so a re-run continues an interrupted build; ``index_config.json``,
+written last, records the settings and the encoder's embeddings of probe sentences to check a query encoder."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,7 +36,7 @@ PROBE_MIN_COSINE = 0.999  # the same encoder on another device or thread count s
 
 
 def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
-    """``(id, text)`` of every passage, read lazily from a passage file (ids: line numbers, or JSON's ``id``)."""
+    """``(id, text)`` of every passage, read lazily (ids: line numbers, or JSON lines' ``id``)."""
     if source.squad_file is not None:
         task = load_collection(source)
         yield from zip(task.corpus_ids, task.corpus_texts)
@@ -52,13 +53,17 @@ def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
                 raise SettingError("passages_file", f"{path} line {number} is not JSON ({error}).") from None
-            if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("text"), str):
+            if (
+                not isinstance(row, dict)
+                or not isinstance(row.get("text"), str)
+                or not str(row.get("id", "")).strip()
+            ):
                 raise SettingError(
                     "passages_file", f"{path} line {number}: expected an object with 'id' and 'text'."
                 )
-            if "\n" in str(row["id"]) or not str(row["id"]).strip():
+            if "\n" in str(row["id"]):
                 raise SettingError(
-                    "passages_file", f"{path} line {number}: the id {row['id']!r} is empty or has a newline."
+                    "passages_file", f"{path} line {number}: the id {row['id']!r} has a newline."
                 )
             yield str(row["id"]), row["text"]
 
@@ -116,17 +121,15 @@ def build_index(
     import faiss
 
     start = time.perf_counter()
-    folder = Path(output_dir)
+    folder, shard_folder = Path(output_dir), Path(output_dir) / SHARD_FOLDER
     facts = EncoderFacts.of(encoder, tokenizer, spec, encoder_name)
     _prepare_folder(folder, source, facts, shard_size, overwrite)
-    num_vectors = _embed_shards(
-        source, encoder, tokenizer, spec, folder / SHARD_FOLDER, shard_size, batch_size
-    )
+    num_vectors = _embed_shards(source, encoder, tokenizer, spec, shard_folder, shard_size, batch_size)
     embedded = time.perf_counter()
     if num_vectors == 0:
         raise DataError("the passage source holds no passages.")
     settings = settings.resolved(num_vectors, facts.dimension)
-    shards = sorted((folder / SHARD_FOLDER).glob("*.npy"))
+    shards = sorted(shard_folder.glob("*.npy"))
     index = _faiss_index(settings, facts.dimension, shards, num_vectors)
     _write_ids(folder, shards)
     with atomic_file(folder / INDEX_FILE) as partial:
@@ -146,7 +149,7 @@ def build_index(
     }
     write_atomic(folder / CONFIG_FILE, json.dumps(config, indent=2))
     if not keep_embeddings:
-        shutil.rmtree(folder / SHARD_FOLDER)
+        shutil.rmtree(shard_folder)
     (folder / STATE_FILE).unlink()
     return config
 
@@ -198,9 +201,7 @@ def _embed_shards(
     """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
     from tqdm.auto import tqdm
 
-    for leftover in shard_folder.glob(
-        f".*{PARTIAL_SUFFIX}"
-    ):  # a shard being written when the last build stopped
+    for leftover in shard_folder.glob(f".*{PARTIAL_SUFFIX}"):  # a shard being written when a build stopped
         leftover.unlink()
     finished = sorted(shard_folder.glob("*.npy"))
     done, number = sum(np.load(path, mmap_mode="r").shape[0] for path in finished), len(finished)
@@ -254,14 +255,15 @@ def _faiss_index(settings: IndexSettings, dimension: int, shards: list[Path], nu
 
 
 def _write_ids(folder: Path, shards: list[Path]) -> None:
-    seen: set[str] = set()
-    with atomic_file(folder / IDS_FILE) as partial, open(partial, "w", encoding="utf-8") as out:
-        for shard in shards:
-            for passage_id in shard.with_suffix(".ids").read_text(encoding="utf-8").splitlines():
-                if passage_id in seen:
-                    raise DataError(f"the passage id {passage_id!r} occurs twice; ids must be unique.")
-                seen.add(passage_id)
-                out.write(passage_id + "\n")
+    ids = [
+        line
+        for shard in shards
+        for line in shard.with_suffix(".ids").read_text(encoding="utf-8").splitlines()
+    ]
+    twice = [passage_id for passage_id, count in Counter(ids).items() if count > 1]
+    if twice:
+        raise DataError(f"the passage id {twice[0]!r} occurs twice; ids must be unique.")
+    write_atomic(folder / IDS_FILE, "".join(passage_id + "\n" for passage_id in ids))
 
 
 # ------------------------------------------------------------------------------------------------ search
@@ -276,8 +278,7 @@ class LoadedIndex:
         ids where the index returns fewer; their scores ``-inf``)."""
         import faiss
 
-        settings = self.config["settings"]
-        parameters = faiss.ParameterSpace()
+        settings, parameters = self.config["settings"], faiss.ParameterSpace()
         if settings["index_type"] == "hnsw":
             parameters.set_index_parameter(self.index, "efSearch", max(settings["hnsw_ef_search"], k))
         if settings["index_type"] == "ivfpq":
@@ -309,10 +310,8 @@ def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_
         return retriever
     loaded = load_index(index_dir)
     built_with = EncoderFacts(**loaded.config["encoder"])
-    difference = built_with.differences(
-        EncoderFacts.of(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
-    )
-    if difference:
+    ours = EncoderFacts.of(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
+    if difference := built_with.differences(ours):
         raise SettingError(
             "index",
             f"{index_dir} was built with the encoder {built_with.name_or_path} ({built_with.pooling} pooling); "

@@ -1,8 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Fine-tuning of a sentence-embedding model (a dual encoder) on (query, positive[, negative]) pairs with the
-multiple-negatives ranking loss, or on scored pairs (:mod:`.similarity`). A batch's queries and candidates run
-through the encoder as ONE padded batch; ``mini_batch_size`` turns on cached gradients (GradCache, Gao et al.
-2021): memory grows with the mini-batch while the negatives come from the whole batch."""
+"""Fine-tuning a dual encoder on (query, positive[, negative]) pairs with the multiple-negatives ranking loss, or on
+scored pairs (:mod:`.similarity`). ``mini_batch_size`` turns on cached gradients (GradCache, Gao et al. 2021):
+memory grows with the mini-batch while the negatives come from the whole batch."""
 
 from __future__ import annotations
 
@@ -40,14 +39,13 @@ def is_squad_file(path: str) -> bool:
     if not path.endswith(".json") or not Path(path).is_file():
         return False
     with open(path, encoding="utf-8") as handle:
-        return handle.read(1).strip() == "{"
+        return handle.read(1) == "{"
 
 
 def load_training_examples(
     path: str, articles=None, name: str = "train_file"
 ) -> list[Pair] | list[ScoredPair]:
-    """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else :func:`load_pairs`;
-    errors name the setting ``name``."""
+    """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else :func:`load_pairs`."""
     if is_squad_file(path):
         return load_pairs(path, articles, name)
     rows = load_table(path, name)
@@ -59,9 +57,8 @@ def load_training_examples(
 
 
 def load_pairs(path: str, articles=None, name: str = "train_file", rows=None) -> list[Pair]:
-    """(query, positive[, negative]) pairs from JSON lines, TSV or CSV (``anchor`` may name the query, as in
-    NLI triplets; ``rows``: the table, when already read) or, from a SQuAD file, each question with its
-    paragraph."""
+    """(query|anchor, positive[, negative]) pairs from JSON lines, TSV or CSV, or each question of a SQuAD file
+    with its paragraph."""
     if is_squad_file(path):
         return [Pair(row["question"], row["context"]) for row in load_squad(path, articles)[0]]
     if articles is not None:
@@ -87,7 +84,7 @@ def load_pairs(path: str, articles=None, name: str = "train_file", rows=None) ->
 
 
 def text_id(text: str) -> int:
-    """A number for a text, the same in every process (Python's own ``hash`` of a string is not)."""
+    """A number for a text, the same in every process (unlike ``hash``)."""
     return int.from_bytes(
         hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True
     )
@@ -95,8 +92,8 @@ def text_id(text: str) -> int:
 
 @dataclass
 class PairCollator:
-    """Rows are the B queries, the B positives, then the B negatives (if any); ``labels`` (first key, so the loop
-    counts queries) is each query's positive among the candidate rows, ``candidate_ids`` their texts' ids."""
+    """Rows: the B queries, the B positives, then the B negatives (if any); ``labels`` (first key: the loop counts
+    queries) is each query's positive among the candidates, ``candidate_ids`` their texts' ids."""
 
     tokenizer: object
     max_query_length: int
@@ -147,10 +144,10 @@ def multiple_negatives_ranking_loss(
     scale: float,
     symmetric: bool = False,
 ) -> torch.Tensor:
-    """Mean over queries of cross-entropy(``scale`` x cos(query, candidates), its positive), against the
-    candidates (``symmetric``: and queries) of every process."""
-    # Not sentence-transformers' MultipleNegativesRankingLoss (an optional extra): it counts a copy of a
-    # query's positive elsewhere in the batch (two questions about one paragraph) as a negative; we mask it.
+    """Cross-entropy of ``scale`` x cos(query, candidates of every process) against the positive (``symmetric``:
+    also of each positive against the queries)."""
+    # Unlike sentence-transformers' loss, a copy of a query's positive elsewhere in the batch (two questions
+    # about one paragraph) is masked, not counted as a negative.
     queries, candidates = F.normalize(queries.float(), dim=-1), F.normalize(candidates.float(), dim=-1)
     rows = torch.arange(len(labels), device=labels.device)
     positive_ids = candidate_ids[labels]
@@ -179,8 +176,7 @@ class DualEncoderOutput(ModelOutput):
 
 
 class Wrapper(nn.Module):
-    """A loss around the transformers model in the attribute ``wrapped``, shaped for the shared loop; it saves
-    the wrapped model alone."""
+    """A loss around the transformers model in the attribute ``wrapped``; saves the wrapped model alone."""
 
     wrapped = "model"
 
@@ -194,15 +190,14 @@ class Wrapper(nn.Module):
 
 
 class DualEncoder(Wrapper):
-    """A sentence encoder and its loss; its folder also holds the sentence-transformers module files."""
+    """A sentence encoder and its loss; its folder also holds the sentence-transformers files."""
 
     wrapped = "encoder"
 
     def __init__(self, encoder, embedding: EmbeddingSpec, loss: EmbeddingSettings):
         super().__init__()
         self.encoder, self.embedding, self.loss_spec = encoder, embedding, loss
-        # The pooler (dense + tanh over [CLS]) is no part of a sentence embedding. Frozen, it keeps its weights
-        # in the saved folder, and DDP does not wait for gradients that never come.
+        # The pooler is no part of a sentence embedding: frozen, DDP does not wait for its gradients.
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler.requires_grad_(False)
 
@@ -217,7 +212,6 @@ class DualEncoder(Wrapper):
         return self._loss(embeddings, labels, candidate_ids)
 
     def _loss(self, embeddings, labels, candidate_ids) -> DualEncoderOutput:
-        """Rows are the B queries (first sentences), then the candidates (second sentences)."""
         spec = self.loss_spec
         first, second = embeddings[: len(labels)], embeddings[len(labels) :]
         if spec.loss == "cosent":
@@ -257,8 +251,8 @@ class DualEncoder(Wrapper):
 
 @dataclass
 class _Replay:
-    """The backward half of cached gradients: re-encode each chunk with the dropout of the first pass and push
-    its share of the cached gradient through the encoder."""
+    """The backward half of cached gradients: re-encode each chunk with the first pass's dropout and push its
+    share of the cached gradient through the encoder."""
 
     model: DualEncoder
     chunks: list
@@ -295,7 +289,7 @@ class _Replay:
 
 # ------------------------------------------------------------------------------------------ evaluation
 def evaluate_pairs(model, dataloader, accelerator) -> dict:
-    """Retrieval metrics of the validation queries among their distinct candidates, gathered from every process."""
+    """Retrieval metrics of the validation queries among their distinct candidates, from every process."""
     unwrapped = accelerator.unwrap_model(model)
     queries, candidates, positives = [], {}, []
     for batch in dataloader:
@@ -314,8 +308,7 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
 
 
 def _query_records(model: DualEncoder, batch: dict) -> list[tuple]:
-    """Per query of a validation batch: its embedding, then ``(text id, embedding)`` of its positive and of its
-    negative (if any)."""
+    """Per query: its embedding, then ``(text id, embedding)`` of its positive and negative (if any)."""
     embeddings = embed_batch(model.encoder, batch["input_ids"], batch["attention_mask"], model.embedding)
     embeddings, n = embeddings.float().cpu(), len(batch["labels"])
     candidates = list(zip(batch["candidate_ids"].tolist(), embeddings[n:]))

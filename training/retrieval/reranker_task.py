@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-reranker``: a cross-encoder on
-groups (:mod:`.reranking`), then the weights that fuse it with the retriever, chosen on validation queries."""
+"""``briskbert finetune-reranker``: a cross-encoder on groups (:mod:`.reranking`), then the weights that fuse it
+with the retriever, chosen on validation queries."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ if TYPE_CHECKING:
 def hold_out(
     path: str, articles, pairs: list[Pair], percentage: float, seed: int
 ) -> tuple[list[Pair], list[Pair], dict]:
-    """(training pairs, held-out pairs, what was held out): ``percentage`` % of the training documents, whole (a
-    SQuAD file's articles; for pairs, the groups linked by a shared passage), so no held-out passage is trained
-    on."""
+    """(training pairs, held-out pairs, what was held out): ``percentage`` % of the documents, whole (SQuAD
+    articles; for pairs, the groups linked by a shared passage), so no held-out passage is trained on."""
     from briskbert.training.data.pretraining_data import split_document_indices
     from briskbert.training.data.task_data import load_squad
     from briskbert.training.retrieval.embeddings import is_squad_file
@@ -60,17 +59,17 @@ def hold_out(
 
 
 class RerankerTask(Task):
-    """``briskbert finetune-reranker``. The constructor checks the model folder before anything is loaded."""
-
     def __init__(self, model: ModelSource, data: RerankerData, validation: RerankerValidation):
         from briskbert.training.tasks.finetuning import check_model_inputs
 
-        self.source, self.data, self.validation = model, data, validation
+        # The re-ranker sits behind fusion_retriever, by default the encoder that mined its negatives.
+        retriever = validation.fusion_retriever or data.negatives_from or model.model_name_or_path
+        self.source, self.data, self.validation = model, data, replace(validation, fusion_retriever=retriever)
         self.location = check_model_inputs(model)
 
     def _load_groups(self, seed: int, batch_size: int, device) -> None:
-        """The training groups, and the validation collection (``validation_file``'s queries, else those held out
-        of the training data, among all its passages) with its groups, searched by the fusion retriever."""
+        """The training groups, and the validation collection (``validation_file``'s queries, else those held
+        out, among all the passages) with its groups, searched by the fusion retriever."""
         from briskbert.retrieval.dense import load_retriever, read_passages, retrieve
         from briskbert.training.retrieval.embeddings import load_pairs
         from briskbert.training.retrieval.reranking import (
@@ -110,22 +109,16 @@ class RerankerTask(Task):
             pools, data.num_negatives, seed, own_negative=any(pair.negative for pair in pairs)
         )
 
-        # Validation: negatives are the fusion retriever's top wrong passages (random ones without a retriever).
+        # Validation: the negatives are the fusion retriever's top wrong passages.
         task = self.validation_task = pairs_collection(validation_pairs, distractors)
-        self.fusion_retriever = (
-            retriever(validation.fusion_retriever) if validation.fusion_retriever else None
-        )
-        self.fusion_retrieved = None
-        if self.fusion_retriever is None:
-            groups = negative_pools(validation_pairs, data.num_negatives, seed)
-        else:
-            depth = max(validation.rerank_top_k, data.num_negatives + 1)
-            self.fusion_retrieved = retrieve(task.corpus, task.queries, self.fusion_retriever, top_k=depth)
-            groups = []
-            for query_id, pair in zip(task.query_ids, validation_pairs):
-                ranking = self.fusion_retrieved.rankings[query_id]
-                wrong = [task.corpus[pid] for pid in ranking if pid not in task.qrels[query_id]]
-                groups.append(RerankGroup(pair.query, pair.positive, wrong[: data.num_negatives]))
+        self.fusion_retriever = retriever(validation.fusion_retriever)
+        depth = max(validation.rerank_top_k, data.num_negatives + 1)
+        self.fusion_retrieved = retrieve(task.corpus, task.queries, self.fusion_retriever, top_k=depth)
+        groups = []
+        for query_id, pair in zip(task.query_ids, validation_pairs):
+            ranking = self.fusion_retrieved.rankings[query_id]
+            wrong = [task.corpus[pid] for pid in ranking if pid not in task.qrels[query_id]]
+            groups.append(RerankGroup(pair.query, pair.positive, wrong[: data.num_negatives]))
         self.validation_groups = RerankGroups(groups, data.num_negatives)
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
@@ -162,7 +155,7 @@ class RerankerTask(Task):
         )
 
     def held_out_description(self) -> str | None:
-        """What was held out of the training data to validate on, in words (None: a validation file)."""
+        """What was held out to validate on, in words (None: a validation file)."""
         held = self.held_out
         if not held:
             return None
@@ -190,17 +183,11 @@ class RerankerTask(Task):
         return metrics
 
     def finish(self, final_dir: Path) -> None:
-        """Choose the fusion weights on the validation queries, save them as ``final/fusion.json`` and state them
-        among the card's limitations (called on every process; the main one chooses)."""
+        """Choose the fusion weights (on the main process), save ``final/fusion.json``, and state them on the card."""
         from accelerate import PartialState
 
         state = PartialState()  # the run's processes
-        if state.is_main_process and self.fusion_retrieved is None:
-            state.print(
-                "No fusion weight chosen: no retriever to sit behind was named (fusion_retriever); the "
-                "re-ranker is applied at weight 0, retrieval's order, unless fusion_weight is given."
-            )
-        elif state.is_main_process:
+        if state.is_main_process:
             fusion = self._choose_fusion(final_dir, state.device)
             state.print(fusion.summary())
             facts = read_training_facts(final_dir)
@@ -209,8 +196,7 @@ class RerankerTask(Task):
         state.wait_for_everyone()
 
     def _choose_fusion(self, folder: Path, device):
-        """Score the validation queries' top ``rerank_top_k`` with the re-ranker saved in ``folder`` and with BM25,
-        choose the fusion weights on them and save them in ``folder``."""
+        """Choose the fusion weights on the validation queries' top ``rerank_top_k`` and save them in ``folder``."""
         from briskbert.retrieval.dense import retrieval_metrics
         from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
         from briskbert.retrieval.lexical import bm25_head_scores

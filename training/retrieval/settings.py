@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from briskbert.errors import SettingError
 from briskbert.retrieval.settings import EmbeddingArguments
-from briskbert.training.tasks.settings import check_at_least, parse_article_ranges
+from briskbert.training.tasks.settings import check_at_least, helped, parse_article_ranges
 
 RANKING_LOSSES = ("listwise", "pointwise")
 SCORED_PAIR_LOSSES = ("cosent", "cosine_mse")
@@ -26,19 +26,15 @@ class EmbeddingData:
             "or SQuAD .json."
         }
     )
-    validation_file: str | None = field(
-        default=None,
-        metadata={"help": "As train_file: retrieval metrics, or Spearman/Pearson for scored pairs."},
+    validation_file: str | None = helped(
+        "As train_file: retrieval metrics, or Spearman/Pearson for scored pairs."
     )
-    train_articles: tuple[int, int] | str | None = field(default=None, metadata={"help": SQUAD_ARTICLES_HELP})
-    validation_articles: tuple[int, int] | str | None = field(
-        default=None, metadata={"help": SQUAD_ARTICLES_HELP}
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N pairs."})
-    max_query_length: int = field(default=64, metadata={"help": "Tokens per query after truncation."})
-    mine_hard_negatives: bool = field(
-        default=False,
-        metadata={"help": "Add the starting model's best-ranked wrong training passage as negative."},
+    train_articles: tuple[int, int] | str | None = helped(SQUAD_ARTICLES_HELP)
+    validation_articles: tuple[int, int] | str | None = helped(SQUAD_ARTICLES_HELP)
+    max_train_samples: int | None = helped("Keep only the first N pairs.")
+    max_query_length: int = helped("Tokens per query after truncation.", 64)
+    mine_hard_negatives: bool = helped(
+        "Add the starting model's best-ranked wrong training passage as negative.", False
     )
 
     def __post_init__(self):
@@ -51,22 +47,18 @@ class EmbeddingData:
 class EmbeddingSettings(EmbeddingArguments):
     _argument_group_name = "sentence embeddings and loss"
 
-    loss: str | None = field(
-        default=None,
-        metadata={
-            "help": "Default: multiple_negatives_ranking for pairs, cosent for scored pairs.",
-            "choices": EMBEDDING_LOSSES,
-        },
+    loss: str | None = helped(
+        "Default: multiple_negatives_ranking for pairs, cosent for scored pairs.",
+        None,
+        choices=EMBEDDING_LOSSES,
     )
-    scale: float = field(default=20.0, metadata={"help": "Similarity scale, 1/temperature."})
-    symmetric: bool = field(default=False, metadata={"help": "Also rank the queries for each positive."})
-    score_range: tuple[float, float] | str | None = field(  # LOW:HIGH, a tuple after __post_init__
-        default=None,
-        metadata={"help": "cosine_mse: LOW:HIGH scores for cosine 0 and 1 (default: the data's)."},
+    scale: float = helped("Similarity scale, 1/temperature.", 20.0)
+    symmetric: bool = helped("Also rank the queries for each positive.", False)
+    score_range: tuple[float, float] | str | None = helped(
+        "cosine_mse: LOW:HIGH scores for cosine 0 and 1 (default: the data's)."
     )
-    mini_batch_size: int | None = field(
-        default=None,
-        metadata={"help": "Cached gradients: encode this many texts at a time (batch negatives kept)."},
+    mini_batch_size: int | None = helped(
+        "Cached gradients: encode this many texts at a time (batch negatives kept)."
     )
 
     def __post_init__(self):
@@ -96,26 +88,17 @@ class RerankerData:
     _argument_group_name = "data and negatives"
 
     train_file: str = field(metadata={"help": "JSON lines (query/positive[/negative]) or SQuAD .json."})
-    train_articles: tuple[int, int] | str | None = field(default=None, metadata={"help": SQUAD_ARTICLES_HELP})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N queries."})
-    num_negatives: int = field(default=3, metadata={"help": "Negatives read with each positive."})
-    negative_pool_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "Negatives per query drawn from each epoch (default: 3 x num_negatives with "
-            "negatives_from, else num_negatives)."
-        },
+    train_articles: tuple[int, int] | str | None = helped(SQUAD_ARTICLES_HELP)
+    max_train_samples: int | None = helped("Keep only the first N queries.")
+    num_negatives: int = helped("Negatives read with each positive.", 3)
+    negative_pool_size: int | None = helped(
+        "Negatives per query drawn from each epoch (default: 3 x num_negatives with "
+        "negatives_from, else num_negatives)."
     )
-    negatives_from: str | None = field(
-        default=None, metadata={"help": "A dual encoder whose top-ranked wrong passages are the negatives."}
-    )
-    negatives_corpus_file: str | None = field(
-        default=None, metadata={"help": "More passages (one per line) for negatives_from to search."}
-    )
+    negatives_from: str | None = helped("A dual encoder whose top-ranked wrong passages are the negatives.")
+    negatives_corpus_file: str | None = helped("More passages (one per line) for negatives_from to search.")
     negatives_corpus_min_words: int = 0
-    loss: str = field(
-        default="listwise", metadata={"help": "Ranking loss per group.", "choices": RANKING_LOSSES}
-    )
+    loss: str = helped("Ranking loss per group.", "listwise", choices=RANKING_LOSSES)
 
     def __post_init__(self):
         parse_article_ranges(self, "train_articles")
@@ -143,34 +126,23 @@ class RerankerData:
 class RerankerValidation:
     _argument_group_name = "validation and fusion"
 
-    validation_file: str | None = field(
-        default=None,
-        metadata={"help": "Held-out queries (as train_file): scored, and the fusion chosen on them."},
+    validation_file: str | None = helped(
+        "Held-out queries (as train_file): scored, and the fusion chosen on them."
     )
-    validation_split_percentage: float = field(
-        default=10,
-        metadata={
-            "help": "Without validation_file: %% of the training documents (SQuAD articles, or groups of "
-            "pairs sharing a passage) held out whole to choose the fusion on."
-        },
+    validation_split_percentage: float = helped(
+        "Without validation_file: %% of the training documents (SQuAD articles, or groups of "
+        "pairs sharing a passage) held out whole to choose the fusion on.",
+        10,
     )
-    validation_articles: tuple[int, int] | str | None = field(
-        default=None, metadata={"help": SQUAD_ARTICLES_HELP}
-    )
-    validation_extra_corpus_file: str | None = field(
-        default=None,
-        metadata={"help": "Distractor passages (one per line) added to the validation collection."},
+    validation_articles: tuple[int, int] | str | None = helped(SQUAD_ARTICLES_HELP)
+    validation_extra_corpus_file: str | None = helped(
+        "Distractor passages (one per line) added to the validation collection."
     )
     validation_extra_corpus_min_words: int = 0
-    fusion_retriever: str | None = field(
-        default=None,
-        metadata={
-            "help": "The dual encoder the re-ranker sits behind (default: negatives_from, else the model)."
-        },
+    fusion_retriever: str | None = helped(
+        "The dual encoder the re-ranker sits behind (default: negatives_from, else the model)."
     )
-    rerank_top_k: int = field(
-        default=20, metadata={"help": "Retrieved passages re-ranked to choose the fusion."}
-    )
+    rerank_top_k: int = helped("Retrieved passages re-ranked to choose the fusion.", 20)
 
     def __post_init__(self):
         parse_article_ranges(self, "validation_articles")

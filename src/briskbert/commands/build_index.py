@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from briskbert.commands.arguments import parse
 from briskbert.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
 from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
-from briskbert.training.tasks.settings import check_at_least
+from briskbert.training.tasks.settings import check_at_least, helped
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,9 @@ class OutputArguments:
     _argument_group_name = "output"
 
     output_dir: str = field(metadata={"help": "The index folder."})
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace an index (or unfinished build) there."}
-    )
-    shard_size: int = field(
-        default=10_000, metadata={"help": "Passages embedded and saved at a time (bounds memory)."}
-    )
-    keep_embeddings: bool = field(
-        default=False, metadata={"help": "Keep the embedding shards (float32 .npy) after indexing."}
-    )
+    overwrite_output_dir: bool = helped("Replace an index (or unfinished build) there.", False)
+    shard_size: int = helped("Passages embedded and saved at a time (bounds memory).", 10_000)
+    keep_embeddings: bool = helped("Keep the embedding shards (float32 .npy) after indexing.", False)
 
     def __post_init__(self):
         check_at_least(self, 1, "shard_size")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
@@ -31,6 +31,7 @@ from briskbert.retrieval.settings import (
     EncoderArguments,
     RerankerArguments,
 )
+from briskbert.training.tasks.settings import helped
 
 # What evaluate-retrieval and open-domain-qa both read, after their models' arguments.
 RETRIEVAL_ARGUMENTS = (RerankerArguments, EmbeddingArguments, CollectionSource, IndexFolder)
@@ -38,9 +39,7 @@ RETRIEVAL_ARGUMENTS = (RerankerArguments, EmbeddingArguments, CollectionSource, 
 
 @dataclass(frozen=True)
 class OutputArguments:
-    output_dir: str | None = field(
-        default=None, metadata={"help": "Where metrics.json goes (default: printed only)."}
-    )
+    output_dir: str | None = helped("Where metrics.json goes (default: printed only).")
 
 
 def main(argv=None):

@@ -17,6 +17,7 @@ from pathlib import Path
 from briskbert.commands.arguments import parse
 from briskbert.files import write_atomic
 from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
+from briskbert.training.tasks.settings import helped
 
 METRICS_FILE = "similarity_metrics.json"
 
@@ -26,9 +27,7 @@ class SimilarityArguments:
     _argument_group_name = "pairs"
 
     file: str = field(metadata={"help": "Scored pairs: sentence1, sentence2, score."})
-    output_dir: str | None = field(
-        default=None, metadata={"help": f"Where {METRICS_FILE} goes (default: printed only)."}
-    )
+    output_dir: str | None = helped(f"Where {METRICS_FILE} goes (default: printed only).")
 
 
 def main(argv=None):

@@ -20,8 +20,6 @@ and sentence-transformers' ``CrossEncoder``.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from briskbert.commands.arguments import parse
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
@@ -35,14 +33,7 @@ def main(argv=None):
         learning_rate=2e-4, num_train_epochs=1.0, per_device_train_batch_size=8, warmup_ratio=0.1,
         max_seq_length=256,
     )  # fmt: skip
-    if validation.fusion_retriever is None:
-        retriever = data.negatives_from or source.model_name_or_path
-        validation = replace(validation, fusion_retriever=retriever)
-
+    from briskbert.commands.training_run import train
     from briskbert.training.retrieval.reranker_task import RerankerTask
 
-    task = RerankerTask(source, data, validation)
-
-    from briskbert.commands.training_run import train
-
-    return train(task, config)
+    return train(RerankerTask(source, data, validation), config)

@@ -5,14 +5,10 @@
         --reranker_model_name_or_path runs/reranker/final --reader_model_name_or_path runs/qa/final \
         --squad_file xquad-en.json --articles 24:36 --output_dir runs/odqa
 
-    briskbert open-domain-qa ... --question "Who founded the university?"
-
-The retriever finds the nearest passages, the optional re-ranker re-orders the first ``--rerank_top_k`` (fused
-as in ``evaluate-retrieval``), and the reader (``finetune-qa``) reads the first ``--read_top_k``; span scores are
-normalised jointly over the passages read, plus each passage's log-probability under the ranking. Without
-``--question``, every question of a SQuAD-format collection is answered reading the top 1, 3, 5 and
-``--read_top_k`` passages: exact match / F1 at each depth, the reader's own on the gold paragraphs, the share of
-gold paragraphs read and the ranking's metrics go to ``metrics.json``, the answers to ``predictions.json``.
+The optional re-ranker re-orders the first ``--rerank_top_k`` passages (fused as in ``evaluate-retrieval``) and the
+reader (``finetune-qa``) reads the first ``--read_top_k``. ``--question "..."`` answers one question; without it,
+every question of a SQuAD-format collection is answered reading the top 1, 3, 5 and ``--read_top_k`` passages, its
+metrics written to ``metrics.json`` and the answers to ``predictions.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from pathlib import Path
 from briskbert.commands.arguments import parse
 from briskbert.commands.evaluate_retrieval import RETRIEVAL_ARGUMENTS
 from briskbert.files import write_atomic
-from briskbert.training.tasks.settings import check_at_least
+from briskbert.training.tasks.settings import check_at_least, helped
 
 
 @dataclass(frozen=True)
@@ -33,10 +29,10 @@ class ModelArguments:
 
     retriever_model_name_or_path: str = field(metadata={"help": "The dual encoder."})
     reader_model_name_or_path: str = field(metadata={"help": "An extractive QA model (finetune-qa)."})
-    read_top_k: int = field(default=3, metadata={"help": "Passages the reader reads per question."})
+    read_top_k: int = helped("Passages the reader reads per question.", 3)
     reader_max_seq_length: int = 384
     doc_stride: int = 128
-    batch_size: int = field(default=32, metadata={"help": "Sequences per forward pass."})
+    batch_size: int = helped("Sequences per forward pass.", 32)
 
     def __post_init__(self):
         check_at_least(self, 1, "read_top_k", "batch_size")
@@ -44,12 +40,8 @@ class ModelArguments:
 
 @dataclass(frozen=True)
 class QuestionArguments:
-    question: str | None = field(
-        default=None, metadata={"help": "Answer this one question and show the passages read."}
-    )
-    output_dir: str | None = field(
-        default=None, metadata={"help": "Where metrics.json and predictions.json go."}
-    )
+    question: str | None = helped("Answer this one question and show the passages read.")
+    output_dir: str | None = helped("Where metrics.json and predictions.json go.")
 
 
 def main(argv=None):
@@ -65,38 +57,35 @@ def main(argv=None):
         models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, batch_size
     )
     if run.question:
-        return _answer_one(run.question, task, retriever, reader, reranker, models.read_top_k)
-    return _evaluate(models.read_top_k, run.output_dir, task, retriever, reader, reranker)
+        from briskbert.retrieval.open_domain_qa import answer_questions
 
+        texts = task.corpus
+        (answer,) = answer_questions(
+            texts, {"q": run.question}, retriever, reader, reranker, models.read_top_k
+        ).values()
+        print(
+            f"answer: {answer.text}   (log-probability {answer.score:.2f}, from passage {answer.passage_id})"
+        )
+        read = zip(answer.passages_read, answer.passage_probabilities)
+        for rank, (passage_id, probability) in enumerate(read, 1):
+            print(f"  {rank}. [{passage_id}] p={probability:.2f}  {texts[passage_id][:200]}")
+        return answer
 
-def _answer_one(question, task, retriever, reader, reranker, read_top_k):
-    from briskbert.retrieval.open_domain_qa import answer_questions
-
-    texts = task.corpus
-    (answer,) = answer_questions(texts, {"q": question}, retriever, reader, reranker, read_top_k).values()
-    print(f"answer: {answer.text}   (log-probability {answer.score:.2f}, from passage {answer.passage_id})")
-    read = zip(answer.passages_read, answer.passage_probabilities)
-    for rank, (passage_id, probability) in enumerate(read, 1):
-        print(f"  {rank}. [{passage_id}] p={probability:.2f}  {texts[passage_id][:200]}")
-    return answer
-
-
-def _evaluate(read_top_k, output_dir, task, retriever, reader, reranker):
     from briskbert.commands.evaluate_retrieval import write_outputs
     from briskbert.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
 
-    depths = tuple(sorted({*READ_DEPTHS, read_top_k}))
+    depths = tuple(sorted({*READ_DEPTHS, models.read_top_k}))
     metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
-    metrics["read_top_k"] = read_top_k
+    metrics["read_top_k"] = models.read_top_k
     print(format_metrics(metrics, depths))
-    write_outputs(metrics, output_dir)
-    if output_dir:
+    write_outputs(metrics, run.output_dir)
+    if run.output_dir:
         predictions = {
             qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
-            for qid, a in answers[read_top_k].items()
+            for qid, a in answers[models.read_top_k].items()
         }
         write_atomic(
-            Path(output_dir) / "predictions.json", json.dumps(predictions, indent=2, ensure_ascii=False)
+            Path(run.output_dir) / "predictions.json", json.dumps(predictions, indent=2, ensure_ascii=False)
         )
     return metrics
 
