@@ -1,8 +1,6 @@
-"""Export a saved briskbert folder to ONNX (`torch.onnx.export(dynamo=True)`, dynamic batch and sequence axes) and
-check the graph against PyTorch with ONNX Runtime on padded batches of real text, at real tokens only (PyTorch may
-leave zeros at padding). A sentence-transformers folder also gets a `sentence_embedding` output: its pooling and
-normalisation are part of the graph. Not remote code.
-"""
+"""Export a saved briskbert folder to ONNX (`torch.onnx.export(dynamo=True)`, dynamic axes) and check the graph
+against PyTorch with ONNX Runtime at real tokens. A sentence-transformers folder's graph also computes its pooled
+`sentence_embedding`. Not remote code."""
 
 from __future__ import annotations
 
@@ -100,8 +98,8 @@ def read_texts(text_file: Path | None, count: int) -> list[str]:
 def encode_batch(
     tokenizer, texts: list[str], max_length: int, multiple_choice: bool
 ) -> dict[str, torch.Tensor]:
-    """Pairs of consecutive sentences, row i keeping (i + 1) / rows of their words, so lengths vary and the batch
-    is padded whatever the tokenizer; multiple choice gets two choices per example, (batch, 2, seq)."""
+    """Pairs of consecutive sentences, row i keeping (i + 1) / rows of their words so the batch is padded;
+    multiple choice: (batch, 2, seq)."""
     rows = len(texts) - 1
     firsts, seconds = [], []
     for row in range(rows):
@@ -147,8 +145,7 @@ def pool_sentence_embedding(
 def model_outputs(
     model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
 ) -> dict[str, torch.Tensor]:
-    """The tensors the head returns without labels (logits, hidden states, ...), in the head's order, plus the
-    sentence embedding of a sentence-transformers folder."""
+    """The head's tensors (no labels), in its order, plus a sentence-transformers folder's sentence embedding."""
     outputs = model(**batch, return_dict=True)
     tensors = {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
     if embedding is not None:
@@ -176,9 +173,8 @@ class FlatOutputs(nn.Module):
 def export_onnx(
     model, sample: dict[str, torch.Tensor], folder: Path, embedding=None, opset_version=None, fuse=True
 ):
-    """Traces `model` on `sample` with dynamic axes and writes `folder`/model.onnx (weights beside it only past
-    2 GB), with ONNX Runtime's fused kernels unless not `fuse`: (output names, fused kernel counts, every node's
-    module paths for keep_fp32)."""
+    """Writes `folder`/model.onnx traced on `sample` (fused unless not `fuse`); returns (output names, fused kernel
+    counts, every node's module paths for keep_fp32)."""
     from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
 
     with torch.no_grad():
@@ -230,7 +226,7 @@ def run_onnxruntime(session, batch: dict[str, torch.Tensor], output_names) -> di
 
 
 def largest_differences(model, session, batch, output_names, embedding=None) -> dict[str, float]:
-    """Per output, the largest |ONNX Runtime - PyTorch|: at real tokens for per-token outputs, everywhere else."""
+    """Per output, the largest |ONNX Runtime - PyTorch| (per-token outputs: at real tokens)."""
     got = run_onnxruntime(session, batch, output_names)
     with torch.no_grad():
         expected = model_outputs(model, batch, embedding)
@@ -255,11 +251,8 @@ def export_and_check(
     progress=print,
     fuse: bool = True,
 ) -> float:
-    """Exports the folder's model (head `architecture`, default its own) to `output_dir`/model.onnx with its config
-    and tokenizer files, staged and moved into place when complete, and checks it against PyTorch on two batches of
-    `text_file` sentences (default: the bundled WikiText-2 excerpt) shaped unlike the traced sample; reports
-    through `progress` and returns the largest difference. `fuse`: with ONNX Runtime's fused kernels
-    (`onnx_fusion`), which only ONNX Runtime runs; False: the plain ONNX graph."""
+    """Exports the folder's model with its config and tokenizer files to `output_dir` and checks it against
+    PyTorch on two batches shaped unlike the traced sample; returns the largest difference."""
     target = Path(output_dir) / ONNX_FILE
     if target.exists() and not overwrite_output_dir:
         raise SettingError(

@@ -1,10 +1,6 @@
-"""Fused CPU kernels for an exported encoder graph: ONNX Runtime's transformer optimizer (`model_type="bert"`).
-
-The optimizer finds BERT's attention by its separate q, k, v projections; briskbert's one qkv projection is the
-packed weight of ONNX Runtime's `Attention` kernel, so each `layers.N.attention` (by the module path the exporter
-records on every node) becomes one `com.microsoft.Attention` node here first, where the kernel can express it.
-Not remote code.
-"""
+"""Fused CPU kernels for an exported graph: ONNX Runtime's transformer optimizer (`model_type="bert"`). Its
+attention matching wants separate q, k, v projections; briskbert's packed qkv is placed in `Attention` nodes here
+first, found by the module paths the exporter records. Not remote code."""
 
 from __future__ import annotations
 
@@ -28,9 +24,8 @@ def scopes_of(node) -> list[str]:
 
 
 def fuse_attention(model, num_heads: int) -> int:
-    """Replaces each attention module's output (the input of its output projection) by one Attention node over its
-    qkv projection's weight and bias; returns how many were fused. `model` is an onnx ModelProto, changed in place;
-    the nodes left without a consumer are pruned by the optimizer that runs next."""
+    """Makes each attention module's output (its out projection's input) one Attention node over the qkv weight and
+    bias, in place; returns how many. The optimizer that runs next prunes the nodes left without a consumer."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -80,8 +75,8 @@ def fuse_attention(model, num_heads: int) -> int:
 
 
 def optimize_onnx(source: Path, target: Path, config) -> tuple[dict[str, int], dict[str, list[str]]]:
-    """Writes the fused graph of `source` to `target`; returns the count of each fused kernel, and the module
-    paths of every node (the optimizer drops them; node names survive, so --keep_fp32 still finds its nodes)."""
+    """Writes the fused graph of `source` to `target`; returns the count of each fused kernel and every node's
+    module paths by node name (the optimizer drops the paths, not the names)."""
     import onnx
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions

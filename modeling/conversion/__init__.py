@@ -9,7 +9,6 @@ from .weights import CheckpointMismatchError
 __all__ = [
     "FAMILIES",
     "CheckpointMismatchError",
-    "SourceFamily",
     "UnsupportedCheckpointError",
     "convert_checkpoint",
 ]

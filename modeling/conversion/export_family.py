@@ -1,6 +1,6 @@
-"""A BriskBert folder written back as a transformers family's own folder (`BertForMaskedLM`, ...) that loads
-without remote code. The import is the oracle: the family's config, imported again, must give back every option
-unchanged; the weights follow the import's name map read backwards; the written folder's outputs must match."""
+"""A BriskBert folder written back as a transformers family's own folder, loadable without remote code. The import
+is the oracle: the family's config, imported again, must give back every option; the weights follow the import's
+name map backwards; the written folder's outputs must match."""
 
 import json
 from pathlib import Path
@@ -20,8 +20,7 @@ _HEAD_OPTIONS = (
     "classifier_dropout",
     "use_crf",
 )
-# model_type -> (class prefix, family), tried in this order when no family is named: the first that expresses the
-# configuration is written.
+# model_type -> (class prefix, family), tried in this order when no family is named.
 TARGETS = {
     model_type: (prefix, family) for family in FAMILIES for model_type, prefix in family.prefixes.items()
 }
@@ -75,8 +74,8 @@ def _effective(options: dict) -> dict:
 
 
 def family_weights(family: SourceFamily, suffix: str, family_model, mine: dict, tied: set) -> dict:
-    """The family model's state dict filled with BriskBert's weights `mine` (named as in a head: "model.layers..."),
-    by the import's name map read backwards; refuses a weight the family has no place for (bar the `tied` ones)."""
+    """The family model's state dict filled with BriskBert's weights `mine` (head names: "model.layers..."), by
+    the import's name map backwards; refuses a weight (bar the `tied` ones) the family has no place for."""
     theirs = family_model.state_dict()
     state, used = dict(theirs), set()
     for name, (ours_name, part) in name_map(family, suffix, theirs).items():
@@ -108,8 +107,8 @@ def _save_plain_tokenizer(tokenizer, folder: Path):
 def pick_family(
     ours, auto_class: str, family: str | None, tokenizer=None
 ) -> tuple[str, SourceFamily, str, object]:
-    """(class prefix, family, head suffix, family config): the named family (a key of TARGETS), else the first that
-    expresses `ours`. Raises UnsupportedCheckpointError naming each option the (closest) family cannot express."""
+    """(class prefix, family, head suffix, family config) of the named family, else of the first that expresses
+    `ours`; refusals name each option the (closest) family cannot express."""
     refusals = []
     for model_type in [family] if family else TARGETS:
         prefix, source = TARGETS[model_type]
@@ -135,9 +134,8 @@ def pick_family(
 
 
 def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[str, float]:
-    """Writes the BriskBert folder `model_dir` as the family's own folder `output_dir` (a key of TARGETS, or None
-    for the first that expresses it), once transformers loads it back without remote code and its outputs are
-    within `OUTPUT_TOLERANCE` of BriskBert's. Returns (the family's class, the largest difference)."""
+    """Writes `model_dir` as the family's folder `output_dir` once transformers loads it back without remote code
+    within `OUTPUT_TOLERANCE`; returns (the family's class, the largest difference)."""
     import torch
     import transformers
 

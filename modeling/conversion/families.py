@@ -198,13 +198,9 @@ def modernbert_export(ours: dict) -> dict:
 # ---------- The families ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SourceFamily:
-    """How one transformers architecture family maps onto BriskBert, both ways.
-
-    `names` maps a BriskBert option to the family's config.json field; `imported(source config)` and
-    `exported(BriskBert options)` give what each direction adds beyond them (and refuse what it cannot express).
-    `head_renames` maps a head suffix ("ForMaskedLM", or "*" for every head) to {source prefix: BriskBert prefix}
-    for the weights outside the encoder; `head_config` adds BriskBert options a head needs (ELECTRA's
-    discriminator becomes a one-label token classifier behind a dense + activation transform)."""
+    """How one transformers family maps onto BriskBert, both ways: `names` (BriskBert option -> config.json field),
+    plus what `imported` / `exported` add; `head_renames` per head suffix ("*": every head) {source prefix: ours};
+    `head_config`: options a head needs (ELECTRA's discriminator is a one-label token classifier)."""
 
     name: str
     prefixes: dict[str, str]  # model_type -> transformers' class prefix
@@ -246,10 +242,8 @@ class SourceFamily:
 
     def family_fields(self, ours: dict) -> dict:
         """The family's config fields for BriskBert options `ours`."""
-        return {
-            **{theirs: ours[name] for name, theirs in self.names.items() if name in ours},
-            **self.exported(ours),
-        }
+        renamed = {theirs: ours[name] for name, theirs in self.names.items() if name in ours}
+        return {**renamed, **self.exported(ours)}
 
 
 _BERT_HEAD_RENAMES = {

@@ -70,7 +70,7 @@ def convert_checkpoint(
     with staged_folder(out) as staging:
         model.save_pretrained(staging)
         if save_tokenizer:
-            if family.model_types == ("bert",):  # WordPiece: briskbert's tokenizer, as remote code
+            if family.name == "BERT":  # WordPiece: briskbert's tokenizer, as remote code
                 from briskbert.tokenization import BriskBertTokenizer
 
                 BriskBertTokenizer.from_pretrained(str(src)).save_pretrained(staging)
