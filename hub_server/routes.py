@@ -218,7 +218,7 @@ def lfs_batch(req: Request) -> Response:
             entry["error"] = {"code": 413, "message": f"{size} bytes is over the upload limit of {limit}"}
         elif not hub.storage.reuse_blob(oid, size):
             repo_type, repo_id = repo_of(req)
-            where = f"{repo_type}/{repo_id}/{oid}?{hub.signed_query(repo_type, repo_id, oid, size)}"
+            where = f"{repo_type}/{repo_id}/{oid}?size={size}&sig={hub.sign(repo_type, repo_id, oid, size)}"
             entry["actions"] = {
                 action: {"href": f"{hub.base_url(req)}/lfs-{action}/{where}", "header": {}}
                 for action in ("upload", "verify")

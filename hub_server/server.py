@@ -121,8 +121,7 @@ class Body:
         declared = headers.get("content-length")
         self.length = int(declared) if declared is not None else None  # h11 checked its framing
         self.done = self.length == 0 or (self.length is None and "transfer-encoding" not in headers)
-        self.limit = 0
-        self.received = 0
+        self.limit = self.received = 0
         self.broken = False  # it timed out: nothing more is read
         self._started: float | None = None
 
@@ -137,14 +136,12 @@ class Body:
     async def receive(self) -> dict:
         if self.done:
             return {"type": "http.request", "body": b"", "more_body": False}
-        limits = self._limits
-        now = time.monotonic()
+        limits, now = self._limits, time.monotonic()
         self._started = self._started or now
         expected = self.length if self.length is not None else self.received + 1024
         deadline = self._started + limits.read_timeout_s + expected / limits.min_transfer_rate
-        wait = min(deadline - now, limits.read_timeout_s)
         try:
-            with anyio.fail_after(max(wait, 0)):
+            with anyio.fail_after(max(min(deadline - now, limits.read_timeout_s), 0)):
                 message = await self._receive()
         except TimeoutError:
             self.broken = True
@@ -238,15 +235,12 @@ class HubServer:
         user: str = "testuser",
         orgs: Iterable[str] = (),
         accounts: Iterable[Account] = (),
-        upload_mode: str = "regular",
+        upload_mode: str = "regular",  # or "lfs": large or binary files go through the LFS batch API
         fault: dict | None = None,
         log_file: str | None = None,
         limits: ServerLimits | None = None,
     ):
-        if upload_mode not in ("regular", "lfs"):
-            raise ValueError(f"upload_mode must be 'regular' or 'lfs', got {upload_mode!r}")
-        # With no token at all every request acts for ``user``; otherwise a request without a known token acts
-        # for nobody.
+        # With no token at all every request acts for ``user``; otherwise one without a known token for nobody.
         self.open_account = Account(user, token, tuple(orgs))  # checks the names before anything is bound
         accounts = [*accounts, *([self.open_account] if token else [])]
         self.accounts = {token_digest(a.token or ""): a for a in accounts}
@@ -259,22 +253,15 @@ class HubServer:
         self._data_lock = open(Path(data_dir) / ".server.lock", "a+")  # noqa: SIM115 - held while serving
         try:
             fcntl.flock(self._data_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._data_lock.close()
-            raise DataDirInUse(
-                f"{data_dir} is already served by another local Hub; stop it or use another folder"
-            ) from None
-        try:
-            self.storage = Storage(
-                data_dir,
-                max_repo_files=limits.max_repo_files,
-                index_cache_revisions=limits.index_cache_revisions,
-            )
+            self.storage = Storage(data_dir, limits.max_repo_files, limits.index_cache_revisions)
             self.socket = socket.create_server(address, backlog=64)  # bound now: a port in use fails here
-        except BaseException:
+        except BaseException as error:
             self._data_lock.close()
+            if isinstance(error, BlockingIOError):
+                raise DataDirInUse(
+                    f"{data_dir} is already served by another local Hub; stop it or use another folder"
+                ) from None
             raise
-        self.storage.clean_tmp()  # what writes a previous run was interrupted in left
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.set_fault(fault)
@@ -288,21 +275,20 @@ class HubServer:
             head_timeout_s = min(limits.head_timeout_s, limits.read_timeout_s)
             max_connections = limits.max_connections
 
-        self._uvicorn = uvicorn.Server(
-            uvicorn.Config(
-                self,
-                http=Protocol,
-                lifespan="off",
-                log_config=None,
-                access_log=False,
-                limit_concurrency=limits.max_connections + 1,  # uvicorn's count includes the one asking
-                timeout_keep_alive=limits.read_timeout_s,
-                # A head in pieces is refused past twice max_head_bytes; _check_head applies the limit itself.
-                h11_max_incomplete_event_size=2 * limits.max_head_bytes,
-                server_header=False,
-                date_header=False,
-            )
+        config = uvicorn.Config(
+            self,
+            http=Protocol,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            limit_concurrency=limits.max_connections + 1,  # uvicorn's count includes the one asking
+            timeout_keep_alive=limits.read_timeout_s,
+            # A head in pieces is refused past twice max_head_bytes; _check_head applies the limit itself.
+            h11_max_incomplete_event_size=2 * limits.max_head_bytes,
+            server_header=False,
+            date_header=False,
         )
+        self._uvicorn = uvicorn.Server(config)
 
     def set_fault(self, fault: dict | None) -> None:
         if fault is not None:
@@ -325,18 +311,15 @@ class HubServer:
     def open_connections(self) -> int:
         return len(self._uvicorn.server_state.connections)
 
-    def _sign(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
+    def sign(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
+        """What makes an LFS upload URL usable without a token, like a pre-signed URL."""
         msg = f"{repo_type}|{repo_id.lower()}|{oid}|{size}".encode()
         return hmac.new(self._signing_key, msg, hashlib.sha256).hexdigest()
-
-    def signed_query(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
-        """The query that makes an LFS upload URL usable without a token, like a pre-signed URL."""
-        return f"size={size}&sig={self._sign(repo_type, repo_id, oid, size)}"
 
     def check_signature(self, req: Request) -> int:
         """The upload size a pre-signed LFS URL was signed for; ``Forbidden`` if the signature is wrong."""
         size, signature = parse_size(req.query_params.get("size")), req.query_params.get("sig", "")
-        expected = self._sign(*repo_of(req), req.path_params["oid"], size) if size is not None else ""
+        expected = self.sign(*repo_of(req), req.path_params["oid"], size) if size is not None else ""
         if not (signature and expected and hmac.compare_digest(signature.encode(), expected.encode())):
             raise errors.Forbidden("Invalid or expired upload signature")
         return size

@@ -168,8 +168,11 @@ class BlobWriter:
 class Storage:
     """Thread-safe storage for one server process. All writes go through ``tmp/`` and ``os.replace``."""
 
-    def __init__(self, data_dir, *, max_repo_files: int = 100_000, index_cache_revisions: int = 8):
+    def __init__(self, data_dir, max_repo_files: int = 100_000, index_cache_revisions: int = 8):
+        """Call only while no other process writes to ``data_dir``: ``tmp/`` is emptied of what interrupted writes
+        left."""
         self.root = Path(data_dir).resolve()
+        shutil.rmtree(self.root / "tmp", ignore_errors=True)
         for sub in ("blobs", "tmp", "repos"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.max_repo_files = max_repo_files
@@ -188,11 +191,6 @@ class Storage:
                 record = self._load_repo(repo_type, refs.parent)
                 if record is not None:
                     self._repos[(repo_type, record.repo_id.lower())] = record
-
-    def clean_tmp(self) -> None:
-        """Empty ``tmp/`` of what interrupted writes left; call only while no write is running."""
-        shutil.rmtree(self.root / "tmp", ignore_errors=True)
-        (self.root / "tmp").mkdir()
 
     def _load_repo(self, repo_type: str, folder: Path) -> RepoRecord | None:
         """The repo in ``folder``. A damaged ``meta.json`` or ``refs.json`` is logged in one line naming it, and
