@@ -10,7 +10,7 @@ import pytest
 
 from briskbert.cli import main as cli
 from briskbert.data import DATA_DIR
-from briskbert.extras import EXTRAS, MissingExtraError, require_extra, require_tracker
+from briskbert.extras import EXTRAS, MissingExtraError, require_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,6 @@ def test_report_to_a_tracker_without_its_extra(tmp_path, monkeypatch, capsys):
     (error,) = capsys.readouterr().err.strip().splitlines()
     assert error.startswith("error: --report_to tensorboard needs tensorboard") and "[tensorboard]" in error
     assert not (tmp_path / "run").exists()
-    require_tracker("wandb")  # no extra of ours: accelerate's own check names the package
 
 
 def test_require_extra_looks_packages_up_without_importing_them(monkeypatch):

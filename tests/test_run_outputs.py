@@ -156,26 +156,20 @@ def test_progress_to_a_file_is_plain_lines_at_intervals_counted_from_a_resumed_s
     assert lines[0].endswith("loss 0.2778") and lines[-1].endswith("loss 0.1667")
 
 
-# ---------------------------------------------------------------------------------------- checkpoints
-def test_a_checkpoint_stores_a_tied_weight_once_without_a_warning(tmp_path, caplog):
+# ------------------------------------------------------------------------------------- checkpoint files
+def test_a_checkpoint_stores_a_tied_weight_once_and_every_file_honours_the_umask(tmp_path, caplog):
+    """safetensors writes through a private temporary file (0o600): a teammate could not read the weights."""
     from safetensors import safe_open
 
-    result = train(tmp_path, "--max_train_steps", "2", "--checkpointing_steps", "1")
-    assert result.global_step == 2
-    assert "Removed shared tensor" not in caplog.text
-    with safe_open(tmp_path / "step_2" / "model.safetensors", "pt") as saved:
-        keys = set(saved.keys())
-    assert "model.embeddings.word_embeddings.weight" in keys and "head.decoder.weight" not in keys
-
-
-# ------------------------------------------------------------------------------------------ file modes
-def test_weights_and_every_file_written_honour_the_umask(tmp_path):
-    """safetensors writes through a private temporary file (0o600): a teammate could not read the weights."""
     previous = os.umask(0o022)
     try:
         result = train(tmp_path, "--max_train_steps", "2", "--checkpointing_steps", "1")
     finally:
         os.umask(previous)
+    assert "Removed shared tensor" not in caplog.text
+    with safe_open(tmp_path / "step_2" / "model.safetensors", "pt") as saved:
+        keys = set(saved.keys())
+    assert "model.embeddings.word_embeddings.weight" in keys and "head.decoder.weight" not in keys
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in written}
     assert "final/model.safetensors" in modes and "step_2/model.safetensors" in modes

@@ -355,14 +355,8 @@ class BlankingCollator(MaskingCollator):
 
 def test_a_batch_without_items_adds_nothing_and_a_window_without_any_is_refused(tmp_path):
     """Half of each window has no masked token: its NaN mean is not trained on. A window of none stops the run."""
-    flags = (
-        "--max_train_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "4",
-        "--gradient_accumulation_steps",
-        "2",
-    )
+    flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
+    flags += ("--gradient_accumulation_steps", "2")
     result = run(
         MLMTask(collator=BlankingCollator(2)), config("--output_dir", str(tmp_path / "half"), *flags)
     )

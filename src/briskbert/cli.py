@@ -29,10 +29,7 @@ INTERRUPTED_EXIT_CODE = 130
 
 #: ``briskbert <name>`` runs ``briskbert.commands.<name, dashes as underscores>.main(argv)``; its --help line
 COMMANDS: dict[str, str] = {
-    "quickstart": (
-        "The whole flow on the bundled data: tokenizer, pretrain, convert, fine-tune, publish to a local Hub, "
-        "load back."
-    ),
+    "quickstart": "The whole flow on the bundled data: tokenizer, pretrain, convert, fine-tune, publish, load.",
     "train-tokenizer": "Train a WordPiece (or BPE / Unigram) tokenizer on text files.",
     "pretrain": "Pretrain an encoder with masked language modelling (+ next sentence prediction).",
     "ablate": "Pretrain several architecture variants at equal budget; a table and a plot.",
@@ -42,17 +39,13 @@ COMMANDS: dict[str, str] = {
     "finetune-qa": "Fine-tune for extractive question answering on SQuAD-format data.",
     "finetune-embeddings": "Fine-tune a sentence-embedding model (dual encoder) with in-batch negatives.",
     "finetune-reranker": "Fine-tune a cross-encoder re-ranker on (query, passage) pairs.",
-    "evaluate-similarity": (
-        "Spearman and Pearson of a sentence-embedding model's cosine similarity against scored pairs."
-    ),
+    "evaluate-similarity": "Spearman and Pearson of an embedding model's cosine similarity on scored pairs.",
     "build-index": "Embed a passage file with a dual encoder into a faiss index (flat, HNSW, IVF-PQ).",
     "evaluate-retrieval": "Recall@k, MRR@10 and nDCG@10 of a dual encoder (+ re-ranker) on a passage collection.",
     "open-domain-qa": "Retrieve, re-rank and read: answer questions over a passage collection.",
     "distill": "Distil a fine-tuned classifier into a smaller student.",
     "export-onnx": "Export a model to ONNX and check it against PyTorch with ONNX Runtime.",
-    "export-family": (
-        "Write a briskbert model back as its transformers family's own folder (BERT, RoBERTa, ModernBERT, ...)."
-    ),
+    "export-family": "Write a briskbert model back as its transformers family's own folder (BERT, RoBERTa, ...).",
     "quantize": "Quantize a model to int8 (ONNX Runtime or torchao) and check it against fp32 on real text.",
     "local-hub": "Serve a Hub-compatible HTTP server for offline use and tests.",
     "publish": "Push a model folder with its card to the Hub, tag it and verify it loads.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .errors import SettingError, UserError
+from .errors import UserError
 
 #: each ``[project.optional-dependencies]`` extra a command checks for -> the top-level modules it brings
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -23,9 +23,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 #: the loggers torchao's import fills with warnings on a CPU-only machine: one per CUDA kernel library it cannot
 #: load (and torch's, about torchao's enums). transformers imports torchao whenever it is installed.
 TORCHAO_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
-
-#: ``--report_to`` trackers that have an extra of their own; the others install by their package name
-TRACKER_EXTRAS = {"tensorboard": "tensorboard", "trackio": "trackio"}
 
 
 class MissingExtraError(UserError):
@@ -50,15 +47,3 @@ def require_extra(extra: str, needed_for: str) -> None:
             f'installed: install the [{extra}] extra with pip install "briskbert[{extra}]" (from a clone: '
             f'pip install ".[{extra}]").'
         )
-
-
-def require_tracker(name: str) -> None:
-    """``report_to`` a tracker with an extra of its own: its package must be installed (accelerate checks its
-    other trackers itself)."""
-    if name == "tensorboard" and is_installed("tensorboardX"):  # accelerate writes through either
-        return
-    if name in TRACKER_EXTRAS:
-        try:
-            require_extra(TRACKER_EXTRAS[name], name)
-        except MissingExtraError as error:
-            raise SettingError("report_to", str(error)) from None

@@ -40,8 +40,7 @@ class TrainingConfig:
     learning_rate: float = field(
         default=1e-4,
         metadata={
-            "help": "Peak learning rate: 1e-4 suits small models on little data (docs/results.md); base-size "
-            "and larger models on large data usually take 2e-5 to 5e-5."
+            "help": "Peak learning rate: 1e-4 suits small models (docs/results.md); base-size ones 2e-5 to 5e-5."
         },
     )
     weight_decay: float = 0.0
@@ -57,15 +56,9 @@ class TrainingConfig:
     num_warmup_steps: int | None = field(
         default=None, metadata={"help": "Warm-up steps; overrides warmup_ratio."}
     )
-    warmup_ratio: float = field(
-        default=0.1,
-        metadata={
-            "help": "Warm-up as a fraction of the total steps, while Adam's estimates (and a new head) settle."
-        },
-    )
+    warmup_ratio: float = field(default=0.1, metadata={"help": "Warm-up as a fraction of the total steps."})
     decay_ratio: float = field(
-        default=0.2,
-        metadata={"help": "warmup_stable_decay only: fraction of steps spent in the final decay."},
+        default=0.2, metadata={"help": "warmup_stable_decay: the final decay's share of steps."}
     )
     max_grad_norm: float = field(default=1.0, metadata={"help": "0 disables clipping."})
     seed: int = 42
@@ -85,16 +78,11 @@ class TrainingConfig:
     )
     resume_from_checkpoint: str | None = field(
         default=None,
-        metadata={
-            "help": "A checkpoint folder or 'latest'; the arguments and data must be the checkpoint's run's."
-        },
+        metadata={"help": "A checkpoint folder or 'latest'; same arguments and data as its run."},
     )
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={
-            "help": "Start a new run in an output_dir that holds an earlier run's checkpoints or final model "
-            "(they are deleted); without it such a run is refused."
-        },
+        metadata={"help": "Start anew in an output_dir holding an earlier run (which is deleted)."},
     )
     report_to: str = field(
         default="none",
@@ -107,30 +95,21 @@ class TrainingConfig:
     torch_compile: bool = False
     eval_steps: int | None = field(
         default=None,
-        metadata={
-            "help": "Evaluate every N steps and at the end (default: about 10 times in runs of 20+ steps, else "
-            "at the end only)."
-        },
+        metadata={"help": "Evaluate every N steps and at the end (default: 10 times in 20+ steps)."},
     )
     metric_for_best_model: str | None = field(
         default=None,
         metadata={"help": "e.g. eval_loss or eval_accuracy: keep the best model in output_dir/best."},
     )
     greater_is_better: bool | None = field(
-        default=None, metadata={"help": "Default: false for *loss / *perplexity metrics, true otherwise."}
+        default=None, metadata={"help": "Default: false for *loss / *perplexity."}
     )
     logging_steps: int | None = field(
         default=None,
-        metadata={
-            "help": "Log the training loss every N steps (default: every step in short runs, about 50 times a "
-            "run, every 10 steps at most)."
-        },
+        metadata={"help": "Log the loss every N steps (default: ~50 times a run, every 1 to 10 steps)."},
     )
     dataloader_num_workers: int | None = field(
-        default=None,
-        metadata={
-            "help": "Processes that prepare batches while the model trains (default: 4 on a GPU, 0 on CPU)."
-        },
+        default=None, metadata={"help": "Processes preparing batches (default: 4 on a GPU, 0 on CPU)."}
     )
 
     # Fields that may change between the launches of one run (bookkeeping, and the run's length); every other
@@ -215,15 +194,20 @@ def parse_report_to(report_to: str | None) -> list[str]:
     names = [name.strip() for name in (report_to or "none").split(",") if name.strip()]
     if names in ([], ["none"]):
         return []
-    from briskbert.extras import require_tracker
+    from briskbert.extras import MissingExtraError, is_installed, require_extra
 
-    for name in names:
-        require_tracker(name)  # one line naming the extra to install, before accelerate (and torch) load
+    # the trackers with an extra of ours, named before accelerate (and torch) load; tensorboardX also serves
+    for name in set(names) & {"tensorboard", "trackio"}:
+        if not (name == "tensorboard" and is_installed("tensorboardX")):
+            try:
+                require_extra(name, name)
+            except MissingExtraError as error:
+                raise SettingError("report_to", str(error)) from None
     from accelerate.tracking import get_available_trackers
     from accelerate.utils import LoggerType
 
     supported = [kind.value for kind in LoggerType if kind.value != "all"]
-    installed = [str(kind.value if hasattr(kind, "value") else kind) for kind in get_available_trackers()]
+    installed = [str(getattr(kind, "value", kind)) for kind in get_available_trackers()]
     if names == ["all"]:
         return installed
     for name in names:

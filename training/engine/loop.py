@@ -480,10 +480,6 @@ def _checkpoint_due(every: int | str | None, state: TrainingState, batches_per_e
 
 
 # ------------------------------------------------------------------------------------------ the end
-# The run's counters that all_results.json repeats next to the final metrics.
-RESULT_COUNTERS = ("train_steps", "epochs", "tokens_seen", "examples_seen", "global_batch_size")
-
-
 def _finish(
     config, accelerator, parts: Prepared, tokenizer, state: TrainingState, log: MetricsLog, task: Task
 ) -> TrainResult:
@@ -518,9 +514,10 @@ def _finish(
     save_model_folder(accelerator, parts.model, tokenizer, final_dir, facts)
     best_metric = asdict(best) if best else None  # as all_results.json and TrainResult show it
     if accelerator.is_main_process:
+        counters = ("train_steps", "epochs", "tokens_seen", "examples_seen", "global_batch_size")
         results = {
             **metrics,
-            **{key: getattr(run_facts, key) for key in RESULT_COUNTERS},
+            **{key: getattr(run_facts, key) for key in counters},
             "best_metric": best_metric,
             "train_loss": next((e["loss"] for e in reversed(log.history) if "loss" in e), None),
             "train_runtime_s": round(state.wall_time_s, 2),

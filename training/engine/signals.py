@@ -57,7 +57,7 @@ class SignalCatcher:
 
     def __init__(self):
         self.signal_number = 0
-        self._stack = contextlib.ExitStack()
+        self._handlers = _handlers(self._handle)
 
     def _handle(self, signum, frame):
         if self.signal_number and signum == signal.SIGINT:
@@ -65,11 +65,11 @@ class SignalCatcher:
         self.signal_number = self.signal_number or signum  # the first is the one the run reports
 
     def __enter__(self):
-        self._stack.enter_context(_handlers(self._handle))
+        self._handlers.__enter__()
         return self
 
     def __exit__(self, *exc):
-        return self._stack.__exit__(*exc)
+        return self._handlers.__exit__(*exc)
 
     def received(self, accelerator) -> int:
         """The signal any process received (0: none); all processes then stop at the same step."""

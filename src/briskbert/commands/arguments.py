@@ -55,25 +55,15 @@ def new_parser(description: str | None, *settings_types: type) -> argparse.Argum
 
         def parse_known_args(self, args=None, namespace=None):
             namespace, extra = super().parse_known_args(args, namespace)
-            check_output_folders(namespace)
+            # A folder no job could write is refused before torch loads, the same for every job.
+            for name in ("output_dir", "out"):  # the settings that name the folder a job writes
+                folder = getattr(namespace, name, None)
+                if folder and (problem := output_folder_problem(folder)):
+                    raise SettingError(name, problem)
             return namespace, extra
 
     # no abbreviations: --num_train_epoch is a typo to name, not --num_train_epochs to guess
     return Parser(settings_types, description=description, formatter_class=HelpFormatter, allow_abbrev=False)
-
-
-#: the settings that name a folder a job writes (every job's, whatever it writes there)
-OUTPUT_FOLDERS = ("output_dir", "out")
-
-
-def check_output_folders(namespace: argparse.Namespace) -> None:
-    """Refuse an output folder no job could write (a file, a path under one, a dangling symbolic link, an
-    unwritable folder) as soon as the flags are parsed: before torch is imported, and the same for every job."""
-    for name in OUTPUT_FOLDERS:
-        folder = getattr(namespace, name, None)
-        problem = output_folder_problem(folder) if folder else None
-        if problem:
-            raise SettingError(name, problem)
 
 
 def _one_line_error(parser: argparse.ArgumentParser, message: str):
