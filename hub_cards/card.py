@@ -160,12 +160,9 @@ def render_card(
     """The card of ``model_dir`` as published to ``repo_id`` at ``revision``, which the usage snippet pins
     (``revision_is_pinned``: a tag; otherwise a branch, and the snippet says to pin a commit id)."""
     model_dir = Path(model_dir)
-    config = read_config(model_dir)
-    if not config.get("architectures"):
-        raise CardError(
-            f"{model_dir / 'config.json'} has no 'architectures' entry: save the model with "
-            "save_pretrained so the card knows its task"
-        )
+    config = read_config(
+        model_dir
+    )  # with its architectures: save_pretrained writes them, publish checks them
     if facts is None:
         try:
             facts = read_training_facts(model_dir)

@@ -1,7 +1,6 @@
-"""README front matter parsed within limits, for the card checks and the local Hub server. huggingface_hub's
-loaders call ``yaml.safe_load`` without limits, which a stranger's card can turn into seconds of CPU, gigabytes
-("billion laughs" aliases) or a recursion overflow; here the parser's events are walked first, and only a
-document within the limits (size, nodes, depth, no alias) is built."""
+"""README front matter parsed within limits, for the local Hub server: ``yaml.safe_load`` alone lets a stranger's
+card cost seconds of CPU, gigabytes ("billion laughs" aliases) or a recursion overflow, so the parser's events are
+walked first and only a document within the limits (size, nodes, depth, no alias) is built."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ class FrontMatterError(ValueError):
 
 
 def _check_events(text: str, limits: YamlLimits) -> None:
-    """Walk the parser's events: any alias, or the first limit passed, is a ``FrontMatterError``."""
     nodes = depth = 0
     too_deep = FrontMatterError(
         f"The README front matter nests lists and mappings deeper than {limits.max_depth} levels"

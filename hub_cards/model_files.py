@@ -1,7 +1,6 @@
-"""Which files of a saved model folder a publish uploads: the model files (config, the code files ``auto_map``
-names and those import, safetensors weights, the tokenizer) plus what ``include`` names; training state stays local
-unless asked for. Nothing outside the folder is read: a symlink, code reference or shard leading outside it is
-``OutsideTheFolder``."""
+"""Which files of a saved model folder a publish uploads: config, remote code, safetensors weights and tokenizer,
+plus what ``include`` names (training state only when asked for). A symlink, code reference or shard leading
+outside the folder is ``OutsideTheFolder``."""
 
 from __future__ import annotations
 
@@ -168,9 +167,7 @@ def _model_files(folder: Path, missing: list[str]) -> list[str]:
 def collect_files(
     model_dir: str | Path, include: tuple[str, ...] | list[str] = (), include_training_state: bool = False
 ) -> FileSelection:
-    """The files to upload and those left out. Raises ``OutsideTheFolder`` for a symlink, code reference or
-    shard leading outside the folder, ``SettingError`` for a damaged file and ``IncompleteModelFolder`` listing
-    what a whole model lacks."""
+    """The files to upload and those left out; ``IncompleteModelFolder`` lists what a whole model lacks."""
     folder = Path(model_dir)
     listing, links = folder_listing(folder) if folder.is_dir() else ([], [])  # first: no read through a link
     # the manifest, weights' headers, config and tokenizer, before anything reads them
@@ -205,8 +202,8 @@ def collect_files(
 def shard_weights(
     folder: Path, files: list[str], max_shard_size: int | str, workdir: Path
 ) -> dict[str, Path]:
-    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards plus an index,
-    written one shard at a time."""
+    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards (written one at a
+    time) and their index."""
     mapping = {f: folder / f for f in files}
     if "model.safetensors" not in mapping:
         return mapping

@@ -1,7 +1,6 @@
-"""The README of a folder ``briskbert quantize`` wrote, from its ``quantization.json`` and
-``templates/quantized_readme.md``: the model card (with its Quantization section) plus the speed table for a
-torchao folder, which transformers loads as it is; otherwise (ONNX Runtime, or a head the card has no usage
-snippet for) a README that says what the folder holds, how far it is from fp32, and how to run it."""
+"""The README of a folder ``briskbert quantize`` wrote (``templates/quantized_readme.md``): for torchao, the model
+card plus the speed table; otherwise (ONNX Runtime, or a head without a usage snippet) what the folder holds, how
+far it is from fp32, and how to run it."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ TEMPLATE_PATH = Path(__file__).parent / "templates" / "quantized_readme.md"
 def render_quantized_readme(
     folder: str | Path, folder_name: str, output_names: list[str], auto_class: str
 ) -> str:
-    """The README of ``folder`` (its ``quantization.json`` written), to be published as ``folder_name``;
-    ``output_names`` are the model's outputs and ``auto_class`` the transformers class that loads it."""
+    """The README of ``folder`` (its ``quantization.json`` written), to be published as ``folder_name``."""
     import jinja2
 
     from briskbert.modeling.export import SENTENCE_EMBEDDING

@@ -85,8 +85,7 @@ def metadata_warnings(meta: dict) -> list[str]:
 
 
 def _check_model_index(index) -> list[str]:
-    """huggingface_hub's reading of a model-index (``name``, ``results`` with ``task.type``, ``dataset`` name and
-    type, ``metrics`` with type and value), and the types the Hub requires."""
+    """huggingface_hub's reading of a model-index, and the types the Hub requires."""
     try:
         _, results = model_index_to_eval_results(index)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -1,10 +1,6 @@
-"""Credentials in files about to be published, found by their name or by what they hold.
-
-``NAME_RULES`` are well-known credential files (a name alone is enough: such a file is never part of a model);
-``CONTENT_RULES`` are private-key blocks and the usual providers' token formats, plus the token in use. Files are
-searched memory-mapped as they are (nothing is unpacked or decoded); a ``.safetensors`` file in its metadata and
-tensor names only, so tensor bytes raise no false alarm. A finding never holds the secret.
-"""
+"""Credentials in files about to be published: well-known credential file names (``NAME_RULES``), private-key
+blocks and token formats (``CONTENT_RULES``), and the token in use. Files are searched memory-mapped as they are;
+a ``.safetensors`` file in its metadata and tensor names only. A finding never holds the secret."""
 
 from __future__ import annotations
 
@@ -111,8 +107,7 @@ CONTENT_RULES = tuple(
 
 
 def _rules(token: str | None) -> tuple:
-    """The content rules, plus the access token in use whatever its format (under 8 characters it would
-    match by chance)."""
+    """The content rules, plus the token in use (under 8 characters it would match by chance)."""
     if not token or len(token) < 8:
         return CONTENT_RULES
     literal = token.encode()
@@ -144,8 +139,7 @@ def _safetensors_strings(path: Path) -> bytes | None:
 
 
 def scan_file(folder: Path, rel_path: str, rules: tuple = CONTENT_RULES) -> Finding | None:
-    """The first reason ``folder / rel_path`` must not be published, or None. The file is memory-mapped: a
-    large checkpoint is searched without being read into memory."""
+    """The first reason ``folder / rel_path`` must not be published, or None."""
     if what := credential_file(rel_path):
         return Finding(rel_path, what)
     path = folder / rel_path

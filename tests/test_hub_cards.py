@@ -9,7 +9,6 @@ import pytest
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from briskbert.errors import UserError
 from briskbert.hub_cards.card import CardError, render_card
 from briskbert.training.engine.facts import (
     SCHEMA_VERSION,
@@ -102,22 +101,9 @@ def test_metadata_and_sections_from_config_and_facts(tmp_path):
     assert ModelCard(str(card)).data.to_dict() == data
 
 
-def test_bad_facts_and_folders_fail_in_one_line_naming_the_file(tmp_path):
-    folder = saved_config(tmp_path, "BriskBertForMaskedLM")
-    (folder / "training_facts.json").write_text('{"schema_version": 2, "task": "\\ud800"}')
-    with pytest.raises(UserError, match=r"training_facts.json: 'task' holds a lone surrogate"):
-        render_card(folder, "testuser/m")
-    (folder / "config.json").write_text(json.dumps({"model_type": "briskbert"}))
-    with pytest.raises(CardError, match="config.json has no 'architectures'"):
-        render_card(folder, "testuser/m")
-    with pytest.raises(UserError, match="nowhere/config.json is missing"):
-        render_card(tmp_path / "nowhere", "testuser/m")
-
-
 def test_the_hubs_metadata_rules_are_checked_locally(tmp_path):
     from briskbert.hub_cards.rules import check_metadata
 
-    assert check_metadata({"license": ["mit"]})[0].startswith('"license" must be a string')
     assert check_metadata({"base_model": "sentence-transformers/all-MiniLM-L6-v2"}) == []
     (tmp_path / "training_facts.json").write_text(json.dumps({**FACTS, "base_model": "/home/me/runs/minilm"}))
     with pytest.raises(CardError, match="training_facts.json makes an invalid card: .*Hub repo ids"):

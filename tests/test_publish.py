@@ -163,28 +163,6 @@ def head(hub_, repo="testuser/sst2"):
     return hub_.server.storage.resolve("model", repo, "main")
 
 
-@pytest.mark.parametrize("kind", ["500", "drop", "400"])
-def test_commit_faults_fail_clearly_and_a_rerun_completes(folder, hub, kind):
-    """A failed commit is tried once (the publisher adds no retries), said in one line; a re-run finishes."""
-    lines = []
-    opts = dict(endpoint=hub.url, no_verify=True, log=lines.append)
-    first = publish(folder, "testuser/sst2", **opts)
-    # a changed card makes the next publish a real commit
-    hub.set_fault({"step": "commit", "kind": kind, "times": 99})
-    with pytest.raises(PublishError) as e:
-        publish(folder, "testuser/sst2", tag="v2", **opts)
-    msg = str(e.value)
-    assert msg.startswith("commit failed: ") and f"unchanged at commit {first.commit_id}" in msg
-    assert kind != "400" or "Injected client error" in msg
-    assert "\n" not in msg and TOKEN not in msg
-    assert head(hub) == first.commit_id and hub.server.fault_hits == 1
-    hub.set_fault(None)
-    again = publish(folder, "testuser/sst2", tag="v2", **opts)
-    assert again.new_commit and head(hub) == again.commit_id
-    assert hub.server.storage.refs("model", "testuser/sst2")["tags"] == {"v2": again.commit_id}
-    assert_no_token_anywhere("\n".join(lines))
-
-
 @pytest.mark.parametrize("how", ["412", "500 after the other commit", "answer lost after our commit"])
 def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monkeypatch, how):
     """A real race: another client commits over HTTP between this publish reading the head and committing."""
