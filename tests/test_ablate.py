@@ -148,21 +148,11 @@ def test_a_given_tokenizer_is_compared_by_its_definition_not_its_bytes(ablation,
 
 def test_a_tokenizer_folder_without_tokenizer_json_is_refused(tmp_path, capsys):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n")
-    argv = [
-        "ablate",
-        "--train_file",
-        str(EXCERPT),
-        "--configs",
-        "bert-tiny",
-        "--tokenizer_name",
-        str(tmp_path),
-    ]
-    assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    argv = ["ablate", "--train_file", str(EXCERPT), "--configs", "bert-tiny", "--tokenizer_name"]
+    assert main([*argv, str(tmp_path), "--output_dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
-    assert (
-        error.startswith(f"error: --tokenizer_name {tmp_path} has no tokenizer.json")
-        and error.count("\n") == 1
-    )
+    expected = f"error: --tokenizer_name {tmp_path} has no tokenizer.json"
+    assert error.startswith(expected) and error.count("\n") == 1
 
 
 def test_a_runs_progress_bar_follows_its_logged_steps_past_a_line_being_written(tmp_path):
