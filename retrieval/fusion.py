@@ -1,12 +1,12 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fusion of a cross-encoder re-ranker with the retriever's score and BM25, its weights chosen on validation
-queries (``fusion.json``), and the retrieval evaluation::
+"""The fusion of a re-ranker with the retriever's score and BM25, its weights chosen on validation queries
+(``fusion.json``), and the retrieval evaluation::
 
     fused = retriever_scale * ((1 - weight - lexical_weight) * similarity + lexical_weight * bm25 / max_bm25)
             + weight * reranker_logit
 
-A listwise re-ranker's logits and the scaled similarities are both log-probabilities over a query's candidates
-up to a constant; both weights 0 keep retrieval's order exactly.
+Listwise logits and scaled similarities are both log-probabilities up to a constant; weights 0 keep retrieval's
+order exactly.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ SELECTION_METRICS = (f"mrr@{RANK_DEPTH}", f"recall@{RECALL_DEPTHS[0]}")  # compa
 
 
 def fuse(retrieved: Retrieved, head_scores, weight, retriever_scale, lexical_scores=None, lexical_weight=0.0):
-    """Each query's head (the passages ``head_scores`` covers) ordered by the fused score (ties keep retrieval's
-    order), the rest behind it; the scores are the head's fused scores, in that order."""
+    """Each query's head (what ``head_scores`` covers) ordered by the fused score (ties keep retrieval's order), the
+    rest behind it; the scores are the head's fused scores."""
     rankings, scores = {}, {}
     for query_id, ranking in retrieved.rankings.items():
         logits = head_scores[query_id]
@@ -55,7 +55,7 @@ def fuse(retrieved: Retrieved, head_scores, weight, retriever_scale, lexical_sco
 @dataclass(frozen=True)
 class Fusion:
     """The fusion weights chosen for a re-ranker behind a retriever, with the selection metrics at every pair of
-    weights tried (``curve``) and of retrieval alone. Files older than the BM25 term read as ``lexical_weight`` 0."""
+    weights tried (``curve``) and of retrieval alone."""
 
     weight: float
     retriever_scale: float
@@ -129,9 +129,8 @@ def choose_fusion_weight(
     lexical_scores: dict[str, list[float]] | None = None,
     lexical_grid: tuple[float, ...] = LEXICAL_GRID,
 ) -> tuple[float, float, list[dict]]:
-    """The weights (re-ranker from ``grid``, BM25 from ``lexical_grid`` with ``lexical_scores``; summing to at most
-    1) whose fusion scores best on ``qrels`` (MRR@10, then Recall@1; ties go to the smaller total, then the
-    smaller re-ranker weight, so signals that add nothing get 0), and the metrics at every pair."""
+    """The weights (summing to at most 1) whose fusion scores best on ``qrels`` (MRR@10, then Recall@1; ties go to
+    the smaller total, then the smaller re-ranker weight), and the metrics at every pair."""
     lexical_grid = lexical_grid if lexical_scores is not None else (0.0,)
     if 0.0 not in grid or 0.0 not in lexical_grid:
         raise ValueError("the fusion grid must contain 0 (retrieval alone), so the choice is never below it.")
@@ -162,8 +161,8 @@ def shortfall_warning(retrieval: dict, ranked: dict, fusion_weight: float) -> di
 
 
 def evaluate_retrieval(task, retriever, reranker=None) -> dict:
-    """Metrics of retrieval alone and, with a re-ranker, of its own order (``"reranked"``) and of the fused order
-    it hands on (``"fused"``, with a ``"warning"`` when below retrieval), with the seconds."""
+    """Metrics of retrieval alone and, with a re-ranker, of its own order (``"reranked"``) and of the fused one
+    (``"fused"``, with a ``"warning"`` when below retrieval)."""
     start = time.perf_counter()
     retrieved = retrieve(
         task.corpus, task.queries, retriever, max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
@@ -190,8 +189,7 @@ def evaluate_retrieval(task, retriever, reranker=None) -> dict:
 
 
 def validation_warning(reranker) -> str | None:
-    """A one-line warning when the re-ranker's weights were never chosen (no ``fusion.json``, no weight given),
-    or when its own validation shows the weights it applies scoring below retrieval alone."""
+    """A warning when the re-ranker's weights were never chosen, or its validation scored them below retrieval."""
     fusion = reranker.fusion
     if fusion is None:
         if reranker.fusion_weight or reranker.lexical_weight:

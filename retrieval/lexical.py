@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""BM25 over a passage collection (``bm25s``' Lucene variant, the default of Elasticsearch), the lexical score
-the re-ranking stage can fuse with the dual encoder's similarity: exact rare words (names, numbers, dates) that
-one vector per passage loses. Words are lower-cased runs of letters, digits and underscores; none is stemmed or dropped."""
+"""BM25 (``bm25s``' Lucene variant) for the re-ranking stage's fusion: it keeps exact rare words (names, numbers,
+dates) that one vector per passage loses. Words are lower-cased runs of letters, digits and _; none is stemmed."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ def bm25_head_scores(
     k1: float = 1.2,
     b: float = 0.75,
 ) -> dict[str, list[float]]:
-    """For each query, the BM25 score (over ``corpus``'s statistics) of its first ``depth`` ranked passages
-    divided by the largest of them, so every query's scores lie in [0, 1] (all 0 when no passage shares a word
-    with it)."""
+    """Per query, the BM25 scores (over ``corpus``) of its first ``depth`` ranked passages divided by the largest,
+    so they lie in [0, 1] (all 0 when none shares a word with the query)."""
     import bm25s
 
     row = {passage_id: index for index, passage_id in enumerate(corpus)}

@@ -1,6 +1,5 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""A cross-encoder re-ranker at query time: it scores the head of each retrieved list (and its BM25 when the
-fusion weighs it), loaded with the fusion weights ``finetune-reranker`` chose (:mod:`.fusion`)."""
+"""A cross-encoder re-ranker at query time, with the fusion weights ``finetune-reranker`` chose (:mod:`.fusion`)."""
 
 from __future__ import annotations
 
@@ -20,12 +19,7 @@ from briskbert.training.data.task_data import DataError
 def encode_pairs(tokenizer, queries: list[str], passages: list[str], max_seq_length: int):
     """(query, passage) pairs as the cross-encoder reads them, in training and at query time."""
     return tokenizer(
-        queries,
-        passages,
-        truncation="longest_first",
-        max_length=max_seq_length,
-        padding=True,
-        return_tensors="pt",
+        queries, passages, truncation=True, max_length=max_seq_length, padding=True, return_tensors="pt"
     )
 
 
@@ -50,7 +44,7 @@ def score_pairs(
 
 @dataclass
 class Reranker:
-    """A cross-encoder, how deep it re-orders each retrieved list, and the fusion weights it applies."""
+    """A cross-encoder, how deep it re-orders, and the fusion weights it applies."""
 
     model: object
     tokenizer: object
@@ -64,7 +58,7 @@ class Reranker:
     def score(
         self, queries, retrieved: Retrieved, corpus, depth: int | None = None
     ) -> dict[str, list[float]]:
-        """The logit of each of the first ``depth`` (default ``top_k``) retrieved passages, in retrieval order."""
+        """The logits of each query's first ``depth`` (default ``top_k``) passages, in retrieval order."""
         heads = {query_id: ranking[: depth or self.top_k] for query_id, ranking in retrieved.rankings.items()}
         questions = [queries[query_id] for query_id, head in heads.items() for _ in head]
         passages = [corpus[pid] for head in heads.values() for pid in head]
@@ -75,8 +69,7 @@ class Reranker:
         return {query_id: [next(logits) for _ in head] for query_id, head in heads.items()}
 
     def rerank(self, queries, retrieved: Retrieved, corpus, retriever_scale: float, depth: int | None = None):
-        """``(logits, fused)``: the logits of each query's first ``depth`` (default ``top_k``) passages, and the
-        order fused at this re-ranker's weights (BM25 over ``corpus`` computed only when weighed)."""
+        """``(logits, fused)``: :meth:`score`, and the order fused at this re-ranker's weights."""
         depth = depth or self.top_k
         logits = self.score(queries, retrieved, corpus, depth)
         lexical = (
@@ -88,8 +81,7 @@ class Reranker:
 
 
 def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker | None:
-    """The re-ranker ``settings`` name (``None`` when they name none), applying the weights given, else those of
-    its ``fusion.json``, else 0 (retrieval's order)."""
+    """The re-ranker ``settings`` name (or ``None``) at the weights given, else its ``fusion.json``'s, else 0."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     name_or_path = settings.reranker_model_name_or_path
@@ -112,13 +104,7 @@ def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker
             "lexical_weight or fusion_weight.",
         )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
+    top_k, max_length = settings.rerank_top_k, settings.reranker_max_seq_length
     return Reranker(
-        model.eval(),
-        tokenizer,
-        settings.rerank_top_k,
-        settings.reranker_max_seq_length,
-        batch_size,
-        fusion_weight,
-        fusion,
-        lexical_weight,
+        model.eval(), tokenizer, top_k, max_length, batch_size, fusion_weight, fusion, lexical_weight
     )

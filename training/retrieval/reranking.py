@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Cross-encoder re-ranking: ``BriskBertForSequenceClassification`` with one relevance logit, trained on groups of
-a query, its positive and negatives drawn each epoch from a pool, with a listwise or pointwise loss. The saved
-folder loads with ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder``."""
+"""Cross-encoder re-ranking: one relevance logit, trained on groups of a query, its positive and negatives drawn
+each epoch from a pool, with a listwise or pointwise loss."""
 
 from __future__ import annotations
 
@@ -40,9 +39,8 @@ def _distinct_passages(pairs: list[Pair], extra_passages: list[str] = (), pool_s
 def negative_pools(
     pairs: list[Pair], pool_size: int, seed: int, retriever: Retriever | None = None, extra_passages=()
 ) -> list[RerankGroup]:
-    """Each pair's own negative (if any), then the passages ``retriever`` ranks highest among the training
-    passages and ``extra_passages`` but its positive (the mistakes a re-ranker behind it has to correct), or
-    without one random other passages of the training data."""
+    """Each pair's own negative (if any), then the passages but its positive that ``retriever`` ranks highest
+    among the training passages and ``extra_passages`` (the mistakes to correct), else random ones."""
     passages = _distinct_passages(pairs, extra_passages if retriever else (), pool_size)
     if retriever is None:
         rng = random.Random(seed)
@@ -63,8 +61,8 @@ def negative_pools(
 
 
 class RerankGroups(torch.utils.data.Dataset):
-    """Groups with ``num_negatives`` negatives each: the pair's own (first in its pool) if it has one, the rest
-    drawn afresh every epoch, seeded by ``seed``, the epoch and the index (a resumed run draws the same)."""
+    """Groups with ``num_negatives`` negatives: the pair's own (first in its pool) if any, the rest drawn every
+    epoch, seeded by ``seed``, the epoch and the index (a resumed run draws the same)."""
 
     def __init__(
         self, groups: list[RerankGroup], num_negatives: int, seed: int = 0, own_negative: bool = False
@@ -88,11 +86,12 @@ class RerankGroups(torch.utils.data.Dataset):
         return RerankGroup(group.query, group.positive, kept + drawn)
 
 
+@dataclass
 class GroupCollator:
     """B groups -> B*G (query, passage) rows; ``labels`` (B, G) hold 1 for the positive in column 0."""
 
-    def __init__(self, tokenizer, max_seq_length: int):
-        self.tokenizer, self.max_seq_length = tokenizer, max_seq_length
+    tokenizer: object
+    max_seq_length: int
 
     def __call__(self, groups: list[RerankGroup]) -> dict:
         size = 1 + len(groups[0].negatives)
@@ -104,7 +103,7 @@ class GroupCollator:
 
 
 def pairs_collection(pairs: list[Pair], distractors: list[str] = ()) -> RetrievalTask:
-    """The pairs' distinct passages and ``distractors`` as a collection, each query's positive its relevant one."""
+    """The pairs' distinct passages and ``distractors``, each query's positive its relevant one."""
     passage_ids = {text: f"p{index}" for index, text in enumerate(_distinct_passages(pairs, distractors))}
     query_ids = [f"q{index}" for index in range(len(pairs))]
     return RetrievalTask(
@@ -136,8 +135,8 @@ class CrossEncoderForRanking(Wrapper):
 
 
 def group_ranking_metrics(model, dataloader, accelerator) -> dict:
-    """Over validation groups: the share whose positive scores highest (``accuracy``) and its mean reciprocal
-    rank (``mrr``), beside what ranking each group at random scores (``chance_accuracy``, ``chance_mrr``)."""
+    """The share of groups whose positive scores highest (``accuracy``) and its mean reciprocal rank (``mrr``),
+    beside what a random order scores (``chance_accuracy``, ``chance_mrr``)."""
     from briskbert.training.engine.evaluation import evaluation_loop
 
     def per_group(batch, outputs):

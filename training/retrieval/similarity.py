@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Sentence similarity on scored ``(sentence1, sentence2, score)`` pairs (TSV, CSV or JSON lines; any score
-range): the CoSENT and cosine-MSE losses, and Spearman / Pearson of the pairs' cosine with the gold scores."""
+"""Scored ``(sentence1, sentence2, score)`` pairs: the CoSENT and cosine-MSE losses, and Spearman / Pearson of the
+pairs' cosine with the gold scores."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ class ScoredPair:
 
 
 def load_scored_pairs(path: str, name: str = "train_file", rows=None) -> list[ScoredPair]:
-    """The scored pairs of a TSV, CSV or JSON lines file (its ``rows``, when already read; other columns
-    ignored); errors name the setting ``name``."""
+    """The scored pairs of a TSV, CSV or JSON lines file (``rows``: its table, when already read)."""
     rows = load_table(path, name) if rows is None else rows
     missing = [column for column in SCORED_PAIR_COLUMNS if column not in rows.column_names]
     if missing:
@@ -86,9 +85,7 @@ def cosent_loss(
     first: torch.Tensor, second: torch.Tensor, scores: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """CoSENT (Su 2022) over the global batch: ``log(1 + sum over score_i > score_j of exp(scale * (cos_j -
-    cos_i)))``; every process computes the same loss from the gathered cosines."""
-    # Not sentence-transformers' CoSENTLoss (an optional extra, equal on one process): it sees one process's
-    # pairs only.
+    cos_i)))``; sentence-transformers' CoSENTLoss equals it on one process."""
     cosines = F.cosine_similarity(first.float(), second.float(), dim=-1) * scale
     cosines, scores = gather_with_grad(cosines), gather_with_offset(scores.float())[0]
     # differences[i, j] = cos_i - cos_j, counted where pair i should score lower than pair j.
@@ -125,7 +122,7 @@ def similarity_metrics(cosines, scores) -> dict[str, float]:
 def evaluate_similarity(
     encoder, tokenizer, pairs: list[ScoredPair], spec: EmbeddingSpec, batch_size: int = 64
 ) -> dict[str, float]:
-    """:func:`similarity_metrics` of each pair's cosine (each distinct sentence embedded once)."""
+    """:func:`similarity_metrics` of each pair's cosine."""
     sentences = list(dict.fromkeys([p.sentence1 for p in pairs] + [p.sentence2 for p in pairs]))
     vectors = encode_texts(encoder, tokenizer, sentences, spec, batch_size, "encoding sentences")
     row = {sentence: index for index, sentence in enumerate(sentences)}
@@ -136,7 +133,7 @@ def evaluate_similarity(
 
 
 def evaluate_scored_pairs(model, dataloader, accelerator) -> dict:
-    """Spearman / Pearson over the validation pairs, gathered from every process."""
+    """Spearman / Pearson over the validation pairs of every process."""
     from briskbert.training.engine.evaluation import evaluation_loop
 
     def cosines_and_scores(batch, outputs) -> dict:

@@ -6,13 +6,11 @@
         --extra_corpus_file wikitext-2/valid.txt --extra_corpus_min_words 40 \
         --reranker_model_name_or_path runs/reranker/final --rerank_top_k 20 --output_dir runs/retrieval-eval
 
-The collection: a SQuAD-format file (every paragraph a passage relevant to its own questions) with optional
-distractors, or JSON lines corpus/queries/qrels. Passages are embedded and searched exactly, or with ``--index``
-in a ``build-index`` folder built by the same encoder. A re-ranker re-orders the first ``--rerank_top_k`` by
-``scale * ((1 - w - l) * similarity + l * bm25) + w * logit``, ``w``/``l`` being ``--fusion_weight`` /
-``--lexical_weight`` or the weights in the re-ranker's ``fusion.json`` (without one: 0, retrieval's order, with a
-warning). Prints and writes ``metrics.json`` for retrieval alone, the re-ranker's own order and the fused order,
-with a one-line warning when the fused order scores below retrieval alone.
+The collection: a SQuAD-format file (every paragraph relevant to its own questions) with optional distractors, or
+JSON lines corpus/queries/qrels; searched exactly, or in a ``build-index`` folder (``--index``). A re-ranker
+re-orders the first ``--rerank_top_k`` by ``scale * ((1 - w - l) * similarity + l * bm25) + w * logit``, ``w``/``l``
+from ``--fusion_weight`` / ``--lexical_weight``, else the re-ranker's ``fusion.json``, else 0. Writes ``metrics.json``
+for retrieval, the re-ranker's order and the fused one, warning when the fused one scores below retrieval.
 """
 
 from __future__ import annotations
@@ -69,8 +67,7 @@ def write_outputs(metrics: dict, output_dir: str | None) -> None:
 
 
 def load_models(source, embedding, index, reranking, encoder: str, batch_size: int, max_seq_length=None):
-    """The collection, the retriever (searching ``index.index`` when given) and the re-ranker the flags name; a
-    warning on stderr when the re-ranker's weights were never chosen or scored below retrieval on its validation."""
+    """The collection, the retriever (searching ``index.index`` when given) and the re-ranker (with its warning)."""
     from briskbert.retrieval.dense import load_collection, load_retriever
     from briskbert.retrieval.fusion import validation_warning
     from briskbert.retrieval.reranker import load_reranker
@@ -80,14 +77,13 @@ def load_models(source, embedding, index, reranking, encoder: str, batch_size: i
     retriever = load_retriever(encoder, embedding.pooling, embedding.normalize, max_seq_length, batch_size)
     retriever = with_index(retriever, index.index, task.corpus_ids, encoder)
     reranker = load_reranker(reranking, batch_size)
-    warning = validation_warning(reranker) if reranker else None
-    if warning:
+    if reranker and (warning := validation_warning(reranker)):
         print(f"warning: {warning}", file=sys.stderr)
     return task, retriever, reranker
 
 
 def format_report(report: dict) -> str:
-    """A small table: one row per stage, metrics on 0-1 (as recorded)."""
+    """One row per stage, metrics on 0-1."""
     bm25 = f", BM25 {report['lexical_weight']:g}" if report.get("lexical_weight") else ""
     labels = {
         "retrieval": "retrieval",

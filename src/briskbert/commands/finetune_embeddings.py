@@ -4,19 +4,10 @@
     briskbert finetune-embeddings --model_name_or_path runs/minilm-briskbert \
         --train_file xquad-en.json --train_articles 0:24 --output_dir runs/embeddings --mine_hard_negatives
 
-    briskbert finetune-embeddings --model_name_or_path runs/minilm-briskbert \
-        --train_file stsb/train.tsv --validation_file stsb/dev.tsv --output_dir runs/sts
-
-Data (TSV, CSV or JSON lines; the columns decide the task):
-
-* ``query`` (or ``anchor``), ``positive``, optional ``negative``, or a SQuAD ``.json`` file: the multiple-negatives
-  ranking loss, every other candidate of the (global) batch a negative; ``--mine_hard_negatives`` adds the
-  training passage the starting model ranks highest after its own. Validation: Recall@k, MRR@10, nDCG@10.
-* ``sentence1``, ``sentence2``, ``score``: ``--loss cosent`` (default) or ``cosine_mse``. Validation: Spearman
-  and Pearson of cosine similarity with the gold scores, as ``briskbert evaluate-similarity``.
-
-``--mini_batch_size`` caches gradients (GradCache) so a large batch fits in the memory of a small one. The
-``final/`` folder loads with ``AutoModel`` and ``SentenceTransformer`` (``trust_remote_code=True``).
+Data (TSV, CSV or JSON lines; the columns decide the task): ``query`` (or ``anchor``), ``positive``, optional
+``negative``, or SQuAD ``.json``: the multiple-negatives ranking loss, validated with Recall@k, MRR@10, nDCG@10.
+``sentence1``, ``sentence2``, ``score``: ``--loss cosent`` (default) or ``cosine_mse``, validated with Spearman and
+Pearson. ``--mini_batch_size`` caches gradients (GradCache). ``final/`` loads with ``SentenceTransformer``.
 """
 
 from __future__ import annotations
@@ -33,10 +24,9 @@ def main(argv=None):
         learning_rate=2e-5, num_train_epochs=1.0, per_device_train_batch_size=32, warmup_ratio=0.1,
     )  # fmt: skip
 
+    from briskbert.commands.training_run import train
     from briskbert.training.retrieval.embedding_task import EmbeddingTask
 
-    task = EmbeddingTask(model, data, settings)  # reads the examples, which decide the loss
-
-    from briskbert.commands.training_run import train
-
-    return train(task, config)
+    return train(
+        EmbeddingTask(model, data, settings), config
+    )  # the task reads the examples, which decide the loss

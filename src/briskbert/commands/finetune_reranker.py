@@ -5,17 +5,13 @@
         --train_file xquad-en.json --train_articles 0:20 --negatives_from runs/embed/final \
         --validation_file xquad-en.json --validation_articles 20:24 --output_dir runs/reranker
 
-Data: JSON lines ``query``/``positive``/optional ``negative``, or a SQuAD ``.json`` file. Each query is read with
-its positive and ``--num_negatives`` negatives drawn each epoch from a pool: the pair's own, then the passages
-the dual encoder ``--negatives_from`` ranks highest, else random ones. ``--loss listwise`` (cross-entropy over the
-group) or ``pointwise`` (binary cross-entropy per pair).
-
-The fusion weights of the re-ranker's logit and the passage's BM25 against the retriever's similarity
-(``--fusion_retriever``, default ``--negatives_from``, else the starting model) are chosen on the validation
-queries' top ``--rerank_top_k`` (``--validation_file``, else ``--validation_split_percentage`` of the training
-documents held out whole) and saved as ``final/fusion.json``, which ``evaluate-retrieval`` and ``open-domain-qa``
-apply by default; the card states them. The ``final/`` folder loads with ``AutoModelForSequenceClassification``
-and sentence-transformers' ``CrossEncoder``.
+Data: JSON lines ``query``/``positive``/optional ``negative``, or SQuAD ``.json``. Each query is read with its
+positive and ``--num_negatives`` negatives drawn each epoch from a pool: its own, then those ``--negatives_from``
+ranks highest, else random ones; ``--loss listwise`` or ``pointwise``. The fusion weights (re-ranker and BM25
+against ``--fusion_retriever``'s similarity) are chosen on the validation queries (``--validation_file``, else
+``--validation_split_percentage`` of the training documents, held out whole) and saved as ``final/fusion.json``,
+which ``evaluate-retrieval`` and ``open-domain-qa`` apply. ``final/`` loads with sentence-transformers'
+``CrossEncoder``.
 """
 
 from __future__ import annotations
