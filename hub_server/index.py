@@ -50,34 +50,25 @@ class Folder:
     path: str
 
 
-def _after(folder: str) -> str:
-    """The smallest string after every path inside ``folder`` ('0' follows '/')."""
-    return folder + "0"
-
-
 class RevisionIndex:
     """One commit: its metadata (``commit``, without the file table) and its files."""
 
     def __init__(self, commit: dict, files: dict[str, dict]):
         self.commit = commit
         self.paths = sorted(files)
-        self._entries = [FileEntry(path, **files[path]) for path in self.paths]
+        self.entries = [FileEntry(path, **files[path]) for path in self.paths]
         self._lock = threading.Lock()
         self._siblings: dict[bool, bytes] = {}
         self._card: dict | None = None
 
     def get(self, path: str) -> FileEntry | None:
         i = bisect_left(self.paths, path)
-        return self._entries[i] if i < len(self.paths) and self.paths[i] == path else None
+        return self.entries[i] if i < len(self.paths) and self.paths[i] == path else None
 
     def has_folder(self, folder: str) -> bool:
         i = bisect_left(self.paths, folder + "/")
         return i < len(self.paths) and self.paths[i].startswith(folder + "/")
 
-    def as_dict(self) -> dict[str, FileEntry]:
-        return dict(zip(self.paths, self._entries, strict=True))
-
-    # ---- listings ---------------------------------------------------------------------------------
     def page(
         self, folder: str, recursive: bool, after: str | None, limit: int
     ) -> tuple[list[FileEntry | Folder], str | None]:
@@ -87,7 +78,9 @@ class RevisionIndex:
         it."""
         prefix = f"{folder}/" if folder else ""
         start = bisect_left(self.paths, prefix)
-        end = bisect_left(self.paths, _after(folder)) if folder else len(self.paths)
+        end = (
+            bisect_left(self.paths, folder + "0") if folder else len(self.paths)
+        )  # '0' sorts right after '/'
         i = max(start, bisect_right(self.paths, after)) if after is not None else start
         out: list[FileEntry | Folder] = []
         while i < end and len(out) < limit:
@@ -98,19 +91,18 @@ class RevisionIndex:
                 if not before.startswith(sub + "/"):
                     out.append(Folder(sub))
             if recursive or len(parts) == 1:
-                out.append(self._entries[i])
+                out.append(self.entries[i])
                 i += 1
             else:  # a non-recursive listing skips the rest of the sub-folder at once
-                i = bisect_left(self.paths, _after(prefix + parts[0]), i)
+                i = bisect_left(self.paths, prefix + parts[0] + "0", i)
         return out, (self.paths[i - 1] if i < end else None)
 
-    # ---- computed once per revision -------------------------------------------------------------
     def siblings_json(self, with_blobs: bool) -> bytes:
         """The ``siblings`` list of ``repo_info`` as JSON, built on first use."""
         with self._lock:
             if with_blobs not in self._siblings:
                 self._siblings[with_blobs] = json.dumps(
-                    [_sibling(e, with_blobs) for e in self._entries]
+                    [_sibling(e, with_blobs) for e in self.entries]
                 ).encode()
             return self._siblings[with_blobs]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import BadRequest, HubError, PayloadTooLarge, Unprocessable
-from .index import FileEntry, git_blob_oid, looks_like_lfs
+from .index import FileEntry, looks_like_lfs
 from .names import REPO_TYPES, validate_path, validate_repo_id
 from .storage import AddFile, BlobWriter, DeleteFile, DeleteFolder, StoredBlob
 
@@ -275,14 +275,11 @@ def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:
     if v.get("encoding", default="base64") != "base64":
         raise BadRequest(f"{v.where}: only base64 file content is supported")
     path = validate_path(v.get("path"))
-    if streamed is None:
+    if (blob := streamed) is None:
         data = _base64(v.get("content"), f"{v.where}.content")
-        blob, git_oid = StoredBlob(storage.put_bytes(data), len(data), data[:8000]), git_blob_oid(data)
-    else:
-        blob, git_oid = streamed, storage.git_oid(streamed.sha256)
-    return AddFile(
-        FileEntry(path, blob.sha256, blob.size, git_oid, looks_like_lfs(path, blob.size, blob.sample))
-    )
+        blob = StoredBlob(storage.put_bytes(data), len(data), data[:8000])
+    lfs = looks_like_lfs(path, blob.size, blob.sample)
+    return AddFile(FileEntry(path, blob.sha256, blob.size, storage.git_oid(blob.sha256), lfs))
 
 
 def _lfs_file(v: Fields, storage, streamed) -> AddFile:

@@ -53,11 +53,7 @@ def _read_record_file(path: Path) -> tuple[dict, str | None]:
     except ValueError as e:
         return {}, f"not valid JSON ({e})"
     if path.name == "meta.json":
-        ok = (
-            isinstance(data, dict)
-            and isinstance(data.get("private"), bool)
-            and isinstance(data.get("id", ""), str)
-        )
+        ok = isinstance(data, dict) and type(data.get("private")) is bool and type(data.get("id", "")) is str
         return (data, None) if ok else ({}, "not an object with a true or false 'private' and a text 'id'")
     tables = [data.get(kind) for kind in ("branches", "tags")] if isinstance(data, dict) else [None]
     if not all(isinstance(t, dict) for t in tables):
@@ -410,7 +406,8 @@ class Storage:
             return self.indexes(d, commit_id)
 
     def files(self, repo_type: str, repo_id: str, commit_id: str) -> dict[str, FileEntry]:
-        return self.index(repo_type, repo_id, commit_id).as_dict()
+        index = self.index(repo_type, repo_id, commit_id)
+        return dict(zip(index.paths, index.entries, strict=True))
 
     def _write_commit(self, d: Path, parent, files: dict, title, message, author, refs=None, branch="main"):
         """A new commit, then ``refs`` with ``branch`` moved to it; a failure (a full disk) removes both."""
