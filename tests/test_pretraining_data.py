@@ -87,7 +87,7 @@ def test_streamed_sequences_are_the_reference_sequences(tokenizer, documents, mo
     assert [example["idx"] for example in streamed] == list(range(len(reference)))
 
 
-def test_streaming_shards_are_disjoint_and_complete(tokenizer):
+def test_streaming_shards_are_disjoint_and_complete(tokenizer, monkeypatch):
     def tokens(dataset):
         return sorted(t for example in dataset for t in example["input_ids"][1:]), [e["idx"] for e in dataset]
 
@@ -99,6 +99,9 @@ def test_streaming_shards_are_disjoint_and_complete(tokenizer):
     (first, first_idx), (second, second_idx) = tokens(parts[0]), tokens(parts[1])
     assert sorted(first + second) == whole  # every token once, in one shard or the other
     assert not set(first_idx) & set(second_idx)  # masking keys stay unique
+    # each dataloader worker streams its own shard: 2 processes x 3 workers; process 1's worker 2
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=3, id=2))
+    assert parts[1]._shard() == (6, 5)
 
 
 # ---- next-sentence pairs, shards and splits against documents that say where they come from
@@ -183,12 +186,6 @@ def test_a_corpus_too_small_to_split_is_refused_before_it_is_prepared(tmp_path, 
             pretraining.build_datasets(
                 PretrainingData(train_file=str(tmp_path / "corpus.txt")), None, accelerator, 0
             )
-
-
-def test_each_dataloader_worker_streams_its_own_shard(tokenizer, monkeypatch):
-    dataset = StreamingMLMDataset(str(EXCERPT), tokenizer, 32, num_shards=2, shard_index=1)
-    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=3, id=2))
-    assert dataset._shard() == (6, 5)  # 2 processes x 3 workers; process 1's worker 2
 
 
 def _pretrain_args(tmp_path, *extra):
