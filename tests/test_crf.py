@@ -266,7 +266,7 @@ def test_ner_evaluation_scores_what_the_head_decodes(tokenizer, use_crf):
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
-    from briskbert.training.tasks.ner import NerEvaluator, make_ner_evaluate_fn, ner_features
+    from briskbert.training.tasks.ner import NerEvaluator, ner_features
 
     sentences = load_conll(str(DATA / "conll2003_dev_excerpt.txt")).select(range(12))
     config = tiny_config(CONLL_TAGS, len(tokenizer), use_crf=use_crf)
@@ -279,7 +279,7 @@ def test_ner_evaluation_scores_what_the_head_decodes(tokenizer, use_crf):
     with torch.no_grad():
         model.classifier.weight.zero_()
         model.classifier.bias.copy_(torch.tensor([0.0, 1.0, 3.0, 0, 0, 0, 0, 0, 0]))  # I-PER, then B-PER
-    result = make_ner_evaluate_fn(evaluator, 64)(model, loader, Accelerator(cpu=True))
+    result = evaluator.evaluate(model, loader, Accelerator(cpu=True))
     # Viterbi: B-PER I-PER I-PER ...: each sentence one PER entity; arg-max: I-PER everywhere, invalid throughout.
     assert result["invalid_bio_share"] == (0.0 if use_crf else 1.0)
     assert result["num_predicted_entities"] == len(sentences)

@@ -1,36 +1,20 @@
-"""briskbert's shared training library: the one Accelerate loop (:mod:`briskbert.training.engine.loop`) and its helpers.
-
-A job is a :class:`~briskbert.training.engine.task.Task` handed to :func:`briskbert.training.engine.loop.run`;
-pretraining data and masking live in :mod:`briskbert.training.data`. Submodules are imported on first use so
-the command line can parse its flags without loading torch.
-"""
+"""briskbert's shared training library: a job is a :class:`~briskbert.training.engine.task.Task` handed to
+:func:`briskbert.training.engine.loop.run`. Names are imported on first use, so the command line parses its flags
+without loading torch."""
 
 import importlib
 
-_EXPORTS = {
-    "FACTS_FILE": "engine.facts",
-    "JobFacts": "engine.facts",
-    "RunFacts": "engine.facts",
-    "TrainingFacts": "engine.facts",
-    "read_training_facts": "engine.facts",
-    "write_training_facts": "engine.facts",
-    "Task": "engine.task",
-    "TaskInputs": "engine.task",
-    "count_examples": "engine.task",
-    "TrainingConfig": "engine.config",
-    "TrainingDiverged": "engine.checkpointing",
-    "EpochShuffleSampler": "engine.loop",
-    "TrainResult": "engine.loop",
-    "TrainingInterrupted": "engine.signals",
-    "TrainingState": "engine.checkpointing",
-    "create_accelerator": "engine.loop",
-    "evaluation_loop": "engine.evaluation",
-    "run": "engine.loop",
-    "seed_everything": "engine.loop",
-    "create_optimizer": "engine.optim",
-    "create_scheduler": "engine.optim",
-    "parameter_groups": "engine.optim",
+_MODULES = {
+    "engine.facts": "FACTS_FILE JobFacts RunFacts TrainingFacts read_training_facts write_training_facts",
+    "engine.task": "Task TaskInputs count_examples",
+    "engine.config": "TrainingConfig",
+    "engine.checkpointing": "TrainingDiverged TrainingState",
+    "engine.loop": "EpochShuffleSampler TrainResult create_accelerator run seed_everything",
+    "engine.signals": "TrainingInterrupted",
+    "engine.evaluation": "evaluation_loop",
+    "engine.optim": "create_optimizer create_scheduler parameter_groups",
 }
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names.split()}
 __all__ = sorted(_EXPORTS)
 
 

@@ -9,10 +9,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from briskbert.training.data.task_data import DataError, SkipReport, separator_hint
+from briskbert.training.data.task_data import (
+    DataError,
+    SkipReport,
+    require_columns,
+    require_rows,
+    separator_hint,
+)
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.task import TaskInputs
-from briskbert.training.tasks.finetuning import FinetuningTask
+from briskbert.training.tasks.finetuning import FinetuningTask, load_splits
 from briskbert.training.tasks.metrics import classification_metrics, not_learned
 
 logger = logging.getLogger(__name__)
@@ -66,7 +72,7 @@ def _label_kind(value) -> str:
 
 @dataclass
 class LabelSpec:
-    """How labels are turned into model targets, and what goes into the config."""
+    """How raw labels become model targets, and the label fields of the model's config."""
 
     problem_type: str
     label_list: list[str] = field(default_factory=list)  # names in id order (empty for regression)
@@ -74,17 +80,10 @@ class LabelSpec:
     ids_given: bool = False  # integer labels are ids into label_list, not names
     label_separator: str = ","
 
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.problem_type == "regression" else len(self.label_list)
-
-    @property
-    def label2id(self) -> dict:
-        return {name: i for i, name in enumerate(self.label_list)}
-
-    @property
-    def id2label(self) -> dict:
-        return dict(enumerate(self.label_list))
+    def __post_init__(self):
+        self.num_labels = 1 if self.problem_type == "regression" else len(self.label_list)
+        self.label2id = {name: i for i, name in enumerate(self.label_list)}
+        self.id2label = dict(enumerate(self.label_list))
 
     def encode(self, value):
         """Model target of one raw label (``int`` id, ``float`` or a float multi-hot vector)."""
@@ -132,12 +131,10 @@ def infer_label_spec(
     eval_source: str = "the evaluation data",
     every_name_seen: bool = True,
 ) -> LabelSpec:
-    """Decide the problem type and the label set from the (non-missing) training labels.
-
-    ``label_names`` (the setting, or a teacher's ``id2label``, described by ``names_source``) fixes the class
-    names and their ids: integer labels 0..K-1 are ids into it, text labels must be among the names, and
-    (``every_name_seen``: names the user gave, not a teacher's) every name must be a label found in the data.
-    Without it, text labels are kept as they are (sorted) and integer labels are named by their value."""
+    """The problem type and label set of the (non-missing) training labels. ``label_names`` (the setting, or a
+    teacher's, described by ``names_source``) fixes names and ids: integer labels 0..K-1 index it, text labels
+    must be among it, and (``every_name_seen``) each name must be found in the data. Without it, labels are
+    sorted (integers by value)."""
     kind = _label_kinds(train_labels, source)
     if eval_labels:
         eval_kind = _label_kinds(eval_labels, eval_source)
@@ -244,8 +241,8 @@ def drop_incomplete_rows(dataset, columns: list[str], source: str):
 
 
 def refuse_non_finite_labels(labels, source: str) -> None:
-    """A label that reads as NaN or an infinity would make every regression loss NaN and train an all-NaN model:
-    refused, naming the row (from 0). Missing values (empty cells, JSON null) are skipped rows, not NaN labels."""
+    """A NaN or infinite label would make every regression loss NaN: refused, naming the row (from 0). Missing
+    values (empty cells, JSON null) are skipped rows, not NaN labels."""
     for row, value in enumerate(labels):
         number = None if isinstance(value, float) and np.isnan(value) else _parse_number(value)
         if isinstance(number, float) and not np.isfinite(number):
@@ -262,11 +259,7 @@ class ClassificationTask(FinetuningTask):
     model_class = "BriskBertForSequenceClassification"
 
     def load_data(self, label_names: list[str] | None = None, names_source: str = "label_names") -> None:
-        """The training/evaluation tables, validated, and the label spec decided. ``label_names`` overrides
-        ``settings.label_names`` (a teacher's labels when distilling, described by ``names_source``)."""
-        from briskbert.training.data.task_data import require_columns, require_rows
-        from briskbert.training.tasks.finetuning import load_splits
-
+        """The tables, validated, and the label spec; ``label_names``: a teacher's, when distilling."""
         data, settings = self.data_source, self.settings
         train, evaluation = load_splits(data)
         train_name, eval_name = data.describe("train"), data.describe("validation")
@@ -285,8 +278,7 @@ class ClassificationTask(FinetuningTask):
             "label_column": settings.label_column,
         }
 
-        def checked(table, name: str):
-            """``(table, SkipReport)``: the table validated, rows with a missing value skipped."""
+        def checked(table, name: str):  # -> (table, SkipReport): rows with a missing value skipped
             require_rows(table, name)
             require_columns(table, columns, name)
             if settings.problem_type in (None, "regression"):  # a number can be a regression target
@@ -328,11 +320,9 @@ class ClassificationTask(FinetuningTask):
         return self.task_inputs(accelerator, model, tokenizer, DataCollatorWithPadding(tokenizer))
 
     def make_model(self, accelerator, config: TrainingConfig):
-        """``(model, tokenizer)``: the classifier with this data's labels, and its tokenizer."""
         return self.load_starting_model(config, **self.spec.config_kwargs())
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
-        """Gathered logits and labels of the evaluation set -> the metrics of the spec's problem type."""
         from briskbert.training.engine.evaluation import evaluation_loop, majority_class, not_above_baseline
 
         spec = self.spec
@@ -343,12 +333,11 @@ class ClassificationTask(FinetuningTask):
             lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
         )
         labels, logits = gathered["labels"].numpy(), gathered["logits"].numpy()
-        if spec.problem_type != "single_label_classification":
-            return classification_metrics(logits, labels, spec.problem_type)
-        labels = labels.astype(int)
         metrics = classification_metrics(logits, labels, spec.problem_type)
+        if spec.problem_type != "single_label_classification":
+            return metrics
         predicted = [spec.id2label[i] for i in logits.argmax(-1)]
-        references = [spec.id2label[i] for i in labels]
+        references = [spec.id2label[int(i)] for i in labels]
         majority, metrics["majority_accuracy"] = majority_class(references)
         self.verdict = not_learned(predicted, references) or not_above_baseline(
             "eval_accuracy",

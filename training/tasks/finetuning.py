@@ -1,6 +1,5 @@
 """What the fine-tuning jobs share besides the training loop: :class:`FinetuningTask`, their data splits and
-the starting model (a briskbert folder, a Hub repo id, a BERT-family checkpoint converted first, or a preset).
-Imports neither torch nor transformers."""
+the starting model. Imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -35,8 +34,8 @@ def first_n(dataset, n: int | None):
 
 
 def check_model_inputs(source: ModelSource) -> ModelLocation | None:
-    """Check the starting model folder (with its tokenizer unless ``tokenizer_name`` is given) before any data
-    is read: a folder without a vocabulary would otherwise train on a tokenizer that maps every word to [UNK]."""
+    """Check the starting model folder (and its tokenizer unless ``tokenizer_name`` is given) before any data
+    is read."""
     if source.tokenizer_name is not None:
         check_tokenizer_source(source.tokenizer_name, "tokenizer_name")
     if source.model_name_or_path is None:
@@ -47,8 +46,8 @@ def check_model_inputs(source: ModelSource) -> ModelLocation | None:
 
 
 def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_code: bool = False) -> str:
-    """A folder or repo id holding a briskbert model; a checkpoint of a family ``briskbert convert`` imports is
-    converted once into ``output_dir/converted_base`` (with its tokenizer), which is returned."""
+    """A folder or repo id holding a briskbert model; another family's checkpoint is converted once into
+    ``output_dir/converted_base``, which is returned."""
     import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
     from briskbert.modeling.conversion import FAMILIES, convert_checkpoint
 
@@ -89,8 +88,8 @@ def load_tokenizer(name: str):
 
 
 def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning", output_loading_info=False):
-    """``model_class.from_pretrained(base)``; transformers' load report is one line when all it lists is the new
-    task head (and the checkpoint's own head or pooler), as expected for ``purpose``, else the whole table."""
+    """``model_class.from_pretrained(base)``; transformers' load report shrinks to one line when it lists only
+    the new task head (and the checkpoint's own head or pooler), else it is shown whole."""
     from accelerate import PartialState
 
     held = []
@@ -124,7 +123,7 @@ def load_pretrained(model_class, base: str, config, purpose: str = "fine-tuning"
 def check_positions(config, max_seq_length: int) -> None:
     """Learned (absolute) positions stop at ``max_position_embeddings``; the other schemes run past it."""
     limit = config.max_position_embeddings
-    if getattr(config, "position_embedding_type", "absolute") == "absolute" and max_seq_length > limit:
+    if config.position_embedding_type == "absolute" and max_seq_length > limit:
         raise SettingError(
             "max_seq_length",
             f"{max_seq_length} exceeds the model's max_position_embeddings {limit}; lower it.",
@@ -134,8 +133,8 @@ def check_positions(config, max_seq_length: int) -> None:
 def load_starting_model(
     model_class, source: ModelSource, location: ModelLocation | None, output_dir: str, **config_overrides
 ):
-    """``(model, tokenizer)`` a job starts from: ``model_class`` (a BriskBert head) from ``source``'s model with
-    config fields overridden, or a fresh model from ``source.config_preset`` sized to the tokenizer's vocabulary."""
+    """``(model, tokenizer)``: ``model_class`` from ``source``'s model with config fields overridden, or fresh
+    from ``source.config_preset`` sized to the tokenizer's vocabulary."""
     from briskbert.modeling import BriskBertConfig
     from briskbert.training.engine.checkpointing import check_finite_weights, weights_file
 
@@ -181,9 +180,9 @@ def pad_to_width(tensor, width: int, value: float):
 
 
 class FinetuningTask(Task):
-    """A job that fine-tunes a starting model (:class:`ModelSource`) on :class:`DataSource` data: the
-    constructor checks the model folder and reads and validates the data (:meth:`load_data`), before torch is
-    imported; the card states the starting model, the data and :meth:`details`."""
+    """A job that fine-tunes a starting model on :class:`DataSource` data: the constructor checks the model folder
+    and reads and validates the data (``load_data``) before torch is imported; the card states the starting
+    model, the data and ``details()``."""
 
     pipeline_tag: str  # the card's task and pipeline tag
     model_class: str  # the briskbert.modeling head
@@ -193,19 +192,14 @@ class FinetuningTask(Task):
         self.location = check_model_inputs(model)
         self.load_data()
 
-    def load_data(self) -> None:
-        raise NotImplementedError
-
     def load_starting_model(self, config, **config_overrides):
-        """``(model, tokenizer)``: :attr:`model_class` from the starting model, with ``config_overrides``."""
         import briskbert.modeling
 
         head = getattr(briskbert.modeling, self.model_class)
         return load_starting_model(head, self.source, self.location, config.output_dir, **config_overrides)
 
     def tokenize(self, accelerator, prepare_train, prepare_eval=None, **fn_kwargs) -> None:
-        """``train_features`` and ``eval_features`` (None without evaluation data): the splits through the
-        batched ``prepare_*`` functions, on the main process first."""
+        """``train_features`` and ``eval_features``: the splits through batched ``prepare_*`` functions."""
 
         def features(table, prepare):
             if table is None:
@@ -217,7 +211,7 @@ class FinetuningTask(Task):
             self.eval_features = features(self.evaluation, prepare_eval or prepare_train)
 
     def task_inputs(self, accelerator, model, tokenizer, collator, eval_dataset=None) -> TaskInputs:
-        """What :meth:`build` hands the loop; the data's skip reports are logged and kept for the card."""
+        """What ``build`` hands the loop; the data's skip reports are logged and kept for the card."""
         reports = [report for report in self.reports if report]
         if accelerator.is_main_process:
             for report in reports:
@@ -233,9 +227,6 @@ class FinetuningTask(Task):
 
     def data_facts(self) -> dict:
         return self.data_source.card_facts()
-
-    def details(self) -> dict:
-        return {}
 
     def facts(self) -> JobFacts:
         return JobFacts(

@@ -1,6 +1,6 @@
-"""Token classification (NER): a word's tag on its first sub-word (``label_all_tokens``: on every one, ``B-X``
-becoming ``I-X``), evaluation on whole gold sentences (words cut off by ``max_seq_length`` count as ``O``), and
-for a CRF head the ``I-X`` that starts an entity trained as ``B-X``, so the CRF can produce every gold sequence."""
+"""Token classification (NER): a word's tag on its first sub-word (``label_all_tokens``: on every one), scored
+on whole gold sentences (words cut off by ``max_seq_length`` count as ``O``); for a CRF head an ``I-X`` that
+starts an entity is trained as ``B-X``, so the CRF can produce every gold sequence."""
 
 from __future__ import annotations
 
@@ -118,8 +118,7 @@ def word_predictions(
 
 
 def bio_violations(tags: list[str]) -> int:
-    """How many ``I-X`` tags of ``tags`` follow neither ``B-X`` nor ``I-X`` (the first tag follows nothing):
-    the transitions the IOB2 scheme forbids, such as ``O I-PER`` or ``B-PER I-LOC``."""
+    """How many ``I-X`` tags follow neither ``B-X`` nor ``I-X``: transitions IOB2 forbids (``O I-PER``)."""
     return sum(_starts_inside(tag, previous) for tag, previous in zip(tags, ["O", *tags]))
 
 
@@ -164,7 +163,7 @@ def crf_training_tags(
 
 @dataclass
 class NerEvaluator:
-    """Scores gathered predicted label ids of an evaluation set against its whole gold sentences."""
+    """Scores predicted label ids of an evaluation set against its whole gold sentences."""
 
     gold_tags: list[list[str]]
     word_ids: list[list[int | None]]
@@ -190,6 +189,20 @@ class NerEvaluator:
             result[f"{entity_type}_f1"] = scores["f1"]
         return result
 
+    def evaluate(self, model, dataloader, accelerator) -> dict:
+        """The ids the model decodes (Viterbi with a CRF, arg-max without), gathered and scored."""
+        from briskbert.training.engine.evaluation import evaluation_loop
+        from briskbert.training.tasks.finetuning import pad_to_width
+
+        width = max(map(len, self.word_ids))  # no batch is longer than its longest sentence
+        gathered = evaluation_loop(
+            model,
+            dataloader,
+            accelerator,
+            lambda batch, outputs: {"predictions": pad_to_width(outputs.tags, width, IGNORE_INDEX)},
+        )
+        return self(gathered["predictions"].long().numpy())
+
 
 def ner_features(
     dataset, tags, tokenizer, label2id: dict, token_column: str, max_seq_length: int, label_all_tokens: bool
@@ -209,23 +222,6 @@ def ner_features(
             label_all_tokens=label_all_tokens,
         ),
     )
-
-
-def make_ner_evaluate_fn(evaluator: NerEvaluator, max_seq_length: int):
-    """Gathered predicted ids (the model decodes them: Viterbi with a CRF, arg-max without) -> entity metrics."""
-    from briskbert.training.engine.evaluation import evaluation_loop
-    from briskbert.training.tasks.finetuning import pad_to_width
-
-    def evaluate(model, dataloader, accelerator):
-        gathered = evaluation_loop(
-            model,
-            dataloader,
-            accelerator,
-            lambda batch, outputs: {"predictions": pad_to_width(outputs.tags, max_seq_length, IGNORE_INDEX)},
-        )
-        return evaluator(gathered["predictions"].long().numpy())
-
-    return evaluate
 
 
 class NerTask(FinetuningTask):
@@ -261,15 +257,15 @@ class NerTask(FinetuningTask):
         """Both splits tokenised with aligned labels (with a CRF, from :func:`crf_training_tags`)."""
         from transformers import DataCollatorForTokenClassification
 
-        labels, label_all_tokens = self.labels, self.settings.label_all_tokens
+        labels, settings = self.labels, self.settings
         accelerator.print(f"Tags ({len(labels)}): {labels}")
         label2id, id2label = {label: i for i, label in enumerate(labels)}, dict(enumerate(labels))
-        crf = {"use_crf": True} if self.settings.crf else {}
+        crf = {"use_crf": True} if settings.crf else {}
         model, tokenizer = self.load_starting_model(
             config, num_labels=len(labels), id2label=id2label, label2id=label2id, **crf
         )
         self.crf = model.config.use_crf  # a CRF model fine-tuned further keeps its CRF
-        if self.crf and label_all_tokens:  # the model to fine-tune already has a CRF
+        if self.crf and settings.label_all_tokens:  # the model to fine-tune already has a CRF
             raise SettingError(
                 "label_all_tokens",
                 "does not fit a model with a CRF head (use_crf), which tags one position per word.",
@@ -277,7 +273,7 @@ class NerTask(FinetuningTask):
         features = dict(
             tokenizer=tokenizer,
             label2id=label2id,
-            token_column=self.settings.token_column,
+            token_column=settings.token_column,
             max_seq_length=self.source.max_seq_length,
         )
         train_tags, eval_tags, repaired = self.train_tags, self.eval_tags, 0
@@ -287,7 +283,9 @@ class NerTask(FinetuningTask):
                 if eval_tags is not None:
                     eval_tags, repaired_eval = crf_training_tags(eval_tags, labels, "the evaluation data")
                     repaired += repaired_eval
-            train = ner_features(self.train, train_tags, label_all_tokens=label_all_tokens, **features)
+            train = ner_features(
+                self.train, train_tags, label_all_tokens=settings.label_all_tokens, **features
+            )
             self.train_features = train.remove_columns("word_ids")
             self.eval_features = self.evaluator = None
             if self.evaluation is not None:
@@ -308,9 +306,7 @@ class NerTask(FinetuningTask):
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
         if self.evaluator is None:
             return None
-        result = make_ner_evaluate_fn(self.evaluator, self.source.max_seq_length)(
-            model, dataloader, accelerator
-        )
+        result = self.evaluator.evaluate(model, dataloader, accelerator)
         self.verdict = self.evaluator.verdict
         return result
 

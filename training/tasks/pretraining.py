@@ -1,6 +1,6 @@
-"""Masked-language-model pretraining (+ optional next sentence prediction) on the shared loop: the tokenizer
-(named, or trained once per run), the corpus prepared into a cached memory-mapped store, and the sequences built
-from that store alone, so a resumed run continues exactly."""
+"""Masked-language-model pretraining (+ next sentence prediction): the tokenizer (named, or trained once per run),
+the corpus prepared into a cached memory-mapped store, and sequences built from that store alone, so a resumed
+run continues exactly."""
 
 from __future__ import annotations
 
@@ -36,12 +36,11 @@ from briskbert.training.tasks.pretraining_settings import (
     parse_config_overrides,
 )
 
-TOKENIZER_FOLDER = "tokenizer"
 DEFAULT_VOCAB_SIZE = 30522  # BERT's
 
 
 class PretrainingInputError(UserError, ValueError):
-    """The data or the tokenizer cannot be used as given (reported as one ``error:`` line)."""
+    """The data or the tokenizer cannot be used as given."""
 
 
 def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int | None, max_seq_length: int):
@@ -73,8 +72,8 @@ def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int 
 
 
 def check_new_model_fits(settings: PretrainingSettings, batch_size: int, accelerator) -> None:
-    """The new model's config is valid and fits the device's memory: checked before the tokenizer is trained or
-    anything is written (the vocabulary's final size does not change the verdict)."""
+    """The new model's config is valid and fits the device's memory, checked before anything is trained or
+    written."""
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
     from briskbert.training.engine.memory import (
         available_memory_bytes,
@@ -99,8 +98,8 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int, acceler
 def build_model(
     settings: PretrainingModel, tokenizer, max_seq_length: int, nsp: bool, output_dir: str = ".", log=print
 ):
-    """A new model from the config, or the one to continue: on briskbert's fast path (a checkpoint of a family
-    briskbert imports converted exactly first, see `continued_on_briskbert`) unless `keep_source_class`."""
+    """A new model from the config, or the one to continue: on briskbert's fast path (see
+    `continued_on_briskbert`) unless `keep_source_class`."""
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForPreTraining
 
     import briskbert.modeling  # noqa: F401  (registers the Auto classes)
@@ -125,9 +124,8 @@ def build_model(
 
 
 def with_sparse_decoder(config, build):
-    """``build(config)`` with the MLM decoder run at the masked positions only (``sparse_prediction``, where the
-    config has it): the same loss for a fraction of the cost. The saved config keeps its own value, so the
-    published model's ``logits`` stay (batch, seq, vocab)."""
+    """``build(config)`` decoding the masked positions only while training (``sparse_prediction``, where the config
+    has it); the saved config keeps its own value, so the published ``logits`` stay (batch, seq, vocab)."""
     if not hasattr(config, "sparse_prediction"):
         return build(config)
     saved = config.sparse_prediction
@@ -138,9 +136,8 @@ def with_sparse_decoder(config, build):
 
 
 def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log):
-    """briskbert's MLM (or MLM + NSP) model continuing `path`: a briskbert folder as it is, another family's
-    checkpoint converted once into ``output_dir/converted_base`` and checked against its own transformers
-    class. A head the source lacks starts as BERT initialises it."""
+    """briskbert's MLM (+ NSP) model continuing `path`: another family's checkpoint is converted once into
+    ``output_dir/converted_base`` and checked against its own transformers class; a missing head starts fresh."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     from briskbert.inputs import check_model_source
@@ -183,8 +180,8 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
 
 
 def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfig, accelerator):
-    """The named tokenizer, or a WordPiece one trained once per run on the main process (deterministic) into
-    ``output_dir/tokenizer``, which a resumed run reuses."""
+    """The named tokenizer, or a WordPiece one trained on the main process into ``output_dir/tokenizer``, which a
+    resumed run reuses."""
     from transformers import AutoTokenizer
 
     import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer)
@@ -194,7 +191,7 @@ def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfi
     source = model.tokenizer_name or model.model_name_or_path
     if source:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=True)
-    folder = Path(config.output_dir) / TOKENIZER_FOLDER
+    folder = Path(config.output_dir) / "tokenizer"
     # A checkpoint's weights were trained with this tokenizer's ids: reuse it. Without one (a run stopped
     # before its first checkpoint) it is trained again, so changed flags such as --vocab_size take effect.
     resuming = config.resume_from_checkpoint and resolve_checkpoint(
@@ -234,8 +231,8 @@ class _TrainingParagraphs:
 
 
 def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
-    """(training, evaluation) datasets. The main process prepares the stores (or finds them cached)
-    while the others wait, then every process opens the same memory-mapped files."""
+    """(training, evaluation) datasets: the local main process prepares the stores (or finds them cached), then
+    every process opens the same memory-mapped files."""
     if data.validation is None:
         check_splittable(data.train)  # a corpus that will be refused is refused before it is prepared
     preparation = PreparationSettings(
@@ -314,19 +311,16 @@ class PretrainingTask(Task):
             raise SettingError("streaming", "has no epochs to count: give max_train_steps.")
         if not settings.model.model_name_or_path:
             check_new_model_fits(settings, config.per_device_train_batch_size, accelerator)
+        batch_size = config.per_device_train_batch_size
         try:
             tokenizer = load_or_train_tokenizer(settings, config, accelerator)
             train_dataset, eval_dataset = build_datasets(data, tokenizer, accelerator, config.seed)
-        except (ValueError, FileNotFoundError) as error:
-            raise PretrainingInputError(str(error)) from error
-        batch_size = config.per_device_train_batch_size
-        if not data.streaming and len(train_dataset) < batch_size:
-            raise PretrainingInputError(
-                f"The training corpus gives {len(train_dataset)} sequences of up to {data.max_seq_length} "
-                f"tokens, fewer than one batch (per_device_train_batch_size {batch_size})."
-            )
-        seed_everything(config.seed)  # the model's initialisation does not depend on the data preparation
-        try:
+            if not data.streaming and len(train_dataset) < batch_size:
+                raise ValueError(
+                    f"The training corpus gives {len(train_dataset)} sequences of up to {data.max_seq_length} "
+                    f"tokens, fewer than one batch (per_device_train_batch_size {batch_size})."
+                )
+            seed_everything(config.seed)  # the model's initialisation does not depend on the data preparation
             with accelerator.local_main_process_first():  # converts an imported checkpoint once
                 model = build_model(
                     settings.model,
@@ -336,7 +330,7 @@ class PretrainingTask(Task):
                     config.output_dir,
                     accelerator.print,
                 )
-        except ValueError as error:
+        except (ValueError, FileNotFoundError) as error:
             raise PretrainingInputError(str(error)) from error
         masking = settings.masking.collator_arguments()
         return TaskInputs(
