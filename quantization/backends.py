@@ -44,22 +44,21 @@ def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
 def precision(backend: str, request: QuantizeRequest) -> str:
     """What a backend's model computes in, as quantization.json's description says it."""
     fused = "fused attention, skip + LayerNorm and bias + GELU kernels"
-    if backend == "fp32":
-        return "fp32 (the model as it is: briskbert's unpadded fast path)"
-    if backend == "onnx-fp32":
-        return f"fp32: {fused} (ONNX Runtime)"
-    if backend == "onnx":
-        weights = "per output channel" if request.per_channel else "per tensor"
-        bits = "7-bit range" if request.reduce_range else "int8"
-        return (
-            f"int8: weights {bits} ({weights}, symmetric), embedding tables int8, activations uint8 quantized per "
-            f"tensor at run time; {fused}"
-        )
-    if request.torch_scheme == "int8-dynamic":
-        linear = "int8 weights (per output channel) and int8 activations (per token, at run time)"
-    else:
-        linear = "int8 weights (per output channel), fp32 activations and arithmetic"
-    return f"int8: {linear}; word embeddings int8 (per row)"
+    onnx_weights = (
+        f"{'7-bit range' if request.reduce_range else 'int8'} "
+        f"({'per output channel' if request.per_channel else 'per tensor'}, symmetric)"
+    )
+    torch_activations = {
+        "int8-dynamic": " and int8 activations (per token, at run time)",
+        "int8-weight-only": ", fp32 activations and arithmetic",
+    }[request.torch_scheme]
+    return {
+        "fp32": "fp32 (the model as it is: briskbert's unpadded fast path)",
+        "onnx-fp32": f"fp32: {fused} (ONNX Runtime)",
+        "onnx": f"int8: weights {onnx_weights}, embedding tables int8, activations uint8 quantized per tensor at "
+        f"run time; {fused}",
+        "torch": f"int8: int8 weights (per output channel){torch_activations}; word embeddings int8 (per row)",
+    }[backend]
 
 
 def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], request: QuantizeRequest) -> None:

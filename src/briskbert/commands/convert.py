@@ -14,30 +14,23 @@ from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
+from briskbert.training.tasks.settings import helped
 
 
 @dataclass(frozen=True)
 class ConvertArguments:
     src: str = field(metadata={"help": "checkpoint folder (config.json + safetensors or .bin)"})
     out: str = field(metadata={"help": "new folder for the BriskBert model and tokenizer"})
-    architecture: str | None = field(
-        default=None,
-        metadata={
-            "help": "source head to import, e.g. RobertaForSequenceClassification (default: config.json's "
-            "architectures)"
-        },
+    architecture: str | None = helped(
+        "source head to import, e.g. RobertaForSequenceClassification (default: config.json's architectures)"
     )
-    no_tokenizer: bool = field(default=False, metadata={"help": "do not carry the tokenizer over"})
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "replace an existing --out folder (only once the new conversion has succeeded)"},
+    no_tokenizer: bool = helped("do not carry the tokenizer over", False)
+    overwrite_output_dir: bool = helped(
+        "replace an existing --out folder (only once the new conversion has succeeded)", False
     )
-    source_repo_id: str | None = field(
-        default=None,
-        metadata={
-            "help": "the checkpoint's Hub id (e.g. FacebookAI/roberta-base), named as base model on the cards of "
-            "models trained from the converted folder"
-        },
+    source_repo_id: str | None = helped(
+        "the checkpoint's Hub id (e.g. FacebookAI/roberta-base), named as base model on the cards of models "
+        "trained from the converted folder"
     )
 
     def __post_init__(self):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import CommandFailed, SettingError, UserError
+from briskbert.training.tasks.settings import helped
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert")
 
@@ -25,16 +26,12 @@ FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbe
 class ExportFamilyArguments:
     model_dir: str = field(metadata={"help": "Saved briskbert model folder."})
     output_dir: str = field(metadata={"help": "New folder for the family's model and tokenizer."})
-    family: str | None = field(
-        default=None,
-        metadata={
-            "help": "The family to write (model_type); default: the first of these that expresses the model.",
-            "choices": FAMILIES,
-        },
+    family: str | None = helped(
+        "The family to write (model_type); default: the first of these that expresses the model.",
+        choices=FAMILIES,
     )
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Replace an existing output_dir (only once the export has succeeded)."},
+    overwrite_output_dir: bool = helped(
+        "Replace an existing output_dir (only once the export has succeeded).", False
     )
 
     def __post_init__(self):

@@ -17,53 +17,36 @@ from pathlib import Path
 from briskbert.commands.arguments import parse
 from briskbert.errors import CommandFailed, SettingError
 from briskbert.extras import require_extra
+from briskbert.training.tasks.settings import MIN_SEQ_LENGTH, check_at_least, helped
 
 
 @dataclass(frozen=True)
 class ExportArguments:
     model_dir: Path = field(metadata={"help": "Saved briskbert model folder."})
     output_dir: Path = field(metadata={"help": "Folder to write model.onnx to."})
-    architecture: str | None = field(
-        default=None,
-        metadata={
-            "help": "Head to export (e.g. BriskBertModel, BriskBertForSequenceClassification); default: the "
-            "folder's own `architectures` entry."
-        },
+    architecture: str | None = helped(
+        "Head to export (e.g. BriskBertModel, BriskBertForSequenceClassification); default: the folder's own "
+        "`architectures` entry."
     )
-    atol: float = field(
-        default=1e-4,
-        metadata={
-            "help": "Largest absolute difference between ONNX Runtime and PyTorch outputs that passes."
-        },
+    atol: float = helped(
+        "Largest absolute difference between ONNX Runtime and PyTorch outputs that passes.", 1e-4
     )
-    max_length: int = field(
-        default=128, metadata={"help": "Longest text pair (tokens) in the check batches."}
+    max_length: int = helped("Longest text pair (tokens) in the check batches.", 128)
+    text_file: Path | None = helped(
+        "UTF-8 text whose lines make the check batches; default: the bundled WikiText-2 excerpt."
     )
-    text_file: Path | None = field(
-        default=None,
-        metadata={
-            "help": "UTF-8 text whose lines make the check batches; default: the bundled WikiText-2 excerpt."
-        },
-    )
-    opset_version: int | None = field(
-        default=None, metadata={"help": "ONNX opset; default: torch's exporter default."}
-    )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace an existing model.onnx in --output_dir."}
-    )
-    fuse: bool = field(
-        default=True,
-        metadata={
-            "help": "Fuse attention, skip + LayerNorm and bias + GELU into ONNX Runtime's kernels (faster; the "
-            "graph then runs on ONNX Runtime only). false: the exporter's plain ONNX graph."
-        },
+    opset_version: int | None = helped("ONNX opset; default: torch's exporter default.")
+    overwrite_output_dir: bool = helped("Replace an existing model.onnx in --output_dir.", False)
+    fuse: bool = helped(
+        "Fuse attention, skip + LayerNorm and bias + GELU into ONNX Runtime's kernels (faster; the graph then runs "
+        "on ONNX Runtime only). false: the exporter's plain ONNX graph.",
+        True,
     )
 
     def __post_init__(self):
         if self.atol < 0:
             raise SettingError("atol", f"must be >= 0, got {self.atol}")
-        if self.max_length < 8:
-            raise SettingError("max_length", f"must be at least 8 tokens, got {self.max_length}")
+        check_at_least(self, MIN_SEQ_LENGTH, "max_length")
 
 
 def main(argv: list[str] | None = None) -> int:
