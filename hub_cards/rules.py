@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-from huggingface_hub.repocard_data import model_index_to_eval_results
-
 # The license ids hub-docs ``repositories-licenses.md`` lists; another is a warning (the list grows).
 KNOWN_LICENSES = frozenset(
     """
@@ -64,8 +62,6 @@ def check_metadata(meta: dict) -> list[str]:
             errors.append(f'"{key}" must be a string or a list of non-empty strings')
         elif key in _ENTRY_RULES and (bad := [v for v in values if not _ENTRY_RULES[key][0].match(v)]):
             errors.append(f'"{key}" entries must be {_ENTRY_RULES[key][1]}, got {bad}')
-    if "model-index" in meta:
-        errors.extend(_check_model_index(meta["model-index"]))
     return errors
 
 
@@ -82,23 +78,3 @@ def metadata_warnings(meta: dict) -> list[str]:
     if isinstance(tag, str) and tag not in PIPELINE_TAGS:
         warnings.append(f'"pipeline_tag" {tag!r} is not one of the Hub\'s pipeline types (e.g. fill-mask)')
     return warnings
-
-
-def _check_model_index(index) -> list[str]:
-    """huggingface_hub's reading of a model-index, and the types the Hub requires."""
-    try:
-        _, results = model_index_to_eval_results(index)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        return [
-            '"model-index" must be a list of entries with "name" and "results", each result with "task.type", '
-            f'"dataset" name and type, and "metrics" with type and value ({type(e).__name__}: {e})'
-        ]
-    strings = [model["name"] for model in index]
-    strings += [s for r in results for s in (r.task_type, r.dataset_type, r.dataset_name, r.metric_type)]
-    if not all(isinstance(s, str) for s in strings):
-        return ['"model-index" names, task types, datasets and metric types must be strings']
-    if any(
-        isinstance(r.metric_value, bool) or not isinstance(r.metric_value, (int, float, str)) for r in results
-    ):
-        return ['"model-index" metric values must be numbers or strings']
-    return []
