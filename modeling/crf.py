@@ -1,11 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Linear-chain conditional random field over per-token emission scores, with tag-scheme constraints.
-
-A tag sequence scores `start[y_1] + sum_t emissions[t, y_t] + sum_t transitions[y_(t-1), y_t] + end[y_n]`;
-training minimises `log Z - score(gold)`, decoding is Viterbi, all in log space, over the positions a boolean mask
-selects (the first sub-word of each word), gathered left-aligned first. Transitions the tag names forbid (BIO's
-`O -> I-PER`, BIOES's `B-X -> O`, ...) carry no probability and are never decoded. Remote code: imports only torch.
-"""
+"""Linear-chain CRF over per-token emission scores, with tag-scheme constraints. A path scores
+`start[y_1] + sum_t emissions[t, y_t] + sum_t transitions[y_(t-1), y_t] + end[y_n]` over the positions a mask selects
+(the first sub-word of each word); transitions the tag names forbid (BIO's `O -> I-PER`, BIOES's `B-X -> O`) are
+never decoded. Remote code: imports only torch."""
 
 from dataclasses import dataclass
 
@@ -13,9 +10,9 @@ import torch
 from torch import nn
 
 IGNORE_INDEX = -100
-# Score of a forbidden transition in the forward algorithm: exp(-1e4) is exactly 0 in float32 and float64, so
-# such paths add nothing to the partition, while a finite value keeps logsumexp's gradient free of NaN even
-# where every path into a tag is forbidden. Viterbi uses -inf, so a forbidden transition can never win.
+# A forbidden transition's score in the forward algorithm: exp(-1e4) is exactly 0 in float32, so such paths add
+# nothing to the partition, while a finite value keeps logsumexp's gradient free of NaN where every path into a tag
+# is forbidden. Viterbi uses -inf, so a forbidden transition can never win.
 FORBIDDEN_SCORE = -1e4
 
 
@@ -46,9 +43,9 @@ class TransitionConstraints:
 
 
 def allowed_transitions(labels: list[str]) -> TransitionConstraints:
-    """The transitions a tag scheme allows. BIO: `I-X` follows only `B-X` or `I-X`; a type without `B-X` (IO
-    tagging, `LABEL_0`) starts entities with `I-X`. BIOES (any `E-`/`S-` tag): `B-X`/`I-X` go on to `I-X` or `E-X`,
-    and only `O`, `E-X` and `S-X` may end a sentence or precede a new entity."""
+    """BIO: `I-X` follows only `B-X` or `I-X`; a type without `B-X` (IO tagging, `LABEL_0`) starts entities with
+    `I-X`. BIOES (any `E-`/`S-` tag): `B-X`/`I-X` go on to `I-X` or `E-X`, and only `O`, `E-X` and `S-X` may end a
+    sentence or precede a new entity."""
     parts = [split_tag(label) for label in labels]
     begun_types = {entity_type for prefix, entity_type in parts if prefix == "B"}
     bioes = any(prefix in ("E", "S") for prefix, _ in parts)
@@ -83,11 +80,11 @@ class LinearChainCRF(nn.Module):
         self.start_transitions = nn.Parameter(torch.zeros(num_tags))
         self.end_transitions = nn.Parameter(torch.zeros(num_tags))
         everything = [True] * num_tags
-        # Derived from the config's labels, so neither saved with the weights nor a buffer (transformers
-        # re-creates non-persistent buffers empty when loading); built once per device on first use.
         self.constraints = constraints or TransitionConstraints(
             everything, [everything] * num_tags, everything
         )
+        # Derived from the config's labels, so not a buffer (transformers re-creates non-persistent buffers empty
+        # when loading): built once per device on first use.
         self._allowed_by_device: dict[torch.device, list[torch.Tensor]] = {}
 
     @classmethod
@@ -110,8 +107,8 @@ class LinearChainCRF(nn.Module):
 
     @staticmethod
     def _gather_tagged(emissions: torch.Tensor, mask: torch.Tensor):
-        """Each row's tagged positions, left-aligned: (emissions (batch, words, tags), the mask of real words,
-        each word's position in the input)."""
+        """Each row's tagged positions, left-aligned: (their emissions `(batch, words, tags)` in float32 or wider,
+        the mask of real words, each word's position in the input)."""
         mask = mask.bool()
         lengths = mask.sum(dim=1)
         width = int(lengths.max()) if mask.numel() else 0
@@ -141,7 +138,6 @@ class LinearChainCRF(nn.Module):
             return words.new_zeros(words.shape[0])
         start, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
         log_z = torch.logsumexp(self._forward_variables(words, word_mask)[-1] + end, dim=1)
-        # The score of the given path, term by term.
         word_tags = tags.gather(1, positions).masked_fill(~word_mask, 0).long()
         emitted = words.gather(2, word_tags.unsqueeze(-1)).squeeze(-1) * word_mask
         linked = transitions[word_tags[:, :-1], word_tags[:, 1:]] * word_mask[:, 1:]
@@ -151,8 +147,8 @@ class LinearChainCRF(nn.Module):
 
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The best allowed tag sequence of each row (Viterbi), ``(batch, seq)`` ids at the tagged positions and
-        ``IGNORE_INDEX`` (-100) elsewhere."""
+        """The best allowed tag sequence of each row (Viterbi): `(batch, seq)` ids at the tagged positions,
+        ``IGNORE_INDEX`` elsewhere."""
         words, word_mask, positions = self._gather_tagged(emissions, mask)
         decoded = torch.full(mask.shape, IGNORE_INDEX, dtype=torch.long, device=emissions.device)
         if words.shape[1] == 0:
@@ -175,19 +171,17 @@ class LinearChainCRF(nn.Module):
             )
             path.append(current)
         path[-1] = torch.where(word_mask[:, 0], current, IGNORE_INDEX)
-        word_tags = torch.stack(path[::-1], dim=1)
-        return decoded.scatter(1, positions, word_tags)
+        return decoded.scatter(1, positions, torch.stack(path[::-1], dim=1))
 
     @torch.no_grad()
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``P(tag j at position t | sentence)`` under the CRF (forward-backward, in float64), ``(batch, seq,
-        tags)``; zeros at untagged positions."""
+        """``P(tag j at position t | sentence)`` (forward-backward), `(batch, seq, tags)`; zeros at untagged
+        positions."""
         words, word_mask, positions = self._gather_tagged(emissions, mask)
         result = torch.zeros(*mask.shape, self.num_tags, dtype=words.dtype, device=emissions.device)
         if words.shape[1] == 0:
             return result
-        # In float64: confidence scores, not training, and float32 rounding over long rows of large scores
-        # reaches 1e-3 in a probability.
+        # In float64: float32 rounding over long rows of large scores reaches 1e-3 in a probability.
         words = words.double()
         _, transitions, end = self._scores(FORBIDDEN_SCORE, words.dtype)
         alphas = self._forward_variables(words, word_mask)
@@ -196,12 +190,7 @@ class LinearChainCRF(nn.Module):
         for t in range(words.shape[1] - 2, -1, -1):
             step = torch.logsumexp(transitions + (words[:, t + 1] + betas[-1]).unsqueeze(1), dim=2)
             betas.append(torch.where(word_mask[:, t + 1 : t + 2], step, end.expand_as(step)))
-        # alpha + beta sums to log Z over the tags of every word; normalising each word on its own, rather than
-        # subtracting the one log Z, keeps float32 rounding (large scores over long rows) out of the result.
+        # alpha + beta sums to log Z at every word; normalising each word on its own keeps rounding out.
         scores = torch.stack(alphas, dim=1) + torch.stack(betas[::-1], dim=1)
-        probabilities = scores.softmax(dim=-1) * word_mask.unsqueeze(-1)
-        probabilities = probabilities.to(result.dtype)
+        probabilities = (scores.softmax(dim=-1) * word_mask.unsqueeze(-1)).to(result.dtype)
         return result.scatter(1, positions.unsqueeze(-1).expand_as(probabilities), probabilities)
-
-
-__all__ = ["IGNORE_INDEX", "LinearChainCRF", "TransitionConstraints", "allowed_transitions", "split_tag"]

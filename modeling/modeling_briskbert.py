@@ -39,6 +39,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
@@ -302,20 +303,6 @@ def no_rotary_tables(position_ids: torch.Tensor, dtype: torch.dtype) -> dict:
     return {}
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary(query, key, position_embeddings):
-    cos, sin = (table.unsqueeze(1) for table in position_embeddings)
-    return query * cos + rotate_half(query) * sin, key * cos + rotate_half(key) * sin
-
-
-def keep_unrotated(query, key, position_embeddings):
-    return query, key
-
-
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi's geometric head slopes (Press et al. 2022), with its rule for non-power-of-two counts."""
     closest_power = 2 ** math.floor(math.log2(num_heads))
@@ -387,7 +374,6 @@ class BriskBertAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, sum(self.qkv_sizes), bias=config.attention_bias)
         self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.apply_rotary = apply_rotary if config.position_embedding_type == "rope" else keep_unrotated
 
     def forward(self, hidden_states, attention_mask, position_embeddings, position_bias, layout, **kwargs):
         """`position_embeddings`: this layer type's rotary (cos, sin) tables or None; `position_bias`: ALiBi's."""
@@ -398,7 +384,8 @@ class BriskBertAttention(nn.Module):
             states.view(*attention_shape, -1, self.head_dim).transpose(1, 2)
             for states in qkv.split(self.qkv_sizes, dim=-1)
         )
-        query, key = self.apply_rotary(query, key, position_embeddings)
+        if position_embeddings is not None:  # RoPE's (cos, sin) tables
+            query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -549,7 +536,6 @@ AUTO_MAP = {
 
 class BriskBertPreTrainedModel(PreTrainedModel):
     config: BriskBertConfig
-    config_class = BriskBertConfig
     base_model_prefix = "model"
     _input_embed_layer = "word_embeddings"  # found by transformers in `embeddings` of the bare model
     supports_gradient_checkpointing = True
@@ -689,25 +675,13 @@ class BriskBertModel(BriskBertPreTrainedModel):
 
 
 # ---------- Heads ----------------------------------------------------------------------------------------------
-def all_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
-    return hidden_states, labels
-
-
-def masked_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None):
-    """Keeps only the positions that carry an MLM label, so the vocabulary decoder runs on ~15% of tokens."""
-    if labels is None:
-        return hidden_states, labels
-    predicted = labels != IGNORE_INDEX
-    return hidden_states[predicted], labels[predicted]
-
-
 class BriskBertLMPredictionHead(nn.Module):
     """BERT's MLM head: transform (dense, activation, norm), then a decoder tied to the word embeddings. With
-    `sparse_prediction`, labelled calls decode only the labelled positions and return their labels alongside."""
+    `sparse_prediction`, labelled calls decode only the labelled positions (~15%) and return their labels too."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
-        self.select_predicted = masked_positions if config.sparse_prediction else all_positions
+        self.sparse_prediction = config.sparse_prediction
         # The transform ends at the embeddings' width, where the tied decoder reads (ELECTRA's is narrower).
         self.dense = nn.Linear(config.hidden_size, config.embedding_width, bias=config.head_bias)
         self.act = ACT2FN[config.head_activation or config.hidden_act]
@@ -715,7 +689,9 @@ class BriskBertLMPredictionHead(nn.Module):
         self.decoder = nn.Linear(config.embedding_width, config.vocab_size, bias=config.decoder_bias)
 
     def forward(self, hidden_states: torch.Tensor, labels: torch.Tensor | None = None):
-        hidden_states, labels = self.select_predicted(hidden_states, labels)
+        if self.sparse_prediction and labels is not None:
+            predicted = labels != IGNORE_INDEX
+            hidden_states, labels = hidden_states[predicted], labels[predicted]
         return self.decoder(self.norm(self.act(self.dense(hidden_states)))), labels
 
 
@@ -839,9 +815,6 @@ class IndependentTagger(nn.Module):
     def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
         return logits.argmax(-1).masked_fill(~tag_mask.bool(), IGNORE_INDEX)
 
-    def marginals(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
-        return logits.float().softmax(-1) * tag_mask.unsqueeze(-1)
-
 
 class CrfTagger(LinearChainCRF):
     """A linear-chain CRF (crf.py) whose loss is per tagged token, as the softmax loss is."""
@@ -894,22 +867,15 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         return BriskBertTokenClassifierOutput(
             loss=loss,
             logits=logits,
-            tags=self.decode(logits, tag_mask) if tag_mask is not None else None,
+            tags=None if tag_mask is None else self.decode(logits, tag_mask),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 
-    @torch.no_grad()
     def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
-        """The best tags at the positions `tag_mask` selects (Viterbi over them with a CRF, each position's
-        arg-max otherwise), -100 elsewhere: `(batch, seq)` ids."""
+        """The best tags at the positions `tag_mask` selects (Viterbi with a CRF, arg-max otherwise), -100
+        elsewhere: `(batch, seq)` ids."""
         return self.tagger.decode(logits.detach(), tag_mask.to(logits.device))
-
-    @torch.no_grad()
-    def tag_probabilities(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
-        """Each tagged position's probability of every tag: the CRF's marginals given the whole sentence, or the
-        softmax; zeros at untagged positions. `(batch, seq, num_labels)`."""
-        return self.tagger.marginals(logits.detach(), tag_mask.to(logits.device))
 
 
 class BriskBertForQuestionAnswering(BriskBertPreTrainedModel):

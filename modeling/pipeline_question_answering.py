@@ -56,11 +56,7 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
 
     def _forward(self, inputs):
         outputs = self.model(**inputs.pop("model_inputs"))
-        return {
-            "start": outputs.start_logits,
-            "end": outputs.end_logits,
-            **inputs,
-        }  # with offsets and context
+        return {"start": outputs.start_logits, "end": outputs.end_logits, **inputs}  # and offsets, context
 
     def postprocess(self, outputs, max_answer_len=15, top_k=1):
         candidates = []

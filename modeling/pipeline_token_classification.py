@@ -60,7 +60,7 @@ class BriskBertTokenClassificationPipeline(TokenClassificationPipeline):
         emissions = emissions.to(self.model.device)
         tag_mask = torch.ones(emissions.shape[:2], dtype=torch.bool, device=emissions.device)
         tags = self.model.decode(emissions, tag_mask)[0].tolist()
-        probabilities = self.model.tag_probabilities(emissions, tag_mask)[0].cpu()
+        probabilities = self.model.tagger.marginals(emissions, tag_mask)[0].cpu()
         entities = [
             {
                 "entity": self.model.config.id2label[tag],

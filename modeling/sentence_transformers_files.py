@@ -1,8 +1,7 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """The files that make a model folder a sentence-transformers model (`modules.json`: the transformer in the folder
 itself, `1_Pooling`, `2_Normalize` when embeddings are unit length; `sentence_bert_config.json`: the maximum length),
-in the layout of the original all-MiniLM-L6-v2 repository, written and read without importing the library.
-"""
+in the layout of the original all-MiniLM-L6-v2 repository, written and read without importing the library."""
 
 from __future__ import annotations
 
@@ -40,11 +39,6 @@ def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, h
         {"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.models.{kind}"}
         for index, (path, kind) in enumerate(kinds.items())
     ]
-    for path in list(kinds)[1:]:
-        (folder / path).mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / MODULES_FILE, json.dumps(modules, indent=2))
-    settings = {"max_seq_length": spec.max_seq_length, "do_lower_case": False}
-    write_atomic(folder / CONFIG_FILE, json.dumps(settings, indent=2))
     pooling = {
         "word_embedding_dimension": hidden_size,
         "pooling_mode_cls_token": spec.pooling == "cls",
@@ -52,25 +46,30 @@ def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, h
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
     }
-    write_atomic(folder / "1_Pooling" / "config.json", json.dumps(pooling, indent=2))
+    files = {
+        MODULES_FILE: modules,
+        CONFIG_FILE: {"max_seq_length": spec.max_seq_length, "do_lower_case": False},
+        "1_Pooling/config.json": pooling,
+    }
+    for path in list(kinds)[1:]:
+        (folder / path).mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        write_atomic(folder / name, json.dumps(content, indent=2))
 
 
 def read_embedding_spec(folder: str | Path) -> EmbeddingSpec | None:
-    """The pooling, normalisation and length a sentence-transformers folder declares; ``None`` for a folder
-    without ``modules.json`` (or a Hub id: the caller then uses its own defaults). A folder asking for what
-    briskbert does not compute (a Dense module, max pooling, ...) is refused."""
+    """The pooling, normalisation and length a sentence-transformers folder declares; None without `modules.json`
+    (or for a Hub id). A folder asking for what briskbert does not compute (a Dense module, max pooling) is
+    refused."""
     folder = Path(folder)
     path = folder / MODULES_FILE
     if not path.is_file():
         return None
     try:
-        modules = read_json(path)
-        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in modules}
+        types = {module["type"].rsplit(".", 1)[-1]: module["path"] for module in read_json(path)}
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise UserError(f"{path} is not a sentence-transformers module list ({error}).") from error
-    pooling = {}
-    if "Pooling" in types:
-        pooling = read_json(folder / types["Pooling"] / "config.json")
+    pooling = read_json(folder / types["Pooling"] / "config.json") if "Pooling" in types else {}
     names = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
     modes = {
         names.get(key, key) for key, on in pooling.items() if key.startswith("pooling_mode_") and on is True
@@ -104,8 +103,7 @@ def copy_sentence_transformers_files(source: str | Path, target: str | Path) -> 
     for name in (MODULES_FILE, CONFIG_FILE, SETTINGS_FILE):
         if (source / name).is_file():
             shutil.copy2(source / name, target / name)
-    if (source / MODULES_FILE).is_file():
-        for module in read_json(source / MODULES_FILE):
-            path = module.get("path", "")
-            if path and (source / path).is_dir():
-                shutil.copytree(source / path, target / path, dirs_exist_ok=True)
+    modules = read_json(source / MODULES_FILE) if (source / MODULES_FILE).is_file() else []
+    for path in (module.get("path", "") for module in modules):
+        if path and (source / path).is_dir():
+            shutil.copytree(source / path, target / path, dirs_exist_ok=True)
