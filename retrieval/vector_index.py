@@ -51,21 +51,15 @@ def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise SettingError("passages_file", f"{path} line {number} is not JSON ({error}).") from None
-            if (
-                not isinstance(row, dict)
-                or not isinstance(row.get("text"), str)
-                or not str(row.get("id", "")).strip()
-            ):
+                passage_id, text = str(row["id"]), row["text"]
+            except (ValueError, TypeError, KeyError, IndexError):
+                passage_id = text = None
+            if not isinstance(text, str) or not passage_id.strip() or "\n" in passage_id:
                 raise SettingError(
-                    "passages_file", f"{path} line {number}: expected an object with 'id' and 'text'."
+                    "passages_file",
+                    f"{path} line {number}: expected an object with 'id' and 'text' (the id one non-empty line).",
                 )
-            if "\n" in str(row["id"]):
-                raise SettingError(
-                    "passages_file", f"{path} line {number}: the id {row['id']!r} has a newline."
-                )
-            yield str(row["id"]), row["text"]
+            yield passage_id, text
 
 
 @dataclass(frozen=True)
@@ -294,13 +288,9 @@ def load_index(index_dir: str) -> LoadedIndex:
     import faiss
 
     folder = Path(index_dir)
-    index = faiss.read_index(str(folder / INDEX_FILE))
     ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
-    if len(ids) != index.ntotal:
-        raise SettingError(
-            "index", f"{index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
-        )
-    return LoadedIndex(index, ids, json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
+    config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    return LoadedIndex(faiss.read_index(str(folder / INDEX_FILE)), ids, config)
 
 
 def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_name: str):
