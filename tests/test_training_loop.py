@@ -422,7 +422,7 @@ def test_evaluation_loss_is_weighted_by_the_items_of_each_batch(tmp_path):
     task = SimpleNamespace(count_items=lambda batch: batch["items"], evaluate=lambda *args: None)
 
     def eval_loss(batches):
-        evaluation = Evaluation(batches, task, None, False, tmp_path / "best")
+        evaluation = Evaluation(config("--output_dir", str(tmp_path)), batches, task)
         return evaluation.evaluate(accelerator, ConstantLossModel())["eval_loss"]
 
     batches = [{"loss": 2.0, "items": 3}, {"loss": 5.0, "items": 1}, {"loss": 9.0, "items": 0}]

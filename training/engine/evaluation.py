@@ -7,7 +7,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -62,28 +61,13 @@ class _LossRecorder:
             self.totals[1] += items
 
 
-@dataclass
 class Evaluation:
     """Evaluate, log, track the best model: the one place where the loop does all four."""
 
-    dataloader: object
-    task: Task
-    metric_name: str | None  # --metric_for_best_model, eval_ prefixed
-    higher_is_better: bool
-    best_dir: Path
-    tokenizer: object = None
-
-    @classmethod
-    def of_run(cls, config: TrainingConfig, dataloader, task: Task, tokenizer) -> Evaluation | None:
-        """The run's evaluation; None without evaluation data (refused when a best model is asked for)."""
-        if dataloader is None:
-            if config.metric_for_best_model:
-                raise SettingError(
-                    "metric_for_best_model", f"{config.metric_for_best_model} needs evaluation data."
-                )
-            return None
-        best_dir = Path(config.output_dir) / "best"
-        return cls(dataloader, task, config.metric_name, config.higher_metric_is_better, best_dir, tokenizer)
+    def __init__(self, config: TrainingConfig, dataloader, task: Task, tokenizer=None):
+        self.dataloader, self.task, self.tokenizer = dataloader, task, tokenizer
+        self.metric_name, self.higher_is_better = config.metric_name, config.higher_metric_is_better
+        self.best_dir = Path(config.output_dir) / "best"
 
     def __call__(self, accelerator, model, state: TrainingState, log: MetricsLog) -> None:
         metrics = self.evaluate(accelerator, model)

@@ -37,8 +37,8 @@ class MetricsLog:
         self.history: list[dict] = []
 
     def restore(self, up_to_step: int) -> None:
-        """On resume: keep the entries up to the checkpoint's step (a killed run may have logged more, or
-        left a partial last line, which is dropped with a warning)."""
+        """Keep the entries up to the checkpoint's step (0: a new run); a killed run may have logged more, or
+        left a partial last line, which is dropped with a warning."""
         entries = []
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
         for number, line in enumerate(lines, start=1):
@@ -51,12 +51,6 @@ class MetricsLog:
         self.history = [e for e in entries if e.get("step", 0) <= up_to_step]
         if self.is_main_process:
             write_atomic(self.path, "".join(json.dumps(e) + "\n" for e in self.history))
-
-    def start_fresh(self) -> None:
-        self.history = []
-        if self.is_main_process:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("")
 
     def append(self, entry: dict) -> None:
         self.history.append(entry)

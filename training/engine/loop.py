@@ -117,7 +117,9 @@ def run(
     parts = prepare(config, accelerator, inputs)
     check_steps_left(config, checkpoint, parts.max_train_steps)  # before the folder is touched
     model, optimizer, scheduler = parts.model, parts.optimizer, parts.scheduler
-    evaluation = Evaluation.of_run(config, parts.eval_dataloader, task, inputs.tokenizer)
+    evaluation = None
+    if parts.eval_dataloader is not None:
+        evaluation = Evaluation(config, parts.eval_dataloader, task, inputs.tokenizer)
     log, state = _open_run(config, accelerator, checkpoint, inputs)
     progress = progress_bar(parts.max_train_steps, state.global_step, not accelerator.is_local_main_process)
     windows = accumulation_windows(
@@ -196,14 +198,12 @@ def _open_run(
     accelerator.wait_for_everyone()
     tracker = accelerator if accelerator.log_with else None
     log = MetricsLog(output_dir, accelerator.is_main_process, tracker=tracker)
-    if checkpoint is None:
-        state = TrainingState()
-        log.start_fresh()
-    else:
+    state = TrainingState()
+    if checkpoint is not None:
         accelerator.print(f"Resuming from {checkpoint}")
         state = load_checkpoint(accelerator, checkpoint)
         check_finite_weights(inputs.model, weights_file(checkpoint), "resume_from_checkpoint")
-        log.restore(state.global_step)
+    log.restore(state.global_step)
     if tracker is not None:
         scalars = {k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}
         accelerator.init_trackers(output_dir.resolve().name or "briskbert", config=scalars)
@@ -213,7 +213,7 @@ def _open_run(
 # ---------------------------------------------------------------------------- what the loop builds first
 def check_datasets(train_dataset, eval_dataset, config: TrainingConfig) -> None:
     """Refuse an empty or too small training set, a streamed one without a step count or checkpointed by
-    epoch, and an empty evaluation set."""
+    epoch, and an empty or missing evaluation set."""
     if isinstance(train_dataset, IterableDataset):
         if config.max_train_steps is None:
             raise SettingError(
@@ -231,6 +231,8 @@ def check_datasets(train_dataset, eval_dataset, config: TrainingConfig) -> None:
             f"{config.per_device_train_batch_size} is more than the {len(train_dataset)} examples of the "
             "training dataset (fewer than one batch); add data or lower the batch size.",
         )
+    if eval_dataset is None and config.metric_for_best_model:
+        raise SettingError("metric_for_best_model", f"{config.metric_for_best_model} needs evaluation data.")
     if eval_dataset is not None and not isinstance(eval_dataset, IterableDataset) and len(eval_dataset) == 0:
         raise TrainingSetupError("The evaluation dataset is empty.")
 
