@@ -40,7 +40,9 @@ def squad(question, context, answer=None):
 def postprocess(starts, ends, **options):
     examples = [{"id": "q", "context": CONTEXT}]
     features = {"example_id": ["q"], "offset_mapping": [OFFSETS]}
-    return qa.postprocess_qa_predictions(examples, features, np.array([starts]), np.array([ends]), **options)
+    return qa.postprocess_qa_predictions(
+        examples, features, np.atleast_2d(starts), np.atleast_2d(ends), **options
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -89,15 +91,10 @@ def test_when_the_null_leads_the_list_the_answer_is_the_best_non_empty_span():
 
 
 def test_one_row_of_logits_per_window_is_required():
-    logits = np.zeros((1, len(OFFSETS)))
-    for starts, ends in [(logits, np.zeros((2, len(OFFSETS)))), (np.zeros((2, len(OFFSETS))), logits)]:
+    one, two = np.zeros((1, len(OFFSETS))), np.zeros((2, len(OFFSETS)))
+    for starts, ends in [(one, two), (two, one)]:
         with pytest.raises(ValueError, match="one row per window"):
-            qa.postprocess_qa_predictions(
-                [{"id": "q", "context": CONTEXT}],
-                {"example_id": ["q"], "offset_mapping": [OFFSETS]},
-                starts,
-                ends,
-            )
+            postprocess(starts, ends)
 
 
 def test_an_answer_ending_the_context_is_found_in_its_window(tokenizer):

@@ -1,13 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
 """Knowledge distillation of a fine-tuned classifier into a smaller student (Hinton et al. 2015; DistilBERT):
-
-    alpha_kd * T² * KL(softmax(teacher / T) || softmax(student / T))
-    + (1 - alpha_kd) * the student's own hard-label loss
-    + hidden_loss_weight * mean MSE between matched hidden states
-
-(MSE between outputs for regression). :class:`DistillationModel` wraps both so the shared loop trains it like
-any model; it saves the student alone, and keeps the frozen teacher out of its parameters and checkpoints.
-"""
+alpha_kd * T² * KL(teacher || student at temperature T) + (1 - alpha_kd) * the hard-label loss
++ hidden_loss_weight * MSE of matched hidden states (MSE of outputs for regression). :class:`DistillationModel`
+wraps both for the shared loop and saves the student alone."""
 
 from __future__ import annotations
 
@@ -185,14 +180,12 @@ class DistillationTask(ClassificationTask):
     def __init__(self, setup: DistillSettings, data: DataSource, settings: ClassificationSettings):
         from briskbert.inputs import check_model_source, check_tokenizer_source
 
-        # teacher (with its tokenizer unless tokenizer_name), student and tokenizer folders, up front
         check_model_source(setup.teacher_model, "teacher_model", need_tokenizer=setup.tokenizer_name is None)
         if setup.student_model is not None:
             check_model_source(setup.student_model, "student_model", need_tokenizer=False)
         if setup.tokenizer_name is not None:
             check_tokenizer_source(setup.tokenizer_name, "tokenizer_name")
         self.setup, self.data_source = setup, data
-        # the starting model the card names and the sequence length, as for fine-tuning
         self.source = ModelSource(setup.teacher_model, max_seq_length=setup.max_seq_length)
         self.teacher = load_teacher(setup.teacher_model)
         teacher = self.teacher.config

@@ -18,8 +18,8 @@ def _correlation(statistic, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def classification_metrics(logits: np.ndarray, labels: np.ndarray, problem_type: str) -> dict:
-    """The metrics of ``problem_type`` from raw outputs: accuracy, macro F1 and MCC (single-label);
-    Pearson, Spearman and MSE (regression); subset accuracy, micro and macro F1 at sigmoid > 0.5 (multi-label)."""
+    """Accuracy, macro F1 and MCC (single-label); Pearson, Spearman and MSE (regression); subset accuracy, micro
+    and macro F1 at sigmoid > 0.5 (multi-label)."""
     import scipy.stats
     from sklearn import metrics as sk
 
@@ -140,10 +140,6 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def exact_match_score(prediction: str, ground_truth: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(ground_truth))
-
-
 def f1_score(prediction: str, ground_truth: str, version_2: bool = False) -> float:
     """Token-overlap F1 of normalised answers (official v1.1; with ``version_2``, the v2.0 rule that an
     empty answer on either side scores 1 only when both are empty)."""
@@ -172,7 +168,7 @@ def squad_metrics(predictions: dict, references: dict, version_2: bool = False) 
             exact[qid] = f1[qid] = 0.0
             continue
         prediction = predictions[qid]
-        exact[qid] = max(exact_match_score(prediction, gold) for gold in gold_answers)
+        exact[qid] = max(float(normalize_answer(prediction) == normalize_answer(g)) for g in gold_answers)
         f1[qid] = max(f1_score(prediction, gold, version_2) for gold in gold_answers)
     total = len(references)
     result = {

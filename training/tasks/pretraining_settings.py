@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""``briskbert pretrain``'s options (corpus and sequences, model and tokenizer, masking), each checked once in
-``__post_init__``. Imports neither torch nor transformers."""
+"""``briskbert pretrain``'s options, each checked once in ``__post_init__``. Imports neither torch nor
+transformers."""
 
 from __future__ import annotations
 
@@ -102,14 +102,12 @@ class PretrainingData:
         )
 
 
-#: the largest vocabularies in use are about 256k entries; beyond 2**20 a tokenizer's tables only waste memory
-MAX_VOCAB_SIZE = 1 << 20
+MAX_VOCAB_SIZE = 1 << 20  # the largest vocabularies in use have about 256k entries
 
 
 @dataclass(frozen=True)
 class PretrainingModel:
-    """The model to build (a preset or config JSON) or to continue, its tokenizer, and what its card says
-    of its language and license."""
+    """The model to build or to continue, its tokenizer, and its card's language and license."""
 
     _argument_group_name = "model and tokenizer"
 

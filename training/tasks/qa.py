@@ -119,12 +119,8 @@ def postprocess_qa_predictions(
     version_2: bool = False,
     null_score_diff_threshold: float = 0.0,
 ):
-    """Best answer text of each example from the logits of all its windows.
-
-    ``start_logits``/``end_logits``: one row per feature (padded rows are fine: positions beyond a
-    feature's length are ignored). Returns ``(predictions, nbest)``: ``{id: text}`` and
-    ``{id: [{"text", "score", "start_logit", "end_logit"}, ...]}`` (best first, at most ``n_best_size``).
-    """
+    """``({id: answer}, {id: n-best candidates, best first})`` from one row of (right-padded) start and end
+    logits per feature: each example's answer over all its windows."""
     num_features = len(features["example_id"])
     if num_features != len(start_logits) or num_features != len(end_logits):
         raise ValueError(
@@ -178,11 +174,8 @@ def postprocess_qa_predictions(
     return predictions, all_nbest
 
 
-MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-
-
 def _checked(dataset, name: str, version_2: bool):
-    """Schema and emptiness checks; ``is_impossible`` derived from empty answers when absent."""
+    """Rows and columns checked; ``is_impossible`` derived from empty answers when absent."""
     require_rows(dataset, name)
     require_columns(dataset, {f"({key})": key for key in ("id", "question", "context", "answers")}, name)
     if "is_impossible" not in dataset.column_names:
@@ -198,14 +191,12 @@ def _checked(dataset, name: str, version_2: bool):
 
 
 class QaTask(FinetuningTask):
-    """``briskbert finetune-qa``: extractive question answering over windows of long contexts; the saved
-    model names the project's question-answering pipeline."""
+    """``briskbert finetune-qa``: extractive question answering over windows of long contexts."""
 
     pipeline_tag = "question-answering"
     model_class = "BriskBertForQuestionAnswering"
 
     def load_data(self) -> None:
-        """SQuAD files (article ranges, an extra training file) or a dataset, checked for rows and columns."""
         import datasets
 
         from briskbert.training.tasks.finetuning import first_n, load_splits
@@ -248,8 +239,10 @@ class QaTask(FinetuningTask):
         counts = f"Training: {len(self.train)} questions -> {len(self.train_features)} windows"
         if self.eval_features is not None:
             counts += f"; evaluation: {len(self.evaluation)} questions -> {len(self.eval_features)} windows"
-            columns = [c for c in MODEL_INPUTS if c in self.eval_features.column_names]
-            eval_inputs = self.eval_features.select_columns(columns)
+            inputs = ("input_ids", "token_type_ids", "attention_mask")
+            eval_inputs = self.eval_features.select_columns(
+                [c for c in inputs if c in self.eval_features.column_names]
+            )
         accelerator.print(counts)
         return self.task_inputs(
             accelerator, model, tokenizer, DataCollatorWithPadding(tokenizer), eval_inputs

@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 
 from briskbert.errors import SettingError
 
-PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
-#: the shortest sequence any job accepts: [CLS], [SEP] and a few tokens of text
-MIN_SEQ_LENGTH = 8
+MIN_SEQ_LENGTH = 8  # [CLS], [SEP] and a few tokens of text
 
 
 def check_at_least(settings, minimum: int, *names: str) -> None:
@@ -29,8 +27,7 @@ def helped(text: str, default=None, **metadata):
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The model to start from: a briskbert folder or Hub repo id, a BERT-family checkpoint (converted
-    first), or a fresh preset."""
+    """The model to start from: a briskbert or BERT-family model (converted first), or a fresh preset."""
 
     _argument_group_name = "model"
 
@@ -63,8 +60,7 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class DataSource:
-    """Training and evaluation data: files (in the format the job's description gives), or a ``datasets``
-    dataset and its splits."""
+    """Training and evaluation data: files (in the job's format), or a ``datasets`` dataset and its splits."""
 
     _argument_group_name = "data"
 
@@ -99,14 +95,13 @@ class DataSource:
         check_at_least(self, 1, "max_train_samples", "max_eval_samples")
 
     def describe(self, split: str) -> str:
-        """The ``"train"`` or ``"validation"`` data as error messages name it: by the setting that gave it."""
+        """The ``"train"`` or ``"validation"`` data, named by the setting that gave it."""
         if self.dataset_name is not None:
             return f"dataset_name {self.dataset_name} (split {getattr(self, split + '_split')!r})"
         return f"{split}_file {getattr(self, split + '_file')}"
 
     def card_facts(self, extra_train_files: tuple[str, ...] = ()) -> dict:
-        """The card's data facts. A local ``validation_file`` is named as the file it is, never as the public
-        dataset's validation split, which it need not be."""
+        """The card's data facts; a local ``validation_file`` is named as a file, never as the public split."""
         public = self.dataset_card_name or self.dataset_name
         extra = [os.path.basename(f) for f in extra_train_files]
         facts = {
@@ -135,7 +130,10 @@ class ClassificationSettings:
     )
     text_pair_column: str | None = helped("Second text of a pair task.")
     label_column: str = "label"
-    problem_type: str | None = helped("Default: inferred from the labels.", choices=PROBLEM_TYPES)
+    problem_type: str | None = helped(
+        "Default: inferred from the labels.",
+        choices=("single_label_classification", "regression", "multi_label_classification"),
+    )
     label_separator: str = helped("Multi-label labels given as one string are split on this.", ",")
     # a comma-separated string on the command line; a tuple of names after __post_init__
     label_names: tuple[str, ...] | str | None = helped(
@@ -239,7 +237,7 @@ class QaSettings:
         check_at_least(self, 1, "n_best_size", "max_answer_length")
 
     def window_kwargs(self, max_seq_length: int) -> dict:
-        """The window arguments for ``max_seq_length``, checked: the context keeps room."""
+        """The window arguments for ``max_seq_length``, checked to leave room for context."""
         room = max_seq_length - self.max_query_length - 3  # [CLS] question [SEP] context [SEP]
         if room <= 0:
             raise SettingError(
