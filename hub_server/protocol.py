@@ -14,13 +14,12 @@ import contextlib
 import json
 import re
 import secrets
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import BadRequest, HubError, PayloadTooLarge, Unprocessable
 from .index import FileEntry, looks_like_lfs
-from .names import REPO_TYPES, validate_path, validate_repo_id
+from .names import validate_path
 from .storage import AddFile, BlobWriter, DeleteFile, DeleteFolder, StoredBlob
 
 STREAM_STRINGS_OVER = 64 << 10  # in a commit line, a string longer than this is streamed
@@ -63,56 +62,11 @@ class Fields:
         return Fields(self.get(key, dict), f"{self.where}.{key}")
 
 
-def _base64(text: str | bytes, where: str) -> bytes:
+def base64_field(text: str | bytes, where: str) -> bytes:
     try:
         return binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{where} is not valid base64") from None
-
-
-def repo_spec(body, default_namespace: str) -> tuple[str, str, bool]:
-    """(repo type, repo id, private) of a create or delete body."""
-    f = Fields(body, "request body")
-    name, repo_type = f.get("name"), f.get("type", default=None) or "model"
-    if repo_type not in REPO_TYPES:
-        raise BadRequest(f"Invalid repo type {repo_type!r}: one of {REPO_TYPES}", code="InvalidRepoType")
-    visibility = f.get("visibility", default=None)
-    if visibility not in (None, "private", "public"):
-        raise BadRequest(f"'visibility' must be 'private' or 'public', got {visibility!r}")
-    repo_id = f"{f.get('organization', default=None) or default_namespace}/{name}"
-    validate_repo_id(repo_id)
-    return repo_type, repo_id, visibility == "private" or f.get("private", bool, False)
-
-
-def preupload_files(body) -> list[tuple[str, int, bytes]]:
-    """(path, size, first bytes) of each file a preupload body names."""
-    out = []
-    for i, item in enumerate(Fields(body, "request body").get("files", list, [])):
-        f = Fields(item, f"files[{i}]")
-        sample = _base64(f.get("sample", default=""), f"files[{i}].sample")
-        out.append((validate_path(f.get("path")), f.get("size", int, len(sample)), sample))
-    return out
-
-
-def lfs_batch_objects(body) -> list[tuple[str, int]]:
-    """(oid, size) of each object an LFS upload batch names; the storage checks the oids."""
-    f = Fields(body, "LFS batch request")
-    if f.get("operation") != "upload":
-        raise BadRequest("Only the LFS 'upload' operation is supported")
-    objects = [Fields(item, f"objects[{i}]") for i, item in enumerate(f.get("objects", list))]
-    return [(o.get("oid"), o.get("size", int)) for o in objects]
-
-
-def paths_request(raw: bytes, max_paths: int) -> tuple[list[str], bool]:
-    """The paths (at most ``max_paths``) and the expand flag of a form-encoded paths-info body."""
-    try:
-        form = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max_paths + 1)
-    except ValueError:  # more fields than that
-        form = {"paths": [""] * (max_paths + 1)}
-    paths = form.get("paths", [])
-    if len(paths) > max_paths:
-        raise BadRequest(f"At most {max_paths} paths per request", code="TooManyPaths")
-    return [p.strip("/") for p in paths], form.get("expand", ["false"])[0].lower() == "true"
 
 
 def parse_size(text: str | None) -> int | None:
@@ -276,7 +230,7 @@ def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:
         raise BadRequest(f"{v.where}: only base64 file content is supported")
     path = validate_path(v.get("path"))
     if (blob := streamed) is None:
-        data = _base64(v.get("content"), f"{v.where}.content")
+        data = base64_field(v.get("content"), f"{v.where}.content")
         blob = StoredBlob(storage.put_bytes(data), len(data), data[:8000])
     lfs = looks_like_lfs(path, blob.size, blob.sample)
     return AddFile(FileEntry(path, blob.sha256, blob.size, storage.git_oid(blob.sha256), lfs))

@@ -25,7 +25,8 @@ from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
 from .index import FileEntry, Folder, looks_like_lfs
-from .protocol import parse_json
+from .names import REPO_TYPES, validate_path, validate_repo_id
+from .protocol import Fields, base64_field, parse_json
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
 COMMITS_PAGE = 100  # commits per /commits page
@@ -94,10 +95,17 @@ def _next_page(req: Request, cursor: str) -> str:
 
 def _repo_spec(req: Request) -> tuple[str, str, bool]:
     """(type, id, private) of the repo a create or delete body names, in a namespace the caller may write in."""
-    repo_type, repo_id, private = protocol.repo_spec(read_json(req), req.state.account.name)
-    namespace = repo_id.split("/")[0]
+    f = Fields(read_json(req), "request body")
+    name, repo_type = f.get("name"), f.get("type", default=None) or "model"
+    if repo_type not in REPO_TYPES:
+        raise BadRequest(f"Invalid repo type {repo_type!r}: one of {REPO_TYPES}", code="InvalidRepoType")
+    visibility = f.get("visibility", default=None)
+    if visibility not in (None, "private", "public"):
+        raise BadRequest(f"'visibility' must be 'private' or 'public', got {visibility!r}")
+    namespace = f.get("organization", default=None) or req.state.account.name
+    validate_repo_id(f"{namespace}/{name}")
     req.state.account.check_writes(namespace, f"a {repo_type} under the namespace {namespace!r}")
-    return repo_type, repo_id, private
+    return repo_type, f"{namespace}/{name}", visibility == "private" or f.get("private", bool, False)
 
 
 def no_pull_requests(req: Request) -> Response:
@@ -120,7 +128,7 @@ def no_xet(req: Request) -> Response:
 def validate_yaml(req: Request) -> Response:
     # The client reads "errors" before it checks the status: every answer here has them.
     try:
-        content = protocol.Fields(read_json(req), "request body").get("content")
+        content = Fields(read_json(req), "request body").get("content")
         meta = load_front_matter(content, req.app.limits.yaml) or {}
     except (BadRequest, FrontMatterError) as e:
         errors, warnings = [str(e)], []
@@ -200,7 +208,10 @@ def preupload(req: Request) -> Response:
     st, repo = req.app.storage, repo_of(req)
     head = st.resolve(*repo, _writable_branch(req))
     existing, out = st.index(*repo, head), []
-    for path, size, sample in protocol.preupload_files(read_json(req)):
+    for i, item in enumerate(Fields(read_json(req), "request body").get("files", list, [])):
+        f = Fields(item, f"files[{i}]")
+        sample = base64_field(f.get("sample", default=""), f"files[{i}].sample")
+        path, size = validate_path(f.get("path")), f.get("size", int, len(sample))
         lfs = req.app.upload_mode == "lfs" and looks_like_lfs(path, size, sample)
         current = existing.get(path)
         oid = current and (current.sha256 if lfs else current.git_oid)
@@ -212,7 +223,12 @@ def preupload(req: Request) -> Response:
 
 def lfs_batch(req: Request) -> Response:
     hub, limit, objects = req.app, req.app.limits.max_upload_bytes, []
-    for oid, size in protocol.lfs_batch_objects(read_json(req)):
+    batch = Fields(read_json(req), "LFS batch request")
+    if batch.get("operation") != "upload":
+        raise BadRequest("Only the LFS 'upload' operation is supported")
+    for i, item in enumerate(batch.get("objects", list)):
+        f = Fields(item, f"objects[{i}]")
+        oid, size = f.get("oid"), f.get("size", int)  # the storage checks the oid
         entry: dict = {"oid": oid, "size": size}
         if size > limit:
             entry["error"] = {"code": 413, "message": f"{size} bytes is over the upload limit of {limit}"}
@@ -326,7 +342,17 @@ def tree(req: Request) -> Response:
 def paths_info(req: Request) -> Response:
     st, repo = req.app.storage, repo_of(req)
     index = st.index(*repo, st.resolve(*repo, req.path_params["rev"]))
-    paths, expand = protocol.paths_request(read_body(req), req.app.limits.max_paths_per_request)
+    most = req.app.limits.max_paths_per_request
+    try:  # a form-encoded body
+        form = urllib.parse.parse_qs(read_body(req).decode("utf-8", "replace"), max_num_fields=most + 1)
+    except ValueError:  # more fields than that
+        form = {"paths": [""] * (most + 1)}
+    if len(form.get("paths", [])) > most:
+        raise BadRequest(f"At most {most} paths per request", code="TooManyPaths")
+    paths, expand = (
+        [p.strip("/") for p in form.get("paths", [])],
+        form.get("expand", ["false"])[0].lower() == "true",
+    )
     found = [index.get(p) or (Folder(p) if index.has_folder(p) else None) for p in paths if p]
     return json_response([_listed(item, expand, index.commit) for item in found if item is not None])
 
@@ -365,7 +391,7 @@ def ref(req: Request, kind: str) -> Response:
     if req.method == "DELETE":
         st.set_ref(*repo, kind, name, None)
         return json_response({})
-    body = protocol.Fields(read_json(req), "request body")
+    body = Fields(read_json(req), "request body")
     if kind == "branches":
         target = body.get("startingPoint", default=None) or "main"
     else:
