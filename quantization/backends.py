@@ -25,12 +25,7 @@ def modules_to_keep(model: nn.Module, names: tuple[str, ...]) -> set[str]:
     ]
     kept = set()
     for name in names:
-        wanted = name.strip(".").split(".")
-        matched = [
-            path
-            for path in quantizable
-            if any(path.split(".")[i : i + len(wanted)] == wanted for i in range(len(path.split("."))))
-        ]
+        matched = [path for path in quantizable if f".{name.strip('.')}." in f".{path}."]
         if not matched:
             raise SettingError(
                 "keep_fp32",

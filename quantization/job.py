@@ -143,11 +143,7 @@ def wanted_backends(request: QuantizeRequest) -> list[str]:
 
 
 def torch_runner(model, embedding) -> Callable[[dict], dict]:
-    def run(batch):
-        with torch.inference_mode():
-            return export.model_outputs(model, batch, embedding)
-
-    return run
+    return torch.inference_mode()(lambda batch: export.model_outputs(model, batch, embedding))
 
 
 def onnx_runner(path: Path, output_names) -> Callable[[dict], dict]:
@@ -290,11 +286,7 @@ def quantization_facts(
     description = backends.precision(kept.backend, request)
     precision = description.split(":")[0].split(" ")[0]
     library, method = BACKENDS[kept.backend]
-    software = (
-        "torch",
-        "transformers",
-        *{"onnxruntime": ("onnxruntime", "onnx"), "torchao": ("torchao",)}.get(library, ()),
-    )
+    extra = {"onnxruntime": ["onnxruntime", "onnx"], "torchao": ["torchao"]}.get(library, [])
     return {
         "precision": precision,
         "description": description,
@@ -318,7 +310,7 @@ def quantization_facts(
             "timed_on": notes[1],
             "candidates": rows,
         },
-        "software": {name: importlib.metadata.version(name) for name in software},
+        "software": {name: importlib.metadata.version(name) for name in ["torch", "transformers", *extra]},
     }
 
 
