@@ -26,18 +26,9 @@ CHOICES = {
 }
 # What turns a BERT config into a decoder's; an encoder-only model refuses them rather than ignore them.
 DECODER_OPTIONS = ("is_decoder", "add_cross_attention", "use_cache")
-POSITIVE_INTEGERS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-    "max_position_embeddings",
-    "embedding_size",
-    "sliding_window",
-    "global_attn_every_n_layers",
-)
+POSITIVE_INTEGERS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+POSITIVE_INTEGERS += ("intermediate_size", "vocab_size", "max_position_embeddings", "embedding_size")
+POSITIVE_INTEGERS += ("sliding_window", "global_attn_every_n_layers")
 # Options whose None means "unset" (no projection, no window, ...); None is refused for every other option.
 OPTIONAL = (
     "embedding_size",
@@ -45,30 +36,21 @@ OPTIONAL = (
     "global_attn_every_n_layers",
     "rope_theta",
     "local_rope_theta",
-    "classifier_dropout",
 )
+OPTIONAL += ("classifier_dropout",)
 
 
 class BriskBertConfig(PreTrainedConfig):
     r"""
-    Configuration of a BriskBert encoder; the defaults are BERT-base's, and README.md's "Architecture options"
-    describes the common fields. The fields below serve imported encoders and heads, and default to BERT:
-
-    - `num_key_value_heads` (None: one per query head), `type_vocab_size` (0: no segment embeddings),
-      `embedding_size` (ELECTRA's narrower embeddings, projected to hidden_size; None: hidden_size).
-    - `position_ids_type`: "index" (BERT) or "count_non_padding" (RoBERTa: from pad_token_id + 1);
-      `local_rope_theta`: RoPE base of the sliding-window layers (ModernBERT); `norm_bias`;
-      `first_layer_attention_norm`: False skips the first layer's pre-norm (ModernBERT).
-    - `add_pooling_layer` (the bare model's pooler), `pooler_activation` (tanh in BERT), `classifier_norm` (a norm
-      after the pooler and the token transform); `token_head_activation`: None reads the encoder output directly
-      for token classification and QA, else a dense layer with this activation comes first (ModernBERT, ELECTRA);
-      `head_activation` (None: hidden_act) and `head_bias` of the MLM transform, pooler and token transform;
-      `decoder_bias` of the MLM decoder.
-    - `use_crf`: a linear-chain CRF over the token scores, trained with its negative log-likelihood at the tagged
-      positions and decoded with Viterbi, never through a transition the tag scheme of `id2label` forbids.
-    - `unpad_inputs`: "auto" runs the token-wise work on the real tokens only when skipping the padding pays for
-      gathering them, "always" whenever there is a padding mask, "never" keeps the padded grid; padding positions
-      of `last_hidden_state` are zeros when unpadded.
+    A BriskBert encoder's configuration; the defaults are BERT-base's, and README.md's "Architecture options"
+    describes the common fields. The others serve imported encoders and heads, and default to BERT:
+    `num_key_value_heads` (None: one per query head), `type_vocab_size` (0: no segments), `embedding_size`
+    (ELECTRA's narrower embeddings), `position_ids_type` ("count_non_padding": RoBERTa's, from pad_token_id + 1),
+    `local_rope_theta` and `first_layer_attention_norm` (ModernBERT), `norm_bias`, `add_pooling_layer`,
+    `pooler_activation`, `classifier_norm` (a norm after the pooler and the token transform),
+    `token_head_activation` (None: token classification and QA read the encoder output directly, else through a
+    dense layer with this activation), `head_activation` (None: hidden_act), `head_bias`, `decoder_bias`, and
+    `use_crf` (a linear-chain CRF over the token scores, never decoding a transition `id2label`'s scheme forbids).
     """
 
     model_type = "briskbert"
@@ -232,22 +214,10 @@ def _require(config, name: str, is_valid, what: str) -> None:
 
 
 # Modern: RoPE + RMSNorm + pre-norm + GeGLU + grouped-query attention + local/global attention.
-_MODERN = dict(
-    position_embedding_type="rope",
-    norm_type="rmsnorm",
-    norm_position="pre",
-    layer_norm_eps=1e-6,
-    mlp_type="glu",
-    attention_bias=False,
-    mlp_bias=False,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-    sliding_window=64,
-    global_attn_every_n_layers=3,
-    num_attention_heads=12,
-    num_key_value_heads=4,
-    max_position_embeddings=8192,
-)
+_MODERN = dict(position_embedding_type="rope", norm_type="rmsnorm", norm_position="pre", layer_norm_eps=1e-6)
+_MODERN.update(mlp_type="glu", attention_bias=False, mlp_bias=False, max_position_embeddings=8192)
+_MODERN.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+_MODERN.update(sliding_window=64, global_attn_every_n_layers=3, num_attention_heads=12, num_key_value_heads=4)
 _MODERN_TINY = dict(
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, sliding_window=16
 )
