@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The :class:`~briskbert.training.engine.task.Task` of ``briskbert finetune-embeddings``: a dual encoder on
-pairs (:mod:`.embeddings`) or scored pairs (:mod:`.similarity`)."""
+"""``briskbert finetune-embeddings``: a dual encoder on pairs (:mod:`.embeddings`) or scored pairs
+(:mod:`.similarity`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 
 def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
-    """``(train, validation or None, settings)``: the files read, and the settings with the loss and its score
-    range decided by them."""
+    """``(train, validation or None, settings)``, the settings' loss and score range decided by the files."""
     from briskbert.training.retrieval.embeddings import load_training_examples
     from briskbert.training.retrieval.similarity import ScoredPair
     from briskbert.training.retrieval.similarity import score_range as observed_range
@@ -52,8 +51,6 @@ def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
 
 
 class EmbeddingTask(Task):
-    """``briskbert finetune-embeddings``; the examples, which decide the loss, are read before the model loads."""
-
     def __init__(self, model: ModelSource, data: EmbeddingData, settings: EmbeddingSettings):
         from briskbert.training.tasks.finetuning import check_model_inputs
 

@@ -293,24 +293,17 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
     unwrapped = accelerator.unwrap_model(model)
     queries, candidates, positives = [], {}, []
     for batch in dataloader:
-        records = accelerator.gather_for_metrics(_query_records(unwrapped, batch), use_gather_object=True)
-        for query, *own_candidates in records:
+        inputs, n = (batch["input_ids"], batch["attention_mask"]), len(batch["labels"])
+        embeddings = embed_batch(unwrapped.encoder, *inputs, unwrapped.embedding).float().cpu()
+        ids = batch["candidate_ids"].tolist()
+        # Per query: its embedding, then (text id, embedding) of its positive and of its negative (if any).
+        rows = [(embeddings[i], *zip(ids[i::n], embeddings[n + i :: n])) for i in range(n)]
+        for query, *own in accelerator.gather_for_metrics(rows, use_gather_object=True):
             queries.append(query)
-            for key, vector in own_candidates:
+            for key, vector in own:
                 candidates.setdefault(key, vector)
-            positives.append(own_candidates[0][0])
+            positives.append(own[0][0])
     keys = list(candidates)
-    number = {key: str(index) for index, key in enumerate(keys)}
-    _, indices = exact_search(torch.stack(queries), torch.stack([candidates[key] for key in keys]), top_k=100)
-    rankings = {str(q): [str(i) for i in row] for q, row in enumerate(indices.tolist())}
-    qrels = {str(q): {number[key]: 1.0} for q, key in enumerate(positives)}
-    return retrieval_metrics(rankings, qrels)
-
-
-def _query_records(model: DualEncoder, batch: dict) -> list[tuple]:
-    """Per query: its embedding, then ``(text id, embedding)`` of its positive and negative (if any)."""
-    embeddings = embed_batch(model.encoder, batch["input_ids"], batch["attention_mask"], model.embedding)
-    embeddings, n = embeddings.float().cpu(), len(batch["labels"])
-    candidates = list(zip(batch["candidate_ids"].tolist(), embeddings[n:]))
-    per_query = len(candidates) // n  # the positive, and the negative when there is one
-    return [(embeddings[i], *(candidates[i + k * n] for k in range(per_query))) for i in range(n)]
+    _, indices = exact_search(torch.stack(queries), torch.stack(list(candidates.values())), top_k=100)
+    rankings = {str(q): [keys[i] for i in row] for q, row in enumerate(indices.tolist())}
+    return retrieval_metrics(rankings, {str(q): {key: 1.0} for q, key in enumerate(positives)})
