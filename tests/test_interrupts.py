@@ -200,20 +200,6 @@ def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tm
     assert not list(finished.output_dir.glob(".*partial")), seed
 
 
-@pytest.mark.slow  # a real process (~6 s): the promise the message makes must hold
-def test_a_signal_during_the_final_save_names_the_checkpoint_and_leaves_nothing_half_written(tmp_path):
-    stop = signal.SIGTERM
-    run = TinyMLM(tmp_path, "out", stop_at="write_manifest:.final.partial:pause", steps=4)
-    run.wait_for("PAUSED")
-    assert (run.output_dir / ".final.partial").is_dir()  # it is inside the final save
-    run.signal(stop)
-    assert run.finish() == 128 + stop, run.stderr()[-3000:]
-    message = run.stderr()
-    assert f"Interrupted by {stop.name}; the checkpoint is out/step_4, the newest intact one." in message
-    assert "--resume_from_checkpoint latest" in message and "Traceback" not in message
-    assert run.leftovers() == [] and not (run.output_dir / "final").exists()
-
-
 @pytest.mark.slow  # two real processes: stopped inside a checkpoint write, then resumed as the message says
 def test_a_second_ctrl_c_inside_a_checkpoint_write_names_the_one_before_and_its_resume_works(tmp_path):
     run = TinyMLM(tmp_path, "out", stop_at="write_manifest:.step_:pause")

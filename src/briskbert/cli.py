@@ -1,13 +1,5 @@
-"""The ``briskbert`` command: one subcommand per job.
-
-    briskbert --help                 # the jobs, one line each
-    briskbert pretrain --help        # one job's flags and defaults
-    python -m briskbert pretrain ... # the same; ``accelerate launch -m briskbert pretrain ...`` runs it on
-                                     # several processes
-
-A job's module is imported only when that job runs, and parses its flags before it imports torch, so
-``--help`` is instant.
-"""
+"""The ``briskbert`` command (also ``python -m briskbert``): one subcommand per job. A job's module is imported
+only when that job runs, and parses its flags before it imports torch, so ``--help`` is instant."""
 
 from __future__ import annotations
 

@@ -29,9 +29,8 @@ def partial_path(path: str | os.PathLike) -> Path:
 def atomic_file(
     path: str | os.PathLike, *, fsync: bool = False, temp_dir: str | os.PathLike | None = None
 ) -> Iterator[Path]:
-    """Yields a temporary path (``.NAME.partial``, or a unique name in ``temp_dir``, shared by many writers)
-    that replaces ``path`` in one rename when the body returns (synced first with ``fsync``), and is removed
-    when it raises."""
+    """Yields a temporary path (``.NAME.partial``, or a unique name in a shared ``temp_dir``) that replaces
+    ``path`` in one rename when the body returns (synced first with ``fsync``), and is removed when it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if temp_dir is None:
@@ -185,9 +184,8 @@ def out_of_space(error: BaseException) -> bool:
 
 @contextmanager
 def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
-    """The body writes ``target`` through its ``.partial``, needing about ``needed`` bytes. When it raises,
-    the partial is removed, and a lack of space (said by the error, or less than ``needed`` left: torch.save
-    says only "unexpected pos") becomes one :class:`UserError` line."""
+    """The body writes ``target`` through its ``.partial`` (about ``needed`` bytes): when it raises, the partial
+    goes, and a lack of space (said, or less than ``needed`` left: torch.save says "unexpected pos") is one line."""
     target = Path(target)
     try:
         yield
@@ -227,9 +225,8 @@ def output_folder_problem(folder: str | os.PathLike) -> str | None:
 
 @contextmanager
 def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
-    """Hold ``folder``'s ``flock`` for the body: one writer per folder (a :class:`UserError` otherwise). Yields
-    what a dead writer's leftover lock file said, or None. A release deletes the file, and the folder too when
-    the lock made it and nothing was written into it."""
+    """Hold ``folder``'s ``flock`` for the body (one writer per folder); yields what a dead writer's leftover
+    lock file said, or None. A release deletes the file, and the folder when the lock made it and it is empty."""
     folder = Path(folder)
     problem = output_folder_problem(folder)
     if problem:

@@ -191,9 +191,8 @@ def framework_versions() -> dict:
 
 
 def base_model_id(model_name_or_path: str | None) -> str | None:
-    """The Hub id a model card can name as base model: a repo id as given, or for a local folder the id that
-    folder records in its training facts (a converted checkpoint, a model fine-tuned from a Hub model); a
-    local folder without one has no public base model."""
+    """The Hub id a model card can name as base model: a repo id as given, or the one a local folder's training
+    facts record (None: the folder has no public base model)."""
     if not model_name_or_path or not Path(model_name_or_path).exists():
         return model_name_or_path
     return read_training_facts(model_name_or_path).job.base_model

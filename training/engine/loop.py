@@ -332,9 +332,8 @@ class EpochShuffleSampler(Sampler[int]):
 
 
 def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | None) -> DataLoader:
-    """Batches prepared in ``num_workers`` processes (default: 4 per training process on a GPU machine, fewer on
-    fewer cores; none on CPU, whose cores run the model), pinned on a GPU machine. Workers start anew each
-    epoch, after ``set_epoch``: the same batches whatever their number."""
+    """Batches prepared in ``num_workers`` processes (default: up to 4 per process on a GPU machine; none on CPU,
+    whose cores run the model) and pinned on a GPU machine; the same batches whatever their number."""
     if num_workers is None:
         num_workers = 0
         if torch.cuda.is_available():
@@ -416,10 +415,9 @@ def _train_step(accelerator, model, optimizer, window, count_items, guard, max_n
 
 
 class DivergenceGuard:
-    """Nothing non-finite is applied, and the host does not wait for the device at every step: :meth:`flag`
-    marks a bad step on the device, the optimizer skips it and every later one (fused AdamW's ``found_inf``),
-    and :meth:`raise_if_diverged` reports the first where the loop reads its counters anyway. Under fp16 loss
-    scaling an inf gradient is the scaler's cue to skip, so only the loss counts there."""
+    """Nothing non-finite is applied, without a wait for the device at every step: :meth:`flag` marks a bad step
+    on the device, the optimizer skips it and every later one (fused AdamW's ``found_inf``; under fp16 only a bad
+    loss counts), and :meth:`raise_if_diverged` reports the first where the loop reads its counters anyway."""
 
     def __init__(self, accelerator, optimizer, output_dir: Path, first_step: int):
         self.optimizer = getattr(optimizer, "optimizer", optimizer)  # inside Accelerate's wrapper
