@@ -2,13 +2,13 @@
 """The fine-tuning jobs end to end on a 2-layer model and the bundled excerpts (the plumbing a user relies on:
 a loadable folder with labels, metrics and card facts, not accuracy), and the task pieces they are built from."""
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from briskbert.commands import distill, finetune_classification, finetune_ner, finetune_qa
 from briskbert.training.data.task_data import DataError, load_conll, load_squad
 from briskbert.training.engine.facts import read_training_facts
 from briskbert.training.tasks.classification import infer_label_spec
@@ -18,10 +18,6 @@ from briskbert.training.tasks.ner import build_label_list, tokenize_and_align_la
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 FAST = ["--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "32", "--logging_steps", "1"]
-
-
-def _script(name):
-    return importlib.import_module(f"briskbert.commands.{name}")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +48,7 @@ def classifier(tiny_model_dir, tmp_path_factory):
     """A short classification run (also the distillation test's teacher)."""
     out = tmp_path_factory.mktemp("cls")
     data = data_files("sst2_train_excerpt.tsv", "sst2_validation_excerpt.tsv")
-    return _script("finetune_classification").main(
+    return finetune_classification.main(
         ["--model_name_or_path", tiny_model_dir, *data, "--output_dir", str(out), *FAST]
         + "--max_train_samples 64 --max_eval_samples 40 --max_train_steps 3 --eval_steps 2".split()
         + "--metric_for_best_model accuracy --label_names negative,positive".split()
@@ -90,7 +86,7 @@ def test_regression_on_text_pairs(tiny_model_dir, tmp_path):
         {"premise": f"a sentence number {i}", "hypothesis": "another one", "score": i / 7} for i in range(24)
     ]
     train = _write(tmp_path / "train.jsonl", "\n".join(json.dumps(r) for r in rows))
-    result = _script("finetune_classification").main(
+    result = finetune_classification.main(
         ["--model_name_or_path", tiny_model_dir, "--train_file", train, "--validation_file", train]
         + ["--text_column", "premise", "--text_pair_column", "hypothesis", "--label_column", "score"]
         + ["--max_train_steps", "1", "--output_dir", str(tmp_path / "out"), *FAST]
@@ -143,7 +139,7 @@ def test_training_from_a_model_with_nan_weights_is_refused(tiny_model_dir, tmp_p
     assert not (tmp_path / "out" / "final").exists()
 
 
-def test_label_inference_rules_and_label_names():
+def test_label_inference_rules_and_label_names(caplog):
     assert infer_label_spec(["pos", "neg", "pos"]).label_list == ["neg", "pos"]
     spec = infer_label_spec(["2", "10", "1"])  # integer strings sort numerically
     assert spec.label_list == ["1", "2", "10"] and spec.encode("10") == 2
@@ -162,6 +158,11 @@ def test_label_inference_rules_and_label_names():
     assert spec.encode("neg") == 1 and spec.label_list == ["pos", "neg"]
     with pytest.raises(DataError, match=r"never seen in label_names: \['neutral'\]"):
         infer_label_spec(["pos", "neutral"], label_names=["neg", "pos"])
+    # an evaluation label without a training example joins the label set (with a warning)
+    assert infer_label_spec(["pos", "neg"], ["pos", "neutral"]).label_list == ["neg", "neutral", "pos"]
+    assert infer_label_spec([0, 1, 9], [10]).label_list == ["0", "1", "9", "10"]
+    assert infer_label_spec([["a"], ["b"]], [["a", "c"]]).label_list == ["a", "b", "c"]
+    assert sum("no training example" in r.getMessage() for r in caplog.records) == 3
 
 
 @pytest.mark.parametrize(
@@ -186,7 +187,7 @@ def test_label_names_must_be_the_labels_found(train_labels, eval_labels, names, 
 
 
 def test_bad_files_fail_before_training(tiny_model_dir, tmp_path):
-    script = _script("finetune_classification")
+    script = finetune_classification
     base = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "x"), *FAST]
     commas = _write(tmp_path / "c.tsv", "sentence,label\ngood,1\nbad,0\n")  # a .tsv that is a CSV
     with pytest.raises(DataError, match=r"\['sentence,label'\].*looks comma-separated: use a .csv name"):
@@ -215,7 +216,7 @@ def test_labels_go_on_the_first_sub_word(tokenizer):
 
 def test_ner_end_to_end_counts_entities_as_conlleval(tiny_model_dir, tmp_path):
     data = data_files("conll2003_train_excerpt.txt", "conll2003_dev_excerpt.txt")
-    result = _script("finetune_ner").main(
+    result = finetune_ner.main(
         ["--model_name_or_path", tiny_model_dir, *data, "--output_dir", str(tmp_path / "ner"), *FAST]
         + "--max_train_samples 48 --max_eval_samples 40 --max_train_steps 2 --learning_rate 1e-3".split()
     )
@@ -233,8 +234,7 @@ def test_ner_end_to_end_counts_entities_as_conlleval(tiny_model_dir, tmp_path):
     assert result.metrics["eval_num_gold_entities"] == gold_entities
 
 
-def test_a_label_only_in_the_evaluation_data_joins_the_label_set_with_one_warning(caplog):
-    """A validation tag with no training example gets an id and one warning, not a refusal."""
+def test_a_tag_only_in_the_evaluation_data_joins_the_label_set_with_one_warning(caplog):
     train = [["B-PER", "I-PER", "O"], ["B-LOC", "O"]]
     dev = [["B-LOC", "I-LOC", "O"], ["O", "B-LOC", "I-LOC"]]
     assert build_label_list(train, dev, ("train.txt", "dev.txt")) == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
@@ -243,11 +243,6 @@ def test_a_label_only_in_the_evaluation_data_joins_the_label_set_with_one_warnin
         "can hardly learn to predict them."
     ]
     assert build_label_list(train) == ["O", "B-LOC", "B-PER", "I-PER"]
-    caplog.clear()
-    assert infer_label_spec(["pos", "neg"], ["pos", "neutral"]).label_list == ["neg", "neutral", "pos"]
-    assert infer_label_spec([0, 1, 9], [10]).label_list == ["0", "1", "9", "10"]
-    assert infer_label_spec([["a"], ["b"]], [["a", "c"]]).label_list == ["a", "b", "c"]
-    assert sum("no training example" in r.getMessage() for r in caplog.records) == 3
 
 
 def test_a_new_head_is_one_line_and_anything_else_missing_keeps_the_load_report(
@@ -306,7 +301,7 @@ def test_squad_answers_not_in_context_are_counted(tmp_path):
 def test_qa_end_to_end_writes_predictions(tiny_model_dir, tmp_path):
     out = tmp_path / "qa"
     squad = str(DATA / "xquad_en_excerpt.json")
-    result = _script("finetune_qa").main(
+    result = finetune_qa.main(
         ["--model_name_or_path", tiny_model_dir, "--train_file", squad, "--validation_file", squad, *FAST]
         + "--train_articles 0:1 --validation_articles 3:4 --max_eval_samples 12 --max_seq_length 128".split()
         + ["--doc_stride", "48", "--max_train_steps", "2", "--output_dir", str(out)]
@@ -356,9 +351,7 @@ def test_distill_script_saves_only_the_student(classifier, tmp_path):
     data = data_files("sst2_train_excerpt.tsv", "sst2_validation_excerpt.tsv")
     flags = "--max_train_samples 32 --max_eval_samples 16 --max_train_steps 2 --hidden_loss_weight 0.5"
     out = ["--output_dir", str(tmp_path / "student")]
-    result = _script("distill").main(
-        ["--teacher_model", str(classifier.final_dir), *data, *out, *FAST, *flags.split()]
-    )
+    result = distill.main(["--teacher_model", str(classifier.final_dir), *data, *out, *FAST, *flags.split()])
     from briskbert.modeling import BriskBertForSequenceClassification
 
     student = BriskBertForSequenceClassification.from_pretrained(result.final_dir)
