@@ -309,12 +309,8 @@ def resolve(req: Request) -> Response:
 
 def _listed(item: FileEntry | Folder, expand: bool, commit: dict) -> dict:
     if isinstance(item, Folder):
-        return {
-            "type": "directory",
-            "oid": hashlib.sha1(item.path.encode()).hexdigest(),
-            "size": 0,
-            "path": item.path,
-        }
+        oid = hashlib.sha1(item.path.encode()).hexdigest()
+        return {"type": "directory", "oid": oid, "size": 0, "path": item.path}
     out = {"type": "file", "oid": item.tree_oid(), "size": item.size, "path": item.path}
     if item.lfs:
         out["lfs"] = {"oid": item.sha256, "size": item.size, "pointerSize": 134}

@@ -11,7 +11,7 @@ import pytest
 from briskbert.hub_server import storage as storage_module
 from briskbert.hub_server.errors import Forbidden, RevisionNotFound, StorageDamaged
 from briskbert.hub_server.index import RevisionIndex, git_blob_oid, looks_like_lfs
-from briskbert.hub_server.storage import AddFile, DeleteFolder, FileEntry, Storage
+from briskbert.hub_server.storage import AddFile, FileEntry, Storage
 
 
 @pytest.fixture
@@ -107,10 +107,6 @@ def test_revision_indexes_are_built_one_at_a_time_and_the_latest_kept(storage, m
     for _ in range(2):
         storage.index("model", "me/repo", heads[0])
     assert storage.indexes.cache_info().misses <= 7
-
-
-def test_a_folder_is_deleted_by_its_path_with_or_without_slashes():
-    assert DeleteFolder("/weights/").path == "weights"  # huggingface_hub sends "weights/"
 
 
 def test_files_go_to_lfs_by_suffix_size_above_10_mib_or_binary_content():
