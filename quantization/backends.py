@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError
-from briskbert.extras import TORCHAO_IMPORT_LOGGERS
 from briskbert.modeling.export import ONNX_FILE, quiet_loggers
 
 from .request import QuantizeRequest
@@ -80,18 +79,17 @@ def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], reque
 def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> None:
     """Quantizes `model` in place with torchao (every Linear, and the word embeddings int8 per row, bar the `keep`
     modules) and saves it into `staging` as a transformers folder whose config loads it back."""
+    from torchao.quantization import (
+        FqnToConfig,
+        Int8DynamicActivationInt8WeightConfig,
+        Int8WeightOnlyConfig,
+        IntxWeightOnlyConfig,
+        PerAxis,
+        quantize_,
+    )
     from transformers import TorchAoConfig
     from transformers.quantizers.auto import AutoHfQuantizer
 
-    with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
-        from torchao.quantization import (
-            FqnToConfig,
-            Int8DynamicActivationInt8WeightConfig,
-            Int8WeightOnlyConfig,
-            IntxWeightOnlyConfig,
-            PerAxis,
-            quantize_,
-        )
     # A decoder sharing the word-embedding matrix gets its own copy: a matmul weight is quantized per output
     # channel, a lookup table per row.
     decoder, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
@@ -111,8 +109,7 @@ def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, s
     if embeddings_path not in keep:
         table[embeddings_path] = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
     config = TorchAoConfig(FqnToConfig(table), include_input_output_embeddings=embeddings_path not in keep)
-    with quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
-        quantize_(model, config.quant_type, filter_fn=None)
+    quantize_(model, config.quant_type, filter_fn=None)
     # What from_pretrained(quantization_config=...) would attach; save_pretrained then writes torchao's
     # safetensors layout and the config that loads it back.
     model.config.quantization_config = config

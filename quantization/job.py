@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError, UserError
-from briskbert.extras import TORCHAO_IMPORT_LOGGERS, is_installed
+from briskbert.extras import is_installed
 from briskbert.files import staged_folder
 from briskbert.hub_cards.card import QUANTIZATION_FILE
 from briskbert.hub_cards.quantized import render_quantized_readme
@@ -173,9 +173,9 @@ def build_candidates(
         progress(f"Quantizing with torchao ({request.torch_scheme}) ...")
         backends.quantize_torch(copy.deepcopy(model), keep, request, root / "torch")
         # Loaded back from the folder, the way users load it.
-        with export.quiet_loggers(*TORCHAO_IMPORT_LOGGERS):
-            auto_class = backends.auto_class_of(architecture)
-            loaded = auto_class.from_pretrained(str(root / "torch"), trust_remote_code=True)
+        loaded = backends.auto_class_of(architecture).from_pretrained(
+            str(root / "torch"), trust_remote_code=True
+        )
         candidates.append(
             Candidate("torch", root / "torch", torch_runner(loaded.eval(), embedding), "model.safetensors")
         )

@@ -4,17 +4,11 @@
     briskbert quantize --model_dir runs/sst2/final --output_dir runs/sst2-int8 --backend onnx \
         --validation_file data/sst2_validation_excerpt.tsv --text_column sentence --label_column label
 
---backend auto (the default) builds every candidate whose library is installed: the fp32 model as it is, ONNX
-Runtime's fused graph in fp32 (`onnx-fp32`) and with int8 matmuls (`onnx`: int8 weights per output channel,
-activations quantized at run time), and torchao int8 (`torch`). Each runs the check batches against fp32 (argmax
-agreement of logits, cosine similarity of hidden states and embeddings; with --validation_file, a classifier's
-accuracy) and is timed here on the sample text (--text_file) sorted by length, interleaved round after round; the
-fastest within --min_agreement / --min_cosine / --max_accuracy_drop is kept, never slower than fp32 as measured.
-A named --backend keeps that one; beyond the thresholds nothing is written (exit status 2). ONNX folders need
-briskbert[onnx] and run with ONNX Runtime (briskbert.quantization.inference.OnnxModel batches texts by length);
-PyTorch folders load with AutoModel...from_pretrained(folder, trust_remote_code=True), pipeline() and
-sentence-transformers (torch: with torchao installed). The folder's README and quantization.json state the kept
-backend, its speed-up here, the precision, the size, the agreement and the accuracies.
+--backend auto (the default) builds every candidate whose library is installed (the fp32 model as it is, ONNX
+Runtime's fused graph in fp32 and int8, torchao int8), checks each against fp32 on real text, times them here and
+keeps the fastest within --min_agreement / --min_cosine / --max_accuracy_drop: never slower than fp32 as measured.
+A named --backend keeps that one; beyond the thresholds nothing is written (exit status 2). The folder's README and
+quantization.json state the kept backend, its speed-up here, the precision, the size, the agreement and accuracies.
 """
 
 from __future__ import annotations
