@@ -15,7 +15,8 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")  # blob ids, as git-lfs spells them
 # digit; no '--' or '..' (the client refuses both), no '.git' suffix (in any case).
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
 # What ``git check-ref-format`` refuses, plus names that would be read as something else here.
-_REF_FORBIDDEN_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+_REF_BAD_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate has no UTF-8 form
 # Code points file systems ignore when they compare names (HFS+ drops them), so ".g\u200cit" is ".git" there.
 _IGNORABLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
 MAX_PATH_BYTES = 1024  # a whole path in a repo, UTF-8
@@ -23,11 +24,8 @@ MAX_COMPONENT_BYTES = 255  # one file or folder name, UTF-8: what ext4, APFS and
 
 
 def is_repo_name(name: str) -> bool:
-    return (
-        bool(_NAME_RE.fullmatch(name))
-        and ".." not in name
-        and "--" not in name
-        and not name.lower().endswith(".git")
+    return bool(_NAME_RE.fullmatch(name)) and not (
+        "--" in name or ".." in name or name.lower().endswith(".git")
     )
 
 
@@ -57,18 +55,11 @@ def _segments_problem(form: str) -> str | None:
     return None
 
 
-def _utf8(text: str) -> bytes | None:
-    try:
-        return text.encode("utf-8")  # strict: a lone surrogate has no UTF-8 form
-    except UnicodeEncodeError:
-        return None
-
-
 def validate_path(path: str) -> str:
-    size = len(_utf8(path) or b"")
+    size = len(path.encode("utf-8", "surrogatepass"))
     checks = [
         (not path, "it is empty"),
-        (_utf8(path) is None, "it is not valid Unicode (a lone surrogate)"),
+        (_SURROGATE.search(path), "it is not valid Unicode (a lone surrogate)"),
         (size > MAX_PATH_BYTES, f"it is {size} bytes long; at most {MAX_PATH_BYTES} are allowed"),
         (any(ord(c) < 32 or ord(c) == 127 for c in path), "it contains a control character"),
     ]
@@ -85,17 +76,11 @@ def validate_ref_name(name: str) -> str:
     prefix (``resolve`` strips it)."""
     checks = [
         (not 1 <= len(name) <= 200, "it must be 1 to 200 characters"),
-        (_utf8(name) is None, "it is not valid Unicode (a lone surrogate)"),
+        (_SURROGATE.search(name), "it is not valid Unicode (a lone surrogate)"),
         (re.fullmatch(r"[0-9a-fA-F]{40}", name), "40 hexadecimal characters would shadow a commit id"),
         (name.startswith("refs/"), "the refs/ prefix is implied"),
-        (
-            _REF_FORBIDDEN_CHARS.search(name),
-            "it contains a space, a control character or one of ~ ^ : ? * [ \\",
-        ),
-        (
-            name == "@" or "@{" in name or ".." in name or name.endswith("."),
-            "'@', '@{', '..' and a trailing '.' are not allowed",
-        ),
+        (_REF_BAD_CHARS.search(name), "it contains a space, a control character or one of ~ ^ : ? * [ \\"),
+        (re.search(r"^@$|@\{|\.\.|\.$", name), "'@', '@{', '..' and a trailing '.' are not allowed"),
         (
             any(not p or p.startswith(".") or p.endswith(".lock") for p in name.split("/")),
             "no empty component, no component starting with '.' or ending with '.lock'",

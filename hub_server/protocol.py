@@ -1,4 +1,4 @@
-"""What a client sends, read into checked values: JSON payloads, the ndjson commit (into storage operations),
+"""What a client sends, read into checked values: JSON fields, the ndjson commit (into storage operations),
 sizes and ranges. A missing or mistyped field, invalid JSON or base64 or absurd nesting is a ``BadRequest``
 naming the field, never a 500.
 
@@ -58,9 +58,6 @@ class Fields:
             raise BadRequest(f"{self.where}: '{key}' must not be negative")
         return value
 
-    def child(self, key: str) -> Fields:
-        return Fields(self.get(key, dict), f"{self.where}.{key}")
-
 
 def base64_field(text: str | bytes, where: str) -> bytes:
     try:
@@ -80,9 +77,8 @@ def byte_range(header: str, size: int) -> tuple[int, int] | None:
     m = re.fullmatch(r"bytes=([0-9]*)-([0-9]*)", header.strip())
     if m is None or not (m[1] or m[2]):
         return None
-    first, last = (
-        int(x) if len(x) <= 19 else 1 << 64 for x in (m[1] or "0", m[2] or "0")
-    )  # not 5,000 digits
+    # More than 19 digits is past any file's end (and int() of 5,000 digits is refused).
+    first, last = (int(x) if len(x) <= 19 else 1 << 64 for x in (m[1] or "0", m[2] or "0"))
     if not m[1]:  # a suffix: the last N bytes (none at all: a 416)
         first, last = max(0, size - last), size - 1
     elif not m[2]:
@@ -267,13 +263,10 @@ def parse_commit_line(raw: RawLine, number: int, storage):
     key = line.get("key")
     if key not in _LINE_PARSERS:
         raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
-    value = line.child("value")
+    value = Fields(line.get("value", dict), f"{where}.value")
     # The one long string of a line is streamed: it must have been the file's content.
-    if raw.blob is not None and (
-        key != "file"
-        or value.obj.get("content") != raw.placeholder
-        or raw.text.count(raw.placeholder.encode()) != 1
-    ):
+    content = key == "file" and value.obj.get("content") == raw.placeholder
+    if raw.blob is not None and not (content and raw.text.count(raw.placeholder.encode()) == 1):
         raise BadRequest(f"{where}: only a file's base64 content may be longer than 64 KiB")
     return _LINE_PARSERS[key](value, storage, raw.blob)
 

@@ -165,8 +165,7 @@ class Storage:
     """Thread-safe storage for one server process. All writes go through ``tmp/`` and ``os.replace``."""
 
     def __init__(self, data_dir, max_repo_files: int = 100_000, index_cache_revisions: int = 8):
-        """Call only while no other process writes to ``data_dir``: ``tmp/`` is emptied of what interrupted writes
-        left."""
+        """Empties ``tmp/`` of what interrupted writes left: one process at a time (the server's lock file)."""
         self.root = Path(data_dir).resolve()
         shutil.rmtree(self.root / "tmp", ignore_errors=True)
         for sub in ("blobs", "tmp", "repos"):
@@ -176,9 +175,8 @@ class Storage:
         self.indexes = functools.lru_cache(index_cache_revisions)(self._read_index)
         self._index_lock = threading.Lock()
         self._verified: dict[str, tuple] = {}  # blobs whose content matched, with their file status then
-        self._reached: dict[
-            Path, tuple[frozenset, frozenset]
-        ] = {}  # per repo: its heads, the commits reached
+        # per repo: its heads, and the commits they reach
+        self._reached: dict[Path, tuple[frozenset, frozenset]] = {}
         self._unnamed: dict[str, float] = {}  # blobs kept for a commit to come, with when they arrived
         self._lock = threading.RLock()  # every write: repos, refs, blob arrivals, collection
         self._repos: dict[tuple[str, str], RepoRecord] = {}
@@ -228,9 +226,7 @@ class Storage:
 
     # ---- blobs --------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
-        if not isinstance(sha256, str) or not names.SHA256_RE.fullmatch(
-            sha256
-        ):  # a client's oid, or a tree's
+        if not (isinstance(sha256, str) and names.SHA256_RE.fullmatch(sha256)):  # a client's oid, or a tree's
             raise BadRequest(f"Invalid sha256 {sha256!r}", code="InvalidOid")
         return self.root / "blobs" / sha256[:2] / sha256
 
