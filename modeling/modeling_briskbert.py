@@ -84,9 +84,8 @@ PADDED = PaddedLayout()
 
 
 class UnpaddedLayout(PaddedLayout):
-    """Only the real tokens, packed into one (tokens, ...) tensor, so the token-wise work (nearly all the FLOPs)
-    skips padding. Attention still runs on the padded grid, so every kernel and mask applies unchanged: q/k/v are
-    re-padded into the grid and the output packed back (one gather each way)."""
+    """Only the real tokens, packed into one (tokens, ...) tensor for the token-wise work (nearly all the FLOPs);
+    q/k/v are re-padded for attention, so every kernel and mask applies unchanged (one gather each way)."""
 
     def __init__(self, attention_mask: torch.Tensor):
         self.batch_size, self.seq_len = attention_mask.shape
@@ -139,10 +138,9 @@ class VarlenLayout(UnpaddedLayout):
 
 
 class Unpadder:
-    """Unpads a batch with a 2-D padding mask when the work it skips (padding tokens x multiply-adds per token)
-    exceeds the cost of moving the tokens (`gather_cost` per hidden number and grid position, plus `fixed_cost`;
-    measured in docs/performance.md). Varlen kernels get the varlen layout. Per-layer hidden states stay on the grid;
-    traced graphs serve every batch, so they keep the padded layout too."""
+    """Unpads a batch with a 2-D padding mask when the work it skips exceeds the cost of moving the tokens
+    (`gather_cost` per hidden number and grid position, plus `fixed_cost`; docs/performance.md). Per-layer hidden
+    states and traced graphs (which serve every batch) stay on the grid."""
 
     def __init__(self, config: BriskBertConfig, gather_cost: float, fixed_cost: int):
         # Multiply-adds per token: the q, k, v and output projections, and the MLP's.
@@ -212,8 +210,7 @@ class TokenTypeEmbedding(nn.Embedding):
 
 
 def add_nothing(ids) -> int:
-    """In place of an additive embedding the model does not have: RoPE's and ALiBi's positions act inside
-    attention, and models without segments (DistilBERT, ModernBERT: `type_vocab_size=0`) have no token types."""
+    """In place of an absent additive embedding: RoPE/ALiBi positions, or segments with `type_vocab_size=0`."""
     return 0
 
 
@@ -231,8 +228,7 @@ def index_positions(input_ids, seq_len: int, device, pad_token_id) -> torch.Tens
 
 
 def non_padding_positions(input_ids, seq_len: int, device, pad_token_id: int) -> torch.Tensor:
-    """RoBERTa and XLM-R: positions count the non-padding tokens from pad_token_id + 1; padding sits at
-    pad_token_id."""
+    """RoBERTa: positions count the non-padding tokens from pad_token_id + 1; padding sits at pad_token_id."""
     if input_ids is None:
         return torch.arange(pad_token_id + 1, seq_len + pad_token_id + 1, device=device).unsqueeze(0)
     real = input_ids.ne(pad_token_id).long()
@@ -274,8 +270,7 @@ class BriskBertEmbeddings(nn.Module):
 
 # ---------- Position schemes applied inside attention (computed once per forward, shared by every layer) -------
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021): cos/sin tables per attention type, since local layers may use
-    another base (`local_rope_theta`, ModernBERT)."""
+    """RoPE (Su et al. 2021): cos/sin tables per attention type (ModernBERT's local layers use another base)."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
@@ -351,8 +346,7 @@ def eager_attention_forward(
 
 
 class BriskBertAttention(nn.Module):
-    """Bidirectional self-attention with grouped key/value heads: q, k, v from one projection, the position
-    scheme applied to q and k, then transformers' attention dispatch."""
+    """Bidirectional self-attention with grouped key/value heads through transformers' attention dispatch."""
 
     def __init__(self, config: BriskBertConfig, layer_idx: int):
         super().__init__()
@@ -365,8 +359,7 @@ class BriskBertAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.is_causal = False
         self.attention_dropout = config.attention_probs_dropout_prob
-        # Local layers: the masks enforce |i - j| <= sliding_window; flash-attention counts its window with one
-        # more token, as in transformers' ModernBERT.
+        # The masks enforce |i - j| <= sliding_window; flash-attention counts one more token (as ModernBERT's).
         is_local = config.layer_types[layer_idx] == "sliding_attention"
         self.sliding_window = config.sliding_window + 1 if is_local else None
 
@@ -490,8 +483,7 @@ POOLINGS = {"cls": first_token, "mean": mean_of_tokens}
 
 
 class TokenTransform(nn.Module):
-    """Dense + activation (+ norm with `classifier_norm`, ModernBERT's prediction head). Before a token-level
-    classifier it is ModernBERT's head and ELECTRA's discriminator; `token_head_activation=None` (BERT) skips it."""
+    """Dense + activation (+ norm with `classifier_norm`): ModernBERT's head, ELECTRA's discriminator."""
 
     def __init__(self, config: BriskBertConfig, activation: str):
         super().__init__()
@@ -509,8 +501,7 @@ def build_token_transform(config: BriskBertConfig) -> nn.Module:
 
 
 class BriskBertPooler(TokenTransform):
-    """BERT's pooler (dense + `pooler_activation`, tanh in BERT) over the [CLS] token or the mean of the real
-    tokens (`classifier_pooling`)."""
+    """BERT's pooler (dense + `pooler_activation`) over [CLS] or the mean of the real tokens."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config, config.pooler_activation)
@@ -586,8 +577,7 @@ class BriskBertPreTrainedModel(PreTrainedModel):
         labels=None,
         **kwargs: Unpack[TransformersKwargs],
     ):
-        """The forward of a head without other label arguments: the encoder, then the head's `predict` from its
-        outputs, `labels` and `num_items_in_batch` (in `kwargs`)."""
+        """A head without other label arguments: the encoder, then the head's `predict`."""
         outputs = self.model(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         return self.predict(outputs, labels, **kwargs)
 
@@ -826,9 +816,8 @@ class CrfTagger(LinearChainCRF):
 
 
 class BriskBertForTokenClassification(BriskBertPreTrainedModel):
-    """Per-token scores (`logits`) from the encoder output; with `config.use_crf`, a linear-chain CRF over them
-    whose tag constraints come from `config.id2label`. Tags are decoded at the positions that carry one: the
-    first sub-word of each word, given as `tag_mask` or read from `labels` (-100 elsewhere)."""
+    """Per-token scores (`logits`); with `config.use_crf`, a linear-chain CRF over them constrained by the tag
+    scheme of `config.id2label`. Tags are decoded at each word's first sub-word (`tag_mask`, or `labels` != -100)."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
@@ -873,8 +862,7 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         )
 
     def decode(self, logits: torch.Tensor, tag_mask: torch.Tensor) -> torch.Tensor:
-        """The best tags at the positions `tag_mask` selects (Viterbi with a CRF, arg-max otherwise), -100
-        elsewhere: `(batch, seq)` ids."""
+        """`(batch, seq)`: the best tags where `tag_mask` is set (Viterbi with a CRF, else arg-max), -100 elsewhere."""
         return self.tagger.decode(logits.detach(), tag_mask.to(logits.device))
 
 
@@ -945,8 +933,7 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
         )
 
 
-# AUTO_MAP is the one list of heads: it drives registration here and in-process (modeling/__init__.py), the
-# `auto_map` of saved folders, `__all__`, conversion and model cards.
+# AUTO_MAP, the one list of heads, drives registration, `auto_map`, `__all__`, conversion and model cards.
 BriskBertConfig.register_for_auto_class()
 for _auto_class, _reference in AUTO_MAP.items():
     if _auto_class != "AutoConfig":

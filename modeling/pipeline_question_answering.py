@@ -1,10 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Extractive question-answering pipeline, shipped inside model folders as remote code (transformers 5 removed
-its own). QA folders name it in `config.custom_pipelines`, so `pipeline("question-answering", model=folder,
-trust_remote_code=True)(question=..., context=...)` returns `{"answer", "score", "start", "end"}`: the best span
-(at most `max_answer_len` tokens) over overlapping windows (`max_seq_len`, `doc_stride`), scored by the product of
-its start and end probabilities. Copied flat: imports only numpy, torch and transformers.
-"""
+"""Extractive question answering, shipped in model folders as remote code (transformers 5 has none).
+`pipeline("question-answering", model=folder, trust_remote_code=True)(question=..., context=...)` returns
+`{"answer", "score", "start", "end"}`: the best span (at most `max_answer_len` tokens) over overlapping windows
+(`max_seq_len`, `doc_stride`) by the product of its start and end probabilities. Imports numpy, torch, transformers."""
 
 import numpy as np
 import torch

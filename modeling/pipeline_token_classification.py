@@ -1,11 +1,8 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Token-classification pipeline for models with a CRF head, shipped inside model folders as remote code.
-
-transformers' own pipeline takes each token's arg-max, ignoring the CRF's transitions (and can produce `O I-PER`);
-a `use_crf=True` model names this one in `config.custom_pipelines`, which decodes each text's words (tagged at
-their first sub-word, as in training) with Viterbi. Strategies "none", "simple" and "first" are served; `score` is
-the CRF's marginal probability of the decoded tag. Copied flat: imports only numpy, torch and transformers.
-"""
+"""Token classification for models with a CRF head, shipped in model folders as remote code: transformers' own
+pipeline takes each token's arg-max (and can produce `O I-PER`); this one decodes each text's words (at their first
+sub-word, as in training) with Viterbi, for strategies "none", "simple" and "first"; `score` is the CRF's marginal
+probability of the decoded tag. Imports only numpy, torch and transformers."""
 
 import numpy as np
 import torch
