@@ -93,17 +93,6 @@ def test_fingerprint_samples_evenly_and_sees_size_order_and_content():
 
 
 # ------------------------------------------------------------------------------------ the output folder
-def test_checkpoint_dirs_lists_complete_checkpoints_by_step(tmp_path):
-    assert checkpoint_dirs(tmp_path / "missing") == []
-    for step in (10, 2, 100):
-        make_checkpoint(tmp_path, step)
-    (tmp_path / "step_5").mkdir()  # no state file: incomplete
-    (tmp_path / "step_7x").mkdir()
-    TrainingState().save(tmp_path / "step_7x")
-    (tmp_path / "step_3").write_text("")  # a file
-    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_10", "step_100"]
-
-
 def test_a_new_run_into_a_used_folder_is_refused_naming_what_is_there(tmp_path):
     (tmp_path / "best").mkdir()  # only a model, no checkpoint: it cannot be resumed, only replaced
     with pytest.raises(SettingError, match=r"\(best/\); pass --overwrite_output_dir to replace it"):
@@ -142,12 +131,18 @@ def test_stray_partial_folders_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "step_1.partial"]
 
 
-def test_resolve_checkpoint(tmp_path, monkeypatch):
-    assert resolve_checkpoint("latest", tmp_path) is None
-    make_checkpoint(tmp_path, 2)
-    make_checkpoint(tmp_path, 7)
-    newest = make_checkpoint(tmp_path, 12)
-    assert resolve_checkpoint("latest", tmp_path) == newest
+def test_latest_is_the_newest_complete_checkpoint_by_step_and_a_named_one_must_be_a_checkpoint(
+    tmp_path, monkeypatch
+):
+    assert resolve_checkpoint("latest", tmp_path) is None and checkpoint_dirs(tmp_path / "missing") == []
+    for step in (2, 7, 12):
+        make_checkpoint(tmp_path, step)
+    (tmp_path / "step_100").mkdir()  # no state file: incomplete
+    (tmp_path / "step_99x").mkdir()
+    TrainingState().save(tmp_path / "step_99x")
+    (tmp_path / "step_3").write_text("")  # a file
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_7", "step_12"]
+    assert resolve_checkpoint("latest", tmp_path) == tmp_path / "step_12"
     assert resolve_checkpoint(str(tmp_path / "step_2"), tmp_path) == tmp_path / "step_2"
     monkeypatch.chdir(tmp_path)
     assert resolve_checkpoint("step_2", tmp_path) == Path("step_2")  # a relative path, not "latest"
