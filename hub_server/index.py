@@ -101,9 +101,8 @@ class RevisionIndex:
         """The ``siblings`` list of ``repo_info`` as JSON, built on first use."""
         with self._lock:
             if with_blobs not in self._siblings:
-                self._siblings[with_blobs] = json.dumps(
-                    [_sibling(e, with_blobs) for e in self.entries]
-                ).encode()
+                siblings = [_sibling(e, with_blobs) for e in self.entries]
+                self._siblings[with_blobs] = json.dumps(siblings).encode()
             return self._siblings[with_blobs]
 
     def card(self, load: Callable[[FileEntry], dict]) -> dict:

@@ -343,12 +343,10 @@ def paths_info(req: Request) -> Response:
         form = urllib.parse.parse_qs(read_body(req).decode("utf-8", "replace"), max_num_fields=most + 1)
     except ValueError:  # more fields than that
         form = {"paths": [""] * (most + 1)}
-    if len(form.get("paths", [])) > most:
+    paths = [p.strip("/") for p in form.get("paths", [])]
+    expand = form.get("expand", [""])[0].lower() == "true"
+    if len(paths) > most:
         raise BadRequest(f"At most {most} paths per request", code="TooManyPaths")
-    paths, expand = (
-        [p.strip("/") for p in form.get("paths", [])],
-        form.get("expand", ["false"])[0].lower() == "true",
-    )
     found = [index.get(p) or (Folder(p) if index.has_folder(p) else None) for p in paths if p]
     return json_response([_listed(item, expand, index.commit) for item in found if item is not None])
 
