@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import time
-from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -251,26 +250,45 @@ class TokenEncoder:
         return [encoding.ids for encoding in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
 
 
-def encode_documents(
-    encoder: TokenEncoder, documents: list[list[str]], sentences: bool, open_last: bool = False
-):
-    """Tokenize documents of text segments, dropping empty segments: ``(tokens, tokens per document with its
-    separator, tokens per segment, segments per document)``. With ``open_last`` the last document (which may go
-    on in the next chunk) gets no separator."""
-    if sentences:
-        documents = [[s for p in doc for s in split_sentences(p)] for doc in documents]
-    flat_ids = encoder([segment for doc in documents for segment in doc]) if documents else []
-    pieces, doc_lengths, seg_lengths, doc_segments, k = [], [], [], [], 0
-    for number, doc in enumerate(documents):
-        segments = [ids for ids in flat_ids[k : k + len(doc)] if ids]
-        k += len(doc)
-        closed = bool(segments) and not (open_last and number == len(documents) - 1)
-        pieces += [*segments, [encoder.separator_id]] if closed else segments
-        seg_lengths += map(len, segments)
-        doc_lengths.append(sum(map(len, segments)) + closed)
-        doc_segments.append(len(segments))
-    tokens = np.fromiter(chain.from_iterable(pieces), dtype=encoder.dtype, count=sum(doc_lengths))
-    return tokens, *(np.asarray(x, dtype=np.int64) for x in (doc_lengths, seg_lengths, doc_segments))
+def encode_paragraphs(encoder: TokenEncoder, paragraphs: list[str], sentences: bool):
+    """``(ids, tokens per segment, segments per paragraph)`` of the paragraphs' non-empty segments (paragraphs,
+    or their sentences with ``sentences``), the ids concatenated."""
+    texts = [split_sentences(p) if sentences else [p] for p in paragraphs]
+    flat = [text for split in texts for text in split]
+    ids = encoder(flat) if flat else []
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    paragraph = np.repeat(np.arange(len(paragraphs)), [len(split) for split in texts])
+    segments = np.bincount(paragraph[lengths > 0], minlength=len(paragraphs))
+    tokens = np.fromiter(chain.from_iterable(ids), dtype=encoder.dtype, count=int(lengths.sum()))
+    return tokens, lengths[lengths > 0], segments
+
+
+def separate_documents(tokens, segment_lengths, segment_documents, previous: int, separator: int):
+    """``tokens`` with a separator before each segment of another document than the segment before it
+    (``previous``: the document of the segment before the first, -1 if none), and the segments' new starts."""
+    before = np.concatenate([[previous], segment_documents])[:-1]
+    closes = (segment_documents != before) & (before >= 0)
+    starts = np.cumsum(segment_lengths) - segment_lengths
+    return np.insert(tokens, starts[closes], separator), starts + np.cumsum(closes)
+
+
+def document_lengths(segment_documents, segment_lengths, num_documents: int):
+    """(tokens per document, its separator included when it has any; segments per document)."""
+    segments = np.bincount(segment_documents, minlength=num_documents)
+    tokens = np.bincount(segment_documents, weights=segment_lengths, minlength=num_documents)
+    return tokens.astype(np.int64) + (segments > 0), segments
+
+
+def encode_documents(encoder: TokenEncoder, documents: list[list[str]]):
+    """The documents' ids, each non-empty one followed by the separator, and the tokens per document."""
+    paragraphs = [paragraph for document in documents for paragraph in document]
+    tokens, lengths, segments = encode_paragraphs(encoder, paragraphs, sentences=False)
+    of_paragraph = np.repeat(np.arange(len(documents)), [len(document) for document in documents])
+    docs = np.repeat(of_paragraph, segments)
+    # an empty last segment of a document past the last closes the last document too
+    ends = np.append(docs, len(documents))
+    closed, _ = separate_documents(tokens, np.append(lengths, 0), ends, -1, encoder.separator_id)
+    return closed, document_lengths(docs, lengths, len(documents))[0]
 
 
 # -------------------------------------------------------------------------------------------------- store
@@ -367,32 +385,28 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
     return store
 
 
-def _document_chunks(source: CorpusSource, progress) -> Iterator[tuple[list[list[str]], bool]]:
-    """Documents in chunks of about ``_CHUNK_CHARACTERS``, each with whether its first document goes on from
-    the chunk before."""
-    chunk, characters, continues = [], 0, False
-    for text, starts in iter_paragraphs(source):
-        if not chunk:
-            continues = not starts
-        if starts or not chunk:
-            chunk.append([])
-        chunk[-1].append(text)
+def _paragraph_chunks(source: CorpusSource, progress) -> Iterator[tuple[list[str], list[bool]]]:
+    """The paragraphs in chunks of about ``_CHUNK_CHARACTERS``: (texts, whether each starts a document)."""
+    texts, starts, characters = [], [], 0
+    for text, start in iter_paragraphs(source):
+        texts.append(text)
+        starts.append(start)
         characters += len(text) + 1
         if characters >= _CHUNK_CHARACTERS:
             progress.update(characters)
-            yield chunk, continues
-            chunk, characters = [], 0
-    if chunk:
+            yield texts, starts
+            texts, starts, characters = [], [], 0
+    if texts:
         progress.update(characters)
-        yield chunk, continues
+        yield texts, starts
 
 
-def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[tuple, bool]]:
+def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[tuple, list[bool]]]:
     """Encoded chunks in corpus order; at most two jobs per worker are in flight, so nothing piles up."""
-    chunks = _document_chunks(source, progress)
+    chunks = _paragraph_chunks(source, progress)
     if settings.num_workers <= 1:
-        for chunk, continues in chunks:
-            yield encode_documents(encoder, chunk, settings.sentences, open_last=True), continues
+        for texts, starts in chunks:
+            yield encode_paragraphs(encoder, texts, settings.sentences), starts
         return
     # Workers tokenize one chunk each, single-threaded (the Rust thread pool would oversubscribe).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -402,52 +416,16 @@ def _encoded_chunks(source, encoder, settings, progress) -> Iterator[tuple[tuple
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     with context.Pool(settings.num_workers) as pool:
         pending: deque = deque()
-        for chunk, continues in chunks:
-            job = pool.apply_async(encode_documents, (encoder, chunk, settings.sentences, True))
-            pending.append((job, continues))
+        for texts, starts in chunks:
+            pending.append(
+                (pool.apply_async(encode_paragraphs, (encoder, texts, settings.sentences)), starts)
+            )
             if len(pending) >= 2 * settings.num_workers:
-                job, continues = pending.popleft()
-                yield job.get(), continues
+                job, starts = pending.popleft()
+                yield job.get(), starts
         while pending:
-            job, continues = pending.popleft()
-            yield job.get(), continues
-
-
-class _StoreWriter:
-    """Appends encoded chunks to tokens.bin and keeps the lengths. A chunk's last document stays open until
-    another starts: its length, segment count and separator (when it has tokens) are written once it ends."""
-
-    def __init__(self, handle, encoder: TokenEncoder):
-        self.handle = handle
-        self.separator = np.asarray([encoder.separator_id], dtype=encoder.dtype)
-        self.open: tuple[int, int] | None = None  # tokens and segments of the open document so far
-        self.doc_lengths, self.seg_lengths, self.doc_segments = array("q"), array("q"), array("q")
-
-    def add(self, encoded: tuple, continues: bool) -> None:
-        tokens, lengths, segment_lengths, segments = encoded
-        if continues:
-            length, count = self.open
-            if length and not lengths[0] and len(lengths) > 1:  # it ends here without tokens of its own
-                tokens, lengths[0] = np.concatenate([self.separator, tokens]), 1
-            lengths[0] += length
-            segments[0] += count
-        else:
-            self.end_document()
-        self.open = int(lengths[-1]), int(segments[-1])
-        self._write(tokens, lengths[:-1], segment_lengths, segments[:-1])
-
-    def end_document(self) -> None:
-        if self.open is not None:
-            (length, count), self.open = self.open, None
-            tokens = self.separator[: 1 if length else 0]
-            self._write(tokens, [length + len(tokens)], [], [count])
-
-    def _write(self, tokens, doc_lengths, seg_lengths, doc_segments) -> None:
-        self.handle.write(tokens.tobytes())
-        for kept, lengths in zip(
-            (self.doc_lengths, self.seg_lengths, self.doc_segments), (doc_lengths, seg_lengths, doc_segments)
-        ):
-            kept.frombytes(np.asarray(lengths, dtype=np.int64).tobytes())
+            job, starts = pending.popleft()
+            yield job.get(), starts
 
 
 def _write_store(source, encoder, settings, folder: Path) -> dict:
@@ -461,34 +439,37 @@ def _write_store(source, encoder, settings, folder: Path) -> dict:
         disable=None if settings.show_progress else True,  # None: no bar into a file or a pipe
         mininterval=2,
     )
+    # Per segment: its start in tokens.bin, its length and its document (documents are numbered from 0).
+    spans = {"starts": [np.zeros(0, np.int64)], "lengths": [np.zeros(0, np.int64)], "documents": []}
+    document, last, written = -1, -1, 0  # the current document, the last segment's, tokens written
     with progress, open(folder / "tokens.bin", "wb") as handle:
-        writer = _StoreWriter(handle, encoder)
-        for encoded, continues in _encoded_chunks(source, encoder, settings, progress):
-            writer.add(encoded, continues)
-        writer.end_document()
+        for (tokens, lengths, segments), starts in _encoded_chunks(source, encoder, settings, progress):
+            of_paragraph = document + np.cumsum(starts)
+            document = int(of_paragraph[-1])
+            docs = np.repeat(of_paragraph, segments)
+            tokens, offsets = separate_documents(tokens, lengths, docs, last, encoder.separator_id)
+            handle.write(tokens.tobytes())
+            for key, values in zip(spans, (written + offsets, lengths, docs)):
+                spans[key].append(values)
+            written, last = written + len(tokens), int(docs[-1]) if len(docs) else last
+        if last < 0:
+            raise CorpusError(
+                f"{source.label} holds no text (only empty lines or rows): give a file with text."
+            )
+        handle.write(np.asarray([encoder.separator_id], dtype=encoder.dtype).tobytes())
         progress.update(max(0, (progress.total or 0) - progress.n))  # the estimate counts characters
-    doc_offsets = np.concatenate([[0], np.cumsum(writer.doc_lengths, dtype=np.int64)])
-    if doc_offsets[-1] == 0:
-        raise CorpusError(f"{source.label} holds no text (only empty lines or rows): give a file with text.")
-    doc_segments = np.concatenate([[0], np.cumsum(writer.doc_segments, dtype=np.int64)])
-    seg_lengths = np.asarray(writer.seg_lengths, dtype=np.int64)
+    starts, lengths, docs = (np.concatenate(values) for values in spans.values())
+    doc_lengths, doc_segments = document_lengths(docs, lengths, document + 1)
+    doc_offsets = np.concatenate([[0], np.cumsum(doc_lengths)])
     np.save(folder / "documents.npy", doc_offsets)
-    np.save(folder / "doc_segments.npy", doc_segments)
-    np.save(folder / "segments.npy", _segment_spans(seg_lengths, doc_offsets, doc_segments))
+    np.save(folder / "doc_segments.npy", np.concatenate([[0], np.cumsum(doc_segments)]))
+    np.save(folder / "segments.npy", np.stack([starts, starts + lengths], axis=1))
     return {
         "version": STORE_VERSION,
-        "num_documents": len(doc_offsets) - 1,
+        "num_documents": document + 1,
         "num_tokens": int(doc_offsets[-1]),
-        "num_segments": len(seg_lengths),
+        "num_segments": len(lengths),
         "dtype": np.dtype(encoder.dtype).name,
         "separator_id": encoder.separator_id,
         "settings": {"sentences": settings.sentences},
     }
-
-
-def _segment_spans(seg_lengths: np.ndarray, doc_offsets: np.ndarray, doc_segments: np.ndarray) -> np.ndarray:
-    """(start, end) of every segment in tokens.bin (a non-empty document ends with a separator of no segment)."""
-    doc_of_segment = np.repeat(np.arange(len(doc_segments) - 1), np.diff(doc_segments))
-    before = np.cumsum(seg_lengths) - seg_lengths  # segment tokens before each segment, corpus-wide
-    starts = doc_offsets[:-1][doc_of_segment] + before - before[doc_segments[:-1][doc_of_segment]]
-    return np.stack([starts, starts + seg_lengths], axis=1).astype(np.int64)

@@ -298,7 +298,7 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         chunks = iter(lambda: list(islice(documents, self.documents_per_chunk)), [])
         carry, local = np.zeros(0, dtype=self.encoder.dtype), 0
         for chunk in islice(chunks, shard, None, shards):
-            tokens, document_lengths, _, _ = encode_documents(self.encoder, chunk, sentences=False)
+            tokens, document_lengths = encode_documents(self.encoder, chunk)
             stream = np.concatenate([carry, tokens])
             lengths = np.concatenate([[len(carry)], document_lengths])
             starts, sizes = sequence_spans(lengths, self.max_seq_length, self.mode)
