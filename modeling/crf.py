@@ -145,6 +145,12 @@ class LinearChainCRF(nn.Module):
         path_score = start[word_tags[:, 0]] + emitted.sum(1) + linked.sum(1) + end[last]
         return (log_z - path_score).masked_fill(~word_mask[:, 0], 0.0)
 
+    def loss(self, emissions: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
+        """The negative log-likelihood per tagged token (where `tags` is not -100), as a softmax loss is."""
+        tags = tags.to(emissions.device)
+        tagged = tags != IGNORE_INDEX
+        return self.neg_log_likelihood(emissions, tags, tagged).sum() / tagged.sum().clamp(min=1)
+
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The best allowed tag sequence of each row (Viterbi): `(batch, seq)` ids at the tagged positions,

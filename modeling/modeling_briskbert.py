@@ -806,15 +806,6 @@ class IndependentTagger(nn.Module):
         return logits.argmax(-1).masked_fill(~tag_mask.bool(), IGNORE_INDEX)
 
 
-class CrfTagger(LinearChainCRF):
-    """A linear-chain CRF (crf.py) whose loss is per tagged token, as the softmax loss is."""
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        labels = labels.to(logits.device)
-        tagged = labels != IGNORE_INDEX
-        return self.neg_log_likelihood(logits, labels, tagged).sum() / tagged.sum().clamp(min=1)
-
-
 class BriskBertForTokenClassification(BriskBertPreTrainedModel):
     """Per-token scores (`logits`); with `config.use_crf`, a linear-chain CRF over them constrained by the tag
     scheme of `config.id2label`. Tags are decoded at each word's first sub-word (`tag_mask`, or `labels` != -100)."""
@@ -827,7 +818,7 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         if config.use_crf:
-            self.tagger = CrfTagger.for_labels([config.id2label[i] for i in range(config.num_labels)])
+            self.tagger = LinearChainCRF.for_labels([config.id2label[i] for i in range(config.num_labels)])
             # transformers' token-classification pipeline would take per-token arg-maxes: name the CRF's own.
             BriskBertTokenClassificationPipeline.register(config)
         else:

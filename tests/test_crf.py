@@ -201,6 +201,12 @@ def test_head_returns_emissions_the_crf_loss_per_tagged_word_and_viterbi_tags():
     nll = model.tagger.neg_log_likelihood(outputs.logits, labels, tagged)
     assert outputs.loss.item() == pytest.approx((nll.sum() / tagged.sum()).item(), rel=1e-6)
     assert torch.equal(outputs.tags, model.decode(outputs.logits, tagged))
+    # The mean over a single tagged word is its row's NLL; nothing tagged is a loss of 0, not NaN.
+    one_word = torch.full((1, 10), IGNORE_INDEX)
+    one_word[0, 1] = 1
+    single = model.tagger.neg_log_likelihood(outputs.logits[:1], one_word, one_word != IGNORE_INDEX)
+    assert model.tagger.loss(outputs.logits[:1], one_word).item() == pytest.approx(single.item())
+    assert model.tagger.loss(outputs.logits, torch.full_like(labels, IGNORE_INDEX)) == 0
     outputs.loss.backward()  # the transition scores train with the encoder
     assert all(parameter.grad.abs().sum() > 0 for parameter in model.tagger.parameters())
     # Without labels or tag_mask (pipelines, ONNX export) the outputs are the emissions alone.
