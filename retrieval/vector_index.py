@@ -288,9 +288,13 @@ def load_index(index_dir: str) -> LoadedIndex:
     import faiss
 
     folder = Path(index_dir)
+    index = faiss.read_index(str(folder / INDEX_FILE))
     ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
-    config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-    return LoadedIndex(faiss.read_index(str(folder / INDEX_FILE)), ids, config)
+    if len(ids) != index.ntotal:  # a file replaced by hand would map hits to the wrong passages
+        raise SettingError(
+            "index", f"{index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
+        )
+    return LoadedIndex(index, ids, json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
 
 
 def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_name: str):

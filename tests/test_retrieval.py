@@ -4,6 +4,7 @@ and sums written out by hand; the end-to-end test checks that the four commands'
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from torch import nn
 
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
-from briskbert.retrieval.dense import encode_texts, exact_search, retrieval_metrics
+from briskbert.retrieval.dense import RANK_DEPTH, RECALL_DEPTHS, encode_texts, exact_search, retrieval_metrics
 from briskbert.training.retrieval import embeddings
 from briskbert.training.retrieval.embeddings import DualEncoder, Pair, multiple_negatives_ranking_loss
 from briskbert.training.retrieval.settings import EmbeddingSettings
@@ -53,6 +54,41 @@ def test_metrics_match_a_hand_computed_example():
         retrieval_metrics({"q1": ["p1", "p2"]}, {"q1": {"p1": 0.0}})
 
 
+def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings():
+    """20 queries ranking 150 passages, 1 to 3 relevant each, near the top half the time."""
+    st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    rng, num_passages = random.Random(0), 150
+    passages = [f"p{i}" for i in range(num_passages)]
+    rankings, qrels = {}, {}
+    for query in range(20):
+        ranking = rng.sample(passages, num_passages)
+        relevant = rng.sample(ranking[:12] if rng.random() < 0.5 else ranking, rng.randint(1, 3))
+        rankings[f"q{query}"], qrels[f"q{query}"] = ranking, dict.fromkeys(relevant, 1.0)
+    evaluator = st_evaluation.InformationRetrievalEvaluator(
+        queries={query: query for query in rankings},
+        corpus={passage: passage for passage in next(iter(rankings.values()))},
+        relevant_docs={query: set(graded) for query, graded in qrels.items()},
+        mrr_at_k=[RANK_DEPTH],
+        ndcg_at_k=[RANK_DEPTH],
+        accuracy_at_k=[1],
+        precision_recall_at_k=list(RECALL_DEPTHS),
+        map_at_k=[RANK_DEPTH],
+        write_csv=False,
+    )
+    # Scores that sort into each ranking's order (the evaluator re-sorts by score).
+    theirs = evaluator.compute_metrics(
+        [
+            [{"corpus_id": passage, "score": float(-rank)} for rank, passage in enumerate(rankings[query])]
+            for query in evaluator.queries_ids
+        ]
+    )
+    ours = retrieval_metrics(rankings, qrels)
+    for k in RECALL_DEPTHS:
+        assert ours[f"recall@{k}"] == pytest.approx(theirs["recall@k"][k], abs=1e-12), k
+    assert ours[f"mrr@{RANK_DEPTH}"] == pytest.approx(theirs["mrr@k"][RANK_DEPTH], abs=1e-12)
+    assert ours[f"ndcg@{RANK_DEPTH}"] == pytest.approx(theirs["ndcg@k"][RANK_DEPTH], abs=1e-12)
+
+
 def test_exact_search_returns_the_best_dot_products_in_order():
     torch.manual_seed(0)
     queries, passages = torch.randn(5, 8), torch.randn(40, 8)
@@ -66,6 +102,20 @@ def test_exact_search_returns_the_best_dot_products_in_order():
 def random_pairs(n=4, dim=6, seed=0):
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(n, dim, generator=generator), torch.randn(n, dim, generator=generator)
+
+
+def test_the_symmetric_loss_equals_sentence_transformers_both_directions():
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    queries, positives = random_pairs()
+    ours = multiple_negatives_ranking_loss(
+        queries, positives, torch.arange(4), torch.arange(4), scale=20.0, symmetric=True
+    )
+    reference = MultipleNegativesRankingLoss(
+        model=None, scale=20.0, directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"
+    )
+    theirs = reference.compute_loss_from_embeddings([queries, positives], labels=None)
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-5)
 
 
 def _cross_entropy(scores: list[float], target: int, allowed: list[bool]) -> float:

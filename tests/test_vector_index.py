@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from briskbert.cli import main as cli
-from briskbert.errors import UserError
+from briskbert.errors import SettingError, UserError
 from briskbert.retrieval import vector_index
 from briskbert.retrieval.dense import encode_texts, exact_search, load_dual_encoder
 from briskbert.retrieval.index_settings import IndexSettings
@@ -85,6 +85,10 @@ def test_flat_index_returns_exactly_what_exact_search_returns(encoder, encoder_d
     expected_scores, rows = exact_search(queries, encode_texts(model, tokenizer, list(texts), spec), 10)
     assert found == [[ids[row] for row in hits] for hits in rows.tolist()]
     torch.testing.assert_close(scores, expected_scores, atol=1e-5, rtol=0)
+
+    (tmp_path / "index" / "ids.txt").write_text("\n".join(ids[:-1]))  # an ids file that lost a line
+    with pytest.raises(SettingError, match="ids.txt has 159 ids for 160 vectors; rebuild it"):
+        load_index(str(tmp_path / "index"))
 
 
 class CountingEncoder:
