@@ -69,28 +69,21 @@ def _require(source: dict, field_name: str, accepted, default=None):
         )
 
 
-def _same(*names: str) -> dict[str, str]:
-    return {name: name for name in names}
+def _same(names: str) -> dict[str, str]:
+    """Fields of the same name on both sides, given space-separated."""
+    return {name: name for name in names.split()}
 
 
 _SHARED = _same(
-    "vocab_size",
-    "max_position_embeddings",
-    "initializer_range",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "tie_word_embeddings",
+    "vocab_size max_position_embeddings initializer_range pad_token_id bos_token_id eos_token_id id2label "
+    "label2id problem_type tie_word_embeddings"
 )
-_SIZES = _same("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+_SIZES = _same("hidden_size num_hidden_layers num_attention_heads intermediate_size")
 _BERT_NAMES = {
     **_SHARED,
     **_SIZES,
-    **_same("hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "type_vocab_size"),
-    **_same("layer_norm_eps", "classifier_dropout"),
+    **_same("hidden_act hidden_dropout_prob attention_probs_dropout_prob type_vocab_size layer_norm_eps"),
+    **_same("classifier_dropout"),
 }
 
 
@@ -343,7 +336,7 @@ FAMILIES = (
         names={
             **_SHARED,
             **_SIZES,
-            **_same("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_dropout"),
+            **_same("norm_bias attention_bias mlp_bias decoder_bias classifier_dropout"),
             "classifier_pooling": "classifier_pooling",
             "hidden_act": "hidden_activation",
             "layer_norm_eps": "norm_eps",

@@ -14,14 +14,8 @@ from .families import SourceFamily
 _IGNORED = re.compile(r"(.*\.)?embeddings\.(position_ids|token_type_ids)$")
 # Config fields a weight's shape is made of, named when a shape disagrees with config.json.
 _SIZE_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "embedding_size",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "num_labels",
-)
+    "vocab_size hidden_size embedding_size intermediate_size max_position_embeddings type_vocab_size num_labels"
+).split()
 
 
 class CheckpointMismatchError(UserError):
