@@ -173,11 +173,8 @@ def test_a_run_that_learned_nothing_says_so_in_its_last_line(tokenizer, tiny_mod
 )
 def test_get_entities_follows_conlleval_chunking(tags, expected):
     assert metrics.get_entities(tags) == expected
-
-
-def test_tags_with_an_unknown_prefix_are_refused():
     with pytest.raises(ValueError, match="'X-PER' is not a BIO/IOBES tag"):
-        metrics.get_entities(["O", "X-PER"])
+        metrics.get_entities([*tags, "X-PER"])
 
 
 def test_entity_metrics_hand_worked():
@@ -272,7 +269,7 @@ def test_squad_scores_equal_the_official_script(seed):
     )
 
 
-def test_squad_v2_scores_unanswerable_questions_and_splits_them():
+def test_squad_v2_scores_and_splits_unanswerable_questions_which_v1_refuses():
     references = {"has": ["the Eiffel Tower"], "none": [], "blank": ["", "  "], "two": ["a cat", "dog"]}
     predictions = {"has": "Eiffel tower", "none": "", "blank": "something", "two": "dog"}
     result = metrics.squad_metrics(predictions, references, version_2=True)
@@ -295,9 +292,6 @@ def test_squad_v2_scores_unanswerable_questions_and_splits_them():
     assert metrics.f1_score("", "x", version_2=True) == 0.0
     assert metrics.f1_score("", "", version_2=True) == 1.0
     assert metrics.f1_score("the", "a", version_2=False) == 0.0
-
-
-def test_squad_v1_refuses_questions_without_answers():
     with pytest.raises(ValueError, match="question 'q' has no gold answer; use version_2=True"):
         metrics.squad_metrics({"q": "x"}, {"q": []})
     assert metrics.squad_metrics({"q": ""}, {"q": ["", "x"]})["exact_match"] == 1.0  # v1 keeps "" answers
