@@ -23,13 +23,8 @@ ONNX_FILE = "model.onnx"
 SENTENCE_EMBEDDING = "sentence_embedding"
 # A tokenizer's files, whatever its kind (WordPiece, byte-level BPE, Unigram), and those that make an exported
 # folder tokenize and label its outputs on its own.
-TOKENIZER_FILES = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.*",
-    "merges.txt",
-    "*.model",
+TOKENIZER_FILES = tuple(
+    "tokenizer* special_tokens_map.json added_tokens.json vocab.* merges.txt *.model".split()
 )
 COMPANION_FILES = ("config.json", "tokenization_*.py", *TOKENIZER_FILES)
 

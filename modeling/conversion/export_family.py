@@ -12,13 +12,8 @@ from .weights import CheckpointMismatchError, name_map
 # Options that change nothing a saved model computes (how it runs, what its training did), left out of the check.
 _RUNTIME_OPTIONS = ("unpad_inputs", "sparse_prediction", "add_pooling_layer")
 # Options only other heads read: an MLM folder does not need the family to express them.
-_HEAD_OPTIONS = (
-    "pooler_activation",
-    "token_head_activation",
-    "classifier_norm",
-    "classifier_pooling",
-    "classifier_dropout",
-    "use_crf",
+_HEAD_OPTIONS = tuple(
+    "pooler_activation token_head_activation classifier_norm classifier_pooling classifier_dropout use_crf".split()
 )
 # model_type -> (class prefix, family), tried in this order when no family is named.
 TARGETS = {
