@@ -1,6 +1,5 @@
-"""Checkpoint conversion: every head of every family against transformers' own class on real padded text through
-the family's tokenizer kind; the real all-MiniLM-L6-v2 against BertModel and sentence-transformers; converted
-folders loading as remote code where briskbert cannot be imported; bad sources refused with the field named."""
+"""Checkpoint conversion: every head of every family against transformers' own class on real padded text, the
+real all-MiniLM-L6-v2 against sentence-transformers, and converted folders loading without briskbert."""
 
 import csv
 import json
@@ -32,22 +31,17 @@ def sentences(count=40):
 
 
 def train_tokenizer(kind: str) -> transformers.PreTrainedTokenizerFast:
-    """A small tokenizer of the kind each family ships: WordPiece (BERT-style), byte-level BPE (RoBERTa,
-    ModernBERT) or Unigram (XLM-R's SentencePiece), with the family's special tokens."""
+    """A small WordPiece, byte-level BPE or Unigram tokenizer with its family's special tokens."""
     if kind == "wordpiece":
-        specials = dict(
-            pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]"
-        )
+        specials = {f"{name}_token": f"[{name.upper()}]" for name in ("pad", "unk", "cls", "sep", "mask")}
         tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         trainer = trainers.WordPieceTrainer(vocab_size=VOCAB, special_tokens=list(specials.values()))
     else:
-        specials = dict(
-            bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>", mask_token="<mask>"
-        )
-        specials.update(cls_token="<s>", sep_token="</s>")
         ordered = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+        specials = dict(zip(("bos_token", "pad_token", "eos_token", "unk_token", "mask_token"), ordered))
+        specials.update(cls_token="<s>", sep_token="</s>")
         if kind == "bpe":
             tokenizer = Tokenizer(models.BPE())
             tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -92,26 +86,14 @@ def source_config(family: str, tokenizer) -> transformers.PretrainedConfig:
 
 
 # model_type -> the tokenizer kind the family ships
-TOKENIZER_KIND = {
-    "bert": "wordpiece",
-    "distilbert": "wordpiece",
-    "electra": "wordpiece",
-    "roberta": "bpe",
-    "modernbert": "bpe",
-    "xlm-roberta": "unigram",
-}
+TOKENIZER_KIND = dict.fromkeys(("bert", "distilbert", "electra"), "wordpiece")
+TOKENIZER_KIND.update({"roberta": "bpe", "modernbert": "bpe", "xlm-roberta": "unigram"})
 FAMILY_OF = {model_type: family for family in FAMILIES for model_type in family.model_types}
 CLASS_PREFIX = {model_type: family.prefixes[model_type] for model_type, family in FAMILY_OF.items()}
 # One head per family that exercises what is its own runs by default; every other head is marked slow:
 # together they are the closing evidence that every head of every family imports exactly.
-QUICK = {
-    "BertForTokenClassification",
-    "RobertaForSequenceClassification",
-    "XLMRobertaForMaskedLM",
-    "DistilBertForMultipleChoice",
-    "ElectraForPreTraining",
-    "ModernBertForQuestionAnswering",
-}
+QUICK = {"BertForTokenClassification", "RobertaForSequenceClassification", "XLMRobertaForMaskedLM"}
+QUICK |= {"DistilBertForMultipleChoice", "ElectraForPreTraining", "ModernBertForQuestionAnswering"}
 CASES = [
     pytest.param(model_type, name, id=name, marks=() if name in QUICK else pytest.mark.slow)
     for model_type, prefix in CLASS_PREFIX.items()
@@ -219,15 +201,13 @@ FRESH_LOAD = """
 def test_converted_folders_load_where_briskbert_is_not_installed(
     tokenizers_by_kind, minilm_path, converted_minilm, tmp_path
 ):
-    """The source tokenizer (byte-level BPE, Unigram, WordPiece) is carried over unchanged and, like the model
-    and its heads, loads from the folder with plain transformers; ids and hidden states equal the source's."""
+    """Tokenizer, model and heads load with plain transformers; ids and hidden states equal the source's."""
     texts, folders, sources = sentences(6), {"minilm": str(converted_minilm)}, {}
     sources["minilm"] = transformers.AutoModel.from_pretrained(minilm_path).eval()
     for model_type in ("roberta", "xlm-roberta"):  # byte-level BPE and Unigram; MiniLM brings WordPiece
         tokenizer = tokenizers_by_kind[TOKENIZER_KIND[model_type]]
-        sources[model_type] = build_source(
-            model_type, f"{CLASS_PREFIX[model_type]}Model", tokenizer, tmp_path / model_type
-        )
+        architecture = f"{CLASS_PREFIX[model_type]}Model"
+        sources[model_type] = build_source(model_type, architecture, tokenizer, tmp_path / model_type)
         folders[model_type] = str(tmp_path / f"{model_type}-briskbert")
         convert_checkpoint(tmp_path / model_type, folders[model_type])
     stdout = run_without_project(FRESH_LOAD.format(folders=folders, sentences=texts), cwd=tmp_path)
@@ -259,16 +239,14 @@ def convert_from_command_line(src, out, capsys) -> tuple[int, str]:
 
 
 def test_unsupported_sources_are_refused_with_the_field_named(tokenizers_by_kind, tmp_path, capsys):
-    transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2)).save_pretrained(
-        tmp_path / "gpt2"
-    )
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2))
+    gpt2.save_pretrained(tmp_path / "gpt2")
     code, err = convert_from_command_line(tmp_path / "gpt2", tmp_path / "out", capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
     assert "model_type='gpt2'" in err and "roberta" in err and not (tmp_path / "out").exists()
 
-    transformers.RobertaForCausalLM(source_config("roberta", tokenizers_by_kind["bpe"])).save_pretrained(
-        tmp_path / "causal"
-    )
+    causal = transformers.RobertaForCausalLM(source_config("roberta", tokenizers_by_kind["bpe"]))
+    causal.save_pretrained(tmp_path / "causal")
     with pytest.raises(UnsupportedCheckpointError, match="architectures='RobertaForCausalLM'"):
         convert_checkpoint(tmp_path / "causal", tmp_path / "out")
     # An irregular local/global layer pattern.

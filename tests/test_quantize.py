@@ -1,5 +1,4 @@
-"""briskbert quantize, checked against the fp32 model on SST-2 text the job never saw (it checks on WikiText-2),
-with nothing but the written folder and the libraries users load it with."""
+"""briskbert quantize against the fp32 model on SST-2 text the job never saw, from the written folder alone."""
 
 from __future__ import annotations
 
@@ -41,15 +40,9 @@ def tokenizer():
 
 def tiny_folder(folder: Path, head: str, tokenizer):
     torch.manual_seed(0)
-    config = BriskBertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=WIDTH,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=4,
-        intermediate_size=256,
-        max_position_embeddings=128,
-        id2label={0: "negative", 1: "positive"},
-    )
+    sizes = dict(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=4, intermediate_size=256)
+    labels = {0: "negative", 1: "positive"}
+    config = BriskBertConfig(vocab_size=len(tokenizer), max_position_embeddings=128, id2label=labels, **sizes)
     model = getattr(modeling, head)(config).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -88,8 +81,7 @@ def reported(folder: Path) -> dict:
 # ------------------------------------------------------------------------------------------------- torch
 @needs_torchao
 def test_torch_int8_accuracy_on_labelled_data_and_the_card(tokenizer, tmp_path, capsys):
-    """Every Linear holds torchao int8 weights, the folder is about 4x smaller and says so in config.json,
-    quantization.json and the card; --validation_file scores both precisions, as measured here again."""
+    """torchao int8 Linears, a folder ~4x smaller that says so; --validation_file scores both precisions."""
     from sklearn.metrics import accuracy_score
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -138,9 +130,8 @@ def onnx_outputs(folder: Path, batch: dict) -> dict[str, torch.Tensor]:
 @pytest.mark.slow  # an ONNX export each (the dynamo exporter takes ~10 s even for a tiny model)
 @pytest.mark.parametrize("head", ["BriskBertModel", "BriskBertForQuestionAnswering"])
 def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_path, capsys):
-    """The int8 graph, run with ONNX Runtime alone on the written folder, has int8 matmuls and follows the fp32
-    model on SST-2 pairs; a sentence-transformers folder's embedding follows mean pooling of the fp32 states.
-    Sequence classification is exported by the keep_fp32 test."""
+    """The int8 graph (ONNX Runtime alone) has int8 matmuls and follows fp32, the embedding of a
+    sentence-transformers folder included; sequence classification is exported by the keep_fp32 test."""
     import onnx
 
     fp32 = tiny_folder(tmp_path / "fp32", head, tokenizer)
@@ -185,8 +176,7 @@ def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_
 
 @pytest.mark.slow  # an ONNX export
 def test_keep_fp32_leaves_the_named_modules_of_the_fused_graph_in_fp32(tokenizer, tmp_path, capsys):
-    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized. With
-    --validation_file both precisions are scored on its labels (the torchao test checks the values)."""
+    """The fused attention and the matmuls of the kept modules stay fp32; every other one is quantized."""
     import onnx
 
     tiny_folder(tmp_path / "fp32", "BriskBertForSequenceClassification", tokenizer)
@@ -225,9 +215,8 @@ def run_error(argv, capsys) -> str:
 )
 def test_bad_flags_give_one_clear_error_and_write_nothing(flags, expected, tokenizer, tmp_path, capsys):
     tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
-    err = run_error(
-        quantize(tmp_path / "fp32", tmp_path / "out" / "int8", "--backend", "onnx", *flags), capsys
-    )
+    argv = quantize(tmp_path / "fp32", tmp_path / "out" / "int8", "--backend", "onnx", *flags)
+    err = run_error(argv, capsys)
     assert expected in err
     if "--min_cosine" in flags:
         assert "last_hidden_state" in err and "nothing was written" in err
@@ -252,9 +241,8 @@ def test_an_existing_output_folder_is_kept_unless_overwrite_is_asked(tokenizer, 
     assert "overwrite_output_dir" in run_error(argv, capsys)
     assert (tmp_path / "int8" / "old.txt").read_text() == "keep me"
     assert briskbert([*argv, "--overwrite_output_dir"]) == 0
-    assert (
-        not (tmp_path / "int8" / "old.txt").exists() and (tmp_path / "int8" / "quantization.json").is_file()
-    )
+    assert not (tmp_path / "int8" / "old.txt").exists()
+    assert (tmp_path / "int8" / "quantization.json").is_file()
     in_place = quantize(tmp_path / "fp32", tmp_path / "fp32", "--overwrite_output_dir")
     assert "holds the source" in run_error(in_place, capsys)
 
@@ -313,8 +301,8 @@ np.save("states.npy", states)
 def test_auto_keeps_the_fastest_says_so_and_the_folder_loads_without_briskbert(
     kept, tokenizer, tmp_path, capsys, monkeypatch
 ):
-    """Timings injected (kept: twice fp32's speed; every other candidate slower than fp32): the kept backend and
-    its speed-up are printed, recorded and on the card, and the folder runs without briskbert, following fp32."""
+    """Injected timings: the kept backend and its speed-up are printed, recorded and on the card; the folder
+    runs without briskbert and follows fp32."""
     from briskbert.quantization import job
 
     fp32 = tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)
