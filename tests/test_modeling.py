@@ -81,8 +81,7 @@ def padded_batch(lengths=LENGTHS, vocab_size=97, seed=1):
 # ------------------------------------------------------------------------------------------ option matrix
 @pytest.mark.parametrize("combo", COMBOS, ids=lambda combo: "-".join(map(str, combo)))
 def test_every_option_combination(combo, tmp_path):
-    """Eager and SDPA agree, a padded batch gives each sequence what it gives alone, every parameter gets a
-    gradient, and a saved masked-LM model reloads to the same logits and options."""
+    """Eager and SDPA agree, padding changes nothing, every parameter trains, a saved model reloads exactly."""
     model = build(BriskBertModel, tiny_config(*combo))
     input_ids, attention_mask = padded_batch()
     real = attention_mask.bool()
@@ -110,9 +109,8 @@ def test_every_option_combination(combo, tmp_path):
     reloaded = BriskBertForMaskedLM.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
     with torch.no_grad():
         expected = mlm(input_ids, attention_mask=attention_mask).logits
-        torch.testing.assert_close(
-            reloaded(input_ids, attention_mask=attention_mask).logits, expected, atol=0, rtol=0
-        )
+        got = reloaded(input_ids, attention_mask=attention_mask).logits
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
 
     ignored = {"_name_or_path": None, "auto_map": None}
     assert reloaded.config.to_dict() | ignored == mlm.config.to_dict() | ignored
@@ -242,9 +240,8 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         model = build(BriskBertForMaskedLM, config, "sdpa").train()
         if checkpointing:
             model.activation_checkpointing_enable()
-        model(
-            input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100)
-        ).loss.backward()
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
         grads.append({name: param.grad.clone() for name, param in model.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
@@ -259,8 +256,7 @@ def labelled_mlm_batch():
 
 
 def test_mlm_logits_cover_every_position_and_the_loss_is_transformers():
-    """By default (as ModernBertConfig's) the logits are (batch, seq, vocab), labels or not; the loss can be a
-    sum over an accumulation window's items. `sparse_prediction` is checked in test_speed_paths.py."""
+    """Logits cover every position by default, as ModernBERT's; the loss can be over a window's items."""
     assert BriskBertConfig().sparse_prediction is ModernBertConfig().sparse_prediction is False
     input_ids, attention_mask, labels = labelled_mlm_batch()
     model = build(BriskBertForMaskedLM, tiny_config())
@@ -292,25 +288,20 @@ def test_pretraining_head_adds_mlm_and_nsp_losses():
     torch.testing.assert_close(both.loss, mlm + nsp_out.loss)
 
 
-@pytest.mark.parametrize(
-    "problem, labels, loss",
-    [
-        ("single_label_classification", [0, 2, 1], F.cross_entropy),
-        ("regression", [0.5, -1.0, 2.0], lambda logits, labels: F.mse_loss(logits.squeeze(-1), labels)),
-        (
-            "multi_label_classification",
-            [[1.0, 0, 1], [0, 0, 0], [0, 1, 1]],
-            F.binary_cross_entropy_with_logits,
-        ),
-    ],
-)
+SEQUENCE_LOSSES = [
+    ("single_label_classification", [0, 2, 1], F.cross_entropy),
+    ("regression", [0.5, -1.0, 2.0], lambda logits, labels: F.mse_loss(logits.squeeze(-1), labels)),
+    ("multi_label_classification", [[1.0, 0, 1], [0, 0, 0], [0, 1, 1]], F.binary_cross_entropy_with_logits),
+]
+
+
+@pytest.mark.parametrize("problem, labels, loss", SEQUENCE_LOSSES)
 def test_sequence_classification_losses(problem, labels, loss):
     labels, num_labels = torch.tensor(labels), 1 if problem == "regression" else 3
     config = tiny_config(num_labels=num_labels, problem_type=problem, classifier_pooling="mean")
     input_ids, attention_mask = padded_batch()
-    out = build(BriskBertForSequenceClassification, config)(
-        input_ids, attention_mask=attention_mask, labels=labels
-    )
+    model = build(BriskBertForSequenceClassification, config)
+    out = model(input_ids, attention_mask=attention_mask, labels=labels)
     assert out.logits.shape == (3, num_labels)
     torch.testing.assert_close(out.loss, loss(out.logits, labels))
 
@@ -334,16 +325,11 @@ def test_multiple_choice_scores_each_choice_like_a_single_sequence():
     torch.testing.assert_close(out.logits[0, 1], single[0, 0], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize(
-    "head",
-    [
-        BriskBertForPreTraining,
-        BriskBertForSequenceClassification,
-        BriskBertForTokenClassification,
-        BriskBertForQuestionAnswering,
-        BriskBertForMultipleChoice,
-    ],
-)
+HEADS = [BriskBertForPreTraining, BriskBertForSequenceClassification, BriskBertForTokenClassification]
+HEADS += [BriskBertForQuestionAnswering, BriskBertForMultipleChoice]
+
+
+@pytest.mark.parametrize("head", HEADS)
 def test_heads_train_every_parameter(head):
     model = build(head, tiny_config("rope", "rmsnorm", "pre", "gqa", "glu", 3)).train()
     input_ids, attention_mask = padded_batch()

@@ -1,6 +1,5 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""``transformers.pipeline()`` on saved briskbert folders (question answering, briskbert's own pipeline; fill-mask),
-checked against the model run directly, and training with ``transformers.Trainer``."""
+"""``transformers.pipeline()`` on saved folders against the model run directly; ``transformers.Trainer``."""
 
 import torch
 from transformers import pipeline
@@ -41,9 +40,8 @@ def test_question_answering_pipeline_covers_long_contexts(tokenizer, tmp_path, t
     with torch.no_grad():
         outputs = model(**tokenizer.pad(inputs, return_tensors="pt"))
     width = outputs.start_logits.shape[1]
-    mask = torch.tensor(
-        [[o is not None for o in row] + [False] * (width - len(row)) for row in features["offset_mapping"]]
-    )
+    rows = features["offset_mapping"]
+    mask = torch.tensor([[o is not None for o in row] + [False] * (width - len(row)) for row in rows])
     # per-window log-softmax over the context makes window scores comparable, as the pipeline's probabilities do
     start = outputs.start_logits.masked_fill(~mask, -1e4).log_softmax(-1)
     end = outputs.end_logits.masked_fill(~mask, -1e4).log_softmax(-1)
@@ -75,14 +73,8 @@ def test_trains_with_transformers_trainer(tokenizer, tmp_path, tiny_model):
         lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"]
     )
     before = model.classifier.weight.detach().clone()
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=4,
-        learning_rate=1e-3,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-    )
+    options = dict(max_steps=4, learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True)
+    args = TrainingArguments(output_dir=str(tmp_path), **options)
     trainer = Trainer(model, args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer))
     result = trainer.train()
     assert result.global_step == 4 and torch.isfinite(torch.tensor(result.training_loss))

@@ -1,5 +1,4 @@
-"""Models in the tools people use: the question-answering pipeline travels with every save, an old transformers
-is refused in one sentence, and PEFT's LoRA trains and saves with the documented module names."""
+"""Models in the tools people use: the QA pipeline travels with a push, old transformers is refused, LoRA."""
 
 import json
 import textwrap
@@ -32,8 +31,7 @@ ASK = f"""
 # ------------------------------------------------------------------------------------------------- QA
 @pytest.mark.slow
 def test_qa_pipeline_travels_with_push_to_hub(tokenizer, tiny_model, hub, tmp_path):
-    """push_to_hub to the local Hub, then the pipeline by repo id without briskbert: the modeling file's relative
-    import ships the pipeline's file, and the registered config names it (slow: two interpreters, uploads)."""
+    """push_to_hub, then the pipeline by repo id without briskbert (slow: two interpreters and uploads)."""
     qa_model = tiny_model(BriskBertForQuestionAnswering).eval()
     with torch.no_grad():  # an untrained but decisive head, so the best span is well defined
         qa_model.qa_outputs.weight.normal_(0, 1.0)
@@ -87,16 +85,14 @@ def test_old_transformers_is_refused_in_one_sentence_naming_the_minimum(tmp_path
 
 # ------------------------------------------------------------------------------------------------- PEFT
 def test_lora_on_the_documented_module_names_trains_and_saves(tokenizer, tmp_path, tiny_model):
-    """LoRA on `qkv`, `out` (attention) and `up`, `down` (MLP): one adapter per projection of every layer, only
-    the adapters (and the classifier) are trainable, and the saved adapter reloads to the same outputs."""
+    """LoRA on qkv, out, up and down: one adapter per projection, only adapters train, a saved one reloads."""
     peft = pytest.importorskip("peft")
     model = tiny_model(BriskBertForSequenceClassification, num_labels=2)
     names = ["qkv", "out", "up", "down"]
     model = peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS", r=4, target_modules=names))
     adapted = [name.split(".lora_A")[0] for name, _ in model.named_parameters() if "lora_A" in name]
-    assert sorted(name.rsplit(".", 1)[-1] for name in adapted) == sorted(
-        names * model.config.num_hidden_layers
-    )
+    layers = model.config.num_hidden_layers
+    assert sorted(name.rsplit(".", 1)[-1] for name in adapted) == sorted(names * layers)
     trainable = {name for name, param in model.named_parameters() if param.requires_grad}
     assert all("lora_" in name or "classifier" in name for name in trainable)
 

@@ -1,5 +1,4 @@
-"""The shared training loop: accumulation, the schedule, exact resume, evaluation, checkpoints and outputs,
-each against one big batch, a value worked out by hand or an uninterrupted run; a tiny model, a few steps."""
+"""The shared training loop against one big batch, values worked out by hand or an uninterrupted run."""
 
 import json
 import math
@@ -320,9 +319,8 @@ def test_outputs_checkpoint_rotation_and_best_model(finished_run):
     facts = json.loads((tmp_path / "final" / "training_facts.json").read_text())
     for key in ("train_steps", "tokens_seen", "hardware", "wall_time_s", "metrics", "global_batch_size"):
         assert key in facts, key
-    assert (
-        facts["global_batch_size"] == 4 * 1 * 2 and 0 < facts["wall_time_s"] < 120
-    )  # batch x processes x steps
+    assert facts["global_batch_size"] == 4 * 1 * 2  # batch x processes x steps
+    assert 0 < facts["wall_time_s"] < 120
     speed = results["tokens_seen"] / results["train_runtime_s"]
     assert results["train_tokens_per_s"] == pytest.approx(speed, rel=0.05)
     assert result.best_metric["name"] == "eval_loss"
@@ -357,9 +355,8 @@ def test_a_batch_without_items_adds_nothing_and_a_window_without_any_is_refused(
     """Half of each window has no masked token: its NaN mean is not trained on. A window of none stops the run."""
     flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
     flags += ("--gradient_accumulation_steps", "2")
-    result = run(
-        MLMTask(collator=BlankingCollator(2)), config("--output_dir", str(tmp_path / "half"), *flags)
-    )
+    args = config("--output_dir", str(tmp_path / "half"), *flags)
+    result = run(MLMTask(collator=BlankingCollator(2)), args)
     assert len(train_losses(result.history)) == 2
     assert all(math.isfinite(loss) for loss in train_losses(result.history).values())
     with pytest.raises(TrainingSetupError, match="has no items to compute a loss on"):
@@ -377,9 +374,8 @@ def test_an_epoch_of_accumulated_batches_is_that_many_steps_and_checkpoints_by_e
     flags = ("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", "--num_train_epochs")
     flags += ("2", "--checkpointing_steps", "epoch")
     collator = EpochCollator(FakeTokenizer(), seed=42)  # told each epoch: it masks each epoch anew
-    result = run(
-        MLMTask(train=sequences(12), collator=collator), config("--output_dir", str(tmp_path), *flags)
-    )
+    args = config("--output_dir", str(tmp_path), *flags)
+    result = run(MLMTask(train=sequences(12), collator=collator), args)
     assert result.global_step == 4 and collator.epochs == [0, 1]
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2", "step_4"]
 
@@ -391,10 +387,7 @@ class Stream(torch.utils.data.IterableDataset):
 
 def test_a_streamed_training_set_checkpoints_by_steps_but_not_by_epoch(tmp_path):
     flags = ("--max_train_steps", "2", "--per_device_train_batch_size", "4")
-    run(
-        MLMTask(train=Stream()),
-        config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"),
-    )
+    run(MLMTask(train=Stream()), config("--output_dir", str(tmp_path), *flags, "--checkpointing_steps", "2"))
     assert (tmp_path / "step_2").is_dir()
     with pytest.raises(SettingError, match="no epochs"):
         by_epoch = config("--output_dir", str(tmp_path / "epochs"), *flags, "--checkpointing_steps", "epoch")
