@@ -1,7 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The CRF token-classification head: its algorithms against enumerating every tag path, the tag-scheme
-constraints, the head, the NER glue (`finetune-ner --crf` end to end), and its pipeline, also served by plain
-transformers in a process without briskbert."""
+"""The CRF head: its algorithms against enumerating every tag path, the tag schemes, the NER glue, and its
+pipeline, also served by plain transformers in a process without briskbert."""
 
 import importlib
 import itertools
@@ -20,11 +19,7 @@ from briskbert.modeling import BriskBertConfig, BriskBertForMaskedLM, BriskBertF
 from briskbert.modeling.crf import IGNORE_INDEX, LinearChainCRF, allowed_transitions, split_tag
 from briskbert.training.data.task_data import DataError, load_conll
 from briskbert.training.tasks import metrics
-from briskbert.training.tasks.ner import (
-    bio_violations,
-    crf_training_tags,
-    invalid_bio_share,
-)
+from briskbert.training.tasks.ner import bio_violations, crf_training_tags, invalid_bio_share
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BIO = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -32,8 +27,7 @@ CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC
 
 
 def valid_bio(tags: list[str]) -> bool:
-    """IOB2 as its definition states it, independently of the code under test: an I-X tag continues an
-    entity, so the tag before it is B-X or I-X."""
+    """IOB2 by its definition, independent of the code under test: the tag before an I-X is B-X or I-X."""
     return all(
         not tag.startswith("I-") or (i > 0 and tags[i - 1] in ("B-" + tag[2:], tag))
         for i, tag in enumerate(tags)
@@ -50,8 +44,7 @@ def random_crf(labels, constrained: bool, seed: int) -> LinearChainCRF:
 
 
 def enumerate_paths(crf: LinearChainCRF, words: torch.Tensor, labels, constrained: bool):
-    """Every tag path of one sentence's words (``(n, tags)`` emissions) as rows of ``paths``, with its score
-    summed term by term in ``scores``; with ``constrained``, only the paths ``valid_bio`` accepts."""
+    """Every tag path of ``(n, tags)`` emissions (only valid_bio ones if constrained), scored term by term."""
     paths = np.array(list(itertools.product(range(len(labels)), repeat=len(words))))
     if constrained:
         paths = paths[[valid_bio([labels[tag] for tag in path]) for path in paths]]
@@ -74,9 +67,8 @@ MASK = torch.tensor(
 @pytest.mark.parametrize("constrained", [True, False], ids=["bio-constraints", "unconstrained"])
 def test_crf_is_exact_against_enumeration_of_every_tag_path(constrained):
     crf = random_crf(BIO, constrained, seed=1)
-    emissions = torch.randn(
-        *MASK.shape, len(BIO), generator=torch.Generator().manual_seed(2), dtype=torch.float64
-    )
+    generator = torch.Generator().manual_seed(2)
+    emissions = torch.randn(*MASK.shape, len(BIO), generator=generator, dtype=torch.float64)
     gold = torch.randint(0, len(BIO), MASK.shape, generator=torch.Generator().manual_seed(3))
     gold[0] = torch.tensor([1, 2, 0, 3, 4, 4])  # an allowed path (random ones rarely are)
 
@@ -94,9 +86,7 @@ def test_crf_is_exact_against_enumeration_of_every_tag_path(constrained):
         assert decoded[row][mask].tolist() == paths[path_scores.argmax()].tolist()
         assert (decoded[row][~mask] == IGNORE_INDEX).all()
         probabilities = np.exp(path_scores - log_z)
-        expected_marginals = np.stack(
-            [(probabilities[:, None] * (paths == tag)).sum(0) for tag in range(5)], 1
-        )
+        expected_marginals = np.stack([(probabilities[:, None] * (paths == t)).sum(0) for t in range(5)], 1)
         np.testing.assert_allclose(marginals[row][mask].numpy(), expected_marginals, rtol=1e-10, atol=1e-12)
         assert marginals[row][~mask].abs().sum() == 0
     # log Z minus the score of one given path, read term by term (an allowed path, so present either way).
@@ -106,8 +96,7 @@ def test_crf_is_exact_against_enumeration_of_every_tag_path(constrained):
 
 
 def test_gradient_of_the_negative_log_likelihood_is_marginals_minus_the_gold_tags():
-    """Autograd through the forward algorithm and the explicit backward recursion are two computations of the
-    same quantity: the NLL's gradient is the forward-backward marginals minus the gold one-hot, as for any CRF."""
+    """Autograd through the forward algorithm equals the forward-backward marginals minus the gold one-hot."""
     crf = random_crf(BIO, True, seed=4)
     emissions = torch.randn(*MASK.shape, len(BIO), dtype=torch.float64, requires_grad=True)
     gold = torch.tensor([[1, 2, 2, 0, 3, 4]] * len(MASK))
@@ -131,13 +120,8 @@ def test_marginals_stay_probabilities_on_long_rows_in_float32():
 def test_transition_tables_of_each_tag_scheme():
     """BIO's table is checked by the enumeration above (valid_bio); BIOES and IO here."""
     tags = ("O", "S-PER", "PER", "B-", "X-PER")  # tags after "O" in sort order too
-    assert [split_tag(tag) for tag in tags] == [
-        ("O", ""),
-        ("S", "PER"),
-        ("I", "PER"),
-        ("I", "B-"),
-        ("I", "X-PER"),
-    ]
+    split = [("O", ""), ("S", "PER"), ("I", "PER"), ("I", "B-"), ("I", "X-PER")]
+    assert [split_tag(tag) for tag in tags] == split
     bioes = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
     table = allowed_transitions(bioes)
     allowed = {(bioes[a], bioes[b]) for a in range(5) for b in range(5) if table.transitions[a][b]}
@@ -156,8 +140,7 @@ def test_transition_tables_of_each_tag_scheme():
 
 
 def test_viterbi_never_decodes_an_invalid_sequence_on_random_emissions():
-    """Emissions built to tempt: I- tags get a large bonus, so per-token arg-max breaks BIO in most sentences,
-    and large random transition scores; the CRF's best path must stay valid in every sentence."""
+    """Emissions favour I- tags so that arg-max breaks BIO in most sentences; Viterbi's path never does."""
     generator = torch.Generator().manual_seed(5)
     crf = LinearChainCRF.for_labels(CONLL_TAGS)
     lengths = torch.randint(1, 40, (150,), generator=generator)
@@ -174,9 +157,8 @@ def test_viterbi_never_decodes_an_invalid_sequence_on_random_emissions():
             for row in range(150):
                 n = int(lengths[row])
                 viterbi_invalid += not valid_bio([CONLL_TAGS[t] for t in decoded[row, :n].tolist()])
-                argmax_invalid += not valid_bio(
-                    [CONLL_TAGS[t] for t in emissions[row, :n].argmax(-1).tolist()]
-                )
+                argmax_tags = emissions[row, :n].argmax(-1).tolist()
+                argmax_invalid += not valid_bio([CONLL_TAGS[t] for t in argmax_tags])
     assert viterbi_invalid == 0
     assert argmax_invalid > 450  # of 900 sentences: the emissions really do tempt
 
@@ -226,9 +208,8 @@ def test_head_returns_emissions_the_crf_loss_per_tagged_word_and_viterbi_tags():
 def test_crf_weights_save_load_and_start_at_zero_from_a_checkpoint_without_them(tmp_path):
     torch.manual_seed(0)
     BriskBertForMaskedLM(tiny_config()).save_pretrained(tmp_path / "mlm")
-    model = BriskBertForTokenClassification.from_pretrained(
-        tmp_path / "mlm", config=tiny_config(use_crf=True)
-    )
+    config = tiny_config(use_crf=True)
+    model = BriskBertForTokenClassification.from_pretrained(tmp_path / "mlm", config=config)
     for parameter in model.tagger.parameters():  # not left as the uninitialised memory loading allocates
         assert torch.equal(parameter, torch.zeros_like(parameter))
 
@@ -264,8 +245,7 @@ def test_invalid_bio_share_counts_sentences_breaking_iob2():
 
 @pytest.mark.parametrize("use_crf", [True, False], ids=["crf", "softmax"])
 def test_ner_evaluation_scores_what_the_head_decodes(tokenizer, use_crf):
-    """Every token's score favours I-PER: arg-max opens each sentence with the forbidden I-PER, Viterbi never does;
-    the evaluation of a training run must score the head's own decoding."""
+    """Every token favours I-PER (forbidden first): the evaluation scores the head's own decoding."""
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
@@ -303,9 +283,8 @@ def test_finetune_ner_with_crf_end_to_end(tmp_path, tokenizer, tiny_model):
     assert result.metrics["eval_loss"] < 100  # the NLL of repaired gold tags, no forbidden-transition penalty
     saved = json.loads((result.final_dir / "config.json").read_text())
     assert saved["use_crf"] is True
-    assert saved["custom_pipelines"]["token-classification"]["impl"] == (
-        "pipeline_token_classification.BriskBertTokenClassificationPipeline"
-    )
+    pipeline = "pipeline_token_classification.BriskBertTokenClassificationPipeline"
+    assert saved["custom_pipelines"]["token-classification"]["impl"] == pipeline
     assert {"crf.py", "pipeline_token_classification.py"} <= {p.name for p in result.final_dir.iterdir()}
     assert "tagger.transitions" in load_file(result.final_dir / "model.safetensors")
     facts = json.loads((result.final_dir / "training_facts.json").read_text())
@@ -331,8 +310,7 @@ def served_model(tokenizer, folder: Path) -> BriskBertForTokenClassification:
 
 
 def expected_entities(model, tokenizer, text: str) -> tuple[list[dict], list[str]]:
-    """Entities (with their score: the mean marginal probability of their words' tags) and word tags of the best
-    path found by enumeration over the words (the tokens that do not start with ##)."""
+    """Entities (scored by their words' mean marginal) and word tags of the best path, by enumeration."""
     encoded = tokenizer(text, return_offsets_mapping=True, return_tensors="pt")
     offsets = encoded.pop("offset_mapping")[0].tolist()
     with torch.no_grad():

@@ -1,6 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""The fine-tuning jobs end to end on a 2-layer model and the bundled excerpts (the plumbing a user relies on:
-a loadable folder with labels, metrics and card facts, not accuracy), and the task pieces they are built from."""
+"""The fine-tuning jobs end to end on a tiny model and the bundled excerpts (a loadable folder with labels,
+metrics and card facts, not accuracy), and the task pieces they are built from."""
 
 import json
 from pathlib import Path
@@ -75,9 +75,7 @@ def test_classification_end_to_end_writes_a_loadable_labelled_folder(classifier)
     model = AutoModelForSequenceClassification.from_pretrained(result.final_dir, trust_remote_code=True)
     assert model.config.id2label == {0: "negative", 1: "positive"}
     assert model.config.problem_type == "single_label_classification"
-    classify = pipeline(
-        "text-classification", model=str(result.final_dir), trust_remote_code=True, top_k=None
-    )
+    classify = pipeline("text-classification", str(result.final_dir), trust_remote_code=True, top_k=None)
     assert {row["label"] for row in classify(["a gorgeous, witty movie"])[0]} == {"negative", "positive"}
 
 
@@ -262,10 +260,8 @@ def test_a_new_head_is_one_line_and_anything_else_missing_keeps_the_load_report(
     logging.getLogger("transformers.modeling_utils").addHandler(handler)
     config = BriskBertConfig.from_pretrained(tiny_model_dir, num_labels=2)
     load_pretrained(BriskBertForSequenceClassification, tiny_model_dir, config)  # from an MLM checkpoint
-    assert (
-        "New head (model.pooler.dense.weight, model.pooler.dense.bias, classifier.weight, classifier.bias) "
-        "initialised randomly, as expected for fine-tuning." in capsys.readouterr().out
-    )
+    new_head = "model.pooler.dense.weight, model.pooler.dense.bias, classifier.weight, classifier.bias"
+    assert f"New head ({new_head}) initialised randomly, as expected" in capsys.readouterr().out
     assert not any("LOAD REPORT" in report for report in reports)
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
@@ -334,9 +330,8 @@ def test_student_takes_every_other_teacher_layer():
     from briskbert.modeling import BriskBertConfig, BriskBertForSequenceClassification
 
     torch.manual_seed(0)
-    teacher = BriskBertForSequenceClassification(
-        BriskBertConfig.from_preset("bert-tiny", vocab_size=64, num_hidden_layers=4, num_labels=3)
-    )
+    config = BriskBertConfig.from_preset("bert-tiny", vocab_size=64, num_hidden_layers=4, num_labels=3)
+    teacher = BriskBertForSequenceClassification(config)
     student = student_from_teacher(teacher)
     assert student.config.num_hidden_layers == 2 and student.config.distilled_from_layers == [0, 2]
     t_state, s_state = teacher.state_dict(), student.state_dict()

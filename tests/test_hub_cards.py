@@ -21,21 +21,11 @@ from briskbert.training.engine.facts import (
     write_training_facts,
 )
 
-FACTS = {
-    "schema_version": 2,
-    "task": "text-classification",
-    "datasets": ["stanfordnlp/sst2", "sst2_train_excerpt.tsv"],
-    "eval_dataset": "sst2",
-    "metrics": {"eval_accuracy": 0.8512, "eval_loss": 0.41, "epoch": 3.0},
-    "train_steps": 120,
-    "tokens_seen": 54321,
-    "hardware": "CPU (2 cores)",
-    "wall_time_s": 75.0,
-    "base_model": "testuser/briskbert-mlm",
-    "license": "apache-2.0",
-    "language": "en",
-    "mixed_precision": "bf16",
-}
+FACTS = dict(schema_version=2, task="text-classification", eval_dataset="sst2", train_steps=120)
+FACTS.update(datasets=["stanfordnlp/sst2", "sst2_train_excerpt.tsv"])
+FACTS.update(metrics={"eval_accuracy": 0.8512, "eval_loss": 0.41, "epoch": 3.0})
+FACTS.update(tokens_seen=54321, hardware="CPU (2 cores)", wall_time_s=75.0)
+FACTS.update(base_model="testuser/briskbert-mlm", license="apache-2.0", language="en", mixed_precision="bf16")
 
 
 def saved_config(folder, arch: str, **overrides):
@@ -66,14 +56,8 @@ def test_pipeline_tag_follows_the_architecture(tmp_path, arch, tag):
 
 
 def test_metadata_and_sections_from_config_and_facts(tmp_path):
-    folder = saved_config(
-        tmp_path,
-        "BriskBertForSequenceClassification",
-        sliding_window=8,
-        global_attn_every_n_layers=2,
-        position_embedding_type="rope",
-        norm_type="rmsnorm",
-    )
+    options = dict(sliding_window=8, global_attn_every_n_layers=2, position_embedding_type="rope")
+    folder = saved_config(tmp_path, "BriskBertForSequenceClassification", norm_type="rmsnorm", **options)
     (folder / "training_facts.json").write_text(json.dumps(FACTS))
     card = render_card(folder, "testuser/sst2", revision="v1", revision_is_pinned=True)
     data = card.data.to_dict()
@@ -151,21 +135,11 @@ def test_embedding_and_reranker_cards_use_sentence_transformers(tmp_path, arch, 
 
 def test_the_facts_a_run_writes_come_back_typed_and_on_the_card(tmp_path):
     folder = saved_config(tmp_path, "BriskBertForSequenceClassification")
-    job = JobFacts(
-        task="text-classification",
-        datasets=["stanfordnlp/sst2"],
-        eval_dataset="stanfordnlp/sst2",
-        eval_split="validation",
-        tags=["sentiment"],
-        limitations=["English movie reviews only."],
-        library_name="transformers",
-        model_name="sst2-tiny",
-    )
-    run = RunFacts(
-        metrics={"eval_accuracy": 0.85, "eval_loss": float("nan")},
-        train_steps=20,
-        best_metric=BestMetric("eval_accuracy", 0.9, 10),
-    )
+    described = dict(tags=["sentiment"], limitations=["English movie reviews only."], model_name="sst2-tiny")
+    data = dict(datasets=["stanfordnlp/sst2"], eval_dataset="stanfordnlp/sst2", eval_split="validation")
+    job = JobFacts(task="text-classification", library_name="transformers", **data, **described)
+    metrics = {"eval_accuracy": 0.85, "eval_loss": float("nan")}
+    run = RunFacts(metrics=metrics, train_steps=20, best_metric=BestMetric("eval_accuracy", 0.9, 10))
     write_training_facts(folder, TrainingFacts(job, run))
     data = json.loads((folder / "training_facts.json").read_text())
     assert data["schema_version"] == SCHEMA_VERSION

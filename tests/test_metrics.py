@@ -1,11 +1,6 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""``training/tasks/metrics.py``: what the module adds around scikit-learn, SciPy and seqeval, and the SQuAD
-script it keeps.
-
-Expected values are worked out by hand (shown in the comments) from the published definitions; the metric
-names are the ones the model card and ``--metric_for_best_model`` use. The SQuAD functions are checked
-against the official v1.1 script's functions, copied verbatim below.
-"""
+"""``training/tasks/metrics.py`` around scikit-learn, SciPy and seqeval: values worked out by hand from the
+published definitions; the SQuAD functions against the official v1.1 script, copied below."""
 
 import math
 import warnings
@@ -77,19 +72,12 @@ def test_multi_label_metrics_equal_scikit_learns_multilabel_form_on_soft_targets
     logits, labels = rng.normal(size=(20, 4)), rng.random((20, 4))  # soft targets: above 0.5 is positive
     ours = metrics.classification_metrics(logits, labels, "multi_label_classification")
     predicted, truth = 1 / (1 + np.exp(-logits)) > 0.5, labels > 0.5
-    assert ours == pytest.approx(
-        {
-            "subset_accuracy": sk.accuracy_score(truth, predicted),
-            "micro_f1": sk.f1_score(truth, predicted, average="micro", zero_division=0),
-            "macro_f1": sk.f1_score(truth, predicted, average="macro", zero_division=0),
-        }
-    )
+    micro, macro = (sk.f1_score(truth, predicted, average=how, zero_division=0) for how in ("micro", "macro"))
+    expected = {"subset_accuracy": sk.accuracy_score(truth, predicted), "micro_f1": micro, "macro_f1": macro}
+    assert ours == pytest.approx(expected)
     # one label column is still one column (its F1), not a binary task over both values
-    single = metrics.classification_metrics(
-        np.array([[1.0], [1.0], [-1.0], [-1.0]]),
-        np.array([[0.9], [0.5], [0.0], [1.0]]),
-        "multi_label_classification",
-    )
+    one_column = np.array([[1.0], [1.0], [-1.0], [-1.0]]), np.array([[0.9], [0.5], [0.0], [1.0]])
+    single = metrics.classification_metrics(*one_column, "multi_label_classification")
     assert single == pytest.approx({"subset_accuracy": 0.5, "micro_f1": 0.5, "macro_f1": 0.5})
     never = np.array([[1.0, -1.0]]), np.array([[1, 0]])  # a column never predicted nor present scores 0
     assert metrics.classification_metrics(*never, "multi_label_classification")["macro_f1"] == 0.5
@@ -259,34 +247,19 @@ def test_squad_scores_equal_the_official_script(seed):
     best_f1 = max(official_f1(prediction, g) for g in golds)
     best_em = max(float(official_normalize(prediction) == official_normalize(g)) for g in golds)
     r_f1 = official_f1(golds[0], golds[0])  # 0 when the answer normalises to nothing
-    assert result == pytest.approx(
-        {
-            "exact_match": (best_em + 1) / 3,  # on 0-1: the official script's percent / 100
-            "f1": (best_f1 + r_f1) / 3,
-            "total": 3,
-            "num_unanswered": 1,
-        }
-    )
+    # on 0-1: the official script's percent / 100
+    expected = {"exact_match": (best_em + 1) / 3, "f1": (best_f1 + r_f1) / 3, "total": 3, "num_unanswered": 1}
+    assert result == pytest.approx(expected)
 
 
 def test_squad_v2_scores_and_splits_unanswerable_questions_which_v1_refuses():
     references = {"has": ["the Eiffel Tower"], "none": [], "blank": ["", "  "], "two": ["a cat", "dog"]}
     predictions = {"has": "Eiffel tower", "none": "", "blank": "something", "two": "dog"}
     result = metrics.squad_metrics(predictions, references, version_2=True)
-    assert result == pytest.approx(
-        {
-            "exact_match": 3 / 4,
-            "f1": 3 / 4,
-            "total": 4,
-            "num_unanswered": 0,
-            "HasAns_exact": 1.0,
-            "HasAns_f1": 1.0,
-            "HasAns_total": 2,
-            "NoAns_exact": 0.5,
-            "NoAns_f1": 0.5,
-            "NoAns_total": 2,
-        }
-    )
+    expected = {"exact_match": 3 / 4, "f1": 3 / 4, "total": 4, "num_unanswered": 0}
+    expected |= {"HasAns_exact": 1.0, "HasAns_f1": 1.0, "HasAns_total": 2}
+    expected |= {"NoAns_exact": 0.5, "NoAns_f1": 0.5, "NoAns_total": 2}
+    assert result == pytest.approx(expected)
     only_answerable = metrics.squad_metrics({"q": "x"}, {"q": ["x y"]}, version_2=True)
     assert "NoAns_total" not in only_answerable and only_answerable["HasAns_f1"] == pytest.approx(2 / 3)
     assert metrics.f1_score("", "x", version_2=True) == 0.0

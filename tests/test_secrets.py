@@ -1,7 +1,5 @@
-"""The publisher's secret scan (``hub_cards/secrets.py``): what it must refuse and what it must not, on names,
-contents, large files and weights. Every secret here is built at run time (random bodies from a fixed seed), so
-this file holds none.
-"""
+"""The publisher's secret scan: what it must refuse and what not, on names, contents, large files and weights.
+Every secret here is built at run time from a fixed seed, so this file holds none."""
 
 from __future__ import annotations
 
@@ -119,9 +117,8 @@ def test_ordinary_text_is_not_a_secret():
 def test_the_token_in_use_is_found_whatever_its_format():
     """The local test token has no provider format: only the token-in-use rule can find it."""
     text = f"step 1 loss 0.7 token={TOKEN}\n".encode()
-    assert scan_bytes(text, "train.log", token=TOKEN) == Finding(
-        "train.log", "the access token in use", "at byte 22"
-    )
+    found = Finding("train.log", "the access token in use", "at byte 22")
+    assert scan_bytes(text, "train.log", token=TOKEN) == found
     assert scan_bytes(text, "train.log") is None  # no provider format
     assert scan_bytes(b"x short12", "x", token="short12") is None  # too short: it would match by chance
 
