@@ -1,7 +1,5 @@
-"""``python -m briskbert`` that also records the first batch each masking collator produces in
-``<--output_dir>/first_batches.json`` (per collator seed: the masked input ids, and the labels with -100 where
-nothing is masked). tests/test_ablate.py launches the ablation's runs through it (``--launcher``), so its check
-that two variants trained on the same masked positions looks at the batches the processes really drew."""
+"""``python -m briskbert`` that also writes each masking collator's first batch to ``first_batches.json``:
+test_ablate.py launches its runs through it to compare the masks the processes really drew."""
 
 import json
 import sys

@@ -1,8 +1,5 @@
-"""Shared helpers for the tests that talk to the local Hub server over real HTTP.
-
-The Hub clients read ``HF_ENDPOINT`` at import time, so client code runs in subprocesses whose environment
-points at the server, with a fresh ``HF_HOME`` each.
-"""
+"""Helpers for the tests that talk to the local Hub over real HTTP; clients read ``HF_ENDPOINT`` at import
+time, so client code runs in subprocesses pointed at the server, each with a fresh ``HF_HOME``."""
 
 from __future__ import annotations
 
@@ -74,18 +71,15 @@ def ndjson(*lines) -> bytes:
 
 
 def file_line(path, content=b"x") -> dict:
-    return {
-        "key": "file",
-        "value": {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"},
-    }
+    value = {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"}
+    return {"key": "file", "value": value}
 
 
 COMMIT_HEADER = {"key": "header", "value": {"summary": "x"}}
 
 
 class FullDisk:
-    """Every ``fsync`` fails with ENOSPC while ``full`` is set: the last moment a write can fail, after the
-    partial file exists."""
+    """Every ``fsync`` fails with ENOSPC while ``full`` is set (the last moment a write can fail)."""
 
     def __init__(self, monkeypatch):
         self.full, real = False, os.fsync
@@ -146,25 +140,13 @@ def server_process(tmp_path):
 
 
 def client_env(url: str, home: Path, *, xet: bool = True, **extra) -> dict:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_")) and k not in ("PYTHONPATH",)
-    }
+    hidden = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(hidden)}
     env.update(
-        {
-            "HF_ENDPOINT": url,
-            "HF_HOME": str(home),
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-            "TOKENIZERS_PARALLELISM": "false",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONWARNINGS": "ignore::DeprecationWarning",
-            "HF_TOKEN": TOKEN,
-        }
+        HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1"
     )
+    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", TOKENIZERS_PARALLELISM="false")
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore::DeprecationWarning", HF_TOKEN=TOKEN)
     if not xet:
         env["HF_HUB_DISABLE_XET"] = "1"
     env.update({k: str(v) for k, v in extra.items()})
@@ -236,36 +218,20 @@ def make_briskbert(folder: Path, *, extra_files: bool = True, seed: int = 0) -> 
 
     torch.manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
+    files = [str(ROOT / "data" / "wikitext2_excerpt.txt")]
     tok = train_wordpiece_tokenizer(
-        files=[str(ROOT / "data" / "wikitext2_excerpt.txt")],
-        vocab_size=300,
-        min_frequency=1,
-        show_progress=False,
-        model_max_length=64,
+        files, vocab_size=300, min_frequency=1, show_progress=False, model_max_length=64
     )
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    labels = dict(id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
     config = modeling.BriskBertConfig.from_preset(
-        "bert-tiny",
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=len(tok),
-        max_position_embeddings=64,
-        id2label={0: "negative", 1: "positive"},
-        label2id={"negative": 0, "positive": 1},
+        "bert-tiny", vocab_size=len(tok), max_position_embeddings=64, **sizes, **labels
     )
     modeling.BriskBertForSequenceClassification(config).save_pretrained(folder)
     tok.save_pretrained(folder)
-    facts = {
-        "schema_version": 2,
-        "task": "text-classification",
-        "datasets": ["sst2_train_excerpt.tsv"],
-        "eval_dataset": "sst2",
-        "metrics": {"eval_accuracy": 0.75, "eval_loss": 0.5},
-        "train_steps": 10,
-        "license": "apache-2.0",
-        "language": "en",
-    }
+    facts = dict(schema_version=2, task="text-classification", datasets=["sst2_train_excerpt.tsv"])
+    facts.update(eval_dataset="sst2", metrics={"eval_accuracy": 0.75, "eval_loss": 0.5}, train_steps=10)
+    facts.update(license="apache-2.0", language="en")
     (folder / "training_facts.json").write_text(json.dumps(facts))
     if extra_files:
         (folder / "optimizer.pt").write_bytes(b"\0" * 64)

@@ -1,7 +1,5 @@
-"""An independent, in-memory implementation of the pretraining data rules, written plainly for the tests to
-check the library's sequence building against (the corpus store, the streamed reader). A plain-text file has one
-paragraph per line and a blank line between documents; ``training/data/pretraining_data.py`` describes the three
-packing modes."""
+"""A plain in-memory implementation of the pretraining data rules (``training/data/pretraining_data.py``),
+for the tests to check the corpus store and the streamed reader against."""
 
 from __future__ import annotations
 

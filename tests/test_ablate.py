@@ -1,9 +1,5 @@
-"""``briskbert ablate``: variants pretrained at equal budget on the same tokenizer, data and masks.
-
-One tiny two-variant ablation runs once for the module (a tokenizer and two pretraining processes of two
-steps, most of their time spent starting Python and torch); the tests read what it wrote. Its runs are
-launched through ``first_batch_recorder.py``, which records the first batch each process really drew.
-"""
+"""``briskbert ablate``: variants pretrained at equal budget on the same tokenizer, data and masks; one tiny
+two-variant ablation runs once per module, launched through ``first_batch_recorder.py``."""
 
 import json
 import math

@@ -1,8 +1,5 @@
-"""The layers of the code, checked from the source: the import graph of every module in the ``briskbert``
-namespace, built from the AST (imports at module level and inside functions alike), has no cycles; only
-the command layer imports the command layer; the foundation imports nothing above it; and each layer
-imports only the layers below it. Imports under ``if TYPE_CHECKING:`` (for annotations, never run) do not
-count."""
+"""The layers, from the AST import graph of the ``briskbert`` namespace (function-level imports included,
+``if TYPE_CHECKING:`` ones not): no cycles, and each layer imports only itself and the layers below."""
 
 import ast
 import graphlib

@@ -1,8 +1,5 @@
-"""Every expected user mistake ends the same way: one ``error: ...`` line that names the file or flag and
-the fix, exit status 2, no traceback, and no output folder left behind. Each case runs in-process through
-``briskbert.cli.main``; one runs as a real process to check what a shell sees. The inputs are a tiny model with
-the all-MiniLM-L6-v2 vocabulary, damaged copies of it and small data files, each broken in one way; a check
-several jobs share is exercised once per kind of damage, and once per job to show that the job runs it."""
+"""Every expected user mistake ends in one ``error: ...`` line naming the file or flag and the fix, exit 2, no
+traceback and no output folder; a check several jobs share runs once per kind of damage and once per job."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What answering the majority class scores on a classification job's own evaluation data: stated beside the
-model's accuracy at every evaluation, and the run's last evaluation warns when the model is not above it. (The
-re-ranker's chance level is checked in test_reranking.)"""
+"""The majority-class rate of a classification job's evaluation data, stated at every evaluation and warned
+about when the model is not above it (the re-ranker's chance level is in test_reranking)."""
 
 from types import SimpleNamespace
 

@@ -56,13 +56,8 @@ def test_state_and_identity_round_trip_and_unknown_keys_are_ignored(tmp_path):
 def test_differences_name_each_changed_argument_data_model_and_process_count():
     saved = identity(processes=2)
     assert identity(processes=2).differences(saved) == []
-    now = identity(
-        arguments={"learning_rate": 0.002, "seed": 1, "warmup": 3},
-        train_data="ccc",
-        eval_data=None,
-        model="modern-tiny",
-        processes=1,
-    )
+    arguments = {"learning_rate": 0.002, "seed": 1, "warmup": 3}
+    now = identity(arguments=arguments, train_data="ccc", eval_data=None, model="modern-tiny", processes=1)
     assert now.differences(saved) == [
         "--learning_rate 0.001 in the checkpoint, 0.002 now",
         "--warmup None in the checkpoint, 3 now",

@@ -1,7 +1,5 @@
-"""The distillation losses (``training/tasks/distill.py``) against torch's own KL divergence and sums written
-out by hand: the temperature and its T² scaling, the mix of soft, hard and hidden-state losses, and the
-layers each student layer learns from. The ``distill`` job end to end is in ``tests/test_finetune.py``.
-"""
+"""The distillation losses against torch's KL divergence and sums written out by hand: the T² scaling, the mix
+of losses, the teacher layers each student layer learns from (the job end to end is in test_finetune.py)."""
 
 import pytest
 import torch

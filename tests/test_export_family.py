@@ -1,6 +1,5 @@
-"""Continued pretraining of an imported checkpoint and `briskbert export-family`: every family round-trips (source
--> the pretraining job's import -> a few MLM steps -> exported -> transformers' own class, outputs within 1e-5);
-a configuration no family expresses is refused in one line naming the options."""
+"""Continued pretraining of an imported checkpoint and ``export-family``: every family round-trips to
+transformers' own class within 1e-5; a configuration no family expresses is refused in one line."""
 
 import pytest
 import torch

@@ -1,6 +1,5 @@
-"""A command that needs an optional extra checks for it before anything heavy and says in one line which
-extra to install (exit 2). Packages are hidden with ``sys.modules[name] = None``, which makes both
-``import name`` and ``importlib.util.find_spec(name)`` fail as if the package were not installed."""
+"""A command that needs an optional extra says in one line which to install (exit 2) before anything heavy;
+packages are hidden with ``sys.modules[name] = None``."""
 
 import subprocess
 import sys

@@ -1,6 +1,5 @@
-"""The local Hub under hostile or broken input, over real sockets on 127.0.0.1 (docs/security.md lists the
-defences; the memory and slowloris figures it quotes are printed with ``-s``). Every test stops by itself
-within seconds."""
+"""The local Hub under hostile input over real sockets (docs/security.md lists the defences; ``-s`` prints the
+figures it quotes). Every test stops by itself within seconds."""
 
 from __future__ import annotations
 

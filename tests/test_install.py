@@ -1,6 +1,5 @@
-"""A plain (non-editable) install: it holds every module under the one ``briskbert`` namespace, and works
-from the repository root as the README's tour uses it (``python -m`` puts the current directory first on
-``sys.path``: a ``briskbert`` folder in the clone's root would shadow the installed package)."""
+"""A plain install holds every module under the one ``briskbert`` namespace and works from the repository
+root, where ``python -m`` puts the current directory first on ``sys.path``."""
 
 import os
 import subprocess

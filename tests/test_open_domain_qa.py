@@ -90,9 +90,8 @@ def test_long_passages_are_normalised_over_all_their_windows(tokenizer):
     readings = read_passages(reader, {"q": "where?"}, {"q": [("p", text)]})["q"]
     from briskbert.training.tasks.qa import prepare_eval_features
 
-    features = prepare_eval_features(
-        {"id": ["x"], "question": ["where?"], "context": [text]}, tokenizer, 64, 16, max_query_length=64
-    )
+    example = {"id": ["x"], "question": ["where?"], "context": [text]}
+    features = prepare_eval_features(example, tokenizer, 64, 16, max_query_length=64)
     assert len(features["input_ids"]) > 1  # windows
     context_logits = [
         3.0 if token == tokenizer.convert_tokens_to_ids("city") else 5.0
@@ -106,17 +105,12 @@ def test_long_passages_are_normalised_over_all_their_windows(tokenizer):
 
 # ------------------------------------------------------------------------------------------ evaluation
 def _world(tokenizer, monkeypatch, rankings, scores):
-    task = RetrievalTask(
-        corpus_ids=["p1", "p2", "p3"],
-        corpus_texts=["it was alpha", "it was beta", "it was gamma"],
-        query_ids=["q1", "q2"],
-        query_texts=["first question?", "second question?"],
-        qrels={"q1": {"p1": 1.0}, "q2": {"p3": 1.0}},
-        answers={"q1": ["alpha"], "q2": ["gamma"]},
-    )
-    monkeypatch.setattr(
-        open_domain_qa, "retrieve", lambda corpus, questions, retriever, top_k: Retrieved(rankings, scores)
-    )
+    corpus = dict(corpus_ids=["p1", "p2", "p3"], corpus_texts=["it was alpha", "it was beta", "it was gamma"])
+    queries = dict(query_ids=["q1", "q2"], query_texts=["first question?", "second question?"])
+    gold = dict(qrels={"q1": {"p1": 1.0}, "q2": {"p3": 1.0}}, answers={"q1": ["alpha"], "q2": ["gamma"]})
+    task = RetrievalTask(**corpus, **queries, **gold)
+    retrieved = Retrieved(rankings, scores)
+    monkeypatch.setattr(open_domain_qa, "retrieve", lambda corpus, questions, retriever, top_k: retrieved)
     retriever = Retriever(encoder=None, tokenizer=None, spec=EmbeddingSpec(), scale=20.0)
     # The reader is most confident about "beta" (6 + 6), and equally about alpha and gamma (5 + 5).
     reader = _reader(tokenizer, {"alpha": 5.0, "beta": 6.0, "gamma": 5.0})

@@ -1,7 +1,4 @@
-"""Pretraining: bad input, the final folder, and a 2-process run.
-
-Data: the bundled WikiText-2 excerpt (``data/wikitext2_excerpt.txt``) and a WordPiece vocabulary trained
-on it once per module (about a second)."""
+"""Pretraining on the bundled WikiText-2 excerpt: bad input, the final folder, and a 2-process run."""
 
 import json
 import os
@@ -34,13 +31,8 @@ def data_cache(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tokenizer")
-    train_wordpiece_tokenizer(
-        files=[str(EXCERPT)],
-        vocab_size=600,
-        round_to_multiple_of=None,
-        output_dir=folder,
-        show_progress=False,
-    )
+    options = dict(round_to_multiple_of=None, output_dir=folder, show_progress=False)
+    train_wordpiece_tokenizer(files=[str(EXCERPT)], vocab_size=600, **options)
     return BriskBertTokenizer.from_pretrained(folder)  # name_or_path = the folder
 
 

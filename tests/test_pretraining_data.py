@@ -1,6 +1,5 @@
-"""Pretraining sequences (``training/data/pretraining_data.py``): the store and the streamed reader give the
-sequences of an independent in-memory implementation (``pretraining_oracle.py``) in every packing mode; sharding,
-exact resume, and next-sentence pairs checked against documents whose token ids say where they come from."""
+"""Pretraining sequences: the store and the streamed reader against ``pretraining_oracle.py`` in every packing
+mode; sharding, exact resume and next-sentence pairs on documents whose ids say where they come from."""
 
 import json
 import shutil

@@ -1,8 +1,5 @@
 """QA windows and answer spans (``training/tasks/qa.py``) against brute-force enumeration and hand-made
-cases: every valid span scored and the best ``n_best_size`` kept, the answer-length limit at its edge, SQuAD
-v2's null answer at its threshold, the window-count check, answers at the very end of a window, the
-tokenizer's padding side and the default question length, on the real all-MiniLM-L6-v2 tokenizer.
-"""
+cases, on the real all-MiniLM-L6-v2 tokenizer."""
 
 import itertools
 

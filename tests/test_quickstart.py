@@ -1,7 +1,5 @@
-"""The README's main command, at its smoke size: it runs end to end, Ctrl-C in a training step stops it at a
-checkpoint, the next run continues from that step, and a run after a finished one skips every step.
-
-Which steps run, --fresh and the summary are checked in-process, with stand-ins for the jobs."""
+"""The README's main command at its smoke size: end to end, Ctrl-C and the continued run; which steps run,
+--fresh and the summary are checked in-process with stand-ins for the jobs."""
 
 import json
 import os

@@ -1,10 +1,5 @@
-"""The README's command blocks run as written, from a fresh directory that has the repository's ``data/``
-excerpts (the largest cut short), with step counts and sample sizes shrunk so each takes seconds. The blocks are the
-README's own text: when the README drifts from the code, this fails.
-
-Each block is a test of its own, so no single test holds the whole walk-through. The blocks share one
-working directory: a block that reads what another block writes (a ``runs/...`` folder) runs that block
-first, once, so any one block's test also runs on its own (``pytest tests/test_readme.py -k odqa``)."""
+"""The README's command blocks run as written, at tiny sizes, from a fresh directory with the ``data/``
+excerpts: each block is a test, and one that reads another block's output runs that block first, once."""
 
 from __future__ import annotations
 
@@ -29,17 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOT_RUN = ("pip install", "bash scripts/test.sh", "bash scripts/quickstart.sh", "git clone")
 
 # Flag values replaced to keep the walk-through small; everything else runs as written.
-TINY = {
-    "--max_train_steps": "3",
-    "--num_train_epochs": "1",
-    "--checkpointing_steps": "2",
-    "--vocab_size": "600",
-    "--max_train_samples": "32",
-    "--max_eval_samples": "16",
-    "--seeds": "0",
-    "--per_device_train_batch_size": "8",
-    "--rerank_top_k": "5",
-}
+TINY = {"--max_train_steps": "3", "--num_train_epochs": "1", "--checkpointing_steps": "2", "--seeds": "0"}
+TINY |= {"--vocab_size": "600", "--max_train_samples": "32", "--max_eval_samples": "16"}
+TINY |= {"--per_device_train_batch_size": "8", "--rerank_top_k": "5"}
 # Size flags a job has that its README command leaves at their full-data defaults: given to that job's commands.
 # The retrieval jobs train MiniLM, whose every step takes seconds on a shared CPU: one step each, on short sequences.
 ADDED = {

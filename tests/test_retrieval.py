@@ -64,24 +64,18 @@ def test_metrics_equal_sentence_transformers_evaluator_on_random_rankings():
         ranking = rng.sample(passages, num_passages)
         relevant = rng.sample(ranking[:12] if rng.random() < 0.5 else ranking, rng.randint(1, 3))
         rankings[f"q{query}"], qrels[f"q{query}"] = ranking, dict.fromkeys(relevant, 1.0)
-    evaluator = st_evaluation.InformationRetrievalEvaluator(
-        queries={query: query for query in rankings},
-        corpus={passage: passage for passage in next(iter(rankings.values()))},
-        relevant_docs={query: set(graded) for query, graded in qrels.items()},
-        mrr_at_k=[RANK_DEPTH],
-        ndcg_at_k=[RANK_DEPTH],
-        accuracy_at_k=[1],
-        precision_recall_at_k=list(RECALL_DEPTHS),
-        map_at_k=[RANK_DEPTH],
-        write_csv=False,
-    )
+    corpus = {passage: passage for passage in next(iter(rankings.values()))}
+    relevant = {query: set(graded) for query, graded in qrels.items()}
+    depths = dict(mrr_at_k=[RANK_DEPTH], ndcg_at_k=[RANK_DEPTH], map_at_k=[RANK_DEPTH], accuracy_at_k=[1])
+    depths.update(precision_recall_at_k=list(RECALL_DEPTHS), write_csv=False)
+    queries = {query: query for query in rankings}
+    evaluator = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, **depths)
     # Scores that sort into each ranking's order (the evaluator re-sorts by score).
-    theirs = evaluator.compute_metrics(
-        [
-            [{"corpus_id": passage, "score": float(-rank)} for rank, passage in enumerate(rankings[query])]
-            for query in evaluator.queries_ids
-        ]
-    )
+    scored = [
+        [{"corpus_id": passage, "score": float(-rank)} for rank, passage in enumerate(rankings[query])]
+        for query in evaluator.queries_ids
+    ]
+    theirs = evaluator.compute_metrics(scored)
     ours = retrieval_metrics(rankings, qrels)
     for k in RECALL_DEPTHS:
         assert ours[f"recall@{k}"] == pytest.approx(theirs["recall@k"][k], abs=1e-12), k

@@ -1,6 +1,5 @@
-"""A training run is never silently wrong: an output folder holds one run, a resume continues only that
-run, a kill never leaves a half-written checkpoint, and what the user watches (console, curves, trackers)
-shows the validation metrics. Tiny model, a few steps each."""
+"""A training run is never silently wrong: one run per output folder, a resume continues only that run, a kill
+never leaves a half-written checkpoint, and what the user watches shows the validation metrics."""
 
 import json
 import logging
@@ -93,9 +92,8 @@ def test_a_kill_during_a_checkpoint_save_leaves_no_half_written_step(tmp_path):
     result = train(tmp_path, "--max_train_steps", "4", "--checkpointing_steps", "2", *RESUME)
     assert result.global_step == 4
     assert not list(tmp_path.glob(".*partial"))  # the killed save's leftovers are cleaned
-    assert sorted(p.name for p in (tmp_path / "step_4").iterdir()) == sorted(
-        p.name for p in (tmp_path / "step_2").iterdir()
-    )
+    files = [sorted(p.name for p in (tmp_path / step).iterdir()) for step in ("step_2", "step_4")]
+    assert files[0] == files[1]
 
 
 def test_a_resume_tolerates_missing_rng_state_and_a_partial_log_line_and_says_so(used_run, caplog):
@@ -234,9 +232,8 @@ def test_a_lock_left_by_a_killed_run_is_taken_over_in_one_line(tmp_path, capsys)
     assert subprocess.run([sys.executable, "-c", hold_and_die, str(out)]).returncode == -9
     leftover = (out / LOCK_FILE).read_text()
     assert leftover.startswith("process ")
-    result = train_command(
-        MLMTask(train=sequences(12)), config("--output_dir", str(out), *FAST, "--max_train_steps", "2")
-    )
+    args = config("--output_dir", str(out), *FAST, "--max_train_steps", "2")
+    result = train_command(MLMTask(train=sequences(12)), args)
     took_over = f"Took over the lock of {out}, left by {leftover}, which is no longer running.\n"
     assert took_over in capsys.readouterr().err
     assert not (out / LOCK_FILE).exists()  # released at the end

@@ -1,6 +1,5 @@
-"""The speed paths give the same answers as the plain padded model: unpadded token-wise work (re-padded around
-attention; packed through a varlen kernel in test_varlen_attention.py), the sparse MLM decoder on top, and bf16.
-Speed itself is measured by docs/benchmarks/speed.py against transformers' models, never by timed tests."""
+"""The speed paths (unpadded work, the sparse MLM decoder, bf16) give the plain padded model's answers; speed
+itself is measured by docs/benchmarks/speed.py, never by timed tests."""
 
 import json
 import runpy
@@ -33,9 +32,8 @@ MATRIX = [
 def twin_models(model_class, *options, attn_implementation="sdpa", sparse_prediction=False, **fields):
     """The same weights twice: one never unpads, one unpads every padded batch (and may decode sparsely)."""
     never = build(model_class, tiny_config(*options, **fields, unpad_inputs="never"), attn_implementation)
-    always_config = tiny_config(
-        *options, **fields, unpad_inputs="always", sparse_prediction=sparse_prediction
-    )
+    fields = dict(fields, sparse_prediction=sparse_prediction)
+    always_config = tiny_config(*options, **fields, unpad_inputs="always")
     always = build(model_class, always_config, attn_implementation)
     always.load_state_dict(never.state_dict())
     return never, always
@@ -64,9 +62,8 @@ def test_unpadded_path_equals_padded_path_with_gradients(combo):
         grads.append({name: param.grad for name, param in model.named_parameters()})
         if model is never:
             reference = out
-    torch.testing.assert_close(
-        out.last_hidden_state[real], reference.last_hidden_state[real], atol=ATOL, rtol=0
-    )
+    expected = reference.last_hidden_state[real]
+    torch.testing.assert_close(out.last_hidden_state[real], expected, atol=ATOL, rtol=0)
     torch.testing.assert_close(out.pooler_output, reference.pooler_output, atol=ATOL, rtol=0)
     assert not out.last_hidden_state[~real].any(), "padding positions of the unpadded path are zeros"
     for name, grad in grads[0].items():
@@ -74,9 +71,8 @@ def test_unpadded_path_equals_padded_path_with_gradients(combo):
 
 
 def test_sparse_mlm_on_unpadded_batch_matches_dense_padded_training_step():
-    never, always = twin_models(
-        BriskBertForMaskedLM, sparse_prediction=True, position="rope", norm_position="pre"
-    )
+    options = dict(sparse_prediction=True, position="rope", norm_position="pre")
+    never, always = twin_models(BriskBertForMaskedLM, **options)
     input_ids, attention_mask = padded_batch()
     labels = torch.full_like(input_ids, -100)
     labels[0, 3], labels[1, 5], labels[2, 6], labels[0, 19] = 7, 11, 13, 17
@@ -147,19 +143,16 @@ def test_the_pretraining_benchmark_runs_every_row_at_toy_size_on_cpu(tmp_path, m
 
     monkeypatch.setenv("BRISKBERT_CACHE", str(tmp_path / "cache"))
     excerpt = ROOT / "data" / "wikitext2_excerpt.txt"
-    train_wordpiece_tokenizer(
-        files=[str(excerpt)], vocab_size=600, output_dir=tmp_path / "tok", show_progress=False
-    )
-    main = runpy.run_path(str(ROOT / "docs" / "benchmarks" / "pretrain_gpu.py"), run_name="pretrain_gpu")[
-        "main"
-    ]
+    options = dict(vocab_size=600, output_dir=tmp_path / "tok", show_progress=False)
+    train_wordpiece_tokenizer([str(excerpt)], **options)
+    benchmark = runpy.run_path(str(ROOT / "docs" / "benchmarks" / "pretrain_gpu.py"), run_name="pretrain_gpu")
+    main = benchmark["main"]
     argv = ["--corpus", str(excerpt), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "runs")]
     results = main([*argv, "--device", "cpu", "--size", "tiny"])
     rows = {row["row"]: row for row in results}
     assert list(rows) == ["job, 0 workers", "job, defaults", "hf-bert", "hf-modernbert", "briskbert"]
     for row in results:
-        speeds = [
-            row[name] for name in ("tokens_per_s", "whole_run_tokens_per_s", "first_interval_tokens_per_s")
-        ]
+        names = ("tokens_per_s", "whole_run_tokens_per_s", "first_interval_tokens_per_s")
+        speeds = [row[name] for name in names]
         assert min(speeds) > 0 and 0 < row["mfu"] < 1 and row["peak_GiB"] > 0
     assert 0 < rows["job, defaults"]["estimate_GiB"] < 1

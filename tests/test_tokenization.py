@@ -1,7 +1,5 @@
-"""BriskBertTokenizer: BERT parity on the bundled excerpts (against the real all-MiniLM-L6-v2 vocabulary), bad
-input, training, AutoTokenizer remote code. The tokenizers pipeline itself is transformers' BertTokenizer: the
-first test checks it is identical, so its features (padding, truncation, stride windows) are not re-tested here.
-"""
+"""BriskBertTokenizer: parity with transformers' BertTokenizer on the bundled excerpts (so padding, truncation
+and windows are not re-tested), bad input, training, AutoTokenizer remote code."""
 
 from __future__ import annotations
 
@@ -203,13 +201,8 @@ def test_cli_says_its_result_once_and_draws_no_bar_into_a_pipe(tmp_path):
 def test_wordpiece_training_is_deterministic(tmp_path):
     """The trainer breaks ties in hash-map order; the saved vocabulary must not depend on it."""
     for name in ("a", "b"):
-        exact = train_wordpiece_tokenizer(
-            files=str(EXCERPTS / "wikitext2_excerpt.txt"),
-            vocab_size=900,
-            round_to_multiple_of=None,
-            output_dir=tmp_path / name,
-            show_progress=False,
-        )
+        options = dict(round_to_multiple_of=None, output_dir=tmp_path / name, show_progress=False)
+        exact = train_wordpiece_tokenizer(str(EXCERPTS / "wikitext2_excerpt.txt"), vocab_size=900, **options)
         assert len(exact) == 900
     assert (tmp_path / "a" / "vocab.txt").read_bytes() == (tmp_path / "b" / "vocab.txt").read_bytes()
 

@@ -1,6 +1,5 @@
-"""``torch_compile``: a compiled run trains, checkpoints, stops on SIGTERM, resumes, and saves a final folder that
-loads back (as remote code) with the weights of the same run done eagerly. The ``aot_eager`` backend goes through
-the same wrapping, capture and autograd as inductor, without the minute of C++ code generation."""
+"""``torch_compile`` (the ``aot_eager`` backend): a compiled run trains, stops on SIGTERM, resumes, and saves
+the weights of the same run done eagerly."""
 
 import os
 import signal

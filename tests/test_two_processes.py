@@ -1,7 +1,5 @@
 """Every training job on two processes (``accelerate launch``, CPU, gloo) trains like one process at the same
-global batch: the fine-tuning jobs and the retrieval jobs (in-batch and mined hard negatives, cached gradients,
-CoSENT, the re-ranker). With dropout off, per-step losses and validation metrics agree to float rounding. All
-two-process runs share one launch; the one-process runs go through the command line in this process."""
+global batch; all two-process runs share one launch."""
 
 import json
 import os

@@ -1,6 +1,5 @@
-"""The ``torch_varlen`` attention backend: PyTorch's varlen flash kernel (CUDA only) behind transformers'
-dispatch. On CPU a plain kernel with ``varlen_attn``'s signature stands in, so the adapter's layout, GQA and window
-handling are checked against the padded model; the GPU run is in docs/performance.md."""
+"""The ``torch_varlen`` backend's layout, GQA and window handling against the padded model, with a plain CPU
+kernel of ``varlen_attn``'s signature standing in (the GPU run is in docs/performance.md)."""
 
 import pytest
 import torch
@@ -34,15 +33,9 @@ def reference_varlen_attn(
 @pytest.mark.parametrize("window", [None, 2])
 def test_packed_batch_through_varlen_kernel_equals_padded_model(monkeypatch, heads, window):
     monkeypatch.setattr(varlen_attention, "varlen_attn", reference_varlen_attn)
-    config = BriskBertConfig.from_preset(
-        "modern-tiny",
-        vocab_size=100,
-        num_attention_heads=4,
-        num_key_value_heads=heads,
-        sliding_window=window,
-        global_attn_every_n_layers=2 if window else None,
-        attention_probs_dropout_prob=0.0,
-    )
+    attention = dict(num_attention_heads=4, num_key_value_heads=heads, attention_probs_dropout_prob=0.0)
+    local = dict(sliding_window=window, global_attn_every_n_layers=2 if window else None)
+    config = BriskBertConfig.from_preset("modern-tiny", vocab_size=100, **attention, **local)
     torch.manual_seed(0)
     model = BriskBertModel(config).eval()
     lengths = torch.tensor([7, 3, 12, 1])
@@ -53,9 +46,8 @@ def test_packed_batch_through_varlen_kernel_equals_padded_model(monkeypatch, hea
         expected = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         model.set_attn_implementation(varlen_attention.ATTN_IMPLEMENTATION)
         model.choose_layout = type(model.choose_layout)(config, gather_cost=0, fixed_cost=0)  # always unpad
-        assert isinstance(
-            model.choose_layout(attention_mask, varlen_attention.ATTN_IMPLEMENTATION), VarlenLayout
-        )
+        layout = model.choose_layout(attention_mask, varlen_attention.ATTN_IMPLEMENTATION)
+        assert isinstance(layout, VarlenLayout)
         got = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     real = attention_mask.bool()
     torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)

@@ -1,7 +1,5 @@
-"""The publisher's verification step (``hub_cards/verification.py``) without a Hub: the checker's command line
-and environment as ``subprocess.run`` receives them, how its answer or failure is read, the import blocker, and
-the pipeline smoke tests. The checker itself runs against a real commit in ``tests/test_publish.py``.
-"""
+"""The publisher's verification step without a Hub: the checker's command and environment, how its answer is
+read, the import blocker, and the pipeline smoke tests (a real commit is checked in test_publish.py)."""
 
 import json
 import subprocess
