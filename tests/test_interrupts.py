@@ -161,9 +161,8 @@ class TinyMLM:
         return sorted(path.name for path in found)
 
     def losses(self) -> list:
-        entries = [
-            json.loads(line) for line in (self.output_dir / "log_history.jsonl").read_text().splitlines()
-        ]
+        lines = (self.output_dir / "log_history.jsonl").read_text().splitlines()
+        entries = [json.loads(line) for line in lines]
         return [(e["step"], e["loss"]) for e in entries if "loss" in e]
 
 
@@ -191,9 +190,7 @@ def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tm
     finished = TinyMLM(tmp_path, "out", *RESUME, steps=8)
     assert finished.finish() == 0 and "Traceback" not in finished.stderr(), (seed, finished.stderr()[-3000:])
 
-    ours, expected = (
-        load_file(run.output_dir / "final" / "model.safetensors") for run in (finished, reference)
-    )
+    ours, expected = (load_file(run.output_dir / "final/model.safetensors") for run in (finished, reference))
     assert ours.keys() == expected.keys()
     assert all(torch.equal(ours[name], expected[name]) for name in expected), seed
     assert finished.losses() == reference.losses(), seed
@@ -234,9 +231,8 @@ def test_a_signal_outside_the_loop_names_the_newest_intact_checkpoint(tmp_path, 
     with pytest.raises(TrainingInterrupted) as stopped, stopping(tmp_path):
         os.kill(os.getpid(), signal.SIGTERM)
     assert stopped.value.code == 143 and stopped.value.checkpoint == tmp_path / "step_2"
-    assert f"Interrupted by SIGTERM; the checkpoint is {tmp_path / 'step_2'}, the newest intact one" in (
-        capsys.readouterr().err
-    )
+    said = f"Interrupted by SIGTERM; the checkpoint is {tmp_path / 'step_2'}, the newest intact one"
+    assert said in capsys.readouterr().err
     with pytest.raises(TrainingInterrupted) as stopped, stopping(tmp_path / "empty"):
         os.kill(os.getpid(), signal.SIGINT)
     assert stopped.value.code == 130 and stopped.value.checkpoint is None

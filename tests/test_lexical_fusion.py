@@ -57,19 +57,16 @@ def test_head_scores_are_lucene_bm25_over_the_collection_scaled_to_the_best(k1, 
         assert scores[query_id] == pytest.approx(expected, rel=1e-9, abs=1e-12), query_id
     assert max(scores["normans"]) == 1.0 and scores["nowhere"] == scores["no words"] == [0.0] * len(head)
     # A collection without a word (bm25s cannot index it) scores 0 too.
-    assert bm25_head_scores({"q": "cat"}, {"q": ["b", "a"]}, {"a": "", "b": " ... "}, depth=5) == {
-        "q": [0.0, 0.0]
-    }
+    empty = bm25_head_scores({"q": "cat"}, {"q": ["b", "a"]}, {"a": "", "b": " ... "}, depth=5)
+    assert empty == {"q": [0.0, 0.0]}
 
 
 def _retrieved() -> tuple[Retrieved, dict, dict]:
     # q1: retrieval puts the relevant "b" second (0.50 vs 0.45: 1 logit apart at scale 20), and "b" shares
     # the question's words (BM25 1.0 against 0.2); q2: retrieval is right ("e" first by 4 logits) and
     # BM25 slightly prefers the wrong "d" (1.0 against 0.9).
-    retrieved = Retrieved(
-        rankings={"q1": ["a", "b", "c", "z"], "q2": ["e", "d", "f", "z"]},
-        scores={"q1": [0.50, 0.45, 0.10, 0.0], "q2": [0.60, 0.40, 0.30, 0.0]},
-    )
+    rankings = {"q1": ["a", "b", "c", "z"], "q2": ["e", "d", "f", "z"]}
+    retrieved = Retrieved(rankings, scores={"q1": [0.50, 0.45, 0.10, 0.0], "q2": [0.60, 0.40, 0.30, 0.0]})
     lexical = {"q1": [0.2, 1.0, 0.0], "q2": [0.9, 1.0, 0.0]}
     return retrieved, {"q1": {"b": 1.0}, "q2": {"e": 1.0}}, lexical
 
@@ -102,10 +99,8 @@ def test_lexical_weight_reorders_the_head_on_the_similarity_scale():
     zeros = {"q1": [0.0] * 3, "q2": [0.0] * 3}
     # l = 0.5: q1 a = 10 * 0.5 + 10 * 0.2 = 7.0, b = 10 * 0.45 + 10 = 14.5 -> b first;
     # q2 e = 6 + 9 = 15, d = 4 + 10 = 14 -> e stays first.
-    assert fuse(retrieved, zeros, 0.0, 20, lexical, 0.5).rankings == {
-        "q1": ["b", "a", "c", "z"],
-        "q2": ["e", "d", "f", "z"],
-    }
+    fused = fuse(retrieved, zeros, 0.0, 20, lexical, 0.5)
+    assert fused.rankings == {"q1": ["b", "a", "c", "z"], "q2": ["e", "d", "f", "z"]}
     assert fuse(retrieved, zeros, 0.0, 20, lexical, 0.0).rankings == retrieved.rankings
     # Twenty passages the fused score cannot tell apart: an unstable sort would shuffle them.
     ids = [f"p{index}" for index in range(20)]
@@ -116,16 +111,14 @@ def test_lexical_weight_reorders_the_head_on_the_similarity_scale():
 def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_at_zero():
     retrieved, qrels, lexical = _retrieved()
     harmful = {"q1": [9.0, -9.0, 0.0], "q2": [-9.0, 9.0, 0.0]}
-    weight, lexical_weight, curve = choose_fusion_weight(
-        retrieved, harmful, qrels, 20, lexical_scores=lexical
-    )
+    chosen = choose_fusion_weight(retrieved, harmful, qrels, 20, lexical_scores=lexical)
+    weight, lexical_weight, curve = chosen
     # q1 turns right once 20(1-l)0.05 < 20 l 0.8, i.e. l > 1/17 (0.0588): the smallest grid weight is 0.1
     # (grid step 0.05); q2 turns wrong once 20(1-l)0.2 < 20 l 0.1, i.e. l > 2/3.
     assert (weight, lexical_weight) == (0.0, pytest.approx(0.1))
     recall = {(point["weight"], point["lexical_weight"]): point["recall@1"] for point in curve}
-    assert (
-        recall[(0.0, 0.0)] == recall[(0.0, 0.05)] == recall[(0.0, 0.7)] == 0.5 and recall[(0.0, 0.65)] == 1.0
-    )
+    assert recall[(0.0, 0.0)] == recall[(0.0, 0.05)] == recall[(0.0, 0.7)] == 0.5
+    assert recall[(0.0, 0.65)] == 1.0
     assert all(point["weight"] + point["lexical_weight"] <= 1 + 1e-9 for point in curve)
     with pytest.raises(ValueError, match="must contain 0"):
         choose_fusion_weight(retrieved, lexical, qrels, 20, lexical_scores=lexical, lexical_grid=(0.5,))
@@ -213,9 +206,8 @@ def test_unchosen_weights_are_zero_and_the_weights_a_sum_of_at_most_one(tmp_path
     from briskbert.modeling import BriskBertForSequenceClassification
 
     for num_labels, folder in ((2, tmp_path / "two"), (1, tmp_path)):
-        model = tiny_model(
-            BriskBertForSequenceClassification, num_labels=num_labels, hidden_size=32, intermediate_size=64
-        )
+        sizes = dict(num_labels=num_labels, hidden_size=32, intermediate_size=64)
+        model = tiny_model(BriskBertForSequenceClassification, **sizes)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 

@@ -38,9 +38,8 @@ def test_repo_lifecycle_and_error_codes(hub):
     """What the clients read beyond the status (the real client round trip checks the rest)."""
     head = make_repo(hub)
     with_parent = ndjson({"key": "header", "value": {"summary": "add", "parentCommit": head}})
-    status, body = api(
-        hub, "POST", "/api/models/testuser/r/commit/main", with_parent + ndjson(file_line("a/b.txt", b"hi"))
-    )
+    body = with_parent + ndjson(file_line("a/b.txt", b"hi"))
+    status, body = api(hub, "POST", "/api/models/testuser/r/commit/main", body)
     assert status == 200 and body["commitUrl"] == f"{hub.url}/testuser/r/commit/{body['commitOid']}"
     # resolve: HEAD carries commit and etag; a missing file says so and still names the commit
     status, h, _ = raw(hub, http_request("HEAD", "/testuser/r/resolve/main/a/b.txt"))
@@ -211,10 +210,8 @@ def test_a_port_or_data_dir_in_use_is_one_line_naming_the_flag(tmp_path, capsys,
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        codes = [
-            main(["local-hub", "--port", str(port), "--data_dir", str(tmp_path / "d")]),
-            main(["local-hub", "--port", "0", "--data_dir", str(served)]),
-        ]
+        port_taken = main(["local-hub", "--port", str(port), "--data_dir", str(tmp_path / "d")])
+        codes = [port_taken, main(["local-hub", "--port", "0", "--data_dir", str(served)])]
     out, err = capsys.readouterr()
     assert (codes, out) == ([2, 2], "")
     assert err.splitlines() == [

@@ -75,12 +75,9 @@ def test_cached_gradients_replay_the_dropout_of_the_first_pass(tokenizer, tiny_m
     reference = copy.deepcopy(cached)
 
     torch.manual_seed(1)
-    pieces = [
-        embed_batch(
-            reference.encoder, batch["input_ids"][i : i + size], batch["attention_mask"][i : i + size], spec
-        )
-        for i in range(0, len(batch["input_ids"]), size)
-    ]
+    cuts = [slice(i, i + size) for i in range(0, len(batch["input_ids"]), size)]
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    pieces = [embed_batch(reference.encoder, ids[cut], mask[cut], spec) for cut in cuts]
     reference_loss = reference._loss(torch.cat(pieces), batch["labels"], batch["candidate_ids"]).loss
     (reference_loss * 0.5).backward()
     state_after_reference = torch.get_rng_state()
