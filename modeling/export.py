@@ -125,18 +125,6 @@ def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | Non
     return read_embedding_spec(model_dir) if architecture == "BriskBertModel" else None
 
 
-def pool_sentence_embedding(
-    last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, spec: EmbeddingSpec
-) -> torch.Tensor:
-    """sentence-transformers' Pooling (mean of the real tokens, or the first token) and Normalize modules."""
-    if spec.pooling == "cls":
-        pooled = last_hidden_state[:, 0]
-    else:
-        mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
-        pooled = (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-    return nn.functional.normalize(pooled, p=2, dim=1) if spec.normalize else pooled
-
-
 def model_outputs(
     model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
 ) -> dict[str, torch.Tensor]:
@@ -144,9 +132,7 @@ def model_outputs(
     outputs = model(**batch, return_dict=True)
     tensors = {name: value for name, value in outputs.items() if isinstance(value, torch.Tensor)}
     if embedding is not None:
-        tensors[SENTENCE_EMBEDDING] = pool_sentence_embedding(
-            outputs["last_hidden_state"], batch["attention_mask"], embedding
-        )
+        tensors[SENTENCE_EMBEDDING] = embedding.pool(outputs["last_hidden_state"], batch["attention_mask"])
     return tensors
 
 

@@ -29,6 +29,17 @@ class EmbeddingSpec:
     normalize: bool = True
     max_seq_length: int = 256
 
+    def pool(self, last_hidden_state, attention_mask):
+        """sentence-transformers' Pooling (mean of the real tokens, or the first) and Normalize modules."""
+        import torch
+
+        if self.pooling == "cls":
+            pooled = last_hidden_state[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
+            pooled = (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1) if self.normalize else pooled
+
 
 def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, hidden_size: int) -> None:
     folder = Path(folder)

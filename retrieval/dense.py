@@ -124,14 +124,8 @@ def load_collection(source) -> RetrievalTask:
 
 # ------------------------------------------------------------------------------------------ embeddings
 def embed_batch(encoder, input_ids, attention_mask, spec: EmbeddingSpec) -> torch.Tensor:
-    """Mean or [CLS] pooling, unit length if ``spec`` says so (sentence-transformers' Pooling and Normalize)."""
     hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    if spec.pooling == "cls":
-        embeddings = hidden[:, 0]
-    else:
-        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-        embeddings = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(embeddings, dim=-1) if spec.normalize else embeddings
+    return spec.pool(hidden, attention_mask)
 
 
 def batches_by_length(lengths: list[int], batch_size: int) -> list[list[int]]:
