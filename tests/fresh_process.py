@@ -32,9 +32,8 @@ PRELUDE = textwrap.dedent(
 def run_without_project(code: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> str:
     """Runs `code` after PRELUDE; returns stdout, failing with stderr's tail on a non-zero exit."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    full_env.update(
-        HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(Path(cwd) / "hf_modules"), TOKENIZERS_PARALLELISM="false"
-    )
+    full_env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    full_env["HF_MODULES_CACHE"] = str(Path(cwd) / "hf_modules")
     full_env.update(env or {})
     command = [sys.executable, "-c", PRELUDE + textwrap.dedent(code)]
     proc = subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)

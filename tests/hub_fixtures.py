@@ -124,8 +124,7 @@ def wait_until_listening(port: int) -> None:
 
 @pytest.fixture
 def server_process(tmp_path):
-    """``scripts/local_hub.py`` in a subprocess: (process, port). Token TOKEN, user testuser, 1 s read timeout;
-    what it prints goes to ``tmp_path / "server.out"``."""
+    """``scripts/local_hub.py`` in a subprocess (TOKEN, 1 s read timeout): (process, port)."""
     port = free_port()
     command = [sys.executable, str(ROOT / "scripts" / "local_hub.py"), "--port", str(port), "--token", TOKEN]
     command += ["--data_dir", str(tmp_path / "d"), "--read_timeout_s", "1"]

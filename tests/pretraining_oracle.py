@@ -24,8 +24,7 @@ def read_documents(path) -> list[list[str]]:
 
 
 def tokenize_documents(documents, tokenizer, sentences: bool = False) -> list[list[list[int]]]:
-    """Documents of text -> documents of token-id segments (no special tokens), empty ones dropped;
-    ``sentences`` splits paragraphs into sentences first (for NSP)."""
+    """Documents of text -> documents of token-id segments, empty ones dropped."""
     if sentences:
         documents = [[s for p in doc for s in _SENTENCE_END.split(p) if s.strip()] for doc in documents]
     tokenized = []

@@ -18,13 +18,7 @@ PACKAGE_DIRS = {
     )
 }
 COMMAND_LAYER = ("briskbert.cli", "briskbert.__main__", "briskbert.commands")
-FOUNDATION = (
-    "briskbert.errors",
-    "briskbert.inputs",
-    "briskbert.processes",
-    "briskbert.extras",
-    "briskbert.files",
-)
+FOUNDATION = tuple(f"briskbert.{name}" for name in ("errors", "inputs", "processes", "extras", "files"))
 # Bottom to top: a module may import its own layer and the layers listed before it, never one after.
 LAYERS = (
     FOUNDATION,
@@ -55,8 +49,7 @@ def module_files() -> dict[str, Path]:
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules ``name`` imports anywhere in its file (``from a import b`` counts as ``a.b``
-    when that is a module, else as ``a``)."""
+    """The project modules ``name`` imports anywhere (``from a import b`` as ``a.b`` if a module)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):

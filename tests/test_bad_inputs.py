@@ -153,8 +153,7 @@ WEIGHTS = "model.safetensors"
 
 
 def _copy(source: Path, target: Path, ignore=(), replace=None, manifest: bool = False) -> Path:
-    """A copy of ``source`` made of hard links (cheap), without the ``ignore`` patterns, with a manifest
-    written before the files in ``replace`` get their new content."""
+    """A hard-linked copy of ``source`` without ``ignore``; ``replace`` is written after any manifest."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignore), copy_function=os.link)
     if manifest:
         from briskbert.files import write_manifest
@@ -168,7 +167,7 @@ def _copy(source: Path, target: Path, ignore=(), replace=None, manifest: bool = 
 
 def _damaged_models(model: Path) -> dict:
     """How each copy of ``model`` is broken: weights, config and tokenizer damaged one way each."""
-    weights = (model / WEIGHTS).read_bytes()
+    weights, tokenizer_json = (model / WEIGHTS).read_bytes(), (model / "tokenizer.json").read_bytes()
     config = json.loads((model / "config.json").read_text())
     middle = slice(len(weights) // 2, len(weights) // 2 + 16)
     flipped = bytearray(weights)
@@ -201,9 +200,7 @@ def _damaged_models(model: Path) -> dict:
             replace={"vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"},
         ),
         "flipped": dict(replace={WEIGHTS: bytes(flipped)}, manifest=True),
-        "cut_tokenizer": dict(
-            replace={"tokenizer.json": (model / "tokenizer.json").read_bytes()[:-100]}, manifest=True
-        ),
+        "cut_tokenizer": dict(replace={"tokenizer.json": tokenizer_json[:-100]}, manifest=True),
     }
 
 
@@ -242,16 +239,9 @@ def inputs(tmp_path_factory, tokenizer, tiny_model) -> dict:
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForSequenceClassification
 
     tmp = tmp_path_factory.mktemp("bad_inputs")
-    paths = {
-        "tmp": tmp,
-        "model": tmp / "model",
-        "teacher": tmp / "teacher",
-        "empty_folder": tmp / "empty",
-        "sst2": DATA / "sst2_train_excerpt.tsv",
-        "conll": DATA / "conll2003_train_excerpt.txt",
-        "squad": DATA / "xquad_en_excerpt.json",
-        "wikitext": DATA / "wikitext2_excerpt.txt",
-    }
+    paths = {"tmp": tmp, "model": tmp / "model", "teacher": tmp / "teacher", "empty_folder": tmp / "empty"}
+    paths |= {"sst2": DATA / "sst2_train_excerpt.tsv", "conll": DATA / "conll2003_train_excerpt.txt"}
+    paths |= {"squad": DATA / "xquad_en_excerpt.json", "wikitext": DATA / "wikitext2_excerpt.txt"}
     paths["empty_folder"].mkdir()
     tiny_model(BriskBertForMaskedLM).save_pretrained(paths["model"])
     labels = dict(num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
@@ -293,8 +283,7 @@ def test_bad_input_is_one_error_line_exit_2(argv, names, inputs, tmp_path, monke
 
 @pytest.mark.slow  # a fresh process imports torch (~6 s): the one check of what a shell sees
 def test_mistyped_name_in_a_real_process_fails_at_once(inputs, tmp_path):
-    """A name that is no local folder is looked up on the Hub once, without retries: one line, status 2,
-    in seconds even with no network (transformers alone retries for about 30 s before failing)."""
+    """A name that is no local folder is looked up on the Hub once, without retries: one line in seconds."""
     out = tmp_path / "out"
     argv = command_line("DISTILL_FROM teacher_typo", out=out, **inputs)
     proc = subprocess.run(

@@ -60,15 +60,13 @@ def test_subcommand_help_shows_flags_without_importing_torch(tmp_path):
         "        assert stop.code in (0, None), (name, stop.code)\n"
         "    print('TORCH', name, 'torch' in sys.modules)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
+    command = [sys.executable, "-c", code]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in sorted(COMMANDS):  # the first that imports torch is named
         assert f"usage: briskbert {name}" in proc.stdout
-        assert f"TORCH {name} False" in proc.stdout, (
-            f"`briskbert {name} --help` imported torch before parsing its flags"
-        )
+        imported = f"`briskbert {name} --help` imported torch before parsing its flags"
+        assert f"TORCH {name} False" in proc.stdout, imported
 
 
 def _help_text(name: str) -> str:

@@ -58,9 +58,8 @@ def prepare(tmp_path, text=TEXT, name="corpus.txt", tokenizer=None, log=None, **
     if not path.exists():
         path.write_text(text, encoding="utf-8")
     settings = PreparationSettings(cache_dir=str(tmp_path / "cache"), show_progress=False, **changes)
-    return prepare_corpus(
-        CorpusSource(str(path)), tokenizer or WordTokenizer(), settings, log=log or [].append
-    )
+    source = CorpusSource(str(path))
+    return prepare_corpus(source, tokenizer or WordTokenizer(), settings, log=log or [].append)
 
 
 def expected_store(documents):
@@ -252,12 +251,8 @@ def test_the_memory_preparation_takes_does_not_grow_with_the_longest_line(tmp_pa
     script = tmp_path / "peak.py"
     script.write_text(_PEAK_MEMORY)
     tests = {"PYTHONPATH": str(Path(__file__).parent)}  # the script imports this module's WordTokenizer
-    output = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "line.txt")],
-        capture_output=True,
-        text=True,
-        env=os.environ | tests,
-    )
+    command = [sys.executable, str(script), str(tmp_path / "line.txt")]
+    output = subprocess.run(command, capture_output=True, text=True, env=os.environ | tests)
     assert output.returncode == 0, output.stderr
     documents, tokens, growth_kib = map(int, output.stdout.split())
     assert (documents, tokens) == (1, 1_500_001)
@@ -303,10 +298,8 @@ def test_file_types_columns_and_rows(tmp_path):
         ValueError, match=r"no text column '\(none given\)'; the file has columns \['id', 'body'\]"
     ):
         list(iter_documents(CorpusSource(str(tmp_path / "corpus.tsv"))))
-    assert list(iter_documents(CorpusSource(str(tmp_path / "corpus.tsv"), text_column="body"))) == [
-        ["the mat"],
-        ["a cat"],
-    ]
+    body = CorpusSource(str(tmp_path / "corpus.tsv"), text_column="body")
+    assert list(iter_documents(body)) == [["the mat"], ["a cat"]]
 
 
 def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):

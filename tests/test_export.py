@@ -23,8 +23,7 @@ def tiny_default_model(model_class=BriskBertModel, unpad_inputs="auto", vocab_si
 
 
 def test_export_onnx_job_matches_pytorch_on_padded_real_text(tmp_path, capsys):
-    """Unpadding in PyTorch (`always`), the padded layout in the graph: the two must agree at real tokens on
-    batch shapes other than the traced one."""
+    """Unpadding in PyTorch and the padded graph agree at real tokens on shapes other than the traced one."""
     tokenizer = BriskBertTokenizer.from_pretrained(MINILM)
     model = tiny_default_model(BriskBertForQuestionAnswering, "always", vocab_size=len(tokenizer))
     model.save_pretrained(tmp_path / "qa")
@@ -61,8 +60,7 @@ def test_export_onnx_job_matches_pytorch_on_padded_real_text(tmp_path, capsys):
 
 @pytest.mark.slow  # an ONNX export
 def test_a_graph_whose_attention_cannot_be_fused_keeps_it_and_still_matches_pytorch(tmp_path, capsys):
-    """Rotary positions and grouped key/value heads are beyond ONNX Runtime's Attention kernel: that attention
-    stays as exported, the other fusions still apply, and the graph still matches PyTorch."""
+    """Attention beyond ONNX Runtime's kernel (rotary, GQA) stays as exported and still matches PyTorch."""
     tokenizer = BriskBertTokenizer.from_pretrained(MINILM)
     torch.manual_seed(0)
     config = BriskBertConfig(
@@ -81,9 +79,7 @@ def test_a_graph_whose_attention_cannot_be_fused_keeps_it_and_still_matches_pyto
 
 
 def test_torch_compile_fullgraph_on_the_default_config():
-    """fullgraph=True fails on any graph break. `always` is the default config's layout decision at its most
-    eager to unpad; the aot_eager backend checks the whole capture without spending half a minute on C++ code
-    generation."""
+    """fullgraph=True fails on any graph break; ``aot_eager`` checks the whole capture without C++ codegen."""
     torch._dynamo.reset()
     model = tiny_default_model(unpad_inputs="always")
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")

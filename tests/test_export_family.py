@@ -122,9 +122,7 @@ def test_a_fine_tuned_head_goes_back_to_the_family_head(model_type, architecture
 
 
 def test_a_new_mlm_head_is_one_line_and_a_stale_conversion_is_refused(tokenizers, tmp_path, capfd):
-    """Continuing a bare encoder (as all-MiniLM-L6-v2 is) starts a new MLM head: the job says so in the line the
-    fine-tuning jobs use, not in transformers' load report. The import check compares outputs: a converted folder
-    whose weights no longer match the source (a conversion bug, a stale converted_base) stops the job."""
+    """A bare encoder gets a new MLM head in one line; a stale converted_base stops the job."""
     from safetensors.torch import load_file, save_file
 
     from briskbert.training.tasks.pretraining import PretrainingInputError

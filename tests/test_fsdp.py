@@ -110,8 +110,7 @@ os._exit(0)  # past this point only interpreter teardown, where gloo's threads n
 
 @pytest.mark.slow
 def test_two_process_fsdp2_on_cpu_trains_like_one_process(tmp_path, preset="modern-tiny"):
-    """A 2-process FSDP2 job (gloo, CPU, torch's `fully_shard` as accelerate's FSDP2 path does) trains like
-    one process and saves its remote code. Slow (~15 s), but the one check of DTensor weights with ties."""
+    """A 2-process FSDP2 job trains like one process and saves its remote code (DTensor ties)."""
     script = tmp_path / "worker.py"
     script.write_text(f"PRESET = {preset!r}\n" + FSDP_WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

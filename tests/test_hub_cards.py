@@ -241,8 +241,7 @@ def test_baselines_stand_beside_the_metrics_and_are_no_results_of_the_model(tmp_
 
 
 def test_the_yaml_parsers_own_depth_limit_reads_as_the_servers(monkeypatch):
-    """libyaml 0.2.6+ stops a long run of "[" at its own limit (1000) while scanning ahead, before the walker sees
-    an event; older versions hand the events over. Whichever PyYAML is installed, the refusal names the limit."""
+    """Whichever PyYAML is installed (libyaml may stop "[" runs first), the refusal names the limit."""
     from briskbert.hub_cards import front_matter
 
     def parse(text, Loader):

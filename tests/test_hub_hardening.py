@@ -249,18 +249,8 @@ def test_ref_names_follow_git_rules_and_branches_and_tags_share_one_namespace(hu
         return api(hub, "POST", path, {})[0], tagged
 
     # one per git ref-name rule, plus 40-hex names that would shadow commit ids
-    for name in (
-        "a" * 40,
-        "..",
-        "a/",
-        "x.lock",
-        ".hidden",
-        "a~1",
-        "a b",
-        "a@{1}",
-        "refs/heads/x",
-        "bad\x00name",
-    ):
+    names = ("a" * 40, "..", "a/", "x.lock", ".hidden", "a~1", "a b", "a@{1}", "refs/heads/x", "bad\x00name")
+    for name in names:
         branch, tag = create(name, name)
         assert branch in (400, 404) and tag == 400, name  # a name ending in '/' is no route: a 404
     for name in ("v1.0", "release/2024-01", "dev_1"):
@@ -381,9 +371,8 @@ def test_reads_of_a_large_repo_share_one_index_per_revision(hub):
     assert commit(hub, "testuser/big", *(json.dumps(file_line(p, b"same")).encode() for p in paths))[0] == 200
     builds = hub.server.storage.indexes.cache_info().misses
     with ThreadPoolExecutor(6) as pool:
-        infos = list(
-            pool.map(lambda _: api(hub, "GET", "/api/models/testuser/big?blobs=true", auth=False), range(6))
-        )
+        repo_info = "/api/models/testuser/big?blobs=true"
+        infos = list(pool.map(lambda _: api(hub, "GET", repo_info, auth=False), range(6)))
     assert all(s == 200 and len(i["siblings"]) == 5001 for s, i in infos)
     listed = HfApi(endpoint=hub.url, token=False).list_repo_files("testuser/big")
     assert set(listed) == {*paths, ".gitattributes"}

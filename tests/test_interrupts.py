@@ -51,9 +51,7 @@ def test_sigterm_stops_any_job_as_ctrl_c_does_with_status_143(signal_job, capsys
 
 
 def test_an_interrupt_inside_an_exec_of_a_string_still_ends_with_status_130(signal_job, capsys):
-    """CPython 3.11 keeps a flag when a KeyboardInterrupt leaves an exec() of a string (dataclasses run such
-    execs while torch imports) and, under ``python -m``, ends the process by SIGINT after it returned 130.
-    The flag is only readable where the interpreter exports it."""
+    """A KeyboardInterrupt leaving an exec() of a string must not end ``python -m`` by SIGINT after 130."""
     import ctypes
 
     from briskbert import cli
@@ -121,8 +119,7 @@ RESUME = ("--resume_from_checkpoint", "latest")
 
 
 class TinyMLM:
-    """The loop's tiny job through the command line (lock, messages, card) in a real process, stopped where
-    ``stop_at`` says (``function:what its call mentions:kill|pause``)."""
+    """The tiny job through the command line in a real process, stopped where ``stop_at`` says."""
 
     def __init__(self, folder: Path, output_dir: str, *extra: str, stop_at: str = "", steps: int = 6):
         (folder / "run.py").write_text(TINY_MLM)
@@ -168,8 +165,7 @@ class TinyMLM:
 
 @pytest.mark.slow  # four fresh processes (~30 s): the crash-consistency property of the issue
 def test_kill_9_anywhere_then_resume_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
-    """A SIGKILL inside a checkpoint save and another at a random moment, each resumed: the run ends on
-    the uninterrupted run's weights and losses (a failure names its seed: ``BRISKBERT_KILL_SEED`` replays)."""
+    """SIGKILLs in a save and at random, each resumed, end on the uninterrupted weights and losses."""
     import torch
     from safetensors.torch import load_file
 

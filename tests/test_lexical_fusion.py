@@ -168,11 +168,8 @@ def test_fusion_file_round_trip_older_files_and_bad_ones(tmp_path):
 
 
 def test_summary_names_every_weight_and_the_chosen_point():
-    curve = [
-        {"weight": 0.0, "lexical_weight": 0.0, "mrr@10": 0.80, "recall@1": 0.70},
-        {"weight": 0.1, "lexical_weight": 0.55, "mrr@10": 0.90, "recall@1": 0.85},
-        {"weight": 1.0, "lexical_weight": 0.0, "mrr@10": 0.40, "recall@1": 0.30},
-    ]
+    points = [(0.0, 0.0, 0.80, 0.70), (0.1, 0.55, 0.90, 0.85), (1.0, 0.0, 0.40, 0.30)]
+    curve = [dict(zip(("weight", "lexical_weight", "mrr@10", "recall@1"), point)) for point in points]
     fusion = Fusion(0.1, 20.0, 10, num_queries=96, retrieval={"mrr@10": 0.8, "recall@1": 0.7}, curve=curve,
                     lexical_weight=0.55)  # fmt: skip
     assert fusion.summary() == (

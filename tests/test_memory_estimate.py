@@ -59,8 +59,7 @@ def large(attn_implementation="sdpa"):
 
 
 def test_a_gpu_run_is_checked_against_the_gpus_free_memory_in_its_autocast_dtype(monkeypatch, tmp_path):
-    """The pretraining job asks for the free memory of the device the accelerator trains on (not host RAM) and
-    estimates bf16 activations there: BERT-large / 512 at batch 128 (the issue's refused run) fits a 141 GB GPU."""
+    """The estimate uses the training device's free memory in bf16: BERT-large/512 at 128 fits 141 GB."""
     asked = []
 
     def free_memory(device_type):

@@ -114,8 +114,7 @@ def test_not_learned_names_a_single_predicted_class_and_a_chance_level_result():
 
 
 def test_a_run_that_learned_nothing_says_so_in_its_last_line(tokenizer, tiny_model, tmp_path, capsys):
-    """The end-of-run summary: a classifier whose head answers positive whatever the text (bias 100, a
-    learning rate too small to move it) ends with the verdict, naming the class and the fix."""
+    """A classifier whose head always answers positive ends with the verdict naming the class and the fix."""
     import torch
 
     from briskbert.commands import finetune_classification

@@ -46,20 +46,17 @@ def documents():
 
 
 def stored(store, tokenizer, mode, documents=None, max_seq_length=64):
-    return StoredSequences(
-        store, documents, max_seq_length, mode, tokenizer.cls_token_id, tokenizer.sep_token_id
-    )
+    specials = tokenizer.cls_token_id, tokenizer.sep_token_id
+    return StoredSequences(store, documents, max_seq_length, mode, *specials)
 
 
 @pytest.mark.parametrize("mode", PACKING_MODES)
 def test_store_gives_the_reference_sequences(store, tokenizer, documents, mode):
-    """Two tokenizing workers and the memory-mapped store give exactly the in-memory path's sequences,
-    on the training split of the documents."""
+    """Two tokenizing workers and the memory-mapped store give the in-memory path's training sequences."""
     train, _ = split_document_indices(store.num_documents, 5, seed=42)
     assert store.num_documents == len(documents)
-    reference = mlm_sequences(
-        tokenize_documents([documents[i] for i in train], tokenizer), tokenizer, 64, mode
-    )
+    train_documents = tokenize_documents([documents[i] for i in train], tokenizer)
+    reference = mlm_sequences(train_documents, tokenizer, 64, mode)
     sequences = stored(store, tokenizer, mode, train)
     assert len(sequences) == len(reference)
     assert [sequences[i]["input_ids"] for i in range(len(sequences))] == reference
@@ -78,8 +75,7 @@ def test_nsp_pairs_from_the_store(tokenizer, documents, tmp_path):
 
 @pytest.mark.parametrize("mode", PACKING_MODES)
 def test_streamed_sequences_are_the_reference_sequences(tokenizer, documents, mode):
-    """Chunks of 16 documents, tokenized and packed on the fly, give exactly the in-memory sequences (a
-    full-sentences sequence continues across chunks)."""
+    """Chunks of 16 documents, packed on the fly, give exactly the in-memory sequences."""
     reference = mlm_sequences(tokenize_documents(documents, tokenizer), tokenizer, 64, mode)
     streamed = list(StreamingMLMDataset(str(EXCERPT), tokenizer, 64, packing=mode, documents_per_chunk=16))
     assert [example["input_ids"] for example in streamed] == reference
@@ -169,9 +165,8 @@ def test_a_corpus_too_small_to_split_is_refused_before_it_is_prepared(tmp_path, 
         raise AssertionError("the corpus was prepared")
 
     monkeypatch.setattr(pretraining, "prepare_corpus", prepare)
-    accelerator = SimpleNamespace(
-        is_local_main_process=True, local_main_process_first=nullcontext, print=print
-    )
+    main_process = dict(is_local_main_process=True, local_main_process_first=nullcontext)
+    accelerator = SimpleNamespace(**main_process, print=print)
     for text, holds in [
         (
             "one long line " * 1000 + "\n\n  \n",
@@ -182,9 +177,8 @@ def test_a_corpus_too_small_to_split_is_refused_before_it_is_prepared(tmp_path, 
     ]:
         (tmp_path / "corpus.txt").write_text(text)
         with pytest.raises((ValueError, AssertionError), match=holds):
-            pretraining.build_datasets(
-                PretrainingData(train_file=str(tmp_path / "corpus.txt")), None, accelerator, 0
-            )
+            data = PretrainingData(train_file=str(tmp_path / "corpus.txt"))
+            pretraining.build_datasets(data, None, accelerator, 0)
 
 
 def _pretrain_args(tmp_path, *extra):
@@ -197,10 +191,7 @@ def _pretrain_args(tmp_path, *extra):
 
 
 def test_resume_mid_epoch_is_exact_keeps_the_tokenizer_and_prepares_a_damaged_cache_again(tmp_path, capsys):
-    """A run resumed from its step-2 checkpoint (mid-epoch) continues with the same losses as the
-    uninterrupted run and reuses the tokenizer the run trained. Its cached store was damaged in between (16
-    bytes flipped in tokens.bin once gave an IndexError in the masking): one line names the file and the
-    store is prepared again."""
+    """A resume from step 2 keeps losses and tokenizer; a damaged store is prepared again."""
     pretrain_main(_pretrain_args(tmp_path, "--output_dir", str(tmp_path / "full")))
     for name in ("step_2", "tokenizer"):  # what an interrupted run leaves behind
         shutil.copytree(tmp_path / "full" / name, tmp_path / "cut" / name)
@@ -231,8 +222,7 @@ def test_resume_mid_epoch_is_exact_keeps_the_tokenizer_and_prepares_a_damaged_ca
 
 
 def test_pretraining_decodes_the_masked_positions_only_and_saves_the_default(tokenizer, tmp_path):
-    """The job runs the sparse decoder (its speed), while the model it saves gives transformers'
-    (batch, seq, vocab) logits with labels, and the same loss."""
+    """The job decodes sparsely; the saved model gives transformers' full logits and the same loss."""
     from transformers import AutoModelForMaskedLM
 
     from briskbert.training.tasks.pretraining import build_model

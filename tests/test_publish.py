@@ -128,15 +128,13 @@ def test_publish_end_to_end_with_xet_client(folder, changed, tmp_path):
         publish(changed, "testuser/private", private=True, **opts)
         with pytest.raises(RepositoryNotFoundError):  # anonymous
             HfApi(endpoint=h.url, token=False).list_repo_files("testuser/private")
-    assert_no_token_anywhere(
-        out, "\n".join(lines), (tmp_path / "server.log").read_text(), data_dir=tmp_path / "data"
-    )
+    server_log = (tmp_path / "server.log").read_text()
+    assert_no_token_anywhere(out, "\n".join(lines), server_log, data_dir=tmp_path / "data")
 
 
 @pytest.mark.filterwarnings("ignore:Use .content=<...>. to upload raw bytes/text content.:DeprecationWarning")
 def test_publish_through_the_lfs_api(folder, lfs_hub, monkeypatch):
-    """The Hub-like LFS path (batch, pre-signed PUT, verify) with Xet disabled; a re-run compares by LFS sha256;
-    huggingface_hub wraps a failed LFS upload, and the Hub's 507 message still shows, in one line, no retry."""
+    """LFS uploads with Xet off; a re-run compares by sha256; a 507 shows in one line and is not retried."""
     from hub_fixtures import FullDisk
     from huggingface_hub import constants
 
@@ -192,10 +190,8 @@ def test_a_failed_commit_says_where_the_branch_is_now(folder, changed, hub, monk
         assert "re-run to verify" in message
         return
     assert "NOTES.md" in hub.server.storage.files("model", "testuser/sst2", now)  # the other writer's commit
-    assert (
-        f"main moved to {now} meanwhile (this publish started from {first.commit_id}); nothing was published; "
-        "re-run to publish on top of it." in message
-    )
+    moved = f"main moved to {now} meanwhile (this publish started from {first.commit_id})"
+    assert f"{moved}; nothing was published; re-run to publish on top of it." in message
     if how == "412":
         assert message.startswith("commit failed: the Hub answered 412: ")
     hub.set_fault(None)
@@ -219,8 +215,7 @@ def test_publishing_to_a_branch_and_refusing_to_move_a_tag(folder, changed, hub)
 
 
 def test_main_only_ever_holds_verified_content(folder, hub, monkeypatch, tmp_path):
-    """Main only moves to files verified on a staging branch made from its head, and only when the folder did
-    not change meanwhile; no staging branch is left."""
+    """Main only moves to files verified on a staging branch from its head, unchanged on disk meanwhile."""
     from huggingface_hub import HfApi
 
     hub.server.storage.create_repo("model", "testuser/sst2", private=False, author="testuser")
@@ -365,10 +360,8 @@ def test_symlinks_inside_the_folder_are_followed_and_the_dry_run_says_which(fold
     result = publish(copy, "testuser/sst2", include=["latest"], dry_run=True, log=lines.append)
     assert result.files["chat_template.jinja"] == len("{{ messages }}")
     assert "latest/chat.jinja" in result.files
-    assert (
-        "Symlinks followed (each resolves inside the folder): chat_template.jinja -> templates/chat.jinja; "
-        "latest -> templates; self -> ." in lines
-    )
+    followed = "chat_template.jinja -> templates/chat.jinja; latest -> templates; self -> ."
+    assert f"Symlinks followed (each resolves inside the folder): {followed}" in lines
 
 
 AUTO_MAP_VALUES = {

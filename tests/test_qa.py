@@ -14,8 +14,7 @@ OFFSETS = [None, None, None] + [(4 * k, 4 * k + 3) for k in range(WORDS)] + [Non
 
 
 def brute_force(starts, ends, n_best_size, max_answer_length):
-    """As SQuAD post-processing defines it: every pair of one of the window's ``n_best_size`` best starts and
-    one of its best ends that lies in the context, in order and within the length limit, best first."""
+    """SQuAD's spans: best starts x best ends inside the context, in order, within the limit, best first."""
     best_starts = sorted(range(len(OFFSETS)), key=lambda k: -starts[k])[:n_best_size]
     best_ends = sorted(range(len(OFFSETS)), key=lambda k: -ends[k])[:n_best_size]
     spans = [
@@ -37,9 +36,8 @@ def squad(question, context, answer=None):
 def postprocess(starts, ends, **options):
     examples = [{"id": "q", "context": CONTEXT}]
     features = {"example_id": ["q"], "offset_mapping": [OFFSETS]}
-    return qa.postprocess_qa_predictions(
-        examples, features, np.atleast_2d(starts), np.atleast_2d(ends), **options
-    )
+    starts, ends = np.atleast_2d(starts), np.atleast_2d(ends)
+    return qa.postprocess_qa_predictions(examples, features, starts, ends, **options)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -47,9 +45,8 @@ def postprocess(starts, ends, **options):
 def test_the_best_spans_are_those_of_brute_force_enumeration(seed, n_best_size, max_answer_length):
     generator = np.random.default_rng(seed)
     starts, ends = generator.normal(size=len(OFFSETS)), generator.normal(size=len(OFFSETS))
-    predictions, nbest = postprocess(
-        starts, ends, n_best_size=n_best_size, max_answer_length=max_answer_length
-    )
+    limits = dict(n_best_size=n_best_size, max_answer_length=max_answer_length)
+    predictions, nbest = postprocess(starts, ends, **limits)
     expected = brute_force(starts, ends, n_best_size, max_answer_length)
     assert [c["text"] for c in nbest["q"]] == [text for _, text in expected]
     assert [c["score"] for c in nbest["q"]] == pytest.approx([score for score, _ in expected])
@@ -95,9 +92,8 @@ def test_one_row_of_logits_per_window_is_required():
 
 
 def test_an_answer_ending_the_context_is_found_in_its_window(tokenizer):
-    examples = squad(
-        "Where was the treaty signed?", "The treaty was signed in the old harbour town of Lisbon", "Lisbon"
-    )
+    context = "The treaty was signed in the old harbour town of Lisbon"
+    examples = squad("Where was the treaty signed?", context, "Lisbon")
     features = qa.prepare_train_features(examples, tokenizer, max_seq_length=64, doc_stride=16)
     start, end = features["start_positions"][0], features["end_positions"][0]
     assert tokenizer.decode(features["input_ids"][0][start : end + 1]) == "lisbon"
@@ -118,9 +114,9 @@ def test_a_long_context_is_answered_from_the_window_that_holds_the_answer(tokeni
     starts, ends = np.zeros((len(windows["input_ids"]), 96)), np.zeros((len(windows["input_ids"]), 96))
     starts[answered[-1], features["start_positions"][answered[-1]]] = 10
     ends[answered[-1], features["end_positions"][answered[-1]]] = 10
-    predictions, nbest = qa.postprocess_qa_predictions(
-        [{"id": "q", "context": context}], windows, starts, ends, n_best_size=5, max_answer_length=10
-    )
+    examples = [{"id": "q", "context": context}]
+    options = dict(n_best_size=5, max_answer_length=10)
+    predictions, nbest = qa.postprocess_qa_predictions(examples, windows, starts, ends, **options)
     assert predictions == {"q": "under the old oak tree"} and nbest["q"][0]["probability"] > 0.5
 
 

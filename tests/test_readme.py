@@ -101,8 +101,7 @@ def readme_blocks() -> list[Block]:
 
 
 def shrink(block: str) -> str:
-    """The block with each TINY flag's value (all of them, for a flag that takes several) replaced and the
-    ADDED flags given."""
+    """The block with each TINY flag value replaced (all of them, for a list) and the ADDED flags given."""
     block = block.replace("\\\n", " ")  # continued lines joined: a flag's values may span them
     for flag, value in TINY.items():
         block = re.sub(rf"{re.escape(flag)}(?:[ =]+(?!--)[^\s]+)+", f"{flag} {value}", block)

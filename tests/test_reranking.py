@@ -54,11 +54,8 @@ def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, ti
 def test_question_mode_warns_from_the_rerankers_own_validation():
     from briskbert.retrieval.fusion import validation_warning
 
-    curve = [
-        {"weight": 0.0, "mrr@10": 0.80, "recall@1": 0.70},
-        {"weight": 0.5, "mrr@10": 0.85, "recall@1": 0.75},
-        {"weight": 1.0, "mrr@10": 0.78, "recall@1": 0.70},
-    ]
+    points = [(0.0, 0.80, 0.70), (0.5, 0.85, 0.75), (1.0, 0.78, 0.70)]
+    curve = [{"weight": weight, "mrr@10": mrr, "recall@1": recall} for weight, mrr, recall in points]
     fusion = Fusion(0.5, 20.0, 20, num_queries=96, retrieval={"mrr@10": 0.80, "recall@1": 0.70}, curve=curve)
     assert validation_warning(Reranker(None, None, fusion_weight=0.5, fusion=fusion)) is None
     assert validation_warning(Reranker(None, None, fusion_weight=1.0, fusion=fusion)) == (

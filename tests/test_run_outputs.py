@@ -19,9 +19,8 @@ from briskbert.training.tasks.settings import DataSource
 
 def train(output_dir, *flags, evaluate_fn=None, card_facts=None, trainer=run):
     task = MLMTask(None, sequences(16), sequences(4, seed=1), evaluate_fn, JobFacts(**(card_facts or {})))
-    return trainer(
-        task, config("--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *flags)
-    )
+    args = config("--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *flags)
+    return trainer(task, args)
 
 
 def visible_axes(figure):
@@ -45,11 +44,7 @@ def test_a_metric_evaluated_twice_gets_a_panel_and_sizes_or_lone_points_do_not()
 
 # ------------------------------------------------------------------------------- the final folder and log
 def test_the_final_folder_has_its_card_and_the_run_says_where_the_model_is(tmp_path, capsys):
-    facts = {
-        "task": "fill-mask",
-        "datasets": ["wikitext2_excerpt.txt"],
-        "eval_dataset": "wikitext2_excerpt.txt",
-    }
+    facts = dict(task="fill-mask", datasets=["wikitext2_excerpt.txt"], eval_dataset="wikitext2_excerpt.txt")
     result = train(tmp_path / "mlm", "--max_train_steps", "2", card_facts=facts, trainer=train_and_write_card)
     card = (result.final_dir / "README.md").read_text()
     assert card.startswith("---\n") and "## Training details" in card and "trust_remote_code=True" in card

@@ -162,8 +162,7 @@ def test_safetensors_are_searched_in_their_metadata_and_names_never_their_tensor
 
 
 def test_real_model_folders_hold_no_false_alarm(minilm_path, tmp_path):
-    """The real all-MiniLM-L6-v2 (weights, vocabulary, sentence-transformers files, model card), and a tiny
-    transformers BertModel with its weights also pickled the old way."""
+    """The real all-MiniLM-L6-v2 folder and a tiny BertModel with pickled weights raise no alarm."""
     import torch
     from safetensors.torch import load_file
     from transformers import BertConfig, BertModel

@@ -70,16 +70,14 @@ ROWS = [
 def test_scored_pairs_read_the_same_from_tsv_csv_and_json_lines(tmp_path, tokenizer):
     import csv
 
-    (tmp_path / "p.tsv").write_text(
-        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in ROWS)
-    )
+    rows = "".join(f"{a}\t{b}\t{s}\n" for a, b, s in ROWS)
+    (tmp_path / "p.tsv").write_text("sentence1\tsentence2\tscore\n" + rows)
     with open(tmp_path / "p.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["score", "sentence1", "sentence2", "genre"])  # any column order, extra columns
         writer.writerows([(s, a, b, "x") for a, b, s in ROWS])
-    (tmp_path / "p.jsonl").write_text(
-        "".join(json.dumps({"sentence1": a, "sentence2": b, "score": s}) + "\n" for a, b, s in ROWS)
-    )
+    rows = [json.dumps({"sentence1": a, "sentence2": b, "score": s}) + "\n" for a, b, s in ROWS]
+    (tmp_path / "p.jsonl").write_text("".join(rows))
     expected = [ScoredPair(a, b, s) for a, b, s in ROWS]
     for name in ("p.tsv", "p.csv", "p.jsonl"):
         assert load_training_examples(str(tmp_path / name)) == expected, name
@@ -88,9 +86,8 @@ def test_scored_pairs_read_the_same_from_tsv_csv_and_json_lines(tmp_path, tokeni
     assert batch["labels"].tolist() == pytest.approx([4.6, 0.2])
     assert batch["input_ids"].shape[0] == 4  # the two first sentences, then the two second ones
 
-    (tmp_path / "nli.tsv").write_text(
-        "anchor\tpositive\tnegative\nA dog runs.\tAn animal moves.\tA dog sleeps.\n"
-    )
+    triplet = "A dog runs.\tAn animal moves.\tA dog sleeps.\n"
+    (tmp_path / "nli.tsv").write_text("anchor\tpositive\tnegative\n" + triplet)
     (pair,) = load_training_examples(str(tmp_path / "nli.tsv"))  # NLI triplets: pairs with hard negatives
     assert (pair.query, pair.positive, pair.negative) == ("A dog runs.", "An animal moves.", "A dog sleeps.")
 
@@ -128,9 +125,8 @@ def test_evaluate_similarity_equals_sentence_transformers_evaluator(
          "--output_dir", str(tmp_path)])  # fmt: skip
     ours = json.loads((tmp_path / "similarity_metrics.json").read_text())
     pairs = load_scored_pairs(dev_pairs)
-    evaluator = EmbeddingSimilarityEvaluator(
-        [p.sentence1 for p in pairs], [p.sentence2 for p in pairs], [p.score for p in pairs], write_csv=False
-    )
+    columns = [p.sentence1 for p in pairs], [p.sentence2 for p in pairs], [p.score for p in pairs]
+    evaluator = EmbeddingSimilarityEvaluator(*columns, write_csv=False)
     theirs = evaluator(SentenceTransformer(str(minilm_path), device="cpu"))
     assert ours["num_pairs"] == 50
     assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-5)  # in fact far closer

@@ -122,8 +122,7 @@ def test_bf16_inference_stays_close_to_fp32():
 
 
 def test_the_speed_benchmark_times_each_model_against_the_reference_and_writes_its_report(tmp_path, capsys):
-    """`docs/benchmarks/speed.py` at a toy size: every model timed, bert-sdpa fp32 the 1.0 reference, the
-    report's three files written and its table printed."""
+    """`docs/benchmarks/speed.py` at a toy size times every model against bert-sdpa and writes its report."""
     main = runpy.run_path(str(ROOT / "docs" / "benchmarks" / "speed.py"), run_name="speed")["main"]
     sizes = "--hidden_size 64 --num_hidden_layers 2 --num_attention_heads 2 --intermediate_size 128"
     runs = "--batch_size 4 --num_batches 2 --rounds 1 --tasks infer --dtypes fp32 --weights random"

@@ -97,8 +97,7 @@ def test_code_imports_the_namespace_never_the_folders():
 
 
 def test_the_budget_script_counts_a_repeated_run_once_and_ignores_indentation(tmp_path):
-    """scripts/budgets.py: seven shared lines (indented differently) are one repeated block, six lines of which
-    differ in one line are none."""
+    """Seven shared lines indented differently are one repeated block; six differing in one line are none."""
     import runpy
 
     repeated_blocks = runpy.run_path(str(ROOT / "scripts" / "budgets.py"))["repeated_blocks"]

@@ -127,9 +127,8 @@ def test_an_interrupted_build_continues_from_its_last_shard(
     _build(source, encoder, encoder_dir, tmp_path / "whole")
     resumed_index, whole_index = load_index(str(tmp_path / "index")), load_index(str(tmp_path / "whole"))
     assert resumed_index.ids == whole_index.ids
-    np.testing.assert_allclose(
-        resumed_index.index.reconstruct_n(0, 160), whole_index.index.reconstruct_n(0, 160), atol=1e-6
-    )
+    resumed_vectors = resumed_index.index.reconstruct_n(0, 160)
+    np.testing.assert_allclose(resumed_vectors, whole_index.index.reconstruct_n(0, 160), atol=1e-6)
 
 
 def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passages_file, tmp_path):
@@ -152,18 +151,16 @@ def test_hnsw_and_ivfpq_find_what_exact_search_finds(encoder, encoder_dir, passa
     assert config["settings"]["ivf_nlist"] == 4 and config["settings"]["pq_m"] == 16  # 160 // 39; 128 / 8
     found, scores = _search(tmp_path / "ivfpq", queries, 10)
     row = {passage_id: index for index, passage_id in enumerate(ids)}
-    true_scores = torch.stack(
-        [passages[[row[i] for i in hits]] @ query for hits, query in zip(found, queries)]
-    )
+    found_passages = [passages[[row[i] for i in hits]] for hits in found]
+    true_scores = torch.stack([scored @ query for scored, query in zip(found_passages, queries)])
     assert (scores - true_scores).abs().mean() < 0.03 < (true_scores - true_scores.mean()).abs().max()
     assert config["index_bytes"] < (tmp_path / "hnsw" / "index.faiss").stat().st_size / 4  # 8 bytes a vector
 
 
 def test_json_lines_passages_keep_their_ids_and_bad_ones_are_named(encoder, encoder_dir, tmp_path):
     path = tmp_path / "corpus.jsonl"
-    path.write_text(
-        "".join(json.dumps({"id": f"doc-{i}", "text": f"passage number {i}"}) + "\n" for i in range(5))
-    )
+    lines = [json.dumps({"id": f"doc-{i}", "text": f"passage number {i}"}) + "\n" for i in range(5)]
+    path.write_text("".join(lines))
     _build(PassageSource(passages_file=str(path)), encoder, encoder_dir, tmp_path / "index", shard_size=2)
     assert (tmp_path / "index" / "ids.txt").read_text().split() == [f"doc-{i}" for i in range(5)]
 
@@ -190,9 +187,8 @@ def test_evaluate_retrieval_gives_the_same_results_with_a_flat_index(encoder_dir
     for name, extra in (("exact", []), ("indexed", ["--index", str(tmp_path / "index")])):
         cli(["evaluate-retrieval", "--model_name_or_path", encoder_dir, *COLLECTION, *extra,
              "--output_dir", str(tmp_path / f"eval-{name}")])  # fmt: skip
-    exact, indexed = (
-        json.loads((tmp_path / f"eval-{n}" / "metrics.json").read_text()) for n in ("exact", "indexed")
-    )
+    metrics = [tmp_path / f"eval-{name}" / "metrics.json" for name in ("exact", "indexed")]
+    exact, indexed = (json.loads(path.read_text()) for path in metrics)
     assert indexed["index"] == str(tmp_path / "index") and indexed["num_passages"] > 100
     for metric, value in exact["retrieval"].items():
         assert indexed["retrieval"][metric] == pytest.approx(value, abs=1e-9), metric
