@@ -232,8 +232,9 @@ def test_crf_training_tags_turn_entity_starting_inside_tags_into_begin_tags():
     assert changed == 2
     for before, after in zip(sentences, tags):  # the same entities as conlleval reads them
         assert metrics.get_entities(before) == metrics.get_entities(after)
-    with pytest.raises(DataError, match="sentence 1 .*breaks the tag scheme"):
-        crf_training_tags([["B-PER", "O"]], ["O", "B-PER", "I-PER", "E-PER", "S-PER"], "train.txt")
+    for broken in (["B-PER", "O"], ["O", "B-PER"]):  # BIOES: a forbidden step; an entity left open at the end
+        with pytest.raises(DataError, match="sentence 1 .*breaks the tag scheme"):
+            crf_training_tags([broken], ["O", "B-PER", "I-PER", "E-PER", "S-PER"], "train.txt")
 
 
 def test_invalid_bio_share_counts_sentences_breaking_iob2():

@@ -91,12 +91,13 @@ def test_one_row_of_logits_per_window_is_required():
             postprocess(starts, ends)
 
 
-def test_an_answer_ending_the_context_is_found_in_its_window(tokenizer):
+@pytest.mark.parametrize("answer", ["Lisbon", "The"])  # the context's last word, its first
+def test_an_answer_at_either_end_of_the_context_is_found_in_its_window(tokenizer, answer):
     context = "The treaty was signed in the old harbour town of Lisbon"
-    examples = squad("Where was the treaty signed?", context, "Lisbon")
+    examples = squad("Where was the treaty signed?", context, answer)
     features = qa.prepare_train_features(examples, tokenizer, max_seq_length=64, doc_stride=16)
     start, end = features["start_positions"][0], features["end_positions"][0]
-    assert tokenizer.decode(features["input_ids"][0][start : end + 1]) == "lisbon"
+    assert tokenizer.decode(features["input_ids"][0][start : end + 1]) == answer.lower()
 
 
 def test_a_long_context_is_answered_from_the_window_that_holds_the_answer(tokenizer):
@@ -118,6 +119,7 @@ def test_a_long_context_is_answered_from_the_window_that_holds_the_answer(tokeni
     options = dict(n_best_size=5, max_answer_length=10)
     predictions, nbest = qa.postprocess_qa_predictions(examples, windows, starts, ends, **options)
     assert predictions == {"q": "under the old oak tree"} and nbest["q"][0]["probability"] > 0.5
+    assert nbest["q"][0]["answer_start"] == context.index("under the old oak tree")
 
 
 def test_questions_are_cut_to_64_tokens_by_default_and_right_padding_is_required(tokenizer):
