@@ -74,10 +74,18 @@ REDACTED_TAIL = "\n".join([f"line {i}" for i in range(16, 30)] + ["OSError: 401 
         ),
         (FakeRun(stdout="no json here\n"), {"ok": False, "error": "no json here"}),
         (FakeRun(returncode=-9, stdout='{"ok": true}\n', stderr="died"), {"ok": False, "error": "died"}),
+        (FakeRun(returncode=1, stdout='{"ok": true}\n', stderr="failed"), {"ok": False, "error": "failed"}),
         (FakeRun(timeout=True), {"ok": False, "error": "verification did not finish within 12 s"}),
         (FakeRun(returncode=1, stderr=TAIL), {"ok": False, "error": REDACTED_TAIL}),
     ],
-    ids=["last json line", "no json", "json before a failed exit", "hangs", "tail, token redacted"],
+    ids=[
+        "last json line",
+        "no json",
+        "json before a kill",
+        "json before an error",
+        "hangs",
+        "tail, token redacted",
+    ],
 )
 def test_how_the_checkers_answer_is_read(monkeypatch, run, answer):
     assert verify(monkeypatch, run, token=TOKEN, timeout_s=12.4) == answer
@@ -112,6 +120,7 @@ WORDS = [{"token_str": w} for w in ("mat", "rug", "bed", "sofa")]
         ("question-answering", {"answer": None}, AssertionError),
         ("feature-extraction", [[[0.1, 0.2, 0.3]]], 3),
         ("feature-extraction", [[[0.1, 0.2]]], AssertionError),  # narrower than hidden_size
+        ("feature-extraction", [[[0.1, 0.2, 0.3, 0.4]]], AssertionError),  # wider
     ],
 )
 def test_each_pipeline_smoke_test_checks_its_answer(task, answer, expected):
