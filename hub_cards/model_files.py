@@ -149,7 +149,7 @@ def _model_files(folder: Path, missing: list[str]) -> list[str]:
         files.append("model.safetensors")
     else:
         missing.append(
-            "model.safetensors (weights; only PyTorch .bin weights found: re-save with safe_serialization)"
+            "model.safetensors (weights; only PyTorch .bin weights found: load and save_pretrained it again)"
         )
 
     tokenizer = [f for f in TOKENIZER_FILES if (folder / f).is_file()]

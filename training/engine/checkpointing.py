@@ -400,7 +400,7 @@ def save_model_folder(
     if accelerator.is_main_process:  # a full disk: one line, and no partial folder left
         with space_for(folder, weight_bytes), staged_folder(folder) as partial:
             with own_class(unwrapped):
-                unwrapped.save_pretrained(partial, state_dict=state_dict, safe_serialization=True)
+                unwrapped.save_pretrained(partial, state_dict=state_dict)
             if tokenizer is not None:
                 tokenizer.save_pretrained(partial)
             if facts is not None:
