@@ -229,14 +229,7 @@ def test_resume_command_replaces_an_old_checkpoint_given_with_an_equals_sign():
         resume_command(argv, "latest")
         == "python -m briskbert pretrain --seed 1 --resume_from_checkpoint latest"
     )
-    argv = [
-        "/usr/bin/python3",
-        "/venv/bin/briskbert",
-        "pretrain",
-        "--resume_from_checkpoint",
-        "out/step_2",
-        "-v",
-    ]
+    argv = ["python3", "/venv/bin/briskbert", "pretrain", "--resume_from_checkpoint", "out/step_2", "-v"]
     assert resume_command(argv, "latest") == "briskbert pretrain -v --resume_from_checkpoint latest"
     argv = ["python3", "-m", "briskbert", "finetune-ner", "--output_dir", "my runs/a"]
     assert resume_command(argv, Path("my runs/a/step_2")) == (

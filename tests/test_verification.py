@@ -78,14 +78,7 @@ REDACTED_TAIL = "\n".join([f"line {i}" for i in range(16, 30)] + ["OSError: 401 
         (FakeRun(timeout=True), {"ok": False, "error": "verification did not finish within 12 s"}),
         (FakeRun(returncode=1, stderr=TAIL), {"ok": False, "error": REDACTED_TAIL}),
     ],
-    ids=[
-        "last json line",
-        "no json",
-        "json before a kill",
-        "json before an error",
-        "hangs",
-        "tail, token redacted",
-    ],
+    ids=["last json line", "no json", "json, killed", "json, error exit", "hangs", "tail, token redacted"],
 )
 def test_how_the_checkers_answer_is_read(monkeypatch, run, answer):
     assert verify(monkeypatch, run, token=TOKEN, timeout_s=12.4) == answer
