@@ -402,6 +402,13 @@ def test_a_run_that_stops_mid_epoch_counts_the_fraction_of_the_epoch(tmp_path):
     assert json.loads((tmp_path / "all_results.json").read_text())["epochs"] == 1.3333
 
 
+def test_tokens_seen_counts_real_tokens_with_or_without_an_attention_mask():
+    """What the card reports as tokens seen, for any task's batches (``run`` takes a user's task too)."""
+    ids, mask = torch.ones(2, 5, dtype=torch.long), torch.tensor([[1] * 5, [1, 1, 0, 0, 0]])
+    assert loop._count_tokens({"input_ids": ids, "attention_mask": mask}) == 7
+    assert loop._count_tokens({"input_ids": ids}) == 10 and loop._count_tokens({"pixel_values": ids}) == 0
+
+
 # ------------------------------------------------------------------------------------------- evaluation
 class ConstantLossModel(torch.nn.Module):
     """Answers each batch with the loss the batch carries."""
