@@ -47,9 +47,11 @@ def test_repo_lifecycle_and_error_codes(hub):
     assert (status, h["x-repo-commit"], h["etag"], h["content-length"]) == (200, body["commitOid"], etag, "2")
     status, h, _ = raw(hub, http_request("HEAD", "/testuser/r/resolve/main/missing.txt"))
     assert status == 404 and h["x-error-code"] == "EntryNotFound" and h["x-repo-commit"] == body["commitOid"]
-    # a stale parent is refused and changes nothing
-    stale = api(hub, "POST", "/api/models/testuser/r/commit/main", with_parent + ndjson(file_line("c.txt")))
-    assert stale[0] == 412 and head_of(hub) == body["commitOid"]
+    # a stale parent, or one sorting below or above any commit id, is refused and changes nothing
+    for parent in (head, "0" * 40, "f" * 40):
+        stale = ndjson({"key": "header", "value": {"summary": "add", "parentCommit": parent}})
+        stale = api(hub, "POST", "/api/models/testuser/r/commit/main", stale + ndjson(file_line("c.txt")))
+        assert stale[0] == 412 and head_of(hub) == body["commitOid"]
     tree = api(hub, "GET", "/api/models/testuser/r/tree/main?recursive=false")[1]
     assert [(e["type"], e["path"]) for e in tree] == [("file", ".gitattributes"), ("directory", "a")]
     # a deleted folder takes every file under it, and only those (not a sibling whose name starts alike)
@@ -160,7 +162,10 @@ def test_real_clients_roundtrip(tmp_path, xet):
 def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, caplog):
     """A data folder left damaged is served as well as it can be; what interrupted writes left in tmp/ goes."""
     files = {"config.json": b'{"a": 1}', "weights.bin": b"\0weights" * 50, "notes.txt": b"notes " * 50}
-    files["gone.txt"] = b"deleted from the blob store"
+    files |= {
+        "gone.txt": b"deleted from the blob store",
+        "head.bin": b"\0head" * 50,
+    }  # its damage sorts lower
     data = tmp_path / "data"
     with BackgroundHub(data, TOKEN) as h:
         for name in ("good", "broken-meta", "broken-refs", "broken-tree"):
@@ -173,7 +178,7 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
     refs.write_text('{"branches": ["main"]}')
     (repos / "broken-tree" / "trees" / f"{tree_head}.json").write_text('{"config.json": 3}')
     blobs = {p: blob_file(data, d) for p, d in files.items()}
-    for path in ("weights.bin", "notes.txt"):
+    for path in ("weights.bin", "head.bin", "notes.txt"):
         blobs[path].write_bytes(files[path].swapcase())  # the same size, other bytes
     blobs["gone.txt"].unlink()
     (data / "tmp" / "deleted-abc").mkdir()  # what interrupted writes leave
@@ -186,6 +191,7 @@ def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, capl
             ("/api/models/testuser/broken-refs", "(refs.json: not an object with 'branches' and 'tags'"),
             ("/api/models/testuser/broken-tree", f"(trees/{tree_head}.json: not a file table"),
             ("/testuser/good/resolve/main/weights.bin", "of weights.bin is damaged (its sha256 changed)"),
+            ("/testuser/good/resolve/main/head.bin", "of head.bin is damaged (its sha256 changed)"),
             ("/testuser/good/resolve/main/notes.txt", "of notes.txt is damaged (its git blob sha1 changed)"),
             ("/testuser/good/resolve/main/gone.txt", "of gone.txt is damaged (missing)"),
         ]:
