@@ -43,6 +43,10 @@ _NOT_METRICS = {"epoch", "runtime", "samples_per_second", "steps_per_second", "s
 BASELINES = {"chance": "chance", "majority": "majority class"}
 
 
+def _is_baseline(metric: str) -> bool:
+    return metric.split("_", 1)[0] in BASELINES
+
+
 class CardError(UserError):
     """The folder or the facts cannot make a valid card (one line naming the file and the fix)."""
 
@@ -160,9 +164,8 @@ def render_card(
     """The card of ``model_dir`` as published to ``repo_id`` at ``revision``, which the usage snippet pins
     (``revision_is_pinned``: a tag; otherwise a branch, and the snippet says to pin a commit id)."""
     model_dir = Path(model_dir)
-    config = read_config(
-        model_dir
-    )  # with its architectures: save_pretrained writes them, publish checks them
+    # with its architectures: save_pretrained writes them, publish checks them
+    config = read_config(model_dir)
     if facts is None:
         try:
             facts = read_training_facts(model_dir)
@@ -221,7 +224,7 @@ def _metric_rows(metrics: dict) -> list[tuple[str, str]]:
             for b, words in BASELINES.items()
             if f"{b}_{name}" in metrics
         ]
-        if name.split("_", 1)[0] not in BASELINES:
+        if not _is_baseline(name):
             rows.append((name, _fmt(float(value)) + (f" ({', '.join(beside)})" if beside else "")))
     return rows
 
@@ -242,7 +245,7 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
                 metric_value=round(float(value), 6),
             )
             for name, value in metrics.items()
-            if name.split("_", 1)[0] not in BASELINES
+            if not _is_baseline(name)
         ]
     tags = ["briskbert", "bert", "encoder", config.get("model_type") or "briskbert", *job.tags]
     if quantization:

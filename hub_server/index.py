@@ -78,9 +78,8 @@ class RevisionIndex:
         it."""
         prefix = f"{folder}/" if folder else ""
         start = bisect_left(self.paths, prefix)
-        end = (
-            bisect_left(self.paths, folder + "0") if folder else len(self.paths)
-        )  # '0' sorts right after '/'
+        # '0' sorts right after '/': the first path past the folder's
+        end = bisect_left(self.paths, folder + "0") if folder else len(self.paths)
         i = max(start, bisect_right(self.paths, after)) if after is not None else start
         out: list[FileEntry | Folder] = []
         while i < end and len(out) < limit:

@@ -353,9 +353,8 @@ class BriskBertAttention(nn.Module):
         self.config = config
         self.layer_idx = layer_idx
         self.head_dim = config.head_dim
-        self.num_key_value_groups = (
-            config.num_attention_heads // config.num_key_value_heads
-        )  # read by kernels
+        # read by kernels
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
         self.scaling = self.head_dim**-0.5
         self.is_causal = False
         self.attention_dropout = config.attention_probs_dropout_prob

@@ -27,6 +27,5 @@ def main(argv=None):
     from briskbert.commands.training_run import train
     from briskbert.training.retrieval.embedding_task import EmbeddingTask
 
-    return train(
-        EmbeddingTask(model, data, settings), config
-    )  # the task reads the examples, which decide the loss
+    task = EmbeddingTask(model, data, settings)  # reads the examples, which decide the loss
+    return train(task, config)
