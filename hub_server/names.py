@@ -90,3 +90,8 @@ def validate_ref_name(name: str) -> str:
     if problem:
         raise BadRequest(f"Invalid branch or tag name {name!r}: {problem}", code="InvalidRef")
     return name
+
+
+def repo_key(repo_id: str) -> str:
+    """The form repo ids are compared and stored in: the Hub treats ``me/Pub`` and ``me/pub`` as one repo."""
+    return repo_id.lower()

@@ -34,7 +34,7 @@ from briskbert.hub_cards.front_matter import YamlLimits
 
 from . import errors
 from .errors import BadRequest, HubError
-from .names import is_repo_name, validate_repo_id
+from .names import is_repo_name, repo_key, validate_repo_id
 from .protocol import parse_size
 from .routes import STEPS, Auth, Route, header_safe, json_response, match, read_body, repo_of
 from .storage import Storage
@@ -92,7 +92,7 @@ class Account:
             raise ValueError(f"the token of account {self.name!r} must be a non-empty printable string")
 
     def owns(self, namespace: str) -> bool:
-        return namespace.lower() in {n.lower() for n in (self.name, *self.orgs)}
+        return repo_key(namespace) in {repo_key(n) for n in (self.name, *self.orgs)}
 
     def check_writes(self, namespace: str, what: str) -> None:
         if not self.owns(namespace):

@@ -34,7 +34,7 @@ from briskbert.files import file_digest, write_atomic
 from . import errors, names
 from .errors import BadRequest, HubError, RevisionNotFound, damaged, repo_not_found
 from .index import GITATTRIBUTES, FileEntry, RevisionIndex, git_blob_oid
-from .names import COMMIT_ID_RE
+from .names import COMMIT_ID_RE, repo_key
 
 logger = logging.getLogger("hub_server")
 UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
@@ -184,7 +184,7 @@ class Storage:
             for refs in sorted((self.root / "repos" / f"{repo_type}s").glob("*/*/refs.json")):
                 record = self._load_repo(repo_type, refs.parent)
                 if record is not None:
-                    self._repos[(repo_type, record.repo_id.lower())] = record
+                    self._repos[(repo_type, repo_key(record.repo_id))] = record
 
     def _load_repo(self, repo_type: str, folder: Path) -> RepoRecord | None:
         """The repo in ``folder``. A damaged ``meta.json`` or ``refs.json`` is logged in one line naming it, and
@@ -308,11 +308,11 @@ class Storage:
     def _folder_of(self, repo_type: str, repo_id: str) -> Path:
         # Ids are checked where they arrive (a request, or a meta.json at start-up): the path stays inside root.
         # They are case-insensitive, as on the Hub: me/Pub and me/pub are one repo.
-        return self.root / "repos" / f"{repo_type}s" / repo_id.lower()
+        return self.root / "repos" / f"{repo_type}s" / repo_key(repo_id)
 
     def lookup(self, repo_type: str, repo_id: str) -> RepoRecord | None:
         """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
-        return self._repos.get((repo_type, repo_id.lower()))
+        return self._repos.get((repo_type, repo_key(repo_id)))
 
     def meta(self, repo_type: str, repo_id: str) -> RepoRecord:
         record = self.lookup(repo_type, repo_id)
@@ -343,14 +343,14 @@ class Storage:
             except BaseException:
                 shutil.rmtree(d, ignore_errors=True)
                 raise
-            self._repos[(repo_type, repo_id.lower())] = record
+            self._repos[(repo_type, repo_key(repo_id))] = record
             return record
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
         """Delete a repo, a damaged one too (the way to be rid of it), and the blobs only it named."""
         d = self._folder_of(repo_type, repo_id)
         with self._lock:
-            if self._repos.pop((repo_type, repo_id.lower()), None) is None:
+            if self._repos.pop((repo_type, repo_key(repo_id)), None) is None:
                 raise repo_not_found(repo_type, repo_id)
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # gone at once; then removed at leisure
