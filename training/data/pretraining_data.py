@@ -1,30 +1,20 @@
-"""Pretraining sequences: MLM sequences and NSP pairs from a prepared corpus (:class:`StoredSequences`,
-:func:`stored_nsp_examples`), or MLM sequences read on the fly (:class:`StreamingMLMDataset`).
-
-Packing modes (RoBERTa, Liu et al. 2019, 4.2); every sequence starts with ``[CLS]``, a document ends with
-``[SEP]``, and nothing is dropped (the last, shorter sequence is kept):
-
-* ``full-sentences``: documents concatenated and cut every ``max_seq_length`` tokens;
-* ``doc-sentences``: the same, never crossing a document boundary;
-* ``none``: ``[CLS] doc [SEP]``, a longer document continuing in further such sequences.
+"""Pretraining sequences from a prepared corpus (:class:`StoredSequences`, :func:`stored_nsp_examples`) or read on
+the fly (:class:`StreamingMLMDataset`). Packing (RoBERTa, Liu et al. 2019, 4.2): ``full-sentences`` cuts the
+concatenated documents every ``max_seq_length`` tokens, ``doc-sentences`` never crosses a document, ``none`` is
+``[CLS] doc [SEP]``; every sequence starts with ``[CLS]``, a document ends with ``[SEP]``, nothing is dropped.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-from array import array
 from collections.abc import Iterator, Sequence
 from functools import partial
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from briskbert.errors import SettingError
-from briskbert.files import staged_folder
 from briskbert.training.data.corpus import (
     CorpusSource,
     CorpusStore,
@@ -199,64 +189,19 @@ class StoredDocuments(Sequence):
         return [self.tokens[start:end].tolist() for start, end in spans]
 
 
-class StoredExamples(torch.utils.data.Dataset):
-    """NSP examples written by :func:`stored_nsp_examples`: flat ids, per-example offsets, the length of
-    ``[CLS] A [SEP]`` and the label, memory-mapped."""
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.offsets = np.load(self.folder / "offsets.npy")
-        self.first_lengths = np.load(self.folder / "first_lengths.npy")
-        self.labels = np.load(self.folder / "labels.npy")
-        self._tokens = None
-
-    def __getstate__(self):
-        return {**self.__dict__, "_tokens": None}
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> dict:
-        if self._tokens is None:
-            self._tokens = np.memmap(self.folder / "tokens.bin", dtype=np.int32, mode="r")
-        ids = self._tokens[int(self.offsets[index]) : int(self.offsets[index + 1])].tolist()
-        first = int(self.first_lengths[index])
-        return {
-            "input_ids": ids,
-            "token_type_ids": [0] * first + [1] * (len(ids) - first),
-            "next_sentence_label": int(self.labels[index]),
-            "idx": index,
-        }
-
-
 def stored_nsp_examples(
     store: CorpusStore, documents, cls_id: int, sep_id: int, max_seq_length: int, seed: int
-) -> StoredExamples:
-    """NSP examples of a prepared (sentence-segmented) corpus, built once and cached next to it."""
-    chosen = _chosen(store, documents)
-    key = hashlib.sha256(json.dumps([max_seq_length, seed, cls_id, sep_id]).encode() + chosen.tobytes())
-    folder = store.folder / f"nsp-{key.hexdigest()[:16]}"
-    if folder.is_dir():
-        return StoredExamples(folder)
-    tokenized = StoredDocuments(store, chosen)
+) -> list[dict]:
+    """The NSP examples of a prepared (sentence-segmented) corpus, each with its ``idx``."""
+    tokenized = StoredDocuments(store, documents)
     if len(tokenized) < 2:
         raise SettingError(
             "nsp",
             "needs a corpus with several documents (separated by blank lines in text files, "
             "one per row otherwise): random next segments must come from another document.",
         )
-    # Compact arrays, not lists of Python ints: a few bytes per example.
-    offsets, first_lengths, labels = array("q", [0]), array("i"), array("b")
-    with staged_folder(folder) as staged, open(staged / "tokens.bin", "wb") as handle:
-        for example in iter_nsp_examples(tokenized, cls_id, sep_id, max_seq_length, seed, 0.1):
-            handle.write(np.asarray(example["input_ids"], dtype=np.int32).tobytes())
-            offsets.append(offsets[-1] + len(example["input_ids"]))
-            first_lengths.append(example["token_type_ids"].count(0))
-            labels.append(example["next_sentence_label"])
-        np.save(staged / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-        np.save(staged / "first_lengths.npy", np.asarray(first_lengths, dtype=np.int32))
-        np.save(staged / "labels.npy", np.asarray(labels, dtype=np.int8))
-    return StoredExamples(folder)
+    examples = iter_nsp_examples(tokenized, cls_id, sep_id, max_seq_length, seed, 0.1)
+    return [{**example, "idx": index} for index, example in enumerate(examples)]
 
 
 class StreamingMLMDataset(torch.utils.data.IterableDataset):
