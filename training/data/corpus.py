@@ -1,14 +1,9 @@
-"""A tokenized corpus on disk: prepared once, in parallel, with bounded memory (a long line is read in pieces cut
-before a word's whitespace, which keeps the ids of the whole); memory-mapped afterwards. A store folder:
-
-    tokens.bin        every document's ids, each non-empty document followed by the separator id
-    documents.npy     int64 offsets into tokens.bin, one more than there are documents
-    segments.npy      int64 (start, end) of every segment (paragraph, or sentence for NSP)
-    doc_segments.npy  int64 offsets into segments.npy per document
-    meta.json, manifest.json (each file's size and sha256, written last)
-
-Stores are cached under a fingerprint of the input, the tokenizer and the segmentation, and reused only when
-their files match the manifest and their ids are in range.
+"""A tokenized corpus on disk, prepared once in parallel with bounded memory (a long line is read in pieces cut
+before a word's whitespace, which keeps the ids of the whole), then memory-mapped. A store folder holds
+``tokens.bin`` (each non-empty document's ids, then the separator), ``documents.npy`` and ``segments.npy``
+(int64 offsets of documents, and (start, end) of segments: paragraphs, or sentences for NSP), ``doc_segments.npy``,
+``meta.json`` and ``manifest.json``. Stores are cached under a fingerprint of the input, the tokenizer and the
+segmentation, and reused only when their files match the manifest and their ids are in range.
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ import json
 import multiprocessing
 import os
 import re
-import shutil
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -29,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from briskbert.errors import SettingError, UserError
-from briskbert.files import MANIFEST_FILE, manifest_problem, write_manifest
+from briskbert.files import MANIFEST_FILE, manifest_problem, staged_folder, write_manifest
 from briskbert.inputs import check_text_file
 
 BUILDERS = {
@@ -315,7 +309,7 @@ class CorpusStore:
 
 def verified_store(folder: Path, vocab_size: int, log) -> CorpusStore | None:
     """The cached store in ``folder`` if its files match its manifest and its ids are below ``vocab_size``;
-    otherwise None, with the folder removed and one line saying what was wrong."""
+    otherwise None, with one line saying what was wrong."""
     problem = manifest_problem(folder)
     if problem is None and not (folder / MANIFEST_FILE).is_file():
         problem = f"{folder} has no {MANIFEST_FILE} (an interrupted preparation, or an older version's)"
@@ -332,7 +326,6 @@ def verified_store(folder: Path, vocab_size: int, log) -> CorpusStore | None:
             return store
         problem = f"{folder / 'tokens.bin'} holds token id {largest}, past the tokenizer's {vocab_size} ids"
     log(f"The prepared corpus cache is damaged: {problem}; preparing it again.")
-    shutil.rmtree(folder)
     return None
 
 
@@ -354,29 +347,16 @@ def prepare_corpus(source: CorpusSource, tokenizer, settings: PreparationSetting
     identity["tokenizer"] = encoder.fingerprint
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
     folder = cache_dir / f"{name}-{key}"
-    if settings.overwrite and folder.is_dir():
-        shutil.rmtree(folder)
-    if folder.is_dir():
+    if folder.is_dir() and not settings.overwrite:
         store = verified_store(folder, encoder.vocab_size, log)
         if store is not None:
             return store
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = cache_dir / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
+    with staged_folder(folder) as staged:  # replaces a damaged or overwritten store when complete
         start = time.perf_counter()
-        meta = _write_store(source, encoder, settings, partial)
+        meta = _write_store(source, encoder, settings, staged)
         meta.update(source=source.label, seconds=round(time.perf_counter() - start, 2))
-        (partial / META_FILE).write_text(json.dumps(meta, indent=2))
-        write_manifest(partial)
-        try:
-            partial.rename(folder)
-        except OSError:  # another process finished the same store first: use theirs
-            shutil.rmtree(partial, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+        (staged / META_FILE).write_text(json.dumps(meta, indent=2))
+        write_manifest(staged)
     store = CorpusStore(folder)
     log(
         f"Prepared {source.label}: {store.num_documents:,} documents, {store.num_tokens:,} tokens in "
