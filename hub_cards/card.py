@@ -185,6 +185,7 @@ def render_card(
         and math.isfinite(v)
         and k.removeprefix("eval_") not in _NOT_METRICS
     }
+    labels = [config["id2label"][k] for k in sorted(config.get("id2label") or {}, key=int)]
     eval_dataset = job.eval_dataset or next((d for d in job.datasets if _is_public_dataset(d)), None)
     card = ModelCard.from_template(
         _card_data(config, job, pipeline_tag, model_name, metrics, eval_dataset, quantization),
@@ -198,7 +199,12 @@ def render_card(
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
         default_tag=default_tag,
-        architecture_rows=_architecture_rows(config, pipeline_tag, quantization),
+        config=config,
+        architecture_options=ARCHITECTURE_OPTIONS,
+        fmt=_fmt,
+        labels=_fmt(labels)
+        if labels and pipeline_tag in ("text-classification", "token-classification")
+        else None,
         training_rows=_training_rows(job, run),
         metric_rows=_metric_rows(metrics),
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
@@ -261,21 +267,6 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
         model_name=model_name if eval_results else None,
         eval_results=eval_results,
     )
-
-
-def _architecture_rows(config: dict, pipeline_tag: str, quantization: dict | None) -> list[tuple[str, str]]:
-    rope = config.get("position_embedding_type") == "rope"  # rope_theta means nothing without it
-    rows = [("architectures", ", ".join(config["architectures"]))]
-    rows += [
-        (k, _fmt(config[k]) if k in config else "—")
-        for k in ARCHITECTURE_OPTIONS
-        if k != "rope_theta" or rope
-    ]
-    dtype = _fmt(config.get("dtype") or config.get("torch_dtype") or "float32")
-    rows.append(("dtype", _fmt(quantization["description"]) if quantization else dtype))
-    if config.get("id2label") and pipeline_tag in ("text-classification", "token-classification"):
-        rows.append(("labels", _fmt([config["id2label"][k] for k in sorted(config["id2label"], key=int)])))
-    return rows
 
 
 def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:

@@ -4,7 +4,6 @@ outside the folder is ``OutsideTheFolder``."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -202,40 +201,21 @@ def collect_files(
 def shard_weights(
     folder: Path, files: list[str], max_shard_size: int | str, workdir: Path
 ) -> dict[str, Path]:
-    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards (written one at a
-    time) and their index."""
+    """path in repo -> local path; a model.safetensors above ``max_shard_size`` becomes shards and their index
+    (written into ``workdir``)."""
     mapping = {f: folder / f for f in files}
     if "model.safetensors" not in mapping:
         return mapping
-    from huggingface_hub.serialization import split_state_dict_into_shards_factory
-    from safetensors import safe_open
-    from safetensors.torch import save_file
+    from huggingface_hub import save_torch_state_dict, split_torch_state_dict_into_shards
+    from safetensors.torch import load_file
 
-    single = mapping["model.safetensors"]
-    with open(single, "rb") as fh:  # the header: each tensor's byte range, read without loading a tensor
-        header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-    metadata = header.pop("__metadata__", None) or {"format": "pt"}
+    weights = load_file(mapping["model.safetensors"])
     try:
-        split = split_state_dict_into_shards_factory(
-            {name: tensor["data_offsets"] for name, tensor in header.items()},
-            get_storage_size=lambda offsets: offsets[1] - offsets[0],
-            filename_pattern="model{suffix}.safetensors",
-            max_shard_size=max_shard_size,
-        )
+        sharded = split_torch_state_dict_into_shards(weights, max_shard_size=max_shard_size).is_sharded
     except ValueError as error:  # a size huggingface_hub cannot read
         raise SettingError("max_shard_size", f"must be a size such as 2GB or 500MB: {error}") from None
-    if not split.is_sharded:
+    if not sharded:
         return mapping
+    save_torch_state_dict(weights, workdir, max_shard_size=max_shard_size)
     del mapping["model.safetensors"]
-    with safe_open(str(single), "pt") as weights:
-        for shard_name, names in split.filename_to_tensors.items():
-            save_file(
-                {name: weights.get_tensor(name) for name in names},
-                str(workdir / shard_name),
-                metadata=metadata,
-            )
-            mapping[shard_name] = workdir / shard_name
-    index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-    (workdir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    mapping["model.safetensors.index.json"] = workdir / "model.safetensors.index.json"
-    return mapping
+    return mapping | {path.name: path for path in sorted(workdir.glob("model*.safetensors*"))}
