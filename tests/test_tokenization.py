@@ -19,8 +19,7 @@ from briskbert.tokenization import (
     BriskBertTokenizer,
     EmptyCorpusError,
     TokenizerInputError,
-    train_bpe_tokenizer,
-    train_unigram_tokenizer,
+    train_tokenizer,
     train_wordpiece_tokenizer,
 )
 from briskbert.tokenization.training import sample_lines
@@ -229,17 +228,16 @@ def test_sampled_training_keeps_at_most_max_lines():
     assert "[unused0]" in few.get_vocab()
 
 
-@pytest.mark.parametrize("train", [train_bpe_tokenizer, train_unigram_tokenizer])
-def test_bpe_and_unigram_load_with_autotokenizer_without_remote_code(tmp_path, train):
+@pytest.mark.parametrize("model", ["bpe", "unigram"])
+def test_bpe_and_unigram_load_with_autotokenizer_without_remote_code(tmp_path, model):
     from transformers import AutoTokenizer
 
-    train(
-        files=[EXCERPTS / "wikitext2_excerpt.txt"], vocab_size=700, output_dir=tmp_path, show_progress=False
-    )
+    excerpt = [EXCERPTS / "wikitext2_excerpt.txt"]
+    train_tokenizer(model, excerpt, vocab_size=700, output_dir=tmp_path, show_progress=False)
     tok = AutoTokenizer.from_pretrained(tmp_path)  # no trust_remote_code
     enc = tok("The lobster lives in the sea.", "A pair")
     first, last = tok.convert_ids_to_tokens(enc["input_ids"])[:: len(enc["input_ids"]) - 1]
-    if train is train_bpe_tokenizer:  # RoBERTa's template; bytes cover any text, so nothing is unknown
+    if model == "bpe":  # RoBERTa's template; bytes cover any text, so nothing is unknown
         assert (first, last) == ("<s>", "</s>") and tok.mask_token == "<mask>"
         assert tok.unk_token_id not in tok("日本語 ☃")["input_ids"]
         ids = tok("The lobster lives.")["input_ids"]

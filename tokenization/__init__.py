@@ -7,12 +7,7 @@ from transformers import AutoTokenizer
 from briskbert.modeling.configuration_briskbert import BriskBertConfig
 
 from .tokenization_briskbert import SPECIAL_TOKENS, BriskBertTokenizer, TokenizerInputError
-from .training import (
-    EmptyCorpusError,
-    train_bpe_tokenizer,
-    train_unigram_tokenizer,
-    train_wordpiece_tokenizer,
-)
+from .training import EmptyCorpusError, train_tokenizer, train_wordpiece_tokenizer
 
 AutoTokenizer.register(BriskBertConfig, tokenizer_class=BriskBertTokenizer, exist_ok=True)
 
@@ -21,7 +16,6 @@ __all__ = [
     "BriskBertTokenizer",
     "EmptyCorpusError",
     "TokenizerInputError",
-    "train_bpe_tokenizer",
-    "train_unigram_tokenizer",
+    "train_tokenizer",
     "train_wordpiece_tokenizer",
 ]

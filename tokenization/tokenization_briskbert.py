@@ -96,5 +96,3 @@ class BriskBertTokenizer(BertTokenizer):
 
 
 BriskBertTokenizer.register_for_auto_class("AutoTokenizer")
-
-__all__ = ["BriskBertTokenizer", "SPECIAL_TOKENS", "TokenizerInputError"]

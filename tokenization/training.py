@@ -47,44 +47,45 @@ def sample_lines(lines: Iterable[str], max_lines: int | None, seed: int = 0) -> 
     return [line for _, line in sorted(reservoir)]
 
 
-def _file_lines(paths: list[str]) -> Iterator[str]:
-    for path in paths:
-        with open(path, encoding="utf-8") as handle:
-            yield from (line.rstrip("\n") for line in handle if line.strip())
-
-
-def _dataset_texts(dataset, text_column: str) -> Iterator[str]:
-    if hasattr(dataset, "iter"):  # a `datasets` dataset: columnar batches
-        rows = (text for batch in dataset.iter(batch_size=_BATCH) for text in batch[text_column])
-    else:  # an iterable of texts, read again at every call
-        rows = iter(dataset)
-    return (text for text in rows if isinstance(text, str) and text.strip())
-
-
-def _training_texts(files, dataset, text_column: str, max_lines: int | None, seed: int):
-    """A function giving the (sampled) texts to train on at every call, and their source's name. ``files`` are
-    checked to be UTF-8 text here, so that a bad byte is named before training starts."""
+def _reader(files, dataset, text_column: str, max_lines: int | None, seed: int):
+    """A function giving the (sampled) non-blank texts to train on at every call; ``files`` are checked to be
+    UTF-8 text here, so that a bad byte is named before training starts, and an empty corpus is named."""
     if (files is None) == (dataset is None):
         raise ValueError("Pass exactly one of `files` (text files) or `dataset` (with `text_column`).")
-    if dataset is not None:
+    if dataset is None:
+        paths = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+        for path in paths:
+            check_text_file(path, "files", allow_empty=True)
+        source = ", ".join(paths)
+
+        def rows():
+            for path in paths:
+                with open(path, encoding="utf-8") as handle:
+                    yield from (line.rstrip("\n") for line in handle)
+
+    else:
         if text_column not in getattr(dataset, "column_names", [text_column]):
             raise ValueError(
                 f"`text_column={text_column!r}` is not a column of the dataset; columns: {dataset.column_names}."
             )
-        return lambda: sample_lines(_dataset_texts(dataset, text_column), max_lines, seed), "the dataset"
-    paths = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
-    for path in paths:
-        check_text_file(path, "files", allow_empty=True)
-    return lambda: sample_lines(_file_lines(paths), max_lines, seed), ", ".join(paths)
+        source = "the dataset"
+
+        def rows():
+            if hasattr(dataset, "iter"):  # a `datasets` dataset: columnar batches
+                return (text for batch in dataset.iter(batch_size=_BATCH) for text in batch[text_column])
+            return iter(dataset)  # an iterable of texts, read again at every call
+
+    def read() -> Iterator[str]:
+        texts = iter(sample_lines((t for t in rows() if isinstance(t, str) and t.strip()), max_lines, seed))
+        first = next(texts, None)
+        if first is None:
+            raise EmptyCorpusError(f"{source}: no text to train a tokenizer on (empty, or only blank lines).")
+        return chain([first], texts)
+
+    return read
 
 
-def _train_backend(backend, trainer, texts: Iterable[str], source: str) -> None:
-    """Train ``backend`` on ``texts`` in batches; an empty corpus is refused naming its source."""
-    texts = iter(texts)
-    first = next(texts, None)
-    if first is None:
-        raise EmptyCorpusError(f"{source}: no text to train a tokenizer on (empty, or only blank lines).")
-    texts = chain([first], texts)
+def _train(backend, trainer, texts: Iterator[str]) -> None:
     backend.train_from_iterator(iter(lambda: list(islice(texts, _BATCH)), []), trainer=trainer)
 
 
@@ -105,7 +106,8 @@ def canonical_wordpiece_vocab(vocab: dict[str, int], target_size: int) -> dict[s
     return {token: i for i, token in enumerate(tokens)}
 
 
-def train_wordpiece_tokenizer(
+def train_tokenizer(
+    model: str = "wordpiece",
     files=None,
     dataset=None,
     text_column: str = "text",
@@ -118,16 +120,36 @@ def train_wordpiece_tokenizer(
     model_max_length: int = 512,
     max_lines: int | None = None,
     seed: int = 0,
-) -> BriskBertTokenizer:
-    """A BriskBertTokenizer over a WordPiece vocabulary of exactly `vocab_size` tokens (rounded up to a
-    multiple of `round_to_multiple_of` when given), saved to `output_dir` when given.
+):
+    """A tokenizer of ``model`` (``wordpiece``, ``bpe`` or ``unigram``) trained on exactly one of `files` (UTF-8
+    text, one document or line per line) and `dataset` (a `datasets` dataset read from `text_column`, or an
+    iterable of texts that can be read twice), saved to `output_dir` when given. `lowercase` as uncased BERT
+    (wordpiece: accents stripped too; bpe ignores it); `min_frequency` for wordpiece and bpe; `max_lines` trains
+    on a `seed`ed sample of that many lines."""
+    read = _reader(files, dataset, text_column, max_lines, seed)
+    shared = dict(vocab_size=vocab_size, show_progress=show_progress, model_max_length=model_max_length)
+    if model == "wordpiece":
+        tokenizer = _wordpiece(read, lowercase, min_frequency, round_to_multiple_of, **shared)
+    elif model == "bpe":
+        tokenizer = _bpe(read, min_frequency, **shared)
+    else:
+        tokenizer = _unigram(read, lowercase, **shared)
+    logger.info("Trained a %s vocabulary of %d tokens.", model, len(tokenizer))
+    if output_dir is not None:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(str(output_dir))
+    return tokenizer
 
-    Exactly one of `files` (UTF-8 text, one document or line per line) and `dataset` (a `datasets` dataset read
-    from `text_column`, or an iterable of texts that can be read twice). `lowercase` as uncased BERT (accents
-    stripped too); `max_lines` trains on a `seed`ed sample of that many lines. A corpus too small for the
-    vocabulary is filled with `[unusedN]`.
-    """
-    texts, source = _training_texts(files, dataset, text_column, max_lines, seed)
+
+def train_wordpiece_tokenizer(files=None, **options) -> BriskBertTokenizer:
+    """A BriskBertTokenizer over a WordPiece vocabulary of exactly `vocab_size` tokens (rounded up to a multiple
+    of `round_to_multiple_of` when given; a corpus too small is filled with `[unusedN]`); see train_tokenizer."""
+    return train_tokenizer("wordpiece", files, **options)
+
+
+def _wordpiece(
+    read, lowercase, min_frequency, round_to_multiple_of, vocab_size, show_progress, model_max_length
+):
     multiple = round_to_multiple_of or 1
     target_size = -(-int(vocab_size) // multiple) * multiple
     template = BriskBertTokenizer(do_lower_case=lowercase)
@@ -144,7 +166,7 @@ def train_wordpiece_tokenizer(
             limit_alphabet=1000,  # rarer characters become [UNK]
             show_progress=show_progress,
         )
-        _train_backend(backend, trainer, texts(), source)
+        _train(backend, trainer, read())
         return backend.get_vocab(with_added_tokens=False)
 
     # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally frequent merges
@@ -152,39 +174,16 @@ def train_wordpiece_tokenizer(
     # pinned at sorted ids (as special tokens, which the trainer numbers first) is deterministic.
     first = train_pass([])
     vocab = train_pass(sorted(t for t in first if t.startswith("##") and len(t) == 3))
-    tokenizer = BriskBertTokenizer(
+    return BriskBertTokenizer(
         vocab=canonical_wordpiece_vocab(vocab, target_size),
         do_lower_case=lowercase,
         model_max_length=model_max_length,
     )
-    return _report(tokenizer, "WordPiece", output_dir)
 
 
-def _report(tokenizer, kind: str, output_dir):
-    """Log what was trained (the command prints its own one-line result) and save it to ``output_dir``."""
-    logger.info("Trained a %s vocabulary of %d tokens.", kind, len(tokenizer))
-    if output_dir is not None:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        tokenizer.save_pretrained(str(output_dir))
-    return tokenizer
-
-
-def train_bpe_tokenizer(
-    files=None,
-    dataset=None,
-    text_column: str = "text",
-    vocab_size: int = 50265,
-    min_frequency: int = 2,
-    output_dir=None,
-    show_progress: bool = True,
-    model_max_length: int = 512,
-    max_lines: int | None = None,
-    seed: int = 0,
-):
-    """Byte-level BPE as RoBERTa and ModernBERT use it (every byte a base piece, RoBERTa's templates,
-    ``<mask>`` absorbing the space before it), as a standard transformers tokenizer that loads without
-    remote code. Arguments as in :func:`train_wordpiece_tokenizer`."""
-    texts, source = _training_texts(files, dataset, text_column, max_lines, seed)
+def _bpe(read, min_frequency, vocab_size, show_progress, model_max_length):
+    """Byte-level BPE as RoBERTa and ModernBERT use it (every byte a base piece, RoBERTa's templates, ``<mask>``
+    absorbing the space before it), a standard transformers tokenizer that loads without remote code."""
     backend = Tokenizer(BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -195,11 +194,11 @@ def train_bpe_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    _train_backend(backend, trainer, texts(), source)
+    _train(backend, trainer, read())
     backend.post_processor = processors.RobertaProcessing(
         ("</s>", backend.token_to_id("</s>")), ("<s>", backend.token_to_id("<s>")), add_prefix_space=False
     )
-    tokenizer = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token="<s>",
         eos_token="</s>",
@@ -210,25 +209,11 @@ def train_bpe_tokenizer(
         mask_token=AddedToken("<mask>", lstrip=True, normalized=False),
         model_max_length=model_max_length,
     )
-    return _report(tokenizer, "byte-level BPE", output_dir)
 
 
-def train_unigram_tokenizer(
-    files=None,
-    dataset=None,
-    text_column: str = "text",
-    vocab_size: int = 32000,
-    lowercase: bool = True,
-    output_dir=None,
-    show_progress: bool = True,
-    model_max_length: int = 512,
-    max_lines: int | None = None,
-    seed: int = 0,
-):
+def _unigram(read, lowercase, vocab_size, show_progress, model_max_length):
     """A Unigram vocabulary over ``▁``-marked words (as ALBERT's and T5's SentencePiece) with BERT's special
-    tokens and templates, as a standard transformers tokenizer that loads without remote code. Arguments as
-    in :func:`train_wordpiece_tokenizer`."""
-    texts, source = _training_texts(files, dataset, text_column, max_lines, seed)
+    tokens and templates, a standard transformers tokenizer that loads without remote code."""
     backend = Tokenizer(Unigram())
     backend.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), *([normalizers.Lowercase()] if lowercase else [])]
@@ -241,13 +226,13 @@ def train_unigram_tokenizer(
         unk_token="[UNK]",
         show_progress=show_progress,
     )
-    _train_backend(backend, trainer, texts(), source)
+    _train(backend, trainer, read())
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[(token, backend.token_to_id(token)) for token in ("[CLS]", "[SEP]")],
     )
-    tokenizer = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         unk_token="[UNK]",
         pad_token="[PAD]",
@@ -256,4 +241,3 @@ def train_unigram_tokenizer(
         mask_token="[MASK]",
         model_max_length=model_max_length,
     )
-    return _report(tokenizer, "Unigram", output_dir)

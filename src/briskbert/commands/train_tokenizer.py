@@ -82,23 +82,21 @@ def main(argv: list[str] | None = None) -> int:
         splits = load_named_dataset(args.dataset_path, args.dataset_config, setting="dataset_path")
         dataset = pick_split(splits, args.dataset_split, args.dataset_path)
         source = dict(dataset=dataset, text_column=args.text_column)
-    options = dict(
-        vocab_size=args.vocab_size,
-        output_dir=args.output_dir,
-        show_progress=not args.no_progress and sys.stderr.isatty(),  # a file or a pipe gets no bar
-        model_max_length=args.model_max_length,
-        max_lines=args.tokenizer_train_max_lines,
-        seed=args.seed,
-    )
-    if args.model != "bpe":
-        options["lowercase"] = args.lowercase
-    if args.model != "unigram":
-        options["min_frequency"] = args.min_frequency
-    if args.model == "wordpiece":
-        options["round_to_multiple_of"] = args.round_to_multiple_of
     started = time.perf_counter()
     try:
-        tokenizer = getattr(tokenization, f"train_{args.model}_tokenizer")(**source, **options)
+        tokenizer = tokenization.train_tokenizer(
+            args.model,
+            **source,
+            vocab_size=args.vocab_size,
+            lowercase=args.lowercase,
+            min_frequency=args.min_frequency,
+            round_to_multiple_of=args.round_to_multiple_of,
+            output_dir=args.output_dir,
+            show_progress=not args.no_progress and sys.stderr.isatty(),  # a file or a pipe gets no bar
+            model_max_length=args.model_max_length,
+            max_lines=args.tokenizer_train_max_lines,
+            seed=args.seed,
+        )
     except ValueError as error:  # an empty corpus, a missing text column
         raise SettingError("files" if args.files else "dataset_path", str(error)) from error
     seconds = time.perf_counter() - started
