@@ -20,7 +20,7 @@ from briskbert.errors import SettingError
 from briskbert.files import LOCK_FILE, PARTIAL_SUFFIX, atomic_file, write_atomic
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import encode_texts, load_collection
-from briskbert.retrieval.index_settings import CONFIG_FILE, IndexSettings, PassageSource, check_faiss
+from briskbert.retrieval.settings import CONFIG_FILE, IndexSettings, PassageSource, check_faiss
 from briskbert.training.data.task_data import DataError
 
 INDEX_FILE = "index.faiss"
@@ -62,38 +62,25 @@ def iter_passages(source: PassageSource) -> Iterator[tuple[str, str]]:
             yield passage_id, text
 
 
-@dataclass(frozen=True)
-class EncoderFacts:
-    """What an index remembers of the encoder that built it."""
+def encoder_facts(encoder, tokenizer, spec: EmbeddingSpec, name_or_path: str) -> dict:
+    """What an index remembers of the encoder that built it, with its embeddings of ``PROBE_TEXTS``."""
+    probe = encode_texts(encoder, tokenizer, list(PROBE_TEXTS), spec, len(PROBE_TEXTS), "probe")
+    named = {"name_or_path": name_or_path, **asdict(spec)}
+    return named | {"dimension": probe.shape[1], "probe": probe.tolist()}
 
-    name_or_path: str
-    pooling: str
-    normalize: bool
-    max_seq_length: int
-    dimension: int
-    probe: list  # embeddings of PROBE_TEXTS
 
-    @classmethod
-    def of(cls, encoder, tokenizer, spec: EmbeddingSpec, name_or_path: str) -> EncoderFacts:
-        probe = encode_texts(encoder, tokenizer, list(PROBE_TEXTS), spec, len(PROBE_TEXTS), "probe")
-        return cls(
-            name_or_path, spec.pooling, spec.normalize, spec.max_seq_length, probe.shape[1], probe.tolist()
-        )
-
-    def differences(self, other: EncoderFacts) -> str | None:
-        """Why ``other`` embeds differently (None: it embeds like this encoder)."""
-        if (self.pooling, self.normalize) != (other.pooling, other.normalize):
-            return (
-                f"pooling {other.pooling}{'' if other.normalize else ', not normalised'} instead of "
-                f"{self.pooling}{'' if self.normalize else ', not normalised'}"
-            )
-        if self.dimension != other.dimension:
-            return f"{other.dimension}-dimensional embeddings instead of {self.dimension}"
-        probes = torch.tensor(self.probe), torch.tensor(other.probe)
-        cosine = float(torch.nn.functional.cosine_similarity(*probes, dim=-1).min())
-        if cosine < PROBE_MIN_COSINE:
-            return f"other embeddings (cosine {cosine:.4f} with the index's encoder on probe sentences)"
-        return None
+def embedding_difference(built: dict, ours: dict) -> str | None:
+    """How the encoder of :func:`encoder_facts` ``ours`` embeds otherwise than ``built`` (None: alike)."""
+    pooled = [f"{f['pooling']}{'' if f['normalize'] else ', not normalised'}" for f in (ours, built)]
+    if pooled[0] != pooled[1]:
+        return f"pooling {pooled[0]} instead of {pooled[1]}"
+    if built["dimension"] != ours["dimension"]:
+        return f"{ours['dimension']}-dimensional embeddings instead of {built['dimension']}"
+    probes = torch.tensor(built["probe"]), torch.tensor(ours["probe"])
+    cosine = float(torch.nn.functional.cosine_similarity(*probes, dim=-1).min())
+    if cosine < PROBE_MIN_COSINE:
+        return f"other embeddings (cosine {cosine:.4f} with the index's encoder on probe sentences)"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -116,15 +103,15 @@ def build_index(
 
     start = time.perf_counter()
     folder, shard_folder = Path(output_dir), Path(output_dir) / SHARD_FOLDER
-    facts = EncoderFacts.of(encoder, tokenizer, spec, encoder_name)
+    facts = encoder_facts(encoder, tokenizer, spec, encoder_name)
     _prepare_folder(folder, source, facts, shard_size, overwrite)
     num_vectors = _embed_shards(source, encoder, tokenizer, spec, shard_folder, shard_size, batch_size)
     embedded = time.perf_counter()
     if num_vectors == 0:
         raise DataError("the passage source holds no passages.")
-    settings = settings.resolved(num_vectors, facts.dimension)
+    settings = settings.resolved(num_vectors, facts["dimension"])
     shards = sorted(shard_folder.glob("*.npy"))
-    index = _faiss_index(settings, facts.dimension, shards, num_vectors)
+    index = _faiss_index(settings, facts["dimension"], shards, num_vectors)
     _write_ids(folder, shards)
     with atomic_file(folder / INDEX_FILE) as partial:
         faiss.write_index(index, str(partial))
@@ -133,8 +120,8 @@ def build_index(
         "index_type": settings.index_type,
         "settings": asdict(settings),
         "num_passages": num_vectors,
-        "dimension": facts.dimension,
-        "encoder": asdict(facts),
+        "dimension": facts["dimension"],
+        "encoder": facts,
         "source": source.fingerprint(),
         "embedding_s": round(embedded - start, 2),
         "indexing_s": round(time.perf_counter() - embedded, 2),
@@ -148,11 +135,10 @@ def build_index(
     return config
 
 
-def _prepare_folder(
-    folder: Path, source: PassageSource, facts: EncoderFacts, shard_size: int, overwrite: bool
-):
+def _prepare_folder(folder: Path, source: PassageSource, facts: dict, shard_size: int, overwrite: bool):
     """Start a build, or check that the unfinished one in ``folder`` embeds the same passages the same way."""
-    state = {"source": source.fingerprint(), "encoder": asdict(facts), "shard_size": shard_size}
+    state = {"source": source.fingerprint(), "encoder": facts, "shard_size": shard_size}
+    state = json.loads(json.dumps(state))  # as the state file holds it: an articles range becomes a list
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
     others = sorted(path.name for path in folder.glob("*") if path.name not in own | {LOCK_FILE})
     if others:
@@ -170,14 +156,13 @@ def _prepare_folder(
         )
     elif (folder / STATE_FILE).is_file():
         previous = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
-        built_with = EncoderFacts(**previous["encoder"])
-        mismatch = None
+        built_with, mismatch = previous["encoder"], None
         if previous["source"] != state["source"]:
             mismatch = "other passages (or the files changed since)"
         elif previous["shard_size"] != shard_size:
             mismatch = f"shards of {previous['shard_size']} passages"
-        elif built_with.differences(facts) or built_with.name_or_path != facts.name_or_path:
-            mismatch = f"the encoder {built_with.name_or_path}"
+        elif built_with["name_or_path"] != facts["name_or_path"] or embedding_difference(built_with, facts):
+            mismatch = f"the encoder {built_with['name_or_path']}"
         if mismatch:
             raise SettingError(
                 "output_dir",
@@ -303,13 +288,13 @@ def with_index(retriever, index_dir: str | None, corpus_ids: list[str], encoder_
     if not index_dir:
         return retriever
     loaded = load_index(index_dir)
-    built_with = EncoderFacts(**loaded.config["encoder"])
-    ours = EncoderFacts.of(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
-    if difference := built_with.differences(ours):
+    built_with, built_name = loaded.config["encoder"], loaded.config["encoder"]["name_or_path"]
+    ours = encoder_facts(retriever.encoder, retriever.tokenizer, retriever.spec, encoder_name)
+    if difference := embedding_difference(built_with, ours):
         raise SettingError(
             "index",
-            f"{index_dir} was built with the encoder {built_with.name_or_path} ({built_with.pooling} pooling); "
-            f"{encoder_name} gives {difference}. Query it with {built_with.name_or_path}, or build an index "
+            f"{index_dir} was built with the encoder {built_name} ({built_with['pooling']} pooling); "
+            f"{encoder_name} gives {difference}. Query it with {built_name}, or build an index "
             f"with this encoder (build-index, model_name_or_path {encoder_name}).",
         )
     indexed, collection = set(loaded.ids), set(corpus_ids)

@@ -14,7 +14,7 @@ from briskbert.cli import main as cli
 from briskbert.errors import SettingError, UserError
 from briskbert.retrieval import vector_index
 from briskbert.retrieval.dense import encode_texts, exact_search, load_dual_encoder
-from briskbert.retrieval.index_settings import IndexSettings
+from briskbert.retrieval.settings import IndexSettings
 from briskbert.retrieval.vector_index import PassageSource, build_index, load_index
 
 faiss = pytest.importorskip("faiss")

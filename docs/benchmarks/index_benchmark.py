@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from briskbert.retrieval.index_settings import IndexSettings
+from briskbert.retrieval.settings import IndexSettings
 
 
 def synthetic_vectors(count: int, queries: int, dimension: int, clusters: int, seed: int = 0):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
-from briskbert.retrieval.index_settings import IndexSettings, PassageSource, check_faiss
+from briskbert.retrieval.settings import IndexSettings, PassageSource, check_faiss
 from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
 from briskbert.training.tasks.settings import check_at_least, helped
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.files import write_atomic
-from briskbert.retrieval.index_settings import IndexFolder
+from briskbert.retrieval.settings import IndexFolder
 from briskbert.retrieval.settings import (
     CollectionSource,
     EmbeddingArguments,
