@@ -19,7 +19,6 @@ from test_training_loop import tiny_model
 
 from briskbert import cli
 from briskbert.errors import SettingError, UserError
-from briskbert.files import MANIFEST_FILE
 from briskbert.training import TrainingDiverged
 from briskbert.training.engine import checkpointing
 from briskbert.training.engine.checkpointing import resolve_checkpoint
@@ -61,19 +60,6 @@ def test_a_corrupt_checkpoint_file_is_skipped_for_the_newest_intact_one(used_run
     with pytest.raises(SettingError) as refused:  # named explicitly: refused, naming the file
         resolve_checkpoint(str(used_run / "step_4"), used_run)
     assert str(path) in str(refused.value) and "\n" not in str(refused.value)
-
-
-@pytest.mark.parametrize(
-    "name, fault", [(name, ["truncate", "garbage"][i % 2]) for i, name in enumerate(CHECKPOINT_FILES)]
-)
-def test_without_a_manifest_a_file_that_does_not_load_is_still_caught(used_run, name, fault, caplog):
-    """Checkpoints saved before manifests: a file that does not load is caught by loading it."""
-    for step in ("step_2", "step_4"):
-        (used_run / step / MANIFEST_FILE).unlink()
-    FAULTS[fault](used_run / "step_4" / name)
-    with caplog.at_level(logging.WARNING):
-        assert resolve_checkpoint("latest", used_run) == used_run / "step_2"
-    assert str(used_run / "step_4" / name) in caplog.text
 
 
 def test_a_resume_past_a_bit_flipped_checkpoint_equals_the_uninterrupted_run(finished_run, used_run):

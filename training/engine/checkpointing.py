@@ -12,11 +12,12 @@ import re
 import shlex
 import shutil
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from briskbert.errors import SettingError, UserError
 from briskbert.files import (
+    MANIFEST_FILE,
     PARTIAL_SUFFIX,
     manifest_problem,
     partial_path,
@@ -64,8 +65,7 @@ class TrainingState:
 
     @classmethod
     def load(cls, folder: Path) -> TrainingState:
-        saved = json.loads((folder / STATE_FILE).read_text())
-        return cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+        return cls(**json.loads((folder / STATE_FILE).read_text()))
 
 
 @dataclass
@@ -76,7 +76,7 @@ class RunIdentity:
     train_data: str | None  # fingerprint (see :func:`dataset_fingerprint`); None for streamed data
     eval_data: str | None
     model: str
-    processes: int | None = None  # None: a checkpoint from before it was recorded
+    processes: int
 
     @classmethod
     def of_run(
@@ -95,9 +95,8 @@ class RunIdentity:
         (folder / IDENTITY_FILE).write_text(json.dumps(asdict(self), indent=2, default=str))
 
     @classmethod
-    def load(cls, folder: Path) -> RunIdentity | None:
-        path = folder / IDENTITY_FILE
-        return cls(**json.loads(path.read_text())) if path.is_file() else None
+    def load(cls, folder: Path) -> RunIdentity:
+        return cls(**json.loads((folder / IDENTITY_FILE).read_text()))
 
     def differences(self, saved: RunIdentity) -> list[str]:
         """What differs from ``saved`` (the checkpoint's), one readable phrase each."""
@@ -114,7 +113,7 @@ class RunIdentity:
         ):
             if getattr(saved, key) != now[key]:
                 found.append(f"the {label} differs ({getattr(saved, key)} in the checkpoint, {now[key]} now)")
-        if saved.processes is not None and saved.processes != self.processes:
+        if saved.processes != self.processes:
             found.append(
                 f"it was written by {saved.processes} process(es), this launch has {self.processes} (the global "
                 f"batch and each process's random state would differ: launch it on {saved.processes} process(es))"
@@ -244,37 +243,12 @@ def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
     return None
 
 
-# What each process's random_states_N.pkl must hold for the resume to draw as the run did.
-RNG_KEYS = {"random_state", "numpy_random_seed", "torch_manual_seed"}
-
-
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be resumed, in one line naming the file: its manifest, then each file's structure
-    loaded as the resume loads it."""
-    problem = manifest_problem(folder)
-    for path in sorted(folder.iterdir()) if problem is None else []:
-        try:
-            if path.name == STATE_FILE:
-                TrainingState.load(folder)
-            elif path.name == IDENTITY_FILE:
-                RunIdentity.load(folder)
-            elif path.suffix == ".safetensors":
-                from safetensors import safe_open
-
-                with safe_open(path, framework="pt") as opened:
-                    opened.keys()
-            elif path.suffix in (".bin", ".pkl", ".pt"):
-                from accelerate.utils import load
-
-                # as accelerate loads them: its own states restricted to plain tensors and numpy, custom ones not
-                custom = path.name.startswith("custom_")
-                loaded = load(path, map_location="cpu", mmap=True, weights_only=not custom)
-                if path.name.startswith("random_states_") and not RNG_KEYS <= set(loaded):
-                    raise ValueError(f"it lacks {', '.join(sorted(RNG_KEYS - set(loaded)))}")
-        except Exception as error:
-            reason = " ".join(str(error).split())[:200] or type(error).__name__
-            return f"{path} does not load ({reason})"
-    return problem
+    """Why ``folder`` cannot be resumed, in one line naming the file: a missing manifest, or a file that no
+    longer matches it."""
+    if not (folder / MANIFEST_FILE).is_file():
+        return f"{folder / MANIFEST_FILE} is missing (the checkpoint was not saved whole)"
+    return manifest_problem(folder)
 
 
 def save_checkpoint(
@@ -336,8 +310,7 @@ def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path 
     if not config.resume_from_checkpoint:
         return None
     checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
-    saved = RunIdentity.load(checkpoint) if checkpoint is not None else None
-    differences = identity.differences(saved) if saved is not None else []
+    differences = identity.differences(RunIdentity.load(checkpoint)) if checkpoint is not None else []
     if differences:
         raise SettingError(
             "resume_from_checkpoint",
@@ -350,12 +323,6 @@ def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path 
 
 def load_checkpoint(accelerator, checkpoint: Path) -> TrainingState:
     """Restore model/optimizer/scheduler/RNG states from ``checkpoint``; return its :class:`TrainingState`."""
-    rng_file = checkpoint / f"random_states_{accelerator.process_index}.pkl"
-    if not rng_file.is_file():
-        logger.warning(
-            f"{rng_file} is missing: the run resumes, but dropout and data draws will not repeat those of "
-            "an uninterrupted run (the resume is not exact)."
-        )
     try:
         accelerator.load_state(str(checkpoint))
     except Exception as error:  # what the checks before missed (e.g. weights of another shape)

@@ -62,11 +62,10 @@ from briskbert.training.engine.task import Task, TaskInputs, count_examples
 
 
 def create_accelerator(config: TrainingConfig):
-    """The run's Accelerator; call it first: it refuses an ``output_dir`` holding another run before any data."""
+    """The run's Accelerator, as ``config`` asks for it."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, TorchDynamoPlugin
 
-    check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
     kwargs = {}
     if config.torch_compile:
         kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=True)
@@ -103,6 +102,8 @@ def run(
     callbacks: Iterable[Callable[[dict], None]] = (),
 ) -> TrainResult:
     """Train what ``task`` builds; ``callbacks`` get each training log entry on the main process."""
+    # An output_dir holding another run is refused before any model or data is built.
+    check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
     accelerator = accelerator or create_accelerator(config)
     seed_everything(config.seed)  # before building: the model's initialisation is seeded
     inputs = task.build(accelerator, config)

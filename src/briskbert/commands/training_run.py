@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from briskbert.files import folder_lock, write_manifest
-from briskbert.training.engine.checkpointing import check_output_dir, remove_partial_folders
+from briskbert.training.engine.checkpointing import remove_partial_folders
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.signals import stopping
 from briskbert.training.engine.task import Task
@@ -22,8 +22,6 @@ def train(task: Task, config: TrainingConfig):
     ``TrainResult``. Ctrl-C or SIGTERM ends the process as :mod:`briskbert.training.engine.signals` says."""
     main_process = os.environ.get("RANK", "0") == "0"  # before the loop starts the processes' state
     with stopping(config.output_dir, main_process):
-        # An output folder holding another run is refused now, not after torch and the model are loaded.
-        check_output_dir(config.output_dir, config.resume_from_checkpoint, config.overwrite_output_dir)
         from briskbert.training.engine.loop import run
 
         with locked(config.output_dir) if main_process else contextlib.nullcontext():
