@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from huggingface_hub.utils.sha import git_hash as git_blob_oid  # git's blob sha1 of some content
@@ -59,7 +58,6 @@ class RevisionIndex:
         self.entries = [FileEntry(path, **files[path]) for path in self.paths]
         self._lock = threading.Lock()
         self._siblings: dict[bool, bytes] = {}
-        self._card: dict | None = None
 
     def get(self, path: str) -> FileEntry | None:
         i = bisect_left(self.paths, path)
@@ -103,14 +101,6 @@ class RevisionIndex:
                 siblings = [_sibling(e, with_blobs) for e in self.entries]
                 self._siblings[with_blobs] = json.dumps(siblings).encode()
             return self._siblings[with_blobs]
-
-    def card(self, load: Callable[[FileEntry], dict]) -> dict:
-        """The README's front matter (``{}`` without one), read by ``load`` on first use."""
-        with self._lock:
-            if self._card is None:
-                readme = self.get("README.md")
-                self._card = load(readme) if readme is not None else {}
-            return self._card
 
 
 def _sibling(entry: FileEntry, with_blobs: bool) -> dict:

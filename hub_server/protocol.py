@@ -15,7 +15,6 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from .errors import BadRequest, HubError, PayloadTooLarge, Unprocessable
 from .index import FileEntry, looks_like_lfs
@@ -23,6 +22,7 @@ from .names import validate_path
 from .storage import AddFile, BlobWriter, DeleteFile, DeleteFolder, StoredBlob
 
 STREAM_STRINGS_OVER = 64 << 10  # in a commit line, a string longer than this is streamed
+_PLACEHOLDER = f"streamed-content-{secrets.token_hex(16)}"  # what a streamed string is replaced by
 _KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "an object"}
 _REQUIRED = object()
 
@@ -101,13 +101,6 @@ _ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
 _STRING_OR_LINE_END = re.compile(rb'["\n]')
 
 
-@dataclass(frozen=True)
-class RawLine:  # a line's JSON text, and the streamed content the placeholder in it stands for
-    text: bytes
-    blob: StoredBlob | None = None
-    placeholder: str | None = None
-
-
 class _Base64Stream:
     """Base64 text in, decoded bytes out to a ``BlobWriter``, at most three characters held back."""
 
@@ -153,12 +146,12 @@ def _string_text_end(data: bytes, pos: int) -> int:
 
 def commit_lines(
     chunks: Iterator[bytes], max_line: int, open_writer: Callable[[], BlobWriter]
-) -> Iterator[RawLine]:
-    """The lines of an ndjson body; a long string's content goes to a blob as it arrives."""
+) -> Iterator[tuple[bytes, StoredBlob | None]]:
+    """The lines of an ndjson body, each with the blob its one long string went to as it arrived."""
     line = bytearray()  # the current line's JSON, a streamed string replaced by its placeholder
     string: bytearray | None = None  # the current string's text while it is short, when inside one
     stream: _Base64Stream | None = None  # the current string's decoder once it is long
-    blob, placeholder, number, data = None, "", 1, b""
+    blob, number, data = None, 1, b""
 
     def keep(text: bytes) -> None:
         line.extend(text)
@@ -178,7 +171,7 @@ def commit_lines(
                         pos = len(data)
                     elif data[stop.start()] == ord("\n"):
                         keep(data[pos : stop.start()])
-                        yield RawLine(bytes(line), blob, placeholder if blob else None)
+                        yield bytes(line), blob
                         line, blob, number, pos = bytearray(), None, number + 1, stop.end()
                     else:
                         keep(data[pos : stop.end()])
@@ -205,8 +198,7 @@ def commit_lines(
                 pos += 1
                 if stream is not None:
                     blob, stream = stream.finish(), None
-                    placeholder = f"streamed-content-{secrets.token_hex(16)}"
-                    keep(placeholder.encode() + b'"')
+                    keep(_PLACEHOLDER.encode() + b'"')
                 else:
                     keep(bytes(string) + b'"')
                 string = None
@@ -214,10 +206,10 @@ def commit_lines(
         if string is not None or stream is not None or data:
             raise BadRequest(f"commit line {number} ends inside a string")
         if line:
-            yield RawLine(bytes(line), blob, placeholder if blob else None)
+            yield bytes(line), blob
     finally:
         if stream is not None:
-            stream.writer.abort()
+            stream.writer.close()
 
 
 def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:
@@ -256,19 +248,19 @@ _LINE_PARSERS = {  # the header is (summary, description, parent commit); the st
 }
 
 
-def parse_commit_line(raw: RawLine, number: int, storage):
-    """The header or the storage operation of one commit line."""
-    where = f"commit line {number}"
-    line = Fields(parse_json(raw.text, where), where)
+def parse_commit_line(raw: tuple[bytes, StoredBlob | None], number: int, storage):
+    """The header or the storage operation of one commit line (its text, and the blob of its long string)."""
+    (text, blob), where = raw, f"commit line {number}"
+    line = Fields(parse_json(text, where), where)
     key = line.get("key")
     if key not in _LINE_PARSERS:
         raise BadRequest(f"{where}: unsupported operation {key!r}; one of {sorted(_LINE_PARSERS)}")
     value = Fields(line.get("value", dict), f"{where}.value")
     # The one long string of a line is streamed: it must have been the file's content.
-    content = key == "file" and value.obj.get("content") == raw.placeholder
-    if raw.blob is not None and not (content and raw.text.count(raw.placeholder.encode()) == 1):
+    content = key == "file" and value.obj.get("content") == _PLACEHOLDER
+    if blob is not None and not (content and text.count(_PLACEHOLDER.encode()) == 1):
         raise BadRequest(f"{where}: only a file's base64 content may be longer than 64 KiB")
-    return _LINE_PARSERS[key](value, storage, raw.blob)
+    return _LINE_PARSERS[key](value, storage, blob)
 
 
 def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tuple, list]:
@@ -276,7 +268,7 @@ def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tu
     header, operations = None, []
     with contextlib.closing(commit_lines(chunks, max_line, storage.blob_writer)) as lines:
         for number, raw in enumerate(lines, start=1):
-            if not raw.text.strip():
+            if not raw[0].strip():
                 continue
             line = parse_commit_line(raw, number, storage)
             if isinstance(line, tuple):

@@ -168,10 +168,11 @@ def _read_card(req: Request, readme: FileEntry) -> dict:
 
 def repo_info(req: Request) -> Response:
     st, (repo_type, repo_id) = req.app.storage, repo_of(req)
-    record = st.meta(repo_type, repo_id)
+    record = st.lookup(repo_type, repo_id)  # the dispatcher found it; resolve refuses it if it is gone since
     sha = st.resolve(repo_type, repo_id, req.path_params.get("rev") or "main")
     index = st.index(repo_type, repo_id, sha)
-    card = index.card(partial(_read_card, req))
+    readme = index.get("README.md")
+    card = _read_card(req, readme) if readme else {}
     tags = [t for t in card["tags"] if isinstance(t, str)] if isinstance(card.get("tags"), list) else []
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])

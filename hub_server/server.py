@@ -80,16 +80,11 @@ class Account:
     orgs: tuple[str, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "orgs", tuple(self.orgs))
         for namespace in (self.name, *self.orgs):
             if not is_repo_name(namespace):
                 raise SettingError(
                     "user", f"{namespace!r} cannot be a user or organisation name (letters, digits, -_.)"
                 )
-        if self.token is not None and not (
-            isinstance(self.token, str) and self.token.isprintable() and self.token
-        ):
-            raise ValueError(f"the token of account {self.name!r} must be a non-empty printable string")
 
     def owns(self, namespace: str) -> bool:
         return repo_key(namespace) in {repo_key(n) for n in (self.name, *self.orgs)}

@@ -15,6 +15,7 @@ Whether a repo exists, and who may see it, is answered from memory (docs/securit
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -56,10 +57,11 @@ def _read_record_file(path: Path) -> tuple[dict, str | None]:
         ok = isinstance(data, dict) and type(data.get("private")) is bool and type(data.get("id", "")) is str
         return (data, None) if ok else ({}, "not an object with a true or false 'private' and a text 'id'")
     tables = [data.get(kind) for kind in ("branches", "tags")] if isinstance(data, dict) else [None]
-    if not all(isinstance(t, dict) for t in tables):
-        return {}, "not an object with 'branches' and 'tags'"
-    ok = all(isinstance(c, str) and COMMIT_ID_RE.fullmatch(c) for t in tables for c in t.values())
-    return (data, None) if ok else ({}, "a ref names no commit id")
+    ok = all(
+        isinstance(t, dict) and all(isinstance(c, str) and COMMIT_ID_RE.fullmatch(c) for c in t.values())
+        for t in tables
+    )
+    return (data, None) if ok else ({}, "not an object with 'branches' and 'tags' naming commit ids")
 
 
 # ---- commit operations ---------------------------------------------------------------------------------
@@ -118,8 +120,8 @@ class StoredBlob:  # content now in the blob store, with its first bytes for the
 
 
 class BlobWriter:
-    """Content written to ``tmp/`` and hashed as it arrives; ``finish`` moves it into the store, ``abort`` (or
-    leaving a ``with`` block) removes what is left."""
+    """Content written to ``tmp/`` and hashed as it arrives; ``finish`` moves it into the store, ``close``
+    removes what is left."""
 
     def __init__(self, storage: Storage):
         self._storage = storage
@@ -136,7 +138,7 @@ class BlobWriter:
         self._file.write(data)
 
     def finish(self, expected_sha256: str | None = None, expected_size: int | None = None) -> StoredBlob:
-        with self:
+        with contextlib.closing(self):
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
@@ -150,13 +152,7 @@ class BlobWriter:
             self._storage.keep_blob(sha, self._tmp)
             return StoredBlob(sha, self.size, bytes(self._sample))
 
-    def __enter__(self) -> BlobWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.abort()
-
-    def abort(self) -> None:
+    def close(self) -> None:
         self._file.close()
         Path(self._tmp).unlink(missing_ok=True)
 
@@ -174,9 +170,7 @@ class Storage:
         # The most recently read revisions; built one at a time, so many large ones at once cost one build's memory.
         self.indexes = functools.lru_cache(index_cache_revisions)(self._read_index)
         self._index_lock = threading.Lock()
-        self._verified: dict[str, tuple] = {}  # blobs whose content matched, with their file status then
-        # per repo: its heads, and the commits they reach
-        self._reached: dict[Path, tuple[frozenset, frozenset]] = {}
+        self._reached = functools.lru_cache(256)(self._walk)  # (repo folder, heads): the commits they reach
         self._unnamed: dict[str, float] = {}  # blobs kept for a commit to come, with when they arrived
         self._lock = threading.RLock()  # every write: repos, refs, blob arrivals, collection
         self._repos: dict[tuple[str, str], RepoRecord] = {}
@@ -241,7 +235,7 @@ class Storage:
         return BlobWriter(self)
 
     def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
-        with self.blob_writer() as writer:
+        with contextlib.closing(BlobWriter(self)) as writer:
             for chunk in chunks:
                 writer.write(chunk)
             return writer.finish(expected_sha256, expected_size)
@@ -277,18 +271,12 @@ class Storage:
             return hashlib.file_digest(fh, lambda: hashlib.sha1(header)).hexdigest()
 
     def verified_blob(self, entry: FileEntry) -> Path:
-        """The blob of ``entry``, its content checked against the id its commit gives it (the sha256 of an LFS
-        file, the git blob sha1 otherwise) on its first read and again whenever the file's status changed."""
+        """The blob of ``entry``, its content checked against the id its commit gives it: the sha256 of an LFS
+        file, the git blob sha1 otherwise."""
         path = self.blob_path(entry.sha256)
-        try:
-            found = path.stat()
-        except FileNotFoundError:
-            found = None
-        seen = found and (found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
-        if seen and self._verified.get(entry.sha256) == seen:
-            return path
-        if found is None or found.st_size != entry.size:
-            why = "missing" if found is None else f"{found.st_size} bytes instead of {entry.size}"
+        size = path.stat().st_size if path.is_file() else None
+        if size != entry.size:
+            why = "missing" if size is None else f"{size} bytes instead of {entry.size}"
         elif entry.lfs:
             why = file_digest(path) != entry.sha256 and "its sha256 changed"
         else:
@@ -299,9 +287,6 @@ class Storage:
                 f"The stored content of {entry.path} is damaged ({why}); the Hub's log names the file. Restore "
                 "it from a backup, or upload the file again."
             )
-        if len(self._verified) >= 100_000:
-            self._verified.clear()
-        self._verified[entry.sha256] = seen
         return path
 
     # ---- repos --------------------------------------------------------------------------------
@@ -314,16 +299,13 @@ class Storage:
         """The repo, whatever the case of ``repo_id``, or None; from memory, never the disk."""
         return self._repos.get((repo_type, repo_key(repo_id)))
 
-    def meta(self, repo_type: str, repo_id: str) -> RepoRecord:
+    def require(self, repo_type: str, repo_id: str) -> Path:
+        """The folder of a repo that exists and is not damaged."""
         record = self.lookup(repo_type, repo_id)
         if record is None:
             raise repo_not_found(repo_type, repo_id)  # the same 404 for a missing and a private repo
         if record.damaged:
             raise damaged(record.repo_id, record.damaged)
-        return record
-
-    def require(self, repo_type: str, repo_id: str) -> Path:
-        self.meta(repo_type, repo_id)
         return self._folder_of(repo_type, repo_id)
 
     def create_repo(self, repo_type: str, repo_id: str, private: bool, author: str) -> RepoRecord | None:
@@ -355,7 +337,6 @@ class Storage:
             trash = self.root / "tmp" / f"deleted-{secrets.token_hex(8)}"
             os.replace(d, trash)  # gone at once; then removed at leisure
             shutil.rmtree(trash, ignore_errors=True)
-            self._reached.pop(d, None)
             self._collect_blobs()
 
     def refs(self, repo_type: str, repo_id: str) -> dict:
@@ -410,10 +391,7 @@ class Storage:
         refs = refs or {"branches": {}, "tags": {}}
         meta = {"parent": parent, "title": title, "message": message, "date": _now(), "author": author}
         tree = json.dumps({p: e.to_json() for p, e in sorted(files.items())}).encode()
-        # Content, parent, time and a random salt: never reused for different content.
-        cid = hashlib.sha1(
-            json.dumps(meta, sort_keys=True).encode() + tree + secrets.token_bytes(16)
-        ).hexdigest()
+        cid = secrets.token_hex(20)  # random: never reused, whatever the content
         written = (d / "trees" / f"{cid}.json", d / "commits" / f"{cid}.json")
         moved = {**refs, "branches": {**refs["branches"], branch: cid}}
         try:
@@ -487,11 +465,12 @@ class Storage:
 
     # ---- collection: what no ref reaches is removed ------------------------------------------------------
     def _reachable(self, d: Path, refs: dict) -> frozenset[str]:
-        """The commits the refs of the repo in ``d`` reach, worked out once per set of heads."""
-        heads = frozenset(cid for kind in ("branches", "tags") for cid in refs[kind].values())
-        known = self._reached.get(d)
-        if known is not None and known[0] == heads:
-            return known[1]
+        """The commits the refs of the repo in ``d`` reach."""
+        return self._reached(
+            d, frozenset(cid for kind in ("branches", "tags") for cid in refs[kind].values())
+        )
+
+    def _walk(self, d: Path, heads: frozenset[str]) -> frozenset[str]:
         seen: set[str] = set()
         todo = list(heads)
         while todo:
@@ -499,8 +478,7 @@ class Storage:
             if cid not in seen:
                 seen.add(cid)
                 todo += [parent] if (parent := self._commit(d, cid).get("parent")) else []
-        self._reached[d] = (heads, frozenset(seen))
-        return self._reached[d][1]
+        return frozenset(seen)
 
     def _collect(self, d: Path, refs: dict) -> None:
         """After a ref was deleted (``refs.json`` written): remove the commits no ref reaches, their file tables,

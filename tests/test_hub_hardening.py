@@ -593,7 +593,7 @@ def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
     small = json.dumps(file_line("small.txt", b"tiny")).encode()
     lines = [json.dumps(COMMIT_HEADER).encode(), _file_json(escaped, True), small, _file_json(b64, False)]
     out = list(commit_lines(_pieces(b"\n".join(lines) + b"\n", piece_size), 16 << 10, storage.blob_writer))
-    assert [line.text for line in out[::2]] == lines[::2]  # short lines pass through as they are
+    assert [text for text, _ in out[::2]] == lines[::2]  # short lines pass through as they are
     for number, line in ((2, out[1]), (4, out[3])):
         parsed = parse_commit_line(line, number, storage)
         assert isinstance(parsed, AddFile) and parsed.entry.path == "big.bin" and parsed.entry.size == 60_000
