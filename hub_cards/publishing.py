@@ -49,7 +49,6 @@ class PublishResult:
     tag: str | None = None  # the tag asked for
     tagged: bool = False  # whether the commit carries it now
     commit_id: str | None = None
-    commit_url: str | None = None
     new_commit: bool = False
     verification: dict | None = None
     skipped: list[str] = field(default_factory=list)  # local files left out
@@ -165,9 +164,9 @@ class _Publisher:
             "was published; re-run to publish on top of it."
         )
 
-    def commit(self, message: str, branch: str, parent: str, state) -> tuple[str, str]:
-        """(commit id, URL) of one commit of exactly these files on ``branch``, whose parent must be ``parent``.
-        A lost race (HTTP 412) is not retried: the files were chosen against a head that is gone."""
+    def commit(self, message: str, branch: str, parent: str, state) -> str:
+        """The id of one commit of exactly these files on ``branch``, whose parent must be ``parent``. A lost
+        race (HTTP 412) is not retried: the files were chosen against a head that is gone."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
         with self.step("commit", state):
@@ -176,18 +175,23 @@ class _Publisher:
             info = self.api.create_commit(
                 self.repo_id, ops, revision=branch, parent_commit=parent, commit_message=message
             )
-        return info.oid, info.commit_url
+        return info.oid
 
-    def staged(self, message: str, head: str, verify: Callable[[str], dict]) -> tuple[tuple | None, dict]:
+    def staged(
+        self, message: str, head: str, verify: Callable[[str], dict] | None
+    ) -> tuple[str | None, dict]:
         """Commit to a new staging branch made from ``head``, verify it there, and only then commit the same
         files, hashed again, to the branch (the Hub's API cannot point a branch at another commit). Returns
-        ((commit id, URL) on the branch, or None when verification failed; the verification)."""
+        (the commit id on the branch, or None when verification failed; the verification). Without ``verify``
+        the branch gets the commit at once."""
+        if verify is None:
+            return self.commit(message, self.revision, head, lambda: self.branch_state(head)), None
         staging = f"briskbert-staging-{secrets.token_hex(4)}"
         with self.step("create staging branch"):
             self.api.create_branch(self.repo_id, branch=staging, revision=head)
         unchanged = f"Nothing was published: {self.repo_id}@{self.revision} is unchanged at {head}."
         try:
-            staged_id, _ = self.commit(message, staging, head, unchanged)
+            staged_id = self.commit(message, staging, head, unchanged)
             self.log(
                 f"Staged {staged_id} on {staging}; verifying it: fresh cache, clean interpreter, pipeline() ..."
             )
@@ -277,32 +281,25 @@ def _push(hub: _Publisher, result: PublishResult, message: str, private: bool, v
         remote = api.list_repo_files(repo_id, revision=head)
         unchanged = hub.holds_these_files(head)
     stale = sorted(set(remote) - set(hub.files) - {".gitattributes"})
+    listed = ", ".join(stale)
     if stale and hub.delete_missing:
-        log(f"Deleting from {revision} (not in the folder; delete_missing): " + ", ".join(stale))
+        log(f"Deleting from {revision} (not in the folder; delete_missing): {listed}")
     elif stale:
-        log(
-            f"Keeping on {revision} (not in the folder; delete_missing would delete them): "
-            + ", ".join(stale)
-        )
+        log(f"Keeping on {revision} (not in the folder; delete_missing would delete them): {listed}")
     result.kept, result.deleted = ([], stale) if hub.delete_missing else (stale, [])
     hub.deletes = result.deleted
+    commits = f"{api.endpoint}/{repo_id}/commit/"
     if unchanged:  # a re-run: verify and tag
-        result.commit_id, result.commit_url = head, f"{api.endpoint}/{repo_id}/commit/{head}"
-        log(f"No changes; already published at {result.commit_url}")
+        result.commit_id = head
+        log(f"No changes; already published at {commits}{head}")
         if verify is not None:
             log("Verifying: fresh cache, clean interpreter, Auto classes and pipeline() ...")
             result.verification = verify(head)
-    elif verify is None:
-        result.commit_id, result.commit_url = hub.commit(
-            message, revision, head, lambda: hub.branch_state(head)
-        )
-        result.new_commit = True
-        log(f"Committed {result.commit_url}")
     else:
-        committed, result.verification = hub.staged(message, head, verify)
-        if committed is not None:
-            (result.commit_id, result.commit_url), result.new_commit = committed, True
-            log(f"Committed the verified files to {revision}: {result.commit_url}")
+        result.commit_id, result.verification = hub.staged(message, head, verify)
+        result.new_commit = result.commit_id is not None
+        if result.new_commit:
+            log(f"Committed to {revision}: {commits}{result.commit_id}")
     if verify is not None and result.verified:
         v = result.verification
         log(f"Verified: {v['model_class']} + {v['tokenizer_class']} -> {v['pipeline_output']}")
