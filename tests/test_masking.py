@@ -153,48 +153,39 @@ def test_the_draw_depends_on_seed_and_epoch():
 def test_an_examples_mask_is_the_same_whatever_its_batch_row_padding_or_process(whole_word_mask):
     # What resumed and multi-process runs rely on: a mask depends on (seed, epoch, idx) alone, not on the
     # row, the other examples, the padded length, nor on the batches masked before.
-    def collator(**padding):
-        return MaskingCollator(Tokenizer(), 0.3, whole_word_mask=whole_word_mask, seed=5, **padding)
+    def collator():
+        return MaskingCollator(Tokenizer(), 0.3, whole_word_mask=whole_word_mask, seed=5)
 
     examples = [long_example(n=40 + 37 * i, idx=100 + i) for i in range(6)]  # six lengths
     whole = collator()(examples)
     reversed_rows = collator()(examples[::-1])
     halves = collator()(examples[3:]), collator()(examples[:3])  # two processes, or a run resumed halfway
-    padded = collator(pad_to_multiple_of=512)(examples)
     for i, example in enumerate(examples):
         n = len(example["input_ids"])
-        for batch, row in ((reversed_rows, 5 - i), (halves[i < 3], i % 3), (padded, i)):
+        for batch, row in ((reversed_rows, 5 - i), (halves[i < 3], i % 3)):
             assert torch.equal(batch["input_ids"][row, :n], whole["input_ids"][i, :n])
             assert torch.equal(batch["labels"][row, :n], whole["labels"][i, :n])
     assert len({tuple((whole["labels"][i, :40] != -100).tolist()) for i in range(6)}) == 6  # each its own
 
 
-def test_without_idx_the_draw_is_keyed_by_the_content():
-    collator = MaskingCollator(Tokenizer(), mlm_probability=0.3)
-    a = {"input_ids": long_example(idx=1)["input_ids"]}
-    b = {"input_ids": long_example(idx=2)["input_ids"]}
-    first, second = collator([a, b]), collator([b, a])
-    assert torch.equal(first["labels"][0], second["labels"][1])
-    assert not torch.equal(first["labels"][0] != -100, first["labels"][1] != -100)
-
-
 def test_padding_attention_mask_labels_and_optional_fields():
-    collator = MaskingCollator(Tokenizer(), mlm_probability=0.5, pad_to_multiple_of=4)
+    collator = MaskingCollator(Tokenizer(), mlm_probability=0.5)
     examples = [
         {"input_ids": [CLS, 5, 6, SEP], "token_type_ids": [0, 0, 1, 1], "next_sentence_label": 1, "idx": 0},
         {
             "input_ids": [CLS, 8, 9, 10, 11, SEP],
             "token_type_ids": [0, 0, 0, 1, 1, 1],
             "next_sentence_label": 0,
+            "idx": 1,
         },
     ]
     batch = collator(examples)
-    assert batch["input_ids"].shape == (2, 8) and batch["input_ids"].dtype == torch.int64  # 6 rounded up to 8
-    assert batch["input_ids"][0, 4:].tolist() == [PAD] * 4
-    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1] * 6 + [0, 0]]
+    assert batch["input_ids"].shape == (2, 6) and batch["input_ids"].dtype == torch.int64
+    assert batch["input_ids"][0, 4:].tolist() == [PAD] * 2
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1] * 6]
     assert (batch["labels"][0, 4:] == -100).all()
-    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 0, 0]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]]
     assert batch["next_sentence_label"].tolist() == [1, 0]
-    plain = MaskingCollator(Tokenizer(), pad_to_multiple_of=4)([{"input_ids": [CLS, 5, 6, SEP]}])
+    plain = MaskingCollator(Tokenizer())([{"input_ids": [CLS, 5, 6, SEP], "idx": 0}])
     assert set(plain) == {"input_ids", "attention_mask", "labels"} and plain["input_ids"].shape == (1, 4)
     assert count_masked_tokens(batch).item() == (batch["labels"] != -100).sum().item() > 0

@@ -6,7 +6,6 @@ mask is its own whatever its batch: redrawn every epoch, identical on resume or 
 
 from __future__ import annotations
 
-import zlib
 from itertools import chain
 
 import numpy as np
@@ -41,7 +40,6 @@ class MaskingCollator:
         random_replace_prob: float = 0.1,
         whole_word_mask: bool = False,
         seed: int = 0,
-        pad_to_multiple_of: int | None = None,
     ):
         if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
             raise ValueError(
@@ -49,7 +47,7 @@ class MaskingCollator:
             )
         self.mlm_probability, self.whole_word_mask = mlm_probability, whole_word_mask
         self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
-        self.seed, self.epoch, self.pad_to_multiple_of = seed, 0, pad_to_multiple_of
+        self.seed, self.epoch = seed, 0
         self.mask_token_id, self.pad_token_id = tokenizer.mask_token_id, tokenizer.pad_token_id
         vocab_size = len(tokenizer)
         self.special = np.zeros(vocab_size, dtype=bool)
@@ -64,13 +62,8 @@ class MaskingCollator:
         self.epoch = epoch
 
     def _keys(self, examples: list[dict]) -> np.ndarray:
-        """Each example's key: (seed, epoch, idx) hashed; without ``idx`` the ids' content stands for it."""
-        indices = [
-            zlib.crc32(np.asarray(e["input_ids"], dtype=np.int64).tobytes())
-            if e.get("idx") is None
-            else int(e["idx"]) % 2**64
-            for e in examples
-        ]
+        """Each example's key: (seed, epoch, idx) hashed."""
+        indices = [int(e["idx"]) % 2**64 for e in examples]
         base = _mix(_mix(np.asarray([self.seed % 2**64], dtype=np.uint64)) + self.epoch % 2**64)
         return _mix(base + _mix(np.asarray(indices, dtype=np.uint64)))
 
@@ -99,10 +92,7 @@ class MaskingCollator:
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         lengths = np.asarray([len(e["input_ids"]) for e in examples])
-        length = int(lengths.max())
-        if self.pad_to_multiple_of:
-            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        real = np.arange(length) < lengths[:, None]
+        real = np.arange(lengths.max()) < lengths[:, None]
 
         def padded(key: str, fill: int) -> np.ndarray:
             values = np.full(real.shape, fill, dtype=np.int64)
