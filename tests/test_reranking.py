@@ -14,8 +14,15 @@ from briskbert.retrieval.dense import Retriever, encode_texts, exact_search
 from briskbert.retrieval.fusion import Fusion
 from briskbert.retrieval.reranker import Reranker
 from briskbert.training.data.task_data import DataError
-from briskbert.training.retrieval.embeddings import Pair
-from briskbert.training.retrieval.reranking import RerankGroup, RerankGroups, negative_pools
+from briskbert.training.retrieval.embeddings import Pair, load_pairs
+from briskbert.training.retrieval.reranker_task import (
+    RerankerTask,
+    RerankGroup,
+    RerankGroups,
+    group_ranking_metrics,
+    hold_out,
+    negative_pools,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 XQUAD = str(ROOT / "data" / "xquad_en_excerpt.json")
@@ -80,9 +87,6 @@ class _OneProcess:
 
 def test_the_reranker_states_chance_beside_its_metrics_and_warns_when_not_above_it():
     """Groups of 1 positive and 3 negatives: chance is accuracy 1/4, MRR (1 + 1/2 + 1/3 + 1/4) / 4."""
-    from briskbert.training.retrieval.reranker_task import RerankerTask
-    from briskbert.training.retrieval.reranking import group_ranking_metrics
-
     first, last = [0.9, 0.1, 0.2, 0.3], [0.0, 0.1, 0.2, 0.3]  # the positive ranked first / last
     batches = [{"scores": torch.tensor([first, last])}, {"scores": torch.tensor([last, last])}]
     metrics = group_ranking_metrics(_GivenScores(), batches, _OneProcess())
@@ -153,9 +157,6 @@ def tiny_models(tmp_path_factory, tokenizer, tiny_model):
 
 
 def test_without_a_validation_file_whole_articles_are_held_out():
-    from briskbert.training.retrieval.embeddings import load_pairs
-    from briskbert.training.retrieval.reranker_task import hold_out
-
     articles = json.loads(Path(XQUAD).read_text())["data"]
     pairs = load_pairs(XQUAD)
     for percentage, seed, count in ((10, 0, 1), (50, 2, 2)):
@@ -170,8 +171,6 @@ def test_without_a_validation_file_whole_articles_are_held_out():
 
 
 def test_pairs_that_share_a_passage_stay_on_one_side():
-    from briskbert.training.retrieval.reranker_task import hold_out
-
     pairs = [Pair("q1", "p1", "p2"), Pair("q2", "p2", "p5"), Pair("q3", "p3", "p6"), Pair("q4", "p4", "p7")]
     sides = set()
     for seed in range(12):

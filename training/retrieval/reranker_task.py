@@ -1,23 +1,179 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""``briskbert finetune-reranker``: a cross-encoder on groups (:mod:`.reranking`), then the weights that fuse it
-with the retriever, chosen on validation queries."""
+"""``briskbert finetune-reranker``: a cross-encoder with one relevance logit, trained on groups of a query, its
+positive and negatives drawn each epoch from a pool (listwise or pointwise loss), then the weights that fuse it with
+the retriever, chosen on validation queries."""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+import random
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from briskbert.training.data.task_data import DataError
+import torch
+import torch.nn.functional as F
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from briskbert.retrieval.dense import (
+    RetrievalTask,
+    Retriever,
+    load_retriever,
+    read_passages,
+    retrieval_metrics,
+    retrieve,
+)
+from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
+from briskbert.retrieval.lexical import bm25_head_scores
+from briskbert.retrieval.reranker import encode_pairs, load_reranker
+from briskbert.retrieval.settings import RerankerArguments
+from briskbert.training.data.pretraining_data import split_document_indices
+from briskbert.training.data.task_data import DataError, load_squad
+from briskbert.training.engine.evaluation import evaluation_loop, not_above_baseline
 from briskbert.training.engine.facts import JobFacts, read_training_facts, write_training_facts
 from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.retrieval.embeddings import Pair, Wrapper, is_squad_file, load_pairs
 from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
+from briskbert.training.tasks.finetuning import card_source_facts, check_model_inputs, load_starting_model
 from briskbert.training.tasks.settings import ModelSource
 
 if TYPE_CHECKING:
     from briskbert.training.engine.config import TrainingConfig
-    from briskbert.training.retrieval.embeddings import Pair
+
+
+@dataclass
+class RerankGroup:
+    query: str
+    positive: str
+    negatives: list[str]  # the pool; a training batch reads num_negatives of them
+
+
+def _distinct_passages(pairs: list[Pair], extra_passages: list[str] = (), pool_size: int = 0) -> list[str]:
+    """The distinct positives, negatives and ``extra_passages``: more than ``pool_size`` of them, or an error."""
+    texts = [pair.positive for pair in pairs] + [pair.negative for pair in pairs if pair.negative]
+    passages = list(dict.fromkeys(texts + list(extra_passages)))
+    if len(passages) <= pool_size:
+        raise DataError(
+            f"{pool_size} negatives per query need more than {pool_size} distinct passages; the "
+            f"data has {len(passages)}. Lower num_negatives / negative_pool_size."
+        )
+    return passages
+
+
+def negative_pools(
+    pairs: list[Pair], pool_size: int, seed: int, retriever: Retriever | None = None, extra_passages=()
+) -> list[RerankGroup]:
+    """Each pair's own negative (if any), then the passages but its positive that ``retriever`` ranks highest
+    among the training passages and ``extra_passages`` (the mistakes to correct), else random ones."""
+    passages = _distinct_passages(pairs, extra_passages if retriever else (), pool_size)
+    if retriever is None:
+        rng = random.Random(seed)
+        candidates = [rng.sample(passages, min(len(passages), pool_size + 2)) for _ in pairs]
+    else:
+        corpus = {str(index): text for index, text in enumerate(passages)}
+        queries = {str(index): pair.query for index, pair in enumerate(pairs)}
+        found = retrieve(corpus, queries, retriever, top_k=pool_size + 2).rankings
+        candidates = [[corpus[passage_id] for passage_id in found[query_id]] for query_id in queries]
+    groups = []
+    for pair, found_texts in zip(pairs, candidates):
+        negatives = [pair.negative] if pair.negative else []
+        others = [text for text in found_texts if text != pair.positive and text not in negatives]
+        groups.append(
+            RerankGroup(pair.query, pair.positive, negatives + others[: pool_size - len(negatives)])
+        )
+    return groups
+
+
+class RerankGroups(torch.utils.data.Dataset):
+    """Groups with ``num_negatives`` negatives: the pair's own (first in its pool) if any, the rest drawn every
+    epoch, seeded by ``seed``, the epoch and the index (a resumed run draws the same)."""
+
+    def __init__(
+        self, groups: list[RerankGroup], num_negatives: int, seed: int = 0, own_negative: bool = False
+    ):
+        if any(len(group.negatives) < num_negatives for group in groups):
+            raise DataError(f"every query needs {num_negatives} negatives; some pools are smaller.")
+        self.groups, self.num_negatives, self.seed = groups, num_negatives, seed
+        self.own_negative, self.epoch = own_negative, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, index: int) -> RerankGroup:
+        group = self.groups[index]
+        kept = group.negatives[:1] if self.own_negative else []
+        rng = random.Random(f"{self.seed}/{self.epoch}/{index}")
+        drawn = rng.sample(group.negatives[len(kept) :], self.num_negatives - len(kept))
+        return RerankGroup(group.query, group.positive, kept + drawn)
+
+
+@dataclass
+class GroupCollator:
+    """B groups -> B*G (query, passage) rows; ``labels`` (B, G) hold 1 for the positive in column 0."""
+
+    tokenizer: object
+    max_seq_length: int
+
+    def __call__(self, groups: list[RerankGroup]) -> dict:
+        size = 1 + len(groups[0].negatives)
+        queries = [group.query for group in groups for _ in range(size)]
+        passages = [passage for group in groups for passage in (group.positive, *group.negatives)]
+        labels = torch.zeros(len(groups), size)
+        labels[:, 0] = 1.0
+        return {"labels": labels, **encode_pairs(self.tokenizer, queries, passages, self.max_seq_length)}
+
+
+def pairs_collection(pairs: list[Pair], distractors: list[str] = ()) -> RetrievalTask:
+    """The pairs' distinct passages and ``distractors``, each query's positive its relevant one."""
+    passage_ids = {text: f"p{index}" for index, text in enumerate(_distinct_passages(pairs, distractors))}
+    query_ids = [f"q{index}" for index in range(len(pairs))]
+    return RetrievalTask(
+        list(passage_ids.values()),
+        list(passage_ids),
+        query_ids,
+        [pair.query for pair in pairs],
+        {qid: {passage_ids[pair.positive]: 1.0} for qid, pair in zip(query_ids, pairs)},
+    )
+
+
+class CrossEncoderForRanking(Wrapper):
+    """A one-logit sequence classifier with a ``listwise`` or ``pointwise`` ranking loss over groups."""
+
+    def __init__(self, model, loss: str = "listwise"):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(
+        self, labels, input_ids, attention_mask, token_type_ids=None, **unused
+    ) -> SequenceClassifierOutput:
+        output = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        logits = output.logits.float().view(labels.shape)
+        if self.loss == "listwise":
+            loss = F.cross_entropy(logits, labels.argmax(dim=1))
+        else:
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+def group_ranking_metrics(model, dataloader, accelerator) -> dict:
+    """The share of groups whose positive scores highest (``accuracy``) and its mean reciprocal rank (``mrr``),
+    beside what a random order scores (``chance_accuracy``, ``chance_mrr``)."""
+
+    def per_group(batch, outputs):
+        rank = 1 + (outputs.logits[:, 1:] > outputs.logits[:, :1]).sum(dim=1)
+        return {"rank": rank, "size": torch.full_like(rank, outputs.logits.shape[1])}
+
+    gathered = evaluation_loop(model, dataloader, accelerator, per_group)
+    ranks, sizes = gathered["rank"], gathered["size"].long().tolist()
+    return {
+        "accuracy": float((ranks == 1).float().mean()),
+        "mrr": float((1 / ranks).mean()),
+        "chance_accuracy": sum(1 / size for size in sizes) / len(sizes),
+        "chance_mrr": sum(sum(1 / rank for rank in range(1, size + 1)) / size for size in sizes) / len(sizes),
+    }
 
 
 def hold_out(
@@ -25,10 +181,6 @@ def hold_out(
 ) -> tuple[list[Pair], list[Pair], dict]:
     """(training pairs, held-out pairs, what was held out): ``percentage`` % of the documents, whole (SQuAD
     articles; for pairs, the groups linked by a shared passage), so no held-out passage is trained on."""
-    from briskbert.training.data.pretraining_data import split_document_indices
-    from briskbert.training.data.task_data import load_squad
-    from briskbert.training.retrieval.embeddings import is_squad_file
-
     titles = list(load_squad(path, articles)[0]["title"]) if is_squad_file(path) else [None] * len(pairs)
     parent: dict = {}
 
@@ -60,8 +212,6 @@ def hold_out(
 
 class RerankerTask(Task):
     def __init__(self, model: ModelSource, data: RerankerData, validation: RerankerValidation):
-        from briskbert.training.tasks.finetuning import check_model_inputs
-
         # The re-ranker sits behind fusion_retriever, by default the encoder that mined its negatives.
         retriever = validation.fusion_retriever or data.negatives_from or model.model_name_or_path
         self.source, self.data, self.validation = model, data, replace(validation, fusion_retriever=retriever)
@@ -70,15 +220,6 @@ class RerankerTask(Task):
     def _load_groups(self, seed: int, batch_size: int, device) -> None:
         """The training groups, and the validation collection (``validation_file``'s queries, else those held
         out, among all the passages) with its groups, searched by the fusion retriever."""
-        from briskbert.retrieval.dense import load_retriever, read_passages, retrieve
-        from briskbert.training.retrieval.embeddings import load_pairs
-        from briskbert.training.retrieval.reranking import (
-            RerankGroup,
-            RerankGroups,
-            negative_pools,
-            pairs_collection,
-        )
-
         data, validation = self.data, self.validation
         pairs = load_pairs(data.train_file, data.train_articles)
         distractors = read_passages(
@@ -123,8 +264,6 @@ class RerankerTask(Task):
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from briskbert.modeling import BriskBertForSequenceClassification
-        from briskbert.training.retrieval.reranking import CrossEncoderForRanking, GroupCollator
-        from briskbert.training.tasks.finetuning import load_starting_model
 
         source, data = self.source, self.data
         self.eval_batch_size = config.per_device_eval_batch_size
@@ -170,9 +309,6 @@ class RerankerTask(Task):
         )
 
     def evaluate(self, model, dataloader, accelerator) -> dict | None:
-        from briskbert.training.engine.evaluation import not_above_baseline
-        from briskbert.training.retrieval.reranking import group_ranking_metrics
-
         metrics = group_ranking_metrics(model, dataloader, accelerator)
         self.verdict = not_above_baseline(
             "eval_accuracy",
@@ -197,12 +333,6 @@ class RerankerTask(Task):
 
     def _choose_fusion(self, folder: Path, device):
         """Choose the fusion weights on the validation queries' top ``rerank_top_k`` and save them in ``folder``."""
-        from briskbert.retrieval.dense import retrieval_metrics
-        from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
-        from briskbert.retrieval.lexical import bm25_head_scores
-        from briskbert.retrieval.reranker import load_reranker
-        from briskbert.retrieval.settings import RerankerArguments
-
         top_k, task, retrieved = self.validation.rerank_top_k, self.validation_task, self.fusion_retrieved
         settings = RerankerArguments(
             str(folder), rerank_top_k=top_k, reranker_max_seq_length=self.source.max_seq_length
@@ -233,8 +363,6 @@ class RerankerTask(Task):
         return fusion
 
     def facts(self) -> JobFacts:
-        from briskbert.training.tasks.finetuning import card_source_facts
-
         data = self.data
         negatives = (
             f"top {data.pool_size} ranked by {data.negatives_from}" if data.negatives_from else "random"
