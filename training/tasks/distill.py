@@ -17,6 +17,7 @@ from briskbert.errors import SettingError
 from briskbert.training.engine.checkpointing import check_finite_weights, weights_file
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.tasks.classification import ClassificationTask
+from briskbert.training.tasks.finetuning import check_positions, load_tokenizer
 from briskbert.training.tasks.settings import ClassificationSettings, DataSource, DistillSettings, ModelSource
 
 
@@ -206,8 +207,6 @@ class DistillationTask(ClassificationTask):
         self.load_data(names, names_source=f"the teacher's labels (teacher_model {setup.teacher_model})")
 
     def make_model(self, accelerator, config: TrainingConfig):
-        from briskbert.training.tasks.finetuning import check_positions, load_tokenizer
-
         setup, teacher = self.setup, self.teacher
         tokenizer = load_tokenizer(setup.tokenizer_name or setup.teacher_model)
         student = build_student(setup, teacher, tokenizer.pad_token_id)

@@ -20,7 +20,7 @@ from briskbert.training.data.task_data import (
     tags_as_strings,
 )
 from briskbert.training.engine.task import TaskInputs
-from briskbert.training.tasks.finetuning import FinetuningTask
+from briskbert.training.tasks.finetuning import FinetuningTask, load_splits, pad_to_width
 from briskbert.training.tasks.metrics import entity_metrics, get_entities, not_learned
 
 if TYPE_CHECKING:
@@ -117,13 +117,13 @@ def word_predictions(
     return predictions, truncated
 
 
+def _starts_inside(tag: str, previous: str) -> bool:
+    return tag.startswith("I-") and previous not in ("B-" + tag[2:], tag)
+
+
 def bio_violations(tags: list[str]) -> int:
     """How many ``I-X`` tags follow neither ``B-X`` nor ``I-X``: transitions IOB2 forbids (``O I-PER``)."""
     return sum(_starts_inside(tag, previous) for tag, previous in zip(tags, ["O", *tags]))
-
-
-def _starts_inside(tag: str, previous: str) -> bool:
-    return tag.startswith("I-") and previous not in ("B-" + tag[2:], tag)
 
 
 def invalid_bio_share(sentences: list[list[str]], labels: list[str]) -> float:
@@ -192,7 +192,6 @@ class NerEvaluator:
     def evaluate(self, model, dataloader, accelerator) -> dict:
         """The ids the model decodes (Viterbi with a CRF, arg-max without), gathered and scored."""
         from briskbert.training.engine.evaluation import evaluation_loop
-        from briskbert.training.tasks.finetuning import pad_to_width
 
         width = max(map(len, self.word_ids))  # no batch is longer than its longest sentence
         gathered = evaluation_loop(
@@ -209,18 +208,11 @@ def ner_features(
 ):
     """Tokenised sentences with aligned ``labels`` and ``word_ids`` (for evaluation)."""
     dataset = dataset.add_column("__tags", tags)  # string tags, whatever the source's tag column held
+    arguments = (tokenizer, label2id, token_column, "__tags", max_seq_length, label_all_tokens)
     return dataset.map(
-        tokenize_and_align_labels,
+        lambda batch: tokenize_and_align_labels(batch, *arguments),
         batched=True,
         remove_columns=dataset.column_names,
-        fn_kwargs=dict(
-            tokenizer=tokenizer,
-            label2id=label2id,
-            token_column=token_column,
-            tag_column="__tags",
-            max_seq_length=max_seq_length,
-            label_all_tokens=label_all_tokens,
-        ),
     )
 
 
@@ -232,8 +224,6 @@ class NerTask(FinetuningTask):
 
     def load_data(self) -> None:
         """CoNLL files or a dataset, checked for rows and columns, tags read as strings; the label list."""
-        from briskbert.training.tasks.finetuning import load_splits
-
         data, settings = self.data_source, self.settings
         train, evaluation = load_splits(data, file_loader=load_conll)
         train_name, eval_name = data.describe("train"), data.describe("validation")
@@ -270,26 +260,19 @@ class NerTask(FinetuningTask):
                 "label_all_tokens",
                 "does not fit a model with a CRF head (use_crf), which tags one position per word.",
             )
-        features = dict(
-            tokenizer=tokenizer,
-            label2id=label2id,
-            token_column=settings.token_column,
-            max_seq_length=self.source.max_seq_length,
-        )
+        features = (tokenizer, label2id, settings.token_column, self.source.max_seq_length)
         train_tags, eval_tags, repaired = self.train_tags, self.eval_tags, 0
+        if self.crf:
+            train_tags, repaired = crf_training_tags(train_tags, labels, "the training data")
+            if eval_tags is not None:
+                eval_tags, repaired_eval = crf_training_tags(eval_tags, labels, "the evaluation data")
+                repaired += repaired_eval
         with accelerator.main_process_first():
-            if self.crf:
-                train_tags, repaired = crf_training_tags(train_tags, labels, "the training data")
-                if eval_tags is not None:
-                    eval_tags, repaired_eval = crf_training_tags(eval_tags, labels, "the evaluation data")
-                    repaired += repaired_eval
-            train = ner_features(
-                self.train, train_tags, label_all_tokens=settings.label_all_tokens, **features
-            )
+            train = ner_features(self.train, train_tags, *features, settings.label_all_tokens)
             self.train_features = train.remove_columns("word_ids")
             self.eval_features = self.evaluator = None
             if self.evaluation is not None:
-                evaluation = ner_features(self.evaluation, eval_tags, label_all_tokens=False, **features)
+                evaluation = ner_features(self.evaluation, eval_tags, *features, False)
                 self.evaluator = NerEvaluator(self.eval_tags, evaluation["word_ids"], id2label)
                 self.eval_features = evaluation.remove_columns("word_ids")
         if repaired:

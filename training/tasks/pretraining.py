@@ -1,6 +1,5 @@
-"""Masked-language-model pretraining (+ next sentence prediction): the tokenizer (named, or trained once per run),
-the corpus prepared into a cached memory-mapped store, and sequences built from that store alone, so a resumed
-run continues exactly."""
+"""Masked-language-model pretraining (+ next sentence prediction) from a corpus prepared into a cached
+memory-mapped store, so a resumed run continues exactly."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from briskbert.training.engine.evaluation import evaluation_loop
 from briskbert.training.engine.facts import JobFacts, base_model_id
 from briskbert.training.engine.loop import seed_everything
 from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.tasks.finetuning import check_positions
+from briskbert.training.tasks.finetuning import check_positions, load_pretrained, resolve_base_model
 from briskbert.training.tasks.pretraining_settings import (
     PretrainingData,
     PretrainingModel,
@@ -116,7 +115,7 @@ def build_model(
         model = with_sparse_decoder(
             config, lambda config: auto.from_pretrained(path, config=config, trust_remote_code=True)
         )
-        check_finite_weights(model, weights_file(path) if Path(path).is_dir() else path, "model_name_or_path")
+        check_finite_weights(model, weights_file(path), "model_name_or_path")
         log(f"Continuing {type(model).__name__} from {path} with its own class (not briskbert's fast path).")
         return model
     config = build_config(settings, len(tokenizer), tokenizer.pad_token_id, max_seq_length)
@@ -124,15 +123,15 @@ def build_model(
 
 
 def with_sparse_decoder(config, build):
-    """``build(config)`` decoding the masked positions only while training (``sparse_prediction``, where the config
-    has it); the saved config keeps its own value, so the published ``logits`` stay (batch, seq, vocab)."""
+    """``build(config)`` (a model, or a tuple led by one) decoding the masked positions only while training
+    (``sparse_prediction``, where the config has it); the saved config keeps its own value, so the published
+    ``logits`` stay (batch, seq, vocab)."""
     if not hasattr(config, "sparse_prediction"):
         return build(config)
-    saved = config.sparse_prediction
-    config.sparse_prediction = True
-    model = build(config)
-    model.config.sparse_prediction = saved
-    return model
+    saved, config.sparse_prediction = config.sparse_prediction, True
+    built = build(config)
+    (built[0] if isinstance(built, tuple) else built).config.sparse_prediction = saved
+    return built
 
 
 def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log):
@@ -143,25 +142,20 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
     from briskbert.inputs import check_model_source
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
     from briskbert.modeling.conversion.agreement import OUTPUT_TOLERANCE, largest_difference
-    from briskbert.training.tasks.finetuning import load_pretrained, resolve_base_model
 
     location = check_model_source(path, "model_name_or_path", need_tokenizer=False)
     base = resolve_base_model(location, output_dir)
     model_class = BriskBertForPreTraining if nsp else BriskBertForMaskedLM
-    config = model_class.config_class.from_pretrained(base)
-    loaded = {}
-
-    def load(config):
-        loaded["model"], loaded["info"] = load_pretrained(
+    model, info = with_sparse_decoder(
+        model_class.config_class.from_pretrained(base),
+        lambda config: load_pretrained(
             model_class, base, config, "continued pretraining", output_loading_info=True
-        )
-        return loaded["model"]
-
-    model = with_sparse_decoder(config, load)
-    check_finite_weights(model, weights_file(base) if Path(base).is_dir() else base, "model_name_or_path")
+        ),
+    )
+    check_finite_weights(model, weights_file(base), "model_name_or_path")
     if base == location.name:  # already a briskbert model
         return model
-    new_head = any(name.startswith("head.") for name in loaded["info"]["missing_keys"])
+    new_head = any(name.startswith("head.") for name in info["missing_keys"])
     reference = (AutoModel if new_head else AutoModelForMaskedLM).from_pretrained(location.name)
     difference = largest_difference(reference, model.model if new_head else model, tokenizer)
     compared = "hidden states" if new_head else "masked-LM logits"
@@ -309,9 +303,9 @@ class PretrainingTask(Task):
         data = settings.data
         if data.streaming and config.max_train_steps is None:
             raise SettingError("streaming", "has no epochs to count: give max_train_steps.")
-        if not settings.model.model_name_or_path:
-            check_new_model_fits(settings, config.per_device_train_batch_size, accelerator)
         batch_size = config.per_device_train_batch_size
+        if not settings.model.model_name_or_path:
+            check_new_model_fits(settings, batch_size, accelerator)
         try:
             tokenizer = load_or_train_tokenizer(settings, config, accelerator)
             train_dataset, eval_dataset = build_datasets(data, tokenizer, accelerator, config.seed)
@@ -363,11 +357,11 @@ class PretrainingTask(Task):
     def facts(self) -> JobFacts:
         settings = self.settings
         data, model = settings.data, settings.model
-        source = data.train.dataset_name or Path(data.train.path).name
-        if data.validation is not None and data.validation.path:
-            eval_dataset = Path(data.validation.path).name
-        elif data.validation is not None:
-            eval_dataset = f"{data.validation.dataset_name} (validation split)"
+        source = data.dataset_name or Path(data.train_file).name
+        if data.validation_file:
+            eval_dataset = Path(data.validation_file).name
+        elif data.dataset_name:
+            eval_dataset = f"{data.dataset_name} (validation split)"
         else:
             eval_dataset = f"{source} ({data.validation_split_percentage:g}% of documents held out)"
         preset = model.config_name if model.config_name and not model.config_name.endswith(".json") else None

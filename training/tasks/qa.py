@@ -15,7 +15,7 @@ from briskbert.files import write_atomic
 from briskbert.training.data.task_data import load_squad, require_columns, require_rows
 from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.task import TaskInputs
-from briskbert.training.tasks.finetuning import FinetuningTask
+from briskbert.training.tasks.finetuning import FinetuningTask, first_n, load_splits, pad_to_width
 from briskbert.training.tasks.metrics import squad_metrics
 
 
@@ -199,8 +199,6 @@ class QaTask(FinetuningTask):
     def load_data(self) -> None:
         import datasets
 
-        from briskbert.training.tasks.finetuning import first_n, load_splits
-
         data, task = self.data_source, self.settings
         self.windows = task.window_kwargs(self.source.max_seq_length)  # checked before anything loads
         self.reports = []
@@ -215,10 +213,11 @@ class QaTask(FinetuningTask):
         if task.extra_train_file:
             extra = squad(task.extra_train_file, "extra_train_file").cast(train.features)
             train = first_n(datasets.concatenate_datasets([train, extra]), data.max_train_samples)
-        self.train = _checked(train, data.describe("train"), task.version_2_with_negative)
-        self.evaluation = None
-        if evaluation is not None:
-            self.evaluation = _checked(evaluation, data.describe("validation"), task.version_2_with_negative)
+        version_2 = task.version_2_with_negative
+        self.train = _checked(train, data.describe("train"), version_2)
+        self.evaluation = (
+            None if evaluation is None else _checked(evaluation, data.describe("validation"), version_2)
+        )
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from transformers import DataCollatorWithPadding
@@ -239,10 +238,7 @@ class QaTask(FinetuningTask):
         counts = f"Training: {len(self.train)} questions -> {len(self.train_features)} windows"
         if self.eval_features is not None:
             counts += f"; evaluation: {len(self.evaluation)} questions -> {len(self.eval_features)} windows"
-            inputs = ("input_ids", "token_type_ids", "attention_mask")
-            eval_inputs = self.eval_features.select_columns(
-                [c for c in inputs if c in self.eval_features.column_names]
-            )
+            eval_inputs = self.eval_features.remove_columns(["example_id", "offset_mapping"])
         accelerator.print(counts)
         return self.task_inputs(
             accelerator, model, tokenizer, DataCollatorWithPadding(tokenizer), eval_inputs
@@ -251,7 +247,6 @@ class QaTask(FinetuningTask):
     def evaluate(self, model, dataloader, accelerator) -> dict:
         """Windows' logits -> answers (written to ``eval_predictions.json``) -> SQuAD exact match and F1."""
         from briskbert.training.engine.evaluation import evaluation_loop
-        from briskbert.training.tasks.finetuning import pad_to_width
 
         task, width = self.settings, self.source.max_seq_length
         gathered = evaluation_loop(
