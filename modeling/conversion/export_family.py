@@ -21,25 +21,6 @@ TARGETS = {
 }
 
 
-def family_config(model_type: str, ours, tokenizer=None):
-    """The family's config for BriskBert config `ours` (best effort: `differences` says what it cannot say)."""
-    import transformers
-
-    prefix, family = TARGETS[model_type]
-    # Unset options take the family's default: if that differs, `differences` names the option.
-    fields = {
-        name: value for name, value in family.family_fields(ours.to_dict()).items() if value is not None
-    }
-    if model_type == "modernbert" and tokenizer is not None:
-        fields.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
-        fields.setdefault("bos_token_id", tokenizer.cls_token_id)
-        fields.setdefault("eos_token_id", tokenizer.sep_token_id)
-    try:
-        return getattr(transformers, f"{prefix}Config")(**fields)
-    except Exception as error:  # transformers' strict config fields raise their own error types
-        raise UnsupportedCheckpointError(str(error).splitlines()[-1].strip()) from None
-
-
 def differences(family: SourceFamily, suffix: str, ours, theirs) -> list[str]:
     """ "option=ours (family: theirs)" for every option the family's config does not bring back on import."""
     from .folder import build_config
@@ -100,10 +81,12 @@ def _save_plain_tokenizer(tokenizer, folder: Path):
 
 
 def pick_family(
-    ours, auto_class: str, family: str | None, tokenizer=None
+    ours, auto_class: str, family: str | None, tokenizer
 ) -> tuple[str, SourceFamily, str, object]:
     """(class prefix, family, head suffix, family config) of the named family, else of the first that expresses
     `ours`; refusals name each option the (closest) family cannot express."""
+    import transformers
+
     refusals = []
     for model_type in [family] if family else TARGETS:
         prefix, source = TARGETS[model_type]
@@ -111,10 +94,20 @@ def pick_family(
         if suffix is None:
             refusals.append((source, [f"{prefix} has no head for {auto_class}."]))
             continue
+        # Unset options take the family's default: if that differs, `differences` names the option.
+        options = ours.to_dict()
+        fields = {
+            theirs: options[name] for name, theirs in source.names.items() if options.get(name) is not None
+        }
+        if model_type == "modernbert":
+            fields.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
+            fields.setdefault("bos_token_id", tokenizer.cls_token_id)
+            fields.setdefault("eos_token_id", tokenizer.sep_token_id)
         try:
-            theirs = family_config(model_type, ours, tokenizer)
-        except UnsupportedCheckpointError as error:
-            refusals.append((source, [str(error).splitlines()[0]]))
+            fields.update(source.exported(options))
+            theirs = getattr(transformers, f"{prefix}Config")(**fields)
+        except Exception as error:  # `exported`'s refusal, or transformers' strict config fields' own errors
+            refusals.append((source, [str(error).splitlines()[-1].strip()]))
             continue
         problems = differences(source, suffix, ours, theirs)
         if not problems:
@@ -142,11 +135,9 @@ def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[
 
     config = BriskBertConfig.from_pretrained(model_dir)
     class_name = (config.architectures or ["BriskBertModel"])[0]
-    auto_class = {
-        reference.split(".")[1]: auto for auto, reference in modeling_briskbert.AUTO_MAP.items()
-    }.get(class_name)
-    if auto_class is None:
-        raise UnsupportedCheckpointError(f"{model_dir} holds {class_name}, not a briskbert model.")
+    auto_class = next(
+        auto for auto, ref in modeling_briskbert.AUTO_MAP.items() if ref.endswith(f".{class_name}")
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     # Refused before the weights are read.
     prefix, source, suffix, theirs = pick_family(config, auto_class, family, tokenizer)

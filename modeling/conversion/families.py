@@ -1,7 +1,5 @@
-"""The transformers families `briskbert convert` imports and `export-family` writes: for each, which config.json
-fields are which BriskBert options (and what each direction adds), how its weights are named, and which of its
-heads map to which BriskBert head (by Auto class, the keys of AUTO_MAP). Plain data and small functions: nothing
-here imports torch."""
+"""The transformers families `briskbert convert` imports and `export-family` writes: config fields, weight names
+and heads (by Auto class, the keys of AUTO_MAP) of each. Torch-free."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,11 +99,6 @@ def bert_export(ours: dict) -> dict:
     return {}
 
 
-def roberta_import(source: dict) -> dict:
-    # RobertaLMHead applies gelu whatever hidden_act says.
-    return dict(bert_import(source), position_ids_type="count_non_padding", head_activation="gelu")
-
-
 def electra_import(source: dict) -> dict:
     fields = bert_import(source)
     if source.get("embedding_size", source["hidden_size"]) != source["hidden_size"]:
@@ -114,29 +107,12 @@ def electra_import(source: dict) -> dict:
     return dict(fields, pooler_activation="gelu", head_activation="gelu")
 
 
-def electra_export(ours: dict) -> dict:
-    return dict(bert_export(ours), embedding_size=ours["embedding_size"] or ours["hidden_size"])
-
-
 def electra_multiple_choice(source: dict) -> dict:
     _require(source, "summary_type", ("first",), "last")
     _require(source, "summary_use_proj", (True,), False)
     _require(source, "summary_proj_to_labels", (False, None))
     _require(source, "summary_first_dropout", (0, 0.0, None))
     return dict(pooler_activation=source.get("summary_activation") or "linear")
-
-
-def electra_discriminator(source: dict) -> dict:
-    return dict(
-        token_head_activation=source.get("hidden_act", "gelu"),
-        id2label={0: "replaced"},
-        label2id={"replaced": 0},
-    )
-
-
-def distilbert_import(source: dict) -> dict:
-    # DistilBERT's norms use a fixed eps; its classifiers read [CLS] through dense + ReLU.
-    return dict(type_vocab_size=0, layer_norm_eps=1e-12, pooler_activation="relu")
 
 
 def modernbert_import(source: dict) -> dict:
@@ -224,20 +200,6 @@ class SourceFamily:
             )
         return suffix
 
-    def renames_for(self, suffix: str) -> dict[str, str]:
-        """Head weight renames: the head's own over those of every head (a name takes its longest prefix)."""
-        return {**self.head_renames.get("*", {}), **self.head_renames.get(suffix, {})}
-
-    def config_fields(self, source: dict) -> dict:
-        """BriskBert options from the family's config.json."""
-        renamed = {ours: source[theirs] for ours, theirs in self.names.items() if theirs in source}
-        return {**renamed, **self.imported(source)}
-
-    def family_fields(self, ours: dict) -> dict:
-        """The family's config fields for BriskBert options `ours`."""
-        renamed = {theirs: ours[name] for name, theirs in self.names.items() if name in ours}
-        return {**renamed, **self.exported(ours)}
-
 
 _BERT_HEAD_RENAMES = {
     "cls.predictions.transform.dense.": "head.dense.",
@@ -265,7 +227,10 @@ FAMILIES = (
         name="RoBERTa / XLM-R",
         prefixes={"roberta": "Roberta", "xlm-roberta": "XLMRoberta"},
         weight_prefix="roberta.",
-        imported=roberta_import,
+        # RobertaLMHead applies gelu whatever hidden_act says.
+        imported=lambda source: dict(
+            bert_import(source), position_ids_type="count_non_padding", head_activation="gelu"
+        ),
         head_renames={
             "ForMaskedLM": {
                 "lm_head.dense.": "head.dense.",
@@ -292,7 +257,8 @@ FAMILIES = (
             "attention_probs_dropout_prob": "attention_dropout",
             "classifier_dropout": "seq_classif_dropout",
         },
-        imported=distilbert_import,
+        # DistilBERT's norms use a fixed eps; its classifiers read [CLS] through dense + ReLU.
+        imported=lambda source: dict(type_vocab_size=0, layer_norm_eps=1e-12, pooler_activation="relu"),
         exported=lambda ours: dict(sinusoidal_pos_embds=False),
         encoder_renames=_DISTILBERT_ENCODER,
         qkv=_DISTILBERT_QKV,
@@ -311,7 +277,9 @@ FAMILIES = (
         prefixes={"electra": "Electra"},
         weight_prefix="electra.",
         imported=electra_import,
-        exported=electra_export,
+        exported=lambda ours: dict(
+            bert_export(ours), embedding_size=ours["embedding_size"] or ours["hidden_size"]
+        ),
         heads={**_CLASSIC_HEADS, "ForPreTraining": "AutoModelForTokenClassification"},
         head_renames={
             "ForPreTraining": {
@@ -327,7 +295,14 @@ FAMILIES = (
             },
             "*": _COMMON_HEAD_RENAMES,
         },
-        head_config={"ForPreTraining": electra_discriminator, "ForMultipleChoice": electra_multiple_choice},
+        head_config={
+            "ForPreTraining": lambda source: dict(
+                token_head_activation=source.get("hidden_act", "gelu"),
+                id2label={0: "replaced"},
+                label2id={"replaced": 0},
+            ),
+            "ForMultipleChoice": electra_multiple_choice,
+        },
     ),
     SourceFamily(
         name="ModernBERT",

@@ -18,7 +18,8 @@ def build_config(family: SourceFamily, head_suffix: str, source_config: dict, ha
     """BriskBert options reproducing the source exactly; refuses what they cannot express, naming the field."""
     from ..configuration_briskbert import BriskBertConfig
 
-    fields = family.config_fields(source_config)
+    fields = {ours: source_config[theirs] for ours, theirs in family.names.items() if theirs in source_config}
+    fields.update(family.imported(source_config))
     if head_suffix in family.head_config:
         fields.update(family.head_config[head_suffix](source_config))
     try:

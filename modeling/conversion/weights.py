@@ -36,7 +36,8 @@ def name_map(family: SourceFamily, head_suffix: str, names) -> dict[str, tuple[s
     """{source name: (BriskBert name, its index in the fused query/key/value projection, or None)}: head weights
     by the head's prefix table, encoder weights by the family's patterns under "model."; buffers left out. Both
     directions use it: import renames by it, export to a family (`export_family`) reads it backwards."""
-    head_renames = family.renames_for(head_suffix)
+    # the head's own renames over those of every head; a name takes its longest prefix
+    head_renames = {**family.head_renames.get("*", {}), **family.head_renames.get(head_suffix, {})}
     encoder_renames = [
         (re.compile(f"^{pattern}"), replacement) for pattern, replacement in family.encoder_renames
     ]

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.errors import CommandFailed, SettingError, UserError
+from briskbert.errors import CommandFailed, SettingError
 from briskbert.training.tasks.settings import helped
-
-FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert")
 
 
 @dataclass(frozen=True)
@@ -28,7 +26,7 @@ class ExportFamilyArguments:
     output_dir: str = field(metadata={"help": "New folder for the family's model and tokenizer."})
     family: str | None = helped(
         "The family to write (model_type); default: the first of these that expresses the model.",
-        choices=FAMILIES,
+        choices=("bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert"),
     )
     overwrite_output_dir: bool = helped(
         "Replace an existing output_dir (only once the export has succeeded).", False
@@ -48,8 +46,8 @@ def main(argv: list[str] | None = None):
 
     config = check_model_folder(Path(args.model_dir).expanduser(), "model_dir")  # before torch: fails fast
     if config["model_type"] != "briskbert":
-        raise UserError(
-            f"--model_dir {args.model_dir} has model_type {config['model_type']!r}, not a briskbert model."
+        raise SettingError(
+            "model_dir", f"{args.model_dir} has model_type {config['model_type']!r}, not briskbert."
         )
     from briskbert.modeling.conversion import CheckpointMismatchError, UnsupportedCheckpointError
     from briskbert.modeling.conversion.export_family import export_to_family
