@@ -236,10 +236,8 @@ def lfs_batch(req: Request) -> Response:
         elif not hub.storage.reuse_blob(oid, size):
             repo_type, repo_id = repo_of(req)
             where = f"{repo_type}/{repo_id}/{oid}?size={size}&sig={hub.sign(repo_type, repo_id, oid, size)}"
-            entry["actions"] = {
-                action: {"href": f"{hub.base_url(req)}/lfs-{action}/{where}", "header": {}}
-                for action in ("upload", "verify")
-            }
+            # No "verify" action: the upload itself checks the content against its oid and size.
+            entry["actions"] = {"upload": {"href": f"{hub.base_url(req)}/lfs-upload/{where}", "header": {}}}
         objects.append(entry)
     body = json.dumps({"transfer": "basic", "objects": objects}).encode()
     return Response(body, media_type="application/vnd.git-lfs+json")
@@ -249,13 +247,6 @@ def lfs_upload(req: Request) -> Response:
     oid, size = req.path_params["oid"], req.app.check_signature(req)
     req.app.storage.put_stream(body_chunks(req), oid, size)
     return Response(headers={"ETag": f'"{oid}"'}, media_type="application/json")
-
-
-def lfs_verify(req: Request) -> Response:
-    oid, size = req.path_params["oid"], req.app.check_signature(req)
-    if not req.app.storage.has_blob(oid, size):
-        raise EntryNotFound(f"LFS object {oid} was not uploaded")
-    return json_response({"oid": oid, "size": size})
 
 
 def commit(req: Request) -> Response:
@@ -430,7 +421,6 @@ ROUTES = (
     Route("GET HEAD", URL + "/resolve/(?P<rev>[^/]+)/(?P<path>.+)", resolve, R, "resolve"),
     Route("POST", URL + r"\.git/info/lfs/objects/batch", lfs_batch, W, "lfs_batch"),
     Route("PUT", "/lfs-upload/" + SIGNED, lfs_upload, Auth.SIGNED, "lfs_upload", "max_upload_bytes"),
-    Route("POST", "/lfs-verify/" + SIGNED, lfs_verify, W, "lfs_verify"),
 )
 # The protocol steps a fault can be injected at (``HubServer.set_fault``).
 STEPS = tuple(dict.fromkeys(route.step for route in ROUTES if route.step))

@@ -276,12 +276,9 @@ class HubServer:
             lifespan="off",
             log_config=None,
             access_log=False,
-            limit_concurrency=limits.max_connections + 1,  # uvicorn's count includes the one asking
             timeout_keep_alive=limits.read_timeout_s,
             # A head in pieces is refused past twice max_head_bytes; _check_head applies the limit itself.
             h11_max_incomplete_event_size=2 * limits.max_head_bytes,
-            server_header=False,
-            date_header=False,
         )
         self._uvicorn = uvicorn.Server(config)
 
@@ -308,7 +305,7 @@ class HubServer:
 
     def sign(self, repo_type: str, repo_id: str, oid: str, size: int) -> str:
         """What makes an LFS upload URL usable without a token, like a pre-signed URL."""
-        msg = f"{repo_type}|{repo_id.lower()}|{oid}|{size}".encode()
+        msg = f"{repo_type}|{repo_key(repo_id)}|{oid}|{size}".encode()
         return hmac.new(self._signing_key, msg, hashlib.sha256).hexdigest()
 
     def check_signature(self, req: Request) -> int:
@@ -321,9 +318,6 @@ class HubServer:
 
     def serve_forever(self) -> None:
         self._uvicorn.run(sockets=[self.socket])
-
-    def shutdown(self) -> None:
-        self._uvicorn.should_exit = True
 
     def server_close(self) -> None:
         self.socket.close()
@@ -384,8 +378,7 @@ class HubServer:
         line = header_safe(f"{method} {path} {status}", limit=2000)
         logger.debug(line)
         if self._log_file:
-            self._log_file.write(line + "\n")
-            self._log_file.flush()
+            print(line, file=self._log_file, flush=True)
         return response
 
     def _check_head(self, req: Request) -> None:
@@ -469,7 +462,7 @@ class BackgroundHub:
         self.server.set_fault(fault)
 
     def stop(self) -> None:
-        self.server.shutdown()
+        self.server._uvicorn.should_exit = True
         self._thread.join(timeout=5)
         self.server.server_close()
 

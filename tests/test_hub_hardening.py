@@ -288,7 +288,6 @@ WRITE_ROUTES = [
     ("GET", "/api/models/testuser/r/xet-write-token/main"),
     ("POST", "/api/models/testuser/r/discussions"),
     ("POST", "/testuser/r.git/info/lfs/objects/batch"),
-    ("POST", f"/lfs-verify/model/testuser/r/{'a' * 64}?size=1&sig=x"),
     ("GET", "/api/whoami-v2"),
 ]
 
