@@ -140,8 +140,8 @@ def test_progress_to_a_file_is_plain_lines_at_intervals_counted_from_a_resumed_s
     with open(tmp_path / "log.txt", "w") as stream:  # not a terminal
         progress = progress_bar(60, initial=30, stream=stream)  # resumed at step 30
         for step in range(31, 61):
-            progress.update(1)
             progress.set_postfix(loss=f"{10 / step:.4f}")
+            progress.update(1)
         progress.close()
     text = (tmp_path / "log.txt").read_text()
     lines = text.splitlines()

@@ -13,7 +13,7 @@ import sys
 
 from .errors import CommandFailed, SettingError, UserError
 from .extras import TORCHAO_IMPORT_LOGGERS
-from .processes import raise_interrupt
+from .processes import raise_interrupt, signal_handler
 
 #: the shell's status for a process ended by SIGINT (128 + 2)
 INTERRUPTED_EXIT_CODE = 130
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for variable in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
             os.environ.setdefault(variable, "1")
     try:
-        with _sigterm_as_ctrl_c():
+        with signal_handler(raise_interrupt, [signal.SIGTERM]):  # SIGTERM stops a job as Ctrl-C does
             module = importlib.import_module(f"briskbert.commands.{name.replace('-', '_')}")
             result = module.main(rest)
     except (UserError, CommandFailed) as error:  # an input mistake or a failed check: one line, no traceback
@@ -106,17 +106,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"briskbert {name}: interrupted by {signal.Signals(number).name}.", file=sys.stderr)
         return 128 + number
     return result if isinstance(result, int) else 0
-
-
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c():
-    """SIGTERM stops every job as Ctrl-C does (its clean-ups run) and the process exits with 143."""
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
@@ -29,6 +30,20 @@ class Interrupt(KeyboardInterrupt):
 def raise_interrupt(signal_number, frame):
     """A signal handler: raise :class:`Interrupt` (SIGTERM then acts as Ctrl-C)."""
     raise Interrupt(signal_number)
+
+
+@contextlib.contextmanager
+def signal_handler(handler, signals=(signal.SIGINT, signal.SIGTERM)):
+    """``handler`` for ``signals`` while entered (only the main thread can set handlers: elsewhere, none)."""
+    previous = {}
+    for number in signals:
+        with contextlib.suppress(ValueError):
+            previous[number] = signal.signal(number, handler)
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
 
 
 def to_argv(**settings) -> list[str]:

@@ -1,6 +1,5 @@
-"""Checkpoints (``output_dir/step_{N}``: ``accelerator.save_state``'s files, the :class:`TrainingState` and the
-run's :class:`RunIdentity`) and model folders, written whole and never with NaN or infinite weights; a resume
-verifies each file and continues only the run the checkpoint belongs to (docs/security.md)."""
+"""Checkpoints (``output_dir/step_{N}``) and model folders, written whole and never with NaN or infinite weights;
+a resume verifies the manifest and continues only the run the checkpoint belongs to (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -136,15 +135,10 @@ def dataset_fingerprint(dataset) -> str | None:
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
     """Complete checkpoints in ``output_dir``, oldest first (by global step)."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    found = []
-    for path in output_dir.iterdir():
-        match = _STEP_DIR.match(path.name)
-        if match and (path / STATE_FILE).is_file():
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+    found = [
+        p for p in Path(output_dir).glob("step_*") if _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()
+    ]
+    return sorted(found, key=lambda path: int(path.name.removeprefix("step_")))
 
 
 def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None, overwrite: bool) -> None:
@@ -190,7 +184,7 @@ def clear_previous_run(output_dir: Path, inputs: Iterable[str], main_process: bo
 
 def remove_partial_folders(output_dir: Path) -> None:
     """Delete what a stopped save left half-written (``.step_N.partial``, ``.final.partial``, ...)."""
-    for path in output_dir.glob(f".*{PARTIAL_SUFFIX}") if output_dir.is_dir() else []:
+    for path in output_dir.glob(f".*{PARTIAL_SUFFIX}"):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
@@ -198,8 +192,7 @@ def remove_partial_folders(output_dir: Path) -> None:
 
 
 def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> Path | None:
-    """``"latest"``: the newest intact checkpoint (None when there is none yet); else the path, which must be
-    intact."""
+    """``"latest"``: the newest intact checkpoint (None when there is none yet); else the path, if intact."""
     if resume_from_checkpoint == "latest":
         found = checkpoint_dirs(output_dir)
         checkpoint = intact_checkpoint(output_dir, report=logger.warning)
@@ -257,7 +250,7 @@ def save_checkpoint(
     """Write ``output_dir/step_{global_step}`` from every process (each saves its own RNG state)."""
     folder = output_dir / f"step_{state.global_step}"
     partial = partial_path(folder)
-    # a full disk: one line, and no partial folder left; a checkpoint is about the weights and AdamW's two moments
+    # a checkpoint is about the weights and AdamW's two moments
     weights = (p.numel() * p.element_size() for model in accelerator._models for p in model.parameters())
     with space_for(folder, 3 * sum(weights)):
         hook = accelerator.register_save_state_pre_hook(drop_tied_copies)
@@ -305,8 +298,7 @@ def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_
 
 
 def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:
-    """The checkpoint ``resume_from_checkpoint`` names, refused unless it belongs to this run (the same
-    arguments, data and model); None: start anew."""
+    """The checkpoint ``resume_from_checkpoint`` names, refused unless it belongs to this run; None: start anew."""
     if not config.resume_from_checkpoint:
         return None
     checkpoint = resolve_checkpoint(config.resume_from_checkpoint, config.output_dir)
@@ -351,7 +343,6 @@ def resume_command(argv: list[str], checkpoint: Path | str) -> str:
     return shlex.join([program, *kept, *resume])
 
 
-# -------------------------------------------------------------------------------------- model folders
 def save_model_folder(
     accelerator, model, tokenizer, folder: Path, facts: TrainingFacts | None = None
 ) -> None:
@@ -364,7 +355,7 @@ def save_model_folder(
     sharded = accelerator.distributed_type.value in ("FSDP", "DEEPSPEED")
     state_dict = accelerator.get_state_dict(model) if sharded else None
     weight_bytes = sum(p.numel() * p.element_size() for p in unwrapped.parameters())
-    if accelerator.is_main_process:  # a full disk: one line, and no partial folder left
+    if accelerator.is_main_process:
         with space_for(folder, weight_bytes), staged_folder(folder) as partial:
             with own_class(unwrapped):
                 unwrapped.save_pretrained(partial, state_dict=state_dict)
@@ -388,7 +379,6 @@ def own_class(model):
         model.__class__ = sharded_class
 
 
-# ------------------------------------------------------------------------------------- finite weights
 class TrainingDiverged(UserError):
     """The loss, the gradient or the weights became NaN or infinite."""
 

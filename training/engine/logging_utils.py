@@ -122,35 +122,30 @@ def progress_bar(total: int, initial: int = 0, disable: bool = False, stream=Non
 
 class ProgressLines:
     """``training: step 30/60 (50%), 12 s, about 12 s left, loss 2.31`` every tenth of the run (and at least every
-    5 minutes); a step's line waits for its postfix (set right after ``update`` when the step logs)."""
+    5 minutes); a step's postfix is set before its ``update``."""
 
     def __init__(self, total: int, initial: int, stream):
         self.total, self.n, self.first, self.stream = total, initial, initial, stream
         self.start = self.last_line = monotonic()
-        self.every = max(1, math.ceil(total / 10))
-        self.postfix, self.due = "", False
+        self.every, self.postfix = max(1, math.ceil(total / 10)), ""
+
+    def set_postfix(self, refresh: bool = True, **values) -> None:
+        self.postfix = ", ".join(f"{key} {value}" for key, value in values.items())
 
     def update(self, n: int = 1) -> None:
-        self.close()
-        self.n += n
-        self.due = self.n % self.every == 0 or self.n >= self.total or monotonic() - self.last_line >= 300
-
-    def set_postfix(self, **values) -> None:
-        self.postfix = ", ".join(f"{key} {value}" for key, value in values.items())
-        self.close()
-
-    def close(self) -> None:
-        """Print the line that is due, if any."""
-        if not self.due:
+        self.n, now = self.n + n, monotonic()
+        if self.n % self.every and self.n < self.total and now - self.last_line < 300:
             return
-        self.due, self.last_line = False, monotonic()
-        elapsed = self.last_line - self.start
+        self.last_line, elapsed = now, now - self.start
         line = (
             f"training: step {self.n}/{self.total} ({100 * self.n // max(self.total, 1)}%), {elapsed:.0f} s"
         )
         if self.first < self.n < self.total:
             line += f", about {elapsed / (self.n - self.first) * (self.total - self.n):.0f} s left"
         print(line + (f", {self.postfix}" if self.postfix else ""), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
 
 
 def _series(history: list[dict], key: str) -> list[tuple[int, float]]:

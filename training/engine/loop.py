@@ -148,18 +148,17 @@ def run(
                 state.global_step += 1
                 state.wall_time_s += time.perf_counter() - step_start
                 unread += totals
-                progress.update(1)
-
                 step, last_step = state.global_step, state.global_step == parts.max_train_steps
                 if step % log_every == 0 or last_step:
                     _read(unread, state, interval, guard)
                     lr = scheduler.get_last_lr()[0]
                     entry = interval.entry(state, parts.batches_per_epoch, lr, grad_norm)
                     log.append(entry)
-                    progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{lr:.2e}")
+                    progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
                     if accelerator.is_main_process:
                         for callback in callbacks:
                             callback(entry)
+                progress.update(1)
                 if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
                     _read(unread, state, interval, guard)
                     evaluation(accelerator, model, state, log)
@@ -211,10 +210,8 @@ def _open_run(
     return log, state
 
 
-# ---------------------------------------------------------------------------- what the loop builds first
 def check_datasets(train_dataset, eval_dataset, config: TrainingConfig) -> None:
-    """Refuse an empty or too small training set, a streamed one without a step count or checkpointed by
-    epoch, and an empty or missing evaluation set."""
+    """Refuse training and evaluation sets the run cannot use, naming the setting to change."""
     if isinstance(train_dataset, IterableDataset):
         if config.max_train_steps is None:
             raise SettingError(
@@ -276,17 +273,14 @@ def prepare(config: TrainingConfig, accelerator, inputs: TaskInputs) -> Prepared
     eval_dataloader = None
     if inputs.eval_dataset is not None:
         eval_collator = inputs.eval_collator or data_collator
-        eval_dataloader = accelerator.prepare(
-            make_dataloader(
-                inputs.eval_dataset, eval_collator, config.per_device_eval_batch_size, None, workers
-            )
-        )
+        batch_size = config.per_device_eval_batch_size
+        eval_dataloader = make_dataloader(inputs.eval_dataset, eval_collator, batch_size, None, workers)
+        eval_dataloader = accelerator.prepare(eval_dataloader)
     batches_per_epoch = None if streamed else len(train_dataloader)
-    if streamed:
-        max_train_steps = config.max_train_steps
-    else:
+    max_train_steps = config.max_train_steps  # check_datasets refused a streamed set without it
+    if max_train_steps is None:
         steps_per_epoch = math.ceil(batches_per_epoch / config.gradient_accumulation_steps)
-        max_train_steps = config.max_train_steps or math.ceil(config.num_train_epochs * steps_per_epoch)
+        max_train_steps = math.ceil(config.num_train_epochs * steps_per_epoch)
     warmup = config.num_warmup_steps_for(max_train_steps)
     scheduler = create_scheduler(
         optimizer, config.lr_scheduler_type, warmup, max_train_steps, config.decay_ratio
@@ -313,7 +307,6 @@ def _global_batch_size(config: TrainingConfig, accelerator) -> int:
     return config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
 
 
-# ------------------------------------------------------------------------------ the order of the data
 class EpochShuffleSampler(Sampler[int]):
     """A permutation of ``range(n)`` seeded by ``seed + epoch``: reproducible, and the same whatever the
     number of processes (Accelerate shards the batches of this one order)."""
@@ -374,16 +367,13 @@ def accumulation_windows(
         state.batches_in_epoch = 0
 
 
-# ---------------------------------------------------------------------------------------- one step
 def _on_device(value, device) -> torch.Tensor:
-    """A count as a float64 scalar on ``device``, without a copy through the host."""
     if isinstance(value, torch.Tensor):
         return value.to(device=device, dtype=torch.float64)
     return torch.full((), float(value), dtype=torch.float64, device=device)
 
 
 def _count_tokens(batch: dict) -> torch.Tensor | int:
-    """Non-padding tokens of a batch (0 for batches without token ids)."""
     if "attention_mask" in batch:
         return batch["attention_mask"].sum()
     return batch["input_ids"].numel() if "input_ids" in batch else 0
@@ -461,9 +451,8 @@ class DivergenceGuard:
 
 
 def _read(unread: torch.Tensor, state: TrainingState, interval: LogInterval, guard: DivergenceGuard) -> None:
-    """Stop a run that diverged, else move the steps' ``unread`` totals into the run's counters and the log
-    interval. The wait for the device's queued steps is training time."""
-    start = time.perf_counter()
+    """Stop a run that diverged, else move the steps' ``unread`` totals into the counters and the log interval."""
+    start = time.perf_counter()  # the wait for the device's queued steps is training time
     guard.raise_if_diverged()
     loss_sum, items, tokens, examples = unread.tolist()
     unread.zero_()
@@ -480,7 +469,6 @@ def _checkpoint_due(every: int | str | None, state: TrainingState, batches_per_e
     return every is not None and state.global_step % every == 0
 
 
-# ------------------------------------------------------------------------------------------ the end
 def _finish(
     config, accelerator, parts: Prepared, tokenizer, state: TrainingState, log: MetricsLog, task: Task
 ) -> TrainResult:

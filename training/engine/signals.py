@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from briskbert.processes import RESUME_COMMAND_VARIABLE, Interrupt, raise_interrupt
+from briskbert.processes import RESUME_COMMAND_VARIABLE, Interrupt, raise_interrupt, signal_handler
 from briskbert.training.engine.checkpointing import intact_checkpoint, resume_command
 
 
@@ -23,29 +23,17 @@ class TrainingInterrupted(SystemExit):
 
 
 @contextlib.contextmanager
-def _handlers(handler):
-    """``handler`` for SIGINT and SIGTERM while entered (only the main thread can set handlers)."""
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-@contextlib.contextmanager
 def stopping(output_dir: str | os.PathLike, main_process: bool = True):
     """For a whole run: a signal raises :class:`Interrupt` wherever the run stands, and the process ends with
     :class:`TrainingInterrupted`, the main process naming the newest intact checkpoint of ``output_dir``."""
-    with _handlers(raise_interrupt):
+    with signal_handler(raise_interrupt):
         try:
             yield
         except KeyboardInterrupt as error:
             signal_number = getattr(error, "signal_number", signal.SIGINT)
-            with _handlers(signal.SIG_IGN):  # the report takes a moment (it checks the checkpoint's files)
+            with signal_handler(
+                signal.SIG_IGN
+            ):  # the report takes a moment (it checks the checkpoint's files)
                 checkpoint = intact_checkpoint(output_dir) if main_process else None
                 processes = int(os.environ.get("WORLD_SIZE", "1"))
                 raise report(signal_number, checkpoint, None, processes, main_process) from None
@@ -57,7 +45,7 @@ class SignalCatcher:
 
     def __init__(self):
         self.signal_number = 0
-        self._handlers = _handlers(self._handle)
+        self._handlers = signal_handler(self._handle)
 
     def _handle(self, signum, frame):
         if self.signal_number and signum == signal.SIGINT:
