@@ -82,21 +82,20 @@ def test_streamed_sequences_are_the_reference_sequences(tokenizer, documents, mo
     assert [example["idx"] for example in streamed] == list(range(len(reference)))
 
 
-def test_streaming_shards_are_disjoint_and_complete(tokenizer, monkeypatch):
-    def tokens(dataset):
-        return sorted(t for example in dataset for t in example["input_ids"][1:]), [e["idx"] for e in dataset]
+def test_dataloader_workers_stream_disjoint_and_complete_shards(tokenizer, monkeypatch):
+    def tokens(workers=1, worker=0):
+        dataset = StreamingMLMDataset(str(EXCERPT), tokenizer, 64, documents_per_chunk=16)
+        info = SimpleNamespace(num_workers=workers, id=worker)
+        monkeypatch.setattr(
+            torch.utils.data, "get_worker_info", lambda: info
+        )  # after datasets read the columns
+        examples = list(dataset)
+        return sorted(t for e in examples for t in e["input_ids"][1:]), [e["idx"] for e in examples]
 
-    whole, _ = tokens(StreamingMLMDataset(str(EXCERPT), tokenizer, 64, documents_per_chunk=16))
-    parts = [
-        StreamingMLMDataset(str(EXCERPT), tokenizer, 64, documents_per_chunk=16, num_shards=2, shard_index=i)
-        for i in range(2)
-    ]
-    (first, first_idx), (second, second_idx) = tokens(parts[0]), tokens(parts[1])
-    assert sorted(first + second) == whole  # every token once, in one shard or the other
+    whole, _ = tokens()
+    (first, first_idx), (second, second_idx) = tokens(2, 0), tokens(2, 1)
+    assert sorted(first + second) == whole  # every token once, in one worker or the other
     assert not set(first_idx) & set(second_idx)  # masking keys stay unique
-    # each dataloader worker streams its own shard: 2 processes x 3 workers; process 1's worker 2
-    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=3, id=2))
-    assert parts[1]._shard() == (6, 5)
 
 
 # ---- next-sentence pairs, shards and splits against documents that say where they come from

@@ -207,9 +207,9 @@ def stored_nsp_examples(
 class StreamingMLMDataset(torch.utils.data.IterableDataset):
     """Read, tokenize and pack a corpus on the fly, for runs that should start at once.
 
-    Chunk ``c`` of ``documents_per_chunk`` documents belongs to shard ``c % shards`` (``num_shards`` times the
-    dataloader workers); a shard skips the others' chunks untokenized. The order is deterministic, so a
-    resumed run skips exactly the batches already seen; ``idx`` is unique across shards (it keys the masking).
+    Chunk ``c`` of ``documents_per_chunk`` documents belongs to dataloader worker ``c % workers``, which skips
+    the others' chunks untokenized. The order is deterministic, so a resumed run skips exactly the batches
+    already seen; ``idx`` is unique across workers (it keys the masking).
     """
 
     def __init__(
@@ -220,23 +220,16 @@ class StreamingMLMDataset(torch.utils.data.IterableDataset):
         text_column: str | None = None,
         packing: str = "full-sentences",
         documents_per_chunk: int = 256,
-        num_shards: int = 1,
-        shard_index: int = 0,
     ):
         load_corpus(path, text_column)  # column check up front
         self.path, self.text_column, self.max_seq_length = path, text_column, max_seq_length
         self.mode, self.documents_per_chunk = packing, documents_per_chunk
-        self.num_shards, self.shard_index = num_shards, shard_index
         self.encoder = TokenEncoder(tokenizer)
         self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
 
-    def _shard(self) -> tuple[int, int]:
-        info = torch.utils.data.get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        return self.num_shards * workers, self.shard_index * workers + worker
-
     def __iter__(self):
-        shards, shard = self._shard()
+        info = torch.utils.data.get_worker_info()
+        shards, shard = (info.num_workers, info.id) if info is not None else (1, 0)
         packed = self.mode == "full-sentences"
         wrap = partial(wrap_sequence, packing=self.mode, cls_id=self.cls_id, sep_id=self.sep_id)
         documents = iter_documents(CorpusSource(self.path, self.text_column))
