@@ -79,7 +79,7 @@ class Fusion:
         """The curve's point nearest to these weights."""
         return min(
             self.curve,
-            key=lambda p: abs(p["weight"] - weight) + abs(p.get("lexical_weight", 0.0) - lexical_weight),
+            key=lambda p: abs(p["weight"] - weight) + abs(p["lexical_weight"] - lexical_weight),
         )
 
     def summary(self) -> str:
@@ -186,26 +186,3 @@ def evaluate_retrieval(task, retriever, reranker=None) -> dict:
         "rerank_s": round(time.perf_counter() - start, 2),
     }
     return report | shortfall_warning(report["retrieval"], report["fused"], reranker.fusion_weight)
-
-
-def validation_warning(reranker) -> str | None:
-    """A warning when the re-ranker's weights were never chosen, or its validation scored them below retrieval."""
-    fusion = reranker.fusion
-    if fusion is None:
-        if reranker.fusion_weight or reranker.lexical_weight:
-            return None
-        return (
-            "the re-ranker has no fusion.json (its weights were never chosen): it is applied at weight 0, "
-            "retrieval's order unchanged; train it with finetune-reranker, or set fusion_weight."
-        )
-    if not fusion.curve or not fusion.retrieval:
-        return None
-    point = fusion.point(reranker.fusion_weight, reranker.lexical_weight)
-    shortfall = ranking_shortfall(fusion.retrieval, point)
-    if not shortfall:
-        return None
-    bm25 = f" (BM25 {point['lexical_weight']:g})" if point.get("lexical_weight") else ""
-    return (
-        f"on its {fusion.num_queries} validation queries, re-ranking at weight {point['weight']:g}{bm25} scored "
-        f"below retrieval alone ({', '.join(shortfall)}); its chosen weight is {fusion.weight:g}."
-    )

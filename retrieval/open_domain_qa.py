@@ -74,14 +74,16 @@ def rank_passages(corpus, questions, retriever, reranker=None, depth: int = 5):
 
 
 @torch.no_grad()
-def read_passages(reader: Reader, questions: dict[str, str], passages: dict[str, list[tuple[str, str]]]):
-    """``{question id: {passage id: PassageReading}}`` for each question's ``(passage id, text)`` list."""
+def read_passages(
+    reader: Reader, questions: dict[str, str], read: dict[str, list[str]], corpus: dict[str, str]
+):
+    """``{question id: {passage id: PassageReading}}`` for the passages of ``corpus`` each question ``read``s."""
     examples = [
-        {"id": f"{qid}{_SEPARATOR}{pid}", "question": questions[qid], "context": text}
-        for qid, candidates in passages.items()
-        for pid, text in candidates
+        {"id": f"{qid}{_SEPARATOR}{pid}", "question": questions[qid], "context": corpus[pid]}
+        for qid, pids in read.items()
+        for pid in pids
     ]
-    readings: dict[str, dict[str, PassageReading]] = {qid: {} for qid in passages}
+    readings: dict[str, dict[str, PassageReading]] = {qid: {} for qid in read}
     if not examples:
         return readings
     columns = {key: [example[key] for example in examples] for key in ("id", "question", "context")}
@@ -143,19 +145,13 @@ def select_answer(readings: dict[str, PassageReading], read: list[str], ranking_
     return answer
 
 
-def _read(reader, questions, read: dict[str, list[str]], corpus):
-    return read_passages(
-        reader, questions, {qid: [(pid, corpus[pid]) for pid in pids] for qid, pids in read.items()}
-    )
-
-
 def answer_questions(
     corpus, questions, retriever, reader: Reader, reranker=None, read_top_k=3
 ) -> dict[str, Answer]:
     """Retrieve (and re-rank) passages for each question and answer from the first ``read_top_k``."""
     _, ranked = rank_passages(corpus, questions, retriever, reranker, read_top_k)
     read = {qid: ranking[:read_top_k] for qid, ranking in ranked.rankings.items()}
-    readings = _read(reader, questions, read, corpus)
+    readings = read_passages(reader, questions, read, corpus)
     return {
         qid: select_answer(readings[qid], read[qid], ranked.scores[qid][: len(read[qid])])
         for qid in questions
@@ -173,7 +169,7 @@ def evaluate_open_domain_qa(task, retriever, reader: Reader, reranker=None, read
     retrieved, ranked = rank_passages(corpus, questions, retriever, reranker, deepest)
     gold = {qid: next(iter(task.qrels[qid])) for qid in task.query_ids}
     union = {qid: list(dict.fromkeys(ranked.rankings[qid][:deepest] + [gold[qid]])) for qid in task.query_ids}
-    readings = _read(reader, questions, union, corpus)
+    readings = read_passages(reader, questions, union, corpus)
     elapsed = time.perf_counter() - start
 
     def scored(answers: dict[str, Answer]) -> dict:

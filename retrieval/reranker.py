@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -93,7 +92,7 @@ def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker
             f"re-ranker {name_or_path!r} has {model.config.num_labels} labels; a re-ranker gives one relevance logit "
             "(train one with `briskbert finetune-reranker`)."
         )
-    fusion = Fusion.load(name_or_path) if Path(name_or_path).is_dir() else None
+    fusion = Fusion.load(name_or_path)  # None for a Hub id or a folder without fusion.json
     chosen = fusion or Fusion(weight=0.0, retriever_scale=1.0, top_k=settings.rerank_top_k)
     fusion_weight = chosen.weight if settings.fusion_weight is None else settings.fusion_weight
     lexical_weight = chosen.lexical_weight if settings.lexical_weight is None else settings.lexical_weight

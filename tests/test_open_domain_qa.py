@@ -46,8 +46,8 @@ def test_a_confident_wrong_span_loses_to_the_gold_passage_when_normalised_jointl
     # "berlin" is the only likely token of its passage (per-passage probability ~1); "paris" has a higher
     # logit but shares its passage with other likely tokens (per-passage probability well under 1).
     reader = _reader(tokenizer, {"paris": 7.0, "answer": 6.5, "city": 6.5, "berlin": 6.0})
-    passages = {"q": [("wrong", "the town of berlin"), ("gold", "the answer city is paris")]}
-    readings = read_passages(reader, {"q": "which capital?"}, passages)["q"]
+    passages = {"wrong": "the town of berlin", "gold": "the answer city is paris"}
+    readings = read_passages(reader, {"q": "which capital?"}, {"q": list(passages)}, passages)["q"]
 
     def per_passage_probability(pid):
         reading = readings[pid]
@@ -70,8 +70,8 @@ def test_a_confident_wrong_span_loses_to_the_gold_passage_when_normalised_jointl
 
 def test_the_ranking_probability_outweighs_a_slightly_better_span_in_a_doubted_passage(tokenizer):
     reader = _reader(tokenizer, {"berlin": 6.0, "paris": 5.5})
-    passages = {"q": [("wrong", "the town of berlin"), ("gold", "the city of paris")]}
-    readings = read_passages(reader, {"q": "which capital?"}, passages)["q"]
+    passages = {"wrong": "the town of berlin", "gold": "the city of paris"}
+    readings = read_passages(reader, {"q": "which capital?"}, {"q": list(passages)}, passages)["q"]
     assert select_answer(readings, ["wrong", "gold"]).text == "berlin"  # the reader alone: 12 > 11
     # The ranking puts gold 3 logits ahead: log P(gold) - log P(wrong) = 3 > 12 - 11.
     answer = select_answer(readings, ["wrong", "gold"], ranking_logits=[0.0, 3.0])
@@ -87,7 +87,7 @@ def test_long_passages_are_normalised_over_all_their_windows(tokenizer):
     # several windows; the log-sum-exp must cover the context tokens of each window.
     reader = _reader(tokenizer, {"paris": 5.0, "city": 3.0})
     text = " ".join(["city"] * 150 + ["paris"])
-    readings = read_passages(reader, {"q": "where?"}, {"q": [("p", text)]})["q"]
+    readings = read_passages(reader, {"q": "where?"}, {"q": ["p"]}, {"p": text})["q"]
     from briskbert.training.tasks.qa import prepare_eval_features
 
     example = {"id": ["x"], "question": ["where?"], "context": [text]}

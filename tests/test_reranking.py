@@ -11,7 +11,6 @@ import torch
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import Retriever, encode_texts, exact_search
-from briskbert.retrieval.fusion import Fusion
 from briskbert.retrieval.reranker import Reranker
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair, load_pairs
@@ -56,20 +55,6 @@ def test_evaluate_retrieval_prints_the_warning_on_stderr(monkeypatch, capsys, ti
     err = capsys.readouterr().err.strip().splitlines()
     assert report["fused"]["recall@1"] == 0 and report["warning"].startswith("re-ranking fused at weight 1")
     assert [line for line in err if line.startswith("warning:")] == [f"warning: {report['warning']}"]
-
-
-def test_question_mode_warns_from_the_rerankers_own_validation():
-    from briskbert.retrieval.fusion import validation_warning
-
-    points = [(0.0, 0.80, 0.70), (0.5, 0.85, 0.75), (1.0, 0.78, 0.70)]
-    curve = [{"weight": weight, "mrr@10": mrr, "recall@1": recall} for weight, mrr, recall in points]
-    fusion = Fusion(0.5, 20.0, 20, num_queries=96, retrieval={"mrr@10": 0.80, "recall@1": 0.70}, curve=curve)
-    assert validation_warning(Reranker(None, None, fusion_weight=0.5, fusion=fusion)) is None
-    assert validation_warning(Reranker(None, None, fusion_weight=1.0, fusion=fusion)) == (
-        "on its 96 validation queries, re-ranking at weight 1 scored below retrieval alone "
-        "(MRR@10 0.800 -> 0.780); its chosen weight is 0.5."
-    )
-    assert validation_warning(Reranker(None, None, fusion_weight=0.3)) is None  # never measured, but given
 
 
 # ---------------------------------------------------------------------------------------------- groups

@@ -16,8 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
-from briskbert.retrieval.settings import IndexSettings, PassageSource, check_faiss
-from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
+from briskbert.retrieval.settings import (
+    EmbeddingArguments,
+    EncoderArguments,
+    IndexSettings,
+    PassageSource,
+    check_faiss,
+)
 from briskbert.training.tasks.settings import check_at_least, helped
 
 

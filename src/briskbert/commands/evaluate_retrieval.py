@@ -22,11 +22,11 @@ from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.files import write_atomic
-from briskbert.retrieval.settings import IndexFolder
 from briskbert.retrieval.settings import (
     CollectionSource,
     EmbeddingArguments,
     EncoderArguments,
+    IndexFolder,
     RerankerArguments,
 )
 from briskbert.training.tasks.settings import helped
@@ -53,23 +53,24 @@ def main(argv=None):
     report = evaluate_retrieval(task, retriever, reranker)
     report |= {"model": encoder, "reranker": reranking.reranker_model_name_or_path, "index": index.index}
     print(format_report(report))
-    write_outputs(report, output.output_dir)
+    write_outputs(output.output_dir, {"metrics.json": report})
     return report
 
 
-def write_outputs(metrics: dict, output_dir: str | None) -> None:
-    """The warning, if any, on stderr; ``metrics.json`` in ``output_dir`` when there is one."""
-    if "warning" in metrics:
-        print(f"warning: {metrics['warning']}", file=sys.stderr)
+def write_outputs(output_dir: str | None, files: dict[str, dict]) -> None:
+    """The metrics' warning, if any, on stderr; each of ``files`` (name: JSON object) in ``output_dir``, if any."""
+    if warning := files.get("metrics.json", {}).get("warning"):
+        print(f"warning: {warning}", file=sys.stderr)
     if output_dir:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(output_dir) / "metrics.json", json.dumps(metrics, indent=2))
+        for name, content in files.items():
+            write_atomic(Path(output_dir) / name, json.dumps(content, indent=2, ensure_ascii=False))
 
 
 def load_models(source, embedding, index, reranking, encoder: str, batch_size: int, max_seq_length=None):
-    """The collection, the retriever (searching ``index.index`` when given) and the re-ranker (with its warning)."""
+    """The collection, the retriever (searching ``index.index`` when given) and the re-ranker (a warning when its
+    weights were never chosen)."""
     from briskbert.retrieval.dense import load_collection, load_retriever
-    from briskbert.retrieval.fusion import validation_warning
     from briskbert.retrieval.reranker import load_reranker
     from briskbert.retrieval.vector_index import with_index
 
@@ -77,8 +78,12 @@ def load_models(source, embedding, index, reranking, encoder: str, batch_size: i
     retriever = load_retriever(encoder, embedding.pooling, embedding.normalize, max_seq_length, batch_size)
     retriever = with_index(retriever, index.index, task.corpus_ids, encoder)
     reranker = load_reranker(reranking, batch_size)
-    if reranker and (warning := validation_warning(reranker)):
-        print(f"warning: {warning}", file=sys.stderr)
+    if reranker and not (reranker.fusion or reranker.fusion_weight or reranker.lexical_weight):
+        print(
+            "warning: the re-ranker has no fusion.json (its weights were never chosen): it is applied at weight "
+            "0, retrieval's order unchanged; train it with finetune-reranker, or set fusion_weight.",
+            file=sys.stderr,
+        )
     return task, retriever, reranker
 
 

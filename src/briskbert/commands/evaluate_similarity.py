@@ -10,12 +10,9 @@ sentence-transformers' ``EmbeddingSimilarityEvaluator``'s ``spearman_cosine`` an
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from briskbert.commands.arguments import parse
-from briskbert.files import write_atomic
 from briskbert.retrieval.settings import EmbeddingArguments, EncoderArguments
 from briskbert.training.tasks.settings import helped
 
@@ -34,6 +31,7 @@ def main(argv=None):
     args, pairs_file, embedding = parse(
         __doc__, EncoderArguments, SimilarityArguments, EmbeddingArguments, argv=argv
     )
+    from briskbert.commands.evaluate_retrieval import write_outputs
     from briskbert.retrieval.dense import load_dual_encoder
     from briskbert.training.retrieval.similarity import evaluate_similarity, load_scored_pairs
 
@@ -47,7 +45,5 @@ def main(argv=None):
         f"{metrics['num_pairs']} pairs  Spearman {metrics['spearman']:.4f}  "
         f"Pearson {metrics['pearson']:.4f}  (cosine similarity against the gold scores)"
     )
-    if pairs_file.output_dir:
-        Path(pairs_file.output_dir).mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(pairs_file.output_dir) / METRICS_FILE, json.dumps(report, indent=2))
+    write_outputs(pairs_file.output_dir, {METRICS_FILE: report})
     return report

@@ -13,13 +13,10 @@ metrics written to ``metrics.json`` and the answers to ``predictions.json``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from briskbert.commands.arguments import parse
 from briskbert.commands.evaluate_retrieval import RETRIEVAL_ARGUMENTS
-from briskbert.files import write_atomic
 from briskbert.training.tasks.settings import check_at_least, helped
 
 
@@ -78,15 +75,11 @@ def main(argv=None):
     metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
     metrics["read_top_k"] = models.read_top_k
     print(format_metrics(metrics, depths))
-    write_outputs(metrics, run.output_dir)
-    if run.output_dir:
-        predictions = {
-            qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
-            for qid, a in answers[models.read_top_k].items()
-        }
-        write_atomic(
-            Path(run.output_dir) / "predictions.json", json.dumps(predictions, indent=2, ensure_ascii=False)
-        )
+    predictions = {
+        qid: {"answer": a.text, "passage_id": a.passage_id, "score": a.score}
+        for qid, a in answers[models.read_top_k].items()
+    }
+    write_outputs(run.output_dir, {"metrics.json": metrics, "predictions.json": predictions})
     return metrics
 
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 
 from briskbert.commands.arguments import parse
 from briskbert.errors import SettingError
+from briskbert.training.tasks.pretraining_settings import MAX_VOCAB_SIZE
 from briskbert.training.tasks.settings import check_at_least, helped
 
 MODELS = ("wordpiece", "bpe", "unigram")
-#: the largest vocabularies in use are about 256k entries; beyond 2**20 the trainer's tables only waste memory
-MAX_VOCAB_SIZE = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
