@@ -26,6 +26,10 @@ CHOICES = {
 }
 # What turns a BERT config into a decoder's; an encoder-only model refuses them rather than ignore them.
 DECODER_OPTIONS = ("is_decoder", "add_cross_attention", "use_cache")
+ENCODER_ONLY = (
+    "is not supported: BriskBert is an encoder-only model (bidirectional self-attention, no cross-attention, "
+    "no key/value cache)."
+)
 POSITIVE_INTEGERS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
 POSITIVE_INTEGERS += ("intermediate_size", "vocab_size", "max_position_embeddings", "embedding_size")
 POSITIVE_INTEGERS += ("sliding_window", "global_attn_every_n_layers")
@@ -106,10 +110,7 @@ class BriskBertConfig(PreTrainedConfig):
     def __setattr__(self, name, value):
         # Every way in (keyword, config.json, from_pretrained(..., is_decoder=True), assignment) sets the attribute.
         if name in DECODER_OPTIONS and value:
-            raise ValueError(
-                f"{name}={value!r} is not supported: BriskBert is an encoder-only model (bidirectional "
-                "self-attention, no cross-attention, no key/value cache)."
-            )
+            raise ValueError(f"{name}={value!r} {ENCODER_ONLY}")
         super().__setattr__(name, value)
 
     def _check_options(self):

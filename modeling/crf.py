@@ -71,38 +71,25 @@ def allowed_transitions(labels: list[str]) -> TransitionConstraints:
 
 class LinearChainCRF(nn.Module):
     """Transition scores (saved with the model) and the algorithms over them, on `(batch, seq, tags)` emissions and
-    a `(batch, seq)` mask of the tagged positions, in float32 or wider."""
+    a `(batch, seq)` mask of the tagged positions, in float32 or wider; `labels` name the tags, whose scheme the
+    decoded paths keep (`allowed_transitions`)."""
 
-    def __init__(self, num_tags: int, constraints: TransitionConstraints | None = None):
+    def __init__(self, labels: list[str]):
         super().__init__()
-        self.num_tags = num_tags
-        self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))
-        self.start_transitions = nn.Parameter(torch.zeros(num_tags))
-        self.end_transitions = nn.Parameter(torch.zeros(num_tags))
-        everything = [True] * num_tags
-        self.constraints = constraints or TransitionConstraints(
-            everything, [everything] * num_tags, everything
-        )
-        # Derived from the config's labels, so not a buffer (transformers re-creates non-persistent buffers empty
-        # when loading): built once per device on first use.
-        self._allowed_by_device: dict[torch.device, list[torch.Tensor]] = {}
-
-    @classmethod
-    def for_labels(cls, labels: list[str]) -> "LinearChainCRF":
-        return cls(len(labels), allowed_transitions(labels))
+        self.num_tags = len(labels)
+        self.transitions = nn.Parameter(torch.zeros(self.num_tags, self.num_tags))
+        self.start_transitions = nn.Parameter(torch.zeros(self.num_tags))
+        self.end_transitions = nn.Parameter(torch.zeros(self.num_tags))
+        self.constraints = allowed_transitions(labels)
 
     def _scores(self, forbidden: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """(start, transitions, end) scores in ``dtype``, the forbidden entries set to ``forbidden``."""
-        device = self.transitions.device
-        if device not in self._allowed_by_device:
-            tables = (self.constraints.start, self.constraints.transitions, self.constraints.end)
-            self._allowed_by_device[device] = [
-                torch.tensor(t, dtype=torch.bool, device=device) for t in tables
-            ]
+        # Derived from the labels, so not a buffer (transformers re-creates non-persistent buffers empty on loading).
+        tables = (self.constraints.start, self.constraints.transitions, self.constraints.end)
         scores = (self.start_transitions, self.transitions, self.end_transitions)
         return tuple(
-            score.to(dtype).masked_fill(~allowed, forbidden)
-            for score, allowed in zip(scores, self._allowed_by_device[device])
+            score.to(dtype).masked_fill(~torch.tensor(allowed, device=score.device), forbidden)
+            for score, allowed in zip(scores, tables)
         )
 
     @staticmethod

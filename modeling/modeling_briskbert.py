@@ -39,13 +39,13 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_briskbert import BriskBertConfig
+from .configuration_briskbert import ENCODER_ONLY, BriskBertConfig
 from .crf import IGNORE_INDEX, LinearChainCRF
 
 # Imported so that every save (save_pretrained, Trainer, push_to_hub) copies the pipelines' files beside this
@@ -258,11 +258,11 @@ class BriskBertEmbeddings(nn.Module):
         )
 
     def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds, layout: PaddedLayout):
-        if inputs_embeds is None:
-            inputs_embeds = self.word_embeddings(layout.pack(input_ids))
+        if inputs_embeds is None:  # only the real tokens are looked up
+            embeddings = self.word_embeddings(layout.pack(input_ids))
         else:
-            inputs_embeds = layout.pack(inputs_embeds)
-        embeddings = inputs_embeds + self.token_type_embeddings(layout.pack(token_type_ids))
+            embeddings = layout.pack(inputs_embeds)
+        embeddings = embeddings + self.token_type_embeddings(layout.pack(token_type_ids))
         # Positions are looked up on the grid (usually a single (1, seq) row) and then gathered like the tokens.
         embeddings = embeddings + layout.pack(self.position_embeddings(position_ids))
         return self.project(self.dropout(self.norm(embeddings)))
@@ -298,24 +298,20 @@ def no_rotary_tables(position_ids: torch.Tensor, dtype: torch.dtype) -> dict:
     return {}
 
 
-def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """ALiBi's geometric head slopes (Press et al. 2022), with its rule for non-power-of-two counts."""
-    closest_power = 2 ** math.floor(math.log2(num_heads))
-    slopes = [2 ** (-8 * (i + 1) / closest_power) for i in range(closest_power)]
-    extra = [2 ** (-4 * (2 * i + 1) / closest_power) for i in range(num_heads - closest_power)]
-    return torch.tensor(slopes + extra, dtype=torch.float32)
-
-
 class AlibiBias(nn.Module):
-    """ALiBi: a per-head penalty proportional to token distance; symmetric, since an encoder looks both ways."""
+    """ALiBi (Press et al. 2022): a per-head penalty proportional to token distance; symmetric, since an encoder
+    looks both ways."""
 
     def __init__(self, config: BriskBertConfig):
         super().__init__()
-        self.num_heads = config.num_attention_heads
+        # Geometric head slopes, with ALiBi's rule for head counts that are not a power of two.
+        power, heads = 2 ** math.floor(math.log2(config.num_attention_heads)), config.num_attention_heads
+        self.slopes = [2 ** (-8 * (i + 1) / power) for i in range(power)]
+        self.slopes += [2 ** (-4 * (2 * i + 1) / power) for i in range(heads - power)]
 
     @torch.no_grad()
     def forward(self, position_ids: torch.Tensor, batch_size: int, dtype: torch.dtype) -> torch.Tensor:
-        slopes = alibi_slopes(self.num_heads).to(position_ids.device)
+        slopes = torch.tensor(self.slopes, device=position_ids.device)
         distance = (position_ids[:, None, :, None] - position_ids[:, None, None, :]).abs().float()
         bias = -slopes[None, :, None, None] * distance
         # Kernels index the bias per batch row (flex), so give it the full batch dimension as a view.
@@ -327,24 +323,6 @@ def no_attention_bias(position_ids: torch.Tensor, batch_size: int, dtype: torch.
 
 
 # ---------- Attention ------------------------------------------------------------------------------------------
-def eager_attention_forward(
-    module, query, key, value, attention_mask, scaling, dropout=0.0, position_bias=None, **kwargs
-):
-    """Plain attention, with ALiBi's `position_bias` added to the scores (as the sdpa and flex kernels add it)."""
-    # Key/value head h serves query heads h * groups ... (h + 1) * groups - 1.
-    key = key.repeat_interleave(module.num_key_value_groups, dim=1)
-    value = value.repeat_interleave(module.num_key_value_groups, dim=1)
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if position_bias is not None:
-        attn_weights = attn_weights + position_bias
-    if attention_mask is not None:
-        attn_weights = attn_weights + attention_mask
-    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
-    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
-    return attn_output, attn_weights
-
-
 class BriskBertAttention(nn.Module):
     """Bidirectional self-attention with grouped key/value heads through transformers' attention dispatch."""
 
@@ -428,10 +406,14 @@ class BriskBertGatedMLP(BriskBertMLP):
 MLPS = {"mlp": BriskBertMLP, "glu": BriskBertGatedMLP}
 
 
-# ---------- Layers: post-norm (BERT) and pre-norm bodies over the same sub-modules -----------------------------
+# ---------- Layer ----------------------------------------------------------------------------------------------
 class BriskBertLayer(GradientCheckpointingLayer):
+    """Attention then MLP, each added to the residual stream: post-norm (BERT) normalises each sum, pre-norm
+    (`norm_position="pre"`) each sub-block's input."""
+
     def __init__(self, config: BriskBertConfig, layer_idx: int):
         super().__init__()
+        self.pre_norm = config.norm_position == "pre"
         self.attention_type = config.layer_types[layer_idx]
         self.attention = BriskBertAttention(config, layer_idx)
         # ModernBERT's first layer reads the just-normalised embeddings without another norm.
@@ -440,26 +422,16 @@ class BriskBertLayer(GradientCheckpointingLayer):
         self.mlp = MLPS[config.mlp_type](config)
         self.mlp_norm = build_norm(config)
 
-
-class BriskBertPostNormLayer(BriskBertLayer):
-    """BERT: each sub-block's output is added to its input, then the sum is normalised."""
-
     def forward(self, hidden_states: torch.Tensor, **attention_inputs) -> torch.Tensor:
+        if self.pre_norm:
+            attn_output, _ = self.attention(self.attention_norm(hidden_states), **attention_inputs)
+            hidden_states = hidden_states + attn_output
+            return hidden_states + self.mlp(self.mlp_norm(hidden_states))
         attn_output, _ = self.attention(hidden_states, **attention_inputs)
         hidden_states = self.attention_norm(hidden_states + attn_output)
         return self.mlp_norm(hidden_states + self.mlp(hidden_states))
 
 
-class BriskBertPreNormLayer(BriskBertLayer):
-    """Pre-norm: each sub-block sees a normalised input and adds to an untouched residual stream."""
-
-    def forward(self, hidden_states: torch.Tensor, **attention_inputs) -> torch.Tensor:
-        attn_output, _ = self.attention(self.attention_norm(hidden_states), **attention_inputs)
-        hidden_states = hidden_states + attn_output
-        return hidden_states + self.mlp(self.mlp_norm(hidden_states))
-
-
-LAYERS = {"post": BriskBertPostNormLayer, "pre": BriskBertPreNormLayer}
 ATTENTION_MASKS = {
     "full_attention": create_bidirectional_mask,
     "sliding_attention": create_bidirectional_sliding_window_mask,
@@ -529,28 +501,21 @@ class BriskBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     _input_embed_layer = "word_embeddings"  # found by transformers in `embeddings` of the bare model
     supports_gradient_checkpointing = True
-    # Set per model in __init__: a model has one of the two layer classes, and FSDP's wrap policy refuses names
-    # it cannot find. The embeddings stay out: as their own FSDP unit they would split the word embeddings from
-    # the MLM decoder tied to them, which FSDP2 refuses.
-    _no_split_modules = []
+    # The embeddings stay out: as their own FSDP unit they would split the word embeddings from the MLM decoder
+    # tied to them, which FSDP2 refuses.
+    _no_split_modules = ["BriskBertLayer"]
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": BriskBertLayer, "attentions": BriskBertAttention}
 
-    def __init__(self, config: BriskBertConfig, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        self._no_split_modules = [LAYERS[config.norm_position].__name__]
-
     def _init_weights(self, module):
         """transformers' default is BERT's scheme and skips loaded weights; the CRF's transitions need a rule."""
         super()._init_weights(module)
         if isinstance(module, LinearChainCRF):
-            # Zero transitions: training starts from the per-token scores alone, within the tag constraints.
-            init.zeros_(module.transitions)
-            init.zeros_(module.start_transitions)
-            init.zeros_(module.end_transitions)
+            for transitions in module.parameters():  # training starts from the per-token scores alone
+                init.zeros_(transitions)
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
         if self.config.position_embedding_type == "alibi" and varlen_kernel(attn_implementation):
@@ -598,9 +563,7 @@ class BriskBertModel(BriskBertPreTrainedModel):
         rope, alibi = (config.position_embedding_type == kind for kind in ("rope", "alibi"))
         self.rotary_emb = RotaryEmbedding(config) if rope else no_rotary_tables
         self.alibi = AlibiBias(config) if alibi else no_attention_bias
-        self.layers = nn.ModuleList(
-            LAYERS[config.norm_position](config, i) for i in range(config.num_hidden_layers)
-        )
+        self.layers = nn.ModuleList(BriskBertLayer(config, i) for i in range(config.num_hidden_layers))
         # Pre-norm leaves the residual stream un-normalised after the last layer; post-norm already normalised it.
         self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.pooler = BriskBertPooler(config) if add_pooling_layer else None
@@ -624,10 +587,7 @@ class BriskBertModel(BriskBertPreTrainedModel):
             name
         ) in DECODER_INPUTS:  # else they would pass through `kwargs` unused, and the outputs not show it
             if kwargs.get(name) is not None and kwargs[name] is not False:
-                raise ValueError(
-                    f"{name} is not supported: BriskBert is an encoder-only model (bidirectional self-attention, "
-                    "no cross-attention, no key/value cache)."
-                )
+                raise ValueError(f"{name} {ENCODER_ONLY}")
         reference = input_ids if input_ids is not None else inputs_embeds
         batch_size, seq_len = reference.shape[:2]
         if position_ids is None:
@@ -649,6 +609,11 @@ class BriskBertModel(BriskBertPreTrainedModel):
         attention_positions = layout.attention_positions(position_ids)
         rotary_tables = self.rotary_emb(attention_positions, hidden_states.dtype)
         position_bias = self.alibi(attention_positions, batch_size, hidden_states.dtype)
+        if position_bias is not None and self.config._attn_implementation == "eager":
+            # transformers' eager attention adds the mask alone (sdpa and flex add `position_bias` themselves).
+            masks = {
+                kind: position_bias if mask is None else mask + position_bias for kind, mask in masks.items()
+            }
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states,
@@ -817,7 +782,7 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         if config.use_crf:
-            self.tagger = LinearChainCRF.for_labels([config.id2label[i] for i in range(config.num_labels)])
+            self.tagger = LinearChainCRF([config.id2label[i] for i in range(config.num_labels)])
             # transformers' token-classification pipeline would take per-token arg-maxes: name the CRF's own.
             BriskBertTokenClassificationPipeline.register(config)
         else:

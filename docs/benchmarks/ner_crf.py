@@ -88,7 +88,7 @@ def timed_pass(model, batches, decode: bool) -> tuple[float, list]:
 def constrained_viterbi_scores(model, batches, evaluator) -> tuple[dict, list]:
     """Quality of a softmax model decoded with Viterbi under the BIO constraints of its labels."""
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    crf = LinearChainCRF.for_labels(labels)  # zero transition scores: the constraints alone
+    crf = LinearChainCRF(labels)  # zero transition scores: the constraints alone
     predictions = []
     with torch.inference_mode():
         for batch in batches:
