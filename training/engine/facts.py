@@ -4,7 +4,6 @@ job states about itself) and :class:`RunFacts` (what the loop measured) in one f
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -97,14 +96,13 @@ class TrainingFacts:
 
     @classmethod
     def from_json(cls, data: dict, source: str = FACTS_FILE) -> TrainingFacts:
-        """Facts from a file's JSON object; ``source`` names the file in errors."""
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise FactsError(
                 f"{source} has schema_version {version!r}; this briskbert reads version {SCHEMA_VERSION}: "
                 "write it again with this briskbert, or upgrade briskbert to read a newer one."
             )
-        job_names, run_names = _names(JobFacts), _names(RunFacts)
+        job_names, run_names = {f.name for f in fields(JobFacts)}, {f.name for f in fields(RunFacts)}
         unknown = sorted(set(data) - job_names - run_names - {"schema_version"})
         if unknown:
             raise FactsError(
@@ -115,13 +113,8 @@ class TrainingFacts:
         return cls(job, RunFacts(**run) if run else None)
 
 
-def _names(kind) -> set[str]:
-    return {f.name for f in fields(kind)}
-
-
 def _typed(source: str, kind, values: dict) -> dict:
-    """``values`` checked against the types of ``kind``'s fields (JSON lists become tuples, an object a
-    :class:`BestMetric`): a value of another type is one :class:`FactsError`, not a card that fails on it."""
+    """``values`` checked against ``kind``'s field types (a JSON list becomes a tuple, an object a BestMetric)."""
     hints, spelled = typing.get_type_hints(kind), {f.name: f.type for f in fields(kind)}
     checked = {}
     for name, value in values.items():
@@ -130,7 +123,7 @@ def _typed(source: str, kind, values: dict) -> dict:
         allowed = [typing.get_origin(member) or member for member in members]
         if tuple in allowed and isinstance(value, list) and all(isinstance(item, str) for item in value):
             value = tuple(value)
-        elif BestMetric in allowed and isinstance(value, dict) and set(value) == _names(BestMetric):
+        elif BestMetric in allowed and isinstance(value, dict) and set(value) == {"name", "value", "step"}:
             value = BestMetric(**_typed(source, BestMetric, value))
         allowed += [int] if float in allowed else []
         if isinstance(value, bool) or not isinstance(value, tuple(allowed)):
@@ -169,18 +162,13 @@ def read_training_facts(folder: str | Path) -> TrainingFacts:
 
 
 def hardware_description(accelerator) -> str:
-    """``1 x NVIDIA H100 80GB HBM3``, or ``CPU (2 cores, <model name>)``."""
+    """``1 x NVIDIA H100 80GB HBM3``, or ``CPU (2 cores, x86_64)``."""
     import torch
 
     n = accelerator.num_processes
     if accelerator.device.type == "cuda":
         return f"{n} x {torch.cuda.get_device_name(accelerator.device)}"
     cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        names = [
-            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
-        ]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"CPU ({cores} cores, {cpu})" + (f", {n} processes" if n > 1 else "")
 

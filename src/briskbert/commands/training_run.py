@@ -1,7 +1,6 @@
 """What every training command does once its flags are parsed: train the job's task (the loop saves ``final/``
 with the model, the tokenizer and ``training_facts.json``), then render the model card from those facts, named
-``your-namespace/<run folder>`` until the model is published, and write ``final/manifest.json`` again to list it.
-"""
+``your-namespace/<run folder>`` until the model is published, and list it in ``final/manifest.json``."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def train(task: Task, config: TrainingConfig):
                 result = run(task, config)
                 task.finish(result.final_dir)
                 if main_process:
-                    _write_card(result)
+                    _write_card(result.final_dir, f"your-namespace/{result.output_dir.resolve().name}")
                     write_manifest(result.final_dir)  # last: the card is part of what the manifest proves
             except BaseException:
                 if main_process:  # whatever stopped the run: no half-written folder stays behind
@@ -52,12 +51,12 @@ def locked(folder):
         yield
 
 
-def _write_card(result) -> None:
+def _write_card(final_dir: Path, repo_id: str) -> None:
     from briskbert.hub_cards.card import write_card
 
     try:
-        write_card(result.final_dir, repo_id=f"your-namespace/{result.output_dir.resolve().name}")
+        write_card(final_dir, repo_id=repo_id)
     except Exception as error:  # a card must never cost the run; publishing renders it again
-        print(f"Could not write the model card into {result.final_dir.name}: {error}", file=sys.stderr)
+        print(f"Could not write the model card into {final_dir.name}: {error}", file=sys.stderr)
     else:
-        print(f"Wrote the model card {result.final_dir / 'README.md'}.")
+        print(f"Wrote the model card {final_dir / 'README.md'}.")
