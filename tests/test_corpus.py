@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from briskbert.errors import SettingError
+from briskbert.errors import SettingError, UserError
 from briskbert.files import MANIFEST_FILE
 from briskbert.training.data import corpus
 from briskbert.training.data.corpus import (
-    CorpusError,
     CorpusSource,
     PreparationSettings,
     TokenEncoder,
@@ -261,7 +260,7 @@ def test_a_large_vocabulary_is_stored_as_uint32(tmp_path):
 def test_a_corpus_without_text_is_refused_and_leaves_nothing(tmp_path):
     for number, text in enumerate(["\n\n   \n", "~~~\n\n~ ~\n"]):  # no lines; lines that give no ids
         (tmp_path / str(number)).mkdir()
-        with pytest.raises(CorpusError, match=r"corpus.txt holds no text \(only empty lines or rows\)"):
+        with pytest.raises(UserError, match=r"corpus.txt holds no text \(only empty lines or rows\)"):
             prepare(tmp_path / str(number), text=text)
         assert not list((tmp_path / str(number) / "cache").iterdir())  # no half-written folder
 
@@ -297,7 +296,7 @@ def test_file_types_columns_and_rows(tmp_path):
 
 def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
     (tmp_path / "latin.txt").write_bytes("the cat\ncaf\xe9\n".encode("latin-1"))
-    with pytest.raises(CorpusError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
+    with pytest.raises(UserError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 2\)"):
         list(iter_documents(CorpusSource(str(tmp_path / "latin.txt"))))
 
 

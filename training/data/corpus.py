@@ -46,10 +46,6 @@ _FINGERPRINT_SAMPLE = 1 << 16
 META_FILE = "meta.json"
 
 
-class CorpusError(UserError):
-    """The corpus cannot be used as given (the message names the file and the fix)."""
-
-
 def default_cache_dir() -> Path:
     """``$BRISKBERT_CACHE/pretraining_data``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)``/briskbert/...``."""
     root = os.environ.get("BRISKBERT_CACHE")
@@ -156,7 +152,7 @@ def _text_file_pieces(path: str) -> Iterator[tuple[str, bool]]:
             try:
                 check_text_file(path, "corpus")  # names the byte and its line
             except SettingError as error:
-                raise CorpusError(error.problem) from None
+                raise UserError(error.problem) from None
 
 
 def _dataset_lines(source: CorpusSource) -> Iterator[str]:
@@ -424,7 +420,7 @@ def _write_store(source, encoder, settings, folder: Path) -> dict:
                 spans[key].append(values)
             written, last = written + len(tokens), int(docs[-1]) if len(docs) else last
         if last < 0:
-            raise CorpusError(
+            raise UserError(
                 f"{source.label} holds no text (only empty lines or rows): give a file with text."
             )
         handle.write(np.asarray([encoder.separator_id], dtype=encoder.dtype).tobytes())

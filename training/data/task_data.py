@@ -63,10 +63,9 @@ def load_table(path: str, setting: str = "train_file") -> datasets.Dataset:
                 raise SettingError(
                     setting, f"{path}: every row must be a JSON object, one per line or in an array."
                 )
-            columns = list(rows[0]) if rows else []
     if not rows:
         raise SettingError(setting, f"{path} has no rows: add data below the header.")
-    return datasets.Dataset.from_dict({column: [row.get(column) for row in rows] for column in columns})
+    return datasets.Dataset.from_list(rows)  # the first row's keys are the columns
 
 
 def load_named_dataset(
