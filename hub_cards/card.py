@@ -130,30 +130,6 @@ def _training_data(job: JobFacts) -> str:
     return f"{rows:,} rows of {names}" if isinstance(rows, int) else names
 
 
-#: the "Training details" table: (JobFacts or RunFacts field, row label, formatter)
-TRAINING_ROWS = (
-    ("task", "task", _fmt),
-    ("config_preset", "config preset", _fmt),
-    ("base_model", "base model", _fmt),
-    ("datasets", "training data", str),  # _training_data's words
-    ("train_steps", "optimizer steps", _fmt),
-    ("epochs", "epochs", _fmt),
-    ("tokens_seen", "tokens seen", _fmt),
-    ("examples_seen", "examples seen", _fmt),
-    ("global_batch_size", "global batch size", _fmt),
-    ("learning_rate", "peak learning rate", _fmt),
-    ("lr_scheduler_type", "schedule", _fmt),
-    ("num_warmup_steps", "warm-up steps", _fmt),
-    ("weight_decay", "weight decay", _fmt),
-    ("mixed_precision", "precision", _precision),
-    ("seed", "seed", str),
-    ("hardware", "hardware", _fmt),
-    ("num_processes", "processes", _fmt),
-    ("wall_time_s", "training time", _duration),
-    ("framework_versions", "software", _fmt),
-)
-
-
 def render_card(
     model_dir: str | Path,
     repo_id: str | None = None,
@@ -191,8 +167,6 @@ def render_card(
         _card_data(config, job, pipeline_tag, model_name, metrics, eval_dataset, quantization),
         template_path=str(TEMPLATE_PATH),
         model_name=model_name,
-        description=job.description or _description(job, pipeline_tag),
-        architecture=", ".join(config["architectures"]),
         repo_id=repo_id,
         revision=revision,
         revision_is_pinned=revision_is_pinned,
@@ -202,15 +176,16 @@ def render_card(
         config=config,
         architecture_options=ARCHITECTURE_OPTIONS,
         fmt=_fmt,
-        labels=_fmt(labels)
-        if labels and pipeline_tag in ("text-classification", "token-classification")
-        else None,
-        training_rows=_training_rows(job, run),
+        labels=labels if pipeline_tag in ("text-classification", "token-classification") else None,
+        job=job,
+        run=run,
+        training_data=_training_data(job),
+        weights_here=_weights_here(run),
+        duration=_duration,
+        precision=_precision,
         metric_rows=_metric_rows(metrics),
         eval_dataset=_eval_data_name(eval_dataset, job.eval_split, job.eval_dataset_description),
         quantization=quantization,
-        max_length=config.get("max_position_embeddings", "the maximum"),
-        limitations=job.limitations,
     )
     if problems := check_metadata(card.data.to_dict()):  # what the Hub would refuse (validate() needs it)
         raise CardError(f"{model_dir / 'training_facts.json'} makes an invalid card: " + "; ".join(problems))
@@ -269,30 +244,18 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
     )
 
 
-def _training_rows(job: JobFacts, run: RunFacts) -> list[tuple[str, str]]:
-    values = {**vars(job), **vars(run), "datasets": _training_data(job)}  # TRAINING_ROWS names their fields
-    rows = [
-        (label, fmt(values[key]))
-        for key, label, fmt in TRAINING_ROWS
-        if values[key] not in (None, "", (), {})
-    ]
+def _weights_here(run: RunFacts) -> str | None:
+    """Which step's weights the final folder holds (the last), and where the best evaluation's are."""
     best, last_step = run.best_metric, run.train_steps
-    if best is not None and last_step is not None:  # the final folder holds the last step's weights
-        here = f"step {last_step:,}, the run's last"
-        if best.step is not None and best.value is not None:
-            measured = f"{best.name.removeprefix('eval_')} {_fmt(best.value)}"
-            if best.step == last_step:
-                here += f" and its best by {measured}"
-            else:
-                here += f"; its best, {measured} at step {best.step:,}, is in the run's `best/` folder"
-        rows.append(("weights in this folder", here))
-    return rows
-
-
-def _description(job: JobFacts, pipeline_tag: str) -> str:
-    base = f" fine-tuned from `{job.base_model}`" if job.base_model else ""
-    data = f"{',' if base else ''} trained on {_training_data(job)}" if job.datasets else ""
-    return f"A {pipeline_tag} model{base}{data}."
+    if best is None or last_step is None:
+        return None
+    here = f"step {last_step:,}, the run's last"
+    if best.step is not None and best.value is not None:
+        measured = f"{best.name.removeprefix('eval_')} {_fmt(best.value)}"
+        if best.step == last_step:
+            return here + f" and its best by {measured}"
+        here += f"; its best, {measured} at step {best.step:,}, is in the run's `best/` folder"
+    return here
 
 
 def _eval_data_name(eval_dataset, split: str | None, description: str | None) -> str:
