@@ -1,11 +1,7 @@
 """What a client sends, read into checked values: JSON fields, the ndjson commit (into storage operations),
-sizes and ranges. A missing or mistyped field, invalid JSON or base64 or absurd nesting is a ``BadRequest``
-naming the field, never a 500.
-
-A commit's lines are scanned string by string as their pieces arrive. A string longer than 64 KiB can only be a
-file's base64 content: it is decoded piece by piece into the blob store, and the line is parsed with a random
-placeholder in its place. Memory holds ``max_line`` bytes of JSON and one body piece, whatever the file's size.
-"""
+sizes and ranges; anything malformed is a ``BadRequest`` naming the field, never a 500. A commit line's one
+string over 64 KiB (a file's base64 content) is decoded into the blob store as it arrives and replaced by a
+placeholder: memory holds ``max_line`` bytes of JSON and one body piece, whatever the file's size."""
 
 from __future__ import annotations
 
@@ -217,11 +213,11 @@ def _inline_file(v: Fields, storage, streamed: StoredBlob | None) -> AddFile:
     if v.get("encoding", default="base64") != "base64":
         raise BadRequest(f"{v.where}: only base64 file content is supported")
     path = validate_path(v.get("path"))
-    if (blob := streamed) is None:
+    if streamed is None:
         data = base64_field(v.get("content"), f"{v.where}.content")
-        blob = StoredBlob(storage.put_bytes(data), len(data), data[:8000])
-    lfs = looks_like_lfs(path, blob.size, blob.sample)
-    return AddFile(FileEntry(path, blob.sha256, blob.size, storage.git_oid(blob.sha256), lfs))
+        streamed = storage.put_bytes(data), len(data), data[:8000]
+    sha256, size, sample = streamed
+    return AddFile(FileEntry(path, sha256, size, storage.git_oid(sha256), looks_like_lfs(path, size, sample)))
 
 
 def _lfs_file(v: Fields, storage, streamed) -> AddFile:

@@ -35,11 +35,9 @@ COMMITS_PAGE = 100  # commits per /commits page
 # ---- a handler runs in a worker thread: it reads the body through the event loop ---------------------------
 def body_chunks(request: Request) -> Iterator[bytes]:
     stream = request.stream()
-    while True:
-        try:
+    with contextlib.suppress(StopAsyncIteration):
+        while True:
             yield anyio.from_thread.run(stream.__anext__)
-        except StopAsyncIteration:
-            return
 
 
 def read_body(request: Request) -> bytes:

@@ -49,8 +49,7 @@ _BUSY = (
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Resource limits (docs/security.md): memory per request is bounded by the body caps, the ndjson line cap
-    and the head cap; the caches by ``index_cache_revisions`` and ``request_log_entries``."""
+    """Resource limits (docs/security.md)."""
 
     max_json_bytes: int = 16 << 20  # a JSON body from a caller with a valid token
     max_public_body_bytes: int = 1 << 20  # any body from a caller without one (e.g. /api/validate-yaml)
@@ -171,10 +170,6 @@ class DataDirInUse(RuntimeError):  # two servers would clean each other's tempor
     pass
 
 
-class _Dropped(Exception):  # the fault injector closes the connection without an answer
-    pass
-
-
 class _Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 with what it lacks: at most ``max_connections`` connections (the rest get a 503 as they
     connect), a silent new connection closed after ``timeout_keep_alive``, and a request head complete
@@ -190,8 +185,6 @@ class _Protocol(H11Protocol):
             transport.write(_BUSY)
             transport.close()
             return
-        # Without TCP_NODELAY an answer's body waits for the client's delayed ACK of its head (40 ms a request).
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
@@ -260,10 +253,9 @@ class HubServer:
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.set_fault(fault)
-        # (method, path cut to 256 characters, status) of the last requests only
-        self.request_log: collections.deque[tuple[str, str, int]] = collections.deque(
+        self.request_log = collections.deque(
             maxlen=limits.request_log_entries
-        )
+        )  # (method, path[:256], status)
         self._log_file = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
 
         class Protocol(_Protocol):
@@ -359,10 +351,8 @@ class HubServer:
             cap = getattr(self.limits, route.body)
             trusted = req.state.account is not None or route.auth is Auth.SIGNED
             body.enforce_limit(cap if trusted else min(cap, self.limits.max_public_body_bytes))
-            self._inject_fault(route, req)
-            response = route.handler(req)
-        except _Dropped:
-            response = None
+            # None: the fault injector drops the connection without an answer
+            response = None if self._inject_fault(route, req) else route.handler(req)
         except HubError as e:
             response = self._error(e, body, waits)
         except Exception as e:  # noqa: BLE001 - last resort: answer 500 instead of hanging the client
@@ -417,13 +407,14 @@ class HubServer:
         if auth is Auth.SIGNED:
             self.check_signature(req)
 
-    def _inject_fault(self, route: Route, req: Request) -> None:
+    def _inject_fault(self, route: Route, req: Request) -> bool:
+        """Raise the injected error, or whether to drop the connection (after a stall)."""
         with self._fault_lock:
             fault = self.fault
             if not (
                 route.step and fault and fault["step"] == route.step and self.fault_hits < fault["times"]
             ):
-                return
+                return False
             self.fault_hits += 1
         if fault["kind"] == "500":
             raise errors.ServerError(f"Injected server error at step {route.step}")
@@ -432,7 +423,7 @@ class HubServer:
         read_body(req)
         if fault["kind"] == "stall":
             time.sleep(float(fault["stall_s"]))
-        raise _Dropped()
+        return True
 
     @staticmethod
     def _error(error: HubError, body: Body, waits_for_continue: bool) -> Response:

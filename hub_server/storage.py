@@ -39,6 +39,9 @@ from .names import COMMIT_ID_RE, repo_key
 
 logger = logging.getLogger("hub_server")
 UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
+StoredBlob = tuple[
+    str, int, bytes
+]  # sha256, size and first bytes (for the LFS rule of thumb) of a stored blob
 
 
 def _now() -> str:
@@ -112,13 +115,6 @@ class RepoRecord:  # what is known about a repo without reading the disk
         return self.repo_id.split("/")[0]
 
 
-@dataclass(frozen=True)
-class StoredBlob:  # content now in the blob store, with its first bytes for the LFS rule of thumb
-    sha256: str
-    size: int
-    sample: bytes
-
-
 class BlobWriter:
     """Content written to ``tmp/`` and hashed as it arrives; ``finish`` moves it into the store, ``close``
     removes what is left."""
@@ -150,7 +146,7 @@ class BlobWriter:
                     code="BadOid",
                 )
             self._storage.keep_blob(sha, self._tmp)
-            return StoredBlob(sha, self.size, bytes(self._sample))
+            return sha, self.size, bytes(self._sample)
 
     def close(self) -> None:
         self._file.close()
