@@ -170,30 +170,17 @@ class StoredSequences(torch.utils.data.Dataset):
         return ids
 
 
-class StoredDocuments(Sequence):
-    """The documents with tokens of a prepared corpus as lists of token-id segments, read lazily."""
-
-    def __init__(self, store: CorpusStore, documents=None):
-        doc_segments = np.asarray(store.document_segment_offsets())
-        chosen = _chosen(store, documents)
-        chosen = chosen[doc_segments[chosen + 1] > doc_segments[chosen]]
-        self.first, self.stop = doc_segments[chosen], doc_segments[chosen + 1]
-        self.segments = store.segment_offsets()
-        self.tokens = store.tokens()
-
-    def __len__(self) -> int:
-        return len(self.first)
-
-    def __getitem__(self, index: int) -> list[list[int]]:
-        spans = self.segments[int(self.first[index]) : int(self.stop[index])]
-        return [self.tokens[start:end].tolist() for start, end in spans]
-
-
 def stored_nsp_examples(
     store: CorpusStore, documents, cls_id: int, sep_id: int, max_seq_length: int, seed: int
 ) -> list[dict]:
-    """The NSP examples of a prepared (sentence-segmented) corpus, each with its ``idx``."""
-    tokenized = StoredDocuments(store, documents)
+    """The NSP examples of the ``documents`` (``None``: all) of a prepared (sentence-segmented) corpus, each with
+    its ``idx``."""
+    doc_segments, segments, tokens = store.document_segment_offsets(), store.segment_offsets(), store.tokens()
+    tokenized = [
+        [tokens[start:end].tolist() for start, end in segments[doc_segments[d] : doc_segments[d + 1]]]
+        for d in _chosen(store, documents)
+    ]
+    tokenized = [document for document in tokenized if document]  # a document without tokens has no segments
     if len(tokenized) < 2:
         raise SettingError(
             "nsp",

@@ -44,13 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     settings, extra = parser.parse_args_into_dataclasses(
         argv, return_remaining_strings=True, look_for_args_file=False
     )
-    ours = [option for action in parser._actions for option in action.option_strings]
     for flag in (token.split("=", 1)[0] for token in extra if token.startswith("--")):
-        # argparse would read an abbreviation of one of ours as a pretraining flag
-        for name in (*OWNED_FLAGS, *ours):
-            if name.startswith(flag) and flag not in ("--", "--help"):
-                reason = OWNED_FLAGS.get(name, f"use {name} (an ablation flag) in full")
-                raise UserError(f"{flag} cannot be passed to the runs: {reason}.")
+        if flag in OWNED_FLAGS:
+            raise UserError(f"{flag} cannot be passed to the runs: {OWNED_FLAGS[flag]}.")
     from briskbert.commands.training_run import locked
     from briskbert.training.experiments.ablation import check_variants, run_ablation
     from briskbert.training.experiments.ablation_report import markdown_table, write_report
