@@ -13,18 +13,10 @@ _LAZY = {
     "train_wordpiece_tokenizer": "briskbert.tokenization",
 }
 _MODELING = (
-    "PRESETS",
-    "BriskBertConfig",
-    "BriskBertPreTrainedModel",
-    "BriskBertModel",
-    "BriskBertForPreTraining",
-    "BriskBertForMaskedLM",
-    "BriskBertForNextSentencePrediction",
-    "BriskBertForSequenceClassification",
-    "BriskBertForTokenClassification",
-    "BriskBertForQuestionAnswering",
-    "BriskBertForMultipleChoice",
-)
+    "PRESETS BriskBertConfig BriskBertPreTrainedModel BriskBertModel BriskBertForPreTraining BriskBertForMaskedLM "
+    "BriskBertForNextSentencePrediction BriskBertForSequenceClassification BriskBertForTokenClassification "
+    "BriskBertForQuestionAnswering BriskBertForMultipleChoice"
+).split()
 _LAZY.update(dict.fromkeys(_MODELING, "briskbert.modeling"))
 
 __all__ = [*_MODELING, "BriskBertTokenizer", "train_wordpiece_tokenizer", "__version__"]

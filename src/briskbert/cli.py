@@ -44,20 +44,13 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _usage() -> str:
-    width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {summary}" for name, summary in COMMANDS.items()]
-    return (
-        "usage: briskbert <command> [flags]   (briskbert <command> --help for its flags)\n\n"
-        "Build, train, fine-tune and publish BERT-family encoders that load with plain transformers.\n\n"
-        "commands:\n" + "\n".join(lines)
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
+        width = max(map(len, COMMANDS))
+        print("usage: briskbert <command> [flags]   (briskbert <command> --help for its flags)\n")
+        print("Build, train, fine-tune and publish BERT-family encoders that load with plain transformers.\n")
+        print("commands:", *[f"  {name:<{width}}  {summary}" for name, summary in COMMANDS.items()], sep="\n")
         return 0
     if argv[0] in ("-V", "--version"):
         from . import __version__

@@ -99,7 +99,6 @@ def staged_folder(folder: str | os.PathLike) -> Iterator[Path]:
 
 
 MANIFEST_FILE = "manifest.json"
-_CHUNK = 1 << 20
 
 
 def fsync_folder(folder: str | os.PathLike) -> None:
@@ -115,7 +114,7 @@ def file_digest(path: str | os.PathLike) -> str:
     """The sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as opened:
-        while chunk := opened.read(_CHUNK):
+        while chunk := opened.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -174,9 +173,8 @@ def free_space(path: str | os.PathLike) -> int:
 def out_of_space(error: BaseException) -> bool:
     """Whether ``error`` (or one it was raised from) is "no space left", as an errno or in words."""
     while error is not None:
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "No space left on device" in str(error) or "StorageFull" in str(error):
+        said = "No space left on device" in str(error) or "StorageFull" in str(error)
+        if said or getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
             return True
         error = error.__cause__ or error.__context__
     return False

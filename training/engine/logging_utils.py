@@ -23,7 +23,6 @@ CURVES_FILE = "training_curves.png"
 
 # Evaluation entries that are sizes, not quality: kept in the logs, left out of plots and card metrics.
 COUNTER_SUFFIXES = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")
-MAX_METRIC_PANELS = 6
 
 
 class MetricsLog:
@@ -83,30 +82,26 @@ class LogInterval:
     """Sums over the steps since the last training log entry (loss x items, items, tokens) -> the entry."""
 
     def __init__(self):
-        self.loss_sum = self.items = self.tokens = 0.0
-        self.start = time.time()
+        self.sums, self.start = [0.0, 0.0, 0.0], time.time()
 
     def add(self, loss_sum: float, items: float, tokens: float) -> None:
-        self.loss_sum += loss_sum
-        self.items += items
-        self.tokens += tokens
+        self.sums = [total + value for total, value in zip(self.sums, (loss_sum, items, tokens))]
 
     def entry(self, state, batches_per_epoch: int | None, learning_rate: float, grad_norm) -> dict:
         """The entry of the interval that ends at ``state`` (a ``TrainingState``); starts the next one."""
-        now = time.time()
+        (loss_sum, items, tokens), now = self.sums, time.time()
         epoch = state.epoch + (state.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
         entry = {
             "step": state.global_step,
             "epoch": round(epoch, 4),
-            "loss": self.loss_sum / self.items if self.items else float("nan"),
+            "loss": loss_sum / items if items else float("nan"),
             "learning_rate": learning_rate,
             "grad_norm": float(grad_norm) if grad_norm is not None else None,
-            "tokens_per_s": round(self.tokens / max(now - self.start, 1e-9), 1),
+            "tokens_per_s": round(tokens / max(now - self.start, 1e-9), 1),
             "tokens_seen": state.tokens_seen,
             "elapsed_s": round(state.wall_time_s, 2),
         }
-        self.loss_sum = self.items = self.tokens = 0.0
-        self.start = now
+        self.sums, self.start = [0.0, 0.0, 0.0], now
         return entry
 
 
@@ -172,7 +167,7 @@ def curve_figure(history: list[dict]):
     keys = sorted({k for e in history for k in e if k.startswith("eval_") and not _is_size(k)})
     losses = [k for k in keys if k.endswith("loss")]
     metrics = [k for k in keys if not k.endswith(("loss", "perplexity")) and len(_series(history, k)) >= 2]
-    metrics = sorted(metrics, key=lambda k: (k.count("_"), k))[:MAX_METRIC_PANELS]
+    metrics = sorted(metrics, key=lambda k: (k.count("_"), k))[:6]
     panels = 1 + len(metrics)
     columns = min(panels, 3)
     rows = math.ceil(panels / columns)

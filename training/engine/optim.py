@@ -16,12 +16,9 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         for name, param in module.named_parameters(recurse=False):
             if is_norm or name == "bias" or name.endswith("_bias"):
                 no_decay.add(id(param))
-    decay_params, no_decay_params, seen = [], [], set()
-    for param in model.parameters():
-        if not param.requires_grad or id(param) in seen:
-            continue
-        seen.add(id(param))
-        (no_decay_params if id(param) in no_decay else decay_params).append(param)
+    trainable = [param for param in model.parameters() if param.requires_grad]  # a tied parameter once
+    decay_params = [param for param in trainable if id(param) not in no_decay]
+    no_decay_params = [param for param in trainable if id(param) in no_decay]
     return [
         {"params": decay_params, "weight_decay": weight_decay},
         {"params": no_decay_params, "weight_decay": 0.0},

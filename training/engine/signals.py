@@ -31,9 +31,8 @@ def stopping(output_dir: str | os.PathLike, main_process: bool = True):
             yield
         except KeyboardInterrupt as error:
             signal_number = getattr(error, "signal_number", signal.SIGINT)
-            with signal_handler(
-                signal.SIG_IGN
-            ):  # the report takes a moment (it checks the checkpoint's files)
+            # the report takes a moment (it checks the checkpoint's files): no signal may cut it short
+            with signal_handler(signal.SIG_IGN):
                 checkpoint = intact_checkpoint(output_dir) if main_process else None
                 processes = int(os.environ.get("WORLD_SIZE", "1"))
                 raise report(signal_number, checkpoint, None, processes, main_process) from None
