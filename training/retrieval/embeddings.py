@@ -1,13 +1,15 @@
 # Copyright the briskbert authors. Licensed under the Apache License, Version 2.0.
-"""Fine-tuning a dual encoder on (query, positive[, negative]) pairs with the multiple-negatives ranking loss, or on
-scored pairs (:mod:`.similarity`). ``mini_batch_size`` turns on cached gradients (GradCache, Gao et al. 2021):
-memory grows with the mini-batch while the negatives come from the whole batch."""
+"""``briskbert finetune-embeddings``: a dual encoder on (query, positive[, negative]) pairs with the
+multiple-negatives ranking loss, or on scored pairs (:mod:`.similarity`). ``mini_batch_size`` turns on cached
+gradients (GradCache, Gao et al. 2021): memory grows with the mini-batch while the negatives come from the whole
+batch."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -15,17 +17,37 @@ from torch import nn
 from torch.utils.checkpoint import get_device_states, set_device_states
 from transformers.utils import ModelOutput
 
-from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, write_sentence_transformers_files
+from briskbert.errors import SettingError
+from briskbert.modeling.sentence_transformers_files import (
+    EmbeddingSpec,
+    read_embedding_spec,
+    write_sentence_transformers_files,
+)
 from briskbert.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.settings import SCORED_PAIR_COLUMNS, EmbeddingSettings
+from briskbert.training.engine.facts import JobFacts
+from briskbert.training.engine.task import Task, TaskInputs
+from briskbert.training.retrieval.settings import (
+    SCORED_PAIR_COLUMNS,
+    SCORED_PAIR_LOSSES,
+    EmbeddingData,
+    EmbeddingSettings,
+)
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
+    ScoredPairCollator,
     cosent_loss,
     cosine_mse_loss,
+    evaluate_scored_pairs,
     load_scored_pairs,
+    score_range,
 )
+from briskbert.training.tasks.finetuning import card_source_facts, check_model_inputs, load_starting_model
+from briskbert.training.tasks.settings import ModelSource
+
+if TYPE_CHECKING:
+    from briskbert.training.engine.config import TrainingConfig
 
 
 @dataclass
@@ -307,3 +329,98 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
     _, indices = exact_search(torch.stack(queries), torch.stack(list(candidates.values())), top_k=100)
     rankings = {str(q): [keys[i] for i in row] for q, row in enumerate(indices.tolist())}
     return retrieval_metrics(rankings, {str(q): {key: 1.0} for q, key in enumerate(positives)})
+
+
+# ------------------------------------------------------------------------------------------------ the job
+def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
+    """``(train, validation or None, settings)``, the settings' loss and score range decided by the files."""
+    train = load_training_examples(data.train_file, data.train_articles)[: data.max_train_samples]
+    validation = None
+    if data.validation_file:
+        validation = load_training_examples(data.validation_file, data.validation_articles, "validation_file")
+    scored = isinstance(train[0], ScoredPair)
+    if validation is not None and isinstance(validation[0], ScoredPair) != scored:
+        raise SettingError(
+            "validation_file",
+            f"{data.validation_file} and train_file {data.train_file} hold different kinds of examples; give "
+            "scored pairs for both (sentence1/sentence2/score) or pairs for both.",
+        )
+    loss_name = settings.loss or ("cosent" if scored else "multiple_negatives_ranking")
+    if (loss_name in SCORED_PAIR_LOSSES) != scored:
+        kind = "scored pairs (sentence1, sentence2, score)" if scored else "(query, positive) pairs"
+        raise SettingError(
+            "loss",
+            f"{loss_name} does not fit train_file {data.train_file}, which holds {kind}; use "
+            f"{'cosent or cosine_mse' if scored else 'multiple_negatives_ranking'}.",
+        )
+    if scored and data.mine_hard_negatives:
+        raise SettingError(
+            "mine_hard_negatives", "needs (query, positive) pairs; the training file holds scored pairs."
+        )
+    scores_from = settings.score_range or (score_range(train) if scored else (0.0, 1.0))
+    return train, validation, replace(settings, loss=loss_name, score_range=scores_from)
+
+
+class EmbeddingTask(Task):
+    def __init__(self, model: ModelSource, data: EmbeddingData, settings: EmbeddingSettings):
+        self.source, self.data, self.settings = model, data, settings
+        self.location = check_model_inputs(model)
+        self.train, self.validation, self.loss = load_examples(data, settings)
+
+    def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
+        from briskbert.modeling import BriskBertModel
+
+        source, location = self.source, self.location
+        declared = (read_embedding_spec(source.model_name_or_path) if location else None) or EmbeddingSpec()
+        self.spec = EmbeddingSpec(
+            pooling=self.settings.pooling or declared.pooling,
+            normalize=declared.normalize and not self.settings.no_normalize,
+            max_seq_length=source.max_seq_length,
+        )
+        encoder, tokenizer = load_starting_model(BriskBertModel, source, location, config.output_dir)
+        train = self.train
+        if self.data.mine_hard_negatives:
+            encoder.to(accelerator.device)
+            train = mine_hard_negatives(
+                encoder, tokenizer, train, self.spec, config.per_device_eval_batch_size
+            )
+        accelerator.print(
+            f"Examples: {len(train)} train, {len(self.validation or [])} validation; pooling {self.spec}"
+        )
+        if self.loss.on_scored_pairs:
+            collator = ScoredPairCollator(tokenizer, self.spec.max_seq_length)
+        else:
+            collator = PairCollator(tokenizer, self.data.max_query_length, self.spec.max_seq_length)
+        return TaskInputs(
+            model=DualEncoder(encoder, self.spec, self.loss),
+            train_dataset=train,
+            data_collator=collator,
+            tokenizer=tokenizer,
+            eval_dataset=self.validation,
+        )
+
+    def evaluate(self, model, dataloader, accelerator) -> dict | None:
+        if not self.validation:
+            return None
+        evaluate = evaluate_scored_pairs if self.loss.on_scored_pairs else evaluate_pairs
+        return evaluate(model, dataloader, accelerator)
+
+    def facts(self) -> JobFacts:
+        loss = self.loss
+        loss_facts = {"name": loss.loss, "scale": loss.scale}
+        if loss.loss == "multiple_negatives_ranking":
+            loss_facts["symmetric"] = loss.symmetric
+        if loss.loss == "cosine_mse":
+            loss_facts["score_range"] = list(loss.score_range)
+        details = {"embedding": asdict(self.spec), "loss": loss_facts}
+        if self.data.mine_hard_negatives:
+            details["hard_negatives"] = "mined with the starting model"
+        return JobFacts(
+            task="sentence-similarity",
+            pipeline_tag="sentence-similarity",
+            library_name="sentence-transformers",
+            **card_source_facts(self.source),
+            datasets=(self.data.train_file,),
+            eval_dataset=self.data.validation_file,
+            details=details,
+        )

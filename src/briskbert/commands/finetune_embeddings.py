@@ -25,7 +25,7 @@ def main(argv=None):
     )  # fmt: skip
 
     from briskbert.commands.training_run import train
-    from briskbert.training.retrieval.embedding_task import EmbeddingTask
+    from briskbert.training.retrieval.embeddings import EmbeddingTask
 
     task = EmbeddingTask(model, data, settings)  # reads the examples, which decide the loss
     return train(task, config)
