@@ -37,17 +37,14 @@ def copy_files(source: Path, target: Path, patterns, replace: bool = True) -> No
 
 
 @contextmanager
-def quiet_loggers(*names: str):
-    """Only errors from these loggers while the body runs."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
+def quiet_logs():
+    """No log record below ERROR while the body runs: the exporter's and ONNX Runtime's notes on their own
+    internals are nothing a user acts on."""
+    logging.disable(logging.WARNING)
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        logging.disable(logging.NOTSET)
 
 
 def load_for_export(model_dir: Path, architecture: str | None):
@@ -156,14 +153,13 @@ def export_onnx(
 ):
     """Writes `folder`/model.onnx traced on `sample` (fused unless not `fuse`); returns (output names, fused kernel
     counts, every node's module paths for keep_fp32)."""
-    from .onnx_fusion import OPTIMIZER_LOGGERS, optimize_onnx
+    from .onnx_fusion import optimize_onnx
 
     with torch.no_grad():
         output_names = list(model_outputs(model, sample, embedding))
     axes = ("batch", "choices", "sequence") if sample["input_ids"].dim() == 3 else ("batch", "sequence")
-    # The exporter warns and logs about its own internals (axis renaming, pytree deprecations, torchvision's nms):
-    # nothing a user acts on.
-    with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
+    # The exporter also warns about its own internals (axis renaming, pytree deprecations, torchvision's nms).
+    with warnings.catch_warnings(), quiet_logs():
         warnings.simplefilter("ignore", category=UserWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         program = torch.onnx.export(
@@ -177,14 +173,15 @@ def export_onnx(
             opset_version=opset_version,
             verbose=False,
         )
-    target = Path(folder) / ONNX_FILE
-    if not fuse:
-        program.save(str(target))  # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
-        return output_names, {}, {}
-    raw = Path(folder) / "unfused"
-    raw.mkdir(parents=True)
-    program.save(str(raw / ONNX_FILE))
-    with quiet_loggers(*OPTIMIZER_LOGGERS):
+        target = Path(folder) / ONNX_FILE
+        if not fuse:
+            program.save(
+                str(target)
+            )  # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
+            return output_names, {}, {}
+        raw = Path(folder) / "unfused"
+        raw.mkdir(parents=True)
+        program.save(str(raw / ONNX_FILE))
         counts, scopes = optimize_onnx(raw / ONNX_FILE, target, model.config)
     shutil.rmtree(raw)
     return output_names, counts, scopes
@@ -206,19 +203,22 @@ def run_onnxruntime(session, batch: dict[str, torch.Tensor], output_names) -> di
     return dict(zip(output_names, map(torch.from_numpy, session.run(output_names, feed))))
 
 
+def at_real_tokens(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A per-token `tensor` (leading dimensions those of `mask`) at the real tokens; any other as it is."""
+    return tensor[mask.bool()] if tensor.shape[: mask.dim()] == mask.shape else tensor
+
+
 def largest_differences(model, session, batch, output_names, embedding=None) -> dict[str, float]:
     """Per output, the largest |ONNX Runtime - PyTorch| (per-token outputs: at real tokens)."""
     got = run_onnxruntime(session, batch, output_names)
     with torch.no_grad():
         expected = model_outputs(model, batch, embedding)
-    real = batch["attention_mask"].bool()
-    differences = {}
-    for name in output_names:
-        difference = (got[name].float() - expected[name].float()).abs()
-        differences[name] = float(
-            difference[real].max() if difference.shape[: real.dim()] == real.shape else difference.max()
+    return {
+        name: float(
+            at_real_tokens((got[name].float() - expected[name].float()).abs(), batch["attention_mask"]).max()
         )
-    return differences
+        for name in output_names
+    }
 
 
 def export_and_check(
@@ -229,7 +229,6 @@ def export_and_check(
     max_length: int = 128,
     opset_version: int | None = None,
     overwrite_output_dir: bool = False,
-    progress=print,
     fuse: bool = True,
 ) -> float:
     """Exports the folder's model with its config and tokenizer files to `output_dir` and checks it against
@@ -252,7 +251,7 @@ def export_and_check(
     ]
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".export-") as staging:
-        progress(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
+        print(f"Exporting {architecture} from {model_dir} with torch.onnx.export(dynamo=True) ...")
         output_names, fused, _ = export_onnx(model, sample, Path(staging), embedding, opset_version, fuse)
         session = onnxruntime_session(Path(staging) / ONNX_FILE)
         checks = [largest_differences(model, session, batch, output_names, embedding) for batch in batches]
@@ -260,14 +259,12 @@ def export_and_check(
             os.replace(Path(staging) / name, Path(output_dir) / name)
     copy_files(model_dir, output_dir, COMPANION_FILES)
     inputs = ", ".join(graph_input.name for graph_input in session.get_inputs())
-    progress(f"Wrote {target} (inputs: {inputs}).")
+    print(f"Wrote {target} (inputs: {inputs}).")
     if any(fused.values()):  # (empty without `fuse`)
-        progress("Fused kernels: " + ", ".join(f"{name} x{count}" for name, count in fused.items() if count))
+        print("Fused kernels: " + ", ".join(f"{name} x{count}" for name, count in fused.items() if count))
     for batch, differences in zip(batches, checks):
         shape = "x".join(map(str, batch["input_ids"].shape))
         padding = 1 - float(batch["attention_mask"].float().mean())
         report = ", ".join(f"{name} {value:.2e}" for name, value in differences.items())
-        progress(
-            f"ONNX Runtime vs PyTorch, batch {shape} ({padding:.0%} padding): max abs difference {report}"
-        )
+        print(f"ONNX Runtime vs PyTorch, batch {shape} ({padding:.0%} padding): max abs difference {report}")
     return max(max(differences.values()) for differences in checks)

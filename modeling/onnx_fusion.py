@@ -14,7 +14,6 @@ from pathlib import Path
 SCOPES = "pkg.torch.onnx.name_scopes"
 ATTENTION_SCOPE = re.compile(r".*\blayers\.\d+\.attention$")
 MASK = "attention_mask_int32"
-OPTIMIZER_LOGGERS = ("onnxruntime.transformers", "root")
 
 
 def scopes_of(node) -> list[str]:
@@ -97,8 +96,8 @@ def optimize_onnx(source: Path, target: Path, config) -> tuple[dict[str, int], d
     # The optimizer's own attention matching looks for separate q, k, v projections and finds none.
     options = FusionOptions("bert")
     options.enable_attention = False
-    # Its shape inference prints what it cannot infer (callers quiet its loggers, OPTIMIZER_LOGGERS); the fusions
-    # that need shapes run anyway.
+    # Its shape inference prints and logs what it cannot infer (the caller quiets the logs); the fusions that need
+    # shapes run anyway.
     with contextlib.redirect_stdout(io.StringIO()):
         optimized = optimizer.optimize_model(
             str(target),

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from briskbert.errors import SettingError
-from briskbert.modeling.export import ONNX_FILE, quiet_loggers
+from briskbert.modeling.export import ONNX_FILE, quiet_logs
 
 from .request import QuantizeRequest
 
@@ -64,7 +64,7 @@ def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], reque
     excluded = [name for name, paths in scopes.items() if wanted & set(paths)]
     folder.mkdir(parents=True, exist_ok=True)
     # quantize_dynamic logs "Please consider to run pre-processing" on the root logger: the graph is fused already.
-    with quiet_loggers("root"):
+    with quiet_logs():
         quantize_dynamic(
             fp32_folder / ONNX_FILE,
             folder / QUANTIZED_ONNX_FILE,

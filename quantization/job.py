@@ -151,26 +151,24 @@ def onnx_runner(path: Path, output_names) -> Callable[[dict], dict]:
     return lambda batch: export.run_onnxruntime(session, batch, output_names)
 
 
-def build_candidates(
-    root: Path, model, architecture: str, embedding, sample, request, progress
-) -> list[Candidate]:
+def build_candidates(root: Path, model, architecture: str, embedding, sample, request) -> list[Candidate]:
     """Every wanted backend's model, written under `root`, with the function that runs it."""
     keep = backends.modules_to_keep(model, request.keep_fp32)
     wanted = wanted_backends(request)
     candidates = [Candidate("fp32", None, torch_runner(model, embedding), "model.safetensors")]
     if {"onnx-fp32", "onnx"} & set(wanted):
-        progress("Exporting the fused ONNX graph ...")
+        print("Exporting the fused ONNX graph ...")
         output_names, _, scopes = export.export_onnx(model, sample, root / "onnx-fp32", embedding)
         if "onnx-fp32" in wanted:
             run = onnx_runner(root / "onnx-fp32" / export.ONNX_FILE, output_names)
             candidates.append(Candidate("onnx-fp32", root / "onnx-fp32", run, export.ONNX_FILE))
         if "onnx" in wanted:
-            progress("Quantizing it with ONNX Runtime ...")
+            print("Quantizing it with ONNX Runtime ...")
             backends.quantize_onnx(root / "onnx-fp32", root / "onnx", scopes, keep, request)
             run = onnx_runner(root / "onnx" / backends.QUANTIZED_ONNX_FILE, output_names)
             candidates.append(Candidate("onnx", root / "onnx", run, backends.QUANTIZED_ONNX_FILE))
     if "torch" in wanted:
-        progress(f"Quantizing with torchao ({request.torch_scheme}) ...")
+        print(f"Quantizing with torchao ({request.torch_scheme}) ...")
         backends.quantize_torch(copy.deepcopy(model), keep, request, root / "torch")
         # Loaded back from the folder, the way users load it.
         loaded = backends.auto_class_of(architecture).from_pretrained(
@@ -247,16 +245,6 @@ def choose(rows: list[dict]) -> dict:
     return next(row for row in rows if row["passed"])
 
 
-def describe(row: dict) -> str:
-    accuracy = "" if row["accuracy"] is None else f", accuracy {row['accuracy']:.4f}"
-    kept = "" if row["passed"] else f"  (not kept: {row['note']})"
-    low, high = row["speedup_range"]
-    return (
-        f"{row['backend']:<10} {row['tokens_per_second']:10,.0f} tokens/s  {row['speedup']:5.2f}x fp32 "
-        f"({low:.2f}-{high:.2f}x over {row['rounds']} rounds)  agreement {row['agreement']:.4f}{accuracy}{kept}"
-    )
-
-
 def keep(candidate: Candidate, model, model_dir: Path, staging: Path) -> None:
     """Moves the kept candidate's files into the staged folder, with the source's tokenizer and companions."""
     if candidate.folder is None:
@@ -314,7 +302,7 @@ def quantization_facts(
     }
 
 
-def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) -> dict:
+def quantize(request: QuantizeRequest) -> dict:
     """Writes the kept candidate to `request.output_dir` whole; returns its quantization.json. A requested backend
     beyond the thresholds raises UserError with nothing written."""
     model, tokenizer, architecture = export.load_for_export(request.model_dir, request.architecture)
@@ -340,7 +328,7 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
     examples = CHECK_BATCHES * CHECK_ROWS // (2 if multiple_choice else 1)
     with staged_folder(request.output_dir) as staging:
         candidates = build_candidates(
-            staging / CANDIDATES, model, architecture, embedding, batches[0], request, progress
+            staging / CANDIDATES, model, architecture, embedding, batches[0], request
         )
         for candidate in candidates:
             measure(candidate, references, batches, labelled, fp32_accuracy, request)
@@ -352,28 +340,27 @@ def quantize(request: QuantizeRequest, progress: Callable[[str], None] = print) 
                 f"was written to {request.output_dir}. Try {scheme}keep_fp32 with the most sensitive modules, "
                 "backend auto, or lower the threshold if this is acceptable."
             )
-        progress(f"Timing {len(candidates)} candidates on {len(timing)} batches of the sample text ...")
+        print(f"Timing {len(candidates)} candidates on {len(timing)} batches of the sample text ...")
         seconds = time_candidates({c.backend: c.run for c in candidates}, timing)
         real_tokens = sum(int(batch["attention_mask"].sum()) for batch in timing)
         rows = speed_table(candidates, seconds, real_tokens)
         for row in rows:
-            progress("  " + describe(row))
+            accuracy = "" if row["accuracy"] is None else f", accuracy {row['accuracy']:.4f}"
+            refused = "" if row["passed"] else f"  (not kept: {row['note']})"
+            low, high = row["speedup_range"]
+            print(
+                f"  {row['backend']:<10} {row['tokens_per_second']:10,.0f} tokens/s  {row['speedup']:5.2f}x fp32 "
+                f"({low:.2f}-{high:.2f}x over {row['rounds']} rounds)  agreement {row['agreement']:.4f}{accuracy}{refused}"
+            )
         backend = choose(rows)["backend"] if request.backend == "auto" else request.backend
         kept = next(candidate for candidate in candidates if candidate.backend == backend)
-        progress(f"Kept {backend}: {backends.precision(backend, request)}.")
-        for a in kept.agreements:
-            worst = f", worst {a['worst']:.4f}" if a["metric"] == "cosine similarity" else ""
-            progress(
-                f"  {a['output']}: {a['metric']} {a['mean']:.4f}{worst} over {a['count']} {a['unit']}, "
-                f"max abs difference {a['max_abs_difference']:.3g} (threshold {a['threshold']:g})"
-            )
+        print(f"Kept {backend}: {backends.precision(backend, request)}.")
         keep(kept, model, request.model_dir, staging)
         evaluation = []
         if labelled:
             name = request.dataset_card_name or Path(request.validation_file).name
             scores = dict(fp32=fp32_accuracy, int8=kept.accuracy, examples=len(labelled[1]))
             evaluation.append(dict(dataset=name, metric="accuracy", **scores))
-            progress(f"  accuracy on {name}: fp32 {fp32_accuracy:.4f}, {kept.backend} {kept.accuracy:.4f}")
         text = Path(request.text_file).name if request.text_file else "the bundled WikiText-2 excerpt"
         notes = (
             f"{examples} padded text pairs from {text}",

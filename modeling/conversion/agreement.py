@@ -1,9 +1,9 @@
-"""How closely two models of the same weights agree: a padded batch of a few sentences through both, the largest
-absolute difference of their main output at real tokens. The import check (`briskbert pretrain` on a converted
-checkpoint) and the export check (`briskbert export-family`) both use it, with the tolerance the conversion tests
-hold every family to."""
+"""How closely two models of the same weights agree, for the import check (`briskbert pretrain` on a converted
+checkpoint) and the export check (`briskbert export-family`), with the tolerance the conversion tests hold to."""
 
 import torch
+
+from ..export import at_real_tokens
 
 #: fp32, largest absolute difference of logits or hidden states at real tokens
 OUTPUT_TOLERANCE = 1e-5
@@ -30,7 +30,5 @@ def largest_difference(reference, ours, tokenizer) -> float:
     with torch.no_grad():
         expected, got = main_output(reference(**inputs)), main_output(ours(**inputs))
     reference.train(modes[0]), ours.train(modes[1])
-    real = inputs["attention_mask"].bool()
-    if expected.dim() >= 2 and expected.shape[:2] == real.shape:
-        expected, got = expected[real], got.reshape(expected.shape)[real]
-    return (got.float() - expected.float()).abs().max().item()
+    difference = (got.reshape(expected.shape).float() - expected.float()).abs()
+    return at_real_tokens(difference, inputs["attention_mask"]).max().item()
