@@ -185,6 +185,8 @@ class _Protocol(H11Protocol):
             transport.write(_BUSY)
             transport.close()
             return
+        # Without TCP_NODELAY an answer's body waits for the client's delayed ACK of its head (40 ms a request).
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
