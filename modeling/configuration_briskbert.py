@@ -45,17 +45,13 @@ OPTIONAL += ("classifier_dropout",)
 
 
 class BriskBertConfig(PreTrainedConfig):
-    r"""
-    A BriskBert encoder's configuration; the defaults are BERT-base's, and README.md's "Architecture options"
-    describes the common fields. The others serve imported encoders and heads, and default to BERT:
-    `num_key_value_heads` (None: one per query head), `type_vocab_size` (0: no segments), `embedding_size`
-    (ELECTRA's narrower embeddings), `position_ids_type` ("count_non_padding": RoBERTa's, from pad_token_id + 1),
-    `local_rope_theta` and `first_layer_attention_norm` (ModernBERT), `norm_bias`, `add_pooling_layer`,
-    `pooler_activation`, `classifier_norm` (a norm after the pooler and the token transform),
-    `token_head_activation` (None: token classification and QA read the encoder output directly, else through a
-    dense layer with this activation), `head_activation` (None: hidden_act), `head_bias`, `decoder_bias`, and
-    `use_crf` (a linear-chain CRF over the token scores, never decoding a transition `id2label`'s scheme forbids).
-    """
+    r"""A BriskBert encoder's configuration; the defaults are BERT-base's, and README.md's "Architecture options"
+    describes the common fields. The others serve imported encoders and heads and default to BERT:
+    `type_vocab_size` (0: no segments), `embedding_size` (ELECTRA's narrower embeddings), `position_ids_type`
+    ("count_non_padding": RoBERTa's), `local_rope_theta` and `first_layer_attention_norm` (ModernBERT),
+    `classifier_norm` (a norm after the pooler and the token transform), `token_head_activation` (None: token heads
+    read the encoder output directly), `head_activation` (None: hidden_act), and `use_crf` (a linear-chain CRF over
+    the token scores, never decoding a transition `id2label`'s scheme forbids)."""
 
     model_type = "briskbert"
 
@@ -101,19 +97,16 @@ class BriskBertConfig(PreTrainedConfig):
     decoder_bias: bool = True
     use_crf: bool = False
 
-    def __post_init__(self, **kwargs):
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_attention_heads
-        super().__post_init__(**kwargs)
-        self._check_options()
-
     def __setattr__(self, name, value):
         # Every way in (keyword, config.json, from_pretrained(..., is_decoder=True), assignment) sets the attribute.
         if name in DECODER_OPTIONS and value:
             raise ValueError(f"{name}={value!r} {ENCODER_ONLY}")
         super().__setattr__(name, value)
 
-    def _check_options(self):
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        super().__post_init__(**kwargs)
         for name in POSITIVE_INTEGERS:
             _require(self, name, lambda v: _is_int(v) and v > 0, "a positive integer")
         _require(self, "type_vocab_size", lambda v: _is_int(v) and v >= 0, "a non-negative integer")

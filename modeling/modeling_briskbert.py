@@ -137,36 +137,8 @@ class VarlenLayout(UnpaddedLayout):
         return None
 
 
-class Unpadder:
-    """Unpads a batch with a 2-D padding mask when the work it skips exceeds the cost of moving the tokens
-    (`gather_cost` per hidden number and grid position, plus `fixed_cost`; docs/performance.md). Per-layer hidden
-    states and traced graphs (which serve every batch) stay on the grid."""
-
-    def __init__(self, config: BriskBertConfig, gather_cost: float, fixed_cost: int):
-        # Multiply-adds per token: the q, k, v and output projections, and the MLP's.
-        projections = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
-        mlp = (MLPS[config.mlp_type].gates + 1) * config.intermediate_size
-        self.work_per_token = config.hidden_size * (config.head_dim * projections + mlp)
-        self.moving_cost_per_position = gather_cost * config.hidden_size
-        self.fixed_cost = fixed_cost
-
-    def __call__(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
-        tracing = torch.compiler.is_exporting() or torch.compiler.is_compiling() or torch.jit.is_tracing()
-        if attention_mask is None or attention_mask.dim() != 2 or keep_grid or tracing:
-            return PADDED
-        padding_tokens = attention_mask.numel() - int(attention_mask.count_nonzero())
-        moving_cost = self.moving_cost_per_position * attention_mask.numel() + self.fixed_cost
-        if padding_tokens == 0 or padding_tokens * self.work_per_token <= moving_cost:
-            return PADDED
-        layout = VarlenLayout if varlen_kernel(attn_implementation) else UnpaddedLayout
-        return layout(attention_mask)
-
-
-UNPADDING_COSTS = {
-    "auto": dict(gather_cost=32, fixed_cost=2**20),
-    "always": dict(gather_cost=0, fixed_cost=0),
-    "never": dict(gather_cost=math.inf, fixed_cost=0),
-}
+# Unpadding's cost per hidden number and grid position (in multiply-adds), and its fixed cost (docs/performance.md).
+UNPADDING_COSTS = {"auto": (32, 2**20), "always": (0, 0), "never": (math.inf, 0)}
 
 
 # ---------- Embeddings -----------------------------------------------------------------------------------------
@@ -214,12 +186,8 @@ def add_nothing(ids) -> int:
     return 0
 
 
-POSITION_EMBEDDINGS = {
-    "absolute": LearnedPositionEmbedding,
-    "sinusoidal": SinusoidalPositionEmbedding,
-    "rope": lambda config: add_nothing,
-    "alibi": lambda config: add_nothing,
-}
+# RoPE and ALiBi act inside attention: they add nothing here.
+POSITION_EMBEDDINGS = {"absolute": LearnedPositionEmbedding, "sinusoidal": SinusoidalPositionEmbedding}
 
 
 def index_positions(input_ids, seq_len: int, device, pad_token_id) -> torch.Tensor:
@@ -247,7 +215,8 @@ class BriskBertEmbeddings(nn.Module):
             config.vocab_size, config.embedding_width, padding_idx=config.pad_token_id
         )
         self.token_type_embeddings = TokenTypeEmbedding(config) if config.type_vocab_size else add_nothing
-        self.position_embeddings = POSITION_EMBEDDINGS[config.position_embedding_type](config)
+        additive_positions = POSITION_EMBEDDINGS.get(config.position_embedding_type)
+        self.position_embeddings = additive_positions(config) if additive_positions else add_nothing
         self.norm = build_norm(config, config.embedding_width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         # ELECTRA: narrower embeddings, projected to the encoder's width.
@@ -567,8 +536,24 @@ class BriskBertModel(BriskBertPreTrainedModel):
         # Pre-norm leaves the residual stream un-normalised after the last layer; post-norm already normalised it.
         self.final_norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.pooler = BriskBertPooler(config) if add_pooling_layer else None
-        self.choose_layout = Unpadder(config, **UNPADDING_COSTS[config.unpad_inputs])
+        # Multiply-adds per token that unpadding skips at a padding position: q, k, v, output and MLP projections.
+        projections = config.head_dim * (2 * config.num_attention_heads + 2 * config.num_key_value_heads)
+        mlp = (MLPS[config.mlp_type].gates + 1) * config.intermediate_size
+        self.work_per_token = config.hidden_size * (projections + mlp)
+        self.gather_cost, self.fixed_cost = UNPADDING_COSTS[config.unpad_inputs]
         self.post_init()
+
+    def choose_layout(self, attention_mask, attn_implementation, keep_grid=False) -> PaddedLayout:
+        """Unpads a batch with a 2-D padding mask when the work it skips exceeds the cost of moving its tokens;
+        per-layer hidden states and traced graphs (which serve every batch) stay on the grid."""
+        tracing = torch.compiler.is_exporting() or torch.compiler.is_compiling() or torch.jit.is_tracing()
+        if attention_mask is None or attention_mask.dim() != 2 or keep_grid or tracing:
+            return PADDED
+        padding_tokens = attention_mask.numel() - int(attention_mask.count_nonzero())
+        moving_cost = self.gather_cost * self.config.hidden_size * attention_mask.numel() + self.fixed_cost
+        if padding_tokens == 0 or padding_tokens * self.work_per_token <= moving_cost:
+            return PADDED
+        return (VarlenLayout if varlen_kernel(attn_implementation) else UnpaddedLayout)(attention_mask)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -583,9 +568,8 @@ class BriskBertModel(BriskBertPreTrainedModel):
     ) -> BaseModelOutputWithPooling:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        for (
-            name
-        ) in DECODER_INPUTS:  # else they would pass through `kwargs` unused, and the outputs not show it
+        # Refused, or they would pass through `kwargs` unused, and the outputs not show it.
+        for name in DECODER_INPUTS:
             if kwargs.get(name) is not None and kwargs[name] is not False:
                 raise ValueError(f"{name} {ENCODER_ONLY}")
         reference = input_ids if input_ids is not None else inputs_embeds
@@ -784,7 +768,8 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
         if config.use_crf:
             self.tagger = LinearChainCRF([config.id2label[i] for i in range(config.num_labels)])
             # transformers' token-classification pipeline would take per-token arg-maxes: name the CRF's own.
-            BriskBertTokenClassificationPipeline.register(config)
+            pipeline = BriskBertTokenClassificationPipeline
+            config.name_pipeline("token-classification", pipeline, "AutoModelForTokenClassification")
         else:
             self.tagger = IndependentTagger()
         self.post_init()

@@ -12,11 +12,6 @@ WORD_STRATEGIES = (AggregationStrategy.NONE, AggregationStrategy.SIMPLE, Aggrega
 
 
 class BriskBertTokenClassificationPipeline(TokenClassificationPipeline):
-    @classmethod
-    def register(cls, config) -> None:
-        """Names this pipeline in the model's config (the modeling file imports this file, so saves copy it)."""
-        config.name_pipeline("token-classification", cls, "AutoModelForTokenClassification")
-
     def _sanitize_parameters(self, aggregation_strategy=None, **kwargs):
         preprocess, forward, postprocess = super()._sanitize_parameters(
             aggregation_strategy=aggregation_strategy, **kwargs

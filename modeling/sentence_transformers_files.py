@@ -3,8 +3,6 @@
 itself, `1_Pooling`, `2_Normalize` when embeddings are unit length; `sentence_bert_config.json`: the maximum length),
 in the layout of the original all-MiniLM-L6-v2 repository, written and read without importing the library."""
 
-from __future__ import annotations
-
 import json
 import shutil
 from dataclasses import dataclass
@@ -31,14 +29,12 @@ class EmbeddingSpec:
 
     def pool(self, last_hidden_state, attention_mask):
         """sentence-transformers' Pooling (mean of the real tokens, or the first) and Normalize modules."""
-        import torch
+        from torch.nn.functional import normalize
 
-        if self.pooling == "cls":
-            pooled = last_hidden_state[:, 0]
-        else:
-            mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
-            pooled = (last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1) if self.normalize else pooled
+        from .modeling_briskbert import POOLINGS
+
+        pooled = POOLINGS[self.pooling](last_hidden_state, attention_mask)
+        return normalize(pooled, p=2, dim=1) if self.normalize else pooled
 
 
 def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, hidden_size: int) -> None:

@@ -15,14 +15,11 @@ except ImportError:  # PyTorch < 2.10
     varlen_attn = None
 
 
-PACKING = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")  # the varlen layout's boundaries
-
-
 def torch_varlen_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention signature over ``varlen_attn``: q/k/v arrive as ``(1, heads, tokens, head_dim)``
-    with the `PACKING` arguments, and leave as ``(1, tokens, heads, head_dim)``, like flash-attention's output."""
+    with the varlen layout's boundaries, and leave as ``(1, tokens, heads, head_dim)``, like flash-attention's."""
     if varlen_attn is None:
         raise ImportError(f"attn_implementation={ATTN_IMPLEMENTATION!r} needs PyTorch 2.10 or newer.")
     if kwargs.get("cu_seq_lens_q") is None or dropout:
@@ -36,7 +33,7 @@ def torch_varlen_attention(
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     # transformers' flash convention: a window of `sliding_window` counts the token itself.
     window = (sliding_window - 1, sliding_window - 1) if sliding_window is not None else (-1, -1)
-    packing = (kwargs[name] for name in PACKING)
+    packing = (kwargs[name] for name in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"))
     output = varlen_attn(query, key, value, *packing, scale=scaling, window_size=window)
     return output.unsqueeze(0), None
 
