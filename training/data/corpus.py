@@ -26,16 +26,9 @@ from briskbert.errors import SettingError, UserError
 from briskbert.files import MANIFEST_FILE, manifest_problem, staged_folder, write_manifest
 from briskbert.inputs import check_text_file
 
-BUILDERS = {
-    ".txt": "text",
-    ".text": "text",
-    ".raw": "text",
-    ".json": "json",
-    ".jsonl": "json",
-    ".csv": "csv",
-    ".tsv": "csv",
-    ".parquet": "parquet",
-}
+# The ``datasets`` builder of each corpus file type.
+BUILDERS = dict.fromkeys((".txt", ".text", ".raw"), "text") | dict.fromkeys((".json", ".jsonl"), "json")
+BUILDERS |= {".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 # How documents become sequences (see :mod:`training.data.pretraining_data`).
 PACKING_MODES = ("none", "full-sentences", "doc-sentences")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9@])")
@@ -229,9 +222,8 @@ class TokenEncoder:
         # A tokenizer.json saved for a model may pad and truncate every text: corpus text is neither.
         self.backend.no_truncation()
         self.backend.no_padding()
-        self.vocab_size = len(tokenizer)
         self.separator_id = tokenizer.sep_token_id
-        self.dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
+        self.dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max + 1 else np.uint32
 
     def __call__(self, texts: list[str]) -> list[list[int]]:
         return [encoding.ids for encoding in self.backend.encode_batch_fast(texts, add_special_tokens=False)]

@@ -262,9 +262,8 @@ def run_pretraining(settings: AblationSettings, argv: list[str], run_dir: Path, 
         return record
     write_atomic(path, json.dumps(record, indent=2))
     resume = [*argv, *to_argv(resume_from_checkpoint="latest")]
-    time_left = None
-    if settings.max_train_seconds is not None:
-        time_left = max(settings.max_train_seconds - wall_time_s(record), 1.0)
+    budget = settings.max_train_seconds
+    time_left = None if budget is None else max(budget - wall_time_s(record), 1.0)
     from tqdm.auto import tqdm
 
     with tqdm(total=settings.steps, desc=label, dynamic_ncols=True) as bar:
