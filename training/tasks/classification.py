@@ -98,12 +98,6 @@ class LabelSpec:
             vector[self.label2id[str(name)]] = 1.0
         return vector
 
-    def config_kwargs(self) -> dict:
-        kwargs = {"num_labels": self.num_labels, "problem_type": self.problem_type}
-        if self.problem_type != "regression":
-            kwargs.update(id2label=self.id2label, label2id=self.label2id)
-        return kwargs
-
 
 def _label_kinds(values, source: str) -> str:
     """``"list"``, ``"int"``, ``"float"`` or ``"str"``; raises on a column that mixes numbers and text."""
@@ -263,7 +257,6 @@ class ClassificationTask(FinetuningTask):
         data, settings = self.data_source, self.settings
         train, evaluation = load_splits(data)
         train_name, eval_name = data.describe("train"), data.describe("validation")
-        require_rows(train, train_name)
         self.text_column = settings.text_column or next(
             (c for c in ("sentence", "text") if c in train.column_names), None
         )
@@ -320,7 +313,15 @@ class ClassificationTask(FinetuningTask):
         return self.task_inputs(accelerator, model, tokenizer, DataCollatorWithPadding(tokenizer))
 
     def make_model(self, accelerator, config: TrainingConfig):
-        return self.load_starting_model(config, **self.spec.config_kwargs())
+        spec = self.spec
+        labels = (
+            {}
+            if spec.problem_type == "regression"
+            else {"id2label": spec.id2label, "label2id": spec.label2id}
+        )
+        return self.load_starting_model(
+            config, num_labels=spec.num_labels, problem_type=spec.problem_type, **labels
+        )
 
     def evaluate(self, model, dataloader, accelerator) -> dict:
         from briskbert.training.engine.evaluation import evaluation_loop, majority_class, not_above_baseline

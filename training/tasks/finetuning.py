@@ -34,8 +34,7 @@ def first_n(dataset, n: int | None):
 
 
 def check_model_inputs(source: ModelSource) -> ModelLocation | None:
-    """Check the starting model folder (and its tokenizer unless ``tokenizer_name`` is given) before any data
-    is read."""
+    """Check the starting model folder and the tokenizer before any data is read."""
     if source.tokenizer_name is not None:
         check_tokenizer_source(source.tokenizer_name, "tokenizer_name")
     if source.model_name_or_path is None:
@@ -140,7 +139,9 @@ def load_starting_model(
 
     base = None if location is None else resolve_base_model(location, output_dir, source.trust_remote_code)
     tokenizer = load_tokenizer(source.tokenizer_name or base)
-    if base is None:
+    if base is not None:
+        config = BriskBertConfig.from_pretrained(base, **config_overrides)
+    else:
         try:
             config = BriskBertConfig.from_preset(
                 source.config_preset, vocab_size=len(tokenizer), **config_overrides
@@ -149,10 +150,9 @@ def load_starting_model(
             raise SettingError("config_preset", str(error)) from None
         if tokenizer.pad_token_id is not None:
             config.pad_token_id = tokenizer.pad_token_id
-        check_positions(config, source.max_seq_length)
-        return model_class(config), tokenizer
-    config = BriskBertConfig.from_pretrained(base, **config_overrides)
     check_positions(config, source.max_seq_length)
+    if base is None:
+        return model_class(config), tokenizer
     try:
         model = load_pretrained(model_class, base, config)
     except RuntimeError as error:
@@ -163,8 +163,7 @@ def load_starting_model(
             f"{base}: its weights do not fit its config.json (tensor shapes differ, as "
             "when hidden_size or intermediate_size was edited); restore config.json or save the model again.",
         ) from None
-    named = weights_file(base) if Path(base).is_dir() else base
-    check_finite_weights(model, f"{source.model_name_or_path} ({named})", "model_name_or_path")
+    check_finite_weights(model, f"{source.model_name_or_path} ({weights_file(base)})", "model_name_or_path")
     return model, tokenizer
 
 
@@ -180,9 +179,8 @@ def pad_to_width(tensor, width: int, value: float):
 
 
 class FinetuningTask(Task):
-    """A job that fine-tunes a starting model on :class:`DataSource` data: the constructor checks the model folder
-    and reads and validates the data (``load_data``) before torch is imported; the card states the starting
-    model, the data and ``details()``."""
+    """A job that fine-tunes a starting model on :class:`DataSource` data, checked and read (``load_data``)
+    before torch is imported; the card states the starting model, the data and ``details()``."""
 
     pipeline_tag: str  # the card's task and pipeline tag
     model_class: str  # the briskbert.modeling head

@@ -227,7 +227,6 @@ class NerTask(FinetuningTask):
         data, settings = self.data_source, self.settings
         train, evaluation = load_splits(data, file_loader=load_conll)
         train_name, eval_name = data.describe("train"), data.describe("validation")
-        require_rows(train, train_name)
         tag_column = settings.tag_column or (
             "ner_tags" if "tags" not in train.column_names and "ner_tags" in train.column_names else "tags"
         )

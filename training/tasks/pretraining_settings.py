@@ -28,17 +28,13 @@ class PretrainingData:
     text_column: str | None = helped("Column with the text (default: 'text').")
     dataset_name: str | None = helped("A Hub dataset (needs network access).")
     dataset_config_name: str | None = None
-    preprocessing_num_workers: int | None = helped(
-        "Processes that tokenize the corpus (default: one, using the tokenizer's own threads)."
-    )
+    preprocessing_num_workers: int | None = helped("Processes that tokenize the corpus (default: one).")
     data_cache_dir: str | None = helped(
-        "Where prepared corpora are cached (default: $BRISKBERT_CACHE/pretraining_data, else "
-        "~/.cache/briskbert/pretraining_data)."
+        "Where prepared corpora are cached (default: pretraining_data in $BRISKBERT_CACHE, else ~/.cache/briskbert)."
     )
     overwrite_cache: bool = helped("Prepare the corpus again even if it is cached.", False)
     streaming: bool = helped(
-        "Read, tokenize and pack the training file on the fly instead of preparing it first (needs "
-        "max_train_steps, validation_file and an existing tokenizer).",
+        "Tokenize and pack the training file on the fly (needs max_train_steps, validation_file, a tokenizer).",
         False,
     )
     max_seq_length: int = 128
@@ -69,10 +65,10 @@ class PretrainingData:
                 "builds its own [CLS] A [SEP] B [SEP] pairs; it cannot be combined with "
                 + ("packing." if self.packing else f"packing_mode {self.packing_mode}."),
             )
-        if self.streaming and self.nsp:
-            raise SettingError("streaming", "supports MLM only; drop nsp.")
-        if self.streaming and (self.validation_file is None or self.train_file is None):
-            raise SettingError("streaming", "reads a train_file and needs a validation_file.")
+        if self.streaming and (self.nsp or self.validation_file is None or self.train_file is None):
+            raise SettingError(
+                "streaming", "reads a train_file with a validation_file, for MLM only (without nsp)."
+            )
         check_at_least(self, MIN_SEQ_LENGTH, "max_seq_length")
         check_at_least(self, 1, "preprocessing_num_workers")
         if self.validation is None and not 0 < self.validation_split_percentage < 100:
@@ -117,17 +113,15 @@ class PretrainingModel:
     )
     model_name_or_path: str | None = helped("Continue pretraining this model.")
     keep_source_class: bool = helped(
-        "Continue model_name_or_path with its own transformers class (e.g. BertForMaskedLM) instead of "
-        "converting it to briskbert's fast path.",
+        "Continue model_name_or_path with its own class (e.g. BertForMaskedLM), not converted to briskbert.",
         False,
     )
     tokenizer_name: str | None = helped("A tokenizer folder (default: train one).")
     vocab_size: int | None = helped(
-        "Train a WordPiece tokenizer of this size (default 30522) once per run, into output_dir/tokenizer "
-        "(reused on resume)."
+        "Train a WordPiece tokenizer of this size (default 30522) into output_dir/tokenizer (reused on resume)."
     )
     tokenizer_train_max_lines: int | None = helped(
-        "Train the tokenizer on a seeded uniform sample of this many paragraphs (default: all)."
+        "Train the tokenizer on a seeded sample of this many paragraphs."
     )
     language: str = helped("The model card's language.", "en")
     license: str = helped("The model card's license.", "apache-2.0")

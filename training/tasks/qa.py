@@ -175,16 +175,14 @@ def postprocess_qa_predictions(
 
 
 def _checked(dataset, name: str, version_2: bool):
-    """Rows and columns checked; ``is_impossible`` derived from empty answers when absent."""
+    """Rows and columns checked; unanswerable questions (no answer) need ``version_2``."""
     require_rows(dataset, name)
     require_columns(dataset, {f"({key})": key for key in ("id", "question", "context", "answers")}, name)
-    if "is_impossible" not in dataset.column_names:
-        dataset = dataset.add_column("is_impossible", [not answers["text"] for answers in dataset["answers"]])
-    impossible = sum(dataset["is_impossible"])
-    if impossible and not version_2:  # unanswerable questions would be trained on as noise
+    impossible = sum(not answers["text"] for answers in dataset["answers"])
+    if impossible and not version_2:  # they would be trained on as noise
         raise SettingError(
             "version_2_with_negative",
-            f"is needed: {name} has {impossible} questions marked is_impossible (SQuAD v2.0); set it to "
+            f"is needed: {name} has {impossible} questions without an answer (SQuAD v2.0); set it to "
             "train and evaluate with null answers.",
         )
     return dataset

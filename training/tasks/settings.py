@@ -32,11 +32,10 @@ class ModelSource:
     _argument_group_name = "model"
 
     model_name_or_path: str | None = helped(
-        "A briskbert model folder, a Hub repo id, or a BERT, RoBERTa, DistilBERT, ELECTRA or ModernBERT "
-        "checkpoint, which is converted to briskbert first."
+        "A briskbert folder or Hub repo id; a BERT-family checkpoint is converted to briskbert first."
     )
     config_preset: str | None = helped(
-        "Train from scratch with a BriskBertConfig preset (e.g. bert-tiny); needs tokenizer_name."
+        "Train from scratch with a preset (e.g. bert-tiny); needs tokenizer_name."
     )
     tokenizer_name: str | None = helped("Tokenizer folder or repo id (default: the model's).")
     trust_remote_code: bool = helped(
@@ -66,19 +65,15 @@ class DataSource:
 
     train_file: str | None = helped("The training data (its format: see the description above).")
     validation_file: str | None = helped("The evaluation data, in the training file's format.")
-    dataset_name: str | None = helped(
-        "A `datasets` dataset name or a folder written by save_to_disk (instead of files)."
-    )
+    dataset_name: str | None = helped("A `datasets` dataset or a save_to_disk folder (instead of files).")
     dataset_config_name: str | None = None
     train_split: str = "train"
     validation_split: str = "validation"
     dataset_card_name: str | None = helped(
-        "The data's public name for the model card (e.g. stanfordnlp/sst2) when training on local files "
-        "(default: dataset_name, else the file names)."
+        "The local files' public name for the model card, e.g. stanfordnlp/sst2 (default: the file names)."
     )
     validation_card_name: str | None = helped(
-        "What the model card says a local validation_file is, e.g. 'a held-out part of the stanfordnlp/sst2 "
-        "training split' (default: the file name)."
+        "What the card calls a local validation_file, e.g. 'a held-out part of the sst2 training split'."
     )
     max_train_samples: int | None = helped("Keep only the first N training examples.")
     max_eval_samples: int | None = helped("Keep only the first N evaluation examples.")
@@ -125,9 +120,7 @@ class ClassificationSettings:
 
     _argument_group_name = "task"
 
-    text_column: str | None = helped(
-        "Column with the text (default: 'sentence' or 'text', whichever exists)."
-    )
+    text_column: str | None = helped("Column with the text (default: 'sentence', else 'text').")
     text_pair_column: str | None = helped("Second text of a pair task.")
     label_column: str = "label"
     problem_type: str | None = helped(
@@ -137,9 +130,8 @@ class ClassificationSettings:
     label_separator: str = helped("Multi-label labels given as one string are split on this.", ",")
     # a comma-separated string on the command line; a tuple of names after __post_init__
     label_names: tuple[str, ...] | str | None = helped(
-        "Comma-separated class names, e.g. negative,positive: integer labels 0..K-1 get these names (shown by "
-        "pipeline() and the model card); with text labels, the names fix the id order. Default: the labels "
-        "as they appear in the data."
+        "Class names, e.g. negative,positive: integer labels 0..K-1 get these names (pipeline() and the card "
+        "show them); with text labels, they fix the id order."
     )
 
     def __post_init__(self):
@@ -171,9 +163,7 @@ class NerSettings:
         "Train on every sub-word of a word (B- becomes I- after the first), not only the first.", False
     )
     crf: bool = helped(
-        "A linear-chain CRF head (config use_crf) over each word's first sub-word, decoded with Viterbi: "
-        "transitions the BIO scheme forbids (O -> I-PER) are never predicted.",
-        False,
+        "A linear-chain CRF head over each word's first sub-word: Viterbi never predicts O -> I-PER.", False
     )
 
     def __post_init__(self):
@@ -216,8 +206,7 @@ class QaSettings:
     extra_train_articles: tuple[int, int] | str | None = helped("Articles START:STOP of extra_train_file.")
     doc_stride: int = helped("Overlap in tokens between a context's windows.", 128)
     keep_answerless_windows: float = helped(
-        "Fraction (0-1) of training windows without the answer to keep (seeded draw); below 1 speeds up "
-        "training on very long contexts.",
+        "Fraction (0-1) of training windows without the answer to keep (seeded): faster on long contexts.",
         1.0,
     )
     max_query_length: int = helped("Questions are cut to this many tokens.", 64)
