@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,36 +33,26 @@ class ModelLocation:
 def looks_like_local_path(name: str) -> bool:
     """True when ``name`` can only mean a path: it exists, is written as one (``./x``, ``~/x``, ``a/b/c``), is
     no valid repo id, or starts with a folder that exists here (``runs/model``)."""
-    if (
-        Path(name).expanduser().exists()
-        or name.startswith(("/", ".", "~"))
-        or os.sep != "/"
-        and os.sep in name
-    ):
+    if Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.endswith("/"):
         return True
-    if not _REPO_ID.match(name) or name.endswith("/"):
-        return True
-    return "/" in name and Path(name.split("/", 1)[0]).is_dir()
+    return not _REPO_ID.match(name) or ("/" in name and Path(name.split("/", 1)[0]).is_dir())
 
 
 def check_model_source(name: str, setting: str, need_tokenizer: bool = True) -> ModelLocation:
     """A local model folder (checked by :func:`check_model_folder`) or a Hub repo that can be reached."""
-    if looks_like_local_path(name):
-        check_model_folder(Path(name).expanduser(), setting, need_tokenizer)
-        return ModelLocation(str(Path(name).expanduser()), is_local=True)
-    check_hub_repo(name, setting)
-    return ModelLocation(name, is_local=False)
+    if not looks_like_local_path(name):
+        check_hub_repo(name, setting)
+        return ModelLocation(name, is_local=False)
+    check_model_folder(Path(name).expanduser(), setting, need_tokenizer)
+    return ModelLocation(str(Path(name).expanduser()), is_local=True)
 
 
-def check_tokenizer_source(name: str, setting: str) -> ModelLocation:
+def check_tokenizer_source(name: str, setting: str) -> None:
     """A local folder with tokenizer files, or a Hub repo that can be reached."""
-    if looks_like_local_path(name):
-        folder = Path(name).expanduser()
-        _check_folder(folder, setting, "tokenizer")
-        check_tokenizer_files(folder, setting)
-        return ModelLocation(str(folder), is_local=True)
-    check_hub_repo(name, setting)
-    return ModelLocation(name, is_local=False)
+    if not looks_like_local_path(name):
+        return check_hub_repo(name, setting)
+    _check_folder(Path(name).expanduser(), setting, "tokenizer")
+    check_tokenizer_files(Path(name).expanduser(), setting)
 
 
 def check_model_folder(folder: Path, setting: str, need_tokenizer: bool = True) -> dict:

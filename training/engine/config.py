@@ -38,10 +38,7 @@ class TrainingConfig:
     per_device_train_batch_size: int = 8
     per_device_eval_batch_size: int = 8
     learning_rate: float = field(
-        default=1e-4,
-        metadata={
-            "help": "Peak learning rate: 1e-4 suits small models (docs/results.md); base-size ones 2e-5 to 5e-5."
-        },
+        default=1e-4, metadata={"help": "Peak learning rate (small models: 1e-4; base size: 2e-5 to 5e-5)."}
     )
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
@@ -69,7 +66,6 @@ class TrainingConfig:
             "choices": ("no", "fp16", "bf16", "fp8"),
         },
     )
-    # a number of optimizer steps, or "epoch" (a command line gives a string; __post_init__ makes it a number)
     checkpointing_steps: int | str | None = field(
         default=None, metadata={"help": "Save a checkpoint every N optimizer steps, or 'epoch'."}
     )
@@ -121,8 +117,9 @@ class TrainingConfig:
     )
 
     def __post_init__(self):
-        if isinstance(self.checkpointing_steps, str) and self.checkpointing_steps.isdigit():
-            self.checkpointing_steps = int(self.checkpointing_steps)
+        steps = self.checkpointing_steps  # a command line gives a string: "epoch" or a number
+        if isinstance(steps, str) and steps.isdigit():
+            self.checkpointing_steps = steps = int(steps)
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"
         for item in fields(self):
             value = getattr(self, item.name)
@@ -142,7 +139,6 @@ class TrainingConfig:
             raise SettingError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}.")
         if not 0 < self.decay_ratio <= 1:
             raise SettingError("decay_ratio", f"must be in (0, 1], got {self.decay_ratio}.")
-        steps = self.checkpointing_steps
         if steps is not None and steps != "epoch" and not (isinstance(steps, int) and steps >= 1):
             raise SettingError(
                 "checkpointing_steps", f"must be a positive integer or 'epoch', got {steps!r}."
