@@ -102,7 +102,9 @@ def iter_nsp_examples(
                 else:
                     label = 0
                     b = [t for s in chunk[a_end:] for t in s]
-                _truncate_pair(a, b, max_tokens, rng)
+                while len(a) + len(b) > max_tokens:  # trim the longer side at a random end, as BERT does
+                    longer = a if len(a) > len(b) else b
+                    del longer[0 if rng.random() < 0.5 else -1]
                 yield {
                     "input_ids": [cls, *a, sep, *b, sep],
                     "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
@@ -110,15 +112,6 @@ def iter_nsp_examples(
                 }
                 chunk, length = [], 0
             i += 1
-
-
-def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
-    while len(a) + len(b) > max_tokens:
-        longer = a if len(a) > len(b) else b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
 
 
 def _chosen(store: CorpusStore, documents) -> np.ndarray:

@@ -254,7 +254,8 @@ def load_squad(
                         f"integer 'answer_start' (character offset), got {answer!r:.80}.",
                     )
                 if context[start : start + len(text)] != text or start < 0:
-                    found = _nearest_occurrence(context, text, start)
+                    occurrences = [i for i in range(len(context)) if text and context.startswith(text, i)]
+                    found = min(occurrences, key=lambda i: abs(i - start), default=-1)  # the first of a tie
                     if found < 0:
                         report.add("answers_not_in_context", f"id {qa['id']}: {text[:40]!r}")
                         continue
@@ -282,9 +283,3 @@ def load_squad(
             f"{path} has no questions" + (f" in articles {max_articles}" if max_articles else "") + ".",
         )
     return datasets.Dataset.from_dict(columns), report
-
-
-def _nearest_occurrence(context: str, text: str, start: int) -> int:
-    """The start of the occurrence of ``text`` in ``context`` nearest to ``start`` (the first of a tie), or -1."""
-    found = [i for i in range(len(context)) if text and context.startswith(text, i)]
-    return min(found, key=lambda i: abs(i - start), default=-1)
