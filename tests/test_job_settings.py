@@ -4,7 +4,7 @@ naming the field; the shared training defaults."""
 import pytest
 
 from briskbert.errors import SettingError
-from briskbert.training.retrieval.settings import (
+from briskbert.retrieval.settings import (
     EmbeddingData,
     EmbeddingSettings,
     RerankerData,

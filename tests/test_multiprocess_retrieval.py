@@ -14,8 +14,8 @@ from test_retrieval import PAIRS
 
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import embed_batch
+from briskbert.retrieval.settings import EmbeddingSettings
 from briskbert.training.retrieval.embeddings import DualEncoder, PairCollator
-from briskbert.training.retrieval.settings import EmbeddingSettings
 
 GATHER_WORKER = """
 import json

@@ -15,9 +15,9 @@ from torch import nn
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
 from briskbert.retrieval.dense import RANK_DEPTH, RECALL_DEPTHS, encode_texts, exact_search, retrieval_metrics
+from briskbert.retrieval.settings import EmbeddingSettings
 from briskbert.training.retrieval import embeddings
 from briskbert.training.retrieval.embeddings import DualEncoder, Pair, multiple_negatives_ranking_loss
-from briskbert.training.retrieval.settings import EmbeddingSettings
 from briskbert.training.retrieval.similarity import cosent_loss, cosine_mse_loss
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,16 +24,16 @@ from briskbert.modeling.sentence_transformers_files import (
     write_sentence_transformers_files,
 )
 from briskbert.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
-from briskbert.training.data.task_data import DataError, load_squad, load_table
-from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.engine.facts import JobFacts
-from briskbert.training.engine.task import Task, TaskInputs
-from briskbert.training.retrieval.settings import (
+from briskbert.retrieval.settings import (
     SCORED_PAIR_COLUMNS,
     SCORED_PAIR_LOSSES,
     EmbeddingData,
     EmbeddingSettings,
 )
+from briskbert.training.data.task_data import DataError, load_squad, load_table
+from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
+from briskbert.training.engine.facts import JobFacts
+from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.retrieval.similarity import (
     ScoredPair,
     ScoredPairCollator,
@@ -67,26 +67,16 @@ def is_squad_file(path: str) -> bool:
 def load_training_examples(
     path: str, articles=None, name: str = "train_file"
 ) -> list[Pair] | list[ScoredPair]:
-    """Scored pairs when the file has ``sentence1``/``sentence2``/``score`` columns, else :func:`load_pairs`."""
-    if is_squad_file(path):
-        return load_pairs(path, articles, name)
-    rows = load_table(path, name)
-    if not set(SCORED_PAIR_COLUMNS) <= set(rows.column_names):
-        return load_pairs(path, articles, name, rows)
-    if articles is not None:
-        raise DataError(f"article ranges apply to SQuAD files; {path} holds scored pairs.")
-    return load_scored_pairs(path, name, rows)
-
-
-def load_pairs(path: str, articles=None, name: str = "train_file", rows=None) -> list[Pair]:
     """(query|anchor, positive[, negative]) pairs from JSON lines, TSV or CSV, or each question of a SQuAD file
-    with its paragraph."""
+    with its paragraph; scored pairs when the table has ``sentence1``/``sentence2``/``score`` columns."""
     if is_squad_file(path):
         return [Pair(row["question"], row["context"]) for row in load_squad(path, articles)[0]]
     if articles is not None:
-        raise DataError(f"article ranges apply to SQuAD files; {path} is a table of pairs.")
+        raise DataError(f"article ranges apply to SQuAD files; {path} is a table.")
+    rows = load_table(path, name)
+    if set(SCORED_PAIR_COLUMNS) <= set(rows.column_names):
+        return load_scored_pairs(path, name, rows)
     pairs = []
-    rows = load_table(path, name) if rows is None else rows
     for number, row in enumerate(rows, start=2 if path.endswith((".tsv", ".csv")) else 1):
         query, negative = row.get("query") or row.get("anchor"), row.get("negative")
         if not isinstance(query, str) or not isinstance(row.get("positive"), str):
@@ -105,11 +95,16 @@ def load_pairs(path: str, articles=None, name: str = "train_file", rows=None) ->
     return pairs
 
 
+def load_pairs(path: str, articles=None, name: str = "train_file") -> list[Pair]:
+    examples = load_training_examples(path, articles, name)
+    if examples and isinstance(examples[0], ScoredPair):
+        raise DataError(f"{path} holds scored pairs; give (query, positive) pairs or a SQuAD file.")
+    return examples
+
+
 def text_id(text: str) -> int:
     """A number for a text, the same in every process (unlike ``hash``)."""
-    return int.from_bytes(
-        hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True
-    )
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 @dataclass
@@ -332,40 +327,38 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ the job
-def load_examples(data: EmbeddingData, settings: EmbeddingSettings):
-    """``(train, validation or None, settings)``, the settings' loss and score range decided by the files."""
-    train = load_training_examples(data.train_file, data.train_articles)[: data.max_train_samples]
-    validation = None
-    if data.validation_file:
-        validation = load_training_examples(data.validation_file, data.validation_articles, "validation_file")
-    scored = isinstance(train[0], ScoredPair)
-    if validation is not None and isinstance(validation[0], ScoredPair) != scored:
-        raise SettingError(
-            "validation_file",
-            f"{data.validation_file} and train_file {data.train_file} hold different kinds of examples; give "
-            "scored pairs for both (sentence1/sentence2/score) or pairs for both.",
-        )
-    loss_name = settings.loss or ("cosent" if scored else "multiple_negatives_ranking")
-    if (loss_name in SCORED_PAIR_LOSSES) != scored:
-        kind = "scored pairs (sentence1, sentence2, score)" if scored else "(query, positive) pairs"
-        raise SettingError(
-            "loss",
-            f"{loss_name} does not fit train_file {data.train_file}, which holds {kind}; use "
-            f"{'cosent or cosine_mse' if scored else 'multiple_negatives_ranking'}.",
-        )
-    if scored and data.mine_hard_negatives:
-        raise SettingError(
-            "mine_hard_negatives", "needs (query, positive) pairs; the training file holds scored pairs."
-        )
-    scores_from = settings.score_range or (score_range(train) if scored else (0.0, 1.0))
-    return train, validation, replace(settings, loss=loss_name, score_range=scores_from)
-
-
 class EmbeddingTask(Task):
     def __init__(self, model: ModelSource, data: EmbeddingData, settings: EmbeddingSettings):
-        self.source, self.data, self.settings = model, data, settings
+        """Reads the examples, whose kind decides the loss (and cosine_mse's score range) in ``self.loss``."""
+        self.source, self.data = model, data
         self.location = check_model_inputs(model)
-        self.train, self.validation, self.loss = load_examples(data, settings)
+        self.train = load_training_examples(data.train_file, data.train_articles)[: data.max_train_samples]
+        self.validation = None
+        if data.validation_file:
+            self.validation = load_training_examples(
+                data.validation_file, data.validation_articles, "validation_file"
+            )
+        scored = isinstance(self.train[0], ScoredPair)
+        if self.validation is not None and isinstance(self.validation[0], ScoredPair) != scored:
+            raise SettingError(
+                "validation_file",
+                f"{data.validation_file} and train_file {data.train_file} hold different kinds of examples; give "
+                "scored pairs for both (sentence1/sentence2/score) or pairs for both.",
+            )
+        loss_name = settings.loss or ("cosent" if scored else "multiple_negatives_ranking")
+        if (loss_name in SCORED_PAIR_LOSSES) != scored:
+            kind = "scored pairs (sentence1, sentence2, score)" if scored else "(query, positive) pairs"
+            raise SettingError(
+                "loss",
+                f"{loss_name} does not fit train_file {data.train_file}, which holds {kind}; use "
+                f"{'cosent or cosine_mse' if scored else 'multiple_negatives_ranking'}.",
+            )
+        if scored and data.mine_hard_negatives:
+            raise SettingError(
+                "mine_hard_negatives", "needs (query, positive) pairs; the training file holds scored pairs."
+            )
+        scores_from = settings.score_range or (score_range(self.train) if scored else (0.0, 1.0))
+        self.loss = replace(settings, loss=loss_name, score_range=scores_from)
 
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         from briskbert.modeling import BriskBertModel
@@ -373,8 +366,8 @@ class EmbeddingTask(Task):
         source, location = self.source, self.location
         declared = (read_embedding_spec(source.model_name_or_path) if location else None) or EmbeddingSpec()
         self.spec = EmbeddingSpec(
-            pooling=self.settings.pooling or declared.pooling,
-            normalize=declared.normalize and not self.settings.no_normalize,
+            pooling=self.loss.pooling or declared.pooling,
+            normalize=declared.normalize and not self.loss.no_normalize,
             max_seq_length=source.max_seq_length,
         )
         encoder, tokenizer = load_starting_model(BriskBertModel, source, location, config.output_dir)

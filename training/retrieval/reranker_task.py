@@ -26,14 +26,13 @@ from briskbert.retrieval.dense import (
 from briskbert.retrieval.fusion import SELECTION_METRICS, Fusion, choose_fusion_weight
 from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.reranker import encode_pairs, load_reranker
-from briskbert.retrieval.settings import RerankerArguments
+from briskbert.retrieval.settings import RerankerArguments, RerankerData, RerankerValidation
 from briskbert.training.data.pretraining_data import split_document_indices
 from briskbert.training.data.task_data import DataError, load_squad
 from briskbert.training.engine.evaluation import evaluation_loop, not_above_baseline
 from briskbert.training.engine.facts import JobFacts, read_training_facts, write_training_facts
 from briskbert.training.engine.task import Task, TaskInputs
 from briskbert.training.retrieval.embeddings import Pair, Wrapper, is_squad_file, load_pairs
-from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
 from briskbert.training.tasks.finetuning import card_source_facts, check_model_inputs, load_starting_model
 from briskbert.training.tasks.settings import ModelSource
 

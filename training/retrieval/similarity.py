@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import encode_texts
+from briskbert.retrieval.settings import SCORED_PAIR_COLUMNS
 from briskbert.training.data.task_data import DataError, load_table
 from briskbert.training.engine.distributed import gather_with_grad, gather_with_offset
-from briskbert.training.retrieval.settings import SCORED_PAIR_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,7 @@ class ScoredPairCollator:
         encoded = self.tokenizer(
             texts, truncation=True, max_length=self.max_seq_length, padding=True, return_tensors="pt"
         )
-        labels = torch.tensor([pair.score for pair in pairs], dtype=torch.float32)
-        return {
-            "labels": labels,
-            "input_ids": encoded["input_ids"],
-            "attention_mask": encoded["attention_mask"],
-        }
+        return {"labels": torch.tensor([pair.score for pair in pairs], dtype=torch.float32), **encoded}
 
 
 def cosent_loss(

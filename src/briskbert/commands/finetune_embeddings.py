@@ -13,8 +13,8 @@ Pearson. ``--mini_batch_size`` caches gradients (GradCache). ``final/`` loads wi
 from __future__ import annotations
 
 from briskbert.commands.arguments import parse
+from briskbert.retrieval.settings import EmbeddingData, EmbeddingSettings
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.retrieval.settings import EmbeddingData, EmbeddingSettings
 from briskbert.training.tasks.settings import ModelSource
 
 

@@ -17,8 +17,8 @@ which ``evaluate-retrieval`` and ``open-domain-qa`` apply. ``final/`` loads with
 from __future__ import annotations
 
 from briskbert.commands.arguments import parse
+from briskbert.retrieval.settings import RerankerData, RerankerValidation
 from briskbert.training.engine.config import TrainingConfig
-from briskbert.training.retrieval.settings import RerankerData, RerankerValidation
 from briskbert.training.tasks.settings import ModelSource
 
 
