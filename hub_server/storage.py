@@ -166,7 +166,6 @@ class Storage:
         # The most recently read revisions; built one at a time, so many large ones at once cost one build's memory.
         self.indexes = functools.lru_cache(index_cache_revisions)(self._read_index)
         self._index_lock = threading.Lock()
-        self._reached = functools.lru_cache(256)(self._walk)  # (repo folder, heads): the commits they reach
         self._unnamed: dict[str, float] = {}  # blobs kept for a commit to come, with when they arrived
         self._lock = threading.RLock()  # every write: repos, refs, blob arrivals, collection
         self._repos: dict[tuple[str, str], RepoRecord] = {}
@@ -457,35 +456,26 @@ class Storage:
                 table[name] = target
             self._write_atomic(d / "refs.json", json.dumps(refs).encode())
             if target is None:
-                self._collect(d, refs)
+                # Remove the commits no ref reaches now, their file tables, then the blobs nothing reachable
+                # names: each step removes only what nothing that stays refers to, so a crash leaves a whole
+                # store, and the next collection removes what it left.
+                keep = self._reachable(d, refs)
+                for path in [*(d / "commits").glob("*.json"), *(d / "trees").glob("*.json")]:
+                    if path.stem not in keep:
+                        path.unlink(missing_ok=True)
+                self._collect_blobs()
 
     # ---- collection: what no ref reaches is removed ------------------------------------------------------
-    def _reachable(self, d: Path, refs: dict) -> frozenset[str]:
+    def _reachable(self, d: Path, refs: dict) -> set[str]:
         """The commits the refs of the repo in ``d`` reach."""
-        return self._reached(
-            d, frozenset(cid for kind in ("branches", "tags") for cid in refs[kind].values())
-        )
-
-    def _walk(self, d: Path, heads: frozenset[str]) -> frozenset[str]:
         seen: set[str] = set()
-        todo = list(heads)
+        todo = [cid for kind in ("branches", "tags") for cid in refs[kind].values()]
         while todo:
             cid = todo.pop()
             if cid not in seen:
                 seen.add(cid)
                 todo += [parent] if (parent := self._commit(d, cid).get("parent")) else []
-        return frozenset(seen)
-
-    def _collect(self, d: Path, refs: dict) -> None:
-        """After a ref was deleted (``refs.json`` written): remove the commits no ref reaches, their file tables,
-        then the blobs nothing reachable names. Each step removes only what nothing that stays refers to, so a
-        crash leaves a whole store; the next collection removes what it left."""
-        keep = self._reachable(d, refs)
-        for folder in ("commits", "trees"):
-            for path in (d / folder).glob("*.json"):
-                if path.stem not in keep:
-                    path.unlink(missing_ok=True)
-        self._collect_blobs()
+        return seen
 
     def _collect_blobs(self) -> None:
         """Remove the blobs no reachable commit of any repo names, but those kept for a commit to come. A

@@ -270,7 +270,7 @@ def test_a_deleted_branch_takes_what_only_it_reached_even_after_a_crash(tmp_path
         assert api(h, "GET", f"/testuser/r/resolve/{doomed}/d.txt") == (200, b"doomed")  # its index is kept
         assert api(h, "DELETE", "/api/models/testuser/r/branch/doomed")[0] == 200
         assert api(h, "GET", f"/testuser/r/resolve/{doomed}/d.txt")[0] == 404  # no ref reaches it: not served
-        for _ in range(2):  # the second collection of the same heads reads what the first one worked out
+        for _ in range(2):  # a second collection of the same heads removes nothing more
             assert api(h, "GET", f"/testuser/r/resolve/{older}/t0.txt") == (200, b"older")
             assert api(h, "POST", "/api/models/testuser/r/branch/same-as-main", {})[0] == 200
             assert api(h, "DELETE", "/api/models/testuser/r/branch/same-as-main")[0] == 200
