@@ -255,8 +255,6 @@ def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
             )
         else:
             train_dataset = _sequences(train_store, train_docs, tokenizer, data, seed)
-    if len(eval_dataset) == 0:
-        raise PretrainingInputError("The validation split has no tokens.")
     return train_dataset, eval_dataset
 
 
@@ -301,19 +299,11 @@ class PretrainingTask(Task):
     def build(self, accelerator, config: TrainingConfig) -> TaskInputs:
         settings = self.settings
         data = settings.data
-        if data.streaming and config.max_train_steps is None:
-            raise SettingError("streaming", "has no epochs to count: give max_train_steps.")
-        batch_size = config.per_device_train_batch_size
         if not settings.model.model_name_or_path:
-            check_new_model_fits(settings, batch_size, accelerator)
+            check_new_model_fits(settings, config.per_device_train_batch_size, accelerator)
         try:
             tokenizer = load_or_train_tokenizer(settings, config, accelerator)
             train_dataset, eval_dataset = build_datasets(data, tokenizer, accelerator, config.seed)
-            if not data.streaming and len(train_dataset) < batch_size:
-                raise ValueError(
-                    f"The training corpus gives {len(train_dataset)} sequences of up to {data.max_seq_length} "
-                    f"tokens, fewer than one batch (per_device_train_batch_size {batch_size})."
-                )
             seed_everything(config.seed)  # the model's initialisation does not depend on the data preparation
             with accelerator.local_main_process_first():  # converts an imported checkpoint once
                 model = build_model(
