@@ -1,8 +1,6 @@
-"""Publish a saved model folder to the Hub (or a Hub-compatible server): the files (:mod:`.model_files`) and the
-rendered card are scanned for secrets, then one ``create_commit`` whose parent is the head read before goes to a
-staging branch, is verified there (:mod:`.verification`), and only then is committed to the branch and tagged.
-Every refusal comes before anything is written; a ``PublishError`` names the failed step and the repo's state.
-Retries are huggingface_hub's own; the token is never printed or uploaded."""
+"""Publish a saved model folder: its files (:mod:`.model_files`) and card, scanned for secrets, are committed to a
+staging branch from the head read before, verified there (:mod:`.verification`), then committed to the branch and
+tagged. A ``PublishError`` names the failed step and the repo's state; the token is never printed or uploaded."""
 
 from __future__ import annotations
 
@@ -98,9 +96,8 @@ class _Publisher:
             raise
         except Exception as e:  # noqa: BLE001 - every failure is one line with the repo's state
             message = _error_text(e).replace(self.token, "***") if self.token else _error_text(e)
-            raise PublishError(
-                f"{name} failed: {message[:500]}. {state() if callable(state) else state}"
-            ) from None
+            state = state() if callable(state) else state
+            raise PublishError(f"{name} failed: {message[:500]}. {state}") from None
 
     def head(self) -> str:
         return self.api.repo_info(self.repo_id, revision=self.revision).sha
@@ -177,13 +174,10 @@ class _Publisher:
             )
         return info.oid
 
-    def staged(
-        self, message: str, head: str, verify: Callable[[str], dict] | None
-    ) -> tuple[str | None, dict]:
-        """Commit to a new staging branch made from ``head``, verify it there, and only then commit the same
-        files, hashed again, to the branch (the Hub's API cannot point a branch at another commit). Returns
-        (the commit id on the branch, or None when verification failed; the verification). Without ``verify``
-        the branch gets the commit at once."""
+    def staged(self, message: str, head: str, verify: Callable | None) -> tuple[str | None, dict | None]:
+        """(the branch's new commit, or None when verification failed; the verification): ``verify`` a commit on
+        a staging branch made from ``head``, then commit the same files, hashed again, to the branch (the Hub's
+        API cannot point a branch at another commit). Without ``verify`` the branch gets the commit at once."""
         if verify is None:
             return self.commit(message, self.revision, head, lambda: self.branch_state(head)), None
         staging = f"briskbert-staging-{secrets.token_hex(4)}"
@@ -192,9 +186,7 @@ class _Publisher:
         unchanged = f"Nothing was published: {self.repo_id}@{self.revision} is unchanged at {head}."
         try:
             staged_id = self.commit(message, staging, head, unchanged)
-            self.log(
-                f"Staged {staged_id} on {staging}; verifying it: fresh cache, clean interpreter, pipeline() ..."
-            )
+            self.log(f"Staged {staged_id} on {staging}; verifying it in a clean interpreter ...")
             verification = verify(staged_id)
             if not verification.get("ok"):
                 return None, verification
@@ -208,12 +200,11 @@ class _Publisher:
                 self.api.delete_branch(self.repo_id, branch=staging)
             except Exception as e:  # noqa: BLE001 - a leftover branch is reported, not fatal
                 self.log(
-                    f"Could not delete the staging branch {staging} ({type(e).__name__}); delete it by hand."
+                    f"Could not delete staging branch {staging} ({type(e).__name__}); delete it by hand."
                 )
 
 
 def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing: bool, log) -> None:
-    """One list of what would be uploaded, and one of what is left out and why."""
     where = f"{result.repo_id}@{result.revision}" + (f" tagged {result.tag}" if result.tag else "")
     log(f"Dry run: would publish {len(result.files)} files to {where}")
     for path, size in result.files.items():

