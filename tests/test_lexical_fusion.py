@@ -9,9 +9,15 @@ import pytest
 
 from briskbert.errors import SettingError, UserError
 from briskbert.retrieval.dense import Retrieved
-from briskbert.retrieval.fusion import FUSION_FILE, Fusion, choose_fusion_weight, fuse
+from briskbert.retrieval.fusion import (
+    FUSION_FILE,
+    Fusion,
+    Reranker,
+    choose_fusion_weight,
+    fuse,
+    load_reranker,
+)
 from briskbert.retrieval.lexical import bm25_head_scores, words
-from briskbert.retrieval.reranker import Reranker, load_reranker
 from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 

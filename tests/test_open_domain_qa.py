@@ -11,8 +11,8 @@ from torch import nn
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval import open_domain_qa
 from briskbert.retrieval.dense import RetrievalTask, Retrieved, Retriever
+from briskbert.retrieval.fusion import Reranker
 from briskbert.retrieval.open_domain_qa import Reader, evaluate_open_domain_qa, read_passages, select_answer
-from briskbert.retrieval.reranker import Reranker
 
 LOW = -8.0  # every token not listed below
 

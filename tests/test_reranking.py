@@ -11,7 +11,7 @@ import torch
 from briskbert.cli import main as cli
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import Retriever, encode_texts, exact_search
-from briskbert.retrieval.reranker import Reranker
+from briskbert.retrieval.fusion import Reranker
 from briskbert.training.data.task_data import DataError
 from briskbert.training.retrieval.embeddings import Pair, load_pairs
 from briskbert.training.retrieval.reranker_task import (

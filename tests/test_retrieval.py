@@ -174,7 +174,7 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tiny, tmp_path):
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
     from briskbert.modeling import BriskBertForSequenceClassification, BriskBertModel
-    from briskbert.retrieval.reranker import score_pairs
+    from briskbert.retrieval.fusion import score_pairs
 
     spec = EmbeddingSpec("cls", True, 64)
     encoder = tiny(BriskBertModel).eval()

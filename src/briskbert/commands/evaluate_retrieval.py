@@ -71,7 +71,7 @@ def load_models(source, embedding, index, reranking, encoder: str, batch_size: i
     """The collection, the retriever (searching ``index.index`` when given) and the re-ranker (a warning when its
     weights were never chosen)."""
     from briskbert.retrieval.dense import load_collection, load_retriever
-    from briskbert.retrieval.reranker import load_reranker
+    from briskbert.retrieval.fusion import load_reranker
     from briskbert.retrieval.vector_index import with_index
 
     task = load_collection(source)
