@@ -8,7 +8,7 @@ import errno
 
 class HubError(Exception):
     status = 400
-    code: str | None = "BadRequest"
+    code = "BadRequest"
 
     def __init__(self, message: str, status=None, code=None, headers: dict | None = None, body=None):
         super().__init__(message)
@@ -19,7 +19,7 @@ class HubError(Exception):
         self.code = code or self.code
 
 
-def _error(name: str, status: int, code: str | None) -> type[HubError]:
+def _error(name: str, status: int, code: str) -> type[HubError]:
     return type(name, (HubError,), {"status": status, "code": code})
 
 
@@ -36,7 +36,7 @@ Conflict = _error("Conflict", 409, "Conflict")
 PreconditionFailed = _error("PreconditionFailed", 412, "PreconditionFailed")
 PayloadTooLarge = _error("PayloadTooLarge", 413, "PayloadTooLarge")
 Unprocessable = _error("Unprocessable", 422, "MissingContent")  # names content that is not there
-ServerError = _error("ServerError", 500, None)  # a bug, or the fault injector's
+ServerError = _error("ServerError", 500, "ServerError")  # a bug, or the fault injector's
 # A stored file of a repo is damaged (the log names it); the other repos serve as before.
 StorageDamaged = _error("StorageDamaged", 500, "StorageDamaged")
 # The disk is full and nothing was kept. Clients do not retry a 507: the write would fail until space is freed.

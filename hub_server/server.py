@@ -429,9 +429,7 @@ class HubServer:
 
     @staticmethod
     def _error(error: HubError, body: Body, waits_for_continue: bool) -> Response:
-        headers = {"X-Error-Message": header_safe(error.message), **error.headers}
-        if error.code:
-            headers["X-Error-Code"] = error.code
+        headers = {"X-Error-Code": error.code, "X-Error-Message": header_safe(error.message), **error.headers}
         # A small unread body is read and dropped first (never one the client has not been told to send): closing
         # on unread data would reset the connection. A large one closes the connection after the answer.
         close = waits_for_continue or headers.get("Connection") == "close"

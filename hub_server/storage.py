@@ -181,11 +181,9 @@ class Storage:
         meta, bad_meta = _read_record_file(folder / "meta.json")
         bad_refs = _read_record_file(folder / "refs.json")[1]
         repo_id = meta.get("id") or f"{folder.parent.name}/{folder.name}"
-        try:  # a valid id, in its own folder (not a mixed-case folder of an older layout)
-            served = names.validate_repo_id(repo_id) and folder == self._folder_of(repo_type, repo_id)
-        except BadRequest:
-            served = False
-        if not served:
+        owner, _, repo_name = repo_id.partition("/")
+        valid = names.is_repo_name(owner) and names.is_repo_name(repo_name)
+        if not (valid and folder == self._folder_of(repo_type, repo_id)):  # not a folder of an older layout
             logger.warning("%s does not hold a repo of this layout (%s): not served", folder, repo_id)
             return None
         problems = {name: why for name, why in (("meta.json", bad_meta), ("refs.json", bad_refs)) if why}
