@@ -38,8 +38,7 @@ def is_installed(module: str) -> bool:
 
 
 def require_extra(extra: str, needed_for: str) -> None:
-    """Raise :class:`MissingExtraError` unless every module of ``extra`` is installed; ``needed_for`` names
-    what needs it (``"briskbert export-onnx"``)."""
+    """Raise :class:`MissingExtraError`, naming ``needed_for``, unless every module of ``extra`` is installed."""
     missing = [module for module in EXTRAS[extra] if not is_installed(module)]
     if missing:
         raise MissingExtraError(

@@ -70,8 +70,8 @@ def honour_umask(path: str | os.PathLike) -> None:
 
 
 def replace_folder(staged: str | os.PathLike, folder: str | os.PathLike) -> None:
-    """Rename a completely written ``staged`` folder to ``folder``; an old one is first renamed aside to
-    ``.NAME.old.partial`` (what a clean-up of partial folders removes after a kill) and then deleted."""
+    """Rename a completely written ``staged`` folder to ``folder``; an old one is first renamed aside to a partial
+    name (what a clean-up of partial folders removes after a kill) and then deleted."""
     staged, folder = Path(staged), Path(folder)
     honour_umask(staged)
     retired = folder.with_name(f".{folder.name}.old{PARTIAL_SUFFIX}")
@@ -137,8 +137,7 @@ def write_manifest(folder: str | os.PathLike) -> None:
 
 
 def manifest_problem(folder: str | os.PathLike) -> str | None:
-    """What is wrong with ``folder`` against its ``manifest.json``, in one line naming the file; None when it
-    matches or has no manifest."""
+    """What is wrong with ``folder`` against its ``manifest.json``, in one line; None if it matches or is absent."""
     folder = Path(folder)
     manifest = folder / MANIFEST_FILE
     if not manifest.is_file():
@@ -182,19 +181,15 @@ def out_of_space(error: BaseException) -> bool:
 
 @contextmanager
 def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
-    """The body writes ``target`` through its ``.partial`` (about ``needed`` bytes): when it raises, the partial
-    goes, and a lack of space (said, or less than ``needed`` left: torch.save says "unexpected pos") is one line."""
+    """The body writes the folder ``target`` through its ``.partial`` (about ``needed`` bytes): when it raises, the
+    partial goes, and a lack of space (said, or less than ``needed`` left: torch.save says "unexpected pos") is one
+    line."""
     target = Path(target)
     try:
         yield
     except Exception as error:
-        full = out_of_space(error) or free_space(target) < needed
-        partial = partial_path(target)
-        if partial.is_dir():
-            shutil.rmtree(partial, ignore_errors=True)
-        else:
-            partial.unlink(missing_ok=True)
-        if full:
+        shutil.rmtree(partial_path(target), ignore_errors=True)
+        if out_of_space(error) or free_space(target) < needed:
             raise UserError(
                 f"no space left on the device for {target}: it needs about {needed / 2**20:,.1f} MiB and "
                 f"{free_space(target) / 2**20:,.1f} MiB is free; free some space or write elsewhere, then run again"
@@ -203,8 +198,7 @@ def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
 
 
 def output_folder_problem(folder: str | os.PathLike) -> str | None:
-    """Why ``folder`` cannot be a job's output folder (a writable folder, or one that can be made); None when
-    it can be."""
+    """Why ``folder`` cannot be a job's output folder (a writable folder, or one that can be made), or None."""
     folder = Path(folder)
     for path in (folder, *folder.parents):  # the folder, or the nearest one above it that exists
         subject = str(folder) if path == folder else f"{folder} is inside {path}, which"
@@ -248,8 +242,7 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[str | None]:
 
 
 def _locked_handle(folder: Path, path: Path) -> int:
-    """An open descriptor of ``path`` holding its ``flock``, on the file the path names now (a releasing holder
-    may delete it in between)."""
+    """An open descriptor of ``path`` holding its ``flock``, on the file the path names now."""
     import fcntl
 
     while True:
@@ -263,7 +256,7 @@ def _locked_handle(folder: Path, path: Path) -> int:
                 f"{folder} is in use by another run ({holder or 'a process starting up'}); wait for it to finish "
                 "or choose another folder"
             ) from None
-        try:
+        try:  # a releasing holder may have deleted the file in between
             if os.stat(path).st_ino == os.fstat(handle).st_ino:
                 return handle
         except FileNotFoundError:

@@ -205,8 +205,7 @@ def _not_unicode(value, where: str = "") -> str | None:
 
 
 def config_problem(config: dict) -> str | None:
-    """What is wrong with the fields of ``config.json`` (or ``tokenizer_config.json``) the card and the
-    publisher read, or None."""
+    """What is wrong with the fields of a ``config.json`` that the card and the publisher read, or None."""
     archs, auto_map, labels = config.get("architectures"), config.get("auto_map"), config.get("id2label")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         return f"'architectures' must be a list of class names, got {archs!r:.80}"

@@ -237,8 +237,7 @@ def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be resumed, in one line naming the file: a missing manifest, or a file that no
-    longer matches it."""
+    """Why ``folder`` cannot be resumed (its manifest is missing or does not match), in one line naming the file."""
     if not (folder / MANIFEST_FILE).is_file():
         return f"{folder / MANIFEST_FILE} is missing (the checkpoint was not saved whole)"
     return manifest_problem(folder)
@@ -369,8 +368,7 @@ def save_model_folder(
 
 @contextlib.contextmanager
 def own_class(model):
-    """During a save, an FSDP2-sharded model wears its own class again: ``save_pretrained`` copies the
-    remote-code files of the class it sees."""
+    """An FSDP2-sharded model wears its own class during a save, whose remote-code files save_pretrained copies."""
     sharded_class = type(model)
     model.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
     try:

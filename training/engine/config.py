@@ -173,8 +173,7 @@ class TrainingConfig:
         return max_train_steps // 10 if max_train_steps >= 20 else None
 
     def log_interval(self, max_train_steps: int) -> int:
-        """Log the training loss every this many steps: ``logging_steps``, else about 50 times a run, every 10
-        steps at most."""
+        """``logging_steps``, else about 50 times a run and at least every 10 steps."""
         if self.logging_steps is not None:
             return self.logging_steps
         return max(1, min(10, max_train_steps // 50))

@@ -36,8 +36,7 @@ class MetricsLog:
         self.history: list[dict] = []
 
     def restore(self, up_to_step: int) -> None:
-        """Keep the entries up to the checkpoint's step (0: a new run); a killed run may have logged more, or
-        left a partial last line, which is dropped with a warning."""
+        """Keep the entries up to the checkpoint's step (0: a new run), dropping a killed write's partial line."""
         entries = []
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
         for number, line in enumerate(lines, start=1):

@@ -326,8 +326,8 @@ class EpochShuffleSampler(Sampler[int]):
 
 
 def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | None) -> DataLoader:
-    """Batches prepared in ``num_workers`` processes (default: up to 4 per process on a GPU machine; none on CPU,
-    whose cores run the model) and pinned on a GPU machine; the same batches whatever their number."""
+    """Batches prepared in ``num_workers`` processes (default: up to 4 per process on a GPU machine, none on CPU,
+    whose cores run the model); the same batches whatever their number."""
     if num_workers is None:
         num_workers = 0
         if torch.cuda.is_available():

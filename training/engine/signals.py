@@ -71,8 +71,7 @@ class SignalCatcher:
 def report(
     signal_number: int, checkpoint: Path | None, step: int | None, processes: int, main_process: bool
 ) -> TrainingInterrupted:
-    """Print where the run stopped and the command that resumes it (or that there is nothing to resume); the
-    exception that ends the process."""
+    """Print where the run stopped and the command that resumes it; return the exception that ends the process."""
     name = signal.Signals(signal_number).name
     where = f" at step {step}" if step is not None else ""
     command = None

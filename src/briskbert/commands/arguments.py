@@ -25,8 +25,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def parse(description: str | None, *settings_types: type, argv: list[str] | None = None, **defaults) -> tuple:
-    """Parse ``argv`` into one instance of each of ``settings_types``; ``defaults`` overrides field defaults
-    for this command only (e.g. a job whose usual learning rate differs)."""
+    """Parse ``argv`` into one instance of each of ``settings_types``; ``defaults`` overrides field defaults."""
     parser = new_parser(description, *settings_types)
     parser.set_defaults(**defaults)
     namespace = parser.parse_args(argv)
