@@ -147,9 +147,7 @@ def _model_files(folder: Path, missing: list[str]) -> list[str]:
     elif (folder / "model.safetensors").is_file():
         files.append("model.safetensors")
     else:
-        missing.append(
-            "model.safetensors (weights; only PyTorch .bin weights found: load and save_pretrained it again)"
-        )
+        missing.append("model.safetensors (weights; .bin weights only: load and save_pretrained them again)")
 
     tokenizer = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
     vocabulary = {"tokenizer.json", "vocab.txt", "tokenizer.model"} & set(tokenizer)
@@ -157,9 +155,7 @@ def _model_files(folder: Path, missing: list[str]) -> list[str]:
         tok_config = read_config(folder, "tokenizer_config.json")
         files += tokenizer + _code_files(folder, "tokenizer_config.json", tok_config, missing)
     else:
-        missing.append(
-            "tokenizer (tokenizer_config.json plus tokenizer.json or vocab.txt: save the tokenizer too)"
-        )
+        missing.append("tokenizer (tokenizer_config.json, and tokenizer.json or vocab.txt: save it too)")
     return list(dict.fromkeys(files))
 
 

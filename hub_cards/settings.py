@@ -12,45 +12,27 @@ from briskbert.errors import SettingError
 class PublishSettings:
     model_dir: str
     repo_id: str = field(metadata={"help": "NAMESPACE/NAME"})
-    revision: str = field(
-        default="main", metadata={"help": "branch to commit to (created from main if missing)"}
-    )
-    tag: str | None = field(
-        default=None, metadata={"help": "tag the verified commit (the card's usage snippet pins it)"}
-    )
+    revision: str = field(default="main", metadata={"help": "branch to commit to (made from main if absent)"})
+    tag: str | None = field(default=None, metadata={"help": "tag for the verified commit (the card pins it)"})
     private: bool = field(default=False, metadata={"help": "create the repo as private"})
     commit_message: str | None = None
-    token_file: str | None = field(
-        default=None, metadata={"help": "file holding the access token (first line)"}
-    )
+    token_file: str | None = field(default=None, metadata={"help": "file whose first line is the token"})
     token: str | None = field(
         default=None,
         metadata={"help": "access token; visible in `ps`: prefer $HF_TOKEN, a token_file or the saved login"},
     )
-    dry_run: bool = field(
-        default=False, metadata={"help": "print the file list and the card; contact nothing"}
-    )
+    dry_run: bool = field(default=False, metadata={"help": "print the files and the card; contact nothing"})
     include_training_state: bool = field(
-        default=False,
-        metadata={"help": "also upload optimizer/scheduler/RNG states and checkpoints (left out otherwise)"},
+        default=False, metadata={"help": "also upload optimizer/scheduler/RNG states and checkpoints"}
     )
-    max_shard_size: str = field(
-        default="2GB", metadata={"help": "re-shard model.safetensors above this size"}
-    )
+    max_shard_size: str = field(default="2GB", metadata={"help": "re-shard weights above this size"})
     no_verify: bool = field(default=False, metadata={"help": "skip the download-and-load check"})
     delete_missing: bool = field(
-        default=False,
-        metadata={
-            "help": "delete files on the branch that the folder lacks (they are kept and listed otherwise)"
-        },
+        default=False, metadata={"help": "delete branch files the folder lacks (kept and listed otherwise)"}
     )
     # each --include adds one glob (a list field would take several values after one --include instead)
     include: str | None = field(
-        default=None,
-        metadata={
-            "action": "append",
-            "help": "glob of extra files to upload (repeatable), e.g. training_facts.json",
-        },
+        default=None, metadata={"action": "append", "help": "glob of extra files to upload (repeatable)"}
     )
 
     def __post_init__(self):

@@ -1,16 +1,13 @@
 """Publish a saved briskbert model folder to the Hub: checked, committed to a staging branch, verified to
-load, and only then committed to the branch (a failed verification leaves the branch as it was).
+load, and only then committed to the branch and tagged (a failed verification leaves the branch as it was).
 
     briskbert publish --model_dir outputs/sst2 --repo_id me/briskbert-sst2 --tag v1
 
-The token comes from $HF_TOKEN, --token_file or the saved login (`hf auth login`); --token also works but
-shows in `ps` to every local user. The endpoint comes from $HF_ENDPOINT (the real Hub by default; a local
-server started with `briskbert local-hub` works the same). Files that look like credentials, or that hold
-private keys or access tokens, stop the publish, and so does a symlink or code reference (auto_map) that
-leads outside the folder; optimizer states and checkpoints stay local unless --include_training_state is
-given. Files already on the branch that the folder lacks are listed and kept, unless --delete_missing. A
-damaged folder (its manifest, a weights header, config or tokenizer) stops the publish before anything is
-sent, --no_verify included. The commit is tagged only after it passed verification.
+The token comes from $HF_TOKEN, --token_file or the saved login (`hf auth login`); the endpoint from
+$HF_ENDPOINT (the real Hub by default, or a `briskbert local-hub`). A damaged folder, a file holding
+credentials, or a symlink or code reference (auto_map) leading outside the folder stops the publish before
+anything is sent. Training state stays local unless --include_training_state; files on the branch the folder
+lacks are kept unless --delete_missing.
 """
 
 from briskbert.commands.arguments import parse

@@ -115,11 +115,7 @@ class QuickstartSettings:
     )
     seed: int = 42
     fresh: bool = field(
-        default=False,
-        metadata={
-            "help": "Delete what earlier quickstarts wrote in --output_dir and run every step again "
-            "(without it: skip the finished steps and continue an interrupted one)."
-        },
+        default=False, metadata={"help": "Delete the earlier quickstart's folders and run every step again."}
     )
 
     def __post_init__(self):
