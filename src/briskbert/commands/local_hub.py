@@ -28,9 +28,7 @@ class ServerArguments:
     data_dir: str = field(
         default=None, metadata={"help": "storage folder (created if missing)", "required": True}
     )
-    token_file: str | None = field(
-        default=None, metadata={"help": "file holding the bearer token (first line)"}
-    )
+    token_file: str | None = field(default=None, metadata={"help": "file whose first line is the token"})
     token: str | None = field(
         default=None,
         metadata={
@@ -40,16 +38,12 @@ class ServerArguments:
     )
     user: str = field(default="testuser", metadata={"help": "user name reported by whoami"})
     upload_mode: str = field(default="regular", metadata={"choices": ["regular", "lfs"]})
-    log_file: str | None = field(
-        default=None, metadata={"help": "append one line per request (method, path, status)"}
-    )
+    log_file: str | None = field(default=None, metadata={"help": "append method, path, status per request"})
     read_timeout_s: float = field(default=30.0, metadata={"help": "close connections silent this long"})
     max_connections: int = field(default=64, metadata={"help": "connections served at once"})
     max_json_mb: int = field(default=16, metadata={"help": "largest JSON request body"})
     max_commit_mb: int = field(default=4096, metadata={"help": "largest ndjson commit (regular uploads)"})
-    fault_step: str | None = field(
-        default=None, metadata={"help": "inject faults at this protocol step (for tests)"}
-    )
+    fault_step: str | None = field(default=None, metadata={"help": "inject faults at this step (tests)"})
     fault_kind: str = field(default="500", metadata={"choices": ["500", "400", "drop", "stall"]})
     fault_times: int = 1
     fault_stall_s: float = 2.0
