@@ -15,10 +15,6 @@ from .errors import CommandFailed, SettingError, UserError
 from .extras import TORCHAO_IMPORT_LOGGERS
 from .processes import raise_interrupt, signal_handler
 
-#: the shell's status for a process ended by SIGINT (128 + 2)
-INTERRUPTED_EXIT_CODE = 130
-
-
 #: ``briskbert <name>`` runs ``briskbert.commands.<name, dashes as underscores>.main(argv)``; its --help line
 COMMANDS: dict[str, str] = {
     "quickstart": "The whole flow on the bundled data: tokenizer, pretrain, convert, fine-tune, publish, load.",

@@ -6,12 +6,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from briskbert.training.engine.config import TrainingConfig
 from briskbert.training.engine.facts import JobFacts
-
-if TYPE_CHECKING:
-    from briskbert.training.engine.config import TrainingConfig
 
 
 @dataclass
