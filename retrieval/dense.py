@@ -55,7 +55,6 @@ class Retrieved:
     scores: dict[str, list[float]]
 
 
-# ------------------------------------------------------------------------------------------------ loading
 def read_passages(path: str | None, min_words: int = 0) -> list[str]:
     """One passage per line, without blank lines, WikiText headings (`` = Title = ``) and lines under
     ``min_words`` words."""
@@ -122,7 +121,6 @@ def load_collection(source) -> RetrievalTask:
     )
 
 
-# ------------------------------------------------------------------------------------------ embeddings
 def embed_batch(encoder, input_ids, attention_mask, spec: EmbeddingSpec) -> torch.Tensor:
     hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     return spec.pool(hidden, attention_mask)
@@ -136,24 +134,16 @@ def batches_by_length(lengths: list[int], batch_size: int) -> list[list[int]]:
 
 @torch.no_grad()
 def encode_texts(
-    encoder,
-    tokenizer,
-    texts: list[str],
-    spec: EmbeddingSpec,
-    batch_size: int = 64,
-    description: str = "encoding",
-) -> torch.Tensor:
+    encoder, tokenizer, texts: list[str], spec: EmbeddingSpec, batch_size=64, description="encoding"
+):
     """Embeddings of ``texts`` (rows in input order, on the CPU, fp32)."""
     from tqdm.auto import tqdm
 
     was_training = encoder.training
     encoder.eval()
     device = next(encoder.parameters()).device
-    lengths = [
-        len(ids) for ids in tokenizer(texts, truncation=True, max_length=spec.max_seq_length)["input_ids"]
-    ]
     order, pieces = [], []
-    for chunk in tqdm(batches_by_length(lengths, batch_size), desc=description, leave=False):
+    for chunk in tqdm(batches_by_length(list(map(len, texts)), batch_size), desc=description, leave=False):
         batch = tokenizer(
             [texts[index] for index in chunk],
             truncation=True,
@@ -182,24 +172,19 @@ def retrieve(
     corpus: dict[str, str], queries: dict[str, str], retriever: Retriever, top_k: int = 100
 ) -> Retrieved:
     """The ``top_k`` passages of ``corpus`` for each query, by exact search or in ``retriever.index``."""
-
-    def encode(texts, what: str):
-        return encode_texts(
-            retriever.encoder, retriever.tokenizer, list(texts), retriever.spec, retriever.batch_size, what
-        )
-
-    query_vectors = encode(queries.values(), "encoding queries")
+    query_vectors = retriever.encode(queries.values(), "encoding queries")
     if retriever.index is not None:  # a vector_index.LoadedIndex
         found, scores = retriever.index.search(query_vectors, top_k)
     else:
-        scores, rows = exact_search(query_vectors, encode(corpus.values(), "encoding passages"), top_k)
+        scores, rows = exact_search(
+            query_vectors, retriever.encode(corpus.values(), "encoding passages"), top_k
+        )
         passage_ids = list(corpus)
         found = [[passage_ids[row] for row in hits] for hits in rows.tolist()]
     scores = [row[: len(hits)] for row, hits in zip(scores.tolist(), found)]
     return Retrieved(dict(zip(queries, found)), dict(zip(queries, scores)))
 
 
-# --------------------------------------------------------------------------------------------- metrics
 def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, float]]) -> dict[str, float]:
     """Recall@1/5/10/100, MRR@10 and nDCG@10 (graded relevance, log2 discount) of ``{query id: passage ids, best
     first}``, averaged over queries; relevant means a relevance above 0."""
@@ -238,7 +223,6 @@ def rankings_from_indices(task: RetrievalTask, indices: torch.Tensor) -> dict[st
     }
 
 
-# ------------------------------------------------------------------------------------------------ models
 @dataclass
 class Retriever:
     """A dual encoder ready to search; ``scale`` (its training's 1/temperature) turns similarities into logits."""
@@ -249,6 +233,11 @@ class Retriever:
     batch_size: int = 64
     scale: float = DEFAULT_SIMILARITY_SCALE
     index: object = None  # a loaded faiss index over the corpus (build-index) to search instead
+
+    def encode(self, texts, description: str) -> torch.Tensor:
+        return encode_texts(
+            self.encoder, self.tokenizer, list(texts), self.spec, self.batch_size, description
+        )
 
 
 def load_dual_encoder(

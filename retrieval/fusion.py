@@ -81,12 +81,9 @@ class Fusion:
                 f"{self.weight:g} and BM25 {self.lexical_weight:g}."
             )
 
-    def point(self, weight: float, lexical_weight: float = 0.0) -> dict:
+    def point(self, weight: float, lexical: float = 0.0) -> dict:
         """The curve's point nearest to these weights."""
-        return min(
-            self.curve,
-            key=lambda p: abs(p["weight"] - weight) + abs(p["lexical_weight"] - lexical_weight),
-        )
+        return min(self.curve, key=lambda p: abs(p["weight"] - weight) + abs(p["lexical_weight"] - lexical))
 
     def summary(self) -> str:
         chosen, alone = self.point(self.weight, self.lexical_weight), self.point(1.0)

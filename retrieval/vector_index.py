@@ -83,7 +83,6 @@ def embedding_difference(built: dict, ours: dict) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------------------------ building
 def build_index(
     source: PassageSource,
     encoder,
@@ -245,7 +244,6 @@ def _write_ids(folder: Path, shards: list[Path]) -> None:
     write_atomic(folder / IDS_FILE, "".join(passage_id + "\n" for passage_id in ids))
 
 
-# ------------------------------------------------------------------------------------------------ search
 @dataclass
 class LoadedIndex:
     index: object

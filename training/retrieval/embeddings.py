@@ -304,7 +304,6 @@ class _Replay:
         return loss_grad
 
 
-# ------------------------------------------------------------------------------------------ evaluation
 def evaluate_pairs(model, dataloader, accelerator) -> dict:
     """Retrieval metrics of the validation queries among their distinct candidates, from every process."""
     unwrapped = accelerator.unwrap_model(model)
@@ -326,7 +325,6 @@ def evaluate_pairs(model, dataloader, accelerator) -> dict:
     return retrieval_metrics(rankings, {str(q): {key: 1.0} for q, key in enumerate(positives)})
 
 
-# ------------------------------------------------------------------------------------------------ the job
 class EmbeddingTask(Task):
     def __init__(self, model: ModelSource, data: EmbeddingData, settings: EmbeddingSettings):
         """Reads the examples, whose kind decides the loss (and cosine_mse's score range) in ``self.loss``."""

@@ -302,11 +302,9 @@ class RerankerTask(Task):
         held = self.held_out
         if not held:
             return None
-        where = (
-            f"articles {', '.join(held['articles'])}"
-            if held["articles"]
-            else f"{held['num_documents']} groups"
-        )
+        where = f"{held['num_documents']} groups"
+        if held["articles"]:
+            where = f"articles {', '.join(held['articles'])}"
         return (
             f"{len(held['questions'])} questions held out of {Path(self.data.train_file).name} ({where}: "
             f"{held['validation_split_percentage']:g}% of its documents)"
@@ -335,8 +333,7 @@ class RerankerTask(Task):
             write_training_facts(final_dir, replace(facts, job=replace(facts.job, limitations=limitations)))
         state.wait_for_everyone()
 
-    def _choose_fusion(self, folder: Path, device):
-        """Choose the fusion weights on the validation queries' top ``rerank_top_k`` and save them in ``folder``."""
+    def _choose_fusion(self, folder: Path, device) -> Fusion:
         top_k, task, retrieved = self.validation.rerank_top_k, self.validation_task, self.fusion_retrieved
         settings = RerankerArguments(
             str(folder), rerank_top_k=top_k, reranker_max_seq_length=self.source.max_seq_length
