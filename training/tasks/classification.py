@@ -235,8 +235,7 @@ def drop_incomplete_rows(dataset, columns: list[str], source: str):
 
 
 def refuse_non_finite_labels(labels, source: str) -> None:
-    """A NaN or infinite label would make every regression loss NaN: refused, naming the row (from 0). Missing
-    values (empty cells, JSON null) are skipped rows, not NaN labels."""
+    """A NaN or infinite label (every loss would be NaN) is refused, naming its row; missing ones are not."""
     for row, value in enumerate(labels):
         number = None if isinstance(value, float) and np.isnan(value) else _parse_number(value)
         if isinstance(number, float) and not np.isfinite(number):
@@ -246,8 +245,7 @@ def refuse_non_finite_labels(labels, source: str) -> None:
 
 
 class ClassificationTask(FinetuningTask):
-    """``briskbert finetune-classification``: sequence classification, regression or multi-label
-    classification of one text or a pair, from a briskbert (or converted BERT-family) model or a preset."""
+    """``briskbert finetune-classification``: single- or multi-label classification or regression of texts."""
 
     pipeline_tag = "text-classification"
     model_class = "BriskBertForSequenceClassification"
@@ -327,12 +325,11 @@ class ClassificationTask(FinetuningTask):
         from briskbert.training.engine.evaluation import evaluation_loop, majority_class, not_above_baseline
 
         spec = self.spec
-        gathered = evaluation_loop(
-            model,
-            dataloader,
-            accelerator,
-            lambda batch, outputs: {"logits": outputs.logits, "labels": batch["labels"]},
-        )
+
+        def gather(batch, outputs):
+            return {"logits": outputs.logits, "labels": batch["labels"]}
+
+        gathered = evaluation_loop(model, dataloader, accelerator, gather)
         labels, logits = gathered["labels"].numpy(), gathered["logits"].numpy()
         metrics = classification_metrics(logits, labels, spec.problem_type)
         if spec.problem_type != "single_label_classification":

@@ -175,8 +175,7 @@ def build_student(setup: DistillSettings, teacher, pad_token_id: int | None):
 
 
 class DistillationTask(ClassificationTask):
-    """``briskbert distill``: a student trained on the teacher's softened outputs and the hard labels of
-    classification data, which keep the teacher's ids; evaluated and saved as a classifier."""
+    """``briskbert distill``: a student classifier trained on the teacher's outputs and the hard labels."""
 
     def __init__(self, setup: DistillSettings, data: DataSource, settings: ClassificationSettings):
         from briskbert.inputs import check_model_source, check_tokenizer_source

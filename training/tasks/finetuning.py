@@ -45,8 +45,8 @@ def check_model_inputs(source: ModelSource) -> ModelLocation | None:
 
 
 def resolve_base_model(location: ModelLocation, output_dir: str, trust_remote_code: bool = False) -> str:
-    """A folder or repo id holding a briskbert model; another family's checkpoint is converted once into
-    ``output_dir/converted_base``, which is returned."""
+    """A briskbert folder or repo id; another family's checkpoint is converted once into
+    ``output_dir/converted_base``."""
     import briskbert.modeling  # noqa: F401  (registers the briskbert config for AutoConfig)
     from briskbert.modeling.conversion import FAMILIES, convert_checkpoint
 

@@ -194,12 +194,11 @@ class NerEvaluator:
         from briskbert.training.engine.evaluation import evaluation_loop
 
         width = max(map(len, self.word_ids))  # no batch is longer than its longest sentence
-        gathered = evaluation_loop(
-            model,
-            dataloader,
-            accelerator,
-            lambda batch, outputs: {"predictions": pad_to_width(outputs.tags, width, IGNORE_INDEX)},
-        )
+
+        def gather(batch, outputs):
+            return {"predictions": pad_to_width(outputs.tags, width, IGNORE_INDEX)}
+
+        gathered = evaluation_loop(model, dataloader, accelerator, gather)
         return self(gathered["predictions"].long().numpy())
 
 

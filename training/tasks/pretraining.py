@@ -71,8 +71,7 @@ def build_config(settings: PretrainingModel, vocab_size: int, pad_token_id: int 
 
 
 def check_new_model_fits(settings: PretrainingSettings, batch_size: int, accelerator) -> None:
-    """The new model's config is valid and fits the device's memory, checked before anything is trained or
-    written."""
+    """The new model's config is valid and fits the device's memory, before anything is written."""
     from briskbert.modeling import BriskBertForMaskedLM, BriskBertForPreTraining
     from briskbert.training.engine.memory import (
         available_memory_bytes,
@@ -97,8 +96,7 @@ def check_new_model_fits(settings: PretrainingSettings, batch_size: int, acceler
 def build_model(
     settings: PretrainingModel, tokenizer, max_seq_length: int, nsp: bool, output_dir: str = ".", log=print
 ):
-    """A new model from the config, or the one to continue: on briskbert's fast path (see
-    `continued_on_briskbert`) unless `keep_source_class`."""
+    """A new model from the config, or the one to continue (on briskbert unless `keep_source_class`)."""
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForPreTraining
 
     import briskbert.modeling  # noqa: F401  (registers the Auto classes)
@@ -123,9 +121,8 @@ def build_model(
 
 
 def with_sparse_decoder(config, build):
-    """``build(config)`` (a model, or a tuple led by one) decoding the masked positions only while training
-    (``sparse_prediction``, where the config has it); the saved config keeps its own value, so the published
-    ``logits`` stay (batch, seq, vocab)."""
+    """``build(config)`` (a model, or a tuple led by one) decoding only the masked positions in training; the
+    saved config keeps its ``sparse_prediction``, so the published ``logits`` stay (batch, seq, vocab)."""
     if not hasattr(config, "sparse_prediction"):
         return build(config)
     saved, config.sparse_prediction = config.sparse_prediction, True
@@ -174,8 +171,7 @@ def continued_on_briskbert(path: str, output_dir: str, tokenizer, nsp: bool, log
 
 
 def load_or_train_tokenizer(settings: PretrainingSettings, config: TrainingConfig, accelerator):
-    """The named tokenizer, or a WordPiece one trained on the main process into ``output_dir/tokenizer``, which a
-    resumed run reuses."""
+    """The named tokenizer, or a WordPiece one trained into ``output_dir/tokenizer`` (reused on resume)."""
     from transformers import AutoTokenizer
 
     import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer)
@@ -225,8 +221,7 @@ class _TrainingParagraphs:
 
 
 def build_datasets(data: PretrainingData, tokenizer, accelerator, seed: int):
-    """(training, evaluation) datasets: the local main process prepares the stores (or finds them cached), then
-    every process opens the same memory-mapped files."""
+    """(training, evaluation) datasets over stores the local main process prepares (or finds cached)."""
     if data.validation is None:
         check_splittable(data.train)  # a corpus that will be refused is refused before it is prepared
     preparation = PreparationSettings(
@@ -288,8 +283,7 @@ def mlm_batch_stats(batch: dict, outputs) -> dict:
 
 
 class PretrainingTask(Task):
-    """``briskbert pretrain``: masked-language modelling (+ next sentence prediction) of a new or
-    continued encoder; the loss is a mean over masked tokens, evaluated with a fixed masking."""
+    """``briskbert pretrain``: MLM (+ NSP) of a new or continued encoder, evaluated with a fixed masking."""
 
     def __init__(self, settings: PretrainingSettings):
         self.settings = settings

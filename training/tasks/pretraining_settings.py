@@ -30,11 +30,12 @@ class PretrainingData:
     dataset_config_name: str | None = None
     preprocessing_num_workers: int | None = helped("Processes that tokenize the corpus (default: one).")
     data_cache_dir: str | None = helped(
-        "Where prepared corpora are cached (default: pretraining_data in $BRISKBERT_CACHE, else ~/.cache/briskbert)."
+        "Where prepared corpora are cached (default: $BRISKBERT_CACHE/pretraining_data, else "
+        "~/.cache/briskbert/pretraining_data)."
     )
     overwrite_cache: bool = helped("Prepare the corpus again even if it is cached.", False)
     streaming: bool = helped(
-        "Tokenize and pack the training file on the fly (needs max_train_steps, validation_file, a tokenizer).",
+        "Tokenize the training file on the fly (needs max_train_steps, validation_file and a tokenizer).",
         False,
     )
     max_seq_length: int = 128
@@ -118,7 +119,7 @@ class PretrainingModel:
     )
     tokenizer_name: str | None = helped("A tokenizer folder (default: train one).")
     vocab_size: int | None = helped(
-        "Train a WordPiece tokenizer of this size (default 30522) into output_dir/tokenizer (reused on resume)."
+        "Train a WordPiece tokenizer of this size (default 30522) in output_dir/tokenizer, reused on resume."
     )
     tokenizer_train_max_lines: int | None = helped(
         "Train the tokenizer on a seeded sample of this many paragraphs."

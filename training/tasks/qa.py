@@ -247,15 +247,14 @@ class QaTask(FinetuningTask):
         from briskbert.training.engine.evaluation import evaluation_loop
 
         task, width = self.settings, self.source.max_seq_length
-        gathered = evaluation_loop(
-            model,
-            dataloader,
-            accelerator,
-            lambda batch, outputs: {
+
+        def gather(batch, outputs):  # padded to one width: the loop concatenates rows of one shape
+            return {
                 "start": pad_to_width(outputs.start_logits, width, -1e4),
                 "end": pad_to_width(outputs.end_logits, width, -1e4),
-            },
-        )
+            }
+
+        gathered = evaluation_loop(model, dataloader, accelerator, gather)
         predictions, nbest = postprocess_qa_predictions(
             self.evaluation,
             self.eval_features,
