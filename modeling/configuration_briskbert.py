@@ -181,12 +181,8 @@ class BriskBertConfig(PreTrainedConfig):
     def name_pipeline(self, task: str, pipeline_class: type, auto_class: str) -> None:
         """Names `pipeline_class` (remote code in the folder) as this model's `task` pipeline in
         `custom_pipelines`, so every later save writes the entry and `pipeline(task, ...)` finds it."""
-        entry = {
-            "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
-            "pt": [auto_class],
-            "tf": [],
-            "type": "text",
-        }
+        impl = f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}"
+        entry = {"impl": impl, "pt": [auto_class], "tf": [], "type": "text"}
         self.custom_pipelines = {**(getattr(self, "custom_pipelines", None) or {}), task: entry}
 
     @classmethod
@@ -225,5 +221,3 @@ PRESETS: dict[str, dict] = {
     "modern-small": dict(_MODERN, hidden_size=384, num_hidden_layers=6, intermediate_size=1024),
     "modern-tiny": dict(_MODERN, **_MODERN_TINY, hidden_size=128, num_hidden_layers=3, intermediate_size=344),
 }
-
-__all__ = ["BriskBertConfig", "PRESETS"]

@@ -157,14 +157,11 @@ class LinearChainCRF(nn.Module):
         path = [current]
         for t in range(words.shape[1] - 1, 0, -1):
             # Rows shorter than t+1 words keep their last tag until the backtrace reaches their last word.
-            real = word_mask[:, t]
-            path[-1] = torch.where(real, current, IGNORE_INDEX)
-            current = torch.where(
-                real, backpointers[t - 1].gather(1, current.unsqueeze(1)).squeeze(1), current
-            )
+            previous = backpointers[t - 1].gather(1, current.unsqueeze(1)).squeeze(1)
+            current = torch.where(word_mask[:, t], previous, current)
             path.append(current)
-        path[-1] = torch.where(word_mask[:, 0], current, IGNORE_INDEX)
-        return decoded.scatter(1, positions, torch.stack(path[::-1], dim=1))
+        tags = torch.stack(path[::-1], dim=1).masked_fill(~word_mask, IGNORE_INDEX)
+        return decoded.scatter(1, positions, tags)
 
     @torch.no_grad()
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

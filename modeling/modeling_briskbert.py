@@ -219,12 +219,8 @@ class BriskBertEmbeddings(nn.Module):
         self.position_embeddings = additive_positions(config) if additive_positions else add_nothing
         self.norm = build_norm(config, config.embedding_width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        # ELECTRA: narrower embeddings, projected to the encoder's width.
-        self.project = (
-            nn.Linear(config.embedding_width, config.hidden_size)
-            if config.embedding_width != config.hidden_size
-            else nn.Identity()
-        )
+        narrower = config.embedding_width != config.hidden_size  # ELECTRA's, projected to the encoder's width
+        self.project = nn.Linear(config.embedding_width, config.hidden_size) if narrower else nn.Identity()
 
     def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds, layout: PaddedLayout):
         if inputs_embeds is None:  # only the real tokens are looked up
@@ -245,9 +241,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.head_dim = config.head_dim
         bases = {"full_attention": config.rope_theta, "sliding_attention": config.local_rope_theta}
-        self.theta_by_layer_type = {
-            kind: bases[kind] or config.rope_theta for kind in set(config.layer_types)
-        }
+        self.thetas = {kind: bases[kind] or config.rope_theta for kind in set(config.layer_types)}
 
     @torch.no_grad()
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, ...]]:
@@ -256,7 +250,7 @@ class RotaryEmbedding(nn.Module):
             torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
         )
         tables = {}
-        for layer_type, theta in self.theta_by_layer_type.items():
+        for layer_type, theta in self.thetas.items():
             angles = position_ids[..., None].float() * (1.0 / theta**exponents)
             angles = torch.cat((angles, angles), dim=-1)
             tables[layer_type] = angles.cos().to(dtype), angles.sin().to(dtype)
@@ -298,9 +292,7 @@ class BriskBertAttention(nn.Module):
     def __init__(self, config: BriskBertConfig, layer_idx: int):
         super().__init__()
         self.config = config
-        self.layer_idx = layer_idx
         self.head_dim = config.head_dim
-        # read by kernels
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
         self.scaling = self.head_dim**-0.5
         self.is_causal = False
@@ -721,7 +713,6 @@ class BriskBertForSequenceClassification(BriskBertPreTrainedModel):
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.model = BriskBertModel(config, add_pooling_layer=True)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -760,7 +751,6 @@ class BriskBertForTokenClassification(BriskBertPreTrainedModel):
 
     def __init__(self, config: BriskBertConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.model = BriskBertModel(config, add_pooling_layer=False)
         self.transform = build_token_transform(config)
         self.dropout = classifier_dropout(config)

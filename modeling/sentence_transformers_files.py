@@ -50,8 +50,6 @@ def write_sentence_transformers_files(folder: str | Path, spec: EmbeddingSpec, h
         "word_embedding_dimension": hidden_size,
         "pooling_mode_cls_token": spec.pooling == "cls",
         "pooling_mode_mean_tokens": spec.pooling == "mean",
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False,
     }
     files = {
         MODULES_FILE: modules,
