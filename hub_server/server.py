@@ -152,19 +152,6 @@ class Body:
             raise errors.PayloadTooLarge(f"Request body larger than the limit of {self.limit} bytes")
         return message
 
-    def drain(self, most: int) -> bool:
-        """Read and drop the rest of the body if it is at most ``most`` bytes (closing on unread data would reset
-        the connection and could destroy the answer); False when the connection must be closed instead."""
-        if self.broken or self.length is not None and self.length - self.received > most:
-            return False
-        self.limit = self.received + most
-        try:
-            while not self.done:
-                anyio.from_thread.run(self.receive)
-        except HubError:
-            return False
-        return True
-
 
 class DataDirInUse(RuntimeError):  # two servers would clean each other's temporary files
     pass
@@ -430,10 +417,10 @@ class HubServer:
     @staticmethod
     def _error(error: HubError, body: Body, waits_for_continue: bool) -> Response:
         headers = {"X-Error-Code": error.code, "X-Error-Message": header_safe(error.message), **error.headers}
-        # A small unread body is read and dropped first (never one the client has not been told to send): closing
-        # on unread data would reset the connection. A large one closes the connection after the answer.
-        close = waits_for_continue or headers.get("Connection") == "close"
-        if not body.done and (close or not body.drain(4 << 20)):
+        # uvicorn reads and drops a small unread body after the answer (closing on unread data would reset the
+        # connection); a large, chunked or broken one, or one the client was not told to send, closes it.
+        unread = body.length - body.received if body.length is not None else None
+        if not body.done and (waits_for_continue or body.broken or unread is None or unread > 4 << 20):
             headers["Connection"] = "close"
         return json_response({"error": error.message, **error.body}, error.status, headers)
 
