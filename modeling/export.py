@@ -1,6 +1,5 @@
-"""Export a saved briskbert folder to ONNX (`torch.onnx.export(dynamo=True)`, dynamic axes) and check the graph
-against PyTorch with ONNX Runtime at real tokens. A sentence-transformers folder's graph also computes its pooled
-`sentence_embedding`. Not remote code."""
+"""A saved briskbert folder exported to ONNX (`torch.onnx.export(dynamo=True)`, dynamic axes) and checked against
+PyTorch with ONNX Runtime; a sentence-transformers folder's graph also computes its `sentence_embedding`."""
 
 from __future__ import annotations
 
@@ -48,7 +47,8 @@ def quiet_logs():
 
 
 def load_for_export(model_dir: Path, architecture: str | None):
-    """The model (eval mode, fp32), tokenizer and head name of a checked briskbert folder."""
+    """The model (eval mode, fp32), tokenizer (capped at the model's longest input) and head name of a checked
+    briskbert folder."""
     from transformers import AutoTokenizer
 
     from briskbert import modeling, tokenization  # noqa: F401  (registers the Auto classes in-process)
@@ -67,6 +67,10 @@ def load_for_export(model_dir: Path, architecture: str | None):
         raise SettingError("architecture", f"{architecture!r} is unknown; choose one of: {', '.join(heads)}.")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
     model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    if (
+        model.config.position_embedding_type == "absolute"
+    ):  # learned positions stop at max_position_embeddings
+        tokenizer.model_max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
     return model, tokenizer, architecture
 
 
@@ -107,14 +111,6 @@ def encode_batch(
         usable = rows - rows % 2
         batch = {name: tensor[:usable].view(usable // 2, 2, -1) for name, tensor in batch.items()}
     return batch
-
-
-def longest_input(model, tokenizer) -> int:
-    """The most tokens the model takes: learned positions stop at max_position_embeddings."""
-    limits = [tokenizer.model_max_length]
-    if model.config.position_embedding_type == "absolute":
-        limits.append(model.config.max_position_embeddings)
-    return min(limits)
 
 
 def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | None:
@@ -243,7 +239,7 @@ def export_and_check(
     embedding = embedding_spec_of(model_dir, architecture)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
     texts = read_texts(text_file, 17)
-    max_length = min(max_length, longest_input(model, tokenizer))
+    max_length = min(max_length, tokenizer.model_max_length)
     sample = encode_batch(tokenizer, texts[:5], min(max_length, 32), multiple_choice)
     batches = [
         encode_batch(tokenizer, texts[5:], max_length, multiple_choice),

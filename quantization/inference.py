@@ -1,7 +1,6 @@
-"""Running an ONNX folder (``briskbert quantize`` or ``briskbert export-onnx``) on texts with ONNX Runtime and
-transformers, not torch. An ONNX graph computes every padded position: texts sorted by length and cut into batches
-pad each to a similar length (SST-2 sentences in batches of 32: 60 % real tokens in random batches, 97 % sorted).
-"""
+"""Running an ONNX folder (``briskbert quantize`` or ``export-onnx``) on texts with ONNX Runtime, without torch.
+A graph computes every padded position: texts sorted by length pad each batch to a similar length (SST-2 sentences
+in batches of 32: 60 % real tokens in random batches, 97 % sorted)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-BATCH_SIZE = 32
 
 
 def length_batches(
@@ -54,7 +51,7 @@ class OnnxModel:
         self.output_names = [graph_output.name for graph_output in self.session.get_outputs()]
 
     def __call__(
-        self, texts: list[str], pairs: list[str] | None = None, batch_size: int = BATCH_SIZE, max_length=512
+        self, texts: list[str], pairs: list[str] | None = None, batch_size: int = 32, max_length=512
     ) -> dict[str, np.ndarray | list[np.ndarray]]:
         """Per-text outputs stacked in the input order; per-token outputs as one array per text (real tokens)."""
         max_length = min(max_length, self.tokenizer.model_max_length)

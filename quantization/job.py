@@ -52,7 +52,7 @@ CHECK_BATCHES, CHECK_ROWS = 4, 16
 def agreement_of(name: str, references, candidates, masks, request: QuantizeRequest) -> dict:
     """How closely one output follows fp32: argmax agreement for logits (start/end logits over the real tokens),
     cosine similarity for everything else; per-token outputs are compared at real tokens only."""
-    matches, cosines, difference, unit = [], [], 0.0, "examples"
+    logits, values, difference, unit = "logits" in name, [], 0.0, "examples"
     for reference, candidate, mask in zip(references, candidates, masks):
         reference, candidate, real = reference.float(), candidate.float(), mask.bool()
         if name in ("start_logits", "end_logits"):  # a position over the sequence: padding cannot win
@@ -60,25 +60,20 @@ def agreement_of(name: str, references, candidates, masks, request: QuantizeRequ
         elif reference.shape[: real.dim()] == real.shape:
             reference, candidate, unit = reference[real], candidate[real], "tokens"
         difference = max(difference, float((reference - candidate).abs().max()))
-        if "logits" in name:
-            matches.append((reference.argmax(-1) == candidate.argmax(-1)).float())
+        if logits:
+            values.append((reference.argmax(-1) == candidate.argmax(-1)).float())
         else:
-            cosines.append(nn.functional.cosine_similarity(reference, candidate, dim=-1))
-    if matches:  # (for argmax agreement the worst is the mean again)
-        values, metric, threshold = torch.cat(matches), "argmax agreement", request.min_agreement
-        worst = float(values.mean())
-    else:
-        values, metric, threshold = torch.cat(cosines), "cosine similarity", request.min_cosine
-        worst = float(values.min())
+            values.append(nn.functional.cosine_similarity(reference, candidate, dim=-1))
+    values = torch.cat(values)
     return dict(
         output=name,
-        metric=metric,
+        metric="argmax agreement" if logits else "cosine similarity",
         mean=float(values.mean()),
-        worst=worst,
+        worst=float(values.mean() if logits else values.min()),  # an argmax agreement's worst is its mean
         count=values.numel(),
         unit=unit,
         max_abs_difference=difference,
-        threshold=threshold,
+        threshold=request.min_agreement if logits else request.min_cosine,
     )
 
 
@@ -87,10 +82,8 @@ def labelled_batches(request: QuantizeRequest, model, tokenizer, architecture: s
     from briskbert.training.data.task_data import load_table, require_columns
 
     config = model.config
-    if architecture != "BriskBertForSequenceClassification" or config.problem_type not in (
-        None,
-        "single_label_classification",
-    ):
+    single_label = config.problem_type in (None, "single_label_classification")
+    if architecture != "BriskBertForSequenceClassification" or not single_label:
         raise SettingError(
             "validation_file",
             f"scores single-label sequence classifiers; {architecture} "
@@ -307,7 +300,7 @@ def quantize(request: QuantizeRequest) -> dict:
     beyond the thresholds raises UserError with nothing written."""
     model, tokenizer, architecture = export.load_for_export(request.model_dir, request.architecture)
     embedding = export.embedding_spec_of(request.model_dir, architecture)
-    max_length = min(request.max_length, export.longest_input(model, tokenizer))
+    max_length = min(request.max_length, tokenizer.model_max_length)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
     texts = export.read_texts(request.text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
     step = CHECK_ROWS + 1  # pairs of consecutive sentences, of lengths from a few tokens to max_length

@@ -8,9 +8,6 @@ from pathlib import Path
 from briskbert.errors import SettingError
 from briskbert.training.tasks.settings import MIN_SEQ_LENGTH, check_at_least, helped
 
-BACKENDS = ("auto", "fp32", "onnx-fp32", "onnx", "torch")
-TORCH_SCHEMES = ("int8-weight-only", "int8-dynamic")
-
 
 @dataclass(frozen=True)
 class QuantizeRequest:
@@ -21,12 +18,12 @@ class QuantizeRequest:
         "agreement thresholds; or one of: the fp32 model as it is, ONNX Runtime fp32, ONNX Runtime int8, torchao "
         "int8.",
         "auto",
-        choices=BACKENDS,
+        choices=("auto", "fp32", "onnx-fp32", "onnx", "torch"),
     )
     torch_scheme: str = helped(
         "backend torch: int8 weights with fp32 arithmetic, or int8 weights and activations.",
         "int8-weight-only",
-        choices=TORCH_SCHEMES,
+        choices=("int8-weight-only", "int8-dynamic"),
     )
     per_channel: bool = helped(
         "backend onnx: one weight scale per output channel (much closer to fp32) or per matrix.", True

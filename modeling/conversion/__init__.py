@@ -1,14 +1,8 @@
-"""Exact import of BERT-family checkpoints (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ModernBERT, with their
-heads) into BriskBert folders, and the way back (`export_family`: a BriskBert folder as the family's own). Not
-remote code: saved folders never need it."""
+"""Exact import of BERT-family checkpoints into BriskBert folders, and the way back (`export_family`). Not remote
+code: saved folders never need it."""
 
 from .families import FAMILIES, UnsupportedCheckpointError
 from .folder import convert_checkpoint
 from .weights import CheckpointMismatchError
 
-__all__ = [
-    "FAMILIES",
-    "CheckpointMismatchError",
-    "UnsupportedCheckpointError",
-    "convert_checkpoint",
-]
+__all__ = ["FAMILIES", "CheckpointMismatchError", "UnsupportedCheckpointError", "convert_checkpoint"]

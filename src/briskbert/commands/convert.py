@@ -1,10 +1,6 @@
-"""Import a transformers checkpoint folder of the BERT family into a BriskBert folder that gives the same outputs.
-
-Sources (detected from config.json's model_type, the head from its architectures):
-  BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA (discriminator; its replaced-token head becomes a one-label token
-  classifier), ModernBERT; the bare model or any of its heads (masked LM, sequence / token classification, QA,
-  multiple choice, BERT's pretraining and next-sentence heads). The source tokenizer and, for
-  sentence-transformers checkpoints, modules.json with its pooling / normalisation folders are carried over.
+"""Import a transformers checkpoint folder (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ModernBERT: the bare model or
+any of its heads, from config.json's model_type and architectures) into a BriskBert folder that gives the same
+outputs, with the source tokenizer and a sentence-transformers checkpoint's pooling files.
 
     briskbert convert --src path/to/checkpoint --out path/to/briskbert [--architecture RobertaForMaskedLM]
 """

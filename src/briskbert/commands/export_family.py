@@ -2,12 +2,10 @@
 
     briskbert export-family --model_dir runs/dapt/final --output_dir runs/dapt-bert
 
-The family (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ModernBERT) is the first whose configuration expresses the
-model's options exactly, or the one --family names; the head is the model's own (masked LM, sequence or token
-classification, QA, multiple choice, bare). The folder holds the family's config and safetensors weights and the
-tokenizer under transformers' own class. Before it is moved into place it is loaded back with transformers' Auto
-class (no remote code) and its outputs are checked against briskbert's (within 1e-5, fp32). Options no family can
-express (RMSNorm, grouped-query attention, ALiBi, ...) are refused, each named.
+The family is the first whose configuration expresses the model's options exactly, or --family; the head is the
+model's own. Before it is moved into place the folder is loaded back with transformers' Auto class and its outputs
+are checked against briskbert's (within 1e-5, fp32). Options no family can express (RMSNorm, grouped-query
+attention, ALiBi, ...) are refused, each named.
 """
 
 from __future__ import annotations

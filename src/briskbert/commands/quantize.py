@@ -4,11 +4,9 @@
     briskbert quantize --model_dir runs/sst2/final --output_dir runs/sst2-int8 --backend onnx \
         --validation_file data/sst2_validation_excerpt.tsv --text_column sentence --label_column label
 
---backend auto (the default) builds every candidate whose library is installed (the fp32 model as it is, ONNX
-Runtime's fused graph in fp32 and int8, torchao int8), checks each against fp32 on real text, times them here and
-keeps the fastest within --min_agreement / --min_cosine / --max_accuracy_drop: never slower than fp32 as measured.
-A named --backend keeps that one; beyond the thresholds nothing is written (exit status 2). The folder's README and
-quantization.json state the kept backend, its speed-up here, the precision, the size, the agreement and accuracies.
+--backend auto (the default) builds every candidate whose library is installed, checks each against fp32 on real
+text, times them here and keeps the fastest within the thresholds. A named --backend keeps that one; beyond the
+thresholds nothing is written (exit status 2). The folder's README and quantization.json say what it holds.
 """
 
 from __future__ import annotations
