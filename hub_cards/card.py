@@ -1,6 +1,5 @@
-"""The model card (README.md) of a saved folder: ``templates/model_card.md`` filled from ``config.json``, the
-training facts and ``quantization.json`` when ``briskbert quantize`` wrote one. No dates, sorted tables: the same
-folder always renders the same card, so re-publishing it makes no commit."""
+"""The model card (README.md) of a saved folder: ``templates/model_card.md`` filled from its config, training and
+quantization facts. No dates, sorted tables: the same folder renders the same card, so a re-publish is a no-op."""
 
 from __future__ import annotations
 
@@ -56,9 +55,7 @@ def task_for_architecture(architecture: str) -> tuple[str, str]:
     for suffix, pipeline_tag in TASKS.items():
         if architecture.endswith(suffix):
             return pipeline_tag, "AutoModel" + suffix.removeprefix("Model")
-    raise CardError(
-        f"Unknown architecture {architecture!r}: expected a name ending in one of {', '.join(TASKS)}"
-    )
+    raise CardError(f"Unknown architecture {architecture!r}: expected a name ending in {', '.join(TASKS)}")
 
 
 def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
@@ -245,7 +242,6 @@ def _card_data(config, job: JobFacts, pipeline_tag, model_name, metrics, eval_da
 
 
 def _weights_here(run: RunFacts) -> str | None:
-    """Which step's weights the final folder holds (the last), and where the best evaluation's are."""
     best, last_step = run.best_metric, run.train_steps
     if best is None or last_step is None:
         return None

@@ -1,6 +1,5 @@
-"""README front matter parsed within limits, for the local Hub server: ``yaml.safe_load`` alone lets a stranger's
-card cost seconds of CPU, gigabytes ("billion laughs" aliases) or a recursion overflow, so the parser's events are
-walked first and only a document within the limits (size, nodes, depth, no alias) is built."""
+"""README front matter parsed within limits (size, nodes, depth, no alias) for the local Hub: ``yaml.safe_load``
+alone lets a stranger's card cost seconds of CPU, gigabytes ("billion laughs") or a recursion overflow."""
 
 from __future__ import annotations
 

@@ -20,8 +20,6 @@ from .secrets import Finding, scan_bytes, scan_files
 from .settings import PublishSettings
 from .verification import verify_commit
 
-NOTHING_PUBLISHED = "Nothing was published."
-
 
 class PublishError(UserError):
     """A publishing step failed for good; the message says which, and what state the repo is in."""
@@ -44,13 +42,12 @@ class PublishResult:
     revision: str
     files: dict[str, int]  # path in repo -> size in bytes (README.md included)
     card: str
+    selection: FileSelection  # what was chosen, and what was left out and why
     tag: str | None = None  # the tag asked for
     tagged: bool = False  # whether the commit carries it now
     commit_id: str | None = None
     new_commit: bool = False
     verification: dict | None = None
-    skipped: list[str] = field(default_factory=list)  # local files left out
-    training_state: list[str] = field(default_factory=list)  # left out unless asked for
     kept: list[str] = field(default_factory=list)  # on the branch, not in the folder, kept
     deleted: list[str] = field(default_factory=list)  # on the branch, not in the folder, deleted
 
@@ -87,7 +84,7 @@ class _Publisher:
     deletes: list[str] = field(default_factory=list)  # files on the branch each commit deletes
 
     @contextmanager
-    def step(self, name: str, state: str | Callable[[], str] = NOTHING_PUBLISHED):
+    def step(self, name: str, state: str | Callable[[], str] = "Nothing was published."):
         """Any failure inside is one ``PublishError`` naming the step and the repo's state (a callable is asked
         only then: the repo may have changed meanwhile)."""
         try:
@@ -136,8 +133,8 @@ class _Publisher:
             if target == head and self.holds_these_files(head):
                 return True
         raise PublishError(
-            f"Tag {tag!r} already names commit {target}; tags are not moved. Publish under a new tag. "
-            + NOTHING_PUBLISHED
+            f"Tag {tag!r} already names commit {target}; tags are not moved: publish under a new tag. Nothing "
+            "was published."
         )
 
     def branch_state(self, read_before: str) -> str:
@@ -204,7 +201,8 @@ class _Publisher:
                 )
 
 
-def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing: bool, log) -> None:
+def _log_dry_run(result: PublishResult, delete_missing: bool, log) -> None:
+    selection = result.selection
     where = f"{result.repo_id}@{result.revision}" + (f" tagged {result.tag}" if result.tag else "")
     log(f"Dry run: would publish {len(result.files)} files to {where}")
     for path, size in result.files.items():
@@ -213,13 +211,11 @@ def _log_dry_run(result: PublishResult, selection: FileSelection, delete_missing
         log("Not uploaded: the folder's own README.md (the card shown below takes its place)")
     if selection.links:
         log("Symlinks followed (each resolves inside the folder): " + "; ".join(selection.links))
-    if result.training_state:
-        log(
-            "Left out, training state (include_training_state uploads it): "
-            + ", ".join(result.training_state)
-        )
-    if result.skipped:
-        log("Left out, not model files (include uploads them): " + ", ".join(result.skipped))
+    if selection.training_state:
+        state = ", ".join(selection.training_state)
+        log(f"Left out, training state (include_training_state uploads it): {state}")
+    if selection.skipped:
+        log("Left out, not model files (include uploads them): " + ", ".join(selection.skipped))
     action = "deleted (delete_missing)." if delete_missing else "kept (delete_missing deletes them)."
     log(f"Files already on {result.revision} that this folder lacks would be {action}")
     log("---- README.md ----\n" + result.card)
@@ -242,10 +238,9 @@ def publish(settings: PublishSettings, *, endpoint: str | None = None, log=print
         files["README.md"] = Path(work, "README.md")
         files["README.md"].write_bytes(card.encode())
         sizes = {path: local.stat().st_size for path, local in sorted(files.items())}
-        result = PublishResult(repo_id, revision, sizes, card, tag=tag)
-        result.skipped, result.training_state = selection.skipped, selection.training_state
+        result = PublishResult(repo_id, revision, sizes, card, selection, tag=tag)
         if settings.dry_run:
-            _log_dry_run(result, selection, settings.delete_missing, log)
+            _log_dry_run(result, settings.delete_missing, log)
             return result
         endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         api = HfApi(endpoint=endpoint, token=token)

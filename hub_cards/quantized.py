@@ -1,6 +1,5 @@
 """The README of a folder ``briskbert quantize`` wrote (``templates/quantized_readme.md``): for torchao, the model
-card plus the speed table; otherwise (ONNX Runtime, or a head without a usage snippet) what the folder holds, how
-far it is from fp32, and how to run it."""
+card and the speed table; otherwise what the folder holds, how far it is from fp32, and how to run it."""
 
 from __future__ import annotations
 

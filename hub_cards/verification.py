@@ -1,7 +1,6 @@
-"""Check a published commit the way a user meets it: ``verify_commit`` runs this file in a clean interpreter
-(``python -I``, an empty folder, a fresh ``HF_HOME``) that cannot import this project, and its ``main`` loads the
-commit with its Auto class, the tokenizer and a ``pipeline()`` smoke test, and prints one JSON line. Standard
-library only at the top."""
+"""Check a published commit as a user meets it: ``verify_commit`` runs ``main`` in a clean interpreter
+(``python -I``, an empty folder, a fresh ``HF_HOME``, no briskbert), which loads the commit with its Auto class,
+tokenizer and a ``pipeline()`` smoke test and prints one JSON line. Only the standard library at the top."""
 
 from __future__ import annotations
 

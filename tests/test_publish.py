@@ -274,7 +274,7 @@ def test_include_everything_still_refuses_credentials_and_training_state(folder,
     shutil.rmtree(copy / "logs")  # the training log holds the token
     everything = publish(copy, "testuser/x", include=["*"], dry_run=True)
     assert "training_facts.json" in everything.files and "optimizer.pt" not in everything.files
-    assert set(everything.training_state) == {"optimizer.pt", "checkpoint-10/model.safetensors"}
+    assert set(everything.selection.training_state) == {"optimizer.pt", "checkpoint-10/model.safetensors"}
     state = publish(copy, "testuser/x", include_training_state=True, dry_run=True)
     assert {"optimizer.pt", "checkpoint-10/model.safetensors"} <= set(state.files)
 
