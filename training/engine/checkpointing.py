@@ -105,13 +105,13 @@ class RunIdentity:
             for name in sorted(set(now["arguments"]) | set(saved.arguments))
             if saved.arguments.get(name) != now["arguments"].get(name)
         ]
-        for label, key in (
-            ("training data", "train_data"),
-            ("evaluation data", "eval_data"),
+        for key, what in (
+            ("train_data", "training data"),
+            ("eval_data", "evaluation data"),
             ("model", "model"),
         ):
             if getattr(saved, key) != now[key]:
-                found.append(f"the {label} differs ({getattr(saved, key)} in the checkpoint, {now[key]} now)")
+                found.append(f"the {what} differs ({getattr(saved, key)} in the checkpoint, {now[key]} now)")
         if saved.processes != self.processes:
             found.append(
                 f"it was written by {saved.processes} process(es), this launch has {self.processes} (the global "
@@ -195,7 +195,7 @@ def resolve_checkpoint(resume_from_checkpoint: str, output_dir: str | Path) -> P
     """``"latest"``: the newest intact checkpoint (None when there is none yet); else the path, if intact."""
     if resume_from_checkpoint == "latest":
         found = checkpoint_dirs(output_dir)
-        checkpoint = intact_checkpoint(output_dir, report=logger.warning)
+        checkpoint = intact_checkpoint(output_dir)
         if found and checkpoint is None:
             raise SettingError(
                 "resume_from_checkpoint",
@@ -225,14 +225,13 @@ def checkpoint_folder(resume_from_checkpoint: str, output_dir: str | Path) -> Pa
     return path
 
 
-def intact_checkpoint(output_dir: str | Path, report=None) -> Path | None:
-    """The newest checkpoint that passes :func:`checkpoint_problem`; ``report`` gets a line per one skipped."""
+def intact_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest checkpoint that passes :func:`checkpoint_problem`, with a warning for each one skipped."""
     for checkpoint in reversed(checkpoint_dirs(output_dir)):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
             return checkpoint
-        if report is not None:
-            report(f"Skipping the checkpoint {checkpoint.name}: {problem}.")
+        logger.warning(f"Skipping the checkpoint {checkpoint.name}: {problem}.")
     return None
 
 

@@ -95,11 +95,7 @@ class TrainResult:
 
 
 def run(
-    task: Task,
-    config: TrainingConfig,
-    *,
-    accelerator=None,
-    callbacks: Iterable[Callable[[dict], None]] = (),
+    task: Task, config: TrainingConfig, *, accelerator=None, callbacks: Iterable[Callable[[dict], None]] = ()
 ) -> TrainResult:
     """Train what ``task`` builds; ``callbacks`` get each training log entry on the main process."""
     # An output_dir holding another run is refused before any model or data is built.
@@ -291,16 +287,9 @@ def prepare(config: TrainingConfig, accelerator, inputs: TaskInputs) -> Prepared
         f"global batch {_global_batch_size(config, accelerator)} ({config.per_device_train_batch_size} x "
         f"{accelerator.num_processes} processes x {config.gradient_accumulation_steps} accumulation)"
     )
-    return Prepared(
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        train_dataloader=train_dataloader,
-        eval_dataloader=eval_dataloader,
-        max_train_steps=max_train_steps,
-        batches_per_epoch=batches_per_epoch,
-        epoch_listeners=[obj for obj in (sampler, data_collator, train_dataset) if hasattr(obj, "set_epoch")],
-    )
+    listeners = [obj for obj in (sampler, data_collator, train_dataset) if hasattr(obj, "set_epoch")]
+    loaders = (train_dataloader, eval_dataloader)
+    return Prepared(model, optimizer, scheduler, *loaders, max_train_steps, batches_per_epoch, listeners)
 
 
 def _global_batch_size(config: TrainingConfig, accelerator) -> int:
