@@ -10,12 +10,12 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from .errors import BadRequest, HubError, PayloadTooLarge, Unprocessable
 from .index import FileEntry, looks_like_lfs
 from .names import validate_path
-from .storage import AddFile, BlobWriter, DeleteFile, DeleteFolder, StoredBlob
+from .storage import AddFile, BlobWriter, DeleteFile, DeleteFolder, Storage, StoredBlob
 
 STREAM_STRINGS_OVER = 64 << 10  # in a commit line, a string longer than this is streamed
 _PLACEHOLDER = f"streamed-content-{secrets.token_hex(16)}"  # what a streamed string is replaced by
@@ -141,7 +141,7 @@ def _string_text_end(data: bytes, pos: int) -> int:
 
 
 def commit_lines(
-    chunks: Iterator[bytes], max_line: int, open_writer: Callable[[], BlobWriter]
+    chunks: Iterator[bytes], max_line: int, storage: Storage
 ) -> Iterator[tuple[bytes, StoredBlob | None]]:
     """The lines of an ndjson body, each with the blob its one long string went to as it arrived."""
     line = bytearray()  # the current line's JSON, a streamed string replaced by its placeholder
@@ -184,7 +184,7 @@ def commit_lines(
                             raise PayloadTooLarge(
                                 f"commit line {number}: only one value in a line may be longer than 64 KiB"
                             )
-                        stream = _Base64Stream(open_writer(), f"commit line {number}")
+                        stream = _Base64Stream(BlobWriter(storage), f"commit line {number}")
                         stream.feed(bytes(string))
                         string = None
                 if pos == len(data) or data[pos] == ord("\\") and len(data) - pos < 6:
@@ -262,7 +262,7 @@ def parse_commit_line(raw: tuple[bytes, StoredBlob | None], number: int, storage
 def read_commit(chunks, storage, max_line: int, max_operations: int) -> tuple[tuple, list]:
     """The header and the storage operations of an ndjson commit body."""
     header, operations = None, []
-    with contextlib.closing(commit_lines(chunks, max_line, storage.blob_writer)) as lines:
+    with contextlib.closing(commit_lines(chunks, max_line, storage)) as lines:
         for number, raw in enumerate(lines, start=1):
             if not raw[0].strip():
                 continue

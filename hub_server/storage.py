@@ -224,9 +224,6 @@ class Storage:
             return False
         return stat.S_ISREG(found.st_mode) and size in (None, found.st_size)
 
-    def blob_writer(self) -> BlobWriter:
-        return BlobWriter(self)
-
     def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
         with contextlib.closing(BlobWriter(self)) as writer:
             for chunk in chunks:

@@ -591,7 +591,7 @@ def test_long_commit_lines_stream_their_content_exactly(tmp_path, piece_size):
     escaped = f"\\u{ord(b64[0]):04x}" + b64[1:].replace("/", "\\/")  # JSON may escape any of these
     small = json.dumps(file_line("small.txt", b"tiny")).encode()
     lines = [json.dumps(COMMIT_HEADER).encode(), _file_json(escaped, True), small, _file_json(b64, False)]
-    out = list(commit_lines(_pieces(b"\n".join(lines) + b"\n", piece_size), 16 << 10, storage.blob_writer))
+    out = list(commit_lines(_pieces(b"\n".join(lines) + b"\n", piece_size), 16 << 10, storage))
     assert [text for text, _ in out[::2]] == lines[::2]  # short lines pass through as they are
     for number, line in ((2, out[1]), (4, out[3])):
         parsed = parse_commit_line(line, number, storage)
@@ -617,7 +617,7 @@ def test_long_commit_lines_outside_the_rules_are_refused_and_leave_nothing(tmp_p
     with pytest.raises(HubError) as refused:
         # A newline here only marks where the pieces are cut (after the padding, in that case).
         pieces = line.split(b"\n") if b"\n" in line else _pieces(line, 4096)
-        for raw_line in commit_lines(iter(pieces), 16 << 10, storage.blob_writer):
+        for raw_line in commit_lines(iter(pieces), 16 << 10, storage):
             parse_commit_line(raw_line, 1, storage)
     assert refused.value.status == status and words in refused.value.message, refused.value.message
     assert list((tmp_path / "tmp").iterdir()) == []
