@@ -1,6 +1,5 @@
 """Torch-free checks of the files and names a user hands to a command, before any heavy work: each raises a
-:class:`~briskbert.errors.SettingError` naming the setting, the file and the fix, instead of a deep library
-error later (a truncated safetensors, a hand-edited ``config.json``, a mistyped local path sent to the Hub)."""
+:class:`~briskbert.errors.SettingError` naming the setting, the file and the fix, not a deep library error later."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def signal_handler(handler, signals=(signal.SIGINT, signal.SIGTERM)):
 
 def to_argv(**settings) -> list[str]:
     """``--name value`` for each setting (``--name`` alone for ``True``): the one place outside the command
-    layer that spells a flag, for a command line that starts briskbert again or is shown to resume a run."""
+    layer that spells a flag."""
     return [
         text
         for name, value in settings.items()

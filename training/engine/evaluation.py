@@ -38,16 +38,14 @@ def majority_class(labels: list) -> tuple[object, float]:
 
 
 def not_above_baseline(name: str, value: float, baseline: float, baseline_is: str) -> str | None:
-    """One line when metric ``name`` is not above what ``baseline_is`` (chance, the majority class) scores; a
-    task keeps it as its ``verdict``."""
+    """One line (a task's ``verdict``) when metric ``name`` is not above what ``baseline_is`` scores."""
     if value > baseline:
         return None
     return f"{name} {value:.4f} is not above {baseline:.4f}, what {baseline_is} scores on the same evaluation data"
 
 
 class _LossRecorder:
-    """A forward hook summing the model's own loss weighted by ``count_items``: ``eval_loss`` for task
-    evaluations that only compute metrics."""
+    """A forward hook summing the model's own loss weighted by ``count_items`` (``eval_loss`` beside metrics)."""
 
     def __init__(self, count_items, device):
         self.count_items = count_items

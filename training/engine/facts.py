@@ -1,6 +1,5 @@
-"""``training_facts.json``, what a model card says about how a model was trained: :class:`JobFacts` (what a
-job states about itself) and :class:`RunFacts` (what the loop measured) in one flat JSON object,
-``{"schema_version": 2, <JobFacts fields>, <RunFacts fields>}``."""
+"""``training_facts.json``, how a model was trained, for its card: :class:`JobFacts` (what a job states) and
+:class:`RunFacts` (what the loop measured) in one flat object, ``{"schema_version": 2, <fields of both>}``."""
 
 from __future__ import annotations
 
@@ -179,8 +178,7 @@ def framework_versions() -> dict:
 
 
 def base_model_id(model_name_or_path: str | None) -> str | None:
-    """The Hub id a model card can name as base model: a repo id as given, or the one a local folder's training
-    facts record (None: the folder has no public base model)."""
+    """The Hub id a card names as base model: a repo id as given, or what a local folder's facts record."""
     if not model_name_or_path or not Path(model_name_or_path).exists():
         return model_name_or_path
     return read_training_facts(model_name_or_path).job.base_model

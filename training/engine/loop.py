@@ -1,6 +1,5 @@
-"""The one Accelerate training loop every job runs: ``run(task, config)`` -> :class:`TrainResult`. A step's
-loss is the mean over the items (``Task.count_items``) of its whole window of micro-batches on all processes:
-the gradient of one big batch however it is split."""
+"""The one Accelerate training loop every job runs: ``run(task, config)``. A step's loss is the mean over the
+items (``Task.count_items``) of its whole window on all processes: one big batch however it is split."""
 
 from __future__ import annotations
 

@@ -28,8 +28,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def create_optimizer(
     model: nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float], eps: float
 ) -> torch.optim.Optimizer:
-    """Fused AdamW over :func:`parameter_groups`: one kernel, and a step it skips on the device's word
-    (``found_inf``: how the loop refuses a non-finite step without waiting for the device)."""
+    """Fused AdamW over :func:`parameter_groups`, which skips a step on the device's word (``found_inf``)."""
     groups = parameter_groups(model, weight_decay)
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=True)
 

@@ -1,6 +1,5 @@
-"""Stopping a run on SIGINT/SIGTERM (exit 130/143) and saying where it stands: inside the loop the first signal
-lets the step finish and checkpoint; elsewhere, or on a second Ctrl-C, :func:`stopping` names the newest intact
-checkpoint and the command that resumes it."""
+"""Stopping a run on SIGINT/SIGTERM (exit 130/143): inside the loop the first signal lets the step finish and
+checkpoint; elsewhere, or on a second Ctrl-C, :func:`stopping` names the newest intact checkpoint to resume."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ class TrainingInterrupted(SystemExit):
 
 @contextlib.contextmanager
 def stopping(output_dir: str | os.PathLike, main_process: bool = True):
-    """For a whole run: a signal raises :class:`Interrupt` wherever the run stands, and the process ends with
-    :class:`TrainingInterrupted`, the main process naming the newest intact checkpoint of ``output_dir``."""
+    """A signal stops the whole run wherever it stands, with the newest intact checkpoint of ``output_dir``."""
     with signal_handler(raise_interrupt):
         try:
             yield

@@ -1,6 +1,5 @@
 """Command lines generated from the jobs' settings dataclasses with ``transformers.HfArgumentParser``, as
-transformers' example scripts do: ``model, data, config = parse(__doc__, ModelSource, DataSource, TrainingConfig,
-argv=argv)``. A mistyped flag gets one line naming the closest flag."""
+transformers' example scripts do: ``model, config = parse(__doc__, ModelSource, TrainingConfig, argv=argv)``."""
 
 from __future__ import annotations
 

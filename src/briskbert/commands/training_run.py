@@ -1,6 +1,5 @@
-"""What every training command does once its flags are parsed: train the job's task (the loop saves ``final/``
-with the model, the tokenizer and ``training_facts.json``), then render the model card from those facts, named
-``your-namespace/<run folder>`` until the model is published, and list it in ``final/manifest.json``."""
+"""What every training command does once its flags are parsed: train the job's task, then render the model card
+into ``final/`` from its training facts (named ``your-namespace/<run folder>`` until the model is published)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from briskbert.training.engine.task import Task
 
 
 def train(task: Task, config: TrainingConfig):
-    """``run(task, config)`` under the output folder's lock, then the model card in ``final/``; returns the run's
-    ``TrainResult``. Ctrl-C or SIGTERM ends the process as :mod:`briskbert.training.engine.signals` says."""
+    """``run(task, config)`` under the output folder's lock, then the model card in ``final/``; returns the result."""
     main_process = os.environ.get("RANK", "0") == "0"  # before the loop starts the processes' state
     with stopping(config.output_dir, main_process):
         from briskbert.training.engine.loop import run
