@@ -225,24 +225,17 @@ def config_problem(config: dict) -> str | None:
 
 def check_hub_repo(repo_id: str, setting: str) -> None:
     """A repo id in the local Hub cache or that answers on the Hub, asked once without retries."""
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub import HfApi, try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
         return
-    not_local = f"{repo_id!r}: there is no local folder of that name"
-    if constants.HF_HUB_OFFLINE:
-        raise SettingError(
-            setting,
-            f"{not_local} and the Hub repo is not in the cache (offline mode); give an existing folder.",
-        )
     try:
         HfApi().model_info(repo_id, timeout=10)
-    except Exception as error:  # noqa: BLE001 - not found, gated, no network: all mean "cannot use it"
-        reason = type(error).__name__
+    except Exception as error:  # noqa: BLE001 - not found, gated, no network, offline: all mean "cannot use it"
         raise SettingError(
             setting,
-            f"{not_local}, and the Hub did not provide a repo of that name ({reason}); give an existing "
-            "folder or a Hub repo id you can access.",
+            f"{repo_id!r}: there is no local folder of that name, and the Hub did not provide a repo of that name "
+            f"({type(error).__name__}); give an existing folder or a Hub repo id you can access.",
         ) from None
 
 
