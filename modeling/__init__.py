@@ -6,13 +6,11 @@ import transformers
 from . import modeling_briskbert
 from .configuration_briskbert import PRESETS, BriskBertConfig
 from .modeling_briskbert import *  # noqa: F403  (the classes AUTO_MAP names, and the pretrained base)
-from .modeling_briskbert import AUTO_MAP
+from .modeling_briskbert import MODEL_CLASSES
 
 # The same Auto class -> model class table that saved folders write into `auto_map`.
 transformers.AutoConfig.register("briskbert", BriskBertConfig, exist_ok=True)
-for _auto_name, _reference in AUTO_MAP.items():
-    if _auto_name != "AutoConfig":
-        _model_class = getattr(modeling_briskbert, _reference.split(".")[1])
-        getattr(transformers, _auto_name).register(BriskBertConfig, _model_class, exist_ok=True)
+for _auto_name, _model_class in MODEL_CLASSES.items():
+    getattr(transformers, _auto_name).register(BriskBertConfig, _model_class, exist_ok=True)
 
 __all__ = ["PRESETS", "BriskBertConfig", *modeling_briskbert.__all__]

@@ -33,15 +33,10 @@ ENCODER_ONLY = (
 POSITIVE_INTEGERS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
 POSITIVE_INTEGERS += ("intermediate_size", "vocab_size", "max_position_embeddings", "embedding_size")
 POSITIVE_INTEGERS += ("sliding_window", "global_attn_every_n_layers")
+DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
 # Options whose None means "unset" (no projection, no window, ...); None is refused for every other option.
-OPTIONAL = (
-    "embedding_size",
-    "sliding_window",
-    "global_attn_every_n_layers",
-    "rope_theta",
-    "local_rope_theta",
-)
-OPTIONAL += ("classifier_dropout",)
+OPTIONAL = ("embedding_size", "sliding_window", "global_attn_every_n_layers")
+OPTIONAL += ("rope_theta", "local_rope_theta", "classifier_dropout")
 
 
 class BriskBertConfig(PreTrainedConfig):
@@ -107,16 +102,12 @@ class BriskBertConfig(PreTrainedConfig):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         super().__post_init__(**kwargs)
-        for name in POSITIVE_INTEGERS:
-            _require(self, name, lambda v: _is_int(v) and v > 0, "a positive integer")
-        _require(self, "type_vocab_size", lambda v: _is_int(v) and v >= 0, "a non-negative integer")
-        for name in ("rope_theta", "local_rope_theta", "layer_norm_eps"):
-            _require(self, name, lambda v: isinstance(v, (int, float)) and v > 0, "a positive number")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            _require(
-                self, name, lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a probability in [0, 1)"
-            )
-        _require(self, "use_crf", lambda v: isinstance(v, bool), "True or False")
+        _require(self, POSITIVE_INTEGERS, lambda v: _is_int(v) and v > 0, "a positive integer")
+        _require(self, ("type_vocab_size",), lambda v: _is_int(v) and v >= 0, "a non-negative integer")
+        positive = ("rope_theta", "local_rope_theta", "layer_norm_eps")
+        _require(self, positive, lambda v: _is_number(v) and v > 0, "a positive number")
+        _require(self, DROPOUTS, lambda v: _is_number(v) and 0 <= v < 1, "a probability in [0, 1)")
+        _require(self, ("use_crf",), lambda v: isinstance(v, bool), "True or False")
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(
@@ -179,8 +170,8 @@ class BriskBertConfig(PreTrainedConfig):
         ]
 
     def name_pipeline(self, task: str, pipeline_class: type, auto_class: str) -> None:
-        """Names `pipeline_class` (remote code in the folder) as this model's `task` pipeline in
-        `custom_pipelines`, so every later save writes the entry and `pipeline(task, ...)` finds it."""
+        """Names `pipeline_class` (remote code in the folder) as this model's `task` pipeline: later saves write the
+        entry and `pipeline(task, ...)` finds it."""
         impl = f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}"
         entry = {"impl": impl, "pt": [auto_class], "tf": [], "type": "text"}
         self.custom_pipelines = {**(getattr(self, "custom_pipelines", None) or {}), task: entry}
@@ -197,10 +188,15 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _require(config, name: str, is_valid, what: str) -> None:
-    value = getattr(config, name)
-    if not (value is None and name in OPTIONAL) and not is_valid(value):
-        raise ValueError(f"{name} must be {what}, got {value!r}.")
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float))
+
+
+def _require(config, names: tuple[str, ...], is_valid, what: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not (value is None and name in OPTIONAL) and not is_valid(value):
+            raise ValueError(f"{name} must be {what}, got {value!r}.")
 
 
 # Modern: RoPE + RMSNorm + pre-norm + GeGLU + grouped-query attention + local/global attention.

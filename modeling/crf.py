@@ -36,10 +36,8 @@ class TransitionConstraints:
     end: list[bool]
 
     def allows(self, tags: list[int]) -> bool:
-        if not tags:
-            return True
         steps = all(self.transitions[previous][following] for previous, following in zip(tags, tags[1:]))
-        return self.start[tags[0]] and steps and self.end[tags[-1]]
+        return not tags or (self.start[tags[0]] and steps and self.end[tags[-1]])
 
 
 def allowed_transitions(labels: list[str]) -> TransitionConstraints:

@@ -150,9 +150,8 @@ class LearnedPositionEmbedding(nn.Embedding):
         if position_ids.shape[-1] > self.num_embeddings:
             raise ValueError(
                 f"Sequence length {position_ids.shape[-1]} exceeds max_position_embeddings={self.num_embeddings} of "
-                "this model's learned positions. Truncate the inputs (tokenizer(..., truncation=True, "
-                f"max_length={self.num_embeddings})), or use position_embedding_type 'rope', 'alibi' or 'sinusoidal', "
-                "which have no length limit."
+                f"this model's learned positions: truncate the inputs (tokenizer(..., truncation=True, max_length="
+                f"{self.num_embeddings})) or use position_embedding_type 'rope', 'alibi' or 'sinusoidal' (no limit)."
             )
         return super().forward(position_ids)
 
@@ -864,12 +863,10 @@ class BriskBertForMultipleChoice(BriskBertPreTrainedModel):
 
 
 # AUTO_MAP, the one list of heads, drives registration, `auto_map`, `__all__`, conversion and model cards.
+MODEL_CLASSES = {
+    auto: globals()[name.split(".")[1]] for auto, name in AUTO_MAP.items() if auto != "AutoConfig"
+}
 BriskBertConfig.register_for_auto_class()
-for _auto_class, _reference in AUTO_MAP.items():
-    if _auto_class != "AutoConfig":
-        globals()[_reference.split(".")[1]].register_for_auto_class(_auto_class)
-
-__all__ = [
-    "BriskBertPreTrainedModel",
-    *(reference.split(".")[1] for auto_class, reference in AUTO_MAP.items() if auto_class != "AutoConfig"),
-]
+for _auto_class, _model_class in MODEL_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class)
+__all__ = ["BriskBertPreTrainedModel", *(model_class.__name__ for model_class in MODEL_CLASSES.values())]
