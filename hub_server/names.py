@@ -29,8 +29,8 @@ def is_repo_name(name: str) -> bool:
     )
 
 
-def validate_repo_id(repo_id: str) -> tuple[str, str]:
-    """(namespace, name) of a valid ``namespace/name``; a ``BadRequest`` otherwise."""
+def validate_repo_id(repo_id: str) -> None:
+    """A ``BadRequest`` unless ``repo_id`` is a valid ``namespace/name``."""
     parts = repo_id.split("/")
     if len(parts) != 2 or not all(is_repo_name(p) for p in parts):
         raise BadRequest(
@@ -38,7 +38,6 @@ def validate_repo_id(repo_id: str) -> tuple[str, str]:
             "and '.' (at most 96, starting with a letter or digit; no '--' or '..', no '.git' suffix)",
             code="InvalidRepoId",
         )
-    return parts[0], parts[1]
 
 
 def _segments_problem(form: str) -> str | None:

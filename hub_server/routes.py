@@ -25,7 +25,7 @@ from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
 from .index import FileEntry, Folder, looks_like_lfs
-from .names import REPO_TYPES, repo_key, validate_path, validate_repo_id
+from .names import REPO_TYPES, validate_path, validate_repo_id
 from .protocol import Fields, base64_field, parse_json
 
 TREE_PAGE = 1000  # entries per /tree page, as on the Hub
@@ -175,14 +175,12 @@ def repo_info(req: Request) -> Response:
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])
     info = {
-        "_id": hashlib.sha1(repo_key(record.repo_id).encode()).hexdigest()[:24],
         "id": record.repo_id,
         "author": record.namespace,
         "sha": sha,
         "lastModified": index.commit["date"],
         "createdAt": record.created_at,
         "private": record.private,
-        **{"disabled": False, "gated": False, "downloads": 0, "likes": 0},
         "tags": tags,
         "cardData": card or None,
     }
