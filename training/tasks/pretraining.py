@@ -339,8 +339,7 @@ class PretrainingTask(Task):
         return metrics
 
     def facts(self) -> JobFacts:
-        settings = self.settings
-        data, model = settings.data, settings.model
+        data, model = self.settings.data, self.settings.model
         source = data.dataset_name or Path(data.train_file).name
         if data.validation_file:
             eval_dataset = Path(data.validation_file).name
@@ -349,7 +348,11 @@ class PretrainingTask(Task):
         else:
             eval_dataset = f"{source} ({data.validation_split_percentage:g}% of documents held out)"
         preset = model.config_name if model.config_name and not model.config_name.endswith(".json") else None
-        objective = {**settings.masking.collator_arguments(), "nsp": data.nsp, "packing": data.packing_mode}
+        objective = {
+            **self.settings.masking.collator_arguments(),
+            "nsp": data.nsp,
+            "packing": data.packing_mode,
+        }
         return JobFacts(
             task="masked-language-modeling" + (" + next-sentence-prediction" if data.nsp else ""),
             pipeline_tag="fill-mask",
@@ -357,7 +360,7 @@ class PretrainingTask(Task):
             eval_dataset=eval_dataset,
             base_model=base_model_id(model.model_name_or_path),
             config_preset=preset,
-            language=settings.model.language,
-            license=settings.model.license,
+            language=model.language,
+            license=model.license,
             details={"max_seq_length": data.max_seq_length, "objective": objective},
         )
