@@ -154,23 +154,17 @@ def delete_repo(req: Request) -> Response:
     return json_response({})
 
 
-def _read_card(req: Request, readme: FileEntry) -> dict:
-    """The README's front matter, or ``{}`` when it has none or it cannot be read within the YAML limits."""
-    limits = req.app.limits.yaml
-    with contextlib.suppress(FrontMatterError, OSError):
-        with open(req.app.storage.blob_path(readme.sha256), "rb") as fh:
-            text = fh.read(limits.max_bytes + 64).decode("utf-8", "replace")
-        return load_front_matter(text, limits) or {}
-    return {}
-
-
 def repo_info(req: Request) -> Response:
     st, (repo_type, repo_id) = req.app.storage, repo_of(req)
     record = st.lookup(repo_type, repo_id)  # the dispatcher found it; resolve refuses it if it is gone since
     sha = st.resolve(repo_type, repo_id, req.path_params.get("rev") or "main")
     index = st.index(repo_type, repo_id, sha)
-    readme = index.get("README.md")
-    card = _read_card(req, readme) if readme else {}
+    card, readme, limits = {}, index.get("README.md"), req.app.limits.yaml
+    with contextlib.suppress(FrontMatterError, OSError):  # no card when it cannot be read within the limits
+        if readme is not None:
+            with open(st.blob_path(readme.sha256), "rb") as fh:
+                text = fh.read(limits.max_bytes + 64).decode("utf-8", "replace")
+            card = load_front_matter(text, limits) or {}
     tags = [t for t in card["tags"] if isinstance(t, str)] if isinstance(card.get("tags"), list) else []
     if isinstance(card.get("library_name"), str) and card["library_name"] not in tags:
         tags.insert(0, card["library_name"])

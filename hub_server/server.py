@@ -195,11 +195,6 @@ class _Protocol(H11Protocol):
         if self.cycle is cycle:
             self.transport.close()
 
-    def connection_lost(self, exc) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-        super().connection_lost(exc)
-
 
 class HubServer:
     def __init__(

@@ -10,7 +10,6 @@
 
 ``refs.json`` is replaced only after the blobs, the file table and the commit are on disk, and only commits a ref
 reaches are served, so an interrupted write leaves unreferenced files, which the next collection removes.
-Whether a repo exists, and who may see it, is answered from memory (docs/security.md).
 """
 
 from __future__ import annotations
