@@ -27,21 +27,42 @@ COUNTER_SUFFIXES = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")
 
 class MetricsLog:
     """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl`` and the
-    ``tracker`` (the Accelerator); each evaluation is printed. Only the main process writes and prints."""
+    ``tracker`` (the Accelerator); each evaluation is printed. Only the main process writes and prints. It also
+    sums the steps since the last training entry (loss x items, items, tokens)."""
 
     def __init__(self, output_dir: str | Path, is_main_process: bool, tracker=None):
         self.path = Path(output_dir) / LOG_FILE
         self.is_main_process = is_main_process
         self.tracker = tracker
         self.history: list[dict] = []
+        self.sums, self.start = [0.0, 0.0, 0.0], time.time()
+
+    def add(self, loss_sum: float, items: float, tokens: float) -> None:
+        self.sums = [total + value for total, value in zip(self.sums, (loss_sum, items, tokens))]
+
+    def log_training(self, state, batches_per_epoch: int | None, learning_rate: float, grad_norm) -> dict:
+        """Append the entry of the steps up to ``state`` (a ``TrainingState``) and start the next interval."""
+        (loss_sum, items, tokens), now = self.sums, time.time()
+        epoch = state.epoch + (state.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
+        entry = {
+            "step": state.global_step,
+            "epoch": round(epoch, 4),
+            "loss": loss_sum / items if items else float("nan"),
+            "learning_rate": learning_rate,
+            "grad_norm": float(grad_norm) if grad_norm is not None else None,
+            "tokens_per_s": round(tokens / max(now - self.start, 1e-9), 1),
+            "tokens_seen": state.tokens_seen,
+            "elapsed_s": round(state.wall_time_s, 2),
+        }
+        self.sums, self.start = [0.0, 0.0, 0.0], now
+        self.append(entry)
+        return entry
 
     def restore(self, up_to_step: int) -> None:
         """Keep the entries up to the checkpoint's step (0: a new run), dropping a killed write's partial line."""
         entries = []
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
         for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
             try:
                 entries.append(json.loads(line))
             except json.JSONDecodeError:
@@ -75,33 +96,6 @@ class MetricsLog:
             if any(key.startswith("eval_") for key in entry):
                 return {key: value for key, value in entry.items() if key != "step"}
         return {}
-
-
-class LogInterval:
-    """Sums over the steps since the last training log entry (loss x items, items, tokens) -> the entry."""
-
-    def __init__(self):
-        self.sums, self.start = [0.0, 0.0, 0.0], time.time()
-
-    def add(self, loss_sum: float, items: float, tokens: float) -> None:
-        self.sums = [total + value for total, value in zip(self.sums, (loss_sum, items, tokens))]
-
-    def entry(self, state, batches_per_epoch: int | None, learning_rate: float, grad_norm) -> dict:
-        """The entry of the interval that ends at ``state`` (a ``TrainingState``); starts the next one."""
-        (loss_sum, items, tokens), now = self.sums, time.time()
-        epoch = state.epoch + (state.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
-        entry = {
-            "step": state.global_step,
-            "epoch": round(epoch, 4),
-            "loss": loss_sum / items if items else float("nan"),
-            "learning_rate": learning_rate,
-            "grad_norm": float(grad_norm) if grad_norm is not None else None,
-            "tokens_per_s": round(tokens / max(now - self.start, 1e-9), 1),
-            "tokens_seen": state.tokens_seen,
-            "elapsed_s": round(state.wall_time_s, 2),
-        }
-        self.sums, self.start = [0.0, 0.0, 0.0], now
-        return entry
 
 
 def progress_bar(total: int, initial: int = 0, disable: bool = False, stream=None):

@@ -50,7 +50,6 @@ from briskbert.training.engine.logging_utils import (
     COUNTER_SUFFIXES,
     CURVES_FILE,
     RESULTS_FILE,
-    LogInterval,
     MetricsLog,
     plot_curves,
     progress_bar,
@@ -123,7 +122,6 @@ def run(
     )
     eval_every = config.eval_interval(parts.max_train_steps)
     log_every = config.log_interval(parts.max_train_steps)
-    interval = LogInterval()
     stop_signal, last_checkpoint = 0, checkpoint
     # The loss, gradient norm and counters stay on the device; the host reads them (and waits for the device)
     # only to log, evaluate or checkpoint. Until then it runs ahead, queueing steps.
@@ -145,21 +143,20 @@ def run(
                 unread += totals
                 step, last_step = state.global_step, state.global_step == parts.max_train_steps
                 if step % log_every == 0 or last_step:
-                    _read(unread, state, interval, guard)
+                    _read(unread, state, log, guard)
                     lr = scheduler.get_last_lr()[0]
-                    entry = interval.entry(state, parts.batches_per_epoch, lr, grad_norm)
-                    log.append(entry)
+                    entry = log.log_training(state, parts.batches_per_epoch, lr, grad_norm)
                     progress.set_postfix(loss=f"{entry['loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
                     if accelerator.is_main_process:
                         for callback in callbacks:
                             callback(entry)
                 progress.update(1)
                 if evaluation is not None and (last_step or (eval_every and step % eval_every == 0)):
-                    _read(unread, state, interval, guard)
+                    _read(unread, state, log, guard)
                     evaluation(accelerator, model, state, log)
                 stop_signal = signals.received(accelerator)
                 if stop_signal or _checkpoint_due(config.checkpointing_steps, state, parts.batches_per_epoch):
-                    _read(unread, state, interval, guard)
+                    _read(unread, state, log, guard)
                     refuse_non_finite_weights(accelerator, model, f"step_{step}", output_dir)
                     last_checkpoint = save_checkpoint(
                         accelerator, output_dir, state, identity, config.checkpoints_total_limit
@@ -438,14 +435,14 @@ class DivergenceGuard:
         )
 
 
-def _read(unread: torch.Tensor, state: TrainingState, interval: LogInterval, guard: DivergenceGuard) -> None:
-    """Stop a run that diverged, else move the steps' ``unread`` totals into the counters and the log interval."""
+def _read(unread: torch.Tensor, state: TrainingState, log: MetricsLog, guard: DivergenceGuard) -> None:
+    """Stop a run that diverged, else move the steps' ``unread`` totals into the counters and the log."""
     start = time.perf_counter()  # the wait for the device's queued steps is training time
     guard.raise_if_diverged()
     loss_sum, items, tokens, examples = unread.tolist()
     unread.zero_()
     state.wall_time_s += time.perf_counter() - start
-    interval.add(loss_sum, items, tokens)
+    log.add(loss_sum, items, tokens)
     state.items_seen += int(items)
     state.tokens_seen += int(tokens)
     state.examples_seen += int(examples)

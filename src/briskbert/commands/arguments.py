@@ -29,10 +29,8 @@ def parse(description: str | None, *settings_types: type, argv: list[str] | None
     parser.set_defaults(**defaults)
     namespace = parser.parse_args(argv)
     return tuple(
-        settings_type(
-            **{item.name: getattr(namespace, item.name) for item in fields(settings_type) if item.init}
-        )
-        for settings_type in settings_types
+        kind(**{item.name: getattr(namespace, item.name) for item in fields(kind) if item.init})
+        for kind in settings_types
     )
 
 
