@@ -44,11 +44,6 @@ class FileEntry:
         return {"sha256": self.sha256, "size": self.size, "git_oid": self.git_oid, "lfs": self.lfs}
 
 
-@dataclass(frozen=True)
-class Folder:
-    path: str
-
-
 class RevisionIndex:
     """One commit: its metadata (``commit``, without the file table) and its files."""
 
@@ -69,24 +64,24 @@ class RevisionIndex:
 
     def page(
         self, folder: str, recursive: bool, after: str | None, limit: int
-    ) -> tuple[list[FileEntry | Folder], str | None]:
-        """Up to about ``limit`` entries of ``folder`` (``""``: the root) in path order, starting after the
-        path ``after``; and the ``after`` of the next page, or None at the end. A folder is listed just before
-        the first file inside it, which needs no state across pages: it is new when the file before is not in
-        it."""
+    ) -> tuple[list[FileEntry | str], str | None]:
+        """Up to about ``limit`` files (their entries) and folders (their paths) of ``folder`` (``""``: the root)
+        in path order, starting after the path ``after``; and the ``after`` of the next page, or None at the end.
+        A folder is listed just before the first file inside it, which needs no state across pages: it is new
+        when the file before is not in it."""
         prefix = f"{folder}/" if folder else ""
         start = bisect_left(self.paths, prefix)
         # '0' sorts right after '/': the first path past the folder's
         end = bisect_left(self.paths, folder + "0") if folder else len(self.paths)
         i = max(start, bisect_right(self.paths, after)) if after is not None else start
-        out: list[FileEntry | Folder] = []
+        out: list[FileEntry | str] = []
         while i < end and len(out) < limit:
             parts = self.paths[i][len(prefix) :].split("/")
             before = self.paths[i - 1] if i > start else ""
             for depth in range(1, len(parts) if recursive else min(2, len(parts))):
                 sub = prefix + "/".join(parts[:depth])
                 if not before.startswith(sub + "/"):
-                    out.append(Folder(sub))
+                    out.append(sub)
             if recursive or len(parts) == 1:
                 out.append(self.entries[i])
                 i += 1

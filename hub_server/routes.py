@@ -24,7 +24,7 @@ from briskbert.hub_cards.rules import check_metadata, metadata_warnings
 
 from . import protocol
 from .errors import BadRequest, Conflict, EntryNotFound, MethodNotAllowed, NotFound
-from .index import FileEntry, Folder, looks_like_lfs
+from .index import FileEntry, looks_like_lfs
 from .names import REPO_TYPES, validate_path, validate_repo_id
 from .protocol import Fields, base64_field, parse_json
 
@@ -289,10 +289,9 @@ def resolve(req: Request) -> Response:
     return StreamingResponse(content, status, headers, media_type="application/octet-stream")
 
 
-def _listed(item: FileEntry | Folder, expand: bool, commit: dict) -> dict:
-    if isinstance(item, Folder):
-        oid = hashlib.sha1(item.path.encode()).hexdigest()
-        return {"type": "directory", "oid": oid, "size": 0, "path": item.path}
+def _listed(item: FileEntry | str, expand: bool, commit: dict) -> dict:
+    if isinstance(item, str):  # a folder
+        return {"type": "directory", "oid": hashlib.sha1(item.encode()).hexdigest(), "size": 0, "path": item}
     out = {"type": "file", "oid": item.tree_oid(), "size": item.size, "path": item.path}
     if item.lfs:
         out["lfs"] = {"oid": item.sha256, "size": item.size, "pointerSize": 134}
@@ -329,7 +328,7 @@ def paths_info(req: Request) -> Response:
     expand = form.get("expand", [""])[0].lower() == "true"
     if len(paths) > most:
         raise BadRequest(f"At most {most} paths per request", code="TooManyPaths")
-    found = [index.get(p) or (Folder(p) if index.has_folder(p) else None) for p in paths if p]
+    found = [index.get(p) or (p if index.has_folder(p) else None) for p in paths if p]
     return json_response([_listed(item, expand, index.commit) for item in found if item is not None])
 
 
@@ -352,8 +351,7 @@ def commits(req: Request) -> Response:
     cid, out = st.resolve(*repo, query.get("cursor") or req.path_params["rev"]), []
     while cid and len(out) < _page(req, COMMITS_PAGE):
         c = st.commit_object(*repo, cid)
-        item = {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"]}
-        item["authors"] = [{"user": c["author"]}]
+        item = {k: c[k] for k in ("id", "title", "message", "date")} | {"authors": [{"user": c["author"]}]}
         if formatted:
             item["formatted"] = {"title": c["title"], "message": c["message"]}
         out.append(item)

@@ -344,10 +344,8 @@ class HubServer:
             response = self._error(error, body, waits)
         status = response.status_code if response is not None else -1
         self.request_log.append((method, path[:256], status))
-        line = header_safe(f"{method} {path} {status}", limit=2000)
-        logger.debug(line)
         if self._log_file:
-            print(line, file=self._log_file, flush=True)
+            print(header_safe(f"{method} {path} {status}", limit=2000), file=self._log_file, flush=True)
         return response
 
     def _check_head(self, req: Request) -> None:
