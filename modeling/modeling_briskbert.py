@@ -180,8 +180,7 @@ class TokenTypeEmbedding(nn.Embedding):
         return self.weight[0] if token_type_ids is None else super().forward(token_type_ids)
 
 
-def add_nothing(ids) -> int:
-    """In place of an absent additive embedding: RoPE/ALiBi positions, or segments with `type_vocab_size=0`."""
+def add_nothing(ids) -> int:  # RoPE/ALiBi positions, segments with `type_vocab_size=0`
     return 0
 
 
@@ -245,12 +244,10 @@ class RotaryEmbedding(nn.Module):
     @torch.no_grad()
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, ...]]:
         # Computed on the fly rather than kept in a buffer: nothing to re-initialise after a meta-device build.
-        exponents = (
-            torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
-        )
+        dims = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32)
         tables = {}
         for layer_type, theta in self.thetas.items():
-            angles = position_ids[..., None].float() * (1.0 / theta**exponents)
+            angles = position_ids[..., None].float() * (1.0 / theta ** (dims / self.head_dim))
             angles = torch.cat((angles, angles), dim=-1)
             tables[layer_type] = angles.cos().to(dtype), angles.sin().to(dtype)
         return tables
@@ -702,9 +699,8 @@ class BriskBertForNextSentencePrediction(BriskBertPreTrainedModel):
 
 
 def classifier_dropout(config: BriskBertConfig) -> nn.Dropout:
-    return nn.Dropout(
-        config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    )
+    dropout = config.classifier_dropout
+    return nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
 
 
 class BriskBertForSequenceClassification(BriskBertPreTrainedModel):

@@ -72,9 +72,8 @@ class BriskBertQuestionAnsweringPipeline(Pipeline):
                     {"score": float(scores[s, e]), "start": int(offsets[s][0]), "end": int(offsets[e][1])}
                 )
         candidates.sort(key=lambda c: c["score"], reverse=True)
-        answers = [dict(c, answer=outputs["context"][c["start"] : c["end"]]) for c in candidates[:top_k]]
-        if not answers:
-            answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
+        context, no_answer = outputs["context"], {"score": 0.0, "start": 0, "end": 0, "answer": ""}
+        answers = [dict(c, answer=context[c["start"] : c["end"]]) for c in candidates[:top_k]] or [no_answer]
         return answers[0] if top_k == 1 else answers
 
 

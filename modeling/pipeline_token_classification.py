@@ -12,10 +12,8 @@ WORD_STRATEGIES = (AggregationStrategy.NONE, AggregationStrategy.SIMPLE, Aggrega
 
 
 class BriskBertTokenClassificationPipeline(TokenClassificationPipeline):
-    def _sanitize_parameters(self, aggregation_strategy=None, **kwargs):
-        preprocess, forward, postprocess = super()._sanitize_parameters(
-            aggregation_strategy=aggregation_strategy, **kwargs
-        )
+    def _sanitize_parameters(self, **kwargs):
+        preprocess, forward, postprocess = super()._sanitize_parameters(**kwargs)
         strategy = postprocess.get("aggregation_strategy")
         if strategy is not None and strategy not in WORD_STRATEGIES:
             raise ValueError(

@@ -1,8 +1,6 @@
-"""`attn_implementation="torch_varlen"`: PyTorch's own varlen flash kernel (2.10+,
-`torch.nn.attention.varlen.varlen_attn`) behind transformers' attention dispatch, for GPUs without `flash_attn`. It
-takes the packed `(1, tokens)` batch of the varlen layout, as `flash_attn_varlen_func` does. Remote code: imports
-only torch and transformers.
-"""
+"""`attn_implementation="torch_varlen"`: PyTorch's varlen flash kernel (`torch.nn.attention.varlen.varlen_attn`,
+2.10+) behind transformers' attention dispatch, for GPUs without `flash_attn`; it takes the varlen layout's packed
+`(1, tokens)` batch, as `flash_attn_varlen_func` does. Remote code: imports only torch and transformers."""
 
 import torch
 from transformers import AttentionInterface
