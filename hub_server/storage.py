@@ -22,7 +22,6 @@ import logging
 import os
 import secrets
 import shutil
-import stat
 import tempfile
 import threading
 import time
@@ -115,8 +114,7 @@ class RepoRecord:  # what is known about a repo without reading the disk
 
 
 class BlobWriter:
-    """Content written to ``tmp/`` and hashed as it arrives; ``finish`` moves it into the store, ``close``
-    removes what is left."""
+    """Content written to ``tmp/`` and hashed as it arrives, until ``finish`` moves it into the store."""
 
     def __init__(self, storage: Storage):
         self._storage = storage
@@ -217,11 +215,8 @@ class Storage:
         return self.root / "blobs" / sha256[:2] / sha256
 
     def has_blob(self, sha256: str, size: int | None = None) -> bool:
-        try:
-            found = self.blob_path(sha256).stat()
-        except FileNotFoundError:
-            return False
-        return stat.S_ISREG(found.st_mode) and size in (None, found.st_size)
+        path = self.blob_path(sha256)
+        return path.is_file() and size in (None, path.stat().st_size)
 
     def put_stream(self, chunks, expected_sha256: str, expected_size: int | None) -> StoredBlob:
         with contextlib.closing(BlobWriter(self)) as writer:
