@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from briskbert.errors import SettingError
-from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
+from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
+from briskbert.retrieval.settings import EmbeddingArguments
 from briskbert.training.data.task_data import DataError, load_squad, load_table
 
 RECALL_DEPTHS = (1, 5, 10, 100)
@@ -33,7 +34,8 @@ class RetrievalTask:
             raise DataError("a retrieval task needs at least one passage and one query.")
         known = set(self.corpus_ids)
         for query_id in self.query_ids:
-            if not known.intersection(self.qrels.get(query_id, {})):
+            relevant = {pid for pid, grade in self.qrels.get(query_id, {}).items() if grade > 0}
+            if not known & relevant:
                 raise DataError(
                     f"query {query_id!r} has no relevant passage in the corpus (check the qrels)."
                 )
@@ -193,9 +195,7 @@ def retrieval_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str,
         [f"recall@{k}" for k in RECALL_DEPTHS] + [f"mrr@{RANK_DEPTH}", f"ndcg@{RANK_DEPTH}"], 0.0
     )
     for query_id, ranking in rankings.items():
-        graded = {passage: grade for passage, grade in qrels.get(query_id, {}).items() if grade > 0}
-        if not graded:
-            raise ValueError(f"query {query_id!r} has no relevant passage in the qrels.")
+        graded = {passage: grade for passage, grade in qrels[query_id].items() if grade > 0}
         for k in RECALL_DEPTHS:
             totals[f"recall@{k}"] += sum(passage in graded for passage in ranking[:k]) / len(graded)
         head = list(enumerate(ranking[:RANK_DEPTH], 1))
@@ -240,31 +240,34 @@ class Retriever:
         )
 
 
-def load_dual_encoder(
-    name_or_path: str, pooling: str | None = None, normalize: bool | None = None, max_seq_length=None
-):
-    """``(encoder, tokenizer, spec)``, pooled as given, else as its sentence-transformers files say, else mean."""
+def embedding_spec(
+    name_or_path: str | None, embedding: EmbeddingArguments, max_seq_length=None
+) -> EmbeddingSpec:
+    """Pooled as ``embedding`` says, else as the model's sentence-transformers files say, else by the mean;
+    normalised as they say unless ``embedding.no_normalize``."""
+    declared = (read_embedding_spec(name_or_path) if name_or_path else None) or EmbeddingSpec()
+    normalize = declared.normalize and not embedding.no_normalize
+    return EmbeddingSpec(
+        embedding.pooling or declared.pooling, normalize, max_seq_length or declared.max_seq_length
+    )
+
+
+def load_dual_encoder(name_or_path: str, embedding=EmbeddingArguments(), max_seq_length=None):
+    """``(encoder, tokenizer, spec)``, the spec as :func:`embedding_spec` decides."""
     from transformers import AutoModel, AutoTokenizer
 
-    from briskbert.modeling.sentence_transformers_files import read_embedding_spec
-
-    declared = read_embedding_spec(name_or_path) or EmbeddingSpec()
-    spec = EmbeddingSpec(
-        pooling=pooling or declared.pooling,
-        normalize=declared.normalize if normalize is None else normalize,
-        max_seq_length=max_seq_length or declared.max_seq_length,
-    )
     encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=True)
-    return encoder, AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True), spec
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
+    return encoder, tokenizer, embedding_spec(name_or_path, embedding, max_seq_length)
 
 
 def load_retriever(
-    name_or_path: str, pooling=None, normalize=None, max_seq_length=None, batch_size=64
+    name_or_path: str, embedding=EmbeddingArguments(), max_seq_length=None, batch_size=64
 ) -> Retriever:
     """:func:`load_dual_encoder` in eval mode, with the scale its ``training_facts.json`` records, else 20."""
     from briskbert.training.engine.facts import read_training_facts
 
-    encoder, tokenizer, spec = load_dual_encoder(name_or_path, pooling, normalize, max_seq_length)
+    encoder, tokenizer, spec = load_dual_encoder(name_or_path, embedding, max_seq_length)
     loss = read_training_facts(name_or_path).job.details.get("loss")
     scale = loss.get("scale") if isinstance(loss, dict) else None
     scale = float(scale) if isinstance(scale, (int, float)) and scale > 0 else DEFAULT_SIMILARITY_SCALE

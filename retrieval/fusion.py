@@ -128,17 +128,19 @@ def choose_fusion_weight(
     head_scores: dict[str, list[float]],
     qrels: dict[str, dict[str, float]],
     retriever_scale: float,
-    grid: tuple[float, ...] = FUSION_GRID,
     lexical_scores: dict[str, list[float]] | None = None,
-    lexical_grid: tuple[float, ...] = LEXICAL_GRID,
 ) -> tuple[float, float, list[dict]]:
     """The weights (summing to at most 1) whose fusion scores best on ``qrels`` (MRR@10, then Recall@1; ties go to
-    the smaller total, then the smaller re-ranker weight), and the metrics at every pair."""
-    lexical_grid = lexical_grid if lexical_scores is not None else (0.0,)
-    if 0.0 not in grid or 0.0 not in lexical_grid:
-        raise ValueError("the fusion grid must contain 0 (retrieval alone), so the choice is never below it.")
+    the smaller total, then the smaller re-ranker weight), and the metrics at every pair. Both grids hold 0:
+    the choice never scores below retrieval alone."""
+    lexical_grid = LEXICAL_GRID if lexical_scores is not None else (0.0,)
     pairs = sorted(
-        ((weight, lexical) for weight in grid for lexical in lexical_grid if weight + lexical <= 1.0 + 1e-9),
+        (
+            (weight, lexical)
+            for weight in FUSION_GRID
+            for lexical in lexical_grid
+            if weight + lexical <= 1 + 1e-9
+        ),
         key=lambda pair: (round(pair[0] + pair[1], 9), pair[0]),
     )
     curve = []

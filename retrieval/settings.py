@@ -99,11 +99,6 @@ class EmbeddingArguments:
         "Keep raw embeddings (dot-product scores) instead of unit length (cosine).", False
     )
 
-    @property
-    def normalize(self) -> bool | None:
-        """False with ``no_normalize``, else None: the model folder decides."""
-        return False if self.no_normalize else None
-
 
 @dataclass(frozen=True)
 class SquadSource:
@@ -202,6 +197,19 @@ class IndexSettings:
                 "ivf_nlist / pq_bits.",
             )
         return IndexSettings(**{**self.__dict__, "ivf_nlist": nlist, "pq_m": pq_m})
+
+
+@dataclass(frozen=True)
+class IndexOutput:
+    _argument_group_name = "output"
+
+    output_dir: str = field(metadata={"help": "The index folder."})
+    overwrite_output_dir: bool = helped("Replace an index (or unfinished build) there.", False)
+    shard_size: int = helped("Passages embedded and saved at a time (bounds memory).", 10_000)
+    keep_embeddings: bool = helped("Keep the embedding shards (float32 .npy) after indexing.", False)
+
+    def __post_init__(self):
+        check_at_least(self, 1, "shard_size")
 
 
 @dataclass(frozen=True)

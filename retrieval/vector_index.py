@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from briskbert.errors import SettingError
-from briskbert.files import LOCK_FILE, PARTIAL_SUFFIX, atomic_file, write_atomic
+from briskbert.files import LOCK_FILE, atomic_file, write_atomic
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval.dense import encode_texts, load_collection
-from briskbert.retrieval.settings import CONFIG_FILE, IndexSettings, PassageSource, check_faiss
+from briskbert.retrieval.settings import CONFIG_FILE, IndexOutput, IndexSettings, PassageSource, check_faiss
 from briskbert.training.data.task_data import DataError
 
 INDEX_FILE = "index.faiss"
@@ -90,21 +90,18 @@ def build_index(
     spec: EmbeddingSpec,
     encoder_name: str,
     settings: IndexSettings,
-    output_dir: str,
-    shard_size: int = 10_000,
+    output: IndexOutput,
     batch_size: int = 64,
-    keep_embeddings: bool = False,
-    overwrite: bool = False,
 ) -> dict:
     """Embed ``source`` (resuming an interrupted build), index it, save the folder; returns its config."""
     check_faiss()
     import faiss
 
     start = time.perf_counter()
-    folder, shard_folder = Path(output_dir), Path(output_dir) / SHARD_FOLDER
+    folder, shard_folder = Path(output.output_dir), Path(output.output_dir) / SHARD_FOLDER
     facts = encoder_facts(encoder, tokenizer, spec, encoder_name)
-    _prepare_folder(folder, source, facts, shard_size, overwrite)
-    num_vectors = _embed_shards(source, encoder, tokenizer, spec, shard_folder, shard_size, batch_size)
+    _prepare_folder(folder, source, facts, output)
+    num_vectors = _embed_shards(source, encoder, tokenizer, spec, shard_folder, output.shard_size, batch_size)
     embedded = time.perf_counter()
     if num_vectors == 0:
         raise DataError("the passage source holds no passages.")
@@ -128,15 +125,15 @@ def build_index(
         "faiss_version": faiss.__version__,
     }
     write_atomic(folder / CONFIG_FILE, json.dumps(config, indent=2))
-    if not keep_embeddings:
+    if not output.keep_embeddings:
         shutil.rmtree(shard_folder)
     (folder / STATE_FILE).unlink()
     return config
 
 
-def _prepare_folder(folder: Path, source: PassageSource, facts: dict, shard_size: int, overwrite: bool):
+def _prepare_folder(folder: Path, source: PassageSource, facts: dict, output: IndexOutput):
     """Start a build, or check that the unfinished one in ``folder`` embeds the same passages the same way."""
-    state = {"source": source.fingerprint(), "encoder": facts, "shard_size": shard_size}
+    state = {"source": source.fingerprint(), "encoder": facts, "shard_size": output.shard_size}
     state = json.loads(json.dumps(state))  # as the state file holds it: an articles range becomes a list
     own = {CONFIG_FILE, INDEX_FILE, IDS_FILE, STATE_FILE, SHARD_FOLDER}
     others = sorted(path.name for path in folder.glob("*") if path.name not in own | {LOCK_FILE})
@@ -144,7 +141,7 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: dict, shard_size
         raise SettingError(
             "output_dir", f"{folder} holds other files ({', '.join(others[:3])}); choose an empty folder."
         )
-    if overwrite:
+    if output.overwrite_output_dir:
         shutil.rmtree(folder / SHARD_FOLDER, ignore_errors=True)
         for name in own - {SHARD_FOLDER}:
             (folder / name).unlink(missing_ok=True)
@@ -158,7 +155,7 @@ def _prepare_folder(folder: Path, source: PassageSource, facts: dict, shard_size
         built_with, mismatch = previous["encoder"], None
         if previous["source"] != state["source"]:
             mismatch = "other passages (or the files changed since)"
-        elif previous["shard_size"] != shard_size:
+        elif previous["shard_size"] != output.shard_size:
             mismatch = f"shards of {previous['shard_size']} passages"
         elif built_with["name_or_path"] != facts["name_or_path"] or embedding_difference(built_with, facts):
             mismatch = f"the encoder {built_with['name_or_path']}"
@@ -179,8 +176,6 @@ def _embed_shards(
     """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
     from tqdm.auto import tqdm
 
-    for leftover in shard_folder.glob(f".*{PARTIAL_SUFFIX}"):  # a shard being written when a build stopped
-        leftover.unlink()
     finished = sorted(shard_folder.glob("*.npy"))
     done, number = sum(np.load(path, mmap_mode="r").shape[0] for path in finished), len(finished)
     progress = tqdm(initial=done, desc="embedding passages", unit="passage")
@@ -273,10 +268,6 @@ def load_index(index_dir: str) -> LoadedIndex:
     folder = Path(index_dir)
     index = faiss.read_index(str(folder / INDEX_FILE))
     ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
-    if len(ids) != index.ntotal:  # a file replaced by hand would map hits to the wrong passages
-        raise SettingError(
-            "index", f"{index_dir}: {IDS_FILE} has {len(ids)} ids for {index.ntotal} vectors; rebuild it."
-        )
     return LoadedIndex(index, ids, json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
 
 

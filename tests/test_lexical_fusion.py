@@ -126,8 +126,6 @@ def test_the_bm25_weight_is_chosen_where_it_helps_and_a_harmful_reranker_stays_a
     assert recall[(0.0, 0.0)] == recall[(0.0, 0.05)] == recall[(0.0, 0.7)] == 0.5
     assert recall[(0.0, 0.65)] == 1.0
     assert all(point["weight"] + point["lexical_weight"] <= 1 + 1e-9 for point in curve)
-    with pytest.raises(ValueError, match="must contain 0"):
-        choose_fusion_weight(retrieved, lexical, qrels, 20, lexical_scores=lexical, lexical_grid=(0.5,))
 
 
 @pytest.mark.parametrize(

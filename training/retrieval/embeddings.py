@@ -20,10 +20,15 @@ from transformers.utils import ModelOutput
 from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import (
     EmbeddingSpec,
-    read_embedding_spec,
     write_sentence_transformers_files,
 )
-from briskbert.retrieval.dense import embed_batch, encode_texts, exact_search, retrieval_metrics
+from briskbert.retrieval.dense import (
+    embed_batch,
+    embedding_spec,
+    encode_texts,
+    exact_search,
+    retrieval_metrics,
+)
 from briskbert.retrieval.settings import (
     SCORED_PAIR_COLUMNS,
     SCORED_PAIR_LOSSES,
@@ -362,12 +367,8 @@ class EmbeddingTask(Task):
         from briskbert.modeling import BriskBertModel
 
         source, location = self.source, self.location
-        declared = (read_embedding_spec(source.model_name_or_path) if location else None) or EmbeddingSpec()
-        self.spec = EmbeddingSpec(
-            pooling=self.loss.pooling or declared.pooling,
-            normalize=declared.normalize and not self.loss.no_normalize,
-            max_seq_length=source.max_seq_length,
-        )
+        folder = source.model_name_or_path if location else None  # else a config preset: nothing declared
+        self.spec = embedding_spec(folder, self.loss, source.max_seq_length)
         encoder, tokenizer = load_starting_model(BriskBertModel, source, location, config.output_dir)
         train = self.train
         if self.data.mine_hard_negatives:

@@ -130,19 +130,6 @@ class GroupCollator:
         return {"labels": labels, **encode_pairs(self.tokenizer, queries, passages, self.max_seq_length)}
 
 
-def pairs_collection(pairs: list[Pair], distractors: list[str] = ()) -> RetrievalTask:
-    """The pairs' distinct passages and ``distractors``, each query's positive its relevant one."""
-    passage_ids = {text: f"p{index}" for index, text in enumerate(_distinct_passages(pairs, distractors))}
-    query_ids = [f"q{index}" for index in range(len(pairs))]
-    return RetrievalTask(
-        list(passage_ids.values()),
-        list(passage_ids),
-        query_ids,
-        [pair.query for pair in pairs],
-        {qid: {passage_ids[pair.positive]: 1.0} for qid, pair in zip(query_ids, pairs)},
-    )
-
-
 class CrossEncoderForRanking(Wrapper):
     """A one-logit sequence classifier with a ``listwise`` or ``pointwise`` ranking loss over groups."""
 
@@ -255,7 +242,13 @@ class RerankerTask(Task):
         )
 
         # Validation: the negatives are the fusion retriever's top wrong passages.
-        task = self.validation_task = pairs_collection(validation_pairs, distractors)
+        passages = _distinct_passages(validation_pairs, distractors)
+        passage_ids = {text: f"p{n}" for n, text in enumerate(passages)}
+        qrels = {f"q{n}": {passage_ids[pair.positive]: 1.0} for n, pair in enumerate(validation_pairs)}
+        queries = [pair.query for pair in validation_pairs]
+        task = self.validation_task = RetrievalTask(
+            list(passage_ids.values()), passages, list(qrels), queries, qrels
+        )
         self.fusion_retriever = retriever(validation.fusion_retriever)
         depth = max(validation.rerank_top_k, data.num_negatives + 1)
         self.fusion_retrieved = retrieve(task.corpus, task.queries, self.fusion_retriever, top_k=depth)

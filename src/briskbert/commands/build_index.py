@@ -13,41 +13,20 @@ and ``open-domain-qa --index`` refuse an index built with another encoder or ove
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from briskbert.commands.arguments import parse
 from briskbert.retrieval.settings import (
     EmbeddingArguments,
     EncoderArguments,
+    IndexOutput,
     IndexSettings,
     PassageSource,
     check_faiss,
 )
-from briskbert.training.tasks.settings import check_at_least, helped
-
-
-@dataclass(frozen=True)
-class OutputArguments:
-    _argument_group_name = "output"
-
-    output_dir: str = field(metadata={"help": "The index folder."})
-    overwrite_output_dir: bool = helped("Replace an index (or unfinished build) there.", False)
-    shard_size: int = helped("Passages embedded and saved at a time (bounds memory).", 10_000)
-    keep_embeddings: bool = helped("Keep the embedding shards (float32 .npy) after indexing.", False)
-
-    def __post_init__(self):
-        check_at_least(self, 1, "shard_size")
 
 
 def main(argv=None):
     encoder, embedding, source, settings, output = parse(
-        __doc__,
-        EncoderArguments,
-        EmbeddingArguments,
-        PassageSource,
-        IndexSettings,
-        OutputArguments,
-        argv=argv,
+        __doc__, EncoderArguments, EmbeddingArguments, PassageSource, IndexSettings, IndexOutput, argv=argv
     )
     check_faiss()
     import torch
@@ -56,15 +35,11 @@ def main(argv=None):
     from briskbert.retrieval.dense import load_dual_encoder
     from briskbert.retrieval.vector_index import build_index
 
-    model, tokenizer, spec = load_dual_encoder(
-        encoder.model_name_or_path, embedding.pooling, embedding.normalize, encoder.max_seq_length
-    )
+    model, tokenizer, spec = load_dual_encoder(encoder.model_name_or_path, embedding, encoder.max_seq_length)
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     with locked(output.output_dir):  # one build per index folder
-        config = build_index(
-            source, model, tokenizer, spec, encoder.model_name_or_path, settings, output.output_dir,
-            output.shard_size, encoder.batch_size, output.keep_embeddings, output.overwrite_output_dir,
-        )  # fmt: skip
+        name = encoder.model_name_or_path
+        config = build_index(source, model, tokenizer, spec, name, settings, output, encoder.batch_size)
     print(
         f"{config['num_passages']} passages -> {config['index_type']} index in {output.output_dir} "
         f"({config['index_bytes'] / 2**20:.1f} MiB; embedding {config['embedding_s']} s, "

@@ -75,7 +75,7 @@ def load_models(source, embedding, index, reranking, encoder: str, batch_size: i
     from briskbert.retrieval.vector_index import with_index
 
     task = load_collection(source)
-    retriever = load_retriever(encoder, embedding.pooling, embedding.normalize, max_seq_length, batch_size)
+    retriever = load_retriever(encoder, embedding, max_seq_length, batch_size)
     retriever = with_index(retriever, index.index, task.corpus_ids, encoder)
     reranker = load_reranker(reranking, batch_size)
     if reranker and not (reranker.fusion or reranker.fusion_weight or reranker.lexical_weight):

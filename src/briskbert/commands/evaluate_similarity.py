@@ -36,9 +36,7 @@ def main(argv=None):
     from briskbert.training.retrieval.similarity import evaluate_similarity, load_scored_pairs
 
     pairs = load_scored_pairs(pairs_file.file, "file")
-    encoder, tokenizer, spec = load_dual_encoder(
-        args.model_name_or_path, embedding.pooling, embedding.normalize, args.max_seq_length
-    )
+    encoder, tokenizer, spec = load_dual_encoder(args.model_name_or_path, embedding, args.max_seq_length)
     metrics = evaluate_similarity(encoder, tokenizer, pairs, spec, args.batch_size)
     report = {**metrics, "model": args.model_name_or_path, "file": pairs_file.file, "pooling": spec.pooling}
     print(
