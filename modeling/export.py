@@ -28,11 +28,10 @@ TOKENIZER_FILES = tuple(
 COMPANION_FILES = ("config.json", "tokenization_*.py", *TOKENIZER_FILES)
 
 
-def copy_files(source: Path, target: Path, patterns, replace: bool = True) -> None:
-    """The files of `source` matching `patterns` copied into `target` (those it already holds too, if `replace`)."""
+def copy_files(source: Path, target: Path, patterns) -> None:
+    """The files of `source` matching `patterns` copied into `target`."""
     for path in {path for pattern in patterns for path in Path(source).glob(pattern) if path.is_file()}:
-        if replace or not (Path(target) / path.name).exists():
-            shutil.copy2(path, Path(target) / path.name)
+        shutil.copy2(path, Path(target) / path.name)
 
 
 @contextmanager
@@ -47,8 +46,8 @@ def quiet_logs():
 
 
 def load_for_export(model_dir: Path, architecture: str | None):
-    """The model (eval mode, fp32), tokenizer (capped at the model's longest input) and head name of a checked
-    briskbert folder."""
+    """The model (eval mode, fp32), tokenizer (capped at the model's longest input), head name and, for a
+    sentence-transformers folder's bare encoder, its pooling of a checked briskbert folder."""
     from transformers import AutoTokenizer
 
     from briskbert import modeling, tokenization  # noqa: F401  (registers the Auto classes in-process)
@@ -71,7 +70,8 @@ def load_for_export(model_dir: Path, architecture: str | None):
         model.config.position_embedding_type == "absolute"
     ):  # learned positions stop at max_position_embeddings
         tokenizer.model_max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
-    return model, tokenizer, architecture
+    embedding = read_embedding_spec(model_dir) if architecture == "BriskBertModel" else None
+    return model, tokenizer, architecture, embedding
 
 
 def read_texts(text_file: Path | None, count: int) -> list[str]:
@@ -113,11 +113,6 @@ def encode_batch(
     return batch
 
 
-def embedding_spec_of(model_dir: Path, architecture: str) -> EmbeddingSpec | None:
-    """How a sentence-transformers folder's bare encoder turns token states into its embedding, else None."""
-    return read_embedding_spec(model_dir) if architecture == "BriskBertModel" else None
-
-
 def model_outputs(
     model: nn.Module, batch: dict[str, torch.Tensor], embedding: EmbeddingSpec | None = None
 ) -> dict[str, torch.Tensor]:
@@ -130,18 +125,15 @@ def model_outputs(
 
 
 class FlatOutputs(nn.Module):
-    """ONNX graphs take tensors and return tensors: the inputs by name, the head's outputs as a tuple."""
+    """ONNX graphs take tensors and return tensors: the inputs by name, the head's outputs in its order."""
 
-    def __init__(self, model: nn.Module, output_names: list[str], embedding: EmbeddingSpec | None = None):
+    def __init__(self, model: nn.Module, embedding: EmbeddingSpec | None = None):
         super().__init__()
-        self.model = model
-        self.output_names = output_names
-        self.embedding = embedding
+        self.model, self.embedding = model, embedding
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         batch = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        outputs = model_outputs(self.model, batch, self.embedding)
-        return tuple(outputs[name] for name in self.output_names)
+        return model_outputs(self.model, batch, self.embedding)
 
 
 def export_onnx(
@@ -159,7 +151,7 @@ def export_onnx(
         warnings.simplefilter("ignore", category=UserWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         program = torch.onnx.export(
-            FlatOutputs(model, output_names, embedding).eval(),
+            FlatOutputs(model, embedding).eval(),
             args=(),
             kwargs=sample,
             dynamo=True,
@@ -209,11 +201,9 @@ def largest_differences(model, session, batch, output_names, embedding=None) -> 
     got = run_onnxruntime(session, batch, output_names)
     with torch.no_grad():
         expected = model_outputs(model, batch, embedding)
+    mask = batch["attention_mask"]
     return {
-        name: float(
-            at_real_tokens((got[name].float() - expected[name].float()).abs(), batch["attention_mask"]).max()
-        )
-        for name in output_names
+        name: float(at_real_tokens((got[name] - value).abs(), mask).max()) for name, value in expected.items()
     }
 
 
@@ -235,8 +225,7 @@ def export_and_check(
             "output_dir",
             f"{output_dir} already holds {ONNX_FILE}; replace it (overwrite_output_dir) or choose another.",
         )
-    model, tokenizer, architecture = load_for_export(model_dir, architecture)
-    embedding = embedding_spec_of(model_dir, architecture)
+    model, tokenizer, architecture, embedding = load_for_export(model_dir, architecture)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
     texts = read_texts(text_file, 17)
     max_length = min(max_length, tokenizer.model_max_length)

@@ -1,6 +1,5 @@
-"""Fused CPU kernels for an exported graph: ONNX Runtime's transformer optimizer (`model_type="bert"`). Its
-attention matching wants separate q, k, v projections; briskbert's packed qkv is placed in `Attention` nodes here
-first, found by the module paths the exporter records. Not remote code."""
+"""Fused CPU kernels for an exported graph: ONNX Runtime's transformer optimizer, after briskbert's packed qkv
+(which the optimizer's attention matching misses) is placed in `Attention` nodes, found by their module paths."""
 
 from __future__ import annotations
 

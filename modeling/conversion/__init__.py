@@ -2,7 +2,6 @@
 code: saved folders never need it."""
 
 from .families import FAMILIES, UnsupportedCheckpointError
-from .folder import convert_checkpoint
-from .weights import CheckpointMismatchError
+from .folder import CheckpointMismatchError, convert_checkpoint
 
 __all__ = ["FAMILIES", "CheckpointMismatchError", "UnsupportedCheckpointError", "convert_checkpoint"]

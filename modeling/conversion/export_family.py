@@ -5,9 +5,17 @@ name map backwards; the written folder's outputs must match."""
 import json
 from pathlib import Path
 
+import torch
+import transformers
+
+import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
+from briskbert.files import staged_folder
+
+from .. import modeling_briskbert
+from ..configuration_briskbert import BriskBertConfig
 from .agreement import OUTPUT_TOLERANCE, largest_difference
 from .families import FAMILIES, SourceFamily, UnsupportedCheckpointError
-from .weights import CheckpointMismatchError, name_map
+from .folder import CheckpointMismatchError, build_config, name_map
 
 # Options that change nothing a saved model computes (how it runs, what its training did), left out of the check.
 _RUNTIME_OPTIONS = ("unpad_inputs", "sparse_prediction", "add_pooling_layer")
@@ -23,8 +31,6 @@ TARGETS = {
 
 def differences(family: SourceFamily, suffix: str, ours, theirs) -> list[str]:
     """ "option=ours (family: theirs)" for every option the family's config does not bring back on import."""
-    from .folder import build_config
-
     try:
         back = build_config(family, suffix, theirs.to_dict(), has_pooler=True).to_dict()
     except UnsupportedCheckpointError as error:
@@ -85,8 +91,6 @@ def pick_family(
 ) -> tuple[str, SourceFamily, str, object]:
     """(class prefix, family, head suffix, family config) of the named family, else of the first that expresses
     `ours`; refusals name each option the (closest) family cannot express."""
-    import transformers
-
     refusals = []
     for model_type in [family] if family else TARGETS:
         prefix, source = TARGETS[model_type]
@@ -124,15 +128,6 @@ def pick_family(
 def export_to_family(model_dir, output_dir, family: str | None = None) -> tuple[str, float]:
     """Writes `model_dir` as the family's folder `output_dir` once transformers loads it back without remote code
     within `OUTPUT_TOLERANCE`; returns (the family's class, the largest difference)."""
-    import torch
-    import transformers
-
-    import briskbert.tokenization  # noqa: F401  (registers BriskBertTokenizer for AutoTokenizer)
-    from briskbert.files import staged_folder
-
-    from .. import modeling_briskbert
-    from ..configuration_briskbert import BriskBertConfig
-
     config = BriskBertConfig.from_pretrained(model_dir)
     class_name = (config.architectures or ["BriskBertModel"])[0]
     auto_class = next(
