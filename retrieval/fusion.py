@@ -12,6 +12,7 @@ order exactly.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +31,6 @@ from briskbert.retrieval.dense import (
     retrieval_metrics,
     retrieve,
 )
-from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 
@@ -38,6 +38,46 @@ FUSION_FILE = "fusion.json"
 FUSION_GRID = tuple(step / 40 for step in range(41))  # re-ranker weights 0, 0.025, ..., 1
 LEXICAL_GRID = tuple(step / 20 for step in range(21))  # BM25 weights 0, 0.05, ..., 1
 SELECTION_METRICS = (f"mrr@{RANK_DEPTH}", f"recall@{RECALL_DEPTHS[0]}")  # compared in this order
+
+
+_WORD = re.compile(r"\w+")
+
+
+def words(text: str) -> list[str]:
+    """BM25's words: lower-cased runs of letters, digits and _, none stemmed."""
+    return _WORD.findall(text.lower())
+
+
+def bm25_head_scores(
+    queries: dict[str, str],
+    rankings: dict[str, list[str]],
+    corpus: dict[str, str],
+    depth: int,
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> dict[str, list[float]]:
+    """Per query, the BM25 scores (``bm25s``' Lucene variant, over ``corpus``) of its first ``depth`` ranked
+    passages divided by the largest, so they lie in [0, 1] (all 0 when none shares a word with the query). BM25
+    keeps the exact rare words (names, numbers, dates) that one vector per passage loses."""
+    import bm25s
+
+    row = {passage_id: index for index, passage_id in enumerate(corpus)}
+    tokens = [words(text) for text in corpus.values()]
+    index = None
+    if any(tokens):  # bm25s cannot index a collection without a word; no query could match one anyway
+        index = bm25s.BM25(method="lucene", k1=k1, b=b, dtype="float64")
+        index.index(tokens, show_progress=False)
+    scores = {}
+    for query_id, ranking in rankings.items():
+        query = words(queries[query_id])
+        if index is None or not query:
+            scores[query_id] = [0.0] * len(ranking[:depth])
+            continue
+        collection = index.get_scores(query)
+        raw = [float(collection[row[passage_id]]) for passage_id in ranking[:depth]]
+        best = max(raw, default=0.0)
+        scores[query_id] = [value / best if best > 0 else 0.0 for value in raw]
+    return scores
 
 
 def fuse(retrieved: Retrieved, head_scores, weight, retriever_scale, lexical_scores=None, lexical_weight=0.0):

@@ -197,11 +197,8 @@ def _embed_shards(
 
 
 def factory_string(settings: IndexSettings) -> str:
-    if settings.index_type == "flat":
-        return "Flat"
-    if settings.index_type == "hnsw":
-        return f"HNSW{settings.hnsw_m},Flat"
-    return f"IVF{settings.ivf_nlist},PQ{settings.pq_m}x{settings.pq_bits}"
+    ivfpq = f"IVF{settings.ivf_nlist},PQ{settings.pq_m}x{settings.pq_bits}"
+    return {"flat": "Flat", "hnsw": f"HNSW{settings.hnsw_m},Flat", "ivfpq": ivfpq}[settings.index_type]
 
 
 def _faiss_index(settings: IndexSettings, dimension: int, shards: list[Path], num_vectors: int):

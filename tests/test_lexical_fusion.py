@@ -13,11 +13,12 @@ from briskbert.retrieval.fusion import (
     FUSION_FILE,
     Fusion,
     Reranker,
+    bm25_head_scores,
     choose_fusion_weight,
     fuse,
     load_reranker,
+    words,
 )
-from briskbert.retrieval.lexical import bm25_head_scores, words
 from briskbert.retrieval.settings import RerankerArguments
 from briskbert.training.data.task_data import DataError
 

@@ -6,6 +6,7 @@ batch."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -264,39 +265,30 @@ class DualEncoder(Wrapper):
             (embedding_grad,) = torch.autograd.grad(output.loss, embeddings)
         loss = output.loss.detach().requires_grad_()
         # 3. When the loop back-propagates the loss, the chunks are encoded again and the cached gradient
-        # (times the loop's scaling of the loss) goes through the encoder.
+        # (times the loop's scaling of the loss) goes through the encoder, under this forward's autocast.
         kind = input_ids.device.type if input_ids.device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
-        autocast = (kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
-        loss.register_hook(_Replay(self, chunks, rng_states, embedding_grad, autocast))
+        autocast = {"device_type": kind, "enabled": torch.is_autocast_enabled(kind)}
+        autocast["dtype"] = torch.get_autocast_dtype(kind)
+        loss.register_hook(functools.partial(self._replay, chunks, rng_states, embedding_grad, autocast))
         return DualEncoderOutput(loss=loss)
 
-
-@dataclass
-class _Replay:
-    """The backward half of cached gradients: re-encode each chunk with the first pass's dropout and push its
-    share of the cached gradient through the encoder."""
-
-    model: DualEncoder
-    chunks: list
-    rng_states: list  # (CPU state, accelerator devices, their states) before each chunk's first pass
-    embedding_grad: torch.Tensor
-    autocast: tuple  # the forward's (device type, enabled, dtype): the hook runs outside it
-
-    def __call__(self, loss_grad: torch.Tensor) -> torch.Tensor:
-        parameters = [p for p in self.model.encoder.parameters() if p.requires_grad]
-        kind, autocast_enabled, autocast_dtype = self.autocast
+    def _replay(
+        self, chunks, rng_states, embedding_grad, autocast: dict, loss_grad: torch.Tensor
+    ) -> torch.Tensor:
+        """The backward half of cached gradients: re-encode each chunk with the dropout of its first pass
+        (``rng_states``: the CPU state, devices and their states before it) and push its share of the gradient."""
+        parameters = [p for p in self.encoder.parameters() if p.requires_grad]
         offset = 0
         for number, ((chunk_ids, chunk_mask), (cpu_state, devices, states)) in enumerate(
-            zip(self.chunks, self.rng_states)
+            zip(chunks, rng_states)
         ):
-            autocast = torch.autocast(kind, dtype=autocast_dtype, enabled=autocast_enabled)
-            with torch.random.fork_rng(devices=devices), torch.enable_grad(), autocast:
+            with torch.random.fork_rng(devices=devices), torch.enable_grad(), torch.autocast(**autocast):
                 torch.set_rng_state(cpu_state)
                 set_device_states(devices, states)
-                piece = embed_batch(self.model.encoder, chunk_ids, chunk_mask, self.model.embedding)
-            grad = (self.embedding_grad[offset : offset + len(piece)] * loss_grad).to(piece.dtype)
+                piece = embed_batch(self.encoder, chunk_ids, chunk_mask, self.embedding)
+            grad = (embedding_grad[offset : offset + len(piece)] * loss_grad).to(piece.dtype)
             offset += len(piece)
-            if number < len(self.chunks) - 1:
+            if number < len(chunks) - 1:
                 # Earlier chunks add to .grad by hand: a backward into the parameters would tell DDP every
                 # gradient is ready (and start its all-reduce) once per chunk, "marked as ready twice".
                 chunk_grads = torch.autograd.grad(piece, parameters, grad, allow_unused=True)

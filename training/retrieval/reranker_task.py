@@ -26,11 +26,11 @@ from briskbert.retrieval.dense import (
 from briskbert.retrieval.fusion import (
     SELECTION_METRICS,
     Fusion,
+    bm25_head_scores,
     choose_fusion_weight,
     encode_pairs,
     load_reranker,
 )
-from briskbert.retrieval.lexical import bm25_head_scores
 from briskbert.retrieval.settings import RerankerArguments, RerankerData, RerankerValidation
 from briskbert.training.data.pretraining_data import split_document_indices
 from briskbert.training.data.task_data import DataError, load_squad
