@@ -307,9 +307,8 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):
 # ------------------------------------------------------------------------------ a resume is the same run or none
 def test_a_resume_into_fewer_steps_than_the_checkpoint_took_is_refused_naming_the_setting(used_run):
     final = (used_run / "final" / "model.safetensors").read_bytes()
-    with pytest.raises(
-        SettingError, match=r"^max_train_steps 3 is fewer than the 4 steps its checkpoint .*step_4 has taken"
-    ) as refused:
+    taken = r"^max_train_steps 3 makes 3 steps, fewer than the 4 its checkpoint .*step_4 has taken"
+    with pytest.raises(SettingError, match=taken) as refused:
         train(used_run, "--max_train_steps", "3", *RESUME)
     assert refused.value.field == "max_train_steps"
     assert (used_run / "final" / "model.safetensors").read_bytes() == final  # nothing saved over it

@@ -28,7 +28,3 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
-
-
-def __dir__():
-    return sorted(__all__)

@@ -58,8 +58,7 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, **options) -> None:
 
 
 def honour_umask(path: str | os.PathLike) -> None:
-    """Give ``path`` (and everything in a folder) the mode a plain ``open()`` or ``mkdir`` would, not the
-    ``0o600`` of a private temporary file (``mkstemp``, safetensors), which other users cannot read."""
+    """Give ``path`` (and a folder's contents) the mode ``open()``/``mkdir`` would, not a temporary file's 0o600."""
     mask = os.umask(0)
     os.umask(mask)
     path = Path(path)
@@ -120,8 +119,7 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def write_manifest(folder: str | os.PathLike) -> None:
-    """Sync every file under ``folder``, then write ``manifest.json`` (each file's size and sha256) last: a
-    folder with a manifest is one whose files were complete on disk."""
+    """Sync every file under ``folder``, then write ``manifest.json`` (each file's size and sha256) last."""
     folder = Path(folder)
     entries = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
@@ -182,8 +180,7 @@ def out_of_space(error: BaseException) -> bool:
 @contextmanager
 def space_for(target: str | os.PathLike, needed: int) -> Iterator[None]:
     """The body writes the folder ``target`` through its ``.partial`` (about ``needed`` bytes): when it raises, the
-    partial goes, and a lack of space (said, or less than ``needed`` left: torch.save says "unexpected pos") is one
-    line."""
+    partial goes, and a lack of space (said, or less than ``needed`` left) is one line."""
     target = Path(target)
     try:
         yield

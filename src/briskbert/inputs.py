@@ -30,8 +30,8 @@ class ModelLocation:
 
 
 def looks_like_local_path(name: str) -> bool:
-    """True when ``name`` can only mean a path: it exists, is written as one (``./x``, ``~/x``, ``a/b/c``), is
-    no valid repo id, or starts with a folder that exists here (``runs/model``)."""
+    """True when ``name`` can only mean a path: it exists, is written as one, is no valid repo id, or starts
+    with a folder that exists here (``runs/model``)."""
     if Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.endswith("/"):
         return True
     return not _REPO_ID.match(name) or ("/" in name and Path(name.split("/", 1)[0]).is_dir())

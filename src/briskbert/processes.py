@@ -19,8 +19,7 @@ def briskbert_argv(*args: str) -> list[str]:
 
 
 class Interrupt(KeyboardInterrupt):
-    """A SIGINT or SIGTERM that stops a job where it stands: a KeyboardInterrupt (every ``finally`` runs, as
-    on Ctrl-C) that knows its signal, so the process exits with the shell's 128 + its number."""
+    """A SIGINT or SIGTERM as a KeyboardInterrupt that knows its signal (the process exits with 128 + it)."""
 
     def __init__(self, signal_number: int):
         super().__init__(signal.Signals(signal_number).name)

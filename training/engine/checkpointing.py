@@ -162,8 +162,7 @@ def check_output_dir(output_dir: str | Path, resume_from_checkpoint: str | None,
 
 
 def clear_previous_run(output_dir: Path, inputs: Iterable[str], main_process: bool) -> None:
-    """Delete (on the main process) an earlier run's checkpoints and outputs, other files staying; refused on
-    every process when that would delete one of the run's ``inputs`` (``runs/x/final`` continued into ``runs/x``)."""
+    """Delete (on the main process) an earlier run's checkpoints and outputs, refused if one holds an ``input``."""
     outputs = (output_dir / name for name in RUN_OUTPUTS)
     doomed = [*checkpoint_dirs(output_dir), *(path for path in outputs if path.exists())]
     for name in inputs:
@@ -269,8 +268,7 @@ def save_checkpoint(
 
 
 def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
-    """accelerate's ``save_state`` hook: keep one name per shared storage (a tied weight's source), as
-    ``save_pretrained`` does; accelerate would otherwise drop the copy itself, warning at every checkpoint."""
+    """accelerate's ``save_state`` hook: one name per shared storage, as ``save_pretrained`` keeps (no warning)."""
     for state in weights:
         seen = set()
         for key, tensor in list(state.items()):
@@ -282,17 +280,13 @@ def drop_tied_copies(models, weights: list[dict], output_dir) -> None:
 def check_steps_left(config: TrainingConfig, checkpoint: Path | None, max_train_steps: int) -> None:
     """Refuse to resume ``checkpoint`` into a run of fewer steps than it has already taken."""
     step = TrainingState.load(checkpoint).global_step if checkpoint is not None else 0
-    if max_train_steps >= step:
-        return
-    if config.max_train_steps is not None:
-        field, steps = "max_train_steps", f"{max_train_steps} is"
-    else:
-        field, steps = "num_train_epochs", f"{config.num_train_epochs} makes {max_train_steps} steps,"
-    raise SettingError(
-        field,
-        f"{steps} fewer than the {step} steps its checkpoint {checkpoint} has taken; resume with at least "
-        f"{step} steps, or start a new run from its model.",
-    )
+    if max_train_steps < step:
+        field = "max_train_steps" if config.max_train_steps is not None else "num_train_epochs"
+        raise SettingError(
+            field,
+            f"{getattr(config, field)} makes {max_train_steps} steps, fewer than the {step} its checkpoint "
+            f"{checkpoint} has taken; resume with at least {step} steps, or start a new run from its model.",
+        )
 
 
 def checkpoint_to_resume(config: TrainingConfig, identity: RunIdentity) -> Path | None:

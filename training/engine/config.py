@@ -147,10 +147,6 @@ class TrainingConfig:
             raise SettingError("greater_is_better", "needs metric_for_best_model.")
 
     @property
-    def trackers(self) -> list[str]:
-        return [] if self.report_to == "none" else self.report_to.split(",")
-
-    @property
     def metric_name(self) -> str | None:
         """``metric_for_best_model`` as it appears among the evaluation metrics (``eval_`` prefixed)."""
         name = self.metric_for_best_model

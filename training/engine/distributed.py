@@ -47,9 +47,8 @@ class _GatherWithGrad(torch.autograd.Function):
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """All processes' ``tensor`` concatenated along dim 0, differentiable with respect to every shard (as
-    ``torch.distributed.nn.all_gather``, but for shards of different lengths and on gloo, which lacks
-    reduce-scatter)."""
+    """All processes' ``tensor`` concatenated along dim 0, differentiable with respect to every shard (unlike
+    ``torch.distributed.nn.all_gather``, for shards of different lengths and on gloo)."""
     if world_size() == 1:
         return tensor
     return _GatherWithGrad.apply(tensor)

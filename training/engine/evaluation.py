@@ -19,8 +19,7 @@ from briskbert.training.engine.task import Task
 
 
 def evaluation_loop(model, dataloader, accelerator, batch_fn: Callable[[dict, object], dict]) -> dict:
-    """Forward every eval batch; ``batch_fn(batch, outputs)`` returns per-example tensors, gathered across
-    processes (``gather_for_metrics`` drops the padding duplicates) and concatenated on CPU."""
+    """``batch_fn(batch, outputs)``'s per-example tensors over every eval batch, gathered and concatenated on CPU."""
     collected: dict[str, list] = {}
     with torch.no_grad():
         for batch in dataloader:

@@ -11,7 +11,6 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from importlib.metadata import version
-from importlib.util import find_spec
 from pathlib import Path
 
 from briskbert.errors import UserError
@@ -174,7 +173,7 @@ def hardware_description(accelerator) -> str:
 
 def framework_versions() -> dict:
     names = ("torch", "transformers", "accelerate", "datasets", "tokenizers")
-    return {name: version(name) for name in names if find_spec(name) is not None}
+    return {name: version(name) for name in names}  # all dependencies of briskbert
 
 
 def base_model_id(model_name_or_path: str | None) -> str | None:

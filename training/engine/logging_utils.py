@@ -26,9 +26,8 @@ COUNTER_SUFFIXES = ("_runtime_s", "_tokens", "_samples", "_count", "_examples")
 
 
 class MetricsLog:
-    """Append-only history of log entries (dicts with a ``step``), mirrored to ``log_history.jsonl`` and the
-    ``tracker`` (the Accelerator); each evaluation is printed. Only the main process writes and prints. It also
-    sums the steps since the last training entry (loss x items, items, tokens)."""
+    """Log entries (dicts with a ``step``), mirrored to ``log_history.jsonl`` and the ``tracker``, evaluations
+    printed (on the main process), and the sums of the steps since the last training entry."""
 
     def __init__(self, output_dir: str | Path, is_main_process: bool, tracker=None):
         self.path = Path(output_dir) / LOG_FILE
@@ -149,8 +148,7 @@ def _is_size(key: str) -> bool:
 
 
 def curve_figure(history: list[dict]):
-    """The training and validation losses, then a panel per validation metric evaluated more than once
-    (headline metrics first, at most six), against the optimizer step."""
+    """The losses, then a panel per validation metric evaluated more than once (at most six), by optimizer step."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -67,13 +67,12 @@ def create_accelerator(config: TrainingConfig):
     kwargs = {}
     if config.torch_compile:
         kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=True)
-    # Several processes without a GPU (torchrun on a CPU machine): Accelerate only picks its multi-CPU (gloo)
-    # mode when told it runs on CPU.
+    # torchrun on a CPU machine: Accelerate only picks its multi-CPU (gloo) mode when told it runs on CPU
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         kwargs["cpu"] = True
     return Accelerator(
         mixed_precision=config.mixed_precision,
-        log_with=config.trackers or None,
+        log_with=None if config.report_to == "none" else config.report_to.split(","),
         project_dir=config.output_dir,
         # non_blocking: a pinned batch's copy to the GPU overlaps the step (make_dataloader pins them)
         dataloader_config=DataLoaderConfiguration(even_batches=True, non_blocking=True),
@@ -293,8 +292,7 @@ def _global_batch_size(config: TrainingConfig, accelerator) -> int:
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """A permutation of ``range(n)`` seeded by ``seed + epoch``: reproducible, and the same whatever the
-    number of processes (Accelerate shards the batches of this one order)."""
+    """A permutation of ``range(n)`` seeded by ``seed + epoch``, the same whatever the number of processes."""
 
     def __init__(self, num_samples: int, seed: int):
         self.num_samples, self.seed, self.epoch = num_samples, seed, 0
@@ -318,8 +316,7 @@ def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | N
         if torch.cuda.is_available():
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             num_workers = max(0, min(4, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1))
-    # An own generator: creating an iterator then never draws from the global torch RNG, which would
-    # otherwise shift dropout masks between an uninterrupted and a resumed run.
+    # An own generator: an iterator never draws from the global RNG (a resume keeps the same dropout masks).
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -334,8 +331,7 @@ def make_dataloader(dataset, collator, batch_size, sampler, num_workers: int | N
 def accumulation_windows(
     dataloader, state: TrainingState, accumulation_steps: int, accelerator, epoch_listeners: Iterable = ()
 ) -> Iterator[list[dict]]:
-    """The micro-batches of one optimizer step at a time, without end, from ``state``'s data position (a resumed
-    run skips what it consumed), which it moves; the last window of an epoch may be short."""
+    """The micro-batches of one optimizer step at a time, without end, from and moving ``state``'s data position."""
     while True:
         for listener in epoch_listeners:
             listener.set_epoch(state.epoch)
@@ -391,9 +387,8 @@ def _train_step(accelerator, model, optimizer, window, count_items, guard, max_n
 
 
 class DivergenceGuard:
-    """Nothing non-finite is applied, without a wait for the device at every step: :meth:`flag` marks a bad step
-    on the device, the optimizer skips it and every later one (fused AdamW's ``found_inf``; under fp16 only a bad
-    loss counts), and :meth:`raise_if_diverged` reports the first where the loop reads its counters anyway."""
+    """Nothing non-finite is applied, without waiting for the device at each step: :meth:`flag` marks a bad step
+    there, the optimizer skips it and every later one (``found_inf``), and :meth:`raise_if_diverged` reports it."""
 
     def __init__(self, accelerator, optimizer, output_dir: Path, first_step: int):
         self.optimizer = getattr(optimizer, "optimizer", optimizer)  # inside Accelerate's wrapper

@@ -47,8 +47,8 @@ def estimate_training_memory(
     mixed_precision: str = "no",
     predicted_fraction: float = 1.0,
 ) -> MemoryEstimate:
-    """Training memory of ``model_class(config)`` at ``batch_size`` x ``seq_length`` tokens; the MLM decoder runs
-    at ``predicted_fraction`` of the tokens (the masking rate with a sparse decoder)."""
+    """Training memory of ``model_class(config)`` at ``batch_size`` x ``seq_length`` tokens, the MLM decoder on
+    ``predicted_fraction`` of them."""
     parameters = count_parameters(model_class, config)
     autocast = mixed_precision in ("bf16", "fp16")
     width = 2 if autocast and device_type == "cuda" else 4  # bytes of one activation

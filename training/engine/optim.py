@@ -8,8 +8,8 @@ from transformers import get_scheduler
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Trainable parameters (tied ones once) in a decayed group and a group without decay: every bias, and the
-    parameters of embeddings and norms (by module type: any class whose name ends in ``Norm``)."""
+    """Trainable parameters in a decayed group and a group without decay: biases, embeddings and norms (any
+    class whose name ends in ``Norm``)."""
     no_decay: set[int] = set()
     for module in model.modules():
         is_norm = isinstance(module, (nn.Embedding, nn.LayerNorm)) or type(module).__name__.endswith("Norm")

@@ -37,8 +37,8 @@ def stopping(output_dir: str | os.PathLike, main_process: bool = True):
 
 
 class SignalCatcher:
-    """While entered, the first signal is remembered (the loop stops after this step); a second Ctrl-C raises
-    :class:`Interrupt` at once (a second SIGTERM does not: no user at the keyboard)."""
+    """While entered, the first signal is remembered (the loop stops after this step); a second Ctrl-C (not
+    SIGTERM: no user at the keyboard) raises :class:`Interrupt` at once."""
 
     def __init__(self):
         self.signal_number = 0
