@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
 
 from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
@@ -139,8 +141,6 @@ def encode_texts(
     encoder, tokenizer, texts: list[str], spec: EmbeddingSpec, batch_size=64, description="encoding"
 ):
     """Embeddings of ``texts`` (rows in input order, on the CPU, fp32)."""
-    from tqdm.auto import tqdm
-
     was_training = encoder.training
     encoder.eval()
     device = next(encoder.parameters()).device
@@ -254,8 +254,6 @@ def embedding_spec(
 
 def load_dual_encoder(name_or_path: str, embedding=EmbeddingArguments(), max_seq_length=None):
     """``(encoder, tokenizer, spec)``, the spec as :func:`embedding_spec` decides."""
-    from transformers import AutoModel, AutoTokenizer
-
     encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
     return encoder, tokenizer, embedding_spec(name_or_path, embedding, max_seq_length)

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from briskbert.errors import SettingError
 from briskbert.files import write_atomic
@@ -217,8 +219,6 @@ def score_pairs(
     model, tokenizer, queries: list[str], passages: list[str], max_seq_length: int, batch_size=32
 ):
     """The relevance logit of each (query, passage) pair, as a CPU float tensor in input order."""
-    from tqdm.auto import tqdm
-
     model.eval()
     device = next(model.parameters()).device
     lengths = [len(query) + len(passage) for query, passage in zip(queries, passages)]
@@ -271,8 +271,6 @@ class Reranker:
 
 def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker | None:
     """The re-ranker ``settings`` name (or ``None``) at the weights given, else its ``fusion.json``'s, else 0."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     name_or_path = settings.reranker_model_name_or_path
     if not name_or_path:
         return None

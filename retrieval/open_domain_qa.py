@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from scipy.special import logsumexp
+from tqdm.auto import tqdm
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 from briskbert.retrieval.dense import RECALL_DEPTHS, batches_by_length, retrieval_metrics, retrieve
 from briskbert.retrieval.fusion import fuse, shortfall_warning
@@ -54,9 +56,7 @@ class Answer:
     passage_probabilities: list[float] = field(default_factory=list)  # the ranking's, over passages_read
 
 
-def load_reader(name_or_path: str, max_seq_length=384, doc_stride=128, batch_size=32) -> Reader:
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
-
+def load_reader(name_or_path: str, max_seq_length: int, doc_stride: int, batch_size: int) -> Reader:
     model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=True)
     return Reader(model.eval(), tokenizer, max_seq_length, doc_stride, batch_size=batch_size)
@@ -113,8 +113,6 @@ def read_passages(
 
 
 def _reader_logits(reader: Reader, features) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    from tqdm.auto import tqdm
-
     device = next(reader.model.parameters()).device
     names = [name for name in ("input_ids", "token_type_ids", "attention_mask") if name in features]
     lengths = [len(ids) for ids in features["input_ids"]]

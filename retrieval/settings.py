@@ -169,11 +169,7 @@ class IndexSettings:
         check_at_least(
             self, 1, "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "ivf_nprobe", "max_train_vectors"
         )
-        for name in ("ivf_nlist", "pq_m"):
-            if getattr(self, name) < 0:
-                raise SettingError(
-                    name, f"must be >= 1 (or 0: chosen from the collection), got {getattr(self, name)}."
-                )
+        check_at_least(self, 0, "ivf_nlist", "pq_m")  # 0: chosen from the collection
         if not 1 <= self.pq_bits <= 16:
             raise SettingError("pq_bits", f"must be between 1 and 16, got {self.pq_bits}.")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from briskbert.errors import SettingError
 from briskbert.files import LOCK_FILE, atomic_file, write_atomic
@@ -112,7 +113,6 @@ def build_index(
     with atomic_file(folder / INDEX_FILE) as partial:
         faiss.write_index(index, str(partial))
     config = {
-        "format_version": 1,
         "index_type": settings.index_type,
         "settings": asdict(settings),
         "num_passages": num_vectors,
@@ -174,8 +174,6 @@ def _embed_shards(
     source, encoder, tokenizer, spec, shard_folder: Path, shard_size: int, batch_size: int
 ) -> int:
     """Embed the passages not yet in a shard; returns the number of passages embedded in all."""
-    from tqdm.auto import tqdm
-
     finished = sorted(shard_folder.glob("*.npy"))
     done, number = sum(np.load(path, mmap_mode="r").shape[0] for path in finished), len(finished)
     progress = tqdm(initial=done, desc="embedding passages", unit="passage")
@@ -203,7 +201,6 @@ def factory_string(settings: IndexSettings) -> str:
 
 def _faiss_index(settings: IndexSettings, dimension: int, shards: list[Path], num_vectors: int):
     import faiss
-    from tqdm.auto import tqdm
 
     index = faiss.index_factory(dimension, factory_string(settings), faiss.METRIC_INNER_PRODUCT)
     if settings.index_type == "hnsw":

@@ -266,13 +266,9 @@ class RerankerTask(Task):
         self.eval_batch_size = config.per_device_eval_batch_size
         self._load_groups(config.seed, self.eval_batch_size, accelerator.device)
         # One relevance logit; problem_type regression keeps the head's own (unused) loss well defined.
+        head = {"num_labels": 1, "problem_type": "regression"}
         model, tokenizer = load_starting_model(
-            BriskBertForSequenceClassification,
-            source,
-            self.location,
-            config.output_dir,
-            num_labels=1,
-            problem_type="regression",
+            BriskBertForSequenceClassification, source, self.location, config.output_dir, **head
         )
         if self.held_out:
             accelerator.print(
