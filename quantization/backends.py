@@ -79,14 +79,7 @@ def quantize_onnx(fp32_folder: Path, folder: Path, scopes, keep: set[str], reque
 def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, staging: Path) -> None:
     """Quantizes `model` in place with torchao (every Linear, and the word embeddings int8 per row, bar the `keep`
     modules) and saves it into `staging` as a transformers folder whose config loads it back."""
-    from torchao.quantization import (
-        FqnToConfig,
-        Int8DynamicActivationInt8WeightConfig,
-        Int8WeightOnlyConfig,
-        IntxWeightOnlyConfig,
-        PerAxis,
-        quantize_,
-    )
+    from torchao import quantization as ao
     from transformers import TorchAoConfig
     from transformers.quantizers.auto import AutoHfQuantizer
 
@@ -97,8 +90,8 @@ def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, s
         decoder.weight = nn.Parameter(decoder.weight.detach().clone())
         model.config.tie_word_embeddings = False
     linear_config = {
-        "int8-weight-only": Int8WeightOnlyConfig(set_inductor_config=False),
-        "int8-dynamic": Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+        "int8-weight-only": ao.Int8WeightOnlyConfig(set_inductor_config=False),
+        "int8-dynamic": ao.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
     }[request.torch_scheme]
     table = {
         path: linear_config
@@ -107,9 +100,9 @@ def quantize_torch(model: nn.Module, keep: set[str], request: QuantizeRequest, s
     }
     embeddings_path = next(path for path, module in model.named_modules() if module is embeddings)
     if embeddings_path not in keep:
-        table[embeddings_path] = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
-    config = TorchAoConfig(FqnToConfig(table), include_input_output_embeddings=embeddings_path not in keep)
-    quantize_(model, config.quant_type, filter_fn=None)
+        table[embeddings_path] = ao.IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=ao.PerAxis(0))
+    config = TorchAoConfig(ao.FqnToConfig(table), include_input_output_embeddings=embeddings_path not in keep)
+    ao.quantize_(model, config.quant_type, filter_fn=None)
     # What from_pretrained(quantization_config=...) would attach; save_pretrained then writes torchao's
     # safetensors layout and the config that loads it back.
     model.config.quantization_config = config

@@ -31,16 +31,11 @@ from .request import QuantizeRequest
 
 CANDIDATES = ".candidates"  # inside the staged folder: every candidate's files, until one is kept
 # Per backend: the library quantization.json names, and how the kept model was made.
+FUSED = "torch.onnx.export, then ONNX Runtime's transformer optimizer (fused kernels)"
 BACKENDS = {
     "fp32": ("briskbert", "none: the fp32 model was the fastest within the thresholds"),
-    "onnx-fp32": (
-        "onnxruntime",
-        "torch.onnx.export, then ONNX Runtime's transformer optimizer (fused kernels)",
-    ),
-    "onnx": (
-        "onnxruntime",
-        "torch.onnx.export, ONNX Runtime's transformer optimizer, then onnxruntime.quantization.quantize_dynamic",
-    ),
+    "onnx-fp32": ("onnxruntime", FUSED),
+    "onnx": ("onnxruntime", f"{FUSED}, then onnxruntime.quantization.quantize_dynamic"),
     "torch": ("torchao", "torchao ({scheme}) through transformers' TorchAoConfig"),
 }
 # fp32 is always a candidate and within the thresholds: the choice is never slower than fp32 as measured.
@@ -173,7 +168,7 @@ def build_candidates(root: Path, model, architecture: str, embedding, sample, re
     return candidates
 
 
-def measure(candidate: Candidate, references, batches, labelled, fp32_accuracy, request) -> None:
+def measure(candidate: Candidate, references, batches, labelled, fp32: Candidate, request) -> None:
     """Sets the candidate's agreement with fp32 on the check batches, its accuracy, and why it fails, if it does."""
     masks = [batch["attention_mask"] for batch in batches]
     outputs = [candidate.run(batch) for batch in batches]
@@ -189,9 +184,9 @@ def measure(candidate: Candidate, references, batches, labelled, fp32_accuracy, 
     ]
     if labelled:
         candidate.accuracy = accuracy_of(candidate.run, labelled)
-        if fp32_accuracy - candidate.accuracy > request.max_accuracy_drop:
+        if fp32.accuracy - candidate.accuracy > request.max_accuracy_drop:
             notes.append(
-                f"accuracy {candidate.accuracy:.4f} < fp32 {fp32_accuracy:.4f} - {request.max_accuracy_drop:g}"
+                f"accuracy {candidate.accuracy:.4f} < fp32 {fp32.accuracy:.4f} - {request.max_accuracy_drop:g}"
             )
     candidate.note = "; ".join(notes)
 
@@ -239,18 +234,18 @@ def choose(rows: list[dict]) -> dict:
 
 
 def keep(candidate: Candidate, model, model_dir: Path, staging: Path) -> None:
-    """Moves the kept candidate's files into the staged folder, with the source's tokenizer and companions."""
+    """Moves the kept candidate's files into the staged folder, over the source's tokenizer and companions."""
+    companions = export.COMPANION_FILES
+    if candidate.backend in ("torch", "fp32"):  # still a transformers (and sentence-transformers) folder
+        companions = (*companions, FACTS_FILE)
+        copy_sentence_transformers_files(model_dir, staging)
+    export.copy_files(model_dir, staging, companions)
     if candidate.folder is None:
         model.save_pretrained(staging)
     else:
         for path in candidate.folder.iterdir():
             path.rename(staging / path.name)
     shutil.rmtree(staging / CANDIDATES, ignore_errors=True)  # absent when fp32 was the only candidate
-    companions = export.COMPANION_FILES
-    if candidate.backend in ("torch", "fp32"):  # still a transformers (and sentence-transformers) folder
-        companions = (*companions, FACTS_FILE)
-        copy_sentence_transformers_files(model_dir, staging)
-    export.copy_files(model_dir, staging, companions, replace=False)
 
 
 def quantization_facts(
@@ -298,8 +293,9 @@ def quantization_facts(
 def quantize(request: QuantizeRequest) -> dict:
     """Writes the kept candidate to `request.output_dir` whole; returns its quantization.json. A requested backend
     beyond the thresholds raises UserError with nothing written."""
-    model, tokenizer, architecture = export.load_for_export(request.model_dir, request.architecture)
-    embedding = export.embedding_spec_of(request.model_dir, architecture)
+    model, tokenizer, architecture, embedding = export.load_for_export(
+        request.model_dir, request.architecture
+    )
     max_length = min(request.max_length, tokenizer.model_max_length)
     multiple_choice = architecture == "BriskBertForMultipleChoice"
     texts = export.read_texts(request.text_file, CHECK_BATCHES * (CHECK_ROWS + 1))
@@ -311,20 +307,18 @@ def quantize(request: QuantizeRequest) -> dict:
     timing = batches  # the same sentences one by one, sorted by length (choices cannot be)
     if not multiple_choice:
         timing = [batch for _, batch in length_batches(tokenizer, texts, TIMING_BATCH, max_length, "pt")]
-    labelled = fp32_accuracy = None
+    labelled = None
     if request.validation_file is not None:
         labelled = labelled_batches(request, model, tokenizer, architecture, max_length)
-    fp32_run = torch_runner(model, embedding)
-    references = [fp32_run(batch) for batch in batches]
-    if labelled:
-        fp32_accuracy = accuracy_of(fp32_run, labelled)
     examples = CHECK_BATCHES * CHECK_ROWS // (2 if multiple_choice else 1)
     with staged_folder(request.output_dir) as staging:
         candidates = build_candidates(
             staging / CANDIDATES, model, architecture, embedding, batches[0], request
         )
-        for candidate in candidates:
-            measure(candidate, references, batches, labelled, fp32_accuracy, request)
+        fp32 = candidates[0]
+        references = [fp32.run(batch) for batch in batches]
+        for candidate in candidates:  # fp32 first: the others' accuracy is compared with its
+            measure(candidate, references, batches, labelled, fp32, request)
         requested = {candidate.backend: candidate for candidate in candidates}.get(request.backend)
         if requested and requested.note:  # refused before the timing
             scheme = "" if request.backend == "onnx" else "torch_scheme int8-weight-only, "
@@ -352,7 +346,7 @@ def quantize(request: QuantizeRequest) -> dict:
         evaluation = []
         if labelled:
             name = request.dataset_card_name or Path(request.validation_file).name
-            scores = dict(fp32=fp32_accuracy, int8=kept.accuracy, examples=len(labelled[1]))
+            scores = dict(fp32=fp32.accuracy, int8=kept.accuracy, examples=len(labelled[1]))
             evaluation.append(dict(dataset=name, metric="accuracy", **scores))
         text = Path(request.text_file).name if request.text_file else "the bundled WikiText-2 excerpt"
         notes = (
@@ -364,11 +358,9 @@ def quantize(request: QuantizeRequest) -> dict:
         sizes = model.get_memory_footprint(), sum(path.stat().st_size for path in staging.glob(pattern))
         facts = quantization_facts(request, kept, rows, architecture, embedding, evaluation, sizes, notes)
         (staging / QUANTIZATION_FILE).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
+        auto_class = backends.auto_class_of(architecture).__name__
         readme = render_quantized_readme(
-            staging,
-            Path(request.output_dir).name,
-            list(references[0]),
-            backends.auto_class_of(architecture).__name__,
+            staging, Path(request.output_dir).name, list(references[0]), auto_class
         )
         (staging / "README.md").write_text(readme, encoding="utf-8")
     return facts

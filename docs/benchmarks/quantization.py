@@ -151,7 +151,8 @@ def rss_mib() -> float:
 def prepared_folders(args, source: Path, kind: str) -> dict[str, Path]:
     """The int8 folders of `source` (made once under --out/models) and its fp32 ONNX export."""
     from briskbert.modeling.export import export_and_check
-    from briskbert.quantization import QuantizeRequest, quantize
+    from briskbert.quantization.job import quantize
+    from briskbert.quantization.request import QuantizeRequest
 
     base = args.out / "models" / kind
     folders = {
@@ -191,17 +192,13 @@ def load_candidate(name: str, folder: Path, folders: dict[str, Path], bert: Path
     import torch
     import transformers
 
-    from briskbert.modeling.export import (
-        embedding_spec_of,
-        model_outputs,
-        onnxruntime_session,
-        run_onnxruntime,
-    )
+    from briskbert.modeling.export import model_outputs, onnxruntime_session, run_onnxruntime
+    from briskbert.modeling.sentence_transformers_files import read_embedding_spec
     from briskbert.quantization.backends import auto_class_of
 
     before = rss_mib()
     architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
-    spec = embedding_spec_of(folder, architecture)
+    spec = read_embedding_spec(folder) if architecture == "BriskBertModel" else None
     if name.startswith("onnxruntime"):
         path = next(folders[name].glob("*.onnx"))
         session = onnxruntime_session(path, threads)
@@ -490,7 +487,8 @@ def main(argv=None) -> None:
     print(markdown({**report, "quality": {"sst2_accuracy": {}, "retrieval": {}, "conll_f1": {}}}), flush=True)
     print(f"load average {os.getloadavg()}", flush=True)
     if not args.skip_auto:
-        from briskbert.quantization import QuantizeRequest, quantize
+        from briskbert.quantization.job import quantize
+        from briskbert.quantization.request import QuantizeRequest
 
         facts = quantize(
             QuantizeRequest(args.embedder, args.out / "models" / "auto", overwrite_output_dir=True)

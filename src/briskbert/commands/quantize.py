@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"onnx": "onnx", "onnx-fp32": "onnx", "torch": "torchao"}.get(request.backend)
     if extra:
         require_extra(extra, f"--backend {request.backend}")
-    from briskbert.quantization import quantize
+    from briskbert.quantization.job import quantize
 
     facts = quantize(request)
     sizes, choice = facts["weights_bytes"], facts["choice"]
