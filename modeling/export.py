@@ -13,7 +13,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AutoTokenizer
 
+from briskbert import modeling, tokenization  # noqa: F401  (registers the Auto classes in-process)
+from briskbert.data import DATA_DIR
 from briskbert.errors import SettingError
 from briskbert.inputs import check_model_folder, check_text_file
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec, read_embedding_spec
@@ -48,10 +51,6 @@ def quiet_logs():
 def load_for_export(model_dir: Path, architecture: str | None):
     """The model (eval mode, fp32), tokenizer (capped at the model's longest input), head name and, for a
     sentence-transformers folder's bare encoder, its pooling of a checked briskbert folder."""
-    from transformers import AutoTokenizer
-
-    from briskbert import modeling, tokenization  # noqa: F401  (registers the Auto classes in-process)
-
     config = check_model_folder(Path(model_dir), "model_dir")
     if config["model_type"] != "briskbert":
         raise SettingError(
@@ -77,8 +76,6 @@ def load_for_export(model_dir: Path, architecture: str | None):
 def read_texts(text_file: Path | None, count: int) -> list[str]:
     """The first `count` sentences (of at least three words) of a text file."""
     if text_file is None:
-        from briskbert.data import DATA_DIR
-
         text_file = DATA_DIR / "wikitext2_excerpt.txt"
     lines = check_text_file(text_file, "text_file").read_text(encoding="utf-8").splitlines()
     # Sentences rather than whole paragraphs, so pairs of them vary in length well within max_length.

@@ -1,6 +1,5 @@
 """A BriskBert folder written back as a transformers family's own folder, loadable without remote code. The import
-is the oracle: the family's config, imported again, must give back every option; the weights follow the import's
-name map backwards; the written folder's outputs must match."""
+is the oracle: the family's config must import back to every option, its weights follow the import's name map."""
 
 import json
 from pathlib import Path
@@ -37,11 +36,10 @@ def differences(family: SourceFamily, suffix: str, ours, theirs) -> list[str]:
         return [str(error)]
     ignored = _RUNTIME_OPTIONS + (_HEAD_OPTIONS if suffix in ("ForMaskedLM", "Model") else ())
     mine, back = _effective(ours.to_dict()), _effective(back)
-    names = [name for name in type(ours).__annotations__ if name not in ignored]
     return [
         f"{name}={mine[name]!r} ({family.name}: {back.get(name)!r})"
-        for name in names
-        if mine[name] != back.get(name)
+        for name in type(ours).__annotations__
+        if name not in ignored and mine[name] != back.get(name)
     ]
 
 
