@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -124,7 +123,6 @@ class Fusion:
             )
 
     def point(self, weight: float, lexical: float = 0.0) -> dict:
-        """The curve's point nearest to these weights."""
         return min(self.curve, key=lambda p: abs(p["weight"] - weight) + abs(p["lexical_weight"] - lexical))
 
     def summary(self) -> str:
@@ -300,7 +298,6 @@ def load_reranker(settings: RerankerArguments, batch_size: int = 32) -> Reranker
 def evaluate_retrieval(task, retriever, reranker=None) -> dict:
     """Metrics of retrieval alone and, with a re-ranker, of its own order (``"reranked"``) and of the fused one
     (``"fused"``, with a ``"warning"`` when below retrieval)."""
-    start = time.perf_counter()
     retrieved = retrieve(
         task.corpus, task.queries, retriever, max(RECALL_DEPTHS[-1], reranker.top_k if reranker else 0)
     )
@@ -308,11 +305,9 @@ def evaluate_retrieval(task, retriever, reranker=None) -> dict:
         "num_queries": len(task.query_ids),
         "num_passages": len(task.corpus_ids),
         "retrieval": retrieval_metrics(retrieved.rankings, task.qrels),
-        "retrieval_s": round(time.perf_counter() - start, 2),
     }
     if reranker is None:
         return report
-    start = time.perf_counter()
     logits, fused = reranker.rerank(task.queries, retrieved, task.corpus, retriever.scale)
     report |= {
         "reranked": retrieval_metrics(fuse(retrieved, logits, 1.0, retriever.scale).rankings, task.qrels),
@@ -320,6 +315,5 @@ def evaluate_retrieval(task, retriever, reranker=None) -> dict:
         "fusion_weight": reranker.fusion_weight,
         "lexical_weight": reranker.lexical_weight,
         "rerank_top_k": reranker.top_k,
-        "rerank_s": round(time.perf_counter() - start, 2),
     }
     return report | shortfall_warning(report["retrieval"], report["fused"], reranker.fusion_weight)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -38,12 +39,9 @@ class Reader:
     batch_size: int = 32
 
 
-@dataclass
-class PassageReading:
-    """A passage's best spans and the log-sum-exp of its start and end logits over its context tokens."""
-
-    spans: list[dict]
-    start_logsumexp: float
+class PassageReading(NamedTuple):
+    spans: list[dict]  # the passage's best spans
+    start_logsumexp: float  # of its start logits over its context tokens, in every window
     end_logsumexp: float
 
 
@@ -68,9 +66,8 @@ def rank_passages(corpus, questions, retriever, reranker=None, depth: int = 5):
     retrieved = retrieve(corpus, questions, retriever, top_k=max(depth, RECALL_DEPTHS[-1]))
     if reranker is None:
         return retrieved, fuse(retrieved, {q: [0.0] * depth for q in questions}, 0.0, retriever.scale)
-    return retrieved, reranker.rerank(
-        questions, retrieved, corpus, retriever.scale, max(depth, reranker.top_k)
-    )[1]
+    _, ranked = reranker.rerank(questions, retrieved, corpus, retriever.scale, max(depth, reranker.top_k))
+    return retrieved, ranked
 
 
 @torch.no_grad()

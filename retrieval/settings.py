@@ -353,9 +353,8 @@ class RerankerData:
 
     @property
     def pool_size(self) -> int:
-        if self.negative_pool_size is not None:
-            return self.negative_pool_size
-        return 3 * self.num_negatives if self.negatives_from else self.num_negatives
+        default = 3 * self.num_negatives if self.negatives_from else self.num_negatives
+        return default if self.negative_pool_size is None else self.negative_pool_size
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,6 @@ class RerankGroup:
 
 
 def _distinct_passages(pairs: list[Pair], extra_passages: list[str] = (), pool_size: int = 0) -> list[str]:
-    """The distinct positives, negatives and ``extra_passages``: more than ``pool_size`` of them, or an error."""
     texts = [pair.positive for pair in pairs] + [pair.negative for pair in pairs if pair.negative]
     passages = list(dict.fromkeys(texts + list(extra_passages)))
     if len(passages) <= pool_size:

@@ -45,19 +45,17 @@ def main(argv=None):
     models, reranking, embedding, source, index, run = parse(
         __doc__, ModelArguments, *RETRIEVAL_ARGUMENTS, QuestionArguments, argv=argv
     )
-    from briskbert.commands.evaluate_retrieval import load_models
-    from briskbert.retrieval.open_domain_qa import load_reader
+    from briskbert.commands.evaluate_retrieval import load_models, write_outputs
+    from briskbert.retrieval import open_domain_qa
 
     name, batch_size = models.retriever_model_name_or_path, models.batch_size
     task, retriever, reranker = load_models(source, embedding, index, reranking, name, batch_size)
-    reader = load_reader(
+    reader = open_domain_qa.load_reader(
         models.reader_model_name_or_path, models.reader_max_seq_length, models.doc_stride, batch_size
     )
     if run.question:
-        from briskbert.retrieval.open_domain_qa import answer_questions
-
         texts = task.corpus
-        (answer,) = answer_questions(
+        (answer,) = open_domain_qa.answer_questions(
             texts, {"q": run.question}, retriever, reader, reranker, models.read_top_k
         ).values()
         print(
@@ -68,11 +66,8 @@ def main(argv=None):
             print(f"  {rank}. [{passage_id}] p={probability:.2f}  {texts[passage_id][:200]}")
         return answer
 
-    from briskbert.commands.evaluate_retrieval import write_outputs
-    from briskbert.retrieval.open_domain_qa import READ_DEPTHS, evaluate_open_domain_qa
-
-    depths = tuple(sorted({*READ_DEPTHS, models.read_top_k}))
-    metrics, answers = evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
+    depths = tuple(sorted({*open_domain_qa.READ_DEPTHS, models.read_top_k}))
+    metrics, answers = open_domain_qa.evaluate_open_domain_qa(task, retriever, reader, reranker, depths)
     metrics["read_top_k"] = models.read_top_k
     print(format_metrics(metrics, depths))
     predictions = {
