@@ -321,6 +321,9 @@ def test_outputs_checkpoint_rotation_and_best_model(finished_run):
         assert key in facts, key
     assert facts["global_batch_size"] == 4 * 1 * 2  # batch x processes x steps
     assert 0 < facts["wall_time_s"] < 120
+    # the card names the CPU model a run's speed was measured on
+    cpu_models = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in line]
+    assert cpu_models[0].split(":", 1)[1].strip() in facts["hardware"]
     speed = results["tokens_seen"] / results["train_runtime_s"]
     assert results["train_tokens_per_s"] == pytest.approx(speed, rel=0.05)
     assert result.best_metric["name"] == "eval_loss"

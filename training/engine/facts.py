@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -160,13 +161,19 @@ def read_training_facts(folder: str | Path) -> TrainingFacts:
 
 
 def hardware_description(accelerator) -> str:
-    """``1 x NVIDIA H100 80GB HBM3``, or ``CPU (2 cores, x86_64)``."""
+    """``1 x NVIDIA H100 80GB HBM3``, or ``CPU (2 cores, <model name>)``."""
     import torch
 
     n = accelerator.num_processes
     if accelerator.device.type == "cuda":
         return f"{n} x {torch.cuda.get_device_name(accelerator.device)}"
     cpu = platform.processor() or platform.machine()
+    # Linux names the CPU model only in /proc/cpuinfo; the card should say which CPU a run's speed was measured on
+    with contextlib.suppress(OSError):
+        names = [
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
+        ]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"CPU ({cores} cores, {cpu})" + (f", {n} processes" if n > 1 else "")
 
