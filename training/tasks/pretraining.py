@@ -339,7 +339,7 @@ class PretrainingTask(Task):
         return metrics
 
     def facts(self) -> JobFacts:
-        data, model = self.settings.data, self.settings.model
+        data, model, masking = self.settings.data, self.settings.model, self.settings.masking
         source = data.dataset_name or Path(data.train_file).name
         if data.validation_file:
             eval_dataset = Path(data.validation_file).name
@@ -348,11 +348,7 @@ class PretrainingTask(Task):
         else:
             eval_dataset = f"{source} ({data.validation_split_percentage:g}% of documents held out)"
         preset = model.config_name if model.config_name and not model.config_name.endswith(".json") else None
-        objective = {
-            **self.settings.masking.collator_arguments(),
-            "nsp": data.nsp,
-            "packing": data.packing_mode,
-        }
+        objective = {**masking.collator_arguments(), "nsp": data.nsp, "packing": data.packing_mode}
         return JobFacts(
             task="masked-language-modeling" + (" + next-sentence-prediction" if data.nsp else ""),
             pipeline_tag="fill-mask",
