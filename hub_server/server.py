@@ -236,9 +236,8 @@ class HubServer:
         self._signing_key = secrets.token_bytes(32)
         self._fault_lock = threading.Lock()
         self.set_fault(fault)
-        self.request_log = collections.deque(
-            maxlen=limits.request_log_entries
-        )  # (method, path[:256], status)
+        # (method, path cut to 256 characters, status) of the last requests only
+        self.request_log = collections.deque(maxlen=limits.request_log_entries)
         self._log_file = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
 
         class Protocol(_Protocol):

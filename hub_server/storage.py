@@ -37,9 +37,8 @@ from .names import COMMIT_ID_RE, repo_key
 
 logger = logging.getLogger("hub_server")
 UNNAMED_BLOB_S = 3600  # how long an uploaded blob waits for a commit to name it before it can be collected
-StoredBlob = tuple[
-    str, int, bytes
-]  # sha256, size and first bytes (for the LFS rule of thumb) of a stored blob
+# A stored blob: its sha256, size and first bytes (for the LFS rule of thumb)
+StoredBlob = tuple[str, int, bytes]
 
 
 def _now() -> str:

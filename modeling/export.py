@@ -160,9 +160,8 @@ def export_onnx(
         )
         target = Path(folder) / ONNX_FILE
         if not fuse:
-            program.save(
-                str(target)
-            )  # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
+            # ONNXProgram.save keeps weights inside unless the protobuf would pass 2 GB
+            program.save(str(target))
             return output_names, {}, {}
         raw = Path(folder) / "unfused"
         raw.mkdir(parents=True)

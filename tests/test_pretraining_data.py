@@ -86,9 +86,8 @@ def test_dataloader_workers_stream_disjoint_and_complete_shards(tokenizer, monke
     def tokens(workers=1, worker=0):
         dataset = StreamingMLMDataset(str(EXCERPT), tokenizer, 64, documents_per_chunk=16)
         info = SimpleNamespace(num_workers=workers, id=worker)
-        monkeypatch.setattr(
-            torch.utils.data, "get_worker_info", lambda: info
-        )  # after datasets read the columns
+        # set after datasets read the columns
+        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: info)
         examples = list(dataset)
         return sorted(t for e in examples for t in e["input_ids"][1:]), [e["idx"] for e in examples]
 
