@@ -7,6 +7,7 @@ concatenated documents every ``max_seq_length`` tokens, ``doc-sentences`` never 
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Iterator, Sequence
 from functools import partial
 from itertools import islice
@@ -163,25 +164,63 @@ class StoredSequences(torch.utils.data.Dataset):
         return ids
 
 
+class StoredDocuments(Sequence):
+    """The documents with tokens of a prepared corpus as lists of token-id segments, read on access."""
+
+    def __init__(self, store: CorpusStore, documents=None):
+        doc_segments = np.asarray(store.document_segment_offsets())
+        chosen = _chosen(store, documents)
+        chosen = chosen[doc_segments[chosen + 1] > doc_segments[chosen]]  # a document without tokens has none
+        self.first, self.stop = doc_segments[chosen], doc_segments[chosen + 1]
+        self.segments, self.tokens = store.segment_offsets(), store.tokens()
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def __getitem__(self, index: int) -> list[list[int]]:
+        spans = self.segments[int(self.first[index]) : int(self.stop[index])]
+        return [self.tokens[start:end].tolist() for start, end in spans]
+
+
+class NspExamples(torch.utils.data.Dataset):
+    """NSP examples held as compact arrays (a few bytes per token, where lists of Python ints take dozens): the
+    flat ids, each example's offset, the length of its ``[CLS] A [SEP]`` and its label."""
+
+    def __init__(self, examples: Iterator[dict]):
+        self.tokens, self.offsets = array("i"), array("q", [0])
+        self.first_lengths, self.labels = array("i"), array("b")
+        for example in examples:
+            self.tokens.extend(example["input_ids"])
+            self.offsets.append(len(self.tokens))
+            self.first_lengths.append(example["token_type_ids"].count(0))
+            self.labels.append(example["next_sentence_label"])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> dict:
+        ids = self.tokens[self.offsets[index] : self.offsets[index + 1]].tolist()
+        first = self.first_lengths[index]
+        return {
+            "input_ids": ids,
+            "token_type_ids": [0] * first + [1] * (len(ids) - first),
+            "next_sentence_label": self.labels[index],
+            "idx": index,
+        }
+
+
 def stored_nsp_examples(
     store: CorpusStore, documents, cls_id: int, sep_id: int, max_seq_length: int, seed: int
-) -> list[dict]:
-    """The NSP examples of the ``documents`` (``None``: all) of a prepared (sentence-segmented) corpus, each with
-    its ``idx``."""
-    doc_segments, segments, tokens = store.document_segment_offsets(), store.segment_offsets(), store.tokens()
-    tokenized = [
-        [tokens[start:end].tolist() for start, end in segments[doc_segments[d] : doc_segments[d + 1]]]
-        for d in _chosen(store, documents)
-    ]
-    tokenized = [document for document in tokenized if document]  # a document without tokens has no segments
+) -> NspExamples:
+    """The NSP examples of the ``documents`` (``None``: all) of a prepared (sentence-segmented) corpus."""
+    tokenized = StoredDocuments(store, documents)
     if len(tokenized) < 2:
         raise SettingError(
             "nsp",
             "needs a corpus with several documents (separated by blank lines in text files, "
             "one per row otherwise): random next segments must come from another document.",
         )
-    examples = iter_nsp_examples(tokenized, cls_id, sep_id, max_seq_length, seed, 0.1)
-    return [{**example, "idx": index} for index, example in enumerate(examples)]
+    return NspExamples(iter_nsp_examples(tokenized, cls_id, sep_id, max_seq_length, seed, 0.1))
 
 
 class StreamingMLMDataset(torch.utils.data.IterableDataset):
