@@ -19,6 +19,7 @@ from scipy.special import logsumexp
 from tqdm.auto import tqdm
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
+from briskbert.errors import SettingError
 from briskbert.retrieval.dense import RECALL_DEPTHS, batches_by_length, retrieval_metrics, retrieve
 from briskbert.retrieval.fusion import fuse, shortfall_warning
 from briskbert.training.tasks.metrics import squad_metrics
@@ -158,7 +159,10 @@ def evaluate_open_domain_qa(task, retriever, reader: Reader, reranker=None, read
     their union and the gold paragraph), the reader's on the gold paragraph, the gold-read rate, the target
     ``0.9 x EM(gold) x gold-read rate`` and the ranking's metrics (a ``"warning"`` when re-ranking hurts)."""
     if not task.answers:
-        raise ValueError("open-domain QA evaluation needs gold answers: give a SQuAD-format collection.")
+        raise SettingError(
+            "squad_file",
+            "is needed to evaluate open-domain QA (a JSON lines collection has no gold answers).",
+        )
     start = time.perf_counter()
     corpus, questions, deepest = task.corpus, task.queries, max(read_depths)
     retrieved, ranked = rank_passages(corpus, questions, retriever, reranker, deepest)

@@ -1,6 +1,7 @@
 """Open-domain QA: answers scored comparably across passages, and the evaluation's figures, worked out by hand
 from a real QA forward path over a model whose start and end logits are fixed per token."""
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from briskbert.errors import SettingError
 from briskbert.modeling.sentence_transformers_files import EmbeddingSpec
 from briskbert.retrieval import open_domain_qa
 from briskbert.retrieval.dense import RetrievalTask, Retrieved, Retriever
@@ -135,6 +137,8 @@ def test_evaluation_figures_by_hand(tokenizer, monkeypatch):
     assert top3["exact_match_reader_scores_only"] == 0.0
     assert top3["target_exact_match"] == pytest.approx(0.9)
     assert metrics["retrieval"]["recall@1"] == 0.5 and "warning" not in metrics
+    with pytest.raises(SettingError, match="squad_file is needed"):  # one line, not a traceback
+        evaluate_open_domain_qa(dataclasses.replace(task, answers={}), retriever, reader)
 
 
 def test_evaluation_with_a_reranker_reports_its_ranking_and_warns_when_it_hurts(tokenizer, monkeypatch):
