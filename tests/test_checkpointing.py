@@ -133,6 +133,8 @@ def test_latest_is_the_newest_complete_checkpoint_by_step_and_a_named_one_must_b
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_2", "step_7", "step_12"]
     assert resolve_checkpoint("latest", tmp_path) == tmp_path / "step_12"
     assert resolve_checkpoint(str(tmp_path / "step_2"), tmp_path) == tmp_path / "step_2"
+    (tmp_path / "step_12" / "manifest.json").unlink()  # not saved whole (or from before manifests): skipped
+    assert resolve_checkpoint("latest", tmp_path) == tmp_path / "step_7"
     monkeypatch.chdir(tmp_path)
     assert resolve_checkpoint("step_2", tmp_path) == Path("step_2")  # a relative path, not "latest"
     with pytest.raises(SettingError) as error:
@@ -169,7 +171,7 @@ def test_save_then_load_restores_weights_optimizer_schedule_and_state(tmp_path):
     assert folder == tmp_path / "step_1" and (folder / "random_states_0.pkl").is_file()
     assert RunIdentity.load(folder) == identity() and TrainingState.load(folder) == state
     assert not list(tmp_path.glob(".*"))  # written as a partial folder, then renamed
-    assert checkpoint_problem(folder) is None  # each of accelerate's files loads as the resume check loads it
+    assert checkpoint_problem(folder) is None  # the manifest covers every file accelerate wrote
     step(model, optimizer, scheduler)
     expected = [p.detach().clone() for p in model.parameters()]
 
