@@ -94,7 +94,7 @@ def test_dataloader_workers_stream_disjoint_and_complete_shards(tokenizer, monke
     whole, _ = tokens()
     (first, first_idx), (second, second_idx) = tokens(2, 0), tokens(2, 1)
     assert sorted(first + second) == whole  # every token once, in one worker or the other
-    assert not set(first_idx) & set(second_idx)  # masking keys stay unique
+    assert len(set(first_idx + second_idx)) == len(first_idx + second_idx)  # masking keys stay unique
 
 
 # ---- next-sentence pairs, shards and splits against documents that say where they come from
@@ -117,9 +117,10 @@ def split(example):
 
 
 def test_is_next_pairs_continue_their_document_and_random_ones_come_from_another():
-    labels = []
+    labels, own_sentences = [], []
     for example in nsp_pairs():
         a, b, first_sep = split(example)
+        own_sentences += a + (b if example["next_sentence_label"] == 0 else [])
         assert example["input_ids"][0] == CLS and example["input_ids"][-1] == SEP
         assert example["token_type_ids"] == [0] * (first_sep + 1) + [1] * (len(b) + 1)
         assert len(example["input_ids"]) <= 11 and a and b
@@ -132,6 +133,8 @@ def test_is_next_pairs_continue_their_document_and_random_ones_come_from_another
             assert all(token // 1000 != document for token in b)
         labels.append(example["next_sentence_label"])
     assert 0.35 < sum(labels) / len(labels) < 0.65, sum(labels) / len(labels)  # half the pairs are random
+    # every sentence is in one A or is-next B, once: a random B's unused segments are put back, none is dropped
+    assert sorted(own_sentences) == sorted(s for document in labelled_documents() for (s,) in document)
 
 
 def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not_cut():
@@ -150,6 +153,12 @@ def test_short_pairs_take_every_length_from_two_tokens_up_and_full_pairs_are_not
     three_token = [[[1000 * (d + 1) + 10 * k + j for j in range(3)] for k in range(12)] for d in range(20)]
     full = lengths(three_token, 11, 0.0, seed=3)
     assert min(sum(d == document for d, _, _ in full) for document in range(1, 21)) >= 3
+    # A pair over the limit loses tokens at either end of its longer side: A stays a run of its document.
+    flat = {d + 1: [t for sentence in document for t in sentence] for d, document in enumerate(three_token)}
+    for example in iter_nsp_examples(three_token, CLS, SEP, 11, 3, 0.0):
+        a = split(example)[0]
+        tokens = flat[a[0] // 1000]
+        assert tokens[tokens.index(a[0]) :][: len(a)] == a
     # Short random next pairs stop filling B at their target: rarely the maximum 27 (here 1 in 67).
     random_next = [length for _, length, label in lengths(three_token, 30, 1.0, seed=3) if label]
     assert sum(length == 27 for length in random_next) < 0.15 * len(random_next)
