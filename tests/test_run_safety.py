@@ -21,6 +21,7 @@ from transformers import SchedulerType
 from briskbert.errors import SettingError, UserError
 from briskbert.files import LOCK_FILE, MANIFEST_FILE, folder_lock, manifest_problem, write_manifest
 from briskbert.training import TrainingDiverged, run
+from briskbert.training.engine.checkpointing import check_finite_weights
 from briskbert.training.engine.config import SCHEDULER_NAMES
 from briskbert.training.engine.logging_utils import LOG_FILE
 
@@ -193,6 +194,16 @@ def test_resuming_from_a_checkpoint_with_nan_weights_is_refused_naming_the_file(
     write_manifest(weights_path.parent)  # intact as written: the NaN was saved, not corrupted after
     with pytest.raises(UserError, match=rf"resume_from_checkpoint {weights_path}: the weight \S*{name}"):
         train(used_run, "--max_train_steps", "5", *RESUME)
+
+
+def test_a_model_with_nan_weights_is_refused_naming_its_setting_or_what_it_is():
+    model = tiny_model()
+    with torch.no_grad():
+        next(model.parameters())[0] = float("nan")
+    with pytest.raises(SettingError, match=r"^model_name_or_path m\.safetensors: the weight \S+ holds NaN"):
+        check_finite_weights(model, "m.safetensors", "model_name_or_path")
+    with pytest.raises(UserError, match=r"^the model to train: the weight \S+ holds NaN"):
+        check_finite_weights(model, "the model to train")
 
 
 # ------------------------------------------------------------------------------------ one writer per folder
