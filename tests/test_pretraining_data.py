@@ -71,6 +71,8 @@ def test_nsp_pairs_from_the_store(tokenizer, documents, tmp_path):
     reference = list(iter_nsp_examples(tokenized, cls, sep, 64, seed=7, short_seq_prob=0.1))
     examples = stored_nsp_examples(store, None, cls, sep, 64, seed=7)
     assert [examples[i] for i in range(len(examples))] == [{**e, "idx": i} for i, e in enumerate(reference)]
+    # held as one int32 array: 4 bytes per token, where lists of Python ints take dozens
+    assert examples.tokens.itemsize * len(examples.tokens) == 4 * sum(len(e["input_ids"]) for e in reference)
 
 
 @pytest.mark.parametrize("mode", PACKING_MODES)
