@@ -41,11 +41,12 @@ def copy_files(source: Path, target: Path, patterns) -> None:
 def quiet_logs():
     """No log record below ERROR while the body runs: the exporter's and ONNX Runtime's notes on their own
     internals are nothing a user acts on."""
-    logging.disable(logging.WARNING)
+    previous = logging.root.manager.disable  # the caller's own logging.disable level, restored after
+    logging.disable(max(previous, logging.WARNING))
     try:
         yield
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(previous)
 
 
 def load_for_export(model_dir: Path, architecture: str | None):
@@ -65,9 +66,8 @@ def load_for_export(model_dir: Path, architecture: str | None):
         raise SettingError("architecture", f"{architecture!r} is unknown; choose one of: {', '.join(heads)}.")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
     model = model_class.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    if (
-        model.config.position_embedding_type == "absolute"
-    ):  # learned positions stop at max_position_embeddings
+    # learned positions stop at max_position_embeddings
+    if model.config.position_embedding_type == "absolute":
         tokenizer.model_max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
     embedding = read_embedding_spec(model_dir) if architecture == "BriskBertModel" else None
     return model, tokenizer, architecture, embedding

