@@ -161,10 +161,8 @@ def test_real_clients_roundtrip(tmp_path, xet):
 def test_damaged_repos_and_blobs_are_named_and_the_rest_is_served(tmp_path, caplog):
     """A data folder left damaged is served as well as it can be; what interrupted writes left in tmp/ goes."""
     files = {"config.json": b'{"a": 1}', "weights.bin": b"\0weights" * 50, "notes.txt": b"notes " * 50}
-    files |= {
-        "gone.txt": b"deleted from the blob store",
-        "head.bin": b"\0head" * 50,
-    }  # its damage sorts lower
+    # head.bin's damage sorts lower
+    files |= {"gone.txt": b"deleted from the blob store", "head.bin": b"\0head" * 50}
     data = tmp_path / "data"
     with BackgroundHub(data, TOKEN) as h:
         for name in ("good", "broken-meta", "broken-refs", "broken-tree"):

@@ -194,9 +194,8 @@ def test_saved_folders_load_in_sentence_transformers(tokenizer, tiny, tmp_path):
     scores = CrossEncoder(str(tmp_path / "rerank"), trust_remote_code=True, device="cpu").predict(
         list(zip(queries, texts)), convert_to_tensor=True
     )
-    torch.testing.assert_close(
-        scores.cpu(), torch.sigmoid(logits), atol=1e-5, rtol=0
-    )  # its default activation
+    # a sigmoid: CrossEncoder's default activation
+    torch.testing.assert_close(scores.cpu(), torch.sigmoid(logits), atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------ commands
